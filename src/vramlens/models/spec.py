@@ -1,0 +1,132 @@
+"""ModelSpec: what vramlens knows about a model, wherever it came from.
+
+A ModelSpec holds the architecture facts the formulas need (the symbols of the papers:
+h hidden size, a heads, L layers, V vocabulary) and an exact tensor inventory: one
+TensorInfo per entry of ``model.named_parameters()`` (tied weights listed once) plus the
+buffers, so that parameter counts equal what transformers reports for the same config.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from math import prod
+from typing import Literal
+
+# What a tensor is, for the formulas that treat kinds differently (quantization touches
+# only "linear"/"conv1d"/"expert"; LoRA targets "linear"/"conv1d" by module name; norms and
+# biases stay in high precision).
+Role = Literal[
+    "embedding",           # token embedding (nn.Embedding)
+    "position_embedding",  # learned absolute positions / token types / relative-attention bias
+    "linear",              # weight of an nn.Linear, shape (out_features, in_features)
+    "conv1d",              # weight of GPT-2's Conv1D, shape (in_features, out_features)
+    "expert",              # weight of an MoE expert linear, shape (out, in) (or stacked, see shape)
+    "router",              # MoE gate weight
+    "lm_head",             # untied output projection, shape (vocab, hidden)
+    "bias",                # any bias
+    "norm",                # LayerNorm / RMSNorm weight or bias
+    "other",               # anything else (e.g. classifier heads, poolers counted as linear)
+    "buffer",              # a registered buffer (not a parameter)
+]
+
+ModelKind = Literal["decoder", "encoder", "encoder-decoder"]
+
+
+@dataclass(frozen=True, slots=True)
+class TensorInfo:
+    """One parameter or buffer: its name as in ``state_dict``, shape, dtype and role.
+
+    ``dtype`` is None when the tensor takes the dtype the model is run in; a string
+    (``"fp32"``, ``"int8"``, ...) when it is fixed (a quantized checkpoint, an int64 buffer).
+    ``module`` is the leaf module's attribute name (``"q_proj"``), what peft's
+    ``target_modules`` matches; ``layer`` the block index, None outside the blocks.
+    """
+
+    name: str
+    shape: tuple[int, ...]
+    role: Role
+    module: str = ""
+    layer: int | None = None
+    dtype: str | None = None
+    stack: Literal["encoder", "decoder"] | None = None
+
+    @property
+    def numel(self) -> int:
+        return prod(self.shape) if self.shape else 1
+
+    @property
+    def is_parameter(self) -> bool:
+        return self.role != "buffer"
+
+    @property
+    def in_features(self) -> int:
+        """Input features of a linear-like weight (Conv1D stores it transposed)."""
+        return self.shape[0] if self.role == "conv1d" else self.shape[-1]
+
+    @property
+    def out_features(self) -> int:
+        return self.shape[-1] if self.role == "conv1d" else self.shape[-2]
+
+
+@dataclass(frozen=True, slots=True)
+class ModelSpec:
+    """Architecture facts plus the exact tensor inventory of one model.
+
+    For decoder-only models ``n_decoder_layers`` is L and ``n_encoder_layers`` is 0; for
+    encoder-only models the reverse; encoder-decoder models have both. ``head_dim`` is
+    d_head (it may differ from h / a, e.g. T5 or Gemma). ``ffn_size`` is the MLP's inner
+    size (per expert for MoE). ``n_kv_heads`` < ``n_heads`` means GQA, == 1 MQA.
+    """
+
+    name: str
+    model_type: str
+    architecture: str
+    kind: ModelKind
+    hidden_size: int
+    n_heads: int
+    n_kv_heads: int
+    head_dim: int
+    ffn_size: int
+    vocab_size: int
+    n_encoder_layers: int = 0
+    n_decoder_layers: int = 0
+    max_position: int = 2048
+    activation: str = "gelu"
+    gated_mlp: bool = False
+    norm: Literal["layernorm", "rmsnorm"] = "layernorm"
+    position: Literal["learned", "rotary", "alibi", "relative", "none"] = "learned"
+    tied_embeddings: bool = False
+    n_experts: int = 0
+    experts_per_token: int = 0
+    sliding_window: int | None = None
+    torch_dtype: str | None = None
+    tensors: tuple[TensorInfo, ...] = ()
+    source: str = "catalog"
+    assumed: tuple[str, ...] = ()
+    config: dict = field(default_factory=dict, compare=False, hash=False, repr=False)
+    quantization: dict | None = None
+
+    # ---- counts -------------------------------------------------------------------------
+    @property
+    def n_layers(self) -> int:
+        """All transformer blocks (encoder plus decoder)."""
+        return self.n_encoder_layers + self.n_decoder_layers
+
+    @property
+    def params(self) -> int:
+        """Parameters, tied weights once: equals ``sum(p.numel() for p in model.parameters())``."""
+        return sum(t.numel for t in self.tensors if t.role != "buffer")
+
+    @property
+    def buffer_elements(self) -> int:
+        return sum(t.numel for t in self.tensors if t.role == "buffer")
+
+    @property
+    def is_moe(self) -> bool:
+        return self.n_experts > 0
+
+    def parameters(self) -> tuple[TensorInfo, ...]:
+        return tuple(t for t in self.tensors if t.role != "buffer")
+
+    def buffers(self) -> tuple[TensorInfo, ...]:
+        return tuple(t for t in self.tensors if t.role == "buffer")

@@ -1,0 +1,149 @@
+"""Bytes, dtype sizes, and parsing/printing of sizes.
+
+Bytes are exact ints everywhere in vramlens; this module is the only place that turns
+them into text ("13.48 GiB") or text into them ("24GB", "80GiB", "7B").
+"""
+
+from __future__ import annotations
+
+import re
+
+from vramlens.errors import InputError
+
+KiB = 1024
+MiB = 1024**2
+GiB = 1024**3
+TiB = 1024**4
+
+#: Bytes per element of each dtype vramlens knows. Sub-byte formats (nf4, fp4, int4) are
+#: handled by the quantization formulas in :mod:`vramlens.estimate.weights`, not here.
+DTYPE_BYTES: dict[str, int] = {
+    "fp64": 8,
+    "fp32": 4,
+    "tf32": 4,
+    "fp16": 2,
+    "bf16": 2,
+    "fp8": 1,
+    "int8": 1,
+    "uint8": 1,
+    "int16": 2,
+    "int32": 4,
+    "int64": 8,
+    "bool": 1,
+}
+
+#: Names used by torch, safetensors headers and config.json's ``torch_dtype`` mapped to ours.
+DTYPE_ALIASES: dict[str, str] = {
+    "float64": "fp64", "double": "fp64", "f64": "fp64", "F64": "fp64",
+    "float32": "fp32", "float": "fp32", "f32": "fp32", "F32": "fp32",
+    "float16": "fp16", "half": "fp16", "f16": "fp16", "F16": "fp16",
+    "bfloat16": "bf16", "BF16": "bf16",
+    "float8_e4m3fn": "fp8", "float8_e5m2": "fp8", "F8_E4M3": "fp8", "F8_E5M2": "fp8",
+    "I8": "int8", "U8": "uint8", "I16": "int16", "I32": "int32", "I64": "int64", "BOOL": "bool",
+}
+
+
+def canonical_dtype(name: str) -> str:
+    """Return vramlens' name for a dtype given in any common spelling.
+
+    Raises:
+        InputError: the name is not a dtype vramlens knows.
+    """
+    key = str(name).strip()
+    key = key.removeprefix("torch.")
+    if key in DTYPE_BYTES:
+        return key
+    if key in DTYPE_ALIASES:
+        return DTYPE_ALIASES[key]
+    low = key.lower()
+    if low in DTYPE_BYTES:
+        return low
+    if low in DTYPE_ALIASES:
+        return DTYPE_ALIASES[low]
+    raise InputError(f"unknown dtype {name!r}: use one of {', '.join(sorted(DTYPE_BYTES))}")
+
+
+def dtype_bytes(name: str) -> int:
+    """Bytes per element of ``name`` (any spelling accepted by :func:`canonical_dtype`)."""
+    return DTYPE_BYTES[canonical_dtype(name)]
+
+
+_SIZE = re.compile(r"^\s*([0-9]*\.?[0-9]+)\s*([a-zA-Z]*)\s*$")
+_SIZE_UNITS = {
+    "": 1, "b": 1,
+    "k": 1000, "kb": 1000, "kib": KiB,
+    "m": 1000**2, "mb": 1000**2, "mib": MiB,
+    "g": 1000**3, "gb": 1000**3, "gib": GiB,
+    "t": 1000**4, "tb": 1000**4, "tib": TiB,
+}
+
+
+def parse_size(text: str | int | float, *, what: str = "size") -> int:
+    """Parse ``"24GB"`` (1e9-byte units), ``"80GiB"`` (binary) or a plain byte count.
+
+    Raises:
+        InputError: the text is not a size; the message names it and shows valid forms.
+    """
+    if isinstance(text, bool):
+        raise InputError(f"{what}={text!r} is not a size: write e.g. 24GB, 80GiB or 1073741824")
+    if isinstance(text, (int, float)):
+        if text <= 0:
+            raise InputError(f"{what}={text!r} must be positive")
+        return int(text)
+    m = _SIZE.match(str(text))
+    if not m or m.group(2).lower() not in _SIZE_UNITS:
+        raise InputError(f"{what}={text!r} is not a size: write e.g. 24GB, 80GiB or 1073741824")
+    value = float(m.group(1)) * _SIZE_UNITS[m.group(2).lower()]
+    if value <= 0:
+        raise InputError(f"{what}={text!r} must be positive")
+    return int(round(value))
+
+
+_COUNT = re.compile(r"^\s*([0-9]*\.?[0-9]+)\s*([kKmMbBtT]?)\s*$")
+_COUNT_UNITS = {"": 1, "k": 10**3, "m": 10**6, "b": 10**9, "t": 10**12}
+
+
+def parse_count(text: str | int, *, what: str = "params") -> int:
+    """Parse a parameter count such as ``"7B"``, ``"350M"``, ``"1.5b"`` or ``"124000000"``."""
+    if isinstance(text, int) and not isinstance(text, bool):
+        if text <= 0:
+            raise InputError(f"{what}={text} must be positive")
+        return text
+    m = _COUNT.match(str(text))
+    if not m:
+        raise InputError(f"{what}={text!r} is not a count: write e.g. 7B, 350M or 124000000")
+    value = float(m.group(1)) * _COUNT_UNITS[m.group(2).lower()]
+    if value < 1:
+        raise InputError(f"{what}={text!r} must be positive")
+    return int(round(value))
+
+
+def gib(n_bytes: int) -> float:
+    return n_bytes / GiB
+
+
+def format_bytes(n_bytes: int, *, unit: str = "GiB", digits: int = 2) -> str:
+    """Format with a fixed binary unit so that columns line up (``"13.48 GiB"``)."""
+    div = {"B": 1, "KiB": KiB, "MiB": MiB, "GiB": GiB, "TiB": TiB}[unit]
+    if unit == "B":
+        return f"{n_bytes:,} B"
+    return f"{n_bytes / div:,.{digits}f} {unit}"
+
+
+def human_bytes(n_bytes: int) -> str:
+    """Pick the binary unit that suits the value (for prose, not for tables)."""
+    for unit, div in (("TiB", TiB), ("GiB", GiB), ("MiB", MiB), ("KiB", KiB)):
+        if abs(n_bytes) >= div:
+            return f"{n_bytes / div:.2f} {unit}"
+    return f"{n_bytes} B"
+
+
+def human_count(n: int) -> str:
+    for suffix, div in (("T", 10**12), ("B", 10**9), ("M", 10**6), ("K", 10**3)):
+        if n >= div:
+            return f"{n / div:.2f}{suffix}"
+    return str(n)
+
+
+def round_up(n: int, multiple: int) -> int:
+    return -(-n // multiple) * multiple

@@ -1,0 +1,212 @@
+"""Workload: a frozen, validated description of the run whose memory is wanted.
+
+Precision semantics (the same words appear in ``vramlens estimate --help``):
+
+* ``dtype`` is the dtype the weights are stored and computed in.
+* ``amp`` adds mixed precision with fp32 master weights. ``dtype="fp32", amp="bf16"`` is
+  PyTorch autocast: fp32 weights, bf16 copies made during forward and cached by autocast.
+  ``dtype="fp16", amp="fp16"`` is DeepSpeed/Megatron-style mixed precision: fp16 weights and
+  gradients, an fp32 master copy held by the optimizer.
+* ``optimizer="none"`` means forward and backward only.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, fields, replace
+from typing import Any
+
+from vramlens.errors import ConfigError
+
+MODES = ("inference", "train")
+METHODS = ("full", "lora", "qlora")
+DTYPES = ("fp32", "fp16", "bf16")
+AMPS = ("fp16", "bf16")
+QUANTS = ("int8", "nf4", "nf4-dq", "fp4", "int4", "gptq-4bit", "awq-4bit", "fp8")
+OPTIMIZERS = (
+    "adamw", "adam", "sgd", "sgd-momentum", "adafactor", "adamw-8bit",
+    "paged-adamw", "paged-adamw-8bit", "lion", "none",
+)
+CHECKPOINTING = ("none", "full", "selective")
+ATTENTION = ("eager", "sdpa", "flash")
+OFFLOAD = ("none", "optimizer", "all")
+KV_DTYPES = ("fp32", "fp16", "bf16", "fp8", "int8")
+DEFAULT_LORA_TARGETS = ("q_proj", "v_proj")
+
+
+@dataclass(frozen=True, slots=True)
+class Workload:
+    """What is run: mode, precision, optimizer, shapes, and how it is spread over GPUs.
+
+    Every field has the name of its CLI flag (dashes as underscores).
+    """
+
+    mode: str = "inference"
+    method: str = "full"
+    dtype: str = "bf16"
+    amp: str | None = None
+    quant: str | None = None
+    optimizer: str = "adamw"
+    batch: int = 1
+    seq: int = 512
+    new_tokens: int = 0
+    grad_accum: int = 1
+    checkpointing: str = "none"
+    attention: str = "sdpa"
+    lora_rank: int = 16
+    lora_targets: tuple[str, ...] = DEFAULT_LORA_TARGETS
+    lora_dropout: float = 0.0
+    gpus: int = 1
+    zero: int = 0
+    fsdp: bool = False
+    tp: int = 1
+    pp: int = 1
+    offload: str = "none"
+    kv_dtype: str | None = None
+    kv_block: int = 0
+    gqa_query_groups: int | None = None
+
+    # ---- derived ------------------------------------------------------------------------
+    @property
+    def training(self) -> bool:
+        return self.mode == "train"
+
+    @property
+    def compute_dtype(self) -> str:
+        """dtype of activations: the autocast dtype under AMP, else the weights' dtype."""
+        if self.method == "qlora" and self.amp is None:
+            return "bf16" if self.dtype == "fp32" else self.dtype
+        return self.amp or self.dtype
+
+    @property
+    def dp(self) -> int:
+        """Data-parallel degree: the GPUs left after tensor and pipeline parallelism."""
+        return max(1, self.gpus // (self.tp * self.pp))
+
+    @property
+    def shard_stage(self) -> int:
+        """ZeRO stage in effect (FSDP full shard is stage 3)."""
+        return 3 if self.fsdp else self.zero
+
+    @property
+    def effective_batch(self) -> int:
+        return self.batch * self.grad_accum * self.dp
+
+    @property
+    def quantized(self) -> str | None:
+        """Weight quantization in effect (QLoRA implies nf4 with double quantization)."""
+        if self.quant:
+            return self.quant
+        return "nf4-dq" if self.method == "qlora" else None
+
+    def replace(self, **changes: Any) -> Workload:
+        return replace(self, **changes).validated()
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["lora_targets"] = list(self.lora_targets)
+        return d
+
+    # ---- validation ---------------------------------------------------------------------
+    def problems(self) -> list[str]:
+        """Every problem with this workload, each naming the value and the fix."""
+        p: list[str] = []
+
+        def choice(name: str, value: Any, allowed: tuple, optional: bool = False) -> None:
+            if optional and value is None:
+                return
+            if value not in allowed:
+                p.append(f"{name}={value!r} is not one of: {', '.join(allowed)}")
+
+        choice("mode", self.mode, MODES)
+        choice("method", self.method, METHODS)
+        choice("dtype", self.dtype, DTYPES)
+        choice("amp", self.amp, AMPS, optional=True)
+        choice("quant", self.quant, QUANTS, optional=True)
+        choice("optimizer", self.optimizer, OPTIMIZERS)
+        choice("checkpointing", self.checkpointing, CHECKPOINTING)
+        choice("attention", self.attention, ATTENTION)
+        choice("offload", self.offload, OFFLOAD)
+        choice("kv_dtype", self.kv_dtype, KV_DTYPES, optional=True)
+        for name in ("batch", "seq", "grad_accum", "gpus", "tp", "pp", "lora_rank"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+                p.append(f"{name}={v!r} must be a whole number >= 1")
+        if isinstance(self.new_tokens, bool) or not isinstance(self.new_tokens, int) or self.new_tokens < 0:
+            p.append(f"new_tokens={self.new_tokens!r} must be a whole number >= 0")
+        if not isinstance(self.kv_block, int) or self.kv_block < 0:
+            p.append(f"kv_block={self.kv_block!r} must be 0 (no paging) or a block size in tokens")
+        if self.zero not in (0, 1, 2, 3):
+            p.append(f"zero={self.zero!r} must be 0, 1, 2 or 3")
+        if self.fsdp and self.zero:
+            p.append(f"fsdp and zero={self.zero} both given: choose FSDP or one ZeRO stage")
+        if not (0.0 <= self.lora_dropout < 1.0):
+            p.append(f"lora_dropout={self.lora_dropout!r} must be in [0, 1)")
+        if not self.lora_targets:
+            p.append("lora_targets is empty: name modules such as q_proj,v_proj or 'all-linear'")
+        if p:
+            return p  # the rest compares values that are known to be valid
+        if self.gpus % (self.tp * self.pp):
+            p.append(
+                f"gpus={self.gpus} is not a multiple of tp*pp={self.tp * self.pp}: "
+                f"use --gpus {self.tp * self.pp * max(1, self.gpus // (self.tp * self.pp))}"
+            )
+        if self.method == "qlora" and self.quant not in (None, "nf4", "nf4-dq", "fp4"):
+            p.append(f"method=qlora quantizes to 4-bit NF4; quant={self.quant!r} contradicts it: drop --quant")
+        if self.mode == "train" and self.method == "full" and self.quant in QUANTS and self.quant != "fp8":
+            p.append(
+                f"quant={self.quant!r} weights cannot be trained in full: use --method lora (or qlora)"
+            )
+        if self.mode == "inference" and (self.zero or self.fsdp):
+            p.append("zero/fsdp shard training state; for inference use --tp or --pp to split the model")
+        if self.mode == "train" and self.new_tokens:
+            p.append(f"new_tokens={self.new_tokens} applies to inference only: drop it or use --mode inference")
+        if self.amp == "fp16" and self.dtype == "bf16":
+            p.append("dtype=bf16 with amp=fp16 mixes two half formats: use --dtype fp32 --amp fp16")
+        if self.amp == "bf16" and self.dtype == "fp16":
+            p.append("dtype=fp16 with amp=bf16 mixes two half formats: use --dtype fp32 --amp bf16")
+        if self.offload != "none" and self.mode == "train" and self.shard_stage == 0 and not self.fsdp:
+            # ZeRO-Offload needs ZeRO >= 1 (DeepSpeed) or FSDP; say so rather than guess
+            p.append(f"offload={self.offload} needs --zero 1..3 or --fsdp (ZeRO-Offload / FSDP CPU offload)")
+        if self.offload == "all" and self.mode == "train" and self.shard_stage != 3:
+            p.append("offload=all (parameters too) needs --zero 3 or --fsdp")
+        return p
+
+    def validated(self) -> Workload:
+        """Return self, or raise ConfigError listing every problem."""
+        p = self.problems()
+        if p:
+            raise ConfigError(p)
+        return self
+
+
+def workload_fields() -> tuple[str, ...]:
+    return tuple(f.name for f in fields(Workload))
+
+
+def make_workload(**kwargs: Any) -> Workload:
+    """Build and validate a Workload from keyword arguments named like the CLI flags.
+
+    Accepts ``lora_targets`` as a comma-separated string and flag spellings with dashes.
+    """
+    known = set(workload_fields())
+    clean: dict[str, Any] = {}
+    unknown = []
+    for k, v in kwargs.items():
+        key = k.replace("-", "_")
+        if key not in known:
+            unknown.append(k)
+            continue
+        if v is None and key not in ("amp", "quant", "kv_dtype", "gqa_query_groups"):
+            continue
+        clean[key] = v
+    if unknown:
+        raise ConfigError([f"unknown workload setting {u!r}: known are {', '.join(sorted(known))}" for u in unknown])
+    if isinstance(clean.get("lora_targets"), str):
+        clean["lora_targets"] = tuple(t.strip() for t in clean["lora_targets"].split(",") if t.strip())
+    elif "lora_targets" in clean:
+        clean["lora_targets"] = tuple(clean["lora_targets"])
+    if clean.get("amp") in ("none", "no", ""):
+        clean["amp"] = None
+    if clean.get("quant") in ("none", "no", ""):
+        clean["quant"] = None
+    return Workload(**clean).validated()
