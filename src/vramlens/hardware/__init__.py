@@ -1,0 +1,7 @@
+"""GPU catalog (datasheet data), local detection (NVML where present) and runtime overheads."""
+
+from vramlens.hardware.catalog import generic_gpu, get_gpu, list_gpus
+from vramlens.hardware.detect import DetectedGPU, detect_gpus
+from vramlens.hardware.gpu import GPU
+
+__all__ = ["GPU", "DetectedGPU", "detect_gpus", "generic_gpu", "get_gpu", "list_gpus"]

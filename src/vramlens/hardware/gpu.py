@@ -1,0 +1,50 @@
+"""GPU: what the estimator and the advisor need to know about one accelerator."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True)
+class GPU:
+    """One accelerator model.
+
+    Attributes:
+        name: display name ("H100-SXM-80GB").
+        memory_bytes: total device memory as the vendor sells it (exact bytes; 80 GiB cards
+            are 85_899_345_920 bytes, nvidia-smi shows slightly less, see usable_bytes).
+        usable_bytes: what nvidia-smi reports as total (ECC and reserved regions removed),
+            the figure a run can fill; equals memory_bytes where unknown.
+        bandwidth_bytes_s: peak memory bandwidth, bytes per second.
+        bf16_flops / fp16_flops / fp32_flops: peak dense tensor throughput, FLOP/s (no sparsity).
+        arch: generation ("hopper", "ampere", "ada", "turing", "volta", "blackwell", "cdna3",
+            "cdna2", "apple").
+        compute_capability: CUDA (major, minor), None for non-NVIDIA.
+        vendor: "nvidia", "amd", "apple".
+        interconnect_bytes_s: per-GPU bandwidth to its peers (NVLink, Infinity Fabric or PCIe).
+        pcie_bytes_s: host link bandwidth per direction.
+        unified: memory shared with the CPU (Apple silicon).
+        aliases: other names it is found by.
+        source: where the figures come from (datasheet).
+    """
+
+    name: str
+    memory_bytes: int
+    bandwidth_bytes_s: float
+    bf16_flops: float
+    fp16_flops: float
+    fp32_flops: float
+    arch: str
+    vendor: str = "nvidia"
+    compute_capability: tuple[int, int] | None = None
+    usable_bytes: int | None = None
+    interconnect_bytes_s: float = 32e9
+    pcie_bytes_s: float = 32e9
+    unified: bool = False
+    aliases: tuple[str, ...] = ()
+    source: str = ""
+
+    @property
+    def capacity_bytes(self) -> int:
+        """Memory a run can use: nvidia-smi's total where known, else the sold size."""
+        return self.usable_bytes if self.usable_bytes is not None else self.memory_bytes
