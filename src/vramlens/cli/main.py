@@ -1,0 +1,76 @@
+"""The `vramlens` command: parse, call the API, render. One module per command.
+
+Library errors become one red line on stderr and exit code 2 (no traceback).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import os
+import sys
+
+from vramlens import __version__
+from vramlens.errors import VramlensError
+
+#: Command modules, in the order `vramlens --help` lists them. Each has
+#: ``add_parser(subparsers) -> argparse.ArgumentParser`` and sets ``func`` on it.
+COMMANDS = (
+    "estimate",
+    "models",
+    "gpus",
+    "trace_cmd",
+    "fit",
+    "place",
+    "snapshot",
+    "validate",
+    "serve",
+)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="vramlens",
+        description="Will this model fit on my GPU, where did my memory go, and what should I change?",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog="Example: vramlens estimate llama-2-7b --mode train --method lora --gpu A100-80GB",
+    )
+    parser.add_argument("--version", action="version", version=f"vramlens {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name in COMMANDS:
+        try:
+            module = importlib.import_module(f"vramlens.cli.{name}")
+        except ModuleNotFoundError as e:  # a command whose module is not written yet
+            if e.name == f"vramlens.cli.{name}":
+                continue
+            raise
+        module.add_parser(sub)
+    return parser
+
+
+def _red(text: str) -> str:
+    if sys.stderr.isatty() and not os.environ.get("NO_COLOR"):
+        return f"\x1b[31m{text}\x1b[0m"
+    return text
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "func", None):
+        parser.print_help()
+        return 2
+    try:
+        return int(args.func(args) or 0)
+    except VramlensError as e:
+        print(_red(f"error: {e}"), file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print(_red("interrupted"), file=sys.stderr)
+        return 130
+    except BrokenPipeError:
+        return 0
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,74 @@
+"""Flags shared by the commands that take a workload (estimate, trace, fit, place)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any
+
+from vramlens import workload as W
+
+PRECISION_HELP = (
+    "Precision: --dtype is the dtype the weights are stored and computed in; --amp P adds mixed "
+    "precision with fp32 master weights. --dtype fp32 --amp bf16 is PyTorch autocast (fp32 weights, "
+    "bf16 copies made during forward and cached by autocast); --dtype fp16 --amp fp16 is "
+    "DeepSpeed/Megatron-style (fp16 weights and gradients, an fp32 master copy in the optimizer). "
+    "--optimizer none means forward and backward only."
+)
+
+
+def _positive(text: str) -> int:
+    try:
+        v = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    return v
+
+
+def add_model_arg(p: argparse.ArgumentParser, *, required: bool = False) -> None:
+    p.add_argument(
+        "model", nargs=None if required else "?", default=None,
+        help="catalog name or hub id (llama-2-7b, meta-llama/Llama-2-7b-hf), a config.json, or a model folder",
+    )
+    p.add_argument("--params", default=None, help="model size (7B, 350M): a generic decoder when MODEL is omitted")
+
+
+def add_workload_args(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("workload", PRECISION_HELP)
+    g.add_argument("--mode", choices=W.MODES, default="inference", help="inference or train (default inference)")
+    g.add_argument("--method", choices=W.METHODS, default="full", help="full fine-tuning, LoRA or QLoRA (default full)")
+    g.add_argument("--dtype", choices=W.DTYPES, default="bf16", help="weight storage/compute dtype (default bf16)")
+    g.add_argument("--amp", choices=W.AMPS, default=None, help="mixed precision with fp32 master weights")
+    g.add_argument("--quant", choices=W.QUANTS, default=None, help="weight quantization")
+    g.add_argument("--optimizer", choices=W.OPTIMIZERS, default="adamw", help="optimizer (default adamw)")
+    g.add_argument("--batch", type=_positive, default=1, help="micro-batch size per GPU (default 1)")
+    g.add_argument("--seq", type=_positive, default=512, help="sequence length / prompt tokens (default 512)")
+    g.add_argument("--new-tokens", type=_positive, default=0, help="tokens to generate (inference)")
+    g.add_argument("--grad-accum", type=_positive, default=1, help="gradient accumulation steps")
+    g.add_argument("--checkpointing", choices=W.CHECKPOINTING, default="none", help="gradient checkpointing")
+    g.add_argument("--attention", choices=W.ATTENTION, default="sdpa", help="attention kernel (default sdpa)")
+    g.add_argument("--lora-rank", type=_positive, default=16, help="LoRA rank r (default 16)")
+    g.add_argument("--lora-targets", default="q_proj,v_proj", help="modules LoRA adapts, comma-separated, or all-linear")
+    g.add_argument("--gpus", type=_positive, default=1, help="GPUs in total (default 1)")
+    g.add_argument("--zero", type=_positive, choices=(0, 1, 2, 3), default=0, help="DeepSpeed ZeRO stage")
+    g.add_argument("--fsdp", action="store_true", help="FSDP full sharding (like ZeRO-3)")
+    g.add_argument("--tp", type=_positive, default=1, help="tensor-parallel degree")
+    g.add_argument("--pp", type=_positive, default=1, help="pipeline-parallel degree")
+    g.add_argument("--offload", choices=W.OFFLOAD, default="none", help="CPU offload of optimizer states / everything")
+    g.add_argument("--kv-dtype", choices=W.KV_DTYPES, default=None, help="KV-cache dtype (default: compute dtype)")
+    g.add_argument("--kv-block", type=_positive, default=0, help="paged KV-cache block size in tokens (0: no paging)")
+
+
+def workload_kwargs(args: argparse.Namespace) -> dict[str, Any]:
+    """The workload settings given on the command line, by Workload field name."""
+    return {f: getattr(args, f) for f in W.workload_fields() if hasattr(args, f)}
+
+
+def add_output_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--json", action="store_true", help="print one JSON object instead of the table")
+
+
+def print_json(obj: Any) -> None:
+    json.dump(obj, sys.stdout, indent=2)
+    sys.stdout.write("\n")

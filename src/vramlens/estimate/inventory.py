@@ -1,0 +1,179 @@
+"""Aggregates of a ModelSpec's tensor inventory that the formulas need, computed once per spec.
+
+The estimator must answer in well under a millisecond, and the advisor evaluates tens of
+thousands of plans per second, so per-tensor sums (bytes rounded to the allocator's 512-byte
+blocks, LoRA shapes, quantization group counts) are computed once per (spec, question) here.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from collections import OrderedDict
+from typing import Callable
+
+from vramlens.models.spec import ModelSpec, TensorInfo
+from vramlens.units import DTYPE_BYTES, round_up
+
+#: CUDACachingAllocator rounds every request up to a multiple of 512 bytes
+#: (kMinBlockSize in c10/cuda/CUDACachingAllocator.cpp).
+BLOCK = 512
+
+LINEAR_ROLES = ("linear", "conv1d", "expert")
+
+
+def _identity_cache(fn: Callable) -> Callable:
+    """Memoize on the spec's identity: hashing a frozen spec would hash its whole inventory."""
+    cache: OrderedDict = OrderedDict()
+
+    def wrapper(spec, *args):
+        key = (id(spec), *args)
+        hit = cache.get(key)
+        if hit is not None and hit[0] is spec:
+            return hit[1]
+        value = fn(spec, *args)
+        cache[key] = (spec, value)
+        if len(cache) > 512:
+            cache.popitem(last=False)
+        return value
+
+    wrapper.__wrapped__ = fn
+    wrapper.__doc__ = fn.__doc__
+    return wrapper
+
+
+@dataclass(frozen=True, slots=True)
+class Linear:
+    name: str
+    module: str
+    in_features: int   # k
+    out_features: int  # n
+    layer: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class Summary:
+    """Per-spec sums. ``*_bytes_at[b]`` is the size with every tensor rounded to 512 B at b bytes/element."""
+
+    params: int
+    linears: tuple[Linear, ...]          # quantizable, LoRA-targetable weights (lm_head excluded)
+    linear_params: int                   # sum of n*k over `linears`
+    fixed_bytes: int                     # tensors with a fixed dtype (int buffers, quantized checkpoints)
+    float_numel: int                     # elements that take the run's dtype
+    float_bytes_at: dict                 # bytes per element -> rounded bytes of the float tensors
+    float_param_numel: int               # parameters (not buffers) among the float tensors
+    param_bytes_at: dict                 # bytes per element -> rounded bytes of the float parameters
+    matrix_dims: int                     # sum of (n + k) over 2-D parameters (Adafactor's factored state)
+    vector_numel: int                    # elements of parameters with fewer than 2 dims
+    n_param_tensors: int
+    small_param_numel: int               # elements of parameters < 4096 elements (bnb keeps them 32-bit)
+    largest_param_numel: int
+
+
+def _is_fixed(t: TensorInfo) -> bool:
+    return t.dtype is not None and t.dtype not in ("fp32", "fp16", "bf16") or (t.role == "buffer" and t.dtype is not None)
+
+
+@_identity_cache
+def summarize(spec: ModelSpec) -> Summary:
+    linears = []
+    fixed = 0
+    fl_numel = 0
+    fl_param_numel = 0
+    fl_bytes = {1: 0, 2: 0, 4: 0}
+    p_bytes = {1: 0, 2: 0, 4: 0}
+    matrix_dims = 0
+    vector_numel = 0
+    n_param = 0
+    small = 0
+    largest = 0
+    for t in spec.tensors:
+        n = t.numel
+        if t.role in LINEAR_ROLES and len(t.shape) == 2:
+            linears.append(Linear(t.name, t.module, t.in_features, t.out_features, t.layer))
+        if t.is_parameter:
+            n_param += 1
+            largest = max(largest, n)
+            if n < 4096:
+                small += n
+            if len(t.shape) >= 2:
+                matrix_dims += t.shape[-1] + t.shape[-2]
+            else:
+                vector_numel += n
+        if _is_fixed(t):
+            fixed += round_up(n * DTYPE_BYTES.get(t.dtype, 1), BLOCK)
+            continue
+        fl_numel += n
+        for b in fl_bytes:
+            fl_bytes[b] += round_up(n * b, BLOCK)
+        if t.is_parameter:
+            fl_param_numel += n
+            for b in p_bytes:
+                p_bytes[b] += round_up(n * b, BLOCK)
+    return Summary(
+        params=spec.params,
+        linears=tuple(linears),
+        linear_params=sum(lin.in_features * lin.out_features for lin in linears),
+        fixed_bytes=fixed,
+        float_numel=fl_numel,
+        float_bytes_at=fl_bytes,
+        float_param_numel=fl_param_numel,
+        param_bytes_at=p_bytes,
+        matrix_dims=matrix_dims,
+        vector_numel=vector_numel,
+        n_param_tensors=n_param,
+        small_param_numel=small,
+        largest_param_numel=largest,
+    )
+
+
+def float_bytes(spec: ModelSpec, bytes_per_elem: int) -> int:
+    s = summarize(spec)
+    if bytes_per_elem in s.float_bytes_at:
+        return s.float_bytes_at[bytes_per_elem]
+    return round_up(s.float_numel * bytes_per_elem, BLOCK)
+
+
+@dataclass(frozen=True, slots=True)
+class LoraShape:
+    """LoRA adapters on the targeted linears: A is (r, k), B is (n, r)."""
+
+    targets: tuple[Linear, ...]
+    sum_k: int        # sum of in_features: A's columns
+    sum_n: int        # sum of out_features: B's rows
+    count: int
+
+    def params(self, r: int) -> int:
+        return r * (self.sum_k + self.sum_n)
+
+
+def _matches(lin: Linear, targets: tuple[str, ...]) -> bool:
+    # peft matches target_modules by the suffix of the module's qualified name
+    return lin.module in targets or any(lin.name.removesuffix(".weight").endswith("." + t) for t in targets)
+
+
+@_identity_cache
+def lora_shape(spec: ModelSpec, targets: tuple[str, ...]) -> LoraShape:
+    """Which linears peft's LoraConfig(target_modules=targets) adapts.
+
+    "all-linear" follows peft: every linear layer except the output layer (lm_head).
+    """
+    lins = summarize(spec).linears
+    if targets == ("all-linear",) or "all-linear" in targets:
+        chosen = tuple(lin for lin in lins if lin.layer is not None or lin.module not in ("lm_head", "classifier", "score"))
+    else:
+        chosen = tuple(lin for lin in lins if _matches(lin, targets))
+    return LoraShape(
+        targets=chosen,
+        sum_k=sum(lin.in_features for lin in chosen),
+        sum_n=sum(lin.out_features for lin in chosen),
+        count=len(chosen),
+    )
+
+
+def lora_rounded_bytes(shape: LoraShape, r: int, bytes_per_elem: int) -> int:
+    """Adapter bytes with each A and B rounded to the allocator's 512-byte blocks."""
+    total = 0
+    for lin in shape.targets:
+        total += round_up(r * lin.in_features * bytes_per_elem, BLOCK)
+        total += round_up(r * lin.out_features * bytes_per_elem, BLOCK)
+    return total

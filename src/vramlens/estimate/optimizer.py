@@ -1,0 +1,121 @@
+"""Gradients, master weights and optimizer states of the trainable parameters.
+
+Per trainable parameter (P_t of them), with p the bytes of the parameter dtype:
+
+* gradients: p bytes (``param.grad`` has the parameter's dtype). LoRA: only A and B, in fp32.
+* master weights: under ``--dtype fp16|bf16 --amp ...`` (DeepSpeed/Megatron mixed precision) an
+  fp32 copy, 4 bytes (Rajbhandari et al. 2020, ZeRO §3.1: "K = 12" = 4 master + 4 + 4 Adam).
+* Adam/AdamW: ``exp_avg`` and ``exp_avg_sq`` in the parameter's dtype (torch/optim/adam.py
+  ``torch.zeros_like(p)``), or fp32 when an fp32 master copy is kept; ``step`` is a CPU scalar.
+* SGD: none; SGD with momentum: one ``momentum_buffer``. Lion: one ``exp_avg`` (Chen et al. 2023).
+* Adafactor (Shazeer & Stern 2018; torch.optim.Adafactor): a row and a column fp32 second-moment
+  vector for each matrix (n + k), the full vector for 1-D parameters; no first moment.
+* 8-bit Adam/AdamW (Dettmers et al. 2022, bitsandbytes ``Optimizer8bit``): two uint8 states plus
+  one fp32 absmax per 256-element block (``blocksize=256``) each; tensors with fewer than
+  4,096 elements (``min_8bit_size``) keep 32-bit states. Paged variants allocate the same bytes
+  in CUDA unified memory, which the driver may evict to the host under pressure.
+"""
+
+from __future__ import annotations
+
+from math import ceil
+
+from vramlens.estimate.inventory import BLOCK, lora_shape, summarize
+from vramlens.models.spec import ModelSpec
+from vramlens.units import DTYPE_BYTES, round_up
+from vramlens.workload import Workload
+
+BNB_BLOCK = 256          # bitsandbytes Optimizer8bit blockwise quantization block
+BNB_MIN_8BIT_SIZE = 4096  # bitsandbytes Optimizer8bit(min_8bit_size=4096)
+
+STATES_PER_PARAM = {"adamw": 2, "adam": 2, "paged-adamw": 2, "sgd": 0, "sgd-momentum": 1, "lion": 1, "none": 0}
+
+
+def param_dtype_bytes(w: Workload) -> int:
+    """Bytes of a trainable parameter (LoRA adapters are fp32)."""
+    if w.method != "full":
+        return 4
+    return DTYPE_BYTES[w.dtype]
+
+
+def has_master_copy(w: Workload) -> bool:
+    """An fp32 master copy exists when half-precision weights are trained with --amp."""
+    return w.mode == "train" and w.method == "full" and w.amp is not None and w.dtype in ("fp16", "bf16")
+
+
+def gradient_bytes(spec: ModelSpec, w: Workload, trainable: int) -> int:
+    if w.mode != "train" or trainable == 0:
+        return 0
+    if w.method == "full":
+        b = param_dtype_bytes(w)
+        return summarize(spec).param_bytes_at.get(b, round_up(trainable * b, BLOCK))
+    shape = lora_shape(spec, tuple(w.lora_targets))
+    return _rounded_lora(shape, w.lora_rank, 4)
+
+
+def _rounded_lora(shape, r: int, b: int) -> int:
+    return sum(round_up(r * lin.in_features * b, BLOCK) + round_up(r * lin.out_features * b, BLOCK) for lin in shape.targets)
+
+
+def master_bytes(spec: ModelSpec, w: Workload, trainable: int) -> int:
+    if not has_master_copy(w):
+        return 0
+    return summarize(spec).param_bytes_at[4]
+
+
+def optimizer_state_bytes(spec: ModelSpec, w: Workload, trainable: int) -> tuple[int, str]:
+    """Bytes of the optimizer's state for ``trainable`` parameters, and the formula in words."""
+    if w.mode != "train" or w.optimizer == "none" or trainable == 0:
+        return 0, "no optimizer"
+    opt = w.optimizer
+    state_b = 4 if (has_master_copy(w) or w.method != "full") else DTYPE_BYTES[w.dtype]
+    if opt in STATES_PER_PARAM:
+        k = STATES_PER_PARAM[opt]
+        if w.method == "full":
+            one = summarize(spec).param_bytes_at.get(state_b, round_up(trainable * state_b, BLOCK))
+        else:
+            one = _rounded_lora(lora_shape(spec, tuple(w.lora_targets)), w.lora_rank, state_b)
+        return k * one, f"{k} state(s) x {trainable:,} params x {state_b} B"
+    if opt == "adafactor":
+        if w.method == "full":
+            s = summarize(spec)
+            elems = s.matrix_dims + s.vector_numel
+        else:
+            shape = lora_shape(spec, tuple(w.lora_targets))
+            elems = shape.count * 2 * w.lora_rank + shape.sum_k + shape.sum_n
+        return elems * 4, "Adafactor: fp32 row + column second moments per matrix (n + k)"
+    if opt in ("adamw-8bit", "paged-adamw-8bit"):
+        s = summarize(spec)
+        if w.method == "full":
+            small = s.small_param_numel
+            big = trainable - small
+        else:
+            small, big = 0, trainable
+        eight = 2 * (big + 4 * ceil(big / BNB_BLOCK))
+        return eight + 2 * 4 * small, "2 uint8 states + fp32 absmax per 256 (blockwise 8-bit Adam)"
+    raise ValueError(opt)
+
+
+def optimizer_step_temporary(spec: ModelSpec, w: Workload, trainable: int) -> tuple[int, str]:
+    """The largest transient allocation inside ``optimizer.step()``.
+
+    CUDA's default for torch.optim is ``foreach=True`` (torch/optim/optimizer.py
+    ``_default_to_fused_or_foreach``); ``_multi_tensor_adam`` computes
+    ``exp_avg_sq_sqrt = torch._foreach_sqrt(exp_avg_sqs)``, a new list the size of all states
+    of one dtype group: one more state-sized copy. SGD and Lion's foreach paths likewise build
+    one parameter-sized temporary list (``_foreach_sign`` / the momentum update ``_foreach_add``).
+    8-bit and Adafactor update in place per tensor; their temporaries are one tensor's worth.
+    """
+    if w.mode != "train" or w.optimizer in ("none",) or trainable == 0:
+        return 0, ""
+    state_b = 4 if (has_master_copy(w) or w.method != "full") else DTYPE_BYTES[w.dtype]
+    if w.optimizer in ("adamw", "adam", "paged-adamw"):
+        if w.method == "full":
+            one = summarize(spec).param_bytes_at.get(state_b, round_up(trainable * state_b, BLOCK))
+        else:
+            one = _rounded_lora(lora_shape(spec, tuple(w.lora_targets)), w.lora_rank, state_b)
+        return one, "foreach Adam: sqrt(exp_avg_sq) for every parameter at once"
+    if w.optimizer in ("sgd", "sgd-momentum"):
+        return 0, "foreach SGD updates in place"
+    largest = summarize(spec).largest_param_numel if w.method == "full" else 0
+    return largest * 4, "per-tensor update of the largest parameter"

@@ -1,0 +1,95 @@
+"""Spreading a workload over GPUs: ZeRO/FSDP sharding, tensor and pipeline parallelism, offload.
+
+* ZeRO (Rajbhandari et al. 2020, Table 1): stage 1 shards optimizer states (master weights
+  included) over the N data-parallel ranks, stage 2 also gradients, stage 3 also parameters.
+  FSDP full sharding is stage 3 (Zhao et al. 2023).
+* Tensor parallelism (Shoeybi et al. 2019): attention heads and the MLP's inner dimension are
+  split over t ranks; embeddings and the output layer are vocabulary-parallel; norms replicate.
+* Pipeline parallelism (Narayanan et al. 2021, 1F1B): the first stage holds min(p, m)
+  micro-batches' activations in flight; the embedding sits on the first stage and the output
+  layer on the last; the most-loaded stage decides.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from math import ceil
+
+from vramlens.models.spec import ModelSpec
+from vramlens.workload import Workload
+
+
+@dataclass(frozen=True, slots=True)
+class Split:
+    """Fractions of each component a single GPU holds, for the most-loaded rank."""
+
+    weights: float
+    gradients: float
+    optimizer: float
+    layers: int                 # transformer blocks on this rank
+    micro_batches_in_flight: int
+    has_head: bool
+    has_embedding: bool
+
+
+def _layer_params(spec: ModelSpec) -> tuple[int, int, int]:
+    """(params inside the blocks, embedding-side params, head-side params)."""
+    inside = emb = head = 0
+    for t in spec.tensors:
+        if t.role == "buffer":
+            continue
+        if t.layer is not None:
+            inside += t.numel
+        elif t.role in ("lm_head",) or "lm_head" in t.name or t.name.startswith(("score", "classifier")):
+            head += t.numel
+        else:
+            emb += t.numel
+    return inside, emb, head
+
+
+def split(spec: ModelSpec, w: Workload) -> Split:
+    tp, pp, dp = w.tp, w.pp, w.dp
+    stage = w.shard_stage if w.training else 0
+    L = spec.n_layers
+    layers = ceil(L / pp)
+    inside, emb, head = _layer_params(spec)
+    total = max(1, inside + emb + head)
+    if pp > 1:
+        per_layer = inside / max(1, L)
+        first = layers * per_layer + emb + (head if spec.tied_embeddings else 0)
+        last = (L - (pp - 1) * layers if L > (pp - 1) * layers else layers) * per_layer + head
+        frac = max(first, last) / total
+        has_emb, has_head = first >= last, last > first
+    else:
+        frac, has_emb, has_head = 1.0, True, True
+    frac /= tp
+    wf = frac / dp if stage >= 3 else frac
+    gf = frac / dp if stage >= 2 else frac
+    of = frac / dp if stage >= 1 else frac
+    return Split(
+        weights=wf, gradients=gf, optimizer=of, layers=layers,
+        micro_batches_in_flight=min(pp, w.grad_accum) if pp > 1 else 1,
+        has_head=has_head or pp == 1, has_embedding=has_emb or pp == 1,
+    )
+
+
+def comm_buffer_bytes(spec: ModelSpec, w: Workload, grad_bytes_full: int, param_elem_bytes: int) -> tuple[int, str]:
+    """Communication buffers on each GPU.
+
+    * DDP (torch/nn/parallel/distributed.py, ``gradient_as_bucket_view=False`` default): the
+      reducer's flat buckets hold a second copy of every gradient.
+    * ZeRO-1/2 (DeepSpeed defaults ``reduce_bucket_size=5e8`` elements): one reduce bucket.
+    * ZeRO-3 / FSDP: the unsharded parameters of the current and the prefetched block
+      (all-gather), plus one block's unsharded gradients (reduce-scatter).
+    """
+    if not w.training or w.dp <= 1:
+        return 0, ""
+    stage = w.shard_stage
+    inside, _, _ = _layer_params(spec)
+    per_layer = inside // max(1, spec.n_layers) // w.tp
+    if stage == 0:
+        return grad_bytes_full, "DDP gradient buckets: a second copy of the gradients"
+    if stage in (1, 2):
+        elems = min(500_000_000, spec.params)
+        return elems * param_elem_bytes, "ZeRO reduce bucket (reduce_bucket_size=5e8 elements)"
+    return 3 * per_layer * param_elem_bytes, "all-gather of the current and next block + reduce-scatter of one block"

@@ -1,0 +1,19 @@
+"""Memory outside live tensors: the CUDA context and workspaces, and the caching allocator's reserve.
+
+The CUDA context and library workspaces come from :mod:`vramlens.hardware.runtime` (documented
+constants by GPU generation). The reserve over live tensors is a first-order model of
+PyTorch's caching allocator (c10/cuda/CUDACachingAllocator.cpp); :mod:`vramlens.allocator`
+simulates it exactly from an event stream.
+"""
+
+from __future__ import annotations
+
+from vramlens.hardware.gpu import GPU
+from vramlens.workload import Workload
+
+
+def runtime(gpu: GPU | None, w: Workload):
+    """The RuntimeOverhead of this workload on this GPU (a generic modern NVIDIA GPU if None)."""
+    from vramlens.hardware.runtime import runtime_overhead
+
+    return runtime_overhead(gpu, training=w.training, n_gpus=w.gpus, tp=w.tp)
