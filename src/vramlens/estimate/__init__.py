@@ -1,0 +1,81 @@
+"""The analytic estimator: pure functions from (ModelSpec, Workload, GPU) to a Breakdown."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from vramlens.estimate.breakdown import COMPONENTS, Breakdown, Component, make_breakdown
+from vramlens.estimate.core import DEFAULT_HEADROOM, Estimate, estimate_spec
+from vramlens.hardware.gpu import GPU
+from vramlens.models.spec import ModelSpec
+from vramlens.workload import Workload, make_workload
+
+
+def estimate(
+    model: str | dict | ModelSpec | None = None,
+    workload: Workload | None = None,
+    *,
+    gpu: str | GPU | None = None,
+    params: str | int | None = None,
+    headroom: float = DEFAULT_HEADROOM,
+    **settings: Any,
+) -> Estimate:
+    """Estimate per-GPU memory of running ``model`` as described by the workload settings.
+
+    Args:
+        model: a catalog name or hub id, a config.json path or model folder, a parsed config
+            dict, or a ModelSpec. May be None when ``params`` is given.
+        workload: a Workload; or give its fields as keyword arguments (``mode="train"``, ``batch=4``).
+        gpu: a GPU name from the catalog, a size such as ``"24GB"``, or a GPU.
+        params: model size ("7B") for a generic decoder when ``model`` is None.
+        headroom: fraction of the GPU kept free for the verdict (default 0.10).
+
+    Returns:
+        An Estimate with the Breakdown, the verdict and the advice.
+
+    Raises:
+        InputError: an unknown model or GPU, or a workload value that is out of range.
+    """
+    from vramlens.hardware.catalog import get_gpu
+
+    if isinstance(model, ModelSpec):
+        spec = model
+    else:
+        from vramlens.models import load_model
+
+        spec = load_model(model, params=params)
+    w = workload.validated() if workload is not None else make_workload(**settings)
+    if workload is not None and settings:
+        w = w.replace(**settings)
+    check_workload(spec, w)
+    g = get_gpu(gpu) if isinstance(gpu, str) else gpu
+    return estimate_spec(spec, w, g, headroom=headroom)
+
+
+def check_workload(spec: ModelSpec, w: Workload) -> None:
+    """Problems that depend on both the model and the workload (e.g. --tp must divide the heads)."""
+    from vramlens.errors import ConfigError
+    from vramlens.estimate.inventory import lora_shape
+
+    p = []
+    if w.tp > 1 and spec.n_heads % w.tp:
+        p.append(f"tp={w.tp} must divide the {spec.n_heads} attention heads of {spec.name}: use a divisor such as "
+                 f"{', '.join(str(d) for d in (2, 4, 8) if spec.n_heads % d == 0) or '1'}")
+    if w.tp > 1 and spec.n_kv_heads % w.tp and w.tp % spec.n_kv_heads:
+        p.append(f"tp={w.tp} does not split the {spec.n_kv_heads} key-value heads of {spec.name}")
+    if w.pp > spec.n_layers:
+        p.append(f"pp={w.pp} exceeds the {spec.n_layers} layers of {spec.name}")
+    if w.method != "full" and lora_shape(spec, tuple(w.lora_targets)).count == 0:
+        names = sorted({t.module for t in spec.tensors if t.role in ("linear", "conv1d") and t.layer is not None})
+        p.append(f"lora_targets={','.join(w.lora_targets)} match no linear layer of {spec.name}: "
+                 f"choose from {', '.join(names)} or all-linear")
+    if spec.kind == "encoder" and w.new_tokens:
+        p.append(f"new_tokens={w.new_tokens}: {spec.name} is an encoder and does not generate")
+    if p:
+        raise ConfigError(p)
+
+
+__all__ = [
+    "COMPONENTS", "Breakdown", "Component", "DEFAULT_HEADROOM", "Estimate", "check_workload",
+    "estimate", "estimate_spec", "make_breakdown",
+]

@@ -18,7 +18,7 @@ from vramlens.units import DTYPE_BYTES, round_up
 #: (kMinBlockSize in c10/cuda/CUDACachingAllocator.cpp).
 BLOCK = 512
 
-LINEAR_ROLES = ("linear", "conv1d", "expert")
+LINEAR_ROLES = ("linear", "conv1d", "expert", "router")
 
 
 def _identity_cache(fn: Callable) -> Callable:
@@ -48,6 +48,7 @@ class Linear:
     in_features: int   # k
     out_features: int  # n
     layer: int | None
+    count: int = 1     # fused MoE experts store E linears in one (E, n, k) tensor
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,6 +91,8 @@ def summarize(spec: ModelSpec) -> Summary:
         n = t.numel
         if t.role in LINEAR_ROLES and len(t.shape) == 2:
             linears.append(Linear(t.name, t.module, t.in_features, t.out_features, t.layer))
+        elif t.role == "expert" and len(t.shape) == 3:
+            linears.append(Linear(t.name, t.module, t.shape[2], t.shape[1], t.layer, t.shape[0]))
         if t.is_parameter:
             n_param += 1
             largest = max(largest, n)
@@ -112,7 +115,7 @@ def summarize(spec: ModelSpec) -> Summary:
     return Summary(
         params=spec.params,
         linears=tuple(linears),
-        linear_params=sum(lin.in_features * lin.out_features for lin in linears),
+        linear_params=sum(lin.in_features * lin.out_features * lin.count for lin in linears),
         fixed_bytes=fixed,
         float_numel=fl_numel,
         float_bytes_at=fl_bytes,
@@ -157,16 +160,16 @@ def lora_shape(spec: ModelSpec, targets: tuple[str, ...]) -> LoraShape:
 
     "all-linear" follows peft: every linear layer except the output layer (lm_head).
     """
-    lins = summarize(spec).linears
+    lins = tuple(lin for lin in summarize(spec).linears if lin.count == 1)  # peft adapts nn.Linear modules, not fused 3-D expert tensors
     if targets == ("all-linear",) or "all-linear" in targets:
         chosen = tuple(lin for lin in lins if lin.layer is not None or lin.module not in ("lm_head", "classifier", "score"))
     else:
         chosen = tuple(lin for lin in lins if _matches(lin, targets))
     return LoraShape(
         targets=chosen,
-        sum_k=sum(lin.in_features for lin in chosen),
-        sum_n=sum(lin.out_features for lin in chosen),
-        count=len(chosen),
+        sum_k=sum(lin.in_features * lin.count for lin in chosen),
+        sum_n=sum(lin.out_features * lin.count for lin in chosen),
+        count=sum(lin.count for lin in chosen),
     )
 
 
@@ -174,6 +177,6 @@ def lora_rounded_bytes(shape: LoraShape, r: int, bytes_per_elem: int) -> int:
     """Adapter bytes with each A and B rounded to the allocator's 512-byte blocks."""
     total = 0
     for lin in shape.targets:
-        total += round_up(r * lin.in_features * bytes_per_elem, BLOCK)
-        total += round_up(r * lin.out_features * bytes_per_elem, BLOCK)
+        total += lin.count * round_up(r * lin.in_features * bytes_per_elem, BLOCK)
+        total += lin.count * round_up(r * lin.out_features * bytes_per_elem, BLOCK)
     return total

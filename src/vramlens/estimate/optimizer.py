@@ -54,7 +54,8 @@ def gradient_bytes(spec: ModelSpec, w: Workload, trainable: int) -> int:
 
 
 def _rounded_lora(shape, r: int, b: int) -> int:
-    return sum(round_up(r * lin.in_features * b, BLOCK) + round_up(r * lin.out_features * b, BLOCK) for lin in shape.targets)
+    return sum(lin.count * (round_up(r * lin.in_features * b, BLOCK) + round_up(r * lin.out_features * b, BLOCK))
+               for lin in shape.targets)
 
 
 def master_bytes(spec: ModelSpec, w: Workload, trainable: int) -> int:

@@ -12,8 +12,13 @@ from vramlens.hardware.gpu import GPU
 from vramlens.workload import Workload
 
 
+#: The GPU assumed for the runtime overhead when none is given: a current data-centre card.
+REFERENCE_GPU = "H100-SXM-80GB"
+
+
 def runtime(gpu: GPU | None, w: Workload):
-    """The RuntimeOverhead of this workload on this GPU (a generic modern NVIDIA GPU if None)."""
+    """The RuntimeOverhead of this workload on this GPU (REFERENCE_GPU when None)."""
+    from vramlens.hardware.catalog import get_gpu
     from vramlens.hardware.runtime import runtime_overhead
 
-    return runtime_overhead(gpu, training=w.training, n_gpus=w.gpus, tp=w.tp)
+    return runtime_overhead(gpu or get_gpu(REFERENCE_GPU), training=w.training, n_gpus=w.gpus, tp=w.tp)

@@ -80,8 +80,11 @@ def base_weight_bytes(spec: ModelSpec, w: Workload) -> tuple[int, str]:
     for lin in s.linears:
         if lin.layer is None:  # heads outside the blocks (lm_head, classifier) stay in high precision
             continue
-        full += round_up(lin.in_features * lin.out_features * b, BLOCK)
-        q += quantized_linear_bytes(lin.out_features, lin.in_features, quant)
+        if lin.count > 1:  # fused experts: one (E, n, k) tensor, quantized per expert
+            full += round_up(lin.count * lin.in_features * lin.out_features * b, BLOCK)
+        else:
+            full += round_up(lin.in_features * lin.out_features * b, BLOCK)
+        q += lin.count * quantized_linear_bytes(lin.out_features, lin.in_features, quant)
     total = float_bytes(spec, b) - full + q + s.fixed_bytes
     return total, f"{quant} linear weights ({q:,} B) + the rest at {b} B (embeddings, norms, biases, lm_head)"
 

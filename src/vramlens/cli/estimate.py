@@ -1,0 +1,52 @@
+"""`vramlens estimate`: how much memory a workload needs, by component, and whether it fits."""
+
+from __future__ import annotations
+
+import argparse
+
+from vramlens.cli.options import add_model_arg, add_output_args, add_workload_args, print_json, workload_kwargs
+
+EXAMPLES = """examples:
+  vramlens estimate llama-2-7b --gpu A100-80GB
+  vramlens estimate meta-llama/Llama-2-7b-hf --mode train --method lora --lora-rank 16 --gpu 24GB
+  vramlens estimate --params 7B --mode train --dtype bf16 --amp bf16 --checkpointing full --json
+  vramlens estimate ./my-model/config.json --mode inference --seq 4096 --new-tokens 512 --kv-dtype fp8
+"""
+
+
+def add_parser(sub) -> argparse.ArgumentParser:
+    p = sub.add_parser(
+        "estimate", help="memory per GPU by component, and whether it fits",
+        description="Estimate GPU memory of a model and workload, component by component, before anything runs.",
+        epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    add_model_arg(p)
+    add_workload_args(p)
+    p.add_argument("--gpu", default=None, help="GPU name from `vramlens gpus` or a size (24GB, 80GiB)")
+    p.add_argument("--headroom", type=float, default=0.10, help="fraction of the GPU kept free (default 0.10)")
+    p.add_argument("--html", default=None, metavar="FILE", help="also write a self-contained HTML report")
+    add_output_args(p)
+    p.set_defaults(func=run)
+    return p
+
+
+def run(args: argparse.Namespace) -> int:
+    from vramlens.errors import InputError
+    from vramlens.estimate import estimate
+
+    if args.model is None and args.params is None:
+        raise InputError("give a MODEL (a catalog name, hub id or config.json) or --params SIZE (e.g. --params 7B)")
+    if not 0 <= args.headroom < 1:
+        raise InputError(f"headroom={args.headroom} must be in [0, 1): e.g. --headroom 0.1 keeps 10% free")
+    est = estimate(args.model, gpu=args.gpu, params=args.params, headroom=args.headroom, **workload_kwargs(args))
+    if getattr(args, "html", None):
+        from vramlens.report.html import write_estimate_html
+
+        write_estimate_html(est, args.html)
+    if args.json:
+        print_json(est.to_dict())
+    else:
+        from vramlens.report.text import render_estimate, use_color
+
+        print(render_estimate(est, color=use_color(), headroom=args.headroom))
+    return 0
