@@ -1,0 +1,242 @@
+"""transformers' defaults for the config fields vramlens reads, written down as data.
+
+A config.json only holds what differs from its config class's defaults, so a missing
+field means the default in ``transformers/models/<type>/configuration_<type>.py`` (the
+dataclass field defaults of transformers 5.x; ``tests/models/test_defaults.py`` checks
+every value here against the installed transformers). The essential dimensions (hidden
+size, layers, heads, vocabulary, MLP size) are deliberately absent: a config.json without
+them is broken, and :class:`~vramlens.models._reader.ConfigReader` says so.
+
+Importing transformers at runtime is not allowed in the core (see DESIGN.md), hence data.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+_ENCODER = {
+    "max_position_embeddings": 512,
+    "type_vocab_size": 2,
+    "hidden_act": "gelu",
+    "tie_word_embeddings": True,
+    "add_cross_attention": False,
+    "is_decoder": False,
+}
+
+DEFAULTS: dict[str, dict[str, Any]] = {
+    "bert": dict(_ENCODER),
+    "roberta": dict(_ENCODER),
+    "gpt2": {
+        "n_positions": 1024,
+        "n_inner": None,  # None means 4 * n_embd (modeling_gpt2.py GPT2Block)
+        "activation_function": "gelu_new",
+        "tie_word_embeddings": True,
+        "add_cross_attention": False,
+    },
+    "gpt_bigcode": {
+        "n_positions": 1024,
+        "n_inner": None,
+        "activation_function": "gelu_pytorch_tanh",
+        "multi_query": True,
+        "tie_word_embeddings": True,
+        "add_cross_attention": False,
+    },
+    "opt": {
+        "max_position_embeddings": 2048,
+        "do_layer_norm_before": True,
+        "_remove_final_layer_norm": False,
+        "word_embed_proj_dim": None,  # None means hidden_size
+        "activation_function": "relu",
+        "enable_bias": True,
+        "layer_norm_elementwise_affine": True,
+        "tie_word_embeddings": True,
+    },
+    "bloom": {
+        "tie_word_embeddings": True,
+    },
+    "falcon": {
+        "num_kv_heads": None,  # None means num_attention_heads
+        "alibi": False,
+        "new_decoder_architecture": False,
+        "multi_query": True,
+        "parallel_attn": True,
+        "bias": False,
+        "max_position_embeddings": 2048,
+        "ffn_hidden_size": None,  # None means 4 * hidden_size
+        "activation": "gelu",
+        "num_ln_in_parallel_attn": None,
+        "tie_word_embeddings": True,
+    },
+    "gpt_neox": {
+        "max_position_embeddings": 2048,
+        "hidden_act": "gelu",
+        "attention_bias": True,
+        "tie_word_embeddings": False,
+    },
+    "phi": {
+        "num_key_value_heads": None,
+        "hidden_act": "gelu_new",
+        "max_position_embeddings": 2048,
+        "qk_layernorm": False,
+        "tie_word_embeddings": False,
+    },
+    "phi3": {
+        "num_key_value_heads": None,
+        "hidden_act": "silu",
+        "max_position_embeddings": 4096,
+        "sliding_window": None,
+        "tie_word_embeddings": False,
+    },
+    "llama": {
+        "num_key_value_heads": None,
+        "head_dim": None,
+        "hidden_act": "silu",
+        "max_position_embeddings": 2048,
+        "attention_bias": False,
+        "mlp_bias": False,
+        "tie_word_embeddings": False,
+    },
+    "mistral": {
+        "num_key_value_heads": 8,
+        "head_dim": None,
+        "hidden_act": "silu",
+        "max_position_embeddings": 131_072,
+        "sliding_window": 4096,
+        "tie_word_embeddings": False,
+    },
+    "mixtral": {
+        "num_key_value_heads": 8,
+        "head_dim": None,
+        "hidden_act": "silu",
+        "max_position_embeddings": 131_072,
+        "sliding_window": None,
+        "num_local_experts": 8,
+        "num_experts_per_tok": 2,
+        "tie_word_embeddings": False,
+    },
+    "qwen2": {
+        "num_key_value_heads": 32,
+        "hidden_act": "silu",
+        "max_position_embeddings": 32_768,
+        "use_sliding_window": False,
+        "sliding_window": 4096,
+        "tie_word_embeddings": False,
+    },
+    "qwen2_moe": {
+        "num_key_value_heads": 16,
+        "hidden_act": "silu",
+        "max_position_embeddings": 32_768,
+        "use_sliding_window": False,
+        "sliding_window": 4096,
+        "decoder_sparse_step": 1,
+        "moe_intermediate_size": 1408,
+        "shared_expert_intermediate_size": 5632,
+        "num_experts": 60,
+        "num_experts_per_tok": 4,
+        "mlp_only_layers": None,  # None means []
+        "qkv_bias": True,
+        "tie_word_embeddings": False,
+    },
+    "qwen3": {
+        "num_key_value_heads": 32,
+        "head_dim": 128,
+        "hidden_act": "silu",
+        "max_position_embeddings": 32_768,
+        "attention_bias": False,
+        "use_sliding_window": False,
+        "sliding_window": 4096,
+        "tie_word_embeddings": False,
+    },
+    "qwen3_moe": {
+        "num_key_value_heads": 4,
+        "hidden_act": "silu",
+        "max_position_embeddings": 32_768,
+        "attention_bias": False,
+        "use_sliding_window": False,
+        "sliding_window": 4096,
+        "decoder_sparse_step": 1,
+        "moe_intermediate_size": 768,
+        "num_experts": 128,
+        "num_experts_per_tok": 8,
+        "mlp_only_layers": None,
+        "tie_word_embeddings": False,
+    },
+    "gemma": {
+        "num_key_value_heads": 16,
+        "head_dim": 256,
+        "hidden_act": "gelu_pytorch_tanh",
+        "max_position_embeddings": 8192,
+        "attention_bias": False,
+        "tie_word_embeddings": True,
+    },
+    "gemma2": {
+        "num_key_value_heads": 4,
+        "head_dim": 256,
+        "hidden_activation": "gelu_pytorch_tanh",
+        "max_position_embeddings": 8192,
+        "attention_bias": False,
+        "sliding_window": 4096,
+        "tie_word_embeddings": True,
+    },
+    "t5": {
+        "d_kv": 64,
+        "num_decoder_layers": None,  # None means num_layers
+        "relative_attention_num_buckets": 32,
+        "feed_forward_proj": "relu",
+    },
+    "mt5": {
+        "d_kv": 64,
+        "num_decoder_layers": None,
+        "relative_attention_num_buckets": 32,
+        "feed_forward_proj": "gated-gelu",
+    },
+}
+
+#: Defaults set in a config class's ``__post_init__`` rather than as a field default:
+#: (model_type, config.json key) -> value, with the place transformers keeps it.
+POST_INIT_DEFAULTS: dict[tuple[str, str], Any] = {
+    # configuration_gpt_neox.py: rope_parameters.setdefault("partial_rotary_factor", rotary_pct=0.25)
+    ("gpt_neox", "rotary_pct"): 0.25,
+    # configuration_phi.py: kwargs.setdefault("partial_rotary_factor", 0.5)
+    ("phi", "partial_rotary_factor"): 0.5,
+    # configuration_phi3.py: rope_parameters.setdefault("partial_rotary_factor", 1.0)
+    ("phi3", "partial_rotary_factor"): 1.0,
+}
+
+#: Each config class's ``attribute_map`` (generic name -> the class's own field name):
+#: config.json may use either name.
+ATTRIBUTE_MAPS: dict[str, dict[str, str]] = {
+    "gpt2": {
+        "hidden_size": "n_embd",
+        "max_position_embeddings": "n_positions",
+        "num_attention_heads": "n_head",
+        "num_hidden_layers": "n_layer",
+    },
+    "gpt_bigcode": {
+        "hidden_size": "n_embd",
+        "max_position_embeddings": "n_positions",
+        "num_attention_heads": "n_head",
+        "num_hidden_layers": "n_layer",
+    },
+    "bloom": {"num_hidden_layers": "n_layer", "num_attention_heads": "n_head"},
+    "mixtral": {"num_experts": "num_local_experts"},
+    "t5": {
+        "hidden_size": "d_model",
+        "num_attention_heads": "num_heads",
+        "num_hidden_layers": "num_layers",
+        "head_dim": "d_kv",
+    },
+    "mt5": {
+        "hidden_size": "d_model",
+        "num_attention_heads": "num_heads",
+        "num_hidden_layers": "num_layers",
+        "head_dim": "d_kv",
+    },
+}
+
+#: Old spellings that a config class's ``__post_init__`` still accepts (BloomConfig and
+#: FalconConfig pop ``n_embed`` into ``hidden_size``): old name -> field.
+LEGACY_ALIASES: dict[str, dict[str, str]] = {
+    "bloom": {"n_embed": "hidden_size"},
+    "falcon": {"n_embed": "hidden_size"},
+}

@@ -1,0 +1,50 @@
+"""One builder per model family: config dict -> architecture facts + exact tensor inventory.
+
+Each builder reads a :class:`~vramlens.models._reader.ConfigReader` and returns a
+:class:`~vramlens.models.families._common.Built`. :data:`BUILDERS` maps every supported
+``model_type`` to its builder; :data:`DEFAULT_ARCHITECTURES` names the class transformers
+builds for it when ``architectures`` is missing from config.json.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from vramlens.models._reader import ConfigReader
+from vramlens.models.families import bert, gpt, llama, t5
+from vramlens.models.families._common import Built
+
+Builder = Callable[[ConfigReader, str], Built]
+
+BUILDERS: dict[str, Builder] = {
+    **bert.BUILDERS,
+    **gpt.BUILDERS,
+    **{mt: llama.build_llama_like for mt in llama.MODEL_TYPES},
+    **t5.BUILDERS,
+}
+
+DEFAULT_ARCHITECTURES: dict[str, str] = {
+    "bert": "BertForMaskedLM",
+    "roberta": "RobertaForMaskedLM",
+    "gpt2": "GPT2LMHeadModel",
+    "gpt_bigcode": "GPTBigCodeForCausalLM",
+    "opt": "OPTForCausalLM",
+    "bloom": "BloomForCausalLM",
+    "falcon": "FalconForCausalLM",
+    "gpt_neox": "GPTNeoXForCausalLM",
+    "phi": "PhiForCausalLM",
+    "phi3": "Phi3ForCausalLM",
+    "llama": "LlamaForCausalLM",
+    "mistral": "MistralForCausalLM",
+    "mixtral": "MixtralForCausalLM",
+    "qwen2": "Qwen2ForCausalLM",
+    "qwen2_moe": "Qwen2MoeForCausalLM",
+    "qwen3": "Qwen3ForCausalLM",
+    "qwen3_moe": "Qwen3MoeForCausalLM",
+    "gemma": "GemmaForCausalLM",
+    "gemma2": "Gemma2ForCausalLM",
+    "t5": "T5ForConditionalGeneration",
+    "mt5": "MT5ForConditionalGeneration",
+}
+
+__all__ = ["BUILDERS", "DEFAULT_ARCHITECTURES", "Builder", "Built"]

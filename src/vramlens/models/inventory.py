@@ -1,0 +1,136 @@
+"""config.json dict -> ModelSpec with the exact tensor inventory of the transformers model.
+
+:func:`spec_from_config` picks the family builder from ``model_type`` (or, when that is
+missing, from the class named in ``architectures[0]``), builds the inventory for that class
+(the head matters: ``BertModel`` has a pooler, ``BertForMaskedLM`` does not), and fills
+every architecture field of :class:`~vramlens.models.spec.ModelSpec`. An unknown
+``model_type`` with the standard fields becomes a generic Llama-style decoder, recorded in
+``assumed``. No torch, no transformers: the defaults it needs are data
+(:mod:`vramlens.models.defaults`).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from typing import Any
+
+from vramlens.errors import ModelSourceError
+from vramlens.models._reader import ConfigReader
+from vramlens.models.families import BUILDERS, DEFAULT_ARCHITECTURES
+from vramlens.models.families.llama import build_llama_like
+from vramlens.models.spec import ModelSpec
+
+#: What a config needs to be built as a generic decoder when its model_type is unknown.
+GENERIC_FIELDS = ("hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size",
+                  "vocab_size")
+
+SUPPORTED_MODEL_TYPES: tuple[str, ...] = tuple(sorted(BUILDERS))
+
+_HEAD_SUFFIX = re.compile(
+    r"(ForCausalLM|LMHeadModel|ForConditionalGeneration|ForMaskedLM|ForPreTraining|"
+    r"ForSequenceClassification|ForTokenClassification|ForQuestionAnswering|"
+    r"ForNextSentencePrediction|ForMultipleChoice|EncoderModel|Model)$"
+)
+#: Class-name stem -> model_type ("Qwen2Moe" -> "qwen2_moe"), to read configs without model_type.
+_STEMS = {_HEAD_SUFFIX.sub("", arch): mt for mt, arch in DEFAULT_ARCHITECTURES.items()}
+
+
+def model_type_of(config: Mapping[str, Any], where: str) -> str:
+    """The config's ``model_type``, or the one its ``architectures[0]`` class implies.
+
+    Raises:
+        ModelSourceError: neither is usable; the message names the field.
+    """
+    mt = config.get("model_type")
+    if isinstance(mt, str) and mt:
+        return mt
+    if mt is not None:
+        raise ModelSourceError(f"{where}: model_type={mt!r} must be a string such as \"llama\"")
+    arch = _architecture(config, where)
+    if arch and _HEAD_SUFFIX.sub("", arch) in _STEMS:
+        return _STEMS[_HEAD_SUFFIX.sub("", arch)]
+    raise ModelSourceError(
+        f"{where}: missing field 'model_type' (and architectures={config.get('architectures')!r} "
+        f"does not name a known class): add e.g. \"model_type\": \"llama\""
+    )
+
+
+def _architecture(config: Mapping[str, Any], where: str) -> str | None:
+    archs = config.get("architectures")
+    if archs is None:
+        return None
+    if not isinstance(archs, list) or not archs or not all(isinstance(a, str) for a in archs):
+        raise ModelSourceError(
+            f"{where}: architectures={archs!r} must be a list of class names such as [\"LlamaForCausalLM\"]"
+        )
+    return archs[0]
+
+
+def spec_from_config(
+    config: Mapping[str, Any],
+    *,
+    name: str | None = None,
+    source: str = "config",
+    where: str | None = None,
+) -> ModelSpec:
+    """Build the ModelSpec of the transformers model that ``config`` describes.
+
+    Args:
+        config: a parsed config.json (the original Hugging Face fields).
+        name: the model's name in reports; default ``_name_or_path`` or the model type.
+        source: where the config came from (``"catalog"``, ``"config.json"``, ``"hub"``...).
+        where: how to name the config in error messages (a path, a hub id).
+
+    Returns:
+        The spec; ``tensors`` equal ``model.named_parameters()`` (tied weights once) plus
+        ``named_buffers()`` of the class in ``architectures[0]``.
+
+    Raises:
+        ModelSourceError: a field is missing, of the wrong type, or inconsistent; or the
+            model type is unknown and the config lacks the fields of a generic decoder.
+    """
+    where = where or name or "config"
+    if not isinstance(config, Mapping):
+        raise ModelSourceError(f"{where}: a config must be a JSON object, not {type(config).__name__}")
+    mt = model_type_of(config, where)
+    arch = _architecture(config, where)
+    reader = ConfigReader(config, mt, where)
+    generic = mt not in BUILDERS
+    if arch is None:
+        arch = DEFAULT_ARCHITECTURES.get(mt, "ForCausalLM")
+        reader.assume(f"architecture={arch} (config.json has no 'architectures')")
+    if generic:
+        missing = [f for f in GENERIC_FIELDS if f not in config]
+        if missing:
+            raise ModelSourceError(
+                f"{where}: model_type {mt!r} is not supported and the config lacks "
+                f"{', '.join(missing)} to build it as a generic decoder: supported model types "
+                f"are {', '.join(SUPPORTED_MODEL_TYPES)}"
+            )
+        reader.assume(f"model_type {mt!r} is not known to vramlens: built as a generic "
+                      f"Llama-style decoder (RMSNorm, rotary, gated MLP) from the standard fields")
+        built = build_llama_like(reader, arch, generic=True)
+    else:
+        built = BUILDERS[mt](reader, arch)
+    reader.check()
+    return ModelSpec(
+        name=name or str(config.get("_name_or_path") or mt),
+        model_type=mt,
+        architecture=arch,
+        tensors=tuple(built.tensors),
+        source=source,
+        assumed=tuple(dict.fromkeys(reader.assumed)),
+        config=dict(config),
+        quantization=_quantization(config, where),
+        **built.facts,
+    )
+
+
+def _quantization(config: Mapping[str, Any], where: str) -> dict | None:
+    q = config.get("quantization_config")
+    if q is None:
+        return None
+    if not isinstance(q, dict):
+        raise ModelSourceError(f"{where}: quantization_config={q!r} must be a JSON object")
+    return dict(q)
