@@ -1,0 +1,273 @@
+"""The front door: ``trace(model, workload) -> TraceResult``, with layer extrapolation.
+
+Extrapolation (``layers=k``): transformers repeat one block L times, and every per-layer
+tensor (weights, gradients, optimizer state, saved activations, KV cache, the foreach
+optimizer's temporaries) repeats with it, so each phase's peak is linear in the number of
+blocks. Two truncated models, with k-1 and k blocks, give the slope and the intercept of
+every phase peak (per step), of every component's peak and of every tag's peak; the full
+model's figures are those lines at L. The peak is the largest extrapolated phase peak (the
+phase where the peak falls can change with L, so phases are extrapolated one by one).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import gc
+import time
+import warnings
+from typing import Any
+
+from vramlens.errors import InputError, TraceError, VramlensError
+from vramlens.trace.events import INFERENCE_COMPONENT, TAG_COMPONENT, Summary, summarize
+from vramlens.trace.result import TraceResult, components_of, make_trace_breakdown
+from vramlens.workload import Workload, make_workload
+
+
+def _workload(workload: Workload | None, kwargs: dict[str, Any]) -> Workload:
+    if workload is None:
+        return make_workload(**kwargs)
+    if kwargs:
+        return workload.replace(**kwargs)
+    return workload.validated()
+
+
+def _name_of(model: Any) -> str:
+    if isinstance(model, str):
+        return model
+    name = getattr(model, "name", None)
+    if isinstance(name, str):
+        return name
+    if isinstance(model, dict):
+        return str(model.get("_name_or_path") or (model.get("architectures") or ["config"])[0])
+    return type(model).__name__
+
+
+def trace(model: Any, workload: Workload | None = None, *, steps: int = 2, layers: int | None = None,
+          backend: str = "fake", input_shape: tuple[int, ...] | None = None, progress=None,
+          top: int = 20, **workload_kwargs: Any) -> TraceResult:
+    """Run real training or inference steps of ``model`` and record every allocation.
+
+    Args:
+        model: a ModelSpec, a config.json dict, a catalog name or path, or
+            ``"package.module:factory"`` (see vramlens.trace.build for the factory contract).
+        workload: the run; or give its fields as keyword arguments.
+        steps: optimizer steps to run in training (>= 2 shows step 1 and the steady state).
+        layers: trace only the first k blocks (two truncated models, k-1 and k blocks) and
+            extrapolate linearly to all of them. None traces the whole model.
+        backend: "fake" (fake tensors behaving like CUDA, no memory used), "real-cpu" (real CPU
+            tensors, raw sizes) or "cuda" (real CUDA tensors; also reads torch.cuda's peaks).
+        input_shape: for factories that return a bare module: the shape of its one input.
+        progress: callable taking a one-line message, for long traces.
+
+    Returns:
+        TraceResult, whose ``breakdown`` compares field by field with an estimate's.
+
+    Raises:
+        TraceError: the model cannot be built or run under this mode (names module and op).
+        MissingExtraError: torch, transformers or peft is missing.
+    """
+    wl = _workload(workload, workload_kwargs)
+    if wl.training and steps < 1:
+        raise InputError(f"steps={steps} must be a whole number >= 1")
+    if layers is not None:
+        return _extrapolated(model, wl, steps=steps, layers=layers, backend=backend, progress=progress, top=top)
+    return _trace_once(model, wl, steps=steps, backend=backend, input_shape=input_shape, progress=progress, top=top)
+
+
+def _unsupported(wl: Workload) -> None:
+    if wl.gpus > 1 or wl.zero or wl.tp > 1 or wl.pp > 1:
+        if not (wl.fsdp and wl.tp == 1 and wl.pp == 1):
+            raise TraceError(
+                "trace runs one GPU, or FSDP per rank (vramlens.trace.fsdp.trace_fsdp); "
+                f"gpus={wl.gpus} zero={wl.zero} tp={wl.tp} pp={wl.pp} cannot be traced: use `vramlens estimate`"
+            )
+    if wl.quant is not None and wl.method != "qlora":
+        raise TraceError(f"quant={wl.quant} weights cannot be traced (no CPU kernels): use `vramlens estimate`")
+    if wl.offload != "none":
+        raise TraceError(f"offload={wl.offload} cannot be traced on one process: use `vramlens estimate`")
+    if wl.kv_dtype is not None or wl.kv_block:
+        raise TraceError("--kv-dtype / --kv-block change the serving engine's cache, not transformers': "
+                         "use `vramlens estimate`")
+
+
+@contextlib.contextmanager
+def quiet_third_party():
+    """Keep transformers' and peft's deprecation chatter (about their own internals) out of traces."""
+    with warnings.catch_warnings():
+        for cat in (FutureWarning, DeprecationWarning):
+            warnings.filterwarnings("ignore", category=cat, module=r"(transformers|peft)(\.|$)")
+        yield
+
+
+def _run(model: Any, wl: Workload, *, steps: int, backend: str, input_shape, progress, layers: int | None = None):
+    with quiet_third_party():
+        return _run_loud(model, wl, steps=steps, backend=backend, input_shape=input_shape, progress=progress,
+                         layers=layers)
+
+
+def _run_loud(model: Any, wl: Workload, *, steps: int, backend: str, input_shape, progress, layers: int | None = None):
+    from vramlens.trace.runner import Runner, describe_failure
+
+    _unsupported(wl)
+    runner = Runner(wl, mode=backend, steps=steps, progress=progress)
+    built = runner.build(model, layers=layers, input_shape=input_shape)
+    try:
+        rec = runner.run(built)
+    except VramlensError:
+        raise
+    except Exception as e:  # noqa: BLE001 - any failure inside torch becomes one clear line
+        raise TraceError(describe_failure(runner.rec, e)) from e
+    params = sum(p.numel() for p in built.model.parameters())
+    trainable = sum(p.numel() for p in built.model.parameters() if p.requires_grad)
+    return runner, built, rec, params, trainable
+
+
+def _trace_once(model, wl, *, steps, backend, input_shape, progress, top) -> TraceResult:
+    t0 = time.perf_counter()
+    runner, built, rec, params, trainable = _run(model, wl, steps=steps, backend=backend, input_shape=input_shape,
+                                                 progress=progress)
+    events = rec.events()
+    summary = summarize(events, top=top, component_of=TAG_COMPONENT if wl.training else INFERENCE_COMPONENT)
+    notes = list(runner.notes)
+    reserved = _reserved(events, notes)
+    if runner.cuda_stats:
+        notes.append(
+            f"torch.cuda: max_memory_allocated={runner.cuda_stats['max_memory_allocated']:,} B, "
+            f"max_memory_reserved={runner.cuda_stats['max_memory_reserved']:,} B"
+        )
+    bd = make_trace_breakdown(summary, training=wl.training, source="trace", notes=notes,
+                              phases=_phase_max(summary.phase_peaks), peak_reserved=reserved)
+    del built, rec
+    gc.collect()
+    return TraceResult(
+        breakdown=bd, summary=summary, events=tuple(events), workload=wl, model_name=_name_of(model),
+        params=params, trainable_params=trainable, backend=backend, steps=steps if wl.training else 1,
+        step_peaks=summary.step_peaks, phase_peaks=summary.phase_peaks, n_layers=runner_layers(runner, model),
+        cuda=dict(runner.cuda_stats), seconds=time.perf_counter() - t0,
+    )
+
+
+def runner_layers(runner, model) -> int:
+    from vramlens.trace.build import config_layers, is_factory
+    from vramlens.trace.runner import _config_of
+
+    if is_factory(model):
+        return 0
+    try:
+        return config_layers(_config_of(model))
+    except VramlensError:
+        return 0
+
+
+def _phase_max(phase_peaks) -> tuple[tuple[str, int], ...]:
+    out: dict[str, int] = {}
+    for _s, p, b in phase_peaks:
+        out[p] = max(out.get(p, 0), b)
+    return tuple(out.items())
+
+
+def _reserved(events, notes: list[str]) -> int | None:
+    """peak_reserved from the caching-allocator simulator, when it is there."""
+    try:
+        from vramlens.allocator import simulate  # type: ignore[attr-defined]
+    except ImportError:
+        notes.append("peak_reserved = peak_allocated: the allocator simulator (vramlens.allocator) is not available")
+        return None
+    try:
+        res = simulate(events)
+        val = getattr(res, "peak_reserved", None)
+        if val is None and isinstance(res, dict):
+            val = res.get("peak_reserved")
+        if isinstance(val, int):
+            notes.append("peak_reserved from vramlens.allocator.simulate over the trace's events")
+            return val
+    except Exception as e:  # noqa: BLE001 - a simulator problem must not lose the trace
+        notes.append(f"peak_reserved = peak_allocated: the allocator simulator failed ({type(e).__name__}: {e})")
+        return None
+    notes.append("peak_reserved = peak_allocated: the allocator simulator gave no peak_reserved")
+    return None
+
+
+# ---- extrapolation ----------------------------------------------------------------------------
+def _line(y1: int, y2: int, k1: int, k2: int, L: int) -> int:
+    return max(0, round(y2 + (y2 - y1) * (L - k2) / (k2 - k1)))
+
+
+def _extrapolated(model, wl: Workload, *, steps, layers, backend, progress, top) -> TraceResult:
+    from vramlens.trace.build import config_layers, is_factory
+    from vramlens.trace.runner import _config_of
+
+    if is_factory(model):
+        raise InputError("layers=k (extrapolation) needs a transformer config; a factory module is traced whole")
+    cfg = _config_of(model)
+    L = config_layers(cfg)
+    if L <= 0:
+        raise InputError("layers=k: the config names no number of layers (num_hidden_layers / n_layer / num_layers)")
+    if not isinstance(layers, int) or layers < 2:
+        raise InputError(f"layers={layers!r} must be >= 2: two truncated models (k-1 and k blocks) give the line")
+    if layers >= L:
+        return _trace_once(model, wl, steps=steps, backend=backend, input_shape=None, progress=progress, top=top)
+    t0 = time.perf_counter()
+    k1, k2 = layers - 1, layers
+    results = []
+    for k in (k1, k2):
+        if progress:
+            progress(f"tracing the first {k} of {L} layers")
+        runner, built, rec, _p, _t = _run(cfg, wl, steps=steps, backend=backend, input_shape=None, progress=progress,
+                                          layers=k)
+        events = rec.events()
+        summary = summarize(events, top=top, component_of=TAG_COMPONENT if wl.training else INFERENCE_COMPONENT)
+        results.append((summary, events, runner))
+        del built, rec
+        gc.collect()
+    (s1, _e1, _r1), (s2, e2, r2) = results
+    phases = _extrapolate_phases(s1, s2, k1, k2, L)
+    comps1, comps2 = components_of(s1, wl.training), components_of(s2, wl.training)
+    comps = {c: _line(comps1.get(c, 0), comps2.get(c, 0), k1, k2, L) for c in comps2}
+    peak_step, peak_phase, peak = max(phases, key=lambda x: x[2])
+    steps_peaks: dict[int, int] = {}
+    for st, _p, b in phases:
+        steps_peaks[st] = max(steps_peaks.get(st, 0), b)
+    params, trainable = _full_counts(cfg, wl)
+    notes = list(r2.notes) + [
+        f"extrapolated linearly from traces of the first {k1} and {k2} of {L} layers "
+        "(events, live set and modules are those of the {k2}-layer trace)".replace("{k2}", str(k2)),
+        "peak_reserved = peak_allocated for extrapolated traces (the allocator is not linear in layers)",
+    ]
+    bd = make_trace_breakdown(s2, training=wl.training, source="trace-extrapolated", notes=notes,
+                              phases=_phase_max(phases), components=comps, peak_allocated=peak,
+                              peak_phase=peak_phase)
+    summary = Summary(
+        peak_allocated=peak, peak_seq=s2.peak_seq, peak_phase=peak_phase, peak_step=peak_step,
+        by_tag={t: _line(s1.by_tag.get(t, 0), b, k1, k2, L) for t, b in s2.by_tag.items()},
+        by_component=comps, by_module=s2.by_module, phase_peaks=tuple(phases),
+        step_peaks=tuple(sorted(steps_peaks.items())), live_at_peak=s2.live_at_peak, top_tensors=s2.top_tensors,
+        final_live=_line(s1.final_live, s2.final_live, k1, k2, L),
+    )
+    return TraceResult(
+        breakdown=bd, summary=summary, events=tuple(e2), workload=wl, model_name=_name_of(model), params=params,
+        trainable_params=trainable, backend=backend, steps=steps if wl.training else 1,
+        step_peaks=summary.step_peaks, phase_peaks=summary.phase_peaks, layers=layers, n_layers=L,
+        seconds=time.perf_counter() - t0,
+    )
+
+
+def _extrapolate_phases(s1: Summary, s2: Summary, k1: int, k2: int, L: int) -> list[tuple[int, str, int]]:
+    p1 = {(st, p): b for st, p, b in s1.phase_peaks}
+    out = []
+    for st, p, b in s2.phase_peaks:
+        if (st, p) not in p1:
+            raise TraceError(f"phase {p} of step {st} appears only in the {k2}-layer trace: cannot extrapolate; "
+                             "trace the full model (omit --layers)")
+        out.append((st, p, _line(p1[(st, p)], b, k1, k2, L)))
+    return out
+
+
+def _full_counts(cfg: dict, wl: Workload) -> tuple[int, int]:
+    """Parameter counts of the full model, built on meta (no memory)."""
+    from vramlens.trace.build import build_hf
+
+    with quiet_third_party():
+        built = build_hf(cfg, wl.replace(checkpointing="none"), meta_only=True)
+    ps = list(built.model.parameters())
+    return sum(p.numel() for p in ps), sum(p.numel() for p in ps if p.requires_grad)

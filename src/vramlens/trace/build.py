@@ -1,0 +1,383 @@
+"""Build the model a trace runs: a Hugging Face model from its config, or a user factory.
+
+Hugging Face models are built from ``ModelSpec.config`` (the original config.json fields):
+``AutoConfig.for_model(model_type, **config)`` and the class named by ``architectures[0]``.
+Under fake tensors the model is built on ``meta``, LoRA is applied there, and then
+``to_empty(device="cpu")`` runs inside the FakeTensorMode (``.to()`` on fake parameters
+fails; see shared/TRACING.md); tied weights are tied again afterwards.
+
+Factories (``package.module:factory``): the factory is called with no arguments, inside the
+trace's tensor mode (so its parameters are fake in fake mode), and returns either
+
+* ``(module, example_inputs)`` where ``example_inputs(batch, seq)`` returns the forward's
+  arguments: a tuple (positional) or a dict (keywords) of tensors; or
+* a module alone, with ``--input-shape`` (e.g. ``8x3x224x224``) giving one float input.
+
+In training the loss is ``output.loss`` when the output has one, else the sum of the
+(first) output tensor.
+"""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import math
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch import nn
+
+from vramlens.errors import InputError, TraceError
+from vramlens.workload import Workload
+
+TORCH_DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
+
+#: config.json keys that name the number of blocks, by convention of each family.
+LAYER_KEYS = ("num_hidden_layers", "n_layer", "num_layers", "n_layers")
+#: config.json keys transformers' config classes do not take as attributes.
+_DROP_KEYS = ("architectures", "transformers_version", "torch_dtype", "dtype", "_name_or_path",
+              "auto_map", "quantization_config", "model_type")
+
+
+@dataclass
+class Built:
+    """A model ready to run, and how to feed it."""
+
+    model: nn.Module
+    kind: str  # "causal", "masked", "seq2seq", "classifier", "base", "factory"
+    vocab_size: int = 0
+    inputs: Callable[[int, int], Any] | None = None  # factory models
+    is_hf: bool = True
+    notes: list[str] = field(default_factory=list)
+    n_layers: int = 0
+    config: Any = None
+
+
+def config_layers(cfg: dict) -> int:
+    """Number of blocks in a config dict (encoder-decoder: the encoder's)."""
+    for k in LAYER_KEYS:
+        if isinstance(cfg.get(k), int):
+            return cfg[k]
+    return 0
+
+
+def truncate_config(cfg: dict, k: int) -> dict:
+    """The same config with only the first ``k`` blocks (per-layer lists cut to match).
+
+    Raises:
+        InputError: a config whose stacks differ in depth (cannot be scaled as one).
+    """
+    L = config_layers(cfg)
+    out = dict(cfg)
+    for key in LAYER_KEYS:
+        if isinstance(out.get(key), int):
+            out[key] = k
+    dec = cfg.get("num_decoder_layers")
+    if isinstance(dec, int):
+        if dec != L:
+            raise InputError(
+                f"num_decoder_layers={dec} differs from num_layers={L}: extrapolation scales both "
+                "stacks together; trace the full model (omit --layers)"
+            )
+        out["num_decoder_layers"] = k
+    for key, v in cfg.items():
+        if isinstance(v, list) and len(v) == L and key not in ("architectures",) and L > 1:
+            out[key] = v[:k]
+    return out
+
+
+def _hf_config(cfg: dict):
+    from transformers import AutoConfig
+
+    model_type = cfg.get("model_type")
+    if not model_type:
+        raise InputError("config has no model_type: trace needs the model's config.json fields")
+    kwargs = {k: v for k, v in cfg.items() if k not in _DROP_KEYS}
+    try:
+        return AutoConfig.for_model(model_type, **kwargs)
+    except (ValueError, KeyError, TypeError) as e:
+        raise TraceError(
+            f"transformers cannot build a config for model_type={model_type!r} ({e}); "
+            "use the analytic `vramlens estimate` instead"
+        ) from None
+
+
+def _arch_class(cfg: dict):
+    import transformers
+
+    archs = cfg.get("architectures") or []
+    name = archs[0] if archs else None
+    cls = getattr(transformers, name, None) if name else None
+    if cls is None:
+        raise TraceError(
+            f"architecture {name!r} is not a class of transformers {transformers.__version__}; "
+            "use a package.module:factory or the analytic `vramlens estimate`"
+        )
+    return cls
+
+
+def _kind(cls_name: str) -> str:
+    if cls_name.endswith(("ForCausalLM", "LMHeadModel")):
+        return "causal"
+    if cls_name.endswith("ForMaskedLM") or cls_name.endswith("ForPreTraining"):
+        return "masked"
+    if cls_name.endswith("ForConditionalGeneration"):
+        return "seq2seq"
+    if cls_name.endswith("ForSequenceClassification"):
+        return "classifier"
+    return "base"
+
+
+def build_hf(cfg: dict, wl: Workload, *, fake_mode=None, layers: int | None = None, meta_only: bool = False) -> Built:
+    """Build a transformers model from config fields for workload ``wl``.
+
+    With ``fake_mode`` the model is built on meta and materialised as fake tensors; with
+    ``meta_only`` it stays on meta (shapes and counts only).
+    """
+    if meta_only:
+        fake_mode = None
+    if layers is not None:
+        cfg = truncate_config(cfg, layers)
+    config = _hf_config(cfg)
+    cls = _arch_class(cfg)
+    notes: list[str] = []
+    dtype = TORCH_DTYPES[wl.dtype]
+    attn = "eager" if wl.attention == "eager" else "sdpa"
+    if wl.attention == "flash":
+        notes.append("--attention flash traced as sdpa with CUDA's flash kernel choice (flash-attn is CUDA-only)")
+    if wl.checkpointing == "selective":
+        attn = _selective_attention(cls, attn)
+    try:
+        with torch.device("meta") if (fake_mode is not None or meta_only) else _nullctx():
+            model = cls._from_config(config, dtype=dtype, attn_implementation=attn)
+    except ValueError as e:
+        if "attn_implementation" in str(e) or "does not support" in str(e):
+            notes.append(f"{cls.__name__} does not support attention={attn}; traced with eager")
+            attn = "eager"
+            with torch.device("meta") if (fake_mode is not None or meta_only) else _nullctx():
+                model = cls._from_config(config, dtype=dtype, attn_implementation=attn)
+        else:
+            raise TraceError(f"transformers cannot build {cls.__name__}: {e}") from None
+    if wl.method in ("lora", "qlora"):
+        model = apply_lora(model, wl)
+    if fake_mode is not None:
+        with fake_mode:
+            model.to_empty(device="cpu")
+            _retie(model)
+    if wl.method == "qlora":
+        quantize_nf4(model, fake_mode=fake_mode, meta_only=meta_only, double_quant=(wl.quantized != "nf4"))
+        notes.append("qlora: frozen base linears hold packed NF4 (uint8) plus absmax constants; "
+                     "matmuls dequantize on the fly (bitsandbytes MatMul4Bit's memory behaviour)")
+    if wl.training and wl.checkpointing == "full":
+        enable = getattr(model, "activation_checkpointing_enable", None) or model.gradient_checkpointing_enable
+        try:
+            enable({"use_reentrant": False})
+        except ValueError as e:
+            raise TraceError(f"{cls.__name__}: {e}; use --checkpointing none") from None
+    model.train(wl.training)
+    if wl.training and hasattr(config, "use_cache"):
+        config.use_cache = False  # as fine-tuning scripts do: no KV cache is built while training
+    n = config_layers(cfg)
+    return Built(model=model, kind=_kind(cls.__name__), vocab_size=int(getattr(config, "vocab_size", 0) or 0),
+                 notes=notes, n_layers=n, config=config)
+
+
+class _nullctx:
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *a):
+        return False
+
+
+def _retie(model: nn.Module) -> None:
+    tie = getattr(model, "tie_weights", None)
+    if tie is None:
+        base = getattr(model, "get_base_model", None)
+        tie = getattr(base(), "tie_weights", None) if base else None
+    if tie is not None:
+        tie()
+
+
+# ---- LoRA / QLoRA ---------------------------------------------------------------------------
+def apply_lora(model: nn.Module, wl: Workload) -> nn.Module:
+    try:
+        from peft import LoraConfig, get_peft_model
+    except ImportError:
+        from vramlens.errors import MissingExtraError
+
+        raise MissingExtraError("peft", "trace") from None
+    targets: Any = list(wl.lora_targets)
+    if targets == ["all-linear"]:
+        targets = "all-linear"
+    cfg = LoraConfig(r=wl.lora_rank, lora_alpha=2 * wl.lora_rank, target_modules=targets,
+                     lora_dropout=wl.lora_dropout)
+    try:
+        return get_peft_model(model, cfg)
+    except ValueError as e:
+        raise InputError(f"lora_targets={','.join(wl.lora_targets)}: {e}") from None
+
+
+class NF4Linear(nn.Module):
+    """A frozen linear stored as bitsandbytes stores NF4 (Params4bit), for tracing.
+
+    Storage (bitsandbytes/functional.py ``quantize_4bit``, blocksize 64): the packed weight,
+    two 4-bit codes per byte, ``ceil(out*in/2)`` uint8; one absmax per 64-element block, fp32,
+    or with double quantization (``compress_statistics``) uint8 absmax plus one fp32 absmax per
+    256 blocks and an fp32 offset. The matmul dequantizes the whole weight to the input's
+    dtype (a transient), and saves nothing for backward beyond the packed weight.
+    """
+
+    def __init__(self, in_features: int, out_features: int, bias: torch.Tensor | None, double_quant: bool = True,
+                 blocksize: int = 64):
+        super().__init__()
+        self.in_features, self.out_features = in_features, out_features
+        n = in_features * out_features
+        blocks = math.ceil(n / blocksize)
+        self.weight = nn.Parameter(torch.empty((n + 1) // 2, 1, dtype=torch.uint8), requires_grad=False)
+        if double_quant:
+            self.register_buffer("absmax", torch.empty(blocks, dtype=torch.uint8))
+            self.register_buffer("absmax2", torch.empty(math.ceil(blocks / 256), dtype=torch.float32))
+            self.register_buffer("offset", torch.empty((), dtype=torch.float32))
+        else:
+            self.register_buffer("absmax", torch.empty(blocks, dtype=torch.float32))
+        self.bias = None if bias is None else nn.Parameter(bias.detach(), requires_grad=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return _NF4Matmul.apply(x, self.weight, self.bias, self.out_features, self.in_features)
+
+
+def _dequantize(packed: torch.Tensor, out_f: int, in_f: int, dtype) -> torch.Tensor:
+    return packed.new_empty((out_f, in_f), dtype=dtype)
+
+
+class _NF4Matmul(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, packed, bias, out_f, in_f):
+        ctx.packed, ctx.shape = packed, (out_f, in_f)
+        w = _dequantize(packed, out_f, in_f, x.dtype)
+        return torch.nn.functional.linear(x, w, None if bias is None else bias.to(x.dtype))
+
+    @staticmethod
+    def backward(ctx, grad):
+        w = _dequantize(ctx.packed, *ctx.shape, grad.dtype)
+        return grad @ w, None, None, None, None
+
+
+def quantize_nf4(model: nn.Module, *, fake_mode=None, double_quant: bool = True, meta_only: bool = False) -> None:
+    """Replace frozen linears (all but the output head) by NF4Linear, as bitsandbytes would."""
+    skip = _output_head_names(model)
+    todo = []
+    for name, mod in model.named_modules():
+        for child_name, child in mod.named_children():
+            full = f"{name}.{child_name}" if name else child_name
+            if type(child) is nn.Linear and not any(full.endswith(s) for s in skip) and "lora_" not in full:
+                todo.append((mod, child_name, child))
+    ctx = torch.device("meta") if meta_only else fake_mode if fake_mode is not None else _nullctx()
+    with ctx:
+        for parent, child_name, lin in todo:
+            setattr(parent, child_name, NF4Linear(lin.in_features, lin.out_features, lin.bias, double_quant))
+
+
+def _output_head_names(model: nn.Module) -> tuple[str, ...]:
+    # bitsandbytes keeps the output embedding in high precision (transformers' get_keys_to_not_convert)
+    names = ["lm_head", "score", "classifier", "qa_outputs"]
+    get = getattr(model, "get_output_embeddings", None)
+    if get is not None:
+        try:
+            head = get()
+        except Exception:  # noqa: BLE001
+            head = None
+        for n, m in model.named_modules():
+            if m is head:
+                names.append(n)
+    return tuple(names)
+
+
+def _selective_attention(cls, attn: str) -> str:
+    """Register an attention function that recomputes the attention core in backward.
+
+    Selective recomputation (Korthikanti et al. 2022, section 4.2) drops the attention core's
+    activations (scores, softmax, dropout mask: the 5 a s^2 b term) and recomputes them;
+    here ``torch.utils.checkpoint`` wraps the model's own attention function.
+    """
+    from torch.utils.checkpoint import checkpoint
+    from transformers import AttentionInterface
+
+    if attn == "eager":
+        mod = sys.modules.get(cls.__module__)
+        inner = getattr(mod, "eager_attention_forward", None)
+        if inner is None:
+            return attn
+    else:
+        inner = AttentionInterface._global_mapping[attn]
+
+    def selective(module, query, key, value, attention_mask, **kwargs):
+        def core(q, k, v, m):
+            return inner(module, q, k, v, m, **kwargs)
+
+        return checkpoint(core, query, key, value, attention_mask, use_reentrant=False)
+
+    name = f"vramlens_selective_{attn}"
+    AttentionInterface.register(name, selective)
+    return name
+
+
+# ---- factories ------------------------------------------------------------------------------
+def is_factory(name: Any) -> bool:
+    return isinstance(name, str) and ":" in name and not name.endswith(".json") and "/" not in name.split(":")[0]
+
+
+def load_factory(spec: str) -> Callable[[], Any]:
+    mod_name, _, attr = spec.partition(":")
+    try:
+        mod = importlib.import_module(mod_name)
+    except Exception as e:  # noqa: BLE001 - any import failure is the user's factory failing
+        raise TraceError(f"cannot import {mod_name!r} for factory {spec!r}: {type(e).__name__}: {e}") from None
+    fn = getattr(mod, attr, None)
+    if fn is None or not callable(fn):
+        raise TraceError(f"{mod_name!r} has no callable {attr!r} (factory {spec!r})")
+    return fn
+
+
+def build_factory(spec: str, *, input_shape: tuple[int, ...] | None, dtype, fake_mode=None) -> Built:
+    fn = load_factory(spec)
+    try:
+        with fake_mode if fake_mode is not None else _nullctx():
+            made = fn()
+    except Exception as e:  # noqa: BLE001
+        raise TraceError(f"factory {spec!r} failed: {type(e).__name__}: {e}") from None
+    inputs = None
+    if isinstance(made, tuple) and len(made) == 2 and isinstance(made[0], nn.Module):
+        module, inputs = made
+        if not callable(inputs):
+            raise TraceError(f"factory {spec!r} returned (module, {type(inputs).__name__}): "
+                             "the second item must be example_inputs(batch, seq)")
+    elif isinstance(made, nn.Module):
+        module = made
+        ex = getattr(module, "example_inputs", None)
+        if callable(ex):
+            inputs = ex
+        elif input_shape:
+            shape = tuple(input_shape)
+            inputs = lambda batch, seq: (torch.randn(shape, dtype=dtype),)  # noqa: E731
+        else:
+            raise TraceError(f"factory {spec!r} returned a module without an input spec: give --input-shape "
+                             "(e.g. 8x3x224x224) or return (module, example_inputs(batch, seq))")
+    else:
+        raise TraceError(f"factory {spec!r} returned {type(made).__name__}: return an nn.Module or "
+                         "(module, example_inputs(batch, seq))")
+    if dtype != torch.float32:
+        with fake_mode if fake_mode is not None else _nullctx():
+            module = module.to(dtype)
+    return Built(model=module, kind="factory", inputs=inputs, is_hf=False)
+
+
+def accepts(model: nn.Module, name: str) -> bool:
+    try:
+        return name in inspect.signature(model.forward).parameters
+    except (TypeError, ValueError):
+        return False

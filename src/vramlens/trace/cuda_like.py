@@ -1,0 +1,106 @@
+"""Make fake CPU tensors allocate like a CUDA run would.
+
+A fake ``cuda`` device cannot run autograd on a CPU-only build of torch (it aborts the
+process), so traces run on the fake CPU device and these differences are closed by hand:
+
+* sizes: every storage is rounded up to 512 bytes (the caching allocator's minimum block);
+  done by the Recorder (``round_to=512``).
+* optimizers: ``foreach=True`` is passed explicitly (CUDA's default; with CPU tensors torch
+  silently picks the per-tensor loop, which has a much smaller transient peak).
+* attention: :func:`cuda_sdpa` replaces ``F.scaled_dot_product_attention`` while tracing and
+  picks the kernel CUDA would pick (aten/src/ATen/native/transformers/cuda/sdp_utils.cpp on
+  sm80+, default priority flash > memory-efficient > math):
+  flash for fp16/bf16 without a mask (head_dim <= 256, a multiple of 8; GQA allowed);
+  memory-efficient for fp16/bf16/fp32 with or without an additive mask, dropout allowed
+  (no GQA: keys/values are expanded first); the math kernel otherwise. The CUDA kernels'
+  meta functions give the shapes of what they save (output plus fp32 logsumexp), so the
+  saved bytes are CUDA's. On CPU, torch would use its own flash kernel or, with dropout in
+  training, the math kernel, which materialises the b x a x s x s scores.
+* the causal mask: transformers builds an explicit 4-D mask when it sees fake tensors
+  (``masking_utils._ignore_causal_mask_sdpa`` treats them as tracing), where a CUDA run with
+  an all-ones attention mask passes ``is_causal=True`` and no mask. The runner therefore
+  passes no ``attention_mask`` for unpadded batches: transformers then skips the mask exactly
+  as on CUDA. Eager attention builds the b x 1 x s x s mask on CUDA too, and so it does here.
+* autocast: CUDA autocast runs ``scaled_dot_product_attention`` in the lower precision;
+  CPU autocast does not list it, so :func:`cuda_sdpa` casts q, k, v (and a float mask) itself.
+  CPU autocast caches the half copies of fp32 leaf weights as CUDA does
+  (aten/src/ATen/autocast_mode.cpp ``cached_cast`` does not depend on the device).
+"""
+
+from __future__ import annotations
+
+import contextlib
+
+import torch
+import torch.nn.functional as F
+
+_HALF = (torch.float16, torch.bfloat16)
+
+
+def _expand_kv(t: torch.Tensor, n_heads: int) -> torch.Tensor:
+    if t.shape[-3] == n_heads:
+        return t
+    return t.repeat_interleave(n_heads // t.shape[-3], dim=-3)
+
+
+def cuda_sdpa(orig):
+    """A drop-in ``scaled_dot_product_attention`` that runs CUDA's kernel choice on fake tensors."""
+
+    def sdpa(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False):
+        if torch.is_autocast_enabled("cpu"):
+            dt = torch.get_autocast_dtype("cpu")
+            query, key, value = query.to(dt), key.to(dt), value.to(dt)
+            if attn_mask is not None and attn_mask.is_floating_point():
+                attn_mask = attn_mask.to(dt)
+        with torch.autocast("cpu", enabled=False):
+            return _dispatch(orig, query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa)
+
+    return sdpa
+
+
+def _dispatch(orig, q, k, v, mask, dropout_p, is_causal, scale, enable_gqa):
+    d = q.shape[-1]
+    dtype = q.dtype
+    if q.dim() != 4 or k.shape[-1] != d or v.shape[-1] != d:
+        return orig(q, k, v, attn_mask=mask, dropout_p=dropout_p, is_causal=is_causal, scale=scale, enable_gqa=enable_gqa)
+    gqa = k.shape[-3] != q.shape[-3]
+    if dtype in _HALF and mask is None and d <= 256 and d % 8 == 0:
+        out = torch.ops.aten._scaled_dot_product_flash_attention(q, k, v, dropout_p, is_causal, False, scale=scale)
+        return out[0]
+    align = 8 if dtype in _HALF else 4
+    if dtype in (*_HALF, torch.float32) and d % align == 0:
+        if gqa:
+            k, v = _expand_kv(k, q.shape[-3]), _expand_kv(v, q.shape[-3])
+        if mask is not None and mask.dtype == torch.bool:
+            # sdp::convert_boolean_attn_mask: an additive mask in the query's dtype
+            mask = torch.zeros(mask.shape, dtype=dtype, device=mask.device).masked_fill(
+                mask.logical_not(), float("-inf")
+            )
+        elif mask is not None and mask.dtype != dtype:
+            mask = mask.to(dtype)
+        if mask is not None:
+            mask = mask.expand(q.shape[0], q.shape[1], q.shape[2], k.shape[2])
+        out = torch.ops.aten._scaled_dot_product_efficient_attention(
+            q, k, v, mask, q.requires_grad or k.requires_grad or v.requires_grad, dropout_p, is_causal, scale=scale
+        )
+        return out[0]
+    if gqa:
+        k, v = _expand_kv(k, q.shape[-3]), _expand_kv(v, q.shape[-3])
+    return torch.ops.aten._scaled_dot_product_attention_math(
+        q, k, v, mask, dropout_p, is_causal, None, scale=scale
+    )[0]
+
+
+@contextlib.contextmanager
+def cuda_like_attention():
+    """Route every ``F.scaled_dot_product_attention`` call to CUDA's kernel choice."""
+    orig = F.scaled_dot_product_attention
+    patched = cuda_sdpa(orig)
+    # transformers calls torch.nn.functional.scaled_dot_product_attention by attribute
+    # (integrations/sdpa_attention.py); code that imported the function by name keeps the
+    # original and gets CPU behaviour.
+    F.scaled_dot_product_attention = patched
+    try:
+        yield
+    finally:
+        F.scaled_dot_product_attention = orig

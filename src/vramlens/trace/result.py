@@ -1,0 +1,127 @@
+"""TraceResult: what a trace measured, as the shared Breakdown plus the details behind it."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from vramlens.estimate.breakdown import Breakdown, make_breakdown
+from vramlens.trace.events import TAG_COMPONENT, Event, Summary
+from vramlens.workload import Workload
+
+_EXPLAIN = {
+    "weights": "traced: parameters and buffers (tags parameter, buffer)",
+    "master_weights": "traced: fp32 master copies or autocast's cached half copies of fp32 weights",
+    "gradients": "traced: .grad of trainable parameters (and fp32 master gradients)",
+    "optimizer_states": "traced: optimizer.state tensors (step counters stay on the host)",
+    "activations": "traced: alive from forward into backward (saved tensors), plus inputs; "
+                   "inference: the prefill/decode working set",
+    "kv_cache": "traced: the model's DynamicCache keys and values",
+    "temporaries": "traced: everything else (freed within the op, module or phase), its own peak",
+    "comm_buffers": "traced: FSDP all-gather outputs and unsharded parameters",
+    "runtime": "not traced: CUDA context and library workspaces live outside the allocator",
+}
+
+
+def components_of(summary: Summary, training: bool) -> dict[str, int]:
+    """Breakdown components from a trace's per-component peaks.
+
+    In inference (summarised with events.INFERENCE_COMPONENT) the working set of prefill and
+    decode is what the Breakdown calls activations.
+    """
+    return {c: summary.by_component.get(c, 0) for c in set(TAG_COMPONENT.values())}
+
+
+@dataclass(frozen=True)
+class TraceResult:
+    """A measured breakdown, the summary it came from and the event stream.
+
+    Attributes:
+        breakdown: the Breakdown (source "trace" or "trace-extrapolated").
+        summary: peaks by tag, module, phase and step, and the live set at the peak.
+        events: the event stream (of the traced model; for an extrapolated trace, of the
+            largest truncated model).
+        params / trainable_params: parameter counts of the traced (full) model.
+        step_peaks: (step, peak bytes) for every step (extrapolated when layers is set).
+        cuda: torch.cuda max_memory_allocated / max_memory_reserved in mode "cuda".
+    """
+
+    breakdown: Breakdown
+    summary: Summary
+    events: tuple[Event, ...]
+    workload: Workload
+    model_name: str
+    params: int
+    trainable_params: int
+    backend: str
+    steps: int
+    step_peaks: tuple[tuple[int, int], ...]
+    phase_peaks: tuple[tuple[int, str, int], ...]
+    layers: int | None = None
+    n_layers: int = 0
+    cuda: dict[str, int] = field(default_factory=dict)
+    seconds: float = 0.0
+
+    @property
+    def peak_allocated(self) -> int:
+        return self.breakdown.peak_allocated
+
+    def to_dict(self, *, top: int = 10) -> dict[str, Any]:
+        """The `vramlens estimate --json` schema, plus the trace's own details."""
+        s = self.summary
+        d: dict[str, Any] = {
+            "model": {"name": self.model_name, "params": self.params, "trainable_params": self.trainable_params,
+                      "layers": self.n_layers},
+            "workload": self.workload.to_dict(),
+        }
+        d.update(self.breakdown.to_dict())
+        d["trace"] = {
+            "backend": self.backend,
+            "steps": self.steps,
+            "extrapolated_from_layers": self.layers,
+            "seconds": round(self.seconds, 3),
+            "step_peaks": [{"step": st, "peak_bytes": b} for st, b in self.step_peaks],
+            "phase_peaks": [{"step": st, "phase": p, "peak_bytes": b} for st, p, b in self.phase_peaks],
+            "by_tag": dict(s.by_tag),
+            "top_modules_at_peak": [
+                {"module": m, "bytes": b} for m, b in top_modules(s, top)
+            ],
+            "live_at_peak": [
+                {"tag": g.tag, "module": g.module, "bytes": g.nbytes, "count": g.count} for g in s.live_at_peak[:top]
+            ],
+            "top_tensors_at_peak": [
+                {"bytes": t.nbytes, "tag": t.tag, "module": t.module, "op": t.op, "phase": t.phase, "step": t.step}
+                for t in s.top_tensors[:top]
+            ],
+            "events": len(self.events),
+        }
+        if self.cuda:
+            d["trace"]["cuda"] = dict(self.cuda)
+        return d
+
+
+def top_modules(s: Summary, n: int) -> list[tuple[str, int]]:
+    """Modules holding the most bytes at the peak (storages grouped by the module that made them)."""
+    by: dict[str, int] = {}
+    for g in s.live_at_peak:
+        by[g.module or "<top>"] = by.get(g.module or "<top>", 0) + g.nbytes
+    return sorted(by.items(), key=lambda kv: (-kv[1], kv[0]))[:n]
+
+
+def make_trace_breakdown(summary: Summary, *, training: bool, source: str, notes: list[str],
+                         phases: tuple[tuple[str, int], ...], peak_reserved: int | None = None,
+                         components: dict[str, int] | None = None, peak_allocated: int | None = None,
+                         peak_phase: str | None = None) -> Breakdown:
+    comps = components if components is not None else components_of(summary, training)
+    peak = summary.peak_allocated if peak_allocated is None else peak_allocated
+    reserved = peak if peak_reserved is None else peak_reserved
+    return make_breakdown(
+        comps, _EXPLAIN,
+        peak_allocated=peak,
+        peak_reserved=reserved,
+        device_total=reserved,
+        peak_phase=summary.peak_phase if peak_phase is None else peak_phase,
+        phases=phases,
+        source=source,
+        notes=tuple(notes),
+    )

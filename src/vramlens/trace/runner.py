@@ -1,0 +1,359 @@
+"""Run training or inference steps under the Recorder, in fake, real-CPU or real-CUDA mode.
+
+Training step (repeated ``steps`` times, at least two so step 1, where the optimizer creates
+its state, and the steady state both show): forward (under autocast with ``--amp``), the
+loss, backward, the optimizer step, ``zero_grad(set_to_none=True)``. Inference: a prefill
+over ``seq`` tokens with the model's own DynamicCache, then ``new_tokens`` decode steps of one
+token each (``logits_to_keep=1`` as ``generate`` does); with ``new_tokens=0`` one forward
+over the whole sequence (all logits).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import gc
+import sys
+import time
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from torch import nn
+
+from vramlens.errors import InputError, TraceError
+from vramlens.trace.build import TORCH_DTYPES, Built, accepts, build_factory, build_hf, is_factory
+from vramlens.trace.cuda_like import cuda_like_attention
+from vramlens.trace.recorder import Recorder
+from vramlens.workload import Workload
+
+MODES = ("fake", "real-cpu", "cuda")
+
+
+def make_optimizer(name: str, params: list[nn.Parameter]):
+    """A torch.optim optimizer with CUDA's defaults (foreach=True) for ``--optimizer name``."""
+    o = torch.optim
+    if name in ("adamw", "adam"):
+        cls = o.AdamW if name == "adamw" else o.Adam
+        return cls(params, lr=1e-4, foreach=True)
+    if name == "sgd":
+        return o.SGD(params, lr=1e-3, foreach=True)
+    if name == "sgd-momentum":
+        return o.SGD(params, lr=1e-3, momentum=0.9, foreach=True)
+    if name == "adafactor":
+        if not hasattr(o, "Adafactor"):
+            raise TraceError("torch.optim.Adafactor needs torch >= 2.5: upgrade torch or use `vramlens estimate`")
+        return o.Adafactor(params, lr=1e-2, foreach=True)
+    if name in ("lion", "adamw-8bit", "paged-adamw", "paged-adamw-8bit"):
+        try:
+            import bitsandbytes as bnb  # noqa: F401
+        except Exception:  # noqa: BLE001 - bitsandbytes fails in many ways without CUDA
+            raise TraceError(
+                f"optimizer={name} comes from bitsandbytes, which cannot be imported here (it needs CUDA): "
+                "use `vramlens estimate` for it, or trace with --optimizer adamw"
+            ) from None
+        cls = {"lion": bnb.optim.Lion, "adamw-8bit": bnb.optim.AdamW8bit,
+               "paged-adamw": bnb.optim.PagedAdamW, "paged-adamw-8bit": bnb.optim.PagedAdamW8bit}[name]
+        return cls(params, lr=1e-4)
+    raise InputError(f"optimizer={name!r} cannot be traced")
+
+
+def _module_names(model: nn.Module) -> dict[int, str]:
+    return {id(m): n for n, m in model.named_modules(remove_duplicate=False)}
+
+
+def _cache_tensors(cache) -> list[torch.Tensor]:
+    out: list[torch.Tensor] = []
+    for sub in (getattr(cache, "self_attention_cache", None), getattr(cache, "cross_attention_cache", None)):
+        if sub is not None:
+            out.extend(_cache_tensors(sub))
+    for layer in getattr(cache, "layers", None) or ():
+        for attr in ("keys", "values"):
+            t = getattr(layer, attr, None)
+            if isinstance(t, torch.Tensor):
+                out.append(t)
+    return out
+
+
+class Runner:
+    """One traced run: build, steps, and the recorder that saw them."""
+
+    def __init__(self, wl: Workload, *, mode: str = "fake", steps: int = 2, progress: Callable[[str], None] | None = None):
+        if mode not in MODES:
+            raise InputError(f"mode={mode!r} is not one of: {', '.join(MODES)}")
+        if wl.training and steps < 1:
+            raise InputError(f"steps={steps} must be >= 1")
+        self.wl = wl
+        self.mode = mode
+        self.steps = steps
+        self.progress = progress or (lambda s: None)
+        self.notes: list[str] = []
+        self.cuda_stats: dict[str, int] = {}
+        self.fake_mode = None
+        if mode == "fake":
+            from torch._subclasses.fake_tensor import FakeTensorMode
+
+            self.fake_mode = FakeTensorMode(allow_non_fake_inputs=True)
+        if mode == "cuda" and not torch.cuda.is_available():
+            raise TraceError("mode=cuda needs a CUDA GPU and a CUDA build of torch; none here: use fake mode")
+        self.rec = Recorder(round_to=1 if mode == "real-cpu" else 512)
+        self.rec.autocast = wl.amp is not None and wl.amp != wl.dtype
+
+    # ---- building ---------------------------------------------------------------------------
+    def build(self, source: Any, *, layers: int | None = None, input_shape=None) -> Built:
+        wl = self.wl
+        if is_factory(source):
+            built = build_factory(source, input_shape=input_shape, dtype=TORCH_DTYPES[wl.dtype], fake_mode=self.fake_mode)
+        else:
+            cfg = _config_of(source)
+            built = build_hf(cfg, wl, fake_mode=self.fake_mode, layers=layers)
+        if self.mode == "cuda":
+            built.model = built.model.to("cuda")
+        self.notes.extend(built.notes)
+        return built
+
+    def _ctx(self):
+        stack = contextlib.ExitStack()
+        if self.fake_mode is not None:
+            stack.enter_context(self.fake_mode)
+            stack.enter_context(cuda_like_attention())
+        return stack
+
+    def _autocast(self):
+        if self.wl.amp is None or self.wl.amp == self.wl.dtype:
+            return contextlib.nullcontext()
+        device = "cuda" if self.mode == "cuda" else "cpu"
+        return torch.autocast(device_type=device, dtype=TORCH_DTYPES[self.wl.amp])
+
+    def _device(self) -> str:
+        return "cuda" if self.mode == "cuda" else "cpu"
+
+    # ---- inputs -------------------------------------------------------------------------------
+    def _inputs(self, built: Built, seq: int) -> dict[str, Any] | tuple:
+        b, dev = self.wl.batch, self._device()
+        if built.inputs is not None:
+            return built.inputs(b, seq)
+        vocab = max(2, built.vocab_size)
+        ids = torch.randint(0, vocab, (b, seq), device=dev)
+        kw: dict[str, Any] = {"input_ids": ids}
+        if self.wl.training:
+            if built.kind in ("causal", "masked", "seq2seq"):
+                kw["labels"] = torch.randint(0, vocab, (b, seq), device=dev)
+            elif built.kind == "classifier":
+                kw["labels"] = torch.zeros(b, dtype=torch.long, device=dev)
+        elif built.kind == "seq2seq":
+            kw["decoder_input_ids"] = torch.zeros(b, seq if not self.wl.new_tokens else 1, dtype=torch.long, device=dev)
+        return kw
+
+    # ---- running ------------------------------------------------------------------------------
+    def run(self, built: Built) -> Recorder:
+        rec = self.rec
+        model = built.model
+        rec.module_names = _module_names(model)
+        wl = self.wl
+        if self.mode == "cuda":
+            torch.cuda.synchronize()
+            torch.cuda.reset_peak_memory_stats()
+        with self._ctx():
+            params = [p for p in model.parameters()]
+            trainable = [p for p in params if p.requires_grad]
+            master = None
+            opt = None
+            if wl.training and wl.optimizer != "none":
+                if wl.amp is not None and wl.amp == wl.dtype:
+                    # DeepSpeed/Megatron-style: half weights and grads, fp32 master copy in the optimizer
+                    master = [p.detach().clone().float().requires_grad_(True) for p in trainable]
+                    opt = make_optimizer(wl.optimizer, master)
+                else:
+                    opt = make_optimizer(wl.optimizer, trainable)
+            with rec:
+                rec.mark(params, "parameter")
+                rec.mark(model.buffers(), "buffer")
+                if master is not None:
+                    rec.mark(master, "master_weight")
+                try:
+                    if wl.training:
+                        self._train(built, opt, master, trainable)
+                    else:
+                        self._infer(built)
+                finally:
+                    rec.close()
+        if self.mode == "cuda":
+            torch.cuda.synchronize()
+            self.cuda_stats = {
+                "max_memory_allocated": torch.cuda.max_memory_allocated(),
+                "max_memory_reserved": torch.cuda.max_memory_reserved(),
+            }
+        return rec
+
+    def _forward(self, built: Built, inputs) -> Any:
+        if isinstance(inputs, dict):
+            return built.model(**inputs)
+        return built.model(*inputs)
+
+    def _loss(self, out) -> torch.Tensor:
+        loss = getattr(out, "loss", None)
+        if isinstance(loss, torch.Tensor):
+            return loss
+        if isinstance(out, torch.Tensor):
+            return out.float().sum() if not out.is_floating_point() else out.sum()
+        first = out[0] if isinstance(out, (tuple, list)) else getattr(out, "last_hidden_state", None)
+        if isinstance(first, torch.Tensor):
+            return first.sum()
+        raise TraceError(f"cannot find a loss in the model's output ({type(out).__name__}): return a tensor or .loss")
+
+    def _train(self, built: Built, opt, master, trainable) -> None:
+        rec, wl = self.rec, self.wl
+        for step in range(1, self.steps + 1):
+            t0 = time.perf_counter()
+            rec.set_phase("setup", step)
+            inputs = self._inputs(built, wl.seq)
+            rec.mark(_tensors(inputs), "input")
+            rec.set_phase("forward", step)
+            with self._autocast():
+                out = self._forward(built, inputs)
+                loss = self._loss(out)
+            del out  # as the HF Trainer does: only the loss survives the forward
+            rec.end_forward()
+            rec.set_phase("backward", step)
+            loss.backward()
+            del loss
+            rec.mark((p.grad for p in trainable if p.grad is not None), "gradient")
+            rec.set_phase("optimizer", step)
+            if opt is not None:
+                if master is not None:
+                    for m, p in zip(master, trainable):
+                        m.grad = None if p.grad is None else p.grad.float()
+                    rec.mark((m.grad for m in master if m.grad is not None), "gradient")
+                    for p in trainable:
+                        p.grad = None
+                opt.step()
+                self._mark_optimizer(opt)
+                opt.zero_grad(set_to_none=True)
+                if master is not None:
+                    with torch.no_grad():
+                        for m, p in zip(master, trainable):
+                            p.copy_(m)
+            else:
+                for p in trainable:
+                    p.grad = None
+            del inputs
+            gc.collect()
+            self.progress(f"step {step}/{self.steps} traced in {time.perf_counter() - t0:.1f} s")
+
+    def _mark_optimizer(self, opt) -> None:
+        rec = self.rec
+        for state in opt.state.values():
+            for k, v in state.items():
+                if isinstance(v, torch.Tensor):
+                    # step counters stay on the host in a CUDA run (not capturable/fused)
+                    rec.mark((v,), "host" if k == "step" and v.numel() == 1 else "optimizer_state")
+
+    def _infer(self, built: Built) -> None:
+        rec, wl = self.rec, self.wl
+        model = built.model
+        rec.set_phase("setup", 1)
+        inputs = self._inputs(built, wl.seq)
+        rec.mark(_tensors(inputs), "input")
+        with torch.no_grad(), self._autocast():
+            if not built.is_hf or not wl.new_tokens:
+                rec.set_phase("prefill", 1)
+                out = self._forward(built, inputs)
+                del out
+                return
+            from transformers import DynamicCache, EncoderDecoderCache
+
+            cfg = built.config
+            if built.kind == "seq2seq":
+                cache = EncoderDecoderCache(DynamicCache(), DynamicCache())
+            else:
+                cache = DynamicCache(config=cfg)
+            extra = {"logits_to_keep": 1} if accepts(model, "logits_to_keep") else {}
+            ckey = "cache" if accepts(model, "cache") else "past_key_values"
+            rec.set_phase("prefill", 1)
+            out = model(**inputs, **{ckey: cache}, use_cache=True, **extra)
+            cache = _out_cache(out)
+            rec.mark(_cache_tensors(cache), "kv_cache")
+            nxt = out.logits[:, -1:].argmax(-1)
+            enc = getattr(out, "encoder_last_hidden_state", None)
+            del out
+            for i in range(wl.new_tokens):
+                rec.set_phase("decode", 1)
+                if built.kind == "seq2seq":
+                    from transformers.modeling_outputs import BaseModelOutput
+
+                    out = model(encoder_outputs=BaseModelOutput(last_hidden_state=enc), decoder_input_ids=nxt,
+                                **{ckey: cache}, use_cache=True)
+                else:
+                    out = model(input_ids=nxt, **{ckey: cache}, use_cache=True, **extra)
+                cache = _out_cache(out)
+                rec.mark(_cache_tensors(cache), "kv_cache")
+                nxt = out.logits[:, -1:].argmax(-1)
+                del out
+                if (i + 1) % 64 == 0:
+                    self.progress(f"decoded {i + 1}/{wl.new_tokens} tokens")
+
+
+def _out_cache(out):
+    cache = getattr(out, "cache", None)
+    return cache if cache is not None else getattr(out, "past_key_values", None)
+
+
+def _tensors(x) -> list[torch.Tensor]:
+    if isinstance(x, torch.Tensor):
+        return [x]
+    if isinstance(x, dict):
+        x = list(x.values())
+    if isinstance(x, (tuple, list)):
+        return [t for t in x if isinstance(t, torch.Tensor)]
+    return []
+
+
+def _config_of(source: Any) -> dict:
+    """config.json fields of a ModelSpec, a dict, a catalog name or a path."""
+    cfg = getattr(source, "config", None)
+    if isinstance(cfg, dict) and cfg:
+        return cfg
+    if isinstance(source, dict):
+        return source
+    if isinstance(source, str):
+        try:
+            from vramlens.models import load_model  # type: ignore[attr-defined]
+        except ImportError:
+            load_model = None
+        if load_model is not None:
+            spec = load_model(source)
+            if spec.config:
+                return spec.config
+            raise TraceError(f"model {source!r} has no config.json fields to build it from: use a config.json")
+        import json
+        import os
+
+        path = os.path.join(source, "config.json") if os.path.isdir(source) else source
+        if os.path.isfile(path):
+            with open(path) as f:
+                return json.load(f)
+        raise InputError(f"model {source!r}: not a config.json or folder, and the model catalog is not available")
+    raise InputError(f"cannot trace {type(source).__name__}: give a ModelSpec, a config dict, a name or package.module:factory")
+
+
+def describe_failure(rec: Recorder, exc: BaseException) -> str:
+    """One line naming the module and op where tracing failed, and what to do instead."""
+    module, op = rec.failed_at or (rec.module, rec.last_op)
+    module, op = module or "<top>", op or "?"
+    kind = type(exc).__name__
+    msg = str(exc).strip().splitlines()[0] if str(exc).strip() else kind
+    if len(msg) > 200:
+        msg = msg[:200] + "..."
+    hint = "try --real-cpu (real tensors, small shapes) or the analytic `vramlens estimate`"
+    name = kind
+    from torch._subclasses.fake_tensor import DataDependentOutputException, UnsupportedOperatorException
+
+    if isinstance(exc, DataDependentOutputException):
+        name = "data-dependent shape"
+    elif isinstance(exc, UnsupportedOperatorException):
+        name = "op without a fake implementation"
+    return f"cannot trace module {module!r} at op {op!r} ({name}: {msg}); {hint}"
+
+
+def _print_progress(msg: str) -> None:
+    print(f"vramlens trace: {msg}", file=sys.stderr, flush=True)
