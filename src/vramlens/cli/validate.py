@@ -1,0 +1,97 @@
+"""`vramlens validate`: how far the estimates are from independent references.
+
+Subcommands:
+  published   the published GPU measurements and paper formulas in validation/published-cases.json
+  trace       the analytic estimate against the fake-tensor tracer on a matrix of architectures
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from vramlens.cli.options import print_json
+
+EXAMPLES = """examples:
+  vramlens validate published
+  vramlens validate published --json
+  vramlens validate trace
+"""
+
+
+def add_parser(sub) -> argparse.ArgumentParser:
+    p = sub.add_parser("validate", help="compare estimates with published figures and with the tracer",
+                       description=__doc__, epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
+    vsub = p.add_subparsers(dest="validate_what", metavar="WHAT")
+    pub = vsub.add_parser("published", help="published GPU measurements and paper formulas",
+                          epilog="example: vramlens validate published --json")
+    pub.add_argument("--cases", default=None, help="a published-cases.json (default: the bundled one)")
+    pub.add_argument("--json", action="store_true", help="print JSON rows")
+    pub.set_defaults(func=run_published)
+    add_trace = _trace_hook()
+    if add_trace is not None:
+        add_trace(vsub)
+    p.set_defaults(func=lambda args: (p.print_help(), 2)[1])
+    return p
+
+
+def _trace_hook():
+    try:
+        from vramlens.cli import validate_trace
+    except ModuleNotFoundError:
+        return None
+    return validate_trace.add_subparser
+
+
+def bundled_cases_path() -> Path:
+    from importlib.resources import files
+
+    packaged = files("vramlens").joinpath("data/published-cases.json")
+    if packaged.is_file():
+        return Path(str(packaged))
+    return Path(__file__).resolve().parents[3] / "validation" / "published-cases.json"
+
+
+def run_published(args: argparse.Namespace) -> int:
+    from vramlens.errors import InputError
+    from vramlens.published import run_all
+
+    path = Path(args.cases) if args.cases else bundled_cases_path()
+    try:
+        cases = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise InputError(f"cases file {str(path)!r} does not exist: pass --cases PATH") from None
+    except json.JSONDecodeError as e:
+        raise InputError(f"cases file {str(path)!r} is not JSON ({e.msg} at line {e.lineno})") from None
+    rows = run_all(cases)
+    if args.json:
+        print_json([
+            {"id": r.id, "figure": r.figure, "published_bytes": r.published_bytes, "estimated_bytes": r.estimated_bytes,
+             "error": r.error, "first_order_bytes": r.first_order_bytes, "first_order_error": r.first_order_error,
+             "reason": r.reason}
+            for r in rows
+        ])
+        return 0
+    print(render_rows(rows))
+    return 0
+
+
+def render_rows(rows) -> str:
+    mib = 1024**2
+    lines = [f"{'case':<48} {'figure':<18} {'published':>12} {'vramlens':>12} {'error':>8} {'1st-order':>10}",
+             "-" * 112]
+    for r in rows:
+        if r.estimated_bytes is None:
+            lines.append(f"{r.id:<48} {'-':<18} {r.published_bytes / mib:>10,.0f}Mi {'-':>12} {'-':>8}  {r.reason}")
+            continue
+        fo = f"{r.first_order_error:+.1%}" if r.first_order_error is not None else ""
+        lines.append(f"{r.id:<48} {r.figure:<18} {r.published_bytes / mib:>10,.0f}Mi {r.estimated_bytes / mib:>10,.0f}Mi "
+                     f"{r.error:>+8.1%} {fo:>10}")
+    errs = [abs(r.error) for r in rows if r.error is not None]
+    if errs:
+        errs.sort()
+        lines.append("-" * 112)
+        lines.append(f"{len(errs)} cases: median |error| {errs[len(errs) // 2]:.1%}, max {errs[-1]:.1%} "
+                     "(MiB = 2^20 bytes; 1st-order = peak allocated + context, no allocator model)")
+    return "\n".join(lines)

@@ -1,0 +1,60 @@
+import json
+
+import pytest
+
+from vramlens.cli.main import main
+
+
+def run(capsys, *argv):
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_estimate_json_schema(capsys):
+    code, out, err = run(capsys, "estimate", "llama-2-7b", "--mode", "train", "--gpu", "A100-80GB", "--json")
+    assert code == 0, err
+    d = json.loads(out)
+    assert d["model"]["params"] == 6_738_415_616
+    assert d["model"]["trainable_params"] == 6_738_415_616
+    assert set(d["components"]) == {"weights", "master_weights", "gradients", "optimizer_states", "activations",
+                                     "kv_cache", "temporaries", "comm_buffers", "runtime"}
+    assert all(isinstance(v, int) for v in d["components"].values())
+    assert d["peak_allocated_bytes"] <= d["peak_reserved_bytes"] <= d["device_total_bytes"]
+    assert d["gpu"]["name"] == "A100-80GB"
+    assert d["fits"] is False  # bf16 AdamW full fine-tuning of 7B needs ~63 GiB + the foreach temporary
+
+
+def test_estimate_table(capsys):
+    code, out, _ = run(capsys, "estimate", "llama-2-7b", "--gpu", "24GB")
+    assert code == 0
+    assert "weights" in out and "GiB" in out and "FITS" in out
+
+
+def test_params_only_prints_assumed_dims(capsys):
+    code, out, _ = run(capsys, "estimate", "--params", "7B")
+    assert code == 0
+    assert "assumed:" in out
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["estimate", "lama-2-7b"], "unknown model 'lama-2-7b'"),
+    (["estimate", "llama-2-7b", "--tp", "3", "--gpus", "3"], "tp=3 must divide the 32 attention heads"),
+    (["estimate", "llama-2-7b", "--gpu", "A100-90"], "unknown GPU"),
+    (["estimate", "llama-2-7b", "--mode", "train", "--method", "lora", "--lora-targets", "c_attn"],
+     "lora_targets=c_attn match no linear layer"),
+    (["estimate"], "give a MODEL"),
+])
+def test_bad_input_is_one_line_exit_2(capsys, argv, message):
+    code, out, err = run(capsys, *argv)
+    assert code == 2
+    assert message in err
+    assert "Traceback" not in err
+    assert len(err.strip().splitlines()) == 1
+
+
+def test_argparse_rejects_unknown_dtype(capsys):
+    with pytest.raises(SystemExit) as e:
+        main(["estimate", "llama-2-7b", "--dtype", "fp12"])
+    assert e.value.code == 2
+    assert "invalid choice: 'fp12'" in capsys.readouterr().err
