@@ -50,7 +50,7 @@ def bundled_cases_path() -> Path:
     packaged = files("vramlens").joinpath("data/published-cases.json")
     if packaged.is_file():
         return Path(str(packaged))
-    return Path(__file__).resolve().parents[3] / "validation" / "published-cases.json"
+    return Path(__file__).resolve().parents[1] / "data" / "published-cases.json"
 
 
 def run_published(args: argparse.Namespace) -> int:
