@@ -25,6 +25,8 @@ def add_parser(sub) -> argparse.ArgumentParser:
     p.add_argument("--gpu", default=None, help="GPU name from `vramlens gpus` or a size (24GB, 80GiB)")
     p.add_argument("--headroom", type=float, default=0.10, help="fraction of the GPU kept free (default 0.10)")
     p.add_argument("--html", default=None, metavar="FILE", help="also write a self-contained HTML report")
+    p.add_argument("--svg", default=None, metavar="FILE", help="also write the breakdown chart as SVG")
+    p.add_argument("--png", default=None, metavar="FILE", help="also write the breakdown chart as PNG (needs cairosvg)")
     add_output_args(p)
     p.set_defaults(func=run)
     return p
@@ -42,7 +44,16 @@ def run(args: argparse.Namespace) -> int:
     if getattr(args, "html", None):
         from vramlens.report.html import write_estimate_html
 
-        write_estimate_html(est, args.html)
+        write_estimate_html(est, args.html, headroom=args.headroom)
+    if getattr(args, "svg", None) or getattr(args, "png", None):
+        from vramlens.report.html import write_text_atomic
+        from vramlens.report.svg import estimate_chart, svg_to_png
+
+        chart = estimate_chart(est.to_dict(), headroom=args.headroom)
+        if args.png:
+            write_text_atomic(args.png, svg_to_png(chart))
+        if args.svg:
+            write_text_atomic(args.svg, chart)
     if args.json:
         print_json(est.to_dict())
     else:

@@ -1,0 +1,273 @@
+"""Self-contained HTML reports: inline CSS and SVG, no scripts, no network, open offline.
+
+``render_html(kind, data)`` takes the JSON object a command prints (``estimate``, ``fit``
+or ``trace``) and returns one HTML document; ``write_estimate_html`` and ``write_html``
+write it atomically (a temporary file in the same folder, then a rename), so an error
+never leaves half a report behind.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from collections.abc import Mapping, Sequence
+from datetime import datetime, timezone
+from html import escape
+from pathlib import Path
+from typing import Any
+
+from vramlens import __version__
+from vramlens.report import svg
+from vramlens.units import GiB
+
+KINDS = ("estimate", "fit", "trace")
+
+CSS = """
+body{font-family:system-ui,-apple-system,'Segoe UI',sans-serif;margin:2rem auto;max-width:60rem;color:#222;padding:0 1rem}
+h1{font-size:1.5rem;margin-bottom:.2rem} h2{font-size:1.15rem;margin-top:2rem;border-bottom:1px solid #ddd}
+table{border-collapse:collapse;width:100%;font-size:.92rem} th,td{text-align:left;padding:.3rem .5rem;border-bottom:1px solid #eee;vertical-align:top}
+td.num,th.num{text-align:right;font-variant-numeric:tabular-nums;white-space:nowrap}
+.swatch{display:inline-block;width:.8rem;height:.8rem;margin-right:.4rem;vertical-align:middle}
+.verdict{font-size:1.2rem;font-weight:bold;padding:.5rem .8rem;border-radius:4px;display:inline-block}
+.fits{background:#e3f4e8;color:#11602b} .nofit{background:#fbe4e4;color:#8a1010} .unknown{background:#eee}
+.muted{color:#666;font-size:.85rem} code{font-size:.85rem} svg{max-width:100%;height:auto}
+dl{display:grid;grid-template-columns:max-content auto;gap:.2rem 1rem} dt{font-weight:bold}
+"""
+
+
+def gib(n: int | None) -> str:
+    return "" if n is None else f"{n / GiB:,.2f}"
+
+
+def _page(title: str, body: list[str]) -> str:
+    stamp = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    return "\n".join([
+        "<!DOCTYPE html>",
+        '<html lang="en"><head><meta charset="utf-8">',
+        '<meta name="viewport" content="width=device-width, initial-scale=1">',
+        f'<meta name="generator" content="vramlens {escape(__version__)}">',
+        f"<title>{escape(title)}</title><style>{CSS}</style></head><body>",
+        *body,
+        f'<footer class="muted"><p>Made by vramlens {escape(__version__)} on {stamp}. '
+        "Sizes in GiB (1 GiB = 1024³ bytes).</p></footer>",
+        "</body></html>",
+    ])
+
+
+def _verdict(data: Mapping) -> str:
+    fits = data.get("fits")
+    gpu = data.get("gpu")
+    if fits is None or not gpu:
+        return '<p class="verdict unknown">No GPU given: pass --gpu to get a verdict.</p>'
+    spare = data.get("headroom_bytes") or 0
+    cls, word = ("fits", "FITS") if fits else ("nofit", "DOES NOT FIT")
+    return (f'<p class="verdict {cls}" id="verdict">{word} on {escape(gpu["name"])}: {gib(data.get("device_total_bytes"))} '
+            f'of {gib(gpu["usable_bytes"])} GiB, {gib(abs(spare))} GiB {"to spare" if spare >= 0 else "too much"}</p>'
+            + (f'<p>{escape(data.get("advice") or "")}</p>' if data.get("advice") else ""))
+
+
+def _components_table(data: Mapping) -> str:
+    comps: Mapping[str, int] = data.get("components") or {}
+    expl: Mapping[str, str] = data.get("explanations") or {}
+    rows = ['<table id="components"><thead><tr><th>component</th><th class="num">GiB</th><th class="num">bytes</th>'
+            "<th>where it comes from</th></tr></thead><tbody>"]
+    for name, b in comps.items():
+        rows.append(f'<tr><td><span class="swatch" style="background:{svg.color_of(name, list(comps))}"></span>'
+                    f"{escape(svg.label_of(name))}</td><td class=\"num\">{gib(b)}</td><td class=\"num\">{b:,}</td>"
+                    f"<td>{escape(expl.get(name, ''))}</td></tr>")
+    rows.append("</tbody><tfoot>")
+    for key, label, why in (
+        ("peak_allocated_bytes", "peak allocated", f"max_memory_allocated, at the {data.get('peak_phase') or ''} peak"),
+        ("peak_reserved_bytes", "peak reserved", "max_memory_reserved (caching allocator)"),
+        ("device_total_bytes", "device total", "what nvidia-smi shows"),
+        ("host_bytes", "host RAM", "offloaded or staged on the CPU"),
+    ):
+        if data.get(key) is not None and (key != "host_bytes" or data.get(key)):
+            rows.append(f'<tr><th>{label}</th><td class="num" id="{key}">{gib(data[key])}</td>'
+                        f'<td class="num">{data[key]:,}</td><td>{escape(why)}</td></tr>')
+    rows.append("</tfoot></table>")
+    return "\n".join(rows)
+
+
+def _inputs(data: Mapping) -> str:
+    model = data.get("model") or {}
+    work = data.get("workload") or {}
+    gpu = data.get("gpu") or {}
+    out = ["<h2>Inputs</h2><dl>"]
+    for k, v in model.items():
+        if v not in (None, [], ""):
+            out.append(f"<dt>model.{escape(str(k))}</dt><dd>{escape(_fmt(v))}</dd>")
+    for k, v in work.items():
+        out.append(f"<dt>{escape(str(k))}</dt><dd>{escape(_fmt(v))}</dd>")
+    for k, v in gpu.items():
+        out.append(f"<dt>gpu.{escape(str(k))}</dt><dd>{escape(_fmt(v))}</dd>")
+    out.append("</dl>")
+    return "\n".join(out)
+
+
+def _fmt(v: Any) -> str:
+    if isinstance(v, bool) or v is None:
+        return str(v).lower() if isinstance(v, bool) else "none"
+    if isinstance(v, int):
+        return f"{v:,}"
+    if isinstance(v, (list, tuple)):
+        return ", ".join(map(str, v))
+    return str(v)
+
+
+def _notes(data: Mapping) -> str:
+    notes = list(data.get("notes") or []) + [f"assumed: {a}" for a in (data.get("model") or {}).get("assumed") or []]
+    if not notes:
+        return ""
+    return "<h2>Notes</h2><ul>" + "".join(f"<li>{escape(str(n))}</li>" for n in notes) + "</ul>"
+
+
+def _estimate_body(data: Mapping, headroom: float) -> list[str]:
+    name = (data.get("model") or {}).get("name", "model")
+    return [
+        f"<h1>{escape(name)}: memory per GPU</h1>",
+        f'<p class="muted">source: {escape(str(data.get("source", "estimate")))}; '
+        f'{(data.get("model") or {}).get("params", 0):,} parameters</p>',
+        _verdict(data),
+        '<figure id="chart">' + svg.estimate_chart(data, headroom=headroom) + "</figure>",
+        "<h2>Components, and the formula each number came from</h2>",
+        _components_table(data),
+        _notes(data),
+        _inputs(data),
+    ]
+
+
+def _plans_table(plans: Sequence[Mapping]) -> str:
+    rows = ['<table id="plans"><thead><tr><th>#</th><th>plan</th><th class="num">device total GiB</th>'
+            "<th>fits</th><th>changes</th></tr></thead><tbody>"]
+    for i, p in enumerate(plans, 1):
+        changes = p.get("changes") or p.get("settings") or p.get("workload") or {}
+        text = ", ".join(f"{k}={_fmt(v)}" for k, v in changes.items()) if isinstance(changes, Mapping) else _fmt(changes)
+        fits = p.get("fits")
+        rows.append(f"<tr><td>{i}</td><td>{escape(str(p.get('name') or p.get('label') or f'plan {i}'))}</td>"
+                    f'<td class="num">{gib(p.get("device_total_bytes"))}</td>'
+                    f"<td>{'' if fits is None else ('yes' if fits else 'no')}</td><td>{escape(text)}</td></tr>")
+    rows.append("</tbody></table>")
+    return "\n".join(rows)
+
+
+def _fit_body(data: Mapping, headroom: float) -> list[str]:
+    plans = list(data.get("plans") or [])
+    gpu = data.get("gpu") or {}
+    cap = gpu.get("usable_bytes") if isinstance(gpu, Mapping) else None
+    name = (data.get("model") or {}).get("name", "model")
+    body = [f"<h1>{escape(str(name))}: plans that fit</h1>"]
+    if not plans:
+        body.append('<p class="verdict nofit">No plan fits.</p>')
+    else:
+        body.append('<figure id="chart">' + svg.plans_chart(plans, capacity=cap, headroom=headroom) + "</figure>")
+        body.append("<h2>Plans</h2>")
+        body.append(_plans_table(plans))
+    body.append(_inputs(data))
+    return body
+
+
+def timeline_from_events(events: Sequence[Mapping], *, max_points: int = 1500) -> list[tuple[float, dict[str, int]]]:
+    """Live bytes by tag after each event, from ``{"seq", "action", "nbytes", "tag"}`` dicts.
+
+    The stream is thinned to at most ``max_points`` points, always keeping the peak.
+    """
+    live: dict[str, int] = {}
+    points: list[tuple[float, dict[str, int]]] = []
+    for i, e in enumerate(events):
+        tag = str(e.get("tag", "other"))
+        sign = -1 if e.get("action") == "free" else 1
+        live[tag] = live.get(tag, 0) + sign * int(e.get("nbytes", 0))
+        points.append((float(e.get("seq", i)), dict(live)))
+    if len(points) <= max_points:
+        return points
+    peak = max(range(len(points)), key=lambda j: sum(points[j][1].values()))
+    stride = -(-len(points) // max_points)
+    keep = sorted(set(range(0, len(points), stride)) | {peak, len(points) - 1})
+    return [points[j] for j in keep]
+
+
+def _trace_body(data: Mapping, headroom: float) -> list[str]:
+    body = _estimate_body(data, headroom)
+    tr = data.get("trace") or {}
+    points = data.get("timeline")
+    if points is None and data.get("events_list"):
+        points = timeline_from_events(data["events_list"])
+    gpu = data.get("gpu") or {}
+    if points:
+        pts = [(float(p[0]), dict(p[1])) if not isinstance(p, Mapping) else (float(p["x"]), dict(p["bytes"]))
+               for p in points]
+        body.insert(3, '<figure id="timeline">' + svg.timeline(
+            pts, title="Memory timeline by category", x_label="event", capacity=gpu.get("usable_bytes")) + "</figure>")
+    for key, title, cols in (
+        ("top_modules_at_peak", "Top modules at the peak", ("module", "bytes")),
+        ("top_tensors_at_peak", "Top tensors at the peak", ("bytes", "tag", "module", "op", "phase", "step")),
+    ):
+        rows = tr.get(key) or []
+        if not rows:
+            continue
+        body.append(f"<h2>{title}</h2><table id=\"{key}\"><thead><tr>" +
+                    "".join(f"<th>{c}{' (GiB)' if c == 'bytes' else ''}</th>" for c in cols) + "</tr></thead><tbody>")
+        for r in rows:
+            body.append("<tr>" + "".join(
+                f'<td class="num">{gib(r.get(c))}</td>' if c == "bytes" else f"<td>{escape(_fmt(r.get(c)))}</td>"
+                for c in cols) + "</tr>")
+        body.append("</tbody></table>")
+    return body
+
+
+def render_html(kind: str, data: Mapping, *, headroom: float = 0.10) -> str:
+    """One self-contained HTML document for a command's JSON object.
+
+    Args:
+        kind: "estimate" (``Estimate.to_dict()``), "fit" (an object with ``"plans"``, each with
+            ``"components"`` and optionally ``"device_total_bytes"``, ``"fits"``, ``"changes"``)
+            or "trace" (``TraceResult.to_dict()``, optionally with ``"timeline"``: a list of
+            ``[x, {category: bytes}]`` points, or ``"events_list"``: event dicts).
+        data: the object.
+        headroom: fraction of the GPU kept free, for the headroom line.
+
+    Returns:
+        HTML text.
+
+    Raises:
+        InputError: an unknown kind.
+    """
+    from vramlens.errors import InputError
+
+    if kind not in KINDS:
+        raise InputError(f"kind={kind!r} is not one of: {', '.join(KINDS)}")
+    name = (data.get("model") or {}).get("name", "model")
+    body = {"estimate": _estimate_body, "fit": _fit_body, "trace": _trace_body}[kind](data, headroom)
+    return _page(f"vramlens {kind}: {name}", body)
+
+
+def write_text_atomic(path: str | os.PathLike, text: str | bytes) -> Path:
+    """Write ``text`` to ``path`` through a temporary file in the same folder and a rename."""
+    target = Path(path)
+    folder = target.parent if str(target.parent) else Path(".")
+    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=folder)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(text.encode("utf-8") if isinstance(text, str) else text)
+        os.replace(tmp, target)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except FileNotFoundError:
+            pass
+        raise
+    return target
+
+
+def write_html(kind: str, data: Mapping, path: str | os.PathLike, *, headroom: float = 0.10) -> Path:
+    """Render and write a report atomically; returns the path written."""
+    return write_text_atomic(path, render_html(kind, data, headroom=headroom))
+
+
+def write_estimate_html(est, path: str | os.PathLike, *, headroom: float | None = None) -> Path:
+    """The ``vramlens estimate --html FILE`` report of an Estimate."""
+    return write_html("estimate", est.to_dict(), path, headroom=0.10 if headroom is None else headroom)
+
+
+__all__ = ["KINDS", "render_html", "timeline_from_events", "write_estimate_html", "write_html", "write_text_atomic"]
