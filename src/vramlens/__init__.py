@@ -1,3 +1,49 @@
-"""vramlens: will this model fit on my GPU, where did my memory go, and what should I change?"""
+"""vramlens: will this model fit on my GPU, where did my memory go, and what should I change?
+
+The public API::
+
+    import vramlens
+    est = vramlens.estimate("llama-2-7b", mode="train", method="lora", gpu="A100-80GB")
+    est.breakdown.as_dict(), est.fits, est.to_dict()
+
+Heavy parts load on first use: ``vramlens.trace`` needs the ``trace`` extra (torch).
+"""
+
+from __future__ import annotations
+
+from typing import Any
 
 __version__ = "0.1.0"
+
+_LAZY = {
+    "Breakdown": "vramlens.estimate.breakdown",
+    "COMPONENTS": "vramlens.estimate.breakdown",
+    "Component": "vramlens.estimate.breakdown",
+    "Estimate": "vramlens.estimate.core",
+    "GPU": "vramlens.hardware.gpu",
+    "ModelSpec": "vramlens.models.spec",
+    "TensorInfo": "vramlens.models.spec",
+    "VramlensError": "vramlens.errors",
+    "Workload": "vramlens.workload",
+    "estimate": "vramlens.estimate",
+    "get_gpu": "vramlens.hardware.catalog",
+    "list_gpus": "vramlens.hardware.catalog",
+    "load_model": "vramlens.models",
+    "make_workload": "vramlens.workload",
+}
+
+__all__ = sorted(_LAZY)
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        import importlib
+
+        value = getattr(importlib.import_module(_LAZY[name]), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module 'vramlens' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

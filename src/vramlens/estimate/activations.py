@@ -22,6 +22,14 @@ from vramlens.workload import Workload
 
 BLOCK = 512
 
+#: Model types whose eager attention computes ``softmax(..., dtype=torch.float32)`` and casts back
+#: (transformers/models/llama/modeling_llama.py ``eager_attention_forward`` and its copies); the
+#: others (GPT-2, BERT, ...) take the softmax in the compute dtype unless autocast upcasts it.
+FP32_SOFTMAX = frozenset({
+    "llama", "mistral", "mixtral", "qwen2", "qwen2_moe", "qwen3", "qwen3_moe", "phi3", "gemma", "gemma2",
+    "gemma3_text", "starcoder2", "olmo", "olmo2", "cohere", "granite",
+})
+
 
 def _r(n: int) -> int:
     return round_up(int(n), BLOCK) if n > 0 else 0
@@ -143,9 +151,8 @@ def layer_activations(spec: ModelSpec, w: Workload, b: int, s: int, *, cross_s: 
         kv_saved = kv
     total += q + 2 * kv_saved
     if attention == "eager" and w.checkpointing != "selective":
-        # softmax(dtype=float32) keeps its fp32 output; .to(c) keeps a copy for probs @ v
         probs = b * D.a * s * S
-        q_bytes = _r(4 * probs) + (_r(c * probs) if c != 4 else 0)
+        q_bytes = _softmax_saved(spec, probs, c, autocast)
         if p_attn > 0:
             q_bytes += _r(probs) + _r(c * probs)  # dropout mask (bool on CUDA) and dropped probabilities
         quad += q_bytes
@@ -163,7 +170,7 @@ def layer_activations(spec: ModelSpec, w: Workload, b: int, s: int, *, cross_s: 
         total += q + 2 * _r(c * D.a * D.d * b * cross_s) + _r(c * D.a * D.d * t)
         if attention == "eager":
             probs = b * D.a * s * cross_s
-            cq = _r(4 * probs) + (_r(c * probs) if c != 4 else 0)
+            cq = _softmax_saved(spec, probs, c, autocast)
             if p_attn > 0:
                 cq += _r(probs) + _r(c * probs)
             quad += cq
@@ -179,6 +186,12 @@ def layer_activations(spec: ModelSpec, w: Workload, b: int, s: int, *, cross_s: 
     if p_hid > 0:
         total += _r(D.h * t) // sp
     return LayerActivations(saved=total, quadratic=quad, checkpoint_input=_r(r * D.h * t) // sp)
+
+
+def _softmax_saved(spec: ModelSpec, probs: int, c: int, autocast: bool) -> int:
+    """Softmax keeps its output; an fp32 softmax (by the model or by autocast) adds the cast copy for probs @ v."""
+    sm = 4 if (autocast or c == 4 or spec.model_type in FP32_SOFTMAX) else c
+    return _r(sm * probs) + (_r(c * probs) if sm != c else 0)
 
 
 def _act_saved(act: str, n: int, c: int) -> int:

@@ -7,8 +7,8 @@ blocks, LoRA shapes, quantization group counts) are computed once per (spec, que
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from collections import OrderedDict
+from dataclasses import dataclass
 from typing import Callable
 
 from vramlens.models.spec import ModelSpec, TensorInfo

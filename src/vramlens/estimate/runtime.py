@@ -11,7 +11,6 @@ from __future__ import annotations
 from vramlens.hardware.gpu import GPU
 from vramlens.workload import Workload
 
-
 #: The GPU assumed for the runtime overhead when none is given: a current data-centre card.
 REFERENCE_GPU = "H100-SXM-80GB"
 
