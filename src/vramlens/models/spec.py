@@ -40,6 +40,9 @@ class TensorInfo:
     (``"fp32"``, ``"int8"``, ...) when it is fixed (a quantized checkpoint, an int64 buffer).
     ``module`` is the leaf module's attribute name (``"q_proj"``), what peft's
     ``target_modules`` matches; ``layer`` the block index, None outside the blocks.
+    ``logical_shape`` is set when ``shape`` is a packed storage layout (a GPTQ ``qweight``
+    int32 (in / 8, out), a bitsandbytes 4-bit uint8 (n / 2, 1)): the (out, in) shape of the
+    weight it stands for, from which ``in_features``/``out_features`` are read.
     """
 
     name: str
@@ -49,6 +52,7 @@ class TensorInfo:
     layer: int | None = None
     dtype: str | None = None
     stack: Literal["encoder", "decoder"] | None = None
+    logical_shape: tuple[int, ...] | None = None
 
     @property
     def numel(self) -> int:
@@ -61,10 +65,14 @@ class TensorInfo:
     @property
     def in_features(self) -> int:
         """Input features of a linear-like weight (Conv1D stores it transposed)."""
+        if self.logical_shape is not None:
+            return self.logical_shape[-1]
         return self.shape[0] if self.role == "conv1d" else self.shape[-1]
 
     @property
     def out_features(self) -> int:
+        if self.logical_shape is not None:
+            return self.logical_shape[-2]
         return self.shape[-1] if self.role == "conv1d" else self.shape[-2]
 
 
