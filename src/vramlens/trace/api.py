@@ -203,8 +203,10 @@ def _extrapolated(model, wl: Workload, *, steps, layers, backend, progress, top)
     L = config_layers(cfg)
     if L <= 0:
         raise InputError("layers=k: the config names no number of layers (num_hidden_layers / n_layer / num_layers)")
-    if not isinstance(layers, int) or layers < 2:
-        raise InputError(f"layers={layers!r} must be >= 2: two truncated models (k-1 and k blocks) give the line")
+    if isinstance(layers, bool) or not isinstance(layers, int) or layers < 3:
+        # a one-block model is not yet on the line (its first block is also its last), so the
+        # line comes from k-1 >= 2 and k blocks
+        raise InputError(f"layers={layers!r} must be >= 3: the line comes from truncated models of k-1 and k blocks")
     if layers >= L:
         return _trace_once(model, wl, steps=steps, backend=backend, input_shape=None, progress=progress, top=top)
     t0 = time.perf_counter()
@@ -226,8 +228,9 @@ def _extrapolated(model, wl: Workload, *, steps, layers, backend, progress, top)
     comps = {c: _line(comps1.get(c, 0), comps2.get(c, 0), k1, k2, L) for c in comps2}
     peak_step, peak_phase, peak = max(phases, key=lambda x: x[2])
     steps_peaks: dict[int, int] = {}
-    for st, _p, b in phases:
-        steps_peaks[st] = max(steps_peaks.get(st, 0), b)
+    for st, p, b in phases:
+        if p != "setup":
+            steps_peaks[st] = max(steps_peaks.get(st, 0), b)
     params, trainable = _full_counts(cfg, wl)
     notes = list(r2.notes) + [
         f"extrapolated linearly from traces of the first {k1} and {k2} of {L} layers "
