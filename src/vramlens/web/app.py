@@ -88,10 +88,6 @@ class FitQuery(EstimateQuery):
     top: int = Field(5, ge=1, le=50, description="how many plans")
 
 
-class TooLarge(Exception):
-    pass
-
-
 class BodyLimit:
     """ASGI middleware: 413 for a body over ``limit`` bytes, whether announced or streamed."""
 
@@ -106,28 +102,37 @@ class BodyLimit:
             if k == b"content-length" and v.isdigit() and int(v) > self.limit:
                 return await self._reject(send)
         seen = 0
-        started = False
+        started = rejected = False
 
         async def counted_receive():
-            nonlocal seen
+            # Over the limit: answer 413 now and tell the app the client left, so whatever the
+            # app does next (FastAPI turns a failed body read into a 400) is dropped.
+            nonlocal seen, rejected
+            if rejected:
+                return {"type": "http.disconnect"}
             msg = await receive()
             if msg["type"] == "http.request":
                 seen += len(msg.get("body", b""))
                 if seen > self.limit:
-                    raise TooLarge
+                    rejected = True
+                    if not started:
+                        await self._reject(send)
+                    return {"type": "http.disconnect"}
             return msg
 
         async def tracked_send(msg):
             nonlocal started
+            if rejected:
+                return
             if msg["type"] == "http.response.start":
                 started = True
             await send(msg)
 
         try:
             await self.app(scope, counted_receive, tracked_send)
-        except TooLarge:
-            if not started:
-                await self._reject(send)
+        except Exception:
+            if not rejected:
+                raise
 
     async def _reject(self, send):
         body = json.dumps({"error": f"request body over {self.limit // 1024} KiB: paste a config.json, "
@@ -239,7 +244,10 @@ def create_app() -> FastAPI:
     def page() -> HTMLResponse:
         from vramlens.web.page import render_page
 
-        return HTMLResponse(render_page())
+        # the page needs nothing from anywhere but this server: say so to the browser
+        csp = ("default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; "
+               "connect-src 'self'; img-src 'self' data:; base-uri 'none'; form-action 'none'")
+        return HTMLResponse(render_page(), headers={"content-security-policy": csp})
 
     @app.get("/api/estimate", summary="Estimate memory (same object as `vramlens estimate --json`)")
     def get_estimate(q: Annotated[EstimateQuery, Query()]) -> dict:

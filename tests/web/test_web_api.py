@@ -1,0 +1,146 @@
+"""The JSON API: the same objects as the CLI's --json, clean errors, and nothing unsafe."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from web_helpers import TINY_LLAMA, needs_model_loader
+
+from vramlens.cli.main import main
+from vramlens.web.app import MAX_BODY_BYTES
+
+FLAGS = {"model": "llama-2-7b", "mode": "train", "batch": 4, "seq": 1024, "gpu": "A100-80GB",
+         "checkpointing": "full", "grad_accum": 2, "method": "lora", "lora_rank": 8}
+
+
+def cli_json(capsys, argv: list[str]) -> dict:
+    capsys.readouterr()
+    assert main(argv) == 0
+    return json.loads(capsys.readouterr().out)
+
+
+def test_get_estimate_equals_cli_json(client, capsys):
+    needs_model_loader()
+    argv = ["estimate", FLAGS["model"], "--json"]
+    for k, v in FLAGS.items():
+        if k != "model":
+            argv += [f"--{k.replace('_', '-')}", str(v)]
+    r = client.get("/api/estimate", params=FLAGS)
+    assert r.status_code == 200, r.text
+    assert r.json() == cli_json(capsys, argv)
+
+
+def test_post_pasted_config_equals_cli_on_the_same_file(client, capsys, tmp_path):
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(TINY_LLAMA))
+    settings = {"mode": "train", "batch": 3, "seq": 256, "gpu": "24GB", "optimizer": "adamw-8bit"}
+    r = client.post("/api/estimate", json={"config": TINY_LLAMA, **settings})
+    assert r.status_code == 200, r.text
+    api = r.json()
+    if hasattr(__import__("vramlens.models", fromlist=["x"]), "load_model"):
+        cli = cli_json(capsys, ["estimate", str(path), "--json", "--mode", "train", "--batch", "3", "--seq", "256",
+                                "--gpu", "24GB", "--optimizer", "adamw-8bit"])
+        # the name and source say where the config came from; every number is the same
+        for k in ("name", "source"):
+            api["model"].pop(k), cli["model"].pop(k)
+        assert api == cli
+    # the pasted config as text gives the same answer
+    r2 = client.post("/api/estimate", json={"config": json.dumps(TINY_LLAMA), **settings})
+    assert r2.json()["components"] == api["components"]
+    assert api["workload"]["batch"] == 3 and api["gpu"]["name"]
+
+
+def test_batch_changes_the_total(client):
+    a = client.post("/api/estimate", json={"config": TINY_LLAMA, "mode": "train", "batch": 1}).json()
+    b = client.post("/api/estimate", json={"config": TINY_LLAMA, "mode": "train", "batch": 8}).json()
+    assert b["components"]["activations"] > a["components"]["activations"]
+    assert b["device_total_bytes"] > a["device_total_bytes"]
+
+
+@pytest.mark.parametrize("body, message", [
+    ({"config": "{bad"}, "the pasted config is not valid JSON: Expecting property name enclosed in double quotes "
+                         "at line 1 column 2"),
+    ({"config": "[1, 2]"}, "the pasted config must be a JSON object (a config.json), not list"),
+    ({"config": "[" * 100_000}, "the pasted config is not valid JSON: nested too deeply"),
+    ({"config": dict(TINY_LLAMA, num_hidden_layers=10**9)},
+     "num_hidden_layers=1000000000 in the pasted config is larger than 4096: no such model exists; check the config"),
+    ({"config": TINY_LLAMA, "mode": "fly"}, "mode='fly' is not one of: inference, train"),
+    ({"config": TINY_LLAMA, "batch": "many"}, "batch: Input should be a valid integer, unable to parse string as an integer"),
+    ({"config": TINY_LLAMA, "trust_remote_code": True}, "trust_remote_code: Extra inputs are not permitted"),
+])
+def test_bad_pasted_config_is_an_inline_error(client, body, message):
+    r = client.post("/api/estimate", json=body)
+    assert r.status_code == 422
+    assert r.json() == {"error": message}
+    assert client.get("/api/gpus").status_code == 200  # still up
+
+
+def test_model_problem_from_the_estimator_is_422(client):
+    r = client.post("/api/estimate", json={"config": TINY_LLAMA, "tp": 3, "gpus": 3})
+    assert r.status_code == 422
+    assert r.json()["error"].startswith("tp=3 must divide the 8 attention heads")
+
+
+@pytest.mark.parametrize("model", ["/etc/passwd", "../secrets/config.json", "pyproject.toml", "src",
+                                   "config.json", "a/b/c", "~/x"])
+def test_model_must_not_name_a_file(client, model):
+    r = client.get("/api/estimate", params={"model": model})
+    assert r.status_code == 422
+    assert r.json() == {"error": f"model={model!r} is not a catalog name or hub id: the web app reads no local "
+                                 "files; paste the config.json instead"}
+
+
+def test_body_over_the_limit_is_413(client):
+    r = client.post("/api/estimate", content=b" " * (MAX_BODY_BYTES + 1), headers={"content-type": "application/json"})
+    assert r.status_code == 413
+    assert r.json() == {"error": "request body over 256 KiB: paste a config.json, not a checkpoint"}
+
+
+def test_streamed_body_over_the_limit_is_413(client):
+    def chunks():
+        for _ in range(40):
+            yield b" " * 8192
+
+    r = client.post("/api/estimate", content=chunks(), headers={"content-type": "application/json"})
+    assert r.status_code == 413
+
+
+def test_unknown_parameter_is_refused(client):
+    r = client.get("/api/estimate", params={"params": "7B", "bacth": 4})
+    assert r.status_code == 422
+    assert r.json() == {"error": "bacth: Extra inputs are not permitted"}
+
+
+def test_gpus_and_models(client):
+    gpus = client.get("/api/gpus").json()
+    assert any(g["name"] == "A100-80GB" or "a100-80gb" in g["aliases"] for g in gpus)
+    assert all(g["usable_bytes"] <= g["memory_bytes"] for g in gpus)
+    models = client.get("/api/models")
+    assert models.status_code == 200 and isinstance(models.json(), list)
+
+
+def test_svg_endpoint(client):
+    import xml.etree.ElementTree as ET
+
+    r = client.post("/api/estimate.svg", json={"config": TINY_LLAMA, "gpu": "24GB"})
+    assert r.status_code == 200 and r.headers["content-type"].startswith("image/svg+xml")
+    ET.fromstring(r.text)
+
+
+def test_openapi_documents_the_flags(client):
+    spec = client.get("/openapi.json").json()
+    names = {p["name"] for p in spec["paths"]["/api/estimate"]["get"]["parameters"]}
+    assert {"model", "mode", "batch", "seq", "new_tokens", "grad_accum", "lora_rank", "kv_dtype", "gpu"} <= names
+    assert {"/api/models", "/api/gpus", "/api/fit"} <= set(spec["paths"])
+    assert client.get("/docs").status_code == 200
+
+
+def test_fit_without_the_advisor_says_so(client):
+    from vramlens.web.app import advisor
+
+    if advisor() is not None:
+        pytest.skip("the advisor exists; /api/fit is tested with it")
+    r = client.get("/api/fit", params={"params": "7B"})
+    assert r.status_code == 501
+    assert r.json() == {"error": "the advisor (vramlens.advise.fit) is not available in this version"}

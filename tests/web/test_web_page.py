@@ -1,0 +1,32 @@
+"""The page: one self-contained document with every knob."""
+
+from __future__ import annotations
+
+import re
+
+EXTERNAL = re.compile(r"""(src|href)\s*=\s*["']?\s*(https?:)?//""", re.I)
+
+
+def test_page_is_self_contained(client):
+    r = client.get("/")
+    assert r.status_code == 200
+    doc = r.text
+    assert not EXTERNAL.search(doc)
+    assert "{{" not in doc  # every placeholder filled
+    assert "default-src 'none'" in r.headers["content-security-policy"]
+    for knob in ("model", "params", "gpu", "mode", "method", "dtype", "amp", "quant", "optimizer", "batch", "seq",
+                 "new_tokens", "grad_accum", "checkpointing", "attention", "lora_rank", "gpus", "zero", "fsdp",
+                 "tp", "pp", "offload", "kv_dtype"):
+        assert f'data-param="{knob}"' in doc, knob
+    assert 'id="f-config"' in doc and 'id="total"' in doc
+
+
+def test_serve_defaults_to_localhost():
+    import argparse
+
+    from vramlens.cli import serve
+
+    parser = argparse.ArgumentParser()
+    serve.add_parser(parser.add_subparsers())
+    args = parser.parse_args(["serve"])
+    assert (args.host, args.port) == ("127.0.0.1", 8000)
