@@ -1,0 +1,487 @@
+"""The search: enumerate the remedies, keep the plans that fit, rank them by estimated speed.
+
+Remedies (names usable in ``keep`` / ``forbid``):
+
+=============  ===============================================================================
+amp            mixed precision / half-precision weights (--dtype, --amp)
+checkpointing  gradient checkpointing (selective or full)
+attention      SDPA / FlashAttention instead of the starting kernel
+lora, qlora    parameter-efficient fine-tuning (--method)
+8bit           8-bit optimizer states (--optimizer adamw-8bit)
+grad-accum     a smaller micro-batch with gradient accumulation (same effective batch)
+zero, fsdp     sharding of the training state over the data-parallel GPUs
+tp, pp         tensor and pipeline parallelism
+offload        CPU offload of optimizer states (and parameters)
+quant          quantized weights (inference)
+kv-quant       an 8-bit KV cache (inference)
+=============  ===============================================================================
+
+Every candidate is evaluated with the estimator's own component functions, memoized per part
+of the workload they read (:mod:`vramlens.advise.fastmem`); the plans returned are re-estimated
+with :func:`vramlens.estimate.estimate_spec`, so their figures are exactly what
+``vramlens estimate`` prints for their settings.
+"""
+
+from __future__ import annotations
+
+import heapq
+from dataclasses import dataclass, replace
+
+from vramlens.advise.cost import Links, TrainingCost, inference_request, tradeoffs, training_step
+from vramlens.advise.fastmem import STATE_FIELDS, FastMemory
+from vramlens.advise.plan import FitResult, Plan
+from vramlens.errors import ConfigError, InputError
+from vramlens.estimate import estimate_spec
+from vramlens.estimate import kv_cache as K
+from vramlens.hardware.gpu import GPU
+from vramlens.models.spec import ModelSpec
+from vramlens.units import human_bytes
+from vramlens.workload import Workload
+
+REMEDIES = ("amp", "checkpointing", "attention", "lora", "qlora", "8bit", "grad-accum", "zero", "fsdp",
+            "tp", "pp", "offload", "quant", "kv-quant")
+TRAIN_ONLY = ("checkpointing", "lora", "qlora", "8bit", "grad-accum", "zero", "fsdp", "offload")
+INFERENCE_ONLY = ("quant", "kv-quant")
+DEFAULT_MAX_PLANS = 10
+#: Largest tensor-parallel degree tried: TP stays inside one NVLink domain (8 GPUs per node).
+MAX_TP = 8
+
+
+@dataclass(frozen=True, slots=True)
+class Constraints:
+    keep: frozenset[str]
+    forbid: frozenset[str]
+    method_locked: bool
+
+
+def _names(items) -> frozenset[str]:
+    if isinstance(items, str):
+        items = items.split(",")
+    return frozenset(i.strip().lower().replace("_", "-") for i in items if i and i.strip())
+
+
+def check_constraints(base: Workload, keep, forbid, *, method_locked: bool, total_gpus: int) -> Constraints:
+    """Name every contradiction among the constraints before searching.
+
+    Raises:
+        InputError: an unknown remedy, or constraints that no plan can satisfy together.
+    """
+    k, f = _names(keep), _names(forbid)
+    problems: list[str] = []
+    for name in sorted((k | f) - set(REMEDIES)):
+        problems.append(f"unknown remedy {name!r}: choose from {', '.join(REMEDIES)}")
+    for name in sorted(k & f):
+        problems.append(f"--keep {name} and --forbid {name} contradict each other: drop one")
+    for name in ("lora", "qlora"):
+        if name in k and method_locked and base.method != name:
+            problems.append(f"--keep {name} contradicts --method {base.method}: drop one")
+    if {"lora", "qlora"} <= k:
+        problems.append("--keep lora and --keep qlora: a plan uses one method; keep one of them")
+    if {"zero", "fsdp"} <= k:
+        problems.append("--keep zero and --keep fsdp: a plan shards with ZeRO or FSDP, not both; keep one")
+    if not base.training:
+        for name in sorted(k & set(TRAIN_ONLY)):
+            problems.append(f"--keep {name} applies to training; the workload is --mode inference")
+    else:
+        for name in sorted(k & set(INFERENCE_ONLY)):
+            problems.append(f"--keep {name} applies to inference; the workload is --mode train")
+    for name in sorted(k & {"tp", "pp", "zero", "fsdp"}):
+        if total_gpus < 2:
+            problems.append(f"--keep {name} needs more than one GPU: give --gpus 2 or more")
+    if "offload" in k and "zero" in f and "fsdp" in f:
+        problems.append("--keep offload needs ZeRO or FSDP, and both are forbidden")
+    if problems:
+        raise ConfigError(problems)
+    return Constraints(keep=k, forbid=f, method_locked=method_locked)
+
+
+def _divisors(n: int) -> list[int]:
+    return [d for d in range(1, n + 1) if n % d == 0]
+
+
+def _half(gpu: GPU) -> str:
+    """bf16 where the GPU computes it natively (Ampere and later, CDNA2+, Apple), else fp16."""
+    return "fp16" if gpu.arch in ("volta", "turing") or not gpu.bf16_flops else "bf16"
+
+
+def _uniq(xs):
+    out = []
+    for x in xs:
+        if x not in out:
+            out.append(x)
+    return out
+
+
+def _precisions(base: Workload, gpu: GPU, c: Constraints) -> list[tuple[str, str | None]]:
+    if "amp" in c.forbid:
+        return [(base.dtype, base.amp)]
+    h = _half(gpu)
+    opts = [(base.dtype, base.amp), (h, None), (h, h), ("fp32", h)]
+    if "amp" in c.keep:
+        opts = [o for o in opts if o[0] != "fp32" or o[1] is not None]
+    return _uniq(opts)
+
+
+def _methods(base: Workload, c: Constraints) -> list[str]:
+    if c.method_locked:
+        return [base.method]
+    ms = _uniq([base.method, "full", "lora", "qlora"])
+    for name in ("lora", "qlora"):
+        if name in c.forbid:
+            ms = [m for m in ms if m != name]
+        if name in c.keep:
+            ms = [name]
+    return ms
+
+
+def _optimizers(base: Workload, c: Constraints) -> list[str]:
+    if base.optimizer == "none":
+        return ["none"]
+    opts = _uniq([base.optimizer, "adamw-8bit"])
+    if "8bit" in c.forbid:
+        opts = [o for o in opts if "8bit" not in o] or [base.optimizer]
+    if "8bit" in c.keep:
+        opts = [o for o in opts if "8bit" in o]
+    return opts
+
+
+def _checkpointing(base: Workload, c: Constraints) -> list[str]:
+    if "checkpointing" in c.forbid:
+        return ["none"] if base.checkpointing == "none" else [base.checkpointing]
+    opts = _uniq([base.checkpointing, "none", "selective", "full"])
+    if "checkpointing" in c.keep:
+        opts = [o for o in opts if o != "none"]
+    return opts
+
+
+def _attentions(base: Workload, gpu: GPU, c: Constraints) -> list[str]:
+    if "attention" in c.forbid:
+        return [base.attention]
+    opts = _uniq([base.attention, "sdpa"])
+    if gpu.vendor == "nvidia" and gpu.arch not in ("volta", "turing"):
+        opts = _uniq(opts + ["flash"])  # FlashAttention-2 needs Ampere or later
+    if "attention" in c.keep:
+        opts = [o for o in opts if o != "eager"]
+    return opts
+
+
+def _layouts(base: Workload, total: int, per_node: int, c: Constraints) -> list[tuple[int, int]]:
+    """(tp, pp) pairs whose product divides the GPUs."""
+    out = []
+    for tp in _divisors(total):
+        if tp > min(MAX_TP, per_node) or (tp > 1 and "tp" in c.forbid) or ("tp" in c.keep and tp == 1):
+            continue
+        for pp in _divisors(total // tp):
+            if (pp > 1 and "pp" in c.forbid) or ("pp" in c.keep and pp == 1):
+                continue
+            out.append((tp, pp))
+    return out
+
+
+def _shardings(dp: int, c: Constraints) -> list[tuple[int, bool, str]]:
+    """(zero, fsdp, offload) for a data-parallel degree."""
+    opts: list[tuple[int, bool, str]] = []
+    if dp > 1:
+        opts += [(0, False, "none"), (1, False, "none"), (2, False, "none"), (3, False, "none"), (0, True, "none")]
+    else:
+        opts += [(0, False, "none")]
+    # ZeRO-Offload also serves a single GPU (Ren et al. 2021)
+    opts += [(2, False, "optimizer"), (3, False, "optimizer"), (3, False, "all")]
+    if dp > 1:
+        opts += [(0, True, "optimizer"), (0, True, "all")]
+    out = []
+    for z, fs, off in opts:
+        if "zero" in c.forbid and z:
+            continue
+        if "fsdp" in c.forbid and fs:
+            continue
+        if "offload" in c.forbid and off != "none":
+            continue
+        if "zero" in c.keep and not z:
+            continue
+        if "fsdp" in c.keep and not fs:
+            continue
+        if "offload" in c.keep and off == "none":
+            continue
+        out.append((z, fs, off))
+    return out
+
+
+class _Search:
+    def __init__(self, spec: ModelSpec, gpu: GPU, headroom: float, host_ram: int | None, nodes: int,
+                 links: Links):
+        self.spec = spec
+        self.gpu = gpu
+        self.limit = gpu.capacity_bytes * (1 - headroom) if headroom else gpu.capacity_bytes
+        self.host_ram = host_ram
+        self.nodes = nodes
+        self.links = links
+        self.fm = FastMemory(spec, gpu)
+
+    def host_ok(self, host: int) -> bool:
+        return self.host_ram is None or host <= self.host_ram * self.nodes
+
+    def cost(self, w: Workload, trainable: int):
+        if w.training:
+            return training_step(self.spec, w, self.gpu, trainable=trainable, nodes=self.nodes, links=self.links)
+        e = estimate_spec(self.spec, w, self.gpu)
+        kv_tok = K.kv_bytes_per_token(self.spec, w, tp=w.tp) // max(1, w.pp)
+        wb = e.breakdown["weights"]
+        return inference_request(self.spec, w, self.gpu, weight_bytes=wb, kv_bytes_per_token=kv_tok,
+                                 links=self.links)
+
+
+def _training_candidates(base: Workload, gpu: GPU, total: int, per_node: int, c: Constraints,
+                         effective_batch: int):
+    """Yield structural workloads (batch/grad_accum filled in later) and the micro-batch splits."""
+    for tp, pp in _layouts(base, total, per_node, c):
+        dp = total // (tp * pp)
+        if effective_batch % dp:
+            continue
+        per_rank = effective_batch // dp
+        if "grad-accum" in c.forbid:
+            splits = [(base.batch, base.grad_accum)] if base.batch * base.grad_accum == per_rank else []
+        else:
+            splits = [(per_rank // m, m) for m in _divisors(per_rank)]  # biggest micro-batch first
+        if "grad-accum" in c.keep:
+            splits = [s for s in splits if s[1] > 1]
+        if not splits:
+            continue
+        for z, fs, off in _shardings(dp, c):
+            for method in _methods(base, c):
+                for dtype, amp in _precisions(base, gpu, c):
+                    for opt in _optimizers(base, c):
+                        quant = base.quant if method == base.method else None
+                        yield replace(base, gpus=total, tp=tp, pp=pp, zero=z, fsdp=fs, offload=off, method=method,
+                                      dtype=dtype, amp=amp, optimizer=opt, quant=quant), splits
+
+
+def fit(
+    spec: ModelSpec,
+    base: Workload,
+    gpu: GPU,
+    *,
+    gpus: int = 1,
+    nodes: int = 1,
+    host_ram: int | None = None,
+    headroom: float = 0.10,
+    keep=(),
+    forbid=(),
+    effective_batch: int | None = None,
+    method_locked: bool = False,
+    max_plans: int = DEFAULT_MAX_PLANS,
+    links: Links = Links(),
+) -> FitResult:
+    """Search the remedies for the fastest plans that fit ``gpus`` x ``nodes`` of ``gpu``.
+
+    Args:
+        spec: the model.
+        base: the starting workload (its shapes, precision, method and optimizer).
+        gpu: the GPU kind.
+        gpus: GPUs per node; ``gpus * nodes`` GPUs in total (the plans' ``gpus`` setting).
+        nodes: nodes (tensor parallelism stays inside one).
+        host_ram: host RAM per node in bytes for offloaded state, or None not to check.
+        headroom: fraction of each GPU kept free.
+        keep, forbid: remedy names (see REMEDIES) that plans must use / must not use.
+        effective_batch: sequences per optimizer step across all GPUs (default: the base's
+            batch x grad_accum x data-parallel degree).
+        method_locked: the method was given explicitly: plans keep ``base.method``.
+        max_plans: plans returned.
+        links: interconnect bandwidths for the cost model.
+
+    Returns:
+        A FitResult: plans best first, or the closest plan and what hardware would fit.
+
+    Raises:
+        InputError: contradictory or unknown constraints, or a bad gpus/nodes/headroom value.
+    """
+    if gpus < 1 or nodes < 1:
+        raise InputError(f"gpus={gpus}, nodes={nodes}: both must be whole numbers >= 1")
+    if not 0 <= headroom < 1:
+        raise InputError(f"headroom={headroom} must be in [0, 1): e.g. 0.1 keeps 10% free")
+    total = gpus * nodes
+    c = check_constraints(base, keep, forbid, method_locked=method_locked, total_gpus=total)
+    s = _Search(spec, gpu, headroom, host_ram, nodes, links)
+    if base.training:
+        if effective_batch is None:
+            effective_batch = base.batch * base.grad_accum * max(1, total // (base.tp * base.pp))
+        if effective_batch < 1:
+            raise InputError(f"effective_batch={effective_batch} must be a whole number >= 1")
+        ranked, closest, n_eval, n_valid, n_fit = _search_training(s, base, total, gpus, c, effective_batch, max_plans)
+    else:
+        ranked, closest, n_eval, n_valid, n_fit = _search_inference(s, base, total, gpus, c, max_plans)
+    plans = tuple(_plan(s, w, base) for w in ranked)
+    closest_plan = None if plans or closest is None else _plan(s, closest, base)
+    if plans:
+        msg = (f"{n_fit:,} of {n_valid:,} valid plans fit {total} x {gpu.name} with {headroom:.0%} headroom; "
+               f"best: {_describe(plans[0].workload, base)}")
+    else:
+        msg = _no_fit_message(s, base, closest_plan, total, headroom, n_valid)
+    return FitResult(plans=plans, closest=closest_plan, message=msg, evaluated=n_eval, valid=n_valid,
+                     fitting=n_fit, gpu_name=gpu.name, gpus=gpus, nodes=nodes, headroom=headroom)
+
+
+def _search_training(s: _Search, base: Workload, total: int, per_node: int, c: Constraints, eb: int,
+                     max_plans: int):
+    """The hot loop: per structure, the state and the cost terms are looked up once; per
+    (checkpointing, attention, micro-batch) only the activations (memoized) and the phase sums."""
+    fm = s.fm
+    limit = s.limit
+    ckpts = _checkpointing(base, c)
+    attns = _attentions(base, s.gpu, c)
+    acts_memo = fm._acts
+    combine = fm._combine
+    heap: list = []   # the max_plans best that fit, as (-rank key, workload fields)
+    best_miss = None  # (device_total, workload fields) of the least-memory valid candidate
+    n_eval = n_valid = n_fit = 0
+    host_ram = None if s.host_ram is None else s.host_ram * s.nodes
+    seq = base.seq
+    for struct, splits in _training_candidates(base, s.gpu, total, per_node, c, eb):
+        skey = tuple(getattr(struct, f) for f in STATE_FIELDS)
+        tier = 0 if struct.method == base.method else 1  # a different method trains something else
+        changes = _n_changes(struct, base)
+        tc = None
+        for mb, ga in splits:
+            st = fm.state_for(skey, struct, ga)
+            if st.problems:
+                n_eval += len(ckpts) * len(attns)
+                continue
+            host_ok = host_ram is None or st.host <= host_ram
+            sp = st.sp
+            for ckpt in ckpts:
+                for attn in attns:
+                    n_eval += 1
+                    n_valid += 1
+                    akey = (struct.method, struct.dtype, struct.amp, mb, seq, ckpt, attn, struct.tp,
+                            sp.layers, sp.micro_batches_in_flight, sp.has_head)
+                    a = acts_memo.get(akey)
+                    if a is None:
+                        a = fm.activations_by_key(
+                            akey, replace(struct, batch=mb, grad_accum=ga, checkpointing=ckpt, attention=attn), sp)
+                    total_b = combine(st, a[0], a[1], a[2], a[3], ga, ckpt)
+                    if total_b > limit or not host_ok:
+                        if best_miss is None or total_b < best_miss[0]:
+                            best_miss = (total_b, struct, mb, ga, ckpt, attn)
+                        continue
+                    n_fit += 1
+                    if tc is None:
+                        tc = TrainingCost(s.spec, struct, s.gpu, trainable=st.trainable, nodes=s.nodes, links=s.links)
+                    key = (tier, round(tc.seconds(mb, ga, ckpt, attn), 9),
+                           changes + (mb != base.batch) + (ckpt != base.checkpointing) + (attn != base.attention),
+                           total_b)
+                    item = (tuple(-k for k in key), n_fit, struct, mb, ga, ckpt, attn)
+                    if len(heap) < max_plans:
+                        heapq.heappush(heap, item)
+                    elif item[:2] > heap[0][:2]:
+                        heapq.heapreplace(heap, item)
+    ranked = [replace(st_, batch=mb, grad_accum=ga, checkpointing=ck, attention=at)
+              for _, _, st_, mb, ga, ck, at in sorted(heap, key=lambda i: i[:2], reverse=True)]
+    fm.evaluations += n_eval
+    closest = None
+    if best_miss is not None:
+        _, st_, mb, ga, ck, at = best_miss
+        closest = replace(st_, batch=mb, grad_accum=ga, checkpointing=ck, attention=at)
+    return ranked, closest, n_eval, n_valid, n_fit
+
+
+_CHANGE_FIELDS = ("method", "dtype", "amp", "quant", "optimizer", "zero", "fsdp", "tp", "pp", "offload")
+
+
+def _n_changes(w: Workload, base: Workload) -> int:
+    return sum(getattr(w, f) != getattr(base, f) for f in _CHANGE_FIELDS)
+
+
+def _search_inference(s: _Search, base: Workload, total: int, per_node: int, c: Constraints, max_plans: int):
+    h = _half(s.gpu)
+    dtypes = [base.dtype] if "amp" in c.forbid else _uniq([base.dtype, h])
+    quants = [base.quant] if "quant" in c.forbid else _uniq([base.quant, None, "int8", "nf4", "awq-4bit"]
+                                                              + (["fp8"] if s.gpu.arch in ("hopper", "ada", "blackwell") else []))
+    if "quant" in c.keep:
+        quants = [q for q in quants if q]
+    kvs = [base.kv_dtype] if "kv-quant" in c.forbid else _uniq([base.kv_dtype, "fp8"])
+    if "kv-quant" in c.keep:
+        kvs = [k for k in kvs if k in ("fp8", "int8")]
+    attns = _attentions(base, s.gpu, c)
+    found: list = []
+    best_miss = None
+    n_eval = n_valid = 0
+    for tp, pp in _layouts(base, total, per_node, c):
+        for dtype in dtypes:
+            for quant in quants:
+                for kv in kvs:
+                    for attn in attns:
+                        n_eval += 1
+                        w = replace(base, gpus=total, tp=tp, pp=pp, dtype=dtype, quant=quant, kv_dtype=kv,
+                                    attention=attn)
+                        r = s.fm.totals(w)
+                        if r is None:
+                            continue
+                        n_valid += 1
+                        dev, host = r
+                        if dev > s.limit:
+                            if best_miss is None or dev < best_miss[0]:
+                                best_miss = (dev, w)
+                            continue
+                        cost = s.cost(w, 0)
+                        found.append((-cost.tokens_per_s, len(found), w))
+    found.sort()
+    return [w for _, _, w in found[:max_plans]], None if best_miss is None else best_miss[1], n_eval, n_valid, len(found)
+
+
+def _plan(s: _Search, w: Workload, base: Workload) -> Plan:
+    w = w.validated()
+    e = estimate_spec(s.spec, w, s.gpu)
+    fits = e.breakdown.device_total <= s.limit
+    host_fits = None if s.host_ram is None else s.host_ok(e.breakdown.host_bytes)
+    cost = s.cost(w, e.trainable_params)
+    return Plan(workload=w, estimate=e, fits=bool(fits and host_fits is not False), cost=cost,
+                tradeoffs=tradeoffs(s.spec, w, base, trainable=e.trainable_params), host_fits=host_fits)
+
+
+_LABELS = ("method", "dtype", "amp", "quant", "optimizer", "batch", "grad_accum", "checkpointing", "attention",
+           "zero", "fsdp", "tp", "pp", "offload", "kv_dtype")
+
+
+def _describe(w: Workload, base: Workload) -> str:
+    """The settings of ``w`` that differ from ``base``, as flags."""
+    parts = []
+    for f in _LABELS:
+        v, b = getattr(w, f), getattr(base, f)
+        if v != b:
+            flag = "--" + f.replace("_", "-")
+            if isinstance(v, bool):
+                parts.append(flag if v else f"no {flag}")
+            else:
+                parts.append(f"{flag} {v if v is not None else 'none'}")
+    return " ".join(parts) or "the starting workload as it is"
+
+
+def _no_fit_message(s: _Search, base: Workload, closest: Plan | None, total: int, headroom: float, n_valid: int) -> str:
+    g = s.gpu
+    where = f"{total} x {g.name}" if total > 1 else g.name
+    if closest is None:
+        return f"no valid plan for {s.spec.name} on {where}: every combination breaks a model or workload rule"
+    need = closest.device_total
+    usable = int(s.limit)
+    text = (f"no plan fits {where} with {headroom:.0%} headroom ({n_valid:,} valid plans tried); "
+            f"closest: {_describe(closest.workload, base)} needs {human_bytes(need)} per GPU, "
+            f"{human_bytes(need - usable)} more than the {human_bytes(usable)} usable")
+    if closest.host_fits is False:
+        text += f"; its offloaded state needs {human_bytes(closest.estimate.breakdown.host_bytes)} of host RAM"
+    hw = hardware_that_fits(s.spec, closest.workload, headroom=headroom, exclude=g.name)
+    if hw:
+        text += f"; it would fit on {hw}"
+    return text
+
+
+def hardware_that_fits(spec: ModelSpec, w: Workload, *, headroom: float, exclude: str = "") -> str:
+    """The smallest catalog GPU on which ``w`` fits (with the same number of GPUs), in words."""
+    from vramlens.hardware.catalog import list_gpus
+
+    for g in sorted(list_gpus(), key=lambda g: (g.capacity_bytes, g.name)):
+        if g.name == exclude or g.unified:
+            continue
+        e = estimate_spec(spec, w, g, headroom=headroom)
+        if e.fits:
+            return f"{w.gpus} x {g.name}" if w.gpus > 1 else g.name
+    return ""

@@ -1,0 +1,57 @@
+"""The search's memoized evaluator agrees with estimate_spec to the byte."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from advise_specs import llama7b, tiny
+from vramlens.advise.fastmem import FastMemory
+from vramlens.estimate import estimate_spec
+from vramlens.hardware.catalog import get_gpu
+from vramlens.workload import Workload
+
+
+def _random_workload(rng: random.Random) -> Workload:
+    dtype, amp = rng.choice([("bf16", None), ("bf16", "bf16"), ("fp32", "bf16"), ("fp32", None), ("fp16", "fp16")])
+    gpus = rng.choice([1, 2, 4, 8])
+    tp = rng.choice([t for t in (1, 2, 4) if gpus % t == 0])
+    pp = rng.choice([p for p in (1, 2) if (gpus // tp) % p == 0])
+    z, fsdp, off = rng.choice([(0, False, "none"), (1, False, "none"), (2, False, "optimizer"), (3, False, "all"),
+                               (0, True, "none"), (0, True, "optimizer"), (2, False, "none")])
+    return Workload(
+        mode="train", method=rng.choice(["full", "lora", "qlora"]), dtype=dtype, amp=amp,
+        optimizer=rng.choice(["adamw", "adamw-8bit", "sgd", "adafactor", "lion"]),
+        batch=rng.choice([1, 2, 3, 8]), seq=rng.choice([128, 512, 2048]), grad_accum=rng.choice([1, 2, 4]),
+        checkpointing=rng.choice(["none", "full", "selective"]), attention=rng.choice(["eager", "sdpa", "flash"]),
+        lora_rank=rng.choice([8, 16]), gpus=gpus, tp=tp, pp=pp, zero=z, fsdp=fsdp, offload=off,
+    )
+
+
+@pytest.mark.parametrize("make_spec", [llama7b, tiny])
+def test_fast_totals_equal_estimate_spec(make_spec):
+    spec = make_spec()
+    gpu = get_gpu("A100-80GB")
+    fm = FastMemory(spec, gpu)
+    rng = random.Random(5)
+    checked = 0
+    for _ in range(1500):
+        w = _random_workload(rng)
+        got = fm.totals(w)
+        if w.problems():
+            assert got is None
+            continue
+        e = estimate_spec(spec, w, gpu)
+        assert got == (e.breakdown.device_total, e.breakdown.host_bytes), w
+        checked += 1
+    assert checked > 300
+
+
+def test_inference_totals_equal_estimate_spec():
+    spec = llama7b()
+    gpu = get_gpu("RTX-4090")
+    fm = FastMemory(spec, gpu)
+    w = Workload(mode="inference", seq=1024, new_tokens=256, batch=2, quant="nf4", kv_dtype="fp8")
+    e = estimate_spec(spec, w, gpu)
+    assert fm.totals(w) == (e.breakdown.device_total, e.breakdown.host_bytes)
