@@ -1,0 +1,97 @@
+"""End to end: a real server on a free localhost port, the page driven in headless Chromium.
+
+Needs Debian's ``chromium`` package (``apt-get install -y chromium``) and the ``playwright``
+Python package (in the dev extra); it drives the system Chromium, so ``playwright install``
+is never needed. Skips with the reason when either is missing.
+"""
+
+from __future__ import annotations
+
+import shutil
+import socket
+import threading
+import time
+from pathlib import Path
+
+import pytest
+from web_helpers import TINY_LLAMA
+
+pytestmark = pytest.mark.browser
+
+ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts"
+GiB = 1024**3
+
+
+def _chromium() -> str:
+    for name in ("chromium", "chromium-browser", "google-chrome"):
+        path = shutil.which(name)
+        if path:
+            return path
+    pytest.skip("no Chromium found: apt-get install -y chromium (Debian's package)")
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def server():
+    uvicorn = pytest.importorskip("uvicorn", reason="the web app needs the [web] extra (uvicorn)")
+    from vramlens.web import create_app
+
+    port = _free_port()
+    config = uvicorn.Config(create_app(), host="127.0.0.1", port=port, log_level="warning", ws="none",
+                            lifespan="off")
+    srv = uvicorn.Server(config)
+    thread = threading.Thread(target=srv.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 15
+    while not srv.started:
+        if time.monotonic() > deadline or not thread.is_alive():
+            pytest.fail("the server did not start within 15 s")
+        time.sleep(0.05)
+    yield f"http://127.0.0.1:{port}"
+    srv.should_exit = True
+    thread.join(timeout=10)
+
+
+def test_changing_the_batch_updates_the_total_to_the_api_figure(server):
+    executable = _chromium()
+    sync_api = pytest.importorskip("playwright.sync_api", reason="pip install playwright (the dev extra) to drive Chromium")
+    import httpx
+
+    with sync_api.sync_playwright() as p:
+        try:
+            browser = p.chromium.launch(executable_path=executable, headless=True,
+                                        args=["--no-sandbox", "--disable-gpu", "--disable-background-networking"])
+        except Exception as e:  # a Chromium this Playwright cannot drive
+            pytest.skip(f"cannot launch {executable} with Playwright: {str(e).splitlines()[0]}")
+        try:
+            page = browser.new_page(viewport={"width": 1280, "height": 1000})
+            errors: list[str] = []
+            page.on("pageerror", lambda e: errors.append(str(e)))
+            page.goto(server + "/?mode=train&gpu=24GB")
+            page.click("text=paste a config.json")
+            page.fill("#f-config", __import__("json").dumps(TINY_LLAMA))
+            total = page.locator("#total")
+            expect = sync_api.expect  # locator assertions: no string eval, so the page's CSP stays on
+            expect(total).not_to_have_attribute("data-bytes", "", timeout=15_000)
+            before = int(page.get_attribute("#total", "data-bytes"))
+
+            page.fill("#f-batch", "8")
+            want = httpx.post(server + "/api/estimate",
+                              json={"config": TINY_LLAMA, "mode": "train", "gpu": "24GB", "batch": 8}).json()
+            expected = want["device_total_bytes"]
+            assert expected != before
+            expect(total).to_have_attribute("data-bytes", str(expected), timeout=15_000)
+            assert page.inner_text("#total") == f"{expected / GiB:.2f}"
+            assert "batch=8" in page.url and "mode=train" in page.url  # the state is in the address
+            assert page.inner_text("#verdict").startswith(("FITS", "DOES NOT FIT"))
+            assert page.locator("#chart svg").count() == 1
+            assert not errors, errors
+            ARTIFACTS.mkdir(exist_ok=True)
+            page.screenshot(path=str(ARTIFACTS / "web-estimate.png"), full_page=True)
+        finally:
+            browser.close()
