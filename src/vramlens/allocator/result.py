@@ -77,6 +77,8 @@ class AllocatorResult:
         n_events: events replayed.
         capacity_bytes: the memory the allocator was given, None for unlimited.
         config: the allocator settings used.
+        final_segment_sizes: sizes of the segments at the end, largest first (an expandable
+            segment counts once per mapped range, as a snapshot lists it).
     """
 
     peak_reserved_bytes: int
@@ -100,6 +102,7 @@ class AllocatorResult:
     n_events: int
     capacity_bytes: int | None
     config: AllocatorConfig = field(default_factory=AllocatorConfig)
+    final_segment_sizes: tuple[int, ...] = ()
 
     @property
     def fragmentation_ratio(self) -> float:
@@ -134,4 +137,5 @@ class AllocatorResult:
             "n_events": self.n_events,
             "capacity_bytes": self.capacity_bytes,
             "alloc_conf": self.config.text,
+            "final_segment_sizes": list(self.final_segment_sizes),
         }

@@ -437,6 +437,30 @@ class CachingAllocator:
         self.num_device_free += 1
 
     # ----------------------------------------------------------------------------- views
+    def segment_sizes(self, live: Iterable[Block] = ()) -> list[int]:
+        """Sizes of the segments (mapped ranges for expandable ones), largest first."""
+        sizes = []
+        heads = [b for pool in (self.small, self.large) for b in pool.free.values() if b.prev is None]
+        heads += [b for b in live if b.prev is None]
+        for head in heads:
+            if head.seg is None:
+                total, b = 0, head
+                while b is not None:
+                    total += b.size
+                    b = b.next
+                sizes.append(total)
+        for seg in self.exp_segments:
+            run = 0
+            for m in seg.mapped:
+                if m:
+                    run += seg.page
+                elif run:
+                    sizes.append(run)
+                    run = 0
+            if run:
+                sizes.append(run)
+        return sorted(sizes, reverse=True)
+
     def largest_free_block(self) -> int:
         return max(self.small.largest(), self.large.largest())
 
@@ -542,4 +566,5 @@ def simulate(
         n_events=index + 1,
         capacity_bytes=capacity,
         config=conf,
+        final_segment_sizes=tuple(a.segment_sizes(live.values())),
     )
