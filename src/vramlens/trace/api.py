@@ -18,7 +18,7 @@ import warnings
 from typing import Any
 
 from vramlens.errors import InputError, TraceError, VramlensError
-from vramlens.trace.events import INFERENCE_COMPONENT, TAG_COMPONENT, Summary, summarize
+from vramlens.trace.events import HOST_TAGS, INFERENCE_COMPONENT, TAG_COMPONENT, Summary, summarize
 from vramlens.trace.result import TraceResult, components_of, make_trace_breakdown
 from vramlens.workload import Workload, make_workload
 
@@ -44,7 +44,7 @@ def _name_of(model: Any) -> str:
 
 def trace(model: Any, workload: Workload | None = None, *, steps: int = 2, layers: int | None = None,
           backend: str = "fake", input_shape: tuple[int, ...] | None = None, progress=None,
-          top: int = 20, **workload_kwargs: Any) -> TraceResult:
+          top: int = 20, alloc_conf: str | None = None, **workload_kwargs: Any) -> TraceResult:
     """Run real training or inference steps of ``model`` and record every allocation.
 
     Args:
@@ -58,6 +58,7 @@ def trace(model: Any, workload: Workload | None = None, *, steps: int = 2, layer
             tensors, raw sizes) or "cuda" (real CUDA tensors; also reads torch.cuda's peaks).
         input_shape: for factories that return a bare module: the shape of its one input.
         progress: callable taking a one-line message, for long traces.
+        alloc_conf: a PYTORCH_CUDA_ALLOC_CONF string for the allocator simulator's peak_reserved.
 
     Returns:
         TraceResult, whose ``breakdown`` compares field by field with an estimate's.
@@ -70,8 +71,10 @@ def trace(model: Any, workload: Workload | None = None, *, steps: int = 2, layer
     if wl.training and steps < 1:
         raise InputError(f"steps={steps} must be a whole number >= 1")
     if layers is not None:
-        return _extrapolated(model, wl, steps=steps, layers=layers, backend=backend, progress=progress, top=top)
-    return _trace_once(model, wl, steps=steps, backend=backend, input_shape=input_shape, progress=progress, top=top)
+        return _extrapolated(model, wl, steps=steps, layers=layers, backend=backend, progress=progress, top=top,
+                             alloc_conf=alloc_conf)
+    return _trace_once(model, wl, steps=steps, backend=backend, input_shape=input_shape, progress=progress, top=top,
+                       alloc_conf=alloc_conf)
 
 
 def _unsupported(wl: Workload) -> None:
@@ -96,6 +99,8 @@ def quiet_third_party():
     with warnings.catch_warnings():
         for cat in (FutureWarning, DeprecationWarning):
             warnings.filterwarnings("ignore", category=cat, module=r"(transformers|peft)(\.|$)")
+        # peft telling that it switched LoRA to GPT-2's transposed Conv1D layout, as it must
+        warnings.filterwarnings("ignore", message="fan_in_fan_out is set to False", category=UserWarning)
         yield
 
 
@@ -122,14 +127,14 @@ def _run_loud(model: Any, wl: Workload, *, steps: int, backend: str, input_shape
     return runner, built, rec, params, trainable
 
 
-def _trace_once(model, wl, *, steps, backend, input_shape, progress, top) -> TraceResult:
+def _trace_once(model, wl, *, steps, backend, input_shape, progress, top, alloc_conf=None) -> TraceResult:
     t0 = time.perf_counter()
     runner, built, rec, params, trainable = _run(model, wl, steps=steps, backend=backend, input_shape=input_shape,
                                                  progress=progress)
     events = rec.events()
     summary = summarize(events, top=top, component_of=TAG_COMPONENT if wl.training else INFERENCE_COMPONENT)
     notes = list(runner.notes)
-    reserved = _reserved(events, notes)
+    reserved = _reserved(events, notes, alloc_conf)
     if runner.cuda_stats:
         notes.append(
             f"torch.cuda: max_memory_allocated={runner.cuda_stats['max_memory_allocated']:,} B, "
@@ -166,26 +171,17 @@ def _phase_max(phase_peaks) -> tuple[tuple[str, int], ...]:
     return tuple(out.items())
 
 
-def _reserved(events, notes: list[str]) -> int | None:
-    """peak_reserved from the caching-allocator simulator, when it is there."""
+def _reserved(events, notes: list[str], alloc_conf: str | None = None) -> int | None:
+    """peak_reserved from the caching-allocator simulator (vramlens.allocator), when it is there."""
     try:
-        from vramlens.allocator import simulate  # type: ignore[attr-defined]
+        from vramlens.allocator import simulate
     except ImportError:
         notes.append("peak_reserved = peak_allocated: the allocator simulator (vramlens.allocator) is not available")
         return None
-    try:
-        res = simulate(events)
-        val = getattr(res, "peak_reserved", None)
-        if val is None and isinstance(res, dict):
-            val = res.get("peak_reserved")
-        if isinstance(val, int):
-            notes.append("peak_reserved from vramlens.allocator.simulate over the trace's events")
-            return val
-    except Exception as e:  # noqa: BLE001 - a simulator problem must not lose the trace
-        notes.append(f"peak_reserved = peak_allocated: the allocator simulator failed ({type(e).__name__}: {e})")
-        return None
-    notes.append("peak_reserved = peak_allocated: the allocator simulator gave no peak_reserved")
-    return None
+    res = simulate(((e.action, e.storage, e.nbytes) for e in events if e.tag not in HOST_TAGS), alloc_conf)
+    conf = f" with PYTORCH_CUDA_ALLOC_CONF={alloc_conf}" if alloc_conf else ""
+    notes.append(f"peak_reserved from the caching-allocator simulator replaying the trace's events{conf}")
+    return res.peak_reserved_bytes
 
 
 # ---- extrapolation ----------------------------------------------------------------------------
@@ -193,7 +189,7 @@ def _line(y1: int, y2: int, k1: int, k2: int, L: int) -> int:
     return max(0, round(y2 + (y2 - y1) * (L - k2) / (k2 - k1)))
 
 
-def _extrapolated(model, wl: Workload, *, steps, layers, backend, progress, top) -> TraceResult:
+def _extrapolated(model, wl: Workload, *, steps, layers, backend, progress, top, alloc_conf=None) -> TraceResult:
     from vramlens.trace.build import config_layers, is_factory
     from vramlens.trace.runner import _config_of
 
@@ -208,7 +204,8 @@ def _extrapolated(model, wl: Workload, *, steps, layers, backend, progress, top)
         # line comes from k-1 >= 2 and k blocks
         raise InputError(f"layers={layers!r} must be >= 3: the line comes from truncated models of k-1 and k blocks")
     if layers >= L:
-        return _trace_once(model, wl, steps=steps, backend=backend, input_shape=None, progress=progress, top=top)
+        return _trace_once(model, wl, steps=steps, backend=backend, input_shape=None, progress=progress, top=top,
+                           alloc_conf=alloc_conf)
     t0 = time.perf_counter()
     k1, k2 = layers - 1, layers
     results = []

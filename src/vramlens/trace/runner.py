@@ -320,6 +320,13 @@ def _config_of(source: Any) -> dict:
             from vramlens.models import load_model  # type: ignore[attr-defined]
         except ImportError:
             load_model = None
+        try:
+            from vramlens.models.catalog import find_config
+        except ImportError:
+            find_config = None
+        found = find_config(source) if find_config is not None else None
+        if found is not None:
+            return {**found[1], "_name_or_path": found[0]}
         if load_model is not None:
             spec = load_model(source)
             if spec.config:

@@ -1,0 +1,116 @@
+"""`vramlens trace`: run the model's real steps under fake tensors and measure every allocation."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from vramlens.cli.options import add_model_arg, add_output_args, add_workload_args, print_json, workload_kwargs
+
+EXAMPLES = """examples:
+  vramlens trace gpt2 --mode train --batch 4 --seq 512
+  vramlens trace llama-2-7b --mode train --dtype bf16 --seq 512 --layers 3 --json
+  vramlens trace mistral-7b --mode inference --seq 1024 --new-tokens 64 --timeline events.jsonl
+  vramlens trace mypkg.models:build --input-shape 8x3x224x224 --mode train --dtype fp32
+  vramlens trace ./config.json --mode train --real-cpu --seq 64   (real CPU tensors, raw sizes)
+
+MODEL may also be package.module:factory. The factory is called with no arguments and
+returns (module, example_inputs) with example_inputs(batch, seq) giving the forward's
+arguments (a tuple or a dict of tensors), or a bare module together with --input-shape.
+"""
+
+
+def _shape(text: str) -> tuple[int, ...]:
+    try:
+        dims = tuple(int(x) for x in text.lower().replace(",", "x").split("x") if x)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a shape: write e.g. 8x3x224x224") from None
+    if not dims or any(d < 1 for d in dims):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a shape: every dimension must be >= 1")
+    return dims
+
+
+def add_parser(sub) -> argparse.ArgumentParser:
+    p = sub.add_parser(
+        "trace", help="measure memory by running the model under fake tensors (no GPU)",
+        description=("Run the model's real training or inference steps under fake tensors that allocate like "
+                     "CUDA, record every storage allocated and freed, and report the measured breakdown."),
+        epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    add_model_arg(p)
+    add_workload_args(p)
+    t = p.add_argument_group("trace")
+    t.add_argument("--steps", type=int, default=2, help="optimizer steps in training (default 2: step 1 and steady state)")
+    t.add_argument("--layers", type=int, default=None, metavar="K",
+                   help="trace the first K-1 and K blocks only and extrapolate to all (K >= 3)")
+    t.add_argument("--real-cpu", action="store_true", help="real CPU tensors instead of fake ones (raw sizes; small models)")
+    t.add_argument("--cuda", action="store_true", help="real CUDA tensors (needs a GPU): also reads torch.cuda's peaks")
+    t.add_argument("--input-shape", type=_shape, default=None, help="input shape for a factory's bare module (8x3x224x224)")
+    t.add_argument("--timeline", default=None, metavar="FILE", help="write the events as JSON lines (.jsonl) or CSV (.csv)")
+    t.add_argument("--top", type=int, default=10, help="modules and tensors alive at the peak to list (default 10)")
+    t.add_argument("--alloc-conf", default=None, help="PYTORCH_CUDA_ALLOC_CONF for the allocator simulator")
+    t.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
+    add_output_args(p)
+    p.set_defaults(func=run)
+    return p
+
+
+def run(args: argparse.Namespace) -> int:
+    from vramlens.errors import InputError
+    from vramlens.trace import trace, write_timeline
+
+    if args.model is None:
+        raise InputError("give a MODEL to trace: a catalog name, a config.json, or package.module:factory")
+    if args.real_cpu and args.cuda:
+        raise InputError("--real-cpu and --cuda both given: choose one")
+    if args.steps < 1:
+        raise InputError(f"steps={args.steps} must be >= 1")
+    if args.top < 0:
+        raise InputError(f"top={args.top} must be >= 0")
+    backend = "real-cpu" if args.real_cpu else "cuda" if args.cuda else "fake"
+    progress = None if args.quiet else (lambda msg: print(f"vramlens trace: {msg}", file=sys.stderr, flush=True))
+    res = trace(args.model, steps=args.steps, layers=args.layers, backend=backend, input_shape=args.input_shape,
+                progress=progress, top=max(args.top, 1), alloc_conf=args.alloc_conf, **workload_kwargs(args))
+    if args.timeline:
+        try:
+            write_timeline(list(res.events), args.timeline)
+        except OSError as e:
+            raise InputError(f"cannot write timeline {args.timeline!r}: {e.strerror}") from None
+    if args.json:
+        print_json(res.to_dict(top=args.top))
+    else:
+        print(render_trace(res, top=args.top))
+    return 0
+
+
+def render_trace(res, *, top: int = 10, width: int = 100) -> str:
+    """The breakdown table, per-step and per-phase peaks, and what is alive at the peak."""
+    from vramlens.report.text import breakdown_table
+    from vramlens.trace.result import top_modules
+    from vramlens.units import GiB, human_count
+
+    wl = res.workload
+    s = res.summary
+    head = (f"{res.model_name}: {human_count(res.params)} parameters ({human_count(res.trainable_params)} trainable), "
+            f"{wl.mode}, {wl.method}, dtype {wl.dtype}{' amp ' + wl.amp if wl.amp else ''}, batch {wl.batch}, "
+            f"seq {wl.seq}" + (f", new tokens {wl.new_tokens}" if wl.new_tokens else ""))
+    how = f"traced ({res.backend}" + (f", extrapolated from {res.layers - 1} and {res.layers} of {res.n_layers} layers"
+                                       if res.layers else "") + f") in {res.seconds:.1f} s"
+    lines = [head, how, ""]
+    lines += breakdown_table(res.breakdown, width=width)
+    lines.append("")
+    lines.append("peak by step: " + ", ".join(f"step {st} {b / GiB:,.2f} GiB" for st, b in res.step_peaks))
+    lines.append("peak by phase: " + ", ".join(f"{p}{'' if len(res.step_peaks) < 2 else f' (step {st})'} "
+                                                f"{b / GiB:,.2f} GiB" for st, p, b in res.phase_peaks if p != "setup"))
+    if top:
+        lines.append("")
+        lines.append(f"alive at the peak ({s.peak_phase}, step {s.peak_step}), by module:")
+        for m, b in top_modules(s, top):
+            lines.append(f"  {b / GiB:>10,.3f} GiB  {m}")
+        lines.append("largest tensors alive at the peak:")
+        for t in s.top_tensors[:top]:
+            lines.append(f"  {t.nbytes / GiB:>10,.3f} GiB  {t.tag:<15} {t.module or '<top>'}  ({t.op}, {t.phase})")
+    if res.breakdown.notes:
+        lines.append("")
+        lines += [f"note: {n}" for n in res.breakdown.notes]
+    return "\n".join(lines)

@@ -1,0 +1,228 @@
+"""The cross-check: the analytic estimate against the tracer, on a matrix of architectures.
+
+Architectures come from the catalog, shrunk so that the whole matrix runs in the test suite.
+The shrink keeps each family's structure (the config class, the attention kind: MHA, GQA or
+MQA, gated or plain MLP, MoE routing with its top-k, tied or untied embeddings, the
+encoder-decoder split, the position scheme and the dropouts) and changes only sizes:
+hidden size 256 with 4 query heads of 64 (KV heads 4 for MHA, 2 for GQA, 1 for MQA), the MLP
+scaled by the same factor as the hidden size, 2 blocks per stack, a 4,096-token vocabulary,
+at most 4 experts. Sizes stay well above the allocator's 512-byte rounding so that the
+comparison is about formulas, not rounding.
+
+Rows (a covering subset of inference/training x checkpointing x eager/sdpa x fp32/bf16-mixed
+x full/LoRA; each value of each axis appears for every architecture):
+
+=========  ==========  ========  =========  ==============  ======
+mode       method      attention checkpoint  precision       steps
+=========  ==========  ========  =========  ==============  ======
+inference  full        sdpa      none       bf16            prefill + 4 decode (decoders)
+train      full        sdpa      none       bf16 weights    2
+train      full        eager     full       fp32 + amp bf16 2
+train      lora        sdpa      full       bf16 weights    2
+train      lora        eager     none       fp32 + amp bf16 2
+=========  ==========  ========  =========  ==============  ======
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from vramlens.estimate.breakdown import ALLOCATOR_COMPONENTS
+
+#: catalog name -> (what it stands for, KV heads after the shrink, LoRA targets)
+ARCHITECTURES: dict[str, tuple[str, int, tuple[str, ...]]] = {
+    "llama-2-7b": ("decoder, MHA, untied embeddings", 4, ("q_proj", "v_proj")),
+    "llama-3-8b": ("decoder, GQA, untied", 2, ("q_proj", "v_proj")),
+    "qwen2.5-0.5b": ("decoder, GQA, tied embeddings, qkv bias", 2, ("q_proj", "v_proj")),
+    "mixtral-8x7b": ("decoder, MoE top-2, GQA", 2, ("q_proj", "v_proj")),
+    "gpt2": ("decoder, MHA, tied, Conv1D, learned positions", 4, ("c_attn",)),
+    "starcoderbase-1b": ("decoder, MQA (gpt_bigcode)", 1, ("c_attn",)),
+    "bert-base-uncased": ("encoder-only, MHA", 4, ("query", "value")),
+    "t5-small": ("encoder-decoder, relative position bias", 4, ("q", "v")),
+}
+
+ROWS: tuple[dict[str, Any], ...] = (
+    {"mode": "inference", "method": "full", "attention": "sdpa", "checkpointing": "none", "dtype": "bf16"},
+    {"mode": "train", "method": "full", "attention": "sdpa", "checkpointing": "none", "dtype": "bf16"},
+    {"mode": "train", "method": "full", "attention": "eager", "checkpointing": "full", "dtype": "fp32", "amp": "bf16"},
+    {"mode": "train", "method": "lora", "attention": "sdpa", "checkpointing": "full", "dtype": "bf16"},
+    {"mode": "train", "method": "lora", "attention": "eager", "checkpointing": "none", "dtype": "fp32", "amp": "bf16"},
+)
+
+BATCH, SEQ, NEW_TOKENS = 2, 128, 4
+HIDDEN, HEADS, HEAD_DIM, LAYERS, VOCAB, MAX_EXPERTS = 256, 4, 64, 2, 4096, 4
+
+
+def shrink(cfg: dict, kv_heads: int) -> dict:
+    """The same family at tiny sizes (see the module docstring)."""
+    c = dict(cfg)
+    mt = c.get("model_type")
+    old_h = c.get("hidden_size") or c.get("n_embd") or c.get("d_model")
+    scale = HIDDEN / old_h
+    if mt in ("gpt2", "gpt_bigcode"):
+        c.update(n_embd=HIDDEN, n_head=HEADS, n_layer=LAYERS, n_positions=max(SEQ + NEW_TOKENS, 256))
+        if c.get("n_inner"):
+            c["n_inner"] = int(c["n_inner"] * scale)
+    elif mt in ("t5", "mt5"):
+        c.update(d_model=HIDDEN, d_kv=HEAD_DIM, num_heads=HEADS, num_layers=LAYERS, num_decoder_layers=LAYERS,
+                 d_ff=int(c["d_ff"] * scale))
+    else:
+        c.update(hidden_size=HIDDEN, num_attention_heads=HEADS, num_hidden_layers=LAYERS,
+                 intermediate_size=int(c["intermediate_size"] * scale),
+                 max_position_embeddings=max(SEQ + NEW_TOKENS + 2, 256))
+        if "num_key_value_heads" in c:
+            c["num_key_value_heads"] = kv_heads
+        if "head_dim" in c:
+            c["head_dim"] = HEAD_DIM
+        if "moe_intermediate_size" in c:
+            c["moe_intermediate_size"] = int(c["moe_intermediate_size"] * scale)
+        if "num_local_experts" in c:
+            c["num_local_experts"] = min(MAX_EXPERTS, c["num_local_experts"])
+        for key in ("layer_types", "mlp_only_layers"):
+            if isinstance(c.get(key), list):
+                c[key] = c[key][:LAYERS]
+        if "max_window_layers" in c:
+            c["max_window_layers"] = LAYERS
+    c["vocab_size"] = VOCAB
+    c["_name_or_path"] = f"{cfg.get('_name_or_path') or mt}-tiny"
+    return c
+
+
+@dataclass(frozen=True)
+class Row:
+    """One cross-check: the estimate and the trace of one (architecture, workload)."""
+
+    model: str
+    workload: dict[str, Any]
+    estimate: dict[str, int]
+    traced: dict[str, int]
+    estimate_peak: int
+    traced_peak: int
+
+    @property
+    def peak_error(self) -> float:
+        return self.estimate_peak / self.traced_peak - 1 if self.traced_peak else 0.0
+
+    def component_error(self, name: str) -> float | None:
+        """Relative error of one component, None when both are 0."""
+        e, t = self.estimate.get(name, 0), self.traced.get(name, 0)
+        if t == 0:
+            return None if e == 0 else float("inf")
+        return e / t - 1
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "model": self.model, "workload": self.workload,
+            "peak_allocated": {"estimate": self.estimate_peak, "traced": self.traced_peak,
+                               "error": round(self.peak_error, 5)},
+            "components": {
+                c: {"estimate": self.estimate.get(c, 0), "traced": self.traced.get(c, 0),
+                    "error": None if (err := self.component_error(c)) is None or err == float("inf")
+                    else round(err, 5)}
+                for c in ALLOCATOR_COMPONENTS
+            },
+        }
+
+
+def tiny_config(name: str) -> dict:
+    from vramlens.models.catalog import find_config
+
+    found = find_config(name)
+    if found is None:
+        raise KeyError(name)
+    hub_id, cfg = found
+    cfg.setdefault("_name_or_path", hub_id)
+    return shrink(cfg, ARCHITECTURES[name][1])
+
+
+def workload_for(name: str, row: dict[str, Any]) -> dict[str, Any]:
+    wl = dict(row, batch=BATCH, seq=SEQ)
+    cfg = tiny_config(name)
+    if wl["mode"] == "inference" and not cfg.get("is_encoder_decoder") and cfg.get("model_type") not in ("bert", "roberta"):
+        wl["new_tokens"] = NEW_TOKENS
+    if wl["method"] == "lora":
+        wl["lora_targets"] = ARCHITECTURES[name][2]
+        wl["lora_rank"] = 8
+    return wl
+
+
+def run_row(name: str, row: dict[str, Any]) -> Row:
+    from vramlens.estimate import estimate
+    from vramlens.models.inventory import spec_from_config
+    from vramlens.trace import trace
+
+    cfg = tiny_config(name)
+    wl = workload_for(name, row)
+    spec = spec_from_config(cfg, name=cfg["_name_or_path"])
+    e = estimate(spec, **wl)
+    est = e.breakdown
+    tr = trace(cfg, steps=2, **wl).breakdown
+    return Row(
+        model=name, workload=wl,
+        estimate={c: est[c] for c in ALLOCATOR_COMPONENTS},
+        traced={c: tr[c] for c in ALLOCATOR_COMPONENTS},
+        estimate_peak=est.peak_allocated - _workspace_bytes(e), traced_peak=tr.peak_allocated,
+    )
+
+
+def _workspace_bytes(est) -> int:
+    """cuBLAS workspaces the estimator adds to peak_allocated (allocator memory, but not tensors).
+
+    A trace sees tensors only, so both sides are compared without them.
+    """
+    try:
+        from vramlens.estimate.runtime import runtime
+    except ImportError:
+        return 0
+    return int(getattr(runtime(est.gpu, est.workload), "workspace_bytes", 0) or 0)
+
+
+def skipped(name: str, row: dict[str, Any]) -> str | None:
+    """Why a cell of the matrix is not run, or None."""
+    cfg = tiny_config(name)
+    if "num_local_experts" in cfg and row.get("dtype") != "bf16":
+        # transformers' grouped_mm experts take bf16 only; its eager expert loop calls nonzero
+        # (a data-dependent shape), which fake tensors cannot run
+        return "MoE experts need bf16 weights under fake tensors"
+    return None
+
+
+def run_matrix(models: tuple[str, ...] | None = None, rows: tuple[dict, ...] | None = None, progress=None) -> list[Row]:
+    out = []
+    for name in models or tuple(ARCHITECTURES):
+        for row in rows or ROWS:
+            if skipped(name, row):
+                continue
+            if progress:
+                progress(f"{name}: {row}")
+            out.append(run_row(name, row))
+    return out
+
+
+def render(rows: list[Row]) -> str:
+    """Per row: peak and each component, estimate vs traced vs error (MiB = 2^20 bytes)."""
+    mib = 1024**2
+    short = {"weights": "weights", "master_weights": "master", "gradients": "grads", "optimizer_states": "optim",
+             "activations": "activ", "kv_cache": "kv", "temporaries": "temp", "comm_buffers": "comm"}
+    lines = []
+    for r in rows:
+        w = r.workload
+        desc = (f"{w['mode']}/{w['method']}/{w['attention']}/ckpt-{w['checkpointing']}/{w['dtype']}"
+                + (f"+amp-{w['amp']}" if w.get("amp") else ""))
+        lines.append(f"{r.model:<18} {desc:<40} peak est {r.estimate_peak / mib:8.2f} traced "
+                     f"{r.traced_peak / mib:8.2f} MiB  {r.peak_error:+7.2%}")
+        parts = []
+        for c in ALLOCATOR_COMPONENTS:
+            e, t = r.estimate.get(c, 0), r.traced.get(c, 0)
+            if e == 0 and t == 0:
+                continue
+            err = r.component_error(c)
+            es = "n/a" if err is None or err == float("inf") else f"{err:+.1%}"
+            parts.append(f"{short[c]} {e / mib:.2f}/{t / mib:.2f} {es}")
+        lines.append("    " + "  ".join(parts))
+    errs = sorted(abs(r.peak_error) for r in rows)
+    if errs:
+        lines.append(f"{len(rows)} rows: peak |error| median {errs[len(errs) // 2]:.2%}, max {errs[-1]:.2%} "
+                     "(component: estimate/traced MiB and error)")
+    return "\n".join(lines)
