@@ -220,6 +220,7 @@ ATTRIBUTE_MAPS: dict[str, dict[str, str]] = {
     },
     "bloom": {"num_hidden_layers": "n_layer", "num_attention_heads": "n_head"},
     "mixtral": {"num_experts": "num_local_experts"},
+    "qwen3_moe": {"num_experts": "num_local_experts"},
     "t5": {
         "hidden_size": "d_model",
         "num_attention_heads": "num_heads",

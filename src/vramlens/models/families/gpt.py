@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from vramlens.models._reader import ConfigReader
 from vramlens.models._tensors import Tensors, head_kind
+from vramlens.models.defaults import POST_INIT_DEFAULTS
 from vramlens.models.families._common import (
     Built,
     decoder_head,
@@ -232,7 +233,7 @@ def build_gpt_neox(r: ConfigReader, architecture: str) -> Built:
     tied = r.bool("tie_word_embeddings")
     max_pos = r.int("max_position_embeddings")
     act = r.str("hidden_act")
-    partial = rope_partial(r, 0.25, legacy_key="rotary_pct")
+    partial = rope_partial(r, POST_INIT_DEFAULTS[("gpt_neox", "rotary_pct")], legacy_key="rotary_pct")
     r.check()
     d = h // a
     head = head_kind(architecture)
@@ -270,7 +271,7 @@ def build_phi(r: ConfigReader, architecture: str) -> Built:
     tied = r.bool("tie_word_embeddings")
     max_pos = r.int("max_position_embeddings")
     act = r.str("hidden_act")
-    partial = rope_partial(r, 0.5)
+    partial = rope_partial(r, POST_INIT_DEFAULTS[("phi", "partial_rotary_factor")])
     r.check()
     d = explicit_hd or h // a
     head = head_kind(architecture)

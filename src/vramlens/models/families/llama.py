@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from vramlens.models._reader import ConfigReader
 from vramlens.models._tensors import Tensors, head_kind
+from vramlens.models.defaults import POST_INIT_DEFAULTS
 from vramlens.models.families._common import (
     Built,
     decoder_head,
@@ -92,7 +93,7 @@ def build_llama_like(r: ConfigReader, architecture: str, *, generic: bool = Fals
             moe_f = r.int("moe_intermediate_size")
             if moe == "qwen2_moe":
                 shared_f = r.int("shared_expert_intermediate_size")
-    partial = rope_partial(r, 1.0)
+    partial = rope_partial(r, POST_INIT_DEFAULTS.get((mt, "partial_rotary_factor"), 1.0))
     dtype = torch_dtype(r)
     window = _sliding_window(r)
     act_key = "hidden_activation" if mt == "gemma2" else "hidden_act"

@@ -1,0 +1,97 @@
+"""Exact parameter counts of real checkpoints, pinned as literals.
+
+Each number is ``sum(p.numel() for p in model.parameters())`` of the transformers class in
+architectures[0], built from the catalog config on the meta device (transformers 5.x; tied
+weights once). They agree with the widely quoted figures: gpt2 124,439,808,
+bert-base-uncased (BertForMaskedLM) 109,514,298, Llama-2-7b 6,738,415,616, Mistral-7B
+7,241,732,096, Mixtral-8x7B 46.7B, Falcon-40B 41.3B, Qwen2.5-7B 7.61B.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from vramlens.models import load_model
+
+PINNED = {
+    # encoders: BertForMaskedLM has no pooler; the MLM decoder is tied to the embeddings
+    "bert-base-uncased": 109_514_298,
+    "bert-large-uncased": 335_174_458,
+    "roberta-base": 124_697_433,
+    "roberta-large": 355_412_057,
+    # GPT-2: 12 h^2 L + (V + n_pos) h + 13 h L + 2 h, tied head
+    "gpt2": 124_439_808,
+    "gpt2-medium": 354_823_168,
+    "gpt2-large": 774_030_080,
+    "gpt2-xl": 1_557_611_200,
+    # OPT: positions have 2 extra rows; opt-350m projects 512 <-> 1024 and has no final norm
+    "opt-125m": 125_239_296,
+    "opt-350m": 331_196_416,
+    "opt-1.3b": 1_315_758_080,
+    "opt-6.7b": 6_658_473_984,
+    "bloom-560m": 559_214_592,
+    "bloom-7b1": 7_069_016_064,
+    # Phi: biases everywhere, untied lm_head with a bias
+    "phi-1_5": 1_418_270_720,
+    "phi-2": 2_779_683_840,
+    "phi-3-mini-4k-instruct": 3_821_079_552,
+    # Llama 2: 2 V h + h + L (4 h^2 + 3 h f + 2 h) with V = 32,000
+    "llama-2-7b": 6_738_415_616,  # 2*32000*4096 + 4096 + 32*(4*4096^2 + 3*4096*11008 + 2*4096)
+    "llama-2-13b": 13_015_864_320,
+    "llama-2-70b": 68_976_648_192,
+    "llama-3-8b": 8_030_261_248,
+    "llama-3-70b": 70_553_706_496,
+    "llama-3.1-8b": 8_030_261_248,
+    "llama-3.1-405b": 405_853_388_800,
+    "llama-3.2-1b": 1_235_814_400,  # tied embeddings
+    "llama-3.2-3b": 3_212_749_824,
+    "mistral-7b-v0.1": 7_241_732_096,
+    "mixtral-8x7b": 46_702_792_704,
+    # Qwen2.5: q/k/v biases; 0.5B-3B tie the embeddings
+    "qwen2.5-0.5b": 494_032_768,
+    "qwen2.5-1.5b": 1_543_714_304,
+    "qwen2.5-3b": 3_085_938_688,
+    "qwen2.5-7b": 7_615_616_512,
+    "qwen2.5-14b": 14_770_033_664,
+    "qwen2.5-32b": 32_763_876_352,
+    "qwen2.5-72b": 72_706_203_648,
+    "qwen1.5-moe-a2.7b": 14_315_784_192,
+    "qwen3-8b": 8_190_735_360,
+    "qwen3-30b-a3b": 30_532_122_624,
+    "gemma-7b": 8_537_680_896,
+    # Gemma 2: four norms per block, head_dim 256 (128 for 27b), tied embeddings
+    "gemma-2-2b": 2_614_341_888,
+    "gemma-2-9b": 9_241_705_984,
+    "gemma-2-27b": 27_227_128_320,
+    # StarCoder: multi-query c_attn of h + 2 d_head outputs, tied head
+    "starcoder": 15_517_456_384,
+    "starcoderbase-1b": 1_137_207_296,
+    # Falcon-7b multi-query, Falcon-40b new decoder architecture (8 kv heads)
+    "falcon-7b": 6_921_720_704,
+    "falcon-40b": 41_303_293_952,
+    "gpt-neox-20b": 20_554_567_680,
+    # T5: only block 0 of each stack has relative_attention_bias; transformers >= 5 ties
+    # lm_head to `shared` even for mT5/T0 (configuration_t5.py), so their count is lower than
+    # the checkpoint's by V*d_model (mt5-base 582,401,280 and T0_3B 2,849,757,184 untied).
+    "t5-small": 60_506_624,
+    "t5-base": 222_903_552,
+    "t5-large": 737_668_096,
+    "mt5-base": 390_315_264,
+    "t0_3b": 2_783_959_040,
+}
+
+
+@pytest.mark.parametrize("name,count", list(PINNED.items()), ids=list(PINNED))
+def test_pinned_parameter_count(name, count):
+    assert load_model(name).params == count
+
+
+def test_llama_2_7b_formula():
+    V, h, f, L = 32_000, 4096, 11_008, 32
+    assert load_model("llama-2-7b").params == 2 * V * h + h + L * (4 * h * h + 3 * h * f + 2 * h)
+
+
+def test_t5_untied_difference_is_the_lm_head():
+    # what transformers 4.x counted for the untied checkpoints
+    assert load_model("mt5-base").params + 250_112 * 768 == 582_401_280
+    assert load_model("t0_3b").params + 32_128 * 2048 == 2_849_757_184
