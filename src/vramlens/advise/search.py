@@ -29,7 +29,7 @@ from dataclasses import dataclass, replace
 
 from vramlens.advise.cost import Links, TrainingCost, inference_request, tradeoffs, training_step
 from vramlens.advise.fastmem import STATE_FIELDS, FastMemory
-from vramlens.advise.plan import FitResult, Plan
+from vramlens.advise.plan import FitResult, Plan, settings_of
 from vramlens.errors import ConfigError, InputError
 from vramlens.estimate import estimate_spec
 from vramlens.estimate import kv_cache as K
@@ -256,7 +256,7 @@ def _training_candidates(base: Workload, gpu: GPU, total: int, per_node: int, c:
                                       dtype=dtype, amp=amp, optimizer=opt, quant=quant), splits
 
 
-def fit(
+def search(
     spec: ModelSpec,
     base: Workload,
     gpu: GPU,
@@ -321,6 +321,11 @@ def fit(
                      fitting=n_fit, gpu_name=gpu.name, gpus=gpus, nodes=nodes, headroom=headroom)
 
 
+#: The search under the name of the issue; :func:`vramlens.advise.fit` is the front door that
+#: also takes model names, GPU names and workload keywords.
+fit = search
+
+
 def _search_training(s: _Search, base: Workload, total: int, per_node: int, c: Constraints, eb: int,
                      max_plans: int):
     """The hot loop: per structure, the state and the cost terms are looked up once; per
@@ -336,6 +341,7 @@ def _search_training(s: _Search, base: Workload, total: int, per_node: int, c: C
     n_eval = n_valid = n_fit = 0
     host_ram = None if s.host_ram is None else s.host_ram * s.nodes
     seq = base.seq
+    want = max_plans * 4  # kept before dropping plans equal in time and memory to a better one
     for struct, splits in _training_candidates(base, s.gpu, total, per_node, c, eb):
         skey = tuple(getattr(struct, f) for f in STATE_FIELDS)
         tier = 0 if struct.method == base.method else 1  # a different method trains something else
@@ -370,12 +376,19 @@ def _search_training(s: _Search, base: Workload, total: int, per_node: int, c: C
                            changes + (mb != base.batch) + (ckpt != base.checkpointing) + (attn != base.attention),
                            total_b)
                     item = (tuple(-k for k in key), n_fit, struct, mb, ga, ckpt, attn)
-                    if len(heap) < max_plans:
+                    if len(heap) < want:
                         heapq.heappush(heap, item)
                     elif item[:2] > heap[0][:2]:
                         heapq.heapreplace(heap, item)
-    ranked = [replace(st_, batch=mb, grad_accum=ga, checkpointing=ck, attention=at)
-              for _, _, st_, mb, ga, ck, at in sorted(heap, key=lambda i: i[:2], reverse=True)]
+    ranked = []
+    seen = set()
+    for key, _, st_, mb, ga, ck, at in sorted(heap, key=lambda i: i[:2], reverse=True):
+        if (key[1], key[3]) in seen:  # same time and memory as a better-ranked plan with fewer changes
+            continue
+        seen.add((key[1], key[3]))
+        ranked.append(replace(st_, batch=mb, grad_accum=ga, checkpointing=ck, attention=at))
+        if len(ranked) == max_plans:
+            break
     fm.evaluations += n_eval
     closest = None
     if best_miss is not None:
@@ -423,9 +436,17 @@ def _search_inference(s: _Search, base: Workload, total: int, per_node: int, c: 
                                 best_miss = (dev, w)
                             continue
                         cost = s.cost(w, 0)
-                        found.append((-cost.tokens_per_s, len(found), w))
-    found.sort()
-    return [w for _, _, w in found[:max_plans]], None if best_miss is None else best_miss[1], n_eval, n_valid, len(found)
+                        # quantizing weights changes the model's outputs: a remedy, not a speed-up
+                        tier = int(quant != base.quant)
+                        found.append(((tier, -round(cost.tokens_per_s, 6), _n_changes(w, base) + (attn != base.attention)
+                                       + (kv != base.kv_dtype), dev), len(found), w))
+    found.sort(key=lambda f: f[:2])
+    ranked, seen = [], set()
+    for key, _, w in found:
+        if (key[1], key[3]) not in seen:
+            seen.add((key[1], key[3]))
+            ranked.append(w)
+    return ranked[:max_plans], None if best_miss is None else best_miss[1], n_eval, n_valid, len(found)
 
 
 def _plan(s: _Search, w: Workload, base: Workload) -> Plan:
@@ -485,3 +506,61 @@ def hardware_that_fits(spec: ModelSpec, w: Workload, *, headroom: float, exclude
         if e.fits:
             return f"{w.gpus} x {g.name}" if w.gpus > 1 else g.name
     return ""
+
+
+def min_gpus(spec: ModelSpec, base: Workload, gpu: GPU, *, per_node: int = 8, max_gpus: int = 512,
+             **fit_kw) -> tuple[int, FitResult] | None:
+    """The fewest GPUs of kind ``gpu`` (from GPU_COUNTS, whole nodes of ``per_node`` beyond one
+    node) on which the search finds a plan, with that search's result; None up to ``max_gpus``."""
+    from vramlens.advise.inverse import GPU_COUNTS
+
+    fit_kw = {k: v for k, v in fit_kw.items() if k not in ("gpus", "nodes")}
+    fit_kw.setdefault("max_plans", 1)
+    for n in GPU_COUNTS:
+        if n > max_gpus:
+            break
+        if n > per_node and n % per_node:
+            continue
+        g, nodes = (n, 1) if n <= per_node else (per_node, n // per_node)
+        r = search(spec, base, gpu, gpus=g, nodes=nodes, **fit_kw)
+        if r.plans:
+            return n, r
+    return None
+
+
+def inverse_answers(spec: ModelSpec, base: Workload, gpu: GPU, result: FitResult, asks, *, headroom: float = 0.10,
+                    host_ram: int | None = None, **fit_kw) -> dict:
+    """Answers to the inverse questions named in ``asks`` (max_batch, max_seq, max_context,
+    min_gpu, min_gpus), as the JSON values of ``vramlens fit``.
+
+    max_batch / max_seq / max_context are asked of the starting workload (on ``result``'s GPU
+    count) when it fits at batch 1, else of the best plan; min_gpu of the best (or closest) plan.
+    """
+    from vramlens.advise import inverse as I
+
+    asks = set(asks)
+    out: dict = {}
+    start = replace(base, gpus=result.gpus * result.nodes)
+    subject = start
+    start_fits = not start.problems() and I._fits(FastMemory(spec, gpu), start, gpu.capacity_bytes * (1 - headroom),
+                                                  host_ram)[0]
+    if not start_fits and result.plans:
+        subject = result.plans[0].workload
+    kw = {"headroom": headroom, "host_ram": host_ram}
+    if "max_batch" in asks:
+        out["max_batch"] = I.max_batch(spec, subject, gpu, **kw).to_dict()
+    if "max_seq" in asks:
+        out["max_seq"] = I.max_seq(spec, subject, gpu, **kw).to_dict()
+    if "max_context" in asks:
+        out["max_context"] = I.max_context(spec, subject, gpu, **kw).to_dict()
+    if "min_gpu" in asks:
+        w = result.plans[0].workload if result.plans else (result.closest.workload if result.closest else subject)
+        g = I.min_gpu(spec, w, headroom=headroom)
+        out["min_gpu"] = {"gpu": None if g is None else g.name, "settings": settings_of(w),
+                          "memory_bytes": None if g is None else g.memory_bytes}
+    if "min_gpus" in asks:
+        r = min_gpus(spec, base, gpu, per_node=max(result.gpus, 8), headroom=headroom, host_ram=host_ram, **fit_kw)
+        out["min_gpus"] = None if r is None else {"gpus": r[0], "gpu": gpu.name,
+                                                  "settings": r[1].plans[0].settings}
+    return out
+

@@ -1,0 +1,91 @@
+"""The front door: ``vramlens.advise.fit`` takes what ``vramlens.estimate.estimate`` takes."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from vramlens.advise.cost import Links
+from vramlens.advise.plan import FitResult
+from vramlens.advise.search import DEFAULT_MAX_PLANS, inverse_answers, search
+from vramlens.errors import InputError
+from vramlens.hardware.gpu import GPU
+from vramlens.models.spec import ModelSpec
+from vramlens.workload import Workload, make_workload
+
+
+def fit(
+    model: str | dict | ModelSpec | None = None,
+    workload: Workload | None = None,
+    gpu: str | GPU | None = None,
+    *,
+    params: str | int | None = None,
+    gpus: int | None = None,
+    nodes: int = 1,
+    host_ram: int | str | None = None,
+    headroom: float = 0.10,
+    keep=(),
+    forbid=(),
+    effective_batch: int | None = None,
+    method_locked: bool | None = None,
+    max_plans: int | None = None,
+    top: int | None = None,
+    links: Links = Links(),
+    ask=(),
+    **settings: Any,
+) -> FitResult:
+    """Plans that make ``model`` fit ``gpu``, fastest first.
+
+    Args:
+        model: a catalog name, hub id, config.json path, config dict or ModelSpec (or None with ``params``).
+        workload: the starting Workload; or give its fields as keyword ``settings``.
+        gpu: a catalog GPU name, a size ("24GB") or a GPU.
+        gpus: GPUs per node (default: the workload's ``gpus`` divided by ``nodes``).
+        nodes: nodes; tensor parallelism stays inside one.
+        host_ram: host RAM per node ("256GB" or bytes) that offloaded state must fit in.
+        headroom: fraction of each GPU kept free.
+        keep, forbid: remedies plans must use / must not use (see ``vramlens.advise.REMEDIES``).
+        effective_batch: sequences per optimizer step over all GPUs, kept by gradient accumulation.
+        method_locked: keep the workload's method; by default, when ``method`` is among ``settings``.
+        max_plans, top: how many plans to return (``top`` is an alias).
+        ask: inverse questions to answer in ``FitResult.inverse`` (max_batch, max_seq,
+            max_context, min_gpu, min_gpus).
+
+    Raises:
+        InputError: an unknown model or GPU, bad settings, or contradictory constraints.
+    """
+    from vramlens.estimate import check_workload
+    from vramlens.hardware.catalog import get_gpu
+    from vramlens.units import parse_size
+
+    if gpu is None:
+        raise InputError("fit needs a GPU: give gpu='A100-80GB' (a catalog name) or a size such as '24GB'")
+    g = get_gpu(gpu) if isinstance(gpu, str) else gpu
+    if isinstance(model, ModelSpec):
+        spec = model
+    else:
+        from vramlens.models import load_model
+
+        spec = load_model(model, params=params)
+    if method_locked is None:
+        method_locked = "method" in settings or (workload is not None and workload.method != "full")
+    if gpus is not None:
+        settings["gpus"] = gpus * nodes
+    base = workload.validated() if workload is not None else make_workload(**settings)
+    if workload is not None and settings:
+        base = base.replace(**settings)
+    if nodes < 1:
+        raise InputError(f"nodes={nodes} must be a whole number >= 1")
+    per_node = gpus if gpus is not None else max(1, base.gpus // nodes)
+    check_workload(spec, base)
+    ram = parse_size(host_ram, what="host RAM") if isinstance(host_ram, str) else host_ram
+    n = max_plans or top or DEFAULT_MAX_PLANS
+    result = search(spec, base, g, gpus=per_node, nodes=nodes, host_ram=ram, headroom=headroom, keep=keep,
+                    forbid=forbid, effective_batch=effective_batch, method_locked=method_locked, max_plans=n,
+                    links=links)
+    if ask:
+        from dataclasses import replace
+
+        inv = inverse_answers(spec, base, g, result, ask, headroom=headroom, host_ram=ram, keep=keep, forbid=forbid,
+                              effective_batch=effective_batch, method_locked=method_locked, links=links)
+        result = replace(result, inverse=inv)
+    return result

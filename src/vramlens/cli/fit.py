@@ -1,0 +1,163 @@
+"""`vramlens fit`: which changes make a workload fit, fastest first, and the config that says so."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+from vramlens.cli.options import add_model_arg, add_output_args, add_workload_args, print_json, workload_kwargs
+
+EXAMPLES = """examples:
+  vramlens fit llama-2-7b --mode train --batch 8 --seq 2048 --gpu RTX-4090
+  vramlens fit llama-2-13b --mode train --gpu A100-80GB --gpus 8 --effective-batch 64 --forbid offload
+  vramlens fit llama-2-7b --mode train --method lora --gpu 24GB --emit peft
+  vramlens fit meta-llama/Llama-2-70b-hf --seq 4096 --new-tokens 512 --gpu L40S --gpus 4 --max-context --json
+
+--gpus is the number of GPUs per node; with --nodes M the plans use gpus x M in all.
+Remedies for --keep / --forbid: amp, checkpointing, attention, lora, qlora, 8bit, grad-accum,
+zero, fsdp, tp, pp, offload, quant, kv-quant. An explicit --method is kept.
+"""
+
+EMIT_KINDS = ("trainer", "peft", "bnb", "deepspeed", "accelerate", "fsdp", "device-map", "alloc-conf")
+ASKS = ("max_batch", "max_seq", "max_context", "min_gpu", "min_gpus")
+
+
+def _gbps(text: str) -> float:
+    from vramlens.units import parse_size
+
+    return float(parse_size(text, what="bandwidth"))
+
+
+def add_parser(sub) -> argparse.ArgumentParser:
+    p = sub.add_parser(
+        "fit", help="search the optimizations that make a workload fit, fastest first",
+        description="Search mixed precision, checkpointing, LoRA/QLoRA, 8-bit optimizers, micro-batching, "
+                    "ZeRO/FSDP, tensor/pipeline parallelism and offload for the plans that fit, ranked by "
+                    "estimated step time (training) or tokens per second (inference).",
+        epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    add_model_arg(p)
+    add_workload_args(p)
+    p.set_defaults(method=None)  # None: not given, so the search may change it
+    p.add_argument("--gpu", required=True, help="GPU name from `vramlens gpus` or a size (24GB, 80GiB)")
+    p.add_argument("--nodes", type=int, default=1, help="nodes of --gpus GPUs each (default 1)")
+    p.add_argument("--host-ram", default=None, help="host RAM per node for offloaded state (e.g. 256GB)")
+    p.add_argument("--headroom", type=float, default=0.10, help="fraction of each GPU kept free (default 0.10)")
+    p.add_argument("--effective-batch", type=int, default=None,
+                   help="sequences per optimizer step over all GPUs, kept with gradient accumulation")
+    p.add_argument("--keep", default="", help="remedies every plan must use, comma-separated")
+    p.add_argument("--forbid", default="", help="remedies no plan may use, comma-separated")
+    p.add_argument("--top", type=int, default=5, help="plans to show (default 5)")
+    p.add_argument("--network", type=_gbps, default=None, metavar="BYTES/S",
+                   help="network bandwidth between nodes per GPU (e.g. 25GB for 200 Gb/s InfiniBand)")
+    p.add_argument("--interconnect", type=_gbps, default=None, metavar="BYTES/S",
+                   help="GPU-to-GPU bandwidth inside a node (default: the GPU entry's NVLink/PCIe figure)")
+    for a in ASKS:
+        p.add_argument("--" + a.replace("_", "-"), action="store_true", dest=a,
+                       help={"max_batch": "also find the largest micro-batch that fits",
+                             "max_seq": "also find the longest sequence that fits",
+                             "max_context": "also find the longest context (prompt + generated) whose KV cache fits",
+                             "min_gpu": "also find the smallest catalog GPU that fits",
+                             "min_gpus": "also find the fewest GPUs of this kind that fit"}[a])
+    p.add_argument("--emit", choices=EMIT_KINDS, default=None, help="print the config of a plan for a library")
+    p.add_argument("--plan", type=int, default=1, help="which plan --emit writes (1 = best)")
+    add_output_args(p)
+    p.set_defaults(func=run)
+    return p
+
+
+def run(args: argparse.Namespace) -> int:
+    from vramlens.advise import fit
+    from vramlens.advise.cost import DEFAULT_NETWORK_BYTES_S, Links
+    from vramlens.errors import InputError
+
+    if args.model is None and args.params is None:
+        raise InputError("give a MODEL (a catalog name, hub id or config.json) or --params SIZE (e.g. --params 7B)")
+    if not 0 <= args.headroom < 1:
+        raise InputError(f"headroom={args.headroom} must be in [0, 1): e.g. --headroom 0.1 keeps 10% free")
+    if args.top < 1 or args.plan < 1:
+        raise InputError(f"--top {args.top} / --plan {args.plan}: both must be >= 1")
+    if args.nodes < 1:
+        raise InputError(f"--nodes {args.nodes} must be >= 1")
+    settings = workload_kwargs(args)
+    method_locked = settings.get("method") is not None
+    if not method_locked:
+        settings["method"] = "full"
+    gpus_per_node = settings.pop("gpus")
+    links = Links(intra_node_bytes_s=args.interconnect, network_bytes_s=args.network or DEFAULT_NETWORK_BYTES_S)
+    asks = [a for a in ASKS if getattr(args, a)]
+    result = fit(args.model, gpu=args.gpu, params=args.params, gpus=gpus_per_node, nodes=args.nodes,
+                 host_ram=args.host_ram, headroom=args.headroom, keep=args.keep, forbid=args.forbid,
+                 effective_batch=args.effective_batch, method_locked=method_locked,
+                 max_plans=max(args.top, args.plan), links=links, ask=asks, **settings)
+    if args.emit:
+        from vramlens.advise.emit import emit, render
+
+        if not result.plans:
+            raise InputError(f"--emit {args.emit}: {result.message}")
+        if args.plan > len(result.plans):
+            raise InputError(f"--plan {args.plan}: only {len(result.plans)} plan(s) fit; choose 1..{len(result.plans)}")
+        cfg = emit(result.plans[args.plan - 1], args.emit)
+        if args.json:
+            print_json(cfg)
+        else:
+            print(render(cfg, args.emit))
+        return 0
+    if args.json:
+        d = result.to_dict()
+        d["plans"] = d["plans"][: args.top]
+        print_json(d)
+        return 0
+    print(render_result(result, top=args.top))
+    return 0 if result.plans else 1
+
+
+def _gib(n: int) -> str:
+    return f"{n / 2**30:.2f}"
+
+
+def render_result(result, *, top: int = 5, width: int = 100) -> str:
+    """The human table: one block per plan, best first; the reason when none fits."""
+    from vramlens.advise.plan import settings_argv
+
+    lines = [result.message, ""]
+    shown = list(result.plans[:top])
+    if not shown and result.closest is not None:
+        lines.append("closest plan (does not fit):")
+        shown = [result.closest]
+    cols = ("weights", "master_weights", "gradients", "optimizer_states", "activations", "kv_cache", "runtime")
+    short = ("weights", "master", "grads", "optim", "activ", "kv", "runtime")
+    header = f"{'#':>2} {'speed':>14} {'total':>8} " + " ".join(f"{s:>7}" for s in short) + "  (GiB per GPU)"
+    lines.append(header)
+    lines.append("-" * min(width, len(header)))
+    for i, p in enumerate(shown, 1):
+        comps = p.estimate.breakdown.as_dict()
+        if p.workload.training:
+            speed = f"{p.cost.seconds:.3g} s/step"
+        else:
+            speed = f"{p.cost.tokens_per_s:,.0f} tok/s"
+        lines.append(f"{i:>2} {speed:>14} {_gib(p.device_total):>8} " + " ".join(f"{_gib(comps[c]):>7}" for c in cols))
+        flags = " ".join(settings_argv({k: v for k, v in p.settings.items() if _differs(k, v)}))
+        lines.append(f"   flags: {flags}")
+        for t in p.tradeoffs:
+            lines.append(f"   - {t}")
+        if p.estimate.breakdown.host_bytes:
+            lines.append(f"   host RAM: {_gib(p.estimate.breakdown.host_bytes)} GiB")
+    for k, v in result.inverse.items():
+        lines.append(f"{k}: {json.dumps(_inverse_summary(v))}")
+    return "\n".join(lines)
+
+
+def _differs(k: str, v) -> bool:
+    from vramlens.workload import Workload
+
+    d = getattr(Workload(), k, None)
+    if k == "lora_targets":
+        return v != ",".join(d)
+    return v != d or k in ("mode", "batch", "seq", "gpus")
+
+
+def _inverse_summary(v):
+    if isinstance(v, dict):
+        return {k: x for k, x in v.items() if k != "settings"}
+    return v
