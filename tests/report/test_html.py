@@ -67,6 +67,16 @@ def test_fit_report_shows_plans_side_by_side():
     assert 'id="plans"' in doc and "method=lora" in doc and 'class="seg" data-plan="1"' in doc
 
 
+def test_fit_report_of_advisor_shaped_plans():
+    data = {"gpu": "24 GB GPU", "message": "2 of 9 plans fit", "plans": [
+        {"settings": {"mode": "train", "method": "lora", "zero": 0, "batch": 1}, "fits": True,
+         "device_total_bytes": 15 * GiB, "components": {"weights": 13 * GiB}, "tradeoffs": ["fewer trainable params"]}]}
+    doc = html.render_html("fit", data)
+    assert_self_contained(doc)
+    assert "2 of 9 plans fit" in doc and "<td>method=lora</td>" in doc and "fewer trainable params" in doc
+    assert html.plan_label({"settings": {"mode": "train", "zero": 3, "offload": "all"}}) == "zero=3 offload=all"
+
+
 def test_trace_report_timeline_and_top_tensors():
     events = [{"seq": 0, "action": "alloc", "nbytes": GiB, "tag": "parameter"},
               {"seq": 1, "action": "alloc", "nbytes": 2 * GiB, "tag": "activation"},

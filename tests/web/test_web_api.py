@@ -136,11 +136,27 @@ def test_openapi_documents_the_flags(client):
     assert client.get("/docs").status_code == 200
 
 
-def test_fit_without_the_advisor_says_so(client):
+def test_fit_equals_cli_fit_json(client, capsys):
     from vramlens.web.app import advisor
 
-    if advisor() is not None:
-        pytest.skip("the advisor exists; /api/fit is tested with it")
-    r = client.get("/api/fit", params={"params": "7B"})
-    assert r.status_code == 501
-    assert r.json() == {"error": "the advisor (vramlens.advise.fit) is not available in this version"}
+    fit = advisor()
+    if fit is None:
+        r = client.get("/api/fit", params={"params": "7B"})
+        assert r.status_code == 501
+        assert r.json() == {"error": "the advisor (vramlens.advise.fit) is not available in this version"}
+        return
+    needs_model_loader()
+    r = client.get("/api/fit", params={"model": "llama-2-7b", "mode": "train", "gpu": "24GB", "top": 3})
+    assert r.status_code == 200, r.text
+    d = r.json()
+    assert d == cli_json(capsys, ["fit", "llama-2-7b", "--mode", "train", "--gpu", "24GB", "--top", "3", "--json"])
+    assert 1 <= len(d["plans"]) <= 3 and all("components" in p for p in d["plans"])
+
+
+def test_fit_errors_are_422(client):
+    from vramlens.web.app import advisor
+
+    if advisor() is None:
+        pytest.skip("no advisor")
+    r = client.get("/api/fit", params={"params": "7B", "mode": "fly", "gpu": "24GB"})
+    assert r.status_code == 422 and r.json() == {"error": "mode='fly' is not one of: inference, train"}

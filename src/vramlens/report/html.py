@@ -93,6 +93,8 @@ def _inputs(data: Mapping) -> str:
     model = data.get("model") or {}
     work = data.get("workload") or {}
     gpu = data.get("gpu") or {}
+    if not isinstance(gpu, Mapping):
+        gpu = {"name": gpu}
     out = ["<h2>Inputs</h2><dl>"]
     for k, v in model.items():
         if v not in (None, [], ""):
@@ -139,10 +141,11 @@ def _estimate_body(data: Mapping, headroom: float) -> list[str]:
 
 def _plans_table(plans: Sequence[Mapping]) -> str:
     rows = ['<table id="plans"><thead><tr><th>#</th><th>plan</th><th class="num">device total GiB</th>'
-            "<th>fits</th><th>changes</th></tr></thead><tbody>"]
+            "<th>fits</th><th>changes, trade-offs</th></tr></thead><tbody>"]
     for i, p in enumerate(plans, 1):
-        changes = p.get("changes") or p.get("settings") or p.get("workload") or {}
-        text = ", ".join(f"{k}={_fmt(v)}" for k, v in changes.items()) if isinstance(changes, Mapping) else _fmt(changes)
+        changes = p.get("changes") or p.get("tradeoffs") or {}
+        text = (", ".join(f"{k}={_fmt(v)}" for k, v in changes.items()) if isinstance(changes, Mapping)
+                else "; ".join(map(str, changes)))
         fits = p.get("fits")
         rows.append(f"<tr><td>{i}</td><td>{escape(str(p.get('name') or p.get('label') or f'plan {i}'))}</td>"
                     f'<td class="num">{gib(p.get("device_total_bytes"))}</td>'
@@ -151,12 +154,28 @@ def _plans_table(plans: Sequence[Mapping]) -> str:
     return "\n".join(rows)
 
 
+def plan_label(plan: Mapping, base: Mapping | None = None) -> str:
+    """A plan's name, or its settings that differ from ``base`` (default: Workload's defaults)."""
+    if plan.get("name") or plan.get("label"):
+        return str(plan.get("name") or plan.get("label"))
+    settings = plan.get("settings") or plan.get("changes") or {}
+    if base is None:
+        from vramlens.workload import Workload
+
+        base = Workload().to_dict()
+        base["lora_targets"] = ",".join(base["lora_targets"])
+    diff = [f"{k}={_fmt(v)}" for k, v in settings.items() if k != "mode" and base.get(k) != v]
+    return " ".join(diff) or "as given"
+
+
 def _fit_body(data: Mapping, headroom: float) -> list[str]:
-    plans = list(data.get("plans") or [])
+    plans = [dict(p, name=plan_label(p)) for p in data.get("plans") or []]
     gpu = data.get("gpu") or {}
-    cap = gpu.get("usable_bytes") if isinstance(gpu, Mapping) else None
+    cap = gpu.get("usable_bytes") if isinstance(gpu, Mapping) else data.get("usable_bytes")
     name = (data.get("model") or {}).get("name", "model")
     body = [f"<h1>{escape(str(name))}: plans that fit</h1>"]
+    if data.get("message"):
+        body.append(f"<p>{escape(str(data['message']))}</p>")
     if not plans:
         body.append('<p class="verdict nofit">No plan fits.</p>')
     else:
@@ -270,4 +289,4 @@ def write_estimate_html(est, path: str | os.PathLike, *, headroom: float | None 
     return write_html("estimate", est.to_dict(), path, headroom=0.10 if headroom is None else headroom)
 
 
-__all__ = ["KINDS", "render_html", "timeline_from_events", "write_estimate_html", "write_html", "write_text_atomic"]
+__all__ = ["KINDS", "plan_label", "render_html", "timeline_from_events", "write_estimate_html", "write_html", "write_text_atomic"]

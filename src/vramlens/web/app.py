@@ -291,9 +291,17 @@ def create_app() -> FastAPI:
         if fit is None:
             return _error(501, "the advisor (vramlens.advise.fit) is not available in this version")
         model = check_model_id(q.model) if q.model else None
+        if model is None and q.params is None:
+            raise InputError("give a model (a catalog name or hub id) or params (e.g. 7B)")
         top, work = _settings(q)
-        result = fit(model, gpu=top["gpu"], params=top["params"], headroom=top["headroom"], top=q.top, **work)
-        return result.to_dict() if hasattr(result, "to_dict") else result
+        # as `vramlens fit` does: the method is searched over unless the request names one
+        method_locked = "method" in q.model_fields_set
+        gpus = work.pop("gpus")
+        result = fit(model, gpu=top["gpu"], params=top["params"], gpus=gpus, headroom=top["headroom"],
+                     method_locked=method_locked, max_plans=q.top, **work)
+        d = result.to_dict()
+        d["plans"] = d["plans"][: q.top]
+        return d
 
     @app.get("/api/version", summary="The vramlens version")
     def get_version() -> dict[str, str]:

@@ -72,6 +72,18 @@
     }
   }
 
+  // The settings a plan changes, compared with the knobs as they are now.
+  function planLabel(settings) {
+    const now = {};
+    for (const el of fields) now[el.dataset.param] = value(el) || el.dataset.default;
+    const diff = [];
+    for (const [k, v] of Object.entries(settings)) {
+      const mine = k in now ? now[k] : undefined;
+      if (mine !== undefined && String(v === null ? "" : v) !== String(mine)) diff.push(k + "=" + v);
+    }
+    return diff.join(" ") || "as given";
+  }
+
   function renderPlans(d) {
     const plans = (d && d.plans) || [];
     const body = $("plans").querySelector("tbody");
@@ -79,7 +91,7 @@
     plans.slice(0, 5).forEach((p, i) => {
       const tr = document.createElement("tr");
       cell(tr, String(i + 1));
-      cell(tr, p.name || p.label || JSON.stringify(p.changes || p.settings || {}));
+      cell(tr, p.name || p.label || planLabel(p.settings || {}));
       cell(tr, p.device_total_bytes !== undefined ? gib(p.device_total_bytes) : "", "num");
       cell(tr, p.fits === undefined ? "" : (p.fits ? "yes" : "no"));
       body.appendChild(tr);
