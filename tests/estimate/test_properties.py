@@ -7,7 +7,7 @@ from vramlens.estimate import estimate_spec
 from vramlens.models import load_model
 from vramlens.workload import make_workload
 
-from .conftest import llama_config
+from _specs import llama_config
 
 SPEC = load_model(llama_config(hidden_size=1024, intermediate_size=2816, num_hidden_layers=4,
                                num_attention_heads=16, num_key_value_heads=4, vocab_size=32000))

@@ -7,7 +7,7 @@ from vramlens.models import load_model
 from vramlens.models.spec import ModelSpec, TensorInfo
 from vramlens.workload import make_workload
 
-from .conftest import flat_spec, llama_config
+from _specs import flat_spec, llama_config
 
 GB = 10**9
 

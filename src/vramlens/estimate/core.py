@@ -163,7 +163,7 @@ def estimate_spec(spec: ModelSpec, w: Workload, gpu: GPU | None = None, *, headr
     opt_tmp_full, opt_tmp_formula = O.optimizer_step_temporary(spec, w, trainable)
     opt_tmp = int(opt_tmp_full * sp.optimizer)
     pbytes = O.param_dtype_bytes(w)
-    comm, comm_formula = comm_buffer_bytes(spec, w, grads, pbytes)
+    comm, comm_formula = comm_buffer_bytes(spec, w, grads_full, pbytes, trainable, Wt.weight_dtype_bytes(w))
     host = 0
     if w.training and w.offload in ("optimizer", "all"):
         host += (opt + master + opt_tmp) * w.gpus

@@ -73,7 +73,8 @@ def split(spec: ModelSpec, w: Workload) -> Split:
     )
 
 
-def comm_buffer_bytes(spec: ModelSpec, w: Workload, grad_bytes_full: int, param_elem_bytes: int) -> tuple[int, str]:
+def comm_buffer_bytes(spec: ModelSpec, w: Workload, grad_bytes_full: int, param_elem_bytes: int, trainable: int,
+                      weight_elem_bytes: int) -> tuple[int, str]:
     """Communication buffers on each GPU.
 
     * DDP (torch/nn/parallel/distributed.py, ``gradient_as_bucket_view=False`` default): the
@@ -90,6 +91,6 @@ def comm_buffer_bytes(spec: ModelSpec, w: Workload, grad_bytes_full: int, param_
     if stage == 0:
         return grad_bytes_full, "DDP gradient buckets: a second copy of the gradients"
     if stage in (1, 2):
-        elems = min(500_000_000, spec.params)
-        return elems * param_elem_bytes, "ZeRO reduce bucket (reduce_bucket_size=5e8 elements)"
-    return 3 * per_layer * param_elem_bytes, "all-gather of the current and next block + reduce-scatter of one block"
+        elems = min(500_000_000, trainable)
+        return min(elems * param_elem_bytes, grad_bytes_full), "ZeRO reduce bucket (reduce_bucket_size=5e8 elements)"
+    return 3 * per_layer * weight_elem_bytes, "all-gather of the current and next block + reduce-scatter of one block"
