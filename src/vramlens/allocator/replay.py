@@ -24,26 +24,21 @@ from vramlens.errors import SnapshotError
 def trace_to_events(entries: list) -> list[Event]:
     """Events for the simulator from one device's trace entries (see the module docstring)."""
     events: list[Event] = []
-    released = False  # segments went back to CUDA and no malloc has claimed the release yet
+    released = False  # segments went back to CUDA since the last allocation or free
     for e in entries:
         if not isinstance(e, dict):
             continue
         action = e.get("action")
         if action in ("segment_free", "segment_unmap"):
             released = True
-            continue
-        if action in ("segment_alloc", "segment_map", "oom"):
-            released = False  # the release was part of a malloc's retry
-            continue
-        if action not in ("alloc", "free_completed"):
-            continue
-        if released:
-            events.append(Event(None, 0, "empty_cache"))
-            released = False
-        if action == "alloc":
-            events.append(Event(e.get("addr"), int(e.get("size", 0)), "alloc", e.get("stream", 0)))
-        else:
-            events.append(Event(e.get("addr"), 0, "free", e.get("stream", 0)))
+        elif action in ("alloc", "free_completed"):
+            if released:
+                events.append(Event(None, 0, "empty_cache"))
+                released = False
+            if action == "alloc":
+                events.append(Event(e.get("addr"), int(e.get("size", 0)), "alloc", e.get("stream", 0)))
+            else:
+                events.append(Event(e.get("addr"), 0, "free", e.get("stream", 0)))
     if released:
         events.append(Event(None, 0, "empty_cache"))
     return events

@@ -463,6 +463,4 @@ def load_report(data: bytes, *, top: int = 10) -> SnapshotReport:
         return analyze_memory_stats(obj)
     if not data:
         raise SnapshotError("the file is empty")
-    if data[:1] != b"\x80" and data[:1] not in (b"(", b"}", b"]"):
-        raise SnapshotError("neither a pickle (snapshot) nor JSON (memory_stats)")
     return analyze_snapshot(safe_loads(data), top=top)
