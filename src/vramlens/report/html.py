@@ -265,7 +265,13 @@ def write_text_atomic(path: str | os.PathLike, text: str | bytes) -> Path:
     """Write ``text`` to ``path`` through a temporary file in the same folder and a rename."""
     target = Path(path)
     folder = target.parent if str(target.parent) else Path(".")
-    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=folder)
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=folder)
+    except OSError as e:
+        from vramlens.errors import InputError
+
+        raise InputError(f"cannot write {target}: {e.strerror}: choose a file in a folder that exists and is "
+                         "writable") from None
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(text.encode("utf-8") if isinstance(text, str) else text)
