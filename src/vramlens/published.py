@@ -144,6 +144,17 @@ def _spec(case: Case, load_model: Callable):
     return load_model(cfg)
 
 
+def published_bytes(entry: dict) -> int | None:
+    """The case's figure in bytes: ``value_bytes``, or the exact value its ``kind`` states ("exact = N B")."""
+    import re
+
+    fig = entry["figure"]
+    if fig.get("value_bytes") is not None:
+        return int(fig["value_bytes"])
+    m = re.search(r"exact = ([0-9][0-9,_]*) B", str(fig.get("kind", "")))
+    return int(m.group(1).replace(",", "").replace("_", "")) if m else None
+
+
 def run_case(case_id: str, published: dict, case: Case) -> Row:
     """Estimate one case; ``published`` is its entry of published-cases.json."""
     from vramlens.estimate import estimate
@@ -151,7 +162,7 @@ def run_case(case_id: str, published: dict, case: Case) -> Row:
     from vramlens.hardware.runtime import context_bytes_for
     from vramlens.models import load_model
 
-    target = int(published["figure"]["value_bytes"]) if "value_bytes" in published["figure"] else None
+    target = published_bytes(published)
     if target is None:
         return Row(case_id, case.figure, 0, None, None, "no value_bytes in the case")
     context, _ = context_bytes_for(case.cuda, lazy_loading=case.lazy_loading)
@@ -203,6 +214,6 @@ def run_all(cases: list[dict[str, Any]]) -> list[Row]:
         if cid in CASES:
             rows.append(run_case(cid, entry, CASES[cid]))
         else:
-            target = int(entry["figure"].get("value_bytes") or 0)
+            target = published_bytes(entry) or 0
             rows.append(Row(cid, "-", target, None, None, UNSUPPORTED.get(cid, "no mapping yet")))
     return rows

@@ -27,7 +27,8 @@ BLOCK = 512
 #: others (GPT-2, BERT, ...) take the softmax in the compute dtype unless autocast upcasts it.
 FP32_SOFTMAX = frozenset({
     "llama", "mistral", "mixtral", "qwen2", "qwen2_moe", "qwen3", "qwen3_moe", "phi3", "gemma", "gemma2",
-    "gemma3_text", "starcoder2", "olmo", "olmo2", "cohere", "granite",
+    "gemma3_text", "starcoder2", "olmo", "olmo2", "cohere", "granite", "opt", "bloom", "phi", "gpt_bigcode",
+    "gpt_neox",
 })
 
 
