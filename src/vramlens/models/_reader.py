@@ -44,6 +44,7 @@ class ConfigReader:
             self._aliases.setdefault(alias, []).append(field)
         self.problems: list[str] = []
         self.assumed: list[str] = []
+        self.bad: set[str] = set()  # fields already reported, so that rules on them stay quiet
 
     # ---- raw access -----------------------------------------------------------------------
     def has(self, key: str) -> bool:
@@ -65,6 +66,7 @@ class ConfigReader:
             return self.defaults[key]
         if default is _REQUIRED:
             self.problems.append(f"missing field {key!r} ({self.model_type} configs need it)")
+            self.bad.add(key)
             return None
         return default
 
@@ -78,9 +80,11 @@ class ConfigReader:
             value = int(value)
         if isinstance(value, bool) or not isinstance(value, int):
             self.problems.append(f"{key}={value!r} must be an integer")
+            self.bad.add(key)
             return max(minimum, 1)
         if value < minimum:
             self.problems.append(f"{key}={value} must be >= {minimum}")
+            self.bad.add(key)
             return max(minimum, 1)
         return value
 
@@ -129,6 +133,8 @@ class ConfigReader:
     # ---- rules ----------------------------------------------------------------------------
     def divisible(self, a_key: str, a: int, b_key: str, b: int, fix: str = "fix the config") -> None:
         """Record ``a_key=a is not divisible by b_key=b`` when b does not divide a."""
+        if a_key in self.bad or b_key in self.bad:
+            return
         if b > 0 and a % b:
             self.problems.append(f"{a_key}={a} is not divisible by {b_key}={b}: {fix}")
 
