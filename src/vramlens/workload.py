@@ -27,6 +27,7 @@ OPTIMIZERS = (
     "paged-adamw", "paged-adamw-8bit", "lion", "none",
 )
 CHECKPOINTING = ("none", "full", "selective")
+OPTIMIZER_IMPLS = ("foreach", "fused", "loop")
 ATTENTION = ("eager", "sdpa", "flash")
 OFFLOAD = ("none", "optimizer", "all")
 KV_DTYPES = ("fp32", "fp16", "bf16", "fp8", "int8")
@@ -46,6 +47,7 @@ class Workload:
     amp: str | None = None
     quant: str | None = None
     optimizer: str = "adamw"
+    optimizer_impl: str = "foreach"
     batch: int = 1
     seq: int = 512
     new_tokens: int = 0
@@ -124,6 +126,7 @@ class Workload:
         choice("quant", self.quant, QUANTS, optional=True)
         choice("optimizer", self.optimizer, OPTIMIZERS)
         choice("checkpointing", self.checkpointing, CHECKPOINTING)
+        choice("optimizer_impl", self.optimizer_impl, OPTIMIZER_IMPLS)
         choice("attention", self.attention, ATTENTION)
         choice("offload", self.offload, OFFLOAD)
         choice("kv_dtype", self.kv_dtype, KV_DTYPES, optional=True)

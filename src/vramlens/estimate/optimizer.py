@@ -110,13 +110,22 @@ def optimizer_step_temporary(spec: ModelSpec, w: Workload, trainable: int) -> tu
     if w.mode != "train" or w.optimizer in ("none",) or trainable == 0:
         return 0, ""
     state_b = 4 if (has_master_copy(w) or w.method != "full") else DTYPE_BYTES[w.dtype]
-    if w.optimizer in ("adamw", "adam", "paged-adamw"):
+    if w.optimizer in ("adamw", "adam", "paged-adamw") and w.optimizer_impl == "foreach":
         if w.method == "full":
             one = summarize(spec).param_bytes_at.get(state_b, round_up(trainable * state_b, BLOCK))
         else:
             one = _rounded_lora(lora_shape(spec, tuple(w.lora_targets)), w.lora_rank, state_b)
         return one, "foreach Adam: sqrt(exp_avg_sq) for every parameter at once"
     if w.optimizer in ("sgd", "sgd-momentum"):
-        return 0, "foreach SGD updates in place"
-    largest = summarize(spec).largest_param_numel if w.method == "full" else 0
-    return largest * 4, "per-tensor update of the largest parameter"
+        return 0, "SGD updates in place"
+    # fused kernels and per-tensor loops (``denom = exp_avg_sq.sqrt().add_(eps)``) hold one
+    # state-sized temporary of a single tensor at a time: the largest one
+    if w.method == "full":
+        largest = round_up(summarize(spec).largest_param_numel * state_b, BLOCK)
+    else:
+        shape = lora_shape(spec, tuple(w.lora_targets))
+        largest = max((round_up(w.lora_rank * max(t.in_features, t.out_features) * 4, BLOCK) for t in shape.targets),
+                      default=0)
+    if w.optimizer_impl == "fused" and w.optimizer in ("adamw", "adam", "paged-adamw"):
+        return 0, "fused Adam updates in place"
+    return largest, "per-tensor update: one temporary the size of the largest parameter"
