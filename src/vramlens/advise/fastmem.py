@@ -119,8 +119,9 @@ class FastMemory:
         master = int(master_full * sp.optimizer)
         opt = int(opt_full * sp.optimizer)
         opt_tmp = int(tmp_full * sp.optimizer)
-        comm = self._memo(("comm", w.mode, w.gpus, w.tp, w.pp, w.zero, w.fsdp, grads, pbytes),
-                          lambda: comm_buffer_bytes(spec, w, grads, pbytes)[0])
+        comm = self._memo(("comm", w.mode, w.method, w.dtype, w.amp, w.optimizer, w.lora_targets, w.lora_rank,
+                           w.gpus, w.tp, w.pp, w.zero, w.fsdp),
+                          lambda: comm_buffer_bytes(spec, w, grads_full, pbytes, trainable, Wt.weight_dtype_bytes(w))[0])
         host = 0
         if w.training and w.offload in ("optimizer", "all"):
             host += (opt + master + opt_tmp) * w.gpus
