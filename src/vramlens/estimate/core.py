@@ -23,6 +23,7 @@ from vramlens.estimate import kv_cache as K
 from vramlens.estimate import optimizer as O
 from vramlens.estimate import weights as Wt
 from vramlens.estimate.breakdown import Breakdown, make_breakdown
+from vramlens.estimate.inventory import summarize
 from vramlens.estimate.parallel import Split, comm_buffer_bytes, split
 from vramlens.estimate.reserve import reserved_estimate
 from vramlens.estimate.runtime import runtime
@@ -232,9 +233,23 @@ def estimate_spec(spec: ModelSpec, w: Workload, gpu: GPU | None = None, *, headr
     # cuBLAS/cuBLASLt workspaces come from the caching allocator (hardware/runtime.py): live in every phase
     phases = [(name, v + rt.workspace_bytes) for name, v in phases]
     peak_phase, peak_alloc = max(phases, key=lambda p: p[1])
-    persistent = weights + master + opt + comm
-    reserved = reserved_estimate(peak_alloc, persistent_bytes=persistent, transient_bytes=peak_alloc - persistent)
-    reserved = max(reserved, peak_alloc)
+    persistent = weights + master + opt + comm + (grads if w.training else 0) + kv
+    full_params = w.method == "full" and not w.quantized
+    wb = Wt.weight_dtype_bytes(w)
+    state_b = 4 if master or w.method != "full" else pbytes
+    parts = [
+        (wb, weights, full_params and sp.weights == 1),
+        (pbytes, grads if w.training else 0, full_params and sp.gradients == 1),
+        (4, master, full_params and sp.optimizer == 1),
+        (state_b, opt, False),
+        (1, comm, False),
+        (1, kv, False),
+    ]
+    if full_params and sp.optimizer == 1 and opt:
+        n_states = max(1, round(opt / max(1, summarize(spec).param_bytes_at.get(state_b, 1))))
+        parts[3] = (state_b, opt, True)
+        parts.extend([(state_b, opt, True)] * (n_states - 1))
+    reserved, reserve_rule = reserved_estimate(spec, peak_alloc, parts, persistent)
     total = reserved + rt.outside_allocator_bytes
     explain["weights"] = explain.get("weights", "")
     explain["master_weights"] = (
