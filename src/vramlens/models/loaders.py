@@ -23,7 +23,7 @@ from typing import Any
 
 from vramlens.errors import InputError, ModelSourceError, UnknownModelError
 from vramlens.models import hub
-from vramlens.models.catalog import catalog_spec, unknown_model_error
+from vramlens.models.catalog import catalog_spec, closest_names, unknown_model_error
 from vramlens.models.checkpoint import merge_checkpoint
 from vramlens.models.generic import generic_spec
 from vramlens.models.inventory import spec_from_config
@@ -159,8 +159,11 @@ def load_hub(repo_id: str) -> ModelSpec:
     try:
         cfg_path = hub.fetch_config(repo_id)
     except LookupError:
-        err = unknown_model_error(repo_id)
-        raise UnknownModelError(f"{err} (the hub has no repository {repo_id!r}, or it is private)") from None
+        close = closest_names(repo_id)
+        raise UnknownModelError(
+            f"unknown model {repo_id!r}: the hub has no such repository (or it is private: log in with "
+            f"hf auth login)" + (f"; closest catalog names: {', '.join(close)}" if close else "")
+        ) from None
     config = read_json(cfg_path)
     spec = spec_from_config(config, name=repo_id, source="hub", where=f"{repo_id}/config.json")
     tensors = hub.fetch_header_tensors(repo_id)
