@@ -26,6 +26,7 @@ from vramlens.trace.events import PHASES, Event, round_storage
 
 _ALLOC, _FREE = 0, 1
 _TO_COPY = torch.ops.aten._to_copy.default
+_SCALAR = torch.ops.aten._local_scalar_dense.default
 _META_KEY = "vramlens_module"
 
 
@@ -60,6 +61,7 @@ class Recorder(TorchDispatchMode):
         self._held: set[int] = set()  # alive from a forward into its backward
         self._cast_of: dict[int, int] = {}  # autocast copy -> its source storage
         self._closed = False
+        self.stub_optimizer_scalars = False  # fake mode: see __torch_dispatch__
         self.autocast = False  # set by the runner when --amp runs forward under autocast
         self.failed_at: tuple[str, str] | None = None  # (module, op) of the first failing op
         self._hooks: list = []
@@ -130,11 +132,17 @@ class Recorder(TorchDispatchMode):
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         name = func.__name__
         self.last_op = name
+        if func is _SCALAR and self.stub_optimizer_scalars and self.phase == "optimizer":
+            # Fake tensors have no values. torch.optim reads scalars (Adafactor's norms, step
+            # counts) only for arithmetic, never for shapes, so any value gives the same memory.
+            t = args[0]
+            return 1 if not (t.is_floating_point() or t.is_complex()) else 1.0
         try:
             out = func(*args, **(kwargs or {}))
         except Exception:
             if self.failed_at is None:
-                self.failed_at = (self.module if self.phase != "backward" else self._backward_module(), name)
+                where = {"backward": self._backward_module(), "optimizer": "<optimizer>"}.get(self.phase, self.module)
+                self.failed_at = (where, name)
             raise
         ids = self._ids
         if isinstance(out, torch.Tensor):

@@ -97,6 +97,7 @@ class Runner:
             raise TraceError("mode=cuda needs a CUDA GPU and a CUDA build of torch; none here: use fake mode")
         self.rec = Recorder(round_to=1 if mode == "real-cpu" else 512)
         self.rec.autocast = wl.amp is not None and wl.amp != wl.dtype
+        self.rec.stub_optimizer_scalars = mode == "fake"
 
     # ---- building ---------------------------------------------------------------------------
     def build(self, source: Any, *, layers: int | None = None, input_shape=None) -> Built:
@@ -149,6 +150,7 @@ class Runner:
         rec = self.rec
         model = built.model
         rec.module_names = _module_names(model)
+        rec.root_name = f"<{type(model).__name__}>"
         wl = self.wl
         if self.mode == "cuda":
             torch.cuda.synchronize()
@@ -346,16 +348,20 @@ def _config_of(source: Any) -> dict:
 def describe_failure(rec: Recorder, exc: BaseException) -> str:
     """One line naming the module and op where tracing failed, and what to do instead."""
     module, op = rec.failed_at or (rec.module, rec.last_op)
-    module, op = module or "<top>", op or "?"
+    module, op = module or getattr(rec, "root_name", "") or "<top>", op or "?"
     kind = type(exc).__name__
     msg = str(exc).strip().splitlines()[0] if str(exc).strip() else kind
     if len(msg) > 200:
         msg = msg[:200] + "..."
     hint = "try --real-cpu (real tensors, small shapes) or the analytic `vramlens estimate`"
     name = kind
-    from torch._subclasses.fake_tensor import DataDependentOutputException, UnsupportedOperatorException
+    from torch._subclasses.fake_tensor import (
+        DataDependentOutputException,
+        DynamicOutputShapeException,
+        UnsupportedOperatorException,
+    )
 
-    if isinstance(exc, DataDependentOutputException):
+    if isinstance(exc, (DataDependentOutputException, DynamicOutputShapeException)):
         name = "data-dependent shape"
     elif isinstance(exc, UnsupportedOperatorException):
         name = "op without a fake implementation"
