@@ -17,6 +17,7 @@ from __future__ import annotations
 import os
 import re
 from pathlib import Path
+
 from vramlens.errors import ModelSourceError, OfflineError
 
 #: What a hub repository id looks like (huggingface_hub validate_repo_id: "org/name").

@@ -1,0 +1,94 @@
+"""The catalog's data: coverage, unique names, lookup and listing."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from importlib import resources
+
+import pytest
+
+from vramlens.models import CatalogEntry, list_catalog, load_model
+from vramlens.models.catalog import catalog_names, closest_names, find_config
+
+RAW = json.loads(resources.files("vramlens.models").joinpath("data", "catalog.json").read_text())["models"]
+
+REQUIRED = [
+    "google-bert/bert-base-uncased", "google-bert/bert-large-uncased", "FacebookAI/roberta-base",
+    "FacebookAI/roberta-large", "openai-community/gpt2", "openai-community/gpt2-medium",
+    "openai-community/gpt2-large", "openai-community/gpt2-xl", "facebook/opt-125m", "facebook/opt-350m",
+    "facebook/opt-1.3b", "facebook/opt-6.7b", "bigscience/bloom-560m", "bigscience/bloom-7b1",
+    "microsoft/phi-1_5", "microsoft/phi-2", "microsoft/Phi-3-mini-4k-instruct", "meta-llama/Llama-2-7b-hf",
+    "meta-llama/Llama-2-13b-hf", "meta-llama/Llama-2-70b-hf", "meta-llama/Meta-Llama-3-8B",
+    "meta-llama/Meta-Llama-3-70B", "meta-llama/Llama-3.1-8B", "meta-llama/Llama-3.1-70B",
+    "meta-llama/Llama-3.1-405B", "meta-llama/Llama-3.2-1B", "meta-llama/Llama-3.2-3B",
+    "mistralai/Mistral-7B-v0.1", "mistralai/Mixtral-8x7B-v0.1", "Qwen/Qwen2.5-0.5B", "Qwen/Qwen2.5-1.5B",
+    "Qwen/Qwen2.5-3B", "Qwen/Qwen2.5-7B", "Qwen/Qwen2.5-14B", "Qwen/Qwen2.5-32B", "Qwen/Qwen2.5-72B",
+    "google/gemma-2-2b", "google/gemma-2-9b", "google/gemma-2-27b", "bigcode/starcoder",
+    "bigcode/starcoderbase-1b", "tiiuae/falcon-7b", "tiiuae/falcon-40b", "google-t5/t5-small",
+    "google-t5/t5-base", "google-t5/t5-large", "google/mt5-base", "bigscience/T0_3B",
+]
+
+
+def test_coverage():
+    ids = [e["id"] for e in RAW]
+    assert set(REQUIRED) <= set(ids)
+    assert len([i for i in ids if not i.startswith("vramlens/")]) >= 45
+
+
+def test_every_name_is_unique():
+    seen: dict[str, str] = {}
+    for e in RAW:
+        names = {e["id"].lower(), e["id"].rsplit("/", 1)[-1].lower(), *(a.lower() for a in e["aliases"])}
+        for n in names:
+            assert n not in seen, f"{n!r} names both {seen[n]} and {e['id']}"
+            seen[n] = e["id"]
+
+
+@pytest.mark.parametrize("entry", RAW, ids=[e["id"] for e in RAW])
+def test_entry_shape(entry):
+    assert set(entry) <= {"id", "aliases", "family", "note", "config"}
+    assert entry["aliases"] and all(a == a.lower() for a in entry["aliases"])
+    cfg = entry["config"]
+    assert isinstance(cfg["model_type"], str) and len(cfg["architectures"]) == 1
+
+
+def test_lookup_is_case_insensitive_on_id_basename_and_alias():
+    assert find_config("META-LLAMA/LLAMA-2-7B-HF")[0] == "meta-llama/Llama-2-7b-hf"
+    assert find_config("Llama-2-7b-hf")[0] == "meta-llama/Llama-2-7b-hf"
+    assert find_config(" llama2-7b ")[0] == "meta-llama/Llama-2-7b-hf"
+    assert find_config("llama-2-8b") is None
+    assert load_model("GPT2").name == "openai-community/gpt2"
+
+
+def test_list_catalog():
+    entries = list_catalog()
+    assert len(entries) == len(RAW)
+    first = entries[0]
+    assert first == CatalogEntry(id="google-bert/bert-base-uncased", aliases=("bert-base-uncased", "bert-base"),
+                                 family="bert", params=109_514_298, kind="encoder")
+    kinds = {e.id: e.kind for e in entries}
+    assert kinds["google-t5/t5-small"] == "encoder-decoder"
+    assert kinds["mistralai/Mixtral-8x7B-v0.1"] == "decoder"
+    tiny = [e for e in entries if e.id.startswith("vramlens/")]
+    assert tiny and all(e.note for e in tiny)
+
+
+def test_closest_names():
+    assert closest_names("mistral-7b-v0.2")[0] == "mistral-7b-v0.1"
+    assert closest_names("completely-different-name") == []
+    assert "gpt2" in catalog_names() and "openai-community/gpt2" in catalog_names()
+
+
+def test_core_modules_import_neither_torch_nor_transformers():
+    code = (
+        "import sys\n"
+        "from vramlens.models import load_model, list_catalog\n"
+        "list_catalog(); load_model('mixtral-8x7b'); load_model(params='7B')\n"
+        "load_model({'model_type': 'gpt2', 'n_embd': 64, 'n_layer': 1, 'n_head': 4, 'vocab_size': 10})\n"
+        "bad = [m for m in ('torch', 'transformers', 'huggingface_hub', 'safetensors', 'peft') if m in sys.modules]\n"
+        "print(bad); sys.exit(1 if bad else 0)\n"
+    )
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert r.returncode == 0, r.stdout + r.stderr
