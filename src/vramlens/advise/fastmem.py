@@ -25,11 +25,18 @@ from vramlens.estimate import optimizer as O
 from vramlens.estimate import weights as Wt
 from vramlens.estimate.core import _activation_totals
 from vramlens.estimate.parallel import Split, comm_buffer_bytes, split
-from vramlens.estimate.reserve import reserved_estimate
+from vramlens.allocator import analytic as R
+from vramlens.allocator.config import AllocatorConfig
+from vramlens.estimate.inventory import summarize
+from vramlens.estimate.reserve import persistent_sizes
 from vramlens.estimate.runtime import runtime
 from vramlens.hardware.gpu import GPU
 from vramlens.models.spec import ModelSpec
 from vramlens.workload import Workload
+
+_FRAG = 1 + R.TRANSIENT_FRAGMENTATION
+_SLACK = R.K_LARGE_BUFFER + R.K_SMALL_BUFFER
+_round2m = R._round2m
 
 #: The fields of a training Workload that the state part reads (grad_accum enters through the split).
 STATE_FIELDS = ("mode", "method", "dtype", "amp", "quant", "optimizer", "lora_rank", "lora_targets",
@@ -53,6 +60,9 @@ class State:
     trainable: int = 0
     workspace: int = 0
     outside: int = 0
+    reserve_persistent: int = 0                    # what the reserve model counts as persistent
+    reserve_base: int = 0                          # the allocator's reserve for those tensors
+    reserve_floor: int = 0                         # their bytes rounded to allocator blocks
 
 
 class FastMemory:
@@ -135,10 +145,31 @@ class FastMemory:
         if w.method == "full" and sp.has_head:
             head_grad = int(spec.vocab_size * spec.hidden_size * pbytes * sp.gradients)
         rt = self._memo(("runtime", w.mode, w.gpus, w.tp), lambda: runtime(self.gpu, w))
+        # the reserve's persistent tensors, as estimate_spec lists them
+        full_params = w.method == "full" and not w.quantized
+        wb = Wt.weight_dtype_bytes(w)
+        state_b = 4 if master or w.method != "full" else pbytes
+        parts = [
+            (wb, weights, full_params and sp.weights == 1),
+            (pbytes, grads, full_params and sp.gradients == 1),
+            (4, master, full_params and sp.optimizer == 1),
+            (state_b, opt, False),
+            (1, comm, False),
+            (1, 0, False),
+        ]
+        if full_params and sp.optimizer == 1 and opt:
+            n_states = max(1, round(opt / max(1, summarize(spec).param_bytes_at.get(state_b, 1))))
+            parts[3] = (state_b, opt, True)
+            parts.extend([(state_b, opt, True)] * (n_states - 1))
+        sizes = persistent_sizes(spec, parts)
+        conf = AllocatorConfig()
+        reserve_base = R.persistent_reserved(sizes, conf)
+        reserve_floor = sum(R.round_size(z, conf) * c for z, c in R._items(sizes))
         return State(
             problems=(), sp=sp, weights=weights, master=master, opt=opt, opt_tmp=opt_tmp, grads=grads, comm=comm,
             host=host, head_grad=head_grad, trainable=trainable, workspace=rt.workspace_bytes,
-            outside=rt.outside_allocator_bytes,
+            outside=rt.outside_allocator_bytes, reserve_persistent=weights + master + opt + comm + grads,
+            reserve_base=reserve_base, reserve_floor=reserve_floor,
         )
 
     def state_for(self, skey: tuple, struct: Workload, grad_accum: int) -> State:
@@ -150,7 +181,8 @@ class FastMemory:
         return st
 
     def activations(self, w: Workload, sp: Split) -> tuple[int, int, int, int]:
-        key = (w.method, w.dtype, w.amp, w.batch, w.seq, w.checkpointing, w.attention, w.tp,
+        # activations read the method only through the compute dtype (QLoRA without --amp)
+        key = (w.compute_dtype, w.dtype, w.amp, w.batch, w.seq, w.checkpointing, w.attention, w.tp,
                sp.layers, sp.micro_batches_in_flight, sp.has_head)
         return self.activations_by_key(key, w, sp)
 
@@ -183,8 +215,14 @@ class FastMemory:
         bwd = max(persistent + gfwd + acts + 2 * head_saved + st.head_grad, persistent + st.grads + recompute)
         optim = persistent + st.grads + st.opt_tmp
         peak = max(fwd, bwd, optim) + st.workspace
-        reserved = max(reserved_estimate(peak, persistent_bytes=persistent, transient_bytes=peak - persistent), peak)
-        return reserved + st.outside
+        # vramlens.allocator.analytic.reserved_breakdown with the default AllocatorConfig, its
+        # persistent part computed once per state
+        t = peak - st.reserve_persistent
+        if t > 0:
+            trans = _round2m(int(t * _FRAG)) + _SLACK
+        else:
+            t = trans = 0
+        return max(st.reserve_base + trans, st.reserve_floor + t, peak) + st.outside
 
     def _inference(self, w: Workload) -> tuple[int, int] | None:
         hit = self._infer.get(w)

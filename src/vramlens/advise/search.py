@@ -347,6 +347,7 @@ def _search_training(s: _Search, base: Workload, total: int, per_node: int, c: C
         tier = 0 if struct.method == base.method else 1  # a different method trains something else
         changes = _n_changes(struct, base)
         tc = None
+        cdt = struct.compute_dtype
         for mb, ga in splits:
             st = fm.state_for(skey, struct, ga)
             if st.problems:
@@ -358,7 +359,7 @@ def _search_training(s: _Search, base: Workload, total: int, per_node: int, c: C
                 for attn in attns:
                     n_eval += 1
                     n_valid += 1
-                    akey = (struct.method, struct.dtype, struct.amp, mb, seq, ckpt, attn, struct.tp,
+                    akey = (cdt, struct.dtype, struct.amp, mb, seq, ckpt, attn, struct.tp,
                             sp.layers, sp.micro_batches_in_flight, sp.has_head)
                     a = acts_memo.get(akey)
                     if a is None:

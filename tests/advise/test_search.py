@@ -1,0 +1,176 @@
+"""The search: plans fit and reproduce, constraints are honoured, no-fit and contradictions are explained."""
+
+from __future__ import annotations
+
+import pytest
+
+from advise_specs import llama7b, tiny
+from vramlens.advise import fit, search
+from vramlens.advise.search import hardware_that_fits
+from vramlens.errors import ConfigError, InputError
+from vramlens.estimate import estimate, estimate_spec
+from vramlens.hardware.catalog import get_gpu
+from vramlens.units import human_bytes
+from vramlens.workload import Workload
+
+TRAIN = Workload(mode="train", batch=8, seq=2048)
+
+
+@pytest.mark.parametrize("gpu,gpus", [("RTX-4090", 1), ("A100-80GB", 1), ("A100-40GB", 4), ("T4", 1)])
+def test_plans_fit_and_reestimate_to_the_same_figures(gpu, gpus):
+    spec, g = llama7b(), get_gpu(gpu)
+    r = fit(spec, TRAIN, g, gpus=gpus, max_plans=5)
+    assert r.plans, r.message
+    for p in r.plans:
+        e = estimate(spec, gpu=g, **p.settings)
+        assert e.breakdown.device_total == p.device_total
+        assert e.breakdown.as_dict() == p.estimate.breakdown.as_dict()
+        assert e.breakdown.host_bytes == p.estimate.breakdown.host_bytes
+        assert p.fits and e.fits
+        assert p.device_total <= g.capacity_bytes * 0.9
+        assert p.workload.gpus == gpus
+        assert p.workload.effective_batch == 8 * gpus  # the starting effective batch is kept
+
+
+def test_plans_are_ranked_fastest_first_within_a_tier():
+    r = fit(llama7b(), TRAIN, get_gpu("A100-80GB"), max_plans=10)
+    full = [p.cost.seconds for p in r.plans if p.workload.method == "full"]
+    assert full == sorted(full)
+    tiers = [p.workload.method != "full" for p in r.plans]
+    assert tiers == sorted(tiers)  # the starting method first, then LoRA/QLoRA
+
+
+def test_inference_plans_rank_by_tokens_per_second():
+    base = Workload(mode="inference", batch=4, seq=4096, new_tokens=512)
+    r = fit(llama7b(), base, get_gpu("L4"), max_plans=10)
+    assert r.plans
+    unquantized = [p.cost.tokens_per_s for p in r.plans if p.workload.quant is None]
+    assert unquantized == sorted(unquantized, reverse=True)
+    for p in r.plans:
+        assert p.to_dict()["tokens_per_s"] > 0
+        assert estimate_spec(llama7b(), p.workload, get_gpu("L4")).fits
+
+
+def test_constraints_are_honoured():
+    spec, g = llama7b(), get_gpu("RTX-4090")
+    r = fit(spec, Workload(mode="train", batch=8, seq=512), g, keep=["lora"], forbid=["offload", "checkpointing"],
+            max_plans=20)
+    assert r.plans
+    for p in r.plans:
+        assert p.workload.method == "lora"
+        assert p.workload.offload == "none"
+        assert p.workload.checkpointing == "none"
+    locked = fit(spec, TRAIN, get_gpu("A100-80GB"), method_locked=True, max_plans=20)
+    assert {p.workload.method for p in locked.plans} == {"full"}
+
+
+def test_effective_batch_is_kept_with_gradient_accumulation():
+    r = fit(llama7b(), TRAIN, get_gpu("A100-80GB"), gpus=4, effective_batch=64, max_plans=10)
+    assert r.plans
+    for p in r.plans:
+        assert p.workload.effective_batch == 64
+
+
+def test_more_gpus_never_lose_feasibility_or_speed():
+    spec, g = llama7b(), get_gpu("A100-40GB")
+    best = []
+    for n in (1, 2, 4, 8):
+        r = fit(spec, TRAIN, g, gpus=n, effective_batch=64, method_locked=True, forbid=["offload"], max_plans=1)
+        best.append(r.plans[0].cost.seconds if r.plans else None)
+    first = next(i for i, b in enumerate(best) if b is not None)
+    assert all(b is not None for b in best[first:])
+    seconds = best[first:]
+    assert seconds == sorted(seconds, reverse=True)
+
+
+def test_bigger_gpu_and_less_headroom_never_fit_fewer_plans():
+    spec = llama7b()
+    small = fit(spec, TRAIN, get_gpu("RTX-4090"))
+    big = fit(spec, TRAIN, get_gpu("A100-80GB"))
+    assert big.fitting >= small.fitting
+    tight = fit(spec, TRAIN, get_gpu("RTX-4090"), headroom=0.3)
+    assert tight.fitting <= small.fitting
+
+
+def test_no_plan_fits_says_so_with_the_closest_plan_and_hardware():
+    spec, g = llama7b(), get_gpu("RTX-3060")
+    r = fit(spec, Workload(mode="train"), g, method_locked=True, forbid=["offload"])
+    assert r.plans == ()
+    c = r.closest
+    assert c is not None and not c.fits
+    need = estimate_spec(spec, c.workload, g).breakdown.device_total
+    assert need == c.device_total
+    usable = int(g.capacity_bytes * 0.9)
+    hw = hardware_that_fits(spec, c.workload, headroom=0.1, exclude="RTX-3060")
+    assert hw  # some catalog GPU holds it
+    assert r.message == (
+        f"no plan fits RTX-3060 with 10% headroom ({r.valid:,} valid plans tried); "
+        f"closest: --optimizer adamw-8bit needs {human_bytes(need)} per GPU, "
+        f"{human_bytes(need - usable)} more than the {human_bytes(usable)} usable; it would fit on {hw}"
+    )
+    # the closest plan is the least memory of the valid candidates: no plan needs less
+    assert c.workload.optimizer == "adamw-8bit"
+
+
+def test_contradictory_constraints_are_named():
+    spec, g = tiny(), get_gpu("RTX-4090")
+    with pytest.raises(ConfigError) as e:
+        fit(spec, Workload(mode="train", method="full"), g, keep=["lora", "checkpointing"],
+            forbid=["checkpointing"], method_locked=True)
+    assert str(e.value) == (
+        "--keep checkpointing and --forbid checkpointing contradict each other: drop one; "
+        "--keep lora contradicts --method full: drop one"
+    )
+    with pytest.raises(ConfigError) as e:
+        fit(spec, Workload(mode="train"), g, keep=["tp", "qlora", "lora", "warp-drive"])
+    assert str(e.value) == (
+        "unknown remedy 'warp-drive': choose from amp, checkpointing, attention, lora, qlora, 8bit, grad-accum, "
+        "zero, fsdp, tp, pp, offload, quant, kv-quant; "
+        "--keep lora and --keep qlora: a plan uses one method; keep one of them; "
+        "--keep tp needs more than one GPU: give --gpus 2 or more"
+    )
+    with pytest.raises(ConfigError) as e:
+        fit(spec, Workload(mode="inference"), g, keep=["offload"])
+    assert str(e.value) == "--keep offload applies to training; the workload is --mode inference"
+
+
+def test_bad_hardware_values():
+    with pytest.raises(InputError, match="gpus=0, nodes=1: both must be whole numbers >= 1"):
+        search(tiny(), Workload(mode="train"), get_gpu("T4"), gpus=0)
+    with pytest.raises(InputError, match=r"headroom=1.5 must be in \[0, 1\)"):
+        search(tiny(), Workload(mode="train"), get_gpu("T4"), headroom=1.5)
+
+
+def test_tensor_parallel_degrees_divide_the_heads():
+    spec = tiny()  # 8 heads, 4 key-value heads
+    r = fit(spec, Workload(mode="train", batch=4, seq=256), get_gpu("T4"), gpus=8, keep=["tp"], max_plans=50)
+    assert r.plans
+    assert {p.workload.tp for p in r.plans} <= {2, 4, 8}
+    for p in r.plans:
+        assert spec.n_heads % p.workload.tp == 0
+
+
+def test_multi_node_plans_keep_tensor_parallel_inside_a_node():
+    r = fit(llama7b(), TRAIN, get_gpu("A100-80GB"), gpus=4, nodes=2, max_plans=30)
+    assert r.plans
+    for p in r.plans:
+        assert p.workload.gpus == 8
+        assert p.workload.tp <= 4
+
+
+def test_host_ram_limits_offload():
+    spec, g = llama7b(), get_gpu("RTX-4090")
+    r = fit(spec, TRAIN, g, method_locked=True, host_ram=8 * 2**30)
+    for p in r.plans:
+        assert p.estimate.breakdown.host_bytes <= 8 * 2**30
+    roomy = fit(spec, TRAIN, g, method_locked=True, host_ram=512 * 2**30)
+    assert roomy.fitting >= r.fitting
+
+
+def test_front_door_takes_names_and_keywords():
+    r = fit(tiny(), gpu="T4", mode="train", batch=2, seq=128, top=3, ask=["max_batch"])
+    assert 1 <= len(r.plans) <= 3
+    assert r.inverse["max_batch"]["value"] >= 1
+    d = r.to_dict()
+    assert set(d["plans"][0]) >= {"settings", "fits", "device_total_bytes", "components", "host_bytes",
+                                  "step_time_s", "tradeoffs"}
