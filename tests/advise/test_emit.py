@@ -1,0 +1,123 @@
+"""Emitted configs load through the libraries' own classes where they import on this machine.
+
+Checked here: transformers.TrainingArguments (use_cpu=True added because this machine has no
+GPU: bf16 without a GPU is refused otherwise; fp16 plans cannot be validated on CPU at all),
+peft.LoraConfig, transformers.BitsAndBytesConfig (constructed, not quantizing: bitsandbytes
+needs CUDA), the Accelerate config file through accelerate's own loader. DeepSpeed is not
+installed: its JSON is checked structurally against its documented keys.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from advise_specs import llama7b
+from vramlens.advise import fit
+from vramlens.advise.emit import KINDS, emit, render
+from vramlens.errors import InputError
+from vramlens.hardware.catalog import get_gpu
+from vramlens.workload import Workload
+
+
+def _plan(**kw):
+    base = Workload(mode="train", batch=8, seq=1024)
+    r = fit(llama7b(), base, get_gpu(kw.pop("gpu", "A100-80GB")), max_plans=1, **kw)
+    assert r.plans, r.message
+    return r.plans[0]
+
+
+@pytest.fixture(scope="module")
+def qlora_plan():
+    return _plan(gpu="RTX-4090", keep=["qlora"], forbid=["offload"])
+
+
+@pytest.fixture(scope="module")
+def zero_plan():
+    return _plan(gpus=4, keep=["zero", "offload", "checkpointing"], method_locked=True)
+
+
+@pytest.fixture(scope="module")
+def fsdp_plan():
+    return _plan(gpus=4, keep=["fsdp"], method_locked=True)
+
+
+def _training_arguments(kw, tmp_path):
+    transformers = pytest.importorskip("transformers")
+    return transformers.TrainingArguments(output_dir=str(tmp_path), use_cpu=True, report_to="none", **kw)
+
+
+def test_trainer_kwargs_load(qlora_plan, zero_plan, fsdp_plan, tmp_path):
+    for plan in (qlora_plan, zero_plan):
+        kw = emit(plan, "trainer")
+        if kw.get("fp16"):
+            pytest.skip("fp16 TrainingArguments need a GPU")
+        if "deepspeed" in kw:  # a path to the JSON; loading it needs deepspeed installed
+            kw = {k: v for k, v in kw.items() if k != "deepspeed"}
+        args = _training_arguments(kw, tmp_path)
+        assert args.per_device_train_batch_size == plan.workload.batch
+        assert args.gradient_accumulation_steps == plan.workload.grad_accum
+        assert args.activation_checkpointing == (plan.workload.checkpointing != "none")
+    kw = emit(fsdp_plan, "trainer")
+    args = _training_arguments(kw, tmp_path)
+    assert "full_shard" in str(args.fsdp).lower() or args.fsdp
+
+
+def test_trainer_legacy_names():
+    kw = emit(_plan(keep=["checkpointing"], method_locked=True), "trainer", legacy_names=True)
+    assert kw["gradient_checkpointing"] is True and "activation_checkpointing" not in kw
+
+
+def test_peft_and_bnb_load(qlora_plan):
+    peft = pytest.importorskip("peft")
+    transformers = pytest.importorskip("transformers")
+    cfg = peft.LoraConfig(**emit(qlora_plan, "peft"))
+    assert cfg.r == qlora_plan.workload.lora_rank
+    assert set(cfg.target_modules) == set(qlora_plan.workload.lora_targets)
+    bnb = transformers.BitsAndBytesConfig(**emit(qlora_plan, "bnb"))
+    assert bnb.load_in_4bit and bnb.bnb_4bit_quant_type == "nf4" and bnb.bnb_4bit_use_double_quant
+
+
+def test_deepspeed_json_structure(zero_plan):
+    ds = json.loads(render(emit(zero_plan, "deepspeed"), "deepspeed"))
+    w = zero_plan.workload
+    assert ds["train_micro_batch_size_per_gpu"] == w.batch
+    assert ds["gradient_accumulation_steps"] == w.grad_accum
+    assert ds["train_batch_size"] == w.batch * w.grad_accum * w.dp
+    z = ds["zero_optimization"]
+    assert z["stage"] == w.zero
+    assert z["offload_optimizer"] == {"device": "cpu", "pin_memory": True}
+    assert ("offload_param" in z) == (w.offload == "all")
+    assert ds["bf16"]["enabled"] != ds["fp16"]["enabled"] or not ds["bf16"]["enabled"]
+    for key in z:
+        assert key in {"stage", "overlap_comm", "contiguous_gradients", "reduce_bucket_size", "allgather_bucket_size",
+                       "reduce_scatter", "stage3_prefetch_bucket_size", "stage3_param_persistence_threshold",
+                       "offload_optimizer", "offload_param"}
+
+
+def test_accelerate_config_loads(fsdp_plan, tmp_path):
+    pytest.importorskip("accelerate")
+    from accelerate.commands.config.config_args import ClusterConfig
+
+    path = tmp_path / "default_config.yaml"
+    path.write_text(render(emit(fsdp_plan, "accelerate"), "accelerate"))
+    cfg = ClusterConfig.from_yaml_file(str(path))
+    assert str(cfg.distributed_type).endswith("FSDP")
+    assert cfg.num_processes == 4
+    assert cfg.fsdp_config["fsdp_sharding_strategy"] == "FULL_SHARD"
+
+
+def test_device_map_and_alloc_conf():
+    r = fit(llama7b(), Workload(mode="inference", seq=2048, new_tokens=256), get_gpu("RTX-4090"), max_plans=1)
+    dm = emit(r.plans[0], "device-map")
+    assert dm["device_map"] == "auto" and set(dm["max_memory"]) == {"0"}
+    assert emit(r.plans[0], "alloc-conf").startswith("PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True")
+
+
+def test_kinds_that_do_not_apply_say_why(zero_plan):
+    with pytest.raises(InputError, match=r"--emit peft: the plan trains every parameter \(--method full\); no LoRA settings"):
+        emit(zero_plan, "peft")
+    with pytest.raises(InputError, match="is not one of"):
+        emit(zero_plan, "yaml-of-doom")
+    assert len(KINDS) == 8
