@@ -242,6 +242,14 @@ def test_config_field_errors_name_the_file(tmp_path):
     assert str(e.value) == f"{path}: num_attention_heads=4 is not divisible by num_key_value_heads=3: fix the config"
 
 
+def test_a_local_folder_named_like_a_catalog_model_without_config(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "gpt2").mkdir()
+    assert load_model("gpt2").name == "openai-community/gpt2"
+    write_config(tmp_path / "gpt2", tiny_llama_config())
+    assert load_model("gpt2").source == "folder"
+
+
 def test_folder_without_config(tmp_path):
     (tmp_path / "empty").mkdir()
     with pytest.raises(ModelSourceError) as e:

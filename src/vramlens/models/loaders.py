@@ -74,8 +74,10 @@ def load_model(
     if not name:
         raise InputError("model='' is empty: pass a catalog name, a path or a hub id")
     path = Path(name).expanduser()
-    if path.exists():
+    if path.is_file() or (path / "config.json").is_file():
         return _load_path_cached(str(path.resolve()), _stamp(path))
+    if path.is_dir() and catalog_spec(name) is None and not hub.is_hub_id(name):
+        return load_path(path)  # a folder without config.json: say so
     return _load_name(name.lower(), name)
 
 

@@ -100,6 +100,8 @@ def build_bert(r: ConfigReader, architecture: str) -> Built:
 
     facts = dict(
         kind="encoder", hidden_size=h, n_heads=a, n_kv_heads=a, head_dim=h // a, ffn_size=f,
+        # RoBERTa numbers positions from padding_idx + 1 = 2 (create_position_ids_from_input_ids),
+        # so 514 table rows hold 512 tokens.
         vocab_size=V, n_encoder_layers=L, max_position=n_pos - 2 if roberta else n_pos,
         activation=act, gated_mlp=False, norm="layernorm", position="learned",
         tied_embeddings=tied and head in ("lm", "masked_lm", "pretraining"), torch_dtype=dtype,
