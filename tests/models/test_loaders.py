@@ -361,6 +361,21 @@ def test_hub_download_is_used_when_online(monkeypatch, tmp_path):
     assert (spec.name, spec.source, spec.params) == ("acme/online-model", "hub", 220_480)
 
 
+def test_hub_headers_by_range_requests(monkeypatch, tmp_path):
+    from types import SimpleNamespace
+
+    huggingface_hub = pytest.importorskip("huggingface_hub")
+    monkeypatch.delenv("HF_HUB_OFFLINE")
+    config = {k: v for k, v in tiny_llama_config().items() if k != "torch_dtype"}
+    path = write_config(tmp_path / "dl", config)
+    monkeypatch.setattr(huggingface_hub, "hf_hub_download", lambda repo, file, **kw: str(path))
+    tensors = {t.name: SimpleNamespace(dtype="BF16", shape=list(t.shape)) for t in load_model("tiny-llama").parameters()}
+    meta = SimpleNamespace(files_metadata={"model.safetensors": SimpleNamespace(tensors=tensors)})
+    monkeypatch.setattr(huggingface_hub, "get_safetensors_metadata", lambda repo: meta)
+    spec = load_model("acme/online-with-weights")
+    assert (spec.source, spec.params, spec.torch_dtype) == ("hub+safetensors", 220_480, "bf16")
+
+
 # ---- names, caching, dicts and sizes ----------------------------------------------------------
 def test_unknown_name_message():
     with pytest.raises(UnknownModelError) as e:

@@ -112,8 +112,11 @@ def merge_checkpoint(spec: ModelSpec, tensors: Iterable[tuple[str, str, tuple[in
     extras: list[TensorInfo] = []
     mismatched: list[str] = []
     n_in = 0
+    float_elems: dict[str, int] = {}
     for name, dtype, shape in tensors:
         n_in += 1
+        if dtype in _FLOATS:
+            float_elems[dtype] = float_elems.get(dtype, 0) + _numel(shape)
         fixed = None if dtype in _FLOATS else dtype
         target = resolve(name)
         if target is not None:
@@ -191,4 +194,15 @@ def merge_checkpoint(spec: ModelSpec, tensors: Iterable[tuple[str, str, tuple[in
         else:
             notes.append(f"{len(extras)} checkpoint tensors are not part of the {spec.architecture} layout "
                          f"and are not loaded by transformers (e.g. {extras[0].name}): ignored")
-    return dataclasses.replace(spec, tensors=tuple(out), source=source, assumed=tuple(dict.fromkeys(notes)))
+    # config.json without torch_dtype: the checkpoint's dominant float dtype is what it loads as
+    # with torch_dtype="auto"
+    dtype = spec.torch_dtype or (max(float_elems, key=float_elems.get) if float_elems else None)
+    return dataclasses.replace(spec, tensors=tuple(out), source=source, torch_dtype=dtype,
+                               assumed=tuple(dict.fromkeys(notes)))
+
+
+def _numel(shape: tuple[int, ...]) -> int:
+    n = 1
+    for d in shape:
+        n *= d
+    return n

@@ -10,6 +10,7 @@ dimension is recorded in ``ModelSpec.assumed``.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from functools import lru_cache
 
@@ -105,6 +106,4 @@ def generic_spec(params: str | int) -> ModelSpec:
              f"shape interpolated {how} (vramlens.models.generic.SHAPES)"]
     notes += [f"{k}={v}" for k, v in dims.items()]
     notes += [f"vocab_size={VOCAB}", "tie_word_embeddings=false", "max_position_embeddings=4096"]
-    import dataclasses
-
     return dataclasses.replace(spec, assumed=tuple(notes))
