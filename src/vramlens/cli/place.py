@@ -1,0 +1,97 @@
+"""`vramlens place`: a device map across GPUs, CPU RAM and disk for inference, with decode speed."""
+
+from __future__ import annotations
+
+import argparse
+
+from vramlens.cli.options import add_model_arg, add_output_args, add_workload_args, print_json, workload_kwargs
+
+EXAMPLES = """examples:
+  vramlens place llama-2-7b --gpu RTX-3060 --host-ram 32GB
+  vramlens place llama-2-13b --gpu T4 --gpus 2 --seq 2048 --new-tokens 256 --json
+  vramlens place llama-2-70b --gpu RTX-4090 --quant nf4 --host-ram 64GB --no-disk
+
+Compares three options side by side: every block on the GPUs, GPUs then CPU RAM then disk
+(Accelerate-style, blocks never split), and CPU only; decode speed from memory bandwidth and the
+PCIe copies of offloaded blocks.
+"""
+
+
+def add_parser(sub) -> argparse.ArgumentParser:
+    p = sub.add_parser(
+        "place", help="device map across GPUs, CPU RAM and disk for inference, with tokens/s",
+        description="Place a model's blocks across GPUs, CPU RAM and disk for inference, the way Accelerate's "
+                    "infer_auto_device_map does, with the KV cache and activations reserved on the GPUs.",
+        epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    add_model_arg(p)
+    add_workload_args(p)
+    p.set_defaults(new_tokens=128)
+    p.add_argument("--gpu", required=True, help="GPU name from `vramlens gpus` or a size (24GB, 80GiB)")
+    p.add_argument("--host-ram", default=None, help="CPU RAM for offloaded weights (e.g. 32GB; default: not limited)")
+    p.add_argument("--no-disk", dest="disk", action="store_false", help="do not offload to disk")
+    p.add_argument("--disk", dest="disk", action="store_true", default=True, help="allow disk offload (default)")
+    p.add_argument("--headroom", type=float, default=0.10, help="fraction of each GPU kept free (default 0.10)")
+    add_output_args(p)
+    p.set_defaults(func=run)
+    return p
+
+
+def run(args: argparse.Namespace) -> int:
+    from vramlens.advise.place import place
+    from vramlens.errors import InputError
+    from vramlens.hardware.catalog import get_gpu
+    from vramlens.models import load_model
+    from vramlens.units import parse_size
+    from vramlens.workload import make_workload
+
+    if args.model is None and args.params is None:
+        raise InputError("give a MODEL (a catalog name, hub id or config.json) or --params SIZE (e.g. --params 7B)")
+    settings = workload_kwargs(args)
+    gpus = settings.pop("gpus")
+    settings.update(mode="inference", tp=1, pp=1)
+    w = make_workload(**settings)
+    spec = load_model(args.model, params=args.params)
+    ram = parse_size(args.host_ram, what="host RAM") if args.host_ram else None
+    p = place(spec, get_gpu(args.gpu), gpus=gpus, workload=w, host_ram=ram, disk=args.disk, headroom=args.headroom)
+    if args.json:
+        print_json(p.to_dict())
+        return 0
+    print(render_placement(p))
+    return 0 if any(o.fits for o in p.options) else 1
+
+
+def render_placement(p) -> str:
+    lines = [f"{p.model} on {p.gpus} x {p.gpu} (batch {p.workload.batch}, {p.workload.seq} prompt + "
+             f"{p.workload.new_tokens} new tokens)", ""]
+    lines.append(f"{'option':<8} {'fits':<5} {'tok/s':>9}  bytes per device (GiB)")
+    for o in p.options:
+        per = ", ".join(f"{k}: {v / 2**30:.2f}" for k, v in o.device_bytes.items())
+        lines.append(f"{o.kind:<8} {'yes' if o.fits else 'no':<5} {o.tokens_per_s:>9.2f}  {per}")
+        if o.reason:
+            lines.append(f"{'':<15}{o.reason}")
+    hybrid = p.option("hybrid")
+    if hybrid.fits:
+        lines.append("")
+        lines.append("device_map (hybrid): " + _ranges(hybrid.device_map))
+    return "\n".join(lines)
+
+
+def _ranges(dm: dict) -> str:
+    """Consecutive blocks on the same device, compressed: 'model.layers.0-20: 0'."""
+    out, run = [], []
+    for name, dev in dm.items():
+        if run and run[-1][1] == dev:
+            run.append((name, dev))
+        else:
+            if run:
+                out.append(_fmt(run))
+            run = [(name, dev)]
+    if run:
+        out.append(_fmt(run))
+    return "; ".join(out)
+
+
+def _fmt(run) -> str:
+    first, last = run[0][0], run[-1][0]
+    return f"{first}{' .. ' + last if last != first else ''} -> {run[0][1]}"
