@@ -18,7 +18,7 @@ from vramlens.units import DTYPE_BYTES, round_up
 #: (kMinBlockSize in c10/cuda/CUDACachingAllocator.cpp).
 BLOCK = 512
 
-LINEAR_ROLES = ("linear", "conv1d", "expert", "router")
+LINEAR_ROLES = ("linear", "conv1d", "expert")  # routers are plain parameters (transformers 5), not nn.Linear
 
 
 def _identity_cache(fn: Callable) -> Callable:
