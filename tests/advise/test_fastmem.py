@@ -10,7 +10,7 @@ from advise_specs import llama7b, tiny
 from vramlens.advise.fastmem import FastMemory
 from vramlens.estimate import estimate_spec
 from vramlens.hardware.catalog import get_gpu
-from vramlens.workload import Workload
+from vramlens.workload import OPTIMIZER_IMPLS, Workload
 
 
 def _random_workload(rng: random.Random) -> Workload:
@@ -23,6 +23,7 @@ def _random_workload(rng: random.Random) -> Workload:
     return Workload(
         mode="train", method=rng.choice(["full", "lora", "qlora"]), dtype=dtype, amp=amp,
         optimizer=rng.choice(["adamw", "adamw-8bit", "sgd", "adafactor", "lion"]),
+        optimizer_impl=rng.choice(OPTIMIZER_IMPLS),
         batch=rng.choice([1, 2, 3, 8]), seq=rng.choice([128, 512, 2048]), grad_accum=rng.choice([1, 2, 4]),
         checkpointing=rng.choice(["none", "full", "selective"]), attention=rng.choice(["eager", "sdpa", "flash"]),
         lora_rank=rng.choice([8, 16]), gpus=gpus, tp=tp, pp=pp, zero=z, fsdp=fsdp, offload=off,

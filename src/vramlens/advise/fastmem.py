@@ -34,12 +34,10 @@ from vramlens.hardware.gpu import GPU
 from vramlens.models.spec import ModelSpec
 from vramlens.workload import Workload
 
-_FRAG = 1 + R.TRANSIENT_FRAGMENTATION
-_SLACK = R.K_LARGE_BUFFER + R.K_SMALL_BUFFER
-_round2m = R._round2m
+_TRANSIENT: dict[int, int] = {}
 
 #: The fields of a training Workload that the state part reads (grad_accum enters through the split).
-STATE_FIELDS = ("mode", "method", "dtype", "amp", "quant", "optimizer", "lora_rank", "lora_targets",
+STATE_FIELDS = ("mode", "method", "dtype", "amp", "quant", "optimizer", "optimizer_impl", "lora_rank", "lora_targets",
                 "lora_dropout", "gpus", "zero", "fsdp", "tp", "pp", "offload")
 
 
@@ -124,7 +122,8 @@ class FastMemory:
                     O.param_dtype_bytes(w))
 
         trainable, grads_full, master_full, opt_full, tmp_full, pbytes = self._memo(
-            ("train", w.mode, w.method, w.dtype, w.amp, w.optimizer, w.lora_targets, w.lora_rank), train_parts)
+            ("train", w.mode, w.method, w.dtype, w.amp, w.optimizer, getattr(w, "optimizer_impl", None), w.lora_targets,
+             w.lora_rank), train_parts)
         grads = int(grads_full * sp.gradients)
         master = int(master_full * sp.optimizer)
         opt = int(opt_full * sp.optimizer)
@@ -215,13 +214,15 @@ class FastMemory:
         bwd = max(persistent + gfwd + acts + 2 * head_saved + st.head_grad, persistent + st.grads + recompute)
         optim = persistent + st.grads + st.opt_tmp
         peak = max(fwd, bwd, optim) + st.workspace
-        # vramlens.allocator.analytic.reserved_breakdown with the default AllocatorConfig, its
-        # persistent part computed once per state
-        t = peak - st.reserve_persistent
-        if t > 0:
-            trans = _round2m(int(t * _FRAG)) + _SLACK
-        else:
-            t = trans = 0
+        # vramlens.allocator.analytic.reserved_breakdown is max(persistent part + transient part,
+        # rounded persistent bytes + transient bytes): the persistent parts are computed once per
+        # state, the transient part by the allocator's own function, memoized on its argument
+        t = max(0, peak - st.reserve_persistent)
+        trans = _TRANSIENT.get(t)
+        if trans is None:
+            trans = _TRANSIENT[t] = R.reserved_breakdown((), t).transient_bytes
+            if len(_TRANSIENT) > 1_000_000:
+                _TRANSIENT.clear()
         return max(st.reserve_base + trans, st.reserve_floor + t, peak) + st.outside
 
     def _inference(self, w: Workload) -> tuple[int, int] | None:
