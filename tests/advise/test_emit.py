@@ -12,8 +12,8 @@ from __future__ import annotations
 import json
 
 import pytest
-
 from advise_specs import llama7b
+
 from vramlens.advise import fit
 from vramlens.advise.emit import KINDS, emit, render
 from vramlens.errors import InputError

@@ -5,8 +5,8 @@ from __future__ import annotations
 import random
 
 import pytest
-
 from advise_specs import llama7b, tiny
+
 from vramlens.advise.fastmem import FastMemory
 from vramlens.estimate import estimate_spec
 from vramlens.hardware.catalog import get_gpu

@@ -5,8 +5,8 @@ from __future__ import annotations
 from dataclasses import replace
 
 import pytest
-
 from advise_specs import llama7b, tiny
+
 from vramlens.advise.inverse import largest, max_batch, max_context, max_seq, min_gpu
 from vramlens.advise.search import min_gpus
 from vramlens.estimate import estimate_spec

@@ -6,8 +6,8 @@ from __future__ import annotations
 import json
 
 import pytest
-
 from advise_specs import TINY, llama7b, tiny
+
 from vramlens.advise.place import blocks, place
 from vramlens.cli.main import main
 from vramlens.errors import InputError

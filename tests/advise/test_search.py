@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import pytest
-
 from advise_specs import llama7b, tiny
+
 from vramlens.advise import fit, search
 from vramlens.advise.search import hardware_that_fits
 from vramlens.errors import ConfigError, InputError

@@ -5,12 +5,12 @@ The core stays pure: values in, values out (no printing, no files, no torch).
 
 from __future__ import annotations
 
+from vramlens.advise.api import fit
 from vramlens.advise.cost import Links, StepCost, TrainingCost, inference_request, training_step
 from vramlens.advise.plan import FitResult, Plan, settings_argv, settings_of
-from vramlens.advise.api import fit
 from vramlens.advise.search import REMEDIES, check_constraints, search
 
 __all__ = [
-    "REMEDIES", "FitResult", "Links", "Plan", "StepCost", "TrainingCost", "check_constraints", "fit",
+    "FitResult", "Links", "Plan", "REMEDIES", "StepCost", "TrainingCost", "check_constraints", "fit",
     "inference_request", "search", "settings_argv", "settings_of", "training_step",
 ]

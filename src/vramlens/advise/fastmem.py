@@ -19,15 +19,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
+from vramlens.allocator import analytic as R
+from vramlens.allocator.config import AllocatorConfig
 from vramlens.errors import VramlensError
 from vramlens.estimate import check_workload, estimate_spec
 from vramlens.estimate import optimizer as O
 from vramlens.estimate import weights as Wt
 from vramlens.estimate.core import _activation_totals
-from vramlens.estimate.parallel import Split, comm_buffer_bytes, split
-from vramlens.allocator import analytic as R
-from vramlens.allocator.config import AllocatorConfig
 from vramlens.estimate.inventory import summarize
+from vramlens.estimate.parallel import Split, comm_buffer_bytes, split
 from vramlens.estimate.reserve import persistent_sizes
 from vramlens.estimate.runtime import runtime
 from vramlens.hardware.gpu import GPU

@@ -5,7 +5,13 @@ from __future__ import annotations
 import argparse
 import json
 
-from vramlens.cli.options import add_model_arg, add_output_args, add_workload_args, print_json, workload_kwargs
+from vramlens.cli.options import (
+    add_model_arg,
+    add_output_args,
+    add_workload_args,
+    print_json,
+    workload_kwargs,
+)
 
 EXAMPLES = """examples:
   vramlens fit llama-2-7b --mode train --batch 8 --seq 2048 --gpu RTX-4090

@@ -4,7 +4,13 @@ from __future__ import annotations
 
 import argparse
 
-from vramlens.cli.options import add_model_arg, add_output_args, add_workload_args, print_json, workload_kwargs
+from vramlens.cli.options import (
+    add_model_arg,
+    add_output_args,
+    add_workload_args,
+    print_json,
+    workload_kwargs,
+)
 
 EXAMPLES = """examples:
   vramlens place llama-2-7b --gpu RTX-3060 --host-ram 32GB
