@@ -6,16 +6,16 @@ but not the order of every allocation. This model applies the allocator's size r
 to what it knows and a documented allowance to what it does not:
 
 1. **Persistent tensors** (allocated once, in order, never freed): each is rounded to its block
-   (:func:`~vramlens.allocator.simulator.round_size`). Blocks over 1 MiB and under 10 MiB share
-   20 MiB segments, filled in turn; blocks of 10 MiB or more get a segment of their own rounded
-   up to 2 MiB; small blocks (<= 1 MiB) pack into 2 MiB segments. This is what the simulator does
-   for a stream of allocations without frees, except for the < 1 MiB tail the large pool does not
-   split off, which is ignored (at most 1 MiB per 20 MiB segment).
-2. **Short-lived tensors**: they are freed and allocated again every step, and the segments they
+   (:func:`~vramlens.allocator.simulator.round_size`) and placed by best fit in the cached
+   remainders of earlier segments, else in a new segment (2 MiB small; 20 MiB for 1-10 MiB;
+   else rounded up to 2 MiB), exactly as the simulator does for allocations without frees.
+2. **Short-lived tensors** (activations, temporaries, and gradients when ``zero_grad`` sets them
+   to None, PyTorch's default since 2.0): they are freed and allocated again every step, and the segments they
    leave behind are cached. At the peak the reservation for them is their live bytes plus the
    cached pieces too small or on the wrong side of a live block to serve the peak's requests.
    That share is ``transient_fragmentation`` (default TRANSIENT_FRAGMENTATION) of the live
-   short-lived bytes, plus one partly used segment per size class (20 MiB + 2 MiB).
+   short-lived bytes, plus one partly used segment per size class (20 MiB + 2 MiB, or the
+   short-lived bytes themselves if fewer), rounded up to 2 MiB.
    With ``expandable_segments`` the cached pieces can grow into one another: the share is
    EXPANDABLE_FRAGMENTATION instead and the slack is one page per pool.
 
@@ -26,25 +26,31 @@ simulator replays exactly when a trace is available.
 
 from __future__ import annotations
 
+from bisect import bisect_left, insort
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from vramlens.allocator.config import AllocatorConfig
 from vramlens.allocator.simulator import (
     K_LARGE_BUFFER,
+    K_MIN_BLOCK,
     K_MIN_LARGE_ALLOC,
     K_ROUND_LARGE,
     K_SMALL_BUFFER,
     K_SMALL_SIZE,
+    allocation_size,
     round_size,
 )
 
 #: Cached-but-unusable share of the short-lived bytes at the peak. Derived by replaying traced
-#: training steps through the simulator (tests/allocator/test_analytic.py regenerates the
-#: figure): GPT-2-style and BERT-style steps at several batch sizes gave 3-9%; we take 8%.
+#: training steps through the simulator: 12 steps of a 4-layer transformer (d 768-2048, batch
+#: 1-8, sequence 512-2048, fp32 and bf16, AdamW foreach, two steps each, traced on fake tensors)
+#: gave shares from 0.9% to 20.6%, median 7.6%, mean 8.2%; we take 8%. The spread is the
+#: model's uncertainty: about +-10% of the short-lived bytes. tests/allocator/test_analytic.py
+#: re-derives it on smaller configurations.
 TRANSIENT_FRAGMENTATION = 0.08
 #: The same with expandable_segments:True, which lets freed pieces coalesce across the old
-#: segment boundaries (same replays: 0-3%).
+#: segment boundaries (same 12 replays: -0.6% to 8.2%, median 2%, mean 2.9%): 3%.
 EXPANDABLE_FRAGMENTATION = 0.03
 
 
@@ -58,27 +64,57 @@ def _items(sizes: Sequence[int] | Mapping[int, int]) -> list[tuple[int, int]]:
     return [(int(s), 1) for s in sizes if s]
 
 
+def _pack(blocks: list[tuple[int, int]], small: bool) -> int:
+    """Segments' bytes for blocks allocated in order and kept, by the allocator's best fit.
+
+    Each block takes the smallest cached remainder that holds it, else a new segment of
+    allocation_size(block); what is left is kept as a remainder only if the pool would split it
+    (small pool: >= 512 B; large pool: > 1 MiB).
+    """
+    remainders: list[int] = []  # sorted free remainders
+    reserved = 0
+    keep = K_MIN_BLOCK if small else K_SMALL_SIZE + 1
+    for block, count in blocks:
+        for k in range(count):
+            i = bisect_left(remainders, block)
+            if i < len(remainders):
+                rest = remainders.pop(i) - block
+            else:
+                if not remainders and not small and block >= K_MIN_LARGE_ALLOC:
+                    seg = _round2m(block)
+                    if seg - block < keep:  # whole 2 MiB multiples: no remainder to track
+                        reserved += seg * (count - k)
+                        break
+                seg = allocation_size(block)
+                reserved += seg
+                rest = seg - block
+            if rest >= keep:
+                insort(remainders, rest)
+    return reserved
+
+
 def persistent_reserved(sizes: Sequence[int] | Mapping[int, int], conf: AllocatorConfig | None = None) -> int:
-    """Bytes reserved for tensors allocated once and kept (see rule 1 of the module docstring).
+    """Bytes reserved for tensors allocated once, in the given order, and kept (rule 1).
+
+    For one stream and the default settings this is exactly what the simulator reserves for
+    the same allocations; with expandable segments the pools are filled page by page.
 
     Args:
         sizes: the tensors' byte sizes, or a mapping size -> count (much faster for models whose
             layers repeat).
-        conf: allocator settings (their roundup_power2_divisions matter).
+        conf: allocator settings (roundup_power2_divisions and expandable_segments matter).
     """
     conf = conf or AllocatorConfig()
-    small = mid = large = 0
+    small: list[tuple[int, int]] = []
+    large: list[tuple[int, int]] = []
     for size, count in _items(sizes):
         block = round_size(size, conf)
-        if block <= K_SMALL_SIZE:
-            small += block * count
-        elif block < K_MIN_LARGE_ALLOC:
-            mid += block * count
-        else:
-            large += _round2m(block) * count
+        (small if block <= K_SMALL_SIZE else large).append((block, count))
     if conf.expandable_segments:  # one segment per pool, grown page by page
-        return -(-small // K_SMALL_BUFFER) * K_SMALL_BUFFER + -(-(mid + large) // K_LARGE_BUFFER) * K_LARGE_BUFFER
-    return (-(-small // K_SMALL_BUFFER) * K_SMALL_BUFFER + -(-mid // K_LARGE_BUFFER) * K_LARGE_BUFFER + large)
+        s = sum(b * c for b, c in small)
+        big = sum(b * c for b, c in large)
+        return -(-s // K_SMALL_BUFFER) * K_SMALL_BUFFER + -(-big // K_LARGE_BUFFER) * K_LARGE_BUFFER
+    return _pack(small, True) + _pack(large, False)
 
 
 @dataclass(frozen=True, slots=True)
@@ -119,7 +155,8 @@ def reserved_breakdown(
         transient_fragmentation = EXPANDABLE_FRAGMENTATION if conf.expandable_segments else TRANSIENT_FRAGMENTATION
     if transient_peak_bytes > 0:
         slack = K_LARGE_BUFFER if conf.expandable_segments else K_LARGE_BUFFER + K_SMALL_BUFFER
-        trans = _round2m(int(transient_peak_bytes * (1 + transient_fragmentation))) + slack
+        # a partly used segment cannot hold more slack than there are short-lived bytes
+        trans = _round2m(int(transient_peak_bytes * (1 + transient_fragmentation)) + min(slack, transient_peak_bytes))
     else:
         trans = 0
     allocated_floor = sum(round_size(s, conf) * c for s, c in _items(persistent)) + transient_peak_bytes

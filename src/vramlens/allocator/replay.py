@@ -17,7 +17,7 @@ from vramlens.allocator.config import AllocatorConfig
 from vramlens.allocator.events import Event
 from vramlens.allocator.result import AllocatorResult
 from vramlens.allocator.simulator import simulate
-from vramlens.allocator.snapshot import analyze_snapshot, config_from_settings
+from vramlens.allocator.snapshot import analyze_snapshot
 from vramlens.errors import SnapshotError
 
 
