@@ -16,6 +16,7 @@ EXAMPLES = """examples:
   vramlens place llama-2-7b --gpu RTX-3060 --host-ram 32GB
   vramlens place llama-2-13b --gpu T4 --gpus 2 --seq 2048 --new-tokens 256 --json
   vramlens place llama-2-70b --gpu RTX-4090 --quant nf4 --host-ram 64GB --no-disk
+  vramlens place ./llama-2-7b.Q4_K_M.gguf --gpu RTX-3060 --seq 4096   (llama.cpp --n-gpu-layers)
 
 Compares three options side by side: every block on the GPUs, GPUs then CPU RAM then disk
 (Accelerate-style, blocks never split), and CPU only; decode speed from memory bandwidth and the
@@ -43,6 +44,75 @@ def add_parser(sub) -> argparse.ArgumentParser:
     return p
 
 
+def read_gguf_info(path: str):
+    """A GGUFInfo from a .gguf file's header (tensor data is memory-mapped, never read)."""
+    from collections import Counter
+
+    from vramlens.advise.gguf_split import GGUFInfo
+    from vramlens.errors import MissingExtraError, ModelSourceError
+
+    try:
+        import gguf
+    except ImportError:
+        raise MissingExtraError("gguf", "gguf") from None
+    try:
+        r = gguf.GGUFReader(path, "r")
+    except (OSError, ValueError) as e:
+        raise ModelSourceError(f"{path}: not a readable GGUF file ({e})") from None
+
+    def field(key: str, default=None):
+        f = r.fields.get(key)
+        if f is None:
+            return default
+        v = f.contents()
+        return v
+
+    arch = field("general.architecture", "llama")
+    n_layers = field(f"{arch}.block_count")
+    n_embd = field(f"{arch}.embedding_length")
+    n_head = field(f"{arch}.attention.head_count")
+    if n_layers is None or n_embd is None or n_head is None:
+        raise ModelSourceError(f"{path}: the header lacks {arch}.block_count / embedding_length / "
+                               "attention.head_count: not a transformer GGUF vramlens can place")
+    n_head_kv = field(f"{arch}.attention.head_count_kv", n_head)
+    layer = [0] * int(n_layers)
+    input_b = output_b = vocab = 0
+    types: Counter = Counter()
+    for t in r.tensors:
+        types[t.tensor_type.name] += 1
+        name = t.name
+        if name.startswith("blk."):
+            layer[int(name.split(".")[1])] += int(t.n_bytes)
+        elif name.startswith("output"):
+            output_b += int(t.n_bytes)
+        else:
+            input_b += int(t.n_bytes)
+            if name == "token_embd.weight":
+                vocab = int(max(t.shape))
+    return GGUFInfo(name=path, arch=str(arch), n_layers=int(n_layers),
+                    n_ctx_train=int(field(f"{arch}.context_length", 2048)), n_embd=int(n_embd), n_head=int(n_head),
+                    n_head_kv=int(n_head_kv), layer_bytes=tuple(layer), input_bytes=input_b, output_bytes=output_b,
+                    quant_types=dict(types), vocab=vocab)
+
+
+def _run_gguf(args: argparse.Namespace) -> int:
+    from vramlens.advise.gguf_split import split_layers
+    from vramlens.hardware.catalog import get_gpu
+
+    info = read_gguf_info(args.model)
+    n_ctx = min(info.n_ctx_train, args.seq + (args.new_tokens or 0))
+    s = split_layers(info, get_gpu(args.gpu), gpus=args.gpus, n_ctx=n_ctx, headroom=args.headroom)
+    if args.json:
+        print_json(s.to_dict())
+        return 0
+    types = ", ".join(f"{k} x{v}" for k, v in sorted(s.quant_types.items()))
+    print(f"{info.name}: {info.arch}, {info.n_layers} blocks, tensor types {types}")
+    print(f"llama.cpp: --n-gpu-layers {s.n_gpu_layers} --ctx-size {s.n_ctx}  "
+          f"(GPU {s.gpu_bytes / 2**30:.2f} GiB of {s.budget_bytes / 2**30:.2f} GiB budget, "
+          f"host {s.host_bytes / 2**30:.2f} GiB, ~{s.tokens_per_s:.1f} tok/s)")
+    return 0
+
+
 def run(args: argparse.Namespace) -> int:
     from vramlens.advise.place import place
     from vramlens.errors import InputError
@@ -53,6 +123,8 @@ def run(args: argparse.Namespace) -> int:
 
     if args.model is None and args.params is None:
         raise InputError("give a MODEL (a catalog name, hub id or config.json) or --params SIZE (e.g. --params 7B)")
+    if args.model and str(args.model).endswith(".gguf"):
+        return _run_gguf(args)
     settings = workload_kwargs(args)
     gpus = settings.pop("gpus")
     settings.update(mode="inference", tp=1, pp=1)
