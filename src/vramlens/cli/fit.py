@@ -22,6 +22,8 @@ EXAMPLES = """examples:
 --gpus is the number of GPUs per node; with --nodes M the plans use gpus x M in all.
 Remedies for --keep / --forbid: amp, checkpointing, attention, lora, qlora, 8bit, grad-accum,
 zero, fsdp, tp, pp, offload, quant, kv-quant. An explicit --method is kept.
+Exit codes: 0 plans found, 1 no plan fits (the closest plan and the hardware that would fit
+are shown), 2 bad input (one line on stderr).
 """
 
 EMIT_KINDS = ("trainer", "peft", "bnb", "deepspeed", "accelerate", "fsdp", "device-map", "alloc-conf")
@@ -113,7 +115,7 @@ def run(args: argparse.Namespace) -> int:
         d = result.to_dict()
         d["plans"] = d["plans"][: args.top]
         print_json(d)
-        return 0
+        return 0 if result.plans else 1
     print(render_result(result, top=args.top))
     return 0 if result.plans else 1
 
