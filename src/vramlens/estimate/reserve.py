@@ -41,10 +41,29 @@ def persistent_sizes(spec: ModelSpec, parts: list[tuple[int, int, bool]]) -> dic
     return dict(sizes)
 
 
+@_identity_cache
+def _persistent(spec: ModelSpec, parts: tuple[tuple[int, int, bool], ...]) -> tuple[int, int]:
+    """(bytes reserved for the persistent tensors, their allocated bytes), memoized per spec and parts."""
+    from vramlens.allocator.analytic import persistent_reserved
+    from vramlens.allocator.config import AllocatorConfig
+    from vramlens.allocator.simulator import round_size
+
+    sizes = persistent_sizes(spec, list(parts))
+    conf = AllocatorConfig()
+    return persistent_reserved(sizes, conf), sum(round_size(size, conf) * n for size, n in sizes.items())
+
+
 def reserved_estimate(spec: ModelSpec, peak_allocated: int, persistent_parts: list[tuple[int, int, bool]],
                       persistent_bytes: int) -> tuple[int, str]:
-    """Predicted ``max_memory_reserved`` and the rule, in words."""
+    """Predicted ``max_memory_reserved`` and the rule, in words.
+
+    The persistent part is memoized (it depends on the model and the sharding, not on batch or
+    sequence); the short-lived part follows :func:`vramlens.allocator.analytic.reserved_breakdown`.
+    """
     from vramlens.allocator.analytic import reserved_breakdown
 
-    est = reserved_breakdown(persistent_sizes(spec, persistent_parts), max(0, peak_allocated - persistent_bytes))
-    return max(est.reserved_bytes, peak_allocated), est.explain
+    transient = max(0, peak_allocated - persistent_bytes)
+    pers, floor = _persistent(spec, tuple(persistent_parts))
+    short = reserved_breakdown((), transient)
+    total = max(pers + short.transient_bytes, floor + transient, peak_allocated)
+    return total, short.explain

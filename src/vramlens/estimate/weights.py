@@ -107,5 +107,5 @@ def trainable_params(spec: ModelSpec, w: Workload) -> int:
     if w.mode != "train":
         return 0
     if w.method == "full":
-        return spec.params
+        return summarize(spec).params
     return lora_params(spec, w)
