@@ -38,7 +38,14 @@ def main(argv: list[str] | None = None) -> int:
     from vramlens.estimate import estimate
     from vramlens.models.inventory import spec_from_config
     from vramlens.trace import trace
-    from vramlens.trace.crosscheck import ARCHITECTURES, ROWS, _workspace_bytes, skipped, tiny_config, workload_for
+    from vramlens.trace.crosscheck import (
+        ARCHITECTURES,
+        ROWS,
+        _workspace_bytes,
+        skipped,
+        tiny_config,
+        workload_for,
+    )
 
     models = tuple(m.strip() for m in args.models.split(",")) if args.models else tuple(ARCHITECTURES)
     out = {"device": torch.cuda.get_device_name(0), "capability": list(torch.cuda.get_device_capability(0)),

@@ -3,8 +3,8 @@
 import json
 
 import pytest
-
 from tests.trace.conftest import tiny_llama
+
 from vramlens.cli.main import main
 from vramlens.errors import TraceError
 from vramlens.trace import trace

@@ -2,8 +2,8 @@
 
 import pytest
 import torch
-
 from tests.trace.conftest import tiny_llama
+
 from vramlens.trace import trace
 
 

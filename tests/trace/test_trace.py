@@ -4,8 +4,8 @@ import subprocess
 import sys
 
 import pytest
-
 from tests.trace.conftest import tiny_llama
+
 from vramlens.errors import InputError, TraceError
 from vramlens.trace import trace
 

@@ -6,7 +6,6 @@ The only package of vramlens that imports torch, and only when a trace is asked 
 Public API::
 
     trace(model, workload=None, *, steps=2, layers=None, mode="fake", ...) -> TraceResult
-    trace_fsdp(model, workload=None, *, world_size, ...) -> TraceResult   # FSDP2 per rank
     Event, Summary, summarize, write_timeline                              # the event stream
 """
 
@@ -46,7 +45,6 @@ __all__ = [
     "summarize",
     "timeline_text",
     "trace",
-    "trace_fsdp",
     "write_timeline",
 ]
 
@@ -69,14 +67,6 @@ def trace(model: Any, workload=None, **kwargs: Any) -> TraceResult:
     from vramlens.trace.api import trace as _trace
 
     return _trace(model, workload, **kwargs)
-
-
-def trace_fsdp(model: Any, workload=None, **kwargs: Any) -> TraceResult:
-    """Trace one rank of FSDP2; see :func:`vramlens.trace.fsdp.trace_fsdp`."""
-    require_torch()
-    from vramlens.trace.fsdp import trace_fsdp as _trace_fsdp
-
-    return _trace_fsdp(model, workload, **kwargs)
 
 
 def __getattr__(name: str) -> Any:

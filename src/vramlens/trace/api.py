@@ -78,12 +78,11 @@ def trace(model: Any, workload: Workload | None = None, *, steps: int = 2, layer
 
 
 def _unsupported(wl: Workload) -> None:
-    if wl.gpus > 1 or wl.zero or wl.tp > 1 or wl.pp > 1:
-        if not (wl.fsdp and wl.tp == 1 and wl.pp == 1):
-            raise TraceError(
-                "trace runs one GPU, or FSDP per rank (vramlens.trace.fsdp.trace_fsdp); "
-                f"gpus={wl.gpus} zero={wl.zero} tp={wl.tp} pp={wl.pp} cannot be traced: use `vramlens estimate`"
-            )
+    if wl.gpus > 1 or wl.zero or wl.fsdp or wl.tp > 1 or wl.pp > 1:
+        raise TraceError(
+            "trace runs one GPU (FSDP per rank is not traced yet); "
+            f"gpus={wl.gpus} zero={wl.zero} fsdp={wl.fsdp} tp={wl.tp} pp={wl.pp}: use `vramlens estimate`"
+        )
     if wl.quant is not None and wl.method != "qlora":
         raise TraceError(f"quant={wl.quant} weights cannot be traced (no CPU kernels): use `vramlens estimate`")
     if wl.offload != "none":
