@@ -5,7 +5,13 @@ from __future__ import annotations
 import argparse
 import sys
 
-from vramlens.cli.options import add_model_arg, add_output_args, add_workload_args, print_json, workload_kwargs
+from vramlens.cli.options import (
+    add_model_arg,
+    add_output_args,
+    add_workload_args,
+    print_json,
+    workload_kwargs,
+)
 
 EXAMPLES = """examples:
   vramlens trace gpt2 --mode train --batch 4 --seq 512
