@@ -83,3 +83,15 @@ def test_torchtune_lora_linear_exact():
     )
     est = estimate(spec, mode="inference", method="lora", dtype="fp32", lora_rank=8, lora_targets="q_proj")
     assert est.breakdown["weights"] == 1_081_344
+
+
+def test_host_ram_loading_13b_default_way_exceeds_64_gb():
+    # the brief's case: a 13B model loaded the default way gets a 64 GB machine OOM-killed:
+    # fp32 random init (4 B/param) + the fp16 state dict (2 B/param) = 6 B/param = 78 GB
+    from vramlens.estimate.loading import host_load
+
+    spec = load_model("llama-2-13b")
+    hl = host_load(spec, "fp16")
+    assert hl.eager_bytes == spec.params * 6 > 64 * 10**9
+    assert hl.low_cpu_mem_usage_bytes == spec.params * 2 + 5 * 10**9 < 64 * 10**9
+    assert hl.device_map_bytes == 5 * 10**9

@@ -24,6 +24,7 @@ from vramlens.estimate import optimizer as O
 from vramlens.estimate import weights as Wt
 from vramlens.estimate.breakdown import Breakdown, make_breakdown
 from vramlens.estimate.inventory import summarize
+from vramlens.estimate.loading import host_load
 from vramlens.estimate.parallel import Split, comm_buffer_bytes, split
 from vramlens.estimate.reserve import reserved_estimate
 from vramlens.estimate.runtime import runtime
@@ -99,6 +100,8 @@ class Estimate:
             "phases": dict(b.phases),
             "host_bytes": b.host_bytes,
             "layer_activation_bytes": self.layer_activation_bytes,
+            "host_load": host_load(self.model, self.workload.dtype if self.workload.method != "qlora"
+                                   else self.workload.compute_dtype).to_dict(),
             "effective_batch": self.workload.effective_batch,
             "gpu": None if self.gpu is None else {
                 "name": self.gpu.name,

@@ -110,6 +110,12 @@ def render_estimate(est, *, color: bool = False, width: int = 100, headroom: flo
                    f" with {abs(est.headroom_bytes) / GiB:.2f} GiB {'to spare' if est.headroom_bytes >= 0 else 'too much'}"
                    f" (headroom kept: {headroom:.0%})")
         out.append(est.advice)
+    from vramlens.estimate.loading import host_load
+
+    hl = host_load(m, w.dtype if w.method != "qlora" else w.compute_dtype)
+    out.append(f"host RAM to load: {hl.eager_bytes / GiB:,.1f} GiB eager (fp32 init + state dict), "
+               f"{hl.low_cpu_mem_usage_bytes / GiB:,.1f} GiB with low_cpu_mem_usage, "
+               f"{hl.device_map_bytes / GiB:,.1f} GiB with device_map (one shard)")
     for n in est.breakdown.notes:
         out.append(f"note: {n}")
     return "\n".join(out)
