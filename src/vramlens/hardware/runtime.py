@@ -5,14 +5,15 @@ lives outside it. This module gives the outside part (and the library workspaces
 inside the allocator), from documented constants with their sources. Every figure can be
 overridden by the caller, because they vary with driver, CUDA and PyTorch builds.
 
-Inside or outside the allocator (PyTorch >= 1.13, ``aten/src/ATen/cuda/CublasHandlePool.cpp``):
+Inside or outside the allocator (PyTorch >= 2.0, ``aten/src/ATen/cuda/CublasHandlePool.cpp``):
 
 - **cuBLAS workspace: inside.** ``getNewWorkspace()`` allocates it through
-  ``CUDACachingAllocator`` (set since pytorch/pytorch pull 83461, so that CUDA graphs and
-  cuBLAS's own ``cudaMallocAsync`` do not fight the allocator). It shows in
-  ``memory_allocated()``; one per (handle, stream), and each thread has its own handle:
-  inference uses one, training two (the Python thread's forward and autograd's device thread
-  for backward). Before PyTorch 1.13 cuBLAS allocated it itself, outside the count.
+  ``CUDACachingAllocator`` (explicit workspaces came with pytorch/pytorch pulls 83461/85292,
+  2022, so that CUDA graph captures stop growing memory; the default size with pull 91564,
+  early 2023). It shows in ``memory_allocated()``; one per (handle, stream), and each thread
+  has its own handle: inference uses one, training two (the Python thread's forward and
+  autograd's device thread for backward). Older PyTorch let cuBLAS allocate it itself, outside
+  the count.
 - **cuBLASLt workspace: inside**, a separate 1 MiB (``CUBLASLT_WORKSPACE_SIZE``, KiB) per
   handle and stream unless ``TORCH_CUBLASLT_UNIFIED_WORKSPACE=1`` shares the cuBLAS one.
 - **CUDA context: outside.** Driver state plus the loaded kernel images (modules).
