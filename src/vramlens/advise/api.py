@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from vramlens.advise.cost import Links
@@ -31,6 +32,7 @@ def fit(
     top: int | None = None,
     links: Links = Links(),
     ask=(),
+    progress: Callable[[int, int], None] | None = None,
     **settings: Any,
 ) -> FitResult:
     """Plans that make ``model`` fit ``gpu``, fastest first.
@@ -49,6 +51,7 @@ def fit(
         max_plans, top: how many plans to return (``top`` is an alias).
         ask: inverse questions to answer in ``FitResult.inverse`` (max_batch, max_seq,
             max_context, min_gpu, min_gpus).
+        progress: ``progress(done, total)`` during the search (see :func:`vramlens.advise.search`).
 
     Raises:
         InputError: an unknown model or GPU, bad settings, or contradictory constraints.
@@ -81,7 +84,7 @@ def fit(
     n = max_plans or top or DEFAULT_MAX_PLANS
     result = search(spec, base, g, gpus=per_node, nodes=nodes, host_ram=ram, headroom=headroom, keep=keep,
                     forbid=forbid, effective_batch=effective_batch, method_locked=method_locked, max_plans=n,
-                    links=links)
+                    links=links, progress=progress)
     if ask:
         from dataclasses import replace
 

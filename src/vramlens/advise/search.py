@@ -25,6 +25,7 @@ with :func:`vramlens.estimate.estimate_spec`, so their figures are exactly what
 from __future__ import annotations
 
 import heapq
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from vramlens.advise.cost import Links, TrainingCost, inference_request, tradeoffs, training_step
@@ -271,6 +272,7 @@ def search(
     method_locked: bool = False,
     max_plans: int = DEFAULT_MAX_PLANS,
     links: Links = Links(),
+    progress: Callable[[int, int], None] | None = None,
 ) -> FitResult:
     """Search the remedies for the fastest plans that fit ``gpus`` x ``nodes`` of ``gpu``.
 
@@ -288,6 +290,10 @@ def search(
         method_locked: the method was given explicitly: plans keep ``base.method``.
         max_plans: plans returned.
         links: interconnect bandwidths for the cost model.
+        progress: called as ``progress(done, total)`` while the search runs, ``done`` counting
+            parallel layouts and sharding/method/precision/optimizer structures (each covers
+            its micro-batch, checkpointing and attention choices); the last call has
+            ``done == total``.
 
     Returns:
         A FitResult: plans best first, or the closest plan and what hardware would fit.
@@ -307,9 +313,10 @@ def search(
             effective_batch = base.batch * base.grad_accum * max(1, total // (base.tp * base.pp))
         if effective_batch < 1:
             raise InputError(f"effective_batch={effective_batch} must be a whole number >= 1")
-        ranked, closest, n_eval, n_valid, n_fit = _search_training(s, base, total, gpus, c, effective_batch, max_plans)
+        ranked, closest, n_eval, n_valid, n_fit = _search_training(s, base, total, gpus, c, effective_batch, max_plans,
+                                                                    progress)
     else:
-        ranked, closest, n_eval, n_valid, n_fit = _search_inference(s, base, total, gpus, c, max_plans)
+        ranked, closest, n_eval, n_valid, n_fit = _search_inference(s, base, total, gpus, c, max_plans, progress)
     plans = tuple(_plan(s, w, base) for w in ranked)
     closest_plan = None if plans or closest is None else _plan(s, closest, base)
     if plans:
@@ -327,7 +334,7 @@ fit = search
 
 
 def _search_training(s: _Search, base: Workload, total: int, per_node: int, c: Constraints, eb: int,
-                     max_plans: int):
+                     max_plans: int, progress: Callable[[int, int], None] | None = None):
     """The hot loop: per structure, the state and the cost terms are looked up once; per
     (checkpointing, attention, micro-batch) only the activations (memoized) and the phase sums."""
     fm = s.fm
@@ -342,7 +349,13 @@ def _search_training(s: _Search, base: Workload, total: int, per_node: int, c: C
     host_ram = None if s.host_ram is None else s.host_ram * s.nodes
     seq = base.seq
     want = max_plans * 4  # kept before dropping plans equal in time and memory to a better one
-    for struct, splits in _training_candidates(base, s.gpu, total, per_node, c, eb):
+    candidates = _training_candidates(base, s.gpu, total, per_node, c, eb)
+    if progress is not None:
+        candidates = list(candidates)  # the total is known up front only when it is asked for
+        progress(0, len(candidates))
+    for done, (struct, splits) in enumerate(candidates, 1):
+        if progress is not None:
+            progress(done, len(candidates))
         skey = tuple(getattr(struct, f) for f in STATE_FIELDS)
         tier = 0 if struct.method == base.method else 1  # a different method trains something else
         changes = _n_changes(struct, base)
@@ -405,7 +418,8 @@ def _n_changes(w: Workload, base: Workload) -> int:
     return sum(getattr(w, f) != getattr(base, f) for f in _CHANGE_FIELDS)
 
 
-def _search_inference(s: _Search, base: Workload, total: int, per_node: int, c: Constraints, max_plans: int):
+def _search_inference(s: _Search, base: Workload, total: int, per_node: int, c: Constraints, max_plans: int,
+                      progress: Callable[[int, int], None] | None = None):
     h = _half(s.gpu)
     dtypes = [base.dtype] if "amp" in c.forbid else _uniq([base.dtype, h])
     quants = [base.quant] if "quant" in c.forbid else _uniq([base.quant, None, "int8", "nf4", "awq-4bit"]
@@ -419,7 +433,12 @@ def _search_inference(s: _Search, base: Workload, total: int, per_node: int, c: 
     found: list = []
     best_miss = None
     n_eval = n_valid = 0
-    for tp, pp in _layouts(base, total, per_node, c):
+    layouts = _layouts(base, total, per_node, c)
+    if progress is not None:
+        progress(0, len(layouts))
+    for done, (tp, pp) in enumerate(layouts, 1):
+        if progress is not None:
+            progress(done, len(layouts))
         for dtype in dtypes:
             for quant in quants:
                 for kv in kvs:

@@ -243,6 +243,62 @@ def live_at(events: list[Event], seq: int) -> dict[int, Event]:
     return live
 
 
+#: Default size of the downsampled memory timeline (TraceResult.timeline, reports).
+TIMELINE_POINTS = 2_000
+
+
+def memory_timeline(events: list[Event], *, max_points: int = TIMELINE_POINTS,
+                    component_of: dict[str, str] | None = None) -> tuple[tuple[int, dict[str, int]], ...]:
+    """Live bytes by category after events, thinned to at most ``max_points`` points.
+
+    The stream is cut into ``max_points`` equal runs of events and each run keeps the point
+    where its live total is largest, so every spike survives and the global peak is exact
+    (PyTorch's memory viewer draws the same envelope). Categories are Breakdown components
+    (``component_of``, default TAG_COMPONENT); host tags and unknown frees are skipped, as in
+    :func:`summarize`.
+
+    Args:
+        events: the event stream, in order.
+        max_points: most points returned (>= 1).
+        component_of: tag to category.
+
+    Returns:
+        ``(seq, {category: live bytes})`` in event order; zero categories are left out.
+
+    Raises:
+        ValueError: ``max_points`` < 1.
+    """
+    if max_points < 1:
+        raise ValueError(f"max_points={max_points} must be >= 1")
+    component_of = component_of or TAG_COMPONENT
+    live: set[int] = set()
+    steps: list[tuple[int, str, int]] = []  # (seq, category, signed bytes) of counted events
+    for e in events:
+        if e.tag in HOST_TAGS:
+            continue
+        if e.action == "alloc":
+            live.add(e.storage)
+            steps.append((e.seq, component_of.get(e.tag, "temporaries"), e.nbytes))
+        elif e.storage in live:
+            live.discard(e.storage)
+            steps.append((e.seq, component_of.get(e.tag, "temporaries"), -e.nbytes))
+    n = len(steps)
+    run = max(1, -(-n // max_points))  # events per point, rounded up
+    now: dict[str, int] = {}
+    total = 0
+    out: list[tuple[int, dict[str, int]]] = []
+    best: tuple[int, int, dict[str, int]] | None = None  # (total, seq, snapshot) of the current run
+    for i, (seq, cat, nb) in enumerate(steps):
+        now[cat] = now.get(cat, 0) + nb
+        total += nb
+        if best is None or total > best[0]:
+            best = (total, seq, {c: b for c, b in now.items() if b})
+        if (i + 1) % run == 0 or i == n - 1:
+            out.append((best[1], best[2]))
+            best = None
+    return tuple(out)
+
+
 def write_timeline(events: list[Event], path: str) -> None:
     """Write the events as JSON lines (``.jsonl``) or CSV (``.csv``), chosen by the suffix."""
     with open(path, "w", newline="") as f:

@@ -6,7 +6,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from vramlens.estimate.breakdown import Breakdown, make_breakdown
-from vramlens.trace.events import TAG_COMPONENT, Event, Summary
+from vramlens.trace.events import (
+    INFERENCE_COMPONENT,
+    TAG_COMPONENT,
+    TIMELINE_POINTS,
+    Event,
+    Summary,
+    memory_timeline,
+)
 from vramlens.workload import Workload
 
 _EXPLAIN = {
@@ -66,8 +73,26 @@ class TraceResult:
     def peak_allocated(self) -> int:
         return self.breakdown.peak_allocated
 
-    def to_dict(self, *, top: int = 10) -> dict[str, Any]:
-        """The `vramlens estimate --json` schema, plus the trace's own details."""
+    def timeline(self, max_points: int = TIMELINE_POINTS) -> tuple[tuple[int, dict[str, int]], ...]:
+        """Live bytes by Breakdown component over the event stream, at most ``max_points`` points.
+
+        Categories follow the breakdown (in inference the working set is "activations"). For an
+        extrapolated trace the events, and so the timeline, are the largest truncated model's.
+
+        Returns:
+            ``(event seq, {component: live bytes})`` in order, the peak kept exactly.
+        """
+        return memory_timeline(list(self.events), max_points=max_points,
+                               component_of=TAG_COMPONENT if self.workload.training else INFERENCE_COMPONENT)
+
+    def to_dict(self, *, top: int = 10, timeline_points: int = 0) -> dict[str, Any]:
+        """The `vramlens estimate --json` schema, plus the trace's own details.
+
+        Args:
+            top: modules and tensors alive at the peak to list.
+            timeline_points: when > 0, add ``"timeline"``: ``[[seq, {component: bytes}], ...]``
+                from :meth:`timeline` (left out by default to keep the object small).
+        """
         s = self.summary
         d: dict[str, Any] = {
             "model": {"name": self.model_name, "params": self.params, "trainable_params": self.trainable_params,
@@ -97,6 +122,8 @@ class TraceResult:
         }
         if self.cuda:
             d["trace"]["cuda"] = dict(self.cuda)
+        if timeline_points > 0:
+            d["timeline"] = [[seq, by] for seq, by in self.timeline(timeline_points)]
         return d
 
 
