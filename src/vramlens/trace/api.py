@@ -70,6 +70,11 @@ def trace(model: Any, workload: Workload | None = None, *, steps: int = 2, layer
     wl = _workload(workload, workload_kwargs)
     if wl.training and steps < 1:
         raise InputError(f"steps={steps} must be a whole number >= 1")
+    if wl.fsdp:
+        from vramlens.trace.fsdp import trace_fsdp
+
+        return trace_fsdp(model, wl, world_size=wl.gpus, steps=steps, backend=backend, layers=layers,
+                          progress=progress, top=top, alloc_conf=alloc_conf)
     if layers is not None:
         return _extrapolated(model, wl, steps=steps, layers=layers, backend=backend, progress=progress, top=top,
                              alloc_conf=alloc_conf)
@@ -80,7 +85,7 @@ def trace(model: Any, workload: Workload | None = None, *, steps: int = 2, layer
 def _unsupported(wl: Workload) -> None:
     if wl.gpus > 1 or wl.zero or wl.fsdp or wl.tp > 1 or wl.pp > 1:
         raise TraceError(
-            "trace runs one GPU (FSDP per rank is not traced yet); "
+            "trace runs one GPU, or one rank of FSDP (--fsdp --gpus N); "
             f"gpus={wl.gpus} zero={wl.zero} fsdp={wl.fsdp} tp={wl.tp} pp={wl.pp}: use `vramlens estimate`"
         )
     if wl.quant is not None and wl.method != "qlora":

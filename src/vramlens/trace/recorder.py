@@ -66,6 +66,10 @@ class Recorder(TorchDispatchMode):
         self.failed_at: tuple[str, str] | None = None  # (module, op) of the first failing op
         self._hooks: list = []
         self._saved_hooks = None
+        #: tag given to every storage created while it is set (e.g. "comm_buffer" inside FSDP's
+        #: all-gather); the first tag a storage gets is kept, as with :meth:`mark`
+        self.tag_new: str | None = None
+        self._resize_patched = False
 
     # ---- storages -----------------------------------------------------------------------
     def _storages(self, t: torch.Tensor) -> Iterable:
@@ -90,6 +94,8 @@ class Recorder(TorchDispatchMode):
         self._module.append(self._mod_stack[-1] if self.phase != "backward" else self._backward_module())
         self._born.append((self.phase, self.step))
         self._log.append((sid, _ALLOC, self.phase, self.step))
+        if self.tag_new is not None:
+            self._marks[sid] = self.tag_new
         log, ids = self._log, self._ids
 
         def freed(_ref, sid=sid, key=key, self_ref=weakref.ref(self)):
@@ -102,6 +108,20 @@ class Recorder(TorchDispatchMode):
 
         self._refs[sid] = weakref.ref(st, freed)
         return sid
+
+    def _resized(self, st) -> None:
+        """``UntypedStorage.resize_`` ran on ``st`` (FSDP2 frees and re-allocates the unsharded
+        parameters this way): the old block is freed and a block of the new size allocated.
+        The storage object stays the same, so the weakref callback cannot see this."""
+        if self._closed:
+            return
+        key = id(st)
+        sid = self._ids.pop(key, None)
+        if sid is not None:
+            self._refs.pop(sid, None)  # the weakref dies with its callback: no second free
+            self._log.append((sid, _FREE, self.phase, self.step))
+        if st.nbytes() > 0:
+            self._new(st, "resize_")
 
     def sid_of(self, t: torch.Tensor, *, register_as: str = "external") -> list[int]:
         """Storage numbers of ``t`` (registered now, with op ``register_as``, if unseen)."""
@@ -232,6 +252,7 @@ class Recorder(TorchDispatchMode):
         ]
         self._saved_hooks = torch.autograd.graph.saved_tensors_hooks(self._pack, _unpack)
         self._saved_hooks.__enter__()
+        self._patch_resize()
         return super().__enter__()
 
     def __exit__(self, *exc):
@@ -239,9 +260,33 @@ class Recorder(TorchDispatchMode):
             return super().__exit__(*exc)
         finally:
             self._saved_hooks.__exit__(*exc)
+            self._unpatch_resize()
             for h in self._hooks:
                 h.remove()
             self._hooks = []
+
+    def _patch_resize(self) -> None:
+        # Storage resizes are not dispatcher ops, so the mode never sees them: wrap the method.
+        cls = torch.UntypedStorage
+        if "resize_" in cls.__dict__:  # another recorder's wrapper is in place
+            return
+        orig = torch._C.StorageBase.resize_
+        self_ref = weakref.ref(self)
+
+        def resize_(st, size):
+            out = orig(st, size)
+            rec = self_ref()
+            if rec is not None:
+                rec._resized(st)
+            return out
+
+        cls.resize_ = resize_
+        self._resize_patched = True
+
+    def _unpatch_resize(self) -> None:
+        if self._resize_patched:
+            del torch.UntypedStorage.resize_
+            self._resize_patched = False
 
     def close(self) -> None:
         """Stop listening for frees (storages alive now stay alive in the trace)."""

@@ -98,6 +98,9 @@ class Runner:
         self.rec = Recorder(round_to=1 if mode == "real-cpu" else 512)
         self.rec.autocast = wl.amp is not None and wl.amp != wl.dtype
         self.rec.stub_optimizer_scalars = mode == "fake"
+        #: called as before_record(built, optimizer) inside the tensor mode, after the optimizer
+        #: is made and before recording starts (FSDP's unrecorded warm-up step)
+        self.before_record: Callable[[Built, Any], None] | None = None
 
     # ---- building ---------------------------------------------------------------------------
     def build(self, source: Any, *, layers: int | None = None, input_shape=None) -> Built:
@@ -167,6 +170,8 @@ class Runner:
                     opt = make_optimizer(wl.optimizer, master)
                 else:
                     opt = make_optimizer(wl.optimizer, trainable)
+            if self.before_record is not None:
+                self.before_record(built, opt)
             with rec:
                 rec.mark(params, "parameter")
                 rec.mark(model.buffers(), "buffer")
