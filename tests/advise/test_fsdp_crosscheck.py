@@ -1,7 +1,9 @@
 """The advisor's per-rank FSDP memory agrees with a traced FSDP2 rank within 5%.
 
-Needs ``vramlens.trace.trace_fsdp`` (FSDP2 under PyTorch's fake process group, from the trace
-issue); skipped with the reason while that module is not there.
+Needs ``vramlens.trace.fsdp.trace_fsdp`` (FSDP2 under PyTorch's fake process group, from the
+trace issue); skipped with the reason while that module is not there. The estimate's
+peak_allocated includes the cuBLAS workspaces (allocator memory, not tensors), which a trace
+cannot see; they are taken out before comparing, as vramlens.trace.crosscheck does.
 """
 
 from __future__ import annotations
@@ -21,7 +23,8 @@ pytest.importorskip("torch", reason="FSDP cross-check needs torch (the trace ext
                     reason="vramlens.trace.fsdp (FSDP2 per-rank trace) is not implemented yet")
 @pytest.mark.parametrize("world_size", [2, 4])
 def test_fsdp_per_rank_estimate_within_5_percent_of_trace(world_size):
-    from vramlens.trace import trace_fsdp
+    from vramlens.estimate.runtime import runtime
+    from vramlens.trace.fsdp import trace_fsdp
 
     w = Workload(mode="train", dtype="fp32", batch=2, seq=128, gpus=world_size, fsdp=True)
     traced = trace_fsdp(dict(TINY, architectures=["LlamaForCausalLM"]), w, world_size=world_size)
@@ -29,4 +32,6 @@ def test_fsdp_per_rank_estimate_within_5_percent_of_trace(world_size):
     for name in ("weights", "gradients", "optimizer_states"):
         t, e = traced.breakdown[name], est.breakdown[name]
         assert abs(e - t) <= 0.05 * max(t, 1), (name, e, t)
-    assert abs(est.breakdown.peak_allocated - traced.breakdown.peak_allocated) <= 0.05 * traced.breakdown.peak_allocated
+    est_peak = est.breakdown.peak_allocated - runtime(est.gpu, est.workload).workspace_bytes
+    assert abs(est_peak - traced.breakdown.peak_allocated) <= 0.05 * traced.breakdown.peak_allocated, (
+        est_peak, traced.breakdown.peak_allocated)
