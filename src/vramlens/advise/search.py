@@ -378,7 +378,7 @@ def _search_training(s: _Search, base: Workload, total: int, per_node: int, c: C
                     if a is None:
                         a = fm.activations_by_key(
                             akey, replace(struct, batch=mb, grad_accum=ga, checkpointing=ckpt, attention=attn), sp)
-                    total_b = combine(st, a[0], a[1], a[2], a[3], ga, ckpt)
+                    total_b = combine(st, a, ga, ckpt)
                     if total_b > limit or not host_ok:
                         if best_miss is None or total_b < best_miss[0]:
                             best_miss = (total_b, struct, mb, ga, ckpt, attn)

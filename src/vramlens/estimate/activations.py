@@ -218,6 +218,19 @@ def _mlp_saved(spec: ModelSpec, D: Dims, t: int, c: int) -> int:
     return _act_saved(spec.activation, D.f * t, c)
 
 
+def has_lm_head(spec: ModelSpec) -> bool:
+    """Whether the architecture ends in a vocabulary projection (``...LMHeadModel``, ``...ForCausalLM``...)."""
+    arch = spec.architecture
+    if "LMHead" in arch or arch.endswith(("ForCausalLM", "ForMaskedLM", "ForConditionalGeneration", "ForPreTraining")):
+        return True
+    return False
+
+
+def logits_bytes(spec: ModelSpec, w: Workload, tokens: int) -> int:
+    """The logits of ``tokens`` tokens in the compute dtype (0 without an LM head)."""
+    return _r(DTYPE_BYTES[w.compute_dtype] * spec.vocab_size * tokens) if has_lm_head(spec) else 0
+
+
 def head_saved(spec: ModelSpec, w: Workload, b: int, s: int) -> tuple[int, int, str]:
     """(saved for backward at the loss, transient peak at the loss, explanation) of the LM head.
 
@@ -229,7 +242,7 @@ def head_saved(spec: ModelSpec, w: Workload, b: int, s: int) -> tuple[int, int, 
     V = spec.vocab_size
     c = DTYPE_BYTES[w.compute_dtype]
     arch = spec.architecture
-    if arch.endswith("Model") or "Classification" in arch or "QuestionAnswering" in arch:
+    if not has_lm_head(spec):
         return 0, 0, "no LM head"
     logits = _r(c * V * t)
     if arch.endswith("ForMaskedLM"):

@@ -1,36 +1,22 @@
 """estimate(): put the components together into a per-GPU Breakdown and a verdict.
 
-Phases (steady state, i.e. step 2 onwards, when the optimizer states exist; step 1 is never
-higher because its states are created inside its optimizer step):
-
-* forward / loss: persistent + activations of all local layers + the loss' logits peak
-  (+ gradients already accumulated when ``grad_accum > 1``);
-* backward: persistent + max(all activations + the head's gradient and loss gradients,
-  all gradients + one block being recomputed under checkpointing);
-* optimizer: persistent + gradients + the optimizer's temporaries;
-* inference: weights + KV cache + the largest block working set during prefill + logits.
-
-persistent = weights + master weights + optimizer states + communication buffers.
+The phase arithmetic lives in :mod:`vramlens.estimate.state` (shared with the advisor);
+inference adds the KV cache, the largest block working set during prefill and the logits.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from math import ceil
 
 from vramlens.estimate import activations as A
 from vramlens.estimate import kv_cache as K
-from vramlens.estimate import optimizer as O
-from vramlens.estimate import weights as Wt
 from vramlens.estimate.breakdown import Breakdown, make_breakdown
-from vramlens.estimate.inventory import summarize
 from vramlens.estimate.loading import host_load
-from vramlens.estimate.parallel import Split, comm_buffer_bytes, split
-from vramlens.estimate.reserve import reserved_estimate
-from vramlens.estimate.runtime import runtime
+from vramlens.estimate.parallel import Split
+from vramlens.estimate.state import reserved_total, train_phases, train_state
 from vramlens.hardware.gpu import GPU
 from vramlens.models.spec import ModelSpec
-from vramlens.units import DTYPE_BYTES, human_bytes
+from vramlens.units import DTYPE_BYTES
 from vramlens.workload import Workload
 
 DEFAULT_HEADROOM = 0.10
@@ -147,138 +133,81 @@ def _activation_totals(spec: ModelSpec, w: Workload, sp: Split) -> tuple[int, in
 
 def estimate_spec(spec: ModelSpec, w: Workload, gpu: GPU | None = None, *, headroom: float = DEFAULT_HEADROOM) -> Estimate:
     """Estimate per-GPU memory of workload ``w`` for ``spec`` (both already validated)."""
-    sp = split(spec, w)
-    explain: dict[str, str] = {}
-    notes: list[str] = []
-
-    base_w, base_formula = Wt.base_weight_bytes(spec, w)
-    adapters = Wt.adapter_bytes(spec, w)
-    weights = int(base_w * sp.weights) + adapters
-    explain["weights"] = base_formula + (f" + LoRA adapters fp32 ({adapters:,} B)" if adapters else "")
-    if sp.weights != 1:
-        explain["weights"] += f", x{sp.weights:.4g} on this GPU"
-
-    trainable = Wt.trainable_params(spec, w)
-    grads_full = O.gradient_bytes(spec, w, trainable)
-    grads = int(grads_full * sp.gradients)
-    master = int(O.master_bytes(spec, w, trainable) * sp.optimizer)
-    opt_full, opt_formula = O.optimizer_state_bytes(spec, w, trainable)
-    opt = int(opt_full * sp.optimizer)
-    opt_tmp_full, opt_tmp_formula = O.optimizer_step_temporary(spec, w, trainable)
-    opt_tmp = int(opt_tmp_full * sp.optimizer)
-    pbytes = O.param_dtype_bytes(w)
-    comm, comm_formula = comm_buffer_bytes(spec, w, grads_full, pbytes, trainable, Wt.weight_dtype_bytes(w))
-    host = 0
-    if w.training and w.offload in ("optimizer", "all"):
-        host += (opt + master + opt_tmp) * w.gpus
-        notes.append(f"optimizer states and master weights offloaded to the host ({human_bytes(opt + master)} per GPU)")
-        opt = master = opt_tmp = 0
-        if w.shard_stage >= 2:
-            host += grads * w.gpus
-    if w.training and w.offload == "all":
-        host += weights * w.gpus
-        inside_frac = 1.0 / max(1, spec.n_layers)
-        weights = int(weights * 2 * inside_frac)  # only the blocks being computed are on the GPU
-        notes.append("parameters offloaded: the GPU holds the gathered blocks only")
-
+    st = train_state(spec, w, gpu)
+    sp = st.sp
+    explain = dict(st.explain)
+    notes = list(st.notes)
     kv = 0
-    phases: list[tuple[str, int]] = []
     if w.training:
         acts, one_layer, loss_tmp, head_saved, act_formula = _activation_totals(spec, w, sp)
         explain["activations"] = act_formula
-        persistent = weights + master + opt + comm
-        grads_in_fwd = grads if w.grad_accum > 1 else 0
-        head_grad = 0
-        if w.method == "full":
-            head_grad = int(spec.vocab_size * spec.hidden_size * pbytes * sp.gradients) if sp.has_head else 0
+        if st.frozen_casts:
+            explain["activations"] += f"; frozen weights' {w.amp} casts kept for backward ({st.frozen_casts:,} B)"
+        logits = A.logits_bytes(spec, w, w.batch * w.seq) if sp.has_head else 0
+        phases = train_phases(st, acts, one_layer, loss_tmp, head_saved, w.grad_accum, w.checkpointing, logits)
+        peak_phase, peak_alloc = max(phases, key=lambda p: p[1])
+        reserved, total = reserved_total(st, peak_alloc)
+        temporaries = max(loss_tmp, 2 * head_saved, st.opt_tmp)
+        explain["temporaries"] = (f"max(loss: logits + fp32 upcast {loss_tmp:,} B, loss backward: two fp32 "
+                                  f"b*s*V gradients {2 * head_saved:,} B, optimizer step {st.opt_tmp:,} B: "
+                                  f"{explain.pop('optimizer_step', '')})")
+        frozen = st.frozen_casts if w.checkpointing != "full" else 0
         recompute = one_layer if w.checkpointing == "full" else 0
-        fwd = persistent + grads_in_fwd + acts + loss_tmp
-        # backward starts with every activation alive plus the loss' fp32 gradients (two
-        # log_softmax-sized tensors) and the output layer's weight gradient; it ends with all
-        # gradients and, under checkpointing, the last block recomputed.
-        bwd_start = persistent + grads_in_fwd + acts + 2 * head_saved + head_grad
-        bwd_end = persistent + grads + recompute
-        bwd = max(bwd_start, bwd_end)
-        optim = persistent + grads + opt_tmp
-        phases = [("forward", fwd), ("backward", bwd), ("optimizer", optim)]
-        temporaries = max(loss_tmp, opt_tmp)
-        explain["temporaries"] = f"max(loss peak {loss_tmp:,} B, optimizer step {opt_tmp:,} B: {opt_tmp_formula})"
-        activation_peak = acts + recompute
+        activation_peak = max(acts, acts - head_saved + recompute) + frozen
         layer_act = one_layer
+        master = st.master + st.autocast
     else:
+        explain.pop("optimizer_step", None)
         b, s = w.batch, w.seq
         total_tokens = s + w.new_tokens
-        kv = K.kv_cache_bytes(spec, w, total_tokens, b, tp=w.tp) if (w.new_tokens or spec.kind != "encoder") else 0
+        kv = K.kv_cache_bytes(spec, w, total_tokens, b, tp=w.tp) if spec.kind != "encoder" else 0
         if sp.layers != spec.n_layers:
             kv = kv * sp.layers // max(1, spec.n_layers)
+        if kv and w.new_tokens and not w.kv_block:
+            # DynamicCache appends with torch.cat: one layer's old and new keys are alive at once
+            kv += K.kv_cache_bytes(spec, w, total_tokens - 1, b, tp=w.tp) // max(1, 2 * spec.n_decoder_layers)
         explain["kv_cache"] = (
             f"2 x {spec.n_decoder_layers} layers x {max(1, spec.n_kv_heads // w.tp)} kv heads x {spec.head_dim} x "
             f"{K.kv_dtype_bytes(w)} B x {total_tokens} tokens x batch {b}"
+            + (" + one layer's keys while torch.cat appends" if w.new_tokens and not w.kv_block else "")
         )
         work = A.inference_layer_peak(spec, w, b, s, s, tp=w.tp)
         c = DTYPE_BYTES[w.compute_dtype]
         logits_tokens = b if w.new_tokens else b * s
-        logits = A._r(c * spec.vocab_size * logits_tokens) if spec.kind != "encoder" else 0
-        if w.new_tokens:
+        logits = A._r(c * spec.vocab_size * logits_tokens) if A.has_lm_head(spec) else 0
+        if w.new_tokens and logits:
             logits += A._r(4 * spec.vocab_size * b)  # generate() upcasts the last logits to fp32
-        prefill = weights + kv + work + logits
-        decode = weights + kv + A.inference_layer_peak(spec, w, b, 1, total_tokens, tp=w.tp) + logits
-        phases = [("prefill", prefill)] + ([("decode", decode)] if w.new_tokens else [])
-        temporaries = logits
-        explain["activations"] = "largest working set of one block during prefill (no tensors kept across blocks)"
-        explain["temporaries"] = "logits of the prefill (all tokens for a plain forward, the last one in generate())"
-        activation_peak = work
+        prefill = st.weights + kv + work + logits
+        decode = st.weights + kv + A.inference_layer_peak(spec, w, b, 1, total_tokens, tp=w.tp) + logits
+        phases = (("prefill", prefill + st.workspace),) + ((("decode", decode + st.workspace),) if w.new_tokens else ())
+        peak_phase, peak_alloc = max(phases, key=lambda p: p[1])
+        reserved, total = reserved_total(st, peak_alloc, extra_persistent=kv)
+        temporaries = 0
+        explain["activations"] = ("largest working set of one block during prefill, plus the logits (all tokens "
+                                  "for a plain forward, the last one in generate())")
+        explain["temporaries"] = "inference: counted in activations"
+        activation_peak = work + logits
         layer_act = work
-        if w.method != "full" and w.mode == "inference":
+        master = 0
+        if w.method != "full":
             notes.append("inference with LoRA: adapters counted in weights")
-
-    rt = runtime(gpu, w)
-    # cuBLAS/cuBLASLt workspaces come from the caching allocator (hardware/runtime.py): live in every phase
-    phases = [(name, v + rt.workspace_bytes) for name, v in phases]
-    peak_phase, peak_alloc = max(phases, key=lambda p: p[1])
-    persistent = weights + master + opt + comm + (grads if w.training else 0) + kv
-    full_params = w.method == "full" and not w.quantized
-    wb = Wt.weight_dtype_bytes(w)
-    state_b = 4 if master or w.method != "full" else pbytes
-    parts = [
-        (wb, weights, full_params and sp.weights == 1),
-        (pbytes, grads if w.training else 0, full_params and sp.gradients == 1),
-        (4, master, full_params and sp.optimizer == 1),
-        (state_b, opt, False),
-        (1, comm, False),
-        (1, kv, False),
-    ]
-    if full_params and sp.optimizer == 1 and opt:
-        n_states = max(1, round(opt / max(1, summarize(spec).param_bytes_at.get(state_b, 1))))
-        parts[3] = (state_b, opt, True)
-        parts.extend([(state_b, opt, True)] * (n_states - 1))
-    reserved, reserve_rule = reserved_estimate(spec, peak_alloc, parts, persistent)
-    total = reserved + rt.outside_allocator_bytes
-    explain["weights"] = explain.get("weights", "")
-    explain["master_weights"] = (
-        "fp32 master copy (4 B/param) kept by the mixed-precision optimizer" if master else
-        ("autocast: no persistent copy" if w.amp else "no mixed precision")
-    )
-    explain["gradients"] = f"{trainable:,} trainable params x {pbytes} B" if grads else "no training"
-    explain["optimizer_states"] = opt_formula if opt else ("offloaded to CPU" if w.offload != "none" else "no optimizer")
-    explain["comm_buffers"] = comm_formula or "single GPU: none"
-    explain["runtime"] = rt.explain
+    explain["runtime"] = st.runtime_explain
     explain.setdefault("kv_cache", "training: no cache")
     comps = {
-        "weights": weights,
+        "weights": st.weights,
         "master_weights": master,
-        "gradients": grads,
-        "optimizer_states": opt,
+        "gradients": st.grads,
+        "optimizer_states": st.opt,
         "activations": activation_peak,
         "kv_cache": kv,
         "temporaries": temporaries,
-        "comm_buffers": comm,
-        "runtime": rt.outside_allocator_bytes + rt.workspace_bytes,
+        "comm_buffers": st.comm,
+        "runtime": st.outside + st.workspace,
     }
     bd = make_breakdown(
         comps, explain,
         peak_allocated=peak_alloc, peak_reserved=reserved, device_total=total, peak_phase=peak_phase,
-        host_bytes=host, phases=tuple(phases), source="estimate", notes=tuple(notes),
+        host_bytes=st.host, phases=tuple(phases), source="estimate", notes=tuple(notes),
     )
     fits = headroom_bytes = None
     advice = ""
@@ -288,7 +217,7 @@ def estimate_spec(spec: ModelSpec, w: Workload, gpu: GPU | None = None, *, headr
         fits = total <= cap * (1 - headroom) if headroom else total <= cap
         advice = _advice(bd, w, fits)
     return Estimate(
-        model=spec, workload=w, gpu=gpu, breakdown=bd, trainable_params=trainable,
+        model=spec, workload=w, gpu=gpu, breakdown=bd, trainable_params=st.trainable,
         layer_activation_bytes=layer_act, fits=fits, headroom_bytes=headroom_bytes, advice=advice, explain=explain,
     )
 
@@ -311,6 +240,3 @@ def _advice(bd: Breakdown, w: Workload, fits: bool) -> str:
     lead = "fits" if fits else "does not fit"
     return f"{lead}; largest component: {big.name} ({share:.0%}): {_REMEDIES.get(big.name, '')}"
 
-
-def ceil_div(a: int, b: int) -> int:
-    return ceil(a / b)

@@ -1,9 +1,9 @@
 """The caching allocator's reserve over live tensors, for the estimator.
 
-Uses :func:`vramlens.allocator.analytic.reserved_breakdown` (the allocator's segment rules
-applied to the tensors alive all step, plus a measured allowance for the short-lived ones);
-the persistent tensors' sizes come from the model's inventory, so the per-tensor rounding to
-2 MiB and the packing of mid-sized tensors into 20 MiB segments are exact.
+Uses :mod:`vramlens.allocator.analytic` (the allocator's segment rules applied to the tensors
+alive all step, plus a measured allowance for the short-lived ones); the persistent tensors'
+sizes come from the model's inventory, so the per-tensor rounding to 2 MiB and the packing of
+mid-sized tensors into 20 MiB segments are exact.
 """
 
 from __future__ import annotations
@@ -42,8 +42,8 @@ def persistent_sizes(spec: ModelSpec, parts: list[tuple[int, int, bool]]) -> dic
 
 
 @_identity_cache
-def _persistent(spec: ModelSpec, parts: tuple[tuple[int, int, bool], ...]) -> tuple[int, int]:
-    """(bytes reserved for the persistent tensors, their allocated bytes), memoized per spec and parts."""
+def persistent_part_reserve(spec: ModelSpec, parts: tuple[tuple[int, int, bool], ...]) -> tuple[int, int]:
+    """(bytes reserved for the persistent tensors, their bytes rounded to blocks), memoized per spec and parts."""
     from vramlens.allocator.analytic import persistent_reserved
     from vramlens.allocator.config import AllocatorConfig
     from vramlens.allocator.simulator import round_size
@@ -53,17 +53,17 @@ def _persistent(spec: ModelSpec, parts: tuple[tuple[int, int, bool], ...]) -> tu
     return persistent_reserved(sizes, conf), sum(round_size(size, conf) * n for size, n in sizes.items())
 
 
-def reserved_estimate(spec: ModelSpec, peak_allocated: int, persistent_parts: list[tuple[int, int, bool]],
-                      persistent_bytes: int) -> tuple[int, str]:
-    """Predicted ``max_memory_reserved`` and the rule, in words.
+_TRANSIENT: dict[int, int] = {}
 
-    The persistent part is memoized (it depends on the model and the sharding, not on batch or
-    sequence); the short-lived part follows :func:`vramlens.allocator.analytic.reserved_breakdown`.
-    """
-    from vramlens.allocator.analytic import reserved_breakdown
 
-    transient = max(0, peak_allocated - persistent_bytes)
-    pers, floor = _persistent(spec, tuple(persistent_parts))
-    short = reserved_breakdown((), transient)
-    total = max(pers + short.transient_bytes, floor + transient, peak_allocated)
-    return total, short.explain
+def transient_reserve(transient_bytes: int) -> int:
+    """Reserve for ``transient_bytes`` of short-lived tensors (allocator.analytic, memoized)."""
+    hit = _TRANSIENT.get(transient_bytes)
+    if hit is None:
+        from vramlens.allocator.analytic import reserved_breakdown
+
+        hit = reserved_breakdown((), transient_bytes).transient_bytes
+        if len(_TRANSIENT) > 100_000:
+            _TRANSIENT.clear()
+        _TRANSIENT[transient_bytes] = hit
+    return hit

@@ -91,16 +91,35 @@ def _dispatch(orig, q, k, v, mask, dropout_p, is_causal, scale, enable_gqa):
     )[0]
 
 
+def cuda_dropout(orig):
+    """``F.dropout`` as CUDA runs it in training: the fused ``native_dropout`` with a bool mask.
+
+    aten/src/ATen/native/Dropout.cpp: on CUDA ``dropout`` takes ``native_dropout`` (a 1-byte
+    mask kept for backward); on CPU it takes ``_dropout_impl``, which keeps a noise tensor in
+    the input's dtype (4 bytes per element in fp32): without this, traces overstate every
+    dropout mask by 2-4x.
+    """
+
+    def dropout(input, p=0.5, training=True, inplace=False):
+        if training and 0.0 < p < 1.0 and not inplace and input.numel() > 0:
+            return torch.native_dropout(input, p, True)[0]
+        return orig(input, p, training, inplace)
+
+    return dropout
+
+
 @contextlib.contextmanager
 def cuda_like_attention():
-    """Route every ``F.scaled_dot_product_attention`` call to CUDA's kernel choice."""
+    """Route ``F.scaled_dot_product_attention`` to CUDA's kernel choice and ``F.dropout`` to CUDA's kernel."""
     orig = F.scaled_dot_product_attention
-    patched = cuda_sdpa(orig)
+    orig_dropout = F.dropout
     # transformers calls torch.nn.functional.scaled_dot_product_attention by attribute
-    # (integrations/sdpa_attention.py); code that imported the function by name keeps the
-    # original and gets CPU behaviour.
-    F.scaled_dot_product_attention = patched
+    # (integrations/sdpa_attention.py), and nn.Dropout calls F.dropout by attribute; code that
+    # imported the functions by name keeps the originals and gets CPU behaviour.
+    F.scaled_dot_product_attention = cuda_sdpa(orig)
+    F.dropout = cuda_dropout(orig_dropout)
     try:
         yield
     finally:
         F.scaled_dot_product_attention = orig
+        F.dropout = orig_dropout

@@ -1,0 +1,225 @@
+"""The batch-independent part of a training estimate, and the phase arithmetic on top of it.
+
+:func:`train_state` computes what does not depend on the micro-batch (weights, gradients,
+optimizer states, their sharding and offload, the allocator's reserve for them, the runtime);
+:func:`train_phases` adds the activations of one micro-batch and gives each phase's live
+total; :func:`reserved_total` turns the peak into ``max_memory_reserved`` and the nvidia-smi
+total. :func:`vramlens.estimate.core.estimate_spec` and the advisor's memoized search
+(:mod:`vramlens.advise.fastmem`) both use these, so their figures are the same by construction.
+
+Phases (steady state, step 2 onwards, when the optimizer states exist; step 1 is never
+higher because its states are created inside its optimizer step):
+
+* forward / loss: persistent + activations of all local blocks + the loss' logits peak
+  (+ gradients already accumulated when ``grad_accum > 1``) + autocast's weight copies
+  (kept through backward by autograd, except under checkpointing);
+* backward: it starts with every activation alive plus the loss' two fp32 gradient buffers
+  (``nll_loss_backward`` and ``_log_softmax_backward_data``, b*s*V each), then the output
+  layer's backward (the logits' gradient and its weight gradient); under full checkpointing the head's saved tensors are gone before the last
+  block is recomputed; it ends with all gradients and one recomputed block;
+* optimizer: persistent + gradients + the optimizer's temporaries (autocast copies are gone).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from vramlens.estimate import optimizer as O
+from vramlens.estimate import weights as Wt
+from vramlens.estimate.inventory import BLOCK, _identity_cache
+from vramlens.estimate.parallel import Split, comm_buffer_bytes, split
+from vramlens.estimate.reserve import persistent_part_reserve
+from vramlens.estimate.runtime import runtime
+from vramlens.hardware.gpu import GPU
+from vramlens.models.spec import ModelSpec
+from vramlens.units import DTYPE_BYTES, human_bytes, round_up
+from vramlens.workload import Workload
+
+#: Roles whose tensors autocast casts to the lower precision for matmuls (F.linear / addmm /
+#: the output layer, their biases too); norms run in fp32 and embeddings are looked up, not cast.
+AUTOCAST_ROLES = ("linear", "conv1d", "expert", "lm_head", "bias", "router")
+
+
+@_identity_cache
+def _autocast_numels(spec: ModelSpec) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """(numel of every tensor autocast casts, numel of the linear weights alone)."""
+    cast = [t.numel for t in spec.tensors if t.role in AUTOCAST_ROLES]
+    if spec.tied_embeddings:  # the output layer multiplies by the (tied) embedding matrix
+        cast += [t.numel for t in spec.tensors if t.role == "embedding"][:1]
+    weights = [t.numel for t in spec.tensors if t.role in ("linear", "conv1d", "expert", "lm_head")]
+    if spec.tied_embeddings:
+        weights += [t.numel for t in spec.tensors if t.role == "embedding"][:1]
+    return tuple(cast), tuple(weights)
+
+
+def autocast_copies(spec: ModelSpec, w: Workload) -> tuple[int, int]:
+    """(autocast's cached half copies of trainable weights, half copies of frozen weights saved for backward).
+
+    ``at::autocast::cached_cast`` (aten/src/ATen/autocast_mode.cpp) caches the cast of a leaf
+    tensor that requires grad, for as long as autocast is on; autograd keeps the copy until the
+    matmul's backward. Frozen weights (LoRA's base) are cast at every call instead, and
+    ``F.linear`` keeps the cast weight for the input gradient.
+    """
+    if not (w.training and w.amp is not None and w.dtype == "fp32"):
+        return 0, 0
+    half = DTYPE_BYTES[w.amp]
+    cast, weights = _autocast_numels(spec)
+    if w.method == "full":
+        return sum(round_up(n * half, BLOCK) for n in cast), 0
+    from vramlens.estimate.inventory import lora_shape
+
+    shape = lora_shape(spec, tuple(w.lora_targets))
+    adapters = sum(lin.count * (round_up(w.lora_rank * lin.in_features * half, BLOCK)
+                                + round_up(w.lora_rank * lin.out_features * half, BLOCK)) for lin in shape.targets)
+    frozen = sum(round_up(n * half, BLOCK) for n in weights)
+    return adapters, frozen
+
+
+@dataclass(frozen=True, slots=True)
+class TrainState:
+    """Per-GPU bytes that do not depend on the micro-batch (see the module docstring)."""
+
+    sp: Split
+    weights: int
+    master: int           # fp32 master copy (DeepSpeed-style mixed precision)
+    autocast: int         # autocast's cached half copies of trainable weights (forward and backward)
+    frozen_casts: int     # half copies of frozen weights saved for backward (LoRA under autocast)
+    grads: int
+    opt: int
+    opt_tmp: int
+    comm: int
+    host: int
+    head_grad: int
+    trainable: int
+    pbytes: int
+    workspace: int
+    outside: int
+    reserve_base: int      # the allocator's reserve for the persistent tensors
+    reserve_floor: int     # their bytes rounded to the allocator's blocks
+    reserve_persistent: int
+    notes: tuple[str, ...] = ()
+    explain: dict = field(default_factory=dict, compare=False)
+    runtime_explain: str = ""
+
+
+def train_state(spec: ModelSpec, w: Workload, gpu: GPU | None) -> TrainState:
+    """The batch-independent part of a training (or inference) estimate."""
+    sp = split(spec, w)
+    explain: dict[str, str] = {}
+    notes: list[str] = []
+    base_w, base_formula = Wt.base_weight_bytes(spec, w)
+    adapters = Wt.adapter_bytes(spec, w)
+    weights = int(base_w * sp.weights) + adapters
+    explain["weights"] = base_formula + (f" + LoRA adapters fp32 ({adapters:,} B)" if adapters else "")
+    if sp.weights != 1:
+        explain["weights"] += f", x{sp.weights:.4g} on this GPU"
+
+    trainable = Wt.trainable_params(spec, w)
+    pbytes = O.param_dtype_bytes(w)
+    grads_full = O.gradient_bytes(spec, w, trainable)
+    grads = int(grads_full * sp.gradients)
+    master = int(O.master_bytes(spec, w, trainable) * sp.optimizer)
+    opt_full, opt_formula = O.optimizer_state_bytes(spec, w, trainable)
+    opt = int(opt_full * sp.optimizer)
+    opt_tmp_full, opt_tmp_formula = O.optimizer_step_temporary(spec, w, trainable)
+    opt_tmp = int(opt_tmp_full * sp.optimizer)
+    comm, comm_formula = comm_buffer_bytes(spec, w, grads_full, pbytes, trainable, Wt.weight_dtype_bytes(w))
+    autocast, frozen_casts = autocast_copies(spec, w)
+    autocast = int(autocast * sp.weights) if w.method == "full" else autocast
+    frozen_casts = int(frozen_casts * sp.weights)
+    host = 0
+    if w.training and w.offload in ("optimizer", "all"):
+        # ZeRO-Offload (Ren et al. 2021): fp32 master weights, optimizer states and (stage >= 2)
+        # the fp32 gradient partition live in host RAM; DeepSpeed's CPU Adam needs no GPU temporary
+        host += (opt + master) * w.gpus
+        if w.shard_stage >= 2:
+            host += int(trainable / max(1, w.dp) * 4) * w.gpus
+            grads = 0  # only the reduce bucket (comm_buffers) stays on the GPU
+        notes.append(f"optimizer states and master weights offloaded to the host ({human_bytes(opt + master)} per GPU)")
+        opt = master = opt_tmp = 0
+    if w.training and w.offload == "all":
+        host += weights * w.gpus
+        weights = int(weights * 2 / max(1, spec.n_layers))  # only the blocks being computed are on the GPU
+        notes.append("parameters offloaded: the GPU holds the gathered blocks only")
+    head_grad = 0
+    if w.training and w.method == "full" and sp.has_head:
+        head_grad = round_up(int(spec.vocab_size * spec.hidden_size * pbytes * sp.gradients), BLOCK)
+    rt = runtime(gpu, w)
+    # persistent tensors, for the allocator's reserve
+    full_params = w.method == "full" and not w.quantized
+    wb = Wt.weight_dtype_bytes(w)
+    state_b = 4 if master or w.method != "full" else pbytes
+    parts = [
+        (wb, weights, full_params and sp.weights == 1),
+        (pbytes, grads, full_params and sp.gradients == 1),
+        (4, master, full_params and sp.optimizer == 1),
+        (state_b, opt, False),
+        (1, comm, False),
+    ]
+    n_states = O.STATES_PER_PARAM.get(w.optimizer, 0)
+    if full_params and sp.optimizer == 1 and opt and n_states:
+        # Adam's, SGD's and Lion's states are parameter-shaped (torch.zeros_like(p)), one tensor each
+        parts[3] = (state_b, opt, True)
+        parts.extend([(state_b, opt, True)] * (n_states - 1))
+    reserve_base, reserve_floor = persistent_part_reserve(spec, tuple(parts))
+    explain["master_weights"] = (
+        "fp32 master copy (4 B/param) kept by the mixed-precision optimizer" if master else
+        (f"autocast's cached {w.amp} copies of the trainable weights, alive through backward" if autocast else
+         ("offloaded to CPU" if w.offload != "none" and w.amp else "no mixed precision"))
+    )
+    explain["gradients"] = f"{trainable:,} trainable params x {pbytes} B" if grads else (
+        "gradient partition offloaded to CPU" if w.training else "no training")
+    explain["optimizer_states"] = opt_formula if opt else ("offloaded to CPU" if w.offload != "none" else "no optimizer")
+    explain["comm_buffers"] = comm_formula or "single GPU: none"
+    explain["optimizer_step"] = opt_tmp_formula
+    return TrainState(
+        sp=sp, weights=weights, master=master, autocast=autocast, frozen_casts=frozen_casts, grads=grads, opt=opt,
+        opt_tmp=opt_tmp, comm=comm, host=host, head_grad=head_grad, trainable=trainable, pbytes=pbytes,
+        workspace=rt.workspace_bytes, outside=rt.outside_allocator_bytes, reserve_base=reserve_base,
+        reserve_floor=reserve_floor, reserve_persistent=weights + master + opt + comm + grads,
+        notes=tuple(notes), explain=explain, runtime_explain=rt.explain,
+    )
+
+
+def train_phases(st: TrainState, acts: int, one: int, loss_tmp: int, head_saved: int, grad_accum: int,
+                 checkpointing: str, logits: int = 0) -> tuple[tuple[str, int], ...]:
+    """Live bytes at each phase's peak (workspaces included); see the module docstring.
+
+    Args:
+        acts: saved activations of all local blocks, plus inputs and the head's saved tensors.
+        one: one block's saved activations (recomputed under full checkpointing).
+        loss_tmp: the loss' transient beyond what it saves (logits and their fp32 upcast).
+        head_saved: what the loss saves for backward (the fp32 log_softmax output).
+        logits: the logits' bytes in the compute dtype (their gradient enters the output layer's backward).
+    """
+    persistent = st.weights + st.master + st.opt + st.comm
+    gfwd = st.grads if grad_accum > 1 else 0
+    ckpt = checkpointing == "full"
+    # autocast's copies: all of them during forward; through backward only when autograd keeps
+    # them (without checkpointing); checkpointed blocks run forward under no_grad, so the copies
+    # go with the autocast cache when the forward's autocast context exits
+    fwd_casts = st.autocast + (0 if ckpt else st.frozen_casts)
+    bwd_casts = 0 if ckpt else st.autocast + st.frozen_casts
+    fwd = persistent + gfwd + fwd_casts + acts + loss_tmp
+    # the loss' backward holds two fp32 b*s*V gradients; once they are done, the output layer's
+    # backward holds the logits' gradient (compute dtype) and allocates its weight gradient
+    bwd_start = persistent + gfwd + bwd_casts + acts + max(2 * head_saved, logits + st.head_grad)
+    if ckpt:
+        # the head's saved tensors are freed before the last block is recomputed
+        recompute_peak = persistent + max(gfwd, st.head_grad) + acts - head_saved + one
+        bwd = max(bwd_start, recompute_peak, persistent + st.grads + one)
+    else:
+        bwd = max(bwd_start, persistent + st.grads)
+    optim = persistent + st.grads + st.opt_tmp
+    ws = st.workspace
+    return (("forward", fwd + ws), ("backward", bwd + ws), ("optimizer", optim + ws))
+
+
+def reserved_total(st: TrainState, peak: int, *, extra_persistent: int = 0) -> tuple[int, int]:
+    """(max_memory_reserved, nvidia-smi total) for a peak of ``peak`` allocated bytes."""
+    from vramlens.estimate.reserve import transient_reserve
+
+    t = max(0, peak - st.reserve_persistent - extra_persistent)
+    reserved = max(st.reserve_base + extra_persistent + transient_reserve(t), st.reserve_floor + extra_persistent + t,
+                   peak)
+    return reserved, reserved + st.outside
