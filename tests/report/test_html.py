@@ -101,5 +101,5 @@ def test_timeline_from_events_keeps_the_peak_when_thinning():
 
 def test_unknown_kind():
     with pytest.raises(InputError) as e:
-        html.render_html("place", {})
-    assert str(e.value) == "kind='place' is not one of: estimate, fit, trace"
+        html.render_html("snapshot", {})
+    assert str(e.value) == "kind='snapshot' is not one of: estimate, fit, trace, place"

@@ -63,7 +63,9 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         print_json(est.to_dict())
     else:
+        from vramlens.cli.render import show
         from vramlens.report.text import render_estimate, use_color
 
-        print(render_estimate(est, color=use_color(), headroom=args.headroom))
+        show("estimate", est.to_dict, lambda: render_estimate(est, color=use_color(), headroom=args.headroom),
+             headroom=args.headroom)
     return 0

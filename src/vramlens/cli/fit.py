@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 
 from vramlens.cli.options import (
@@ -12,12 +13,14 @@ from vramlens.cli.options import (
     print_json,
     workload_kwargs,
 )
+from vramlens.cli.render import add_file_args, progress_bar, show, wants_files, write_files
 
 EXAMPLES = """examples:
   vramlens fit llama-2-7b --mode train --batch 8 --seq 2048 --gpu RTX-4090
   vramlens fit llama-2-13b --mode train --gpu A100-80GB --gpus 8 --effective-batch 64 --forbid offload
   vramlens fit llama-2-7b --mode train --method lora --gpu 24GB --emit peft
   vramlens fit meta-llama/Llama-2-70b-hf --seq 4096 --new-tokens 512 --gpu L40S --gpus 4 --max-context --json
+  vramlens fit llama-2-7b --mode train --batch 4 --gpu A100-40GB --html plans.html --svg plans.svg
 
 --gpus is the number of GPUs per node; with --nodes M the plans use gpus x M in all.
 Remedies for --keep / --forbid: amp, checkpointing, attention, lora, qlora, 8bit, grad-accum,
@@ -69,6 +72,7 @@ def add_parser(sub) -> argparse.ArgumentParser:
                              "min_gpus": "also find the fewest GPUs of this kind that fit"}[a])
     p.add_argument("--emit", choices=EMIT_KINDS, default=None, help="print the config of a plan for a library")
     p.add_argument("--plan", type=int, default=1, help="which plan --emit writes (1 = best)")
+    add_file_args(p, "the --top plans side by side (stacked by component, against the GPU)")
     add_output_args(p)
     p.set_defaults(func=run)
     return p
@@ -94,10 +98,18 @@ def run(args: argparse.Namespace) -> int:
     gpus_per_node = settings.pop("gpus")
     links = Links(intra_node_bytes_s=args.interconnect, network_bytes_s=args.network or DEFAULT_NETWORK_BYTES_S)
     asks = [a for a in ASKS if getattr(args, a)]
-    result = fit(args.model, gpu=args.gpu, params=args.params, gpus=gpus_per_node, nodes=args.nodes,
-                 host_ram=args.host_ram, headroom=args.headroom, keep=args.keep, forbid=args.forbid,
-                 effective_batch=args.effective_batch, method_locked=method_locked,
-                 max_plans=max(args.top, args.plan), links=links, ask=asks, **settings)
+    bar = progress_bar("searching plans", enabled=not args.json)  # shown after a second, on a terminal
+    with bar or contextlib.nullcontext():
+        result = fit(args.model, gpu=args.gpu, params=args.params, gpus=gpus_per_node, nodes=args.nodes,
+                     host_ram=args.host_ram, headroom=args.headroom, keep=args.keep, forbid=args.forbid,
+                     effective_batch=args.effective_batch, method_locked=method_locked,
+                     max_plans=max(args.top, args.plan), links=links, ask=asks,
+                     progress=bar.counter() if bar else None, **dict(settings))
+    report = None
+    if wants_files(args) or not args.json:
+        report = fit_report(result, args, settings)
+    if wants_files(args):
+        write_files(args, "fit", report, headroom=args.headroom)
     if args.emit:
         from vramlens.advise.emit import emit, render
 
@@ -116,8 +128,21 @@ def run(args: argparse.Namespace) -> int:
         d["plans"] = d["plans"][: args.top]
         print_json(d)
         return 0 if result.plans else 1
-    print(render_result(result, top=args.top))
+    show("fit", report, lambda: render_result(result, top=args.top))
     return 0 if result.plans else 1
+
+
+def fit_report(result, args: argparse.Namespace, settings: dict) -> dict:
+    """The --json object (--top plans) plus what the reports draw: the model's name, the
+    GPU's usable bytes and the starting workload."""
+    from vramlens.hardware.catalog import get_gpu
+
+    d = result.to_dict()
+    d["plans"] = d["plans"][: args.top]
+    d["model"] = {"name": args.model or f"--params {args.params}"}
+    d["usable_bytes"] = get_gpu(args.gpu).capacity_bytes
+    d["workload"] = {k: v for k, v in settings.items() if v is not None}
+    return d
 
 
 def _gib(n: int) -> str:

@@ -11,12 +11,14 @@ from vramlens.cli.options import (
     print_json,
     workload_kwargs,
 )
+from vramlens.cli.render import add_file_args, show, wants_files, write_files
 
 EXAMPLES = """examples:
   vramlens place llama-2-7b --gpu RTX-3060 --host-ram 32GB
   vramlens place llama-2-13b --gpu T4 --gpus 2 --seq 2048 --new-tokens 256 --json
   vramlens place llama-2-70b --gpu RTX-4090 --quant nf4 --host-ram 64GB --no-disk
   vramlens place ./llama-2-7b.Q4_K_M.gguf --gpu RTX-3060 --seq 4096   (llama.cpp --n-gpu-layers)
+  vramlens place llama-2-13b --gpu RTX-4090 --host-ram 64GB --html place.html --svg place.svg
 
 Compares three options side by side: every block on the GPUs, GPUs then CPU RAM then disk
 (Accelerate-style, blocks never split), and CPU only; decode speed from memory bandwidth and the
@@ -39,6 +41,7 @@ def add_parser(sub) -> argparse.ArgumentParser:
     p.add_argument("--no-disk", dest="disk", action="store_false", help="do not offload to disk")
     p.add_argument("--disk", dest="disk", action="store_true", default=True, help="allow disk offload (default)")
     p.add_argument("--headroom", type=float, default=0.10, help="fraction of each GPU kept free (default 0.10)")
+    add_file_args(p, "the options side by side (bytes per device, against the GPU budget)")
     add_output_args(p)
     p.set_defaults(func=run)
     return p
@@ -124,6 +127,8 @@ def run(args: argparse.Namespace) -> int:
     if args.model is None and args.params is None:
         raise InputError("give a MODEL (a catalog name, hub id or config.json) or --params SIZE (e.g. --params 7B)")
     if args.model and str(args.model).endswith(".gguf"):
+        if wants_files(args):
+            raise InputError("--html/--svg/--png are not drawn for a GGUF split yet: use --json")
         return _run_gguf(args)
     settings = workload_kwargs(args)
     gpus = settings.pop("gpus")
@@ -132,10 +137,13 @@ def run(args: argparse.Namespace) -> int:
     spec = load_model(args.model, params=args.params)
     ram = parse_size(args.host_ram, what="host RAM") if args.host_ram else None
     p = place(spec, get_gpu(args.gpu), gpus=gpus, workload=w, host_ram=ram, disk=args.disk, headroom=args.headroom)
+    report = dict(p.to_dict(), workload=w.to_dict())
+    if wants_files(args):
+        write_files(args, "place", report, headroom=args.headroom)
     if args.json:
         print_json(p.to_dict())
         return 0
-    print(render_placement(p))
+    show("place", report, lambda: render_placement(p))
     return 0 if any(o.fits for o in p.options) else 1
 
 

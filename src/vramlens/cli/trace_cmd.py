@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import sys
 
 from vramlens.cli.options import (
@@ -12,6 +13,8 @@ from vramlens.cli.options import (
     print_json,
     workload_kwargs,
 )
+from vramlens.cli.render import add_file_args, progress_bar, show, wants_files, write_files
+from vramlens.trace.events import TIMELINE_POINTS
 
 EXAMPLES = """examples:
   vramlens trace gpt2 --mode train --batch 4 --seq 512
@@ -19,6 +22,8 @@ EXAMPLES = """examples:
   vramlens trace mistral-7b --mode inference --seq 1024 --new-tokens 64 --timeline events.jsonl
   vramlens trace mypkg.models:build --input-shape 8x3x224x224 --mode train --dtype fp32
   vramlens trace ./config.json --mode train --real-cpu --seq 64   (real CPU tensors, raw sizes)
+  vramlens trace gpt2 --mode train --seq 256 --html trace.html --svg timeline.svg
+  vramlens trace gpt2 --mode train --seq 256 --json --timeline-points 500
 
 MODEL may also be package.module:factory. The factory is called with no arguments and
 returns (module, example_inputs) with example_inputs(batch, seq) giving the forward's
@@ -55,7 +60,12 @@ def add_parser(sub) -> argparse.ArgumentParser:
     t.add_argument("--timeline", default=None, metavar="FILE", help="write the events as JSON lines (.jsonl) or CSV (.csv)")
     t.add_argument("--top", type=int, default=10, help="modules and tensors alive at the peak to list (default 10)")
     t.add_argument("--alloc-conf", default=None, help="PYTORCH_CUDA_ALLOC_CONF for the allocator simulator")
-    t.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
+    t.add_argument("--quiet", action="store_true", help="no progress on stderr (a bar on a terminal, else lines)")
+    t.add_argument("--timeline-points", type=int, default=0, metavar="N",
+                   help='with --json, add "timeline": [[event, {component: live bytes}], ...], the memory over '
+                        "the step(s) thinned to at most N points, each the largest of its run of events so the "
+                        "peak is exact (default 0: left out, to keep --json small)")
+    add_file_args(t, f"the memory timeline ({TIMELINE_POINTS:,} points, stacked by component, peak marked)")
     add_output_args(p)
     p.set_defaults(func=run)
     return p
@@ -73,19 +83,29 @@ def run(args: argparse.Namespace) -> int:
         raise InputError(f"steps={args.steps} must be >= 1")
     if args.top < 0:
         raise InputError(f"top={args.top} must be >= 0")
+    if args.timeline_points < 0:
+        raise InputError(f"--timeline-points {args.timeline_points} must be >= 0 (0 leaves the timeline out)")
     backend = "real-cpu" if args.real_cpu else "cuda" if args.cuda else "fake"
-    progress = None if args.quiet else (lambda msg: print(f"vramlens trace: {msg}", file=sys.stderr, flush=True))
-    res = trace(args.model, steps=args.steps, layers=args.layers, backend=backend, input_shape=args.input_shape,
-                progress=progress, top=max(args.top, 1), alloc_conf=args.alloc_conf, **workload_kwargs(args))
+    bar = progress_bar(f"tracing {args.model}", enabled=not (args.quiet or args.json), delay=0)
+    if bar is not None:
+        progress = bar.messages()
+    else:
+        progress = None if args.quiet else (lambda msg: print(f"vramlens trace: {msg}", file=sys.stderr, flush=True))
+    with bar or contextlib.nullcontext():
+        res = trace(args.model, steps=args.steps, layers=args.layers, backend=backend, input_shape=args.input_shape,
+                    progress=progress, top=max(args.top, 1), alloc_conf=args.alloc_conf, **workload_kwargs(args))
+    if wants_files(args):
+        write_files(args, "trace", res.to_dict(top=args.top, timeline_points=TIMELINE_POINTS))
     if args.timeline:
         try:
             write_timeline(list(res.events), args.timeline)
         except OSError as e:
             raise InputError(f"cannot write timeline {args.timeline!r}: {e.strerror}") from None
     if args.json:
-        print_json(res.to_dict(top=args.top))
+        print_json(res.to_dict(top=args.top, timeline_points=args.timeline_points))
     else:
-        print(render_trace(res, top=args.top))
+        show("trace", lambda: res.to_dict(top=args.top, timeline_points=TIMELINE_POINTS),
+             lambda: render_trace(res, top=args.top), top=args.top)
     return 0
 
 

@@ -1,7 +1,8 @@
 """Self-contained HTML reports: inline CSS and SVG, no scripts, no network, open offline.
 
-``render_html(kind, data)`` takes the JSON object a command prints (``estimate``, ``fit``
-or ``trace``) and returns one HTML document; ``write_estimate_html`` and ``write_html``
+``render_html(kind, data)`` takes the JSON object a command prints (``estimate``, ``fit``,
+``trace`` or ``place``) and returns one HTML document; ``chart_svg(kind, data)`` is its main
+chart alone (for ``--svg`` / ``--png``); ``write_estimate_html`` and ``write_html``
 write it atomically (a temporary file in the same folder, then a rename), so an error
 never leaves half a report behind.
 """
@@ -20,7 +21,7 @@ from vramlens import __version__
 from vramlens.report import svg
 from vramlens.units import GiB
 
-KINDS = ("estimate", "fit", "trace")
+KINDS = ("estimate", "fit", "trace", "place")
 
 CSS = """
 body{font-family:system-ui,-apple-system,'Segoe UI',sans-serif;margin:2rem auto;max-width:60rem;color:#222;padding:0 1rem}
@@ -168,21 +169,85 @@ def plan_label(plan: Mapping, base: Mapping | None = None) -> str:
     return " ".join(diff) or "as given"
 
 
-def _fit_body(data: Mapping, headroom: float) -> list[str]:
+def _fit_plans(data: Mapping) -> tuple[list[dict], bool]:
+    """The plans to show, labelled; the closest plan (marked so) when none fits."""
     plans = [dict(p, name=plan_label(p)) for p in data.get("plans") or []]
+    if not plans and data.get("closest"):
+        return [dict(data["closest"], name="closest: " + plan_label(data["closest"]))], True
+    return plans, False
+
+
+def _fit_capacity(data: Mapping) -> int | None:
     gpu = data.get("gpu") or {}
-    cap = gpu.get("usable_bytes") if isinstance(gpu, Mapping) else data.get("usable_bytes")
+    return gpu.get("usable_bytes") if isinstance(gpu, Mapping) else data.get("usable_bytes")
+
+
+def _fit_body(data: Mapping, headroom: float) -> list[str]:
+    plans, closest = _fit_plans(data)
     name = (data.get("model") or {}).get("name", "model")
     body = [f"<h1>{escape(str(name))}: plans that fit</h1>"]
     if data.get("message"):
         body.append(f"<p>{escape(str(data['message']))}</p>")
-    if not plans:
+    if closest or not plans:
         body.append('<p class="verdict nofit">No plan fits.</p>')
-    else:
-        body.append('<figure id="chart">' + svg.plans_chart(plans, capacity=cap, headroom=headroom) + "</figure>")
-        body.append("<h2>Plans</h2>")
+    if plans:
+        body.append('<figure id="chart">' + chart_svg("fit", data, headroom=headroom) + "</figure>")
+        body.append("<h2>Closest plan (does not fit)</h2>" if closest else "<h2>Plans</h2>")
         body.append(_plans_table(plans))
+    asks = [(k, data[k]) for k in ("max_batch", "max_seq", "max_context", "min_gpu", "min_gpus") if k in data]
+    if asks:
+        body.append("<h2>Limits</h2><dl>")
+        for k, v in asks:
+            shown = {a: b for a, b in v.items() if a != "settings"} if isinstance(v, Mapping) else v
+            text = ", ".join(f"{a}={_fmt(b)}" for a, b in shown.items()) if isinstance(shown, Mapping) else _fmt(shown)
+            body.append(f"<dt>{escape(k)}</dt><dd>{escape(text)}</dd>")
+        body.append("</dl>")
     body.append(_inputs(data))
+    return body
+
+
+def device_label(device: str) -> str:
+    """``"0"`` -> ``"GPU 0"``, ``"cpu"`` -> ``"CPU RAM"``, ``"disk"`` stays."""
+    return f"GPU {device}" if str(device).isdigit() else {"cpu": "CPU RAM"}.get(str(device), str(device))
+
+
+def _place_columns(data: Mapping) -> list[dict]:
+    return [{"name": str(o.get("kind")), "components": {device_label(k): v for k, v in (o.get("device_bytes") or {}).items()}}
+            for o in data.get("options") or []]
+
+
+def _place_body(data: Mapping, headroom: float) -> list[str]:
+    budgets: Mapping = data.get("budgets") or {}
+    devices = list(budgets)
+    for o in data.get("options") or []:
+        devices += [k for k in o.get("device_bytes") or {} if k not in devices]
+    body = [f"<h1>{escape(str(data.get('model')))} on {data.get('gpus')} x {escape(str(data.get('gpu')))}: "
+            "where the blocks go</h1>",
+            '<p class="muted">Inference: every block on the GPUs, GPUs then CPU RAM then disk (Accelerate-style, '
+            "blocks never split), and CPU only. GPU budgets already keep the headroom and reserve the KV cache and "
+            "activations.</p>",
+            '<figure id="chart">' + chart_svg("place", data, headroom=headroom) + "</figure>",
+            '<h2>Options</h2><table id="options"><thead><tr><th>option</th><th>fits</th><th class="num">tokens/s</th>'
+            + "".join(f'<th class="num">{escape(device_label(d))} GiB</th>' for d in devices)
+            + "<th>why not</th></tr></thead><tbody>"]
+    body.append('<tr><td class="muted">budget</td><td></td><td></td>'
+                + "".join(f'<td class="num muted">{gib(budgets.get(d))}</td>' for d in devices) + "<td></td></tr>")
+    for o in data.get("options") or []:
+        used = o.get("device_bytes") or {}
+        body.append(f"<tr><td>{escape(str(o.get('kind')))}</td><td>{'yes' if o.get('fits') else 'no'}</td>"
+                    f'<td class="num">{o.get("tokens_per_s", 0):,.2f}</td>'
+                    + "".join(f'<td class="num">{gib(used.get(d))}</td>' for d in devices)
+                    + f"<td>{escape(str(o.get('reason') or ''))}</td></tr>")
+    body.append("</tbody></table>")
+    for o in data.get("options") or []:
+        if o.get("kind") == "hybrid" and o.get("device_map"):
+            body.append('<h2>device_map (hybrid)</h2><table id="device_map"><thead><tr><th>block</th><th>device</th>'
+                        "</tr></thead><tbody>")
+            body += [f"<tr><td><code>{escape(str(k))}</code></td><td>{escape(str(v))}</td></tr>"
+                     for k, v in o["device_map"].items()]
+            body.append("</tbody></table>")
+    body.append(_inputs({"model": {"name": data.get("model")}, "workload": data.get("workload") or {},
+                         "gpu": {"name": data.get("gpu"), "count": data.get("gpus")}}))
     return body
 
 
@@ -209,15 +274,8 @@ def timeline_from_events(events: Sequence[Mapping], *, max_points: int = 1500) -
 def _trace_body(data: Mapping, headroom: float) -> list[str]:
     body = _estimate_body(data, headroom)
     tr = data.get("trace") or {}
-    points = data.get("timeline")
-    if points is None and data.get("events_list"):
-        points = timeline_from_events(data["events_list"])
-    gpu = data.get("gpu") or {}
-    if points:
-        pts = [(float(p[0]), dict(p[1])) if not isinstance(p, Mapping) else (float(p["x"]), dict(p["bytes"]))
-               for p in points]
-        body.insert(3, '<figure id="timeline">' + svg.timeline(
-            pts, title="Memory timeline by category", x_label="event", capacity=gpu.get("usable_bytes")) + "</figure>")
+    if _timeline_points(data):
+        body.insert(3, '<figure id="timeline">' + chart_svg("trace", data, headroom=headroom) + "</figure>")
     for key, title, cols in (
         ("top_modules_at_peak", "Top modules at the peak", ("module", "bytes")),
         ("top_tensors_at_peak", "Top tensors at the peak", ("bytes", "tag", "module", "op", "phase", "step")),
@@ -235,6 +293,47 @@ def _trace_body(data: Mapping, headroom: float) -> list[str]:
     return body
 
 
+def _timeline_points(data: Mapping) -> list[tuple[float, dict[str, int]]]:
+    points = data.get("timeline")
+    if points is None and data.get("events_list"):
+        points = timeline_from_events(data["events_list"])
+    return [(float(p[0]), dict(p[1])) if not isinstance(p, Mapping) else (float(p["x"]), dict(p["bytes"]))
+            for p in points or []]
+
+
+def chart_svg(kind: str, data: Mapping, *, headroom: float = 0.10) -> str:
+    """The main chart of a report as SVG text: the breakdown bar (estimate), the plans side by
+    side (fit), the memory timeline with the peak marked (trace; the breakdown bar when the
+    object has no ``"timeline"``), the options side by side by device (place).
+
+    Raises:
+        InputError: an unknown kind.
+    """
+    from vramlens.errors import InputError
+
+    if kind == "estimate":
+        return svg.estimate_chart(data, headroom=headroom)
+    if kind == "fit":
+        plans, closest = _fit_plans(data)
+        name = (data.get("model") or {}).get("name")
+        title = ("Closest plan (does not fit)" if closest else "Plans side by side") + (f": {name}" if name else "")
+        return svg.plans_chart(plans, capacity=_fit_capacity(data), headroom=headroom, title=title + ", per GPU")
+    if kind == "trace":
+        points = _timeline_points(data)
+        if not points:
+            return svg.estimate_chart(data, headroom=headroom)
+        gpu = data.get("gpu") or {}
+        name = (data.get("model") or {}).get("name", "model")
+        return svg.timeline(points, title=f"{name}: live memory by category over the traced step(s)",
+                            x_label="event", capacity=gpu.get("usable_bytes"))
+    if kind == "place":
+        budgets = data.get("budgets") or {}
+        gpu_budget = sum(v for k, v in budgets.items() if str(k).isdigit()) or None
+        return svg.plans_chart(_place_columns(data), capacity=gpu_budget, headroom=0.0,
+                               title=f"{data.get('model')}: bytes per device for each option (line: GPU budget)")
+    raise InputError(f"kind={kind!r} is not one of: {', '.join(KINDS)}")
+
+
 def render_html(kind: str, data: Mapping, *, headroom: float = 0.10) -> str:
     """One self-contained HTML document for a command's JSON object.
 
@@ -242,7 +341,8 @@ def render_html(kind: str, data: Mapping, *, headroom: float = 0.10) -> str:
         kind: "estimate" (``Estimate.to_dict()``), "fit" (an object with ``"plans"``, each with
             ``"components"`` and optionally ``"device_total_bytes"``, ``"fits"``, ``"changes"``)
             or "trace" (``TraceResult.to_dict()``, optionally with ``"timeline"``: a list of
-            ``[x, {category: bytes}]`` points, or ``"events_list"``: event dicts).
+            ``[x, {category: bytes}]`` points, or ``"events_list"``: event dicts), or "place"
+            (``Placement.to_dict()``, optionally with ``"workload"``).
         data: the object.
         headroom: fraction of the GPU kept free, for the headroom line.
 
@@ -256,8 +356,10 @@ def render_html(kind: str, data: Mapping, *, headroom: float = 0.10) -> str:
 
     if kind not in KINDS:
         raise InputError(f"kind={kind!r} is not one of: {', '.join(KINDS)}")
-    name = (data.get("model") or {}).get("name", "model")
-    body = {"estimate": _estimate_body, "fit": _fit_body, "trace": _trace_body}[kind](data, headroom)
+    model = data.get("model") or {}
+    name = model.get("name", "model") if isinstance(model, Mapping) else str(model)  # place: a name
+    body = {"estimate": _estimate_body, "fit": _fit_body, "trace": _trace_body, "place": _place_body}[kind](
+        data, headroom)
     return _page(f"vramlens {kind}: {name}", body)
 
 
@@ -295,4 +397,4 @@ def write_estimate_html(est, path: str | os.PathLike, *, headroom: float | None 
     return write_html("estimate", est.to_dict(), path, headroom=0.10 if headroom is None else headroom)
 
 
-__all__ = ["KINDS", "plan_label", "render_html", "timeline_from_events", "write_estimate_html", "write_html", "write_text_atomic"]
+__all__ = ["KINDS", "chart_svg", "device_label", "plan_label", "render_html", "timeline_from_events", "write_estimate_html", "write_html", "write_text_atomic"]
