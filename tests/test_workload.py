@@ -25,6 +25,8 @@ def test_every_problem_is_collected_in_one_message():
     (dict(dtype="bf16", amp="fp16"), "dtype=bf16 with amp=fp16 mixes two half formats: use --dtype fp32 --amp fp16"),
     (dict(mode="train", offload="optimizer"), "offload=optimizer needs --zero 1..3 or --fsdp (ZeRO-Offload / FSDP CPU offload)"),
     (dict(batch=-3), "batch=-3 must be a whole number >= 1"),
+    (dict(offload="all"), "offload=all applies to training (ZeRO-Offload); for inference across GPU, CPU and "
+                          "disk use `vramlens place`"),
 ])
 def test_contradictions_name_the_value_and_fix(kw, message):
     with pytest.raises(ConfigError) as e:

@@ -159,6 +159,9 @@ class Workload:
             p.append(
                 f"quant={self.quant!r} weights cannot be trained in full: use --method lora (or qlora)"
             )
+        if self.mode == "inference" and self.offload != "none":
+            p.append(f"offload={self.offload} applies to training (ZeRO-Offload); for inference across GPU, "
+                     "CPU and disk use `vramlens place`")
         if self.mode == "inference" and (self.zero or self.fsdp):
             p.append("zero/fsdp shard training state; for inference use --tp or --pp to split the model")
         if self.mode == "train" and self.new_tokens:
