@@ -18,6 +18,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from rich import box
+from rich.color import ColorSystem
 from rich.console import Console, ConsoleOptions, Group, RenderableType, RenderResult
 from rich.progress import (
     BarColumn,
@@ -60,19 +61,22 @@ def gib(n: int | float | None) -> str:
 class _View:
     """A renderable built when it is printed, so it knows the console's colour and width."""
 
-    def __init__(self, build: Callable[[bool, int], RenderableType]):
+    def __init__(self, build: Callable[[_Palette, int], RenderableType]):
         self.build = build
 
     def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
         colour = console.color_system is not None and not console.no_color
-        yield self.build(colour, options.max_width)
+        # 8 or 16 colours cannot keep the palette's hues apart: glyphs tell the components apart
+        solid = colour and console.color_system in (ColorSystem.EIGHT_BIT, ColorSystem.TRUECOLOR)
+        yield self.build(_Palette(colour, solid=solid), options.max_width)
 
 
 class _Palette:
     """Colour or glyph of each category, stable within one view."""
 
-    def __init__(self, colour: bool):
+    def __init__(self, colour: bool, *, solid: bool | None = None):
         self.colour = colour
+        self.solid = colour if solid is None else solid
         self.extras: list[str] = []
 
     def _extra(self, name: str) -> int:
@@ -81,7 +85,7 @@ class _Palette:
         return self.extras.index(name)
 
     def glyph(self, name: str) -> str:
-        if self.colour:
+        if self.solid:
             return "█"
         return GLYPHS.get(name) or EXTRA_GLYPHS[self._extra(name) % len(EXTRA_GLYPHS)]
 
@@ -119,8 +123,13 @@ def stacked_bar(parts: Sequence[tuple[str, int]], pal: _Palette, *, width: int, 
             i = min(width - 1, round(capacity * (1 - headroom) / axis * width))
             cells[i] = (HEADROOM_MARK, "bold red" if pal.colour else "")
     text = Text("[")
-    for ch, style in cells:
-        text.append(ch, style=style)
+    run, run_style = "", None
+    for ch, style in cells:  # one span per run of equal style
+        if style != run_style and run:
+            text.append(run, style=run_style or "")
+            run = ""
+        run, run_style = run + ch, style
+    text.append(run, style=run_style or "")
     text.append("]")
     return text
 
@@ -230,8 +239,8 @@ def estimate_view(data: Mapping | Any, *, headroom: float = 0.10) -> _View:
     """
     d: Mapping = data.to_dict() if hasattr(data, "to_dict") else data
 
-    def build(colour: bool, width: int) -> RenderableType:
-        pal = _Palette(colour)
+    def build(pal: _Palette, width: int) -> RenderableType:
+        colour = pal.colour
         m = d.get("model") or {}
         title = Text(f"{m.get('name', 'model')}: {m.get('params', 0):,} params", style="bold")
         tp = m.get("trainable_params")
@@ -249,7 +258,8 @@ def estimate_view(data: Mapping | Any, *, headroom: float = 0.10) -> _View:
                                  total=d.get("device_total_bytes"), gpu_name=gpu["name"] if gpu else None))
         if gpu and d.get("fits") is not None:
             spare = d.get("headroom_bytes") or 0
-            verdict = Text("FITS" if d["fits"] else "DOES NOT FIT",
+            verdict = Text()
+            verdict.append("FITS" if d["fits"] else "DOES NOT FIT",
                            style=("bold green" if d["fits"] else "bold red") if colour else "bold")
             verdict.append(f" with {gib(abs(spare))} GiB {'to spare' if spare >= 0 else 'too much'} "
                            f"(headroom kept: {headroom:.0%})", style="")
@@ -268,18 +278,19 @@ def _speed(p: Mapping) -> str:
     return f"{p.get('tokens_per_s', 0):,.0f} tok/s"
 
 
-def fit_view(data: Mapping, *, bar_width: int = 24) -> _View:
+def fit_view(data: Mapping, *, bar_width: int | None = None) -> _View:
     """`vramlens fit`: the plans side by side, each a mini bar against the GPU.
 
     Args:
         data: the ``vramlens fit --json`` object; ``"usable_bytes"`` (the GPU's capacity) and
             ``"model"`` ({"name": ...}) are drawn when present.
-        bar_width: cells of each plan's bar.
+        bar_width: cells of each plan's bar (default: a fifth of the width, 10 to 24).
     """
     from vramlens.report.html import plan_label
 
-    def build(colour: bool, width: int) -> RenderableType:
-        pal = _Palette(colour)
+    def build(pal: _Palette, width: int) -> RenderableType:
+        colour = pal.colour
+        cells = bar_width or max(10, min(24, width // 5))
         cap = data.get("usable_bytes")
         headroom = data.get("headroom") or 0.0
         out: list[RenderableType] = []
@@ -298,7 +309,7 @@ def fit_view(data: Mapping, *, bar_width: int = 24) -> _View:
         t.add_column("speed", justify="right", no_wrap=True)
         t.add_column("GiB per GPU", justify="right", no_wrap=True)
         t.add_column(f"vs {gib(cap)} GiB" if cap else "components", no_wrap=True)
-        t.add_column("changes, trade-offs", overflow="fold")
+        t.add_column("changes, trade-offs", overflow="fold", ratio=1, min_width=20)
         seen: list[str] = []
         for i, p in enumerate(plans, 1):
             parts = _parts(p.get("components") or {})
@@ -311,7 +322,7 @@ def fit_view(data: Mapping, *, bar_width: int = 24) -> _View:
             total = Text(gib(p.get("device_total_bytes")))
             if p.get("fits") is False:
                 total.append(" (no)", style="red" if colour else "")
-            t.add_row(str(i), _speed(p), total, stacked_bar(parts, pal, width=bar_width, capacity=cap,
+            t.add_row(str(i), _speed(p), total, stacked_bar(parts, pal, width=cells, capacity=cap,
                                                             headroom=headroom), what)
         if plans:
             out.append(t)
@@ -363,13 +374,12 @@ def trace_view(data: Mapping, *, top: int = 10) -> _View:
         top: rows of the modules and tensors tables.
     """
 
-    def build(colour: bool, width: int) -> RenderableType:
-        pal = _Palette(colour)
-        m = d_model = data.get("model") or {}
+    def build(pal: _Palette, width: int) -> RenderableType:
+        m = data.get("model") or {}
         tr = data.get("trace") or {}
         out: list[RenderableType] = [
-            Text(f"{m.get('name', 'model')}: {d_model.get('params', 0):,} parameters "
-                 f"({d_model.get('trainable_params', 0):,} trainable)", style="bold"),
+            Text(f"{m.get('name', 'model')}: {m.get('params', 0):,} parameters "
+                 f"({m.get('trainable_params', 0):,} trainable)", style="bold"),
             Text(workload_line(data.get("workload") or {})),
         ]
         how = f"traced ({tr.get('backend', '?')}"
@@ -447,8 +457,8 @@ def place_view(data: Mapping, *, bar_width: int = 20) -> _View:
         bar_width: cells of each option's GPU bar.
     """
 
-    def build(colour: bool, width: int) -> RenderableType:
-        pal = _Palette(colour)
+    def build(pal: _Palette, width: int) -> RenderableType:
+        colour = pal.colour
         budgets: Mapping[str, int] = data.get("budgets") or {}
         gpus = [k for k in budgets if str(k).isdigit()]
         gpu_budget = sum(budgets[k] for k in gpus)
