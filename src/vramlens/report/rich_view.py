@@ -407,8 +407,8 @@ def trace_view(data: Mapping, *, top: int = 10) -> _View:
                 p["phase"] + (f" (step {p['step']})" if many else "") + f" {gib(p['peak_bytes'])} GiB" for p in phases)))
         mods = (tr.get("top_modules_at_peak") or [])[:top]
         if mods:
-            t = Table(title=f"alive at the peak ({data.get('peak_phase')}), by module", title_justify="left",
-                      box=box.SIMPLE_HEAD, pad_edge=False)
+            out.append(Text(f"alive at the peak ({data.get('peak_phase')}), by module:"))
+            t = Table(box=box.SIMPLE_HEAD, pad_edge=False)
             t.add_column("GiB", justify="right")
             t.add_column("module", overflow="fold")
             for r in mods:
@@ -416,8 +416,8 @@ def trace_view(data: Mapping, *, top: int = 10) -> _View:
             out.append(t)
         tensors = (tr.get("top_tensors_at_peak") or [])[:top]
         if tensors:
-            t = Table(title="largest tensors alive at the peak", title_justify="left", box=box.SIMPLE_HEAD,
-                      pad_edge=False)
+            out.append(Text("largest tensors alive at the peak:"))
+            t = Table(box=box.SIMPLE_HEAD, pad_edge=False)
             for c in ("GiB", "tag", "module", "op", "phase", "step"):
                 t.add_column(c, justify="right" if c in ("GiB", "step") else "left",
                              overflow="fold" if c == "module" else "ellipsis")
@@ -474,9 +474,10 @@ def place_view(data: Mapping, *, bar_width: int = 20) -> _View:
         t.add_column("tok/s", justify="right")
         t.add_column(f"GPUs vs {gib(gpu_budget)} GiB" if gpu_budget else "GPUs", no_wrap=True)
         for dev in devices:
-            b = budgets.get(dev)
-            t.add_column(f"{device_label(dev)} GiB" + (f" (of {gib(b)})" if b else ""), justify="right")
+            t.add_column(f"{device_label(dev)} GiB", justify="right")
         t.add_column("why not", overflow="fold")
+        t.add_row(Text("budget", style="dim"), "", "", "", *[Text(gib(budgets.get(dev)), style="dim") for dev in devices],
+                  "")
         for o in data.get("options") or []:
             used = o.get("device_bytes") or {}
             parts = [(device_label(k), int(v)) for k, v in used.items() if k in gpus and int(v) > 0]
