@@ -140,3 +140,18 @@ def test_bad_combinations_are_one_line():
         trace(CFG, **W, fsdp=True, gpus=2, layers=3)
     with pytest.raises(TraceError, match="factory"):
         trace_fsdp("tests.trace.factories:mlp", Workload(**W, gpus=2, fsdp=True), world_size=2)
+
+
+def test_resizes_seen_after_another_tool_patched_resize():
+    """MemTracker leaves torch's resize_ in UntypedStorage's own __dict__ after it exits."""
+    import torch
+
+    had = "resize_" in torch.UntypedStorage.__dict__
+    torch.UntypedStorage.resize_ = torch._C.StorageBase.resize_
+    try:
+        res = trace_fsdp(CFG, Workload(**W, gpus=2, fsdp=True), world_size=2, steps=1)
+    finally:
+        if not had:
+            del torch.UntypedStorage.resize_
+    assert any(e.op == "resize_" and e.action == "free" for e in res.events)
+    assert res.breakdown["weights"] == _expected(CFG, 2)["weights"]

@@ -28,6 +28,7 @@ _ALLOC, _FREE = 0, 1
 _TO_COPY = torch.ops.aten._to_copy.default
 _SCALAR = torch.ops.aten._local_scalar_dense.default
 _META_KEY = "vramlens_module"
+_MISSING = object()
 
 
 class Recorder(TorchDispatchMode):
@@ -259,34 +260,42 @@ class Recorder(TorchDispatchMode):
         try:
             return super().__exit__(*exc)
         finally:
-            self._saved_hooks.__exit__(*exc)
             self._unpatch_resize()
+            self._saved_hooks.__exit__(*exc)
             for h in self._hooks:
                 h.remove()
             self._hooks = []
 
     def _patch_resize(self) -> None:
-        # Storage resizes are not dispatcher ops, so the mode never sees them: wrap the method.
+        # Storage resizes are not dispatcher ops, so the mode never sees them: wrap the method
+        # in effect (torch's own, or one another tool such as MemTracker put there).
         cls = torch.UntypedStorage
-        if "resize_" in cls.__dict__:  # another recorder's wrapper is in place
+        current = cls.__dict__.get("resize_", _MISSING)
+        if getattr(current, "_vramlens_recorder", False):  # an outer recorder's wrapper
             return
-        orig = torch._C.StorageBase.resize_
+        inner = cls.resize_
         self_ref = weakref.ref(self)
 
         def resize_(st, size):
-            out = orig(st, size)
+            out = inner(st, size)
             rec = self_ref()
             if rec is not None:
                 rec._resized(st)
             return out
 
+        resize_._vramlens_recorder = True
         cls.resize_ = resize_
+        self._resize_saved = current
         self._resize_patched = True
 
     def _unpatch_resize(self) -> None:
-        if self._resize_patched:
+        if not self._resize_patched:
+            return
+        self._resize_patched = False
+        if self._resize_saved is _MISSING:
             del torch.UntypedStorage.resize_
-            self._resize_patched = False
+        else:
+            torch.UntypedStorage.resize_ = self._resize_saved
 
     def close(self) -> None:
         """Stop listening for frees (storages alive now stay alive in the trace)."""
