@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from vramlens.estimate.inventory import _identity_cache
 from vramlens.models.spec import ModelSpec
 from vramlens.units import DTYPE_BYTES, round_up
 from vramlens.workload import Workload
@@ -89,14 +90,6 @@ def dropout_probs(spec: ModelSpec) -> tuple[float, float]:
     return float(attn or 0.0), float(hid or 0.0)
 
 
-def _fused_qkv(spec: ModelSpec) -> bool:
-    return any(t.module in ("c_attn", "query_key_value", "qkv_proj", "Wqkv") for t in spec.tensors[:64])
-
-
-def _fused_gate_up(spec: ModelSpec) -> bool:
-    return any(t.module in ("gate_up_proj",) for t in spec.tensors[:64])
-
-
 @dataclass(frozen=True, slots=True)
 class LayerActivations:
     """Bytes one block saves for backward (training) and its transient peak."""
@@ -106,20 +99,82 @@ class LayerActivations:
     checkpoint_input: int  # what full checkpointing keeps instead (the block's input)
 
 
-def _norm_saved(kind: str, h: int, t: int, r: int, c: int, consumers: int, casts: bool) -> int:
+def _norm_saved(kind: str, h: int, t: int, r: int, c: int, consumers: int, casts: bool,
+                weight_trained: bool = True) -> int:
     """What a norm and the linears reading its output keep.
 
     RMSNorm (HF LlamaRMSNorm): ``x.to(float32)`` (kept by ``pow``), the normalized tensor cast
-    back to the input dtype (kept by ``weight * x``), and the output (kept by the next linears).
+    back to the input dtype (kept by ``weight * x`` for the weight's gradient, so only when the
+    norm is trained), and the output (kept by the linears that train their weights).
     LayerNorm (``native_layer_norm``): its input and fp32 mean/rstd (b*s each).
-    Under autocast each consuming linear keeps its own cast of the output.
+    Under autocast each consuming linear that trains keeps its own cast of the output.
+
+    Args:
+        consumers: linears reading the output that keep their input (their weight is trained:
+            all of them in full fine-tuning, the LoRA-adapted ones under LoRA).
     """
     if kind == "rmsnorm":
-        own = _r(4 * h * t) + _r(r * h * t) if r != 4 else 2 * _r(4 * h * t)
+        own = _r(4 * h * t)  # the fp32 input (the input itself when it is fp32)
+        if weight_trained:
+            own += _r(r * h * t) if r != 4 else _r(4 * h * t)
     else:
         own = _r(r * h * t) + 2 * _r(4 * t)
-    out = consumers * _r(c * h * t) if casts else _r(r * h * t)
+    if casts:
+        out = consumers * _r(c * h * t)
+    else:
+        out = _r(r * h * t) if consumers else 0
     return own + out
+
+
+#: Leaf names of the linear that closes an attention block or an MLP (the others open them).
+_ATTN_OUT = frozenset({"o_proj", "out_proj", "o", "c_proj", "dense"})
+_MLP_OUT = frozenset({"down_proj", "fc2", "dense_4h_to_h", "wo", "c_proj", "w2"})
+
+
+@_identity_cache
+def linear_groups(spec: ModelSpec) -> dict[str, tuple[tuple[str, str], ...]]:
+    """The first block's linears by place: "qkv", "attn_out", "mlp_in", "mlp_out"; each (path, leaf name)."""
+    layers = [t.layer for t in spec.tensors if t.layer is not None and t.role in ("linear", "conv1d")]
+    if not layers:
+        return {}
+    first = min(layers)
+    groups: dict[str, list[tuple[str, str]]] = {"qkv": [], "attn_out": [], "mlp_in": [], "mlp_out": []}
+    for t in spec.tensors:
+        if t.layer != first or t.role not in ("linear", "conv1d") or not t.name.endswith("weight"):
+            continue
+        if t.stack == "decoder" and spec.kind == "encoder-decoder":
+            continue  # the encoder's first block stands for both stacks
+        path = t.name.removesuffix(".weight")
+        low = path.lower()
+        if "attn" in low or "attention" in low:
+            g = "attn_out" if t.module in _ATTN_OUT else "qkv"
+        else:
+            g = "mlp_out" if (t.module in _MLP_OUT or low.endswith("output.dense")) else "mlp_in"
+        groups[g].append((path, t.module))
+    return {k: tuple(v) for k, v in groups.items()}
+
+
+def trained_linears(spec: ModelSpec, w: Workload, group: str) -> int:
+    """How many linears of ``group`` keep their input for a weight gradient (all in full fine-tuning)."""
+    members = linear_groups(spec).get(group, ())
+    if w.method == "full":
+        return len(members)
+    targets = tuple(w.lora_targets)
+    if "all-linear" in targets:
+        return len(members)
+    return sum(1 for path, leaf in members if leaf in targets or any(path.endswith("." + x) for x in targets))
+
+
+def _lora_saved(spec: ModelSpec, w: Workload, D: Dims, t: int, c: int) -> int:
+    """LoRA's own activations in one block: B keeps A's output (t x r) per adapted linear; with
+    lora_dropout, A keeps the dropped input and the mask."""
+    if w.method == "full":
+        return 0
+    n = sum(trained_linears(spec, w, g) for g in ("qkv", "attn_out", "mlp_in", "mlp_out"))
+    total = n * _r(c * w.lora_rank * t)
+    if w.lora_dropout > 0:
+        total += n * (_r(D.h * t) + _r(c * D.h * t))
+    return total
 
 
 def layer_activations(spec: ModelSpec, w: Workload, b: int, s: int, *, cross_s: int = 0, tp: int = 1) -> LayerActivations:
@@ -132,13 +187,16 @@ def layer_activations(spec: ModelSpec, w: Workload, b: int, s: int, *, cross_s: 
     r = 4 if (w.dtype == "fp32") else c
     casts = autocast
     p_attn, p_hid = dropout_probs(spec)
-    qkv_consumers = 1 if _fused_qkv(spec) else 3
-    mlp_consumers = 1 if (_fused_gate_up(spec) or not spec.gated_mlp) else 2
-    total = 0
+    full = w.method == "full"
+    qkv_consumers = trained_linears(spec, w, "qkv")
+    mlp_consumers = trained_linears(spec, w, "mlp_in")
+    attn_out_saves = trained_linears(spec, w, "attn_out") > 0
+    mlp_out_saves = trained_linears(spec, w, "mlp_out") > 0
+    total = _lora_saved(spec, w, D, t, c)
     quad = 0
 
     # --- attention input norm (pre-norm) / post-norm after attention ---------------------------------
-    total += _norm_saved(spec.norm, D.h, t, r, c, qkv_consumers, casts) // sp
+    total += _norm_saved(spec.norm, D.h, t, r, c, qkv_consumers, casts, full) // sp
 
     # --- q, k, v (rotary makes new tensors; learned positions keep the projections' outputs) --------
     q = _r(c * D.a * D.d * t)
@@ -161,13 +219,21 @@ def layer_activations(spec: ModelSpec, w: Workload, b: int, s: int, *, cross_s: 
     elif attention != "eager":
         # flash / memory-efficient SDPA keep the output and the fp32 log-sum-exp (b, a, s)
         total += _r(c * D.a * D.d * t) + _r(4 * b * D.a * s)
-    total += _r(c * D.a * D.d * t)  # attn_output.transpose(1, 2).contiguous(): input of o_proj
+        if spec.position == "relative":
+            # T5: the relative position bias (plus the causal mask) becomes SDPA's additive
+            # attn_mask (1, a, s, S), which the memory-efficient kernel keeps for backward
+            # (transformers/integrations/sdpa_attention.py create_position_bias_mask)
+            bias = _r(c * D.a * s * S)
+            total += bias
+            quad += bias
+    if attn_out_saves:
+        total += _r(c * D.a * D.d * t)  # attn_output.transpose(1, 2).contiguous(): input of o_proj
     if p_hid > 0:
         total += _r(D.h * t) // sp  # residual dropout mask after o_proj
 
     # --- cross-attention (encoder-decoder decoder blocks) ---------------------------------------------
     if cross_s:
-        total += _norm_saved(spec.norm, D.h, t, r, c, 1, casts) // sp
+        total += _norm_saved(spec.norm, D.h, t, r, c, 1 if qkv_consumers else 0, casts, full) // sp
         total += q + 2 * _r(c * D.a * D.d * b * cross_s) + _r(c * D.a * D.d * t)
         if attention == "eager":
             probs = b * D.a * s * cross_s
@@ -182,8 +248,8 @@ def layer_activations(spec: ModelSpec, w: Workload, b: int, s: int, *, cross_s: 
             total += _r(D.h * t) // sp
 
     # --- MLP --------------------------------------------------------------------------------------
-    total += _norm_saved(spec.norm, D.h, t, r, c, mlp_consumers, casts) // sp
-    total += _mlp_saved(spec, D, t, c)
+    total += _norm_saved(spec.norm, D.h, t, r, c, mlp_consumers, casts, full) // sp
+    total += _mlp_saved(spec, D, t, c, mlp_out_saves)
     if p_hid > 0:
         total += _r(D.h * t) // sp
     return LayerActivations(saved=total, quadratic=quad, checkpoint_input=_r(r * D.h * t) // sp)
@@ -195,17 +261,19 @@ def _softmax_saved(spec: ModelSpec, probs: int, c: int, autocast: bool) -> int:
     return _r(sm * probs) + (_r(c * probs) if sm != c else 0)
 
 
-def _act_saved(act: str, n: int, c: int) -> int:
-    """Bytes an activation function keeps of an n-element input, plus its output (kept by the next linear)."""
+def _act_saved(act: str, n: int, c: int, out_saved: bool = True) -> int:
+    """Bytes an activation function keeps of an n-element input, plus its output when the next
+    linear keeps its input (its weight is trained)."""
     if act in ("relu",):
         return _r(c * n)  # relu keeps only its output, which the next linear keeps too
+    out = _r(c * n) if out_saved else 0
     if act in ("gelu_new", "gelu_fast"):
         # transformers NewGELUActivation is written in Python: x, tanh(.), 0.5*x and 1+tanh(.) are kept
-        return 5 * _r(c * n)
-    return 2 * _r(c * n)  # input (for the derivative) and output
+        return 4 * _r(c * n) + out
+    return _r(c * n) + out  # input (for the derivative) and output
 
 
-def _mlp_saved(spec: ModelSpec, D: Dims, t: int, c: int) -> int:
+def _mlp_saved(spec: ModelSpec, D: Dims, t: int, c: int, out_saved: bool = True) -> int:
     if spec.is_moe:
         k = max(1, spec.experts_per_token)
         E = spec.n_experts
@@ -213,9 +281,18 @@ def _mlp_saved(spec: ModelSpec, D: Dims, t: int, c: int) -> int:
         per_expert = _r(c * D.h * routed) + 4 * _r(c * D.f * routed) + _r(c * D.h * routed)
         router = _r(c * E * t) + _r(4 * E * t)
         return per_expert + router
+    inner_dropout = 0
+    if spec.model_type in ("t5", "mt5", "umt5") and dropout_probs(spec)[1] > 0:
+        # T5's DenseReluDense / DenseGatedActDense drop out between wi and wo: a bool mask, and
+        # the dropped tensor that wo keeps (instead of the activation's output)
+        inner_dropout = _r(D.f * t)
     if spec.gated_mlp:
-        return 4 * _r(c * D.f * t)  # gate, act(gate), up, act(gate)*up
-    return _act_saved(spec.activation, D.f * t, c)
+        # act(gate) keeps gate, the product keeps act(gate) and up; down_proj keeps the product
+        return 3 * _r(c * D.f * t) + (_r(c * D.f * t) if out_saved else 0) + inner_dropout
+    if inner_dropout:
+        # relu keeps its output for its derivative; wo keeps the dropped output
+        return _act_saved(spec.activation, D.f * t, c, False) + inner_dropout + (_r(c * D.f * t) if out_saved else 0)
+    return _act_saved(spec.activation, D.f * t, c, out_saved)
 
 
 def has_lm_head(spec: ModelSpec) -> bool:
@@ -231,26 +308,38 @@ def logits_bytes(spec: ModelSpec, w: Workload, tokens: int) -> int:
     return _r(DTYPE_BYTES[w.compute_dtype] * spec.vocab_size * tokens) if has_lm_head(spec) else 0
 
 
+def loss_upcasts(spec: ModelSpec) -> bool:
+    """Whether the model's LM loss calls ``logits.float()`` first.
+
+    Causal LMs do (transformers/loss/loss_utils.py ``ForCausalLMLoss``); the masked-LM and T5
+    heads take ``cross_entropy`` of the logits as they are (checked by tracing
+    ``BertForMaskedLM`` and ``T5ForConditionalGeneration``: a compute-dtype ``_log_softmax``).
+    """
+    arch = spec.architecture
+    return arch.endswith("ForCausalLM") or "LMHead" in arch
+
+
 def head_saved(spec: ModelSpec, w: Workload, b: int, s: int) -> tuple[int, int, str]:
     """(saved for backward at the loss, transient peak at the loss, explanation) of the LM head.
 
     Causal LMs in transformers (``ForCausalLMLoss``) upcast the logits to fp32 and
-    ``cross_entropy`` keeps the fp32 ``log_softmax`` output: c*V + 4*V + 4*V bytes per token
-    at the loss. Masked LMs take cross entropy in the compute dtype. Classifiers are tiny.
+    ``cross_entropy`` keeps the fp32 ``log_softmax`` output: c*V + 4*V + 4*V bytes per token at
+    the loss. Masked LMs and T5 take ``cross_entropy`` of the logits as they are (fp32 only
+    under autocast, whose fp32 list has ``cross_entropy``). Classifiers are tiny.
     """
     t = b * s
     V = spec.vocab_size
     c = DTYPE_BYTES[w.compute_dtype]
-    arch = spec.architecture
     if not has_lm_head(spec):
         return 0, 0, "no LM head"
+    autocast = w.amp is not None and w.dtype == "fp32"
+    sm = 4 if (loss_upcasts(spec) or autocast) else c
     logits = _r(c * V * t)
-    if arch.endswith("ForMaskedLM"):
-        saved = _r(c * V * t)
-        return saved, logits + saved, "masked-LM logits and log_softmax in the compute dtype"
-    upcast = _r(4 * V * t) if c != 4 else 0
-    lsm = _r(4 * V * t)
-    return lsm, logits + upcast + lsm, "logits (c*V), their fp32 upcast (4*V) and log_softmax (4*V) per token"
+    upcast = _r(4 * V * t) if sm == 4 and c != 4 else 0
+    lsm = _r(sm * V * t)
+    if upcast:
+        return lsm, logits + upcast + lsm, "logits (c*V), their fp32 upcast (4*V) and log_softmax (4*V) per token"
+    return lsm, logits + lsm, f"logits and log_softmax ({sm} B x V per token)"
 
 
 def model_level_saved(spec: ModelSpec, w: Workload, b: int, s: int) -> int:
@@ -267,6 +356,10 @@ def model_level_saved(spec: ModelSpec, w: Workload, b: int, s: int) -> int:
     total += _norm_saved(spec.norm, spec.hidden_size, t, r, c, 1, w.amp is not None and w.dtype == "fp32")
     if spec.kind == "encoder-decoder":
         total += _norm_saved(spec.norm, spec.hidden_size, t, r, c, 1, False)  # encoder final norm
+    if spec.architecture.endswith("ForMaskedLM"):
+        # BERT's prediction head transform over every token: dense output (kept by the activation),
+        # activation output and the LayerNorm (input, stats, output kept by the decoder)
+        total += 2 * _r(c * spec.hidden_size * t) + _norm_saved("layernorm", spec.hidden_size, t, c, c, 1, False)
     return total
 
 
@@ -275,17 +368,28 @@ def inference_layer_peak(spec: ModelSpec, w: Workload, b: int, s: int, S: int, t
     D = _dims(spec, tp)
     t = b * s
     c = DTYPE_BYTES[w.compute_dtype]
-    stream = 2 * _r(c * D.h * t)  # residual and normalized input
+    # alive while a block runs: the embeddings (the model's forward keeps inputs_embeds), the
+    # block's input (the caller's loop variable), the residual after attention and the norm's
+    # output; GPT-2-style blocks also keep attn_output; learned positions add a (1, s, h) table
+    stream = 4 * _r(c * D.h * t)
+    if spec.model_type in ("gpt2", "gpt_bigcode"):
+        stream += _r(c * D.h * t)
+    if spec.position == "learned" and spec.kind == "decoder":
+        stream += _r(c * D.h * s)
     if w.attention == "eager":
         probs = b * D.a * s * S
         attn = 2 * _r(c * probs) + _r(4 * probs) + 3 * _r(c * D.a * D.d * t)
     else:
         attn = 4 * _r(c * D.a * D.d * t) + _r(4 * b * D.a * s)
     if spec.is_moe:
-        k = max(1, spec.experts_per_token)
-        mlp = 3 * _r(c * D.f * t * k) // max(1, k) + _r(c * D.h * t * k)
+        # transformers 5 grouped experts: the routed copies of the hidden states (t*k, h) and
+        # the fused gate_up output (t*k, 2f), then act(gate) and the product (t*k, f each)
+        tk = t * max(1, spec.experts_per_token)
+        mlp = _r(c * D.h * tk) + _r(c * 2 * D.f * tk) + 2 * _r(c * D.f * tk)
     elif spec.gated_mlp:
         mlp = 3 * _r(c * D.f * t)
+    elif spec.activation in ("gelu_new", "gelu_fast"):
+        mlp = 4 * _r(c * D.f * t)  # NewGELUActivation in Python: the input and three intermediates
     else:
         mlp = 2 * _r(c * D.f * t)
     return stream + max(attn, mlp)

@@ -177,16 +177,18 @@ def estimate_spec(spec: ModelSpec, w: Workload, gpu: GPU | None = None, *, headr
         logits = A._r(c * spec.vocab_size * logits_tokens) if A.has_lm_head(spec) else 0
         if w.new_tokens and logits:
             logits += A._r(4 * spec.vocab_size * b)  # generate() upcasts the last logits to fp32
-        prefill = st.weights + kv + work + logits
-        decode = st.weights + kv + A.inference_layer_peak(spec, w, b, 1, total_tokens, tp=w.tp) + logits
+        # the blocks' working set is gone by the time the head computes the logits
+        tail = logits + (A._r(c * spec.hidden_size * b * s) if logits else 0)
+        prefill = st.weights + kv + max(work, tail)
+        decode = st.weights + kv + max(A.inference_layer_peak(spec, w, b, 1, total_tokens, tp=w.tp), logits)
         phases = (("prefill", prefill + st.workspace),) + ((("decode", decode + st.workspace),) if w.new_tokens else ())
         peak_phase, peak_alloc = max(phases, key=lambda p: p[1])
         reserved, total = reserved_total(st, peak_alloc, extra_persistent=kv)
         temporaries = 0
-        explain["activations"] = ("largest working set of one block during prefill, plus the logits (all tokens "
+        explain["activations"] = ("the larger of one block's working set during prefill and the logits (all tokens "
                                   "for a plain forward, the last one in generate())")
         explain["temporaries"] = "inference: counted in activations"
-        activation_peak = work + logits
+        activation_peak = max(work, tail)
         layer_act = work
         master = 0
         if w.method != "full":
