@@ -109,9 +109,11 @@ class FastMemory:
         return st
 
     def activations(self, w: Workload, sp: Split) -> tuple[int, int, int, int, int]:
-        # activations read the method only through the compute dtype (QLoRA without --amp)
+        # activations read the method through the compute dtype and, under LoRA, which linears
+        # keep their inputs (the targets), the adapters' rank and dropout
         key = (w.compute_dtype, w.dtype, w.amp, w.batch, w.seq, w.checkpointing, w.attention, w.tp,
-               sp.layers, sp.micro_batches_in_flight, sp.has_head)
+               sp.layers, sp.micro_batches_in_flight, sp.has_head, w.method, w.lora_targets, w.lora_rank,
+               w.lora_dropout)
         return self.activations_by_key(key, w, sp)
 
     def activations_by_key(self, key: tuple, w: Workload, sp: Split) -> tuple[int, int, int, int, int]:

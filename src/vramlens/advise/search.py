@@ -373,7 +373,8 @@ def _search_training(s: _Search, base: Workload, total: int, per_node: int, c: C
                     n_eval += 1
                     n_valid += 1
                     akey = (cdt, struct.dtype, struct.amp, mb, seq, ckpt, attn, struct.tp,
-                            sp.layers, sp.micro_batches_in_flight, sp.has_head)
+                            sp.layers, sp.micro_batches_in_flight, sp.has_head, struct.method, struct.lora_targets,
+                            struct.lora_rank, struct.lora_dropout)
                     a = acts_memo.get(akey)
                     if a is None:
                         a = fm.activations_by_key(
