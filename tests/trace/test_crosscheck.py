@@ -6,10 +6,48 @@ import pytest
 
 from vramlens.trace.crosscheck import ARCHITECTURES, ROWS, render, run_matrix, skipped, tiny_config
 
-# State when written (see validation/trace-crosscheck.json): weights, gradients and optimizer
-# states agree exactly on every row; activations, temporaries, the autocast cache and the KV
-# cache's DynamicCache transient do not yet (the estimator's side; see the issue-3 report).
+# Weights, gradients and optimizer states agree exactly on every row.
 AGREEING = ("weights", "gradients", "optimizer_states")
+
+
+def _key(r):
+    w = r.workload
+    return (r.model, w["mode"], w["method"], w["attention"], w["checkpointing"], w.get("amp"))
+
+
+#: Disagreements still open, each with what causes it. The test below fails on any other
+#: disagreement, and on a listed one that no longer disagrees (so the list only shrinks).
+KNOWN_GAPS: dict[tuple, tuple[str, ...]] = {
+    # full checkpointing: transformers 5 checkpoints non-reentrantly, which recomputes tensors as
+    # backward unpacks them and frees them as it goes; the estimate recomputes the whole block
+    ("qwen2.5-0.5b", "train", "full", "eager", "full", "bf16"): ("activations",),
+    ("gpt2", "train", "full", "eager", "full", "bf16"): ("activations",),
+    ("mixtral-8x7b", "train", "lora", "sdpa", "full", None): ("activations",),
+    ("t5-small", "train", "full", "eager", "full", "bf16"): ("activations",),
+    ("t5-small", "train", "lora", "sdpa", "full", None): ("activations", "temporaries"),
+    # LoRA under autocast without checkpointing: the frozen base layers' casts are counted for
+    # every linear, the trace shows fewer (peft casts the input of lora_A, not of the base layer)
+    ("bert-base-uncased", "train", "lora", "eager", "none", "bf16"): ("peak", "activations"),
+    ("t5-small", "train", "lora", "eager", "none", "bf16"): ("peak", "activations"),
+    # T5 plain forward: the returned EncoderDecoderCache is a KV cache to the estimate and
+    # activations to the trace (no decode step): same bytes, other component
+    ("t5-small", "inference", "full", "sdpa", "none", None): ("activations", "kv_cache"),
+}
+
+
+def disagreements(rows) -> dict[tuple, set[str]]:
+    out: dict[tuple, set[str]] = {}
+    for r in rows:
+        bad = set()
+        if abs(r.peak_error) > 0.05:
+            bad.add("peak")
+        for c in r.traced:
+            e = r.component_error(c)
+            if e is not None and abs(e) > 0.10:
+                bad.add(c)
+        if bad:
+            out[_key(r)] = bad
+    return out
 
 
 @pytest.fixture(scope="module")
@@ -35,13 +73,20 @@ def test_state_components_agree_on_every_row(rows):
             assert err is None or abs(err) <= 0.10, (r.model, r.workload, c, err)
 
 
-@pytest.mark.xfail(reason="estimator activations/temporaries/autocast cache/KV transient disagree with the trace; "
-                          "see validation/trace-crosscheck.json", strict=False)
 def test_estimate_within_5_percent_of_trace_on_every_row(rows):
-    bad = [(r.model, r.workload, round(r.peak_error, 4)) for r in rows if abs(r.peak_error) > 0.05]
-    bad += [(r.model, r.workload, c, r.component_error(c)) for r in rows for c in r.traced
-            if (e := r.component_error(c)) is not None and abs(e) > 0.10]
-    assert not bad, render(rows)
+    """Peak within 5% and each component within 10%, except the gaps listed (and explained) above."""
+    found = disagreements(rows)
+    unexpected = {k: v - set(KNOWN_GAPS.get(k, ())) for k, v in found.items()}
+    unexpected = {k: v for k, v in unexpected.items() if v}
+    assert not unexpected, render(rows)
+    fixed = {k: set(v) - found.get(k, set()) for k, v in KNOWN_GAPS.items()}
+    fixed = {k: v for k, v in fixed.items() if v}
+    assert not fixed, f"these no longer disagree; drop them from KNOWN_GAPS: {fixed}"
+
+
+def test_most_rows_agree_fully(rows):
+    assert len(disagreements(rows)) <= len(KNOWN_GAPS) and len(rows) >= 38
+    assert sorted(abs(r.peak_error) for r in rows)[len(rows) // 2] < 0.02  # median peak error
 
 
 def test_cli_json(capsys):
