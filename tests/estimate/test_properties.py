@@ -12,6 +12,8 @@ from _specs import llama_config
 SPEC = load_model(llama_config(hidden_size=1024, intermediate_size=2816, num_hidden_layers=4,
                                num_attention_heads=16, num_key_value_heads=4, vocab_size=32000))
 
+LLAMA_7B = load_model("llama-2-7b")
+
 base = st.fixed_dictionaries({
     "mode": st.sampled_from(["train", "inference"]),
     "dtype": st.sampled_from(["fp32", "bf16"]),
@@ -60,7 +62,17 @@ def test_checkpointing_never_raises_activation_memory(kw):
 @settings(max_examples=100, deadline=None)
 @given(base, st.sampled_from([2, 4, 8, 64]))
 def test_higher_zero_stage_never_raises_per_gpu_memory(kw, gpus):
+    """Stages 1 and 2 only shard, so the peak never rises from 0 to 1 to 2. Stage 3 also shards
+    the parameters but keeps the root and two blocks gathered (FSDP2, checked against the fake
+    process group trace), which can cost more than it saves when the embedding and head are a
+    large share of the model (as in SPEC, a 4-layer toy): for stage 3 the sharded model states
+    never rise, and for a real 7B model the peak never rises from stage 2 to 3 on 8+ GPUs."""
     kw = {**kw, "mode": "train", "gpus": gpus}
-    peaks = [total(**{**kw, "zero": z}) for z in (0, 1, 2, 3)]
-    # stage 0 (DDP) also pays gradient buckets; stages 1-3 shard more and more
-    assert all(a >= b for a, b in zip(peaks, peaks[1:])), peaks
+    ests = [estimate_spec(SPEC, make_workload(**{**kw, "zero": z})).breakdown for z in (0, 1, 2, 3)]
+    peaks = [b.peak_allocated for b in ests]
+    assert peaks[0] >= peaks[1] >= peaks[2], peaks
+    states = [b["weights"] + b["gradients"] + b["optimizer_states"] + b["master_weights"] for b in ests]
+    assert all(a >= b for a, b in zip(states, states[1:])), states
+    if gpus >= 8:
+        real = [estimate_spec(LLAMA_7B, make_workload(**{**kw, "zero": z})).breakdown.peak_allocated for z in (2, 3)]
+        assert real[0] >= real[1], real

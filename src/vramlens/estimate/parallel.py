@@ -88,11 +88,25 @@ def comm_buffer_bytes(spec: ModelSpec, w: Workload, grad_bytes_full: int, param_
     if not w.training or w.dp <= 1:
         return 0, ""
     stage = w.shard_stage
-    inside, _, _ = _layer_params(spec)
-    per_layer = inside // max(1, spec.n_layers) // w.tp
     if stage == 0:
         return grad_bytes_full, "DDP gradient buckets: a second copy of the gradients"
     if stage in (1, 2):
         elems = min(500_000_000, trainable)
         return min(elems * param_elem_bytes, grad_bytes_full), "ZeRO reduce bucket (reduce_bucket_size=5e8 elements)"
-    return 3 * per_layer * weight_elem_bytes, "all-gather of the current and next block + reduce-scatter of one block"
+    block, root = gathered_sizes(spec, w, weight_elem_bytes)
+    return max(2 * (block + root), 3 * block + root), (
+        "FSDP2/ZeRO-3: the root's unsharded parameters (embedding, head, final norm) plus the current and "
+        "prefetched block's all-gather and one block's reduce-scatter: max(2(B+R), 3B+R)")
+
+
+def gathered_sizes(spec: ModelSpec, w: Workload, weight_elem_bytes: int) -> tuple[int, int]:
+    """(B, R): one block's and the root's (embedding, head, final norm) unsharded parameter bytes.
+
+    FSDP2 (torch/distributed/fsdp/_fully_shard) all-gathers a block before its forward and
+    backward and reshards it after; the root module is not resharded after forward, so its
+    parameters stay unsharded until the end of backward.
+    """
+    inside, emb, head = _layer_params(spec)
+    block = inside // max(1, spec.n_layers) // w.tp * weight_elem_bytes
+    root = (emb + head) // w.tp * weight_elem_bytes
+    return block, root

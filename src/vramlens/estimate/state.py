@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from vramlens.estimate import optimizer as O
 from vramlens.estimate import weights as Wt
 from vramlens.estimate.inventory import BLOCK, _identity_cache
-from vramlens.estimate.parallel import Split, comm_buffer_bytes, split
+from vramlens.estimate.parallel import Split, comm_buffer_bytes, gathered_sizes, split
 from vramlens.estimate.reserve import persistent_part_reserve
 from vramlens.estimate.runtime import runtime
 from vramlens.hardware.gpu import GPU
@@ -97,6 +97,8 @@ class TrainState:
     reserve_base: int      # the allocator's reserve for the persistent tensors
     reserve_floor: int     # their bytes rounded to the allocator's blocks
     reserve_persistent: int
+    gather_block: int = 0  # FSDP2/ZeRO-3: one block's unsharded parameters (B)
+    gather_root: int = 0   # FSDP2/ZeRO-3: the root's unsharded parameters (R)
     notes: tuple[str, ...] = ()
     explain: dict = field(default_factory=dict, compare=False)
     runtime_explain: str = ""
@@ -142,8 +144,12 @@ def train_state(spec: ModelSpec, w: Workload, gpu: GPU | None) -> TrainState:
         weights = int(weights * 2 / max(1, spec.n_layers))  # only the blocks being computed are on the GPU
         notes.append("parameters offloaded: the GPU holds the gathered blocks only")
     head_grad = 0
+    sharded3 = w.training and w.shard_stage == 3 and w.dp > 1
     if w.training and w.method == "full" and sp.has_head:
-        head_grad = round_up(int(spec.vocab_size * spec.hidden_size * pbytes * sp.gradients), BLOCK)
+        # under FSDP2/ZeRO-3 the root's gradient is unsharded until its reduce-scatter at the end
+        frac = 1.0 if sharded3 else sp.gradients
+        head_grad = round_up(int(spec.vocab_size * spec.hidden_size * pbytes * frac), BLOCK)
+    gather_block, gather_root = gathered_sizes(spec, w, Wt.weight_dtype_bytes(w)) if sharded3 else (0, 0)
     rt = runtime(gpu, w)
     # persistent tensors, for the allocator's reserve
     full_params = w.method == "full" and not w.quantized
@@ -177,7 +183,7 @@ def train_state(spec: ModelSpec, w: Workload, gpu: GPU | None) -> TrainState:
         opt_tmp=opt_tmp, comm=comm, host=host, head_grad=head_grad, trainable=trainable, pbytes=pbytes,
         workspace=rt.workspace_bytes, outside=rt.outside_allocator_bytes, reserve_base=reserve_base,
         reserve_floor=reserve_floor, reserve_persistent=weights + master + opt + comm + grads,
-        notes=tuple(notes), explain=explain, runtime_explain=rt.explain,
+        gather_block=gather_block, gather_root=gather_root, notes=tuple(notes), explain=explain, runtime_explain=rt.explain,
     )
 
 
@@ -192,7 +198,6 @@ def train_phases(st: TrainState, acts: int, one: int, loss_tmp: int, head_saved:
         head_saved: what the loss saves for backward (the fp32 log_softmax output).
         logits: the logits' bytes in the compute dtype (their gradient enters the output layer's backward).
     """
-    persistent = st.weights + st.master + st.opt + st.comm
     gfwd = st.grads if grad_accum > 1 else 0
     ckpt = checkpointing == "full"
     # autocast's copies: all of them during forward; through backward only when autograd keeps
@@ -200,17 +205,32 @@ def train_phases(st: TrainState, acts: int, one: int, loss_tmp: int, head_saved:
     # go with the autocast cache when the forward's autocast context exits
     fwd_casts = st.autocast + (0 if ckpt else st.frozen_casts)
     bwd_casts = 0 if ckpt else st.autocast + st.frozen_casts
-    fwd = persistent + gfwd + fwd_casts + acts + loss_tmp
-    # the loss' backward holds two fp32 b*s*V gradients; once they are done, the output layer's
-    # backward holds the logits' gradient (compute dtype) and allocates its weight gradient
-    bwd_start = persistent + gfwd + bwd_casts + acts + max(2 * head_saved, logits + st.head_grad)
-    if ckpt:
-        # the head's saved tensors are freed before the last block is recomputed
-        recompute_peak = persistent + max(gfwd, st.head_grad) + acts - head_saved + one
-        bwd = max(bwd_start, recompute_peak, persistent + st.grads + one)
+    recompute = one if ckpt else 0
+    if st.gather_block or st.gather_root:
+        # FSDP2/ZeRO-3 (see parallel.gathered_sizes): the root stays gathered from its forward to
+        # the end of backward; forward holds the current and prefetched block; backward's first
+        # blocks hold the current, the prefetched and one reduce-scatter input; everything is
+        # resharded before the optimizer step (no gathered buffers then)
+        sh = st.weights + st.master + st.opt
+        B, R = st.gather_block, st.gather_root
+        fwd = sh + gfwd + R + 2 * B + fwd_casts + acts + loss_tmp
+        bwd = max(sh + gfwd + R + B + bwd_casts + acts + 2 * head_saved,
+                  sh + max(gfwd, st.head_grad) + R + 3 * B + bwd_casts + acts - head_saved + recompute,
+                  sh + st.grads + R + 3 * B + recompute)
+        optim = sh + st.grads + st.opt_tmp
     else:
-        bwd = max(bwd_start, persistent + st.grads)
-    optim = persistent + st.grads + st.opt_tmp
+        persistent = st.weights + st.master + st.opt + st.comm
+        fwd = persistent + gfwd + fwd_casts + acts + loss_tmp
+        # the loss' backward holds two fp32 b*s*V gradients; once they are done, the output layer's
+        # backward holds the logits' gradient (compute dtype) and allocates its weight gradient
+        bwd_start = persistent + gfwd + bwd_casts + acts + max(2 * head_saved, logits + st.head_grad)
+        if ckpt:
+            # the head's saved tensors are freed before the last block is recomputed
+            recompute_peak = persistent + max(gfwd, st.head_grad) + acts - head_saved + one
+            bwd = max(bwd_start, recompute_peak, persistent + st.grads + one)
+        else:
+            bwd = max(bwd_start, persistent + st.grads)
+        optim = persistent + st.grads + st.opt_tmp
     ws = st.workspace
     return (("forward", fwd + ws), ("backward", bwd + ws), ("optimizer", optim + ws))
 
