@@ -34,9 +34,13 @@ ASKS = ("max_batch", "max_seq", "max_context", "min_gpu", "min_gpus")
 
 
 def _gbps(text: str) -> float:
+    from vramlens.errors import InputError
     from vramlens.units import parse_size
 
-    return float(parse_size(text, what="bandwidth"))
+    try:
+        return float(parse_size(text, what="bandwidth"))
+    except InputError as e:  # argparse would print "invalid _gbps value" and drop the rule
+        raise argparse.ArgumentTypeError(str(e)) from None
 
 
 def add_parser(sub) -> argparse.ArgumentParser:
@@ -108,15 +112,16 @@ def run(args: argparse.Namespace) -> int:
     report = None
     if wants_files(args) or not args.json:
         report = fit_report(result, args, settings)
+    if args.emit:  # checked before any report file is written: a failed run writes nothing
+        if not result.plans:
+            raise InputError(f"--emit {args.emit}: {result.message}")
+        if args.plan > len(result.plans):
+            raise InputError(f"--plan {args.plan}: only {len(result.plans)} plan(s) fit; choose 1..{len(result.plans)}")
     if wants_files(args):
         write_files(args, "fit", report, headroom=args.headroom)
     if args.emit:
         from vramlens.advise.emit import emit, render
 
-        if not result.plans:
-            raise InputError(f"--emit {args.emit}: {result.message}")
-        if args.plan > len(result.plans):
-            raise InputError(f"--plan {args.plan}: only {len(result.plans)} plan(s) fit; choose 1..{len(result.plans)}")
         cfg = emit(result.plans[args.plan - 1], args.emit)
         if args.json:
             print_json(cfg)

@@ -132,7 +132,11 @@ def run(args: argparse.Namespace) -> int:
         return _run_gguf(args)
     settings = workload_kwargs(args)
     gpus = settings.pop("gpus")
-    settings.update(mode="inference", tp=1, pp=1)
+    if settings["tp"] != 1 or settings["pp"] != 1:  # were silently dropped; place splits by whole blocks
+        raise InputError(f"tp={settings['tp']} pp={settings['pp']}: place puts whole blocks on devices "
+                         "(Accelerate's device_map): drop --tp/--pp, or use `vramlens fit` for parallel plans")
+    if settings["mode"] != "inference":  # was silently forced to inference
+        raise InputError(f"mode={settings['mode']}: place is for inference; training plans are `vramlens fit`")
     w = make_workload(**settings)
     spec = load_model(args.model, params=args.params)
     ram = parse_size(args.host_ram, what="host RAM") if args.host_ram else None

@@ -81,9 +81,14 @@ def run(args: argparse.Namespace) -> int:
         data = path.read_bytes()
     except OSError as e:
         raise SnapshotError(f"cannot read {path}: {e.strerror or e}") from None
-    report = load_report(data, top=args.top)
+    try:
+        report = load_report(data, top=args.top)
+    except SnapshotError as e:  # the loader sees bytes only: name the file here
+        raise SnapshotError(f"{e} (file {path})") from None
     if args.html:
-        Path(args.html).write_text(render_html(report, title=f"vramlens snapshot: {path.name}"), encoding="utf-8")
+        from vramlens.report.html import write_text_atomic
+
+        write_text_atomic(args.html, render_html(report, title=f"vramlens snapshot: {path.name}"))
     if args.json:
         print_json(report.to_dict())
     else:

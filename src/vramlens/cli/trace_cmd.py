@@ -85,6 +85,14 @@ def run(args: argparse.Namespace) -> int:
         raise InputError(f"top={args.top} must be >= 0")
     if args.timeline_points < 0:
         raise InputError(f"--timeline-points {args.timeline_points} must be >= 0 (0 leaves the timeline out)")
+    if args.timeline:  # before the trace (minutes, maybe) and before any report file is written
+        from pathlib import Path
+
+        where = Path(args.timeline)
+        if where.is_dir() or not (where.parent if str(where.parent) else Path(".")).is_dir():
+            raise InputError(f"cannot write timeline {args.timeline!r}: "
+                             f"{'it is a folder' if where.is_dir() else 'its folder does not exist'}: "
+                             "choose a .jsonl or .csv file in a folder that exists")
     backend = "real-cpu" if args.real_cpu else "cuda" if args.cuda else "fake"
     bar = progress_bar(f"tracing {args.model}", enabled=not (args.quiet or args.json), delay=0)
     if bar is not None:

@@ -64,6 +64,12 @@ def run_published(args: argparse.Namespace) -> int:
         raise InputError(f"cases file {str(path)!r} does not exist: pass --cases PATH") from None
     except json.JSONDecodeError as e:
         raise InputError(f"cases file {str(path)!r} is not JSON ({e.msg} at line {e.lineno})") from None
+    except OSError as e:  # a folder, no permission
+        raise InputError(f"cases file {str(path)!r} cannot be read ({e.strerror or e}): pass --cases PATH") from None
+    if not isinstance(cases, list) or not all(
+            isinstance(c, dict) and "id" in c and isinstance(c.get("figure"), dict) for c in cases):
+        raise InputError(f"cases file {str(path)!r} must hold a JSON list of cases, each an object with \"id\" "
+                         "and \"figure\": see the bundled published-cases.json")
     rows = run_all(cases)
     if args.json:
         print_json([

@@ -378,11 +378,16 @@ def write_text_atomic(path: str | os.PathLike, text: str | bytes) -> Path:
         with os.fdopen(fd, "wb") as f:
             f.write(text.encode("utf-8") if isinstance(text, str) else text)
         os.replace(tmp, target)
-    except BaseException:
+    except BaseException as e:
         try:
             os.unlink(tmp)
         except FileNotFoundError:
             pass
+        if isinstance(e, (IsADirectoryError, NotADirectoryError, PermissionError)):  # the user's path, not a bug
+            from vramlens.errors import InputError
+
+            raise InputError(f"cannot write {target}: {e.strerror or e}: choose a file path (not a folder) "
+                             "that is writable") from None
         raise
     return target
 

@@ -1,0 +1,254 @@
+"""Every command, fed bad input, answers with exit code 2 and one line naming the value (STYLE 6/7).
+
+No traceback, nothing on stdout, and no report file left behind: a run that fails writes nothing.
+Argparse's own rejections print the usage first; then the last line is the error and names the value.
+"""
+
+from __future__ import annotations
+
+import json
+import pickle
+
+import pytest
+
+from vramlens.cli.main import main
+
+LLAMA_CONFIG = {
+    "model_type": "llama", "architectures": ["LlamaForCausalLM"], "hidden_size": 4096, "intermediate_size": 11_008,
+    "num_attention_heads": 32, "num_hidden_layers": 32, "num_key_value_heads": 32, "vocab_size": 32_000,
+    "max_position_embeddings": 4096, "rms_norm_eps": 1e-5, "tie_word_embeddings": False, "torch_dtype": "float16",
+}
+
+
+@pytest.fixture
+def files(tmp_path):
+    """The bad files the cases point at, by name."""
+    bad_kv = tmp_path / "bad-kv"
+    bad_kv.mkdir()
+    (bad_kv / "config.json").write_text(json.dumps(dict(LLAMA_CONFIG, num_key_value_heads=5)))
+    (tmp_path / "malformed.json").write_text('{"model_type": "llama", "hidden_size": ')
+    (tmp_path / "empty-dir").mkdir()
+    (tmp_path / "notes.txt").write_text("not a snapshot\n")
+    (tmp_path / "list.json").write_text("[1, 2, 3]\n")
+    whole = pickle.dumps({"segments": [], "device_traces": []}, protocol=4)
+    (tmp_path / "truncated.pickle").write_bytes(whole[: len(whole) // 2])
+    # A pickle that would call os.system if it were unpickled with pickle.loads.
+    (tmp_path / "hostile.pickle").write_bytes(b"cos\nsystem\n(S'echo pwned'\ntR.")
+    (tmp_path / "bad.gguf").write_bytes(b"GGUF not really")
+    return tmp_path
+
+
+# (command line with {tmp} for the fixture's folder, text the error line must contain; "a|b": both)
+CASES = {
+    # estimate
+    "estimate-unknown-model": ("estimate lama-2-7b", "unknown model 'lama-2-7b'"),
+    "estimate-unknown-gpu": ("estimate llama-2-7b --gpu A100-90", "unknown GPU 'A100-90'"),
+    "estimate-zero-gpu-size": ("estimate llama-2-7b --gpu 0GB", "gpu='0GB' must be positive"),
+    "estimate-batch-0": ("estimate llama-2-7b --batch 0", "batch=0 must be a whole number >= 1"),
+    "estimate-negative-seq": ("estimate llama-2-7b --seq -5", "seq=-5 must be a whole number >= 1"),
+    "estimate-negative-new-tokens": ("estimate llama-2-7b --new-tokens -1", "new_tokens=-1 must be a whole number >= 0"),
+    "estimate-grad-accum-0": ("estimate llama-2-7b --grad-accum 0", "grad_accum=0 must be a whole number >= 1"),
+    "estimate-tp-3-of-32-heads": ("estimate llama-2-7b --tp 3 --gpus 3", "tp=3 must divide the 32 attention heads"),
+    "estimate-tp-0": ("estimate llama-2-7b --tp 0", "tp=0 must be a whole number >= 1"),
+    "estimate-pp-0": ("estimate llama-2-7b --pp 0", "pp=0 must be a whole number >= 1"),
+    "estimate-gpus-0": ("estimate llama-2-7b --gpus 0", "gpus=0 must be a whole number >= 1"),
+    "estimate-lora-rank-0": ("estimate llama-2-7b --mode train --method lora --lora-rank 0",
+                             "lora_rank=0 must be a whole number >= 1"),
+    "estimate-kv-block-negative": ("estimate llama-2-7b --kv-block -3", "kv_block=-3 must be 0"),
+    "estimate-headroom-1.5": ("estimate llama-2-7b --headroom 1.5", "headroom=1.5 must be in [0, 1)"),
+    "estimate-headroom-nan": ("estimate llama-2-7b --headroom nan", "headroom=nan must be in [0, 1)"),
+    "estimate-headroom-word": ("estimate llama-2-7b --headroom abc", "argument --headroom: invalid float value: 'abc'"),
+    "estimate-zero-4": ("estimate llama-2-7b --zero 4", "argument --zero: invalid choice: 4"),
+    "estimate-params-nonsense": ("estimate --params 7Q", "params='7Q' is not a count"),
+    "estimate-no-model": ("estimate", "give a MODEL"),
+    "estimate-kv-heads-folder": ("estimate {tmp}/bad-kv",
+                                 "bad-kv/config.json: num_attention_heads=32 is not divisible by num_key_value_heads=5"),
+    "estimate-kv-heads-file": ("estimate {tmp}/bad-kv/config.json",
+                               "num_attention_heads=32 is not divisible by num_key_value_heads=5"),
+    "estimate-malformed-config": ("estimate {tmp}/malformed.json", "malformed.json: not valid JSON"),
+    "estimate-config-not-object": ("estimate {tmp}/list.json", "list.json: must hold a JSON object, not list"),
+    "estimate-missing-file": ("estimate {tmp}/nope.json", "nope.json'"),
+    "estimate-folder-without-config": ("estimate {tmp}/empty-dir", "empty-dir: no config.json in this folder"),
+    # models, gpus: nothing to get wrong but the flags
+    "models-unknown-flag": ("models --bogus", "unrecognized arguments: --bogus"),
+    "gpus-unknown-flag": ("gpus --bogus", "unrecognized arguments: --bogus"),
+    # trace (progress lines are on: an error must still be the only line)
+    "trace-unknown-model": ("trace lama-2-7b", "unknown model 'lama-2-7b'"),
+    "trace-batch-0": ("trace gpt2 --batch 0", "batch=0 must be a whole number >= 1"),
+    "trace-negative-seq": ("trace gpt2 --seq -1", "seq=-1 must be a whole number >= 1"),
+    "trace-lora-rank-0": ("trace gpt2 --mode train --method lora --lora-rank 0", "lora_rank=0 must be a whole number"),
+    "trace-tp-3": ("trace llama-2-7b --tp 3 --gpus 3", "tp=3"),
+    "trace-gpus-0": ("trace gpt2 --gpus 0", "gpus=0 must be a whole number >= 1"),
+    "trace-kv-heads": ("trace {tmp}/bad-kv", "num_attention_heads=32 is not divisible by num_key_value_heads=5"),
+    "trace-malformed-config": ("trace {tmp}/malformed.json", "malformed.json: not valid JSON"),
+    "trace-missing-file": ("trace {tmp}/nope.json", "nope.json'"),
+    "trace-folder-without-config": ("trace {tmp}/empty-dir", "empty-dir: no config.json in this folder"),
+    "trace-no-model": ("trace", "give a MODEL to trace"),
+    "trace-alloc-conf-unknown-key": ("trace gpt2 --alloc-conf bogus:1", "Unrecognized CachingAllocator option: bogus"),
+    "trace-alloc-conf-not-a-number": ("trace gpt2 --alloc-conf max_split_size_mb:abc", "max_split_size_mb=abc"),
+    "trace-alloc-conf-not-a-bool": ("trace gpt2 --alloc-conf expandable_segments:Maybe", "expandable_segments=Maybe"),
+    "trace-alloc-conf-gc-threshold": ("trace gpt2 --alloc-conf garbage_collection_threshold:1.5",
+                                      "garbage_collection_threshold=1.5"),
+    "trace-alloc-conf-divisions": ("trace gpt2 --alloc-conf roundup_power2_divisions:3", "roundup_power2_divisions=3"),
+    "trace-layers-2": ("trace gpt2 --layers 2", "layers=2 must be >= 3"),
+    "trace-steps-0": ("trace gpt2 --steps 0", "steps=0 must be >= 1"),
+    "trace-top-negative": ("trace gpt2 --top -1", "top=-1 must be >= 0"),
+    "trace-timeline-points-negative": ("trace gpt2 --timeline-points -1", "--timeline-points -1 must be >= 0"),
+    "trace-real-cpu-and-cuda": ("trace gpt2 --real-cpu --cuda", "--real-cpu and --cuda both given"),
+    "trace-input-shape-0": ("trace gpt2 --input-shape 0x3", "'0x3' is not a shape"),
+    "trace-unimportable-factory": ("trace nosuchmod_xyz:build", "cannot import 'nosuchmod_xyz'"),
+    "trace-timeline-no-folder": ("trace gpt2 --seq 8 --timeline {tmp}/no-such-dir/t.jsonl", "no-such-dir/t.jsonl"),
+    # fit
+    "fit-unknown-model": ("fit lama-2-7b --gpu 24GB", "unknown model 'lama-2-7b'"),
+    "fit-unknown-gpu": ("fit llama-2-7b --gpu A100-90", "unknown GPU 'A100-90'"),
+    "fit-no-gpu": ("fit llama-2-7b", "the following arguments are required: --gpu"),
+    "fit-batch-0": ("fit llama-2-7b --gpu 24GB --batch 0", "batch=0 must be a whole number >= 1"),
+    "fit-negative-seq": ("fit llama-2-7b --gpu 24GB --seq -5", "seq=-5 must be a whole number >= 1"),
+    "fit-tp-3-of-32-heads": ("fit llama-2-7b --gpu 24GB --tp 3 --gpus 3", "tp=3 must divide the 32 attention heads"),
+    "fit-lora-rank-0": ("fit llama-2-7b --gpu 24GB --mode train --method lora --lora-rank 0",
+                        "lora_rank=0 must be a whole number >= 1"),
+    "fit-kv-heads": ("fit {tmp}/bad-kv --gpu 24GB", "num_attention_heads=32 is not divisible by num_key_value_heads=5"),
+    "fit-malformed-config": ("fit {tmp}/malformed.json --gpu 24GB", "malformed.json: not valid JSON"),
+    "fit-folder-without-config": ("fit {tmp}/empty-dir --gpu 24GB", "empty-dir: no config.json in this folder"),
+    "fit-headroom-1.5": ("fit llama-2-7b --gpu 24GB --headroom 1.5", "headroom=1.5 must be in [0, 1)"),
+    "fit-host-ram-word": ("fit llama-2-7b --gpu 24GB --host-ram lots", "host RAM='lots' is not a size"),
+    "fit-host-ram-negative": ("fit llama-2-7b --gpu 24GB --host-ram=-5GB", "host RAM='-5GB' is not a size"),
+    "fit-gpus-0": ("fit llama-2-7b --gpu 24GB --gpus 0", "gpus=0 must be a whole number >= 1"),
+    "fit-nodes-0": ("fit llama-2-7b --gpu 24GB --nodes 0", "--nodes 0 must be >= 1"),
+    "fit-keep-and-forbid": ("fit llama-2-7b --gpu 24GB --mode train --keep lora --forbid lora",
+                            "--keep lora and --forbid lora contradict each other"),
+    "fit-keep-qlora-method-lora": ("fit llama-2-7b --gpu 24GB --mode train --keep qlora --method lora",
+                                   "--keep qlora contradicts --method lora"),
+    "fit-keep-lora-and-qlora": ("fit llama-2-7b --gpu 24GB --mode train --keep lora,qlora",
+                                "--keep lora and --keep qlora"),
+    "fit-keep-zero-and-fsdp": ("fit llama-2-7b --gpu 24GB --mode train --gpus 2 --keep zero,fsdp",
+                               "--keep zero and --keep fsdp"),
+    "fit-keep-lora-inference": ("fit llama-2-7b --gpu 24GB --keep lora", "--keep lora applies to training"),
+    "fit-unknown-remedy": ("fit llama-2-7b --gpu 24GB --mode train --forbid bogus", "unknown remedy 'bogus'"),
+    "fit-effective-batch-0": ("fit llama-2-7b --gpu 24GB --mode train --effective-batch 0",
+                              "effective_batch=0 must be a whole number >= 1"),
+    "fit-top-0": ("fit llama-2-7b --gpu 24GB --top 0", "--top 0"),
+    "fit-plan-0": ("fit llama-2-7b --gpu 24GB --plan 0", "--plan 0"),
+    "fit-plan-beyond": ("fit llama-2-7b --gpu 24GB --mode train --emit peft --plan 9999", "--plan 9999"),
+    "fit-network-word": ("fit llama-2-7b --gpu 24GB --network fast", "bandwidth='fast' is not a size"),
+    "fit-interconnect-0": ("fit llama-2-7b --gpu 24GB --interconnect 0GB", "bandwidth='0GB' must be positive"),
+    "fit-emit-unknown": ("fit llama-2-7b --gpu 24GB --emit bogus", "argument --emit: invalid choice: 'bogus'"),
+    # place
+    "place-unknown-model": ("place lama-2-7b --gpu 24GB", "unknown model 'lama-2-7b'"),
+    "place-unknown-gpu": ("place llama-2-7b --gpu A100-90", "unknown GPU 'A100-90'"),
+    "place-host-ram-word": ("place llama-2-7b --gpu 24GB --host-ram lots", "host RAM='lots' is not a size"),
+    "place-host-ram-0": ("place llama-2-7b --gpu 24GB --host-ram 0GB", "host RAM='0GB' must be positive"),
+    "place-gpus-0": ("place llama-2-7b --gpu 24GB --gpus 0", "gpus=0 must be a whole number >= 1"),
+    "place-headroom-1.5": ("place llama-2-7b --gpu 24GB --headroom 1.5", "headroom=1.5 must be in [0, 1)"),
+    "place-batch-0": ("place llama-2-7b --gpu 24GB --batch 0", "batch=0 must be a whole number >= 1"),
+    "place-lora-rank-0": ("place llama-2-7b --gpu 24GB --lora-rank 0", "lora_rank=0 must be a whole number >= 1"),
+    "place-tp-3": ("place llama-2-7b --gpu 24GB --tp 3", "tp=3 pp=1: place puts whole blocks on devices"),
+    "place-train": ("place llama-2-7b --gpu 24GB --mode train", "mode=train: place is for inference"),
+    "place-kv-heads": ("place {tmp}/bad-kv --gpu 24GB", "num_attention_heads=32 is not divisible by num_key_value_heads=5"),
+    "place-malformed-config": ("place {tmp}/malformed.json --gpu 24GB", "malformed.json: not valid JSON"),
+    "place-folder-without-config": ("place {tmp}/empty-dir --gpu 24GB", "empty-dir: no config.json in this folder"),
+    "place-bad-gguf": ("place {tmp}/bad.gguf --gpu 24GB", "bad.gguf: not a readable GGUF file"),
+    "place-missing-gguf": ("place {tmp}/nope.gguf --gpu 24GB", "nope.gguf: not a readable GGUF file"),
+    # snapshot
+    "snapshot-missing-file": ("snapshot {tmp}/nope.pickle", "cannot read {tmp}/nope.pickle: No such file or directory"),
+    "snapshot-folder": ("snapshot {tmp}/empty-dir", "cannot read {tmp}/empty-dir: Is a directory"),
+    "snapshot-text-file": ("snapshot {tmp}/notes.txt", "not a readable pickle (truncated or corrupt: invalid load key, 'n'.) (file {tmp}/notes.txt)"),
+    "snapshot-truncated-pickle": ("snapshot {tmp}/truncated.pickle", "pickle data was truncated) (file {tmp}/truncated.pickle)"),
+    "snapshot-hostile-pickle": ("snapshot {tmp}/hostile.pickle",
+                                "refusing to load os.system: a memory snapshot holds only plain data|(file {tmp}/hostile.pickle)"),
+    "snapshot-malformed-json": ("snapshot {tmp}/malformed.json",
+                                "looks like JSON but does not parse|(file {tmp}/malformed.json)"),
+    "snapshot-top-negative": ("snapshot {tmp}/truncated.pickle --top -1", "--top -1 must be 0 or more"),
+    # validate
+    "validate-missing-cases": ("validate published --cases {tmp}/nope.json", "cases file '{tmp}/nope.json' does not exist"),
+    "validate-malformed-cases": ("validate published --cases {tmp}/malformed.json",
+                                 "cases file '{tmp}/malformed.json' is not JSON"),
+    "validate-cases-not-cases": ("validate published --cases {tmp}/list.json",
+                                 "cases file '{tmp}/list.json' must hold a JSON list of cases"),
+    "validate-cases-folder": ("validate published --cases {tmp}/empty-dir",
+                              "cases file '{tmp}/empty-dir' cannot be read (Is a directory)"),
+    "validate-trace-unknown-model": ("validate trace --models bogus", "models bogus are not in the cross-check matrix"),
+    "validate-unknown-what": ("validate bogus", "invalid choice: 'bogus'"),
+    # serve: checked before anything is imported or bound
+    "serve-port-out-of-range": ("serve --port 70000", "port=70000 must be in 0..65535"),
+    "serve-port-word": ("serve --port abc", "argument --port: invalid int value: 'abc'"),
+}
+
+#: Commands whose successful run writes --html/--svg files: a failing run must write none.
+REPORT_FILES = {"estimate": ("--html", "--svg"), "fit": ("--html", "--svg"), "trace": ("--html", "--svg"),
+                "place": ("--html", "--svg"), "snapshot": ("--html",)}
+#: Commands with --json: a failing run prints no half object.
+JSON_COMMANDS = {"estimate", "fit", "trace", "place", "snapshot", "models", "gpus"}
+
+
+def run_cli(capsys, argv: list[str]) -> tuple[int, str, str]:
+    try:
+        code = main(argv)
+    except SystemExit as e:  # argparse's own rejections
+        code = e.code
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def assert_one_error_line(err: str, expected: str) -> None:
+    lines = err.strip().splitlines()
+    if lines and lines[0].startswith("usage:"):  # argparse: usage, then "vramlens CMD: error: ..."
+        assert ": error: " in lines[-1], err
+        line = lines[-1]
+    else:
+        assert len(lines) == 1, err
+        assert lines[0].startswith("error: "), err
+        line = lines[0]
+    for part in expected.split("|"):  # "a|b": both parts, e.g. the rule and the file it was found in
+        assert part in line, err
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_bad_input_is_one_line_exit_2(case, files, capsys):
+    line, expected = CASES[case]
+    argv = line.format(tmp=files).split()
+    command = argv[0]
+    written = []
+    for flag in REPORT_FILES.get(command, ()):
+        written.append(files / f"report.{flag.removeprefix('--')}")
+        argv += [flag, str(written[-1])]
+    if command in JSON_COMMANDS and "{tmp}/bad.gguf" not in line:
+        argv.append("--json")
+    if command == "place" and ".gguf" in line:  # GGUF splits have no report files: that would be the error
+        argv = [a for a in argv if not a.startswith(("--html", "--svg")) and a not in map(str, written)]
+    code, out, err = run_cli(capsys, argv)
+    assert code == 2, (code, out, err)
+    assert "Traceback" not in out + err
+    assert out == ""
+    assert_one_error_line(err, expected.format(tmp=files))
+    assert [p for p in written if p.exists()] == []
+    assert sorted(p.name for p in files.iterdir() if p.name.startswith(".report")) == []  # no temporary left
+
+
+@pytest.mark.parametrize("flag", ["--html", "--svg"])
+def test_report_into_a_folder_is_one_line(flag, files, capsys):
+    """A report path that is a folder: the rename fails, which is the user's path, not a crash."""
+    code, out, err = run_cli(capsys, ["estimate", "llama-2-7b", flag, str(files / "empty-dir")])
+    assert code == 2, err
+    assert "Traceback" not in out + err
+    assert_one_error_line(err, f"cannot write {files / 'empty-dir'}: Is a directory")
+    assert list((files / "empty-dir").iterdir()) == []
+
+
+def test_snapshot_html_into_missing_folder_writes_nothing(files, capsys):
+    stats = files / "memory_stats.json"
+    stats.write_text(json.dumps({"allocated_bytes.all.current": 1024, "reserved_bytes.all.current": 2_097_152}))
+    target = files / "no-such-dir" / "snapshot.html"
+    code, out, err = run_cli(capsys, ["snapshot", str(stats), "--html", str(target)])
+    assert code == 2, err
+    assert "Traceback" not in out + err
+    assert_one_error_line(err, f"cannot write {target}: No such file or directory")
+    assert not target.parent.exists()
+
+
+def test_every_command_is_covered():
+    """A new command gets bad-input cases here too."""
+    from vramlens.cli.main import build_parser
+
+    sub = next(a for a in build_parser()._actions if a.dest == "command")
+    assert set(sub.choices) <= {line.split()[0] for line, _ in CASES.values()}
