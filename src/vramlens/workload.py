@@ -28,6 +28,9 @@ OPTIMIZERS = (
 )
 CHECKPOINTING = ("none", "full", "selective")
 OPTIMIZER_IMPLS = ("foreach", "fused", "loop")
+FSDP_STRATEGIES = ("full", "shard-grad-op", "hybrid")
+#: GPUs that hybrid sharding shards over (one node); the rest replicate (HSDP).
+GPUS_PER_NODE = 8
 ATTENTION = ("eager", "sdpa", "flash")
 OFFLOAD = ("none", "optimizer", "all")
 KV_DTYPES = ("fp32", "fp16", "bf16", "fp8", "int8")
@@ -60,6 +63,7 @@ class Workload:
     gpus: int = 1
     zero: int = 0
     fsdp: bool = False
+    fsdp_strategy: str = "full"
     tp: int = 1
     pp: int = 1
     offload: str = "none"
@@ -86,8 +90,19 @@ class Workload:
 
     @property
     def shard_stage(self) -> int:
-        """ZeRO stage in effect (FSDP full shard is stage 3)."""
-        return 3 if self.fsdp else self.zero
+        """ZeRO stage in effect: FSDP2 keeps parameters, gradients and optimizer states sharded at rest
+        under every strategy (stage 3); shard-grad-op differs in what it keeps gathered (see
+        estimate.parallel.gathered_sizes)."""
+        if self.fsdp:
+            return 3
+        return self.zero
+
+    @property
+    def shard_degree(self) -> int:
+        """Ranks the sharded state is split over: the data-parallel ranks, or one node's under hybrid sharding."""
+        if self.fsdp and self.fsdp_strategy == "hybrid":
+            return max(1, min(self.dp, GPUS_PER_NODE))
+        return self.dp
 
     @property
     def effective_batch(self) -> int:
@@ -127,6 +142,7 @@ class Workload:
         choice("optimizer", self.optimizer, OPTIMIZERS)
         choice("checkpointing", self.checkpointing, CHECKPOINTING)
         choice("optimizer_impl", self.optimizer_impl, OPTIMIZER_IMPLS)
+        choice("fsdp_strategy", self.fsdp_strategy, FSDP_STRATEGIES)
         choice("attention", self.attention, ATTENTION)
         choice("offload", self.offload, OFFLOAD)
         choice("kv_dtype", self.kv_dtype, KV_DTYPES, optional=True)

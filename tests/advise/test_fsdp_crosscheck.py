@@ -21,12 +21,12 @@ pytest.importorskip("torch", reason="FSDP cross-check needs torch (the trace ext
 
 @pytest.mark.skipif(importlib.util.find_spec("vramlens.trace.fsdp") is None,
                     reason="vramlens.trace.fsdp (FSDP2 per-rank trace) is not implemented yet")
-@pytest.mark.parametrize("world_size", [2, 4])
-def test_fsdp_per_rank_estimate_within_5_percent_of_trace(world_size):
+@pytest.mark.parametrize("world_size, strategy", [(2, "full"), (4, "full"), (4, "shard-grad-op")])
+def test_fsdp_per_rank_estimate_within_5_percent_of_trace(world_size, strategy):
     from vramlens.estimate.runtime import runtime
     from vramlens.trace.fsdp import trace_fsdp
 
-    w = Workload(mode="train", dtype="fp32", batch=2, seq=128, gpus=world_size, fsdp=True)
+    w = Workload(mode="train", dtype="fp32", batch=2, seq=128, gpus=world_size, fsdp=True, fsdp_strategy=strategy)
     traced = trace_fsdp(dict(TINY, architectures=["LlamaForCausalLM"]), w, world_size=world_size)
     est = estimate_spec(tiny(), w)
     for name in ("weights", "gradients", "optimizer_states"):

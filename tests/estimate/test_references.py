@@ -95,3 +95,19 @@ def test_host_ram_loading_13b_default_way_exceeds_64_gb():
     assert hl.eager_bytes == spec.params * 6 > 64 * 10**9
     assert hl.low_cpu_mem_usage_bytes == spec.params * 2 + 5 * 10**9 < 64 * 10**9
     assert hl.device_map_bytes == 5 * 10**9
+
+
+def test_fsdp_strategies_shard_like_zero_stages():
+    spec = load_model("llama-2-7b")
+    kw = dict(mode="train", gpus=16, dtype="bf16", amp="bf16", optimizer="adamw")
+
+    def states(**more):
+        b = estimate(spec, **{**kw, **more}).breakdown
+        return b["weights"], b["gradients"], b["optimizer_states"] + b["master_weights"]
+
+    full, sgo, hybrid = (states(fsdp=True, fsdp_strategy=s) for s in ("full", "shard-grad-op", "hybrid"))
+    # FSDP2 keeps all three sharded at rest under every strategy (shard-grad-op differs in what
+    # stays gathered between forward and backward, not in the sharded state)
+    assert full == states(zero=3) and sgo == full
+    # hybrid: full sharding over one node's 8 GPUs, replicated across the 2 nodes
+    assert hybrid == states(zero=3, gpus=8)

@@ -148,7 +148,10 @@ def deepspeed(plan: Plan) -> dict:
 def fsdp(plan: Plan) -> dict:
     """FSDP settings as TrainingArguments takes them (``fsdp`` string and ``fsdp_config``)."""
     w = _training(plan, "fsdp")
-    strategy = "full_shard" if w.shard_stage == 3 else ("shard_grad_op" if w.shard_stage == 2 else "no_shard")
+    if w.fsdp:
+        strategy = {"full": "full_shard", "shard-grad-op": "shard_grad_op", "hybrid": "hybrid_shard"}[w.fsdp_strategy]
+    else:
+        strategy = "full_shard" if w.shard_stage == 3 else ("shard_grad_op" if w.shard_stage == 2 else "no_shard")
     words = [strategy] + (["offload"] if w.offload != "none" else []) + ["auto_wrap"]
     return {
         "fsdp": " ".join(words),

@@ -32,7 +32,7 @@ from vramlens.workload import Workload
 
 #: The fields of a training Workload that the state part reads (grad_accum enters through the split).
 STATE_FIELDS = ("mode", "method", "dtype", "amp", "quant", "optimizer", "optimizer_impl", "lora_rank", "lora_targets",
-                "lora_dropout", "gpus", "zero", "fsdp", "tp", "pp", "offload")
+                "lora_dropout", "gpus", "zero", "fsdp", "fsdp_strategy", "tp", "pp", "offload")
 
 
 @dataclass(frozen=True, slots=True)

@@ -55,7 +55,10 @@ def add_workload_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--lora-targets", default="q_proj,v_proj", help="modules LoRA adapts, comma-separated, or all-linear")
     g.add_argument("--gpus", type=_positive, default=1, help="GPUs in total (default 1)")
     g.add_argument("--zero", type=_positive, choices=(0, 1, 2, 3), default=0, help="DeepSpeed ZeRO stage")
-    g.add_argument("--fsdp", action="store_true", help="FSDP full sharding (like ZeRO-3)")
+    g.add_argument("--fsdp", action="store_true", help="FSDP sharding (full shard is like ZeRO-3)")
+    g.add_argument("--fsdp-strategy", choices=W.FSDP_STRATEGIES, default="full",
+                   help="with --fsdp: full (ZeRO-3), shard-grad-op (ZeRO-2), or hybrid (full shard within "
+                        "a node of 8 GPUs, replicated across nodes)")
     g.add_argument("--tp", type=_positive, default=1, help="tensor-parallel degree")
     g.add_argument("--pp", type=_positive, default=1, help="pipeline-parallel degree")
     g.add_argument("--offload", choices=W.OFFLOAD, default="none", help="CPU offload of optimizer states / everything")

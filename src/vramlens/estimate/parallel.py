@@ -2,7 +2,8 @@
 
 * ZeRO (Rajbhandari et al. 2020, Table 1): stage 1 shards optimizer states (master weights
   included) over the N data-parallel ranks, stage 2 also gradients, stage 3 also parameters.
-  FSDP full sharding is stage 3 (Zhao et al. 2023).
+  FSDP full sharding is stage 3 (Zhao et al. 2023), shard-grad-op stage 2, and hybrid sharding
+  stage 3 within one node (GPUS_PER_NODE ranks) with replicas across nodes.
 * Tensor parallelism (Shoeybi et al. 2019): attention heads and the MLP's inner dimension are
   split over t ranks; embeddings and the output layer are vocabulary-parallel; norms replicate.
 * Pipeline parallelism (Narayanan et al. 2021, 1F1B): the first stage holds min(p, m)
@@ -50,7 +51,7 @@ def _layer_params(spec: ModelSpec) -> tuple[int, int, int]:
 
 
 def split(spec: ModelSpec, w: Workload) -> Split:
-    tp, pp, dp = w.tp, w.pp, w.dp
+    tp, pp, dp = w.tp, w.pp, w.shard_degree
     stage = w.shard_stage if w.training else 0
     L = spec.n_layers
     layers = ceil(L / pp)
@@ -87,6 +88,8 @@ def comm_buffer_bytes(spec: ModelSpec, w: Workload, grad_bytes_full: int, param_
     """
     if not w.training or w.dp <= 1:
         return 0, ""
+    if w.shard_degree <= 1 and w.shard_stage:
+        return 0, ""
     stage = w.shard_stage
     if stage == 0:
         return grad_bytes_full, "DDP gradient buckets: a second copy of the gradients"
@@ -104,9 +107,14 @@ def gathered_sizes(spec: ModelSpec, w: Workload, weight_elem_bytes: int) -> tupl
 
     FSDP2 (torch/distributed/fsdp/_fully_shard) all-gathers a block before its forward and
     backward and reshards it after; the root module is not resharded after forward, so its
-    parameters stay unsharded until the end of backward.
+    parameters stay unsharded until the end of backward. Under shard-grad-op
+    (``reshard_after_forward=False``) every block stays gathered until its backward, which the
+    root term then carries.
     """
     inside, emb, head = _layer_params(spec)
     block = inside // max(1, spec.n_layers) // w.tp * weight_elem_bytes
     root = (emb + head) // w.tp * weight_elem_bytes
+    if w.fsdp and w.fsdp_strategy == "shard-grad-op":
+        # reshard_after_forward=False: every block stays gathered from its forward to its backward
+        root += inside // w.tp * weight_elem_bytes
     return block, root

@@ -99,6 +99,7 @@ class TrainState:
     reserve_persistent: int
     gather_block: int = 0  # FSDP2/ZeRO-3: one block's unsharded parameters (B)
     gather_root: int = 0   # FSDP2/ZeRO-3: the root's unsharded parameters (R)
+    gather_kept: bool = False  # FSDP2 shard-grad-op: every block stays gathered from forward to backward
     notes: tuple[str, ...] = ()
     explain: dict = field(default_factory=dict, compare=False)
     runtime_explain: str = ""
@@ -135,7 +136,7 @@ def train_state(spec: ModelSpec, w: Workload, gpu: GPU | None) -> TrainState:
         # the fp32 gradient partition live in host RAM; DeepSpeed's CPU Adam needs no GPU temporary
         host += (opt + master) * w.gpus
         if w.shard_stage >= 2:
-            host += int(trainable / max(1, w.dp) * 4) * w.gpus
+            host += int(trainable / max(1, w.shard_degree) * 4) * w.gpus
             grads = 0  # only the reduce bucket (comm_buffers) stays on the GPU
         notes.append(f"optimizer states and master weights offloaded to the host ({human_bytes(opt + master)} per GPU)")
         opt = master = opt_tmp = 0
@@ -144,7 +145,7 @@ def train_state(spec: ModelSpec, w: Workload, gpu: GPU | None) -> TrainState:
         weights = int(weights * 2 / max(1, spec.n_layers))  # only the blocks being computed are on the GPU
         notes.append("parameters offloaded: the GPU holds the gathered blocks only")
     head_grad = 0
-    sharded3 = w.training and w.shard_stage == 3 and w.dp > 1
+    sharded3 = w.training and w.shard_stage == 3 and w.shard_degree > 1
     if w.training and w.method == "full" and sp.has_head:
         # under FSDP2/ZeRO-3 the root's gradient is unsharded until its reduce-scatter at the end
         frac = 1.0 if sharded3 else sp.gradients
@@ -183,7 +184,8 @@ def train_state(spec: ModelSpec, w: Workload, gpu: GPU | None) -> TrainState:
         opt_tmp=opt_tmp, comm=comm, host=host, head_grad=head_grad, trainable=trainable, pbytes=pbytes,
         workspace=rt.workspace_bytes, outside=rt.outside_allocator_bytes, reserve_base=reserve_base,
         reserve_floor=reserve_floor, reserve_persistent=weights + master + opt + comm + grads,
-        gather_block=gather_block, gather_root=gather_root, notes=tuple(notes), explain=explain, runtime_explain=rt.explain,
+        gather_block=gather_block, gather_root=gather_root,
+        gather_kept=sharded3 and w.fsdp and w.fsdp_strategy == "shard-grad-op", notes=tuple(notes), explain=explain, runtime_explain=rt.explain,
     )
 
 
@@ -213,10 +215,14 @@ def train_phases(st: TrainState, acts: int, one: int, loss_tmp: int, head_saved:
         # resharded before the optimizer step (no gathered buffers then)
         sh = st.weights + st.master + st.opt
         B, R = st.gather_block, st.gather_root
-        fwd = sh + gfwd + R + 2 * B + fwd_casts + acts + loss_tmp
+        # blocks in flight besides R: forward's current + prefetched, backward's current +
+        # prefetched + reduce-scatter input; under shard-grad-op the blocks are already in R and
+        # only one flat all-gather / reduce-scatter buffer is in flight
+        fb, bb = (1, 1) if st.gather_kept else (2, 3)
+        fwd = sh + gfwd + R + fb * B + fwd_casts + acts + loss_tmp
         bwd = max(sh + gfwd + R + B + bwd_casts + acts + 2 * head_saved,
-                  sh + max(gfwd, st.head_grad) + R + 3 * B + bwd_casts + acts - head_saved + recompute,
-                  sh + st.grads + R + 3 * B + recompute)
+                  sh + max(gfwd, st.head_grad) + R + bb * B + bwd_casts + acts - head_saved + recompute,
+                  sh + st.grads + R + bb * B + recompute)
         optim = sh + st.grads + st.opt_tmp
     else:
         persistent = st.weights + st.master + st.opt + st.comm

@@ -63,6 +63,9 @@ def _check(model: Any, wl: Workload, world_size: int, backend: str, layers) -> N
         raise TraceError("quantized weights cannot be traced under FSDP: use `vramlens estimate`")
     if wl.offload != "none":
         raise TraceError(f"offload={wl.offload} (FSDP CPU offload) is not traced: use `vramlens estimate`")
+    if wl.fsdp_strategy == "hybrid":
+        raise TraceError("fsdp_strategy=hybrid needs a 2-D device mesh, which is not traced yet: trace "
+                         "--fsdp-strategy full over one node's GPUs, or use `vramlens estimate`")
     if wl.amp is not None and wl.amp == wl.dtype:
         raise TraceError("--amp equal to --dtype (fp32 master copies beside half weights) is not traced under "
                          "FSDP: use --dtype fp32 --amp bf16, or `vramlens estimate`")
@@ -150,7 +153,9 @@ def _fsdp_tags(rec, live: list[bool]):
         pg.foreach_all_gather, pg.foreach_all_gather_copy_out, pg.foreach_reduce = saved
 
 
-def _shard(built, mesh) -> int:
+def _shard(built, mesh, reshard_after_forward: bool = True) -> int:
+    """``fully_shard`` each block, then the root; ``reshard_after_forward=False`` is FSDP2's
+    SHARD_GRAD_OP (parameters stay gathered from forward to backward)."""
     from torch.distributed.fsdp import fully_shard
 
     blocks = _blocks(built.model)
@@ -158,8 +163,8 @@ def _shard(built, mesh) -> int:
         raise TraceError(f"{type(built.model).__name__}: no transformer blocks found to shard "
                          "(no _no_split_modules, no ModuleList)")
     for b in blocks:
-        fully_shard(b, mesh=mesh)
-    fully_shard(built.model, mesh=mesh)
+        fully_shard(b, mesh=mesh, reshard_after_forward=reshard_after_forward)
+    fully_shard(built.model, mesh=mesh, reshard_after_forward=reshard_after_forward)
     return len(blocks)
 
 
@@ -226,7 +231,7 @@ def _trace(model, wl: Workload, n: int, *, rank: int, steps: int, progress, top:
     with fake_process_group(n, rank) as mesh:
         built = build_hf(cfg, wl, meta_only=True)
         try:
-            n_blocks = _shard(built, mesh)
+            n_blocks = _shard(built, mesh, wl.fsdp_strategy != "shard-grad-op")
             with runner.fake_mode:
                 built.model.to_empty(device="cpu")
                 _retie(built.model)
