@@ -47,3 +47,10 @@ def __getattr__(name: str) -> Any:
 
 def __dir__() -> list[str]:
     return sorted(set(globals()) | set(__all__))
+
+
+# The function shares its name with the subpackage vramlens.estimate: bound lazily, the first import
+# of any vramlens.estimate.* module (vramlens.Breakdown does one) set ``vramlens.estimate`` to the
+# subpackage and ``vramlens.estimate(...)`` raised "'module' object is not callable". Bound here, the
+# subpackage is imported once, now, and the name stays the function. (The estimator is pure Python.)
+from vramlens.estimate import estimate  # noqa: E402, F401

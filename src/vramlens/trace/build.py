@@ -346,7 +346,9 @@ def load_factory(spec: str) -> Callable[[], Any]:
 def build_factory(spec: str, *, input_shape: tuple[int, ...] | None, dtype, fake_mode=None) -> Built:
     fn = load_factory(spec)
     try:
-        with fake_mode if fake_mode is not None else _nullctx():
+        # The factory's floating tensors are made in the trace's dtype: .to(dtype) afterwards fails on
+        # fake parameters (they can only be swapped, and the recorder holds weak references to them).
+        with fake_mode if fake_mode is not None else _nullctx(), _default_dtype(dtype):
             made = fn()
     except Exception as e:  # noqa: BLE001
         raise TraceError(f"factory {spec!r} failed: {type(e).__name__}: {e}") from None
@@ -370,10 +372,29 @@ def build_factory(spec: str, *, input_shape: tuple[int, ...] | None, dtype, fake
     else:
         raise TraceError(f"factory {spec!r} returned {type(made).__name__}: return an nn.Module or "
                          "(module, example_inputs(batch, seq))")
-    if dtype != torch.float32:
-        with fake_mode if fake_mode is not None else _nullctx():
-            module = module.to(dtype)
+    if any(t.is_floating_point() and t.dtype != dtype for t in (*module.parameters(), *module.buffers())):
+        try:
+            with fake_mode if fake_mode is not None else _nullctx():
+                module = module.to(dtype)
+        except RuntimeError as e:
+            raise TraceError(f"factory {spec!r}: its module cannot be cast to {dtype} under fake tensors ({e}): "
+                             "create its tensors without an explicit dtype, or trace with --dtype fp32") from None
     return Built(model=module, kind="factory", inputs=inputs, is_hf=False)
+
+
+class _default_dtype:
+    """``torch.set_default_dtype`` for a block (floating dtypes only), restored afterwards."""
+
+    def __init__(self, dtype):
+        self.dtype = dtype
+
+    def __enter__(self):
+        self.saved = torch.get_default_dtype()
+        torch.set_default_dtype(self.dtype)
+
+    def __exit__(self, *exc):
+        torch.set_default_dtype(self.saved)
+        return False
 
 
 def accepts(model: nn.Module, name: str) -> bool:
