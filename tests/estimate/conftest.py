@@ -1,5 +1,4 @@
 import pytest
-
 from _specs import llama_config
 
 

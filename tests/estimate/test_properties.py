@@ -1,13 +1,12 @@
 """Invariants of the estimator (hypothesis)."""
 
+from _specs import llama_config
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from vramlens.estimate import estimate_spec
 from vramlens.models import load_model
 from vramlens.workload import make_workload
-
-from _specs import llama_config
 
 SPEC = load_model(llama_config(hidden_size=1024, intermediate_size=2816, num_hidden_layers=4,
                                num_attention_heads=16, num_key_value_heads=4, vocab_size=32000))

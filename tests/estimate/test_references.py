@@ -1,13 +1,13 @@
 """The estimator against published formulas and figures (independent references, literals)."""
 
+from _specs import flat_spec, llama_config
+
 from vramlens.estimate import estimate
 from vramlens.estimate.activations import korthikanti_layer_bytes, layer_activations
 from vramlens.estimate.kv_cache import kv_bytes_per_token, kv_cache_bytes
 from vramlens.models import load_model
 from vramlens.models.spec import ModelSpec, TensorInfo
 from vramlens.workload import make_workload
-
-from _specs import flat_spec, llama_config
 
 GB = 10**9
 

@@ -165,6 +165,34 @@ def trained_linears(spec: ModelSpec, w: Workload, group: str) -> int:
     return sum(1 for path, leaf in members if leaf in targets or any(path.endswith("." + x) for x in targets))
 
 
+GROUP_ORDER = ("qkv", "attn_out", "mlp_in", "mlp_out")
+
+
+def untracked_before_first_adapter(spec: ModelSpec, w: Workload, b: int, s: int) -> tuple[int, tuple[str, ...]]:
+    """Under LoRA the embeddings are frozen, so autograd tracks nothing until the first adapter:
+    the first block's norm before it keeps nothing, and the frozen linears of the groups up to
+    it keep no weight cast (their inputs need no gradient).
+
+    Returns:
+        (bytes the first block's attention-input norm would otherwise keep, the linear groups
+        of the first block whose frozen weight casts are not kept).
+    """
+    if w.method == "full" or spec.kind == "encoder-decoder":
+        return 0, ()
+    groups = []
+    for g in GROUP_ORDER:
+        groups.append(g)
+        if trained_linears(spec, w, g):
+            break
+    else:
+        return 0, ()
+    t = b * s
+    c = DTYPE_BYTES[w.compute_dtype]
+    r = 4 if w.dtype == "fp32" else c
+    own = _norm_saved(spec.norm, spec.hidden_size, t, r, c, 0, False, False)
+    return own, tuple(groups)
+
+
 def _lora_saved(spec: ModelSpec, w: Workload, D: Dims, t: int, c: int) -> int:
     """LoRA's own activations in one block: B keeps A's output (t x r) per adapted linear; with
     lora_dropout, A keeps the dropped input and the mask."""

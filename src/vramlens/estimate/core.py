@@ -125,6 +125,7 @@ def _activation_totals(spec: ModelSpec, w: Workload, sp: Split) -> tuple[int, in
             formula += " (selective: attention scores recomputed)"
     kept = int(kept * frac) * inflight
     model_level = A.model_level_saved(spec, w, b, s)
+    model_level -= A.untracked_before_first_adapter(spec, w, b, s)[0]
     head_saved, head_peak, head_formula = A.head_saved(spec, w, b, s)
     if not sp.has_head:
         head_saved = head_peak = 0
@@ -147,13 +148,16 @@ def estimate_spec(spec: ModelSpec, w: Workload, gpu: GPU | None = None, *, headr
         phases = train_phases(st, acts, one_layer, loss_tmp, head_saved, w.grad_accum, w.checkpointing, logits)
         peak_phase, peak_alloc = max(phases, key=lambda p: p[1])
         reserved, total = reserved_total(st, peak_alloc)
-        temporaries = max(loss_tmp, 2 * head_saved, st.opt_tmp)
+        recompute = one_layer if w.checkpointing == "full" else 0
+        temporaries = max(loss_tmp, 2 * head_saved, st.opt_tmp, recompute)
         explain["temporaries"] = (f"max(loss: logits + fp32 upcast {loss_tmp:,} B, loss backward: two fp32 "
                                   f"b*s*V gradients {2 * head_saved:,} B, optimizer step {st.opt_tmp:,} B: "
-                                  f"{explain.pop('optimizer_step', '')})")
+                                  f"{explain.pop('optimizer_step', '')}"
+                                  + (f", one block recomputed in backward {recompute:,} B)" if recompute else ")"))
         frozen = st.frozen_casts if w.checkpointing != "full" else 0
-        recompute = one_layer if w.checkpointing == "full" else 0
-        activation_peak = max(acts, acts - head_saved + recompute) + frozen
+        # saved in forward and kept into backward; a checkpointed block's recomputation happens in
+        # backward and counts as a temporary
+        activation_peak = acts + frozen
         layer_act = one_layer
         master = st.master + st.autocast
     else:

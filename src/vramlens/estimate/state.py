@@ -72,7 +72,14 @@ def autocast_copies(spec: ModelSpec, w: Workload) -> tuple[int, int]:
     adapters = sum(lin.count * (round_up(w.lora_rank * lin.in_features * half, BLOCK)
                                 + round_up(w.lora_rank * lin.out_features * half, BLOCK)) for lin in shape.targets)
     frozen = sum(round_up(n * half, BLOCK) for n in weights)
-    return adapters, frozen
+    # the first block's frozen linears up to the first adapter see inputs that need no gradient
+    from vramlens.estimate.activations import linear_groups, untracked_before_first_adapter
+
+    _, early = untracked_before_first_adapter(spec, w, 1, 1)
+    sizes = {t.name.removesuffix(".weight"): t.numel for t in spec.tensors}
+    for g in early:
+        frozen -= sum(round_up(sizes.get(path, 0) * half, BLOCK) for path, _ in linear_groups(spec).get(g, ()))
+    return adapters, max(0, frozen)
 
 
 @dataclass(frozen=True, slots=True)
