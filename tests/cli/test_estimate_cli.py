@@ -62,3 +62,22 @@ def test_argparse_rejects_unknown_dtype(capsys):
         main(["estimate", "llama-2-7b", "--dtype", "fp12"])
     assert e.value.code == 2
     assert "invalid choice: 'fp12'" in capsys.readouterr().err
+
+
+def test_missing_config_file_says_no_such_file(capsys):
+    code, out, err = run(capsys, "estimate", "./nope/config.json")
+    assert code == 2
+    assert err.strip() == ("error: no such file or folder: './nope/config.json': pass an existing config.json or "
+                           "model folder, a catalog name (vramlens models) or a hub id")
+
+
+def test_fit_effective_batch_is_for_training(capsys):
+    code, out, err = run(capsys, "fit", "gpt2", "--gpu", "T4", "--effective-batch", "8")
+    assert code == 2
+    assert "effective_batch=8 applies to training" in err
+
+
+def test_trace_timeline_needs_jsonl_or_csv(capsys, tmp_path):
+    code, out, err = run(capsys, "trace", "gpt2", "--timeline", str(tmp_path / "x.txt"))
+    assert code == 2
+    assert "must end in .jsonl (JSON lines) or .csv" in err

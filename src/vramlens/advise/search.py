@@ -316,6 +316,9 @@ def search(
         ranked, closest, n_eval, n_valid, n_fit = _search_training(s, base, total, gpus, c, effective_batch, max_plans,
                                                                     progress)
     else:
+        if effective_batch is not None:
+            raise InputError(f"effective_batch={effective_batch} applies to training (it fixes batch x grad-accum x "
+                             "data-parallel GPUs): drop it or use --mode train")
         ranked, closest, n_eval, n_valid, n_fit = _search_inference(s, base, total, gpus, c, max_plans, progress)
     plans = tuple(_plan(s, w, base) for w in ranked)
     closest_plan = None if plans or closest is None else _plan(s, closest, base)

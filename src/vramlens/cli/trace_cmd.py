@@ -71,6 +71,12 @@ def add_parser(sub) -> argparse.ArgumentParser:
     return p
 
 
+def _is_path(text: str) -> bool:
+    from pathlib import Path
+
+    return Path(text).exists()
+
+
 def run(args: argparse.Namespace) -> int:
     from vramlens.errors import InputError
     from vramlens.trace import trace, write_timeline
@@ -89,10 +95,19 @@ def run(args: argparse.Namespace) -> int:
         from pathlib import Path
 
         where = Path(args.timeline)
+        if where.suffix.lower() not in (".jsonl", ".csv"):
+            raise InputError(f"timeline={args.timeline!r}: the file must end in .jsonl (JSON lines) or .csv")
         if where.is_dir() or not (where.parent if str(where.parent) else Path(".")).is_dir():
             raise InputError(f"cannot write timeline {args.timeline!r}: "
                              f"{'it is a folder' if where.is_dir() else 'its folder does not exist'}: "
                              "choose a .jsonl or .csv file in a folder that exists")
+    if ":" in args.model and not _is_path(args.model):
+        # package.module:factory is imported like `python -m` would: from the current folder too
+        import os
+        import sys
+
+        if os.getcwd() not in sys.path:
+            sys.path.insert(0, os.getcwd())
     backend = "real-cpu" if args.real_cpu else "cuda" if args.cuda else "fake"
     bar = progress_bar(f"tracing {args.model}", enabled=not (args.quiet or args.json), delay=0)
     if bar is not None:

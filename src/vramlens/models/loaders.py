@@ -74,6 +74,9 @@ def load_model(
     if not name:
         raise InputError("model='' is empty: pass a catalog name, a path or a hub id")
     path = Path(name).expanduser()
+    if not path.exists() and (name.endswith(".json") or name.startswith(("./", "../", "/", "~"))):
+        raise ModelSourceError(f"no such file or folder: {name!r}: pass an existing config.json or model folder, "
+                               "a catalog name (vramlens models) or a hub id")
     if path.is_file() or (path / "config.json").is_file():
         return _load_path_cached(str(path.resolve()), _stamp(path))
     if path.is_dir() and catalog_spec(name) is None and not hub.is_hub_id(name):
