@@ -104,7 +104,6 @@ def run(args: argparse.Namespace) -> int:
     if ":" in args.model and not _is_path(args.model):
         # package.module:factory is imported like `python -m` would: from the current folder too
         import os
-        import sys
 
         if os.getcwd() not in sys.path:
             sys.path.insert(0, os.getcwd())
