@@ -173,10 +173,20 @@ def lora_shape(spec: ModelSpec, targets: tuple[str, ...]) -> LoraShape:
     )
 
 
+_LORA_BYTES: dict = {}
+
+
 def lora_rounded_bytes(shape: LoraShape, r: int, bytes_per_elem: int) -> int:
-    """Adapter bytes with each A and B rounded to the allocator's 512-byte blocks."""
+    """Adapter bytes with each A and B rounded to the allocator's 512-byte blocks (memoized)."""
+    key = (id(shape), r, bytes_per_elem)
+    hit = _LORA_BYTES.get(key)
+    if hit is not None and hit[0] is shape:
+        return hit[1]
     total = 0
     for lin in shape.targets:
         total += lin.count * round_up(r * lin.in_features * bytes_per_elem, BLOCK)
         total += lin.count * round_up(r * lin.out_features * bytes_per_elem, BLOCK)
+    if len(_LORA_BYTES) > 4096:
+        _LORA_BYTES.clear()
+    _LORA_BYTES[key] = (shape, total)
     return total

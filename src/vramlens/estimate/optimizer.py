@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from math import ceil
 
-from vramlens.estimate.inventory import BLOCK, lora_shape, summarize
+from vramlens.estimate.inventory import BLOCK, lora_rounded_bytes, lora_shape, summarize
 from vramlens.models.spec import ModelSpec
 from vramlens.units import DTYPE_BYTES, round_up
 from vramlens.workload import Workload
@@ -50,12 +50,7 @@ def gradient_bytes(spec: ModelSpec, w: Workload, trainable: int) -> int:
         b = param_dtype_bytes(w)
         return summarize(spec).param_bytes_at.get(b, round_up(trainable * b, BLOCK))
     shape = lora_shape(spec, tuple(w.lora_targets))
-    return _rounded_lora(shape, w.lora_rank, 4)
-
-
-def _rounded_lora(shape, r: int, b: int) -> int:
-    return sum(lin.count * (round_up(r * lin.in_features * b, BLOCK) + round_up(r * lin.out_features * b, BLOCK))
-               for lin in shape.targets)
+    return lora_rounded_bytes(shape, w.lora_rank, 4)
 
 
 def master_bytes(spec: ModelSpec, w: Workload, trainable: int) -> int:
@@ -75,7 +70,7 @@ def optimizer_state_bytes(spec: ModelSpec, w: Workload, trainable: int) -> tuple
         if w.method == "full":
             one = summarize(spec).param_bytes_at.get(state_b, round_up(trainable * state_b, BLOCK))
         else:
-            one = _rounded_lora(lora_shape(spec, tuple(w.lora_targets)), w.lora_rank, state_b)
+            one = lora_rounded_bytes(lora_shape(spec, tuple(w.lora_targets)), w.lora_rank, state_b)
         return k * one, f"{k} state(s) x {trainable:,} params x {state_b} B"
     if opt == "adafactor":
         if w.method == "full":
@@ -114,7 +109,7 @@ def optimizer_step_temporary(spec: ModelSpec, w: Workload, trainable: int) -> tu
         if w.method == "full":
             one = summarize(spec).param_bytes_at.get(state_b, round_up(trainable * state_b, BLOCK))
         else:
-            one = _rounded_lora(lora_shape(spec, tuple(w.lora_targets)), w.lora_rank, state_b)
+            one = lora_rounded_bytes(lora_shape(spec, tuple(w.lora_targets)), w.lora_rank, state_b)
         return one, "foreach Adam: sqrt(exp_avg_sq) for every parameter at once"
     if w.optimizer in ("sgd", "sgd-momentum"):
         return 0, "SGD updates in place"

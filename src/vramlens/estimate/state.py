@@ -76,10 +76,16 @@ def autocast_copies(spec: ModelSpec, w: Workload) -> tuple[int, int]:
     from vramlens.estimate.activations import linear_groups, untracked_before_first_adapter
 
     _, early = untracked_before_first_adapter(spec, w, 1, 1)
-    sizes = {t.name.removesuffix(".weight"): t.numel for t in spec.tensors}
-    for g in early:
-        frozen -= sum(round_up(sizes.get(path, 0) * half, BLOCK) for path, _ in linear_groups(spec).get(g, ()))
+    if early:
+        sizes = _numel_by_path(spec)
+        for g in early:
+            frozen -= sum(round_up(sizes.get(path, 0) * half, BLOCK) for path, _ in linear_groups(spec).get(g, ()))
     return adapters, max(0, frozen)
+
+
+@_identity_cache
+def _numel_by_path(spec: ModelSpec) -> dict[str, int]:
+    return {t.name.removesuffix(".weight"): t.numel for t in spec.tensors}
 
 
 @dataclass(frozen=True, slots=True)

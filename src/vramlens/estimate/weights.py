@@ -23,7 +23,14 @@ from __future__ import annotations
 
 from math import ceil
 
-from vramlens.estimate.inventory import BLOCK, float_bytes, lora_rounded_bytes, lora_shape, summarize
+from vramlens.estimate.inventory import (
+    BLOCK,
+    _identity_cache,
+    float_bytes,
+    lora_rounded_bytes,
+    lora_shape,
+    summarize,
+)
 from vramlens.models.spec import ModelSpec
 from vramlens.units import DTYPE_BYTES, round_up
 from vramlens.workload import Workload
@@ -68,12 +75,20 @@ def weight_dtype_bytes(w: Workload) -> int:
 
 def base_weight_bytes(spec: ModelSpec, w: Workload) -> tuple[int, str]:
     """Bytes of the model's own parameters and buffers on the GPU, and the formula used."""
-    s = summarize(spec)
     b = weight_dtype_bytes(w)
     quant = w.quantized
+    total, q = _base_bytes(spec, b, quant)
     if quant is None:
-        total = float_bytes(spec, b) + s.fixed_bytes
-        return total, f"{s.params:,} params x {b} B ({w.dtype if w.method != 'qlora' else w.compute_dtype})"
+        return total, f"{summarize(spec).params:,} params x {b} B ({w.dtype if w.method != 'qlora' else w.compute_dtype})"
+    return total, f"{quant} linear weights ({q:,} B) + the rest at {b} B (embeddings, norms, biases, lm_head)"
+
+
+@_identity_cache
+def _base_bytes(spec: ModelSpec, b: int, quant: str | None) -> tuple[int, int]:
+    """(all weight bytes, the quantized linears' bytes) at b bytes per unquantized element."""
+    s = summarize(spec)
+    if quant is None:
+        return float_bytes(spec, b) + s.fixed_bytes, 0
     # quantized linears replace their full-precision bytes; everything else stays at b bytes
     full = 0
     q = 0
@@ -85,8 +100,7 @@ def base_weight_bytes(spec: ModelSpec, w: Workload) -> tuple[int, str]:
         else:
             full += round_up(lin.in_features * lin.out_features * b, BLOCK)
         q += lin.count * quantized_linear_bytes(lin.out_features, lin.in_features, quant)
-    total = float_bytes(spec, b) - full + q + s.fixed_bytes
-    return total, f"{quant} linear weights ({q:,} B) + the rest at {b} B (embeddings, norms, biases, lm_head)"
+    return float_bytes(spec, b) - full + q + s.fixed_bytes, q
 
 
 def lora_params(spec: ModelSpec, w: Workload) -> int:
