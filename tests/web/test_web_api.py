@@ -160,3 +160,13 @@ def test_fit_errors_are_422(client):
         pytest.skip("no advisor")
     r = client.get("/api/fit", params={"params": "7B", "mode": "fly", "gpu": "24GB"})
     assert r.status_code == 422 and r.json() == {"error": "mode='fly' is not one of: inference, train"}
+
+
+def test_api_takes_every_workload_flag():
+    """The API's settings are generated from the Workload, so every CLI workload flag is accepted."""
+    from dataclasses import fields
+
+    from vramlens.web.app import Settings
+    from vramlens.workload import Workload
+
+    assert {f.name for f in fields(Workload)} <= set(Settings.model_fields)

@@ -9,6 +9,7 @@ from vramlens.cli.options import (
     add_output_args,
     add_workload_args,
     print_json,
+    require_model_and_headroom,
     workload_kwargs,
 )
 
@@ -39,13 +40,9 @@ def add_parser(sub) -> argparse.ArgumentParser:
 
 
 def run(args: argparse.Namespace) -> int:
-    from vramlens.errors import InputError
     from vramlens.estimate import estimate
 
-    if args.model is None and args.params is None:
-        raise InputError("give a MODEL (a catalog name, hub id or config.json) or --params SIZE (e.g. --params 7B)")
-    if not 0 <= args.headroom < 1:
-        raise InputError(f"headroom={args.headroom} must be in [0, 1): e.g. --headroom 0.1 keeps 10% free")
+    require_model_and_headroom(args)
     est = estimate(args.model, gpu=args.gpu, params=args.params, headroom=args.headroom, **workload_kwargs(args))
     if getattr(args, "html", None):
         from vramlens.report.html import write_estimate_html

@@ -11,6 +11,7 @@ from vramlens.cli.options import (
     add_output_args,
     add_workload_args,
     print_json,
+    require_model_and_headroom,
     workload_kwargs,
 )
 from vramlens.cli.render import add_file_args, progress_bar, show, wants_files, write_files
@@ -87,10 +88,7 @@ def run(args: argparse.Namespace) -> int:
     from vramlens.advise.cost import DEFAULT_NETWORK_BYTES_S, Links
     from vramlens.errors import InputError
 
-    if args.model is None and args.params is None:
-        raise InputError("give a MODEL (a catalog name, hub id or config.json) or --params SIZE (e.g. --params 7B)")
-    if not 0 <= args.headroom < 1:
-        raise InputError(f"headroom={args.headroom} must be in [0, 1): e.g. --headroom 0.1 keeps 10% free")
+    require_model_and_headroom(args)
     if args.top < 1 or args.plan < 1:
         raise InputError(f"--top {args.top} / --plan {args.plan}: both must be >= 1")
     if args.nodes < 1:

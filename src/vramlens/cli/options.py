@@ -78,3 +78,14 @@ def add_output_args(p: argparse.ArgumentParser) -> None:
 def print_json(obj: Any) -> None:
     json.dump(obj, sys.stdout, indent=2)
     sys.stdout.write("\n")
+
+
+def require_model_and_headroom(args: argparse.Namespace) -> None:
+    """The checks every command that takes MODEL/--params and --headroom makes first."""
+    from vramlens.errors import InputError
+
+    if args.model is None and getattr(args, "params", None) is None:
+        raise InputError("give a MODEL (a catalog name, hub id or config.json) or --params SIZE (e.g. --params 7B)")
+    headroom = getattr(args, "headroom", None)
+    if headroom is not None and not 0 <= headroom < 1:
+        raise InputError(f"headroom={headroom} must be in [0, 1): e.g. --headroom 0.1 keeps 10% free")

@@ -9,6 +9,7 @@ from vramlens.cli.options import (
     add_output_args,
     add_workload_args,
     print_json,
+    require_model_and_headroom,
     workload_kwargs,
 )
 from vramlens.cli.render import add_file_args, show, wants_files, write_files
@@ -124,8 +125,7 @@ def run(args: argparse.Namespace) -> int:
     from vramlens.units import parse_size
     from vramlens.workload import make_workload
 
-    if args.model is None and args.params is None:
-        raise InputError("give a MODEL (a catalog name, hub id or config.json) or --params SIZE (e.g. --params 7B)")
+    require_model_and_headroom(args)
     if args.model and str(args.model).endswith(".gguf"):
         if wants_files(args):
             raise InputError("--html/--svg/--png are not drawn for a GGUF split yet: use --json")

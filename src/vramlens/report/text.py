@@ -9,19 +9,8 @@ import os
 import sys
 
 from vramlens.estimate.breakdown import Breakdown
+from vramlens.report.svg import LABELS  # noqa: E402  one table of component names for every report
 from vramlens.units import GiB, human_count
-
-LABELS = {
-    "weights": "weights",
-    "master_weights": "master weights",
-    "gradients": "gradients",
-    "optimizer_states": "optimizer states",
-    "activations": "activations",
-    "kv_cache": "KV cache",
-    "temporaries": "temporaries",
-    "comm_buffers": "comm buffers",
-    "runtime": "CUDA context + workspaces",
-}
 
 
 def use_color(stream=None) -> bool:

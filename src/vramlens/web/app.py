@@ -22,7 +22,7 @@ from typing import Annotated, Any
 from fastapi import Body, FastAPI, Query, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import HTMLResponse, JSONResponse, Response
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, create_model
 
 from vramlens import __version__
 from vramlens.errors import InputError, VramlensError
@@ -42,36 +42,35 @@ _MAX_COUNT = 4096
 _MODEL_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,95}(/[A-Za-z0-9][A-Za-z0-9._-]{0,95})?$")
 
 
-class Settings(BaseModel):
-    """The flags of ``vramlens estimate``, by name (dashes as underscores)."""
+def _workload_fields() -> dict[str, Any]:
+    """Every Workload field as a query/body field with its CLI default, so the API takes exactly
+    the flags of ``vramlens estimate`` (and gains a flag when the Workload does)."""
+    from dataclasses import MISSING, fields
 
+    from vramlens.workload import Workload
+
+    out: dict[str, Any] = {}
+    for f in fields(Workload):
+        default = f.default if f.default is not MISSING else None
+        if isinstance(default, tuple):  # lora_targets: comma-separated, as on the command line
+            out[f.name] = (str, ",".join(default))
+        elif default is None:
+            out[f.name] = (str | None, None) if f.name != "gqa_query_groups" else (int | None, None)
+        else:
+            out[f.name] = (type(default), default)
+    return out
+
+
+class _Base(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     params: str | None = Field(None, description="model size (7B) for a generic decoder when model is omitted")
     gpu: str | None = Field(None, description="GPU name from /api/gpus or a size (24GB)")
     headroom: float = Field(0.10, ge=0, lt=1, description="fraction of the GPU kept free")
-    mode: str = "inference"
-    method: str = "full"
-    dtype: str = "bf16"
-    amp: str | None = None
-    quant: str | None = None
-    optimizer: str = "adamw"
-    batch: int = 1
-    seq: int = 512
-    new_tokens: int = 0
-    grad_accum: int = 1
-    checkpointing: str = "none"
-    attention: str = "sdpa"
-    lora_rank: int = 16
-    lora_targets: str = "q_proj,v_proj"
-    gpus: int = 1
-    zero: int = 0
-    fsdp: bool = False
-    tp: int = 1
-    pp: int = 1
-    offload: str = "none"
-    kv_dtype: str | None = None
-    kv_block: int = 0
+
+
+#: The flags of ``vramlens estimate``, by name (dashes as underscores).
+Settings = create_model("Settings", __base__=_Base, **_workload_fields())
 
 
 class EstimateQuery(Settings):
