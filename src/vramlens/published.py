@@ -42,8 +42,9 @@ class Case:
 _BERT_CLS = {"architectures": ["BertForSequenceClassification"], "num_labels": 2}
 _HF_V100 = dict(gpu="V100-16GB", cuda="11.2", lazy_loading=False)  # driver 460.91.03, CUDA 11.2 (the source)
 # transformers ~4.16 (Jan 2022): the Trainer's default optimizer was transformers.AdamW ("adamw_hf"),
-# a per-parameter Python loop, and BERT's attention was eager
-_TRAIN = dict(mode="train", batch=4, seq=512, attention="eager", dtype="fp32", optimizer_impl="loop")
+# a per-parameter Python loop; BERT's attention was eager; and model.zero_grad() zeroed the
+# gradients in place (set_to_none=False, PyTorch 1.x's default), so they stay allocated
+_TRAIN = dict(mode="train", batch=4, seq=512, attention="eager", dtype="fp32", optimizer_impl="loop", keep_grads=True)
 
 CASES: dict[str, Case] = {
     "hf-anatomy-cuda-context": Case(None, figure="context", **_HF_V100),

@@ -55,6 +55,7 @@ class Workload:
     seq: int = 512
     new_tokens: int = 0
     grad_accum: int = 1
+    keep_grads: bool = False
     checkpointing: str = "none"
     attention: str = "sdpa"
     lora_rank: int = 16

@@ -31,7 +31,8 @@ from vramlens.models.spec import ModelSpec
 from vramlens.workload import Workload
 
 #: The fields of a training Workload that the state part reads (grad_accum enters through the split).
-STATE_FIELDS = ("mode", "method", "dtype", "amp", "quant", "optimizer", "optimizer_impl", "lora_rank", "lora_targets",
+STATE_FIELDS = ("mode", "method", "dtype", "amp", "quant", "optimizer", "optimizer_impl", "keep_grads", "lora_rank",
+                "lora_targets",
                 "lora_dropout", "gpus", "zero", "fsdp", "fsdp_strategy", "tp", "pp", "offload")
 
 

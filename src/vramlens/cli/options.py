@@ -49,6 +49,9 @@ def add_workload_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--seq", type=_positive, default=512, help="sequence length / prompt tokens (default 512)")
     g.add_argument("--new-tokens", type=_positive, default=0, help="tokens to generate (inference)")
     g.add_argument("--grad-accum", type=_positive, default=1, help="gradient accumulation steps")
+    g.add_argument("--keep-grads", action="store_true",
+                   help="gradients stay allocated between steps (zero_grad(set_to_none=False), the default "
+                        "before PyTorch 2.0); by default they are freed (set_to_none=True)")
     g.add_argument("--checkpointing", choices=W.CHECKPOINTING, default="none", help="gradient checkpointing")
     g.add_argument("--attention", choices=W.ATTENTION, default="sdpa", help="attention kernel (default sdpa)")
     g.add_argument("--lora-rank", type=_positive, default=16, help="LoRA rank r (default 16)")

@@ -11,7 +11,8 @@ Phases (steady state, step 2 onwards, when the optimizer states exist; step 1 is
 higher because its states are created inside its optimizer step):
 
 * forward / loss: persistent + activations of all local blocks + the loss' logits peak
-  (+ gradients already accumulated when ``grad_accum > 1``) + autocast's weight copies
+  (+ the gradients when they accumulate, ``grad_accum > 1``, or are zeroed but kept,
+  ``zero_grad(set_to_none=False)``) + autocast's weight copies
   (kept through backward by autograd, except under checkpointing);
 * backward: it starts with every activation alive plus the loss' two fp32 gradient buffers
   (``nll_loss_backward`` and ``_log_softmax_backward_data``, b*s*V each), then the output
@@ -113,6 +114,7 @@ class TrainState:
     gather_block: int = 0  # FSDP2/ZeRO-3: one block's unsharded parameters (B)
     gather_root: int = 0   # FSDP2/ZeRO-3: the root's unsharded parameters (R)
     gather_kept: bool = False  # FSDP2 shard-grad-op: every block stays gathered from forward to backward
+    keep_grads: bool = False   # zero_grad(set_to_none=False): gradients alive through the next forward
     notes: tuple[str, ...] = ()
     explain: dict = field(default_factory=dict, compare=False)
     runtime_explain: str = ""
@@ -198,7 +200,8 @@ def train_state(spec: ModelSpec, w: Workload, gpu: GPU | None) -> TrainState:
         workspace=rt.workspace_bytes, outside=rt.outside_allocator_bytes, reserve_base=reserve_base,
         reserve_floor=reserve_floor, reserve_persistent=weights + master + opt + comm + grads,
         gather_block=gather_block, gather_root=gather_root,
-        gather_kept=sharded3 and w.fsdp and w.fsdp_strategy == "shard-grad-op", notes=tuple(notes), explain=explain, runtime_explain=rt.explain,
+        gather_kept=sharded3 and w.fsdp and w.fsdp_strategy == "shard-grad-op", keep_grads=w.keep_grads,
+        notes=tuple(notes), explain=explain, runtime_explain=rt.explain,
     )
 
 
@@ -213,7 +216,8 @@ def train_phases(st: TrainState, acts: int, one: int, loss_tmp: int, head_saved:
         head_saved: what the loss saves for backward (the fp32 log_softmax output).
         logits: the logits' bytes in the compute dtype (their gradient enters the output layer's backward).
     """
-    gfwd = st.grads if grad_accum > 1 else 0
+    # gradients exist during forward when they accumulate, or when zero_grad keeps them (set_to_none=False)
+    gfwd = st.grads if (grad_accum > 1 or st.keep_grads) else 0
     ckpt = checkpointing == "full"
     # autocast's copies: all of them during forward; through backward only when autograd keeps
     # them (without checkpointing); checkpointed blocks run forward under no_grad, so the copies

@@ -2,7 +2,7 @@
 
 Training step (repeated ``steps`` times, at least two so step 1, where the optimizer creates
 its state, and the steady state both show): forward (under autocast with ``--amp``), the
-loss, backward, the optimizer step, ``zero_grad(set_to_none=True)``. Inference: a prefill
+loss, backward, the optimizer step, ``zero_grad(set_to_none=not keep_grads)``. Inference: a prefill
 over ``seq`` tokens with the model's own DynamicCache, then ``new_tokens`` decode steps of one
 token each (``logits_to_keep=1`` as ``generate`` does); with ``new_tokens=0`` one forward
 over the whole sequence (all logits).
@@ -235,12 +235,12 @@ class Runner:
                         p.grad = None
                 opt.step()
                 self._mark_optimizer(opt)
-                opt.zero_grad(set_to_none=True)
+                opt.zero_grad(set_to_none=not wl.keep_grads)
                 if master is not None:
                     with torch.no_grad():
                         for m, p in zip(master, trainable):
                             p.copy_(m)
-            else:
+            elif not wl.keep_grads:
                 for p in trainable:
                     p.grad = None
             del inputs
