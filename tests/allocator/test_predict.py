@@ -1,7 +1,6 @@
 """Reserved and nvidia-smi predictions, and the published cases whose figure is NVML or reserved."""
 
 import json
-from pathlib import Path
 
 import pytest
 
@@ -11,11 +10,11 @@ from vramlens.allocator.predict import (
     predict_device_total,
     predict_published_case,
 )
+from vramlens.cli.validate import bundled_cases_path
 from vramlens.hardware.runtime import EAGER_CONTEXT_CUDA_11_0_BYTES, LAZY_CONTEXT_CUDA_12_BYTES
 
 MiB = 1024 * 1024
-CASES = {c["id"]: c for c in json.loads(
-    (Path(__file__).resolve().parents[3] / "shared" / "validation" / "published-cases.json").read_text())}
+CASES = {c["id"]: c for c in json.loads(bundled_cases_path().read_text())}
 
 
 def test_prediction_adds_reserved_and_context():

@@ -1,8 +1,8 @@
 import json
-from pathlib import Path
 
 import pytest
 
+from vramlens.cli.validate import bundled_cases_path
 from vramlens.errors import InputError
 from vramlens.hardware import get_gpu
 from vramlens.hardware.runtime import (
@@ -16,7 +16,7 @@ from vramlens.hardware.runtime import (
 )
 from vramlens.units import GiB, MiB
 
-CASES = Path(__file__).resolve().parents[3] / "shared" / "validation" / "published-cases.json"
+CASES = bundled_cases_path()  # the published cases bundled with vramlens (src/vramlens/data)
 
 
 def test_cublas_constants_follow_the_source():
