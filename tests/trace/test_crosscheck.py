@@ -18,18 +18,13 @@ def _key(r):
 #: Disagreements still open, each with what causes it. The test below fails on any other
 #: disagreement, and on a listed one that no longer disagrees (so the list only shrinks).
 KNOWN_GAPS: dict[tuple, tuple[str, ...]] = {
-    # BERT, LoRA under autocast: the first block's frozen q/k/v see embeddings that need no
-    # gradient and keep nothing, which the estimate models for decoders' norms and casts but
-    # not for BERT's post-norm layout (1/L of a block: 11% at 2 layers, under 1% at 24)
+    # LoRA under autocast with eager attention, post-norm BERT and T5: the estimate keeps about
+    # 11% more activations than the trace shows (the llama-family rows of the same workload agree)
     ("bert-base-uncased", "train", "lora", "eager", "none", "bf16"): ("activations",),
-    # T5 plain forward: the returned EncoderDecoderCache is a KV cache to the estimate and
-    # activations to the trace (no decode step): same bytes, other component
-    ("t5-small", "inference", "full", "sdpa", "none", None): ("activations", "kv_cache"),
-    # T5: the decoder's self-attention cache is filled in training too (use_cache=True) and its
-    # cross-attention keys/values are recomputed per block; not modelled yet
-    ("t5-small", "train", "full", "eager", "full", "bf16"): ("activations",),
-    ("t5-small", "train", "lora", "sdpa", "full", None): ("activations", "temporaries"),
     ("t5-small", "train", "lora", "eager", "none", "bf16"): ("peak", "activations"),
+    # T5 with LoRA and checkpointing: the loss backward in bf16 holds more than its two b*s*V
+    # buffers (the trace's temporaries are 39% above them); not modelled yet
+    ("t5-small", "train", "lora", "sdpa", "full", None): ("temporaries",),
 }
 
 

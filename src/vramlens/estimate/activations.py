@@ -177,7 +177,7 @@ def untracked_before_first_adapter(spec: ModelSpec, w: Workload, b: int, s: int)
         (bytes the first block's attention-input norm would otherwise keep, the linear groups
         of the first block whose frozen weight casts are not kept).
     """
-    if w.method == "full" or spec.kind == "encoder-decoder":
+    if w.method == "full":
         return 0, ()
     groups = []
     for g in GROUP_ORDER:
@@ -190,7 +190,9 @@ def untracked_before_first_adapter(spec: ModelSpec, w: Workload, b: int, s: int)
     c = DTYPE_BYTES[w.compute_dtype]
     r = 4 if w.dtype == "fp32" else c
     own = _norm_saved(spec.norm, spec.hidden_size, t, r, c, 0, False, False)
-    return own, tuple(groups)
+    # an encoder-decoder has two first blocks fed by frozen embeddings (the decoder's own inputs)
+    stacks = 2 if spec.kind == "encoder-decoder" else 1
+    return stacks * own, tuple(groups) * stacks
 
 
 def _lora_saved(spec: ModelSpec, w: Workload, D: Dims, t: int, c: int) -> int:
@@ -384,6 +386,13 @@ def model_level_saved(spec: ModelSpec, w: Workload, b: int, s: int) -> int:
     total += _norm_saved(spec.norm, spec.hidden_size, t, r, c, 1, w.amp is not None and w.dtype == "fp32")
     if spec.kind == "encoder-decoder":
         total += _norm_saved(spec.norm, spec.hidden_size, t, r, c, 1, False)  # encoder final norm
+    if spec.position == "relative" and w.checkpointing == "full":
+        # T5 computes its position biases (1, a, s, s) once per stack and hands them to every
+        # checkpointed block, which keeps them as inputs: the encoder's, the decoder's self- and
+        # cross-attention's (the bias embedding's dtype: the weights', autocast does not cast it)
+        bias_b = DTYPE_BYTES[w.dtype] if w.method == "full" else DTYPE_BYTES[w.compute_dtype]
+        n_bias = 3 if spec.kind == "encoder-decoder" else 1
+        total += n_bias * _r(bias_b * spec.n_heads * s * s)
     if spec.architecture.endswith("ForMaskedLM"):
         # BERT's prediction head transform over every token: dense output (kept by the activation),
         # activation output and the LayerNorm (input, stats, output kept by the decoder)

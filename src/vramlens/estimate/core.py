@@ -125,7 +125,8 @@ def _activation_totals(spec: ModelSpec, w: Workload, sp: Split) -> tuple[int, in
             formula += " (selective: attention scores recomputed)"
     kept = int(kept * frac) * inflight
     model_level = A.model_level_saved(spec, w, b, s)
-    model_level -= A.untracked_before_first_adapter(spec, w, b, s)[0]
+    if w.checkpointing != "full":  # a checkpointed block keeps its inputs whatever needs a gradient
+        model_level -= A.untracked_before_first_adapter(spec, w, b, s)[0]
     head_saved, head_peak, head_formula = A.head_saved(spec, w, b, s)
     if not sp.has_head:
         head_saved = head_peak = 0
@@ -183,6 +184,9 @@ def estimate_spec(spec: ModelSpec, w: Workload, gpu: GPU | None = None, *, headr
             logits += A._r(4 * spec.vocab_size * b)  # generate() upcasts the last logits to fp32
         # the blocks' working set is gone by the time the head computes the logits
         tail = logits + (A._r(c * spec.hidden_size * b * s) if logits else 0)
+        if logits and spec.kind == "encoder-decoder":
+            # the encoder's output (kept for cross-attention) and T5's rescaled decoder output
+            tail += 2 * A._r(c * spec.hidden_size * b * s)
         prefill = st.weights + kv + max(work, tail)
         decode = st.weights + kv + max(A.inference_layer_peak(spec, w, b, 1, total_tokens, tp=w.tp), logits)
         phases = (("prefill", prefill + st.workspace),) + ((("decode", decode + st.workspace),) if w.new_tokens else ())

@@ -265,7 +265,11 @@ class Runner:
             if not built.is_hf or not wl.new_tokens:
                 rec.set_phase("prefill", 1)
                 out = self._forward(built, inputs)
-                del out
+                # a plain forward with use_cache (transformers' default) returns a cache: tag it as one
+                cache = _out_cache(out) if built.is_hf else None
+                if cache is not None:
+                    rec.mark(_cache_tensors(cache), "kv_cache")
+                del out, cache
                 return
             from transformers import DynamicCache, EncoderDecoderCache
 
