@@ -17,17 +17,7 @@ def _key(r):
 
 #: Disagreements still open, each with what causes it. The test below fails on any other
 #: disagreement, and on a listed one that no longer disagrees (so the list only shrinks).
-KNOWN_GAPS: dict[tuple, tuple[str, ...]] = {
-    # LoRA under autocast with eager attention, post-norm BERT and T5: the estimate keeps about
-    # 11% more activations than the trace shows (the llama-family rows of the same workload agree)
-    ("bert-base-uncased", "train", "lora", "eager", "none", "bf16"): ("activations",),
-    ("t5-small", "train", "lora", "eager", "none", "bf16"): ("peak", "activations"),
-    # T5 with LoRA and checkpointing: the loss backward in bf16 holds more than its two b*s*V
-    # buffers (the trace's temporaries are 39% above them); not modelled yet
-    ("t5-small", "train", "lora", "sdpa", "full", None): ("temporaries",),
-    # T5 with LoRA in bf16: the trace keeps about 11% more activations (not yet traced to an op)
-    ("t5-small", "train", "lora", "sdpa", "none", None): ("peak", "activations"),
-}
+KNOWN_GAPS: dict[tuple, tuple[str, ...]] = {}
 
 
 def disagreements(rows) -> dict[tuple, set[str]]:

@@ -99,6 +99,11 @@ class LayerActivations:
     checkpoint_input: int  # what full checkpointing keeps instead (the block's input)
 
 
+def norm_kind(spec: ModelSpec) -> str:
+    """The norm as its saved tensors go: "layernorm", "rmsnorm" (Llama-style) or "t5norm"."""
+    return "t5norm" if spec.model_type in ("t5", "mt5", "umt5") else spec.norm
+
+
 def _norm_saved(kind: str, h: int, t: int, r: int, c: int, consumers: int, casts: bool,
                 weight_trained: bool = True) -> int:
     """What a norm and the linears reading its output keep.
@@ -106,15 +111,19 @@ def _norm_saved(kind: str, h: int, t: int, r: int, c: int, consumers: int, casts
     RMSNorm (HF LlamaRMSNorm): ``x.to(float32)`` (kept by ``pow``), the normalized tensor cast
     back to the input dtype (kept by ``weight * x`` for the weight's gradient, so only when the
     norm is trained), and the output (kept by the linears that train their weights).
-    LayerNorm (``native_layer_norm``): its input and fp32 mean/rstd (b*s each).
+    T5LayerNorm (``t5norm``) also keeps its half-precision input, which it scales by the fp32
+    rsqrt. LayerNorm (``native_layer_norm``): its input and fp32 mean/rstd (b*s each).
     Under autocast each consuming linear that trains keeps its own cast of the output.
 
     Args:
         consumers: linears reading the output that keep their input (their weight is trained:
             all of them in full fine-tuning, the LoRA-adapted ones under LoRA).
     """
-    if kind == "rmsnorm":
+    if kind in ("rmsnorm", "t5norm"):
         own = _r(4 * h * t)  # the fp32 input (the input itself when it is fp32)
+        if kind == "t5norm" and r != 4:
+            # T5LayerNorm multiplies the input as it came (not its fp32 copy) by rsqrt(variance)
+            own += _r(r * h * t)
         if weight_trained:
             own += _r(r * h * t) if r != 4 else _r(4 * h * t)
     else:
@@ -189,7 +198,7 @@ def untracked_before_first_adapter(spec: ModelSpec, w: Workload, b: int, s: int)
     t = b * s
     c = DTYPE_BYTES[w.compute_dtype]
     r = 4 if w.dtype == "fp32" else c
-    own = _norm_saved(spec.norm, spec.hidden_size, t, r, c, 0, False, False)
+    own = _norm_saved(norm_kind(spec), spec.hidden_size, t, r, c, 0, False, False)
     # an encoder-decoder has two first blocks fed by frozen embeddings (the decoder's own inputs)
     stacks = 2 if spec.kind == "encoder-decoder" else 1
     return stacks * own, tuple(groups) * stacks
@@ -247,7 +256,7 @@ def layer_activations(spec: ModelSpec, w: Workload, b: int, s: int, *, cross_s: 
     quad = 0
 
     # --- attention input norm (pre-norm) / post-norm after attention ---------------------------------
-    total += _norm_saved(spec.norm, D.h, t, r, c, qkv_consumers, casts, full) // sp
+    total += _norm_saved(norm_kind(spec), D.h, t, r, c, qkv_consumers, casts, full) // sp
 
     # --- q, k, v (rotary makes new tensors; learned positions keep the projections' outputs) --------
     q = _r(c * D.a * D.d * t)
@@ -262,9 +271,7 @@ def layer_activations(spec: ModelSpec, w: Workload, b: int, s: int, *, cross_s: 
     total += q + 2 * kv_saved
     if attention == "eager" and w.checkpointing != "selective":
         probs = b * D.a * s * S
-        q_bytes = _softmax_saved(spec, probs, c, autocast)
-        if p_attn > 0:
-            q_bytes += _r(probs) + _r(c * probs)  # dropout mask (bool on CUDA) and dropped probabilities
+        q_bytes = _softmax_saved(spec, probs, c, autocast, p_attn)
         quad += q_bytes
         total += q_bytes
     elif attention != "eager":
@@ -284,22 +291,23 @@ def layer_activations(spec: ModelSpec, w: Workload, b: int, s: int, *, cross_s: 
 
     # --- cross-attention (encoder-decoder decoder blocks) ---------------------------------------------
     if cross_s:
-        total += _norm_saved(spec.norm, D.h, t, r, c, 1 if qkv_consumers else 0, casts, full) // sp
+        total += _norm_saved(norm_kind(spec), D.h, t, r, c, 1 if qkv_consumers else 0, casts, full) // sp
         total += q + 2 * _r(c * D.a * D.d * b * cross_s) + _r(c * D.a * D.d * t)
         if attention == "eager":
             probs = b * D.a * s * cross_s
-            cq = _softmax_saved(spec, probs, c, autocast)
-            if p_attn > 0:
-                cq += _r(probs) + _r(c * probs)
+            cq = _softmax_saved(spec, probs, c, autocast, p_attn)
             quad += cq
             total += cq
         else:
             total += _r(c * D.a * D.d * t) + _r(4 * b * D.a * s)
+            if spec.position == "relative":
+                # T5's cross-attention bias (zeros, (1, a, s, S)) is SDPA's attn_mask, kept for backward
+                total += _r(c * D.a * s * cross_s)
         if p_hid > 0:
             total += _r(D.h * t) // sp
 
     # --- MLP --------------------------------------------------------------------------------------
-    total += _norm_saved(spec.norm, D.h, t, r, c, mlp_consumers, casts, full) // sp
+    total += _norm_saved(norm_kind(spec), D.h, t, r, c, mlp_consumers, casts, full) // sp
     # fused MoE experts are not nn.Linear (not in linear_groups): they train only in full fine-tuning
     total += _mlp_saved(spec, D, t, c, (full and own > 0) if spec.is_moe else mlp_out_saves)
     if p_hid > 0:
@@ -307,9 +315,16 @@ def layer_activations(spec: ModelSpec, w: Workload, b: int, s: int, *, cross_s: 
     return LayerActivations(saved=total, quadratic=quad, checkpoint_input=_r(r * D.h * t) // sp)
 
 
-def _softmax_saved(spec: ModelSpec, probs: int, c: int, autocast: bool) -> int:
-    """Softmax keeps its output; an fp32 softmax (by the model or by autocast) adds the cast copy for probs @ v."""
+def _softmax_saved(spec: ModelSpec, probs: int, c: int, autocast: bool, p_drop: float = 0.0) -> int:
+    """What eager attention keeps of its b*a*s*S probabilities.
+
+    Softmax keeps its output (fp32 when the model or autocast asks for it). ``probs @ v`` keeps
+    its input in the compute dtype: the cast copy of an fp32 softmax, or with dropout the dropped
+    probabilities, whose bool mask dropout keeps (the cast copy before dropout is then not kept).
+    """
     sm = 4 if (autocast or c == 4 or spec.model_type in FP32_SOFTMAX) else c
+    if p_drop > 0:
+        return _r(sm * probs) + _r(probs) + _r(c * probs)
     return _r(sm * probs) + (_r(c * probs) if sm != c else 0)
 
 
@@ -410,9 +425,9 @@ def model_level_saved(spec: ModelSpec, w: Workload, b: int, s: int) -> int:
     _, p_hid = dropout_probs(spec)
     if p_hid > 0:
         total += _r(spec.hidden_size * t)  # embedding dropout mask
-    total += _norm_saved(spec.norm, spec.hidden_size, t, r, c, 1, w.amp is not None and w.dtype == "fp32")
+    total += _norm_saved(norm_kind(spec), spec.hidden_size, t, r, c, 1, w.amp is not None and w.dtype == "fp32")
     if spec.kind == "encoder-decoder":
-        total += _norm_saved(spec.norm, spec.hidden_size, t, r, c, 1, False)  # encoder final norm
+        total += _norm_saved(norm_kind(spec), spec.hidden_size, t, r, c, 1, False)  # encoder final norm
     if spec.position == "relative" and w.checkpointing == "full":
         # T5 computes its position biases (1, a, s, s) once per stack and hands them to every
         # checkpointed block, which keeps them as inputs: the encoder's, the decoder's self- and

@@ -116,6 +116,9 @@ def _activation_totals(spec: ModelSpec, w: Workload, sp: Split) -> tuple[int, in
     inflight = sp.micro_batches_in_flight
     one = max(la.saved for la, _ in layers)
     if w.checkpointing == "full":
+        # the recomputed block, plus the gradients its backward holds at once: the MLP's
+        # (b*s, f) gradients of the down projection's input, the activation and its input
+        one += 3 * A._r(DTYPE_BYTES[w.compute_dtype] * max(1, spec.ffn_size // tp) * b * s)
         kept = sum(la.checkpoint_input * n for la, n in layers)
         formula = "full checkpointing: each block keeps its input (b*s*h), one block recomputed in backward"
     else:
