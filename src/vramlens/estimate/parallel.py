@@ -86,9 +86,14 @@ def comm_buffer_bytes(spec: ModelSpec, w: Workload, grad_bytes_full: int, param_
     * ZeRO-3 / FSDP: the unsharded parameters of the current and the prefetched block
       (all-gather), plus one block's unsharded gradients (reduce-scatter).
     """
-    if not w.training or w.dp <= 1:
+    if not w.training:
         return 0, ""
-    if w.shard_degree <= 1 and w.shard_stage:
+    if w.offload != "none" and w.shard_stage >= 2 and (w.dp <= 1 or w.shard_degree <= 1):
+        # ZeRO-Offload on one rank: gradients still leave the GPU through the reduce bucket
+        elems = min(500_000_000, trainable)
+        return min(elems * param_elem_bytes, grad_bytes_full), (
+            "ZeRO-Offload: gradients pass through the GPU reduce bucket (reduce_bucket_size=5e8 elements)")
+    if w.dp <= 1 or (w.shard_degree <= 1 and w.shard_stage):
         return 0, ""
     stage = w.shard_stage
     if stage == 0:
