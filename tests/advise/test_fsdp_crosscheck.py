@@ -1,14 +1,11 @@
 """The advisor's per-rank FSDP memory agrees with a traced FSDP2 rank within 5%.
 
-Needs ``vramlens.trace.fsdp.trace_fsdp`` (FSDP2 under PyTorch's fake process group, from the
-trace issue); skipped with the reason while that module is not there. The estimate's
+Uses ``vramlens.trace.fsdp.trace_fsdp`` (FSDP2 under PyTorch's fake process group). The estimate's
 peak_allocated includes the cuBLAS workspaces (allocator memory, not tensors), which a trace
 cannot see; they are taken out before comparing, as vramlens.trace.crosscheck does.
 """
 
 from __future__ import annotations
-
-import importlib.util
 
 import pytest
 from advise_specs import TINY, tiny
@@ -19,8 +16,6 @@ from vramlens.workload import Workload
 pytest.importorskip("torch", reason="FSDP cross-check needs torch (the trace extra)")
 
 
-@pytest.mark.skipif(importlib.util.find_spec("vramlens.trace.fsdp") is None,
-                    reason="vramlens.trace.fsdp (FSDP2 per-rank trace) is not implemented yet")
 @pytest.mark.parametrize("world_size, strategy", [(2, "full"), (4, "full"), (4, "shard-grad-op")])
 def test_fsdp_per_rank_estimate_within_5_percent_of_trace(world_size, strategy):
     from vramlens.estimate.runtime import runtime

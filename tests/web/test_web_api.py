@@ -156,8 +156,7 @@ def test_fit_equals_cli_fit_json(client, capsys):
 def test_fit_errors_are_422(client):
     from vramlens.web.app import advisor
 
-    if advisor() is None:
-        pytest.skip("no advisor")
+    assert advisor() is not None
     r = client.get("/api/fit", params={"params": "7B", "mode": "fly", "gpu": "24GB"})
     assert r.status_code == 422 and r.json() == {"error": "mode='fly' is not one of: inference, train"}
 

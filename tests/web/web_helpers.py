@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import pytest
-
 TINY_LLAMA = {
     "model_type": "llama",
     "architectures": ["LlamaForCausalLM"],
@@ -21,8 +19,7 @@ TINY_LLAMA = {
 
 
 def needs_model_loader():
-    """Skip while vramlens.models.load_model (catalog and hub names) is not written."""
-    import vramlens.models
+    """Catalog names resolve (vramlens.models.load_model): a failure here is a real failure."""
+    from vramlens.models import load_model
 
-    if not hasattr(vramlens.models, "load_model"):
-        pytest.skip("vramlens.models.load_model is not available yet: catalog names cannot be estimated")
+    load_model("llama-2-7b")
