@@ -95,7 +95,7 @@ def test_png_needs_cairosvg(monkeypatch):
     monkeypatch.setattr(builtins, "__import__", no_cairo)
     with pytest.raises(MissingExtraError) as e:
         svg.svg_to_png(svg.breakdown_bar({"weights": GiB}))
-    assert str(e.value) == "PNG output needs cairosvg, which is not installed: pip install cairosvg (or write --svg FILE)"
+    assert str(e.value) == "PNG output needs cairosvg, which is not installed: pip install 'vramlens[png]' (or write --svg FILE)"
 
 
 def test_png_when_cairosvg_is_installed():

@@ -404,8 +404,8 @@ def svg_to_png(svg: str, *, scale: float = 2.0) -> bytes:
         import cairosvg
     except (ImportError, OSError):  # OSError: the package is there but libcairo is not
         e = MissingExtraError("cairosvg", "png")
-        # no [png] extra is declared yet: name the package itself, and the SVG alternative
-        e.msg = "PNG output needs cairosvg, which is not installed: pip install cairosvg (or write --svg FILE)"
+        # name the SVG alternative too
+        e.msg = "PNG output needs cairosvg, which is not installed: pip install 'vramlens[png]' (or write --svg FILE)"
         e.args = (e.msg,)
         raise e from None
     return cairosvg.svg2png(bytestring=svg.encode("utf-8"), scale=scale)
