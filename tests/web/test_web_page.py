@@ -30,3 +30,14 @@ def test_serve_defaults_to_localhost():
     serve.add_parser(parser.add_subparsers())
     args = parser.parse_args(["serve"])
     assert (args.host, args.port) == ("127.0.0.1", 8000)
+
+
+def test_page_has_a_knob_for_every_workload_setting():
+    from dataclasses import fields
+
+    from vramlens.web.page import KNOBS
+    from vramlens.workload import Workload
+
+    knobs = {k[0] for k in KNOBS}
+    # lora_dropout and gqa_query_groups are API-only refinements
+    assert {f.name for f in fields(Workload)} - {"lora_dropout", "gqa_query_groups"} <= knobs

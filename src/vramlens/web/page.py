@@ -17,20 +17,25 @@ KNOBS: tuple[tuple[str, str, str, tuple | None, str], ...] = (
     ("amp", "amp", "select", ("",) + W.AMPS, ""),
     ("quant", "quant", "select", ("",) + W.QUANTS, ""),
     ("optimizer", "optimizer", "select", W.OPTIMIZERS, "adamw"),
+    ("optimizer_impl", "optimizer impl", "select", W.OPTIMIZER_IMPLS, "foreach"),
     ("batch", "batch", "number", None, "1"),
     ("seq", "seq", "number", None, "512"),
     ("new_tokens", "new tokens", "number", None, "0"),
     ("grad_accum", "grad accum", "number", None, "1"),
+    ("keep_grads", "keep grads", "check", None, "false"),
     ("checkpointing", "checkpointing", "select", W.CHECKPOINTING, "none"),
     ("attention", "attention", "select", W.ATTENTION, "sdpa"),
     ("lora_rank", "LoRA rank", "number", None, "16"),
+    ("lora_targets", "LoRA targets", "text", None, "q_proj,v_proj"),
     ("gpus", "GPUs", "number", None, "1"),
     ("zero", "ZeRO stage", "select", ("0", "1", "2", "3"), "0"),
     ("fsdp", "FSDP", "check", None, "false"),
+    ("fsdp_strategy", "FSDP strategy", "select", W.FSDP_STRATEGIES, "full"),
     ("tp", "tensor parallel", "number", None, "1"),
     ("pp", "pipeline parallel", "number", None, "1"),
     ("offload", "offload", "select", W.OFFLOAD, "none"),
     ("kv_dtype", "KV dtype", "select", ("",) + W.KV_DTYPES, ""),
+    ("kv_block", "KV block (paged)", "number", None, "0"),
     ("headroom", "headroom", "number", None, "0.1"),
 )
 
@@ -43,6 +48,8 @@ def _control(param: str, kind: str, choices: tuple | None, default: str) -> str:
         return f"<select {attrs}>{opts}</select>"
     if kind == "check":
         return f'<input type="checkbox" {attrs}>'
+    if kind == "text":
+        return f'<input type="text" {attrs} value="{escape(default)}">'
     step = ' step="0.05" min="0" max="0.95"' if param == "headroom" else ' step="1" min="0"'
     return f'<input type="number" {attrs} value="{escape(default)}"{step}>'
 
