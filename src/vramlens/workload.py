@@ -70,7 +70,6 @@ class Workload:
     offload: str = "none"
     kv_dtype: str | None = None
     kv_block: int = 0
-    gqa_query_groups: int | None = None
 
     # ---- derived ------------------------------------------------------------------------
     @property
@@ -219,7 +218,7 @@ def make_workload(**kwargs: Any) -> Workload:
         if key not in known:
             unknown.append(k)
             continue
-        if v is None and key not in ("amp", "quant", "kv_dtype", "gqa_query_groups"):
+        if v is None and key not in ("amp", "quant", "kv_dtype"):
             continue
         clean[key] = v
     if unknown:

@@ -39,5 +39,5 @@ def test_page_has_a_knob_for_every_workload_setting():
     from vramlens.workload import Workload
 
     knobs = {k[0] for k in KNOBS}
-    # lora_dropout and gqa_query_groups are API-only refinements
-    assert {f.name for f in fields(Workload)} - {"lora_dropout", "gqa_query_groups"} <= knobs
+    # lora_dropout is an API-only refinement
+    assert {f.name for f in fields(Workload)} - {"lora_dropout"} <= knobs

@@ -55,7 +55,7 @@ def _workload_fields() -> dict[str, Any]:
         if isinstance(default, tuple):  # lora_targets: comma-separated, as on the command line
             out[f.name] = (str, ",".join(default))
         elif default is None:
-            out[f.name] = (str | None, None) if f.name != "gqa_query_groups" else (int | None, None)
+            out[f.name] = (str | None, None)
         else:
             out[f.name] = (type(default), default)
     return out
