@@ -49,6 +49,7 @@ ROWS: tuple[dict[str, Any], ...] = (
     {"mode": "train", "method": "lora", "attention": "sdpa", "checkpointing": "full", "dtype": "bf16"},
     {"mode": "train", "method": "lora", "attention": "eager", "checkpointing": "none", "dtype": "fp32", "amp": "bf16"},
     {"mode": "train", "method": "lora", "attention": "sdpa", "checkpointing": "none", "dtype": "bf16"},
+    {"mode": "train", "method": "full", "attention": "eager", "checkpointing": "selective", "dtype": "bf16"},
 )
 
 BATCH, SEQ, NEW_TOKENS = 2, 128, 4
