@@ -153,9 +153,9 @@ def estimate_spec(spec: ModelSpec, w: Workload, gpu: GPU | None = None, *, headr
         peak_phase, peak_alloc = max(phases, key=lambda p: p[1])
         reserved, total = reserved_total(st, peak_alloc)
         recompute = one_layer if w.checkpointing == "full" else 0
-        temporaries = max(loss_tmp, 2 * head_saved, st.opt_tmp, recompute)
+        temporaries = max(loss_tmp, 2 * head_saved, st.opt_tmp + st.master_grads, recompute)
         explain["temporaries"] = (f"max(loss: logits + fp32 upcast {loss_tmp:,} B, loss backward: two fp32 "
-                                  f"b*s*V gradients {2 * head_saved:,} B, optimizer step {st.opt_tmp:,} B: "
+                                  f"b*s*V gradients {2 * head_saved:,} B, optimizer step {st.opt_tmp + st.master_grads:,} B: "
                                   f"{explain.pop('optimizer_step', '')}"
                                   + (f", one block recomputed in backward {recompute:,} B)" if recompute else ")"))
         frozen = st.frozen_casts if w.checkpointing != "full" else 0

@@ -8,8 +8,9 @@ Per trainable parameter (P_t of them), with p the bytes of the parameter dtype:
 * Adam/AdamW: ``exp_avg`` and ``exp_avg_sq`` in the parameter's dtype (torch/optim/adam.py
   ``torch.zeros_like(p)``), or fp32 when an fp32 master copy is kept; ``step`` is a CPU scalar.
 * SGD: none; SGD with momentum: one ``momentum_buffer``. Lion: one ``exp_avg`` (Chen et al. 2023).
-* Adafactor (Shazeer & Stern 2018; torch.optim.Adafactor): a row and a column fp32 second-moment
-  vector for each matrix (n + k), the full vector for 1-D parameters; no first moment.
+* Adafactor (Shazeer & Stern 2018; torch.optim.Adafactor): a row and a column second-moment
+  vector for each matrix (n + k) in the parameter's dtype, the full vector for 1-D parameters;
+  no first moment.
 * 8-bit Adam/AdamW (Dettmers et al. 2022, bitsandbytes ``Optimizer8bit``): two uint8 states plus
   one fp32 absmax per 256-element block (``blocksize=256``) each; tensors with fewer than
   4,096 elements (``min_8bit_size``) keep 32-bit states. Paged variants allocate the same bytes
@@ -20,7 +21,7 @@ from __future__ import annotations
 
 from math import ceil
 
-from vramlens.estimate.inventory import BLOCK, lora_rounded_bytes, lora_shape, summarize
+from vramlens.estimate.inventory import BLOCK, _identity_cache, lora_rounded_bytes, lora_shape, summarize
 from vramlens.models.spec import ModelSpec
 from vramlens.units import DTYPE_BYTES, round_up
 from vramlens.workload import Workload
@@ -53,6 +54,24 @@ def gradient_bytes(spec: ModelSpec, w: Workload, trainable: int) -> int:
     return lora_rounded_bytes(shape, w.lora_rank, 4)
 
 
+@_identity_cache
+def _adafactor_bytes(spec: ModelSpec, b: int) -> int:
+    """torch.optim.Adafactor's state (``p.new_zeros``: the parameter's dtype): for a matrix the
+    row variance (all dims but the last) and the column variance (all but the second to last);
+    for a vector the full variance; each tensor rounded to the allocator's block."""
+    total = 0
+    for t in spec.tensors:
+        if t.role == "buffer":
+            continue
+        if len(t.shape) >= 2:
+            rows = t.numel // t.shape[-1]
+            cols = t.numel // t.shape[-2]
+            total += round_up(rows * b, BLOCK) + round_up(cols * b, BLOCK)
+        else:
+            total += round_up(t.numel * b, BLOCK)
+    return total
+
+
 def master_bytes(spec: ModelSpec, w: Workload, trainable: int) -> int:
     if not has_master_copy(w):
         return 0
@@ -74,12 +93,15 @@ def optimizer_state_bytes(spec: ModelSpec, w: Workload, trainable: int) -> tuple
         return k * one, f"{k} state(s) x {trainable:,} params x {state_b} B"
     if opt == "adafactor":
         if w.method == "full":
-            s = summarize(spec)
-            elems = s.matrix_dims + s.vector_numel
+            total = _adafactor_bytes(spec, state_b)
         else:
             shape = lora_shape(spec, tuple(w.lora_targets))
-            elems = shape.count * 2 * w.lora_rank + shape.sum_k + shape.sum_n
-        return elems * 4, "Adafactor: fp32 row + column second moments per matrix (n + k)"
+            r = w.lora_rank
+            # A is (r, k): rows r + columns k; B is (n, r): rows n + columns r
+            total = sum(lin.count * (round_up(r * state_b, BLOCK) + round_up(lin.in_features * state_b, BLOCK)
+                                     + round_up(lin.out_features * state_b, BLOCK) + round_up(r * state_b, BLOCK))
+                        for lin in shape.targets)
+        return total, f"Adafactor: row + column second moments per matrix (n + k) at {state_b} B"
     if opt in ("adamw-8bit", "paged-adamw-8bit"):
         s = summarize(spec)
         if w.method == "full":

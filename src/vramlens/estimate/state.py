@@ -18,7 +18,8 @@ higher because its states are created inside its optimizer step):
   (``nll_loss_backward`` and ``_log_softmax_backward_data``, b*s*V each), then the output
   layer's backward (the logits' gradient and its weight gradient); under full checkpointing the head's saved tensors are gone before the last
   block is recomputed; it ends with all gradients and one recomputed block;
-* optimizer: persistent + gradients + the optimizer's temporaries (autocast copies are gone).
+* optimizer: persistent + gradients + the optimizer's temporaries (autocast copies are gone);
+  with an fp32 master copy, the gradients' fp32 copies the step runs on.
 """
 
 from __future__ import annotations
@@ -115,6 +116,7 @@ class TrainState:
     gather_root: int = 0   # FSDP2/ZeRO-3: the root's unsharded parameters (R)
     gather_kept: bool = False  # FSDP2 shard-grad-op: every block stays gathered from forward to backward
     keep_grads: bool = False   # zero_grad(set_to_none=False): gradients alive through the next forward
+    master_grads: int = 0      # fp32 copies of the gradients for the fp32 master weights, made for the step
     notes: tuple[str, ...] = ()
     explain: dict = field(default_factory=dict, compare=False)
     runtime_explain: str = ""
@@ -137,6 +139,9 @@ def train_state(spec: ModelSpec, w: Workload, gpu: GPU | None) -> TrainState:
     grads_full = O.gradient_bytes(spec, w, trainable)
     grads = int(grads_full * sp.gradients)
     master = int(O.master_bytes(spec, w, trainable) * sp.optimizer)
+    # mixed precision with an fp32 master copy: the optimizer steps on fp32 gradients, converted
+    # from the half ones for the step (DeepSpeed's fp32 gradient partition, apex's master grads)
+    master_grads = master
     opt_full, opt_formula = O.optimizer_state_bytes(spec, w, trainable)
     opt = int(opt_full * sp.optimizer)
     opt_tmp_full, opt_tmp_formula = O.optimizer_step_temporary(spec, w, trainable)
@@ -201,6 +206,7 @@ def train_state(spec: ModelSpec, w: Workload, gpu: GPU | None) -> TrainState:
         reserve_floor=reserve_floor, reserve_persistent=weights + master + opt + comm + grads,
         gather_block=gather_block, gather_root=gather_root,
         gather_kept=sharded3 and w.fsdp and w.fsdp_strategy == "shard-grad-op", keep_grads=w.keep_grads,
+        master_grads=master_grads if (w.training and w.offload == "none") else 0,
         notes=tuple(notes), explain=explain, runtime_explain=rt.explain,
     )
 
@@ -240,7 +246,7 @@ def train_phases(st: TrainState, acts: int, one: int, loss_tmp: int, head_saved:
         bwd = max(sh + gfwd + R + B + bwd_casts + acts + 2 * head_saved,
                   sh + max(gfwd, st.head_grad) + R + bb * B + bwd_casts + acts - head_saved + recompute,
                   sh + st.grads + R + bb * B + recompute)
-        optim = sh + st.grads + st.opt_tmp
+        optim = sh + _step(st)
     else:
         persistent = st.weights + st.master + st.opt + st.comm
         fwd = persistent + gfwd + fwd_casts + acts + loss_tmp
@@ -253,9 +259,17 @@ def train_phases(st: TrainState, acts: int, one: int, loss_tmp: int, head_saved:
             bwd = max(bwd_start, recompute_peak, persistent + st.grads + one)
         else:
             bwd = max(bwd_start, persistent + st.grads)
-        optim = persistent + st.grads + st.opt_tmp
+        optim = persistent + _step(st)
     ws = st.workspace
     return (("forward", fwd + ws), ("backward", bwd + ws), ("optimizer", optim + ws))
+
+
+def _step(st: TrainState) -> int:
+    """Gradients and temporaries alive in the optimizer step. With an fp32 master copy the half
+    gradients are converted to fp32 first (both alive), then the step runs on the fp32 ones."""
+    if st.master_grads:
+        return max(st.grads + st.master_grads, st.master_grads + st.opt_tmp)
+    return st.grads + st.opt_tmp
 
 
 def reserved_total(st: TrainState, peak: int, *, extra_persistent: int = 0) -> tuple[int, int]:

@@ -212,25 +212,27 @@ class Runner:
         rec, wl = self.rec, self.wl
         for step in range(1, self.steps + 1):
             t0 = time.perf_counter()
-            rec.set_phase("setup", step)
-            inputs = self._inputs(built, wl.seq)
-            rec.mark(_tensors(inputs), "input")
-            rec.set_phase("forward", step)
-            with self._autocast():
-                out = self._forward(built, inputs)
-                loss = self._loss(out)
-            del out  # as the HF Trainer does: only the loss survives the forward
-            rec.end_forward()
-            rec.set_phase("backward", step)
-            loss.backward()
-            del loss
-            rec.mark((p.grad for p in trainable if p.grad is not None), "gradient")
+            for _micro in range(max(1, wl.grad_accum)):  # gradient accumulation: micro-batches add into .grad
+                rec.set_phase("setup", step)
+                inputs = self._inputs(built, wl.seq)
+                rec.mark(_tensors(inputs), "input")
+                rec.set_phase("forward", step)
+                with self._autocast():
+                    out = self._forward(built, inputs)
+                    loss = self._loss(out)
+                del out  # as the HF Trainer does: only the loss survives the forward
+                rec.end_forward()
+                rec.set_phase("backward", step)
+                loss.backward()
+                del loss, inputs
+                rec.mark((p.grad for p in trainable if p.grad is not None), "gradient")
             rec.set_phase("optimizer", step)
             if opt is not None:
                 if master is not None:
                     for m, p in zip(master, trainable):
                         m.grad = None if p.grad is None else p.grad.float()
-                    rec.mark((m.grad for m in master if m.grad is not None), "gradient")
+                    # fp32 copies made for the step and dropped with zero_grad: temporaries of the step
+                    rec.mark((m.grad for m in master if m.grad is not None), "temporary")
                     for p in trainable:
                         p.grad = None
                 opt.step()
@@ -243,7 +245,6 @@ class Runner:
             elif not wl.keep_grads:
                 for p in trainable:
                     p.grad = None
-            del inputs
             gc.collect()
             self.progress(f"step {step}/{self.steps} traced in {time.perf_counter() - t0:.1f} s")
 
