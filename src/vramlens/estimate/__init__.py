@@ -59,9 +59,10 @@ def check_workload(spec: ModelSpec, w: Workload) -> None:
 
     p = []
     if w.tp > 1 and spec.n_heads % w.tp:
-        p.append(f"tp={w.tp} must divide the {spec.n_heads} attention heads of {spec.name}: use a divisor such as "
-                 f"{', '.join(str(d) for d in (2, 4, 8) if spec.n_heads % d == 0) or '1'}")
-    if w.tp > 1 and spec.n_kv_heads % w.tp and w.tp % spec.n_kv_heads:
+        divisors = [d for d in range(2, 17) if spec.n_heads % d == 0][:4]
+        p.append(f"tp={w.tp} must divide the {spec.n_heads} attention heads of {spec.name}: use "
+                 + (f"a divisor such as {', '.join(map(str, divisors))}" if divisors else "--tp 1 (or --pp)"))
+    elif w.tp > 1 and spec.n_kv_heads % w.tp and w.tp % spec.n_kv_heads:
         p.append(f"tp={w.tp} does not split the {spec.n_kv_heads} key-value heads of {spec.name}")
     if w.pp > spec.n_layers:
         p.append(f"pp={w.pp} exceeds the {spec.n_layers} layers of {spec.name}")
