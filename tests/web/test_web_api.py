@@ -169,3 +169,12 @@ def test_api_takes_every_workload_flag():
     from vramlens.workload import Workload
 
     assert {f.name for f in fields(Workload)} <= set(Settings.model_fields)
+
+
+def test_fit_of_a_pasted_config(client):
+    from web_helpers import TINY_LLAMA
+
+    r = client.post("/api/fit", json={"config": TINY_LLAMA, "mode": "train", "gpu": "1GB", "batch": 4, "top": 3})
+    assert r.status_code == 200
+    d = r.json()
+    assert 1 <= len(d["plans"]) <= 3 and all(p["fits"] for p in d["plans"])

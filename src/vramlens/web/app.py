@@ -87,6 +87,10 @@ class FitQuery(EstimateQuery):
     top: int = Field(5, ge=1, le=50, description="how many plans")
 
 
+class FitBody(EstimateBody):
+    top: int = Field(5, ge=1, le=50, description="how many plans")
+
+
 class BodyLimit:
     """ASGI middleware: 413 for a body over ``limit`` bytes, whether announced or streamed."""
 
@@ -177,6 +181,22 @@ def _settings(s: Settings) -> tuple[dict[str, Any], dict[str, Any]]:
     d.pop("config", None)
     d.pop("top", None)
     return top, d
+
+
+def run_fit(model, q) -> Any:
+    """The same search as ``vramlens fit``, returning ``FitResult.to_dict()`` with the top plans."""
+    fit = advisor()
+    if fit is None:
+        return _error(501, "the advisor (vramlens.advise.fit) is not available in this version")
+    top, work = _settings(q)
+    # as `vramlens fit` does: the method is searched over unless the request names one
+    method_locked = "method" in q.model_fields_set
+    gpus = work.pop("gpus")
+    result = fit(model, gpu=top["gpu"], params=top["params"], gpus=gpus, headroom=top["headroom"],
+                 method_locked=method_locked, max_plans=q.top, **work)
+    d = result.to_dict()
+    d["plans"] = d["plans"][: q.top]
+    return d
 
 
 def run_estimate(model: str | dict | None, s: Settings) -> dict:
@@ -286,21 +306,17 @@ def create_app() -> FastAPI:
 
     @app.get("/api/fit", summary="Plans that fit (same object as `vramlens fit --json`)")
     def get_fit(q: Annotated[FitQuery, Query()]) -> Any:
-        fit = advisor()
-        if fit is None:
-            return _error(501, "the advisor (vramlens.advise.fit) is not available in this version")
         model = check_model_id(q.model) if q.model else None
         if model is None and q.params is None:
             raise InputError("give a model (a catalog name or hub id) or params (e.g. 7B)")
-        top, work = _settings(q)
-        # as `vramlens fit` does: the method is searched over unless the request names one
-        method_locked = "method" in q.model_fields_set
-        gpus = work.pop("gpus")
-        result = fit(model, gpu=top["gpu"], params=top["params"], gpus=gpus, headroom=top["headroom"],
-                     method_locked=method_locked, max_plans=q.top, **work)
-        d = result.to_dict()
-        d["plans"] = d["plans"][: q.top]
-        return d
+        return run_fit(model, q)
+
+    @app.post("/api/fit", summary="Plans that fit a pasted config.json")
+    def post_fit(body: Annotated[FitBody, Body()]) -> Any:
+        from vramlens.models.inventory import spec_from_config
+
+        spec = spec_from_config(parse_config(body.config), source="pasted config.json", where="the pasted config")
+        return run_fit(spec, body)
 
     @app.get("/api/version", summary="The vramlens version")
     def get_version() -> dict[str, str]:

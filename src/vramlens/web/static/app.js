@@ -102,8 +102,10 @@
   async function call(path, q, config) {
     if (config) {
       const body = Object.fromEntries(q.entries());
-      for (const k of Object.keys(body)) if (/^\d+$/.test(body[k])) body[k] = Number(body[k]);
-      if (body.fsdp) body.fsdp = body.fsdp === "true";
+      for (const k of Object.keys(body)) {
+        if (/^\d+$/.test(body[k])) body[k] = Number(body[k]);
+        else if (body[k] === "true" || body[k] === "false") body[k] = body[k] === "true";
+      }
       if (body.headroom) body.headroom = Number(body.headroom);
       delete body.model;
       body.config = config;
@@ -134,8 +136,8 @@
       render(d);
       const s = await call("/api/estimate.svg", q, config);
       if (mine === serial && s.ok) $("chart").innerHTML = await s.text();  // SVG made by our server, text escaped
-      if (fitAvailable && !config) {
-        const f = await call("/api/fit", new URLSearchParams([...q.entries(), ["top", "5"]]), "");
+      if (fitAvailable) {
+        const f = await call("/api/fit", new URLSearchParams([...q.entries(), ["top", "5"]]), config);
         if (f.status === 501) fitAvailable = false;
         if (mine === serial) renderPlans(f.ok ? await f.json() : null);
       }
