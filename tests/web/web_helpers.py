@@ -2,20 +2,7 @@
 
 from __future__ import annotations
 
-TINY_LLAMA = {
-    "model_type": "llama",
-    "architectures": ["LlamaForCausalLM"],
-    "hidden_size": 256,
-    "intermediate_size": 688,
-    "num_attention_heads": 8,
-    "num_key_value_heads": 4,
-    "num_hidden_layers": 2,
-    "vocab_size": 1000,
-    "max_position_embeddings": 512,
-    "rms_norm_eps": 1e-6,
-    "tie_word_embeddings": False,
-    "torch_dtype": "bfloat16",
-}
+from tiny_configs import TINY_LLAMA  # noqa: F401  (re-exported for this folder's tests)
 
 
 def needs_model_loader():

@@ -57,15 +57,10 @@ class Summary:
 
     params: int
     linears: tuple[Linear, ...]          # quantizable, LoRA-targetable weights (lm_head excluded)
-    linear_params: int                   # sum of n*k over `linears`
     fixed_bytes: int                     # tensors with a fixed dtype (int buffers, quantized checkpoints)
     float_numel: int                     # elements that take the run's dtype
     float_bytes_at: dict                 # bytes per element -> rounded bytes of the float tensors
-    float_param_numel: int               # parameters (not buffers) among the float tensors
     param_bytes_at: dict                 # bytes per element -> rounded bytes of the float parameters
-    matrix_dims: int                     # sum of (n + k) over 2-D parameters (Adafactor's factored state)
-    vector_numel: int                    # elements of parameters with fewer than 2 dims
-    n_param_tensors: int
     small_param_numel: int               # elements of parameters < 4096 elements (bnb keeps them 32-bit)
     largest_param_numel: int
 
@@ -79,12 +74,8 @@ def summarize(spec: ModelSpec) -> Summary:
     linears = []
     fixed = 0
     fl_numel = 0
-    fl_param_numel = 0
     fl_bytes = {1: 0, 2: 0, 4: 0}
     p_bytes = {1: 0, 2: 0, 4: 0}
-    matrix_dims = 0
-    vector_numel = 0
-    n_param = 0
     small = 0
     largest = 0
     for t in spec.tensors:
@@ -94,14 +85,9 @@ def summarize(spec: ModelSpec) -> Summary:
         elif t.role == "expert" and len(t.shape) == 3:
             linears.append(Linear(t.name, t.module, t.shape[2], t.shape[1], t.layer, t.shape[0]))
         if t.is_parameter:
-            n_param += 1
             largest = max(largest, n)
             if n < 4096:
                 small += n
-            if len(t.shape) >= 2:
-                matrix_dims += t.shape[-1] + t.shape[-2]
-            else:
-                vector_numel += n
         if _is_fixed(t):
             fixed += round_up(n * DTYPE_BYTES.get(t.dtype, 1), BLOCK)
             continue
@@ -109,21 +95,15 @@ def summarize(spec: ModelSpec) -> Summary:
         for b in fl_bytes:
             fl_bytes[b] += round_up(n * b, BLOCK)
         if t.is_parameter:
-            fl_param_numel += n
             for b in p_bytes:
                 p_bytes[b] += round_up(n * b, BLOCK)
     return Summary(
         params=spec.params,
         linears=tuple(linears),
-        linear_params=sum(lin.in_features * lin.out_features * lin.count for lin in linears),
         fixed_bytes=fixed,
         float_numel=fl_numel,
         float_bytes_at=fl_bytes,
-        float_param_numel=fl_param_numel,
         param_bytes_at=p_bytes,
-        matrix_dims=matrix_dims,
-        vector_numel=vector_numel,
-        n_param_tensors=n_param,
         small_param_numel=small,
         largest_param_numel=largest,
     )

@@ -191,6 +191,21 @@ def breakdown_bar(
     return "\n".join(out)
 
 
+def _gib_axes(py, left: float, top: float, pw: float, ph: float, y_max: float, step: float) -> list[str]:
+    """The x and y axis lines of a vertical chart, GiB ticks on the y axis and its label."""
+    out = [f'<line x1="{left}" y1="{top + ph}" x2="{left + pw}" y2="{top + ph}" stroke="#333"/>',
+           f'<line x1="{left}" y1="{top}" x2="{left}" y2="{top + ph}" stroke="#333"/>']
+    t = 0.0
+    while t <= y_max + 1:
+        ty = py(t)
+        out.append(f'<line x1="{left - 4}" y1="{ty:.2f}" x2="{left}" y2="{ty:.2f}" stroke="#333"/>')
+        out.append(f'<text x="{left - 6}" y="{ty + 4:.2f}" text-anchor="end">{_tick_label(t, step)}</text>')
+        t += step
+    out.append(f'<text x="14" y="{top + ph / 2:.1f}" transform="rotate(-90 14 {top + ph / 2:.1f})" '
+               f'text-anchor="middle">GiB (binary)</text>')
+    return out
+
+
 def timeline(
     points: Sequence[tuple[float, Mapping[str, int]]],
     *,
@@ -251,16 +266,7 @@ def timeline(
                        f'fill="{color_of(c, order)}" fill-opacity="0.85"><title>{escape(label_of(c))}</title></polygon>')
         base = upper
     # axes
-    out.append(f'<line x1="{left}" y1="{top + ph}" x2="{left + pw}" y2="{top + ph}" stroke="#333"/>')
-    out.append(f'<line x1="{left}" y1="{top}" x2="{left}" y2="{top + ph}" stroke="#333"/>')
-    t = 0.0
-    while t <= y_max + 1:
-        ty = py(t)
-        out.append(f'<line x1="{left - 4}" y1="{ty:.2f}" x2="{left}" y2="{ty:.2f}" stroke="#333"/>')
-        out.append(f'<text x="{left - 6}" y="{ty + 4:.2f}" text-anchor="end">{_tick_label(t, step)}</text>')
-        t += step
-    out.append(f'<text x="14" y="{top + ph / 2:.1f}" transform="rotate(-90 14 {top + ph / 2:.1f})" '
-               f'text-anchor="middle">GiB (binary)</text>')
+    out.extend(_gib_axes(py, left, top, pw, ph, y_max, step))
     xstep = nice_step(xspan * GiB) / GiB
     t = math.ceil(x0 / xstep) * xstep
     while t <= x1 + 1e-9:
@@ -355,16 +361,7 @@ def plans_chart(
         out.append(f'<text x="{cx + cw / 2:.2f}" y="{top + ph + 16}" text-anchor="middle">{escape(label)}</text>')
         out.append(f'<text x="{cx + cw / 2:.2f}" y="{top + ph + 30}" text-anchor="middle" fill="#555">'
                    f'{stacks[i] / GiB:,.1f}</text>')
-    out.append(f'<line x1="{left}" y1="{top + ph}" x2="{left + pw}" y2="{top + ph}" stroke="#333"/>')
-    out.append(f'<line x1="{left}" y1="{top}" x2="{left}" y2="{top + ph}" stroke="#333"/>')
-    t = 0.0
-    while t <= y_max + 1:
-        ty = py(t)
-        out.append(f'<line x1="{left - 4}" y1="{ty:.2f}" x2="{left}" y2="{ty:.2f}" stroke="#333"/>')
-        out.append(f'<text x="{left - 6}" y="{ty + 4:.2f}" text-anchor="end">{_tick_label(t, step)}</text>')
-        t += step
-    out.append(f'<text x="14" y="{top + ph / 2:.1f}" transform="rotate(-90 14 {top + ph / 2:.1f})" '
-               f'text-anchor="middle">GiB (binary)</text>')
+    out.extend(_gib_axes(py, left, top, pw, ph, y_max, step))
     if capacity:
         cy = py(capacity)
         out.append(f'<line class="capacity" x1="{left}" y1="{cy:.2f}" x2="{left + pw}" y2="{cy:.2f}" stroke="#000"/>')
