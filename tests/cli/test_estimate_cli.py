@@ -81,3 +81,16 @@ def test_trace_timeline_needs_jsonl_or_csv(capsys, tmp_path):
     code, out, err = run(capsys, "trace", "gpt2", "--timeline", str(tmp_path / "x.txt"))
     assert code == 2
     assert "must end in .jsonl (JSON lines) or .csv" in err
+
+
+def test_models_lists_the_catalog_as_text_and_json(capsys):
+    """`vramlens models` once crashed on every run ('CatalogEntry' has no attribute 'model_type')."""
+    from vramlens.models.catalog import list_catalog
+
+    assert main(["models"]) == 0
+    out = capsys.readouterr().out
+    assert out.strip().splitlines()[-1] == f"{len(list_catalog())} models"
+    assert main(["models", "llama", "--json"]) == 0
+    rows = json.loads(capsys.readouterr().out)
+    assert rows and all("llama" in (r["id"] + " ".join(r["aliases"])).lower() for r in rows)
+    assert {"id", "aliases", "family", "kind", "params"} <= set(rows[0])

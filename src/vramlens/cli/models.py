@@ -27,11 +27,11 @@ def run(args: argparse.Namespace) -> int:
         f = args.filter.lower()
         entries = [e for e in entries if f in e.id.lower() or any(f in a.lower() for a in e.aliases)]
     if args.json:
-        print_json([{"id": e.id, "aliases": list(e.aliases), "model_type": e.model_type, "kind": e.kind,
+        print_json([{"id": e.id, "aliases": list(e.aliases), "family": e.family, "kind": e.kind,
                      "params": e.params} for e in entries])
         return 0
     print(f"{'hub id':<44} {'alias':<24} {'type':<12} {'kind':<16} {'params':>9}")
     for e in entries:
-        print(f"{e.id:<44} {(e.aliases[0] if e.aliases else ''):<24} {e.model_type:<12} {e.kind:<16} {human_count(e.params):>9}")
+        print(f"{e.id:<44} {(e.aliases[0] if e.aliases else ''):<24} {e.family:<12} {e.kind:<16} {human_count(e.params):>9}")
     print(f"{len(entries)} models")
     return 0
