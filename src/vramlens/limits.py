@@ -53,6 +53,12 @@ MAX_LORA_RANK = 65_536
 MAX_KV_BLOCK = 65_536
 #: Effective batch that `fit --effective-batch` is asked to reach.
 MAX_EFFECTIVE_BATCH = MAX_BATCH * MAX_GRAD_ACCUM
+#: A network or interconnect bandwidth, bytes/s (NVLink 5 is 1.8e12; 1e15 is 500x that).
+MAX_BANDWIDTH = 10**15
+#: Rows of a "top N" listing (fit's plans, trace's tensors, a snapshot's source lines).
+MAX_TOP = 10_000
+#: Length of a GPU name or size ("NVIDIA H100 80GB HBM3" is 20).
+MAX_GPU_NAME = 100
 #: Length of a model argument (name, hub id or path). PATH_MAX on Linux is 4,096.
 MAX_MODEL_ARG = 4_096
 #: Seconds a search (`fit`, `place`, inverse questions) may run before returning what it has.

@@ -93,6 +93,8 @@ def parse_size(text: str | int | float, *, what: str = "size") -> int:
     m = _SIZE.match(str(text))
     if not m or m.group(2).lower() not in _SIZE_UNITS:
         raise InputError(f"{what}={text!r} is not a size: write e.g. 24GB, 80GiB or 1073741824")
+    if len(m.group(1)) > 30:  # float() would make 1e400 an infinity
+        raise InputError(f"{what}={text[:40]!r}... has {len(m.group(1))} digits: too large to be a size")
     value = float(m.group(1)) * _SIZE_UNITS[m.group(2).lower()]
     if value <= 0:
         raise InputError(f"{what}={text!r} must be positive")

@@ -15,6 +15,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, fields, replace
 from typing import Any
 
+from vramlens import limits as L
 from vramlens.errors import ConfigError
 
 MODES = ("inference", "train")
@@ -146,24 +147,41 @@ class Workload:
         choice("attention", self.attention, ATTENTION)
         choice("offload", self.offload, OFFLOAD)
         choice("kv_dtype", self.kv_dtype, KV_DTYPES, optional=True)
-        for name in ("batch", "seq", "grad_accum", "gpus", "tp", "pp", "lora_rank"):
+        for name, limit in _COUNT_LIMITS:
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-                p.append(f"{name}={v!r} must be a whole number >= 1")
+                p.append(f"{name}={L.show(v)} must be a whole number >= 1")
+            elif v > limit:
+                p.append(f"{name}={L.show(v)} is over the limit of {limit:,}")
         if isinstance(self.new_tokens, bool) or not isinstance(self.new_tokens, int) or self.new_tokens < 0:
-            p.append(f"new_tokens={self.new_tokens!r} must be a whole number >= 0")
-        if not isinstance(self.kv_block, int) or self.kv_block < 0:
-            p.append(f"kv_block={self.kv_block!r} must be 0 (no paging) or a block size in tokens")
+            p.append(f"new_tokens={L.show(self.new_tokens)} must be a whole number >= 0")
+        elif self.new_tokens > L.MAX_SEQ:
+            p.append(f"new_tokens={L.show(self.new_tokens)} is over the limit of {L.MAX_SEQ:,}")
+        if isinstance(self.kv_block, bool) or not isinstance(self.kv_block, int) or self.kv_block < 0:
+            p.append(f"kv_block={L.show(self.kv_block)} must be 0 (no paging) or a block size in tokens")
+        elif self.kv_block > L.MAX_KV_BLOCK:
+            p.append(f"kv_block={L.show(self.kv_block)} is over the limit of {L.MAX_KV_BLOCK:,} tokens "
+                     "(vLLM uses 16)")
+        for name in ("keep_grads", "fsdp"):
+            if not isinstance(getattr(self, name), bool):
+                p.append(f"{name}={L.show(getattr(self, name))} must be true or false")
+        if not isinstance(self.lora_targets, tuple) or not all(isinstance(t, str) for t in self.lora_targets):
+            p.append(f"lora_targets={L.show(self.lora_targets)} must be module names such as q_proj,v_proj")
+        elif len(self.lora_targets) > 256 or any(len(t) > 256 for t in self.lora_targets):
+            p.append("lora_targets: at most 256 names of at most 256 characters each")
         if self.zero not in (0, 1, 2, 3):
             p.append(f"zero={self.zero!r} must be 0, 1, 2 or 3")
         if self.fsdp and self.zero:
             p.append(f"fsdp and zero={self.zero} both given: choose FSDP or one ZeRO stage")
-        if not (0.0 <= self.lora_dropout < 1.0):
-            p.append(f"lora_dropout={self.lora_dropout!r} must be in [0, 1)")
+        if (isinstance(self.lora_dropout, bool) or not isinstance(self.lora_dropout, (int, float))
+                or not (0.0 <= self.lora_dropout < 1.0)):
+            p.append(f"lora_dropout={L.show(self.lora_dropout)} must be in [0, 1)")
         if not self.lora_targets:
             p.append("lora_targets is empty: name modules such as q_proj,v_proj or 'all-linear'")
         if p:
             return p  # the rest compares values that are known to be valid
+        if self.seq + self.new_tokens > L.MAX_SEQ:
+            p.append(f"seq + new_tokens = {self.seq + self.new_tokens:,} is over the limit of {L.MAX_SEQ:,} tokens")
         if self.gpus % (self.tp * self.pp):
             p.append(
                 f"gpus={self.gpus} is not a multiple of tp*pp={self.tp * self.pp}: "
@@ -193,12 +211,55 @@ class Workload:
             p.append("offload=all (parameters too) needs --zero 3 or --fsdp")
         return p
 
+    def ignored(self) -> list[str]:
+        """Settings that were given but do not apply to this run, one sentence each (they change nothing).
+
+        Only values that differ from the defaults are named: a default says nothing. The CLI, the
+        API and the web page report these in the estimate's notes, so every entry point says the same.
+        """
+        d = _DEFAULTS
+        out: list[str] = []
+
+        def given(name: str) -> bool:
+            return bool(getattr(self, name) != d[name])
+
+        if not self.training:
+            names = [n for n in ("optimizer", "optimizer_impl", "grad_accum", "keep_grads", "checkpointing")
+                     if given(n)]
+            if names:
+                out.append("ignored in inference (they apply to training): "
+                           + ", ".join(f"{n}={getattr(self, n)!r}" for n in names))
+        else:
+            names = [n for n in ("kv_dtype", "kv_block") if given(n)]
+            if names:
+                out.append("ignored in training (they apply to the inference KV cache): "
+                           + ", ".join(f"{n}={getattr(self, n)!r}" for n in names))
+            if self.optimizer == "none" and given("optimizer_impl"):
+                out.append(f"ignored: optimizer_impl={self.optimizer_impl!r} (optimizer='none' runs no step)")
+        if self.method == "full":
+            names = [n for n in ("lora_rank", "lora_targets", "lora_dropout") if given(n)]
+            if names:
+                out.append("ignored with method='full' (they apply to LoRA and QLoRA): "
+                           + ", ".join(f"{n}={getattr(self, n)!r}" for n in names))
+        if not self.fsdp and given("fsdp_strategy"):
+            out.append(f"ignored: fsdp_strategy={self.fsdp_strategy!r} applies only with fsdp")
+        return out
+
     def validated(self) -> Workload:
         """Return self, or raise ConfigError listing every problem."""
         p = self.problems()
         if p:
             raise ConfigError(p)
         return self
+
+
+#: The count fields and their upper bounds (vramlens.limits says why each is far above real runs).
+_COUNT_LIMITS = (
+    ("batch", L.MAX_BATCH), ("seq", L.MAX_SEQ), ("grad_accum", L.MAX_GRAD_ACCUM), ("gpus", L.MAX_GPUS),
+    ("tp", L.MAX_PARALLEL), ("pp", L.MAX_PARALLEL), ("lora_rank", L.MAX_LORA_RANK),
+)
+
+_DEFAULTS: dict[str, Any] = {f.name: f.default for f in fields(Workload)}
 
 
 def workload_fields() -> tuple[str, ...]:

@@ -124,7 +124,7 @@ def test_contradictory_constraints_are_named():
     with pytest.raises(ConfigError) as e:
         fit(spec, Workload(mode="train"), g, keep=["tp", "qlora", "lora", "warp-drive"])
     assert str(e.value) == (
-        "unknown remedy 'warp-drive': choose from amp, checkpointing, attention, lora, qlora, 8bit, grad-accum, "
+        "--keep 'warp-drive' is not a remedy: choose from amp, checkpointing, attention, lora, qlora, 8bit, grad-accum, "
         "zero, fsdp, tp, pp, offload, quant, kv-quant; "
         "--keep lora and --keep qlora: a plan uses one method; keep one of them; "
         "--keep tp needs more than one GPU: give --gpus 2 or more"

@@ -69,8 +69,9 @@ def check_constraints(base: Workload, keep, forbid, *, method_locked: bool, tota
     """
     k, f = _names(keep), _names(forbid)
     problems: list[str] = []
-    for name in sorted((k | f) - set(REMEDIES)):
-        problems.append(f"unknown remedy {name!r}: choose from {', '.join(REMEDIES)}")
+    for flag, names in (("--keep", k), ("--forbid", f)):
+        for name in sorted(names - set(REMEDIES)):
+            problems.append(f"{flag} {name!r} is not a remedy: choose from {', '.join(REMEDIES)}")
     for name in sorted(k & f):
         problems.append(f"--keep {name} and --forbid {name} contradict each other: drop one")
     for name in ("lora", "qlora"):

@@ -97,6 +97,8 @@ class _Parser:
     def integer(self, text: str, key: str) -> int:
         if not re.fullmatch(r"[0-9]+", text):
             raise self.fail(key, text, f"{text!r} is not a whole number")
+        if len(text) > 20 or int(text) > 2**64 - 1:  # std::stoull throws out_of_range past size_t
+            raise self.fail(key, text, f"{text[:30]!r} is out of range for size_t (at most {2**64 - 1})")
         return int(text)
 
     def boolean(self, i: int, key: str) -> bool:

@@ -10,11 +10,14 @@ from vramlens.cli.options import (
     add_model_arg,
     add_output_args,
     add_workload_args,
+    bounded,
     print_json,
     require_model_and_headroom,
+    size_arg,
     workload_kwargs,
 )
 from vramlens.cli.render import add_file_args, progress_bar, show, wants_files, write_files
+from vramlens.limits import MAX_BANDWIDTH, MAX_DEVICE_BYTES, MAX_EFFECTIVE_BATCH, MAX_GPUS, MAX_TOP
 
 EXAMPLES = """examples:
   vramlens fit llama-2-7b --mode train --batch 8 --seq 2048 --gpu RTX-4090
@@ -39,9 +42,12 @@ def _gbps(text: str) -> float:
     from vramlens.units import parse_size
 
     try:
-        return float(parse_size(text, what="bandwidth"))
+        value = parse_size(text, what="bandwidth")
     except InputError as e:  # argparse would print "invalid _gbps value" and drop the rule
         raise argparse.ArgumentTypeError(str(e)) from None
+    if value > MAX_BANDWIDTH:
+        raise argparse.ArgumentTypeError(f"bandwidth={text!r} is over the limit of {MAX_BANDWIDTH:,} bytes/s")
+    return float(value)
 
 
 def add_parser(sub) -> argparse.ArgumentParser:
@@ -56,14 +62,14 @@ def add_parser(sub) -> argparse.ArgumentParser:
     add_workload_args(p)
     p.set_defaults(method=None)  # None: not given, so the search may change it
     p.add_argument("--gpu", required=True, help="GPU name from `vramlens gpus` or a size (24GB, 80GiB)")
-    p.add_argument("--nodes", type=int, default=1, help="nodes of --gpus GPUs each (default 1)")
-    p.add_argument("--host-ram", default=None, help="host RAM per node for offloaded state (e.g. 256GB)")
+    p.add_argument("--nodes", type=bounded(MAX_GPUS), default=1, help="nodes of --gpus GPUs each (default 1)")
+    p.add_argument("--host-ram", type=size_arg("host RAM", MAX_DEVICE_BYTES), default=None, help="host RAM per node for offloaded state (e.g. 256GB)")
     p.add_argument("--headroom", type=float, default=0.10, help="fraction of each GPU kept free (default 0.10)")
-    p.add_argument("--effective-batch", type=int, default=None,
+    p.add_argument("--effective-batch", type=bounded(MAX_EFFECTIVE_BATCH), default=None,
                    help="sequences per optimizer step over all GPUs, kept with gradient accumulation")
     p.add_argument("--keep", default="", help="remedies every plan must use, comma-separated")
     p.add_argument("--forbid", default="", help="remedies no plan may use, comma-separated")
-    p.add_argument("--top", type=int, default=5, help="plans to show (default 5)")
+    p.add_argument("--top", type=bounded(MAX_TOP), default=5, help="plans to show (default 5)")
     p.add_argument("--network", type=_gbps, default=None, metavar="BYTES/S",
                    help="network bandwidth between nodes per GPU (e.g. 25GB for 200 Gb/s InfiniBand)")
     p.add_argument("--interconnect", type=_gbps, default=None, metavar="BYTES/S",
@@ -76,7 +82,7 @@ def add_parser(sub) -> argparse.ArgumentParser:
                              "min_gpu": "also find the smallest catalog GPU that fits",
                              "min_gpus": "also find the fewest GPUs of this kind that fit"}[a])
     p.add_argument("--emit", choices=EMIT_KINDS, default=None, help="print the config of a plan for a library")
-    p.add_argument("--plan", type=int, default=1, help="which plan --emit writes (1 = best)")
+    p.add_argument("--plan", type=bounded(MAX_TOP), default=1, help="which plan --emit writes (1 = best)")
     add_file_args(p, "the --top plans side by side (stacked by component, against the GPU)")
     add_output_args(p)
     p.set_defaults(func=run)

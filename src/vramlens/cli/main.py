@@ -28,8 +28,16 @@ COMMANDS = (
 )
 
 
+class Parser(argparse.ArgumentParser):
+    """argparse with one-line errors: the usage block (30 lines for estimate) would bury the one line
+    that says what is wrong; ``--help`` still prints it. Subcommands inherit the class."""
+
+    def error(self, message: str):  # type: ignore[override]
+        self.exit(2, _red(f"error: {message} (see {self.prog} --help)") + "\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = Parser(
         prog="vramlens",
         description="Will this model fit on my GPU, where did my memory go, and what should I change?",
         formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -61,6 +69,9 @@ def main(argv: list[str] | None = None) -> int:
         parser.print_help()
         return 2
     try:
+        from vramlens.cli.render import check_output_paths
+
+        check_output_paths(args)
         return int(args.func(args) or 0)
     except VramlensError as e:
         print(_red(f"error: {e}"), file=sys.stderr)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections.abc import Callable
 from typing import Any
 
 from vramlens import workload as W
@@ -19,11 +20,57 @@ PRECISION_HELP = (
 
 
 def _positive(text: str) -> int:
+    """A whole number; its range is the Workload's to check (so that CLI, API and web say the same)."""
     try:
         v = int(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+        raise argparse.ArgumentTypeError(f"{_shown(text)} is not a whole number") from None
     return v
+
+
+def bounded(limit: int, *, minimum: int = 1) -> Callable[[str], int]:
+    """An argparse type: a whole number in [minimum, limit], else argparse's one-line error naming both."""
+
+    def parse(text: str) -> int:
+        from vramlens.errors import InputError
+        from vramlens.limits import check_int
+
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{_shown(text)} is not a whole number") from None
+        try:
+            return check_int("value", value, limit, minimum=minimum)
+        except InputError as e:
+            raise argparse.ArgumentTypeError(f"{_shown(text)} {str(e).split(' ', 1)[1]}") from None
+
+    parse.__name__ = "count"
+    return parse
+
+
+def _shown(text: str) -> str:
+    from vramlens.limits import show
+
+    return show(text)
+
+
+def size_arg(what: str, limit: int) -> Callable[[str], int]:
+    """An argparse type: a size (24GB, 80GiB, bytes) up to ``limit`` bytes."""
+
+    def parse(text: str) -> int:
+        from vramlens.errors import InputError
+        from vramlens.units import parse_size
+
+        try:
+            value = parse_size(text, what=what)
+        except InputError as e:
+            raise argparse.ArgumentTypeError(str(e)) from None
+        if value > limit:
+            raise argparse.ArgumentTypeError(f"{what}={_shown(text)} is over the limit of {limit:,} bytes")
+        return value
+
+    parse.__name__ = "size"
+    return parse
 
 
 def add_model_arg(p: argparse.ArgumentParser, *, required: bool = False) -> None:

@@ -10,9 +10,11 @@ from vramlens.cli.options import (
     add_workload_args,
     print_json,
     require_model_and_headroom,
+    size_arg,
     workload_kwargs,
 )
 from vramlens.cli.render import add_file_args, show, wants_files, write_files
+from vramlens.limits import MAX_DEVICE_BYTES
 
 EXAMPLES = """examples:
   vramlens place llama-2-7b --gpu RTX-3060 --host-ram 32GB
@@ -38,7 +40,7 @@ def add_parser(sub) -> argparse.ArgumentParser:
     add_workload_args(p)
     p.set_defaults(new_tokens=128)
     p.add_argument("--gpu", required=True, help="GPU name from `vramlens gpus` or a size (24GB, 80GiB)")
-    p.add_argument("--host-ram", default=None, help="CPU RAM for offloaded weights (e.g. 32GB; default: not limited)")
+    p.add_argument("--host-ram", type=size_arg("host RAM", MAX_DEVICE_BYTES), default=None, help="CPU RAM for offloaded weights (e.g. 32GB; default: not limited)")
     p.add_argument("--no-disk", dest="disk", action="store_false", help="do not offload to disk")
     p.add_argument("--disk", dest="disk", action="store_true", default=True, help="allow disk offload (default)")
     p.add_argument("--headroom", type=float, default=0.10, help="fraction of each GPU kept free (default 0.10)")
@@ -122,7 +124,6 @@ def run(args: argparse.Namespace) -> int:
     from vramlens.errors import InputError
     from vramlens.hardware.catalog import get_gpu
     from vramlens.models import load_model
-    from vramlens.units import parse_size
     from vramlens.workload import make_workload
 
     require_model_and_headroom(args)
@@ -131,15 +132,17 @@ def run(args: argparse.Namespace) -> int:
             raise InputError("--html/--svg/--png are not drawn for a GGUF split yet: use --json")
         return _run_gguf(args)
     settings = workload_kwargs(args)
-    gpus = settings.pop("gpus")
+    gpus = settings["gpus"]
     if settings["tp"] != 1 or settings["pp"] != 1:  # were silently dropped; place splits by whole blocks
         raise InputError(f"tp={settings['tp']} pp={settings['pp']}: place puts whole blocks on devices "
                          "(Accelerate's device_map): drop --tp/--pp, or use `vramlens fit` for parallel plans")
     if settings["mode"] != "inference":  # was silently forced to inference
         raise InputError(f"mode={settings['mode']}: place is for inference; training plans are `vramlens fit`")
+    make_workload(**settings)  # every value in range, gpus included
+    del settings["gpus"]
     w = make_workload(**settings)
     spec = load_model(args.model, params=args.params)
-    ram = parse_size(args.host_ram, what="host RAM") if args.host_ram else None
+    ram = args.host_ram
     p = place(spec, get_gpu(args.gpu), gpus=gpus, workload=w, host_ram=ram, disk=args.disk, headroom=args.headroom)
     report = dict(p.to_dict(), workload=w.to_dict())
     if wants_files(args):

@@ -64,6 +64,26 @@ def add_file_args(p: argparse.ArgumentParser, chart: str) -> None:
     p.add_argument("--png", default=None, metavar="FILE", help=f"also write {chart} as PNG (needs cairosvg)")
 
 
+def check_output_paths(args: argparse.Namespace) -> None:
+    """Refuse, before any work, report paths that cannot be written: a folder, or a file in a folder
+    that does not exist (so that a long trace does not end in a write error)."""
+    from pathlib import Path
+
+    from vramlens.errors import InputError
+
+    for flag in ("html", "svg", "png", "timeline"):
+        value = getattr(args, flag, None)
+        if not value:
+            continue
+        target = Path(value)
+        if target.is_dir():
+            raise InputError(f"--{flag} {value!r} is a folder: give a file path such as {flag}.{flag}")
+        parent = target.parent if str(target.parent) else Path(".")
+        if not parent.is_dir():
+            raise InputError(f"--{flag} {value!r}: the folder {str(parent)!r} does not exist: create it first "
+                             "or choose a file in an existing folder")
+
+
 def wants_files(args: argparse.Namespace) -> bool:
     return any(getattr(args, k, None) for k in ("html", "svg", "png"))
 
@@ -85,4 +105,4 @@ def write_files(args: argparse.Namespace, kind: str, data: Mapping, *, headroom:
         write_html(kind, data, args.html, headroom=headroom)
 
 
-__all__ = ["add_file_args", "progress_bar", "rich_console", "show", "wants_files", "write_files"]
+__all__ = ["add_file_args", "check_output_paths", "progress_bar", "rich_console", "show", "wants_files", "write_files"]

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 
+from vramlens.cli.options import bounded
+
 EXAMPLES = """examples:
   vramlens serve                      # http://127.0.0.1:8000, API docs at /docs
   vramlens serve --port 8080
@@ -19,7 +21,7 @@ def add_parser(sub) -> argparse.ArgumentParser:
     )
     p.add_argument("--host", default="127.0.0.1",
                    help="address to bind (default 127.0.0.1: this machine only; 0.0.0.0 exposes it to the network)")
-    p.add_argument("--port", type=int, default=8000, help="port (default 8000)")
+    p.add_argument("--port", type=bounded(65_535), default=8000, help="port (default 8000)")
     p.set_defaults(func=run)
     return p
 

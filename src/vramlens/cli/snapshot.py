@@ -7,8 +7,9 @@ from pathlib import Path
 
 from vramlens.allocator.snapshot import SnapshotReport, load_report
 from vramlens.allocator.snapshot_html import render_html
-from vramlens.cli.options import add_output_args, print_json
+from vramlens.cli.options import add_output_args, bounded, print_json
 from vramlens.errors import SnapshotError
+from vramlens.limits import MAX_TOP
 from vramlens.units import human_bytes
 
 EXAMPLE = """Examples:
@@ -35,7 +36,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("file", help="snapshot .pickle or memory_stats .json")
-    p.add_argument("--top", type=int, default=10, help="how many source lines to list (default 10)")
+    p.add_argument("--top", type=bounded(MAX_TOP, minimum=0), default=10, help="how many source lines to list (default 10)")
     p.add_argument("--html", metavar="OUT", default=None, help="also write a self-contained HTML report")
     add_output_args(p)
     p.set_defaults(func=run)

@@ -10,11 +10,19 @@ from vramlens.cli.options import (
     add_model_arg,
     add_output_args,
     add_workload_args,
+    bounded,
     print_json,
     workload_kwargs,
 )
 from vramlens.cli.render import add_file_args, progress_bar, show, wants_files, write_files
+from vramlens.limits import MAX_LAYERS, MAX_TOP
+from vramlens.limits import show as shown
 from vramlens.trace.events import TIMELINE_POINTS
+
+#: Traced optimizer steps (2 show step 1 and the steady state; more add nothing but time).
+MAX_TRACE_STEPS = 64
+#: Points of a down-sampled timeline (0 keeps every event).
+MAX_TIMELINE_POINTS = 10_000_000
 
 EXAMPLES = """examples:
   vramlens trace gpt2 --mode train --batch 4 --seq 512
@@ -32,12 +40,22 @@ arguments (a tuple or a dict of tensors), or a bare module together with --input
 
 
 def _shape(text: str) -> tuple[int, ...]:
+    from math import prod
+
+    from vramlens.limits import MAX_TENSOR_NUMEL
+
+    parts = text.lower().replace(",", "x").split("x")
+    if len(parts) > 8:
+        raise argparse.ArgumentTypeError(f"{shown(text)} has {len(parts)} dimensions: at most 8")
     try:
-        dims = tuple(int(x) for x in text.lower().replace(",", "x").split("x") if x)
+        dims = tuple(int(x) for x in parts if x)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a shape: write e.g. 8x3x224x224") from None
+        raise argparse.ArgumentTypeError(f"{shown(text)} is not a shape: write e.g. 8x3x224x224") from None
     if not dims or any(d < 1 for d in dims):
-        raise argparse.ArgumentTypeError(f"{text!r} is not a shape: every dimension must be >= 1")
+        raise argparse.ArgumentTypeError(f"{shown(text)} is not a shape: every dimension must be >= 1")
+    if prod(dims) > MAX_TENSOR_NUMEL:
+        raise argparse.ArgumentTypeError(f"{shown(text)} has {prod(dims):.3g} elements: over the limit of "
+                                         f"{MAX_TENSOR_NUMEL:,}")
     return dims
 
 
@@ -51,17 +69,17 @@ def add_parser(sub) -> argparse.ArgumentParser:
     add_model_arg(p)
     add_workload_args(p)
     t = p.add_argument_group("trace")
-    t.add_argument("--steps", type=int, default=2, help="optimizer steps in training (default 2: step 1 and steady state)")
-    t.add_argument("--layers", type=int, default=None, metavar="K",
+    t.add_argument("--steps", type=bounded(MAX_TRACE_STEPS), default=2, help="optimizer steps in training (default 2: step 1 and steady state)")
+    t.add_argument("--layers", type=bounded(MAX_LAYERS), default=None, metavar="K",
                    help="trace the first K-1 and K blocks only and extrapolate to all (K >= 3)")
     t.add_argument("--real-cpu", action="store_true", help="real CPU tensors instead of fake ones (raw sizes; small models)")
     t.add_argument("--cuda", action="store_true", help="real CUDA tensors (needs a GPU): also reads torch.cuda's peaks")
     t.add_argument("--input-shape", type=_shape, default=None, help="input shape for a factory's bare module (8x3x224x224)")
     t.add_argument("--timeline", default=None, metavar="FILE", help="write the events as JSON lines (.jsonl) or CSV (.csv)")
-    t.add_argument("--top", type=int, default=10, help="modules and tensors alive at the peak to list (default 10)")
+    t.add_argument("--top", type=bounded(MAX_TOP, minimum=0), default=10, help="modules and tensors alive at the peak to list (default 10)")
     t.add_argument("--alloc-conf", default=None, help="PYTORCH_CUDA_ALLOC_CONF for the allocator simulator")
     t.add_argument("--quiet", action="store_true", help="no progress on stderr (a bar on a terminal, else lines)")
-    t.add_argument("--timeline-points", type=int, default=0, metavar="N",
+    t.add_argument("--timeline-points", type=bounded(MAX_TIMELINE_POINTS, minimum=0), default=0, metavar="N",
                    help='with --json, add "timeline": [[event, {component: live bytes}], ...], the memory over '
                         "the step(s) thinned to at most N points, each the largest of its run of events so the "
                         "peak is exact (default 0: left out, to keep --json small)")

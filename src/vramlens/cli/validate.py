@@ -32,8 +32,15 @@ def add_parser(sub) -> argparse.ArgumentParser:
     add_trace = _trace_hook()
     if add_trace is not None:
         add_trace(vsub)
-    p.set_defaults(func=lambda args: (p.print_help(), 2)[1])
+    p.set_defaults(func=_what_missing)
     return p
+
+
+def _what_missing(args: argparse.Namespace) -> int:
+    from vramlens.errors import InputError
+
+    raise InputError("give what to validate: `vramlens validate published` or `vramlens validate trace` "
+                     "(vramlens validate --help)")
 
 
 def _trace_hook():

@@ -70,6 +70,14 @@ def check_workload(spec: ModelSpec, w: Workload) -> None:
         names = sorted({t.module for t in spec.tensors if t.role in ("linear", "conv1d") and t.layer is not None})
         p.append(f"lora_targets={','.join(w.lora_targets)} match no linear layer of {spec.name}: "
                  f"choose from {', '.join(names)} or all-linear")
+    if w.method != "full":
+        smallest = min(lora_shape(spec, tuple(w.lora_targets)).targets,
+                       key=lambda lin: min(lin.in_features, lin.out_features), default=None)
+        if smallest is not None and w.lora_rank > min(smallest.in_features, smallest.out_features):
+            side = min(smallest.in_features, smallest.out_features)
+            p.append(f"lora_rank={w.lora_rank} exceeds the smaller side of {smallest.module} "
+                     f"({smallest.in_features}x{smallest.out_features}) of {spec.name}: a LoRA update's rank is at "
+                     f"most min(in, out) = {side}; use --lora-rank {side} or less")
     if spec.kind == "encoder" and w.new_tokens:
         p.append(f"new_tokens={w.new_tokens}: {spec.name} is an encoder and does not generate")
     if p:

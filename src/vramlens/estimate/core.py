@@ -141,7 +141,7 @@ def estimate_spec(spec: ModelSpec, w: Workload, gpu: GPU | None = None, *, headr
     st = train_state(spec, w, gpu)
     sp = st.sp
     explain = dict(st.explain)
-    notes = list(st.notes)
+    notes = list(st.notes) + w.ignored()
     kv = 0
     if w.training:
         acts, one_layer, loss_tmp, head_saved, act_formula = _activation_totals(spec, w, sp)

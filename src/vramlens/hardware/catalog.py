@@ -115,9 +115,18 @@ def get_gpu(name_or_size: str) -> GPU:
     Raises:
         UnknownGPUError: neither a catalog name nor a size; the message lists the closest names.
     """
+    from vramlens.limits import MAX_DEVICE_BYTES, MAX_GPU_NAME, show
+
     text = str(name_or_size).strip()
+    if len(text) > MAX_GPU_NAME:
+        raise UnknownGPUError(f"gpu={show(text)} is {len(text):,} characters: a GPU name or size has at most "
+                              f"{MAX_GPU_NAME}; see `vramlens gpus`")
     if _SIZE_ONLY.match(text):
-        return generic_gpu(parse_size(text, what="gpu"), name=_size_name(text))
+        size = parse_size(text, what="gpu")
+        if size > MAX_DEVICE_BYTES:
+            raise UnknownGPUError(f"gpu={text!r} is {size:.3g} bytes: over the limit of {MAX_DEVICE_BYTES:,} "
+                                  "(1 PiB); give the memory of one GPU, such as 80GB")
+        return generic_gpu(size, name=_size_name(text))
     gpus, index = _catalog()
     key = _key(text)
     if key in index:

@@ -364,7 +364,11 @@ def render_html(kind: str, data: Mapping, *, headroom: float = 0.10) -> str:
 
 
 def write_text_atomic(path: str | os.PathLike, text: str | bytes) -> Path:
-    """Write ``text`` to ``path`` through a temporary file in the same folder and a rename."""
+    """Write ``text`` to ``path`` through a temporary file in the same folder and a rename.
+
+    The file gets the mode a plain ``open(path, "w")`` would give (0666 less the umask: 0644 under
+    the usual 022), not mkstemp's private 0600; a file that exists keeps its mode.
+    """
     target = Path(path)
     folder = target.parent if str(target.parent) else Path(".")
     try:
@@ -377,19 +381,31 @@ def write_text_atomic(path: str | os.PathLike, text: str | bytes) -> Path:
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(text.encode("utf-8") if isinstance(text, str) else text)
+        try:
+            mode = target.stat().st_mode & 0o7777
+        except OSError:
+            mode = 0o666 & ~_umask()
+        os.chmod(tmp, mode)
         os.replace(tmp, target)
     except BaseException as e:
         try:
             os.unlink(tmp)
         except FileNotFoundError:
             pass
-        if isinstance(e, (IsADirectoryError, NotADirectoryError, PermissionError)):  # the user's path, not a bug
+        if isinstance(e, OSError):  # the user's path (a folder, a device, no permission), not a bug
             from vramlens.errors import InputError
 
             raise InputError(f"cannot write {target}: {e.strerror or e}: choose a file path (not a folder) "
                              "that is writable") from None
         raise
     return target
+
+
+def _umask() -> int:
+    """The process umask (read by setting it and putting it back: the only portable way)."""
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
 
 
 def write_html(kind: str, data: Mapping, path: str | os.PathLike, *, headroom: float = 0.10) -> Path:

@@ -86,7 +86,7 @@ class Runner:
         self.mode = mode
         self.steps = steps
         self.progress = progress or (lambda s: None)
-        self.notes: list[str] = []
+        self.notes: list[str] = wl.ignored()  # settings given that do not apply, as estimate says
         self.cuda_stats: dict[str, int] = {}
         self.fake_mode = None
         if mode == "fake":
