@@ -227,3 +227,34 @@ def test_readme_factory_trace_is_in_the_default_dtype(tmp_path, monkeypatch, cap
     assert code == 0, err
     # bf16, each tensor rounded up to 512 B: 512*256*2 + 256*2->512 + 256*512*2 + 512*2 = 525_824
     assert json.loads(out)["components"]["weights"] == 525_824
+
+
+def readme_inline_commands() -> set[str]:
+    """`vramlens ...` written inline in the prose and tables (not in code blocks), without placeholders."""
+    found = set(re.findall(r"`(vramlens [^`]*)`", re.sub(r"^```.*?^```", "", README, flags=re.S | re.M)))
+    return {c for c in found if "[" not in c and "..." not in c and not re.search(r"\b[A-Z]{3,}\b", c)}
+
+
+#: Inline README commands -> the exit code they end with, or why they are not run here.
+INLINE: dict[str, int | str] = {
+    "vramlens models": 0, "vramlens gpus": 0, "vramlens validate published": 0,
+    # the bare command names of the "what it answers" table need a MODEL or FILE: one line, exit 2
+    "vramlens estimate": 2, "vramlens fit": 2, "vramlens place": 2, "vramlens snapshot": 2, "vramlens trace": 2,
+    "vramlens serve": "starts a server that runs until stopped (tests/web runs it live)",
+    "vramlens validate trace": "the whole trace matrix takes minutes (tests/trace/test_crosscheck.py runs it)",
+}
+
+
+def test_readme_inline_commands_are_known():
+    assert readme_inline_commands() == set(INLINE)
+
+
+@pytest.mark.parametrize("command", sorted(c for c, how in INLINE.items() if isinstance(how, int)))
+def test_readme_inline_command_runs(command, capsys):
+    code, out, err = run_cli(capsys, shlex.split(command)[1:])
+    assert code == INLINE[command], err
+    assert "Traceback" not in out + err
+    if code == 0:
+        assert out.strip()
+    else:
+        assert len(err.strip().splitlines()) == 1 and err.startswith("error: ")

@@ -1,0 +1,144 @@
+"""Absurd values are refused with the limit named, settings that do not apply are named, and what the
+CLI writes is written as users expect (issue: never crash, never hang, never accept nonsense)."""
+
+from __future__ import annotations
+
+import math
+import os
+import stat
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import vramlens
+from vramlens import limits as L
+from vramlens.errors import ConfigError, InputError, VramlensError
+from vramlens.workload import Workload, make_workload
+
+
+@pytest.mark.parametrize(("field", "value", "limit"), [
+    ("batch", 10**26, L.MAX_BATCH), ("seq", 10**20, L.MAX_SEQ), ("gpus", 10**18, L.MAX_GPUS),
+    ("grad_accum", 10**9, L.MAX_GRAD_ACCUM), ("tp", 10**6, L.MAX_PARALLEL), ("pp", 10**6, L.MAX_PARALLEL),
+    ("lora_rank", 10**7, L.MAX_LORA_RANK),
+])
+def test_counts_over_their_limit_are_refused_naming_it(field, value, limit):
+    with pytest.raises(ConfigError) as e:
+        make_workload(**{field: value})
+    assert str(e.value) == f"{field}={value} is over the limit of {limit:,}"
+
+
+def test_a_huge_integer_is_shown_shortened():
+    with pytest.raises(ConfigError) as e:
+        make_workload(batch=10**5000)
+    assert str(e.value) == f"batch=a many-digit number is over the limit of {L.MAX_BATCH:,}"
+
+
+@pytest.mark.parametrize("value", [math.nan, math.inf, -0.5, 1.0, "0.1", True])
+def test_lora_dropout_outside_0_1_is_refused(value):
+    with pytest.raises(ConfigError, match="lora_dropout=.* must be in \\[0, 1\\)"):
+        make_workload(mode="train", method="lora", lora_dropout=value)
+
+
+def test_kv_block_is_bounded():
+    with pytest.raises(ConfigError, match="kv_block=100000 is over the limit of 65,536 tokens"):
+        make_workload(kv_block=100_000)
+
+
+def test_settings_that_do_not_apply_are_named_in_the_notes_of_estimate():
+    est = vramlens.estimate("llama-2-7b", optimizer="sgd", keep_grads=True, checkpointing="full", lora_rank=8,
+                            fsdp_strategy="hybrid")
+    notes = list(est.breakdown.notes)
+    assert ("ignored in inference (they apply to training): optimizer='sgd', keep_grads=True, "
+            "checkpointing='full'") in notes
+    assert "ignored with method='full' (they apply to LoRA and QLoRA): lora_rank=8" in notes
+    assert "ignored: fsdp_strategy='hybrid' applies only with fsdp" in notes
+    # they change nothing: the figures equal those of the plain workload
+    plain = vramlens.estimate("llama-2-7b").breakdown
+    assert est.breakdown.as_dict() == plain.as_dict()
+    assert est.breakdown.device_total == plain.device_total
+    train = vramlens.estimate("llama-2-7b", mode="train", kv_dtype="fp8", kv_block=16)
+    assert ("ignored in training (they apply to the inference KV cache): kv_dtype='fp8', kv_block=16"
+            in train.breakdown.notes)
+
+
+def test_defaults_are_never_named_as_ignored():
+    assert Workload().ignored() == []
+    assert Workload(mode="train").ignored() == []
+
+
+def test_lora_rank_larger_than_the_adapted_matrix_is_refused():
+    with pytest.raises(ConfigError) as e:
+        vramlens.estimate("gpt2", mode="train", method="lora", lora_rank=769, lora_targets="c_attn")
+    assert str(e.value) == ("lora_rank=769 exceeds the smaller side of c_attn (768x2304) of openai-community/gpt2: a LoRA "
+                            "update's rank is at most min(in, out) = 768; use --lora-rank 768 or less")
+    vramlens.estimate("gpt2", mode="train", method="lora", lora_rank=768, lora_targets="c_attn")  # the limit itself
+
+
+def test_check_int_names_field_value_and_limit():
+    assert L.check_int("layers", 4096.0, L.MAX_LAYERS) == 4096
+    for bad, text in [(10**400, "a 401-digit number is over the limit"), (math.nan, "nan is not a whole number"),
+                      ("12", "'12' is not a whole number"), (True, "True is not a whole number"),
+                      (0, "0 must be >= 1"), (4097, "4097 is over the limit of 4,096")]:
+        with pytest.raises(InputError) as e:
+            L.check_int("layers", bad, L.MAX_LAYERS, fix="see the config")
+        assert str(e.value).startswith("layers=") and str(e.value).endswith(": see the config")
+        assert text in str(e.value)
+
+
+def test_reports_are_written_with_the_umask_mode(tmp_path):
+    from vramlens.report.html import write_text_atomic
+
+    old = os.umask(0o022)
+    try:
+        target = write_text_atomic(tmp_path / "r.html", "<p>x</p>")
+    finally:
+        os.umask(old)
+    assert stat.S_IMODE(target.stat().st_mode) == 0o644
+    target.chmod(0o600)  # a file that exists keeps its mode
+    write_text_atomic(target, "<p>y</p>")
+    assert stat.S_IMODE(target.stat().st_mode) == 0o600
+    assert [p.name for p in tmp_path.iterdir()] == ["r.html"]  # no temporary left behind
+
+
+_values = st.one_of(
+    st.integers(min_value=-(10**30), max_value=10**30), st.floats(allow_nan=True, allow_infinity=True),
+    st.text(max_size=12), st.booleans(), st.none(), st.sampled_from(["train", "lora", "bf16", "adamw", "full"]),
+)
+_FIELDS = [f for f in Workload.__dataclass_fields__]
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.dictionaries(st.sampled_from(_FIELDS), _values, max_size=5))
+def test_any_settings_give_a_workload_or_a_config_error(kw):
+    """Fuzzing the API's keyword arguments (the CLI's and the web page's values arrive here)."""
+    try:
+        w = make_workload(**kw)
+    except ConfigError as e:
+        assert e.problems and all(isinstance(p, str) and p for p in e.problems)
+        return
+    except TypeError:  # lora_targets given as a number: not iterable
+        assert "lora_targets" in kw
+        return
+    assert w.validated() is w
+
+
+_small = st.fixed_dictionaries({}, optional={
+    "mode": st.sampled_from(["inference", "train"]), "method": st.sampled_from(["full", "lora", "qlora"]),
+    "batch": st.integers(1, 2**20), "seq": st.integers(1, 2**22), "new_tokens": st.integers(0, 4096),
+    "gpus": st.sampled_from([1, 2, 8, 64]), "tp": st.sampled_from([1, 2, 4]), "zero": st.sampled_from([0, 1, 2, 3]),
+    "lora_rank": st.integers(1, 4096), "kv_block": st.integers(0, 1024),
+    "checkpointing": st.sampled_from(["none", "full", "selective"]),
+})
+
+
+@settings(max_examples=150, deadline=None)
+@given(_small, st.sampled_from(["gpt2", "llama-2-7b", "t5-small", "bert-base-uncased", "mixtral-8x7b"]))
+def test_estimate_of_any_in_range_workload_is_a_figure_or_one_error(kw, model):
+    try:
+        est = vramlens.estimate(model, gpu="H100-80GB", **kw)
+    except VramlensError as e:
+        assert str(e) and "\n" not in str(e)
+        return
+    b = est.breakdown
+    assert 0 < b.peak_allocated <= b.peak_reserved <= b.device_total
