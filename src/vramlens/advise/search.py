@@ -344,13 +344,11 @@ def _search_training(s: _Search, base: Workload, total: int, per_node: int, c: C
     limit = s.limit
     ckpts = _checkpointing(base, c)
     attns = _attentions(base, s.gpu, c)
-    acts_memo = fm._acts
-    combine = fm._combine
+    device_total = fm.device_total
     heap: list = []   # the max_plans best that fit, as (-rank key, workload fields)
     best_miss = None  # (device_total, workload fields) of the least-memory valid candidate
     n_eval = n_valid = n_fit = 0
     host_ram = None if s.host_ram is None else s.host_ram * s.nodes
-    seq = base.seq
     want = max_plans * 4  # kept before dropping plans equal in time and memory to a better one
     candidates = _training_candidates(base, s.gpu, total, per_node, c, eb)
     if progress is not None:
@@ -363,7 +361,6 @@ def _search_training(s: _Search, base: Workload, total: int, per_node: int, c: C
         tier = 0 if struct.method == base.method else 1  # a different method trains something else
         changes = _n_changes(struct, base)
         tc = None
-        cdt = struct.compute_dtype
         for mb, ga in splits:
             st = fm.state_for(skey, struct, ga)
             if st.problems:
@@ -375,14 +372,8 @@ def _search_training(s: _Search, base: Workload, total: int, per_node: int, c: C
                 for attn in attns:
                     n_eval += 1
                     n_valid += 1
-                    akey = (cdt, struct.dtype, struct.amp, mb, seq, ckpt, attn, struct.tp,
-                            sp.layers, sp.micro_batches_in_flight, sp.has_head, struct.method, struct.lora_targets,
-                            struct.lora_rank, struct.lora_dropout)
-                    a = acts_memo.get(akey)
-                    if a is None:
-                        a = fm.activations_by_key(
-                            akey, replace(struct, batch=mb, grad_accum=ga, checkpointing=ckpt, attention=attn), sp)
-                    total_b = combine(st, a, ga, ckpt)
+                    a = fm.activations_for(struct, sp, batch=mb, grad_accum=ga, checkpointing=ckpt, attention=attn)
+                    total_b = device_total(st, a, ga, ckpt)
                     if total_b > limit or not host_ok:
                         if best_miss is None or total_b < best_miss[0]:
                             best_miss = (total_b, struct, mb, ga, ckpt, attn)

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from vramlens.estimate.inventory import _identity_cache
+from vramlens.estimate.memo import identity_cache
 from vramlens.models.spec import ModelSpec
 from vramlens.units import DTYPE_BYTES, round_up
 from vramlens.workload import Workload
@@ -140,7 +140,7 @@ _ATTN_OUT = frozenset({"o_proj", "out_proj", "o", "c_proj", "dense"})
 _MLP_OUT = frozenset({"down_proj", "fc2", "dense_4h_to_h", "wo", "c_proj", "w2"})
 
 
-@_identity_cache
+@identity_cache
 def linear_groups(spec: ModelSpec) -> dict[str, tuple[tuple[str, str], ...]]:
     """The first block's linears by place: "qkv", "attn_out", "mlp_in", "mlp_out"; each (path, leaf name)."""
     layers = [t.layer for t in spec.tensors if t.layer is not None and t.role in ("linear", "conv1d")]

@@ -101,8 +101,19 @@ class Estimate:
         }
 
 
-def _activation_totals(spec: ModelSpec, w: Workload, sp: Split) -> tuple[int, int, int, int, str]:
-    """(all saved activations, one block's, the loss-time transient, backward head extra, formula)."""
+@dataclass(frozen=True, slots=True)
+class ActivationTotals:
+    """A training step's activation figures, in bytes, and the formula that explains them."""
+
+    saved: int           # every activation kept for backward on this GPU
+    one_layer: int       # one block's (recomputed in backward under full checkpointing)
+    loss_transient: int  # the loss-time transient beyond what the head keeps
+    head_saved: int      # what the head keeps for backward
+    formula: str
+
+
+def activation_totals(spec: ModelSpec, w: Workload, sp: Split) -> ActivationTotals:
+    """The activations of a training step of ``w`` on the split ``sp`` (shared with the advisor's FastMemory)."""
     b, s = w.batch, w.seq
     tp = w.tp
     if spec.kind == "encoder-decoder":
@@ -133,7 +144,8 @@ def _activation_totals(spec: ModelSpec, w: Workload, sp: Split) -> tuple[int, in
     head_saved, head_peak, head_formula = A.head_saved(spec, w, b, s)
     if not sp.has_head:
         head_saved = head_peak = 0
-    return kept + model_level + head_saved, one, head_peak - head_saved, head_saved, formula + "; " + head_formula
+    return ActivationTotals(saved=kept + model_level + head_saved, one_layer=one, loss_transient=head_peak - head_saved,
+                            head_saved=head_saved, formula=formula + "; " + head_formula)
 
 
 def estimate_spec(spec: ModelSpec, w: Workload, gpu: GPU | None = None, *, headroom: float = DEFAULT_HEADROOM) -> Estimate:
@@ -144,7 +156,9 @@ def estimate_spec(spec: ModelSpec, w: Workload, gpu: GPU | None = None, *, headr
     notes = list(st.notes)
     kv = 0
     if w.training:
-        acts, one_layer, loss_tmp, head_saved, act_formula = _activation_totals(spec, w, sp)
+        at = activation_totals(spec, w, sp)
+        acts, one_layer, loss_tmp, head_saved, act_formula = (at.saved, at.one_layer, at.loss_transient,
+                                                              at.head_saved, at.formula)
         explain["activations"] = act_formula
         if st.frozen_casts:
             explain["activations"] += f"; frozen weights' {w.amp} casts kept for backward ({st.frozen_casts:,} B)"

@@ -7,10 +7,9 @@ blocks, LoRA shapes, quantization group counts) are computed once per (spec, que
 
 from __future__ import annotations
 
-from collections import OrderedDict
 from dataclasses import dataclass
-from typing import Callable
 
+from vramlens.estimate.memo import identity_cache
 from vramlens.models.spec import ModelSpec, TensorInfo
 from vramlens.units import DTYPE_BYTES, round_up
 
@@ -19,26 +18,6 @@ from vramlens.units import DTYPE_BYTES, round_up
 BLOCK = 512
 
 LINEAR_ROLES = ("linear", "conv1d", "expert")  # routers are plain parameters (transformers 5), not nn.Linear
-
-
-def _identity_cache(fn: Callable) -> Callable:
-    """Memoize on the spec's identity: hashing a frozen spec would hash its whole inventory."""
-    cache: OrderedDict = OrderedDict()
-
-    def wrapper(spec, *args):
-        key = (id(spec), *args)
-        hit = cache.get(key)
-        if hit is not None and hit[0] is spec:
-            return hit[1]
-        value = fn(spec, *args)
-        cache[key] = (spec, value)
-        if len(cache) > 512:
-            cache.popitem(last=False)
-        return value
-
-    wrapper.__wrapped__ = fn
-    wrapper.__doc__ = fn.__doc__
-    return wrapper
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,7 +48,7 @@ def _is_fixed(t: TensorInfo) -> bool:
     return t.dtype is not None and t.dtype not in ("fp32", "fp16", "bf16") or (t.role == "buffer" and t.dtype is not None)
 
 
-@_identity_cache
+@identity_cache
 def summarize(spec: ModelSpec) -> Summary:
     linears = []
     fixed = 0
@@ -134,7 +113,7 @@ def _matches(lin: Linear, targets: tuple[str, ...]) -> bool:
     return lin.module in targets or any(lin.name.removesuffix(".weight").endswith("." + t) for t in targets)
 
 
-@_identity_cache
+@identity_cache
 def lora_shape(spec: ModelSpec, targets: tuple[str, ...]) -> LoraShape:
     """Which linears peft's LoraConfig(target_modules=targets) adapts.
 

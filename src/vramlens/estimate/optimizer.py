@@ -21,7 +21,8 @@ from __future__ import annotations
 
 from math import ceil
 
-from vramlens.estimate.inventory import BLOCK, _identity_cache, lora_rounded_bytes, lora_shape, summarize
+from vramlens.estimate.inventory import BLOCK, lora_rounded_bytes, lora_shape, summarize
+from vramlens.estimate.memo import identity_cache
 from vramlens.models.spec import ModelSpec
 from vramlens.units import DTYPE_BYTES, round_up
 from vramlens.workload import Workload
@@ -54,7 +55,7 @@ def gradient_bytes(spec: ModelSpec, w: Workload, trainable: int) -> int:
     return lora_rounded_bytes(shape, w.lora_rank, 4)
 
 
-@_identity_cache
+@identity_cache
 def _adafactor_bytes(spec: ModelSpec, b: int) -> int:
     """torch.optim.Adafactor's state (``p.new_zeros``: the parameter's dtype): for a matrix the
     row variance (all dims but the last) and the column variance (all but the second to last);

@@ -108,7 +108,7 @@ class Runner:
         if is_factory(source):
             built = build_factory(source, input_shape=input_shape, dtype=TORCH_DTYPES[wl.dtype], fake_mode=self.fake_mode)
         else:
-            cfg = _config_of(source)
+            cfg = config_of(source)
             built = build_hf(cfg, wl, fake_mode=self.fake_mode, layers=layers)
         if self.mode == "cuda":
             built.model = built.model.to("cuda")
@@ -320,7 +320,7 @@ def _tensors(x) -> list[torch.Tensor]:
     return []
 
 
-def _config_of(source: Any) -> dict:
+def config_of(source: Any) -> dict:
     """config.json fields of a ModelSpec, a dict, a catalog name or a path."""
     cfg = getattr(source, "config", None)
     if isinstance(cfg, dict) and cfg:
