@@ -18,10 +18,8 @@ from dataclasses import dataclass
 
 from vramlens.estimate.memo import identity_cache
 from vramlens.models.spec import ModelSpec
-from vramlens.units import DTYPE_BYTES, round_up
+from vramlens.units import BLOCK, DTYPE_BYTES, round_up
 from vramlens.workload import Workload
-
-BLOCK = 512
 
 #: Model types whose eager attention computes ``softmax(..., dtype=torch.float32)`` and casts back
 #: (transformers/models/llama/modeling_llama.py ``eager_attention_forward`` and its copies); the

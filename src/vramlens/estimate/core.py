@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from vramlens.estimate import activations as A
 from vramlens.estimate import kv_cache as K
 from vramlens.estimate.breakdown import Breakdown, make_breakdown
-from vramlens.estimate.loading import host_load
+from vramlens.estimate.loading import HostLoad, host_load
 from vramlens.estimate.parallel import Split
 from vramlens.estimate.state import reserved_total, train_phases, train_state
 from vramlens.hardware.gpu import GPU
@@ -57,6 +57,12 @@ class Estimate:
     def device_total(self) -> int:
         return self.breakdown.device_total
 
+    @property
+    def host_load(self) -> HostLoad:
+        """Host RAM to load the checkpoint (vramlens.estimate.loading), in the dtype the weights load in."""
+        w = self.workload
+        return host_load(self.model, w.dtype if w.method != "qlora" else w.compute_dtype)
+
     def to_dict(self) -> dict:
         """The ``vramlens estimate --json`` object (schema documented in the README)."""
         b = self.breakdown
@@ -86,8 +92,7 @@ class Estimate:
             "phases": dict(b.phases),
             "host_bytes": b.host_bytes,
             "layer_activation_bytes": self.layer_activation_bytes,
-            "host_load": host_load(self.model, self.workload.dtype if self.workload.method != "qlora"
-                                   else self.workload.compute_dtype).to_dict(),
+            "host_load": self.host_load.to_dict(),
             "effective_batch": self.workload.effective_batch,
             "gpu": None if self.gpu is None else {
                 "name": self.gpu.name,

@@ -11,11 +11,10 @@ from dataclasses import dataclass
 
 from vramlens.estimate.memo import identity_cache
 from vramlens.models.spec import ModelSpec, TensorInfo
-from vramlens.units import DTYPE_BYTES, round_up
+from vramlens.units import BLOCK, DTYPE_BYTES, round_up
 
-#: CUDACachingAllocator rounds every request up to a multiple of 512 bytes
-#: (kMinBlockSize in c10/cuda/CUDACachingAllocator.cpp).
-BLOCK = 512
+#: bitsandbytes Optimizer8bit(min_8bit_size=4096): smaller parameters keep 32-bit optimizer states.
+BNB_MIN_8BIT_SIZE = 4096
 
 LINEAR_ROLES = ("linear", "conv1d", "expert")  # routers are plain parameters (transformers 5), not nn.Linear
 
@@ -40,7 +39,7 @@ class Summary:
     float_numel: int                     # elements that take the run's dtype
     float_bytes_at: dict                 # bytes per element -> rounded bytes of the float tensors
     param_bytes_at: dict                 # bytes per element -> rounded bytes of the float parameters
-    small_param_numel: int               # elements of parameters < 4096 elements (bnb keeps them 32-bit)
+    small_param_numel: int               # elements of parameters < BNB_MIN_8BIT_SIZE (bnb keeps them 32-bit)
     largest_param_numel: int
 
 
@@ -65,7 +64,7 @@ def summarize(spec: ModelSpec) -> Summary:
             linears.append(Linear(t.name, t.module, t.shape[2], t.shape[1], t.layer, t.shape[0]))
         if t.is_parameter:
             largest = max(largest, n)
-            if n < 4096:
+            if n < BNB_MIN_8BIT_SIZE:
                 small += n
         if _is_fixed(t):
             fixed += round_up(n * DTYPE_BYTES.get(t.dtype, 1), BLOCK)

@@ -21,14 +21,13 @@ from __future__ import annotations
 
 from math import ceil
 
-from vramlens.estimate.inventory import BLOCK, lora_rounded_bytes, lora_shape, summarize
+from vramlens.estimate.inventory import lora_rounded_bytes, lora_shape, summarize
 from vramlens.estimate.memo import identity_cache
 from vramlens.models.spec import ModelSpec
-from vramlens.units import DTYPE_BYTES, round_up
+from vramlens.units import BLOCK, DTYPE_BYTES, round_up
 from vramlens.workload import Workload
 
 BNB_BLOCK = 256          # bitsandbytes Optimizer8bit blockwise quantization block
-BNB_MIN_8BIT_SIZE = 4096  # bitsandbytes Optimizer8bit(min_8bit_size=4096)
 
 STATES_PER_PARAM = {"adamw": 2, "adam": 2, "paged-adamw": 2, "sgd": 0, "sgd-momentum": 1, "lion": 1, "none": 0}
 

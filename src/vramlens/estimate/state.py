@@ -28,14 +28,13 @@ from dataclasses import dataclass, field
 
 from vramlens.estimate import optimizer as O
 from vramlens.estimate import weights as Wt
-from vramlens.estimate.inventory import BLOCK
 from vramlens.estimate.memo import identity_cache
 from vramlens.estimate.parallel import Split, comm_buffer_bytes, gathered_sizes, split
 from vramlens.estimate.reserve import persistent_part_reserve
 from vramlens.estimate.runtime import runtime
 from vramlens.hardware.gpu import GPU
 from vramlens.models.spec import ModelSpec
-from vramlens.units import DTYPE_BYTES, human_bytes, round_up
+from vramlens.units import BLOCK, DTYPE_BYTES, human_bytes, round_up
 from vramlens.workload import Workload
 
 #: Roles whose tensors autocast casts to the lower precision for matmuls (F.linear / addmm /

@@ -24,7 +24,6 @@ from __future__ import annotations
 from math import ceil
 
 from vramlens.estimate.inventory import (
-    BLOCK,
     float_bytes,
     lora_rounded_bytes,
     lora_shape,
@@ -32,7 +31,7 @@ from vramlens.estimate.inventory import (
 )
 from vramlens.estimate.memo import identity_cache
 from vramlens.models.spec import ModelSpec
-from vramlens.units import DTYPE_BYTES, round_up
+from vramlens.units import BLOCK, DTYPE_BYTES, round_up
 from vramlens.workload import Workload
 
 GROUP_SIZE = 128       # GPTQ / AWQ / int4 default group size (AutoGPTQ BaseQuantizeConfig, AutoAWQ q_group_size)
