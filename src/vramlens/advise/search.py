@@ -35,6 +35,7 @@ from vramlens.errors import ConfigError, InputError
 from vramlens.estimate import estimate_spec
 from vramlens.estimate import kv_cache as K
 from vramlens.hardware.gpu import GPU
+from vramlens.limits import MAX_EFFECTIVE_BATCH
 from vramlens.models.spec import ModelSpec
 from vramlens.units import human_bytes
 from vramlens.workload import Workload
@@ -96,8 +97,17 @@ def check_constraints(base: Workload, keep, forbid, *, method_locked: bool, tota
     return Constraints(keep=k, forbid=f, method_locked=method_locked)
 
 
-def _divisors(n: int) -> list[int]:
-    return [d for d in range(1, n + 1) if n % d == 0]
+def divisors(n: int) -> list[int]:
+    """The divisors of ``n`` (>= 1) in increasing order, found in O(sqrt n) steps."""
+    small, large = [], []
+    d = 1
+    while d * d <= n:
+        if n % d == 0:
+            small.append(d)
+            if d != n // d:
+                large.append(n // d)
+        d += 1
+    return small + large[::-1]
 
 
 def _half(gpu: GPU) -> str:
@@ -169,10 +179,10 @@ def _attentions(base: Workload, gpu: GPU, c: Constraints) -> list[str]:
 def _layouts(base: Workload, total: int, per_node: int, c: Constraints) -> list[tuple[int, int]]:
     """(tp, pp) pairs whose product divides the GPUs."""
     out = []
-    for tp in _divisors(total):
+    for tp in divisors(total):
         if tp > min(MAX_TP, per_node) or (tp > 1 and "tp" in c.forbid) or ("tp" in c.keep and tp == 1):
             continue
-        for pp in _divisors(total // tp):
+        for pp in divisors(total // tp):
             if (pp > 1 and "pp" in c.forbid) or ("pp" in c.keep and pp == 1):
                 continue
             out.append((tp, pp))
@@ -243,7 +253,7 @@ def _training_candidates(base: Workload, gpu: GPU, total: int, per_node: int, c:
         if "grad-accum" in c.forbid:
             splits = [(base.batch, base.grad_accum)] if base.batch * base.grad_accum == per_rank else []
         else:
-            splits = [(per_rank // m, m) for m in _divisors(per_rank)]  # biggest micro-batch first
+            splits = [(per_rank // m, m) for m in divisors(per_rank)]  # biggest micro-batch first
         if "grad-accum" in c.keep:
             splits = [s for s in splits if s[1] > 1]
         if not splits:
@@ -313,6 +323,9 @@ def search(
             effective_batch = base.batch * base.grad_accum * max(1, total // (base.tp * base.pp))
         if effective_batch < 1:
             raise InputError(f"effective_batch={effective_batch} must be a whole number >= 1")
+        if effective_batch > MAX_EFFECTIVE_BATCH:
+            raise InputError(f"effective_batch={effective_batch:,} is over the limit of {MAX_EFFECTIVE_BATCH:,} "
+                             "(vramlens.limits.MAX_EFFECTIVE_BATCH): ask for a smaller --effective-batch")
         ranked, closest, n_eval, n_valid, n_fit = _search_training(s, base, total, gpus, c, effective_batch, max_plans,
                                                                     progress)
     else:
@@ -329,11 +342,6 @@ def search(
         msg = _no_fit_message(s, base, closest_plan, total, headroom, n_valid)
     return FitResult(plans=plans, closest=closest_plan, message=msg, evaluated=n_eval, valid=n_valid,
                      fitting=n_fit, gpu_name=gpu.name, gpus=gpus, nodes=nodes, headroom=headroom)
-
-
-#: The search under the name of the issue; :func:`vramlens.advise.fit` is the front door that
-#: also takes model names, GPU names and workload keywords.
-fit = search
 
 
 def _search_training(s: _Search, base: Workload, total: int, per_node: int, c: Constraints, eb: int,
