@@ -174,6 +174,7 @@ def test_event_shapes():
     assert simulate([A(1, 0)]).peak_reserved_bytes == 0  # PyTorch hands out no memory for 0 bytes
 
 
+@pytest.mark.slow  # > 5 s on 2 cores (--durations)
 def test_million_events_in_a_few_seconds():
     import random
 
