@@ -7,6 +7,7 @@ them into text ("13.48 GiB") or text into them ("24GB", "80GiB", "7B").
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 
 from vramlens.errors import InputError
 
@@ -14,6 +15,10 @@ KiB = 1024
 MiB = 1024**2
 GiB = 1024**3
 TiB = 1024**4
+
+#: The CUDA caching allocator rounds every request up to a multiple of 512 bytes
+#: (kMinBlockSize in c10/cuda/CUDACachingAllocator.cpp); the one definition in vramlens.
+BLOCK = 512
 
 #: Bytes per element of each dtype vramlens knows. Sub-byte formats (nf4, fp4, int4) are
 #: handled by the quantization formulas in :mod:`vramlens.estimate.weights`, not here.
@@ -132,6 +137,15 @@ def format_bytes(n_bytes: int, *, unit: str = "GiB", digits: int = 2) -> str:
     return f"{n_bytes / div:,.{digits}f} {unit}"
 
 
+def format_gib(n_bytes: int | float | None, *, unit: bool = True, grouped: bool = True) -> str:
+    """Bytes as GiB with two decimals: ``"1,013.48 GiB"``; ``unit=False`` where a column header names the unit,
+    ``grouped=False`` without thousands separators; ``""`` for an absent value (an empty cell)."""
+    if n_bytes is None:
+        return ""
+    text = f"{n_bytes / GiB:,.2f}" if grouped else f"{n_bytes / GiB:.2f}"
+    return f"{text} GiB" if unit else text
+
+
 def human_bytes(n_bytes: int) -> str:
     """Pick the binary unit that suits the value (for prose, not for tables)."""
     for unit, div in (("TiB", TiB), ("GiB", GiB), ("MiB", MiB), ("KiB", KiB)):
@@ -147,5 +161,47 @@ def human_count(n: int) -> str:
     return str(n)
 
 
+def ceil_div(n: int, m: int) -> int:
+    """``ceil(n / m)`` in exact integers (``m`` > 0)."""
+    return -(-n // m)
+
+
 def round_up(n: int, multiple: int) -> int:
-    return -(-n // multiple) * multiple
+    """``n`` rounded up to a multiple of ``multiple`` (> 0), in exact integers."""
+    return ceil_div(n, multiple) * multiple
+
+
+def peak_indices(totals: Sequence[int], max_points: int, *, keep_last: bool = False) -> list[int]:
+    """Which points of a timeline to keep so that at most ``max_points`` remain and every spike survives.
+
+    The series is cut into equal runs of ``ceil(n / runs)`` points and each run keeps the index of its largest
+    total (the first of equals), so the global peak is always kept exactly (PyTorch's memory viewer draws the
+    same envelope). ``keep_last`` also keeps the final point (where the run ends), within the same budget
+    (with ``max_points=1`` the peak wins).
+
+    Args:
+        totals: the value of each point, in order.
+        max_points: the most indices returned (>= 1).
+        keep_last: keep the last index too.
+
+    Returns:
+        Increasing indices into ``totals``.
+
+    Raises:
+        ValueError: ``max_points`` < 1.
+    """
+    if max_points < 1:
+        raise ValueError(f"max_points={max_points} must be >= 1")
+    n = len(totals)
+    if n <= max_points:
+        return list(range(n))
+    runs = max_points - 1 if keep_last and max_points > 1 else max_points
+    length = ceil_div(n - 1 if keep_last and max_points > 1 else n, runs)
+    end = n - 1 if keep_last and max_points > 1 else n
+    keep = [max(range(start, min(start + length, end)), key=lambda i: (totals[i], -i))
+            for start in range(0, end, length)]
+    if keep_last:
+        if max_points == 1:
+            return [max(range(n), key=lambda i: (totals[i], -i))]
+        keep.append(n - 1)
+    return keep

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 
-import numpy as np
 import pytest
 
 from vramlens.advise.gguf_split import GGUFInfo, split_layers
@@ -13,7 +12,8 @@ from vramlens.cli.place import read_gguf_info
 from vramlens.errors import InputError
 from vramlens.hardware.gpu import GPU
 
-gguf = pytest.importorskip("gguf")
+gguf = pytest.importorskip("gguf", reason="GGUF files are written with the gguf extra")
+np = pytest.importorskip("numpy", reason="GGUF tensors are numpy arrays (installed with gguf)")
 
 L, H, V = 4, 64, 128
 

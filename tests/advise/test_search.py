@@ -174,3 +174,23 @@ def test_front_door_takes_names_and_keywords():
     d = r.to_dict()
     assert set(d["plans"][0]) >= {"settings", "fits", "device_total_bytes", "components", "host_bytes",
                                   "step_time_s", "tradeoffs"}
+
+
+def test_divisors_in_order():
+    from vramlens.advise.search import divisors
+
+    assert divisors(1) == [1]
+    assert divisors(12) == [1, 2, 3, 4, 6, 12]
+    assert divisors(49) == [1, 7, 49]
+    assert divisors(1_000_000_007) == [1, 1_000_000_007]  # a prime: O(sqrt n) steps, not a billion
+
+
+def test_effective_batch_over_the_limit_is_refused():
+    from vramlens.advise import fit
+    from vramlens.errors import InputError
+    from vramlens.limits import MAX_EFFECTIVE_BATCH
+
+    with pytest.raises(InputError) as e:
+        fit("llama-2-7b", gpu="24GB", mode="train", effective_batch=MAX_EFFECTIVE_BATCH + 1)
+    assert str(e.value) == (f"effective_batch={MAX_EFFECTIVE_BATCH + 1:,} is over the limit of {MAX_EFFECTIVE_BATCH:,} "
+                            "(vramlens.limits.MAX_EFFECTIVE_BATCH): ask for a smaller --effective-batch")

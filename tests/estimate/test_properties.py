@@ -1,8 +1,11 @@
 """Invariants of the estimator (hypothesis)."""
 
+import pytest
 from _specs import llama_config
-from hypothesis import given, settings
-from hypothesis import strategies as st
+
+pytest.importorskip("hypothesis", reason="property tests need hypothesis (the dev extra)")
+from hypothesis import given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
 
 from vramlens.estimate import estimate_spec
 from vramlens.models import load_model

@@ -6,6 +6,8 @@ import pytest
 
 from vramlens.trace.crosscheck import ARCHITECTURES, ROWS, render, run_matrix, skipped, tiny_config
 
+pytestmark = pytest.mark.slow  # the cross-check fixture traces every row: minutes on 2 cores
+
 # Weights, gradients and optimizer states agree exactly on every row.
 AGREEING = ("weights", "gradients", "optimizer_states")
 

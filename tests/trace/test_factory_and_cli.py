@@ -61,6 +61,7 @@ def test_cli_json(capsys, tmp_path):
     assert timeline.read_text().splitlines()[0] == "seq,action,storage,nbytes,tag,module,phase,step,op"
 
 
+@pytest.mark.slow  # > 5 s on 2 cores (--durations)
 def test_cli_table(capsys, tmp_path):
     cfg = tmp_path / "config.json"
     cfg.write_text(json.dumps(tiny_llama()))

@@ -86,6 +86,7 @@ def test_inference_tags_kv_cache():
     assert r.breakdown["gradients"] == 0
 
 
+@pytest.mark.slow  # > 5 s on 2 cores (--durations)
 def test_lora_and_qlora():
     lora = trace(tiny_llama(), mode="train", method="lora", lora_rank=8, batch=2, seq=64)
     full = trace(tiny_llama(), mode="train", batch=2, seq=64)
@@ -96,6 +97,7 @@ def test_lora_and_qlora():
     assert any("NF4" in n for n in q.breakdown.notes)
 
 
+@pytest.mark.slow  # > 5 s on 2 cores (--durations)
 def test_checkpointing_lowers_activations():
     a = trace(tiny_llama(layers=3), mode="train", batch=2, seq=128, attention="eager")
     b = trace(tiny_llama(layers=3), mode="train", batch=2, seq=128, attention="eager", checkpointing="full")
@@ -109,6 +111,7 @@ def test_sdpa_saves_less_than_eager():
     assert sdpa.breakdown["activations"] < eager.breakdown["activations"]
 
 
+@pytest.mark.slow  # > 5 s on 2 cores (--durations)
 @pytest.mark.parametrize("kw", [
     dict(mode="train", dtype="bf16"),
     dict(mode="train", dtype="fp32", amp="bf16", checkpointing="full"),
@@ -136,6 +139,7 @@ def test_bitsandbytes_optimizer_is_refused_clearly():
         trace(tiny_llama(), mode="train", optimizer="adamw-8bit", seq=16)
 
 
+@pytest.mark.slow  # > 5 s on 2 cores (--durations)
 def test_other_optimizers_run():
     for opt in ("sgd", "sgd-momentum", "adafactor", "none"):
         r = trace(tiny_llama(), mode="train", optimizer=opt, seq=16, batch=1)

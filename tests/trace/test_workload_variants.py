@@ -13,6 +13,7 @@ SPEC = load_model(tiny_config("llama-2-7b"))
 BASE = dict(mode="train", dtype="bf16", batch=2, seq=128)
 
 
+@pytest.mark.slow  # > 5 s on 2 cores (--durations)
 @pytest.mark.parametrize("settings", [
     dict(optimizer="sgd"), dict(optimizer="sgd-momentum"), dict(optimizer="adafactor"), dict(optimizer="adam"),
     dict(optimizer="none"), dict(method="qlora", lora_targets="all-linear"), dict(dtype="fp16", amp="fp16"),

@@ -8,7 +8,9 @@ import pytest
 from web_helpers import TINY_LLAMA, needs_model_loader
 
 from vramlens.cli.main import main
-from vramlens.web.app import MAX_BODY_BYTES
+
+pytest.importorskip("fastapi", reason="the web app needs the [web] extra (fastapi)")
+from vramlens.web.app import MAX_BODY_BYTES  # noqa: E402  (after the skip: the module imports fastapi)
 
 FLAGS = {"model": "llama-2-7b", "mode": "train", "batch": 4, "seq": 1024, "gpu": "A100-80GB",
          "checkpointing": "full", "grad_accum": 2, "method": "lora", "lora_rank": 8}

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from web_helpers import TINY_LLAMA
 
-pytestmark = pytest.mark.browser
+pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
 ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts"
 GiB = 1024**3

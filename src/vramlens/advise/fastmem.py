@@ -23,7 +23,7 @@ from dataclasses import dataclass, replace
 from vramlens.errors import VramlensError
 from vramlens.estimate import check_workload, estimate_spec
 from vramlens.estimate.activations import logits_bytes
-from vramlens.estimate.core import _activation_totals
+from vramlens.estimate.core import activation_totals
 from vramlens.estimate.parallel import Split
 from vramlens.estimate.state import TrainState, reserved_total, train_phases, train_state
 from vramlens.hardware.gpu import GPU
@@ -34,6 +34,17 @@ from vramlens.workload import Workload
 STATE_FIELDS = ("mode", "method", "dtype", "amp", "quant", "optimizer", "optimizer_impl", "keep_grads", "lora_rank",
                 "lora_targets",
                 "lora_dropout", "gpus", "zero", "fsdp", "fsdp_strategy", "tp", "pp", "offload")
+
+
+@dataclass(frozen=True, slots=True)
+class Activations:
+    """The activation figures a training step's phases read, in bytes (vramlens.estimate.core.activation_totals)."""
+
+    saved: int
+    one_layer: int
+    loss_transient: int
+    head_saved: int
+    logits: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,7 +74,7 @@ class FastMemory:
         self.spec = spec
         self.gpu = gpu
         self._states: dict[tuple, State] = {}
-        self._acts: dict[tuple, tuple[int, int, int, int, int]] = {}
+        self._acts: dict[tuple, Activations] = {}
         self._parts: dict[tuple, object] = {}
         self._infer: dict[Workload, tuple[int, int]] = {}
         self.evaluations = 0
@@ -109,20 +120,34 @@ class FastMemory:
             st = self._states[key] = self._make_state(replace(struct, grad_accum=grad_accum))
         return st
 
-    def activations(self, w: Workload, sp: Split) -> tuple[int, int, int, int, int]:
+    @staticmethod
+    def activation_key(w: Workload, sp: Split, *, batch: int | None = None, checkpointing: str | None = None,
+                       attention: str | None = None) -> tuple:
+        """The workload fields the activations read (the search passes its loop's batch, checkpointing, attention)."""
         # activations read the method through the compute dtype and, under LoRA, which linears
         # keep their inputs (the targets), the adapters' rank and dropout
-        key = (w.compute_dtype, w.dtype, w.amp, w.batch, w.seq, w.checkpointing, w.attention, w.tp,
-               sp.layers, sp.micro_batches_in_flight, sp.has_head, w.method, w.lora_targets, w.lora_rank,
-               w.lora_dropout)
-        return self.activations_by_key(key, w, sp)
+        return (w.compute_dtype, w.dtype, w.amp, w.batch if batch is None else batch, w.seq,
+                w.checkpointing if checkpointing is None else checkpointing,
+                w.attention if attention is None else attention, w.tp,
+                sp.layers, sp.micro_batches_in_flight, sp.has_head, w.method, w.lora_targets, w.lora_rank,
+                w.lora_dropout)
 
-    def activations_by_key(self, key: tuple, w: Workload, sp: Split) -> tuple[int, int, int, int, int]:
+    def activations(self, w: Workload, sp: Split) -> Activations:
+        """The activations of ``w`` on the split ``sp``, memoized on :meth:`activation_key`."""
+        return self.activations_for(w, sp, batch=w.batch, grad_accum=w.grad_accum, checkpointing=w.checkpointing,
+                                    attention=w.attention)
+
+    def activations_for(self, struct: Workload, sp: Split, *, batch: int, grad_accum: int, checkpointing: str,
+                        attention: str) -> Activations:
+        """The activations of ``struct`` with these loop values; the workload is built only on a cache miss."""
+        key = self.activation_key(struct, sp, batch=batch, checkpointing=checkpointing, attention=attention)
         a = self._acts.get(key)
         if a is None:
-            acts, one, loss_tmp, head_saved, _ = _activation_totals(self.spec, w, sp)
+            w = replace(struct, batch=batch, grad_accum=grad_accum, checkpointing=checkpointing, attention=attention)
+            t = activation_totals(self.spec, w, sp)
             logits = logits_bytes(self.spec, w, w.batch * w.seq) if sp.has_head else 0
-            a = self._acts[key] = (acts, one, loss_tmp, head_saved, logits)
+            a = self._acts[key] = Activations(saved=t.saved, one_layer=t.one_layer, loss_transient=t.loss_transient,
+                                              head_saved=t.head_saved, logits=logits)
         return a
 
     # ---- the totals -----------------------------------------------------------------------
@@ -135,13 +160,13 @@ class FastMemory:
         if st.problems:
             return None
         a = self.activations(w, st.sp)
-        return self._combine(st, a, w.grad_accum, w.checkpointing), st.host
+        return self.device_total(st, a, w.grad_accum, w.checkpointing), st.host
 
     @staticmethod
-    def _combine(st: State, a: tuple[int, int, int, int, int], grad_accum: int, checkpointing: str) -> int:
+    def device_total(st: State, a: Activations, grad_accum: int, checkpointing: str) -> int:
         """device_total from the estimator's own phase and reserve arithmetic (vramlens.estimate.state)."""
-        acts, one, loss_tmp, head_saved, logits = a
-        phases = train_phases(st.ts, acts, one, loss_tmp, head_saved, grad_accum, checkpointing, logits)
+        phases = train_phases(st.ts, a.saved, a.one_layer, a.loss_transient, a.head_saved, grad_accum, checkpointing,
+                              a.logits)
         peak = max(v for _, v in phases)
         return reserved_total(st.ts, peak)[1]
 
@@ -179,4 +204,4 @@ def with_(w: Workload, **changes) -> Workload:
     return replace(w, **changes)
 
 
-__all__ = ["FastMemory", "State", "with_"]
+__all__ = ["Activations", "FastMemory", "State", "with_"]

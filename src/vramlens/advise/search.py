@@ -35,6 +35,7 @@ from vramlens.errors import ConfigError, InputError
 from vramlens.estimate import estimate_spec
 from vramlens.estimate import kv_cache as K
 from vramlens.hardware.gpu import GPU
+from vramlens.limits import MAX_EFFECTIVE_BATCH
 from vramlens.models.spec import ModelSpec
 from vramlens.units import human_bytes
 from vramlens.workload import Workload
@@ -97,8 +98,17 @@ def check_constraints(base: Workload, keep, forbid, *, method_locked: bool, tota
     return Constraints(keep=k, forbid=f, method_locked=method_locked)
 
 
-def _divisors(n: int) -> list[int]:
-    return [d for d in range(1, n + 1) if n % d == 0]
+def divisors(n: int) -> list[int]:
+    """The divisors of ``n`` (>= 1) in increasing order, found in O(sqrt n) steps."""
+    small, large = [], []
+    d = 1
+    while d * d <= n:
+        if n % d == 0:
+            small.append(d)
+            if d != n // d:
+                large.append(n // d)
+        d += 1
+    return small + large[::-1]
 
 
 def _half(gpu: GPU) -> str:
@@ -170,10 +180,10 @@ def _attentions(base: Workload, gpu: GPU, c: Constraints) -> list[str]:
 def _layouts(base: Workload, total: int, per_node: int, c: Constraints) -> list[tuple[int, int]]:
     """(tp, pp) pairs whose product divides the GPUs."""
     out = []
-    for tp in _divisors(total):
+    for tp in divisors(total):
         if tp > min(MAX_TP, per_node) or (tp > 1 and "tp" in c.forbid) or ("tp" in c.keep and tp == 1):
             continue
-        for pp in _divisors(total // tp):
+        for pp in divisors(total // tp):
             if (pp > 1 and "pp" in c.forbid) or ("pp" in c.keep and pp == 1):
                 continue
             out.append((tp, pp))
@@ -244,7 +254,7 @@ def _training_candidates(base: Workload, gpu: GPU, total: int, per_node: int, c:
         if "grad-accum" in c.forbid:
             splits = [(base.batch, base.grad_accum)] if base.batch * base.grad_accum == per_rank else []
         else:
-            splits = [(per_rank // m, m) for m in _divisors(per_rank)]  # biggest micro-batch first
+            splits = [(per_rank // m, m) for m in divisors(per_rank)]  # biggest micro-batch first
         if "grad-accum" in c.keep:
             splits = [s for s in splits if s[1] > 1]
         if not splits:
@@ -314,6 +324,9 @@ def search(
             effective_batch = base.batch * base.grad_accum * max(1, total // (base.tp * base.pp))
         if effective_batch < 1:
             raise InputError(f"effective_batch={effective_batch} must be a whole number >= 1")
+        if effective_batch > MAX_EFFECTIVE_BATCH:
+            raise InputError(f"effective_batch={effective_batch:,} is over the limit of {MAX_EFFECTIVE_BATCH:,} "
+                             "(vramlens.limits.MAX_EFFECTIVE_BATCH): ask for a smaller --effective-batch")
         ranked, closest, n_eval, n_valid, n_fit = _search_training(s, base, total, gpus, c, effective_batch, max_plans,
                                                                     progress)
     else:
@@ -332,11 +345,6 @@ def search(
                      fitting=n_fit, gpu_name=gpu.name, gpus=gpus, nodes=nodes, headroom=headroom)
 
 
-#: The search under the name of the issue; :func:`vramlens.advise.fit` is the front door that
-#: also takes model names, GPU names and workload keywords.
-fit = search
-
-
 def _search_training(s: _Search, base: Workload, total: int, per_node: int, c: Constraints, eb: int,
                      max_plans: int, progress: Callable[[int, int], None] | None = None):
     """The hot loop: per structure, the state and the cost terms are looked up once; per
@@ -345,13 +353,11 @@ def _search_training(s: _Search, base: Workload, total: int, per_node: int, c: C
     limit = s.limit
     ckpts = _checkpointing(base, c)
     attns = _attentions(base, s.gpu, c)
-    acts_memo = fm._acts
-    combine = fm._combine
+    device_total = fm.device_total
     heap: list = []   # the max_plans best that fit, as (-rank key, workload fields)
     best_miss = None  # (device_total, workload fields) of the least-memory valid candidate
     n_eval = n_valid = n_fit = 0
     host_ram = None if s.host_ram is None else s.host_ram * s.nodes
-    seq = base.seq
     want = max_plans * 4  # kept before dropping plans equal in time and memory to a better one
     candidates = _training_candidates(base, s.gpu, total, per_node, c, eb)
     if progress is not None:
@@ -364,7 +370,6 @@ def _search_training(s: _Search, base: Workload, total: int, per_node: int, c: C
         tier = 0 if struct.method == base.method else 1  # a different method trains something else
         changes = _n_changes(struct, base)
         tc = None
-        cdt = struct.compute_dtype
         for mb, ga in splits:
             st = fm.state_for(skey, struct, ga)
             if st.problems:
@@ -376,14 +381,8 @@ def _search_training(s: _Search, base: Workload, total: int, per_node: int, c: C
                 for attn in attns:
                     n_eval += 1
                     n_valid += 1
-                    akey = (cdt, struct.dtype, struct.amp, mb, seq, ckpt, attn, struct.tp,
-                            sp.layers, sp.micro_batches_in_flight, sp.has_head, struct.method, struct.lora_targets,
-                            struct.lora_rank, struct.lora_dropout)
-                    a = acts_memo.get(akey)
-                    if a is None:
-                        a = fm.activations_by_key(
-                            akey, replace(struct, batch=mb, grad_accum=ga, checkpointing=ckpt, attention=attn), sp)
-                    total_b = combine(st, a, ga, ckpt)
+                    a = fm.activations_for(struct, sp, batch=mb, grad_accum=ga, checkpointing=ckpt, attention=attn)
+                    total_b = device_total(st, a, ga, ckpt)
                     if total_b > limit or not host_ok:
                         if best_miss is None or total_b < best_miss[0]:
                             best_miss = (total_b, struct, mb, ga, ckpt, attn)

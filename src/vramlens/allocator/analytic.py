@@ -41,6 +41,7 @@ from vramlens.allocator.simulator import (
     allocation_size,
     round_size,
 )
+from vramlens.units import round_up
 
 #: Cached-but-unusable share of the short-lived bytes at the peak. Derived by replaying traced
 #: training steps through the simulator: 12 steps of a 4-layer transformer (d 768-2048, batch
@@ -55,7 +56,7 @@ EXPANDABLE_FRAGMENTATION = 0.03
 
 
 def _round2m(n: int) -> int:
-    return -(-n // K_ROUND_LARGE) * K_ROUND_LARGE
+    return round_up(n, K_ROUND_LARGE)
 
 
 def _items(sizes: Sequence[int] | Mapping[int, int]) -> list[tuple[int, int]]:
@@ -113,7 +114,7 @@ def persistent_reserved(sizes: Sequence[int] | Mapping[int, int], conf: Allocato
     if conf.expandable_segments:  # one segment per pool, grown page by page
         s = sum(b * c for b, c in small)
         big = sum(b * c for b, c in large)
-        return -(-s // K_SMALL_BUFFER) * K_SMALL_BUFFER + -(-big // K_LARGE_BUFFER) * K_LARGE_BUFFER
+        return round_up(s, K_SMALL_BUFFER) + round_up(big, K_LARGE_BUFFER)
     return _pack(small, True) + _pack(large, False)
 
 

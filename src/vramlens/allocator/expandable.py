@@ -13,6 +13,7 @@ from __future__ import annotations
 from bisect import bisect_left
 
 from vramlens.allocator.blocks import Block, BlockPool, ExpandableSegment
+from vramlens.units import ceil_div
 
 K_SMALL_BUFFER = 2 << 20  # small-pool page
 K_LARGE_BUFFER = 20 << 20  # large-pool page
@@ -25,7 +26,7 @@ class ExpandableMixin:
     def _new_exp_segment(self, pool: BlockPool) -> ExpandableSegment:
         page = K_SMALL_BUFFER if pool.small else K_LARGE_BUFFER
         device = self.capacity if self.capacity is not None else _UNLIMITED_ADDRESS_SPACE
-        npages = -(-(device + device // 8) // page)
+        npages = ceil_div(device + device // 8, page)
         seg = ExpandableSegment(self.next_addr, page, npages)
         self.next_addr += seg.size
         self.exp_segments.append(seg)

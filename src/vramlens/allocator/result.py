@@ -6,6 +6,7 @@ from array import array
 from dataclasses import dataclass, field
 
 from vramlens.allocator.config import AllocatorConfig
+from vramlens.units import ceil_div
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,7 +49,7 @@ class Timeline:
         n = len(allocated)
         if n <= max_points:
             return Timeline(tuple((i, allocated[i], reserved[i]) for i in range(n)), n)
-        step = -(-n // max_points)
+        step = ceil_div(n, max_points)
         pts = []
         for start in range(0, n, step):
             stop = min(start + step, n)

@@ -43,8 +43,9 @@ from vramlens.allocator.events import ALLOC, EMPTY_CACHE, normalize
 from vramlens.allocator.expandable import ExpandableMixin
 from vramlens.allocator.result import AllocatorResult, OOMEvent, Timeline
 from vramlens.errors import InputError
+from vramlens.units import BLOCK, round_up
 
-K_MIN_BLOCK = 512  # kMinBlockSize: every size is rounded to at least 512 bytes
+K_MIN_BLOCK = BLOCK  # kMinBlockSize: every size is rounded to at least 512 bytes
 K_SMALL_SIZE = 1 << 20  # kSmallSize: the largest "small" request is 1 MiB
 K_SMALL_BUFFER = 2 << 20  # kSmallBuffer: small requests are packed in 2 MiB segments
 K_MIN_LARGE_ALLOC = 10 << 20  # kMinLargeAlloc: requests from 1 to 10 MiB share 20 MiB segments
@@ -71,7 +72,7 @@ def round_size(size: int, conf: AllocatorConfig = AllocatorConfig()) -> int:
     divisions = conf.divisions_for(size)
     if divisions > 1 and size > K_MIN_BLOCK * divisions:
         return roundup_power2_next_division(size, divisions)
-    return -(-size // K_MIN_BLOCK) * K_MIN_BLOCK
+    return round_up(size, K_MIN_BLOCK)
 
 
 def allocation_size(size: int) -> int:
@@ -80,7 +81,7 @@ def allocation_size(size: int) -> int:
         return K_SMALL_BUFFER
     if size < K_MIN_LARGE_ALLOC:
         return K_LARGE_BUFFER
-    return -(-size // K_ROUND_LARGE) * K_ROUND_LARGE
+    return round_up(size, K_ROUND_LARGE)
 
 
 class CachingAllocator(ExpandableMixin):

@@ -18,6 +18,7 @@ from vramlens.cli.options import (
 )
 from vramlens.cli.render import add_file_args, progress_bar, show, wants_files, write_files
 from vramlens.limits import MAX_BANDWIDTH, MAX_DEVICE_BYTES, MAX_EFFECTIVE_BATCH, MAX_GPUS, MAX_TOP
+from vramlens.units import format_gib
 
 EXAMPLES = """examples:
   vramlens fit llama-2-7b --mode train --batch 8 --seq 2048 --gpu RTX-4090
@@ -154,10 +155,6 @@ def fit_report(result, args: argparse.Namespace, settings: dict) -> dict:
     return d
 
 
-def _gib(n: int) -> str:
-    return f"{n / 2**30:.2f}"
-
-
 def render_result(result, *, top: int = 5, width: int = 100) -> str:
     """The human table: one block per plan, best first; the reason when none fits."""
     from vramlens.advise.plan import settings_argv
@@ -178,13 +175,13 @@ def render_result(result, *, top: int = 5, width: int = 100) -> str:
             speed = f"{p.cost.seconds:.3g} s/step"
         else:
             speed = f"{p.cost.tokens_per_s:,.0f} tok/s"
-        lines.append(f"{i:>2} {speed:>14} {_gib(p.device_total):>8} " + " ".join(f"{_gib(comps[c]):>7}" for c in cols))
+        lines.append(f"{i:>2} {speed:>14} {format_gib(p.device_total, unit=False, grouped=False):>8} " + " ".join(f"{format_gib(comps[c], unit=False, grouped=False):>7}" for c in cols))
         flags = " ".join(settings_argv({k: v for k, v in p.settings.items() if _differs(k, v)}))
         lines.append(f"   flags: {flags}")
         for t in p.tradeoffs:
             lines.append(f"   - {t}")
         if p.estimate.breakdown.host_bytes:
-            lines.append(f"   host RAM: {_gib(p.estimate.breakdown.host_bytes)} GiB")
+            lines.append(f"   host RAM: {format_gib(p.estimate.breakdown.host_bytes, unit=False, grouped=False)} GiB")
     for k, v in result.inverse.items():
         lines.append(f"{k}: {json.dumps(_inverse_summary(v))}")
     return "\n".join(lines)

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from vramlens.estimate.breakdown import COMPONENTS, Breakdown, Component, make_breakdown
 from vramlens.estimate.core import DEFAULT_HEADROOM, Estimate, estimate_spec
-from vramlens.hardware.gpu import GPU
-from vramlens.models.spec import ModelSpec
-from vramlens.workload import Workload, make_workload
+
+if TYPE_CHECKING:  # only for annotations: the seam exports the estimator's names, not the inputs' types
+    from vramlens.hardware.gpu import GPU
+    from vramlens.models.spec import ModelSpec
+    from vramlens.workload import Workload
 
 
 def estimate(
@@ -37,6 +39,8 @@ def estimate(
         InputError: an unknown model or GPU, or a workload value that is out of range.
     """
     from vramlens.hardware.catalog import get_gpu
+    from vramlens.models.spec import ModelSpec
+    from vramlens.workload import make_workload
 
     if isinstance(model, ModelSpec):
         spec = model
@@ -85,6 +89,13 @@ def check_workload(spec: ModelSpec, w: Workload) -> None:
 
 
 __all__ = [
-    "COMPONENTS", "Breakdown", "Component", "DEFAULT_HEADROOM", "Estimate", "check_workload",
-    "estimate", "estimate_spec", "make_breakdown",
+    "Breakdown",
+    "COMPONENTS",
+    "Component",
+    "DEFAULT_HEADROOM",
+    "Estimate",
+    "check_workload",
+    "estimate",
+    "estimate_spec",
+    "make_breakdown",
 ]

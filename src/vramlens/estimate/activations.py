@@ -16,12 +16,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from vramlens.estimate.inventory import _identity_cache
+from vramlens.estimate.memo import identity_cache
 from vramlens.models.spec import ModelSpec
-from vramlens.units import DTYPE_BYTES, round_up
+from vramlens.units import BLOCK, DTYPE_BYTES, round_up
 from vramlens.workload import Workload
-
-BLOCK = 512
 
 #: Model types whose eager attention computes ``softmax(..., dtype=torch.float32)`` and casts back
 #: (transformers/models/llama/modeling_llama.py ``eager_attention_forward`` and its copies); the
@@ -140,7 +138,7 @@ _ATTN_OUT = frozenset({"o_proj", "out_proj", "o", "c_proj", "dense"})
 _MLP_OUT = frozenset({"down_proj", "fc2", "dense_4h_to_h", "wo", "c_proj", "w2"})
 
 
-@_identity_cache
+@identity_cache
 def linear_groups(spec: ModelSpec) -> dict[str, tuple[tuple[str, str], ...]]:
     """The first block's linears by place: "qkv", "attn_out", "mlp_in", "mlp_out"; each (path, leaf name)."""
     layers = [t.layer for t in spec.tensors if t.layer is not None and t.role in ("linear", "conv1d")]

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from vramlens.estimate import activations as A
 from vramlens.estimate import kv_cache as K
 from vramlens.estimate.breakdown import Breakdown, make_breakdown
-from vramlens.estimate.loading import host_load
+from vramlens.estimate.loading import HostLoad, host_load
 from vramlens.estimate.parallel import Split
 from vramlens.estimate.state import reserved_total, train_phases, train_state
 from vramlens.hardware.gpu import GPU
@@ -57,6 +57,12 @@ class Estimate:
     def device_total(self) -> int:
         return self.breakdown.device_total
 
+    @property
+    def host_load(self) -> HostLoad:
+        """Host RAM to load the checkpoint (vramlens.estimate.loading), in the dtype the weights load in."""
+        w = self.workload
+        return host_load(self.model, w.dtype if w.method != "qlora" else w.compute_dtype)
+
     def to_dict(self) -> dict:
         """The ``vramlens estimate --json`` object (schema documented in the README)."""
         b = self.breakdown
@@ -86,8 +92,7 @@ class Estimate:
             "phases": dict(b.phases),
             "host_bytes": b.host_bytes,
             "layer_activation_bytes": self.layer_activation_bytes,
-            "host_load": host_load(self.model, self.workload.dtype if self.workload.method != "qlora"
-                                   else self.workload.compute_dtype).to_dict(),
+            "host_load": self.host_load.to_dict(),
             "effective_batch": self.workload.effective_batch,
             "gpu": None if self.gpu is None else {
                 "name": self.gpu.name,
@@ -101,8 +106,19 @@ class Estimate:
         }
 
 
-def _activation_totals(spec: ModelSpec, w: Workload, sp: Split) -> tuple[int, int, int, int, str]:
-    """(all saved activations, one block's, the loss-time transient, backward head extra, formula)."""
+@dataclass(frozen=True, slots=True)
+class ActivationTotals:
+    """A training step's activation figures, in bytes, and the formula that explains them."""
+
+    saved: int           # every activation kept for backward on this GPU
+    one_layer: int       # one block's (recomputed in backward under full checkpointing)
+    loss_transient: int  # the loss-time transient beyond what the head keeps
+    head_saved: int      # what the head keeps for backward
+    formula: str
+
+
+def activation_totals(spec: ModelSpec, w: Workload, sp: Split) -> ActivationTotals:
+    """The activations of a training step of ``w`` on the split ``sp`` (shared with the advisor's FastMemory)."""
     b, s = w.batch, w.seq
     tp = w.tp
     if spec.kind == "encoder-decoder":
@@ -133,7 +149,8 @@ def _activation_totals(spec: ModelSpec, w: Workload, sp: Split) -> tuple[int, in
     head_saved, head_peak, head_formula = A.head_saved(spec, w, b, s)
     if not sp.has_head:
         head_saved = head_peak = 0
-    return kept + model_level + head_saved, one, head_peak - head_saved, head_saved, formula + "; " + head_formula
+    return ActivationTotals(saved=kept + model_level + head_saved, one_layer=one, loss_transient=head_peak - head_saved,
+                            head_saved=head_saved, formula=formula + "; " + head_formula)
 
 
 def estimate_spec(spec: ModelSpec, w: Workload, gpu: GPU | None = None, *, headroom: float = DEFAULT_HEADROOM) -> Estimate:
@@ -144,7 +161,9 @@ def estimate_spec(spec: ModelSpec, w: Workload, gpu: GPU | None = None, *, headr
     notes = list(st.notes) + w.ignored()
     kv = 0
     if w.training:
-        acts, one_layer, loss_tmp, head_saved, act_formula = _activation_totals(spec, w, sp)
+        at = activation_totals(spec, w, sp)
+        acts, one_layer, loss_tmp, head_saved, act_formula = (at.saved, at.one_layer, at.loss_transient,
+                                                              at.head_saved, at.formula)
         explain["activations"] = act_formula
         if st.frozen_casts:
             explain["activations"] += f"; frozen weights' {w.amp} casts kept for backward ({st.frozen_casts:,} B)"

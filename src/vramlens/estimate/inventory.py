@@ -7,38 +7,16 @@ blocks, LoRA shapes, quantization group counts) are computed once per (spec, que
 
 from __future__ import annotations
 
-from collections import OrderedDict
 from dataclasses import dataclass
-from typing import Callable
 
+from vramlens.estimate.memo import identity_cache
 from vramlens.models.spec import ModelSpec, TensorInfo
-from vramlens.units import DTYPE_BYTES, round_up
+from vramlens.units import BLOCK, DTYPE_BYTES, round_up
 
-#: CUDACachingAllocator rounds every request up to a multiple of 512 bytes
-#: (kMinBlockSize in c10/cuda/CUDACachingAllocator.cpp).
-BLOCK = 512
+#: bitsandbytes Optimizer8bit(min_8bit_size=4096): smaller parameters keep 32-bit optimizer states.
+BNB_MIN_8BIT_SIZE = 4096
 
 LINEAR_ROLES = ("linear", "conv1d", "expert")  # routers are plain parameters (transformers 5), not nn.Linear
-
-
-def _identity_cache(fn: Callable) -> Callable:
-    """Memoize on the spec's identity: hashing a frozen spec would hash its whole inventory."""
-    cache: OrderedDict = OrderedDict()
-
-    def wrapper(spec, *args):
-        key = (id(spec), *args)
-        hit = cache.get(key)
-        if hit is not None and hit[0] is spec:
-            return hit[1]
-        value = fn(spec, *args)
-        cache[key] = (spec, value)
-        if len(cache) > 512:
-            cache.popitem(last=False)
-        return value
-
-    wrapper.__wrapped__ = fn
-    wrapper.__doc__ = fn.__doc__
-    return wrapper
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,7 +39,7 @@ class Summary:
     float_numel: int                     # elements that take the run's dtype
     float_bytes_at: dict                 # bytes per element -> rounded bytes of the float tensors
     param_bytes_at: dict                 # bytes per element -> rounded bytes of the float parameters
-    small_param_numel: int               # elements of parameters < 4096 elements (bnb keeps them 32-bit)
+    small_param_numel: int               # elements of parameters < BNB_MIN_8BIT_SIZE (bnb keeps them 32-bit)
     largest_param_numel: int
 
 
@@ -69,7 +47,7 @@ def _is_fixed(t: TensorInfo) -> bool:
     return t.dtype is not None and t.dtype not in ("fp32", "fp16", "bf16") or (t.role == "buffer" and t.dtype is not None)
 
 
-@_identity_cache
+@identity_cache
 def summarize(spec: ModelSpec) -> Summary:
     linears = []
     fixed = 0
@@ -86,7 +64,7 @@ def summarize(spec: ModelSpec) -> Summary:
             linears.append(Linear(t.name, t.module, t.shape[2], t.shape[1], t.layer, t.shape[0]))
         if t.is_parameter:
             largest = max(largest, n)
-            if n < 4096:
+            if n < BNB_MIN_8BIT_SIZE:
                 small += n
         if _is_fixed(t):
             fixed += round_up(n * DTYPE_BYTES.get(t.dtype, 1), BLOCK)
@@ -134,7 +112,7 @@ def _matches(lin: Linear, targets: tuple[str, ...]) -> bool:
     return lin.module in targets or any(lin.name.removesuffix(".weight").endswith("." + t) for t in targets)
 
 
-@_identity_cache
+@identity_cache
 def lora_shape(spec: ModelSpec, targets: tuple[str, ...]) -> LoraShape:
     """Which linears peft's LoraConfig(target_modules=targets) adapts.
 

@@ -21,13 +21,13 @@ from __future__ import annotations
 
 from math import ceil
 
-from vramlens.estimate.inventory import BLOCK, _identity_cache, lora_rounded_bytes, lora_shape, summarize
+from vramlens.estimate.inventory import lora_rounded_bytes, lora_shape, summarize
+from vramlens.estimate.memo import identity_cache
 from vramlens.models.spec import ModelSpec
-from vramlens.units import DTYPE_BYTES, round_up
+from vramlens.units import BLOCK, DTYPE_BYTES, round_up
 from vramlens.workload import Workload
 
 BNB_BLOCK = 256          # bitsandbytes Optimizer8bit blockwise quantization block
-BNB_MIN_8BIT_SIZE = 4096  # bitsandbytes Optimizer8bit(min_8bit_size=4096)
 
 STATES_PER_PARAM = {"adamw": 2, "adam": 2, "paged-adamw": 2, "sgd": 0, "sgd-momentum": 1, "lion": 1, "none": 0}
 
@@ -54,7 +54,7 @@ def gradient_bytes(spec: ModelSpec, w: Workload, trainable: int) -> int:
     return lora_rounded_bytes(shape, w.lora_rank, 4)
 
 
-@_identity_cache
+@identity_cache
 def _adafactor_bytes(spec: ModelSpec, b: int) -> int:
     """torch.optim.Adafactor's state (``p.new_zeros``: the parameter's dtype): for a matrix the
     row variance (all dims but the last) and the column variance (all but the second to last);

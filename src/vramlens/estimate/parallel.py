@@ -16,7 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from math import ceil
 
-from vramlens.estimate.inventory import _identity_cache
+from vramlens.estimate.memo import identity_cache
 from vramlens.models.spec import ModelSpec
 from vramlens.workload import Workload
 
@@ -34,7 +34,7 @@ class Split:
     has_embedding: bool
 
 
-@_identity_cache
+@identity_cache
 def _layer_params(spec: ModelSpec) -> tuple[int, int, int]:
     """(params inside the blocks, embedding-side params, head-side params)."""
     inside = emb = head = 0

@@ -10,11 +10,11 @@ from __future__ import annotations
 
 from collections import Counter
 
-from vramlens.estimate.inventory import _identity_cache
+from vramlens.estimate.memo import identity_cache
 from vramlens.models.spec import ModelSpec
 
 
-@_identity_cache
+@identity_cache
 def numel_histogram(spec: ModelSpec) -> tuple[tuple[int, int], ...]:
     """(elements, count) of the model's parameters."""
     return tuple(Counter(t.numel for t in spec.tensors if t.role != "buffer").items())
@@ -41,7 +41,7 @@ def persistent_sizes(spec: ModelSpec, parts: list[tuple[int, int, bool]]) -> dic
     return dict(sizes)
 
 
-@_identity_cache
+@identity_cache
 def persistent_part_reserve(spec: ModelSpec, parts: tuple[tuple[int, int, bool], ...]) -> tuple[int, int]:
     """(bytes reserved for the persistent tensors, their bytes rounded to blocks), memoized per spec and parts."""
     from vramlens.allocator.analytic import persistent_reserved

@@ -28,13 +28,13 @@ from dataclasses import dataclass, field
 
 from vramlens.estimate import optimizer as O
 from vramlens.estimate import weights as Wt
-from vramlens.estimate.inventory import BLOCK, _identity_cache
+from vramlens.estimate.memo import identity_cache
 from vramlens.estimate.parallel import Split, comm_buffer_bytes, gathered_sizes, split
 from vramlens.estimate.reserve import persistent_part_reserve
 from vramlens.estimate.runtime import runtime
 from vramlens.hardware.gpu import GPU
 from vramlens.models.spec import ModelSpec
-from vramlens.units import DTYPE_BYTES, human_bytes, round_up
+from vramlens.units import BLOCK, DTYPE_BYTES, human_bytes, round_up
 from vramlens.workload import Workload
 
 #: Roles whose tensors autocast casts to the lower precision for matmuls (F.linear / addmm /
@@ -42,7 +42,7 @@ from vramlens.workload import Workload
 AUTOCAST_ROLES = ("linear", "conv1d", "expert", "lm_head", "bias", "router")
 
 
-@_identity_cache
+@identity_cache
 def _autocast_numels(spec: ModelSpec) -> tuple[tuple[int, ...], tuple[int, ...]]:
     """(numel of every tensor autocast casts, numel of the linear weights alone)."""
     cast = [t.numel for t in spec.tensors if t.role in AUTOCAST_ROLES]
@@ -85,7 +85,7 @@ def autocast_copies(spec: ModelSpec, w: Workload) -> tuple[int, int]:
     return adapters, max(0, frozen)
 
 
-@_identity_cache
+@identity_cache
 def _numel_by_path(spec: ModelSpec) -> dict[str, int]:
     return {t.name.removesuffix(".weight"): t.numel for t in spec.tensors}
 

@@ -24,15 +24,14 @@ from __future__ import annotations
 from math import ceil
 
 from vramlens.estimate.inventory import (
-    BLOCK,
-    _identity_cache,
     float_bytes,
     lora_rounded_bytes,
     lora_shape,
     summarize,
 )
+from vramlens.estimate.memo import identity_cache
 from vramlens.models.spec import ModelSpec
-from vramlens.units import DTYPE_BYTES, round_up
+from vramlens.units import BLOCK, DTYPE_BYTES, round_up
 from vramlens.workload import Workload
 
 GROUP_SIZE = 128       # GPTQ / AWQ / int4 default group size (AutoGPTQ BaseQuantizeConfig, AutoAWQ q_group_size)
@@ -83,7 +82,7 @@ def base_weight_bytes(spec: ModelSpec, w: Workload) -> tuple[int, str]:
     return total, f"{quant} linear weights ({q:,} B) + the rest at {b} B (embeddings, norms, biases, lm_head)"
 
 
-@_identity_cache
+@identity_cache
 def _base_bytes(spec: ModelSpec, b: int, quant: str | None) -> tuple[int, int]:
     """(all weight bytes, the quantized linears' bytes) at b bytes per unquantized element."""
     s = summarize(spec)

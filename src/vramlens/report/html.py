@@ -19,7 +19,8 @@ from typing import Any
 
 from vramlens import __version__
 from vramlens.report import svg
-from vramlens.units import GiB
+from vramlens.report.labels import device_label
+from vramlens.units import format_gib, peak_indices
 
 KINDS = ("estimate", "fit", "trace", "place")
 
@@ -34,10 +35,6 @@ td.num,th.num{text-align:right;font-variant-numeric:tabular-nums;white-space:now
 .muted{color:#666;font-size:.85rem} code{font-size:.85rem} svg{max-width:100%;height:auto}
 dl{display:grid;grid-template-columns:max-content auto;gap:.2rem 1rem} dt{font-weight:bold}
 """
-
-
-def gib(n: int | None) -> str:
-    return "" if n is None else f"{n / GiB:,.2f}"
 
 
 def _page(title: str, body: list[str]) -> str:
@@ -62,8 +59,8 @@ def _verdict(data: Mapping) -> str:
         return '<p class="verdict unknown">No GPU given: pass --gpu to get a verdict.</p>'
     spare = data.get("headroom_bytes") or 0
     cls, word = ("fits", "FITS") if fits else ("nofit", "DOES NOT FIT")
-    return (f'<p class="verdict {cls}" id="verdict">{word} on {escape(gpu["name"])}: {gib(data.get("device_total_bytes"))} '
-            f'of {gib(gpu["usable_bytes"])} GiB, {gib(abs(spare))} GiB {"to spare" if spare >= 0 else "too much"}</p>'
+    return (f'<p class="verdict {cls}" id="verdict">{word} on {escape(gpu["name"])}: {format_gib(data.get("device_total_bytes"), unit=False)} '
+            f'of {format_gib(gpu["usable_bytes"], unit=False)} GiB, {format_gib(abs(spare), unit=False)} GiB {"to spare" if spare >= 0 else "too much"}</p>'
             + (f'<p>{escape(data.get("advice") or "")}</p>' if data.get("advice") else ""))
 
 
@@ -74,7 +71,7 @@ def _components_table(data: Mapping) -> str:
             "<th>where it comes from</th></tr></thead><tbody>"]
     for name, b in comps.items():
         rows.append(f'<tr><td><span class="swatch" style="background:{svg.color_of(name, list(comps))}"></span>'
-                    f"{escape(svg.label_of(name))}</td><td class=\"num\">{gib(b)}</td><td class=\"num\">{b:,}</td>"
+                    f"{escape(svg.label_of(name))}</td><td class=\"num\">{format_gib(b, unit=False)}</td><td class=\"num\">{b:,}</td>"
                     f"<td>{escape(expl.get(name, ''))}</td></tr>")
     rows.append("</tbody><tfoot>")
     for key, label, why in (
@@ -84,7 +81,7 @@ def _components_table(data: Mapping) -> str:
         ("host_bytes", "host RAM", "offloaded or staged on the CPU"),
     ):
         if data.get(key) is not None and (key != "host_bytes" or data.get(key)):
-            rows.append(f'<tr><th>{label}</th><td class="num" id="{key}">{gib(data[key])}</td>'
+            rows.append(f'<tr><th>{label}</th><td class="num" id="{key}">{format_gib(data[key], unit=False)}</td>'
                         f'<td class="num">{data[key]:,}</td><td>{escape(why)}</td></tr>')
     rows.append("</tfoot></table>")
     return "\n".join(rows)
@@ -149,7 +146,7 @@ def _plans_table(plans: Sequence[Mapping]) -> str:
                 else "; ".join(map(str, changes)))
         fits = p.get("fits")
         rows.append(f"<tr><td>{i}</td><td>{escape(str(p.get('name') or p.get('label') or f'plan {i}'))}</td>"
-                    f'<td class="num">{gib(p.get("device_total_bytes"))}</td>'
+                    f'<td class="num">{format_gib(p.get("device_total_bytes"), unit=False)}</td>'
                     f"<td>{'' if fits is None else ('yes' if fits else 'no')}</td><td>{escape(text)}</td></tr>")
     rows.append("</tbody></table>")
     return "\n".join(rows)
@@ -206,11 +203,6 @@ def _fit_body(data: Mapping, headroom: float) -> list[str]:
     return body
 
 
-def device_label(device: str) -> str:
-    """``"0"`` -> ``"GPU 0"``, ``"cpu"`` -> ``"CPU RAM"``, ``"disk"`` stays."""
-    return f"GPU {device}" if str(device).isdigit() else {"cpu": "CPU RAM"}.get(str(device), str(device))
-
-
 def _place_columns(data: Mapping) -> list[dict]:
     return [{"name": str(o.get("kind")), "components": {device_label(k): v for k, v in (o.get("device_bytes") or {}).items()}}
             for o in data.get("options") or []]
@@ -231,12 +223,12 @@ def _place_body(data: Mapping, headroom: float) -> list[str]:
             + "".join(f'<th class="num">{escape(device_label(d))} GiB</th>' for d in devices)
             + "<th>why not</th></tr></thead><tbody>"]
     body.append('<tr><td class="muted">budget</td><td></td><td></td>'
-                + "".join(f'<td class="num muted">{gib(budgets.get(d))}</td>' for d in devices) + "<td></td></tr>")
+                + "".join(f'<td class="num muted">{format_gib(budgets.get(d), unit=False)}</td>' for d in devices) + "<td></td></tr>")
     for o in data.get("options") or []:
         used = o.get("device_bytes") or {}
         body.append(f"<tr><td>{escape(str(o.get('kind')))}</td><td>{'yes' if o.get('fits') else 'no'}</td>"
                     f'<td class="num">{o.get("tokens_per_s", 0):,.2f}</td>'
-                    + "".join(f'<td class="num">{gib(used.get(d))}</td>' for d in devices)
+                    + "".join(f'<td class="num">{format_gib(used.get(d), unit=False)}</td>' for d in devices)
                     + f"<td>{escape(str(o.get('reason') or ''))}</td></tr>")
     body.append("</tbody></table>")
     for o in data.get("options") or []:
@@ -263,12 +255,8 @@ def timeline_from_events(events: Sequence[Mapping], *, max_points: int = 1500) -
         sign = -1 if e.get("action") == "free" else 1
         live[tag] = live.get(tag, 0) + sign * int(e.get("nbytes", 0))
         points.append((float(e.get("seq", i)), dict(live)))
-    if len(points) <= max_points:
-        return points
-    peak = max(range(len(points)), key=lambda j: sum(points[j][1].values()))
-    stride = -(-len(points) // max_points)
-    keep = sorted(set(range(0, len(points), stride)) | {peak, len(points) - 1})
-    return [points[j] for j in keep]
+    totals = [sum(p[1].values()) for p in points]
+    return [points[j] for j in peak_indices(totals, max_points, keep_last=True)]
 
 
 def _trace_body(data: Mapping, headroom: float) -> list[str]:
@@ -287,7 +275,7 @@ def _trace_body(data: Mapping, headroom: float) -> list[str]:
                     "".join(f"<th>{c}{' (GiB)' if c == 'bytes' else ''}</th>" for c in cols) + "</tr></thead><tbody>")
         for r in rows:
             body.append("<tr>" + "".join(
-                f'<td class="num">{gib(r.get(c))}</td>' if c == "bytes" else f"<td>{escape(_fmt(r.get(c)))}</td>"
+                f'<td class="num">{format_gib(r.get(c), unit=False)}</td>' if c == "bytes" else f"<td>{escape(_fmt(r.get(c)))}</td>"
                 for c in cols) + "</tr>")
         body.append("</tbody></table>")
     return body

@@ -31,8 +31,9 @@ from rich.progress import (
 from rich.table import Table
 from rich.text import Text
 
+from vramlens.report.labels import device_label
 from vramlens.report.svg import COLORS, EXTRA_COLORS, label_of
-from vramlens.units import GiB
+from vramlens.units import GiB, format_gib
 
 #: Glyphs used instead of colours when the terminal shows none (one per component).
 GLYPHS: dict[str, str] = {
@@ -55,7 +56,7 @@ SPARKS = "▁▂▃▄▅▆▇█"
 
 def gib(n: int | float | None) -> str:
     """Bytes as GiB with two decimals (the unit goes in the column header or after the number)."""
-    return "" if n is None else f"{n / GiB:,.2f}"
+    return format_gib(n, unit=False)
 
 
 class _View:
@@ -429,11 +430,6 @@ def trace_view(data: Mapping, *, top: int = 10) -> _View:
         return Group(*out)
 
     return _View(build)
-
-
-def device_label(device: str) -> str:
-    """``"0"`` -> ``"GPU 0"``, ``"cpu"`` -> ``"CPU RAM"``, ``"disk"`` stays."""
-    return f"GPU {device}" if str(device).isdigit() else {"cpu": "CPU RAM"}.get(str(device), str(device))
 
 
 def device_map_runs(device_map: Mapping[str, Any]) -> str:

@@ -19,7 +19,7 @@ import math
 from collections.abc import Iterable, Mapping, Sequence
 from xml.sax.saxutils import escape
 
-from vramlens.units import GiB
+from vramlens.units import GiB, format_gib
 
 #: One colour per Breakdown component (colour-blind-safe hues after Okabe & Ito, 2008).
 COLORS: dict[str, str] = {
@@ -62,10 +62,6 @@ def color_of(name: str, order: Sequence[str] = ()) -> str:
 
 def label_of(name: str) -> str:
     return LABELS.get(name, name.replace("_", " "))
-
-
-def _gib(n: float) -> str:
-    return f"{n / GiB:,.2f} GiB"
 
 
 def nice_step(span_bytes: float, ticks: int = 5) -> float:
@@ -146,11 +142,11 @@ def breakdown_bar(
     def px(n: float) -> float:
         return left + plot_w * n / axis_max
 
-    desc = "; ".join(f"{label_of(n)} {_gib(b)}" for n, b in parts)
+    desc = "; ".join(f"{label_of(n)} {format_gib(b)}" for n, b in parts)
     if total is not None:
-        desc += f"; peak {_gib(total)}"
+        desc += f"; peak {format_gib(total)}"
     if capacity:
-        desc += f"; capacity {_gib(capacity)}, headroom {headroom:.0%}"
+        desc += f"; capacity {format_gib(capacity)}, headroom {headroom:.0%}"
     out = _open(width, height, title, desc, "vl-bar")
     out.append(f'<text x="{left}" y="18" font-weight="bold">{escape(title)}</text>')
     x = float(left)
@@ -158,7 +154,7 @@ def breakdown_bar(
         w = plot_w * b / axis_max
         out.append(
             f'<rect class="seg" data-component="{escape(n)}" x="{x:.2f}" y="{top}" width="{w:.2f}" '
-            f'height="{bar_h}" fill="{color_of(n, order)}"><title>{escape(label_of(n))}: {_gib(b)}</title></rect>'
+            f'height="{bar_h}" fill="{color_of(n, order)}"><title>{escape(label_of(n))}: {format_gib(b)}</title></rect>'
         )
         x += w
     # axis with GiB ticks
@@ -175,7 +171,7 @@ def breakdown_bar(
         cx = px(capacity)
         out.append(f'<line class="capacity" x1="{cx:.2f}" y1="{top - 8}" x2="{cx:.2f}" y2="{top + bar_h}" '
                    f'stroke="#000" stroke-width="2"/>')
-        out.append(f'<text x="{cx:.2f}" y="{top - 10}" text-anchor="end">capacity {_gib(capacity)}</text>')
+        out.append(f'<text x="{cx:.2f}" y="{top - 10}" text-anchor="end">capacity {format_gib(capacity)}</text>')
         if headroom:
             hx = px(capacity * (1 - headroom))
             out.append(f'<line class="headroom" x1="{hx:.2f}" y1="{top - 4}" x2="{hx:.2f}" y2="{top + bar_h + 4}" '
@@ -184,7 +180,7 @@ def breakdown_bar(
     if total is not None:
         tx = px(total)
         out.append(f'<line class="peak" x1="{tx:.2f}" y1="{top}" x2="{tx:.2f}" y2="{top + bar_h}" stroke="#fff" '
-                   f'stroke-width="3"><title>peak (device total): {_gib(total)}</title></line>')
+                   f'stroke-width="3"><title>peak (device total): {format_gib(total)}</title></line>')
         out.append(f'<line x1="{tx:.2f}" y1="{top}" x2="{tx:.2f}" y2="{top + bar_h}" stroke="#000" stroke-width="1"/>')
     out.extend(legend)
     out.append("</svg>")
@@ -253,7 +249,7 @@ def timeline(
     legend, legend_h = _legend(order, left, height + 4, pw, order)
     desc = f"{len(points)} points; categories: {', '.join(label_of(c) for c in order)}"
     if peak_i is not None:
-        desc += f"; peak {_gib(totals[peak_i])} at {x_label} {points[peak_i][0]:g}"
+        desc += f"; peak {format_gib(totals[peak_i])} at {x_label} {points[peak_i][0]:g}"
     out = _open(width, int(height + legend_h + 8), title, desc, "vl-timeline")
     out.append(f'<text x="{left}" y="18" font-weight="bold">{escape(title)}</text>')
     base = [0] * len(points)
@@ -279,15 +275,15 @@ def timeline(
         cy = py(capacity)
         out.append(f'<line class="capacity" x1="{left}" y1="{cy:.2f}" x2="{left + pw}" y2="{cy:.2f}" stroke="#000" '
                    f'stroke-dasharray="6 3"/>')
-        out.append(f'<text x="{left + pw}" y="{cy - 4:.2f}" text-anchor="end">capacity {_gib(capacity)}</text>')
+        out.append(f'<text x="{left + pw}" y="{cy - 4:.2f}" text-anchor="end">capacity {format_gib(capacity)}</text>')
     if peak_i is not None:
         mx, my = px(xs[peak_i]), py(totals[peak_i])
         out.append(f'<circle class="peak" cx="{mx:.2f}" cy="{my:.2f}" r="5" fill="none" stroke="#B00020" stroke-width="2">'
-                   f'<title>peak {_gib(totals[peak_i])}</title></circle>')
+                   f'<title>peak {format_gib(totals[peak_i])}</title></circle>')
         anchor = "end" if mx > left + pw / 2 else "start"
         dx = -8 if anchor == "end" else 8
         out.append(f'<text x="{mx + dx:.2f}" y="{max(top + 10, my - 8):.2f}" text-anchor="{anchor}" fill="#B00020">'
-                   f'peak {_gib(totals[peak_i])}</text>')
+                   f'peak {format_gib(totals[peak_i])}</text>')
     out.extend(legend)
     out.append("</svg>")
     return "\n".join(out)
@@ -335,7 +331,7 @@ def plans_chart(
         return top + ph - ph * b / y_max
 
     legend, legend_h = _legend(order, left, height + 4, pw, order)
-    desc = "; ".join(f"{n}: {_gib(s)}" for n, s in zip(names, stacks))
+    desc = "; ".join(f"{n}: {format_gib(s)}" for n, s in zip(names, stacks))
     out = _open(width, int(height + legend_h + 8), title, desc, "vl-plans")
     out.append(f'<text x="{left}" y="18" font-weight="bold">{escape(title)}</text>')
     slot = pw / max(1, len(plans))
@@ -350,13 +346,13 @@ def plans_chart(
             y0, y1 = py(base + b), py(base)
             out.append(f'<rect class="seg" data-plan="{i}" data-component="{escape(c)}" x="{cx:.2f}" y="{y0:.2f}" '
                        f'width="{cw:.2f}" height="{y1 - y0:.2f}" fill="{color_of(c, order)}">'
-                       f'<title>{escape(name)}: {escape(label_of(c))} {_gib(b)}</title></rect>')
+                       f'<title>{escape(name)}: {escape(label_of(c))} {format_gib(b)}</title></rect>')
             base += b
         total = plans[i].get("device_total_bytes")
         if total is not None:
             ty = py(int(total))
             out.append(f'<line class="peak" x1="{cx - 4:.2f}" y1="{ty:.2f}" x2="{cx + cw + 4:.2f}" y2="{ty:.2f}" '
-                       f'stroke="#000" stroke-width="2"><title>{escape(name)}: peak {_gib(int(total))}</title></line>')
+                       f'stroke="#000" stroke-width="2"><title>{escape(name)}: peak {format_gib(int(total))}</title></line>')
         label = name if len(name) <= 18 else name[:17] + "…"
         out.append(f'<text x="{cx + cw / 2:.2f}" y="{top + ph + 16}" text-anchor="middle">{escape(label)}</text>')
         out.append(f'<text x="{cx + cw / 2:.2f}" y="{top + ph + 30}" text-anchor="middle" fill="#555">'
@@ -365,7 +361,7 @@ def plans_chart(
     if capacity:
         cy = py(capacity)
         out.append(f'<line class="capacity" x1="{left}" y1="{cy:.2f}" x2="{left + pw}" y2="{cy:.2f}" stroke="#000"/>')
-        out.append(f'<text x="{left + pw}" y="{cy - 4:.2f}" text-anchor="end">capacity {_gib(capacity)}</text>')
+        out.append(f'<text x="{left + pw}" y="{cy - 4:.2f}" text-anchor="end">capacity {format_gib(capacity)}</text>')
         if headroom:
             hy = py(capacity * (1 - headroom))
             out.append(f'<line class="headroom" x1="{left}" y1="{hy:.2f}" x2="{left + pw}" y2="{hy:.2f}" '

@@ -10,7 +10,7 @@ import sys
 
 from vramlens.estimate.breakdown import Breakdown
 from vramlens.report.svg import LABELS  # noqa: E402  one table of component names for every report
-from vramlens.units import GiB, human_count
+from vramlens.units import GiB, format_gib, human_count
 
 
 def use_color(stream=None) -> bool:
@@ -20,10 +20,6 @@ def use_color(stream=None) -> bool:
 
 def _c(text: str, code: str, color: bool) -> str:
     return f"\x1b[{code}m{text}\x1b[0m" if color else text
-
-
-def gib(n: int) -> str:
-    return f"{n / GiB:,.2f} GiB"
 
 
 def breakdown_table(bd: Breakdown, *, explain: bool = True, width: int = 100) -> list[str]:
@@ -60,7 +56,7 @@ def capacity_bar(used: int, capacity: int, *, headroom: float = 0.10, width: int
     bar = "".join(cells)
     over = frac > (1 - headroom)
     bar = _c(bar, "31" if frac > 1 else ("33" if over else "32"), color)
-    return f"[{bar}] {frac:6.1%} of {gib(capacity)}"
+    return f"[{bar}] {frac:6.1%} of {format_gib(capacity)}"
 
 
 def render_estimate(est, *, color: bool = False, width: int = 100, headroom: float = 0.10) -> str:
@@ -99,9 +95,7 @@ def render_estimate(est, *, color: bool = False, width: int = 100, headroom: flo
                    f" with {abs(est.headroom_bytes) / GiB:.2f} GiB {'to spare' if est.headroom_bytes >= 0 else 'too much'}"
                    f" (headroom kept: {headroom:.0%})")
         out.append(est.advice)
-    from vramlens.estimate.loading import host_load
-
-    hl = host_load(m, w.dtype if w.method != "qlora" else w.compute_dtype)
+    hl = est.host_load
     out.append(f"host RAM to load: {hl.eager_bytes / GiB:,.1f} GiB eager (fp32 init + state dict), "
                f"{hl.low_cpu_mem_usage_bytes / GiB:,.1f} GiB with low_cpu_mem_usage, "
                f"{hl.device_map_bytes / GiB:,.1f} GiB with device_map (one shard)")

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from vramlens.errors import MissingExtraError
 from vramlens.trace.events import (
     HOST_TAGS,
     PHASES,
@@ -32,14 +31,14 @@ if TYPE_CHECKING:  # pragma: no cover
     from vramlens.trace.result import TraceResult
 
 __all__ = [
-    "HOST_TAGS",
-    "PHASES",
-    "TAGS",
-    "TAG_COMPONENT",
     "Event",
+    "HOST_TAGS",
     "LiveGroup",
     "LiveTensor",
+    "PHASES",
     "Summary",
+    "TAGS",
+    "TAG_COMPONENT",
     "TraceResult",
     "require_torch",
     "summarize",
@@ -51,6 +50,8 @@ __all__ = [
 
 def require_torch() -> None:
     """Raise MissingExtraError naming the ``trace`` extra when torch is not installed."""
+    from vramlens.errors import MissingExtraError
+
     try:
         import torch  # noqa: F401
     except ImportError:
@@ -76,3 +77,7 @@ def __getattr__(name: str) -> Any:
 
         return TraceResult
     raise AttributeError(f"module 'vramlens.trace' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

@@ -11,35 +11,22 @@ phase where the peak falls can change with L, so phases are extrapolated one by 
 
 from __future__ import annotations
 
-import contextlib
 import gc
 import time
-import warnings
 from typing import Any
 
 from vramlens.errors import InputError, TraceError, VramlensError
-from vramlens.trace.events import HOST_TAGS, INFERENCE_COMPONENT, TAG_COMPONENT, Summary, summarize
+from vramlens.trace.common import (
+    name_of,
+    phase_max,
+    quiet_third_party,
+    resolve_workload,
+    runner_layers,
+    simulated_reserved,
+)
+from vramlens.trace.events import INFERENCE_COMPONENT, TAG_COMPONENT, Summary, summarize
 from vramlens.trace.result import TraceResult, components_of, make_trace_breakdown
-from vramlens.workload import Workload, make_workload
-
-
-def _workload(workload: Workload | None, kwargs: dict[str, Any]) -> Workload:
-    if workload is None:
-        return make_workload(**kwargs)
-    if kwargs:
-        return workload.replace(**kwargs)
-    return workload.validated()
-
-
-def _name_of(model: Any) -> str:
-    if isinstance(model, str):
-        return model
-    name = getattr(model, "name", None)
-    if isinstance(name, str):
-        return name
-    if isinstance(model, dict):
-        return str(model.get("_name_or_path") or (model.get("architectures") or ["config"])[0])
-    return type(model).__name__
+from vramlens.workload import Workload
 
 
 def trace(model: Any, workload: Workload | None = None, *, steps: int = 2, layers: int | None = None,
@@ -67,7 +54,7 @@ def trace(model: Any, workload: Workload | None = None, *, steps: int = 2, layer
         TraceError: the model cannot be built or run under this mode (names module and op).
         MissingExtraError: torch, transformers or peft is missing.
     """
-    wl = _workload(workload, workload_kwargs)
+    wl = resolve_workload(workload, workload_kwargs)
     if wl.training and steps < 1:
         raise InputError(f"steps={steps} must be a whole number >= 1")
     if wl.fsdp:
@@ -95,17 +82,6 @@ def _unsupported(wl: Workload) -> None:
     if wl.kv_dtype is not None or wl.kv_block:
         raise TraceError("--kv-dtype / --kv-block change the serving engine's cache, not transformers': "
                          "use `vramlens estimate`")
-
-
-@contextlib.contextmanager
-def quiet_third_party():
-    """Keep transformers' and peft's deprecation chatter (about their own internals) out of traces."""
-    with warnings.catch_warnings():
-        for cat in (FutureWarning, DeprecationWarning):
-            warnings.filterwarnings("ignore", category=cat, module=r"(transformers|peft)(\.|$)")
-        # peft telling that it switched LoRA to GPT-2's transposed Conv1D layout, as it must
-        warnings.filterwarnings("ignore", message="fan_in_fan_out is set to False", category=UserWarning)
-        yield
 
 
 def _run(model: Any, wl: Workload, *, steps: int, backend: str, input_shape, progress, layers: int | None = None):
@@ -138,54 +114,22 @@ def _trace_once(model, wl, *, steps, backend, input_shape, progress, top, alloc_
     events = rec.events()
     summary = summarize(events, top=top, component_of=TAG_COMPONENT if wl.training else INFERENCE_COMPONENT)
     notes = list(runner.notes)
-    reserved = _reserved(events, notes, alloc_conf)
+    reserved = simulated_reserved(events, notes, alloc_conf)
     if runner.cuda_stats:
         notes.append(
             f"torch.cuda: max_memory_allocated={runner.cuda_stats['max_memory_allocated']:,} B, "
             f"max_memory_reserved={runner.cuda_stats['max_memory_reserved']:,} B"
         )
     bd = make_trace_breakdown(summary, training=wl.training, source="trace", notes=notes,
-                              phases=_phase_max(summary.phase_peaks), peak_reserved=reserved)
+                              phases=phase_max(summary.phase_peaks), peak_reserved=reserved)
     del built, rec
     gc.collect()
     return TraceResult(
-        breakdown=bd, summary=summary, events=tuple(events), workload=wl, model_name=_name_of(model),
+        breakdown=bd, summary=summary, events=tuple(events), workload=wl, model_name=name_of(model),
         params=params, trainable_params=trainable, backend=backend, steps=steps if wl.training else 1,
         step_peaks=summary.step_peaks, phase_peaks=summary.phase_peaks, n_layers=runner_layers(runner, model),
         cuda=dict(runner.cuda_stats), seconds=time.perf_counter() - t0,
     )
-
-
-def runner_layers(runner, model) -> int:
-    from vramlens.trace.build import config_layers, is_factory
-    from vramlens.trace.runner import _config_of
-
-    if is_factory(model):
-        return 0
-    try:
-        return config_layers(_config_of(model))
-    except VramlensError:
-        return 0
-
-
-def _phase_max(phase_peaks) -> tuple[tuple[str, int], ...]:
-    out: dict[str, int] = {}
-    for _s, p, b in phase_peaks:
-        out[p] = max(out.get(p, 0), b)
-    return tuple(out.items())
-
-
-def _reserved(events, notes: list[str], alloc_conf: str | None = None) -> int | None:
-    """peak_reserved from the caching-allocator simulator (vramlens.allocator), when it is there."""
-    try:
-        from vramlens.allocator import simulate
-    except ImportError:
-        notes.append("peak_reserved = peak_allocated: the allocator simulator (vramlens.allocator) is not available")
-        return None
-    res = simulate(((e.action, e.storage, e.nbytes) for e in events if e.tag not in HOST_TAGS), alloc_conf)
-    conf = f" with PYTORCH_CUDA_ALLOC_CONF={alloc_conf}" if alloc_conf else ""
-    notes.append(f"peak_reserved from the caching-allocator simulator replaying the trace's events{conf}")
-    return res.peak_reserved_bytes
 
 
 # ---- extrapolation ----------------------------------------------------------------------------
@@ -195,11 +139,11 @@ def _line(y1: int, y2: int, k1: int, k2: int, L: int) -> int:
 
 def _extrapolated(model, wl: Workload, *, steps, layers, backend, progress, top, alloc_conf=None) -> TraceResult:
     from vramlens.trace.build import config_layers, is_factory
-    from vramlens.trace.runner import _config_of
+    from vramlens.trace.runner import config_of
 
     if is_factory(model):
         raise InputError("layers=k (extrapolation) needs a transformer config; a factory module is traced whole")
-    cfg = _config_of(model)
+    cfg = config_of(model)
     L = config_layers(cfg)
     if L <= 0:
         raise InputError("layers=k: the config names no number of layers (num_hidden_layers / n_layer / num_layers)")
@@ -239,7 +183,7 @@ def _extrapolated(model, wl: Workload, *, steps, layers, backend, progress, top,
         "peak_reserved = peak_allocated for extrapolated traces (the allocator is not linear in layers)",
     ]
     bd = make_trace_breakdown(s2, training=wl.training, source="trace-extrapolated", notes=notes,
-                              phases=_phase_max(phases), components=comps, peak_allocated=peak,
+                              phases=phase_max(phases), components=comps, peak_allocated=peak,
                               peak_phase=peak_phase)
     summary = Summary(
         peak_allocated=peak, peak_seq=s2.peak_seq, peak_phase=peak_phase, peak_step=peak_step,
@@ -249,7 +193,7 @@ def _extrapolated(model, wl: Workload, *, steps, layers, backend, progress, top,
         final_live=_line(s1.final_live, s2.final_live, k1, k2, L),
     )
     return TraceResult(
-        breakdown=bd, summary=summary, events=tuple(e2), workload=wl, model_name=_name_of(model), params=params,
+        breakdown=bd, summary=summary, events=tuple(e2), workload=wl, model_name=name_of(model), params=params,
         trainable_params=trainable, backend=backend, steps=steps if wl.training else 1,
         step_peaks=summary.step_peaks, phase_peaks=summary.phase_peaks, layers=layers, n_layers=L,
         seconds=time.perf_counter() - t0,

@@ -166,7 +166,7 @@ def build_hf(cfg: dict, wl: Workload, *, fake_mode=None, layers: int | None = No
     if fake_mode is not None:
         with fake_mode:
             model.to_empty(device="cpu")
-            _retie(model)
+            retie(model)
     if wl.method == "qlora":
         quantize_nf4(model, fake_mode=fake_mode, meta_only=meta_only, double_quant=(wl.quantized != "nf4"))
         notes.append("qlora: frozen base linears hold packed NF4 (uint8) plus absmax constants; "
@@ -193,7 +193,7 @@ class _nullctx:
         return False
 
 
-def _retie(model: nn.Module) -> None:
+def retie(model: nn.Module) -> None:
     tie = getattr(model, "tie_weights", None)
     if tie is None:
         base = getattr(model, "get_base_model", None)

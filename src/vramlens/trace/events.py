@@ -14,6 +14,8 @@ import io
 import json
 from dataclasses import asdict, dataclass
 
+from vramlens.units import BLOCK, peak_indices, round_up
+
 #: What a storage is. Final tags are resolved at the end of a trace (see Recorder.resolve).
 TAGS: tuple[str, ...] = (
     "parameter",       # model parameter (adapters included); frozen base weights too
@@ -50,16 +52,15 @@ TAG_COMPONENT: dict[str, str] = {
 
 PHASES: tuple[str, ...] = ("setup", "forward", "backward", "optimizer", "prefill", "decode")
 
-#: The CUDA caching allocator rounds every request up to a multiple of 512 bytes
-#: (c10/cuda/CUDACachingAllocator.cpp, kMinBlockSize = 512).
-CUDA_ROUND = 512
+#: The CUDA caching allocator rounds every request up to a multiple of 512 bytes (vramlens.units.BLOCK).
+CUDA_ROUND = BLOCK
 
 
 def round_storage(nbytes: int, multiple: int) -> int:
     """Bytes the allocator hands out for a request: 0 stays 0 (no block), else rounded up."""
     if multiple <= 1 or nbytes <= 0:
         return max(0, nbytes)
-    return -(-nbytes // multiple) * multiple
+    return round_up(nbytes, multiple)
 
 
 @dataclass(frozen=True, slots=True)
@@ -282,20 +283,18 @@ def memory_timeline(events: list[Event], *, max_points: int = TIMELINE_POINTS,
         elif e.storage in live:
             live.discard(e.storage)
             steps.append((e.seq, component_of.get(e.tag, "temporaries"), -e.nbytes))
-    n = len(steps)
-    run = max(1, -(-n // max_points))  # events per point, rounded up
-    now: dict[str, int] = {}
+    totals: list[int] = []
     total = 0
+    for _seq, _cat, nb in steps:
+        total += nb
+        totals.append(total)
+    keep = set(peak_indices(totals, max_points))
+    now: dict[str, int] = {}
     out: list[tuple[int, dict[str, int]]] = []
-    best: tuple[int, int, dict[str, int]] | None = None  # (total, seq, snapshot) of the current run
     for i, (seq, cat, nb) in enumerate(steps):
         now[cat] = now.get(cat, 0) + nb
-        total += nb
-        if best is None or total > best[0]:
-            best = (total, seq, {c: b for c, b in now.items() if b})
-        if (i + 1) % run == 0 or i == n - 1:
-            out.append((best[1], best[2]))
-            best = None
+        if i in keep:
+            out.append((seq, {c: b for c, b in now.items() if b}))
     return tuple(out)
 
 

@@ -36,7 +36,14 @@ import time
 from typing import Any
 
 from vramlens.errors import InputError, TraceError, VramlensError
-from vramlens.trace.api import _name_of, _phase_max, _reserved, _workload, quiet_third_party
+from vramlens.trace.common import (
+    name_of,
+    phase_max,
+    quiet_third_party,
+    resolve_workload,
+    runner_layers,
+    simulated_reserved,
+)
 from vramlens.trace.events import TAG_COMPONENT, summarize
 from vramlens.trace.result import TraceResult, make_trace_breakdown
 from vramlens.workload import Workload
@@ -187,7 +194,7 @@ def trace_fsdp(model: Any, workload: Workload | None = None, *, world_size: int 
     Raises:
         TraceError: the combination cannot be traced under FSDP, or the model fails.
     """
-    wl = _workload(workload, workload_kwargs)
+    wl = resolve_workload(workload, workload_kwargs)
     n = wl.gpus if world_size is None else world_size
     _check(model, wl, n, backend, layers)
     if not 0 <= rank < n:
@@ -201,12 +208,11 @@ def trace_fsdp(model: Any, workload: Workload | None = None, *, world_size: int 
 
 
 def _trace(model, wl: Workload, n: int, *, rank: int, steps: int, progress, top: int, alloc_conf) -> TraceResult:
-    from vramlens.trace.api import runner_layers
-    from vramlens.trace.build import _retie, build_hf
-    from vramlens.trace.runner import Runner, _config_of, describe_failure
+    from vramlens.trace.build import build_hf, retie
+    from vramlens.trace.runner import Runner, config_of, describe_failure
 
     t0 = time.perf_counter()
-    cfg = _config_of(model)
+    cfg = config_of(model)
     runner = Runner(wl, mode="fake", steps=steps, progress=progress)
     live = [False]
 
@@ -234,7 +240,7 @@ def _trace(model, wl: Workload, n: int, *, rank: int, steps: int, progress, top:
             n_blocks = _shard(built, mesh, wl.fsdp_strategy != "shard-grad-op")
             with runner.fake_mode:
                 built.model.to_empty(device="cpu")
-                _retie(built.model)
+                retie(built.model)
         except VramlensError:
             raise
         except Exception as e:  # noqa: BLE001 - fully_shard refusing the model: one clear line
@@ -260,11 +266,11 @@ def _trace(model, wl: Workload, n: int, *, rank: int, steps: int, progress, top:
         "one unrecorded warm-up step ran first (DTensor's first calls and FSDP's lazy init); optimizer state "
         "cleared after it, so step 1 creates the state",
     ]
-    reserved = _reserved(events, notes, alloc_conf)
+    reserved = simulated_reserved(events, notes, alloc_conf)
     bd = make_trace_breakdown(summary, training=True, source="trace", notes=notes,
-                              phases=_phase_max(summary.phase_peaks), peak_reserved=reserved)
+                              phases=phase_max(summary.phase_peaks), peak_reserved=reserved)
     return TraceResult(
-        breakdown=bd, summary=summary, events=tuple(events), workload=wl, model_name=_name_of(model),
+        breakdown=bd, summary=summary, events=tuple(events), workload=wl, model_name=name_of(model),
         params=params, trainable_params=trainable, backend="fake", steps=steps,
         step_peaks=summary.step_peaks, phase_peaks=summary.phase_peaks, n_layers=runner_layers(runner, model),
         seconds=time.perf_counter() - t0,

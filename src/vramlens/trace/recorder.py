@@ -23,6 +23,7 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode, is_traceable_wrapper_subclass
 
 from vramlens.trace.events import PHASES, Event, round_storage
+from vramlens.units import BLOCK
 
 _ALLOC, _FREE = 0, 1
 _TO_COPY = torch.ops.aten._to_copy.default
@@ -40,7 +41,7 @@ class Recorder(TorchDispatchMode):
         module_names: id(module) -> dotted path, for module attribution.
     """
 
-    def __init__(self, *, round_to: int = 512, module_names: dict[int, str] | None = None):
+    def __init__(self, *, round_to: int = BLOCK, module_names: dict[int, str] | None = None):
         super().__init__()
         self.round_to = round_to
         self.module_names: dict[int, str] = dict(module_names or {})

@@ -24,6 +24,7 @@ from vramlens.errors import InputError, TraceError
 from vramlens.trace.build import TORCH_DTYPES, Built, accepts, build_factory, build_hf, is_factory
 from vramlens.trace.cuda_like import cuda_like_attention
 from vramlens.trace.recorder import Recorder
+from vramlens.units import BLOCK
 from vramlens.workload import Workload
 
 MODES = ("fake", "real-cpu", "cuda")
@@ -95,7 +96,7 @@ class Runner:
             self.fake_mode = FakeTensorMode(allow_non_fake_inputs=True)
         if mode == "cuda" and not torch.cuda.is_available():
             raise TraceError("mode=cuda needs a CUDA GPU and a CUDA build of torch; none here: use fake mode")
-        self.rec = Recorder(round_to=1 if mode == "real-cpu" else 512)
+        self.rec = Recorder(round_to=1 if mode == "real-cpu" else BLOCK)
         self.rec.autocast = wl.amp is not None and wl.amp != wl.dtype
         self.rec.stub_optimizer_scalars = mode == "fake"
         #: called as before_record(built, optimizer) inside the tensor mode, after the optimizer
@@ -108,7 +109,7 @@ class Runner:
         if is_factory(source):
             built = build_factory(source, input_shape=input_shape, dtype=TORCH_DTYPES[wl.dtype], fake_mode=self.fake_mode)
         else:
-            cfg = _config_of(source)
+            cfg = config_of(source)
             built = build_hf(cfg, wl, fake_mode=self.fake_mode, layers=layers)
         if self.mode == "cuda":
             built.model = built.model.to("cuda")
@@ -320,7 +321,7 @@ def _tensors(x) -> list[torch.Tensor]:
     return []
 
 
-def _config_of(source: Any) -> dict:
+def config_of(source: Any) -> dict:
     """config.json fields of a ModelSpec, a dict, a catalog name or a path."""
     cfg = getattr(source, "config", None)
     if isinstance(cfg, dict) and cfg:
