@@ -85,6 +85,9 @@ def load_model(
         if path.is_file() or (path / "config.json").is_file():
             return _load_path_cached(str(path.resolve()), _stamp(path))
         is_dir = path.is_dir()
+        if not is_dir and path.exists():  # a pipe, device or socket: never opened
+            raise ModelSourceError(f"{path}: not a regular file (a pipe, device or socket): pass the model's "
+                                   f"config.json or its folder")
     except (OSError, ValueError, RuntimeError) as e:  # name too long, permission denied, NUL byte, loop
         if isinstance(e, InputError):
             raise
