@@ -156,13 +156,25 @@ def test_products_over_the_parameter_bound():
                                  "fix the config's dimensions")
 
 
-@pytest.mark.parametrize("value", [float("nan"), float("inf"), "half", 0, 2.5, [1]])
-def test_rotary_fraction_must_be_in_0_1(value):
-    config = {**TINY_LLAMA, "model_type": "phi", "architectures": ["PhiForCausalLM"],
-              "partial_rotary_factor": value}
+@pytest.mark.parametrize("value", [float("nan"), float("inf"), "half", 0, 2.5, [1], 10**400])
+@pytest.mark.parametrize("where", ["top", "rope_scaling"])
+def test_rotary_fraction_must_be_in_0_1(value, where):
+    config = {**TINY_LLAMA, "model_type": "phi", "architectures": ["PhiForCausalLM"]}
+    if where == "top":
+        config["partial_rotary_factor"] = value
+    else:
+        config["rope_scaling"] = {"partial_rotary_factor": value}
     with pytest.raises(ModelSourceError) as e:
         load_model(config)
-    assert "partial_rotary_factor=" in str(e.value)
+    assert "partial_rotary_factor=" in str(e.value) and "must be" in str(e.value)
+
+
+def test_a_classifier_head_of_10_pow_400_labels():
+    config = {**TINY_LLAMA, "architectures": ["LlamaForSequenceClassification"], "num_labels": 10**400}
+    with pytest.raises(ModelSourceError) as e:
+        load_model(config)
+    assert str(e.value).startswith("config: tensor score.weight of shape (")
+    assert str(e.value).endswith("is over the limit of 35,184,372,088,832 elements: fix the config's dimensions")
 
 
 # ---- --params -------------------------------------------------------------------------------

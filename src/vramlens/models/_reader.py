@@ -52,6 +52,11 @@ FIELD_LIMITS: dict[str, int] = {
 DEFAULT_LIMIT = MAX_INTERMEDIATE
 
 
+def _finite(value: int | float) -> bool:
+    """False for NaN and infinities; ints are always finite (math.isfinite(10**400) overflows)."""
+    return isinstance(value, int) or math.isfinite(value)
+
+
 class ConfigReader:
     """Typed access to one config dict, with transformers' defaults for ``model_type``.
 
@@ -156,7 +161,7 @@ class ConfigReader:
         value = self._value(key, default)
         if value is None:
             return 0.0
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not _finite(value):
             self.problems.append(f"{key}={show(value)} must be a finite number")
             return 0.0
         return float(value)
@@ -166,7 +171,7 @@ class ConfigReader:
         anything else is recorded and 1.0 returned."""
         if value is None:
             value = self._lookup(key)
-        if (isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value)
+        if (isinstance(value, bool) or not isinstance(value, (int, float)) or not _finite(value)
                 or not 0 < value <= 1):
             self.problems.append(f"{key}={show(value)} must be a number in (0, 1]")
             self.bad.add(key)

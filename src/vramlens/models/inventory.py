@@ -145,8 +145,8 @@ def _check_size(tensors: list[TensorInfo], where: str) -> None:
     for t in tensors:
         n = t.numel
         if n > MAX_TENSOR_NUMEL:
-            raise ModelSourceError(f"{where}: tensor {t.name} of shape {show(t.shape)} has {show(n)} elements, "
-                                   f"over the limit of {MAX_TENSOR_NUMEL:,}: fix the config's dimensions")
+            raise ModelSourceError(f"{where}: tensor {t.name} of shape {show(t.shape)} is over the limit of "
+                                   f"{MAX_TENSOR_NUMEL:,} elements: fix the config's dimensions")
         total += n
     if total > MAX_PARAMS:
         raise ModelSourceError(f"{where}: the config describes {show(total)} parameters, "
