@@ -21,6 +21,7 @@ from __future__ import annotations
 import os
 import re
 import socket
+import threading
 from functools import lru_cache
 from pathlib import Path
 from urllib.parse import urlsplit
@@ -67,28 +68,49 @@ def hub_endpoint() -> str:
 
 
 def hub_reachable() -> bool:
-    """True when a TCP connection to the hub endpoint opens within PROBE_TIMEOUT_S.
+    """True when a TCP connection to the hub endpoint (or to the proxy the environment names
+    for it) opens within PROBE_TIMEOUT_S; name resolution is bounded by the same timeout.
 
     The answer is remembered per endpoint for the life of the process (:func:`forget_probe`).
     """
-    return _probe(hub_endpoint())
+    endpoint = hub_endpoint()
+    scheme = endpoint.split(":", 1)[0].lower()
+    env = os.environ
+    proxy = next((env[k] for k in (f"{scheme}_proxy", f"{scheme.upper()}_PROXY", "all_proxy", "ALL_PROXY")
+                  if env.get(k)), None)
+    return _probe(proxy or endpoint)
 
 
 @lru_cache(maxsize=8)
-def _probe(endpoint: str) -> bool:
+def _probe(url: str) -> bool:
     try:
-        url = urlsplit(endpoint)
-        host = url.hostname
-        port = url.port or (443 if url.scheme == "https" else 80)
+        parts = urlsplit(url if "://" in url else f"http://{url}")
+        host = parts.hostname
+        port = parts.port or (443 if parts.scheme == "https" else 80)
     except ValueError:
         return False
     if not host:
         return False
-    try:
-        with socket.create_connection((host, port), timeout=PROBE_TIMEOUT_S):
-            return True
-    except (OSError, UnicodeError):
-        return False
+    found: list[list] = []
+
+    def resolve() -> None:  # getaddrinfo has no timeout of its own: a dead resolver would block
+        try:
+            found.append(socket.getaddrinfo(host, port, type=socket.SOCK_STREAM))
+        except (OSError, UnicodeError):
+            pass
+
+    resolver = threading.Thread(target=resolve, name="vramlens-hub-probe", daemon=True)
+    resolver.start()
+    resolver.join(PROBE_TIMEOUT_S)
+    for family, kind, proto, _, address in found[0] if found else ():
+        try:
+            with socket.socket(family, kind, proto) as sock:
+                sock.settimeout(PROBE_TIMEOUT_S)
+                sock.connect(address)
+                return True
+        except OSError:
+            continue
+    return False
 
 
 def forget_probe() -> None:
