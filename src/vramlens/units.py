@@ -6,10 +6,16 @@ them into text ("13.48 GiB") or text into them ("24GB", "80GiB", "7B").
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Sequence
 
 from vramlens.errors import InputError
+from vramlens.limits import show
+
+#: Longest size or count text accepted ("1.5B", "80GiB" are 4-5 characters; 64 is generous,
+#: and keeps a 5,000-digit string from ever reaching float()).
+MAX_NUMBER_TEXT = 64
 
 KiB = 1024
 MiB = 1024**2
@@ -92,15 +98,22 @@ def parse_size(text: str | int | float, *, what: str = "size") -> int:
     if isinstance(text, bool):
         raise InputError(f"{what}={text!r} is not a size: write e.g. 24GB, 80GiB or 1073741824")
     if isinstance(text, (int, float)):
+        if isinstance(text, float) and not math.isfinite(text):
+            raise InputError(f"{what}={text!r} is not a size: write e.g. 24GB, 80GiB or 1073741824")
         if text <= 0:
             raise InputError(f"{what}={text!r} must be positive")
         return int(text)
+    if len(str(text)) > MAX_NUMBER_TEXT:
+        raise InputError(f"{what}={show(text)} is {len(str(text)):,} characters, over the limit of "
+                         f"{MAX_NUMBER_TEXT}: write e.g. 24GB, 80GiB or 1073741824")
     m = _SIZE.match(str(text))
     if not m or m.group(2).lower() not in _SIZE_UNITS:
         raise InputError(f"{what}={text!r} is not a size: write e.g. 24GB, 80GiB or 1073741824")
     if len(m.group(1)) > 30:  # float() would make 1e400 an infinity
         raise InputError(f"{what}={text[:40]!r}... has {len(m.group(1))} digits: too large to be a size")
     value = float(m.group(1)) * _SIZE_UNITS[m.group(2).lower()]
+    if not math.isfinite(value):
+        raise InputError(f"{what}={text!r} is too large to be a size")
     if value <= 0:
         raise InputError(f"{what}={text!r} must be positive")
     return int(round(value))
@@ -110,18 +123,31 @@ _COUNT = re.compile(r"^\s*([0-9]*\.?[0-9]+)\s*([kKmMbBtT]?)\s*$")
 _COUNT_UNITS = {"": 1, "k": 10**3, "m": 10**6, "b": 10**9, "t": 10**12}
 
 
-def parse_count(text: str | int, *, what: str = "params") -> int:
-    """Parse a parameter count such as ``"7B"``, ``"350M"``, ``"1.5b"`` or ``"124000000"``."""
+def parse_count(text: str | int, *, what: str = "params", limit: int | None = None) -> int:
+    """Parse a parameter count such as ``"7B"``, ``"350M"``, ``"1.5b"`` or ``"124000000"``.
+
+    Raises:
+        InputError: not a count, not positive, or over ``limit``; the message names the value.
+    """
     if isinstance(text, int) and not isinstance(text, bool):
         if text <= 0:
-            raise InputError(f"{what}={text} must be positive")
-        return text
-    m = _COUNT.match(str(text))
-    if not m:
-        raise InputError(f"{what}={text!r} is not a count: write e.g. 7B, 350M or 124000000")
-    value = float(m.group(1)) * _COUNT_UNITS[m.group(2).lower()]
-    if value < 1:
-        raise InputError(f"{what}={text!r} must be positive")
+            raise InputError(f"{what}={show(text)} must be positive")
+        value: float | int = text
+    else:
+        if len(str(text)) > MAX_NUMBER_TEXT:
+            raise InputError(f"{what}={show(text)} is {len(str(text)):,} characters, over the limit of "
+                             f"{MAX_NUMBER_TEXT}: write e.g. 7B, 350M or 124000000")
+        m = _COUNT.match(str(text))
+        if not m:
+            raise InputError(f"{what}={text!r} is not a count: write e.g. 7B, 350M or 124000000")
+        value = float(m.group(1)) * _COUNT_UNITS[m.group(2).lower()]
+        if value < 1:
+            raise InputError(f"{what}={text!r} must be positive")
+    if limit is not None and value > limit:
+        raise InputError(f"{what}={show(text)} is over the limit of {human_count(limit)} ({limit:,}): "
+                         f"no model is that large")
+    if not math.isfinite(value):
+        raise InputError(f"{what}={show(text)} is too large to be a count")
     return int(round(value))
 
 

@@ -36,6 +36,20 @@ def files(tmp_path):
     # A pickle that would call os.system if it were unpickled with pickle.loads.
     (tmp_path / "hostile.pickle").write_bytes(b"cos\nsystem\n(S'echo pwned'\ntR.")
     (tmp_path / "bad.gguf").write_bytes(b"GGUF not really")
+    # hostile model files (tests/models/test_hostile_inputs.py has the rules; these are the CLI's view)
+    (tmp_path / "layers-1e9.json").write_text(json.dumps(dict(LLAMA_CONFIG, num_hidden_layers=10**9)))
+    (tmp_path / "digits.json").write_text(json.dumps(LLAMA_CONFIG)[:-1] + ', "vocab_size": ' + "7" * 5000 + "}")
+    (tmp_path / "nan.json").write_text(json.dumps(LLAMA_CONFIG)[:-1] + ', "rms_norm_eps": NaN}')
+    (tmp_path / "deep.json").write_text('{"a": ' + "[" * 100_000 + "]" * 100_000 + "}")
+    nested = tmp_path / "nested-header"
+    nested.mkdir()
+    (nested / "config.json").write_text(json.dumps(LLAMA_CONFIG))
+    raw = json.dumps({"lm_head.weight": {"dtype": {"x": [1]}, "shape": [1]}}).encode()
+    (nested / "model.safetensors").write_bytes(len(raw).to_bytes(8, "little") + raw)
+    escaping = tmp_path / "escaping-index"
+    escaping.mkdir()
+    (escaping / "config.json").write_text(json.dumps(LLAMA_CONFIG))
+    (escaping / "model.safetensors.index.json").write_text(json.dumps({"weight_map": {"x": "../bad.gguf"}}))
     return tmp_path
 
 
@@ -70,6 +84,20 @@ CASES = {
     "estimate-config-not-object": ("estimate {tmp}/list.json", "list.json: must hold a JSON object, not list"),
     "estimate-missing-file": ("estimate {tmp}/nope.json", "nope.json'"),
     "estimate-folder-without-config": ("estimate {tmp}/empty-dir", "empty-dir: no config.json in this folder"),
+    "estimate-model-arg-5000-chars": ("estimate " + "m" * 5000, "is 5,000 characters, over the limit of 4,096"),
+    "estimate-model-arg-300-chars": ("estimate " + "m" * 300, "cannot be looked up as a path (File name too long)"),
+    "estimate-layers-1e9": ("estimate {tmp}/layers-1e9.json",
+                            "num_hidden_layers=1000000000 is over the limit of 4,096|layers-1e9.json"),
+    "estimate-5000-digit-int": ("estimate {tmp}/digits.json",
+                                "digits.json: an integer of 5,000 digits is over the limit of 30 digits"),
+    "estimate-nan-in-config": ("estimate {tmp}/nan.json", "nan.json: NaN is not JSON"),
+    "estimate-config-100000-deep": ("estimate {tmp}/deep.json", "deep.json: deep.json nests 100,001 levels deep, over the limit of 64"),
+    "estimate-params-100000T": ("estimate --params 100000T", "params='100000T' is over the limit of 100.00T"),
+    "estimate-params-nan": ("estimate --params nan", "params='nan' is not a count"),
+    "estimate-nested-safetensors-header": ("estimate {tmp}/nested-header",
+                                           "tensor 'lm_head.weight' has dtype {{'x': [1]}}, which vramlens does not know"),
+    "estimate-shard-outside-folder": ("estimate {tmp}/escaping-index",
+                                      "shard '../bad.gguf' is outside the model folder|an index may only name files"),
     # models, gpus: nothing to get wrong but the flags
     "models-unknown-flag": ("models --bogus", "unrecognized arguments: --bogus"),
     "gpus-unknown-flag": ("gpus --bogus", "unrecognized arguments: --bogus"),
@@ -84,6 +112,7 @@ CASES = {
     "trace-malformed-config": ("trace {tmp}/malformed.json", "malformed.json: not valid JSON"),
     "trace-missing-file": ("trace {tmp}/nope.json", "nope.json'"),
     "trace-folder-without-config": ("trace {tmp}/empty-dir", "empty-dir: no config.json in this folder"),
+    "trace-layers-1e9": ("trace {tmp}/layers-1e9.json", "num_hidden_layers=1000000000 is over the limit"),
     "trace-no-model": ("trace", "give a MODEL to trace"),
     "trace-alloc-conf-unknown-key": ("trace gpt2 --alloc-conf bogus:1", "Unrecognized CachingAllocator option: bogus"),
     "trace-alloc-conf-not-a-number": ("trace gpt2 --alloc-conf max_split_size_mb:abc", "max_split_size_mb=abc"),
@@ -111,6 +140,8 @@ CASES = {
     "fit-kv-heads": ("fit {tmp}/bad-kv --gpu 24GB", "num_attention_heads=32 is not divisible by num_key_value_heads=5"),
     "fit-malformed-config": ("fit {tmp}/malformed.json --gpu 24GB", "malformed.json: not valid JSON"),
     "fit-folder-without-config": ("fit {tmp}/empty-dir --gpu 24GB", "empty-dir: no config.json in this folder"),
+    "fit-layers-1e9": ("fit {tmp}/layers-1e9.json --gpu 24GB", "num_hidden_layers=1000000000 is over the limit"),
+    "fit-params-100000T": ("fit --params 100000T --gpu 24GB", "params='100000T' is over the limit of 100.00T"),
     "fit-headroom-1.5": ("fit llama-2-7b --gpu 24GB --headroom 1.5", "headroom=1.5 must be in [0, 1)"),
     "fit-host-ram-word": ("fit llama-2-7b --gpu 24GB --host-ram lots", "host RAM='lots' is not a size"),
     "fit-host-ram-negative": ("fit llama-2-7b --gpu 24GB --host-ram=-5GB", "host RAM='-5GB' is not a size"),
@@ -148,6 +179,7 @@ CASES = {
     "place-kv-heads": ("place {tmp}/bad-kv --gpu 24GB", "num_attention_heads=32 is not divisible by num_key_value_heads=5"),
     "place-malformed-config": ("place {tmp}/malformed.json --gpu 24GB", "malformed.json: not valid JSON"),
     "place-folder-without-config": ("place {tmp}/empty-dir --gpu 24GB", "empty-dir: no config.json in this folder"),
+    "place-layers-1e9": ("place {tmp}/layers-1e9.json --gpu 24GB", "num_hidden_layers=1000000000 is over the limit"),
     "place-bad-gguf": ("place {tmp}/bad.gguf --gpu 24GB", "bad.gguf: not a readable GGUF file"),
     "place-missing-gguf": ("place {tmp}/nope.gguf --gpu 24GB", "nope.gguf: not a readable GGUF file"),
     # snapshot

@@ -306,9 +306,17 @@ def test_huggingface_hub_missing(monkeypatch):
     )
 
 
+def _online(monkeypatch):
+    """Online as far as vramlens can tell: HF_HUB_OFFLINE unset and the reachability probe says yes."""
+    from vramlens.models import hub
+
+    monkeypatch.delenv("HF_HUB_OFFLINE")
+    monkeypatch.setattr(hub, "hub_reachable", lambda: True)
+
+
 def _hub_raising(monkeypatch, exc):
     huggingface_hub = pytest.importorskip("huggingface_hub")
-    monkeypatch.delenv("HF_HUB_OFFLINE")
+    _online(monkeypatch)
 
     def fail(*args, **kwargs):
         raise exc
@@ -351,7 +359,7 @@ def test_gated_repo(monkeypatch):
 
 def test_hub_download_is_used_when_online(monkeypatch, tmp_path):
     huggingface_hub = pytest.importorskip("huggingface_hub")
-    monkeypatch.delenv("HF_HUB_OFFLINE")
+    _online(monkeypatch)
     path = write_config(tmp_path / "dl", tiny_llama_config())
     calls = []
     monkeypatch.setattr(huggingface_hub, "hf_hub_download", lambda repo, file, **kw: calls.append((repo, file)) or str(path))
@@ -365,7 +373,7 @@ def test_hub_headers_by_range_requests(monkeypatch, tmp_path):
     from types import SimpleNamespace
 
     huggingface_hub = pytest.importorskip("huggingface_hub")
-    monkeypatch.delenv("HF_HUB_OFFLINE")
+    _online(monkeypatch)
     config = {k: v for k, v in tiny_llama_config().items() if k != "torch_dtype"}
     path = write_config(tmp_path / "dl", config)
     monkeypatch.setattr(huggingface_hub, "hf_hub_download", lambda repo, file, **kw: str(path))

@@ -12,13 +12,49 @@ Every problem is collected before raising, so that one message names all of them
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from typing import Any
 
 from vramlens.errors import ModelSourceError
+from vramlens.limits import (
+    MAX_EXPERTS,
+    MAX_HEADS,
+    MAX_HIDDEN,
+    MAX_INTERMEDIATE,
+    MAX_LAYERS,
+    MAX_POSITIONS,
+    MAX_VOCAB,
+    show,
+)
 from vramlens.models.defaults import ATTRIBUTE_MAPS, DEFAULTS, LEGACY_ALIASES
 
 _REQUIRED = object()
+
+#: The bound of every integer field the family builders read (vramlens.limits gives the
+#: margins). A bound is checked where the field is read, before anything is built from it,
+#: so that ``num_hidden_layers: 10**9`` is refused at once instead of building a billion blocks.
+FIELD_LIMITS: dict[str, int] = {
+    **dict.fromkeys(("num_hidden_layers", "n_layer", "num_layers", "num_decoder_layers",
+                     "decoder_sparse_step", "num_ln_in_parallel_attn"), MAX_LAYERS),
+    **dict.fromkeys(("hidden_size", "n_embd", "d_model", "word_embed_proj_dim", "head_dim", "d_kv"),
+                    MAX_HIDDEN),
+    **dict.fromkeys(("intermediate_size", "ffn_dim", "n_inner", "d_ff", "moe_intermediate_size",
+                     "shared_expert_intermediate_size", "ffn_hidden_size"), MAX_INTERMEDIATE),
+    **dict.fromkeys(("num_attention_heads", "n_head", "num_heads", "num_key_value_heads", "num_kv_heads"),
+                    MAX_HEADS),
+    **dict.fromkeys(("vocab_size", "type_vocab_size"), MAX_VOCAB),
+    **dict.fromkeys(("num_experts", "num_local_experts", "num_experts_per_tok"), MAX_EXPERTS),
+    **dict.fromkeys(("max_position_embeddings", "n_positions", "seq_length", "sliding_window",
+                     "relative_attention_num_buckets", "relative_attention_max_distance"), MAX_POSITIONS),
+}
+#: Any other integer field: the widest per-layer bound.
+DEFAULT_LIMIT = MAX_INTERMEDIATE
+
+
+def _finite(value: int | float) -> bool:
+    """False for NaN and infinities; ints are always finite (math.isfinite(10**400) overflows)."""
+    return isinstance(value, int) or math.isfinite(value)
 
 
 class ConfigReader:
@@ -72,18 +108,27 @@ class ConfigReader:
 
     # ---- typed access ---------------------------------------------------------------------
     def int(self, key: str, default: Any = _REQUIRED, *, minimum: int = 1) -> int:
-        """A whole number >= ``minimum``; a bad or missing value is recorded and 1 returned."""
+        """A whole number in [``minimum``, the field's bound]; a bad or missing value is recorded
+        and 1 returned.
+
+        The bound is :data:`FIELD_LIMITS` (``DEFAULT_LIMIT`` for other fields)."""
         value = self._value(key, default)
         if value is None:
             return max(minimum, 1) if default is _REQUIRED else default
-        if isinstance(value, float) and value.is_integer():
+        if isinstance(value, float) and math.isfinite(value) and value.is_integer():
             value = int(value)
         if isinstance(value, bool) or not isinstance(value, int):
-            self.problems.append(f"{key}={value!r} must be an integer")
+            self.problems.append(f"{key}={show(value)} must be an integer")
             self.bad.add(key)
             return max(minimum, 1)
         if value < minimum:
-            self.problems.append(f"{key}={value} must be >= {minimum}")
+            self.problems.append(f"{key}={show(value)} must be >= {minimum}")
+            self.bad.add(key)
+            return max(minimum, 1)
+        limit = FIELD_LIMITS.get(key, DEFAULT_LIMIT)
+        if value > limit:
+            self.problems.append(f"{key}={show(value)} is over the limit of {limit:,}: "
+                                 f"no real model comes close; fix the config")
             self.bad.add(key)
             return max(minimum, 1)
         return value
@@ -99,7 +144,7 @@ class ConfigReader:
         if value is None:
             return False
         if not isinstance(value, bool):
-            self.problems.append(f"{key}={value!r} must be true or false")
+            self.problems.append(f"{key}={show(value)} must be true or false")
             return False
         return value
 
@@ -108,7 +153,7 @@ class ConfigReader:
         if value is None:
             return ""
         if not isinstance(value, str):
-            self.problems.append(f"{key}={value!r} must be a string")
+            self.problems.append(f"{key}={show(value)} must be a string")
             return ""
         return value
 
@@ -116,17 +161,32 @@ class ConfigReader:
         value = self._value(key, default)
         if value is None:
             return 0.0
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            self.problems.append(f"{key}={value!r} must be a number")
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not _finite(value):
+            self.problems.append(f"{key}={show(value)} must be a finite number")
             return 0.0
         return float(value)
 
-    def list_int(self, key: str) -> list[int]:
+    def fraction(self, key: str, value: Any = None) -> float:
+        """``key`` as a number in (0, 1] (or ``value``, found by the caller in a section);
+        anything else is recorded and 1.0 returned."""
+        if value is None:
+            value = self._lookup(key)
+        if (isinstance(value, bool) or not isinstance(value, (int, float)) or not _finite(value)
+                or not 0 < value <= 1):
+            self.problems.append(f"{key}={show(value)} must be a number in (0, 1]")
+            self.bad.add(key)
+            return 1.0
+        return float(value)
+
+    def list_int(self, key: str, *, limit: int = MAX_LAYERS) -> list[int]:
+        """A list of at most ``limit`` integers, each in [0, limit] (layer indices)."""
         value = self._value(key, [])
         if value is None:
             return []
-        if not isinstance(value, list) or not all(isinstance(v, int) for v in value):
-            self.problems.append(f"{key}={value!r} must be a list of integers")
+        if (not isinstance(value, list) or len(value) > limit
+                or not all(isinstance(v, int) and not isinstance(v, bool) and 0 <= v <= limit for v in value)):
+            self.problems.append(f"{key}={show(value)} must be a list of at most {limit:,} integers "
+                                 f"in [0, {limit:,}]")
             return []
         return value
 

@@ -15,6 +15,7 @@ import math
 from functools import lru_cache
 
 from vramlens.errors import InputError
+from vramlens.limits import MAX_PARAMS
 from vramlens.models.inventory import spec_from_config
 from vramlens.models.spec import ModelSpec
 from vramlens.units import human_count, parse_count
@@ -62,7 +63,11 @@ def generic_dims(n: int) -> tuple[dict[str, int], str]:
         lo = hi - 1
         t = (math.log(n) - math.log(counts[lo])) / (math.log(counts[hi]) - math.log(counts[lo]))
     r0, r1 = SHAPES[lo], SHAPES[hi]
-    h_raw = math.exp((1 - t) * math.log(r0[1]) + t * math.log(r1[1]))
+    # Beyond the largest shape, width and depth grow together (params ~ 12·L·h², so each by the
+    # cube root of the ratio): depth alone would pass MAX_LAYERS near 13T, at MAX_PARAMS
+    # (100T) this gives h ~ 103k and L ~ 800, inside the bounds.
+    grow = (n / counts[-1]) ** (1 / 3) if n > counts[-1] else 1.0
+    h_raw = grow * math.exp((1 - t) * math.log(r0[1]) + t * math.log(r1[1]))
     d = 64 if h_raw < 1536 else 128
     step = d * (8 if h_raw >= 4096 else 2)  # head counts that split evenly over 8 (or 2) GPUs
     h = max(step, round(h_raw / step) * step)
@@ -79,6 +84,8 @@ def generic_dims(n: int) -> tuple[dict[str, int], str]:
     attn_norm = llama_params(h, 1, a, kv, 0) - fixed
     f = max(64, round((n - fixed - L * attn_norm) / (3 * h * L) / 64) * 64)
     how = (f"from {r0[0]}" if lo == hi else f"between {r0[0]} and {r1[0]}")
+    if grow >= 1.005:
+        how += f", widened and deepened {grow:.2f}x"
     return dict(hidden_size=h, num_hidden_layers=L, num_attention_heads=a, num_key_value_heads=kv,
                 intermediate_size=f), how
 
@@ -88,9 +95,9 @@ def generic_spec(params: str | int) -> ModelSpec:
     """A Llama-style decoder of about ``params`` parameters (``"7B"``, ``"350M"``, 7_000_000_000).
 
     Raises:
-        InputError: ``params`` is not a count, or is below 50M.
+        InputError: ``params`` is not a count, is below 50M or above MAX_PARAMS.
     """
-    n = parse_count(params, what="params")
+    n = parse_count(params, what="params", limit=MAX_PARAMS)
     if n < MIN_PARAMS:
         raise InputError(f"params={params!r} is below {human_count(MIN_PARAMS)}, the smallest generic "
                          f"decoder: use a catalog name or a config.json for tiny models")

@@ -9,14 +9,22 @@ it works without huggingface_hub installed and honours the environment at call t
       models--{org}--{name}/refs/main            -> commit hash
       models--{org}--{name}/snapshots/{hash}/config.json, model.safetensors, ...
 
-``HF_HUB_OFFLINE=1`` (or ``TRANSFORMERS_OFFLINE=1``) forbids the network.
+``HF_HUB_OFFLINE=1`` (or ``TRANSFORMERS_OFFLINE=1``) forbids the network. Otherwise one TCP
+connect to the hub endpoint (``HF_ENDPOINT``, default https://huggingface.co), with a one-second
+timeout and remembered for the process, decides whether huggingface_hub is called at all: an
+unreachable hub then fails at once, instead of after huggingface_hub's retries (24-30 s and a
+dozen warning lines on stderr).
 """
 
 from __future__ import annotations
 
 import os
 import re
+import socket
+import threading
+from functools import lru_cache
 from pathlib import Path
+from urllib.parse import urlsplit
 
 from vramlens.errors import ModelSourceError, OfflineError
 
@@ -49,6 +57,67 @@ def is_offline() -> bool:
     return any(env.get(k, "").strip().upper() in _TRUE for k in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE"))
 
 
+#: Seconds the reachability probe waits for a TCP connection to the hub endpoint. A healthy
+#: connection to huggingface.co (a CDN) takes < 0.2 s from anywhere; 1 s leaves a 5x margin.
+PROBE_TIMEOUT_S = 1.0
+
+
+def hub_endpoint() -> str:
+    """The hub's base URL, as huggingface_hub reads it (constants.py ``ENDPOINT``)."""
+    return (os.environ.get("HF_ENDPOINT") or "https://huggingface.co").rstrip("/")
+
+
+def hub_reachable() -> bool:
+    """True when a TCP connection to the hub endpoint (or to the proxy the environment names
+    for it) opens within PROBE_TIMEOUT_S; name resolution is bounded by the same timeout.
+
+    The answer is remembered per endpoint for the life of the process (:func:`forget_probe`).
+    """
+    endpoint = hub_endpoint()
+    scheme = endpoint.split(":", 1)[0].lower()
+    env = os.environ
+    proxy = next((env[k] for k in (f"{scheme}_proxy", f"{scheme.upper()}_PROXY", "all_proxy", "ALL_PROXY")
+                  if env.get(k)), None)
+    return _probe(proxy or endpoint)
+
+
+@lru_cache(maxsize=8)
+def _probe(url: str) -> bool:
+    try:
+        parts = urlsplit(url if "://" in url else f"http://{url}")
+        host = parts.hostname
+        port = parts.port or (443 if parts.scheme == "https" else 80)
+    except ValueError:
+        return False
+    if not host:
+        return False
+    found: list[list] = []
+
+    def resolve() -> None:  # getaddrinfo has no timeout of its own: a dead resolver would block
+        try:
+            found.append(socket.getaddrinfo(host, port, type=socket.SOCK_STREAM))
+        except (OSError, UnicodeError):
+            pass
+
+    resolver = threading.Thread(target=resolve, name="vramlens-hub-probe", daemon=True)
+    resolver.start()
+    resolver.join(PROBE_TIMEOUT_S)
+    for family, kind, proto, _, address in found[0] if found else ():
+        try:
+            with socket.socket(family, kind, proto) as sock:
+                sock.settimeout(PROBE_TIMEOUT_S)
+                sock.connect(address)
+                return True
+        except OSError:
+            continue
+    return False
+
+
+def forget_probe() -> None:
+    """Forget the remembered reachability answers (tests, or a network that came back)."""
+    _probe.cache_clear()
+
+
 def cached_snapshot(repo_id: str, revision: str = "main") -> Path | None:
     """The cached snapshot folder of ``repo_id`` that holds a config.json, or None.
 
@@ -58,14 +127,25 @@ def cached_snapshot(repo_id: str, revision: str = "main") -> Path | None:
     repo = hub_cache_dir() / ("models--" + repo_id.replace("/", "--"))
     ref = repo / "refs" / revision
     if ref.is_file():
-        commit = ref.read_text().strip()
+        commit = _read_ref(ref)
         snap = repo / "snapshots" / commit
-        if (snap / "config.json").is_file():
+        if commit and (snap / "config.json").is_file():
             return snap
     snaps = [s for s in (repo / "snapshots").glob("*") if (s / "config.json").is_file()]
     if not snaps:
         return None
     return max(snaps, key=lambda s: (s / "config.json").stat().st_mtime)
+
+
+def _read_ref(ref: Path) -> str:
+    """The commit hash in a refs file ("" when it is not one: too long, not hex, unreadable)."""
+    from vramlens.models._files import read_capped
+
+    try:
+        text = read_capped(ref, 256, "refs file").decode("ascii").strip()
+    except (ModelSourceError, UnicodeDecodeError):
+        return ""
+    return text if re.fullmatch(r"[0-9a-fA-F]{7,64}", text) else ""
 
 
 def offline_error(repo_id: str, why: str = "") -> OfflineError:
@@ -91,6 +171,8 @@ def fetch_config(repo_id: str) -> Path:
         import huggingface_hub
     except ImportError:
         raise offline_error(repo_id, "huggingface_hub is not installed: pip install 'vramlens[trace]'") from None
+    if not hub_reachable():
+        raise offline_error(repo_id, f"{hub_endpoint()} does not answer within {PROBE_TIMEOUT_S:g} s")
     try:
         return Path(huggingface_hub.hf_hub_download(repo_id, "config.json", cache_dir=hub_cache_dir()))
     except Exception as e:  # noqa: BLE001 - classified below; huggingface_hub's classes vary by version
@@ -103,7 +185,7 @@ def fetch_header_tensors(repo_id: str) -> list[tuple[str, str, tuple[int, ...]]]
     Returns None when the repository has no safetensors weights or the headers cannot be
     fetched (the config alone still gives an exact inventory for unquantized models).
     """
-    if is_offline():
+    if is_offline() or not hub_reachable():
         return None
     try:
         import huggingface_hub
@@ -111,19 +193,38 @@ def fetch_header_tensors(repo_id: str) -> list[tuple[str, str, tuple[int, ...]]]
         meta = huggingface_hub.get_safetensors_metadata(repo_id)
     except Exception:  # noqa: BLE001 - headers are an improvement, not a requirement
         return None
-    from vramlens.models.safetensors_header import SAFETENSORS_DTYPES
+    from vramlens.limits import MAX_SHARDS, MAX_TENSORS
+    from vramlens.models.safetensors_header import SAFETENSORS_DTYPES, header_tensors
 
+    files = meta.files_metadata
+    if len(files) > MAX_SHARDS:
+        raise ModelSourceError(f"{repo_id}: the hub lists {len(files):,} safetensors files, over the limit of "
+                               f"{MAX_SHARDS:,}")
     out = []
-    for file_meta in meta.files_metadata.values():
+    for file_name, file_meta in files.items():
+        header = {}
         for name, info in file_meta.tensors.items():
-            if info.dtype not in SAFETENSORS_DTYPES:
+            if not isinstance(info.dtype, str) or info.dtype not in SAFETENSORS_DTYPES:
                 return None
-            out.append((name, SAFETENSORS_DTYPES[info.dtype], tuple(info.shape)))
+            header[name] = {"dtype": info.dtype, "shape": list(info.shape)}
+        # the same rules as a local header: integer shapes, bounded elements
+        out.extend(header_tensors(header, f"{repo_id}/{file_name}"))
+        if len(out) > MAX_TENSORS:
+            raise ModelSourceError(f"{repo_id}: the checkpoint holds over {MAX_TENSORS:,} tensors, the limit")
     return out
+
+
+#: huggingface_hub / requests / httpx classes that mean "the hub cannot be reached". Checked
+#: first: LocalEntryNotFoundError subclasses EntryNotFoundError (huggingface_hub/errors.py),
+#: and it means "not cached and offline", not "the repository has no such file".
+_OFFLINE = {"LocalEntryNotFoundError", "OfflineModeIsEnabled", "ConnectionError", "ConnectError",
+            "ConnectTimeout", "Timeout", "TimeoutException", "ProxyError", "SSLError", "NetworkError"}
 
 
 def _classify(repo_id: str, e: Exception) -> Exception:
     names = {c.__name__ for c in type(e).__mro__}
+    if names & _OFFLINE:
+        return offline_error(repo_id, _one_line(e))
     if "GatedRepoError" in names:
         return ModelSourceError(
             f"{repo_id}: the hub repository is gated: accept its license on huggingface.co and log in "
@@ -134,5 +235,11 @@ def _classify(repo_id: str, e: Exception) -> Exception:
     if names & {"EntryNotFoundError", "RemoteEntryNotFoundError"}:
         return ModelSourceError(f"{repo_id}: the hub repository has no config.json: "
                                 f"it is not a transformers model; pass a local config.json")
-    return offline_error(repo_id, f"{type(e).__name__}: {str(e)[:200]}" if str(e) else type(e).__name__)
+    return offline_error(repo_id, _one_line(e))
+
+
+def _one_line(e: Exception) -> str:
+    """``Class: message`` on one line, cut at 200 characters (hub messages span several lines)."""
+    text = " ".join(str(e).split())[:200]
+    return f"{type(e).__name__}: {text}" if text else type(e).__name__
 

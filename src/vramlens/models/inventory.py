@@ -16,10 +16,11 @@ from collections.abc import Mapping
 from typing import Any
 
 from vramlens.errors import ModelSourceError
+from vramlens.limits import MAX_PARAMS, MAX_TENSOR_NUMEL, MAX_TENSORS, show
 from vramlens.models._reader import ConfigReader
 from vramlens.models.families import BUILDERS, DEFAULT_ARCHITECTURES
 from vramlens.models.families.llama import build_llama_like
-from vramlens.models.spec import ModelSpec
+from vramlens.models.spec import ModelSpec, TensorInfo
 
 #: What a config needs to be built as a generic decoder when its model_type is unknown.
 GENERIC_FIELDS = ("hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size",
@@ -114,6 +115,7 @@ def spec_from_config(
     else:
         built = BUILDERS[mt](reader, arch)
     reader.check()
+    _check_size(built.tensors, where)
     return ModelSpec(
         name=name or str(config.get("_name_or_path") or mt),
         model_type=mt,
@@ -125,6 +127,31 @@ def spec_from_config(
         quantization=_quantization(config, where),
         **built.facts,
     )
+
+
+def _check_size(tensors: list[TensorInfo], where: str) -> None:
+    """Refuse an inventory whose tensors or total are beyond any real model (vramlens.limits).
+
+    Each dimension is bounded where it is read, but their products are not: 4,096 layers of
+    a 262,144-wide model with a 2M-wide MLP is 7e15 parameters.
+
+    Raises:
+        ModelSourceError: too many tensors, a tensor over MAX_TENSOR_NUMEL, or over MAX_PARAMS in all.
+    """
+    if len(tensors) > MAX_TENSORS:
+        raise ModelSourceError(f"{where}: the config builds {len(tensors):,} tensors, over the limit of "
+                               f"{MAX_TENSORS:,}: fix the config")
+    total = 0
+    for t in tensors:
+        n = t.numel
+        if n > MAX_TENSOR_NUMEL:
+            raise ModelSourceError(f"{where}: tensor {t.name} of shape {show(t.shape)} is over the limit of "
+                                   f"{MAX_TENSOR_NUMEL:,} elements: fix the config's dimensions")
+        total += n
+    if total > MAX_PARAMS:
+        raise ModelSourceError(f"{where}: the config describes {show(total)} parameters, "
+                               f"over the limit of {MAX_PARAMS:,} ({MAX_PARAMS // 10**12}T): "
+                               f"fix the config's dimensions")
 
 
 def _quantization(config: Mapping[str, Any], where: str) -> dict | None:

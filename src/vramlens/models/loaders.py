@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from vramlens.errors import InputError, ModelSourceError, UnknownModelError
+from vramlens.limits import MAX_MODEL_ARG, show
 from vramlens.models import hub
 from vramlens.models.catalog import catalog_spec, closest_names, unknown_model_error
 from vramlens.models.checkpoint import merge_checkpoint
@@ -73,13 +74,27 @@ def load_model(
     name = source.strip()
     if not name:
         raise InputError("model='' is empty: pass a catalog name, a path or a hub id")
-    path = Path(name).expanduser()
-    if not path.exists() and (name.endswith(".json") or name.startswith(("./", "../", "/", "~"))):
-        raise ModelSourceError(f"no such file or folder: {name!r}: pass an existing config.json or model folder, "
-                               "a catalog name (vramlens models) or a hub id")
-    if path.is_file() or (path / "config.json").is_file():
-        return _load_path_cached(str(path.resolve()), _stamp(path))
-    if path.is_dir() and catalog_spec(name) is None and not hub.is_hub_id(name):
+    if len(name) > MAX_MODEL_ARG:
+        raise InputError(f"model={show(name)} is {len(name):,} characters, over the limit of {MAX_MODEL_ARG:,}: "
+                         f"pass a catalog name, a hub id or a shorter path")
+    try:
+        path = Path(name).expanduser()
+        if not path.exists() and (name.endswith(".json") or name.startswith(("./", "../", "/", "~"))):
+            raise ModelSourceError(f"no such file or folder: {name!r}: pass an existing config.json or model "
+                                   "folder, a catalog name (vramlens models) or a hub id")
+        if path.is_file() or (path / "config.json").is_file():
+            return _load_path_cached(str(path.resolve()), _stamp(path))
+        is_dir = path.is_dir()
+        if not is_dir and path.exists():  # a pipe, device or socket: never opened
+            raise ModelSourceError(f"{path}: not a regular file (a pipe, device or socket): pass the model's "
+                                   f"config.json or its folder")
+    except (OSError, ValueError, RuntimeError) as e:  # name too long, permission denied, NUL byte, loop
+        if isinstance(e, InputError):
+            raise
+        why = e.strerror if isinstance(e, OSError) and e.strerror else str(e)
+        raise ModelSourceError(f"model={show(name)} cannot be looked up as a path ({why}): pass an existing "
+                               f"config.json or model folder, a catalog name (vramlens models) or a hub id") from None
+    if is_dir and catalog_spec(name) is None and not hub.is_hub_id(name):
         return load_path(path)  # a folder without config.json: say so
     return _load_name(name.lower(), name)
 

@@ -41,11 +41,11 @@ def rope_partial(r: ConfigReader, default: float = 1.0, legacy_key: str | None =
     for key in ("rope_parameters", "rope_scaling"):
         section = r.raw.get(key)
         if isinstance(section, dict) and section.get("partial_rotary_factor") is not None:
-            return float(section["partial_rotary_factor"])
+            return r.fraction(f"{key}.partial_rotary_factor", section["partial_rotary_factor"])
     if r.has("partial_rotary_factor"):
-        return r.float("partial_rotary_factor")
+        return r.fraction("partial_rotary_factor")
     if legacy_key and r.has(legacy_key):
-        return r.float(legacy_key)
+        return r.fraction(legacy_key)
     return default
 
 
