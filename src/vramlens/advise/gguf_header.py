@@ -194,7 +194,7 @@ def read_gguf(f: BinaryIO, size: int, name: str) -> GGUFInfo:
     for i in range(n_kv):
         key = r.string(f"key {i}", limit=MAX_GGUF_KEY)
         if key in kv:
-            raise r.error(f"key {key!r} appears twice: {_FIX}")
+            raise r.error(f"key {show(key)} appears twice: {_FIX}")
         kv[key] = r.value(r.scalar("I", f"type of {key}"), key)
     r.room(n_tensors * 24, f"tensor_count={n_tensors:,}")
     tensors = [_tensor_info(r, i) for i in range(n_tensors)]
@@ -205,35 +205,35 @@ def read_gguf(f: BinaryIO, size: int, name: str) -> GGUFInfo:
     seen: set[str] = set()
     for t in tensors:
         if t.name in seen:
-            raise r.error(f"tensor {t.name!r} appears twice: {_FIX}")
+            raise r.error(f"tensor {show(t.name)} appears twice: {_FIX}")
         seen.add(t.name)
         if t.offset % align:
-            raise r.error(f"tensor {t.name!r} offset {t.offset:,} is not a multiple of the alignment {align}: {_FIX}")
+            raise r.error(f"tensor {show(t.name)} offset {t.offset:,} is not a multiple of the alignment {align}: {_FIX}")
         end = data_start + t.offset + t.n_bytes
         if end > size:
-            raise r.error(f"tensor {t.name!r} data ends at byte {end:,} but the file has {size:,} bytes: {_FIX}")
+            raise r.error(f"tensor {show(t.name)} data ends at byte {end:,} but the file has {size:,} bytes: {_FIX}")
     return _info(r, kv, tensors)
 
 
 def _tensor_info(r: _Reader, i: int) -> _Tensor:
     name = r.string(f"tensor {i} name", limit=MAX_GGUF_KEY)
-    n_dims = r.scalar("I", f"tensor {name!r} n_dims")
-    r.check(f"tensor {name!r} n_dims", n_dims, MAX_GGUF_DIMS, minimum=1)
-    shape = tuple(r.check(f"tensor {name!r} dimension {d}", r.scalar("Q", f"tensor {name!r} dims"),
+    n_dims = r.scalar("I", f"tensor {show(name)} n_dims")
+    r.check(f"tensor {show(name)} n_dims", n_dims, MAX_GGUF_DIMS, minimum=1)
+    shape = tuple(r.check(f"tensor {show(name)} dimension {d}", r.scalar("Q", f"tensor {show(name)} dims"),
                           MAX_TENSOR_NUMEL) for d in range(n_dims))
     numel = 1
     for n in shape:
         numel *= n
-    r.check(f"tensor {name!r} elements", numel, MAX_TENSOR_NUMEL)
-    type_id = r.scalar("I", f"tensor {name!r} type")
+    r.check(f"tensor {show(name)} elements", numel, MAX_TENSOR_NUMEL)
+    type_id = r.scalar("I", f"tensor {show(name)} type")
     gt = GGML_TYPES.get(type_id)
     if gt is None:
-        raise r.error(f"tensor {name!r} has ggml type id {type_id}, which this vramlens does not know "
+        raise r.error(f"tensor {show(name)} has ggml type id {type_id}, which this vramlens does not know "
                       f"(known: {', '.join(map(str, GGML_TYPES))}): a newer format, or a corrupt file")
     if shape[0] % gt.block:
-        raise r.error(f"tensor {name!r} rows of {shape[0]} elements are not whole {gt.name} blocks of "
+        raise r.error(f"tensor {show(name)} rows of {shape[0]} elements are not whole {gt.name} blocks of "
                       f"{gt.block}: {_FIX}")
-    offset = r.scalar("Q", f"tensor {name!r} offset")
+    offset = r.scalar("Q", f"tensor {show(name)} offset")
     return _Tensor(name, shape, gt, offset, numel // gt.block * gt.type_size)
 
 
@@ -268,7 +268,7 @@ def _info(r: _Reader, kv: dict, tensors: list[_Tensor]) -> GGUFInfo:
         if t.name.startswith("blk."):
             part = t.name.split(".")[1]
             if not (part.isascii() and part.isdigit() and len(part) <= 9 and int(part) < n_layers):
-                raise r.error(f"tensor {t.name!r} names block {show(part)} but {arch}.block_count={n_layers} "
+                raise r.error(f"tensor {show(t.name)} names block {show(part)} but {arch}.block_count={n_layers} "
                               f"(blocks 0-{n_layers - 1}): {_FIX}")
             layer[int(part)] += t.n_bytes
         elif t.name.startswith("output"):

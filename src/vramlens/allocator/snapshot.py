@@ -566,6 +566,9 @@ def analyze_memory_stats(stats: object) -> SnapshotReport:
         return v
 
     reserved, allocated = get("reserved_bytes.all.current"), get("allocated_bytes.all.current")
+    if reserved is None or allocated is None:
+        raise SnapshotError("memory_stats 'allocated_bytes.all.current' and 'reserved_bytes.all.current' are null: "
+                            "both must be whole numbers of bytes")
     active = get("active_bytes.all.current")
     split = get("inactive_split_bytes.all.current")
     segments = get("segment.all.current") or 0
