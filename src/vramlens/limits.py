@@ -81,12 +81,18 @@ MAX_GGUF_KV = 65_536
 MAX_GGUF_STRING = 16 * 1024 * 1024
 #: Elements of one GGUF metadata array (a 262k vocabulary's tokens, scores and merges).
 MAX_GGUF_ARRAY = 16_777_216
+#: Length of a GGUF key or tensor name (gguf.md: keys are at most 2**16 - 1 bytes; ggml names < 64).
+MAX_GGUF_KEY = 65_535
+#: Arrays nested in arrays in GGUF metadata (gguf.md allows it; no llama.cpp file nests at all).
+MAX_GGUF_ARRAY_DEPTH = 8
 #: Dimensions of one GGUF tensor (ggml's GGML_MAX_DIMS is 4).
 MAX_GGUF_DIMS = 4
 #: A memory snapshot pickle (a 100,000-entry history with stacks is about 200 MB).
 MAX_SNAPSHOT_BYTES = 2 * 1024**3
 #: Nesting of containers in a snapshot pickle.
 MAX_PICKLE_DEPTH = 64
+#: A CUDA device index in a snapshot (one process sees at most 16-72 GPUs; 65,535 is far beyond).
+MAX_DEVICE_INDEX = 65_535
 #: Any byte count in a snapshot or memory_stats (1 PiB: no device comes close).
 MAX_DEVICE_BYTES = 2**50
 

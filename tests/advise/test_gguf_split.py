@@ -81,3 +81,156 @@ def test_cli_gguf(gguf_file, capsys):
     d = json.loads(capsys.readouterr().out)
     assert d["n_gpu_layers"] == L + 1
     assert d["llama_cpp_flags"] == f"--n-gpu-layers {L + 1} --ctx-size {128 + 128}"
+
+
+# ---- hostile headers: one ModelSourceError naming the field, never a traceback or an allocation ----
+import io  # noqa: E402
+import os  # noqa: E402
+import struct  # noqa: E402
+import sys  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+from hypothesis import HealthCheck, given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+from vramlens.advise.gguf_header import read_gguf  # noqa: E402
+from vramlens.errors import ModelSourceError, VramlensError  # noqa: E402
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts"))
+from make_file_corpus import ARR, STR, U32, U64, _s, _set, base_kv, base_tensors, gguf_bytes  # noqa: E402
+
+FIX = "the file is truncated, corrupt or not GGUF: download it again or re-convert it with llama.cpp"
+
+
+def _read(data: bytes):
+    return read_gguf(io.BytesIO(data), len(data), "m.gguf")
+
+
+def _refused(data: bytes) -> str:
+    with pytest.raises(ModelSourceError) as e:
+        _read(data)
+    return str(e.value)
+
+
+def test_the_corpus_writer_makes_a_valid_file():
+    info = _read(gguf_bytes())
+    # 2 blocks of F16 (32, 4) and Q8_0 (32, 4): 256 + 4 rows x 34 bytes
+    assert info.layer_bytes == (32 * 4 * 2 + 4 * 34,) * 2
+    assert (info.n_layers, info.n_embd, info.n_head, info.n_head_kv, info.n_ctx_train, info.vocab) == (2, 32, 4, 2, 256, 32)
+
+
+def test_reader_agrees_with_gguf_py(gguf_file):
+    ours = _read(gguf_file.read_bytes())
+    r = gguf.GGUFReader(str(gguf_file), "r")
+    assert sum(ours.layer_bytes) + ours.input_bytes + ours.output_bytes == sum(int(t.n_bytes) for t in r.tensors)
+
+
+@pytest.mark.parametrize("data, message", [
+    (b"GGUF", "m.gguf: not a readable GGUF file (the version needs 4 bytes at byte 4 but the file has 0 left: " + FIX + ")"),
+    (gguf_bytes(n_kv=2**62), f"m.gguf: not a readable GGUF file (kv_count={2**62} is over the limit of 65,536: {FIX})"),
+    (gguf_bytes(raw_kv=_s("general.url") + struct.pack("<I", STR) + _s("x", 2**63)),
+     f"m.gguf: not a readable GGUF file (general.url length={2**63} is over the limit of 16,777,216: {FIX})"),
+    # 2**60 u64 elements declared in a 37-byte file: refused before anything is allocated
+    (b"GGUF" + struct.pack("<IQQ", 3, 0, 1) + _s("a") + struct.pack("<IIQ", ARR, U64, 2**60),
+     f"m.gguf: not a readable GGUF file (a array count={2**60} is over the limit of 16,777,216: {FIX})"),
+    (b"GGUF" + struct.pack("<IQQ", 3, 0, 1) + _s("a") + struct.pack("<IIQ", ARR, U64, 1000),
+     f"m.gguf: not a readable GGUF file (a array count=1,000 needs 8,000 bytes at byte 49 but the file has 0 left: {FIX})"),
+    (gguf_bytes(_set(base_kv(), "llama.block_count", U32, 0)),
+     f"m.gguf: not a readable GGUF file (llama.block_count=0 must be >= 1: {FIX})"),
+    (gguf_bytes(_set(base_kv(), "llama.block_count", STR, "32")),
+     f"m.gguf: not a readable GGUF file (llama.block_count='32' is not a whole number: {FIX})"),
+    (gguf_bytes(_set(base_kv(), "llama.block_count", U64, 10**12)),
+     f"m.gguf: not a readable GGUF file (llama.block_count=1000000000000 is over the limit of 4,096: {FIX})"),
+    (gguf_bytes(tensors=base_tensors() + [("blk.5.attn_q.weight", (32, 4), 1)]),
+     "m.gguf: not a readable GGUF file (tensor 'blk.5.attn_q.weight' names block '5' but llama.block_count=2 "
+     f"(blocks 0-1): {FIX})"),
+    (gguf_bytes(tensors=base_tensors() + [("blk.0.x", (32, 1, 1, 1, 1), 0)]),
+     f"m.gguf: not a readable GGUF file (tensor 'blk.0.x' n_dims=5 is over the limit of 4: {FIX})"),
+    (gguf_bytes(tensors=base_tensors() + [("blk.0.x", (2**30, 2**30), 0)]),
+     f"m.gguf: not a readable GGUF file (tensor 'blk.0.x' elements={2**60} is over the limit of 35,184,372,088,832: {FIX})"),
+    (gguf_bytes(tensors=base_tensors() + [("blk.0.x", (32,), 99)]),
+     "m.gguf: not a readable GGUF file (tensor 'blk.0.x' has ggml type id 99, which this vramlens does not know "
+     "(known: 0, 1, 2, 3, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22, 23, 24, 25, 26, 27, 28, 29, "
+     "30, 34, 35, 39, 40, 41): a newer format, or a corrupt file)"),
+    (gguf_bytes(raw_tensors=_s("blk.0.x") + struct.pack("<I", 2**32 - 1), n_tensors=8),
+     f"m.gguf: not a readable GGUF file (tensor 'blk.0.x' n_dims=4294967295 is over the limit of 4: {FIX})"),
+    (gguf_bytes()[:-1],
+     f"m.gguf: not a readable GGUF file (tensor 'output.weight' data ends at byte 2,848 but the file has 2,847 bytes: {FIX})"),
+])
+def test_hostile_header_is_one_message(data, message):
+    assert _refused(data) == message
+
+
+def _cli(argv, capsys):
+    code = main(argv)
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_place_refuses_a_context_beyond_the_model(gguf_file, capsys):
+    code, out, err = _cli(["place", str(gguf_file), "--gpu", "T4", "--seq", "4096"], capsys)
+    assert (code, out) == (2, "")
+    assert err == (f"error: --seq 4096 + --new-tokens 128 = 4224 tokens exceeds the 256-token context of {gguf_file} "
+                   "(llama.context_length): use a shorter --seq or --new-tokens\n")
+
+
+@pytest.mark.parametrize("flags, shown", [
+    (["--quant", "nf4"], "--quant nf4"),
+    (["--mode", "train"], "--mode train"),
+    (["--tp", "2", "--fsdp"], "--fsdp, --tp 2"),
+    (["--host-ram", "32GB", "--no-disk"], "--host-ram 32GB, --no-disk"),
+])
+def test_place_refuses_flags_a_gguf_split_ignores(gguf_file, capsys, flags, shown):
+    code, out, err = _cli(["place", str(gguf_file), "--gpu", "T4", "--seq", "64", *flags], capsys)
+    assert (code, out) == (2, "")
+    assert err == (f"error: {shown}: not used for a GGUF file (its tensor types are fixed in the file and llama.cpp "
+                   "places whole blocks with --n-gpu-layers): drop them\n")
+
+
+def test_place_gguf_gpus_0(gguf_file, capsys):
+    assert _cli(["place", str(gguf_file), "--gpu", "T4", "--seq", "64", "--gpus", "0"], capsys) == (
+        2, "", "error: gpus=0 must be a whole number >= 1\n")
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="needs os.mkfifo")
+def test_a_fifo_named_gguf_does_not_hang(tmp_path, capsys):
+    fifo = tmp_path / "x.gguf"
+    os.mkfifo(fifo)
+    assert _cli(["place", str(fifo), "--gpu", "T4"], capsys) == (
+        2, "", f"error: {fifo}: not a readable GGUF file (a FIFO, socket or device, not a regular file)\n")
+
+
+# ---- fuzzing: a valid header, then its counts, lengths and types mutated ----------------------------
+VALID = gguf_bytes()
+HEADER_END = VALID.index(b"output.weight") + 40
+
+
+@st.composite
+def mutated_gguf(draw) -> bytes:
+    data = bytearray(VALID)
+    for _ in range(draw(st.integers(1, 4))):
+        at = draw(st.integers(0, HEADER_END - 1))
+        kind = draw(st.sampled_from(["u64", "u32", "byte"]))
+        if kind == "u64":  # a count or a length
+            value = draw(st.one_of(st.integers(0, 64), st.sampled_from([2**31, 2**32 - 1, 2**60, 2**63, 2**64 - 1]),
+                                   st.integers(0, 2**64 - 1)))
+            data[at:at + 8] = struct.pack("<Q", value)
+        elif kind == "u32":  # a value type, a ggml type, n_dims
+            data[at:at + 4] = struct.pack("<I", draw(st.one_of(st.integers(0, 45), st.integers(0, 2**32 - 1))))
+        else:
+            data[at] = draw(st.integers(0, 255))
+    if draw(st.booleans()):
+        data = data[:draw(st.integers(0, len(data)))]
+    return bytes(data)
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(mutated_gguf())
+def test_fuzzed_headers_give_an_info_or_a_vramlens_error(data):
+    try:
+        info = _read(data)
+    except VramlensError as e:
+        assert "\n" not in str(e)
+        return
+    s = split_layers(info, _gpu(24 * 1024), n_ctx=min(info.n_ctx_train, 256))
+    assert 0 <= s.n_gpu_layers <= info.n_layers + 1

@@ -92,8 +92,10 @@ def split_layers(info: GGUFInfo, gpu: GPU, *, gpus: int = 1, n_ctx: int | None =
     """The largest ``--n-gpu-layers`` whose blocks, KV cache and compute buffer fit the GPUs.
 
     Raises:
-        InputError: an unknown cache type or a context longer than the model was trained for.
+        InputError: an unknown cache type, gpus < 1, or a context longer than the model was trained for.
     """
+    if isinstance(gpus, bool) or not isinstance(gpus, int) or gpus < 1:
+        raise InputError(f"gpus={gpus!r} must be a whole number >= 1")
     if cache_type not in KV_BYTES:
         raise InputError(f"cache type {cache_type!r} is not one of: {', '.join(KV_BYTES)}")
     n_ctx = n_ctx or min(info.n_ctx_train, 4096)

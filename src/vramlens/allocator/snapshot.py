@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import io
 import json
+import math
 import pickle
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
@@ -26,6 +27,15 @@ from dataclasses import dataclass, field
 from vramlens.allocator.config import AllocatorConfig
 from vramlens.allocator.simulator import round_size
 from vramlens.errors import SnapshotError
+from vramlens.limits import (
+    MAX_DEVICE_BYTES,
+    MAX_DEVICE_INDEX,
+    MAX_INT_DIGITS,
+    MAX_JSON_DEPTH,
+    MAX_PICKLE_DEPTH,
+    MAX_SNAPSHOT_BYTES,
+    show,
+)
 
 #: Block states a snapshot uses.
 BLOCK_STATES = ("active_allocated", "active_pending_free", "inactive")
@@ -52,19 +62,95 @@ class RestrictedUnpickler(pickle.Unpickler):
 
 
 def safe_loads(data: bytes) -> object:
-    """Unpickle ``data`` with :class:`RestrictedUnpickler`.
+    """Unpickle ``data`` with :class:`RestrictedUnpickler`; refuse more than MAX_PICKLE_DEPTH nesting.
 
     Raises:
-        SnapshotError: the data names a global, is truncated, or is not a pickle.
+        SnapshotError: the data is over MAX_SNAPSHOT_BYTES, names a global, is truncated, is not a
+            pickle, or nests containers deeper than MAX_PICKLE_DEPTH (or in a cycle).
     """
+    _check_size(len(data))
     try:
-        return RestrictedUnpickler(io.BytesIO(data)).load()
+        obj = RestrictedUnpickler(io.BytesIO(data)).load()
     except SnapshotError:
         raise
     except (EOFError, pickle.UnpicklingError, ValueError, IndexError, KeyError, TypeError, MemoryError,
-            RecursionError, AttributeError, UnicodeDecodeError) as e:
-        detail = str(e) or type(e).__name__
+            RecursionError, AttributeError, UnicodeDecodeError, OverflowError) as e:
+        detail = _one_line(str(e)) or type(e).__name__
         raise SnapshotError(f"not a readable pickle (truncated or corrupt: {detail})") from None
+    check_nesting(obj, MAX_PICKLE_DEPTH, "pickle")
+    return obj
+
+
+def _one_line(text: str, width: int = 200) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= width else text[:width] + "..."
+
+
+def _check_size(n: int) -> None:
+    if n > MAX_SNAPSHOT_BYTES:
+        raise SnapshotError(f"the file is over the {MAX_SNAPSHOT_BYTES:,}-byte limit for a snapshot (MAX_SNAPSHOT_BYTES): "
+                            "record fewer entries (_record_memory_history(max_entries=...))")
+
+
+_CONTAINERS = (dict, list, tuple, set, frozenset)
+
+
+def check_nesting(obj: object, limit: int, what: str) -> None:
+    """Refuse containers nested deeper than ``limit``, or in a cycle, without recursing.
+
+    The longest path is found by an explicit-stack depth-first walk that remembers each
+    container's height, so shared sub-structures (pickle's memo) are walked once: linear time.
+
+    Raises:
+        SnapshotError: nesting over ``limit``, or a container that contains itself.
+    """
+    if not isinstance(obj, _CONTAINERS):
+        return
+    height: dict[int, int] = {}       # id -> levels of containers below and including it
+    on_path: set[int] = set()
+    keep = [obj]                      # ids stay valid: every object walked stays referenced by obj
+    stack = [[obj, _children(obj), 1]]  # (container, its children, its height so far)
+    on_path.add(id(obj))
+
+    def deep() -> SnapshotError:
+        return SnapshotError(f"the {what} nests containers more than {limit} deep (MAX_{what.upper()}_DEPTH): "
+                             "a memory snapshot is a few levels deep; this file is corrupt or hostile")
+
+    while stack:
+        top = stack[-1]
+        for child in top[1]:
+            if not isinstance(child, _CONTAINERS):
+                continue
+            cid = id(child)
+            if cid in on_path:
+                raise SnapshotError(f"the {what} holds a container inside itself: a memory snapshot has no cycles; "
+                                    "this file is corrupt or hostile")
+            if cid in height:
+                if len(stack) + height[cid] > limit:
+                    raise deep()
+                top[2] = max(top[2], 1 + height[cid])
+                continue
+            if len(stack) + 1 > limit:
+                raise deep()
+            on_path.add(cid)
+            stack.append([child, _children(child), 1])
+            break
+        else:
+            stack.pop()
+            on_path.discard(id(top[0]))
+            height[id(top[0])] = top[2]
+            if stack:
+                stack[-1][2] = max(stack[-1][2], 1 + top[2])
+    del keep
+
+
+def _children(obj: object):
+    if isinstance(obj, dict):
+        for k, v in obj.items():
+            yield k
+            yield v
+    else:
+        yield from obj
 
 
 @dataclass(frozen=True, slots=True)
@@ -190,10 +276,17 @@ class SnapshotReport:
 
 
 # --------------------------------------------------------------------------- validation helpers
-def _int(d: dict, key: str, where: str, default: int | None = None) -> int:
+def _int(d: dict, key: str, where: str, default: int | None = None, *, limit: int = MAX_DEVICE_BYTES) -> int:
+    """``d[key]`` as a whole number in [0, limit] (byte counts by default), or SnapshotError naming it."""
     v = d.get(key, default)
     if isinstance(v, bool) or not isinstance(v, int):
-        raise SnapshotError(f"{where}: '{key}' is {v!r}, not a whole number: not a memory snapshot")
+        raise SnapshotError(f"{where}: '{key}' is {show(v)}, not a whole number: not a memory snapshot")
+    if v < 0:
+        raise SnapshotError(f"{where}: '{key}' is {show(v)}, below 0: a size or address is never negative; "
+                            "this file is corrupt")
+    if v > limit:
+        raise SnapshotError(f"{where}: '{key}' is {show(v)}, over the limit of {limit:,}: no device holds that; "
+                            "this file is corrupt")
     return v
 
 
@@ -238,12 +331,18 @@ def analyze_snapshot(snap: object, *, top: int = 10, device: int | None = None) 
         raise SnapshotError(f"the file holds a {type(snap).__name__}, not a snapshot dict with 'segments'")
     version = snap.get("version")
     if version not in SUPPORTED_VERSIONS:
-        raise SnapshotError(f"snapshot version {version!r} is not supported (known: PyTorch's unversioned format)")
+        raise SnapshotError(f"snapshot version {show(version)} is not supported (known: PyTorch's unversioned format)")
     if "segments" not in snap or not isinstance(snap["segments"], list):
         raise SnapshotError("no 'segments' list: not a torch.cuda.memory._dump_snapshot() file")
-    notes = [f"ignored unknown key {k!r}" for k in snap if k not in _TOP_KEYS and k != "version"]
+    notes = [f"ignored unknown key {show(k)}" for k in snap if k not in _TOP_KEYS and k != "version"]
     segs = snap["segments"]
-    devices = sorted({s.get("device", 0) for s in segs if isinstance(s, dict)})
+    for si, seg in enumerate(segs):
+        if not isinstance(seg, dict) or not isinstance(seg.get("blocks"), list):
+            raise SnapshotError(f"segments[{si}] is not a segment dict with 'blocks': not a memory snapshot")
+        _int(seg, "device", f"segments[{si}]", 0, limit=MAX_DEVICE_INDEX)
+    devices = sorted({s.get("device", 0) for s in segs})
+    if device is not None and (isinstance(device, bool) or not isinstance(device, int) or device < 0):
+        raise SnapshotError(f"device={show(device)} must be a device index >= 0")
     if device is None:
         device = devices[0] if devices else 0
     if len(devices) > 1:
@@ -287,6 +386,9 @@ def analyze_snapshot(snap: object, *, top: int = 10, device: int | None = None) 
             else:
                 free_here.append(size)
                 largest = max(largest, size)
+        if seg_active > total:
+            raise SnapshotError(f"{where}: its blocks in use hold {seg_active:,} bytes but 'total_size' is {total:,}: "
+                                "a segment never hands out more than it holds; this file is corrupt")
         allocated += seg_alloc
         active += seg_active
         if seg_active == 0:
@@ -317,24 +419,33 @@ def analyze_snapshot(snap: object, *, top: int = 10, device: int | None = None) 
 
 def analyze_history(entries: list, final_allocated: int, final_reserved: int, *,
                     conf: AllocatorConfig | None = None, top: int = 10, notes: list | None = None) -> History:
-    """Walk one device's trace entries: peaks, baseline, OOMs, timeline, top frames at the peak."""
+    """Walk one device's trace entries: peaks, baseline, OOMs, timeline, top frames at the peak.
+
+    Linear in the entries: one pass keeps running totals and the index of the allocated peak;
+    a second pass, up to that index, rebuilds the blocks live at the peak for its top frames
+    (copying the live set at each new peak was quadratic on a growing run).
+
+    Raises:
+        SnapshotError: an entry that is not a dict, or a size or address that is not a whole
+            number in range.
+    """
     conf = conf or AllocatorConfig()
     notes = notes if notes is not None else []
     actions: Counter = Counter()
-    live: dict[int, tuple[int, int, str]] = {}  # addr -> (block size, requested, frame)
+    live: dict[int, tuple[int, int, str | None]] = {}  # addr -> (block size, requested, entry index)
     alloc = req = res = 0
-    deltas_alloc: list[int] = []
     points: list[tuple[int, int, int]] = []
     peak_a = peak_r = peak_q = 0
-    peak_live: dict[int, tuple[int, int, str]] = {}
+    peak_at = -1  # the entry after which allocated first reached its peak
     ooms = []
-    unknown = Counter()
+    unknown: Counter = Counter()
+    steps: list[tuple[int, str, int, int]] = []  # (entry index, action, addr, size) of alloc/free_completed
     for i, e in enumerate(entries):
         if not isinstance(e, dict):
             raise SnapshotError(f"device_traces entry {i} is not a dict: not a memory snapshot")
         action = e.get("action")
         if action not in TRACE_ACTIONS:
-            unknown[str(action)] += 1
+            unknown[_one_line(str(action), 40) if isinstance(action, str) else show(action)] += 1
             continue
         actions[action] += 1
         if action == "oom":
@@ -343,24 +454,26 @@ def analyze_history(entries: list, final_allocated: int, final_reserved: int, *,
         if action in ("snapshot", "user_defined", "free_requested"):
             continue
         size = _int(e, "size", f"trace[{i}]")
-        addr = e.get("addr")
         if action == "alloc":
+            addr = _int(e, "addr", f"trace[{i}]", limit=_MAX_ADDR)
             block = round_size(size, conf) if size else 0
-            live[addr] = (block, size, frame_label(e.get("frames")))
+            live[addr] = (block, size, i)
+            steps.append((i, action, addr, size))
             alloc += block
             req += size
         elif action == "free_completed":
-            block, size_req, _ = live.pop(addr, (round_size(size, conf) if size else 0, size, ""))
+            addr = _int(e, "addr", f"trace[{i}]", limit=_MAX_ADDR)
+            block, size_req, _ = live.pop(addr, (round_size(size, conf) if size else 0, size, None))
+            steps.append((i, action, addr, size))
             alloc -= block
             req -= size_req
         elif action in ("segment_alloc", "segment_map"):
             res += size
         elif action in ("segment_free", "segment_unmap"):
             res -= size
-        deltas_alloc.append(alloc)
         if alloc > peak_a:
             peak_a = alloc
-            peak_live = dict(live)
+            peak_at = i
         peak_q = max(peak_q, req)
         peak_r = max(peak_r, res)
         points.append((i, alloc, res))
@@ -372,7 +485,8 @@ def analyze_history(entries: list, final_allocated: int, final_reserved: int, *,
     base_r = max(0, final_reserved - res)
     top_b: dict[str, int] = defaultdict(int)
     top_n: Counter = Counter()
-    for block, _, label in peak_live.values():
+    for block, i in _live_at(steps, peak_at, conf):
+        label = frame_label(entries[i].get("frames"))
         top_b[label] += block
         top_n[label] += 1
     step = max(1, len(points) // 2048)
@@ -383,6 +497,23 @@ def analyze_history(entries: list, final_allocated: int, final_reserved: int, *,
         baseline_allocated_bytes=base_a, baseline_reserved_bytes=base_r, complete=(base_a == 0 and base_r == 0),
         ooms=tuple(ooms), timeline=timeline, top_frames_at_peak=_top(top_b, top_n, top),
     )
+
+
+#: Device addresses are 64-bit.
+_MAX_ADDR = 2**64 - 1
+
+
+def _live_at(steps: list[tuple[int, str, int, int]], last: int, conf: AllocatorConfig) -> list[tuple[int, int]]:
+    """(block size, entry index) of each block live just after entry ``last``, replaying allocs and frees."""
+    live: dict[int, tuple[int, int]] = {}
+    for i, action, addr, size in steps:
+        if i > last:
+            break
+        if action == "alloc":
+            live[addr] = (round_size(size, conf) if size else 0, i)
+        else:
+            live.pop(addr, None)
+    return list(live.values())
 
 
 def explain_gap(reserved: int, allocated: int, releasable: int | None, split_free: int | None,
@@ -413,7 +544,9 @@ def analyze_memory_stats(stats: object) -> SnapshotReport:
     """Report on a ``torch.cuda.memory_stats()`` dict.
 
     Raises:
-        SnapshotError: the dict lacks allocated_bytes.all.current / reserved_bytes.all.current.
+        SnapshotError: the dict lacks allocated_bytes.all.current / reserved_bytes.all.current, a
+            value is not a whole number in [0, MAX_DEVICE_BYTES], or the values contradict one
+            another (allocated over reserved, a peak under its current value).
     """
     if not isinstance(stats, dict) or any(k not in stats for k in _STATS_REQUIRED):
         raise SnapshotError("not torch.cuda.memory_stats() JSON: 'allocated_bytes.all.current' and "
@@ -423,14 +556,35 @@ def analyze_memory_stats(stats: object) -> SnapshotReport:
         v = stats.get(key)
         if v is None:
             return None
-        if isinstance(v, bool) or not isinstance(v, (int, float)):
-            raise SnapshotError(f"memory_stats key {key!r} is {v!r}, not a number")
-        return int(v)
+        if isinstance(v, float) and math.isfinite(v) and v.is_integer():
+            v = int(v)  # JSON writers may emit 1024.0
+        if isinstance(v, bool) or not isinstance(v, int):
+            raise SnapshotError(f"memory_stats key {key!r} is {show(v)}, not a whole number")
+        if not 0 <= v <= MAX_DEVICE_BYTES:
+            raise SnapshotError(f"memory_stats key {key!r} is {show(v)}, outside 0..{MAX_DEVICE_BYTES:,} "
+                                "(MAX_DEVICE_BYTES): this file is corrupt")
+        return v
 
     reserved, allocated = get("reserved_bytes.all.current"), get("allocated_bytes.all.current")
+    if reserved is None or allocated is None:
+        raise SnapshotError("memory_stats 'allocated_bytes.all.current' and 'reserved_bytes.all.current' are null: "
+                            "both must be whole numbers of bytes")
     active = get("active_bytes.all.current")
     split = get("inactive_split_bytes.all.current")
     segments = get("segment.all.current") or 0
+    problems = []
+    if allocated > reserved:
+        problems.append(f"allocated_bytes.all.current={allocated:,} exceeds reserved_bytes.all.current={reserved:,}")
+    if split is not None and allocated <= reserved and split > reserved - allocated:
+        problems.append(f"inactive_split_bytes.all.current={split:,} exceeds reserved minus allocated "
+                        f"({reserved - allocated:,})")
+    for key in ("allocated_bytes", "reserved_bytes"):
+        peak, now = get(f"{key}.all.peak"), get(f"{key}.all.current")
+        if peak is not None and peak < now:
+            problems.append(f"{key}.all.peak={peak:,} is below {key}.all.current={now:,}")
+    if problems:
+        raise SnapshotError("memory_stats values contradict the allocator: " + "; ".join(problems)
+                            + ": this is not one device's torch.cuda.memory_stats()")
     explanation = explain_gap(reserved, allocated, None, split, None, {})
     if split is not None:
         explanation += (f"the other {reserved - allocated - split:,} B are wholly free cached segments",)
@@ -450,17 +604,45 @@ def load_report(data: bytes, *, top: int = 10) -> SnapshotReport:
     """A report from the bytes of a snapshot pickle or a memory_stats JSON file.
 
     Raises:
-        SnapshotError: neither, or a pickle that is hostile, truncated or not a snapshot.
+        SnapshotError: neither, a pickle that is hostile, truncated or not a snapshot, or a file
+            over a bound in vramlens.limits (size, nesting, digits, sizes in bytes).
     """
+    _check_size(len(data))
     head = data.lstrip()[:1]
     if head == b"{":
-        try:
-            obj = json.loads(data)
-        except (ValueError, UnicodeDecodeError) as e:
-            raise SnapshotError(f"looks like JSON but does not parse: {e}") from None
+        obj = _json_loads(data)
         if isinstance(obj, dict) and "segments" in obj:
             return analyze_snapshot(obj, top=top)
         return analyze_memory_stats(obj)
     if not data:
         raise SnapshotError("the file is empty")
     return analyze_snapshot(safe_loads(data), top=top)
+
+
+def _json_loads(data: bytes) -> object:
+    """JSON with every number bounded: at most MAX_INT_DIGITS digits, no NaN or Infinity."""
+
+    def bounded_int(text: str) -> int:
+        if len(text.lstrip("-")) > MAX_INT_DIGITS:
+            raise SnapshotError(f"a number of {len(text.lstrip('-')):,} digits is over the limit of "
+                                f"{MAX_INT_DIGITS} (MAX_INT_DIGITS): no byte count is that long; this file is corrupt")
+        return int(text)
+
+    def finite_float(text: str) -> float:
+        v = float(text)
+        if not math.isfinite(v):
+            raise SnapshotError(f"the number {_one_line(text, 40)} is out of range: this file is corrupt")
+        return v
+
+    def constant(text: str) -> float:
+        raise SnapshotError(f"{text} is not a byte count: memory_stats holds whole numbers only")
+
+    try:
+        obj = json.loads(data, parse_int=bounded_int, parse_float=finite_float, parse_constant=constant)
+    except RecursionError:
+        raise SnapshotError(f"the JSON nests more than {MAX_JSON_DEPTH} deep (MAX_JSON_DEPTH): memory_stats is flat; "
+                            "this file is corrupt or hostile") from None
+    except (ValueError, UnicodeDecodeError) as e:
+        raise SnapshotError(f"looks like JSON but does not parse: {_one_line(str(e))}") from None
+    check_nesting(obj, MAX_JSON_DEPTH, "JSON")
+    return obj

@@ -8,6 +8,7 @@ from vramlens.cli.options import (
     add_model_arg,
     add_output_args,
     add_workload_args,
+    open_regular,
     print_json,
     require_model_and_headroom,
     size_arg,
@@ -47,67 +48,75 @@ def add_parser(sub) -> argparse.ArgumentParser:
     add_file_args(p, "the options side by side (bytes per device, against the GPU budget)")
     add_output_args(p)
     p.set_defaults(func=run)
+    p.set_defaults(place_defaults={dest: p.get_default(dest) for dest in GGUF_UNUSED})
     return p
 
 
+#: Flags that say nothing about a GGUF split (its tensor types are fixed in the file; llama.cpp
+#: places whole blocks with --n-gpu-layers): given with a .gguf, they are refused, not ignored.
+GGUF_UNUSED = ("params", "mode", "method", "dtype", "amp", "quant", "optimizer", "optimizer_impl", "batch",
+               "grad_accum", "keep_grads", "checkpointing", "attention", "lora_rank", "lora_targets", "zero",
+               "fsdp", "fsdp_strategy", "tp", "pp", "offload", "kv_dtype", "kv_block", "host_ram", "disk")
+
+
 def read_gguf_info(path: str):
-    """A GGUFInfo from a .gguf file's header (tensor data is memory-mapped, never read)."""
-    from collections import Counter
+    """A GGUFInfo from a .gguf file's header (tensor data is never read).
 
-    from vramlens.advise.gguf_split import GGUFInfo
-    from vramlens.errors import MissingExtraError, ModelSourceError
+    Raises:
+        ModelSourceError: not a regular file, unreadable, or a header vramlens refuses (the
+            message names the field, the value and the limit).
+    """
+    from vramlens.advise.gguf_header import read_gguf
+    from vramlens.errors import ModelSourceError
 
     try:
-        import gguf
-    except ImportError:
-        raise MissingExtraError("gguf", "gguf") from None
-    try:
-        r = gguf.GGUFReader(path, "r")
-    except (OSError, ValueError) as e:
-        raise ModelSourceError(f"{path}: not a readable GGUF file ({e})") from None
+        f, size = open_regular(path)
+    except OSError as e:
+        raise ModelSourceError(f"{path}: not a readable GGUF file ({e.strerror or e})") from None
+    with f:
+        try:
+            return read_gguf(f, size, path)
+        except OSError as e:
+            raise ModelSourceError(f"{path}: not a readable GGUF file ({e.strerror or e})") from None
 
-    def field(key: str, default=None):
-        f = r.fields.get(key)
-        if f is None:
-            return default
-        v = f.contents()
-        return v
 
-    arch = field("general.architecture", "llama")
-    n_layers = field(f"{arch}.block_count")
-    n_embd = field(f"{arch}.embedding_length")
-    n_head = field(f"{arch}.attention.head_count")
-    if n_layers is None or n_embd is None or n_head is None:
-        raise ModelSourceError(f"{path}: the header lacks {arch}.block_count / embedding_length / "
-                               "attention.head_count: not a transformer GGUF vramlens can place")
-    n_head_kv = field(f"{arch}.attention.head_count_kv", n_head)
-    layer = [0] * int(n_layers)
-    input_b = output_b = vocab = 0
-    types: Counter = Counter()
-    for t in r.tensors:
-        types[t.tensor_type.name] += 1
-        name = t.name
-        if name.startswith("blk."):
-            layer[int(name.split(".")[1])] += int(t.n_bytes)
-        elif name.startswith("output"):
-            output_b += int(t.n_bytes)
+def _gguf_refusals(args: argparse.Namespace) -> list[str]:
+    """The flags given with a .gguf that a GGUF split does not use, as the user typed them."""
+    given = []
+    for dest in GGUF_UNUSED:
+        value, default = getattr(args, dest, None), args.place_defaults.get(dest)
+        if value == default:
+            continue
+        if dest == "disk":
+            given.append("--no-disk")
+        elif isinstance(value, bool):
+            given.append(f"--{dest.replace('_', '-')}")
         else:
-            input_b += int(t.n_bytes)
-            if name == "token_embd.weight":
-                vocab = int(max(t.shape))
-    return GGUFInfo(name=path, arch=str(arch), n_layers=int(n_layers),
-                    n_ctx_train=int(field(f"{arch}.context_length", 2048)), n_embd=int(n_embd), n_head=int(n_head),
-                    n_head_kv=int(n_head_kv), layer_bytes=tuple(layer), input_bytes=input_b, output_bytes=output_b,
-                    quant_types=dict(types), vocab=vocab)
+            given.append(f"--{dest.replace('_', '-')} {value}")
+    return given
 
 
 def _run_gguf(args: argparse.Namespace) -> int:
     from vramlens.advise.gguf_split import split_layers
+    from vramlens.errors import InputError
     from vramlens.hardware.catalog import get_gpu
 
+    unused = _gguf_refusals(args)
+    if unused:
+        raise InputError(f"{', '.join(unused)}: not used for a GGUF file (its tensor types are fixed in the file "
+                         "and llama.cpp places whole blocks with --n-gpu-layers): drop them")
+    if args.gpus < 1:
+        raise InputError(f"gpus={args.gpus} must be a whole number >= 1")
+    if args.seq < 1 or args.new_tokens < 0:
+        raise InputError(f"seq={args.seq} must be >= 1 and new_tokens={args.new_tokens} >= 0")
+    gpu = get_gpu(args.gpu)
     info = read_gguf_info(args.model)
-    n_ctx = min(info.n_ctx_train, args.seq + (args.new_tokens or 0))
-    s = split_layers(info, get_gpu(args.gpu), gpus=args.gpus, n_ctx=n_ctx, headroom=args.headroom)
+    n_ctx = args.seq + args.new_tokens
+    if n_ctx > info.n_ctx_train:
+        raise InputError(f"--seq {args.seq} + --new-tokens {args.new_tokens} = {n_ctx} tokens exceeds the "
+                         f"{info.n_ctx_train}-token context of {info.name} ({info.arch}.context_length): "
+                         "use a shorter --seq or --new-tokens")
+    s = split_layers(info, gpu, gpus=args.gpus, n_ctx=n_ctx, headroom=args.headroom)
     if args.json:
         print_json(s.to_dict())
         return 0

@@ -7,9 +7,9 @@ from pathlib import Path
 
 from vramlens.allocator.snapshot import SnapshotReport, load_report
 from vramlens.allocator.snapshot_html import render_html
-from vramlens.cli.options import add_output_args, bounded, print_json
+from vramlens.cli.options import add_output_args, bounded, open_regular, print_json
 from vramlens.errors import SnapshotError
-from vramlens.limits import MAX_TOP
+from vramlens.limits import MAX_SNAPSHOT_BYTES, MAX_TOP
 from vramlens.units import human_bytes
 
 EXAMPLE = """Examples:
@@ -74,14 +74,29 @@ def render_text(r: SnapshotReport) -> str:
     return "\n".join(lines)
 
 
+def read_capped(path: Path, limit: int) -> bytes:
+    """The bytes of a regular file of at most ``limit`` bytes (at most limit + 1 are ever read).
+
+    Raises:
+        SnapshotError: missing, unreadable, not a regular file (a FIFO would block), or too large.
+    """
+    try:
+        f, _ = open_regular(path)
+        with f:
+            data = f.read(limit + 1)
+    except OSError as e:
+        raise SnapshotError(f"cannot read {path}: {e.strerror or e}") from None
+    if len(data) > limit:
+        raise SnapshotError(f"{path} is over the {limit:,}-byte limit for a snapshot (MAX_SNAPSHOT_BYTES): "
+                            "record fewer entries (_record_memory_history(max_entries=...))")
+    return data
+
+
 def run(args: argparse.Namespace) -> int:
     path = Path(args.file)
     if args.top < 0:
         raise SnapshotError(f"--top {args.top} must be 0 or more")
-    try:
-        data = path.read_bytes()
-    except OSError as e:
-        raise SnapshotError(f"cannot read {path}: {e.strerror or e}") from None
+    data = read_capped(path, MAX_SNAPSHOT_BYTES)
     try:
         report = load_report(data, top=args.top)
     except SnapshotError as e:  # the loader sees bytes only: name the file here
