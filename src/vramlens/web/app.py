@@ -307,6 +307,8 @@ class Guard:
             return 403, (f"Origin {limits.show(origin)} is not this server ({own}): the API takes no cross-site "
                          "requests; use the vramlens page, or call it without an Origin header (curl, scripts)")
         ctype = headers.get(b"content-type")
+        if method not in ("POST", "PUT", "PATCH"):  # no body to type
+            return None
         if ctype is None or _media_type(ctype) != "application/json":
             return 415, (f"Content-Type {limits.show(ctype) if ctype else '(none)'} is not accepted: "
                          "send the body as JSON with Content-Type: application/json")
@@ -448,12 +450,23 @@ def validation_message(errors: list[dict[str, Any]]) -> str:
     return "; ".join(parts).replace("\n", " ") or "invalid request"
 
 
+def _methods(request: Request) -> list[str]:
+    """Every method some route of this path takes (Starlette's Allow names only the first route's)."""
+    from starlette.routing import Match
+
+    methods: set[str] = set()
+    for route in request.app.routes:
+        if getattr(route, "methods", None) and route.matches(request.scope)[0] != Match.NONE:
+            methods |= route.methods
+    return sorted(methods - {"HEAD"})
+
+
 def _http_message(request: Request, exc: StarletteHTTPException) -> str:
     path = limits.show(request.url.path)
     if exc.status_code == 404:
         return f"no such page: {path}: the page is at / and the API under /api (listed at /docs)"
     if exc.status_code == 405:
-        allow = (exc.headers or {}).get("Allow") or (exc.headers or {}).get("allow") or "another method"
+        allow = ", ".join(_methods(request)) or "another method"
         return f"{request.method} is not allowed on {path}: use {allow}"
     if exc.status_code == 400 and "parsing the body" in str(exc.detail):
         return ("the request body could not be read: send UTF-8 JSON (numbers under 4,300 digits) with "
@@ -544,7 +557,7 @@ def create_app(*, budget: Budget = Budget(), host: str | None = None, allow_host
         from importlib import resources
 
         if name not in _STATIC:
-            return _error(404, f"no such file: /static/{limits.show(name)}: the page's files are "
+            return _error(404, f"no such file: {limits.show('/static/' + name)}: the page's files are "
                                + ", ".join(sorted(_STATIC)))
         text = (resources.files("vramlens.web") / "static" / name).read_text("utf-8")
         return Response(text, media_type=_STATIC[name], headers={"cache-control": "no-cache"})
