@@ -24,8 +24,8 @@ log = logging.getLogger("vramlens.web")
 #: Wall-clock seconds one estimate or fit may take: the advisor's own search budget
 #: (limits.SEARCH_BUDGET_S, after which it returns what it has) plus 5 s to build the answer.
 REQUEST_SECONDS = SEARCH_BUDGET_S + 5.0
-#: Address space a worker may add to what it holds after its imports. A 405B model's inventory
-#: and a full fit search take < 200 MiB; 1 GiB is 5x that.
+#: Address space a worker may add to what it holds after its imports. A guess, not yet measured:
+#: the catalog's largest models and a default fit search run well inside it in the tests.
 REQUEST_MEMORY_BYTES = 1024**3
 #: Worker processes: requests beyond this many wait (up to their time budget) for a free one.
 WORKERS = 2
