@@ -25,7 +25,7 @@ log = logging.getLogger("vramlens.web")
 #: (limits.SEARCH_BUDGET_S, after which it returns what it has) plus 5 s to build the answer.
 REQUEST_SECONDS = SEARCH_BUDGET_S + 5.0
 #: Address space a worker may add to what it holds after its imports. A guess, not yet measured:
-#: the catalog's largest models and a default fit search run well inside it in the tests.
+#: the tests' estimate and fit of llama-2-7b run inside it; the largest models are not checked.
 REQUEST_MEMORY_BYTES = 1024**3
 #: Worker processes: requests beyond this many wait (up to their time budget) for a free one.
 WORKERS = 2
