@@ -12,5 +12,5 @@ def client():
 
     from vramlens.web import create_app
 
-    with TestClient(create_app()) as c:
+    with TestClient(create_app(offline=True), base_url="http://127.0.0.1") as c:
         yield c

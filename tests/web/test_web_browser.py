@@ -42,7 +42,7 @@ def server():
     from vramlens.web import create_app
 
     port = _free_port()
-    config = uvicorn.Config(create_app(), host="127.0.0.1", port=port, log_level="warning", ws="none",
+    config = uvicorn.Config(create_app(offline=True), host="127.0.0.1", port=port, log_level="warning", ws="none",
                             lifespan="off")
     srv = uvicorn.Server(config)
     thread = threading.Thread(target=srv.run, daemon=True)
@@ -55,6 +55,42 @@ def server():
     yield f"http://127.0.0.1:{port}"
     srv.should_exit = True
     thread.join(timeout=10)
+
+
+def _launch(p, executable):
+    try:
+        return p.chromium.launch(executable_path=executable, headless=True,
+                                 args=["--no-sandbox", "--disable-gpu", "--disable-background-networking"])
+    except Exception as e:  # a Chromium this Playwright cannot drive
+        pytest.skip(f"cannot launch {executable} with Playwright: {str(e).splitlines()[0]}")
+
+
+def test_hub_lookup_shows_that_it_is_looking_then_the_error(server):
+    executable = _chromium()
+    sync_api = pytest.importorskip("playwright.sync_api", reason="pip install playwright (the dev extra) to drive Chromium")
+    expect = sync_api.expect
+    with sync_api.sync_playwright() as p:
+        browser = _launch(p, executable)
+        try:
+            page = browser.new_page()
+            errors: list[str] = []
+            page.on("pageerror", lambda e: errors.append(str(e)))
+            held = []  # the estimate request, held until the test has seen the in-flight state
+            page.route("**/api/estimate?*", lambda route: held.append(route))
+            page.goto(server + "/?model=nobody/not-a-model")
+            status = page.locator("#status")
+            expect(status).to_have_text("looking up nobody/not-a-model on the hub...", timeout=15_000)
+            expect(status).to_be_visible()
+            assert len(held) == 1
+            held[0].continue_()
+            expect(page.locator("#error")).to_have_text(
+                "cannot reach the Hugging Face hub for 'nobody/not-a-model' and it is not in the local cache: use a "
+                "catalog name (vramlens models), a local config.json / model folder, or go online "
+                "(HF_HUB_OFFLINE is set)", timeout=15_000)
+            expect(status).to_be_hidden()
+            assert not errors, errors
+        finally:
+            browser.close()
 
 
 def test_changing_the_batch_updates_the_total_to_the_api_figure(server):

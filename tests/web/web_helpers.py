@@ -10,3 +10,33 @@ def needs_model_loader():
     from vramlens.models import load_model
 
     load_model("llama-2-7b")
+
+
+def allocate(n_bytes: int) -> int:
+    """A job for the worker pool's memory budget test: holds ``n_bytes`` of memory."""
+    return len(bytearray(n_bytes))
+
+
+def ask(app, method: str, url: str, **kwargs):
+    """One request to ``app`` in-process through httpx's ASGI transport (as 127.0.0.1)."""
+    import asyncio
+
+    import httpx
+
+    async def go():
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1") as c:
+            return await c.request(method, url, **kwargs)
+
+    return asyncio.run(go())
+
+
+def assert_json_error(r, status: int | tuple[int, ...]) -> str:
+    """``r`` is ``status`` with the one error shape, ``{"error": "<one line>"}``; returns the line."""
+    statuses = status if isinstance(status, tuple) else (status,)
+    assert r.status_code in statuses, (r.status_code, r.text)
+    assert r.headers["content-type"].startswith("application/json"), r.headers
+    body = r.json()
+    assert set(body) == {"error"} and isinstance(body["error"], str) and body["error"], body
+    assert "\n" not in body["error"] and "\r" not in body["error"]
+    return body["error"]

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 
-def create_app():
-    """The ASGI app; raises MissingExtraError when FastAPI is not installed."""
+def create_app(**options):
+    """The ASGI app (``options``: see ``vramlens.web.app.create_app``); raises MissingExtraError when
+    FastAPI is not installed."""
     try:
         import fastapi  # noqa: F401
     except ImportError:
@@ -13,7 +14,7 @@ def create_app():
         raise MissingExtraError("fastapi", "web") from None
     from vramlens.web.app import create_app as _create
 
-    return _create()
+    return _create(**options)
 
 
 __all__ = ["create_app"]

@@ -1,4 +1,5 @@
-"""The single page: a template from package data with the CSS, the script and the form inlined."""
+"""The single page: a template from package data with the form filled in; its script and style
+are files under /static (the page's CSP allows no inline script)."""
 
 from __future__ import annotations
 
@@ -82,7 +83,5 @@ def render_form() -> str:
 def render_page() -> str:
     static = resources.files("vramlens.web") / "static"
     html = (static / "index.html").read_text("utf-8")
-    return (html.replace("{{STYLE}}", (static / "style.css").read_text("utf-8"))
-            .replace("{{SCRIPT}}", (static / "app.js").read_text("utf-8"))
-            .replace("{{VERSION}}", escape(__version__))
+    return (html.replace("{{VERSION}}", escape(__version__))
             .replace("{{FORM}}", render_form()))

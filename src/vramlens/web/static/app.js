@@ -9,6 +9,14 @@
   let serial = 0;
   let timer = null;
   let fitAvailable = true;
+  const catalogNames = new Set();
+
+  // While a hub id (org/name, not in the catalog) is being looked up, say so: it can take seconds.
+  function showLooking(model) {
+    const el = $("status");
+    el.textContent = model ? "looking up " + model + " on the hub..." : "";
+    el.hidden = !model;
+  }
 
   function value(el) {
     if (el.type === "checkbox") return el.checked ? "true" : "false";
@@ -124,10 +132,14 @@
       showError("");
       return;
     }
+    const model = q.get("model") || "";
+    const hub = !config && model.includes("/") && !catalogNames.has(model);
+    showLooking(hub ? model : "");
     try {
       const r = await call("/api/estimate", q, config);
       const d = await r.json();
       if (mine !== serial) return;  // a newer request is on its way
+      showLooking("");
       if (!r.ok) {
         showError(d.error || ("HTTP " + r.status));
         return;
@@ -142,7 +154,10 @@
         if (mine === serial) renderPlans(f.ok ? await f.json() : null);
       }
     } catch (e) {
-      if (mine === serial) showError("request failed: " + e);
+      if (mine === serial) {
+        showLooking("");
+        showError("request failed: " + e);
+      }
     }
   }
 
@@ -157,6 +172,7 @@
       const ml = $("model-list");
       for (const m of await models.json()) {
         for (const name of [m.id, ...(m.aliases || [])]) {
+          catalogNames.add(name);
           const o = document.createElement("option");
           o.value = name;
           o.label = m.id + (m.family || m.model_type ? " (" + (m.family || m.model_type) + ")" : "");
@@ -176,6 +192,7 @@
   }
 
   loadFromURL();
+  form.addEventListener("submit", (e) => e.preventDefault());  // no inline handler: the CSP allows none
   form.addEventListener("input", schedule);
   form.addEventListener("change", schedule);
   fillLists();
