@@ -83,7 +83,7 @@ def cases() -> list[list[str]]:
             else:
                 values = [v for v in BAD_INTS if not (v == "0" and ({flag, f"{command} {flag}"} & ZERO_OK))]
             if flag == "--params":  # --params replaces the model
-                out.extend([command, flag, v] for v in values)
+                out.extend([command, *base[1:], flag, v] for v in values)
                 continue
             out.extend([command, *base, flag, v] for v in values)
         if command in BASE:

@@ -16,7 +16,7 @@ from vramlens.cli.main import main
 
 ROOT = Path(__file__).resolve().parents[1]
 CORPUS = ROOT / "tests" / "corpus"
-FILES = sorted(p for p in CORPUS.rglob("*") if p.is_file())
+FILES = sorted(p for folder in ("gguf", "snapshot") for p in (CORPUS / folder).rglob("*") if p.is_file())
 
 
 def _script():

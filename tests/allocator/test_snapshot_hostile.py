@@ -113,11 +113,11 @@ STATS = {"allocated_bytes.all.current": 3 * MiB, "allocated_bytes.all.peak": 38 
 
 @pytest.mark.parametrize("text, message", [
     ('{"allocated_bytes.all.current": 1%s, "reserved_bytes.all.current": 2}' % ("0" * 400),
-     "a number of 401 digits is over the limit of 30 (MAX_INT_DIGITS): no byte count is that long; this file is corrupt"),
+     "an integer of 401 digits is over the limit of 30 digits: no byte count is like that; this file is corrupt"),
     ('{"allocated_bytes.all.current": NaN, "reserved_bytes.all.current": 2}',
-     "NaN is not a byte count: memory_stats holds whole numbers only"),
+     "NaN is not JSON (no NaN or Infinity): no byte count is like that; this file is corrupt"),
     ('{"allocated_bytes.all.current": 1e400, "reserved_bytes.all.current": 2}',
-     "the number 1e400 is out of range: this file is corrupt"),
+     "the number 1e400 is too large for a float (it reads as infinity): no byte count is like that; this file is corrupt"),
     ('{"allocated_bytes.all.current": -1, "reserved_bytes.all.current": 2}',
      "memory_stats key 'allocated_bytes.all.current' is -1, outside 0..1,125,899,906,842,624 (MAX_DEVICE_BYTES): "
      "this file is corrupt"),

@@ -17,7 +17,7 @@ from vramlens.errors import InputError, ModelSourceError, OfflineError
 from vramlens.limits import MAX_MODEL_ARG
 from vramlens.models import hub, load_model, read_safetensors_header
 from vramlens.models import safetensors_header as sth
-from vramlens.models._files import json_depth
+from vramlens.safe_io import json_depth
 from vramlens.units import parse_count, parse_size
 
 
@@ -100,8 +100,8 @@ def test_json_depth_ignores_brackets_in_strings():
 @pytest.mark.parametrize(("text", "expected"), [
     ('"hidden_size": ' + "9" * 5000, "an integer of 5,000 digits is over the limit of 30 digits: fix the config.json"),
     ('"rms_norm_eps": 1e400', "the number 1e400 is too large for a float (it reads as infinity): fix the config.json"),
-    ('"rms_norm_eps": NaN', "NaN is not JSON (no NaN or Infinity in a config): fix the config.json"),
-    ('"rms_norm_eps": -Infinity', "-Infinity is not JSON (no NaN or Infinity in a config): fix the config.json"),
+    ('"rms_norm_eps": NaN', "NaN is not JSON (no NaN or Infinity): fix the config.json"),
+    ('"rms_norm_eps": -Infinity', "-Infinity is not JSON (no NaN or Infinity): fix the config.json"),
 ])
 def test_config_numbers_nobody_can_use(tmp_path, text, expected):
     body = json.dumps(TINY_LLAMA)[:-1] + ", " + text + "}"

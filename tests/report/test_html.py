@@ -51,7 +51,7 @@ def test_a_failed_write_leaves_nothing(tmp_path: Path, monkeypatch):
         raise OSError("disk full")
 
     monkeypatch.setattr(html.os, "replace", boom)
-    with pytest.raises(OSError):
+    with pytest.raises(InputError, match="cannot write .*r.html: disk full"):
         html.write_text_atomic(target, "new")
     assert [p.name for p in tmp_path.iterdir()] == ["r.html"]
     assert target.read_text() == "old"

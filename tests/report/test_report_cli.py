@@ -48,6 +48,6 @@ def test_png_without_cairosvg_is_one_line_and_exit_2(tmp_path, capsys, monkeypat
 def test_unwritable_target_leaves_nothing(tmp_path, capsys, flag):
     target = tmp_path / "missing-dir" / "r.out"
     assert main(["estimate", "--params", "1B", flag, str(target)]) == 2
-    assert capsys.readouterr().err == (f"error: cannot write {target}: No such file or directory: choose a file "
-                                       "in a folder that exists and is writable\n")
+    assert capsys.readouterr().err == (f"error: {flag} '{target}': the folder '{target.parent}' does not exist: "
+                                       "create it first or choose a file in an existing folder\n")
     assert not (tmp_path / "missing-dir").exists()

@@ -94,7 +94,8 @@ def test_cli_json_timeline_points(config, capsys):
     assert 0 < len(d["timeline"]) <= 40
     assert max(sum(by.values()) for _, by in d["timeline"]) == d["peak_allocated_bytes"]
     assert main(base + ["--timeline-points", "-1"]) == 2
-    assert capsys.readouterr().err == "error: --timeline-points -1 must be >= 0 (0 leaves the timeline out)\n"
+    assert capsys.readouterr().err == ("error: argument --timeline-points: '-1' must be >= 0 "
+                                       "(see vramlens trace --help)\n")
 
 
 def test_cli_html_and_svg(config, tmp_path, capsys):

@@ -66,7 +66,7 @@ def test_bad_query_is_one_json_line(app, url, status, message):
      "the request body could not be read: send UTF-8 JSON (numbers under 4,300 digits) with "
      "Content-Type: application/json"),
     (b'{"config": "{\\"n\\": 1' + b"0" * 5000 + b'}"}', J, 422,
-     "the pasted config has a 5001-digit number: no model has such a size (the limit is 30 digits); check the config"),
+     "the pasted config: an integer of 5,001 digits is over the limit of 30 digits; check the config"),
     (b'\xff\xfe{"config": {}}', J, 422, "the request body is not valid JSON (Expecting value): " + BODY),
     (b"{bad", J, 422, "the request body is not valid JSON (Expecting property name enclosed in double quotes): " + BODY),
     (b"[1]", J, 422, "the request body must be a JSON object of settings: " + BODY),

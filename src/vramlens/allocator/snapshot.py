@@ -18,7 +18,6 @@ only those can produce. ``persistent_load`` is refused as well. Nothing in the f
 from __future__ import annotations
 
 import io
-import json
 import math
 import pickle
 from collections import Counter, defaultdict
@@ -30,7 +29,6 @@ from vramlens.errors import SnapshotError
 from vramlens.limits import (
     MAX_DEVICE_BYTES,
     MAX_DEVICE_INDEX,
-    MAX_INT_DIGITS,
     MAX_JSON_DEPTH,
     MAX_PICKLE_DEPTH,
     MAX_SNAPSHOT_BYTES,
@@ -620,29 +618,16 @@ def load_report(data: bytes, *, top: int = 10) -> SnapshotReport:
 
 
 def _json_loads(data: bytes) -> object:
-    """JSON with every number bounded: at most MAX_INT_DIGITS digits, no NaN or Infinity."""
-
-    def bounded_int(text: str) -> int:
-        if len(text.lstrip("-")) > MAX_INT_DIGITS:
-            raise SnapshotError(f"a number of {len(text.lstrip('-')):,} digits is over the limit of "
-                                f"{MAX_INT_DIGITS} (MAX_INT_DIGITS): no byte count is that long; this file is corrupt")
-        return int(text)
-
-    def finite_float(text: str) -> float:
-        v = float(text)
-        if not math.isfinite(v):
-            raise SnapshotError(f"the number {_one_line(text, 40)} is out of range: this file is corrupt")
-        return v
-
-    def constant(text: str) -> float:
-        raise SnapshotError(f"{text} is not a byte count: memory_stats holds whole numbers only")
+    """JSON with every number bounded (safe_io.loads_bounded): at most MAX_INT_DIGITS digits, no NaN
+    or Infinity, nesting at most MAX_JSON_DEPTH."""
+    from vramlens.safe_io import UnsafeJSON, loads_bounded
 
     try:
-        obj = json.loads(data, parse_int=bounded_int, parse_float=finite_float, parse_constant=constant)
-    except RecursionError:
-        raise SnapshotError(f"the JSON nests more than {MAX_JSON_DEPTH} deep (MAX_JSON_DEPTH): memory_stats is flat; "
-                            "this file is corrupt or hostile") from None
-    except (ValueError, UnicodeDecodeError) as e:
-        raise SnapshotError(f"looks like JSON but does not parse: {_one_line(str(e))}") from None
-    check_nesting(obj, MAX_JSON_DEPTH, "JSON")
-    return obj
+        return loads_bounded(data)
+    except UnsafeJSON as e:
+        if e.kind == "depth":
+            raise SnapshotError(f"the JSON nests more than {MAX_JSON_DEPTH} deep (MAX_JSON_DEPTH): memory_stats is "
+                                "flat; this file is corrupt or hostile") from None
+        if e.kind == "number":
+            raise SnapshotError(f"{e}: no byte count is like that; this file is corrupt") from None
+        raise SnapshotError(f"looks like JSON but does not parse: {_one_line(e.detail)}") from None

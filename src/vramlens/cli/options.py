@@ -3,13 +3,10 @@
 from __future__ import annotations
 
 import argparse
-import errno
 import json
-import os
-import stat
 import sys
 from collections.abc import Callable
-from typing import Any, BinaryIO
+from typing import Any
 
 from vramlens import workload as W
 
@@ -142,25 +139,3 @@ def require_model_and_headroom(args: argparse.Namespace) -> None:
     headroom = getattr(args, "headroom", None)
     if headroom is not None and not 0 <= headroom < 1:
         raise InputError(f"headroom={headroom} must be in [0, 1): e.g. --headroom 0.1 keeps 10% free")
-
-
-def open_regular(path: Any) -> tuple[BinaryIO, int]:
-    """``path`` opened for binary reading, and its size, when it is a regular file.
-
-    Opened with O_NONBLOCK, so a FIFO (which would wait for a writer) or a device is refused at
-    once instead of hanging.
-
-    Raises:
-        OSError: missing or unreadable (the system's strerror), a folder, or not a regular file.
-    """
-    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
-    try:
-        st = os.fstat(fd)
-        if stat.S_ISDIR(st.st_mode):
-            raise IsADirectoryError(errno.EISDIR, "Is a directory")
-        if not stat.S_ISREG(st.st_mode):
-            raise OSError(errno.EINVAL, "a FIFO, socket or device, not a regular file")
-        return os.fdopen(fd, "rb"), st.st_size
-    except BaseException:
-        os.close(fd)
-        raise

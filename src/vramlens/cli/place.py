@@ -8,7 +8,6 @@ from vramlens.cli.options import (
     add_model_arg,
     add_output_args,
     add_workload_args,
-    open_regular,
     print_json,
     require_model_and_headroom,
     size_arg,
@@ -16,6 +15,7 @@ from vramlens.cli.options import (
 )
 from vramlens.cli.render import add_file_args, show, wants_files, write_files
 from vramlens.limits import MAX_DEVICE_BYTES
+from vramlens.safe_io import open_regular
 
 EXAMPLES = """examples:
   vramlens place llama-2-7b --gpu RTX-3060 --host-ram 32GB
@@ -91,6 +91,8 @@ def _gguf_refusals(args: argparse.Namespace) -> list[str]:
             given.append("--no-disk")
         elif isinstance(value, bool):
             given.append(f"--{dest.replace('_', '-')}")
+        elif dest == "host_ram":
+            given.append(f"--host-ram {value / 1e9:g}GB")
         else:
             given.append(f"--{dest.replace('_', '-')} {value}")
     return given

@@ -5,11 +5,12 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from vramlens import safe_io
 from vramlens.allocator.snapshot import SnapshotReport, load_report
 from vramlens.allocator.snapshot_html import render_html
-from vramlens.cli.options import add_output_args, bounded, open_regular, print_json
+from vramlens.cli.options import add_output_args, bounded, print_json
 from vramlens.errors import SnapshotError
-from vramlens.limits import MAX_SNAPSHOT_BYTES, MAX_TOP
+from vramlens.limits import MAX_SNAPSHOT_BYTES, MAX_TOP, show
 from vramlens.units import human_bytes
 
 EXAMPLE = """Examples:
@@ -81,11 +82,10 @@ def read_capped(path: Path, limit: int) -> bytes:
         SnapshotError: missing, unreadable, not a regular file (a FIFO would block), or too large.
     """
     try:
-        f, _ = open_regular(path)
-        with f:
-            data = f.read(limit + 1)
+        data = safe_io.read_capped(path, limit)
     except OSError as e:
-        raise SnapshotError(f"cannot read {path}: {e.strerror or e}") from None
+        name = str(path) if len(str(path)) <= 200 else show(str(path))
+        raise SnapshotError(f"cannot read {name}: {e.strerror or e}") from None
     if len(data) > limit:
         raise SnapshotError(f"{path} is over the {limit:,}-byte limit for a snapshot (MAX_SNAPSHOT_BYTES): "
                             "record fewer entries (_record_memory_history(max_entries=...))")

@@ -99,16 +99,15 @@ def run(args: argparse.Namespace) -> int:
     from vramlens.errors import InputError
     from vramlens.trace import trace, write_timeline
 
+    if args.params is not None:  # a generic decoder of that size (checked like estimate's)
+        from vramlens.models import load_model
+
+        args.model = load_model(args.model, params=args.params)
     if args.model is None:
-        raise InputError("give a MODEL to trace: a catalog name, a config.json, or package.module:factory")
+        raise InputError("give a MODEL to trace (a catalog name, a config.json, or package.module:factory) "
+                         "or --params SIZE")
     if args.real_cpu and args.cuda:
         raise InputError("--real-cpu and --cuda both given: choose one")
-    if args.steps < 1:
-        raise InputError(f"steps={args.steps} must be >= 1")
-    if args.top < 0:
-        raise InputError(f"top={args.top} must be >= 0")
-    if args.timeline_points < 0:
-        raise InputError(f"--timeline-points {args.timeline_points} must be >= 0 (0 leaves the timeline out)")
     if args.timeline:  # before the trace (minutes, maybe) and before any report file is written
         from pathlib import Path
 
@@ -119,14 +118,14 @@ def run(args: argparse.Namespace) -> int:
             raise InputError(f"cannot write timeline {args.timeline!r}: "
                              f"{'it is a folder' if where.is_dir() else 'its folder does not exist'}: "
                              "choose a .jsonl or .csv file in a folder that exists")
-    if ":" in args.model and not _is_path(args.model):
+    if isinstance(args.model, str) and ":" in args.model and not _is_path(args.model):
         # package.module:factory is imported like `python -m` would: from the current folder too
         import os
 
         if os.getcwd() not in sys.path:
             sys.path.insert(0, os.getcwd())
     backend = "real-cpu" if args.real_cpu else "cuda" if args.cuda else "fake"
-    bar = progress_bar(f"tracing {args.model}", enabled=not (args.quiet or args.json), delay=0)
+    bar = progress_bar(f"tracing {getattr(args.model, 'name', args.model)}", enabled=not (args.quiet or args.json), delay=0)
     if bar is not None:
         progress = bar.messages()
     else:

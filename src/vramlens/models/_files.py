@@ -1,50 +1,34 @@
-"""Reading model files that may be hostile: regular files only, bounded sizes, bounded JSON.
+"""Model files that may be hostile, read through :mod:`vramlens.safe_io` with the models' own messages.
 
-Every model file (config.json, an index, a safetensors header, a hub ref) goes through
-here, so that no input can hang the reader (a named pipe called ``config.json``), make it
-read without end (a 10 GB "config"), recurse without end (``[[[[...`` 100,000 deep) or
-build numbers nobody can print (a 5,000-digit integer, ``1e400``, ``NaN``).
+Every model file (config.json, an index, a safetensors header, a hub ref) goes through here;
+safe_io does the bounded opening and parsing, this module names the file and the fix.
 """
 
 from __future__ import annotations
 
-import json
-import os
-import re
-import stat
-from itertools import accumulate
+import errno
 from pathlib import Path
 from typing import IO, Any
 
+from vramlens import safe_io
 from vramlens.errors import ModelSourceError
-from vramlens.limits import MAX_CONFIG_BYTES, MAX_INT_DIGITS, MAX_JSON_DEPTH
+from vramlens.limits import MAX_CONFIG_BYTES
 
 
 def open_regular(path: Path) -> IO[bytes]:
-    """Open ``path`` for reading if, and only if, it is a regular file.
-
-    The file is opened with O_NONBLOCK and checked with fstat on the open descriptor, so a
-    FIFO or a device neither blocks the open nor gets read, and nothing can be swapped in
-    between the check and the read.
+    """Open ``path`` for reading if, and only if, it is a regular file (see safe_io.open_regular).
 
     Raises:
         ModelSourceError: missing, unreadable, or not a regular file.
     """
     try:
-        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+        f, _size = safe_io.open_regular(path)
     except OSError as e:
-        raise ModelSourceError(f"{path}: cannot read: {e.strerror or e}") from e
-    try:
-        mode = os.fstat(fd).st_mode
-        if not stat.S_ISREG(mode):
+        if e.errno == errno.EINVAL and e.strerror == safe_io.NOT_REGULAR:
             raise ModelSourceError(f"{path}: not a regular file (a pipe, device or socket): "
-                                   f"pass the model's config.json or its folder")
-        if hasattr(os, "set_blocking"):
-            os.set_blocking(fd, True)
-        return os.fdopen(fd, "rb")
-    except BaseException:
-        os.close(fd)
-        raise
+                                   f"pass the model's config.json or its folder") from None
+        raise ModelSourceError(f"{path}: cannot read: {e.strerror or e}") from e
+    return f
 
 
 def read_capped(path: Path, limit: int, what: str) -> bytes:
@@ -64,71 +48,25 @@ def read_capped(path: Path, limit: int, what: str) -> bytes:
     return data
 
 
-# A JSON string token; the two alternatives are disjoint, so the scan is linear.
-_STRING = re.compile(rb'"(?:[^"\\]|\\.)*+"', re.DOTALL)
-_BRACKETS = re.compile(rb"[\[\]{}]")
-_STEP = {ord("["): 1, ord("{"): 1, ord("]"): -1, ord("}"): -1}
-
-
-def json_depth(data: bytes) -> int:
-    """The deepest nesting of objects and arrays in ``data``, found without recursion."""
-    if not any(c in data for c in (b"[", b"{")):
-        return 0
-    brackets = b"".join(_BRACKETS.findall(_STRING.sub(b'""', data)))
-    return max(accumulate(_STEP[c] for c in brackets), default=0)
-
-
-def _int(text: str) -> int:
-    digits = len(text.lstrip("-"))
-    if digits > MAX_INT_DIGITS:
-        raise _Refused(f"an integer of {digits:,} digits is over the limit of {MAX_INT_DIGITS} digits")
-    return int(text)
-
-
-def _float(text: str) -> float:
-    value = float(text)
-    if value in (float("inf"), float("-inf")):
-        raise _Refused(f"the number {text[:40]} is too large for a float (it reads as infinity)")
-    return value
-
-
-def _constant(text: str) -> Any:
-    raise _Refused(f"{text} is not JSON (no NaN or Infinity in a config)")
-
-
-class _Refused(ValueError):
-    """A number the JSON parser hooks refuse."""
-
-
 def loads_bounded(data: bytes, where: str, what: str = "JSON", *, subject: str = "") -> Any:
-    """Parse JSON with bounded nesting, integer digits and finite numbers only.
+    """Parse JSON with bounded nesting, integer digits and finite numbers only (safe_io.loads_bounded).
 
     ``subject`` (``"safetensors header is "``) starts the message of a syntax error.
 
     Raises:
-        ModelSourceError: not UTF-8, not JSON, nested deeper than MAX_JSON_DEPTH, or a
-            number that is huge, infinite or NaN; the message names the file and the rule.
+        ModelSourceError: not UTF-8, not JSON, nested too deep, or a number that is huge, infinite
+            or NaN; the message names the file and the rule.
     """
-    depth = json_depth(data)
-    if depth > MAX_JSON_DEPTH:
-        raise ModelSourceError(f"{where}: {what} nests {depth:,} levels deep, over the limit of "
-                               f"{MAX_JSON_DEPTH}: this is not a model file")
     try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError as e:
+        return safe_io.loads_bounded(data)
+    except safe_io.UnsafeJSON as e:
+        if e.kind == "depth":
+            raise ModelSourceError(f"{where}: {what} {str(e).removeprefix('it ')}: this is not a model file") from None
+        if e.kind == "number":
+            raise ModelSourceError(f"{where}: {e}: fix the {what}") from None
         if subject:
-            raise ModelSourceError(f"{where}: {subject}not valid JSON: {e}") from e
-        raise ModelSourceError(f"{where}: not UTF-8 text: {e}") from e
-    try:
-        return json.loads(text, parse_int=_int, parse_float=_float, parse_constant=_constant)
-    except _Refused as e:
-        raise ModelSourceError(f"{where}: {e}: fix the {what}") from None
-    except json.JSONDecodeError as e:
-        if subject:
-            raise ModelSourceError(f"{where}: {subject}not valid JSON: {e}") from e
-        raise ModelSourceError(f"{where}: not valid JSON (line {e.lineno}, column {e.colno}: {e.msg})") from e
-    except RecursionError:  # the depth scan makes this unreachable; kept as a last guard
-        raise ModelSourceError(f"{where}: {what} nests too deep: this is not a model file") from None
+            raise ModelSourceError(f"{where}: {subject}not valid JSON: {e.detail}") from None
+        raise ModelSourceError(f"{where}: {e}") from None
 
 
 def read_json_object(path: Path, *, limit: int = MAX_CONFIG_BYTES, what: str = "config.json") -> dict[str, Any]:

@@ -383,8 +383,8 @@ def write_text_atomic(path: str | os.PathLike, text: str | bytes) -> Path:
         if isinstance(e, OSError):  # the user's path (a folder, a device, no permission), not a bug
             from vramlens.errors import InputError
 
-            raise InputError(f"cannot write {target}: {e.strerror or e}: choose a file path (not a folder) "
-                             "that is writable") from None
+            raise InputError(f"cannot write {target}: {e.strerror or e}: choose a writable file path (not a "
+                             "folder) on a disk with room") from None
         raise
     return target
 

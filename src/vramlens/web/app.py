@@ -324,13 +324,6 @@ def check_model_id(model: str) -> str:
     return model
 
 
-def _parse_int(text: str) -> int:
-    if len(text.lstrip("-")) > limits.MAX_INT_DIGITS:
-        raise InputError(f"the pasted config has a {len(text.lstrip('-'))}-digit number: no model has such a size "
-                         f"(the limit is {limits.MAX_INT_DIGITS} digits); check the config")
-    return int(text)
-
-
 def _check_sizes(config: dict[str, Any]) -> None:
     """Refuse numbers of more than MAX_INT_DIGITS digits and nesting deeper than MAX_JSON_DEPTH
     anywhere in the config (iteratively: a deep config cannot exhaust the stack here)."""
@@ -353,14 +346,14 @@ def _check_sizes(config: dict[str, Any]) -> None:
 def parse_config(config: dict[str, Any] | str) -> dict[str, Any]:
     """A pasted config as a dict, refused when malformed or absurdly large."""
     if isinstance(config, str):
+        from vramlens.safe_io import UnsafeJSON, loads_bounded
+
         try:
-            config = json.loads(config, parse_int=_parse_int)
-        except (ValueError, RecursionError) as e:
-            if isinstance(e, InputError):
-                raise
-            msg = getattr(e, "msg", None) or "nested too deeply"
-            where = f" at line {e.lineno} column {e.colno}" if hasattr(e, "lineno") else ""
-            raise InputError(f"the pasted config is not valid JSON: {msg}{where}") from None
+            config = loads_bounded(config)
+        except UnsafeJSON as e:
+            if e.kind == "syntax":
+                raise InputError(f"the pasted config is {e}") from None
+            raise InputError(f"the pasted config: {e}; check the config") from None
     if not isinstance(config, dict):
         raise InputError(f"the pasted config must be a JSON object (a config.json), not {type(config).__name__}")
     _check_sizes(config)
