@@ -10,7 +10,7 @@ import json
 import time
 from pathlib import Path
 
-from vramlens.estimate import estimate_spec
+from vramlens.estimator import estimate_spec
 from vramlens.hardware.catalog import get_gpu
 from vramlens.models import load_model
 from vramlens.workload import Workload

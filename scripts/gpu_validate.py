@@ -35,7 +35,7 @@ def main(argv: list[str] | None = None) -> int:
         print("gpu_validate: skipped: no CUDA device (torch.cuda.is_available() is False; "
               f"torch {torch.__version__}); nothing written", file=sys.stderr)
         return 0
-    from vramlens.estimate import estimate
+    from vramlens.estimator import estimate
     from vramlens.models.inventory import spec_from_config
     from vramlens.trace import trace
     from vramlens.trace.crosscheck import (

@@ -116,4 +116,4 @@ def test_the_checks_can_fail():
 
 
 def test_every_module_is_seen():
-    assert {"vramlens", "vramlens.units", "vramlens.estimate.core", "vramlens.advise.search"} <= set(MODULES)
+    assert {"vramlens", "vramlens.units", "vramlens.estimator.core", "vramlens.advise.search"} <= set(MODULES)

@@ -24,10 +24,10 @@ def test_the_ban_catches_a_torch_import_outside_trace(tmp_path):
     if not Path(ruff).exists():
         pytest.skip("ruff is not installed (pip install 'vramlens[dev]')")
     shutil.copy(ROOT / "pyproject.toml", tmp_path / "pyproject.toml")
-    for package in ("estimate", "trace"):
+    for package in ("estimator", "trace"):
         (tmp_path / "src" / "vramlens" / package).mkdir(parents=True)
         (tmp_path / "src" / "vramlens" / package / "_lint_probe.py").write_text("import torch  # noqa: F401\n")
-    bad = subprocess.run([ruff, "check", "--no-cache", "src/vramlens/estimate/_lint_probe.py"],
+    bad = subprocess.run([ruff, "check", "--no-cache", "src/vramlens/estimator/_lint_probe.py"],
                          cwd=tmp_path, capture_output=True, text=True)
     assert bad.returncode != 0 and "TID251" in bad.stdout
     allowed = subprocess.run([ruff, "check", "--no-cache", "src/vramlens/trace/_lint_probe.py"],

@@ -16,16 +16,16 @@ from typing import Any
 __version__ = "0.1.0"
 
 _LAZY = {
-    "Breakdown": "vramlens.estimate.breakdown",
-    "COMPONENTS": "vramlens.estimate.breakdown",
-    "Component": "vramlens.estimate.breakdown",
-    "Estimate": "vramlens.estimate.core",
+    "Breakdown": "vramlens.estimator.breakdown",
+    "COMPONENTS": "vramlens.estimator.breakdown",
+    "Component": "vramlens.estimator.breakdown",
+    "Estimate": "vramlens.estimator.core",
     "GPU": "vramlens.hardware.gpu",
     "ModelSpec": "vramlens.models.spec",
     "TensorInfo": "vramlens.models.spec",
     "VramlensError": "vramlens.errors",
     "Workload": "vramlens.workload",
-    "estimate": "vramlens.estimate",
+    "estimate": "vramlens.estimator",
     "get_gpu": "vramlens.hardware.catalog",
     "list_gpus": "vramlens.hardware.catalog",
     "load_model": "vramlens.models",
@@ -48,9 +48,3 @@ def __getattr__(name: str) -> Any:
 def __dir__() -> list[str]:
     return sorted(set(globals()) | set(__all__))
 
-
-# The function shares its name with the subpackage vramlens.estimate: bound lazily, the first import
-# of any vramlens.estimate.* module (vramlens.Breakdown does one) set ``vramlens.estimate`` to the
-# subpackage and ``vramlens.estimate(...)`` raised "'module' object is not callable". Bound here, the
-# subpackage is imported once, now, and the name stays the function. (The estimator is pure Python.)
-from vramlens.estimate import estimate  # noqa: E402, F401

@@ -160,7 +160,7 @@ def published_bytes(entry: dict) -> int | None:
 
 def run_case(case_id: str, published: dict, case: Case) -> Row:
     """Estimate one case; ``published`` is its entry of published-cases.json."""
-    from vramlens.estimate import estimate
+    from vramlens.estimator import estimate
     from vramlens.hardware.catalog import get_gpu
     from vramlens.hardware.runtime import context_bytes_for
     from vramlens.models import load_model
@@ -192,7 +192,7 @@ def run_case(case_id: str, published: dict, case: Case) -> Row:
     elif case.figure == "model_states+comm":
         value = c["weights"] + c["gradients"] + c["master_weights"] + c["optimizer_states"] + c["comm_buffers"]
     elif case.figure == "kv_cache":
-        from vramlens.estimate.kv_cache import kv_cache_bytes
+        from vramlens.estimator.kv_cache import kv_cache_bytes
 
         value = kv_cache_bytes(spec, est.workload, est.workload.seq, est.workload.batch)
     elif case.figure == "layer_activations":
@@ -204,7 +204,7 @@ def run_case(case_id: str, published: dict, case: Case) -> Row:
 
 def _outside(est, context: int) -> int:
     """The context this case's CUDA version implies, instead of the default one in the estimate."""
-    from vramlens.estimate.runtime import runtime
+    from vramlens.estimator.runtime import runtime
 
     rt = runtime(est.gpu, est.workload)
     return context + (rt.outside_allocator_bytes - rt.context_bytes)

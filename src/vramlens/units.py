@@ -27,7 +27,7 @@ TiB = 1024**4
 BLOCK = 512
 
 #: Bytes per element of each dtype vramlens knows. Sub-byte formats (nf4, fp4, int4) are
-#: handled by the quantization formulas in :mod:`vramlens.estimate.weights`, not here.
+#: handled by the quantization formulas in :mod:`vramlens.estimator.weights`, not here.
 DTYPE_BYTES: dict[str, int] = {
     "fp64": 8,
     "fp32": 4,

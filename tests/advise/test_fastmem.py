@@ -8,7 +8,7 @@ import pytest
 from advise_specs import llama7b, tiny
 
 from vramlens.advise.fastmem import FastMemory
-from vramlens.estimate import estimate_spec
+from vramlens.estimator import estimate_spec
 from vramlens.hardware.catalog import get_gpu
 from vramlens.workload import OPTIMIZER_IMPLS, Workload
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 from advise_specs import TINY, tiny
 
-from vramlens.estimate import estimate_spec
+from vramlens.estimator import estimate_spec
 from vramlens.workload import Workload
 
 pytest.importorskip("torch", reason="FSDP cross-check needs torch (the trace extra)")
@@ -18,7 +18,7 @@ pytest.importorskip("torch", reason="FSDP cross-check needs torch (the trace ext
 
 @pytest.mark.parametrize("world_size, strategy", [(2, "full"), (4, "full"), (4, "shard-grad-op")])
 def test_fsdp_per_rank_estimate_within_5_percent_of_trace(world_size, strategy):
-    from vramlens.estimate.runtime import runtime
+    from vramlens.estimator.runtime import runtime
     from vramlens.trace.fsdp import trace_fsdp
 
     w = Workload(mode="train", dtype="fp32", batch=2, seq=128, gpus=world_size, fsdp=True, fsdp_strategy=strategy)

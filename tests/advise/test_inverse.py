@@ -9,7 +9,7 @@ from advise_specs import llama7b, tiny
 
 from vramlens.advise.inverse import largest, max_batch, max_context, max_seq, min_gpu
 from vramlens.advise.search import min_gpus
-from vramlens.estimate import estimate_spec
+from vramlens.estimator import estimate_spec
 from vramlens.hardware.catalog import get_gpu, list_gpus
 from vramlens.workload import Workload
 

@@ -8,7 +8,7 @@ from advise_specs import llama7b, tiny
 from vramlens.advise import fit, search
 from vramlens.advise.search import hardware_that_fits
 from vramlens.errors import ConfigError, InputError
-from vramlens.estimate import estimate, estimate_spec
+from vramlens.estimator import estimate, estimate_spec
 from vramlens.hardware.catalog import get_gpu
 from vramlens.units import human_bytes
 from vramlens.workload import Workload

@@ -9,7 +9,7 @@ from tiny_configs import TINY_LLAMA  # noqa: F401  (re-exported for this folder'
 
 @pytest.fixture
 def tiny_estimate():
-    from vramlens.estimate import estimate_spec
+    from vramlens.estimator import estimate_spec
     from vramlens.hardware.catalog import get_gpu
     from vramlens.models.inventory import spec_from_config
     from vramlens.workload import make_workload

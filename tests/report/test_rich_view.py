@@ -231,7 +231,7 @@ def test_progress_waits_for_the_delay():
 
 # ---- rich stays optional ----------------------------------------------------------------------
 def test_the_core_and_the_cli_do_not_import_rich():
-    code = ("import sys, vramlens, vramlens.estimate, vramlens.advise, vramlens.report.html, vramlens.report.text, "
+    code = ("import sys, vramlens, vramlens.estimator, vramlens.advise, vramlens.report.html, vramlens.report.text, "
             "vramlens.cli.main; vramlens.cli.main.build_parser(); assert 'rich' not in sys.modules, "
             "sorted(m for m in sys.modules if m.startswith('rich'))")
     subprocess.run([sys.executable, "-c", code], check=True)

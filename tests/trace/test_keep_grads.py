@@ -1,7 +1,7 @@
 """zero_grad(set_to_none=False) keeps the gradients through the next forward: traced and estimated."""
 
-from vramlens.estimate import estimate
-from vramlens.estimate.runtime import runtime
+from vramlens.estimator import estimate
+from vramlens.estimator.runtime import runtime
 from vramlens.models import load_model
 from vramlens.trace import trace
 

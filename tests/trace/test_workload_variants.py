@@ -3,8 +3,8 @@ optimizers, DeepSpeed-style mixed precision, QLoRA, gradient accumulation, forwa
 
 import pytest
 
-from vramlens.estimate import estimate
-from vramlens.estimate.runtime import runtime
+from vramlens.estimator import estimate
+from vramlens.estimator.runtime import runtime
 from vramlens.models import load_model
 from vramlens.trace import trace
 from vramlens.trace.crosscheck import tiny_config

@@ -1,4 +1,4 @@
-"""The front door: ``vramlens.advise.fit`` takes what ``vramlens.estimate.estimate`` takes."""
+"""The front door: ``vramlens.advise.fit`` takes what ``vramlens.estimator.estimate`` takes."""
 
 from __future__ import annotations
 
@@ -56,7 +56,7 @@ def fit(
     Raises:
         InputError: an unknown model or GPU, bad settings, or contradictory constraints.
     """
-    from vramlens.estimate import check_workload
+    from vramlens.estimator import check_workload
     from vramlens.hardware.catalog import get_gpu
     from vramlens.units import parse_size
 

@@ -3,9 +3,9 @@
 ``estimate_spec`` builds a full Breakdown with explanations (~0.3 ms); the search needs only
 ``device_total`` and ``host_bytes`` for tens of thousands of workloads that differ in a few
 fields. This module memoizes the estimator's own two parts per the workload fields they read (the
-batch-independent :func:`vramlens.estimate.state.train_state`, and the activations) and
-combines them with the estimator's own :func:`~vramlens.estimate.state.train_phases` and
-:func:`~vramlens.estimate.state.reserved_total`: the same arithmetic by construction. A test
+batch-independent :func:`vramlens.estimator.state.train_state`, and the activations) and
+combines them with the estimator's own :func:`~vramlens.estimator.state.train_phases` and
+:func:`~vramlens.estimator.state.reserved_total`: the same arithmetic by construction. A test
 still compares it with ``estimate_spec`` on thousands of random workloads.
 
 Parts and the workload fields they read:
@@ -21,11 +21,11 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from vramlens.errors import VramlensError
-from vramlens.estimate import check_workload, estimate_spec
-from vramlens.estimate.activations import logits_bytes
-from vramlens.estimate.core import activation_totals
-from vramlens.estimate.parallel import Split
-from vramlens.estimate.state import TrainState, reserved_total, train_phases, train_state
+from vramlens.estimator import check_workload, estimate_spec
+from vramlens.estimator.activations import logits_bytes
+from vramlens.estimator.core import activation_totals
+from vramlens.estimator.parallel import Split
+from vramlens.estimator.state import TrainState, reserved_total, train_phases, train_state
 from vramlens.hardware.gpu import GPU
 from vramlens.models.spec import ModelSpec
 from vramlens.workload import Workload
@@ -38,7 +38,7 @@ STATE_FIELDS = ("mode", "method", "dtype", "amp", "quant", "optimizer", "optimiz
 
 @dataclass(frozen=True, slots=True)
 class Activations:
-    """The activation figures a training step's phases read, in bytes (vramlens.estimate.core.activation_totals)."""
+    """The activation figures a training step's phases read, in bytes (vramlens.estimator.core.activation_totals)."""
 
     saved: int
     one_layer: int
@@ -164,7 +164,7 @@ class FastMemory:
 
     @staticmethod
     def device_total(st: State, a: Activations, grad_accum: int, checkpointing: str) -> int:
-        """device_total from the estimator's own phase and reserve arithmetic (vramlens.estimate.state)."""
+        """device_total from the estimator's own phase and reserve arithmetic (vramlens.estimator.state)."""
         phases = train_phases(st.ts, a.saved, a.one_layer, a.loss_transient, a.head_saved, grad_accum, checkpointing,
                               a.logits)
         peak = max(v for _, v in phases)

@@ -12,7 +12,7 @@ from dataclasses import dataclass, replace
 
 from vramlens.advise.fastmem import FastMemory
 from vramlens.advise.plan import settings_of
-from vramlens.estimate import estimate_spec
+from vramlens.estimator import estimate_spec
 from vramlens.hardware.gpu import GPU
 from vramlens.models.spec import ModelSpec
 from vramlens.workload import Workload

@@ -24,11 +24,11 @@ from dataclasses import dataclass, field, replace
 
 from vramlens.advise.cost import BANDWIDTH_EFFICIENCY, LINK_EFFICIENCY
 from vramlens.errors import InputError
-from vramlens.estimate import activations as A
-from vramlens.estimate import estimate_spec
-from vramlens.estimate import kv_cache as K
-from vramlens.estimate.runtime import runtime
-from vramlens.estimate.weights import GROUP_SIZE, quantized_linear_bytes  # noqa: F401  (GROUP_SIZE: doc link)
+from vramlens.estimator import activations as A
+from vramlens.estimator import estimate_spec
+from vramlens.estimator import kv_cache as K
+from vramlens.estimator.runtime import runtime
+from vramlens.estimator.weights import GROUP_SIZE, quantized_linear_bytes  # noqa: F401  (GROUP_SIZE: doc link)
 from vramlens.hardware.gpu import GPU
 from vramlens.models.spec import ModelSpec
 from vramlens.units import DTYPE_BYTES, dtype_bytes, human_bytes

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, fields
 
 from vramlens.advise.cost import StepCost
-from vramlens.estimate.core import Estimate
+from vramlens.estimator.core import Estimate
 from vramlens.workload import Workload
 
 #: Workload fields that are `vramlens estimate` flags (the others stay at their defaults in plans).

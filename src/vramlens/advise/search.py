@@ -18,7 +18,7 @@ kv-quant       an 8-bit KV cache (inference)
 
 Every candidate is evaluated with the estimator's own component functions, memoized per part
 of the workload they read (:mod:`vramlens.advise.fastmem`); the plans returned are re-estimated
-with :func:`vramlens.estimate.estimate_spec`, so their figures are exactly what
+with :func:`vramlens.estimator.estimate_spec`, so their figures are exactly what
 ``vramlens estimate`` prints for their settings.
 """
 
@@ -32,8 +32,8 @@ from vramlens.advise.cost import Links, TrainingCost, inference_request, tradeof
 from vramlens.advise.fastmem import STATE_FIELDS, FastMemory
 from vramlens.advise.plan import FitResult, Plan, settings_of
 from vramlens.errors import ConfigError, InputError
-from vramlens.estimate import estimate_spec
-from vramlens.estimate import kv_cache as K
+from vramlens.estimator import estimate_spec
+from vramlens.estimator import kv_cache as K
 from vramlens.hardware.gpu import GPU
 from vramlens.limits import MAX_EFFECTIVE_BATCH
 from vramlens.models.spec import ModelSpec

@@ -40,7 +40,7 @@ def add_parser(sub) -> argparse.ArgumentParser:
 
 
 def run(args: argparse.Namespace) -> int:
-    from vramlens.estimate import estimate
+    from vramlens.estimator import estimate
 
     require_model_and_headroom(args)
     est = estimate(args.model, gpu=args.gpu, params=args.params, headroom=args.headroom, **workload_kwargs(args))

@@ -19,9 +19,9 @@ from vramlens.models.safetensors_header import read_safetensors_header
 from vramlens.models.spec import ModelSpec, TensorInfo
 
 __all__ = [
-    "SUPPORTED_MODEL_TYPES",
     "CatalogEntry",
     "ModelSpec",
+    "SUPPORTED_MODEL_TYPES",
     "TensorInfo",
     "generic_spec",
     "list_catalog",

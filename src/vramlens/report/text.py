@@ -8,7 +8,7 @@ from __future__ import annotations
 import os
 import sys
 
-from vramlens.estimate.breakdown import Breakdown
+from vramlens.estimator.breakdown import Breakdown
 from vramlens.report.svg import LABELS  # noqa: E402  one table of component names for every report
 from vramlens.units import GiB, format_gib, human_count
 

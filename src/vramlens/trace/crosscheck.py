@@ -28,7 +28,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from vramlens.estimate.breakdown import ALLOCATOR_COMPONENTS
+from vramlens.estimator.breakdown import ALLOCATOR_COMPONENTS
 
 #: catalog name -> (what it stands for, KV heads after the shrink, LoRA targets)
 ARCHITECTURES: dict[str, tuple[str, int, tuple[str, ...]]] = {
@@ -150,7 +150,7 @@ def workload_for(name: str, row: dict[str, Any]) -> dict[str, Any]:
 
 
 def run_row(name: str, row: dict[str, Any]) -> Row:
-    from vramlens.estimate import estimate
+    from vramlens.estimator import estimate
     from vramlens.models.inventory import spec_from_config
     from vramlens.trace import trace
 
@@ -174,7 +174,7 @@ def _workspace_bytes(est) -> int:
     A trace sees tensors only, so both sides are compared without them.
     """
     try:
-        from vramlens.estimate.runtime import runtime
+        from vramlens.estimator.runtime import runtime
     except ImportError:
         return 0
     return int(getattr(runtime(est.gpu, est.workload), "workspace_bytes", 0) or 0)

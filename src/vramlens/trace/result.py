@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from vramlens.estimate.breakdown import Breakdown, make_breakdown
+from vramlens.estimator.breakdown import Breakdown, make_breakdown
 from vramlens.trace.events import (
     INFERENCE_COMPONENT,
     TAG_COMPONENT,

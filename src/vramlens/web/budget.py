@@ -154,7 +154,7 @@ def _serve(conn, memory_bytes: int | None, env: dict[str, str]) -> None:  # prag
     os.environ.update(env)
     # import what the jobs use before the limit, so the limit bounds the job, not the imports
     import vramlens.advise  # noqa: F401
-    import vramlens.estimate  # noqa: F401
+    import vramlens.estimator  # noqa: F401
     import vramlens.models.inventory  # noqa: F401
     from vramlens.errors import VramlensError
 

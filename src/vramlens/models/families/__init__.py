@@ -8,13 +8,13 @@ builds for it when ``architectures`` is missing from config.json.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable as _Callable
 
-from vramlens.models._reader import ConfigReader
+from vramlens.models._reader import ConfigReader as _ConfigReader
 from vramlens.models.families import bert, gpt, llama, t5
 from vramlens.models.families._common import Built
 
-Builder = Callable[[ConfigReader, str], Built]
+Builder = _Callable[[_ConfigReader, str], Built]
 
 BUILDERS: dict[str, Builder] = {
     **bert.BUILDERS,
@@ -47,4 +47,4 @@ DEFAULT_ARCHITECTURES: dict[str, str] = {
     "mt5": "MT5ForConditionalGeneration",
 }
 
-__all__ = ["BUILDERS", "DEFAULT_ARCHITECTURES", "Builder", "Built"]
+__all__ = ["BUILDERS", "Builder", "Built", "DEFAULT_ARCHITECTURES"]

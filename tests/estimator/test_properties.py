@@ -7,7 +7,7 @@ pytest.importorskip("hypothesis", reason="property tests need hypothesis (the de
 from hypothesis import given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
-from vramlens.estimate import estimate_spec
+from vramlens.estimator import estimate_spec
 from vramlens.models import load_model
 from vramlens.workload import make_workload
 

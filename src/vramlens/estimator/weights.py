@@ -23,13 +23,13 @@ from __future__ import annotations
 
 from math import ceil
 
-from vramlens.estimate.inventory import (
+from vramlens.estimator.inventory import (
     float_bytes,
     lora_rounded_bytes,
     lora_shape,
     summarize,
 )
-from vramlens.estimate.memo import identity_cache
+from vramlens.estimator.memo import identity_cache
 from vramlens.models.spec import ModelSpec
 from vramlens.units import BLOCK, DTYPE_BYTES, round_up
 from vramlens.workload import Workload

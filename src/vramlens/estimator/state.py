@@ -4,7 +4,7 @@
 optimizer states, their sharding and offload, the allocator's reserve for them, the runtime);
 :func:`train_phases` adds the activations of one micro-batch and gives each phase's live
 total; :func:`reserved_total` turns the peak into ``max_memory_reserved`` and the nvidia-smi
-total. :func:`vramlens.estimate.core.estimate_spec` and the advisor's memoized search
+total. :func:`vramlens.estimator.core.estimate_spec` and the advisor's memoized search
 (:mod:`vramlens.advise.fastmem`) both use these, so their figures are the same by construction.
 
 Phases (steady state, step 2 onwards, when the optimizer states exist; step 1 is never
@@ -26,12 +26,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from vramlens.estimate import optimizer as O
-from vramlens.estimate import weights as Wt
-from vramlens.estimate.memo import identity_cache
-from vramlens.estimate.parallel import Split, comm_buffer_bytes, gathered_sizes, split
-from vramlens.estimate.reserve import persistent_part_reserve
-from vramlens.estimate.runtime import runtime
+from vramlens.estimator import optimizer as O
+from vramlens.estimator import weights as Wt
+from vramlens.estimator.memo import identity_cache
+from vramlens.estimator.parallel import Split, comm_buffer_bytes, gathered_sizes, split
+from vramlens.estimator.reserve import persistent_part_reserve
+from vramlens.estimator.runtime import runtime
 from vramlens.hardware.gpu import GPU
 from vramlens.models.spec import ModelSpec
 from vramlens.units import BLOCK, DTYPE_BYTES, human_bytes, round_up
@@ -68,14 +68,14 @@ def autocast_copies(spec: ModelSpec, w: Workload) -> tuple[int, int]:
     cast, weights = _autocast_numels(spec)
     if w.method == "full":
         return sum(round_up(n * half, BLOCK) for n in cast), 0
-    from vramlens.estimate.inventory import lora_shape
+    from vramlens.estimator.inventory import lora_shape
 
     shape = lora_shape(spec, tuple(w.lora_targets))
     adapters = sum(lin.count * (round_up(w.lora_rank * lin.in_features * half, BLOCK)
                                 + round_up(w.lora_rank * lin.out_features * half, BLOCK)) for lin in shape.targets)
     frozen = sum(round_up(n * half, BLOCK) for n in weights)
     # the first block's frozen linears up to the first adapter see inputs that need no gradient
-    from vramlens.estimate.activations import linear_groups, untracked_before_first_adapter
+    from vramlens.estimator.activations import linear_groups, untracked_before_first_adapter
 
     _, early = untracked_before_first_adapter(spec, w, 1, 1)
     if early:
@@ -274,7 +274,7 @@ def _step(st: TrainState) -> int:
 
 def reserved_total(st: TrainState, peak: int, *, extra_persistent: int = 0) -> tuple[int, int]:
     """(max_memory_reserved, nvidia-smi total) for a peak of ``peak`` allocated bytes."""
-    from vramlens.estimate.reserve import transient_reserve
+    from vramlens.estimator.reserve import transient_reserve
 
     t = max(0, peak - st.reserve_persistent - extra_persistent)
     reserved = max(st.reserve_base + extra_persistent + transient_reserve(t), st.reserve_floor + extra_persistent + t,

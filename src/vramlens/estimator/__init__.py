@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from vramlens.estimate.breakdown import COMPONENTS, Breakdown, Component, make_breakdown
-from vramlens.estimate.core import DEFAULT_HEADROOM, Estimate, estimate_spec
+from vramlens.estimator.breakdown import COMPONENTS, Breakdown, Component, make_breakdown
+from vramlens.estimator.core import DEFAULT_HEADROOM, Estimate, estimate_spec
 
 if TYPE_CHECKING:  # only for annotations: the seam exports the estimator's names, not the inputs' types
     from vramlens.hardware.gpu import GPU
@@ -59,7 +59,7 @@ def estimate(
 def check_workload(spec: ModelSpec, w: Workload) -> None:
     """Problems that depend on both the model and the workload (e.g. --tp must divide the heads)."""
     from vramlens.errors import ConfigError
-    from vramlens.estimate.inventory import lora_shape
+    from vramlens.estimator.inventory import lora_shape
 
     p = []
     if w.tp > 1 and spec.n_heads % w.tp:

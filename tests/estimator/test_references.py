@@ -2,9 +2,9 @@
 
 from _specs import flat_spec, llama_config
 
-from vramlens.estimate import estimate
-from vramlens.estimate.activations import korthikanti_layer_bytes, layer_activations
-from vramlens.estimate.kv_cache import kv_bytes_per_token, kv_cache_bytes
+from vramlens.estimator import estimate
+from vramlens.estimator.activations import korthikanti_layer_bytes, layer_activations
+from vramlens.estimator.kv_cache import kv_bytes_per_token, kv_cache_bytes
 from vramlens.models import load_model
 from vramlens.models.spec import ModelSpec, TensorInfo
 from vramlens.workload import make_workload
@@ -88,7 +88,7 @@ def test_torchtune_lora_linear_exact():
 def test_host_ram_loading_13b_default_way_exceeds_64_gb():
     # the brief's case: a 13B model loaded the default way gets a 64 GB machine OOM-killed:
     # fp32 random init (4 B/param) + the fp16 state dict (2 B/param) = 6 B/param = 78 GB
-    from vramlens.estimate.loading import host_load
+    from vramlens.estimator.loading import host_load
 
     spec = load_model("llama-2-13b")
     hl = host_load(spec, "fp16")

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from vramlens.estimate.memo import identity_cache
+from vramlens.estimator.memo import identity_cache
 from vramlens.models.spec import ModelSpec, TensorInfo
 from vramlens.units import BLOCK, DTYPE_BYTES, round_up
 

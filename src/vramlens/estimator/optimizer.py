@@ -21,8 +21,8 @@ from __future__ import annotations
 
 from math import ceil
 
-from vramlens.estimate.inventory import lora_rounded_bytes, lora_shape, summarize
-from vramlens.estimate.memo import identity_cache
+from vramlens.estimator.inventory import lora_rounded_bytes, lora_shape, summarize
+from vramlens.estimator.memo import identity_cache
 from vramlens.models.spec import ModelSpec
 from vramlens.units import BLOCK, DTYPE_BYTES, round_up
 from vramlens.workload import Workload

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from vramlens.estimate.inventory import summarize
+from vramlens.estimator.inventory import summarize
 from vramlens.models.spec import ModelSpec
 from vramlens.units import DTYPE_BYTES
 

@@ -1,6 +1,6 @@
 """estimate(): put the components together into a per-GPU Breakdown and a verdict.
 
-The phase arithmetic lives in :mod:`vramlens.estimate.state` (shared with the advisor);
+The phase arithmetic lives in :mod:`vramlens.estimator.state` (shared with the advisor);
 inference adds the KV cache, the largest block working set during prefill and the logits.
 """
 
@@ -8,12 +8,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from vramlens.estimate import activations as A
-from vramlens.estimate import kv_cache as K
-from vramlens.estimate.breakdown import Breakdown, make_breakdown
-from vramlens.estimate.loading import HostLoad, host_load
-from vramlens.estimate.parallel import Split
-from vramlens.estimate.state import reserved_total, train_phases, train_state
+from vramlens.estimator import activations as A
+from vramlens.estimator import kv_cache as K
+from vramlens.estimator.breakdown import Breakdown, make_breakdown
+from vramlens.estimator.loading import HostLoad, host_load
+from vramlens.estimator.parallel import Split
+from vramlens.estimator.state import reserved_total, train_phases, train_state
 from vramlens.hardware.gpu import GPU
 from vramlens.models.spec import ModelSpec
 from vramlens.units import DTYPE_BYTES
@@ -59,7 +59,7 @@ class Estimate:
 
     @property
     def host_load(self) -> HostLoad:
-        """Host RAM to load the checkpoint (vramlens.estimate.loading), in the dtype the weights load in."""
+        """Host RAM to load the checkpoint (vramlens.estimator.loading), in the dtype the weights load in."""
         w = self.workload
         return host_load(self.model, w.dtype if w.method != "qlora" else w.compute_dtype)
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections import Counter
 
-from vramlens.estimate.memo import identity_cache
+from vramlens.estimator.memo import identity_cache
 from vramlens.models.spec import ModelSpec
 
 
