@@ -1,6 +1,5 @@
 """Hand-worked allocator scenarios: each expected figure follows from the rules step by step."""
 
-import time
 
 import pytest
 
@@ -175,7 +174,7 @@ def test_event_shapes():
 
 
 @pytest.mark.slow  # > 5 s on 2 cores (--durations)
-def test_million_events_in_a_few_seconds():
+def test_a_million_events_replay():
     import random
 
     rng = random.Random(0)
@@ -188,7 +187,5 @@ def test_million_events_in_a_few_seconds():
             events.append(A(nid, int(rng.choice(sizes) * rng.uniform(0.5, 1.5))))
             live.append(nid)
             nid += 1
-    t = time.perf_counter()
-    r = simulate(events)
-    assert time.perf_counter() - t < 10  # about 2.5 s on one core
+    r = simulate(events)  # benchmarks/bench_allocator.py times this (tests assert no wall-clock times)
     assert r.n_events == 1_000_000 and r.peak_reserved_bytes >= r.peak_allocated_bytes

@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import struct
 import sys
-import time
 
 import pytest
 
@@ -394,13 +393,11 @@ def test_unknown_name_message():
     )
 
 
-def test_catalog_names_are_cached_and_fast():
+def test_catalog_names_are_cached():
+    """Every spelling of a catalog name answers the one cached spec (benchmarks/bench_allocator.py times it)."""
     a = load_model("Llama-3.1-405B")
     assert load_model("meta-llama/llama-3.1-405b") is a
-    t0 = time.perf_counter()
-    for _ in range(1000):
-        load_model("llama-3.1-405b")
-    assert (time.perf_counter() - t0) / 1000 < 1e-3
+    assert load_model("llama-3.1-405b") is a
 
 
 def test_dict_and_spec_sources():
