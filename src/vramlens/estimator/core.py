@@ -73,6 +73,7 @@ class Estimate:
                 "name": m.name,
                 "model_type": m.model_type,
                 "architecture": m.architecture,
+                "head": m.head,
                 "params": m.params,
                 "trainable_params": self.trainable_params,
                 "layers": m.n_layers,
