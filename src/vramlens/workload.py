@@ -36,6 +36,13 @@ ATTENTION = ("eager", "sdpa", "flash")
 OFFLOAD = ("none", "optimizer", "all")
 KV_DTYPES = ("fp32", "fp16", "bf16", "fp8", "int8")
 DEFAULT_LORA_TARGETS = ("q_proj", "v_proj")
+#: What the model is trained or run for: the head on top of the base model and its loss.
+#: ``embedding`` is sentence-transformers' case: the base model, mean pooling, and the in-batch
+#: negatives loss over (anchor, positive) pairs (MultipleNegativesRankingLoss).
+TASKS = ("causal-lm", "seq2seq-lm", "masked-lm", "sequence-classification", "token-classification",
+         "question-answering", "embedding")
+#: Tasks whose head produces tokens (the ones ``new_tokens`` applies to).
+GENERATING_TASKS = ("causal-lm", "seq2seq-lm")
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,6 +78,7 @@ class Workload:
     offload: str = "none"
     kv_dtype: str | None = None
     kv_block: int = 0
+    task: str | None = None  # None: the head named by the config's architectures
 
     # ---- derived ------------------------------------------------------------------------
     @property
@@ -147,6 +155,7 @@ class Workload:
         choice("attention", self.attention, ATTENTION)
         choice("offload", self.offload, OFFLOAD)
         choice("kv_dtype", self.kv_dtype, KV_DTYPES, optional=True)
+        choice("task", self.task, TASKS, optional=True)
         for name, limit in _COUNT_LIMITS:
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int) or v < 1:
@@ -200,6 +209,9 @@ class Workload:
             p.append("zero/fsdp shard training state; for inference use --tp or --pp to split the model")
         if self.mode == "train" and self.new_tokens:
             p.append(f"new_tokens={self.new_tokens} applies to inference only: drop it or use --mode inference")
+        if self.new_tokens and self.task is not None and self.task not in GENERATING_TASKS:
+            p.append(f"new_tokens={self.new_tokens} needs a generating task (causal-lm or seq2seq-lm); "
+                     f"task={self.task} does not generate: drop --new-tokens")
         if self.amp == "fp16" and self.dtype == "bf16":
             p.append("dtype=bf16 with amp=fp16 mixes two half formats: use --dtype fp32 --amp fp16")
         if self.amp == "bf16" and self.dtype == "fp16":
@@ -279,7 +291,7 @@ def make_workload(**kwargs: Any) -> Workload:
         if key not in known:
             unknown.append(k)
             continue
-        if v is None and key not in ("amp", "quant", "kv_dtype"):
+        if v is None and key not in ("amp", "quant", "kv_dtype", "task"):
             continue
         clean[key] = v
     if unknown:
@@ -292,4 +304,6 @@ def make_workload(**kwargs: Any) -> Workload:
         clean["amp"] = None
     if clean.get("quant") in ("none", "no", ""):
         clean["quant"] = None
+    if clean.get("task") == "":
+        clean["task"] = None  # the web form's "(from the config)"
     return Workload(**clean).validated()

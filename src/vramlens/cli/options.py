@@ -113,6 +113,11 @@ def add_workload_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--pp", type=_positive, default=1, help="pipeline-parallel degree")
     g.add_argument("--offload", choices=W.OFFLOAD, default="none", help="CPU offload of optimizer states / everything")
     g.add_argument("--kv-dtype", choices=W.KV_DTYPES, default=None, help="KV-cache dtype (default: compute dtype)")
+    g.add_argument("--task", choices=W.TASKS, default=None,
+                   help="the head and loss: causal-lm, seq2seq-lm, masked-lm, sequence-classification, "
+                        "token-classification, question-answering, or embedding (sentence-transformers: base "
+                        "model, mean pooling, in-batch negatives over --batch (anchor, positive) pairs); "
+                        "default: the config's architectures")
     g.add_argument("--kv-block", type=_positive, default=0, help="paged KV-cache block size in tokens (0: no paging)")
 
 

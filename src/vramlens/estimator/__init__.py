@@ -51,6 +51,9 @@ def estimate(
     w = workload.validated() if workload is not None else make_workload(**settings)
     if workload is not None and settings:
         w = w.replace(**settings)
+    from vramlens.models.inventory import with_task
+
+    spec = with_task(spec, w.task)
     check_workload(spec, w)
     g = get_gpu(gpu) if isinstance(gpu, str) else gpu
     return estimate_spec(spec, w, g, headroom=headroom)
@@ -84,6 +87,9 @@ def check_workload(spec: ModelSpec, w: Workload) -> None:
                      f"most min(in, out) = {side}; use --lora-rank {side} or less")
     if spec.kind == "encoder" and w.new_tokens:
         p.append(f"new_tokens={w.new_tokens}: {spec.name} is an encoder and does not generate")
+    elif w.new_tokens and spec.head not in ("causal-lm", "seq2seq-lm"):
+        p.append(f"new_tokens={w.new_tokens}: {spec.name} is built for {spec.head} ({spec.architecture}), which "
+                 "does not generate: drop --new-tokens or use --task causal-lm")
     if p:
         raise ConfigError(p)
 

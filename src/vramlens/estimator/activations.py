@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from vramlens.estimator import heads as H
 from vramlens.estimator.memo import identity_cache
 from vramlens.models.spec import ModelSpec
 from vramlens.units import BLOCK, DTYPE_BYTES, round_up
@@ -366,11 +367,8 @@ def _mlp_saved(spec: ModelSpec, D: Dims, t: int, c: int, out_saved: bool = True)
 
 
 def has_lm_head(spec: ModelSpec) -> bool:
-    """Whether the architecture ends in a vocabulary projection (``...LMHeadModel``, ``...ForCausalLM``...)."""
-    arch = spec.architecture
-    if "LMHead" in arch or arch.endswith(("ForCausalLM", "ForMaskedLM", "ForConditionalGeneration", "ForPreTraining")):
-        return True
-    return False
+    """Whether the head ends in a vocabulary projection (vramlens.estimator.heads)."""
+    return H.has_lm_head(spec)
 
 
 def logits_bytes(spec: ModelSpec, w: Workload, tokens: int) -> int:
@@ -378,32 +376,21 @@ def logits_bytes(spec: ModelSpec, w: Workload, tokens: int) -> int:
     return _r(DTYPE_BYTES[w.compute_dtype] * spec.vocab_size * tokens) if has_lm_head(spec) else 0
 
 
-def loss_upcasts(spec: ModelSpec) -> bool:
-    """Whether the model's LM loss calls ``logits.float()`` first.
-
-    Causal LMs do (transformers/loss/loss_utils.py ``ForCausalLMLoss``); the masked-LM and T5
-    heads take ``cross_entropy`` of the logits as they are (checked by tracing
-    ``BertForMaskedLM`` and ``T5ForConditionalGeneration``: a compute-dtype ``_log_softmax``).
-    """
-    arch = spec.architecture
-    return arch.endswith("ForCausalLM") or "LMHead" in arch
-
-
 def head_saved(spec: ModelSpec, w: Workload, b: int, s: int) -> tuple[int, int, str]:
-    """(saved for backward at the loss, transient peak at the loss, explanation) of the LM head.
+    """(saved for backward at the loss, transient peak at the loss, explanation) of the head.
 
     Causal LMs in transformers (``ForCausalLMLoss``) upcast the logits to fp32 and
     ``cross_entropy`` keeps the fp32 ``log_softmax`` output: c*V + 4*V + 4*V bytes per token at
     the loss. Masked LMs and T5 take ``cross_entropy`` of the logits as they are (fp32 only
-    under autocast, whose fp32 list has ``cross_entropy``). Classifiers are tiny.
+    under autocast, whose fp32 list has ``cross_entropy``). Other heads: vramlens.estimator.heads.
     """
     t = b * s
     V = spec.vocab_size
     c = DTYPE_BYTES[w.compute_dtype]
     if not has_lm_head(spec):
-        return 0, 0, "no LM head"
+        return H.loss_saved(spec, w, b, s)
     autocast = w.amp is not None and w.dtype == "fp32"
-    sm = 4 if (loss_upcasts(spec) or autocast) else c
+    sm = 4 if (H.loss_upcasts(spec) or autocast) else c
     logits = _r(c * V * t)
     upcast = _r(4 * V * t) if sm == 4 and c != 4 else 0
     lsm = _r(sm * V * t)
@@ -417,13 +404,15 @@ def model_level_saved(spec: ModelSpec, w: Workload, b: int, s: int) -> int:
     t = b * s
     c = DTYPE_BYTES[w.compute_dtype]
     r = 4 if w.dtype == "fp32" else c
-    total = _r(8 * t) * 2  # input_ids and labels, int64
+    total = _r(8 * t) + H.label_bytes(spec, b, s)  # input_ids and the labels, int64
     if spec.position == "rotary":
         total += 2 * _r(c * spec.head_dim * t)  # cos and sin, shared by all layers
     _, p_hid = dropout_probs(spec)
     if p_hid > 0:
         total += _r(spec.hidden_size * t)  # embedding dropout mask
-    total += _norm_saved(norm_kind(spec), spec.hidden_size, t, r, c, 1, w.amp is not None and w.dtype == "fp32")
+    # the last norm's output is kept by the head's first op unless a dropout stands in front of it
+    consumers = 1 if H.keeps_last_hidden(spec) else 0
+    total += _norm_saved(norm_kind(spec), spec.hidden_size, t, r, c, consumers, w.amp is not None and w.dtype == "fp32")
     if spec.kind == "encoder-decoder":
         total += _norm_saved(norm_kind(spec), spec.hidden_size, t, r, c, 1, False)  # encoder final norm
     if spec.position == "relative" and w.checkpointing == "full":
@@ -433,11 +422,7 @@ def model_level_saved(spec: ModelSpec, w: Workload, b: int, s: int) -> int:
         bias_b = DTYPE_BYTES[w.dtype] if w.method == "full" else DTYPE_BYTES[w.compute_dtype]
         n_bias = 3 if spec.kind == "encoder-decoder" else 1
         total += n_bias * _r(bias_b * spec.n_heads * s * s)
-    if spec.architecture.endswith("ForMaskedLM"):
-        # BERT's prediction head transform over every token: dense output (kept by the activation),
-        # activation output and the LayerNorm (input, stats, output kept by the decoder)
-        total += 2 * _r(c * spec.hidden_size * t) + _norm_saved("layernorm", spec.hidden_size, t, c, c, 1, False)
-    return total
+    return total + H.head_level_saved(spec, w, b, s)
 
 
 def inference_layer_peak(spec: ModelSpec, w: Workload, b: int, s: int, S: int, tp: int = 1) -> int:

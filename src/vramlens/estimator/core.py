@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from vramlens.estimator import activations as A
+from vramlens.estimator import heads as H
 from vramlens.estimator import kv_cache as K
 from vramlens.estimator.breakdown import Breakdown, make_breakdown
 from vramlens.estimator.loading import HostLoad, host_load
@@ -72,6 +73,7 @@ class Estimate:
                 "name": m.name,
                 "model_type": m.model_type,
                 "architecture": m.architecture,
+                "head": m.head,
                 "params": m.params,
                 "trainable_params": self.trainable_params,
                 "layers": m.n_layers,
@@ -115,6 +117,8 @@ class ActivationTotals:
     loss_transient: int  # the loss-time transient beyond what the head keeps
     head_saved: int      # what the head keeps for backward
     formula: str
+    later_pass: int = 0  # embedding: alive besides gradients when the first column's backward starts
+    pass_working: int = 0  # of later_pass, the block backward's own tensors (not saved activations)
 
 
 def activation_totals(spec: ModelSpec, w: Workload, sp: Split) -> ActivationTotals:
@@ -129,7 +133,8 @@ def activation_totals(spec: ModelSpec, w: Workload, sp: Split) -> ActivationTota
         la = A.layer_activations(spec, w, b, s, tp=tp)
         layers = [(la, spec.n_layers)]
     frac = sp.layers / max(1, spec.n_layers)
-    inflight = sp.micro_batches_in_flight
+    # the embedding case runs the blocks once per text column, both graphs alive until backward
+    inflight = sp.micro_batches_in_flight * H.columns(spec, w)
     one = max(la.saved for la, _ in layers)
     if w.checkpointing == "full":
         # the recomputed block, plus the gradients its backward holds at once: the MLP's
@@ -143,14 +148,30 @@ def activation_totals(spec: ModelSpec, w: Workload, sp: Split) -> ActivationTota
         if w.checkpointing == "selective":
             formula += " (selective: attention scores recomputed)"
     kept = int(kept * frac) * inflight
-    model_level = A.model_level_saved(spec, w, b, s)
+    model_level = A.model_level_saved(spec, w, b, s) * H.columns(spec, w)
     if w.checkpointing != "full":  # a checkpointed block keeps its inputs whatever needs a gradient
-        model_level -= A.untracked_before_first_adapter(spec, w, b, s)[0]
+        model_level -= A.untracked_before_first_adapter(spec, w, b, s)[0] * H.columns(spec, w)
     head_saved, head_peak, head_formula = A.head_saved(spec, w, b, s)
     if not sp.has_head:
         head_saved = head_peak = 0
+    later = working = 0
+    cols = H.columns(spec, w)
+    if cols > 1:
+        # autograd runs the last column's graph first (higher sequence numbers), so every gradient
+        # exists when the first column's backward starts with its activations all alive; each block
+        # gradient it computes is a new tensor added into .grad (AccumulateGrad). Its first op, the
+        # MLP's down projection, holds the incoming gradient (b*s*h), the gradient of its input
+        # (b*s*f) and the new weight gradient (h*f)
+        t = b * s
+        working = (A._r((4 if w.dtype == "fp32" else DTYPE_BYTES[w.compute_dtype]) * spec.hidden_size * t)
+                   + A._r(DTYPE_BYTES[w.compute_dtype] * max(1, spec.ffn_size // tp) * t)
+                   + (A._r(DTYPE_BYTES[w.dtype] * spec.hidden_size * max(1, spec.ffn_size // tp))
+                      if w.method == "full" else 0))
+        later = (kept + model_level) * (cols - 1) // cols + working
     return ActivationTotals(saved=kept + model_level + head_saved, one_layer=one, loss_transient=head_peak - head_saved,
-                            head_saved=head_saved, formula=formula + "; " + head_formula)
+                            head_saved=head_saved, formula=formula + "; " + head_formula
+                            + (f"; x{cols} text columns (anchor, positive), each its own forward" if cols > 1 else ""),
+                            later_pass=later, pass_working=working)
 
 
 def estimate_spec(spec: ModelSpec, w: Workload, gpu: GPU | None = None, *, headroom: float = DEFAULT_HEADROOM) -> Estimate:
@@ -168,15 +189,20 @@ def estimate_spec(spec: ModelSpec, w: Workload, gpu: GPU | None = None, *, headr
         if st.frozen_casts:
             explain["activations"] += f"; frozen weights' {w.amp} casts kept for backward ({st.frozen_casts:,} B)"
         logits = A.logits_bytes(spec, w, w.batch * w.seq) if sp.has_head else 0
-        phases = train_phases(st, acts, one_layer, loss_tmp, head_saved, w.grad_accum, w.checkpointing, logits)
+        phases = train_phases(st, acts, one_layer, loss_tmp, head_saved, w.grad_accum, w.checkpointing, logits,
+                              later_pass=at.later_pass)
         peak_phase, peak_alloc = max(phases, key=lambda p: p[1])
         reserved, total = reserved_total(st, peak_alloc)
         recompute = one_layer if w.checkpointing == "full" else 0
-        temporaries = max(loss_tmp, 2 * head_saved, st.opt_tmp + st.master_grads, recompute)
+        # several columns: the gradients are still accumulating when the first column's backward runs
+        second = st.grads + at.pass_working if at.later_pass else 0
+        temporaries = max(loss_tmp, 2 * head_saved, st.opt_tmp + st.master_grads, recompute, second)
         explain["temporaries"] = (f"max(loss: logits + fp32 upcast {loss_tmp:,} B, loss backward: two fp32 "
                                   f"b*s*V gradients {2 * head_saved:,} B, optimizer step {st.opt_tmp + st.master_grads:,} B: "
                                   f"{explain.pop('optimizer_step', '')}"
-                                  + (f", one block recomputed in backward {recompute:,} B)" if recompute else ")"))
+                                  + (f", one block recomputed in backward {recompute:,} B" if recompute else "")
+                                  + (f", the first column's backward: gradients still accumulating and a block's "
+                                     f"backward tensors {second:,} B" if second else "") + ")")
         frozen = st.frozen_casts if w.checkpointing != "full" else 0
         # saved in forward and kept into backward; a checkpointed block's recomputation happens in
         # backward and counts as a temporary

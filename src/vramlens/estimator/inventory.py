@@ -38,7 +38,8 @@ class Summary:
     fixed_bytes: int                     # tensors with a fixed dtype (int buffers, quantized checkpoints)
     float_numel: int                     # elements that take the run's dtype
     float_bytes_at: dict                 # bytes per element -> rounded bytes of the float tensors
-    param_bytes_at: dict                 # bytes per element -> rounded bytes of the float parameters
+    param_bytes_at: dict                 # bytes per element -> rounded bytes of the float parameters the loss reaches
+    grad_params: int                     # parameters the loss reaches (all but ModelSpec.outside_loss)
     small_param_numel: int               # elements of parameters < BNB_MIN_8BIT_SIZE (bnb keeps them 32-bit)
     largest_param_numel: int
 
@@ -56,6 +57,8 @@ def summarize(spec: ModelSpec) -> Summary:
     p_bytes = {1: 0, 2: 0, 4: 0}
     small = 0
     largest = 0
+    outside = set(spec.outside_loss)
+    grad_params = 0
     for t in spec.tensors:
         n = t.numel
         if t.role in LINEAR_ROLES and len(t.shape) == 2:
@@ -72,7 +75,8 @@ def summarize(spec: ModelSpec) -> Summary:
         fl_numel += n
         for b in fl_bytes:
             fl_bytes[b] += round_up(n * b, BLOCK)
-        if t.is_parameter:
+        if t.is_parameter and t.name not in outside:  # no gradient, so no optimizer state either
+            grad_params += n
             for b in p_bytes:
                 p_bytes[b] += round_up(n * b, BLOCK)
     return Summary(
@@ -82,6 +86,7 @@ def summarize(spec: ModelSpec) -> Summary:
         float_numel=fl_numel,
         float_bytes_at=fl_bytes,
         param_bytes_at=p_bytes,
+        grad_params=grad_params,
         small_param_numel=small,
         largest_param_numel=largest,
     )

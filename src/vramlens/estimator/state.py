@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 
 from vramlens.estimator import optimizer as O
 from vramlens.estimator import weights as Wt
+from vramlens.estimator.heads import has_lm_head
 from vramlens.estimator.memo import identity_cache
 from vramlens.estimator.parallel import Split, comm_buffer_bytes, gathered_sizes, split
 from vramlens.estimator.reserve import persistent_part_reserve
@@ -166,7 +167,7 @@ def train_state(spec: ModelSpec, w: Workload, gpu: GPU | None) -> TrainState:
         notes.append("parameters offloaded: the GPU holds the gathered blocks only")
     head_grad = 0
     sharded3 = w.training and w.shard_stage == 3 and w.shard_degree > 1
-    if w.training and w.method == "full" and sp.has_head:
+    if w.training and w.method == "full" and sp.has_head and has_lm_head(spec):
         # under FSDP2/ZeRO-3 the root's gradient is unsharded until its reduce-scatter at the end
         frac = 1.0 if sharded3 else sp.gradients
         head_grad = round_up(int(spec.vocab_size * spec.hidden_size * pbytes * frac), BLOCK)
@@ -212,7 +213,7 @@ def train_state(spec: ModelSpec, w: Workload, gpu: GPU | None) -> TrainState:
 
 
 def train_phases(st: TrainState, acts: int, one: int, loss_tmp: int, head_saved: int, grad_accum: int,
-                 checkpointing: str, logits: int = 0) -> tuple[tuple[str, int], ...]:
+                 checkpointing: str, logits: int = 0, later_pass: int = 0) -> tuple[tuple[str, int], ...]:
     """Live bytes at each phase's peak (workspaces included); see the module docstring.
 
     Args:
@@ -221,6 +222,8 @@ def train_phases(st: TrainState, acts: int, one: int, loss_tmp: int, head_saved:
         loss_tmp: the loss' transient beyond what it saves (logits and their fp32 upcast).
         head_saved: what the loss saves for backward (the fp32 log_softmax output).
         logits: the logits' bytes in the compute dtype (their gradient enters the output layer's backward).
+        later_pass: with several forwards per step (the embedding case's text columns), what is alive
+            besides every gradient when the first column's backward starts (core.activation_totals).
     """
     # gradients exist during forward when they accumulate, or when zero_grad keeps them (set_to_none=False)
     gfwd = st.grads if (grad_accum > 1 or st.keep_grads) else 0
@@ -259,6 +262,8 @@ def train_phases(st: TrainState, acts: int, one: int, loss_tmp: int, head_saved:
             bwd = max(bwd_start, recompute_peak, persistent + st.grads + one)
         else:
             bwd = max(bwd_start, persistent + st.grads)
+        if later_pass:
+            bwd = max(bwd, persistent + st.grads + later_pass)
         optim = persistent + _step(st)
     ws = st.workspace
     return (("forward", fwd + ws), ("backward", bwd + ws), ("optimizer", optim + ws))

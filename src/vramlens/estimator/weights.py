@@ -120,5 +120,5 @@ def trainable_params(spec: ModelSpec, w: Workload) -> int:
     if w.mode != "train":
         return 0
     if w.method == "full":
-        return summarize(spec).params
+        return summarize(spec).grad_params  # a parameter the loss never reaches gets no gradient
     return lora_params(spec, w)

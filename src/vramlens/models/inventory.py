@@ -15,11 +15,13 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from vramlens.errors import ModelSourceError
+from vramlens.errors import InputError, ModelSourceError
 from vramlens.limits import MAX_PARAMS, MAX_TENSOR_NUMEL, MAX_TENSORS, show
 from vramlens.models._reader import ConfigReader
+from vramlens.models._tensors import num_labels
 from vramlens.models.families import BUILDERS, DEFAULT_ARCHITECTURES
 from vramlens.models.families.llama import build_llama_like
+from vramlens.models.heads import head_of, task_architecture
 from vramlens.models.spec import ModelSpec, TensorInfo
 
 #: What a config needs to be built as a generic decoder when its model_type is unknown.
@@ -74,6 +76,7 @@ def spec_from_config(
     name: str | None = None,
     source: str = "config",
     where: str | None = None,
+    task: str | None = None,
 ) -> ModelSpec:
     """Build the ModelSpec of the transformers model that ``config`` describes.
 
@@ -82,12 +85,15 @@ def spec_from_config(
         name: the model's name in reports; default ``_name_or_path`` or the model type.
         source: where the config came from (``"catalog"``, ``"config.json"``, ``"hub"``...).
         where: how to name the config in error messages (a path, a hub id).
+        task: build the class transformers' ``AutoModelFor<task>`` makes (one of
+            ``vramlens.workload.TASKS``) instead of ``architectures[0]``.
 
     Returns:
         The spec; ``tensors`` equal ``model.named_parameters()`` (tied weights once) plus
-        ``named_buffers()`` of the class in ``architectures[0]``.
+        ``named_buffers()`` of the class in ``architectures[0]`` (or of the task's class).
 
     Raises:
+        InputError: the task does not apply to this model's family.
         ModelSourceError: a field is missing, of the wrong type, or inconsistent; or the
             model type is unknown and the config lacks the fields of a generic decoder.
     """
@@ -98,6 +104,9 @@ def spec_from_config(
     arch = _architecture(config, where)
     reader = ConfigReader(config, mt, where)
     generic = mt not in BUILDERS
+    if task is not None:
+        arch = task_architecture(mt, arch or DEFAULT_ARCHITECTURES.get(mt, "ForCausalLM"), task,
+                                 DEFAULT_ARCHITECTURES.get(mt))
     if arch is None:
         arch = DEFAULT_ARCHITECTURES.get(mt, "ForCausalLM")
         reader.assume(f"architecture={arch} (config.json has no 'architectures')")
@@ -116,6 +125,10 @@ def spec_from_config(
         built = BUILDERS[mt](reader, arch)
     reader.check()
     _check_size(built.tensors, where)
+    facts = dict(built.facts)
+    facts.setdefault("head", head_of(arch, facts["kind"]))
+    if facts["head"] in ("sequence-classification", "token-classification", "question-answering"):
+        facts["num_labels"] = num_labels(config)  # QA: start and end logits per token (2 by default)
     return ModelSpec(
         name=name or str(config.get("_name_or_path") or mt),
         model_type=mt,
@@ -123,10 +136,28 @@ def spec_from_config(
         tensors=tuple(built.tensors),
         source=source,
         assumed=tuple(dict.fromkeys(reader.assumed)),
-        config=dict(config),
+        config=dict(config) if task is None else {**config, "architectures": [arch]},
         quantization=_quantization(config, where),
-        **built.facts,
+        **facts,
     )
+
+
+def with_task(spec: ModelSpec, task: str | None) -> ModelSpec:
+    """``spec`` rebuilt for ``task`` (its head, inventory and head facts); ``spec`` when None or the same.
+
+    Raises:
+        InputError: the task does not apply to the model, or the spec has no config.json fields
+            to rebuild it from.
+    """
+    if task is None or task == spec.head:
+        return spec
+    if not spec.config:
+        raise InputError(f"task={task}: {spec.name} has no config.json fields to build its {task} head from: "
+                         "pass the model's config.json or drop --task")
+    if "safetensors" in spec.source:
+        raise InputError(f"task={task}: {spec.name}'s inventory was read from its checkpoint ({spec.source}), "
+                         f"whose head is {spec.head}: drop --task, or pass the config.json alone")
+    return spec_from_config(spec.config, name=spec.name, source=spec.source, task=task)
 
 
 def _check_size(tensors: list[TensorInfo], where: str) -> None:

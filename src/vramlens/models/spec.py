@@ -12,6 +12,8 @@ from dataclasses import dataclass, field
 from math import prod
 from typing import Literal
 
+from vramlens.models.heads import Head
+
 # What a tensor is, for the formulas that treat kinds differently (quantization touches
 # only "linear"/"conv1d"/"expert"; LoRA targets "linear"/"conv1d" by module name; norms and
 # biases stay in high precision).
@@ -84,6 +86,17 @@ class ModelSpec:
     encoder-only models the reverse; encoder-decoder models have both. ``head_dim`` is
     d_head (it may differ from h / a, e.g. T5 or Gemma). ``ffn_size`` is the MLP's inner
     size (per expert for MoE). ``n_kv_heads`` < ``n_heads`` means GQA, == 1 MQA.
+
+    The head facts say what sits on the base model and what its loss keeps: ``head`` (the
+    task the class is built for, see :mod:`vramlens.models.heads`), ``num_labels`` (a
+    classifier's outputs: per sequence, per token, or 2 start/end logits per token for QA),
+    ``mlm_transform`` (a dense + activation + LayerNorm over every token before the vocabulary
+    projection: BERT's BertPredictionHeadTransform, RoBERTa's lm_head), ``classifier`` (how a
+    sequence classifier reads the sequence: ``pooler`` BERT's pooler on the first token,
+    ``dense`` RoBERTa's dropout + dense + tanh on the first token, ``score`` a linear over every
+    token whose last non-pad logits are kept), and ``outside_loss`` (parameters the task's loss
+    does not reach, so they get no gradient and no optimizer state: BertModel's pooler under
+    mean pooling).
     """
 
     name: str
@@ -113,6 +126,11 @@ class ModelSpec:
     assumed: tuple[str, ...] = ()
     config: dict = field(default_factory=dict, compare=False, hash=False, repr=False)
     quantization: dict | None = None
+    head: Head = "causal-lm"
+    num_labels: int = 0
+    mlm_transform: bool = False
+    classifier: Literal["pooler", "dense", "score"] = "score"
+    outside_loss: tuple[str, ...] = ()
 
     # ---- counts -------------------------------------------------------------------------
     @property

@@ -47,7 +47,7 @@ class Built:
     """A model ready to run, and how to feed it."""
 
     model: nn.Module
-    kind: str  # "causal", "masked", "seq2seq", "classifier", "base", "factory"
+    kind: str  # the head (vramlens.models.heads.Head: "causal-lm", "embedding", ...) or "factory"
     vocab_size: int = 0
     inputs: Callable[[int, int], Any] | None = None  # factory models
     is_hf: bool = True
@@ -119,16 +119,18 @@ def _arch_class(cfg: dict):
     return cls
 
 
-def _kind(cls_name: str) -> str:
-    if cls_name.endswith(("ForCausalLM", "LMHeadModel")):
-        return "causal"
-    if cls_name.endswith("ForMaskedLM") or cls_name.endswith("ForPreTraining"):
-        return "masked"
-    if cls_name.endswith("ForConditionalGeneration"):
-        return "seq2seq"
-    if cls_name.endswith("ForSequenceClassification"):
-        return "classifier"
-    return "base"
+def with_task_architecture(cfg: dict, task: str | None) -> dict:
+    """``cfg`` with ``architectures`` naming the class ``AutoModelFor<task>`` builds (the estimator's choice too)."""
+    if task is None:
+        return cfg
+    from vramlens.models.families import DEFAULT_ARCHITECTURES
+    from vramlens.models.heads import task_architecture
+
+    mt = cfg.get("model_type") or ""
+    archs = cfg.get("architectures") or []
+    default = DEFAULT_ARCHITECTURES.get(mt)
+    arch = task_architecture(mt, archs[0] if archs else default or "ForCausalLM", task, default)
+    return {**cfg, "architectures": [arch]}
 
 
 def build_hf(cfg: dict, wl: Workload, *, fake_mode=None, layers: int | None = None, meta_only: bool = False) -> Built:
@@ -141,6 +143,7 @@ def build_hf(cfg: dict, wl: Workload, *, fake_mode=None, layers: int | None = No
         fake_mode = None
     if layers is not None:
         cfg = truncate_config(cfg, layers)
+    cfg = with_task_architecture(cfg, wl.task)
     config = _hf_config(cfg)
     cls = _arch_class(cfg)
     notes: list[str] = []
@@ -181,7 +184,10 @@ def build_hf(cfg: dict, wl: Workload, *, fake_mode=None, layers: int | None = No
     if wl.training and hasattr(config, "use_cache"):
         config.use_cache = False  # as fine-tuning scripts do: no KV cache is built while training
     n = config_layers(cfg)
-    return Built(model=model, kind=_kind(cls.__name__), vocab_size=int(getattr(config, "vocab_size", 0) or 0),
+    from vramlens.models.heads import head_of
+
+    kind = head_of(cls.__name__, "encoder-decoder" if getattr(config, "is_encoder_decoder", False) else "decoder")
+    return Built(model=model, kind=kind, vocab_size=int(getattr(config, "vocab_size", 0) or 0),
                  notes=notes, n_layers=n, config=config)
 
 

@@ -42,6 +42,42 @@ ARCHITECTURES: dict[str, tuple[str, int, tuple[str, ...]]] = {
     "t5-small": ("encoder-decoder, relative position bias", 4, ("q", "v")),
 }
 
+#: Models that only the task rows use: catalog name -> (what it stands for, KV heads, LoRA targets).
+TASK_ARCHITECTURES: dict[str, tuple[str, int, tuple[str, ...]]] = {
+    "roberta-base": ("encoder-only, RoBERTa classification head", 4, ("query", "value")),
+}
+
+#: Task heads (--task), shrunk like the matrix: (catalog name, workload). The head decides the
+#: inventory, what the head and its loss keep, and (embedding) two forwards per step.
+TASK_ROWS: tuple[tuple[str, dict[str, Any]], ...] = (
+    ("bert-base-uncased", {"task": "embedding", "mode": "train", "method": "full", "attention": "sdpa",
+                           "checkpointing": "none", "dtype": "fp32"}),
+    ("bert-base-uncased", {"task": "embedding", "mode": "train", "method": "full", "attention": "sdpa",
+                           "checkpointing": "none", "dtype": "bf16"}),
+    ("bert-base-uncased", {"task": "embedding", "mode": "inference", "method": "full", "attention": "sdpa",
+                           "checkpointing": "none", "dtype": "bf16"}),
+    ("roberta-base", {"task": "sequence-classification", "mode": "train", "method": "full", "attention": "sdpa",
+                      "checkpointing": "none", "dtype": "bf16"}),
+    ("roberta-base", {"task": "sequence-classification", "mode": "train", "method": "full", "attention": "eager",
+                      "checkpointing": "none", "dtype": "fp32", "amp": "bf16"}),
+    ("bert-base-uncased", {"task": "token-classification", "mode": "train", "method": "full", "attention": "sdpa",
+                           "checkpointing": "none", "dtype": "fp32"}),
+    ("bert-base-uncased", {"task": "question-answering", "mode": "train", "method": "full", "attention": "sdpa",
+                           "checkpointing": "none", "dtype": "bf16"}),
+    ("gpt2", {"task": "causal-lm", "mode": "train", "method": "full", "attention": "sdpa",
+              "checkpointing": "none", "dtype": "bf16"}),
+)
+
+#: The issue's case at full size: a sentence-transformers fine-tune of bert-base-uncased, 16
+#: (anchor, positive) pairs of 512 tokens, fp32, AdamW; traced on 2 and 3 of its 12 layers and
+#: extrapolated (vramlens trace --layers 3).
+FULL_SIZE_ROWS: tuple[tuple[str, dict[str, Any]], ...] = (
+    ("bert-base-uncased", {"task": "embedding", "mode": "train", "method": "full", "attention": "sdpa",
+                           "checkpointing": "none", "dtype": "fp32", "optimizer": "adamw", "batch": 16,
+                           "seq": 512}),
+)
+FULL_SIZE_LAYERS = 3
+
 ROWS: tuple[dict[str, Any], ...] = (
     {"mode": "inference", "method": "full", "attention": "sdpa", "checkpointing": "none", "dtype": "bf16"},
     {"mode": "train", "method": "full", "attention": "sdpa", "checkpointing": "none", "dtype": "bf16"},
@@ -135,16 +171,21 @@ def tiny_config(name: str) -> dict:
         raise KeyError(name)
     hub_id, cfg = found
     cfg.setdefault("_name_or_path", hub_id)
-    return shrink(cfg, ARCHITECTURES[name][1])
+    return shrink(cfg, _architecture(name)[1])
+
+
+def _architecture(name: str) -> tuple[str, int, tuple[str, ...]]:
+    return ARCHITECTURES[name] if name in ARCHITECTURES else TASK_ARCHITECTURES[name]
 
 
 def workload_for(name: str, row: dict[str, Any]) -> dict[str, Any]:
     wl = dict(row, batch=BATCH, seq=SEQ)
     cfg = tiny_config(name)
-    if wl["mode"] == "inference" and not cfg.get("is_encoder_decoder") and cfg.get("model_type") not in ("bert", "roberta"):
+    if (wl["mode"] == "inference" and not cfg.get("is_encoder_decoder") and cfg.get("model_type") not in ("bert", "roberta")
+            and wl.get("task") in (None, "causal-lm")):
         wl["new_tokens"] = NEW_TOKENS
     if wl["method"] == "lora":
-        wl["lora_targets"] = ARCHITECTURES[name][2]
+        wl["lora_targets"] = _architecture(name)[2]
         wl["lora_rank"] = 8
     return wl
 
@@ -166,6 +207,31 @@ def run_row(name: str, row: dict[str, Any]) -> Row:
         traced={c: tr[c] for c in ALLOCATOR_COMPONENTS},
         estimate_peak=est.peak_allocated - _workspace_bytes(e), traced_peak=tr.peak_allocated,
     )
+
+
+def run_full_size_row(name: str, row: dict[str, Any]) -> Row:
+    """A row at the model's real size, traced on FULL_SIZE_LAYERS layers and extrapolated."""
+    from vramlens.estimator import estimate
+    from vramlens.trace import trace
+
+    e = estimate(name, **row)
+    est = e.breakdown
+    tr = trace(name, steps=2, layers=FULL_SIZE_LAYERS, **row).breakdown
+    return Row(
+        model=name, workload=dict(row),
+        estimate={c: est[c] for c in ALLOCATOR_COMPONENTS},
+        traced={c: tr[c] for c in ALLOCATOR_COMPONENTS},
+        estimate_peak=est.peak_allocated - _workspace_bytes(e), traced_peak=tr.peak_allocated,
+    )
+
+
+def run_task_rows(progress=None) -> list[Row]:
+    out = []
+    for name, row in TASK_ROWS:
+        if progress:
+            progress(f"{name}: {row}")
+        out.append(run_row(name, row))
+    return out
 
 
 def _workspace_bytes(est) -> int:
@@ -210,8 +276,10 @@ def render(rows: list[Row]) -> str:
     lines = []
     for r in rows:
         w = r.workload
-        desc = (f"{w['mode']}/{w['method']}/{w['attention']}/ckpt-{w['checkpointing']}/{w['dtype']}"
-                + (f"+amp-{w['amp']}" if w.get("amp") else ""))
+        desc = ((f"{w['task']}/" if w.get("task") else "")
+                + f"{w['mode']}/{w['method']}/{w['attention']}/ckpt-{w['checkpointing']}/{w['dtype']}"
+                + (f"+amp-{w['amp']}" if w.get("amp") else "")
+                + (f"/b{w['batch']}xs{w['seq']}" if w.get("batch", BATCH) != BATCH else ""))
         lines.append(f"{r.model:<18} {desc:<40} peak est {r.estimate_peak / mib:8.2f} traced "
                      f"{r.traced_peak / mib:8.2f} MiB  {r.peak_error:+7.2%}")
         parts = []

@@ -15,6 +15,7 @@ import gc
 import sys
 import time
 from collections.abc import Callable
+from types import SimpleNamespace
 from typing import Any
 
 import torch
@@ -140,12 +141,25 @@ class Runner:
         vocab = max(2, built.vocab_size)
         ids = torch.randint(0, vocab, (b, seq), device=dev)
         kw: dict[str, Any] = {"input_ids": ids}
+        if built.kind == "embedding" and self.wl.training:
+            # (anchor, positive) pairs: batch sequences per text column
+            kw["positive_ids"] = torch.randint(0, vocab, (b, seq), device=dev)
+            kw["attention_mask_positive"] = torch.ones(b, seq, dtype=torch.long, device=dev)
+        if built.kind == "embedding":
+            # sentence-transformers' features: the ids go to the model, the mask to the pooling (every
+            # sequence fills seq tokens, so the model gets no padding mask, as with an all-ones mask)
+            kw["attention_mask"] = torch.ones(b, seq, dtype=torch.long, device=dev)
         if self.wl.training:
-            if built.kind in ("causal", "masked", "seq2seq"):
+            if built.kind in ("causal-lm", "masked-lm", "seq2seq-lm"):
                 kw["labels"] = torch.randint(0, vocab, (b, seq), device=dev)
-            elif built.kind == "classifier":
+            elif built.kind == "sequence-classification":
                 kw["labels"] = torch.zeros(b, dtype=torch.long, device=dev)
-        elif built.kind == "seq2seq":
+            elif built.kind == "token-classification":
+                kw["labels"] = torch.zeros(b, seq, dtype=torch.long, device=dev)
+            elif built.kind == "question-answering":
+                kw["start_positions"] = torch.zeros(b, dtype=torch.long, device=dev)
+                kw["end_positions"] = torch.zeros(b, dtype=torch.long, device=dev)
+        elif built.kind == "seq2seq-lm":
             kw["decoder_input_ids"] = torch.zeros(b, seq if not self.wl.new_tokens else 1, dtype=torch.long, device=dev)
         return kw
 
@@ -194,6 +208,19 @@ class Runner:
         return rec
 
     def _forward(self, built: Built, inputs) -> Any:
+        if built.kind == "embedding" and isinstance(inputs, dict):
+            out = built.model(input_ids=inputs["input_ids"])
+            if not self.wl.training:
+                return out
+            # a second text column (the positives): its own forward, both graphs kept until backward
+            from vramlens.trace.pooling import mean_pooling, multiple_negatives_ranking_loss
+
+            reps = [mean_pooling(out.last_hidden_state, inputs["attention_mask"])]
+            del out
+            out = built.model(input_ids=inputs["positive_ids"])
+            reps.append(mean_pooling(out.last_hidden_state, inputs["attention_mask_positive"]))
+            del out
+            return SimpleNamespace(loss=multiple_negatives_ranking_loss(reps))
         if isinstance(inputs, dict):
             return built.model(**inputs)
         return built.model(*inputs)
@@ -276,7 +303,7 @@ class Runner:
             from transformers import DynamicCache, EncoderDecoderCache
 
             cfg = built.config
-            if built.kind == "seq2seq":
+            if built.kind == "seq2seq-lm":
                 cache = EncoderDecoderCache(DynamicCache(), DynamicCache())
             else:
                 cache = DynamicCache(config=cfg)
@@ -291,7 +318,7 @@ class Runner:
             del out
             for i in range(wl.new_tokens):
                 rec.set_phase("decode", 1)
-                if built.kind == "seq2seq":
+                if built.kind == "seq2seq-lm":
                     from transformers.modeling_outputs import BaseModelOutput
 
                     out = model(encoder_outputs=BaseModelOutput(last_hidden_state=enc), decoder_input_ids=nxt,

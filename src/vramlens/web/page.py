@@ -12,6 +12,7 @@ from vramlens import workload as W
 
 #: (param, label, kind, choices or None, default). kind: "text", "number", "select", "check".
 KNOBS: tuple[tuple[str, str, str, tuple | None, str], ...] = (
+    ("task", "task", "select", ("",) + W.TASKS, ""),
     ("mode", "mode", "select", W.MODES, "inference"),
     ("method", "method", "select", W.METHODS, "full"),
     ("dtype", "dtype", "select", W.DTYPES, "bf16"),

@@ -96,7 +96,7 @@ def build_bert(r: ConfigReader, architecture: str) -> Built:
     elif head == "multiple_choice":
         t.linear("classifier", 1, h, True, role="other")
     elif head == "qa":
-        t.linear("qa_outputs", 2, h, True, role="other")
+        t.linear("qa_outputs", n, h, True, role="other")  # nn.Linear(hidden_size, num_labels): 2 by default
 
     facts = dict(
         kind="encoder", hidden_size=h, n_heads=a, n_kv_heads=a, head_dim=h // a, ffn_size=f,
@@ -105,6 +105,10 @@ def build_bert(r: ConfigReader, architecture: str) -> Built:
         vocab_size=V, n_encoder_layers=L, max_position=n_pos - 2 if roberta else n_pos,
         activation=act, gated_mlp=False, norm="layernorm", position="learned",
         tied_embeddings=tied and head in ("lm", "masked_lm", "pretraining"), torch_dtype=dtype,
+        mlm_transform=head in ("lm", "masked_lm", "pretraining"),
+        classifier="dense" if roberta else "pooler",
+        # sentence-transformers loads the base model with its pooler, which mean pooling never reads
+        outside_loss=tuple(x.name for x in t.items if x.name.startswith("pooler.")) if head == "base" else (),
     )
     return Built(facts, t.items)
 

@@ -1,0 +1,135 @@
+"""The task head and its loss in a training step: what they keep for backward, and the logits.
+
+Everything here reads the head facts a family sets on ModelSpec (``head``, ``num_labels``,
+``mlm_transform``, ``classifier``; see :mod:`vramlens.models.heads`), never class names.
+Per text column, with t = b*s tokens, h hidden size, c bytes of the compute dtype, n labels:
+
+* ``masked-lm`` with a prediction transform (BERT, RoBERTa): dense output (kept by the
+  activation), activation output and the LayerNorm (input, fp32 mean/rstd, output kept by
+  the decoder) over every token.
+* ``sequence-classification``: ``pooler`` (BertPooler: dense on the first token keeps a view
+  of the last hidden state, so all of it; tanh output; dropout mask and output kept by the
+  classifier), ``dense`` (RobertaClassificationHead: dropout, dense, tanh, dropout, out_proj
+  on the first token: two masks, two dropped outputs and the tanh output; the last hidden
+  state is not kept), ``score`` (a linear over every token keeps the last hidden state).
+* ``token-classification``: dropout over every token (bool mask, dropped output kept by the
+  classifier) instead of the last hidden state.
+* ``question-answering``: qa_outputs keeps the last hidden state; the start and end logits
+  are split and made contiguous, one cross-entropy each.
+* ``embedding`` (sentence-transformers, MultipleNegativesRankingLoss): the base model runs
+  once per text column (anchor and positive: two forwards of b sequences each, both graphs
+  alive until backward); mean pooling keeps the last hidden state and the attention mask
+  expanded to (b, s, h) in the compute dtype; the pooled (b, h) vectors are normalized and
+  multiplied into the (b, b) similarity matrix, scaled, and fed to cross-entropy.
+
+Classification losses call ``CrossEntropyLoss`` on the logits as they are (BERT and RoBERTa's
+heads; transformers/models/bert/modeling_bert.py), so only the causal LM loss upcasts.
+"""
+
+from __future__ import annotations
+
+from vramlens.models.spec import ModelSpec
+from vramlens.units import BLOCK, DTYPE_BYTES, round_up
+from vramlens.workload import Workload
+
+LM_HEADS = ("causal-lm", "masked-lm", "seq2seq-lm")
+
+
+def _b(n: int) -> int:
+    """Bytes of one tensor as the CUDA caching allocator hands them out (0 stays 0)."""
+    return round_up(int(n), BLOCK) if n > 0 else 0
+
+
+def has_lm_head(spec: ModelSpec) -> bool:
+    """Whether the head ends in a vocabulary projection (causal, masked or seq2seq LM)."""
+    return spec.head in LM_HEADS
+
+
+def loss_upcasts(spec: ModelSpec) -> bool:
+    """Whether the loss calls ``logits.float()`` first: causal LMs do (transformers/loss/loss_utils.py
+    ``ForCausalLMLoss``); the masked-LM, T5 and classification heads call ``cross_entropy`` as they are."""
+    return spec.head == "causal-lm"
+
+
+def columns(spec: ModelSpec, w: Workload) -> int:
+    """Forward passes of the base model per step: 2 for embedding training (anchor and positive columns)."""
+    return 2 if spec.head == "embedding" and w.training else 1
+
+
+def classifier_dropout(spec: ModelSpec) -> float:
+    """The classifier's dropout: ``classifier_dropout``, else ``hidden_dropout_prob`` (BERT, RoBERTa)."""
+    cfg = spec.config or {}
+    for key in ("classifier_dropout", "hidden_dropout_prob"):
+        if cfg.get(key) is not None:
+            return float(cfg[key])
+    return 0.0
+
+
+def keeps_last_hidden(spec: ModelSpec) -> bool:
+    """Whether the head keeps the last hidden state (b, s, h) for backward.
+
+    A linear or product reading it does; a dropout in front of the head keeps only its mask
+    (token classification, RoBERTa's classification head), unless its probability is 0.
+    """
+    if spec.head == "token-classification" or (spec.head == "sequence-classification" and spec.classifier == "dense"):
+        return classifier_dropout(spec) == 0
+    return True
+
+
+def label_bytes(spec: ModelSpec, b: int, s: int) -> int:
+    """The int64 targets fed to the loss with the input ids: one per token for LM and token
+    classification heads, one per sequence for a classifier, a start and an end per sequence
+    for QA; the embedding case feeds each column's attention mask (b, s) instead."""
+    if spec.head == "sequence-classification":
+        return _b(8 * b)
+    if spec.head == "question-answering":
+        return 2 * _b(8 * b)
+    return _b(8 * b * s)
+
+
+def head_level_saved(spec: ModelSpec, w: Workload, b: int, s: int) -> int:
+    """Bytes the head keeps for backward in one column, beyond the last hidden state (see the module docstring)."""
+    t = b * s
+    h = spec.hidden_size
+    c = DTYPE_BYTES[w.compute_dtype]
+    dropped = classifier_dropout(spec) > 0
+    if spec.head in LM_HEADS and spec.mlm_transform:
+        return 2 * _b(c * h * t) + _b(c * h * t) + 2 * _b(4 * t) + _b(c * h * t)
+    if spec.head == "sequence-classification" and spec.classifier == "pooler":
+        return _b(c * b * h) + ((_b(b * h) + _b(c * b * h)) if dropped else 0)
+    if spec.head == "sequence-classification" and spec.classifier == "dense":
+        return _b(c * b * h) + (2 * (_b(b * h) + _b(c * b * h)) if dropped else 0)
+    if spec.head == "token-classification" and dropped:
+        return _b(t * h) + _b(c * t * h)
+    if spec.head == "embedding" and w.training:
+        # the expanded mask in the compute dtype (kept by the product); the masked sum and the
+        # clamped count (kept by the division); the pooled vector (torch.cat's copy)
+        return _b(c * t * h) + 3 * _b(c * b * h)
+    return 0
+
+
+def loss_saved(spec: ModelSpec, w: Workload, b: int, s: int) -> tuple[int, int, str]:
+    """(kept for backward at the loss, transient peak at the loss, explanation) of a non-LM head."""
+    t = b * s
+    c = DTYPE_BYTES[w.compute_dtype]
+    autocast = w.amp is not None and w.dtype == "fp32"
+    sm = 4 if autocast else c  # autocast runs cross_entropy (log_softmax) in fp32
+    n = max(1, spec.num_labels)
+    if spec.head == "sequence-classification":
+        logits, lsm = _b(c * b * n), _b(sm * b * n)
+        return lsm, logits + lsm, f"logits and log_softmax of b x {n} labels"
+    if spec.head == "token-classification":
+        logits, lsm = _b(c * t * n), _b(sm * t * n)
+        return lsm, logits + lsm, f"logits and log_softmax of b*s x {n} labels"
+    if spec.head == "question-answering":
+        # start and end logits made contiguous (b, s) each, one log_softmax each
+        logits, lsm = _b(c * t * n) + 2 * _b(c * t), 2 * _b(sm * t)
+        return lsm, logits + lsm, "start/end logits and their log_softmax (b x s each)"
+    if spec.head == "embedding" and w.training:
+        h = spec.hidden_size
+        # F.normalize of both columns (the normalized vectors, kept by mm, and their norms),
+        # the (b, b) similarity matrix, its scaled copy and log_softmax
+        normed = 2 * (_b(c * b * h) + _b(c * b))
+        scores = 2 * _b(c * b * b) + _b(sm * b * b)
+        return normed + _b(sm * b * b), normed + scores, "in-batch negatives: normalized (b, h) vectors, b x b scores"
+    return 0, 0, "no loss head"
