@@ -180,3 +180,80 @@ def test_fit_of_a_pasted_config(client):
     assert r.status_code == 200
     d = r.json()
     assert 1 <= len(d["plans"]) <= 3 and all(p["fits"] for p in d["plans"])
+
+
+def test_compare_is_the_estimate_of_each_dtype(client):
+    from vramlens.estimator import estimate
+
+    r = client.get("/api/compare", params={"model": "llama-2-7b", "gpu": "24GB", "batch": 2})
+    assert r.status_code == 200, r.text
+    d = r.json()
+    assert d["dtypes"] == ["fp32", "bf16", "int8", "int4"] and [x["mode"] for x in d["rows"]] == ["inference", "train"]
+    inf, train = (row["cells"] for row in d["rows"])
+    assert inf["int8"]["device_total_bytes"] == estimate("llama-2-7b", gpu="24GB", batch=2, quant="int8").to_dict()["device_total_bytes"]
+    assert train["int4"]["device_total_bytes"] == \
+        estimate("llama-2-7b", gpu="24GB", batch=2, mode="train", method="qlora").to_dict()["device_total_bytes"]
+    # fp32 > bf16 > int8 > int4 at inference: weights shrink with the dtype
+    sizes = [inf[k]["device_total_bytes"] for k in d["dtypes"]]
+    assert sizes == sorted(sizes, reverse=True)
+
+
+def test_compare_of_a_training_workload_drops_zero_at_inference(client):
+    r = client.get("/api/compare", params={"model": "llama-2-7b", "mode": "train", "zero": 2, "gpus": 2})
+    assert r.status_code == 200, r.text
+    assert all("error" not in c for row in r.json()["rows"] for c in row["cells"].values())
+
+
+def test_a_cell_that_cannot_be_made_says_why(client):
+    # gpt2 has no q_proj: the LoRA columns of training name the fix, the others are figures
+    d = client.get("/api/compare", params={"model": "gpt2"}).json()
+    train = d["rows"][1]["cells"]
+    assert train["int8"]["error"] == ("lora_targets=q_proj,v_proj match no linear layer of openai-community/gpt2: "
+                                      "choose from c_attn, c_fc, c_proj or all-linear")
+    assert train["bf16"]["device_total_bytes"] > 0
+
+
+def test_gpu_matrix_is_every_catalog_gpu_smallest_first(client):
+    from vramlens.estimator import estimate
+    from vramlens.hardware.catalog import list_gpus
+
+    d = client.get("/api/gpu-matrix", params={"params": "7B", "mode": "train", "method": "lora"}).json()
+    names = [g["name"] for g in d["gpus"]]
+    assert sorted(names) == sorted(g.name for g in list_gpus())
+    usable = [g["usable_bytes"] for g in d["gpus"]]
+    assert usable == sorted(usable)
+    for g in d["gpus"][:: max(1, len(names) // 5)]:
+        want = estimate(params="7B", mode="train", method="lora", gpu=g["name"]).to_dict()
+        assert (g["fits"], g["device_total_bytes"]) == (want["fits"], want["device_total_bytes"])
+
+
+def test_model_card_of_a_size_names_what_it_assumed(client):
+    d = client.get("/api/model", params={"params": "7B"}).json()
+    assert d["source"] == "generic" and d["context_length"] == 4096 and "hidden_size=4096" in d["assumed"]
+    assert d["params"] == client.get("/api/estimate", params={"params": "7B"}).json()["model"]["params"]
+
+
+def test_model_card_of_a_pasted_config(client):
+    from web_helpers import TINY_LLAMA
+
+    d = client.post("/api/model", json={"config": TINY_LLAMA}).json()
+    assert (d["layers"], d["heads"], d["kv_heads"]) == (TINY_LLAMA["num_hidden_layers"],
+                                                         TINY_LLAMA["num_attention_heads"],
+                                                         TINY_LLAMA.get("num_key_value_heads",
+                                                                        TINY_LLAMA["num_attention_heads"]))
+    assert d["source"] == "pasted config.json"
+
+
+def test_views_refuse_a_missing_model_and_a_local_path(client):
+    for path in ("/api/compare", "/api/gpu-matrix", "/api/model", "/api/estimate.html"):
+        r = client.get(path, params={"gpu": "24GB"})
+        assert r.status_code == 422 and "give a model" in r.json()["error"], path
+        r = client.get(path, params={"model": "/etc/passwd"})
+        assert r.status_code == 422 and "reads no local files" in r.json()["error"], path
+
+
+def test_html_report_is_a_download(client):
+    r = client.get("/api/estimate.html", params={"model": "gpt2", "gpu": "24GB"})
+    assert r.status_code == 200 and r.headers["content-type"].startswith("text/html")
+    assert r.headers["content-disposition"] == 'attachment; filename="vramlens-estimate.html"'
+    assert "<script" not in r.text and "openai-community/gpt2" in r.text

@@ -7,14 +7,10 @@ is never needed. Skips with the reason when either is missing.
 
 from __future__ import annotations
 
-import shutil
-import socket
-import threading
-import time
 from pathlib import Path
 
 import pytest
-from web_helpers import TINY_LLAMA
+from web_helpers import TINY_LLAMA, chromium_path, launch
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
@@ -22,55 +18,12 @@ ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts"
 GiB = 1024**3
 
 
-def _chromium() -> str:
-    for name in ("chromium", "chromium-browser", "google-chrome"):
-        path = shutil.which(name)
-        if path:
-            return path
-    pytest.skip("no Chromium found: apt-get install -y chromium (Debian's package)")
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-@pytest.fixture(scope="module")
-def server():
-    uvicorn = pytest.importorskip("uvicorn", reason="the web app needs the [web] extra (uvicorn)")
-    from vramlens.web import create_app
-
-    port = _free_port()
-    config = uvicorn.Config(create_app(offline=True), host="127.0.0.1", port=port, log_level="warning", ws="none",
-                            lifespan="off")
-    srv = uvicorn.Server(config)
-    thread = threading.Thread(target=srv.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 15
-    while not srv.started:
-        if time.monotonic() > deadline or not thread.is_alive():
-            pytest.fail("the server did not start within 15 s")
-        time.sleep(0.05)
-    yield f"http://127.0.0.1:{port}"
-    srv.should_exit = True
-    thread.join(timeout=10)
-
-
-def _launch(p, executable):
-    try:
-        return p.chromium.launch(executable_path=executable, headless=True,
-                                 args=["--no-sandbox", "--disable-gpu", "--disable-background-networking"])
-    except Exception as e:  # a Chromium this Playwright cannot drive
-        pytest.skip(f"cannot launch {executable} with Playwright: {str(e).splitlines()[0]}")
-
-
 def test_hub_lookup_shows_that_it_is_looking_then_the_error(server):
-    executable = _chromium()
+    executable = chromium_path()
     sync_api = pytest.importorskip("playwright.sync_api", reason="pip install playwright (the dev extra) to drive Chromium")
     expect = sync_api.expect
     with sync_api.sync_playwright() as p:
-        browser = _launch(p, executable)
+        browser = launch(p, executable)
         try:
             page = browser.new_page()
             errors: list[str] = []
@@ -94,7 +47,7 @@ def test_hub_lookup_shows_that_it_is_looking_then_the_error(server):
 
 
 def test_changing_the_batch_updates_the_total_to_the_api_figure(server):
-    executable = _chromium()
+    executable = chromium_path()
     sync_api = pytest.importorskip("playwright.sync_api", reason="pip install playwright (the dev extra) to drive Chromium")
     import httpx
 

@@ -40,3 +40,35 @@ def assert_json_error(r, status: int | tuple[int, ...]) -> str:
     assert set(body) == {"error"} and isinstance(body["error"], str) and body["error"], body
     assert "\n" not in body["error"] and "\r" not in body["error"]
     return body["error"]
+
+
+def chromium_path() -> str:
+    """Debian's Chromium (never a downloaded one), or a skip naming the package."""
+    import shutil
+
+    import pytest
+
+    for name in ("chromium", "chromium-browser", "google-chrome"):
+        path = shutil.which(name)
+        if path:
+            return path
+    pytest.skip("no Chromium found: apt-get install -y chromium (Debian's package)")
+
+
+def launch(p, executable: str):
+    """Headless Chromium under Playwright, or a skip with the reason it cannot be driven."""
+    import pytest
+
+    try:
+        return p.chromium.launch(executable_path=executable, headless=True,
+                                 args=["--no-sandbox", "--disable-gpu", "--disable-background-networking"])
+    except Exception as e:  # a Chromium this Playwright cannot drive
+        pytest.skip(f"cannot launch {executable} with Playwright: {str(e).splitlines()[0]}")
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]

@@ -41,7 +41,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from vramlens import __version__, limits
 from vramlens.errors import InputError, VramlensError
 from vramlens.web.budget import Budget, JobError, OverBudget, Pool
-from vramlens.web.jobs import estimate_job, fit_job
+from vramlens.web.jobs import compare_job, estimate_job, fit_job, gpu_matrix_job, model_job
 
 log = logging.getLogger("vramlens.web")
 
@@ -393,6 +393,30 @@ def run_estimate(pool: Pool, model: str | dict | None, s: Settings) -> dict:
     return pool.run(estimate_job, model, top, work)
 
 
+def run_job(pool: Pool, job, model: str | dict | None, s: Settings) -> dict:
+    """One of the page's extra views (dtype table, GPU matrix, model card) of the workload ``s``,
+    under the same budget as an estimate."""
+    top, work = _settings(s)
+    if model is None and top["params"] is None:
+        raise InputError("give a model (a catalog name or hub id), a pasted config, or params (e.g. 7B)")
+    if job is model_job:
+        return pool.run(job, model, top)
+    return pool.run(job, model, top, work)
+
+
+def _view_routes(pool: Pool, job):
+    """The GET (model name) and POST (pasted config) handlers of one extra view."""
+
+    def get_view(q: Annotated[EstimateQuery, Query()]) -> dict:
+        model = check_model_id(q.model) if q.model else None
+        return run_job(pool, job, model, q)
+
+    def post_view(body: Annotated[EstimateBody, Body()]) -> dict:
+        return run_job(pool, job, parse_config(body.config), body)
+
+    return get_view, post_view
+
+
 def catalog_models() -> list[dict[str, Any]]:
     """The model catalog entries as dicts (id, aliases, params, ...); empty while it is missing."""
     try:
@@ -591,6 +615,31 @@ def create_app(*, budget: Budget = Budget(), host: str | None = None, allow_host
 
         data = run_estimate(pool, parse_config(body.config), body)
         return Response(estimate_chart(data, headroom=body.headroom), media_type="image/svg+xml")
+
+    def _html_report(data: dict, headroom: float) -> Response:
+        from vramlens.report.html import render_html
+
+        return Response(render_html("estimate", data, headroom=headroom), media_type="text/html; charset=utf-8",
+                        headers={"content-disposition": 'attachment; filename="vramlens-estimate.html"'})
+
+    @app.get("/api/estimate.html", summary="The estimate as a self-contained HTML report (a download)",
+             response_class=Response, responses={200: {"content": {"text/html": {}}}})
+    def get_estimate_html(q: Annotated[EstimateQuery, Query()]) -> Response:
+        model = check_model_id(q.model) if q.model else None
+        return _html_report(run_estimate(pool, model, q), q.headroom)
+
+    @app.post("/api/estimate.html", summary="A pasted config's estimate as an HTML report (a download)",
+              response_class=Response, responses={200: {"content": {"text/html": {}}}})
+    def post_estimate_html(body: Annotated[EstimateBody, Body()]) -> Response:
+        return _html_report(run_estimate(pool, parse_config(body.config), body), body.headroom)
+
+    views = (("compare", compare_job, "The dtype table: fp32/bf16/int8/int4 x inference/training"),
+             ("gpu-matrix", gpu_matrix_job, "Which GPU: every catalog GPU, fits or not, for the workload"),
+             ("model", model_job, "The model card: sizes, context length, source, assumed dims"))
+    for name, job, summary in views:
+        get_view, post_view = _view_routes(pool, job)
+        app.get(f"/api/{name}", summary=summary)(get_view)
+        app.post(f"/api/{name}", summary=summary + " (a pasted config.json)")(post_view)
 
     @app.get("/api/models", summary="The model catalog")
     def get_models() -> list[dict]:

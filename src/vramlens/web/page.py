@@ -42,8 +42,50 @@ KNOBS: tuple[tuple[str, str, str, tuple | None, str], ...] = (
 )
 
 
+#: When a knob applies: ``field=value|value`` conditions, all of which must hold (``;``-separated).
+#: A knob that does not apply is hidden and not sent, so the URL and the CLI line never carry it.
+SHOW_WHEN: dict[str, str] = {
+    **{k: "mode=train" for k in ("optimizer", "optimizer_impl", "grad_accum", "keep_grads", "checkpointing",
+                                 "zero", "fsdp", "offload")},
+    "fsdp_strategy": "mode=train;fsdp=true",
+    **{k: "mode=inference" for k in ("new_tokens", "kv_dtype", "kv_block")},
+    **{k: "method=lora|qlora" for k in ("lora_rank", "lora_targets")},
+}
+#: Workload fields with no knob on purpose.
+API_ONLY = frozenset({"lora_dropout"})
+
+
+def knobs() -> tuple[tuple[str, str, str, tuple | None, str], ...]:
+    """KNOBS, then a generated knob for every Workload field KNOBS does not list yet (a new flag
+    shows up on the page the day it joins the Workload, as it does in the API)."""
+    from dataclasses import MISSING, fields
+
+    from vramlens.workload import Workload
+
+    listed = {k[0] for k in KNOBS}
+    extra = []
+    for f in fields(Workload):
+        if f.name in listed or f.name in API_ONLY:
+            continue
+        default = f.default if f.default is not MISSING else None
+        choices = getattr(W, f.name.upper() + "S", None)
+        label = f.name.replace("_", " ")
+        if isinstance(default, bool):
+            extra.append((f.name, label, "check", None, "true" if default else "false"))
+        elif isinstance(default, int):
+            extra.append((f.name, label, "number", None, str(default)))
+        elif isinstance(choices, tuple):
+            opts = choices if default is not None else ("",) + choices
+            extra.append((f.name, label, "select", opts, "" if default is None else str(default)))
+        else:
+            text = ",".join(default) if isinstance(default, tuple) else ("" if default is None else str(default))
+            extra.append((f.name, label, "text", None, text))
+    return KNOBS[:-1] + tuple(extra) + KNOBS[-1:]  # headroom stays last
+
+
 def _control(param: str, kind: str, choices: tuple | None, default: str) -> str:
-    attrs = f'id="f-{param}" name="{param}" data-param="{param}" data-default="{escape(default)}"'
+    attrs = (f'id="f-{param}" name="{param}" data-param="{param}" data-kind="{kind}" '
+             f'data-default="{escape(default)}"')
     if kind == "select":
         opts = "".join(f'<option value="{escape(c)}"{" selected" if c == default else ""}>{escape(c or "(none)")}</option>'
                        for c in choices or ())
@@ -60,22 +102,25 @@ def render_form() -> str:
     out = [
         "<fieldset><legend>Model</legend>",
         '<label><span>model</span>'
-        '<input id="f-model" name="model" data-param="model" data-default="" list="model-list" type="search" '
+        '<input id="f-model" name="model" data-param="model" data-kind="text" data-default="" list="model-list" type="search" '
         'placeholder="search the catalog or type a hub id"></label>',
         '<datalist id="model-list"></datalist>',
         '<label><span>or size</span>'
-        '<input id="f-params" name="params" data-param="params" data-default="" placeholder="7B"></label>',
-        '<details><summary>paste a config.json</summary>'
-        '<textarea id="f-config" name="config" aria-label="config.json" placeholder="{&quot;model_type&quot;: ...}">'
-        "</textarea></details>",
+        '<input id="f-params" name="params" data-param="params" data-kind="text" data-default="" placeholder="7B"></label>',
+        '<details id="config-box"><summary>paste a config.json</summary>'
+        '<textarea id="f-config" name="config" aria-label="config.json (wins over the model name)" '
+        'placeholder="{&quot;model_type&quot;: ...}"></textarea></details>',
+        '<p id="source-note" class="note" role="status" hidden></p>',
         "</fieldset><fieldset><legend>GPU</legend>",
-        '<label><span>GPU</span><input id="f-gpu" name="gpu" data-param="gpu" data-default="" list="gpu-list" '
+        '<label><span>GPU</span><input id="f-gpu" name="gpu" data-param="gpu" data-kind="text" data-default="" list="gpu-list" '
         'type="search" placeholder="A100-80GB or 24GB"></label>',
         '<datalist id="gpu-list"></datalist>',
         "</fieldset><fieldset><legend>Workload</legend>",
     ]
-    for param, label, kind, choices, default in KNOBS:
-        out.append(f"<label><span>{escape(label)}</span>{_control(param, kind, choices, default)}</label>")
+    for param, label, kind, choices, default in knobs():
+        show = f' data-show="{escape(SHOW_WHEN[param])}"' if param in SHOW_WHEN else ""
+        out.append(f'<label id="k-{param}"{show}><span>{escape(label)}</span>'
+                   f"{_control(param, kind, choices, default)}</label>")
     out.append("</fieldset>")
     return "\n".join(out)
 
