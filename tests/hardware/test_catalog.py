@@ -10,8 +10,10 @@ from vramlens.units import GiB, MiB
 
 def test_catalog_has_the_required_cards():
     names = {g.name for g in list_gpus()}
-    assert len(names) >= 28
-    for wanted in ["H200-141GB", "H100-SXM-80GB", "H100-PCIe-80GB", "H100-NVL-94GB", "A100-40GB", "A100-80GB",
+    assert len(names) >= 47
+    for wanted in ["P100-16GB", "A40", "RTX-A5000", "RTX-A4000", "RTX-2080-Ti", "RTX-3090-Ti", "RTX-4060-Ti-16GB",
+                   "RTX-4070", "RTX-5070", "RTX-5080", "GH200-96GB", "GH200-144GB", "GB200", "H20", "L20", "MI325X",
+                   "MI355X", "H200-141GB", "H100-SXM-80GB", "H100-PCIe-80GB", "H100-NVL-94GB", "A100-40GB", "A100-80GB",
                    "A100-PCIe-80GB", "L40S", "L40", "L4", "A10", "A10G", "T4", "V100-16GB", "V100-32GB",
                    "RTX-A6000", "RTX-6000-Ada", "RTX-5090", "RTX-4090", "RTX-4080", "RTX-3090", "RTX-3080",
                    "RTX-3060", "MI300X", "MI250", "MI210", "M2-Ultra", "M3-Max", "M4-Max", "B200"]:
@@ -26,11 +28,65 @@ def test_every_entry_is_sane_and_sourced():
         if g.usable_bytes is not None:
             assert 0.9 * g.memory_bytes < g.usable_bytes <= g.memory_bytes, g.name
         assert (g.compute_capability is None) == (g.vendor != "nvidia"), g.name
+        assert "datasheet" in g.source or "specifications" in g.source or "whitepaper" in g.source \
+            or "product brief" in g.source or "tech specs" in g.source or "AWS" in g.source, g.name
+
+
+def test_bf16_flag_follows_compute_capability():
+    # native bfloat16 arrived with Ampere (sm_80); the flag is data, checked against the CC
+    for g in list_gpus():
+        if g.vendor == "nvidia":
+            assert g.bf16 == (g.compute_capability >= (8, 0)), g.name
+    assert [g.name for g in list_gpus() if not g.bf16] == ["T4", "V100-16GB", "V100-32GB", "P100-16GB", "RTX-2080-Ti"]
+
+
+def test_dtype_notes():
+    assert get_gpu("T4").dtype_notes("bf16", None) == [
+        "T4 (compute capability 7.5) has no native bf16: PyTorch emulates it slowly and some kernels "
+        "(FlashAttention) refuse it; memory is as estimated; --dtype fp16 --amp fp16 or fp32 run natively"]
+    assert get_gpu("p100").dtype_notes("fp32", "bf16")[0].startswith("P100-16GB (compute capability 6.0) has no")
+    assert get_gpu("T4").dtype_notes("fp16", "fp16") == []
+    assert get_gpu("A100-80GB").dtype_notes("bf16", "bf16") == []
+
+
+def test_estimate_notes_bf16_on_a_pre_ampere_gpu():
+    from vramlens import Workload, estimate
+
+    def notes(gpu, **kw):
+        return [n for n in estimate("tiny-llama", Workload(**kw), gpu=gpu).breakdown.notes if "native bf16" in n]
+
+    assert notes("T4", dtype="bf16") == get_gpu("T4").dtype_notes("bf16")
+    assert notes("V100-32GB", mode="train", dtype="fp32", amp="bf16") == get_gpu("V100-32GB").dtype_notes("bf16")
+    assert notes("T4", dtype="fp16") == []
+    assert notes("L4", dtype="bf16") == []
+
+
+def test_new_cards_exact_memory():
+    # sold sizes as GiB, like the existing entries' convention
+    assert {n: get_gpu(n).memory_bytes // GiB for n in (
+        "P100", "A40", "RTX A5000", "RTX A4000", "2080 Ti", "3090 Ti", "4060 Ti 16GB", "4070", "5070", "5080",
+        "GH200-96GB", "GH200-144GB", "GB200", "H20", "L20", "MI325X", "MI355X")} == {
+        "P100": 16, "A40": 48, "RTX A5000": 24, "RTX A4000": 16, "2080 Ti": 11, "3090 Ti": 24, "4060 Ti 16GB": 16,
+        "4070": 12, "5070": 12, "5080": 16, "GH200-96GB": 96, "GH200-144GB": 144, "GB200": 186, "H20": 96,
+        "L20": 48, "MI325X": 256, "MI355X": 288}
+
+
+@pytest.mark.parametrize("query, variants", [
+    ("a100", "A100-40GB, A100-80GB or A100-PCIe-80GB"),
+    ("H100", "H100-SXM-80GB, H100-PCIe-80GB or H100-NVL-94GB"),
+    ("Tesla V100", "V100-16GB or V100-32GB"),
+    ("gh200", "GH200-96GB or GH200-144GB"),
+])
+def test_ambiguous_names_list_their_variants(query, variants):
+    with pytest.raises(UnknownGPUError) as e:
+        get_gpu(query)
+    assert str(e.value) == (f"gpu={query!r} is ambiguous: it names {variants}, which differ in memory or "
+                            "bandwidth; name one of them (vramlens gpus lists them)")
 
 
 def test_exact_figures():
     # 80 GiB sold, 81,559 MiB seen by nvidia-smi
-    h100 = get_gpu("h100")
+    h100 = get_gpu("h100 sxm")
     assert h100.memory_bytes == 85_899_345_920
     assert h100.usable_bytes == 81_559 * MiB == h100.capacity_bytes
     assert get_gpu("A100 80GB").usable_bytes == 81_920 * MiB
@@ -43,11 +99,13 @@ def test_exact_figures():
 @pytest.mark.parametrize(
     "query, name",
     [
-        ("a100-80gb", "A100-80GB"), ("A100 80GB", "A100-80GB"), ("a100", "A100-80GB"),
-        ("h100", "H100-SXM-80GB"), ("4090", "RTX-4090"), ("rtx4090", "RTX-4090"), ("RTX 4090", "RTX-4090"),
+        ("a100-80gb", "A100-80GB"), ("A100 80GB", "A100-80GB"), ("h100-sxm", "H100-SXM-80GB"),
+        ("4090", "RTX-4090"), ("rtx4090", "RTX-4090"), ("RTX 4090", "RTX-4090"),
         ("NVIDIA H100 80GB HBM3", "H100-SXM-80GB"), ("NVIDIA A100-SXM4-40GB", "A100-40GB"), ("Tesla T4", "T4"),
         ("NVIDIA GeForce RTX 3090", "RTX-3090"), ("NVIDIA RTX 6000 Ada Generation", "RTX-6000-Ada"),
-        ("nvidia h100 pcie", "H100-PCIe-80GB"), ("MI300X", "MI300X"), ("v100", "V100-16GB"),
+        ("nvidia h100 pcie", "H100-PCIe-80GB"), ("MI300X", "MI300X"), ("v100-16gb", "V100-16GB"),
+        ("Tesla P100-PCIE-16GB", "P100-16GB"), ("NVIDIA GeForce RTX 2080 Ti", "RTX-2080-Ti"), ("rtx3090ti", "RTX-3090-Ti"),
+        ("NVIDIA GeForce RTX 4060 Ti 16GB", "RTX-4060-Ti-16GB"), ("AMD Instinct MI325X", "MI325X"), ("gb200", "GB200"),
     ],
 )
 def test_loose_names(query, name):
@@ -64,7 +122,7 @@ def test_sizes_give_generic_gpus():
 def test_unknown_name_lists_closest():
     with pytest.raises(UnknownGPUError) as e:
         get_gpu("A100-90")
-    assert str(e.value) == "unknown GPU 'A100-90': closest: A100-80GB, A100-40GB; or give a size such as 24GB"
+    assert str(e.value) == "unknown GPU 'A100-90': closest: A100-40GB, A100-80GB; or give a size such as 24GB"
 
 
 def test_detect_never_fails_without_nvml():

@@ -35,9 +35,9 @@ def test_workspaces_per_handle_and_arch():
     assert runtime_overhead(a100, training=False).workspace_bytes == 8_519_680 + 1_048_576
     assert runtime_overhead(a100, training=True).workspace_bytes == 2 * (8_519_680 + 1_048_576)
     # Hopper sm_90: 32 MiB per cuBLAS handle
-    assert runtime_overhead(get_gpu("h100"), training=True).workspace_bytes == 2 * (32 * MiB + MiB)
+    assert runtime_overhead(get_gpu("H100-SXM-80GB"), training=True).workspace_bytes == 2 * (32 * MiB + MiB)
     # user settings win
-    r = runtime_overhead(get_gpu("h100"), training=False, cublas_workspace_config=":16:8", cublaslt_workspace_bytes=0)
+    r = runtime_overhead(get_gpu("H100-SXM-80GB"), training=False, cublas_workspace_config=":16:8", cublaslt_workspace_bytes=0)
     assert r.workspace_bytes == 128 * 1024
 
 
@@ -76,5 +76,5 @@ def test_nccl():
 
 def test_bad_parallel_degrees():
     with pytest.raises(InputError) as e:
-        runtime_overhead(get_gpu("a100"), training=True, n_gpus=8, tp=3)
+        runtime_overhead(get_gpu("A100-80GB"), training=True, n_gpus=8, tp=3)
     assert str(e.value) == "tp=3 must divide n_gpus=8"

@@ -339,7 +339,7 @@ def test_hub_has_no_such_repo(monkeypatch):
         load_model("acme/llama-2-7b")
     assert str(e.value) == (
         "unknown model 'acme/llama-2-7b': the hub has no such repository (or it is private: log in with hf auth "
-        "login); closest catalog names: llama-2-7b, llama-2-70b, llama2-7b, llama2-70b, meta-llama-3-70b"
+        "login); closest catalog names: llama-2-7b, llama-2-70b, llama2-7b, codellama-7b, llama2-70b"
     )
 
 

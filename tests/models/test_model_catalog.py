@@ -34,7 +34,7 @@ REQUIRED = [
 def test_coverage():
     ids = [e["id"] for e in RAW]
     assert set(REQUIRED) <= set(ids)
-    assert len([i for i in ids if not i.startswith("vramlens/")]) >= 45
+    assert len([i for i in ids if not i.startswith("vramlens/")]) >= 116
 
 
 def test_every_name_is_unique():
@@ -75,8 +75,40 @@ def test_list_catalog():
     assert tiny and all(e.note for e in tiny)
 
 
+@pytest.mark.parametrize("name,hub_id", [
+    # chat/instruct variants whose config.json equals the base's: aliases of the base entry
+    ("Meta-Llama-3-8B-Instruct", "meta-llama/Meta-Llama-3-8B"),
+    ("meta-llama/Meta-Llama-3-8B-Instruct", "meta-llama/Meta-Llama-3-8B"),
+    ("Llama-2-7b-chat-hf", "meta-llama/Llama-2-7b-hf"),
+    ("meta-llama/Llama-3.1-8B-Instruct", "meta-llama/Llama-3.1-8B"),
+    ("Mixtral-8x7B-Instruct-v0.1", "mistralai/Mixtral-8x7B-v0.1"),
+    ("Qwen2.5-0.5B-Instruct", "Qwen/Qwen2.5-0.5B"),
+    ("gemma-2-9b-it", "google/gemma-2-9b"),
+    # variants whose config differs: entries of their own
+    ("Mistral-7B-Instruct-v0.2", "mistralai/Mistral-7B-Instruct-v0.2"),
+    ("Qwen2.5-7B-Instruct", "Qwen/Qwen2.5-7B-Instruct"),
+    ("mistralai/Mixtral-8x22B-Instruct-v0.1", "mistralai/Mixtral-8x22B-Instruct-v0.1"),
+])
+def test_instruct_names_resolve_offline(name, hub_id):
+    assert find_config(name)[0] == hub_id
+    assert load_model(name).name == hub_id
+
+
+def test_instruct_variants_with_their_own_config():
+    # Mistral v0.2 dropped v0.1's 4,096-token window (an explicit null, not the class default)
+    assert load_model("mistral-7b-v0.1").sliding_window == 4096
+    assert load_model("mistral-7b-instruct-v0.2").sliding_window is None
+    assert find_config("mistral-7b-instruct-v0.2")[1]["rope_theta"] == 1_000_000.0
+    # Qwen2.5 7B+ Instruct ship 32,768 positions (YaRN to go further); the base 131,072
+    assert load_model("qwen2.5-7b").max_position == 131_072
+    assert load_model("qwen2.5-7b-instruct").max_position == 32_768
+    # Mistral Nemo: head_dim 128 is not hidden 5120 / 32 heads
+    nemo = load_model("mistral-nemo")
+    assert (nemo.hidden_size, nemo.n_heads, nemo.head_dim) == (5120, 32, 128)
+
+
 def test_closest_names():
-    assert closest_names("mistral-7b-v0.2")[0] == "mistral-7b-v0.1"
+    assert closest_names("mistral-7b-v0.2")[0] == "mistral-7b-v0.3"
     assert closest_names("completely-different-name") == []
     assert "gpt2" in catalog_names() and "openai-community/gpt2" in catalog_names()
 

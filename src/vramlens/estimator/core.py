@@ -179,7 +179,7 @@ def estimate_spec(spec: ModelSpec, w: Workload, gpu: GPU | None = None, *, headr
     st = train_state(spec, w, gpu)
     sp = st.sp
     explain = dict(st.explain)
-    notes = list(st.notes) + w.ignored()
+    notes = list(st.notes) + w.ignored() + (gpu.dtype_notes(w.dtype, w.amp) if gpu is not None else [])
     kv = 0
     if w.training:
         at = activation_totals(spec, w, sp)

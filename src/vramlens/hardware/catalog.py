@@ -60,18 +60,30 @@ def _gpu_from_entry(entry: dict) -> GPU:
         unified=bool(entry.get("unified", False)),
         aliases=tuple(entry.get("aliases", ())),
         source=entry.get("source", ""),
+        bf16=bool(entry.get("bf16", True)),
     )
 
 
 @lru_cache(maxsize=1)
-def _catalog() -> tuple[tuple[GPU, ...], dict[str, GPU]]:
+def _data() -> dict:
     text = resources.files("vramlens.hardware").joinpath("data/gpus.json").read_text(encoding="utf-8")
-    gpus = tuple(_gpu_from_entry(e) for e in json.loads(text)["gpus"])
+    return json.loads(text)
+
+
+@lru_cache(maxsize=1)
+def _catalog() -> tuple[tuple[GPU, ...], dict[str, GPU]]:
+    gpus = tuple(_gpu_from_entry(e) for e in _data()["gpus"])
     index: dict[str, GPU] = {}
     for gpu in gpus:
         for name in (gpu.name, *gpu.aliases):
             index.setdefault(_key(name), gpu)
     return gpus, index
+
+
+@lru_cache(maxsize=1)
+def _ambiguous() -> dict[str, tuple[str, ...]]:
+    """Normalised bare names ("a100") -> the catalog cards they could mean."""
+    return {_key(name): tuple(cards) for name, cards in _data()["ambiguous"].items()}
 
 
 def list_gpus() -> tuple[GPU, ...]:
@@ -106,14 +118,16 @@ def get_gpu(name_or_size: str) -> GPU:
     """Find a GPU by name or alias (loose, case-insensitive), or make one from a size.
 
     Args:
-        name_or_size: "A100-80GB", "a100 80gb", "h100", "4090", "rtx4090", an NVML name such as
+        name_or_size: "A100-80GB", "a100 80gb", "h100 sxm", "4090", "rtx4090", an NVML name such as
             "NVIDIA H100 80GB HBM3", or a size: "24GB" (24e9 bytes), "80GiB" (80 * 2**30).
 
     Returns:
         The catalog GPU, or a generic one named "24 GB GPU" for a size.
 
     Raises:
-        UnknownGPUError: neither a catalog name nor a size; the message lists the closest names.
+        UnknownGPUError: neither a catalog name nor a size (the message lists the closest names),
+            or a bare name that several cards share ("a100": 40 or 80 GB, "h100": SXM, PCIe or
+            NVL), listed in the data's ``ambiguous`` map: the message lists the variants.
     """
     from vramlens.limits import MAX_DEVICE_BYTES, MAX_GPU_NAME, show
 
@@ -129,11 +143,19 @@ def get_gpu(name_or_size: str) -> GPU:
         return generic_gpu(size, name=_size_name(text))
     gpus, index = _catalog()
     key = _key(text)
+    if key in _ambiguous():
+        variants = _ambiguous()[key]
+        raise UnknownGPUError(f"gpu={text!r} is ambiguous: it names {', '.join(variants[:-1])} or {variants[-1]}, "
+                              f"which differ in memory or bandwidth; name one of them (vramlens gpus lists them)")
     if key in index:
         return index[key]
     if key:
         # A unique catalog key containing the query, or contained in it ("h100sxm580gb").
         hits = {id(g): g for k, g in index.items() if key in k or (len(k) >= 3 and k in key)}
+        by_name = {g.name: g for g in gpus}
+        for k, variants in _ambiguous().items():  # "a100-90" may mean any A100, not the A10
+            if key in k or k in key:
+                hits.update((id(by_name[n]), by_name[n]) for n in variants)
         if len(hits) == 1:
             return next(iter(hits.values()))
     raise UnknownGPUError(_unknown_message(text, key))

@@ -26,6 +26,9 @@ class GPU:
         unified: memory shared with the CPU (Apple silicon).
         aliases: other names it is found by.
         source: where the figures come from (datasheet).
+        bf16: whether the GPU computes in bfloat16 natively; False before Ampere (P100, V100,
+            T4, RTX 20xx: compute capability < 8.0), where PyTorch emulates it slowly or
+            some kernels (FlashAttention) refuse it.
     """
 
     name: str
@@ -43,6 +46,15 @@ class GPU:
     unified: bool = False
     aliases: tuple[str, ...] = ()
     source: str = ""
+    bf16: bool = True
+
+    def dtype_notes(self, *dtypes: str | None) -> list[str]:
+        """Notes for compute dtypes this GPU cannot run natively (``--dtype``, ``--amp``)."""
+        if self.bf16 or "bf16" not in dtypes:
+            return []
+        cc = "" if self.compute_capability is None else " (compute capability {}.{})".format(*self.compute_capability)
+        return [f"{self.name}{cc} has no native bf16: PyTorch emulates it slowly and some kernels "
+                "(FlashAttention) refuse it; memory is as estimated; --dtype fp16 --amp fp16 or fp32 run natively"]
 
     @property
     def capacity_bytes(self) -> int:

@@ -134,7 +134,12 @@ class ConfigReader:
         return value
 
     def opt_int(self, key: str, *, minimum: int = 1) -> int | None:
-        """Like :meth:`int`, but a missing or null field (and a null default) gives None."""
+        """Like :meth:`int`, but a missing or null field (and a null default) gives None.
+
+        A field written as null is None even where the class default is not: transformers
+        keeps an explicit ``"sliding_window": null`` (Mistral-7B-Instruct-v0.2: no window)."""
+        if any(name in self.raw and self.raw[name] is None for name in (key, *self._aliases.get(key, ()))):
+            return None
         if self._value(key, None) is None:
             return None
         return self.int(key, minimum=minimum)
