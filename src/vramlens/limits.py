@@ -107,12 +107,12 @@ def check_int(what: str, value: Any, limit: int, *, minimum: int = 1, fix: str =
     if isinstance(value, float):
         if not math.isfinite(value) or not value.is_integer():
             raise InputError(f"{what}={show(value)} is not a whole number{_fix(fix)}")
-        value = int(value)
-    if value < minimum:
-        raise InputError(f"{what}={show(value)} must be >= {minimum}{_fix(fix)}")
-    if value > limit:
-        raise InputError(f"{what}={show(value)} is over the limit of {limit:,}{_fix(fix)}")
-    return value
+    n = int(value)
+    if n < minimum:
+        raise InputError(f"{what}={show(n)} must be >= {minimum}{_fix(fix)}")
+    if n > limit:
+        raise InputError(f"{what}={show(n)} is over the limit of {limit:,}{_fix(fix)}")
+    return n
 
 
 def over(value: Any, limit: int) -> bool:

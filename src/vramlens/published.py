@@ -8,10 +8,16 @@ setting vramlens cannot express is listed with the reason instead of a number.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, TypedDict
 
 from vramlens.units import MiB
+
+if TYPE_CHECKING:
+    from vramlens.estimator.core import Estimate
+    from vramlens.hardware.runtime import RuntimeOverhead
+    from vramlens.models.spec import ModelSpec
 
 
 @dataclass(frozen=True, slots=True)
@@ -29,8 +35,8 @@ class Case:
     """
 
     model: str | None
-    settings: dict = field(default_factory=dict)
-    overrides: dict = field(default_factory=dict)
+    settings: dict[str, Any] = field(default_factory=dict)
+    overrides: dict[str, Any] = field(default_factory=dict)
     figure: str = "device_total"
     gpu: str | None = None
     cuda: str | None = None
@@ -40,7 +46,15 @@ class Case:
 
 # transformers' BertForSequenceClassification with 2 labels, as the Trainer examples load it
 _BERT_CLS = {"architectures": ["BertForSequenceClassification"], "num_labels": 2}
-_HF_V100 = dict(gpu="V100-16GB", cuda="11.2", lazy_loading=False)  # driver 460.91.03, CUDA 11.2 (the source)
+class _Setup(TypedDict):
+    """Where a case was measured: Case's gpu, cuda and lazy_loading."""
+
+    gpu: str
+    cuda: str
+    lazy_loading: bool
+
+
+_HF_V100 = _Setup(gpu="V100-16GB", cuda="11.2", lazy_loading=False)  # driver 460.91.03, CUDA 11.2 (the source)
 # transformers ~4.16 (Jan 2022): the Trainer's default optimizer was transformers.AdamW ("adamw_hf"),
 # a per-parameter Python loop; BERT's attention was eager; and model.zero_grad() zeroed the
 # gradients in place (set_to_none=False, PyTorch 1.x's default), so they stay allocated
@@ -137,7 +151,7 @@ class Row:
         return (self.first_order_bytes - self.published_bytes) / self.published_bytes
 
 
-def _spec(case: Case, load_model: Callable):
+def _spec(case: Case, load_model: Callable[..., ModelSpec]) -> ModelSpec | None:
     if case.model is None:
         return load_model(None, params=case.params) if case.params else None
     base = load_model(case.model)
@@ -147,7 +161,7 @@ def _spec(case: Case, load_model: Callable):
     return load_model(cfg)
 
 
-def published_bytes(entry: dict) -> int | None:
+def published_bytes(entry: dict[str, Any]) -> int | None:
     """The case's figure in bytes: ``value_bytes``, or the exact value its ``kind`` states ("exact = N B")."""
     import re
 
@@ -158,7 +172,7 @@ def published_bytes(entry: dict) -> int | None:
     return int(m.group(1).replace(",", "").replace("_", "")) if m else None
 
 
-def run_case(case_id: str, published: dict, case: Case) -> Row:
+def run_case(case_id: str, published: dict[str, Any], case: Case) -> Row:
     """Estimate one case; ``published`` is its entry of published-cases.json."""
     from vramlens.estimator import estimate
     from vramlens.hardware.catalog import get_gpu
@@ -194,6 +208,7 @@ def run_case(case_id: str, published: dict, case: Case) -> Row:
     elif case.figure == "kv_cache":
         from vramlens.estimator.kv_cache import kv_cache_bytes
 
+        assert spec is not None  # a kv_cache case names its model
         value = kv_cache_bytes(spec, est.workload, est.workload.seq, est.workload.batch)
     elif case.figure == "layer_activations":
         value = est.layer_activation_bytes
@@ -202,11 +217,11 @@ def run_case(case_id: str, published: dict, case: Case) -> Row:
     return Row(case_id, case.figure, target, int(value), first_order)
 
 
-def _outside(est, context: int) -> int:
+def _outside(est: Estimate, context: int) -> int:
     """The context this case's CUDA version implies, instead of the default one in the estimate."""
     from vramlens.estimator.runtime import runtime
 
-    rt = runtime(est.gpu, est.workload)
+    rt: RuntimeOverhead = runtime(est.gpu, est.workload)
     return context + (rt.outside_allocator_bytes - rt.context_bytes)
 
 

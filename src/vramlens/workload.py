@@ -13,28 +13,43 @@ Precision semantics (the same words appear in ``vramlens estimate --help``):
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, fields, replace
-from typing import Any
+from typing import Any, Literal, get_args
 
 from vramlens import limits as L
 from vramlens.errors import ConfigError
 
-MODES = ("inference", "train")
-METHODS = ("full", "lora", "qlora")
-DTYPES = ("fp32", "fp16", "bf16")
-AMPS = ("fp16", "bf16")
-QUANTS = ("int8", "nf4", "nf4-dq", "fp4", "int4", "gptq-4bit", "awq-4bit", "fp8")
-OPTIMIZERS = (
+# Each choice is a Literal type (what mypy checks) and a tuple of its values (what the CLI, the web
+# page and validation list), the tuple derived from the type so the two cannot drift.
+Mode = Literal["inference", "train"]
+Method = Literal["full", "lora", "qlora"]
+DType = Literal["fp32", "fp16", "bf16"]
+Amp = Literal["fp16", "bf16"]
+Quant = Literal["int8", "nf4", "nf4-dq", "fp4", "int4", "gptq-4bit", "awq-4bit", "fp8"]
+Optimizer = Literal[
     "adamw", "adam", "sgd", "sgd-momentum", "adafactor", "adamw-8bit",
     "paged-adamw", "paged-adamw-8bit", "lion", "none",
-)
-CHECKPOINTING = ("none", "full", "selective")
-OPTIMIZER_IMPLS = ("foreach", "fused", "loop")
-FSDP_STRATEGIES = ("full", "shard-grad-op", "hybrid")
+]
+Checkpointing = Literal["none", "full", "selective"]
+OptimizerImpl = Literal["foreach", "fused", "loop"]
+FsdpStrategy = Literal["full", "shard-grad-op", "hybrid"]
+Attention = Literal["eager", "sdpa", "flash"]
+Offload = Literal["none", "optimizer", "all"]
+KVDType = Literal["fp32", "fp16", "bf16", "fp8", "int8"]
+
+MODES: tuple[Mode, ...] = get_args(Mode)
+METHODS: tuple[Method, ...] = get_args(Method)
+DTYPES: tuple[DType, ...] = get_args(DType)
+AMPS: tuple[Amp, ...] = get_args(Amp)
+QUANTS: tuple[Quant, ...] = get_args(Quant)
+OPTIMIZERS: tuple[Optimizer, ...] = get_args(Optimizer)
+CHECKPOINTING: tuple[Checkpointing, ...] = get_args(Checkpointing)
+OPTIMIZER_IMPLS: tuple[OptimizerImpl, ...] = get_args(OptimizerImpl)
+FSDP_STRATEGIES: tuple[FsdpStrategy, ...] = get_args(FsdpStrategy)
 #: GPUs that hybrid sharding shards over (one node); the rest replicate (HSDP).
 GPUS_PER_NODE = 8
-ATTENTION = ("eager", "sdpa", "flash")
-OFFLOAD = ("none", "optimizer", "all")
-KV_DTYPES = ("fp32", "fp16", "bf16", "fp8", "int8")
+ATTENTION: tuple[Attention, ...] = get_args(Attention)
+OFFLOAD: tuple[Offload, ...] = get_args(Offload)
+KV_DTYPES: tuple[KVDType, ...] = get_args(KVDType)
 DEFAULT_LORA_TARGETS = ("q_proj", "v_proj")
 #: What the model is trained or run for: the head on top of the base model and its loss.
 #: ``embedding`` is sentence-transformers' case: the base model, mean pooling, and the in-batch
@@ -52,31 +67,31 @@ class Workload:
     Every field has the name of its CLI flag (dashes as underscores).
     """
 
-    mode: str = "inference"
-    method: str = "full"
-    dtype: str = "bf16"
-    amp: str | None = None
-    quant: str | None = None
-    optimizer: str = "adamw"
-    optimizer_impl: str = "foreach"
+    mode: Mode = "inference"
+    method: Method = "full"
+    dtype: DType = "bf16"
+    amp: Amp | None = None
+    quant: Quant | None = None
+    optimizer: Optimizer = "adamw"
+    optimizer_impl: OptimizerImpl = "foreach"
     batch: int = 1
     seq: int = 512
     new_tokens: int = 0
     grad_accum: int = 1
     keep_grads: bool = False
-    checkpointing: str = "none"
-    attention: str = "sdpa"
+    checkpointing: Checkpointing = "none"
+    attention: Attention = "sdpa"
     lora_rank: int = 16
     lora_targets: tuple[str, ...] = DEFAULT_LORA_TARGETS
     lora_dropout: float = 0.0
     gpus: int = 1
     zero: int = 0
     fsdp: bool = False
-    fsdp_strategy: str = "full"
+    fsdp_strategy: FsdpStrategy = "full"
     tp: int = 1
     pp: int = 1
-    offload: str = "none"
-    kv_dtype: str | None = None
+    offload: Offload = "none"
+    kv_dtype: KVDType | None = None
     kv_block: int = 0
     task: str | None = None  # None: the head named by the config's architectures
 
@@ -86,7 +101,7 @@ class Workload:
         return self.mode == "train"
 
     @property
-    def compute_dtype(self) -> str:
+    def compute_dtype(self) -> DType:
         """dtype of activations: the autocast dtype under AMP, else the weights' dtype."""
         if self.method == "qlora" and self.amp is None:
             return "bf16" if self.dtype == "fp32" else self.dtype
@@ -118,7 +133,7 @@ class Workload:
         return self.batch * self.grad_accum * self.dp
 
     @property
-    def quantized(self) -> str | None:
+    def quantized(self) -> Quant | None:
         """Weight quantization in effect (QLoRA implies nf4 with double quantization)."""
         if self.quant:
             return self.quant
@@ -137,7 +152,7 @@ class Workload:
         """Every problem with this workload, each naming the value and the fix."""
         p: list[str] = []
 
-        def choice(name: str, value: Any, allowed: tuple, optional: bool = False) -> None:
+        def choice(name: str, value: Any, allowed: tuple[str, ...], optional: bool = False) -> None:
             if optional and value is None:
                 return
             if value not in allowed:

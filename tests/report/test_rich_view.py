@@ -99,6 +99,14 @@ def test_sixteen_colours_keep_glyphs(tiny_estimate):
     assert ESC in out and "@" in out
 
 
+@pytest.mark.parametrize("system", ["256", "truecolor"])
+def test_256_colours_and_more_draw_solid_blocks(tiny_estimate, system):
+    # Console.color_system is a name ("256"), not a ColorSystem: comparing with the enum never matched
+    out = render(R.estimate_view(tiny_estimate), force_terminal=True, color_system=system)
+    assert "@ CUDA context + workspaces" not in out
+    assert "█ CUDA context + workspaces" in out  # the legend's swatch is the coloured block
+
+
 def test_does_not_fit_verdict():
     d = {"model": {"name": "m", "params": 10}, "workload": {"mode": "inference", "batch": 1, "seq": 8},
          "components": {"weights": 30 * GiB}, "explanations": {"weights": "w"}, "device_total_bytes": 30 * GiB,

@@ -10,6 +10,7 @@ ordered by (stream, address) (``BlockComparatorAddress``).
 from __future__ import annotations
 
 from bisect import bisect_left, insort
+from collections.abc import Hashable
 
 
 class ExpandableSegment:
@@ -49,7 +50,7 @@ class Block:
         self.seg = seg
         self.mapped = True
         self.gc_base = 0
-        self.ident = None
+        self.ident: Hashable = None  # the event id of the allocation it holds
 
     def is_split(self) -> bool:
         return self.prev is not None or self.next is not None

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+from typing import Any
 
 from vramlens.allocator.versions import VersionProfile, profile
 from vramlens.errors import InputError
@@ -129,7 +130,7 @@ def parse_alloc_conf(text: str | None, *, version: str | None = None) -> Allocat
         return AllocatorConfig(version=prof.name)
     p = _Parser(text, prof)
     tokens = p.tokens
-    values: dict = {}
+    values: dict[str, Any] = {}
     ignored: list[str] = []
     divisions = [0] * ROUNDUP_INTERVALS
     i = 0

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Hashable, Iterable, Iterator
 from dataclasses import dataclass
+from typing import Any
 
 from vramlens.errors import InputError
 
@@ -38,7 +39,7 @@ class Event:
     module: str | None = None
 
 
-def _first(obj, names: tuple[str, ...], default=None):
+def _first(obj: Any, names: tuple[str, ...], default: Any = None) -> Any:
     for n in names:
         if isinstance(obj, dict):
             if n in obj:
@@ -48,7 +49,7 @@ def _first(obj, names: tuple[str, ...], default=None):
     return default
 
 
-def normalize(events: Iterable) -> Iterator[tuple[str, Hashable, int, Hashable]]:
+def normalize(events: Iterable[Any]) -> Iterator[tuple[str, Hashable, int, Hashable]]:
     """Yield ``(action, id, size, stream)`` for every accepted event shape.
 
     Raises:

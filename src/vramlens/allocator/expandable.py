@@ -11,6 +11,7 @@ unmaps the pages that are wholly free. Mixed into
 from __future__ import annotations
 
 from bisect import bisect_left
+from typing import TYPE_CHECKING, TypeGuard
 
 from vramlens.allocator.blocks import Block, BlockPool, ExpandableSegment
 from vramlens.units import ceil_div
@@ -23,6 +24,17 @@ _UNLIMITED_ADDRESS_SPACE = 1 << 40  # address space when no capacity is given
 class ExpandableMixin:
     """Expandable-segment methods of the caching allocator."""
 
+    # the state of CachingAllocator these methods use (declared for the type checker only)
+    capacity: int | None
+    next_addr: int
+    exp_segments: list[ExpandableSegment]
+    reserved: int
+    num_device_alloc: int
+    num_device_free: int
+
+    if TYPE_CHECKING:
+        def try_merge_blocks(self, dst: Block, src: Block | None, pool: BlockPool) -> int: ...
+
     def _new_exp_segment(self, pool: BlockPool) -> ExpandableSegment:
         page = K_SMALL_BUFFER if pool.small else K_LARGE_BUFFER
         device = self.capacity if self.capacity is not None else _UNLIMITED_ADDRESS_SPACE
@@ -33,7 +45,7 @@ class ExpandableMixin:
         return seg
 
     def find_expandable_block(self, pool: BlockPool, stream: int, size: int) -> Block:
-        def allocatable(b: Block | None) -> bool:
+        def allocatable(b: Block | None) -> TypeGuard[Block]:
             return b is not None and not b.allocated
 
         def has_space(b: Block | None) -> bool:
@@ -60,6 +72,7 @@ class ExpandableMixin:
 
     def map_block(self, to_map: Block, size: int) -> bool:
         seg = to_map.seg
+        assert seg is not None  # only blocks of expandable segments are mapped
         page = seg.page
         begin = (to_map.addr - seg.base) // page
         end = -(-(to_map.addr + size - seg.base) // page)
@@ -90,6 +103,7 @@ class ExpandableMixin:
             return None
         while cand.size < size:
             nxt = cand.next
+            assert nxt is not None  # find_expandable_block checked the space ahead
             if not self.map_block(nxt, min(size - cand.size, nxt.size)):
                 return None
             cand = nxt
@@ -98,6 +112,7 @@ class ExpandableMixin:
 
     def unmap_block(self, block: Block) -> None:
         seg, pool = block.seg, block.pool
+        assert seg is not None  # only blocks of expandable segments are unmapped
         page = seg.page
         begin = -(-(block.addr - seg.base) // page)
         end = (block.addr + block.size - seg.base) // page

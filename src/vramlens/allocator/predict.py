@@ -13,6 +13,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from vramlens.allocator.analytic import reserved_breakdown
 from vramlens.allocator.config import AllocatorConfig
@@ -96,7 +97,7 @@ def predict_device_total(
     return DevicePrediction(peak_allocated_bytes, reserved, rt.outside_allocator_bytes, total, rt, explain)
 
 
-def case_kind(case: dict) -> str | None:
+def case_kind(case: dict[str, Any]) -> str | None:
     """"device_total" for NVML/nvidia-smi figures, "reserved" for max_memory_reserved, else None."""
     kind = str(case.get("figure", {}).get("kind", "")).lower()
     if "nvml" in kind or "nvidia-smi" in kind or "'used'" in kind:
@@ -106,7 +107,7 @@ def case_kind(case: dict) -> str | None:
     return None
 
 
-def case_gpu_and_cuda(case: dict) -> tuple[GPU | None, str | None]:
+def case_gpu_and_cuda(case: dict[str, Any]) -> tuple[GPU | None, str | None]:
     """The catalog GPU and CUDA version a case names ("Tesla V100-SXM2 16GB (driver ..., CUDA 11.2)")."""
     text = str(case.get("gpu") or "")
     m = re.search(r"CUDA\s+(\d+\.\d+)", text)
@@ -125,8 +126,8 @@ def case_gpu_and_cuda(case: dict) -> tuple[GPU | None, str | None]:
     return gpu, cuda
 
 
-def predict_published_case(case: dict, *, peak_allocated_bytes: int, persistent: Sequence[int] | Mapping[int, int] | int = (),
-                           training: bool, conf: AllocatorConfig | str | None = None) -> dict | None:
+def predict_published_case(case: dict[str, Any], *, peak_allocated_bytes: int, persistent: Sequence[int] | Mapping[int, int] | int = (),
+                           training: bool, conf: AllocatorConfig | str | None = None) -> dict[str, Any] | None:
     """Predict a published case's figure from the estimator's peak; None if its kind is not ours.
 
     Cases measured before CUDA 11.7 (no lazy loading) use the eager context model.

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass
+from typing import Any
 
 from vramlens.allocator.config import AllocatorConfig
 from vramlens.allocator.events import Event
@@ -21,7 +22,7 @@ from vramlens.allocator.snapshot import analyze_snapshot
 from vramlens.errors import SnapshotError
 
 
-def trace_to_events(entries: list) -> list[Event]:
+def trace_to_events(entries: list[Any]) -> list[Event]:
     """Events for the simulator from one device's trace entries (see the module docstring)."""
     events: list[Event] = []
     released = False  # segments went back to CUDA since the last allocation or free
@@ -64,8 +65,8 @@ class ReplayComparison:
     simulated_reserved_bytes: int
     recorded_peak_reserved_bytes: int
     simulated_peak_reserved_bytes: int
-    recorded_segments: dict
-    simulated_segments: dict
+    recorded_segments: dict[int, int]
+    simulated_segments: dict[int, int]
     complete: bool
 
     @property
@@ -73,7 +74,7 @@ class ReplayComparison:
         rec = self.recorded_peak_reserved_bytes
         return self.simulated_peak_reserved_bytes / rec - 1 if rec else 0.0
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return {
             "recorded_reserved_bytes": self.recorded_reserved_bytes,
             "simulated_reserved_bytes": self.simulated_reserved_bytes,
@@ -87,7 +88,7 @@ class ReplayComparison:
         }
 
 
-def replay_snapshot(snap: dict, *, conf: AllocatorConfig | str | None = None, capacity: int | None = None,
+def replay_snapshot(snap: dict[str, Any], *, conf: AllocatorConfig | str | None = None, capacity: int | None = None,
                     device: int = 0) -> ReplayComparison:
     """Replay ``snap``'s device_traces[device] and compare with its segments.
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from array import array
 from dataclasses import dataclass, field
+from typing import Any
 
 from vramlens.allocator.config import AllocatorConfig
 from vramlens.units import ceil_div
@@ -45,7 +46,7 @@ class Timeline:
     n_events: int
 
     @staticmethod
-    def from_arrays(allocated: array, reserved: array, max_points: int = 2048) -> Timeline:
+    def from_arrays(allocated: array[int], reserved: array[int], max_points: int = 2048) -> Timeline:
         n = len(allocated)
         if n <= max_points:
             return Timeline(tuple((i, allocated[i], reserved[i]) for i in range(n)), n)
@@ -110,7 +111,7 @@ class AllocatorResult:
         """Share of the peak reservation not in use at that moment."""
         return self.fragmentation_bytes / self.peak_reserved_bytes if self.peak_reserved_bytes else 0.0
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         """JSON-ready values (bytes as ints)."""
         return {
             "peak_reserved_bytes": self.peak_reserved_bytes,

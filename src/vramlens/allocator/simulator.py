@@ -36,6 +36,7 @@ from __future__ import annotations
 
 from array import array
 from collections.abc import Hashable, Iterable
+from typing import Any
 
 from vramlens.allocator.blocks import Block, BlockPool, ExpandableSegment
 from vramlens.allocator.config import LARGE_BUFFER, AllocatorConfig
@@ -105,7 +106,7 @@ class CachingAllocator(ExpandableMixin):
             raise InputError("memory_fraction needs a capacity to be a fraction of")
         self.conf = conf
         self.capacity = capacity
-        self.allowed = int(memory_fraction * capacity) if memory_fraction is not None else None
+        self.allowed = int(memory_fraction * capacity) if memory_fraction is not None and capacity is not None else None
         self.gc_on = self.allowed is not None and conf.garbage_collection_threshold > 0
         self.max_split = conf.max_split_size
         self.expandable = conf.expandable_segments
@@ -306,9 +307,11 @@ class CachingAllocator(ExpandableMixin):
                     self.unmap_block(block)
                     if block.prev is None and block.next is None and not block.mapped:
                         pool.remove_unmapped(block)
+                        assert block.seg is not None  # to_unmap holds expandable blocks only
                         self.exp_segments.remove(block.seg)
 
     def garbage_collect(self) -> None:
+        assert self.allowed is not None  # called only when gc_on, which needs a memory fraction
         threshold = int(self.conf.garbage_collection_threshold * self.allowed)
         if self.reserved <= threshold:
             return
@@ -342,7 +345,8 @@ class CachingAllocator(ExpandableMixin):
         heads += [b for b in live if b.prev is None]
         for head in heads:
             if head.seg is None:
-                total, b = 0, head
+                total = 0
+                b: Block | None = head
                 while b is not None:
                     total += b.size
                     b = b.next
@@ -371,7 +375,7 @@ class CachingAllocator(ExpandableMixin):
 
 
 def simulate(
-    events: Iterable,
+    events: Iterable[Any],
     conf: AllocatorConfig | str | None = None,
     capacity: int | None = None,
     *,

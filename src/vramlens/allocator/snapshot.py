@@ -21,7 +21,9 @@ import io
 import math
 import pickle
 from collections import Counter, defaultdict
+from collections.abc import Iterator
 from dataclasses import dataclass, field
+from typing import Any, NoReturn
 
 from vramlens.allocator.config import AllocatorConfig
 from vramlens.allocator.simulator import round_size
@@ -50,12 +52,12 @@ _INTERNAL = ("/torch/", "\\torch\\", "<frozen", "<string>")
 class RestrictedUnpickler(pickle.Unpickler):
     """An unpickler that builds plain data only: every global is refused."""
 
-    def find_class(self, module: str, name: str):
+    def find_class(self, module: str, name: str) -> NoReturn:
         raise SnapshotError(
             f"refusing to load {module}.{name}: a memory snapshot holds only plain data, "
             "so this file is not one (or it is hostile); nothing was executed")
 
-    def persistent_load(self, pid):
+    def persistent_load(self, pid: object) -> NoReturn:
         raise SnapshotError("refusing a persistent id: a memory snapshot holds only plain data; nothing was executed")
 
 
@@ -91,6 +93,16 @@ def _check_size(n: int) -> None:
 
 
 _CONTAINERS = (dict, list, tuple, set, frozenset)
+_Container = dict[Any, Any] | list[Any] | tuple[Any, ...] | set[Any] | frozenset[Any]
+
+
+@dataclass(slots=True)
+class _Visit:
+    """One container on check_nesting's stack."""
+
+    container: _Container
+    children: Iterator[object]
+    height: int  # its height so far
 
 
 def check_nesting(obj: object, limit: int, what: str) -> None:
@@ -107,7 +119,7 @@ def check_nesting(obj: object, limit: int, what: str) -> None:
     height: dict[int, int] = {}       # id -> levels of containers below and including it
     on_path: set[int] = set()
     keep = [obj]                      # ids stay valid: every object walked stays referenced by obj
-    stack = [[obj, _children(obj), 1]]  # (container, its children, its height so far)
+    stack = [_Visit(obj, _children(obj), 1)]
     on_path.add(id(obj))
 
     def deep() -> SnapshotError:
@@ -116,7 +128,7 @@ def check_nesting(obj: object, limit: int, what: str) -> None:
 
     while stack:
         top = stack[-1]
-        for child in top[1]:
+        for child in top.children:
             if not isinstance(child, _CONTAINERS):
                 continue
             cid = id(child)
@@ -126,23 +138,23 @@ def check_nesting(obj: object, limit: int, what: str) -> None:
             if cid in height:
                 if len(stack) + height[cid] > limit:
                     raise deep()
-                top[2] = max(top[2], 1 + height[cid])
+                top.height = max(top.height, 1 + height[cid])
                 continue
             if len(stack) + 1 > limit:
                 raise deep()
             on_path.add(cid)
-            stack.append([child, _children(child), 1])
+            stack.append(_Visit(child, _children(child), 1))
             break
         else:
             stack.pop()
-            on_path.discard(id(top[0]))
-            height[id(top[0])] = top[2]
+            on_path.discard(id(top.container))
+            height[id(top.container)] = top.height
             if stack:
-                stack[-1][2] = max(stack[-1][2], 1 + top[2])
+                stack[-1].height = max(stack[-1].height, 1 + top.height)
     del keep
 
 
-def _children(obj: object):
+def _children(obj: _Container) -> Iterator[object]:
     if isinstance(obj, dict):
         for k, v in obj.items():
             yield k
@@ -180,7 +192,7 @@ class History:
     """
 
     n_entries: int
-    actions: dict
+    actions: dict[str, int]
     peak_allocated_bytes: int
     peak_requested_bytes: int
     peak_reserved_bytes: int
@@ -223,7 +235,7 @@ class SnapshotReport:
     fragmentation_bytes: int
     largest_free_block_bytes: int | None
     segments: int
-    blocks_by_state: dict
+    blocks_by_state: dict[str, tuple[int, ...]]
     releasable_bytes: int | None
     inactive_split_bytes: int | None
     pending_free_bytes: int | None
@@ -237,7 +249,7 @@ class SnapshotReport:
     explanation: tuple[str, ...]
     notes: tuple[str, ...] = field(default=())
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         """JSON-ready: the keys `vramlens snapshot --json` prints."""
         h = self.history
         return {
@@ -274,7 +286,7 @@ class SnapshotReport:
 
 
 # --------------------------------------------------------------------------- validation helpers
-def _int(d: dict, key: str, where: str, default: int | None = None, *, limit: int = MAX_DEVICE_BYTES) -> int:
+def _int(d: dict[str, Any], key: str, where: str, default: int | None = None, *, limit: int = MAX_DEVICE_BYTES) -> int:
     """``d[key]`` as a whole number in [0, limit] (byte counts by default), or SnapshotError naming it."""
     v = d.get(key, default)
     if isinstance(v, bool) or not isinstance(v, int):
@@ -301,7 +313,7 @@ def frame_label(frames: object) -> str:
     return f"{f.get('filename', '?')}:{f.get('line', '?')}:{f.get('name', '?')}"
 
 
-def _top(counter_bytes: dict, counter_n: Counter, n: int) -> tuple[FrameTotal, ...]:
+def _top(counter_bytes: dict[str, int], counter_n: Counter[str], n: int) -> tuple[FrameTotal, ...]:
     items = sorted(counter_bytes.items(), key=lambda kv: (-kv[1], kv[0]))[:n]
     return tuple(FrameTotal(k, b, counter_n[k]) for k, b in items)
 
@@ -348,7 +360,7 @@ def analyze_snapshot(snap: object, *, top: int = 10, device: int | None = None) 
     reserved = allocated = active = requested = releasable = split_free = pending = largest = 0
     by_state: dict[str, list[int]] = {s: [0, 0] for s in BLOCK_STATES}
     top_b: dict[str, int] = defaultdict(int)
-    top_n: Counter = Counter()
+    top_n: Counter[str] = Counter()
     n_segments = 0
     for si, seg in enumerate(segs):
         where = f"segments[{si}]"
@@ -415,8 +427,8 @@ def analyze_snapshot(snap: object, *, top: int = 10, device: int | None = None) 
     )
 
 
-def analyze_history(entries: list, final_allocated: int, final_reserved: int, *,
-                    conf: AllocatorConfig | None = None, top: int = 10, notes: list | None = None) -> History:
+def analyze_history(entries: list[Any], final_allocated: int, final_reserved: int, *,
+                    conf: AllocatorConfig | None = None, top: int = 10, notes: list[str] | None = None) -> History:
     """Walk one device's trace entries: peaks, baseline, OOMs, timeline, top frames at the peak.
 
     Linear in the entries: one pass keeps running totals and the index of the allocated peak;
@@ -429,14 +441,14 @@ def analyze_history(entries: list, final_allocated: int, final_reserved: int, *,
     """
     conf = conf or AllocatorConfig()
     notes = notes if notes is not None else []
-    actions: Counter = Counter()
-    live: dict[int, tuple[int, int, str | None]] = {}  # addr -> (block size, requested, entry index)
+    actions: Counter[str] = Counter()
+    live: dict[int, tuple[int, int, int]] = {}  # addr -> (block size, requested, entry index)
     alloc = req = res = 0
     points: list[tuple[int, int, int]] = []
     peak_a = peak_r = peak_q = 0
     peak_at = -1  # the entry after which allocated first reached its peak
     ooms = []
-    unknown: Counter = Counter()
+    unknown: Counter[str] = Counter()
     steps: list[tuple[int, str, int, int]] = []  # (entry index, action, addr, size) of alloc/free_completed
     for i, e in enumerate(entries):
         if not isinstance(e, dict):
@@ -482,7 +494,7 @@ def analyze_history(entries: list, final_allocated: int, final_reserved: int, *,
     base_a = max(0, final_allocated - alloc)
     base_r = max(0, final_reserved - res)
     top_b: dict[str, int] = defaultdict(int)
-    top_n: Counter = Counter()
+    top_n: Counter[str] = Counter()
     for block, i in _live_at(steps, peak_at, conf):
         label = frame_label(entries[i].get("frames"))
         top_b[label] += block
@@ -515,7 +527,7 @@ def _live_at(steps: list[tuple[int, str, int, int]], last: int, conf: AllocatorC
 
 
 def explain_gap(reserved: int, allocated: int, releasable: int | None, split_free: int | None,
-                pending: int | None, by_state: dict) -> tuple[str, ...]:
+                pending: int | None, by_state: dict[str, list[int]]) -> tuple[str, ...]:
     """Lines that account for reserved minus allocated."""
     from vramlens.units import human_bytes as hb
 
@@ -576,8 +588,8 @@ def analyze_memory_stats(stats: object) -> SnapshotReport:
     if split is not None and allocated <= reserved and split > reserved - allocated:
         problems.append(f"inactive_split_bytes.all.current={split:,} exceeds reserved minus allocated "
                         f"({reserved - allocated:,})")
-    for key in ("allocated_bytes", "reserved_bytes"):
-        peak, now = get(f"{key}.all.peak"), get(f"{key}.all.current")
+    for key, now in (("allocated_bytes", allocated), ("reserved_bytes", reserved)):
+        peak = get(f"{key}.all.peak")
         if peak is not None and peak < now:
             problems.append(f"{key}.all.peak={peak:,} is below {key}.all.current={now:,}")
     if problems:

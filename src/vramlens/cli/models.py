@@ -25,7 +25,7 @@ def run(args: argparse.Namespace) -> int:
     entries = list_catalog()
     if args.filter:
         f = args.filter.lower()
-        entries = [e for e in entries if f in e.id.lower() or any(f in a.lower() for a in e.aliases)]
+        entries = tuple(e for e in entries if f in e.id.lower() or any(f in a.lower() for a in e.aliases))
     if args.json:
         print_json([{"id": e.id, "aliases": list(e.aliases), "family": e.family, "kind": e.kind,
                      "params": e.params} for e in entries])

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+from typing import Any
 
 from vramlens.cli.options import (
     add_model_arg,
@@ -91,7 +92,7 @@ def _gguf_refusals(args: argparse.Namespace) -> list[str]:
             given.append("--no-disk")
         elif isinstance(value, bool):
             given.append(f"--{dest.replace('_', '-')}")
-        elif dest == "host_ram":
+        elif dest == "host_ram" and value is not None:
             given.append(f"--host-ram {value / 1e9:g}GB")
         else:
             given.append(f"--{dest.replace('_', '-')} {value}")
@@ -183,7 +184,8 @@ def render_placement(p) -> str:
 
 def _ranges(dm: dict) -> str:
     """Consecutive blocks on the same device, compressed: 'model.layers.0-20: 0'."""
-    out, run = [], []
+    out: list[str] = []
+    run: list[tuple[str, Any]] = []  # (module name, device)
     for name, dev in dm.items():
         if run and run[-1][1] == dev:
             run.append((name, dev))

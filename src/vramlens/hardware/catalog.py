@@ -16,6 +16,7 @@ import os
 import re
 from functools import lru_cache
 from importlib import resources
+from typing import Any
 
 from vramlens.errors import UnknownGPUError
 from vramlens.hardware.gpu import GPU
@@ -39,7 +40,7 @@ def _key(text: str) -> str:
     return re.sub(r"[^a-z0-9]", "", low)
 
 
-def _gpu_from_entry(entry: dict) -> GPU:
+def _gpu_from_entry(entry: dict[str, Any]) -> GPU:
     usable = entry.get("usable_bytes")
     if usable is None and entry.get("nvidia_smi_total_mib") is not None:
         usable = int(entry["nvidia_smi_total_mib"]) * MiB

@@ -15,12 +15,15 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime, timezone
 from html import escape
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from vramlens import __version__
 from vramlens.report import svg
 from vramlens.report.labels import device_label
 from vramlens.units import format_gib, peak_indices
+
+if TYPE_CHECKING:
+    from vramlens.estimator.core import Estimate
 
 KINDS = ("estimate", "fit", "trace", "place")
 
@@ -52,7 +55,7 @@ def _page(title: str, body: list[str]) -> str:
     ])
 
 
-def _verdict(data: Mapping) -> str:
+def _verdict(data: Mapping[str, Any]) -> str:
     fits = data.get("fits")
     gpu = data.get("gpu")
     if fits is None or not gpu:
@@ -64,7 +67,7 @@ def _verdict(data: Mapping) -> str:
             + (f'<p>{escape(data.get("advice") or "")}</p>' if data.get("advice") else ""))
 
 
-def _components_table(data: Mapping) -> str:
+def _components_table(data: Mapping[str, Any]) -> str:
     comps: Mapping[str, int] = data.get("components") or {}
     expl: Mapping[str, str] = data.get("explanations") or {}
     rows = ['<table id="components"><thead><tr><th>component</th><th class="num">GiB</th><th class="num">bytes</th>'
@@ -87,7 +90,7 @@ def _components_table(data: Mapping) -> str:
     return "\n".join(rows)
 
 
-def _inputs(data: Mapping) -> str:
+def _inputs(data: Mapping[str, Any]) -> str:
     model = data.get("model") or {}
     work = data.get("workload") or {}
     gpu = data.get("gpu") or {}
@@ -115,14 +118,14 @@ def _fmt(v: Any) -> str:
     return str(v)
 
 
-def _notes(data: Mapping) -> str:
+def _notes(data: Mapping[str, Any]) -> str:
     notes = list(data.get("notes") or []) + [f"assumed: {a}" for a in (data.get("model") or {}).get("assumed") or []]
     if not notes:
         return ""
     return "<h2>Notes</h2><ul>" + "".join(f"<li>{escape(str(n))}</li>" for n in notes) + "</ul>"
 
 
-def _estimate_body(data: Mapping, headroom: float) -> list[str]:
+def _estimate_body(data: Mapping[str, Any], headroom: float) -> list[str]:
     name = (data.get("model") or {}).get("name", "model")
     return [
         f"<h1>{escape(name)}: memory per GPU</h1>",
@@ -137,7 +140,7 @@ def _estimate_body(data: Mapping, headroom: float) -> list[str]:
     ]
 
 
-def _plans_table(plans: Sequence[Mapping]) -> str:
+def _plans_table(plans: Sequence[Mapping[str, Any]]) -> str:
     rows = ['<table id="plans"><thead><tr><th>#</th><th>plan</th><th class="num">device total GiB</th>'
             "<th>fits</th><th>changes, trade-offs</th></tr></thead><tbody>"]
     for i, p in enumerate(plans, 1):
@@ -152,7 +155,7 @@ def _plans_table(plans: Sequence[Mapping]) -> str:
     return "\n".join(rows)
 
 
-def plan_label(plan: Mapping, base: Mapping | None = None) -> str:
+def plan_label(plan: Mapping[str, Any], base: Mapping[str, Any] | None = None) -> str:
     """A plan's name, or its settings that differ from ``base`` (default: Workload's defaults)."""
     if plan.get("name") or plan.get("label"):
         return str(plan.get("name") or plan.get("label"))
@@ -166,7 +169,7 @@ def plan_label(plan: Mapping, base: Mapping | None = None) -> str:
     return " ".join(diff) or "as given"
 
 
-def _fit_plans(data: Mapping) -> tuple[list[dict], bool]:
+def _fit_plans(data: Mapping[str, Any]) -> tuple[list[dict[str, Any]], bool]:
     """The plans to show, labelled; the closest plan (marked so) when none fits."""
     plans = [dict(p, name=plan_label(p)) for p in data.get("plans") or []]
     if not plans and data.get("closest"):
@@ -174,12 +177,12 @@ def _fit_plans(data: Mapping) -> tuple[list[dict], bool]:
     return plans, False
 
 
-def _fit_capacity(data: Mapping) -> int | None:
+def _fit_capacity(data: Mapping[str, Any]) -> int | None:
     gpu = data.get("gpu") or {}
     return gpu.get("usable_bytes") if isinstance(gpu, Mapping) else data.get("usable_bytes")
 
 
-def _fit_body(data: Mapping, headroom: float) -> list[str]:
+def _fit_body(data: Mapping[str, Any], headroom: float) -> list[str]:
     plans, closest = _fit_plans(data)
     name = (data.get("model") or {}).get("name", "model")
     body = [f"<h1>{escape(str(name))}: plans that fit</h1>"]
@@ -203,13 +206,13 @@ def _fit_body(data: Mapping, headroom: float) -> list[str]:
     return body
 
 
-def _place_columns(data: Mapping) -> list[dict]:
+def _place_columns(data: Mapping[str, Any]) -> list[dict[str, Any]]:
     return [{"name": str(o.get("kind")), "components": {device_label(k): v for k, v in (o.get("device_bytes") or {}).items()}}
             for o in data.get("options") or []]
 
 
-def _place_body(data: Mapping, headroom: float) -> list[str]:
-    budgets: Mapping = data.get("budgets") or {}
+def _place_body(data: Mapping[str, Any], headroom: float) -> list[str]:
+    budgets: Mapping[str, Any] = data.get("budgets") or {}
     devices = list(budgets)
     for o in data.get("options") or []:
         devices += [k for k in o.get("device_bytes") or {} if k not in devices]
@@ -243,7 +246,7 @@ def _place_body(data: Mapping, headroom: float) -> list[str]:
     return body
 
 
-def timeline_from_events(events: Sequence[Mapping], *, max_points: int = 1500) -> list[tuple[float, dict[str, int]]]:
+def timeline_from_events(events: Sequence[Mapping[str, Any]], *, max_points: int = 1500) -> list[tuple[float, dict[str, int]]]:
     """Live bytes by tag after each event, from ``{"seq", "action", "nbytes", "tag"}`` dicts.
 
     The stream is thinned to at most ``max_points`` points, always keeping the peak.
@@ -259,7 +262,7 @@ def timeline_from_events(events: Sequence[Mapping], *, max_points: int = 1500) -
     return [points[j] for j in peak_indices(totals, max_points, keep_last=True)]
 
 
-def _trace_body(data: Mapping, headroom: float) -> list[str]:
+def _trace_body(data: Mapping[str, Any], headroom: float) -> list[str]:
     body = _estimate_body(data, headroom)
     tr = data.get("trace") or {}
     if _timeline_points(data):
@@ -281,7 +284,7 @@ def _trace_body(data: Mapping, headroom: float) -> list[str]:
     return body
 
 
-def _timeline_points(data: Mapping) -> list[tuple[float, dict[str, int]]]:
+def _timeline_points(data: Mapping[str, Any]) -> list[tuple[float, dict[str, int]]]:
     points = data.get("timeline")
     if points is None and data.get("events_list"):
         points = timeline_from_events(data["events_list"])
@@ -289,7 +292,7 @@ def _timeline_points(data: Mapping) -> list[tuple[float, dict[str, int]]]:
             for p in points or []]
 
 
-def chart_svg(kind: str, data: Mapping, *, headroom: float = 0.10) -> str:
+def chart_svg(kind: str, data: Mapping[str, Any], *, headroom: float = 0.10) -> str:
     """The main chart of a report as SVG text: the breakdown bar (estimate), the plans side by
     side (fit), the memory timeline with the peak marked (trace; the breakdown bar when the
     object has no ``"timeline"``), the options side by side by device (place).
@@ -322,7 +325,7 @@ def chart_svg(kind: str, data: Mapping, *, headroom: float = 0.10) -> str:
     raise InputError(f"kind={kind!r} is not one of: {', '.join(KINDS)}")
 
 
-def render_html(kind: str, data: Mapping, *, headroom: float = 0.10) -> str:
+def render_html(kind: str, data: Mapping[str, Any], *, headroom: float = 0.10) -> str:
     """One self-contained HTML document for a command's JSON object.
 
     Args:
@@ -351,7 +354,7 @@ def render_html(kind: str, data: Mapping, *, headroom: float = 0.10) -> str:
     return _page(f"vramlens {kind}: {name}", body)
 
 
-def write_text_atomic(path: str | os.PathLike, text: str | bytes) -> Path:
+def write_text_atomic(path: str | os.PathLike[str], text: str | bytes) -> Path:
     """Write ``text`` to ``path`` through a temporary file in the same folder and a rename.
 
     The file gets the mode a plain ``open(path, "w")`` would give (0666 less the umask: 0644 under
@@ -396,12 +399,12 @@ def _umask() -> int:
     return mask
 
 
-def write_html(kind: str, data: Mapping, path: str | os.PathLike, *, headroom: float = 0.10) -> Path:
+def write_html(kind: str, data: Mapping[str, Any], path: str | os.PathLike[str], *, headroom: float = 0.10) -> Path:
     """Render and write a report atomically; returns the path written."""
     return write_text_atomic(path, render_html(kind, data, headroom=headroom))
 
 
-def write_estimate_html(est, path: str | os.PathLike, *, headroom: float | None = None) -> Path:
+def write_estimate_html(est: Estimate, path: str | os.PathLike[str], *, headroom: float | None = None) -> Path:
     """The ``vramlens estimate --html FILE`` report of an Estimate."""
     return write_html("estimate", est.to_dict(), path, headroom=0.10 if headroom is None else headroom)
 

@@ -18,13 +18,13 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from rich import box
-from rich.color import ColorSystem
 from rich.console import Console, ConsoleOptions, Group, RenderableType, RenderResult
 from rich.progress import (
     BarColumn,
     MofNCompleteColumn,
     Progress,
     SpinnerColumn,
+    TaskID,
     TextColumn,
     TimeElapsedColumn,
 )
@@ -67,8 +67,9 @@ class _View:
 
     def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
         colour = console.color_system is not None and not console.no_color
-        # 8 or 16 colours cannot keep the palette's hues apart: glyphs tell the components apart
-        solid = colour and console.color_system in (ColorSystem.EIGHT_BIT, ColorSystem.TRUECOLOR)
+        # 8 or 16 colours cannot keep the palette's hues apart: glyphs tell the components apart.
+        # Console.color_system is the system's name ("256", "truecolor"), not a ColorSystem.
+        solid = colour and console.color_system in ("256", "truecolor")
         yield self.build(_Palette(colour, solid=solid), options.max_width)
 
 
@@ -183,7 +184,7 @@ def _fmt(v: Any) -> str:
     return str(v)
 
 
-def workload_line(w: Mapping) -> str:
+def workload_line(w: Mapping[str, Any]) -> str:
     """One line for a workload dict (``Workload.to_dict()``)."""
     if not w:
         return ""
@@ -203,7 +204,7 @@ def workload_line(w: Mapping) -> str:
     return s
 
 
-def components_table(data: Mapping, pal: _Palette) -> Table:
+def components_table(data: Mapping[str, Any], pal: _Palette) -> Table:
     """Components with their GiB and the formula (or trace tags) each came from, then the peaks."""
     t = Table(box=box.SIMPLE_HEAD, pad_edge=False, expand=False)
     t.add_column("component", no_wrap=True)
@@ -226,19 +227,19 @@ def components_table(data: Mapping, pal: _Palette) -> Table:
     return t
 
 
-def _notes(data: Mapping) -> list[RenderableType]:
+def _notes(data: Mapping[str, Any]) -> list[RenderableType]:
     out: list[RenderableType] = [Text(f"note: {n}", style="dim") for n in data.get("notes") or []]
     return out
 
 
-def estimate_view(data: Mapping | Any, *, headroom: float = 0.10) -> _View:
+def estimate_view(data: Mapping[str, Any] | Any, *, headroom: float = 0.10) -> _View:
     """`vramlens estimate`: the components table, the bar against the GPU and the verdict.
 
     Args:
         data: ``Estimate.to_dict()`` (or an Estimate).
         headroom: fraction of the GPU kept free, for the headroom line.
     """
-    d: Mapping = data.to_dict() if hasattr(data, "to_dict") else data
+    d: Mapping[str, Any] = data.to_dict() if hasattr(data, "to_dict") else data
 
     def build(pal: _Palette, width: int) -> RenderableType:
         colour = pal.colour
@@ -273,13 +274,13 @@ def estimate_view(data: Mapping | Any, *, headroom: float = 0.10) -> _View:
     return _View(build)
 
 
-def _speed(p: Mapping) -> str:
+def _speed(p: Mapping[str, Any]) -> str:
     if p.get("step_time_s") is not None:
         return f"{p['step_time_s']:.3g} s/step"
     return f"{p.get('tokens_per_s', 0):,.0f} tok/s"
 
 
-def fit_view(data: Mapping, *, bar_width: int | None = None) -> _View:
+def fit_view(data: Mapping[str, Any], *, bar_width: int | None = None) -> _View:
     """`vramlens fit`: the plans side by side, each a mini bar against the GPU.
 
     Args:
@@ -347,7 +348,7 @@ def fit_view(data: Mapping, *, bar_width: int | None = None) -> _View:
     return _View(build)
 
 
-def sparkline(points: Sequence[Sequence], width: int) -> tuple[Text, int, int | None]:
+def sparkline(points: Sequence[Sequence[Any]], width: int) -> tuple[Text, int, int | None]:
     """The live total of timeline points as one line of bars (each cell the most of its points).
 
     Returns:
@@ -367,7 +368,7 @@ def sparkline(points: Sequence[Sequence], width: int) -> tuple[Text, int, int | 
     return line, top, int(points[i_top][0])
 
 
-def trace_view(data: Mapping, *, top: int = 10) -> _View:
+def trace_view(data: Mapping[str, Any], *, top: int = 10) -> _View:
     """`vramlens trace`: the measured breakdown, peaks by step and phase, what is alive at the peak.
 
     Args:
@@ -445,7 +446,7 @@ def device_map_runs(device_map: Mapping[str, Any]) -> str:
     return "; ".join(f"{a}{' .. ' + b if b != a else ''} -> {dev}" for a, b, dev in runs)
 
 
-def place_view(data: Mapping, *, bar_width: int = 20) -> _View:
+def place_view(data: Mapping[str, Any], *, bar_width: int = 20) -> _View:
     """`vramlens place`: the options side by side, bytes per device against each budget.
 
     Args:
@@ -498,7 +499,7 @@ VIEWS: dict[str, Callable[..., _View]] = {
 }
 
 
-def render_text(kind: str, data: Mapping, *, width: int = 100, color: bool = False, **kw: Any) -> str:
+def render_text(kind: str, data: Mapping[str, Any], *, width: int = 100, color: bool = False, **kw: Any) -> str:
     """A view rendered into a string at a fixed width (for tests and files).
 
     Args:
@@ -532,7 +533,7 @@ class TerminalProgress:
         self.description = description
         self.delay = delay
         self._progress: Progress | None = None
-        self._task = None
+        self._task: TaskID | None = None
         self._t0 = time.monotonic()
         self._state: dict[str, Any] = {"completed": 0, "total": None}
 
@@ -542,7 +543,7 @@ class TerminalProgress:
             self._start()
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         if self._progress is not None:
             self._progress.stop()
             self._progress = None
@@ -568,6 +569,7 @@ class TerminalProgress:
             if time.monotonic() - self._t0 < self.delay:
                 return
             self._start()
+        assert self._progress is not None and self._task is not None  # _start made them
         self._progress.update(self._task, **self._state)
 
     def counter(self) -> Callable[[int, int], None]:

@@ -16,7 +16,8 @@ they draw the numbers they are given.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any
 from xml.sax.saxutils import escape
 
 from vramlens.units import GiB, format_gib
@@ -68,7 +69,7 @@ def nice_step(span_bytes: float, ticks: int = 5) -> float:
     """A tick step in bytes that is 1, 2 or 5 times a power of ten in GiB."""
     span = max(span_bytes / GiB, 1e-9)
     raw = span / max(1, ticks)
-    mag = 10 ** math.floor(math.log10(raw))
+    mag: float = 10 ** math.floor(math.log10(raw))
     for m in (1, 2, 5, 10):
         if raw <= m * mag:
             return m * mag * GiB
@@ -130,7 +131,7 @@ def breakdown_bar(
     """
     parts = [(n, int(b)) for n, b in components.items() if int(b) > 0]
     stacked = sum(b for _, b in parts)
-    axis_max = max(stacked, capacity or 0, total or 0, 1)
+    axis_max: float = max(stacked, capacity or 0, total or 0, 1)
     step = nice_step(axis_max)
     axis_max = math.ceil(axis_max / step) * step
     left, right, top, bar_h = 20, 20, 34, 36
@@ -187,7 +188,7 @@ def breakdown_bar(
     return "\n".join(out)
 
 
-def _gib_axes(py, left: float, top: float, pw: float, ph: float, y_max: float, step: float) -> list[str]:
+def _gib_axes(py: Callable[[float], float], left: float, top: float, pw: float, ph: float, y_max: float, step: float) -> list[str]:
     """The x and y axis lines of a vertical chart, GiB ticks on the y axis and its label."""
     out = [f'<line x1="{left}" y1="{top + ph}" x2="{left + pw}" y2="{top + ph}" stroke="#333"/>',
            f'<line x1="{left}" y1="{top}" x2="{left}" y2="{top + ph}" stroke="#333"/>']
@@ -231,7 +232,7 @@ def timeline(
     order = [c for c in COLORS if c in cats] + [c for c in cats if c not in COLORS]
     totals = [sum(int(v) for v in d.values()) for _, d in points]
     peak_i = max(range(len(totals)), key=totals.__getitem__) if totals else None
-    y_max = max(totals + [capacity or 0, 1])
+    y_max: float = max(totals + [capacity or 0, 1])
     step = nice_step(y_max)
     y_max = math.ceil(y_max / step) * step
     left, right, top, bottom = 64, 20, 30, 44
@@ -290,7 +291,7 @@ def timeline(
 
 
 def plans_chart(
-    plans: Sequence[Mapping],
+    plans: Sequence[Mapping[str, Any]],
     *,
     capacity: int | None = None,
     headroom: float = 0.10,
@@ -319,7 +320,7 @@ def plans_chart(
         cats += [c for c in d if c not in cats]
     order = [c for c in COLORS if c in cats] + [c for c in cats if c not in COLORS]
     stacks = [sum(d.values()) for d in comps]
-    y_max = max(stacks + [capacity or 0, 1])
+    y_max: float = max(stacks + [capacity or 0, 1])
     step = nice_step(y_max)
     y_max = math.ceil(y_max / step) * step
     col, gap = 56, 36
@@ -371,7 +372,7 @@ def plans_chart(
     return "\n".join(out)
 
 
-def estimate_chart(data: Mapping, *, headroom: float = 0.10) -> str:
+def estimate_chart(data: Mapping[str, Any], *, headroom: float = 0.10) -> str:
     """The breakdown bar of an ``Estimate.to_dict()`` object."""
     gpu = data.get("gpu") or None
     name = (data.get("model") or {}).get("name", "model")
@@ -401,7 +402,8 @@ def svg_to_png(svg: str, *, scale: float = 2.0) -> bytes:
         e.msg = "PNG output needs cairosvg, which is not installed: pip install 'vramlens[png]' (or write --svg FILE)"
         e.args = (e.msg,)
         raise e from None
-    return cairosvg.svg2png(bytestring=svg.encode("utf-8"), scale=scale)
+    png: bytes = cairosvg.svg2png(bytestring=svg.encode("utf-8"), scale=scale)
+    return png
 
 
 __all__ = [

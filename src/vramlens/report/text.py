@@ -7,13 +7,17 @@ from __future__ import annotations
 
 import os
 import sys
+from typing import TYPE_CHECKING, TextIO
 
 from vramlens.estimator.breakdown import Breakdown
 from vramlens.report.svg import LABELS  # noqa: E402  one table of component names for every report
 from vramlens.units import GiB, format_gib, human_count
 
+if TYPE_CHECKING:
+    from vramlens.estimator.core import Estimate
 
-def use_color(stream=None) -> bool:
+
+def use_color(stream: TextIO | None = None) -> bool:
     stream = stream or sys.stdout
     return stream.isatty() and not os.environ.get("NO_COLOR") and os.environ.get("TERM") != "dumb"
 
@@ -59,7 +63,7 @@ def capacity_bar(used: int, capacity: int, *, headroom: float = 0.10, width: int
     return f"[{bar}] {frac:6.1%} of {format_gib(capacity)}"
 
 
-def render_estimate(est, *, color: bool = False, width: int = 100, headroom: float = 0.10) -> str:
+def render_estimate(est: Estimate, *, color: bool = False, width: int = 100, headroom: float = 0.10) -> str:
     """The human output of ``vramlens estimate``."""
     m = est.model
     w = est.workload
@@ -87,7 +91,7 @@ def render_estimate(est, *, color: bool = False, width: int = 100, headroom: flo
     out.append("")
     out.append(f"memory per GPU{' (most-loaded rank)' if w.gpus > 1 else ''}:")
     out.extend(breakdown_table(est.breakdown, width=width))
-    if est.gpu is not None:
+    if est.gpu is not None and est.headroom_bytes is not None:  # an estimate for a GPU has both
         out.append("")
         out.append(f"{est.gpu.name}: " + capacity_bar(est.device_total, est.gpu.capacity_bytes, headroom=headroom, color=color))
         verdict = "FITS" if est.fits else "DOES NOT FIT"

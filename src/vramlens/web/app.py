@@ -28,9 +28,10 @@ import json
 import logging
 import os
 import re
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict
 from html import escape
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 from fastapi import Body, FastAPI, Query, Request
 from fastapi.exceptions import RequestValidationError
@@ -123,7 +124,10 @@ class _Base(BaseModel):
 
 
 #: The flags of ``vramlens estimate``, by name (dashes as underscores).
-Settings = create_model("Settings", __base__=_Base, **_workload_fields())
+if TYPE_CHECKING:
+    Settings = _Base  # its fields are made at run time: the type checker knows the base
+else:
+    Settings = create_model("Settings", __base__=_Base, **_workload_fields())
 
 
 class EstimateQuery(Settings):
@@ -439,7 +443,7 @@ def advisor():
     return getattr(advise, "fit", None)
 
 
-def _error(status: int, message: str, headers: dict[str, str] | None = None) -> JSONResponse:
+def _error(status: int, message: str, headers: Mapping[str, str] | None = None) -> JSONResponse:
     return JSONResponse({"error": message}, status_code=status, headers=headers)
 
 
@@ -449,7 +453,7 @@ _BOUND_ERRORS = frozenset({"less_than_equal", "greater_than_equal", "less_than",
 _BODY_EXAMPLE = 'send a JSON object such as {"config": {...}, "mode": "train"}'
 
 
-def validation_message(errors: list[dict[str, Any]]) -> str:
+def validation_message(errors: Sequence[Mapping[str, Any]]) -> str:
     """One line from pydantic's errors: ``field: message`` (with the value for a bound), joined."""
     parts = []
     for e in errors:

@@ -142,7 +142,7 @@ class Pool:
     def pids(self) -> list[int]:
         """Process ids of the idle workers (for tests: a worker over budget is replaced)."""
         with self._lock:
-            return [w.process.pid for w in self._idle]
+            return [w.process.pid for w in self._idle if w.process.pid is not None]  # all started
 
 
 def _address_space() -> int:
@@ -173,7 +173,7 @@ def _serve(conn, memory_bytes: int | None, env: dict[str, str]) -> None:  # prag
         except (EOFError, OSError):  # the server is gone
             return
         try:
-            reply = ("ok", func(*args))
+            reply: tuple[Any, ...] = ("ok", func(*args))
         except MemoryError:
             reply = ("memory",)
         except VramlensError as e:
