@@ -17,7 +17,7 @@ SRC = Path(__file__).resolve().parents[1] / "src"
 def test_public_api_is_what_is_meant():
     assert vramlens.__all__ == [
         "Breakdown", "COMPONENTS", "Component", "Estimate", "GPU", "ModelSpec", "TensorInfo", "VramlensError",
-        "Workload", "estimate", "get_gpu", "list_gpus", "load_model", "make_workload",
+        "Workload", "capacity", "estimate", "get_gpu", "list_gpus", "load_model", "make_workload",
     ]
     for name in vramlens.__all__:
         assert getattr(vramlens, name) is not None
@@ -47,6 +47,9 @@ def public_members(module) -> list[str]:
         if name.startswith("_"):
             continue
         value = vars(module).get(name)
+        if isinstance(value, types.ModuleType) and callable(value):  # a callable package (vramlens.capacity)
+            members.append(name)
+            continue
         if isinstance(value, (types.ModuleType, __future__._Feature)) or value is getattr(typing, name, object()):
             continue
         members.append(name)

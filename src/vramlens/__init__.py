@@ -5,6 +5,7 @@ The public API::
     import vramlens
     est = vramlens.estimate("llama-2-7b", mode="train", method="lora", gpu="A100-80GB")
     est.breakdown.as_dict(), est.fits, est.to_dict()
+    cap = vramlens.capacity("llama-2-7b", engine="vllm", gpu="A100-80GB", context=4096)
 
 Heavy parts load on first use: ``vramlens.trace`` needs the ``trace`` extra (torch).
 """
@@ -32,7 +33,11 @@ _LAZY = {
     "make_workload": "vramlens.workload",
 }
 
-__all__ = sorted(_LAZY)
+#: Packages that are also the function of their name: ``vramlens.capacity`` is the package and it is
+#: callable (``vramlens.capacity("llama-2-7b", gpu="A100-80GB")``), so one object serves both.
+_CALLABLE_PACKAGES = {"capacity": "vramlens.capacity"}
+
+__all__ = sorted([*_LAZY, *_CALLABLE_PACKAGES])
 
 
 def __getattr__(name: str) -> Any:
@@ -42,6 +47,10 @@ def __getattr__(name: str) -> Any:
         value = getattr(importlib.import_module(_LAZY[name]), name)
         globals()[name] = value
         return value
+    if name in _CALLABLE_PACKAGES:
+        import importlib
+
+        return importlib.import_module(_CALLABLE_PACKAGES[name])
     raise AttributeError(f"module 'vramlens' has no attribute {name!r}")
 
 

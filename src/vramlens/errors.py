@@ -7,7 +7,8 @@
     │   ├── ConfigError           several problems found at once in a workload or config
     │   ├── UnknownModelError     a model name not in the catalog (lists the closest names)
     │   ├── UnknownGPUError       a GPU name not in the catalog
-    │   └── ModelSourceError      a config.json / folder / checkpoint header that cannot be read
+    │   ├── ModelSourceError      a config.json / folder / checkpoint header that cannot be read
+    │   └── EngineRefusal         a serving engine would refuse to start (vramlens capacity)
     ├── OfflineError              the Hugging Face hub is needed but cannot be reached
     ├── SnapshotError             a memory snapshot file that is not one, or is hostile
     ├── TraceError                a model that cannot be traced (names the module and op)
@@ -45,6 +46,10 @@ class UnknownGPUError(InputError):
 
 class ModelSourceError(InputError):
     """A config.json, model folder, or checkpoint header that cannot be used."""
+
+
+class EngineRefusal(InputError):
+    """Settings a serving engine would refuse at start-up; the message gives the engine's reason."""
 
 
 class OfflineError(VramlensError):

@@ -55,6 +55,16 @@ def files(tmp_path):
 
 # (command line with {tmp} for the fixture's folder, text the error line must contain; "a|b": both)
 CASES = {
+    # capacity
+    "capacity-unknown-model": ("capacity lama-2-7b --gpu A100-80GB", "unknown model 'lama-2-7b'"),
+    "capacity-tp-heads": ("capacity llama-2-7b --gpu A100-80GB --tp 3 --gpus 3",
+                          "Total number of attention heads (32) must be divisible by tensor parallel size (3)."),
+    "capacity-utilization": ("capacity llama-2-7b --gpu A100-80GB --gpu-memory-utilization 1.5",
+                             "GPU memory utilization must be within (0, 1]. Got 1.5."),
+    "capacity-no-cache": ("capacity llama-2-13b --gpu T4", "No available memory for the cache blocks"),
+    "capacity-huge-context": ("capacity llama-2-7b --gpu A100-80GB --context " + "9" * 400, "context=a 400-digit number"),
+    "capacity-bad-gguf": ("capacity {tmp}/bad.gguf --engine llama.cpp --gpu RTX-4090", "bad.gguf"),
+    "capacity-gguf-in-vllm": ("capacity {tmp}/bad.gguf --gpu RTX-4090", "only --engine llama.cpp serves it"),
     # estimate
     "estimate-unknown-model": ("estimate lama-2-7b", "unknown model 'lama-2-7b'"),
     "estimate-unknown-gpu": ("estimate llama-2-7b --gpu A100-90", "unknown GPU 'A100-90'"),

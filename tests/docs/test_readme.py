@@ -97,6 +97,7 @@ RUN: dict[str, tuple[list[str], int, str] | str] = {
     "vramlens snapshot memory_stats.json": ([], 0, "memory_stats.json is written to tmp_path"),
     "vramlens trace llama-2-7b --mode train --alloc-conf expandable_segments:True":
         (["--layers", "3"], 0, "3 of 32 blocks keep it to seconds; the flags are the README's"),
+    "vramlens capacity llama-2-7b --engine vllm --gpu A100-80GB --context 4096": ([], 0, ""),
     "vramlens serve": "starts a server that runs until stopped (tests/web covers the app in-process)",
 }
 
@@ -147,13 +148,13 @@ def synopsis(command: str) -> str:
     raise AssertionError(f"README.md has no synopsis of vramlens {command}")
 
 
-@pytest.mark.parametrize("command", ["estimate", "fit", "trace", "place", "snapshot"])
+@pytest.mark.parametrize("command", ["estimate", "fit", "trace", "place", "snapshot", "capacity"])
 def test_every_flag_is_in_the_readme(command):
     missing = sorted(f for f in flags_of(command) if not re.search(re.escape(f) + r"(?![\w-])", README))
     assert missing == [], f"vramlens {command} has flags README.md does not mention"
 
 
-@pytest.mark.parametrize("command", ["estimate", "fit", "trace", "place", "snapshot"])
+@pytest.mark.parametrize("command", ["estimate", "fit", "trace", "place", "snapshot", "capacity"])
 def test_every_synopsis_flag_exists(command):
     listed = set(FLAG.findall(synopsis(command)))
     assert listed, command
@@ -247,6 +248,7 @@ INLINE: dict[str, int | str] = {
     "vramlens models": 0, "vramlens gpus": 0, "vramlens validate published": 0,
     # the bare command names of the "what it answers" table need a MODEL or FILE: one line, exit 2
     "vramlens estimate": 2, "vramlens fit": 2, "vramlens place": 2, "vramlens snapshot": 2, "vramlens trace": 2,
+    "vramlens capacity": 2,
     "vramlens serve": "starts a server that runs until stopped (tests/web runs it live)",
     "vramlens validate trace": "the whole trace matrix takes minutes (tests/trace/test_crosscheck.py runs it)",
 }

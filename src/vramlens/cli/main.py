@@ -22,6 +22,7 @@ COMMANDS = (
     "trace_cmd",
     "fit",
     "place",
+    "capacity",
     "snapshot",
     "validate",
     "serve",

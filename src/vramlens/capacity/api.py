@@ -1,0 +1,174 @@
+"""``vramlens.capacity(model, engine=..., gpu=...)``: the front door of the capacity package.
+
+Resolves the model (catalog name, hub id, config, ModelSpec, a GGUF file or its GGUFInfo), the
+GPU and the engine settings (each under the engine's own name, each bounded by vramlens.limits),
+then hands them to the engine's module.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from vramlens import limits as L
+from vramlens.advise.gguf_split import GGUFInfo
+from vramlens.capacity.common import ServedModel, served_from_gguf, served_from_spec
+from vramlens.capacity.llamacpp import llamacpp_capacity
+from vramlens.capacity.result import Capacity
+from vramlens.capacity.sglang import sglang_capacity
+from vramlens.capacity.transformers import transformers_capacity
+from vramlens.capacity.vllm import QUANTIZATIONS, vllm_capacity
+from vramlens.errors import ConfigError, InputError
+from vramlens.hardware.gpu import GPU
+from vramlens.models.spec import ModelSpec
+
+ENGINES = ("vllm", "sglang", "llama.cpp", "transformers")
+
+#: Each engine's settings (its own names) -> (kind, bound): "int" bounded by limits, "int0" the
+#: same from 0, "fraction" a float in (0, 1] checked by the engine, "bool", or a choice string.
+SETTINGS: dict[str, dict[str, tuple[str, int]]] = {
+    "vllm": {"gpu_memory_utilization": ("fraction", 0), "max_model_len": ("int", L.MAX_POSITIONS),
+             "max_num_seqs": ("int", L.MAX_BATCH), "max_num_batched_tokens": ("int", L.MAX_SEQ),
+             "kv_cache_dtype": ("str", 0), "block_size": ("int", L.MAX_KV_BLOCK), "enforce_eager": ("bool", 0),
+             "quantization": ("str", 0)},
+    "sglang": {"mem_fraction_static": ("fraction", 0), "chunked_prefill_size": ("int", L.MAX_SEQ),
+               "max_running_requests": ("int", L.MAX_BATCH), "context_length": ("int", L.MAX_POSITIONS),
+               "kv_cache_dtype": ("str", 0), "quantization": ("str", 0)},
+    "llama.cpp": {"ctx_size": ("int0", L.MAX_SEQ), "batch_size": ("int", L.MAX_SEQ), "ubatch_size": ("int", L.MAX_SEQ),
+                  "n_gpu_layers": ("int0", L.MAX_LAYERS), "cache_type_k": ("str", 0), "cache_type_v": ("str", 0),
+                  "flash_attn": ("bool", 0), "parallel": ("int", L.MAX_BATCH)},
+    "transformers": {"max_batch": ("int", L.MAX_BATCH), "quantization": ("str", 0)},
+}
+
+
+def capacity(model: str | dict | ModelSpec | GGUFInfo, engine: str = "vllm", *, gpu: str | GPU,
+             gpus: int | None = None, tp: int = 1, pp: int = 1, context: int | None = None,
+             **engine_settings: Any) -> Capacity:
+    """What ``engine`` will do with the memory of each GPU when it serves ``model``.
+
+    Args:
+        model: a catalog name, hub id, config path or dict, a ModelSpec, a path to a ``.gguf``
+            file (header only), or a GGUFInfo.
+        engine: "vllm", "sglang", "llama.cpp" or "transformers".
+        gpu: a GPU name from the catalog, a size ("24GB"), or a GPU.
+        gpus: GPUs used (default tp x pp; llama.cpp: devices the layers are split over).
+        tp, pp: tensor and pipeline parallel degrees.
+        context: tokens per request for the concurrency and speed figures (default: the longest
+            request the engine accepts).
+        **engine_settings: the engine's own settings, e.g. ``gpu_memory_utilization=0.9`` (vLLM),
+            ``mem_fraction_static=0.85`` (SGLang), ``n_gpu_layers=20`` (llama.cpp); ``quantization``
+            ("awq", "gptq", "fp8", "bitsandbytes") for vLLM, SGLang and transformers.
+
+    Returns:
+        A frozen Capacity (``.to_dict()`` for JSON).
+
+    Raises:
+        InputError: an unknown engine, setting, model or GPU, or a value over its bound.
+        ConfigError: settings the engine refuses, each in the engine's words.
+        EngineRefusal: the engine would not start (no room for the KV cache, out of memory).
+    """
+    if engine not in ENGINES:
+        raise InputError(f"engine={L.show(engine)} is not one of {', '.join(ENGINES)}")
+    tp = L.check_int("tp", tp, L.MAX_PARALLEL)
+    pp = L.check_int("pp", pp, L.MAX_PARALLEL)
+    n_gpus = L.check_int("gpus", gpus if gpus is not None else tp * pp, L.MAX_GPUS)
+    if context is not None:
+        context = L.check_int("context", context, L.MAX_SEQ)
+    settings = check_settings(engine, engine_settings)
+    if n_gpus < tp * pp and engine != "llama.cpp":
+        raise InputError(f"gpus={n_gpus} is fewer than tp x pp = {tp * pp}: pass --gpus {tp * pp}")
+    quant = settings.pop("quantization", None)
+    served = resolve_model(model, quant=quant, engine=engine)
+    from vramlens.hardware.catalog import get_gpu
+
+    g = get_gpu(gpu) if isinstance(gpu, str) else gpu
+    common = {"gpus": n_gpus, "tp": tp, "pp": pp, "context": context}
+    if engine == "vllm":
+        return vllm_capacity(served, g, **common, **settings)
+    if engine == "sglang":
+        return sglang_capacity(served, g, **common, **settings)
+    if engine == "llama.cpp":
+        return llamacpp_capacity(served, g, **common, **settings)
+    return transformers_capacity(served, g, **common, **settings)
+
+
+def check_settings(engine: str, given: dict[str, Any]) -> dict[str, Any]:
+    """The settings as the engine module takes them; every problem collected (ConfigError)."""
+    known = SETTINGS[engine]
+    out: dict[str, Any] = {}
+    problems = []
+    for key, value in given.items():
+        name = key.replace("-", "_")
+        if value is None:
+            continue
+        if name not in known:
+            problems.append(f"{name} is not a {engine} setting: use {', '.join(known)}")
+            continue
+        kind, bound = known[name]
+        try:
+            if kind in ("int", "int0"):
+                out[name] = L.check_int(name, value, bound, minimum=0 if kind == "int0" else 1)
+            elif kind == "fraction":
+                if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+                    raise InputError(f"{name}={L.show(value)} is not a number between 0 and 1")
+                out[name] = float(value)
+            elif kind == "bool":
+                if not isinstance(value, bool):
+                    raise InputError(f"{name}={L.show(value)} is not true or false")
+                out[name] = value
+            else:
+                if not isinstance(value, str) or len(value) > 64:
+                    raise InputError(f"{name}={L.show(value)} is not a name")
+                out[name] = value
+        except InputError as e:
+            problems.append(str(e))
+    if "quantization" in out and out["quantization"] not in QUANTIZATIONS:
+        problems.append(f"quantization={L.show(out['quantization'])} is not one of {', '.join(QUANTIZATIONS)}")
+    if problems:
+        raise ConfigError(problems)
+    return out
+
+
+def resolve_model(model: str | dict | ModelSpec | GGUFInfo | ServedModel, *, quant: str | None = None,
+                  engine: str = "vllm") -> ServedModel:
+    """A ServedModel from any model argument ``capacity`` takes."""
+    if isinstance(model, ServedModel):
+        return model
+    if isinstance(model, GGUFInfo):
+        return served_from_gguf(model)
+    if isinstance(model, str) and model.lower().endswith(".gguf"):
+        if engine != "llama.cpp":
+            raise InputError(f"{L.show(model)} is a GGUF file: only --engine llama.cpp serves it")
+        return served_from_gguf(read_gguf_file(model))
+    if engine == "llama.cpp" and quant:
+        raise InputError("llama.cpp takes its quantization from the GGUF file: pass a .gguf as MODEL")
+    if isinstance(model, ModelSpec):
+        spec = model
+    else:
+        from vramlens.models import load_model
+
+        spec = load_model(model)
+    if spec.kind != "decoder":
+        raise InputError(f"{spec.name} is an {spec.kind} model: serving engines generate with decoders")
+    return served_from_spec(spec, quant=QUANTIZATIONS.get(quant or ""))
+
+
+def read_gguf_file(path: str) -> GGUFInfo:
+    """A GGUF file's header through vramlens.advise.gguf_header (tensor data is never read).
+
+    Raises:
+        ModelSourceError: not a readable GGUF file, or a header vramlens refuses.
+    """
+    from vramlens.advise.gguf_header import read_gguf
+    from vramlens.errors import ModelSourceError
+    from vramlens.safe_io import open_regular
+
+    try:
+        f, size = open_regular(path)
+    except OSError as e:
+        raise ModelSourceError(f"{path}: not a readable GGUF file ({e.strerror or e})") from None
+    with f:
+        try:
+            return read_gguf(f, size, path)
+        except OSError as e:
+            raise ModelSourceError(f"{path}: not a readable GGUF file ({e.strerror or e})") from None

@@ -1,0 +1,205 @@
+"""What every engine module needs: the served model's facts, weights per stage, the profile-run
+activation peak, memory outside PyTorch, and the decode/prefill rooflines.
+
+A :class:`ServedModel` is built once from a ModelSpec (catalog, config.json, hub) or from a GGUF
+header, so the engine modules read facts, never model names.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from vramlens.advise.cost import BANDWIDTH_EFFICIENCY, MFU, peak_flops
+from vramlens.advise.gguf_split import GGUFInfo
+from vramlens.estimator.kv_cache import sliding_layers
+from vramlens.estimator.weights import base_weight_bytes
+from vramlens.hardware.gpu import GPU
+from vramlens.hardware.runtime import context_bytes_for, nccl_communicator_bytes
+from vramlens.models.spec import ModelSpec
+from vramlens.units import DTYPE_BYTES, ceil_div
+from vramlens.workload import make_workload
+
+#: Logits in the sampler are fp32 (vLLM's Sampler and SGLang's LogitsProcessor upcast them), and
+#: the profile run's sampler holds them and their softmax at once: 2 fp32 copies per row.
+LOGITS_COPIES = 2
+#: CUDA graph pools. vLLM 0.10's piecewise capture logs "Graph capturing finished in 6 secs, took
+#: 0.3-0.6 GiB" for 7-8B models (vLLM pull 10027 added the figure; gpustack/runner pull 251 logs an
+#: estimated 0.36 GiB), SGLang captures batch sizes up to 160 into a pool of similar size. We take
+#: 512 MiB, an allowance with about +-50% spread: it decides no block count (see vllm.py).
+CUDA_GRAPH_BYTES = 512 * 2**20
+
+
+@dataclass(frozen=True, slots=True)
+class ServedModel:
+    """The facts a serving engine's memory arithmetic reads, for one model in one storage format.
+
+    ``layer_bytes`` holds the weights of each block; ``embed_bytes`` the token embedding (and any
+    other tensor before the blocks), ``head_bytes`` the final norm and output layer.
+    ``n_sliding`` of the ``n_layers`` blocks attend over ``sliding_window`` tokens only.
+    """
+
+    name: str
+    n_layers: int
+    n_heads: int
+    n_kv_heads: int
+    head_dim: int
+    hidden: int
+    ffn: int
+    vocab: int
+    max_position: int
+    rope_scaled: bool
+    n_sliding: int
+    sliding_window: int | None
+    params: int
+    active_params: int
+    dtype: str
+    layer_bytes: tuple[int, ...]
+    embed_bytes: int
+    head_bytes: int
+    experts_per_token: int = 0
+    weights_format: str = ""
+
+    @property
+    def weight_bytes(self) -> int:
+        return sum(self.layer_bytes) + self.embed_bytes + self.head_bytes
+
+
+def served_from_spec(spec: ModelSpec, *, dtype: str | None = None, quant: str | None = None) -> ServedModel:
+    """A ServedModel from a ModelSpec; ``quant`` is a vramlens quantization ("awq-4bit", "fp8", ...).
+
+    Weights come from vramlens.estimator's quantization formulas (embeddings, norms and the output
+    layer stay at ``dtype``); the blocks share the rest evenly.
+    """
+    dt = dtype or _serving_dtype(spec.torch_dtype)
+    w = make_workload(mode="inference", dtype=dt, quant=quant)
+    total, _why = base_weight_bytes(spec, w)
+    b = DTYPE_BYTES[dt]
+    embed = sum(t.numel * b for t in spec.tensors if t.layer is None and t.role in ("embedding", "position_embedding"))
+    head = sum(t.numel * b for t in spec.tensors if t.layer is None and t.role not in ("embedding", "position_embedding", "buffer"))
+    L = max(1, spec.n_decoder_layers or spec.n_layers)
+    per_layer = max(0, total - embed - head) // L
+    experts = sum(t.numel for t in spec.tensors if t.role == "expert")
+    active = spec.params - (experts - experts * spec.experts_per_token // spec.n_experts if spec.n_experts else 0)
+    cfg = spec.config or {}
+    return ServedModel(
+        name=spec.name, n_layers=L, n_heads=spec.n_heads, n_kv_heads=spec.n_kv_heads, head_dim=spec.head_dim,
+        hidden=spec.hidden_size, ffn=spec.ffn_size, vocab=spec.vocab_size, max_position=spec.max_position,
+        rope_scaled=bool(cfg.get("rope_scaling")), n_sliding=sliding_layers(spec),
+        sliding_window=spec.sliding_window, params=spec.params, active_params=active, dtype=dt,
+        layer_bytes=(per_layer,) * L, embed_bytes=embed, head_bytes=head,
+        experts_per_token=spec.experts_per_token, weights_format=quant or dt)
+
+
+def served_from_gguf(info: GGUFInfo) -> ServedModel:
+    """A ServedModel from a GGUF header: exact bytes per block from the tensor types.
+
+    The header read by vramlens.advise.gguf_header has no FFN width or sliding-window fields: the
+    FFN width is taken as 4h for the activation estimate, and every layer as full attention.
+    """
+    params_est = sum(info.layer_bytes) + info.input_bytes + info.output_bytes  # bytes, not params
+    types = ",".join(f"{k}x{v}" for k, v in sorted(info.quant_types.items()))
+    return ServedModel(
+        name=info.name, n_layers=info.n_layers, n_heads=info.n_head, n_kv_heads=info.n_head_kv,
+        head_dim=info.head_dim, hidden=info.n_embd, ffn=4 * info.n_embd, vocab=info.vocab or 32_000,
+        max_position=info.n_ctx_train, rope_scaled=False, n_sliding=0, sliding_window=None,
+        params=_gguf_params(info), active_params=_gguf_params(info), dtype="fp16",
+        layer_bytes=tuple(info.layer_bytes), embed_bytes=info.input_bytes, head_bytes=info.output_bytes,
+        weights_format=f"GGUF {types}" if types else f"GGUF ({params_est:,} B)")
+
+
+def _gguf_params(info: GGUFInfo) -> int:
+    # 12 h^2 per block (attention 4 h^2 with full heads, MLP 8 h^2) plus the embeddings: a parameter
+    # count for the compute roofline only (the header's bytes are exact, its parameter count is not kept).
+    h = info.n_embd
+    kv_share = info.n_head_kv / max(1, info.n_head)
+    return int(info.n_layers * h * h * (2 + 2 * kv_share + 8)) + 2 * (info.vocab or 32_000) * h
+
+
+def _serving_dtype(torch_dtype: str | None) -> str:
+    """The dtype engines run a checkpoint in with dtype="auto": its own, except fp32 -> bf16
+    (vLLM 0.6+ ModelConfig ``_get_and_verify_dtype`` downcasts fp32 checkpoints to 16 bits)."""
+    if torch_dtype in ("fp16", "bf16"):
+        return torch_dtype
+    return "bf16"
+
+
+def stage_weight_bytes(m: ServedModel, tp: int, pp: int) -> int:
+    """Weights on the busiest GPU: the heaviest pipeline stage split over ``tp`` ranks.
+
+    Pipeline stages take ceil(L / pp) blocks each (vLLM ``get_pp_indices``, SGLang the same); the
+    first stage also holds the embedding and the last the output layer (both on the one stage when
+    pp = 1). Tensor parallelism splits every matrix and the vocabulary (VocabParallelEmbedding);
+    norms are replicated (under 0.01% of a model, ignored).
+    """
+    per_stage = ceil_div(m.n_layers, pp)
+    blocks = max(sum(m.layer_bytes[i:i + per_stage]) for i in range(0, m.n_layers, per_stage))
+    ends = m.embed_bytes + m.head_bytes if pp == 1 else max(m.embed_bytes, m.head_bytes)
+    return ceil_div(blocks + ends, tp)
+
+
+def stage_layers(m: ServedModel, pp: int) -> int:
+    """Blocks on the busiest pipeline stage."""
+    return ceil_div(m.n_layers, pp)
+
+
+def kv_heads_per_gpu(m: ServedModel, tp: int) -> int:
+    """KV heads one rank holds: n_kv / tp, or 1 replicated head when tp > n_kv (vLLM
+    ``ModelConfig.get_num_kv_heads``: max(1, total // tp); SGLang ``get_num_kv_heads`` the same)."""
+    return max(1, m.n_kv_heads // tp)
+
+
+def profile_activation_bytes(m: ServedModel, tokens: int, seqs: int, tp: int, b: int) -> int:
+    """The activation peak of one forward over ``tokens`` tokens of ``seqs`` sequences on one GPU.
+
+    What the engines' profile run measures (vLLM ``profile_run`` -> ``_dummy_run(max_num_batched_tokens,
+    max_num_seqs)`` then the sampler on one row per sequence; SGLang's chunked prefill of
+    ``chunked_prefill_size``). The tensors alive at the peak, in the compute dtype b:
+    the residual stream and its normed copy (2 T h), plus the larger of the MLP's working set
+    (fused gate_up output 2 f and the SiLU-and-mul output f: 3 T f / tp, with f = k x f_expert for
+    MoE) and attention's (fused qkv output (a + 2 n_kv) d / tp; FlashAttention keeps no T x T
+    matrix); plus the sampler's fp32 logits and probabilities, LOGITS_COPIES x seqs x V x 4.
+    """
+    f = m.ffn * max(1, m.experts_per_token)
+    mlp = 3 * f // tp
+    attn = (m.n_heads + 2 * m.n_kv_heads) * m.head_dim // tp
+    return tokens * b * (2 * m.hidden + max(mlp, attn)) + LOGITS_COPIES * min(seqs, tokens) * m.vocab * 4
+
+
+def non_torch_bytes(gpu: GPU, tp: int, pp: int) -> tuple[int, str]:
+    """CUDA context (vramlens.hardware.runtime, CUDA 12 lazy loading) plus NCCL communicators of the
+    TP group and, with pp > 1, the pipeline's point-to-point one, on each rank."""
+    ctx, _why = context_bytes_for(None)
+    nccl = nccl_communicator_bytes(gpu, tp) + (nccl_communicator_bytes(gpu, 2, nvls=False) if pp > 1 else 0)
+    return ctx + nccl, f"CUDA context {ctx / 2**20:,.0f} MiB + NCCL {nccl / 2**20:,.0f} MiB"
+
+
+@dataclass(frozen=True, slots=True)
+class Speed:
+    decode_tokens_s: float
+    decode_tokens_s_total: float
+    ttft_s: float
+
+
+def kv_read_tokens(m: ServedModel, context: int) -> float:
+    """Tokens of cache a decode step reads per layer, averaged over layers (sliding layers read at
+    most their window)."""
+    win = m.sliding_window or context
+    return ((m.n_layers - m.n_sliding) * context + m.n_sliding * min(context, win)) / m.n_layers
+
+
+def roofline(m: ServedModel, gpu: GPU, *, weights_per_gpu: int, kv_per_token_per_gpu: int, running: int,
+             context: int, tp: int, pp: int, compute_dtype: str, extra_step_s: float = 0.0) -> Speed:
+    """Decode from memory bandwidth, prefill from compute (Pope et al. 2022, §2 and §3).
+
+    Decode step = (weights + running x cache bytes read) / (bandwidth x BANDWIDTH_EFFICIENCY) on each
+    GPU; pipeline stages run one after another for one token (x pp). Per request: 1 / step; in total:
+    running / step. Time to first token for one ``context``-token prompt = (2 x active params x s +
+    causal attention 2 x L x s^2 x a x d) / (tp x pp x peak FLOP/s x MFU); efficiencies from
+    vramlens.advise.cost (BANDWIDTH_EFFICIENCY 0.70, MFU 0.40).
+    """
+    running = max(1, running)
+    read = weights_per_gpu + running * kv_per_token_per_gpu * kv_read_tokens(m, context)
+    step = pp * read / (gpu.bandwidth_bytes_s * BANDWIDTH_EFFICIENCY) + extra_step_s
+    flops = 2 * m.active_params * context + 2 * m.n_layers * context * context * m.n_heads * m.head_dim
+    ttft = flops / (tp * pp * peak_flops(gpu, compute_dtype) * MFU)
+    return Speed(1.0 / step, running / step, ttft)

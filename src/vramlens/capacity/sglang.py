@@ -1,0 +1,130 @@
+"""SGLang: mem_fraction_static and the token-to-KV pool.
+
+Follows SGLang 0.4 (python/sglang/srt/model_executor/model_runner.py):
+
+- ``init_torch_distributed`` records ``total_gpu_memory``: the free memory once the CUDA context
+  and NCCL exist (``get_available_gpu_memory``), before the weights load.
+- ``profile_max_num_token``: rest = free after loading - total_gpu_memory x (1 - mem_fraction_static)
+  = total_gpu_memory x mem_fraction_static - weights; cell_size = n_kv/tp x head_dim x layers x 2
+  (K, V) x dtype bytes (MHA; every layer at full length: 0.4 has no sliding-window pool);
+  max_total_num_tokens = rest // cell_size.
+- The (1 - mem_fraction_static) share is left for activations (a chunked prefill of
+  chunked_prefill_size tokens) and CUDA graphs; nothing is profiled.
+- server_args.py: mem_fraction_static defaults by TP degree (0.88 at tp 1, 0.87 at 2, 0.85 at 4,
+  0.81 at 8, 0.79 at 16); chunked_prefill_size 8192 (2048 under 25 GB); scheduler:
+  max_running_requests = min(max(max_total_num_tokens / context_len x 512, 2048), 4096).
+"""
+
+from __future__ import annotations
+
+from vramlens.capacity.common import (
+    CUDA_GRAPH_BYTES,
+    ServedModel,
+    kv_heads_per_gpu,
+    non_torch_bytes,
+    profile_activation_bytes,
+    roofline,
+    stage_layers,
+    stage_weight_bytes,
+)
+from vramlens.capacity.result import Capacity, EngineFigure
+from vramlens.errors import ConfigError, EngineRefusal
+from vramlens.hardware.gpu import GPU
+from vramlens.units import DTYPE_BYTES, GiB
+
+ACCOUNTING = "SGLang 0.4 (model_runner.profile_max_num_token)"
+#: ``--kv-cache-dtype`` choices -> bytes; "auto" is the model dtype.
+KV_CACHE_DTYPES = {"auto": 0, "fp8_e4m3": 1, "fp8_e5m2": 1}
+#: server_args.py ``__post_init__`` mem_fraction_static by TP degree (largest first).
+DEFAULT_MEM_FRACTION = ((16, 0.79), (8, 0.81), (4, 0.85), (2, 0.87), (1, 0.88))
+SMALL_GPU_BYTES = 25 * 10**9
+#: The cuda graph capture batch sizes go up to 160 by default (``cuda_graph_max_bs``).
+DEFAULT_MAX_RUNNING_FLOOR, DEFAULT_MAX_RUNNING_CEIL, RUNNING_PER_CONTEXT = 2048, 4096, 512
+
+
+def default_mem_fraction(tp: int) -> float:
+    return next(f for min_tp, f in DEFAULT_MEM_FRACTION if tp >= min_tp)
+
+
+def sglang_capacity(m: ServedModel, gpu: GPU, *, gpus: int, tp: int, pp: int, context: int | None,
+                    mem_fraction_static: float | None = None, chunked_prefill_size: int | None = None,
+                    max_running_requests: int | None = None, context_length: int | None = None,
+                    kv_cache_dtype: str = "auto") -> Capacity:
+    """SGLang's start-up memory arithmetic for ``m`` on ``gpu`` (see the module docstring).
+
+    Raises:
+        ConfigError: settings SGLang refuses.
+        EngineRefusal: no memory left for the KV pool.
+    """
+    mfs = default_mem_fraction(tp) if mem_fraction_static is None else mem_fraction_static
+    ctx_len = context_length or m.max_position
+    total = gpu.capacity_bytes
+    cps = chunked_prefill_size or (2048 if total < SMALL_GPU_BYTES else 8192)
+    p = []
+    if not 0 < mfs < 1:
+        p.append(f"mem_fraction_static={mfs} must be between 0 and 1 (SGLang keeps 1 - mem_fraction_static for "
+                 "activations and CUDA graphs): pass e.g. --mem-fraction-static 0.88")
+    if ctx_len > m.max_position and not m.rope_scaled:
+        p.append(f"User-specified context_length ({ctx_len}) is greater than the derived context_length "
+                 f"({m.max_position}). This may lead to incorrect model outputs or CUDA errors (SGLang refuses it "
+                 "unless SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN=1)")
+    if m.n_heads % tp:
+        p.append(f"tp_size={tp} must divide the {m.n_heads} attention heads of {m.name} (SGLang asserts "
+                 "num_attention_heads % tp_size == 0)")
+    if pp > m.n_layers:
+        p.append(f"pp_size={pp} exceeds the {m.n_layers} layers of {m.name}")
+    if kv_cache_dtype not in KV_CACHE_DTYPES:
+        p.append(f"kv_cache_dtype={kv_cache_dtype!r} is not one of {', '.join(KV_CACHE_DTYPES)} (SGLang server_args)")
+    if p:
+        raise ConfigError(p)
+    b = DTYPE_BYTES[m.dtype]
+    kv_b = KV_CACHE_DTYPES[kv_cache_dtype] or b
+    outside, outside_why = non_torch_bytes(gpu, tp, pp)
+    total_free = total - outside  # total_gpu_memory as SGLang measures it
+    weights = stage_weight_bytes(m, tp, pp)
+    rest = int(total_free * mfs) - weights
+    kv_heads = kv_heads_per_gpu(m, tp)
+    layers = stage_layers(m, pp)
+    cell = kv_heads * m.head_dim * layers * 2 * kv_b
+    if rest <= 0 or rest // cell <= 0:
+        raise EngineRefusal(
+            "Not enough memory. Please try to increase --mem-fraction-static. (SGLang: "
+            f"{mfs} x {total_free / GiB:.2f} GiB free = {total_free * mfs / GiB:.2f} GiB does not cover the "
+            f"weights {weights / GiB:.2f} GiB)")
+    tokens = rest // cell
+    auto_running = min(max(int(tokens / ctx_len * RUNNING_PER_CONTEXT), DEFAULT_MAX_RUNNING_FLOOR),
+                       DEFAULT_MAX_RUNNING_CEIL)
+    max_running = max_running_requests or auto_running
+    ctx = context or ctx_len
+    conc = tokens / ctx
+    running = max(1, min(int(conc), max_running))
+    act = profile_activation_bytes(m, cps, min(cps, max_running), tp, b)
+    reserve = total_free - int(total_free * mfs)
+    speed = roofline(m, gpu, weights_per_gpu=weights, kv_per_token_per_gpu=cell, running=running, context=ctx,
+                     tp=tp, pp=pp, compute_dtype=m.dtype)
+    kv_bytes = tokens * cell
+    figures = (
+        EngineFigure("max_total_num_tokens", "max_total_num_tokens", tokens),
+        EngineFigure("k_size", "KV Cache is allocated. K size (GB = GiB)", round(kv_bytes / 2 / GiB, 2)),
+        EngineFigure("v_size", "V size (GB = GiB)", round(kv_bytes / 2 / GiB, 2)),
+        EngineFigure("max_running_requests", "max_running_requests", max_running),
+        EngineFigure("chunked_prefill_size", "chunked_prefill_size", cps),
+        EngineFigure("context_len", "context_len", ctx_len),
+        EngineFigure("mem_fraction_static", "mem_fraction_static", mfs),
+    )
+    notes = (
+        f"max_total_num_tokens = ({mfs} x {total_free:,} free - weights {weights:,}) // cell {cell:,} B "
+        "(profile_max_num_token)",
+        f"cell = {kv_heads} kv heads x {m.head_dim} x {layers} layers x 2 x {kv_b} B",
+        f"free at start = GPU {total:,} - {outside_why}",
+        f"left for activations and CUDA graphs: {reserve / GiB:.2f} GiB; a {cps:,}-token chunked prefill needs "
+        f"about {act / GiB:.2f} GiB + graphs {CUDA_GRAPH_BYTES / GiB:.2f} GiB"
+        + (" (does not fit: lower --chunked-prefill-size or --mem-fraction-static)" if act + CUDA_GRAPH_BYTES > reserve else ""),
+    ) + ((f"one {ctx_len:,}-token request does not fit the {tokens:,}-token pool",) if tokens < ctx_len else ())
+    return Capacity(
+        engine="sglang", accounting=ACCOUNTING, model=m.name, gpu=gpu.name, gpus=gpus, tp=tp, pp=pp,
+        gpu_bytes=total, budget_bytes=int(total_free * mfs), weights_bytes=weights, non_torch_bytes=outside,
+        cuda_graph_bytes=CUDA_GRAPH_BYTES, activation_bytes=act, kv_cache_bytes=kv_bytes, kv_bytes_per_token=cell,
+        kv_tokens=tokens, max_model_len=ctx_len, context=ctx, concurrency=conc, max_running=running,
+        decode_tokens_s=speed.decode_tokens_s, decode_tokens_s_total=speed.decode_tokens_s_total,
+        ttft_s=speed.ttft_s, figures=figures, notes=notes)

@@ -1,0 +1,137 @@
+"""`vramlens capacity`: what a serving engine will do with each GPU's memory, in its own log's terms."""
+
+from __future__ import annotations
+
+import argparse
+
+from vramlens.cli.options import print_json
+
+EXAMPLES = """examples:
+  vramlens capacity llama-2-7b --engine vllm --gpu A100-80GB --context 4096
+  vramlens capacity llama-3.1-70b --engine vllm --gpu H100-SXM-80GB --tp 4 --max-model-len 32768 --kv-cache-dtype fp8
+  vramlens capacity qwen2.5-7b --engine sglang --gpu L40S --mem-fraction-static 0.85 --json
+  vramlens capacity ./model.Q4_K_M.gguf --engine llama.cpp --gpu RTX-4090 --ctx-size 8192 --flash-attn
+"""
+
+#: flag -> (dest, engines that take it, argparse options). The engines' own flag names.
+FLAGS: tuple[tuple[str, str, tuple[str, ...], dict], ...] = (
+    ("--gpu-memory-utilization", "gpu_memory_utilization", ("vllm",), {"type": float, "metavar": "F",
+                                  "help": "vLLM: share of the GPU it may use (default 0.9)"}),
+    ("--max-model-len", "max_model_len", ("vllm",), {"type": int, "metavar": "N",
+                         "help": "vLLM: longest request (default: the model's context)"}),
+    ("--max-num-seqs", "max_num_seqs", ("vllm",), {"type": int, "metavar": "N", "help": "vLLM: running requests cap (256)"}),
+    ("--max-num-batched-tokens", "max_num_batched_tokens", ("vllm",), {"type": int, "metavar": "N",
+                                  "help": "vLLM: tokens per step, the profile run's size"}),
+    ("--block-size", "block_size", ("vllm",), {"type": int, "metavar": "N", "help": "vLLM: tokens per KV block (16)"}),
+    ("--enforce-eager", "enforce_eager", ("vllm",), {"action": "store_true", "default": None,
+                         "help": "vLLM: no CUDA graphs"}),
+    ("--kv-cache-dtype", "kv_cache_dtype", ("vllm", "sglang"), {"metavar": "T",
+                          "help": "vLLM: auto, fp8, fp8_e4m3, fp8_e5m2; SGLang: auto, fp8_e4m3, fp8_e5m2"}),
+    ("--quantization", "quantization", ("vllm", "sglang", "transformers"), {"metavar": "Q",
+                        "help": "awq, gptq, fp8 or bitsandbytes (weights by vramlens' quantization formulas)"}),
+    ("--mem-fraction-static", "mem_fraction_static", ("sglang",), {"type": float, "metavar": "F",
+                               "help": "SGLang: share for weights + KV pool (default by TP: 0.88 at tp 1)"}),
+    ("--chunked-prefill-size", "chunked_prefill_size", ("sglang",), {"type": int, "metavar": "N",
+                                "help": "SGLang: prefill chunk tokens (8192)"}),
+    ("--max-running-requests", "max_running_requests", ("sglang",), {"type": int, "metavar": "N",
+                                "help": "SGLang: running requests cap"}),
+    ("--context-length", "context_length", ("sglang",), {"type": int, "metavar": "N",
+                          "help": "SGLang: longest request (default: the model's context)"}),
+    ("--ctx-size", "ctx_size", ("llama.cpp",), {"type": int, "metavar": "N", "help": "llama.cpp: n_ctx (4096; 0 = the model's)"}),
+    ("--batch-size", "batch_size", ("llama.cpp",), {"type": int, "metavar": "N", "help": "llama.cpp: n_batch (2048)"}),
+    ("--ubatch-size", "ubatch_size", ("llama.cpp",), {"type": int, "metavar": "N", "help": "llama.cpp: n_ubatch (512)"}),
+    ("--n-gpu-layers", "n_gpu_layers", ("llama.cpp",), {"type": int, "metavar": "N",
+                        "help": "llama.cpp: blocks on the GPU (default all, output layer too)"}),
+    ("--cache-type-k", "cache_type_k", ("llama.cpp",), {"metavar": "T", "help": "llama.cpp: f16, q8_0, q4_0 ... (f16)"}),
+    ("--cache-type-v", "cache_type_v", ("llama.cpp",), {"metavar": "T",
+                        "help": "llama.cpp: f16, q8_0, q4_0 ... (f16; quantized needs --flash-attn)"}),
+    ("--flash-attn", "flash_attn", ("llama.cpp",), {"action": "store_true", "default": None,
+                      "help": "llama.cpp: flash attention (pads n_ctx to 256)"}),
+    ("--parallel", "parallel", ("llama.cpp",), {"type": int, "metavar": "N", "help": "llama.cpp: server slots (1)"}),
+    ("--max-batch", "max_batch", ("transformers",), {"type": int, "metavar": "N",
+                     "help": "transformers: cap on the generate() batch"}),
+)
+
+
+def add_parser(sub) -> argparse.ArgumentParser:
+    p = sub.add_parser(
+        "capacity", help="serving capacity in vLLM, SGLang, llama.cpp or transformers",
+        description="Predict what a serving engine logs at start-up (weights, non-torch memory, activation peak, "
+                    "KV cache, vLLM's # GPU blocks, SGLang's max_total_num_tokens, llama.cpp's buffers), then "
+                    "concurrency at --context and decode/prefill speed from rooflines.",
+        epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("model", metavar="MODEL", help="catalog name, hub id, config.json or folder, or a .gguf (llama.cpp)")
+    p.add_argument("--engine", default="vllm", choices=("vllm", "sglang", "llama.cpp", "transformers"),
+                   help="serving engine (default vllm)")
+    p.add_argument("--gpu", required=True, help="GPU name from `vramlens gpus` or a size (24GB, 80GiB)")
+    p.add_argument("--gpus", type=int, default=None, help="GPUs (default tp x pp; llama.cpp: devices to split layers over)")
+    p.add_argument("--tp", type=int, default=1, help="tensor parallel degree")
+    p.add_argument("--pp", type=int, default=1, help="pipeline parallel degree")
+    p.add_argument("--context", type=int, default=None, help="tokens per request for concurrency and speed")
+    for flag, dest, _engines, opts in FLAGS:
+        p.add_argument(flag, dest=dest, **opts)
+    p.add_argument("--json", action="store_true", help="print JSON")
+    p.set_defaults(func=run)
+    return p
+
+
+def engine_settings(args: argparse.Namespace) -> dict:
+    """The settings given on the command line; a flag of another engine is an error."""
+    from vramlens.errors import ConfigError
+
+    out, wrong = {}, []
+    for flag, dest, engines, _opts in FLAGS:
+        value = getattr(args, dest, None)
+        if value is None:
+            continue
+        if args.engine not in engines:
+            wrong.append(f"{flag} is a {' / '.join(engines)} flag, not one of {args.engine}'s")
+        out[dest] = value
+    if wrong:
+        raise ConfigError(wrong)
+    return out
+
+
+def run(args: argparse.Namespace) -> int:
+    from vramlens.capacity import capacity
+
+    cap = capacity(args.model, args.engine, gpu=args.gpu, gpus=args.gpus, tp=args.tp, pp=args.pp,
+                   context=args.context, **engine_settings(args))
+    if args.json:
+        print_json(cap.to_dict())
+    else:
+        print(render(cap))
+    return 0
+
+
+def render(cap) -> str:
+    """Lines to hold beside the engine's start-up log."""
+    from vramlens.units import format_gib
+
+    lines = [f"{cap.model} on {cap.gpus} x {cap.gpu} (tp={cap.tp}, pp={cap.pp}) in {cap.engine}: {cap.accounting}",
+             "",
+             "per GPU (the busiest):",
+             f"  weights                 {format_gib(cap.weights_bytes):>12}",
+             f"  non-torch (CUDA, NCCL)  {format_gib(cap.non_torch_bytes):>12}",
+             f"  CUDA graphs             {format_gib(cap.cuda_graph_bytes):>12}",
+             f"  activation peak         {format_gib(cap.activation_bytes):>12}",
+             f"  KV cache                {format_gib(cap.kv_cache_bytes):>12}",
+             f"  total                   {format_gib(cap.total_bytes):>12}  of {format_gib(cap.gpu_bytes)}",
+             "",
+             f"as {cap.engine} logs it:"]
+    for f in cap.figures:
+        value = f"{f.value:,}" if isinstance(f.value, int) else f"{f.value:,.2f}"
+        lines.append(f"  {f.label}: {value}")
+    for d in cap.devices:
+        lines.append(f"  {d.device}: {d.n_layers} blocks, model {d.model_bytes / 2**20:,.2f} MiB, KV {d.kv_bytes / 2**20:,.2f} "
+                     f"MiB, compute {d.compute_bytes / 2**20:,.2f} MiB")
+    lines += ["",
+              f"at {cap.context:,} tokens per request: {cap.concurrency:,.2f} requests fit the cache; {cap.max_running:,} run",
+              f"decode: {cap.decode_tokens_s:,.1f} tokens/s per request, {cap.decode_tokens_s_total:,.0f} tokens/s in total "
+              "(bandwidth roofline x 0.70)",
+              f"time to first token for a {cap.context:,}-token prompt: {cap.ttft_s * 1000:,.0f} ms (compute roofline x 0.40 MFU)",
+              "",
+              "how:"]
+    lines += [f"  {n}" for n in cap.notes]
+    return "\n".join(lines)

@@ -1,0 +1,62 @@
+"""`vramlens capacity`: the lines beside the engine's log, --json, and one-line refusals with exit code 2."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from vramlens.capacity import capacity
+from vramlens.cli.main import main
+
+
+def run(capsys, argv):
+    code = main(argv)
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_vllm_lines_name_the_log_figures(capsys):
+    code, out, err = run(capsys, ["capacity", "llama-2-7b", "--engine", "vllm", "--gpu", "A100-80GB", "--context", "4096"])
+    assert code == 0, err
+    assert "  # GPU blocks: 7,511\n" in out
+    assert "  GPU KV cache size (tokens): 120,176\n" in out
+    assert "  Maximum concurrency for 4,096 tokens per request (x): 29.34\n" in out
+
+
+def test_json(capsys):
+    code, out, _ = run(capsys, ["capacity", "llama-2-7b", "--engine", "sglang", "--gpu", "A100-80GB", "--json"])
+    assert code == 0
+    assert json.loads(out)["figures"]["max_total_num_tokens"]["value"] == 117_770
+
+
+@pytest.mark.parametrize(("argv", "line"), [
+    (["--tp", "3", "--gpus", "3"], "error: Total number of attention heads (32) must be divisible by tensor parallel "
+                                   "size (3)."),
+    (["--engine", "sglang", "--ctx-size", "5"], "error: --ctx-size is a llama.cpp flag, not one of sglang's"),
+    (["--gpu-memory-utilization", "0"], "error: GPU memory utilization must be within (0, 1]. Got 0.0. (vLLM "
+                                        "CacheConfig; pass --gpu-memory-utilization 0.9)"),
+])
+def test_refusals_are_one_line_exit_2(capsys, argv, line):
+    code, out, err = run(capsys, ["capacity", "llama-2-7b", "--gpu", "A100-80GB", *argv])
+    assert code == 2
+    assert err.strip() == line
+    assert out == ""
+
+
+@settings(max_examples=25, deadline=None)
+@given(lo=st.floats(0.5, 0.95), step=st.floats(0.0, 0.05))
+def test_more_utilization_never_fewer_blocks(lo, step):
+    a = capacity("llama-2-7b", "vllm", gpu="A100-80GB", gpu_memory_utilization=lo)
+    b = capacity("llama-2-7b", "vllm", gpu="A100-80GB", gpu_memory_utilization=min(1.0, lo + step))
+    assert b.figure("num_gpu_blocks") >= a.figure("num_gpu_blocks")
+
+
+@settings(max_examples=25, deadline=None)
+@given(ctx=st.integers(1, 4096))
+def test_longer_context_never_more_concurrency(ctx):
+    a = capacity("llama-2-7b", "vllm", gpu="A100-80GB", context=ctx)
+    b = capacity("llama-2-7b", "vllm", gpu="A100-80GB", context=min(4096, ctx + 16))
+    assert b.concurrency <= a.concurrency

@@ -1,0 +1,199 @@
+"""Each engine's start-up arithmetic on worked cases, the integers written out as the engine computes them."""
+
+from __future__ import annotations
+
+import pytest
+
+import vramlens
+from vramlens.capacity import capacity
+from vramlens.errors import ConfigError, EngineRefusal, InputError
+
+GiB = 1024**3
+A100 = 85_899_345_920          # A100-80GB: nvidia-smi 81,920 MiB
+CONTEXT = 419_430_400          # CUDA 12 lazy-loading context, 400 MiB (hardware/runtime.py)
+LLAMA2_7B_FP16 = 13_476_832_256  # 6,738,415,616 params x 2 B, each tensor rounded up to 512 B (+1,024 B)
+
+
+def test_vllm_llama2_7b_a100():
+    # vLLM 0.6-style: available = 0.9 x total - weights - activation peak - non-torch
+    #   0.9 x 85,899,345,920 = 77,309,411,328
+    #   activation at T = max_num_batched_tokens = max(4096, 2048) = 4096, b = 2 B:
+    #     T b (2h + max(3f, (a + 2kv) d)) = 4096 x 2 x (8,192 + max(33,024, 12,288)) = 337,641,472
+    #     + sampler 2 x 256 seqs x 32,000 x 4 B = 65,536,000            -> 403,177,472
+    #   available = 77,309,411,328 - 13,476,832,256 - 403,177,472 - 419,430,400 = 63,009,971,200
+    # page = 2 x 16 x 32 kv heads x 128 x 2 B = 262,144 per layer; blocks = 63,009,971,200 // 262,144 // 32 = 7,511
+    cap = capacity("llama-2-7b", "vllm", gpu="A100-80GB", context=4096)
+    assert cap.weights_bytes == LLAMA2_7B_FP16
+    assert round(cap.weights_bytes / GiB, 2) == 12.55
+    assert cap.activation_bytes == 403_177_472
+    assert cap.non_torch_bytes == CONTEXT
+    assert cap.figure("num_gpu_blocks") == 7_511
+    assert cap.kv_tokens == cap.figure("gpu_kv_cache_tokens") == 7_511 * 16
+    assert cap.kv_cache_bytes == 7_511 * 262_144 * 32
+    assert cap.figure("max_concurrency") == round(7_511 / 256, 2)  # 4096 / 16 = 256 blocks per request
+    assert cap.max_running == 29
+    assert cap.cuda_graph_bytes > 0
+
+
+def test_vllm_fp8_cache_doubles_the_blocks_and_eager_drops_graphs():
+    base = capacity("llama-2-7b", "vllm", gpu="A100-80GB")
+    fp8 = capacity("llama-2-7b", "vllm", gpu="A100-80GB", kv_cache_dtype="fp8", enforce_eager=True)
+    # page 131,072 B: 63,009,971,200 // 131,072 // 32 = 15,022
+    assert fp8.figure("num_gpu_blocks") == 15_022
+    assert base.figure("num_gpu_blocks") == 7_511
+    assert fp8.cuda_graph_bytes == 0
+
+
+def test_vllm_tp2_splits_weights_and_heads():
+    # weights / 2 = 6,738,416,128; the KV page halves (16 kv heads), NCCL buffers join the context
+    cap = capacity("llama-2-7b", "vllm", gpu="A100-80GB", tp=2)
+    assert cap.gpus == 2
+    assert cap.weights_bytes == LLAMA2_7B_FP16 // 2
+    assert cap.non_torch_bytes > CONTEXT
+    assert cap.kv_bytes_per_token == 2 * 16 * 128 * 2 * 32
+
+
+def test_vllm_awq_weights_use_the_estimator_formula():
+    awq = capacity("llama-2-7b", "vllm", gpu="A100-80GB", quantization="awq")
+    assert awq.weights_bytes < LLAMA2_7B_FP16 * 0.35  # 4-bit blocks, fp16 embedding and lm_head
+    assert awq.figure("num_gpu_blocks") > 7_511
+
+
+def test_vllm_hybrid_sliding_window_groups():
+    # Gemma 2 9B: 42 layers, 21 sliding (window 4096), 8 kv heads x 256. 21 full + 21 sliding: group size 21,
+    # 2 groups sharing 21 tensors; page = 2 x 16 x 8 x 256 x 2 = 131,072 B.
+    # A request of 8192 tokens: full 8192 / 16 = 512 blocks, sliding cdiv(min(4095 + 8192, 8192), 16) + 1 = 513.
+    cap = capacity("gemma-2-9b", "vllm", gpu="H100-SXM-80GB", max_model_len=8192)
+    blocks = cap.figure("num_gpu_blocks")
+    assert cap.kv_tokens == blocks // 2 * 16
+    assert cap.figure("max_concurrency") == round(blocks / (512 + 513), 2)
+    assert cap.kv_cache_bytes == blocks * 131_072 * 21
+
+
+def test_sglang_llama2_7b_a100():
+    # SGLang 0.4: total_gpu_memory = 85,899,345,920 - 419,430,400 (context) = 85,479,915,520
+    #   rest = int(0.88 x 85,479,915,520) - 13,476,832,256 = 75,222,325,657 - 13,476,832,256 = 61,745,493,401
+    #   cell = 32 kv heads x 128 x 32 layers x 2 x 2 B = 524,288; max_total_num_tokens = 117,770
+    #   max_running_requests = min(max(117,770 / 4096 x 512, 2048), 4096) = 4096
+    cap = capacity("llama-2-7b", "sglang", gpu="A100-80GB")
+    assert cap.figure("max_total_num_tokens") == 117_770 == cap.kv_tokens
+    assert cap.figure("mem_fraction_static") == 0.88
+    assert cap.figure("max_running_requests") == 4_096
+    assert cap.kv_bytes_per_token == 524_288
+
+
+def test_sglang_tp_picks_its_default_fraction():
+    assert capacity("llama-2-7b", "sglang", gpu="A100-80GB", tp=4).figure("mem_fraction_static") == 0.85
+
+
+def test_llamacpp_kv_buffers():
+    # n_ctx 4096 (a multiple of 32): 32 layers x 4096 cells x 4096 (32 x 128) x 2 (K, V) x 2 B = 2,048 MiB
+    cap = capacity("llama-2-7b", "llama.cpp", gpu="RTX-4090")
+    assert cap.figure("kv_self_size_mib") == 2048.0
+    assert cap.figure("offloaded_layers") == 33
+    # q8_0: 34 B per 32 values -> 32 x 2 x 4096 x 4096 / 32 x 34 = 1,140,850,688 B = 1,088 MiB
+    q8 = capacity("llama-2-7b", "llama.cpp", gpu="RTX-4090", cache_type_k="q8_0", cache_type_v="q8_0", flash_attn=True)
+    assert q8.figure("kv_self_size_mib") == 1088.0
+    # q4_0: 18 B per 32 -> 576 MiB
+    q4 = capacity("llama-2-7b", "llama.cpp", gpu="RTX-4090", cache_type_k="q4_0", cache_type_v="q4_0", flash_attn=True)
+    assert q4.figure("kv_self_size_mib") == 576.0
+
+
+def test_llamacpp_pads_n_ctx_and_splits_layers():
+    assert capacity("llama-2-7b", "llama.cpp", gpu="RTX-4090", ctx_size=5000).figure("n_ctx") == 5024  # pad 32
+    assert capacity("llama-2-7b", "llama.cpp", gpu="RTX-4090", ctx_size=5000, flash_attn=True).figure("n_ctx") == 5120
+    part = capacity("llama-2-7b", "llama.cpp", gpu="RTX-4090", n_gpu_layers=20)
+    assert part.figure("offloaded_layers") == 20
+    (dev,) = part.devices
+    assert dev.n_layers == 20
+    assert dev.kv_bytes == 20 * 4096 * 4096 * 2 * 2
+    two = capacity("llama-2-7b", "llama.cpp", gpu="RTX-4090", gpus=2)
+    assert [d.n_layers for d in two.devices] == [16, 16]
+    assert two.devices[0].compute_bytes < two.devices[1].compute_bytes  # the logits live with the output layer
+
+
+def test_transformers_batch_is_what_fits():
+    cap = capacity("llama-2-7b", "transformers", gpu="A100-80GB", context=4096)
+    per_request = 2 * 32 * 32 * 128 * 2 * 4096 + cap.activation_bytes // cap.max_running
+    assert cap.kv_cache_bytes == cap.max_running * 2 * 32 * 32 * 128 * 2 * 4096
+    assert cap.figure("max_batch") == cap.max_running
+    free = cap.gpu_bytes - cap.non_torch_bytes - cap.weights_bytes - (8_519_680 + 1_048_576)
+    assert cap.max_running == free // per_request
+
+
+@pytest.mark.parametrize("engine", ["vllm", "sglang", "llama.cpp", "transformers"])
+def test_every_engine_gives_speeds_and_a_dict(engine):
+    cap = capacity("qwen2.5-0.5b", engine, gpu="L4", context=2048)
+    d = cap.to_dict()
+    assert d["engine"] == engine and d["context"] == 2048
+    assert cap.decode_tokens_s_total >= cap.decode_tokens_s > 0
+    assert cap.ttft_s > 0
+    assert d["total_bytes"] == cap.total_bytes
+
+
+def test_decode_speed_is_the_bandwidth_roofline():
+    # one request, context 1: (weights + 1 token of cache) / (2,039e9 B/s x 0.70)
+    cap = capacity("llama-2-7b", "vllm", gpu="A100-80GB", context=1, max_num_seqs=1, max_num_batched_tokens=4096)
+    step = (LLAMA2_7B_FP16 + 2 * 32 * 32 * 128 * 2) / (2_039e9 * 0.70)
+    assert cap.decode_tokens_s == pytest.approx(1 / step)
+
+
+def test_the_package_is_the_function():
+    assert vramlens.capacity("llama-2-7b", gpu="A100-80GB").figure("num_gpu_blocks") == 7_511
+
+
+# ---- what the engines refuse, in their words ------------------------------------------------
+
+def test_vllm_refusals_collected():
+    with pytest.raises(ConfigError) as e:
+        capacity("llama-2-7b", "vllm", gpu="A100-80GB", tp=3, max_model_len=8192, gpu_memory_utilization=1.5)
+    assert e.value.problems == [
+        "GPU memory utilization must be within (0, 1]. Got 1.5. (vLLM CacheConfig; pass --gpu-memory-utilization 0.9)",
+        "User-specified max_model_len (8192) is greater than the derived max_model_len (max_position_embeddings=4096 "
+        "in model's config.json). This may lead to incorrect model outputs or CUDA errors (vLLM refuses it unless "
+        "VLLM_ALLOW_LONG_MAX_MODEL_LEN=1)",
+        "Total number of attention heads (32) must be divisible by tensor parallel size (3).",
+    ]
+
+
+def test_vllm_no_memory_for_the_cache():
+    with pytest.raises(EngineRefusal, match=r"^No available memory for the cache blocks\. Try increasing "):
+        capacity("llama-2-13b", "vllm", gpu="T4")
+
+
+def test_vllm_max_model_len_over_the_cache():
+    with pytest.raises(EngineRefusal) as e:
+        capacity("llama-2-7b", "vllm", gpu="T4")
+    assert str(e.value).startswith(
+        "The model's max seq len (4096) is larger than the maximum number of tokens that can be stored in KV cache (")
+
+
+def test_sglang_not_enough_memory():
+    with pytest.raises(EngineRefusal, match=r"^Not enough memory\. Please try to increase --mem-fraction-static\."):
+        capacity("llama-2-7b", "sglang", gpu="T4", mem_fraction_static=0.5)
+
+
+def test_llamacpp_quantized_v_needs_flash_attention():
+    with pytest.raises(ConfigError) as e:
+        capacity("llama-2-7b", "llama.cpp", gpu="RTX-4090", cache_type_v="q4_0")
+    assert e.value.problems == ["V cache quantization requires flash_attn (llama.cpp llama_init_from_model): "
+                                "add --flash-attn"]
+
+
+@pytest.mark.parametrize(("kwargs", "message"), [
+    ({"engine": "tgi"}, "engine='tgi' is not one of vllm, sglang, llama.cpp, transformers"),
+    ({"context": 2**31}, "context=2147483648 is over the limit of 1,073,741,824"),
+    ({"tp": 0}, "tp=0 must be >= 1"),
+    ({"max_num_seqs": 0}, "max_num_seqs=0 must be >= 1"),
+    ({"block_size": 10**6}, "block_size=1000000 is over the limit of 65,536"),
+    ({"mem_fraction_static": 0.8}, "mem_fraction_static is not a vllm setting: use gpu_memory_utilization, "
+     "max_model_len, max_num_seqs, max_num_batched_tokens, kv_cache_dtype, block_size, enforce_eager, quantization"),
+    ({"gpu_memory_utilization": float("nan")}, "gpu_memory_utilization=nan is not a number between 0 and 1"),
+    ({"quantization": "int3"}, "quantization='int3' is not one of awq, gptq, fp8, bitsandbytes"),
+    ({"gpus": 1, "tp": 2}, "gpus=1 is fewer than tp x pp = 2: pass --gpus 2"),
+])
+def test_bad_values_are_named(kwargs, message):
+    args = {"engine": "vllm", **kwargs}
+    with pytest.raises(InputError) as e:
+        capacity("llama-2-7b", gpu="A100-80GB", **args)
+    assert str(e.value) == message
