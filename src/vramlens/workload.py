@@ -54,10 +54,11 @@ DEFAULT_LORA_TARGETS = ("q_proj", "v_proj")
 #: What the model is trained or run for: the head on top of the base model and its loss.
 #: ``embedding`` is sentence-transformers' case: the base model, mean pooling, and the in-batch
 #: negatives loss over (anchor, positive) pairs (MultipleNegativesRankingLoss).
-TASKS = ("causal-lm", "seq2seq-lm", "masked-lm", "sequence-classification", "token-classification",
-         "question-answering", "embedding")
+Task = Literal["causal-lm", "seq2seq-lm", "masked-lm", "sequence-classification", "token-classification",
+               "question-answering", "embedding"]
+TASKS: tuple[Task, ...] = get_args(Task)
 #: Tasks whose head produces tokens (the ones ``new_tokens`` applies to).
-GENERATING_TASKS = ("causal-lm", "seq2seq-lm")
+GENERATING_TASKS: tuple[Task, ...] = ("causal-lm", "seq2seq-lm")
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,7 +94,7 @@ class Workload:
     offload: Offload = "none"
     kv_dtype: KVDType | None = None
     kv_block: int = 0
-    task: str | None = None  # None: the head named by the config's architectures
+    task: Task | None = None  # None: the head named by the config's architectures
 
     # ---- derived ------------------------------------------------------------------------
     @property

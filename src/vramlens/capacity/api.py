@@ -82,7 +82,7 @@ def capacity(model: str | dict | ModelSpec | GGUFInfo, engine: str = "vllm", *, 
     from vramlens.hardware.catalog import get_gpu
 
     g = get_gpu(gpu) if isinstance(gpu, str) else gpu
-    common = {"gpus": n_gpus, "tp": tp, "pp": pp, "context": context}
+    common: dict[str, Any] = {"gpus": n_gpus, "tp": tp, "pp": pp, "context": context}
     if engine == "vllm":
         return vllm_capacity(served, g, **common, **settings)
     if engine == "sglang":

@@ -66,9 +66,10 @@ def _gpu_from_entry(entry: dict[str, Any]) -> GPU:
 
 
 @lru_cache(maxsize=1)
-def _data() -> dict:
+def _data() -> dict[str, Any]:
     text = resources.files("vramlens.hardware").joinpath("data/gpus.json").read_text(encoding="utf-8")
-    return json.loads(text)
+    data: dict[str, Any] = json.loads(text)
+    return data
 
 
 @lru_cache(maxsize=1)

@@ -63,7 +63,7 @@ def knobs() -> tuple[tuple[str, str, str, tuple | None, str], ...]:
     from vramlens.workload import Workload
 
     listed = {k[0] for k in KNOBS}
-    extra = []
+    extra: list[tuple[str, str, str, tuple[str, ...] | None, str]] = []
     for f in fields(Workload):
         if f.name in listed or f.name in API_ONLY:
             continue
