@@ -6,7 +6,9 @@ The public API::
     est = vramlens.estimate("llama-2-7b", mode="train", method="lora", gpu="A100-80GB")
     est.breakdown.as_dict(), est.fits, est.to_dict()
 
-Heavy parts load on first use: ``vramlens.trace`` needs the ``trace`` extra (torch).
+    with vramlens.watch(model, optimizer) as w: ...   # a live run: w.report (needs torch)
+
+Heavy parts load on first use: ``vramlens.trace`` and ``vramlens.watch`` need the ``trace`` extra (torch).
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ _LAZY = {
     "list_gpus": "vramlens.hardware.catalog",
     "load_model": "vramlens.models",
     "make_workload": "vramlens.workload",
+    "watch": "vramlens.watch",
 }
 
 __all__ = sorted(_LAZY)
