@@ -68,7 +68,7 @@ class CpuCounter(TorchDispatchMode):
         self.oom_modules: dict[str, int] | None = None
 
     # ---- storages ---------------------------------------------------------------------------
-    def _add(self, st, category: str = ACT) -> None:
+    def _add(self, st, category: str = ACT, module_name: str | None = None) -> None:
         key = id(st)
         n = st.nbytes()
         size = self._size
@@ -89,7 +89,8 @@ class CpuCounter(TorchDispatchMode):
         else:
             self._cat[key] = category
         if self.module_names:
-            self._module[key] = self._mod_stack[-1]
+            self._module[key] = module_name if module_name is not None else (
+                "<backward>" if torch._C._current_autograd_node() is not None else self._mod_stack[-1])
         if self.live > self.peak:
             self.peak = self.live
             self.peak_cats = dict(by_cat)
@@ -110,8 +111,9 @@ class CpuCounter(TorchDispatchMode):
 
         refs[key] = weakref.ref(st, freed)
 
-    def register(self, tensors, category: str) -> None:
-        """File the storages of ``tensors`` under ``category`` (counted now if not seen yet)."""
+    def register(self, tensors, category: str, module: str | None = None) -> None:
+        """File the storages of ``tensors`` under ``category`` (counted now if not seen yet, as
+        allocated by ``module`` when given)."""
         size = self._size
         for t in tensors:
             if not isinstance(t, torch.Tensor):
@@ -122,7 +124,7 @@ class CpuCounter(TorchDispatchMode):
                 continue
             key = id(st)
             if key not in size:
-                self._add(st, category)
+                self._add(st, category, module)
                 continue
             old = self._cat.get(key, ACT)
             if old == category:
@@ -214,7 +216,9 @@ class CpuCounter(TorchDispatchMode):
         return [(frames, b, n) for frames, (b, n) in ranked[:top]]
 
     def by_module(self) -> dict[str, int]:
-        """Live bytes by allocating module, largest first (empty when no model is watched)."""
+        """Live bytes by allocating module, largest first (empty when no model is watched): parameters
+        under the module that holds them, what backward allocates under ``<backward>``, and what
+        runs outside the model's modules under ``""``."""
         out: dict[str, int] = {}
         size = self._size
         for k, m in self._module.items():

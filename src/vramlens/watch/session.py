@@ -145,6 +145,9 @@ class Watch(contextlib.ContextDecorator):
         params: list = []
         if self.model is not None:
             params += list(self.model.parameters())
+            if self.cpu is not None:  # each parameter and buffer under the module that holds it
+                for name, m in self.model.named_modules():
+                    self.cpu.register([*m.parameters(recurse=False), *m.buffers(recurse=False)], "parameters", name)
             self._backend_register(self.model.buffers(), "parameters")
         if self.optimizer is not None:
             params += [p for g in self.optimizer.param_groups for p in g["params"]]
