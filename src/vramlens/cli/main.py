@@ -25,6 +25,7 @@ COMMANDS = (
     "snapshot",
     "validate",
     "serve",
+    "runs",
 )
 
 
