@@ -214,6 +214,16 @@ class Watch(contextlib.ContextDecorator):
             self._acc_peak, self._acc_reserved = -1, None
         self._check_leak()
 
+    @property
+    def current_leak(self) -> Leak | None:
+        """The leak found so far (None while what survives each step does not grow)."""
+        return self._leak if self._active else (self.report.leak if self.report else None)
+
+    @property
+    def records(self) -> tuple[StepRecord, ...]:
+        """The step records so far (while watching; after the block, ``report.steps``)."""
+        return tuple(self._records) if self._active else (self.report.steps if self.report else ())
+
     def _interval_max(self, peak: int, reserved: int | None, cats: dict[str, int]) -> None:
         if peak > self._acc_peak:
             self._acc_peak, self._acc_cats = peak, dict(cats)
