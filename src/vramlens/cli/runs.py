@@ -5,9 +5,13 @@ from __future__ import annotations
 import argparse
 import json
 
-from vramlens.cli.options import print_json
+from vramlens.cli.options import bounded, print_json
 from vramlens.units import human_bytes
 from vramlens.watch.runs import compare, database_path, list_runs, load_run
+
+#: Bounds of the arguments: run ids are SQLite rowids (63-bit), far above any real count of runs.
+MAX_ID = 2**63 - 1
+MAX_LIST = 10_000
 
 EXAMPLE = """Examples:
   vramlens runs list
@@ -27,14 +31,14 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     )
     sub = p.add_subparsers(dest="runs_command", metavar="ACTION", required=True)
     ls = sub.add_parser("list", help="the most recent runs, newest first")
-    ls.add_argument("--limit", type=int, default=50, help="how many runs (default 50)")
+    ls.add_argument("--limit", type=bounded(MAX_LIST), default=50, help=f"how many runs (default 50, at most {MAX_LIST:,})")
     show = sub.add_parser("show", help="one run: its steps, leak and OOM findings")
-    show.add_argument("id", type=int, metavar="ID")
+    show.add_argument("id", type=bounded(MAX_ID), metavar="ID")
     cmp = sub.add_parser("compare", help="two runs side by side by category")
-    cmp.add_argument("a", type=int, metavar="ID")
-    cmp.add_argument("b", type=int, metavar="ID")
+    cmp.add_argument("a", type=bounded(MAX_ID), metavar="ID")
+    cmp.add_argument("b", type=bounded(MAX_ID), metavar="ID")
     export = sub.add_parser("export", help="one run as JSON (the form WatchReport.to_dict() gives)")
-    export.add_argument("id", type=int, metavar="ID")
+    export.add_argument("id", type=bounded(MAX_ID), metavar="ID")
     export.add_argument("--html", default=None, metavar="FILE", help="write the run's HTML report instead")
     for q in (ls, show, cmp, export):
         q.add_argument("--json", action="store_true", help="print JSON")
