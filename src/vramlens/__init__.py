@@ -7,7 +7,9 @@ The public API::
     est.breakdown.as_dict(), est.fits, est.to_dict()
     cap = vramlens.capacity("llama-2-7b", engine="vllm", gpu="A100-80GB", context=4096)
 
-Heavy parts load on first use: ``vramlens.trace`` needs the ``trace`` extra (torch).
+    with vramlens.watch(model, optimizer) as w: ...   # a live run: w.report (needs torch)
+
+Heavy parts load on first use: ``vramlens.trace`` and ``vramlens.watch`` need the ``trace`` extra (torch).
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ _LAZY = {
     "list_gpus": "vramlens.hardware.catalog",
     "load_model": "vramlens.models",
     "make_workload": "vramlens.workload",
+    "watch": "vramlens.watch",
 }
 
 #: Packages that are also the function of their name: ``vramlens.capacity`` is the package and it is

@@ -215,6 +215,10 @@ CASES = {
     # serve: checked before anything is imported or bound
     "serve-port-out-of-range": ("serve --port 70000", "argument --port: '70000' is over the limit of 65,535"),
     "serve-port-word": ("serve --port abc", "argument --port: 'abc' is not a whole number"),
+    # runs: the arguments are checked before the database is opened
+    "runs-unknown-action": ("runs bogus", "invalid choice: 'bogus'"),
+    "runs-id-word": ("runs show abc", "argument ID: 'abc' is not a whole number"),
+    "runs-limit-0": ("runs list --limit 0", "argument --limit: '0' must be >= 1"),
 }
 
 #: Commands whose successful run writes --html/--svg files: a failing run must write none.

@@ -26,6 +26,7 @@ COMMANDS = (
     "snapshot",
     "validate",
     "serve",
+    "runs",
 )
 
 

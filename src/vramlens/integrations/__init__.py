@@ -1,0 +1,3 @@
+"""Callbacks that bring vramlens.watch into training frameworks (each imports its framework on use)."""
+
+__all__: list[str] = []
