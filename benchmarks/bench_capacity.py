@@ -9,7 +9,7 @@ import json
 import time
 from pathlib import Path
 
-from vramlens.capacity import capacity
+from vramlens.serving import capacity
 
 
 def main() -> dict:

@@ -40,17 +40,13 @@ PACKAGES = sorted(
 
 
 def public_members(module) -> list[str]:
-    """What a package offers by name: its public attributes and lazy names (``__dir__``), less submodules
-    (a callable one, such as ``vramlens.watch``, counts as the function it stands for),
+    """What a package offers by name: its public attributes and lazy names (``__dir__``), less submodules,
     ``from __future__`` features and the ``typing`` helpers its annotations use."""
     members = []
     for name in dir(module):
         if name.startswith("_"):
             continue
         value = vars(module).get(name)
-        if isinstance(value, types.ModuleType) and callable(value):  # a callable package (vramlens.capacity)
-            members.append(name)
-            continue
         if isinstance(value, (types.ModuleType, __future__._Feature)) or value is getattr(typing, name, object()):
             continue
         members.append(name)

@@ -9,7 +9,8 @@ The public API::
 
     with vramlens.watch(model, optimizer) as w: ...   # a live run: w.report (needs torch)
 
-Heavy parts load on first use: ``vramlens.trace`` and ``vramlens.watch`` need the ``trace`` extra (torch).
+Heavy parts load on first use: ``vramlens.trace`` and ``vramlens.watch`` (package ``vramlens.monitor``) need the ``trace``
+extra (torch).
 """
 
 from __future__ import annotations
@@ -33,14 +34,11 @@ _LAZY = {
     "list_gpus": "vramlens.hardware.catalog",
     "load_model": "vramlens.models",
     "make_workload": "vramlens.workload",
-    "watch": "vramlens.watch",
+    "watch": "vramlens.monitor",
+    "capacity": "vramlens.serving",
 }
 
-#: Packages that are also the function of their name: ``vramlens.capacity`` is the package and it is
-#: callable (``vramlens.capacity("llama-2-7b", gpu="A100-80GB")``), so one object serves both.
-_CALLABLE_PACKAGES = {"capacity": "vramlens.capacity"}
-
-__all__ = sorted([*_LAZY, *_CALLABLE_PACKAGES])
+__all__ = sorted(_LAZY)
 
 
 def __getattr__(name: str) -> Any:
@@ -50,10 +48,6 @@ def __getattr__(name: str) -> Any:
         value = getattr(importlib.import_module(_LAZY[name]), name)
         globals()[name] = value
         return value
-    if name in _CALLABLE_PACKAGES:
-        import importlib
-
-        return importlib.import_module(_CALLABLE_PACKAGES[name])
     raise AttributeError(f"module 'vramlens' has no attribute {name!r}")
 
 

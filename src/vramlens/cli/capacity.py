@@ -94,7 +94,7 @@ def engine_settings(args: argparse.Namespace) -> dict:
 
 
 def run(args: argparse.Namespace) -> int:
-    from vramlens.capacity import capacity
+    from vramlens.serving import capacity
 
     cap = capacity(args.model, args.engine, gpu=args.gpu, gpus=args.gpus, tp=args.tp, pp=args.pp,
                    context=args.context, **engine_settings(args))

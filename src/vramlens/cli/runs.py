@@ -6,8 +6,8 @@ import argparse
 import json
 
 from vramlens.cli.options import bounded, print_json
+from vramlens.monitor.runs import compare, database_path, list_runs, load_run
 from vramlens.units import human_bytes
-from vramlens.watch.runs import compare, database_path, list_runs, load_run
 
 #: Bounds of the arguments: run ids are SQLite rowids (63-bit), far above any real count of runs.
 MAX_ID = 2**63 - 1

@@ -17,8 +17,8 @@ from typing import Any
 
 from transformers import TrainerCallback
 
+from vramlens.monitor import watch
 from vramlens.units import GiB, MiB
-from vramlens.watch import watch
 
 
 class VramlensCallback(TrainerCallback):

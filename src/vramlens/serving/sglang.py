@@ -17,7 +17,9 @@ Follows SGLang 0.4 (python/sglang/srt/model_executor/model_runner.py):
 
 from __future__ import annotations
 
-from vramlens.capacity.common import (
+from vramlens.errors import ConfigError, EngineRefusal
+from vramlens.hardware.gpu import GPU
+from vramlens.serving.common import (
     CUDA_GRAPH_BYTES,
     ServedModel,
     kv_heads_per_gpu,
@@ -27,9 +29,7 @@ from vramlens.capacity.common import (
     stage_layers,
     stage_weight_bytes,
 )
-from vramlens.capacity.result import Capacity, EngineFigure
-from vramlens.errors import ConfigError, EngineRefusal
-from vramlens.hardware.gpu import GPU
+from vramlens.serving.result import Capacity, EngineFigure
 from vramlens.units import DTYPE_BYTES, GiB
 
 ACCOUNTING = "SGLang 0.4 (model_runner.profile_max_num_token)"

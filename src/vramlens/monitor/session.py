@@ -14,20 +14,20 @@ import os
 import platform
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import torch
 from torch.optim.optimizer import register_optimizer_step_post_hook
 
-from vramlens.watch.cpu import CpuCounter, CpuOutOfMemoryError
-from vramlens.watch.host import Nvml, host_rss_bytes
-from vramlens.watch.leak import find_growth, is_rising
-from vramlens.watch.oom import advise, requested_from_message
-from vramlens.watch.records import CATEGORIES, Leak, LeakSite, OomReport, StepRecord, WatchReport
+from vramlens.monitor.cpu import CpuCounter, CpuOutOfMemoryError
+from vramlens.monitor.host import Nvml, host_rss_bytes
+from vramlens.monitor.leak import find_growth, is_rising
+from vramlens.monitor.oom import advise, requested_from_message
+from vramlens.monitor.records import CATEGORIES, Leak, LeakSite, OomReport, StepRecord, WatchReport
 
 
 class Watch(contextlib.ContextDecorator):
-    """Watch a training or inference loop; see :func:`vramlens.watch.watch` for the arguments."""
+    """Watch a training or inference loop; see :func:`vramlens.monitor.watch` for the arguments."""
 
     def __init__(self, model: Any = None, optimizer: Any = None, every: int = 1, *, backend: str = "auto",
                  cpu_limit_bytes: int | None = None, model_name: Any = None, workload: Any = None,
@@ -70,13 +70,17 @@ class Watch(contextlib.ContextDecorator):
         self._hooks: list = []
         self._watched_params: set[int] = set()
         self._nvml = None
-        self._acc_peak, self._acc_reserved, self._acc_cats = -1, None, {}
+        self._acc_peak: int = -1
+        self._acc_reserved: int | None = None
+        self._acc_cats: dict[str, int] = {}
         names = {id(m): n for n, m in self.model.named_modules()} if self.model is not None else {}
         if self.backend_name == "cpu":
-            self.cpu = CpuCounter(limit_bytes=self.cpu_limit_bytes, module_names=names)
-            self.cuda_backend = None
+            # exactly one backend is set (backend_name says which): typed Any so that each use site need
+            # not re-check what __enter__ already decided
+            self.cpu: Any = CpuCounter(limit_bytes=self.cpu_limit_bytes, module_names=names)
+            self.cuda_backend: Any = None
         else:
-            from vramlens.watch.cuda import CudaBackend
+            from vramlens.monitor.cuda import CudaBackend
 
             self.cpu = None
             self.cuda_backend = CudaBackend(self._cuda, history=self.oom_history)
@@ -92,7 +96,7 @@ class Watch(contextlib.ContextDecorator):
         self._active = True
         return self
 
-    def __exit__(self, exc_type, exc, tb) -> bool:
+    def __exit__(self, exc_type, exc, tb) -> Literal[False]:
         if not self._active:
             return False
         self._active = False
@@ -118,16 +122,19 @@ class Watch(contextlib.ContextDecorator):
     def _finish(self) -> None:
         """Store the run and write the files; a failure here is one line on stderr, never the run's end."""
         if self.store:
-            from vramlens.watch.runs import RunsDatabaseError, save_run
+            from vramlens.monitor.runs import RunsDatabaseError, save_run
 
+            assert self.report is not None  # _finish runs after the report is made
             try:
                 run_id = save_run(self.report, label=self.label)
                 self.report = _with(self.report, run_id=run_id)
             except RunsDatabaseError as e:
                 print(f"vramlens: {e}", file=sys.stderr)
                 self.report = _with(self.report, notes=self.report.notes + (str(e),))
-        for path, text in ((self.html, lambda: self.report.to_html()),
-                           (self.json_path, lambda: _json(self.report.to_dict()))):
+        report = self.report
+        assert report is not None
+        for path, text in ((self.html, lambda: report.to_html()),
+                           (self.json_path, lambda: _json(report.to_dict()))):
             if path:
                 try:
                     Path(path).write_text(text(), encoding="utf-8")

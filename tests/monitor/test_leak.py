@@ -4,10 +4,10 @@ from pathlib import Path
 
 import pytest
 import torch
-from tests.watch.loops import tiny_model, train
+from tests.monitor.loops import tiny_model, train
 
 import vramlens
-from vramlens.watch.leak import find_growth, theil_sen
+from vramlens.monitor.leak import find_growth, theil_sen
 
 LOOPS = Path(__file__).with_name("loops.py")
 LEAK_LINE = next(i for i, line in enumerate(LOOPS.read_text().splitlines(), 1) if "# LEAK" in line)

@@ -228,7 +228,7 @@ class WatchReport:
 
     def to_html(self) -> str:
         """A self-contained HTML page: the per-step timeline stacked by category and the findings."""
-        from vramlens.watch.html import render
+        from vramlens.monitor.html import render
 
         return render(self.to_dict())
 

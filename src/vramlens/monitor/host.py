@@ -7,6 +7,7 @@ import os
 import sys
 import sysconfig
 from pathlib import Path
+from types import FrameType
 
 #: Linux's page size: /proc/PID/statm counts pages.
 PAGE_BYTES = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
@@ -84,9 +85,9 @@ def _skipped_roots() -> tuple[tuple[str, ...], str | None]:
     import vramlens
 
     roots = [str(Path(vramlens.__file__).resolve().parent) + os.sep]
-    torch_mod = sys.modules.get("torch")
-    if torch_mod is not None and getattr(torch_mod, "__file__", None):
-        roots.append(str(Path(torch_mod.__file__).resolve().parent) + os.sep)
+    torch_file = getattr(sys.modules.get("torch"), "__file__", None)
+    if torch_file:
+        roots.append(str(Path(torch_file).resolve().parent) + os.sep)
     stdlib = sysconfig.get_paths().get("stdlib")
     return tuple(roots), (str(Path(stdlib).resolve()) + os.sep) if stdlib else None
 
@@ -112,7 +113,7 @@ class UserFrames:
         return known
 
     def stack(self) -> tuple[str, ...]:
-        frame = sys._getframe(1)
+        frame: FrameType | None = sys._getframe(1)
         out: list[str] = []
         while frame is not None and len(out) < self.depth:
             code = frame.f_code

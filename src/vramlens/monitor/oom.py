@@ -7,7 +7,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from vramlens.watch.records import Fix
+from vramlens.monitor.records import Fix
 
 #: PyTorch's CUDA OOM message: "Tried to allocate 20.00 MiB (GPU 0; ...)".
 _TRIED = re.compile(r"Tried to allocate ([0-9.]+) (B|KiB|MiB|GiB|TiB)")

@@ -2,10 +2,10 @@
 
 import pytest
 import torch
-from tests.watch.loops import tiny_model, train
+from tests.monitor.loops import tiny_model, train
 
 import vramlens
-from vramlens.watch.cpu import CpuOutOfMemoryError
+from vramlens.monitor.cpu import CpuOutOfMemoryError
 
 # parameters 33_796 B (see test_watch_cpu.py); the 8_192 B input and a 16_384 B hidden layer do not fit beside them
 CAP = 50_000

@@ -11,7 +11,7 @@ transformers = pytest.importorskip("transformers")
 from tests.tiny_configs import TINY_LLAMA  # noqa: E402
 
 from vramlens.integrations.hf import VramlensCallback  # noqa: E402
-from vramlens.watch import runs  # noqa: E402
+from vramlens.monitor import runs  # noqa: E402
 
 
 class Tokens(torch.utils.data.Dataset):

@@ -25,11 +25,11 @@ size" / "KV self size = X MiB, K (f16): Y MiB, V (f16): Z MiB" and "CUDA0 comput
 from __future__ import annotations
 
 from vramlens.advise.place import CPU_BYTES_S
-from vramlens.capacity.common import ServedModel, roofline
-from vramlens.capacity.result import Capacity, DeviceBuffers, EngineFigure
 from vramlens.errors import ConfigError, EngineRefusal
 from vramlens.hardware.gpu import GPU
 from vramlens.hardware.runtime import context_bytes_for
+from vramlens.serving.common import ServedModel, roofline
+from vramlens.serving.result import Capacity, DeviceBuffers, EngineFigure
 from vramlens.units import MiB, ceil_div, round_up
 
 ACCOUNTING = "llama.cpp b4000-b5500 (llama_kv_cache sizing, load_tensors placement)"

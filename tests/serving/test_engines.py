@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 import vramlens
-from vramlens.capacity import capacity
 from vramlens.errors import ConfigError, EngineRefusal, InputError
+from vramlens.serving import capacity
 
 GiB = 1024**3
 A100 = 85_899_345_920          # A100-80GB: nvidia-smi 81,920 MiB

@@ -1,7 +1,7 @@
 """Watch the real run: per-step memory by category, leaks, an OOM post-mortem, a runs database.
 
 Runs inside the user's torch process, so it imports torch, but only when ``watch()`` is called:
-``import vramlens.watch`` alone (the runs database, the records) stays light.
+``import vramlens.monitor`` alone (the runs database, the records) stays light.
 
 Public API::
 
@@ -9,17 +9,15 @@ Public API::
         ...train...
     w.report                                         # WatchReport: steps, leak, oom, to_dict(), to_html()
 
-The package and the function share the name ``vramlens.watch`` (DESIGN.md names both): the
-package module is callable, so ``vramlens.watch(...)`` works whichever was imported first.
+The function is ``vramlens.watch`` (also ``vramlens.monitor.watch``); the package is
+``vramlens.monitor``, so that each name means one thing.
 """
 
 from __future__ import annotations
 
-import sys
-import types
 from typing import TYPE_CHECKING, Any
 
-from vramlens.watch.records import (
+from vramlens.monitor.records import (
     CATEGORIES,
     Fix,
     Leak,
@@ -31,7 +29,7 @@ from vramlens.watch.records import (
 )
 
 if TYPE_CHECKING:  # pragma: no cover
-    from vramlens.watch.session import Watch
+    from vramlens.monitor.session import Watch
 
 __all__ = ["CATEGORIES", "Fix", "Leak", "LeakSite", "OomReport", "StepRecord", "Watch", "WatchReport",
            "report_from_dict", "watch"]
@@ -67,28 +65,19 @@ def watch(model: Any = None, optimizer: Any = None, every: int = 1, **options: A
         from vramlens.errors import MissingExtraError
 
         raise MissingExtraError("torch", "trace") from None
-    from vramlens.watch.session import Watch
+    from vramlens.monitor.session import Watch
 
     return Watch(model, optimizer, every, **options)
 
 
 def __getattr__(name: str) -> Any:
     if name == "Watch":
-        from vramlens.watch.session import Watch
+        from vramlens.monitor.session import Watch
 
         return Watch
-    raise AttributeError(f"module 'vramlens.watch' has no attribute {name!r}")
+    raise AttributeError(f"module 'vramlens.monitor' has no attribute {name!r}")
 
 
 def __dir__() -> list[str]:
     return sorted(set(globals()) | set(__all__))
 
-
-class _CallableModule(types.ModuleType):
-    """``vramlens.watch`` is this package once it is imported: calling it calls :func:`watch`."""
-
-    def __call__(self, *args: Any, **kwargs: Any) -> Watch:
-        return watch(*args, **kwargs)
-
-
-sys.modules[__name__].__class__ = _CallableModule

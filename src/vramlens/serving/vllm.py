@@ -24,7 +24,9 @@ the (1 - utilization) headroom and changes no block count.
 
 from __future__ import annotations
 
-from vramlens.capacity.common import (
+from vramlens.errors import ConfigError, EngineRefusal
+from vramlens.hardware.gpu import GPU
+from vramlens.serving.common import (
     CUDA_GRAPH_BYTES,
     ServedModel,
     kv_heads_per_gpu,
@@ -34,9 +36,7 @@ from vramlens.capacity.common import (
     stage_layers,
     stage_weight_bytes,
 )
-from vramlens.capacity.result import Capacity, EngineFigure
-from vramlens.errors import ConfigError, EngineRefusal
-from vramlens.hardware.gpu import GPU
+from vramlens.serving.result import Capacity, EngineFigure
 from vramlens.units import DTYPE_BYTES, GiB, ceil_div
 
 ACCOUNTING = "vLLM 0.10 (V1 engine; V0 0.6.4+ profiling arithmetic)"

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from vramlens.errors import InputError, VramlensError
-from vramlens.watch.records import WatchReport, report_from_dict
+from vramlens.monitor.records import WatchReport, report_from_dict
 
 #: Seconds a writer waits for a lock held by another process before giving up (sqlite3's timeout).
 LOCK_TIMEOUT_S = 2.0
@@ -151,7 +151,8 @@ def list_runs(limit: int = 50) -> list[RunRow]:
         raise _error(path, e) from None
     finally:
         con.close()
-    return [RunRow(*r[:-1], bool(r[-1])) for r in rows]
+    return [RunRow(id=r[0], created=r[1], label=r[2], backend=r[3], device=r[4], steps=r[5],
+                   peak_allocated_bytes=r[6], leak_bytes_per_step=r[7], oom=bool(r[8])) for r in rows]
 
 
 def load_run(run_id: int) -> WatchReport:

@@ -1,7 +1,7 @@
 """The CUDA backend: PyTorch's own counters, exact per-step peaks, weak registries, the OOM observer.
 
 Not run by the test suite on a CPU-only machine except through a stand-in ``cuda`` namespace
-(tests/watch/test_cuda_backend.py): the counter logic is tested, the calls into a real CUDA
+(tests/monitor/test_cuda_backend.py): the counter logic is tested, the calls into a real CUDA
 build (the OOM observer, memory history, snapshots, NVML) are not.
 
 Exact peaks without an observer effect: the caching allocator keeps one peak counter per
@@ -19,7 +19,7 @@ from typing import Any
 
 import torch
 
-from vramlens.watch.records import CATEGORIES
+from vramlens.monitor.records import CATEGORIES
 
 ACT = "activations_and_temporaries"
 _REGISTERED = ("parameters", "gradients", "optimizer_states")

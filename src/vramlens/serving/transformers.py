@@ -12,7 +12,10 @@ activations (common.profile_activation_bytes at s tokens, one logits row).
 
 from __future__ import annotations
 
-from vramlens.capacity.common import (
+from vramlens.errors import ConfigError, EngineRefusal
+from vramlens.hardware.gpu import GPU
+from vramlens.hardware.runtime import CUBLAS_WORKSPACE_DEFAULT_BYTES, CUBLASLT_WORKSPACE_DEFAULT_BYTES
+from vramlens.serving.common import (
     ServedModel,
     kv_read_tokens,
     non_torch_bytes,
@@ -21,10 +24,7 @@ from vramlens.capacity.common import (
     stage_layers,
     stage_weight_bytes,
 )
-from vramlens.capacity.result import Capacity, EngineFigure
-from vramlens.errors import ConfigError, EngineRefusal
-from vramlens.hardware.gpu import GPU
-from vramlens.hardware.runtime import CUBLAS_WORKSPACE_DEFAULT_BYTES, CUBLASLT_WORKSPACE_DEFAULT_BYTES
+from vramlens.serving.result import Capacity, EngineFigure
 from vramlens.units import DTYPE_BYTES, GiB
 
 ACCOUNTING = "transformers 4.45+ generate() with DynamicCache"

@@ -2,7 +2,7 @@
 
 What is not run: the real OOM observer, memory history and snapshots (scripts would need a GPU)."""
 
-from vramlens.watch.cuda import CudaBackend
+from vramlens.monitor.cuda import CudaBackend
 
 
 class FakeCuda:

@@ -5,10 +5,10 @@ import re
 
 import pytest
 import torch
-from tests.watch.loops import BATCH, IN, tiny_model, train
+from tests.monitor.loops import BATCH, IN, tiny_model, train
 
 import vramlens
-from vramlens.watch import CATEGORIES, StepRecord, WatchReport
+from vramlens.monitor import CATEGORIES, StepRecord, WatchReport
 
 # 64*128 + 128 (first Linear) + 128*1 + 1 (second) = 8_449 float32 parameters
 PARAM_BYTES = 8_449 * 4  # 33_796
@@ -115,7 +115,7 @@ def test_to_dict_is_json_and_html_is_self_contained():
     assert html.startswith("<!DOCTYPE html>") and "<script" not in html
     assert re.search(r"(src|href)=[\"']?https?:", html) is None  # nothing fetched: it opens offline
     assert 'id="timeline"' in html and 'id="steps"' in html and "No leak" in html
-    again = vramlens.watch.report_from_dict(d)
+    again = vramlens.monitor.report_from_dict(d)
     assert again.steps[0] == StepRecord(**d["steps"][0])
 
 
@@ -126,10 +126,12 @@ def test_bad_arguments_name_the_value():
         vramlens.watch(backend="tpu")
 
 
-def test_the_package_is_the_function():
-    """``import vramlens.watch`` binds the package; calling it still watches."""
-    import vramlens.watch as pkg
+def test_each_name_means_one_thing():
+    """``vramlens.watch`` is the function whatever was imported before; the package is vramlens.monitor."""
+    import vramlens.monitor as pkg
+    import vramlens.serving  # noqa: F401
 
-    assert callable(pkg)
-    w = pkg(store=False)
+    assert vramlens.watch is pkg.watch and callable(vramlens.watch)
+    assert vramlens.capacity is vramlens.serving.capacity
+    w = vramlens.watch(store=False)
     assert type(w).__name__ == "Watch"

@@ -8,8 +8,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from vramlens.capacity import capacity
 from vramlens.cli.main import main
+from vramlens.serving import capacity
 
 
 def run(capsys, argv):

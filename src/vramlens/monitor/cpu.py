@@ -19,8 +19,8 @@ import weakref
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from vramlens.watch.host import UserFrames
-from vramlens.watch.records import CATEGORIES
+from vramlens.monitor.host import UserFrames
+from vramlens.monitor.records import CATEGORIES
 
 ACT = "activations_and_temporaries"
 

@@ -12,15 +12,15 @@ from typing import Any
 
 from vramlens import limits as L
 from vramlens.advise.gguf_split import GGUFInfo
-from vramlens.capacity.common import ServedModel, served_from_gguf, served_from_spec
-from vramlens.capacity.llamacpp import llamacpp_capacity
-from vramlens.capacity.result import Capacity
-from vramlens.capacity.sglang import sglang_capacity
-from vramlens.capacity.transformers import transformers_capacity
-from vramlens.capacity.vllm import QUANTIZATIONS, vllm_capacity
 from vramlens.errors import ConfigError, InputError
 from vramlens.hardware.gpu import GPU
 from vramlens.models.spec import ModelSpec
+from vramlens.serving.common import ServedModel, served_from_gguf, served_from_spec
+from vramlens.serving.llamacpp import llamacpp_capacity
+from vramlens.serving.result import Capacity
+from vramlens.serving.sglang import sglang_capacity
+from vramlens.serving.transformers import transformers_capacity
+from vramlens.serving.vllm import QUANTIZATIONS, vllm_capacity
 
 ENGINES = ("vllm", "sglang", "llama.cpp", "transformers")
 

@@ -5,11 +5,11 @@ import sqlite3
 
 import pytest
 import torch
-from tests.watch.loops import tiny_model, train
+from tests.monitor.loops import tiny_model, train
 
 import vramlens
 from vramlens.cli.main import main
-from vramlens.watch import runs
+from vramlens.monitor import runs
 
 
 def watched(steps: int, label: str | None = None, **kw):
