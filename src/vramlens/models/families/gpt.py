@@ -19,6 +19,8 @@ Things that matter for exact counts:
 
 from __future__ import annotations
 
+from typing import Any
+
 from vramlens.models._reader import ConfigReader
 from vramlens.models._tensors import Tensors, head_kind
 from vramlens.models.defaults import POST_INIT_DEFAULTS
@@ -39,7 +41,7 @@ def _no_cross_attention(r: ConfigReader) -> None:
                   "use a config without it")
 
 
-def _facts(r: ConfigReader, **kw) -> dict:
+def _facts(r: ConfigReader, **kw: Any) -> dict[str, Any]:
     base = dict(kind="decoder", gated_mlp=False, norm="layernorm", torch_dtype=torch_dtype(r))
     base.update(kw)
     return base

@@ -18,6 +18,8 @@ traits (biases, fused projections, extra norms, MoE layout), each read from
 
 from __future__ import annotations
 
+from typing import TypedDict
+
 from vramlens.models._reader import ConfigReader
 from vramlens.models._tensors import Tensors, head_kind
 from vramlens.models.defaults import POST_INIT_DEFAULTS
@@ -29,9 +31,23 @@ from vramlens.models.families._common import (
     torch_dtype,
 )
 
+
+class _Traits(TypedDict, total=False):
+    """One model_type's traits: a bias is a config flag's name or a constant; absent means no."""
+
+    qkv_bias: bool | str
+    o_bias: bool | str
+    mlp_bias: bool | str
+    moe: str  # the MoE layout: "mixtral", "qwen2_moe" or "qwen3_moe"
+    qk_norm: bool
+    embed_scale: bool
+    sandwich: bool
+    fused: bool
+
+
 #: Per model_type: which config flag (or constant) gives the q/k/v and o biases, and the
 #: structural traits. ``None`` for a flag means "no bias".
-_TRAITS: dict[str, dict] = {
+_TRAITS: dict[str, _Traits] = {
     "llama": {"qkv_bias": "attention_bias", "o_bias": "attention_bias", "mlp_bias": "mlp_bias"},
     "mistral": {},
     "mixtral": {"moe": "mixtral"},
@@ -45,7 +61,7 @@ _TRAITS: dict[str, dict] = {
                "sandwich": True},
     "phi3": {"fused": True},
 }
-_GENERIC = {"qkv_bias": "attention_bias", "o_bias": "attention_bias", "mlp_bias": "mlp_bias"}
+_GENERIC: _Traits = {"qkv_bias": "attention_bias", "o_bias": "attention_bias", "mlp_bias": "mlp_bias"}
 
 MODEL_TYPES = tuple(_TRAITS)
 
@@ -74,7 +90,7 @@ def build_llama_like(r: ConfigReader, architecture: str, *, generic: bool = Fals
     tied = r.get_bool("tie_word_embeddings", False)
     qkv_bias, o_bias = _flag(r, traits.get("qkv_bias")), _flag(r, traits.get("o_bias"))
     mlp_bias = _flag(r, traits.get("mlp_bias"))
-    moe = traits.get("moe")
+    moe = traits.get("moe", "")
     n_experts = top_k = 0
     sparse_layers: set[int] = set()
     moe_f = shared_f = 0

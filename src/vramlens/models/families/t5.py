@@ -15,6 +15,8 @@ false. The inventory follows the installed transformers; ``assumed`` notes the m
 
 from __future__ import annotations
 
+from typing import Literal
+
 from vramlens.models._reader import ConfigReader
 from vramlens.models._tensors import Tensors, head_kind
 from vramlens.models.families._common import Built, torch_dtype
@@ -53,7 +55,9 @@ def build_t5(r: ConfigReader, architecture: str) -> Built:
     inner = a * d
     t = Tensors()
     t.embedding("shared", V, h)
-    stacks = [("encoder", L_enc)] + ([] if head == "encoder" else [("decoder", L_dec)])
+    stacks: list[tuple[Literal["encoder", "decoder"], int]] = [("encoder", L_enc)]
+    if head != "encoder":
+        stacks.append(("decoder", L_dec))
     for stack, n_blocks in stacks:
         t.stack = stack
         for i in range(n_blocks):
