@@ -107,7 +107,7 @@ class ConfigReader:
         return default
 
     # ---- typed access ---------------------------------------------------------------------
-    def int(self, key: str, default: Any = _REQUIRED, *, minimum: int = 1) -> int:
+    def get_int(self, key: str, default: Any = _REQUIRED, *, minimum: int = 1) -> int:
         """A whole number in [``minimum``, the field's bound]; a bad or missing value is recorded
         and 1 returned.
 
@@ -134,7 +134,7 @@ class ConfigReader:
         return value
 
     def opt_int(self, key: str, *, minimum: int = 1) -> int | None:
-        """Like :meth:`int`, but a missing or null field (and a null default) gives None.
+        """Like :meth:`get_int`, but a missing or null field (and a null default) gives None.
 
         A field written as null is None even where the class default is not: transformers
         keeps an explicit ``"sliding_window": null`` (Mistral-7B-Instruct-v0.2: no window)."""
@@ -142,9 +142,9 @@ class ConfigReader:
             return None
         if self._value(key, None) is None:
             return None
-        return self.int(key, minimum=minimum)
+        return self.get_int(key, minimum=minimum)
 
-    def bool(self, key: str, default: Any = _REQUIRED) -> bool:
+    def get_bool(self, key: str, default: Any = _REQUIRED) -> bool:
         value = self._value(key, default)
         if value is None:
             return False
@@ -153,7 +153,7 @@ class ConfigReader:
             return False
         return value
 
-    def str(self, key: str, default: Any = _REQUIRED) -> str:
+    def get_str(self, key: str, default: Any = _REQUIRED) -> str:
         value = self._value(key, default)
         if value is None:
             return ""
@@ -162,7 +162,7 @@ class ConfigReader:
             return ""
         return value
 
-    def float(self, key: str, default: Any = _REQUIRED) -> float:
+    def get_float(self, key: str, default: Any = _REQUIRED) -> float:
         value = self._value(key, default)
         if value is None:
             return 0.0

@@ -34,7 +34,7 @@ class CatalogEntry:
 
 @lru_cache(maxsize=1)
 def _raw_entries() -> tuple[dict[str, Any], ...]:
-    text = resources.files("vramlens.models").joinpath("data", "catalog.json").read_text("utf-8")
+    text = resources.files("vramlens.models").joinpath("data").joinpath("catalog.json").read_text("utf-8")
     return tuple(json.loads(text)["models"])
 
 

@@ -135,7 +135,7 @@ def merge_checkpoint(spec: ModelSpec, tensors: Iterable[tuple[str, str, tuple[in
         suffix = _quant_suffix(name)
         base = name[: -len(suffix)] if suffix else None
         anchor = resolve(base + ".weight") if base else None
-        if anchor is not None:
+        if anchor is not None and suffix:  # suffix is set whenever anchor is
             a = cfg[anchor]
             quantized.add(anchor)
             loaded = anchor[: -len(".weight")] + suffix
@@ -196,8 +196,8 @@ def merge_checkpoint(spec: ModelSpec, tensors: Iterable[tuple[str, str, tuple[in
                          f"and are not loaded by transformers (e.g. {extras[0].name}): ignored")
     # config.json without torch_dtype: the checkpoint's dominant float dtype is what it loads as
     # with torch_dtype="auto"
-    dtype = spec.torch_dtype or (max(float_elems, key=float_elems.get) if float_elems else None)
-    return dataclasses.replace(spec, tensors=tuple(out), source=source, torch_dtype=dtype,
+    auto_dtype = spec.torch_dtype or (max(float_elems, key=float_elems.__getitem__) if float_elems else None)
+    return dataclasses.replace(spec, tensors=tuple(out), source=source, torch_dtype=auto_dtype,
                                assumed=tuple(dict.fromkeys(notes)))
 
 

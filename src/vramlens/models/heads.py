@@ -64,7 +64,7 @@ def head_of(architecture: str, kind: str) -> Head:
         return "masked-lm"
     for task in ("sequence-classification", "token-classification", "question-answering"):
         if architecture.endswith(TASK_SUFFIX[task]):
-            return task  # type: ignore[return-value]
+            return task
     if architecture.endswith("Model") and not architecture.endswith("EncoderModel"):
         return "embedding"
     return "other"

@@ -22,8 +22,10 @@ import os
 import re
 import socket
 import threading
+from collections.abc import Sequence
 from functools import lru_cache
 from pathlib import Path
+from typing import Any
 from urllib.parse import urlsplit
 
 from vramlens.errors import ModelSourceError, OfflineError
@@ -91,7 +93,8 @@ def _probe(url: str) -> bool:
         return False
     if not host:
         return False
-    found: list[list] = []
+    # getaddrinfo's answer: (family, kind, proto, canonname, address); the address's shape depends on the family
+    found: list[Sequence[tuple[socket.AddressFamily, socket.SocketKind, int, str, Any]]] = []
 
     def resolve() -> None:  # getaddrinfo has no timeout of its own: a dead resolver would block
         try:
@@ -200,7 +203,7 @@ def fetch_header_tensors(repo_id: str) -> list[tuple[str, str, tuple[int, ...]]]
     if len(files) > MAX_SHARDS:
         raise ModelSourceError(f"{repo_id}: the hub lists {len(files):,} safetensors files, over the limit of "
                                f"{MAX_SHARDS:,}")
-    out = []
+    out: list[tuple[str, str, tuple[int, ...]]] = []
     for file_name, file_meta in files.items():
         header = {}
         for name, info in file_meta.tensors.items():

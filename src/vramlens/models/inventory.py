@@ -67,7 +67,8 @@ def _architecture(config: Mapping[str, Any], where: str) -> str | None:
         raise ModelSourceError(
             f"{where}: architectures={archs!r} must be a list of class names such as [\"LlamaForCausalLM\"]"
         )
-    return archs[0]
+    first: str = archs[0]  # a str: checked above
+    return first
 
 
 def spec_from_config(
@@ -185,7 +186,7 @@ def _check_size(tensors: list[TensorInfo], where: str) -> None:
                                f"fix the config's dimensions")
 
 
-def _quantization(config: Mapping[str, Any], where: str) -> dict | None:
+def _quantization(config: Mapping[str, Any], where: str) -> dict[str, Any] | None:
     q = config.get("quantization_config")
     if q is None:
         return None

@@ -33,7 +33,7 @@ from vramlens.models.spec import ModelSpec
 
 
 def load_model(
-    source: str | os.PathLike | Mapping[str, Any] | ModelSpec | None = None,
+    source: str | os.PathLike[str] | Mapping[str, Any] | ModelSpec | None = None,
     *,
     params: str | int | None = None,
 ) -> ModelSpec:
@@ -120,7 +120,7 @@ def _load_path_cached(path: str, stamp: tuple[float, ...]) -> ModelSpec:
     return load_path(path)
 
 
-def load_path(path: str | os.PathLike) -> ModelSpec:
+def load_path(path: str | os.PathLike[str]) -> ModelSpec:
     """A spec from a local ``config.json`` file or a model folder.
 
     A folder's safetensors weights (``model.safetensors``, or shards listed in

@@ -45,7 +45,7 @@ SAFETENSORS_BYTES: dict[str, int] = {
 }
 
 
-def read_safetensors_header(path: str | os.PathLike) -> dict[str, Any]:
+def read_safetensors_header(path: str | os.PathLike[str]) -> dict[str, Any]:
     """The JSON header of a safetensors file, read without touching the tensor data.
 
     Args:
@@ -147,7 +147,7 @@ def _check_offsets(offsets: Any, nbytes: int, data_bytes: int | None, where: str
                                f"the file's {data_bytes:,} data bytes: the file is truncated or corrupt")
 
 
-def read_index(path: str | os.PathLike) -> dict[str, str]:
+def read_index(path: str | os.PathLike[str]) -> dict[str, str]:
     """The ``weight_map`` (tensor name -> shard file name) of a sharded checkpoint index.
 
     Raises:
@@ -161,7 +161,7 @@ def read_index(path: str | os.PathLike) -> dict[str, str]:
     return wm
 
 
-def checkpoint_tensors(folder: str | os.PathLike) -> list[tuple[str, str, tuple[int, ...]]] | None:
+def checkpoint_tensors(folder: str | os.PathLike[str]) -> list[tuple[str, str, tuple[int, ...]]] | None:
     """(name, dtype, shape) of every tensor of the safetensors checkpoint in ``folder``.
 
     Looks for ``*.safetensors.index.json`` (sharded) first, then ``model.safetensors``,

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from math import prod
-from typing import Literal
+from typing import Any, Literal
 
 from vramlens.models.heads import Head
 
@@ -124,8 +124,8 @@ class ModelSpec:
     tensors: tuple[TensorInfo, ...] = ()
     source: str = "catalog"
     assumed: tuple[str, ...] = ()
-    config: dict = field(default_factory=dict, compare=False, hash=False, repr=False)
-    quantization: dict | None = None
+    config: dict[str, Any] = field(default_factory=dict, compare=False, hash=False, repr=False)
+    quantization: dict[str, Any] | None = None
     head: Head = "causal-lm"
     num_labels: int = 0
     mlm_transform: bool = False

@@ -28,13 +28,13 @@ _HEADS = {"base", "lm", "masked_lm", "pretraining", "nsp", "seq_cls", "tok_cls",
 def build_bert(r: ConfigReader, architecture: str) -> Built:
     """BERT / RoBERTa inventory and facts."""
     roberta = r.model_type == "roberta"
-    h, L, a = r.int("hidden_size"), r.int("num_hidden_layers"), r.int("num_attention_heads")
-    V, f = r.int("vocab_size"), r.int("intermediate_size")
-    n_pos, n_types = r.int("max_position_embeddings"), r.int("type_vocab_size")
+    h, L, a = r.get_int("hidden_size"), r.get_int("num_hidden_layers"), r.get_int("num_attention_heads")
+    V, f = r.get_int("vocab_size"), r.get_int("intermediate_size")
+    n_pos, n_types = r.get_int("max_position_embeddings"), r.get_int("type_vocab_size")
     r.divisible("hidden_size", h, "num_attention_heads", a)
-    tied = r.bool("tie_word_embeddings")
-    act = r.str("hidden_act")
-    if r.bool("add_cross_attention"):
+    tied = r.get_bool("tie_word_embeddings")
+    act = r.get_str("hidden_act")
+    if r.get_bool("add_cross_attention"):
         r.problem("add_cross_attention=true (BERT as a seq2seq decoder) is not supported: "
                   "use a config without it")
     dtype = torch_dtype(r)

@@ -19,6 +19,8 @@ Things that matter for exact counts:
 
 from __future__ import annotations
 
+from typing import Any
+
 from vramlens.models._reader import ConfigReader
 from vramlens.models._tensors import Tensors, head_kind
 from vramlens.models.defaults import POST_INIT_DEFAULTS
@@ -34,12 +36,12 @@ MODEL_TYPES = ("gpt2", "gpt_bigcode", "opt", "bloom", "falcon", "gpt_neox", "phi
 
 
 def _no_cross_attention(r: ConfigReader) -> None:
-    if r.bool("add_cross_attention", False):
+    if r.get_bool("add_cross_attention", False):
         r.problem("add_cross_attention=true (a decoder with cross-attention) is not supported: "
                   "use a config without it")
 
 
-def _facts(r: ConfigReader, **kw) -> dict:
+def _facts(r: ConfigReader, **kw: Any) -> dict[str, Any]:
     base = dict(kind="decoder", gated_mlp=False, norm="layernorm", torch_dtype=torch_dtype(r))
     base.update(kw)
     return base
@@ -48,13 +50,13 @@ def _facts(r: ConfigReader, **kw) -> dict:
 def build_gpt2(r: ConfigReader, architecture: str) -> Built:
     """GPT-2 (``GPT2LMHeadModel``) and GPT-BigCode / StarCoder (``GPTBigCodeForCausalLM``)."""
     bigcode = r.model_type == "gpt_bigcode"
-    h, L, a = r.int("n_embd"), r.int("n_layer"), r.int("n_head")
-    V, n_pos = r.int("vocab_size"), r.int("n_positions")
+    h, L, a = r.get_int("n_embd"), r.get_int("n_layer"), r.get_int("n_head")
+    V, n_pos = r.get_int("vocab_size"), r.get_int("n_positions")
     inner = r.opt_int("n_inner") or 4 * h
     r.divisible("n_embd", h, "n_head", a)
-    mq = bigcode and r.bool("multi_query")
-    tied = r.bool("tie_word_embeddings")
-    act = r.str("activation_function")
+    mq = bigcode and r.get_bool("multi_query")
+    tied = r.get_bool("tie_word_embeddings")
+    act = r.get_str("activation_function")
     _no_cross_attention(r)
     r.check()
     d = h // a
@@ -93,17 +95,17 @@ def build_gpt2(r: ConfigReader, architecture: str) -> Built:
 
 def build_opt(r: ConfigReader, architecture: str) -> Built:
     """OPT (``OPTForCausalLM``)."""
-    h, L, a = r.int("hidden_size"), r.int("num_hidden_layers"), r.int("num_attention_heads")
-    V, f = r.int("vocab_size"), r.int("ffn_dim")
-    n_pos = r.int("max_position_embeddings")
+    h, L, a = r.get_int("hidden_size"), r.get_int("num_hidden_layers"), r.get_int("num_attention_heads")
+    V, f = r.get_int("vocab_size"), r.get_int("ffn_dim")
+    n_pos = r.get_int("max_position_embeddings")
     wdim = r.opt_int("word_embed_proj_dim") or h
     r.divisible("hidden_size", h, "num_attention_heads", a)
-    pre_norm = r.bool("do_layer_norm_before")
-    final_norm = pre_norm and not r.bool("_remove_final_layer_norm")
-    affine = r.bool("layer_norm_elementwise_affine")
-    bias = r.bool("enable_bias")
-    tied = r.bool("tie_word_embeddings")
-    act = r.str("activation_function")
+    pre_norm = r.get_bool("do_layer_norm_before")
+    final_norm = pre_norm and not r.get_bool("_remove_final_layer_norm")
+    affine = r.get_bool("layer_norm_elementwise_affine")
+    bias = r.get_bool("enable_bias")
+    tied = r.get_bool("tie_word_embeddings")
+    act = r.get_str("activation_function")
     r.check()
     head = head_kind(architecture)
     p = {"base": "decoder."}.get(head, "model.decoder.")
@@ -136,12 +138,12 @@ def build_opt(r: ConfigReader, architecture: str) -> Built:
 
 def build_bloom(r: ConfigReader, architecture: str) -> Built:
     """BLOOM (``BloomForCausalLM``): ALiBi, so no position table and no max length."""
-    h, L, a = r.int("hidden_size"), r.int("n_layer"), r.int("n_head")
-    V = r.int("vocab_size")
+    h, L, a = r.get_int("hidden_size"), r.get_int("n_layer"), r.get_int("n_head")
+    V = r.get_int("vocab_size")
     r.divisible("hidden_size", h, "n_head", a)
-    tied = r.bool("tie_word_embeddings")
+    tied = r.get_bool("tie_word_embeddings")
     if r.has("seq_length"):
-        max_pos = r.int("seq_length")
+        max_pos = r.get_int("seq_length")
     else:
         max_pos = 2048  # BLOOM paper (Le Scao et al. 2022, section 3.5): trained on 2048 tokens
         r.assume("max_position=2048 (BLOOM's training length; ALiBi has no hard limit)")
@@ -170,21 +172,21 @@ def build_bloom(r: ConfigReader, architecture: str) -> Built:
 
 def build_falcon(r: ConfigReader, architecture: str) -> Built:
     """Falcon (``FalconForCausalLM``) in its three attention layouts."""
-    h, L, a = r.int("hidden_size"), r.int("num_hidden_layers"), r.int("num_attention_heads")
-    V = r.int("vocab_size")
+    h, L, a = r.get_int("hidden_size"), r.get_int("num_hidden_layers"), r.get_int("num_attention_heads")
+    V = r.get_int("vocab_size")
     r.divisible("hidden_size", h, "num_attention_heads", a)
-    new_arch = r.bool("new_decoder_architecture")
-    mq = r.bool("multi_query")
-    parallel = r.bool("parallel_attn")
-    bias = r.bool("bias")
-    alibi = r.bool("alibi")
+    new_arch = r.get_bool("new_decoder_architecture")
+    mq = r.get_bool("multi_query")
+    parallel = r.get_bool("parallel_attn")
+    bias = r.get_bool("bias")
+    alibi = r.get_bool("alibi")
     n_ln = r.opt_int("num_ln_in_parallel_attn")
     if n_ln is None and new_arch:
         n_ln = 2  # FalconDecoderLayer.__init__
     f = r.opt_int("ffn_hidden_size") or 4 * h
-    tied = r.bool("tie_word_embeddings")
-    max_pos = r.int("max_position_embeddings")
-    act = r.str("activation")
+    tied = r.get_bool("tie_word_embeddings")
+    max_pos = r.get_int("max_position_embeddings")
+    act = r.get_str("activation")
     n_kv_cfg = r.opt_int("num_kv_heads") or a
     if new_arch:
         r.divisible("num_attention_heads", a, "num_kv_heads", n_kv_cfg)
@@ -226,13 +228,13 @@ def build_falcon(r: ConfigReader, architecture: str) -> Built:
 
 def build_gpt_neox(r: ConfigReader, architecture: str) -> Built:
     """GPT-NeoX / Pythia (``GPTNeoXForCausalLM``)."""
-    h, L, a = r.int("hidden_size"), r.int("num_hidden_layers"), r.int("num_attention_heads")
-    V, f = r.int("vocab_size"), r.int("intermediate_size")
+    h, L, a = r.get_int("hidden_size"), r.get_int("num_hidden_layers"), r.get_int("num_attention_heads")
+    V, f = r.get_int("vocab_size"), r.get_int("intermediate_size")
     r.divisible("hidden_size", h, "num_attention_heads", a)
-    attn_bias = r.bool("attention_bias")
-    tied = r.bool("tie_word_embeddings")
-    max_pos = r.int("max_position_embeddings")
-    act = r.str("hidden_act")
+    attn_bias = r.get_bool("attention_bias")
+    tied = r.get_bool("tie_word_embeddings")
+    max_pos = r.get_int("max_position_embeddings")
+    act = r.get_str("hidden_act")
     partial = rope_partial(r, POST_INIT_DEFAULTS[("gpt_neox", "rotary_pct")], legacy_key="rotary_pct")
     r.check()
     d = h // a
@@ -260,17 +262,17 @@ def build_gpt_neox(r: ConfigReader, architecture: str) -> Built:
 
 def build_phi(r: ConfigReader, architecture: str) -> Built:
     """Phi-1 / Phi-1.5 / Phi-2 (``PhiForCausalLM``): biases everywhere, parallel block."""
-    h, L, a = r.int("hidden_size"), r.int("num_hidden_layers"), r.int("num_attention_heads")
-    V, f = r.int("vocab_size"), r.int("intermediate_size")
+    h, L, a = r.get_int("hidden_size"), r.get_int("num_hidden_layers"), r.get_int("num_attention_heads")
+    V, f = r.get_int("vocab_size"), r.get_int("intermediate_size")
     n_kv = r.opt_int("num_key_value_heads") or a
     explicit_hd = r.opt_int("head_dim")
     if explicit_hd is None:
         r.divisible("hidden_size", h, "num_attention_heads", a, "set head_dim or fix the config")
     r.divisible("num_attention_heads", a, "num_key_value_heads", n_kv)
-    qk_ln = r.bool("qk_layernorm")
-    tied = r.bool("tie_word_embeddings")
-    max_pos = r.int("max_position_embeddings")
-    act = r.str("hidden_act")
+    qk_ln = r.get_bool("qk_layernorm")
+    tied = r.get_bool("tie_word_embeddings")
+    max_pos = r.get_int("max_position_embeddings")
+    act = r.get_str("hidden_act")
     partial = rope_partial(r, POST_INIT_DEFAULTS[("phi", "partial_rotary_factor")])
     r.check()
     d = explicit_hd or h // a

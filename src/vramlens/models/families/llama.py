@@ -18,6 +18,8 @@ traits (biases, fused projections, extra norms, MoE layout), each read from
 
 from __future__ import annotations
 
+from typing import TypedDict
+
 from vramlens.models._reader import ConfigReader
 from vramlens.models._tensors import Tensors, head_kind
 from vramlens.models.defaults import POST_INIT_DEFAULTS
@@ -29,9 +31,23 @@ from vramlens.models.families._common import (
     torch_dtype,
 )
 
+
+class _Traits(TypedDict, total=False):
+    """One model_type's traits: a bias is a config flag's name or a constant; absent means no."""
+
+    qkv_bias: bool | str
+    o_bias: bool | str
+    mlp_bias: bool | str
+    moe: str  # the MoE layout: "mixtral", "qwen2_moe" or "qwen3_moe"
+    qk_norm: bool
+    embed_scale: bool
+    sandwich: bool
+    fused: bool
+
+
 #: Per model_type: which config flag (or constant) gives the q/k/v and o biases, and the
 #: structural traits. ``None`` for a flag means "no bias".
-_TRAITS: dict[str, dict] = {
+_TRAITS: dict[str, _Traits] = {
     "llama": {"qkv_bias": "attention_bias", "o_bias": "attention_bias", "mlp_bias": "mlp_bias"},
     "mistral": {},
     "mixtral": {"moe": "mixtral"},
@@ -45,14 +61,14 @@ _TRAITS: dict[str, dict] = {
                "sandwich": True},
     "phi3": {"fused": True},
 }
-_GENERIC = {"qkv_bias": "attention_bias", "o_bias": "attention_bias", "mlp_bias": "mlp_bias"}
+_GENERIC: _Traits = {"qkv_bias": "attention_bias", "o_bias": "attention_bias", "mlp_bias": "mlp_bias"}
 
 MODEL_TYPES = tuple(_TRAITS)
 
 
 def _flag(r: ConfigReader, spec: bool | str | None) -> bool:
     if isinstance(spec, str):
-        return r.bool(spec, False)
+        return r.get_bool(spec, False)
     return bool(spec)
 
 
@@ -60,45 +76,45 @@ def build_llama_like(r: ConfigReader, architecture: str, *, generic: bool = Fals
     """Inventory and facts of a llama-style decoder (see the module docstring for traits)."""
     mt = r.model_type
     traits = _GENERIC if generic else _TRAITS[mt]
-    h = r.int("hidden_size")
-    L = r.int("num_hidden_layers")
-    a = r.int("num_attention_heads")
-    V = r.int("vocab_size")
-    f = r.int("intermediate_size")
+    h = r.get_int("hidden_size")
+    L = r.get_int("num_hidden_layers")
+    a = r.get_int("num_attention_heads")
+    V = r.get_int("vocab_size")
+    f = r.get_int("intermediate_size")
     n_kv = r.opt_int("num_key_value_heads") or a
     explicit_hd = r.opt_int("head_dim")
     if explicit_hd is None:
         r.divisible("hidden_size", h, "num_attention_heads", a, "set head_dim or fix the config")
     d = explicit_hd or h // max(a, 1)
     r.divisible("num_attention_heads", a, "num_key_value_heads", n_kv)
-    tied = r.bool("tie_word_embeddings", False)
+    tied = r.get_bool("tie_word_embeddings", False)
     qkv_bias, o_bias = _flag(r, traits.get("qkv_bias")), _flag(r, traits.get("o_bias"))
     mlp_bias = _flag(r, traits.get("mlp_bias"))
-    moe = traits.get("moe")
+    moe = traits.get("moe", "")
     n_experts = top_k = 0
     sparse_layers: set[int] = set()
     moe_f = shared_f = 0
     if moe:
-        n_experts = r.int("num_local_experts" if moe == "mixtral" else "num_experts")
-        top_k = r.int("num_experts_per_tok")
+        n_experts = r.get_int("num_local_experts" if moe == "mixtral" else "num_experts")
+        top_k = r.get_int("num_experts_per_tok")
         if top_k > n_experts:
             r.problem(f"num_experts_per_tok={top_k} is more than the {n_experts} experts: fix the config")
         if moe == "mixtral":
             sparse_layers = set(range(L))
             moe_f = f
         else:
-            step = r.int("decoder_sparse_step")
+            step = r.get_int("decoder_sparse_step")
             dense_only = set(r.list_int("mlp_only_layers"))
             sparse_layers = {i for i in range(L) if i not in dense_only and (i + 1) % step == 0}
-            moe_f = r.int("moe_intermediate_size")
+            moe_f = r.get_int("moe_intermediate_size")
             if moe == "qwen2_moe":
-                shared_f = r.int("shared_expert_intermediate_size")
+                shared_f = r.get_int("shared_expert_intermediate_size")
     partial = rope_partial(r, POST_INIT_DEFAULTS.get((mt, "partial_rotary_factor"), 1.0))
     dtype = torch_dtype(r)
     window = _sliding_window(r)
     act_key = "hidden_activation" if mt == "gemma2" else "hidden_act"
-    activation = r.str(act_key, "silu")
-    max_pos = r.int("max_position_embeddings", 2048)
+    activation = r.get_str(act_key, "silu")
+    max_pos = r.get_int("max_position_embeddings", 2048)
     r.check()
 
     head = head_kind(architecture)
@@ -171,7 +187,7 @@ def _sliding_window(r: ConfigReader) -> int | None:
     ``use_sliding_window`` is true (configuration_qwen2.py); Gemma 2 applies it to every
     other layer; Mistral v0.1 and Phi-3 to all layers.
     """
-    if r.model_type in ("qwen2", "qwen2_moe", "qwen3", "qwen3_moe") and not r.bool("use_sliding_window", False):
+    if r.model_type in ("qwen2", "qwen2_moe", "qwen3", "qwen3_moe") and not r.get_bool("use_sliding_window", False):
         return None
     if r.model_type in ("llama", "gemma"):
         return None

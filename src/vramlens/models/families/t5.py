@@ -15,6 +15,8 @@ false. The inventory follows the installed transformers; ``assumed`` notes the m
 
 from __future__ import annotations
 
+from typing import Literal
+
 from vramlens.models._reader import ConfigReader
 from vramlens.models._tensors import Tensors, head_kind
 from vramlens.models.families._common import Built, torch_dtype
@@ -24,19 +26,19 @@ MODEL_TYPES = ("t5", "mt5")
 
 def build_t5(r: ConfigReader, architecture: str) -> Built:
     """T5-family inventory and facts (``T5ForConditionalGeneration``, ``T5Model``, ``T5EncoderModel``)."""
-    h, a, V = r.int("d_model"), r.int("num_heads"), r.int("vocab_size")
-    f, d = r.int("d_ff"), r.int("d_kv")
-    L_enc = r.int("num_layers")
+    h, a, V = r.get_int("d_model"), r.get_int("num_heads"), r.get_int("vocab_size")
+    f, d = r.get_int("d_ff"), r.get_int("d_kv")
+    L_enc = r.get_int("num_layers")
     L_dec = r.opt_int("num_decoder_layers") or L_enc
-    buckets = r.int("relative_attention_num_buckets")
-    ffp = r.str("feed_forward_proj")
+    buckets = r.get_int("relative_attention_num_buckets")
+    ffp = r.get_str("feed_forward_proj")
     parts = ffp.split("-")
     if (len(parts) > 1 and parts[0] != "gated") or len(parts) > 2:
         r.problem(f"feed_forward_proj={ffp!r} is not 'gated-ACT' or 'ACT': e.g. 'relu' or 'gated-gelu'")
     gated = parts[0] == "gated"
     activation = "gelu_new" if ffp == "gated-gelu" else parts[-1]
     if r.has("n_positions"):
-        max_pos = r.int("n_positions")
+        max_pos = r.get_int("n_positions")
     else:
         max_pos = 512  # T5 paper (Raffel et al. 2020, section 3.1.2): pre-trained on 512 tokens
         r.assume("max_position=512 (T5's pre-training length; relative positions have no hard limit)")
@@ -53,7 +55,9 @@ def build_t5(r: ConfigReader, architecture: str) -> Built:
     inner = a * d
     t = Tensors()
     t.embedding("shared", V, h)
-    stacks = [("encoder", L_enc)] + ([] if head == "encoder" else [("decoder", L_dec)])
+    stacks: list[tuple[Literal["encoder", "decoder"], int]] = [("encoder", L_enc)]
+    if head != "encoder":
+        stacks.append(("decoder", L_dec))
     for stack, n_blocks in stacks:
         t.stack = stack
         for i in range(n_blocks):
