@@ -5,11 +5,8 @@ from __future__ import annotations
 import json
 
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
 
 from vramlens.cli.main import main
-from vramlens.serving import capacity
 
 
 def run(capsys, argv):
@@ -44,19 +41,3 @@ def test_refusals_are_one_line_exit_2(capsys, argv, line):
     assert code == 2
     assert err.strip() == line
     assert out == ""
-
-
-@settings(max_examples=25, deadline=None)
-@given(lo=st.floats(0.5, 0.95), step=st.floats(0.0, 0.05))
-def test_more_utilization_never_fewer_blocks(lo, step):
-    a = capacity("llama-2-7b", "vllm", gpu="A100-80GB", gpu_memory_utilization=lo)
-    b = capacity("llama-2-7b", "vllm", gpu="A100-80GB", gpu_memory_utilization=min(1.0, lo + step))
-    assert b.figure("num_gpu_blocks") >= a.figure("num_gpu_blocks")
-
-
-@settings(max_examples=25, deadline=None)
-@given(ctx=st.integers(1, 4096))
-def test_longer_context_never_more_concurrency(ctx):
-    a = capacity("llama-2-7b", "vllm", gpu="A100-80GB", context=ctx)
-    b = capacity("llama-2-7b", "vllm", gpu="A100-80GB", context=min(4096, ctx + 16))
-    assert b.concurrency <= a.concurrency

@@ -5,11 +5,13 @@ request's time budget: that 503 is the budget working, and it is the only 5xx al
 from __future__ import annotations
 
 import pytest
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
-from web_helpers import ask, assert_json_error
 
+pytest.importorskip("hypothesis", reason="property tests need hypothesis (the dev extra)")
 pytest.importorskip("fastapi", reason="the web app needs the [web] extra (fastapi)")
+
+from hypothesis import HealthCheck, given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+from web_helpers import ask, assert_json_error  # noqa: E402
 
 from vramlens.web import create_app  # noqa: E402
 from vramlens.web.app import FitQuery, openapi_app  # noqa: E402
