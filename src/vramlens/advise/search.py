@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import heapq
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 from vramlens.advise.cost import Links, TrainingCost, inference_request, tradeoffs, training_step
 from vramlens.advise.fastmem import STATE_FIELDS, FastMemory
@@ -327,26 +327,26 @@ def search(
         if effective_batch > MAX_EFFECTIVE_BATCH:
             raise InputError(f"effective_batch={effective_batch:,} is over the limit of {MAX_EFFECTIVE_BATCH:,} "
                              "(vramlens.limits.MAX_EFFECTIVE_BATCH): ask for a smaller --effective-batch")
-        ranked, closest, n_eval, n_valid, n_fit = _search_training(s, base, total, gpus, c, effective_batch, max_plans,
-                                                                    progress)
+        out = _search_training(s, base, total, gpus, c, effective_batch, max_plans, progress)
     else:
         if effective_batch is not None:
             raise InputError(f"effective_batch={effective_batch} applies to training (it fixes batch x grad-accum x "
                              "data-parallel GPUs): drop it or use --mode train")
-        ranked, closest, n_eval, n_valid, n_fit = _search_inference(s, base, total, gpus, c, max_plans, progress)
-    plans = tuple(_plan(s, w, base) for w in ranked)
-    closest_plan = None if plans or closest is None else _plan(s, closest, base)
+        out = _search_inference(s, base, total, gpus, c, max_plans, progress)
+    n_valid, n_fit = out.valid, out.fitting
+    plans = tuple(_plan(s, w, base) for w in out.ranked)
+    closest_plan = None if plans or out.closest is None else _plan(s, out.closest, base)
     if plans:
         msg = (f"{n_fit:,} of {n_valid:,} valid plans fit {total} x {gpu.name} with {headroom:.0%} headroom; "
                f"best: {_describe(plans[0].workload, base)}")
     else:
         msg = _no_fit_message(s, base, closest_plan, total, headroom, n_valid)
-    return FitResult(plans=plans, closest=closest_plan, message=msg, evaluated=n_eval, valid=n_valid,
+    return FitResult(plans=plans, closest=closest_plan, message=msg, evaluated=out.evaluated, valid=n_valid,
                      fitting=n_fit, gpu_name=gpu.name, gpus=gpus, nodes=nodes, headroom=headroom)
 
 
 def _search_training(s: _Search, base: Workload, total: int, per_node: int, c: Constraints, eb: int,
-                     max_plans: int, progress: Callable[[int, int], None] | None = None):
+                     max_plans: int, progress: Callable[[int, int], None] | None = None) -> _Outcome:
     """The hot loop: per structure, the state and the cost terms are looked up once; per
     (checkpointing, attention, micro-batch) only the activations (memoized) and the phase sums."""
     fm = s.fm
@@ -354,8 +354,8 @@ def _search_training(s: _Search, base: Workload, total: int, per_node: int, c: C
     ckpts = _checkpointing(base, c)
     attns = _attentions(base, s.gpu, c)
     device_total = fm.device_total
-    heap: list = []   # the max_plans best that fit, as (-rank key, workload fields)
-    best_miss = None  # (device_total, workload fields) of the least-memory valid candidate
+    heap: list[_Ranked] = []  # the best that fit; the heap's first entry is the worst of them
+    best_miss: _Miss | None = None  # the least-memory valid candidate that does not fit
     n_eval = n_valid = n_fit = 0
     host_ram = None if s.host_ram is None else s.host_ram * s.nodes
     want = max_plans * 4  # kept before dropping plans equal in time and memory to a better one
@@ -384,35 +384,104 @@ def _search_training(s: _Search, base: Workload, total: int, per_node: int, c: C
                     a = fm.activations_for(struct, sp, batch=mb, grad_accum=ga, checkpointing=ckpt, attention=attn)
                     total_b = device_total(st, a, ga, ckpt)
                     if total_b > limit or not host_ok:
-                        if best_miss is None or total_b < best_miss[0]:
-                            best_miss = (total_b, struct, mb, ga, ckpt, attn)
+                        if best_miss is None or total_b < best_miss.device_total:
+                            best_miss = _Miss(total_b, _Candidate(struct, mb, ga, ckpt, attn))
                         continue
                     n_fit += 1
                     if tc is None:
                         tc = TrainingCost(s.spec, struct, s.gpu, trainable=st.trainable, nodes=s.nodes, links=s.links)
-                    key = (tier, round(tc.seconds(mb, ga, ckpt, attn), 9),
-                           changes + (mb != base.batch) + (ckpt != base.checkpointing) + (attn != base.attention),
-                           total_b)
-                    item = (tuple(-k for k in key), n_fit, struct, mb, ga, ckpt, attn)
+                    rank = _Rank(tier=tier, speed=round(tc.seconds(mb, ga, ckpt, attn), 9),
+                                 changes=changes + (mb != base.batch) + (ckpt != base.checkpointing)
+                                 + (attn != base.attention),
+                                 device_total=total_b)
+                    entry = _Ranked(rank.heap_order(n_fit), rank, _Candidate(struct, mb, ga, ckpt, attn))
                     if len(heap) < want:
-                        heapq.heappush(heap, item)
-                    elif item[:2] > heap[0][:2]:
-                        heapq.heapreplace(heap, item)
-    ranked = []
-    seen = set()
-    for key, _, st_, mb, ga, ck, at in sorted(heap, key=lambda i: i[:2], reverse=True):
-        if (key[1], key[3]) in seen:  # same time and memory as a better-ranked plan with fewer changes
+                        heapq.heappush(heap, entry)
+                    elif entry > heap[0]:
+                        heapq.heapreplace(heap, entry)
+    fm.evaluations += n_eval
+    return _Outcome(ranked=_distinct(sorted(heap, reverse=True), max_plans),
+                    closest=None if best_miss is None else best_miss.candidate.workload(),
+                    evaluated=n_eval, valid=n_valid, fitting=n_fit)
+
+
+@dataclass(frozen=True, slots=True)
+class _Candidate:
+    """A training structure with the loop's values (the Workload is built only when kept)."""
+
+    struct: Workload
+    batch: int
+    grad_accum: int
+    checkpointing: str
+    attention: str
+
+    def workload(self) -> Workload:
+        return replace(self.struct, batch=self.batch, grad_accum=self.grad_accum, checkpointing=self.checkpointing,
+                       attention=self.attention)
+
+
+@dataclass(frozen=True, slots=True)
+class _Rank:
+    """How good a fitting plan is, compared field by field (smaller is better).
+
+    Attributes:
+        tier: 0 for the starting method (and weights), 1 for a plan that trains or serves something else.
+        speed: step seconds (training) or minus tokens per second (inference), rounded.
+        changes: settings that differ from the starting workload (ties go to fewer changes).
+        device_total: per-GPU bytes (ties go to less memory).
+    """
+
+    tier: int
+    speed: float
+    changes: int
+    device_total: int
+
+    def heap_order(self, seq: int) -> tuple[tuple[float, ...], int]:
+        """Larger for better plans: the heap's first entry is the worst kept."""
+        return (-self.tier, -self.speed, -self.changes, -self.device_total), seq
+
+
+@dataclass(frozen=True, slots=True, order=True)
+class _Ranked:
+    """A fitting candidate in the search's heap, ordered by ``order`` (:meth:`_Rank.heap_order`)."""
+
+    order: tuple[tuple[float, ...], int]
+    rank: _Rank = field(compare=False)
+    candidate: _Candidate = field(compare=False)
+
+
+@dataclass(frozen=True, slots=True)
+class _Miss:
+    """The least-memory candidate that does not fit, so far."""
+
+    device_total: int
+    candidate: _Candidate
+
+
+@dataclass(frozen=True, slots=True)
+class _Outcome:
+    """What one search loop found: the ranked workloads that fit and the closest that does not."""
+
+    ranked: list[Workload]
+    closest: Workload | None
+    evaluated: int
+    valid: int
+    fitting: int
+
+
+def _distinct(best_first: list[_Ranked], max_plans: int) -> list[Workload]:
+    """The first ``max_plans`` workloads, dropping any equal in time and memory to a better-ranked one."""
+    ranked: list[Workload] = []
+    seen: set[tuple[float, int]] = set()
+    for e in best_first:
+        same = (e.rank.speed, e.rank.device_total)
+        if same in seen:  # same time and memory as a better-ranked plan with fewer changes
             continue
-        seen.add((key[1], key[3]))
-        ranked.append(replace(st_, batch=mb, grad_accum=ga, checkpointing=ck, attention=at))
+        seen.add(same)
+        ranked.append(e.candidate.workload())
         if len(ranked) == max_plans:
             break
-    fm.evaluations += n_eval
-    closest = None
-    if best_miss is not None:
-        _, st_, mb, ga, ck, at = best_miss
-        closest = replace(st_, batch=mb, grad_accum=ga, checkpointing=ck, attention=at)
-    return ranked, closest, n_eval, n_valid, n_fit
+    return ranked
 
 
 _CHANGE_FIELDS = ("method", "dtype", "amp", "quant", "optimizer", "zero", "fsdp", "tp", "pp", "offload")
@@ -423,7 +492,7 @@ def _n_changes(w: Workload, base: Workload) -> int:
 
 
 def _search_inference(s: _Search, base: Workload, total: int, per_node: int, c: Constraints, max_plans: int,
-                      progress: Callable[[int, int], None] | None = None):
+                      progress: Callable[[int, int], None] | None = None) -> _Outcome:
     h = _half(s.gpu)
     dtypes = [base.dtype] if "amp" in c.forbid else _uniq([base.dtype, h])
     quants = [base.quant] if "quant" in c.forbid else _uniq([base.quant, None, "int8", "nf4", "awq-4bit"]
@@ -434,8 +503,8 @@ def _search_inference(s: _Search, base: Workload, total: int, per_node: int, c: 
     if "kv-quant" in c.keep:
         kvs = [k for k in kvs if k in ("fp8", "int8")]
     attns = _attentions(base, s.gpu, c)
-    found: list = []
-    best_miss = None
+    found: list[_Ranked] = []
+    best_miss: _Miss | None = None
     n_eval = n_valid = 0
     layouts = _layouts(base, total, per_node, c)
     if progress is not None:
@@ -455,22 +524,21 @@ def _search_inference(s: _Search, base: Workload, total: int, per_node: int, c: 
                             continue
                         n_valid += 1
                         dev, host = r
+                        cand = _Candidate(w, w.batch, w.grad_accum, w.checkpointing, w.attention)
                         if dev > s.limit:
-                            if best_miss is None or dev < best_miss[0]:
-                                best_miss = (dev, w)
+                            if best_miss is None or dev < best_miss.device_total:
+                                best_miss = _Miss(dev, cand)
                             continue
                         cost = s.cost(w, 0)
                         # quantizing weights changes the model's outputs: a remedy, not a speed-up
-                        tier = int(quant != base.quant)
-                        found.append(((tier, -round(cost.tokens_per_s, 6), _n_changes(w, base) + (attn != base.attention)
-                                       + (kv != base.kv_dtype), dev), len(found), w))
-    found.sort(key=lambda f: f[:2])
-    ranked, seen = [], set()
-    for key, _, w in found:
-        if (key[1], key[3]) not in seen:
-            seen.add((key[1], key[3]))
-            ranked.append(w)
-    return ranked[:max_plans], None if best_miss is None else best_miss[1], n_eval, n_valid, len(found)
+                        rank = _Rank(tier=int(quant != base.quant), speed=-round(cost.tokens_per_s, 6),
+                                     changes=_n_changes(w, base) + (attn != base.attention) + (kv != base.kv_dtype),
+                                     device_total=dev)
+                        found.append(_Ranked(rank.heap_order(-len(found)), rank, cand))
+    found.sort(reverse=True)
+    return _Outcome(ranked=_distinct(found, max_plans),
+                    closest=None if best_miss is None else best_miss.candidate.workload(),
+                    evaluated=n_eval, valid=n_valid, fitting=len(found))
 
 
 def _plan(s: _Search, w: Workload, base: Workload) -> Plan:
