@@ -4,8 +4,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, fields
 
+from vramlens.advise.budget import stopped_line
 from vramlens.advise.cost import StepCost
 from vramlens.estimator.core import Estimate
+from vramlens.limits import SEARCH_BUDGET_S
 from vramlens.workload import Workload
 
 #: Workload fields that are `vramlens estimate` flags (the others stay at their defaults in plans).
@@ -110,6 +112,9 @@ class FitResult:
         fitting: candidates that fit.
         inverse: answers to the inverse questions asked (max_batch, max_seq, ...).
         gpu_name, gpus, nodes, headroom: the hardware asked about.
+        candidates: candidate plans the search had to examine (``evaluated`` of them were).
+        partial: the time budget ran out first: the plans are the best among those examined.
+        budget_s: the time budget, seconds.
     """
 
     plans: tuple[Plan, ...]
@@ -123,6 +128,14 @@ class FitResult:
     nodes: int
     headroom: float
     inverse: dict = field(default_factory=dict)
+    candidates: int = 0
+    partial: bool = False
+    budget_s: float = SEARCH_BUDGET_S
+
+    @property
+    def stopped(self) -> str:
+        """The line a partial answer shows ("" when the search examined every candidate)."""
+        return stopped_line(self.budget_s, self.evaluated, self.candidates) if self.partial else ""
 
     def to_dict(self) -> dict:
         d = {
@@ -132,6 +145,8 @@ class FitResult:
             "headroom": self.headroom,
             "message": self.message,
             "evaluated": self.evaluated,
+            "candidates": self.candidates,
+            "partial": self.partial,
             "fitting": self.fitting,
             "plans": [p.to_dict() for p in self.plans],
         }

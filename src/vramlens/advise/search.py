@@ -28,6 +28,7 @@ import heapq
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
+from vramlens.advise.budget import Budget
 from vramlens.advise.cost import Links, TrainingCost, inference_request, tradeoffs, training_step
 from vramlens.advise.fastmem import STATE_FIELDS, FastMemory
 from vramlens.advise.plan import FitResult, Plan, settings_of
@@ -35,7 +36,7 @@ from vramlens.errors import ConfigError, InputError
 from vramlens.estimator import estimate_spec
 from vramlens.estimator import kv_cache as K
 from vramlens.hardware.gpu import GPU
-from vramlens.limits import MAX_EFFECTIVE_BATCH
+from vramlens.limits import MAX_EFFECTIVE_BATCH, SEARCH_BUDGET_S
 from vramlens.models.spec import ModelSpec
 from vramlens.units import human_bytes
 from vramlens.workload import Workload
@@ -284,6 +285,7 @@ def search(
     max_plans: int = DEFAULT_MAX_PLANS,
     links: Links = Links(),
     progress: Callable[[int, int], None] | None = None,
+    budget_s: float = SEARCH_BUDGET_S,
 ) -> FitResult:
     """Search the remedies for the fastest plans that fit ``gpus`` x ``nodes`` of ``gpu``.
 
@@ -304,7 +306,9 @@ def search(
         progress: called as ``progress(done, total)`` while the search runs, ``done`` counting
             parallel layouts and sharding/method/precision/optimizer structures (each covers
             its micro-batch, checkpointing and attention choices); the last call has
-            ``done == total``.
+            ``done == total`` unless the budget runs out first.
+        budget_s: seconds the search may run; when they run out it returns the best plans found
+            so far with ``partial=True`` (see :mod:`vramlens.advise.budget`).
 
     Returns:
         A FitResult: plans best first, or the closest plan and what hardware would fit.
@@ -316,6 +320,7 @@ def search(
         raise InputError(f"gpus={gpus}, nodes={nodes}: both must be whole numbers >= 1")
     if not 0 <= headroom < 1:
         raise InputError(f"headroom={headroom} must be in [0, 1): e.g. 0.1 keeps 10% free")
+    budget = Budget.begin(budget_s)
     total = gpus * nodes
     c = check_constraints(base, keep, forbid, method_locked=method_locked, total_gpus=total)
     s = _Search(spec, gpu, headroom, host_ram, nodes, links)
@@ -327,12 +332,12 @@ def search(
         if effective_batch > MAX_EFFECTIVE_BATCH:
             raise InputError(f"effective_batch={effective_batch:,} is over the limit of {MAX_EFFECTIVE_BATCH:,} "
                              "(vramlens.limits.MAX_EFFECTIVE_BATCH): ask for a smaller --effective-batch")
-        out = _search_training(s, base, total, gpus, c, effective_batch, max_plans, progress)
+        out = _search_training(s, base, total, gpus, c, effective_batch, max_plans, progress, budget)
     else:
         if effective_batch is not None:
             raise InputError(f"effective_batch={effective_batch} applies to training (it fixes batch x grad-accum x "
                              "data-parallel GPUs): drop it or use --mode train")
-        out = _search_inference(s, base, total, gpus, c, max_plans, progress)
+        out = _search_inference(s, base, total, gpus, c, max_plans, progress, budget)
     n_valid, n_fit = out.valid, out.fitting
     plans = tuple(_plan(s, w, base) for w in out.ranked)
     closest_plan = None if plans or out.closest is None else _plan(s, out.closest, base)
@@ -342,11 +347,13 @@ def search(
     else:
         msg = _no_fit_message(s, base, closest_plan, total, headroom, n_valid)
     return FitResult(plans=plans, closest=closest_plan, message=msg, evaluated=out.evaluated, valid=n_valid,
-                     fitting=n_fit, gpu_name=gpu.name, gpus=gpus, nodes=nodes, headroom=headroom)
+                     fitting=n_fit, gpu_name=gpu.name, gpus=gpus, nodes=nodes, headroom=headroom,
+                     candidates=out.candidates, partial=out.partial, budget_s=budget.seconds)
 
 
 def _search_training(s: _Search, base: Workload, total: int, per_node: int, c: Constraints, eb: int,
-                     max_plans: int, progress: Callable[[int, int], None] | None = None) -> _Outcome:
+                     max_plans: int, progress: Callable[[int, int], None] | None = None,
+                     budget: Budget | None = None) -> _Outcome:
     """The hot loop: per structure, the state and the cost terms are looked up once; per
     (checkpointing, attention, micro-batch) only the activations (memoized) and the phase sums."""
     fm = s.fm
@@ -359,11 +366,16 @@ def _search_training(s: _Search, base: Workload, total: int, per_node: int, c: C
     n_eval = n_valid = n_fit = 0
     host_ram = None if s.host_ram is None else s.host_ram * s.nodes
     want = max_plans * 4  # kept before dropping plans equal in time and memory to a better one
-    candidates = _training_candidates(base, s.gpu, total, per_node, c, eb)
+    candidates = list(_training_candidates(base, s.gpu, total, per_node, c, eb))
+    per_split = len(ckpts) * len(attns)
+    n_total = sum(len(splits) for _, splits in candidates) * per_split
+    partial = False
     if progress is not None:
-        candidates = list(candidates)  # the total is known up front only when it is asked for
         progress(0, len(candidates))
     for done, (struct, splits) in enumerate(candidates, 1):
+        if done > 1 and budget is not None and budget.spent():
+            partial = True
+            break
         if progress is not None:
             progress(done, len(candidates))
         skey = tuple(getattr(struct, f) for f in STATE_FIELDS)
@@ -373,7 +385,7 @@ def _search_training(s: _Search, base: Workload, total: int, per_node: int, c: C
         for mb, ga in splits:
             st = fm.state_for(skey, struct, ga)
             if st.problems:
-                n_eval += len(ckpts) * len(attns)
+                n_eval += per_split
                 continue
             host_ok = host_ram is None or st.host <= host_ram
             sp = st.sp
@@ -402,7 +414,7 @@ def _search_training(s: _Search, base: Workload, total: int, per_node: int, c: C
     fm.evaluations += n_eval
     return _Outcome(ranked=_distinct(sorted(heap, reverse=True), max_plans),
                     closest=None if best_miss is None else best_miss.candidate.workload(),
-                    evaluated=n_eval, valid=n_valid, fitting=n_fit)
+                    evaluated=n_eval, valid=n_valid, fitting=n_fit, candidates=n_total, partial=partial)
 
 
 @dataclass(frozen=True, slots=True)
@@ -467,6 +479,8 @@ class _Outcome:
     evaluated: int
     valid: int
     fitting: int
+    candidates: int
+    partial: bool
 
 
 def _distinct(best_first: list[_Ranked], max_plans: int) -> list[Workload]:
@@ -492,7 +506,8 @@ def _n_changes(w: Workload, base: Workload) -> int:
 
 
 def _search_inference(s: _Search, base: Workload, total: int, per_node: int, c: Constraints, max_plans: int,
-                      progress: Callable[[int, int], None] | None = None) -> _Outcome:
+                      progress: Callable[[int, int], None] | None = None,
+                      budget: Budget | None = None) -> _Outcome:
     h = _half(s.gpu)
     dtypes = [base.dtype] if "amp" in c.forbid else _uniq([base.dtype, h])
     quants = [base.quant] if "quant" in c.forbid else _uniq([base.quant, None, "int8", "nf4", "awq-4bit"]
@@ -507,9 +522,14 @@ def _search_inference(s: _Search, base: Workload, total: int, per_node: int, c: 
     best_miss: _Miss | None = None
     n_eval = n_valid = 0
     layouts = _layouts(base, total, per_node, c)
+    n_total = len(layouts) * len(dtypes) * len(quants) * len(kvs) * len(attns)
+    partial = False
     if progress is not None:
         progress(0, len(layouts))
     for done, (tp, pp) in enumerate(layouts, 1):
+        if done > 1 and budget is not None and budget.spent():
+            partial = True
+            break
         if progress is not None:
             progress(done, len(layouts))
         for dtype in dtypes:
@@ -538,7 +558,7 @@ def _search_inference(s: _Search, base: Workload, total: int, per_node: int, c: 
     found.sort(reverse=True)
     return _Outcome(ranked=_distinct(found, max_plans),
                     closest=None if best_miss is None else best_miss.candidate.workload(),
-                    evaluated=n_eval, valid=n_valid, fitting=len(found))
+                    evaluated=n_eval, valid=n_valid, fitting=len(found), candidates=n_total, partial=partial)
 
 
 def _plan(s: _Search, w: Workload, base: Workload) -> Plan:
@@ -588,24 +608,38 @@ def _no_fit_message(s: _Search, base: Workload, closest: Plan | None, total: int
 
 
 def hardware_that_fits(spec: ModelSpec, w: Workload, *, headroom: float, exclude: str = "") -> str:
-    """The smallest catalog GPU on which ``w`` fits (with the same number of GPUs), in words."""
-    from vramlens.hardware.catalog import list_gpus
+    """The smallest catalog GPU on which ``w`` fits (with the same number of GPUs), in words: the
+    answer of ``--min-gpu`` (:func:`vramlens.advise.inverse.min_gpu`), so both always agree."""
+    from vramlens.advise.inverse import min_gpu
 
-    for g in sorted(list_gpus(), key=lambda g: (g.capacity_bytes, g.name)):
-        if g.name == exclude or g.unified:
-            continue
-        e = estimate_spec(spec, w, g, headroom=headroom)
-        if e.fits:
-            return f"{w.gpus} x {g.name}" if w.gpus > 1 else g.name
-    return ""
+    g = min_gpu(spec, w, headroom=headroom, exclude=exclude)
+    if g is None:
+        return ""
+    return f"{w.gpus} x {g.name}" if w.gpus > 1 else g.name
+
+
+@dataclass(frozen=True, slots=True)
+class FewestGpus:
+    """The answer of ``--min-gpus``: the fewest GPUs that fit, and that search's result.
+
+    Attributes:
+        gpus: the count, or None when none up to the maximum fits (or the budget ran out first).
+        result: the search at that count (None when ``gpus`` is None).
+        partial: the time budget ran out before a count was found.
+    """
+
+    gpus: int | None
+    result: FitResult | None
+    partial: bool = False
 
 
 def min_gpus(spec: ModelSpec, base: Workload, gpu: GPU, *, per_node: int = 8, max_gpus: int = 512,
-             **fit_kw) -> tuple[int, FitResult] | None:
+             budget_s: float = SEARCH_BUDGET_S, **fit_kw) -> FewestGpus:
     """The fewest GPUs of kind ``gpu`` (from GPU_COUNTS, whole nodes of ``per_node`` beyond one
-    node) on which the search finds a plan, with that search's result; None up to ``max_gpus``."""
+    node) on which the search finds a plan, with that search's result, within ``budget_s`` seconds."""
     from vramlens.advise.inverse import GPU_COUNTS
 
+    budget = Budget.begin(budget_s)
     fit_kw = {k: v for k, v in fit_kw.items() if k not in ("gpus", "nodes")}
     fit_kw.setdefault("max_plans", 1)
     for n in GPU_COUNTS:
@@ -613,17 +647,19 @@ def min_gpus(spec: ModelSpec, base: Workload, gpu: GPU, *, per_node: int = 8, ma
             break
         if n > per_node and n % per_node:
             continue
+        if n > 1 and budget.spent():
+            return FewestGpus(None, None, partial=True)
         g, nodes = (n, 1) if n <= per_node else (per_node, n // per_node)
-        r = search(spec, base, gpu, gpus=g, nodes=nodes, **fit_kw)
+        r = search(spec, base, gpu, gpus=g, nodes=nodes, budget_s=budget.remaining(), **fit_kw)
         if r.plans:
-            return n, r
-    return None
+            return FewestGpus(n, r, partial=r.partial)
+    return FewestGpus(None, None)
 
 
 def inverse_answers(spec: ModelSpec, base: Workload, gpu: GPU, result: FitResult, asks, *, headroom: float = 0.10,
-                    host_ram: int | None = None, **fit_kw) -> dict:
+                    host_ram: int | None = None, budget_s: float = SEARCH_BUDGET_S, **fit_kw) -> dict:
     """Answers to the inverse questions named in ``asks`` (max_batch, max_seq, max_context,
-    min_gpu, min_gpus), as the JSON values of ``vramlens fit``.
+    min_gpu, min_gpus), as the JSON values of ``vramlens fit``, all within ``budget_s`` seconds.
 
     max_batch / max_seq / max_context are asked of the starting workload (on ``result``'s GPU
     count) when it fits at batch 1, else of the best plan; min_gpu of the best (or closest) plan.
@@ -638,21 +674,24 @@ def inverse_answers(spec: ModelSpec, base: Workload, gpu: GPU, result: FitResult
                                                   host_ram)[0]
     if not start_fits and result.plans:
         subject = result.plans[0].workload
+    budget = Budget.begin(budget_s)
     kw = {"headroom": headroom, "host_ram": host_ram}
     if "max_batch" in asks:
-        out["max_batch"] = I.max_batch(spec, subject, gpu, **kw).to_dict()
+        out["max_batch"] = I.max_batch(spec, subject, gpu, budget_s=budget.remaining(), **kw).to_dict()
     if "max_seq" in asks:
-        out["max_seq"] = I.max_seq(spec, subject, gpu, **kw).to_dict()
+        out["max_seq"] = I.max_seq(spec, subject, gpu, budget_s=budget.remaining(), **kw).to_dict()
     if "max_context" in asks:
-        out["max_context"] = I.max_context(spec, subject, gpu, **kw).to_dict()
+        out["max_context"] = I.max_context(spec, subject, gpu, budget_s=budget.remaining(), **kw).to_dict()
     if "min_gpu" in asks:
         w = result.plans[0].workload if result.plans else (result.closest.workload if result.closest else subject)
         g = I.min_gpu(spec, w, headroom=headroom)
         out["min_gpu"] = {"gpu": None if g is None else g.name, "settings": settings_of(w),
                           "memory_bytes": None if g is None else g.memory_bytes}
     if "min_gpus" in asks:
-        r = min_gpus(spec, base, gpu, per_node=max(result.gpus, 8), headroom=headroom, host_ram=host_ram, **fit_kw)
-        out["min_gpus"] = None if r is None else {"gpus": r[0], "gpu": gpu.name,
-                                                  "settings": r[1].plans[0].settings}
+        r = min_gpus(spec, base, gpu, per_node=max(result.gpus, 8), headroom=headroom, host_ram=host_ram,
+                     budget_s=budget.remaining(), **fit_kw)
+        out["min_gpus"] = None if r.result is None and not r.partial else {
+            "gpus": r.gpus, "gpu": gpu.name, "partial": r.partial,
+            "settings": r.result.plans[0].settings if r.result else None}
     return out
 

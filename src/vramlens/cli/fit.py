@@ -159,7 +159,7 @@ def render_result(result, *, top: int = 5, width: int = 100) -> str:
     """The human table: one block per plan, best first; the reason when none fits."""
     from vramlens.advise.plan import settings_argv
 
-    lines = [result.message, ""]
+    lines = [result.message] + ([result.stopped] if result.partial else []) + [""]
     shown = list(result.plans[:top])
     if not shown and result.closest is not None:
         lines.append("closest plan (does not fit):")
