@@ -36,6 +36,7 @@ def fit(
     ask=(),
     progress: Callable[[int, int], None] | None = None,
     budget_s: float = SEARCH_BUDGET_S,
+    optimize: str | None = None,
     **settings: Any,
 ) -> FitResult:
     """Plans that make ``model`` fit ``gpu``, fastest first.
@@ -57,6 +58,8 @@ def fit(
         progress: ``progress(done, total)`` during the search (see :func:`vramlens.advise.search`).
         budget_s: seconds the search and the inverse questions may run together; past them the
             best found so far is returned with ``partial=True``.
+        optimize: None answers "it already fits" when the starting workload fits; "speed",
+            "memory" or "cost" search for better plans anyway.
 
     Raises:
         InputError: an unknown model or GPU, bad settings, or contradictory constraints.
@@ -90,7 +93,8 @@ def fit(
     budget = Budget.begin(budget_s)
     result = search(spec, base, g, gpus=per_node, nodes=nodes, host_ram=ram, headroom=headroom, keep=keep,
                     forbid=forbid, effective_batch=effective_batch, method_locked=method_locked, max_plans=n,
-                    links=links, progress=progress, budget_s=budget.remaining())
+                    links=links, progress=progress, budget_s=budget.remaining(),
+                    optimize=optimize)
     if ask:
         from dataclasses import replace
 

@@ -31,7 +31,7 @@ from dataclasses import dataclass, field, replace
 from vramlens.advise.budget import Budget
 from vramlens.advise.cost import Links, TrainingCost, inference_request, tradeoffs, training_step
 from vramlens.advise.fastmem import STATE_FIELDS, FastMemory
-from vramlens.advise.plan import FitResult, Plan, settings_of
+from vramlens.advise.plan import FitResult, Plan, settings_of, verdict
 from vramlens.errors import ConfigError, InputError
 from vramlens.estimator import estimate_spec
 from vramlens.estimator import kv_cache as K
@@ -46,6 +46,8 @@ REMEDIES = ("amp", "checkpointing", "attention", "lora", "qlora", "8bit", "grad-
 TRAIN_ONLY = ("checkpointing", "lora", "qlora", "8bit", "grad-accum", "zero", "fsdp", "offload")
 INFERENCE_ONLY = ("quant", "kv-quant")
 DEFAULT_MAX_PLANS = 10
+#: What ``optimize`` may ask for beyond "it fits".
+OBJECTIVES = ("speed", "memory", "cost")
 #: Largest tensor-parallel degree tried: TP stays inside one NVLink domain (8 GPUs per node).
 MAX_TP = 8
 
@@ -222,7 +224,8 @@ def _shardings(dp: int, c: Constraints) -> list[tuple[int, bool, str]]:
 
 class _Search:
     def __init__(self, spec: ModelSpec, gpu: GPU, headroom: float, host_ram: int | None, nodes: int,
-                 links: Links):
+                 links: Links, objective: str = "speed"):
+        self.objective = objective
         self.spec = spec
         self.gpu = gpu
         self.limit = gpu.capacity_bytes * (1 - headroom) if headroom else gpu.capacity_bytes
@@ -286,6 +289,7 @@ def search(
     links: Links = Links(),
     progress: Callable[[int, int], None] | None = None,
     budget_s: float = SEARCH_BUDGET_S,
+    optimize: str | None = None,
 ) -> FitResult:
     """Search the remedies for the fastest plans that fit ``gpus`` x ``nodes`` of ``gpu``.
 
@@ -309,6 +313,9 @@ def search(
             ``done == total`` unless the budget runs out first.
         budget_s: seconds the search may run; when they run out it returns the best plans found
             so far with ``partial=True`` (see :mod:`vramlens.advise.budget`).
+        optimize: None: when the starting workload already fits, that is the answer (one plan,
+            ``already_fits=True``); "speed", "memory" or "cost" search for plans that are faster,
+            smaller or cheaper (GPU-seconds per token: at the fixed GPU count, as speed).
 
     Returns:
         A FitResult: plans best first, or the closest plan and what hardware would fit.
@@ -323,7 +330,10 @@ def search(
     budget = Budget.begin(budget_s)
     total = gpus * nodes
     c = check_constraints(base, keep, forbid, method_locked=method_locked, total_gpus=total)
-    s = _Search(spec, gpu, headroom, host_ram, nodes, links)
+    if optimize is not None and optimize not in OBJECTIVES:
+        raise InputError(f"optimize={optimize!r} is not one of: {', '.join(OBJECTIVES)} (or None: stop when it fits)")
+    s = _Search(spec, gpu, headroom, host_ram, nodes, links, optimize or "speed")
+    asked_batch = effective_batch
     if base.training:
         if effective_batch is None:
             effective_batch = base.batch * base.grad_accum * max(1, total // (base.tp * base.pp))
@@ -332,18 +342,30 @@ def search(
         if effective_batch > MAX_EFFECTIVE_BATCH:
             raise InputError(f"effective_batch={effective_batch:,} is over the limit of {MAX_EFFECTIVE_BATCH:,} "
                              "(vramlens.limits.MAX_EFFECTIVE_BATCH): ask for a smaller --effective-batch")
+    elif effective_batch is not None:
+        raise InputError(f"effective_batch={effective_batch} applies to training (it fixes batch x grad-accum x "
+                         "data-parallel GPUs): drop it or use --mode train")
+    start = replace(base, gpus=total)
+    if optimize is None and not c.keep and (asked_batch is None or asked_batch == start.effective_batch):
+        r = s.fm.totals(start)
+        if r is not None and r[0] <= s.limit and s.host_ok(r[1]):
+            if progress is not None:
+                progress(0, 1)
+                progress(1, 1)
+            p = _plan(s, start, base)
+            return FitResult(plans=(p,), closest=None, message=verdict(p.device_total, gpu, headroom, total),
+                             evaluated=1, valid=1, fitting=1, gpu_name=gpu.name, gpus=gpus, nodes=nodes,
+                             headroom=headroom, candidates=1, budget_s=budget.seconds, already_fits=True)
+    if base.training:
         out = _search_training(s, base, total, gpus, c, effective_batch, max_plans, progress, budget)
     else:
-        if effective_batch is not None:
-            raise InputError(f"effective_batch={effective_batch} applies to training (it fixes batch x grad-accum x "
-                             "data-parallel GPUs): drop it or use --mode train")
         out = _search_inference(s, base, total, gpus, c, max_plans, progress, budget)
     n_valid, n_fit = out.valid, out.fitting
-    plans = tuple(_plan(s, w, base) for w in out.ranked)
+    plans = tuple(_plan(s, w, base) for w in _minimal(s, out.ranked, base, max_plans, c.keep))
     closest_plan = None if plans or out.closest is None else _plan(s, out.closest, base)
     if plans:
         msg = (f"{n_fit:,} of {n_valid:,} valid plans fit {total} x {gpu.name} with {headroom:.0%} headroom; "
-               f"best: {_describe(plans[0].workload, base)}")
+               f"best: {_describe(plans[0].workload, base)}; {verdict(plans[0].device_total, gpu, headroom, total)}")
     else:
         msg = _no_fit_message(s, base, closest_plan, total, headroom, n_valid)
     return FitResult(plans=plans, closest=closest_plan, message=msg, evaluated=out.evaluated, valid=n_valid,
@@ -365,7 +387,7 @@ def _search_training(s: _Search, base: Workload, total: int, per_node: int, c: C
     best_miss: _Miss | None = None  # the least-memory valid candidate that does not fit
     n_eval = n_valid = n_fit = 0
     host_ram = None if s.host_ram is None else s.host_ram * s.nodes
-    want = max_plans * 4  # kept before dropping plans equal in time and memory to a better one
+    want = max_plans * 16  # kept before making them minimal (many become the same plan) and dropping repeats
     candidates = list(_training_candidates(base, s.gpu, total, per_node, c, eb))
     per_split = len(ckpts) * len(attns)
     n_total = sum(len(splits) for _, splits in candidates) * per_split
@@ -406,13 +428,13 @@ def _search_training(s: _Search, base: Workload, total: int, per_node: int, c: C
                                  changes=changes + (mb != base.batch) + (ckpt != base.checkpointing)
                                  + (attn != base.attention),
                                  device_total=total_b)
-                    entry = _Ranked(rank.heap_order(n_fit), rank, _Candidate(struct, mb, ga, ckpt, attn))
+                    entry = _Ranked(rank.heap_order(n_fit, s.objective), rank, _Candidate(struct, mb, ga, ckpt, attn))
                     if len(heap) < want:
                         heapq.heappush(heap, entry)
                     elif entry > heap[0]:
                         heapq.heapreplace(heap, entry)
     fm.evaluations += n_eval
-    return _Outcome(ranked=_distinct(sorted(heap, reverse=True), max_plans),
+    return _Outcome(ranked=_distinct(sorted(heap, reverse=True), want),
                     closest=None if best_miss is None else best_miss.candidate.workload(),
                     evaluated=n_eval, valid=n_valid, fitting=n_fit, candidates=n_total, partial=partial)
 
@@ -448,8 +470,12 @@ class _Rank:
     changes: int
     device_total: int
 
-    def heap_order(self, seq: int) -> tuple[tuple[float, ...], int]:
-        """Larger for better plans: the heap's first entry is the worst kept."""
+    def heap_order(self, seq: int, objective: str = "speed") -> tuple[tuple[float, ...], int]:
+        """Larger for better plans: the heap's first entry is the worst kept. ``objective``
+        "memory" puts less memory before speed; "speed" and "cost" (GPU-seconds per token at the
+        fixed GPU count, which orders as step time) put speed first."""
+        if objective == "memory":
+            return (-self.tier, -self.device_total, -self.changes, -self.speed), seq
         return (-self.tier, -self.speed, -self.changes, -self.device_total), seq
 
 
@@ -554,11 +580,86 @@ def _search_inference(s: _Search, base: Workload, total: int, per_node: int, c: 
                         rank = _Rank(tier=int(quant != base.quant), speed=-round(cost.tokens_per_s, 6),
                                      changes=_n_changes(w, base) + (attn != base.attention) + (kv != base.kv_dtype),
                                      device_total=dev)
-                        found.append(_Ranked(rank.heap_order(-len(found)), rank, cand))
+                        found.append(_Ranked(rank.heap_order(-len(found), s.objective), rank, cand))
     found.sort(reverse=True)
-    return _Outcome(ranked=_distinct(found, max_plans),
+    return _Outcome(ranked=_distinct(found, max_plans * 16),
                     closest=None if best_miss is None else best_miss.candidate.workload(),
                     evaluated=n_eval, valid=n_valid, fitting=len(found), candidates=n_total, partial=partial)
+
+
+#: Changes a plan is made of, each undone as one unit when checking that it is needed (pairs that
+#: only make sense together are undone together as well).
+_UNDO = (("method", "quant"), ("method",), ("dtype", "amp"), ("dtype",), ("amp",), ("quant",), ("optimizer",),
+         ("zero", "offload"), ("fsdp", "offload"), ("zero",), ("fsdp",), ("offload",), ("tp", "pp"), ("tp",),
+         ("pp",), ("batch", "grad_accum"), ("checkpointing",), ("attention",), ("kv_dtype",))
+
+
+def _score(s: _Search, w: Workload, base: Workload) -> _Rank | None:
+    """The rank of ``w`` when it is valid and fits, else None."""
+    r = s.fm.totals(w)
+    if r is None or r[0] > s.limit or not s.host_ok(r[1]):
+        return None
+    if w.training:
+        speed = round(s.cost(w, s.fm.state(w).trainable).seconds, 9)
+        tier = int(w.method != base.method)
+    else:
+        speed = -round(s.cost(w, 0).tokens_per_s, 6)
+        tier = int(w.quant != base.quant)
+    changes = _n_changes(w, base) + sum(getattr(w, f) != getattr(base, f)
+                                        for f in ("batch", "checkpointing", "attention", "kv_dtype"))
+    return _Rank(tier=tier, speed=speed, changes=changes, device_total=r[0])
+
+
+#: The Workload fields each remedy sets (a kept remedy's fields are never undone).
+_REMEDY_FIELDS = {"amp": ("dtype", "amp"), "checkpointing": ("checkpointing",), "attention": ("attention",),
+                  "lora": ("method",), "qlora": ("method",), "8bit": ("optimizer",), "grad-accum": ("batch", "grad_accum"),
+                  "zero": ("zero",), "fsdp": ("fsdp",), "tp": ("tp",), "pp": ("pp",), "offload": ("offload",),
+                  "quant": ("quant",), "kv-quant": ("kv_dtype",)}
+
+
+def _minimize(s: _Search, w: Workload, base: Workload, keep: frozenset[str] = frozenset()
+              ) -> tuple[Workload, _Rank | None]:
+    """``w`` without the changes it does not need: undoing one that still fits and is no worse by
+    the objective (step time, or memory under optimize="memory") is undone, until none is.
+    Changes that ``keep`` asks for stay."""
+    kept = {f for name in keep for f in _REMEDY_FIELDS.get(name, ())}
+    rank = _score(s, w, base)
+    if rank is None:
+        return w, None
+    memory = s.objective == "memory"
+    changed = True
+    while changed:
+        changed = False
+        for group in _UNDO:
+            if kept.intersection(group) or all(getattr(w, f) == getattr(base, f) for f in group):
+                continue
+            u = replace(w, **{f: getattr(base, f) for f in group})
+            if u.training and u.effective_batch != w.effective_batch:
+                continue
+            r = _score(s, u, base)
+            if r is None:
+                continue
+            if (r.device_total <= rank.device_total) if memory else (r.speed <= rank.speed):
+                w, rank, changed = u, r, True
+                break
+    return w, rank
+
+
+def _minimal(s: _Search, ranked: list[Workload], base: Workload, max_plans: int,
+             keep: frozenset[str] = frozenset()) -> list[Workload]:
+    """The best ``max_plans`` of ``ranked`` made minimal (every change needed), re-ranked, without
+    repeats (a plan that became another, or equal to a better one in time and memory)."""
+    scored: list[_Ranked] = []
+    for i, w in enumerate(ranked):
+        m, rank = _minimize(s, w, base, keep)
+        if rank is not None:
+            scored.append(_Ranked(rank.heap_order(-i, s.objective), rank,
+                                  _Candidate(m, m.batch, m.grad_accum, m.checkpointing, m.attention)))
+    out: list[Workload] = []
+    for w in _distinct(sorted(scored, reverse=True), len(scored)):
+        if w not in out:
+            out.append(w)
+    return out[:max_plans]
 
 
 def _plan(s: _Search, w: Workload, base: Workload) -> Plan:
