@@ -45,11 +45,35 @@ def test_json_plans_reproduce_with_estimate(capsys, catalog):
 
 
 def test_table_and_exit_code(capsys, catalog):
-    rc, out, _ = _run(capsys, ["fit", MODEL, "--seq", "2048", "--new-tokens", "128", "--gpu", "L4", "--top", "2"])
+    argv = ["fit", MODEL, "--seq", "2048", "--new-tokens", "128", "--gpu", "L4", "--top", "2"]
+    rc, out, _ = _run(capsys, argv + ["--optimize", "speed"])
     assert rc == 0
     lines = out.splitlines()
-    assert lines[0].startswith("") and "valid plans fit 1 x L4 with 10% headroom; best:" in lines[0]
+    assert "valid plans fit 1 x L4 with 10% headroom; best:" in lines[0]
+    assert "; fits (L4): " in lines[0] and " usable (22.49 GiB less 10% headroom), " in lines[0]
     assert "tok/s" in out and "flags: --mode inference" in out
+    assert ("components are each their own peak during the step (they peak in different phases), so they do not "
+            "add up to the total") in lines
+
+
+def test_a_workload_that_fits_is_the_answer(capsys, catalog):
+    """Issue 13: fit proposed changes when nothing needed changing; now 'it fits' is the answer."""
+    rc, out, _ = _run(capsys, ["fit", MODEL, "--seq", "2048", "--new-tokens", "128", "--gpu", "L4"])
+    assert rc == 0
+    lines = out.splitlines()
+    assert lines[0] == "fits (L4): 14.26 GiB of 20.24 GiB usable (22.49 GiB less 10% headroom), 5.99 GiB to spare"
+    assert lines[1] == "nothing to change; ask --optimize speed|memory|cost for faster or smaller plans"
+    rc, out, _ = _run(capsys, ["fit", MODEL, "--seq", "2048", "--new-tokens", "128", "--gpu", "L4", "--json"])
+    d = json.loads(out)
+    assert d["already_fits"] is True and len(d["plans"]) == 1
+    assert d["plans"][0]["settings"]["seq"] == 2048 and "quant" not in d["plans"][0]["settings"]
+
+
+def test_objectives_are_the_advisors():
+    from vramlens.advise.search import OBJECTIVES as API
+    from vramlens.cli.fit import OBJECTIVES as CLI
+
+    assert CLI == API
 
 
 def test_no_fit_exit_code_and_closest(capsys, catalog):

@@ -22,7 +22,7 @@ from vramlens.workload import Workload
 
 
 def _plan(**kw):
-    base = Workload(mode="train", batch=8, seq=1024)
+    base = Workload(mode="train", batch=8, seq=1024, **kw.pop("base", {}))
     r = fit(llama7b(), base, get_gpu(kw.pop("gpu", "A100-80GB")), max_plans=1, **kw)
     assert r.plans, r.message
     return r.plans[0]
@@ -36,6 +36,13 @@ def qlora_plan():
 @pytest.fixture(scope="module")
 def zero_plan():
     return _plan(gpus=4, keep=["zero", "offload", "checkpointing"], method_locked=True)
+
+
+@pytest.fixture(scope="module")
+def zero_amp_plan():
+    """bf16 weights with fp32 master weights: what DeepSpeed's bf16 mode runs."""
+    return _plan(gpus=4, keep=["zero", "offload", "checkpointing"], forbid=["amp"], method_locked=True,
+                 base={"dtype": "bf16", "amp": "bf16"})
 
 
 @pytest.fixture(scope="module")
@@ -79,9 +86,10 @@ def test_peft_and_bnb_load(qlora_plan):
     assert bnb.load_in_4bit and bnb.bnb_4bit_quant_type == "nf4" and bnb.bnb_4bit_use_double_quant
 
 
-def test_deepspeed_json_structure(zero_plan):
-    ds = json.loads(render(emit(zero_plan, "deepspeed"), "deepspeed"))
-    w = zero_plan.workload
+def test_deepspeed_json_structure(zero_amp_plan):
+    ds = json.loads(render(emit(zero_amp_plan, "deepspeed"), "deepspeed"))
+    w = zero_amp_plan.workload
+    assert (w.dtype, w.amp) == ("bf16", "bf16") and ds["bf16"] == {"enabled": True}
     assert ds["train_micro_batch_size_per_gpu"] == w.batch
     assert ds["gradient_accumulation_steps"] == w.grad_accum
     assert ds["train_batch_size"] == w.batch * w.grad_accum * w.dp
@@ -113,6 +121,34 @@ def test_device_map_and_alloc_conf():
     dm = emit(r.plans[0], "device-map")
     assert dm["device_map"] == "auto" and set(dm["max_memory"]) == {"0"}
     assert emit(r.plans[0], "alloc-conf").startswith("PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True")
+
+
+def test_plans_a_target_cannot_express_are_refused(zero_plan, fsdp_plan):
+    """Issue 13: the emitted configs described other workloads than the plans'."""
+    w = zero_plan.workload
+    assert (w.dtype, w.amp, w.offload) == ("bf16", None, "optimizer")  # pure bf16, optimizer offload
+    with pytest.raises(InputError) as e:
+        emit(zero_plan, "deepspeed")
+    assert str(e.value) == (
+        '--emit deepspeed: the plan trains pure bf16 (no fp32 master weights); DeepSpeed\'s "bf16": {"enabled": true} '
+        "keeps an fp32 master copy (more memory than the plan shows): choose a plan with --amp bf16, or --emit "
+        "fsdp/trainer")
+    with pytest.raises(InputError) as e:
+        emit(_plan(gpus=4, keep=["fsdp", "offload"], method_locked=True), "fsdp")
+    assert str(e.value).startswith("--emit fsdp: the plan offloads only the optimizer states; FSDP's offload "
+                                   "(CPUOffload(offload_params=True)) moves the parameters too")
+    with pytest.raises(InputError) as e:
+        emit(fsdp_plan, "device-map")
+    assert str(e.value).startswith("--emit device-map: device_map places weights for inference")
+    assert emit(zero_plan, "trainer")["bf16"] is False  # bf16=True would be autocast over fp32 weights
+
+
+def test_trainer_checkpointing_name_follows_the_installed_transformers():
+    from importlib.metadata import version
+
+    kw = emit(_plan(keep=["checkpointing"], method_locked=True), "trainer")
+    name = "activation_checkpointing" if int(version("transformers").split(".")[0]) >= 5 else "gradient_checkpointing"
+    assert kw[name] is True
 
 
 def test_kinds_that_do_not_apply_say_why(zero_plan):

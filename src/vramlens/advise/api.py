@@ -5,11 +5,13 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from vramlens.advise.budget import Budget
 from vramlens.advise.cost import Links
 from vramlens.advise.plan import FitResult
 from vramlens.advise.search import DEFAULT_MAX_PLANS, inverse_answers, search
 from vramlens.errors import InputError
 from vramlens.hardware.gpu import GPU
+from vramlens.limits import SEARCH_BUDGET_S
 from vramlens.models.spec import ModelSpec
 from vramlens.workload import Workload, make_workload
 
@@ -33,6 +35,8 @@ def fit(
     links: Links = Links(),
     ask=(),
     progress: Callable[[int, int], None] | None = None,
+    budget_s: float = SEARCH_BUDGET_S,
+    optimize: str | None = None,
     **settings: Any,
 ) -> FitResult:
     """Plans that make ``model`` fit ``gpu``, fastest first.
@@ -52,6 +56,10 @@ def fit(
         ask: inverse questions to answer in ``FitResult.inverse`` (max_batch, max_seq,
             max_context, min_gpu, min_gpus).
         progress: ``progress(done, total)`` during the search (see :func:`vramlens.advise.search`).
+        budget_s: seconds the search and the inverse questions may run together; past them the
+            best found so far is returned with ``partial=True``.
+        optimize: None answers "it already fits" when the starting workload fits; "speed",
+            "memory" or "cost" search for better plans anyway.
 
     Raises:
         InputError: an unknown model or GPU, bad settings, or contradictory constraints.
@@ -82,13 +90,16 @@ def fit(
     check_workload(spec, base)
     ram = parse_size(host_ram, what="host RAM") if isinstance(host_ram, str) else host_ram
     n = max_plans or top or DEFAULT_MAX_PLANS
+    budget = Budget.begin(budget_s)
     result = search(spec, base, g, gpus=per_node, nodes=nodes, host_ram=ram, headroom=headroom, keep=keep,
                     forbid=forbid, effective_batch=effective_batch, method_locked=method_locked, max_plans=n,
-                    links=links, progress=progress)
+                    links=links, progress=progress, budget_s=budget.remaining(),
+                    optimize=optimize)
     if ask:
         from dataclasses import replace
 
         inv = inverse_answers(spec, base, g, result, ask, headroom=headroom, host_ram=ram, keep=keep, forbid=forbid,
-                              effective_batch=effective_batch, method_locked=method_locked, links=links)
+                              effective_batch=effective_batch, method_locked=method_locked, links=links,
+                              budget_s=budget.remaining())
         result = replace(result, inverse=inv)
     return result

@@ -45,20 +45,44 @@ def _training(plan: Plan, kind: str) -> Workload:
 
 
 def _half_flags(w: Workload) -> dict:
-    c = w.compute_dtype
-    return {"bf16": c == "bf16", "fp16": c == "fp16"}
+    """TrainingArguments' bf16/fp16 mean autocast over fp32 weights (torch.autocast + GradScaler):
+    true only for a plan with --dtype fp32 --amp X. A pure-half plan loads the model in that dtype
+    (``from_pretrained(torch_dtype=...)``) and leaves both false."""
+    autocast = w.dtype == "fp32" and w.amp is not None
+    return {"bf16": autocast and w.amp == "bf16", "fp16": autocast and w.amp == "fp16"}
 
 
-def trainer(plan: Plan, *, legacy_names: bool = False) -> dict:
+def _transformers_major() -> int | None:
+    """The installed transformers' major version (metadata only, nothing imported), or None."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return int(version("transformers").split(".")[0])
+    except (PackageNotFoundError, ValueError):
+        return None
+
+
+def trainer(plan: Plan, *, legacy_names: bool | None = None) -> dict:
     """``transformers.TrainingArguments`` keyword arguments (without ``output_dir``).
 
-    Recent transformers (5.x) name checkpointing ``activation_checkpointing`` and warn that
-    ``gradient_checkpointing`` is a deprecated alias; ``legacy_names=True`` writes the old
-    names for transformers 4.x.
+    transformers 5 names checkpointing ``activation_checkpointing`` (``gradient_checkpointing`` is a
+    deprecated alias); 4.x accepts only ``gradient_checkpointing``. ``legacy_names=None`` follows
+    the installed transformers (the old names when it is 4.x or absent: pyproject allows 4.45).
+
+    Raises:
+        InputError: half weights with an fp32 master copy (--dtype bf16 --amp bf16) without ZeRO:
+            the Trainer keeps such a copy only through DeepSpeed.
     """
     w = _training(plan, "trainer")
     if w.optimizer == "none":
         raise InputError("--emit trainer: the plan has --optimizer none (forward and backward only); no Trainer settings")
+    if w.dtype != "fp32" and w.amp is not None and not w.zero:
+        raise InputError(f"--emit trainer: the plan keeps {w.dtype} weights with an fp32 master copy (--amp {w.amp}); "
+                         "the Trainer does that only through DeepSpeed: choose a plan with --zero, or --dtype fp32 "
+                         f"--amp {w.amp} (autocast, what bf16=True/fp16=True mean)")
+    if legacy_names is None:
+        major = _transformers_major()
+        legacy_names = major is None or major < 5
     kw: dict = {
         "per_device_train_batch_size": w.batch,
         "gradient_accumulation_steps": w.grad_accum,
@@ -120,6 +144,14 @@ def bnb(plan: Plan) -> dict:
 def deepspeed(plan: Plan) -> dict:
     """A DeepSpeed config (the JSON ``deepspeed --deepspeed_config`` / ``TrainingArguments(deepspeed=)`` reads)."""
     w = _training(plan, "deepspeed")
+    if w.dtype == "fp32" and w.amp is not None:
+        raise InputError(f"--emit deepspeed: the plan is autocast (fp32 weights, --amp {w.amp}); DeepSpeed's "
+                         f"{w.amp} mode keeps {w.amp} weights with an fp32 master copy instead: choose a plan with "
+                         f"--dtype {w.amp} --amp {w.amp}, or --emit trainer/fsdp")
+    if w.dtype != "fp32" and w.amp is None:
+        raise InputError(f"--emit deepspeed: the plan trains pure {w.dtype} (no fp32 master weights); DeepSpeed's "
+                         f"\"{w.dtype}\": {{\"enabled\": true}} keeps an fp32 master copy (more memory than the plan "
+                         f"shows): choose a plan with --amp {w.dtype}, or --emit fsdp/trainer")
     stage = w.shard_stage
     zero: dict = {"stage": stage, "overlap_comm": True, "contiguous_gradients": True}
     if stage in (1, 2):
@@ -148,11 +180,15 @@ def deepspeed(plan: Plan) -> dict:
 def fsdp(plan: Plan) -> dict:
     """FSDP settings as TrainingArguments takes them (``fsdp`` string and ``fsdp_config``)."""
     w = _training(plan, "fsdp")
+    if w.offload == "optimizer":
+        raise InputError("--emit fsdp: the plan offloads only the optimizer states; FSDP's offload "
+                         "(CPUOffload(offload_params=True)) moves the parameters too: choose a plan with "
+                         "--offload all, or --emit deepspeed (offload_optimizer)")
     if w.fsdp:
         strategy = {"full": "full_shard", "shard-grad-op": "shard_grad_op", "hybrid": "hybrid_shard"}[w.fsdp_strategy]
     else:
         strategy = "full_shard" if w.shard_stage == 3 else ("shard_grad_op" if w.shard_stage == 2 else "no_shard")
-    words = [strategy] + (["offload"] if w.offload != "none" else []) + ["auto_wrap"]
+    words = [strategy] + (["offload"] if w.offload == "all" else []) + ["auto_wrap"]
     return {
         "fsdp": " ".join(words),
         "fsdp_config": {
@@ -193,12 +229,14 @@ def accelerate(plan: Plan, *, nodes: int = 1) -> dict:
         "use_cpu": False,
         "gpu_ids": "all",
     }
+    if dist == "DEEPSPEED":
+        deepspeed(plan)  # the same refusals: Accelerate's DeepSpeed plugin has the same precision modes
     if dist == "FSDP":
         f = fsdp(plan)
         strategy = f["fsdp"].split()[0].upper()
         cfg["fsdp_config"] = {
             "fsdp_sharding_strategy": strategy,
-            "fsdp_offload_params": w.offload != "none",
+            "fsdp_offload_params": w.offload == "all",
             "fsdp_auto_wrap_policy": "TRANSFORMER_BASED_WRAP",
             "fsdp_backward_prefetch": "BACKWARD_PRE",
             "fsdp_state_dict_type": "SHARDED_STATE_DICT",
@@ -225,6 +263,9 @@ def device_map(plan: Plan, *, cpu_ram: int | None = None) -> dict:
     Accelerate does not count when it places the weights.
     """
     w = plan.workload
+    if w.training:
+        raise InputError("--emit device-map: device_map places weights for inference (Accelerate's big-model "
+                         "hooks); the plan trains: use --emit trainer, deepspeed, fsdp or accelerate")
     b = plan.estimate.breakdown
     cap = plan.estimate.gpu.capacity_bytes if plan.estimate.gpu else b.device_total
     other = b.device_total - b["weights"]

@@ -107,7 +107,9 @@ class FastMemory:
                     return tuple(getattr(e, "problems", [str(e)]))
                 return ()
 
-            probs.extend(self._memo(("check", w.mode, w.method, w.tp, w.pp, w.lora_targets, w.new_tokens), check))
+            # every field check_workload reads (vramlens.estimator.check_workload)
+            probs.extend(self._memo(("check", w.mode, w.method, w.tp, w.pp, w.lora_targets, w.lora_rank,
+                                     w.new_tokens), check))
         if probs:
             return State(problems=tuple(probs))
         return State(problems=(), ts=train_state(spec, w, self.gpu))
@@ -156,6 +158,8 @@ class FastMemory:
         self.evaluations += 1
         if not w.training:
             return self._inference(w)
+        if w.problems():  # the state is memoized per STATE_FIELDS: the other fields are checked here
+            return None
         st = self.state(w)
         if st.problems:
             return None
@@ -196,7 +200,7 @@ class FastMemory:
                 except VramlensError as e:
                     p = list(getattr(e, "problems", [str(e)]))
             return tuple(p)
-        return self.state(w).problems
+        return tuple(w.problems()) or self.state(w).problems
 
 
 def with_(w: Workload, **changes) -> Workload:

@@ -10,10 +10,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
+from vramlens.advise.budget import Budget
 from vramlens.advise.fastmem import FastMemory
 from vramlens.advise.plan import settings_of
 from vramlens.estimator import estimate_spec
 from vramlens.hardware.gpu import GPU
+from vramlens.limits import SEARCH_BUDGET_S
 from vramlens.models.spec import ModelSpec
 from vramlens.workload import Workload
 
@@ -31,6 +33,8 @@ class Largest:
         limited_by: "memory", "max_position" (the model's context length), or "cap".
         workload: the workload the question was asked of (with ``value`` set).
         device_total: per-GPU bytes at ``value``.
+        partial: the time budget ran out before the bisection closed: ``value`` fits, but a
+            larger one may too (``limited_by`` is then "budget").
     """
 
     field: str
@@ -38,10 +42,11 @@ class Largest:
     limited_by: str
     workload: Workload
     device_total: int | None = None
+    partial: bool = False
 
     def to_dict(self) -> dict:
         return {"value": self.value, "limited_by": self.limited_by, "device_total_bytes": self.device_total,
-                "settings": settings_of(self.workload)}
+                "partial": self.partial, "settings": settings_of(self.workload)}
 
 
 def _fits(fm: FastMemory, w: Workload, limit: float, host_limit: int | None) -> tuple[bool, int | None]:
@@ -55,13 +60,17 @@ def _fits(fm: FastMemory, w: Workload, limit: float, host_limit: int | None) -> 
 
 
 def largest(spec: ModelSpec, w: Workload, gpu: GPU, field: str, *, headroom: float = 0.10,
-            host_ram: int | None = None, cap: int = SEARCH_CAP, fm: FastMemory | None = None) -> Largest:
+            host_ram: int | None = None, cap: int = SEARCH_CAP, fm: FastMemory | None = None,
+            budget_s: float = SEARCH_BUDGET_S) -> Largest:
     """The largest value of ``field`` (batch, seq or new_tokens) with which ``w`` fits ``gpu``.
 
     Args:
         cap: the largest value tried; reaching it reports ``limited_by="cap"`` (or
             "max_position" when the cap is the model's context length).
+        budget_s: seconds the search may run; past them the largest value found to fit so far
+            is returned with ``partial=True``.
     """
+    budget = Budget.begin(budget_s)
     fm = fm or FastMemory(spec, gpu)
     limit = gpu.capacity_bytes * (1 - headroom)
     low_value = 0 if field == "new_tokens" else 1
@@ -74,6 +83,8 @@ def largest(spec: ModelSpec, w: Workload, gpu: GPU, field: str, *, headroom: flo
         return Largest(field, None, "memory", replace(w, **{field: low_value}), dev)
     lo, hi = low_value, max(low_value + 1, 1)
     while hi <= cap:
+        if budget.spent():
+            return Largest(field, lo, "budget", replace(w, **{field: lo}), at(lo)[1], partial=True)
         ok, _ = at(hi)
         if not ok:
             break
@@ -82,6 +93,8 @@ def largest(spec: ModelSpec, w: Workload, gpu: GPU, field: str, *, headroom: flo
         hi = cap + 1
     # invariant: lo fits, hi does not (or is past the cap)
     while hi - lo > 1:
+        if budget.spent():
+            return Largest(field, lo, "budget", replace(w, **{field: lo}), at(lo)[1], partial=True)
         mid = (lo + hi) // 2
         if at(mid)[0]:
             lo = mid
@@ -130,12 +143,20 @@ def max_context(spec: ModelSpec, w: Workload, gpu: GPU, **kw) -> Largest:
     return Largest("context", value, limited, r.workload, r.device_total)
 
 
-def min_gpu(spec: ModelSpec, w: Workload, *, headroom: float = 0.10, gpus: list[GPU] | None = None) -> GPU | None:
-    """The catalog GPU with the least memory on which ``w`` fits (ties: the higher bandwidth)."""
+def min_gpu(spec: ModelSpec, w: Workload, *, headroom: float = 0.10, gpus: list[GPU] | None = None,
+            exclude: str = "") -> GPU | None:
+    """The catalog GPU with the least memory on which ``w`` fits (ties: the higher bandwidth).
+
+    Unified-memory devices (Apple) are left out: plans speak CUDA (ZeRO, FSDP, bitsandbytes).
+    ``fit``'s "it would fit on ..." is this answer (``exclude`` leaves out the GPU asked about).
+    The catalog is small (one estimate per entry), so this needs no time budget.
+    """
     from vramlens.hardware.catalog import list_gpus
 
     candidates = sorted(gpus or list_gpus(), key=lambda g: (g.capacity_bytes, -g.bandwidth_bytes_s, g.name))
     for g in candidates:
+        if g.unified or g.name == exclude:
+            continue
         if estimate_spec(spec, w, g, headroom=headroom).fits:
             return g
     return None

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
+from vramlens.advise.budget import Budget, stopped_line
 from vramlens.advise.cost import BANDWIDTH_EFFICIENCY, LINK_EFFICIENCY
 from vramlens.errors import InputError
 from vramlens.estimator import activations as A
@@ -30,6 +31,7 @@ from vramlens.estimator import kv_cache as K
 from vramlens.estimator.runtime import runtime
 from vramlens.estimator.weights import GROUP_SIZE, quantized_linear_bytes  # noqa: F401  (GROUP_SIZE: doc link)
 from vramlens.hardware.gpu import GPU
+from vramlens.limits import SEARCH_BUDGET_S
 from vramlens.models.spec import ModelSpec
 from vramlens.units import DTYPE_BYTES, dtype_bytes, human_bytes
 from vramlens.workload import Workload
@@ -89,15 +91,26 @@ class Placement:
     budgets: dict
     reserved: dict
     options: tuple[Option, ...] = field(default_factory=tuple)
+    #: rounds of placement run and the most the options could need; partial: the time budget ran
+    #: out before a placement settled (the options shown are the last placements made)
+    rounds: int = 0
+    max_rounds: int = 0
+    partial: bool = False
+    budget_s: float = SEARCH_BUDGET_S
 
     def option(self, kind: str) -> Option:
         return next(o for o in self.options if o.kind == kind)
+
+    @property
+    def stopped(self) -> str:
+        """The line a partial answer shows ("" when every placement settled)."""
+        return stopped_line(self.budget_s, self.rounds, self.max_rounds, "placement rounds") if self.partial else ""
 
     def to_dict(self) -> dict:
         return {"model": self.model, "gpu": self.gpu, "gpus": self.gpus,
                 "budgets": {str(k): v for k, v in self.budgets.items()},
                 "reserved": {str(k): v for k, v in self.reserved.items()},
-                "options": [o.to_dict() for o in self.options]}
+                "options": [o.to_dict() for o in self.options], "partial": self.partial}
 
 
 def _tensor_bytes(t, w: Workload) -> int:
@@ -168,6 +181,7 @@ def place(
     pcie_bytes_s: float | None = None,
     disk_bytes_s: float = DISK_BYTES_S,
     cpu_bytes_s: float = CPU_BYTES_S,
+    budget_s: float = SEARCH_BUDGET_S,
 ) -> Placement:
     """Place ``spec`` for inference on ``gpus`` x ``gpu``, host RAM and disk; compare three options.
 
@@ -176,6 +190,8 @@ def place(
             seq 512, 128 new tokens).
         host_ram: CPU RAM for offloaded weights, bytes (None: not limited).
         disk: allow offloading to disk once GPUs and RAM are full.
+        budget_s: seconds the placement may run; past them the last placement of each option is
+            returned with ``partial=True``.
 
     Raises:
         InputError: gpus < 1, a training workload, or a headroom outside [0, 1).
@@ -187,6 +203,7 @@ def place(
         raise InputError(f"gpus={gpus} must be a whole number >= 1")
     if not 0 <= headroom < 1:
         raise InputError(f"headroom={headroom} must be in [0, 1): e.g. 0.1 keeps 10% free")
+    budget = Budget.begin(budget_s)
     w = replace(w, gpus=1, tp=1, pp=1).validated()
     bl = blocks(spec, w)
     pcie = pcie_bytes_s or gpu.pcie_bytes_s or 16e9
@@ -202,28 +219,38 @@ def place(
     for i in range(1, gpus):
         reserved[i] = rt + work
     budgets = {i: usable - reserved[i] for i in range(gpus)}
-    options = [
-        _greedy(bl, budgets, gpus, None, False, gpu, pcie, disk_bytes_s, "gpu", w),
-        _greedy(bl, budgets, gpus, host_ram, disk, gpu, pcie, disk_bytes_s, "hybrid", w),
-        _cpu_only(bl, host_ram, cpu_bytes_s, w, b["temporaries"] + work),
-    ]
+    on_gpu = _greedy(bl, budgets, gpus, None, False, gpu, pcie, disk_bytes_s, "gpu", w, budget)
+    hybrid = _greedy(bl, budgets, gpus, host_ram, disk, gpu, pcie, disk_bytes_s, "hybrid", w, budget)
+    options = [on_gpu.option, hybrid.option, _cpu_only(bl, host_ram, cpu_bytes_s, w, b["temporaries"] + work)]
     return Placement(model=spec.name, gpu=gpu.name, gpus=gpus, workload=w, budgets=budgets, reserved=reserved,
-                     options=tuple(options))
+                     options=tuple(options), rounds=on_gpu.rounds + hybrid.rounds, max_rounds=2 * (len(bl) + 1),
+                     partial=on_gpu.partial or hybrid.partial, budget_s=budget.seconds)
+
+
+@dataclass(frozen=True, slots=True)
+class _Placed:
+    """What :func:`_greedy` settled on, and how many rounds it took."""
+
+    option: Option
+    rounds: int
+    partial: bool = False
 
 
 def _greedy(bl: list[Block], budgets: dict, gpus: int, host_ram: int | None, disk: bool, gpu: GPU, pcie: float,
-            disk_bytes_s: float, kind: str, w: Workload) -> Option:
+            disk_bytes_s: float, kind: str, w: Workload, budget: Budget) -> _Placed:
     """Sequential placement; when blocks are offloaded, GPU 0 keeps room for the largest block and
     for the offloaded blocks' KV cache, re-placing until the offloaded set stops growing."""
     reserve = 0
     offloaded_before: set = set()
-    for _ in range(len(bl) + 1):
+    for rounds in range(1, len(bl) + 2):
         opt, offloaded = _sequential(bl, budgets, gpus, host_ram, disk, gpu, pcie, disk_bytes_s, kind, w, reserve)
         if not offloaded or offloaded == offloaded_before or not opt.fits:
-            return opt
+            return _Placed(opt, rounds)
+        if budget.spent():
+            return _Placed(opt, rounds, partial=True)
         offloaded_before = offloaded
         reserve = max(x.weight_bytes for x in bl) + sum(x.kv_bytes for x in bl if x.name in offloaded)
-    return opt
+    return _Placed(opt, len(bl) + 1)
 
 
 def _sequential(bl, budgets, gpus, host_ram, disk, gpu, pcie, disk_bytes_s, kind, w, reserve_gpu0):

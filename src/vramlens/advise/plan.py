@@ -4,8 +4,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, fields
 
+from vramlens.advise.budget import stopped_line
 from vramlens.advise.cost import StepCost
 from vramlens.estimator.core import Estimate
+from vramlens.hardware.gpu import GPU
+from vramlens.limits import SEARCH_BUDGET_S
+from vramlens.units import human_bytes
 from vramlens.workload import Workload
 
 #: Workload fields that are `vramlens estimate` flags (the others stay at their defaults in plans).
@@ -46,6 +50,23 @@ def settings_argv(settings: dict) -> list[str]:
             continue
         argv += [flag, str(v)]
     return argv
+
+
+def verdict(total: int, gpu: GPU, headroom: float, gpus: int = 1) -> str:
+    """The one verdict rule, in words: fits means device total + headroom <= capacity.
+
+    "fits: 13.2 GiB of 21.6 GiB usable (24 GiB less 10% headroom), 8.4 GiB to spare" or
+    "does not fit: needs 30.1 GiB, 21.6 GiB usable, 8.5 GiB short" (per GPU).
+    """
+    cap = gpu.capacity_bytes
+    usable = int(cap * (1 - headroom))
+    where = f" per GPU ({gpus} x {gpu.name})" if gpus > 1 else f" ({gpu.name})"
+    less = f"{human_bytes(cap)} less {headroom:.0%} headroom"
+    if total <= usable:
+        return (f"fits{where}: {human_bytes(total)} of {human_bytes(usable)} usable ({less}), "
+                f"{human_bytes(usable - total)} to spare")
+    return (f"does not fit{where}: needs {human_bytes(total)}, {human_bytes(usable)} usable ({less}), "
+            f"{human_bytes(total - usable)} short")
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,6 +131,11 @@ class FitResult:
         fitting: candidates that fit.
         inverse: answers to the inverse questions asked (max_batch, max_seq, ...).
         gpu_name, gpus, nodes, headroom: the hardware asked about.
+        candidates: candidate plans the search had to examine (``evaluated`` of them were).
+        partial: the time budget ran out first: the plans are the best among those examined.
+        budget_s: the time budget, seconds.
+        already_fits: the starting workload fits as it is (its plan is the only one; ask
+            ``optimize`` for more).
     """
 
     plans: tuple[Plan, ...]
@@ -123,6 +149,15 @@ class FitResult:
     nodes: int
     headroom: float
     inverse: dict = field(default_factory=dict)
+    candidates: int = 0
+    partial: bool = False
+    budget_s: float = SEARCH_BUDGET_S
+    already_fits: bool = False
+
+    @property
+    def stopped(self) -> str:
+        """The line a partial answer shows ("" when the search examined every candidate)."""
+        return stopped_line(self.budget_s, self.evaluated, self.candidates) if self.partial else ""
 
     def to_dict(self) -> dict:
         d = {
@@ -132,6 +167,9 @@ class FitResult:
             "headroom": self.headroom,
             "message": self.message,
             "evaluated": self.evaluated,
+            "candidates": self.candidates,
+            "partial": self.partial,
+            "already_fits": self.already_fits,
             "fitting": self.fitting,
             "plans": [p.to_dict() for p in self.plans],
         }

@@ -26,16 +26,17 @@ from __future__ import annotations
 
 import heapq
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
+from vramlens.advise.budget import Budget
 from vramlens.advise.cost import Links, TrainingCost, inference_request, tradeoffs, training_step
 from vramlens.advise.fastmem import STATE_FIELDS, FastMemory
-from vramlens.advise.plan import FitResult, Plan, settings_of
+from vramlens.advise.plan import FitResult, Plan, settings_of, verdict
 from vramlens.errors import ConfigError, InputError
 from vramlens.estimator import estimate_spec
 from vramlens.estimator import kv_cache as K
 from vramlens.hardware.gpu import GPU
-from vramlens.limits import MAX_EFFECTIVE_BATCH
+from vramlens.limits import MAX_EFFECTIVE_BATCH, SEARCH_BUDGET_S
 from vramlens.models.spec import ModelSpec
 from vramlens.units import human_bytes
 from vramlens.workload import Workload
@@ -45,6 +46,8 @@ REMEDIES = ("amp", "checkpointing", "attention", "lora", "qlora", "8bit", "grad-
 TRAIN_ONLY = ("checkpointing", "lora", "qlora", "8bit", "grad-accum", "zero", "fsdp", "offload")
 INFERENCE_ONLY = ("quant", "kv-quant")
 DEFAULT_MAX_PLANS = 10
+#: What ``optimize`` may ask for beyond "it fits".
+OBJECTIVES = ("speed", "memory", "cost")
 #: Largest tensor-parallel degree tried: TP stays inside one NVLink domain (8 GPUs per node).
 MAX_TP = 8
 
@@ -221,7 +224,8 @@ def _shardings(dp: int, c: Constraints) -> list[tuple[int, bool, str]]:
 
 class _Search:
     def __init__(self, spec: ModelSpec, gpu: GPU, headroom: float, host_ram: int | None, nodes: int,
-                 links: Links):
+                 links: Links, objective: str = "speed"):
+        self.objective = objective
         self.spec = spec
         self.gpu = gpu
         self.limit = gpu.capacity_bytes * (1 - headroom) if headroom else gpu.capacity_bytes
@@ -284,6 +288,8 @@ def search(
     max_plans: int = DEFAULT_MAX_PLANS,
     links: Links = Links(),
     progress: Callable[[int, int], None] | None = None,
+    budget_s: float = SEARCH_BUDGET_S,
+    optimize: str | None = None,
 ) -> FitResult:
     """Search the remedies for the fastest plans that fit ``gpus`` x ``nodes`` of ``gpu``.
 
@@ -304,7 +310,12 @@ def search(
         progress: called as ``progress(done, total)`` while the search runs, ``done`` counting
             parallel layouts and sharding/method/precision/optimizer structures (each covers
             its micro-batch, checkpointing and attention choices); the last call has
-            ``done == total``.
+            ``done == total`` unless the budget runs out first.
+        budget_s: seconds the search may run; when they run out it returns the best plans found
+            so far with ``partial=True`` (see :mod:`vramlens.advise.budget`).
+        optimize: None: when the starting workload already fits, that is the answer (one plan,
+            ``already_fits=True``); "speed", "memory" or "cost" search for plans that are faster,
+            smaller or cheaper (GPU-seconds per token: at the fixed GPU count, as speed).
 
     Returns:
         A FitResult: plans best first, or the closest plan and what hardware would fit.
@@ -316,9 +327,13 @@ def search(
         raise InputError(f"gpus={gpus}, nodes={nodes}: both must be whole numbers >= 1")
     if not 0 <= headroom < 1:
         raise InputError(f"headroom={headroom} must be in [0, 1): e.g. 0.1 keeps 10% free")
+    budget = Budget.begin(budget_s)
     total = gpus * nodes
     c = check_constraints(base, keep, forbid, method_locked=method_locked, total_gpus=total)
-    s = _Search(spec, gpu, headroom, host_ram, nodes, links)
+    if optimize is not None and optimize not in OBJECTIVES:
+        raise InputError(f"optimize={optimize!r} is not one of: {', '.join(OBJECTIVES)} (or None: stop when it fits)")
+    s = _Search(spec, gpu, headroom, host_ram, nodes, links, optimize or "speed")
+    asked_batch = effective_batch
     if base.training:
         if effective_batch is None:
             effective_batch = base.batch * base.grad_accum * max(1, total // (base.tp * base.pp))
@@ -327,26 +342,40 @@ def search(
         if effective_batch > MAX_EFFECTIVE_BATCH:
             raise InputError(f"effective_batch={effective_batch:,} is over the limit of {MAX_EFFECTIVE_BATCH:,} "
                              "(vramlens.limits.MAX_EFFECTIVE_BATCH): ask for a smaller --effective-batch")
-        ranked, closest, n_eval, n_valid, n_fit = _search_training(s, base, total, gpus, c, effective_batch, max_plans,
-                                                                    progress)
+    elif effective_batch is not None:
+        raise InputError(f"effective_batch={effective_batch} applies to training (it fixes batch x grad-accum x "
+                         "data-parallel GPUs): drop it or use --mode train")
+    start = replace(base, gpus=total)
+    if optimize is None and not c.keep and (asked_batch is None or asked_batch == start.effective_batch):
+        r = s.fm.totals(start)
+        if r is not None and r[0] <= s.limit and s.host_ok(r[1]):
+            if progress is not None:
+                progress(0, 1)
+                progress(1, 1)
+            p = _plan(s, start, base)
+            return FitResult(plans=(p,), closest=None, message=verdict(p.device_total, gpu, headroom, total),
+                             evaluated=1, valid=1, fitting=1, gpu_name=gpu.name, gpus=gpus, nodes=nodes,
+                             headroom=headroom, candidates=1, budget_s=budget.seconds, already_fits=True)
+    if base.training:
+        out = _search_training(s, base, total, gpus, c, effective_batch, max_plans, progress, budget)
     else:
-        if effective_batch is not None:
-            raise InputError(f"effective_batch={effective_batch} applies to training (it fixes batch x grad-accum x "
-                             "data-parallel GPUs): drop it or use --mode train")
-        ranked, closest, n_eval, n_valid, n_fit = _search_inference(s, base, total, gpus, c, max_plans, progress)
-    plans = tuple(_plan(s, w, base) for w in ranked)
-    closest_plan = None if plans or closest is None else _plan(s, closest, base)
+        out = _search_inference(s, base, total, gpus, c, max_plans, progress, budget)
+    n_valid, n_fit = out.valid, out.fitting
+    plans = tuple(_plan(s, w, base) for w in _minimal(s, out.ranked, base, max_plans, c.keep))
+    closest_plan = None if plans or out.closest is None else _plan(s, out.closest, base)
     if plans:
         msg = (f"{n_fit:,} of {n_valid:,} valid plans fit {total} x {gpu.name} with {headroom:.0%} headroom; "
-               f"best: {_describe(plans[0].workload, base)}")
+               f"best: {_describe(plans[0].workload, base)}; {verdict(plans[0].device_total, gpu, headroom, total)}")
     else:
         msg = _no_fit_message(s, base, closest_plan, total, headroom, n_valid)
-    return FitResult(plans=plans, closest=closest_plan, message=msg, evaluated=n_eval, valid=n_valid,
-                     fitting=n_fit, gpu_name=gpu.name, gpus=gpus, nodes=nodes, headroom=headroom)
+    return FitResult(plans=plans, closest=closest_plan, message=msg, evaluated=out.evaluated, valid=n_valid,
+                     fitting=n_fit, gpu_name=gpu.name, gpus=gpus, nodes=nodes, headroom=headroom,
+                     candidates=out.candidates, partial=out.partial, budget_s=budget.seconds)
 
 
 def _search_training(s: _Search, base: Workload, total: int, per_node: int, c: Constraints, eb: int,
-                     max_plans: int, progress: Callable[[int, int], None] | None = None):
+                     max_plans: int, progress: Callable[[int, int], None] | None = None,
+                     budget: Budget | None = None) -> _Outcome:
     """The hot loop: per structure, the state and the cost terms are looked up once; per
     (checkpointing, attention, micro-batch) only the activations (memoized) and the phase sums."""
     fm = s.fm
@@ -354,16 +383,21 @@ def _search_training(s: _Search, base: Workload, total: int, per_node: int, c: C
     ckpts = _checkpointing(base, c)
     attns = _attentions(base, s.gpu, c)
     device_total = fm.device_total
-    heap: list = []   # the max_plans best that fit, as (-rank key, workload fields)
-    best_miss = None  # (device_total, workload fields) of the least-memory valid candidate
+    heap: list[_Ranked] = []  # the best that fit; the heap's first entry is the worst of them
+    best_miss: _Miss | None = None  # the least-memory valid candidate that does not fit
     n_eval = n_valid = n_fit = 0
     host_ram = None if s.host_ram is None else s.host_ram * s.nodes
-    want = max_plans * 4  # kept before dropping plans equal in time and memory to a better one
-    candidates = _training_candidates(base, s.gpu, total, per_node, c, eb)
+    want = max_plans * 16  # kept before making them minimal (many become the same plan) and dropping repeats
+    candidates = list(_training_candidates(base, s.gpu, total, per_node, c, eb))
+    per_split = len(ckpts) * len(attns)
+    n_total = sum(len(splits) for _, splits in candidates) * per_split
+    partial = False
     if progress is not None:
-        candidates = list(candidates)  # the total is known up front only when it is asked for
         progress(0, len(candidates))
     for done, (struct, splits) in enumerate(candidates, 1):
+        if done > 1 and budget is not None and budget.spent():
+            partial = True
+            break
         if progress is not None:
             progress(done, len(candidates))
         skey = tuple(getattr(struct, f) for f in STATE_FIELDS)
@@ -373,7 +407,7 @@ def _search_training(s: _Search, base: Workload, total: int, per_node: int, c: C
         for mb, ga in splits:
             st = fm.state_for(skey, struct, ga)
             if st.problems:
-                n_eval += len(ckpts) * len(attns)
+                n_eval += per_split
                 continue
             host_ok = host_ram is None or st.host <= host_ram
             sp = st.sp
@@ -384,35 +418,110 @@ def _search_training(s: _Search, base: Workload, total: int, per_node: int, c: C
                     a = fm.activations_for(struct, sp, batch=mb, grad_accum=ga, checkpointing=ckpt, attention=attn)
                     total_b = device_total(st, a, ga, ckpt)
                     if total_b > limit or not host_ok:
-                        if best_miss is None or total_b < best_miss[0]:
-                            best_miss = (total_b, struct, mb, ga, ckpt, attn)
+                        if best_miss is None or total_b < best_miss.device_total:
+                            best_miss = _Miss(total_b, _Candidate(struct, mb, ga, ckpt, attn))
                         continue
                     n_fit += 1
                     if tc is None:
                         tc = TrainingCost(s.spec, struct, s.gpu, trainable=st.trainable, nodes=s.nodes, links=s.links)
-                    key = (tier, round(tc.seconds(mb, ga, ckpt, attn), 9),
-                           changes + (mb != base.batch) + (ckpt != base.checkpointing) + (attn != base.attention),
-                           total_b)
-                    item = (tuple(-k for k in key), n_fit, struct, mb, ga, ckpt, attn)
+                    rank = _Rank(tier=tier, speed=round(tc.seconds(mb, ga, ckpt, attn), 9),
+                                 changes=changes + (mb != base.batch) + (ckpt != base.checkpointing)
+                                 + (attn != base.attention),
+                                 device_total=total_b)
+                    entry = _Ranked(rank.heap_order(n_fit, s.objective), rank, _Candidate(struct, mb, ga, ckpt, attn))
                     if len(heap) < want:
-                        heapq.heappush(heap, item)
-                    elif item[:2] > heap[0][:2]:
-                        heapq.heapreplace(heap, item)
-    ranked = []
-    seen = set()
-    for key, _, st_, mb, ga, ck, at in sorted(heap, key=lambda i: i[:2], reverse=True):
-        if (key[1], key[3]) in seen:  # same time and memory as a better-ranked plan with fewer changes
+                        heapq.heappush(heap, entry)
+                    elif entry > heap[0]:
+                        heapq.heapreplace(heap, entry)
+    fm.evaluations += n_eval
+    return _Outcome(ranked=_distinct(sorted(heap, reverse=True), want),
+                    closest=None if best_miss is None else best_miss.candidate.workload(),
+                    evaluated=n_eval, valid=n_valid, fitting=n_fit, candidates=n_total, partial=partial)
+
+
+@dataclass(frozen=True, slots=True)
+class _Candidate:
+    """A training structure with the loop's values (the Workload is built only when kept)."""
+
+    struct: Workload
+    batch: int
+    grad_accum: int
+    checkpointing: str
+    attention: str
+
+    def workload(self) -> Workload:
+        return replace(self.struct, batch=self.batch, grad_accum=self.grad_accum, checkpointing=self.checkpointing,
+                       attention=self.attention)
+
+
+@dataclass(frozen=True, slots=True)
+class _Rank:
+    """How good a fitting plan is, compared field by field (smaller is better).
+
+    Attributes:
+        tier: 0 for the starting method (and weights), 1 for a plan that trains or serves something else.
+        speed: step seconds (training) or minus tokens per second (inference), rounded.
+        changes: settings that differ from the starting workload (ties go to fewer changes).
+        device_total: per-GPU bytes (ties go to less memory).
+    """
+
+    tier: int
+    speed: float
+    changes: int
+    device_total: int
+
+    def heap_order(self, seq: int, objective: str = "speed") -> tuple[tuple[float, ...], int]:
+        """Larger for better plans: the heap's first entry is the worst kept. ``objective``
+        "memory" puts less memory before speed; "speed" and "cost" (GPU-seconds per token at the
+        fixed GPU count, which orders as step time) put speed first."""
+        if objective == "memory":
+            return (-self.tier, -self.device_total, -self.changes, -self.speed), seq
+        return (-self.tier, -self.speed, -self.changes, -self.device_total), seq
+
+
+@dataclass(frozen=True, slots=True, order=True)
+class _Ranked:
+    """A fitting candidate in the search's heap, ordered by ``order`` (:meth:`_Rank.heap_order`)."""
+
+    order: tuple[tuple[float, ...], int]
+    rank: _Rank = field(compare=False)
+    candidate: _Candidate = field(compare=False)
+
+
+@dataclass(frozen=True, slots=True)
+class _Miss:
+    """The least-memory candidate that does not fit, so far."""
+
+    device_total: int
+    candidate: _Candidate
+
+
+@dataclass(frozen=True, slots=True)
+class _Outcome:
+    """What one search loop found: the ranked workloads that fit and the closest that does not."""
+
+    ranked: list[Workload]
+    closest: Workload | None
+    evaluated: int
+    valid: int
+    fitting: int
+    candidates: int
+    partial: bool
+
+
+def _distinct(best_first: list[_Ranked], max_plans: int) -> list[Workload]:
+    """The first ``max_plans`` workloads, dropping any equal in time and memory to a better-ranked one."""
+    ranked: list[Workload] = []
+    seen: set[tuple[float, int]] = set()
+    for e in best_first:
+        same = (e.rank.speed, e.rank.device_total)
+        if same in seen:  # same time and memory as a better-ranked plan with fewer changes
             continue
-        seen.add((key[1], key[3]))
-        ranked.append(replace(st_, batch=mb, grad_accum=ga, checkpointing=ck, attention=at))
+        seen.add(same)
+        ranked.append(e.candidate.workload())
         if len(ranked) == max_plans:
             break
-    fm.evaluations += n_eval
-    closest = None
-    if best_miss is not None:
-        _, st_, mb, ga, ck, at = best_miss
-        closest = replace(st_, batch=mb, grad_accum=ga, checkpointing=ck, attention=at)
-    return ranked, closest, n_eval, n_valid, n_fit
+    return ranked
 
 
 _CHANGE_FIELDS = ("method", "dtype", "amp", "quant", "optimizer", "zero", "fsdp", "tp", "pp", "offload")
@@ -423,7 +532,8 @@ def _n_changes(w: Workload, base: Workload) -> int:
 
 
 def _search_inference(s: _Search, base: Workload, total: int, per_node: int, c: Constraints, max_plans: int,
-                      progress: Callable[[int, int], None] | None = None):
+                      progress: Callable[[int, int], None] | None = None,
+                      budget: Budget | None = None) -> _Outcome:
     h = _half(s.gpu)
     dtypes = [base.dtype] if "amp" in c.forbid else _uniq([base.dtype, h])
     quants = [base.quant] if "quant" in c.forbid else _uniq([base.quant, None, "int8", "nf4", "awq-4bit"]
@@ -434,13 +544,18 @@ def _search_inference(s: _Search, base: Workload, total: int, per_node: int, c: 
     if "kv-quant" in c.keep:
         kvs = [k for k in kvs if k in ("fp8", "int8")]
     attns = _attentions(base, s.gpu, c)
-    found: list = []
-    best_miss = None
+    found: list[_Ranked] = []
+    best_miss: _Miss | None = None
     n_eval = n_valid = 0
     layouts = _layouts(base, total, per_node, c)
+    n_total = len(layouts) * len(dtypes) * len(quants) * len(kvs) * len(attns)
+    partial = False
     if progress is not None:
         progress(0, len(layouts))
     for done, (tp, pp) in enumerate(layouts, 1):
+        if done > 1 and budget is not None and budget.spent():
+            partial = True
+            break
         if progress is not None:
             progress(done, len(layouts))
         for dtype in dtypes:
@@ -455,22 +570,96 @@ def _search_inference(s: _Search, base: Workload, total: int, per_node: int, c: 
                             continue
                         n_valid += 1
                         dev, host = r
+                        cand = _Candidate(w, w.batch, w.grad_accum, w.checkpointing, w.attention)
                         if dev > s.limit:
-                            if best_miss is None or dev < best_miss[0]:
-                                best_miss = (dev, w)
+                            if best_miss is None or dev < best_miss.device_total:
+                                best_miss = _Miss(dev, cand)
                             continue
                         cost = s.cost(w, 0)
                         # quantizing weights changes the model's outputs: a remedy, not a speed-up
-                        tier = int(quant != base.quant)
-                        found.append(((tier, -round(cost.tokens_per_s, 6), _n_changes(w, base) + (attn != base.attention)
-                                       + (kv != base.kv_dtype), dev), len(found), w))
-    found.sort(key=lambda f: f[:2])
-    ranked, seen = [], set()
-    for key, _, w in found:
-        if (key[1], key[3]) not in seen:
-            seen.add((key[1], key[3]))
-            ranked.append(w)
-    return ranked[:max_plans], None if best_miss is None else best_miss[1], n_eval, n_valid, len(found)
+                        rank = _Rank(tier=int(quant != base.quant), speed=-round(cost.tokens_per_s, 6),
+                                     changes=_n_changes(w, base) + (attn != base.attention) + (kv != base.kv_dtype),
+                                     device_total=dev)
+                        found.append(_Ranked(rank.heap_order(-len(found), s.objective), rank, cand))
+    found.sort(reverse=True)
+    return _Outcome(ranked=_distinct(found, max_plans * 16),
+                    closest=None if best_miss is None else best_miss.candidate.workload(),
+                    evaluated=n_eval, valid=n_valid, fitting=len(found), candidates=n_total, partial=partial)
+
+
+#: Changes a plan is made of, each undone as one unit when checking that it is needed (pairs that
+#: only make sense together are undone together as well).
+_UNDO = (("method", "quant"), ("method",), ("dtype", "amp"), ("dtype",), ("amp",), ("quant",), ("optimizer",),
+         ("zero", "offload"), ("fsdp", "offload"), ("zero",), ("fsdp",), ("offload",), ("tp", "pp"), ("tp",),
+         ("pp",), ("batch", "grad_accum"), ("checkpointing",), ("attention",), ("kv_dtype",))
+
+
+def _score(s: _Search, w: Workload, base: Workload) -> _Rank | None:
+    """The rank of ``w`` when it is valid and fits, else None."""
+    r = s.fm.totals(w)
+    if r is None or r[0] > s.limit or not s.host_ok(r[1]):
+        return None
+    if w.training:
+        speed = round(s.cost(w, s.fm.state(w).trainable).seconds, 9)
+        tier = int(w.method != base.method)
+    else:
+        speed = -round(s.cost(w, 0).tokens_per_s, 6)
+        tier = int(w.quant != base.quant)
+    changes = _n_changes(w, base) + sum(getattr(w, f) != getattr(base, f)
+                                        for f in ("batch", "checkpointing", "attention", "kv_dtype"))
+    return _Rank(tier=tier, speed=speed, changes=changes, device_total=r[0])
+
+
+#: The Workload fields each remedy sets (a kept remedy's fields are never undone).
+_REMEDY_FIELDS = {"amp": ("dtype", "amp"), "checkpointing": ("checkpointing",), "attention": ("attention",),
+                  "lora": ("method",), "qlora": ("method",), "8bit": ("optimizer",), "grad-accum": ("batch", "grad_accum"),
+                  "zero": ("zero",), "fsdp": ("fsdp",), "tp": ("tp",), "pp": ("pp",), "offload": ("offload",),
+                  "quant": ("quant",), "kv-quant": ("kv_dtype",)}
+
+
+def _minimize(s: _Search, w: Workload, base: Workload, keep: frozenset[str] = frozenset()
+              ) -> tuple[Workload, _Rank | None]:
+    """``w`` without the changes it does not need: undoing one that still fits and is no worse by
+    the objective (step time, or memory under optimize="memory") is undone, until none is.
+    Changes that ``keep`` asks for stay."""
+    kept = {f for name in keep for f in _REMEDY_FIELDS.get(name, ())}
+    rank = _score(s, w, base)
+    if rank is None:
+        return w, None
+    memory = s.objective == "memory"
+    changed = True
+    while changed:
+        changed = False
+        for group in _UNDO:
+            if kept.intersection(group) or all(getattr(w, f) == getattr(base, f) for f in group):
+                continue
+            u = replace(w, **{f: getattr(base, f) for f in group})
+            if u.training and u.effective_batch != w.effective_batch:
+                continue
+            r = _score(s, u, base)
+            if r is None:
+                continue
+            if (r.device_total <= rank.device_total) if memory else (r.speed <= rank.speed):
+                w, rank, changed = u, r, True
+                break
+    return w, rank
+
+
+def _minimal(s: _Search, ranked: list[Workload], base: Workload, max_plans: int,
+             keep: frozenset[str] = frozenset()) -> list[Workload]:
+    """The best ``max_plans`` of ``ranked`` made minimal (every change needed), re-ranked, without
+    repeats (a plan that became another, or equal to a better one in time and memory)."""
+    scored: list[_Ranked] = []
+    for i, w in enumerate(ranked):
+        m, rank = _minimize(s, w, base, keep)
+        if rank is not None:
+            scored.append(_Ranked(rank.heap_order(-i, s.objective), rank,
+                                  _Candidate(m, m.batch, m.grad_accum, m.checkpointing, m.attention)))
+    out: list[Workload] = []
+    for w in _distinct(sorted(scored, reverse=True), len(scored)):
+        if w not in out:
+            out.append(w)
+    return out[:max_plans]
 
 
 def _plan(s: _Search, w: Workload, base: Workload) -> Plan:
@@ -520,24 +709,38 @@ def _no_fit_message(s: _Search, base: Workload, closest: Plan | None, total: int
 
 
 def hardware_that_fits(spec: ModelSpec, w: Workload, *, headroom: float, exclude: str = "") -> str:
-    """The smallest catalog GPU on which ``w`` fits (with the same number of GPUs), in words."""
-    from vramlens.hardware.catalog import list_gpus
+    """The smallest catalog GPU on which ``w`` fits (with the same number of GPUs), in words: the
+    answer of ``--min-gpu`` (:func:`vramlens.advise.inverse.min_gpu`), so both always agree."""
+    from vramlens.advise.inverse import min_gpu
 
-    for g in sorted(list_gpus(), key=lambda g: (g.capacity_bytes, g.name)):
-        if g.name == exclude or g.unified:
-            continue
-        e = estimate_spec(spec, w, g, headroom=headroom)
-        if e.fits:
-            return f"{w.gpus} x {g.name}" if w.gpus > 1 else g.name
-    return ""
+    g = min_gpu(spec, w, headroom=headroom, exclude=exclude)
+    if g is None:
+        return ""
+    return f"{w.gpus} x {g.name}" if w.gpus > 1 else g.name
+
+
+@dataclass(frozen=True, slots=True)
+class FewestGpus:
+    """The answer of ``--min-gpus``: the fewest GPUs that fit, and that search's result.
+
+    Attributes:
+        gpus: the count, or None when none up to the maximum fits (or the budget ran out first).
+        result: the search at that count (None when ``gpus`` is None).
+        partial: the time budget ran out before a count was found.
+    """
+
+    gpus: int | None
+    result: FitResult | None
+    partial: bool = False
 
 
 def min_gpus(spec: ModelSpec, base: Workload, gpu: GPU, *, per_node: int = 8, max_gpus: int = 512,
-             **fit_kw) -> tuple[int, FitResult] | None:
+             budget_s: float = SEARCH_BUDGET_S, **fit_kw) -> FewestGpus:
     """The fewest GPUs of kind ``gpu`` (from GPU_COUNTS, whole nodes of ``per_node`` beyond one
-    node) on which the search finds a plan, with that search's result; None up to ``max_gpus``."""
+    node) on which the search finds a plan, with that search's result, within ``budget_s`` seconds."""
     from vramlens.advise.inverse import GPU_COUNTS
 
+    budget = Budget.begin(budget_s)
     fit_kw = {k: v for k, v in fit_kw.items() if k not in ("gpus", "nodes")}
     fit_kw.setdefault("max_plans", 1)
     for n in GPU_COUNTS:
@@ -545,17 +748,19 @@ def min_gpus(spec: ModelSpec, base: Workload, gpu: GPU, *, per_node: int = 8, ma
             break
         if n > per_node and n % per_node:
             continue
+        if n > 1 and budget.spent():
+            return FewestGpus(None, None, partial=True)
         g, nodes = (n, 1) if n <= per_node else (per_node, n // per_node)
-        r = search(spec, base, gpu, gpus=g, nodes=nodes, **fit_kw)
+        r = search(spec, base, gpu, gpus=g, nodes=nodes, budget_s=budget.remaining(), **fit_kw)
         if r.plans:
-            return n, r
-    return None
+            return FewestGpus(n, r, partial=r.partial)
+    return FewestGpus(None, None)
 
 
 def inverse_answers(spec: ModelSpec, base: Workload, gpu: GPU, result: FitResult, asks, *, headroom: float = 0.10,
-                    host_ram: int | None = None, **fit_kw) -> dict:
+                    host_ram: int | None = None, budget_s: float = SEARCH_BUDGET_S, **fit_kw) -> dict:
     """Answers to the inverse questions named in ``asks`` (max_batch, max_seq, max_context,
-    min_gpu, min_gpus), as the JSON values of ``vramlens fit``.
+    min_gpu, min_gpus), as the JSON values of ``vramlens fit``, all within ``budget_s`` seconds.
 
     max_batch / max_seq / max_context are asked of the starting workload (on ``result``'s GPU
     count) when it fits at batch 1, else of the best plan; min_gpu of the best (or closest) plan.
@@ -570,21 +775,24 @@ def inverse_answers(spec: ModelSpec, base: Workload, gpu: GPU, result: FitResult
                                                   host_ram)[0]
     if not start_fits and result.plans:
         subject = result.plans[0].workload
+    budget = Budget.begin(budget_s)
     kw = {"headroom": headroom, "host_ram": host_ram}
     if "max_batch" in asks:
-        out["max_batch"] = I.max_batch(spec, subject, gpu, **kw).to_dict()
+        out["max_batch"] = I.max_batch(spec, subject, gpu, budget_s=budget.remaining(), **kw).to_dict()
     if "max_seq" in asks:
-        out["max_seq"] = I.max_seq(spec, subject, gpu, **kw).to_dict()
+        out["max_seq"] = I.max_seq(spec, subject, gpu, budget_s=budget.remaining(), **kw).to_dict()
     if "max_context" in asks:
-        out["max_context"] = I.max_context(spec, subject, gpu, **kw).to_dict()
+        out["max_context"] = I.max_context(spec, subject, gpu, budget_s=budget.remaining(), **kw).to_dict()
     if "min_gpu" in asks:
         w = result.plans[0].workload if result.plans else (result.closest.workload if result.closest else subject)
         g = I.min_gpu(spec, w, headroom=headroom)
         out["min_gpu"] = {"gpu": None if g is None else g.name, "settings": settings_of(w),
                           "memory_bytes": None if g is None else g.memory_bytes}
     if "min_gpus" in asks:
-        r = min_gpus(spec, base, gpu, per_node=max(result.gpus, 8), headroom=headroom, host_ram=host_ram, **fit_kw)
-        out["min_gpus"] = None if r is None else {"gpus": r[0], "gpu": gpu.name,
-                                                  "settings": r[1].plans[0].settings}
+        r = min_gpus(spec, base, gpu, per_node=max(result.gpus, 8), headroom=headroom, host_ram=host_ram,
+                     budget_s=budget.remaining(), **fit_kw)
+        out["min_gpus"] = None if r.result is None and not r.partial else {
+            "gpus": r.gpus, "gpu": gpu.name, "partial": r.partial,
+            "settings": r.result.plans[0].settings if r.result else None}
     return out
 

@@ -35,6 +35,8 @@ are shown), 2 bad input (one line on stderr).
 """
 
 EMIT_KINDS = ("trainer", "peft", "bnb", "deepspeed", "accelerate", "fsdp", "device-map", "alloc-conf")
+#: vramlens.advise.search.OBJECTIVES (not imported: the CLI loads the advisor only when fit runs; a test pins them equal)
+OBJECTIVES = ("speed", "memory", "cost")
 ASKS = ("max_batch", "max_seq", "max_context", "min_gpu", "min_gpus")
 
 
@@ -71,6 +73,10 @@ def add_parser(sub) -> argparse.ArgumentParser:
     p.add_argument("--keep", default="", help="remedies every plan must use, comma-separated")
     p.add_argument("--forbid", default="", help="remedies no plan may use, comma-separated")
     p.add_argument("--top", type=bounded(MAX_TOP), default=5, help="plans to show (default 5)")
+    p.add_argument("--optimize", choices=OBJECTIVES, default=None,
+                   help="search for better plans even when the workload already fits: speed (step time or "
+                        "tokens/s), memory (least per GPU) or cost (GPU-seconds per token; at a fixed --gpus, "
+                        "as speed). Without it, a workload that fits is the answer, with its spare memory")
     p.add_argument("--network", type=_gbps, default=None, metavar="BYTES/S",
                    help="network bandwidth between nodes per GPU (e.g. 25GB for 200 Gb/s InfiniBand)")
     p.add_argument("--interconnect", type=_gbps, default=None, metavar="BYTES/S",
@@ -113,7 +119,7 @@ def run(args: argparse.Namespace) -> int:
                      host_ram=args.host_ram, headroom=args.headroom, keep=args.keep, forbid=args.forbid,
                      effective_batch=args.effective_batch, method_locked=method_locked,
                      max_plans=max(args.top, args.plan), links=links, ask=asks,
-                     progress=bar.counter() if bar else None, **dict(settings))
+                     progress=bar.counter() if bar else None, optimize=args.optimize, **dict(settings))
     report = None
     if wants_files(args) or not args.json:
         report = fit_report(result, args, settings)
@@ -159,7 +165,9 @@ def render_result(result, *, top: int = 5, width: int = 100) -> str:
     """The human table: one block per plan, best first; the reason when none fits."""
     from vramlens.advise.plan import settings_argv
 
-    lines = [result.message, ""]
+    lines = [result.message] + ([result.stopped] if result.partial else []) + [""]
+    if result.already_fits:
+        lines[-1:] = ["nothing to change; ask --optimize speed|memory|cost for faster or smaller plans", ""]
     shown = list(result.plans[:top])
     if not shown and result.closest is not None:
         lines.append("closest plan (does not fit):")
@@ -182,6 +190,9 @@ def render_result(result, *, top: int = 5, width: int = 100) -> str:
             lines.append(f"   - {t}")
         if p.estimate.breakdown.host_bytes:
             lines.append(f"   host RAM: {format_gib(p.estimate.breakdown.host_bytes, unit=False, grouped=False)} GiB")
+    if shown:
+        lines.append("components are each their own peak during the step (they peak in different phases), "
+                     "so they do not add up to the total")
     for k, v in result.inverse.items():
         lines.append(f"{k}: {json.dumps(_inverse_summary(v))}")
     return "\n".join(lines)

@@ -169,6 +169,8 @@ def run(args: argparse.Namespace) -> int:
 def render_placement(p) -> str:
     lines = [f"{p.model} on {p.gpus} x {p.gpu} (batch {p.workload.batch}, {p.workload.seq} prompt + "
              f"{p.workload.new_tokens} new tokens)", ""]
+    if p.partial:
+        lines[-1:] = [p.stopped, ""]
     lines.append(f"{'option':<8} {'fits':<5} {'tok/s':>9}  bytes per device (GiB)")
     for o in p.options:
         per = ", ".join(f"{k}: {v / 2**30:.2f}" for k, v in o.device_bytes.items())

@@ -35,7 +35,7 @@ class Estimate:
         trainable_params: parameters that receive gradients.
         layer_activation_bytes: saved-for-backward bytes of one block (training), or its working set.
         fits: whether device_total fits the GPU's usable memory (None without a GPU).
-        headroom_bytes: GPU capacity minus device_total (negative when it does not fit).
+        headroom_bytes: usable memory (capacity less the headroom) minus device_total: >= 0 exactly when it fits.
         advice: the component to attack first, in words.
     """
 
@@ -270,9 +270,9 @@ def estimate_spec(spec: ModelSpec, w: Workload, gpu: GPU | None = None, *, headr
     fits = headroom_bytes = None
     advice = ""
     if gpu is not None:
-        cap = gpu.capacity_bytes
-        headroom_bytes = cap - total
-        fits = total <= cap * (1 - headroom) if headroom else total <= cap
+        usable = int(gpu.capacity_bytes * (1 - headroom))  # one rule: fits means total + headroom <= capacity
+        headroom_bytes = usable - total
+        fits = headroom_bytes >= 0
         advice = _advice(bd, w, fits)
     return Estimate(
         model=spec, workload=w, gpu=gpu, breakdown=bd, trainable_params=st.trainable,

@@ -1,0 +1,162 @@
+"""FastMemory equals the full estimator on random workloads drawn over every Workload field.
+
+The strategies come from ``dataclasses.fields(Workload)`` and the choice tuples of
+vramlens.workload, so a field added to Workload is drawn here without editing this file (a field
+whose type the table below cannot draw fails ``test_every_field_has_a_strategy``). One FastMemory
+per model serves every example, as it serves every candidate of one search: a memo key that misses
+a field the formulas read shows up as a wrong total for a later workload.
+"""
+
+from __future__ import annotations
+
+import typing
+from dataclasses import fields, replace
+from functools import lru_cache
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from vramlens import workload as W
+from vramlens.advise.fastmem import FastMemory
+from vramlens.errors import VramlensError
+from vramlens.estimator import check_workload, estimate_spec
+from vramlens.estimator.activations import logits_bytes
+from vramlens.estimator.core import activation_totals
+from vramlens.estimator.state import train_state
+from vramlens.hardware.catalog import get_gpu
+from vramlens.models import load_model
+from vramlens.workload import Workload
+
+MODELS = ("gpt2", "llama-2-7b", "mixtral-8x7b", "t5-small")
+#: LoRA targets of the four models (and ones that match nothing, which check_workload refuses).
+TARGETS = (("q_proj", "v_proj"), ("all-linear",), ("q_proj", "k_proj", "v_proj", "o_proj"),
+           ("gate_proj", "up_proj", "down_proj"), ("c_attn",), ("c_attn", "c_proj", "c_fc"), ("q", "v"),
+           ("q", "k", "v", "o", "wi", "wo"), ("w1", "w2", "w3"), ("nonexistent",))
+#: Integer fields: values around the boundaries the formulas branch on (0/1, divisibility, paging).
+INTS = {
+    "batch": (1, 2, 3, 8), "seq": (1, 7, 128, 512, 2048), "new_tokens": (0, 1, 64), "grad_accum": (1, 2, 3, 8),
+    "lora_rank": (1, 8, 16, 64), "gpus": (1, 2, 4, 8, 16), "zero": (0, 1, 2, 3), "tp": (1, 2, 4),
+    "pp": (1, 2, 4), "kv_block": (0, 16, 256),
+}
+FLOATS = {"lora_dropout": (0.0, 0.05, 0.1)}
+#: Any other int field is drawn from this (a new field is exercised before it gets its own row).
+DEFAULT_INTS = (0, 1, 2, 4)
+
+
+def _choices(name: str) -> tuple | None:
+    """The tuple of allowed values in vramlens.workload for ``name`` (mode -> MODES, fsdp_strategy -> FSDP_STRATEGIES)."""
+    up = name.upper()
+    for cand in (up + "S", up, up[:-1] + "IES" if up.endswith("Y") else None):
+        v = getattr(W, cand, None) if cand else None
+        if isinstance(v, tuple) and v and all(isinstance(x, str) for x in v):
+            return v
+    return None
+
+
+def _strategy(f) -> st.SearchStrategy:
+    hint = typing.get_type_hints(Workload)[f.name]
+    optional = type(None) in typing.get_args(hint)
+    choices = _choices(f.name)
+    if choices is not None:
+        s: st.SearchStrategy = st.sampled_from(choices)
+    elif hint is bool:
+        s = st.booleans()
+    elif hint is int:
+        s = st.sampled_from(INTS.get(f.name, DEFAULT_INTS))
+    elif hint is float:
+        s = st.sampled_from(FLOATS.get(f.name, (0.0, 0.5)))
+    elif f.name == "lora_targets":
+        s = st.sampled_from(TARGETS)
+    else:
+        raise AssertionError(f"no strategy for Workload.{f.name}: {hint}; add one to this test")
+    if optional:
+        s = st.none() | s
+    if f.name == "mode":  # both modes equally: they take different paths
+        return s
+    # most draws keep the default: a real workload differs from the defaults in a few fields, and
+    # most combinations of many changed fields break a rule (zero with inference, gpus % tp)
+    return st.one_of(st.just(f.default), st.just(f.default), s)
+
+
+STRATEGIES = {f.name: _strategy(f) for f in fields(Workload)}
+#: The targets each model has (drawn more often for it than the others, which check_workload refuses).
+MODEL_TARGETS = {"gpt2": TARGETS[4:6], "llama-2-7b": TARGETS[:4], "mixtral-8x7b": TARGETS[:2],
+                 "t5-small": TARGETS[6:8]}
+
+
+def workloads(name: str) -> st.SearchStrategy:
+    own = st.sampled_from(MODEL_TARGETS[name])
+    return st.builds(Workload, **{**STRATEGIES, "lora_targets": st.one_of(own, own, STRATEGIES["lora_targets"])})
+
+
+def test_every_field_has_a_strategy():
+    assert set(STRATEGIES) == {f.name for f in fields(Workload)}
+    assert _choices("fsdp_strategy") == W.FSDP_STRATEGIES and _choices("kv_dtype") == W.KV_DTYPES
+
+
+@lru_cache(maxsize=None)
+def _memory(name: str) -> FastMemory:
+    return FastMemory(load_model(name), get_gpu("A100-80GB"))
+
+
+def _valid(spec, w: Workload) -> bool:
+    if w.problems():
+        return False
+    try:
+        check_workload(spec, w)
+    except VramlensError:
+        return False
+    return True
+
+
+def _check(fm: FastMemory, w: Workload) -> None:
+    spec, gpu = fm.spec, fm.gpu
+    if not _valid(spec, w):
+        assert fm.totals(w) is None
+        return
+    e = estimate_spec(spec, w, gpu)
+    b = e.breakdown
+    assert fm.totals(w) == (b.device_total, b.host_bytes)
+    if not w.training:
+        return
+    # the parts, field by field: the memoized state and activations are the estimator's own
+    state = fm.state(w)
+    assert state.ts == train_state(spec, w, gpu)
+    a = fm.activations(w, state.sp)
+    t = activation_totals(spec, w, state.sp)
+    logits = logits_bytes(spec, w, w.batch * w.seq) if state.sp.has_head else 0
+    assert (a.saved, a.one_layer, a.loss_transient, a.head_saved, a.logits) == (
+        t.saved, t.one_layer, t.loss_transient, t.head_saved, logits)
+    assert FastMemory.device_total(state, a, w.grad_accum, w.checkpointing) == b.device_total
+    assert (state.ts.weights, state.ts.grads, state.ts.opt) == (b["weights"], b["gradients"], b["optimizer_states"])
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(data=st.data(), name=st.sampled_from(MODELS))
+def test_fastmemory_equals_estimate_spec(data, name):
+    """A random workload, then each of its one-field neighbours on the same memo: a memo key
+    that omits a field the formulas read returns the neighbour the first workload's figures."""
+    fm = _memory(name)
+    w = data.draw(workloads(name), label="workload")
+    _check(fm, w)
+    for f in fields(Workload):
+        other = data.draw(STRATEGIES[f.name], label=f.name)
+        _check(fm, replace(w, **{f.name: other}))
+
+
+@pytest.mark.parametrize("name", MODELS)
+def test_the_strategies_reach_valid_training_and_inference_workloads(name):
+    """The property above must not pass by drawing only invalid workloads: a fixed sample of
+    the same strategies holds valid workloads of both modes for each model."""
+    spec = _memory(name).spec
+    seen = {"train": 0, "inference": 0}
+
+    @settings(max_examples=150, deadline=None, database=None, derandomize=True)
+    @given(w=workloads(name))
+    def count(w):
+        if _valid(spec, w):
+            seen[w.mode] += 1
+
+    count()
+    assert seen["train"] >= 10 and seen["inference"] >= 10, seen
