@@ -9,24 +9,27 @@ a field the formulas read shows up as a wrong total for a later workload.
 
 from __future__ import annotations
 
-import typing
-from dataclasses import fields, replace
-from functools import lru_cache
-
 import pytest
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
 
-from vramlens import workload as W
-from vramlens.advise.fastmem import FastMemory
-from vramlens.errors import VramlensError
-from vramlens.estimator import check_workload, estimate_spec
-from vramlens.estimator.activations import logits_bytes
-from vramlens.estimator.core import activation_totals
-from vramlens.estimator.state import train_state
-from vramlens.hardware.catalog import get_gpu
-from vramlens.models import load_model
-from vramlens.workload import Workload
+pytest.importorskip("hypothesis", reason="property tests need hypothesis (the dev extra)")
+
+import typing  # noqa: E402
+from dataclasses import fields, replace  # noqa: E402
+from functools import lru_cache  # noqa: E402
+
+from hypothesis import HealthCheck, given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+from vramlens import workload as W  # noqa: E402
+from vramlens.advise.fastmem import FastMemory  # noqa: E402
+from vramlens.errors import VramlensError  # noqa: E402
+from vramlens.estimator import check_workload, estimate_spec  # noqa: E402
+from vramlens.estimator.activations import logits_bytes  # noqa: E402
+from vramlens.estimator.core import activation_totals  # noqa: E402
+from vramlens.estimator.state import train_state  # noqa: E402
+from vramlens.hardware.catalog import get_gpu  # noqa: E402
+from vramlens.models import load_model  # noqa: E402
+from vramlens.workload import Workload  # noqa: E402
 
 MODELS = ("gpt2", "llama-2-7b", "mixtral-8x7b", "t5-small")
 #: LoRA targets of the four models (and ones that match nothing, which check_workload refuses).

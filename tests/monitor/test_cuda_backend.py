@@ -2,7 +2,11 @@
 
 What is not run: the real OOM observer, memory history and snapshots (scripts would need a GPU)."""
 
-from vramlens.monitor.cuda import CudaBackend
+import pytest
+
+pytest.importorskip("torch", reason="vramlens.watch runs inside a torch process (the trace extra)")
+
+from vramlens.monitor.cuda import CudaBackend  # noqa: E402
 
 
 class FakeCuda:

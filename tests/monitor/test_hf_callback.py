@@ -1,10 +1,13 @@
 """VramlensCallback inside a real transformers Trainer on CPU (a tiny Llama, a few steps)."""
 
-import json
-from pathlib import Path
-
 import pytest
-import torch
+
+pytest.importorskip("torch", reason="vramlens.watch runs inside a torch process (the trace extra)")
+
+import json  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+import torch  # noqa: E402
 
 transformers = pytest.importorskip("transformers")
 

@@ -1,13 +1,16 @@
 """Leak detection: Theil-Sen on what survives each step, the allocation site of the survivors."""
 
-from pathlib import Path
-
 import pytest
-import torch
-from tests.monitor.loops import tiny_model, train
 
-import vramlens
-from vramlens.monitor.leak import find_growth, theil_sen
+pytest.importorskip("torch", reason="vramlens.watch runs inside a torch process (the trace extra)")
+
+from pathlib import Path  # noqa: E402
+
+import torch  # noqa: E402
+from tests.monitor.loops import tiny_model, train  # noqa: E402
+
+import vramlens  # noqa: E402
+from vramlens.monitor.leak import find_growth, theil_sen  # noqa: E402
 
 LOOPS = Path(__file__).with_name("loops.py")
 LEAK_LINE = next(i for i, line in enumerate(LOOPS.read_text().splitlines(), 1) if "# LEAK" in line)

@@ -1,11 +1,14 @@
 """The OOM post-mortem, driven on CPU by the CPU backend's cap."""
 
 import pytest
-import torch
-from tests.monitor.loops import tiny_model, train
 
-import vramlens
-from vramlens.monitor.cpu import CpuOutOfMemoryError
+pytest.importorskip("torch", reason="vramlens.watch runs inside a torch process (the trace extra)")
+
+import torch  # noqa: E402
+from tests.monitor.loops import tiny_model, train  # noqa: E402
+
+import vramlens  # noqa: E402
+from vramlens.monitor.cpu import CpuOutOfMemoryError  # noqa: E402
 
 # parameters 33_796 B (see test_watch_cpu.py); the 8_192 B input and a 16_384 B hidden layer do not fit beside them
 CAP = 50_000

@@ -1,15 +1,18 @@
 """The runs database and `vramlens runs`: every watched run stored; a locked or corrupt file is one line."""
 
-import json
-import sqlite3
-
 import pytest
-import torch
-from tests.monitor.loops import tiny_model, train
 
-import vramlens
-from vramlens.cli.main import main
-from vramlens.monitor import runs
+pytest.importorskip("torch", reason="vramlens.watch runs inside a torch process (the trace extra)")
+
+import json  # noqa: E402
+import sqlite3  # noqa: E402
+
+import torch  # noqa: E402
+from tests.monitor.loops import tiny_model, train  # noqa: E402
+
+import vramlens  # noqa: E402
+from vramlens.cli.main import main  # noqa: E402
+from vramlens.monitor import runs  # noqa: E402
 
 
 def watched(steps: int, label: str | None = None, **kw):

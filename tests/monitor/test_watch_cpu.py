@@ -1,14 +1,17 @@
 """watch() on real CPU tensors: steps, categories, explicit steps, the decorator, the report's forms."""
 
-import json
-import re
-
 import pytest
-import torch
-from tests.monitor.loops import BATCH, IN, tiny_model, train
 
-import vramlens
-from vramlens.monitor import CATEGORIES, StepRecord, WatchReport
+pytest.importorskip("torch", reason="vramlens.watch runs inside a torch process (the trace extra)")
+
+import json  # noqa: E402
+import re  # noqa: E402
+
+import torch  # noqa: E402
+from tests.monitor.loops import BATCH, IN, tiny_model, train  # noqa: E402
+
+import vramlens  # noqa: E402
+from vramlens.monitor import CATEGORIES, StepRecord, WatchReport  # noqa: E402
 
 # 64*128 + 128 (first Linear) + 128*1 + 1 (second) = 8_449 float32 parameters
 PARAM_BYTES = 8_449 * 4  # 33_796

@@ -96,7 +96,13 @@ def _is_path(text: str) -> bool:
 
 
 def run(args: argparse.Namespace) -> int:
+    from vramlens.allocator.config import parse_alloc_conf
     from vramlens.errors import InputError
+    from vramlens.workload import make_workload
+
+    # every value first (pure Python), so a bad one is named even where torch is not installed
+    make_workload(**workload_kwargs(args))
+    parse_alloc_conf(args.alloc_conf)
     from vramlens.trace import trace, write_timeline
 
     if args.params is not None:  # a generic decoder of that size (checked like estimate's)
