@@ -383,14 +383,14 @@ def test_accessibility_labels_tab_order_and_contrast(session):
         name = el.evaluate("e => (e.labels && e.labels.length ? e.labels[0].textContent : '') || "
                            "e.getAttribute('aria-label') || e.textContent")
         assert name and name.strip(), el.evaluate("e => e.outerHTML")
-    # keyboard order follows the page: model, size, (config), GPU, then the knobs in order
+    # keyboard order follows the page: model, size, (config), GPU, then the knobs in order (the task first)
     page.focus("#f-model")
     order = []
     for _ in range(6):
         order.append(page.evaluate("document.activeElement.id"))
         page.keyboard.press("Tab")
     # the config's <summary> (no id) sits between the size and the GPU
-    assert order[:5] == ["f-model", "f-params", "", "f-gpu", "f-mode"], order
+    assert order[:5] == ["f-model", "f-params", "", "f-gpu", "f-task"], order
     if not AXE.is_file():
         pytest.skip(f"axe-core not found at {AXE}: npm install axe-core into /tmp/axe (labels and tab order checked)")
     page.add_script_tag(path=str(AXE))
