@@ -29,7 +29,7 @@ def test_estimate_report(tiny_estimate):
     doc = html.render_html("estimate", d)
     assert_self_contained(doc)
     assert f"vramlens {__version__}" in doc
-    assert "FITS on" in doc
+    assert "<strong>FITS</strong> (" in doc and "usable" in doc
     for name, text in d["explanations"].items():  # the formula of every number
         if text:
             assert html.escape(text) in doc, name

@@ -35,7 +35,7 @@ def test_estimate_on_a_terminal_is_the_rich_view(terminal, capsys):
     assert capsys.readouterr().out == ""
     out = terminal.getvalue()
     assert ESC not in out
-    assert "| headroom line: 10% kept free" in out and "24 GB GPU: [" in out and "FITS with" in out
+    assert "| headroom line: 10% kept free" in out and "24 GB GPU: [" in out and "FITS (24 GB GPU)" in out
 
 
 def test_fit_and_place_on_a_terminal(terminal):

@@ -71,7 +71,7 @@ def test_estimate_view_without_colour(tiny_estimate):
     assert "|" in bar_line and "·" in bar_line
     assert f"| headroom line: 10% kept free, {gpu['usable_bytes'] * 0.9 / GiB:,.2f} GiB usable; · free" in out
     assert "@ CUDA context + workspaces" in out  # the legend names the glyph of each component
-    assert f"FITS with {d['headroom_bytes'] / GiB:.2f} GiB to spare (headroom kept: 10%)" in out
+    assert "FITS (" + d["verdict"].split(" (", 1)[1] in " ".join(out.split())  # the one verdict rule, both numbers
     assert all(len(line) <= 100 for line in lines)
 
 
@@ -110,9 +110,10 @@ def test_256_colours_and_more_draw_solid_blocks(tiny_estimate, system):
 def test_does_not_fit_verdict():
     d = {"model": {"name": "m", "params": 10}, "workload": {"mode": "inference", "batch": 1, "seq": 8},
          "components": {"weights": 30 * GiB}, "explanations": {"weights": "w"}, "device_total_bytes": 30 * GiB,
-         "gpu": {"name": "G", "usable_bytes": 20 * GiB}, "fits": False, "headroom_bytes": -12 * GiB}
+         "gpu": {"name": "G", "usable_bytes": 20 * GiB}, "fits": False, "headroom_bytes": -12 * GiB,
+         "verdict": "does not fit (G): needs 30.00 GiB, 18.00 GiB usable (20.00 GiB less 10% headroom), 12.00 GiB short"}
     out = R.render_text("estimate", d)
-    assert "DOES NOT FIT with 12.00 GiB too much (headroom kept: 10%)" in out
+    assert "DOES NOT FIT (G): needs 30.00 GiB, 18.00 GiB usable (20.00 GiB less 10% headroom), 12.00 GiB short" in out
     assert "┃ capacity, exceeded" in out
     assert "30.00 of 20.00 GiB (150.0%)" in out
 

@@ -7,9 +7,7 @@ from dataclasses import dataclass, field, fields
 from vramlens.advise.budget import stopped_line
 from vramlens.advise.cost import StepCost
 from vramlens.estimator.core import Estimate
-from vramlens.hardware.gpu import GPU
 from vramlens.limits import SEARCH_BUDGET_S
-from vramlens.units import human_bytes
 from vramlens.workload import Workload
 
 #: Workload fields that are `vramlens estimate` flags (the others stay at their defaults in plans).
@@ -50,23 +48,6 @@ def settings_argv(settings: dict) -> list[str]:
             continue
         argv += [flag, str(v)]
     return argv
-
-
-def verdict(total: int, gpu: GPU, headroom: float, gpus: int = 1) -> str:
-    """The one verdict rule, in words: fits means device total + headroom <= capacity.
-
-    "fits: 13.2 GiB of 21.6 GiB usable (24 GiB less 10% headroom), 8.4 GiB to spare" or
-    "does not fit: needs 30.1 GiB, 21.6 GiB usable, 8.5 GiB short" (per GPU).
-    """
-    cap = gpu.capacity_bytes
-    usable = int(cap * (1 - headroom))
-    where = f" per GPU ({gpus} x {gpu.name})" if gpus > 1 else f" ({gpu.name})"
-    less = f"{human_bytes(cap)} less {headroom:.0%} headroom"
-    if total <= usable:
-        return (f"fits{where}: {human_bytes(total)} of {human_bytes(usable)} usable ({less}), "
-                f"{human_bytes(usable - total)} to spare")
-    return (f"does not fit{where}: needs {human_bytes(total)}, {human_bytes(usable)} usable ({less}), "
-            f"{human_bytes(total - usable)} short")
 
 
 @dataclass(frozen=True, slots=True)

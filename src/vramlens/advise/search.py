@@ -31,10 +31,11 @@ from dataclasses import dataclass, field, replace
 from vramlens.advise.budget import Budget
 from vramlens.advise.cost import Links, TrainingCost, inference_request, tradeoffs, training_step
 from vramlens.advise.fastmem import STATE_FIELDS, FastMemory
-from vramlens.advise.plan import FitResult, Plan, settings_of, verdict
+from vramlens.advise.plan import FitResult, Plan, settings_of
 from vramlens.errors import ConfigError, InputError
 from vramlens.estimator import estimate_spec
 from vramlens.estimator import kv_cache as K
+from vramlens.estimator.verdict import verdict
 from vramlens.hardware.gpu import GPU
 from vramlens.limits import MAX_EFFECTIVE_BATCH, SEARCH_BUDGET_S
 from vramlens.models.spec import ModelSpec

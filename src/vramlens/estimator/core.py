@@ -15,6 +15,7 @@ from vramlens.estimator.breakdown import Breakdown, make_breakdown
 from vramlens.estimator.loading import HostLoad, host_load
 from vramlens.estimator.parallel import Split
 from vramlens.estimator.state import reserved_total, train_phases, train_state
+from vramlens.estimator.verdict import usable_bytes, verdict
 from vramlens.hardware.gpu import GPU
 from vramlens.models.spec import ModelSpec
 from vramlens.units import DTYPE_BYTES
@@ -36,7 +37,8 @@ class Estimate:
         layer_activation_bytes: saved-for-backward bytes of one block (training), or its working set.
         fits: whether device_total fits the GPU's usable memory (None without a GPU).
         headroom_bytes: usable memory (capacity less the headroom) minus device_total: >= 0 exactly when it fits.
-        advice: the component to attack first, in words.
+        advice: the largest component, and when it does not fit, what attacks it in this workload.
+        verdict: the one verdict rule in words, with both numbers ("fits (A100-80GB): 13.2 GiB of ...").
     """
 
     model: ModelSpec
@@ -48,6 +50,7 @@ class Estimate:
     fits: bool | None
     headroom_bytes: int | None
     advice: str = ""
+    verdict: str = ""
     explain: dict = field(default_factory=dict)
 
     @property
@@ -103,6 +106,7 @@ class Estimate:
             },
             "fits": self.fits,
             "headroom_bytes": self.headroom_bytes,
+            "verdict": self.verdict,
             "advice": self.advice,
             "notes": list(b.notes),
         }
@@ -268,33 +272,77 @@ def estimate_spec(spec: ModelSpec, w: Workload, gpu: GPU | None = None, *, headr
         host_bytes=st.host, phases=tuple(phases), source="estimate", notes=tuple(notes),
     )
     fits = headroom_bytes = None
-    advice = ""
+    advice = said = ""
     if gpu is not None:
-        usable = int(gpu.capacity_bytes * (1 - headroom))  # one rule: fits means total + headroom <= capacity
-        headroom_bytes = usable - total
+        headroom_bytes = usable_bytes(gpu, headroom) - total  # one rule: fits means total + headroom <= capacity
         fits = headroom_bytes >= 0
         advice = _advice(bd, w, fits)
+        said = verdict(total, gpu, headroom)
     return Estimate(
         model=spec, workload=w, gpu=gpu, breakdown=bd, trainable_params=st.trainable,
         layer_activation_bytes=layer_act, fits=fits, headroom_bytes=headroom_bytes, advice=advice, explain=explain,
+        verdict=said,
     )
 
 
-_REMEDIES = {
-    "weights": "quantize the weights (--quant int8/nf4) or split them (--tp, --pp, --zero 3)",
-    "optimizer_states": "use an 8-bit optimizer (--optimizer adamw-8bit), LoRA (--method lora) or shard/offload them (--zero 1, --offload optimizer)",
-    "master_weights": "shard the master copy (--zero 1) or drop --amp",
-    "gradients": "train fewer parameters (--method lora) or shard gradients (--zero 2)",
-    "activations": "turn on gradient checkpointing (--checkpointing full), lower --batch with --grad-accum, or use --attention sdpa",
-    "kv_cache": "shorten the context, lower --batch, or store the cache in 8 bits (--kv-dtype fp8)",
-    "temporaries": "chunk the loss over the vocabulary or lower --batch",
-    "comm_buffers": "use ZeRO/FSDP sharding instead of DDP buckets",
-}
+def _remedies(component: str, w: Workload) -> list[str]:
+    """What attacks ``component`` in this workload: only changes the mode accepts and that are not on
+    already (inference never gets ZeRO/FSDP/offload; no "turn on checkpointing" when it is on)."""
+    out: list[str] = []
+    train = w.training
+    if component == "weights":
+        if w.quantized is None:
+            out.append("quantize the weights (--quant int8/nf4)")
+        out.append("split them (--tp, --pp" + (", --zero 3)" if train and w.shard_stage < 3 else ")"))
+    elif component == "optimizer_states":
+        if "8bit" not in w.optimizer:
+            out.append("use an 8-bit optimizer (--optimizer adamw-8bit)")
+        if w.method == "full":
+            out.append("train adapters only (--method lora)")
+        if w.shard_stage < 1:
+            out.append(_shard("them", 1, w))
+        if w.offload == "none":
+            out.append("offload them (--offload optimizer, with --zero or --fsdp)")
+    elif component == "master_weights":
+        if w.shard_stage < 1:
+            out.append(_shard("the master copy", 1, w))
+        out.append("drop --amp")
+    elif component == "gradients":
+        if w.method == "full":
+            out.append("train fewer parameters (--method lora)")
+        if w.shard_stage < 2:
+            out.append(_shard("gradients", 2, w))
+    elif component == "activations":
+        if train and w.checkpointing != "full":
+            out.append("turn on gradient checkpointing (--checkpointing full)")
+        if w.attention == "eager":
+            out.append("use --attention sdpa")
+        out.append("lower --batch" + (" with --grad-accum to keep the effective batch" if train else "")
+                   + (" or --seq" if not train else ""))
+    elif component == "kv_cache":
+        out.append("shorten the context or lower --batch")
+        if w.kv_dtype not in ("fp8", "int8"):
+            out.append("store the cache in 8 bits (--kv-dtype fp8)")
+    elif component == "temporaries":
+        out.append("chunk the loss over the vocabulary or lower --batch")
+    elif component == "comm_buffers" and train:
+        out.append("use ZeRO/FSDP sharding instead of DDP buckets")
+    return out
+
+
+def _shard(what: str, stage: int, w: Workload) -> str:
+    """ZeRO shards over the data-parallel ranks: with one GPU there is nothing to shard over."""
+    if w.dp > 1:
+        return f"shard {what} (--zero {stage})"
+    return f"shard {what} over several GPUs (--gpus N --zero {stage})"
 
 
 def _advice(bd: Breakdown, w: Workload, fits: bool) -> str:
     big = bd.largest()
     share = big.bytes / max(1, bd.device_total)
-    lead = "fits" if fits else "does not fit"
-    return f"{lead}; largest component: {big.name} ({share:.0%}): {_REMEDIES.get(big.name, '')}"
+    if fits:  # nothing to change: say what dominates, propose nothing
+        return f"largest component: {big.name} ({share:.0%})"
+    remedies = _remedies(big.name, w)
+    return (f"largest component: {big.name} ({share:.0%})" + (": " + "; or ".join(remedies) if remedies else "")
+            + " (vramlens fit finds the cheapest change)")
 

@@ -60,10 +60,14 @@ def _verdict(data: Mapping[str, Any]) -> str:
     gpu = data.get("gpu")
     if fits is None or not gpu:
         return '<p class="verdict unknown">No GPU given: pass --gpu to get a verdict.</p>'
-    spare = data.get("headroom_bytes") or 0
-    cls, word = ("fits", "FITS") if fits else ("nofit", "DOES NOT FIT")
-    return (f'<p class="verdict {cls}" id="verdict">{word} on {escape(gpu["name"])}: {format_gib(data.get("device_total_bytes"), unit=False)} '
-            f'of {format_gib(gpu["usable_bytes"], unit=False)} GiB, {format_gib(abs(spare), unit=False)} GiB {"to spare" if spare >= 0 else "too much"}</p>'
+    cls = "fits" if fits else "nofit"
+    said = data.get("verdict")
+    if not said:  # a report written before the verdict was in the JSON
+        spare = data.get("headroom_bytes") or 0
+        said = (f"{'fits' if fits else 'does not fit'} ({gpu['name']}): {format_gib(data.get('device_total_bytes'))} "
+                f"of {format_gib(gpu['usable_bytes'])}, {format_gib(abs(spare))} {'to spare' if spare >= 0 else 'short'}")
+    word, _, rest = said.partition(" (")
+    return (f'<p class="verdict {cls}" id="verdict"><strong>{escape(word.upper())}</strong> ({escape(rest)}</p>'
             + (f'<p>{escape(data.get("advice") or "")}</p>' if data.get("advice") else ""))
 
 

@@ -259,12 +259,10 @@ def estimate_view(data: Mapping[str, Any] | Any, *, headroom: float = 0.10) -> _
                                  capacity=gpu["usable_bytes"] if gpu else None, headroom=headroom,
                                  total=d.get("device_total_bytes"), gpu_name=gpu["name"] if gpu else None))
         if gpu and d.get("fits") is not None:
-            spare = d.get("headroom_bytes") or 0
+            word, _, rest = (d.get("verdict") or ("fits" if d["fits"] else "does not fit")).partition(" (")
             verdict = Text()
-            verdict.append("FITS" if d["fits"] else "DOES NOT FIT",
-                           style=("bold green" if d["fits"] else "bold red") if colour else "bold")
-            verdict.append(f" with {gib(abs(spare))} GiB {'to spare' if spare >= 0 else 'too much'} "
-                           f"(headroom kept: {headroom:.0%})", style="")
+            verdict.append(word.upper(), style=("bold green" if d["fits"] else "bold red") if colour else "bold")
+            verdict.append(" (" + rest if rest else "", style="")
             out.append(verdict)
         if d.get("advice"):
             out.append(Text(d["advice"]))

@@ -94,10 +94,8 @@ def render_estimate(est: Estimate, *, color: bool = False, width: int = 100, hea
     if est.gpu is not None and est.headroom_bytes is not None:  # an estimate for a GPU has both
         out.append("")
         out.append(f"{est.gpu.name}: " + capacity_bar(est.device_total, est.gpu.capacity_bytes, headroom=headroom, color=color))
-        verdict = "FITS" if est.fits else "DOES NOT FIT"
-        out.append(_c(verdict, "32;1" if est.fits else "31;1", color) +
-                   f" with {abs(est.headroom_bytes) / GiB:.2f} GiB {'to spare' if est.headroom_bytes >= 0 else 'too much'}"
-                   f" (headroom kept: {headroom:.0%})")
+        word, rest = est.verdict.split(" (", 1)
+        out.append(_c(word.upper(), "32;1" if est.fits else "31;1", color) + " (" + rest)
         out.append(est.advice)
     hl = est.host_load
     out.append(f"host RAM to load: {hl.eager_bytes / GiB:,.1f} GiB eager (fp32 init + state dict), "
