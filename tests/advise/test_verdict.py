@@ -10,9 +10,9 @@ from advise_specs import llama7b
 
 from vramlens.advise import fit
 from vramlens.advise.inverse import min_gpu
-from vramlens.estimator.verdict import verdict
 from vramlens.advise.search import _UNDO, hardware_that_fits
 from vramlens.estimator import estimate_spec
+from vramlens.estimator.verdict import verdict
 from vramlens.hardware.catalog import get_gpu
 from vramlens.hardware.gpu import GPU
 from vramlens.workload import Workload
