@@ -194,3 +194,17 @@ def test_effective_batch_over_the_limit_is_refused():
         fit("llama-2-7b", gpu="24GB", mode="train", effective_batch=MAX_EFFECTIVE_BATCH + 1)
     assert str(e.value) == (f"effective_batch={MAX_EFFECTIVE_BATCH + 1:,} is over the limit of {MAX_EFFECTIVE_BATCH:,} "
                             "(vramlens.limits.MAX_EFFECTIVE_BATCH): ask for a smaller --effective-batch")
+
+
+def test_an_effective_batch_that_cannot_be_split_within_the_bounds_says_so():
+    """A prime above the micro-batch bound has no split (1 x p exceeds grad-accum's bound, p x 1 the batch's)."""
+    from vramlens.errors import InputError
+    from vramlens.hardware.catalog import get_gpu
+    from vramlens.models import load_model
+
+    with pytest.raises(InputError) as e:
+        fit(load_model("gpt2"), Workload(mode="train"), get_gpu("24GB"), effective_batch=1_000_000_007)
+    assert str(e.value) == (
+        "effective_batch=1,000,000,007 cannot be split into micro-batch x grad-accum x data-parallel GPUs (at most 1) "
+        "with micro-batch <= 1,048,576 and grad-accum <= 1,048,576: choose an effective batch with smaller factors "
+        "(e.g. 536,870,912)")

@@ -37,9 +37,9 @@ from vramlens.estimator import estimate_spec
 from vramlens.estimator import kv_cache as K
 from vramlens.estimator.verdict import verdict
 from vramlens.hardware.gpu import GPU
-from vramlens.limits import MAX_EFFECTIVE_BATCH, SEARCH_BUDGET_S
+from vramlens.limits import MAX_BATCH, MAX_EFFECTIVE_BATCH, MAX_GRAD_ACCUM, SEARCH_BUDGET_S
 from vramlens.models.spec import ModelSpec
-from vramlens.units import human_bytes
+from vramlens.units import ceil_div, human_bytes
 from vramlens.workload import Workload
 
 REMEDIES = ("amp", "checkpointing", "attention", "lora", "qlora", "8bit", "grad-accum", "zero", "fsdp",
@@ -248,6 +248,22 @@ class _Search:
                                  links=self.links)
 
 
+def _splittable(effective_batch: int, total: int) -> bool:
+    """Whether some data-parallel degree (a divisor of the effective batch, at most ``total``) leaves a
+    per-rank batch that splits into micro-batch x grad-accum within their bounds."""
+    ds = divisors(effective_batch)  # every grad-accum and every dp is one of these: one O(sqrt n) pass
+    for dp in ds:
+        if dp > total:
+            break
+        per_rank = effective_batch // dp
+        if per_rank <= MAX_BATCH:
+            return True
+        low = ceil_div(per_rank, MAX_BATCH)  # the fewest accumulation steps that keep the micro-batch in bounds
+        if any(low <= m <= MAX_GRAD_ACCUM and per_rank % m == 0 for m in ds):
+            return True
+    return False
+
+
 def _training_candidates(base: Workload, gpu: GPU, total: int, per_node: int, c: Constraints,
                          effective_batch: int):
     """Yield structural workloads (batch/grad_accum filled in later) and the micro-batch splits."""
@@ -258,8 +274,9 @@ def _training_candidates(base: Workload, gpu: GPU, total: int, per_node: int, c:
         per_rank = effective_batch // dp
         if "grad-accum" in c.forbid:
             splits = [(base.batch, base.grad_accum)] if base.batch * base.grad_accum == per_rank else []
-        else:
-            splits = [(per_rank // m, m) for m in divisors(per_rank)]  # biggest micro-batch first
+        else:  # biggest micro-batch first, each factor within its bound
+            splits = [(per_rank // m, m) for m in divisors(per_rank)
+                      if per_rank // m <= MAX_BATCH and m <= MAX_GRAD_ACCUM]
         if "grad-accum" in c.keep:
             splits = [s for s in splits if s[1] > 1]
         if not splits:
@@ -343,6 +360,11 @@ def search(
         if effective_batch > MAX_EFFECTIVE_BATCH:
             raise InputError(f"effective_batch={effective_batch:,} is over the limit of {MAX_EFFECTIVE_BATCH:,} "
                              "(vramlens.limits.MAX_EFFECTIVE_BATCH): ask for a smaller --effective-batch")
+        if not _splittable(effective_batch, total):
+            raise InputError(f"effective_batch={effective_batch:,} cannot be split into micro-batch x grad-accum x "
+                             f"data-parallel GPUs (at most {total}) with micro-batch <= {MAX_BATCH:,} and grad-accum "
+                             f"<= {MAX_GRAD_ACCUM:,}: choose an effective batch with smaller factors "
+                             f"(e.g. {1 << (effective_batch.bit_length() - 1):,})")
     elif effective_batch is not None:
         raise InputError(f"effective_batch={effective_batch} applies to training (it fixes batch x grad-accum x "
                          "data-parallel GPUs): drop it or use --mode train")
