@@ -248,7 +248,7 @@ INLINE: dict[str, int | str] = {
     "vramlens models": 0, "vramlens gpus": 0, "vramlens validate published": 0,
     # the bare command names of the "what it answers" table need a MODEL or FILE: one line, exit 2
     "vramlens estimate": 2, "vramlens fit": 2, "vramlens place": 2, "vramlens snapshot": 2, "vramlens trace": 2,
-    "vramlens capacity": 2,
+    "vramlens capacity": 2, "vramlens runs": 2,
     "vramlens serve": "starts a server that runs until stopped (tests/web runs it live)",
     "vramlens validate trace": "the whole trace matrix takes minutes (tests/trace/test_crosscheck.py runs it)",
 }
