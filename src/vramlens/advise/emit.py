@@ -67,6 +67,15 @@ def _no_selective(w: Workload, kind: str) -> None:
                          "choose a plan with --checkpointing full or none")
 
 
+def _refused_as(kind: str, writer, plan: Plan, **kw):
+    """``writer(plan)``, its refusal said as ``--emit kind`` (a launcher refuses what its backend does)."""
+    try:
+        return writer(plan, **kw)
+    except InputError as e:
+        inner = str(e).split(": ", 1)[1]
+        raise InputError(f"--emit {kind}: {inner}") from None
+
+
 def _half_flags(w: Workload) -> dict:
     """TrainingArguments' bf16/fp16 mean autocast over fp32 weights (torch.autocast + GradScaler):
     true only for a plan with --dtype fp32 --amp X. A pure-half plan loads the model in that dtype
@@ -137,11 +146,11 @@ def trainer(plan: Plan, *, legacy_names: bool | None = None) -> dict:
     if kw[ckpt]:
         kw[ckpt + "_kwargs"] = {"use_reentrant": False}
     if w.fsdp:
-        f = fsdp(plan, legacy_names=legacy)
+        f = _refused_as("trainer", fsdp, plan, legacy_names=legacy)
         kw["fsdp"] = f["fsdp"]
         kw["fsdp_config"] = f["fsdp_config"]
     elif w.zero:
-        deepspeed(plan)  # the same refusals: the Trainer runs DeepSpeed's precision modes
+        _refused_as(kind="trainer", writer=deepspeed, plan=plan)  # the Trainer runs DeepSpeed's precision modes
         kw["deepspeed"] = "ds_config.json"  # write it with: vramlens fit ... --emit deepspeed > ds_config.json
     return kw
 
@@ -331,7 +340,7 @@ def accelerate(plan: Plan, *, nodes: int = 1) -> dict:
         "gpu_ids": "all",
     }
     if dist == "DEEPSPEED":
-        deepspeed(plan)  # the same refusals: Accelerate's DeepSpeed plugin has the same precision modes
+        _refused_as("accelerate", deepspeed, plan)  # Accelerate's DeepSpeed plugin has the same precision modes
         cfg["deepspeed_config"] = {
             "zero_stage": w.zero,
             "gradient_accumulation_steps": w.grad_accum,
@@ -340,7 +349,7 @@ def accelerate(plan: Plan, *, nodes: int = 1) -> dict:
             "zero3_init_flag": w.zero == 3,
         }
     if dist == "FSDP":
-        fsdp(plan, legacy_names=True)  # the same refusals (the FSDP1 names carry every strategy)
+        _refused_as("accelerate", fsdp, plan, legacy_names=True)  # FSDP1's names carry every strategy
         cfg["fsdp_config"] = {
             "fsdp_sharding_strategy": {"full": "FULL_SHARD", "shard-grad-op": "SHARD_GRAD_OP",
                                        "hybrid": "HYBRID_SHARD"}[w.fsdp_strategy],
