@@ -48,7 +48,7 @@ DS_PERSISTENCE_THRESHOLD = 100_000
 def _training(plan: Plan, kind: str) -> Workload:
     w = plan.workload
     if not w.training:
-        raise InputError(f"--emit {kind} writes training settings; the plan is for inference: use --emit device-map or bnb")
+        raise InputError(f"--emit {kind}: the plan is for inference; {kind} writes training settings: use --emit device-map or bnb")
     return w
 
 
