@@ -111,9 +111,8 @@ class _DataParallel:
 
 def _via_deepspeed(cfg: dict, dp: int) -> dict:
     pytest.importorskip("deepspeed")
-    from deepspeed.runtime.config import DeepSpeedConfig
-
     from deepspeed.runtime import config as ds_config
+    from deepspeed.runtime.config import DeepSpeedConfig
 
     # no process group here: the rank comes from the stub, the data-parallel size from the mpu
     with mock.patch.object(ds_config.dist, "get_rank", lambda *a, **k: 0):
