@@ -3,8 +3,8 @@
 Checked here: transformers.TrainingArguments (use_cpu=True added because this machine has no
 GPU: bf16 without a GPU is refused otherwise; fp16 plans cannot be validated on CPU at all),
 peft.LoraConfig, transformers.BitsAndBytesConfig (constructed, not quantizing: bitsandbytes
-needs CUDA), the Accelerate config file through accelerate's own loader. DeepSpeed is not
-installed: its JSON is checked structurally against its documented keys.
+needs CUDA), the Accelerate config file through accelerate's own loader. The DeepSpeed JSON is
+checked against its documented keys here and loaded by DeepSpeed itself in test_emit_roundtrip.py.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from advise_specs import llama7b
+from advise_specs import llama7b, tiny
 
 from vramlens.advise import fit
 from vramlens.advise.emit import KINDS, emit, render
@@ -35,14 +35,15 @@ def qlora_plan():
 
 @pytest.fixture(scope="module")
 def zero_plan():
-    return _plan(gpus=4, keep=["zero", "offload", "checkpointing"], method_locked=True)
+    return _plan(gpus=4, keep=["zero", "offload"], forbid=["checkpointing"], method_locked=True,
+                 base={"checkpointing": "full"})
 
 
 @pytest.fixture(scope="module")
 def zero_amp_plan():
     """bf16 weights with fp32 master weights: what DeepSpeed's bf16 mode runs."""
-    return _plan(gpus=4, keep=["zero", "offload", "checkpointing"], forbid=["amp"], method_locked=True,
-                 base={"dtype": "bf16", "amp": "bf16"})
+    return _plan(gpus=4, keep=["zero", "offload"], forbid=["amp", "checkpointing"], method_locked=True,
+                 base={"dtype": "bf16", "amp": "bf16", "checkpointing": "full"})
 
 
 @pytest.fixture(scope="module")
@@ -55,8 +56,8 @@ def _training_arguments(kw, tmp_path):
     return transformers.TrainingArguments(output_dir=str(tmp_path), use_cpu=True, report_to="none", **kw)
 
 
-def test_trainer_kwargs_load(qlora_plan, zero_plan, fsdp_plan, tmp_path):
-    for plan in (qlora_plan, zero_plan):
+def test_trainer_kwargs_load(qlora_plan, zero_amp_plan, fsdp_plan, tmp_path):
+    for plan in (qlora_plan, zero_amp_plan):
         kw = emit(plan, "trainer")
         if kw.get("fp16"):
             pytest.skip("fp16 TrainingArguments need a GPU")
@@ -68,11 +69,18 @@ def test_trainer_kwargs_load(qlora_plan, zero_plan, fsdp_plan, tmp_path):
         assert args.activation_checkpointing == (plan.workload.checkpointing != "none")
     kw = emit(fsdp_plan, "trainer")
     args = _training_arguments(kw, tmp_path)
-    assert "full_shard" in str(args.fsdp).lower() or args.fsdp
+    assert args.fsdp_config["reshard_after_forward"] is True  # FSDP2's full sharding
+
+
+def _checkpointed():
+    """Autocast with full checkpointing (a tiny model: it fits as it is)."""
+    r = fit(tiny(), Workload(mode="train", dtype="fp32", amp="bf16", checkpointing="full"), get_gpu("A100-80GB"))
+    assert r.already_fits
+    return r.plans[0]
 
 
 def test_trainer_legacy_names():
-    kw = emit(_plan(keep=["checkpointing"], method_locked=True), "trainer", legacy_names=True)
+    kw = emit(_checkpointed(), "trainer", legacy_names=True)
     assert kw["gradient_checkpointing"] is True and "activation_checkpointing" not in kw
 
 
@@ -140,13 +148,15 @@ def test_plans_a_target_cannot_express_are_refused(zero_plan, fsdp_plan):
     with pytest.raises(InputError) as e:
         emit(fsdp_plan, "device-map")
     assert str(e.value).startswith("--emit device-map: device_map places weights for inference")
-    assert emit(zero_plan, "trainer")["bf16"] is False  # bf16=True would be autocast over fp32 weights
+    with pytest.raises(InputError) as e:  # bf16=False would train pure bf16 without ZeRO's master copy
+        emit(zero_plan, "trainer")
+    assert str(e.value).startswith("--emit trainer: the plan trains pure bf16 (no fp32 master weights)")
 
 
 def test_trainer_checkpointing_name_follows_the_installed_transformers():
     from importlib.metadata import PackageNotFoundError, version
 
-    kw = emit(_plan(keep=["checkpointing"], method_locked=True), "trainer")
+    kw = emit(_checkpointed(), "trainer")
     try:
         major = int(version("transformers").split(".")[0])
     except PackageNotFoundError:  # not installed: the names every version accepts (4.x's; 5 keeps them as aliases)

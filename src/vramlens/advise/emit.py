@@ -31,6 +31,14 @@ TRAINER_OPTIM = {
     "lion": "lion_32bit",
 }
 TORCH_DTYPE = {"fp32": "float32", "fp16": "float16", "bf16": "bfloat16"}
+#: torch.optim.AdamW's default weight decay (the Trainer's own default, 0, would make AdamW Adam).
+ADAMW_WEIGHT_DECAY = 0.01
+#: vramlens optimizer -> DeepSpeed ``optimizer.type`` for ZeRO-Offload, whose CPU step
+#: (DeepSpeedCPUAdam / DeepSpeedCPULion) DeepSpeed insists on (``zero_force_ds_cpu_optimizer``).
+DS_OPTIM = {"adamw": ("AdamW", {"weight_decay": ADAMW_WEIGHT_DECAY}), "adam": ("Adam", {"adam_w_mode": False}),
+            "lion": ("Lion", {})}
+#: vramlens attention -> ``from_pretrained(attn_implementation=...)``.
+ATTN_IMPLEMENTATION = {"eager": "eager", "sdpa": "sdpa", "flash": "flash_attention_2"}
 #: DeepSpeed's documented defaults for the bucket sizes (deepspeed/runtime/zero/config.py).
 DS_BUCKET = 500_000_000
 DS_PREFETCH = 50_000_000
@@ -40,26 +48,63 @@ DS_PERSISTENCE_THRESHOLD = 100_000
 def _training(plan: Plan, kind: str) -> Workload:
     w = plan.workload
     if not w.training:
-        raise InputError(f"--emit {kind} writes training settings; the plan is for inference: use --emit device-map or bnb")
+        raise InputError(f"--emit {kind}: the plan is for inference; {kind} writes training settings: use --emit device-map or bnb")
     return w
+
+
+def _data_parallel_only(w: Workload, kind: str) -> None:
+    """Training launchers here split the batch over GPUs; none of them has tensor or pipeline parallelism."""
+    if w.tp > 1 or w.pp > 1:
+        raise InputError(f"--emit {kind}: the plan splits the model with --tp {w.tp} --pp {w.pp}; {kind} settings "
+                         "have no tensor or pipeline parallelism (Megatron-LM or torchtitan do): choose a plan "
+                         "with --forbid tp,pp")
+
+
+def _no_selective(w: Workload, kind: str) -> None:
+    if w.checkpointing == "selective":
+        raise InputError(f"--emit {kind}: the plan recomputes only the attention scores (--checkpointing "
+                         "selective); Hugging Face models checkpoint whole blocks (activation checkpointing): "
+                         "choose a plan with --checkpointing full or none")
+
+
+def _refused_as(kind: str, writer, plan: Plan, **kw):
+    """``writer(plan)``, its refusal said as ``--emit kind`` (a launcher refuses what its backend does)."""
+    try:
+        return writer(plan, **kw)
+    except InputError as e:
+        inner = str(e).split(": ", 1)[1]
+        raise InputError(f"--emit {kind}: {inner}") from None
 
 
 def _half_flags(w: Workload) -> dict:
     """TrainingArguments' bf16/fp16 mean autocast over fp32 weights (torch.autocast + GradScaler):
     true only for a plan with --dtype fp32 --amp X. A pure-half plan loads the model in that dtype
-    (``from_pretrained(torch_dtype=...)``) and leaves both false."""
+    (``from_pretrained(dtype=...)``) and leaves both false. Under DeepSpeed they switch on its
+    half mode instead (half weights, fp32 master copy: --dtype X --amp X), so they follow ``amp``."""
+    if w.zero:
+        return {"bf16": w.amp == "bf16", "fp16": w.amp == "fp16"}
     autocast = w.dtype == "fp32" and w.amp is not None
     return {"bf16": autocast and w.amp == "bf16", "fp16": autocast and w.amp == "fp16"}
 
 
-def _transformers_major() -> int | None:
-    """The installed transformers' major version (metadata only, nothing imported), or None."""
+def _transformers_version() -> tuple[int, int] | None:
+    """The installed transformers' (major, minor) version (metadata only, nothing imported), or None."""
     from importlib.metadata import PackageNotFoundError, version
 
     try:
-        return int(version("transformers").split(".")[0])
+        major, minor = version("transformers").split(".")[:2]
+        return int(major), int(minor)
     except (PackageNotFoundError, ValueError):
         return None
+
+
+def _legacy(legacy_names: bool | None) -> bool:
+    """Whether to write transformers 4.x names: asked, or when the installed one is 4.x or absent
+    (pyproject's floor is 4.45; 5 still reads the old names as deprecated aliases)."""
+    if legacy_names is not None:
+        return legacy_names
+    v = _transformers_version()
+    return v is None or v[0] < 5
 
 
 def trainer(plan: Plan, *, legacy_names: bool | None = None) -> dict:
@@ -68,39 +113,44 @@ def trainer(plan: Plan, *, legacy_names: bool | None = None) -> dict:
     transformers 5 names checkpointing ``activation_checkpointing`` (``gradient_checkpointing`` is a
     deprecated alias); 4.x accepts only ``gradient_checkpointing``. ``legacy_names=None`` follows
     the installed transformers (the old names when it is 4.x or absent: pyproject allows 4.45).
+    Under FSDP checkpointing goes in ``fsdp_config`` (FSDP's own, as transformers advises).
 
     Raises:
-        InputError: half weights with an fp32 master copy (--dtype bf16 --amp bf16) without ZeRO:
-            the Trainer keeps such a copy only through DeepSpeed.
+        InputError: what the Trainer cannot run as planned: half weights with an fp32 master
+            copy without ZeRO, tensor/pipeline parallelism, selective checkpointing, no optimizer,
+            and what --emit deepspeed or fsdp refuses for a ZeRO or FSDP plan.
     """
     w = _training(plan, "trainer")
     if w.optimizer == "none":
         raise InputError("--emit trainer: the plan has --optimizer none (forward and backward only); no Trainer settings")
+    _data_parallel_only(w, "trainer")
+    _no_selective(w, "trainer")
     if w.dtype != "fp32" and w.amp is not None and not w.zero:
         raise InputError(f"--emit trainer: the plan keeps {w.dtype} weights with an fp32 master copy (--amp {w.amp}); "
                          "the Trainer does that only through DeepSpeed: choose a plan with --zero, or --dtype fp32 "
                          f"--amp {w.amp} (autocast, what bf16=True/fp16=True mean)")
-    if legacy_names is None:
-        major = _transformers_major()
-        legacy_names = major is None or major < 5
+    legacy = _legacy(legacy_names)
     kw: dict = {
         "per_device_train_batch_size": w.batch,
         "gradient_accumulation_steps": w.grad_accum,
         **_half_flags(w),
         "optim": TRAINER_OPTIM[w.optimizer],
     }
-    ckpt = "gradient_checkpointing" if legacy_names else "activation_checkpointing"
-    kw[ckpt] = w.checkpointing != "none"
-    if w.optimizer == "adam":
-        kw["weight_decay"] = 0.0
+    ckpt = "gradient_checkpointing" if legacy else "activation_checkpointing"
+    kw[ckpt] = w.checkpointing != "none" and not w.fsdp
+    if w.optimizer in ("adam", "adamw"):
+        # the Trainer's default weight_decay=0 makes AdamW plain Adam: say which one the plan means
+        kw["weight_decay"] = ADAMW_WEIGHT_DECAY if w.optimizer == "adamw" else 0.0
     if w.optimizer == "sgd-momentum":
         kw["optim_args"] = "momentum=0.9"
-    if w.checkpointing != "none":
+    if kw[ckpt]:
         kw[ckpt + "_kwargs"] = {"use_reentrant": False}
     if w.fsdp:
-        kw["fsdp"] = fsdp(plan)["fsdp"]
-        kw["fsdp_config"] = fsdp(plan)["fsdp_config"]
+        f = _refused_as("trainer", fsdp, plan, legacy_names=legacy)
+        kw["fsdp"] = f["fsdp"]
+        kw["fsdp_config"] = f["fsdp_config"]
     elif w.zero:
+        _refused_as(kind="trainer", writer=deepspeed, plan=plan)  # the Trainer runs DeepSpeed's precision modes
         kw["deepspeed"] = "ds_config.json"  # write it with: vramlens fit ... --emit deepspeed > ds_config.json
     return kw
 
@@ -142,8 +192,17 @@ def bnb(plan: Plan) -> dict:
 
 
 def deepspeed(plan: Plan) -> dict:
-    """A DeepSpeed config (the JSON ``deepspeed --deepspeed_config`` / ``TrainingArguments(deepspeed=)`` reads)."""
+    """A DeepSpeed config (the JSON ``deepspeed --deepspeed_config`` / ``TrainingArguments(deepspeed=)`` reads).
+
+    It holds what DeepSpeed runs: batch split, ZeRO stage, offload, precision mode and, with
+    offload, the optimizer (its CPU step). Activation checkpointing of a Hugging Face model is the
+    Trainer's setting (``--emit trainer``), not DeepSpeed's ``activation_checkpointing`` section,
+    which only Megatron-style models calling ``deepspeed.checkpointing`` read.
+    """
     w = _training(plan, "deepspeed")
+    if w.fsdp:
+        raise InputError("--emit deepspeed: the plan shards with FSDP (--fsdp), not ZeRO: use --emit fsdp or accelerate")
+    _data_parallel_only(w, "deepspeed")
     if w.dtype == "fp32" and w.amp is not None:
         raise InputError(f"--emit deepspeed: the plan is autocast (fp32 weights, --amp {w.amp}); DeepSpeed's "
                          f"{w.amp} mode keeps {w.amp} weights with an fp32 master copy instead: choose a plan with "
@@ -152,7 +211,11 @@ def deepspeed(plan: Plan) -> dict:
         raise InputError(f"--emit deepspeed: the plan trains pure {w.dtype} (no fp32 master weights); DeepSpeed's "
                          f"\"{w.dtype}\": {{\"enabled\": true}} keeps an fp32 master copy (more memory than the plan "
                          f"shows): choose a plan with --amp {w.dtype}, or --emit fsdp/trainer")
-    stage = w.shard_stage
+    if w.offload != "none" and w.optimizer not in DS_OPTIM:
+        raise InputError(f"--emit deepspeed: the plan offloads the optimizer step to the CPU with --optimizer "
+                         f"{w.optimizer}; ZeRO-Offload steps on the CPU only with DeepSpeed's CPU Adam, AdamW or "
+                         "Lion: choose a plan with --optimizer adamw")
+    stage = w.zero
     zero: dict = {"stage": stage, "overlap_comm": True, "contiguous_gradients": True}
     if stage in (1, 2):
         zero.update(reduce_bucket_size=DS_BUCKET, allgather_bucket_size=DS_BUCKET, reduce_scatter=True)
@@ -163,50 +226,93 @@ def deepspeed(plan: Plan) -> dict:
         zero["offload_optimizer"] = {"device": "cpu", "pin_memory": True}
     if w.offload == "all":
         zero["offload_param"] = {"device": "cpu", "pin_memory": True}
-    c = w.compute_dtype
-    return {
+    cfg: dict = {
         "train_batch_size": w.effective_batch,
         "train_micro_batch_size_per_gpu": w.batch,
         "gradient_accumulation_steps": w.grad_accum,
-        "bf16": {"enabled": c == "bf16"},
-        "fp16": {"enabled": c == "fp16"},
+        "bf16": {"enabled": w.amp == "bf16"},
+        "fp16": {"enabled": w.amp == "fp16"},
         "zero_optimization": zero,
         "gradient_clipping": 1.0,
-        "activation_checkpointing": {"partition_activations": False, "contiguous_memory_optimization": False}
-        if w.checkpointing != "none" else {},
     }
+    if w.offload != "none":
+        kind, params = DS_OPTIM[w.optimizer]
+        cfg["optimizer"] = {"type": kind, "params": dict(params)}
+    return cfg
 
 
-def fsdp(plan: Plan) -> dict:
-    """FSDP settings as TrainingArguments takes them (``fsdp`` string and ``fsdp_config``)."""
+def fsdp(plan: Plan, *, legacy_names: bool | None = None) -> dict:
+    """FSDP settings as TrainingArguments takes them (``fsdp`` and ``fsdp_config``).
+
+    transformers 5 runs FSDP2 (``fsdp=True``, ``fsdp_config["version"] = 2``; the strategy is
+    ``reshard_after_forward``, offload is ``cpu_offload``); 4.x takes FSDP1's strategy string.
+    ``legacy_names=None`` follows the installed transformers, as :func:`trainer` does.
+
+    Raises:
+        InputError: a plan without FSDP, or one FSDP cannot run as planned (optimizer-only offload,
+            half weights with an fp32 master copy, hybrid sharding under FSDP2, tensor/pipeline
+            parallelism, selective checkpointing).
+    """
     w = _training(plan, "fsdp")
+    if not w.fsdp:
+        what = f"ZeRO stage {w.zero} (DeepSpeed): use --emit deepspeed" if w.zero else \
+            "no sharding (plain data parallelism): use --emit trainer or accelerate"
+        raise InputError(f"--emit fsdp: the plan uses {what}")
+    _data_parallel_only(w, "fsdp")
+    _no_selective(w, "fsdp")
     if w.offload == "optimizer":
         raise InputError("--emit fsdp: the plan offloads only the optimizer states; FSDP's offload "
                          "(CPUOffload(offload_params=True)) moves the parameters too: choose a plan with "
                          "--offload all, or --emit deepspeed (offload_optimizer)")
-    if w.fsdp:
+    if w.dtype != "fp32" and w.amp is not None:
+        raise InputError(f"--emit fsdp: the plan keeps {w.dtype} weights with an fp32 master copy (--amp {w.amp}); "
+                         f"FSDP keeps one copy: fp32 with {w.amp} compute (--dtype fp32 --amp {w.amp}) or pure "
+                         f"{w.dtype} (--dtype {w.dtype}): choose one of those plans")
+    ckpt = w.checkpointing == "full"
+    if _legacy(legacy_names):
         strategy = {"full": "full_shard", "shard-grad-op": "shard_grad_op", "hybrid": "hybrid_shard"}[w.fsdp_strategy]
-    else:
-        strategy = "full_shard" if w.shard_stage == 3 else ("shard_grad_op" if w.shard_stage == 2 else "no_shard")
-    words = [strategy] + (["offload"] if w.offload == "all" else []) + ["auto_wrap"]
+        words = [strategy] + (["offload"] if w.offload == "all" else []) + ["auto_wrap"]
+        return {
+            "fsdp": " ".join(words),
+            "fsdp_config": {
+                "backward_prefetch": "backward_pre",
+                "forward_prefetch": False,
+                "use_orig_params": w.method != "full",  # needed when only some parameters train (LoRA)
+                "sync_module_states": True,
+                "cpu_ram_efficient_loading": True,
+                "activation_checkpointing": ckpt,
+            },
+        }
+    if w.fsdp_strategy == "hybrid":
+        raise InputError("--emit fsdp: the plan shards within each node and replicates across nodes "
+                         "(--fsdp-strategy hybrid); the Trainer's FSDP2 has no hybrid sharding: choose a plan "
+                         "with --fsdp-strategy full or shard-grad-op")
     return {
-        "fsdp": " ".join(words),
+        "fsdp": True,
         "fsdp_config": {
-            "backward_prefetch": "backward_pre",
-            "forward_prefetch": False,
-            "use_orig_params": w.method != "full",  # needed when only some parameters train (LoRA)
-            "sync_module_states": True,
+            "version": 2,
+            "reshard_after_forward": w.fsdp_strategy == "full",
+            "cpu_offload": w.offload == "all",
             "cpu_ram_efficient_loading": True,
-            "activation_checkpointing": w.checkpointing == "full",
+            "activation_checkpointing": ckpt,
         },
     }
 
 
 def accelerate(plan: Plan, *, nodes: int = 1) -> dict:
-    """An Accelerate config (what ``accelerate config`` writes to default_config.yaml)."""
+    """An Accelerate config (what ``accelerate config`` writes to default_config.yaml).
+
+    ``mixed_precision`` is Accelerate's: autocast over the loaded weights (DDP, FSDP) or DeepSpeed's
+    half mode; a pure-half plan loads the model in that dtype and says ``no``. For inference it
+    describes data-parallel replicas only.
+    """
     w = plan.workload
-    c = w.compute_dtype
-    mp = "bf16" if c == "bf16" else ("fp16" if c == "fp16" else "no")
+    if w.training:
+        _data_parallel_only(w, "accelerate")
+        _no_selective(w, "accelerate")
+    elif w.tp > 1 or w.pp > 1:
+        raise InputError(f"--emit accelerate: the plan splits the model with --tp {w.tp} --pp {w.pp}; an Accelerate "
+                         "config launches copies of it: use --emit device-map (layers over GPUs)")
     if w.training and w.fsdp:
         dist = "FSDP"
     elif w.training and w.zero:
@@ -215,10 +321,14 @@ def accelerate(plan: Plan, *, nodes: int = 1) -> dict:
         dist = "MULTI_GPU"
     else:
         dist = "NO"
+    if dist in ("NO", "MULTI_GPU") and w.dtype != "fp32" and w.amp is not None:
+        raise InputError(f"--emit accelerate: the plan keeps {w.dtype} weights with an fp32 master copy "
+                         f"(--amp {w.amp}); Accelerate does that only through DeepSpeed: choose a plan with --zero, "
+                         f"or --dtype fp32 --amp {w.amp}")
     cfg: dict = {
         "compute_environment": "LOCAL_MACHINE",
         "distributed_type": dist,
-        "mixed_precision": mp,
+        "mixed_precision": w.amp or "no",
         "num_machines": nodes,
         "num_processes": w.gpus,
         "machine_rank": 0,
@@ -230,22 +340,7 @@ def accelerate(plan: Plan, *, nodes: int = 1) -> dict:
         "gpu_ids": "all",
     }
     if dist == "DEEPSPEED":
-        deepspeed(plan)  # the same refusals: Accelerate's DeepSpeed plugin has the same precision modes
-    if dist == "FSDP":
-        f = fsdp(plan)
-        strategy = f["fsdp"].split()[0].upper()
-        cfg["fsdp_config"] = {
-            "fsdp_sharding_strategy": strategy,
-            "fsdp_offload_params": w.offload == "all",
-            "fsdp_auto_wrap_policy": "TRANSFORMER_BASED_WRAP",
-            "fsdp_backward_prefetch": "BACKWARD_PRE",
-            "fsdp_state_dict_type": "SHARDED_STATE_DICT",
-            "fsdp_use_orig_params": f["fsdp_config"]["use_orig_params"],
-            "fsdp_sync_module_states": True,
-            "fsdp_cpu_ram_efficient_loading": True,
-            "fsdp_activation_checkpointing": w.checkpointing == "full",
-        }
-    if dist == "DEEPSPEED":
+        _refused_as("accelerate", deepspeed, plan)  # Accelerate's DeepSpeed plugin has the same precision modes
         cfg["deepspeed_config"] = {
             "zero_stage": w.zero,
             "gradient_accumulation_steps": w.grad_accum,
@@ -253,28 +348,70 @@ def accelerate(plan: Plan, *, nodes: int = 1) -> dict:
             "offload_param_device": "cpu" if w.offload == "all" else "none",
             "zero3_init_flag": w.zero == 3,
         }
+    if dist == "FSDP":
+        _refused_as("accelerate", fsdp, plan, legacy_names=True)  # FSDP1's names carry every strategy
+        cfg["fsdp_config"] = {
+            "fsdp_sharding_strategy": {"full": "FULL_SHARD", "shard-grad-op": "SHARD_GRAD_OP",
+                                       "hybrid": "HYBRID_SHARD"}[w.fsdp_strategy],
+            "fsdp_offload_params": w.offload == "all",
+            "fsdp_auto_wrap_policy": "TRANSFORMER_BASED_WRAP",
+            "fsdp_backward_prefetch": "BACKWARD_PRE",
+            "fsdp_state_dict_type": "SHARDED_STATE_DICT",
+            "fsdp_use_orig_params": w.method != "full",
+            "fsdp_sync_module_states": True,
+            "fsdp_cpu_ram_efficient_loading": True,
+            "fsdp_activation_checkpointing": w.checkpointing == "full",
+        }
     return cfg
 
 
-def device_map(plan: Plan, *, cpu_ram: int | None = None) -> dict:
-    """``from_pretrained`` keyword arguments: device_map, max_memory per GPU and torch_dtype.
+def device_map(plan: Plan, *, cpu_ram: int | None = None, legacy_names: bool | None = None) -> dict:
+    """``from_pretrained`` keyword arguments: device_map, max_memory per GPU, dtype, attention and quantization.
 
-    max_memory leaves room for the plan's KV cache, activations and runtime on each GPU, which
-    Accelerate does not count when it places the weights.
+    ``device_map="auto"`` splits the layers over the GPUs in turn (the plan's --pp, one stage at a
+    time). max_memory leaves room for the plan's KV cache, activations and runtime on each GPU,
+    which Accelerate does not count when it places the weights. The dtype argument is
+    ``torch_dtype`` before transformers 4.56 (``legacy_names``), ``dtype`` from then on.
+
+    Raises:
+        InputError: a training plan, or one from_pretrained cannot load as planned (tensor
+            parallelism, data-parallel replicas, a KV-cache dtype, pre-quantized weights).
     """
     w = plan.workload
     if w.training:
         raise InputError("--emit device-map: device_map places weights for inference (Accelerate's big-model "
                          "hooks); the plan trains: use --emit trainer, deepspeed, fsdp or accelerate")
+    if w.tp > 1:
+        raise InputError(f"--emit device-map: the plan uses tensor parallelism (--tp {w.tp}); device_map splits "
+                         f"whole layers over GPUs: serve it with vLLM --tensor-parallel-size {w.tp}, or choose "
+                         "a plan with --forbid tp")
+    if w.gpus > w.pp:
+        raise InputError(f"--emit device-map: the plan runs {w.gpus // w.pp} copies of the model (--gpus {w.gpus} "
+                         f"--pp {w.pp}); device_map describes one: launch one process per copy with --emit "
+                         "accelerate, or choose a plan with --gpus equal to --pp")
+    if w.kv_dtype is not None:
+        raise InputError(f"--emit device-map: the plan stores the KV cache in {w.kv_dtype} (--kv-dtype); "
+                         f"from_pretrained has no KV-cache dtype: serve it with vLLM --kv-cache-dtype {w.kv_dtype}, "
+                         "or choose a plan with --forbid kv-quant")
+    if w.quantized in ("int4", "gptq-4bit", "awq-4bit"):
+        raise InputError(f"--emit device-map: {w.quantized} weights come from a pre-quantized checkpoint whose "
+                         "config.json carries its quantization_config: load that checkpoint with these settings "
+                         "minus quantization, or choose a plan with --quant int8, nf4 or fp8")
     b = plan.estimate.breakdown
     cap = plan.estimate.gpu.capacity_bytes if plan.estimate.gpu else b.device_total
     other = b.device_total - b["weights"]
     per_gpu = max(0, int(cap * 0.9) - other)  # 10% headroom kept, as the plan
-    max_memory: dict = {str(i): f"{per_gpu // 2**20}MiB" for i in range(max(1, w.gpus // max(1, w.tp)))}
+    max_memory: dict = {str(i): f"{per_gpu // 2**20}MiB" for i in range(w.pp)}
     if cpu_ram:
         max_memory["cpu"] = f"{cpu_ram // 2**20}MiB"
-    out: dict = {"device_map": "auto", "max_memory": max_memory, "torch_dtype": TORCH_DTYPE[w.dtype]}
-    if w.quantized in ("int8", "nf4", "nf4-dq", "fp4"):
+    v = _transformers_version()
+    legacy = legacy_names if legacy_names is not None else (v is None or v < (4, 56))
+    out: dict = {"device_map": "auto", "max_memory": max_memory,
+                 "torch_dtype" if legacy else "dtype": TORCH_DTYPE[w.dtype],
+                 "attn_implementation": ATTN_IMPLEMENTATION[w.attention]}
+    if w.quantized == "fp8":
+        out["quantization_config"] = {"FineGrainedFP8Config": {}}  # quantizes on load (compute capability 8.9+)
+    elif w.quantized is not None:
         out["quantization_config"] = {"BitsAndBytesConfig": bnb(plan)}
     return out
 
@@ -283,14 +420,10 @@ def alloc_conf(plan: Plan) -> str:
     """``PYTORCH_CUDA_ALLOC_CONF``: expandable segments let the allocator grow segments in place
     instead of caching differently sized blocks (PyTorch docs, "Optimizing memory usage with
     PYTORCH_CUDA_ALLOC_CONF"), which removes most fragmentation in training loops whose
-    activation sizes vary; the reserve the estimate counts above live tensors is that waste."""
-    b = plan.estimate.breakdown
-    opts = ["expandable_segments:True"]
-    gap = b.peak_reserved - b.peak_allocated
-    if plan.estimate.gpu is not None and b.device_total > 0.85 * plan.estimate.gpu.capacity_bytes and gap:
-        # little room left: release cached blocks before asking the driver again
-        opts.append("garbage_collection_threshold:0.8")
-    return "PYTORCH_CUDA_ALLOC_CONF=" + ",".join(opts)
+    activation sizes vary. The plan's figure counts the default allocator's reserve, so it stays
+    an upper bound under this setting. No ``garbage_collection_threshold``: it acts only under a
+    memory fraction (``torch.cuda.set_per_process_memory_fraction``), which no plan sets."""
+    return "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True"
 
 
 def emit(plan: Plan, kind: str, **kw):

@@ -1,0 +1,197 @@
+"""The inverse of :mod:`vramlens.advise.emit`: an emitted config read back as a Workload.
+
+``workload_from_emitted(kind, emit(plan, kind), base)`` is ``plan.workload`` on every field the
+config sets (``read_emitted`` names them); the other fields come from ``base``. The tests estimate
+the result and compare it with the plan's figure, so a config that describes another workload
+than the plan's fails there.
+
+What each config cannot say (it is the launcher's, the loader's or the model code's setting):
+trainer: dtype of pure-half weights (``from_pretrained(dtype=)``), GPUs, ZeRO/offload (in the
+DeepSpeed file); peft: the base method (lora or qlora: bnb says so); bnb: everything but the
+quantization; deepspeed: checkpointing, the optimizer without offload (the Trainer's ``optim``),
+tensor/pipeline layout (GPUs = dp x the base's tp x pp); fsdp: batch and optimizer (trainer);
+accelerate: batch, optimizer, checkpointing outside FSDP; device-map: shapes and KV cache;
+alloc-conf: no workload field (it sets the allocator: see :func:`alloc_conf_of`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from vramlens.advise.emit import ATTN_IMPLEMENTATION, DS_OPTIM, KINDS, TORCH_DTYPE, TRAINER_OPTIM
+from vramlens.errors import InputError
+from vramlens.workload import Workload
+
+_DTYPE = {v: k for k, v in TORCH_DTYPE.items()}
+_ATTN = {v: k for k, v in ATTN_IMPLEMENTATION.items()}
+#: TrainingArguments ``optim`` -> vramlens optimizer; adam/adamw and sgd/sgd-momentum are told
+#: apart by weight_decay and optim_args below.
+_OPTIM = {v: k for k, v in TRAINER_OPTIM.items() if k not in ("adam", "sgd-momentum")}
+_FSDP1 = {"full_shard": "full", "shard_grad_op": "shard-grad-op", "hybrid_shard": "hybrid"}
+
+
+def _trainer(c: Mapping[str, Any]) -> dict:
+    out: dict = {"mode": "train", "batch": c["per_device_train_batch_size"],
+                 "grad_accum": c.get("gradient_accumulation_steps", 1)}
+    opt = _OPTIM[c["optim"]]
+    if opt == "adamw" and c.get("weight_decay", 0.0) == 0.0:
+        opt = "adam"  # AdamW without decay
+    if opt == "sgd" and "momentum" in str(c.get("optim_args") or ""):
+        opt = "sgd-momentum"
+    out["optimizer"] = opt
+    ckpt = c.get("activation_checkpointing", c.get("gradient_checkpointing", False))
+    if "fsdp_config" in c:
+        out.update(_fsdp(c))
+        ckpt = ckpt or out.pop("checkpointing") == "full"
+    out["checkpointing"] = "full" if ckpt else "none"
+    half = "bf16" if c.get("bf16") else ("fp16" if c.get("fp16") else None)
+    if c.get("deepspeed"):
+        # DeepSpeed's half mode: half weights, fp32 master copy; the ZeRO settings are in its own file
+        out.update(dtype=half or "fp32", amp=half)
+    elif half:
+        out.update(dtype="fp32", amp=half)  # autocast over fp32 weights
+    else:
+        out["amp"] = None  # weights in the dtype the model was loaded in
+    return out
+
+
+def _peft(c: Mapping[str, Any]) -> dict:
+    t = c["target_modules"]
+    return {"lora_rank": c["r"], "lora_targets": (t,) if isinstance(t, str) else tuple(t),
+            "lora_dropout": c.get("lora_dropout", 0.0)}
+
+
+def _bnb(c: Mapping[str, Any]) -> dict:
+    if c.get("load_in_8bit"):
+        return {"quant": "int8"}
+    if c.get("load_in_4bit"):
+        if c.get("bnb_4bit_quant_type", "fp4") == "fp4":
+            return {"quant": "fp4"}
+        return {"quant": "nf4-dq" if c.get("bnb_4bit_use_double_quant") else "nf4"}
+    raise InputError("a BitsAndBytesConfig without load_in_8bit or load_in_4bit quantizes nothing")
+
+
+def _deepspeed(c: Mapping[str, Any], base: Workload) -> dict:
+    z = c.get("zero_optimization", {})
+    b, m = c["train_micro_batch_size_per_gpu"], c.get("gradient_accumulation_steps", 1)
+    dp, rest = divmod(c["train_batch_size"], b * m)
+    if rest:
+        raise InputError(f"train_batch_size={c['train_batch_size']} is not micro-batch {b} x accumulation {m} x GPUs")
+    half = "bf16" if c.get("bf16", {}).get("enabled") else ("fp16" if c.get("fp16", {}).get("enabled") else None)
+    offload = "all" if "offload_param" in z else ("optimizer" if "offload_optimizer" in z else "none")
+    out = {"mode": "train", "batch": b, "grad_accum": m, "gpus": dp * base.tp * base.pp, "zero": z.get("stage", 0),
+           "fsdp": False, "offload": offload, "dtype": half or "fp32", "amp": half}
+    if "optimizer" in c:
+        kind, params = c["optimizer"]["type"], c["optimizer"].get("params", {})
+        out["optimizer"] = next(k for k, (t, p) in DS_OPTIM.items() if t == kind and all(
+            params.get(key) == v for key, v in p.items()))
+    return out
+
+
+def _fsdp(c: Mapping[str, Any]) -> dict:
+    f, fc = c["fsdp"], c["fsdp_config"]
+    out: dict = {"mode": "train", "fsdp": True, "zero": 0,
+                 "checkpointing": "full" if fc.get("activation_checkpointing") else "none"}
+    if isinstance(f, str):  # FSDP1's words (transformers 4.x)
+        words = f.split()
+        out["fsdp_strategy"] = next(_FSDP1[x] for x in words if x in _FSDP1)
+        out["offload"] = "all" if "offload" in words else "none"
+    else:
+        out["fsdp_strategy"] = "full" if fc.get("reshard_after_forward", True) else "shard-grad-op"
+        out["offload"] = "all" if fc.get("cpu_offload") else "none"
+    return out
+
+
+def _accelerate(c: Mapping[str, Any]) -> dict:
+    dist = c["distributed_type"]
+    mp = c.get("mixed_precision", "no")
+    amp = None if mp == "no" else mp
+    out: dict = {"gpus": c["num_processes"], "tp": 1, "pp": 1, "amp": amp}
+    if dist == "DEEPSPEED":
+        d = c["deepspeed_config"]
+        offload = ("all" if d.get("offload_param_device", "none") != "none"
+                   else "optimizer" if d.get("offload_optimizer_device", "none") != "none" else "none")
+        out.update(mode="train", dtype=amp or "fp32", zero=d["zero_stage"], fsdp=False, offload=offload,
+                   grad_accum=d.get("gradient_accumulation_steps", 1))
+        return out
+    if amp:
+        out["dtype"] = "fp32"  # autocast over fp32 weights
+    if dist == "FSDP":
+        fc = c["fsdp_config"]
+        out.update(mode="train", fsdp=True, zero=0, offload="all" if fc.get("fsdp_offload_params") else "none",
+                   fsdp_strategy=_FSDP1[fc["fsdp_sharding_strategy"].lower()],
+                   checkpointing="full" if fc.get("fsdp_activation_checkpointing") else "none")
+    else:
+        out.update(zero=0, fsdp=False)
+    return out
+
+
+def _device_map(c: Mapping[str, Any]) -> dict:
+    gpus = sum(1 for k in c["max_memory"] if k != "cpu")
+    out: dict = {"mode": "inference", "dtype": _DTYPE[c.get("dtype", c.get("torch_dtype"))], "gpus": gpus, "tp": 1,
+                 "pp": gpus, "attention": _ATTN[c.get("attn_implementation", "sdpa")], "kv_dtype": None, "quant": None}
+    q = c.get("quantization_config")
+    if q:
+        (cls, kw), = q.items()
+        out["quant"] = "fp8" if cls == "FineGrainedFP8Config" else _bnb(kw)["quant"]
+    return out
+
+
+def read_emitted(kind: str, config: Any, base: Workload | None = None) -> dict:
+    """The Workload fields an emitted ``config`` of ``kind`` sets, by name.
+
+    Args:
+        kind: one of :data:`vramlens.advise.emit.KINDS`.
+        config: what :func:`vramlens.advise.emit.emit` returned (a dict, or alloc-conf's string).
+        base: the workload the config runs in; deepspeed reads its tp and pp to count GPUs.
+
+    Raises:
+        InputError: an unknown kind, or a config that names no workload (e.g. a BitsAndBytesConfig
+            that quantizes nothing).
+    """
+    base = base or Workload()
+    if kind == "trainer":
+        return _trainer(config)
+    if kind == "peft":
+        return _peft(config)
+    if kind == "bnb":
+        return _bnb(config)
+    if kind == "deepspeed":
+        return _deepspeed(config, base)
+    if kind == "fsdp":
+        return _fsdp(config)
+    if kind == "accelerate":
+        return _accelerate(config)
+    if kind == "device-map":
+        return _device_map(config)
+    if kind == "alloc-conf":
+        alloc_conf_of(config)
+        return {}
+    raise InputError(f"{kind!r} is not one of: {', '.join(KINDS)}")
+
+
+def workload_from_emitted(kind: str, config: Any, base: Workload) -> Workload:
+    """The workload an emitted config describes: the inverse of :func:`vramlens.advise.emit.emit`.
+
+    Fields the config sets (:func:`read_emitted`) come from it, the rest from ``base``. A QLoRA
+    base keeps ``quant=None`` for bitsandbytes' nf4 with double quantization, which QLoRA implies.
+
+    Raises:
+        InputError: an unknown kind or an unreadable config; ConfigError when the result is not a
+            valid workload.
+    """
+    read = read_emitted(kind, config, base)
+    if base.method == "qlora" and read.get("quant") == "nf4-dq":
+        read["quant"] = None
+    return base.replace(**read)
+
+
+def alloc_conf_of(line: str):
+    """The AllocatorConfig an emitted ``PYTORCH_CUDA_ALLOC_CONF=...`` line sets (PyTorch's parsing rules)."""
+    from vramlens.allocator.config import parse_alloc_conf
+
+    name, _, value = line.partition("=")
+    if name != "PYTORCH_CUDA_ALLOC_CONF":
+        raise InputError(f"{line!r} does not set PYTORCH_CUDA_ALLOC_CONF")
+    return parse_alloc_conf(value)
