@@ -9,8 +9,8 @@ True
 """
 
 from vramlens.serving.api import ENGINES, SETTINGS, capacity, check_settings, resolve_model
-from vramlens.serving.plan import CapacityPlan, ServingPlan, plan_capacity
 from vramlens.serving.common import ServedModel, served_from_gguf, served_from_spec
+from vramlens.serving.plan import CapacityPlan, ServingPlan, plan_capacity
 from vramlens.serving.result import Capacity, DeviceBuffers, EngineFigure
 
 __all__ = [
