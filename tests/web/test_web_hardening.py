@@ -48,7 +48,7 @@ def app():
     ("/static/../../etc/passwd", 404, "no such page: '/etc/passwd': the page is at / and the API under /api (listed at /docs)"),
     ("/static/%2e%2e%2fpyproject.toml", 404,
      "no such page: '/static/../pyproject.toml': the page is at / and the API under /api (listed at /docs)"),
-    ("/static/index.html", 404, "no such file: '/static/index.html': the page's files are app.js, style.css"),
+    ("/static/index.html", 404, "no such file: '/static/index.html': the page's files are app.js, serving.js, style.css"),
 ])
 def test_bad_query_is_one_json_line(app, url, status, message):
     r = ask(app, "GET", url)

@@ -11,6 +11,7 @@ EXAMPLES = """examples:
   vramlens capacity llama-3.1-70b --engine vllm --gpu H100-SXM-80GB --tp 4 --max-model-len 32768 --kv-cache-dtype fp8
   vramlens capacity qwen2.5-7b --engine sglang --gpu L40S --mem-fraction-static 0.85 --json
   vramlens capacity ./model.Q4_K_M.gguf --engine llama.cpp --gpu RTX-4090 --ctx-size 8192 --flash-attn
+  vramlens capacity llama-3.1-70b --users 32 --context 8192 --tokens-per-s 20 --engine vllm
 """
 
 #: flag -> (dest, engines that take it, argparse options). The engines' own flag names.
@@ -64,7 +65,13 @@ def add_parser(sub) -> argparse.ArgumentParser:
     p.add_argument("model", metavar="MODEL", help="catalog name, hub id, config.json or folder, or a .gguf (llama.cpp)")
     p.add_argument("--engine", default="vllm", choices=("vllm", "sglang", "llama.cpp", "transformers"),
                    help="serving engine (default vllm)")
-    p.add_argument("--gpu", required=True, help="GPU name from `vramlens gpus` or a size (24GB, 80GiB)")
+    p.add_argument("--gpu", default=None, help="GPU name from `vramlens gpus` or a size (24GB, 80GiB); with --users, "
+                   "the GPU to plan for (default: L4, L40S, A100-80GB, H100-SXM-80GB, H200-141GB)")
+    p.add_argument("--users", type=int, default=None,
+                   help="plan mode: the cheapest GPUs, tp, quantization and KV dtype serving N requests of --context")
+    p.add_argument("--tokens-per-s", dest="tokens_per_s", type=float, default=None,
+                   help="plan mode: decode tokens/s each request needs")
+    p.add_argument("--max-gpus", dest="max_gpus", type=int, default=8, help="plan mode: most GPUs per plan (8)")
     p.add_argument("--gpus", type=int, default=None, help="GPUs (default tp x pp; llama.cpp: devices to split layers over)")
     p.add_argument("--tp", type=int, default=1, help="tensor parallel degree")
     p.add_argument("--pp", type=int, default=1, help="pipeline parallel degree")
@@ -94,7 +101,15 @@ def engine_settings(args: argparse.Namespace) -> dict:
 
 
 def run(args: argparse.Namespace) -> int:
+    from vramlens.errors import InputError
     from vramlens.serving import capacity
+
+    if args.users is not None:
+        return run_plan(args)
+    if args.gpu is None:
+        raise InputError("give --gpu NAME (what the engine does on it) or --users N --context C (plans that serve N)")
+    if args.tokens_per_s is not None:
+        raise InputError("--tokens-per-s plans with --users N: add --users")
 
     cap = capacity(args.model, args.engine, gpu=args.gpu, gpus=args.gpus, tp=args.tp, pp=args.pp,
                    context=args.context, **engine_settings(args))
@@ -134,4 +149,44 @@ def render(cap) -> str:
               "",
               "how:"]
     lines += [f"  {n}" for n in cap.notes]
+    return "\n".join(lines)
+
+
+def run_plan(args: argparse.Namespace) -> int:
+    from vramlens.errors import InputError
+    from vramlens.serving import plan_capacity
+
+    if args.context is None:
+        raise InputError("--users N needs --context C: the tokens of each request (prompt + output)")
+    extra = engine_settings(args)
+    if extra:
+        raise InputError(f"plan mode sets the engine's settings itself: drop {', '.join('--' + k.replace('_', '-') for k in extra)}")
+    if args.gpus is not None or args.tp != 1 or args.pp != 1:
+        raise InputError("plan mode chooses the GPUs and tp itself: drop --gpus, --tp and --pp (use --max-gpus)")
+    plan = plan_capacity(args.model, users=args.users, context=args.context, engine=args.engine, gpu=args.gpu,
+                         tokens_per_s=args.tokens_per_s, max_gpus=args.max_gpus)
+    if args.json:
+        print_json(plan.to_dict())
+    else:
+        print(render_plan(plan))
+    return 0
+
+
+def render_plan(plan) -> str:
+    """The plans, best first, each with its command line."""
+    need = f"{plan.users:,} requests of {plan.context:,} tokens" + (
+        f" at {plan.tokens_per_s:g} tokens/s each" if plan.tokens_per_s else "")
+    lines = [f"{plan.model} in {plan.engine}: {need}", ""]
+    if not plan.plans:
+        lines.append(f"no plan of {plan.candidates:,} candidates serves it: more GPUs (--max-gpus), a shorter "
+                     "--context or fewer --users")
+    for i, p in enumerate(plan.plans, 1):
+        lines.append(f"{i}. {p.gpus} x {p.gpu}, tp {p.tp}, weights {p.quantization or '16-bit'}, KV cache "
+                     f"{p.kv_cache_dtype}: {p.concurrency:,.1f} requests fit, {p.decode_tokens_s:,.1f} tokens/s each "
+                     f"({p.decode_tokens_s_total:,.0f} in total)")
+        lines.append(f"   {p.flags}")
+    if plan.stopped:
+        lines += ["", plan.stopped]
+    lines += ["", "ranked by GPU count, then GPU memory, then the least lossy format; speeds from the decode roofline "
+              "(bandwidth x 0.70) with all requests running"]
     return "\n".join(lines)

@@ -3,6 +3,7 @@
 Subcommands:
   published   the published GPU measurements and paper formulas in validation/published-cases.json
   trace       the analytic estimate against the fake-tensor tracer on a matrix of architectures
+  capacity    serving engines' start-up logs (validation/capacity-cases.json) against `vramlens capacity`
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ EXAMPLES = """examples:
   vramlens validate published
   vramlens validate published --json
   vramlens validate trace
+  vramlens validate capacity --json
 """
 
 
@@ -29,6 +31,11 @@ def add_parser(sub) -> argparse.ArgumentParser:
     pub.add_argument("--cases", default=None, help="a published-cases.json (default: the bundled one)")
     pub.add_argument("--json", action="store_true", help="print JSON rows")
     pub.set_defaults(func=run_published)
+    cap = vsub.add_parser("capacity", help="serving engines' published start-up logs against vramlens capacity",
+                          epilog="example: vramlens validate capacity --json")
+    cap.add_argument("--cases", default=None, help="a capacity-cases.json (default: validation/capacity-cases.json)")
+    cap.add_argument("--json", action="store_true", help="print JSON rows")
+    cap.set_defaults(func=run_capacity)
     add_trace = _trace_hook()
     if add_trace is not None:
         add_trace(vsub)
@@ -107,4 +114,53 @@ def render_rows(rows) -> str:
         lines.append("-" * 112)
         lines.append(f"{len(errs)} cases: median |error| {errs[len(errs) // 2]:.1%}, max {errs[-1]:.1%} "
                      "(MiB = 2^20 bytes; 1st-order = peak allocated + context, no allocator model)")
+    return "\n".join(lines)
+
+
+def capacity_cases_path() -> Path:
+    """validation/capacity-cases.json of a source checkout (it is not packaged)."""
+    return Path(__file__).resolve().parents[3] / "validation" / "capacity-cases.json"
+
+
+def run_capacity(args: argparse.Namespace) -> int:
+    from vramlens.errors import InputError
+    from vramlens.serving.validation import run_cases
+
+    path = Path(args.cases) if args.cases else capacity_cases_path()
+    try:
+        cases = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise InputError(f"cases file {str(path)!r} does not exist: pass --cases PATH") from None
+    except json.JSONDecodeError as e:
+        raise InputError(f"cases file {str(path)!r} is not JSON ({e.msg} at line {e.lineno})") from None
+    except OSError as e:
+        raise InputError(f"cases file {str(path)!r} cannot be read ({e.strerror or e}): pass --cases PATH") from None
+    if not isinstance(cases, list) or not all(isinstance(c, dict) for c in cases):
+        raise InputError(f"cases file {str(path)!r} must hold a JSON list of case objects")
+    results = run_cases(cases)
+    if args.json:
+        print_json([
+            {"id": r.id, "engine": r.engine, "engine_version": r.engine_version, "source": r.source, "note": r.note,
+             "refusal": r.refusal,
+             "figures": [{"figure": c.figure, "key": c.key, "logged": c.logged, "predicted": c.predicted,
+                          "error": c.error} for c in r.checks]}
+            for r in results
+        ])
+        return 0
+    print(render_capacity(results))
+    return 0
+
+
+def render_capacity(results) -> str:
+    lines = [f"{'case':<32} {'figure':<16} {'logged':>10} {'vramlens':>10} {'error':>8}", "-" * 80]
+    for r in results:
+        for c in r.checks:
+            pred = "refused" if c.predicted is None else f"{c.predicted:,.2f}"
+            err = "" if c.error is None else f"{c.error:+.1%}"
+            lines.append(f"{r.id:<32} {c.figure:<16} {c.logged:>10,.2f} {pred:>10} {err:>8}")
+        if r.refusal:
+            lines.append(f"{'':<32} vramlens predicts the engine refuses: {r.refusal.split(' (')[0]}")
+    lines.append("-" * 80)
+    lines.append("GiB for memory, counts for blocks and tokens; error = vramlens / logged - 1. Sources and notes: "
+                 "validation/capacity-cases.json")
     return "\n".join(lines)

@@ -10,10 +10,11 @@ True
 
 from vramlens.serving.api import ENGINES, SETTINGS, capacity, check_settings, resolve_model
 from vramlens.serving.common import ServedModel, served_from_gguf, served_from_spec
+from vramlens.serving.plan import CapacityPlan, ServingPlan, plan_capacity
 from vramlens.serving.result import Capacity, DeviceBuffers, EngineFigure
 
 __all__ = [
-    "Capacity", "DeviceBuffers", "ENGINES", "EngineFigure", "SETTINGS", "ServedModel", "capacity",
-    "check_settings", "resolve_model", "served_from_gguf", "served_from_spec",
+    "Capacity", "CapacityPlan", "DeviceBuffers", "ENGINES", "EngineFigure", "SETTINGS", "ServedModel", "ServingPlan",
+    "capacity", "check_settings", "plan_capacity", "resolve_model", "served_from_gguf", "served_from_spec",
 ]
 

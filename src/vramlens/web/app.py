@@ -31,7 +31,7 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict
 from html import escape
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from fastapi import Body, FastAPI, Query, Request
 from fastapi.exceptions import RequestValidationError
@@ -42,7 +42,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from vramlens import __version__, limits
 from vramlens.errors import InputError, VramlensError
 from vramlens.web.budget import Budget, JobError, OverBudget, Pool
-from vramlens.web.jobs import compare_job, estimate_job, fit_job, gpu_matrix_job, model_job
+from vramlens.web.jobs import capacity_job, compare_job, estimate_job, fit_job, gpu_matrix_job, model_job
 
 log = logging.getLogger("vramlens.web")
 
@@ -139,6 +139,53 @@ class EstimateBody(Settings):
     """A pasted config.json (an object or its text) and the workload flags."""
 
     config: dict[str, Any] | str = Field(..., description="the config.json, as an object or as text")
+
+
+class CapacityQuery(BaseModel):
+    """``vramlens capacity``'s flags, underscored; each engine's own settings by their names
+    (the bounds and the engine's rules are checked by vramlens.serving, as for the CLI)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    model: str = Field(..., max_length=_MAX_TEXT, description="catalog name or hub id")
+    engine: Literal["vllm", "sglang", "llama.cpp", "transformers"] = "vllm"
+    gpu: str = Field(..., max_length=limits.MAX_GPU_NAME, description="GPU name or size (A100-80GB, 24GB)")
+    gpus: int | None = None
+    tp: int = 1
+    pp: int = 1
+    context: int | None = None
+    gpu_memory_utilization: float | None = None
+    max_model_len: int | None = None
+    max_num_seqs: int | None = None
+    max_num_batched_tokens: int | None = None
+    kv_cache_dtype: str | None = Field(None, max_length=64)
+    block_size: int | None = None
+    enforce_eager: bool | None = None
+    quantization: str | None = Field(None, max_length=64)
+    mem_fraction_static: float | None = None
+    chunked_prefill_size: int | None = None
+    max_running_requests: int | None = None
+    context_length: int | None = None
+    ctx_size: int | None = None
+    batch_size: int | None = None
+    ubatch_size: int | None = None
+    n_gpu_layers: int | None = None
+    cache_type_k: str | None = Field(None, max_length=64)
+    cache_type_v: str | None = Field(None, max_length=64)
+    flash_attn: bool | None = None
+    parallel: int | None = None
+    max_batch: int | None = None
+
+
+def run_capacity(pool: Pool, q: CapacityQuery) -> dict:
+    """The same call as ``vramlens capacity --json``, under the endpoints' budget."""
+    model = check_model_id(q.model)  # a catalog name or hub id: the web app reads no files (no GGUF)
+    d = q.model_dump()
+    layout = {k: d.pop(k) for k in ("gpus", "tp", "pp", "context")}
+    for k in ("model", "engine", "gpu"):
+        d.pop(k)
+    settings = {k: v for k, v in d.items() if v is not None}
+    return pool.run(capacity_job, model, q.engine, q.gpu, layout, settings)
 
 
 class FitQuery(EstimateQuery):
@@ -513,7 +560,8 @@ def _docs_page(spec: dict[str, Any]) -> str:
 
 
 #: The files under /static: a fixed list, so no request path ever reaches the file system.
-_STATIC = {"app.js": "text/javascript; charset=utf-8", "style.css": "text/css; charset=utf-8"}
+_STATIC = {"app.js": "text/javascript; charset=utf-8", "serving.js": "text/javascript; charset=utf-8",
+           "style.css": "text/css; charset=utf-8"}
 
 
 def create_app(*, budget: Budget = Budget(), host: str | None = None, allow_hosts: tuple[str, ...] = (),
@@ -666,6 +714,10 @@ def create_app(*, budget: Budget = Budget(), host: str | None = None, allow_host
     @app.post("/api/fit", summary="Plans that fit a pasted config.json")
     def post_fit(body: Annotated[FitBody, Body()]) -> Any:
         return run_fit(pool, parse_config(body.config), body)
+
+    @app.get("/api/capacity", summary="Serving capacity (same object as `vramlens capacity --json`)")
+    def get_capacity(q: Annotated[CapacityQuery, Query()]) -> dict:
+        return run_capacity(pool, q)
 
     @app.get("/api/version", summary="The vramlens version")
     def get_version() -> dict[str, str]:

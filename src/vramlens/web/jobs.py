@@ -122,3 +122,10 @@ def model_job(model: str | dict | None, top: dict[str, Any]) -> dict:
         "tied_embeddings": spec.tied_embeddings, "torch_dtype": spec.torch_dtype, "source": spec.source,
         "assumed": list(spec.assumed),
     }
+
+
+def capacity_job(model: str, engine: str, gpu: str, layout: dict[str, Any], settings: dict[str, Any]) -> dict:
+    """The same call as ``vramlens capacity --json``: ``Capacity.to_dict()``."""
+    from vramlens.serving import capacity
+
+    return capacity(model, engine, gpu=gpu, **layout, **settings).to_dict()

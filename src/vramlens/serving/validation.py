@@ -1,0 +1,94 @@
+"""``vramlens validate capacity``: each published start-up log against what vramlens predicts.
+
+A case (validation/capacity-cases.json) holds the engine's settings as the log states them, a
+verbatim quote of the logged lines, and the logged figures by key (``logged``); this module runs
+:func:`vramlens.serving.capacity` on the same settings and reports the relative error of each
+figure. Nothing here is fitted to a case: a large error is explained in the case's ``note``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from vramlens.errors import EngineRefusal, InputError
+from vramlens.serving.result import Capacity
+from vramlens.units import GiB, MiB
+
+#: logged key -> (what the figure is, how to read it from a Capacity). GiB and MiB as the logs
+#: print them (vLLM's "GB" in "Loading model weights took" is GiB: it divides by 2^30).
+FIGURES: dict[str, tuple[str, Any]] = {
+    "weights_gib": ("weights", lambda c: c.weights_bytes / GiB),
+    "non_torch_gib": ("non-torch", lambda c: c.non_torch_bytes / GiB),
+    "activation_gib": ("activation peak", lambda c: c.activation_bytes / GiB),
+    "kv_cache_gib": ("KV cache", lambda c: c.kv_cache_bytes / GiB),
+    "num_gpu_blocks": ("KV blocks", lambda c: c.figure("num_gpu_blocks")),
+    "kv_tokens": ("KV tokens", lambda c: c.kv_tokens),
+    "model_buffer_mib": ("weights (model buffer)", lambda c: c.weights_bytes / MiB),
+    "kv_buffer_mib": ("KV buffer", lambda c: c.kv_cache_bytes / MiB),
+    "compute_buffer_mib": ("compute buffer", lambda c: c.activation_bytes / MiB),
+}
+REQUIRED = ("id", "engine", "engine_version", "source", "quote", "model", "gpu", "settings", "logged")
+
+
+@dataclass(frozen=True, slots=True)
+class FigureCheck:
+    """One logged figure beside its prediction; ``error`` = predicted / logged - 1."""
+
+    case: str
+    figure: str
+    key: str
+    logged: float
+    predicted: float | None
+    error: float | None
+
+
+@dataclass(frozen=True, slots=True)
+class CaseResult:
+    """A case's checks; ``refusal`` is vramlens' refusal line where it predicts the engine stops."""
+
+    id: str
+    engine: str
+    engine_version: str
+    source: str
+    note: str
+    checks: tuple[FigureCheck, ...]
+    refusal: str | None = None
+
+
+def check_case(case: dict) -> list[str]:
+    """Every problem with one case (missing fields, unknown figure keys)."""
+    p = [f"case {case.get('id', '?')!r}: missing {k!r}" for k in REQUIRED if k not in case]
+    for key in (case.get("logged") or {}):
+        if key not in FIGURES:
+            p.append(f"case {case.get('id', '?')!r}: logged figure {key!r} is not one of {', '.join(FIGURES)}")
+    return p
+
+
+def run_case(case: dict) -> CaseResult:
+    """Predict one case and compare every logged figure."""
+    from vramlens.serving.api import capacity
+
+    cap: Capacity | None = None
+    refusal = None
+    try:
+        cap = capacity(case["model"], case["engine"], gpu=case["gpu"], gpus=case.get("gpus"), tp=case.get("tp", 1),
+                       pp=case.get("pp", 1), **case["settings"])
+    except EngineRefusal as e:
+        refusal = str(e)
+    checks = []
+    for key, logged in case["logged"].items():
+        label, read = FIGURES[key]
+        predicted = None if cap is None else read(cap)
+        error = None if predicted is None or not logged else predicted / logged - 1
+        checks.append(FigureCheck(case["id"], label, key, float(logged), predicted, error))
+    return CaseResult(case["id"], case["engine"], case["engine_version"], case["source"], case.get("note", ""),
+                      tuple(checks), refusal)
+
+
+def run_cases(cases: list[dict]) -> list[CaseResult]:
+    """All cases, after checking every one (InputError lists every problem)."""
+    problems = [p for c in cases for p in check_case(c)]
+    if problems:
+        raise InputError("; ".join(problems))
+    return [run_case(c) for c in cases]

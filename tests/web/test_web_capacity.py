@@ -1,0 +1,47 @@
+"""GET /api/capacity: the same object as `vramlens capacity --json`, errors as {"error": ...}."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from web_helpers import assert_json_error
+
+from vramlens.cli.main import main
+
+pytest.importorskip("fastapi", reason="the web app needs the [web] extra (fastapi)")
+
+
+def test_get_capacity_equals_cli_json(client, capsys):
+    params = {"model": "llama-3-8b", "engine": "vllm", "gpu": "A100-80GB", "tp": 2, "context": 4096,
+              "max_model_len": 8192, "kv_cache_dtype": "fp8", "gpu_memory_utilization": 0.85}
+    r = client.get("/api/capacity", params=params)
+    assert r.status_code == 200, r.text
+    capsys.readouterr()
+    assert main(["capacity", "llama-3-8b", "--engine", "vllm", "--gpu", "A100-80GB", "--tp", "2", "--context", "4096",
+                 "--max-model-len", "8192", "--kv-cache-dtype", "fp8", "--gpu-memory-utilization", "0.85",
+                 "--json"]) == 0
+    assert r.json() == json.loads(capsys.readouterr().out)
+    assert r.json()["figures"]["num_gpu_blocks"]["value"] > 0
+
+
+def test_each_engine_answers(client):
+    for engine, extra in (("sglang", {"mem_fraction_static": 0.85}), ("llama.cpp", {"ctx_size": 8192}),
+                          ("transformers", {})):
+        r = client.get("/api/capacity", params={"model": "llama-3-8b", "gpu": "L40S", "engine": engine, **extra})
+        assert r.status_code == 200, r.text
+        assert r.json()["engine"] == engine
+
+
+def test_engine_refusals_and_bad_settings_are_json_errors(client):
+    r = client.get("/api/capacity", params={"model": "llama-3-8b", "gpu": "A100-80GB", "tp": 3})
+    assert "Total number of attention heads (32) must be divisible by tensor parallel size (3)." in \
+        assert_json_error(r, (400, 422))
+    r = client.get("/api/capacity", params={"model": "llama-3-8b", "gpu": "A100-80GB", "ctx_size": 10})
+    assert "ctx_size is not a vllm setting" in assert_json_error(r, (400, 422))
+    r = client.get("/api/capacity", params={"model": "llama-3-8b", "gpu": "A100-80GB", "bogus": 1})
+    assert_json_error(r, (400, 422))
+    r = client.get("/api/capacity", params={"model": "llama-3-8b", "gpu": "A100-80GB", "max_model_len": 10**40})
+    assert_json_error(r, (400, 422))
+    r = client.get("/api/capacity", params={"model": "x.gguf", "gpu": "A100-80GB", "engine": "llama.cpp"})
+    assert "the web app reads no local files" in assert_json_error(r, (400, 422))
