@@ -11,6 +11,8 @@ file (``accelerate config``), ``from_pretrained(device_map=..., max_memory=...)`
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
+from typing import Any
 
 from vramlens.advise.plan import Plan
 from vramlens.errors import InputError
@@ -44,7 +46,7 @@ def _training(plan: Plan, kind: str) -> Workload:
     return w
 
 
-def _half_flags(w: Workload) -> dict:
+def _half_flags(w: Workload) -> dict[str, Any]:
     """TrainingArguments' bf16/fp16 mean autocast over fp32 weights (torch.autocast + GradScaler):
     true only for a plan with --dtype fp32 --amp X. A pure-half plan loads the model in that dtype
     (``from_pretrained(torch_dtype=...)``) and leaves both false."""
@@ -62,7 +64,7 @@ def _transformers_major() -> int | None:
         return None
 
 
-def trainer(plan: Plan, *, legacy_names: bool | None = None) -> dict:
+def trainer(plan: Plan, *, legacy_names: bool | None = None) -> dict[str, Any]:
     """``transformers.TrainingArguments`` keyword arguments (without ``output_dir``).
 
     transformers 5 names checkpointing ``activation_checkpointing`` (``gradient_checkpointing`` is a
@@ -83,7 +85,7 @@ def trainer(plan: Plan, *, legacy_names: bool | None = None) -> dict:
     if legacy_names is None:
         major = _transformers_major()
         legacy_names = major is None or major < 5
-    kw: dict = {
+    kw: dict[str, Any] = {
         "per_device_train_batch_size": w.batch,
         "gradient_accumulation_steps": w.grad_accum,
         **_half_flags(w),
@@ -105,7 +107,7 @@ def trainer(plan: Plan, *, legacy_names: bool | None = None) -> dict:
     return kw
 
 
-def peft(plan: Plan) -> dict:
+def peft(plan: Plan) -> dict[str, Any]:
     """``peft.LoraConfig`` keyword arguments. lora_alpha = 2r, a common choice (peft's default is 8)."""
     w = plan.workload
     if w.method == "full":
@@ -122,7 +124,7 @@ def peft(plan: Plan) -> dict:
     }
 
 
-def bnb(plan: Plan) -> dict:
+def bnb(plan: Plan) -> dict[str, Any]:
     """``transformers.BitsAndBytesConfig`` keyword arguments for int8 / nf4 / fp4 weights."""
     w = plan.workload
     q = w.quantized
@@ -141,7 +143,7 @@ def bnb(plan: Plan) -> dict:
                      "not from bitsandbytes: load that checkpoint instead")
 
 
-def deepspeed(plan: Plan) -> dict:
+def deepspeed(plan: Plan) -> dict[str, Any]:
     """A DeepSpeed config (the JSON ``deepspeed --deepspeed_config`` / ``TrainingArguments(deepspeed=)`` reads)."""
     w = _training(plan, "deepspeed")
     if w.dtype == "fp32" and w.amp is not None:
@@ -153,7 +155,7 @@ def deepspeed(plan: Plan) -> dict:
                          f"\"{w.dtype}\": {{\"enabled\": true}} keeps an fp32 master copy (more memory than the plan "
                          f"shows): choose a plan with --amp {w.dtype}, or --emit fsdp/trainer")
     stage = w.shard_stage
-    zero: dict = {"stage": stage, "overlap_comm": True, "contiguous_gradients": True}
+    zero: dict[str, Any] = {"stage": stage, "overlap_comm": True, "contiguous_gradients": True}
     if stage in (1, 2):
         zero.update(reduce_bucket_size=DS_BUCKET, allgather_bucket_size=DS_BUCKET, reduce_scatter=True)
     if stage == 3:
@@ -177,7 +179,7 @@ def deepspeed(plan: Plan) -> dict:
     }
 
 
-def fsdp(plan: Plan) -> dict:
+def fsdp(plan: Plan) -> dict[str, Any]:
     """FSDP settings as TrainingArguments takes them (``fsdp`` string and ``fsdp_config``)."""
     w = _training(plan, "fsdp")
     if w.offload == "optimizer":
@@ -202,7 +204,7 @@ def fsdp(plan: Plan) -> dict:
     }
 
 
-def accelerate(plan: Plan, *, nodes: int = 1) -> dict:
+def accelerate(plan: Plan, *, nodes: int = 1) -> dict[str, Any]:
     """An Accelerate config (what ``accelerate config`` writes to default_config.yaml)."""
     w = plan.workload
     c = w.compute_dtype
@@ -215,7 +217,7 @@ def accelerate(plan: Plan, *, nodes: int = 1) -> dict:
         dist = "MULTI_GPU"
     else:
         dist = "NO"
-    cfg: dict = {
+    cfg: dict[str, Any] = {
         "compute_environment": "LOCAL_MACHINE",
         "distributed_type": dist,
         "mixed_precision": mp,
@@ -256,7 +258,7 @@ def accelerate(plan: Plan, *, nodes: int = 1) -> dict:
     return cfg
 
 
-def device_map(plan: Plan, *, cpu_ram: int | None = None) -> dict:
+def device_map(plan: Plan, *, cpu_ram: int | None = None) -> dict[str, Any]:
     """``from_pretrained`` keyword arguments: device_map, max_memory per GPU and torch_dtype.
 
     max_memory leaves room for the plan's KV cache, activations and runtime on each GPU, which
@@ -270,10 +272,10 @@ def device_map(plan: Plan, *, cpu_ram: int | None = None) -> dict:
     cap = plan.estimate.gpu.capacity_bytes if plan.estimate.gpu else b.device_total
     other = b.device_total - b["weights"]
     per_gpu = max(0, int(cap * 0.9) - other)  # 10% headroom kept, as the plan
-    max_memory: dict = {str(i): f"{per_gpu // 2**20}MiB" for i in range(max(1, w.gpus // max(1, w.tp)))}
+    max_memory: dict[str, Any] = {str(i): f"{per_gpu // 2**20}MiB" for i in range(max(1, w.gpus // max(1, w.tp)))}
     if cpu_ram:
         max_memory["cpu"] = f"{cpu_ram // 2**20}MiB"
-    out: dict = {"device_map": "auto", "max_memory": max_memory, "torch_dtype": TORCH_DTYPE[w.dtype]}
+    out: dict[str, Any] = {"device_map": "auto", "max_memory": max_memory, "torch_dtype": TORCH_DTYPE[w.dtype]}
     if w.quantized in ("int8", "nf4", "nf4-dq", "fp4"):
         out["quantization_config"] = {"BitsAndBytesConfig": bnb(plan)}
     return out
@@ -293,20 +295,21 @@ def alloc_conf(plan: Plan) -> str:
     return "PYTORCH_CUDA_ALLOC_CONF=" + ",".join(opts)
 
 
-def emit(plan: Plan, kind: str, **kw):
+def emit(plan: Plan, kind: str, **kw: Any) -> dict[str, Any] | str:
     """The config of ``plan`` for ``kind`` (one of KINDS), as data.
 
     Raises:
         InputError: an unknown kind, or a kind that does not apply to the plan (e.g. peft for full fine-tuning).
     """
-    writers = {"trainer": trainer, "peft": peft, "bnb": bnb, "deepspeed": deepspeed, "accelerate": accelerate,
-               "fsdp": fsdp, "device-map": device_map, "alloc-conf": alloc_conf}
+    writers: dict[str, Callable[..., dict[str, Any] | str]] = {
+        "trainer": trainer, "peft": peft, "bnb": bnb, "deepspeed": deepspeed, "accelerate": accelerate,
+        "fsdp": fsdp, "device-map": device_map, "alloc-conf": alloc_conf}
     if kind not in writers:
         raise InputError(f"--emit {kind!r} is not one of: {', '.join(KINDS)}")
     return writers[kind](plan, **kw)
 
 
-def render(cfg, kind: str) -> str:
+def render(cfg: dict[str, Any] | str, kind: str) -> str:
     """Text to paste: YAML for accelerate, an environment line for alloc-conf, JSON otherwise."""
     if isinstance(cfg, str):
         return cfg
@@ -315,9 +318,9 @@ def render(cfg, kind: str) -> str:
     return json.dumps(cfg, indent=2)
 
 
-def _yaml(d: dict, indent: int = 0) -> str:
+def _yaml(d: dict[str, Any], indent: int = 0) -> str:
     """Minimal YAML for a flat-or-nested dict of scalars (no dependency)."""
-    lines = []
+    lines: list[str] = []
     pad = "  " * indent
     for k, v in d.items():
         if isinstance(v, dict):
