@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from vramlens.advise.budget import Budget
@@ -17,7 +17,7 @@ from vramlens.workload import Workload, make_workload
 
 
 def fit(
-    model: str | dict | ModelSpec | None = None,
+    model: str | dict[str, Any] | ModelSpec | None = None,
     workload: Workload | None = None,
     gpu: str | GPU | None = None,
     *,
@@ -26,14 +26,14 @@ def fit(
     nodes: int = 1,
     host_ram: int | str | None = None,
     headroom: float = 0.10,
-    keep=(),
-    forbid=(),
+    keep: str | Iterable[str] = (),
+    forbid: str | Iterable[str] = (),
     effective_batch: int | None = None,
     method_locked: bool | None = None,
     max_plans: int | None = None,
     top: int | None = None,
     links: Links = Links(),
-    ask=(),
+    ask: Iterable[str] = (),
     progress: Callable[[int, int], None] | None = None,
     budget_s: float = SEARCH_BUDGET_S,
     optimize: str | None = None,

@@ -18,7 +18,9 @@ Parts and the workload fields they read:
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, replace
+from typing import Any
 
 from vramlens.errors import VramlensError
 from vramlens.estimator import check_workload, estimate_spec
@@ -28,7 +30,7 @@ from vramlens.estimator.parallel import Split
 from vramlens.estimator.state import TrainState, reserved_total, train_phases, train_state
 from vramlens.hardware.gpu import GPU
 from vramlens.models.spec import ModelSpec
-from vramlens.workload import Workload
+from vramlens.workload import Attention, Checkpointing, Workload
 
 #: The fields of a training Workload that the state part reads (grad_accum enters through the split).
 STATE_FIELDS = ("mode", "method", "dtype", "amp", "quant", "optimizer", "optimizer_impl", "keep_grads", "lora_rank",
@@ -55,8 +57,15 @@ class State:
     ts: TrainState | None = None
 
     @property
-    def sp(self) -> Split | None:
-        return self.ts.sp if self.ts else None
+    def valid(self) -> TrainState:
+        """The TrainState of a valid workload (callers check ``problems`` first)."""
+        if self.ts is None:
+            raise ValueError(f"the workload is not valid: {'; '.join(self.problems)}")
+        return self.ts
+
+    @property
+    def sp(self) -> Split:
+        return self.valid.sp
 
     @property
     def host(self) -> int:
@@ -73,14 +82,14 @@ class FastMemory:
     def __init__(self, spec: ModelSpec, gpu: GPU | None):
         self.spec = spec
         self.gpu = gpu
-        self._states: dict[tuple, State] = {}
-        self._acts: dict[tuple, Activations] = {}
-        self._parts: dict[tuple, object] = {}
+        self._states: dict[tuple[object, ...], State] = {}
+        self._acts: dict[tuple[object, ...], Activations] = {}
+        self._parts: dict[tuple[object, ...], tuple[str, ...]] = {}
         self._infer: dict[Workload, tuple[int, int]] = {}
         self.evaluations = 0
 
     # ---- the parts ------------------------------------------------------------------------
-    def state_key(self, w: Workload) -> tuple:
+    def state_key(self, w: Workload) -> tuple[object, ...]:
         return (*(getattr(w, f) for f in STATE_FIELDS), min(w.pp, w.grad_accum) if w.pp > 1 else 1)
 
     def state(self, w: Workload) -> State:
@@ -90,7 +99,7 @@ class FastMemory:
             st = self._states[key] = self._make_state(w)
         return st
 
-    def _memo(self, key: tuple, make):
+    def _memo(self, key: tuple[object, ...], make: Callable[[], tuple[str, ...]]) -> tuple[str, ...]:
         hit = self._parts.get(key)
         if hit is None:
             hit = self._parts[key] = make()
@@ -114,7 +123,7 @@ class FastMemory:
             return State(problems=tuple(probs))
         return State(problems=(), ts=train_state(spec, w, self.gpu))
 
-    def state_for(self, skey: tuple, struct: Workload, grad_accum: int) -> State:
+    def state_for(self, skey: tuple[object, ...], struct: Workload, grad_accum: int) -> State:
         """The State of ``struct`` with ``grad_accum``, given ``skey`` (its STATE_FIELDS values)."""
         key = (*skey, min(struct.pp, grad_accum) if struct.pp > 1 else 1)
         st = self._states.get(key)
@@ -123,8 +132,8 @@ class FastMemory:
         return st
 
     @staticmethod
-    def activation_key(w: Workload, sp: Split, *, batch: int | None = None, checkpointing: str | None = None,
-                       attention: str | None = None) -> tuple:
+    def activation_key(w: Workload, sp: Split, *, batch: int | None = None, checkpointing: Checkpointing | None = None,
+                       attention: Attention | None = None) -> tuple[object, ...]:
         """The workload fields the activations read (the search passes its loop's batch, checkpointing, attention)."""
         # activations read the method through the compute dtype and, under LoRA, which linears
         # keep their inputs (the targets), the adapters' rank and dropout
@@ -139,8 +148,8 @@ class FastMemory:
         return self.activations_for(w, sp, batch=w.batch, grad_accum=w.grad_accum, checkpointing=w.checkpointing,
                                     attention=w.attention)
 
-    def activations_for(self, struct: Workload, sp: Split, *, batch: int, grad_accum: int, checkpointing: str,
-                        attention: str) -> Activations:
+    def activations_for(self, struct: Workload, sp: Split, *, batch: int, grad_accum: int,
+                        checkpointing: Checkpointing, attention: Attention) -> Activations:
         """The activations of ``struct`` with these loop values; the workload is built only on a cache miss."""
         key = self.activation_key(struct, sp, batch=batch, checkpointing=checkpointing, attention=attention)
         a = self._acts.get(key)
@@ -167,12 +176,13 @@ class FastMemory:
         return self.device_total(st, a, w.grad_accum, w.checkpointing), st.host
 
     @staticmethod
-    def device_total(st: State, a: Activations, grad_accum: int, checkpointing: str) -> int:
+    def device_total(st: State, a: Activations, grad_accum: int, checkpointing: Checkpointing) -> int:
         """device_total from the estimator's own phase and reserve arithmetic (vramlens.estimator.state)."""
-        phases = train_phases(st.ts, a.saved, a.one_layer, a.loss_transient, a.head_saved, grad_accum, checkpointing,
+        ts = st.valid
+        phases = train_phases(ts, a.saved, a.one_layer, a.loss_transient, a.head_saved, grad_accum, checkpointing,
                               a.logits)
         peak = max(v for _, v in phases)
-        return reserved_total(st.ts, peak)[1]
+        return reserved_total(ts, peak)[1]
 
     def _inference(self, w: Workload) -> tuple[int, int] | None:
         hit = self._infer.get(w)
@@ -203,7 +213,7 @@ class FastMemory:
         return tuple(w.problems()) or self.state(w).problems
 
 
-def with_(w: Workload, **changes) -> Workload:
+def with_(w: Workload, **changes: Any) -> Workload:
     """``dataclasses.replace`` without validation (the search validates per memoized part)."""
     return replace(w, **changes)
 

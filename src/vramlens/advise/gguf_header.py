@@ -17,7 +17,7 @@ from __future__ import annotations
 import struct
 from collections import Counter
 from dataclasses import dataclass
-from typing import Any, BinaryIO
+from typing import Any, BinaryIO, overload
 
 from vramlens.advise.gguf_split import GGUFInfo
 from vramlens.errors import InputError, ModelSourceError
@@ -109,7 +109,7 @@ class _Reader:
 
     def count(self, what: str, limit: int, unit: int, fix: str = _FIX) -> int:
         """A u64 count of items of at least ``unit`` bytes each: within ``limit`` and the bytes left."""
-        n = self.scalar("Q", what)
+        n: int = self.scalar("Q", what)
         self.check(what, n, limit, minimum=0, fix=fix)
         self.room(n * unit, f"{what}={n:,}")
         return n
@@ -119,6 +119,12 @@ class _Reader:
             return check_int(what, value, limit, minimum=minimum, fix=fix)
         except InputError as e:
             raise self.error(str(e)) from None
+
+    @overload
+    def string(self, what: str, limit: int = MAX_GGUF_STRING, keep: None = None) -> str: ...
+
+    @overload
+    def string(self, what: str, limit: int = MAX_GGUF_STRING, *, keep: int) -> str | None: ...
 
     def string(self, what: str, limit: int = MAX_GGUF_STRING, keep: int | None = None) -> str | None:
         """A GGUF string; None (skipped unread) when longer than ``keep``."""
@@ -246,7 +252,7 @@ def _head_count(r: _Reader, key: str, value: Any) -> int:
     return r.check(key, value, MAX_HEADS, minimum=1)
 
 
-def _info(r: _Reader, kv: dict, tensors: list[_Tensor]) -> GGUFInfo:
+def _info(r: _Reader, kv: dict[str, Any], tensors: list[_Tensor]) -> GGUFInfo:
     arch = kv.get("general.architecture", "llama")
     if not isinstance(arch, str) or not arch or len(arch) > 64:
         raise r.error(f"general.architecture={show(arch)} is not an architecture name: {_FIX}")
@@ -262,7 +268,7 @@ def _info(r: _Reader, kv: dict, tensors: list[_Tensor]) -> GGUFInfo:
     n_ctx = r.check(f"{arch}.context_length", kv.get(f"{arch}.context_length", 2048), MAX_POSITIONS, minimum=1)
     layer = [0] * n_layers
     input_b = output_b = vocab = 0
-    types: Counter = Counter()
+    types: Counter[str] = Counter()
     for t in tensors:
         types[t.ggml_type.name] += 1
         if t.name.startswith("blk."):

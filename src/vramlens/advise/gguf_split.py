@@ -16,6 +16,7 @@ blocks at CPU_BYTES_S (llama.cpp computes them on the CPU; nothing crosses PCIe 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 from vramlens.advise.cost import BANDWIDTH_EFFICIENCY
 from vramlens.advise.place import CPU_BYTES_S
@@ -56,7 +57,7 @@ class GGUFInfo:
     layer_bytes: tuple[int, ...]
     input_bytes: int
     output_bytes: int
-    quant_types: dict = field(default_factory=dict)
+    quant_types: dict[str, int] = field(default_factory=dict)
     vocab: int = 0
 
     @property
@@ -77,10 +78,10 @@ class LayerSplit:
     host_bytes: int
     budget_bytes: int
     tokens_per_s: float
-    quant_types: dict
+    quant_types: dict[str, int]
     n_ctx: int
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return {"n_gpu_layers": self.n_gpu_layers, "n_layers": self.n_layers, "gpu_bytes": self.gpu_bytes,
                 "host_bytes": self.host_bytes, "budget_bytes": self.budget_bytes, "tokens_per_s": self.tokens_per_s,
                 "quant_types": dict(self.quant_types), "n_ctx": self.n_ctx,

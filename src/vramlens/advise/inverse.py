@@ -9,6 +9,7 @@ evaluations, each exact (:class:`vramlens.advise.fastmem.FastMemory`).
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from typing import Any, Literal
 
 from vramlens.advise.budget import Budget
 from vramlens.advise.fastmem import FastMemory
@@ -21,6 +22,17 @@ from vramlens.workload import Workload
 
 #: Largest value tried for a batch or a token count (beyond it, the answer is "at least").
 SEARCH_CAP = 1 << 24
+#: The Workload fields whose largest fitting value :func:`largest` finds.
+SizeField = Literal["batch", "seq", "new_tokens"]
+
+
+def _with_size(w: Workload, field: SizeField, value: int) -> Workload:
+    """``w`` with ``field`` set to ``value`` (each field spelled out, so each is type-checked)."""
+    if field == "batch":
+        return replace(w, batch=value)
+    if field == "seq":
+        return replace(w, seq=value)
+    return replace(w, new_tokens=value)
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,7 +56,7 @@ class Largest:
     device_total: int | None = None
     partial: bool = False
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return {"value": self.value, "limited_by": self.limited_by, "device_total_bytes": self.device_total,
                 "partial": self.partial, "settings": settings_of(self.workload)}
 
@@ -59,7 +71,7 @@ def _fits(fm: FastMemory, w: Workload, limit: float, host_limit: int | None) -> 
     return dev <= limit and (host_limit is None or host <= host_limit), dev
 
 
-def largest(spec: ModelSpec, w: Workload, gpu: GPU, field: str, *, headroom: float = 0.10,
+def largest(spec: ModelSpec, w: Workload, gpu: GPU, field: SizeField, *, headroom: float = 0.10,
             host_ram: int | None = None, cap: int = SEARCH_CAP, fm: FastMemory | None = None,
             budget_s: float = SEARCH_BUDGET_S) -> Largest:
     """The largest value of ``field`` (batch, seq or new_tokens) with which ``w`` fits ``gpu``.
@@ -76,15 +88,15 @@ def largest(spec: ModelSpec, w: Workload, gpu: GPU, field: str, *, headroom: flo
     low_value = 0 if field == "new_tokens" else 1
 
     def at(v: int) -> tuple[bool, int | None]:
-        return _fits(fm, replace(w, **{field: v}), limit, host_ram)
+        return _fits(fm, _with_size(w, field, v), limit, host_ram)
 
     ok, dev = at(low_value)
     if not ok:
-        return Largest(field, None, "memory", replace(w, **{field: low_value}), dev)
+        return Largest(field, None, "memory", _with_size(w, field, low_value), dev)
     lo, hi = low_value, max(low_value + 1, 1)
     while hi <= cap:
         if budget.spent():
-            return Largest(field, lo, "budget", replace(w, **{field: lo}), at(lo)[1], partial=True)
+            return Largest(field, lo, "budget", _with_size(w, field, lo), at(lo)[1], partial=True)
         ok, _ = at(hi)
         if not ok:
             break
@@ -94,17 +106,17 @@ def largest(spec: ModelSpec, w: Workload, gpu: GPU, field: str, *, headroom: flo
     # invariant: lo fits, hi does not (or is past the cap)
     while hi - lo > 1:
         if budget.spent():
-            return Largest(field, lo, "budget", replace(w, **{field: lo}), at(lo)[1], partial=True)
+            return Largest(field, lo, "budget", _with_size(w, field, lo), at(lo)[1], partial=True)
         mid = (lo + hi) // 2
         if at(mid)[0]:
             lo = mid
         else:
             hi = mid
     limited = "memory" if hi <= cap else ("max_position" if cap == _position_cap(spec, w, field) else "cap")
-    return Largest(field, lo, limited, replace(w, **{field: lo}), at(lo)[1])
+    return Largest(field, lo, limited, _with_size(w, field, lo), at(lo)[1])
 
 
-def _position_cap(spec: ModelSpec, w: Workload, field: str) -> int:
+def _position_cap(spec: ModelSpec, w: Workload, field: SizeField) -> int:
     if field == "seq":
         return spec.max_position
     if field == "new_tokens":
@@ -112,14 +124,17 @@ def _position_cap(spec: ModelSpec, w: Workload, field: str) -> int:
     return SEARCH_CAP
 
 
-def max_batch(spec: ModelSpec, w: Workload, gpu: GPU, **kw) -> Largest:
+def max_batch(spec: ModelSpec, w: Workload, gpu: GPU, *, headroom: float = 0.10, host_ram: int | None = None,
+              cap: int = SEARCH_CAP, fm: FastMemory | None = None, budget_s: float = SEARCH_BUDGET_S) -> Largest:
     """Largest micro-batch per GPU (grad_accum unchanged)."""
-    return largest(spec, w, gpu, "batch", **kw)
+    return largest(spec, w, gpu, "batch", headroom=headroom, host_ram=host_ram, cap=cap, fm=fm, budget_s=budget_s)
 
 
-def max_seq(spec: ModelSpec, w: Workload, gpu: GPU, **kw) -> Largest:
+def max_seq(spec: ModelSpec, w: Workload, gpu: GPU, *, headroom: float = 0.10, host_ram: int | None = None,
+            fm: FastMemory | None = None, budget_s: float = SEARCH_BUDGET_S) -> Largest:
     """Longest sequence (prompt for inference), at most the model's max_position_embeddings."""
-    return largest(spec, w, gpu, "seq", cap=spec.max_position, **kw)
+    return largest(spec, w, gpu, "seq", cap=spec.max_position, headroom=headroom, host_ram=host_ram, fm=fm,
+                   budget_s=budget_s)
 
 
 def inference_of(w: Workload) -> Workload:
@@ -131,13 +146,15 @@ def inference_of(w: Workload) -> Workload:
                    offload="none", checkpointing="none", dtype=w.compute_dtype)
 
 
-def max_context(spec: ModelSpec, w: Workload, gpu: GPU, **kw) -> Largest:
+def max_context(spec: ModelSpec, w: Workload, gpu: GPU, *, headroom: float = 0.10, host_ram: int | None = None,
+                fm: FastMemory | None = None, budget_s: float = SEARCH_BUDGET_S) -> Largest:
     """Longest context (prompt plus generated tokens) whose KV cache fits, at the workload's batch.
 
     For a training workload, asked of its inference counterpart. ``value`` is seq + new_tokens.
     """
     wi = inference_of(w)
-    r = largest(spec, wi, gpu, "new_tokens", cap=max(0, spec.max_position - wi.seq), **kw)
+    r = largest(spec, wi, gpu, "new_tokens", cap=max(0, spec.max_position - wi.seq), headroom=headroom,
+                host_ram=host_ram, fm=fm, budget_s=budget_s)
     value = None if r.value is None else wi.seq + r.value
     limited = "max_position" if r.limited_by == "max_position" else r.limited_by
     return Largest("context", value, limited, r.workload, r.device_total)

@@ -21,6 +21,7 @@ parallelism), so the times add. CPU-only decode reads everything at CPU_BYTES_S.
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 from vramlens.advise.budget import Budget, stopped_line
 from vramlens.advise.cost import BANDWIDTH_EFFICIENCY, LINK_EFFICIENCY
@@ -32,7 +33,7 @@ from vramlens.estimator.runtime import runtime
 from vramlens.estimator.weights import GROUP_SIZE, quantized_linear_bytes  # noqa: F401  (GROUP_SIZE: doc link)
 from vramlens.hardware.gpu import GPU
 from vramlens.limits import SEARCH_BUDGET_S
-from vramlens.models.spec import ModelSpec
+from vramlens.models.spec import ModelSpec, TensorInfo
 from vramlens.units import DTYPE_BYTES, dtype_bytes, human_bytes
 from vramlens.workload import Workload
 
@@ -42,6 +43,8 @@ DISK_BYTES_S = 2.0e9
 #: CPU memory bandwidth a decode loop reaches, bytes/s: two-channel DDR5-5600 is 89.6 GB/s peak;
 #: llama.cpp-style CPU decode reaches roughly half. An assumption, settable.
 CPU_BYTES_S = 45e9
+#: Where a block goes, as device_map names it: a GPU index, "cpu" or "disk".
+Device = int | str
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,12 +72,12 @@ class Option:
 
     kind: str
     fits: bool
-    device_map: dict
-    device_bytes: dict
+    device_map: dict[str, Device]
+    device_bytes: dict[Device, int]
     tokens_per_s: float
     reason: str = ""
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return {"kind": self.kind, "fits": self.fits, "tokens_per_s": self.tokens_per_s,
                 "device_bytes": {str(k): v for k, v in self.device_bytes.items()},
                 "device_map": self.device_map, "reason": self.reason}
@@ -88,8 +91,8 @@ class Placement:
     gpu: str
     gpus: int
     workload: Workload
-    budgets: dict
-    reserved: dict
+    budgets: dict[int, int]
+    reserved: dict[int, int]
     options: tuple[Option, ...] = field(default_factory=tuple)
     #: rounds of placement run and the most the options could need; partial: the time budget ran
     #: out before a placement settled (the options shown are the last placements made)
@@ -106,14 +109,14 @@ class Placement:
         """The line a partial answer shows ("" when every placement settled)."""
         return stopped_line(self.budget_s, self.rounds, self.max_rounds, "placement rounds") if self.partial else ""
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return {"model": self.model, "gpu": self.gpu, "gpus": self.gpus,
                 "budgets": {str(k): v for k, v in self.budgets.items()},
                 "reserved": {str(k): v for k, v in self.reserved.items()},
                 "options": [o.to_dict() for o in self.options], "partial": self.partial}
 
 
-def _tensor_bytes(t, w: Workload) -> int:
+def _tensor_bytes(t: TensorInfo, w: Workload) -> int:
     if t.dtype is not None and t.dtype not in ("fp32", "fp16", "bf16"):
         return t.numel * dtype_bytes(t.dtype)
     q = w.quantized
@@ -144,7 +147,7 @@ def blocks(spec: ModelSpec, w: Workload) -> list[Block]:
     total_tokens = w.seq + w.new_tokens
     kv_all = K.kv_cache_bytes(spec, w, total_tokens, w.batch) if spec.kind != "encoder" else 0
     n_dec = max(1, spec.n_decoder_layers)
-    out = []
+    out: list[Block] = []
     for name in order:
         layer = layer_of[name]
         # decoder blocks share the cache evenly (sliding-window layers make this approximate)
@@ -155,7 +158,7 @@ def blocks(spec: ModelSpec, w: Workload) -> list[Block]:
     return [b for b in out if b not in head] + head
 
 
-def _decode_seconds(device_bytes_read: dict, gpu: GPU, pcie_bytes_s: float, disk_bytes_s: float) -> float:
+def _decode_seconds(device_bytes_read: dict[Device, int], gpu: GPU, pcie_bytes_s: float, disk_bytes_s: float) -> float:
     t = 0.0
     bw = gpu.bandwidth_bytes_s * BANDWIDTH_EFFICIENCY
     for dev, n in device_bytes_read.items():
@@ -236,12 +239,12 @@ class _Placed:
     partial: bool = False
 
 
-def _greedy(bl: list[Block], budgets: dict, gpus: int, host_ram: int | None, disk: bool, gpu: GPU, pcie: float,
+def _greedy(bl: list[Block], budgets: dict[int, int], gpus: int, host_ram: int | None, disk: bool, gpu: GPU, pcie: float,
             disk_bytes_s: float, kind: str, w: Workload, budget: Budget) -> _Placed:
     """Sequential placement; when blocks are offloaded, GPU 0 keeps room for the largest block and
     for the offloaded blocks' KV cache, re-placing until the offloaded set stops growing."""
     reserve = 0
-    offloaded_before: set = set()
+    offloaded_before: set[str] = set()
     for rounds in range(1, len(bl) + 2):
         opt, offloaded = _sequential(bl, budgets, gpus, host_ram, disk, gpu, pcie, disk_bytes_s, kind, w, reserve)
         if not offloaded or offloaded == offloaded_before or not opt.fits:
@@ -253,18 +256,20 @@ def _greedy(bl: list[Block], budgets: dict, gpus: int, host_ram: int | None, dis
     return _Placed(opt, len(bl) + 1)
 
 
-def _sequential(bl, budgets, gpus, host_ram, disk, gpu, pcie, disk_bytes_s, kind, w, reserve_gpu0):
-    devices: list = list(range(gpus)) + ([] if kind == "gpu" else ["cpu"] + (["disk"] if disk else []))
-    left: dict = dict(budgets)
+def _sequential(bl: list[Block], budgets: dict[int, int], gpus: int, host_ram: int | None, disk: bool, gpu: GPU,
+                pcie: float, disk_bytes_s: float, kind: str, w: Workload, reserve_gpu0: int
+                ) -> tuple[Option, set[str]]:
+    devices: list[Device] = [*range(gpus), *([] if kind == "gpu" else ["cpu"] + (["disk"] if disk else []))]
+    left: dict[Device, float] = {d: b for d, b in budgets.items()}
     left[0] -= reserve_gpu0
     left["cpu"] = host_ram if host_ram is not None else float("inf")
     left["disk"] = float("inf")
-    placed: dict = {}
-    used: dict = {d: 0 for d in devices}
-    read: dict = {d: 0 for d in devices}
+    placed: dict[str, Device] = {}
+    used: dict[Device, int] = {d: 0 for d in devices}
+    read: dict[Device, int] = {d: 0 for d in devices}
     if reserve_gpu0:
         used[0] += reserve_gpu0
-    offloaded: set = set()
+    offloaded: set[str] = set()
     d_i = 0
     for x in bl:
         while d_i < len(devices):
@@ -294,7 +299,7 @@ def _sequential(bl, budgets, gpus, host_ram, disk, gpu, pcie, disk_bytes_s, kind
 
 def _cpu_only(bl: list[Block], host_ram: int | None, cpu_bytes_s: float, w: Workload, work: int) -> Option:
     total = sum(x.weight_bytes + x.kv_bytes for x in bl) + work
-    placed = {x.name: "cpu" for x in bl}
+    placed: dict[str, Device] = {x.name: "cpu" for x in bl}
     if host_ram is not None and total > host_ram:
         return Option("cpu", False, placed, {"cpu": total}, 0.0,
                       f"needs {human_bytes(total)} of RAM, {human_bytes(host_ram)} given")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field, fields
+from typing import Any
 
 from vramlens.advise.budget import stopped_line
 from vramlens.advise.cost import StepCost
@@ -18,14 +19,14 @@ CLI_FIELDS = (
 )
 
 
-def settings_of(w: Workload) -> dict:
+def settings_of(w: Workload) -> dict[str, Any]:
     """The `vramlens estimate` settings of ``w``, by flag name (dashes as underscores).
 
     ``estimate(model, **settings)`` and ``vramlens estimate MODEL --flag value ...`` rebuild ``w``.
     Settings that are None (no --amp, no --quant) are left out; non-flag fields appear only when
     they differ from their defaults.
     """
-    out: dict = {}
+    out: dict[str, Any] = {}
     defaults = Workload()
     for f in fields(Workload):
         v = getattr(w, f.name)
@@ -37,7 +38,7 @@ def settings_of(w: Workload) -> dict:
     return out
 
 
-def settings_argv(settings: dict) -> list[str]:
+def settings_argv(settings: dict[str, Any]) -> list[str]:
     """Command-line flags for ``settings`` (``--fsdp`` for True, nothing for False)."""
     argv: list[str] = []
     for k, v in settings.items():
@@ -75,12 +76,12 @@ class Plan:
         return self.estimate.breakdown.device_total
 
     @property
-    def settings(self) -> dict:
+    def settings(self) -> dict[str, Any]:
         return settings_of(self.workload)
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         b = self.estimate.breakdown
-        d = {
+        d: dict[str, Any] = {
             "settings": self.settings,
             "fits": self.fits,
             "device_total_bytes": b.device_total,
@@ -129,7 +130,7 @@ class FitResult:
     gpus: int
     nodes: int
     headroom: float
-    inverse: dict = field(default_factory=dict)
+    inverse: dict[str, Any] = field(default_factory=dict)
     candidates: int = 0
     partial: bool = False
     budget_s: float = SEARCH_BUDGET_S
@@ -140,8 +141,8 @@ class FitResult:
         """The line a partial answer shows ("" when the search examined every candidate)."""
         return stopped_line(self.budget_s, self.evaluated, self.candidates) if self.partial else ""
 
-    def to_dict(self) -> dict:
-        d = {
+    def to_dict(self) -> dict[str, Any]:
+        d: dict[str, Any] = {
             "gpu": self.gpu_name,
             "gpus_per_node": self.gpus,
             "nodes": self.nodes,

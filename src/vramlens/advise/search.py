@@ -25,11 +25,12 @@ with :func:`vramlens.estimator.estimate_spec`, so their figures are exactly what
 from __future__ import annotations
 
 import heapq
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field, replace
+from typing import Any, TypeVar
 
 from vramlens.advise.budget import Budget
-from vramlens.advise.cost import Links, TrainingCost, inference_request, tradeoffs, training_step
+from vramlens.advise.cost import Links, StepCost, TrainingCost, inference_request, tradeoffs, training_step
 from vramlens.advise.fastmem import STATE_FIELDS, FastMemory
 from vramlens.advise.plan import FitResult, Plan, settings_of
 from vramlens.errors import ConfigError, InputError
@@ -40,7 +41,18 @@ from vramlens.hardware.gpu import GPU
 from vramlens.limits import MAX_BATCH, MAX_EFFECTIVE_BATCH, MAX_GRAD_ACCUM, SEARCH_BUDGET_S
 from vramlens.models.spec import ModelSpec
 from vramlens.units import ceil_div, human_bytes
-from vramlens.workload import Workload
+from vramlens.workload import (
+    Amp,
+    Attention,
+    Checkpointing,
+    DType,
+    KVDType,
+    Method,
+    Offload,
+    Optimizer,
+    Quant,
+    Workload,
+)
 
 REMEDIES = ("amp", "checkpointing", "attention", "lora", "qlora", "8bit", "grad-accum", "zero", "fsdp",
             "tp", "pp", "offload", "quant", "kv-quant")
@@ -51,6 +63,10 @@ DEFAULT_MAX_PLANS = 10
 OBJECTIVES = ("speed", "memory", "cost")
 #: Largest tensor-parallel degree tried: TP stays inside one NVLink domain (8 GPUs per node).
 MAX_TP = 8
+#: The parameter-efficient methods, each a remedy of its own name.
+_PEFT_METHODS: tuple[Method, ...] = ("lora", "qlora")
+
+_T = TypeVar("_T")
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,13 +76,14 @@ class Constraints:
     method_locked: bool
 
 
-def _names(items) -> frozenset[str]:
+def _names(items: str | Iterable[str]) -> frozenset[str]:
     if isinstance(items, str):
         items = items.split(",")
     return frozenset(i.strip().lower().replace("_", "-") for i in items if i and i.strip())
 
 
-def check_constraints(base: Workload, keep, forbid, *, method_locked: bool, total_gpus: int) -> Constraints:
+def check_constraints(base: Workload, keep: str | Iterable[str], forbid: str | Iterable[str], *, method_locked: bool,
+                      total_gpus: int) -> Constraints:
     """Name every contradiction among the constraints before searching.
 
     Raises:
@@ -79,7 +96,7 @@ def check_constraints(base: Workload, keep, forbid, *, method_locked: bool, tota
             problems.append(f"{flag} {name!r} is not a remedy: choose from {', '.join(REMEDIES)}")
     for name in sorted(k & f):
         problems.append(f"--keep {name} and --forbid {name} contradict each other: drop one")
-    for name in ("lora", "qlora"):
+    for name in _PEFT_METHODS:
         if name in k and method_locked and base.method != name:
             problems.append(f"--keep {name} contradicts --method {base.method}: drop one")
     if {"lora", "qlora"} <= k:
@@ -115,34 +132,34 @@ def divisors(n: int) -> list[int]:
     return small + large[::-1]
 
 
-def _half(gpu: GPU) -> str:
+def _half(gpu: GPU) -> Amp:
     """bf16 where the GPU computes it natively (Ampere and later, CDNA2+, Apple), else fp16."""
     return "fp16" if gpu.arch in ("volta", "turing") or not gpu.bf16_flops else "bf16"
 
 
-def _uniq(xs):
-    out = []
+def _uniq(xs: Iterable[_T]) -> list[_T]:
+    out: list[_T] = []
     for x in xs:
         if x not in out:
             out.append(x)
     return out
 
 
-def _precisions(base: Workload, gpu: GPU, c: Constraints) -> list[tuple[str, str | None]]:
+def _precisions(base: Workload, gpu: GPU, c: Constraints) -> list[tuple[DType, Amp | None]]:
     if "amp" in c.forbid:
         return [(base.dtype, base.amp)]
     h = _half(gpu)
-    opts = [(base.dtype, base.amp), (h, None), (h, h), ("fp32", h)]
+    opts: list[tuple[DType, Amp | None]] = [(base.dtype, base.amp), (h, None), (h, h), ("fp32", h)]
     if "amp" in c.keep:
         opts = [o for o in opts if o[0] != "fp32" or o[1] is not None]
     return _uniq(opts)
 
 
-def _methods(base: Workload, c: Constraints) -> list[str]:
+def _methods(base: Workload, c: Constraints) -> list[Method]:
     if c.method_locked:
         return [base.method]
-    ms = _uniq([base.method, "full", "lora", "qlora"])
-    for name in ("lora", "qlora"):
+    ms = _uniq([base.method, "full", *_PEFT_METHODS])
+    for name in _PEFT_METHODS:
         if name in c.forbid:
             ms = [m for m in ms if m != name]
         if name in c.keep:
@@ -150,10 +167,10 @@ def _methods(base: Workload, c: Constraints) -> list[str]:
     return ms
 
 
-def _optimizers(base: Workload, c: Constraints) -> list[str]:
+def _optimizers(base: Workload, c: Constraints) -> list[Optimizer]:
     if base.optimizer == "none":
         return ["none"]
-    opts = _uniq([base.optimizer, "adamw-8bit"])
+    opts: list[Optimizer] = _uniq([base.optimizer, "adamw-8bit"])
     if "8bit" in c.forbid:
         opts = [o for o in opts if "8bit" not in o] or [base.optimizer]
     if "8bit" in c.keep:
@@ -161,19 +178,19 @@ def _optimizers(base: Workload, c: Constraints) -> list[str]:
     return opts
 
 
-def _checkpointing(base: Workload, c: Constraints) -> list[str]:
+def _checkpointing(base: Workload, c: Constraints) -> list[Checkpointing]:
     if "checkpointing" in c.forbid:
         return ["none"] if base.checkpointing == "none" else [base.checkpointing]
-    opts = _uniq([base.checkpointing, "none", "selective", "full"])
+    opts: list[Checkpointing] = _uniq([base.checkpointing, "none", "selective", "full"])
     if "checkpointing" in c.keep:
         opts = [o for o in opts if o != "none"]
     return opts
 
 
-def _attentions(base: Workload, gpu: GPU, c: Constraints) -> list[str]:
+def _attentions(base: Workload, gpu: GPU, c: Constraints) -> list[Attention]:
     if "attention" in c.forbid:
         return [base.attention]
-    opts = _uniq([base.attention, "sdpa"])
+    opts: list[Attention] = _uniq([base.attention, "sdpa"])
     if gpu.vendor == "nvidia" and gpu.arch not in ("volta", "turing"):
         opts = _uniq(opts + ["flash"])  # FlashAttention-2 needs Ampere or later
     if "attention" in c.keep:
@@ -183,7 +200,7 @@ def _attentions(base: Workload, gpu: GPU, c: Constraints) -> list[str]:
 
 def _layouts(base: Workload, total: int, per_node: int, c: Constraints) -> list[tuple[int, int]]:
     """(tp, pp) pairs whose product divides the GPUs."""
-    out = []
+    out: list[tuple[int, int]] = []
     for tp in divisors(total):
         if tp > min(MAX_TP, per_node) or (tp > 1 and "tp" in c.forbid) or ("tp" in c.keep and tp == 1):
             continue
@@ -194,9 +211,9 @@ def _layouts(base: Workload, total: int, per_node: int, c: Constraints) -> list[
     return out
 
 
-def _shardings(dp: int, c: Constraints) -> list[tuple[int, bool, str]]:
+def _shardings(dp: int, c: Constraints) -> list[tuple[int, bool, Offload]]:
     """(zero, fsdp, offload) for a data-parallel degree."""
-    opts: list[tuple[int, bool, str]] = []
+    opts: list[tuple[int, bool, Offload]] = []
     if dp > 1:
         opts += [(0, False, "none"), (1, False, "none"), (2, False, "none"), (3, False, "none"), (0, True, "none")]
     else:
@@ -205,7 +222,7 @@ def _shardings(dp: int, c: Constraints) -> list[tuple[int, bool, str]]:
     opts += [(2, False, "optimizer"), (3, False, "optimizer"), (3, False, "all")]
     if dp > 1:
         opts += [(0, True, "optimizer"), (0, True, "all")]
-    out = []
+    out: list[tuple[int, bool, Offload]] = []
     for z, fs, off in opts:
         if "zero" in c.forbid and z:
             continue
@@ -238,7 +255,7 @@ class _Search:
     def host_ok(self, host: int) -> bool:
         return self.host_ram is None or host <= self.host_ram * self.nodes
 
-    def cost(self, w: Workload, trainable: int):
+    def cost(self, w: Workload, trainable: int) -> StepCost:
         if w.training:
             return training_step(self.spec, w, self.gpu, trainable=trainable, nodes=self.nodes, links=self.links)
         e = estimate_spec(self.spec, w, self.gpu)
@@ -265,7 +282,7 @@ def _splittable(effective_batch: int, total: int) -> bool:
 
 
 def _training_candidates(base: Workload, gpu: GPU, total: int, per_node: int, c: Constraints,
-                         effective_batch: int):
+                         effective_batch: int) -> Iterator[tuple[Workload, list[tuple[int, int]]]]:
     """Yield structural workloads (batch/grad_accum filled in later) and the micro-batch splits."""
     for tp, pp in _layouts(base, total, per_node, c):
         dp = total // (tp * pp)
@@ -299,8 +316,8 @@ def search(
     nodes: int = 1,
     host_ram: int | None = None,
     headroom: float = 0.10,
-    keep=(),
-    forbid=(),
+    keep: str | Iterable[str] = (),
+    forbid: str | Iterable[str] = (),
     effective_batch: int | None = None,
     method_locked: bool = False,
     max_plans: int = DEFAULT_MAX_PLANS,
@@ -380,6 +397,7 @@ def search(
                              evaluated=1, valid=1, fitting=1, gpu_name=gpu.name, gpus=gpus, nodes=nodes,
                              headroom=headroom, candidates=1, budget_s=budget.seconds, already_fits=True)
     if base.training:
+        assert effective_batch is not None  # set above for training
         out = _search_training(s, base, total, gpus, c, effective_batch, max_plans, progress, budget)
     else:
         out = _search_inference(s, base, total, gpus, c, max_plans, progress, budget)
@@ -469,8 +487,8 @@ class _Candidate:
     struct: Workload
     batch: int
     grad_accum: int
-    checkpointing: str
-    attention: str
+    checkpointing: Checkpointing
+    attention: Attention
 
     def workload(self) -> Workload:
         return replace(self.struct, batch=self.batch, grad_accum=self.grad_accum, checkpointing=self.checkpointing,
@@ -558,12 +576,12 @@ def _search_inference(s: _Search, base: Workload, total: int, per_node: int, c: 
                       progress: Callable[[int, int], None] | None = None,
                       budget: Budget | None = None) -> _Outcome:
     h = _half(s.gpu)
-    dtypes = [base.dtype] if "amp" in c.forbid else _uniq([base.dtype, h])
-    quants = [base.quant] if "quant" in c.forbid else _uniq([base.quant, None, "int8", "nf4", "awq-4bit"]
+    dtypes: list[DType] = [base.dtype] if "amp" in c.forbid else _uniq([base.dtype, h])
+    quants: list[Quant | None] = [base.quant] if "quant" in c.forbid else _uniq([base.quant, None, "int8", "nf4", "awq-4bit"]
                                                               + (["fp8"] if s.gpu.arch in ("hopper", "ada", "blackwell") else []))
     if "quant" in c.keep:
         quants = [q for q in quants if q]
-    kvs = [base.kv_dtype] if "kv-quant" in c.forbid else _uniq([base.kv_dtype, "fp8"])
+    kvs: list[KVDType | None] = [base.kv_dtype] if "kv-quant" in c.forbid else _uniq([base.kv_dtype, "fp8"])
     if "kv-quant" in c.keep:
         kvs = [k for k in kvs if k in ("fp8", "int8")]
     attns = _attentions(base, s.gpu, c)
@@ -701,7 +719,7 @@ _LABELS = ("method", "dtype", "amp", "quant", "optimizer", "batch", "grad_accum"
 
 def _describe(w: Workload, base: Workload) -> str:
     """The settings of ``w`` that differ from ``base``, as flags."""
-    parts = []
+    parts: list[str] = []
     for f in _LABELS:
         v, b = getattr(w, f), getattr(base, f)
         if v != b:
@@ -758,7 +776,7 @@ class FewestGpus:
 
 
 def min_gpus(spec: ModelSpec, base: Workload, gpu: GPU, *, per_node: int = 8, max_gpus: int = 512,
-             budget_s: float = SEARCH_BUDGET_S, **fit_kw) -> FewestGpus:
+             budget_s: float = SEARCH_BUDGET_S, **fit_kw: Any) -> FewestGpus:
     """The fewest GPUs of kind ``gpu`` (from GPU_COUNTS, whole nodes of ``per_node`` beyond one
     node) on which the search finds a plan, with that search's result, within ``budget_s`` seconds."""
     from vramlens.advise.inverse import GPU_COUNTS
@@ -780,8 +798,9 @@ def min_gpus(spec: ModelSpec, base: Workload, gpu: GPU, *, per_node: int = 8, ma
     return FewestGpus(None, None)
 
 
-def inverse_answers(spec: ModelSpec, base: Workload, gpu: GPU, result: FitResult, asks, *, headroom: float = 0.10,
-                    host_ram: int | None = None, budget_s: float = SEARCH_BUDGET_S, **fit_kw) -> dict:
+def inverse_answers(spec: ModelSpec, base: Workload, gpu: GPU, result: FitResult, asks: Iterable[str], *,
+                    headroom: float = 0.10, host_ram: int | None = None, budget_s: float = SEARCH_BUDGET_S,
+                    **fit_kw: Any) -> dict[str, Any]:
     """Answers to the inverse questions named in ``asks`` (max_batch, max_seq, max_context,
     min_gpu, min_gpus), as the JSON values of ``vramlens fit``, all within ``budget_s`` seconds.
 
@@ -791,7 +810,7 @@ def inverse_answers(spec: ModelSpec, base: Workload, gpu: GPU, result: FitResult
     from vramlens.advise import inverse as I
 
     asks = set(asks)
-    out: dict = {}
+    out: dict[str, Any] = {}
     start = replace(base, gpus=result.gpus * result.nodes)
     subject = start
     start_fits = not start.problems() and I._fits(FastMemory(spec, gpu), start, gpu.capacity_bytes * (1 - headroom),
@@ -799,13 +818,15 @@ def inverse_answers(spec: ModelSpec, base: Workload, gpu: GPU, result: FitResult
     if not start_fits and result.plans:
         subject = result.plans[0].workload
     budget = Budget.begin(budget_s)
-    kw = {"headroom": headroom, "host_ram": host_ram}
     if "max_batch" in asks:
-        out["max_batch"] = I.max_batch(spec, subject, gpu, budget_s=budget.remaining(), **kw).to_dict()
+        out["max_batch"] = I.max_batch(spec, subject, gpu, budget_s=budget.remaining(), headroom=headroom,
+                                       host_ram=host_ram).to_dict()
     if "max_seq" in asks:
-        out["max_seq"] = I.max_seq(spec, subject, gpu, budget_s=budget.remaining(), **kw).to_dict()
+        out["max_seq"] = I.max_seq(spec, subject, gpu, budget_s=budget.remaining(), headroom=headroom,
+                                   host_ram=host_ram).to_dict()
     if "max_context" in asks:
-        out["max_context"] = I.max_context(spec, subject, gpu, budget_s=budget.remaining(), **kw).to_dict()
+        out["max_context"] = I.max_context(spec, subject, gpu, budget_s=budget.remaining(), headroom=headroom,
+                                           host_ram=host_ram).to_dict()
     if "min_gpu" in asks:
         w = result.plans[0].workload if result.plans else (result.closest.workload if result.closest else subject)
         g = I.min_gpu(spec, w, headroom=headroom)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+from typing import TYPE_CHECKING, Any
 
 from vramlens.cli.options import (
     add_model_arg,
@@ -19,6 +20,9 @@ from vramlens.cli.options import (
 from vramlens.cli.render import add_file_args, progress_bar, show, wants_files, write_files
 from vramlens.limits import MAX_BANDWIDTH, MAX_DEVICE_BYTES, MAX_EFFECTIVE_BATCH, MAX_GPUS, MAX_TOP
 from vramlens.units import format_gib
+
+if TYPE_CHECKING:  # the CLI loads the advisor only when fit runs
+    from vramlens.advise.plan import FitResult
 
 EXAMPLES = """examples:
   vramlens fit llama-2-7b --mode train --batch 8 --seq 2048 --gpu RTX-4090
@@ -53,7 +57,7 @@ def _gbps(text: str) -> float:
     return float(value)
 
 
-def add_parser(sub) -> argparse.ArgumentParser:
+def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> argparse.ArgumentParser:
     p = sub.add_parser(
         "fit", help="search the optimizations that make a workload fit, fastest first",
         description="Search mixed precision, checkpointing, LoRA/QLoRA, 8-bit optimizers, micro-batching, "
@@ -120,16 +124,13 @@ def run(args: argparse.Namespace) -> int:
                      effective_batch=args.effective_batch, method_locked=method_locked,
                      max_plans=max(args.top, args.plan), links=links, ask=asks,
                      progress=bar.counter() if bar else None, optimize=args.optimize, **dict(settings))
-    report = None
-    if wants_files(args) or not args.json:
-        report = fit_report(result, args, settings)
     if args.emit:  # checked before any report file is written: a failed run writes nothing
         if not result.plans:
             raise InputError(f"--emit {args.emit}: {result.message}")
         if args.plan > len(result.plans):
             raise InputError(f"--plan {args.plan}: only {len(result.plans)} plan(s) fit; choose 1..{len(result.plans)}")
     if wants_files(args):
-        write_files(args, "fit", report, headroom=args.headroom)
+        write_files(args, "fit", fit_report(result, args, settings), headroom=args.headroom)
     if args.emit:
         from vramlens.advise.emit import emit, render
 
@@ -144,11 +145,11 @@ def run(args: argparse.Namespace) -> int:
         d["plans"] = d["plans"][: args.top]
         print_json(d)
         return 0 if result.plans else 1
-    show("fit", report, lambda: render_result(result, top=args.top))
+    show("fit", lambda: fit_report(result, args, settings), lambda: render_result(result, top=args.top))
     return 0 if result.plans else 1
 
 
-def fit_report(result, args: argparse.Namespace, settings: dict) -> dict:
+def fit_report(result: FitResult, args: argparse.Namespace, settings: dict[str, Any]) -> dict[str, Any]:
     """The --json object (--top plans) plus what the reports draw: the model's name, the
     GPU's usable bytes and the starting workload."""
     from vramlens.hardware.catalog import get_gpu
@@ -161,7 +162,7 @@ def fit_report(result, args: argparse.Namespace, settings: dict) -> dict:
     return d
 
 
-def render_result(result, *, top: int = 5, width: int = 100) -> str:
+def render_result(result: FitResult, *, top: int = 5, width: int = 100) -> str:
     """The human table: one block per plan, best first; the reason when none fits."""
     from vramlens.advise.plan import settings_argv
 
@@ -198,16 +199,16 @@ def render_result(result, *, top: int = 5, width: int = 100) -> str:
     return "\n".join(lines)
 
 
-def _differs(k: str, v) -> bool:
+def _differs(k: str, v: object) -> bool:
     from vramlens.workload import Workload
 
-    d = getattr(Workload(), k, None)
+    defaults = Workload()
     if k == "lora_targets":
-        return v != ",".join(d)
-    return v != d or k in ("mode", "batch", "seq", "gpus")
+        return v != ",".join(defaults.lora_targets)
+    return v != getattr(defaults, k, None) or k in ("mode", "batch", "seq", "gpus")
 
 
-def _inverse_summary(v):
+def _inverse_summary(v: object) -> object:
     if isinstance(v, dict):
         return {k: x for k, x in v.items() if k != "settings"}
     return v
