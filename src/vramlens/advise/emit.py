@@ -11,6 +11,8 @@ file (``accelerate config``), ``from_pretrained(device_map=..., max_memory=...)`
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
+from typing import Any
 
 from vramlens.advise.plan import Plan
 from vramlens.errors import InputError
@@ -35,7 +37,7 @@ TORCH_DTYPE = {"fp32": "float32", "fp16": "float16", "bf16": "bfloat16"}
 ADAMW_WEIGHT_DECAY = 0.01
 #: vramlens optimizer -> DeepSpeed ``optimizer.type`` for ZeRO-Offload, whose CPU step
 #: (DeepSpeedCPUAdam / DeepSpeedCPULion) DeepSpeed insists on (``zero_force_ds_cpu_optimizer``).
-DS_OPTIM = {"adamw": ("AdamW", {"weight_decay": ADAMW_WEIGHT_DECAY}), "adam": ("Adam", {"adam_w_mode": False}),
+DS_OPTIM: dict[str, tuple[str, dict[str, Any]]] = {"adamw": ("AdamW", {"weight_decay": ADAMW_WEIGHT_DECAY}), "adam": ("Adam", {"adam_w_mode": False}),
             "lion": ("Lion", {})}
 #: vramlens attention -> ``from_pretrained(attn_implementation=...)``.
 ATTN_IMPLEMENTATION = {"eager": "eager", "sdpa": "sdpa", "flash": "flash_attention_2"}
@@ -67,7 +69,7 @@ def _no_selective(w: Workload, kind: str) -> None:
                          "choose a plan with --checkpointing full or none")
 
 
-def _refused_as(kind: str, writer, plan: Plan, **kw):
+def _refused_as(kind: str, writer: Callable[..., Any], plan: Plan, **kw: Any) -> Any:
     """``writer(plan)``, its refusal said as ``--emit kind`` (a launcher refuses what its backend does)."""
     try:
         return writer(plan, **kw)
@@ -76,7 +78,7 @@ def _refused_as(kind: str, writer, plan: Plan, **kw):
         raise InputError(f"--emit {kind}: {inner}") from None
 
 
-def _half_flags(w: Workload) -> dict:
+def _half_flags(w: Workload) -> dict[str, Any]:
     """TrainingArguments' bf16/fp16 mean autocast over fp32 weights (torch.autocast + GradScaler):
     true only for a plan with --dtype fp32 --amp X. A pure-half plan loads the model in that dtype
     (``from_pretrained(dtype=...)``) and leaves both false. Under DeepSpeed they switch on its
@@ -107,7 +109,7 @@ def _legacy(legacy_names: bool | None) -> bool:
     return v is None or v[0] < 5
 
 
-def trainer(plan: Plan, *, legacy_names: bool | None = None) -> dict:
+def trainer(plan: Plan, *, legacy_names: bool | None = None) -> dict[str, Any]:
     """``transformers.TrainingArguments`` keyword arguments (without ``output_dir``).
 
     transformers 5 names checkpointing ``activation_checkpointing`` (``gradient_checkpointing`` is a
@@ -130,7 +132,7 @@ def trainer(plan: Plan, *, legacy_names: bool | None = None) -> dict:
                          "the Trainer does that only through DeepSpeed: choose a plan with --zero, or --dtype fp32 "
                          f"--amp {w.amp} (autocast, what bf16=True/fp16=True mean)")
     legacy = _legacy(legacy_names)
-    kw: dict = {
+    kw: dict[str, Any] = {
         "per_device_train_batch_size": w.batch,
         "gradient_accumulation_steps": w.grad_accum,
         **_half_flags(w),
@@ -155,7 +157,7 @@ def trainer(plan: Plan, *, legacy_names: bool | None = None) -> dict:
     return kw
 
 
-def peft(plan: Plan) -> dict:
+def peft(plan: Plan) -> dict[str, Any]:
     """``peft.LoraConfig`` keyword arguments. lora_alpha = 2r, a common choice (peft's default is 8)."""
     w = plan.workload
     if w.method == "full":
@@ -172,7 +174,7 @@ def peft(plan: Plan) -> dict:
     }
 
 
-def bnb(plan: Plan) -> dict:
+def bnb(plan: Plan) -> dict[str, Any]:
     """``transformers.BitsAndBytesConfig`` keyword arguments for int8 / nf4 / fp4 weights."""
     w = plan.workload
     q = w.quantized
@@ -191,7 +193,7 @@ def bnb(plan: Plan) -> dict:
                      "not from bitsandbytes: load that checkpoint instead")
 
 
-def deepspeed(plan: Plan) -> dict:
+def deepspeed(plan: Plan) -> dict[str, Any]:
     """A DeepSpeed config (the JSON ``deepspeed --deepspeed_config`` / ``TrainingArguments(deepspeed=)`` reads).
 
     It holds what DeepSpeed runs: batch split, ZeRO stage, offload, precision mode and, with
@@ -216,7 +218,7 @@ def deepspeed(plan: Plan) -> dict:
                          f"{w.optimizer}; ZeRO-Offload steps on the CPU only with DeepSpeed's CPU Adam, AdamW or "
                          "Lion: choose a plan with --optimizer adamw")
     stage = w.zero
-    zero: dict = {"stage": stage, "overlap_comm": True, "contiguous_gradients": True}
+    zero: dict[str, Any] = {"stage": stage, "overlap_comm": True, "contiguous_gradients": True}
     if stage in (1, 2):
         zero.update(reduce_bucket_size=DS_BUCKET, allgather_bucket_size=DS_BUCKET, reduce_scatter=True)
     if stage == 3:
@@ -226,7 +228,7 @@ def deepspeed(plan: Plan) -> dict:
         zero["offload_optimizer"] = {"device": "cpu", "pin_memory": True}
     if w.offload == "all":
         zero["offload_param"] = {"device": "cpu", "pin_memory": True}
-    cfg: dict = {
+    cfg: dict[str, Any] = {
         "train_batch_size": w.effective_batch,
         "train_micro_batch_size_per_gpu": w.batch,
         "gradient_accumulation_steps": w.grad_accum,
@@ -237,11 +239,11 @@ def deepspeed(plan: Plan) -> dict:
     }
     if w.offload != "none":
         kind, params = DS_OPTIM[w.optimizer]
-        cfg["optimizer"] = {"type": kind, "params": dict(params)}
+        cfg["optimizer"] = {"type": kind, "params": dict(params)}  # a copy: the table stays as it is
     return cfg
 
 
-def fsdp(plan: Plan, *, legacy_names: bool | None = None) -> dict:
+def fsdp(plan: Plan, *, legacy_names: bool | None = None) -> dict[str, Any]:
     """FSDP settings as TrainingArguments takes them (``fsdp`` and ``fsdp_config``).
 
     transformers 5 runs FSDP2 (``fsdp=True``, ``fsdp_config["version"] = 2``; the strategy is
@@ -299,7 +301,7 @@ def fsdp(plan: Plan, *, legacy_names: bool | None = None) -> dict:
     }
 
 
-def accelerate(plan: Plan, *, nodes: int = 1) -> dict:
+def accelerate(plan: Plan, *, nodes: int = 1) -> dict[str, Any]:
     """An Accelerate config (what ``accelerate config`` writes to default_config.yaml).
 
     ``mixed_precision`` is Accelerate's: autocast over the loaded weights (DDP, FSDP) or DeepSpeed's
@@ -325,7 +327,7 @@ def accelerate(plan: Plan, *, nodes: int = 1) -> dict:
         raise InputError(f"--emit accelerate: the plan keeps {w.dtype} weights with an fp32 master copy "
                          f"(--amp {w.amp}); Accelerate does that only through DeepSpeed: choose a plan with --zero, "
                          f"or --dtype fp32 --amp {w.amp}")
-    cfg: dict = {
+    cfg: dict[str, Any] = {
         "compute_environment": "LOCAL_MACHINE",
         "distributed_type": dist,
         "mixed_precision": w.amp or "no",
@@ -365,7 +367,7 @@ def accelerate(plan: Plan, *, nodes: int = 1) -> dict:
     return cfg
 
 
-def device_map(plan: Plan, *, cpu_ram: int | None = None, legacy_names: bool | None = None) -> dict:
+def device_map(plan: Plan, *, cpu_ram: int | None = None, legacy_names: bool | None = None) -> dict[str, Any]:
     """``from_pretrained`` keyword arguments: device_map, max_memory per GPU, dtype, attention and quantization.
 
     ``device_map="auto"`` splits the layers over the GPUs in turn (the plan's --pp, one stage at a
@@ -401,12 +403,12 @@ def device_map(plan: Plan, *, cpu_ram: int | None = None, legacy_names: bool | N
     cap = plan.estimate.gpu.capacity_bytes if plan.estimate.gpu else b.device_total
     other = b.device_total - b["weights"]
     per_gpu = max(0, int(cap * 0.9) - other)  # 10% headroom kept, as the plan
-    max_memory: dict = {str(i): f"{per_gpu // 2**20}MiB" for i in range(w.pp)}
+    max_memory: dict[str, Any] = {str(i): f"{per_gpu // 2**20}MiB" for i in range(w.pp)}
     if cpu_ram:
         max_memory["cpu"] = f"{cpu_ram // 2**20}MiB"
     v = _transformers_version()
     legacy = legacy_names if legacy_names is not None else (v is None or v < (4, 56))
-    out: dict = {"device_map": "auto", "max_memory": max_memory,
+    out: dict[str, Any] = {"device_map": "auto", "max_memory": max_memory,
                  "torch_dtype" if legacy else "dtype": TORCH_DTYPE[w.dtype],
                  "attn_implementation": ATTN_IMPLEMENTATION[w.attention]}
     if w.quantized == "fp8":
@@ -426,7 +428,7 @@ def alloc_conf(plan: Plan) -> str:
     return "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True"
 
 
-def emit(plan: Plan, kind: str, **kw):
+def emit(plan: Plan, kind: str, **kw: Any) -> Any:
     """The config of ``plan`` for ``kind`` (one of KINDS), as data.
 
     Raises:
@@ -439,7 +441,7 @@ def emit(plan: Plan, kind: str, **kw):
     return writers[kind](plan, **kw)
 
 
-def render(cfg, kind: str) -> str:
+def render(cfg: Any, kind: str) -> str:
     """Text to paste: YAML for accelerate, an environment line for alloc-conf, JSON otherwise."""
     if isinstance(cfg, str):
         return cfg
@@ -448,7 +450,7 @@ def render(cfg, kind: str) -> str:
     return json.dumps(cfg, indent=2)
 
 
-def _yaml(d: dict, indent: int = 0) -> str:
+def _yaml(d: dict[str, Any], indent: int = 0) -> str:
     """Minimal YAML for a flat-or-nested dict of scalars (no dependency)."""
     lines = []
     pad = "  " * indent

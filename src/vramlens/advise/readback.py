@@ -17,7 +17,10 @@ alloc-conf: no workload field (it sets the allocator: see :func:`alloc_conf_of`)
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from vramlens.allocator.config import AllocatorConfig
 
 from vramlens.advise.emit import ATTN_IMPLEMENTATION, DS_OPTIM, KINDS, TORCH_DTYPE, TRAINER_OPTIM
 from vramlens.errors import InputError
@@ -31,8 +34,8 @@ _OPTIM = {v: k for k, v in TRAINER_OPTIM.items() if k not in ("adam", "sgd-momen
 _FSDP1 = {"full_shard": "full", "shard_grad_op": "shard-grad-op", "hybrid_shard": "hybrid"}
 
 
-def _trainer(c: Mapping[str, Any]) -> dict:
-    out: dict = {"mode": "train", "batch": c["per_device_train_batch_size"],
+def _trainer(c: Mapping[str, Any]) -> dict[str, Any]:
+    out: dict[str, Any] = {"mode": "train", "batch": c["per_device_train_batch_size"],
                  "grad_accum": c.get("gradient_accumulation_steps", 1)}
     opt = _OPTIM[c["optim"]]
     if opt == "adamw" and c.get("weight_decay", 0.0) == 0.0:
@@ -56,13 +59,13 @@ def _trainer(c: Mapping[str, Any]) -> dict:
     return out
 
 
-def _peft(c: Mapping[str, Any]) -> dict:
+def _peft(c: Mapping[str, Any]) -> dict[str, Any]:
     t = c["target_modules"]
     return {"lora_rank": c["r"], "lora_targets": (t,) if isinstance(t, str) else tuple(t),
             "lora_dropout": c.get("lora_dropout", 0.0)}
 
 
-def _bnb(c: Mapping[str, Any]) -> dict:
+def _bnb(c: Mapping[str, Any]) -> dict[str, Any]:
     if c.get("load_in_8bit"):
         return {"quant": "int8"}
     if c.get("load_in_4bit"):
@@ -72,7 +75,7 @@ def _bnb(c: Mapping[str, Any]) -> dict:
     raise InputError("a BitsAndBytesConfig without load_in_8bit or load_in_4bit quantizes nothing")
 
 
-def _deepspeed(c: Mapping[str, Any], base: Workload) -> dict:
+def _deepspeed(c: Mapping[str, Any], base: Workload) -> dict[str, Any]:
     z = c.get("zero_optimization", {})
     b, m = c["train_micro_batch_size_per_gpu"], c.get("gradient_accumulation_steps", 1)
     dp, rest = divmod(c["train_batch_size"], b * m)
@@ -89,9 +92,9 @@ def _deepspeed(c: Mapping[str, Any], base: Workload) -> dict:
     return out
 
 
-def _fsdp(c: Mapping[str, Any]) -> dict:
+def _fsdp(c: Mapping[str, Any]) -> dict[str, Any]:
     f, fc = c["fsdp"], c["fsdp_config"]
-    out: dict = {"mode": "train", "fsdp": True, "zero": 0,
+    out: dict[str, Any] = {"mode": "train", "fsdp": True, "zero": 0,
                  "checkpointing": "full" if fc.get("activation_checkpointing") else "none"}
     if isinstance(f, str):  # FSDP1's words (transformers 4.x)
         words = f.split()
@@ -103,11 +106,11 @@ def _fsdp(c: Mapping[str, Any]) -> dict:
     return out
 
 
-def _accelerate(c: Mapping[str, Any]) -> dict:
+def _accelerate(c: Mapping[str, Any]) -> dict[str, Any]:
     dist = c["distributed_type"]
     mp = c.get("mixed_precision", "no")
     amp = None if mp == "no" else mp
-    out: dict = {"gpus": c["num_processes"], "tp": 1, "pp": 1, "amp": amp}
+    out: dict[str, Any] = {"gpus": c["num_processes"], "tp": 1, "pp": 1, "amp": amp}
     if dist == "DEEPSPEED":
         d = c["deepspeed_config"]
         offload = ("all" if d.get("offload_param_device", "none") != "none"
@@ -127,9 +130,9 @@ def _accelerate(c: Mapping[str, Any]) -> dict:
     return out
 
 
-def _device_map(c: Mapping[str, Any]) -> dict:
+def _device_map(c: Mapping[str, Any]) -> dict[str, Any]:
     gpus = sum(1 for k in c["max_memory"] if k != "cpu")
-    out: dict = {"mode": "inference", "dtype": _DTYPE[c.get("dtype", c.get("torch_dtype"))], "gpus": gpus, "tp": 1,
+    out: dict[str, Any] = {"mode": "inference", "dtype": _DTYPE[c.get("dtype", c.get("torch_dtype"))], "gpus": gpus, "tp": 1,
                  "pp": gpus, "attention": _ATTN[c.get("attn_implementation", "sdpa")], "kv_dtype": None, "quant": None}
     q = c.get("quantization_config")
     if q:
@@ -138,7 +141,7 @@ def _device_map(c: Mapping[str, Any]) -> dict:
     return out
 
 
-def read_emitted(kind: str, config: Any, base: Workload | None = None) -> dict:
+def read_emitted(kind: str, config: Any, base: Workload | None = None) -> dict[str, Any]:
     """The Workload fields an emitted ``config`` of ``kind`` sets, by name.
 
     Args:
@@ -187,7 +190,7 @@ def workload_from_emitted(kind: str, config: Any, base: Workload) -> Workload:
     return base.replace(**read)
 
 
-def alloc_conf_of(line: str):
+def alloc_conf_of(line: str) -> AllocatorConfig:
     """The AllocatorConfig an emitted ``PYTORCH_CUDA_ALLOC_CONF=...`` line sets (PyTorch's parsing rules)."""
     from vramlens.allocator.config import parse_alloc_conf
 

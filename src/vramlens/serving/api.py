@@ -41,7 +41,7 @@ SETTINGS: dict[str, dict[str, tuple[str, int]]] = {
 }
 
 
-def capacity(model: str | dict | ModelSpec | GGUFInfo, engine: str = "vllm", *, gpu: str | GPU,
+def capacity(model: str | dict | ModelSpec | GGUFInfo | ServedModel, engine: str = "vllm", *, gpu: str | GPU,
              gpus: int | None = None, tp: int = 1, pp: int = 1, context: int | None = None,
              **engine_settings: Any) -> Capacity:
     """What ``engine`` will do with the memory of each GPU when it serves ``model``.
