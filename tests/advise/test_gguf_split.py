@@ -6,9 +6,9 @@ import json
 
 import pytest
 
+from vramlens.advise.gguf_header import read_gguf_file as read_gguf_info
 from vramlens.advise.gguf_split import GGUFInfo, split_layers
 from vramlens.cli.main import main
-from vramlens.cli.place import read_gguf_info
 from vramlens.errors import InputError
 from vramlens.hardware.gpu import GPU
 

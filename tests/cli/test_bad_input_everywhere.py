@@ -205,7 +205,7 @@ CASES = {
     # validate
     "validate-missing-cases": ("validate published --cases {tmp}/nope.json", "cases file '{tmp}/nope.json' does not exist"),
     "validate-malformed-cases": ("validate published --cases {tmp}/malformed.json",
-                                 "cases file '{tmp}/malformed.json' is not JSON"),
+                                 "cases file '{tmp}/malformed.json' is not valid JSON (line 1, column 40: Expecting value)"),
     "validate-cases-not-cases": ("validate published --cases {tmp}/list.json",
                                  "cases file '{tmp}/list.json' must hold a JSON list of cases"),
     "validate-cases-folder": ("validate published --cases {tmp}/empty-dir",

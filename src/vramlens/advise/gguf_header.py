@@ -176,6 +176,26 @@ class _Tensor:
     n_bytes: int
 
 
+def read_gguf_file(path: str) -> GGUFInfo:
+    """The placement facts of the GGUF file at ``path``: a regular file only (safe_io), header only.
+
+    Raises:
+        ModelSourceError: not a readable GGUF file, or a header vramlens refuses (the message names the
+            field, the value and the limit).
+    """
+    from vramlens.safe_io import open_regular
+
+    try:
+        f, size = open_regular(path)
+    except OSError as e:
+        raise ModelSourceError(f"{path}: not a readable GGUF file ({e.strerror or e})") from None
+    with f:
+        try:
+            return read_gguf(f, size, path)
+        except OSError as e:
+            raise ModelSourceError(f"{path}: not a readable GGUF file ({e.strerror or e})") from None
+
+
 def read_gguf(f: BinaryIO, size: int, name: str) -> GGUFInfo:
     """The placement facts of the GGUF file open as ``f`` (``size`` bytes long), header only.
 

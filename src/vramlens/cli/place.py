@@ -16,7 +16,6 @@ from vramlens.cli.options import (
 )
 from vramlens.cli.render import add_file_args, show, wants_files, write_files
 from vramlens.limits import MAX_DEVICE_BYTES
-from vramlens.safe_io import open_regular
 
 EXAMPLES = """examples:
   vramlens place llama-2-7b --gpu RTX-3060 --host-ram 32GB
@@ -60,27 +59,6 @@ GGUF_UNUSED = ("params", "mode", "method", "dtype", "amp", "quant", "optimizer",
                "fsdp", "fsdp_strategy", "tp", "pp", "offload", "kv_dtype", "kv_block", "host_ram", "disk")
 
 
-def read_gguf_info(path: str):
-    """A GGUFInfo from a .gguf file's header (tensor data is never read).
-
-    Raises:
-        ModelSourceError: not a regular file, unreadable, or a header vramlens refuses (the
-            message names the field, the value and the limit).
-    """
-    from vramlens.advise.gguf_header import read_gguf
-    from vramlens.errors import ModelSourceError
-
-    try:
-        f, size = open_regular(path)
-    except OSError as e:
-        raise ModelSourceError(f"{path}: not a readable GGUF file ({e.strerror or e})") from None
-    with f:
-        try:
-            return read_gguf(f, size, path)
-        except OSError as e:
-            raise ModelSourceError(f"{path}: not a readable GGUF file ({e.strerror or e})") from None
-
-
 def _gguf_refusals(args: argparse.Namespace) -> list[str]:
     """The flags given with a .gguf that a GGUF split does not use, as the user typed them."""
     given = []
@@ -113,7 +91,9 @@ def _run_gguf(args: argparse.Namespace) -> int:
     if args.seq < 1 or args.new_tokens < 0:
         raise InputError(f"seq={args.seq} must be >= 1 and new_tokens={args.new_tokens} >= 0")
     gpu = get_gpu(args.gpu)
-    info = read_gguf_info(args.model)
+    from vramlens.advise.gguf_header import read_gguf_file
+
+    info = read_gguf_file(args.model)
     n_ctx = args.seq + args.new_tokens
     if n_ctx > info.n_ctx_train:
         raise InputError(f"--seq {args.seq} + --new-tokens {args.new_tokens} = {n_ctx} tokens exceeds the "

@@ -9,8 +9,8 @@ Subcommands:
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
+from typing import Any
 
 from vramlens.cli.options import print_json
 
@@ -58,6 +58,30 @@ def _trace_hook():
     return validate_trace.add_subparser
 
 
+def read_cases(path: Path) -> Any:
+    """A cases file (JSON), read as every untrusted file is (safe_io: a regular file, bounded JSON).
+
+    Raises:
+        InputError: missing, unreadable, over 64 MiB, or not bounded JSON; the message names the file.
+    """
+    from vramlens.errors import InputError
+    from vramlens.safe_io import UnsafeJSON, loads_bounded, read_capped
+
+    limit = 64 * 1024 * 1024  # the bundled cases are ~100 KiB
+    try:
+        data = read_capped(path, limit)
+    except FileNotFoundError:
+        raise InputError(f"cases file {str(path)!r} does not exist: pass --cases PATH") from None
+    except OSError as e:  # a folder, a FIFO, no permission
+        raise InputError(f"cases file {str(path)!r} cannot be read ({e.strerror or e}): pass --cases PATH") from None
+    if len(data) > limit:
+        raise InputError(f"cases file {str(path)!r} is over {limit:,} bytes: not a cases file")
+    try:
+        return loads_bounded(data)
+    except UnsafeJSON as e:
+        raise InputError(f"cases file {str(path)!r} is {e}") from None
+
+
 def bundled_cases_path() -> Path:
     from importlib.resources import files
 
@@ -72,14 +96,7 @@ def run_published(args: argparse.Namespace) -> int:
     from vramlens.published import run_all
 
     path = Path(args.cases) if args.cases else bundled_cases_path()
-    try:
-        cases = json.loads(path.read_text())
-    except FileNotFoundError:
-        raise InputError(f"cases file {str(path)!r} does not exist: pass --cases PATH") from None
-    except json.JSONDecodeError as e:
-        raise InputError(f"cases file {str(path)!r} is not JSON ({e.msg} at line {e.lineno})") from None
-    except OSError as e:  # a folder, no permission
-        raise InputError(f"cases file {str(path)!r} cannot be read ({e.strerror or e}): pass --cases PATH") from None
+    cases = read_cases(path)
     if not isinstance(cases, list) or not all(
             isinstance(c, dict) and "id" in c and isinstance(c.get("figure"), dict) for c in cases):
         raise InputError(f"cases file {str(path)!r} must hold a JSON list of cases, each an object with \"id\" "
@@ -127,14 +144,7 @@ def run_capacity(args: argparse.Namespace) -> int:
     from vramlens.serving.validation import run_cases
 
     path = Path(args.cases) if args.cases else capacity_cases_path()
-    try:
-        cases = json.loads(path.read_text())
-    except FileNotFoundError:
-        raise InputError(f"cases file {str(path)!r} does not exist: pass --cases PATH") from None
-    except json.JSONDecodeError as e:
-        raise InputError(f"cases file {str(path)!r} is not JSON ({e.msg} at line {e.lineno})") from None
-    except OSError as e:
-        raise InputError(f"cases file {str(path)!r} cannot be read ({e.strerror or e}): pass --cases PATH") from None
+    cases = read_cases(path)
     if not isinstance(cases, list) or not all(isinstance(c, dict) for c in cases):
         raise InputError(f"cases file {str(path)!r} must hold a JSON list of case objects")
     results = run_cases(cases)

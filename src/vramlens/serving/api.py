@@ -139,6 +139,8 @@ def resolve_model(model: str | dict | ModelSpec | GGUFInfo | ServedModel, *, qua
     if isinstance(model, str) and model.lower().endswith(".gguf"):
         if engine != "llama.cpp":
             raise InputError(f"{L.show(model)} is a GGUF file: only --engine llama.cpp serves it")
+        from vramlens.advise.gguf_header import read_gguf_file
+
         return served_from_gguf(read_gguf_file(model))
     if engine == "llama.cpp" and quant:
         raise InputError("llama.cpp takes its quantization from the GGUF file: pass a .gguf as MODEL")
@@ -153,22 +155,3 @@ def resolve_model(model: str | dict | ModelSpec | GGUFInfo | ServedModel, *, qua
     return served_from_spec(spec, quant=QUANTIZATIONS.get(quant or ""))
 
 
-def read_gguf_file(path: str) -> GGUFInfo:
-    """A GGUF file's header through vramlens.advise.gguf_header (tensor data is never read).
-
-    Raises:
-        ModelSourceError: not a readable GGUF file, or a header vramlens refuses.
-    """
-    from vramlens.advise.gguf_header import read_gguf
-    from vramlens.errors import ModelSourceError
-    from vramlens.safe_io import open_regular
-
-    try:
-        f, size = open_regular(path)
-    except OSError as e:
-        raise ModelSourceError(f"{path}: not a readable GGUF file ({e.strerror or e})") from None
-    with f:
-        try:
-            return read_gguf(f, size, path)
-        except OSError as e:
-            raise ModelSourceError(f"{path}: not a readable GGUF file ({e.strerror or e})") from None
