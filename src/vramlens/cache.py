@@ -43,6 +43,12 @@ def path_of(kind: str, key: str) -> Path:
     return home() / kind / f"{key}.json"
 
 
+def shown(kind: str, key: str) -> str:
+    """How notes name a cache file: under ``$VRAMLENS_HOME``, so a note the web page shows names no
+    folder of the server."""
+    return f"$VRAMLENS_HOME/{kind}/{key}.json"
+
+
 @dataclass(frozen=True, slots=True)
 class Lookup:
     """What a cache read found: the value (None on a miss) and, for a file that was unusable, why."""
@@ -53,21 +59,21 @@ class Lookup:
 
 def read(kind: str, key: str) -> Lookup:
     """The cached value of ``key``, or a miss (with a note when a file was there but unusable)."""
-    path = path_of(kind, key)
+    path, name = path_of(kind, key), shown(kind, key)
     try:
         data = read_capped(path, MAX_CACHE_FILE_BYTES)
     except FileNotFoundError:
         return Lookup(None)
     except OSError as e:
-        return Lookup(None, f"cache file {path} ignored ({e.strerror or e})")
+        return Lookup(None, f"cache file {name} ignored ({e.strerror or e})")
     if len(data) > MAX_CACHE_FILE_BYTES:
-        return Lookup(None, f"cache file {path} ignored (over {MAX_CACHE_FILE_BYTES:,} bytes)")
+        return Lookup(None, f"cache file {name} ignored (over {MAX_CACHE_FILE_BYTES:,} bytes)")
     try:
         doc = loads_bounded(data)
     except (UnsafeJSON, ValueError) as e:
-        return Lookup(None, f"cache file {path} ignored ({e})")
+        return Lookup(None, f"cache file {name} ignored ({e})")
     if not isinstance(doc, dict) or doc.get("key") != key or not isinstance(doc.get("value"), dict):
-        return Lookup(None, f"cache file {path} ignored (not a vramlens cache entry for this key)")
+        return Lookup(None, f"cache file {name} ignored (not a vramlens cache entry for this key)")
     return Lookup(doc["value"])
 
 
@@ -85,8 +91,9 @@ def write(kind: str, key: str, value: dict[str, Any]) -> str:
             Path(tmp).unlink(missing_ok=True)
             raise
     except OSError as e:
-        return f"not cached: {path.parent} is not writable ({e.strerror or e}); set VRAMLENS_HOME to another folder"
+        return (f"not cached: $VRAMLENS_HOME/{kind} cannot be written ({e.strerror or type(e).__name__}); "
+                "set VRAMLENS_HOME to a writable folder")
     return ""
 
 
-__all__ = ["Lookup", "MAX_CACHE_FILE_BYTES", "home", "key_of", "path_of", "read", "write"]
+__all__ = ["Lookup", "MAX_CACHE_FILE_BYTES", "home", "key_of", "path_of", "read", "shown", "write"]

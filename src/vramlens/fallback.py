@@ -136,10 +136,10 @@ def traced_profile(config: dict[str, Any], w: Workload, *, progress=None) -> tup
     key = cache_key(config, w)
     found = cache.read(CACHE_KIND, key)
     notes = [found.note] if found.note else []
-    if found.value is not None and found.value.get("format") == PROFILE_FORMAT:
-        return found.value, [f"answered from the cache {cache.path_of(CACHE_KIND, key)}"]
+    if found.value is not None and found.value.get("format") == PROFILE_FORMAT and _usable(found.value, w):
+        return found.value, [f"answered from the cache {cache.shown(CACHE_KIND, key)}"]
     if found.value is not None:
-        notes.append(f"cache file {cache.path_of(CACHE_KIND, key)} ignored (another profile format)")
+        notes.append(f"cache file {cache.shown(CACHE_KIND, key)} ignored (not a complete traced profile)")
     if progress:
         progress(f"model_type {config.get('model_type')!r} is not modelled analytically: tracing it "
                  "(the first call only; the figures are cached)")
@@ -149,7 +149,16 @@ def traced_profile(config: dict[str, Any], w: Workload, *, progress=None) -> tup
         raise TraceError(f"model_type {config.get('model_type')!r} is not modelled analytically and tracing it "
                          f"failed: {e}") from None
     written = cache.write(CACHE_KIND, key, value)
-    return value, notes + ([written] if written else [f"cached in {cache.path_of(CACHE_KIND, key)}"])
+    return value, notes + ([written] if written else [f"cached in {cache.shown(CACHE_KIND, key)}"])
+
+
+def _usable(value: dict[str, Any], w: Workload) -> bool:
+    """Whether a cached profile has every field, of the right type, that an Estimate is made of."""
+    try:
+        traced_estimate(value, w, None, name="", source="", notes=[])
+    except (KeyError, TypeError, ValueError, AttributeError):
+        return False
+    return True
 
 
 def traced_estimate(value: dict[str, Any], w: Workload, gpu: str | GPU | None, *, headroom: float = DEFAULT_HEADROOM,
