@@ -11,10 +11,10 @@ import sys
 from pathlib import Path
 
 import pytest
-from tiny_configs import TINY_LLAMA
 
 import vramlens
 import vramlens.trace
+from tiny_configs import TINY_LLAMA
 from vramlens.cli.main import main
 from vramlens.errors import MissingExtraError, UnmodelledModelError
 from vramlens.fallback import CACHE_KIND, cache_key
@@ -299,3 +299,21 @@ def test_without_torch_the_cli_exits_2_with_one_line(tmp_path):
                         "model instead (or --no-trace-fallback for a generic Llama-style approximation), but torch "
                         "is not installed: pip install 'vramlens[trace]'\n")
     assert not (tmp_path / "home").exists()
+
+
+def test_a_cached_answer_needs_no_torch(cached_home, tmp_path, monkeypatch):
+    """The cache is read before torch is looked for: an install without the trace extra answers from it."""
+    copy_home(cached_home, tmp_path, monkeypatch)
+    cfg = tmp_path / "config.json"
+    cfg.write_text(json.dumps(TINY_STABLELM))
+    code = ("import sys; sys.modules['torch'] = None; sys.modules['transformers'] = None; "
+            "from vramlens.cli.main import main; "
+            f"sys.exit(main(['estimate', {str(cfg)!r}, '--mode', 'inference', '--batch', '1', '--seq', '16', "
+            "'--dtype', 'fp32', '--json']))")
+    src = str(Path(__file__).resolve().parents[1] / "src")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env={"PYTHONPATH": src,
+                       "VRAMLENS_HOME": str(tmp_path / "home"), "PATH": "/usr/bin:/bin"})
+    assert r.returncode == 0, r.stderr
+    d = json.loads(r.stdout)
+    assert d["components"] == cached_home[1].to_dict()["components"]
+    assert d["notes"][-1].startswith("answered from the cache $VRAMLENS_HOME/traced/")

@@ -20,6 +20,8 @@ Messages name the bad value, the rule, and the fix, on one line.
 
 from __future__ import annotations
 
+from typing import Any
+
 
 class VramlensError(Exception):
     """Base class of every error vramlens raises on purpose."""
@@ -56,7 +58,7 @@ class UnmodelledModelError(ModelSourceError):
     real transformers model instead (:mod:`vramlens.fallback`).
     """
 
-    def __init__(self, message: str, *, model_type: str, config: dict):
+    def __init__(self, message: str, *, model_type: str, config: dict[str, Any]):
         self.model_type = model_type
         self.config = config
         super().__init__(message)

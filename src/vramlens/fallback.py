@@ -79,6 +79,14 @@ def estimate(
         return analytic(spec)
     config = spec.config if spec is not None else refusal.config if refusal is not None else {}
     model_type = spec.model_type if spec is not None else refusal.model_type if refusal is not None else ""
+    w = _workload(workload, settings)
+    name = spec.name if spec is not None else str(config.get("_name_or_path") or (model if isinstance(model, str)
+                                                                                  else model_type))
+    source = spec.source if spec is not None else "config"
+    key = cache_key(config, w)
+    cached, notes = cached_profile(key, w)  # before torch: a cached answer needs neither torch nor transformers
+    if cached is not None:
+        return traced_estimate(cached, w, gpu, headroom=headroom, name=name, source=source, notes=notes)
     import vramlens.trace as T
 
     try:
@@ -97,12 +105,9 @@ def estimate(
             return analytic(spec)
         assert refusal is not None
         raise refusal
-    w = _workload(workload, settings)
-    name = spec.name if spec is not None else str(config.get("_name_or_path") or (model if isinstance(model, str)
-                                                                                  else model_type))
-    source = spec.source if spec is not None else "config"
-    value, notes = traced_profile(config, w, progress=progress)
-    return traced_estimate(value, w, gpu, headroom=headroom, name=name, source=source, notes=notes)
+    value = traced_profile(config, w, key, progress=progress)
+    return traced_estimate(value, w, gpu, headroom=headroom, name=name, source=source,
+                           notes=notes + [_stored(key, value)])
 
 
 def _workload(workload: Workload | None, settings: dict[str, Any]) -> Workload:
@@ -123,33 +128,47 @@ def cache_key(config: dict[str, Any], w: Workload) -> str:
                    "steps": TRACE_STEPS, "format": PROFILE_FORMAT})
 
 
-def traced_profile(config: dict[str, Any], w: Workload, *, progress=None) -> tuple[dict[str, Any], list[str]]:
-    """The traced profile of ``config`` under ``w``: from the cache, or traced now and cached.
+def cached_profile(key: str, w: Workload) -> tuple[dict[str, Any] | None, list[str]]:
+    """The cached traced profile under ``key``, if there is a usable one, and what to tell the user.
 
     Returns:
-        (profile, notes): the dict of :func:`vramlens.trace.fallback.profile` and what to tell the
-        user about the cache (read from it, a file ignored, a folder not writable).
+        (profile or None, notes): "answered from the cache ..." on a hit; on a miss, why a file that
+        was there could not be used (damaged, another format, incomplete), if one was.
     """
     from vramlens import cache
-    from vramlens.trace.fallback import PROFILE_FORMAT, profile
+    from vramlens.trace.fallback import PROFILE_FORMAT
 
-    key = cache_key(config, w)
     found = cache.read(CACHE_KIND, key)
-    notes = [found.note] if found.note else []
     if found.value is not None and found.value.get("format") == PROFILE_FORMAT and _usable(found.value, w):
         return found.value, [f"answered from the cache {cache.shown(CACHE_KIND, key)}"]
     if found.value is not None:
-        notes.append(f"cache file {cache.shown(CACHE_KIND, key)} ignored (not a complete traced profile)")
+        return None, [f"cache file {cache.shown(CACHE_KIND, key)} ignored (not a complete traced profile)"]
+    return None, [found.note] if found.note else []
+
+
+def traced_profile(config: dict[str, Any], w: Workload, key: str, *, progress=None) -> dict[str, Any]:
+    """Trace ``config`` under ``w`` now (:func:`vramlens.trace.fallback.profile`).
+
+    Raises:
+        TraceError: transformers cannot build or run it; the message says this was the fallback.
+    """
+    from vramlens.trace.fallback import profile
+
     if progress:
         progress(f"model_type {config.get('model_type')!r} is not modelled analytically: tracing it "
                  "(the first call only; the figures are cached)")
     try:
-        value = profile(config, w, steps=TRACE_STEPS, progress=progress)
+        return profile(config, w, steps=TRACE_STEPS, progress=progress)
     except TraceError as e:
         raise TraceError(f"model_type {config.get('model_type')!r} is not modelled analytically and tracing it "
                          f"failed: {e}") from None
-    written = cache.write(CACHE_KIND, key, value)
-    return value, notes + ([written] if written else [f"cached in {cache.shown(CACHE_KIND, key)}"])
+
+
+def _stored(key: str, value: dict[str, Any]) -> str:
+    """Cache ``value`` under ``key``; the note that says where (or why not)."""
+    from vramlens import cache
+
+    return cache.write(CACHE_KIND, key, value) or f"cached in {cache.shown(CACHE_KIND, key)}"
 
 
 def _usable(value: dict[str, Any], w: Workload) -> bool:
@@ -225,4 +244,7 @@ def traced_spec(value: dict[str, Any], *, name: str, source: str) -> ModelSpec:
     )
 
 
-__all__ = ["CACHE_KIND", "TRACE_STEPS", "cache_key", "estimate", "traced_estimate", "traced_profile", "traced_spec"]
+__all__ = [
+    "CACHE_KIND", "TRACE_STEPS", "cache_key", "cached_profile", "estimate", "traced_estimate", "traced_profile",
+    "traced_spec",
+]
