@@ -9,7 +9,8 @@ The public API::
 
     with vramlens.watch(model, optimizer) as w: ...   # a live run: w.report (needs torch)
 
-Heavy parts load on first use: ``vramlens.trace`` and ``vramlens.watch`` (package ``vramlens.monitor``) need the ``trace``
+A config whose model_type no family models is traced instead (vramlens.fallback; needs the ``trace``
+extra) and its figures cached on disk. Heavy parts load on first use: ``vramlens.trace`` and ``vramlens.watch`` (package ``vramlens.monitor``) need the ``trace``
 extra (torch).
 """
 
@@ -29,7 +30,7 @@ _LAZY = {
     "TensorInfo": "vramlens.models.spec",
     "VramlensError": "vramlens.errors",
     "Workload": "vramlens.workload",
-    "estimate": "vramlens.estimator",
+    "estimate": "vramlens.fallback",
     "get_gpu": "vramlens.hardware.catalog",
     "list_gpus": "vramlens.hardware.catalog",
     "load_model": "vramlens.models",

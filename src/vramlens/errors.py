@@ -8,6 +8,7 @@
     │   ├── UnknownModelError     a model name not in the catalog (lists the closest names)
     │   ├── UnknownGPUError       a GPU name not in the catalog
     │   ├── ModelSourceError      a config.json / folder / checkpoint header that cannot be read
+    │   │   └── UnmodelledModelError  a model_type with no analytic family and no generic fields (carries the config)
     │   └── EngineRefusal         a serving engine would refuse to start (vramlens capacity)
     ├── OfflineError              the Hugging Face hub is needed but cannot be reached
     ├── SnapshotError             a memory snapshot file that is not one, or is hostile
@@ -18,6 +19,8 @@ Messages name the bad value, the rule, and the fix, on one line.
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 
 class VramlensError(Exception):
@@ -48,6 +51,19 @@ class ModelSourceError(InputError):
     """A config.json, model folder, or checkpoint header that cannot be used."""
 
 
+class UnmodelledModelError(ModelSourceError):
+    """A ``model_type`` vramlens has no family for, whose config cannot be built as a generic decoder.
+
+    ``model_type`` and ``config`` travel with it, so a caller with the ``trace`` extra can trace the
+    real transformers model instead (:mod:`vramlens.fallback`).
+    """
+
+    def __init__(self, message: str, *, model_type: str, config: dict[str, Any]):
+        self.model_type = model_type
+        self.config = config
+        super().__init__(message)
+
+
 class EngineRefusal(InputError):
     """Settings a serving engine would refuse at start-up; the message gives the engine's reason."""
 
@@ -67,7 +83,7 @@ class TraceError(VramlensError):
 class MissingExtraError(VramlensError, ImportError):
     """An optional dependency is missing; the message names the extra to install."""
 
-    def __init__(self, package: str, extra: str):
+    def __init__(self, package: str, extra: str, *, why: str = ""):
         self.package = package
         self.extra = extra
-        super().__init__(f"{package} is not installed: pip install 'vramlens[{extra}]'")
+        super().__init__(f"{why}{package} is not installed: pip install 'vramlens[{extra}]'")

@@ -18,6 +18,7 @@ EXAMPLES = """examples:
   vramlens estimate meta-llama/Llama-2-7b-hf --mode train --method lora --lora-rank 16 --gpu 24GB
   vramlens estimate --params 7B --mode train --dtype bf16 --amp bf16 --checkpointing full --json
   vramlens estimate ./my-model/config.json --mode inference --seq 4096 --new-tokens 512 --kv-dtype fp8
+  vramlens estimate ./stablelm/config.json --mode train --seq 512   (no family: traced once, then cached)
 """
 
 
@@ -34,16 +35,26 @@ def add_parser(sub) -> argparse.ArgumentParser:
     p.add_argument("--html", default=None, metavar="FILE", help="also write a self-contained HTML report")
     p.add_argument("--svg", default=None, metavar="FILE", help="also write the breakdown chart as SVG")
     p.add_argument("--png", default=None, metavar="FILE", help="also write the breakdown chart as PNG (needs cairosvg)")
+    p.add_argument("--trace-fallback", action=argparse.BooleanOptionalAction, default=True,
+                   help="trace the real transformers model when its model_type is not modelled analytically "
+                        "(needs vramlens[trace]; cached after the first call; default on)")
     add_output_args(p)
     p.set_defaults(func=run)
     return p
 
 
 def run(args: argparse.Namespace) -> int:
-    from vramlens.estimator import estimate
+    import sys
+
+    from vramlens.fallback import estimate
 
     require_model_and_headroom(args)
-    est = estimate(args.model, gpu=args.gpu, params=args.params, headroom=args.headroom, **workload_kwargs(args))
+    def progress(msg: str) -> None:  # a trace runs (the fallback's first call): say so on a terminal
+        if sys.stderr.isatty():
+            print(f"vramlens estimate: {msg}", file=sys.stderr, flush=True)
+
+    est = estimate(args.model, gpu=args.gpu, params=args.params, headroom=args.headroom,
+                   trace_fallback=args.trace_fallback, progress=progress, **workload_kwargs(args))
     if getattr(args, "html", None):
         from vramlens.report.html import write_estimate_html
 

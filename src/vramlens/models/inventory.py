@@ -15,7 +15,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from vramlens.errors import InputError, ModelSourceError
+from vramlens.errors import InputError, ModelSourceError, UnmodelledModelError
 from vramlens.limits import MAX_PARAMS, MAX_TENSOR_NUMEL, MAX_TENSORS, show
 from vramlens.models._reader import ConfigReader
 from vramlens.models._tensors import num_labels
@@ -114,10 +114,10 @@ def spec_from_config(
     if generic:
         missing = [f for f in GENERIC_FIELDS if f not in config]
         if missing:
-            raise ModelSourceError(
+            raise UnmodelledModelError(
                 f"{where}: model_type {mt!r} is not supported and the config lacks "
                 f"{', '.join(missing)} to build it as a generic decoder: supported model types "
-                f"are {', '.join(SUPPORTED_MODEL_TYPES)}"
+                f"are {', '.join(SUPPORTED_MODEL_TYPES)}", model_type=mt, config=dict(config),
             )
         reader.assume(f"model_type {mt!r} is not known to vramlens: built as a generic "
                       f"Llama-style decoder (RMSNorm, rotary, gated MLP) from the standard fields")

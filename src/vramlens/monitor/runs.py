@@ -9,7 +9,6 @@ run goes on.
 from __future__ import annotations
 
 import json
-import os
 import sqlite3
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -72,11 +71,10 @@ class RunRow:
 
 
 def home() -> Path:
-    """The folder vramlens keeps its runs in (``VRAMLENS_HOME`` overrides)."""
-    env = os.environ.get("VRAMLENS_HOME")
-    if env:
-        return Path(env).expanduser()
-    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache").expanduser() / "vramlens"
+    """The folder vramlens keeps its runs in (``VRAMLENS_HOME`` overrides): :func:`vramlens.cache.home`."""
+    from vramlens.cache import home as vramlens_home
+
+    return vramlens_home()
 
 
 def database_path() -> Path:

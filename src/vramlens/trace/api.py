@@ -196,7 +196,7 @@ def _extrapolated(model, wl: Workload, *, steps, layers, backend, progress, top,
         breakdown=bd, summary=summary, events=tuple(e2), workload=wl, model_name=name_of(model), params=params,
         trainable_params=trainable, backend=backend, steps=steps if wl.training else 1,
         step_peaks=summary.step_peaks, phase_peaks=summary.phase_peaks, layers=layers, n_layers=L,
-        seconds=time.perf_counter() - t0,
+        seconds=time.perf_counter() - t0, per_layer={c: comps2.get(c, 0) - comps1.get(c, 0) for c in comps2},
     )
 
 

@@ -50,6 +50,7 @@ class TraceResult:
             largest truncated model).
         params / trainable_params: parameter counts of the traced (full) model.
         step_peaks: (step, peak bytes) for every step (extrapolated when layers is set).
+        per_layer: bytes each block adds to each component (the lines' slopes; extrapolated traces only).
         cuda: torch.cuda max_memory_allocated / max_memory_reserved in mode "cuda".
     """
 
@@ -68,6 +69,7 @@ class TraceResult:
     n_layers: int = 0
     cuda: dict[str, int] = field(default_factory=dict)
     seconds: float = 0.0
+    per_layer: dict[str, int] = field(default_factory=dict)
 
     @property
     def peak_allocated(self) -> int:

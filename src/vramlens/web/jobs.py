@@ -20,7 +20,7 @@ def _model(model: str | dict | None) -> Any:
 
 def estimate_job(model: str | dict | None, top: dict[str, Any], work: dict[str, Any]) -> dict:
     """The same call as ``vramlens estimate``: ``Estimate.to_dict()``."""
-    from vramlens.estimator import estimate
+    from vramlens.fallback import estimate  # an unmodelled model_type is traced (and cached)
 
     est = estimate(_model(model), gpu=top["gpu"], params=top["params"], headroom=top["headroom"], **work)
     return est.to_dict()

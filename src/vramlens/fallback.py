@@ -1,0 +1,250 @@
+"""``vramlens.estimate``: the analytic estimate, or for a ``model_type`` no family models, the traced one.
+
+The estimator (:mod:`vramlens.estimator`) models the families in :mod:`vramlens.models.families`.
+Any other architecture transformers can build is traced instead: the real model under fake
+tensors, its first 2 and 3 blocks at the requested workload, extrapolated to every block
+(:mod:`vramlens.trace.fallback`, as ``vramlens trace --layers 3``). The traced figures are cached
+on disk (:mod:`vramlens.cache`, kind ``traced``) under a hash of the config, the workload and the
+vramlens version, so the next call for the same model and workload reads one small file.
+
+This module sits above both the estimator and the tracer (the tracer imports the estimator), and
+imports neither torch nor transformers itself: the trace package does, only when a trace runs.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from vramlens.errors import MissingExtraError, TraceError, UnmodelledModelError
+from vramlens.estimator import DEFAULT_HEADROOM, Estimate, make_breakdown
+from vramlens.estimator import estimate as analytic_estimate
+from vramlens.models.spec import ModelSpec, TensorInfo
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from vramlens.hardware.gpu import GPU
+    from vramlens.workload import Workload
+
+#: The cache's folder for traced profiles (under :func:`vramlens.cache.home`).
+CACHE_KIND = "traced"
+#: Optimizer steps traced in training (step 1 and the steady state, as `vramlens trace`).
+TRACE_STEPS = 2
+
+
+def estimate(
+    model: str | dict | ModelSpec | None = None,
+    workload: Workload | None = None,
+    *,
+    gpu: str | GPU | None = None,
+    params: str | int | None = None,
+    headroom: float = DEFAULT_HEADROOM,
+    trace_fallback: bool = True,
+    progress: Callable[[str], None] | None = None,
+    **settings: Any,
+) -> Estimate:
+    """Estimate per-GPU memory of running ``model``: analytically, or traced when no family models it.
+
+    Args:
+        model, workload, gpu, params, headroom, settings: as :func:`vramlens.estimator.estimate`.
+        trace_fallback: when the config's ``model_type`` is not modelled analytically, trace the real
+            transformers model (needs the ``trace`` extra). False keeps the analytic path: a generic
+            Llama-style decoder built from the standard fields, or the refusal when they are missing.
+        progress: callable taking a one-line message while a trace runs (the first call only).
+
+    Returns:
+        An Estimate. A traced one has ``breakdown.source == "trace-extrapolated"`` (or ``"trace"``
+        for a model of at most 3 blocks) and a first note "figures traced (model_type X is not
+        modelled analytically): ...".
+
+    Raises:
+        MissingExtraError: the model needs the tracer and torch or transformers is not installed.
+        TraceError: transformers cannot build or run the model under fake tensors.
+        InputError: as :func:`vramlens.estimator.estimate`.
+    """
+    def analytic(m: Any) -> Estimate:
+        return analytic_estimate(m, workload, gpu=gpu, params=params, headroom=headroom, **settings)
+
+    if not trace_fallback or params is not None or model is None:
+        return analytic(model)
+    from vramlens.models import SUPPORTED_MODEL_TYPES, load_model
+
+    refusal: UnmodelledModelError | None = None
+    spec: ModelSpec | None = None
+    try:
+        spec = load_model(model)
+    except UnmodelledModelError as e:
+        refusal = e
+    if spec is not None and (spec.model_type in SUPPORTED_MODEL_TYPES or not spec.config):
+        return analytic(spec)
+    config = spec.config if spec is not None else refusal.config if refusal is not None else {}
+    model_type = spec.model_type if spec is not None else refusal.model_type if refusal is not None else ""
+    w = _workload(workload, settings)
+    name = spec.name if spec is not None else str(config.get("_name_or_path") or (model if isinstance(model, str)
+                                                                                  else model_type))
+    source = spec.source if spec is not None else "config"
+    key = cache_key(config, w)
+    cached, notes = cached_profile(key, w)  # before torch: a cached answer needs neither torch nor transformers
+    if cached is not None:
+        return traced_estimate(cached, w, gpu, headroom=headroom, name=name, source=source, notes=notes)
+    import vramlens.trace as T
+
+    try:
+        T.require_torch()
+    except MissingExtraError as e:
+        instead = (" (or --no-trace-fallback for a generic Llama-style approximation)" if spec is not None else "")
+        raise MissingExtraError(
+            e.package, "trace",
+            why=f"model_type {model_type!r} is not modelled analytically and vramlens traces the real model "
+                f"instead{instead}, but ",
+        ) from None
+    from vramlens.trace.fallback import knows
+
+    if not knows(model_type):  # transformers cannot build it either: the analytic path's answer
+        if spec is not None:
+            return analytic(spec)
+        assert refusal is not None
+        raise refusal
+    value = traced_profile(config, w, key, progress=progress)
+    return traced_estimate(value, w, gpu, headroom=headroom, name=name, source=source,
+                           notes=notes + [_stored(key, value)])
+
+
+def _workload(workload: Workload | None, settings: dict[str, Any]) -> Workload:
+    from vramlens.workload import make_workload
+
+    w = workload.validated() if workload is not None else make_workload(**settings)
+    return w.replace(**settings) if workload is not None and settings else w
+
+
+def cache_key(config: dict[str, Any], w: Workload) -> str:
+    """The cache key of a traced profile: a hash of the config dict, the workload, the traced
+    shapes and steps, the profile's format and the vramlens version."""
+    from vramlens import __version__
+    from vramlens.cache import key_of
+    from vramlens.trace.fallback import FALLBACK_LAYERS, PROFILE_FORMAT
+
+    return key_of({"config": config, "workload": w.to_dict(), "vramlens": __version__, "layers": FALLBACK_LAYERS,
+                   "steps": TRACE_STEPS, "format": PROFILE_FORMAT})
+
+
+def cached_profile(key: str, w: Workload) -> tuple[dict[str, Any] | None, list[str]]:
+    """The cached traced profile under ``key``, if there is a usable one, and what to tell the user.
+
+    Returns:
+        (profile or None, notes): "answered from the cache ..." on a hit; on a miss, why a file that
+        was there could not be used (damaged, another format, incomplete), if one was.
+    """
+    from vramlens import cache
+    from vramlens.trace.fallback import PROFILE_FORMAT
+
+    found = cache.read(CACHE_KIND, key)
+    if found.value is not None and found.value.get("format") == PROFILE_FORMAT and _usable(found.value, w):
+        return found.value, [f"answered from the cache {cache.shown(CACHE_KIND, key)}"]
+    if found.value is not None:
+        return None, [f"cache file {cache.shown(CACHE_KIND, key)} ignored (not a complete traced profile)"]
+    return None, [found.note] if found.note else []
+
+
+def traced_profile(config: dict[str, Any], w: Workload, key: str, *, progress=None) -> dict[str, Any]:
+    """Trace ``config`` under ``w`` now (:func:`vramlens.trace.fallback.profile`).
+
+    Raises:
+        TraceError: transformers cannot build or run it; the message says this was the fallback.
+    """
+    from vramlens.trace.fallback import profile
+
+    if progress:
+        progress(f"model_type {config.get('model_type')!r} is not modelled analytically: tracing it "
+                 "(the first call only; the figures are cached)")
+    try:
+        return profile(config, w, steps=TRACE_STEPS, progress=progress)
+    except TraceError as e:
+        raise TraceError(f"model_type {config.get('model_type')!r} is not modelled analytically and tracing it "
+                         f"failed: {e}") from None
+
+
+def _stored(key: str, value: dict[str, Any]) -> str:
+    """Cache ``value`` under ``key``; the note that says where (or why not)."""
+    from vramlens import cache
+
+    return cache.write(CACHE_KIND, key, value) or f"cached in {cache.shown(CACHE_KIND, key)}"
+
+
+def _usable(value: dict[str, Any], w: Workload) -> bool:
+    """Whether a cached profile has every field, of the right type, that an Estimate is made of."""
+    try:
+        traced_estimate(value, w, None, name="", source="", notes=[])
+    except (KeyError, TypeError, ValueError, AttributeError):
+        return False
+    return True
+
+
+def traced_estimate(value: dict[str, Any], w: Workload, gpu: str | GPU | None, *, headroom: float = DEFAULT_HEADROOM,
+                    name: str, source: str, notes: list[str]) -> Estimate:
+    """An Estimate whose figures are a traced profile's, with the runtime and the verdict added.
+
+    peak_allocated and peak_reserved are the trace's, to the byte; the runtime component (CUDA
+    context and library workspaces, which no trace sees) comes from :mod:`vramlens.hardware.runtime`
+    as in the analytic estimate, and device_total = peak_reserved + runtime.
+    """
+    from vramlens.estimator.runtime import runtime
+    from vramlens.estimator.verdict import usable_bytes, verdict
+    from vramlens.hardware.catalog import get_gpu
+
+    g = get_gpu(gpu) if isinstance(gpu, str) else gpu
+    spec = traced_spec(value, name=name, source=source)
+    bd = value["breakdown"]
+    rt = runtime(g, w)
+    comps = dict(bd["components"])
+    comps["runtime"] = rt.outside_allocator_bytes + rt.workspace_bytes
+    explain = {**bd["explanations"], "runtime": rt.explain}
+    traced = value.get("layers_traced")
+    how = (f"{spec.architecture} built by transformers under fake tensors, its first {traced - 1} and {traced} of "
+           f"{value['n_layers']} blocks traced at this workload and extrapolated linearly, as "
+           f"`vramlens trace --layers {traced}`" if traced else
+           f"{spec.architecture} built by transformers under fake tensors and traced whole at this workload, as "
+           "`vramlens trace`")
+    total = int(bd["peak_reserved_bytes"]) + comps["runtime"]
+    breakdown = make_breakdown(
+        comps, explain, peak_allocated=int(bd["peak_allocated_bytes"]), peak_reserved=int(bd["peak_reserved_bytes"]),
+        device_total=total, peak_phase=bd["peak_phase"], host_bytes=int(bd["host_bytes"]),
+        phases=tuple((p, int(b)) for p, b in bd["phases"].items()), source=bd["source"],
+        notes=(f"figures traced (model_type {spec.model_type} is not modelled analytically): {how}; the runtime "
+               "(CUDA context, workspaces) is added from the GPU catalog",
+               *bd["notes"], *notes, *w.ignored()),
+    )
+    fits = headroom_bytes = None
+    advice = said = ""
+    if g is not None:
+        headroom_bytes = usable_bytes(g, headroom) - total
+        fits = headroom_bytes >= 0
+        big = breakdown.largest()
+        advice = f"largest component: {big.name} ({big.bytes / max(1, total):.0%})"
+        said = verdict(total, g, headroom)
+    return Estimate(
+        model=spec, workload=w, gpu=g, breakdown=breakdown, trainable_params=int(value["trainable_params"]),
+        layer_activation_bytes=int(value.get("per_layer", {}).get("activations", 0)), fits=fits,
+        headroom_bytes=headroom_bytes, advice=advice, verdict=said, explain=explain,
+    )
+
+
+def traced_spec(value: dict[str, Any], *, name: str, source: str) -> ModelSpec:
+    """The ModelSpec of a traced profile: its facts and the full model's inventory (built on meta)."""
+    m = value["model"]
+    tensors = tuple(TensorInfo(name=n, shape=tuple(shape), role=role, module=module, layer=layer, dtype=dtype)
+                    for n, shape, role, module, layer, dtype in value["tensors"])
+    return ModelSpec(
+        name=name, model_type=m["model_type"], architecture=m["architecture"], kind=m["kind"],
+        hidden_size=m["hidden_size"], n_heads=m["n_heads"], n_kv_heads=m["n_kv_heads"], head_dim=m["head_dim"],
+        ffn_size=m["ffn_size"], vocab_size=m["vocab_size"],
+        n_decoder_layers=m["n_layers"], max_position=m["max_position"], tied_embeddings=m["tied_embeddings"],
+        tensors=tensors, source=f"{source}+trace", head=m["head"],
+        assumed=(f"model_type {m['model_type']!r} is not modelled analytically: figures traced with transformers",),
+    )
+
+
+__all__ = [
+    "CACHE_KIND", "TRACE_STEPS", "cache_key", "cached_profile", "estimate", "traced_estimate", "traced_profile",
+    "traced_spec",
+]
