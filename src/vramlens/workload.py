@@ -80,6 +80,9 @@ class Workload:
     new_tokens: int = 0
     grad_accum: int = 1
     keep_grads: bool = False
+    #: torchtune's ``optimizer_in_bwd``: each parameter is stepped (and its gradient freed) by a
+    #: post-accumulate-grad hook during backward, so the gradients never coexist
+    optimizer_in_backward: bool = False
     checkpointing: Checkpointing = "none"
     attention: Attention = "sdpa"
     lora_rank: int = 16
@@ -187,7 +190,7 @@ class Workload:
         elif self.kv_block > L.MAX_KV_BLOCK:
             p.append(f"kv_block={L.show(self.kv_block)} is over the limit of {L.MAX_KV_BLOCK:,} tokens "
                      "(vLLM uses 16)")
-        for name in ("keep_grads", "fsdp"):
+        for name in ("keep_grads", "fsdp", "optimizer_in_backward"):
             if not isinstance(getattr(self, name), bool):
                 p.append(f"{name}={L.show(getattr(self, name))} must be true or false")
         if not isinstance(self.lora_targets, tuple) or not all(isinstance(t, str) for t in self.lora_targets):
@@ -235,8 +238,32 @@ class Workload:
         if self.offload != "none" and self.mode == "train" and self.shard_stage == 0 and not self.fsdp:
             # ZeRO-Offload needs ZeRO >= 1 (DeepSpeed) or FSDP; say so rather than guess
             p.append(f"offload={self.offload} needs --zero 1..3 or --fsdp (ZeRO-Offload / FSDP CPU offload)")
+        if self.optimizer_in_backward and self.mode == "train":
+            p.extend(self._in_backward_problems())
         if self.offload == "all" and self.mode == "train" and self.shard_stage != 3:
             p.append("offload=all (parameters too) needs --zero 3 or --fsdp")
+        return p
+
+    def _in_backward_problems(self) -> list[str]:
+        """What --optimizer-in-backward cannot be combined with (torchtune's recipes refuse the first
+        two; the others are not modelled by vramlens)."""
+        p: list[str] = []
+        if self.grad_accum > 1:
+            p.append(f"optimizer_in_backward steps each parameter as its gradient arrives, so gradients cannot "
+                     f"accumulate over grad_accum={self.grad_accum} micro-batches (torchtune refuses it too): "
+                     "drop --grad-accum or --optimizer-in-backward")
+        if self.optimizer == "none":
+            p.append("optimizer_in_backward needs an optimizer to step, and optimizer='none' runs none: "
+                     "choose an --optimizer or drop --optimizer-in-backward")
+        if self.keep_grads:
+            p.append("optimizer_in_backward frees each gradient right after its step, which keep_grads contradicts: "
+                     "drop one of them")
+        if self.amp is not None and self.amp == self.dtype:
+            p.append(f"optimizer_in_backward with an fp32 master copy (dtype={self.dtype} amp={self.amp}) is not "
+                     "modelled: use --dtype fp32 --amp bf16 or pure --dtype bf16")
+        if self.zero or self.fsdp or self.offload != "none" or self.pp > 1:
+            p.append("optimizer_in_backward with zero, fsdp, offload or pp is not modelled: drop "
+                     "--optimizer-in-backward, or estimate one GPU (data or tensor parallel)")
         return p
 
     def ignored(self) -> list[str]:
@@ -252,8 +279,8 @@ class Workload:
             return bool(getattr(self, name) != d[name])
 
         if not self.training:
-            names = [n for n in ("optimizer", "optimizer_impl", "grad_accum", "keep_grads", "checkpointing")
-                     if given(n)]
+            names = [n for n in ("optimizer", "optimizer_impl", "grad_accum", "keep_grads", "optimizer_in_backward",
+                                 "checkpointing") if given(n)]
             if names:
                 out.append("ignored in inference (they apply to training): "
                            + ", ".join(f"{n}={getattr(self, n)!r}" for n in names))

@@ -99,6 +99,9 @@ def add_workload_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--keep-grads", action="store_true",
                    help="gradients stay allocated between steps (zero_grad(set_to_none=False), the default "
                         "before PyTorch 2.0); by default they are freed (set_to_none=True)")
+    g.add_argument("--optimizer-in-backward", action="store_true",
+                   help="step each parameter's optimizer as its gradient is accumulated and free the gradient "
+                        "(torchtune optimizer_in_bwd): gradients never coexist; not with --grad-accum > 1")
     g.add_argument("--checkpointing", choices=W.CHECKPOINTING, default="none", help="gradient checkpointing")
     g.add_argument("--attention", choices=W.ATTENTION, default="sdpa", help="attention kernel (default sdpa)")
     g.add_argument("--lora-rank", type=_positive, default=16, help="LoRA rank r (default 16)")

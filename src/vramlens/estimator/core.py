@@ -196,7 +196,8 @@ def estimate_spec(spec: ModelSpec, w: Workload, gpu: GPU | None = None, *, headr
         recompute = one_layer if w.checkpointing == "full" else 0
         # several columns: the gradients are still accumulating when the first column's backward runs
         second = st.grads + at.pass_working if at.later_pass else 0
-        temporaries = max(loss_tmp, 2 * head_saved, st.opt_tmp + st.master_grads, recompute, second)
+        temporaries = max(loss_tmp, 2 * head_saved, st.opt_tmp + st.master_grads + st.in_backward_addend, recompute,
+                          second)
         explain["temporaries"] = (f"max(loss: logits + fp32 upcast {loss_tmp:,} B, loss backward: two fp32 "
                                   f"b*s*V gradients {2 * head_saved:,} B, optimizer step {st.opt_tmp + st.master_grads:,} B: "
                                   f"{explain.pop('optimizer_step', '')}"

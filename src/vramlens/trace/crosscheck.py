@@ -68,6 +68,28 @@ TASK_ROWS: tuple[tuple[str, dict[str, Any]], ...] = (
               "checkpointing": "none", "dtype": "bf16"}),
 )
 
+#: Memory techniques of training stacks (torchtune, torchtitan, Liger), each run by the tracer the
+#: way its stack runs it: (catalog name, workload). A row may set batch and seq (a short sequence
+#: puts the peak where the technique acts rather than at the loss).
+TECHNIQUE_ROWS: tuple[tuple[str, dict[str, Any]], ...] = (
+    # optimizer in backward (torchtune optimizer_in_bwd): untied and tied output layers, autocast, LoRA
+    ("llama-2-7b", {"mode": "train", "method": "full", "attention": "sdpa", "checkpointing": "none", "dtype": "bf16",
+                    "optimizer_in_backward": True}),
+    ("llama-2-7b", {"mode": "train", "method": "full", "attention": "sdpa", "checkpointing": "none", "dtype": "bf16",
+                    "optimizer_in_backward": True, "batch": 1, "seq": 16}),
+    ("qwen2.5-0.5b", {"mode": "train", "method": "full", "attention": "sdpa", "checkpointing": "none",
+                      "dtype": "bf16", "optimizer_in_backward": True, "batch": 1, "seq": 16}),
+    ("gpt2", {"mode": "train", "method": "full", "attention": "eager", "checkpointing": "none", "dtype": "fp32",
+              "amp": "bf16", "optimizer_in_backward": True, "batch": 1, "seq": 16}),
+    ("llama-3-8b", {"mode": "train", "method": "full", "attention": "sdpa", "checkpointing": "full", "dtype": "bf16",
+                    "optimizer": "sgd-momentum", "optimizer_in_backward": True, "batch": 1, "seq": 16}),
+    ("llama-2-7b", {"mode": "train", "method": "lora", "attention": "sdpa", "checkpointing": "none", "dtype": "bf16",
+                    "optimizer_in_backward": True}),
+)
+
+#: Workload fields the technique rows set, shown in render().
+TECHNIQUE_FIELDS = ("optimizer", "optimizer_in_backward", "loss_chunks", "loss", "activation_offload", "loss_parallel")
+
 #: The issue's case at full size: a sentence-transformers fine-tune of bert-base-uncased, 16
 #: (anchor, positive) pairs of 512 tokens, fp32, AdamW; traced on 2 and 3 of its 12 layers and
 #: extrapolated (vramlens trace --layers 3).
@@ -179,7 +201,7 @@ def _architecture(name: str) -> tuple[str, int, tuple[str, ...]]:
 
 
 def workload_for(name: str, row: dict[str, Any]) -> dict[str, Any]:
-    wl = dict(row, batch=BATCH, seq=SEQ)
+    wl = {"batch": BATCH, "seq": SEQ, **row}
     cfg = tiny_config(name)
     if (wl["mode"] == "inference" and not cfg.get("is_encoder_decoder") and cfg.get("model_type") not in ("bert", "roberta")
             and wl.get("task") in (None, "causal-lm")):
@@ -234,6 +256,18 @@ def run_task_rows(progress=None) -> list[Row]:
     return out
 
 
+def run_technique_rows(progress=None, *, only: str | None = None) -> list[Row]:
+    """TECHNIQUE_ROWS (those whose workload sets the field ``only``, when given)."""
+    out = []
+    for name, row in TECHNIQUE_ROWS:
+        if only is not None and not row.get(only):
+            continue
+        if progress:
+            progress(f"{name}: {row}")
+        out.append(run_row(name, row))
+    return out
+
+
 def _workspace_bytes(est) -> int:
     """cuBLAS workspaces the estimator adds to peak_allocated (allocator memory, but not tensors).
 
@@ -279,7 +313,8 @@ def render(rows: list[Row]) -> str:
         desc = ((f"{w['task']}/" if w.get("task") else "")
                 + f"{w['mode']}/{w['method']}/{w['attention']}/ckpt-{w['checkpointing']}/{w['dtype']}"
                 + (f"+amp-{w['amp']}" if w.get("amp") else "")
-                + (f"/b{w['batch']}xs{w['seq']}" if w.get("batch", BATCH) != BATCH else ""))
+                + (f"/b{w['batch']}xs{w['seq']}" if (w.get("batch", BATCH), w.get("seq", SEQ)) != (BATCH, SEQ) else "")
+                + "".join(f"/{k}={w[k]}" for k in TECHNIQUE_FIELDS if w.get(k)))
         lines.append(f"{r.model:<18} {desc:<40} peak est {r.estimate_peak / mib:8.2f} traced "
                      f"{r.traced_peak / mib:8.2f} MiB  {r.peak_error:+7.2%}")
         parts = []

@@ -59,6 +59,28 @@ def make_optimizer(name: str, params: list[nn.Parameter]):
     raise InputError(f"optimizer={name!r} cannot be traced")
 
 
+class InBackwardOptimizer:
+    """torchtune's ``optimizer_in_bwd`` (torchtune/training/memory.py ``register_optim_in_bwd_hooks``):
+    one optimizer per parameter, stepped by ``Tensor.register_post_accumulate_grad_hook`` as soon
+    as the gradient is accumulated, then ``zero_grad()`` (set_to_none) frees the gradient."""
+
+    def __init__(self, name: str, params: list[nn.Parameter], rec: Recorder):
+        self.rec = rec
+        self.per_param = {p: make_optimizer(name, [p]) for p in params}
+        self.handles = [p.register_post_accumulate_grad_hook(self._step) for p in params]
+
+    def _step(self, p: nn.Parameter) -> None:
+        if p.grad is not None:
+            self.rec.mark((p.grad,), "gradient")
+        opt = self.per_param[p]
+        opt.step()
+        for state in opt.state.values():
+            for k, v in state.items():
+                if isinstance(v, torch.Tensor):
+                    self.rec.mark((v,), "host" if k == "step" and v.numel() == 1 else "optimizer_state")
+        opt.zero_grad(set_to_none=True)
+
+
 def _module_names(model: nn.Module) -> dict[int, str]:
     return {id(m): n for n, m in model.named_modules(remove_duplicate=False)}
 
@@ -178,7 +200,9 @@ class Runner:
             trainable = [p for p in params if p.requires_grad]
             master = None
             opt = None
-            if wl.training and wl.optimizer != "none":
+            if wl.training and wl.optimizer != "none" and wl.optimizer_in_backward:
+                opt = InBackwardOptimizer(wl.optimizer, trainable, rec)
+            elif wl.training and wl.optimizer != "none":
                 if wl.amp is not None and wl.amp == wl.dtype:
                     # DeepSpeed/Megatron-style: half weights and grads, fp32 master copy in the optimizer
                     master = [p.detach().clone().float().requires_grad_(True) for p in trainable]
@@ -255,7 +279,9 @@ class Runner:
                 del loss, inputs
                 rec.mark((p.grad for p in trainable if p.grad is not None), "gradient")
             rec.set_phase("optimizer", step)
-            if opt is not None:
+            if isinstance(opt, InBackwardOptimizer):
+                pass  # every parameter was stepped, and its gradient freed, during backward
+            elif opt is not None:
                 if master is not None:
                     for m, p in zip(master, trainable):
                         m.grad = None if p.grad is None else p.grad.float()
