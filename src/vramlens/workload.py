@@ -35,6 +35,10 @@ FsdpStrategy = Literal["full", "shard-grad-op", "hybrid"]
 Attention = Literal["eager", "sdpa", "flash"]
 Offload = Literal["none", "optimizer", "all"]
 KVDType = Literal["fp32", "fp16", "bf16", "fp8", "int8"]
+#: The causal-LM loss: transformers' cross-entropy over the full logits (chunked with loss_chunks,
+#: as torchtune's CEWithChunkedOutputLoss), or a fused linear + cross-entropy (Liger's) that never
+#: materializes the full logits.
+Loss = Literal["cross-entropy", "fused-linear"]
 
 MODES: tuple[Mode, ...] = get_args(Mode)
 METHODS: tuple[Method, ...] = get_args(Method)
@@ -50,6 +54,9 @@ GPUS_PER_NODE = 8
 ATTENTION: tuple[Attention, ...] = get_args(Attention)
 OFFLOAD: tuple[Offload, ...] = get_args(Offload)
 KV_DTYPES: tuple[KVDType, ...] = get_args(KVDType)
+LOSSES: tuple[Loss, ...] = get_args(Loss)
+#: Most chunks --loss-chunks takes (torchtune uses 8; more only adds Python overhead).
+MAX_LOSS_CHUNKS = 4_096
 DEFAULT_LORA_TARGETS = ("q_proj", "v_proj")
 #: What the model is trained or run for: the head on top of the base model and its loss.
 #: ``embedding`` is sentence-transformers' case: the base model, mean pooling, and the in-batch
@@ -84,6 +91,9 @@ class Workload:
     #: post-accumulate-grad hook during backward, so the gradients never coexist
     optimizer_in_backward: bool = False
     checkpointing: Checkpointing = "none"
+    #: torchtune's chunked output + CEWithChunkedOutputLoss (8 chunks there); 1: no chunking
+    loss_chunks: int = 1
+    loss: Loss = "cross-entropy"
     attention: Attention = "sdpa"
     lora_rank: int = 16
     lora_targets: tuple[str, ...] = DEFAULT_LORA_TARGETS
@@ -174,6 +184,7 @@ class Workload:
         choice("attention", self.attention, ATTENTION)
         choice("offload", self.offload, OFFLOAD)
         choice("kv_dtype", self.kv_dtype, KV_DTYPES, optional=True)
+        choice("loss", self.loss, LOSSES)
         choice("task", self.task, TASKS, optional=True)
         for name, limit in _COUNT_LIMITS:
             v = getattr(self, name)
@@ -238,6 +249,12 @@ class Workload:
         if self.offload != "none" and self.mode == "train" and self.shard_stage == 0 and not self.fsdp:
             # ZeRO-Offload needs ZeRO >= 1 (DeepSpeed) or FSDP; say so rather than guess
             p.append(f"offload={self.offload} needs --zero 1..3 or --fsdp (ZeRO-Offload / FSDP CPU offload)")
+        if self.loss == "fused-linear" and self.loss_chunks > 1:
+            p.append(f"loss=fused-linear chunks the tokens itself (Liger's chunk size); loss_chunks={self.loss_chunks} "
+                     "applies to the cross-entropy loss: drop --loss-chunks")
+        if self.loss_chunks > self.seq:
+            p.append(f"loss_chunks={self.loss_chunks} is more than the seq={self.seq} tokens it splits: "
+                     f"use --loss-chunks {min(8, self.seq)}")
         if self.optimizer_in_backward and self.mode == "train":
             p.extend(self._in_backward_problems())
         if self.offload == "all" and self.mode == "train" and self.shard_stage != 3:
@@ -280,7 +297,7 @@ class Workload:
 
         if not self.training:
             names = [n for n in ("optimizer", "optimizer_impl", "grad_accum", "keep_grads", "optimizer_in_backward",
-                                 "checkpointing") if given(n)]
+                                 "checkpointing", "loss_chunks", "loss") if given(n)]
             if names:
                 out.append("ignored in inference (they apply to training): "
                            + ", ".join(f"{n}={getattr(self, n)!r}" for n in names))
@@ -312,6 +329,7 @@ class Workload:
 _COUNT_LIMITS = (
     ("batch", L.MAX_BATCH), ("seq", L.MAX_SEQ), ("grad_accum", L.MAX_GRAD_ACCUM), ("gpus", L.MAX_GPUS),
     ("tp", L.MAX_PARALLEL), ("pp", L.MAX_PARALLEL), ("lora_rank", L.MAX_LORA_RANK),
+    ("loss_chunks", MAX_LOSS_CHUNKS),
 )
 
 _DEFAULTS: dict[str, Any] = {f.name: f.default for f in fields(Workload)}

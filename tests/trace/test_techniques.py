@@ -26,3 +26,11 @@ def test_rows_name_real_settings():
 
 def test_optimizer_in_backward_matches_trace():
     _check(run_technique_rows(only="optimizer_in_backward"))
+
+
+def test_chunked_cross_entropy_matches_trace():
+    _check(run_technique_rows(only="loss_chunks"))
+
+
+def test_fused_linear_cross_entropy_matches_trace():
+    _check(run_technique_rows(only="loss"))

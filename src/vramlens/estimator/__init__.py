@@ -85,6 +85,9 @@ def check_workload(spec: ModelSpec, w: Workload) -> None:
             p.append(f"lora_rank={w.lora_rank} exceeds the smaller side of {smallest.module} "
                      f"({smallest.in_features}x{smallest.out_features}) of {spec.name}: a LoRA update's rank is at "
                      f"most min(in, out) = {side}; use --lora-rank {side} or less")
+    if w.training and (w.loss_chunks > 1 or w.loss == "fused-linear") and spec.head != "causal-lm":
+        p.append(f"loss={w.loss} loss_chunks={w.loss_chunks} apply to a causal LM's loss; {spec.name} trains "
+                 f"{spec.head}: drop --loss/--loss-chunks or use --task causal-lm")
     if spec.kind == "encoder" and w.new_tokens:
         p.append(f"new_tokens={w.new_tokens}: {spec.name} is an encoder and does not generate")
     elif w.new_tokens and spec.head not in ("causal-lm", "seq2seq-lm"):

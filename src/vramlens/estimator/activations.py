@@ -389,6 +389,11 @@ def head_saved(spec: ModelSpec, w: Workload, b: int, s: int) -> tuple[int, int, 
     c = DTYPE_BYTES[w.compute_dtype]
     if not has_lm_head(spec):
         return H.loss_saved(spec, w, b, s)
+    from vramlens.estimator.losses import loss_figures
+
+    lf = loss_figures(spec, w, b, s)
+    if lf is not None:
+        return lf.saved, lf.peak, lf.formula
     autocast = w.amp is not None and w.dtype == "fp32"
     sm = 4 if (H.loss_upcasts(spec) or autocast) else c
     logits = _r(c * V * t)
@@ -411,8 +416,10 @@ def model_level_saved(spec: ModelSpec, w: Workload, b: int, s: int) -> int:
     if p_hid > 0:
         total += _r(spec.hidden_size * t)  # embedding dropout mask
     # the last norm's output is kept by the head's first op unless a dropout stands in front of it
-    consumers = 1 if H.keeps_last_hidden(spec) else 0
-    total += _norm_saved(norm_kind(spec), spec.hidden_size, t, r, c, consumers, w.amp is not None and w.dtype == "fp32")
+    # (a fused linear cross-entropy keeps the gradient it computed in forward instead)
+    consumers = 1 if H.keeps_last_hidden(spec) and not (w.loss == "fused-linear" and has_lm_head(spec)) else 0
+    total += _norm_saved(norm_kind(spec), spec.hidden_size, t, r, c, consumers, w.amp is not None and w.dtype == "fp32",
+                         w.method == "full")
     if spec.kind == "encoder-decoder":
         total += _norm_saved(norm_kind(spec), spec.hidden_size, t, r, c, 1, False)  # encoder final norm
     if spec.position == "relative" and w.checkpointing == "full":

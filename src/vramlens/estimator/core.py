@@ -119,6 +119,12 @@ class ActivationTotals:
     formula: str
     later_pass: int = 0  # embedding: alive besides gradients when the first column's backward starts
     pass_working: int = 0  # of later_pass, the block backward's own tensors (not saved activations)
+    loss_backward: int | None = None  # the loss' backward transient (None: two fp32 b*s*V gradients)
+    head_backward: int | None = None  # the logits' gradient entering the output layer's backward (None: the logits)
+    head_grads: int = 1  # output-layer weight gradients alive at once in its later backwards (chunked logits)
+    head_backward_later: int = 0  # ... and the logits' gradients still alive then
+    head_grad_in_forward: bool = False  # the output layer's weight gradient exists from forward (fused loss)
+    final_norm_backward: int = 0  # chunked or fused loss: the final norm's backward (losses.final_norm_backward)
 
 
 def activation_totals(spec: ModelSpec, w: Workload, sp: Split) -> ActivationTotals:
@@ -168,7 +174,16 @@ def activation_totals(spec: ModelSpec, w: Workload, sp: Split) -> ActivationTota
                    + (A._r(DTYPE_BYTES[w.dtype] * spec.hidden_size * max(1, spec.ffn_size // tp))
                       if w.method == "full" else 0))
         later = (kept + model_level) * (cols - 1) // cols + working
+    from vramlens.estimator.losses import loss_figures
+
+    lf = loss_figures(spec, w, b, s) if (sp.has_head and A.has_lm_head(spec)) else None
     return ActivationTotals(saved=kept + model_level + head_saved, one_layer=one, loss_transient=head_peak - head_saved,
+                            loss_backward=None if lf is None else lf.backward,
+                            head_backward=None if lf is None else lf.head_backward,
+                            head_grads=1 if lf is None else lf.head_grads,
+                            head_backward_later=0 if lf is None else lf.head_backward_later,
+                            head_grad_in_forward=lf is not None and lf.grad_in_forward,
+                            final_norm_backward=0 if lf is None else lf.final_norm_backward,
                             head_saved=head_saved, formula=formula + "; " + head_formula
                             + (f"; x{cols} text columns (anchor, positive), each its own forward" if cols > 1 else ""),
                             later_pass=later, pass_working=working)
@@ -190,16 +205,24 @@ def estimate_spec(spec: ModelSpec, w: Workload, gpu: GPU | None = None, *, headr
             explain["activations"] += f"; frozen weights' {w.amp} casts kept for backward ({st.frozen_casts:,} B)"
         logits = A.logits_bytes(spec, w, w.batch * w.seq) if sp.has_head else 0
         phases = train_phases(st, acts, one_layer, loss_tmp, head_saved, w.grad_accum, w.checkpointing, logits,
-                              later_pass=at.later_pass)
+                              later_pass=at.later_pass, loss_backward=at.loss_backward, head_backward=at.head_backward,
+                              head_grads=at.head_grads, head_backward_later=at.head_backward_later,
+                              head_grad_in_forward=at.head_grad_in_forward,
+                              final_norm_backward=at.final_norm_backward)
         peak_phase, peak_alloc = max(phases, key=lambda p: p[1])
         reserved, total = reserved_total(st, peak_alloc)
         recompute = one_layer if w.checkpointing == "full" else 0
         # several columns: the gradients are still accumulating when the first column's backward runs
         second = st.grads + at.pass_working if at.later_pass else 0
-        temporaries = max(loss_tmp, 2 * head_saved, st.opt_tmp + st.master_grads + st.in_backward_addend, recompute,
+        loss_bwd = 2 * head_saved if at.loss_backward is None else at.loss_backward
+        if at.head_backward is not None:  # chunked/fused: the output layer's backward, then the final norm's
+            made = st.head_grad if at.head_grad_in_forward else 0  # already the gradient, not a temporary
+            loss_bwd = max(loss_bwd, at.head_backward, at.head_backward_later + at.head_grads * st.head_grad - made,
+                           at.final_norm_backward)
+        temporaries = max(loss_tmp, loss_bwd, st.opt_tmp + st.master_grads + st.in_backward_addend, recompute,
                           second)
         explain["temporaries"] = (f"max(loss: logits + fp32 upcast {loss_tmp:,} B, loss backward: two fp32 "
-                                  f"b*s*V gradients {2 * head_saved:,} B, optimizer step {st.opt_tmp + st.master_grads:,} B: "
+                                  f"gradients {loss_bwd:,} B, optimizer step {st.opt_tmp + st.master_grads:,} B: "
                                   f"{explain.pop('optimizer_step', '')}"
                                   + (f", one block recomputed in backward {recompute:,} B" if recompute else "")
                                   + (f", the first column's backward: gradients still accumulating and a block's "

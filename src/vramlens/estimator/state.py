@@ -225,7 +225,9 @@ def train_state(spec: ModelSpec, w: Workload, gpu: GPU | None) -> TrainState:
 
 
 def train_phases(st: TrainState, acts: int, one: int, loss_tmp: int, head_saved: int, grad_accum: int,
-                 checkpointing: str, logits: int = 0, later_pass: int = 0) -> tuple[tuple[str, int], ...]:
+                 checkpointing: str, logits: int = 0, later_pass: int = 0, *, loss_backward: int | None = None,
+                 head_backward: int | None = None, head_grads: int = 1, head_backward_later: int = 0,
+                 head_grad_in_forward: bool = False, final_norm_backward: int = 0) -> tuple[tuple[str, int], ...]:
     """Live bytes at each phase's peak (workspaces included); see the module docstring.
 
     Args:
@@ -236,7 +238,16 @@ def train_phases(st: TrainState, acts: int, one: int, loss_tmp: int, head_saved:
         logits: the logits' bytes in the compute dtype (their gradient enters the output layer's backward).
         later_pass: with several forwards per step (the embedding case's text columns), what is alive
             besides every gradient when the first column's backward starts (core.activation_totals).
+        loss_backward: the loss' backward transient (default: two fp32 b*s*V gradients, 2 x head_saved).
+        head_backward: the logits' gradient entering the output layer's backward (default: ``logits``).
+        head_grads: output-layer weight gradients alive at once in its later backwards (3 with chunked
+            logits: two addends and their sum), with ``head_backward_later`` bytes of logits' gradients.
+        head_grad_in_forward: the output layer's weight gradient is made in forward (Liger's fused loss).
+        final_norm_backward: the final norm's backward with its incoming gradient (chunked or fused loss).
     """
+    loss_bwd = 2 * head_saved if loss_backward is None else loss_backward
+    head_in = logits if head_backward is None else head_backward
+    head_fwd = st.head_grad if head_grad_in_forward else 0
     # gradients exist during forward when they accumulate, or when zero_grad keeps them (set_to_none=False)
     gfwd = st.grads if (grad_accum > 1 or st.keep_grads) else 0
     ckpt = checkpointing == "full"
@@ -258,16 +269,23 @@ def train_phases(st: TrainState, acts: int, one: int, loss_tmp: int, head_saved:
         # only one flat all-gather / reduce-scatter buffer is in flight
         fb, bb = (1, 1) if st.gather_kept else (2, 3)
         fwd = sh + gfwd + R + fb * B + fwd_casts + acts + loss_tmp
-        bwd = max(sh + gfwd + R + B + bwd_casts + acts + 2 * head_saved,
+        bwd = max(sh + gfwd + R + B + bwd_casts + acts + loss_bwd,
                   sh + max(gfwd, st.head_grad) + R + bb * B + bwd_casts + acts - head_saved + recompute,
                   sh + st.grads + R + bb * B + recompute)
         optim = sh + _step(st)
     else:
         persistent = st.weights + st.master + st.opt + st.comm
-        fwd = persistent + gfwd + fwd_casts + acts + loss_tmp
+        fwd = persistent + max(gfwd, head_fwd) + fwd_casts + acts + loss_tmp
         # the loss' backward holds two fp32 b*s*V gradients; once they are done, the output layer's
         # backward holds the logits' gradient (compute dtype) and allocates its weight gradient
-        bwd_start = persistent + gfwd + bwd_casts + acts + max(2 * head_saved, logits + st.head_grad)
+        if head_backward is None:
+            bwd_start = persistent + gfwd + bwd_casts + acts + max(loss_bwd, logits + st.head_grad)
+        else:
+            # a chunked or fused loss has freed what it saved before the output layer's backward
+            bwd_start = persistent + max(gfwd, head_fwd) + bwd_casts + max(
+                acts + loss_bwd, acts - head_saved + head_in + st.head_grad - head_fwd,
+                acts - head_saved + head_backward_later + head_grads * st.head_grad - head_fwd,
+                acts - head_saved + final_norm_backward + st.head_grad - head_fwd)
         if ckpt:
             # the head's saved tensors are freed before the last block is recomputed
             recompute_peak = persistent + max(gfwd, st.head_grad) + acts - head_saved + one

@@ -85,6 +85,28 @@ TECHNIQUE_ROWS: tuple[tuple[str, dict[str, Any]], ...] = (
                     "optimizer": "sgd-momentum", "optimizer_in_backward": True, "batch": 1, "seq": 16}),
     ("llama-2-7b", {"mode": "train", "method": "lora", "attention": "sdpa", "checkpointing": "none", "dtype": "bf16",
                     "optimizer_in_backward": True}),
+    # chunked cross-entropy (torchtune CEWithChunkedOutputLoss, 8 chunks as there)
+    ("llama-2-7b", {"mode": "train", "method": "full", "attention": "sdpa", "checkpointing": "none", "dtype": "bf16",
+                    "loss_chunks": 8}),
+    ("llama-2-7b", {"mode": "train", "method": "full", "attention": "sdpa", "checkpointing": "none", "dtype": "bf16",
+                    "loss_chunks": 8, "batch": 1, "seq": 512}),
+    ("qwen2.5-0.5b", {"mode": "train", "method": "full", "attention": "sdpa", "checkpointing": "none",
+                      "dtype": "bf16", "loss_chunks": 8}),
+    ("gpt2", {"mode": "train", "method": "full", "attention": "eager", "checkpointing": "none", "dtype": "fp32",
+              "amp": "bf16", "loss_chunks": 8}),
+    ("llama-2-7b", {"mode": "train", "method": "lora", "attention": "sdpa", "checkpointing": "full", "dtype": "bf16",
+                    "loss_chunks": 8}),
+    # fused linear cross-entropy (Liger)
+    ("llama-2-7b", {"mode": "train", "method": "full", "attention": "sdpa", "checkpointing": "none", "dtype": "bf16",
+                    "loss": "fused-linear"}),
+    ("llama-2-7b", {"mode": "train", "method": "full", "attention": "sdpa", "checkpointing": "none", "dtype": "bf16",
+                    "loss": "fused-linear", "batch": 1, "seq": 512}),
+    ("qwen2.5-0.5b", {"mode": "train", "method": "full", "attention": "sdpa", "checkpointing": "none",
+                      "dtype": "bf16", "loss": "fused-linear"}),
+    ("gpt2", {"mode": "train", "method": "full", "attention": "eager", "checkpointing": "none", "dtype": "bf16",
+              "loss": "fused-linear"}),
+    ("llama-3-8b", {"mode": "train", "method": "lora", "attention": "sdpa", "checkpointing": "full", "dtype": "bf16",
+                    "loss": "fused-linear"}),
 )
 
 #: Workload fields the technique rows set, shown in render().
@@ -257,10 +279,12 @@ def run_task_rows(progress=None) -> list[Row]:
 
 
 def run_technique_rows(progress=None, *, only: str | None = None) -> list[Row]:
-    """TECHNIQUE_ROWS (those whose workload sets the field ``only``, when given)."""
+    """TECHNIQUE_ROWS (those whose workload sets the field ``only`` to a value other than its default, when given)."""
+    from vramlens.workload import Workload
+
     out = []
     for name, row in TECHNIQUE_ROWS:
-        if only is not None and not row.get(only):
+        if only is not None and row.get(only, getattr(Workload(), only)) == getattr(Workload(), only):
             continue
         if progress:
             progress(f"{name}: {row}")

@@ -245,6 +245,17 @@ class Runner:
             reps.append(mean_pooling(out.last_hidden_state, inputs["attention_mask_positive"]))
             del out
             return SimpleNamespace(loss=multiple_negatives_ranking_loss(reps))
+        wl = self.wl
+        if wl.training and (wl.loss_chunks > 1 or wl.loss == "fused-linear"):
+            from vramlens.trace.losses import chunked_cross_entropy, fused_linear_cross_entropy
+
+            if built.kind != "causal-lm" or not isinstance(inputs, dict):
+                raise InputError(f"loss={wl.loss} loss_chunks={wl.loss_chunks} apply to causal LMs only")
+            if wl.loss == "fused-linear":
+                loss = fused_linear_cross_entropy(built.model, inputs["input_ids"], inputs["labels"])
+            else:
+                loss = chunked_cross_entropy(built.model, inputs["input_ids"], inputs["labels"], wl.loss_chunks)
+            return SimpleNamespace(loss=loss)
         if isinstance(inputs, dict):
             return built.model(**inputs)
         return built.model(*inputs)
