@@ -91,6 +91,8 @@ class Workload:
     #: post-accumulate-grad hook during backward, so the gradients never coexist
     optimizer_in_backward: bool = False
     checkpointing: Checkpointing = "none"
+    #: torchtune's OffloadActivations: saved activations copied to pinned host memory as they are saved
+    activation_offload: bool = False
     #: torchtune's chunked output + CEWithChunkedOutputLoss (8 chunks there); 1: no chunking
     loss_chunks: int = 1
     loss: Loss = "cross-entropy"
@@ -201,7 +203,7 @@ class Workload:
         elif self.kv_block > L.MAX_KV_BLOCK:
             p.append(f"kv_block={L.show(self.kv_block)} is over the limit of {L.MAX_KV_BLOCK:,} tokens "
                      "(vLLM uses 16)")
-        for name in ("keep_grads", "fsdp", "optimizer_in_backward"):
+        for name in ("keep_grads", "fsdp", "optimizer_in_backward", "activation_offload"):
             if not isinstance(getattr(self, name), bool):
                 p.append(f"{name}={L.show(getattr(self, name))} must be true or false")
         if not isinstance(self.lora_targets, tuple) or not all(isinstance(t, str) for t in self.lora_targets):
@@ -297,7 +299,7 @@ class Workload:
 
         if not self.training:
             names = [n for n in ("optimizer", "optimizer_impl", "grad_accum", "keep_grads", "optimizer_in_backward",
-                                 "checkpointing", "loss_chunks", "loss") if given(n)]
+                                 "checkpointing", "activation_offload", "loss_chunks", "loss") if given(n)]
             if names:
                 out.append("ignored in inference (they apply to training): "
                            + ", ".join(f"{n}={getattr(self, n)!r}" for n in names))

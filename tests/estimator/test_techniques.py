@@ -102,3 +102,20 @@ def test_loss_needs_a_causal_lm():
     with pytest.raises(ConfigError) as e:
         estimate("bert-base-uncased", mode="train", loss_chunks=8)
     assert str(e.value).startswith("loss=cross-entropy loss_chunks=8 apply to a causal LM's loss; ")
+
+
+def test_activation_offload_moves_the_blocks_activations_to_the_host(llama7b):
+    plain = estimate(llama7b, **TRAIN).breakdown
+    e = estimate(llama7b, **TRAIN, activation_offload=True).breakdown
+    moved = plain["activations"] - e["activations"]
+    # what leaves the GPU: every block's saved tensors and the rotary cos/sin (2 x bf16 128 x 512)
+    assert moved == 32 * _layer_saved(llama7b) + 2 * 2 * 128 * 512
+    # the host holds them and the final norm's copies (fp32 input 4*h*t and its bf16 normalized copy 2*h*t)
+    assert e.host_bytes == moved + 4 * 4096 * 512 + 2 * 4096 * 512
+    assert e.peak_allocated <= plain.peak_allocated
+
+
+def _layer_saved(spec):
+    from vramlens.estimator.activations import layer_activations
+
+    return layer_activations(spec, make_workload(**TRAIN), 1, 512).saved

@@ -103,6 +103,9 @@ def add_workload_args(p: argparse.ArgumentParser) -> None:
                    help="step each parameter's optimizer as its gradient is accumulated and free the gradient "
                         "(torchtune optimizer_in_bwd): gradients never coexist; not with --grad-accum > 1")
     g.add_argument("--checkpointing", choices=W.CHECKPOINTING, default="none", help="gradient checkpointing")
+    g.add_argument("--activation-offload", action="store_true",
+                   help="copy saved activations to pinned host memory as they are saved and bring them back in "
+                        "backward (torchtune OffloadActivations); the host RAM shows in host_bytes")
     g.add_argument("--loss-chunks", type=_positive, default=1,
                    help="chunked cross-entropy (torchtune CEWithChunkedOutputLoss; 8 there): the output layer and "
                         "the loss run on N chunks of the sequence, the fp32 upcast one chunk at a time (default 1)")

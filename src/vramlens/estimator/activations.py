@@ -432,6 +432,31 @@ def model_level_saved(spec: ModelSpec, w: Workload, b: int, s: int) -> int:
     return total + H.head_level_saved(spec, w, b, s)
 
 
+def offloaded_model_level(spec: ModelSpec, w: Workload, b: int, s: int) -> tuple[int, int]:
+    """Under torchtune's activation offloading (vramlens.estimator.offload): (what of
+    model_level_saved moves to the host, what of it is copied there but stays on the GPU).
+
+    Moved: the rotary cos/sin and the embedding dropout mask (saved inside the blocks), T5's
+    position biases. Copied and kept: the final norm's own saved tensors, the last saves of the
+    forward, held on the GPU by the offloader's stash of its 5 most recent copies.
+    """
+    t = b * s
+    c = DTYPE_BYTES[w.compute_dtype]
+    r = 4 if w.dtype == "fp32" else c
+    moved = 0
+    if spec.position == "rotary":
+        moved += 2 * _r(c * spec.head_dim * t)
+    if dropout_probs(spec)[1] > 0:
+        moved += _r(spec.hidden_size * t)
+    if spec.position == "relative" and w.checkpointing == "full":
+        bias_b = DTYPE_BYTES[w.dtype] if w.method == "full" else DTYPE_BYTES[w.compute_dtype]
+        moved += (3 if spec.kind == "encoder-decoder" else 1) * _r(bias_b * spec.n_heads * s * s)
+    if spec.kind == "encoder-decoder":
+        moved += _norm_saved(norm_kind(spec), spec.hidden_size, t, r, c, 1, False)  # the encoder's final norm
+    stashed = _norm_saved(norm_kind(spec), spec.hidden_size, t, r, c, 0, False, w.method == "full")
+    return moved, stashed
+
+
 def inference_layer_peak(spec: ModelSpec, w: Workload, b: int, s: int, S: int, tp: int = 1) -> int:
     """Largest working set inside one block during a no-grad forward of s new tokens over S keys."""
     D = _dims(spec, tp)

@@ -6,7 +6,7 @@ inference adds the KV cache, the largest block working set during prefill and th
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from vramlens.estimator import activations as A
 from vramlens.estimator import heads as H
@@ -125,6 +125,7 @@ class ActivationTotals:
     head_backward_later: int = 0  # ... and the logits' gradients still alive then
     head_grad_in_forward: bool = False  # the output layer's weight gradient exists from forward (fused loss)
     final_norm_backward: int = 0  # chunked or fused loss: the final norm's backward (losses.final_norm_backward)
+    host: int = 0  # activation offloading: the saved activations' host copies (a lower bound, see README)
 
 
 def activation_totals(spec: ModelSpec, w: Workload, sp: Split) -> ActivationTotals:
@@ -157,6 +158,16 @@ def activation_totals(spec: ModelSpec, w: Workload, sp: Split) -> ActivationTota
     model_level = A.model_level_saved(spec, w, b, s) * H.columns(spec, w)
     if w.checkpointing != "full":  # a checkpointed block keeps its inputs whatever needs a gradient
         model_level -= A.untracked_before_first_adapter(spec, w, b, s)[0] * H.columns(spec, w)
+    host = 0
+    if w.activation_offload:
+        # torchtune OffloadActivations (training/_activation_offloading.py): every tensor the blocks
+        # save (>= 1,024 B, not a parameter) is copied to pinned host memory as it is saved and its GPU
+        # storage freed; the output layer (NoOpManager) and the loss (outside the context) keep theirs
+        moved, stashed = A.offloaded_model_level(spec, w, b, s)
+        cols = H.columns(spec, w)
+        host = kept + (moved + stashed) * cols
+        model_level -= moved * cols
+        kept = 0
     head_saved, head_peak, head_formula = A.head_saved(spec, w, b, s)
     if not sp.has_head:
         head_saved = head_peak = 0
@@ -183,7 +194,7 @@ def activation_totals(spec: ModelSpec, w: Workload, sp: Split) -> ActivationTota
                             head_grads=1 if lf is None else lf.head_grads,
                             head_backward_later=0 if lf is None else lf.head_backward_later,
                             head_grad_in_forward=lf is not None and lf.grad_in_forward,
-                            final_norm_backward=0 if lf is None else lf.final_norm_backward,
+                            final_norm_backward=0 if lf is None else lf.final_norm_backward, host=host,
                             head_saved=head_saved, formula=formula + "; " + head_formula
                             + (f"; x{cols} text columns (anchor, positive), each its own forward" if cols > 1 else ""),
                             later_pass=later, pass_working=working)
@@ -201,9 +212,23 @@ def estimate_spec(spec: ModelSpec, w: Workload, gpu: GPU | None = None, *, headr
         acts, one_layer, loss_tmp, head_saved, act_formula = (at.saved, at.one_layer, at.loss_transient,
                                                               at.head_saved, at.formula)
         explain["activations"] = act_formula
+        act_host = at.host
+        if act_host:
+            explain["activations"] += (f"; activation offloading: the blocks' saved tensors on the host "
+                                       f"({act_host:,} B), the output layer's input and the loss' on the GPU")
+            notes.append("activation offloading: host_bytes counts each saved tensor once; torchtune copies a "
+                         "tensor each time it is saved (an RMSNorm's fp32 input twice), so the host needs more")
         if st.frozen_casts:
             explain["activations"] += f"; frozen weights' {w.amp} casts kept for backward ({st.frozen_casts:,} B)"
         logits = A.logits_bytes(spec, w, w.batch * w.seq) if sp.has_head else 0
+        if w.activation_offload and st.frozen_casts:
+            # the frozen weights' casts that F.linear saves are plain tensors: offloaded too, but the
+            # output layer's (NoOpManager)
+            head_cast = (A._r(DTYPE_BYTES[w.compute_dtype] * spec.vocab_size * spec.hidden_size // max(1, w.tp))
+                         if sp.has_head and A.has_lm_head(spec) else 0)
+            head_cast = min(head_cast, st.frozen_casts)
+            act_host += st.frozen_casts - head_cast
+            st = replace(st, frozen_casts=head_cast)
         phases = train_phases(st, acts, one_layer, loss_tmp, head_saved, w.grad_accum, w.checkpointing, logits,
                               later_pass=at.later_pass, loss_backward=at.loss_backward, head_backward=at.head_backward,
                               head_grads=at.head_grads, head_backward_later=at.head_backward_later,
@@ -234,6 +259,7 @@ def estimate_spec(spec: ModelSpec, w: Workload, gpu: GPU | None = None, *, headr
         layer_act = one_layer
         master = st.master + st.autocast
     else:
+        act_host = 0
         explain.pop("optimizer_step", None)
         b, s = w.batch, w.seq
         total_tokens = s + w.new_tokens
@@ -289,7 +315,7 @@ def estimate_spec(spec: ModelSpec, w: Workload, gpu: GPU | None = None, *, headr
     bd = make_breakdown(
         comps, explain,
         peak_allocated=peak_alloc, peak_reserved=reserved, device_total=total, peak_phase=peak_phase,
-        host_bytes=st.host, phases=tuple(phases), source="estimate", notes=tuple(notes),
+        host_bytes=st.host + act_host, phases=tuple(phases), source="estimate", notes=tuple(notes),
     )
     fits = headroom_bytes = None
     advice = ""

@@ -184,7 +184,7 @@ def _extrapolated(model, wl: Workload, *, steps, layers, backend, progress, top,
     ]
     bd = make_trace_breakdown(s2, training=wl.training, source="trace-extrapolated", notes=notes,
                               phases=phase_max(phases), components=comps, peak_allocated=peak,
-                              peak_phase=peak_phase)
+                              peak_phase=peak_phase, host_bytes=_line(s1.host_peak, s2.host_peak, k1, k2, L))
     summary = Summary(
         peak_allocated=peak, peak_seq=s2.peak_seq, peak_phase=peak_phase, peak_step=peak_step,
         by_tag={t: _line(s1.by_tag.get(t, 0), b, k1, k2, L) for t, b in s2.by_tag.items()},

@@ -85,6 +85,19 @@ TECHNIQUE_ROWS: tuple[tuple[str, dict[str, Any]], ...] = (
                     "optimizer": "sgd-momentum", "optimizer_in_backward": True, "batch": 1, "seq": 16}),
     ("llama-2-7b", {"mode": "train", "method": "lora", "attention": "sdpa", "checkpointing": "none", "dtype": "bf16",
                     "optimizer_in_backward": True}),
+    # activation offloading (torchtune OffloadActivations, its defaults: streams, 5-tensor stash, >= 1 KiB)
+    ("llama-2-7b", {"mode": "train", "method": "full", "attention": "sdpa", "checkpointing": "none", "dtype": "bf16",
+                    "activation_offload": True}),
+    ("llama-3-8b", {"mode": "train", "method": "full", "attention": "sdpa", "checkpointing": "none", "dtype": "bf16",
+                    "activation_offload": True, "batch": 1, "seq": 512}),
+    ("qwen2.5-0.5b", {"mode": "train", "method": "full", "attention": "sdpa", "checkpointing": "none",
+                      "dtype": "bf16", "activation_offload": True}),
+    ("gpt2", {"mode": "train", "method": "full", "attention": "eager", "checkpointing": "none", "dtype": "fp32",
+              "amp": "bf16", "activation_offload": True}),
+    ("llama-2-7b", {"mode": "train", "method": "lora", "attention": "sdpa", "checkpointing": "full", "dtype": "bf16",
+                    "activation_offload": True}),
+    ("llama-2-7b", {"mode": "train", "method": "lora", "attention": "eager", "checkpointing": "none", "dtype": "fp32",
+                    "amp": "bf16", "activation_offload": True}),
     # chunked cross-entropy (torchtune CEWithChunkedOutputLoss, 8 chunks as there)
     ("llama-2-7b", {"mode": "train", "method": "full", "attention": "sdpa", "checkpointing": "none", "dtype": "bf16",
                     "loss_chunks": 8}),
@@ -181,6 +194,8 @@ class Row:
     traced: dict[str, int]
     estimate_peak: int
     traced_peak: int
+    estimate_host: int = 0
+    traced_host: int = 0
 
     @property
     def peak_error(self) -> float:
@@ -250,6 +265,7 @@ def run_row(name: str, row: dict[str, Any]) -> Row:
         estimate={c: est[c] for c in ALLOCATOR_COMPONENTS},
         traced={c: tr[c] for c in ALLOCATOR_COMPONENTS},
         estimate_peak=est.peak_allocated - _workspace_bytes(e), traced_peak=tr.peak_allocated,
+        estimate_host=est.host_bytes, traced_host=tr.host_bytes,
     )
 
 
@@ -349,6 +365,8 @@ def render(rows: list[Row]) -> str:
             err = r.component_error(c)
             es = "n/a" if err is None or err == float("inf") else f"{err:+.1%}"
             parts.append(f"{short[c]} {e / mib:.2f}/{t / mib:.2f} {es}")
+        if r.estimate_host or r.traced_host > 64 * 1024:  # step counters alone stay far below
+            parts.append(f"host {r.estimate_host / mib:.2f}/{r.traced_host / mib:.2f}")
         lines.append("    " + "  ".join(parts))
     errs = sorted(abs(r.peak_error) for r in rows)
     if errs:

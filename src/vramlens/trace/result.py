@@ -138,7 +138,7 @@ def top_modules(s: Summary, n: int) -> list[tuple[str, int]]:
 def make_trace_breakdown(summary: Summary, *, training: bool, source: str, notes: list[str],
                          phases: tuple[tuple[str, int], ...], peak_reserved: int | None = None,
                          components: dict[str, int] | None = None, peak_allocated: int | None = None,
-                         peak_phase: str | None = None) -> Breakdown:
+                         peak_phase: str | None = None, host_bytes: int | None = None) -> Breakdown:
     comps = components if components is not None else components_of(summary, training)
     peak = summary.peak_allocated if peak_allocated is None else peak_allocated
     reserved = peak if peak_reserved is None else peak_reserved
@@ -151,4 +151,5 @@ def make_trace_breakdown(summary: Summary, *, training: bool, source: str, notes
         phases=phases,
         source=source,
         notes=tuple(notes),
+        host_bytes=summary.host_peak if host_bytes is None else host_bytes,
     )

@@ -260,6 +260,28 @@ class Runner:
             return built.model(**inputs)
         return built.model(*inputs)
 
+    def _offloaded_forward(self, built: Built, inputs) -> tuple[Any, torch.Tensor]:
+        """torchtune's recipe: the model's forward under OffloadActivations (the output layer under
+        NoOpManager), the loss outside it (transformers' own causal-LM loss on the logits)."""
+        from vramlens.trace.offload import OffloadActivations, no_offload_around
+
+        model = built.model
+        hf = model.get_base_model() if hasattr(model, "get_base_model") else model
+        if built.kind != "causal-lm" or not isinstance(inputs, dict) or not hasattr(hf, "loss_function"):
+            raise TraceError("activation_offload is traced for causal LMs (torchtune's recipes); "
+                             "use `vramlens estimate` for other heads")
+        if self.wl.loss_chunks > 1 or self.wl.loss != "cross-entropy":
+            raise TraceError("activation_offload with --loss-chunks or --loss fused-linear is not traced: "
+                             "use `vramlens estimate`")
+        if getattr(self, "offloader", None) is None:
+            self.offloader = OffloadActivations(self.rec, model)
+            no_offload_around(hf.get_output_embeddings(), self.rec)
+        labels = inputs["labels"]
+        with self.offloader:
+            out = model(**{k: v for k, v in inputs.items() if k != "labels"})
+        loss = hf.loss_function(logits=out.logits, labels=labels, vocab_size=hf.config.vocab_size)
+        return out, loss
+
     def _loss(self, out) -> torch.Tensor:
         loss = getattr(out, "loss", None)
         if isinstance(loss, torch.Tensor):
@@ -281,12 +303,17 @@ class Runner:
                 rec.mark(_tensors(inputs), "input")
                 rec.set_phase("forward", step)
                 with self._autocast():
-                    out = self._forward(built, inputs)
-                    loss = self._loss(out)
+                    if wl.activation_offload:
+                        out, loss = self._offloaded_forward(built, inputs)
+                    else:
+                        out = self._forward(built, inputs)
+                        loss = self._loss(out)
                 del out  # as the HF Trainer does: only the loss survives the forward
                 rec.end_forward()
                 rec.set_phase("backward", step)
                 loss.backward()
+                if wl.activation_offload:
+                    self.offloader.end_backward()
                 del loss, inputs
                 rec.mark((p.grad for p in trainable if p.grad is not None), "gradient")
             rec.set_phase("optimizer", step)

@@ -27,6 +27,7 @@ KNOBS: tuple[tuple[str, str, str, tuple | None, str], ...] = (
     ("keep_grads", "keep grads", "check", None, "false"),
     ("optimizer_in_backward", "optimizer in backward", "check", None, "false"),
     ("checkpointing", "checkpointing", "select", W.CHECKPOINTING, "none"),
+    ("activation_offload", "activation offload", "check", None, "false"),
     ("loss_chunks", "loss chunks", "number", None, "1"),
     ("loss", "loss", "select", W.LOSSES, "cross-entropy"),
     ("attention", "attention", "select", W.ATTENTION, "sdpa"),
@@ -49,7 +50,8 @@ KNOBS: tuple[tuple[str, str, str, tuple | None, str], ...] = (
 #: A knob that does not apply is hidden and not sent, so the URL and the CLI line never carry it.
 SHOW_WHEN: dict[str, str] = {
     **{k: "mode=train" for k in ("optimizer", "optimizer_impl", "grad_accum", "keep_grads", "checkpointing",
-                                 "zero", "fsdp", "offload", "optimizer_in_backward", "loss_chunks", "loss")},
+                                 "zero", "fsdp", "offload", "optimizer_in_backward", "activation_offload", "loss_chunks",
+                                 "loss")},
     "fsdp_strategy": "mode=train;fsdp=true",
     **{k: "mode=inference" for k in ("new_tokens", "kv_dtype", "kv_block")},
     **{k: "method=lora|qlora" for k in ("lora_rank", "lora_targets")},
