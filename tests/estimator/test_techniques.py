@@ -119,3 +119,22 @@ def _layer_saved(spec):
     from vramlens.estimator.activations import layer_activations
 
     return layer_activations(spec, make_workload(**TRAIN), 1, 512).saved
+
+
+def test_unknown_lora_target_is_an_error_listing_the_real_names(llama7b):
+    with pytest.raises(ConfigError) as e:
+        estimate(llama7b, mode="train", method="lora", lora_targets="foo_bar,q_proj")
+    assert str(e.value) == (f"lora_targets: foo_bar matches no linear layer of {llama7b.name}: choose from "
+                            "down_proj, gate_proj, k_proj, o_proj, q_proj, up_proj, v_proj or all-linear")
+
+
+def test_nvls_buffers_scale_with_one_nvlink_domain():
+    from vramlens.hardware.catalog import get_gpu
+    from vramlens.hardware.runtime import nccl_communicator_bytes
+
+    h100 = get_gpu("H100-SXM-80GB")
+    rings = 16 * 2 * (4_194_304 + 524_288 + 4_915_200)  # channels x connections x (Simple + LL + LL128)
+    # 128 ranks over 16 servers: each rank binds the NVLS buffers of its server's 8 ranks, not 128
+    assert nccl_communicator_bytes(h100, 128) == rings + 301_989_888 * 8
+    assert nccl_communicator_bytes(h100, 4) == rings + 301_989_888 * 4
+    assert nccl_communicator_bytes(h100, 72, nvlink_domain=72) == rings + 301_989_888 * 72
