@@ -96,6 +96,8 @@ class Workload:
     #: torchtune's chunked output + CEWithChunkedOutputLoss (8 chunks there); 1: no chunking
     loss_chunks: int = 1
     loss: Loss = "cross-entropy"
+    #: torchtitan's loss parallelism under --tp: logits and loss sharded over the vocabulary
+    loss_parallel: bool = False
     attention: Attention = "sdpa"
     lora_rank: int = 16
     lora_targets: tuple[str, ...] = DEFAULT_LORA_TARGETS
@@ -203,7 +205,7 @@ class Workload:
         elif self.kv_block > L.MAX_KV_BLOCK:
             p.append(f"kv_block={L.show(self.kv_block)} is over the limit of {L.MAX_KV_BLOCK:,} tokens "
                      "(vLLM uses 16)")
-        for name in ("keep_grads", "fsdp", "optimizer_in_backward", "activation_offload"):
+        for name in ("keep_grads", "fsdp", "optimizer_in_backward", "activation_offload", "loss_parallel"):
             if not isinstance(getattr(self, name), bool):
                 p.append(f"{name}={L.show(getattr(self, name))} must be true or false")
         if not isinstance(self.lora_targets, tuple) or not all(isinstance(t, str) for t in self.lora_targets):
@@ -254,6 +256,12 @@ class Workload:
         if self.loss == "fused-linear" and self.loss_chunks > 1:
             p.append(f"loss=fused-linear chunks the tokens itself (Liger's chunk size); loss_chunks={self.loss_chunks} "
                      "applies to the cross-entropy loss: drop --loss-chunks")
+        if self.loss_parallel and self.mode == "train" and self.tp == 1:
+            p.append("loss_parallel shards the logits over the tensor-parallel ranks, and tp=1 has none: "
+                     "set --tp (e.g. --tp 8) or drop --loss-parallel")
+        if self.loss_parallel and (self.loss_chunks > 1 or self.loss != "cross-entropy"):
+            p.append("loss_parallel (torchtitan) runs the plain cross-entropy on vocabulary shards: drop "
+                     "--loss-chunks / --loss fused-linear or --loss-parallel")
         if self.loss_chunks > self.seq:
             p.append(f"loss_chunks={self.loss_chunks} is more than the seq={self.seq} tokens it splits: "
                      f"use --loss-chunks {min(8, self.seq)}")
@@ -299,7 +307,8 @@ class Workload:
 
         if not self.training:
             names = [n for n in ("optimizer", "optimizer_impl", "grad_accum", "keep_grads", "optimizer_in_backward",
-                                 "checkpointing", "activation_offload", "loss_chunks", "loss") if given(n)]
+                                 "checkpointing", "activation_offload", "loss_chunks", "loss", "loss_parallel")
+                     if given(n)]
             if names:
                 out.append("ignored in inference (they apply to training): "
                            + ", ".join(f"{n}={getattr(self, n)!r}" for n in names))

@@ -138,3 +138,21 @@ def test_nvls_buffers_scale_with_one_nvlink_domain():
     assert nccl_communicator_bytes(h100, 128) == rings + 301_989_888 * 8
     assert nccl_communicator_bytes(h100, 4) == rings + 301_989_888 * 4
     assert nccl_communicator_bytes(h100, 72, nvlink_domain=72) == rings + 301_989_888 * 72
+
+
+def test_loss_parallel_shards_the_logits_and_the_loss(llama7b):
+    kw = dict(TRAIN, gpus=8, tp=8, optimizer="sgd")  # SGD: no step temporary
+    plain = estimate(llama7b, **kw).breakdown
+    e = estimate(llama7b, **kw, loss_parallel=True).breakdown
+    # log_softmax of 512 tokens over 32,000 / 8 = 4,000 vocabulary entries per rank, fp32
+    V, t = 32_000, 512
+    assert plain["activations"] - e["activations"] == 4 * V * t - 4 * (V // 8) * t
+    # the loss' backward: one fp32 shard (loss_parallel) instead of two full fp32 gradients
+    assert e["temporaries"] < plain["temporaries"]
+
+
+def test_loss_parallel_needs_tp():
+    with pytest.raises(ConfigError) as e:
+        make_workload(mode="train", loss_parallel=True)
+    assert str(e.value) == ("loss_parallel shards the logits over the tensor-parallel ranks, and tp=1 has none: "
+                            "set --tp (e.g. --tp 8) or drop --loss-parallel")

@@ -112,6 +112,9 @@ def add_workload_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--loss", choices=W.LOSSES, default="cross-entropy",
                    help="the causal-LM loss: cross-entropy over the logits, or fused-linear (Liger's fused linear "
                         "cross-entropy: the full logits never exist)")
+    g.add_argument("--loss-parallel", action="store_true",
+                   help="with --tp: the logits and the loss stay sharded over the vocabulary (torchtitan "
+                        "loss_parallel); without it every rank gathers the whole logits")
     g.add_argument("--attention", choices=W.ATTENTION, default="sdpa", help="attention kernel (default sdpa)")
     g.add_argument("--lora-rank", type=_positive, default=16, help="LoRA rank r (default 16)")
     g.add_argument("--lora-targets", default="q_proj,v_proj", help="modules LoRA adapts, comma-separated, or all-linear")

@@ -92,6 +92,8 @@ def check_workload(spec: ModelSpec, w: Workload) -> None:
             p.append(f"lora_rank={w.lora_rank} exceeds the smaller side of {smallest.module} "
                      f"({smallest.in_features}x{smallest.out_features}) of {spec.name}: a LoRA update's rank is at "
                      f"most min(in, out) = {side}; use --lora-rank {side} or less")
+    if w.training and w.loss_parallel and spec.head != "causal-lm":
+        p.append(f"loss_parallel shards a causal LM's logits; {spec.name} trains {spec.head}: drop --loss-parallel")
     if w.training and (w.loss_chunks > 1 or w.loss == "fused-linear") and spec.head != "causal-lm":
         p.append(f"loss={w.loss} loss_chunks={w.loss_chunks} apply to a causal LM's loss; {spec.name} trains "
                  f"{spec.head}: drop --loss/--loss-chunks or use --task causal-lm")

@@ -371,9 +371,23 @@ def has_lm_head(spec: ModelSpec) -> bool:
     return H.has_lm_head(spec)
 
 
+def local_vocab(spec: ModelSpec, w: Workload) -> int:
+    """The vocabulary entries of the logits on one GPU.
+
+    Under tensor parallelism the output layer is column-parallel over the vocabulary. Without
+    loss parallelism its output is gathered (torchtitan's ``ColwiseParallel(output_layouts=
+    Replicate())``), so every rank holds all V logits and the whole loss; with ``--loss-parallel``
+    (torchtitan ``output_layouts=Shard(-1)`` and ``loss_parallel()``, torch/distributed/tensor/
+    parallel/loss.py) the logits, their upcast, ``log_softmax`` and its gradients stay sharded: V/tp.
+    """
+    if w.training and w.loss_parallel and w.tp > 1:
+        return -(-spec.vocab_size // w.tp)
+    return spec.vocab_size
+
+
 def logits_bytes(spec: ModelSpec, w: Workload, tokens: int) -> int:
-    """The logits of ``tokens`` tokens in the compute dtype (0 without an LM head)."""
-    return _r(DTYPE_BYTES[w.compute_dtype] * spec.vocab_size * tokens) if has_lm_head(spec) else 0
+    """The logits of ``tokens`` tokens in the compute dtype on one GPU (0 without an LM head)."""
+    return _r(DTYPE_BYTES[w.compute_dtype] * local_vocab(spec, w) * tokens) if has_lm_head(spec) else 0
 
 
 def head_saved(spec: ModelSpec, w: Workload, b: int, s: int) -> tuple[int, int, str]:
@@ -385,7 +399,7 @@ def head_saved(spec: ModelSpec, w: Workload, b: int, s: int) -> tuple[int, int, 
     under autocast, whose fp32 list has ``cross_entropy``). Other heads: vramlens.estimator.heads.
     """
     t = b * s
-    V = spec.vocab_size
+    V = local_vocab(spec, w)
     c = DTYPE_BYTES[w.compute_dtype]
     if not has_lm_head(spec):
         return H.loss_saved(spec, w, b, s)

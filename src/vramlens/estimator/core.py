@@ -188,8 +188,14 @@ def activation_totals(spec: ModelSpec, w: Workload, sp: Split) -> ActivationTota
     from vramlens.estimator.losses import loss_figures
 
     lf = loss_figures(spec, w, b, s) if (sp.has_head and A.has_lm_head(spec)) else None
+    loss_backward = None if lf is None else lf.backward
+    if A.local_vocab(spec, w) != spec.vocab_size and sp.has_head:
+        # loss_parallel's backward (torch/distributed/tensor/parallel/loss.py
+        # _nll_loss_and_log_softmax_backward) computes the logits' gradient from the saved
+        # log_softmax in one fp32 shard, not through nll's and log_softmax's two
+        loss_backward = head_saved
     return ActivationTotals(saved=kept + model_level + head_saved, one_layer=one, loss_transient=head_peak - head_saved,
-                            loss_backward=None if lf is None else lf.backward,
+                            loss_backward=loss_backward,
                             head_backward=None if lf is None else lf.head_backward,
                             head_grads=1 if lf is None else lf.head_grads,
                             head_backward_later=0 if lf is None else lf.head_backward_later,

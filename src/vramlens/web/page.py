@@ -30,6 +30,7 @@ KNOBS: tuple[tuple[str, str, str, tuple | None, str], ...] = (
     ("activation_offload", "activation offload", "check", None, "false"),
     ("loss_chunks", "loss chunks", "number", None, "1"),
     ("loss", "loss", "select", W.LOSSES, "cross-entropy"),
+    ("loss_parallel", "loss parallel", "check", None, "false"),
     ("attention", "attention", "select", W.ATTENTION, "sdpa"),
     ("lora_rank", "LoRA rank", "number", None, "16"),
     ("lora_targets", "LoRA targets", "text", None, "q_proj,v_proj"),
@@ -51,7 +52,7 @@ KNOBS: tuple[tuple[str, str, str, tuple | None, str], ...] = (
 SHOW_WHEN: dict[str, str] = {
     **{k: "mode=train" for k in ("optimizer", "optimizer_impl", "grad_accum", "keep_grads", "checkpointing",
                                  "zero", "fsdp", "offload", "optimizer_in_backward", "activation_offload", "loss_chunks",
-                                 "loss")},
+                                 "loss", "loss_parallel")},
     "fsdp_strategy": "mode=train;fsdp=true",
     **{k: "mode=inference" for k in ("new_tokens", "kv_dtype", "kv_block")},
     **{k: "method=lora|qlora" for k in ("lora_rank", "lora_targets")},
