@@ -156,3 +156,11 @@ def test_loss_parallel_needs_tp():
         make_workload(mode="train", loss_parallel=True)
     assert str(e.value) == ("loss_parallel shards the logits over the tensor-parallel ranks, and tp=1 has none: "
                             "set --tp (e.g. --tp 8) or drop --loss-parallel")
+
+
+def test_gqa_expansion_when_decoding_at_long_context():
+    kw = dict(seq=16, new_tokens=131_056, dtype="bf16")  # S = 131,072 keys at the last step
+    eager = estimate("llama-3-8b", attention="eager", **kw).breakdown
+    sdpa = estimate("llama-3-8b", attention="sdpa", **kw).breakdown
+    # repeat_kv copies the 8 KV heads' keys and values to all 32 heads: 2 x 32 x 131,072 x 128 x 2 B = 2 GiB
+    assert eager["activations"] >= 2 * 32 * 131_072 * 128 * 2 > 10 * sdpa["activations"]

@@ -42,3 +42,7 @@ def test_activation_offload_matches_trace():
     for r in rows:
         # host_bytes counts each saved tensor once; torchtune copies a tensor each time it is saved
         assert 0 < r.estimate_host <= r.traced_host, render(rows)
+
+
+def test_gqa_expansion_when_decoding_with_eager_attention_matches_trace():
+    _check(run_technique_rows(only="new_tokens"))

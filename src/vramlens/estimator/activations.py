@@ -486,7 +486,11 @@ def inference_layer_peak(spec: ModelSpec, w: Workload, b: int, s: int, S: int, t
         stream += _r(c * D.h * s)
     if w.attention == "eager":
         probs = b * D.a * s * S
-        attn = 2 * _r(c * probs) + _r(4 * probs) + 3 * _r(c * D.a * D.d * t)
+        # q, and the keys and values it attends to; with GQA, eager_attention_forward calls repeat_kv
+        # (transformers/integrations/sdpa_attention.py), a copy of all S keys and values at the full
+        # head count: 2*b*a*S*d per attention call, gigabytes at long context when decoding
+        kv = 2 * _r(c * D.a * D.d * b * S) if D.kv != D.a else 2 * _r(c * D.a * D.d * t)
+        attn = 2 * _r(c * probs) + _r(4 * probs) + _r(c * D.a * D.d * t) + kv
     else:
         attn = 4 * _r(c * D.a * D.d * t) + _r(4 * b * D.a * s)
     if spec.is_moe:

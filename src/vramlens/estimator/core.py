@@ -292,7 +292,8 @@ def estimate_spec(spec: ModelSpec, w: Workload, gpu: GPU | None = None, *, headr
             # the encoder's output (kept for cross-attention) and T5's rescaled decoder output
             tail += 2 * A._r(c * spec.hidden_size * b * s)
         prefill = st.weights + kv + max(work, tail)
-        decode = st.weights + kv + max(A.inference_layer_peak(spec, w, b, 1, total_tokens, tp=w.tp), logits)
+        decode_work = A.inference_layer_peak(spec, w, b, 1, total_tokens, tp=w.tp) if w.new_tokens else 0
+        decode = st.weights + kv + max(decode_work, logits)
         phases = (("prefill", prefill + st.workspace),) + ((("decode", decode + st.workspace),) if w.new_tokens else ())
         peak_phase, peak_alloc = max(phases, key=lambda p: p[1])
         reserved, total = reserved_total(st, peak_alloc, extra_persistent=kv)
@@ -300,7 +301,7 @@ def estimate_spec(spec: ModelSpec, w: Workload, gpu: GPU | None = None, *, headr
         explain["activations"] = ("the larger of one block's working set during prefill and the logits (all tokens "
                                   "for a plain forward, the last one in generate())")
         explain["temporaries"] = "inference: counted in activations"
-        activation_peak = max(work, tail)
+        activation_peak = max(work, tail, decode_work)
         layer_act = work
         master = 0
         if w.method != "full":

@@ -98,6 +98,13 @@ TECHNIQUE_ROWS: tuple[tuple[str, dict[str, Any]], ...] = (
                     "activation_offload": True}),
     ("llama-2-7b", {"mode": "train", "method": "lora", "attention": "eager", "checkpointing": "none", "dtype": "fp32",
                     "amp": "bf16", "activation_offload": True}),
+    # GQA expansion: eager attention's repeat_kv of the whole cache at every decode step (MHA: no copy)
+    ("llama-3-8b", {"mode": "inference", "method": "full", "attention": "eager", "checkpointing": "none",
+                    "dtype": "bf16", "seq": 16, "new_tokens": 256}),
+    ("qwen2.5-0.5b", {"mode": "inference", "method": "full", "attention": "eager", "checkpointing": "none",
+                      "dtype": "bf16", "seq": 16, "new_tokens": 256}),
+    ("llama-2-7b", {"mode": "inference", "method": "full", "attention": "eager", "checkpointing": "none",
+                    "dtype": "bf16", "seq": 16, "new_tokens": 256}),
     # chunked cross-entropy (torchtune CEWithChunkedOutputLoss, 8 chunks as there)
     ("llama-2-7b", {"mode": "train", "method": "full", "attention": "sdpa", "checkpointing": "none", "dtype": "bf16",
                     "loss_chunks": 8}),
@@ -123,7 +130,8 @@ TECHNIQUE_ROWS: tuple[tuple[str, dict[str, Any]], ...] = (
 )
 
 #: Workload fields the technique rows set, shown in render().
-TECHNIQUE_FIELDS = ("optimizer", "optimizer_in_backward", "loss_chunks", "loss", "activation_offload", "loss_parallel")
+TECHNIQUE_FIELDS = ("optimizer", "optimizer_in_backward", "loss_chunks", "loss", "activation_offload", "loss_parallel",
+                    "new_tokens")
 
 #: The issue's case at full size: a sentence-transformers fine-tune of bert-base-uncased, 16
 #: (anchor, positive) pairs of 512 tokens, fp32, AdamW; traced on 2 and 3 of its 12 layers and
@@ -242,7 +250,7 @@ def workload_for(name: str, row: dict[str, Any]) -> dict[str, Any]:
     cfg = tiny_config(name)
     if (wl["mode"] == "inference" and not cfg.get("is_encoder_decoder") and cfg.get("model_type") not in ("bert", "roberta")
             and wl.get("task") in (None, "causal-lm")):
-        wl["new_tokens"] = NEW_TOKENS
+        wl.setdefault("new_tokens", NEW_TOKENS)
     if wl["method"] == "lora":
         wl["lora_targets"] = _architecture(name)[2]
         wl["lora_rank"] = 8
