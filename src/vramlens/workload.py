@@ -35,6 +35,10 @@ FsdpStrategy = Literal["full", "shard-grad-op", "hybrid"]
 Attention = Literal["eager", "sdpa", "flash"]
 Offload = Literal["none", "optimizer", "all"]
 KVDType = Literal["fp32", "fp16", "bf16", "fp8", "int8"]
+#: The causal-LM loss: transformers' cross-entropy over the full logits (chunked with loss_chunks,
+#: as torchtune's CEWithChunkedOutputLoss), or a fused linear + cross-entropy (Liger's) that never
+#: materializes the full logits.
+Loss = Literal["cross-entropy", "fused-linear"]
 
 MODES: tuple[Mode, ...] = get_args(Mode)
 METHODS: tuple[Method, ...] = get_args(Method)
@@ -50,6 +54,9 @@ GPUS_PER_NODE = 8
 ATTENTION: tuple[Attention, ...] = get_args(Attention)
 OFFLOAD: tuple[Offload, ...] = get_args(Offload)
 KV_DTYPES: tuple[KVDType, ...] = get_args(KVDType)
+LOSSES: tuple[Loss, ...] = get_args(Loss)
+#: Most chunks --loss-chunks takes (torchtune uses 8; more only adds Python overhead).
+MAX_LOSS_CHUNKS = 4_096
 DEFAULT_LORA_TARGETS = ("q_proj", "v_proj")
 #: What the model is trained or run for: the head on top of the base model and its loss.
 #: ``embedding`` is sentence-transformers' case: the base model, mean pooling, and the in-batch
@@ -80,7 +87,17 @@ class Workload:
     new_tokens: int = 0
     grad_accum: int = 1
     keep_grads: bool = False
+    #: torchtune's ``optimizer_in_bwd``: each parameter is stepped (and its gradient freed) by a
+    #: post-accumulate-grad hook during backward, so the gradients never coexist
+    optimizer_in_backward: bool = False
     checkpointing: Checkpointing = "none"
+    #: torchtune's OffloadActivations: saved activations copied to pinned host memory as they are saved
+    activation_offload: bool = False
+    #: torchtune's chunked output + CEWithChunkedOutputLoss (8 chunks there); 1: no chunking
+    loss_chunks: int = 1
+    loss: Loss = "cross-entropy"
+    #: torchtitan's loss parallelism under --tp: logits and loss sharded over the vocabulary
+    loss_parallel: bool = False
     attention: Attention = "sdpa"
     lora_rank: int = 16
     lora_targets: tuple[str, ...] = DEFAULT_LORA_TARGETS
@@ -171,6 +188,7 @@ class Workload:
         choice("attention", self.attention, ATTENTION)
         choice("offload", self.offload, OFFLOAD)
         choice("kv_dtype", self.kv_dtype, KV_DTYPES, optional=True)
+        choice("loss", self.loss, LOSSES)
         choice("task", self.task, TASKS, optional=True)
         for name, limit in _COUNT_LIMITS:
             v = getattr(self, name)
@@ -187,7 +205,7 @@ class Workload:
         elif self.kv_block > L.MAX_KV_BLOCK:
             p.append(f"kv_block={L.show(self.kv_block)} is over the limit of {L.MAX_KV_BLOCK:,} tokens "
                      "(vLLM uses 16)")
-        for name in ("keep_grads", "fsdp"):
+        for name in ("keep_grads", "fsdp", "optimizer_in_backward", "activation_offload", "loss_parallel"):
             if not isinstance(getattr(self, name), bool):
                 p.append(f"{name}={L.show(getattr(self, name))} must be true or false")
         if not isinstance(self.lora_targets, tuple) or not all(isinstance(t, str) for t in self.lora_targets):
@@ -235,8 +253,44 @@ class Workload:
         if self.offload != "none" and self.mode == "train" and self.shard_stage == 0 and not self.fsdp:
             # ZeRO-Offload needs ZeRO >= 1 (DeepSpeed) or FSDP; say so rather than guess
             p.append(f"offload={self.offload} needs --zero 1..3 or --fsdp (ZeRO-Offload / FSDP CPU offload)")
+        if self.loss == "fused-linear" and self.loss_chunks > 1:
+            p.append(f"loss=fused-linear chunks the tokens itself (Liger's chunk size); loss_chunks={self.loss_chunks} "
+                     "applies to the cross-entropy loss: drop --loss-chunks")
+        if self.loss_parallel and self.mode == "train" and self.tp == 1:
+            p.append("loss_parallel shards the logits over the tensor-parallel ranks, and tp=1 has none: "
+                     "set --tp (e.g. --tp 8) or drop --loss-parallel")
+        if self.loss_parallel and (self.loss_chunks > 1 or self.loss != "cross-entropy"):
+            p.append("loss_parallel (torchtitan) runs the plain cross-entropy on vocabulary shards: drop "
+                     "--loss-chunks / --loss fused-linear or --loss-parallel")
+        if self.loss_chunks > self.seq:
+            p.append(f"loss_chunks={self.loss_chunks} is more than the seq={self.seq} tokens it splits: "
+                     f"use --loss-chunks {min(8, self.seq)}")
+        if self.optimizer_in_backward and self.mode == "train":
+            p.extend(self._in_backward_problems())
         if self.offload == "all" and self.mode == "train" and self.shard_stage != 3:
             p.append("offload=all (parameters too) needs --zero 3 or --fsdp")
+        return p
+
+    def _in_backward_problems(self) -> list[str]:
+        """What --optimizer-in-backward cannot be combined with (torchtune's recipes refuse the first
+        two; the others are not modelled by vramlens)."""
+        p: list[str] = []
+        if self.grad_accum > 1:
+            p.append(f"optimizer_in_backward steps each parameter as its gradient arrives, so gradients cannot "
+                     f"accumulate over grad_accum={self.grad_accum} micro-batches (torchtune refuses it too): "
+                     "drop --grad-accum or --optimizer-in-backward")
+        if self.optimizer == "none":
+            p.append("optimizer_in_backward needs an optimizer to step, and optimizer='none' runs none: "
+                     "choose an --optimizer or drop --optimizer-in-backward")
+        if self.keep_grads:
+            p.append("optimizer_in_backward frees each gradient right after its step, which keep_grads contradicts: "
+                     "drop one of them")
+        if self.amp is not None and self.amp == self.dtype:
+            p.append(f"optimizer_in_backward with an fp32 master copy (dtype={self.dtype} amp={self.amp}) is not "
+                     "modelled: use --dtype fp32 --amp bf16 or pure --dtype bf16")
+        if self.zero or self.fsdp or self.offload != "none" or self.pp > 1:
+            p.append("optimizer_in_backward with zero, fsdp, offload or pp is not modelled: drop "
+                     "--optimizer-in-backward, or estimate one GPU (data or tensor parallel)")
         return p
 
     def ignored(self) -> list[str]:
@@ -252,7 +306,8 @@ class Workload:
             return bool(getattr(self, name) != d[name])
 
         if not self.training:
-            names = [n for n in ("optimizer", "optimizer_impl", "grad_accum", "keep_grads", "checkpointing")
+            names = [n for n in ("optimizer", "optimizer_impl", "grad_accum", "keep_grads", "optimizer_in_backward",
+                                 "checkpointing", "activation_offload", "loss_chunks", "loss", "loss_parallel")
                      if given(n)]
             if names:
                 out.append("ignored in inference (they apply to training): "
@@ -285,6 +340,7 @@ class Workload:
 _COUNT_LIMITS = (
     ("batch", L.MAX_BATCH), ("seq", L.MAX_SEQ), ("grad_accum", L.MAX_GRAD_ACCUM), ("gpus", L.MAX_GPUS),
     ("tp", L.MAX_PARALLEL), ("pp", L.MAX_PARALLEL), ("lora_rank", L.MAX_LORA_RANK),
+    ("loss_chunks", MAX_LOSS_CHUNKS),
 )
 
 _DEFAULTS: dict[str, Any] = {f.name: f.default for f in fields(Workload)}

@@ -147,3 +147,15 @@ def test_other_optimizers_run():
             assert r.breakdown["optimizer_states"] == 0, opt
         else:
             assert r.breakdown["optimizer_states"] > 0, opt
+
+
+def test_device_total_adds_what_lives_outside_the_allocator():
+    """As `estimate` does: the reserve, plus cuBLAS workspaces, the CUDA context (and NCCL)."""
+    from vramlens.estimator.runtime import runtime
+    from vramlens.workload import make_workload
+
+    wl = make_workload(mode="train", batch=1, seq=16)
+    r = trace(tiny_llama(), wl, steps=1)
+    rt = runtime(None, wl)
+    assert r.breakdown.device_total == r.breakdown.peak_reserved + rt.workspace_bytes + rt.outside_allocator_bytes
+    assert r.breakdown["runtime"] == rt.workspace_bytes + rt.outside_allocator_bytes > 0

@@ -99,7 +99,22 @@ def add_workload_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--keep-grads", action="store_true",
                    help="gradients stay allocated between steps (zero_grad(set_to_none=False), the default "
                         "before PyTorch 2.0); by default they are freed (set_to_none=True)")
+    g.add_argument("--optimizer-in-backward", action="store_true",
+                   help="step each parameter's optimizer as its gradient is accumulated and free the gradient "
+                        "(torchtune optimizer_in_bwd): gradients never coexist; not with --grad-accum > 1")
     g.add_argument("--checkpointing", choices=W.CHECKPOINTING, default="none", help="gradient checkpointing")
+    g.add_argument("--activation-offload", action="store_true",
+                   help="copy saved activations to pinned host memory as they are saved and bring them back in "
+                        "backward (torchtune OffloadActivations); the host RAM shows in host_bytes")
+    g.add_argument("--loss-chunks", type=_positive, default=1,
+                   help="chunked cross-entropy (torchtune CEWithChunkedOutputLoss; 8 there): the output layer and "
+                        "the loss run on N chunks of the sequence, the fp32 upcast one chunk at a time (default 1)")
+    g.add_argument("--loss", choices=W.LOSSES, default="cross-entropy",
+                   help="the causal-LM loss: cross-entropy over the logits, or fused-linear (Liger's fused linear "
+                        "cross-entropy: the full logits never exist)")
+    g.add_argument("--loss-parallel", action="store_true",
+                   help="with --tp: the logits and the loss stay sharded over the vocabulary (torchtitan "
+                        "loss_parallel); without it every rank gathers the whole logits")
     g.add_argument("--attention", choices=W.ATTENTION, default="sdpa", help="attention kernel (default sdpa)")
     g.add_argument("--lora-rank", type=_positive, default=16, help="LoRA rank r (default 16)")
     g.add_argument("--lora-targets", default="q_proj,v_proj", help="modules LoRA adapts, comma-separated, or all-linear")

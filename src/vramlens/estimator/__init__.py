@@ -73,10 +73,17 @@ def check_workload(spec: ModelSpec, w: Workload) -> None:
         p.append(f"tp={w.tp} does not split the {spec.n_kv_heads} key-value heads of {spec.name}")
     if w.pp > spec.n_layers:
         p.append(f"pp={w.pp} exceeds the {spec.n_layers} layers of {spec.name}")
-    if w.method != "full" and lora_shape(spec, tuple(w.lora_targets)).count == 0:
+    if w.method != "full":
         names = sorted({t.module for t in spec.tensors if t.role in ("linear", "conv1d") and t.layer is not None})
-        p.append(f"lora_targets={','.join(w.lora_targets)} match no linear layer of {spec.name}: "
-                 f"choose from {', '.join(names)} or all-linear")
+        if lora_shape(spec, tuple(w.lora_targets)).count == 0:
+            p.append(f"lora_targets={','.join(w.lora_targets)} match no linear layer of {spec.name}: "
+                     f"choose from {', '.join(names)} or all-linear")
+        else:
+            # peft adapts what matches and ignores the rest silently: a typo would count as fewer adapters
+            unknown = [t for t in w.lora_targets if t != "all-linear" and lora_shape(spec, (t,)).count == 0]
+            if unknown:
+                p.append(f"lora_targets: {', '.join(unknown)} {'matches' if len(unknown) == 1 else 'match'} no "
+                         f"linear layer of {spec.name}: choose from {', '.join(names)} or all-linear")
     if w.method != "full":
         smallest = min(lora_shape(spec, tuple(w.lora_targets)).targets,
                        key=lambda lin: min(lin.in_features, lin.out_features), default=None)
@@ -85,6 +92,11 @@ def check_workload(spec: ModelSpec, w: Workload) -> None:
             p.append(f"lora_rank={w.lora_rank} exceeds the smaller side of {smallest.module} "
                      f"({smallest.in_features}x{smallest.out_features}) of {spec.name}: a LoRA update's rank is at "
                      f"most min(in, out) = {side}; use --lora-rank {side} or less")
+    if w.training and w.loss_parallel and spec.head != "causal-lm":
+        p.append(f"loss_parallel shards a causal LM's logits; {spec.name} trains {spec.head}: drop --loss-parallel")
+    if w.training and (w.loss_chunks > 1 or w.loss == "fused-linear") and spec.head != "causal-lm":
+        p.append(f"loss={w.loss} loss_chunks={w.loss_chunks} apply to a causal LM's loss; {spec.name} trains "
+                 f"{spec.head}: drop --loss/--loss-chunks or use --task causal-lm")
     if spec.kind == "encoder" and w.new_tokens:
         p.append(f"new_tokens={w.new_tokens}: {spec.name} is an encoder and does not generate")
     elif w.new_tokens and spec.head not in ("causal-lm", "seq2seq-lm"):

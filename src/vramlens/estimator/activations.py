@@ -371,9 +371,23 @@ def has_lm_head(spec: ModelSpec) -> bool:
     return H.has_lm_head(spec)
 
 
+def local_vocab(spec: ModelSpec, w: Workload) -> int:
+    """The vocabulary entries of the logits on one GPU.
+
+    Under tensor parallelism the output layer is column-parallel over the vocabulary. Without
+    loss parallelism its output is gathered (torchtitan's ``ColwiseParallel(output_layouts=
+    Replicate())``), so every rank holds all V logits and the whole loss; with ``--loss-parallel``
+    (torchtitan ``output_layouts=Shard(-1)`` and ``loss_parallel()``, torch/distributed/tensor/
+    parallel/loss.py) the logits, their upcast, ``log_softmax`` and its gradients stay sharded: V/tp.
+    """
+    if w.training and w.loss_parallel and w.tp > 1:
+        return -(-spec.vocab_size // w.tp)
+    return spec.vocab_size
+
+
 def logits_bytes(spec: ModelSpec, w: Workload, tokens: int) -> int:
-    """The logits of ``tokens`` tokens in the compute dtype (0 without an LM head)."""
-    return _r(DTYPE_BYTES[w.compute_dtype] * spec.vocab_size * tokens) if has_lm_head(spec) else 0
+    """The logits of ``tokens`` tokens in the compute dtype on one GPU (0 without an LM head)."""
+    return _r(DTYPE_BYTES[w.compute_dtype] * local_vocab(spec, w) * tokens) if has_lm_head(spec) else 0
 
 
 def head_saved(spec: ModelSpec, w: Workload, b: int, s: int) -> tuple[int, int, str]:
@@ -385,10 +399,15 @@ def head_saved(spec: ModelSpec, w: Workload, b: int, s: int) -> tuple[int, int, 
     under autocast, whose fp32 list has ``cross_entropy``). Other heads: vramlens.estimator.heads.
     """
     t = b * s
-    V = spec.vocab_size
+    V = local_vocab(spec, w)
     c = DTYPE_BYTES[w.compute_dtype]
     if not has_lm_head(spec):
         return H.loss_saved(spec, w, b, s)
+    from vramlens.estimator.losses import loss_figures
+
+    lf = loss_figures(spec, w, b, s)
+    if lf is not None:
+        return lf.saved, lf.peak, lf.formula
     autocast = w.amp is not None and w.dtype == "fp32"
     sm = 4 if (H.loss_upcasts(spec) or autocast) else c
     logits = _r(c * V * t)
@@ -411,8 +430,10 @@ def model_level_saved(spec: ModelSpec, w: Workload, b: int, s: int) -> int:
     if p_hid > 0:
         total += _r(spec.hidden_size * t)  # embedding dropout mask
     # the last norm's output is kept by the head's first op unless a dropout stands in front of it
-    consumers = 1 if H.keeps_last_hidden(spec) else 0
-    total += _norm_saved(norm_kind(spec), spec.hidden_size, t, r, c, consumers, w.amp is not None and w.dtype == "fp32")
+    # (a fused linear cross-entropy keeps the gradient it computed in forward instead)
+    consumers = 1 if H.keeps_last_hidden(spec) and not (w.loss == "fused-linear" and has_lm_head(spec)) else 0
+    total += _norm_saved(norm_kind(spec), spec.hidden_size, t, r, c, consumers, w.amp is not None and w.dtype == "fp32",
+                         w.method == "full")
     if spec.kind == "encoder-decoder":
         total += _norm_saved(norm_kind(spec), spec.hidden_size, t, r, c, 1, False)  # encoder final norm
     if spec.position == "relative" and w.checkpointing == "full":
@@ -423,6 +444,31 @@ def model_level_saved(spec: ModelSpec, w: Workload, b: int, s: int) -> int:
         n_bias = 3 if spec.kind == "encoder-decoder" else 1
         total += n_bias * _r(bias_b * spec.n_heads * s * s)
     return total + H.head_level_saved(spec, w, b, s)
+
+
+def offloaded_model_level(spec: ModelSpec, w: Workload, b: int, s: int) -> tuple[int, int]:
+    """Under torchtune's activation offloading (vramlens.estimator.offload): (what of
+    model_level_saved moves to the host, what of it is copied there but stays on the GPU).
+
+    Moved: the rotary cos/sin and the embedding dropout mask (saved inside the blocks), T5's
+    position biases. Copied and kept: the final norm's own saved tensors, the last saves of the
+    forward, held on the GPU by the offloader's stash of its 5 most recent copies.
+    """
+    t = b * s
+    c = DTYPE_BYTES[w.compute_dtype]
+    r = 4 if w.dtype == "fp32" else c
+    moved = 0
+    if spec.position == "rotary":
+        moved += 2 * _r(c * spec.head_dim * t)
+    if dropout_probs(spec)[1] > 0:
+        moved += _r(spec.hidden_size * t)
+    if spec.position == "relative" and w.checkpointing == "full":
+        bias_b = DTYPE_BYTES[w.dtype] if w.method == "full" else DTYPE_BYTES[w.compute_dtype]
+        moved += (3 if spec.kind == "encoder-decoder" else 1) * _r(bias_b * spec.n_heads * s * s)
+    if spec.kind == "encoder-decoder":
+        moved += _norm_saved(norm_kind(spec), spec.hidden_size, t, r, c, 1, False)  # the encoder's final norm
+    stashed = _norm_saved(norm_kind(spec), spec.hidden_size, t, r, c, 0, False, w.method == "full")
+    return moved, stashed
 
 
 def inference_layer_peak(spec: ModelSpec, w: Workload, b: int, s: int, S: int, tp: int = 1) -> int:
@@ -440,7 +486,11 @@ def inference_layer_peak(spec: ModelSpec, w: Workload, b: int, s: int, S: int, t
         stream += _r(c * D.h * s)
     if w.attention == "eager":
         probs = b * D.a * s * S
-        attn = 2 * _r(c * probs) + _r(4 * probs) + 3 * _r(c * D.a * D.d * t)
+        # q, and the keys and values it attends to; with GQA, eager_attention_forward calls repeat_kv
+        # (transformers/integrations/sdpa_attention.py), a copy of all S keys and values at the full
+        # head count: 2*b*a*S*d per attention call, gigabytes at long context when decoding
+        kv = 2 * _r(c * D.a * D.d * b * S) if D.kv != D.a else 2 * _r(c * D.a * D.d * t)
+        attn = 2 * _r(c * probs) + _r(4 * probs) + _r(c * D.a * D.d * t) + kv
     else:
         attn = 4 * _r(c * D.a * D.d * t) + _r(4 * b * D.a * s)
     if spec.is_moe:

@@ -6,7 +6,7 @@ inference adds the KV cache, the largest block working set during prefill and th
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from vramlens.estimator import activations as A
 from vramlens.estimator import heads as H
@@ -123,6 +123,13 @@ class ActivationTotals:
     formula: str
     later_pass: int = 0  # embedding: alive besides gradients when the first column's backward starts
     pass_working: int = 0  # of later_pass, the block backward's own tensors (not saved activations)
+    loss_backward: int | None = None  # the loss' backward transient (None: two fp32 b*s*V gradients)
+    head_backward: int | None = None  # the logits' gradient entering the output layer's backward (None: the logits)
+    head_grads: int = 1  # output-layer weight gradients alive at once in its later backwards (chunked logits)
+    head_backward_later: int = 0  # ... and the logits' gradients still alive then
+    head_grad_in_forward: bool = False  # the output layer's weight gradient exists from forward (fused loss)
+    final_norm_backward: int = 0  # chunked or fused loss: the final norm's backward (losses.final_norm_backward)
+    host: int = 0  # activation offloading: the saved activations' host copies (a lower bound, see README)
 
 
 def activation_totals(spec: ModelSpec, w: Workload, sp: Split) -> ActivationTotals:
@@ -155,6 +162,16 @@ def activation_totals(spec: ModelSpec, w: Workload, sp: Split) -> ActivationTota
     model_level = A.model_level_saved(spec, w, b, s) * H.columns(spec, w)
     if w.checkpointing != "full":  # a checkpointed block keeps its inputs whatever needs a gradient
         model_level -= A.untracked_before_first_adapter(spec, w, b, s)[0] * H.columns(spec, w)
+    host = 0
+    if w.activation_offload:
+        # torchtune OffloadActivations (training/_activation_offloading.py): every tensor the blocks
+        # save (>= 1,024 B, not a parameter) is copied to pinned host memory as it is saved and its GPU
+        # storage freed; the output layer (NoOpManager) and the loss (outside the context) keep theirs
+        moved, stashed = A.offloaded_model_level(spec, w, b, s)
+        cols = H.columns(spec, w)
+        host = kept + (moved + stashed) * cols
+        model_level -= moved * cols
+        kept = 0
     head_saved, head_peak, head_formula = A.head_saved(spec, w, b, s)
     if not sp.has_head:
         head_saved = head_peak = 0
@@ -172,7 +189,22 @@ def activation_totals(spec: ModelSpec, w: Workload, sp: Split) -> ActivationTota
                    + (A._r(DTYPE_BYTES[w.dtype] * spec.hidden_size * max(1, spec.ffn_size // tp))
                       if w.method == "full" else 0))
         later = (kept + model_level) * (cols - 1) // cols + working
+    from vramlens.estimator.losses import loss_figures
+
+    lf = loss_figures(spec, w, b, s) if (sp.has_head and A.has_lm_head(spec)) else None
+    loss_backward = None if lf is None else lf.backward
+    if A.local_vocab(spec, w) != spec.vocab_size and sp.has_head:
+        # loss_parallel's backward (torch/distributed/tensor/parallel/loss.py
+        # _nll_loss_and_log_softmax_backward) computes the logits' gradient from the saved
+        # log_softmax in one fp32 shard, not through nll's and log_softmax's two
+        loss_backward = head_saved
     return ActivationTotals(saved=kept + model_level + head_saved, one_layer=one, loss_transient=head_peak - head_saved,
+                            loss_backward=loss_backward,
+                            head_backward=None if lf is None else lf.head_backward,
+                            head_grads=1 if lf is None else lf.head_grads,
+                            head_backward_later=0 if lf is None else lf.head_backward_later,
+                            head_grad_in_forward=lf is not None and lf.grad_in_forward,
+                            final_norm_backward=0 if lf is None else lf.final_norm_backward, host=host,
                             head_saved=head_saved, formula=formula + "; " + head_formula
                             + (f"; x{cols} text columns (anchor, positive), each its own forward" if cols > 1 else ""),
                             later_pass=later, pass_working=working)
@@ -190,19 +222,42 @@ def estimate_spec(spec: ModelSpec, w: Workload, gpu: GPU | None = None, *, headr
         acts, one_layer, loss_tmp, head_saved, act_formula = (at.saved, at.one_layer, at.loss_transient,
                                                               at.head_saved, at.formula)
         explain["activations"] = act_formula
+        act_host = at.host
+        if act_host:
+            explain["activations"] += (f"; activation offloading: the blocks' saved tensors on the host "
+                                       f"({act_host:,} B), the output layer's input and the loss' on the GPU")
+            notes.append("activation offloading: host_bytes counts each saved tensor once; torchtune copies a "
+                         "tensor each time it is saved (an RMSNorm's fp32 input twice), so the host needs more")
         if st.frozen_casts:
             explain["activations"] += f"; frozen weights' {w.amp} casts kept for backward ({st.frozen_casts:,} B)"
         logits = A.logits_bytes(spec, w, w.batch * w.seq) if sp.has_head else 0
+        if w.activation_offload and st.frozen_casts:
+            # the frozen weights' casts that F.linear saves are plain tensors: offloaded too, but the
+            # output layer's (NoOpManager)
+            head_cast = (A._r(DTYPE_BYTES[w.compute_dtype] * spec.vocab_size * spec.hidden_size // max(1, w.tp))
+                         if sp.has_head and A.has_lm_head(spec) else 0)
+            head_cast = min(head_cast, st.frozen_casts)
+            act_host += st.frozen_casts - head_cast
+            st = replace(st, frozen_casts=head_cast)
         phases = train_phases(st, acts, one_layer, loss_tmp, head_saved, w.grad_accum, w.checkpointing, logits,
-                              later_pass=at.later_pass)
+                              later_pass=at.later_pass, loss_backward=at.loss_backward, head_backward=at.head_backward,
+                              head_grads=at.head_grads, head_backward_later=at.head_backward_later,
+                              head_grad_in_forward=at.head_grad_in_forward,
+                              final_norm_backward=at.final_norm_backward)
         peak_phase, peak_alloc = max(phases, key=lambda p: p[1])
         reserved, total = reserved_total(st, peak_alloc)
         recompute = one_layer if w.checkpointing == "full" else 0
         # several columns: the gradients are still accumulating when the first column's backward runs
         second = st.grads + at.pass_working if at.later_pass else 0
-        temporaries = max(loss_tmp, 2 * head_saved, st.opt_tmp + st.master_grads, recompute, second)
+        loss_bwd = 2 * head_saved if at.loss_backward is None else at.loss_backward
+        if at.head_backward is not None:  # chunked/fused: the output layer's backward, then the final norm's
+            made = st.head_grad if at.head_grad_in_forward else 0  # already the gradient, not a temporary
+            loss_bwd = max(loss_bwd, at.head_backward, at.head_backward_later + at.head_grads * st.head_grad - made,
+                           at.final_norm_backward)
+        temporaries = max(loss_tmp, loss_bwd, st.opt_tmp + st.master_grads + st.in_backward_addend, recompute,
+                          second)
         explain["temporaries"] = (f"max(loss: logits + fp32 upcast {loss_tmp:,} B, loss backward: two fp32 "
-                                  f"b*s*V gradients {2 * head_saved:,} B, optimizer step {st.opt_tmp + st.master_grads:,} B: "
+                                  f"gradients {loss_bwd:,} B, optimizer step {st.opt_tmp + st.master_grads:,} B: "
                                   f"{explain.pop('optimizer_step', '')}"
                                   + (f", one block recomputed in backward {recompute:,} B" if recompute else "")
                                   + (f", the first column's backward: gradients still accumulating and a block's "
@@ -214,6 +269,7 @@ def estimate_spec(spec: ModelSpec, w: Workload, gpu: GPU | None = None, *, headr
         layer_act = one_layer
         master = st.master + st.autocast
     else:
+        act_host = 0
         explain.pop("optimizer_step", None)
         b, s = w.batch, w.seq
         total_tokens = s + w.new_tokens
@@ -240,7 +296,8 @@ def estimate_spec(spec: ModelSpec, w: Workload, gpu: GPU | None = None, *, headr
             # the encoder's output (kept for cross-attention) and T5's rescaled decoder output
             tail += 2 * A._r(c * spec.hidden_size * b * s)
         prefill = st.weights + kv + max(work, tail)
-        decode = st.weights + kv + max(A.inference_layer_peak(spec, w, b, 1, total_tokens, tp=w.tp), logits)
+        decode_work = A.inference_layer_peak(spec, w, b, 1, total_tokens, tp=w.tp) if w.new_tokens else 0
+        decode = st.weights + kv + max(decode_work, logits)
         phases = (("prefill", prefill + st.workspace),) + ((("decode", decode + st.workspace),) if w.new_tokens else ())
         peak_phase, peak_alloc = max(phases, key=lambda p: p[1])
         reserved, total = reserved_total(st, peak_alloc, extra_persistent=kv)
@@ -248,7 +305,7 @@ def estimate_spec(spec: ModelSpec, w: Workload, gpu: GPU | None = None, *, headr
         explain["activations"] = ("the larger of one block's working set during prefill and the logits (all tokens "
                                   "for a plain forward, the last one in generate())")
         explain["temporaries"] = "inference: counted in activations"
-        activation_peak = max(work, tail)
+        activation_peak = max(work, tail, decode_work)
         layer_act = work
         master = 0
         if w.method != "full":
@@ -269,7 +326,7 @@ def estimate_spec(spec: ModelSpec, w: Workload, gpu: GPU | None = None, *, headr
     bd = make_breakdown(
         comps, explain,
         peak_allocated=peak_alloc, peak_reserved=reserved, device_total=total, peak_phase=peak_phase,
-        host_bytes=st.host, phases=tuple(phases), source="estimate", notes=tuple(notes),
+        host_bytes=st.host + act_host, phases=tuple(phases), source="estimate", notes=tuple(notes),
     )
     fits = headroom_bytes = None
     advice = said = ""

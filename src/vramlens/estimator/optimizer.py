@@ -146,3 +146,27 @@ def optimizer_step_temporary(spec: ModelSpec, w: Workload, trainable: int) -> tu
     if w.optimizer_impl == "fused" and w.optimizer in ("adamw", "adam", "paged-adamw"):
         return 0, "fused Adam updates in place"
     return largest, "per-tensor update: one temporary the size of the largest parameter"
+
+
+def largest_gradient_bytes(spec: ModelSpec, w: Workload) -> int:
+    """The largest single gradient: what optimizer-in-backward holds at once (full: the largest
+    parameter; LoRA: the largest adapter matrix, r x max(in, out) in fp32)."""
+    if w.method == "full":
+        return round_up(summarize(spec).largest_param_numel * param_dtype_bytes(w), BLOCK)
+    shape = lora_shape(spec, tuple(w.lora_targets))
+    return max((round_up(w.lora_rank * max(t.in_features, t.out_features) * 4, BLOCK) for t in shape.targets),
+               default=0)
+
+
+def one_parameter_step_temporary(spec: ModelSpec, w: Workload) -> tuple[int, str]:
+    """The step temporary when each parameter has its own optimizer (optimizer in backward):
+    ``optimizer_step_temporary`` over a one-tensor list, i.e. the largest parameter's; foreach
+    Adam's ``_foreach_sqrt(exp_avg_sqs)`` is then one state-sized tensor."""
+    if w.optimizer in ("adamw", "adam", "paged-adamw") and w.optimizer_impl == "foreach":
+        state_b = 4 if (has_master_copy(w) or w.method != "full") else DTYPE_BYTES[w.dtype]
+        if w.method == "full":
+            return (round_up(summarize(spec).largest_param_numel * state_b, BLOCK),
+                    "optimizer in backward: foreach Adam's sqrt(exp_avg_sq) of one parameter, the largest")
+        return largest_gradient_bytes(spec, w), "optimizer in backward: sqrt(exp_avg_sq) of the largest adapter matrix"
+    tmp, formula = optimizer_step_temporary(spec, w, 1)
+    return tmp, "optimizer in backward: " + formula

@@ -118,6 +118,8 @@ class TrainState:
     gather_kept: bool = False  # FSDP2 shard-grad-op: every block stays gathered from forward to backward
     keep_grads: bool = False   # zero_grad(set_to_none=False): gradients alive through the next forward
     master_grads: int = 0      # fp32 copies of the gradients for the fp32 master weights, made for the step
+    in_backward: bool = False  # optimizer in backward: grads and opt_tmp are one parameter's, stepped in backward
+    in_backward_addend: int = 0  # ... and a tied head's: one of its two summed gradients, alive through its step
     notes: tuple[str, ...] = ()
     explain: dict = field(default_factory=dict, compare=False)
     runtime_explain: str = ""
@@ -147,6 +149,14 @@ def train_state(spec: ModelSpec, w: Workload, gpu: GPU | None) -> TrainState:
     opt = int(opt_full * sp.optimizer)
     opt_tmp_full, opt_tmp_formula = O.optimizer_step_temporary(spec, w, trainable)
     opt_tmp = int(opt_tmp_full * sp.optimizer)
+    in_bwd = w.training and w.optimizer_in_backward and trainable > 0
+    if in_bwd:
+        # torchtune optimizer_in_bwd (training/memory.py register_optim_in_bwd_hooks): a
+        # post-accumulate-grad hook steps the parameter's own optimizer and zero_grad()s it, so one
+        # parameter's gradient and that one step's temporary exist at a time (the largest of each)
+        grads = int(O.largest_gradient_bytes(spec, w) * sp.gradients)
+        opt_tmp_full, opt_tmp_formula = O.one_parameter_step_temporary(spec, w)
+        opt_tmp = int(opt_tmp_full * sp.optimizer)
     comm, comm_formula = comm_buffer_bytes(spec, w, grads_full, pbytes, trainable, Wt.weight_dtype_bytes(w))
     autocast, frozen_casts = autocast_copies(spec, w)
     autocast = int(autocast * sp.weights) if w.method == "full" else autocast
@@ -195,7 +205,8 @@ def train_state(spec: ModelSpec, w: Workload, gpu: GPU | None) -> TrainState:
         (f"autocast's cached {w.amp} copies of the trainable weights, alive through backward" if autocast else
          ("offloaded to CPU" if w.offload != "none" and w.amp else "no mixed precision"))
     )
-    explain["gradients"] = f"{trainable:,} trainable params x {pbytes} B" if grads else (
+    explain["gradients"] = (f"optimizer in backward: one gradient at a time, the largest ({grads:,} B)" if in_bwd else
+                            f"{trainable:,} trainable params x {pbytes} B") if grads else (
         "gradient partition offloaded to CPU" if w.training else "no training")
     explain["optimizer_states"] = opt_formula if opt else ("offloaded to CPU" if w.offload != "none" else "no optimizer")
     explain["comm_buffers"] = comm_formula or "single GPU: none"
@@ -207,13 +218,16 @@ def train_state(spec: ModelSpec, w: Workload, gpu: GPU | None) -> TrainState:
         reserve_floor=reserve_floor, reserve_persistent=weights + master + opt + comm + grads,
         gather_block=gather_block, gather_root=gather_root,
         gather_kept=sharded3 and w.fsdp and w.fsdp_strategy == "shard-grad-op", keep_grads=w.keep_grads,
+        in_backward=in_bwd, in_backward_addend=head_grad if in_bwd and spec.tied_embeddings else 0,
         master_grads=master_grads if (w.training and w.offload == "none") else 0,
         notes=tuple(notes), explain=explain, runtime_explain=rt.explain,
     )
 
 
 def train_phases(st: TrainState, acts: int, one: int, loss_tmp: int, head_saved: int, grad_accum: int,
-                 checkpointing: str, logits: int = 0, later_pass: int = 0) -> tuple[tuple[str, int], ...]:
+                 checkpointing: str, logits: int = 0, later_pass: int = 0, *, loss_backward: int | None = None,
+                 head_backward: int | None = None, head_grads: int = 1, head_backward_later: int = 0,
+                 head_grad_in_forward: bool = False, final_norm_backward: int = 0) -> tuple[tuple[str, int], ...]:
     """Live bytes at each phase's peak (workspaces included); see the module docstring.
 
     Args:
@@ -224,7 +238,16 @@ def train_phases(st: TrainState, acts: int, one: int, loss_tmp: int, head_saved:
         logits: the logits' bytes in the compute dtype (their gradient enters the output layer's backward).
         later_pass: with several forwards per step (the embedding case's text columns), what is alive
             besides every gradient when the first column's backward starts (core.activation_totals).
+        loss_backward: the loss' backward transient (default: two fp32 b*s*V gradients, 2 x head_saved).
+        head_backward: the logits' gradient entering the output layer's backward (default: ``logits``).
+        head_grads: output-layer weight gradients alive at once in its later backwards (3 with chunked
+            logits: two addends and their sum), with ``head_backward_later`` bytes of logits' gradients.
+        head_grad_in_forward: the output layer's weight gradient is made in forward (Liger's fused loss).
+        final_norm_backward: the final norm's backward with its incoming gradient (chunked or fused loss).
     """
+    loss_bwd = 2 * head_saved if loss_backward is None else loss_backward
+    head_in = logits if head_backward is None else head_backward
+    head_fwd = st.head_grad if head_grad_in_forward else 0
     # gradients exist during forward when they accumulate, or when zero_grad keeps them (set_to_none=False)
     gfwd = st.grads if (grad_accum > 1 or st.keep_grads) else 0
     ckpt = checkpointing == "full"
@@ -246,16 +269,23 @@ def train_phases(st: TrainState, acts: int, one: int, loss_tmp: int, head_saved:
         # only one flat all-gather / reduce-scatter buffer is in flight
         fb, bb = (1, 1) if st.gather_kept else (2, 3)
         fwd = sh + gfwd + R + fb * B + fwd_casts + acts + loss_tmp
-        bwd = max(sh + gfwd + R + B + bwd_casts + acts + 2 * head_saved,
+        bwd = max(sh + gfwd + R + B + bwd_casts + acts + loss_bwd,
                   sh + max(gfwd, st.head_grad) + R + bb * B + bwd_casts + acts - head_saved + recompute,
                   sh + st.grads + R + bb * B + recompute)
         optim = sh + _step(st)
     else:
         persistent = st.weights + st.master + st.opt + st.comm
-        fwd = persistent + gfwd + fwd_casts + acts + loss_tmp
+        fwd = persistent + max(gfwd, head_fwd) + fwd_casts + acts + loss_tmp
         # the loss' backward holds two fp32 b*s*V gradients; once they are done, the output layer's
         # backward holds the logits' gradient (compute dtype) and allocates its weight gradient
-        bwd_start = persistent + gfwd + bwd_casts + acts + max(2 * head_saved, logits + st.head_grad)
+        if head_backward is None:
+            bwd_start = persistent + gfwd + bwd_casts + acts + max(loss_bwd, logits + st.head_grad)
+        else:
+            # a chunked or fused loss has freed what it saved before the output layer's backward
+            bwd_start = persistent + max(gfwd, head_fwd) + bwd_casts + max(
+                acts + loss_bwd, acts - head_saved + head_in + st.head_grad - head_fwd,
+                acts - head_saved + head_backward_later + head_grads * st.head_grad - head_fwd,
+                acts - head_saved + final_norm_backward + st.head_grad - head_fwd)
         if ckpt:
             # the head's saved tensors are freed before the last block is recomputed
             recompute_peak = persistent + max(gfwd, st.head_grad) + acts - head_saved + one
@@ -265,6 +295,14 @@ def train_phases(st: TrainState, acts: int, one: int, loss_tmp: int, head_saved:
         if later_pass:
             bwd = max(bwd, persistent + st.grads + later_pass)
         optim = persistent + _step(st)
+        if st.in_backward:
+            # each parameter's step runs inside backward on its own gradient: an untied output
+            # layer's first, while the activations are alive; a tied one's last, on the sum of the
+            # head's and the embedding's gradients (autograd's InputBuffer adds them), one addend
+            # still alive during the step; nothing is left for the optimizer phase
+            head_step = 0 if st.in_backward_addend else persistent + bwd_casts + acts + st.head_grad + st.opt_tmp
+            bwd = max(bwd, head_step, persistent + st.grads + st.in_backward_addend + st.opt_tmp + recompute)
+            optim = persistent
     ws = st.workspace
     return (("forward", fwd + ws), ("backward", bwd + ws), ("optimizer", optim + ws))
 

@@ -94,6 +94,11 @@ NCCL_CHANNELS_PCIE = 2
 #: "nvlsPerRankSize 301989888 nvlsTotalSize 2415919104" on 8 GPUs (vllm-project/vllm issue
 #: 9699); every rank binds the whole multicast buffer, per_rank x ranks.
 NCCL_NVLS_PER_RANK_BYTES = 301_989_888
+#: GPUs of one NVLink domain (the NVSwitches of one HGX/DGX server: 8). NVLS multicast buffers
+#: are bound by the ranks that share the NVSwitch fabric; a communicator spanning several servers
+#: runs NVLS within each one (NVLS-tree), so a rank binds per_rank x the local ranks, not the job's.
+#: (A GB200 NVL72 rack is one domain of 72: pass nvlink_domain=72.)
+NVLINK_DOMAIN_GPUS = 8
 
 
 @dataclass(frozen=True, slots=True)
@@ -175,8 +180,10 @@ def _nvswitch_class(gpu: GPU) -> bool:
 
 
 def nccl_communicator_bytes(gpu: GPU, ranks: int, *, channels: int | None = None,
-                            buffsize: int | None = None, nvls: bool | None = None) -> int:
-    """Device memory of one NCCL communicator of ``ranks`` ranks, on each rank."""
+                            buffsize: int | None = None, nvls: bool | None = None,
+                            nvlink_domain: int = NVLINK_DOMAIN_GPUS) -> int:
+    """Device memory of one NCCL communicator of ``ranks`` ranks, on each rank (NVLS buffers for the
+    ranks of one NVLink domain of ``nvlink_domain`` GPUs)."""
     if ranks <= 1:
         return 0
     if channels is None:
@@ -186,7 +193,7 @@ def nccl_communicator_bytes(gpu: GPU, ranks: int, *, channels: int | None = None
     total = channels * NCCL_CONNECTIONS_PER_CHANNEL * per_connection
     use_nvls = (_nvswitch_class(gpu) and ranks > 2) if nvls is None else (nvls and ranks > 2)
     if use_nvls:
-        total += NCCL_NVLS_PER_RANK_BYTES * ranks
+        total += NCCL_NVLS_PER_RANK_BYTES * min(ranks, max(1, nvlink_domain))
     return total
 
 

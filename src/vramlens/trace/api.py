@@ -121,7 +121,7 @@ def _trace_once(model, wl, *, steps, backend, input_shape, progress, top, alloc_
             f"max_memory_reserved={runner.cuda_stats['max_memory_reserved']:,} B"
         )
     bd = make_trace_breakdown(summary, training=wl.training, source="trace", notes=notes,
-                              phases=phase_max(summary.phase_peaks), peak_reserved=reserved)
+                              phases=phase_max(summary.phase_peaks), peak_reserved=reserved, workload=wl)
     del built, rec
     gc.collect()
     return TraceResult(
@@ -184,7 +184,7 @@ def _extrapolated(model, wl: Workload, *, steps, layers, backend, progress, top,
     ]
     bd = make_trace_breakdown(s2, training=wl.training, source="trace-extrapolated", notes=notes,
                               phases=phase_max(phases), components=comps, peak_allocated=peak,
-                              peak_phase=peak_phase)
+                              peak_phase=peak_phase, host_bytes=_line(s1.host_peak, s2.host_peak, k1, k2, L), workload=wl)
     summary = Summary(
         peak_allocated=peak, peak_seq=s2.peak_seq, peak_phase=peak_phase, peak_step=peak_step,
         by_tag={t: _line(s1.by_tag.get(t, 0), b, k1, k2, L) for t, b in s2.by_tag.items()},

@@ -68,6 +68,71 @@ TASK_ROWS: tuple[tuple[str, dict[str, Any]], ...] = (
               "checkpointing": "none", "dtype": "bf16"}),
 )
 
+#: Memory techniques of training stacks (torchtune, torchtitan, Liger), each run by the tracer the
+#: way its stack runs it: (catalog name, workload). A row may set batch and seq (a short sequence
+#: puts the peak where the technique acts rather than at the loss).
+TECHNIQUE_ROWS: tuple[tuple[str, dict[str, Any]], ...] = (
+    # optimizer in backward (torchtune optimizer_in_bwd): untied and tied output layers, autocast, LoRA
+    ("llama-2-7b", {"mode": "train", "method": "full", "attention": "sdpa", "checkpointing": "none", "dtype": "bf16",
+                    "optimizer_in_backward": True}),
+    ("llama-2-7b", {"mode": "train", "method": "full", "attention": "sdpa", "checkpointing": "none", "dtype": "bf16",
+                    "optimizer_in_backward": True, "batch": 1, "seq": 16}),
+    ("qwen2.5-0.5b", {"mode": "train", "method": "full", "attention": "sdpa", "checkpointing": "none",
+                      "dtype": "bf16", "optimizer_in_backward": True, "batch": 1, "seq": 16}),
+    ("gpt2", {"mode": "train", "method": "full", "attention": "eager", "checkpointing": "none", "dtype": "fp32",
+              "amp": "bf16", "optimizer_in_backward": True, "batch": 1, "seq": 16}),
+    ("llama-3-8b", {"mode": "train", "method": "full", "attention": "sdpa", "checkpointing": "full", "dtype": "bf16",
+                    "optimizer": "sgd-momentum", "optimizer_in_backward": True, "batch": 1, "seq": 16}),
+    ("llama-2-7b", {"mode": "train", "method": "lora", "attention": "sdpa", "checkpointing": "none", "dtype": "bf16",
+                    "optimizer_in_backward": True}),
+    # activation offloading (torchtune OffloadActivations, its defaults: streams, 5-tensor stash, >= 1 KiB)
+    ("llama-2-7b", {"mode": "train", "method": "full", "attention": "sdpa", "checkpointing": "none", "dtype": "bf16",
+                    "activation_offload": True}),
+    ("llama-3-8b", {"mode": "train", "method": "full", "attention": "sdpa", "checkpointing": "none", "dtype": "bf16",
+                    "activation_offload": True, "batch": 1, "seq": 512}),
+    ("qwen2.5-0.5b", {"mode": "train", "method": "full", "attention": "sdpa", "checkpointing": "none",
+                      "dtype": "bf16", "activation_offload": True}),
+    ("gpt2", {"mode": "train", "method": "full", "attention": "eager", "checkpointing": "none", "dtype": "fp32",
+              "amp": "bf16", "activation_offload": True}),
+    ("llama-2-7b", {"mode": "train", "method": "lora", "attention": "sdpa", "checkpointing": "full", "dtype": "bf16",
+                    "activation_offload": True}),
+    ("llama-2-7b", {"mode": "train", "method": "lora", "attention": "eager", "checkpointing": "none", "dtype": "fp32",
+                    "amp": "bf16", "activation_offload": True}),
+    # GQA expansion: eager attention's repeat_kv of the whole cache at every decode step (MHA: no copy)
+    ("llama-3-8b", {"mode": "inference", "method": "full", "attention": "eager", "checkpointing": "none",
+                    "dtype": "bf16", "seq": 16, "new_tokens": 256}),
+    ("qwen2.5-0.5b", {"mode": "inference", "method": "full", "attention": "eager", "checkpointing": "none",
+                      "dtype": "bf16", "seq": 16, "new_tokens": 256}),
+    ("llama-2-7b", {"mode": "inference", "method": "full", "attention": "eager", "checkpointing": "none",
+                    "dtype": "bf16", "seq": 16, "new_tokens": 256}),
+    # chunked cross-entropy (torchtune CEWithChunkedOutputLoss, 8 chunks as there)
+    ("llama-2-7b", {"mode": "train", "method": "full", "attention": "sdpa", "checkpointing": "none", "dtype": "bf16",
+                    "loss_chunks": 8}),
+    ("llama-2-7b", {"mode": "train", "method": "full", "attention": "sdpa", "checkpointing": "none", "dtype": "bf16",
+                    "loss_chunks": 8, "batch": 1, "seq": 512}),
+    ("qwen2.5-0.5b", {"mode": "train", "method": "full", "attention": "sdpa", "checkpointing": "none",
+                      "dtype": "bf16", "loss_chunks": 8}),
+    ("gpt2", {"mode": "train", "method": "full", "attention": "eager", "checkpointing": "none", "dtype": "fp32",
+              "amp": "bf16", "loss_chunks": 8}),
+    ("llama-2-7b", {"mode": "train", "method": "lora", "attention": "sdpa", "checkpointing": "full", "dtype": "bf16",
+                    "loss_chunks": 8}),
+    # fused linear cross-entropy (Liger)
+    ("llama-2-7b", {"mode": "train", "method": "full", "attention": "sdpa", "checkpointing": "none", "dtype": "bf16",
+                    "loss": "fused-linear"}),
+    ("llama-2-7b", {"mode": "train", "method": "full", "attention": "sdpa", "checkpointing": "none", "dtype": "bf16",
+                    "loss": "fused-linear", "batch": 1, "seq": 512}),
+    ("qwen2.5-0.5b", {"mode": "train", "method": "full", "attention": "sdpa", "checkpointing": "none",
+                      "dtype": "bf16", "loss": "fused-linear"}),
+    ("gpt2", {"mode": "train", "method": "full", "attention": "eager", "checkpointing": "none", "dtype": "bf16",
+              "loss": "fused-linear"}),
+    ("llama-3-8b", {"mode": "train", "method": "lora", "attention": "sdpa", "checkpointing": "full", "dtype": "bf16",
+                    "loss": "fused-linear"}),
+)
+
+#: Workload fields the technique rows set, shown in render().
+TECHNIQUE_FIELDS = ("optimizer", "optimizer_in_backward", "loss_chunks", "loss", "activation_offload", "loss_parallel",
+                    "new_tokens")
+
 #: The issue's case at full size: a sentence-transformers fine-tune of bert-base-uncased, 16
 #: (anchor, positive) pairs of 512 tokens, fp32, AdamW; traced on 2 and 3 of its 12 layers and
 #: extrapolated (vramlens trace --layers 3).
@@ -137,6 +202,8 @@ class Row:
     traced: dict[str, int]
     estimate_peak: int
     traced_peak: int
+    estimate_host: int = 0
+    traced_host: int = 0
 
     @property
     def peak_error(self) -> float:
@@ -179,11 +246,11 @@ def _architecture(name: str) -> tuple[str, int, tuple[str, ...]]:
 
 
 def workload_for(name: str, row: dict[str, Any]) -> dict[str, Any]:
-    wl = dict(row, batch=BATCH, seq=SEQ)
+    wl = {"batch": BATCH, "seq": SEQ, **row}
     cfg = tiny_config(name)
     if (wl["mode"] == "inference" and not cfg.get("is_encoder_decoder") and cfg.get("model_type") not in ("bert", "roberta")
             and wl.get("task") in (None, "causal-lm")):
-        wl["new_tokens"] = NEW_TOKENS
+        wl.setdefault("new_tokens", NEW_TOKENS)
     if wl["method"] == "lora":
         wl["lora_targets"] = _architecture(name)[2]
         wl["lora_rank"] = 8
@@ -206,6 +273,7 @@ def run_row(name: str, row: dict[str, Any]) -> Row:
         estimate={c: est[c] for c in ALLOCATOR_COMPONENTS},
         traced={c: tr[c] for c in ALLOCATOR_COMPONENTS},
         estimate_peak=est.peak_allocated - _workspace_bytes(e), traced_peak=tr.peak_allocated,
+        estimate_host=est.host_bytes, traced_host=tr.host_bytes,
     )
 
 
@@ -228,6 +296,20 @@ def run_full_size_row(name: str, row: dict[str, Any]) -> Row:
 def run_task_rows(progress=None) -> list[Row]:
     out = []
     for name, row in TASK_ROWS:
+        if progress:
+            progress(f"{name}: {row}")
+        out.append(run_row(name, row))
+    return out
+
+
+def run_technique_rows(progress=None, *, only: str | None = None) -> list[Row]:
+    """TECHNIQUE_ROWS (those whose workload sets the field ``only`` to a value other than its default, when given)."""
+    from vramlens.workload import Workload
+
+    out = []
+    for name, row in TECHNIQUE_ROWS:
+        if only is not None and row.get(only, getattr(Workload(), only)) == getattr(Workload(), only):
+            continue
         if progress:
             progress(f"{name}: {row}")
         out.append(run_row(name, row))
@@ -279,7 +361,8 @@ def render(rows: list[Row]) -> str:
         desc = ((f"{w['task']}/" if w.get("task") else "")
                 + f"{w['mode']}/{w['method']}/{w['attention']}/ckpt-{w['checkpointing']}/{w['dtype']}"
                 + (f"+amp-{w['amp']}" if w.get("amp") else "")
-                + (f"/b{w['batch']}xs{w['seq']}" if w.get("batch", BATCH) != BATCH else ""))
+                + (f"/b{w['batch']}xs{w['seq']}" if (w.get("batch", BATCH), w.get("seq", SEQ)) != (BATCH, SEQ) else "")
+                + "".join(f"/{k}={w[k]}" for k in TECHNIQUE_FIELDS if w.get(k)))
         lines.append(f"{r.model:<18} {desc:<40} peak est {r.estimate_peak / mib:8.2f} traced "
                      f"{r.traced_peak / mib:8.2f} MiB  {r.peak_error:+7.2%}")
         parts = []
@@ -290,6 +373,8 @@ def render(rows: list[Row]) -> str:
             err = r.component_error(c)
             es = "n/a" if err is None or err == float("inf") else f"{err:+.1%}"
             parts.append(f"{short[c]} {e / mib:.2f}/{t / mib:.2f} {es}")
+        if r.estimate_host or r.traced_host > 64 * 1024:  # step counters alone stay far below
+            parts.append(f"host {r.estimate_host / mib:.2f}/{r.traced_host / mib:.2f}")
         lines.append("    " + "  ".join(parts))
     errs = sorted(abs(r.peak_error) for r in rows)
     if errs:

@@ -124,6 +124,7 @@ class Summary:
         live_at_peak: the live set at the peak, grouped by tag and module, largest first.
         top_tensors: the largest single storages alive at the peak.
         final_live: bytes still alive when the trace ended.
+        host_peak: the peak of host-tagged bytes (offloaded activations' copies, step counters).
     """
 
     peak_allocated: int
@@ -138,6 +139,7 @@ class Summary:
     live_at_peak: tuple[LiveGroup, ...]
     top_tensors: tuple[LiveTensor, ...]
     final_live: int
+    host_peak: int = 0
 
     def phase_peak(self, phase: str, step: int | None = None) -> int:
         """Largest live total in ``phase`` (of ``step``, or of any step)."""
@@ -169,8 +171,18 @@ def summarize(events: list[Event], *, top: int = 20, component_of: dict[str, str
     mod_peak: dict[str, int] = {}
     phase_peaks: dict[tuple[int, str], int] = {}
     live: set[int] = set()
+    host_now = host_peak = 0
+    host_live: set[int] = set()
     for e in events:
         if e.tag in HOST_TAGS:
+            # host memory (offloaded activations' copies, optimizer step counters): its own peak
+            if e.action == "alloc":
+                host_live.add(e.storage)
+                host_now += e.nbytes
+                host_peak = max(host_peak, host_now)
+            elif e.storage in host_live:
+                host_live.discard(e.storage)
+                host_now -= e.nbytes
             continue
         sign = 1 if e.action == "alloc" else -1
         if sign > 0:
@@ -226,6 +238,7 @@ def summarize(events: list[Event], *, top: int = 20, component_of: dict[str, str
         live_at_peak=live_groups,
         top_tensors=tuple(LiveTensor(e.storage, e.nbytes, e.tag, e.module, e.op, e.phase, e.step) for e in tensors),
         final_live=total,
+        host_peak=host_peak,
     )
 
 

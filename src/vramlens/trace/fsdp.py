@@ -268,7 +268,7 @@ def _trace(model, wl: Workload, n: int, *, rank: int, steps: int, progress, top:
     ]
     reserved = simulated_reserved(events, notes, alloc_conf)
     bd = make_trace_breakdown(summary, training=True, source="trace", notes=notes,
-                              phases=phase_max(summary.phase_peaks), peak_reserved=reserved)
+                              phases=phase_max(summary.phase_peaks), peak_reserved=reserved, workload=wl)
     return TraceResult(
         breakdown=bd, summary=summary, events=tuple(events), workload=wl, model_name=name_of(model),
         params=params, trainable_params=trainable, backend="fake", steps=steps,

@@ -245,6 +245,14 @@ class Recorder(TorchDispatchMode):
                 self._saved.add(sid)
         return t
 
+    def note_saved(self, t: torch.Tensor) -> None:
+        """Record ``t`` as saved for backward (for saved-tensor hooks that replace the recorder's own)."""
+        self._pack(t)
+
+    def saved_tensors_hooks(self):
+        """A fresh context of the recorder's own saved-tensor hooks (only the innermost hooks run)."""
+        return torch.autograd.graph.saved_tensors_hooks(self._pack, _unpack)
+
     # ---- lifetime -----------------------------------------------------------------------
     def __enter__(self):
         mm = torch.nn.modules.module

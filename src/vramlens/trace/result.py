@@ -140,17 +140,33 @@ def top_modules(s: Summary, n: int) -> list[tuple[str, int]]:
 def make_trace_breakdown(summary: Summary, *, training: bool, source: str, notes: list[str],
                          phases: tuple[tuple[str, int], ...], peak_reserved: int | None = None,
                          components: dict[str, int] | None = None, peak_allocated: int | None = None,
-                         peak_phase: str | None = None) -> Breakdown:
-    comps = components if components is not None else components_of(summary, training)
+                         peak_phase: str | None = None, host_bytes: int | None = None,
+                         workload: Workload | None = None) -> Breakdown:
+    """The trace's Breakdown. With ``workload``, device_total adds what the estimator adds to the
+    reserve (vramlens.estimator.runtime, on its reference GPU): the cuBLAS workspaces, which the
+    trace does not see, and the CUDA context and NCCL buffers outside the allocator; the runtime
+    component says how much (the tensors are traced, those parts are modelled)."""
+    comps = dict(components if components is not None else components_of(summary, training))
     peak = summary.peak_allocated if peak_allocated is None else peak_allocated
     reserved = peak if peak_reserved is None else peak_reserved
+    outside = 0
+    explain = _EXPLAIN
+    if workload is not None:
+        from vramlens.estimator.runtime import REFERENCE_GPU, runtime
+
+        rt = runtime(None, workload)
+        outside = rt.workspace_bytes + rt.outside_allocator_bytes
+        comps["runtime"] = outside
+        explain = dict(_EXPLAIN, runtime=f"not traced, modelled as the estimator does on {REFERENCE_GPU}: "
+                                         + rt.explain.replace("\n", "; "))
     return make_breakdown(
-        comps, _EXPLAIN,
+        comps, explain,
         peak_allocated=peak,
         peak_reserved=reserved,
-        device_total=reserved,
+        device_total=reserved + outside,
         peak_phase=summary.peak_phase if peak_phase is None else peak_phase,
         phases=phases,
         source=source,
         notes=tuple(notes),
+        host_bytes=summary.host_peak if host_bytes is None else host_bytes,
     )

@@ -59,6 +59,28 @@ def make_optimizer(name: str, params: list[nn.Parameter]):
     raise InputError(f"optimizer={name!r} cannot be traced")
 
 
+class InBackwardOptimizer:
+    """torchtune's ``optimizer_in_bwd`` (torchtune/training/memory.py ``register_optim_in_bwd_hooks``):
+    one optimizer per parameter, stepped by ``Tensor.register_post_accumulate_grad_hook`` as soon
+    as the gradient is accumulated, then ``zero_grad()`` (set_to_none) frees the gradient."""
+
+    def __init__(self, name: str, params: list[nn.Parameter], rec: Recorder):
+        self.rec = rec
+        self.per_param = {p: make_optimizer(name, [p]) for p in params}
+        self.handles = [p.register_post_accumulate_grad_hook(self._step) for p in params]
+
+    def _step(self, p: nn.Parameter) -> None:
+        if p.grad is not None:
+            self.rec.mark((p.grad,), "gradient")
+        opt = self.per_param[p]
+        opt.step()
+        for state in opt.state.values():
+            for k, v in state.items():
+                if isinstance(v, torch.Tensor):
+                    self.rec.mark((v,), "host" if k == "step" and v.numel() == 1 else "optimizer_state")
+        opt.zero_grad(set_to_none=True)
+
+
 def _module_names(model: nn.Module) -> dict[int, str]:
     return {id(m): n for n, m in model.named_modules(remove_duplicate=False)}
 
@@ -178,7 +200,9 @@ class Runner:
             trainable = [p for p in params if p.requires_grad]
             master = None
             opt = None
-            if wl.training and wl.optimizer != "none":
+            if wl.training and wl.optimizer != "none" and wl.optimizer_in_backward:
+                opt = InBackwardOptimizer(wl.optimizer, trainable, rec)
+            elif wl.training and wl.optimizer != "none":
                 if wl.amp is not None and wl.amp == wl.dtype:
                     # DeepSpeed/Megatron-style: half weights and grads, fp32 master copy in the optimizer
                     master = [p.detach().clone().float().requires_grad_(True) for p in trainable]
@@ -221,9 +245,42 @@ class Runner:
             reps.append(mean_pooling(out.last_hidden_state, inputs["attention_mask_positive"]))
             del out
             return SimpleNamespace(loss=multiple_negatives_ranking_loss(reps))
+        wl = self.wl
+        if wl.training and (wl.loss_chunks > 1 or wl.loss == "fused-linear"):
+            from vramlens.trace.losses import chunked_cross_entropy, fused_linear_cross_entropy
+
+            if built.kind != "causal-lm" or not isinstance(inputs, dict):
+                raise InputError(f"loss={wl.loss} loss_chunks={wl.loss_chunks} apply to causal LMs only")
+            if wl.loss == "fused-linear":
+                loss = fused_linear_cross_entropy(built.model, inputs["input_ids"], inputs["labels"])
+            else:
+                loss = chunked_cross_entropy(built.model, inputs["input_ids"], inputs["labels"], wl.loss_chunks)
+            return SimpleNamespace(loss=loss)
         if isinstance(inputs, dict):
             return built.model(**inputs)
         return built.model(*inputs)
+
+    def _offloaded_forward(self, built: Built, inputs) -> tuple[Any, torch.Tensor]:
+        """torchtune's recipe: the model's forward under OffloadActivations (the output layer under
+        NoOpManager), the loss outside it (transformers' own causal-LM loss on the logits)."""
+        from vramlens.trace.offload import OffloadActivations, no_offload_around
+
+        model = built.model
+        hf = model.get_base_model() if hasattr(model, "get_base_model") else model
+        if built.kind != "causal-lm" or not isinstance(inputs, dict) or not hasattr(hf, "loss_function"):
+            raise TraceError("activation_offload is traced for causal LMs (torchtune's recipes); "
+                             "use `vramlens estimate` for other heads")
+        if self.wl.loss_chunks > 1 or self.wl.loss != "cross-entropy":
+            raise TraceError("activation_offload with --loss-chunks or --loss fused-linear is not traced: "
+                             "use `vramlens estimate`")
+        if getattr(self, "offloader", None) is None:
+            self.offloader = OffloadActivations(self.rec, model)
+            no_offload_around(hf.get_output_embeddings(), self.rec)
+        labels = inputs["labels"]
+        with self.offloader:
+            out = model(**{k: v for k, v in inputs.items() if k != "labels"})
+        loss = hf.loss_function(logits=out.logits, labels=labels, vocab_size=hf.config.vocab_size)
+        return out, loss
 
     def _loss(self, out) -> torch.Tensor:
         loss = getattr(out, "loss", None)
@@ -246,16 +303,23 @@ class Runner:
                 rec.mark(_tensors(inputs), "input")
                 rec.set_phase("forward", step)
                 with self._autocast():
-                    out = self._forward(built, inputs)
-                    loss = self._loss(out)
+                    if wl.activation_offload:
+                        out, loss = self._offloaded_forward(built, inputs)
+                    else:
+                        out = self._forward(built, inputs)
+                        loss = self._loss(out)
                 del out  # as the HF Trainer does: only the loss survives the forward
                 rec.end_forward()
                 rec.set_phase("backward", step)
                 loss.backward()
+                if wl.activation_offload:
+                    self.offloader.end_backward()
                 del loss, inputs
                 rec.mark((p.grad for p in trainable if p.grad is not None), "gradient")
             rec.set_phase("optimizer", step)
-            if opt is not None:
+            if isinstance(opt, InBackwardOptimizer):
+                pass  # every parameter was stepped, and its gradient freed, during backward
+            elif opt is not None:
                 if master is not None:
                     for m, p in zip(master, trainable):
                         m.grad = None if p.grad is None else p.grad.float()

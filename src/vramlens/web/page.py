@@ -25,7 +25,12 @@ KNOBS: tuple[tuple[str, str, str, tuple | None, str], ...] = (
     ("new_tokens", "new tokens", "number", None, "0"),
     ("grad_accum", "grad accum", "number", None, "1"),
     ("keep_grads", "keep grads", "check", None, "false"),
+    ("optimizer_in_backward", "optimizer in backward", "check", None, "false"),
     ("checkpointing", "checkpointing", "select", W.CHECKPOINTING, "none"),
+    ("activation_offload", "activation offload", "check", None, "false"),
+    ("loss_chunks", "loss chunks", "number", None, "1"),
+    ("loss", "loss", "select", W.LOSSES, "cross-entropy"),
+    ("loss_parallel", "loss parallel", "check", None, "false"),
     ("attention", "attention", "select", W.ATTENTION, "sdpa"),
     ("lora_rank", "LoRA rank", "number", None, "16"),
     ("lora_targets", "LoRA targets", "text", None, "q_proj,v_proj"),
@@ -46,7 +51,8 @@ KNOBS: tuple[tuple[str, str, str, tuple | None, str], ...] = (
 #: A knob that does not apply is hidden and not sent, so the URL and the CLI line never carry it.
 SHOW_WHEN: dict[str, str] = {
     **{k: "mode=train" for k in ("optimizer", "optimizer_impl", "grad_accum", "keep_grads", "checkpointing",
-                                 "zero", "fsdp", "offload")},
+                                 "zero", "fsdp", "offload", "optimizer_in_backward", "activation_offload", "loss_chunks",
+                                 "loss", "loss_parallel")},
     "fsdp_strategy": "mode=train;fsdp=true",
     **{k: "mode=inference" for k in ("new_tokens", "kv_dtype", "kv_block")},
     **{k: "method=lora|qlora" for k in ("lora_rank", "lora_targets")},

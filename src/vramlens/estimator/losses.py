@@ -1,0 +1,116 @@
+"""The causal-LM loss as training stacks run it: chunked cross-entropy and fused linear cross-entropy.
+
+With t = b*s tokens, V the vocabulary, h the hidden size, c bytes of the compute dtype:
+
+* transformers (``ForCausalLMLoss``): the logits (c*V*t), their fp32 upcast and the fp32
+  ``log_softmax`` (kept for backward); backward holds two fp32 b*s*V gradients
+  (vramlens.estimator.activations.head_saved).
+* ``--loss-chunks n``: torchtune's chunked output (``TransformerDecoder(num_output_chunks=n)``
+  runs the output layer on ``h.chunk(n, dim=1)``) and ``CEWithChunkedOutputLoss``
+  (torchtune/modules/loss/ce_chunked_output_loss.py: ``F.cross_entropy(chunk.float(), ...)`` per
+  chunk). Every chunk's logits and fp32 ``log_softmax`` exist as before, but the fp32 upcast
+  exists one chunk at a time, and the loss' backward holds one chunk's two fp32 gradients.
+  Autograd runs every chunk's loss backward before the output layer's (the loss nodes are
+  younger), then the output layer's backward once per chunk: its weight gradients meet in
+  autograd's InputBuffer, which adds them out of place (the sum and two addends: 3 x V*h).
+* ``--loss fused-linear``: Liger's ``fused_linear_cross_entropy_forward``
+  (liger_kernel/ops/fused_linear_cross_entropy.py) computes the gradients in forward:
+  ``grad_input = zeros_like(input)`` (c*h*t, kept for backward), ``grad_weight =
+  zeros_like(weight)`` when the output layer trains (it becomes the weight's .grad), an fp32
+  loss per token, and per chunk of ``next_power_of_2(ceil(t / ceil(V / h)))`` tokens (Liger's
+  rule: a chunk's logits about the size of the input) the chunk's logits, overwritten in place
+  by their gradient, and ``chunk_grad @ weight`` (c*h per token) copied into grad_input.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from vramlens.models.spec import ModelSpec
+from vramlens.units import BLOCK, DTYPE_BYTES, round_up
+from vramlens.workload import Workload
+
+
+def _r(n: int) -> int:
+    return round_up(int(n), BLOCK) if n > 0 else 0
+
+
+def liger_chunk_tokens(tokens: int, hidden: int, vocab: int) -> int:
+    """Liger's chunk: ``triton.next_power_of_2(triton.cdiv(BT, triton.cdiv(V, H)))`` tokens."""
+    inc = -(-vocab // hidden)
+    n = -(-tokens // inc)
+    return 1 << max(0, (n - 1).bit_length())
+
+
+def seq_chunks(s: int, n: int) -> tuple[int, int]:
+    """(tokens per chunk along the sequence, number of chunks) of ``torch.chunk(n, dim=1)``."""
+    size = -(-s // n)
+    return size, -(-s // size)
+
+
+@dataclass(frozen=True, slots=True)
+class LossFigures:
+    """What the loss keeps and holds, in bytes (see the module docstring)."""
+
+    saved: int          # kept from the loss' forward into backward (activations)
+    peak: int           # alive at the loss' forward peak, saved included
+    backward: int       # the loss' backward transient beyond what it saved
+    head_backward: int  # the output layer's first backward: the logits' gradients alive (beyond acts - saved)
+    head_grads: int     # output-layer weight gradients (state's head_grad) alive at once in its later backwards
+    head_backward_later: int  # what else is alive then: logits' gradients, the summed weight gradients
+    grad_in_forward: bool  # the output layer's weight gradient exists from the forward on (Liger)
+    formula: str
+    final_norm_backward: int = 0  # the final norm's backward, with the hidden states' gradient (c*h*t)
+
+
+def final_norm_backward(spec: ModelSpec, w: Workload, t: int) -> int:
+    """The final norm's backward over t tokens, with the gradient it receives (c*h*t).
+
+    Once the loss no longer dominates, the next peak of backward is here, with every activation
+    still alive. HF's RMSNorm is Python ops (``x.float()``, ``pow``, ``mean``, ``rsqrt``, two
+    products): their backward makes five fp32 h*t tensors; ``native_layer_norm_backward`` makes
+    the input's gradient alone.
+    """
+    h = spec.hidden_size
+    c = DTYPE_BYTES[w.compute_dtype]
+    own = 5 * _r(4 * h * t) if spec.norm in ("rmsnorm", "t5norm") else _r((4 if w.dtype == "fp32" else c) * h * t)
+    return _r(c * h * t) + own
+
+
+def loss_figures(spec: ModelSpec, w: Workload, b: int, s: int) -> LossFigures | None:
+    """The figures of a chunked or fused causal-LM loss, or None for transformers' own loss."""
+    if w.loss_chunks <= 1 and w.loss != "fused-linear":
+        return None
+    t = b * s
+    V, h = spec.vocab_size, spec.hidden_size
+    c = DTYPE_BYTES[w.compute_dtype]
+    norm = final_norm_backward(spec, w, t)
+    if w.loss == "fused-linear":
+        k = min(t, liger_chunk_tokens(t, h, V))
+        grad_x = _r(c * h * t)
+        loss_1d = _r(4 * t)
+        work = _r(c * V * k) + _r(c * h * k)
+        # a tied output layer's grad_weight is not the .grad: autograd adds the embedding's gradient
+        # to it (a new tensor), so it stays an activation until the embedding's backward
+        tied = _r(DTYPE_BYTES[w.dtype] * V * h // max(1, w.tp)) if (w.method == "full" and spec.tied_embeddings) else 0
+        return LossFigures(saved=grad_x + tied, peak=grad_x + tied + loss_1d + work, backward=0, head_backward=0,
+                           head_grads=1, head_backward_later=0,
+                           grad_in_forward=not tied, final_norm_backward=norm,
+                           formula=f"fused linear cross-entropy (Liger): grad_input c*h*t kept, one chunk of {k:,} "
+                                   "tokens of logits (next_power_of_2(ceil(t / ceil(V/h)))) at a time")
+    size, n = seq_chunks(s, w.loss_chunks)
+    lc = _r(c * V * b * size)   # one chunk's logits (the last may be shorter: counted full, an upper bound)
+    fc = _r(4 * V * b * size)   # one chunk's fp32 upcast or log_softmax
+    upcast = fc if c != 4 else 0
+    # the output layer's backward runs per chunk, last chunk first: the first holds the other chunks'
+    # logit gradients and one weight gradient; from the second on, two weight-gradient addends and
+    # their sum (in the compute dtype under autocast: the gradients of autocast's cached cast)
+    later = max(0, n - 2) * lc
+    if w.method == "full" and n > 1:
+        wb = c if (w.amp is not None and w.dtype == "fp32") else DTYPE_BYTES[w.dtype]
+        later += 3 * _r(wb * V * h // max(1, w.tp))
+    return LossFigures(saved=n * fc, peak=n * lc + n * fc + upcast, backward=2 * fc, head_backward=(n - 1) * lc,
+                       head_grads=0 if n > 1 else 1, head_backward_later=later, grad_in_forward=False,
+                       final_norm_backward=norm,
+                       formula=f"chunked cross-entropy ({n} chunks of {b}x{size} tokens): every chunk's logits and "
+                               "fp32 log_softmax, the fp32 upcast and the backward's two fp32 gradients one chunk at a time")

@@ -1,0 +1,166 @@
+"""Memory techniques of training stacks, checked against their arithmetic (the tracer checks them
+against the real modules in tests/trace/test_techniques.py)."""
+
+import pytest
+
+from vramlens.errors import ConfigError
+from vramlens.estimator import estimate
+from vramlens.workload import make_workload
+
+TRAIN = dict(mode="train", batch=1, seq=512, dtype="bf16")
+
+
+def test_optimizer_in_backward_holds_one_gradient(llama7b):
+    plain = estimate(llama7b, **TRAIN).breakdown
+    e = estimate(llama7b, **TRAIN, optimizer_in_backward=True).breakdown
+    # the largest parameter: the (untied) embedding or lm_head, 32,000 x 4,096 bf16 (a multiple of 512 B)
+    assert e["gradients"] == 32_000 * 4_096 * 2
+    assert e["optimizer_states"] == plain["optimizer_states"] and e["weights"] == plain["weights"]
+    # foreach Adam on one parameter: sqrt(exp_avg_sq) of the largest, bf16 states
+    assert e["temporaries"] >= 32_000 * 4_096 * 2
+    phases = dict(e.phases)
+    # nothing is allocated in the optimizer phase: weights and the two Adam states only
+    assert phases["optimizer"] < dict(plain.phases)["optimizer"]
+    assert e.peak_allocated <= plain.peak_allocated
+
+
+def test_optimizer_in_backward_never_costs_more(llama7b):
+    for kw in (dict(checkpointing="full"), dict(method="lora"), dict(dtype="fp32", amp="bf16"), dict(optimizer="sgd")):
+        plain = estimate(llama7b, **{**TRAIN, **kw}).breakdown
+        e = estimate(llama7b, **{**TRAIN, **kw}, optimizer_in_backward=True).breakdown
+        assert e.peak_allocated <= plain.peak_allocated, kw
+
+
+@pytest.mark.parametrize("kw, message", [
+    (dict(grad_accum=4), "optimizer_in_backward steps each parameter as its gradient arrives, so gradients cannot "
+                         "accumulate over grad_accum=4 micro-batches (torchtune refuses it too): drop --grad-accum "
+                         "or --optimizer-in-backward"),
+    (dict(optimizer="none"), "optimizer_in_backward needs an optimizer to step, and optimizer='none' runs none: "
+                             "choose an --optimizer or drop --optimizer-in-backward"),
+    (dict(zero=2, gpus=2), "optimizer_in_backward with zero, fsdp, offload or pp is not modelled: drop "
+                           "--optimizer-in-backward, or estimate one GPU (data or tensor parallel)"),
+])
+def test_optimizer_in_backward_refusals(kw, message):
+    with pytest.raises(ConfigError) as e:
+        make_workload(mode="train", optimizer_in_backward=True, **kw)
+    assert str(e.value) == message
+
+
+def test_optimizer_in_backward_is_ignored_in_inference():
+    w = make_workload(optimizer_in_backward=True)
+    assert w.ignored() == ["ignored in inference (they apply to training): optimizer_in_backward=True"]
+
+
+def test_chunked_loss_keeps_one_chunk_of_upcast(llama7b):
+    plain = estimate(llama7b, **TRAIN).breakdown
+    e = estimate(llama7b, **TRAIN, loss_chunks=8).breakdown
+    # t = 512 tokens, V = 32,000: the fp32 upcast is 4*V*t = 65,536,000 B; 8 chunks of 64 tokens
+    # keep 7/8 of it less at the loss' forward peak (each chunk a multiple of 512 B)
+    fwd_plain, fwd = dict(plain.phases)["forward"], dict(e.phases)["forward"]
+    assert fwd_plain - fwd == 4 * 32_000 * 512 - 4 * 32_000 * 64
+    # log_softmax is kept for backward whole, as without chunks
+    assert e["activations"] == plain["activations"]
+    assert e.peak_allocated <= plain.peak_allocated
+
+
+def test_liger_chunk_size():
+    from vramlens.estimator.losses import liger_chunk_tokens
+
+    # Liger's own example: BT = 4096*4, V = 32000, H = 4096 -> inc_factor 8, chunk 2048
+    assert liger_chunk_tokens(4096 * 4, 4096, 32_000) == 2048
+    assert liger_chunk_tokens(1000, 4096, 128_256) == 32  # cdiv(1000, 32) = 32, a power of two
+
+
+def test_fused_linear_loss_never_materializes_logits(llama7b):
+    plain = estimate(llama7b, **TRAIN, optimizer="sgd").breakdown  # SGD: no step temporary
+    e = estimate(llama7b, **TRAIN, optimizer="sgd", loss="fused-linear").breakdown
+    # the largest transient is now the final RMSNorm's backward: five fp32 h*t tensors and the bf16
+    # gradient it receives, 5 * 4*4096*512 + 2*4096*512 (the loss' two fp32 b*s*V gradients are gone)
+    assert e["temporaries"] == 5 * 4 * 4096 * 512 + 2 * 4096 * 512 < plain["temporaries"] == 2 * 4 * 32_000 * 512
+    # grad_weight (V*h) exists from forward on, so at 512 tokens the forward is higher; at 8,192 the
+    # logits (10 B x V per token at the loss) outweigh it
+    assert dict(e.phases)["forward"] - dict(plain.phases)["forward"] > 0
+    big = dict(TRAIN, batch=4, seq=2048, optimizer="sgd")
+    assert estimate(llama7b, **big, loss="fused-linear").peak_allocated < estimate(llama7b, **big).peak_allocated
+    # forward keeps grad_input (c*h*t) instead of the fp32 log_softmax (4*V*t) and the final norm's output
+    assert plain["activations"] - e["activations"] == 4 * 32_000 * 512 + 2 * 4096 * 512 - 2 * 4096 * 512
+
+
+@pytest.mark.parametrize("kw, message", [
+    (dict(loss="fused-linear", loss_chunks=8), "loss=fused-linear chunks the tokens itself (Liger's chunk size); "
+                                               "loss_chunks=8 applies to the cross-entropy loss: drop --loss-chunks"),
+    (dict(loss_chunks=16, seq=8), "loss_chunks=16 is more than the seq=8 tokens it splits: use --loss-chunks 8"),
+    (dict(loss="focal"), "loss='focal' is not one of: cross-entropy, fused-linear"),
+])
+def test_loss_refusals(kw, message):
+    with pytest.raises(ConfigError) as e:
+        make_workload(mode="train", **kw)
+    assert str(e.value) == message
+
+
+def test_loss_needs_a_causal_lm():
+    with pytest.raises(ConfigError) as e:
+        estimate("bert-base-uncased", mode="train", loss_chunks=8)
+    assert str(e.value).startswith("loss=cross-entropy loss_chunks=8 apply to a causal LM's loss; ")
+
+
+def test_activation_offload_moves_the_blocks_activations_to_the_host(llama7b):
+    plain = estimate(llama7b, **TRAIN).breakdown
+    e = estimate(llama7b, **TRAIN, activation_offload=True).breakdown
+    moved = plain["activations"] - e["activations"]
+    # what leaves the GPU: every block's saved tensors and the rotary cos/sin (2 x bf16 128 x 512)
+    assert moved == 32 * _layer_saved(llama7b) + 2 * 2 * 128 * 512
+    # the host holds them and the final norm's copies (fp32 input 4*h*t and its bf16 normalized copy 2*h*t)
+    assert e.host_bytes == moved + 4 * 4096 * 512 + 2 * 4096 * 512
+    assert e.peak_allocated <= plain.peak_allocated
+
+
+def _layer_saved(spec):
+    from vramlens.estimator.activations import layer_activations
+
+    return layer_activations(spec, make_workload(**TRAIN), 1, 512).saved
+
+
+def test_unknown_lora_target_is_an_error_listing_the_real_names(llama7b):
+    with pytest.raises(ConfigError) as e:
+        estimate(llama7b, mode="train", method="lora", lora_targets="foo_bar,q_proj")
+    assert str(e.value) == (f"lora_targets: foo_bar matches no linear layer of {llama7b.name}: choose from "
+                            "down_proj, gate_proj, k_proj, o_proj, q_proj, up_proj, v_proj or all-linear")
+
+
+def test_nvls_buffers_scale_with_one_nvlink_domain():
+    from vramlens.hardware.catalog import get_gpu
+    from vramlens.hardware.runtime import nccl_communicator_bytes
+
+    h100 = get_gpu("H100-SXM-80GB")
+    rings = 16 * 2 * (4_194_304 + 524_288 + 4_915_200)  # channels x connections x (Simple + LL + LL128)
+    # 128 ranks over 16 servers: each rank binds the NVLS buffers of its server's 8 ranks, not 128
+    assert nccl_communicator_bytes(h100, 128) == rings + 301_989_888 * 8
+    assert nccl_communicator_bytes(h100, 4) == rings + 301_989_888 * 4
+    assert nccl_communicator_bytes(h100, 72, nvlink_domain=72) == rings + 301_989_888 * 72
+
+
+def test_loss_parallel_shards_the_logits_and_the_loss(llama7b):
+    kw = dict(TRAIN, gpus=8, tp=8, optimizer="sgd")  # SGD: no step temporary
+    plain = estimate(llama7b, **kw).breakdown
+    e = estimate(llama7b, **kw, loss_parallel=True).breakdown
+    # log_softmax of 512 tokens over 32,000 / 8 = 4,000 vocabulary entries per rank, fp32
+    V, t = 32_000, 512
+    assert plain["activations"] - e["activations"] == 4 * V * t - 4 * (V // 8) * t
+    # the loss' backward: one fp32 shard (loss_parallel) instead of two full fp32 gradients
+    assert e["temporaries"] < plain["temporaries"]
+
+
+def test_loss_parallel_needs_tp():
+    with pytest.raises(ConfigError) as e:
+        make_workload(mode="train", loss_parallel=True)
+    assert str(e.value) == ("loss_parallel shards the logits over the tensor-parallel ranks, and tp=1 has none: "
+                            "set --tp (e.g. --tp 8) or drop --loss-parallel")
+
+
+def test_gqa_expansion_when_decoding_at_long_context():
+    kw = dict(seq=16, new_tokens=131_056, dtype="bf16")  # S = 131,072 keys at the last step
+    eager = estimate("llama-3-8b", attention="eager", **kw).breakdown
+    sdpa = estimate("llama-3-8b", attention="sdpa", **kw).breakdown
+    # repeat_kv copies the 8 KV heads' keys and values to all 32 heads: 2 x 32 x 131,072 x 128 x 2 B = 2 GiB
+    assert eager["activations"] >= 2 * 32 * 131_072 * 128 * 2 > 10 * sdpa["activations"]
