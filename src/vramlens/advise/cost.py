@@ -42,7 +42,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from vramlens.estimator.inventory import Summary, summarize
+from vramlens.estimator.inventory import summarize
 from vramlens.hardware.gpu import GPU
 from vramlens.models.spec import ModelSpec
 from vramlens.units import DTYPE_BYTES
@@ -106,8 +106,7 @@ class StepCost:
 
 def n_params(spec: ModelSpec) -> int:
     """N, memoized per spec (``ModelSpec.params`` sums the whole inventory on every call)."""
-    summary: Summary = summarize(spec)  # identity_cache's wrapper is untyped: name the type here
-    return summary.params
+    return summarize(spec).params
 
 
 def peak_flops(gpu: GPU, dtype: str) -> float:

@@ -14,7 +14,7 @@ if TYPE_CHECKING:  # only for annotations: the seam exports the estimator's name
 
 
 def estimate(
-    model: str | dict | ModelSpec | None = None,
+    model: str | dict[str, Any] | ModelSpec | None = None,
     workload: Workload | None = None,
     *,
     gpu: str | GPU | None = None,

@@ -15,6 +15,7 @@ GPT-3-style layers (LayerNorm, GeLU, dropout, eager attention) reduce to the pap
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from vramlens.estimator import heads as H
 from vramlens.estimator.memo import identity_cache
@@ -73,7 +74,7 @@ def _dims(spec: ModelSpec, tp: int) -> Dims:
     )
 
 
-def _cfg(spec: ModelSpec, *keys: str, default=None):
+def _cfg(spec: ModelSpec, *keys: str, default: Any = None) -> Any:
     for k in keys:
         v = spec.config.get(k) if spec.config else None
         if v is not None:

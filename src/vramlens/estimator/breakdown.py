@@ -12,6 +12,7 @@ what lives outside the allocator (CUDA context, library workspaces): what nvidia
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 #: Component names in display order; every Breakdown has all of them (0 when they do not apply).
 COMPONENTS: tuple[str, ...] = (
@@ -83,7 +84,7 @@ class Breakdown:
         """The component to attack first."""
         return max((c for c in self.components if c.name not in exclude), key=lambda c: c.bytes)
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return {
             "components": self.as_dict(),
             "explanations": {c.name: c.explain for c in self.components},
@@ -101,7 +102,7 @@ class Breakdown:
 def make_breakdown(
     values: dict[str, int],
     explain: dict[str, str] | None = None,
-    **kwargs,
+    **kwargs: Any,
 ) -> Breakdown:
     """Build a Breakdown from a name->bytes mapping; missing components are 0.
 

@@ -7,6 +7,7 @@ inference adds the KV cache, the largest block working set during prefill and th
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 from vramlens.estimator import activations as A
 from vramlens.estimator import heads as H
@@ -51,7 +52,7 @@ class Estimate:
     headroom_bytes: int | None
     advice: str = ""
     verdict: str = ""
-    explain: dict = field(default_factory=dict)
+    explain: dict[str, str] = field(default_factory=dict)
 
     @property
     def peak_allocated(self) -> int:
@@ -67,7 +68,7 @@ class Estimate:
         w = self.workload
         return host_load(self.model, w.dtype if w.method != "qlora" else w.compute_dtype)
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         """The ``vramlens estimate --json`` object (schema documented in the README)."""
         b = self.breakdown
         m = self.model

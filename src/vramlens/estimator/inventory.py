@@ -37,20 +37,23 @@ class Summary:
     linears: tuple[Linear, ...]          # quantizable, LoRA-targetable weights (lm_head excluded)
     fixed_bytes: int                     # tensors with a fixed dtype (int buffers, quantized checkpoints)
     float_numel: int                     # elements that take the run's dtype
-    float_bytes_at: dict                 # bytes per element -> rounded bytes of the float tensors
-    param_bytes_at: dict                 # bytes per element -> rounded bytes of the float parameters the loss reaches
+    float_bytes_at: dict[int, int]       # bytes per element -> rounded bytes of the float tensors
+    param_bytes_at: dict[int, int]       # bytes per element -> rounded bytes of the float parameters the loss reaches
     grad_params: int                     # parameters the loss reaches (all but ModelSpec.outside_loss)
     small_param_numel: int               # elements of parameters < BNB_MIN_8BIT_SIZE (bnb keeps them 32-bit)
     largest_param_numel: int
 
 
-def _is_fixed(t: TensorInfo) -> bool:
-    return t.dtype is not None and t.dtype not in ("fp32", "fp16", "bf16") or (t.role == "buffer" and t.dtype is not None)
+def _fixed_dtype(t: TensorInfo) -> str | None:
+    """The dtype of a tensor that keeps its own (an int buffer, a quantized checkpoint); None for one in the run's dtype."""
+    if t.dtype is not None and (t.dtype not in ("fp32", "fp16", "bf16") or t.role == "buffer"):
+        return t.dtype
+    return None
 
 
 @identity_cache
 def summarize(spec: ModelSpec) -> Summary:
-    linears = []
+    linears: list[Linear] = []
     fixed = 0
     fl_numel = 0
     fl_bytes = {1: 0, 2: 0, 4: 0}
@@ -69,8 +72,9 @@ def summarize(spec: ModelSpec) -> Summary:
             largest = max(largest, n)
             if n < BNB_MIN_8BIT_SIZE:
                 small += n
-        if _is_fixed(t):
-            fixed += round_up(n * DTYPE_BYTES.get(t.dtype, 1), BLOCK)
+        fixed_dtype = _fixed_dtype(t)
+        if fixed_dtype is not None:
+            fixed += round_up(n * DTYPE_BYTES.get(fixed_dtype, 1), BLOCK)
             continue
         fl_numel += n
         for b in fl_bytes:
@@ -136,7 +140,7 @@ def lora_shape(spec: ModelSpec, targets: tuple[str, ...]) -> LoraShape:
     )
 
 
-_LORA_BYTES: dict = {}
+_LORA_BYTES: dict[tuple[int, int, int], tuple[LoraShape, int]] = {}
 
 
 def lora_rounded_bytes(shape: LoraShape, r: int, bytes_per_elem: int) -> int:

@@ -28,7 +28,7 @@ def persistent_sizes(spec: ModelSpec, parts: list[tuple[int, int, bool]]) -> dic
             per_parameter components have one tensor per model parameter (unsharded weights,
             gradients, optimizer states); the others are one flat buffer (sharded or quantized).
     """
-    sizes: Counter = Counter()
+    sizes: Counter[int] = Counter()
     hist = numel_histogram(spec)
     for elem_bytes, total, per_param in parts:
         if total <= 0:

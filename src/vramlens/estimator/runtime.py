@@ -8,14 +8,19 @@ simulates it exactly from an event stream.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from vramlens.hardware.gpu import GPU
 from vramlens.workload import Workload
+
+if TYPE_CHECKING:  # imported where it is called, as runtime_overhead is
+    from vramlens.hardware.runtime import RuntimeOverhead
 
 #: The GPU assumed for the runtime overhead when none is given: a current data-centre card.
 REFERENCE_GPU = "H100-SXM-80GB"
 
 
-def runtime(gpu: GPU | None, w: Workload):
+def runtime(gpu: GPU | None, w: Workload) -> RuntimeOverhead:
     """The RuntimeOverhead of this workload on this GPU (REFERENCE_GPU when None)."""
     from vramlens.hardware.catalog import get_gpu
     from vramlens.hardware.runtime import runtime_overhead

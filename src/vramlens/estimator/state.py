@@ -121,7 +121,7 @@ class TrainState:
     in_backward: bool = False  # optimizer in backward: grads and opt_tmp are one parameter's, stepped in backward
     in_backward_addend: int = 0  # ... and a tied head's: one of its two summed gradients, alive through its step
     notes: tuple[str, ...] = ()
-    explain: dict = field(default_factory=dict, compare=False)
+    explain: dict[str, str] = field(default_factory=dict, compare=False)
     runtime_explain: str = ""
 
 

@@ -41,7 +41,9 @@ DQ_BLOCK = 256         # bitsandbytes nested (double) quantization blocksize
 
 def quantized_linear_bytes(n: int, k: int, quant: str) -> int:
     """Bytes of one (n, k) linear weight in the quantized format, each tensor rounded to 512 B."""
-    r = lambda x: round_up(int(x), BLOCK)  # noqa: E731
+    def r(x: int) -> int:
+        return round_up(int(x), BLOCK)
+
     nk = n * k
     if quant == "int8":
         return r(nk) + r(4 * n)
