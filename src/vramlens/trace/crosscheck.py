@@ -28,6 +28,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from vramlens.errors import InputError
 from vramlens.estimator.breakdown import ALLOCATOR_COMPONENTS
 
 #: catalog name -> (what it stands for, KV heads after the shrink, LoRA targets)
@@ -162,6 +163,8 @@ def shrink(cfg: dict, kv_heads: int) -> dict:
     c = dict(cfg)
     mt = c.get("model_type")
     old_h = c.get("hidden_size") or c.get("n_embd") or c.get("d_model")
+    if not old_h:
+        raise InputError(f"model_type={mt!r}: the config has no hidden_size, n_embd or d_model; add the one its family uses")
     scale = HIDDEN / old_h
     if mt in ("gpt2", "gpt_bigcode"):
         c.update(n_embd=HIDDEN, n_head=HEADS, n_layer=LAYERS, n_positions=max(SEQ + NEW_TOKENS, 256))

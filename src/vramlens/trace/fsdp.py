@@ -96,7 +96,8 @@ def _blocks(model) -> list:
     if not found:
         lists = [m for m in model.modules() if isinstance(m, nn.ModuleList)]
         if lists:
-            found = list(max(lists, key=len))
+            longest = max(lists, key=len)
+            found = list(longest)
     return found
 
 
@@ -238,6 +239,7 @@ def _trace(model, wl: Workload, n: int, *, rank: int, steps: int, progress, top:
         built = build_hf(cfg, wl, meta_only=True)
         try:
             n_blocks = _shard(built, mesh, wl.fsdp_strategy != "shard-grad-op")
+            assert runner.fake_mode is not None  # Runner(mode="fake")
             with runner.fake_mode:
                 built.model.to_empty(device="cpu")
                 retie(built.model)

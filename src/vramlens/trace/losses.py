@@ -17,6 +17,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 import torch.nn.functional as F
 
@@ -30,8 +32,9 @@ def liger_chunk_size(tokens: int, hidden: int, vocab: int) -> int:
     return 1 << max(0, (n - 1).bit_length())
 
 
-def _decoder_and_head(model: torch.nn.Module):
-    hf = model.get_base_model() if hasattr(model, "get_base_model") else model
+def _decoder_and_head(model: torch.nn.Module) -> tuple[Any, Any]:  # transformers modules: untyped
+    m: Any = model  # a transformers or peft model: untyped
+    hf = m.get_base_model() if hasattr(m, "get_base_model") else m
     return hf.base_model, hf.get_output_embeddings()
 
 
@@ -47,10 +50,11 @@ def chunked_cross_entropy(model: torch.nn.Module, input_ids: torch.Tensor, label
     logits = [head(h) for h in hidden.chunk(chunks, dim=1)]
     del hidden
     targets = [t.reshape(-1) for t in _shifted(labels).chunk(chunks, dim=1)]
-    total = 0.0
+    total: torch.Tensor | float = 0.0
     for lg, t in zip(logits, targets):
         total = total + F.cross_entropy(lg.reshape(-1, lg.size(-1)).float(), t, ignore_index=IGNORE_INDEX,
                                         reduction="sum")
+    assert isinstance(total, torch.Tensor)  # chunks >= 1 (Tensor.chunk refuses 0)
     return total / labels.numel()
 
 

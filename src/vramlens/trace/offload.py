@@ -31,7 +31,7 @@ class OffloadActivations:
         self.next_id = 0
         self.fwd_stash: dict[int, torch.Tensor] = {}
         self.bwd_stash: dict[int, torch.Tensor] = {}
-        self.node = None
+        self.node: torch.autograd.graph.Node | None = None
         self._hooks = None
 
     def pack(self, t: torch.Tensor) -> int:

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import weakref
 from collections.abc import Iterable
+from typing import cast
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode, is_traceable_wrapper_subclass
@@ -30,6 +31,12 @@ _TO_COPY = torch.ops.aten._to_copy.default
 _SCALAR = torch.ops.aten._local_scalar_dense.default
 _META_KEY = "vramlens_module"
 _MISSING = object()
+
+
+def _metadata(node: torch.autograd.graph.Node) -> dict[str, str]:
+    """The node's metadata dict: a property on autograd's C++ nodes, declared a method in torch's
+    Python stub (torch/autograd/graph.py), so the cast is the stub's correction."""
+    return cast("dict[str, str]", node.metadata)
 
 
 class Recorder(TorchDispatchMode):
@@ -48,6 +55,7 @@ class Recorder(TorchDispatchMode):
         self.phase = "setup"
         self.step = 0
         self.last_op = ""
+        self.root_name = ""  # "<ModelClass>", set by the runner: names the failure outside every module
         self._mod_stack: list[str] = [""]
         self._ids: dict[int, int] = {}  # id(untyped storage) -> storage number (while alive)
         self._refs: dict[int, weakref.ref] = {}  # storage number -> weakref (keeps callbacks alive)
@@ -225,7 +233,7 @@ class Recorder(TorchDispatchMode):
             node = stack.pop()
             if node is None:
                 continue
-            md = node.metadata
+            md = _metadata(node)
             if _META_KEY in md:
                 continue
             md[_META_KEY] = name
@@ -236,7 +244,7 @@ class Recorder(TorchDispatchMode):
         node = torch._C._current_autograd_node()
         if node is None:
             return ""
-        return node.metadata.get(_META_KEY, "")
+        return _metadata(node).get(_META_KEY, "")
 
     def _pack(self, t: torch.Tensor):
         for st in self._storages(t):
@@ -292,8 +300,8 @@ class Recorder(TorchDispatchMode):
                 rec._resized(st)
             return out
 
-        resize_._vramlens_recorder = True
-        cls.resize_ = resize_
+        resize_._vramlens_recorder = True  # type: ignore[attr-defined]  # marks our wrapper (see above)
+        cls.resize_ = resize_  # type: ignore[method-assign]  # the patch is the point: frees by resize_(0)
         self._resize_saved = current
         self._resize_patched = True
 
@@ -304,7 +312,7 @@ class Recorder(TorchDispatchMode):
         if self._resize_saved is _MISSING:
             del torch.UntypedStorage.resize_
         else:
-            torch.UntypedStorage.resize_ = self._resize_saved
+            torch.UntypedStorage.resize_ = self._resize_saved  # type: ignore[method-assign]
 
     def close(self) -> None:
         """Stop listening for frees (storages alive now stay alive in the trace)."""

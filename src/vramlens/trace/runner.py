@@ -14,7 +14,7 @@ import contextlib
 import gc
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from types import SimpleNamespace
 from typing import Any
 
@@ -31,7 +31,7 @@ from vramlens.workload import Workload
 MODES = ("fake", "real-cpu", "cuda")
 
 
-def make_optimizer(name: str, params: list[nn.Parameter]):
+def make_optimizer(name: str, params: Sequence[torch.Tensor]):
     """A torch.optim optimizer with CUDA's defaults (foreach=True) for ``--optimizer name``."""
     o = torch.optim
     if name in ("adamw", "adam"):
@@ -265,7 +265,7 @@ class Runner:
         NoOpManager), the loss outside it (transformers' own causal-LM loss on the logits)."""
         from vramlens.trace.offload import OffloadActivations, no_offload_around
 
-        model = built.model
+        model: Any = built.model  # a transformers or peft model: untyped
         hf = model.get_base_model() if hasattr(model, "get_base_model") else model
         if built.kind != "causal-lm" or not isinstance(inputs, dict) or not hasattr(hf, "loss_function"):
             raise TraceError("activation_offload is traced for causal LMs (torchtune's recipes); "
@@ -374,6 +374,7 @@ class Runner:
             extra = {"logits_to_keep": 1} if accepts(model, "logits_to_keep") else {}
             ckey = "cache" if accepts(model, "cache") else "past_key_values"
             rec.set_phase("prefill", 1)
+            assert isinstance(inputs, dict)  # transformers models take keywords (only factories give a tuple)
             out = model(**inputs, **{ckey: cache}, use_cache=True, **extra)
             cache = _out_cache(out)
             rec.mark(_cache_tensors(cache), "kv_cache")
@@ -420,37 +421,23 @@ def config_of(source: Any) -> dict:
     if isinstance(source, dict):
         return source
     if isinstance(source, str):
-        try:
-            from vramlens.models import load_model  # type: ignore[attr-defined]
-        except ImportError:
-            load_model = None
-        try:
-            from vramlens.models.catalog import find_config
-        except ImportError:
-            find_config = None
-        found = find_config(source) if find_config is not None else None
+        from vramlens.models import load_model
+        from vramlens.models.catalog import find_config
+
+        found = find_config(source)
         if found is not None:
             return {**found[1], "_name_or_path": found[0]}
-        if load_model is not None:
-            spec = load_model(source)
-            if spec.config:
-                return spec.config
-            raise TraceError(f"model {source!r} has no config.json fields to build it from: use a config.json")
-        import json
-        import os
-
-        path = os.path.join(source, "config.json") if os.path.isdir(source) else source
-        if os.path.isfile(path):
-            with open(path) as f:
-                return json.load(f)
-        raise InputError(f"model {source!r}: not a config.json or folder, and the model catalog is not available")
+        spec = load_model(source)
+        if spec.config:
+            return spec.config
+        raise TraceError(f"model {source!r} has no config.json fields to build it from: use a config.json")
     raise InputError(f"cannot trace {type(source).__name__}: give a ModelSpec, a config dict, a name or package.module:factory")
 
 
 def describe_failure(rec: Recorder, exc: BaseException) -> str:
     """One line naming the module and op where tracing failed, and what to do instead."""
     module, op = rec.failed_at or (rec.module, rec.last_op)
-    module, op = module or getattr(rec, "root_name", "") or "<top>", op or "?"
+    module, op = module or rec.root_name or "<top>", op or "?"
     kind = type(exc).__name__
     msg = str(exc).strip().splitlines()[0] if str(exc).strip() else kind
     if len(msg) > 200:

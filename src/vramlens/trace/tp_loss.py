@@ -33,7 +33,7 @@ def trace_tp_loss(*, vocab: int, hidden: int, batch: int, seq: int, tp: int, dty
     import torch
     import torch.nn.functional as F
     from torch._subclasses.fake_tensor import FakeTensorMode
-    from torch.distributed.tensor import Replicate, Shard
+    from torch.distributed.tensor import DTensor, Replicate, Shard
     from torch.distributed.tensor.parallel import ColwiseParallel, parallelize_module
     from torch.distributed.tensor.parallel import loss_parallel as lp_ctx
 
@@ -47,11 +47,12 @@ def trace_tp_loss(*, vocab: int, hidden: int, batch: int, seq: int, tp: int, dty
                                                        use_local_output=not loss_parallel))
         x = torch.randn(batch, seq, hidden, dtype=TORCH_DTYPES[dtype], requires_grad=True)
         labels = torch.randint(0, vocab, (batch, seq))
-        rec = None
-        for _ in range(2):
+        for _ in range(2):  # the first run warms up, the second is kept
             rec = Recorder()
             with rec:
-                rec.mark((head.weight.to_local(), x, labels), "parameter")
+                weight = head.weight
+                assert isinstance(weight, DTensor)  # parallelize_module made it one
+                rec.mark((weight.to_local(), x, labels), "parameter")
                 rec.set_phase("forward", 1)
                 with lp_ctx() if loss_parallel else contextlib.nullcontext():
                     logits = head(x)
