@@ -32,7 +32,7 @@ def liger_chunk_size(tokens: int, hidden: int, vocab: int) -> int:
     return 1 << max(0, (n - 1).bit_length())
 
 
-def _decoder_and_head(model: torch.nn.Module) -> tuple[Any, Any]:  # transformers modules: untyped
+def _decoder_and_head(model: torch.nn.Module) -> tuple[Any, Any]:
     m: Any = model  # a transformers or peft model: untyped
     hf = m.get_base_model() if hasattr(m, "get_base_model") else m
     return hf.base_model, hf.get_output_embeddings()
