@@ -198,6 +198,11 @@ class CpuCounter(TorchDispatchMode):
         self.peak_cats = dict(self.by_cat)
         return out
 
+    def reset_peak(self) -> None:
+        """Start a new peak interval at the live total without ending the step."""
+        self.peak = self.live
+        self.peak_cats = dict(self.by_cat)
+
     def retained_bytes(self) -> int:
         """Live bytes of storages allocated in an earlier step and in no registry."""
         step, size = self.step, self._size

@@ -222,6 +222,35 @@ class Watch(contextlib.ContextDecorator):
         self._check_leak()
 
     @property
+    def steps_done(self) -> int:
+        """Optimizer steps (or ``step()`` calls) seen so far."""
+        return self.__dict__.get("_steps_done", 0)
+
+    def report_so_far(self) -> WatchReport:
+        """The report of the steps so far, without ending the watch (a signal handler writes it)."""
+        if not self._active:
+            if self.report is None:
+                raise RuntimeError("Watch.report_so_far() before the with block began")
+            return self.report
+        return self._build_report()
+
+    # ---- measurement intervals (calibrate) -----------------------------------------------------
+    def mark(self) -> None:
+        """Start an interval: :meth:`peak_since_mark` is the largest live total from now on."""
+        if not self._active:
+            raise RuntimeError("Watch.mark() outside the with block")
+        self._mark = len(self._peaks)
+        if self.cpu is not None:
+            self.cpu.reset_peak()
+        else:
+            self.cuda_backend.reset_peak()
+
+    def peak_since_mark(self) -> int:
+        """The largest live total since :meth:`mark`, across the steps that ended in between."""
+        current = self.cpu.peak if self.cpu is not None else self.cuda_backend.current_peak()
+        return max([current, *(p for _, p in self._peaks[getattr(self, "_mark", 0):])])
+
+    @property
     def current_leak(self) -> Leak | None:
         """The leak found so far (None while what survives each step does not grow)."""
         return self._leak if self._active else (self.report.leak if self.report else None)
@@ -308,7 +337,8 @@ class Watch(contextlib.ContextDecorator):
         if not self._steps_done:
             notes.append("no optimizer step was seen: call w.step() at the end of each step of a loop "
                          "without torch.optim")
-        if self.cpu is not None and self.cpu_limit_bytes is None and self.model is None and self.optimizer is None:
+        if self.cpu is not None and self.cpu_limit_bytes is None and self.model is None and self.optimizer is None \
+                and not self._watched_params:
             notes.append("no model or optimizer given: parameters count as activations until an optimizer steps")
         return WatchReport(
             backend=self.backend_name,
