@@ -155,3 +155,45 @@ def test_the_analytic_estimate_is_beside_the_measurement():
                            model_name="gpt2", workload={"mode": "train", "seq": 128})
     assert all(p.estimate_bytes is not None and p.estimate_bytes > 0 for p in c.points)
     assert "estimate" in c.text()
+
+
+# ---- the command ------------------------------------------------------------------------------
+
+SCRIPT = """
+import argparse, torch, torch.nn as nn
+ap = argparse.ArgumentParser()
+ap.add_argument("--batch-size", type=int, default=8)
+a = ap.parse_args()
+torch.manual_seed(0)
+model = nn.Sequential(nn.Linear(64, 256), nn.ReLU(), nn.Linear(256, 1))
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+for i in range(100):
+    model(torch.randn(a.batch_size, 64)).pow(2).mean().backward()
+    opt.step()
+    opt.zero_grad()
+print("ran to the end")
+"""
+
+
+def test_calibrate_command_runs_the_script_at_two_sizes(tmp_path, capfd):
+    import json
+    import sys
+
+    from vramlens.cli.calibrate_cmd import with_value
+    from vramlens.cli.main import main
+
+    assert with_value(["t.py", "--batch-size=3"], "--batch-size", 8) == ["t.py", "--batch-size=8"]
+    assert with_value(["t.py"], "--batch-size", 8) == ["t.py", "--batch-size", "8"]
+    path = tmp_path / "train.py"
+    path.write_text(SCRIPT)
+    code = main(["calibrate", "--json", "--cpu-limit", "4MB", "--margin", "0", "--batch-sizes", "64", "128",
+                 "--", sys.executable, str(path), "--batch-size", "8"])
+    out, _err = capfd.readouterr()
+    assert code == 0
+    assert "ran to the end" not in out  # stopped after the warm-up and two steps
+    d = json.loads(out[out.index("{"):])
+    assert [(p["batch"], p["seq"]) for p in d["points"]] == [(64, None), (128, None)]
+    a, b = (p["peak_bytes"] for p in d["points"])
+    per = b - a
+    assert per % 64 == 0 and d["per_sample_bytes"] == per // 64
+    assert d["max_batch"] == (4_000_000 - (a - 64 * (per // 64))) // (per // 64)

@@ -32,7 +32,8 @@ class Watch(contextlib.ContextDecorator):
     def __init__(self, model: Any = None, optimizer: Any = None, every: int = 1, *, backend: str = "auto",
                  cpu_limit_bytes: int | None = None, model_name: Any = None, workload: Any = None,
                  gpu: Any = None, store: bool = True, label: str | None = None, html: str | None = None,
-                 json_path: str | None = None, oom_history: bool = True, cuda: Any = None):
+                 json_path: str | None = None, oom_history: bool = True, cuda: Any = None,
+                 live: bool | None = None, live_stream: Any = None):
         if every < 1:
             raise ValueError(f"every={every} must be >= 1 (record every N-th optimizer step)")
         if backend not in ("auto", "cpu", "cuda"):
@@ -54,6 +55,8 @@ class Watch(contextlib.ContextDecorator):
         self.json_path = json_path
         self.oom_history = oom_history
         self._cuda = cuda
+        self.live = live
+        self.live_stream = live_stream
         self.report: WatchReport | None = None
         self._active = False
 
@@ -71,6 +74,7 @@ class Watch(contextlib.ContextDecorator):
         self._watched_params: set[int] = set()
         self._nvml = None
         self._acc_peak: int = -1
+        self._run_peak = 0
         self._acc_reserved: int | None = None
         self._acc_cats: dict[str, int] = {}
         names = {id(m): n for n, m in self.model.named_modules()} if self.model is not None else {}
@@ -93,8 +97,24 @@ class Watch(contextlib.ContextDecorator):
             self.cuda_backend.start()
             self._notes += self.cuda_backend.notes
         self._hooks.append(register_optimizer_step_post_hook(self._on_optimizer_step))
+        self._line = None
+        if self.live is not False:  # None: drawn when stderr is a terminal
+            from vramlens.monitor.live import LiveLine
+
+            line = LiveLine(self._capacity(), self.live_stream)
+            self._line = line if line.active else None
         self._active = True
         return self
+
+    def _capacity(self) -> int | None:
+        if self.cpu is not None:
+            return self.cpu_limit_bytes
+        if self._cuda is None:
+            try:
+                return int(torch.cuda.get_device_properties(torch.cuda.current_device()).total_memory)
+            except Exception:  # noqa: BLE001 - no bar, only the figures
+                return None
+        return None
 
     def __exit__(self, exc_type, exc, tb) -> Literal[False]:
         if not self._active:
@@ -109,6 +129,8 @@ class Watch(contextlib.ContextDecorator):
             for h in self._hooks:
                 h.remove()
             self._hooks = []
+            if self._line is not None:
+                self._line.close()
             if self.cpu is not None:
                 if self._leak is not None and self.cpu.capture:
                     self._sites = self._leak_sites() or self._sites
@@ -212,6 +234,9 @@ class Watch(contextlib.ContextDecorator):
         self._after.append((n, after))
         self._peaks.append((n, peak))
         self._interval_max(peak, reserved, cats)
+        self._run_peak = max(self._run_peak, peak)
+        if self._line is not None:
+            self._line.update(n, live, self._run_peak)
         if n % self.every == 0:
             self._records.append(StepRecord(
                 step=n, peak_allocated_bytes=self._acc_peak, peak_reserved_bytes=self._acc_reserved,
