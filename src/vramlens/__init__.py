@@ -36,6 +36,7 @@ _LAZY = {
     "load_model": "vramlens.models",
     "make_workload": "vramlens.workload",
     "watch": "vramlens.monitor",
+    "calibrate": "vramlens.monitor",
     "capacity": "vramlens.serving",
 }
 

@@ -219,6 +219,17 @@ CASES = {
     "runs-unknown-action": ("runs bogus", "invalid choice: 'bogus'"),
     "runs-id-word": ("runs show abc", "argument ID: 'abc' is not a whole number"),
     "runs-limit-0": ("runs list --limit 0", "argument --limit: '0' must be >= 1"),
+    "run-no-command": ("run --label x", "give the command after --: vramlens run -- python train.py"),
+    "run-missing-program": ("run -- no-such-program-vramlens", "cannot run 'no-such-program-vramlens'"),
+    "run-report-into-missing-folder": ("run --report {tmp}/no-such-dir/r.html -- python x.py",
+                                       "--report '{tmp}/no-such-dir/r.html': the folder"),
+    "run-cpu-limit-word": ("run --cpu-limit lots -- python x.py", "argument --cpu-limit:"),
+    "calibrate-sizes-reversed": ("calibrate --batch-sizes 4 2 -- python x.py",
+                                 "--batch-sizes=(4, 2) must be two whole numbers >= 1, smallest first"),
+    "calibrate-seq-without-flag": ("calibrate --seq-lens 128 256 -- python x.py",
+                                   "--seq-lens needs --seq-arg FLAG"),
+    "calibrate-margin-1": ("calibrate --margin 1 -- python x.py", "--margin 1.0 must be in [0, 1)"),
+    "calibrate-unknown-gpu": ("calibrate --gpu nonesuch -- python x.py", "nonesuch"),
 }
 
 #: Commands whose successful run writes --html/--svg files: a failing run must write none.

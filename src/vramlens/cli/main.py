@@ -27,6 +27,8 @@ COMMANDS = (
     "validate",
     "serve",
     "runs",
+    "run_cmd",
+    "calibrate_cmd",
 )
 
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from vramlens.monitor.calibration import Calibration
 from vramlens.monitor.records import (
     CATEGORIES,
     Fix,
@@ -31,8 +32,8 @@ from vramlens.monitor.records import (
 if TYPE_CHECKING:  # pragma: no cover
     from vramlens.monitor.session import Watch
 
-__all__ = ["CATEGORIES", "Fix", "Leak", "LeakSite", "OomReport", "StepRecord", "Watch", "WatchReport",
-           "report_from_dict", "watch"]
+__all__ = ["CATEGORIES", "Calibration", "Fix", "Leak", "LeakSite", "OomReport", "StepRecord", "Watch", "WatchReport",
+           "calibrate", "report_from_dict", "watch"]
 
 
 def watch(model: Any = None, optimizer: Any = None, every: int = 1, **options: Any) -> Watch:
@@ -68,6 +69,28 @@ def watch(model: Any = None, optimizer: Any = None, every: int = 1, **options: A
     from vramlens.monitor.session import Watch
 
     return Watch(model, optimizer, every, **options)
+
+
+def calibrate(step_fn: Any, batch_sizes: tuple[int, int] = (1, 2), seq_lens: tuple[int, int] | None = None,
+              **options: Any) -> Calibration:
+    """Measure ``step_fn`` at two batch sizes (and sequence lengths) and answer the largest that fit.
+
+    See :func:`vramlens.monitor.measure.calibrate` for the options (model, optimizer, gpu,
+    capacity_bytes, margin, backend, model_name, workload, store).
+
+    Raises:
+        MissingExtraError: torch is not installed.
+        ValueError: bad sizes or margin.
+    """
+    try:
+        import torch  # noqa: F401
+    except ImportError:
+        from vramlens.errors import MissingExtraError
+
+        raise MissingExtraError("torch", "trace") from None
+    from vramlens.monitor.measure import calibrate as run
+
+    return run(step_fn, batch_sizes, seq_lens, **options)
 
 
 def __getattr__(name: str) -> Any:

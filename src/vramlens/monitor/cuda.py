@@ -163,6 +163,18 @@ class CudaBackend:
         cats[ACT] = max(0, peak_alloc - sum(cats.values()))
         return peak_alloc, peak_res, live, cats
 
+    def reset_peak(self) -> None:
+        """Start a new peak interval now (calibrate), keeping what other code reads as the peak."""
+        real_alloc, real_res = int(self._real_max_alloc()), int(self._real_max_res())
+        self._seen_alloc = max(self._seen_alloc, real_alloc)
+        self._seen_res = max(self._seen_res, real_res)
+        self._carry_alloc = self._carry_res = 0
+        self._real_reset()
+
+    def current_peak(self) -> int:
+        """The peak allocated since the last step or reset (no reset here)."""
+        return max(self._carry_alloc, int(self._real_max_alloc()))
+
     def live_categories(self) -> tuple[int, dict[str, int]]:
         live = int(self.cuda.memory_allocated())
         cats = dict.fromkeys(CATEGORIES, 0)

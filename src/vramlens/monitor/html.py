@@ -21,9 +21,34 @@ def _table(ident: str, header: list[str], rows: list[list[str]]) -> str:
 
 def render(d: Mapping[str, Any]) -> str:
     """HTML text of ``WatchReport.to_dict()``."""
+    return _page(f"vramlens watch: {d.get('device')}",
+                 [f"<h1>vramlens watch: {escape(str(d.get('device')))} ({escape(str(d.get('backend')))})</h1>",
+                  *_body(d)])
+
+
+def render_run(d: Mapping[str, Any]) -> str:
+    """HTML text of ``RunReport.to_dict()``: the command, a column per rank, then each rank's report."""
+    ranks = d.get("ranks") or []
+    body = [f"<h1>vramlens run: <code>{escape(' '.join(d.get('command') or []))}</code></h1>",
+            f'<p id="exit">exit code {d.get("exit_code")}' + (f" (signal {d['signal']})" if d.get("signal") else "")
+            + f"; peak allocated <b>{human_bytes(d.get('peak_allocated_bytes') or 0)}</b> "
+            f"over {len(ranks)} process(es).</p>"]
+    body += [f'<p class="muted">note: {escape(n)}</p>' for n in d.get("notes") or ()]
+    names = [f"rank {r['rank']}" if r["rank"] is not None else f"pid {r['pid']}" for r in ranks]
+    if len(ranks) > 1:
+        body.append("<h2>Peak allocated by rank</h2>")
+        body.append(_table("ranks", ["step", *names], [
+            [str(row["step"]), *[_num(row["peak_allocated_bytes"].get(n)) for n in names]] for row in d.get("steps") or []]))
+    for name, r in zip(names, ranks):
+        rep = r["report"]
+        body.append(f"<h2>{escape(name)}: {escape(str(rep.get('device')))} ({escape(str(rep.get('backend')))})</h2>")
+        body += _body(rep)
+    return _page("vramlens run", body)
+
+
+def _body(d: Mapping[str, Any]) -> list[str]:
     steps = d.get("steps") or []
-    body = [f"<h1>vramlens watch: {escape(str(d.get('device')))} ({escape(str(d.get('backend')))})</h1>",
-            f"<p>{len(steps)} step record(s); peak allocated <b>{human_bytes(d.get('peak_allocated_bytes') or 0)}</b>.</p>"]
+    body = [f"<p>{len(steps)} step record(s); peak allocated <b>{human_bytes(d.get('peak_allocated_bytes') or 0)}</b>.</p>"]
     if steps:
         points = [(float(s["step"]), {k: int(v) for k, v in s["categories"].items() if v}) for s in steps]
         body.append('<figure id="timeline">' + timeline(points, title="Peak memory of each step by category",
@@ -63,11 +88,15 @@ def render(d: Mapping[str, Any]) -> str:
     env = d.get("environment") or {}
     body.append("<h2>Environment</h2><dl>" + "".join(
         f"<dt>{escape(str(k))}</dt><dd>{escape(str(v))}</dd>" for k, v in env.items()) + "</dl>")
+    return body
+
+
+def _page(title: str, body: list[str]) -> str:
     return "\n".join([
         "<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8">',
         '<meta name="viewport" content="width=device-width, initial-scale=1">',
         f'<meta name="generator" content="vramlens {escape(__version__)}">',
-        f"<title>vramlens watch: {escape(str(d.get('device')))}</title><style>{CSS}</style></head><body>",
+        f"<title>{escape(title)}</title><style>{CSS}</style></head><body>",
         *body, f'<footer class="muted"><p>Made by vramlens {escape(__version__)}. Bytes are exact; '
         "the chart is in GiB (1 GiB = 1024³ bytes).</p></footer>", "</body></html>"])
 

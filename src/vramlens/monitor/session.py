@@ -32,7 +32,8 @@ class Watch(contextlib.ContextDecorator):
     def __init__(self, model: Any = None, optimizer: Any = None, every: int = 1, *, backend: str = "auto",
                  cpu_limit_bytes: int | None = None, model_name: Any = None, workload: Any = None,
                  gpu: Any = None, store: bool = True, label: str | None = None, html: str | None = None,
-                 json_path: str | None = None, oom_history: bool = True, cuda: Any = None):
+                 json_path: str | None = None, oom_history: bool = True, cuda: Any = None,
+                 live: bool | None = None, live_stream: Any = None):
         if every < 1:
             raise ValueError(f"every={every} must be >= 1 (record every N-th optimizer step)")
         if backend not in ("auto", "cpu", "cuda"):
@@ -54,6 +55,8 @@ class Watch(contextlib.ContextDecorator):
         self.json_path = json_path
         self.oom_history = oom_history
         self._cuda = cuda
+        self.live = live
+        self.live_stream = live_stream
         self.report: WatchReport | None = None
         self._active = False
 
@@ -71,6 +74,7 @@ class Watch(contextlib.ContextDecorator):
         self._watched_params: set[int] = set()
         self._nvml = None
         self._acc_peak: int = -1
+        self._run_peak = 0
         self._acc_reserved: int | None = None
         self._acc_cats: dict[str, int] = {}
         names = {id(m): n for n, m in self.model.named_modules()} if self.model is not None else {}
@@ -93,8 +97,24 @@ class Watch(contextlib.ContextDecorator):
             self.cuda_backend.start()
             self._notes += self.cuda_backend.notes
         self._hooks.append(register_optimizer_step_post_hook(self._on_optimizer_step))
+        self._line = None
+        if self.live is not False:  # None: drawn when stderr is a terminal
+            from vramlens.monitor.live import LiveLine
+
+            line = LiveLine(self._capacity(), self.live_stream)
+            self._line = line if line.active else None
         self._active = True
         return self
+
+    def _capacity(self) -> int | None:
+        if self.cpu is not None:
+            return self.cpu_limit_bytes
+        if self._cuda is None:
+            try:
+                return int(torch.cuda.get_device_properties(torch.cuda.current_device()).total_memory)
+            except Exception:  # noqa: BLE001 - no bar, only the figures
+                return None
+        return None
 
     def __exit__(self, exc_type, exc, tb) -> Literal[False]:
         if not self._active:
@@ -109,6 +129,8 @@ class Watch(contextlib.ContextDecorator):
             for h in self._hooks:
                 h.remove()
             self._hooks = []
+            if self._line is not None:
+                self._line.close()
             if self.cpu is not None:
                 if self._leak is not None and self.cpu.capture:
                     self._sites = self._leak_sites() or self._sites
@@ -212,6 +234,9 @@ class Watch(contextlib.ContextDecorator):
         self._after.append((n, after))
         self._peaks.append((n, peak))
         self._interval_max(peak, reserved, cats)
+        self._run_peak = max(self._run_peak, peak)
+        if self._line is not None:
+            self._line.update(n, live, self._run_peak)
         if n % self.every == 0:
             self._records.append(StepRecord(
                 step=n, peak_allocated_bytes=self._acc_peak, peak_reserved_bytes=self._acc_reserved,
@@ -220,6 +245,35 @@ class Watch(contextlib.ContextDecorator):
                 host_rss_bytes=host_rss_bytes(), categories=self._acc_cats))
             self._acc_peak, self._acc_reserved = -1, None
         self._check_leak()
+
+    @property
+    def steps_done(self) -> int:
+        """Optimizer steps (or ``step()`` calls) seen so far."""
+        return self.__dict__.get("_steps_done", 0)
+
+    def report_so_far(self) -> WatchReport:
+        """The report of the steps so far, without ending the watch (a signal handler writes it)."""
+        if not self._active:
+            if self.report is None:
+                raise RuntimeError("Watch.report_so_far() before the with block began")
+            return self.report
+        return self._build_report()
+
+    # ---- measurement intervals (calibrate) -----------------------------------------------------
+    def mark(self) -> None:
+        """Start an interval: :meth:`peak_since_mark` is the largest live total from now on."""
+        if not self._active:
+            raise RuntimeError("Watch.mark() outside the with block")
+        self._mark = len(self._peaks)
+        if self.cpu is not None:
+            self.cpu.reset_peak()
+        else:
+            self.cuda_backend.reset_peak()
+
+    def peak_since_mark(self) -> int:
+        """The largest live total since :meth:`mark`, across the steps that ended in between."""
+        current = self.cpu.peak if self.cpu is not None else self.cuda_backend.current_peak()
+        return max([current, *(p for _, p in self._peaks[getattr(self, "_mark", 0):])])
 
     @property
     def current_leak(self) -> Leak | None:
@@ -308,7 +362,8 @@ class Watch(contextlib.ContextDecorator):
         if not self._steps_done:
             notes.append("no optimizer step was seen: call w.step() at the end of each step of a loop "
                          "without torch.optim")
-        if self.cpu is not None and self.cpu_limit_bytes is None and self.model is None and self.optimizer is None:
+        if self.cpu is not None and self.cpu_limit_bytes is None and self.model is None and self.optimizer is None \
+                and not self._watched_params:
             notes.append("no model or optimizer given: parameters count as activations until an optimizer steps")
         return WatchReport(
             backend=self.backend_name,
