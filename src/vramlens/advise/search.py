@@ -458,6 +458,8 @@ def _search_training(s: _Search, base: Workload, total: int, per_node: int, c: C
                     n_valid += 1
                     a = fm.activations_for(struct, sp, batch=mb, grad_accum=ga, checkpointing=ckpt, attention=attn)
                     total_b = device_total(st, a, ga, ckpt)
+                    if host_ok and host_ram is not None and (a.host or a.head_cast is not None):
+                        host_ok = fm.host_bytes(st, a) <= host_ram  # activation offloading's host copies
                     if total_b > limit or not host_ok:
                         if best_miss is None or total_b < best_miss.device_total:
                             best_miss = _Miss(total_b, _Candidate(struct, mb, ga, ckpt, attn))
