@@ -46,6 +46,9 @@ STATE_FIELDS = ("mode", "method", "dtype", "amp", "quant", "optimizer", "optimiz
                 "lora_dropout", "gpus", "zero", "fsdp", "fsdp_strategy", "tp", "pp", "offload", "optimizer_in_backward",
                 "loss", "loss_chunks", "loss_parallel")
 
+#: The fields train_state reads (STATE_FIELDS less the loss fields, which only validity reads).
+TRAIN_STATE_FIELDS = tuple(f for f in STATE_FIELDS if f not in ("loss", "loss_chunks", "loss_parallel"))
+
 
 def state_key_tail(w: Workload, grad_accum: int) -> tuple[object, ...]:
     """What the state's key adds to STATE_FIELDS: the loop values its validity or split reads."""
@@ -110,6 +113,7 @@ class FastMemory:
         self._acts: dict[tuple[object, ...], Activations] = {}
         self._parts: dict[tuple[object, ...], tuple[str, ...]] = {}
         self._infer: dict[Workload, tuple[int, int]] = {}
+        self._train_states: dict[tuple[object, ...], TrainState] = {}
         self.evaluations = 0
 
     # ---- the parts ------------------------------------------------------------------------
@@ -145,7 +149,13 @@ class FastMemory:
                                      w.new_tokens, w.loss_parallel, w.loss_chunks > 1, w.loss), check))
         if probs:
             return State(problems=tuple(probs))
-        return State(problems=(), ts=train_state(spec, w, self.gpu))
+        # train_state does not read the loss fields (they are in the key for the validity above):
+        # the loss techniques' variants of one structure share it
+        tkey = (*(getattr(w, f) for f in TRAIN_STATE_FIELDS), min(w.pp, w.grad_accum) if w.pp > 1 else 1)
+        ts = self._train_states.get(tkey)
+        if ts is None:
+            ts = self._train_states[tkey] = train_state(spec, w, self.gpu)
+        return State(problems=(), ts=ts)
 
     def state_for(self, skey: tuple[object, ...], struct: Workload, grad_accum: int) -> State:
         """The State of ``struct`` with ``grad_accum``, given ``skey`` (its STATE_FIELDS values)."""

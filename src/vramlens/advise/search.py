@@ -540,6 +540,9 @@ def _search_training(s: _Search, base: Workload, total: int, per_node: int, c: C
         tier = 0 if struct.method == base.method else 1  # a different method trains something else
         changes = _n_changes(struct, base)
         tc = None  # the techniques change no term of TrainingCost but activation offload's bytes, passed per call
+        # with grad-accum > 1 the optimizer in backward is refused: its variants are not tried
+        accum_levels = [lv for lv in ([v for v in level if not v.struct.optimizer_in_backward] for level in levels)
+                        if lv]
         for mb, ga in splits:
             st = state_for(skey, struct, ga)
             if st.problems:
@@ -547,6 +550,7 @@ def _search_training(s: _Search, base: Workload, total: int, per_node: int, c: C
                 continue
             host_ok = host_ram is None or st.host <= host_ram
             sp = st.sp
+            ga_levels = levels if ga == 1 else accum_levels
             for ckpt in ckpts:
                 for attn in attns:
                     n_eval += 1
@@ -556,8 +560,26 @@ def _search_training(s: _Search, base: Workload, total: int, per_node: int, c: C
                     fits = total_b <= limit and (host_ok if host_ram is None or not (a.host or a.head_cast is not None)
                                                  else host_bytes(st, a) <= host_ram)
                     tried = [(struct, st, a, total_b, fits, 0)]
-                    if levels and (memory or not fits):
-                        for level in levels:
+                    if ga_levels and not fits and not memory and len(heap) >= want:
+                        # the techniques add no step time but activation offload's, and one change at
+                        # least: when that bound does not beat the worst plan kept, none of them can
+                        if tc is None:
+                            tc = TrainingCost(s.spec, struct, s.gpu, trainable=st.trainable, nodes=s.nodes,
+                                              links=s.links)
+                        bound = _Rank(tier=tier, speed=round(tc.seconds(mb, ga, ckpt, attn), 9),
+                                      changes=changes + 1 + (mb != base.batch) + (ckpt != base.checkpointing)
+                                      + (attn != base.attention), device_total=0)
+                        if not bound.heap_order(seq + 1, s.objective) > heap[0].order:
+                            ga_levels_now: list[list[_Variant]] = []
+                        else:
+                            ga_levels_now = ga_levels
+                    else:
+                        ga_levels_now = ga_levels
+                    if ga_levels_now and (memory or not fits):
+                        # the most techniques first: when they miss, fewer do too (each only takes memory
+                        # away), so the free ones are tried fewest first only when the largest set fits
+                        order = ga_levels_now if memory else [ga_levels_now[-1], *ga_levels_now[:-1]]
+                        for i, level in enumerate(order):
                             any_fits = False
                             for v in level:
                                 vst = state_for(v.skey, v.struct, ga)
@@ -569,8 +591,8 @@ def _search_training(s: _Search, base: Workload, total: int, per_node: int, c: C
                                 vfits = vt <= limit and (host_ram is None or host_bytes(vst, va) <= host_ram)
                                 any_fits = any_fits or vfits
                                 tried.append((v.struct, vst, va, vt, vfits, v.added))
-                            if any_fits and not memory:
-                                break
+                            if not memory and (any_fits if i else not any_fits):
+                                break  # found the fewest that fit, or even the most miss
                     n_fit += any(t[4] for t in tried)
                     for w_struct, w_st, w_a, w_total, w_fits, added in tried:
                         if not w_fits:
