@@ -26,8 +26,10 @@ loss-parallel  torchtitan's loss parallelism: logits sharded over the vocabulary
 The four techniques are tried only for a candidate that does not fit without them (and under
 ``optimize="memory"`` for every candidate): they cost no step time or add PCIe time
 (:mod:`vramlens.advise.cost`), so a candidate that fits without them is at least as fast with
-fewer changes. They are tried fewest first, the free ones before activation offload, and the
-first level at which one fits ends the trial.
+fewer changes. The largest set is tried first (when it misses, fewer are taken to miss too: each
+takes memory away, though chunked loss adds the output layer's gradient addends, so this prunes
+heuristically; every plan returned is still re-estimated exactly), then fewest first, the free ones before activation offload, until one fits; and
+not at all when even a free technique could not beat the worst plan kept.
 
 Every candidate is evaluated with the estimator's own component functions, memoized per part
 of the workload they read (:mod:`vramlens.advise.fastmem`); the plans returned are re-estimated
@@ -560,9 +562,14 @@ def _search_training(s: _Search, base: Workload, total: int, per_node: int, c: C
                     fits = total_b <= limit and (host_ok if host_ram is None or not (a.host or a.head_cast is not None)
                                                  else host_bytes(st, a) <= host_ram)
                     tried = [(struct, st, a, total_b, fits, 0)]
-                    if ga_levels and not fits and not memory and len(heap) >= want:
+                    order = ga_levels
+                    if ga_levels and not fits and not memory:
+                        order = [ga_levels[-1], *ga_levels[:-1]]
+                    if len(order) > 1 and not fits and not memory and len(heap) >= want:
                         # the techniques add no step time but activation offload's, and one change at
-                        # least: when that bound does not beat the worst plan kept, none of them can
+                        # least: when that bound does not beat the worst plan kept, none of them can; the
+                        # largest set is still tried, so that `fitting` counts what fits however the
+                        # heap stands (a bigger GPU never fits fewer)
                         if tc is None:
                             tc = TrainingCost(s.spec, struct, s.gpu, trainable=st.trainable, nodes=s.nodes,
                                               links=s.links)
@@ -570,15 +577,10 @@ def _search_training(s: _Search, base: Workload, total: int, per_node: int, c: C
                                       changes=changes + 1 + (mb != base.batch) + (ckpt != base.checkpointing)
                                       + (attn != base.attention), device_total=0)
                         if not bound.heap_order(seq + 1, s.objective) > heap[0].order:
-                            ga_levels_now: list[list[_Variant]] = []
-                        else:
-                            ga_levels_now = ga_levels
-                    else:
-                        ga_levels_now = ga_levels
-                    if ga_levels_now and (memory or not fits):
-                        # the most techniques first: when they miss, fewer do too (each only takes memory
-                        # away), so the free ones are tried fewest first only when the largest set fits
-                        order = ga_levels_now if memory else [ga_levels_now[-1], *ga_levels_now[:-1]]
+                            order = order[:1]
+                    if order and (memory or not fits):
+                        # the most techniques first: when they miss, fewer are taken to miss too, so the
+                        # others are tried (fewest first) only when the largest set fits
                         for i, level in enumerate(order):
                             any_fits = False
                             for v in level:
