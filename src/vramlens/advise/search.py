@@ -29,7 +29,7 @@ The four techniques are tried only for a candidate that does not fit without the
 fewer changes. The largest set is tried first (when it misses, fewer are taken to miss too: each
 takes memory away, though chunked loss adds the output layer's gradient addends, so this prunes
 heuristically; every plan returned is still re-estimated exactly), then fewest first, the free ones before activation offload, until one fits; and
-not at all when even a free technique could not beat the worst plan kept.
+only the largest set when even a free technique could not beat the worst plan kept.
 
 Every candidate is evaluated with the estimator's own component functions, memoized per part
 of the workload they read (:mod:`vramlens.advise.fastmem`); the plans returned are re-estimated
