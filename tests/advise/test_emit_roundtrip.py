@@ -272,6 +272,15 @@ def test_each_target_reproduces_its_plan(kind, w, tmp_path):
     ("device-map", dict(mode="inference", quant="awq-4bit"), "pre-quantized"),
     ("peft", dict(TRAIN), "--method full"),
     ("bnb", dict(TRAIN), "unquantized"),
+    ("trainer", dict(TRAIN, optimizer_in_backward=True), "--optimizer-in-backward"),
+    ("trainer", dict(TRAIN, activation_offload=True), "--activation-offload"),
+    ("trainer", dict(TRAIN, loss_chunks=8), "--loss-chunks 8"),
+    ("trainer", dict(TRAIN, loss="fused-linear"), "--loss fused-linear"),
+    ("trainer", dict(TRAIN, gpus=2, tp=2, loss_parallel=True), "--loss-parallel"),
+    ("deepspeed", dict(TRAIN, dtype="bf16", amp="bf16", gpus=2, zero=2, activation_offload=True),
+     "--activation-offload"),
+    ("fsdp", dict(TRAIN, gpus=2, fsdp=True, loss_chunks=8), "--loss-chunks 8"),
+    ("accelerate", dict(TRAIN, gpus=2, optimizer_in_backward=True), "--optimizer-in-backward"),
 ])
 def test_targets_refuse_what_they_cannot_express(kind, w, names):
     plan = _plan(tiny(), "H100-SXM-80GB", **w)

@@ -41,6 +41,8 @@ INTS = {
     "batch": (1, 2, 3, 8), "seq": (1, 7, 128, 512, 2048), "new_tokens": (0, 1, 64), "grad_accum": (1, 2, 3, 8),
     "lora_rank": (1, 8, 16, 64), "gpus": (1, 2, 4, 8, 16), "zero": (0, 1, 2, 3), "tp": (1, 2, 4),
     "pp": (1, 2, 4), "kv_block": (0, 16, 256),
+    # 8 is torchtune's num_output_chunks; 3 does not divide the even seqs (a shorter last chunk); 16 > seq=7
+    "loss_chunks": (1, 3, 8, 16),
 }
 FLOATS = {"lora_dropout": (0.0, 0.05, 0.1)}
 #: Any other int field is drawn from this (a new field is exercised before it gets its own row).
@@ -48,9 +50,10 @@ DEFAULT_INTS = (0, 1, 2, 4)
 
 
 def _choices(name: str) -> tuple | None:
-    """The tuple of allowed values in vramlens.workload for ``name`` (mode -> MODES, fsdp_strategy -> FSDP_STRATEGIES)."""
+    """The tuple of allowed values in vramlens.workload for ``name`` (mode -> MODES, fsdp_strategy -> FSDP_STRATEGIES,
+    loss -> LOSSES)."""
     up = name.upper()
-    for cand in (up + "S", up, up[:-1] + "IES" if up.endswith("Y") else None):
+    for cand in (up + "S", up, up[:-1] + "IES" if up.endswith("Y") else None, up + "ES"):
         v = getattr(W, cand, None) if cand else None
         if isinstance(v, tuple) and v and all(isinstance(x, str) for x in v):
             return v
@@ -61,8 +64,11 @@ def _strategy(f) -> st.SearchStrategy:
     hint = typing.get_type_hints(Workload)[f.name]
     optional = type(None) in typing.get_args(hint)
     choices = _choices(f.name)
+    literal = next((a for a in (hint, *typing.get_args(hint)) if typing.get_origin(a) is typing.Literal), None)
     if choices is not None:
         s: st.SearchStrategy = st.sampled_from(choices)
+    elif literal is not None:  # a Literal without its tuple in vramlens.workload: the type's own values
+        s = st.sampled_from(typing.get_args(literal))
     elif hint is bool:
         s = st.booleans()
     elif hint is int:
@@ -96,6 +102,7 @@ def workloads(name: str) -> st.SearchStrategy:
 def test_every_field_has_a_strategy():
     assert set(STRATEGIES) == {f.name for f in fields(Workload)}
     assert _choices("fsdp_strategy") == W.FSDP_STRATEGIES and _choices("kv_dtype") == W.KV_DTYPES
+    assert _choices("loss") == W.LOSSES
 
 
 @lru_cache(maxsize=None)

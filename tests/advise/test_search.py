@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 from advise_specs import llama7b, tiny
 
 from vramlens.advise import fit, search
+from vramlens.advise.cost import training_step
 from vramlens.advise.search import hardware_that_fits
 from vramlens.errors import ConfigError, InputError
 from vramlens.estimator import estimate, estimate_spec
 from vramlens.hardware.catalog import get_gpu
+from vramlens.models import load_model
 from vramlens.units import human_bytes
 from vramlens.workload import Workload
 
@@ -125,9 +129,21 @@ def test_contradictory_constraints_are_named():
         fit(spec, Workload(mode="train"), g, keep=["tp", "qlora", "lora", "warp-drive"])
     assert str(e.value) == (
         "--keep 'warp-drive' is not a remedy: choose from amp, checkpointing, attention, lora, qlora, 8bit, grad-accum, "
-        "zero, fsdp, tp, pp, offload, quant, kv-quant; "
+        "zero, fsdp, tp, pp, offload, quant, kv-quant, optimizer-in-backward, loss-chunks, activation-offload, "
+        "loss-parallel; "
         "--keep lora and --keep qlora: a plan uses one method; keep one of them; "
         "--keep tp needs more than one GPU: give --gpus 2 or more"
+    )
+    with pytest.raises(ConfigError) as e:
+        fit(spec, Workload(mode="train"), g, keep=["optimizer-in-backward", "grad-accum", "loss-chunks",
+                                                  "loss-parallel"])
+    assert str(e.value) == (
+        "--keep optimizer-in-backward and --keep grad-accum: the optimizer in backward steps each gradient as it "
+        "arrives, which grad-accum rules out; keep one of them; "
+        "--keep loss-chunks and --keep loss-parallel: loss parallelism runs the plain cross-entropy on vocabulary "
+        "shards; keep one of them; "
+        "--keep loss-parallel shards the logits over tensor-parallel ranks: it needs --gpus 2 or more and tp not "
+        "forbidden"
     )
     with pytest.raises(ConfigError) as e:
         fit(spec, Workload(mode="inference"), g, keep=["offload"])
@@ -208,3 +224,54 @@ def test_an_effective_batch_that_cannot_be_split_within_the_bounds_says_so():
         "effective_batch=1,000,000,007 cannot be split into micro-batch x grad-accum x data-parallel GPUs (at most 1) "
         "with micro-batch <= 1,048,576 and grad-accum <= 1,048,576: choose an effective batch with smaller factors "
         "(e.g. 536,870,912)")
+
+
+#: Every remedy but the four training techniques, so that the plans show which of them is needed.
+CLASSIC = "amp,checkpointing,attention,lora,qlora,8bit,grad-accum,zero,fsdp,tp,pp,offload"
+
+
+def _techniques(p):
+    w = p.workload
+    return (w.optimizer_in_backward, w.loss_chunks, w.activation_offload, w.loss_parallel)
+
+
+def test_activation_offload_is_proposed_when_nothing_else_may_change():
+    """Issue 9. Llama-2-7B bf16, batch 4 x 2,048 on one 80 GB GPU: the full step misses; moving the
+    saved activations to the host is what makes it fit, and its PCIe time is charged."""
+    spec, g = llama7b(), get_gpu("A100-80GB")
+    base = Workload(mode="train", dtype="bf16", batch=4, seq=2048)
+    assert not estimate_spec(spec, base, g).fits
+    r = fit(spec, base, g, forbid=CLASSIC, max_plans=3)
+    assert [_techniques(p) for p in r.plans] == [(False, 1, True, False)]
+    p = r.plans[0]
+    assert estimate(spec, gpu=g, **p.settings).breakdown.device_total == p.device_total
+    moved = p.estimate.breakdown.host_bytes  # nothing else is offloaded: all of it crosses PCIe
+    assert moved > 0 and p.cost.offload_s == pytest.approx(2 * moved / (g.pcie_bytes_s * 0.8))
+    assert any(t.startswith("activation offload (torchtune)") for t in p.tradeoffs)
+    # --forbid leaves nothing that fits; --host-ram below the copies refuses it too
+    assert not fit(spec, base, g, forbid=CLASSIC + ",activation-offload").plans
+    assert not fit(spec, base, g, forbid=CLASSIC, host_ram=moved - 1).plans
+
+
+def test_chunked_loss_is_proposed_for_a_large_vocabulary():
+    """Gemma-2B (256,000-entry vocabulary), bf16 batch 4 x 2,048 on 2 x 80 GB with DDP: the logits
+    and their fp32 copies miss by little; 8 loss chunks fit at no step time."""
+    spec, g = load_model("gemma-2b"), get_gpu("80GB")
+    base = Workload(mode="train", dtype="bf16", batch=4, seq=2048)
+    r = fit(spec, base, g, gpus=2, forbid=CLASSIC, max_plans=3)
+    assert r.plans and _techniques(r.plans[0]) == (False, 8, False, False)
+    p = r.plans[0]
+    assert p.cost.seconds == training_step(spec, replace(p.workload, loss_chunks=1), g,
+                                           trainable=p.estimate.trainable_params).seconds
+    assert estimate(spec, gpu=g, **p.settings).breakdown.device_total == p.device_total
+
+
+def test_kept_optimizer_in_backward_respects_its_refusals():
+    spec, g = llama7b(), get_gpu("A100-80GB")
+    r = fit(spec, Workload(mode="train", dtype="bf16", batch=8, seq=1024), g, gpus=2,
+            keep=["optimizer-in-backward"], max_plans=10)
+    assert r.plans
+    for p in r.plans:
+        w = p.workload
+        assert w.optimizer_in_backward and w.grad_accum == 1 and w.shard_stage == 0 and w.offload == "none"
+        assert w.pp == 1 and not w.problems()

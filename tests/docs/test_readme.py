@@ -154,6 +154,17 @@ def test_every_flag_is_in_the_readme(command):
     assert missing == [], f"vramlens {command} has flags README.md does not mention"
 
 
+def test_every_remedy_is_named_in_the_readme_and_fit_help():
+    """--keep / --forbid take vramlens.advise.REMEDIES: each is in the fit section and in fit's help."""
+    from vramlens.advise import REMEDIES
+    from vramlens.cli.fit import EXAMPLES
+
+    section = README.split("## `vramlens fit`", 1)[1].split("\n## ", 1)[0]
+    assert sorted(r for r in REMEDIES if f"`{r}`" not in section) == []
+    helped = {r.strip(" .\n") for r in EXAMPLES.split("--keep / --forbid:", 1)[1].split(". An explicit")[0].split(",")}
+    assert helped == set(REMEDIES)
+
+
 @pytest.mark.parametrize("command", ["estimate", "fit", "trace", "place", "snapshot", "capacity"])
 def test_every_synopsis_flag_exists(command):
     listed = set(FLAG.findall(synopsis(command)))

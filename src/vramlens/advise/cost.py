@@ -36,6 +36,18 @@ for an all-gather or reduce-scatter; Patarasuk & Yuan 2009):
 Offload (ZeRO-Offload, Ren et al. 2021): gradients go to the host and updated parameters come
 back over PCIe each step and the CPU runs Adam; with parameters offloaded too they stream over
 PCIe in each forward and backward.
+
+Training techniques (vramlens.workload):
+
+* activation offload (torchtune OffloadActivations): the offloaded activations (the estimate's
+  host bytes beyond the offloaded state) go to the host in forward and come back in backward,
+  2 x bytes per micro-batch over PCIe (``GPU.pcie_bytes_s`` at LINK_EFFICIENCY). Charged in full:
+  torchtune's ``use_streams=True`` overlaps the copies with compute, so this is an upper bound.
+* chunked loss (torchtune's chunked output): the same FLOPs in n launches; negligible, 0.
+* optimizer in backward: the same optimizer step, run parameter by parameter inside backward;
+  no time charged (it is not overlapped with compute: the step moves, it does not grow).
+* loss parallelism (torchtitan): the same FLOPs on vocabulary shards; 0 (it saves the logits'
+  all-gather, which this model does not charge either).
 """
 
 from __future__ import annotations
@@ -157,7 +169,7 @@ class TrainingCost:
 
     __slots__ = ("N", "trainable", "method", "tp", "pp", "dp", "seq", "h", "L", "c", "rate", "qf", "attn_tok",
                  "cast_s", "ring_bytes_per_micro", "ring_bytes_per_step", "dp_bw", "tp_bw", "intra", "offload_step",
-                 "offload_micro", "opt_step", "spec")
+                 "offload_micro", "opt_step", "spec", "pcie")
 
     def __init__(self, spec: ModelSpec, w: Workload, gpu: GPU, *, trainable: int, nodes: int = 1,
                  links: Links = Links()):
@@ -195,19 +207,22 @@ class TrainingCost:
         shard = dp if w.shard_stage >= 1 else 1
         local_trainable = trainable / (tp * pp) / shard
         self.offload_step = self.offload_micro = 0.0
+        self.pcie = pcie = _pcie(gpu, links)
         if w.offload in ("optimizer", "all"):
-            pcie = _pcie(gpu, links)
             self.offload_step = local_trainable * 2 * pbytes / pcie + local_trainable / CPU_ADAM_PARAMS_PER_S
         if w.offload == "all":
-            self.offload_micro = 2 * N * DTYPE_BYTES[w.dtype] / (tp * pp) / shard / _pcie(gpu, links)
+            self.offload_micro = 2 * N * DTYPE_BYTES[w.dtype] / (tp * pp) / shard / pcie
         # optimizer step: bandwidth bound, reads and writes parameters, gradients and states
         state_b = 1 if "8bit" in w.optimizer else (0 if w.optimizer in ("none", "sgd") else 4)
         n_states = 2 if w.optimizer in ("adamw", "adam", "paged-adamw", "adamw-8bit", "paged-adamw-8bit") else 1
         self.opt_step = 0.0 if w.offload != "none" else (
             local_trainable * 2 * (2 * pbytes + n_states * state_b) / gpu.bandwidth_bytes_s)
 
-    def step(self, b: int, m: int, checkpointing: str, attention: str) -> StepCost:
-        """One optimizer step of micro-batch ``b`` accumulated ``m`` times on every replica."""
+    def step(self, b: int, m: int, checkpointing: str, attention: str, offloaded_bytes: int = 0) -> StepCost:
+        """One optimizer step of micro-batch ``b`` accumulated ``m`` times on every replica.
+
+        ``offloaded_bytes``: what activation offloading copies to the host per micro-batch (and back).
+        """
         tp, pp = self.tp, self.pp
         s = self.seq
         dense, attn = _train_flops(self.N, self.trainable, self.method, self.attn_tok, checkpointing)
@@ -225,7 +240,7 @@ class TrainingCost:
             bubble = compute * frac / (1 - frac)
         overlapped = (m * self.ring_bytes_per_micro + self.ring_bytes_per_step) / self.dp_bw
         exposed = max(0.0, overlapped - compute * 2 / 3)  # bucketed collectives hide behind the backward
-        offload = self.offload_step + m * self.offload_micro
+        offload = self.offload_step + m * (self.offload_micro + 2 * offloaded_bytes / self.pcie)
         seconds = compute + bubble + comm_critical + exposed + offload + self.opt_step
         tokens = tokens_rank * self.dp
         return StepCost(
@@ -234,15 +249,34 @@ class TrainingCost:
             flops_per_token=dense + attn,
         )
 
-    def seconds(self, b: int, m: int, checkpointing: str, attention: str) -> float:
-        return self.step(b, m, checkpointing, attention).seconds
+    def seconds(self, b: int, m: int, checkpointing: str, attention: str, offloaded_bytes: int = 0) -> float:
+        return self.step(b, m, checkpointing, attention, offloaded_bytes).seconds
+
+
+def offloaded_activation_bytes(spec: ModelSpec, w: Workload) -> int:
+    """The bytes activation offloading copies to the host per micro-batch: the estimate's activation
+    host copies and frozen casts (vramlens.estimator.core), 0 without ``activation_offload``."""
+    if not (w.training and w.activation_offload):
+        return 0
+    from vramlens.estimator.core import activation_totals, offload_frozen_casts, output_layer_cast
+    from vramlens.estimator.state import train_state
+
+    st = train_state(spec, w, None)
+    moved = offload_frozen_casts(st, output_layer_cast(spec, w, st.sp.has_head))[1] if st.frozen_casts else 0
+    return activation_totals(spec, w, st.sp).host + moved
 
 
 def training_step(spec: ModelSpec, w: Workload, gpu: GPU, *, trainable: int, nodes: int = 1,
-                  links: Links = Links()) -> StepCost:
-    """Time of one optimizer step of the whole effective batch (every micro-batch of every rank)."""
+                  links: Links = Links(), offloaded_bytes: int | None = None) -> StepCost:
+    """Time of one optimizer step of the whole effective batch (every micro-batch of every rank).
+
+    ``offloaded_bytes``: activation offloading's bytes per micro-batch when the caller has them
+    (None: :func:`offloaded_activation_bytes`).
+    """
     tc = TrainingCost(spec, w, gpu, trainable=trainable, nodes=nodes, links=links)
-    return tc.step(w.batch, w.grad_accum, w.checkpointing, w.attention)
+    if offloaded_bytes is None:
+        offloaded_bytes = offloaded_activation_bytes(spec, w)
+    return tc.step(w.batch, w.grad_accum, w.checkpointing, w.attention, offloaded_bytes)
 
 
 def inference_request(spec: ModelSpec, w: Workload, gpu: GPU, *, weight_bytes: int, kv_bytes_per_token: int,
@@ -307,6 +341,16 @@ def tradeoffs(spec: ModelSpec, w: Workload, base: Workload, *, trainable: int) -
             out.append(("FSDP full shard" if w.fsdp else f"ZeRO-{w.zero}") + f" over {w.dp} GPUs: more communication")
         if w.offload != "none":
             out.append(f"CPU offload ({w.offload}): PCIe traffic and CPU optimizer step each step")
+        if w.activation_offload and not base.activation_offload:
+            out.append("activation offload (torchtune): saved activations to pinned host memory and back over "
+                       "PCIe each micro-batch")
+        if w.optimizer_in_backward and not base.optimizer_in_backward:
+            out.append("optimizer in backward (torchtune): no gradient accumulation, no clipping of the global "
+                       "gradient norm")
+        if w.loss_chunks > 1 and w.loss_chunks != base.loss_chunks:
+            out.append(f"chunked loss ({w.loss_chunks} chunks, torchtune's CEWithChunkedOutputLoss): same result")
+        if w.loss_parallel and not base.loss_parallel:
+            out.append("loss parallel (torchtitan): logits sharded over the tensor-parallel ranks")
     else:
         if w.quant and w.quant != base.quant:
             out.append(f"{w.quant} weights: less memory and faster decode; small quality loss")

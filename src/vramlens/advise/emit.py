@@ -62,6 +62,34 @@ def _data_parallel_only(w: Workload, kind: str) -> None:
                          "with --forbid tp,pp")
 
 
+def _no_techniques(w: Workload, kind: str) -> None:
+    """The training techniques live in the training script, and these targets' scripts (the Trainer,
+    Accelerate, DeepSpeed, FSDP) have none of them: torchtune's recipes have the first three
+    (``optimizer_in_bwd``, ``enable_activation_offloading``, ``CEWithChunkedOutputLoss``), Liger's
+    kernels the fused loss, torchtitan loss parallelism."""
+    what = []
+    if w.optimizer_in_backward:
+        what.append("steps the optimizer in backward (--optimizer-in-backward, torchtune's optimizer_in_bwd)")
+    if w.activation_offload:
+        what.append("offloads activations to the host (--activation-offload, torchtune's "
+                    "enable_activation_offloading)")
+    if w.loss_chunks > 1:
+        what.append(f"chunks the loss (--loss-chunks {w.loss_chunks}, torchtune's CEWithChunkedOutputLoss)")
+    if w.loss == "fused-linear":
+        what.append("uses a fused linear cross-entropy (--loss fused-linear, Liger's; the Trainer's "
+                    "use_liger_kernel patches other layers too)")
+    if w.loss_parallel:
+        what.append("shards the loss over the vocabulary (--loss-parallel, torchtitan's loss_parallel)")
+    if what:
+        names = ",".join(n for n, on in (("optimizer-in-backward", w.optimizer_in_backward),
+                                         ("activation-offload", w.activation_offload),
+                                         ("loss-chunks", w.loss_chunks > 1), ("loss-parallel", w.loss_parallel))
+                         if on)
+        raise InputError(f"--emit {kind}: the plan " + "; and ".join(what) + f"; {kind} settings have no such option: "
+                         "run it with torchtune (or torchtitan) instead, or choose a plan without it"
+                         + (f" (--forbid {names})" if names else ""))
+
+
 def _no_selective(w: Workload, kind: str) -> None:
     if w.checkpointing == "selective":
         raise InputError(f"--emit {kind}: the plan recomputes only the attention scores (--checkpointing "
@@ -125,6 +153,7 @@ def trainer(plan: Plan, *, legacy_names: bool | None = None) -> dict[str, Any]:
     w = _training(plan, "trainer")
     if w.optimizer == "none":
         raise InputError("--emit trainer: the plan has --optimizer none (forward and backward only); no Trainer settings")
+    _no_techniques(w, "trainer")
     _data_parallel_only(w, "trainer")
     _no_selective(w, "trainer")
     if w.dtype != "fp32" and w.amp is not None and not w.zero:
@@ -204,6 +233,7 @@ def deepspeed(plan: Plan) -> dict[str, Any]:
     w = _training(plan, "deepspeed")
     if w.fsdp:
         raise InputError("--emit deepspeed: the plan shards with FSDP (--fsdp), not ZeRO: use --emit fsdp or accelerate")
+    _no_techniques(w, "deepspeed")
     _data_parallel_only(w, "deepspeed")
     if w.dtype == "fp32" and w.amp is not None:
         raise InputError(f"--emit deepspeed: the plan is autocast (fp32 weights, --amp {w.amp}); DeepSpeed's "
@@ -260,6 +290,7 @@ def fsdp(plan: Plan, *, legacy_names: bool | None = None) -> dict[str, Any]:
         what = f"ZeRO stage {w.zero} (DeepSpeed): use --emit deepspeed" if w.zero else \
             "no sharding (plain data parallelism): use --emit trainer or accelerate"
         raise InputError(f"--emit fsdp: the plan uses {what}")
+    _no_techniques(w, "fsdp")
     _data_parallel_only(w, "fsdp")
     _no_selective(w, "fsdp")
     if w.offload == "optimizer":
@@ -310,6 +341,7 @@ def accelerate(plan: Plan, *, nodes: int = 1) -> dict[str, Any]:
     """
     w = plan.workload
     if w.training:
+        _no_techniques(w, "accelerate")
         _data_parallel_only(w, "accelerate")
         _no_selective(w, "accelerate")
     elif w.tp > 1 or w.pp > 1:

@@ -11,9 +11,17 @@ still compares it with ``estimate_spec`` on thousands of random workloads.
 Parts and the workload fields they read:
 
 * state (weights, master copy, gradients, optimizer states, buffers, runtime): everything but
-  batch, seq, checkpointing, attention and grad_accum (except ``min(pp, grad_accum)`` under
-  pipeline parallelism, the micro-batches in flight);
-* activations: the split, precision, method, batch, seq, checkpointing, attention, tp.
+  batch, seq, checkpointing, attention, activation_offload and grad_accum (except ``min(pp,
+  grad_accum)`` under pipeline parallelism, the micro-batches in flight); the loss fields are in
+  its key because the validity it memoizes reads them (check_workload, Workload.problems), and
+  so are ``loss_chunks > seq`` and, with the optimizer in backward, ``grad_accum > 1``;
+* activations: the split, precision, method, batch, seq, checkpointing, attention, tp, the loss
+  (cross-entropy chunks, fused linear, loss parallelism) and activation offloading.
+
+The phases get everything :func:`~vramlens.estimator.core.activation_totals` gives
+``estimate_spec`` (the loss' backward figures, the embedding case's later passes), and
+activation offloading's host copies and frozen-cast handling go through the estimator's own
+:func:`~vramlens.estimator.core.output_layer_cast` and :func:`~vramlens.estimator.core.offload_frozen_casts`.
 """
 
 from __future__ import annotations
@@ -25,7 +33,7 @@ from typing import Any
 from vramlens.errors import VramlensError
 from vramlens.estimator import check_workload, estimate_spec
 from vramlens.estimator.activations import logits_bytes
-from vramlens.estimator.core import activation_totals
+from vramlens.estimator.core import activation_totals, offload_frozen_casts, output_layer_cast
 from vramlens.estimator.parallel import Split
 from vramlens.estimator.state import TrainState, reserved_total, train_phases, train_state
 from vramlens.hardware.gpu import GPU
@@ -35,7 +43,17 @@ from vramlens.workload import Attention, Checkpointing, Workload
 #: The fields of a training Workload that the state part reads (grad_accum enters through the split).
 STATE_FIELDS = ("mode", "method", "dtype", "amp", "quant", "optimizer", "optimizer_impl", "keep_grads", "lora_rank",
                 "lora_targets",
-                "lora_dropout", "gpus", "zero", "fsdp", "fsdp_strategy", "tp", "pp", "offload")
+                "lora_dropout", "gpus", "zero", "fsdp", "fsdp_strategy", "tp", "pp", "offload", "optimizer_in_backward",
+                "loss", "loss_chunks", "loss_parallel")
+
+#: The fields train_state reads (STATE_FIELDS less the loss fields, which only validity reads).
+TRAIN_STATE_FIELDS = tuple(f for f in STATE_FIELDS if f not in ("loss", "loss_chunks", "loss_parallel"))
+
+
+def state_key_tail(w: Workload, grad_accum: int) -> tuple[object, ...]:
+    """What the state's key adds to STATE_FIELDS: the loop values its validity or split reads."""
+    return (min(w.pp, grad_accum) if w.pp > 1 else 1, w.optimizer_in_backward and grad_accum > 1,
+            w.loss_chunks > w.seq)
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,6 +65,15 @@ class Activations:
     loss_transient: int
     head_saved: int
     logits: int
+    later_pass: int = 0
+    loss_backward: int | None = None
+    head_backward: int | None = None
+    head_grads: int = 1
+    head_backward_later: int = 0
+    head_grad_in_forward: bool = False
+    final_norm_backward: int = 0
+    host: int = 0  # activation offloading: the saved activations' host copies
+    head_cast: int | None = None  # activation offloading: the output layer's cast that stays (None: no offload)
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,11 +113,12 @@ class FastMemory:
         self._acts: dict[tuple[object, ...], Activations] = {}
         self._parts: dict[tuple[object, ...], tuple[str, ...]] = {}
         self._infer: dict[Workload, tuple[int, int]] = {}
+        self._train_states: dict[tuple[object, ...], TrainState] = {}
         self.evaluations = 0
 
     # ---- the parts ------------------------------------------------------------------------
     def state_key(self, w: Workload) -> tuple[object, ...]:
-        return (*(getattr(w, f) for f in STATE_FIELDS), min(w.pp, w.grad_accum) if w.pp > 1 else 1)
+        return (*(getattr(w, f) for f in STATE_FIELDS), *state_key_tail(w, w.grad_accum))
 
     def state(self, w: Workload) -> State:
         key = self.state_key(w)
@@ -118,14 +146,20 @@ class FastMemory:
 
             # every field check_workload reads (vramlens.estimator.check_workload)
             probs.extend(self._memo(("check", w.mode, w.method, w.tp, w.pp, w.lora_targets, w.lora_rank,
-                                     w.new_tokens), check))
+                                     w.new_tokens, w.loss_parallel, w.loss_chunks > 1, w.loss), check))
         if probs:
             return State(problems=tuple(probs))
-        return State(problems=(), ts=train_state(spec, w, self.gpu))
+        # train_state does not read the loss fields (they are in the key for the validity above):
+        # the loss techniques' variants of one structure share it
+        tkey = (*(getattr(w, f) for f in TRAIN_STATE_FIELDS), min(w.pp, w.grad_accum) if w.pp > 1 else 1)
+        ts = self._train_states.get(tkey)
+        if ts is None:
+            ts = self._train_states[tkey] = train_state(spec, w, self.gpu)
+        return State(problems=(), ts=ts)
 
     def state_for(self, skey: tuple[object, ...], struct: Workload, grad_accum: int) -> State:
         """The State of ``struct`` with ``grad_accum``, given ``skey`` (its STATE_FIELDS values)."""
-        key = (*skey, min(struct.pp, grad_accum) if struct.pp > 1 else 1)
+        key = (*skey, *state_key_tail(struct, grad_accum))
         st = self._states.get(key)
         if st is None:
             st = self._states[key] = self._make_state(replace(struct, grad_accum=grad_accum))
@@ -141,7 +175,7 @@ class FastMemory:
                 w.checkpointing if checkpointing is None else checkpointing,
                 w.attention if attention is None else attention, w.tp,
                 sp.layers, sp.micro_batches_in_flight, sp.has_head, w.method, w.lora_targets, w.lora_rank,
-                w.lora_dropout)
+                w.lora_dropout, w.loss, w.loss_chunks, w.loss_parallel, w.activation_offload)
 
     def activations(self, w: Workload, sp: Split) -> Activations:
         """The activations of ``w`` on the split ``sp``, memoized on :meth:`activation_key`."""
@@ -157,8 +191,12 @@ class FastMemory:
             w = replace(struct, batch=batch, grad_accum=grad_accum, checkpointing=checkpointing, attention=attention)
             t = activation_totals(self.spec, w, sp)
             logits = logits_bytes(self.spec, w, w.batch * w.seq) if sp.has_head else 0
-            a = self._acts[key] = Activations(saved=t.saved, one_layer=t.one_layer, loss_transient=t.loss_transient,
-                                              head_saved=t.head_saved, logits=logits)
+            a = self._acts[key] = Activations(
+                saved=t.saved, one_layer=t.one_layer, loss_transient=t.loss_transient, head_saved=t.head_saved,
+                logits=logits, later_pass=t.later_pass, loss_backward=t.loss_backward, head_backward=t.head_backward,
+                head_grads=t.head_grads, head_backward_later=t.head_backward_later,
+                head_grad_in_forward=t.head_grad_in_forward, final_norm_backward=t.final_norm_backward, host=t.host,
+                head_cast=output_layer_cast(self.spec, w, sp.has_head) if w.activation_offload else None)
         return a
 
     # ---- the totals -----------------------------------------------------------------------
@@ -173,16 +211,28 @@ class FastMemory:
         if st.problems:
             return None
         a = self.activations(w, st.sp)
-        return self.device_total(st, a, w.grad_accum, w.checkpointing), st.host
+        return self.device_total(st, a, w.grad_accum, w.checkpointing), self.host_bytes(st, a)
 
     @staticmethod
     def device_total(st: State, a: Activations, grad_accum: int, checkpointing: Checkpointing) -> int:
         """device_total from the estimator's own phase and reserve arithmetic (vramlens.estimator.state)."""
         ts = st.valid
+        if a.head_cast is not None and ts.frozen_casts:
+            ts = offload_frozen_casts(ts, a.head_cast)[0]
         phases = train_phases(ts, a.saved, a.one_layer, a.loss_transient, a.head_saved, grad_accum, checkpointing,
-                              a.logits)
+                              a.logits, later_pass=a.later_pass, loss_backward=a.loss_backward,
+                              head_backward=a.head_backward, head_grads=a.head_grads,
+                              head_backward_later=a.head_backward_later, head_grad_in_forward=a.head_grad_in_forward,
+                              final_norm_backward=a.final_norm_backward)
         peak = max(v for _, v in phases)
         return reserved_total(ts, peak)[1]
+
+    @staticmethod
+    def host_bytes(st: State, a: Activations) -> int:
+        """host_bytes: the offloaded state's and, under activation offloading, the activations' and frozen casts'."""
+        ts = st.valid
+        moved = offload_frozen_casts(ts, a.head_cast)[1] if a.head_cast is not None and ts.frozen_casts else 0
+        return ts.host + a.host + moved
 
     def _inference(self, w: Workload) -> tuple[int, int] | None:
         hit = self._infer.get(w)

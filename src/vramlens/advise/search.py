@@ -14,7 +14,22 @@ tp, pp         tensor and pipeline parallelism
 offload        CPU offload of optimizer states (and parameters)
 quant          quantized weights (inference)
 kv-quant       an 8-bit KV cache (inference)
+optimizer-in-backward
+               torchtune's optimizer_in_bwd: each parameter stepped in backward, one gradient at a
+               time (not with grad-accum > 1, ZeRO/FSDP, offload or pp: Workload.problems)
+loss-chunks    torchtune's chunked output and CEWithChunkedOutputLoss (8 chunks), causal LMs
+activation-offload
+               torchtune's OffloadActivations: the blocks' saved activations in pinned host memory
+loss-parallel  torchtitan's loss parallelism: logits sharded over the vocabulary (tp > 1 only)
 =============  ===============================================================================
+
+The four techniques are tried only for a candidate that does not fit without them (and under
+``optimize="memory"`` for every candidate): they cost no step time or add PCIe time
+(:mod:`vramlens.advise.cost`), so a candidate that fits without them is at least as fast with
+fewer changes. The largest set is tried first (when it misses, fewer are taken to miss too: each
+takes memory away, though chunked loss adds the output layer's gradient addends, so this prunes
+heuristically; every plan returned is still re-estimated exactly), then fewest first, the free ones before activation offload, until one fits; and
+only the largest set when even a free technique could not beat the worst plan kept.
 
 Every candidate is evaluated with the estimator's own component functions, memoized per part
 of the workload they read (:mod:`vramlens.advise.fastmem`); the plans returned are re-estimated
@@ -55,8 +70,13 @@ from vramlens.workload import (
 )
 
 REMEDIES = ("amp", "checkpointing", "attention", "lora", "qlora", "8bit", "grad-accum", "zero", "fsdp",
-            "tp", "pp", "offload", "quant", "kv-quant")
-TRAIN_ONLY = ("checkpointing", "lora", "qlora", "8bit", "grad-accum", "zero", "fsdp", "offload")
+            "tp", "pp", "offload", "quant", "kv-quant", "optimizer-in-backward", "loss-chunks", "activation-offload",
+            "loss-parallel")
+#: The training techniques (remedy name, Workload field, the value the remedy sets), free ones first.
+TECHNIQUES: tuple[tuple[str, str, Any], ...] = (("optimizer-in-backward", "optimizer_in_backward", True), ("loss-chunks", "loss_chunks", 8),
+              ("loss-parallel", "loss_parallel", True), ("activation-offload", "activation_offload", True))
+TRAIN_ONLY = ("checkpointing", "lora", "qlora", "8bit", "grad-accum", "zero", "fsdp", "offload",
+              *(name for name, _, _ in TECHNIQUES))
 INFERENCE_ONLY = ("quant", "kv-quant")
 DEFAULT_MAX_PLANS = 10
 #: What ``optimize`` may ask for beyond "it fits".
@@ -114,6 +134,18 @@ def check_constraints(base: Workload, keep: str | Iterable[str], forbid: str | I
             problems.append(f"--keep {name} needs more than one GPU: give --gpus 2 or more")
     if "offload" in k and "zero" in f and "fsdp" in f:
         problems.append("--keep offload needs ZeRO or FSDP, and both are forbidden")
+    if "optimizer-in-backward" in k:
+        for name in sorted(k & {"grad-accum", "zero", "fsdp", "offload", "pp"}):
+            problems.append(f"--keep optimizer-in-backward and --keep {name}: the optimizer in backward steps each "
+                            f"gradient as it arrives, which {name} rules out; keep one of them")
+        if base.optimizer == "none":
+            problems.append("--keep optimizer-in-backward needs an optimizer, and the workload has --optimizer none")
+    if {"loss-chunks", "loss-parallel"} <= k:
+        problems.append("--keep loss-chunks and --keep loss-parallel: loss parallelism runs the plain cross-entropy "
+                        "on vocabulary shards; keep one of them")
+    if "loss-parallel" in k and (total_gpus < 2 or "tp" in f):
+        problems.append("--keep loss-parallel shards the logits over tensor-parallel ranks: it needs --gpus 2 or "
+                        "more and tp not forbidden")
     if problems:
         raise ConfigError(problems)
     return Constraints(keep=k, forbid=f, method_locked=method_locked)
@@ -255,9 +287,10 @@ class _Search:
     def host_ok(self, host: int) -> bool:
         return self.host_ram is None or host <= self.host_ram * self.nodes
 
-    def cost(self, w: Workload, trainable: int) -> StepCost:
+    def cost(self, w: Workload, trainable: int, offloaded_bytes: int | None = None) -> StepCost:
         if w.training:
-            return training_step(self.spec, w, self.gpu, trainable=trainable, nodes=self.nodes, links=self.links)
+            return training_step(self.spec, w, self.gpu, trainable=trainable, nodes=self.nodes, links=self.links,
+                                 offloaded_bytes=offloaded_bytes)
         e = estimate_spec(self.spec, w, self.gpu)
         kv_tok = K.kv_bytes_per_token(self.spec, w, tp=w.tp) // max(1, w.pp)
         wb = e.breakdown["weights"]
@@ -284,6 +317,7 @@ def _splittable(effective_batch: int, total: int) -> bool:
 def _training_candidates(base: Workload, gpu: GPU, total: int, per_node: int, c: Constraints,
                          effective_batch: int) -> Iterator[tuple[Workload, list[tuple[int, int]]]]:
     """Yield structural workloads (batch/grad_accum filled in later) and the micro-batch splits."""
+    kept_techniques: dict[str, Any] = {field: value for name, field, value in TECHNIQUES if name in c.keep}
     for tp, pp in _layouts(base, total, per_node, c):
         dp = total // (tp * pp)
         if effective_batch % dp:
@@ -304,7 +338,64 @@ def _training_candidates(base: Workload, gpu: GPU, total: int, per_node: int, c:
                     for opt in _optimizers(base, c):
                         quant = base.quant if method == base.method else None
                         yield replace(base, gpus=total, tp=tp, pp=pp, zero=z, fsdp=fs, offload=off, method=method,
-                                      dtype=dtype, amp=amp, optimizer=opt, quant=quant), splits
+                                      dtype=dtype, amp=amp, optimizer=opt, quant=quant, **kept_techniques), splits
+
+
+def _techniques(struct: Workload, spec: ModelSpec, c: Constraints) -> list[tuple[str, str, Any]]:
+    """The techniques ``struct`` may still add: not on already, not forbidden, not refused by its
+    structure (the Workload and check_workload refuse the rest, e.g. in-backward with grad-accum)."""
+    out: list[tuple[str, str, Any]] = []
+    causal = spec.head == "causal-lm"
+    for name, field_, value in TECHNIQUES:
+        on = struct.loss_chunks > 1 if field_ == "loss_chunks" else getattr(struct, field_)
+        if name in c.forbid or on:
+            continue
+        if name == "optimizer-in-backward" and (struct.shard_stage or struct.offload != "none" or struct.pp > 1
+                                                or struct.optimizer == "none" or struct.keep_grads
+                                                or (struct.amp is not None and struct.amp == struct.dtype)):
+            continue
+        if name == "loss-chunks" and (not causal or struct.loss != "cross-entropy" or struct.loss_parallel
+                                      or struct.seq < 2):
+            continue
+        if name == "loss-parallel" and (not causal or struct.tp == 1 or struct.loss_chunks > 1
+                                        or struct.loss != "cross-entropy"):
+            continue
+        out.append((name, field_, min(struct.seq, 8) if name == "loss-chunks" else value))
+    return out
+
+
+@dataclass(frozen=True, slots=True)
+class _Variant:
+    """A structure with some techniques added, and its key in FastMemory's state memo."""
+
+    struct: Workload
+    skey: tuple[object, ...]
+    added: int        # techniques added (plan changes)
+    offloads: bool    # activation offload among them (it costs PCIe time)
+
+
+def _variant_levels(struct: Workload, base: Workload, spec: ModelSpec, c: Constraints) -> list[list[_Variant]]:
+    """The structures with techniques added, grouped by cost then count: the free ones (one, two,
+    ...), then those with activation offload (alone, then with the free ones)."""
+    from itertools import combinations
+
+    techs = _techniques(struct, spec, c)
+    free = [t for t in techs if t[0] != "activation-offload"]
+    offload = [t for t in techs if t[0] == "activation-offload"]
+    levels: list[list[_Variant]] = []
+    for extra in ([], offload) if offload else ([],):
+        for n in range(0 if extra else 1, len(free) + 1):
+            level = []
+            for combo in combinations(free, n):
+                if {"loss-chunks", "loss-parallel"} <= {t[0] for t in combo}:
+                    continue  # Workload.problems refuses them together
+                chosen = (*combo, *extra)
+                on: dict[str, Any] = {f: value for _, f, value in chosen}
+                v = replace(struct, **on)
+                level.append(_Variant(v, tuple(getattr(v, f) for f in STATE_FIELDS), len(chosen), bool(extra)))
+            if level:
+                levels.append(level)
+    return levels
 
 
 def search(
@@ -429,13 +520,19 @@ def _search_training(s: _Search, base: Workload, total: int, per_node: int, c: C
     n_eval = n_valid = n_fit = 0
     host_ram = None if s.host_ram is None else s.host_ram * s.nodes
     want = max_plans * 16  # kept before making them minimal (many become the same plan) and dropping repeats
-    candidates = list(_training_candidates(base, s.gpu, total, per_node, c, eb))
+    memory = s.objective == "memory"
+    candidates = [(struct, splits, _variant_levels(struct, base, s.spec, c))
+                  for struct, splits in _training_candidates(base, s.gpu, total, per_node, c, eb)]
     per_split = len(ckpts) * len(attns)
-    n_total = sum(len(splits) for _, splits in candidates) * per_split
+    # a candidate is a structure with one micro-batch split, checkpointing and attention; the
+    # techniques tried on it are its variants, not candidates of their own
+    n_total = sum(len(splits) for _, splits, _ in candidates) * per_split
+    seq = 0  # the order entries were found in (ties in the heap)
+    state_for, activations_for, host_bytes = fm.state_for, fm.activations_for, fm.host_bytes
     partial = False
     if progress is not None:
         progress(0, len(candidates))
-    for done, (struct, splits) in enumerate(candidates, 1):
+    for done, (struct, splits, levels) in enumerate(candidates, 1):
         if done > 1 and budget is not None and budget.spent():
             partial = True
             break
@@ -444,36 +541,81 @@ def _search_training(s: _Search, base: Workload, total: int, per_node: int, c: C
         skey = tuple(getattr(struct, f) for f in STATE_FIELDS)
         tier = 0 if struct.method == base.method else 1  # a different method trains something else
         changes = _n_changes(struct, base)
-        tc = None
+        tc = None  # the techniques change no term of TrainingCost but activation offload's bytes, passed per call
+        # with grad-accum > 1 the optimizer in backward is refused: its variants are not tried
+        accum_levels = [lv for lv in ([v for v in level if not v.struct.optimizer_in_backward] for level in levels)
+                        if lv]
         for mb, ga in splits:
-            st = fm.state_for(skey, struct, ga)
+            st = state_for(skey, struct, ga)
             if st.problems:
                 n_eval += per_split
                 continue
             host_ok = host_ram is None or st.host <= host_ram
             sp = st.sp
+            ga_levels = levels if ga == 1 else accum_levels
             for ckpt in ckpts:
                 for attn in attns:
                     n_eval += 1
                     n_valid += 1
-                    a = fm.activations_for(struct, sp, batch=mb, grad_accum=ga, checkpointing=ckpt, attention=attn)
+                    a = activations_for(struct, sp, batch=mb, grad_accum=ga, checkpointing=ckpt, attention=attn)
                     total_b = device_total(st, a, ga, ckpt)
-                    if total_b > limit or not host_ok:
-                        if best_miss is None or total_b < best_miss.device_total:
-                            best_miss = _Miss(total_b, _Candidate(struct, mb, ga, ckpt, attn))
-                        continue
-                    n_fit += 1
-                    if tc is None:
-                        tc = TrainingCost(s.spec, struct, s.gpu, trainable=st.trainable, nodes=s.nodes, links=s.links)
-                    rank = _Rank(tier=tier, speed=round(tc.seconds(mb, ga, ckpt, attn), 9),
-                                 changes=changes + (mb != base.batch) + (ckpt != base.checkpointing)
-                                 + (attn != base.attention),
-                                 device_total=total_b)
-                    entry = _Ranked(rank.heap_order(n_fit, s.objective), rank, _Candidate(struct, mb, ga, ckpt, attn))
-                    if len(heap) < want:
-                        heapq.heappush(heap, entry)
-                    elif entry > heap[0]:
-                        heapq.heapreplace(heap, entry)
+                    fits = total_b <= limit and (host_ok if host_ram is None or not (a.host or a.head_cast is not None)
+                                                 else host_bytes(st, a) <= host_ram)
+                    tried = [(struct, st, a, total_b, fits, 0)]
+                    order = ga_levels
+                    if ga_levels and not fits and not memory:
+                        order = [ga_levels[-1], *ga_levels[:-1]]
+                    if len(order) > 1 and not fits and not memory and len(heap) >= want:
+                        # the techniques add no step time but activation offload's, and one change at
+                        # least: when that bound does not beat the worst plan kept, none of them can; the
+                        # largest set is still tried, so that `fitting` counts what fits however the
+                        # heap stands (a bigger GPU never fits fewer)
+                        if tc is None:
+                            tc = TrainingCost(s.spec, struct, s.gpu, trainable=st.trainable, nodes=s.nodes,
+                                              links=s.links)
+                        bound = _Rank(tier=tier, speed=round(tc.seconds(mb, ga, ckpt, attn), 9),
+                                      changes=changes + 1 + (mb != base.batch) + (ckpt != base.checkpointing)
+                                      + (attn != base.attention), device_total=0)
+                        if not bound.heap_order(seq + 1, s.objective) > heap[0].order:
+                            order = order[:1]
+                    if order and (memory or not fits):
+                        # the most techniques first: when they miss, fewer are taken to miss too, so the
+                        # others are tried (fewest first) only when the largest set fits
+                        for i, level in enumerate(order):
+                            any_fits = False
+                            for v in level:
+                                vst = state_for(v.skey, v.struct, ga)
+                                if vst.problems:
+                                    continue
+                                va = activations_for(v.struct, vst.sp, batch=mb, grad_accum=ga, checkpointing=ckpt,
+                                                     attention=attn)
+                                vt = device_total(vst, va, ga, ckpt)
+                                vfits = vt <= limit and (host_ram is None or host_bytes(vst, va) <= host_ram)
+                                any_fits = any_fits or vfits
+                                tried.append((v.struct, vst, va, vt, vfits, v.added))
+                            if not memory and (any_fits if i else not any_fits):
+                                break  # found the fewest that fit, or even the most miss
+                    n_fit += any(t[4] for t in tried)
+                    for w_struct, w_st, w_a, w_total, w_fits, added in tried:
+                        if not w_fits:
+                            if best_miss is None or w_total < best_miss.device_total:
+                                best_miss = _Miss(w_total, _Candidate(w_struct, mb, ga, ckpt, attn))
+                            continue
+                        seq += 1
+                        if tc is None:
+                            tc = TrainingCost(s.spec, struct, s.gpu, trainable=st.trainable, nodes=s.nodes,
+                                              links=s.links)
+                        offloaded = host_bytes(w_st, w_a) - w_st.valid.host if w_struct.activation_offload else 0
+                        rank = _Rank(tier=tier, speed=round(tc.seconds(mb, ga, ckpt, attn, offloaded), 9),
+                                     changes=changes + added + (mb != base.batch) + (ckpt != base.checkpointing)
+                                     + (attn != base.attention),
+                                     device_total=w_total)
+                        entry = _Ranked(rank.heap_order(seq, s.objective), rank,
+                                        _Candidate(w_struct, mb, ga, ckpt, attn))
+                        if len(heap) < want:
+                            heapq.heappush(heap, entry)
+                        elif entry > heap[0]:
+                            heapq.heapreplace(heap, entry)
     fm.evaluations += n_eval
     return _Outcome(ranked=_distinct(sorted(heap, reverse=True), want),
                     closest=None if best_miss is None else best_miss.candidate.workload(),
@@ -565,7 +707,8 @@ def _distinct(best_first: list[_Ranked], max_plans: int) -> list[Workload]:
     return ranked
 
 
-_CHANGE_FIELDS = ("method", "dtype", "amp", "quant", "optimizer", "zero", "fsdp", "tp", "pp", "offload")
+_CHANGE_FIELDS = ("method", "dtype", "amp", "quant", "optimizer", "zero", "fsdp", "tp", "pp", "offload",
+                  "optimizer_in_backward", "loss_chunks", "activation_offload", "loss_parallel")
 
 
 def _n_changes(w: Workload, base: Workload) -> int:
@@ -632,7 +775,9 @@ def _search_inference(s: _Search, base: Workload, total: int, per_node: int, c: 
 #: only make sense together are undone together as well).
 _UNDO = (("method", "quant"), ("method",), ("dtype", "amp"), ("dtype",), ("amp",), ("quant",), ("optimizer",),
          ("zero", "offload"), ("fsdp", "offload"), ("zero",), ("fsdp",), ("offload",), ("tp", "pp"), ("tp",),
-         ("pp",), ("batch", "grad_accum"), ("checkpointing",), ("attention",), ("kv_dtype",))
+         ("pp",), ("tp", "loss_parallel"), ("tp", "pp", "loss_parallel"), ("batch", "grad_accum"),
+         ("batch", "grad_accum", "optimizer_in_backward"), ("checkpointing",), ("attention",), ("kv_dtype",),
+         ("optimizer_in_backward",), ("loss_chunks",), ("activation_offload",), ("loss_parallel",))
 
 
 def _score(s: _Search, w: Workload, base: Workload) -> _Rank | None:
@@ -641,7 +786,8 @@ def _score(s: _Search, w: Workload, base: Workload) -> _Rank | None:
     if r is None or r[0] > s.limit or not s.host_ok(r[1]):
         return None
     if w.training:
-        speed = round(s.cost(w, s.fm.state(w).trainable).seconds, 9)
+        st = s.fm.state(w)
+        speed = round(s.cost(w, st.trainable, r[1] - st.host if w.activation_offload else 0).seconds, 9)
         tier = int(w.method != base.method)
     else:
         speed = -round(s.cost(w, 0).tokens_per_s, 6)
@@ -655,7 +801,8 @@ def _score(s: _Search, w: Workload, base: Workload) -> _Rank | None:
 _REMEDY_FIELDS = {"amp": ("dtype", "amp"), "checkpointing": ("checkpointing",), "attention": ("attention",),
                   "lora": ("method",), "qlora": ("method",), "8bit": ("optimizer",), "grad-accum": ("batch", "grad_accum"),
                   "zero": ("zero",), "fsdp": ("fsdp",), "tp": ("tp",), "pp": ("pp",), "offload": ("offload",),
-                  "quant": ("quant",), "kv-quant": ("kv_dtype",)}
+                  "quant": ("quant",), "kv-quant": ("kv_dtype",),
+                  **{name: (field_,) for name, field_, _ in TECHNIQUES}}
 
 
 def _minimize(s: _Search, w: Workload, base: Workload, keep: frozenset[str] = frozenset()
@@ -714,7 +861,8 @@ def _plan(s: _Search, w: Workload, base: Workload) -> Plan:
 
 
 _LABELS = ("method", "dtype", "amp", "quant", "optimizer", "batch", "grad_accum", "checkpointing", "attention",
-           "zero", "fsdp", "tp", "pp", "offload", "kv_dtype")
+           "zero", "fsdp", "tp", "pp", "offload", "kv_dtype", "optimizer_in_backward", "loss_chunks",
+           "activation_offload", "loss_parallel")
 
 
 def _describe(w: Workload, base: Workload) -> str:

@@ -33,7 +33,8 @@ EXAMPLES = """examples:
 
 --gpus is the number of GPUs per node; with --nodes M the plans use gpus x M in all.
 Remedies for --keep / --forbid: amp, checkpointing, attention, lora, qlora, 8bit, grad-accum,
-zero, fsdp, tp, pp, offload, quant, kv-quant. An explicit --method is kept.
+zero, fsdp, tp, pp, offload, quant, kv-quant, optimizer-in-backward, loss-chunks,
+activation-offload, loss-parallel. An explicit --method is kept.
 Exit codes: 0 plans found, 1 no plan fits (the closest plan and the hardware that would fit
 are shown), 2 bad input (one line on stderr).
 """

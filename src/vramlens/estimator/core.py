@@ -15,7 +15,7 @@ from vramlens.estimator import kv_cache as K
 from vramlens.estimator.breakdown import Breakdown, make_breakdown
 from vramlens.estimator.loading import HostLoad, host_load
 from vramlens.estimator.parallel import Split
-from vramlens.estimator.state import reserved_total, train_phases, train_state
+from vramlens.estimator.state import TrainState, reserved_total, train_phases, train_state
 from vramlens.estimator.verdict import usable_bytes, verdict
 from vramlens.hardware.gpu import GPU
 from vramlens.models.spec import ModelSpec
@@ -211,6 +211,24 @@ def activation_totals(spec: ModelSpec, w: Workload, sp: Split) -> ActivationTota
                             later_pass=later, pass_working=working)
 
 
+def output_layer_cast(spec: ModelSpec, w: Workload, has_head: bool) -> int:
+    """The output layer's weight cast to the compute dtype (c*V*h/tp bytes), 0 without one on this GPU."""
+    if not (has_head and A.has_lm_head(spec)):
+        return 0
+    return A._r(DTYPE_BYTES[w.compute_dtype] * spec.vocab_size * spec.hidden_size // max(1, w.tp))
+
+
+def offload_frozen_casts(st: TrainState, head_cast: int) -> tuple[TrainState, int]:
+    """Activation offloading of the frozen weights' casts: (the state with what stays on the GPU, bytes moved).
+
+    The casts that ``F.linear`` saves are plain tensors, offloaded like the activations, but the
+    output layer's (``head_cast``, :func:`output_layer_cast`): torchtune runs it under NoOpManager.
+    Shared with the advisor's FastMemory.
+    """
+    kept = min(head_cast, st.frozen_casts)
+    return replace(st, frozen_casts=kept), st.frozen_casts - kept
+
+
 def estimate_spec(spec: ModelSpec, w: Workload, gpu: GPU | None = None, *, headroom: float = DEFAULT_HEADROOM) -> Estimate:
     """Estimate per-GPU memory of workload ``w`` for ``spec`` (both already validated)."""
     st = train_state(spec, w, gpu)
@@ -233,13 +251,8 @@ def estimate_spec(spec: ModelSpec, w: Workload, gpu: GPU | None = None, *, headr
             explain["activations"] += f"; frozen weights' {w.amp} casts kept for backward ({st.frozen_casts:,} B)"
         logits = A.logits_bytes(spec, w, w.batch * w.seq) if sp.has_head else 0
         if w.activation_offload and st.frozen_casts:
-            # the frozen weights' casts that F.linear saves are plain tensors: offloaded too, but the
-            # output layer's (NoOpManager)
-            head_cast = (A._r(DTYPE_BYTES[w.compute_dtype] * spec.vocab_size * spec.hidden_size // max(1, w.tp))
-                         if sp.has_head and A.has_lm_head(spec) else 0)
-            head_cast = min(head_cast, st.frozen_casts)
-            act_host += st.frozen_casts - head_cast
-            st = replace(st, frozen_casts=head_cast)
+            st, moved = offload_frozen_casts(st, output_layer_cast(spec, w, sp.has_head))
+            act_host += moved
         phases = train_phases(st, acts, one_layer, loss_tmp, head_saved, w.grad_accum, w.checkpointing, logits,
                               later_pass=at.later_pass, loss_backward=at.loss_backward, head_backward=at.head_backward,
                               head_grads=at.head_grads, head_backward_later=at.head_backward_later,
