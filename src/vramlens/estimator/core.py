@@ -395,7 +395,9 @@ def _remedies(component: str, w: Workload) -> list[str]:
         if w.kv_dtype not in ("fp8", "int8"):
             out.append("store the cache in 8 bits (--kv-dtype fp8)")
     elif component == "temporaries":
-        out.append("chunk the loss over the vocabulary or lower --batch")
+        if train and w.loss == "cross-entropy" and w.loss_chunks == 1:
+            out.append("chunk the loss (--loss-chunks 8) or fuse it with the output layer (--loss fused-linear)")
+        out.append("lower --batch")
     elif component == "comm_buffers" and train:
         out.append("use ZeRO/FSDP sharding instead of DDP buckets")
     return out
