@@ -21,6 +21,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from vramlens.monitor.host import UserFrames
 from vramlens.monitor.records import CATEGORIES
+from vramlens.monitor.storage import storages
 
 ACT = "activations_and_temporaries"
 
@@ -115,14 +116,7 @@ class CpuCounter(TorchDispatchMode):
         """File the storages of ``tensors`` under ``category`` (counted now if not seen yet, as
         allocated by ``module`` when given)."""
         size = self._size
-        for t in tensors:
-            if not isinstance(t, torch.Tensor):
-                continue
-            try:
-                st = t.untyped_storage()
-            except (NotImplementedError, RuntimeError):
-                continue
-            key = id(st)
+        for key, st in storages(tensors):
             if key not in size:
                 self._add(st, category, module)
                 continue

@@ -20,6 +20,7 @@ from typing import Any
 import torch
 
 from vramlens.monitor.records import CATEGORIES
+from vramlens.monitor.storage import storages
 
 ACT = "activations_and_temporaries"
 _REGISTERED = ("parameters", "gradients", "optimizer_states")
@@ -34,14 +35,7 @@ class Registry:
 
     def register(self, tensors, category: str) -> None:
         entry = self._entry
-        for t in tensors:
-            if not isinstance(t, torch.Tensor):
-                continue
-            try:
-                st = t.untyped_storage()
-            except (NotImplementedError, RuntimeError):
-                continue
-            key = id(st)
+        for key, st in storages(tensors):
             old = entry.get(key)
             if old is not None:
                 if old[0] == category:
