@@ -99,7 +99,15 @@ def test_sigterm_writes_the_report_then_dies_by_the_signal(script, tmp_path, cap
 
 def test_sigint_reports_and_keeps_python_behaviour(script, tmp_path, capfd):
     out_json = tmp_path / "int.json"
-    code, _out, err = vramlens_run(capfd, "--json", str(out_json), "--", sys.executable, str(script), "2", "8", "INT")
+    # A job started in the background of a non-interactive shell (CI's, often) inherits SIGINT ignored, and
+    # so would the script, as it would without vramlens. Give this test's children the usual disposition: a
+    # handler here becomes SIG_DFL across exec, and Python then raises KeyboardInterrupt.
+    old = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        code, _out, err = vramlens_run(capfd, "--json", str(out_json), "--", sys.executable, str(script), "2", "8",
+                                       "INT")
+    finally:
+        signal.signal(signal.SIGINT, old)
     assert "KeyboardInterrupt" in err
     assert code == 128 + signal.SIGINT  # Python ends by SIGINT after an uncaught KeyboardInterrupt
     assert len(json.loads(out_json.read_text())["ranks"][0]["report"]["steps"]) == 2
