@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import pytest
-import torch
-import torch.nn as nn
 
-import vramlens
-from vramlens.monitor.calibration import Point, fit
-from vramlens.monitor.cpu import CpuOutOfMemoryError
+pytest.importorskip("torch", reason="vramlens.watch runs inside a torch process (the trace extra)")
+
+import torch  # noqa: E402
+import torch.nn as nn  # noqa: E402
+
+import vramlens  # noqa: E402
+from vramlens.monitor.calibration import Point, fit  # noqa: E402
+from vramlens.monitor.cpu import CpuOutOfMemoryError  # noqa: E402
 
 # ---- the fit ------------------------------------------------------------------------------------
 

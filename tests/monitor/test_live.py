@@ -2,12 +2,16 @@
 
 import io
 
-import torch
+import pytest
 
-import vramlens
-from vramlens.monitor.live import LiveLine
+pytest.importorskip("torch", reason="vramlens.watch runs inside a torch process (the trace extra)")
 
-from .loops import tiny_model, train
+import torch  # noqa: E402
+
+import vramlens  # noqa: E402
+from vramlens.monitor.live import LiveLine  # noqa: E402
+
+from .loops import tiny_model, train  # noqa: E402
 
 
 class Terminal(io.StringIO):

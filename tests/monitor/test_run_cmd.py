@@ -12,10 +12,12 @@ from pathlib import Path
 
 import pytest
 
-from vramlens.cli.main import main
-from vramlens.monitor.launch import SITECUSTOMIZE, child_environment
-from vramlens.monitor.ranks import RankReport, merge
-from vramlens.monitor.records import StepRecord, WatchReport
+pytest.importorskip("torch", reason="the scripts `vramlens run` runs here train with torch (the trace extra)")
+
+from vramlens.cli.main import main  # noqa: E402
+from vramlens.monitor.launch import SITECUSTOMIZE, child_environment  # noqa: E402
+from vramlens.monitor.ranks import RankReport, merge  # noqa: E402
+from vramlens.monitor.records import StepRecord, WatchReport  # noqa: E402
 
 LOOP = """
 import os, signal, sys
