@@ -50,23 +50,21 @@ TASK_ARCHITECTURES: dict[str, tuple[str, int, tuple[str, ...]]] = {
 
 #: Task heads (--task), shrunk like the matrix: (catalog name, workload). The head decides the
 #: inventory, what the head and its loss keep, and (embedding) two forwards per step.
+def _task_row(name: str, task: str, **changes: Any) -> tuple[str, dict[str, Any]]:
+    """A full fine-tune with SDPA and no checkpointing, the task and ``changes`` on top."""
+    base = {"task": task, "mode": "train", "method": "full", "attention": "sdpa", "checkpointing": "none"}
+    return name, {**base, **changes}
+
+
 TASK_ROWS: tuple[tuple[str, dict[str, Any]], ...] = (
-    ("bert-base-uncased", {"task": "embedding", "mode": "train", "method": "full", "attention": "sdpa",
-                           "checkpointing": "none", "dtype": "fp32"}),
-    ("bert-base-uncased", {"task": "embedding", "mode": "train", "method": "full", "attention": "sdpa",
-                           "checkpointing": "none", "dtype": "bf16"}),
-    ("bert-base-uncased", {"task": "embedding", "mode": "inference", "method": "full", "attention": "sdpa",
-                           "checkpointing": "none", "dtype": "bf16"}),
-    ("roberta-base", {"task": "sequence-classification", "mode": "train", "method": "full", "attention": "sdpa",
-                      "checkpointing": "none", "dtype": "bf16"}),
-    ("roberta-base", {"task": "sequence-classification", "mode": "train", "method": "full", "attention": "eager",
-                      "checkpointing": "none", "dtype": "fp32", "amp": "bf16"}),
-    ("bert-base-uncased", {"task": "token-classification", "mode": "train", "method": "full", "attention": "sdpa",
-                           "checkpointing": "none", "dtype": "fp32"}),
-    ("bert-base-uncased", {"task": "question-answering", "mode": "train", "method": "full", "attention": "sdpa",
-                           "checkpointing": "none", "dtype": "bf16"}),
-    ("gpt2", {"task": "causal-lm", "mode": "train", "method": "full", "attention": "sdpa",
-              "checkpointing": "none", "dtype": "bf16"}),
+    _task_row("bert-base-uncased", "embedding", dtype="fp32"),
+    _task_row("bert-base-uncased", "embedding", dtype="bf16"),
+    _task_row("bert-base-uncased", "embedding", mode="inference", dtype="bf16"),
+    _task_row("roberta-base", "sequence-classification", dtype="bf16"),
+    _task_row("roberta-base", "sequence-classification", attention="eager", dtype="fp32", amp="bf16"),
+    _task_row("bert-base-uncased", "token-classification", dtype="fp32"),
+    _task_row("bert-base-uncased", "question-answering", dtype="bf16"),
+    _task_row("gpt2", "causal-lm", dtype="bf16"),
 )
 
 #: Memory techniques of training stacks (torchtune, torchtitan, Liger), each run by the tracer the
