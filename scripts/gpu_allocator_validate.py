@@ -57,7 +57,7 @@ def run_child(name: str, out: Path) -> None:  # pragma: no cover - needs CUDA
     from torch import nn
 
     _, kw = WORKLOADS[name]
-    torch.cuda.memory._record_memory_history(max_entries=2_000_000)
+    torch.cuda.memory._record_memory_history(max_entries=2_000_000, stacks="python")
     dev = torch.device("cuda")
     dtype = {"fp32": torch.float32, "bf16": torch.bfloat16}[kw["dtype"]]
     d, layers, vocab, seq = 1024, 8, 32_000, 512
@@ -172,6 +172,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", default=str(ROOT / "validation" / "allocator-gpu.json"))
     ap.add_argument("--only", action="append", choices=sorted(WORKLOADS), help="run only these workloads")
+    ap.add_argument("--keep", help="copy each workload's snapshot, stats and meta into this folder")
     ap.add_argument("--child", choices=sorted(WORKLOADS), help=argparse.SUPPRESS)
     ap.add_argument("--child-dir", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
@@ -193,6 +194,10 @@ def main(argv: list[str] | None = None) -> int:
                 results[name] = {"error": proc.stderr.strip().splitlines()[-1:] or ["failed"]}
                 continue
             d = Path(tmp)
+            if args.keep:
+                import shutil
+
+                shutil.copytree(d, Path(args.keep) / name, dirs_exist_ok=True)
             results[name] = compare((d / "snapshot.pickle").read_bytes(),
                                     json.loads((d / "memory_stats.json").read_text()),
                                     json.loads((d / "meta.json").read_text()), alloc_conf=conf)

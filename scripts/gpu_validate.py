@@ -78,11 +78,17 @@ def main(argv: list[str] | None = None) -> int:
             out["rows"].append(rec)
             print(json.dumps(rec), file=sys.stderr)
             torch.cuda.empty_cache()
-    os.makedirs(os.path.dirname(args.out) or ".", exist_ok=True)
-    with open(args.out, "w") as f:
-        json.dump(out, f, indent=2)
-        f.write("\n")
+            _write(args.out, out)  # after every row: a run stopped at its limit keeps what it measured
+    _write(args.out, out)
     return 0
+
+
+def _write(path: str, doc: dict) -> None:
+    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+    with open(path + ".tmp", "w") as f:
+        json.dump(doc, f, indent=2)
+        f.write("\n")
+    os.replace(path + ".tmp", path)
 
 
 if __name__ == "__main__":

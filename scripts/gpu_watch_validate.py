@@ -141,6 +141,42 @@ def check_calibrate(torch, vramlens) -> dict[str, Any]:
     return out
 
 
+def _median_step_seconds(torch, step, b: int, n: int) -> float:
+    times = []
+    for _ in range(n):
+        torch.cuda.synchronize()
+        t = time.perf_counter()
+        step(b)
+        torch.cuda.synchronize()
+        times.append(time.perf_counter() - t)
+    times.sort()
+    return times[len(times) // 2]
+
+
+def check_overhead(torch, vramlens) -> dict[str, Any]:
+    """The watch's cost per step: median step time with and without it, same model, same batch.
+
+    Three arms, interleaved so clock drift hits each alike: no watch, the watch with its OOM
+    history recording off, and the watch as it comes (history on). The target is 3 % on the
+    default arm; the model is sized so a step takes tens of milliseconds, as real steps do.
+    """
+    model, opt, step = _model(torch, hidden=2048, layers=8)
+    b, n = 16, 15
+    for _ in range(3):
+        step(b)
+    arms: dict[str, list[float]] = {"none": [], "watch_no_history": [], "watch": []}
+    for _ in range(3):
+        arms["none"].append(_median_step_seconds(torch, step, b, n))
+        with vramlens.watch(model, opt, store=False, oom_history=False):
+            arms["watch_no_history"].append(_median_step_seconds(torch, step, b, n))
+        with vramlens.watch(model, opt, store=False):
+            arms["watch"].append(_median_step_seconds(torch, step, b, n))
+    med = {k: sorted(v)[len(v) // 2] for k, v in arms.items()}
+    over = {k: round(med[k] / med["none"] - 1, 5) for k in ("watch_no_history", "watch")}
+    return {"median_step_seconds": med, "overhead": over, "target": 0.03,
+            "ok": over["watch"] <= 0.03}
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", default=str(ROOT / "validation" / "watch-gpu.json"))
@@ -155,7 +191,8 @@ def main(argv: list[str] | None = None) -> int:
     import vramlens
 
     checks: dict[str, dict[str, Any]] = {}
-    for name, fn in (("peaks", check_peaks), ("oom", check_oom), ("calibrate", check_calibrate)):
+    for name, fn in (("peaks", check_peaks), ("oom", check_oom), ("calibrate", check_calibrate),
+                     ("overhead", check_overhead)):
         t = time.perf_counter()
         try:
             checks[name] = fn(torch, vramlens)

@@ -18,3 +18,29 @@ def test_gpu_script_skips_without_cuda(tmp_path):
     assert p.returncode == 0
     assert "skipped: no CUDA device" in p.stderr
     assert not out.exists()
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="a GPU is present: run scripts/gpu_stack_validate.py itself")
+def test_stack_script_skips_without_cuda(tmp_path):
+    out = tmp_path / "stack-gpu.json"
+    p = subprocess.run([sys.executable, str(ROOT / "scripts" / "gpu_stack_validate.py"), "--out", str(out)],
+                       capture_output=True, text=True, cwd=ROOT)
+    assert p.returncode == 0
+    assert "skipped:" in p.stdout and "sees no CUDA device" in p.stdout
+    assert not out.exists()
+
+
+@pytest.mark.slow
+def test_stack_script_fake_backend_compares_trace_and_estimate(tmp_path):
+    """The same cases through the fake trace: each record holds both figures and their error."""
+    import json
+
+    out = tmp_path / "stack-fake.json"
+    p = subprocess.run([sys.executable, str(ROOT / "scripts" / "gpu_stack_validate.py"), "--backend", "fake",
+                        "--only", "bert-base/seq-cls", "--out", str(out)], capture_output=True, text=True, cwd=ROOT)
+    assert p.returncode == 0, p.stderr
+    (case,) = json.loads(out.read_text())["cases"]
+    assert "trace_error" not in case and "estimate_error" not in case
+    assert case["trace_peak_allocated"] > case["params"] * 4  # fp32 weights alone
+    err = case["estimate_peak_allocated"] / case["trace_peak_allocated"] - 1
+    assert case["estimate_vs_measured"] == pytest.approx(err, abs=1e-4)

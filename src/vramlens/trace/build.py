@@ -133,11 +133,17 @@ def with_task_architecture(cfg: dict, task: str | None) -> dict:
     return {**cfg, "architectures": [arch]}
 
 
-def build_hf(cfg: dict, wl: Workload, *, fake_mode=None, layers: int | None = None, meta_only: bool = False) -> Built:
+def _device_ctx(device: str | None):
+    return torch.device(device) if device else _nullctx()
+
+
+def build_hf(cfg: dict, wl: Workload, *, fake_mode=None, layers: int | None = None, meta_only: bool = False,
+             device: str | None = None) -> Built:
     """Build a transformers model from config fields for workload ``wl``.
 
     With ``fake_mode`` the model is built on meta and materialised as fake tensors; with
-    ``meta_only`` it stays on meta (shapes and counts only).
+    ``meta_only`` it stays on meta (shapes and counts only); with ``device`` (a real run on
+    "cuda") its weights are made and initialised there, not on the CPU first.
     """
     if meta_only:
         fake_mode = None
@@ -154,13 +160,13 @@ def build_hf(cfg: dict, wl: Workload, *, fake_mode=None, layers: int | None = No
     if wl.checkpointing == "selective":
         attn = _selective_attention(cls, attn)
     try:
-        with torch.device("meta") if (fake_mode is not None or meta_only) else _nullctx():
+        with torch.device("meta") if (fake_mode is not None or meta_only) else _device_ctx(device):
             model = cls._from_config(config, dtype=dtype, attn_implementation=attn)
     except ValueError as e:
         if "attn_implementation" in str(e) or "does not support" in str(e):
             notes.append(f"{cls.__name__} does not support attention={attn}; traced with eager")
             attn = "eager"
-            with torch.device("meta") if (fake_mode is not None or meta_only) else _nullctx():
+            with torch.device("meta") if (fake_mode is not None or meta_only) else _device_ctx(device):
                 model = cls._from_config(config, dtype=dtype, attn_implementation=attn)
         else:
             raise TraceError(f"transformers cannot build {cls.__name__}: {e}") from None

@@ -28,6 +28,7 @@ class OffloadActivations:
         self.rec = rec
         self.params = {id(p) for p in model.parameters()} | {id(b) for b in model.buffers()}
         self.tracker: dict[int, tuple[torch.Tensor, bool]] = {}
+        self.pinned: set[int] = set()  # ids whose host copy is real pinned memory (a CUDA run)
         self.next_id = 0
         self.fwd_stash: dict[int, torch.Tensor] = {}
         self.bwd_stash: dict[int, torch.Tensor] = {}
@@ -41,7 +42,11 @@ class OffloadActivations:
         if nbytes >= MIN_OFFLOAD_SIZE and id(t) not in self.params and not isinstance(t, nn.Parameter):
             for old in [k for k in self.fwd_stash if k <= tid - MAX_FWD_STASH_SIZE]:
                 del self.fwd_stash[old]
-            host = torch.empty_like(t)
+            if t.is_cuda:  # the real run: pinned host memory, as torchtune
+                host = torch.empty_like(t, device="cpu", pin_memory=True)
+                self.pinned.add(tid)
+            else:  # fake or CPU: a stand-in tagged host, not counted on the GPU
+                host = torch.empty_like(t)
             host.copy_(t)
             self.rec.mark((host,), "host")
             self.tracker[tid] = (host, True)
@@ -60,7 +65,11 @@ class OffloadActivations:
         if node is not self.node:  # a new node: the previous node's tensors go
             self.node = node
             self.bwd_stash.clear()
-        back = t.clone()  # .to("cuda", non_blocking=True)
+        if tid in self.pinned:
+            self.pinned.discard(tid)
+            back = t.to("cuda", non_blocking=True)
+        else:
+            back = t.clone()
         self.bwd_stash[tid] = back
         return back
 

@@ -133,7 +133,8 @@ class Runner:
             built = build_factory(source, input_shape=input_shape, dtype=TORCH_DTYPES[wl.dtype], fake_mode=self.fake_mode)
         else:
             cfg = config_of(source)
-            built = build_hf(cfg, wl, fake_mode=self.fake_mode, layers=layers)
+            built = build_hf(cfg, wl, fake_mode=self.fake_mode, layers=layers,
+                             device="cuda" if self.mode == "cuda" else None)
         if self.mode == "cuda":
             built.model = built.model.to("cuda")
         self.notes.extend(built.notes)
