@@ -11,7 +11,11 @@ from vramlens.allocator.predict import (
     predict_published_case,
 )
 from vramlens.cli.validate import bundled_cases_path
-from vramlens.hardware.runtime import EAGER_CONTEXT_CUDA_11_0_BYTES, LAZY_CONTEXT_CUDA_12_BYTES
+from vramlens.hardware.runtime import (
+    EAGER_CONTEXT_CUDA_11_0_BYTES,
+    LAZY_CONTEXT_CUDA_12_BYTES,
+    LAZY_MODULES_TRAINING_BYTES,
+)
 
 MiB = 1024 * 1024
 CASES = {c["id"]: c for c in json.loads(bundled_cases_path().read_text())}
@@ -22,8 +26,8 @@ def test_prediction_adds_reserved_and_context():
                              training=True)
     # persistent: 10 segments of 64 MiB; short-lived 9600 MiB x 1.08 + 22 MiB = 10390 MiB (even)
     assert p.peak_reserved_bytes == 640 * MiB + 10390 * MiB
-    assert p.outside_allocator_bytes == LAZY_CONTEXT_CUDA_12_BYTES
-    assert p.device_total_bytes == p.peak_reserved_bytes + LAZY_CONTEXT_CUDA_12_BYTES
+    assert p.outside_allocator_bytes == LAZY_CONTEXT_CUDA_12_BYTES + LAZY_MODULES_TRAINING_BYTES
+    assert p.device_total_bytes == p.peak_reserved_bytes + p.outside_allocator_bytes
     assert "nvidia-smi" in p.explain
     expandable = predict_device_total("A100-80GB", peak_allocated_bytes=10 * 1024 * MiB, persistent=[64 * MiB] * 10,
                                       training=True, conf="expandable_segments:True")

@@ -280,3 +280,14 @@ def test_readme_inline_command_runs(command, capsys):
         assert out.strip()
     else:
         assert len(err.strip().splitlines()) == 1 and err.startswith("error: ")
+
+
+def test_real_gpu_table_is_todays_estimate_of_the_measured_cases():
+    spec = importlib.util.spec_from_file_location("gpu_report", ROOT / "scripts" / "gpu_report.py")
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    data = script.rows()
+    assert len(data) >= 19 and all(r["measured"] > 2**30 for r in data)  # real sizes: gigabytes each
+    block = script._BLOCK.search(README)
+    assert block, "README.md lost its real-GPU table"
+    assert block.group(0) == script.gpu_table(data), "run python scripts/gpu_report.py and commit README.md"

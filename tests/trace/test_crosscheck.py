@@ -19,7 +19,13 @@ def _key(r):
 
 #: Disagreements still open, each with what causes it. The test below fails on any other
 #: disagreement, and on a listed one that no longer disagrees (so the list only shrinks).
-KNOWN_GAPS: dict[tuple, tuple[str, ...]] = {}
+KNOWN_GAPS: dict[tuple, tuple[str, ...]] = {
+    # GPT-NeoX with LoRA on its fused query_key_value: the estimate keeps 13-24% more activations
+    # than the trace (peft adds B's fp32 output to the bf16 base output and casts the sum back, and
+    # the estimate's LoRA terms assume separate q/k/v projections); not explained yet
+    ("pythia-160m", "train", "lora", "sdpa", "none", None): ("activations",),
+    ("pythia-160m", "train", "lora", "eager", "none", "bf16"): ("peak", "activations"),
+}
 
 
 def disagreements(rows) -> dict[tuple, set[str]]:
@@ -45,7 +51,7 @@ def rows():
 def test_matrix_covers_the_families():
     assert len(ARCHITECTURES) >= 8
     kinds = {tiny_config(n).get("model_type") for n in ARCHITECTURES}
-    assert {"llama", "qwen2", "mixtral", "gpt2", "gpt_bigcode", "bert", "t5"} <= kinds
+    assert {"llama", "qwen2", "mixtral", "gpt2", "gpt_bigcode", "bert", "t5", "gpt_neox"} <= kinds
     axes = {(r["mode"], r["method"], r["attention"], r["checkpointing"], r.get("amp")) for r in ROWS}
     assert {a[0] for a in axes} == {"inference", "train"} and {a[1] for a in axes} == {"full", "lora"}
     assert {a[2] for a in axes} == {"eager", "sdpa"} and {a[3] for a in axes} == {"none", "full", "selective"}

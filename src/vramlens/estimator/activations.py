@@ -234,6 +234,22 @@ def _lora_saved(spec: ModelSpec, w: Workload, D: Dims, t: int, c: int) -> int:
     return total
 
 
+def sdpa_core(spec: ModelSpec, w: Workload, *, cross: bool) -> str:
+    """The attention that runs: ``w.attention``, except that SDPA given a mask which requires
+    grad runs the math kernel, which keeps what eager attention keeps.
+
+    The fused kernels refuse such a mask (sdp_utils_cpp.h ``check_attn_mask_shape``). T5's
+    relative position bias is that mask: in self-attention when the bias embedding trains (full
+    fine-tuning; under LoRA it is frozen); in cross-attention the zero bias T5Attention makes
+    requires grad only under gradient checkpointing. Seen on an H200 (torch 2.11):
+    validation/events/cuda-h200-t5.json.gz.
+    """
+    if w.attention != "sdpa" or spec.position != "relative" or not w.training:
+        return w.attention
+    grad_mask = w.checkpointing == "full" if cross else w.method == "full"
+    return "eager" if grad_mask else w.attention
+
+
 def layer_activations(spec: ModelSpec, w: Workload, b: int, s: int, *, cross_s: int = 0, tp: int = 1) -> LayerActivations:
     """Saved-for-backward bytes of one transformer block for a micro-batch of b sequences of s tokens."""
     D = _dims(spec, tp)
@@ -261,7 +277,7 @@ def layer_activations(spec: ModelSpec, w: Workload, b: int, s: int, *, cross_s: 
     # --- q, k, v (rotary makes new tensors; learned positions keep the projections' outputs) --------
     q = _r(c * D.a * D.d * t)
     kv = _r(c * D.kv * D.d * t)
-    attention = w.attention
+    attention = sdpa_core(spec, w, cross=False)
     S = s
     if attention == "eager" or (attention == "sdpa" and spec.kind != "decoder"):
         # eager (and SDPA with an explicit mask) expands GQA keys/values to every head (repeat_kv)
@@ -269,6 +285,8 @@ def layer_activations(spec: ModelSpec, w: Workload, b: int, s: int, *, cross_s: 
     else:
         kv_saved = kv
     total += q + 2 * kv_saved
+    if spec.fused_qkv_kept and spec.position == "rotary":
+        total += q + kv  # the fused projection output: v's view keeps its q and k parts alive too
     if attention == "eager" and w.checkpointing != "selective":
         probs = b * D.a * s * S
         q_bytes = _softmax_saved(spec, probs, c, autocast, p_attn)
@@ -284,16 +302,23 @@ def layer_activations(spec: ModelSpec, w: Workload, b: int, s: int, *, cross_s: 
             bias = _r(c * D.a * s * S)
             total += bias
             quad += bias
-    if attn_out_saves:
-        total += _r(c * D.a * D.d * t)  # attn_output.transpose(1, 2).contiguous(): input of o_proj
+    if attn_out_saves and attention == "eager":
+        # attn_output.transpose(1, 2).contiguous(): a copy (b, s, a*d) that o_proj keeps. The fused
+        # kernels (flash, memory-efficient) write their output as (b, s, a, d) and return it
+        # transposed, so the transpose back is already contiguous: o_proj keeps the kernel's own
+        # saved output, no copy (seen in the H200's events, validation/events/cuda-h200-bf16)
+        total += _r(c * D.a * D.d * t)
     if p_hid > 0:
         total += _r(D.h * t) // sp  # residual dropout mask after o_proj
 
     # --- cross-attention (encoder-decoder decoder blocks) ---------------------------------------------
     if cross_s:
         total += _norm_saved(norm_kind(spec), D.h, t, r, c, 1 if qkv_consumers else 0, casts, full) // sp
-        total += q + 2 * _r(c * D.a * D.d * b * cross_s) + _r(c * D.a * D.d * t)
-        if attention == "eager":
+        cross_core = sdpa_core(spec, w, cross=True)
+        total += q + 2 * _r(c * D.a * D.d * b * cross_s)
+        if cross_core == "eager":
+            total += _r(c * D.a * D.d * t)  # the output's contiguous copy (see above)
+        if cross_core == "eager":
             probs = b * D.a * s * cross_s
             cq = _softmax_saved(spec, probs, c, autocast, p_attn)
             quad += cq

@@ -64,6 +64,17 @@ EAGER_CONTEXT_CUDA_11_0_BYTES = (1105 + 1486 + 1685) * MiB // 3
 #: (issue 49877, RTX 2080 Ti, torch 1.6+cu101: 1035 MiB minus 158 MiB of tensor).
 EAGER_CONTEXT_CUDA_10_BYTES = (721 + 877) * MiB // 2
 
+#: Lazy loading loads a kernel image into the context the first time one of its kernels runs, so
+#: a real workload's context outgrows the figures above, which were read after one tiny op.
+#: Measured by scripts/gpu_allocator_validate.py (validation/allocator-gpu.json: device used
+#: minus the allocator's reservation) on an H200, torch 2.11+cu130, driver 580, for a
+#: 1024-wide transformer: 697 MiB outside the allocator after bf16 forwards, 751-767 MiB (mean
+#: 759) after training steps. Less the 400 MiB context above, the kernels of a transformer's
+#: forward take 297 MiB and those of its forward, backward and optimizer 359 MiB. One machine's
+#: reading (other GPUs load their own architecture's images); pass context_bytes to override.
+LAZY_MODULES_INFERENCE_BYTES = 697 * MiB - LAZY_CONTEXT_CUDA_12_BYTES
+LAZY_MODULES_TRAINING_BYTES = 759 * MiB - LAZY_CONTEXT_CUDA_12_BYTES
+
 #: What vramlens assumes when no CUDA version is given: a current PyTorch wheel.
 DEFAULT_CUDA_VERSION = "12.4"
 
@@ -242,6 +253,11 @@ def runtime_overhead(
         raise InputError(f"tp={tp} must divide n_gpus={n_gpus}")
     if context_bytes is None:
         ctx, ctx_why = context_bytes_for(cuda_version, lazy_loading=lazy_loading)
+        if lazy_loading and _version(cuda_version) >= (11, 7):
+            modules = LAZY_MODULES_TRAINING_BYTES if training else LAZY_MODULES_INFERENCE_BYTES
+            ctx += modules
+            ctx_why += (f", plus {human_bytes(modules)} of kernel images a transformer's "
+                        f"{'training step' if training else 'forward'} loads (measured on an H200)")
     else:
         ctx, ctx_why = int(context_bytes), "given"
     handles = 2 if training else 1

@@ -131,6 +131,10 @@ class ModelSpec:
     mlm_transform: bool = False
     classifier: Literal["pooler", "dense", "score"] = "score"
     outside_loss: tuple[str, ...] = ()
+    #: the attention's fused q/k/v projection output stays alive until backward although rotary
+    #: makes new q and k: v is a view of it (GPT-NeoX ``query_key_value``), so a block keeps the
+    #: fused output and the rotated q and k
+    fused_qkv_kept: bool = False
 
     # ---- counts -------------------------------------------------------------------------
     @property

@@ -41,6 +41,7 @@ ARCHITECTURES: dict[str, tuple[str, int, tuple[str, ...]]] = {
     "starcoderbase-1b": ("decoder, MQA (gpt_bigcode)", 1, ("c_attn",)),
     "bert-base-uncased": ("encoder-only, MHA", 4, ("query", "value")),
     "t5-small": ("encoder-decoder, relative position bias", 4, ("q", "v")),
+    "pythia-160m": ("decoder, fused QKV kept alive by v, partial rotary (gpt_neox)", 4, ("query_key_value",)),
 }
 
 #: Models that only the task rows use: catalog name -> (what it stands for, KV heads, LoRA targets).

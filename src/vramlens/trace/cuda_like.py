@@ -12,7 +12,8 @@ process), so traces run on the fake CPU device and these differences are closed 
   sm80+, default priority flash > memory-efficient > math):
   flash for fp16/bf16 without a mask (head_dim <= 256, a multiple of 8; GQA allowed);
   memory-efficient for fp16/bf16/fp32 with or without an additive mask, dropout allowed
-  (no GQA: keys/values are expanded first); the math kernel otherwise. The CUDA kernels'
+  (no GQA: keys/values are expanded first); the math kernel otherwise, and always when the
+  mask requires grad (T5's learned position bias in full fine-tuning). The CUDA kernels'
   meta functions give the shapes of what they save (output plus fp32 logsumexp), so the
   saved bytes are CUDA's. On CPU, torch would use its own flash kernel or, with dropout in
   training, the math kernel, which materialises the b x a x s x s scores.
@@ -64,6 +65,13 @@ def _dispatch(orig, q, k, v, mask, dropout_p, is_causal, scale, enable_gqa):
     if q.dim() != 4 or k.shape[-1] != d or v.shape[-1] != d:
         return orig(q, k, v, attn_mask=mask, dropout_p=dropout_p, is_causal=is_causal, scale=scale, enable_gqa=enable_gqa)
     gqa = k.shape[-3] != q.shape[-3]
+    if mask is not None and mask.requires_grad:
+        # sdp_utils_cpp.h check_attn_mask_shape: a mask that requires grad (T5's learned relative
+        # position bias in full fine-tuning) is refused by the fused kernels: the math kernel runs
+        # and keeps the b x a x s x S probabilities (seen on an H200: validation/events/cuda-h200-t5)
+        if gqa:
+            k, v = _expand_kv(k, q.shape[-3]), _expand_kv(v, q.shape[-3])
+        return _math_attention(q, k, v, mask, dropout_p, is_causal, scale)
     if dtype in _HALF and mask is None and d <= 256 and d % 8 == 0:
         out = torch.ops.aten._scaled_dot_product_flash_attention(q, k, v, dropout_p, is_causal, False, scale=scale)
         return out[0]
@@ -86,9 +94,32 @@ def _dispatch(orig, q, k, v, mask, dropout_p, is_causal, scale, enable_gqa):
         return out[0]
     if gqa:
         k, v = _expand_kv(k, q.shape[-3]), _expand_kv(v, q.shape[-3])
-    return torch.ops.aten._scaled_dot_product_attention_math(
-        q, k, v, mask, dropout_p, is_causal, None, scale=scale
-    )[0]
+    return _math_attention(q, k, v, mask, dropout_p, is_causal, scale)
+
+
+def _math_attention(q, k, v, mask, dropout_p, is_causal, scale):
+    """aten/src/ATen/native/transformers/attention.cpp ``_scaled_dot_product_attention_math``, as
+    it runs on CUDA: q and k each scaled by sqrt(scale), the scores, the mask added, ``_safe_softmax``,
+    then dropout through CUDA's ``native_dropout`` (a bool mask; the CPU build's own dropout
+    would keep a noise tensor in the scores' dtype instead)."""
+    import math
+
+    factor = math.sqrt(scale if scale is not None else 1.0 / math.sqrt(q.shape[-1]))
+    q = q * factor
+    scores = torch.matmul(q, (k * factor).transpose(-2, -1))
+    if is_causal:
+        L, S = q.shape[-2], k.shape[-2]
+        causal = torch.ones(L, S, dtype=torch.bool, device=q.device).tril()
+        scores = scores.masked_fill(causal.logical_not(), float("-inf"))
+    if mask is not None:
+        if mask.dtype == torch.bool:
+            scores = scores.masked_fill(mask.logical_not(), float("-inf"))
+        else:
+            scores = scores + mask
+    probs = torch.ops.aten._safe_softmax(scores, -1)
+    if dropout_p > 0.0:
+        probs = torch.native_dropout(probs, dropout_p, True)[0]
+    return torch.matmul(probs, v)
 
 
 def cuda_dropout(orig):

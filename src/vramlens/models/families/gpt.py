@@ -256,7 +256,7 @@ def build_gpt_neox(r: ConfigReader, architecture: str) -> Built:
     return Built(_facts(
         r, hidden_size=h, n_heads=a, n_kv_heads=a, head_dim=d, ffn_size=f, vocab_size=V,
         n_decoder_layers=L, max_position=max_pos, activation=act, position="rotary",
-        tied_embeddings=tied,
+        tied_embeddings=tied, fused_qkv_kept=True,
     ), t.items)
 
 
