@@ -22,7 +22,7 @@ from typing import Any
 try:
     from lightning.pytorch.callbacks import Callback
 except ImportError:  # the older package name
-    from pytorch_lightning.callbacks import Callback  # type: ignore[no-redef]
+    from pytorch_lightning.callbacks import Callback  # type: ignore[no-redef,assignment,import-not-found,unused-ignore]
 
 from vramlens.monitor import watch
 from vramlens.units import GiB, MiB
