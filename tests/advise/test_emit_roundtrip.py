@@ -34,12 +34,16 @@ MUST = {
     "accelerate": {"gpus", "amp"},
     "device-map": {"dtype", "quant", "attention", "gpus", "pp"},
     "alloc-conf": set(),
+    "torchtune": {"batch", "grad_accum", "dtype", "amp", "checkpointing", "activation_offload", "optimizer_in_backward",
+                  "optimizer", "seq", "loss_chunks", "gpus", "fsdp", "offload", "method"},
 }
 #: A value other than any a plan uses, per field: the base the read-back config must overwrite.
 OTHER = {"batch": 999, "grad_accum": 77, "optimizer": "adafactor", "checkpointing": "selective", "amp": "fp16",
          "dtype": "fp16", "lora_rank": 3, "lora_targets": ("o_proj",), "lora_dropout": 0.5, "quant": "gptq-4bit",
          "gpus": 96, "zero": 1, "offload": "none", "fsdp": False, "fsdp_strategy": "hybrid", "attention": "eager",
-         "pp": 3, "tp": 1, "mode": "train", "kv_dtype": "int8"}
+         "pp": 3, "tp": 1, "mode": "train", "kv_dtype": "int8", "activation_offload": True,
+         "optimizer_in_backward": True, "seq": 333, "loss_chunks": 5, "loss": "fused-linear", "loss_parallel": True,
+         "method": "qlora"}
 
 
 def _plan(model, gpu: str, **kw):
@@ -175,9 +179,54 @@ def _as_loaded(kind: str, cfg, plan, tmp_path):
         return _via_accelerate(cfg, tmp_path)
     if kind == "device-map":
         return _via_device_map(cfg)
+    if kind == "torchtune":
+        return _via_torchtune_overrides(cfg)
     c = alloc_conf_of(cfg)
     assert c.expandable_segments and c.garbage_collection_threshold == 0.0
     return cfg
+
+
+#: The keys torchtune's recipes read (recipes/full_finetune_*.py, lora_finetune_*.py) and its LoRA
+#: builders' arguments (torchtune/models/*/_component_builders.py lora_*): torchtune is not installed here.
+TORCHTUNE_KEYS = {"recipe", "launch", "batch_size", "gradient_accumulation_steps", "dtype",
+                  "enable_activation_checkpointing", "enable_activation_offloading", "optimizer_in_bwd", "compile",
+                  "tokenizer", "optimizer", "loss", "fsdp_cpu_offload", "fsdp_reshard_after_forward", "model"}
+TORCHTUNE_LORA = {"lora_rank", "lora_alpha", "lora_attn_modules", "apply_lora_to_mlp", "apply_lora_to_output",
+                  "lora_dropout", "quantize_base"}
+
+
+def _via_torchtune_overrides(cfg: dict) -> dict:
+    """The command line's dot-list overrides parsed back (OmegaConf's syntax, by hand), keys checked."""
+    import ast
+
+    from vramlens.advise.emit import torchtune_command
+
+    words = torchtune_command(cfg).split()
+    assert words[:2] == ["tune", "run"]
+    out: dict = {"recipe": cfg["recipe"]}
+    if words[2] == "--nproc_per_node":
+        out["launch"] = {"nproc_per_node": int(words[3])}
+    for word in words:
+        if "=" not in word:
+            continue
+        key, value = word.split("=", 1)
+        if value.startswith("["):
+            v: object = [x for x in value[1:-1].split(",") if x]
+        elif value in ("True", "False"):
+            v = value == "True"
+        else:
+            try:
+                v = ast.literal_eval(value)
+            except (ValueError, SyntaxError):
+                v = value
+        node = out
+        *parents, leaf = key.split(".")
+        for p in parents:
+            node = node.setdefault(p, {})
+        node[leaf] = v
+    assert set(out) <= TORCHTUNE_KEYS, set(out) - TORCHTUNE_KEYS
+    assert set(out.get("model", {})) <= TORCHTUNE_LORA
+    return out
 
 
 # ---- the round trip ------------------------------------------------------------------------------------
@@ -244,6 +293,13 @@ TRAIN = dict(mode="train", batch=2, seq=256)
     ("device-map", dict(mode="inference", quant="nf4-dq", dtype="fp16")),
     ("device-map", dict(mode="inference", quant="fp8")),
     ("alloc-conf", dict(TRAIN)),
+    ("torchtune", dict(TRAIN, dtype="bf16", checkpointing="full", activation_offload=True, loss_chunks=8)),
+    ("torchtune", dict(TRAIN, dtype="bf16", optimizer_in_backward=True, optimizer="adamw")),
+    ("torchtune", dict(TRAIN, dtype="bf16", method="lora", lora_rank=8,
+                       lora_targets=("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"))),
+    ("torchtune", dict(TRAIN, dtype="bf16", method="qlora", optimizer="paged-adamw-8bit")),
+    ("torchtune", dict(TRAIN, dtype="bf16", gpus=4, fsdp=True, offload="all", grad_accum=2)),
+    ("torchtune", dict(TRAIN, dtype="fp32", gpus=2, fsdp=True, fsdp_strategy="shard-grad-op", optimizer="sgd-momentum")),
 ])
 def test_each_target_reproduces_its_plan(kind, w, tmp_path):
     check_round_trip(_plan(tiny(), "H100-SXM-80GB", **w), kind, tmp_path)
@@ -281,6 +337,13 @@ def test_each_target_reproduces_its_plan(kind, w, tmp_path):
      "--activation-offload"),
     ("fsdp", dict(TRAIN, gpus=2, fsdp=True, loss_chunks=8), "--loss-chunks 8"),
     ("accelerate", dict(TRAIN, gpus=2, optimizer_in_backward=True), "--optimizer-in-backward"),
+    ("torchtune", dict(TRAIN, dtype="fp32", amp="bf16"), "no autocast"),
+    ("torchtune", dict(TRAIN, dtype="bf16", attention="eager"), "eager attention"),
+    ("torchtune", dict(TRAIN, dtype="bf16", gpus=2), "without sharding"),
+    ("torchtune", dict(TRAIN, dtype="bf16", gpus=2, zero=2), "ZeRO stage 2"),
+    ("torchtune", dict(TRAIN, dtype="bf16", method="lora", lora_targets=("q_proj", "up_proj")), "apply_lora_to_mlp"),
+    ("torchtune", dict(TRAIN, dtype="bf16", loss="fused-linear"), "fused linear"),
+    ("torchtune", dict(mode="inference"), "inference"),
 ])
 def test_targets_refuse_what_they_cannot_express(kind, w, names):
     plan = _plan(tiny(), "H100-SXM-80GB", **w)

@@ -18,7 +18,7 @@ from vramlens.advise.plan import Plan
 from vramlens.errors import InputError
 from vramlens.workload import Workload
 
-KINDS = ("trainer", "peft", "bnb", "deepspeed", "accelerate", "fsdp", "device-map", "alloc-conf")
+KINDS = ("trainer", "peft", "bnb", "deepspeed", "accelerate", "fsdp", "device-map", "alloc-conf", "torchtune")
 
 #: vramlens optimizer -> TrainingArguments ``optim`` (transformers ``OptimizerNames``).
 TRAINER_OPTIM = {
@@ -460,6 +460,134 @@ def alloc_conf(plan: Plan) -> str:
     return "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True"
 
 
+#: vramlens optimizer -> torchtune's ``optimizer._component_`` and its arguments (the recipes'
+#: configs use torch.optim.AdamW with fused=True; bitsandbytes' optimizers for the 8-bit/paged ones).
+TORCHTUNE_OPTIM: dict[str, tuple[str, dict[str, Any]]] = {
+    "adamw": ("torch.optim.AdamW", {"fused": True, "weight_decay": ADAMW_WEIGHT_DECAY}),
+    "adam": ("torch.optim.Adam", {"fused": True}),
+    "sgd": ("torch.optim.SGD", {}),
+    "sgd-momentum": ("torch.optim.SGD", {"momentum": 0.9}),
+    "adamw-8bit": ("bitsandbytes.optim.AdamW8bit", {}),
+    "paged-adamw": ("bitsandbytes.optim.PagedAdamW", {}),
+    "paged-adamw-8bit": ("bitsandbytes.optim.PagedAdamW8bit", {}),
+}
+#: Hugging Face attention projections -> torchtune's ``lora_attn_modules`` names.
+TORCHTUNE_ATTN = {"q_proj": "q_proj", "k_proj": "k_proj", "v_proj": "v_proj", "o_proj": "output_proj"}
+TORCHTUNE_MLP = ("gate_proj", "up_proj", "down_proj")
+TORCHTUNE_CHUNKED_LOSS = "torchtune.modules.loss.CEWithChunkedOutputLoss"
+
+
+def torchtune(plan: Plan) -> dict[str, Any]:
+    """torchtune recipe config overrides: ``tune run RECIPE --config CONFIG key=value ...`` (or a YAML).
+
+    The keys are the recipes' own (recipes/full_finetune_*.py, lora_finetune_*.py): batch_size,
+    gradient_accumulation_steps, dtype, enable_activation_checkpointing,
+    enable_activation_offloading, optimizer_in_bwd, the loss and optimizer components,
+    ``tokenizer.max_seq_len``, and for LoRA ``model.lora_rank``/``lora_alpha``/``lora_attn_modules``/
+    ``apply_lora_to_mlp``/``apply_lora_to_output`` (``model.quantize_base`` for QLoRA: torchao NF4).
+    More than one GPU runs the distributed recipe (FSDP2, ``fsdp_cpu_offload`` for full offload);
+    ``launch.nproc_per_node`` is torchrun's. CONFIG is the recipe config of your model.
+
+    Raises:
+        InputError: what torchtune's recipes do not run: autocast (they train in one dtype, bf16 or
+            fp32), fp16, eager attention (they use SDPA), selective checkpointing, ZeRO, tensor or
+            pipeline parallelism, optimizer-only offload, a fused linear loss, loss parallelism,
+            LoRA on part of the MLP, an optimizer they do not ship.
+    """
+    w = _training(plan, "torchtune")
+    refuse = []
+    if w.amp is not None:
+        refuse.append(f"trains with --amp {w.amp} (torchtune's recipes train in one dtype, no autocast or master "
+                      "copy: --dtype bf16 or fp32)")
+    if w.dtype == "fp16":
+        refuse.append("keeps fp16 weights (torchtune supports bf16 and fp32)")
+    if w.attention == "eager":
+        refuse.append("uses eager attention (torchtune's attention is SDPA)")
+    if w.checkpointing not in ("none", "full"):
+        refuse.append(f"uses --checkpointing {w.checkpointing} (the recipes checkpoint whole layers)")
+    if w.zero:
+        refuse.append(f"uses ZeRO stage {w.zero} (torchtune shards with FSDP2: --fsdp)")
+    if w.tp > 1 or w.pp > 1:
+        refuse.append(f"splits the model with --tp {w.tp} --pp {w.pp}")
+    if w.gpus > 1 and not w.fsdp:
+        refuse.append(f"replicates the model on {w.gpus} GPUs without sharding (the distributed recipes use FSDP2)")
+    if w.fsdp and w.fsdp_strategy == "hybrid":
+        refuse.append("uses --fsdp-strategy hybrid")
+    if w.offload == "optimizer":
+        refuse.append("offloads only the optimizer states (fsdp_cpu_offload moves parameters and gradients too)")
+    if w.offload == "all" and not w.fsdp:
+        refuse.append("offloads without FSDP")
+    if w.loss == "fused-linear":
+        refuse.append("uses a fused linear cross-entropy (--loss fused-linear)")
+    if w.loss_parallel:
+        refuse.append("shards the loss (--loss-parallel, torchtitan's)")
+    if w.optimizer not in TORCHTUNE_OPTIM:
+        refuse.append(f"uses --optimizer {w.optimizer}")
+    targets = set(w.lora_targets)
+    if w.method != "full":
+        if "all-linear" in targets:
+            targets = set(TORCHTUNE_ATTN) | set(TORCHTUNE_MLP)
+        mlp = targets & set(TORCHTUNE_MLP)
+        if mlp and mlp != set(TORCHTUNE_MLP):
+            refuse.append(f"adapts only {', '.join(sorted(mlp))} of the MLP (apply_lora_to_mlp adapts all three)")
+        other = targets - set(TORCHTUNE_ATTN) - set(TORCHTUNE_MLP) - {"lm_head"}
+        if other:
+            refuse.append(f"adapts {', '.join(sorted(other))}, which torchtune's LoRA builders do not name")
+    if refuse:
+        raise InputError("--emit torchtune: the plan " + "; and ".join(refuse))
+    distributed = w.gpus > 1
+    recipe = ("full_finetune" if w.method == "full" else "lora_finetune") + ("_distributed" if distributed else "_single_device")
+    component, args = TORCHTUNE_OPTIM[w.optimizer]
+    out: dict[str, Any] = {
+        "recipe": recipe,
+        "batch_size": w.batch,
+        "gradient_accumulation_steps": w.grad_accum,
+        "dtype": w.dtype,
+        "enable_activation_checkpointing": w.checkpointing == "full",
+        "enable_activation_offloading": w.activation_offload,
+        "optimizer_in_bwd": w.optimizer_in_backward,
+        "compile": False,
+        "tokenizer": {"max_seq_len": w.seq},
+        "optimizer": {"_component_": component, **args},
+        "loss": ({"_component_": TORCHTUNE_CHUNKED_LOSS, "num_output_chunks": w.loss_chunks} if w.loss_chunks > 1
+                 else {"_component_": "torch.nn.CrossEntropyLoss"}),
+    }
+    if distributed:
+        out["launch"] = {"nproc_per_node": w.gpus}
+        out["fsdp_cpu_offload"] = w.offload == "all"
+        out["fsdp_reshard_after_forward"] = w.fsdp_strategy == "full"
+    if w.method != "full":
+        out["model"] = {
+            "lora_rank": w.lora_rank, "lora_alpha": 2 * w.lora_rank,
+            "lora_attn_modules": [TORCHTUNE_ATTN[t] for t in TORCHTUNE_ATTN if t in targets],
+            "apply_lora_to_mlp": bool(targets & set(TORCHTUNE_MLP)),
+            "apply_lora_to_output": "lm_head" in targets,
+            "lora_dropout": w.lora_dropout,
+            "quantize_base": w.method == "qlora",
+        }
+    return out
+
+
+def torchtune_command(cfg: dict[str, Any]) -> str:
+    """The ``tune run`` line with the config as OmegaConf dot-list overrides (torchtune's CLI syntax)."""
+    n = cfg.get("launch", {}).get("nproc_per_node")
+    parts = ["tune", "run"] + (["--nproc_per_node", str(n)] if n else []) + [cfg["recipe"], "--config", "CONFIG"]
+
+    def flat(prefix: str, v: Any) -> None:
+        if isinstance(v, dict):
+            for k, x in v.items():
+                flat(f"{prefix}.{k}" if prefix else k, x)
+        elif isinstance(v, bool):
+            parts.append(f"{prefix}={v}")
+        elif isinstance(v, list):
+            parts.append(f"{prefix}=[{','.join(map(str, v))}]")
+        else:
+            parts.append(f"{prefix}={v}")
+
+    flat("", {k: v for k, v in cfg.items() if k not in ("recipe", "launch")})
+    return " ".join(parts)
+
+
 def emit(plan: Plan, kind: str, **kw: Any) -> Any:
     """The config of ``plan`` for ``kind`` (one of KINDS), as data.
 
@@ -467,7 +595,7 @@ def emit(plan: Plan, kind: str, **kw: Any) -> Any:
         InputError: an unknown kind, or a kind that does not apply to the plan (e.g. peft for full fine-tuning).
     """
     writers = {"trainer": trainer, "peft": peft, "bnb": bnb, "deepspeed": deepspeed, "accelerate": accelerate,
-               "fsdp": fsdp, "device-map": device_map, "alloc-conf": alloc_conf}
+               "fsdp": fsdp, "device-map": device_map, "alloc-conf": alloc_conf, "torchtune": torchtune}
     if kind not in writers:
         raise InputError(f"--emit {kind!r} is not one of: {', '.join(KINDS)}")
     return writers[kind](plan, **kw)
@@ -479,6 +607,8 @@ def render(cfg: Any, kind: str) -> str:
         return cfg
     if kind == "accelerate":
         return _yaml(cfg)
+    if kind == "torchtune":
+        return torchtune_command(cfg)
     return json.dumps(cfg, indent=2)
 
 

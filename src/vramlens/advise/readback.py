@@ -11,7 +11,8 @@ DeepSpeed file); peft: the base method (lora or qlora: bnb says so); bnb: everyt
 quantization; deepspeed: checkpointing, the optimizer without offload (the Trainer's ``optim``),
 tensor/pipeline layout (GPUs = dp x the base's tp x pp); fsdp: batch and optimizer (trainer);
 accelerate: batch, optimizer, checkpointing outside FSDP; device-map: shapes and KV cache;
-alloc-conf: no workload field (it sets the allocator: see :func:`alloc_conf_of`).
+alloc-conf: no workload field (it sets the allocator: see :func:`alloc_conf_of`); torchtune:
+the attention (its own SDPA: the plan's sdpa or flash).
 """
 
 from __future__ import annotations
@@ -22,7 +23,17 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from vramlens.allocator.config import AllocatorConfig
 
-from vramlens.advise.emit import ATTN_IMPLEMENTATION, DS_OPTIM, KINDS, TORCH_DTYPE, TRAINER_OPTIM
+from vramlens.advise.emit import (
+    ATTN_IMPLEMENTATION,
+    DS_OPTIM,
+    KINDS,
+    TORCH_DTYPE,
+    TORCHTUNE_ATTN,
+    TORCHTUNE_CHUNKED_LOSS,
+    TORCHTUNE_MLP,
+    TORCHTUNE_OPTIM,
+    TRAINER_OPTIM,
+)
 from vramlens.errors import InputError
 from vramlens.workload import Workload
 
@@ -141,6 +152,42 @@ def _device_map(c: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
+def _torchtune(c: Mapping[str, Any]) -> dict[str, Any]:
+    recipe = c["recipe"]
+    distributed = recipe.endswith("_distributed")
+    given = {k: v for k, v in c["optimizer"].items() if k not in ("_component_", "fused")}
+    opt = next(k for k, (comp, args) in TORCHTUNE_OPTIM.items()
+               if comp == c["optimizer"]["_component_"] and {a: v for a, v in args.items() if a != "fused"} == given)
+    loss = c["loss"]
+    out: dict[str, Any] = {
+        "mode": "train", "batch": c["batch_size"], "grad_accum": c["gradient_accumulation_steps"],
+        "dtype": c["dtype"], "amp": None,
+        "checkpointing": "full" if c["enable_activation_checkpointing"] else "none",
+        "activation_offload": bool(c["enable_activation_offloading"]),
+        "optimizer_in_backward": bool(c["optimizer_in_bwd"]), "optimizer": opt,
+        "seq": c["tokenizer"]["max_seq_len"], "loss": "cross-entropy", "loss_parallel": False,
+        "loss_chunks": loss["num_output_chunks"] if loss["_component_"] == TORCHTUNE_CHUNKED_LOSS else 1,
+        "zero": 0, "tp": 1, "pp": 1,
+        "gpus": c["launch"]["nproc_per_node"] if distributed else 1, "fsdp": distributed,
+        "offload": "all" if c.get("fsdp_cpu_offload") else "none",
+    }
+    if distributed:
+        out["fsdp_strategy"] = "full" if c.get("fsdp_reshard_after_forward", True) else "shard-grad-op"
+    if recipe.startswith("lora_"):
+        m = c["model"]
+        attn = {v: k for k, v in TORCHTUNE_ATTN.items()}
+        targets = [attn[x] for x in m["lora_attn_modules"]]
+        if m["apply_lora_to_mlp"]:
+            targets += list(TORCHTUNE_MLP)
+        if m["apply_lora_to_output"]:
+            targets.append("lm_head")
+        out.update(method="qlora" if m.get("quantize_base") else "lora", lora_rank=m["lora_rank"],
+                   lora_targets=tuple(targets), lora_dropout=m.get("lora_dropout", 0.0))
+    else:
+        out["method"] = "full"
+    return out
+
+
 def read_emitted(kind: str, config: Any, base: Workload | None = None) -> dict[str, Any]:
     """The Workload fields an emitted ``config`` of ``kind`` sets, by name.
 
@@ -171,6 +218,8 @@ def read_emitted(kind: str, config: Any, base: Workload | None = None) -> dict[s
     if kind == "alloc-conf":
         alloc_conf_of(config)
         return {}
+    if kind == "torchtune":
+        return _torchtune(config)
     raise InputError(f"{kind!r} is not one of: {', '.join(KINDS)}")
 
 
