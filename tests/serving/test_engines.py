@@ -14,49 +14,98 @@ CONTEXT = 419_430_400          # CUDA 12 lazy-loading context, 400 MiB (hardware
 LLAMA2_7B_FP16 = 13_476_832_256  # 6,738,415,616 params x 2 B, each tensor rounded up to 512 B (+1,024 B)
 
 
-def test_vllm_llama2_7b_a100():
-    # vLLM 0.6-style: available = 0.9 x total - weights - activation peak - non-torch
-    #   0.9 x 85,899,345,920 = 77,309,411,328
-    #   activation at T = max_num_batched_tokens = max(4096, 2048) = 4096, b = 2 B:
-    #     T b (2h + max(3f, (a + 2kv) d)) = 4096 x 2 x (8,192 + max(33,024, 12,288)) = 337,641,472
-    #     + sampler 2 x 256 seqs x 32,000 x 4 B = 65,536,000            -> 403,177,472
-    #   available = 77,309,411,328 - 13,476,832,256 - 403,177,472 - 419,430,400 = 63,009,971,200
-    # page = 2 x 16 x 32 kv heads x 128 x 2 B = 262,144 per layer; blocks = 63,009,971,200 // 262,144 // 32 = 7,511
-    cap = capacity("llama-2-7b", "vllm", gpu="A100-80GB", context=4096)
-    assert cap.weights_bytes == LLAMA2_7B_FP16
+LLAMA2_7B_ROPE = 4_096 * 128 * 2  # rotary cos/sin cache: max_position x rotary_dim x 2 B = 1,048,576
+REQUESTED = 77_309_411_328       # int(0.9 x 85,899,345,920)
+
+
+def test_vllm_0_6_4_llama2_7b_a100():
+    # V0 0.6.4: available = 0.9 x total - weights - activation peak - non-torch (CUDA context counted)
+    #   weights 13,476,832,256 + rotary cache 1,048,576 = 13,477,880,832
+    #   T = max_num_batched_tokens = max(4096, 2048) = 4096, 256 sequences, b = 2 B:
+    #     forward T b (2h + max(3f, (a + 2kv) d)) = 4096 x 2 x (8,192 + 33,024) = 337,641,472
+    #     sampler (sort) 256 x 32,000 x (2 + 36) + hidden 4096 x 4096 x 2 = 311,296,000 + 33,554,432 = 344,850,432
+    #   available = 77,309,411,328 - 13,477,880,832 - 344,850,432 - 419,430,400 = 63,067,249,664
+    # page = 2 x 16 x 32 kv heads x 128 x 2 B = 262,144 per layer; blocks = 63,067,249,664 // 262,144 // 32 = 7,518
+    cap = capacity("llama-2-7b", "vllm", gpu="A100-80GB", context=4096, version="0.6.4")
+    assert cap.weights_bytes == LLAMA2_7B_FP16 + LLAMA2_7B_ROPE
     assert round(cap.weights_bytes / GiB, 2) == 12.55
-    assert cap.activation_bytes == 403_177_472
+    assert cap.activation_bytes == 344_850_432
     assert cap.non_torch_bytes == CONTEXT
-    assert cap.figure("num_gpu_blocks") == 7_511
-    assert cap.kv_tokens == cap.figure("gpu_kv_cache_tokens") == 7_511 * 16
-    assert cap.kv_cache_bytes == 7_511 * 262_144 * 32
-    assert cap.figure("max_concurrency") == round(7_511 / 256, 2)  # 4096 / 16 = 256 blocks per request
+    assert cap.figure("num_gpu_blocks") == 7_518
+    assert cap.kv_tokens == cap.figure("gpu_kv_cache_tokens") == 7_518 * 16
+    assert cap.kv_cache_bytes == 7_518 * 262_144 * 32
+    assert cap.figure("max_concurrency") == round(7_518 / 256, 2)  # 4096 / 16 = 256 blocks per request
     assert cap.max_running == 29
     assert cap.cuda_graph_bytes > 0
+    assert cap.accounting.startswith("vLLM 0.6.4 (V0 engine)")
+
+
+def test_vllm_0_19_llama2_7b_a100():
+    # V1 0.19 on a >= 70 GiB GPU: max_num_batched_tokens 8192, max_num_seqs 1024; the context is in the
+    # baseline snapshot, so non-torch is NCCL only (none at tp 1); the sampler has no sort:
+    #   forward 8192 x 2 x 41,216 = 675,282,944; sampler 1024 x 32,000 x (2 + 12) + 8192 x 4096 x 2 = 525,860,864
+    #   available = 77,309,411,328 - 13,477,880,832 - 675,282,944 = 63,156,247,552 -> // 262,144 // 32 = 7,528
+    cap = capacity("llama-2-7b", "vllm", gpu="A100-80GB", context=4096)
+    assert cap.activation_bytes == 675_282_944
+    assert cap.non_torch_bytes == 0
+    assert cap.figure("num_gpu_blocks") == 7_528
+    assert cap.accounting.startswith("vLLM 0.19.0 (V1 engine)")
+
+
+def test_vllm_releases_differ_where_the_code_does():
+    from vramlens.hardware.catalog import get_gpu
+    from vramlens.serving.vllm import vllm_release
+
+    a100, t4 = get_gpu("A100-80GB"), get_gpu("T4")
+    assert vllm_release((0, 6, 4), a100).context_in_budget          # total - free - torch allocated
+    assert not vllm_release((0, 6, 5), a100).context_in_budget      # memory_profiling's baseline snapshot
+    assert vllm_release((0, 8, 2), a100).v1 and vllm_release((0, 8, 2), a100).context_in_budget
+    assert not vllm_release((0, 8, 2), t4).v1                       # "Compute Capability < 8.0 ... Falling back to V0"
+    assert not vllm_release((0, 8, 2), t4).context_in_budget
+    assert not vllm_release((0, 9, 2), a100).context_in_budget
+    assert not vllm_release((0, 8, 2), a100, use_v1=False).v1
+    assert vllm_release((0, 11, 0), a100).sampler == "sort"
+    assert vllm_release((0, 19, 0), a100).sampler == "triton"
+
+
+def test_vllm_rotary_cache_is_in_the_weights():
+    # Llama 3.1 8B: 131,072 positions x 128 x 2 B = 33,554,432 B on top of 16,060,523,520 B of parameters
+    # (8,030,261,248 x 2 B, each tensor rounded up to 512 B): "Model loading took 14.99 GiB" (vLLM 0.19)
+    # where the parameters alone are 14.96 GiB
+    cap = capacity("llama-3.1-8b", "vllm", gpu="80GiB", max_model_len=8192)
+    assert cap.weights_bytes == 16_060_523_520 + 33_554_432
+    assert round(cap.weights_bytes / GiB, 2) == 14.99
 
 
 def test_vllm_fp8_cache_doubles_the_blocks_and_eager_drops_graphs():
     base = capacity("llama-2-7b", "vllm", gpu="A100-80GB")
     fp8 = capacity("llama-2-7b", "vllm", gpu="A100-80GB", kv_cache_dtype="fp8", enforce_eager=True)
-    # page 131,072 B: 63,009,971,200 // 131,072 // 32 = 15,022
-    assert fp8.figure("num_gpu_blocks") == 15_022
-    assert base.figure("num_gpu_blocks") == 7_511
+    # page 131,072 B: 63,156,247,552 // 131,072 // 32 = 15,057
+    assert fp8.figure("num_gpu_blocks") == 15_057
+    assert base.figure("num_gpu_blocks") == 7_528
     assert fp8.cuda_graph_bytes == 0
 
 
+def test_vllm_float32_doubles_weights_and_cache():
+    cap = capacity("llama-2-7b", "vllm", gpu="A100-80GB", dtype="float32")
+    # twice the fp16 bytes less the 1,024 B that rounding two odd-sized fp16 tensors to 512 B added
+    assert cap.weights_bytes == 2 * (LLAMA2_7B_FP16 + LLAMA2_7B_ROPE) - 1_024
+    assert cap.kv_bytes_per_token == 2 * 32 * 128 * 4 * 32
+
+
 def test_vllm_tp2_splits_weights_and_heads():
-    # weights / 2 = 6,738,416,128; the KV page halves (16 kv heads), NCCL buffers join the context
+    # weights / 2 (the rotary cache whole on each rank); the KV page halves (16 kv heads); NCCL buffers count
     cap = capacity("llama-2-7b", "vllm", gpu="A100-80GB", tp=2)
     assert cap.gpus == 2
-    assert cap.weights_bytes == LLAMA2_7B_FP16 // 2
-    assert cap.non_torch_bytes > CONTEXT
+    assert cap.weights_bytes == LLAMA2_7B_FP16 // 2 + LLAMA2_7B_ROPE
+    assert cap.non_torch_bytes > 0
     assert cap.kv_bytes_per_token == 2 * 16 * 128 * 2 * 32
 
 
 def test_vllm_awq_weights_use_the_estimator_formula():
     awq = capacity("llama-2-7b", "vllm", gpu="A100-80GB", quantization="awq")
     assert awq.weights_bytes < LLAMA2_7B_FP16 * 0.35  # 4-bit blocks, fp16 embedding and lm_head
-    assert awq.figure("num_gpu_blocks") > 7_511
+    assert awq.figure("num_gpu_blocks") > 7_528
 
 
 def test_vllm_hybrid_sliding_window_groups():
@@ -72,11 +121,11 @@ def test_vllm_hybrid_sliding_window_groups():
 
 def test_sglang_llama2_7b_a100():
     # SGLang 0.4: total_gpu_memory = 85,899,345,920 - 419,430,400 (context) = 85,479,915,520
-    #   rest = int(0.88 x 85,479,915,520) - 13,476,832,256 = 75,222,325,657 - 13,476,832,256 = 61,745,493,401
-    #   cell = 32 kv heads x 128 x 32 layers x 2 x 2 B = 524,288; max_total_num_tokens = 117,770
+    #   rest = int(0.88 x 85,479,915,520) - (13,476,832,256 + rotary cache 1,048,576) = 61,744,444,825
+    #   cell = 32 kv heads x 128 x 32 layers x 2 x 2 B = 524,288; max_total_num_tokens = 117,768
     #   max_running_requests = min(max(117,770 / 4096 x 512, 2048), 4096) = 4096
     cap = capacity("llama-2-7b", "sglang", gpu="A100-80GB")
-    assert cap.figure("max_total_num_tokens") == 117_770 == cap.kv_tokens
+    assert cap.figure("max_total_num_tokens") == 117_768 == cap.kv_tokens
     assert cap.figure("mem_fraction_static") == 0.88
     assert cap.figure("max_running_requests") == 4_096
     assert cap.kv_bytes_per_token == 524_288
@@ -107,9 +156,41 @@ def test_llamacpp_pads_n_ctx_and_splits_layers():
     (dev,) = part.devices
     assert dev.n_layers == 20
     assert dev.kv_bytes == 20 * 4096 * 4096 * 2 * 2
-    two = capacity("llama-2-7b", "llama.cpp", gpu="RTX-4090", gpus=2)
+    two = capacity("llama-2-7b", "llama.cpp", gpu="RTX-4090", gpus=2, ctx_size=512)
     assert [d.n_layers for d in two.devices] == [16, 16]
-    assert two.devices[0].compute_bytes < two.devices[1].compute_bytes  # the logits live with the output layer
+    # n_ctx 512, n_ubatch 512: attention 512 x 512 x 33 x 4 + 4 x 512 x 4096 x 4 = 68,157,440 on both;
+    # the output layer's device also holds the logits: 512 x 4 x (32,000 + 4,096) = 73,924,608
+    assert two.devices[0].compute_bytes == 68_157_440
+    assert two.devices[1].compute_bytes == 73_924_608
+
+
+def test_llamacpp_compute_buffer_is_its_largest_phase():
+    from vramlens.models import load_model
+    from vramlens.serving.common import served_from_spec
+    from vramlens.serving.llamacpp import compute_buffer_bytes
+
+    m = served_from_spec(load_model("llama-3-8b"))  # h 4096, 32 heads, f 14,336, V 128,256
+    # n_ctx 8192 without flash attention: KQ and mask 8192 x 512 x 33 x 4 + 4 x 512 x 4096 x 4 = 587,202,560
+    # = 560.00 MiB, what Ollama's llama.cpp logs for Llama 3.1 8B at 8K ("CUDA0 compute buffer size = 560.00 MiB")
+    assert compute_buffer_bytes(m, n_ctx=8192, ubatch=512, flash_attn=False, output=True) == 560 * 2**20
+    # n_ctx 512: the logits win, 512 x 4 x (128,256 + 4,096) = 271,056,896 = 258.50 MiB (logged 258.50 MiB)
+    assert compute_buffer_bytes(m, n_ctx=512, ubatch=512, flash_attn=False, output=True) == 271_056_896
+    # with flash attention at 8192: the f16 mask 8192 x 512 x 2 + 32 MiB is under the logits
+    assert compute_buffer_bytes(m, n_ctx=8192, ubatch=512, flash_attn=True, output=True) == 271_056_896
+    # a device without the output layer: the FFN phase 512 x 4 x (8192 + 28,672) = 75,497,472 beats attention
+    assert compute_buffer_bytes(m, n_ctx=512, ubatch=512, flash_attn=True, output=False) == 75_497_472
+
+
+def test_llamacpp_q8_0_weights_from_the_catalog():
+    # Qwen3-30B-A3B as a Q8_0 file: 34 B per 32 weights; the token embedding 151,936 x 2048 stays in host memory:
+    # 311,164,928 x 34 / 32 B = 315.30 MiB ("CPU_Mapped model buffer size = 315.30 MiB", llama.cpp b7342)
+    cap = capacity("qwen3-30b-a3b", "llama.cpp", gpu="A100-40GB", ctx_size=65536, parallel=4, flash_attn=True,
+                   weights_type="q8_0")
+    assert cap.figure("cpu_model_buffer_mib") == 315.3
+    assert cap.figure("kv_self_size_mib") == 6144.0  # 48 layers x 65,536 cells x 512 x 2 x 2 B
+    assert cap.figure("cuda0_compute_buffer_mib") == 300.75  # 512 x 4 x (151,936 + 2048)
+    with pytest.raises(ConfigError, match="weights_type='q4_k_m' is not one of f32, f16, bf16, q8_0"):
+        capacity("qwen3-30b-a3b", "llama.cpp", gpu="A100-40GB", weights_type="q4_k_m")
 
 
 def test_transformers_batch_is_what_fits():
@@ -134,12 +215,12 @@ def test_every_engine_gives_speeds_and_a_dict(engine):
 def test_decode_speed_is_the_bandwidth_roofline():
     # one request, context 1: (weights + 1 token of cache) / (2,039e9 B/s x 0.70)
     cap = capacity("llama-2-7b", "vllm", gpu="A100-80GB", context=1, max_num_seqs=1, max_num_batched_tokens=4096)
-    step = (LLAMA2_7B_FP16 + 2 * 32 * 32 * 128 * 2) / (2_039e9 * 0.70)
+    step = (LLAMA2_7B_FP16 + LLAMA2_7B_ROPE + 2 * 32 * 32 * 128 * 2) / (2_039e9 * 0.70)
     assert cap.decode_tokens_s == pytest.approx(1 / step)
 
 
 def test_the_package_is_the_function():
-    assert vramlens.capacity("llama-2-7b", gpu="A100-80GB").figure("num_gpu_blocks") == 7_511
+    assert vramlens.capacity("llama-2-7b", gpu="A100-80GB").figure("num_gpu_blocks") == 7_528
 
 
 # ---- what the engines refuse, in their words ------------------------------------------------
@@ -187,7 +268,10 @@ def test_llamacpp_quantized_v_needs_flash_attention():
     ({"max_num_seqs": 0}, "max_num_seqs=0 must be >= 1"),
     ({"block_size": 10**6}, "block_size=1000000 is over the limit of 65,536"),
     ({"mem_fraction_static": 0.8}, "mem_fraction_static is not a vllm setting: use gpu_memory_utilization, "
-     "max_model_len, max_num_seqs, max_num_batched_tokens, kv_cache_dtype, block_size, enforce_eager, quantization"),
+     "max_model_len, max_num_seqs, max_num_batched_tokens, kv_cache_dtype, block_size, enforce_eager, quantization, "
+     "dtype, version, use_v1"),
+    ({"version": "0.3.3"}, "version='0.3.3' is not a vLLM release vramlens follows: give 0.4 or later, e.g. version='0.19' (--vllm-version 0.19)"),
+    ({"dtype": "int4"}, "dtype='int4' is not one of auto, half, float16, bfloat16, float, float32 (vLLM --dtype)"),
     ({"gpu_memory_utilization": float("nan")}, "gpu_memory_utilization=nan is not a number between 0 and 1"),
     ({"quantization": "int3"}, "quantization='int3' is not one of awq, gptq, fp8, bitsandbytes"),
     ({"gpus": 1, "tp": 2}, "gpus=1 is fewer than tp x pp = 2: pass --gpus 2"),

@@ -12,8 +12,9 @@ def test_every_plan_serves_the_load_and_its_flags_reproduce_it():
     for p in plan.plans:
         assert p.concurrency >= 64 and p.decode_tokens_s >= 30
         assert f"--tensor-parallel-size {p.tp}" in p.flags and "--max-model-len 4096" in p.flags
+        assert "--max-num-batched-tokens 4096" in p.flags  # max(context, 2048, users); V1's default differs
         again = capacity("llama-3-8b", "vllm", gpu=p.gpu, tp=p.tp, context=4096, max_model_len=4096, max_num_seqs=64,
-                         kv_cache_dtype=p.kv_cache_dtype, quantization=p.quantization)
+                         max_num_batched_tokens=4096, kv_cache_dtype=p.kv_cache_dtype, quantization=p.quantization)
         assert again.concurrency == p.concurrency
 
 

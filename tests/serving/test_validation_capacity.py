@@ -7,24 +7,61 @@ from pathlib import Path
 
 import pytest
 
-from vramlens.errors import InputError
-from vramlens.serving.validation import run_cases
+from vramlens.errors import ConfigError, InputError
+from vramlens.serving.validation import run_cases, summarize
 
 CASES = Path(__file__).resolve().parents[2] / "validation" / "capacity-cases.json"
 
 
 def test_every_case_names_its_source_quote_version_and_settings():
     cases = json.loads(CASES.read_text())
-    assert len(cases) >= 4
+    assert len(cases) >= 30
+    assert {c["engine"] for c in cases} == {"vllm", "sglang", "llama.cpp"}
     for c in cases:
         assert c["source"].startswith("https://") and c["quote"] and c["engine_version"] and c["settings"] is not None
 
 
-def test_weights_within_one_percent_on_every_case_that_starts():
+def test_weights_within_one_percent_where_the_log_counts_parameters():
+    # vLLM's "Model loading took" is PyTorch's allocated memory and llama.cpp's model buffer the tensors' bytes;
+    # SGLang's "mem usage" is a drop in free memory, which also holds whatever else the load allocated
     for r in run_cases(json.loads(CASES.read_text())):
         for c in r.checks:
-            if c.key == "weights_gib" and c.error is not None:
+            if r.engine != "sglang" and c.key in ("weights_gib", "model_buffer_mib") and c.error is not None:
                 assert abs(c.error) < 0.01, (r.id, c)
+
+
+def test_every_refusal_is_predicted():
+    results = run_cases(json.loads(CASES.read_text()))
+    assert all(r.agrees for r in results), [r.id for r in results if not r.agrees]
+    assert sum(r.engine_refused for r in results) >= 4
+
+
+def test_the_kv_cache_of_most_cases_within_three_percent():
+    # the issue's target for KV tokens; what misses it is explained in each case's note (NCCL and custom
+    # all-reduce buffers at tp > 1, MoE workspaces, catalog GPU totals)
+    by_engine = {s.engine: s for s in summarize(run_cases(json.loads(CASES.read_text())))}
+    assert by_engine["vllm"].kv_within_3 >= 0.6
+    assert by_engine["llama.cpp"].kv_within_3 == 1.0
+
+
+def test_summary_counts_each_engine():
+    case = {"id": "t", "engine": "vllm", "engine_version": "x", "source": "https://x", "quote": "q",
+            "model": "llama-2-7b", "gpu": "A100-80GB", "settings": {"version": "0.6.4"},
+            "logged": {"weights_gib": 12.55, "num_gpu_blocks": 7_000}}
+    (s,) = summarize(run_cases([case]))
+    # weights 12.55 GiB exact to 0.1%; blocks 7,518 / 7,000 - 1 = +7.4%
+    assert (s.engine, s.cases, s.figures, s.kv_cases) == ("vllm", 1, 2, 1)
+    assert s.kv_median_abs_error == pytest.approx(7_518 / 7_000 - 1)
+    assert s.within_10 == 1.0 and s.kv_within_3 == 0.0
+
+
+def test_a_setting_error_is_a_refusal_only_where_the_engine_refused():
+    case = {"id": "t", "engine": "vllm", "engine_version": "x", "source": "https://x", "quote": "q",
+            "model": "phi-2", "gpu": "A100-80GB", "settings": {"max_model_len": 8192}, "logged": {}}
+    with pytest.raises(ConfigError):
+        run_cases([case])
+    (r,) = run_cases([dict(case, refused=True)])
+    assert r.agrees and r.refusal.startswith("User-specified max_model_len (8192) is greater than")
 
 
 def test_error_is_predicted_over_logged():

@@ -151,7 +151,7 @@ def run_capacity(args: argparse.Namespace) -> int:
     if args.json:
         print_json([
             {"id": r.id, "engine": r.engine, "engine_version": r.engine_version, "source": r.source, "note": r.note,
-             "refusal": r.refusal,
+             "refusal": r.refusal, "engine_refused": r.engine_refused,
              "figures": [{"figure": c.figure, "key": c.key, "logged": c.logged, "predicted": c.predicted,
                           "error": c.error} for c in r.checks]}
             for r in results
@@ -162,15 +162,26 @@ def run_capacity(args: argparse.Namespace) -> int:
 
 
 def render_capacity(results) -> str:
-    lines = [f"{'case':<32} {'figure':<16} {'logged':>10} {'vramlens':>10} {'error':>8}", "-" * 80]
+    from vramlens.serving.validation import summarize
+
+    lines = [f"{'case':<38} {'figure':<22} {'logged':>12} {'vramlens':>12} {'error':>8}", "-" * 96]
     for r in results:
         for c in r.checks:
             pred = "refused" if c.predicted is None else f"{c.predicted:,.2f}"
             err = "" if c.error is None else f"{c.error:+.1%}"
-            lines.append(f"{r.id:<32} {c.figure:<16} {c.logged:>10,.2f} {pred:>10} {err:>8}")
-        if r.refusal:
-            lines.append(f"{'':<32} vramlens predicts the engine refuses: {r.refusal.split(' (')[0]}")
-    lines.append("-" * 80)
-    lines.append("GiB for memory, counts for blocks and tokens; error = vramlens / logged - 1. Sources and notes: "
-                 "validation/capacity-cases.json")
+            lines.append(f"{r.id:<38} {c.figure:<22} {c.logged:>12,.2f} {pred:>12} {err:>8}")
+        if r.refusal or r.engine_refused:
+            said = r.refusal.split(" (")[0] if r.refusal else "starts (it should refuse)"
+            lines.append(f"{'':<38} engine {'refused' if r.engine_refused else 'started'}; vramlens: {said}")
+    lines.append("-" * 96)
+    lines.append(f"{'engine':<10} {'cases':>5} {'figures':>7} {'median |err|':>12} {'<=10%':>6}   "
+                 f"{'KV cases':>8} {'median |err|':>12} {'<=3%':>6}   refusals agreed")
+    for s in summarize(results):
+        def pct(x):
+            return "-" if x is None else f"{x:.1%}"
+        lines.append(f"{s.engine:<10} {s.cases:>5} {s.figures:>7} {pct(s.median_abs_error):>12} {pct(s.within_10):>6}   "
+                     f"{s.kv_cases:>8} {pct(s.kv_median_abs_error):>12} {pct(s.kv_within_3):>6}   "
+                     f"{s.refusals_agreed}/{s.refusals}")
+    lines.append("GiB for memory, MiB for llama.cpp buffers, counts for blocks and tokens; error = vramlens / logged - 1; "
+                 "KV: one KV-sizing figure per case. Sources and notes: validation/capacity-cases.json")
     return "\n".join(lines)

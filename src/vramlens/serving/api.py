@@ -20,7 +20,7 @@ from vramlens.serving.llamacpp import llamacpp_capacity
 from vramlens.serving.result import Capacity
 from vramlens.serving.sglang import sglang_capacity
 from vramlens.serving.transformers import transformers_capacity
-from vramlens.serving.vllm import QUANTIZATIONS, vllm_capacity
+from vramlens.serving.vllm import DTYPES, QUANTIZATIONS, vllm_capacity
 
 ENGINES = ("vllm", "sglang", "llama.cpp", "transformers")
 
@@ -30,13 +30,14 @@ SETTINGS: dict[str, dict[str, tuple[str, int]]] = {
     "vllm": {"gpu_memory_utilization": ("fraction", 0), "max_model_len": ("int", L.MAX_POSITIONS),
              "max_num_seqs": ("int", L.MAX_BATCH), "max_num_batched_tokens": ("int", L.MAX_SEQ),
              "kv_cache_dtype": ("str", 0), "block_size": ("int", L.MAX_KV_BLOCK), "enforce_eager": ("bool", 0),
-             "quantization": ("str", 0)},
+             "quantization": ("str", 0), "dtype": ("str", 0), "version": ("str", 0),
+             "use_v1": ("bool", 0)},
     "sglang": {"mem_fraction_static": ("fraction", 0), "chunked_prefill_size": ("int", L.MAX_SEQ),
                "max_running_requests": ("int", L.MAX_BATCH), "context_length": ("int", L.MAX_POSITIONS),
                "kv_cache_dtype": ("str", 0), "quantization": ("str", 0)},
     "llama.cpp": {"ctx_size": ("int0", L.MAX_SEQ), "batch_size": ("int", L.MAX_SEQ), "ubatch_size": ("int", L.MAX_SEQ),
                   "n_gpu_layers": ("int0", L.MAX_LAYERS), "cache_type_k": ("str", 0), "cache_type_v": ("str", 0),
-                  "flash_attn": ("bool", 0), "parallel": ("int", L.MAX_BATCH)},
+                  "flash_attn": ("bool", 0), "parallel": ("int", L.MAX_BATCH), "weights_type": ("str", 0)},
     "transformers": {"max_batch": ("int", L.MAX_BATCH), "quantization": ("str", 0)},
 }
 
@@ -57,7 +58,9 @@ def capacity(model: str | dict | ModelSpec | GGUFInfo | ServedModel, engine: str
             request the engine accepts).
         **engine_settings: the engine's own settings, e.g. ``gpu_memory_utilization=0.9`` (vLLM),
             ``mem_fraction_static=0.85`` (SGLang), ``n_gpu_layers=20`` (llama.cpp); ``quantization``
-            ("awq", "gptq", "fp8", "bitsandbytes") for vLLM, SGLang and transformers.
+            ("awq", "gptq", "fp8", "bitsandbytes") for vLLM, SGLang and transformers; vLLM's
+            ``dtype`` ("auto", "float16", "bfloat16", "float32") and ``version`` (the release whose
+            arithmetic to follow, "0.4" or later; default "0.19") and ``use_v1`` (VLLM_USE_V1 for 0.8-0.10).
 
     Returns:
         A frozen Capacity (``.to_dict()`` for JSON).
@@ -78,7 +81,7 @@ def capacity(model: str | dict | ModelSpec | GGUFInfo | ServedModel, engine: str
     if n_gpus < tp * pp and engine != "llama.cpp":
         raise InputError(f"gpus={n_gpus} is fewer than tp x pp = {tp * pp}: pass --gpus {tp * pp}")
     quant = settings.pop("quantization", None)
-    served = resolve_model(model, quant=quant, engine=engine)
+    served = resolve_model(model, quant=quant, engine=engine, dtype=DTYPES[settings.pop("dtype", "auto")])
     from vramlens.hardware.catalog import get_gpu
 
     g = get_gpu(gpu) if isinstance(gpu, str) else gpu
@@ -122,6 +125,8 @@ def check_settings(engine: str, given: dict[str, Any]) -> dict[str, Any]:
                 out[name] = value
         except InputError as e:
             problems.append(str(e))
+    if "dtype" in out and out["dtype"] not in DTYPES:
+        problems.append(f"dtype={L.show(out['dtype'])} is not one of {', '.join(DTYPES)} (vLLM --dtype)")
     if "quantization" in out and out["quantization"] not in QUANTIZATIONS:
         problems.append(f"quantization={L.show(out['quantization'])} is not one of {', '.join(QUANTIZATIONS)}")
     if problems:
@@ -130,7 +135,7 @@ def check_settings(engine: str, given: dict[str, Any]) -> dict[str, Any]:
 
 
 def resolve_model(model: str | dict | ModelSpec | GGUFInfo | ServedModel, *, quant: str | None = None,
-                  engine: str = "vllm") -> ServedModel:
+                  engine: str = "vllm", dtype: str | None = None) -> ServedModel:
     """A ServedModel from any model argument ``capacity`` takes."""
     if isinstance(model, ServedModel):
         return model
@@ -152,6 +157,6 @@ def resolve_model(model: str | dict | ModelSpec | GGUFInfo | ServedModel, *, qua
         spec = load_model(model)
     if spec.kind != "decoder":
         raise InputError(f"{spec.name} is an {spec.kind} model: serving engines generate with decoders")
-    return served_from_spec(spec, quant=QUANTIZATIONS.get(quant or ""))
+    return served_from_spec(spec, dtype=dtype, quant=QUANTIZATIONS.get(quant or ""))
 
 

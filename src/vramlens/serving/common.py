@@ -58,6 +58,16 @@ class ServedModel:
     head_bytes: int
     experts_per_token: int = 0
     weights_format: str = ""
+    rotary_dim: int = 0
+
+    @property
+    def rope_cache_bytes(self) -> int:
+        """The rotary embedding's cos/sin cache the engines build at load time, at the model dtype:
+        max_position x rotary_dim values (vLLM ``RotaryEmbedding._compute_cos_sin_cache``: cos and
+        sin of rotary_dim / 2 frequencies for each position, one instance shared by every layer through
+        ``get_rope``'s cache; SGLang's rotary_embedding.py the same). Llama 3.1 8B: 131,072 x 128 x 2 B
+        = 32 MiB, what vLLM's "Model loading took 14.99 GiB" adds to the 14.96 GiB of parameters."""
+        return self.max_position * self.rotary_dim * DTYPE_BYTES[self.dtype]
 
     @property
     def weight_bytes(self) -> int:
@@ -81,13 +91,16 @@ def served_from_spec(spec: ModelSpec, *, dtype: str | None = None, quant: str | 
     experts = sum(t.numel for t in spec.tensors if t.role == "expert")
     active = spec.params - (experts - experts * spec.experts_per_token // spec.n_experts if spec.n_experts else 0)
     cfg = spec.config or {}
+    # rotary_dim = 2 x the entries of inv_freq (models/_tensors.py ``rotary``: ceil(dim / 2) of them)
+    inv_freq = next((t.numel for t in spec.tensors if t.role == "buffer" and t.name.endswith("inv_freq")), 0)
+    rotary_dim = 2 * inv_freq if spec.position == "rotary" else 0
     return ServedModel(
         name=spec.name, n_layers=L, n_heads=spec.n_heads, n_kv_heads=spec.n_kv_heads, head_dim=spec.head_dim,
         hidden=spec.hidden_size, ffn=spec.ffn_size, vocab=spec.vocab_size, max_position=spec.max_position,
         rope_scaled=bool(cfg.get("rope_scaling")), n_sliding=sliding_layers(spec),
         sliding_window=spec.sliding_window, params=spec.params, active_params=active, dtype=dt,
         layer_bytes=(per_layer,) * L, embed_bytes=embed, head_bytes=head,
-        experts_per_token=spec.experts_per_token, weights_format=quant or dt)
+        experts_per_token=spec.experts_per_token, weights_format=quant or dt, rotary_dim=rotary_dim)
 
 
 def served_from_gguf(info: GGUFInfo) -> ServedModel:

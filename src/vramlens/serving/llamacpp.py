@@ -1,6 +1,6 @@
 """llama.cpp: n_gpu_layers, the KV cells of n_ctx, and the compute buffer, per device.
 
-Follows llama.cpp b4000-b5500 (src/llama-model.cpp ``load_tensors``, src/llama-kv-cache*.cpp,
+Follows llama.cpp b4000-b7342 (src/llama-model.cpp ``load_tensors``, src/llama-kv-cache*.cpp,
 src/llama-context.cpp), what ``llama-server`` logs as "CUDA0 model buffer size", "CUDA0 KV buffer
 size" / "KV self size = X MiB, K (f16): Y MiB, V (f16): Z MiB" and "CUDA0 compute buffer size":
 
@@ -15,14 +15,15 @@ size" / "KV self size = X MiB, K (f16): Y MiB, V (f16): Z MiB" and "CUDA0 comput
 - Sliding-window layers (Gemma 2/3, from a catalog model; GGUF headers as read here carry no
   window) keep min(n_ctx, pad(window + n_ubatch, 256)) cells (``llama_kv_cache_unified_iswa``,
   b5500+); a GGUF is taken as all full attention.
-- Compute buffer (ggml_gallocr's reservation of the worst-case graph, one ubatch): without flash
-  attention the f32 KQ matrix n_ubatch x n_ctx x n_head x 4 B, with it the FFN's f32 gate and up
-  outputs 2 x n_ubatch x f x 4 B, whichever is larger, plus 3 residual-stream f32 tensors
-  n_ubatch x h x 4 B, plus the f32 logits n_vocab x n_ubatch x 4 B on the device with the output
-  layer. An estimate, not ggml's exact graph.
+- Compute buffer (``ggml_gallocr_reserve`` of the worst-case graph: one ubatch of n_ubatch tokens
+  against n_kv = n_ctx cells). ggml-alloc frees a tensor's memory after its last consumer and runs
+  softmax, RoPE and the residual adds in place, so the buffer is the largest set of f32 tensors
+  alive at one node, not their sum (:func:`compute_buffer_bytes`).
 """
 
 from __future__ import annotations
+
+from dataclasses import replace
 
 from vramlens.advise.place import CPU_BYTES_S
 from vramlens.errors import ConfigError, EngineRefusal
@@ -30,9 +31,9 @@ from vramlens.hardware.gpu import GPU
 from vramlens.hardware.runtime import context_bytes_for
 from vramlens.serving.common import ServedModel, roofline
 from vramlens.serving.result import Capacity, DeviceBuffers, EngineFigure
-from vramlens.units import MiB, ceil_div, round_up
+from vramlens.units import DTYPE_BYTES, MiB, ceil_div, round_up
 
-ACCOUNTING = "llama.cpp b4000-b5500 (llama_kv_cache sizing, load_tensors placement)"
+ACCOUNTING = "llama.cpp b4000-b7342 (llama_kv_cache sizing, load_tensors placement, ggml-alloc compute buffer)"
 #: ``--cache-type-k/-v`` -> (values per block, bytes per block): ggml type_traits.
 CACHE_TYPES = {"f32": (1, 4), "f16": (1, 2), "bf16": (1, 2), "q8_0": (32, 34), "q4_0": (32, 18),
                "q4_1": (32, 20), "q5_0": (32, 22), "q5_1": (32, 24)}
@@ -42,16 +43,60 @@ DEFAULT_CTX, DEFAULT_BATCH, DEFAULT_UBATCH = 4096, 2048, 512
 ALL_LAYERS = 999
 
 
+#: ``weights_type`` for a catalog model (no .gguf at hand): the GGUF file types that store every
+#: matrix in one type (``llama_model_quantize``: LLAMA_FTYPE_ALL_F32, MOSTLY_F16, MOSTLY_BF16 and
+#: MOSTLY_Q8_0, token embedding and output layer included), as (values per block, bytes per block).
+#: The K-quant mixes (Q4_K_M, ...) and Q4_0 (q6_K output) vary by tensor: give the .gguf for them.
+WEIGHTS_TYPES = {"f32": (1, 4), "f16": (1, 2), "bf16": (1, 2), "q8_0": (32, 34)}
+
+
+def with_weights_type(m: ServedModel, weights_type: str) -> ServedModel:
+    """``m`` stored as one GGUF type: every byte count rescaled from the model dtype (the 1-D norms,
+    f32 in every GGUF, are under 0.01% of a model and follow the rest)."""
+    per, size = WEIGHTS_TYPES[weights_type]
+    b = DTYPE_BYTES[m.dtype]
+
+    def scale(n: int) -> int:
+        return n // b * size // per
+
+    return replace(m, layer_bytes=tuple(scale(x) for x in m.layer_bytes), embed_bytes=scale(m.embed_bytes),
+                   head_bytes=scale(m.head_bytes), weights_format=f"GGUF {weights_type} (from the catalog's config)")
+
+
 def row_bytes(cache_type: str, n: int) -> int:
     """ggml_row_size: bytes of n values of the cache type."""
     per, size = CACHE_TYPES[cache_type]
     return n // per * size
 
 
+def compute_buffer_bytes(m: ServedModel, *, n_ctx: int, ubatch: int, flash_attn: bool, output: bool) -> int:
+    """One device's compute buffer: the largest of the graph's phases on it (f32 = 4 B).
+
+    - attention without flash attention: the KQ scores n_ctx x n_ubatch x n_head (``ggml_mul_mat(k,
+      q)``, ``ggml_soft_max_ext`` in place) and the f32 KQ mask n_ctx x n_ubatch (``llm_graph_input_attn``),
+      beside four n_ubatch x h tensors (the residual, its norm, Q and the attention output);
+    - attention with flash attention: the mask, f16, n_ctx x n_ubatch x 2 B, beside the same four;
+    - the FFN: the residual, its norm, the gate and up projections: n_ubatch x (2h + 2f);
+    - the output, on the device with the output layer: the logits n_vocab x n_ubatch and the final
+      norm n_ubatch x h.
+    Checked against logged buffers: Llama 3 8B at n_ctx 8192 without flash attention 560.00 MiB
+    (attention), at n_ctx 512 258.50 MiB (output), Mistral 7B at n_ctx 2048 164.00 MiB; Pythia
+    2.8B (fused QKV, one more n_ubatch x 3h tensor alive) 152 MiB against 162.00 logged.
+    """
+    streams = 4 * ubatch * m.hidden * 4
+    if flash_attn:
+        attn = n_ctx * ubatch * 2 + streams
+    else:
+        attn = n_ctx * ubatch * (m.n_heads + 1) * 4 + streams
+    ffn = ubatch * (2 * m.hidden + 2 * m.ffn) * 4
+    logits = ubatch * (m.vocab + m.hidden) * 4 if output else 0
+    return max(attn, ffn, logits)
+
+
 def llamacpp_capacity(m: ServedModel, gpu: GPU, *, gpus: int, tp: int, pp: int, context: int | None,
                       ctx_size: int | None = None, batch_size: int = DEFAULT_BATCH, ubatch_size: int = DEFAULT_UBATCH,
                       n_gpu_layers: int = ALL_LAYERS, cache_type_k: str = "f16", cache_type_v: str = "f16",
-                      flash_attn: bool = False, parallel: int = 1) -> Capacity:
+                      flash_attn: bool = False, parallel: int = 1, weights_type: str | None = None) -> Capacity:
     """llama.cpp's buffers for ``m`` on ``gpus`` x ``gpu`` (see the module docstring).
 
     Raises:
@@ -69,8 +114,15 @@ def llamacpp_capacity(m: ServedModel, gpu: GPU, *, gpus: int, tp: int, pp: int, 
         p.append("V cache quantization requires flash_attn (llama.cpp llama_init_from_model): add --flash-attn")
     if tp > 1:
         p.append("llama.cpp has no tensor parallelism in this accounting: use --gpus N (--split-mode layer)")
+    if weights_type is not None and weights_type not in WEIGHTS_TYPES:
+        p.append(f"weights_type={weights_type!r} is not one of {', '.join(WEIGHTS_TYPES)} (a mixed-type GGUF such "
+                 "as Q4_K_M: pass the .gguf file as MODEL)")
+    if weights_type is not None and m.weights_format.startswith("GGUF"):
+        p.append("weights_type applies to a catalog model: a .gguf brings its own tensor types")
     if p:
         raise ConfigError(p)
+    if weights_type is not None:
+        m = with_weights_type(m, weights_type)
     ubatch = min(ubatch_size, batch_size)  # llama_context: n_ubatch = min(n_batch, n_ubatch)
     pad = 256 if flash_attn else 32
     n_ctx = round_up(n_ctx_req, pad)
@@ -97,9 +149,10 @@ def llamacpp_capacity(m: ServedModel, gpu: GPU, *, gpus: int, tp: int, pp: int, 
         last = d == n_dev - 1
         model_b = sum(m.layer_bytes[i] for i in mine) + (m.head_bytes if output_on_gpu and last else 0)
         kv_b = sum(layer_kv(i) for i in mine)
-        attn = ubatch * n_ctx * m.n_heads * 4 if not flash_attn else 0
-        ffn = 2 * ubatch * m.ffn * 4
-        compute = (max(attn, ffn) + 3 * ubatch * m.hidden * 4 + (m.vocab * ubatch * 4 if last else 0)) if mine or last else 0
+        # the output matmul runs on the last GPU even when the output layer stays in host memory
+        # (its weight is copied over per ubatch), so the logits live there
+        compute = compute_buffer_bytes(m, n_ctx=n_ctx, ubatch=ubatch, flash_attn=flash_attn,
+                                       output=last) if mine or last else 0
         devices.append(DeviceBuffers(f"CUDA{d}", model_b, kv_b, compute, len(mine)))
     for dev in devices:
         if dev.total_bytes + ctx_bytes > gpu.capacity_bytes:
@@ -137,8 +190,9 @@ def llamacpp_capacity(m: ServedModel, gpu: GPU, *, gpus: int, tp: int, pp: int, 
         f"n_ctx = pad({n_ctx_req:,}, {pad}) = {n_ctx:,}; K+V per layer = row(k, n_ctx x {kv_n}) + row(v, n_ctx x {kv_n})",
         f"blocks {gpu_layers[0] if gpu_layers else '-'}..{L - 1} on the GPU, output layer "
         + ("on the GPU" if output_on_gpu else "in host memory") + "; token embedding in host memory",
-        f"compute buffer: max(KQ f32 {'(flash attention: none)' if flash_attn else 'n_ubatch x n_ctx x n_head x 4'}, "
-        "FFN 2 x n_ubatch x f x 4) + 3 x n_ubatch x h x 4 + logits n_vocab x n_ubatch x 4 (estimate)",
+        "compute buffer: the largest phase, f32: attention "
+        + ("(flash attention) n_ctx x n_ubatch x 2 B mask" if flash_attn else "n_ctx x n_ubatch x (n_head + 1)")
+        + " + 4 n_ubatch h; FFN n_ubatch (2h + 2f); output n_ubatch (n_vocab + h) on the last device",
         f"CUDA context {ctx_bytes / MiB:,.0f} MiB per device outside these buffers (vramlens.hardware.runtime)",
     )
     return Capacity(

@@ -155,9 +155,8 @@ def _settings(engine: str, users: int, context: int, kv: str) -> dict:
 def _flags(engine: str, name: str, tp: int, q: str | None, kv: str, users: int, context: int, settings: dict) -> str:
     if engine == "vllm":
         parts = [f"vllm serve {name}", f"--tensor-parallel-size {tp}", f"--max-model-len {context}",
-                 f"--max-num-seqs {users}"]
-        if settings["max_num_batched_tokens"] != max(context if context <= 32_768 else 2048, 2048):
-            parts.append(f"--max-num-batched-tokens {settings['max_num_batched_tokens']}")
+                 f"--max-num-seqs {users}", f"--max-num-batched-tokens {settings['max_num_batched_tokens']}"]
+        # always written: V1's default (8192 on >= 70 GiB GPUs, else 2048) differs from the plan's
         parts += [f"--quantization {q}"] if q else []
         parts += [f"--kv-cache-dtype {kv}"] if kv != "auto" else []
         parts.append("--gpu-memory-utilization 0.9")

@@ -5,7 +5,7 @@ Follows SGLang 0.4 (python/sglang/srt/model_executor/model_runner.py):
 - ``init_torch_distributed`` records ``total_gpu_memory``: the free memory once the CUDA context
   and NCCL exist (``get_available_gpu_memory``), before the weights load.
 - ``profile_max_num_token``: rest = free after loading - total_gpu_memory x (1 - mem_fraction_static)
-  = total_gpu_memory x mem_fraction_static - weights; cell_size = n_kv/tp x head_dim x layers x 2
+  = total_gpu_memory x mem_fraction_static - weights (with the rotary cos/sin cache); cell_size = n_kv/tp x head_dim x layers x 2
   (K, V) x dtype bytes (MHA; every layer at full length: 0.4 has no sliding-window pool);
   max_total_num_tokens = rest // cell_size.
 - The (1 - mem_fraction_static) share is left for activations (a chunked prefill of
@@ -81,7 +81,8 @@ def sglang_capacity(m: ServedModel, gpu: GPU, *, gpus: int, tp: int, pp: int, co
     kv_b = KV_CACHE_DTYPES[kv_cache_dtype] or b
     outside, outside_why = non_torch_bytes(gpu, tp, pp)
     total_free = total - outside  # total_gpu_memory as SGLang measures it
-    weights = stage_weight_bytes(m, tp, pp)
+    # "Load weight end. ... mem usage=X GB": the parameters plus the rotary cos/sin cache (get_rope)
+    weights = stage_weight_bytes(m, tp, pp) + m.rope_cache_bytes
     rest = int(total_free * mfs) - weights
     kv_heads = kv_heads_per_gpu(m, tp)
     layers = stage_layers(m, pp)

@@ -4,14 +4,18 @@ A case (validation/capacity-cases.json) holds the engine's settings as the log s
 verbatim quote of the logged lines, and the logged figures by key (``logged``); this module runs
 :func:`vramlens.serving.capacity` on the same settings and reports the relative error of each
 figure. Nothing here is fitted to a case: a large error is explained in the case's ``note``.
+A case whose engine refused to start says so (``"refused": true``, the refusal in the quote); it
+checks that vramlens refuses too (an EngineRefusal, or a ConfigError for a setting the engine
+rejects).
 """
 
 from __future__ import annotations
 
+import statistics
 from dataclasses import dataclass
 from typing import Any
 
-from vramlens.errors import EngineRefusal, InputError
+from vramlens.errors import ConfigError, EngineRefusal, InputError
 from vramlens.serving.result import Capacity
 from vramlens.units import GiB, MiB
 
@@ -28,6 +32,8 @@ FIGURES: dict[str, tuple[str, Any]] = {
     "kv_buffer_mib": ("KV buffer", lambda c: c.kv_cache_bytes / MiB),
     "compute_buffer_mib": ("compute buffer", lambda c: c.activation_bytes / MiB),
 }
+#: The figures that size the KV cache (the issue's 3% target), counts first: one per case in the summary.
+KV_FIGURES = ("kv_tokens", "num_gpu_blocks", "kv_buffer_mib", "kv_cache_gib")
 REQUIRED = ("id", "engine", "engine_version", "source", "quote", "model", "gpu", "settings", "logged")
 
 
@@ -54,6 +60,51 @@ class CaseResult:
     note: str
     checks: tuple[FigureCheck, ...]
     refusal: str | None = None
+    engine_refused: bool = False
+
+    @property
+    def agrees(self) -> bool:
+        """vramlens refuses exactly when the engine did."""
+        return (self.refusal is not None) == self.engine_refused
+
+
+@dataclass(frozen=True, slots=True)
+class EngineSummary:
+    """One engine's cases: the median and share within 10% of |error| over every compared figure,
+    and over the KV-sizing figures alone (one per case: the first of KV_FIGURES it logs)."""
+
+    engine: str
+    cases: int
+    figures: int
+    median_abs_error: float | None
+    within_10: float | None
+    kv_cases: int
+    kv_median_abs_error: float | None
+    kv_within_3: float | None
+    refusals: int
+    refusals_agreed: int
+
+
+def summarize(results: list[CaseResult]) -> list[EngineSummary]:
+    """Per engine, in the order the engines first appear."""
+    out = []
+    for engine in dict.fromkeys(r.engine for r in results):
+        mine = [r for r in results if r.engine == engine]
+        errs = [abs(c.error) for r in mine for c in r.checks if c.error is not None]
+        kv = []
+        for r in mine:
+            first = next((c for key in KV_FIGURES for c in r.checks if c.key == key and c.error is not None), None)
+            if first is not None:
+                kv.append(abs(first.error))
+        refused = [r for r in mine if r.engine_refused]
+        out.append(EngineSummary(
+            engine=engine, cases=len(mine), figures=len(errs),
+            median_abs_error=statistics.median(errs) if errs else None,
+            within_10=sum(e <= 0.10 for e in errs) / len(errs) if errs else None,
+            kv_cases=len(kv), kv_median_abs_error=statistics.median(kv) if kv else None,
+            kv_within_3=sum(e <= 0.03 for e in kv) / len(kv) if kv else None,
+            refusals=len(refused), refusals_agreed=sum(r.agrees for r in refused)))
+    return out
 
 
 def check_case(case: dict) -> list[str]:
@@ -76,6 +127,10 @@ def run_case(case: dict) -> CaseResult:
                        pp=case.get("pp", 1), **case["settings"])
     except EngineRefusal as e:
         refusal = str(e)
+    except ConfigError as e:  # a setting the engine rejects; in any other case a broken case file
+        if not case.get("refused"):
+            raise
+        refusal = str(e)
     checks = []
     for key, logged in case["logged"].items():
         label, read = FIGURES[key]
@@ -83,7 +138,7 @@ def run_case(case: dict) -> CaseResult:
         error = None if predicted is None or not logged else predicted / logged - 1
         checks.append(FigureCheck(case["id"], label, key, float(logged), predicted, error))
     return CaseResult(case["id"], case["engine"], case["engine_version"], case["source"], case.get("note", ""),
-                      tuple(checks), refusal)
+                      tuple(checks), refusal, bool(case.get("refused", False)))
 
 
 def run_cases(cases: list[dict]) -> list[CaseResult]:

@@ -1,37 +1,44 @@
 """vLLM: gpu_memory_utilization, the profiled activation peak, and the paged KV block pool.
 
-Follows vLLM 0.10's V1 engine (the arithmetic is unchanged from V0 0.6.4, whose log names the
-same parts: "model weights take X; non_torch_memory takes Y; PyTorch activation peak memory takes
-Z; the rest of the memory reserved for KV Cache is W"):
+The arithmetic every release since 0.4 shares (V0 ``Worker.determine_num_available_blocks``, V1
+``Worker.determine_available_memory``; the logs name the parts: "model weights take X; non_torch_memory
+takes Y; PyTorch activation peak memory takes Z", in 0.19 "Total non KV cache memory: ...;
+torch peak memory increase: ...; non-torch forward increase memory: ...; weights memory: ..."):
 
-1. ``Worker.determine_available_memory`` (V0 ``determine_num_available_blocks``):
-   available = gpu_memory_utilization x total - (weights + activation peak + non-torch).
+1. available = gpu_memory_utilization x total - (weights + activation peak + non-torch).
 2. ``kv_cache_utils.get_kv_cache_config``: one page per layer holds ``block_size`` tokens,
    page = 2 (K, V) x block_size x n_kv/tp x head_dim x dtype bytes (``FullAttentionSpec.page_size_bytes``);
    num_blocks = available // page // layers-per-group.
 3. ``_report_kv_cache_config``: "GPU KV cache size: num_blocks // groups x block_size tokens",
    "Maximum concurrency for max_model_len tokens per request: num_blocks / blocks per request".
 
-Sliding-window layers (Gemma 2/3, Mistral v0.1, gpt-oss) as vLLM 0.10's hybrid KV cache manager
-allocates them (``_get_kv_cache_groups_uniform_page_size``): layers of each attention type are cut
-into groups of ``min`` layers (``max`` when max < 1.5 min), each group has its own block table and
-all groups share ``group_size`` tensors of num_blocks pages; a sliding layer needs
+What differs between releases (``--version``, see :func:`vllm_release`): whether the CUDA context
+is inside the profiled non-torch memory, the sampler the profile run warms up, and the scheduler
+defaults. The weights include the rotary cos/sin cache (``ServedModel.rope_cache_bytes``).
+
+Sliding-window layers (Gemma 2/3, Mistral v0.1, gpt-oss) as V1's hybrid KV cache manager allocates
+them (``_get_kv_cache_groups_uniform_page_size``): layers of each attention type are cut into groups
+of ``min`` layers (``max`` when max < 1.5 min), each group has its own block table and all groups
+share ``group_size`` tensors of num_blocks pages; a sliding layer needs
 cdiv(min(window - 1 + max_num_batched_tokens, max_model_len), block_size) + 1 blocks per request
 (``SlidingWindowSpec.max_memory_usage_bytes``). CUDA graphs are captured after the KV cache is
-allocated (V0 and V1 up to 0.20; 0.21 subtracts an estimate first), so their pool comes out of
-the (1 - utilization) headroom and changes no block count.
+allocated (V0, and V1 through 0.19: its log shows VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS off and
+"CUDA graph pool memory: ... (actual)" after the KV cache), so their pool comes out of the
+(1 - utilization) headroom and changes no block count.
 """
 
 from __future__ import annotations
 
+import re
+from dataclasses import dataclass
+
 from vramlens.errors import ConfigError, EngineRefusal
 from vramlens.hardware.gpu import GPU
+from vramlens.hardware.runtime import context_bytes_for, nccl_communicator_bytes
 from vramlens.serving.common import (
     CUDA_GRAPH_BYTES,
     ServedModel,
     kv_heads_per_gpu,
-    non_torch_bytes,
-    profile_activation_bytes,
     roofline,
     stage_layers,
     stage_weight_bytes,
@@ -39,25 +46,102 @@ from vramlens.serving.common import (
 from vramlens.serving.result import Capacity, EngineFigure
 from vramlens.units import DTYPE_BYTES, GiB, ceil_div
 
-ACCOUNTING = "vLLM 0.10 (V1 engine; V0 0.6.4+ profiling arithmetic)"
+#: The release followed when none is given: the newest checked against published logs.
+DEFAULT_VERSION = "0.19"
+OLDEST_VERSION = (0, 4, 0)
 #: ``--kv-cache-dtype`` choices (vLLM CacheConfig) -> bytes per element; "auto" is the model dtype.
 KV_CACHE_DTYPES = {"auto": 0, "fp8": 1, "fp8_e4m3": 1, "fp8_e5m2": 1}
+#: ``--dtype`` choices (vLLM ModelConfig) -> vramlens dtype; "auto" is the checkpoint's (common.py).
+DTYPES = {"auto": None, "half": "fp16", "float16": "fp16", "bfloat16": "bf16", "float": "fp32", "float32": "fp32"}
 #: ``--block-size`` choices (vLLM 0.10 CacheConfig.block_size: Literal[1, 8, 16, 32, 64, 128]).
 BLOCK_SIZES = (1, 8, 16, 32, 64, 128)
 #: ``--quantization`` -> vramlens' quantization formula (estimator/weights.py); bitsandbytes loads
 #: 4-bit NF4 in vLLM (``BitsAndBytesConfig`` default load_in_4bit).
 QUANTIZATIONS = {"awq": "awq-4bit", "gptq": "gptq-4bit", "fp8": "fp8", "bitsandbytes": "nf4"}
-#: vLLM 0.6 SchedulerConfig defaults for ``vllm serve``: max_num_seqs 256; max_num_batched_tokens
+#: V0 SchedulerConfig defaults for ``vllm serve``: max_num_seqs 256; max_num_batched_tokens
 #: max(max_model_len, 2048) without chunked prefill, and 2048 (``_DEFAULT_MAX_NUM_BATCHED_TOKENS``)
 #: with it, which EngineArgs turns on for max_model_len > 32K.
 DEFAULT_MAX_NUM_SEQS = 256
 DEFAULT_MAX_NUM_BATCHED_TOKENS = 2048
 CHUNKED_PREFILL_FROM = 32_768
+#: V1 EngineArgs ``_set_default_args`` for the OPENAI_API_SERVER usage context on a GPU of at least
+#: 70 GiB: max_num_batched_tokens 8192, max_num_seqs 1024 (the 0.19 log: "Defaulting
+#: max_num_batched_tokens to 8192 for OPENAI_API_SERVER usage context", "Defaulting max_num_seqs to
+#: 1024"); smaller GPUs keep 2048 and 256. Chunked prefill is always on in V1.
+LARGE_GPU_BYTES = 70 * GiB
+LARGE_GPU_MAX_NUM_BATCHED_TOKENS, LARGE_GPU_MAX_NUM_SEQS = 8192, 1024
+#: Bytes per logits element alive at the sampler's peak in the profile run's ``_dummy_sampler_run``
+#: (on top of the model-dtype logits from ``compute_logits``, b bytes, which the caller still holds):
+#: "sort" - V0 ``Sampler._apply_top_k_top_p`` and V1 ``apply_top_k_top_p`` (the dummy requests set
+#: top_k and top_p) while ``logits.sort`` runs: the fp32 logits (``logits.to(torch.float)``) 4, the
+#: sorted values 4 and int64 indices 8, and PyTorch's segmented sort scratch for rows over 4,096
+#: values (aten/src/ATen/native/cuda/Sort.cu ``segmented_sort_pairs_by_full_sort``: two int64
+#: index-and-segment arrays, 16, and cub's alternate key buffer, 4; sized from the kernel's structure,
+#: not counted byte by byte: the logged peaks of 0.6.4, 0.8.2 and 0.11 are within 8% of it): 36 B;
+#: "triton" - V1's Triton top-k/top-p kernel (``apply_top_k_top_p_triton``, no sort): fp32 logits 4,
+#: the softmax probabilities 4 and ``random_sample``'s exponential noise 4: 12 B.
+SAMPLER_BYTES = {"sort": 36, "triton": 12}
+
+
+@dataclass(frozen=True, slots=True)
+class VllmRelease:
+    """What one vLLM release does differently in the start-up arithmetic.
+
+    ``context_in_budget``: the CUDA context (and anything else outside PyTorch before the weights)
+    counts in the profiled non-torch memory. 0.6.3-0.6.4 (V0 worker.py) and V1 0.8.0-0.9.1
+    (gpu_worker.py) take non-torch = (total - free) - torch allocated after the profile run, so the
+    context is in it; 0.4-0.6.2 take init_gpu_memory - free, and V0 0.6.5+ and V1 0.9.2+
+    ``memory_profiling`` subtract a baseline snapshot taken after the context exists (pull 10511,
+    pull 19312), so it is not. ``sampler``: a key of SAMPLER_BYTES (the sort path through 0.11,
+    whose logs show a sampler peak of 9.5 logits copies; the Triton path by 0.19, 3.5 copies; the
+    release between that switched is not pinned here). ``large_gpu_defaults``: V1's 8192 / 1024
+    scheduler defaults on >= 70 GiB GPUs (logged by 0.11 and 0.19; taken from 0.10).
+    """
+
+    version: tuple[int, int, int]
+    v1: bool
+    context_in_budget: bool
+    sampler: str
+    large_gpu_defaults: bool
+
+    @property
+    def name(self) -> str:
+        return f"vLLM {'.'.join(map(str, self.version))} ({'V1' if self.v1 else 'V0'} engine)"
+
+
+def parse_version(text: str) -> tuple[int, int, int] | None:
+    """``"0.6.4.post1"`` -> (0, 6, 4); None when the text does not start with a release number."""
+    found = re.match(r"v?(\d+)\.(\d+)(?:\.(\d+))?", text.strip())
+    if not found:
+        return None
+    major, minor, patch = found.groups()
+    return int(major), int(minor), int(patch or 0)
+
+
+def vllm_release(version: tuple[int, int, int], gpu: GPU, use_v1: bool | None = None) -> VllmRelease:
+    """The behaviour of ``version`` on ``gpu`` (see VllmRelease).
+
+    V1 is the default engine from 0.8.0 on GPUs of compute capability 8.0 and up; older GPUs (T4,
+    V100) fall back to V0 (0.8.2 on a T4: "Compute Capability < 8.0 is not supported by the V1
+    Engine. Falling back to V0."), taken to last until 0.10. ``use_v1`` is VLLM_USE_V1 (0.8-0.10),
+    which overrides the choice; a GPU given by size alone has no compute capability and gets V1.
+    """
+    cc = gpu.compute_capability
+    v1 = version >= (0, 8, 0) and (cc is None or cc >= (8, 0) or version >= (0, 10, 0))
+    if use_v1 is not None and (0, 8, 0) <= version < (0, 11, 0):
+        v1 = use_v1
+    if v1:
+        in_budget = version < (0, 9, 2)
+    else:
+        in_budget = (0, 6, 3) <= version < (0, 6, 5)
+    return VllmRelease(version=version, v1=v1, context_in_budget=in_budget,
+                       sampler="triton" if version >= (0, 19, 0) else "sort",
+                       large_gpu_defaults=v1 and version >= (0, 10, 0))
 
 
 def vllm_problems(m: ServedModel, *, tp: int, pp: int, gpu_memory_utilization: float, max_model_len: int,
                   max_num_seqs: int, max_num_batched_tokens: int, kv_cache_dtype: str, block_size: int) -> list[str]:
-    """What vLLM would refuse at start-up, in its own words (vllm/config.py, 0.6-0.10)."""
+    """What vLLM would refuse at start-up, in its own words (vllm/config.py, 0.6-0.19)."""
     p = []
     if not 0 < gpu_memory_utilization <= 1:
         p.append(f"GPU memory utilization must be within (0, 1]. Got {gpu_memory_utilization}. "
@@ -80,31 +164,71 @@ def vllm_problems(m: ServedModel, *, tp: int, pp: int, gpu_memory_utilization: f
     return p
 
 
+def profile_peak_bytes(m: ServedModel, *, tokens: int, rows: int, tp: int, b: int, sampler: str) -> tuple[int, str]:
+    """The torch peak of vLLM's ``profile_run``: the larger of its two phases.
+
+    The forward over ``tokens`` tokens (``_dummy_run(max_num_batched_tokens)``): the residual stream
+    and its normed copy (2 T h) plus the larger of the MLP's working set (fused gate_up output 2 f and
+    the SiLU-and-mul output f: 3 T f / tp, f = k x f_expert for MoE) and attention's (fused qkv output
+    (a + 2 n_kv) d / tp; FlashAttention keeps no T x T matrix), in b-byte elements. Then the sampler
+    over one logits row per dummy request (``_dummy_sampler_run``; the logits are gathered to the full
+    vocabulary on every TP rank): rows x V x (b + SAMPLER_BYTES[sampler]), while the forward's output
+    T x h x b is still held.
+    """
+    f = m.ffn * max(1, m.experts_per_token)
+    mlp = 3 * f // tp
+    attn = (m.n_heads + 2 * m.n_kv_heads) * m.head_dim // tp
+    forward = tokens * b * (2 * m.hidden + max(mlp, attn))
+    sampling = rows * m.vocab * (b + SAMPLER_BYTES[sampler]) + tokens * m.hidden * b
+    phase = "forward" if forward >= sampling else f"sampler ({sampler})"
+    return max(forward, sampling), (
+        f"max(forward {forward:,}, sampler {rows} rows x {m.vocab:,} x (b + {SAMPLER_BYTES[sampler]}) B + "
+        f"hidden {tokens * m.hidden * b:,}) = {phase}")
+
+
 def vllm_capacity(m: ServedModel, gpu: GPU, *, gpus: int, tp: int, pp: int, context: int | None,
                   gpu_memory_utilization: float = 0.9, max_model_len: int | None = None,
-                  max_num_seqs: int = DEFAULT_MAX_NUM_SEQS, max_num_batched_tokens: int | None = None,
-                  kv_cache_dtype: str = "auto", block_size: int = 16, enforce_eager: bool = False) -> Capacity:
+                  max_num_seqs: int | None = None, max_num_batched_tokens: int | None = None,
+                  kv_cache_dtype: str = "auto", block_size: int = 16, enforce_eager: bool = False,
+                  version: str = DEFAULT_VERSION, use_v1: bool | None = None) -> Capacity:
     """vLLM's start-up memory arithmetic for ``m`` on ``gpu`` (see the module docstring).
 
     Raises:
-        ConfigError: settings vLLM refuses (each in vLLM's words).
+        ConfigError: settings vLLM refuses (each in vLLM's words), or a version before 0.4.
         EngineRefusal: no room for the KV cache, or not for one max_model_len request.
     """
+    parsed = parse_version(version)
+    if parsed is None or parsed < OLDEST_VERSION:
+        raise ConfigError(f"version={version!r} is not a vLLM release vramlens follows: give 0.4 or later, "
+                          f"e.g. version='{DEFAULT_VERSION}' (--vllm-version {DEFAULT_VERSION})")
+    rel = vllm_release(parsed, gpu, use_v1)
+    total = gpu.capacity_bytes
     mml = max_model_len or m.max_position
-    mnbt = max_num_batched_tokens or (DEFAULT_MAX_NUM_BATCHED_TOKENS if mml > CHUNKED_PREFILL_FROM
-                                      else max(mml, DEFAULT_MAX_NUM_BATCHED_TOKENS))
+    if rel.v1:  # chunked prefill always on
+        large = rel.large_gpu_defaults and total >= LARGE_GPU_BYTES
+        mnbt = max_num_batched_tokens or (LARGE_GPU_MAX_NUM_BATCHED_TOKENS if large else DEFAULT_MAX_NUM_BATCHED_TOKENS)
+        seqs = max_num_seqs or (LARGE_GPU_MAX_NUM_SEQS if large else DEFAULT_MAX_NUM_SEQS)
+    else:
+        mnbt = max_num_batched_tokens or (DEFAULT_MAX_NUM_BATCHED_TOKENS if mml > CHUNKED_PREFILL_FROM
+                                          else max(mml, DEFAULT_MAX_NUM_BATCHED_TOKENS))
+        seqs = max_num_seqs or DEFAULT_MAX_NUM_SEQS
     problems = vllm_problems(m, tp=tp, pp=pp, gpu_memory_utilization=gpu_memory_utilization, max_model_len=mml,
-                             max_num_seqs=max_num_seqs, max_num_batched_tokens=mnbt, kv_cache_dtype=kv_cache_dtype,
+                             max_num_seqs=seqs, max_num_batched_tokens=mnbt, kv_cache_dtype=kv_cache_dtype,
                              block_size=block_size)
     if problems:
         raise ConfigError(problems)
     b = DTYPE_BYTES[m.dtype]
     kv_b = KV_CACHE_DTYPES[kv_cache_dtype] or b
-    total = gpu.capacity_bytes
     requested = int(total * gpu_memory_utilization)  # Worker.requested_memory
-    weights = stage_weight_bytes(m, tp, pp)
-    act = profile_activation_bytes(m, mnbt, max_num_seqs, tp, b)
-    outside, outside_why = non_torch_bytes(gpu, tp, pp)
+    weights = stage_weight_bytes(m, tp, pp) + m.rope_cache_bytes
+    # V0's profile run builds max_num_seqs dummy sequences; V1's min(num_tokens, max_num_reqs) requests
+    rows = min(seqs, mnbt) if rel.v1 else seqs
+    act, act_why = profile_peak_bytes(m, tokens=mnbt, rows=rows, tp=tp, b=b, sampler=rel.sampler)
+    ctx, _ = context_bytes_for(None)
+    nccl = nccl_communicator_bytes(gpu, tp) + (nccl_communicator_bytes(gpu, 2, nvls=False) if pp > 1 else 0)
+    outside = nccl + (ctx if rel.context_in_budget else 0)
+    outside_why = (f"CUDA context {ctx / 2**20:,.0f} MiB (inside the profile in this release) + " if rel.context_in_budget
+                   else "CUDA context before the baseline snapshot, not counted; ") + f"NCCL {nccl / 2**20:,.0f} MiB"
     available = requested - weights - act - outside
     kv_heads = kv_heads_per_gpu(m, tp)
     page = 2 * block_size * kv_heads * m.head_dim * kv_b  # FullAttentionSpec.page_size_bytes, one layer
@@ -148,7 +272,7 @@ def vllm_capacity(m: ServedModel, gpu: GPU, *, gpus: int, tp: int, pp: int, cont
     concurrency_mml = num_blocks / blocks_per_request(mml)
     ctx = context or mml
     conc = num_blocks / blocks_per_request(ctx)
-    running = max(1, min(int(conc), max_num_seqs))
+    running = max(1, min(int(conc), seqs))
     kv_per_token = 2 * kv_heads * m.head_dim * kv_b * layers
     speed = roofline(m, gpu, weights_per_gpu=weights, kv_per_token_per_gpu=kv_per_token, running=running,
                      context=ctx, tp=tp, pp=pp, compute_dtype=m.dtype)
@@ -167,19 +291,19 @@ def vllm_capacity(m: ServedModel, gpu: GPU, *, gpus: int, tp: int, pp: int, cont
         EngineFigure("cuda_graph_memory", "Graph capturing took (GiB, allowance)", round(graphs / GiB, 2)),
     )
     notes = (
-        f"available = {gpu_memory_utilization} x {total:,} - weights {weights:,} - activation {act:,} - "
-        f"non-torch {outside:,} = {available:,} B (Worker.determine_available_memory)",
+        f"{rel.name}: available = {gpu_memory_utilization} x {total:,} - weights {weights:,} (rotary cache "
+        f"{m.rope_cache_bytes:,} included) - activation {act:,} - non-torch {outside:,} = {available:,} B "
+        "(Worker.determine_available_memory)",
         f"page = 2 x {block_size} tokens x {kv_heads} kv heads x {m.head_dim} x {kv_b} B = {page:,} B per layer; "
         f"blocks = available // page // {group_size} layers per group = {num_blocks:,} (get_num_blocks)",
-        f"activation peak at max_num_batched_tokens={mnbt:,}, max_num_seqs={max_num_seqs}: "
-        "T b (2h + max(3f/tp, (a+2kv)d/tp)) + 2 x seqs x V x 4 B (profile_run, common.py)",
+        f"activation peak at max_num_batched_tokens={mnbt:,}, max_num_seqs={seqs}: {act_why} (profile_run)",
         f"non-torch: {outside_why}",
         f"KV groups: {', '.join(f'{n} {k}' for k, n in kinds)} of {group_size} layers (hybrid KV cache manager)",
         "CUDA graphs captured after the KV cache: from the (1 - utilization) headroom" if graphs
         else "enforce_eager: no CUDA graphs",
     )
     return Capacity(
-        engine="vllm", accounting=ACCOUNTING, model=m.name, gpu=gpu.name, gpus=gpus, tp=tp, pp=pp,
+        engine="vllm", accounting=f"{rel.name} (Worker.determine_available_memory, kv_cache_utils)", model=m.name, gpu=gpu.name, gpus=gpus, tp=tp, pp=pp,
         gpu_bytes=total, budget_bytes=requested, weights_bytes=weights, non_torch_bytes=outside,
         cuda_graph_bytes=graphs, activation_bytes=act, kv_cache_bytes=kv_bytes, kv_bytes_per_token=kv_per_token,
         kv_tokens=kv_tokens, max_model_len=mml, context=ctx, concurrency=conc, max_running=running,

@@ -162,6 +162,9 @@ class CapacityQuery(BaseModel):
     block_size: int | None = None
     enforce_eager: bool | None = None
     quantization: str | None = Field(None, max_length=64)
+    dtype: str | None = Field(None, max_length=64)
+    version: str | None = Field(None, max_length=64, description="vLLM: the release whose arithmetic to follow (0.19)")
+    use_v1: bool | None = None
     mem_fraction_static: float | None = None
     chunked_prefill_size: int | None = None
     max_running_requests: int | None = None
@@ -174,6 +177,7 @@ class CapacityQuery(BaseModel):
     cache_type_v: str | None = Field(None, max_length=64)
     flash_attn: bool | None = None
     parallel: int | None = None
+    weights_type: str | None = Field(None, max_length=64)
     max_batch: int | None = None
 
 
