@@ -229,12 +229,32 @@ def offload_frozen_casts(st: TrainState, head_cast: int) -> tuple[TrainState, in
     return replace(st, frozen_casts=kept), st.frozen_casts - kept
 
 
+def position_notes(spec: ModelSpec, w: Workload) -> list[str]:
+    """A note when the run's sequence is longer than the model's ``max_position_embeddings``.
+
+    Learned position tables have that many rows: the model cannot run longer sequences at all.
+    Rotary and ALiBi models run them but were not trained there (no ``rope_scaling`` in the
+    config to stretch them). T5's relative buckets have no limit. Memory is estimated either way.
+    """
+    tokens = w.seq + (0 if w.training else w.new_tokens)
+    if tokens <= spec.max_position or spec.position in ("relative", "none"):
+        return []
+    where = f"{tokens:,} tokens exceed the model's max_position_embeddings={spec.max_position:,}"
+    if spec.position == "learned":
+        return [f"{where}: its learned position table has {spec.max_position:,} rows, so it cannot run them "
+                "(memory estimated anyway)"]
+    if spec.config.get("rope_scaling"):
+        return []
+    return [f"{where} and the config has no rope_scaling: the model runs them but was not trained that long"]
+
+
 def estimate_spec(spec: ModelSpec, w: Workload, gpu: GPU | None = None, *, headroom: float = DEFAULT_HEADROOM) -> Estimate:
     """Estimate per-GPU memory of workload ``w`` for ``spec`` (both already validated)."""
     st = train_state(spec, w, gpu)
     sp = st.sp
     explain = dict(st.explain)
     notes = list(st.notes) + w.ignored() + (gpu.dtype_notes(w.dtype, w.amp) if gpu is not None else [])
+    notes += position_notes(spec, w)
     kv = 0
     if w.training:
         at = activation_totals(spec, w, sp)
