@@ -17,3 +17,8 @@ def test_rope_scaling_and_short_runs_say_nothing():
     assert not any("max_position" in n for n in estimate("llama-3.1-8b", seq=8192).breakdown.notes)  # rope_scaling
     assert not any("max_position" in n for n in estimate("gpt2", seq=1000, new_tokens=24).breakdown.notes)
     assert any("1,025 tokens" in n for n in estimate("gpt2", seq=1000, new_tokens=25).breakdown.notes)
+
+
+def test_generation_names_the_transformers_cache_it_assumes():
+    assert any("transformers >= 4.36" in n for n in estimate("gpt2", seq=128, new_tokens=16).breakdown.notes)
+    assert not any("transformers >= 4.36" in n for n in estimate("gpt2", seq=128).breakdown.notes)

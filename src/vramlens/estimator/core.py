@@ -344,6 +344,9 @@ def estimate_spec(spec: ModelSpec, w: Workload, gpu: GPU | None = None, *, headr
         master = 0
         if w.method != "full":
             notes.append("inference with LoRA: adapters counted in weights")
+        if w.new_tokens and w.kv_block == 0 and w.kv_dtype is None:
+            notes.append("generation as transformers >= 4.36 runs it (DynamicCache grown in place); older "
+                         "releases kept a tuple cache whose every decode step held the old and the new copy")
     explain["runtime"] = st.runtime_explain
     explain.setdefault("kv_cache", "training: no cache")
     comps = {
