@@ -34,6 +34,7 @@ MUST = {
     "accelerate": {"gpus", "amp"},
     "device-map": {"dtype", "quant", "attention", "gpus", "pp"},
     "alloc-conf": set(),
+    "vllm": {"batch", "seq", "dtype", "quant", "kv_dtype", "tp", "pp", "gpus"},
     "torchtune": {"batch", "grad_accum", "dtype", "amp", "checkpointing", "activation_offload", "optimizer_in_backward",
                   "optimizer", "seq", "loss_chunks", "gpus", "fsdp", "offload", "method"},
 }
@@ -181,6 +182,8 @@ def _as_loaded(kind: str, cfg, plan, tmp_path):
         return _via_device_map(cfg)
     if kind == "torchtune":
         return _via_torchtune_overrides(cfg)
+    if kind == "vllm":
+        return _via_vllm_command(cfg)
     c = alloc_conf_of(cfg)
     assert c.expandable_segments and c.garbage_collection_threshold == 0.0
     return cfg
@@ -193,6 +196,26 @@ TORCHTUNE_KEYS = {"recipe", "launch", "batch_size", "gradient_accumulation_steps
                   "tokenizer", "optimizer", "loss", "fsdp_cpu_offload", "fsdp_reshard_after_forward", "model"}
 TORCHTUNE_LORA = {"lora_rank", "lora_alpha", "lora_attn_modules", "apply_lora_to_mlp", "apply_lora_to_output",
                   "lora_dropout", "quantize_base"}
+
+
+#: ``vllm serve`` flags (vllm/engine/arg_utils.py EngineArgs.add_cli_args): vLLM is not installed here.
+VLLM_FLAGS = {"dtype", "max-model-len", "max-num-seqs", "tensor-parallel-size", "pipeline-parallel-size",
+              "data-parallel-size", "gpu-memory-utilization", "kv-cache-dtype", "quantization"}
+
+
+def _via_vllm_command(cfg: dict) -> dict:
+    """The command line split back into flags, each one vLLM's, values typed as its parser types them."""
+    from vramlens.advise.emit import vllm_command
+
+    words = vllm_command(cfg).split()
+    assert words[:3] == ["vllm", "serve", cfg["model"]]
+    out: dict = {"model": words[2]}
+    for flag, value in zip(words[3::2], words[4::2], strict=True):
+        assert flag.startswith("--") and flag[2:] in VLLM_FLAGS, flag
+        key = flag[2:]
+        out[key] = float(value) if key == "gpu-memory-utilization" else (int(value) if value.isdigit() else value)
+    assert 0.5 <= out["gpu-memory-utilization"] <= 0.99
+    return out
 
 
 def _via_torchtune_overrides(cfg: dict) -> dict:
@@ -293,6 +316,9 @@ TRAIN = dict(mode="train", batch=2, seq=256)
     ("device-map", dict(mode="inference", quant="nf4-dq", dtype="fp16")),
     ("device-map", dict(mode="inference", quant="fp8")),
     ("alloc-conf", dict(TRAIN)),
+    ("vllm", dict(mode="inference", batch=8, seq=512, new_tokens=64)),
+    ("vllm", dict(mode="inference", gpus=4, tp=2, pp=2, quant="awq-4bit", kv_dtype="fp8", dtype="fp16")),
+    ("vllm", dict(mode="inference", gpus=2, quant="fp8")),
     ("torchtune", dict(TRAIN, dtype="bf16", checkpointing="full", activation_offload=True, loss_chunks=8)),
     ("torchtune", dict(TRAIN, dtype="bf16", optimizer_in_backward=True, optimizer="adamw")),
     ("torchtune", dict(TRAIN, dtype="bf16", method="lora", lora_rank=8,
@@ -344,6 +370,9 @@ def test_each_target_reproduces_its_plan(kind, w, tmp_path):
     ("torchtune", dict(TRAIN, dtype="bf16", method="lora", lora_targets=("q_proj", "up_proj")), "apply_lora_to_mlp"),
     ("torchtune", dict(TRAIN, dtype="bf16", loss="fused-linear"), "fused linear"),
     ("torchtune", dict(mode="inference"), "inference"),
+    ("vllm", dict(TRAIN), "the plan trains"),
+    ("vllm", dict(mode="inference", quant="int8"), "int8 weights"),
+    ("vllm", dict(mode="inference", kv_dtype="int8"), "KV cache in int8"),
 ])
 def test_targets_refuse_what_they_cannot_express(kind, w, names):
     plan = _plan(tiny(), "H100-SXM-80GB", **w)

@@ -18,7 +18,7 @@ from vramlens.advise.plan import Plan
 from vramlens.errors import InputError
 from vramlens.workload import Workload
 
-KINDS = ("trainer", "peft", "bnb", "deepspeed", "accelerate", "fsdp", "device-map", "alloc-conf", "torchtune")
+KINDS = ("trainer", "peft", "bnb", "deepspeed", "accelerate", "fsdp", "device-map", "alloc-conf", "torchtune", "vllm")
 
 #: vramlens optimizer -> TrainingArguments ``optim`` (transformers ``OptimizerNames``).
 TRAINER_OPTIM = {
@@ -568,6 +568,60 @@ def torchtune(plan: Plan) -> dict[str, Any]:
     return out
 
 
+#: vramlens weight quantization -> vLLM's ``--quantization`` (vllm/model_executor/layers/quantization:
+#: AWQ and GPTQ read pre-quantized checkpoints, fp8 quantizes on load, bitsandbytes quantizes to NF4 on load).
+VLLM_QUANT = {"awq-4bit": "awq", "gptq-4bit": "gptq", "fp8": "fp8", "nf4": "bitsandbytes"}
+
+
+def vllm(plan: Plan) -> dict[str, Any]:
+    """``vllm serve`` flags for an inference plan: the batch as ``--max-num-seqs``, prompt plus new
+    tokens as ``--max-model-len``, the dtype, weight and KV-cache quantization and the parallel layout.
+
+    vLLM sizes its KV cache to fill ``--gpu-memory-utilization`` of each GPU: the value written is
+    the plan's device total over the GPU's capacity, rounded up to a hundredth (at least 0.5), so
+    vLLM keeps to the plan's footprint and turns what the plan leaves for transformers' cache and
+    activations into its paged cache; ``vramlens capacity --engine vllm`` says how many tokens that
+    holds.
+
+    Raises:
+        InputError: a training plan, or what vLLM cannot load as planned (int8/int4/fp4/nf4 with
+            double quantization weights, an int8 or fp32 KV cache).
+    """
+    w = plan.workload
+    if w.training:
+        raise InputError("--emit vllm: the plan trains; vLLM serves models: use --emit trainer, torchtune, deepspeed or fsdp")
+    refuse = []
+    if w.quantized is not None and w.quantized not in VLLM_QUANT:
+        refuse.append(f"keeps {w.quantized} weights (vLLM loads awq, gptq, fp8 and bitsandbytes NF4)")
+    if w.kv_dtype not in (None, "fp8"):
+        refuse.append(f"stores the KV cache in {w.kv_dtype} (vLLM's --kv-cache-dtype is auto, the model's "
+                      "dtype, or fp8)")
+    if refuse:
+        raise InputError("--emit vllm: the plan " + "; and ".join(refuse))
+    cap = plan.estimate.gpu.capacity_bytes if plan.estimate.gpu else plan.device_total
+    util = max(0.5, min(0.99, -(-plan.device_total * 100 // cap) / 100))
+    out: dict[str, Any] = {
+        "model": plan.estimate.model.name,
+        "dtype": TORCH_DTYPE[w.dtype],
+        "max-model-len": w.seq + w.new_tokens,
+        "max-num-seqs": w.batch,
+        "tensor-parallel-size": w.tp,
+        "pipeline-parallel-size": w.pp,
+        "gpu-memory-utilization": util,
+        "kv-cache-dtype": "fp8" if w.kv_dtype == "fp8" else "auto",
+    }
+    if w.gpus > w.tp * w.pp:
+        out["data-parallel-size"] = w.gpus // (w.tp * w.pp)
+    if w.quantized is not None:
+        out["quantization"] = VLLM_QUANT[w.quantized]
+    return out
+
+
+def vllm_command(cfg: dict[str, Any]) -> str:
+    """The ``vllm serve MODEL --flag value ...`` line."""
+    return " ".join(["vllm", "serve", str(cfg["model"])] + [f"--{k} {v}" for k, v in cfg.items() if k != "model"])
+
+
 def torchtune_command(cfg: dict[str, Any]) -> str:
     """The ``tune run`` line with the config as OmegaConf dot-list overrides (torchtune's CLI syntax)."""
     n = cfg.get("launch", {}).get("nproc_per_node")
@@ -595,7 +649,8 @@ def emit(plan: Plan, kind: str, **kw: Any) -> Any:
         InputError: an unknown kind, or a kind that does not apply to the plan (e.g. peft for full fine-tuning).
     """
     writers = {"trainer": trainer, "peft": peft, "bnb": bnb, "deepspeed": deepspeed, "accelerate": accelerate,
-               "fsdp": fsdp, "device-map": device_map, "alloc-conf": alloc_conf, "torchtune": torchtune}
+               "fsdp": fsdp, "device-map": device_map, "alloc-conf": alloc_conf, "torchtune": torchtune,
+               "vllm": vllm}
     if kind not in writers:
         raise InputError(f"--emit {kind!r} is not one of: {', '.join(KINDS)}")
     return writers[kind](plan, **kw)
@@ -609,6 +664,8 @@ def render(cfg: Any, kind: str) -> str:
         return _yaml(cfg)
     if kind == "torchtune":
         return torchtune_command(cfg)
+    if kind == "vllm":
+        return vllm_command(cfg)
     return json.dumps(cfg, indent=2)
 
 

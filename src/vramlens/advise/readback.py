@@ -12,7 +12,8 @@ quantization; deepspeed: checkpointing, the optimizer without offload (the Train
 tensor/pipeline layout (GPUs = dp x the base's tp x pp); fsdp: batch and optimizer (trainer);
 accelerate: batch, optimizer, checkpointing outside FSDP; device-map: shapes and KV cache;
 alloc-conf: no workload field (it sets the allocator: see :func:`alloc_conf_of`); torchtune:
-the attention (its own SDPA: the plan's sdpa or flash).
+the attention (its own SDPA: the plan's sdpa or flash); vllm: new tokens (``--max-model-len`` is
+prompt plus new tokens: the prompt is read as that less the base's new tokens) and the attention.
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ from vramlens.advise.emit import (
     TORCHTUNE_MLP,
     TORCHTUNE_OPTIM,
     TRAINER_OPTIM,
+    VLLM_QUANT,
 )
 from vramlens.errors import InputError
 from vramlens.workload import Workload
@@ -188,6 +190,17 @@ def _torchtune(c: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
+def _vllm(c: Mapping[str, Any], base: Workload) -> dict[str, Any]:
+    dp = c.get("data-parallel-size", 1)
+    quant = {v: k for k, v in VLLM_QUANT.items()}
+    kv = c["kv-cache-dtype"]
+    return {"mode": "inference", "batch": c["max-num-seqs"], "seq": c["max-model-len"] - base.new_tokens,
+            "dtype": _DTYPE[c["dtype"]], "tp": c["tensor-parallel-size"], "pp": c["pipeline-parallel-size"],
+            "gpus": c["tensor-parallel-size"] * c["pipeline-parallel-size"] * dp,
+            "quant": quant[c["quantization"]] if "quantization" in c else None,
+            "kv_dtype": "fp8" if kv == "fp8" else None}
+
+
 def read_emitted(kind: str, config: Any, base: Workload | None = None) -> dict[str, Any]:
     """The Workload fields an emitted ``config`` of ``kind`` sets, by name.
 
@@ -220,6 +233,8 @@ def read_emitted(kind: str, config: Any, base: Workload | None = None) -> dict[s
         return {}
     if kind == "torchtune":
         return _torchtune(config)
+    if kind == "vllm":
+        return _vllm(config, base)
     raise InputError(f"{kind!r} is not one of: {', '.join(KINDS)}")
 
 

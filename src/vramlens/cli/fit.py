@@ -39,7 +39,7 @@ Exit codes: 0 plans found, 1 no plan fits (the closest plan and the hardware tha
 are shown), 2 bad input (one line on stderr).
 """
 
-EMIT_KINDS = ("trainer", "peft", "bnb", "deepspeed", "accelerate", "fsdp", "device-map", "alloc-conf", "torchtune")
+EMIT_KINDS = ("trainer", "peft", "bnb", "deepspeed", "accelerate", "fsdp", "device-map", "alloc-conf", "torchtune", "vllm")
 #: vramlens.advise.search.OBJECTIVES (not imported: the CLI loads the advisor only when fit runs; a test pins them equal)
 OBJECTIVES = ("speed", "memory", "cost")
 ASKS = ("max_batch", "max_seq", "max_context", "min_gpu", "min_gpus")
