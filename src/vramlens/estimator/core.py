@@ -151,8 +151,10 @@ def activation_totals(spec: ModelSpec, w: Workload, sp: Split) -> ActivationTota
     one = max(la.saved for la, _ in layers)
     if w.checkpointing == "full":
         # the recomputed block, plus the gradients its backward holds at once: the MLP's
-        # (b*s, f) gradients of the down projection's input, the activation and its input
-        one += 3 * A._r(DTYPE_BYTES[w.compute_dtype] * max(1, spec.ffn_size // tp) * b * s)
+        # (b*s, f) gradients of the down projection's input, the activation and its input (fp32
+        # under autocast when the activation's output is fp32: NewGELU's pow)
+        g = 4 if A.act_upcasts(spec.activation, H.autocast(w)) else DTYPE_BYTES[w.compute_dtype]
+        one += 3 * A._r(g * max(1, spec.ffn_size // tp) * b * s)
         kept = sum(la.checkpoint_input * n for la, n in layers)
         formula = "full checkpointing: each block keeps its input (b*s*h), one block recomputed in backward"
     else:
@@ -266,6 +268,10 @@ def estimate_spec(spec: ModelSpec, w: Workload, gpu: GPU | None = None, *, headr
         peak_phase, peak_alloc = max(phases, key=lambda p: p[1])
         reserved, total = reserved_total(st, peak_alloc)
         recompute = one_layer if w.checkpointing == "full" else 0
+        if recompute and spec.tied_embeddings:
+            # a tied output layer's weight gradient waits in autograd's InputBuffer for the
+            # embedding's (a temporary until they are added) while the blocks are recomputed
+            recompute += st.head_grad
         # several columns: the gradients are still accumulating when the first column's backward runs
         second = st.grads + at.pass_working if at.later_pass else 0
         loss_bwd = 2 * head_saved if at.loss_backward is None else at.loss_backward
