@@ -112,6 +112,8 @@ def test_task_rows_cover_the_heads():
     tasks = {(name, row["task"]) for name, row in TASK_ROWS}
     assert {("bert-base-uncased", "embedding"), ("roberta-base", "sequence-classification"),
             ("bert-base-uncased", "token-classification"), ("gpt2", "causal-lm")} <= tasks
+    amp = {(name, row["task"]) for name, row in TASK_ROWS if row.get("amp") and row.get("checkpointing") == "none"}
+    assert {("gpt2", "causal-lm"), ("bert-base-uncased", "masked-lm")} <= amp
 
 
 def test_task_rows_within_5_percent_of_trace(task_rows):

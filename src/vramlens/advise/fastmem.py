@@ -67,6 +67,7 @@ class Activations:
     logits: int
     later_pass: int = 0
     loss_backward: int | None = None
+    loss_backward_over: int | None = None
     head_backward: int | None = None
     head_grads: int = 1
     head_backward_later: int = 0
@@ -193,7 +194,8 @@ class FastMemory:
             logits = logits_bytes(self.spec, w, w.batch * w.seq) if sp.has_head else 0
             a = self._acts[key] = Activations(
                 saved=t.saved, one_layer=t.one_layer, loss_transient=t.loss_transient, head_saved=t.head_saved,
-                logits=logits, later_pass=t.later_pass, loss_backward=t.loss_backward, head_backward=t.head_backward,
+                logits=logits, later_pass=t.later_pass, loss_backward=t.loss_backward,
+                loss_backward_over=t.loss_backward_over, head_backward=t.head_backward,
                 head_grads=t.head_grads, head_backward_later=t.head_backward_later,
                 head_grad_in_forward=t.head_grad_in_forward, final_norm_backward=t.final_norm_backward, host=t.host,
                 head_cast=output_layer_cast(self.spec, w, sp.has_head) if w.activation_offload else None)
@@ -221,6 +223,7 @@ class FastMemory:
             ts = offload_frozen_casts(ts, a.head_cast)[0]
         phases = train_phases(ts, a.saved, a.one_layer, a.loss_transient, a.head_saved, grad_accum, checkpointing,
                               a.logits, later_pass=a.later_pass, loss_backward=a.loss_backward,
+                              loss_backward_over=a.loss_backward_over,
                               head_backward=a.head_backward, head_grads=a.head_grads,
                               head_backward_later=a.head_backward_later, head_grad_in_forward=a.head_grad_in_forward,
                               final_norm_backward=a.final_norm_backward)

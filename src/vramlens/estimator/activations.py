@@ -37,6 +37,12 @@ def _r(n: int) -> int:
     return round_up(int(n), BLOCK) if n > 0 else 0
 
 
+#: The philox seed and offset (an int64 each) that CUDA's flash, memory-efficient and cuDNN SDPA
+#: kernels return and keep for backward, with or without dropout (one 512-byte block each in the
+#: H200's events, validation/events/cuda-h200-*.json.gz).
+SDPA_RNG = 2 * BLOCK
+
+
 def korthikanti_layer_bytes(s: int, b: int, h: int, a: int, t: int = 1, sequence_parallel: bool = False,
                             selective: bool = False) -> int:
     """Activation bytes per transformer layer, Korthikanti et al. 2022, Eq. (1)-(4).
@@ -293,8 +299,9 @@ def layer_activations(spec: ModelSpec, w: Workload, b: int, s: int, *, cross_s: 
         quad += q_bytes
         total += q_bytes
     elif attention != "eager":
-        # flash / memory-efficient SDPA keep the output and the fp32 log-sum-exp (b, a, s)
-        total += _r(c * D.a * D.d * t) + _r(4 * b * D.a * s)
+        # flash / memory-efficient SDPA keep the output, the fp32 log-sum-exp (b, a, s) and the
+        # philox seed and offset (one int64 each)
+        total += _r(c * D.a * D.d * t) + _r(4 * b * D.a * s) + SDPA_RNG
         if spec.position == "relative":
             # T5: the relative position bias (plus the causal mask) becomes SDPA's additive
             # attn_mask (1, a, s, S), which the memory-efficient kernel keeps for backward
@@ -317,14 +324,12 @@ def layer_activations(spec: ModelSpec, w: Workload, b: int, s: int, *, cross_s: 
         cross_core = sdpa_core(spec, w, cross=True)
         total += q + 2 * _r(c * D.a * D.d * b * cross_s)
         if cross_core == "eager":
-            total += _r(c * D.a * D.d * t)  # the output's contiguous copy (see above)
-        if cross_core == "eager":
             probs = b * D.a * s * cross_s
             cq = _softmax_saved(spec, probs, c, autocast, p_attn)
             quad += cq
-            total += cq
+            total += cq + _r(c * D.a * D.d * t)  # the contiguous copy o keeps
         else:
-            total += _r(c * D.a * D.d * t) + _r(4 * b * D.a * s)
+            total += _r(c * D.a * D.d * t) + _r(4 * b * D.a * s) + SDPA_RNG
             if spec.position == "relative":
                 # T5's cross-attention bias (zeros, (1, a, s, S)) is SDPA's attn_mask, kept for backward
                 total += _r(c * D.a * s * cross_s)
@@ -334,7 +339,7 @@ def layer_activations(spec: ModelSpec, w: Workload, b: int, s: int, *, cross_s: 
     # --- MLP --------------------------------------------------------------------------------------
     total += _norm_saved(norm_kind(spec), D.h, t, r, c, mlp_consumers, casts, full) // sp
     # fused MoE experts are not nn.Linear (not in linear_groups): they train only in full fine-tuning
-    total += _mlp_saved(spec, D, t, c, (full and own > 0) if spec.is_moe else mlp_out_saves)
+    total += _mlp_saved(spec, D, t, c, (full and own > 0) if spec.is_moe else mlp_out_saves, autocast)
     if p_hid > 0:
         total += _r(D.h * t) // sp
     return LayerActivations(saved=total, quadratic=quad, checkpoint_input=_r(r * D.h * t) // sp)
@@ -353,19 +358,44 @@ def _softmax_saved(spec: ModelSpec, probs: int, c: int, autocast: bool, p_drop: 
     return _r(sm * probs) + (_r(c * probs) if sm != c else 0)
 
 
-def _act_saved(act: str, n: int, c: int, out_saved: bool = True) -> int:
+#: transformers' activations written as several Python ops (transformers/activations.py ACT2CLS):
+#: (tensors kept in the compute dtype, tensors kept that come from ``torch.pow``, which CUDA
+#: autocast runs in fp32: AT_FORALL_FP32 in aten/src/ATen/autocast_mode.h). Counted with
+#: saved-tensor hooks on transformers 5.24; the H200's events (validation/events/
+#: cuda-h200-gpt2.json.gz) show NewGELU's three fp32 tensors. Any other activation is one aten
+#: op that keeps its input.
+PYTHON_ACTIVATIONS: dict[str, tuple[int, int]] = {
+    "gelu_new": (1, 3),          # NewGELUActivation: 0.5*x; pow's input (x, or its fp32 copy), tanh, 1 + tanh
+    "gelu_accurate": (1, 3),     # AccurateGELUActivation: the same ops
+    "gelu_python_tanh": (1, 3),  # GELUTanh(use_gelu_tanh_python=True): the same ops
+    "gelu_fast": (7, 0),         # FastGELUActivation (no pow): x, 0.044715*x, x*0.798, 1 + .., tanh, 0.5*x, 1 + tanh
+    "quick_gelu": (2, 0),        # QuickGELUActivation: x and sigmoid(1.702*x)
+    "gelu_python": (3, 0),       # GELUActivation(use_gelu_python=True): erf's input, 0.5*x, 1 + erf
+}
+
+
+def act_upcasts(act: str, autocast: bool) -> bool:
+    """Whether the activation's output is fp32: under autocast, one that calls ``torch.pow``."""
+    return autocast and PYTHON_ACTIVATIONS.get(act, (1, 0))[1] > 0
+
+
+def _act_own(act: str, n: int, c: int, autocast: bool) -> int:
+    """Bytes an activation keeps of an n-element input for its own backward (not its output)."""
+    low, pow_made = PYTHON_ACTIVATIONS.get(act, (1, 0))
+    return low * _r(c * n) + pow_made * _r((4 if autocast else c) * n)
+
+
+def _act_saved(act: str, n: int, c: int, out_saved: bool = True, autocast: bool = False) -> int:
     """Bytes an activation function keeps of an n-element input, plus its output when the next
-    linear keeps its input (its weight is trained)."""
+    linear keeps its input (its weight is trained): the output, or under autocast that linear's
+    half cast of an fp32 output."""
     if act in ("relu",):
         return _r(c * n)  # relu keeps only its output, which the next linear keeps too
     out = _r(c * n) if out_saved else 0
-    if act in ("gelu_new", "gelu_fast"):
-        # transformers NewGELUActivation is written in Python: x, tanh(.), 0.5*x and 1+tanh(.) are kept
-        return 4 * _r(c * n) + out
-    return _r(c * n) + out  # input (for the derivative) and output
+    return _act_own(act, n, c, autocast) + out
 
 
-def _mlp_saved(spec: ModelSpec, D: Dims, t: int, c: int, out_saved: bool = True) -> int:
+def _mlp_saved(spec: ModelSpec, D: Dims, t: int, c: int, out_saved: bool = True, autocast: bool = False) -> int:
     if spec.is_moe:
         k = max(1, spec.experts_per_token)
         E = spec.n_experts
@@ -383,13 +413,17 @@ def _mlp_saved(spec: ModelSpec, D: Dims, t: int, c: int, out_saved: bool = True)
         # T5's DenseReluDense / DenseGatedActDense drop out between wi and wo: a bool mask, and
         # the dropped tensor that wo keeps (instead of the activation's output)
         inner_dropout = _r(D.f * t)
+    n = D.f * t
     if spec.gated_mlp:
-        # act(gate) keeps gate, the product keeps act(gate) and up; down_proj keeps the product
-        return 3 * _r(c * D.f * t) + (_r(c * D.f * t) if out_saved else 0) + inner_dropout
+        # act(gate) keeps gate (or its own tensors), the product keeps act(gate) (fp32 when the
+        # activation upcasts) and up; down_proj keeps the product (under autocast, its half cast)
+        act_out = _r((4 if act_upcasts(spec.activation, autocast) else c) * n)
+        return (_act_own(spec.activation, n, c, autocast) + act_out + _r(c * n)
+                + (_r(c * n) if out_saved else 0) + inner_dropout)
     if inner_dropout:
         # relu keeps its output for its derivative; wo keeps the dropped output
-        return _act_saved(spec.activation, D.f * t, c, False) + inner_dropout + (_r(c * D.f * t) if out_saved else 0)
-    return _act_saved(spec.activation, D.f * t, c, out_saved)
+        return _act_saved(spec.activation, n, c, False, autocast) + inner_dropout + (_r(c * n) if out_saved else 0)
+    return _act_saved(spec.activation, n, c, out_saved, autocast)
 
 
 def has_lm_head(spec: ModelSpec) -> bool:
@@ -421,8 +455,9 @@ def head_saved(spec: ModelSpec, w: Workload, b: int, s: int) -> tuple[int, int, 
 
     Causal LMs in transformers (``ForCausalLMLoss``) upcast the logits to fp32 and
     ``cross_entropy`` keeps the fp32 ``log_softmax`` output: c*V + 4*V + 4*V bytes per token at
-    the loss. Masked LMs and T5 take ``cross_entropy`` of the logits as they are (fp32 only
-    under autocast, whose fp32 list has ``cross_entropy``). Other heads: vramlens.estimator.heads.
+    the loss. Masked LMs and T5 take ``cross_entropy`` of the logits as they are: log_softmax in
+    the logits' dtype, plus under CUDA autocast nll_loss's fp32 copy of it
+    (:func:`vramlens.estimator.heads.cross_entropy_kept`). Other heads: vramlens.estimator.heads.
     """
     t = b * s
     V = local_vocab(spec, w)
@@ -434,14 +469,43 @@ def head_saved(spec: ModelSpec, w: Workload, b: int, s: int) -> tuple[int, int, 
     lf = loss_figures(spec, w, b, s)
     if lf is not None:
         return lf.saved, lf.peak, lf.formula
-    autocast = w.amp is not None and w.dtype == "fp32"
-    sm = 4 if (H.loss_upcasts(spec) or autocast) else c
+    sm, cast = H.cross_entropy_kept(w, H.loss_upcasts(spec))
     logits = _r(c * V * t)
-    upcast = _r(4 * V * t) if sm == 4 and c != 4 else 0
+    upcast = _r(4 * V * t) if H.loss_upcasts(spec) and c != 4 else 0
     lsm = _r(sm * V * t)
     if upcast:
         return lsm, logits + upcast + lsm, "logits (c*V), their fp32 upcast (4*V) and log_softmax (4*V) per token"
+    if cast:
+        nll = _r(cast * V * t)
+        return (lsm + nll, logits + lsm + nll,
+                f"logits, log_softmax ({sm} B x V per token) and nll_loss's fp32 copy of it (CUDA autocast)")
     return lsm, logits + lsm, f"logits and log_softmax ({sm} B x V per token)"
+
+
+@dataclass(frozen=True, slots=True)
+class LossBackward:
+    """The backward of transformers' own cross-entropy when nll_loss kept an fp32 copy (CUDA
+    autocast, a head that does not upcast), in bytes."""
+
+    transient: int  # its largest set of temporaries at once: nll_loss's fp32 gradient and its half cast
+    over_saved: int  # live beyond the saved activations at its peak: the fp32 gradient, beside the copy
+
+
+def loss_backward(spec: ModelSpec, w: Workload, b: int, s: int) -> LossBackward | None:
+    """See :class:`LossBackward`; None for the usual two fp32 gradients (2 x what the loss keeps).
+
+    NllLossBackward makes the fp32 gradient while its fp32 copy is alive, then frees the copy;
+    ToCopyBackward casts the gradient to the logits' dtype (both alive), LogSoftmaxBackward
+    makes the half gradient of the logits beside that cast.
+    """
+    if not has_lm_head(spec):
+        return None
+    sm, cast = H.cross_entropy_kept(w, H.loss_upcasts(spec))
+    if not cast:
+        return None
+    n = local_vocab(spec, w) * b * s
+    lsm, g32 = _r(sm * n), _r(cast * n)
+    return LossBackward(transient=H.cross_entropy_backward(w, lsm, g32), over_saved=max(g32, 2 * lsm - g32))
 
 
 def model_level_saved(spec: ModelSpec, w: Workload, b: int, s: int) -> int:

@@ -125,6 +125,7 @@ class ActivationTotals:
     later_pass: int = 0  # embedding: alive besides gradients when the first column's backward starts
     pass_working: int = 0  # of later_pass, the block backward's own tensors (not saved activations)
     loss_backward: int | None = None  # the loss' backward transient (None: two fp32 b*s*V gradients)
+    loss_backward_over: int | None = None  # ... beyond the saved activations at its peak (None: loss_backward)
     head_backward: int | None = None  # the logits' gradient entering the output layer's backward (None: the logits)
     head_grads: int = 1  # output-layer weight gradients alive at once in its later backwards (chunked logits)
     head_backward_later: int = 0  # ... and the logits' gradients still alive then
@@ -150,8 +151,10 @@ def activation_totals(spec: ModelSpec, w: Workload, sp: Split) -> ActivationTota
     one = max(la.saved for la, _ in layers)
     if w.checkpointing == "full":
         # the recomputed block, plus the gradients its backward holds at once: the MLP's
-        # (b*s, f) gradients of the down projection's input, the activation and its input
-        one += 3 * A._r(DTYPE_BYTES[w.compute_dtype] * max(1, spec.ffn_size // tp) * b * s)
+        # (b*s, f) gradients of the down projection's input, the activation and its input (fp32
+        # under autocast when the activation's output is fp32: NewGELU's pow)
+        g = 4 if A.act_upcasts(spec.activation, H.autocast(w)) else DTYPE_BYTES[w.compute_dtype]
+        one += 3 * A._r(g * max(1, spec.ffn_size // tp) * b * s)
         kept = sum(la.checkpoint_input * n for la, n in layers)
         formula = "full checkpointing: each block keeps its input (b*s*h), one block recomputed in backward"
     else:
@@ -193,14 +196,17 @@ def activation_totals(spec: ModelSpec, w: Workload, sp: Split) -> ActivationTota
     from vramlens.estimator.losses import loss_figures
 
     lf = loss_figures(spec, w, b, s) if (sp.has_head and A.has_lm_head(spec)) else None
-    loss_backward = None if lf is None else lf.backward
+    lb = A.loss_backward(spec, w, b, s) if lf is None else None
+    loss_backward = lf.backward if lf is not None else (lb.transient if lb is not None else None)
+    loss_backward_over = lb.over_saved if lb is not None else None
     if A.local_vocab(spec, w) != spec.vocab_size and sp.has_head:
         # loss_parallel's backward (torch/distributed/tensor/parallel/loss.py
         # _nll_loss_and_log_softmax_backward) computes the logits' gradient from the saved
         # log_softmax in one fp32 shard, not through nll's and log_softmax's two
         loss_backward = head_saved
+        loss_backward_over = None
     return ActivationTotals(saved=kept + model_level + head_saved, one_layer=one, loss_transient=head_peak - head_saved,
-                            loss_backward=loss_backward,
+                            loss_backward=loss_backward, loss_backward_over=loss_backward_over,
                             head_backward=None if lf is None else lf.head_backward,
                             head_grads=1 if lf is None else lf.head_grads,
                             head_backward_later=0 if lf is None else lf.head_backward_later,
@@ -274,13 +280,18 @@ def estimate_spec(spec: ModelSpec, w: Workload, gpu: GPU | None = None, *, headr
             st, moved = offload_frozen_casts(st, output_layer_cast(spec, w, sp.has_head))
             act_host += moved
         phases = train_phases(st, acts, one_layer, loss_tmp, head_saved, w.grad_accum, w.checkpointing, logits,
-                              later_pass=at.later_pass, loss_backward=at.loss_backward, head_backward=at.head_backward,
+                              later_pass=at.later_pass, loss_backward=at.loss_backward,
+                              loss_backward_over=at.loss_backward_over, head_backward=at.head_backward,
                               head_grads=at.head_grads, head_backward_later=at.head_backward_later,
                               head_grad_in_forward=at.head_grad_in_forward,
                               final_norm_backward=at.final_norm_backward)
         peak_phase, peak_alloc = max(phases, key=lambda p: p[1])
         reserved, total = reserved_total(st, peak_alloc)
         recompute = one_layer if w.checkpointing == "full" else 0
+        if recompute and spec.tied_embeddings:
+            # a tied output layer's weight gradient waits in autograd's InputBuffer for the
+            # embedding's (a temporary until they are added) while the blocks are recomputed
+            recompute += st.head_grad
         # several columns: the gradients are still accumulating when the first column's backward runs
         second = st.grads + at.pass_working if at.later_pass else 0
         loss_bwd = 2 * head_saved if at.loss_backward is None else at.loss_backward

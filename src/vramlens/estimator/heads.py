@@ -6,7 +6,8 @@ Per text column, with t = b*s tokens, h hidden size, c bytes of the compute dtyp
 
 * ``masked-lm`` with a prediction transform (BERT, RoBERTa): dense output (kept by the
   activation), activation output and the LayerNorm (input, fp32 mean/rstd, output kept by
-  the decoder) over every token.
+  the decoder) over every token; under CUDA autocast LayerNorm keeps its fp32 cast of its
+  input, and the decoder its half cast of the fp32 output.
 * ``sequence-classification``: ``pooler`` (BertPooler: dense on the first token keeps a view
   of the last hidden state, so all of it; tanh output; dropout mask and output kept by the
   classifier), ``dense`` (RobertaClassificationHead: dropout, dense, tanh, dropout, out_proj
@@ -24,6 +25,14 @@ Per text column, with t = b*s tokens, h hidden size, c bytes of the compute dtyp
 
 Classification losses call ``CrossEntropyLoss`` on the logits as they are (BERT and RoBERTa's
 heads; transformers/models/bert/modeling_bert.py), so only the causal LM loss upcasts.
+
+Under CUDA autocast (fp32 weights, ``--amp``) such a ``cross_entropy`` of half logits keeps two
+tensors (:func:`cross_entropy_kept`): CUDA's autocast does not list ``cross_entropy_loss``
+(aten/src/ATen/autocast_mode.h), which calls ``log_softmax(x, dim, x.dtype)`` (kept in the
+logits' dtype: an explicit dtype is left alone) and ``nll_loss``, which is on CUDA's fp32 list
+and keeps its fp32 cast of the log-probabilities. (CPU autocast lists ``cross_entropy_loss``
+itself and runs it all in fp32: the H200's events in validation/events/cuda-h200-bert.json.gz
+show CUDA's way.)
 """
 
 from __future__ import annotations
@@ -43,6 +52,33 @@ def _b(n: int) -> int:
 def has_lm_head(spec: ModelSpec) -> bool:
     """Whether the head ends in a vocabulary projection (causal, masked or seq2seq LM)."""
     return spec.head in LM_HEADS
+
+
+def autocast(w: Workload) -> bool:
+    """Whether the forward runs under autocast: fp32 weights with ``--amp`` (half matmul outputs)."""
+    return w.amp is not None and w.dtype == "fp32"
+
+
+def cross_entropy_kept(w: Workload, upcast: bool = False) -> tuple[int, int]:
+    """Bytes per logit that ``cross_entropy`` keeps for backward: (its log_softmax, nll_loss's fp32 copy).
+
+    ``upcast``: the loss calls ``logits.float()`` first (causal LMs), so log_softmax is fp32 and
+    nothing is cast. Otherwise log_softmax keeps the logits' dtype (c), and under CUDA autocast
+    ``nll_loss`` keeps an fp32 copy of it (see the module docstring).
+    """
+    if upcast:
+        return 4, 0
+    c = DTYPE_BYTES[w.compute_dtype]
+    return c, (4 if autocast(w) and c != 4 else 0)
+
+
+def cross_entropy_backward(w: Workload, kept: int, cast: int) -> int:
+    """The backward transient of ``cross_entropy`` over ``kept`` bytes of log_softmax (plus ``cast``
+    bytes of nll_loss's fp32 copy): nll_loss's gradient, then its cast back to the logits' dtype
+    (under autocast) or log_softmax's gradient beside it."""
+    if cast:
+        return cast + kept  # nll_loss_backward's fp32 gradient, then ToCopyBackward's half copy of it
+    return 2 * kept
 
 
 def loss_upcasts(spec: ModelSpec) -> bool:
@@ -94,7 +130,12 @@ def head_level_saved(spec: ModelSpec, w: Workload, b: int, s: int) -> int:
     c = DTYPE_BYTES[w.compute_dtype]
     dropped = classifier_dropout(spec) > 0
     if spec.head in LM_HEADS and spec.mlm_transform:
-        return 2 * _b(c * h * t) + _b(c * h * t) + 2 * _b(4 * t) + _b(c * h * t)
+        # dense output (kept by the activation); the activation's output (kept by LayerNorm), or
+        # under CUDA autocast LayerNorm's fp32 cast of it (layer_norm is on CUDA's fp32 list,
+        # aten/src/ATen/autocast_mode.h); fp32 mean and rstd (CUDA's acc type, b*s each); the
+        # LayerNorm output kept by the decoder (under autocast the decoder's half cast of it)
+        ln_in = 4 if autocast(w) else c
+        return _b(c * h * t) + _b(ln_in * h * t) + 2 * _b(4 * t) + _b(c * h * t)
     if spec.head == "sequence-classification" and spec.classifier == "pooler":
         return _b(c * b * h) + ((_b(b * h) + _b(c * b * h)) if dropped else 0)
     if spec.head == "sequence-classification" and spec.classifier == "dense":
@@ -108,28 +149,32 @@ def head_level_saved(spec: ModelSpec, w: Workload, b: int, s: int) -> int:
     return 0
 
 
+def _ce(w: Workload, n: int) -> int:
+    """What cross_entropy keeps of n logits (cross_entropy_kept)."""
+    sm, cast = cross_entropy_kept(w)
+    return _b(sm * n) + _b(cast * n)
+
+
 def loss_saved(spec: ModelSpec, w: Workload, b: int, s: int) -> tuple[int, int, str]:
     """(kept for backward at the loss, transient peak at the loss, explanation) of a non-LM head."""
     t = b * s
     c = DTYPE_BYTES[w.compute_dtype]
-    autocast = w.amp is not None and w.dtype == "fp32"
-    sm = 4 if autocast else c  # autocast runs cross_entropy (log_softmax) in fp32
     n = max(1, spec.num_labels)
     if spec.head == "sequence-classification":
-        logits, lsm = _b(c * b * n), _b(sm * b * n)
+        logits, lsm = _b(c * b * n), _ce(w, b * n)
         return lsm, logits + lsm, f"logits and log_softmax of b x {n} labels"
     if spec.head == "token-classification":
-        logits, lsm = _b(c * t * n), _b(sm * t * n)
+        logits, lsm = _b(c * t * n), _ce(w, t * n)
         return lsm, logits + lsm, f"logits and log_softmax of b*s x {n} labels"
     if spec.head == "question-answering":
         # start and end logits made contiguous (b, s) each, one log_softmax each
-        logits, lsm = _b(c * t * n) + 2 * _b(c * t), 2 * _b(sm * t)
+        logits, lsm = _b(c * t * n) + 2 * _b(c * t), 2 * _ce(w, t)
         return lsm, logits + lsm, "start/end logits and their log_softmax (b x s each)"
     if spec.head == "embedding" and w.training:
         h = spec.hidden_size
         # F.normalize of both columns (the normalized vectors, kept by mm, and their norms),
         # the (b, b) similarity matrix, its scaled copy and log_softmax
         normed = 2 * (_b(c * b * h) + _b(c * b))
-        scores = 2 * _b(c * b * b) + _b(sm * b * b)
-        return normed + _b(sm * b * b), normed + scores, "in-batch negatives: normalized (b, h) vectors, b x b scores"
+        scores = 2 * _b(c * b * b) + _ce(w, b * b)
+        return normed + _ce(w, b * b), normed + scores, "in-batch negatives: normalized (b, h) vectors, b x b scores"
     return 0, 0, "no loss head"

@@ -226,6 +226,7 @@ def train_state(spec: ModelSpec, w: Workload, gpu: GPU | None) -> TrainState:
 
 def train_phases(st: TrainState, acts: int, one: int, loss_tmp: int, head_saved: int, grad_accum: int,
                  checkpointing: str, logits: int = 0, later_pass: int = 0, *, loss_backward: int | None = None,
+                 loss_backward_over: int | None = None,
                  head_backward: int | None = None, head_grads: int = 1, head_backward_later: int = 0,
                  head_grad_in_forward: bool = False, final_norm_backward: int = 0) -> tuple[tuple[str, int], ...]:
     """Live bytes at each phase's peak (workspaces included); see the module docstring.
@@ -239,6 +240,8 @@ def train_phases(st: TrainState, acts: int, one: int, loss_tmp: int, head_saved:
         later_pass: with several forwards per step (the embedding case's text columns), what is alive
             besides every gradient when the first column's backward starts (core.activation_totals).
         loss_backward: the loss' backward transient (default: two fp32 b*s*V gradients, 2 x head_saved).
+        loss_backward_over: what of it is live beyond ``acts`` at its peak (default: all of it;
+            less when the loss frees a saved tensor first: activations.LossBackward).
         head_backward: the logits' gradient entering the output layer's backward (default: ``logits``).
         head_grads: output-layer weight gradients alive at once in its later backwards (3 with chunked
             logits: two addends and their sum), with ``head_backward_later`` bytes of logits' gradients.
@@ -246,6 +249,8 @@ def train_phases(st: TrainState, acts: int, one: int, loss_tmp: int, head_saved:
         final_norm_backward: the final norm's backward with its incoming gradient (chunked or fused loss).
     """
     loss_bwd = 2 * head_saved if loss_backward is None else loss_backward
+    if loss_backward_over is not None:
+        loss_bwd = loss_backward_over
     head_in = logits if head_backward is None else head_backward
     head_fwd = st.head_grad if head_grad_in_forward else 0
     # gradients exist during forward when they accumulate, or when zero_grad keeps them (set_to_none=False)
@@ -276,10 +281,11 @@ def train_phases(st: TrainState, acts: int, one: int, loss_tmp: int, head_saved:
     else:
         persistent = st.weights + st.master + st.opt + st.comm
         fwd = persistent + max(gfwd, head_fwd) + fwd_casts + acts + loss_tmp
-        # the loss' backward holds two fp32 b*s*V gradients; once they are done, the output layer's
-        # backward holds the logits' gradient (compute dtype) and allocates its weight gradient
+        # the loss' backward holds two fp32 b*s*V gradients; once they are done (and what the loss
+        # saved is freed), the output layer's backward holds the logits' gradient (compute dtype)
+        # and allocates its weight gradient
         if head_backward is None:
-            bwd_start = persistent + gfwd + bwd_casts + acts + max(loss_bwd, logits + st.head_grad)
+            bwd_start = persistent + gfwd + bwd_casts + acts + max(loss_bwd, logits + st.head_grad - head_saved)
         else:
             # a chunked or fused loss has freed what it saved before the output layer's backward
             bwd_start = persistent + max(gfwd, head_fwd) + bwd_casts + max(

@@ -66,6 +66,10 @@ TASK_ROWS: tuple[tuple[str, dict[str, Any]], ...] = (
     _task_row("bert-base-uncased", "token-classification", dtype="fp32"),
     _task_row("bert-base-uncased", "question-answering", dtype="bf16"),
     _task_row("gpt2", "causal-lm", dtype="bf16"),
+    # fp32 weights under bf16 autocast: the dtypes CUDA's autocast gives NewGELU's pow, BERT's MLM
+    # LayerNorm and cross-entropy (vramlens.trace.cuda_autocast)
+    _task_row("gpt2", "causal-lm", dtype="fp32", amp="bf16"),
+    _task_row("bert-base-uncased", "masked-lm", dtype="fp32", amp="bf16"),
 )
 
 #: Memory techniques of training stacks (torchtune, torchtitan, Liger), each run by the tracer the

@@ -23,9 +23,18 @@ process), so traces run on the fake CPU device and these differences are closed 
   passes no ``attention_mask`` for unpadded batches: transformers then skips the mask exactly
   as on CUDA. Eager attention builds the b x 1 x s x s mask on CUDA too, and so it does here.
 * autocast: CUDA autocast runs ``scaled_dot_product_attention`` in the lower precision;
-  CPU autocast does not list it, so :func:`cuda_sdpa` casts q, k, v (and a float mask) itself.
-  CPU autocast caches the half copies of fp32 leaf weights as CUDA does
+  CPU autocast does not list it in every release, so :func:`cuda_sdpa` casts q, k, v (and a
+  float mask) itself. CPU autocast caches the half copies of fp32 leaf weights as CUDA does
   (aten/src/ATen/autocast_mode.cpp ``cached_cast`` does not depend on the device).
+* autocast's op lists: CPU's and CUDA's differ (aten/src/ATen/autocast_mode.cpp: CUDA runs
+  ``pow``, ``exp``, ``rsqrt``, ``layer_norm``, ... in fp32 and ``softmax``/``log_softmax``/
+  ``sum``/``cumsum`` in fp32 unless given a dtype; CPU keeps them in the lower precision and
+  casts ``cross_entropy_loss``, ``cat``, ``stack``, ... which CUDA leaves alone), so the saved
+  tensors of, say, GPT-2's Python GELU or BERT's MLM head had CPU's dtypes.
+  :func:`vramlens.trace.cuda_autocast.cuda_autocast_policy` registers ``AutocastCPU`` kernels
+  (``torch.library``) for the ops whose CUDA policy differs, for as long as a fake trace runs:
+  CUDA's cast rule for the ops CUDA lists, a fallthrough for those only CPU lists; the ops
+  both list alike keep CPU's C++ kernels (and their weight-cast cache).
 """
 
 from __future__ import annotations

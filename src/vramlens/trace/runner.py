@@ -23,6 +23,7 @@ from torch import nn
 
 from vramlens.errors import InputError, TraceError
 from vramlens.trace.build import TORCH_DTYPES, Built, accepts, build_factory, build_hf, is_factory
+from vramlens.trace.cuda_autocast import autocast_region, cuda_autocast_policy
 from vramlens.trace.cuda_like import cuda_like_attention
 from vramlens.trace.recorder import Recorder
 from vramlens.units import BLOCK
@@ -145,11 +146,14 @@ class Runner:
         if self.fake_mode is not None:
             stack.enter_context(self.fake_mode)
             stack.enter_context(cuda_like_attention())
+            stack.enter_context(cuda_autocast_policy())
         return stack
 
     def _autocast(self):
         if self.wl.amp is None or self.wl.amp == self.wl.dtype:
             return contextlib.nullcontext()
+        if self.mode == "fake":
+            return autocast_region(TORCH_DTYPES[self.wl.amp])  # CUDA's op policy: cuda_autocast
         device = "cuda" if self.mode == "cuda" else "cpu"
         return torch.autocast(device_type=device, dtype=TORCH_DTYPES[self.wl.amp])
 
