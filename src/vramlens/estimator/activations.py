@@ -272,11 +272,10 @@ def dora_weight_copy(w: Workload, k: int, n: int, c: int) -> int:
     """The (n, k) base weight DoRA's forward holds in the input's dtype (``weight.to(x.dtype)``, x
     in the adapters' dtype): a new tensor when the weight is quantized (dequantized first) or in
     another dtype; under autocast ``F.linear`` casts it once more to the half dtype."""
-    lb = DTYPE_BYTES[w.lora_dtype]
-    weight_b = 4 if _autocast(w) else DTYPE_BYTES[w.dtype] if w.method != "qlora" else c
     if _autocast(w):
         return _r(c * n * k)
-    if w.quantized in ("nf4", "nf4-dq", "fp4") or weight_b != lb:
+    lb = DTYPE_BYTES[w.lora_dtype]
+    if w.quantized in ("nf4", "nf4-dq", "fp4") or DTYPE_BYTES[w.dtype] != lb:
         return _r(lb * n * k)
     return 0
 
