@@ -44,20 +44,28 @@ def test_kv_block_is_bounded():
 
 
 def test_settings_that_do_not_apply_are_named_in_the_notes_of_estimate():
-    est = vramlens.estimate("llama-2-7b", optimizer="sgd", keep_grads=True, checkpointing="full", lora_rank=8,
-                            fsdp_strategy="hybrid")
+    est = vramlens.estimate("llama-2-7b", optimizer="sgd", keep_grads=True, checkpointing="full", lora_rank=16,
+                            fsdp_strategy="hybrid", dora=True, lora_dtype="bf16", quant_targets="adapted")
     notes = list(est.breakdown.notes)
     assert ("ignored in inference (they apply to training): optimizer='sgd', keep_grads=True, "
             "checkpointing='full'") in notes
-    assert "ignored with method='full' (they apply to LoRA and QLoRA): lora_rank=8" in notes
+    assert ("ignored with method='full' (they apply to LoRA and QLoRA): lora_rank=16, lora_dtype='bf16', dora=True, "
+            "quant_targets='adapted'") in notes
     assert "ignored: fsdp_strategy='hybrid' applies only with fsdp" in notes
     # they change nothing: the figures equal those of the plain workload
     plain = vramlens.estimate("llama-2-7b").breakdown
     assert est.breakdown.as_dict() == plain.as_dict()
     assert est.breakdown.device_total == plain.device_total
-    train = vramlens.estimate("llama-2-7b", mode="train", kv_dtype="fp8", kv_block=16)
-    assert ("ignored in training (they apply to the inference KV cache): kv_dtype='fp8', kv_block=16"
-            in train.breakdown.notes)
+    train = vramlens.estimate("llama-2-7b", mode="train", kv_dtype="fp8", kv_block=16, cache="static",
+                              max_cache_len=4096)
+    assert ("ignored in training (they apply to the inference KV cache): kv_dtype='fp8', kv_block=16, "
+            "cache='static', max_cache_len=4096" in train.breakdown.notes)
+    lora = vramlens.estimate("llama-2-7b", method="lora", quant_targets="adapted", lora_dropout=0.1, max_cache_len=64)
+    assert tuple(n for n in lora.breakdown.notes if n.startswith("ignored")) == (
+        "ignored: quant_targets='adapted' says which linears quantized weights cover, and none are quantized "
+        "(use --method qlora or --quant)",
+        "ignored in inference: lora_dropout=0.1 (dropout is off in eval mode)",
+        "ignored: max_cache_len=64 sizes a static cache, and cache='dynamic'")
 
 
 def test_defaults_are_never_named_as_ignored():

@@ -35,6 +35,17 @@ FsdpStrategy = Literal["full", "shard-grad-op", "hybrid"]
 Attention = Literal["eager", "sdpa", "flash"]
 Offload = Literal["none", "optimizer", "all"]
 KVDType = Literal["fp32", "fp16", "bf16", "fp8", "int8"]
+#: The dtype LoRA's adapter weights are kept in: peft's fp32 (``get_peft_model(autocast_adapter_dtype=True)``,
+#: its default, upcasts half adapters) or the model's (torchtune builds them in the model's dtype).
+LoraDType = Literal["fp32", "bf16", "fp16"]
+#: Which linears quantized weights cover under LoRA/QLoRA: every linear of the blocks (transformers'
+#: BitsAndBytesConfig: all nn.Linear but the output layer; torchtune >= 0.3 QLoRA builders too) or
+#: only the adapted ones (torchtune 0.1 - 0.2's QLoRA: LoRALinear(quantize_base=True), the rest nn.Linear).
+QuantTargets = Literal["all", "adapted"]
+#: transformers' KV cache for inference (cache_utils): DynamicCache grows by torch.cat; StaticCache
+#: preallocates max_cache_len tokens per layer; "offloaded" is DynamicCache(offloading=True), generate's
+#: cache_implementation="offloaded"; "quantized" is QuantizedCache (quanto/hqq backends, 4-bit default).
+CacheKind = Literal["dynamic", "static", "offloaded", "quantized"]
 #: The causal-LM loss: transformers' cross-entropy over the full logits (chunked with loss_chunks,
 #: as torchtune's CEWithChunkedOutputLoss), or a fused linear + cross-entropy (Liger's) that never
 #: materializes the full logits.
@@ -54,6 +65,9 @@ GPUS_PER_NODE = 8
 ATTENTION: tuple[Attention, ...] = get_args(Attention)
 OFFLOAD: tuple[Offload, ...] = get_args(Offload)
 KV_DTYPES: tuple[KVDType, ...] = get_args(KVDType)
+LORA_DTYPES: tuple[LoraDType, ...] = get_args(LoraDType)
+QUANT_TARGETS: tuple[QuantTargets, ...] = get_args(QuantTargets)
+CACHES: tuple[CacheKind, ...] = get_args(CacheKind)
 LOSSES: tuple[Loss, ...] = get_args(Loss)
 #: Most chunks --loss-chunks takes (torchtune uses 8; more only adds Python overhead).
 MAX_LOSS_CHUNKS = 4_096
@@ -99,9 +113,14 @@ class Workload:
     #: torchtitan's loss parallelism under --tp: logits and loss sharded over the vocabulary
     loss_parallel: bool = False
     attention: Attention = "sdpa"
-    lora_rank: int = 16
+    lora_rank: int = 8  # peft LoraConfig's r default
     lora_targets: tuple[str, ...] = DEFAULT_LORA_TARGETS
     lora_dropout: float = 0.0
+    lora_dtype: LoraDType = "fp32"
+    #: peft's DoRA (``LoraConfig(use_dora=True)``): a magnitude vector per adapted linear, and the
+    #: norm of the combined weight ||W + s*B@A|| per output row computed at every forward
+    dora: bool = False
+    quant_targets: QuantTargets = "all"
     gpus: int = 1
     zero: int = 0
     fsdp: bool = False
@@ -111,6 +130,9 @@ class Workload:
     offload: Offload = "none"
     kv_dtype: KVDType | None = None
     kv_block: int = 0
+    cache: CacheKind = "dynamic"
+    #: StaticCache's max_cache_len; 0: seq + new_tokens (what generate() sizes it to)
+    max_cache_len: int = 0
     task: Task | None = None  # None: the head named by the config's architectures
 
     # ---- derived ------------------------------------------------------------------------
@@ -188,6 +210,9 @@ class Workload:
         choice("attention", self.attention, ATTENTION)
         choice("offload", self.offload, OFFLOAD)
         choice("kv_dtype", self.kv_dtype, KV_DTYPES, optional=True)
+        choice("lora_dtype", self.lora_dtype, LORA_DTYPES)
+        choice("quant_targets", self.quant_targets, QUANT_TARGETS)
+        choice("cache", self.cache, CACHES)
         choice("loss", self.loss, LOSSES)
         choice("task", self.task, TASKS, optional=True)
         for name, limit in _COUNT_LIMITS:
@@ -205,7 +230,11 @@ class Workload:
         elif self.kv_block > L.MAX_KV_BLOCK:
             p.append(f"kv_block={L.show(self.kv_block)} is over the limit of {L.MAX_KV_BLOCK:,} tokens "
                      "(vLLM uses 16)")
-        for name in ("keep_grads", "fsdp", "optimizer_in_backward", "activation_offload", "loss_parallel"):
+        if isinstance(self.max_cache_len, bool) or not isinstance(self.max_cache_len, int) or self.max_cache_len < 0:
+            p.append(f"max_cache_len={L.show(self.max_cache_len)} must be 0 (seq + new_tokens) or a number of tokens")
+        elif self.max_cache_len > L.MAX_SEQ:
+            p.append(f"max_cache_len={L.show(self.max_cache_len)} is over the limit of {L.MAX_SEQ:,} tokens")
+        for name in ("keep_grads", "fsdp", "optimizer_in_backward", "activation_offload", "loss_parallel", "dora"):
             if not isinstance(getattr(self, name), bool):
                 p.append(f"{name}={L.show(getattr(self, name))} must be true or false")
         if not isinstance(self.lora_targets, tuple) or not all(isinstance(t, str) for t in self.lora_targets):
@@ -246,6 +275,11 @@ class Workload:
         if self.new_tokens and self.task is not None and self.task not in GENERATING_TASKS:
             p.append(f"new_tokens={self.new_tokens} needs a generating task (causal-lm or seq2seq-lm); "
                      f"task={self.task} does not generate: drop --new-tokens")
+        if self.method != "full" and self.lora_dtype not in ("fp32", self.compute_dtype):
+            p.append(f"lora_dtype={self.lora_dtype} with compute dtype {self.compute_dtype}: adapters are kept in fp32 "
+                     f"(peft) or in the model's dtype (torchtune): use --lora-dtype fp32 or {self.compute_dtype}")
+        if self.mode == "inference":
+            p.extend(self._cache_problems())
         if self.amp == "fp16" and self.dtype == "bf16":
             p.append("dtype=bf16 with amp=fp16 mixes two half formats: use --dtype fp32 --amp fp16")
         if self.amp == "bf16" and self.dtype == "fp16":
@@ -269,6 +303,21 @@ class Workload:
             p.extend(self._in_backward_problems())
         if self.offload == "all" and self.mode == "train" and self.shard_stage != 3:
             p.append("offload=all (parameters too) needs --zero 3 or --fsdp")
+        return p
+
+    def _cache_problems(self) -> list[str]:
+        """What the transformers cache kinds cannot be combined with (inference only)."""
+        p: list[str] = []
+        if self.cache != "dynamic" and self.kv_block:
+            p.append(f"kv_block={self.kv_block} is a serving engine's paged cache, cache={self.cache} transformers': "
+                     "drop --kv-block or --cache")
+        if self.cache == "quantized" and self.kv_dtype is not None:
+            p.append(f"cache=quantized stores keys and values in 4 bits (QuantizedCache's nbits) and kv_dtype="
+                     f"{self.kv_dtype} in {self.kv_dtype}: drop one of --cache quantized and --kv-dtype")
+        if self.cache == "static" and self.max_cache_len and self.max_cache_len < self.seq + self.new_tokens:
+            p.append(f"max_cache_len={self.max_cache_len} is less than seq + new_tokens = {self.seq + self.new_tokens}: "
+                     f"StaticCache holds at most max_cache_len tokens; use --max-cache-len {self.seq + self.new_tokens} "
+                     "or more (or 0)")
         return p
 
     def _in_backward_problems(self) -> list[str]:
@@ -313,17 +362,25 @@ class Workload:
                 out.append("ignored in inference (they apply to training): "
                            + ", ".join(f"{n}={getattr(self, n)!r}" for n in names))
         else:
-            names = [n for n in ("kv_dtype", "kv_block") if given(n)]
+            names = [n for n in ("kv_dtype", "kv_block", "cache", "max_cache_len") if given(n)]
             if names:
                 out.append("ignored in training (they apply to the inference KV cache): "
                            + ", ".join(f"{n}={getattr(self, n)!r}" for n in names))
             if self.optimizer == "none" and given("optimizer_impl"):
                 out.append(f"ignored: optimizer_impl={self.optimizer_impl!r} (optimizer='none' runs no step)")
         if self.method == "full":
-            names = [n for n in ("lora_rank", "lora_targets", "lora_dropout") if given(n)]
+            names = [n for n in ("lora_rank", "lora_targets", "lora_dropout", "lora_dtype", "dora", "quant_targets")
+                     if given(n)]
             if names:
                 out.append("ignored with method='full' (they apply to LoRA and QLoRA): "
                            + ", ".join(f"{n}={getattr(self, n)!r}" for n in names))
+        elif given("quant_targets") and self.quantized is None:
+            out.append(f"ignored: quant_targets={self.quant_targets!r} says which linears quantized weights cover, "
+                       "and none are quantized (use --method qlora or --quant)")
+        if given("lora_dropout") and not self.training and self.method != "full":
+            out.append(f"ignored in inference: lora_dropout={self.lora_dropout!r} (dropout is off in eval mode)")
+        if not self.training and given("max_cache_len") and self.cache != "static":
+            out.append(f"ignored: max_cache_len={self.max_cache_len!r} sizes a static cache, and cache={self.cache!r}")
         if not self.fsdp and given("fsdp_strategy"):
             out.append(f"ignored: fsdp_strategy={self.fsdp_strategy!r} applies only with fsdp")
         return out

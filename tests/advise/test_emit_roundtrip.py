@@ -27,7 +27,7 @@ from vramlens.workload import Workload
 #: Fields each target must set (more where the plan uses them: read_emitted says which).
 MUST = {
     "trainer": {"batch", "grad_accum", "optimizer", "checkpointing", "amp"},
-    "peft": {"lora_rank", "lora_targets", "lora_dropout"},
+    "peft": {"lora_rank", "lora_targets", "lora_dropout", "dora"},
     "bnb": {"quant"},
     "deepspeed": {"batch", "grad_accum", "gpus", "zero", "offload", "dtype", "amp"},
     "fsdp": {"fsdp", "fsdp_strategy", "offload", "checkpointing"},
@@ -44,7 +44,7 @@ OTHER = {"batch": 999, "grad_accum": 77, "optimizer": "adafactor", "checkpointin
          "gpus": 96, "zero": 1, "offload": "none", "fsdp": False, "fsdp_strategy": "hybrid", "attention": "eager",
          "pp": 3, "tp": 1, "mode": "train", "kv_dtype": "int8", "activation_offload": True,
          "optimizer_in_backward": True, "seq": 333, "loss_chunks": 5, "loss": "fused-linear", "loss_parallel": True,
-         "method": "qlora"}
+         "method": "qlora", "dora": True}
 
 
 def _plan(model, gpu: str, **kw):
@@ -83,7 +83,8 @@ def _via_peft(cfg: dict) -> dict:
     peft = pytest.importorskip("peft")
     c = peft.LoraConfig(**cfg)
     t = c.target_modules
-    return {"r": c.r, "target_modules": t if isinstance(t, str) else sorted(t), "lora_dropout": c.lora_dropout}
+    return {"r": c.r, "target_modules": t if isinstance(t, str) else sorted(t), "lora_dropout": c.lora_dropout,
+            "use_dora": c.use_dora}
 
 
 def _via_bnb(cfg: dict) -> dict:
@@ -299,6 +300,7 @@ TRAIN = dict(mode="train", batch=2, seq=256)
     ("trainer", dict(TRAIN, dtype="fp32", amp="bf16", gpus=2, fsdp=True, checkpointing="full")),
     ("peft", dict(TRAIN, method="lora", lora_rank=8, lora_targets=("q_proj", "k_proj", "v_proj"), lora_dropout=0.05)),
     ("peft", dict(TRAIN, method="qlora", lora_targets=("all-linear",))),
+    ("peft", dict(TRAIN, method="lora", lora_targets=("q_proj", "v_proj"), lora_dropout=0.1, dora=True)),
     ("bnb", dict(TRAIN, method="qlora")),
     ("bnb", dict(TRAIN, method="lora", quant="int8")),
     ("bnb", dict(mode="inference", quant="fp4")),

@@ -43,6 +43,8 @@ INTS = {
     "pp": (1, 2, 4), "kv_block": (0, 16, 256),
     # 8 is torchtune's num_output_chunks; 3 does not divide the even seqs (a shorter last chunk); 16 > seq=7
     "loss_chunks": (1, 3, 8, 16),
+    # 0 is seq + new_tokens; 7 is below most seq + new_tokens (refused with a static cache)
+    "max_cache_len": (0, 7, 512, 4096),
 }
 FLOATS = {"lora_dropout": (0.0, 0.05, 0.1)}
 #: Any other int field is drawn from this (a new field is exercised before it gets its own row).
@@ -103,6 +105,8 @@ def test_every_field_has_a_strategy():
     assert set(STRATEGIES) == {f.name for f in fields(Workload)}
     assert _choices("fsdp_strategy") == W.FSDP_STRATEGIES and _choices("kv_dtype") == W.KV_DTYPES
     assert _choices("loss") == W.LOSSES
+    assert _choices("lora_dtype") == W.LORA_DTYPES and _choices("quant_targets") == W.QUANT_TARGETS
+    assert _choices("cache") == W.CACHES
 
 
 @lru_cache(maxsize=None)

@@ -3,7 +3,14 @@ real module (vramlens.trace.crosscheck.TECHNIQUE_ROWS): peak within 5%, every co
 
 import pytest
 
-from vramlens.trace.crosscheck import TECHNIQUE_ROWS, render, run_technique_rows
+from vramlens.trace.crosscheck import (
+    CACHE_ROWS,
+    QLORA_ROWS,
+    TECHNIQUE_ROWS,
+    render,
+    run_rows,
+    run_technique_rows,
+)
 
 pytestmark = pytest.mark.slow  # each row traces two steps of a shrunk model
 
@@ -20,7 +27,7 @@ def _check(rows):
 def test_rows_name_real_settings():
     from vramlens.workload import workload_fields
 
-    for _name, row in TECHNIQUE_ROWS:
+    for _name, row in TECHNIQUE_ROWS + QLORA_ROWS + CACHE_ROWS:
         assert set(row) <= set(workload_fields())
 
 
@@ -46,3 +53,25 @@ def test_activation_offload_matches_trace():
 
 def test_gqa_expansion_when_decoding_with_eager_attention_matches_trace():
     _check(run_technique_rows(only="new_tokens"))
+
+
+def test_qlora_lora_dtype_dropout_and_dora_match_trace():
+    """bitsandbytes' 4-bit linears (all or the adapted ones), the adapters' dtype, dropout and DoRA."""
+    _check(run_rows(QLORA_ROWS))
+
+
+def test_static_and_offloaded_caches_match_trace():
+    rows = run_rows(CACHE_ROWS)
+    _check(rows)
+    for r in rows:
+        if r.workload["cache"] == "offloaded":  # the layers on the host
+            assert r.traced_host and abs(r.estimate_host / r.traced_host - 1) <= 0.10, render(rows)
+
+
+def test_quantized_cache_is_not_traced():
+    from vramlens.errors import TraceError
+    from vramlens.trace import trace
+    from vramlens.trace.crosscheck import tiny_config
+
+    with pytest.raises(TraceError, match="cache=quantized needs optimum-quanto or hqq"):
+        trace(tiny_config("llama-2-7b"), mode="inference", seq=16, new_tokens=2, cache="quantized")

@@ -248,8 +248,8 @@ def test_the_copied_cli_command_gives_the_figure_on_the_page(session, capsys):
 
     s = session(permissions=["clipboard-read", "clipboard-write"])
     page = s.page
-    s.open("?model=llama-2-7b&mode=train&method=lora&lora_rank=8&checkpointing=full&batch=2&seq=1024&gpu=RTX-4090"
-           "&keep_grads=true&headroom=0.2")
+    s.open("?model=llama-2-7b&mode=train&method=lora&lora_rank=16&checkpointing=full&batch=2&seq=1024&gpu=RTX-4090"
+           "&keep_grads=true&headroom=0.2&dora=true&lora_dropout=0.05")
     shown = s.wait_result()
     line = page.inner_text("#cli")
     page.click("#copy-cli")
@@ -257,6 +257,7 @@ def test_the_copied_cli_command_gives_the_figure_on_the_page(session, capsys):
     argv = shlex.split(line)
     assert argv[:3] == ["vramlens", "estimate", "llama-2-7b"]
     assert "--keep-grads" in argv and "--lora-rank" in argv and "--headroom" in argv
+    assert "--dora" in argv and argv[argv.index("--lora-dropout") + 1] == "0.05"
     capsys.readouterr()
     assert main([*argv[1:], "--json"]) == 0
     cli = json.loads(capsys.readouterr().out)

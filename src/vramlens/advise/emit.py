@@ -198,6 +198,7 @@ def peft(plan: Plan) -> dict[str, Any]:
         "lora_alpha": 2 * w.lora_rank,
         "target_modules": "all-linear" if targets == ["all-linear"] else targets,
         "lora_dropout": w.lora_dropout,
+        **({"use_dora": True} if w.dora else {}),
         "bias": "none",
         "task_type": {"decoder": "CAUSAL_LM", "encoder-decoder": "SEQ_2_SEQ_LM"}.get(kind, "FEATURE_EXTRACTION"),
     }

@@ -15,7 +15,8 @@ Parts and the workload fields they read:
   grad_accum)`` under pipeline parallelism, the micro-batches in flight); the loss fields are in
   its key because the validity it memoizes reads them (check_workload, Workload.problems), and
   so are ``loss_chunks > seq`` and, with the optimizer in backward, ``grad_accum > 1``;
-* activations: the split, precision, method, batch, seq, checkpointing, attention, tp, the loss
+* activations: the split, precision, method, the LoRA settings (targets, rank, dropout, dtype, DoRA), 4-bit
+  weights (quant, quant_targets), batch, seq, checkpointing, attention, tp, the loss
   (cross-entropy chunks, fused linear, loss parallelism) and activation offloading.
 
 The phases get everything :func:`~vramlens.estimator.core.activation_totals` gives
@@ -42,8 +43,8 @@ from vramlens.workload import Attention, Checkpointing, Workload
 
 #: The fields of a training Workload that the state part reads (grad_accum enters through the split).
 STATE_FIELDS = ("mode", "method", "dtype", "amp", "quant", "optimizer", "optimizer_impl", "keep_grads", "lora_rank",
-                "lora_targets",
-                "lora_dropout", "gpus", "zero", "fsdp", "fsdp_strategy", "tp", "pp", "offload", "optimizer_in_backward",
+                "lora_targets", "lora_dropout", "lora_dtype", "dora", "quant_targets",
+                "gpus", "zero", "fsdp", "fsdp_strategy", "tp", "pp", "offload", "optimizer_in_backward",
                 "loss", "loss_chunks", "loss_parallel")
 
 #: The fields train_state reads (STATE_FIELDS less the loss fields, which only validity reads).
@@ -75,6 +76,8 @@ class Activations:
     final_norm_backward: int = 0
     host: int = 0  # activation offloading: the saved activations' host copies
     head_cast: int | None = None  # activation offloading: the output layer's cast that stays (None: no offload)
+    block_forward: int = 0  # a transient inside a block's forward (4-bit dequantization, DoRA's weight norm)
+    block_backward: int = 0  # ... inside a block's backward
 
 
 @dataclass(frozen=True, slots=True)
@@ -171,12 +174,14 @@ class FastMemory:
                        attention: Attention | None = None) -> tuple[object, ...]:
         """The workload fields the activations read (the search passes its loop's batch, checkpointing, attention)."""
         # activations read the method through the compute dtype and, under LoRA, which linears
-        # keep their inputs (the targets), the adapters' rank and dropout
+        # keep their inputs (the targets), the adapters' rank, dropout, dtype and DoRA; 4-bit weights
+        # (quant, quant_targets) are dequantized inside the blocks
         return (w.compute_dtype, w.dtype, w.amp, w.batch if batch is None else batch, w.seq,
                 w.checkpointing if checkpointing is None else checkpointing,
                 w.attention if attention is None else attention, w.tp,
                 sp.layers, sp.micro_batches_in_flight, sp.has_head, w.method, w.lora_targets, w.lora_rank,
-                w.lora_dropout, w.loss, w.loss_chunks, w.loss_parallel, w.activation_offload)
+                w.lora_dropout, w.lora_dtype, w.dora, w.quant, w.quant_targets, w.loss, w.loss_chunks,
+                w.loss_parallel, w.activation_offload)
 
     def activations(self, w: Workload, sp: Split) -> Activations:
         """The activations of ``w`` on the split ``sp``, memoized on :meth:`activation_key`."""
@@ -198,6 +203,7 @@ class FastMemory:
                 loss_backward_over=t.loss_backward_over, head_backward=t.head_backward,
                 head_grads=t.head_grads, head_backward_later=t.head_backward_later,
                 head_grad_in_forward=t.head_grad_in_forward, final_norm_backward=t.final_norm_backward, host=t.host,
+                block_forward=t.block_forward, block_backward=t.block_backward,
                 head_cast=output_layer_cast(self.spec, w, sp.has_head) if w.activation_offload else None)
         return a
 
@@ -226,7 +232,8 @@ class FastMemory:
                               loss_backward_over=a.loss_backward_over,
                               head_backward=a.head_backward, head_grads=a.head_grads,
                               head_backward_later=a.head_backward_later, head_grad_in_forward=a.head_grad_in_forward,
-                              final_norm_backward=a.final_norm_backward)
+                              final_norm_backward=a.final_norm_backward, block_forward=a.block_forward,
+                              block_backward=a.block_backward)
         peak = max(v for _, v in phases)
         return reserved_total(ts, peak)[1]
 

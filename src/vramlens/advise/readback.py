@@ -75,7 +75,7 @@ def _trainer(c: Mapping[str, Any]) -> dict[str, Any]:
 def _peft(c: Mapping[str, Any]) -> dict[str, Any]:
     t = c["target_modules"]
     return {"lora_rank": c["r"], "lora_targets": (t,) if isinstance(t, str) else tuple(t),
-            "lora_dropout": c.get("lora_dropout", 0.0)}
+            "lora_dropout": c.get("lora_dropout", 0.0), "dora": bool(c.get("use_dora", False))}
 
 
 def _bnb(c: Mapping[str, Any]) -> dict[str, Any]:

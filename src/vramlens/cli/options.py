@@ -28,6 +28,15 @@ def _positive(text: str) -> int:
     return v
 
 
+def _fraction(text: str) -> float:
+    """A number; its range is the Workload's to check (so that CLI, API and web say the same)."""
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{_shown(text)} is not a number") from None
+    return v
+
+
 def bounded(limit: int, *, minimum: int = 1) -> Callable[[str], int]:
     """An argparse type: a whole number in [minimum, limit], else argparse's one-line error naming both."""
 
@@ -116,8 +125,20 @@ def add_workload_args(p: argparse.ArgumentParser) -> None:
                    help="with --tp: the logits and the loss stay sharded over the vocabulary (torchtitan "
                         "loss_parallel); without it every rank gathers the whole logits")
     g.add_argument("--attention", choices=W.ATTENTION, default="sdpa", help="attention kernel (default sdpa)")
-    g.add_argument("--lora-rank", type=_positive, default=16, help="LoRA rank r (default 16)")
+    g.add_argument("--lora-rank", type=_positive, default=8, help="LoRA rank r (default 8, peft's LoraConfig)")
     g.add_argument("--lora-targets", default="q_proj,v_proj", help="modules LoRA adapts, comma-separated, or all-linear")
+    g.add_argument("--lora-dropout", type=_fraction, default=0.0,
+                   help="LoRA dropout on the adapters' input (peft lora_dropout): each adapter keeps a dropped copy "
+                        "and a 1-byte mask for backward (default 0)")
+    g.add_argument("--lora-dtype", choices=W.LORA_DTYPES, default="fp32",
+                   help="the adapters' dtype: fp32 (peft's default, autocast_adapter_dtype=True) or the compute "
+                        "dtype (torchtune builds them in the model's)")
+    g.add_argument("--dora", action="store_true",
+                   help="DoRA (peft use_dora=True): a magnitude vector per adapted linear, and the norm of "
+                        "W + s*B@A per output row at every forward (full-size temporaries)")
+    g.add_argument("--quant-targets", choices=W.QUANT_TARGETS, default="all",
+                   help="with quantized weights under LoRA/QLoRA: all linears of the blocks (transformers' "
+                        "BitsAndBytesConfig, torchtune >= 0.3) or only the adapted ones (torchtune 0.1-0.2)")
     g.add_argument("--gpus", type=_positive, default=1, help="GPUs in total (default 1)")
     g.add_argument("--zero", type=_positive, choices=(0, 1, 2, 3), default=0, help="DeepSpeed ZeRO stage")
     g.add_argument("--fsdp", action="store_true", help="FSDP sharding (full shard is like ZeRO-3)")
@@ -134,6 +155,12 @@ def add_workload_args(p: argparse.ArgumentParser) -> None:
                         "model, mean pooling, in-batch negatives over --batch (anchor, positive) pairs); "
                         "default: the config's architectures")
     g.add_argument("--kv-block", type=_positive, default=0, help="paged KV-cache block size in tokens (0: no paging)")
+    g.add_argument("--cache", choices=W.CACHES, default="dynamic",
+                   help="transformers' KV cache (inference): dynamic (DynamicCache), static (StaticCache: "
+                        "max_cache_len tokens per layer from the first forward), offloaded (layers kept on the "
+                        "host but the current ones), quantized (QuantizedCache, 4-bit with a 128-token residual)")
+    g.add_argument("--max-cache-len", type=_positive, default=0,
+                   help="with --cache static: the tokens StaticCache preallocates (default 0: seq + new-tokens)")
 
 
 def workload_kwargs(args: argparse.Namespace) -> dict[str, Any]:

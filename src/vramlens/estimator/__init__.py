@@ -97,6 +97,15 @@ def check_workload(spec: ModelSpec, w: Workload) -> None:
     if w.training and (w.loss_chunks > 1 or w.loss == "fused-linear") and spec.head != "causal-lm":
         p.append(f"loss={w.loss} loss_chunks={w.loss_chunks} apply to a causal LM's loss; {spec.name} trains "
                  f"{spec.head}: drop --loss/--loss-chunks or use --task causal-lm")
+    if not w.training and w.cache in ("offloaded", "quantized") and spec.kind == "encoder-decoder":
+        p.append(f"cache={w.cache} for an encoder-decoder model ({spec.name}) is not modelled: use --cache dynamic "
+                 "or static")
+    if not w.training and w.cache == "quantized" and spec.kind != "encoder":
+        from vramlens.estimator.kv_cache import sliding_layers
+
+        if sliding_layers(spec):
+            p.append(f"cache=quantized: transformers' QuantizedCache takes full-attention layers only, and "
+                     f"{spec.name} has {sliding_layers(spec)} sliding-window layers: use --cache dynamic or static")
     if spec.kind == "encoder" and w.new_tokens:
         p.append(f"new_tokens={w.new_tokens}: {spec.name} is an encoder and does not generate")
     elif w.new_tokens and spec.head not in ("causal-lm", "seq2seq-lm"):

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from vramlens.estimator import heads as H
+from vramlens.estimator.inventory import summarize
 from vramlens.estimator.memo import identity_cache
 from vramlens.models.spec import ModelSpec
 from vramlens.units import BLOCK, DTYPE_BYTES, round_up
@@ -205,38 +206,181 @@ def untracked_before_first_adapter(spec: ModelSpec, w: Workload, b: int, s: int)
     c = DTYPE_BYTES[w.compute_dtype]
     r = 4 if w.dtype == "fp32" else c
     own = _norm_saved(norm_kind(spec), spec.hidden_size, t, r, c, 0, False, False)
+    if w.dora and w.lora_dropout > 0:
+        # DoRA's F.linear(dropped x, weight) on an input that needs no gradient keeps no weight
+        own += sum(dora_weight_copy(w, k, n, c) for k, n in adapted_dims(spec, w, groups[-1]))
     # an encoder-decoder has two first blocks fed by frozen embeddings (the decoder's own inputs)
     stacks = 2 if spec.kind == "encoder-decoder" else 1
     return stacks * own, tuple(groups) * stacks
 
 
+def _autocast(w: Workload) -> bool:
+    """PyTorch autocast: fp32 weights computed in the --amp dtype."""
+    return w.amp is not None and w.dtype == "fp32"
+
+
 def lora_casts_input(w: Workload) -> bool:
-    """Whether peft's adapters keep their own fp32 copy of their input.
+    """Whether each LoRA adapter keeps a private copy of its input rather than the input itself.
 
-    peft keeps adapters in fp32 (``autocast_adapter_dtype``) and casts the input to the
-    adapter's dtype (``LoraLayer._cast_input_dtype``): with half-precision weights and no
-    autocast, lora_A keeps that fp32 copy, and the half input itself is kept by no one.
+    peft's ``lora.Linear.forward`` casts the input to the adapters' dtype
+    (``LoraLayer._cast_input_dtype``) and runs ``lora_B(lora_A(dropout(x)))``: without autocast,
+    lora_A keeps the cast copy when the adapters' dtype differs from the compute dtype (peft's fp32
+    adapters on half weights), or the dropped copy with ``lora_dropout``; the input itself is then
+    kept by no one. Under autocast each adapter keeps autocast's half copy either way (counted
+    with the norm's consumers, see _norm_saved).
     """
-    return w.method != "full" and w.amp is None and DTYPE_BYTES[w.compute_dtype] != 4
+    if w.method == "full" or _autocast(w):
+        return False
+    return DTYPE_BYTES[w.lora_dtype] != DTYPE_BYTES[w.compute_dtype] or w.lora_dropout > 0
 
 
-def _lora_saved(spec: ModelSpec, w: Workload, D: Dims, t: int, c: int) -> int:
-    """LoRA's own activations in one block: B keeps A's output (t x r) per adapted linear, A
-    keeps its input's fp32 copy (see lora_casts_input); with lora_dropout, A keeps the dropped
-    input and the mask."""
+@identity_cache
+def _dims_by_path(spec: ModelSpec) -> dict[str, tuple[int, int]]:
+    return {lin.name.removesuffix(".weight"): (lin.in_features, lin.out_features) for lin in summarize(spec).linears}
+
+
+def adapted_dims(spec: ModelSpec, w: Workload, group: str, tp: int = 1) -> tuple[tuple[int, int], ...]:
+    """(k in, n out) of each adapted linear of ``group`` in the first block, split like Megatron TP
+    (the column-parallel groups' outputs, the row-parallel groups' inputs)."""
+    if w.method == "full":
+        return ()
+    targets = tuple(w.lora_targets)
+    dims = _dims_by_path(spec)
+    out = []
+    for path, leaf in linear_groups(spec).get(group, ()):
+        if "all-linear" in targets or leaf in targets or any(path.endswith("." + x) for x in targets):
+            k, n = dims.get(path, (0, 0))
+            if group in ("qkv", "mlp_in"):
+                n = max(1, n // tp)
+            else:
+                k = max(1, k // tp)
+            out.append((k, n))
+    return tuple(out)
+
+
+def _dora_saved(w: Workload, k: int, n: int, t: int, c: int, a_out: int) -> int:
+    """What peft's DoRA (tuners/lora/dora.py ``DoraLinearLayer.forward``) keeps for one adapted linear
+    beyond LoRA's own: ``(mag_norm_scale - 1) * base_result`` keeps the base output and
+    ``mag_norm_scale * lora_result`` the adapter output (t x n each, the magnitude needs their
+    gradient), ``magnitude / weight_norm`` the norm, and the two scales ((n,) each). With
+    dropout the base output is recomputed on the dropped input, ``F.linear(x, weight)``, which
+    keeps the weight it was given: a copy when the weight had to be dequantized or cast
+    (:func:`dora_weight_copy`)."""
+    lb = DTYPE_BYTES[w.lora_dtype]
+    base_b = c if (w.lora_dropout == 0 or _autocast(w)) else lb
+    total = _r(base_b * n * t) + _r(a_out * n * t) + 3 * _r(lb * n)
+    if w.lora_dropout > 0:
+        total += dora_weight_copy(w, k, n, c)
+    return total
+
+
+def dora_weight_copy(w: Workload, k: int, n: int, c: int) -> int:
+    """The (n, k) base weight DoRA's forward holds in the input's dtype (``weight.to(x.dtype)``, x
+    in the adapters' dtype): a new tensor when the weight is quantized (dequantized first) or in
+    another dtype; under autocast ``F.linear`` casts it once more to the half dtype."""
+    if _autocast(w):
+        return _r(c * n * k)
+    lb = DTYPE_BYTES[w.lora_dtype]
+    if w.quantized in ("nf4", "nf4-dq", "fp4") or DTYPE_BYTES[w.dtype] != lb:
+        return _r(lb * n * k)
+    return 0
+
+
+def dora_forward_transient(spec: ModelSpec, w: Workload, *, training: bool, tp: int = 1) -> int:
+    """The largest temporary of DoRA's weight norm, over the adapted linears (0 without DoRA).
+
+    peft ``DoraLinearLayer``: ``get_lora_weight`` runs ``lora_B(lora_A(eye(k)))`` (an identity
+    (k, k) in the adapters' dtype, A's (k, r) and B's (k, n) outputs; in training autograd keeps
+    the identity, its autocast copy and A's output until the forward returns); ``lora_weight.to(x.dtype)``
+    and ``weight.to(x.dtype)`` copy when the dtypes differ (a quantized weight is dequantized first);
+    ``get_weight_norm`` adds ``weight + scaling * lora_weight`` (two (n, k) tensors) before the row norms.
+    """
+    if w.method == "full" or not w.dora:
+        return 0
+    c = DTYPE_BYTES[w.compute_dtype]
+    lb = DTYPE_BYTES[w.lora_dtype]
+    ac = _autocast(w) and training
+    a_out = c if _autocast(w) else lb
+    r = w.lora_rank
+    best = 0
+    for g in GROUP_ORDER:
+        for k, n in adapted_dims(spec, w, g, tp):
+            eye = _r(lb * k * k) + (_r(c * k * k) if ac else 0)
+            lw = _r(a_out * k * n)
+            lw_copy = _r(lb * k * n) if a_out != lb else 0
+            quantized = w.quantized in ("nf4", "nf4-dq", "fp4")
+            weight_b = DTYPE_BYTES[w.dtype] if not quantized else c
+            wcopy = _r(lb * n * k) if (quantized or weight_b != lb) else 0
+            norm = lw + lw_copy + wcopy + 2 * _r(lb * n * k)
+            if training:
+                peak = eye + _r(a_out * k * r) + norm
+            else:  # no graph: the identity and A's output go when get_lora_weight returns
+                peak = max(_r(lb * k * k) + _r(a_out * k * r) + lw, norm)
+            best = max(best, peak)
+    return best
+
+
+def dequantized_by_group(spec: ModelSpec, w: Workload, tp: int = 1) -> dict[str, tuple[tuple[int, int, int], ...]]:
+    """The first block's 4-bit linears by group: (k in, n out, bytes of the weight dequantized to the
+    compute dtype) each (vramlens.estimator.weights.dequantized_weight_bytes says when it exists)."""
+    if w.quantized not in ("nf4", "nf4-dq", "fp4"):
+        return {}
+    c = DTYPE_BYTES[w.compute_dtype]
+    adapted_only = w.method != "full" and w.quant_targets == "adapted"
+    dims = _dims_by_path(spec)
+    out: dict[str, tuple[tuple[int, int, int], ...]] = {}
+    for g in GROUP_ORDER:
+        chosen = adapted_dims(spec, w, g, tp) if adapted_only else tuple(
+            _split(g, *dims.get(path, (0, 0)), tp) for path, _ in linear_groups(spec).get(g, ()))
+        out[g] = tuple((k, n, _r(c * k * n)) for k, n in chosen if k and n)
+    return out
+
+
+def _split(group: str, k: int, n: int, tp: int) -> tuple[int, int]:
+    return (k, max(1, n // tp)) if group in ("qkv", "mlp_in") else (max(1, k // tp), n)
+
+
+def dequant_transients(spec: ModelSpec, w: Workload, t: int, tp: int = 1) -> tuple[int, int]:
+    """(forward, backward) transient of the largest 4-bit matmul: the dequantized weight and the
+    matmul's output (t x n), and in backward the incoming gradient (t x n) and the input's (t x k)."""
+    c = DTYPE_BYTES[w.compute_dtype]
+    fwd = bwd = 0
+    for lins in dequantized_by_group(spec, w, tp).values():
+        for k, n, wb in lins:
+            fwd = max(fwd, wb + _r(c * n * t))
+            bwd = max(bwd, wb + _r(c * n * t) + _r(c * k * t))
+    return fwd, bwd
+
+
+def dora_identity_bytes(spec: ModelSpec, w: Workload, tp: int = 1) -> int:
+    """The (k, k) identity of DoRA's largest weight-norm transient (autograd keeps it, and its autocast copy,
+    for A's gradient until the forward returns: a trace tags it an activation)."""
+    if w.method == "full" or not w.dora:
+        return 0
+    c = DTYPE_BYTES[w.compute_dtype]
+    k = max((k for g in GROUP_ORDER for k, _ in adapted_dims(spec, w, g, tp)), default=0)
+    return _r(DTYPE_BYTES[w.lora_dtype] * k * k) + (_r(c * k * k) if _autocast(w) else 0)
+
+
+def _lora_saved(spec: ModelSpec, w: Workload, D: Dims, t: int, c: int, tp: int = 1) -> int:
+    """LoRA's own activations in one block: B keeps A's output (t x r) per adapted linear, A keeps
+    a private copy of its input when it makes one (see lora_casts_input); with lora_dropout each
+    adapter keeps its bool mask too (CUDA's ``native_dropout``); DoRA adds _dora_saved."""
     if w.method == "full":
         return 0
-    autocast = w.amp is not None and w.dtype == "fp32"
-    a_out = c if autocast else 4  # A's output: autocast's half, else the adapter's fp32
-    in_features = {"qkv": D.h, "attn_out": D.a * D.d, "mlp_in": D.h, "mlp_out": D.f}
+    lb = DTYPE_BYTES[w.lora_dtype]
+    a_out = c if _autocast(w) else lb  # A's output: autocast's half, else the adapters' dtype
+    private = lora_casts_input(w)
     total = 0
-    for g, k in in_features.items():
-        n = trained_linears(spec, w, g)
-        total += n * _r(a_out * w.lora_rank * t)
-        if lora_casts_input(w):
-            total += n * _r(4 * k * t)
-        if w.lora_dropout > 0:
-            total += n * (_r(k * t) + _r(c * k * t))
+    for g in GROUP_ORDER:
+        for k, n in adapted_dims(spec, w, g, tp):
+            total += _r(a_out * w.lora_rank * t)
+            if private:
+                total += _r(lb * k * t)  # the input cast to the adapters' dtype, or its dropped copy
+            if w.lora_dropout > 0:
+                total += _r(k * t)
+            if w.dora:
+                total += _dora_saved(w, k, n, t, c, a_out)
     return total
 
 
@@ -274,7 +418,7 @@ def layer_activations(spec: ModelSpec, w: Workload, b: int, s: int, *, cross_s: 
     mlp_consumers = trained_linears(spec, w, "mlp_in") * own
     attn_out_saves = trained_linears(spec, w, "attn_out") * own > 0
     mlp_out_saves = trained_linears(spec, w, "mlp_out") * own > 0
-    total = _lora_saved(spec, w, D, t, c)
+    total = _lora_saved(spec, w, D, t, c, tp)
     quad = 0
 
     # --- attention input norm (pre-norm) / post-norm after attention ---------------------------------
@@ -594,4 +738,12 @@ def inference_layer_peak(spec: ModelSpec, w: Workload, b: int, s: int, S: int, t
         mlp = 4 * _r(c * D.f * t)  # NewGELUActivation in Python: the input and three intermediates
     else:
         mlp = 2 * _r(c * D.f * t)
-    return stream + max(attn, mlp)
+    deq = dequantized_by_group(spec, w, tp) if t > 1 else {}  # one token: gemv_4bit, nothing dequantized
+    if deq:
+        # a 4-bit matmul holds its weight dequantized: q_proj..v_proj with the projections made before
+        # them, o_proj with the attention output; up_proj with act(gate) and its own output
+        w_attn = max((wb for g in ("qkv", "attn_out") for _, _, wb in deq.get(g, ())), default=0)
+        w_mlp = max((wb for g in ("mlp_in", "mlp_out") for _, _, wb in deq.get(g, ())), default=0)
+        attn = max(attn, 3 * _r(c * D.a * D.d * t) + w_attn)
+        mlp = max(mlp, (2 * _r(c * D.f * t) if spec.gated_mlp else _r(c * D.f * t) + _r(c * D.h * t)) + w_mlp)
+    return stream + max(attn, mlp, dora_forward_transient(spec, w, training=False, tp=tp))

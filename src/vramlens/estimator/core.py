@@ -132,6 +132,9 @@ class ActivationTotals:
     head_grad_in_forward: bool = False  # the output layer's weight gradient exists from forward (fused loss)
     final_norm_backward: int = 0  # chunked or fused loss: the final norm's backward (losses.final_norm_backward)
     host: int = 0  # activation offloading: the saved activations' host copies (a lower bound, see README)
+    block_forward: int = 0  # a transient inside a block's forward: 4-bit weight dequantized, DoRA's weight norm
+    block_backward: int = 0  # ... inside a block's backward: a 4-bit weight dequantized with its gradients
+    block_temporary: int = 0  # of those, the part that is a temporary (DoRA's identity is kept by autograd)
 
 
 def activation_totals(spec: ModelSpec, w: Workload, sp: Split) -> ActivationTotals:
@@ -205,7 +208,12 @@ def activation_totals(spec: ModelSpec, w: Workload, sp: Split) -> ActivationTota
         # log_softmax in one fp32 shard, not through nll's and log_softmax's two
         loss_backward = head_saved
         loss_backward_over = None
+    deq_fwd, deq_bwd = A.dequant_transients(spec, w, b * s, tp)
+    dora = A.dora_forward_transient(spec, w, training=True, tp=tp)
+    dora_tmp = max(0, dora - A.dora_identity_bytes(spec, w, tp))
     return ActivationTotals(saved=kept + model_level + head_saved, one_layer=one, loss_transient=head_peak - head_saved,
+                            block_forward=max(deq_fwd, dora), block_backward=deq_bwd,
+                            block_temporary=max(deq_fwd, deq_bwd, dora_tmp),
                             loss_backward=loss_backward, loss_backward_over=loss_backward_over,
                             head_backward=None if lf is None else lf.head_backward,
                             head_grads=1 if lf is None else lf.head_grads,
@@ -284,10 +292,12 @@ def estimate_spec(spec: ModelSpec, w: Workload, gpu: GPU | None = None, *, headr
                               loss_backward_over=at.loss_backward_over, head_backward=at.head_backward,
                               head_grads=at.head_grads, head_backward_later=at.head_backward_later,
                               head_grad_in_forward=at.head_grad_in_forward,
-                              final_norm_backward=at.final_norm_backward)
+                              final_norm_backward=at.final_norm_backward, block_forward=at.block_forward,
+                              block_backward=at.block_backward)
         peak_phase, peak_alloc = max(phases, key=lambda p: p[1])
         reserved, total = reserved_total(st, peak_alloc)
-        recompute = one_layer if w.checkpointing == "full" else 0
+        # a checkpointed block is recomputed in backward, its 4-bit matmuls dequantizing again
+        recompute = one_layer + at.block_temporary if w.checkpointing == "full" else 0
         if recompute and spec.tied_embeddings:
             # a tied output layer's weight gradient waits in autograd's InputBuffer for the
             # embedding's (a temporary until they are added) while the blocks are recomputed
@@ -300,13 +310,15 @@ def estimate_spec(spec: ModelSpec, w: Workload, gpu: GPU | None = None, *, headr
             loss_bwd = max(loss_bwd, at.head_backward, at.head_backward_later + at.head_grads * st.head_grad - made,
                            at.final_norm_backward)
         temporaries = max(loss_tmp, loss_bwd, st.opt_tmp + st.master_grads + st.in_backward_addend, recompute,
-                          second)
+                          second, at.block_temporary)
         explain["temporaries"] = (f"max(loss: logits + fp32 upcast {loss_tmp:,} B, loss backward: two fp32 "
                                   f"gradients {loss_bwd:,} B, optimizer step {st.opt_tmp + st.master_grads:,} B: "
                                   f"{explain.pop('optimizer_step', '')}"
                                   + (f", one block recomputed in backward {recompute:,} B" if recompute else "")
                                   + (f", the first column's backward: gradients still accumulating and a block's "
-                                     f"backward tensors {second:,} B" if second else "") + ")")
+                                     f"backward tensors {second:,} B" if second else "")
+                                  + (f", inside a block: {_block_words(w)} {at.block_temporary:,} B"
+                                     if at.block_temporary else "") + ")")
         frozen = st.frozen_casts if w.checkpointing != "full" else 0
         # saved in forward and kept into backward; a checkpointed block's recomputation happens in
         # backward and counts as a temporary
@@ -314,22 +326,39 @@ def estimate_spec(spec: ModelSpec, w: Workload, gpu: GPU | None = None, *, headr
         layer_act = one_layer
         master = st.master + st.autocast
     else:
-        act_host = 0
+        act_host = 0  # the offloaded cache's host copy (below)
         explain.pop("optimizer_step", None)
         b, s = w.batch, w.seq
         total_tokens = s + w.new_tokens
-        kv = K.kv_cache_bytes(spec, w, total_tokens, b, tp=w.tp) if spec.kind != "encoder" else 0
-        if sp.layers != spec.n_layers:
-            kv = kv * sp.layers // max(1, spec.n_layers)
-        if kv and w.new_tokens and not w.kv_block:
-            # DynamicCache appends with torch.cat: one layer's old and new keys are alive at once
-            kv += K.kv_cache_bytes(spec, w, total_tokens - 1, b, tp=w.tp) // max(1, 2 * spec.n_decoder_layers)
-        explain["kv_cache"] = (
-            f"2 x {spec.n_decoder_layers} layers x {max(1, spec.n_kv_heads // w.tp)} kv heads x {spec.head_dim} x "
-            f"{K.kv_dtype_bytes(w)} B x {total_tokens} tokens x batch {b}"
-            + (" + one layer's keys while torch.cat appends" if w.new_tokens and not w.kv_block else "")
-        )
-        work = A.inference_layer_peak(spec, w, b, s, s, tp=w.tp)
+        if w.cache == "dynamic":
+            kv = K.kv_cache_bytes(spec, w, total_tokens, b, tp=w.tp) if spec.kind != "encoder" else 0
+            if sp.layers != spec.n_layers:
+                kv = kv * sp.layers // max(1, spec.n_layers)
+            if kv and w.new_tokens and not w.kv_block:
+                # DynamicCache appends with torch.cat: one layer's old and new keys are alive at once
+                kv += K.kv_cache_bytes(spec, w, total_tokens - 1, b, tp=w.tp) // max(1, 2 * spec.n_decoder_layers)
+            kv_prefill = kv_decode = kv_persistent = kv_prefill_tail = kv_decode_tail = kv
+            explain["kv_cache"] = (
+                f"2 x {spec.n_decoder_layers} layers x {max(1, spec.n_kv_heads // w.tp)} kv heads x {spec.head_dim} x "
+                f"{K.kv_dtype_bytes(w)} B x {total_tokens} tokens x batch {b}"
+                + (" + one layer's keys while torch.cat appends" if w.new_tokens and not w.kv_block else "")
+            )
+        else:
+            cf = K.cache_figures(spec, w, tp=w.tp)
+            frac = sp.layers / max(1, spec.n_layers)
+            kv_prefill, kv_decode, kv_persistent = (int(x * frac) for x in (cf.prefill, cf.decode, cf.persistent))
+            kv_prefill_tail = kv_prefill if cf.prefill_tail is None else int(cf.prefill_tail * frac)
+            kv_decode_tail = kv_decode if cf.decode_tail is None else int(cf.decode_tail * frac)
+            kv = max(kv_prefill, kv_decode)
+            act_host = int(cf.host * frac)
+            explain["kv_cache"] = cf.formula + (f" ({act_host:,} B on the host)" if act_host else "")
+        # eager attention over a static cache attends to all M slots, through a (b, 1, s, M) mask
+        # (masking_utils.eager_mask; SDPA skips the mask in a prefill and slices the keys to s)
+        eager_static = w.cache == "static" and w.attention == "eager"
+        prefill_keys = K.max_cache_len(w) if eager_static else s
+        work = A.inference_layer_peak(spec, w, b, s, prefill_keys, tp=w.tp)
+        if eager_static:
+            work += A._r(DTYPE_BYTES[w.compute_dtype] * b * s * prefill_keys)
         c = DTYPE_BYTES[w.compute_dtype]
         logits_tokens = b if w.new_tokens else b * s
         logits = A._r(c * spec.vocab_size * logits_tokens) if A.has_lm_head(spec) else 0
@@ -340,12 +369,17 @@ def estimate_spec(spec: ModelSpec, w: Workload, gpu: GPU | None = None, *, headr
         if logits and spec.kind == "encoder-decoder":
             # the encoder's output (kept for cross-attention) and T5's rescaled decoder output
             tail += 2 * A._r(c * spec.hidden_size * b * s)
-        prefill = st.weights + kv + max(work, tail)
-        decode_work = A.inference_layer_peak(spec, w, b, 1, total_tokens, tp=w.tp) if w.new_tokens else 0
-        decode = st.weights + kv + max(decode_work, logits)
+        prefill = st.weights + max(kv_prefill + work, kv_prefill_tail + tail)
+        keys = K.max_cache_len(w) if w.cache == "static" else total_tokens  # a static cache attends to all M slots
+        decode_work = A.inference_layer_peak(spec, w, b, 1, keys, tp=w.tp) if w.new_tokens else 0
+        if w.new_tokens and w.cache == "static":
+            # generate's attention mask, padded to M: transformers' (b, 1, 1, M) bool mask, made an
+            # additive mask in the compute dtype by SDPA's memory-efficient kernel (sdp::convert_boolean_attn_mask)
+            decode_work += A._r(b * keys) + A._r(DTYPE_BYTES[w.compute_dtype] * b * keys)
+        decode = st.weights + max(kv_decode + decode_work, kv_decode_tail + logits)
         phases = (("prefill", prefill + st.workspace),) + ((("decode", decode + st.workspace),) if w.new_tokens else ())
         peak_phase, peak_alloc = max(phases, key=lambda p: p[1])
-        reserved, total = reserved_total(st, peak_alloc, extra_persistent=kv)
+        reserved, total = reserved_total(st, peak_alloc, extra_persistent=kv_persistent)
         temporaries = 0
         explain["activations"] = ("the larger of one block's working set during prefill and the logits (all tokens "
                                   "for a plain forward, the last one in generate())")
@@ -388,6 +422,15 @@ def estimate_spec(spec: ModelSpec, w: Workload, gpu: GPU | None = None, *, headr
         layer_activation_bytes=layer_act, fits=fits, headroom_bytes=headroom_bytes, advice=advice, explain=explain,
         verdict=said,
     )
+
+
+def _block_words(w: Workload) -> str:
+    parts = []
+    if w.quantized in ("nf4", "nf4-dq", "fp4"):
+        parts.append("a 4-bit weight dequantized for its matmul (bitsandbytes MatMul4Bit)")
+    if w.method != "full" and w.dora:
+        parts.append("DoRA's weight norm ||W + s*B@A|| (peft DoraLinearLayer)")
+    return " or ".join(parts)
 
 
 def _remedies(component: str, w: Workload) -> list[str]:

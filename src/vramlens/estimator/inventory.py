@@ -112,8 +112,9 @@ class LoraShape:
     sum_n: int        # sum of out_features: B's rows
     count: int
 
-    def params(self, r: int) -> int:
-        return r * (self.sum_k + self.sum_n)
+    def params(self, r: int, dora: bool = False) -> int:
+        """A and B of every adapted linear, plus DoRA's magnitude vector (one per output row) with ``dora``."""
+        return r * (self.sum_k + self.sum_n) + (self.sum_n if dora else 0)
 
 
 def _matches(lin: Linear, targets: tuple[str, ...]) -> bool:
@@ -143,8 +144,15 @@ def lora_shape(spec: ModelSpec, targets: tuple[str, ...]) -> LoraShape:
 _LORA_BYTES: dict[tuple[int, int, int], tuple[LoraShape, int]] = {}
 
 
-def lora_rounded_bytes(shape: LoraShape, r: int, bytes_per_elem: int) -> int:
-    """Adapter bytes with each A and B rounded to the allocator's 512-byte blocks (memoized)."""
+def dora_bytes(shape: LoraShape, bytes_per_elem: int) -> int:
+    """DoRA's magnitude vectors (peft DoraLinearLayer.weight, one (n,) parameter per adapted linear), rounded."""
+    return sum(lin.count * round_up(lin.out_features * bytes_per_elem, BLOCK) for lin in shape.targets)
+
+
+def lora_rounded_bytes(shape: LoraShape, r: int, bytes_per_elem: int, dora: bool = False) -> int:
+    """Adapter bytes with each A and B (and DoRA magnitude) rounded to the allocator's 512-byte blocks (memoized)."""
+    if dora:
+        return lora_rounded_bytes(shape, r, bytes_per_elem) + dora_bytes(shape, bytes_per_elem)
     key = (id(shape), r, bytes_per_elem)
     hit = _LORA_BYTES.get(key)
     if hit is not None and hit[0] is shape:

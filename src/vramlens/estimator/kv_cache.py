@@ -8,13 +8,40 @@ Sliding-window layers keep at most ``sliding_window`` tokens (transformers'
 keys/values of the encoder's s tokens.
 
 LLaMA-13B (40 layers, 40 heads x 128) in fp16: 2 * 40 * 5120 * 2 B = 819,200 B = 800 KiB per token.
+
+transformers' caches by kind (``--cache``, transformers/cache_utils.py), :func:`cache_figures`:
+
+* dynamic (``DynamicCache``): every token's keys and values; appending by ``torch.cat`` holds one
+  layer's old and new tensors at once.
+* static (``StaticCache``): ``StaticLayer.lazy_initialization`` allocates (b, n_kv, M, d) keys and
+  values for M = ``max_cache_len`` tokens in every layer at the first forward (sliding layers:
+  ``min(sliding_window, M)``), whatever is generated, plus a position counter per layer; updates
+  are in place (``index_copy_``).
+* offloaded (``DynamicCache(offloading=True)``): ``Cache.update`` prefetches layer i+1, appends to
+  layer i and offloads it (``keys.to("cpu")``); the last layer prefetches the first again. On the
+  GPU: the layer being updated (its new keys and values, and its old values while ``torch.cat``
+  makes the new ones) and the prefetched next one, and between forwards the first layer; the other
+  layers live on the host.
+* quantized (``QuantizedCache``, quanto's defaults ``nbits=4, q_group_size=64, residual_length=128,
+  axis 0``; hqq the same layout): the prefill quantizes every token; later tokens stay in full
+  precision until ``residual_length`` of them are, when all are quantized again. Quantized bytes
+  per K or V element: 1/2 (two 4-bit codes per byte) plus a scale and a shift in the compute dtype
+  per group of 64 (optimum-quanto ``MaxOptimizer``). Each update dequantizes the layer and
+  concatenates it with the residual and the new token: two full-precision copies of one layer.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from vramlens.models.spec import ModelSpec
-from vramlens.units import DTYPE_BYTES, round_up
+from vramlens.units import BLOCK, DTYPE_BYTES, round_up
 from vramlens.workload import Workload
+
+#: QuantizedLayer's defaults (transformers/cache_utils.py ``QuantizedLayer.__init__``).
+QUANT_NBITS = 4
+QUANT_GROUP = 64
+QUANT_RESIDUAL = 128
 
 
 def kv_dtype_bytes(w: Workload) -> int:
@@ -61,3 +88,100 @@ def kv_cache_bytes(spec: ModelSpec, w: Workload, tokens: int, batch: int, tp: in
     if spec.kind == "encoder-decoder":
         total += per_layer_token * batch * L * w.seq  # cross-attention keys/values of the encoder output
     return total
+
+
+@dataclass(frozen=True, slots=True)
+class CacheFigures:
+    """The KV cache of one inference run on one GPU, by phase (bytes)."""
+
+    prefill: int     # on the GPU while a block runs in the prefill
+    decode: int      # on the GPU while a block runs in a decode step (0 without new tokens)
+    persistent: int  # alive between forwards (what the allocator keeps reserved)
+    host: int        # in host memory (offloaded)
+    formula: str
+    prefill_tail: int | None = None  # on the GPU while the head computes the logits (None: prefill)
+    decode_tail: int | None = None   # ... in a decode step (None: decode)
+
+
+def max_cache_len(w: Workload) -> int:
+    """StaticCache's length: --max-cache-len, or seq + new_tokens (generate's max_length)."""
+    return w.max_cache_len or w.seq + w.new_tokens
+
+
+def _layer_bytes(spec: ModelSpec, w: Workload, tokens: int, batch: int, tp: int) -> int:
+    """Keys and values of one layer for ``tokens`` tokens (each tensor rounded to the allocator's block)."""
+    kv = max(1, spec.n_kv_heads // tp)
+    one = round_up(kv * spec.head_dim * kv_dtype_bytes(w) * batch * tokens, BLOCK) if tokens else 0
+    return 2 * one
+
+
+def quantized_bytes(numel: int, c: int) -> int:
+    """One quantized K or V tensor of ``numel`` elements: packed 4-bit codes, a scale and a shift per group."""
+    groups = -(-numel // QUANT_GROUP)
+    return (round_up(-(-numel * QUANT_NBITS // 8), BLOCK) + 2 * round_up(groups * c, BLOCK)) if numel else 0
+
+
+def quantized_lengths(s: int, new_tokens: int) -> tuple[int, int]:
+    """(quantized tokens, full-precision residual tokens) after the prefill and ``new_tokens`` updates
+    (QuantizedLayer.update: the residual is quantized with everything when it would reach 128)."""
+    q, r = s, 0
+    if new_tokens:
+        # each update adds one token; the residual flushes when r + 1 >= residual_length
+        cycles, rest = divmod(new_tokens, QUANT_RESIDUAL)
+        q += cycles * QUANT_RESIDUAL
+        r = rest
+    return q, r
+
+
+def cache_figures(spec: ModelSpec, w: Workload, tp: int = 1) -> CacheFigures:
+    """The cache of ``w`` by kind (see the module docstring)."""
+    b, s, n = w.batch, w.seq, w.new_tokens
+    total = s + n
+    L = spec.n_decoder_layers
+    if spec.kind == "encoder":
+        return CacheFigures(0, 0, 0, 0, "encoder: no cache")
+    heads = f"{max(1, spec.n_kv_heads // tp)} kv heads x {spec.head_dim} x {kv_dtype_bytes(w)} B"
+    if w.cache == "static":
+        M = max_cache_len(w)
+        kv = kv_cache_bytes(spec, w, M, b, tp=tp) + L * BLOCK  # + StaticLayer.cumulative_length per layer
+        return CacheFigures(kv, kv if n else 0, kv, 0,
+                            f"StaticCache: 2 x {L} layers x {heads} x max_cache_len {M} x batch {b}, allocated at "
+                            "the first forward")
+    if w.cache == "offloaded":
+        one_prev = _layer_bytes(spec, w, total - 1, b, tp)
+        # a prefill holds the last layer's keys and the first one's prefetched again; a decode step the
+        # next layer prefetched and the layer being updated: its new keys and values and, while
+        # torch.cat makes the values, its old values
+        prefill = _layer_bytes(spec, w, s, b, tp) * min(2, L)
+        decode = _layer_bytes(spec, w, total, b, tp) + one_prev + (one_prev // 2 if L > 1 else 0) if n else 0
+        # on the host: every layer but the one prefetched (the prefetch drops its host copy)
+        host = kv_cache_bytes(spec, w, total, b, tp=tp) * max(0, L - 1) // max(1, L)
+        # while the head runs: only the first layer, prefetched for the next forward
+        return CacheFigures(prefill, decode, _layer_bytes(spec, w, total, b, tp), host,
+                            f"offloaded DynamicCache: on the GPU one layer's old and new keys and values and the next "
+                            f"layer prefetched (2 x {heads} x {total} tokens x batch {b} each); the other layers on the "
+                            "host", prefill_tail=_layer_bytes(spec, w, s, b, tp) if L > 1 else 0,
+                            decode_tail=_layer_bytes(spec, w, total, b, tp) if n else 0)
+    if w.cache == "quantized":
+        c = kv_dtype_bytes(w)
+        per_token = max(1, spec.n_kv_heads // tp) * spec.head_dim * b
+        q, r = quantized_lengths(s, n)
+        layer_q = 2 * quantized_bytes(per_token * q, c)
+        persistent = L * (layer_q + _layer_bytes(spec, w, r, b, tp))
+        # prefill: the layer's full-precision keys and values being quantized; decode: one layer
+        # dequantized and concatenated with the residual and the new token (two full-precision copies)
+        prefill = L * 2 * quantized_bytes(per_token * s, c) + _layer_bytes(spec, w, s, b, tp)
+        q_prev, r_prev = quantized_lengths(s, n - 1) if n else (s, 0)
+        decode = (persistent + _layer_bytes(spec, w, q_prev, b, tp) + _layer_bytes(spec, w, q_prev + r_prev + 1, b, tp)
+                  if n else 0)
+        return CacheFigures(prefill, decode, persistent, 0,
+                            f"QuantizedCache: {q} tokens x 2 x {L} layers in {QUANT_NBITS} bits + a scale and a shift "
+                            f"per {QUANT_GROUP}, {r} residual tokens in full precision ({QUANT_RESIDUAL} at most); an "
+                            "update dequantizes one layer")
+    kv = kv_cache_bytes(spec, w, total, b, tp=tp)
+    formula = f"2 x {L} layers x {heads} x {total} tokens x batch {b}"
+    if kv and n and not w.kv_block:
+        # DynamicCache appends with torch.cat: one layer's old and new keys are alive at once
+        kv += kv_cache_bytes(spec, w, total - 1, b, tp=tp) // max(1, 2 * L)
+        formula += " + one layer's keys while torch.cat appends"
+    return CacheFigures(kv, kv if n else 0, kv, 0, formula)

@@ -2,7 +2,8 @@
 
 Per trainable parameter (P_t of them), with p the bytes of the parameter dtype:
 
-* gradients: p bytes (``param.grad`` has the parameter's dtype). LoRA: only A and B, in fp32.
+* gradients: p bytes (``param.grad`` has the parameter's dtype). LoRA: only A and B (and DoRA's
+  magnitude vectors), in the adapters' dtype (``--lora-dtype``: peft's fp32 by default).
 * master weights: under ``--dtype fp16|bf16 --amp ...`` (DeepSpeed/Megatron mixed precision) an
   fp32 copy, 4 bytes (Rajbhandari et al. 2020, ZeRO §3.1: "K = 12" = 4 master + 4 + 4 Adam).
 * Adam/AdamW: ``exp_avg`` and ``exp_avg_sq`` in the parameter's dtype (torch/optim/adam.py
@@ -21,7 +22,7 @@ from __future__ import annotations
 
 from math import ceil
 
-from vramlens.estimator.inventory import lora_rounded_bytes, lora_shape, summarize
+from vramlens.estimator.inventory import LoraShape, lora_rounded_bytes, lora_shape, summarize
 from vramlens.estimator.memo import identity_cache
 from vramlens.models.spec import ModelSpec
 from vramlens.units import BLOCK, DTYPE_BYTES, round_up
@@ -33,10 +34,21 @@ STATES_PER_PARAM = {"adamw": 2, "adam": 2, "paged-adamw": 2, "sgd": 0, "sgd-mome
 
 
 def param_dtype_bytes(w: Workload) -> int:
-    """Bytes of a trainable parameter (LoRA adapters are fp32)."""
+    """Bytes of a trainable parameter (LoRA adapters: ``lora_dtype``, fp32 by default)."""
     if w.method != "full":
-        return 4
+        return DTYPE_BYTES[w.lora_dtype]
     return DTYPE_BYTES[w.dtype]
+
+
+def _adapters(spec: ModelSpec, w: Workload, b: int) -> int:
+    """Bytes of one adapter-shaped tensor set (A, B, DoRA magnitudes) at b bytes per element."""
+    return lora_rounded_bytes(lora_shape(spec, tuple(w.lora_targets)), w.lora_rank, b, w.dora)
+
+
+def _largest_adapter(shape: LoraShape, r: int, b: int, dora: bool) -> int:
+    """The largest single adapter tensor: A (r, k), B (n, r), or a DoRA magnitude (n,)."""
+    return max((round_up(max(r * max(t.in_features, t.out_features), t.out_features if dora else 0) * b, BLOCK)
+                for t in shape.targets), default=0)
 
 
 def has_master_copy(w: Workload) -> bool:
@@ -50,8 +62,7 @@ def gradient_bytes(spec: ModelSpec, w: Workload, trainable: int) -> int:
     if w.method == "full":
         b = param_dtype_bytes(w)
         return summarize(spec).param_bytes_at.get(b, round_up(trainable * b, BLOCK))
-    shape = lora_shape(spec, tuple(w.lora_targets))
-    return lora_rounded_bytes(shape, w.lora_rank, 4)
+    return _adapters(spec, w, param_dtype_bytes(w))
 
 
 @identity_cache
@@ -83,13 +94,13 @@ def optimizer_state_bytes(spec: ModelSpec, w: Workload, trainable: int) -> tuple
     if w.mode != "train" or w.optimizer == "none" or trainable == 0:
         return 0, "no optimizer"
     opt = w.optimizer
-    state_b = 4 if (has_master_copy(w) or w.method != "full") else DTYPE_BYTES[w.dtype]
+    state_b = 4 if has_master_copy(w) else param_dtype_bytes(w)
     if opt in STATES_PER_PARAM:
         k = STATES_PER_PARAM[opt]
         if w.method == "full":
             one = summarize(spec).param_bytes_at.get(state_b, round_up(trainable * state_b, BLOCK))
         else:
-            one = lora_rounded_bytes(lora_shape(spec, tuple(w.lora_targets)), w.lora_rank, state_b)
+            one = _adapters(spec, w, state_b)
         return k * one, f"{k} state(s) x {trainable:,} params x {state_b} B"
     if opt == "adafactor":
         if w.method == "full":
@@ -101,6 +112,8 @@ def optimizer_state_bytes(spec: ModelSpec, w: Workload, trainable: int) -> tuple
             total = sum(lin.count * (round_up(r * state_b, BLOCK) + round_up(lin.in_features * state_b, BLOCK)
                                      + round_up(lin.out_features * state_b, BLOCK) + round_up(r * state_b, BLOCK))
                         for lin in shape.targets)
+            if w.dora:  # a 1-D magnitude keeps the full second-moment vector
+                total += sum(lin.count * round_up(lin.out_features * state_b, BLOCK) for lin in shape.targets)
         return total, f"Adafactor: row + column second moments per matrix (n + k) at {state_b} B"
     if opt in ("adamw-8bit", "paged-adamw-8bit"):
         s = summarize(spec)
@@ -126,12 +139,12 @@ def optimizer_step_temporary(spec: ModelSpec, w: Workload, trainable: int) -> tu
     """
     if w.mode != "train" or w.optimizer in ("none",) or trainable == 0:
         return 0, ""
-    state_b = 4 if (has_master_copy(w) or w.method != "full") else DTYPE_BYTES[w.dtype]
+    state_b = 4 if has_master_copy(w) else param_dtype_bytes(w)
     if w.optimizer in ("adamw", "adam", "paged-adamw") and w.optimizer_impl == "foreach":
         if w.method == "full":
             one = summarize(spec).param_bytes_at.get(state_b, round_up(trainable * state_b, BLOCK))
         else:
-            one = lora_rounded_bytes(lora_shape(spec, tuple(w.lora_targets)), w.lora_rank, state_b)
+            one = _adapters(spec, w, state_b)
         return one, "foreach Adam: sqrt(exp_avg_sq) for every parameter at once"
     if w.optimizer in ("sgd", "sgd-momentum"):
         return 0, "SGD updates in place"
@@ -140,9 +153,7 @@ def optimizer_step_temporary(spec: ModelSpec, w: Workload, trainable: int) -> tu
     if w.method == "full":
         largest = round_up(summarize(spec).largest_param_numel * state_b, BLOCK)
     else:
-        shape = lora_shape(spec, tuple(w.lora_targets))
-        largest = max((round_up(w.lora_rank * max(t.in_features, t.out_features) * 4, BLOCK) for t in shape.targets),
-                      default=0)
+        largest = _largest_adapter(lora_shape(spec, tuple(w.lora_targets)), w.lora_rank, state_b, w.dora)
     if w.optimizer_impl == "fused" and w.optimizer in ("adamw", "adam", "paged-adamw"):
         return 0, "fused Adam updates in place"
     return largest, "per-tensor update: one temporary the size of the largest parameter"
@@ -150,12 +161,10 @@ def optimizer_step_temporary(spec: ModelSpec, w: Workload, trainable: int) -> tu
 
 def largest_gradient_bytes(spec: ModelSpec, w: Workload) -> int:
     """The largest single gradient: what optimizer-in-backward holds at once (full: the largest
-    parameter; LoRA: the largest adapter matrix, r x max(in, out) in fp32)."""
+    parameter; LoRA: the largest adapter matrix, r x max(in, out), or DoRA magnitude, in the adapters' dtype)."""
     if w.method == "full":
         return round_up(summarize(spec).largest_param_numel * param_dtype_bytes(w), BLOCK)
-    shape = lora_shape(spec, tuple(w.lora_targets))
-    return max((round_up(w.lora_rank * max(t.in_features, t.out_features) * 4, BLOCK) for t in shape.targets),
-               default=0)
+    return _largest_adapter(lora_shape(spec, tuple(w.lora_targets)), w.lora_rank, param_dtype_bytes(w), w.dora)
 
 
 def one_parameter_step_temporary(spec: ModelSpec, w: Workload) -> tuple[int, str]:
@@ -163,7 +172,7 @@ def one_parameter_step_temporary(spec: ModelSpec, w: Workload) -> tuple[int, str
     ``optimizer_step_temporary`` over a one-tensor list, i.e. the largest parameter's; foreach
     Adam's ``_foreach_sqrt(exp_avg_sqs)`` is then one state-sized tensor."""
     if w.optimizer in ("adamw", "adam", "paged-adamw") and w.optimizer_impl == "foreach":
-        state_b = 4 if (has_master_copy(w) or w.method != "full") else DTYPE_BYTES[w.dtype]
+        state_b = 4 if has_master_copy(w) else param_dtype_bytes(w)
         if w.method == "full":
             return (round_up(summarize(spec).largest_param_numel * state_b, BLOCK),
                     "optimizer in backward: foreach Adam's sqrt(exp_avg_sq) of one parameter, the largest")

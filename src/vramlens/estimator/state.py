@@ -72,8 +72,10 @@ def autocast_copies(spec: ModelSpec, w: Workload) -> tuple[int, int]:
     from vramlens.estimator.inventory import lora_shape
 
     shape = lora_shape(spec, tuple(w.lora_targets))
-    adapters = sum(lin.count * (round_up(w.lora_rank * lin.in_features * half, BLOCK)
-                                + round_up(w.lora_rank * lin.out_features * half, BLOCK)) for lin in shape.targets)
+    # adapters already in the autocast dtype (--lora-dtype bf16 under --amp bf16) are not cast
+    adapters = 0 if w.lora_dtype == w.amp else sum(
+        lin.count * (round_up(w.lora_rank * lin.in_features * half, BLOCK)
+                     + round_up(w.lora_rank * lin.out_features * half, BLOCK)) for lin in shape.targets)
     frozen = sum(round_up(n * half, BLOCK) for n in weights)
     # the first block's frozen linears up to the first adapter see inputs that need no gradient
     from vramlens.estimator.activations import linear_groups, untracked_before_first_adapter
@@ -133,7 +135,8 @@ def train_state(spec: ModelSpec, w: Workload, gpu: GPU | None) -> TrainState:
     base_w, base_formula = Wt.base_weight_bytes(spec, w)
     adapters = Wt.adapter_bytes(spec, w)
     weights = int(base_w * sp.weights) + adapters
-    explain["weights"] = base_formula + (f" + LoRA adapters fp32 ({adapters:,} B)" if adapters else "")
+    explain["weights"] = base_formula + (f" + LoRA adapters {w.lora_dtype}{' with DoRA magnitudes' if w.dora else ''} "
+                                         f"({adapters:,} B)" if adapters else "")
     if sp.weights != 1:
         explain["weights"] += f", x{sp.weights:.4g} on this GPU"
 
@@ -186,7 +189,7 @@ def train_state(spec: ModelSpec, w: Workload, gpu: GPU | None) -> TrainState:
     # persistent tensors, for the allocator's reserve
     full_params = w.method == "full" and not w.quantized
     wb = Wt.weight_dtype_bytes(w)
-    state_b = 4 if master or w.method != "full" else pbytes
+    state_b = 4 if master else pbytes
     parts = [
         (wb, weights, full_params and sp.weights == 1),
         (pbytes, grads, full_params and sp.gradients == 1),
@@ -228,7 +231,8 @@ def train_phases(st: TrainState, acts: int, one: int, loss_tmp: int, head_saved:
                  checkpointing: str, logits: int = 0, later_pass: int = 0, *, loss_backward: int | None = None,
                  loss_backward_over: int | None = None,
                  head_backward: int | None = None, head_grads: int = 1, head_backward_later: int = 0,
-                 head_grad_in_forward: bool = False, final_norm_backward: int = 0) -> tuple[tuple[str, int], ...]:
+                 head_grad_in_forward: bool = False, final_norm_backward: int = 0, block_forward: int = 0,
+                 block_backward: int = 0) -> tuple[tuple[str, int], ...]:
     """Live bytes at each phase's peak (workspaces included); see the module docstring.
 
     Args:
@@ -247,6 +251,10 @@ def train_phases(st: TrainState, acts: int, one: int, loss_tmp: int, head_saved:
             logits: two addends and their sum), with ``head_backward_later`` bytes of logits' gradients.
         head_grad_in_forward: the output layer's weight gradient is made in forward (Liger's fused loss).
         final_norm_backward: the final norm's backward with its incoming gradient (chunked or fused loss).
+        block_forward, block_backward: a transient inside a block's forward / backward on top of the
+            blocks' saved activations (4-bit weights dequantized for a matmul, DoRA's weight norm;
+            core.activation_totals), counted with every block's activations alive (an upper bound by
+            what the last block has not saved yet).
     """
     loss_bwd = 2 * head_saved if loss_backward is None else loss_backward
     if loss_backward_over is not None:
@@ -280,7 +288,7 @@ def train_phases(st: TrainState, acts: int, one: int, loss_tmp: int, head_saved:
         optim = sh + _step(st)
     else:
         persistent = st.weights + st.master + st.opt + st.comm
-        fwd = persistent + max(gfwd, head_fwd) + fwd_casts + acts + loss_tmp
+        fwd = persistent + max(gfwd, head_fwd) + fwd_casts + max(acts + loss_tmp, acts - head_saved + block_forward)
         # the loss' backward holds two fp32 b*s*V gradients; once they are done (and what the loss
         # saved is freed), the output layer's backward holds the logits' gradient (compute dtype)
         # and allocates its weight gradient
@@ -294,10 +302,12 @@ def train_phases(st: TrainState, acts: int, one: int, loss_tmp: int, head_saved:
                 acts - head_saved + final_norm_backward + st.head_grad - head_fwd)
         if ckpt:
             # the head's saved tensors are freed before the last block is recomputed
-            recompute_peak = persistent + max(gfwd, st.head_grad) + acts - head_saved + one
+            recompute_peak = persistent + max(gfwd, st.head_grad) + acts - head_saved + one + max(block_forward,
+                                                                                                 block_backward)
             bwd = max(bwd_start, recompute_peak, persistent + st.grads + one)
         else:
-            bwd = max(bwd_start, persistent + st.grads)
+            bwd = max(bwd_start, persistent + st.grads,
+                      persistent + gfwd + bwd_casts + acts - head_saved + block_backward if block_backward else 0)
         if later_pass:
             bwd = max(bwd, persistent + st.grads + later_pass)
         optim = persistent + _step(st)

@@ -17,6 +17,11 @@ Quantized formats, bytes per linear weight of shape (n out, k in):
 
 Layers kept in higher precision: embeddings, norms, biases and the output layer (lm_head) stay
 in the compute dtype, as bitsandbytes' ``llm_int8_skip_modules`` default and GPTQ/AWQ do.
+Which linears are quantized under LoRA/QLoRA (``quant_targets``): every linear of the blocks
+(transformers' ``BitsAndBytesConfig`` replaces every ``nn.Linear`` but the output layer,
+``get_keys_to_not_convert``; torchtune >= 0.3's QLoRA builders use ``FrozenNF4Linear`` for the
+linears without adapters) or only the adapted ones (torchtune 0.1 - 0.2's QLoRA:
+``LoRALinear(quantize_base=True)``, the other linears plain ``nn.Linear``).
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ from __future__ import annotations
 from math import ceil
 
 from vramlens.estimator.inventory import (
+    Linear,
     float_bytes,
     lora_rounded_bytes,
     lora_shape,
@@ -78,14 +84,32 @@ def base_weight_bytes(spec: ModelSpec, w: Workload) -> tuple[int, str]:
     """Bytes of the model's own parameters and buffers on the GPU, and the formula used."""
     b = weight_dtype_bytes(w)
     quant = w.quantized
-    total, q = _base_bytes(spec, b, quant)
+    total, q = _base_bytes(spec, b, quant, adapted_only(w))
     if quant is None:
         return total, f"{summarize(spec).params:,} params x {b} B ({w.dtype if w.method != 'qlora' else w.compute_dtype})"
-    return total, f"{quant} linear weights ({q:,} B) + the rest at {b} B (embeddings, norms, biases, lm_head)"
+    which = "the adapted linears' weights" if adapted_only(w) else "linear weights"
+    return total, f"{quant} {which} ({q:,} B) + the rest at {b} B (embeddings, norms, biases, lm_head)"
+
+
+def adapted_only(w: Workload) -> tuple[str, ...] | None:
+    """The LoRA targets when quantization covers only the adapted linears (``quant_targets="adapted"``), else None."""
+    if w.method != "full" and w.quant_targets == "adapted":
+        return tuple(w.lora_targets)
+    return None
 
 
 @identity_cache
-def _base_bytes(spec: ModelSpec, b: int, quant: str | None) -> tuple[int, int]:
+def quantized_linears(spec: ModelSpec, quant: str | None, only: tuple[str, ...] | None) -> tuple[Linear, ...]:
+    """The linears stored quantized: those of the blocks (heads outside them stay in high precision),
+    or with ``only`` (LoRA targets) the adapted ones among them."""
+    if quant is None:
+        return ()
+    chosen = lora_shape(spec, only).targets if only is not None else summarize(spec).linears
+    return tuple(lin for lin in chosen if lin.layer is not None)
+
+
+@identity_cache
+def _base_bytes(spec: ModelSpec, b: int, quant: str | None, only: tuple[str, ...] | None = None) -> tuple[int, int]:
     """(all weight bytes, the quantized linears' bytes) at b bytes per unquantized element."""
     s = summarize(spec)
     if quant is None:
@@ -93,9 +117,7 @@ def _base_bytes(spec: ModelSpec, b: int, quant: str | None) -> tuple[int, int]:
     # quantized linears replace their full-precision bytes; everything else stays at b bytes
     full = 0
     q = 0
-    for lin in s.linears:
-        if lin.layer is None:  # heads outside the blocks (lm_head, classifier) stay in high precision
-            continue
+    for lin in quantized_linears(spec, quant, only):
         if lin.count > 1:  # fused experts: one (E, n, k) tensor, quantized per expert
             full += round_up(lin.count * lin.in_features * lin.out_features * b, BLOCK)
         else:
@@ -104,18 +126,41 @@ def _base_bytes(spec: ModelSpec, b: int, quant: str | None) -> tuple[int, int]:
     return float_bytes(spec, b) - full + q + s.fixed_bytes, q
 
 
+def dequantized_weight_bytes(spec: ModelSpec, w: Workload) -> int:
+    """The largest quantized linear's weight dequantized to the compute dtype, 0 without 4-bit weights.
+
+    bitsandbytes 0.49 ``MatMul4Bit`` (autograd/_functions.py): the forward runs
+    ``F.linear(A, dequantize_4bit(B).to(A.dtype).t())`` and the backward
+    ``grad_output @ dequantize_4bit(B).to(grad_output.dtype)``: the whole (n, k) weight in the
+    compute dtype exists while each quantized matmul runs (torchao's ``linear_nf4``, torchtune's,
+    does the same). A single token without grad takes ``gemv_4bit`` (no dequantized weight).
+    bitsandbytes >= 0.50 (``gemm_4bit``) skips it for small batches on some GPUs: an upper bound there.
+    """
+    if w.quantized not in ("nf4", "nf4-dq", "fp4"):
+        return 0
+    c = DTYPE_BYTES[w.compute_dtype]
+    return max((round_up(lin.out_features * lin.in_features * c, BLOCK)
+                for lin in quantized_linears(spec, w.quantized, adapted_only(w)) if lin.count == 1), default=0)
+
+
+def lora_dtype_bytes(w: Workload) -> int:
+    """Bytes per element of the adapters (and their gradients and Adam states)."""
+    return DTYPE_BYTES[w.lora_dtype]
+
+
 def lora_params(spec: ModelSpec, w: Workload) -> int:
     if w.method == "full":
         return 0
-    return lora_shape(spec, tuple(w.lora_targets)).params(w.lora_rank)
+    return lora_shape(spec, tuple(w.lora_targets)).params(w.lora_rank, w.dora)
 
 
 def adapter_bytes(spec: ModelSpec, w: Workload) -> int:
-    """LoRA A and B matrices. peft upcasts adapters to fp32 (``autocast_adapter_dtype=True``, peft >= 0.12)."""
+    """LoRA A and B matrices (and DoRA's magnitude vectors) in ``lora_dtype``: peft upcasts adapters to
+    fp32 (``autocast_adapter_dtype=True``, peft >= 0.12), torchtune keeps the model's dtype."""
     if w.method == "full":
         return 0
     shape = lora_shape(spec, tuple(w.lora_targets))
-    return lora_rounded_bytes(shape, w.lora_rank, 4)
+    return lora_rounded_bytes(shape, w.lora_rank, lora_dtype_bytes(w), w.dora)
 
 
 def trainable_params(spec: ModelSpec, w: Workload) -> int:

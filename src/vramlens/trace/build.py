@@ -177,9 +177,10 @@ def build_hf(cfg: dict, wl: Workload, *, fake_mode=None, layers: int | None = No
             model.to_empty(device="cpu")
             retie(model)
     if wl.method == "qlora":
-        quantize_nf4(model, fake_mode=fake_mode, meta_only=meta_only, double_quant=(wl.quantized != "nf4"))
+        quantize_nf4(model, fake_mode=fake_mode, meta_only=meta_only, double_quant=(wl.quantized != "nf4"),
+                     adapted_only=wl.quant_targets == "adapted", compute_dtype=TORCH_DTYPES[wl.compute_dtype])
         notes.append("qlora: frozen base linears hold packed NF4 (uint8) plus absmax constants; "
-                     "matmuls dequantize on the fly (bitsandbytes MatMul4Bit's memory behaviour)")
+                     "matmuls dequantize on the fly (bitsandbytes 0.49 MatMul4Bit's memory behaviour)")
     if wl.training and wl.checkpointing == "full":
         enable = getattr(model, "activation_checkpointing_enable", None) or model.gradient_checkpointing_enable
         try:
@@ -226,11 +227,19 @@ def apply_lora(model: nn.Module, wl: Workload) -> nn.Module:
     if targets == ["all-linear"]:
         targets = "all-linear"
     cfg = LoraConfig(r=wl.lora_rank, lora_alpha=2 * wl.lora_rank, target_modules=targets,
-                     lora_dropout=wl.lora_dropout)
+                     lora_dropout=wl.lora_dropout, use_dora=wl.dora)
     try:
-        return get_peft_model(model, cfg)
+        # peft's default (autocast_adapter_dtype=True) upcasts half adapters to fp32; otherwise the
+        # adapters are made in the adapters' dtype, as torchtune builds them in the model's
+        peft_model = get_peft_model(model, cfg, autocast_adapter_dtype=wl.lora_dtype == "fp32")
     except ValueError as e:
         raise InputError(f"lora_targets={','.join(wl.lora_targets)}: {e}") from None
+    dtype = TORCH_DTYPES[wl.lora_dtype]
+    for name, p in peft_model.named_parameters():
+        if p.requires_grad and p.dtype != dtype:  # on meta: a cast without data
+            parent, _, leaf = name.rpartition(".")
+            setattr(peft_model.get_submodule(parent), leaf, nn.Parameter(p.detach().to(dtype)))
+    return peft_model
 
 
 class NF4Linear(nn.Module):
@@ -244,9 +253,10 @@ class NF4Linear(nn.Module):
     """
 
     def __init__(self, in_features: int, out_features: int, bias: torch.Tensor | None, double_quant: bool = True,
-                 blocksize: int = 64):
+                 blocksize: int = 64, compute_dtype: torch.dtype | None = None):
         super().__init__()
         self.in_features, self.out_features = in_features, out_features
+        self.compute_dtype = compute_dtype
         n = in_features * out_features
         blocks = math.ceil(n / blocksize)
         self.weight = nn.Parameter(torch.empty((n + 1) // 2, 1, dtype=torch.uint8), requires_grad=False)
@@ -259,7 +269,28 @@ class NF4Linear(nn.Module):
         self.bias = None if bias is None else nn.Parameter(bias.detach(), requires_grad=False)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return _NF4Matmul.apply(x, self.weight, self.bias, self.out_features, self.in_features)
+        # bitsandbytes Linear4bit.forward: the input in the compute dtype, the output back in the input's
+        inp_dtype = x.dtype
+        if self.compute_dtype is not None:
+            x = x.to(self.compute_dtype)
+        bias = None if self.bias is None else self.bias.to(x.dtype)
+        if x.numel() == x.shape[-1] and not (torch.is_grad_enabled() and x.requires_grad):
+            # bitsandbytes 0.49 matmul_4bit: one token without grad takes gemv_4bit (no dequantized weight)
+            out = x.new_empty((*x.shape[:-1], self.out_features))
+            out = out if bias is None else out + bias
+        else:
+            out = _NF4Matmul.apply(x, self.weight, bias, self.out_features, self.in_features)
+        return out.to(inp_dtype)
+
+    # peft's dequantize_module_weight (utils/integrations.py), which DoRA calls on its base layer,
+    # dequantizes a module with ``W_q`` through ``module.dequantize()``: one (out, in) tensor in
+    # the compute dtype, as ``dequantize_bnb_weight`` returns for bitsandbytes' Params4bit
+    @property
+    def W_q(self) -> torch.Tensor:  # noqa: N802 - the attribute name peft looks for
+        return self.weight
+
+    def dequantize(self) -> torch.Tensor:
+        return _dequantize(self.weight, self.out_features, self.in_features, self.compute_dtype or torch.bfloat16)
 
 
 def _dequantize(packed: torch.Tensor, out_f: int, in_f: int, dtype) -> torch.Tensor:
@@ -279,19 +310,25 @@ class _NF4Matmul(torch.autograd.Function):
         return grad @ w, None, None, None, None
 
 
-def quantize_nf4(model: nn.Module, *, fake_mode=None, double_quant: bool = True, meta_only: bool = False) -> None:
-    """Replace frozen linears (all but the output head) by NF4Linear, as bitsandbytes would."""
+def quantize_nf4(model: nn.Module, *, fake_mode=None, double_quant: bool = True, meta_only: bool = False,
+                 adapted_only: bool = False, compute_dtype: torch.dtype | None = None) -> None:
+    """Replace frozen linears by NF4Linear: all but the output head, as transformers' BitsAndBytesConfig
+    does, or with ``adapted_only`` only the base layers of LoRA's adapted linears (torchtune 0.1 - 0.2)."""
     skip = _output_head_names(model)
     todo = []
     for name, mod in model.named_modules():
         for child_name, child in mod.named_children():
             full = f"{name}.{child_name}" if name else child_name
-            if type(child) is nn.Linear and not any(full.endswith(s) for s in skip) and "lora_" not in full:
-                todo.append((mod, child_name, child))
+            if type(child) is not nn.Linear or any(full.endswith(s) for s in skip) or "lora_" in full:
+                continue
+            if adapted_only and child_name != "base_layer":  # peft wraps an adapted linear as <name>.base_layer
+                continue
+            todo.append((mod, child_name, child))
     ctx = torch.device("meta") if meta_only else fake_mode if fake_mode is not None else _nullctx()
     with ctx:
         for parent, child_name, lin in todo:
-            setattr(parent, child_name, NF4Linear(lin.in_features, lin.out_features, lin.bias, double_quant))
+            setattr(parent, child_name, NF4Linear(lin.in_features, lin.out_features, lin.bias, double_quant,
+                                                  compute_dtype=compute_dtype))
 
 
 def _output_head_names(model: nn.Module) -> tuple[str, ...]:
@@ -410,6 +447,10 @@ class _default_dtype:
 
 
 def accepts(model: nn.Module, name: str) -> bool:
+    """Whether ``model.forward`` takes ``name`` (a peft model passes its keywords on to the base model's)."""
+    base = getattr(model, "get_base_model", None)
+    if callable(base):
+        model = base()
     try:
         return name in inspect.signature(model.forward).parameters
     except (TypeError, ValueError):

@@ -133,9 +133,68 @@ TECHNIQUE_ROWS: tuple[tuple[str, dict[str, Any]], ...] = (
                     "loss": "fused-linear"}),
 )
 
+def _tr(**changes: Any) -> dict[str, Any]:
+    """A LoRA fine-tune of bf16 weights with SDPA and no checkpointing, ``changes`` on top."""
+    return {"mode": "train", "method": "lora", "attention": "sdpa", "checkpointing": "none", "dtype": "bf16",
+            **changes}
+
+
+def _inf(**changes: Any) -> dict[str, Any]:
+    """Inference of bf16 weights with SDPA, ``changes`` on top."""
+    return {"mode": "inference", "method": "full", "attention": "sdpa", "checkpointing": "none", "dtype": "bf16",
+            **changes}
+
+
+#: QLoRA and LoRA as each stack runs them (issue 9, item 8), the tracer running peft's own modules
+#: on NF4 base linears that allocate as bitsandbytes 0.49 does. Rows at 4-16 tokens put the peak
+#: where the dequantized weight or DoRA's weight norm is, not at the loss.
+QLORA_ROWS: tuple[tuple[str, dict[str, Any]], ...] = (
+    # transformers' BitsAndBytesConfig: every linear of the blocks in nf4-dq
+    ("llama-2-7b", _tr(method="qlora")),
+    ("llama-2-7b", _tr(method="qlora", batch=1, seq=4)),
+    ("llama-3-8b", _tr(method="qlora", checkpointing="full", batch=1, seq=4)),
+    ("qwen2.5-0.5b", _tr(method="qlora", batch=1, seq=8)),
+    # torchtune 0.1-0.2: only the adapted linears in nf4, adapters in the model's dtype
+    ("llama-2-7b", _tr(method="qlora", quant_targets="adapted", batch=1, seq=4)),
+    ("llama-2-7b", _tr(method="qlora", quant_targets="adapted", lora_dtype="bf16", lora_dropout=0.1)),
+    # the adapters' dtype and dropout (peft: fp32 adapters, a cast or dropped copy of the input per adapter)
+    ("llama-2-7b", _tr(lora_dtype="bf16")),
+    ("llama-2-7b", _tr(lora_dropout=0.1)),
+    ("llama-2-7b", _tr(attention="eager", dtype="fp32", amp="bf16", lora_dtype="bf16")),
+    ("llama-2-7b", _tr(attention="eager", dtype="fp32", amp="bf16", lora_dropout=0.1)),
+    # DoRA: the magnitude vectors, the saved base and adapter outputs, the weight-norm temporaries
+    ("llama-2-7b", _tr(method="qlora", dora=True)),
+    ("llama-2-7b", _tr(method="qlora", dora=True, batch=1, seq=16)),
+    ("llama-2-7b", _tr(method="qlora", dora=True, lora_dropout=0.1)),
+    ("llama-2-7b", _tr(dora=True, lora_dtype="bf16", lora_dropout=0.1)),
+    ("llama-2-7b", _tr(attention="eager", dtype="fp32", amp="bf16", dora=True, lora_dropout=0.1)),
+    ("gpt2", _tr(attention="eager", dora=True, lora_dropout=0.1)),
+    # inference: the dequantized weight in the prefill and, batched, in decode (one token: gemv_4bit);
+    # generate's last-position logits through a peft model
+    ("llama-2-7b", _inf(method="qlora")),
+    ("llama-2-7b", _inf(method="qlora", batch=1, seq=16)),
+    ("llama-2-7b", _inf(method="qlora", batch=4, seq=16)),
+    ("llama-2-7b", _inf(method="lora", dora=True, batch=1, seq=16)),
+)
+
+#: transformers' caches by kind (issue 9, item 11): StaticCache and the offloaded DynamicCache, as
+#: generate() builds them (QuantizedCache needs optimum-quanto or hqq: estimated, not traced).
+CACHE_ROWS: tuple[tuple[str, dict[str, Any]], ...] = (
+    ("llama-3-8b", _inf(cache="static", seq=16, new_tokens=64)),
+    ("llama-3-8b", _inf(cache="static", seq=16, new_tokens=8, max_cache_len=512)),
+    ("llama-2-7b", _inf(cache="static", max_cache_len=1024)),
+    ("llama-2-7b", _inf(cache="static", new_tokens=0, max_cache_len=512)),
+    ("qwen2.5-0.5b", _inf(cache="static", attention="eager", seq=16, new_tokens=64, max_cache_len=256)),
+    ("gpt2", _inf(cache="static", seq=16, new_tokens=64)),
+    ("llama-3-8b", _inf(cache="offloaded", seq=16, new_tokens=64)),
+    ("llama-2-7b", _inf(cache="offloaded")),
+    ("qwen2.5-0.5b", _inf(cache="offloaded", seq=16, new_tokens=64)),
+    ("mixtral-8x7b", _inf(cache="offloaded", seq=16, new_tokens=16)),
+)
+
 #: Workload fields the technique rows set, shown in render().
 TECHNIQUE_FIELDS = ("optimizer", "optimizer_in_backward", "loss_chunks", "loss", "activation_offload", "loss_parallel",
-                    "new_tokens")
+                    "new_tokens", "quant_targets", "lora_dtype", "lora_dropout", "dora", "cache", "max_cache_len")
 
 #: The issue's case at full size: a sentence-transformers fine-tune of bert-base-uncased, 16
 #: (anchor, positive) pairs of 512 tokens, fp32, AdamW; traced on 2 and 3 of its 12 layers and
@@ -257,7 +316,7 @@ def workload_for(name: str, row: dict[str, Any]) -> dict[str, Any]:
     if (wl["mode"] == "inference" and not cfg.get("is_encoder_decoder") and cfg.get("model_type") not in ("bert", "roberta")
             and wl.get("task") in (None, "causal-lm")):
         wl.setdefault("new_tokens", NEW_TOKENS)
-    if wl["method"] == "lora":
+    if wl["method"] in ("lora", "qlora"):
         wl["lora_targets"] = _architecture(name)[2]
         wl["lora_rank"] = 8
     return wl
@@ -316,6 +375,16 @@ def run_technique_rows(progress=None, *, only: str | None = None) -> list[Row]:
     for name, row in TECHNIQUE_ROWS:
         if only is not None and row.get(only, getattr(Workload(), only)) == getattr(Workload(), only):
             continue
+        if progress:
+            progress(f"{name}: {row}")
+        out.append(run_row(name, row))
+    return out
+
+
+def run_rows(rows: tuple[tuple[str, dict[str, Any]], ...], progress=None) -> list[Row]:
+    """Each (catalog name, workload) of ``rows`` (QLORA_ROWS, CACHE_ROWS), estimated and traced."""
+    out = []
+    for name, row in rows:
         if progress:
             progress(f"{name}: {row}")
         out.append(run_row(name, row))

@@ -23,6 +23,7 @@ from torch import nn
 
 from vramlens.errors import InputError, TraceError
 from vramlens.trace.build import TORCH_DTYPES, Built, accepts, build_factory, build_hf, is_factory
+from vramlens.trace.caches import cache_tensors, make_cache, mask_answers_as_cuda, offloaded_on_fake
 from vramlens.trace.cuda_autocast import autocast_region, cuda_autocast_policy
 from vramlens.trace.cuda_like import cuda_like_attention
 from vramlens.trace.recorder import Recorder
@@ -86,19 +87,6 @@ def _module_names(model: nn.Module) -> dict[int, str]:
     return {id(m): n for n, m in model.named_modules(remove_duplicate=False)}
 
 
-def _cache_tensors(cache) -> list[torch.Tensor]:
-    out: list[torch.Tensor] = []
-    for sub in (getattr(cache, "self_attention_cache", None), getattr(cache, "cross_attention_cache", None)):
-        if sub is not None:
-            out.extend(_cache_tensors(sub))
-    for layer in getattr(cache, "layers", None) or ():
-        for attr in ("keys", "values"):
-            t = getattr(layer, attr, None)
-            if isinstance(t, torch.Tensor):
-                out.append(t)
-    return out
-
-
 class Runner:
     """One traced run: build, steps, and the recorder that saw them."""
 
@@ -147,6 +135,9 @@ class Runner:
             stack.enter_context(self.fake_mode)
             stack.enter_context(cuda_like_attention())
             stack.enter_context(cuda_autocast_policy())
+            stack.enter_context(mask_answers_as_cuda())
+            if not self.wl.training and self.wl.cache == "offloaded":
+                stack.enter_context(offloaded_on_fake(self.rec))
         return stack
 
     def _autocast(self):
@@ -360,29 +351,30 @@ class Runner:
         inputs = self._inputs(built, wl.seq)
         rec.mark(_tensors(inputs), "input")
         with torch.no_grad(), self._autocast():
-            if not built.is_hf or not wl.new_tokens:
+            if not built.is_hf or (not wl.new_tokens and wl.cache == "dynamic"):
                 rec.set_phase("prefill", 1)
                 out = self._forward(built, inputs)
                 # a plain forward with use_cache (transformers' default) returns a cache: tag it as one
                 cache = _out_cache(out) if built.is_hf else None
                 if cache is not None:
-                    rec.mark(_cache_tensors(cache), "kv_cache")
+                    rec.mark(cache_tensors(cache), "kv_cache")
                 del out, cache
                 return
-            from transformers import DynamicCache, EncoderDecoderCache
-
             cfg = built.config
-            if built.kind == "seq2seq-lm":
-                cache = EncoderDecoderCache(DynamicCache(), DynamicCache())
-            else:
-                cache = DynamicCache(config=cfg)
-            extra = {"logits_to_keep": 1} if accepts(model, "logits_to_keep") else {}
+            cache = make_cache(wl.cache, cfg, wl.max_cache_len or wl.seq + wl.new_tokens,
+                               seq2seq=built.kind == "seq2seq-lm")
+            # generate() keeps only the last position's logits; with a static cache it passes its
+            # attention mask (ones over the tokens so far), which transformers pads to max_cache_len
+            extra = {"logits_to_keep": 1} if accepts(model, "logits_to_keep") and wl.new_tokens else {}
+            masked = wl.cache == "static"
             ckey = "cache" if accepts(model, "cache") else "past_key_values"
             rec.set_phase("prefill", 1)
             assert isinstance(inputs, dict)  # transformers models take keywords (only factories give a tuple)
-            out = model(**inputs, **{ckey: cache}, use_cache=True, **extra)
+            seen = wl.seq
+            mask = {"attention_mask": torch.ones(wl.batch, seen, dtype=torch.long, device=self._device())} if masked else {}
+            out = model(**inputs, **mask, **{ckey: cache}, use_cache=True, **extra)
             cache = _out_cache(out)
-            rec.mark(_cache_tensors(cache), "kv_cache")
+            rec.mark(cache_tensors(cache), "kv_cache")
             nxt = out.logits[:, -1:].argmax(-1)
             enc = getattr(out, "encoder_last_hidden_state", None)
             del out
@@ -394,9 +386,12 @@ class Runner:
                     out = model(encoder_outputs=BaseModelOutput(last_hidden_state=enc), decoder_input_ids=nxt,
                                 **{ckey: cache}, use_cache=True)
                 else:
-                    out = model(input_ids=nxt, **{ckey: cache}, use_cache=True, **extra)
+                    seen += 1
+                    mask = ({"attention_mask": torch.ones(wl.batch, seen, dtype=torch.long, device=self._device())}
+                            if masked else {})
+                    out = model(input_ids=nxt, **mask, **{ckey: cache}, use_cache=True, **extra)
                 cache = _out_cache(out)
-                rec.mark(_cache_tensors(cache), "kv_cache")
+                rec.mark(cache_tensors(cache), "kv_cache")
                 nxt = out.logits[:, -1:].argmax(-1)
                 del out
                 if (i + 1) % 64 == 0:

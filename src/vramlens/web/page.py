@@ -32,8 +32,12 @@ KNOBS: tuple[tuple[str, str, str, tuple | None, str], ...] = (
     ("loss", "loss", "select", W.LOSSES, "cross-entropy"),
     ("loss_parallel", "loss parallel", "check", None, "false"),
     ("attention", "attention", "select", W.ATTENTION, "sdpa"),
-    ("lora_rank", "LoRA rank", "number", None, "16"),
+    ("lora_rank", "LoRA rank", "number", None, "8"),
     ("lora_targets", "LoRA targets", "text", None, "q_proj,v_proj"),
+    ("lora_dropout", "LoRA dropout", "number", None, "0"),
+    ("lora_dtype", "LoRA dtype", "select", W.LORA_DTYPES, "fp32"),
+    ("dora", "DoRA", "check", None, "false"),
+    ("quant_targets", "quantize", "select", W.QUANT_TARGETS, "all"),
     ("gpus", "GPUs", "number", None, "1"),
     ("zero", "ZeRO stage", "select", ("0", "1", "2", "3"), "0"),
     ("fsdp", "FSDP", "check", None, "false"),
@@ -43,6 +47,8 @@ KNOBS: tuple[tuple[str, str, str, tuple | None, str], ...] = (
     ("offload", "offload", "select", W.OFFLOAD, "none"),
     ("kv_dtype", "KV dtype", "select", ("",) + W.KV_DTYPES, ""),
     ("kv_block", "KV block (paged)", "number", None, "0"),
+    ("cache", "KV cache", "select", W.CACHES, "dynamic"),
+    ("max_cache_len", "max cache len", "number", None, "0"),
     ("headroom", "headroom", "number", None, "0.1"),
 )
 
@@ -54,11 +60,13 @@ SHOW_WHEN: dict[str, str] = {
                                  "zero", "fsdp", "offload", "optimizer_in_backward", "activation_offload", "loss_chunks",
                                  "loss", "loss_parallel")},
     "fsdp_strategy": "mode=train;fsdp=true",
-    **{k: "mode=inference" for k in ("new_tokens", "kv_dtype", "kv_block")},
-    **{k: "method=lora|qlora" for k in ("lora_rank", "lora_targets")},
+    **{k: "mode=inference" for k in ("new_tokens", "kv_dtype", "kv_block", "cache")},
+    "max_cache_len": "mode=inference;cache=static",
+    **{k: "method=lora|qlora" for k in ("lora_rank", "lora_targets", "lora_dtype", "dora", "quant_targets")},
+    "lora_dropout": "mode=train;method=lora|qlora",
 }
 #: Workload fields with no knob on purpose.
-API_ONLY = frozenset({"lora_dropout"})
+API_ONLY: frozenset[str] = frozenset()
 
 
 def knobs() -> tuple[tuple[str, str, str, tuple | None, str], ...]:
@@ -100,7 +108,7 @@ def _control(param: str, kind: str, choices: tuple | None, default: str) -> str:
         return f'<input type="checkbox" {attrs}>'
     if kind == "text":
         return f'<input type="text" {attrs} value="{escape(default)}">'
-    step = ' step="0.05" min="0" max="0.95"' if param == "headroom" else ' step="1" min="0"'
+    step = ' step="0.05" min="0" max="0.95"' if param in ("headroom", "lora_dropout") else ' step="1" min="0"'
     return f'<input type="number" {attrs} value="{escape(default)}"{step}>'
 
 
