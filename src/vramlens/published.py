@@ -60,6 +60,13 @@ _HF_V100 = _Setup(gpu="V100-16GB", cuda="11.2", lazy_loading=False)  # driver 46
 # gradients in place (set_to_none=False, PyTorch 1.x's default), so they stay allocated
 _TRAIN = dict(mode="train", batch=4, seq=512, attention="eager", dtype="fp32", optimizer_impl="loop", keep_grads=True)
 
+# torchao's README (torchao/optim/README.md), Llama2-7B on Alpaca with torchtune 52d1b838: full bf16 on an
+# A100, that commit's llama2/7B_full_low_memory settings (batch 2, activation checkpointing, chunked
+# cross-entropy in 8 chunks) with the optimizer replaced; optimizer_in_bwd off and seq 512 are
+# this file's reading of what the source leaves unstated (the case's other_settings say why)
+_TORCHAO_7B = dict(mode="train", dtype="bf16", batch=2, seq=512, checkpointing="full", loss_chunks=8)
+_A100 = _Setup(gpu="A100-80GB", cuda="12.1", lazy_loading=True)  # CUDA 12: lazy loading by default
+
 CASES: dict[str, Case] = {
     "hf-anatomy-cuda-context": Case(None, figure="context", **_HF_V100),
     "hf-anatomy-bert-large-weights": Case("bert-large-uncased", {"dtype": "fp32"}, _BERT_CLS, "weights+context", **_HF_V100),
@@ -119,6 +126,15 @@ CASES: dict[str, Case] = {
                                                   figure="peak_allocated"),
     "hf-llmopt-octocoder-kvcache-16k-mha-derived": Case("starcoder", {"dtype": "fp16", "seq": 16_000},
                                                         {"multi_query": False}, "kv_cache"),
+    "torchao-readme-llama2-7b-torch-fused": Case("llama-2-7b", {**_TORCHAO_7B, "optimizer": "adamw",
+                                                                "optimizer_impl": "fused"},
+                                                 figure="peak_allocated", **_A100),
+    "torchao-readme-llama2-7b-bnb-8bit": Case("llama-2-7b", {**_TORCHAO_7B, "optimizer": "adamw-8bit"},
+                                              figure="peak_allocated", **_A100),
+    "torchao-readme-llama2-7b-ao-8bit": Case("llama-2-7b", {**_TORCHAO_7B, "optimizer": "adamw-8bit-torchao"},
+                                             figure="peak_allocated", **_A100),
+    "torchao-readme-llama2-7b-ao-4bit": Case("llama-2-7b", {**_TORCHAO_7B, "optimizer": "adamw-4bit-torchao"},
+                                             figure="peak_allocated", **_A100),
 }
 
 #: Cases vramlens cannot express, with the reason (printed instead of a number).

@@ -197,6 +197,12 @@ def round_up(n: int, multiple: int) -> int:
     return ceil_div(n, multiple) * multiple
 
 
+def pow2_ceil(n: int) -> int:
+    """The smallest power of two >= ``n`` (0 stays 0): what PyTorch's pinned host allocator hands out
+    (aten/src/ATen/core/CachingHostAllocator.h ``c10::llvm::PowerOf2Ceil(size)``)."""
+    return 0 if n <= 0 else 1 << (n - 1).bit_length()
+
+
 def peak_indices(totals: Sequence[int], max_points: int, *, keep_last: bool = False) -> list[int]:
     """Which points of a timeline to keep so that at most ``max_points`` remain and every spike survives.
 

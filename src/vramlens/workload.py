@@ -25,9 +25,12 @@ Method = Literal["full", "lora", "qlora"]
 DType = Literal["fp32", "fp16", "bf16"]
 Amp = Literal["fp16", "bf16"]
 Quant = Literal["int8", "nf4", "nf4-dq", "fp4", "int4", "gptq-4bit", "awq-4bit", "fp8"]
+#: ``adamw-8bit``, ``paged-adamw*`` and ``lion`` are bitsandbytes'; the ``*-torchao`` ones are
+#: torchao.optim's AdamW8bit, AdamW4bit, AdamWFp8 and CPUOffloadOptimizer(torch.optim.AdamW, fused=True).
 Optimizer = Literal[
     "adamw", "adam", "sgd", "sgd-momentum", "adafactor", "adamw-8bit",
-    "paged-adamw", "paged-adamw-8bit", "lion", "none",
+    "paged-adamw", "paged-adamw-8bit", "lion",
+    "adamw-8bit-torchao", "adamw-4bit-torchao", "adamw-fp8-torchao", "adamw-cpu-offload-torchao", "none",
 ]
 Checkpointing = Literal["none", "full", "selective"]
 OptimizerImpl = Literal["foreach", "fused", "loop"]
@@ -303,6 +306,22 @@ class Workload:
             p.extend(self._in_backward_problems())
         if self.offload == "all" and self.mode == "train" and self.shard_stage != 3:
             p.append("offload=all (parameters too) needs --zero 3 or --fsdp")
+        if self.optimizer == "adamw-cpu-offload-torchao" and self.mode == "train":
+            p.extend(self._cpu_offload_problems())
+        return p
+
+    def _cpu_offload_problems(self) -> list[str]:
+        """torchao's CPUOffloadOptimizer is "for single GPU training" (torchao/optim/cpu_offload.py):
+        it keeps whole parameters' host copies, so it has no ZeRO/FSDP sharding, and it registers its own
+        post-accumulate-grad hooks, which optimizer_in_backward would replace."""
+        p: list[str] = []
+        if self.zero or self.fsdp or self.offload != "none":
+            p.append("optimizer=adamw-cpu-offload-torchao offloads one GPU's whole optimizer (torchao's "
+                     "CPUOffloadOptimizer, single-GPU); with zero, fsdp or offload use their own CPU offload: "
+                     "--optimizer adamw --offload optimizer")
+        if self.optimizer_in_backward:
+            p.append("optimizer=adamw-cpu-offload-torchao already steps each parameter from its own gradient hook; "
+                     "drop --optimizer-in-backward")
         return p
 
     def _cache_problems(self) -> list[str]:
@@ -368,6 +387,9 @@ class Workload:
                            + ", ".join(f"{n}={getattr(self, n)!r}" for n in names))
             if self.optimizer == "none" and given("optimizer_impl"):
                 out.append(f"ignored: optimizer_impl={self.optimizer_impl!r} (optimizer='none' runs no step)")
+            elif self.optimizer.endswith("-torchao") and given("optimizer_impl"):
+                out.append(f"ignored: optimizer_impl={self.optimizer_impl!r} (torchao's optimizers step one "
+                           "parameter at a time with their own kernels)")
         if self.method == "full":
             names = [n for n in ("lora_rank", "lora_targets", "lora_dropout", "lora_dtype", "dora", "quant_targets")
                      if given(n)]

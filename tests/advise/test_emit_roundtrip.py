@@ -298,6 +298,8 @@ TRAIN = dict(mode="train", batch=2, seq=256)
     ("trainer", dict(TRAIN, dtype="fp32", amp="fp16", optimizer="sgd-momentum")),
     ("trainer", dict(TRAIN, dtype="bf16", amp="bf16", gpus=2, zero=2, optimizer="adamw")),
     ("trainer", dict(TRAIN, dtype="fp32", amp="bf16", gpus=2, fsdp=True, checkpointing="full")),
+    ("trainer", dict(TRAIN, dtype="bf16", optimizer="adamw-8bit-torchao")),
+    ("trainer", dict(TRAIN, dtype="fp32", amp="bf16", optimizer="adamw-4bit-torchao")),
     ("peft", dict(TRAIN, method="lora", lora_rank=8, lora_targets=("q_proj", "k_proj", "v_proj"), lora_dropout=0.05)),
     ("peft", dict(TRAIN, method="qlora", lora_targets=("all-linear",))),
     ("peft", dict(TRAIN, method="lora", lora_targets=("q_proj", "v_proj"), lora_dropout=0.1, dora=True)),
@@ -328,6 +330,10 @@ TRAIN = dict(mode="train", batch=2, seq=256)
     ("torchtune", dict(TRAIN, dtype="bf16", method="qlora", optimizer="paged-adamw-8bit")),
     ("torchtune", dict(TRAIN, dtype="bf16", gpus=4, fsdp=True, offload="all", grad_accum=2)),
     ("torchtune", dict(TRAIN, dtype="fp32", gpus=2, fsdp=True, fsdp_strategy="shard-grad-op", optimizer="sgd-momentum")),
+    ("torchtune", dict(TRAIN, dtype="bf16", optimizer="adamw-8bit-torchao", optimizer_in_backward=True)),
+    ("torchtune", dict(TRAIN, dtype="bf16", method="lora", optimizer="adamw-4bit-torchao")),
+    ("torchtune", dict(TRAIN, dtype="bf16", gpus=2, fsdp=True, optimizer="adamw-fp8-torchao")),
+    ("torchtune", dict(TRAIN, dtype="bf16", checkpointing="full", optimizer="adamw-cpu-offload-torchao")),
 ])
 def test_each_target_reproduces_its_plan(kind, w, tmp_path):
     check_round_trip(_plan(tiny(), "H100-SXM-80GB", **w), kind, tmp_path)
@@ -375,6 +381,9 @@ def test_each_target_reproduces_its_plan(kind, w, tmp_path):
     ("vllm", dict(TRAIN), "the plan trains"),
     ("vllm", dict(mode="inference", quant="int8"), "int8 weights"),
     ("vllm", dict(mode="inference", kv_dtype="int8"), "KV cache in int8"),
+    ("trainer", dict(TRAIN, dtype="bf16", optimizer="adamw-fp8-torchao"), "AdamWFp8 has no TrainingArguments optim"),
+    ("trainer", dict(TRAIN, dtype="bf16", optimizer="adamw-cpu-offload-torchao"), "CPUOffloadOptimizer has no"),
+    ("torchtune", dict(TRAIN, dtype="bf16", gpus=2, optimizer="adamw-cpu-offload-torchao"), "without sharding"),
 ])
 def test_targets_refuse_what_they_cannot_express(kind, w, names):
     plan = _plan(tiny(), "H100-SXM-80GB", **w)
@@ -434,3 +443,17 @@ def test_every_plan_round_trips_or_is_refused(tmp_path, question):
                 check_refusal(plan, kind)
                 continue
             check_round_trip(plan, kind, tmp_path)
+
+
+def test_torchao_optimizers_by_their_names():
+    def plan(opt, **kw):
+        return _plan(tiny(), "H100-SXM-80GB", **dict(TRAIN, dtype="bf16", optimizer=opt, **kw))
+
+    # transformers' TrainingArguments(optim=...) builds torchao.optim.AdamW8bit / AdamW4bit
+    assert emit(plan("adamw-8bit-torchao"), "trainer")["optim"] == "adamw_torch_8bit"
+    assert emit(plan("adamw-4bit-torchao"), "trainer")["optim"] == "adamw_torch_4bit"
+    # torchtune instantiates the component with the recipe's parameters
+    assert emit(plan("adamw-fp8-torchao"), "torchtune")["optimizer"] == {"_component_": "torchao.optim.AdamWFp8"}
+    cfg = emit(plan("adamw-cpu-offload-torchao"), "torchtune")
+    assert cfg["recipe"] == "full_finetune_single_device"
+    assert cfg["optimizer"] == {"_component_": "torchao.optim.CPUOffloadOptimizer", "fused": True}

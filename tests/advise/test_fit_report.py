@@ -41,7 +41,7 @@ def test_progress_total_is_the_structures_searched():
     calls: list[tuple[int, int]] = []
     # one layout (tp=pp=1 on one GPU) and no remedies but the micro-batch split: one structure
     fit(MODEL, gpu="24GB", mode="train", batch=4,
-        forbid="amp,checkpointing,attention,lora,qlora,8bit,zero,fsdp,tp,pp,offload",
+        forbid="amp,checkpointing,attention,lora,qlora,8bit,4bit,zero,fsdp,tp,pp,offload",
         progress=lambda d, t: calls.append((d, t)), optimize="speed")
     assert calls == [(0, 1), (1, 1)]
 
@@ -58,8 +58,8 @@ def test_fit_writes_html_and_svg_and_json_is_unchanged(tmp_path, capsys):
     doc = html.read_text("utf-8")
     assert_self_contained(doc)
     assert f"<h1>{MODEL}: plans that fit</h1>" in doc
-    # one row per plan shown: minimal plans of the tiny model are fewer than --top 3
-    assert doc.count('<tr><td>') == len(plain["plans"]) == 2
+    # one row per plan shown: the tiny model's minimal plans (4-bit states, 8-bit states, the base as it is)
+    assert doc.count('<tr><td>') == len(plain["plans"]) == 3
     assert f"{plain['plans'][0]['device_total_bytes'] / 2**30:,.2f}" in doc
     root = ET.fromstring(svg.read_text("utf-8"))
     ns = "{http://www.w3.org/2000/svg}"

@@ -109,11 +109,12 @@ def test_no_plan_fits_says_so_with_the_closest_plan_and_hardware():
     assert hw  # some catalog GPU holds it
     assert r.message == (
         f"no plan fits RTX-3060 with 10% headroom ({r.valid:,} valid plans tried); "
-        f"closest: --optimizer adamw-8bit needs {human_bytes(need)} per GPU, "
+        f"closest: --optimizer adamw-4bit-torchao needs {human_bytes(need)} per GPU, "
         f"{human_bytes(need - usable)} more than the {human_bytes(usable)} usable; it would fit on {hw}"
     )
-    # the closest plan is the least memory of the valid candidates: no plan needs less
-    assert c.workload.optimizer == "adamw-8bit"
+    # the closest plan is the least memory of the valid candidates: no plan needs less (torchao's 4-bit
+    # states are half of bitsandbytes' 8-bit ones)
+    assert c.workload.optimizer == "adamw-4bit-torchao"
 
 
 def test_contradictory_constraints_are_named():
@@ -128,7 +129,7 @@ def test_contradictory_constraints_are_named():
     with pytest.raises(ConfigError) as e:
         fit(spec, Workload(mode="train"), g, keep=["tp", "qlora", "lora", "warp-drive"])
     assert str(e.value) == (
-        "--keep 'warp-drive' is not a remedy: choose from amp, checkpointing, attention, lora, qlora, 8bit, grad-accum, "
+        "--keep 'warp-drive' is not a remedy: choose from amp, checkpointing, attention, lora, qlora, 8bit, 4bit, grad-accum, "
         "zero, fsdp, tp, pp, offload, quant, kv-quant, optimizer-in-backward, loss-chunks, activation-offload, "
         "loss-parallel; "
         "--keep lora and --keep qlora: a plan uses one method; keep one of them; "
@@ -227,7 +228,7 @@ def test_an_effective_batch_that_cannot_be_split_within_the_bounds_says_so():
 
 
 #: Every remedy but the four training techniques, so that the plans show which of them is needed.
-CLASSIC = "amp,checkpointing,attention,lora,qlora,8bit,grad-accum,zero,fsdp,tp,pp,offload"
+CLASSIC = "amp,checkpointing,attention,lora,qlora,8bit,4bit,grad-accum,zero,fsdp,tp,pp,offload"
 
 
 def _techniques(p):
@@ -275,3 +276,15 @@ def test_kept_optimizer_in_backward_respects_its_refusals():
         w = p.workload
         assert w.optimizer_in_backward and w.grad_accum == 1 and w.shard_stage == 0 and w.offload == "none"
         assert w.pp == 1 and not w.problems()
+
+
+def test_torchao_4bit_is_a_remedy_of_its_own():
+    spec, g = llama7b(), get_gpu("A100-80GB")
+    base = Workload(mode="train", dtype="bf16", batch=1, seq=512, checkpointing="full")
+    r = fit(spec, base, g, keep=["4bit"], max_plans=3)
+    assert r.plans and all(p.workload.optimizer == "adamw-4bit-torchao" for p in r.plans)
+    assert all(estimate(spec, gpu=g, **p.settings).breakdown.device_total == p.device_total for p in r.plans)
+    assert not any(p.workload.optimizer == "adamw-4bit-torchao" for p in fit(spec, base, g, forbid=["4bit"],
+                                                                               max_plans=5).plans)
+    with pytest.raises(ConfigError, match="--keep 8bit and --keep 4bit: a plan uses one optimizer; keep one of them"):
+        fit(spec, base, g, keep=["8bit", "4bit"])

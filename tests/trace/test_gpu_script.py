@@ -44,3 +44,13 @@ def test_stack_script_fake_backend_compares_trace_and_estimate(tmp_path):
     assert case["trace_peak_allocated"] > case["params"] * 4  # fp32 weights alone
     err = case["estimate_peak_allocated"] / case["trace_peak_allocated"] - 1
     assert case["estimate_vs_measured"] == pytest.approx(err, abs=1e-4)
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="a GPU is present: run scripts/gpu_lowbit_validate.py itself")
+def test_lowbit_script_skips_without_cuda(tmp_path):
+    out = tmp_path / "lowbit-gpu.json"
+    p = subprocess.run([sys.executable, str(ROOT / "scripts" / "gpu_lowbit_validate.py"), "--out", str(out)],
+                       capture_output=True, text=True, cwd=ROOT)
+    assert p.returncode == 0
+    assert "skipped: no CUDA device" in p.stderr
+    assert not out.exists()

@@ -41,3 +41,10 @@ def test_page_has_a_knob_for_every_workload_setting():
     knobs = {k[0] for k in KNOBS}
     # lora_dropout is an API-only refinement
     assert {f.name for f in fields(Workload)} - {"lora_dropout"} <= knobs
+
+
+def test_optimizer_knob_offers_torchao_and_bitsandbytes(client):
+    doc = client.get("/").text
+    for name in ("adamw-8bit", "adamw-8bit-torchao", "adamw-4bit-torchao", "adamw-fp8-torchao",
+                 "adamw-cpu-offload-torchao"):
+        assert f'<option value="{name}"' in doc or f'<option>{name}</option>' in doc, name

@@ -55,6 +55,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from vramlens.estimator.inventory import summarize
+from vramlens.estimator.optimizer import ADAM_LIKE, CPU_OFFLOAD
 from vramlens.hardware.gpu import GPU
 from vramlens.models.spec import ModelSpec
 from vramlens.units import DTYPE_BYTES
@@ -208,14 +209,16 @@ class TrainingCost:
         local_trainable = trainable / (tp * pp) / shard
         self.offload_step = self.offload_micro = 0.0
         self.pcie = pcie = _pcie(gpu, links)
-        if w.offload in ("optimizer", "all"):
+        if w.offload in ("optimizer", "all") or w.optimizer == CPU_OFFLOAD:
+            # ZeRO-Offload, or torchao's CPUOffloadOptimizer: gradients to the host, parameters back, a CPU step
             self.offload_step = local_trainable * 2 * pbytes / pcie + local_trainable / CPU_ADAM_PARAMS_PER_S
         if w.offload == "all":
             self.offload_micro = 2 * N * DTYPE_BYTES[w.dtype] / (tp * pp) / shard / pcie
         # optimizer step: bandwidth bound, reads and writes parameters, gradients and states
-        state_b = 1 if "8bit" in w.optimizer else (0 if w.optimizer in ("none", "sgd") else 4)
-        n_states = 2 if w.optimizer in ("adamw", "adam", "paged-adamw", "adamw-8bit", "paged-adamw-8bit") else 1
-        self.opt_step = 0.0 if w.offload != "none" else (
+        state_b = (0.5 if w.optimizer == "adamw-4bit-torchao" else 1 if ("8bit" in w.optimizer or "fp8" in w.optimizer)
+                   else 0 if w.optimizer in ("none", "sgd") else 4)
+        n_states = 2 if w.optimizer in ADAM_LIKE else 1
+        self.opt_step = 0.0 if w.offload != "none" or w.optimizer == CPU_OFFLOAD else (
             local_trainable * 2 * (2 * pbytes + n_states * state_b) / gpu.bandwidth_bytes_s)
 
     def step(self, b: int, m: int, checkpointing: str, attention: str, offloaded_bytes: int = 0) -> StepCost:
@@ -329,8 +332,18 @@ def tradeoffs(spec: ModelSpec, w: Workload, base: Workload, *, trainable: int) -
         if w.method == "qlora":
             f = QUANT_MATMUL_FACTOR["nf4-dq"]
             out.append(f"4-bit NF4 base weights: ~{f:.2g}x slower matmuls; quality loss small (QLoRA paper)")
-        if "8bit" in w.optimizer:
+        if w.optimizer in ("adamw-8bit", "paged-adamw-8bit"):
             out.append("8-bit optimizer states (bitsandbytes): near-parity quality reported (Dettmers et al. 2022)")
+        if w.optimizer == "adamw-8bit-torchao":
+            out.append("8-bit optimizer states (torchao AdamW8bit): near-parity quality reported (Dettmers et al. 2022)")
+        if w.optimizer == "adamw-4bit-torchao":
+            out.append("4-bit optimizer states (torchao AdamW4bit, Li et al. 2023, without their rank-1 normalization): "
+                       "near-parity fine-tuning quality reported in torchao's benchmarks")
+        if w.optimizer == "adamw-fp8-torchao":
+            out.append("FP8 optimizer states (torchao AdamWFp8, experimental): needs compute capability 8.9+")
+        if w.optimizer == CPU_OFFLOAD:
+            out.append("CPU offload (torchao CPUOffloadOptimizer): the AdamW step on the CPU, gradients and "
+                       "parameters over PCIe each step")
         if w.optimizer.startswith("paged"):
             out.append("paged optimizer: states may be evicted to host memory under pressure")
         if w.optimizer in ("sgd", "sgd-momentum", "adafactor", "lion") and w.optimizer != base.optimizer:

@@ -31,6 +31,19 @@ TRAINER_OPTIM = {
     "paged-adamw": "paged_adamw_32bit",
     "paged-adamw-8bit": "paged_adamw_8bit",
     "lion": "lion_32bit",
+    # transformers' _get_torchao_optimizer (trainer_optimizer.py): torchao.optim.AdamW8bit / AdamW4bit,
+    # both built with ``block_size=optim_args.get("block_size", 256)``: for 4-bit that is 256, not
+    # AdamW4bit's own 128 that the plan counts, so the Trainer's 4-bit states are a little smaller
+    # than planned (one fp32 scale per 256 elements instead of 128); optim_args cannot set it
+    # (they reach the optimizer as strings)
+    "adamw-8bit-torchao": "adamw_torch_8bit",
+    "adamw-4bit-torchao": "adamw_torch_4bit",
+}
+#: Optimizers TrainingArguments cannot name, and why.
+TRAINER_NO_OPTIM = {
+    "adamw-fp8-torchao": "torchao's AdamWFp8 has no TrainingArguments optim name (transformers names only "
+                         "torchao's AdamW4bit and AdamW8bit: adamw_torch_4bit, adamw_torch_8bit)",
+    "adamw-cpu-offload-torchao": "torchao's CPUOffloadOptimizer has no TrainingArguments optim name",
 }
 TORCH_DTYPE = {"fp32": "float32", "fp16": "float16", "bf16": "bfloat16"}
 #: torch.optim.AdamW's default weight decay (the Trainer's own default, 0, would make AdamW Adam).
@@ -153,6 +166,9 @@ def trainer(plan: Plan, *, legacy_names: bool | None = None) -> dict[str, Any]:
     w = _training(plan, "trainer")
     if w.optimizer == "none":
         raise InputError("--emit trainer: the plan has --optimizer none (forward and backward only); no Trainer settings")
+    if w.optimizer in TRAINER_NO_OPTIM:
+        raise InputError(f"--emit trainer: the plan uses --optimizer {w.optimizer}; {TRAINER_NO_OPTIM[w.optimizer]}: "
+                         "pass it to Trainer(optimizers=(optimizer, None)) yourself, or use --emit torchtune")
     _no_techniques(w, "trainer")
     _data_parallel_only(w, "trainer")
     _no_selective(w, "trainer")
@@ -471,6 +487,12 @@ TORCHTUNE_OPTIM: dict[str, tuple[str, dict[str, Any]]] = {
     "adamw-8bit": ("bitsandbytes.optim.AdamW8bit", {}),
     "paged-adamw": ("bitsandbytes.optim.PagedAdamW", {}),
     "paged-adamw-8bit": ("bitsandbytes.optim.PagedAdamW8bit", {}),
+    # torchtune's memory_optimizations.rst: torchao's low-bit optimizers in every recipe, its
+    # CPUOffloadOptimizer (base torch.optim.AdamW with fused=True) in single-device recipes
+    "adamw-8bit-torchao": ("torchao.optim.AdamW8bit", {}),
+    "adamw-4bit-torchao": ("torchao.optim.AdamW4bit", {}),
+    "adamw-fp8-torchao": ("torchao.optim.AdamWFp8", {}),
+    "adamw-cpu-offload-torchao": ("torchao.optim.CPUOffloadOptimizer", {"fused": True}),
 }
 #: Hugging Face attention projections -> torchtune's ``lora_attn_modules`` names.
 TORCHTUNE_ATTN = {"q_proj": "q_proj", "k_proj": "k_proj", "v_proj": "v_proj", "o_proj": "output_proj"}

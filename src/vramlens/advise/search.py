@@ -7,7 +7,8 @@ amp            mixed precision / half-precision weights (--dtype, --amp)
 checkpointing  gradient checkpointing (selective or full)
 attention      SDPA / FlashAttention instead of the starting kernel
 lora, qlora    parameter-efficient fine-tuning (--method)
-8bit           8-bit optimizer states (--optimizer adamw-8bit)
+8bit           8-bit optimizer states (--optimizer adamw-8bit, bitsandbytes)
+4bit           4-bit optimizer states (--optimizer adamw-4bit-torchao, torchao's AdamW4bit)
 grad-accum     a smaller micro-batch with gradient accumulation (same effective batch)
 zero, fsdp     sharding of the training state over the data-parallel GPUs
 tp, pp         tensor and pipeline parallelism
@@ -69,13 +70,13 @@ from vramlens.workload import (
     Workload,
 )
 
-REMEDIES = ("amp", "checkpointing", "attention", "lora", "qlora", "8bit", "grad-accum", "zero", "fsdp",
+REMEDIES = ("amp", "checkpointing", "attention", "lora", "qlora", "8bit", "4bit", "grad-accum", "zero", "fsdp",
             "tp", "pp", "offload", "quant", "kv-quant", "optimizer-in-backward", "loss-chunks", "activation-offload",
             "loss-parallel")
 #: The training techniques (remedy name, Workload field, the value the remedy sets), free ones first.
 TECHNIQUES: tuple[tuple[str, str, Any], ...] = (("optimizer-in-backward", "optimizer_in_backward", True), ("loss-chunks", "loss_chunks", 8),
               ("loss-parallel", "loss_parallel", True), ("activation-offload", "activation_offload", True))
-TRAIN_ONLY = ("checkpointing", "lora", "qlora", "8bit", "grad-accum", "zero", "fsdp", "offload",
+TRAIN_ONLY = ("checkpointing", "lora", "qlora", "8bit", "4bit", "grad-accum", "zero", "fsdp", "offload",
               *(name for name, _, _ in TECHNIQUES))
 INFERENCE_ONLY = ("quant", "kv-quant")
 DEFAULT_MAX_PLANS = 10
@@ -121,6 +122,8 @@ def check_constraints(base: Workload, keep: str | Iterable[str], forbid: str | I
             problems.append(f"--keep {name} contradicts --method {base.method}: drop one")
     if {"lora", "qlora"} <= k:
         problems.append("--keep lora and --keep qlora: a plan uses one method; keep one of them")
+    if {"8bit", "4bit"} <= k:
+        problems.append("--keep 8bit and --keep 4bit: a plan uses one optimizer; keep one of them")
     if {"zero", "fsdp"} <= k:
         problems.append("--keep zero and --keep fsdp: a plan shards with ZeRO or FSDP, not both; keep one")
     if not base.training:
@@ -202,11 +205,14 @@ def _methods(base: Workload, c: Constraints) -> list[Method]:
 def _optimizers(base: Workload, c: Constraints) -> list[Optimizer]:
     if base.optimizer == "none":
         return ["none"]
-    opts: list[Optimizer] = _uniq([base.optimizer, "adamw-8bit"])
-    if "8bit" in c.forbid:
-        opts = [o for o in opts if "8bit" not in o] or [base.optimizer]
-    if "8bit" in c.keep:
-        opts = [o for o in opts if "8bit" in o]
+    # bitsandbytes' 8-bit AdamW, and torchao's 4-bit AdamW (half its states); torchao's own 8-bit
+    # AdamW takes bitsandbytes' bytes, so it would only repeat the 8-bit plan
+    opts: list[Optimizer] = _uniq([base.optimizer, "adamw-8bit", "adamw-4bit-torchao"])
+    for name in ("8bit", "4bit"):
+        if name in c.forbid:
+            opts = [o for o in opts if name not in o] or [base.optimizer]
+        if name in c.keep:
+            opts = [o for o in opts if name in o]
     return opts
 
 
@@ -799,7 +805,7 @@ def _score(s: _Search, w: Workload, base: Workload) -> _Rank | None:
 
 #: The Workload fields each remedy sets (a kept remedy's fields are never undone).
 _REMEDY_FIELDS = {"amp": ("dtype", "amp"), "checkpointing": ("checkpointing",), "attention": ("attention",),
-                  "lora": ("method",), "qlora": ("method",), "8bit": ("optimizer",), "grad-accum": ("batch", "grad_accum"),
+                  "lora": ("method",), "qlora": ("method",), "8bit": ("optimizer",), "4bit": ("optimizer",), "grad-accum": ("batch", "grad_accum"),
                   "zero": ("zero",), "fsdp": ("fsdp",), "tp": ("tp",), "pp": ("pp",), "offload": ("offload",),
                   "quant": ("quant",), "kv-quant": ("kv_dtype",),
                   **{name: (field_,) for name, field_, _ in TECHNIQUES}}

@@ -32,7 +32,7 @@ EXAMPLES = """examples:
   vramlens fit llama-2-7b --mode train --batch 4 --gpu A100-40GB --html plans.html --svg plans.svg
 
 --gpus is the number of GPUs per node; with --nodes M the plans use gpus x M in all.
-Remedies for --keep / --forbid: amp, checkpointing, attention, lora, qlora, 8bit, grad-accum,
+Remedies for --keep / --forbid: amp, checkpointing, attention, lora, qlora, 8bit, 4bit, grad-accum,
 zero, fsdp, tp, pp, offload, quant, kv-quant, optimizer-in-backward, loss-chunks,
 activation-offload, loss-parallel. An explicit --method is kept.
 Exit codes: 0 plans found, 1 no plan fits (the closest plan and the hardware that would fit
@@ -61,7 +61,7 @@ def _gbps(text: str) -> float:
 def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> argparse.ArgumentParser:
     p = sub.add_parser(
         "fit", help="search the optimizations that make a workload fit, fastest first",
-        description="Search mixed precision, checkpointing, LoRA/QLoRA, 8-bit optimizers, micro-batching, "
+        description="Search mixed precision, checkpointing, LoRA/QLoRA, 8-bit and 4-bit optimizers, micro-batching, "
                     "ZeRO/FSDP, tensor/pipeline parallelism and offload for the plans that fit, ranked by "
                     "estimated step time (training) or tokens per second (inference).",
         epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter,

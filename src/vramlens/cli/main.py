@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import os
+import re
 import sys
 
 from vramlens import __version__
@@ -37,7 +38,22 @@ class Parser(argparse.ArgumentParser):
     that says what is wrong; ``--help`` still prints it. Subcommands inherit the class."""
 
     def error(self, message: str):  # type: ignore[override]
-        self.exit(2, _red(f"error: {message} (see {self.prog} --help)") + "\n")
+        self.exit(2, _red(f"error: {_shorten_choice(message)} (see {self.prog} --help)") + "\n")
+
+
+#: argparse's "invalid choice: 'VALUE' (choose from ...)": a long VALUE is cut so the line stays one line
+_INVALID_CHOICE = re.compile(r"(invalid choice: )(['\"])(.*?)\2( \(choose from)", re.S)
+_SHOWN_CHARS = 40
+
+
+def _shorten_choice(message: str) -> str:
+    def cut(m: re.Match[str]) -> str:
+        value = m.group(3)
+        if len(value) <= _SHOWN_CHARS:
+            return m.group(0)
+        return f"{m.group(1)}{m.group(2)}{value[:_SHOWN_CHARS]}...{m.group(2)} ({len(value):,} characters){m.group(4)}"
+
+    return _INVALID_CHOICE.sub(cut, message)
 
 
 def build_parser() -> argparse.ArgumentParser:

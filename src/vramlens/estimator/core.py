@@ -269,6 +269,11 @@ def estimate_spec(spec: ModelSpec, w: Workload, gpu: GPU | None = None, *, headr
     explain = dict(st.explain)
     notes = list(st.notes) + w.ignored() + (gpu.dtype_notes(w.dtype, w.amp) if gpu is not None else [])
     notes += position_notes(spec, w)
+    cc = gpu.compute_capability if gpu is not None else None
+    if w.training and w.optimizer == "adamw-fp8-torchao" and cc is not None and tuple(cc) < (8, 9):
+        # torchao/optim/README.md: "For FP8 optimizers on CUDA, ... CUDA compute capability >= 8.9 are required"
+        notes.append(f"torchao's AdamWFp8 needs compute capability 8.9 or later; {gpu.name if gpu else ''} has "
+                     f"{cc[0]}.{cc[1]}: use adamw-8bit-torchao (about the same bytes)")
     kv = 0
     if w.training:
         at = activation_totals(spec, w, sp)
@@ -443,14 +448,18 @@ def _remedies(component: str, w: Workload) -> list[str]:
             out.append("quantize the weights (--quant int8/nf4)")
         out.append("split them (--tp, --pp" + (", --zero 3)" if train and w.shard_stage < 3 else ")"))
     elif component == "optimizer_states":
-        if "8bit" not in w.optimizer:
-            out.append("use an 8-bit optimizer (--optimizer adamw-8bit)")
+        if "8bit" not in w.optimizer and "4bit" not in w.optimizer and "fp8" not in w.optimizer:
+            out.append("use an 8-bit optimizer (--optimizer adamw-8bit, or torchao's adamw-8bit-torchao)")
+        if "4bit" not in w.optimizer:
+            out.append("use torchao's 4-bit AdamW (--optimizer adamw-4bit-torchao)")
         if w.method == "full":
             out.append("train adapters only (--method lora)")
         if w.shard_stage < 1:
             out.append(_shard("them", 1, w))
         if w.offload == "none":
             out.append("offload them (--offload optimizer, with --zero or --fsdp)")
+        if w.offload == "none" and not (w.zero or w.fsdp) and w.optimizer != "adamw-cpu-offload-torchao":
+            out.append("offload them on one GPU (--optimizer adamw-cpu-offload-torchao)")
     elif component == "master_weights":
         if w.shard_stage < 1:
             out.append(_shard("the master copy", 1, w))

@@ -40,7 +40,6 @@ class Summary:
     float_bytes_at: dict[int, int]       # bytes per element -> rounded bytes of the float tensors
     param_bytes_at: dict[int, int]       # bytes per element -> rounded bytes of the float parameters the loss reaches
     grad_params: int                     # parameters the loss reaches (all but ModelSpec.outside_loss)
-    small_param_numel: int               # elements of parameters < BNB_MIN_8BIT_SIZE (bnb keeps them 32-bit)
     largest_param_numel: int
 
 
@@ -58,7 +57,6 @@ def summarize(spec: ModelSpec) -> Summary:
     fl_numel = 0
     fl_bytes = {1: 0, 2: 0, 4: 0}
     p_bytes = {1: 0, 2: 0, 4: 0}
-    small = 0
     largest = 0
     outside = set(spec.outside_loss)
     grad_params = 0
@@ -70,8 +68,6 @@ def summarize(spec: ModelSpec) -> Summary:
             linears.append(Linear(t.name, t.module, t.shape[2], t.shape[1], t.layer, t.shape[0]))
         if t.is_parameter:
             largest = max(largest, n)
-            if n < BNB_MIN_8BIT_SIZE:
-                small += n
         fixed_dtype = _fixed_dtype(t)
         if fixed_dtype is not None:
             fixed += round_up(n * DTYPE_BYTES.get(fixed_dtype, 1), BLOCK)
@@ -91,9 +87,25 @@ def summarize(spec: ModelSpec) -> Summary:
         float_bytes_at=fl_bytes,
         param_bytes_at=p_bytes,
         grad_params=grad_params,
-        small_param_numel=small,
         largest_param_numel=largest,
     )
+
+
+@identity_cache
+def trained_param_numels(spec: ModelSpec) -> tuple[int, ...]:
+    """Elements of each parameter a full fine-tune trains (float, reached by the loss): one entry per
+    tensor, the unit torch.optim's state, bitsandbytes' and torchao's per-tensor layouts work in."""
+    outside = set(spec.outside_loss)
+    return tuple(t.numel for t in spec.tensors
+                 if t.is_parameter and _fixed_dtype(t) is None and t.name not in outside)
+
+
+def lora_matrix_numels(shape: LoraShape, r: int) -> tuple[int, ...]:
+    """Elements of each LoRA matrix: A (r, k) and B (n, r) per targeted linear."""
+    out: list[int] = []
+    for lin in shape.targets:
+        out.extend([r * lin.in_features, lin.out_features * r] * lin.count)
+    return tuple(out)
 
 
 def float_bytes(spec: ModelSpec, bytes_per_elem: int) -> int:

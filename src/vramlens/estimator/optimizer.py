@@ -12,25 +12,97 @@ Per trainable parameter (P_t of them), with p the bytes of the parameter dtype:
 * Adafactor (Shazeer & Stern 2018; torch.optim.Adafactor): a row and a column second-moment
   vector for each matrix (n + k) in the parameter's dtype, the full vector for 1-D parameters;
   no first moment.
-* 8-bit Adam/AdamW (Dettmers et al. 2022, bitsandbytes ``Optimizer8bit``): two uint8 states plus
-  one fp32 absmax per 256-element block (``blocksize=256``) each; tensors with fewer than
-  4,096 elements (``min_8bit_size``) keep 32-bit states. Paged variants allocate the same bytes
-  in CUDA unified memory, which the driver may evict to the host under pressure.
+* 8-bit Adam/AdamW (Dettmers et al. 2022, bitsandbytes ``Optimizer2State.init_state``): per
+  parameter two uint8 states plus one fp32 absmax per 256-element block each (``blocksize = 256``
+  since bitsandbytes 0.44, PR #1365; 2,048 before), each tensor its own allocation; tensors with
+  fewer than 4,096 elements (``min_8bit_size``) keep two fp32 states (``dtype=torch.float32``,
+  whatever the parameter's dtype); one signed and one unsigned 256-entry fp32 quantization map
+  (``fill_qmap``) per optimizer. Paged variants allocate the same bytes in CUDA unified memory,
+  which the driver may evict to the host under pressure.
+* torchao's low-bit AdamW (torchao/optim/adam.py ``_AdamBase._new_buffer``, subclass_8bit.py,
+  subclass_4bit.py, subclass_fp8.py): ``exp_avg`` and ``exp_avg_sq`` are tensor subclasses made of
+  ``codes`` (uint8 of the parameter's shape; 4-bit: two codes packed per byte; FP8: float8_e4m3fn),
+  ``scale`` (fp32, one per block: 256 elements for 8-bit and FP8, 128 for 4-bit) and, for 8-bit
+  and 4-bit, a per-tensor fp32 ``qmap`` (256 and 16 entries; the 4-bit second moment uses a linear
+  16-level map, with no rank-1 normalization); a tensor is quantized only when it has at least
+  4,096 elements and a whole number of blocks, else ``torch.zeros_like(p)``: two states in the
+  parameter's own dtype. ``step`` is a CPU scalar.
+* torchao's CPUOffloadOptimizer (torchao/optim/cpu_offload.py, ``torch.optim.AdamW, fused=True``):
+  each parameter of at least ``minimal_size=4096`` elements gets a pinned host copy and a pinned
+  host gradient (``torch.empty_like(..., pin_memory=True)``), and its AdamW states live on the
+  host; smaller parameters keep a fused AdamW on the GPU. The GPU keeps the parameters and the
+  gradients (``offload_gradients=False``, the default).
 """
 
 from __future__ import annotations
 
-from math import ceil
+from dataclasses import dataclass
 
-from vramlens.estimator.inventory import LoraShape, lora_rounded_bytes, lora_shape, summarize
+from vramlens.estimator.inventory import (
+    BNB_MIN_8BIT_SIZE,
+    LoraShape,
+    lora_matrix_numels,
+    lora_rounded_bytes,
+    lora_shape,
+    summarize,
+    trained_param_numels,
+)
 from vramlens.estimator.memo import identity_cache
 from vramlens.models.spec import ModelSpec
-from vramlens.units import BLOCK, DTYPE_BYTES, round_up
+from vramlens.units import BLOCK, DTYPE_BYTES, ceil_div, pow2_ceil, round_up
 from vramlens.workload import Workload
 
-BNB_BLOCK = 256          # bitsandbytes Optimizer8bit blockwise quantization block
+#: bitsandbytes Optimizer2State.init_state: ``blocksize = 256`` absmax block (bitsandbytes >= 0.44)
+BNB_BLOCK = 256
+#: bitsandbytes Optimizer8bit.fill_qmap: create_dynamic_map(signed=True) and (signed=False), 256 fp32
+#: entries each, one pair per optimizer (``name2qmap``), moved to the GPU at the first step
+BNB_QMAPS_BYTES = 2 * round_up(256 * 4, BLOCK)
+BNB_OPTIMIZERS = ("adamw-8bit", "paged-adamw-8bit")
+
+
+@dataclass(frozen=True, slots=True)
+class LowBitState:
+    """The layout of one of torchao's quantized optimizer states (torchao/optim/subclass_*.py ``zeros``).
+
+    Args:
+        block: elements per fp32 scale (the optimizer's ``block_size`` default).
+        code_bits: bits per element of ``codes``.
+        qmap_entries: fp32 entries of the tensor's own lookup table (0: FP8 has none).
+        step_bytes_per_elem: what the compiled ``single_param_adam`` allocates beyond the states,
+            per element of the parameter (see TORCHAO_LOW_BIT).
+    """
+
+    block: int
+    code_bits: int
+    qmap_entries: int
+    step_bytes_per_elem: int
+
+
+#: torchao's low-bit AdamW (torchao 0.18, torchao/optim/adam.py): block sizes are the classes'
+#: defaults (AdamW8bit/AdamWFp8 ``block_size=256``, AdamW4bit ``block_size=128``); 8-bit's qmap
+#: is ``create_dynamic_map`` (256 entries), 4-bit's ``create_dynamic_map(True, 3, 4)`` and
+#: ``linspace(0, 1, 17)[1:]`` (16 entries each).
+#: The step runs ``torch.compile(single_param_adam)`` per parameter. The buffers of the full size
+#: that inductor's output code allocates for it (torch 2.13, its CPU backend: the CUDA backend
+#: cannot be generated here; scripts/gpu_lowbit_validate.py measures a GPU): 8-bit the two updated
+#: moments in fp32 before requantization (2 x 4 B), 4-bit those plus the two unpacked int64 code
+#: tensors before packing (2 x 8 B) and the two unpacked uint8 copies of the old codes (2 x 1 B),
+#: FP8 none (its quantization is a division and a cast, fused with the update). Each also
+#: allocates two fp32 per-block amax buffers, counted apart.
+TORCHAO_LOW_BIT: dict[str, LowBitState] = {
+    "adamw-8bit-torchao": LowBitState(block=256, code_bits=8, qmap_entries=256, step_bytes_per_elem=2 * 4),
+    "adamw-4bit-torchao": LowBitState(block=128, code_bits=4, qmap_entries=16, step_bytes_per_elem=2 * 4 + 2 * 8 + 2),
+    "adamw-fp8-torchao": LowBitState(block=256, code_bits=8, qmap_entries=0, step_bytes_per_elem=0),
+}
+#: torchao _AdamBase._new_buffer: "follow bitsandbytes, only quantize tensors >= 4096 values"
+TORCHAO_MIN_QUANT_SIZE = 4096
+CPU_OFFLOAD = "adamw-cpu-offload-torchao"
+#: torchao CPUOffloadOptimizer(minimal_size=4096): smaller parameters stay on the GPU's own optimizer
+TORCHAO_OFFLOAD_MIN_SIZE = 4096
 
 STATES_PER_PARAM = {"adamw": 2, "adam": 2, "paged-adamw": 2, "sgd": 0, "sgd-momentum": 1, "lion": 1, "none": 0}
+#: Optimizers with Adam's two moments (exp_avg, exp_avg_sq), in whatever layout.
+ADAM_LIKE = ("adamw", "adam", "paged-adamw", "adamw-8bit", "paged-adamw-8bit", *TORCHAO_LOW_BIT, CPU_OFFLOAD)
 
 
 def param_dtype_bytes(w: Workload) -> int:
@@ -115,15 +187,97 @@ def optimizer_state_bytes(spec: ModelSpec, w: Workload, trainable: int) -> tuple
             if w.dora:  # a 1-D magnitude keeps the full second-moment vector
                 total += sum(lin.count * round_up(lin.out_features * state_b, BLOCK) for lin in shape.targets)
         return total, f"Adafactor: row + column second moments per matrix (n + k) at {state_b} B"
-    if opt in ("adamw-8bit", "paged-adamw-8bit"):
-        s = summarize(spec)
-        if w.method == "full":
-            small = s.small_param_numel
-            big = trainable - small
-        else:
-            small, big = 0, trainable
-        eight = 2 * (big + 4 * ceil(big / BNB_BLOCK))
-        return eight + 2 * 4 * small, "2 uint8 states + fp32 absmax per 256 (blockwise 8-bit Adam)"
+    if opt in BNB_OPTIMIZERS or opt in TORCHAO_LOW_BIT or opt == CPU_OFFLOAD:
+        lay = per_tensor_states(spec, opt, state_b, w.method, tuple(w.lora_targets), w.lora_rank)
+        return lay.gpu_bytes, lay.formula
+    raise ValueError(opt)
+
+
+@dataclass(frozen=True, slots=True)
+class TensorStates:
+    """Optimizer states laid out tensor by tensor (bitsandbytes' and torchao's layouts).
+
+    gpu_bytes: the states on the GPU, each tensor rounded to the allocator's 512-byte blocks.
+    host_bytes: what lives in host RAM (CPUOffloadOptimizer: pinned parameter and gradient copies,
+        each a power of two, and the AdamW states).
+    step_bytes: the largest transient one parameter's step allocates on the GPU.
+    formula: the layout in words.
+    """
+
+    gpu_bytes: int
+    host_bytes: int
+    step_bytes: int
+    formula: str
+
+
+def _tensor_numels(spec: ModelSpec, method: str, targets: tuple[str, ...], rank: int) -> tuple[int, ...]:
+    if method == "full":
+        return trained_param_numels(spec)
+    return lora_matrix_numels(lora_shape(spec, targets), rank)
+
+
+def _bnb_8bit(n: int) -> int:
+    """bitsandbytes Optimizer2State.init_state for one parameter of n elements."""
+    if n < BNB_MIN_8BIT_SIZE:
+        return 2 * round_up(n * 4, BLOCK)  # state1, state2 in fp32
+    return 2 * (round_up(n, BLOCK) + round_up(4 * ceil_div(n, BNB_BLOCK), BLOCK))  # uint8 state + fp32 absmax
+
+
+def _torchao_quantized(lay: LowBitState, n: int) -> bool:
+    """torchao _AdamBase._new_buffer: ``numel() >= 4096 and numel() % block_size == 0``."""
+    return n >= TORCHAO_MIN_QUANT_SIZE and n % lay.block == 0
+
+
+def _torchao_state(lay: LowBitState, n: int, state_b: int) -> int:
+    """exp_avg and exp_avg_sq of one parameter of n elements (OptimState*bit.zeros, or zeros_like)."""
+    if not _torchao_quantized(lay, n):
+        return 2 * round_up(n * state_b, BLOCK)
+    one = (round_up(n * lay.code_bits // 8, BLOCK) + round_up(4 * (n // lay.block), BLOCK)
+           + round_up(4 * lay.qmap_entries, BLOCK))
+    return 2 * one
+
+
+def _torchao_step(lay: LowBitState, n: int) -> int:
+    """The compiled single_param_adam's buffers for one quantized parameter (TORCHAO_LOW_BIT): the
+    full-size ones and the two per-block amax vectors; an unquantized one's step is one fused
+    element-wise kernel."""
+    if not _torchao_quantized(lay, n):
+        return 0
+    return round_up(n * lay.step_bytes_per_elem, BLOCK) + 2 * round_up(4 * (n // lay.block), BLOCK)
+
+
+@identity_cache
+def per_tensor_states(spec: ModelSpec, opt: str, state_b: int, method: str, targets: tuple[str, ...],
+                      rank: int) -> TensorStates:
+    """The states of ``opt`` (bitsandbytes 8-bit, torchao low-bit or CPU offload), tensor by tensor.
+
+    ``state_b``: bytes per element of a state kept in the parameter's precision (the parameter's
+    dtype, fp32 with a master copy or for LoRA adapters).
+    """
+    numels = _tensor_numels(spec, method, targets, rank)
+    if opt in BNB_OPTIMIZERS:
+        gpu = sum(_bnb_8bit(n) for n in numels) + (BNB_QMAPS_BYTES if max(numels, default=0) >= BNB_MIN_8BIT_SIZE else 0)
+        return TensorStates(gpu, 0, 0, "2 uint8 states + fp32 absmax per 256 per tensor; tensors < 4,096 "
+                                       "elements 2 fp32 states (bitsandbytes 8-bit)")
+    if opt in TORCHAO_LOW_BIT:
+        lay = TORCHAO_LOW_BIT[opt]
+        gpu = sum(_torchao_state(lay, n, state_b) for n in numels)
+        step = max((_torchao_step(lay, n) for n in numels), default=0)
+        codes = {8: "uint8" if lay.qmap_entries else "float8_e4m3fn", 4: "4-bit (2 per byte)"}[lay.code_bits]
+        qmap = f" + a {lay.qmap_entries}-entry fp32 qmap" if lay.qmap_entries else ""
+        return TensorStates(gpu, 0, step, f"2 states of {codes} codes + fp32 scale per {lay.block}{qmap} per tensor; "
+                                          f"tensors < 4,096 elements or not a multiple of {lay.block}: 2 states "
+                                          f"at {state_b} B (torchao)")
+    if opt == CPU_OFFLOAD:
+        gpu = host = 0
+        for n in numels:
+            b = round_up(n * state_b, BLOCK)
+            if n < TORCHAO_OFFLOAD_MIN_SIZE:
+                gpu += 2 * b  # the on-device fused AdamW's exp_avg, exp_avg_sq
+            else:
+                host += 2 * pow2_ceil(n * state_b) + 2 * n * state_b  # pinned copy + pinned grad; AdamW states
+        return TensorStates(gpu, host, 0, "AdamW states of parameters >= 4,096 elements on the host "
+                                          "(torchao CPUOffloadOptimizer); smaller ones' 2 states on the GPU")
     raise ValueError(opt)
 
 
@@ -135,11 +289,23 @@ def optimizer_step_temporary(spec: ModelSpec, w: Workload, trainable: int) -> tu
     ``exp_avg_sq_sqrt = torch._foreach_sqrt(exp_avg_sqs)``, a new list the size of all states
     of one dtype group: one more state-sized copy. SGD and Lion's foreach paths likewise build
     one parameter-sized temporary list (``_foreach_sign`` / the momentum update ``_foreach_add``).
-    8-bit and Adafactor update in place per tensor; their temporaries are one tensor's worth.
+    Adafactor updates per tensor; its temporaries are one tensor's worth. bitsandbytes' 8-bit
+    step is one CUDA kernel per tensor that updates the codes, absmax and parameter in place
+    (``optimizer_update_8bit_blockwise``; ``optimizer_update_32bit`` for the small fp32 ones):
+    none. torchao's low-bit step is a compiled kernel per parameter (TORCHAO_LOW_BIT: the
+    largest parameter's); its CPU offload steps on the host and copies the parameter back in place.
     """
     if w.mode != "train" or w.optimizer in ("none",) or trainable == 0:
         return 0, ""
     state_b = 4 if has_master_copy(w) else param_dtype_bytes(w)
+    if w.optimizer in BNB_OPTIMIZERS:
+        return 0, "bitsandbytes 8-bit updates in place (one fused kernel per tensor)"
+    if w.optimizer == CPU_OFFLOAD:
+        return 0, "CPU offload: the step runs on the host; the GPU's small parameters step with fused AdamW in place"
+    if w.optimizer in TORCHAO_LOW_BIT:
+        lay = per_tensor_states(spec, w.optimizer, state_b, w.method, tuple(w.lora_targets), w.lora_rank)
+        return lay.step_bytes, ("torchao's compiled step of the largest quantized parameter: "
+                                "its fp32 moments before requantization and block maxima")
     if w.optimizer in ("adamw", "adam", "paged-adamw") and w.optimizer_impl == "foreach":
         if w.method == "full":
             one = summarize(spec).param_bytes_at.get(state_b, round_up(trainable * state_b, BLOCK))

@@ -174,6 +174,14 @@ def train_state(spec: ModelSpec, w: Workload, gpu: GPU | None) -> TrainState:
             grads = 0  # only the reduce bucket (comm_buffers) stays on the GPU
         notes.append(f"optimizer states and master weights offloaded to the host ({human_bytes(opt + master)} per GPU)")
         opt = master = opt_tmp = 0
+    if w.training and w.optimizer == O.CPU_OFFLOAD and trainable:
+        # torchao CPUOffloadOptimizer: pinned parameter and gradient copies and the AdamW states in host RAM
+        off_b = 4 if O.has_master_copy(w) or w.method != "full" else pbytes
+        off = O.per_tensor_states(spec, w.optimizer, off_b, w.method, tuple(w.lora_targets), w.lora_rank)
+        off_host = int(off.host_bytes * sp.optimizer)  # this rank's slice under tensor/pipeline parallelism
+        host += off_host * w.gpus
+        notes.append(f"CPUOffloadOptimizer: {human_bytes(off_host)} of host RAM per GPU (pinned parameter "
+                     "and gradient copies, each a power of two, and the AdamW states)")
     if w.training and w.offload == "all":
         host += weights * w.gpus
         weights = int(weights * 2 / max(1, spec.n_layers))  # only the blocks being computed are on the GPU

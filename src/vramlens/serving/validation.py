@@ -93,9 +93,9 @@ def summarize(results: list[CaseResult]) -> list[EngineSummary]:
         errs = [abs(c.error) for r in mine for c in r.checks if c.error is not None]
         kv = []
         for r in mine:
-            first = next((c for key in KV_FIGURES for c in r.checks if c.key == key and c.error is not None), None)
+            first = next((c.error for key in KV_FIGURES for c in r.checks if c.key == key and c.error is not None), None)
             if first is not None:
-                kv.append(abs(first.error))
+                kv.append(abs(first))
         refused = [r for r in mine if r.engine_refused]
         out.append(EngineSummary(
             engine=engine, cases=len(mine), figures=len(errs),

@@ -192,6 +192,20 @@ CACHE_ROWS: tuple[tuple[str, dict[str, Any]], ...] = (
     ("mixtral-8x7b", _inf(cache="offloaded", seq=16, new_tokens=16)),
 )
 
+#: torchao's optimizers (torchao.optim, run for real by the tracer; CPUOffloadOptimizer emulated: it needs
+#: CUDA), over tensors on both sides of their thresholds: bf16 and fp32 (autocast) parameters, tied
+#: embeddings with 256-element biases, Conv1D, 3-D MoE experts, LoRA adapters (r x 256 = 2,048
+#: elements: unquantized, in fp32). The trace steps torchao's step function eagerly (vramlens.trace.runner.EagerSteps),
+#: so its step temporaries are not the compiled kernel's: these rows check the states.
+OPTIMIZER_ROWS: tuple[tuple[str, dict[str, Any]], ...] = tuple(
+    (name, {"mode": "train", "method": method, "attention": attention, "checkpointing": "none", "dtype": dtype,
+            **({"amp": "bf16"} if dtype == "fp32" else {}), "optimizer": opt})
+    for opt in ("adamw-8bit-torchao", "adamw-4bit-torchao", "adamw-fp8-torchao", "adamw-cpu-offload-torchao")
+    for name, method, attention, dtype in (("llama-2-7b", "full", "sdpa", "bf16"), ("qwen2.5-0.5b", "full", "sdpa", "bf16"),
+                                           ("gpt2", "full", "eager", "fp32"), ("mixtral-8x7b", "full", "sdpa", "bf16"),
+                                           ("llama-2-7b", "lora", "sdpa", "bf16"))
+)
+
 #: Workload fields the technique rows set, shown in render().
 TECHNIQUE_FIELDS = ("optimizer", "optimizer_in_backward", "loss_chunks", "loss", "activation_offload", "loss_parallel",
                     "new_tokens", "quant_targets", "lora_dtype", "lora_dropout", "dora", "cache", "max_cache_len")
@@ -385,6 +399,18 @@ def run_rows(rows: tuple[tuple[str, dict[str, Any]], ...], progress=None) -> lis
     """Each (catalog name, workload) of ``rows`` (QLORA_ROWS, CACHE_ROWS), estimated and traced."""
     out = []
     for name, row in rows:
+        if progress:
+            progress(f"{name}: {row}")
+        out.append(run_row(name, row))
+    return out
+
+
+def run_optimizer_rows(progress=None, *, optimizer: str | None = None) -> list[Row]:
+    """OPTIMIZER_ROWS (those of ``optimizer``, when given)."""
+    out = []
+    for name, row in OPTIMIZER_ROWS:
+        if optimizer is not None and row["optimizer"] != optimizer:
+            continue
         if progress:
             progress(f"{name}: {row}")
         out.append(run_row(name, row))

@@ -58,7 +58,128 @@ def make_optimizer(name: str, params: Sequence[torch.Tensor]):
         cls = {"lion": bnb.optim.Lion, "adamw-8bit": bnb.optim.AdamW8bit,
                "paged-adamw": bnb.optim.PagedAdamW, "paged-adamw-8bit": bnb.optim.PagedAdamW8bit}[name]
         return cls(params, lr=1e-4)
+    if name in TORCHAO_CLASSES:
+        return EagerSteps(getattr(_torchao_optim(name), TORCHAO_CLASSES[name])(params, lr=1e-4))
+    if name == "adamw-cpu-offload-torchao":
+        _torchao_optim(name)  # the same package as a real run needs, though its class cannot run here
+        return CPUOffloadAdamW(params)
     raise InputError(f"optimizer={name!r} cannot be traced")
+
+
+#: vramlens optimizer -> torchao.optim class (torchao/optim/adam.py).
+TORCHAO_CLASSES = {"adamw-8bit-torchao": "AdamW8bit", "adamw-4bit-torchao": "AdamW4bit", "adamw-fp8-torchao": "AdamWFp8"}
+
+
+def _torchao_optim(name: str) -> Any:
+    """torchao.optim, with the quantization maps of its 8-bit and 4-bit states computed.
+
+    The maps (subclass_8bit/4bit ``get_qmap_signed``/``get_qmap_unsigned``) are Python lists built
+    with torch ops and cached on first use; under fake tensors they would have no values, so they
+    are built here on real CPU tensors. Each state then copies its map into a tensor of its own
+    (``torch.tensor(qmap_list)``), which the trace records as torchao allocates it.
+    """
+    try:
+        import torchao.optim as ao_optim
+        from torchao.optim import subclass_4bit, subclass_8bit
+    except Exception as e:  # noqa: BLE001 - torchao fails to import in several ways
+        raise TraceError(f"optimizer={name} comes from torchao, which cannot be imported here ({type(e).__name__}): "
+                         "pip install torchao, or use `vramlens estimate` for it") from None
+    from torch._subclasses.fake_tensor import unset_fake_temporarily
+
+    with unset_fake_temporarily():
+        for mod in (subclass_8bit, subclass_4bit):
+            mod.get_qmap_signed()
+            mod.get_qmap_unsigned()
+    return ao_optim
+
+
+class EagerSteps:
+    """A torchao low-bit optimizer whose steps run eagerly.
+
+    torchao steps each parameter through ``torch.compile(single_param_adam)``, and torch.compile
+    refuses to run under a TorchDispatchMode (the Recorder). Under ``set_stance("force_eager")``
+    the same function runs op by op on the same state tensors: the states the trace records are
+    torchao's own (codes, scales and maps, created by torchao's ``_new_buffer``), but the step's
+    temporaries are eager ones (the fp32 copies of every intermediate), not the compiled kernel's,
+    and the recorder does not see what runs inside a tensor subclass's ``__torch_dispatch__`` (the
+    quantization's own temporaries). The estimate models the compiled step instead
+    (vramlens.estimator.optimizer.TORCHAO_LOW_BIT), so the trace is no reference for that figure.
+    """
+
+    def __init__(self, inner: Any):
+        self.inner = inner
+
+    @property
+    def state(self) -> Any:
+        return self.inner.state
+
+    def step(self) -> None:
+        with torch.compiler.set_stance("force_eager"):
+            self.inner.step()
+
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        self.inner.zero_grad(set_to_none=set_to_none)
+
+
+class CPUOffloadAdamW:
+    """torchao's CPUOffloadOptimizer(params, torch.optim.AdamW, fused=True), emulated.
+
+    The class asserts a CUDA or XPU device, so it cannot run under fake CPU tensors; this follows
+    torchao/optim/cpu_offload.py: a parameter of at least ``minimal_size=4096`` elements gets a host
+    copy and a host gradient (``torch.empty_like(p, device="cpu", pin_memory=True)``) and its own
+    AdamW over the host copy; its gradient is copied to the host, the host AdamW steps, and the
+    parameter is copied back in place. Smaller parameters step with one fused AdamW on the device.
+    The host tensors are tagged ``host`` (``host_tensors``); pinned memory's power-of-two rounding is
+    not modelled here (the estimate's host figure has it).
+    """
+
+    MINIMAL_SIZE = 4096
+
+    def __init__(self, params: Sequence[torch.Tensor]):
+        self.big = [p for p in params if p.numel() >= self.MINIMAL_SIZE]
+        small = [p for p in params if p.numel() < self.MINIMAL_SIZE]
+        self.host: dict[torch.Tensor, torch.Tensor] = {}
+        self.host_opt: dict[torch.Tensor, Any] = {}
+        for p in self.big:
+            h = torch.empty_like(p.detach())
+            h.grad = torch.empty_like(h)
+            self.host[p] = h
+            self.host_opt[p] = torch.optim.AdamW([h], lr=1e-4, fused=True)
+        self.d_opt = torch.optim.AdamW(small, lr=1e-4, fused=True) if small else None
+        self.params = list(params)
+
+    @property
+    def state(self) -> dict:
+        return dict(self.d_opt.state) if self.d_opt is not None else {}
+
+    def host_tensors(self) -> list[torch.Tensor]:
+        out: list[torch.Tensor] = []
+        for p, h in self.host.items():
+            out.append(h)
+            if h.grad is not None:
+                out.append(h.grad)
+            for st in self.host_opt[p].state.values():
+                out.extend(v for v in st.values() if isinstance(v, torch.Tensor))
+        return out
+
+    @torch.no_grad()
+    def step(self) -> None:
+        if self.d_opt is not None:
+            self.d_opt.step()
+        for p, h in self.host.items():
+            if p.grad is None:
+                continue
+            assert h.grad is not None
+            h.grad.copy_(p.grad)
+            self.host_opt[p].step()
+            p.copy_(h)
+
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        for p in self.params:
+            if set_to_none:
+                p.grad = None
+            elif p.grad is not None:
+                p.grad.zero_()
 
 
 class InBackwardOptimizer:
@@ -338,6 +459,9 @@ class Runner:
 
     def _mark_optimizer(self, opt) -> None:
         rec = self.rec
+        host_tensors = getattr(opt, "host_tensors", None)
+        if host_tensors is not None:
+            rec.mark(host_tensors(), "host")  # torchao's CPU offload: host copies and states
         for state in opt.state.values():
             for k, v in state.items():
                 if isinstance(v, torch.Tensor):
