@@ -74,6 +74,7 @@ class Activations:
     final_norm_backward: int = 0
     host: int = 0  # activation offloading: the saved activations' host copies
     head_cast: int | None = None  # activation offloading: the output layer's cast that stays (None: no offload)
+    block_backward: int = 0  # the last block's MLP backward transient
 
 
 @dataclass(frozen=True, slots=True)
@@ -196,6 +197,7 @@ class FastMemory:
                 logits=logits, later_pass=t.later_pass, loss_backward=t.loss_backward, head_backward=t.head_backward,
                 head_grads=t.head_grads, head_backward_later=t.head_backward_later,
                 head_grad_in_forward=t.head_grad_in_forward, final_norm_backward=t.final_norm_backward, host=t.host,
+                block_backward=t.block_backward,
                 head_cast=output_layer_cast(self.spec, w, sp.has_head) if w.activation_offload else None)
         return a
 
@@ -223,7 +225,7 @@ class FastMemory:
                               a.logits, later_pass=a.later_pass, loss_backward=a.loss_backward,
                               head_backward=a.head_backward, head_grads=a.head_grads,
                               head_backward_later=a.head_backward_later, head_grad_in_forward=a.head_grad_in_forward,
-                              final_norm_backward=a.final_norm_backward)
+                              final_norm_backward=a.final_norm_backward, block_backward=a.block_backward)
         peak = max(v for _, v in phases)
         return reserved_total(ts, peak)[1]
 

@@ -131,6 +131,7 @@ class ActivationTotals:
     head_grad_in_forward: bool = False  # the output layer's weight gradient exists from forward (fused loss)
     final_norm_backward: int = 0  # chunked or fused loss: the final norm's backward (losses.final_norm_backward)
     host: int = 0  # activation offloading: the saved activations' host copies (a lower bound, see README)
+    block_backward: int = 0  # the last block's MLP backward transient (activations.block_backward_bytes)
 
 
 def activation_totals(spec: ModelSpec, w: Workload, sp: Split) -> ActivationTotals:
@@ -143,15 +144,26 @@ def activation_totals(spec: ModelSpec, w: Workload, sp: Split) -> ActivationTota
         layers = [(enc, spec.n_encoder_layers), (dec, spec.n_decoder_layers)]
     else:
         la = A.layer_activations(spec, w, b, s, tp=tp)
-        layers = [(la, spec.n_layers)]
+        layers = [(la, spec.n_layers - spec.sliding_layers)]
+        if spec.sliding_layers:  # local-attention blocks keep their own SDPA mask
+            layers.append((A.layer_activations(spec, w, b, s, tp=tp, local=True), spec.sliding_layers))
     frac = sp.layers / max(1, spec.n_layers)
     # the embedding case runs the blocks once per text column, both graphs alive until backward
     inflight = sp.micro_batches_in_flight * H.columns(spec, w)
     one = max(la.saved for la, _ in layers)
     if w.checkpointing == "full":
         # the recomputed block, plus the gradients its backward holds at once: the MLP's
-        # (b*s, f) gradients of the down projection's input, the activation and its input
-        one += 3 * A._r(DTYPE_BYTES[w.compute_dtype] * max(1, spec.ffn_size // tp) * b * s)
+        # (b*s, f) gradients of the down projection's input, the activation and its input (a plain
+        # MLP with a one-kernel activation, GELU or ReLU: two, as traced for ELECTRA)
+        plain = not spec.gated_mlp and spec.activation not in ("gelu_new", "gelu_fast")
+        one += (2 if plain else 3) * A._r(DTYPE_BYTES[w.compute_dtype] * max(1, spec.ffn_size // tp) * b * s)
+        if spec.rel_terms and w.method == "full":
+            # DeBERTa-v2: gather's backward scatters into a zero (b*a, s, R) tensor, and the repeated
+            # position projection gets its (b*a, R, d) gradient (traced in full fine-tuning; under
+            # LoRA the end of the recomputed forward stays the higher point)
+            c = DTYPE_BYTES[w.compute_dtype]
+            one += (A._r(c * b * max(1, spec.n_heads // tp) * s * spec.rel_span)
+                    + A._r(c * b * spec.rel_span * spec.hidden_size // tp))
         kept = sum(la.checkpoint_input * n for la, n in layers)
         formula = "full checkpointing: each block keeps its input (b*s*h), one block recomputed in backward"
     else:
@@ -208,7 +220,8 @@ def activation_totals(spec: ModelSpec, w: Workload, sp: Split) -> ActivationTota
                             final_norm_backward=0 if lf is None else lf.final_norm_backward, host=host,
                             head_saved=head_saved, formula=formula + "; " + head_formula
                             + (f"; x{cols} text columns (anchor, positive), each its own forward" if cols > 1 else ""),
-                            later_pass=later, pass_working=working)
+                            later_pass=later, pass_working=working,
+                            block_backward=A.block_backward_bytes(spec, w, b, s, tp) if sp.layers else 0)
 
 
 def output_layer_cast(spec: ModelSpec, w: Workload, has_head: bool) -> int:
@@ -235,6 +248,9 @@ def estimate_spec(spec: ModelSpec, w: Workload, gpu: GPU | None = None, *, headr
     sp = st.sp
     explain = dict(st.explain)
     notes = list(st.notes) + w.ignored() + (gpu.dtype_notes(w.dtype, w.amp) if gpu is not None else [])
+    if not spec.attention_interface and (w.attention != "eager" or w.checkpointing == "selective"):
+        notes.append(f"{spec.architecture} computes its attention itself (no attn_implementation): it runs eager"
+                     + (", and selective checkpointing recomputes nothing" if w.checkpointing == "selective" else ""))
     kv = 0
     if w.training:
         at = activation_totals(spec, w, sp)
@@ -257,10 +273,14 @@ def estimate_spec(spec: ModelSpec, w: Workload, gpu: GPU | None = None, *, headr
                               later_pass=at.later_pass, loss_backward=at.loss_backward, head_backward=at.head_backward,
                               head_grads=at.head_grads, head_backward_later=at.head_backward_later,
                               head_grad_in_forward=at.head_grad_in_forward,
-                              final_norm_backward=at.final_norm_backward)
+                              final_norm_backward=at.final_norm_backward, block_backward=at.block_backward)
         peak_phase, peak_alloc = max(phases, key=lambda p: p[1])
         reserved, total = reserved_total(st, peak_alloc)
         recompute = one_layer if w.checkpointing == "full" else 0
+        if recompute and spec.tied_embeddings and st.head_grad:
+            # a tied output layer's weight gradient waits in autograd's InputBuffer for the embedding's
+            # until the end of backward (not yet the .grad): alive while the last block is recomputed
+            recompute += st.head_grad
         # several columns: the gradients are still accumulating when the first column's backward runs
         second = st.grads + at.pass_working if at.later_pass else 0
         loss_bwd = 2 * head_saved if at.loss_backward is None else at.loss_backward
@@ -269,11 +289,13 @@ def estimate_spec(spec: ModelSpec, w: Workload, gpu: GPU | None = None, *, headr
             loss_bwd = max(loss_bwd, at.head_backward, at.head_backward_later + at.head_grads * st.head_grad - made,
                            at.final_norm_backward)
         temporaries = max(loss_tmp, loss_bwd, st.opt_tmp + st.master_grads + st.in_backward_addend, recompute,
-                          second)
+                          second, at.block_backward)
         explain["temporaries"] = (f"max(loss: logits + fp32 upcast {loss_tmp:,} B, loss backward: two fp32 "
                                   f"gradients {loss_bwd:,} B, optimizer step {st.opt_tmp + st.master_grads:,} B: "
                                   f"{explain.pop('optimizer_step', '')}"
                                   + (f", one block recomputed in backward {recompute:,} B" if recompute else "")
+                                  + (f", the last block's MLP backward {at.block_backward:,} B" if at.block_backward
+                                     else "")
                                   + (f", the first column's backward: gradients still accumulating and a block's "
                                      f"backward tensors {second:,} B" if second else "") + ")")
         frozen = st.frozen_casts if w.checkpointing != "full" else 0

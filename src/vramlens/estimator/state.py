@@ -227,7 +227,8 @@ def train_state(spec: ModelSpec, w: Workload, gpu: GPU | None) -> TrainState:
 def train_phases(st: TrainState, acts: int, one: int, loss_tmp: int, head_saved: int, grad_accum: int,
                  checkpointing: str, logits: int = 0, later_pass: int = 0, *, loss_backward: int | None = None,
                  head_backward: int | None = None, head_grads: int = 1, head_backward_later: int = 0,
-                 head_grad_in_forward: bool = False, final_norm_backward: int = 0) -> tuple[tuple[str, int], ...]:
+                 head_grad_in_forward: bool = False, final_norm_backward: int = 0,
+                 block_backward: int = 0) -> tuple[tuple[str, int], ...]:
     """Live bytes at each phase's peak (workspaces included); see the module docstring.
 
     Args:
@@ -244,6 +245,8 @@ def train_phases(st: TrainState, acts: int, one: int, loss_tmp: int, head_saved:
             logits: two addends and their sum), with ``head_backward_later`` bytes of logits' gradients.
         head_grad_in_forward: the output layer's weight gradient is made in forward (Liger's fused loss).
         final_norm_backward: the final norm's backward with its incoming gradient (chunked or fused loss).
+        block_backward: the last block's MLP backward transient, once the head's saved tensors are gone
+            (activations.block_backward_bytes): the backward peak of models whose head is small.
     """
     loss_bwd = 2 * head_saved if loss_backward is None else loss_backward
     head_in = logits if head_backward is None else head_backward
@@ -292,6 +295,8 @@ def train_phases(st: TrainState, acts: int, one: int, loss_tmp: int, head_saved:
             bwd = max(bwd_start, recompute_peak, persistent + st.grads + one)
         else:
             bwd = max(bwd_start, persistent + st.grads)
+        if block_backward:
+            bwd = max(bwd, persistent + max(gfwd, st.head_grad) + bwd_casts + acts - head_saved + block_backward)
         if later_pass:
             bwd = max(bwd, persistent + st.grads + later_pass)
         optim = persistent + _step(st)

@@ -142,9 +142,10 @@ class ModelSpec:
     #: eager attention takes ``softmax(..., dtype=torch.float32)`` and casts back (ModernBERT's
     #: ``eager_attention_forward``), for families outside activations.FP32_SOFTMAX
     softmax_fp32: bool = False
-    #: transformers runs the attention through ``attn_implementation="sdpa"``; False when the model
-    #: has no SDPA path (DeBERTa-v2's DisentangledSelfAttention is eager only), so SDPA runs eager
-    sdpa: bool = True
+    #: the attention runs through transformers' attention interface (``attn_implementation``: SDPA,
+    #: flash, and what vramlens' selective recomputation wraps); False when the module computes it
+    #: itself (DeBERTa-v2's DisentangledSelfAttention): it always runs eager, never recomputed
+    attention_interface: bool = True
     #: the embeddings' width when a linear projects them to hidden_size (ELECTRA ``embeddings_project``,
     #: DeBERTa-v2 ``embed_proj``), None when they are hidden_size wide
     embedding_size: int | None = None
@@ -169,6 +170,10 @@ class ModelSpec:
     #: blocks whose attention has a sliding window (ModernBERT: all but every
     #: ``global_attn_every_n_layers``-th); with SDPA each such block gets an explicit b x 1 x s x s mask
     sliding_layers: int = 0
+    #: a pre-norm model whose embeddings end in a norm outside the blocks (ModernBERT's
+    #: ``embeddings.norm``): under full checkpointing it keeps its input besides the final norm's
+    #: (a post-norm encoder's embedding LayerNorm takes the final norm's place, which is checkpointed)
+    embedding_norm: bool = False
     #: (cos, sin) tables the rotary embedding makes per forward (ModernBERT: one per layer type)
     rotary_tables: int = 1
     #: DeBERTa-v2 disentangled attention: relative-position rows used per layer (2 x att_span, the

@@ -30,6 +30,7 @@ from typing import Any
 
 from vramlens.errors import InputError
 from vramlens.estimator.breakdown import ALLOCATOR_COMPONENTS
+from vramlens.models.heads import tasks_of
 
 #: catalog name -> (what it stands for, KV heads after the shrink, LoRA targets)
 ARCHITECTURES: dict[str, tuple[str, int, tuple[str, ...]]] = {
@@ -161,11 +162,14 @@ def shrink(cfg: dict, kv_heads: int) -> dict:
     """The same family at tiny sizes (see the module docstring)."""
     c = dict(cfg)
     mt = c.get("model_type")
-    old_h = c.get("hidden_size") or c.get("n_embd") or c.get("d_model")
+    old_h = c.get("hidden_size") or c.get("n_embd") or c.get("d_model") or c.get("dim")
     if not old_h:
         raise InputError(f"model_type={mt!r}: the config has no hidden_size, n_embd or d_model; add the one its family uses")
     scale = HIDDEN / old_h
-    if mt in ("gpt2", "gpt_bigcode"):
+    if mt == "distilbert":
+        c.update(dim=HIDDEN, n_heads=HEADS, n_layers=LAYERS, hidden_dim=int(c["hidden_dim"] * scale),
+                 max_position_embeddings=max(SEQ + NEW_TOKENS + 2, 256))
+    elif mt in ("gpt2", "gpt_bigcode"):
         c.update(n_embd=HIDDEN, n_head=HEADS, n_layer=LAYERS, n_positions=max(SEQ + NEW_TOKENS, 256))
         if c.get("n_inner"):
             c["n_inner"] = int(c["n_inner"] * scale)
@@ -189,6 +193,10 @@ def shrink(cfg: dict, kv_heads: int) -> dict:
                 c[key] = c[key][:LAYERS]
         if "max_window_layers" in c:
             c["max_window_layers"] = LAYERS
+        if "embedding_size" in c:  # ELECTRA's embeddings keep their ratio to the hidden size
+            c["embedding_size"] = max(HEAD_DIM, int(c["embedding_size"] * scale))
+    for key in [k for k, v in c.items() if k.endswith("_token_id") and isinstance(v, int) and v >= VOCAB]:
+        c[key] = 0  # token ids must fall inside the shrunk vocabulary (nn.Embedding's padding_idx)
     c["vocab_size"] = VOCAB
     c["_name_or_path"] = f"{cfg.get('_name_or_path') or mt}-tiny"
     return c
@@ -250,7 +258,7 @@ def _architecture(name: str) -> tuple[str, int, tuple[str, ...]]:
 def workload_for(name: str, row: dict[str, Any]) -> dict[str, Any]:
     wl = {"batch": BATCH, "seq": SEQ, **row}
     cfg = tiny_config(name)
-    if (wl["mode"] == "inference" and not cfg.get("is_encoder_decoder") and cfg.get("model_type") not in ("bert", "roberta")
+    if (wl["mode"] == "inference" and "causal-lm" in tasks_of(cfg.get("model_type", ""))
             and wl.get("task") in (None, "causal-lm")):
         wl.setdefault("new_tokens", NEW_TOKENS)
     if wl["method"] == "lora":

@@ -24,6 +24,12 @@ process), so traces run on the fake CPU device and these differences are closed 
   as on CUDA. Eager attention builds the b x 1 x s x s mask on CUDA too, and so it does here.
 * autocast: CUDA autocast runs ``scaled_dot_product_attention`` in the lower precision;
   CPU autocast does not list it, so :func:`cuda_sdpa` casts q, k, v (and a float mask) itself.
+  CUDA autocast runs ``softmax`` with ``dtype=float32`` when none is given (its
+  ``fp32_set_opt_dtype`` policy, aten/src/ATen/autocast_mode.cpp), so eager attention keeps fp32
+  probabilities, and ``layer_norm`` in fp32 (its ``fp32`` policy: a half input is cast, and the
+  cast is what the norm keeps); CPU autocast lists neither and keeps them in half precision:
+  :func:`cuda_softmax` and :func:`cuda_layer_norm` do what CUDA does (seen in the H200's events,
+  validation/events/cuda-h200-bert: the MLM head's LayerNorm keeps an fp32 copy of its bf16 input).
   CPU autocast caches the half copies of fp32 leaf weights as CUDA does
   (aten/src/ATen/autocast_mode.cpp ``cached_cast`` does not depend on the device).
 """
@@ -122,6 +128,32 @@ def _math_attention(q, k, v, mask, dropout_p, is_causal, scale):
     return torch.matmul(probs, v)
 
 
+def cuda_softmax(orig):
+    """``F.softmax`` under autocast as CUDA runs it: a half input gives fp32 probabilities
+    (autocast's fp32_set_opt_dtype policy for softmax: ``dtype=torch.float32`` when none is given)."""
+
+    def softmax(input, dim=None, _stacklevel=3, dtype=None):
+        if dtype is None and input.dtype in _HALF and torch.is_autocast_enabled("cpu"):
+            dtype = torch.float32
+        return orig(input, dim, _stacklevel, dtype)
+
+    return softmax
+
+
+def cuda_layer_norm(orig):
+    """``F.layer_norm`` under autocast as CUDA runs it: half inputs cast to fp32, an fp32 output."""
+
+    def layer_norm(input, normalized_shape, weight=None, bias=None, eps=1e-5):
+        if input.dtype in _HALF and torch.is_autocast_enabled("cpu"):
+            weight = weight.float() if weight is not None and weight.dtype in _HALF else weight
+            bias = bias.float() if bias is not None and bias.dtype in _HALF else bias
+            with torch.autocast("cpu", enabled=False):
+                return orig(input.float(), normalized_shape, weight, bias, eps)
+        return orig(input, normalized_shape, weight, bias, eps)
+
+    return layer_norm
+
+
 def cuda_dropout(orig):
     """``F.dropout`` as CUDA runs it in training: the fused ``native_dropout`` with a bool mask.
 
@@ -141,20 +173,27 @@ def cuda_dropout(orig):
 
 @contextlib.contextmanager
 def cuda_like_attention():
-    """Route ``F.scaled_dot_product_attention`` to CUDA's kernel choice and ``F.dropout`` to CUDA's kernel."""
+    """Route ``F.scaled_dot_product_attention`` to CUDA's kernel choice, ``F.dropout`` to CUDA's kernel
+    and ``F.softmax``/``F.layer_norm`` to CUDA autocast's fp32 policies."""
     orig = F.scaled_dot_product_attention
     orig_dropout = F.dropout
+    orig_softmax = F.softmax
+    orig_layer_norm = F.layer_norm
     # transformers calls torch.nn.functional.scaled_dot_product_attention by attribute
     # (integrations/sdpa_attention.py), and nn.Dropout calls F.dropout by attribute; code that
     # imported the functions by name keeps the originals and gets CPU behaviour.
     F.scaled_dot_product_attention = cuda_sdpa(orig)
     F.dropout = cuda_dropout(orig_dropout)
+    F.softmax = cuda_softmax(orig_softmax)
+    F.layer_norm = cuda_layer_norm(orig_layer_norm)
     packed = _unpacked_positions()
     try:
         yield
     finally:
         F.scaled_dot_product_attention = orig
         F.dropout = orig_dropout
+        F.softmax = orig_softmax
+        F.layer_norm = orig_layer_norm
         packed.close()
 
 

@@ -151,7 +151,7 @@ def build_deberta_v2(r: ConfigReader, architecture: str) -> Built:
         embedding_size=E if E != h else None, embedding_norm_first=False,
         # ContextPooler: dense and activation on the first token (a view of the last hidden state),
         # then the classifier's dropout: BERT's pooler, tensor for tensor
-        classifier="pooler", sdpa=False,
+        classifier="pooler", attention_interface=False,
         head_dropout={"qa": 0.0, "seq_cls": None, "multiple_choice": None}.get(head, hid_dropout),
         rel_span=2 * span if relative else 0, rel_terms=terms if relative else (),
     )
