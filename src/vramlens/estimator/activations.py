@@ -512,20 +512,19 @@ def _mlp_saved(spec: ModelSpec, D: Dims, t: int, c: int, out_saved: bool = True)
 def block_backward_bytes(spec: ModelSpec, w: Workload, b: int, s: int, tp: int = 1) -> int:
     """The transient of the last block's MLP backward, the first block backward after the head's.
 
-    Alive at once besides the saved activations (traced: mm, gelu_backward,
+    Alive at once besides the saved activations (traced for ELECTRA: mm, gelu_backward,
     native_layer_norm_backward): the gradient entering the block (b*s*h, in the residual stream's
-    dtype), the down projection's input gradient (b*s*f) and the activation's input gradient
-    (b*s*f); a gated MLP the product's two input gradients and the activation's (b*s*f each). Under full
-    checkpointing the recomputed block's figure (activation_totals' ``one``) covers it.
+    dtype), the down projection's input gradient and the activation's input gradient (b*s*f each).
+    A gated MLP holds one more (the gate's) but has freed the product it saved by then (traced for
+    ModernBERT). Under full checkpointing the recomputed block's figure (activation_totals' ``one``)
+    covers it.
     """
     if w.checkpointing == "full" or spec.is_moe:
         return 0
     t = b * s
     c = DTYPE_BYTES[w.compute_dtype]
     r = 4 if w.dtype == "fp32" else c
-    f = max(1, spec.ffn_size // tp)
-    inner = (3 if spec.gated_mlp else 2) * _r(c * f * t)
-    return _r(r * spec.hidden_size * t) + inner
+    return _r(r * spec.hidden_size * t) + 2 * _r(c * max(1, spec.ffn_size // tp) * t)
 
 
 def has_lm_head(spec: ModelSpec) -> bool:
@@ -587,7 +586,9 @@ def model_level_saved(spec: ModelSpec, w: Workload, b: int, s: int) -> int:
     r = 4 if w.dtype == "fp32" else c
     total = _r(8 * t) + H.label_bytes(spec, b, s)  # input_ids and the labels, int64
     if spec.position == "rotary":
-        total += 2 * spec.rotary_tables * _r(c * spec.head_dim * t)  # cos and sin (per layer type), shared by the blocks
+        # cos and sin (per layer type), shared by the blocks: (1, s, d), from position_ids =
+        # cache_position.unsqueeze(0) (modeling_llama.py LlamaModel.forward; ModernBertModel.forward)
+        total += 2 * spec.rotary_tables * _r(c * spec.head_dim * s)
     _, p_hid = dropout_probs(spec)
     if p_hid > 0:
         total += _r((spec.embedding_size or spec.hidden_size) * t)  # embedding dropout mask
@@ -676,7 +677,7 @@ def offloaded_model_level(spec: ModelSpec, w: Workload, b: int, s: int) -> tuple
     r = 4 if w.dtype == "fp32" else c
     moved = 0
     if spec.position == "rotary":
-        moved += 2 * spec.rotary_tables * _r(c * spec.head_dim * t)
+        moved += 2 * spec.rotary_tables * _r(c * spec.head_dim * s)
     if dropout_probs(spec)[1] > 0:
         moved += _r((spec.embedding_size or spec.hidden_size) * t)
     if spec.position == "relative" and w.checkpointing == "full":
@@ -717,6 +718,12 @@ def inference_layer_peak(spec: ModelSpec, w: Workload, b: int, s: int, S: int, t
         attn = 2 * _r(c * probs) + _r(4 * probs) + _r(c * D.a * D.d * t) + kv
     else:
         attn = 4 * _r(c * D.a * D.d * t) + _r(4 * b * D.a * s)
+    if spec.rotary_fp32:
+        # ModernBERT's rotary in fp32 while the fused q/k/v output is alive: q.float(), q * cos, the
+        # rotated half (neg, half width) and cat, and the sum (four and a half fp32 b*s*a*d tensors)
+        attn = max(attn, 3 * _r(c * D.a * D.d * t) + 4 * _r(4 * D.a * D.d * t) + _r(2 * D.a * D.d * t))
+    if spec.sliding_layers and w.attention != "eager":
+        attn += _r(b * s * S)  # the bool sliding-window mask (b, 1, s, S), made once per forward
     if spec.is_moe:
         # transformers 5 grouped experts: the routed copies of the hidden states (t*k, h) and
         # the fused gate_up output (t*k, 2f), then act(gate) and the product (t*k, f each)

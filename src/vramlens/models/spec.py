@@ -174,6 +174,10 @@ class ModelSpec:
     #: ``embeddings.norm``): under full checkpointing it keeps its input besides the final norm's
     #: (a post-norm encoder's embedding LayerNorm takes the final norm's place, which is checkpointed)
     embedding_norm: bool = False
+    #: the rotary embedding runs in fp32 on upcast queries and keys (ModernBERT's
+    #: ``apply_rotary_pos_emb``: ``q.float() * cos``, then ``.to(original_dtype)``), whose fp32
+    #: intermediates are the inference forward's transient peak inside a block
+    rotary_fp32: bool = False
     #: (cos, sin) tables the rotary embedding makes per forward (ModernBERT: one per layer type)
     rotary_tables: int = 1
     #: DeBERTa-v2 disentangled attention: relative-position rows used per layer (2 x att_span, the

@@ -43,6 +43,15 @@ ARCHITECTURES: dict[str, tuple[str, int, tuple[str, ...]]] = {
     "bert-base-uncased": ("encoder-only, MHA", 4, ("query", "value")),
     "t5-small": ("encoder-decoder, relative position bias", 4, ("q", "v")),
     "pythia-160m": ("decoder, fused QKV kept alive by v, partial rotary (gpt_neox)", 4, ("query_key_value",)),
+    "distilbert-base-uncased": ("encoder-only, DistilBERT: q_lin/out_lin, one residual dropout per block", 4,
+                                ("q_lin", "v_lin")),
+    "xlm-roberta-base": ("encoder-only, RoBERTa layout, head registered first (xlm-roberta)", 4, ("query", "value")),
+    "electra-small-discriminator": ("encoder-only, embeddings projected 128 -> 256, replaced-token detection", 4,
+                                    ("query", "value")),
+    "deberta-v3-base": ("encoder-only, disentangled attention (c2p, p2c; eager only)", 4,
+                        ("query_proj", "value_proj")),
+    "modernbert-base": ("encoder-only, pre-norm, fused Wqkv, GeGLU, rotary per layer type, sliding-window blocks",
+                        4, ("Wqkv",)),
 }
 
 #: Models that only the task rows use: catalog name -> (what it stands for, KV heads, LoRA targets).
@@ -67,6 +76,15 @@ TASK_ROWS: tuple[tuple[str, dict[str, Any]], ...] = (
     _task_row("bert-base-uncased", "token-classification", dtype="fp32"),
     _task_row("bert-base-uncased", "question-answering", dtype="bf16"),
     _task_row("gpt2", "causal-lm", dtype="bf16"),
+    # the encoder families' own heads: DistilBERT's pre_classifier and qa_dropout, ELECTRA's
+    # classification head, DeBERTa's token classifier (its sequence classifier's loss calls nonzero,
+    # which fake tensors cannot run), ModernBERT's mean-pooled head and its sliding-window masks at 512
+    _task_row("distilbert-base-uncased", "sequence-classification", dtype="fp32"),
+    _task_row("distilbert-base-uncased", "question-answering", dtype="bf16"),
+    _task_row("electra-small-discriminator", "sequence-classification", dtype="bf16"),
+    _task_row("deberta-v3-base", "token-classification", dtype="bf16"),
+    _task_row("modernbert-base", "sequence-classification", dtype="bf16"),
+    _task_row("modernbert-base", "embedding", mode="inference", dtype="bf16", seq=512),
 )
 
 #: Memory techniques of training stacks (torchtune, torchtitan, Liger), each run by the tracer the

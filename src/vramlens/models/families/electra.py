@@ -82,9 +82,9 @@ def build_electra(r: ConfigReader, architecture: str) -> Built:
     elif head == "multiple_choice":
         # ElectraSequenceSummary: summary_use_proj (the default) projects to hidden_size, or to
         # num_labels with summary_proj_to_labels
-        proj = n if r.raw.get("summary_proj_to_labels") else h
+        width = n if r.raw.get("summary_proj_to_labels") else h
         if r.raw.get("summary_use_proj", True):
-            t.linear("sequence_summary.summary", proj, h, True)
+            t.linear("sequence_summary.summary", width, h, True)
         t.linear("classifier", 1, h, True, role="other")
     t.buffer(f"{p}embeddings.position_ids", (1, n_pos), dtype="int64")
     t.buffer(f"{p}embeddings.token_type_ids", (1, n_pos), dtype="int64")

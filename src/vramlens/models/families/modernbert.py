@@ -116,7 +116,7 @@ def build_modernbert(r: ConfigReader, architecture: str) -> Built:
         fused_qkv_kept=True, softmax_fp32=True, classifier="transform", head_transform=True,
         pooling=pooling, head_dropout=dropout, block_dropouts=0,
         sliding_window=window // 2 if sliding else None, sliding_layers=sliding,
-        rotary_tables=len(set(kinds)), embedding_norm=True,
+        rotary_tables=len(set(kinds)), embedding_norm=True, rotary_fp32=True,
     )
     return Built(facts, t.items)
 
