@@ -70,9 +70,10 @@ def test_sliding_blocks_keep_their_sdpa_mask():
     local, glob = A.layer_activations(spec, w, B, S, local=True), A.layer_activations(spec, w, B, S)
     # SDPA converts the bool b x 1 x s x s mask to the query's dtype per call: 2 B * 2 * 128 * 128
     assert local.saved - glob.saved == 2 * B * S * S == 65_536
-    # eager attention adds the mask to the scores: nothing of it kept
-    we = _w(attention="eager")
-    assert A.layer_activations(spec, we, B, S, local=True).saved == A.layer_activations(spec, we, B, S).saved
+    # eager attention adds the mask to the scores, flash-attn takes the window itself: nothing of it kept
+    for other in ("eager", "flash"):
+        wo = _w(attention=other)
+        assert A.layer_activations(spec, wo, B, S, local=True).saved == A.layer_activations(spec, wo, B, S).saved
     # below the window on either side (64) no mask is made (masking_utils._ignore_bidirectional_mask_sdpa)
     assert A.sliding_mask_bytes(spec, w, B, 63) == 0
     assert A.sliding_mask_bytes(spec, w, B, 64) == 2 * B * 64 * 64

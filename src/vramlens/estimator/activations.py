@@ -308,7 +308,7 @@ def layer_activations(spec: ModelSpec, w: Workload, b: int, s: int, *, cross_s: 
     elif attention != "eager":
         # flash / memory-efficient SDPA keep the output and the fp32 log-sum-exp (b, a, s)
         total += _r(c * D.a * D.d * t) + _r(4 * b * D.a * s)
-        if local:
+        if local and attention == "sdpa":  # flash-attn takes the window itself, with no mask
             mask = sliding_mask_bytes(spec, w, b, s)
             total += mask
             quad += mask
@@ -619,7 +619,8 @@ def embedding_projection_saved(spec: ModelSpec, w: Workload, b: int, s: int) -> 
     ``ElectraModel.embeddings_project`` to h): the LayerNorm keeps an E-wide input, the projection
     keeps the E-wide dropped output (its own cast under autocast), and q/k/v keep the projection's
     h-wide output. DeBERTa-v2 (``embed_proj`` before the LayerNorm): the projection keeps its E-wide input.
-    Nothing under LoRA: the frozen embeddings and projection track no gradient.
+    Under LoRA the frozen embeddings and projection track no gradient, but with full checkpointing
+    the embeddings are tracked (embedding_leaf_saved) and the LayerNorm keeps its E-wide input.
     """
     E = spec.embedding_size
     if not E or (w.method != "full" and w.checkpointing != "full"):
@@ -722,7 +723,7 @@ def inference_layer_peak(spec: ModelSpec, w: Workload, b: int, s: int, S: int, t
         # ModernBERT's rotary in fp32 while the fused q/k/v output is alive: q.float(), q * cos, the
         # rotated half (neg, half width) and cat, and the sum (four and a half fp32 b*s*a*d tensors)
         attn = max(attn, 3 * _r(c * D.a * D.d * t) + 4 * _r(4 * D.a * D.d * t) + _r(2 * D.a * D.d * t))
-    if spec.sliding_layers and w.attention != "eager":
+    if spec.sliding_layers and w.attention == "sdpa":
         attn += _r(b * s * S)  # the bool sliding-window mask (b, 1, s, S), made once per forward
     if spec.is_moe:
         # transformers 5 grouped experts: the routed copies of the hidden states (t*k, h) and
