@@ -5,8 +5,9 @@ from __future__ import annotations
 import warnings
 
 
-def hf_tensors(config: dict) -> tuple[list[tuple[str, tuple[int, ...]]], list[tuple[str, tuple[int, ...], str]]]:
-    """(parameters, buffers) of ``architectures[0]`` built from ``config`` on the meta device.
+def hf_tensors(config: dict, architecture: str | None = None
+               ) -> tuple[list[tuple[str, tuple[int, ...]]], list[tuple[str, tuple[int, ...], str]]]:
+    """(parameters, buffers) of ``architectures[0]`` (or ``architecture``) built from ``config`` on meta.
 
     Parameters as (name, shape) in ``named_parameters()`` order (tied weights once); buffers
     as (name, shape, dtype) in ``named_buffers()`` order, dtype "float" for floating buffers
@@ -18,10 +19,11 @@ def hf_tensors(config: dict) -> tuple[list[tuple[str, tuple[int, ...]]], list[tu
 
     cfg = dict(config)
     model_type = cfg.pop("model_type")
+    architecture = architecture or config["architectures"][0]
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         hf_cfg = AutoConfig.for_model(model_type, **cfg)
-        cls = getattr(transformers, config["architectures"][0])
+        cls = getattr(transformers, architecture)
         with torch.device("meta"):
             model = cls(hf_cfg)
     params = [(n, tuple(p.shape)) for n, p in model.named_parameters()]

@@ -48,10 +48,34 @@ def test_every_name_is_unique():
 
 @pytest.mark.parametrize("entry", RAW, ids=[e["id"] for e in RAW])
 def test_entry_shape(entry):
-    assert set(entry) <= {"id", "aliases", "family", "note", "config"}
+    assert set(entry) <= {"id", "aliases", "family", "note", "source", "config"}
     assert entry["aliases"] and all(a == a.lower() for a in entry["aliases"])
     cfg = entry["config"]
-    assert isinstance(cfg["model_type"], str) and len(cfg["architectures"]) == 1
+    # DeBERTa-v3's config.json names no architectures (transformers' Auto classes pick the class)
+    assert isinstance(cfg["model_type"], str) and len(cfg.get("architectures", ["the default"])) == 1
+    if "source" in entry:
+        assert entry["source"].startswith("https://huggingface.co/" + entry["id"] + "/")
+
+
+#: The encoder families of issue 11: at least these, each with its source.
+ENCODERS = [
+    "distilbert/distilbert-base-uncased", "FacebookAI/xlm-roberta-base", "FacebookAI/xlm-roberta-large",
+    "google/electra-small-discriminator", "google/electra-base-discriminator", "microsoft/deberta-v3-base",
+    "microsoft/deberta-v3-large", "answerdotai/ModernBERT-base", "answerdotai/ModernBERT-large",
+]
+
+
+def test_encoder_entries_have_their_source():
+    by_id = {e["id"]: e for e in RAW}
+    assert all("source" in by_id[i] for i in ENCODERS)
+    families = {by_id[i]["config"]["model_type"] for i in ENCODERS}
+    assert families == {"distilbert", "xlm-roberta", "electra", "deberta-v2", "modernbert"}
+
+
+def test_config_without_architectures_builds_the_family_default():
+    spec = load_model("deberta-v3-base")
+    assert spec.architecture == "DebertaV2ForMaskedLM"
+    assert spec.assumed == ("architecture=DebertaV2ForMaskedLM (config.json has no 'architectures')",)
 
 
 def test_lookup_is_case_insensitive_on_id_basename_and_alias():

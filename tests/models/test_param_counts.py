@@ -12,6 +12,7 @@ from __future__ import annotations
 import pytest
 
 from vramlens.models import load_model
+from vramlens.models.inventory import with_task
 
 PINNED = {
     # encoders: BertForMaskedLM has no pooler; the MLM decoder is tied to the embeddings
@@ -148,10 +149,59 @@ PINNED_ISSUE_11 = {
 }
 PINNED.update(PINNED_ISSUE_11)
 
+#: The encoder families of issue 11 (the class in architectures[0], or DebertaV2ForMaskedLM for
+#: DeBERTa-v3, whose config.json names none).
+PINNED_ENCODERS = {
+    # DistilBertForMaskedLM: the base model (66,362,880) + vocab_transform 768^2 + 768 + vocab_layer_norm
+    # 2 * 768 + the projector's own bias 30,522 (its weight is the tied word embeddings)
+    "distilbert-base-uncased": 66_985_530,
+    "distilbert-base-uncased-finetuned-sst-2-english": 66_955_010,  # + pre_classifier 768^2 + 768, classifier 2 * 769
+    # XLM-R: RoBERTa's layout with V = 250,002 (the MLM head's bias alone is 250,002)
+    "xlm-roberta-base": 278_295_186,
+    "xlm-roberta-large": 560_142_482,
+    # XLMRobertaModel with its pooler, 8,194 positions; a public 1-label XLMRobertaForSequenceClassification
+    # fine-tune of it counts 567,755,777 = this - pooler (1024^2 + 1024) + dense (1024^2 + 1024) + out_proj 1,025
+    "bge-m3": 567_754_752,
+    # ElectraForPreTraining: discriminator_predictions dense h^2 + h and dense_prediction h + 1
+    "electra-small-discriminator": 13_549_057,  # 128-wide embeddings projected to 256
+    "electra-base-discriminator": 109_483_009,
+    "electra-large-discriminator": 335_142_913,
+    # DeBERTa-v3: 512 rel_embeddings rows (2 x 256 buckets) + their LayerNorm; no position table
+    "deberta-v3-xsmall": 70_958_820,
+    "deberta-v3-small": 142_024_548,
+    "deberta-v3-base": 184_551_780,
+    "deberta-v3-large": 435_191_908,
+    # ModernBERT: no biases but the decoder's; fused Wqkv, GeGLU Wi (h -> 2f)
+    "modernbert-base": 149_655_232,
+    "modernbert-large": 395_881_664,
+}
+PINNED.update(PINNED_ENCODERS)
+
+#: The bare base model (``--task embedding``), as the issue quotes DistilBERT's.
+PINNED_BASE_MODELS = {
+    # 30522*768 + 512*768 + 2*768 + 6 * (4*(768^2 + 768) + 2*2*768 + 768*3072 + 3072 + 3072*768 + 768)
+    "distilbert-base-uncased": 66_362_880,
+    "xlm-roberta-base": 278_043_648,
+    "electra-small-discriminator": 13_483_008,
+    "deberta-v3-base": 183_831_552,
+    "modernbert-base": 149_014_272,
+}
+
 
 @pytest.mark.parametrize("name,count", list(PINNED.items()), ids=list(PINNED))
 def test_pinned_parameter_count(name, count):
     assert load_model(name).params == count
+
+
+@pytest.mark.parametrize("name,count", list(PINNED_BASE_MODELS.items()), ids=list(PINNED_BASE_MODELS))
+def test_pinned_base_model_count(name, count):
+    assert with_task(load_model(name), "embedding").params == count
+
+
+def test_distilbert_base_formula():
+    V, n_pos, h, f, L = 30_522, 512, 768, 3072, 6
+    block = 4 * (h * h + h) + 2 * 2 * h + (h * f + f) + (f * h + h)
+    assert with_task(load_model("distilbert-base-uncased"), "embedding").params == (V + n_pos) * h + 2 * h + L * block
 
 
 def test_llama_2_7b_formula():

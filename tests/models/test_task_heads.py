@@ -18,6 +18,7 @@ _LLAMA = dict(hidden_size=64, intermediate_size=96, num_hidden_layers=2, num_att
               num_key_value_heads=2)
 _GPT2 = dict(n_embd=64, n_layer=2, n_head=4, vocab_size=100, n_positions=32)
 _T5 = dict(d_model=64, d_ff=96, num_layers=2, num_heads=4, d_kv=8, vocab_size=100)
+_ENCODER_TASKS = ("masked-lm", "sequence-classification", "token-classification", "question-answering", "embedding")
 
 #: (config as released, with its own head) x the tasks vramlens models for the family
 CASES = {
@@ -31,6 +32,16 @@ CASES = {
     "gpt2": ({"model_type": "gpt2", "architectures": ["GPT2LMHeadModel"], **_GPT2},
              ("causal-lm", "sequence-classification", "embedding")),
     "t5": ({"model_type": "t5", "architectures": ["T5ForConditionalGeneration"], **_T5}, ("seq2seq-lm",)),
+    "distilbert": ({"model_type": "distilbert", "architectures": ["DistilBertForMaskedLM"], "dim": 64, "hidden_dim": 96,
+                    "n_layers": 2, "n_heads": 4, "vocab_size": 100}, _ENCODER_TASKS),
+    "xlm-roberta": ({"model_type": "xlm-roberta", "architectures": ["XLMRobertaForMaskedLM"], **_BERT}, _ENCODER_TASKS),
+    "electra": ({"model_type": "electra", "architectures": ["ElectraForPreTraining"], **_BERT, "embedding_size": 32},
+                _ENCODER_TASKS),
+    "deberta-v2": ({"model_type": "deberta-v2", **_BERT, "relative_attention": True, "position_buckets": 8,
+                    "share_att_key": True, "pos_att_type": "p2c|c2p", "norm_rel_ebd": "layer_norm",
+                    "position_biased_input": False, "type_vocab_size": 0}, _ENCODER_TASKS),
+    "modernbert": ({"model_type": "modernbert", "architectures": ["ModernBertForMaskedLM"], **_BERT, "pad_token_id": 0,
+                    "bos_token_id": 0, "eos_token_id": 0, "cls_token_id": 0, "sep_token_id": 0}, _ENCODER_TASKS),
 }
 
 _AUTO = {

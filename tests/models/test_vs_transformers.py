@@ -102,6 +102,42 @@ VARIANTS = {
     "mt5-untied-config": _v("mt5", "MT5ForConditionalGeneration", d_model=64, d_ff=96, num_layers=2,
                             num_heads=4, vocab_size=100, tie_word_embeddings=False),
 }
+_DISTIL = dict(dim=64, hidden_dim=96, n_layers=2, n_heads=4, vocab_size=100)
+_DEBERTA_V3 = dict(_BERT, relative_attention=True, position_buckets=8, norm_rel_ebd="layer_norm", share_att_key=True,
+                   pos_att_type="p2c|c2p", max_relative_positions=-1, position_biased_input=False, type_vocab_size=0)
+# ModernBERT's token ids must fall inside the tiny vocabulary (nn.Embedding's padding_idx)
+_MODERNBERT = dict(_BERT, pad_token_id=0, bos_token_id=0, eos_token_id=0, cls_token_id=0, sep_token_id=0)
+VARIANTS.update({
+    "distilbert-untied-sinusoidal": _v("distilbert", "DistilBertForMaskedLM", **_DISTIL, tie_word_embeddings=False,
+                                       sinusoidal_pos_embds=True),
+    "xlm-roberta-untied": _v("xlm-roberta", "XLMRobertaForMaskedLM", **_BERT, tie_word_embeddings=False),
+    "xlm-roberta-causal": _v("xlm-roberta", "XLMRobertaForCausalLM", **_BERT),
+    "electra-same-width": _v("electra", "ElectraForPreTraining", **_BERT, embedding_size=64),
+    "electra-generator-untied": _v("electra", "ElectraForMaskedLM", **_BERT, embedding_size=32,
+                                   tie_word_embeddings=False),
+    "deberta-v3-new-lm-head": _v("deberta-v2", "DebertaV2ForMaskedLM", **_DEBERTA_V3, legacy=False),
+    "deberta-v3-embed-proj-untied": _v("deberta-v2", "DebertaV2ForMaskedLM", **_DEBERTA_V3, embedding_size=32,
+                                       tie_word_embeddings=False),
+    # DeBERTa-v2 xlarge-style: separate position projections, absolute positions, token types, conv
+    "deberta-v2-pos-proj-conv": _v("deberta-v2", "DebertaV2Model", **{
+        **_DEBERTA_V3, "share_att_key": False, "position_biased_input": True, "type_vocab_size": 2,
+        "norm_rel_ebd": "none", "position_buckets": -1, "max_relative_positions": 16, "conv_kernel_size": 3,
+        "embedding_size": 32}),
+    "deberta-v1-style-c2p-list": _v("deberta-v2", "DebertaV2Model", **_BERT, pos_att_type=["c2p"],
+                                    relative_attention=True),
+    "modernbert-untied-biases-every-2": _v("modernbert", "ModernBertForMaskedLM",
+                                           **{**_MODERNBERT, "num_hidden_layers": 4}, tie_word_embeddings=False,
+                                           decoder_bias=False, norm_bias=True, global_attn_every_n_layers=2),
+    "modernbert-all-sliding-biased": _v("modernbert", "ModernBertModel", **_MODERNBERT, attention_bias=True,
+                                        mlp_bias=True, layer_types=["sliding_attention", "sliding_attention"]),
+})
+for _stem, _mt, _kw in (("DistilBert", "distilbert", _DISTIL), ("XLMRoberta", "xlm-roberta", _BERT),
+                        ("Electra", "electra", {**_BERT, "embedding_size": 32}),
+                        ("DebertaV2", "deberta-v2", _DEBERTA_V3), ("ModernBert", "modernbert", _MODERNBERT)):
+    for _head in ("Model", "ForMaskedLM", "ForSequenceClassification", "ForTokenClassification",
+                  "ForQuestionAnswering", "ForMultipleChoice"):
+        VARIANTS[_stem + _head] = _v(_mt, _stem + _head, **_kw)
+VARIANTS["ElectraForPreTraining"] = _v("electra", "ElectraForPreTraining", **_BERT, embedding_size=32)
 for _arch in ("BertModel", "BertForPreTraining", "BertLMHeadModel", "BertForSequenceClassification",
               "BertForTokenClassification", "BertForQuestionAnswering", "BertForNextSentencePrediction",
               "BertForMultipleChoice"):
@@ -113,7 +149,7 @@ for _arch in ("RobertaModel", "RobertaForCausalLM", "RobertaForSequenceClassific
 
 def _check(config: dict) -> None:
     spec = spec_from_config(config)
-    ref_params, ref_buffers = hf_tensors(config)
+    ref_params, ref_buffers = hf_tensors(config, spec.architecture)  # config.json may lack architectures
     got_params, got_buffers = ours(spec)
     assert dict(got_params) == dict(ref_params), "names or shapes differ"
     assert got_params == ref_params, "same tensors, different order"

@@ -25,6 +25,11 @@ KNOWN_GAPS: dict[tuple, tuple[str, ...]] = {
     # the estimate's LoRA terms assume separate q/k/v projections); not explained yet
     ("pythia-160m", "train", "lora", "sdpa", "none", None): ("activations",),
     ("pythia-160m", "train", "lora", "eager", "none", "bf16"): ("peak", "activations"),
+    # ELECTRA with LoRA under autocast: the forward's own transients (the attention probabilities'
+    # fp32 dropout output, the frozen MLP's activation output, the LayerNorms' fp32 outputs, none
+    # kept for backward) peak above the block backward the estimate counts as temporaries; the
+    # one-logit discriminator head has no loss transient to hide them (peak within 2%)
+    ("electra-small-discriminator", "train", "lora", "eager", "none", "bf16"): ("temporaries",),
 }
 
 
@@ -52,6 +57,7 @@ def test_matrix_covers_the_families():
     assert len(ARCHITECTURES) >= 8
     kinds = {tiny_config(n).get("model_type") for n in ARCHITECTURES}
     assert {"llama", "qwen2", "mixtral", "gpt2", "gpt_bigcode", "bert", "t5", "gpt_neox"} <= kinds
+    assert {"distilbert", "xlm-roberta", "electra", "deberta-v2", "modernbert"} <= kinds
     axes = {(r["mode"], r["method"], r["attention"], r["checkpointing"], r.get("amp")) for r in ROWS}
     assert {a[0] for a in axes} == {"inference", "train"} and {a[1] for a in axes} == {"full", "lora"}
     assert {a[2] for a in axes} == {"eager", "sdpa"} and {a[3] for a in axes} == {"none", "full", "selective"}
@@ -114,6 +120,8 @@ def test_task_rows_cover_the_heads():
             ("bert-base-uncased", "token-classification"), ("gpt2", "causal-lm")} <= tasks
     amp = {(name, row["task"]) for name, row in TASK_ROWS if row.get("amp") and row.get("checkpointing") == "none"}
     assert {("gpt2", "causal-lm"), ("bert-base-uncased", "masked-lm")} <= amp
+    assert {name for name, _ in TASK_ROWS} >= {"distilbert-base-uncased", "electra-small-discriminator",
+                                               "deberta-v3-base", "modernbert-base"}
 
 
 def test_task_rows_within_5_percent_of_trace(task_rows):

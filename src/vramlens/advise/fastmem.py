@@ -78,6 +78,7 @@ class Activations:
     head_cast: int | None = None  # activation offloading: the output layer's cast that stays (None: no offload)
     block_forward: int = 0  # a transient inside a block's forward (4-bit dequantization, DoRA's weight norm)
     block_backward: int = 0  # ... inside a block's backward
+    mlp_backward: int = 0  # the last block's MLP backward transient
 
 
 @dataclass(frozen=True, slots=True)
@@ -203,7 +204,7 @@ class FastMemory:
                 loss_backward_over=t.loss_backward_over, head_backward=t.head_backward,
                 head_grads=t.head_grads, head_backward_later=t.head_backward_later,
                 head_grad_in_forward=t.head_grad_in_forward, final_norm_backward=t.final_norm_backward, host=t.host,
-                block_forward=t.block_forward, block_backward=t.block_backward,
+                block_forward=t.block_forward, block_backward=t.block_backward, mlp_backward=t.mlp_backward,
                 head_cast=output_layer_cast(self.spec, w, sp.has_head) if w.activation_offload else None)
         return a
 
@@ -233,7 +234,7 @@ class FastMemory:
                               head_backward=a.head_backward, head_grads=a.head_grads,
                               head_backward_later=a.head_backward_later, head_grad_in_forward=a.head_grad_in_forward,
                               final_norm_backward=a.final_norm_backward, block_forward=a.block_forward,
-                              block_backward=a.block_backward)
+                              block_backward=a.block_backward, mlp_backward=a.mlp_backward)
         peak = max(v for _, v in phases)
         return reserved_total(ts, peak)[1]
 

@@ -27,6 +27,7 @@ from vramlens.workload import Workload
 #: Model types whose eager attention computes ``softmax(..., dtype=torch.float32)`` and casts back
 #: (transformers/models/llama/modeling_llama.py ``eager_attention_forward`` and its copies); the
 #: others (GPT-2, BERT, ...) take the softmax in the compute dtype unless autocast upcasts it.
+#: Newer families say so on their spec instead (``ModelSpec.softmax_fp32``).
 FP32_SOFTMAX = frozenset({
     "llama", "mistral", "mixtral", "qwen2", "qwen2_moe", "qwen3", "qwen3_moe", "phi3", "gemma", "gemma2",
     "gemma3_text", "starcoder2", "olmo", "olmo2", "cohere", "granite", "opt", "bloom", "phi", "gpt_bigcode",
@@ -142,9 +143,10 @@ def _norm_saved(kind: str, h: int, t: int, r: int, c: int, consumers: int, casts
     return own + out
 
 
-#: Leaf names of the linear that closes an attention block or an MLP (the others open them).
-_ATTN_OUT = frozenset({"o_proj", "out_proj", "o", "c_proj", "dense"})
-_MLP_OUT = frozenset({"down_proj", "fc2", "dense_4h_to_h", "wo", "c_proj", "w2"})
+#: Leaf names of the linear that closes an attention block or an MLP (the others open them):
+#: DistilBERT's ``attention.out_lin`` and ``ffn.lin2``, ModernBERT's ``attn.Wo`` and ``mlp.Wo``.
+_ATTN_OUT = frozenset({"o_proj", "out_proj", "o", "c_proj", "dense", "out_lin", "Wo"})
+_MLP_OUT = frozenset({"down_proj", "fc2", "dense_4h_to_h", "wo", "c_proj", "w2", "lin2", "Wo"})
 
 
 @identity_cache
@@ -385,8 +387,9 @@ def _lora_saved(spec: ModelSpec, w: Workload, D: Dims, t: int, c: int, tp: int =
 
 
 def sdpa_core(spec: ModelSpec, w: Workload, *, cross: bool) -> str:
-    """The attention that runs: ``w.attention``, except that SDPA given a mask which requires
-    grad runs the math kernel, which keeps what eager attention keeps.
+    """The attention that runs: ``w.attention``, except that a model without an SDPA path runs
+    eager, and SDPA given a mask which requires grad runs the math kernel, which keeps what eager
+    attention keeps.
 
     The fused kernels refuse such a mask (sdp_utils_cpp.h ``check_attn_mask_shape``). T5's
     relative position bias is that mask: in self-attention when the bias embedding trains (full
@@ -394,14 +397,21 @@ def sdpa_core(spec: ModelSpec, w: Workload, *, cross: bool) -> str:
     requires grad only under gradient checkpointing. Seen on an H200 (torch 2.11):
     validation/events/cuda-h200-t5.json.gz.
     """
+    if not spec.attention_interface:
+        return "eager"  # the model has no SDPA path (DeBERTa-v2): transformers runs it eager
     if w.attention != "sdpa" or spec.position != "relative" or not w.training:
         return w.attention
     grad_mask = w.checkpointing == "full" if cross else w.method == "full"
     return "eager" if grad_mask else w.attention
 
 
-def layer_activations(spec: ModelSpec, w: Workload, b: int, s: int, *, cross_s: int = 0, tp: int = 1) -> LayerActivations:
-    """Saved-for-backward bytes of one transformer block for a micro-batch of b sequences of s tokens."""
+def layer_activations(spec: ModelSpec, w: Workload, b: int, s: int, *, cross_s: int = 0, tp: int = 1,
+                      local: bool = False) -> LayerActivations:
+    """Saved-for-backward bytes of one transformer block for a micro-batch of b sequences of s tokens.
+
+    ``local``: a sliding-window block (ModernBERT's local attention): under SDPA it gets an explicit
+    mask (see :func:`sliding_mask_bytes`).
+    """
     D = _dims(spec, tp)
     t = b * s
     sp = tp  # sequence parallel: per-token tensors outside the TP regions are split too
@@ -437,7 +447,10 @@ def layer_activations(spec: ModelSpec, w: Workload, b: int, s: int, *, cross_s: 
     total += q + 2 * kv_saved
     if spec.fused_qkv_kept and spec.position == "rotary":
         total += q + kv  # the fused projection output: v's view keeps its q and k parts alive too
-    if attention == "eager" and w.checkpointing != "selective":
+    # selective recomputation wraps the attention interface's function (vramlens.trace.build); a model
+    # computing its attention itself (DeBERTa-v2) keeps its scores
+    selective = w.checkpointing == "selective" and spec.attention_interface
+    if attention == "eager" and not selective:
         probs = b * D.a * s * S
         q_bytes = _softmax_saved(spec, probs, c, autocast, p_attn)
         quad += q_bytes
@@ -446,6 +459,10 @@ def layer_activations(spec: ModelSpec, w: Workload, b: int, s: int, *, cross_s: 
         # flash / memory-efficient SDPA keep the output, the fp32 log-sum-exp (b, a, s) and the
         # philox seed and offset (one int64 each)
         total += _r(c * D.a * D.d * t) + _r(4 * b * D.a * s) + SDPA_RNG
+        if local and attention == "sdpa":  # flash-attn takes the window itself, with no mask
+            mask = sliding_mask_bytes(spec, w, b, s)
+            total += mask
+            quad += mask
         if spec.position == "relative":
             # T5: the relative position bias (plus the causal mask) becomes SDPA's additive
             # attn_mask (1, a, s, S), which the memory-efficient kernel keeps for backward
@@ -453,14 +470,18 @@ def layer_activations(spec: ModelSpec, w: Workload, b: int, s: int, *, cross_s: 
             bias = _r(c * D.a * s * S)
             total += bias
             quad += bias
+    if spec.rel_terms:
+        rel, rel_quad = disentangled_saved(spec, w, D, b, s)
+        total += rel
+        quad += rel_quad
     if attn_out_saves and attention == "eager":
         # attn_output.transpose(1, 2).contiguous(): a copy (b, s, a*d) that o_proj keeps. The fused
         # kernels (flash, memory-efficient) write their output as (b, s, a, d) and return it
         # transposed, so the transpose back is already contiguous: o_proj keeps the kernel's own
         # saved output, no copy (seen in the H200's events, validation/events/cuda-h200-bf16)
         total += _r(c * D.a * D.d * t)
-    if p_hid > 0:
-        total += _r(D.h * t) // sp  # residual dropout mask after o_proj
+    if p_hid > 0 and spec.block_dropouts >= 2:
+        total += _r(D.h * t) // sp  # residual dropout mask after o_proj (BERT; DistilBERT has none)
 
     # --- cross-attention (encoder-decoder decoder blocks) ---------------------------------------------
     if cross_s:
@@ -484,9 +505,105 @@ def layer_activations(spec: ModelSpec, w: Workload, b: int, s: int, *, cross_s: 
     total += _norm_saved(norm_kind(spec), D.h, t, r, c, mlp_consumers, casts, full) // sp
     # fused MoE experts are not nn.Linear (not in linear_groups): they train only in full fine-tuning
     total += _mlp_saved(spec, D, t, c, (full and own > 0) if spec.is_moe else mlp_out_saves, autocast)
-    if p_hid > 0:
+    if p_hid > 0 and spec.block_dropouts >= 1:
         total += _r(D.h * t) // sp
     return LayerActivations(saved=total, quadratic=quad, checkpoint_input=_r(r * D.h * t) // sp)
+
+
+def sliding_mask_bytes(spec: ModelSpec, w: Workload, b: int, s: int) -> int:
+    """The mask a sliding-window block hands SDPA, as the kernel keeps it for backward.
+
+    transformers builds a bool b x 1 x s x s mask for the sliding blocks
+    (masking_utils.create_bidirectional_sliding_window_mask; none for the global blocks of an
+    unpadded batch), and SDPA converts it to an additive mask in the query's dtype in every call
+    (sdp::convert_boolean_attn_mask), which the memory-efficient kernel keeps for backward. No
+    mask is made when s is below the window on either side (masking_utils._ignore_bidirectional_mask_sdpa:
+    ``kv_length < local_attention_size``).
+    """
+    window = spec.sliding_window or 0
+    if not spec.sliding_layers or s < window:
+        return 0
+    return _r(DTYPE_BYTES[w.compute_dtype] * b * s * s)
+
+
+def disentangled_saved(spec: ModelSpec, w: Workload, D: Dims, b: int, s: int) -> tuple[int, int]:
+    """(bytes, of which quadratic in s) DeBERTa-v2's disentangled attention keeps beyond eager attention.
+
+    transformers/models/deberta_v2/modeling_deberta_v2.py ``DisentangledSelfAttention``, per block,
+    with R = ``rel_span`` relative-position rows (2 x the buckets) and c the compute dtype:
+
+    * the relative embeddings through ``pos_dropout``: in full fine-tuning a bool mask and the
+      dropped R x h (kept once by the position projections, or one cast each under autocast);
+      under LoRA they need no gradient, and only an adapted projection's lora_A keeps its input;
+    * each term's position projection, made contiguous and repeated over the batch
+      (``transpose_for_scores(...).repeat``): (b*a, R, d) kept by its ``bmm``;
+    * each term's raw scores ``bmm(q or k, pos^T)`` (b*a, s, R), which ``torch.gather`` keeps
+      (GatherBackward0 saves ``self``), and its int64 index (``clamp(relative_pos + span)``, 1 x s x s);
+    * ``key_layer.transpose(-1, -2) / scale``, a copy of k kept by the content ``bmm``;
+    * the bool mask ``~attention_mask`` (b x 1 x s x s) that ``masked_fill`` keeps: the model makes
+      a b x s mask of ones when none is given (DebertaV2Model.forward) and expands it per block.
+    """
+    c = DTYPE_BYTES[w.compute_dtype]
+    autocast = w.amp is not None and w.dtype == "fp32"
+    r = 4 if w.dtype == "fp32" else c
+    R = spec.rel_span
+    n = len(spec.rel_terms)
+    _, p_hid = dropout_probs(spec)
+    total = _r(c * D.a * D.d * b * s)  # k / scale
+    if w.method == "full":
+        if p_hid > 0:
+            total += _r(R * D.h)  # pos_dropout's mask
+        total += n * _r(c * R * D.h) if autocast else _r((r if p_hid > 0 else c) * R * D.h)
+    else:
+        adapted = sum(1 for leaf in position_projections(spec) if _adapted(w, leaf))
+        total += adapted * (_r((c if autocast else 4 if lora_casts_input(w) else c) * R * D.h)
+                            + _r((c if autocast else 4) * w.lora_rank * R))
+    total += n * _r(c * b * D.a * R * D.d)
+    quad = n * (_r(c * b * D.a * s * R) + _r(8 * s * s)) + _r(b * s * s)
+    return total + quad, quad
+
+
+def position_projections(spec: ModelSpec) -> tuple[str, ...]:
+    """The linears DeBERTa-v2 runs on the relative embeddings: with ``share_att_key`` the content
+    ``key_proj`` (c2p) and ``query_proj`` (p2c), else ``pos_key_proj`` and ``pos_query_proj``."""
+    names = {t.module for t in spec.tensors if t.layer is not None}
+    shared = "pos_key_proj" not in names and "pos_query_proj" not in names
+    out = []
+    if "c2p" in spec.rel_terms:
+        out.append("key_proj" if shared else "pos_key_proj")
+    if "p2c" in spec.rel_terms:
+        out.append("query_proj" if shared else "pos_query_proj")
+    return tuple(out)
+
+
+def _adapted(w: Workload, leaf: str) -> bool:
+    targets = tuple(w.lora_targets)
+    return "all-linear" in targets or leaf in targets
+
+
+def disentangled_model_level(spec: ModelSpec, w: Workload, b: int, s: int) -> int:
+    """DeBERTa-v2's tensors made once per forward and handed to every block.
+
+    ``DebertaV2Encoder.get_rel_embedding`` normalizes the relative embeddings once (LayerNorm: fp32
+    mean and rstd per row; its output is what each block's ``pos_dropout`` reads). Under full
+    checkpointing every block keeps its inputs for the recomputation: that output (when it needs a
+    gradient), the fp32 b x 1 x s x s attention mask (``get_attention_mask`` of ``torch.ones``) and
+    the int64 1 x s x s relative positions.
+    """
+    if not spec.rel_terms:
+        return 0
+    c = DTYPE_BYTES[w.compute_dtype]
+    r = 4 if w.dtype == "fp32" else c
+    R, h = spec.rel_span, spec.hidden_size
+    total = 2 * _r(4 * R) if w.method == "full" else 0
+    if w.checkpointing == "full":
+        total += _r(4 * b * s * s) + _r(8 * s * s) + _r(r * R * h)
+    elif w.method != "full" and "p2c" in spec.rel_terms and not _adapted(w, "key_proj"):
+        # under LoRA the first block's keys need no gradient (a frozen key_proj over the frozen
+        # embeddings): its p2c bmm keeps no position queries, and no copy of the keys
+        c_b = DTYPE_BYTES[w.compute_dtype]
+        total -= _r(c_b * b * R * h) + _r(c_b * b * s * h)
+    return total
 
 
 def _softmax_saved(spec: ModelSpec, probs: int, c: int, autocast: bool, p_drop: float = 0.0) -> int:
@@ -496,7 +613,7 @@ def _softmax_saved(spec: ModelSpec, probs: int, c: int, autocast: bool, p_drop: 
     its input in the compute dtype: the cast copy of an fp32 softmax, or with dropout the dropped
     probabilities, whose bool mask dropout keeps (the cast copy before dropout is then not kept).
     """
-    sm = 4 if (autocast or c == 4 or spec.model_type in FP32_SOFTMAX) else c
+    sm = 4 if (autocast or c == 4 or spec.softmax_fp32 or spec.model_type in FP32_SOFTMAX) else c
     if p_drop > 0:
         return _r(sm * probs) + _r(probs) + _r(c * probs)
     return _r(sm * probs) + (_r(c * probs) if sm != c else 0)
@@ -568,6 +685,26 @@ def _mlp_saved(spec: ModelSpec, D: Dims, t: int, c: int, out_saved: bool = True,
         # relu keeps its output for its derivative; wo keeps the dropped output
         return _act_saved(spec.activation, n, c, False, autocast) + inner_dropout + (_r(c * n) if out_saved else 0)
     return _act_saved(spec.activation, n, c, out_saved, autocast)
+
+
+def mlp_backward_bytes(spec: ModelSpec, w: Workload, b: int, s: int, tp: int = 1) -> int:
+    """The transient of the last block's MLP backward, the first block backward after the head's.
+
+    Alive at once besides the saved activations (traced for ELECTRA: mm, gelu_backward,
+    native_layer_norm_backward): the gradient entering the block (b*s*h, in the residual stream's
+    dtype), the down projection's input gradient and the activation's input gradient (b*s*f each).
+    A gated MLP holds one more (the gate's) but has freed the product it saved by then (traced for
+    ModernBERT). Under full checkpointing the recomputed block's figure (activation_totals' ``one``)
+    covers it. The two (b*s, f) gradients are fp32 under autocast when the activation's output is
+    (``act_upcasts``: NewGELU's pow), as in the recomputed block's figure.
+    """
+    if w.checkpointing == "full" or spec.is_moe:
+        return 0
+    t = b * s
+    c = DTYPE_BYTES[w.compute_dtype]
+    r = 4 if w.dtype == "fp32" else c
+    g = 4 if act_upcasts(spec.activation, _autocast(w)) else c
+    return _r(r * spec.hidden_size * t) + 2 * _r(g * max(1, spec.ffn_size // tp) * t)
 
 
 def has_lm_head(spec: ModelSpec) -> bool:
@@ -659,13 +796,17 @@ def model_level_saved(spec: ModelSpec, w: Workload, b: int, s: int) -> int:
     r = 4 if w.dtype == "fp32" else c
     total = _r(8 * t) + H.label_bytes(spec, b, s)  # input_ids and the labels, int64
     if spec.position == "rotary":
-        total += 2 * _r(c * spec.head_dim * t)  # cos and sin, shared by all layers
+        # cos and sin (per layer type), shared by the blocks: (1, s, d), from position_ids =
+        # cache_position.unsqueeze(0) (modeling_llama.py LlamaModel.forward; ModernBertModel.forward)
+        total += 2 * spec.rotary_tables * _r(c * spec.head_dim * s)
     _, p_hid = dropout_probs(spec)
     if p_hid > 0:
-        total += _r(spec.hidden_size * t)  # embedding dropout mask
+        total += _r((spec.embedding_size or spec.hidden_size) * t)  # embedding dropout mask
+    total += (embedding_projection_saved(spec, w, b, s) + disentangled_model_level(spec, w, b, s)
+              + embedding_leaf_saved(spec, w, b, s))
     # the last norm's output is kept by the head's first op unless a dropout stands in front of it
     # (a fused linear cross-entropy keeps the gradient it computed in forward instead)
-    consumers = 1 if H.keeps_last_hidden(spec) and not (w.loss == "fused-linear" and has_lm_head(spec)) else 0
+    consumers = 1 if H.head_keeps_input(spec, w) and not (w.loss == "fused-linear" and has_lm_head(spec)) else 0
     total += _norm_saved(norm_kind(spec), spec.hidden_size, t, r, c, consumers, w.amp is not None and w.dtype == "fp32",
                          w.method == "full")
     if spec.kind == "encoder-decoder":
@@ -678,6 +819,60 @@ def model_level_saved(spec: ModelSpec, w: Workload, b: int, s: int) -> int:
         n_bias = 3 if spec.kind == "encoder-decoder" else 1
         total += n_bias * _r(bias_b * spec.n_heads * s * s)
     return total + H.head_level_saved(spec, w, b, s)
+
+
+def embedding_projection_saved(spec: ModelSpec, w: Workload, b: int, s: int) -> int:
+    """What an embedding projection adds to the first block's norm (counted as a hidden-wide LayerNorm
+    whose output the first q/k/v keep).
+
+    ELECTRA (modeling_electra.py: ``embeddings`` LayerNorm and dropout at ``embedding_size`` E, then
+    ``ElectraModel.embeddings_project`` to h): the LayerNorm keeps an E-wide input, the projection
+    keeps the E-wide dropped output (its own cast under autocast), and q/k/v keep the projection's
+    h-wide output. DeBERTa-v2 (``embed_proj`` before the LayerNorm): the projection keeps its E-wide input.
+    Under LoRA the frozen embeddings and projection track no gradient, but with full checkpointing
+    the embeddings are tracked (embedding_leaf_saved) and the LayerNorm keeps its E-wide input.
+    """
+    E = spec.embedding_size
+    if not E or (w.method != "full" and w.checkpointing != "full"):
+        return 0
+    t = b * s
+    c = DTYPE_BYTES[w.compute_dtype]
+    r = 4 if w.dtype == "fp32" else c
+    autocast = w.amp is not None and w.dtype == "fp32"
+    # under LoRA with full checkpointing the embeddings are tracked (embedding_leaf_saved) but the
+    # frozen projection keeps nothing
+    proj_in = _r((c if autocast else r) * E * t) if w.method == "full" else 0
+    if not spec.embedding_norm_first:
+        return proj_in
+    # the norm's own input at E instead of h, and the projection's input; q/k/v keep the projection's
+    # output, as they keep a norm's output (no extra: the first block counts it). A checkpointed
+    # first block keeps the projection's output as its input: in the compute dtype under autocast
+    first_input = _r(r * spec.hidden_size * t) - _r(c * spec.hidden_size * t) if (
+        autocast and w.checkpointing == "full") else 0
+    return _r(r * E * t) - _r(r * spec.hidden_size * t) + proj_in - first_input
+
+
+def embedding_leaf_saved(spec: ModelSpec, w: Workload, b: int, s: int) -> int:
+    """The input embeddings' output kept under LoRA with gradient checkpointing.
+
+    transformers' ``gradient_checkpointing_enable`` on a model with adapters calls
+    ``enable_input_require_grads`` (modeling_utils.py): a forward hook makes the word embeddings'
+    output require grad, a leaf whose gradient autograd keeps it for. When positions or token types
+    are added to it (learned positions) it is a tensor of its own; otherwise it is the embedding
+    norm's input, already counted. ModernBERT's pre-norm embeddings.norm keeps its input besides
+    the final norm's under checkpointing (``ModelSpec.embedding_norm``).
+    """
+    if w.checkpointing != "full":
+        return 0
+    t = b * s
+    c = DTYPE_BYTES[w.compute_dtype]
+    r = 4 if w.dtype == "fp32" else c
+    total = 0
+    if spec.embedding_norm:
+        total += _norm_saved(norm_kind(spec), spec.hidden_size, t, r, c, 0, False, w.method == "full")
+    if w.method != "full" and spec.kind == "encoder" and spec.position == "learned":
+        total += _r(c * (spec.embedding_size or spec.hidden_size) * t)
+    return total
 
 
 def offloaded_model_level(spec: ModelSpec, w: Workload, b: int, s: int) -> tuple[int, int]:
@@ -693,9 +888,9 @@ def offloaded_model_level(spec: ModelSpec, w: Workload, b: int, s: int) -> tuple
     r = 4 if w.dtype == "fp32" else c
     moved = 0
     if spec.position == "rotary":
-        moved += 2 * _r(c * spec.head_dim * t)
+        moved += 2 * spec.rotary_tables * _r(c * spec.head_dim * s)
     if dropout_probs(spec)[1] > 0:
-        moved += _r(spec.hidden_size * t)
+        moved += _r((spec.embedding_size or spec.hidden_size) * t)
     if spec.position == "relative" and w.checkpointing == "full":
         bias_b = DTYPE_BYTES[w.dtype] if w.method == "full" else DTYPE_BYTES[w.compute_dtype]
         moved += (3 if spec.kind == "encoder-decoder" else 1) * _r(bias_b * spec.n_heads * s * s)
@@ -718,7 +913,14 @@ def inference_layer_peak(spec: ModelSpec, w: Workload, b: int, s: int, S: int, t
         stream += _r(c * D.h * t)
     if spec.position == "learned" and spec.kind == "decoder":
         stream += _r(c * D.h * s)
-    if w.attention == "eager":
+    if spec.rel_terms:
+        # DeBERTa-v2 at its p2c term (eager, always): q, k, v made contiguous, the repeated position
+        # projections, that term's raw (b*a, s, R) scores, both gathered terms, their sum and the
+        # content scores; the int64 indices, the normalized relative embeddings, the fp32 mask
+        n, R = len(spec.rel_terms), spec.rel_span
+        attn = (3 * _r(c * D.a * D.d * t) + n * _r(c * b * D.a * R * D.d) + _r(c * b * D.a * s * R)
+                + (n + 2) * _r(c * b * D.a * s * S) + n * _r(8 * s * S) + _r(c * R * D.h) + _r(4 * b * s * S))
+    elif w.attention == "eager":
         probs = b * D.a * s * S
         # q, and the keys and values it attends to; with GQA, eager_attention_forward calls repeat_kv
         # (transformers/integrations/sdpa_attention.py), a copy of all S keys and values at the full
@@ -727,6 +929,12 @@ def inference_layer_peak(spec: ModelSpec, w: Workload, b: int, s: int, S: int, t
         attn = 2 * _r(c * probs) + _r(4 * probs) + _r(c * D.a * D.d * t) + kv
     else:
         attn = 4 * _r(c * D.a * D.d * t) + _r(4 * b * D.a * s)
+    if spec.rotary_fp32:
+        # ModernBERT's rotary in fp32 while the fused q/k/v output is alive: q.float(), q * cos, the
+        # rotated half (neg, half width) and cat, and the sum (four and a half fp32 b*s*a*d tensors)
+        attn = max(attn, 3 * _r(c * D.a * D.d * t) + 4 * _r(4 * D.a * D.d * t) + _r(2 * D.a * D.d * t))
+    if spec.sliding_layers and w.attention == "sdpa":
+        attn += _r(b * s * S)  # the bool sliding-window mask (b, 1, s, S), made once per forward
     if spec.is_moe:
         # transformers 5 grouped experts: the routed copies of the hidden states (t*k, h) and
         # the fused gate_up output (t*k, 2f), then act(gate) and the product (t*k, f each)

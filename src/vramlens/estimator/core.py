@@ -135,6 +135,7 @@ class ActivationTotals:
     block_forward: int = 0  # a transient inside a block's forward: 4-bit weight dequantized, DoRA's weight norm
     block_backward: int = 0  # ... inside a block's backward: a 4-bit weight dequantized with its gradients
     block_temporary: int = 0  # of those, the part that is a temporary (DoRA's identity is kept by autograd)
+    mlp_backward: int = 0  # the last block's MLP backward transient (activations.mlp_backward_bytes)
 
 
 def activation_totals(spec: ModelSpec, w: Workload, sp: Split) -> ActivationTotals:
@@ -147,17 +148,28 @@ def activation_totals(spec: ModelSpec, w: Workload, sp: Split) -> ActivationTota
         layers = [(enc, spec.n_encoder_layers), (dec, spec.n_decoder_layers)]
     else:
         la = A.layer_activations(spec, w, b, s, tp=tp)
-        layers = [(la, spec.n_layers)]
+        layers = [(la, spec.n_layers - spec.sliding_layers)]
+        if spec.sliding_layers:  # local-attention blocks keep their own SDPA mask
+            layers.append((A.layer_activations(spec, w, b, s, tp=tp, local=True), spec.sliding_layers))
     frac = sp.layers / max(1, spec.n_layers)
     # the embedding case runs the blocks once per text column, both graphs alive until backward
     inflight = sp.micro_batches_in_flight * H.columns(spec, w)
     one = max(la.saved for la, _ in layers)
     if w.checkpointing == "full":
         # the recomputed block, plus the gradients its backward holds at once: the MLP's
-        # (b*s, f) gradients of the down projection's input, the activation and its input (fp32
-        # under autocast when the activation's output is fp32: NewGELU's pow)
+        # (b*s, f) gradients of the down projection's input, the activation and its input (a plain
+        # MLP with a one-kernel activation, GELU or ReLU: two, as traced for ELECTRA; fp32 under
+        # autocast when the activation's output is fp32: NewGELU's pow)
         g = 4 if A.act_upcasts(spec.activation, H.autocast(w)) else DTYPE_BYTES[w.compute_dtype]
-        one += 3 * A._r(g * max(1, spec.ffn_size // tp) * b * s)
+        plain = not spec.gated_mlp and spec.activation not in ("gelu_new", "gelu_fast")
+        one += (2 if plain else 3) * A._r(g * max(1, spec.ffn_size // tp) * b * s)
+        if spec.rel_terms and w.method == "full":
+            # DeBERTa-v2: gather's backward scatters into a zero (b*a, s, R) tensor, and the repeated
+            # position projection gets its (b*a, R, d) gradient (traced in full fine-tuning; under
+            # LoRA the end of the recomputed forward stays the higher point)
+            c = DTYPE_BYTES[w.compute_dtype]
+            one += (A._r(c * b * max(1, spec.n_heads // tp) * s * spec.rel_span)
+                    + A._r(c * b * spec.rel_span * spec.hidden_size // tp))
         kept = sum(la.checkpoint_input * n for la, n in layers)
         formula = "full checkpointing: each block keeps its input (b*s*h), one block recomputed in backward"
     else:
@@ -222,7 +234,8 @@ def activation_totals(spec: ModelSpec, w: Workload, sp: Split) -> ActivationTota
                             final_norm_backward=0 if lf is None else lf.final_norm_backward, host=host,
                             head_saved=head_saved, formula=formula + "; " + head_formula
                             + (f"; x{cols} text columns (anchor, positive), each its own forward" if cols > 1 else ""),
-                            later_pass=later, pass_working=working)
+                            later_pass=later, pass_working=working,
+                            mlp_backward=A.mlp_backward_bytes(spec, w, b, s, tp) if sp.layers else 0)
 
 
 def output_layer_cast(spec: ModelSpec, w: Workload, has_head: bool) -> int:
@@ -274,6 +287,9 @@ def estimate_spec(spec: ModelSpec, w: Workload, gpu: GPU | None = None, *, headr
         # torchao/optim/README.md: "For FP8 optimizers on CUDA, ... CUDA compute capability >= 8.9 are required"
         notes.append(f"torchao's AdamWFp8 needs compute capability 8.9 or later; {gpu.name if gpu else ''} has "
                      f"{cc[0]}.{cc[1]}: use adamw-8bit-torchao (about the same bytes)")
+    if not spec.attention_interface and (w.attention != "eager" or w.checkpointing == "selective"):
+        notes.append(f"{spec.architecture} computes its attention itself (no attn_implementation): it runs eager"
+                     + (", and selective checkpointing recomputes nothing" if w.checkpointing == "selective" else ""))
     kv = 0
     if w.training:
         at = activation_totals(spec, w, sp)
@@ -298,14 +314,14 @@ def estimate_spec(spec: ModelSpec, w: Workload, gpu: GPU | None = None, *, headr
                               head_grads=at.head_grads, head_backward_later=at.head_backward_later,
                               head_grad_in_forward=at.head_grad_in_forward,
                               final_norm_backward=at.final_norm_backward, block_forward=at.block_forward,
-                              block_backward=at.block_backward)
+                              block_backward=at.block_backward, mlp_backward=at.mlp_backward)
         peak_phase, peak_alloc = max(phases, key=lambda p: p[1])
         reserved, total = reserved_total(st, peak_alloc)
         # a checkpointed block is recomputed in backward, its 4-bit matmuls dequantizing again
         recompute = one_layer + at.block_temporary if w.checkpointing == "full" else 0
-        if recompute and spec.tied_embeddings:
-            # a tied output layer's weight gradient waits in autograd's InputBuffer for the
-            # embedding's (a temporary until they are added) while the blocks are recomputed
+        if recompute and spec.tied_embeddings and st.head_grad:
+            # a tied output layer's weight gradient waits in autograd's InputBuffer for the embedding's
+            # (a temporary until they are added, not yet the .grad): alive while the last block is recomputed
             recompute += st.head_grad
         # several columns: the gradients are still accumulating when the first column's backward runs
         second = st.grads + at.pass_working if at.later_pass else 0
@@ -315,11 +331,13 @@ def estimate_spec(spec: ModelSpec, w: Workload, gpu: GPU | None = None, *, headr
             loss_bwd = max(loss_bwd, at.head_backward, at.head_backward_later + at.head_grads * st.head_grad - made,
                            at.final_norm_backward)
         temporaries = max(loss_tmp, loss_bwd, st.opt_tmp + st.master_grads + st.in_backward_addend, recompute,
-                          second, at.block_temporary)
+                          second, at.block_temporary, at.mlp_backward)
         explain["temporaries"] = (f"max(loss: logits + fp32 upcast {loss_tmp:,} B, loss backward: two fp32 "
                                   f"gradients {loss_bwd:,} B, optimizer step {st.opt_tmp + st.master_grads:,} B: "
                                   f"{explain.pop('optimizer_step', '')}"
                                   + (f", one block recomputed in backward {recompute:,} B" if recompute else "")
+                                  + (f", the last block's MLP backward {at.mlp_backward:,} B" if at.mlp_backward
+                                     else "")
                                   + (f", the first column's backward: gradients still accumulating and a block's "
                                      f"backward tensors {second:,} B" if second else "")
                                   + (f", inside a block: {_block_words(w)} {at.block_temporary:,} B"

@@ -17,6 +17,12 @@ Per text column, with t = b*s tokens, h hidden size, c bytes of the compute dtyp
   classifier) instead of the last hidden state.
 * ``question-answering``: qa_outputs keeps the last hidden state; the start and end logits
   are split and made contiguous, one cross-entropy each.
+* ``head_transform`` (ModernBERT): token classification and QA run the prediction head (dense,
+  activation, LayerNorm) over every token first; its sequence classifier (``transform``) pools
+  (the first token: a view that keeps the last hidden state; or the masked mean: the product
+  keeps only the bool mask, the division the int64 count) and runs the head on the b pooled rows.
+* ``replaced-token-detection`` (ELECTRA's discriminator): dense and activation over every token,
+  one logit per token, ``BCEWithLogitsLoss`` keeping the logits and the fp32 targets.
 * ``embedding`` (sentence-transformers, MultipleNegativesRankingLoss): the base model runs
   once per text column (anchor and positive: two forwards of b sequences each, both graphs
   alive until backward); mean pooling keeps the last hidden state and the attention mask
@@ -24,7 +30,8 @@ Per text column, with t = b*s tokens, h hidden size, c bytes of the compute dtyp
   multiplied into the (b, b) similarity matrix, scaled, and fed to cross-entropy.
 
 Classification losses call ``CrossEntropyLoss`` on the logits as they are (BERT and RoBERTa's
-heads; transformers/models/bert/modeling_bert.py), so only the causal LM loss upcasts.
+heads; transformers/models/bert/modeling_bert.py), so only the causal LM loss upcasts, and the
+masked-LM loss of families that use transformers' ``ForMaskedLMLoss`` (``mlm_loss_upcast``).
 
 Under CUDA autocast (fp32 weights, ``--amp``) such a ``cross_entropy`` of half logits keeps two
 tensors (:func:`cross_entropy_kept`): CUDA's autocast does not list ``cross_entropy_loss``
@@ -84,7 +91,7 @@ def cross_entropy_backward(w: Workload, kept: int, cast: int) -> int:
 def loss_upcasts(spec: ModelSpec) -> bool:
     """Whether the loss calls ``logits.float()`` first: causal LMs do (transformers/loss/loss_utils.py
     ``ForCausalLMLoss``); the masked-LM, T5 and classification heads call ``cross_entropy`` as they are."""
-    return spec.head == "causal-lm"
+    return spec.head == "causal-lm" or (spec.head == "masked-lm" and spec.mlm_loss_upcast)
 
 
 def columns(spec: ModelSpec, w: Workload) -> int:
@@ -93,7 +100,10 @@ def columns(spec: ModelSpec, w: Workload) -> int:
 
 
 def classifier_dropout(spec: ModelSpec) -> float:
-    """The classifier's dropout: ``classifier_dropout``, else ``hidden_dropout_prob`` (BERT, RoBERTa)."""
+    """The dropout in front of the classifier: the family's (``ModelSpec.head_dropout``), else the config's
+    ``classifier_dropout``, else ``hidden_dropout_prob`` (BERT, RoBERTa)."""
+    if spec.head_dropout is not None:
+        return spec.head_dropout
     cfg = spec.config or {}
     for key in ("classifier_dropout", "hidden_dropout_prob"):
         if cfg.get(key) is not None:
@@ -107,9 +117,26 @@ def keeps_last_hidden(spec: ModelSpec) -> bool:
     A linear or product reading it does; a dropout in front of the head keeps only its mask
     (token classification, RoBERTa's classification head), unless its probability is 0.
     """
-    if spec.head == "token-classification" or (spec.head == "sequence-classification" and spec.classifier == "dense"):
+    if spec.head_transform and spec.head in ("token-classification", "question-answering"):
+        return True  # the prediction head's dense keeps it
+    if spec.head == "sequence-classification" and spec.classifier == "transform":
+        return spec.pooling == "cls"  # the first token's view; the masked mean keeps only the mask
+    if spec.head in ("token-classification", "question-answering") or (
+            spec.head == "sequence-classification" and spec.classifier == "dense"):
+        # BERT's QA head has no dropout (head_dropout 0), DistilBERT's has qa_dropout
         return classifier_dropout(spec) == 0
     return True
+
+
+def head_keeps_input(spec: ModelSpec, w: Workload) -> bool:
+    """Whether the head's first op keeps the last hidden state for backward (see keeps_last_hidden).
+
+    Under LoRA an encoder's task head is frozen (peft adapts the blocks' linears it targets), and
+    a frozen linear keeps no input: its backward needs only its weight.
+    """
+    if not keeps_last_hidden(spec):
+        return False
+    return w.method == "full" or spec.kind != "encoder" or spec.head == "embedding"
 
 
 def label_bytes(spec: ModelSpec, b: int, s: int) -> int:
@@ -135,12 +162,37 @@ def head_level_saved(spec: ModelSpec, w: Workload, b: int, s: int) -> int:
         # aten/src/ATen/autocast_mode.h); fp32 mean and rstd (CUDA's acc type, b*s each); the
         # LayerNorm output kept by the decoder (under autocast the decoder's half cast of it)
         ln_in = 4 if autocast(w) else c
-        return _b(c * h * t) + _b(ln_in * h * t) + 2 * _b(4 * t) + _b(c * h * t)
+        m = spec.mlm_width or h  # ELECTRA's generator head and DeBERTa's legacy head work at embedding_size
+        if w.method != "full":
+            # frozen dense and decoder keep nothing: the dense output (kept by the activation), the
+            # activation's output (the LayerNorm's input) and its fp32 mean and rstd
+            return _b(c * m * t) + _b(ln_in * m * t) + 2 * _b(4 * t)
+        return _b(c * m * t) + _b(ln_in * m * t) + 2 * _b(4 * t) + _b(c * m * t)
+    if spec.head == "replaced-token-detection":
+        # discriminator_predictions: the dense output (kept by the activation), the activation's
+        # output (kept by dense_prediction when it trains)
+        return (2 if w.method == "full" else 1) * _b(c * h * t)
+    if spec.head_transform and spec.head in ("token-classification", "question-answering"):
+        # ModernBertPredictionHead over every token: dense output (kept by the activation), its
+        # output (the LayerNorm's input; under CUDA autocast LayerNorm's fp32 cast of it), fp32 mean
+        # and rstd, the LayerNorm's output (the classifier's input; under autocast its half cast)
+        ln_in = 4 if autocast(w) else c
+        head = 2 * _b(c * h * t) + _b(ln_in * h * t) + 2 * _b(4 * t)
+        if dropped:  # the classifier keeps the dropped output and dropout its bool mask
+            head += _b(t * h)
+        return head
+    if spec.head == "sequence-classification" and spec.classifier == "transform":
+        ln_in = 4 if autocast(w) else c  # as above, on the pooled rows
+        head = 2 * _b(c * b * h) + _b(ln_in * b * h) + 2 * _b(4 * b) + (_b(b * h) if dropped else 0)
+        if spec.pooling == "mean":
+            # the product keeps the (b, s, 1) bool mask, the division its int64 count; dense keeps the pooled rows
+            head += _b(b * s) + _b(8 * b) + _b(c * b * h)
+        return head
     if spec.head == "sequence-classification" and spec.classifier == "pooler":
         return _b(c * b * h) + ((_b(b * h) + _b(c * b * h)) if dropped else 0)
     if spec.head == "sequence-classification" and spec.classifier == "dense":
         return _b(c * b * h) + (2 * (_b(b * h) + _b(c * b * h)) if dropped else 0)
-    if spec.head == "token-classification" and dropped:
+    if spec.head in ("token-classification", "question-answering") and dropped:
         return _b(t * h) + _b(c * t * h)
     if spec.head == "embedding" and w.training:
         # the expanded mask in the compute dtype (kept by the product); the masked sum and the
@@ -166,6 +218,10 @@ def loss_saved(spec: ModelSpec, w: Workload, b: int, s: int) -> tuple[int, int, 
     if spec.head == "token-classification":
         logits, lsm = _b(c * t * n), _ce(w, t * n)
         return lsm, logits + lsm, f"logits and log_softmax of b*s x {n} labels"
+    if spec.head == "replaced-token-detection":
+        # BCEWithLogitsLoss keeps the (b, s) logits and the targets, labels.float() (fp32)
+        logits, target = _b(c * t), _b(4 * t)
+        return logits + target, logits + target, "one logit per token and its fp32 target (binary cross-entropy)"
     if spec.head == "question-answering":
         # start and end logits made contiguous (b, s) each, one log_softmax each
         logits, lsm = _b(c * t * n) + 2 * _b(c * t), 2 * _ce(w, t)

@@ -240,7 +240,7 @@ def train_phases(st: TrainState, acts: int, one: int, loss_tmp: int, head_saved:
                  loss_backward_over: int | None = None,
                  head_backward: int | None = None, head_grads: int = 1, head_backward_later: int = 0,
                  head_grad_in_forward: bool = False, final_norm_backward: int = 0, block_forward: int = 0,
-                 block_backward: int = 0) -> tuple[tuple[str, int], ...]:
+                 block_backward: int = 0, mlp_backward: int = 0) -> tuple[tuple[str, int], ...]:
     """Live bytes at each phase's peak (workspaces included); see the module docstring.
 
     Args:
@@ -263,6 +263,9 @@ def train_phases(st: TrainState, acts: int, one: int, loss_tmp: int, head_saved:
             blocks' saved activations (4-bit weights dequantized for a matmul, DoRA's weight norm;
             core.activation_totals), counted with every block's activations alive (an upper bound by
             what the last block has not saved yet).
+        mlp_backward: the last block's MLP backward transient, once the head's saved tensors are gone
+            (activations.mlp_backward_bytes): the backward peak of models whose head is small. A
+            candidate of its own beside ``block_backward``'s, never added to it.
     """
     loss_bwd = 2 * head_saved if loss_backward is None else loss_backward
     if loss_backward_over is not None:
@@ -316,6 +319,8 @@ def train_phases(st: TrainState, acts: int, one: int, loss_tmp: int, head_saved:
         else:
             bwd = max(bwd_start, persistent + st.grads,
                       persistent + gfwd + bwd_casts + acts - head_saved + block_backward if block_backward else 0)
+        if mlp_backward:
+            bwd = max(bwd, persistent + max(gfwd, st.head_grad) + bwd_casts + acts - head_saved + mlp_backward)
         if later_pass:
             bwd = max(bwd, persistent + st.grads + later_pass)
         optim = persistent + _step(st)

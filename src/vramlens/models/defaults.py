@@ -26,6 +26,47 @@ _ENCODER = {
 DEFAULTS: dict[str, dict[str, Any]] = {
     "bert": dict(_ENCODER),
     "roberta": dict(_ENCODER),
+    "xlm-roberta": dict(_ENCODER),
+    "distilbert": {
+        "max_position_embeddings": 512,
+        "dropout": 0.1,
+        "attention_dropout": 0.1,
+        "activation": "gelu",
+        "qa_dropout": 0.1,
+        "seq_classif_dropout": 0.2,
+        "tie_word_embeddings": True,
+    },
+    "electra": {
+        **_ENCODER,
+        "embedding_size": 128,
+        "hidden_dropout_prob": 0.1,
+    },
+    "deberta-v2": {
+        "max_position_embeddings": 512,
+        "type_vocab_size": 0,
+        "hidden_act": "gelu",
+        "hidden_dropout_prob": 0.1,
+        "relative_attention": False,
+        "max_relative_positions": -1,
+        "position_biased_input": True,
+        "pos_att_type": None,
+        "legacy": True,
+        "tie_word_embeddings": True,
+    },
+    "modernbert": {
+        "hidden_activation": "gelu",
+        "max_position_embeddings": 8192,
+        "norm_bias": False,
+        "attention_bias": False,
+        "mlp_bias": False,
+        "decoder_bias": True,
+        "classifier_bias": False,
+        "classifier_pooling": "cls",
+        "classifier_dropout": 0.0,
+        "local_attention": 128,
+        "layer_types": None,  # None means from global_attn_every_n_layers (3): __post_init__
+        "tie_word_embeddings": True,
+    },
     "gpt2": {
         "n_positions": 1024,
         "n_inner": None,  # None means 4 * n_embd (modeling_gpt2.py GPT2Block)
@@ -219,6 +260,7 @@ ATTRIBUTE_MAPS: dict[str, dict[str, str]] = {
         "num_hidden_layers": "n_layer",
     },
     "bloom": {"num_hidden_layers": "n_layer", "num_attention_heads": "n_head"},
+    "distilbert": {"hidden_size": "dim", "num_attention_heads": "n_heads", "num_hidden_layers": "n_layers"},
     "mixtral": {"num_experts": "num_local_experts"},
     "qwen3_moe": {"num_experts": "num_local_experts"},
     "t5": {

@@ -14,7 +14,7 @@ from typing import Literal
 from vramlens.errors import InputError
 
 Head = Literal["causal-lm", "seq2seq-lm", "masked-lm", "sequence-classification", "token-classification",
-               "question-answering", "embedding", "other"]
+               "question-answering", "embedding", "replaced-token-detection", "other"]
 
 #: Class-name suffix of each task (transformers' naming; GPT-2's causal LM is ``GPT2LMHeadModel``).
 TASK_SUFFIX: dict[str, str] = {
@@ -32,9 +32,12 @@ _ENCODER_TASKS = ("masked-lm", "sequence-classification", "token-classification"
 _DECODER_TASKS = ("causal-lm", "sequence-classification", "embedding")
 _SEQ2SEQ_TASKS = ("seq2seq-lm",)
 
-#: The tasks each family models (encoders: BERT, RoBERTa; encoder-decoders: T5; the rest decoders).
+#: The tasks each family models (encoders: BERT, RoBERTa, XLM-R, DistilBERT, ELECTRA, DeBERTa-v2, ModernBERT;
+#: encoder-decoders: T5; the rest decoders).
 FAMILY_TASKS: dict[str, tuple[str, ...]] = {
-    "bert": _ENCODER_TASKS, "roberta": _ENCODER_TASKS, "t5": _SEQ2SEQ_TASKS, "mt5": _SEQ2SEQ_TASKS,
+    "bert": _ENCODER_TASKS, "roberta": _ENCODER_TASKS, "xlm-roberta": _ENCODER_TASKS, "distilbert": _ENCODER_TASKS,
+    "electra": _ENCODER_TASKS, "deberta-v2": _ENCODER_TASKS, "modernbert": _ENCODER_TASKS,
+    "t5": _SEQ2SEQ_TASKS, "mt5": _SEQ2SEQ_TASKS,
 }
 
 _SUFFIX = re.compile(

@@ -94,7 +94,8 @@ class ModelSpec:
     projection: BERT's BertPredictionHeadTransform, RoBERTa's lm_head), ``classifier`` (how a
     sequence classifier reads the sequence: ``pooler`` BERT's pooler on the first token,
     ``dense`` RoBERTa's dropout + dense + tanh on the first token, ``score`` a linear over every
-    token whose last non-pad logits are kept), and ``outside_loss`` (parameters the task's loss
+    token whose last non-pad logits are kept, ``transform`` ModernBERT's pooling, first token or masked
+    mean, then its prediction head before the classifier), and ``outside_loss`` (parameters the task's loss
     does not reach, so they get no gradient and no optimizer state: BertModel's pooler under
     mean pooling).
     """
@@ -115,7 +116,7 @@ class ModelSpec:
     activation: str = "gelu"
     gated_mlp: bool = False
     norm: Literal["layernorm", "rmsnorm"] = "layernorm"
-    position: Literal["learned", "rotary", "alibi", "relative", "none"] = "learned"
+    position: Literal["learned", "rotary", "alibi", "relative", "disentangled", "none"] = "learned"
     tied_embeddings: bool = False
     n_experts: int = 0
     experts_per_token: int = 0
@@ -129,12 +130,61 @@ class ModelSpec:
     head: Head = "causal-lm"
     num_labels: int = 0
     mlm_transform: bool = False
-    classifier: Literal["pooler", "dense", "score"] = "score"
+    classifier: Literal["pooler", "dense", "score", "transform"] = "score"
     outside_loss: tuple[str, ...] = ()
     #: the attention's fused q/k/v projection output stays alive until backward although rotary
     #: makes new q and k: v is a view of it (GPT-NeoX ``query_key_value``), so a block keeps the
     #: fused output and the rotated q and k
     fused_qkv_kept: bool = False
+    #: residual dropouts per block: BERT drops out the attention output and the MLP output (2),
+    #: DistilBERT only the FFN output (modeling_distilbert.py ``FFN.ff_chunk``)
+    block_dropouts: int = 2
+    #: eager attention takes ``softmax(..., dtype=torch.float32)`` and casts back (ModernBERT's
+    #: ``eager_attention_forward``), for families outside activations.FP32_SOFTMAX
+    softmax_fp32: bool = False
+    #: the attention runs through transformers' attention interface (``attn_implementation``: SDPA,
+    #: flash, and what vramlens' selective recomputation wraps); False when the module computes it
+    #: itself (DeBERTa-v2's DisentangledSelfAttention): it always runs eager, never recomputed
+    attention_interface: bool = True
+    #: the embeddings' width when a linear projects them to hidden_size (ELECTRA ``embeddings_project``,
+    #: DeBERTa-v2 ``embed_proj``), None when they are hidden_size wide
+    embedding_size: int | None = None
+    #: with a projection: True when the embeddings' LayerNorm works at embedding_size before it
+    #: (ELECTRA), False when the projection comes first (DeBERTa-v2's embed_proj, then LayerNorm)
+    embedding_norm_first: bool = True
+    #: the dropout in front of the task head's classifier (DistilBERT's ``seq_classif_dropout`` and
+    #: ``qa_dropout``); None reads ``classifier_dropout``/``hidden_dropout_prob`` from the config
+    head_dropout: float | None = None
+    #: the masked-LM loss calls ``logits.float()`` first (transformers/loss/loss_utils.py
+    #: ``ForMaskedLMLoss``, which ModernBERT uses; BERT's heads call CrossEntropyLoss as they are)
+    mlm_loss_upcast: bool = False
+    #: the MLM prediction transform's width when not hidden_size (ELECTRA's generator_predictions
+    #: and DeBERTa-v2's legacy head work at ``embedding_size``)
+    mlm_width: int | None = None
+    #: the classification heads run the prediction head (dense, activation, LayerNorm) before the
+    #: classifier: ModernBertPredictionHead in ModernBert{Sequence,Token}Classification and QA
+    head_transform: bool = False
+    #: how a sequence classifier pools: "cls" the first token, "mean" the masked mean over tokens
+    #: (ModernBERT's ``classifier_pooling``)
+    pooling: Literal["cls", "mean"] = "cls"
+    #: blocks whose attention has a sliding window (ModernBERT: all but every
+    #: ``global_attn_every_n_layers``-th); with SDPA each such block gets an explicit b x 1 x s x s mask
+    sliding_layers: int = 0
+    #: a pre-norm model whose embeddings end in a norm outside the blocks (ModernBERT's
+    #: ``embeddings.norm``): under full checkpointing it keeps its input besides the final norm's
+    #: (a post-norm encoder's embedding LayerNorm takes the final norm's place, which is checkpointed)
+    embedding_norm: bool = False
+    #: the rotary embedding runs in fp32 on upcast queries and keys (ModernBERT's
+    #: ``apply_rotary_pos_emb``: ``q.float() * cos``, then ``.to(original_dtype)``), whose fp32
+    #: intermediates are the inference forward's transient peak inside a block
+    rotary_fp32: bool = False
+    #: (cos, sin) tables the rotary embedding makes per forward (ModernBERT: one per layer type)
+    rotary_tables: int = 1
+    #: DeBERTa-v2 disentangled attention: relative-position rows used per layer (2 x att_span, the
+    #: position buckets or max_relative_positions), 0 without relative attention
+    rel_span: int = 0
+    #: the disentangled terms ("c2p", "p2c") that add relative-position scores to the attention
+    rel_terms: tuple[str, ...] = ()
 
     # ---- counts -------------------------------------------------------------------------
     @property

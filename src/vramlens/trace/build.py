@@ -120,10 +120,18 @@ def _arch_class(cfg: dict):
 
 
 def with_task_architecture(cfg: dict, task: str | None) -> dict:
-    """``cfg`` with ``architectures`` naming the class ``AutoModelFor<task>`` builds (the estimator's choice too)."""
-    if task is None:
-        return cfg
+    """``cfg`` with ``architectures`` naming the class ``AutoModelFor<task>`` builds (the estimator's choice too).
+
+    A config.json without ``architectures`` (DeBERTa-v3's) gets the family's default class, as
+    :func:`vramlens.models.spec_from_config` assumes.
+    """
     from vramlens.models.families import DEFAULT_ARCHITECTURES
+
+    if task is None:
+        mt = cfg.get("model_type") or ""
+        if not cfg.get("architectures") and mt in DEFAULT_ARCHITECTURES:
+            return {**cfg, "architectures": [DEFAULT_ARCHITECTURES[mt]]}
+        return cfg
     from vramlens.models.heads import task_architecture
 
     mt = cfg.get("model_type") or ""

@@ -30,6 +30,7 @@ from typing import Any
 
 from vramlens.errors import InputError
 from vramlens.estimator.breakdown import ALLOCATOR_COMPONENTS
+from vramlens.models.heads import tasks_of
 
 #: catalog name -> (what it stands for, KV heads after the shrink, LoRA targets)
 ARCHITECTURES: dict[str, tuple[str, int, tuple[str, ...]]] = {
@@ -42,6 +43,15 @@ ARCHITECTURES: dict[str, tuple[str, int, tuple[str, ...]]] = {
     "bert-base-uncased": ("encoder-only, MHA", 4, ("query", "value")),
     "t5-small": ("encoder-decoder, relative position bias", 4, ("q", "v")),
     "pythia-160m": ("decoder, fused QKV kept alive by v, partial rotary (gpt_neox)", 4, ("query_key_value",)),
+    "distilbert-base-uncased": ("encoder-only, DistilBERT: q_lin/out_lin, one residual dropout per block", 4,
+                                ("q_lin", "v_lin")),
+    "xlm-roberta-base": ("encoder-only, RoBERTa layout, head registered first (xlm-roberta)", 4, ("query", "value")),
+    "electra-small-discriminator": ("encoder-only, embeddings projected 128 -> 256, replaced-token detection", 4,
+                                    ("query", "value")),
+    "deberta-v3-base": ("encoder-only, disentangled attention (c2p, p2c; eager only)", 4,
+                        ("query_proj", "value_proj")),
+    "modernbert-base": ("encoder-only, pre-norm, fused Wqkv, GeGLU, rotary per layer type, sliding-window blocks",
+                        4, ("Wqkv",)),
 }
 
 #: Models that only the task rows use: catalog name -> (what it stands for, KV heads, LoRA targets).
@@ -70,6 +80,15 @@ TASK_ROWS: tuple[tuple[str, dict[str, Any]], ...] = (
     # LayerNorm and cross-entropy (vramlens.trace.cuda_autocast)
     _task_row("gpt2", "causal-lm", dtype="fp32", amp="bf16"),
     _task_row("bert-base-uncased", "masked-lm", dtype="fp32", amp="bf16"),
+    # the encoder families' own heads: DistilBERT's pre_classifier and qa_dropout, ELECTRA's
+    # classification head, DeBERTa's token classifier (its sequence classifier's loss calls nonzero,
+    # which fake tensors cannot run), ModernBERT's mean-pooled head and its sliding-window masks at 512
+    _task_row("distilbert-base-uncased", "sequence-classification", dtype="fp32"),
+    _task_row("distilbert-base-uncased", "question-answering", dtype="bf16"),
+    _task_row("electra-small-discriminator", "sequence-classification", dtype="bf16"),
+    _task_row("deberta-v3-base", "token-classification", dtype="bf16"),
+    _task_row("modernbert-base", "sequence-classification", dtype="bf16"),
+    _task_row("modernbert-base", "embedding", mode="inference", dtype="bf16", seq=512),
 )
 
 #: Memory techniques of training stacks (torchtune, torchtitan, Liger), each run by the tracer the
@@ -238,11 +257,14 @@ def shrink(cfg: dict, kv_heads: int) -> dict:
     """The same family at tiny sizes (see the module docstring)."""
     c = dict(cfg)
     mt = c.get("model_type")
-    old_h = c.get("hidden_size") or c.get("n_embd") or c.get("d_model")
+    old_h = c.get("hidden_size") or c.get("n_embd") or c.get("d_model") or c.get("dim")
     if not old_h:
         raise InputError(f"model_type={mt!r}: the config has no hidden_size, n_embd or d_model; add the one its family uses")
     scale = HIDDEN / old_h
-    if mt in ("gpt2", "gpt_bigcode"):
+    if mt == "distilbert":
+        c.update(dim=HIDDEN, n_heads=HEADS, n_layers=LAYERS, hidden_dim=int(c["hidden_dim"] * scale),
+                 max_position_embeddings=max(SEQ + NEW_TOKENS + 2, 256))
+    elif mt in ("gpt2", "gpt_bigcode"):
         c.update(n_embd=HIDDEN, n_head=HEADS, n_layer=LAYERS, n_positions=max(SEQ + NEW_TOKENS, 256))
         if c.get("n_inner"):
             c["n_inner"] = int(c["n_inner"] * scale)
@@ -266,6 +288,10 @@ def shrink(cfg: dict, kv_heads: int) -> dict:
                 c[key] = c[key][:LAYERS]
         if "max_window_layers" in c:
             c["max_window_layers"] = LAYERS
+        if "embedding_size" in c:  # ELECTRA's embeddings keep their ratio to the hidden size
+            c["embedding_size"] = max(HEAD_DIM, int(c["embedding_size"] * scale))
+    for key in [k for k, v in c.items() if k.endswith("_token_id") and isinstance(v, int) and v >= VOCAB]:
+        c[key] = 0  # token ids must fall inside the shrunk vocabulary (nn.Embedding's padding_idx)
     c["vocab_size"] = VOCAB
     c["_name_or_path"] = f"{cfg.get('_name_or_path') or mt}-tiny"
     return c
@@ -327,7 +353,7 @@ def _architecture(name: str) -> tuple[str, int, tuple[str, ...]]:
 def workload_for(name: str, row: dict[str, Any]) -> dict[str, Any]:
     wl = {"batch": BATCH, "seq": SEQ, **row}
     cfg = tiny_config(name)
-    if (wl["mode"] == "inference" and not cfg.get("is_encoder_decoder") and cfg.get("model_type") not in ("bert", "roberta")
+    if (wl["mode"] == "inference" and "causal-lm" in tasks_of(cfg.get("model_type", ""))
             and wl.get("task") in (None, "causal-lm")):
         wl.setdefault("new_tokens", NEW_TOKENS)
     if wl["method"] in ("lora", "qlora"):

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable as _Callable
 
 from vramlens.models._reader import ConfigReader as _ConfigReader
-from vramlens.models.families import bert, gpt, llama, t5
+from vramlens.models.families import bert, deberta, distilbert, electra, gpt, llama, modernbert, t5
 from vramlens.models.families._common import Built
 
 Builder = _Callable[[_ConfigReader, str], Built]
@@ -21,11 +21,20 @@ BUILDERS: dict[str, Builder] = {
     **gpt.BUILDERS,
     **{mt: llama.build_llama_like for mt in llama.MODEL_TYPES},
     **t5.BUILDERS,
+    **distilbert.BUILDERS,
+    **electra.BUILDERS,
+    **deberta.BUILDERS,
+    **modernbert.BUILDERS,
 }
 
 DEFAULT_ARCHITECTURES: dict[str, str] = {
     "bert": "BertForMaskedLM",
     "roberta": "RobertaForMaskedLM",
+    "xlm-roberta": "XLMRobertaForMaskedLM",
+    "distilbert": "DistilBertForMaskedLM",
+    "electra": "ElectraForPreTraining",
+    "deberta-v2": "DebertaV2ForMaskedLM",
+    "modernbert": "ModernBertForMaskedLM",
     "gpt2": "GPT2LMHeadModel",
     "gpt_bigcode": "GPTBigCodeForCausalLM",
     "opt": "OPTForCausalLM",

@@ -1,6 +1,6 @@
-"""Encoders: BERT and RoBERTa, with the head named in ``architectures[0]``.
+"""Encoders: BERT, RoBERTa and XLM-RoBERTa, with the head named in ``architectures[0]``.
 
-Layouts from ``transformers/models/{bert,roberta}/modeling_*.py`` (transformers 5.x):
+Layouts from ``transformers/models/{bert,roberta,xlm_roberta}/modeling_*.py`` (transformers 5.x):
 post-norm blocks with biased q/k/v/o and MLP, learned absolute positions, token-type
 embeddings, and two int64 buffers ``position_ids``/``token_type_ids`` of shape
 (1, max_position_embeddings). RoBERTa registers its position table after the LayerNorm.
@@ -9,6 +9,11 @@ Which classes carry the pooler (``BertModel(add_pooling_layer=...)``): BERT's ba
 pre-training, next-sentence, sequence-classification and multiple-choice heads; RoBERTa's
 base model and multiple-choice head only. The MLM decoder is tied to the word
 embeddings (and its bias to the head's ``bias``) unless ``tie_word_embeddings`` is false.
+
+XLM-RoBERTa is RoBERTa's layout (a 250,002-token vocabulary in the released models), but its
+head classes register the head before ``roberta`` (modeling_xlm_roberta.py, generated from
+modular_xlm_roberta.py), so ``named_parameters()`` lists the head first, and a tied MLM decoder
+is listed as ``lm_head.decoder.weight`` in place of ``roberta.embeddings.word_embeddings.weight``.
 """
 
 from __future__ import annotations
@@ -17,7 +22,7 @@ from vramlens.models._reader import ConfigReader
 from vramlens.models._tensors import Tensors, head_kind, num_labels
 from vramlens.models.families._common import Built, torch_dtype
 
-MODEL_TYPES = ("bert", "roberta")
+MODEL_TYPES = ("bert", "roberta", "xlm-roberta")
 
 _BERT_POOLED = {"base", "pretraining", "nsp", "seq_cls", "multiple_choice"}
 _ROBERTA_POOLED = {"base", "multiple_choice"}
@@ -26,8 +31,9 @@ _HEADS = {"base", "lm", "masked_lm", "pretraining", "nsp", "seq_cls", "tok_cls",
 
 
 def build_bert(r: ConfigReader, architecture: str) -> Built:
-    """BERT / RoBERTa inventory and facts."""
-    roberta = r.model_type == "roberta"
+    """BERT / RoBERTa / XLM-RoBERTa inventory and facts."""
+    roberta = r.model_type in ("roberta", "xlm-roberta")
+    head_first = r.model_type == "xlm-roberta"
     h, L, a = r.get_int("hidden_size"), r.get_int("num_hidden_layers"), r.get_int("num_attention_heads")
     V, f = r.get_int("vocab_size"), r.get_int("intermediate_size")
     n_pos, n_types = r.get_int("max_position_embeddings"), r.get_int("type_vocab_size")
@@ -46,9 +52,13 @@ def build_bert(r: ConfigReader, architecture: str) -> Built:
         head = "base"
     name = "roberta" if roberta else "bert"
     p = "" if head == "base" else f"{name}."
+    lm = head in ("lm", "masked_lm", "pretraining")
+    # XLM-R's tied decoder is listed under the head's name (the head comes first)
+    word_in_head = head_first and lm and tied
     t = Tensors()
     e = f"{p}embeddings."
-    t.embedding(f"{e}word_embeddings", V, h)
+    if not word_in_head:
+        t.embedding(f"{e}word_embeddings", V, h)
     if not roberta:
         t.embedding(f"{e}position_embeddings", n_pos, h, role="position_embedding")
     t.embedding(f"{e}token_type_embeddings", n_types, h, role="position_embedding")
@@ -70,33 +80,39 @@ def build_bert(r: ConfigReader, architecture: str) -> Built:
         t.linear(f"{p}pooler.dense", h, h, True)
 
     n = num_labels(r.raw)
-    if head in ("lm", "masked_lm", "pretraining"):
+    hd = Tensors()
+    if lm:
         if roberta:
-            t.add("lm_head.bias", (V,), "bias")
-            t.linear("lm_head.dense", h, h, True)
-            t.norm("lm_head.layer_norm", h)
-            if not tied:
-                t.linear("lm_head.decoder", V, h, True, role="lm_head")
+            hd.add("lm_head.bias", (V,), "bias")
+            hd.linear("lm_head.dense", h, h, True)
+            hd.norm("lm_head.layer_norm", h)
+            if word_in_head:
+                hd.embedding("lm_head.decoder", V, h)  # the word embeddings, tied
+            elif not tied:
+                hd.linear("lm_head.decoder", V, h, True, role="lm_head")
         else:
-            t.add("cls.predictions.bias", (V,), "bias")
-            t.linear("cls.predictions.transform.dense", h, h, True)
-            t.norm("cls.predictions.transform.LayerNorm", h)
+            hd.add("cls.predictions.bias", (V,), "bias")
+            hd.linear("cls.predictions.transform.dense", h, h, True)
+            hd.norm("cls.predictions.transform.LayerNorm", h)
             if not tied:
-                t.linear("cls.predictions.decoder", V, h, True, role="lm_head")
+                hd.linear("cls.predictions.decoder", V, h, True, role="lm_head")
     if head in ("pretraining", "nsp"):
-        t.linear("cls.seq_relationship", 2, h, True, role="other")
+        hd.linear("cls.seq_relationship", 2, h, True, role="other")
     if head == "seq_cls":
         if roberta:  # RobertaClassificationHead: dense + out_proj
-            t.linear("classifier.dense", h, h, True)
-            t.linear("classifier.out_proj", n, h, True, role="other")
+            hd.linear("classifier.dense", h, h, True)
+            hd.linear("classifier.out_proj", n, h, True, role="other")
         else:
-            t.linear("classifier", n, h, True, role="other")
+            hd.linear("classifier", n, h, True, role="other")
     elif head == "tok_cls":
-        t.linear("classifier", n, h, True, role="other")
+        hd.linear("classifier", n, h, True, role="other")
     elif head == "multiple_choice":
-        t.linear("classifier", 1, h, True, role="other")
+        hd.linear("classifier", 1, h, True, role="other")
     elif head == "qa":
-        t.linear("qa_outputs", n, h, True, role="other")  # nn.Linear(hidden_size, num_labels): 2 by default
+        hd.linear("qa_outputs", n, h, True, role="other")  # nn.Linear(hidden_size, num_labels): 2 by default
+    params = [x for x in t.items if x.role != "buffer"]
+    buffers = [x for x in t.items if x.role == "buffer"]
+    tensors = hd.items + params + buffers if head_first else params + hd.items + buffers
 
     facts = dict(
         kind="encoder", hidden_size=h, n_heads=a, n_kv_heads=a, head_dim=h // a, ffn_size=f,
@@ -104,13 +120,22 @@ def build_bert(r: ConfigReader, architecture: str) -> Built:
         # so 514 table rows hold 512 tokens.
         vocab_size=V, n_encoder_layers=L, max_position=n_pos - 2 if roberta else n_pos,
         activation=act, gated_mlp=False, norm="layernorm", position="learned",
-        tied_embeddings=tied and head in ("lm", "masked_lm", "pretraining"), torch_dtype=dtype,
-        mlm_transform=head in ("lm", "masked_lm", "pretraining"),
+        tied_embeddings=tied and lm, torch_dtype=dtype, mlm_transform=lm,
+        # BertForQuestionAnswering has no dropout; the others drop out classifier_dropout, else
+        # hidden_dropout_prob (modeling_bert.py, RobertaClassificationHead)
+        head_dropout=0.0 if head == "qa" else _classifier_dropout(r),
         classifier="dense" if roberta else "pooler",
         # sentence-transformers loads the base model with its pooler, which mean pooling never reads
         outside_loss=tuple(x.name for x in t.items if x.name.startswith("pooler.")) if head == "base" else (),
     )
-    return Built(facts, t.items)
+    return Built(facts, tensors)
 
 
-BUILDERS = {"bert": build_bert, "roberta": build_bert}
+def _classifier_dropout(r: ConfigReader) -> float:
+    """``classifier_dropout`` when set, else ``hidden_dropout_prob`` (BertForSequenceClassification)."""
+    if r.raw.get("classifier_dropout") is not None:
+        return r.get_float("classifier_dropout")
+    return r.get_float("hidden_dropout_prob", 0.1)
+
+
+BUILDERS = {"bert": build_bert, "roberta": build_bert, "xlm-roberta": build_bert}
