@@ -34,6 +34,7 @@ from vramlens.allocator.snapshot import config_from_settings, safe_loads  # noqa
 from vramlens.errors import UnknownGPUError  # noqa: E402
 from vramlens.hardware.catalog import generic_gpu, get_gpu  # noqa: E402
 from vramlens.hardware.runtime import runtime_overhead  # noqa: E402
+from vramlens.trace.common import cuda_unavailable_reason  # noqa: E402
 
 RESERVED_TARGET = 0.03
 TOTAL_TARGET = 0.05
@@ -156,16 +157,6 @@ def summarize(results: dict) -> dict:
         "all_ok": bool(done) and all(r["reserved_ok"] and r["total_ok"] for r in done),
     }
 
-
-def cuda_unavailable_reason() -> str | None:
-    """Why the GPU part cannot run here, or None when it can."""
-    try:
-        import torch
-    except ImportError:
-        return "torch is not installed"
-    if not torch.cuda.is_available():
-        return f"torch {torch.__version__} sees no CUDA device"
-    return None
 
 
 def main(argv: list[str] | None = None) -> int:

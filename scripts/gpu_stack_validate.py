@@ -31,6 +31,8 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
+from vramlens.trace.common import cuda_unavailable_reason  # noqa: E402
+
 TRAIN = {"mode": "train", "dtype": "bf16", "optimizer": "adamw"}
 
 #: name -> (catalog model, workload settings). Small enough that every case runs in seconds
@@ -70,16 +72,6 @@ CASES: dict[str, tuple[str, dict[str, Any]]] = {
     "t5-base/seq2seq": ("t5-base", {**TRAIN, "dtype": "fp32", "batch": 8, "seq": 512}),
 }
 
-
-def cuda_unavailable_reason() -> str | None:
-    """Why the CUDA run cannot happen here, or None."""
-    try:
-        import torch
-    except ImportError:
-        return "torch is not installed"
-    if not torch.cuda.is_available():
-        return f"torch {torch.__version__} sees no CUDA device"
-    return None
 
 
 def error_of(figure: int | None, measured: int | None) -> float | None:

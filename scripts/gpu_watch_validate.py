@@ -27,18 +27,12 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "src"))
+
+from vramlens.trace.common import cuda_unavailable_reason  # noqa: E402
+
 CALIBRATE_TOLERANCE = 0.05
 
-
-def cuda_unavailable_reason() -> str | None:
-    """Why the CUDA checks cannot run here, or None."""
-    try:
-        import torch
-    except ImportError:
-        return "torch is not installed"
-    if not torch.cuda.is_available():
-        return f"torch {torch.__version__} sees no CUDA device"
-    return None
 
 
 # ---- comparisons (pure: tested on CPU) --------------------------------------------------------
@@ -187,7 +181,6 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     import torch
 
-    sys.path.insert(0, str(ROOT / "src"))
     import vramlens
 
     checks: dict[str, dict[str, Any]] = {}

@@ -10,23 +10,20 @@ import torch
 ROOT = Path(__file__).resolve().parents[2]
 
 
-@pytest.mark.skipif(torch.cuda.is_available(), reason="a GPU is present: run scripts/gpu_validate.py itself")
-def test_gpu_script_skips_without_cuda(tmp_path):
-    out = tmp_path / "trace-gpu.json"
-    p = subprocess.run([sys.executable, str(ROOT / "scripts" / "gpu_validate.py"), "--out", str(out)],
-                       capture_output=True, text=True, cwd=ROOT)
-    assert p.returncode == 0
-    assert "skipped: no CUDA device" in p.stderr
-    assert not out.exists()
+#: script, its output file, the stream its skip line goes to, and what that line says
+SKIPPING = [("gpu_validate.py", "trace-gpu.json", "stderr", "skipped: no CUDA device"),
+            ("gpu_stack_validate.py", "stack-gpu.json", "stdout", "sees no CUDA device"),
+            ("gpu_lowbit_validate.py", "lowbit-gpu.json", "stderr", "skipped: no CUDA device")]
 
 
-@pytest.mark.skipif(torch.cuda.is_available(), reason="a GPU is present: run scripts/gpu_stack_validate.py itself")
-def test_stack_script_skips_without_cuda(tmp_path):
-    out = tmp_path / "stack-gpu.json"
-    p = subprocess.run([sys.executable, str(ROOT / "scripts" / "gpu_stack_validate.py"), "--out", str(out)],
+@pytest.mark.skipif(torch.cuda.is_available(), reason="a GPU is present: run the scripts themselves")
+@pytest.mark.parametrize("script,name,stream,says", SKIPPING)
+def test_gpu_scripts_skip_without_cuda(tmp_path, script, name, stream, says):
+    out = tmp_path / name
+    p = subprocess.run([sys.executable, str(ROOT / "scripts" / script), "--out", str(out)],
                        capture_output=True, text=True, cwd=ROOT)
     assert p.returncode == 0
-    assert "skipped:" in p.stdout and "sees no CUDA device" in p.stdout
+    assert "skipped:" in getattr(p, stream) and says in getattr(p, stream)
     assert not out.exists()
 
 
@@ -44,13 +41,3 @@ def test_stack_script_fake_backend_compares_trace_and_estimate(tmp_path):
     assert case["trace_peak_allocated"] > case["params"] * 4  # fp32 weights alone
     err = case["estimate_peak_allocated"] / case["trace_peak_allocated"] - 1
     assert case["estimate_vs_measured"] == pytest.approx(err, abs=1e-4)
-
-
-@pytest.mark.skipif(torch.cuda.is_available(), reason="a GPU is present: run scripts/gpu_lowbit_validate.py itself")
-def test_lowbit_script_skips_without_cuda(tmp_path):
-    out = tmp_path / "lowbit-gpu.json"
-    p = subprocess.run([sys.executable, str(ROOT / "scripts" / "gpu_lowbit_validate.py"), "--out", str(out)],
-                       capture_output=True, text=True, cwd=ROOT)
-    assert p.returncode == 0
-    assert "skipped: no CUDA device" in p.stderr
-    assert not out.exists()

@@ -12,13 +12,12 @@ An exception inside ``Trainer.train`` skips ``on_train_end``: the report is then
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
 from transformers import TrainerCallback
 
+from vramlens.integrations._common import vram_metrics, write_report
 from vramlens.monitor import watch
-from vramlens.units import GiB, MiB
 
 
 class VramlensCallback(TrainerCallback):
@@ -46,18 +45,10 @@ class VramlensCallback(TrainerCallback):
     def on_log(self, args, state, control, logs=None, **kwargs):
         if self.watch is None or logs is None:
             return
-        records = self.watch.records
-        if not records:
+        figures = vram_metrics(self.watch)
+        if not figures:
             return
-        last = records[-1]
-        logs["vram/peak_allocated_gib"] = round(max(r.peak_allocated_bytes for r in records) / GiB, 4)
-        logs["vram/live_gib"] = round(last.live_bytes / GiB, 4)
-        logs["vram/activations_gib"] = round(last.categories["activations_and_temporaries"] / GiB, 4)
-        if last.host_rss_bytes is not None:
-            logs["vram/host_rss_gib"] = round(last.host_rss_bytes / GiB, 4)
-        leak = self.watch.current_leak
-        if leak is not None:
-            logs["vram/leak_mib_per_step"] = round(leak.bytes_per_step / MiB, 4)
+        logs.update(figures)
         # Trainer.log appends its copy to log_history before the callbacks see `logs`
         if state.log_history and state.log_history[-1].get("step") == state.global_step:
             state.log_history[-1].update({k: v for k, v in logs.items() if k.startswith("vram/")})
@@ -73,13 +64,4 @@ class VramlensCallback(TrainerCallback):
         w.__exit__(None, None, None)
         self.report = w.report
         if self.write_report and output_dir:
-            os.makedirs(output_dir, exist_ok=True)
-            html = os.path.join(output_dir, "vramlens-watch.html")
-            js = os.path.join(output_dir, "vramlens-watch.json")
-            import json
-
-            from vramlens.report.html import write_text_atomic
-
-            write_text_atomic(html, self.report.to_html())
-            write_text_atomic(js, json.dumps(self.report.to_dict(), indent=2) + "\n")
-            self.paths = (html, js)
+            self.paths = write_report(self.report, output_dir)

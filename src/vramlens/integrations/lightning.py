@@ -15,8 +15,6 @@ with the post-mortem, then lets Lightning raise the error as usual.
 
 from __future__ import annotations
 
-import json
-import os
 from typing import Any
 
 try:
@@ -24,8 +22,8 @@ try:
 except ImportError:  # the older package name
     from pytorch_lightning.callbacks import Callback  # type: ignore[no-redef,assignment,import-not-found,unused-ignore]
 
+from vramlens.integrations._common import vram_metrics, write_report
 from vramlens.monitor import watch
-from vramlens.units import GiB, MiB
 
 
 class VramlensCallback(Callback):
@@ -53,21 +51,7 @@ class VramlensCallback(Callback):
 
     def metrics(self) -> dict[str, float]:
         """The ``vram/*`` figures of the steps seen so far (empty before the first step)."""
-        if self.watch is None or not self.watch.records:
-            return {}
-        records = self.watch.records
-        last = records[-1]
-        out = {
-            "vram/peak_allocated_gib": round(max(r.peak_allocated_bytes for r in records) / GiB, 4),
-            "vram/live_gib": round(last.live_bytes / GiB, 4),
-            "vram/activations_gib": round(last.categories["activations_and_temporaries"] / GiB, 4),
-        }
-        if last.host_rss_bytes is not None:
-            out["vram/host_rss_gib"] = round(last.host_rss_bytes / GiB, 4)
-        leak = self.watch.current_leak
-        if leak is not None:
-            out["vram/leak_mib_per_step"] = round(leak.bytes_per_step / MiB, 4)
-        return out
+        return vram_metrics(self.watch)
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
         for name, value in self.metrics().items():
@@ -89,11 +73,4 @@ class VramlensCallback(Callback):
         w.__exit__(*exc_info)
         self.report = w.report
         if self.write_report and output_dir:
-            from vramlens.report.html import write_text_atomic
-
-            os.makedirs(output_dir, exist_ok=True)
-            html = os.path.join(output_dir, "vramlens-watch.html")
-            js = os.path.join(output_dir, "vramlens-watch.json")
-            write_text_atomic(html, self.report.to_html())
-            write_text_atomic(js, json.dumps(self.report.to_dict(), indent=2) + "\n")
-            self.paths = (html, js)
+            self.paths = write_report(self.report, output_dir)

@@ -75,3 +75,14 @@ def runner_layers(runner, model) -> int:
         return config_layers(config_of(model))
     except VramlensError:
         return 0
+
+
+def cuda_unavailable_reason() -> str | None:
+    """Why a run on CUDA cannot happen here (the GPU scripts' check), or None."""
+    try:
+        import torch
+    except ImportError:
+        return "torch is not installed"
+    if not torch.cuda.is_available():
+        return f"torch {torch.__version__} sees no CUDA device"
+    return None

@@ -7,7 +7,7 @@ from typing import Any
 
 from vramlens.errors import InputError
 from vramlens.models._reader import ConfigReader
-from vramlens.models._tensors import Tensors, num_labels
+from vramlens.models._tensors import Tensors, head_kind, num_labels
 from vramlens.models.spec import TensorInfo
 from vramlens.units import canonical_dtype
 
@@ -47,6 +47,15 @@ def rope_partial(r: ConfigReader, default: float = 1.0, legacy_key: str | None =
     if legacy_key and r.has(legacy_key):
         return r.fraction(legacy_key)
     return default
+
+
+def modelled_head(r: ConfigReader, architecture: str, heads: set[str] | frozenset[str]) -> str:
+    """The architecture's head kind when the family models it, else "base" with an assumption noted."""
+    head = head_kind(architecture)
+    if head not in heads:
+        r.assume(f"{architecture}: this head is not modelled, only the base model is counted")
+        return "base"
+    return head
 
 
 def decoder_prefix(head: str, base: str) -> str:

@@ -19,8 +19,8 @@ is listed as ``lm_head.decoder.weight`` in place of ``roberta.embeddings.word_em
 from __future__ import annotations
 
 from vramlens.models._reader import ConfigReader
-from vramlens.models._tensors import Tensors, head_kind, num_labels
-from vramlens.models.families._common import Built, torch_dtype
+from vramlens.models._tensors import Tensors, num_labels
+from vramlens.models.families._common import Built, modelled_head, torch_dtype
 
 MODEL_TYPES = ("bert", "roberta", "xlm-roberta")
 
@@ -46,10 +46,7 @@ def build_bert(r: ConfigReader, architecture: str) -> Built:
     dtype = torch_dtype(r)
     r.check()
 
-    head = head_kind(architecture)
-    if head not in _HEADS:
-        r.assume(f"{architecture}: this head is not modelled, only the base model is counted")
-        head = "base"
+    head = modelled_head(r, architecture, _HEADS)
     name = "roberta" if roberta else "bert"
     p = "" if head == "base" else f"{name}."
     lm = head in ("lm", "masked_lm", "pretraining")

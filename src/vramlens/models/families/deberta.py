@@ -25,8 +25,8 @@ first token, then dropout ``cls_dropout`` or hidden_dropout_prob), token classif
 from __future__ import annotations
 
 from vramlens.models._reader import ConfigReader
-from vramlens.models._tensors import Tensors, head_kind, num_labels
-from vramlens.models.families._common import Built, torch_dtype
+from vramlens.models._tensors import Tensors, num_labels
+from vramlens.models.families._common import Built, modelled_head, torch_dtype
 
 MODEL_TYPES = ("deberta-v2",)
 
@@ -80,10 +80,7 @@ def build_deberta_v2(r: ConfigReader, architecture: str) -> Built:
         max_rel = n_pos  # DisentangledSelfAttention: max_relative_positions < 1 means max_position_embeddings
     span = buckets if buckets > 0 else max_rel  # pos_ebd_size
 
-    head = head_kind(architecture)
-    if head not in _HEADS:
-        r.assume(f"{architecture}: this head is not modelled, only the base model is counted")
-        head = "base"
+    head = modelled_head(r, architecture, _HEADS)
     if conv_k:
         r.assume("conv_kernel_size > 0: the ConvLayer after the first block is counted in the inventory, "
                  "its activations (b*s*h a few times, once per model) are not")

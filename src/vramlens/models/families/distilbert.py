@@ -19,8 +19,8 @@ tied to the word embeddings, its bias its own), ``...ForSequenceClassification``
 from __future__ import annotations
 
 from vramlens.models._reader import ConfigReader
-from vramlens.models._tensors import Tensors, head_kind, num_labels
-from vramlens.models.families._common import Built, torch_dtype
+from vramlens.models._tensors import Tensors, num_labels
+from vramlens.models.families._common import Built, modelled_head, torch_dtype
 
 MODEL_TYPES = ("distilbert",)
 
@@ -40,10 +40,7 @@ def build_distilbert(r: ConfigReader, architecture: str) -> Built:
     dtype = torch_dtype(r)
     r.check()
 
-    head = head_kind(architecture)
-    if head not in _HEADS:
-        r.assume(f"{architecture}: this head is not modelled, only the base model is counted")
-        head = "base"
+    head = modelled_head(r, architecture, _HEADS)
     p = "" if head == "base" else "distilbert."
     t = Tensors()
     t.embedding(f"{p}embeddings.word_embeddings", V, h)

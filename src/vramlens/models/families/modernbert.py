@@ -28,8 +28,8 @@ from __future__ import annotations
 from typing import Any
 
 from vramlens.models._reader import ConfigReader
-from vramlens.models._tensors import Tensors, head_kind, num_labels
-from vramlens.models.families._common import Built, torch_dtype
+from vramlens.models._tensors import Tensors, num_labels
+from vramlens.models.families._common import Built, modelled_head, torch_dtype
 
 MODEL_TYPES = ("modernbert",)
 
@@ -71,10 +71,7 @@ def build_modernbert(r: ConfigReader, architecture: str) -> Built:
     r.check()
     d = h // a
 
-    head = head_kind(architecture)
-    if head not in _HEADS:
-        r.assume(f"{architecture}: this head is not modelled, only the base model is counted")
-        head = "base"
+    head = modelled_head(r, architecture, _HEADS)
     p = "" if head == "base" else "model."
     t = Tensors()
     t.embedding(f"{p}embeddings.tok_embeddings", V, h)
