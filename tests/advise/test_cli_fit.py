@@ -76,6 +76,13 @@ def test_objectives_are_the_advisors():
     assert CLI == API
 
 
+def test_emit_choices_are_the_writers():
+    from vramlens.advise.emit import KINDS
+    from vramlens.cli.fit import EMIT_KINDS
+
+    assert EMIT_KINDS == KINDS
+
+
 def test_no_fit_exit_code_and_closest(capsys, catalog):
     rc, out, _ = _run(capsys, ["fit", MODEL, "--mode", "train", "--method", "full", "--forbid", "offload",
                                "--gpu", "RTX-3060"])
@@ -92,6 +99,27 @@ def test_emit_peft_and_trainer(capsys, catalog):
     rc, out, _ = _run(capsys, ["fit", MODEL, "--mode", "train", "--method", "lora", "--gpu", "24GB",
                                "--emit", "alloc-conf"])
     assert out.strip().startswith("PYTORCH_CUDA_ALLOC_CONF=")
+
+
+def test_emit_llamacpp_says_what_its_buffers_will_be(capsys, catalog):
+    """The llama-server line, and llama.cpp's own accounting of exactly those flags: its KV cache
+    holds the plan's tokens (slots x (prompt + new tokens), padded to 256 with flash attention)."""
+    from vramlens.advise.emit import llamacpp_settings
+    from vramlens.hardware.catalog import get_gpu
+    from vramlens.serving import capacity
+
+    argv = ["fit", MODEL, "--mode", "inference", "--batch", "4", "--seq", "1000", "--new-tokens", "200",
+            "--gpu", "A100-80GB", "--emit", "llama.cpp"]
+    rc, out, _ = _run(capsys, argv)
+    command, comment = out.strip().splitlines()
+    assert rc == 0 and command.startswith("llama-server -m ") and "--ctx-size 4800 --parallel 4" in command
+    assert comment.startswith("# llama.cpp will log") and "CUDA0 model buffer size (MiB)" in comment
+    rc, out, _ = _run(capsys, argv + ["--json"])
+    cfg = json.loads(out)
+    c = capacity(catalog, "llama.cpp", gpu=get_gpu("A100-80GB"), **llamacpp_settings(cfg))
+    per_token = 2 * catalog.n_layers * catalog.n_kv_heads * catalog.head_dim * 2  # f16 K and V
+    assert c.kv_cache_bytes == per_token * 4864  # 4 x (1000 + 200) = 4800, padded to 4864
+    assert f"KV self size (MiB) {c.kv_cache_bytes / 2**20:,}" in comment
 
 
 def test_contradiction_is_one_line_exit_2(capsys, catalog):

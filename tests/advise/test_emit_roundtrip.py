@@ -35,6 +35,7 @@ MUST = {
     "device-map": {"dtype", "quant", "attention", "gpus", "pp"},
     "alloc-conf": set(),
     "vllm": {"batch", "seq", "dtype", "quant", "kv_dtype", "tp", "pp", "gpus"},
+    "llama.cpp": {"batch", "seq", "dtype", "quant", "kv_dtype", "tp", "pp", "gpus"},
     "torchtune": {"batch", "grad_accum", "dtype", "amp", "checkpointing", "activation_offload", "optimizer_in_backward",
                   "optimizer", "seq", "loss_chunks", "gpus", "fsdp", "offload", "method"},
 }
@@ -185,6 +186,8 @@ def _as_loaded(kind: str, cfg, plan, tmp_path):
         return _via_torchtune_overrides(cfg)
     if kind == "vllm":
         return _via_vllm_command(cfg)
+    if kind == "llama.cpp":
+        return _via_llamacpp_command(cfg)
     c = alloc_conf_of(cfg)
     assert c.expandable_segments and c.garbage_collection_threshold == 0.0
     return cfg
@@ -216,6 +219,28 @@ def _via_vllm_command(cfg: dict) -> dict:
         key = flag[2:]
         out[key] = float(value) if key == "gpu-memory-utilization" else (int(value) if value.isdigit() else value)
     assert 0.5 <= out["gpu-memory-utilization"] <= 0.99
+    return out
+
+
+#: ``llama-server`` flags (llama.cpp common/arg.cpp, the long names): llama.cpp is not installed here.
+LLAMACPP_FLAGS = {"ctx-size", "parallel", "n-gpu-layers", "cache-type-k", "cache-type-v", "flash-attn", "split-mode",
+                  "tensor-split"}
+
+
+def _via_llamacpp_command(cfg: dict) -> dict:
+    """The command line split back into flags, each one llama-server's, with its documented values."""
+    from vramlens.advise.emit import llamacpp_command
+
+    words = llamacpp_command(cfg).split()
+    assert words[:3] == ["llama-server", "-m", cfg["model"]] and words[2].endswith(".gguf")
+    out: dict = {"model": words[2]}
+    for flag, value in zip(words[3::2], words[4::2], strict=True):
+        assert flag.startswith("--") and flag[2:] in LLAMACPP_FLAGS, flag
+        out[flag[2:]] = int(value) if value.isdigit() else value
+    assert out["flash-attn"] in ("on", "off", "auto")
+    assert {out["cache-type-k"], out["cache-type-v"]} <= {"f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "iq4_nl",
+                                                          "q5_0", "q5_1"}
+    assert out.get("split-mode", "layer") in ("none", "layer", "row")
     return out
 
 
@@ -323,6 +348,9 @@ TRAIN = dict(mode="train", batch=2, seq=256)
     ("vllm", dict(mode="inference", batch=8, seq=512, new_tokens=64)),
     ("vllm", dict(mode="inference", gpus=4, tp=2, pp=2, quant="awq-4bit", kv_dtype="fp8", dtype="fp16")),
     ("vllm", dict(mode="inference", gpus=2, quant="fp8")),
+    ("llama.cpp", dict(mode="inference", batch=4, seq=1000, new_tokens=24, dtype="fp16")),
+    ("llama.cpp", dict(mode="inference", dtype="bf16", kv_dtype="fp16", attention="eager")),
+    ("llama.cpp", dict(mode="inference", dtype="fp32", gpus=2, pp=2)),
     ("torchtune", dict(TRAIN, dtype="bf16", checkpointing="full", activation_offload=True, loss_chunks=8)),
     ("torchtune", dict(TRAIN, dtype="bf16", optimizer_in_backward=True, optimizer="adamw")),
     ("torchtune", dict(TRAIN, dtype="bf16", method="lora", lora_rank=8,
@@ -381,6 +409,13 @@ def test_each_target_reproduces_its_plan(kind, w, tmp_path):
     ("vllm", dict(TRAIN), "the plan trains"),
     ("vllm", dict(mode="inference", quant="int8"), "int8 weights"),
     ("vllm", dict(mode="inference", kv_dtype="int8"), "KV cache in int8"),
+    ("llama.cpp", dict(TRAIN), "the plan trains"),
+    ("llama.cpp", dict(mode="inference", quant="int8"), "int8 weights"),
+    ("llama.cpp", dict(mode="inference", quant="awq-4bit"), "awq-4bit weights"),
+    ("llama.cpp", dict(mode="inference", kv_dtype="fp8"), "KV cache in fp8"),
+    ("llama.cpp", dict(mode="inference", dtype="fp32", amp="bf16"), "autocast"),
+    ("llama.cpp", dict(mode="inference", gpus=2, tp=2), "--tp 2"),
+    ("llama.cpp", dict(mode="inference", gpus=2), "2 copies"),
     ("trainer", dict(TRAIN, dtype="bf16", optimizer="adamw-fp8-torchao"), "AdamWFp8 has no TrainingArguments optim"),
     ("trainer", dict(TRAIN, dtype="bf16", optimizer="adamw-cpu-offload-torchao"), "CPUOffloadOptimizer has no"),
     ("torchtune", dict(TRAIN, dtype="bf16", gpus=2, optimizer="adamw-cpu-offload-torchao"), "without sharding"),

@@ -261,6 +261,7 @@ INLINE: dict[str, int | str] = {
     # the bare command names of the "what it answers" table need a MODEL or FILE: one line, exit 2
     "vramlens estimate": 2, "vramlens fit": 2, "vramlens place": 2, "vramlens snapshot": 2, "vramlens trace": 2,
     "vramlens capacity": 2, "vramlens runs": 2, "vramlens capacity --engine vllm": 2,
+    "vramlens capacity --engine llama.cpp": 2,
     # the watch section names them bare: without a command after -- each is one line, exit 2
     "vramlens run": 2, "vramlens calibrate": 2,
     "vramlens serve": "starts a server that runs until stopped (tests/web runs it live)",

@@ -18,7 +18,8 @@ from vramlens.advise.plan import Plan
 from vramlens.errors import InputError
 from vramlens.workload import Workload
 
-KINDS = ("trainer", "peft", "bnb", "deepspeed", "accelerate", "fsdp", "device-map", "alloc-conf", "torchtune", "vllm")
+KINDS = ("trainer", "peft", "bnb", "deepspeed", "accelerate", "fsdp", "device-map", "alloc-conf", "torchtune", "vllm",
+         "llama.cpp")
 
 #: vramlens optimizer -> TrainingArguments ``optim`` (transformers ``OptimizerNames``).
 TRAINER_OPTIM = {
@@ -640,6 +641,86 @@ def vllm(plan: Plan) -> dict[str, Any]:
     return out
 
 
+#: vramlens dtype -> the GGUF file type that stores every tensor in it (llama.cpp ``llama_ftype``:
+#: ALL_F32, MOSTLY_F16, MOSTLY_BF16) and the ``--cache-type-k/-v`` name of the same element type
+#: (ggml ``type_traits``). The quantized GGUF types (Q8_0: 34 B per 32 values, the K-quant mixes)
+#: are not any weights or cache the plan counts.
+GGUF_TYPE = {"fp32": "F32", "fp16": "F16", "bf16": "BF16"}
+LLAMACPP_CACHE = {"fp32": "f32", "fp16": "f16", "bf16": "bf16"}
+
+
+def llamacpp(plan: Plan) -> dict[str, Any]:
+    """``llama-server`` flags for an inference plan (llama.cpp's tools/server, common/arg.cpp names).
+
+    The batch is ``--parallel`` (server slots, each decoding one sequence) and ``--ctx-size`` is
+    batch x (prompt + new tokens): llama-server splits n_ctx evenly among its slots. The weights
+    are a GGUF of the plan's dtype (F16, BF16 or F32) and the KV cache is stored in the plan's
+    cache dtype (llama.cpp defaults to f16 whatever the weights, so it is always written). The
+    plan's attention kernel becomes ``--flash-attn on|off``. Pipeline stages are llama.cpp's layer
+    split over the GPUs (``--split-mode layer --tensor-split 1,1,...``), every layer on a GPU
+    (``--n-gpu-layers 999``).
+
+    llama.cpp's own buffers differ from transformers' (its compute buffer, its n_ctx padding):
+    ``vramlens capacity --engine llama.cpp`` with these flags says what it will log.
+
+    Raises:
+        InputError: a training plan, or what llama.cpp cannot run as planned: quantized weights
+            of another format than GGUF's (bitsandbytes, AWQ, GPTQ, fp8), an fp8 or int8 KV cache
+            (its q8_0 cells are 8.5 bits), autocast, tensor parallelism, data-parallel copies.
+    """
+    w = plan.workload
+    if w.training:
+        raise InputError("--emit llama.cpp: the plan trains; llama.cpp serves models: use --emit trainer, torchtune, "
+                         "deepspeed or fsdp")
+    refuse = []
+    if w.quantized is not None:
+        refuse.append(f"keeps {w.quantized} weights (GGUF stores its own types: Q8_0 is 8.5 bits per weight, the "
+                      "K-quants mix types per tensor; plan the GGUF with `vramlens capacity FILE.gguf --engine "
+                      "llama.cpp`, or --weights-type q8_0 for a catalog model)")
+    if w.amp is not None:
+        refuse.append(f"computes under {w.amp} autocast over {w.dtype} weights (llama.cpp computes in the GGUF's "
+                      "types: plan with --dtype and no --amp)")
+    if w.kv_dtype is not None and w.kv_dtype not in LLAMACPP_CACHE:
+        refuse.append(f"stores the KV cache in {w.kv_dtype} (llama.cpp's --cache-type-k/-v are f32, f16, bf16 and "
+                      "the block types q8_0 at 8.5 bits and q4_0 at 4.5 bits)")
+    if w.tp > 1:
+        refuse.append(f"splits each layer over --tp {w.tp} GPUs (llama.cpp splits whole layers: --split-mode layer; "
+                      "choose a plan with --forbid tp)")
+    if w.gpus > w.tp * w.pp:
+        refuse.append(f"runs {w.gpus // (w.tp * w.pp)} copies of the model (one llama-server runs one: start one "
+                      "per GPU group)")
+    if refuse:
+        raise InputError("--emit llama.cpp: the plan " + "; and ".join(refuse))
+    cache = LLAMACPP_CACHE[w.kv_dtype or w.compute_dtype]
+    out: dict[str, Any] = {
+        "model": f"{plan.estimate.model.name.rsplit('/', 1)[-1]}-{GGUF_TYPE[w.dtype]}.gguf",
+        "ctx-size": w.batch * (w.seq + w.new_tokens),
+        "parallel": w.batch,
+        "n-gpu-layers": 999,
+        "cache-type-k": cache,
+        "cache-type-v": cache,
+        "flash-attn": "off" if w.attention == "eager" else "on",
+    }
+    if w.pp > 1:
+        out["split-mode"] = "layer"
+        out["tensor-split"] = ",".join(["1"] * w.pp)
+    return out
+
+
+def llamacpp_settings(cfg: dict[str, Any]) -> dict[str, Any]:
+    """The emitted flags as ``vramlens.capacity(engine="llama.cpp", **settings)`` takes them, to say
+    what this llama-server will log (its model, KV and compute buffers)."""
+    return {"gpus": len(str(cfg.get("tensor-split", "1")).split(",")), "ctx_size": cfg["ctx-size"],
+            "parallel": cfg["parallel"], "n_gpu_layers": cfg["n-gpu-layers"], "cache_type_k": cfg["cache-type-k"],
+            "cache_type_v": cfg["cache-type-v"], "flash_attn": cfg["flash-attn"] == "on",
+            "weights_type": str(cfg["model"]).rsplit("-", 1)[-1].removesuffix(".gguf").lower()}
+
+
+def llamacpp_command(cfg: dict[str, Any]) -> str:
+    """The ``llama-server -m FILE --flag value ...`` line."""
+    return " ".join(["llama-server", "-m", str(cfg["model"])] + [f"--{k} {v}" for k, v in cfg.items() if k != "model"])
+
+
 def vllm_command(cfg: dict[str, Any]) -> str:
     """The ``vllm serve MODEL --flag value ...`` line."""
     return " ".join(["vllm", "serve", str(cfg["model"])] + [f"--{k} {v}" for k, v in cfg.items() if k != "model"])
@@ -673,7 +754,7 @@ def emit(plan: Plan, kind: str, **kw: Any) -> Any:
     """
     writers = {"trainer": trainer, "peft": peft, "bnb": bnb, "deepspeed": deepspeed, "accelerate": accelerate,
                "fsdp": fsdp, "device-map": device_map, "alloc-conf": alloc_conf, "torchtune": torchtune,
-               "vllm": vllm}
+               "vllm": vllm, "llama.cpp": llamacpp}
     if kind not in writers:
         raise InputError(f"--emit {kind!r} is not one of: {', '.join(KINDS)}")
     return writers[kind](plan, **kw)
@@ -689,6 +770,8 @@ def render(cfg: Any, kind: str) -> str:
         return torchtune_command(cfg)
     if kind == "vllm":
         return vllm_command(cfg)
+    if kind == "llama.cpp":
+        return llamacpp_command(cfg)
     return json.dumps(cfg, indent=2)
 
 

@@ -13,7 +13,9 @@ tensor/pipeline layout (GPUs = dp x the base's tp x pp); fsdp: batch and optimiz
 accelerate: batch, optimizer, checkpointing outside FSDP; device-map: shapes and KV cache;
 alloc-conf: no workload field (it sets the allocator: see :func:`alloc_conf_of`); torchtune:
 the attention (its own SDPA: the plan's sdpa or flash); vllm: new tokens (``--max-model-len`` is
-prompt plus new tokens: the prompt is read as that less the base's new tokens) and the attention.
+prompt plus new tokens: the prompt is read as that less the base's new tokens) and the attention;
+llama.cpp: new tokens (as vLLM's: ``--ctx-size`` is slots x (prompt + new tokens)) and the attention
+(``--flash-attn on`` is the plan's sdpa or flash).
 """
 
 from __future__ import annotations
@@ -27,7 +29,9 @@ if TYPE_CHECKING:
 from vramlens.advise.emit import (
     ATTN_IMPLEMENTATION,
     DS_OPTIM,
+    GGUF_TYPE,
     KINDS,
+    LLAMACPP_CACHE,
     TORCH_DTYPE,
     TORCHTUNE_ATTN,
     TORCHTUNE_CHUNKED_LOSS,
@@ -201,6 +205,24 @@ def _vllm(c: Mapping[str, Any], base: Workload) -> dict[str, Any]:
             "kv_dtype": "fp8" if kv == "fp8" else None}
 
 
+def _llamacpp(c: Mapping[str, Any], base: Workload) -> dict[str, Any]:
+    ftype = str(c["model"]).rsplit("-", 1)[-1].removesuffix(".gguf")
+    dtype = {v: k for k, v in GGUF_TYPE.items()}[ftype]
+    cache = {v: k for k, v in LLAMACPP_CACHE.items()}
+    if c["cache-type-k"] != c["cache-type-v"]:
+        raise InputError(f"--cache-type-k {c['cache-type-k']} and --cache-type-v {c['cache-type-v']} differ: "
+                         "a workload has one KV-cache dtype")
+    kv = cache[c["cache-type-k"]]
+    slots = int(c["parallel"])
+    pp = len(str(c["tensor-split"]).split(",")) if "tensor-split" in c else 1
+    out = {"mode": "inference", "batch": slots, "seq": int(c["ctx-size"]) // slots - base.new_tokens,
+           "dtype": dtype, "quant": None, "tp": 1, "pp": pp, "gpus": pp}
+    out["kv_dtype"] = None if kv == dtype else kv  # inference without autocast computes in the weights' dtype
+    if c.get("flash-attn") == "off":
+        out["attention"] = "eager"
+    return out
+
+
 def read_emitted(kind: str, config: Any, base: Workload | None = None) -> dict[str, Any]:
     """The Workload fields an emitted ``config`` of ``kind`` sets, by name.
 
@@ -235,6 +257,8 @@ def read_emitted(kind: str, config: Any, base: Workload | None = None) -> dict[s
         return _torchtune(config)
     if kind == "vllm":
         return _vllm(config, base)
+    if kind == "llama.cpp":
+        return _llamacpp(config, base)
     raise InputError(f"{kind!r} is not one of: {', '.join(KINDS)}")
 
 

@@ -39,10 +39,12 @@ Exit codes: 0 plans found, 1 no plan fits (the closest plan and the hardware tha
 are shown), 2 bad input (one line on stderr).
 """
 
-EMIT_KINDS = ("trainer", "peft", "bnb", "deepspeed", "accelerate", "fsdp", "device-map", "alloc-conf", "torchtune", "vllm")
 #: vramlens.advise.search.OBJECTIVES (not imported: the CLI loads the advisor only when fit runs; a test pins them equal)
 OBJECTIVES = ("speed", "memory", "cost")
 ASKS = ("max_batch", "max_seq", "max_context", "min_gpu", "min_gpus")
+#: vramlens.advise.emit.KINDS (not imported, as above; a test pins them equal)
+EMIT_KINDS = ("trainer", "peft", "bnb", "deepspeed", "accelerate", "fsdp", "device-map", "alloc-conf", "torchtune", "vllm",
+              "llama.cpp")
 
 
 def _gbps(text: str) -> float:
@@ -135,11 +137,14 @@ def run(args: argparse.Namespace) -> int:
     if args.emit:
         from vramlens.advise.emit import emit, render
 
-        cfg = emit(result.plans[args.plan - 1], args.emit)
+        plan = result.plans[args.plan - 1]
+        cfg = emit(plan, args.emit)
         if args.json:
             print_json(cfg)
         else:
             print(render(cfg, args.emit))
+            if args.emit == "llama.cpp":
+                print(_llamacpp_log(plan, cfg))
         return 0
     if args.json:
         d = result.to_dict()
@@ -148,6 +153,27 @@ def run(args: argparse.Namespace) -> int:
         return 0 if result.plans else 1
     show("fit", lambda: fit_report(result, args, settings), lambda: render_result(result, top=args.top))
     return 0 if result.plans else 1
+
+
+def _llamacpp_log(plan: Any, cfg: dict[str, Any]) -> str:
+    """A comment line: what the emitted llama-server will log for its buffers (vramlens capacity's
+    llama.cpp accounting, which differs from the plan's transformers figure)."""
+    from vramlens.advise.emit import llamacpp_settings
+    from vramlens.errors import VramlensError
+    from vramlens.serving import capacity
+
+    gpu = plan.estimate.gpu
+    if gpu is None:
+        return "# give --gpu for llama.cpp's own buffer sizes (vramlens capacity --engine llama.cpp)"
+    try:
+        c = capacity(plan.estimate.model, "llama.cpp", gpu=gpu, **llamacpp_settings(cfg))
+    except VramlensError as e:
+        return f"# llama.cpp would refuse these settings: {e}"
+    figs = {f.key: f for f in c.figures}
+    shown = [f"{f.label} {f.value:,}" for k, f in figs.items() if k.endswith(("_model_buffer_mib", "kv_self_size_mib",
+                                                                            "_compute_buffer_mib"))
+             and not k.startswith("cpu")]
+    return "# llama.cpp will log (vramlens capacity --engine llama.cpp): " + "; ".join(shown)
 
 
 def fit_report(result: FitResult, args: argparse.Namespace, settings: dict[str, Any]) -> dict[str, Any]:
