@@ -357,6 +357,31 @@ def test_plans_say_how_many_fit_and_apply_sets_the_knobs(session, server):
     s.shot("web-plans.png")
 
 
+def test_each_plan_downloads_its_configs_as_the_cli_emits_them(session, server, capsys):
+    """The page's config downloads are `vramlens fit --emit KIND`'s text for that plan."""
+    from vramlens.cli.main import main
+
+    s = session()
+    page = s.page
+    s.open("?model=llama-2-7b&mode=train&method=lora&gpu=24GB")
+    s.wait_result()
+    s.expect(page.locator("#plans tbody tr").first).to_be_visible(timeout=60_000)
+    fit = api(server, "/api/fit", model="llama-2-7b", mode="train", method="lora", gpu="24GB", top=5)
+    first = fit["plans"][0]
+    row = page.locator("#plans tbody tr").first
+    kinds = row.locator("select.config-kind option").all_inner_texts()
+    assert kinds == list(first["configs"]) and "peft" in kinds and "vllm" not in kinds
+    capsys.readouterr()
+    argv = ["fit", "llama-2-7b", "--mode", "train", "--method", "lora", "--gpu", "24GB"]
+    for kind in ("peft", "trainer"):
+        row.locator("select.config-kind").select_option(kind)
+        with page.expect_download() as d:
+            row.locator("button.download-config").click()
+        assert d.value.suggested_filename == first["configs"][kind]["file"]
+        assert main(argv + ["--emit", kind]) == 0
+        assert Path(d.value.path()).read_text() == capsys.readouterr().out
+
+
 def test_on_a_phone_the_result_comes_first(session):
     s = session(width=390, height=844)
     s.open("?model=gpt2&gpu=24GB")

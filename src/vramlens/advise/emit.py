@@ -10,6 +10,7 @@ file (``accelerate config``), ``from_pretrained(device_map=..., max_memory=...)`
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Callable
 from typing import Any
@@ -131,6 +132,7 @@ def _half_flags(w: Workload) -> dict[str, Any]:
     return {"bf16": autocast and w.amp == "bf16", "fp16": autocast and w.amp == "fp16"}
 
 
+@functools.cache
 def _transformers_version() -> tuple[int, int] | None:
     """The installed transformers' (major, minor) version (metadata only, nothing imported), or None."""
     from importlib.metadata import PackageNotFoundError, version
@@ -758,6 +760,25 @@ def emit(plan: Plan, kind: str, **kw: Any) -> Any:
     if kind not in writers:
         raise InputError(f"--emit {kind!r} is not one of: {', '.join(KINDS)}")
     return writers[kind](plan, **kw)
+
+
+#: The file a rendered config is saved as, by kind (the page's downloads).
+FILE_NAMES = {"trainer": "training_args.json", "peft": "lora_config.json", "bnb": "bnb_config.json",
+              "deepspeed": "ds_config.json", "accelerate": "accelerate_config.yaml", "fsdp": "fsdp_args.json",
+              "device-map": "from_pretrained.json", "alloc-conf": "alloc_conf.env", "torchtune": "tune_run.sh",
+              "vllm": "vllm_serve.sh", "llama.cpp": "llama_server.sh"}
+
+
+def configs(plan: Plan) -> dict[str, dict[str, str]]:
+    """Every target that can express ``plan``: {kind: {"file": a file name, "text": what
+    :func:`render` prints}}; the targets that refuse it are left out."""
+    out = {}
+    for kind in KINDS:
+        try:
+            out[kind] = {"file": FILE_NAMES[kind], "text": render(emit(plan, kind), kind)}
+        except InputError:
+            continue
+    return out
 
 
 def render(cfg: Any, kind: str) -> str:

@@ -97,6 +97,9 @@ class Plan:
             d["tokens_per_s"] = self.cost.tokens_per_s
             d["request_time_s"] = self.cost.seconds
         d["tradeoffs"] = list(self.tradeoffs)
+        from vramlens.advise.emit import configs  # emit reads Plan: imported here, not at the top
+
+        d["configs"] = configs(self)  # `fit --emit KIND` of this plan, for every target that can express it
         return d
 
 

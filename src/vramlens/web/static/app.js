@@ -509,6 +509,33 @@
     update();
   }
 
+  // The plan's configs (fit --emit KIND), one download each: the same text the CLI prints.
+  function configCell(configs, which) {
+    const td = document.createElement("td");
+    const kinds = Object.keys(configs);
+    if (!kinds.length) { td.textContent = "none"; return td; }
+    const sel = document.createElement("select");
+    sel.className = "config-kind";
+    sel.setAttribute("aria-label", "config of plan " + which);
+    for (const k of kinds) {
+      const o = document.createElement("option");
+      o.value = k;
+      o.textContent = k;
+      sel.appendChild(o);
+    }
+    const b = document.createElement("button");
+    b.type = "button";
+    b.className = "download-config";
+    b.textContent = "download";
+    b.setAttribute("aria-label", "download the config of plan " + which);
+    b.addEventListener("click", () => {
+      const c = configs[sel.value];
+      save(new Blob([c.text + "\n"], {type: "text/plain"}), c.file);
+    });
+    td.append(sel, " ", b);
+    return td;
+  }
+
   function renderPlans(d) {
     const tbody = $("plans").querySelector("tbody");
     tbody.replaceChildren();
@@ -534,6 +561,7 @@
       cell(tr, p.tokens_per_s !== undefined ? p.tokens_per_s.toFixed(0) : "", "num");
       cell(tr, p.host_bytes ? gib(p.host_bytes) : "", "num");
       cell(tr, (p.tradeoffs || []).join("; "));
+      tr.appendChild(configCell(p.configs || {}, closest ? "closest" : String(i + 1)));
       const td = document.createElement("td");
       const b = document.createElement("button");
       b.type = "button";
