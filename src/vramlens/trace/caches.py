@@ -14,11 +14,7 @@
 * ``quantized``: ``QuantizedCache`` needs optimum-quanto or hqq, whose kernels are not installed here
   (and have no fake-tensor implementations): the trace refuses it; ``vramlens estimate`` models it.
 
-The masks: transformers' ``_ignore_causal_mask_sdpa`` cannot read a fake tensor (``is_tracing``) and
-then always builds the mask. :func:`mask_answers_as_cuda` answers as a CUDA run answers for the
-runner's forwards (a prefill on an empty cache, then one token at a time, generate's mask all
-ones over the tokens so far): a prefill skips the mask (``q_offset == 0`` with the padding only
-past the query), a decode step skips it only when the mask covers every key.
+The masks these forwards build (or skip) are answered as on CUDA by :mod:`vramlens.trace.masks`.
 """
 
 from __future__ import annotations
@@ -118,45 +114,3 @@ def offloaded_on_fake(rec):
         mixin.offload, mixin.prefetch = orig_offload, orig_prefetch
         cache_utils.Cache.update = orig_update
         torch.cuda.default_stream = orig_default_stream
-
-
-def mask_answers_as_cuda() -> contextlib.ExitStack:
-    """``masking_utils._ignore_causal_mask_sdpa`` answered for fake tensors as a CUDA run answers it
-    for the runner's forwards (see the module docstring)."""
-    from torch._subclasses.fake_tensor import FakeTensor
-
-    stack = contextlib.ExitStack()
-    try:
-        from transformers import masking_utils
-    except ImportError:
-        return stack
-    orig_ignore = getattr(masking_utils, "_ignore_causal_mask_sdpa", None)
-    orig_prepare = getattr(masking_utils, "prepare_padding_mask", None)
-    if orig_ignore is None or orig_prepare is None:
-        return stack
-    seen: dict[str, int | None] = {"len": None}
-
-    def prepare_padding_mask(attention_mask, kv_length, kv_offset):
-        # the runner's masks are all ones: their length before padding says which keys they cover
-        seen["len"] = None if attention_mask is None else int(attention_mask.shape[-1])
-        return orig_prepare(attention_mask, kv_length, kv_offset)
-
-    def ignore(padding_mask, q_length, kv_length, q_offset, kv_offset, local_attention_size=None):
-        fake = isinstance(padding_mask, FakeTensor) or isinstance(q_offset, FakeTensor)
-        if not fake:
-            return orig_ignore(padding_mask, q_length, kv_length, q_offset, kv_offset, local_attention_size)
-        if local_attention_size is not None and kv_length >= local_attention_size:
-            return False
-        covered = seen["len"]
-        all_ones = padding_mask is None or (covered is not None and covered >= kv_length + kv_offset)
-        if (q_length == 1 or kv_length == q_length) and all_ones:
-            return True
-        # a prefill (q_length > 1) starts on an empty cache: q_offset == 0, and generate's mask covers
-        # the query's tokens only, so the padding is past them
-        return q_length > 1 and (padding_mask is None or covered == q_length)
-
-    masking_utils.prepare_padding_mask = prepare_padding_mask
-    masking_utils._ignore_causal_mask_sdpa = ignore
-    stack.callback(setattr, masking_utils, "prepare_padding_mask", orig_prepare)
-    stack.callback(setattr, masking_utils, "_ignore_causal_mask_sdpa", orig_ignore)
-    return stack

@@ -158,42 +158,8 @@ def cuda_like_attention():
     # imported the functions by name keeps the originals and gets CPU behaviour.
     F.scaled_dot_product_attention = cuda_sdpa(orig)
     F.dropout = cuda_dropout(orig_dropout)
-    packed = _unpacked_positions()
     try:
         yield
     finally:
         F.scaled_dot_product_attention = orig
         F.dropout = orig_dropout
-        packed.close()
-
-
-def _unpacked_positions() -> contextlib.ExitStack:
-    """transformers' packed-sequence check, answered as a real run answers it for our batches.
-
-    masking_utils.find_packed_sequence_indices reads the position ids to find packed
-    sequences; with fake tensors it cannot read them (``is_tracing``) and assumes packing, so
-    it builds a b x 1 x s x s mask, which sends SDPA to the memory-efficient kernel with
-    expanded GQA keys and values and keeps the mask per layer. The runner's batches are never
-    packed (transformers makes the position ids ``arange(s)`` per row), so a CUDA run finds no
-    packing (one ``eq`` and one ``all``) and skips the mask: measured on an H200, torch 2.11,
-    transformers 5.17 (validation/stack-gpu.json).
-    """
-    stack = contextlib.ExitStack()
-    try:
-        from transformers import masking_utils
-    except ImportError:
-        return stack
-    orig = getattr(masking_utils, "find_packed_sequence_indices", None)
-    if orig is None:
-        return stack
-
-    def find_packed_sequence_indices(position_ids):
-        from torch._subclasses.fake_tensor import FakeTensor
-
-        if isinstance(position_ids, FakeTensor):
-            return None
-        return orig(position_ids)
-
-    masking_utils.find_packed_sequence_indices = find_packed_sequence_indices
-    stack.callback(setattr, masking_utils, "find_packed_sequence_indices", orig)
-    return stack

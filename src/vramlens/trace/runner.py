@@ -23,9 +23,10 @@ from torch import nn
 
 from vramlens.errors import InputError, TraceError
 from vramlens.trace.build import TORCH_DTYPES, Built, accepts, build_factory, build_hf, is_factory
-from vramlens.trace.caches import cache_tensors, make_cache, mask_answers_as_cuda, offloaded_on_fake
+from vramlens.trace.caches import cache_tensors, make_cache, offloaded_on_fake
 from vramlens.trace.cuda_autocast import autocast_region, cuda_autocast_policy
 from vramlens.trace.cuda_like import cuda_like_attention
+from vramlens.trace.masks import masks_as_cuda
 from vramlens.trace.recorder import Recorder
 from vramlens.units import BLOCK
 from vramlens.workload import Workload
@@ -256,7 +257,7 @@ class Runner:
             stack.enter_context(self.fake_mode)
             stack.enter_context(cuda_like_attention())
             stack.enter_context(cuda_autocast_policy())
-            stack.enter_context(mask_answers_as_cuda())
+            stack.enter_context(masks_as_cuda())
             if not self.wl.training and self.wl.cache == "offloaded":
                 stack.enter_context(offloaded_on_fake(self.rec))
         return stack
