@@ -143,7 +143,7 @@ def _check(fm: FastMemory, w: Workload) -> None:
     assert (a.saved, a.one_layer, a.loss_transient, a.head_saved, a.logits) == (
         t.saved, t.one_layer, t.loss_transient, t.head_saved, logits)
     assert FastMemory.device_total(state, a, w.grad_accum, w.checkpointing) == b.device_total
-    assert (state.ts.weights, state.ts.grads, state.ts.opt) == (b["weights"], b["gradients"], b["optimizer_states"])
+    assert (state.ts.weights, state.ts.grads, state.ts.opt + state.ts.paged) == (b["weights"], b["gradients"], b["optimizer_states"])
 
 
 @settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -19,7 +19,7 @@ from vramlens.estimator.state import TrainState, reserved_total, train_phases, t
 from vramlens.estimator.verdict import usable_bytes, verdict
 from vramlens.hardware.gpu import GPU
 from vramlens.models.spec import ModelSpec
-from vramlens.units import DTYPE_BYTES
+from vramlens.units import DTYPE_BYTES, human_bytes
 from vramlens.workload import Workload
 
 DEFAULT_HEADROOM = 0.10
@@ -421,13 +421,17 @@ def estimate_spec(spec: ModelSpec, w: Workload, gpu: GPU | None = None, *, headr
         "weights": st.weights,
         "master_weights": master,
         "gradients": st.grads,
-        "optimizer_states": st.opt,
+        "optimizer_states": st.opt + st.paged,
         "activations": activation_peak,
         "kv_cache": kv,
         "temporaries": temporaries,
         "comm_buffers": st.comm,
-        "runtime": st.outside + st.workspace,
+        "runtime": st.outside - st.paged + st.workspace,
     }
+    if st.paged and gpu is not None and total > usable_bytes(gpu, headroom) >= total - st.paged:
+        notes.append(f"paged optimizer: the allocator's peak fits, and the driver keeps "
+                     f"{human_bytes(total - usable_bytes(gpu, headroom))} of the paged states in host RAM, moving "
+                     "them over PCIe at each step (slower, not out of memory); the verdict counts them resident")
     bd = make_breakdown(
         comps, explain,
         peak_allocated=peak_alloc, peak_reserved=reserved, device_total=total, peak_phase=peak_phase,

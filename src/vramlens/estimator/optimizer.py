@@ -100,6 +100,15 @@ CPU_OFFLOAD = "adamw-cpu-offload-torchao"
 #: torchao CPUOffloadOptimizer(minimal_size=4096): smaller parameters stay on the GPU's own optimizer
 TORCHAO_OFFLOAD_MIN_SIZE = 4096
 
+#: bitsandbytes' 32-bit optimizers (PagedAdamW, Lion) keep fp32 states whatever the parameter's dtype
+#: (bitsandbytes/optim/optimizer.py Optimizer2State/Optimizer1State.init_state: optim_bits 32 ->
+#: ``get_state_buffer(p, dtype=torch.float32)``).
+BNB_32BIT = ("paged-adamw", "lion")
+#: bitsandbytes' paged optimizers: Optimizer8bit.get_state_buffer allocates the states of a parameter
+#: of at least 1e5 elements with ``F.get_paged`` (cudaMallocManaged: CUDA unified memory, outside
+#: PyTorch's caching allocator), a smaller one's with ``torch.zeros_like``.
+BNB_PAGED = ("paged-adamw", "paged-adamw-8bit")
+BNB_PAGED_MIN_NUMEL = 100_000
 STATES_PER_PARAM = {"adamw": 2, "adam": 2, "paged-adamw": 2, "sgd": 0, "sgd-momentum": 1, "lion": 1, "none": 0}
 #: Optimizers with Adam's two moments (exp_avg, exp_avg_sq), in whatever layout.
 ADAM_LIKE = ("adamw", "adam", "paged-adamw", "adamw-8bit", "paged-adamw-8bit", *TORCHAO_LOW_BIT, CPU_OFFLOAD)
@@ -121,6 +130,29 @@ def _largest_adapter(shape: LoraShape, r: int, b: int, dora: bool) -> int:
     """The largest single adapter tensor: A (r, k), B (n, r), or a DoRA magnitude (n,)."""
     return max((round_up(max(r * max(t.in_features, t.out_features), t.out_features if dora else 0) * b, BLOCK)
                 for t in shape.targets), default=0)
+
+
+def state_dtype_bytes(w: Workload) -> int:
+    """Bytes per element of a state kept in the parameter's precision: fp32 with a master copy and in
+    bitsandbytes' 32-bit optimizers, else the trainable parameter's dtype."""
+    if w.optimizer in BNB_32BIT or has_master_copy(w):
+        return 4
+    return param_dtype_bytes(w)
+
+
+def paged_state_bytes(spec: ModelSpec, w: Workload) -> tuple[int, int]:
+    """A paged optimizer's states in CUDA unified memory: (their bytes as the allocator would have
+    rounded them, their bytes in unified memory). (0, 0) for the other optimizers.
+
+    PagedAdamW keeps two fp32 states per element, PagedAdamW8bit two uint8 ones (its fp32 absmax
+    and the quantization maps stay torch tensors), for each trained tensor of at least 1e5 elements
+    (BNB_PAGED_MIN_NUMEL).
+    """
+    if w.mode != "train" or w.optimizer not in BNB_PAGED:
+        return 0, 0
+    per = 4 if w.optimizer == "paged-adamw" else 1
+    big = [n for n in _tensor_numels(spec, w.method, tuple(w.lora_targets), w.lora_rank) if n >= BNB_PAGED_MIN_NUMEL]
+    return sum(2 * round_up(per * n, BLOCK) for n in big), sum(2 * per * n for n in big)
 
 
 def has_master_copy(w: Workload) -> bool:
@@ -166,7 +198,7 @@ def optimizer_state_bytes(spec: ModelSpec, w: Workload, trainable: int) -> tuple
     if w.mode != "train" or w.optimizer == "none" or trainable == 0:
         return 0, "no optimizer"
     opt = w.optimizer
-    state_b = 4 if has_master_copy(w) else param_dtype_bytes(w)
+    state_b = state_dtype_bytes(w)
     if opt in STATES_PER_PARAM:
         k = STATES_PER_PARAM[opt]
         if w.method == "full":

@@ -122,6 +122,7 @@ class TrainState:
     master_grads: int = 0      # fp32 copies of the gradients for the fp32 master weights, made for the step
     in_backward: bool = False  # optimizer in backward: grads and opt_tmp are one parameter's, stepped in backward
     in_backward_addend: int = 0  # ... and a tied head's: one of its two summed gradients, alive through its step
+    paged: int = 0             # paged optimizer states in CUDA unified memory (in ``outside``, not in ``opt``)
     notes: tuple[str, ...] = ()
     explain: dict[str, str] = field(default_factory=dict, compare=False)
     runtime_explain: str = ""
@@ -182,6 +183,18 @@ def train_state(spec: ModelSpec, w: Workload, gpu: GPU | None) -> TrainState:
         host += off_host * w.gpus
         notes.append(f"CPUOffloadOptimizer: {human_bytes(off_host)} of host RAM per GPU (pinned parameter "
                      "and gradient copies, each a power of two, and the AdamW states)")
+    paged = 0
+    if opt:
+        # bitsandbytes' paged optimizers: the large tensors' states live in CUDA unified memory, outside
+        # the caching allocator (not in max_memory_allocated/reserved); resident, nvidia-smi counts them
+        paged_alloc, paged_full = O.paged_state_bytes(spec, w)
+        if paged_full:
+            opt -= int(paged_alloc * sp.optimizer)
+            paged = int(paged_full * sp.optimizer)
+            notes.append(f"paged optimizer: {human_bytes(paged)} of its states are in CUDA unified memory "
+                         "(cudaMallocManaged), outside PyTorch's allocator: not in max_memory_allocated or "
+                         "reserved, but in nvidia-smi while resident; under memory pressure the driver pages them "
+                         "to host RAM instead of failing, and each step then reads them over PCIe")
     if w.training and w.offload == "all":
         host += weights * w.gpus
         weights = int(weights * 2 / max(1, spec.n_layers))  # only the blocks being computed are on the GPU
@@ -197,7 +210,7 @@ def train_state(spec: ModelSpec, w: Workload, gpu: GPU | None) -> TrainState:
     # persistent tensors, for the allocator's reserve
     full_params = w.method == "full" and not w.quantized
     wb = Wt.weight_dtype_bytes(w)
-    state_b = 4 if master else pbytes
+    state_b = O.state_dtype_bytes(w)
     parts = [
         (wb, weights, full_params and sp.weights == 1),
         (pbytes, grads, full_params and sp.gradients == 1),
@@ -206,7 +219,7 @@ def train_state(spec: ModelSpec, w: Workload, gpu: GPU | None) -> TrainState:
         (1, comm, False),
     ]
     n_states = O.STATES_PER_PARAM.get(w.optimizer, 0)
-    if full_params and sp.optimizer == 1 and opt and n_states:
+    if full_params and sp.optimizer == 1 and opt and n_states and not paged:
         # Adam's, SGD's and Lion's states are parameter-shaped (torch.zeros_like(p)), one tensor each
         parts[3] = (state_b, opt, True)
         parts.extend([(state_b, opt, True)] * (n_states - 1))
@@ -219,13 +232,18 @@ def train_state(spec: ModelSpec, w: Workload, gpu: GPU | None) -> TrainState:
     explain["gradients"] = (f"optimizer in backward: one gradient at a time, the largest ({grads:,} B)" if in_bwd else
                             f"{trainable:,} trainable params x {pbytes} B") if grads else (
         "gradient partition offloaded to CPU" if w.training else "no training")
-    explain["optimizer_states"] = opt_formula if opt else ("offloaded to CPU" if w.offload != "none" else "no optimizer")
+    explain["optimizer_states"] = opt_formula if opt or paged else (
+        "offloaded to CPU" if w.offload != "none" else "no optimizer")
+    if paged:
+        explain["optimizer_states"] += (f"; {paged:,} B of them paged (CUDA unified memory, outside the allocator: "
+                                        "tensors of at least 1e5 elements)")
     explain["comm_buffers"] = comm_formula or "single GPU: none"
     explain["optimizer_step"] = opt_tmp_formula
     return TrainState(
         sp=sp, weights=weights, master=master, autocast=autocast, frozen_casts=frozen_casts, grads=grads, opt=opt,
         opt_tmp=opt_tmp, comm=comm, host=host, head_grad=head_grad, trainable=trainable, pbytes=pbytes,
-        workspace=rt.workspace_bytes, outside=rt.outside_allocator_bytes, reserve_base=reserve_base,
+        workspace=rt.workspace_bytes, outside=rt.outside_allocator_bytes + paged, paged=paged,
+        reserve_base=reserve_base,
         reserve_floor=reserve_floor, reserve_persistent=weights + master + opt + comm + grads,
         gather_block=gather_block, gather_root=gather_root,
         gather_kept=sharded3 and w.fsdp and w.fsdp_strategy == "shard-grad-op", keep_grads=w.keep_grads,
