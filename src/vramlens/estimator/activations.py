@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from vramlens.estimator import heads as H
+from vramlens.estimator.checkpointing import checkpointed
 from vramlens.estimator.memo import identity_cache
 from vramlens.models.spec import ModelSpec
 from vramlens.units import BLOCK, DTYPE_BYTES, round_up
@@ -197,7 +198,7 @@ def untracked_before_first_adapter(spec: ModelSpec, w: Workload, b: int, s: int)
         return 0, ()
     t = b * s
     c = DTYPE_BYTES[w.compute_dtype]
-    r = 4 if w.dtype == "fp32" else c
+    r = 4 if w.run_dtype == "fp32" else c
     own = _norm_saved(norm_kind(spec), spec.hidden_size, t, r, c, 0, False, False)
     # an encoder-decoder has two first blocks fed by frozen embeddings (the decoder's own inputs)
     stacks = 2 if spec.kind == "encoder-decoder" else 1
@@ -220,7 +221,7 @@ def _lora_saved(spec: ModelSpec, w: Workload, D: Dims, t: int, c: int) -> int:
     input and the mask."""
     if w.method == "full":
         return 0
-    autocast = w.amp is not None and w.dtype == "fp32"
+    autocast = w.autocast
     a_out = c if autocast else 4  # A's output: autocast's half, else the adapter's fp32
     in_features = {"qkv": D.h, "attn_out": D.a * D.d, "mlp_in": D.h, "mlp_out": D.f}
     total = 0
@@ -240,8 +241,8 @@ def layer_activations(spec: ModelSpec, w: Workload, b: int, s: int, *, cross_s: 
     t = b * s
     sp = tp  # sequence parallel: per-token tensors outside the TP regions are split too
     c = DTYPE_BYTES[w.compute_dtype]
-    autocast = w.amp is not None and w.dtype == "fp32"
-    r = 4 if (w.dtype == "fp32") else c
+    autocast = w.autocast
+    r = 4 if w.run_dtype == "fp32" else c
     casts = autocast
     p_attn, p_hid = dropout_probs(spec)
     full = w.method == "full"
@@ -263,8 +264,10 @@ def layer_activations(spec: ModelSpec, w: Workload, b: int, s: int, *, cross_s: 
     kv = _r(c * D.kv * D.d * t)
     attention = w.attention
     S = s
-    if attention == "eager" or (attention == "sdpa" and spec.kind != "decoder"):
-        # eager (and SDPA with an explicit mask) expands GQA keys/values to every head (repeat_kv)
+    if attention == "eager" or (attention == "sdpa" and (spec.kind != "decoder" or c == 4)):
+        # eager (and SDPA with an explicit mask) expands GQA keys/values to every head (repeat_kv);
+        # so does SDPA in fp32, which CUDA runs on the memory-efficient kernel (flash takes fp16/bf16
+        # only; aten/src/ATen/native/transformers/cuda/sdp_utils.cpp), and that kernel has no GQA
         kv_saved = _r(c * D.a * D.d * t) if D.kv != D.a else kv
     else:
         kv_saved = kv
@@ -275,8 +278,11 @@ def layer_activations(spec: ModelSpec, w: Workload, b: int, s: int, *, cross_s: 
         quad += q_bytes
         total += q_bytes
     elif attention != "eager":
-        # flash / memory-efficient SDPA keep the output and the fp32 log-sum-exp (b, a, s)
-        total += _r(c * D.a * D.d * t) + _r(4 * b * D.a * s)
+        # flash / memory-efficient SDPA keep the output and the fp32 log-sum-exp (b, a, s); under
+        # selective recomputation the kernel runs inside torch.utils.checkpoint, which keeps its
+        # inputs (q, k, v, already counted) and returns its output (the out projection keeps it):
+        # only the log-sum-exp is not kept
+        total += _r(c * D.a * D.d * t) + (0 if w.checkpointing == "selective" else _r(4 * b * D.a * s))
         if spec.position == "relative":
             # T5: the relative position bias (plus the causal mask) becomes SDPA's additive
             # attn_mask (1, a, s, S), which the memory-efficient kernel keeps for backward
@@ -284,8 +290,11 @@ def layer_activations(spec: ModelSpec, w: Workload, b: int, s: int, *, cross_s: 
             bias = _r(c * D.a * s * S)
             total += bias
             quad += bias
-    if attn_out_saves:
+    if attn_out_saves and attention == "eager":
         total += _r(c * D.a * D.d * t)  # attn_output.transpose(1, 2).contiguous(): input of o_proj
+    # with SDPA the kernels lay their output out as (b, s, a, d) (flash and memory-efficient
+    # attention transpose q and the output), so transformers' sdpa_attention_forward
+    # ``attn_output.transpose(1, 2).contiguous()`` copies nothing: o_proj keeps the kernel's output
     if p_hid > 0:
         total += _r(D.h * t) // sp  # residual dropout mask after o_proj
 
@@ -409,7 +418,7 @@ def head_saved(spec: ModelSpec, w: Workload, b: int, s: int) -> tuple[int, int, 
     lf = loss_figures(spec, w, b, s)
     if lf is not None:
         return lf.saved, lf.peak, lf.formula
-    autocast = w.amp is not None and w.dtype == "fp32"
+    autocast = w.autocast
     sm = 4 if (H.loss_upcasts(spec) or autocast) else c
     logits = _r(c * V * t)
     upcast = _r(4 * V * t) if sm == 4 and c != 4 else 0
@@ -423,28 +432,49 @@ def model_level_saved(spec: ModelSpec, w: Workload, b: int, s: int) -> int:
     """Inputs, position tables and the final norm: tensors outside the blocks kept for backward."""
     t = b * s
     c = DTYPE_BYTES[w.compute_dtype]
-    r = 4 if w.dtype == "fp32" else c
+    r = 4 if w.run_dtype == "fp32" else c
     total = _r(8 * t) + H.label_bytes(spec, b, s)  # input_ids and the labels, int64
     if spec.position == "rotary":
         total += 2 * _r(c * spec.head_dim * t)  # cos and sin, shared by all layers
     _, p_hid = dropout_probs(spec)
     if p_hid > 0:
         total += _r(spec.hidden_size * t)  # embedding dropout mask
-    # the last norm's output is kept by the head's first op unless a dropout stands in front of it
-    # (a fused linear cross-entropy keeps the gradient it computed in forward instead)
-    consumers = 1 if H.keeps_last_hidden(spec) and not (w.loss == "fused-linear" and has_lm_head(spec)) else 0
-    total += _norm_saved(norm_kind(spec), spec.hidden_size, t, r, c, consumers, w.amp is not None and w.dtype == "fp32",
-                         w.method == "full")
+    total += final_norm_saved(spec, w, b, s)
     if spec.kind == "encoder-decoder":
         total += _norm_saved(norm_kind(spec), spec.hidden_size, t, r, c, 1, False)  # encoder final norm
-    if spec.position == "relative" and w.checkpointing == "full":
+    if spec.position == "relative" and any(checkpointed(spec, w)):
         # T5 computes its position biases (1, a, s, s) once per stack and hands them to every
         # checkpointed block, which keeps them as inputs: the encoder's, the decoder's self- and
         # cross-attention's (the bias embedding's dtype: the weights', autocast does not cast it)
-        bias_b = DTYPE_BYTES[w.dtype] if w.method == "full" else DTYPE_BYTES[w.compute_dtype]
+        bias_b = DTYPE_BYTES[w.run_dtype] if w.method == "full" else DTYPE_BYTES[w.compute_dtype]
         n_bias = 3 if spec.kind == "encoder-decoder" else 1
         total += n_bias * _r(bias_b * spec.n_heads * s * s)
-    return total + H.head_level_saved(spec, w, b, s)
+    return total + checkpointed_mask(spec, w, b, s) + H.head_level_saved(spec, w, b, s)
+
+
+def final_norm_saved(spec: ModelSpec, w: Workload, b: int, s: int) -> int:
+    """What the final norm keeps for backward (freed before the last block's backward starts)."""
+    t = b * s
+    c = DTYPE_BYTES[w.compute_dtype]
+    r = 4 if w.run_dtype == "fp32" else c
+    # the last norm's output is kept by the head's first op unless a dropout stands in front of it
+    # (a fused linear cross-entropy keeps the gradient it computed in forward instead)
+    consumers = 1 if H.keeps_last_hidden(spec) and not (w.loss == "fused-linear" and has_lm_head(spec)) else 0
+    return _norm_saved(norm_kind(spec), spec.hidden_size, t, r, c, consumers, w.autocast, w.method == "full")
+
+
+def checkpointed_mask(spec: ModelSpec, w: Workload, b: int, s: int) -> int:
+    """A decoder's eager attention mask, kept as an input by checkpointed blocks.
+
+    transformers builds a (b, 1, s, s) additive causal mask for eager attention
+    (masking_utils ``eager_mask``: 0 or the dtype's minimum, in the embeddings' dtype) and hands
+    it to every block; attention adds it without saving it, but a checkpointed block keeps its
+    inputs (torch.utils.checkpoint ``_NoopSaveInputs``). SDPA takes ``is_causal`` and no mask.
+    """
+    if w.attention != "eager" or spec.kind != "decoder" or not any(checkpointed(spec, w)):
+        return 0
+    r = 4 if w.run_dtype == "fp32" else DTYPE_BYTES[w.compute_dtype]
+    return _r(r * b * s * s)
 
 
 def offloaded_model_level(spec: ModelSpec, w: Workload, b: int, s: int) -> tuple[int, int]:
@@ -457,15 +487,16 @@ def offloaded_model_level(spec: ModelSpec, w: Workload, b: int, s: int) -> tuple
     """
     t = b * s
     c = DTYPE_BYTES[w.compute_dtype]
-    r = 4 if w.dtype == "fp32" else c
+    r = 4 if w.run_dtype == "fp32" else c
     moved = 0
     if spec.position == "rotary":
         moved += 2 * _r(c * spec.head_dim * t)
     if dropout_probs(spec)[1] > 0:
         moved += _r(spec.hidden_size * t)
-    if spec.position == "relative" and w.checkpointing == "full":
-        bias_b = DTYPE_BYTES[w.dtype] if w.method == "full" else DTYPE_BYTES[w.compute_dtype]
+    if spec.position == "relative" and any(checkpointed(spec, w)):
+        bias_b = DTYPE_BYTES[w.run_dtype] if w.method == "full" else DTYPE_BYTES[w.compute_dtype]
         moved += (3 if spec.kind == "encoder-decoder" else 1) * _r(bias_b * spec.n_heads * s * s)
+    moved += checkpointed_mask(spec, w, b, s)
     if spec.kind == "encoder-decoder":
         moved += _norm_saved(norm_kind(spec), spec.hidden_size, t, r, c, 1, False)  # the encoder's final norm
     stashed = _norm_saved(norm_kind(spec), spec.hidden_size, t, r, c, 0, False, w.method == "full")

@@ -112,7 +112,7 @@ def loss_saved(spec: ModelSpec, w: Workload, b: int, s: int) -> tuple[int, int, 
     """(kept for backward at the loss, transient peak at the loss, explanation) of a non-LM head."""
     t = b * s
     c = DTYPE_BYTES[w.compute_dtype]
-    autocast = w.amp is not None and w.dtype == "fp32"
+    autocast = w.autocast
     sm = 4 if autocast else c  # autocast runs cross_entropy (log_softmax) in fp32
     n = max(1, spec.num_labels)
     if spec.head == "sequence-classification":
