@@ -90,3 +90,10 @@ def test_fsdp_mixed_precision_policy_is_applied():
     # no autocast: nothing is tagged as autocast's weight copies; the all-gathered copies are comm buffers
     assert res.summary.by_tag["autocast_cache"] == 0
     assert "MixedPrecisionPolicy(param_dtype=bf16, reduce_dtype=fp32)" in " ".join(res.breakdown.notes)
+
+
+def test_every_n_is_not_extrapolated():
+    from vramlens.errors import TraceError
+
+    with pytest.raises(TraceError, match="checkpoints every N-th block"):
+        trace(tiny_llama(layers=4), mode="train", checkpointing="every:2", layers=3)

@@ -3,7 +3,15 @@ real module (vramlens.trace.crosscheck.TECHNIQUE_ROWS): peak within 5%, every co
 
 import pytest
 
-from vramlens.trace.crosscheck import TECHNIQUE_ROWS, render, run_technique_rows
+from vramlens.trace.crosscheck import (
+    CHECKPOINT_ROWS,
+    FSDP_ROWS,
+    TECHNIQUE_ROWS,
+    render,
+    run_checkpoint_rows,
+    run_fsdp_rows,
+    run_technique_rows,
+)
 
 pytestmark = pytest.mark.slow  # each row traces two steps of a shrunk model
 
@@ -20,7 +28,7 @@ def _check(rows):
 def test_rows_name_real_settings():
     from vramlens.workload import workload_fields
 
-    for _name, row in TECHNIQUE_ROWS:
+    for _name, row in TECHNIQUE_ROWS + CHECKPOINT_ROWS + FSDP_ROWS:
         assert set(row) <= set(workload_fields())
 
 
@@ -46,3 +54,21 @@ def test_activation_offload_matches_trace():
 
 def test_gqa_expansion_when_decoding_with_eager_attention_matches_trace():
     _check(run_technique_rows(only="new_tokens"))
+
+
+def test_torchtitan_checkpointing_matches_trace():
+    """selective-op and every:N (torchtitan's policies run on transformers' blocks), Megatron-style
+    selective over SDPA; several rows put the peak inside a recomputed block's backward."""
+    rows = run_checkpoint_rows()
+    _check(rows)
+    modes = {r.workload["checkpointing"] for r in rows}
+    assert {"selective-op", "every:2", "selective"} <= modes
+
+
+def test_fsdp_mixed_precision_matches_trace():
+    """FSDP2 per rank on the fake process group: torchtitan's MixedPrecisionPolicy(bf16, fp32) over fp32
+    shards, and pure bf16 (tests/advise/test_fsdp_crosscheck.py has the backward-bound cases)."""
+    rows = run_fsdp_rows()
+    _check(rows)
+    mp = [r for r in rows if r.workload.get("amp") == "bf16" and r.workload["checkpointing"] == "none"]
+    assert mp and all(r.traced["master_weights"] == 0 for r in mp)  # no autocast copies

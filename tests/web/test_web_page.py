@@ -41,3 +41,11 @@ def test_page_has_a_knob_for_every_workload_setting():
     knobs = {k[0] for k in KNOBS}
     # lora_dropout is an API-only refinement
     assert {f.name for f in fields(Workload)} - {"lora_dropout"} <= knobs
+
+
+def test_checkpointing_knob_offers_torchtitans_modes(client):
+    doc = client.get("/").text
+    knob = doc[doc.index('data-param="checkpointing"'):]
+    knob = knob[:knob.index("</select>")]
+    for mode in ("none", "full", "selective", "selective-op", "every:2", "every:4"):
+        assert f'value="{mode}"' in knob, mode

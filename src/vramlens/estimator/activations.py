@@ -19,6 +19,7 @@ from typing import Any
 
 from vramlens.estimator import heads as H
 from vramlens.estimator.checkpointing import checkpointed
+from vramlens.estimator.linears import GROUPS, linear_group
 from vramlens.estimator.memo import identity_cache
 from vramlens.models.spec import ModelSpec
 from vramlens.units import BLOCK, DTYPE_BYTES, round_up
@@ -136,11 +137,6 @@ def _norm_saved(kind: str, h: int, t: int, r: int, c: int, consumers: int, casts
     return own + out
 
 
-#: Leaf names of the linear that closes an attention block or an MLP (the others open them).
-_ATTN_OUT = frozenset({"o_proj", "out_proj", "o", "c_proj", "dense"})
-_MLP_OUT = frozenset({"down_proj", "fc2", "dense_4h_to_h", "wo", "c_proj", "w2"})
-
-
 @identity_cache
 def linear_groups(spec: ModelSpec) -> dict[str, tuple[tuple[str, str], ...]]:
     """The first block's linears by place: "qkv", "attn_out", "mlp_in", "mlp_out"; each (path, leaf name)."""
@@ -155,12 +151,7 @@ def linear_groups(spec: ModelSpec) -> dict[str, tuple[tuple[str, str], ...]]:
         if t.stack == "decoder" and spec.kind == "encoder-decoder":
             continue  # the encoder's first block stands for both stacks
         path = t.name.removesuffix(".weight")
-        low = path.lower()
-        if "attn" in low or "attention" in low:
-            g = "attn_out" if t.module in _ATTN_OUT else "qkv"
-        else:
-            g = "mlp_out" if (t.module in _MLP_OUT or low.endswith("output.dense")) else "mlp_in"
-        groups[g].append((path, t.module))
+        groups[linear_group(path, t.module)].append((path, t.module))
     return {k: tuple(v) for k, v in groups.items()}
 
 
@@ -175,7 +166,7 @@ def trained_linears(spec: ModelSpec, w: Workload, group: str) -> int:
     return sum(1 for path, leaf in members if leaf in targets or any(path.endswith("." + x) for x in targets))
 
 
-GROUP_ORDER = ("qkv", "attn_out", "mlp_in", "mlp_out")
+GROUP_ORDER = GROUPS
 
 
 def untracked_before_first_adapter(spec: ModelSpec, w: Workload, b: int, s: int) -> tuple[int, tuple[str, ...]]:

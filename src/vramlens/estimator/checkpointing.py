@@ -31,6 +31,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from vramlens.estimator.linears import linear_group
 from vramlens.estimator.memo import identity_cache
 from vramlens.models.spec import ModelSpec
 from vramlens.units import BLOCK, DTYPE_BYTES, round_up
@@ -38,8 +39,6 @@ from vramlens.workload import Workload
 
 #: Leaf names of the key and value projections of a cross-attention (they read the encoder's tokens).
 _KV_LEAVES = frozenset({"k", "v", "k_proj", "v_proj", "key", "value"})
-#: Linear groups that tensor parallelism splits by output (column-parallel); the others are row-parallel.
-_ROW_PARALLEL = ("o_proj", "out_proj", "o", "c_proj", "dense", "down_proj", "fc2", "dense_4h_to_h", "wo", "w2")
 
 
 def _r(n: int) -> int:
@@ -140,9 +139,10 @@ def block_mms(spec: ModelSpec, w: Workload, stack: str | None) -> tuple[MmCall, 
             continue  # Conv1D: addmm; grouped experts: _grouped_mm
         low = path.lower()
         cross = leaf in _KV_LEAVES and ("encdec" in low or "cross" in low or "encoder_attn" in low)
-        row = leaf in _ROW_PARALLEL or low.endswith("output.dense")
+        group = "router" if role == "router" else linear_group(path, leaf)
+        row = group in ("attn_out", "mlp_out")  # tensor parallelism: row-parallel (the others column-parallel)
         if not bias:
-            out.append(MmCall(out_f, in_f, cross, False, row, _kept(spec, w, path, leaf, role, row)))
+            out.append(MmCall(out_f, in_f, cross, False, row, _kept(spec, w, leaf, group)))
         if role == "linear" and _adapted(path, leaf, w):
             out.append(MmCall(w.lora_rank, in_f, cross, True, False, True))   # lora_A (lora_B keeps it)
             out.append(MmCall(out_f, w.lora_rank, cross, True, row, False))   # lora_B (added to the base)
@@ -153,14 +153,14 @@ def block_mms(spec: ModelSpec, w: Workload, stack: str | None) -> tuple[MmCall, 
 _QK_LEAVES = frozenset({"q_proj", "k_proj", "q", "k", "query", "key"})
 
 
-def _kept(spec: ModelSpec, w: Workload, path: str, leaf: str, role: str, row: bool) -> bool:
+def _kept(spec: ModelSpec, w: Workload, leaf: str, group: str) -> bool:
     """Whether autograd keeps this linear's output anyway: what reads it saves it (attention its
     q, k, v; the MLP's activation and product their inputs); not an output that is added to the
-    residual (o, down), the router's logits, rotated queries and keys, or values that eager or
-    fp32 SDPA attention expands for grouped-query attention (the copy is kept, not this)."""
-    if row or role == "router":
+    residual (o, down), the router's logits, rotated queries and keys, or keys and values that eager
+    or fp32 SDPA attention expands for grouped-query attention (the copy is kept, not this)."""
+    if group in ("attn_out", "mlp_out", "router"):
         return False
-    if "attn" in path.lower() or "attention" in path.lower():
+    if group == "qkv":
         if leaf in _QK_LEAVES and spec.position == "rotary":
             return False
         # the same rule as layer_activations: eager, and SDPA with a mask or in fp32, expand GQA keys/values

@@ -104,13 +104,22 @@ def comm_buffer_bytes(spec: ModelSpec, w: Workload, grad_bytes_full: int, param_
         return min(elems * param_elem_bytes, grad_bytes_full), "ZeRO reduce bucket (reduce_bucket_size=5e8 elements)"
     block, root, reduce = fsdp_buffers(spec, w, weight_elem_bytes)
     if reduce != block:
-        return max(2 * (block + root), 2 * block + reduce + root), (
+        cast_in = cast_all_gather_input(w, block)
+        return max(2 * (block + root), 2 * block + reduce + root) + cast_in, (
             f"FSDP2 MixedPrecisionPolicy(param_dtype={w.run_dtype}, reduce_dtype=fp32): the root's unsharded "
             f"{w.run_dtype} parameters (embedding, head, final norm) plus the current and prefetched block's "
-            f"{w.run_dtype} all-gather and one block's fp32 reduce-scatter input: max(2(B+R), 2B+B_fp32+R)")
+            f"{w.run_dtype} all-gather and one block's fp32 reduce-scatter input, and the all-gather's "
+            f"{w.run_dtype} copy of the shard: max(2(B+R), 2B+B_fp32+R) + B/N")
     return max(2 * (block + root), 3 * block + root), (
         "FSDP2/ZeRO-3: the root's unsharded parameters (embedding, head, final norm) plus the current and "
         "prefetched block's all-gather and one block's reduce-scatter: max(2(B+R), 3B+R)")
+
+
+def cast_all_gather_input(w: Workload, block: int) -> int:
+    """Under FSDP2's mixed-precision policy each all-gather first copies the fp32 shards into a
+    ``param_dtype`` input (_fsdp_collectives.py ``_get_param_all_gather_inputs``, a flat tensor of
+    the shard's size); without a policy the shard itself is the input."""
+    return block // max(1, w.shard_degree) if w.fsdp_mixed_precision else 0
 
 
 def fsdp_buffers(spec: ModelSpec, w: Workload, weight_elem_bytes: int) -> tuple[int, int, int]:

@@ -30,7 +30,7 @@ from vramlens.estimator import optimizer as O
 from vramlens.estimator import weights as Wt
 from vramlens.estimator.heads import has_lm_head
 from vramlens.estimator.memo import identity_cache
-from vramlens.estimator.parallel import Split, comm_buffer_bytes, fsdp_buffers, split
+from vramlens.estimator.parallel import Split, cast_all_gather_input, comm_buffer_bytes, fsdp_buffers, split
 from vramlens.estimator.reserve import persistent_part_reserve
 from vramlens.estimator.runtime import runtime
 from vramlens.hardware.gpu import GPU
@@ -143,6 +143,7 @@ class TrainState:
     gather_block: int = 0  # FSDP2/ZeRO-3: one block's unsharded parameters (B)
     gather_root: int = 0   # FSDP2/ZeRO-3: the root's unsharded parameters (R)
     reduce_block: int = 0  # FSDP2/ZeRO-3: one block's reduce-scatter input (B, or fp32 under a mixed-precision policy)
+    gather_input: int = 0  # FSDP2 mixed precision: the all-gather's param_dtype copy of one block's shard
     gather_kept: bool = False  # FSDP2 shard-grad-op: every block stays gathered from forward to backward
     keep_grads: bool = False   # zero_grad(set_to_none=False): gradients alive through the next forward
     master_grads: int = 0      # fp32 copies of the gradients for the fp32 master weights, made for the step
@@ -249,6 +250,7 @@ def train_state(spec: ModelSpec, w: Workload, gpu: GPU | None) -> TrainState:
         workspace=rt.workspace_bytes, outside=rt.outside_allocator_bytes, reserve_base=reserve_base,
         reserve_floor=reserve_floor, reserve_persistent=weights + master + opt + comm + grads,
         gather_block=gather_block, gather_root=gather_root, reduce_block=reduce_block,
+        gather_input=cast_all_gather_input(w, gather_block) if sharded3 else 0,
         gather_kept=sharded3 and w.fsdp and w.fsdp_strategy == "shard-grad-op", keep_grads=w.keep_grads,
         in_backward=in_bwd, in_backward_addend=head_grad if in_bwd and spec.tied_embeddings else 0,
         last_grads=0 if in_bwd else last_gradients(spec, w, grads),
@@ -313,7 +315,8 @@ def train_phases(st: TrainState, acts: int, loss_tmp: int, head_saved: int, grad
         fb = 1 if st.gather_kept else 2
         Br = st.reduce_block or B
         gathers = B if st.gather_kept else 2 * B  # current + prefetched all-gathers
-        bufs = gathers + Br  # ... and one reduce-scatter input
+        # ... and one reduce-scatter input; under a mixed-precision policy the prefetch's cast input
+        bufs = gathers + Br + st.gather_input
         # forward: a block runs with its unsharded parameters and the flat all-gather output it was
         # copied from, which FSDP2 holds (FSDPCommContext.all_gather_state) until the next
         # all-gather; at the loss only the last block's flat output is still held
