@@ -16,8 +16,11 @@ higher because its states are created inside its optimizer step):
   (kept through backward by autograd, except under checkpointing);
 * backward: it starts with every activation alive plus the loss' two fp32 gradient buffers
   (``nll_loss_backward`` and ``_log_softmax_backward_data``, b*s*V each), then the output
-  layer's backward (the logits' gradient and its weight gradient); under full checkpointing the head's saved tensors are gone before the last
-  block is recomputed; it ends with all gradients and one recomputed block;
+  layer's backward (the logits' gradient and its weight gradient); under checkpointing (full,
+  selective-op, every:N) the head's and the final norm's saved tensors are gone before the last
+  checkpointed block is recomputed, and the first block is recomputed before its own gradients
+  exist; under FSDP2 the gathered, prefetched and reduce-scatter buffers come on top (see
+  train_phases);
 * optimizer: persistent + gradients + the optimizer's temporaries (autocast copies are gone);
   with an fp32 master copy, the gradients' fp32 copies the step runs on.
 """
@@ -104,12 +107,12 @@ def last_gradients(spec: ModelSpec, w: Workload, grads: int) -> int:
     if w.method != "full":
         return grads // max(1, spec.n_layers)  # the adapters of one block
     block, emb = _first_block_and_embedding(spec)
-    total = max(1, summarize_params(spec))
+    total = max(1, _param_numel(spec))
     return min(grads, grads * (block + emb) // total)
 
 
 @identity_cache
-def summarize_params(spec: ModelSpec) -> int:
+def _param_numel(spec: ModelSpec) -> int:
     return sum(t.numel for t in spec.tensors if t.role != "buffer")
 
 
@@ -271,8 +274,9 @@ def train_phases(st: TrainState, acts: int, loss_tmp: int, head_saved: int, grad
         acts: saved activations of all local blocks, plus inputs and the head's saved tensors.
         recompute: what a checkpointed block's recomputation and backward add (0 when no block is
             checkpointed; vramlens.estimator.core.BlockFigures).
-        recompute_after: activations backward frees before the first recomputation (the blocks
-            after the last checkpointed one, under every:N).
+        recompute_after: what backward has freed by the first recomputation's peak: the final norm's
+            tensors, under every:N the blocks after the last checkpointed one, under selective-op the
+            saved outputs the recomputation hands back and nothing else keeps.
         uncheckpointed: (blocks not checkpointed, all blocks): the share of autocast's weight copies
             autograd keeps through backward.
         block_kept: what one block keeps for backward (FSDP: freed before the next block's backward).
@@ -312,7 +316,6 @@ def train_phases(st: TrainState, acts: int, loss_tmp: int, head_saved: int, grad
         # blocks in flight besides R: forward's current + prefetched, backward's current +
         # prefetched + reduce-scatter input; under shard-grad-op the blocks are already in R and
         # only one flat all-gather / reduce-scatter buffer is in flight
-        fb = 1 if st.gather_kept else 2
         Br = st.reduce_block or B
         gathers = B if st.gather_kept else 2 * B  # current + prefetched all-gathers
         # ... and one reduce-scatter input; under a mixed-precision policy the prefetch's cast input
@@ -320,13 +323,12 @@ def train_phases(st: TrainState, acts: int, loss_tmp: int, head_saved: int, grad
         # forward: a block runs with its unsharded parameters and the flat all-gather output it was
         # copied from, which FSDP2 holds (FSDPCommContext.all_gather_state) until the next
         # all-gather; at the loss only the last block's flat output is still held
-        fwd = sh + gfwd + R + fwd_casts + max(fb * B + acts - head_saved, B + acts + loss_tmp)
+        fwd = sh + gfwd + R + fwd_casts + max(gathers + acts - head_saved, B + acts + loss_tmp)
         head = max(gfwd, st.head_grad)
         # the last block's backward runs before any reduce-scatter; each later block's starts with
         # the previous block's reduce-scatter input still held (foreach_reduce's input is kept until
-        # the next reduce-scatter) and that block's activations freed
-        # a block's backward holds its MLP's gradients above what it saved (the recomputation's
-        # figure includes them)
+        # the next reduce-scatter) and that block's activations freed. A block's backward holds its
+        # MLP's gradients above what it saved (the recomputation's figure includes them)
         work = recompute or block_backward
         bwd = max(sh + gfwd + R + B + bwd_casts + acts + loss_bwd,
                   sh + head + R + gathers + bwd_casts + acts - head_saved - recompute_after + work,
