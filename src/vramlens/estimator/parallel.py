@@ -105,11 +105,11 @@ def comm_buffer_bytes(spec: ModelSpec, w: Workload, grad_bytes_full: int, param_
     block, root, reduce = fsdp_buffers(spec, w, weight_elem_bytes)
     if reduce != block:
         cast_in = cast_all_gather_input(w, block)
-        return max(2 * (block + root), 2 * block + reduce + root) + cast_in, (
+        return max(2 * (block + root), 2 * block + reduce + root + cast_in), (
             f"FSDP2 MixedPrecisionPolicy(param_dtype={w.run_dtype}, reduce_dtype=fp32): the root's unsharded "
             f"{w.run_dtype} parameters (embedding, head, final norm) plus the current and prefetched block's "
             f"{w.run_dtype} all-gather and one block's fp32 reduce-scatter input, and the all-gather's "
-            f"{w.run_dtype} copy of the shard: max(2(B+R), 2B+B_fp32+R) + B/N")
+            f"{w.run_dtype} copy of the prefetched shard: max(2(B+R), 2B+B_fp32+R+B/N)")
     return max(2 * (block + root), 3 * block + root), (
         "FSDP2/ZeRO-3: the root's unsharded parameters (embedding, head, final norm) plus the current and "
         "prefetched block's all-gather and one block's reduce-scatter: max(2(B+R), 3B+R)")
