@@ -18,7 +18,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from vramlens.estimator import heads as H
+from vramlens.estimator.checkpointing import checkpointed
 from vramlens.estimator.inventory import summarize
+from vramlens.estimator.linears import GROUPS, linear_group
 from vramlens.estimator.memo import identity_cache
 from vramlens.models.spec import ModelSpec
 from vramlens.units import BLOCK, DTYPE_BYTES, round_up
@@ -142,11 +144,6 @@ def _norm_saved(kind: str, h: int, t: int, r: int, c: int, consumers: int, casts
     return own + out
 
 
-#: Leaf names of the linear that closes an attention block or an MLP (the others open them).
-_ATTN_OUT = frozenset({"o_proj", "out_proj", "o", "c_proj", "dense"})
-_MLP_OUT = frozenset({"down_proj", "fc2", "dense_4h_to_h", "wo", "c_proj", "w2"})
-
-
 @identity_cache
 def linear_groups(spec: ModelSpec) -> dict[str, tuple[tuple[str, str], ...]]:
     """The first block's linears by place: "qkv", "attn_out", "mlp_in", "mlp_out"; each (path, leaf name)."""
@@ -161,12 +158,7 @@ def linear_groups(spec: ModelSpec) -> dict[str, tuple[tuple[str, str], ...]]:
         if t.stack == "decoder" and spec.kind == "encoder-decoder":
             continue  # the encoder's first block stands for both stacks
         path = t.name.removesuffix(".weight")
-        low = path.lower()
-        if "attn" in low or "attention" in low:
-            g = "attn_out" if t.module in _ATTN_OUT else "qkv"
-        else:
-            g = "mlp_out" if (t.module in _MLP_OUT or low.endswith("output.dense")) else "mlp_in"
-        groups[g].append((path, t.module))
+        groups[linear_group(path, t.module)].append((path, t.module))
     return {k: tuple(v) for k, v in groups.items()}
 
 
@@ -181,7 +173,7 @@ def trained_linears(spec: ModelSpec, w: Workload, group: str) -> int:
     return sum(1 for path, leaf in members if leaf in targets or any(path.endswith("." + x) for x in targets))
 
 
-GROUP_ORDER = ("qkv", "attn_out", "mlp_in", "mlp_out")
+GROUP_ORDER = GROUPS
 
 
 def untracked_before_first_adapter(spec: ModelSpec, w: Workload, b: int, s: int) -> tuple[int, tuple[str, ...]]:
@@ -204,7 +196,7 @@ def untracked_before_first_adapter(spec: ModelSpec, w: Workload, b: int, s: int)
         return 0, ()
     t = b * s
     c = DTYPE_BYTES[w.compute_dtype]
-    r = 4 if w.dtype == "fp32" else c
+    r = 4 if w.run_dtype == "fp32" else c
     own = _norm_saved(norm_kind(spec), spec.hidden_size, t, r, c, 0, False, False)
     if w.dora and w.lora_dropout > 0:
         # DoRA's F.linear(dropped x, weight) on an input that needs no gradient keeps no weight
@@ -215,8 +207,8 @@ def untracked_before_first_adapter(spec: ModelSpec, w: Workload, b: int, s: int)
 
 
 def _autocast(w: Workload) -> bool:
-    """PyTorch autocast: fp32 weights computed in the --amp dtype."""
-    return w.amp is not None and w.dtype == "fp32"
+    """PyTorch autocast: fp32 weights computed in the --amp dtype (not FSDP2's MixedPrecisionPolicy)."""
+    return w.autocast
 
 
 def lora_casts_input(w: Workload) -> bool:
@@ -406,8 +398,8 @@ def layer_activations(spec: ModelSpec, w: Workload, b: int, s: int, *, cross_s: 
     t = b * s
     sp = tp  # sequence parallel: per-token tensors outside the TP regions are split too
     c = DTYPE_BYTES[w.compute_dtype]
-    autocast = w.amp is not None and w.dtype == "fp32"
-    r = 4 if (w.dtype == "fp32") else c
+    autocast = w.autocast
+    r = 4 if w.run_dtype == "fp32" else c
     casts = autocast
     p_attn, p_hid = dropout_probs(spec)
     full = w.method == "full"
@@ -429,8 +421,10 @@ def layer_activations(spec: ModelSpec, w: Workload, b: int, s: int, *, cross_s: 
     kv = _r(c * D.kv * D.d * t)
     attention = sdpa_core(spec, w, cross=False)
     S = s
-    if attention == "eager" or (attention == "sdpa" and spec.kind != "decoder"):
-        # eager (and SDPA with an explicit mask) expands GQA keys/values to every head (repeat_kv)
+    if attention == "eager" or (attention == "sdpa" and (spec.kind != "decoder" or c == 4)):
+        # eager (and SDPA with an explicit mask) expands GQA keys/values to every head (repeat_kv);
+        # so does SDPA in fp32, which CUDA runs on the memory-efficient kernel (flash takes fp16/bf16
+        # only; aten/src/ATen/native/transformers/cuda/sdp_utils.cpp), and that kernel has no GQA
         kv_saved = _r(c * D.a * D.d * t) if D.kv != D.a else kv
     else:
         kv_saved = kv
@@ -444,8 +438,10 @@ def layer_activations(spec: ModelSpec, w: Workload, b: int, s: int, *, cross_s: 
         total += q_bytes
     elif attention != "eager":
         # flash / memory-efficient SDPA keep the output, the fp32 log-sum-exp (b, a, s) and the
-        # philox seed and offset (one int64 each)
-        total += _r(c * D.a * D.d * t) + _r(4 * b * D.a * s) + SDPA_RNG
+        # philox seed and offset (one int64 each); under selective recomputation the kernel runs
+        # inside torch.utils.checkpoint, which keeps its inputs (q, k, v, already counted) and
+        # returns its output (the out projection keeps it): the log-sum-exp and the seed are not kept
+        total += _r(c * D.a * D.d * t) + (0 if w.checkpointing == "selective" else _r(4 * b * D.a * s) + SDPA_RNG)
         if spec.position == "relative":
             # T5: the relative position bias (plus the causal mask) becomes SDPA's additive
             # attn_mask (1, a, s, S), which the memory-efficient kernel keeps for backward
@@ -656,28 +652,49 @@ def model_level_saved(spec: ModelSpec, w: Workload, b: int, s: int) -> int:
     """Inputs, position tables and the final norm: tensors outside the blocks kept for backward."""
     t = b * s
     c = DTYPE_BYTES[w.compute_dtype]
-    r = 4 if w.dtype == "fp32" else c
+    r = 4 if w.run_dtype == "fp32" else c
     total = _r(8 * t) + H.label_bytes(spec, b, s)  # input_ids and the labels, int64
     if spec.position == "rotary":
         total += 2 * _r(c * spec.head_dim * t)  # cos and sin, shared by all layers
     _, p_hid = dropout_probs(spec)
     if p_hid > 0:
         total += _r(spec.hidden_size * t)  # embedding dropout mask
-    # the last norm's output is kept by the head's first op unless a dropout stands in front of it
-    # (a fused linear cross-entropy keeps the gradient it computed in forward instead)
-    consumers = 1 if H.keeps_last_hidden(spec) and not (w.loss == "fused-linear" and has_lm_head(spec)) else 0
-    total += _norm_saved(norm_kind(spec), spec.hidden_size, t, r, c, consumers, w.amp is not None and w.dtype == "fp32",
-                         w.method == "full")
+    total += final_norm_saved(spec, w, b, s)
     if spec.kind == "encoder-decoder":
         total += _norm_saved(norm_kind(spec), spec.hidden_size, t, r, c, 1, False)  # encoder final norm
-    if spec.position == "relative" and w.checkpointing == "full":
+    if spec.position == "relative" and any(checkpointed(spec, w)):
         # T5 computes its position biases (1, a, s, s) once per stack and hands them to every
         # checkpointed block, which keeps them as inputs: the encoder's, the decoder's self- and
         # cross-attention's (the bias embedding's dtype: the weights', autocast does not cast it)
-        bias_b = DTYPE_BYTES[w.dtype] if w.method == "full" else DTYPE_BYTES[w.compute_dtype]
+        bias_b = DTYPE_BYTES[w.run_dtype] if w.method == "full" else DTYPE_BYTES[w.compute_dtype]
         n_bias = 3 if spec.kind == "encoder-decoder" else 1
         total += n_bias * _r(bias_b * spec.n_heads * s * s)
-    return total + H.head_level_saved(spec, w, b, s)
+    return total + checkpointed_mask(spec, w, b, s) + H.head_level_saved(spec, w, b, s)
+
+
+def final_norm_saved(spec: ModelSpec, w: Workload, b: int, s: int) -> int:
+    """What the final norm keeps for backward (freed before the last block's backward starts)."""
+    t = b * s
+    c = DTYPE_BYTES[w.compute_dtype]
+    r = 4 if w.run_dtype == "fp32" else c
+    # the last norm's output is kept by the head's first op unless a dropout stands in front of it
+    # (a fused linear cross-entropy keeps the gradient it computed in forward instead)
+    consumers = 1 if H.keeps_last_hidden(spec) and not (w.loss == "fused-linear" and has_lm_head(spec)) else 0
+    return _norm_saved(norm_kind(spec), spec.hidden_size, t, r, c, consumers, w.autocast, w.method == "full")
+
+
+def checkpointed_mask(spec: ModelSpec, w: Workload, b: int, s: int) -> int:
+    """A decoder's eager attention mask, kept as an input by checkpointed blocks.
+
+    transformers builds a (b, 1, s, s) additive causal mask for eager attention
+    (masking_utils ``eager_mask``: 0 or the dtype's minimum, in the embeddings' dtype) and hands
+    it to every block; attention adds it without saving it, but a checkpointed block keeps its
+    inputs (torch.utils.checkpoint ``_NoopSaveInputs``). SDPA takes ``is_causal`` and no mask.
+    """
+    if w.attention != "eager" or spec.kind != "decoder" or not any(checkpointed(spec, w)):
+        return 0
+    r = 4 if w.run_dtype == "fp32" else DTYPE_BYTES[w.compute_dtype]
+    return _r(r * b * s * s)
 
 
 def offloaded_model_level(spec: ModelSpec, w: Workload, b: int, s: int) -> tuple[int, int]:
@@ -690,15 +707,16 @@ def offloaded_model_level(spec: ModelSpec, w: Workload, b: int, s: int) -> tuple
     """
     t = b * s
     c = DTYPE_BYTES[w.compute_dtype]
-    r = 4 if w.dtype == "fp32" else c
+    r = 4 if w.run_dtype == "fp32" else c
     moved = 0
     if spec.position == "rotary":
         moved += 2 * _r(c * spec.head_dim * t)
     if dropout_probs(spec)[1] > 0:
         moved += _r(spec.hidden_size * t)
-    if spec.position == "relative" and w.checkpointing == "full":
-        bias_b = DTYPE_BYTES[w.dtype] if w.method == "full" else DTYPE_BYTES[w.compute_dtype]
+    if spec.position == "relative" and any(checkpointed(spec, w)):
+        bias_b = DTYPE_BYTES[w.run_dtype] if w.method == "full" else DTYPE_BYTES[w.compute_dtype]
         moved += (3 if spec.kind == "encoder-decoder" else 1) * _r(bias_b * spec.n_heads * s * s)
+    moved += checkpointed_mask(spec, w, b, s)
     if spec.kind == "encoder-decoder":
         moved += _norm_saved(norm_kind(spec), spec.hidden_size, t, r, c, 1, False)  # the encoder's final norm
     stashed = _norm_saved(norm_kind(spec), spec.hidden_size, t, r, c, 0, False, w.method == "full")
