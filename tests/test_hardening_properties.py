@@ -41,7 +41,7 @@ _small = st.fixed_dictionaries({}, optional={
     "batch": st.integers(1, 2**20), "seq": st.integers(1, 2**22), "new_tokens": st.integers(0, 4096),
     "gpus": st.sampled_from([1, 2, 8, 64]), "tp": st.sampled_from([1, 2, 4]), "zero": st.sampled_from([0, 1, 2, 3]),
     "lora_rank": st.integers(1, 4096), "kv_block": st.integers(0, 1024),
-    "checkpointing": st.sampled_from(["none", "full", "selective"]),
+    "checkpointing": st.sampled_from(["none", "full", "selective", "selective-op", "every:2", "every:0", "every:x"]),
 })
 
 

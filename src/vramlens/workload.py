@@ -8,6 +8,22 @@ Precision semantics (the same words appear in ``vramlens estimate --help``):
   ``dtype="fp16", amp="fp16"`` is DeepSpeed/Megatron-style mixed precision: fp16 weights and
   gradients, an fp32 master copy held by the optimizer.
 * ``optimizer="none"`` means forward and backward only.
+* ``dtype="fp32", amp="bf16"`` with ``fsdp`` is what torchtitan deploys: FSDP2's
+  ``MixedPrecisionPolicy(param_dtype=bf16, reduce_dtype=fp32)`` over fp32 sharded parameters (no
+  autocast: each block is all-gathered in bf16 and computes in bf16, gradients are reduce-scattered
+  in fp32 into fp32 sharded gradients); ``dtype="bf16"`` with ``fsdp`` stores everything in bf16.
+
+Checkpointing (activation checkpointing of the transformer blocks):
+
+* ``full``: every block keeps only its input and is recomputed in backward.
+* ``selective``: Megatron's selective recomputation (Korthikanti et al. 2022): the attention
+  core (scores, softmax, dropout) is recomputed; with SDPA/flash attention there are no scores
+  to drop, so only the kernel's log-sum-exp is (``Workload.ignored`` says so).
+* ``selective-op``: torchtitan's per-op selective checkpointing (``selective_ac_option="op"``):
+  every block is checkpointed, but the outputs of every other ``mm`` and of the SDPA kernels
+  are saved instead of recomputed.
+* ``every:N``: torchtitan's ``selective_ac_option="N"``: every N-th block is checkpointed in
+  full, the others keep all their activations.
 """
 
 from __future__ import annotations
@@ -32,7 +48,7 @@ Optimizer = Literal[
     "paged-adamw", "paged-adamw-8bit", "lion",
     "adamw-8bit-torchao", "adamw-4bit-torchao", "adamw-fp8-torchao", "adamw-cpu-offload-torchao", "none",
 ]
-Checkpointing = Literal["none", "full", "selective"]
+Checkpointing = Literal["none", "full", "selective", "selective-op"]
 OptimizerImpl = Literal["foreach", "fused", "loop"]
 FsdpStrategy = Literal["full", "shard-grad-op", "hybrid"]
 Attention = Literal["eager", "sdpa", "flash"]
@@ -61,6 +77,10 @@ AMPS: tuple[Amp, ...] = get_args(Amp)
 QUANTS: tuple[Quant, ...] = get_args(Quant)
 OPTIMIZERS: tuple[Optimizer, ...] = get_args(Optimizer)
 CHECKPOINTING: tuple[Checkpointing, ...] = get_args(Checkpointing)
+#: ``checkpointing="every:N"`` (torchtitan ``selective_ac_option="N"``): every N-th block checkpointed.
+EVERY_PREFIX = "every:"
+#: The choices the CLI help and the web page list: the fixed ones and a few every:N.
+CHECKPOINTING_CHOICES: tuple[str, ...] = (*CHECKPOINTING, "every:2", "every:3", "every:4")
 OPTIMIZER_IMPLS: tuple[OptimizerImpl, ...] = get_args(OptimizerImpl)
 FSDP_STRATEGIES: tuple[FsdpStrategy, ...] = get_args(FsdpStrategy)
 #: GPUs that hybrid sharding shards over (one node); the rest replicate (HSDP).
@@ -107,7 +127,8 @@ class Workload:
     #: torchtune's ``optimizer_in_bwd``: each parameter is stepped (and its gradient freed) by a
     #: post-accumulate-grad hook during backward, so the gradients never coexist
     optimizer_in_backward: bool = False
-    checkpointing: Checkpointing = "none"
+    #: none, full, selective, selective-op, or every:N (see the module docstring)
+    checkpointing: Checkpointing | str = "none"
     #: torchtune's OffloadActivations: saved activations copied to pinned host memory as they are saved
     activation_offload: bool = False
     #: torchtune's chunked output + CEWithChunkedOutputLoss (8 chunks there); 1: no chunking
@@ -149,6 +170,36 @@ class Workload:
         if self.method == "qlora" and self.amp is None:
             return "bf16" if self.dtype == "fp32" else self.dtype
         return self.amp or self.dtype
+
+    @property
+    def checkpoint_every(self) -> int | None:
+        """N of ``checkpointing="every:N"`` (None for the other modes or a malformed value)."""
+        c = self.checkpointing
+        if isinstance(c, str) and c.startswith(EVERY_PREFIX):
+            n = c[len(EVERY_PREFIX):]
+            if n.isascii() and n.isdigit() and len(n) <= 6:
+                return int(n)
+        return None
+
+    @property
+    def fsdp_mixed_precision(self) -> bool:
+        """FSDP2 with ``MixedPrecisionPolicy(param_dtype=amp, reduce_dtype=fp32)`` over fp32 sharded
+        parameters (torchtitan's default), rather than autocast: ``fsdp`` with ``dtype="fp32"`` and an ``amp``."""
+        return self.fsdp and self.training and self.dtype == "fp32" and self.amp is not None
+
+    @property
+    def autocast(self) -> bool:
+        """Whether the forward runs under ``torch.autocast`` (fp32 weights, ``amp`` casts), which FSDP2's
+        mixed-precision policy replaces (its parameters are already in ``amp``)."""
+        return self.amp is not None and self.dtype == "fp32" and not self.fsdp_mixed_precision
+
+    @property
+    def run_dtype(self) -> DType:
+        """dtype the parameters have while forward and backward run: FSDP2's ``param_dtype`` (the
+        all-gathered copies) under its mixed-precision policy, else the stored dtype."""
+        if self.fsdp_mixed_precision and self.amp is not None:
+            return self.amp
+        return self.dtype
 
     @property
     def dp(self) -> int:
@@ -207,7 +258,15 @@ class Workload:
         choice("amp", self.amp, AMPS, optional=True)
         choice("quant", self.quant, QUANTS, optional=True)
         choice("optimizer", self.optimizer, OPTIMIZERS)
-        choice("checkpointing", self.checkpointing, CHECKPOINTING)
+        if self.checkpointing not in CHECKPOINTING:
+            n = self.checkpoint_every
+            if n is None:
+                p.append(f"checkpointing={L.show(self.checkpointing)} is not one of: {', '.join(CHECKPOINTING)}, "
+                         "every:N (N a whole number >= 2)")
+            elif n < 2:
+                p.append(f"checkpointing={self.checkpointing!r} checkpoints every block: use --checkpointing full")
+            elif n > L.MAX_LAYERS:
+                p.append(f"checkpointing={self.checkpointing!r}: N is over the limit of {L.MAX_LAYERS:,} blocks")
         choice("optimizer_impl", self.optimizer_impl, OPTIMIZER_IMPLS)
         choice("fsdp_strategy", self.fsdp_strategy, FSDP_STRATEGIES)
         choice("attention", self.attention, ATTENTION)
@@ -302,6 +361,11 @@ class Workload:
         if self.loss_chunks > self.seq:
             p.append(f"loss_chunks={self.loss_chunks} is more than the seq={self.seq} tokens it splits: "
                      f"use --loss-chunks {min(8, self.seq)}")
+        if self.activation_offload and self.checkpointing == "selective-op" and self.mode == "train":
+            # the per-op policy keeps its saved outputs in its own cache, not through the saved-tensor
+            # hooks an offloader uses (torch/utils/checkpoint.py _CachingTorchDispatchMode)
+            p.append("activation_offload with checkpointing='selective-op' is not modelled: the per-op policy's saved "
+                     "outputs stay on the GPU, out of the offloader's reach; drop one, or use --checkpointing every:N")
         if self.optimizer_in_backward and self.mode == "train":
             p.extend(self._in_backward_problems())
         if self.offload == "all" and self.mode == "train" and self.shard_stage != 3:
@@ -362,7 +426,8 @@ class Workload:
         return p
 
     def ignored(self) -> list[str]:
-        """Settings that were given but do not apply to this run, one sentence each (they change nothing).
+        """Settings that were given but do not apply to this run, one sentence each (they change nothing,
+        or next to nothing, as selective checkpointing over SDPA).
 
         Only values that differ from the defaults are named: a default says nothing. The CLI, the
         API and the web page report these in the estimate's notes, so every entry point says the same.
@@ -390,6 +455,12 @@ class Workload:
             elif self.optimizer.endswith("-torchao") and given("optimizer_impl"):
                 out.append(f"ignored: optimizer_impl={self.optimizer_impl!r} (torchao's optimizers step one "
                            "parameter at a time with their own kernels)")
+            if self.checkpointing == "selective" and self.attention != "eager":
+                # transformers' sdpa_attention_forward returns the kernel's output itself (o_proj keeps
+                # it), so recomputing the kernel drops only its log-sum-exp
+                out.append(f"checkpointing='selective' recomputes the attention core (scores, softmax, dropout); "
+                           f"attention={self.attention!r} keeps no scores, so it drops only the kernel's fp32 "
+                           "log-sum-exp (b x heads x s per block): use selective-op, every:N or full to save memory")
         if self.method == "full":
             names = [n for n in ("lora_rank", "lora_targets", "lora_dropout", "lora_dtype", "dora", "quant_targets")
                      if given(n)]

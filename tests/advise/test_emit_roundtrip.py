@@ -371,6 +371,8 @@ def test_each_target_reproduces_its_plan(kind, w, tmp_path):
     ("trainer", dict(TRAIN, dtype="bf16", amp="bf16"), "fp32 master copy"),
     ("trainer", dict(TRAIN, gpus=2, tp=2), "--tp 2 --pp 1"),
     ("trainer", dict(TRAIN, checkpointing="selective"), "--checkpointing selective"),
+    ("trainer", dict(TRAIN, checkpointing="selective-op"), 'selective_ac_option = "op"'),
+    ("fsdp", dict(TRAIN, gpus=2, fsdp=True, checkpointing="every:2"), 'selective_ac_option = "2"'),
     ("trainer", dict(TRAIN, optimizer="none"), "--optimizer none"),
     ("trainer", dict(TRAIN, dtype="bf16", gpus=2, zero=2), "pure bf16"),
     ("deepspeed", dict(TRAIN, dtype="bf16", gpus=2, zero=2), "pure bf16"),

@@ -25,7 +25,7 @@ def _random_workload(rng: random.Random) -> Workload:
         optimizer=rng.choice(["adamw", "adamw-8bit", "sgd", "adafactor", "lion"]),
         optimizer_impl=rng.choice(OPTIMIZER_IMPLS),
         batch=rng.choice([1, 2, 3, 8]), seq=rng.choice([128, 512, 2048]), grad_accum=rng.choice([1, 2, 4]),
-        checkpointing=rng.choice(["none", "full", "selective"]), attention=rng.choice(["eager", "sdpa", "flash"]),
+        checkpointing=rng.choice(["none", "full", "selective", "selective-op", "every:2", "every:3"]), attention=rng.choice(["eager", "sdpa", "flash"]),
         lora_rank=rng.choice([8, 16]), gpus=gpus, tp=tp, pp=pp, zero=z, fsdp=fsdp, offload=off,
     )
 

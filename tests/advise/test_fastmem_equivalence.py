@@ -47,6 +47,9 @@ INTS = {
     "max_cache_len": (0, 7, 512, 4096),
 }
 FLOATS = {"lora_dropout": (0.0, 0.05, 0.1)}
+#: Values a field takes beyond its choice tuple: torchtitan's every:N checkpointing (2 and 3 divide or not
+#: the models' 12/32 blocks; 40 checkpoints none of them).
+EXTRA = {"checkpointing": ("every:2", "every:3", "every:40")}
 #: Any other int field is drawn from this (a new field is exercised before it gets its own row).
 DEFAULT_INTS = (0, 1, 2, 4)
 
@@ -68,7 +71,7 @@ def _strategy(f) -> st.SearchStrategy:
     choices = _choices(f.name)
     literal = next((a for a in (hint, *typing.get_args(hint)) if typing.get_origin(a) is typing.Literal), None)
     if choices is not None:
-        s: st.SearchStrategy = st.sampled_from(choices)
+        s: st.SearchStrategy = st.sampled_from((*choices, *EXTRA.get(f.name, ())))
     elif literal is not None:  # a Literal without its tuple in vramlens.workload: the type's own values
         s = st.sampled_from(typing.get_args(literal))
     elif hint is bool:
@@ -107,6 +110,7 @@ def test_every_field_has_a_strategy():
     assert _choices("loss") == W.LOSSES
     assert _choices("lora_dtype") == W.LORA_DTYPES and _choices("quant_targets") == W.QUANT_TARGETS
     assert _choices("cache") == W.CACHES
+    assert _choices("checkpointing") == W.CHECKPOINTING and "selective-op" in W.CHECKPOINTING
 
 
 @lru_cache(maxsize=None)
@@ -142,7 +146,9 @@ def _check(fm: FastMemory, w: Workload) -> None:
     logits = logits_bytes(spec, w, w.batch * w.seq) if state.sp.has_head else 0
     assert (a.saved, a.one_layer, a.loss_transient, a.head_saved, a.logits) == (
         t.saved, t.one_layer, t.loss_transient, t.head_saved, logits)
-    assert FastMemory.device_total(state, a, w.grad_accum, w.checkpointing) == b.device_total
+    assert (a.recompute, a.recompute_after, a.uncheckpointed, a.block_kept, a.block_backward) == (
+        t.recompute, t.recompute_after, t.uncheckpointed, t.block_kept, t.block_backward)
+    assert FastMemory.device_total(state, a, w.grad_accum) == b.device_total
     assert (state.ts.weights, state.ts.grads, state.ts.opt + state.ts.paged) == (b["weights"], b["gradients"], b["optimizer_states"])
 
 

@@ -288,3 +288,29 @@ def test_torchao_4bit_is_a_remedy_of_its_own():
                                                                                max_plans=5).plans)
     with pytest.raises(ConfigError, match="--keep 8bit and --keep 4bit: a plan uses one optimizer; keep one of them"):
         fit(spec, base, g, keep=["8bit", "4bit"])
+
+
+def test_torchtitans_checkpointing_is_proposed_where_it_is_enough():
+    """A micro-batch too big without checkpointing: torchtitan's per-op selective and every:2 fit
+    and recompute less than full checkpointing, so they rank first; full stays a (slower) plan."""
+    spec, g = llama7b(), get_gpu("A100-80GB")
+    base = Workload(mode="train", method="lora", batch=4, seq=4096)
+    r = fit(spec, base, g, keep=["lora"], max_plans=10,
+            forbid=["grad-accum", "offload", "activation-offload", "loss-chunks", "8bit", "amp"])
+    modes = [p.workload.checkpointing for p in r.plans]
+    assert "none" not in modes and {"selective-op", "every:2", "full"} <= set(modes), modes
+    assert modes.index("selective-op") < modes.index("full") and modes.index("every:2") < modes.index("full")
+    none = estimate(spec, gpu=g, **{**base.to_dict(), "checkpointing": "none"})
+    assert not none.fits
+    seconds = {p.workload.checkpointing: p.cost.seconds for p in r.plans}
+    assert seconds["selective-op"] < seconds["every:2"] < seconds["full"]
+
+
+def test_megatron_selective_is_tried_with_eager_attention_only():
+    from vramlens.advise.search import Constraints, _checkpointing
+
+    c = Constraints(frozenset(), frozenset(), False)
+    assert "selective" not in _checkpointing(Workload(mode="train"), c)
+    assert "selective" in _checkpointing(Workload(mode="train", attention="eager"), c)
+    assert _checkpointing(Workload(mode="train", checkpointing="every:4"), Constraints(
+        frozenset(), frozenset({"checkpointing"}), False)) == ["every:4"]

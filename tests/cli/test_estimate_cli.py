@@ -92,3 +92,38 @@ def test_models_lists_the_catalog_as_text_and_json(capsys):
     rows = json.loads(capsys.readouterr().out)
     assert rows and all("llama" in (r["id"] + " ".join(r["aliases"])).lower() for r in rows)
     assert {"id", "aliases", "family", "kind", "params"} <= set(rows[0])
+
+
+def test_checkpointing_takes_torchtitans_modes(capsys):
+    got = {}
+    for mode in ("none", "selective-op", "every:2", "full"):
+        code, out, err = run(capsys, "estimate", "llama-2-7b", "--mode", "train", "--batch", "4", "--seq", "2048",
+                             "--checkpointing", mode, "--json")
+        assert code == 0, err
+        d = json.loads(out)
+        assert d["workload"]["checkpointing"] == mode
+        got[mode] = d["components"]["activations"]
+    assert got["full"] < got["selective-op"] < got["none"] and got["full"] < got["every:2"] < got["none"]
+
+
+@pytest.mark.parametrize("value, message", [
+    ("every:1", "error: checkpointing='every:1' checkpoints every block: use --checkpointing full"),
+    ("every", "error: argument --checkpointing: 'every' is not one of: none, full, selective, selective-op, every:N "
+              "(see vramlens estimate --help)"),
+])
+def test_bad_checkpointing_is_one_line(capsys, value, message):
+    try:
+        code = main(["estimate", "llama-2-7b", "--mode", "train", "--checkpointing", value])
+    except SystemExit as e:
+        code = e.code
+    _, err = capsys.readouterr()
+    assert code == 2 and err.strip() == message
+
+
+def test_fsdp_mixed_precision_is_said_in_the_notes(capsys):
+    code, out, err = run(capsys, "estimate", "llama-3-8b", "--mode", "train", "--dtype", "fp32", "--amp", "bf16",
+                         "--fsdp", "--gpus", "8", "--json")
+    assert code == 0, err
+    d = json.loads(out)
+    assert d["components"]["master_weights"] == 0
+    assert any("MixedPrecisionPolicy(param_dtype=bf16, reduce_dtype=fp32)" in n for n in d["notes"])

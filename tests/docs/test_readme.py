@@ -98,6 +98,10 @@ RUN: dict[str, tuple[list[str], int, str] | str] = {
     "vramlens trace llama-2-7b --mode train --alloc-conf expandable_segments:True":
         (["--layers", "3"], 0, "3 of 32 blocks keep it to seconds; the flags are the README's"),
     "vramlens capacity llama-2-7b --engine vllm --gpu A100-80GB --context 4096": ([], 0, ""),
+    "vramlens estimate llama-3-8b --mode train --dtype fp32 --amp bf16 --fsdp --gpus 8 --batch 2 --seq 8192 "
+    "--checkpointing every:2": ([], 0, ""),
+    "vramlens estimate llama-3-8b --mode train --dtype fp32 --amp bf16 --fsdp --gpus 8 --batch 2 --seq 8192 "
+    "--checkpointing selective-op": ([], 0, ""),
     "vramlens serve": "starts a server that runs until stopped (tests/web covers the app in-process)",
 }
 

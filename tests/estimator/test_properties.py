@@ -21,7 +21,7 @@ base = st.fixed_dictionaries({
     "dtype": st.sampled_from(["fp32", "bf16"]),
     "method": st.sampled_from(["full", "lora"]),
     "attention": st.sampled_from(["eager", "sdpa"]),
-    "checkpointing": st.sampled_from(["none", "full", "selective"]),
+    "checkpointing": st.sampled_from(["none", "full", "selective", "selective-op", "every:2", "every:3"]),
     "batch": st.integers(1, 16),
     "seq": st.integers(1, 4096),
     "lora_rank": st.integers(1, 128),
@@ -59,6 +59,9 @@ def test_checkpointing_never_raises_activation_memory(kw):
         return estimate_spec(SPEC, make_workload(**{**kw, "checkpointing": mode})).breakdown["activations"]
     assert acts("full") <= acts("none")
     assert acts("selective") <= acts("none")
+    # torchtitan's modes keep more than full checkpointing and less than none
+    assert acts("full") <= acts("selective-op") <= acts("none")
+    assert acts("full") <= acts("every:2") <= acts("every:3") <= acts("none")
 
 
 @settings(max_examples=100, deadline=None)

@@ -5,9 +5,13 @@ import pytest
 
 from vramlens.trace.crosscheck import (
     CACHE_ROWS,
+    CHECKPOINT_ROWS,
+    FSDP_ROWS,
     QLORA_ROWS,
     TECHNIQUE_ROWS,
     render,
+    run_checkpoint_rows,
+    run_fsdp_rows,
     run_rows,
     run_technique_rows,
 )
@@ -27,7 +31,7 @@ def _check(rows):
 def test_rows_name_real_settings():
     from vramlens.workload import workload_fields
 
-    for _name, row in TECHNIQUE_ROWS + QLORA_ROWS + CACHE_ROWS:
+    for _name, row in TECHNIQUE_ROWS + QLORA_ROWS + CACHE_ROWS + CHECKPOINT_ROWS + FSDP_ROWS:
         assert set(row) <= set(workload_fields())
 
 
@@ -75,3 +79,21 @@ def test_quantized_cache_is_not_traced():
 
     with pytest.raises(TraceError, match="cache=quantized needs optimum-quanto or hqq"):
         trace(tiny_config("llama-2-7b"), mode="inference", seq=16, new_tokens=2, cache="quantized")
+
+
+def test_torchtitan_checkpointing_matches_trace():
+    """selective-op and every:N (torchtitan's policies run on transformers' blocks), Megatron-style
+    selective over SDPA; several rows put the peak inside a recomputed block's backward."""
+    rows = run_checkpoint_rows()
+    _check(rows)
+    modes = {r.workload["checkpointing"] for r in rows}
+    assert {"selective-op", "every:2", "selective"} <= modes
+
+
+def test_fsdp_mixed_precision_matches_trace():
+    """FSDP2 per rank on the fake process group: torchtitan's MixedPrecisionPolicy(bf16, fp32) over fp32
+    shards, and pure bf16 (tests/advise/test_fsdp_crosscheck.py has the backward-bound cases)."""
+    rows = run_fsdp_rows()
+    _check(rows)
+    mp = [r for r in rows if r.workload.get("amp") == "bf16" and r.workload["checkpointing"] == "none"]
+    assert mp and all(r.traced["master_weights"] == 0 for r in mp)  # no autocast copies

@@ -257,3 +257,17 @@ def test_html_report_is_a_download(client):
     assert r.status_code == 200 and r.headers["content-type"].startswith("text/html")
     assert r.headers["content-disposition"] == 'attachment; filename="vramlens-estimate.html"'
     assert "<script" not in r.text and "openai-community/gpt2" in r.text
+
+
+def test_torchtitans_checkpointing_through_the_api(client):
+    acts = {}
+    for mode in ("none", "every:2", "selective-op", "full"):
+        r = client.post("/api/estimate", json={"config": TINY_LLAMA, "mode": "train", "batch": 8, "seq": 1024,
+                                               "checkpointing": mode})
+        assert r.status_code == 200, r.text
+        assert r.json()["workload"]["checkpointing"] == mode
+        acts[mode] = r.json()["components"]["activations"]
+    assert acts["full"] < acts["selective-op"] < acts["none"] and acts["full"] < acts["every:2"] < acts["none"]
+    r = client.post("/api/estimate", json={"config": TINY_LLAMA, "mode": "train", "checkpointing": "every:1"})
+    assert r.status_code == 422
+    assert r.json() == {"error": "checkpointing='every:1' checkpoints every block: use --checkpointing full"}

@@ -48,3 +48,11 @@ def test_optimizer_knob_offers_torchao_and_bitsandbytes(client):
     for name in ("adamw-8bit", "adamw-8bit-torchao", "adamw-4bit-torchao", "adamw-fp8-torchao",
                  "adamw-cpu-offload-torchao"):
         assert f'<option value="{name}"' in doc or f'<option>{name}</option>' in doc, name
+
+
+def test_checkpointing_knob_offers_torchtitans_modes(client):
+    doc = client.get("/").text
+    knob = doc[doc.index('data-param="checkpointing"'):]
+    knob = knob[:knob.index("</select>")]
+    for mode in ("none", "full", "selective", "selective-op", "every:2", "every:4"):
+        assert f'value="{mode}"' in knob, mode

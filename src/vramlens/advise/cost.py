@@ -9,7 +9,11 @@ Compute (per token, N parameters, L layers, h = a*d_head, s sequence length):
   backward (Chowdhery et al. 2022, PaLM, Appendix B), a third of it in the forward.
 * frozen weights (LoRA, QLoRA) skip their weight gradients: forward 2N + input gradients 2N.
 * full activation checkpointing runs the forward again: +2N (+33% of 6N) plus the attention
-  forward; selective checkpointing recomputes the attention core only (Korthikanti et al. 2022).
+  forward; selective checkpointing recomputes the attention core only (Korthikanti et al. 2022);
+  torchtitan's every:N recomputes the checkpointed blocks' share of both; its per-op selective
+  checkpointing recomputes the matmuls whose outputs it does not save (every other ``mm``, the
+  biased linears' ``addmm``: vramlens.estimator.checkpointing.saved_matmul_share) and, with eager
+  attention, the attention (the SDPA kernel's output is saved).
 * throughput: the GPU's peak dense FLOP/s for the compute dtype times MFU (model FLOPs
   utilisation). MFU = 0.40: PaLM reports 46.2% on TPU v4 and Megatron-LM 52% of A100 peak at
   scale (Narayanan et al. 2021, §5.1); a typical Hugging Face run on one node reaches less.
@@ -52,14 +56,16 @@ Training techniques (vramlens.workload):
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from typing import cast
 
+from vramlens.estimator import checkpointing as C
 from vramlens.estimator.inventory import summarize
 from vramlens.estimator.optimizer import ADAM_LIKE, CPU_OFFLOAD
 from vramlens.hardware.gpu import GPU
 from vramlens.models.spec import ModelSpec
 from vramlens.units import DTYPE_BYTES
-from vramlens.workload import Workload
+from vramlens.workload import Attention, Workload
 
 #: Model FLOPs utilisation assumed for training and prefill (see the module docstring).
 MFU = 0.40
@@ -148,18 +154,31 @@ def attention_flops_per_token(spec: ModelSpec, s: int) -> float:
 def train_flops_per_token(spec: ModelSpec, w: Workload, trainable: int) -> float:
     """Model FLOPs per token of one training step, recomputation included."""
     dense, attn = _train_flops(n_params(spec), trainable, w.method, attention_flops_per_token(spec, w.seq),
-                               w.checkpointing)
+                               recomputed(spec, w))
     return dense + attn
 
 
-def _train_flops(N: int, trainable: int, method: str, attn: float, checkpointing: str) -> tuple[float, float]:
-    """(dense, attention) FLOPs per token: 6N (frozen base: 4N), +2N and +1/3 attention when recomputed."""
+def recomputed(spec: ModelSpec, w: Workload) -> tuple[float, float]:
+    """(share of the dense forward, share of the attention forward) that backward runs again."""
+    if not w.training or w.checkpointing == "none":
+        return 0.0, 0.0
+    if w.checkpointing == "full":
+        return 1.0, 1.0
+    if w.checkpointing == "selective":
+        return 0.0, 1.0
+    if w.checkpointing == "selective-op":
+        return 1.0 - C.saved_matmul_share(spec, w), (1.0 if w.attention == "eager" else 0.0)
+    share = sum(C.checkpointed(spec, w)) / max(1, spec.n_layers)
+    return share, share
+
+
+def _train_flops(N: int, trainable: int, method: str, attn: float,
+                 recompute: tuple[float, float]) -> tuple[float, float]:
+    """(dense, attention) FLOPs per token: 6N (frozen base: 4N), + 2N and 1/3 of the attention for
+    the shares of the forward that backward recomputes."""
     dense = 6.0 * N if method == "full" else 4.0 * N + 6.0 * trainable
-    if checkpointing == "full":
-        dense += 2.0 * N
-        attn += attn / 3.0
-    elif checkpointing == "selective":
-        attn += attn / 3.0
+    dense += 2.0 * N * recompute[0]
+    attn += attn / 3.0 * recompute[1]
     return dense, attn
 
 
@@ -170,12 +189,14 @@ class TrainingCost:
 
     __slots__ = ("N", "trainable", "method", "tp", "pp", "dp", "seq", "h", "L", "c", "rate", "qf", "attn_tok",
                  "cast_s", "ring_bytes_per_micro", "ring_bytes_per_step", "dp_bw", "tp_bw", "intra", "offload_step",
-                 "offload_micro", "opt_step", "spec", "pcie")
+                 "offload_micro", "opt_step", "spec", "pcie", "w", "_recompute")
 
     def __init__(self, spec: ModelSpec, w: Workload, gpu: GPU, *, trainable: int, nodes: int = 1,
                  links: Links = Links()):
         tp, pp, dp = w.tp, w.pp, w.dp
         self.spec = spec
+        self.w = w
+        self._recompute: dict[tuple[str, str], tuple[float, float]] = {}
         self.N = N = n_params(spec)
         self.trainable = trainable
         self.method = w.method
@@ -189,7 +210,7 @@ class TrainingCost:
         self.qf = QUANT_MATMUL_FACTOR.get(quant, 1.0) if quant else 1.0
         self.attn_tok = attention_flops_per_token(spec, w.seq)
         self.cast_s = 0.0
-        if w.amp is not None and w.dtype == "fp32":
+        if w.autocast:
             self.cast_s = N * AUTOCAST_CAST_BYTES_PER_PARAM / (tp * pp) / gpu.bandwidth_bytes_s
         gpus_per_node = max(1, w.gpus // max(1, nodes))
         self.intra = intra = _intra(gpu, links)
@@ -201,7 +222,8 @@ class TrainingCost:
         if dp > 1:
             ring = (dp - 1) / dp
             if w.shard_stage >= 3:
-                wbytes = N * DTYPE_BYTES[w.dtype if w.method == "full" else w.compute_dtype] / (tp * pp)
+                # FSDP2's mixed-precision policy all-gathers in param_dtype (w.run_dtype)
+                wbytes = N * DTYPE_BYTES[w.run_dtype if w.method == "full" else w.compute_dtype] / (tp * pp)
                 self.ring_bytes_per_micro = ring * (2 * wbytes + trained_bytes)
             else:
                 self.ring_bytes_per_step = 2 * ring * trained_bytes
@@ -221,6 +243,14 @@ class TrainingCost:
         self.opt_step = 0.0 if w.offload != "none" or w.optimizer == CPU_OFFLOAD else (
             local_trainable * 2 * (2 * pbytes + n_states * state_b) / gpu.bandwidth_bytes_s)
 
+    def _recomputed(self, checkpointing: str, attention: str) -> tuple[float, float]:
+        key = (checkpointing, attention)
+        hit = self._recompute.get(key)
+        if hit is None:
+            w = replace(self.w, checkpointing=checkpointing, attention=cast(Attention, attention))
+            hit = self._recompute[key] = recomputed(self.spec, w)
+        return hit
+
     def step(self, b: int, m: int, checkpointing: str, attention: str, offloaded_bytes: int = 0) -> StepCost:
         """One optimizer step of micro-batch ``b`` accumulated ``m`` times on every replica.
 
@@ -228,7 +258,8 @@ class TrainingCost:
         """
         tp, pp = self.tp, self.pp
         s = self.seq
-        dense, attn = _train_flops(self.N, self.trainable, self.method, self.attn_tok, checkpointing)
+        dense, attn = _train_flops(self.N, self.trainable, self.method, self.attn_tok,
+                                   self._recomputed(checkpointing, attention))
         af = EAGER_ATTENTION_FACTOR if attention == "eager" else 1.0
         tokens_rank = b * s * m  # tokens one data-parallel replica processes per step
         compute = tokens_rank * (dense * self.qf + attn * af) / self.rate / (tp * pp) + m * self.cast_s
@@ -326,6 +357,13 @@ def tradeoffs(spec: ModelSpec, w: Workload, base: Workload, *, trainable: int) -
             out.append("+33% compute for recomputation (full checkpointing)")
         elif w.checkpointing == "selective":
             out.append("attention recomputed in backward (selective checkpointing, a few % compute)")
+        elif w.checkpointing == "selective-op" or w.checkpoint_every is not None:
+            dense, attn = recomputed(spec, w)
+            what = ("torchtitan per-op selective checkpointing: every other matmul recomputed"
+                    if w.checkpointing == "selective-op" else
+                    f"torchtitan every:{w.checkpoint_every} checkpointing: {sum(C.checkpointed(spec, w))} of "
+                    f"{spec.n_layers} blocks recomputed")
+            out.append(f"+{100 * dense / 3:.0f}% compute for recomputation ({what})")
         if w.method in ("lora", "qlora") and n_params(spec):
             pct = 100.0 * trainable / n_params(spec)
             out.append(f"{w.method.upper() if w.method == 'lora' else 'QLoRA'}: {pct:.2g}% of parameters trained")

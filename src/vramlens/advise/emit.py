@@ -110,6 +110,13 @@ def _no_selective(w: Workload, kind: str) -> None:
         raise InputError(f"--emit {kind}: the plan recomputes only the attention scores (--checkpointing "
                          "selective); Hugging Face models checkpoint whole blocks (activation checkpointing): "
                          "choose a plan with --checkpointing full or none")
+    if w.checkpointing == "selective-op" or w.checkpoint_every is not None:
+        option = "op" if w.checkpointing == "selective-op" else str(w.checkpoint_every)
+        raise InputError(f"--emit {kind}: the plan uses torchtitan's selective activation checkpointing "
+                         f"(--checkpointing {w.checkpointing}); {kind} settings have no such option: run it with "
+                         f"torchtitan ([activation_checkpoint] mode = \"selective\", selective_ac_option = "
+                         f"\"{option}\"), or choose a plan with --checkpointing full or none "
+                         "(--forbid checkpointing keeps the starting one)")
 
 
 def _refused_as(kind: str, writer: Callable[..., Any], plan: Plan, **kw: Any) -> Any:

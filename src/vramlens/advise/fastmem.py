@@ -15,9 +15,10 @@ Parts and the workload fields they read:
   grad_accum)`` under pipeline parallelism, the micro-batches in flight); the loss fields are in
   its key because the validity it memoizes reads them (check_workload, Workload.problems), and
   so are ``loss_chunks > seq`` and, with the optimizer in backward, ``grad_accum > 1``;
-* activations: the split, precision, method, the LoRA settings (targets, rank, dropout, dtype, DoRA), 4-bit
-  weights (quant, quant_targets), batch, seq, checkpointing, attention, tp, the loss
-  (cross-entropy chunks, fused linear, loss parallelism) and activation offloading.
+* activations: the split, precision (and whether FSDP2's mixed-precision policy replaces autocast),
+  method, the LoRA settings (targets, rank, dropout, dtype, DoRA), 4-bit weights (quant,
+  quant_targets), batch, seq, checkpointing, attention, tp, the loss (cross-entropy chunks, fused
+  linear, loss parallelism) and activation offloading.
 
 The phases get everything :func:`~vramlens.estimator.core.activation_totals` gives
 ``estimate_spec`` (the loss' backward figures, the embedding case's later passes), and
@@ -39,7 +40,7 @@ from vramlens.estimator.parallel import Split
 from vramlens.estimator.state import TrainState, reserved_total, train_phases, train_state
 from vramlens.hardware.gpu import GPU
 from vramlens.models.spec import ModelSpec
-from vramlens.workload import Attention, Checkpointing, Workload
+from vramlens.workload import Attention, Workload
 
 #: The fields of a training Workload that the state part reads (grad_accum enters through the split).
 STATE_FIELDS = ("mode", "method", "dtype", "amp", "quant", "optimizer", "optimizer_impl", "keep_grads", "lora_rank",
@@ -75,9 +76,15 @@ class Activations:
     head_grad_in_forward: bool = False
     final_norm_backward: int = 0
     host: int = 0  # activation offloading: the saved activations' host copies
+    recompute: int = 0  # a checkpointed block's recomputation (core.ActivationTotals)
+    recompute_after: int = 0
+    uncheckpointed: tuple[int, int] = (1, 1)
+    block_kept: int = 0
+    block_backward: int = 0
     head_cast: int | None = None  # activation offloading: the output layer's cast that stays (None: no offload)
-    block_forward: int = 0  # a transient inside a block's forward (4-bit dequantization, DoRA's weight norm)
-    block_backward: int = 0  # ... inside a block's backward
+    dequant_forward: int = 0  # a transient inside a block's forward (4-bit dequantization, DoRA's weight norm)
+    dequant_backward: int = 0  # ... inside a block's backward
+    dequant_temporary: int = 0  # ... of those, the temporary a recomputed block adds
     mlp_backward: int = 0  # the last block's MLP backward transient
 
 
@@ -171,13 +178,13 @@ class FastMemory:
         return st
 
     @staticmethod
-    def activation_key(w: Workload, sp: Split, *, batch: int | None = None, checkpointing: Checkpointing | None = None,
+    def activation_key(w: Workload, sp: Split, *, batch: int | None = None, checkpointing: str | None = None,
                        attention: Attention | None = None) -> tuple[object, ...]:
         """The workload fields the activations read (the search passes its loop's batch, checkpointing, attention)."""
         # activations read the method through the compute dtype and, under LoRA, which linears
         # keep their inputs (the targets), the adapters' rank, dropout, dtype and DoRA; 4-bit weights
         # (quant, quant_targets) are dequantized inside the blocks
-        return (w.compute_dtype, w.dtype, w.amp, w.batch if batch is None else batch, w.seq,
+        return (w.compute_dtype, w.dtype, w.amp, w.fsdp_mixed_precision, w.batch if batch is None else batch, w.seq,
                 w.checkpointing if checkpointing is None else checkpointing,
                 w.attention if attention is None else attention, w.tp,
                 sp.layers, sp.micro_batches_in_flight, sp.has_head, w.method, w.lora_targets, w.lora_rank,
@@ -190,7 +197,7 @@ class FastMemory:
                                     attention=w.attention)
 
     def activations_for(self, struct: Workload, sp: Split, *, batch: int, grad_accum: int,
-                        checkpointing: Checkpointing, attention: Attention) -> Activations:
+                        checkpointing: str, attention: Attention) -> Activations:
         """The activations of ``struct`` with these loop values; the workload is built only on a cache miss."""
         key = self.activation_key(struct, sp, batch=batch, checkpointing=checkpointing, attention=attention)
         a = self._acts.get(key)
@@ -204,7 +211,10 @@ class FastMemory:
                 loss_backward_over=t.loss_backward_over, head_backward=t.head_backward,
                 head_grads=t.head_grads, head_backward_later=t.head_backward_later,
                 head_grad_in_forward=t.head_grad_in_forward, final_norm_backward=t.final_norm_backward, host=t.host,
-                block_forward=t.block_forward, block_backward=t.block_backward, mlp_backward=t.mlp_backward,
+                recompute=t.recompute, recompute_after=t.recompute_after, uncheckpointed=t.uncheckpointed,
+                block_kept=t.block_kept, block_backward=t.block_backward,
+                dequant_forward=t.dequant_forward, dequant_backward=t.dequant_backward,
+                dequant_temporary=t.dequant_temporary, mlp_backward=t.mlp_backward,
                 head_cast=output_layer_cast(self.spec, w, sp.has_head) if w.activation_offload else None)
         return a
 
@@ -220,21 +230,25 @@ class FastMemory:
         if st.problems:
             return None
         a = self.activations(w, st.sp)
-        return self.device_total(st, a, w.grad_accum, w.checkpointing), self.host_bytes(st, a)
+        return self.device_total(st, a, w.grad_accum), self.host_bytes(st, a)
 
     @staticmethod
-    def device_total(st: State, a: Activations, grad_accum: int, checkpointing: Checkpointing) -> int:
-        """device_total from the estimator's own phase and reserve arithmetic (vramlens.estimator.state)."""
+    def device_total(st: State, a: Activations, grad_accum: int) -> int:
+        """device_total from the estimator's own phase and reserve arithmetic (vramlens.estimator.state);
+        the checkpointing mode reaches it through the activations (``recompute``, ``uncheckpointed``)."""
         ts = st.valid
         if a.head_cast is not None and ts.frozen_casts:
             ts = offload_frozen_casts(ts, a.head_cast)[0]
-        phases = train_phases(ts, a.saved, a.one_layer, a.loss_transient, a.head_saved, grad_accum, checkpointing,
-                              a.logits, later_pass=a.later_pass, loss_backward=a.loss_backward,
-                              loss_backward_over=a.loss_backward_over,
+        phases = train_phases(ts, a.saved, a.loss_transient, a.head_saved, grad_accum,
+                              a.logits, later_pass=a.later_pass, recompute=a.recompute,
+                              recompute_after=a.recompute_after, uncheckpointed=a.uncheckpointed,
+                              block_kept=a.block_kept, block_backward=a.block_backward,
+                              loss_backward=a.loss_backward, loss_backward_over=a.loss_backward_over,
                               head_backward=a.head_backward, head_grads=a.head_grads,
                               head_backward_later=a.head_backward_later, head_grad_in_forward=a.head_grad_in_forward,
-                              final_norm_backward=a.final_norm_backward, block_forward=a.block_forward,
-                              block_backward=a.block_backward, mlp_backward=a.mlp_backward)
+                              final_norm_backward=a.final_norm_backward, dequant_forward=a.dequant_forward,
+                              dequant_backward=a.dequant_backward, dequant_temporary=a.dequant_temporary,
+                              mlp_backward=a.mlp_backward)
         peak = max(v for _, v in phases)
         return reserved_total(ts, peak)[1]
 

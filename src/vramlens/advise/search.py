@@ -4,7 +4,7 @@ Remedies (names usable in ``keep`` / ``forbid``):
 
 =============  ===============================================================================
 amp            mixed precision / half-precision weights (--dtype, --amp)
-checkpointing  gradient checkpointing (selective or full)
+checkpointing  activation checkpointing (every:2 and selective-op as torchtitan, full; selective with eager)
 attention      SDPA / FlashAttention instead of the starting kernel
 lora, qlora    parameter-efficient fine-tuning (--method)
 8bit           8-bit optimizer states (--optimizer adamw-8bit, bitsandbytes)
@@ -60,7 +60,6 @@ from vramlens.units import ceil_div, human_bytes
 from vramlens.workload import (
     Amp,
     Attention,
-    Checkpointing,
     DType,
     KVDType,
     Method,
@@ -216,10 +215,17 @@ def _optimizers(base: Workload, c: Constraints) -> list[Optimizer]:
     return opts
 
 
-def _checkpointing(base: Workload, c: Constraints) -> list[Checkpointing]:
+#: torchtitan's default layer-selective option (selective_ac_option="2"): the every:N the search tries.
+EVERY_N = "every:2"
+
+
+def _checkpointing(base: Workload, c: Constraints) -> list[str]:
+    """The starting mode, none, torchtitan's every:2 and per-op selective, and full; Megatron's
+    selective only with eager attention (over SDPA it has no scores to drop)."""
     if "checkpointing" in c.forbid:
-        return ["none"] if base.checkpointing == "none" else [base.checkpointing]
-    opts: list[Checkpointing] = _uniq([base.checkpointing, "none", "selective", "full"])
+        return [base.checkpointing]
+    opts: list[str] = _uniq([base.checkpointing, "none", EVERY_N, "selective-op", "full"]
+                            + (["selective"] if base.attention == "eager" else []))
     if "checkpointing" in c.keep:
         opts = [o for o in opts if o != "none"]
     return opts
@@ -560,11 +566,14 @@ def _search_training(s: _Search, base: Workload, total: int, per_node: int, c: C
             sp = st.sp
             ga_levels = levels if ga == 1 else accum_levels
             for ckpt in ckpts:
+                if ckpt == "selective-op" and struct.activation_offload:
+                    n_eval += len(attns)  # Workload.problems refuses the pair
+                    continue
                 for attn in attns:
                     n_eval += 1
                     n_valid += 1
                     a = activations_for(struct, sp, batch=mb, grad_accum=ga, checkpointing=ckpt, attention=attn)
-                    total_b = device_total(st, a, ga, ckpt)
+                    total_b = device_total(st, a, ga)
                     fits = total_b <= limit and (host_ok if host_ram is None or not (a.host or a.head_cast is not None)
                                                  else host_bytes(st, a) <= host_ram)
                     tried = [(struct, st, a, total_b, fits, 0)]
@@ -590,12 +599,14 @@ def _search_training(s: _Search, base: Workload, total: int, per_node: int, c: C
                         for i, level in enumerate(order):
                             any_fits = False
                             for v in level:
+                                if ckpt == "selective-op" and v.struct.activation_offload:
+                                    continue  # Workload.problems refuses the pair
                                 vst = state_for(v.skey, v.struct, ga)
                                 if vst.problems:
                                     continue
                                 va = activations_for(v.struct, vst.sp, batch=mb, grad_accum=ga, checkpointing=ckpt,
                                                      attention=attn)
-                                vt = device_total(vst, va, ga, ckpt)
+                                vt = device_total(vst, va, ga)
                                 vfits = vt <= limit and (host_ram is None or host_bytes(vst, va) <= host_ram)
                                 any_fits = any_fits or vfits
                                 tried.append((v.struct, vst, va, vt, vfits, v.added))
@@ -635,7 +646,7 @@ class _Candidate:
     struct: Workload
     batch: int
     grad_accum: int
-    checkpointing: Checkpointing
+    checkpointing: str
     attention: Attention
 
     def workload(self) -> Workload:

@@ -15,7 +15,9 @@ PRECISION_HELP = (
     "precision with fp32 master weights. --dtype fp32 --amp bf16 is PyTorch autocast (fp32 weights, "
     "bf16 copies made during forward and cached by autocast); --dtype fp16 --amp fp16 is "
     "DeepSpeed/Megatron-style (fp16 weights and gradients, an fp32 master copy in the optimizer). "
-    "--optimizer none means forward and backward only."
+    "--optimizer none means forward and backward only. With --fsdp, --dtype fp32 --amp bf16 is FSDP2's "
+    "MixedPrecisionPolicy(param_dtype=bf16, reduce_dtype=fp32) over fp32 sharded parameters (torchtitan's "
+    "default; no autocast); --dtype bf16 keeps everything in bf16."
 )
 
 
@@ -35,6 +37,14 @@ def _fraction(text: str) -> float:
     except ValueError:
         raise argparse.ArgumentTypeError(f"{_shown(text)} is not a number") from None
     return v
+
+
+def _checkpointing(text: str) -> str:
+    """A checkpointing mode: one of the fixed choices or ``every:N``; N's range is the Workload's to check."""
+    if text in W.CHECKPOINTING or (text.startswith(W.EVERY_PREFIX) and text[len(W.EVERY_PREFIX):].isdigit()
+                                    and text.isascii() and len(text) <= 16):
+        return text
+    raise argparse.ArgumentTypeError(f"{_shown(text)} is not one of: {', '.join(W.CHECKPOINTING)}, every:N")
 
 
 def bounded(limit: int, *, minimum: int = 1) -> Callable[[str], int]:
@@ -111,7 +121,12 @@ def add_workload_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--optimizer-in-backward", action="store_true",
                    help="step each parameter's optimizer as its gradient is accumulated and free the gradient "
                         "(torchtune optimizer_in_bwd): gradients never coexist; not with --grad-accum > 1")
-    g.add_argument("--checkpointing", choices=W.CHECKPOINTING, default="none", help="gradient checkpointing")
+    g.add_argument("--checkpointing", type=_checkpointing, default="none",
+                   metavar="{" + ",".join(W.CHECKPOINTING) + ",every:N}",
+                   help="activation checkpointing of the blocks: full; selective (Megatron: the attention core "
+                        "only, next to nothing with SDPA); selective-op (torchtitan per-op SAC: saves every other "
+                        "matmul and the attention kernel's output, recomputes the rest); every:N (torchtitan: "
+                        "every N-th block in full)")
     g.add_argument("--activation-offload", action="store_true",
                    help="copy saved activations to pinned host memory as they are saved and bring them back in "
                         "backward (torchtune OffloadActivations); the host RAM shows in host_bytes")

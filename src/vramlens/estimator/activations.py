@@ -18,7 +18,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from vramlens.estimator import heads as H
+from vramlens.estimator.checkpointing import (
+    checkpointed,
+    first_block_checkpointed,
+    last_block_checkpointed,
+    whole_blocks,
+)
 from vramlens.estimator.inventory import summarize
+from vramlens.estimator.linears import GROUPS, linear_group
 from vramlens.estimator.memo import identity_cache
 from vramlens.models.spec import ModelSpec
 from vramlens.units import BLOCK, DTYPE_BYTES, round_up
@@ -143,12 +150,6 @@ def _norm_saved(kind: str, h: int, t: int, r: int, c: int, consumers: int, casts
     return own + out
 
 
-#: Leaf names of the linear that closes an attention block or an MLP (the others open them):
-#: DistilBERT's ``attention.out_lin`` and ``ffn.lin2``, ModernBERT's ``attn.Wo`` and ``mlp.Wo``.
-_ATTN_OUT = frozenset({"o_proj", "out_proj", "o", "c_proj", "dense", "out_lin", "Wo"})
-_MLP_OUT = frozenset({"down_proj", "fc2", "dense_4h_to_h", "wo", "c_proj", "w2", "lin2", "Wo"})
-
-
 @identity_cache
 def linear_groups(spec: ModelSpec) -> dict[str, tuple[tuple[str, str], ...]]:
     """The first block's linears by place: "qkv", "attn_out", "mlp_in", "mlp_out"; each (path, leaf name)."""
@@ -163,12 +164,7 @@ def linear_groups(spec: ModelSpec) -> dict[str, tuple[tuple[str, str], ...]]:
         if t.stack == "decoder" and spec.kind == "encoder-decoder":
             continue  # the encoder's first block stands for both stacks
         path = t.name.removesuffix(".weight")
-        low = path.lower()
-        if "attn" in low or "attention" in low:
-            g = "attn_out" if t.module in _ATTN_OUT else "qkv"
-        else:
-            g = "mlp_out" if (t.module in _MLP_OUT or low.endswith("output.dense")) else "mlp_in"
-        groups[g].append((path, t.module))
+        groups[linear_group(path, t.module)].append((path, t.module))
     return {k: tuple(v) for k, v in groups.items()}
 
 
@@ -183,7 +179,7 @@ def trained_linears(spec: ModelSpec, w: Workload, group: str) -> int:
     return sum(1 for path, leaf in members if leaf in targets or any(path.endswith("." + x) for x in targets))
 
 
-GROUP_ORDER = ("qkv", "attn_out", "mlp_in", "mlp_out")
+GROUP_ORDER = GROUPS
 
 
 def untracked_before_first_adapter(spec: ModelSpec, w: Workload, b: int, s: int) -> tuple[int, tuple[str, ...]]:
@@ -206,7 +202,7 @@ def untracked_before_first_adapter(spec: ModelSpec, w: Workload, b: int, s: int)
         return 0, ()
     t = b * s
     c = DTYPE_BYTES[w.compute_dtype]
-    r = 4 if w.dtype == "fp32" else c
+    r = 4 if w.run_dtype == "fp32" else c
     own = _norm_saved(norm_kind(spec), spec.hidden_size, t, r, c, 0, False, False)
     if w.dora and w.lora_dropout > 0:
         # DoRA's F.linear(dropped x, weight) on an input that needs no gradient keeps no weight
@@ -217,8 +213,8 @@ def untracked_before_first_adapter(spec: ModelSpec, w: Workload, b: int, s: int)
 
 
 def _autocast(w: Workload) -> bool:
-    """PyTorch autocast: fp32 weights computed in the --amp dtype."""
-    return w.amp is not None and w.dtype == "fp32"
+    """PyTorch autocast: fp32 weights computed in the --amp dtype (not FSDP2's MixedPrecisionPolicy)."""
+    return w.autocast
 
 
 def lora_casts_input(w: Workload) -> bool:
@@ -416,8 +412,8 @@ def layer_activations(spec: ModelSpec, w: Workload, b: int, s: int, *, cross_s: 
     t = b * s
     sp = tp  # sequence parallel: per-token tensors outside the TP regions are split too
     c = DTYPE_BYTES[w.compute_dtype]
-    autocast = w.amp is not None and w.dtype == "fp32"
-    r = 4 if (w.dtype == "fp32") else c
+    autocast = w.autocast
+    r = 4 if w.run_dtype == "fp32" else c
     casts = autocast
     p_attn, p_hid = dropout_probs(spec)
     full = w.method == "full"
@@ -439,8 +435,10 @@ def layer_activations(spec: ModelSpec, w: Workload, b: int, s: int, *, cross_s: 
     kv = _r(c * D.kv * D.d * t)
     attention = sdpa_core(spec, w, cross=False)
     S = s
-    if attention == "eager" or (attention == "sdpa" and spec.kind != "decoder"):
-        # eager (and SDPA with an explicit mask) expands GQA keys/values to every head (repeat_kv)
+    if attention == "eager" or (attention == "sdpa" and (spec.kind != "decoder" or c == 4)):
+        # eager (and SDPA with an explicit mask) expands GQA keys/values to every head (repeat_kv);
+        # so does SDPA in fp32, which CUDA runs on the memory-efficient kernel (flash takes fp16/bf16
+        # only; aten/src/ATen/native/transformers/cuda/sdp_utils.cpp), and that kernel has no GQA
         kv_saved = _r(c * D.a * D.d * t) if D.kv != D.a else kv
     else:
         kv_saved = kv
@@ -457,8 +455,10 @@ def layer_activations(spec: ModelSpec, w: Workload, b: int, s: int, *, cross_s: 
         total += q_bytes
     elif attention != "eager":
         # flash / memory-efficient SDPA keep the output, the fp32 log-sum-exp (b, a, s) and the
-        # philox seed and offset (one int64 each)
-        total += _r(c * D.a * D.d * t) + _r(4 * b * D.a * s) + SDPA_RNG
+        # philox seed and offset (one int64 each); under selective recomputation the kernel runs
+        # inside torch.utils.checkpoint, which keeps its inputs (q, k, v, already counted) and
+        # returns its output (the out projection keeps it): the log-sum-exp and the seed are not kept
+        total += _r(c * D.a * D.d * t) + (0 if w.checkpointing == "selective" else _r(4 * b * D.a * s) + SDPA_RNG)
         if local and attention == "sdpa":  # flash-attn takes the window itself, with no mask
             mask = sliding_mask_bytes(spec, w, b, s)
             total += mask
@@ -544,8 +544,8 @@ def disentangled_saved(spec: ModelSpec, w: Workload, D: Dims, b: int, s: int) ->
       a b x s mask of ones when none is given (DebertaV2Model.forward) and expands it per block.
     """
     c = DTYPE_BYTES[w.compute_dtype]
-    autocast = w.amp is not None and w.dtype == "fp32"
-    r = 4 if w.dtype == "fp32" else c
+    autocast = w.autocast
+    r = 4 if w.run_dtype == "fp32" else c
     R = spec.rel_span
     n = len(spec.rel_terms)
     _, p_hid = dropout_probs(spec)
@@ -593,14 +593,15 @@ def disentangled_model_level(spec: ModelSpec, w: Workload, b: int, s: int) -> in
     if not spec.rel_terms:
         return 0
     c = DTYPE_BYTES[w.compute_dtype]
-    r = 4 if w.dtype == "fp32" else c
+    r = 4 if w.run_dtype == "fp32" else c
     R, h = spec.rel_span, spec.hidden_size
     total = 2 * _r(4 * R) if w.method == "full" else 0
-    if w.checkpointing == "full":
+    if any(checkpointed(spec, w)):
         total += _r(4 * b * s * s) + _r(8 * s * s) + _r(r * R * h)
-    elif w.method != "full" and "p2c" in spec.rel_terms and not _adapted(w, "key_proj"):
+    elif w.method != "full" and "p2c" in spec.rel_terms and not _adapted(w, "key_proj") and not whole_blocks(w):
         # under LoRA the first block's keys need no gradient (a frozen key_proj over the frozen
-        # embeddings): its p2c bmm keeps no position queries, and no copy of the keys
+        # embeddings, untracked without checkpointing: see whole_blocks): its p2c bmm keeps no
+        # position queries, and no copy of the keys
         c_b = DTYPE_BYTES[w.compute_dtype]
         total -= _r(c_b * b * R * h) + _r(c_b * b * s * h)
     return total
@@ -694,15 +695,16 @@ def mlp_backward_bytes(spec: ModelSpec, w: Workload, b: int, s: int, tp: int = 1
     native_layer_norm_backward): the gradient entering the block (b*s*h, in the residual stream's
     dtype), the down projection's input gradient and the activation's input gradient (b*s*f each).
     A gated MLP holds one more (the gate's) but has freed the product it saved by then (traced for
-    ModernBERT). Under full checkpointing the recomputed block's figure (activation_totals' ``one``)
-    covers it. The two (b*s, f) gradients are fp32 under autocast when the activation's output is
-    (``act_upcasts``: NewGELU's pow), as in the recomputed block's figure.
+    ModernBERT). When the last block is checkpointed (full, selective-op, every:N with no trailing
+    blocks) the recomputed block's figure (core.BlockFigures ``recompute``) covers it. The two
+    (b*s, f) gradients are fp32 under autocast when the activation's output is (``act_upcasts``:
+    NewGELU's pow), as in the recomputed block's figure.
     """
-    if w.checkpointing == "full" or spec.is_moe:
+    if last_block_checkpointed(spec, w) or spec.is_moe:
         return 0
     t = b * s
     c = DTYPE_BYTES[w.compute_dtype]
-    r = 4 if w.dtype == "fp32" else c
+    r = 4 if w.run_dtype == "fp32" else c
     g = 4 if act_upcasts(spec.activation, _autocast(w)) else c
     return _r(r * spec.hidden_size * t) + 2 * _r(g * max(1, spec.ffn_size // tp) * t)
 
@@ -793,7 +795,7 @@ def model_level_saved(spec: ModelSpec, w: Workload, b: int, s: int) -> int:
     """Inputs, position tables and the final norm: tensors outside the blocks kept for backward."""
     t = b * s
     c = DTYPE_BYTES[w.compute_dtype]
-    r = 4 if w.dtype == "fp32" else c
+    r = 4 if w.run_dtype == "fp32" else c
     total = _r(8 * t) + H.label_bytes(spec, b, s)  # input_ids and the labels, int64
     if spec.position == "rotary":
         # cos and sin (per layer type), shared by the blocks: (1, s, d), from position_ids =
@@ -804,21 +806,42 @@ def model_level_saved(spec: ModelSpec, w: Workload, b: int, s: int) -> int:
         total += _r((spec.embedding_size or spec.hidden_size) * t)  # embedding dropout mask
     total += (embedding_projection_saved(spec, w, b, s) + disentangled_model_level(spec, w, b, s)
               + embedding_leaf_saved(spec, w, b, s))
-    # the last norm's output is kept by the head's first op unless a dropout stands in front of it
-    # (a fused linear cross-entropy keeps the gradient it computed in forward instead)
-    consumers = 1 if H.head_keeps_input(spec, w) and not (w.loss == "fused-linear" and has_lm_head(spec)) else 0
-    total += _norm_saved(norm_kind(spec), spec.hidden_size, t, r, c, consumers, w.amp is not None and w.dtype == "fp32",
-                         w.method == "full")
+    total += final_norm_saved(spec, w, b, s)
     if spec.kind == "encoder-decoder":
         total += _norm_saved(norm_kind(spec), spec.hidden_size, t, r, c, 1, False)  # encoder final norm
-    if spec.position == "relative" and w.checkpointing == "full":
+    if spec.position == "relative" and any(checkpointed(spec, w)):
         # T5 computes its position biases (1, a, s, s) once per stack and hands them to every
         # checkpointed block, which keeps them as inputs: the encoder's, the decoder's self- and
         # cross-attention's (the bias embedding's dtype: the weights', autocast does not cast it)
-        bias_b = DTYPE_BYTES[w.dtype] if w.method == "full" else DTYPE_BYTES[w.compute_dtype]
+        bias_b = DTYPE_BYTES[w.run_dtype] if w.method == "full" else DTYPE_BYTES[w.compute_dtype]
         n_bias = 3 if spec.kind == "encoder-decoder" else 1
         total += n_bias * _r(bias_b * spec.n_heads * s * s)
-    return total + H.head_level_saved(spec, w, b, s)
+    return total + checkpointed_mask(spec, w, b, s) + H.head_level_saved(spec, w, b, s)
+
+
+def final_norm_saved(spec: ModelSpec, w: Workload, b: int, s: int) -> int:
+    """What the final norm keeps for backward (freed before the last block's backward starts)."""
+    t = b * s
+    c = DTYPE_BYTES[w.compute_dtype]
+    r = 4 if w.run_dtype == "fp32" else c
+    # the last norm's output is kept by the head's first op unless a dropout stands in front of it
+    # (a fused linear cross-entropy keeps the gradient it computed in forward instead)
+    consumers = 1 if H.head_keeps_input(spec, w) and not (w.loss == "fused-linear" and has_lm_head(spec)) else 0
+    return _norm_saved(norm_kind(spec), spec.hidden_size, t, r, c, consumers, w.autocast, w.method == "full")
+
+
+def checkpointed_mask(spec: ModelSpec, w: Workload, b: int, s: int) -> int:
+    """A decoder's eager attention mask, kept as an input by checkpointed blocks.
+
+    transformers builds a (b, 1, s, s) additive causal mask for eager attention
+    (masking_utils ``eager_mask``: 0 or the dtype's minimum, in the embeddings' dtype) and hands
+    it to every block; attention adds it without saving it, but a checkpointed block keeps its
+    inputs (torch.utils.checkpoint ``_NoopSaveInputs``). SDPA takes ``is_causal`` and no mask.
+    """
+    if w.attention != "eager" or spec.kind != "decoder" or not any(checkpointed(spec, w)):
+        return 0
+    r = 4 if w.run_dtype == "fp32" else DTYPE_BYTES[w.compute_dtype]
+    return _r(r * b * s * s)
 
 
 def embedding_projection_saved(spec: ModelSpec, w: Workload, b: int, s: int) -> int:
@@ -829,17 +852,18 @@ def embedding_projection_saved(spec: ModelSpec, w: Workload, b: int, s: int) -> 
     ``ElectraModel.embeddings_project`` to h): the LayerNorm keeps an E-wide input, the projection
     keeps the E-wide dropped output (its own cast under autocast), and q/k/v keep the projection's
     h-wide output. DeBERTa-v2 (``embed_proj`` before the LayerNorm): the projection keeps its E-wide input.
-    Under LoRA the frozen embeddings and projection track no gradient, but with full checkpointing
-    the embeddings are tracked (embedding_leaf_saved) and the LayerNorm keeps its E-wide input.
+    Under LoRA the frozen embeddings and projection track no gradient, but with blocks checkpointed
+    (checkpointing.whole_blocks) the embeddings are tracked (embedding_leaf_saved) and the LayerNorm
+    keeps its E-wide input.
     """
     E = spec.embedding_size
-    if not E or (w.method != "full" and w.checkpointing != "full"):
+    if not E or (w.method != "full" and not whole_blocks(w)):
         return 0
     t = b * s
     c = DTYPE_BYTES[w.compute_dtype]
-    r = 4 if w.dtype == "fp32" else c
-    autocast = w.amp is not None and w.dtype == "fp32"
-    # under LoRA with full checkpointing the embeddings are tracked (embedding_leaf_saved) but the
+    r = 4 if w.run_dtype == "fp32" else c
+    autocast = w.autocast
+    # under LoRA with checkpointing the embeddings are tracked (embedding_leaf_saved) but the
     # frozen projection keeps nothing
     proj_in = _r((c if autocast else r) * E * t) if w.method == "full" else 0
     if not spec.embedding_norm_first:
@@ -848,7 +872,7 @@ def embedding_projection_saved(spec: ModelSpec, w: Workload, b: int, s: int) -> 
     # output, as they keep a norm's output (no extra: the first block counts it). A checkpointed
     # first block keeps the projection's output as its input: in the compute dtype under autocast
     first_input = _r(r * spec.hidden_size * t) - _r(c * spec.hidden_size * t) if (
-        autocast and w.checkpointing == "full") else 0
+        autocast and first_block_checkpointed(w)) else 0
     return _r(r * E * t) - _r(r * spec.hidden_size * t) + proj_in - first_input
 
 
@@ -860,15 +884,16 @@ def embedding_leaf_saved(spec: ModelSpec, w: Workload, b: int, s: int) -> int:
     output require grad, a leaf whose gradient autograd keeps it for. When positions or token types
     are added to it (learned positions) it is a tensor of its own; otherwise it is the embedding
     norm's input, already counted. ModernBERT's pre-norm embeddings.norm keeps its input besides
-    the final norm's under checkpointing (``ModelSpec.embedding_norm``).
+    the final norm's when the first block is checkpointed (``ModelSpec.embedding_norm``; that
+    block's own norm is an identity, so uncheckpointed it counts the embeddings' norm).
     """
-    if w.checkpointing != "full":
+    if not whole_blocks(w):
         return 0
     t = b * s
     c = DTYPE_BYTES[w.compute_dtype]
-    r = 4 if w.dtype == "fp32" else c
+    r = 4 if w.run_dtype == "fp32" else c
     total = 0
-    if spec.embedding_norm:
+    if spec.embedding_norm and first_block_checkpointed(w):
         total += _norm_saved(norm_kind(spec), spec.hidden_size, t, r, c, 0, False, w.method == "full")
     if w.method != "full" and spec.kind == "encoder" and spec.position == "learned":
         total += _r(c * (spec.embedding_size or spec.hidden_size) * t)
@@ -885,15 +910,16 @@ def offloaded_model_level(spec: ModelSpec, w: Workload, b: int, s: int) -> tuple
     """
     t = b * s
     c = DTYPE_BYTES[w.compute_dtype]
-    r = 4 if w.dtype == "fp32" else c
+    r = 4 if w.run_dtype == "fp32" else c
     moved = 0
     if spec.position == "rotary":
         moved += 2 * spec.rotary_tables * _r(c * spec.head_dim * s)
     if dropout_probs(spec)[1] > 0:
         moved += _r((spec.embedding_size or spec.hidden_size) * t)
-    if spec.position == "relative" and w.checkpointing == "full":
-        bias_b = DTYPE_BYTES[w.dtype] if w.method == "full" else DTYPE_BYTES[w.compute_dtype]
+    if spec.position == "relative" and any(checkpointed(spec, w)):
+        bias_b = DTYPE_BYTES[w.run_dtype] if w.method == "full" else DTYPE_BYTES[w.compute_dtype]
         moved += (3 if spec.kind == "encoder-decoder" else 1) * _r(bias_b * spec.n_heads * s * s)
+    moved += checkpointed_mask(spec, w, b, s)
     if spec.kind == "encoder-decoder":
         moved += _norm_saved(norm_kind(spec), spec.hidden_size, t, r, c, 1, False)  # the encoder's final norm
     stashed = _norm_saved(norm_kind(spec), spec.hidden_size, t, r, c, 0, False, w.method == "full")

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from vramlens.estimator import activations as A
+from vramlens.estimator import checkpointing as C
 from vramlens.estimator import heads as H
 from vramlens.estimator import kv_cache as K
 from vramlens.estimator.breakdown import Breakdown, make_breakdown
@@ -132,10 +133,15 @@ class ActivationTotals:
     head_grad_in_forward: bool = False  # the output layer's weight gradient exists from forward (fused loss)
     final_norm_backward: int = 0  # chunked or fused loss: the final norm's backward (losses.final_norm_backward)
     host: int = 0  # activation offloading: the saved activations' host copies (a lower bound, see README)
-    block_forward: int = 0  # a transient inside a block's forward: 4-bit weight dequantized, DoRA's weight norm
-    block_backward: int = 0  # ... inside a block's backward: a 4-bit weight dequantized with its gradients
-    block_temporary: int = 0  # of those, the part that is a temporary (DoRA's identity is kept by autograd)
+    dequant_forward: int = 0  # a transient inside a block's forward: 4-bit weight dequantized, DoRA's weight norm
+    dequant_backward: int = 0  # ... inside a block's backward: a 4-bit weight dequantized with its gradients
+    dequant_temporary: int = 0  # of those, the part that is a temporary (DoRA's identity is kept by autograd)
     mlp_backward: int = 0  # the last block's MLP backward transient (activations.mlp_backward_bytes)
+    recompute: int = 0  # what a checkpointed block's recomputation and backward add (0: nothing recomputed)
+    recompute_after: int = 0  # activations freed before the first recomputation (every:N, trailing blocks)
+    block_kept: int = 0  # what one block keeps for backward, on average
+    block_backward: int = 0  # what a block's backward holds above its saved tensors
+    uncheckpointed: tuple[int, int] = (1, 1)  # blocks not checkpointed, of all (autocast copies through backward)
 
 
 def activation_totals(spec: ModelSpec, w: Workload, sp: Split) -> ActivationTotals:
@@ -154,32 +160,11 @@ def activation_totals(spec: ModelSpec, w: Workload, sp: Split) -> ActivationTota
     frac = sp.layers / max(1, spec.n_layers)
     # the embedding case runs the blocks once per text column, both graphs alive until backward
     inflight = sp.micro_batches_in_flight * H.columns(spec, w)
-    one = max(la.saved for la, _ in layers)
-    if w.checkpointing == "full":
-        # the recomputed block, plus the gradients its backward holds at once: the MLP's
-        # (b*s, f) gradients of the down projection's input, the activation and its input (a plain
-        # MLP with a one-kernel activation, GELU or ReLU: two, as traced for ELECTRA; fp32 under
-        # autocast when the activation's output is fp32: NewGELU's pow)
-        g = 4 if A.act_upcasts(spec.activation, H.autocast(w)) else DTYPE_BYTES[w.compute_dtype]
-        plain = not spec.gated_mlp and spec.activation not in ("gelu_new", "gelu_fast")
-        one += (2 if plain else 3) * A._r(g * max(1, spec.ffn_size // tp) * b * s)
-        if spec.rel_terms and w.method == "full":
-            # DeBERTa-v2: gather's backward scatters into a zero (b*a, s, R) tensor, and the repeated
-            # position projection gets its (b*a, R, d) gradient (traced in full fine-tuning; under
-            # LoRA the end of the recomputed forward stays the higher point)
-            c = DTYPE_BYTES[w.compute_dtype]
-            one += (A._r(c * b * max(1, spec.n_heads // tp) * s * spec.rel_span)
-                    + A._r(c * b * spec.rel_span * spec.hidden_size // tp))
-        kept = sum(la.checkpoint_input * n for la, n in layers)
-        formula = "full checkpointing: each block keeps its input (b*s*h), one block recomputed in backward"
-    else:
-        kept = sum(la.saved * n for la, n in layers)
-        formula = "saved for backward per block x blocks"
-        if w.checkpointing == "selective":
-            formula += " (selective: attention scores recomputed)"
+    blocks = _block_figures(spec, w, layers)
+    kept, one, formula = blocks.kept, blocks.one, blocks.formula
     kept = int(kept * frac) * inflight
     model_level = A.model_level_saved(spec, w, b, s) * H.columns(spec, w)
-    if w.checkpointing != "full":  # a checkpointed block keeps its inputs whatever needs a gradient
+    if not C.whole_blocks(w):  # a checkpointed block keeps its inputs whatever needs a gradient
         model_level -= A.untracked_before_first_adapter(spec, w, b, s)[0] * H.columns(spec, w)
     host = 0
     if w.activation_offload:
@@ -203,7 +188,7 @@ def activation_totals(spec: ModelSpec, w: Workload, sp: Split) -> ActivationTota
         # MLP's down projection, holds the incoming gradient (b*s*h), the gradient of its input
         # (b*s*f) and the new weight gradient (h*f)
         t = b * s
-        working = (A._r((4 if w.dtype == "fp32" else DTYPE_BYTES[w.compute_dtype]) * spec.hidden_size * t)
+        working = (A._r((4 if w.run_dtype == "fp32" else DTYPE_BYTES[w.compute_dtype]) * spec.hidden_size * t)
                    + A._r(DTYPE_BYTES[w.compute_dtype] * max(1, spec.ffn_size // tp) * t)
                    + (A._r(DTYPE_BYTES[w.dtype] * spec.hidden_size * max(1, spec.ffn_size // tp))
                       if w.method == "full" else 0))
@@ -224,8 +209,8 @@ def activation_totals(spec: ModelSpec, w: Workload, sp: Split) -> ActivationTota
     dora = A.dora_forward_transient(spec, w, training=True, tp=tp)
     dora_tmp = max(0, dora - A.dora_identity_bytes(spec, w, tp))
     return ActivationTotals(saved=kept + model_level + head_saved, one_layer=one, loss_transient=head_peak - head_saved,
-                            block_forward=max(deq_fwd, dora), block_backward=deq_bwd,
-                            block_temporary=max(deq_fwd, deq_bwd, dora_tmp),
+                            dequant_forward=max(deq_fwd, dora), dequant_backward=deq_bwd,
+                            dequant_temporary=max(deq_fwd, deq_bwd, dora_tmp),
                             loss_backward=loss_backward, loss_backward_over=loss_backward_over,
                             head_backward=None if lf is None else lf.head_backward,
                             head_grads=1 if lf is None else lf.head_grads,
@@ -234,8 +219,122 @@ def activation_totals(spec: ModelSpec, w: Workload, sp: Split) -> ActivationTota
                             final_norm_backward=0 if lf is None else lf.final_norm_backward, host=host,
                             head_saved=head_saved, formula=formula + "; " + head_formula
                             + (f"; x{cols} text columns (anchor, positive), each its own forward" if cols > 1 else ""),
-                            later_pass=later, pass_working=working,
+                            later_pass=later, pass_working=working, recompute=blocks.recompute,
+                            recompute_after=(int(blocks.freed * frac) * inflight + (
+                                A.final_norm_saved(spec, w, b, s) if blocks.recompute and sp.has_head else 0)),
+                            uncheckpointed=blocks.uncheckpointed,
+                            block_kept=blocks.kept // max(1, spec.n_layers),
+                            block_backward=recompute_mlp_gradients(spec, w),
                             mlp_backward=A.mlp_backward_bytes(spec, w, b, s, tp) if sp.layers else 0)
+
+
+@dataclass(frozen=True, slots=True)
+class BlockFigures:
+    """The blocks' activations under a checkpointing mode (vramlens.estimator.checkpointing)."""
+
+    kept: int            # saved through backward by all blocks (before pipeline split and columns)
+    one: int             # one block's figure (its saved activations, or what its recomputation adds)
+    recompute: int       # what a checkpointed block's recomputation and backward add (0: none)
+    freed: int           # activations freed before the first recomputation's peak (trailing blocks, handed-back outputs)
+    uncheckpointed: tuple[int, int]
+    formula: str
+
+
+def checkpointing_notes(spec: ModelSpec, w: Workload) -> list[str]:
+    """What the model makes of the checkpointing and precision settings (the Workload cannot tell alone)."""
+    out: list[str] = []
+    if w.training and w.checkpoint_every is not None and not any(C.checkpointed(spec, w)):
+        out.append(f"checkpointing={w.checkpointing!r} checkpoints no block: the model has {spec.n_layers} blocks "
+                   f"(torchtitan checkpoints block i when i % {w.checkpoint_every} == 0): use a smaller N")
+    if w.fsdp_mixed_precision:
+        out.append(f"FSDP2 MixedPrecisionPolicy(param_dtype={w.amp}, reduce_dtype=fp32): fp32 sharded parameters, "
+                   f"gradients and optimizer states; each block all-gathered in {w.amp} and computed in {w.amp} (no "
+                   "autocast); gradients reduce-scattered in fp32")
+    return out
+
+
+def recompute_mlp_gradients(spec: ModelSpec, w: Workload) -> int:
+    """What a block's backward holds beyond its saved tensors, at its MLP.
+
+    Gated MLP (``down(act(gate(x)) * up(x))``): the product's backward computes both its inputs'
+    gradients (b*s*f each) from the incoming one (b*s*f); when the down projection kept the
+    product as its input (its weight trains) that input is freed by then: two (b*s, f) tensors
+    above the saved ones, else three. Plain MLP (``fc2(act(fc1(x)))``): the activation's backward
+    makes its input's gradient from the incoming one: one, or two when fc2 kept nothing.
+    Under autocast an activation whose output is fp32 (NewGELU's pow) runs its backward as a
+    chain of fp32 elementwise ops: three fp32 (b*s, f) gradients at once, whatever fc2 kept.
+    """
+    if A.act_upcasts(spec.activation, H.autocast(w)):
+        return 3 * A._r(4 * max(1, spec.ffn_size // w.tp) * w.batch * w.seq)
+    f_bytes = A._r(DTYPE_BYTES[w.compute_dtype] * max(1, spec.ffn_size // w.tp) * w.batch * w.seq)
+    own = 0 if A.lora_casts_input(w) else 1
+    if spec.is_moe:
+        down_keeps = w.method == "full" and own > 0
+    else:
+        down_keeps = A.trained_linears(spec, w, "mlp_out") * own > 0
+    return ((2 if spec.gated_mlp else 1) + (0 if down_keeps else 1)) * f_bytes
+
+
+def _per_group(per_stack: tuple[int, ...], layers: list[tuple[A.LayerActivations, int]]) -> tuple[int, ...]:
+    """Block counts per stack (checkpointing.stack_sizes' order) spread over ``layers``' groups: a
+    stack's sliding-window blocks (activation_totals) take their share of its count."""
+    if len(per_stack) == len(layers):
+        return per_stack
+    (count,) = per_stack  # one stack in two groups: global attention, then sliding-window blocks
+    total = max(1, sum(n for _, n in layers))
+    local = count * layers[1][1] // total
+    return (count - local, local)
+
+
+def _block_figures(spec: ModelSpec, w: Workload,
+                   layers: list[tuple[A.LayerActivations, int]]) -> BlockFigures:
+    b, s, tp = w.batch, w.seq, w.tp
+    # a recomputed block's backward: its MLP's gradients, and the gradient of its output coming in
+    r = 4 if w.run_dtype == "fp32" else DTYPE_BYTES[w.compute_dtype]
+    grads = recompute_mlp_gradients(spec, w) + A._r(r * spec.hidden_size * b * s)
+    if spec.rel_terms and w.method == "full":
+        # DeBERTa-v2: gather's backward scatters into a zero (b*a, s, R) tensor, and the repeated
+        # position projection gets its (b*a, R, d) gradient (traced in full fine-tuning; under
+        # LoRA the end of the recomputed forward stays the higher point)
+        c = DTYPE_BYTES[w.compute_dtype]
+        grads += (A._r(c * b * max(1, spec.n_heads // tp) * s * spec.rel_span)
+                  + A._r(c * b * spec.rel_span * spec.hidden_size // tp))
+    saved = max(la.saved for la, _ in layers)
+    n_blocks = sum(n for _, n in layers)
+    ck = _per_group(C.checkpointed(spec, w), layers)
+    n_ck = sum(ck)
+    if w.checkpointing == "selective-op":
+        stacks = ("encoder", "decoder") if spec.kind == "encoder-decoder" else (None,)
+        cross = (0, s) if spec.kind == "encoder-decoder" else (0,)
+        sac = [C.sac_saved(spec, w, b, s, cross_s=x, tp=tp, stack=st) for st, x in zip(stacks, cross)]
+        sac = sac * (len(layers) // len(sac))  # the sliding-window blocks share their stack's policy
+        kept = sum((la.checkpoint_input + saved_i) * n for (la, n), (saved_i, _) in zip(layers, sac))
+        # the recomputation rebuilds what the block saves but for the outputs the policy kept,
+        # which it hands back; those nothing else saves are freed once used, before the peak
+        rec = max(max(0, la.saved - shared_i) for (la, _), (_, shared_i) in zip(layers, sac)) + grads
+        handed_back = max(saved_i - shared_i for saved_i, shared_i in sac)
+        return BlockFigures(kept, rec, rec, handed_back, (0, 1),
+                            "torchtitan per-op selective checkpointing: each block keeps its input (b*s*h), the "
+                            "outputs of its 1st, 3rd, ... mm and of the SDPA kernel; the rest is recomputed")
+    if w.checkpointing == "full" or (w.checkpoint_every is not None and n_ck):
+        kept = sum(la.checkpoint_input * c + la.saved * (n - c) for (la, n), c in zip(layers, ck))
+        one = max(la.saved for (la, _), c in zip(layers, ck) if c) + grads
+        trail = _per_group(C.trailing_uncheckpointed(spec, w), layers)
+        freed = sum(la.saved * k for (la, _), k in zip(layers, trail))
+        if w.checkpointing == "full":
+            formula = "full checkpointing: each block keeps its input (b*s*h), one block recomputed in backward"
+        else:
+            formula = (f"every:{w.checkpoint_every} (torchtitan selective_ac_option='{w.checkpoint_every}'): {n_ck} of "
+                       f"{n_blocks} blocks keep their input (b*s*h) and are recomputed in backward, the others "
+                       "keep their activations")
+        return BlockFigures(kept, one, one, freed, (n_blocks - n_ck, max(1, n_blocks)), formula)
+    formula = "saved for backward per block x blocks"
+    if w.checkpointing == "selective":
+        formula += (" (selective: attention scores recomputed)" if w.attention == "eager"
+                    else " (selective: the SDPA kernel recomputed, its log-sum-exp not kept)")
+    elif w.checkpoint_every is not None:
+        formula += f" (every:{w.checkpoint_every}: no block is an N-th one, none checkpointed)"
+    return BlockFigures(sum(la.saved * n for la, n in layers), saved, 0, 0, (1, 1), formula)
 
 
 def output_layer_cast(spec: ModelSpec, w: Workload, has_head: bool) -> int:
@@ -290,6 +389,7 @@ def estimate_spec(spec: ModelSpec, w: Workload, gpu: GPU | None = None, *, headr
     if not spec.attention_interface and (w.attention != "eager" or w.checkpointing == "selective"):
         notes.append(f"{spec.architecture} computes its attention itself (no attn_implementation): it runs eager"
                      + (", and selective checkpointing recomputes nothing" if w.checkpointing == "selective" else ""))
+    notes += checkpointing_notes(spec, w)
     kv = 0
     if w.training:
         at = activation_totals(spec, w, sp)
@@ -308,20 +408,24 @@ def estimate_spec(spec: ModelSpec, w: Workload, gpu: GPU | None = None, *, headr
         if w.activation_offload and st.frozen_casts:
             st, moved = offload_frozen_casts(st, output_layer_cast(spec, w, sp.has_head))
             act_host += moved
-        phases = train_phases(st, acts, one_layer, loss_tmp, head_saved, w.grad_accum, w.checkpointing, logits,
-                              later_pass=at.later_pass, loss_backward=at.loss_backward,
+        phases = train_phases(st, acts, loss_tmp, head_saved, w.grad_accum, logits,
+                              later_pass=at.later_pass, recompute=at.recompute, recompute_after=at.recompute_after,
+                              uncheckpointed=at.uncheckpointed, block_kept=at.block_kept,
+                              block_backward=at.block_backward,
+                              loss_backward=at.loss_backward,
                               loss_backward_over=at.loss_backward_over, head_backward=at.head_backward,
                               head_grads=at.head_grads, head_backward_later=at.head_backward_later,
                               head_grad_in_forward=at.head_grad_in_forward,
-                              final_norm_backward=at.final_norm_backward, block_forward=at.block_forward,
-                              block_backward=at.block_backward, mlp_backward=at.mlp_backward)
+                              final_norm_backward=at.final_norm_backward, dequant_forward=at.dequant_forward,
+                              dequant_backward=at.dequant_backward, dequant_temporary=at.dequant_temporary,
+                              mlp_backward=at.mlp_backward)
         peak_phase, peak_alloc = max(phases, key=lambda p: p[1])
         reserved, total = reserved_total(st, peak_alloc)
         # a checkpointed block is recomputed in backward, its 4-bit matmuls dequantizing again
-        recompute = one_layer + at.block_temporary if w.checkpointing == "full" else 0
+        recompute = at.recompute + at.dequant_temporary if at.recompute else 0
         if recompute and spec.tied_embeddings and st.head_grad:
-            # a tied output layer's weight gradient waits in autograd's InputBuffer for the embedding's
-            # (a temporary until they are added, not yet the .grad): alive while the last block is recomputed
+            # a tied output layer's weight gradient waits in autograd's InputBuffer for the
+            # embedding's (a temporary until they are added) while the blocks are recomputed
             recompute += st.head_grad
         # several columns: the gradients are still accumulating when the first column's backward runs
         second = st.grads + at.pass_working if at.later_pass else 0
@@ -331,7 +435,7 @@ def estimate_spec(spec: ModelSpec, w: Workload, gpu: GPU | None = None, *, headr
             loss_bwd = max(loss_bwd, at.head_backward, at.head_backward_later + at.head_grads * st.head_grad - made,
                            at.final_norm_backward)
         temporaries = max(loss_tmp, loss_bwd, st.opt_tmp + st.master_grads + st.in_backward_addend, recompute,
-                          second, at.block_temporary, at.mlp_backward)
+                          second, at.dequant_temporary, at.mlp_backward)
         explain["temporaries"] = (f"max(loss: logits + fp32 upcast {loss_tmp:,} B, loss backward: two fp32 "
                                   f"gradients {loss_bwd:,} B, optimizer step {st.opt_tmp + st.master_grads:,} B: "
                                   f"{explain.pop('optimizer_step', '')}"
@@ -340,9 +444,10 @@ def estimate_spec(spec: ModelSpec, w: Workload, gpu: GPU | None = None, *, headr
                                      else "")
                                   + (f", the first column's backward: gradients still accumulating and a block's "
                                      f"backward tensors {second:,} B" if second else "")
-                                  + (f", inside a block: {_block_words(w)} {at.block_temporary:,} B"
-                                     if at.block_temporary else "") + ")")
-        frozen = st.frozen_casts if w.checkpointing != "full" else 0
+                                  + (f", inside a block: {_block_words(w)} {at.dequant_temporary:,} B"
+                                     if at.dequant_temporary else "") + ")")
+        kept_n, all_n = at.uncheckpointed
+        frozen = st.frozen_casts * kept_n // all_n
         # saved in forward and kept into backward; a checkpointed block's recomputation happens in
         # backward and counts as a temporary
         activation_peak = acts + frozen
@@ -492,8 +597,10 @@ def _remedies(component: str, w: Workload) -> list[str]:
         if w.shard_stage < 2:
             out.append(_shard("gradients", 2, w))
     elif component == "activations":
-        if train and w.checkpointing != "full":
-            out.append("turn on gradient checkpointing (--checkpointing full)")
+        if train and w.checkpointing in ("none", "selective"):
+            out.append("turn on activation checkpointing (--checkpointing every:2, selective-op or full)")
+        elif train and w.checkpointing != "full":
+            out.append("checkpoint every block (--checkpointing full)")
         if w.attention == "eager":
             out.append("use --attention sdpa")
         out.append("lower --batch" + (" with --grad-accum to keep the effective batch" if train else "")

@@ -62,8 +62,9 @@ def has_lm_head(spec: ModelSpec) -> bool:
 
 
 def autocast(w: Workload) -> bool:
-    """Whether the forward runs under autocast: fp32 weights with ``--amp`` (half matmul outputs)."""
-    return w.amp is not None and w.dtype == "fp32"
+    """Whether the forward runs under autocast: fp32 weights with ``--amp`` (half matmul outputs),
+    not FSDP2's MixedPrecisionPolicy (Workload.autocast)."""
+    return w.autocast
 
 
 def cross_entropy_kept(w: Workload, upcast: bool = False) -> tuple[int, int]:

@@ -73,7 +73,7 @@ def final_norm_backward(spec: ModelSpec, w: Workload, t: int) -> int:
     """
     h = spec.hidden_size
     c = DTYPE_BYTES[w.compute_dtype]
-    own = 5 * _r(4 * h * t) if spec.norm in ("rmsnorm", "t5norm") else _r((4 if w.dtype == "fp32" else c) * h * t)
+    own = 5 * _r(4 * h * t) if spec.norm in ("rmsnorm", "t5norm") else _r((4 if w.run_dtype == "fp32" else c) * h * t)
     return _r(c * h * t) + own
 
 
@@ -107,7 +107,7 @@ def loss_figures(spec: ModelSpec, w: Workload, b: int, s: int) -> LossFigures | 
     # their sum (in the compute dtype under autocast: the gradients of autocast's cached cast)
     later = max(0, n - 2) * lc
     if w.method == "full" and n > 1:
-        wb = c if (w.amp is not None and w.dtype == "fp32") else DTYPE_BYTES[w.dtype]
+        wb = c if w.autocast else DTYPE_BYTES[w.run_dtype]
         later += 3 * _r(wb * V * h // max(1, w.tp))
     return LossFigures(saved=n * fc, peak=n * lc + n * fc + upcast, backward=2 * fc, head_backward=(n - 1) * lc,
                        head_grads=0 if n > 1 else 1, head_backward_later=later, grad_in_forward=False,

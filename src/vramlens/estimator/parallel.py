@@ -18,6 +18,7 @@ from math import ceil
 
 from vramlens.estimator.memo import identity_cache
 from vramlens.models.spec import ModelSpec
+from vramlens.units import DTYPE_BYTES
 from vramlens.workload import Workload
 
 
@@ -101,10 +102,42 @@ def comm_buffer_bytes(spec: ModelSpec, w: Workload, grad_bytes_full: int, param_
     if stage in (1, 2):
         elems = min(500_000_000, trainable)
         return min(elems * param_elem_bytes, grad_bytes_full), "ZeRO reduce bucket (reduce_bucket_size=5e8 elements)"
-    block, root = gathered_sizes(spec, w, weight_elem_bytes)
+    block, root, reduce = fsdp_buffers(spec, w, weight_elem_bytes)
+    if reduce != block:
+        cast_in = cast_all_gather_input(w, block)
+        return max(2 * (block + root), 2 * block + reduce + root + cast_in), (
+            f"FSDP2 MixedPrecisionPolicy(param_dtype={w.run_dtype}, reduce_dtype=fp32): the root's unsharded "
+            f"{w.run_dtype} parameters (embedding, head, final norm) plus the current and prefetched block's "
+            f"{w.run_dtype} all-gather and one block's fp32 reduce-scatter input, and the all-gather's "
+            f"{w.run_dtype} copy of the prefetched shard: max(2(B+R), 2B+B_fp32+R+B/N)")
     return max(2 * (block + root), 3 * block + root), (
         "FSDP2/ZeRO-3: the root's unsharded parameters (embedding, head, final norm) plus the current and "
         "prefetched block's all-gather and one block's reduce-scatter: max(2(B+R), 3B+R)")
+
+
+def cast_all_gather_input(w: Workload, block: int) -> int:
+    """Under FSDP2's mixed-precision policy each all-gather first copies the fp32 shards into a
+    ``param_dtype`` input (_fsdp_collectives.py ``_get_param_all_gather_inputs``, a flat tensor of
+    the shard's size); without a policy the shard itself is the input."""
+    return block // max(1, w.shard_degree) if w.fsdp_mixed_precision else 0
+
+
+def fsdp_buffers(spec: ModelSpec, w: Workload, weight_elem_bytes: int) -> tuple[int, int, int]:
+    """(B, R, B_reduce): one block's and the root's all-gathered parameter bytes, and one block's
+    reduce-scatter input.
+
+    Under FSDP2's ``MixedPrecisionPolicy(param_dtype, reduce_dtype=fp32)``
+    (torch/distributed/fsdp/_fully_shard/_fsdp_collectives.py): ``foreach_all_gather`` copies the
+    fp32 shards into a ``param_dtype`` all-gather input and gathers in ``param_dtype``, so the
+    unsharded parameters are ``param_dtype``; ``foreach_reduce`` allocates the reduce-scatter input
+    in ``reduce_dtype`` (the unsharded ``param_dtype`` gradients are copied in) and its output is
+    the fp32 sharded gradient. Without a policy both are in the parameters' dtype.
+    """
+    if w.fsdp_mixed_precision:
+        block, root = gathered_sizes(spec, w, DTYPE_BYTES[w.run_dtype])
+        return block, root, gathered_sizes(spec, w, 4)[0]
+    block, root = gathered_sizes(spec, w, weight_elem_bytes)
+    return block, root, block
 
 
 def gathered_sizes(spec: ModelSpec, w: Workload, weight_elem_bytes: int) -> tuple[int, int]:

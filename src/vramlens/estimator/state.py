@@ -16,8 +16,11 @@ higher because its states are created inside its optimizer step):
   (kept through backward by autograd, except under checkpointing);
 * backward: it starts with every activation alive plus the loss' two fp32 gradient buffers
   (``nll_loss_backward`` and ``_log_softmax_backward_data``, b*s*V each), then the output
-  layer's backward (the logits' gradient and its weight gradient); under full checkpointing the head's saved tensors are gone before the last
-  block is recomputed; it ends with all gradients and one recomputed block;
+  layer's backward (the logits' gradient and its weight gradient); under checkpointing (full,
+  selective-op, every:N) the head's and the final norm's saved tensors are gone before the last
+  checkpointed block is recomputed, and the first block is recomputed before its own gradients
+  exist; under FSDP2 the gathered, prefetched and reduce-scatter buffers come on top (see
+  train_phases);
 * optimizer: persistent + gradients + the optimizer's temporaries (autocast copies are gone);
   with an fp32 master copy, the gradients' fp32 copies the step runs on.
 """
@@ -30,7 +33,7 @@ from vramlens.estimator import optimizer as O
 from vramlens.estimator import weights as Wt
 from vramlens.estimator.heads import has_lm_head
 from vramlens.estimator.memo import identity_cache
-from vramlens.estimator.parallel import Split, comm_buffer_bytes, gathered_sizes, split
+from vramlens.estimator.parallel import Split, cast_all_gather_input, comm_buffer_bytes, fsdp_buffers, split
 from vramlens.estimator.reserve import persistent_part_reserve
 from vramlens.estimator.runtime import runtime
 from vramlens.hardware.gpu import GPU
@@ -63,7 +66,7 @@ def autocast_copies(spec: ModelSpec, w: Workload) -> tuple[int, int]:
     matmul's backward. Frozen weights (LoRA's base) are cast at every call instead, and
     ``F.linear`` keeps the cast weight for the input gradient.
     """
-    if not (w.training and w.amp is not None and w.dtype == "fp32"):
+    if not (w.training and w.autocast) or w.amp is None:
         return 0, 0
     half = DTYPE_BYTES[w.amp]
     cast, weights = _autocast_numels(spec)
@@ -86,6 +89,33 @@ def autocast_copies(spec: ModelSpec, w: Workload) -> tuple[int, int]:
         for g in early:
             frozen -= sum(round_up(sizes.get(path, 0) * half, BLOCK) for path, _ in linear_groups(spec).get(g, ()))
     return adapters, max(0, frozen)
+
+
+@identity_cache
+def _first_block_and_embedding(spec: ModelSpec) -> tuple[int, int]:
+    """(numel of the first block's parameters, of the input embeddings when untied from the head)."""
+    layers = [t.layer for t in spec.tensors if t.layer is not None and t.role != "buffer"]
+    first = min(layers) if layers else None
+    block = sum(t.numel for t in spec.tensors if t.layer is not None and t.layer == first and t.role != "buffer")
+    emb = 0 if spec.tied_embeddings else sum(t.numel for t in spec.tensors if t.layer is None and t.role == "embedding")
+    return block, emb
+
+
+def last_gradients(spec: ModelSpec, w: Workload, grads: int) -> int:
+    """Of ``grads``, the gradients made only when backward reaches the first block (its own
+    parameters' and untied input embeddings'): they do not exist while that block is recomputed."""
+    if not w.training or grads <= 0:
+        return 0
+    if w.method != "full":
+        return grads // max(1, spec.n_layers)  # the adapters of one block
+    block, emb = _first_block_and_embedding(spec)
+    total = max(1, _param_numel(spec))
+    return min(grads, grads * (block + emb) // total)
+
+
+@identity_cache
+def _param_numel(spec: ModelSpec) -> int:
+    return sum(t.numel for t in spec.tensors if t.role != "buffer")
 
 
 @identity_cache
@@ -117,10 +147,13 @@ class TrainState:
     reserve_persistent: int
     gather_block: int = 0  # FSDP2/ZeRO-3: one block's unsharded parameters (B)
     gather_root: int = 0   # FSDP2/ZeRO-3: the root's unsharded parameters (R)
+    reduce_block: int = 0  # FSDP2/ZeRO-3: one block's reduce-scatter input (B, or fp32 under a mixed-precision policy)
+    gather_input: int = 0  # FSDP2 mixed precision: the all-gather's param_dtype copy of one block's shard
     gather_kept: bool = False  # FSDP2 shard-grad-op: every block stays gathered from forward to backward
     keep_grads: bool = False   # zero_grad(set_to_none=False): gradients alive through the next forward
     master_grads: int = 0      # fp32 copies of the gradients for the fp32 master weights, made for the step
     in_backward: bool = False  # optimizer in backward: grads and opt_tmp are one parameter's, stepped in backward
+    last_grads: int = 0        # of grads, those made only when backward reaches the first block (last_gradients)
     in_backward_addend: int = 0  # ... and a tied head's: one of its two summed gradients, alive through its step
     paged: int = 0             # paged optimizer states in CUDA unified memory (in ``outside``, not in ``opt``)
     notes: tuple[str, ...] = ()
@@ -204,8 +237,11 @@ def train_state(spec: ModelSpec, w: Workload, gpu: GPU | None) -> TrainState:
     if w.training and w.method == "full" and sp.has_head and has_lm_head(spec):
         # under FSDP2/ZeRO-3 the root's gradient is unsharded until its reduce-scatter at the end
         frac = 1.0 if sharded3 else sp.gradients
-        head_grad = round_up(int(spec.vocab_size * spec.hidden_size * pbytes * frac), BLOCK)
-    gather_block, gather_root = gathered_sizes(spec, w, Wt.weight_dtype_bytes(w)) if sharded3 else (0, 0)
+        # (under a mixed-precision policy that unsharded gradient is in param_dtype)
+        gb = DTYPE_BYTES[w.run_dtype] if sharded3 else pbytes
+        head_grad = round_up(int(spec.vocab_size * spec.hidden_size * gb * frac), BLOCK)
+    gather_block, gather_root, reduce_block = (fsdp_buffers(spec, w, Wt.weight_dtype_bytes(w)) if sharded3
+                                               else (0, 0, 0))
     rt = runtime(gpu, w)
     # persistent tensors, for the allocator's reserve
     full_params = w.method == "full" and not w.quantized
@@ -245,25 +281,37 @@ def train_state(spec: ModelSpec, w: Workload, gpu: GPU | None) -> TrainState:
         workspace=rt.workspace_bytes, outside=rt.outside_allocator_bytes + paged, paged=paged,
         reserve_base=reserve_base,
         reserve_floor=reserve_floor, reserve_persistent=weights + master + opt + comm + grads,
-        gather_block=gather_block, gather_root=gather_root,
+        gather_block=gather_block, gather_root=gather_root, reduce_block=reduce_block,
+        gather_input=cast_all_gather_input(w, gather_block) if sharded3 else 0,
         gather_kept=sharded3 and w.fsdp and w.fsdp_strategy == "shard-grad-op", keep_grads=w.keep_grads,
         in_backward=in_bwd, in_backward_addend=head_grad if in_bwd and spec.tied_embeddings else 0,
+        last_grads=0 if in_bwd else last_gradients(spec, w, grads),
         master_grads=master_grads if (w.training and w.offload == "none") else 0,
         notes=tuple(notes), explain=explain, runtime_explain=rt.explain,
     )
 
 
-def train_phases(st: TrainState, acts: int, one: int, loss_tmp: int, head_saved: int, grad_accum: int,
-                 checkpointing: str, logits: int = 0, later_pass: int = 0, *, loss_backward: int | None = None,
-                 loss_backward_over: int | None = None,
+def train_phases(st: TrainState, acts: int, loss_tmp: int, head_saved: int, grad_accum: int,
+                 logits: int = 0, later_pass: int = 0, *, recompute: int = 0, recompute_after: int = 0,
+                 uncheckpointed: tuple[int, int] = (1, 1), block_kept: int = 0, block_backward: int = 0,
+                 loss_backward: int | None = None, loss_backward_over: int | None = None,
                  head_backward: int | None = None, head_grads: int = 1, head_backward_later: int = 0,
-                 head_grad_in_forward: bool = False, final_norm_backward: int = 0, block_forward: int = 0,
-                 block_backward: int = 0, mlp_backward: int = 0) -> tuple[tuple[str, int], ...]:
+                 head_grad_in_forward: bool = False, final_norm_backward: int = 0, dequant_forward: int = 0,
+                 dequant_backward: int = 0, dequant_temporary: int = 0,
+                 mlp_backward: int = 0) -> tuple[tuple[str, int], ...]:
     """Live bytes at each phase's peak (workspaces included); see the module docstring.
 
     Args:
         acts: saved activations of all local blocks, plus inputs and the head's saved tensors.
-        one: one block's saved activations (recomputed under full checkpointing).
+        recompute: what a checkpointed block's recomputation and backward add (0 when no block is
+            checkpointed; vramlens.estimator.core.BlockFigures).
+        recompute_after: what backward has freed by the first recomputation's peak: the final norm's
+            tensors, under every:N the blocks after the last checkpointed one, under selective-op the
+            saved outputs the recomputation hands back and nothing else keeps.
+        uncheckpointed: (blocks not checkpointed, all blocks): the share of autocast's weight copies
+            autograd keeps through backward.
+        block_kept: what one block keeps for backward (FSDP: freed before the next block's backward).
+        block_backward: what a block's backward holds above its saved tensors (its MLP's gradients).
         loss_tmp: the loss' transient beyond what it saves (logits and their fp32 upcast).
         head_saved: what the loss saves for backward (the fp32 log_softmax output).
         logits: the logits' bytes in the compute dtype (their gradient enters the output layer's backward).
@@ -277,13 +325,16 @@ def train_phases(st: TrainState, acts: int, one: int, loss_tmp: int, head_saved:
             logits: two addends and their sum), with ``head_backward_later`` bytes of logits' gradients.
         head_grad_in_forward: the output layer's weight gradient is made in forward (Liger's fused loss).
         final_norm_backward: the final norm's backward with its incoming gradient (chunked or fused loss).
-        block_forward, block_backward: a transient inside a block's forward / backward on top of the
+        dequant_forward, dequant_backward: a transient inside a block's forward / backward on top of the
             blocks' saved activations (4-bit weights dequantized for a matmul, DoRA's weight norm;
             core.activation_totals), counted with every block's activations alive (an upper bound by
             what the last block has not saved yet).
+        dequant_temporary: of those, the temporary a checkpointed block's recomputation adds on top of
+            ``recompute`` (its 4-bit matmuls dequantize again).
         mlp_backward: the last block's MLP backward transient, once the head's saved tensors are gone
             (activations.mlp_backward_bytes): the backward peak of models whose head is small. A
-            candidate of its own beside ``block_backward``'s, never added to it.
+            candidate of its own beside ``dequant_backward``'s and the recomputation's, never
+            added to them (0 when the last block is checkpointed: ``recompute`` covers it).
     """
     loss_bwd = 2 * head_saved if loss_backward is None else loss_backward
     if loss_backward_over is not None:
@@ -292,13 +343,15 @@ def train_phases(st: TrainState, acts: int, one: int, loss_tmp: int, head_saved:
     head_fwd = st.head_grad if head_grad_in_forward else 0
     # gradients exist during forward when they accumulate, or when zero_grad keeps them (set_to_none=False)
     gfwd = st.grads if (grad_accum > 1 or st.keep_grads) else 0
-    ckpt = checkpointing == "full"
+    ckpt = recompute > 0
+    rec = recompute + dequant_temporary if ckpt else 0  # a recomputed block's figure with its dequantization
     # autocast's copies: all of them during forward; through backward only when autograd keeps
-    # them (without checkpointing); checkpointed blocks run forward under no_grad, so the copies
-    # go with the autocast cache when the forward's autocast context exits
-    fwd_casts = st.autocast + (0 if ckpt else st.frozen_casts)
-    bwd_casts = 0 if ckpt else st.autocast + st.frozen_casts
-    recompute = one if ckpt else 0
+    # them (in the blocks not checkpointed); a checkpointed block's saved tensors go to the
+    # checkpoint's hooks, not autograd, so its copies go with the autocast cache when the
+    # forward's autocast context exits
+    kept_n, all_n = uncheckpointed
+    fwd_casts = st.autocast + st.frozen_casts * kept_n // all_n
+    bwd_casts = (st.autocast + st.frozen_casts) * kept_n // all_n
     if st.gather_block or st.gather_root:
         # FSDP2/ZeRO-3 (see parallel.gathered_sizes): the root stays gathered from its forward to
         # the end of backward; forward holds the current and prefetched block; backward's first
@@ -309,15 +362,28 @@ def train_phases(st: TrainState, acts: int, one: int, loss_tmp: int, head_saved:
         # blocks in flight besides R: forward's current + prefetched, backward's current +
         # prefetched + reduce-scatter input; under shard-grad-op the blocks are already in R and
         # only one flat all-gather / reduce-scatter buffer is in flight
-        fb, bb = (1, 1) if st.gather_kept else (2, 3)
-        fwd = sh + gfwd + R + fb * B + fwd_casts + acts + loss_tmp
+        Br = st.reduce_block or B
+        gathers = B if st.gather_kept else 2 * B  # current + prefetched all-gathers
+        # ... and one reduce-scatter input; under a mixed-precision policy the prefetch's cast input
+        bufs = gathers + Br + st.gather_input
+        # forward: a block runs with its unsharded parameters and the flat all-gather output it was
+        # copied from, which FSDP2 holds (FSDPCommContext.all_gather_state) until the next
+        # all-gather; at the loss only the last block's flat output is still held
+        fwd = sh + gfwd + R + fwd_casts + max(gathers + acts - head_saved, B + acts + loss_tmp)
+        head = max(gfwd, st.head_grad)
+        # the last block's backward runs before any reduce-scatter; each later block's starts with
+        # the previous block's reduce-scatter input still held (foreach_reduce's input is kept until
+        # the next reduce-scatter) and that block's activations freed. A block's backward holds its
+        # MLP's gradients above what it saved (the recomputation's figure includes them)
+        work = recompute or block_backward
         bwd = max(sh + gfwd + R + B + bwd_casts + acts + loss_bwd,
-                  sh + max(gfwd, st.head_grad) + R + bb * B + bwd_casts + acts - head_saved + recompute,
-                  sh + st.grads + R + bb * B + recompute)
+                  sh + head + R + gathers + bwd_casts + acts - head_saved - recompute_after + work,
+                  sh + head + R + bufs + bwd_casts + acts - head_saved - block_kept + work,
+                  sh + st.grads - st.last_grads + R + bufs + work)
         optim = sh + _step(st)
     else:
         persistent = st.weights + st.master + st.opt + st.comm
-        fwd = persistent + max(gfwd, head_fwd) + fwd_casts + max(acts + loss_tmp, acts - head_saved + block_forward)
+        fwd = persistent + max(gfwd, head_fwd) + fwd_casts + max(acts + loss_tmp, acts - head_saved + dequant_forward)
         # the loss' backward holds two fp32 b*s*V gradients; once they are done (and what the loss
         # saved is freed), the output layer's backward holds the logits' gradient (compute dtype)
         # and allocates its weight gradient
@@ -330,13 +396,14 @@ def train_phases(st: TrainState, acts: int, one: int, loss_tmp: int, head_saved:
                 acts - head_saved + head_backward_later + head_grads * st.head_grad - head_fwd,
                 acts - head_saved + final_norm_backward + st.head_grad - head_fwd)
         if ckpt:
-            # the head's saved tensors are freed before the last block is recomputed
-            recompute_peak = persistent + max(gfwd, st.head_grad) + acts - head_saved + one + max(block_forward,
-                                                                                                 block_backward)
-            bwd = max(bwd_start, recompute_peak, persistent + st.grads + one)
+            # the head's saved tensors (and under every:N the trailing blocks' activations) are
+            # freed before the last checkpointed block is recomputed; its 4-bit matmuls dequantize again
+            recompute_peak = persistent + max(gfwd, st.head_grad) + acts - head_saved - recompute_after + rec
+            # the first block is recomputed before its own (and the embeddings') gradients exist
+            bwd = max(bwd_start, recompute_peak, persistent + st.grads - st.last_grads + rec)
         else:
             bwd = max(bwd_start, persistent + st.grads,
-                      persistent + gfwd + bwd_casts + acts - head_saved + block_backward if block_backward else 0)
+                      persistent + gfwd + bwd_casts + acts - head_saved + dequant_backward if dequant_backward else 0)
         if mlp_backward:
             bwd = max(bwd, persistent + max(gfwd, st.head_grad) + bwd_casts + acts - head_saved + mlp_backward)
         if later_pass:
@@ -348,7 +415,7 @@ def train_phases(st: TrainState, acts: int, one: int, loss_tmp: int, head_saved:
             # head's and the embedding's gradients (autograd's InputBuffer adds them), one addend
             # still alive during the step; nothing is left for the optimizer phase
             head_step = 0 if st.in_backward_addend else persistent + bwd_casts + acts + st.head_grad + st.opt_tmp
-            bwd = max(bwd, head_step, persistent + st.grads + st.in_backward_addend + st.opt_tmp + recompute)
+            bwd = max(bwd, head_step, persistent + st.grads + st.in_backward_addend + st.opt_tmp + rec)
             optim = persistent
     ws = st.workspace
     return (("forward", fwd + ws), ("backward", bwd + ws), ("optimizer", optim + ws))

@@ -62,6 +62,10 @@ def trace(model: Any, workload: Workload | None = None, *, steps: int = 2, layer
 
         return trace_fsdp(model, wl, world_size=wl.gpus, steps=steps, backend=backend, layers=layers,
                           progress=progress, top=top, alloc_conf=alloc_conf)
+    if layers is not None and wl.training and wl.checkpoint_every is not None:
+        raise TraceError(f"checkpointing={wl.checkpointing!r} checkpoints every N-th block, which the truncated "
+                         "models --layers traces do not repeat block by block: trace the whole model (omit --layers) "
+                         "or use `vramlens estimate`")
     if layers is not None:
         return _extrapolated(model, wl, steps=steps, layers=layers, backend=backend, progress=progress, top=top,
                              alloc_conf=alloc_conf)

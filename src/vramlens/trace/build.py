@@ -189,10 +189,10 @@ def build_hf(cfg: dict, wl: Workload, *, fake_mode=None, layers: int | None = No
                      adapted_only=wl.quant_targets == "adapted", compute_dtype=TORCH_DTYPES[wl.compute_dtype])
         notes.append("qlora: frozen base linears hold packed NF4 (uint8) plus absmax constants; "
                      "matmuls dequantize on the fly (bitsandbytes 0.49 MatMul4Bit's memory behaviour)")
-    if wl.training and wl.checkpointing == "full":
-        enable = getattr(model, "activation_checkpointing_enable", None) or model.gradient_checkpointing_enable
+    if wl.training and (wl.checkpointing in ("full", "selective-op") or wl.checkpoint_every is not None):
+        from vramlens.trace.checkpoint import apply
         try:
-            enable({"use_reentrant": False})
+            apply(model, wl)
         except ValueError as e:
             raise TraceError(f"{cls.__name__}: {e}; use --checkpointing none") from None
     model.train(wl.training)

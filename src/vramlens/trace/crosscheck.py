@@ -225,9 +225,54 @@ OPTIMIZER_ROWS: tuple[tuple[str, dict[str, Any]], ...] = tuple(
                                            ("llama-2-7b", "lora", "sdpa", "bf16"))
 )
 
+def _ckpt_row(name: str, checkpointing: str, **changes: Any) -> tuple[str, dict[str, Any]]:
+    """A full bf16 fine-tune with SDPA under ``checkpointing``, ``changes`` on top."""
+    base = {"mode": "train", "method": "full", "attention": "sdpa", "checkpointing": checkpointing, "dtype": "bf16"}
+    return name, {**base, **changes}
+
+
+#: Activation checkpointing as torchtitan configures it (torchtitan/distributed/activation_checkpoint.py):
+#: per-op selective (selective_ac_option="op") and every N-th block (selective_ac_option="N"), and
+#: Megatron-style selective recomputation over SDPA. Batch 4 x 512 tokens with a fused or chunked
+#: loss puts the peak in a recomputed block's backward rather than at the loss.
+_LONG = {"batch": 4, "seq": 512, "loss": "fused-linear"}
+_LONG_CHUNKED = {"batch": 4, "seq": 512, "loss_chunks": 8}
+CHECKPOINT_ROWS: tuple[tuple[str, dict[str, Any]], ...] = (
+    _ckpt_row("llama-2-7b", "selective-op"),
+    _ckpt_row("llama-2-7b", "selective-op", **_LONG),
+    _ckpt_row("llama-3-8b", "selective-op", dtype="fp32", amp="bf16", **_LONG_CHUNKED),
+    _ckpt_row("qwen2.5-0.5b", "selective-op", **_LONG),           # biased q/k/v: addmm, not counted as mm
+    _ckpt_row("gpt2", "selective-op", attention="eager", dtype="fp32", amp="bf16", batch=4, seq=256),  # no mm at all
+    _ckpt_row("mixtral-8x7b", "selective-op"),                    # the router's mm counts; experts do not
+    _ckpt_row("t5-small", "selective-op"),
+    _ckpt_row("llama-2-7b", "selective-op", method="lora", **_LONG),  # lora_A / lora_B are mms too
+    _ckpt_row("llama-2-7b", "every:2"),
+    _ckpt_row("llama-2-7b", "every:2", **_LONG),
+    _ckpt_row("llama-3-8b", "every:2", dtype="fp32", amp="bf16", **_LONG_CHUNKED),
+    _ckpt_row("gpt2", "every:2", attention="eager", dtype="fp32", amp="bf16", batch=4, seq=256),
+    _ckpt_row("t5-small", "every:2"),
+    _ckpt_row("llama-2-7b", "every:2", method="lora", **_LONG),
+    _ckpt_row("llama-2-7b", "selective", **_LONG),               # SDPA: only the log-sum-exp is dropped
+)
+
+#: FSDP2 per rank (4 ranks, the fake process group): torchtitan's default mixed precision
+#: (fp32 sharded parameters, MixedPrecisionPolicy(param_dtype=bf16, reduce_dtype=fp32)) against
+#: pure bf16, with and without torchtitan's checkpointing.
+_FSDP = {"gpus": 4, "fsdp": True}
+FSDP_ROWS: tuple[tuple[str, dict[str, Any]], ...] = (
+    _ckpt_row("llama-2-7b", "none", dtype="fp32", amp="bf16", **_FSDP),
+    _ckpt_row("llama-2-7b", "none", **_FSDP),
+    _ckpt_row("llama-3-8b", "none", dtype="fp32", amp="bf16", **_FSDP),
+    _ckpt_row("qwen2.5-0.5b", "none", dtype="fp32", amp="bf16", **_FSDP),
+    _ckpt_row("llama-3-8b", "every:2", dtype="fp32", amp="bf16", **_FSDP),
+    _ckpt_row("llama-3-8b", "selective-op", dtype="fp32", amp="bf16", **_FSDP),
+    _ckpt_row("llama-3-8b", "selective-op", **_FSDP),
+)
+
 #: Workload fields the technique rows set, shown in render().
 TECHNIQUE_FIELDS = ("optimizer", "optimizer_in_backward", "loss_chunks", "loss", "activation_offload", "loss_parallel",
-                    "new_tokens", "quant_targets", "lora_dtype", "lora_dropout", "dora", "cache", "max_cache_len")
+                    "new_tokens", "quant_targets", "lora_dtype", "lora_dropout", "dora", "cache", "max_cache_len",
+                    "gpus", "fsdp")
 
 #: The issue's case at full size: a sentence-transformers fine-tune of bert-base-uncased, 16
 #: (anchor, positive) pairs of 512 tokens, fp32, AdamW; traced on 2 and 3 of its 12 layers and
@@ -437,6 +482,23 @@ def run_optimizer_rows(progress=None, *, optimizer: str | None = None) -> list[R
     for name, row in OPTIMIZER_ROWS:
         if optimizer is not None and row["optimizer"] != optimizer:
             continue
+        if progress:
+            progress(f"{name}: {row}")
+        out.append(run_row(name, row))
+    return out
+
+
+def run_checkpoint_rows(progress=None) -> list[Row]:
+    return _run(CHECKPOINT_ROWS, progress)
+
+
+def run_fsdp_rows(progress=None) -> list[Row]:
+    return _run(FSDP_ROWS, progress)
+
+
+def _run(rows: tuple[tuple[str, dict[str, Any]], ...], progress) -> list[Row]:
+    out = []
+    for name, row in rows:
         if progress:
             progress(f"{name}: {row}")
         out.append(run_row(name, row))

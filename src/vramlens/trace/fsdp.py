@@ -161,18 +161,33 @@ def _fsdp_tags(rec, live: list[bool]):
         pg.foreach_all_gather, pg.foreach_all_gather_copy_out, pg.foreach_reduce = saved
 
 
-def _shard(built, mesh, reshard_after_forward: bool = True) -> int:
-    """``fully_shard`` each block, then the root; ``reshard_after_forward=False`` is FSDP2's
-    SHARD_GRAD_OP (parameters stay gathered from forward to backward)."""
+def mixed_precision_policy(wl: Workload):
+    """FSDP2's ``MixedPrecisionPolicy`` for ``wl``: torchtitan's default (torchtitan/distributed/
+    parallel_dims / ``apply_fsdp``: ``param_dtype=bf16, reduce_dtype=fp32``) when fp32 parameters
+    are trained with ``amp``; the default policy (no casts) otherwise."""
+    from torch.distributed.fsdp import MixedPrecisionPolicy
+
+    from vramlens.trace.build import TORCH_DTYPES
+
+    if wl.fsdp_mixed_precision and wl.amp is not None:
+        return MixedPrecisionPolicy(param_dtype=TORCH_DTYPES[wl.amp], reduce_dtype=TORCH_DTYPES["fp32"])
+    return MixedPrecisionPolicy()
+
+
+def _shard(built, mesh, wl: Workload) -> int:
+    """``fully_shard`` each block, then the root; shard-grad-op is ``reshard_after_forward=False``
+    (parameters stay gathered from forward to backward)."""
     from torch.distributed.fsdp import fully_shard
 
+    reshard_after_forward = wl.fsdp_strategy != "shard-grad-op"
+    mp = mixed_precision_policy(wl)
     blocks = _blocks(built.model)
     if not blocks:
         raise TraceError(f"{type(built.model).__name__}: no transformer blocks found to shard "
                          "(no _no_split_modules, no ModuleList)")
     for b in blocks:
-        fully_shard(b, mesh=mesh, reshard_after_forward=reshard_after_forward)
-    fully_shard(built.model, mesh=mesh, reshard_after_forward=reshard_after_forward)
+        fully_shard(b, mesh=mesh, reshard_after_forward=reshard_after_forward, mp_policy=mp)
+    fully_shard(built.model, mesh=mesh, reshard_after_forward=reshard_after_forward, mp_policy=mp)
     return len(blocks)
 
 
@@ -238,7 +253,7 @@ def _trace(model, wl: Workload, n: int, *, rank: int, steps: int, progress, top:
     with fake_process_group(n, rank) as mesh:
         built = build_hf(cfg, wl, meta_only=True)
         try:
-            n_blocks = _shard(built, mesh, wl.fsdp_strategy != "shard-grad-op")
+            n_blocks = _shard(built, mesh, wl)
             assert runner.fake_mode is not None  # Runner(mode="fake")
             with runner.fake_mode:
                 built.model.to_empty(device="cpu")
@@ -268,6 +283,9 @@ def _trace(model, wl: Workload, n: int, *, rank: int, steps: int, progress, top:
         "one unrecorded warm-up step ran first (DTensor's first calls and FSDP's lazy init); optimizer state "
         "cleared after it, so step 1 creates the state",
     ]
+    if wl.fsdp_mixed_precision:
+        notes.append(f"FSDP2 MixedPrecisionPolicy(param_dtype={wl.amp}, reduce_dtype=fp32) over fp32 sharded "
+                     "parameters (torchtitan's default), no autocast")
     reserved = simulated_reserved(events, notes, alloc_conf)
     bd = make_trace_breakdown(summary, training=True, source="trace", notes=notes,
                               phases=phase_max(summary.phase_peaks), peak_reserved=reserved, workload=wl)

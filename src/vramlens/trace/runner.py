@@ -231,7 +231,7 @@ class Runner:
         if mode == "cuda" and not torch.cuda.is_available():
             raise TraceError("mode=cuda needs a CUDA GPU and a CUDA build of torch; none here: use fake mode")
         self.rec = Recorder(round_to=1 if mode == "real-cpu" else BLOCK)
-        self.rec.autocast = wl.amp is not None and wl.amp != wl.dtype
+        self.rec.autocast = wl.amp is not None and wl.amp != wl.dtype and not wl.fsdp_mixed_precision
         self.rec.stub_optimizer_scalars = mode == "fake"
         #: called as before_record(built, optimizer) inside the tensor mode, after the optimizer
         #: is made and before recording starts (FSDP's unrecorded warm-up step)
@@ -263,7 +263,8 @@ class Runner:
         return stack
 
     def _autocast(self):
-        if self.wl.amp is None or self.wl.amp == self.wl.dtype:
+        if self.wl.amp is None or self.wl.amp == self.wl.dtype or self.wl.fsdp_mixed_precision:
+            # FSDP2's mixed-precision policy casts the parameters itself (vramlens.trace.fsdp)
             return contextlib.nullcontext()
         if self.mode == "fake":
             return autocast_region(TORCH_DTYPES[self.wl.amp])  # CUDA's op policy: cuda_autocast

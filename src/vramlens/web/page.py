@@ -26,7 +26,7 @@ KNOBS: tuple[tuple[str, str, str, tuple | None, str], ...] = (
     ("grad_accum", "grad accum", "number", None, "1"),
     ("keep_grads", "keep grads", "check", None, "false"),
     ("optimizer_in_backward", "optimizer in backward", "check", None, "false"),
-    ("checkpointing", "checkpointing", "select", W.CHECKPOINTING, "none"),
+    ("checkpointing", "checkpointing", "select", W.CHECKPOINTING_CHOICES, "none"),
     ("activation_offload", "activation offload", "check", None, "false"),
     ("loss_chunks", "loss chunks", "number", None, "1"),
     ("loss", "loss", "select", W.LOSSES, "cross-entropy"),
