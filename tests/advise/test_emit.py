@@ -170,4 +170,4 @@ def test_kinds_that_do_not_apply_say_why(zero_plan):
         emit(zero_plan, "peft")
     with pytest.raises(InputError, match="is not one of"):
         emit(zero_plan, "yaml-of-doom")
-    assert len(KINDS) == 11
+    assert len(KINDS) == 12

@@ -36,6 +36,9 @@ MUST = {
     "alloc-conf": set(),
     "vllm": {"batch", "seq", "dtype", "quant", "kv_dtype", "tp", "pp", "gpus"},
     "llama.cpp": {"batch", "seq", "dtype", "quant", "kv_dtype", "tp", "pp", "gpus"},
+    "torchtitan": {"batch", "grad_accum", "seq", "dtype", "amp", "fsdp", "fsdp_strategy", "gpus", "tp", "pp",
+                   "checkpointing", "optimizer", "optimizer_impl", "optimizer_in_backward", "loss_parallel", "offload",
+                   "method", "zero", "quant"},
     "torchtune": {"batch", "grad_accum", "dtype", "amp", "checkpointing", "activation_offload", "optimizer_in_backward",
                   "optimizer", "seq", "loss_chunks", "gpus", "fsdp", "offload", "method"},
 }
@@ -45,7 +48,7 @@ OTHER = {"batch": 999, "grad_accum": 77, "optimizer": "adafactor", "checkpointin
          "gpus": 96, "zero": 1, "offload": "none", "fsdp": False, "fsdp_strategy": "hybrid", "attention": "eager",
          "pp": 3, "tp": 1, "mode": "train", "kv_dtype": "int8", "activation_offload": True,
          "optimizer_in_backward": True, "seq": 333, "loss_chunks": 5, "loss": "fused-linear", "loss_parallel": True,
-         "method": "qlora", "dora": True}
+         "method": "qlora", "dora": True, "optimizer_impl": "loop"}
 
 
 def _plan(model, gpu: str, **kw):
@@ -188,6 +191,8 @@ def _as_loaded(kind: str, cfg, plan, tmp_path):
         return _via_vllm_command(cfg)
     if kind == "llama.cpp":
         return _via_llamacpp_command(cfg)
+    if kind == "torchtitan":
+        return _via_torchtitan_toml(cfg)
     c = alloc_conf_of(cfg)
     assert c.expandable_segments and c.garbage_collection_threshold == 0.0
     return cfg
@@ -242,6 +247,36 @@ def _via_llamacpp_command(cfg: dict) -> dict:
                                                           "q5_0", "q5_1"}
     assert out.get("split-mode", "layer") in ("none", "layer", "row")
     return out
+
+
+#: torchtitan's JobConfig sections and the keys the emitted file may set (torchtitan/config/job_config.py:
+#: Training, Parallelism, ActivationCheckpoint, Optimizer): torchtitan is not installed here.
+TORCHTITAN_KEYS = {
+    "training": {"local_batch_size", "global_batch_size", "seq_len", "mixed_precision_param", "mixed_precision_reduce",
+                 "enable_cpu_offload", "compile", "steps", "max_norm"},
+    "parallelism": {"data_parallel_replicate_degree", "data_parallel_shard_degree", "fsdp_reshard_after_forward",
+                    "tensor_parallel_degree", "disable_loss_parallel", "pipeline_parallel_degree",
+                    "context_parallel_degree", "expert_parallel_degree"},
+    "activation_checkpoint": {"mode", "selective_ac_option"},
+    "optimizer": {"name", "lr", "beta1", "beta2", "eps", "weight_decay", "implementation", "early_step_in_backward"},
+}
+
+
+def _via_torchtitan_toml(cfg: dict) -> dict:
+    """The rendered file parsed as TOML (tomllib), its tables and keys checked against torchtitan's
+    JobConfig and their values against its Literal choices."""
+    tomllib = pytest.importorskip("tomllib")  # Python 3.11+
+    from vramlens.advise.emit import render
+
+    read = tomllib.loads(render(cfg, "torchtitan"))
+    assert set(read) <= set(TORCHTITAN_KEYS)
+    for table, keys in read.items():
+        assert set(keys) <= TORCHTITAN_KEYS[table], set(keys) - TORCHTITAN_KEYS[table]
+    assert read["training"]["mixed_precision_param"] in ("bfloat16", "float32")
+    assert read["parallelism"]["fsdp_reshard_after_forward"] in ("default", "always", "never")
+    assert read["activation_checkpoint"]["mode"] in ("selective", "full", "none")
+    assert read["optimizer"]["implementation"] in ("for-loop", "foreach", "fused")
+    return read
 
 
 def _via_torchtune_overrides(cfg: dict) -> dict:
@@ -361,6 +396,15 @@ TRAIN = dict(mode="train", batch=2, seq=256)
     ("torchtune", dict(TRAIN, dtype="bf16", optimizer="adamw-8bit-torchao", optimizer_in_backward=True)),
     ("torchtune", dict(TRAIN, dtype="bf16", method="lora", optimizer="adamw-4bit-torchao")),
     ("torchtune", dict(TRAIN, dtype="bf16", gpus=2, fsdp=True, optimizer="adamw-fp8-torchao")),
+    ("torchtitan", dict(TRAIN, dtype="fp32", amp="bf16", gpus=4, fsdp=True, checkpointing="selective-op")),
+    ("torchtitan", dict(TRAIN, dtype="fp32", amp="bf16", gpus=2, checkpointing="every:2", grad_accum=4)),
+    ("torchtitan", dict(TRAIN, dtype="fp32", amp="bf16", gpus=4, tp=2, fsdp=True, loss_parallel=True,
+                        checkpointing="full")),
+    ("torchtitan", dict(TRAIN, dtype="fp32", optimizer="adam", optimizer_impl="loop", optimizer_in_backward=True)),
+    ("torchtitan", dict(TRAIN, dtype="fp32", amp="bf16", gpus=2, fsdp=True, offload="all")),
+    ("torchtitan", dict(TRAIN, dtype="fp32", amp="bf16", gpus=2, fsdp=True, fsdp_strategy="shard-grad-op",
+                        optimizer_impl="fused")),
+    ("torchtitan", dict(TRAIN, dtype="fp32", amp="bf16", gpus=16, fsdp=True, fsdp_strategy="hybrid")),
     ("torchtune", dict(TRAIN, dtype="bf16", checkpointing="full", optimizer="adamw-cpu-offload-torchao")),
 ])
 def test_each_target_reproduces_its_plan(kind, w, tmp_path):
@@ -411,6 +455,18 @@ def test_each_target_reproduces_its_plan(kind, w, tmp_path):
     ("vllm", dict(TRAIN), "the plan trains"),
     ("vllm", dict(mode="inference", quant="int8"), "int8 weights"),
     ("vllm", dict(mode="inference", kv_dtype="int8"), "KV cache in int8"),
+    ("torchtitan", dict(mode="inference"), "inference"),
+    ("torchtitan", dict(TRAIN, method="lora"), "lora adapters"),
+    ("torchtitan", dict(TRAIN, dtype="bf16"), "stores the weights in bf16"),
+    ("torchtitan", dict(TRAIN, dtype="fp32", attention="eager"), "eager attention"),
+    ("torchtitan", dict(TRAIN, dtype="fp32", optimizer="sgd"), "--optimizer sgd"),
+    ("torchtitan", dict(TRAIN, dtype="fp32", amp="bf16", gpus=2, zero=2), "ZeRO stage 2"),
+    ("torchtitan", dict(TRAIN, dtype="fp32", gpus=2, pp=2), "--pp 2"),
+    ("torchtitan", dict(TRAIN, dtype="fp32", checkpointing="selective", attention="eager"), "attention core"),
+    ("torchtitan", dict(TRAIN, dtype="fp32", activation_offload=True), "offloads activations"),
+    ("torchtitan", dict(TRAIN, dtype="fp32", amp="bf16", gpus=2, tp=2), "without FSDP"),
+    ("torchtitan", dict(TRAIN, dtype="fp32", amp="bf16", gpus=4, fsdp=True, fsdp_strategy="hybrid"), "full sharding"),
+    ("trainer", dict(TRAIN, dtype="fp32", checkpointing="every:2"), "--emit torchtitan"),
     ("llama.cpp", dict(TRAIN), "the plan trains"),
     ("llama.cpp", dict(mode="inference", quant="int8"), "int8 weights"),
     ("llama.cpp", dict(mode="inference", quant="awq-4bit"), "awq-4bit weights"),

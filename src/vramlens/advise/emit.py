@@ -20,7 +20,7 @@ from vramlens.errors import InputError
 from vramlens.workload import Workload
 
 KINDS = ("trainer", "peft", "bnb", "deepspeed", "accelerate", "fsdp", "device-map", "alloc-conf", "torchtune", "vllm",
-         "llama.cpp")
+         "llama.cpp", "torchtitan")
 
 #: vramlens optimizer -> TrainingArguments ``optim`` (transformers ``OptimizerNames``).
 TRAINER_OPTIM = {
@@ -114,7 +114,7 @@ def _no_selective(w: Workload, kind: str) -> None:
         option = "op" if w.checkpointing == "selective-op" else str(w.checkpoint_every)
         raise InputError(f"--emit {kind}: the plan uses torchtitan's selective activation checkpointing "
                          f"(--checkpointing {w.checkpointing}); {kind} settings have no such option: run it with "
-                         f"torchtitan ([activation_checkpoint] mode = \"selective\", selective_ac_option = "
+                         f"torchtitan (--emit torchtitan: [activation_checkpoint] mode = \"selective\", selective_ac_option = "
                          f"\"{option}\"), or choose a plan with --checkpointing full or none "
                          "(--forbid checkpointing keeps the starting one)")
 
@@ -650,6 +650,115 @@ def vllm(plan: Plan) -> dict[str, Any]:
     return out
 
 
+#: vramlens optimizer -> torchtitan ``[optimizer] name`` (torchtitan/components/optimizer.py builds
+#: ``torch.optim.<name>``; its ``implementation`` picks fused, foreach or the for-loop).
+TORCHTITAN_OPTIM = {"adamw": "AdamW", "adam": "Adam"}
+TORCHTITAN_IMPL = {"fused": "fused", "foreach": "foreach", "loop": "for-loop"}
+
+
+def torchtitan(plan: Plan) -> dict[str, Any]:
+    """A torchtitan job config (``torchtitan/config/job_config.py`` JobConfig sections and keys) for a
+    full-parameter training plan, as TOML tables: ``train.py --job.config_file FILE``.
+
+    torchtitan builds the model in fp32 and trains it as the plan says: ``mixed_precision_param``
+    bfloat16 with FSDP is FSDP2's MixedPrecisionPolicy(param_dtype=bf16, reduce_dtype=fp32)
+    (vramlens: --dtype fp32 --amp bf16 --fsdp), without sharding it is ``torch.autocast``
+    (--dtype fp32 --amp bf16); float32 trains in fp32. ``local_batch_size`` is the per-GPU batch and
+    ``global_batch_size`` = local x data-parallel degree x the plan's accumulation steps (torchtitan
+    accumulates to reach it). Sharding: ``data_parallel_shard_degree`` (FSDP over the data-parallel
+    GPUs; one node's under hybrid sharding, the rest in ``data_parallel_replicate_degree``),
+    ``fsdp_reshard_after_forward = "never"`` for shard-grad-op; without FSDP the data-parallel GPUs
+    replicate (DDP). ``[activation_checkpoint]``: none, full, or selective with ``selective_ac_option``
+    "op" (--checkpointing selective-op) or N (--checkpointing every:N). ``disable_loss_parallel`` is
+    the opposite of --loss-parallel under tensor parallelism; ``early_step_in_backward`` is
+    --optimizer-in-backward; ``enable_cpu_offload`` is FSDP's parameter, gradient and optimizer offload.
+
+    Raises:
+        InputError: what torchtitan's trainer cannot run as planned: inference, LoRA/QLoRA or
+            quantized weights, half-precision storage, fp16, eager attention, optimizers other than
+            AdamW/Adam, ZeRO, optimizer-only offload, pipeline parallelism (its schedules and
+            microbatches are not mapped here), Megatron's selective recomputation, activation
+            offloading, chunked or fused losses.
+    """
+    w = plan.workload
+    if not w.training:
+        raise InputError("--emit torchtitan: the plan is for inference; torchtitan trains models: use --emit vllm, "
+                         "llama.cpp or device-map")
+    refuse = []
+    if w.method != "full" or w.quantized is not None:
+        refuse.append(f"trains {w.method} adapters" + (f" over {w.quantized} weights" if w.quantized else "")
+                      + " (torchtitan trains every parameter: use --emit torchtune or peft)")
+    if w.dtype != "fp32":
+        refuse.append(f"stores the weights in {w.dtype} (torchtitan keeps fp32 parameters and computes in "
+                      "mixed_precision_param: plan with --dtype fp32 --amp bf16)")
+    if w.amp not in (None, "bf16"):
+        refuse.append(f"computes in {w.amp} (torchtitan's mixed_precision_param is bfloat16 or float32)")
+    if w.attention == "eager":
+        refuse.append("uses eager attention (torchtitan's models call SDPA or flex attention)")
+    if w.optimizer not in TORCHTITAN_OPTIM:
+        refuse.append(f"uses --optimizer {w.optimizer} (torchtitan builds torch.optim's AdamW or Adam)")
+    if w.zero:
+        refuse.append(f"uses ZeRO stage {w.zero} (torchtitan shards with FSDP2: plan with --fsdp)")
+    if w.offload != "none" and not (w.fsdp and w.offload == "all"):
+        refuse.append(f"offloads {w.offload} (torchtitan's enable_cpu_offload moves parameters, gradients and "
+                      "optimizer states with FSDP2)")
+    if w.tp > 1 and not w.fsdp and w.amp is not None:
+        refuse.append("computes in bf16 under tensor parallelism without FSDP (torchtitan applies "
+                      "mixed_precision_param through FSDP2, or autocast under DDP or one GPU only)")
+    if w.fsdp and w.fsdp_strategy == "hybrid" and w.dp <= w.shard_degree:
+        refuse.append(f"hybrid-shards {w.dp} GPUs of one node, which is full sharding (plan with --fsdp-strategy full)")
+    if w.fsdp and w.shard_degree == 1:
+        refuse.append("shards over one GPU (torchtitan turns FSDP off at data_parallel_shard_degree 1)")
+    if w.pp > 1:
+        refuse.append(f"pipelines over --pp {w.pp} stages (torchtitan's schedules and microbatches are not "
+                      "mapped: choose a plan with --forbid pp)")
+    if w.checkpointing == "selective":
+        refuse.append("recomputes the attention core (--checkpointing selective, Megatron's); torchtitan's "
+                      "selective modes are per-op (selective-op) and every N-th block (every:N)")
+    if w.activation_offload or w.loss_chunks > 1 or w.loss == "fused-linear":
+        refuse.append("offloads activations or chunks or fuses the loss (torchtune's and Liger's techniques)")
+    if refuse:
+        raise InputError("--emit torchtitan: the plan " + "; and ".join(refuse))
+    if w.fsdp:
+        shard = w.shard_degree
+        replicate = w.dp // shard
+    else:
+        shard, replicate = 1, w.dp
+    every = w.checkpoint_every
+    ac: dict[str, Any] = {"mode": "none" if w.checkpointing == "none" else "full" if w.checkpointing == "full"
+                          else "selective"}
+    if ac["mode"] == "selective":
+        ac["selective_ac_option"] = "op" if w.checkpointing == "selective-op" else str(every)
+    return {
+        "training": {"local_batch_size": w.batch, "global_batch_size": w.batch * w.dp * w.grad_accum,
+                     "seq_len": w.seq, "mixed_precision_param": "bfloat16" if w.amp == "bf16" else "float32",
+                     "mixed_precision_reduce": "float32", "enable_cpu_offload": w.offload == "all"},
+        "parallelism": {"data_parallel_replicate_degree": replicate, "data_parallel_shard_degree": shard,
+                        "fsdp_reshard_after_forward": "never" if w.fsdp and w.fsdp_strategy == "shard-grad-op"
+                        else "default",
+                        "tensor_parallel_degree": w.tp, "disable_loss_parallel": not w.loss_parallel,
+                        "pipeline_parallel_degree": 1},
+        "activation_checkpoint": ac,
+        "optimizer": {"name": TORCHTITAN_OPTIM[w.optimizer], "implementation": TORCHTITAN_IMPL[w.optimizer_impl],
+                      "early_step_in_backward": w.optimizer_in_backward},
+    }
+
+
+def _toml(d: dict[str, Any]) -> str:
+    """TOML for tables of scalars (no dependency): strings quoted, booleans lower-case."""
+    lines = ["# torchtitan job config: train.py --job.config_file THIS_FILE (add your [model] name and flavor)"]
+    for table, values in d.items():
+        lines.append(f"\n[{table}]")
+        for k, v in values.items():
+            if isinstance(v, bool):
+                lines.append(f"{k} = {'true' if v else 'false'}")
+            elif isinstance(v, (int, float)):
+                lines.append(f"{k} = {v}")
+            else:
+                lines.append(f"{k} = {json.dumps(str(v))}")
+    return "\n".join(lines)
+
+
 #: vramlens dtype -> the GGUF file type that stores every tensor in it (llama.cpp ``llama_ftype``:
 #: ALL_F32, MOSTLY_F16, MOSTLY_BF16) and the ``--cache-type-k/-v`` name of the same element type
 #: (ggml ``type_traits``). The quantized GGUF types (Q8_0: 34 B per 32 values, the K-quant mixes)
@@ -763,7 +872,7 @@ def emit(plan: Plan, kind: str, **kw: Any) -> Any:
     """
     writers = {"trainer": trainer, "peft": peft, "bnb": bnb, "deepspeed": deepspeed, "accelerate": accelerate,
                "fsdp": fsdp, "device-map": device_map, "alloc-conf": alloc_conf, "torchtune": torchtune,
-               "vllm": vllm, "llama.cpp": llamacpp}
+               "vllm": vllm, "llama.cpp": llamacpp, "torchtitan": torchtitan}
     if kind not in writers:
         raise InputError(f"--emit {kind!r} is not one of: {', '.join(KINDS)}")
     return writers[kind](plan, **kw)
@@ -773,7 +882,8 @@ def emit(plan: Plan, kind: str, **kw: Any) -> Any:
 FILE_NAMES = {"trainer": "training_args.json", "peft": "lora_config.json", "bnb": "bnb_config.json",
               "deepspeed": "ds_config.json", "accelerate": "accelerate_config.yaml", "fsdp": "fsdp_args.json",
               "device-map": "from_pretrained.json", "alloc-conf": "alloc_conf.env", "torchtune": "tune_run.sh",
-              "vllm": "vllm_serve.sh", "llama.cpp": "llama_server.sh"}
+              "vllm": "vllm_serve.sh", "llama.cpp": "llama_server.sh",
+              "torchtitan": "torchtitan_job.toml"}
 
 
 def configs(plan: Plan) -> dict[str, dict[str, str]]:
@@ -800,6 +910,8 @@ def render(cfg: Any, kind: str) -> str:
         return vllm_command(cfg)
     if kind == "llama.cpp":
         return llamacpp_command(cfg)
+    if kind == "torchtitan":
+        return _toml(cfg)
     return json.dumps(cfg, indent=2)
 
 

@@ -15,7 +15,8 @@ alloc-conf: no workload field (it sets the allocator: see :func:`alloc_conf_of`)
 the attention (its own SDPA: the plan's sdpa or flash); vllm: new tokens (``--max-model-len`` is
 prompt plus new tokens: the prompt is read as that less the base's new tokens) and the attention;
 llama.cpp: new tokens (as vLLM's: ``--ctx-size`` is slots x (prompt + new tokens)) and the attention
-(``--flash-attn on`` is the plan's sdpa or flash).
+(``--flash-attn on`` is the plan's sdpa or flash); torchtitan: the attention (its models' own SDPA),
+the model (its ``[model]`` flavor is yours to add).
 """
 
 from __future__ import annotations
@@ -33,6 +34,8 @@ from vramlens.advise.emit import (
     KINDS,
     LLAMACPP_CACHE,
     TORCH_DTYPE,
+    TORCHTITAN_IMPL,
+    TORCHTITAN_OPTIM,
     TORCHTUNE_ATTN,
     TORCHTUNE_CHUNKED_LOSS,
     TORCHTUNE_MLP,
@@ -223,6 +226,33 @@ def _llamacpp(c: Mapping[str, Any], base: Workload) -> dict[str, Any]:
     return out
 
 
+def _torchtitan(c: Mapping[str, Any]) -> dict[str, Any]:
+    t, p, ac, o = c["training"], c["parallelism"], c["activation_checkpoint"], c["optimizer"]
+    shard, rep, tp = p["data_parallel_shard_degree"], p["data_parallel_replicate_degree"], p["tensor_parallel_degree"]
+    if shard < 1 or p.get("pipeline_parallel_degree", 1) != 1:
+        raise InputError("a torchtitan config with data_parallel_shard_degree -1 (the rest of the GPUs) or pipeline "
+                         "stages names no GPU count here: give the degrees")
+    fsdp = shard > 1
+    strategy = "full"
+    if fsdp and p.get("fsdp_reshard_after_forward") == "never":
+        strategy = "shard-grad-op"
+    elif fsdp and rep > 1:
+        strategy = "hybrid"
+    mode = ac["mode"]
+    option = str(ac.get("selective_ac_option", "2"))
+    checkpointing = mode if mode in ("none", "full") else "selective-op" if option == "op" else f"every:{option}"
+    dp = shard * rep
+    return {"mode": "train", "method": "full", "quant": None, "batch": t["local_batch_size"],
+            "grad_accum": t["global_batch_size"] // (t["local_batch_size"] * dp), "seq": t["seq_len"],
+            "dtype": "fp32", "amp": "bf16" if t["mixed_precision_param"] == "bfloat16" else None,
+            "fsdp": fsdp, "fsdp_strategy": strategy, "zero": 0, "gpus": dp * tp, "tp": tp, "pp": 1,
+            "offload": "all" if t.get("enable_cpu_offload") else "none", "checkpointing": checkpointing,
+            "optimizer": {v: k for k, v in TORCHTITAN_OPTIM.items()}[o["name"]],
+            "optimizer_impl": {v: k for k, v in TORCHTITAN_IMPL.items()}[o["implementation"]],
+            "optimizer_in_backward": bool(o.get("early_step_in_backward", False)),
+            "loss_parallel": tp > 1 and not p.get("disable_loss_parallel", False)}
+
+
 def read_emitted(kind: str, config: Any, base: Workload | None = None) -> dict[str, Any]:
     """The Workload fields an emitted ``config`` of ``kind`` sets, by name.
 
@@ -259,6 +289,8 @@ def read_emitted(kind: str, config: Any, base: Workload | None = None) -> dict[s
         return _vllm(config, base)
     if kind == "llama.cpp":
         return _llamacpp(config, base)
+    if kind == "torchtitan":
+        return _torchtitan(config)
     raise InputError(f"{kind!r} is not one of: {', '.join(KINDS)}")
 
 

@@ -44,7 +44,7 @@ OBJECTIVES = ("speed", "memory", "cost")
 ASKS = ("max_batch", "max_seq", "max_context", "min_gpu", "min_gpus")
 #: vramlens.advise.emit.KINDS (not imported, as above; a test pins them equal)
 EMIT_KINDS = ("trainer", "peft", "bnb", "deepspeed", "accelerate", "fsdp", "device-map", "alloc-conf", "torchtune", "vllm",
-              "llama.cpp")
+              "llama.cpp", "torchtitan")
 
 
 def _gbps(text: str) -> float:
