@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field, fields
 from typing import Any
 
@@ -79,7 +80,9 @@ class Plan:
     def settings(self) -> dict[str, Any]:
         return settings_of(self.workload)
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self, configs: Callable[[Plan], dict[str, Any]] | None = None) -> dict[str, Any]:
+        """The plan as JSON; with ``configs`` (vramlens.advise.emit.configs, passed in: emit reads
+        Plan) also every config that runs it, as ``configs``."""
         b = self.estimate.breakdown
         d: dict[str, Any] = {
             "settings": self.settings,
@@ -97,9 +100,8 @@ class Plan:
             d["tokens_per_s"] = self.cost.tokens_per_s
             d["request_time_s"] = self.cost.seconds
         d["tradeoffs"] = list(self.tradeoffs)
-        from vramlens.advise.emit import configs  # emit reads Plan: imported here, not at the top
-
-        d["configs"] = configs(self)  # `fit --emit KIND` of this plan, for every target that can express it
+        if configs is not None:
+            d["configs"] = configs(self)  # `fit --emit KIND` of this plan, for every target that can express it
         return d
 
 
@@ -144,7 +146,8 @@ class FitResult:
         """The line a partial answer shows ("" when the search examined every candidate)."""
         return stopped_line(self.budget_s, self.evaluated, self.candidates) if self.partial else ""
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self, configs: Callable[[Plan], dict[str, Any]] | None = None) -> dict[str, Any]:
+        """The answer as JSON (``fit --json``); ``configs`` as in :meth:`Plan.to_dict`."""
         d: dict[str, Any] = {
             "gpu": self.gpu_name,
             "gpus_per_node": self.gpus,
@@ -156,9 +159,9 @@ class FitResult:
             "partial": self.partial,
             "already_fits": self.already_fits,
             "fitting": self.fitting,
-            "plans": [p.to_dict() for p in self.plans],
+            "plans": [p.to_dict(configs) for p in self.plans],
         }
         if self.closest is not None:
-            d["closest"] = self.closest.to_dict()
+            d["closest"] = self.closest.to_dict(configs)
         d.update(self.inverse)
         return d

@@ -147,7 +147,9 @@ def run(args: argparse.Namespace) -> int:
                 print(_llamacpp_log(plan, cfg))
         return 0
     if args.json:
-        d = result.to_dict()
+        from vramlens.advise.emit import configs
+
+        d = result.to_dict(configs)
         d["plans"] = d["plans"][: args.top]
         print_json(d)
         return 0 if result.plans else 1

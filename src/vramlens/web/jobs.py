@@ -30,12 +30,13 @@ def fit_job(model: str | dict | None, top: dict[str, Any], work: dict[str, Any],
             n: int) -> dict:
     """The same search as ``vramlens fit``: ``FitResult.to_dict()`` with the top ``n`` plans."""
     from vramlens.advise import fit
+    from vramlens.advise.emit import configs
 
     work = dict(work)
     gpus = work.pop("gpus")
     result = fit(_model(model), gpu=top["gpu"], params=top["params"], gpus=gpus, headroom=top["headroom"],
                  method_locked=method_locked, max_plans=n, **work)
-    d = result.to_dict()
+    d = result.to_dict(configs)
     d["plans"] = d["plans"][:n]
     return d
 
