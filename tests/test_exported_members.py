@@ -17,7 +17,7 @@ SRC = Path(__file__).resolve().parents[1] / "src"
 def test_public_api_is_what_is_meant():
     assert vramlens.__all__ == [
         "Breakdown", "COMPONENTS", "Component", "Estimate", "GPU", "ModelSpec", "TensorInfo", "VramlensError",
-        "Workload", "calibrate", "capacity", "estimate", "get_gpu", "list_gpus", "load_model", "make_workload", "watch",
+        "Workload", "calibrate", "capacity", "estimate", "fit", "get_gpu", "list_gpus", "load_model", "make_workload", "watch",
     ]
     for name in vramlens.__all__:
         assert getattr(vramlens, name) is not None

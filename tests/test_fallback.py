@@ -317,3 +317,142 @@ def test_a_cached_answer_needs_no_torch(cached_home, tmp_path, monkeypatch):
     d = json.loads(r.stdout)
     assert d["components"] == cached_home[1].to_dict()["components"]
     assert d["notes"][-1].startswith("answered from the cache $VRAMLENS_HOME/traced/")
+
+
+# ---- fit: the search ranks with the approximation, the plans it returns are traced -------------------
+
+FIT_TRAIN = {**TRAIN, "optimize": "speed", "max_plans": 3}
+
+
+def plain(p) -> bool:
+    """Whether the tracer runs plan ``p`` here (a bitsandbytes optimizer needs CUDA; those keep the approximation)."""
+    return not p.estimate.breakdown.notes[0].startswith("figures approximated")
+
+
+@pytest.fixture(scope="module")
+def traced_fit(tmp_path_factory):
+    """vramlens.fit of TINY_STABLELM on a T4 (optimize=speed: several plans), traced in a fresh home."""
+    needs_torch()
+    home = tmp_path_factory.mktemp("fit")
+    mp = pytest.MonkeyPatch()
+    mp.setenv("VRAMLENS_HOME", str(home))
+    try:
+        return vramlens.fit(TINY_STABLELM, gpu="T4", **FIT_TRAIN), home
+    finally:
+        mp.undo()
+
+
+@pytest.mark.slow
+def test_fit_traces_every_plan_it_returns(traced_fit, tmp_path, monkeypatch):
+    res, home = traced_fit
+    assert res.plans and not res.already_fits and len(res.plans) <= 3
+    traced = [p for p in res.plans if plain(p)]
+    assert traced  # at least the fp32/bf16 AdamW plans are traced
+    monkeypatch.setenv("VRAMLENS_HOME", str(tmp_path))  # the best plan traced again from nothing
+    fresh = vramlens.estimate(TINY_STABLELM, traced[0].workload, gpu="T4")
+    assert fresh.breakdown.notes[-1].startswith("cached in ")
+    assert (traced[0].device_total, traced[0].estimate.peak_allocated) == (fresh.device_total, fresh.peak_allocated)
+    monkeypatch.setenv("VRAMLENS_HOME", str(home))  # the others from the cache fit wrote
+    for p in traced:
+        assert p.estimate.breakdown.notes[0].startswith(NOT_MODELLED)
+        assert p.estimate.breakdown.source == "trace-extrapolated" and p.estimate.model.source.endswith("+trace")
+        ref = vramlens.estimate(TINY_STABLELM, p.workload, gpu="T4")
+        assert p.device_total == ref.device_total and p.estimate.peak_allocated == ref.peak_allocated
+        assert p.fits is True and p.to_dict()["device_total_bytes"] == ref.device_total
+    for p in res.plans:
+        if not plain(p):
+            assert "because the tracer cannot run this plan: " in p.estimate.breakdown.notes[0]
+    assert "not modelled analytically: the search ranked the plans with a generic Llama-style approximation" in \
+        res.message
+
+
+@pytest.mark.slow
+def test_fit_starting_workload_that_fits_is_traced(tmp_path, monkeypatch):
+    needs_torch()
+    monkeypatch.setenv("VRAMLENS_HOME", str(tmp_path))
+    res = vramlens.fit(TINY_STABLELM, gpu="T4", **TRAIN)
+    (p,) = res.plans
+    assert res.already_fits and p.estimate.breakdown.notes[0].startswith(NOT_MODELLED)
+    ref = vramlens.estimate(TINY_STABLELM, gpu="T4", **TRAIN)
+    assert p.device_total == ref.device_total
+    assert res.message.startswith(ref.verdict + "; figures traced (model_type stablelm is not modelled")
+
+
+@pytest.mark.slow
+def test_fit_where_nothing_fits_traces_the_closest(tmp_path, monkeypatch):
+    needs_torch()
+    monkeypatch.setenv("VRAMLENS_HOME", str(tmp_path))
+    res = vramlens.fit(TINY_STABLELM, gpu="10MB", **TRAIN, forbid="8bit", max_plans=2)
+    assert res.plans == () and res.closest is not None and res.closest.fits is False
+    ref = vramlens.estimate(TINY_STABLELM, res.closest.workload, gpu="10MB")
+    assert res.closest.device_total == ref.device_total
+    assert res.closest.estimate.breakdown.notes[0].startswith(NOT_MODELLED)
+    assert res.message.startswith("no plan fits 10 MB GPU with 10% headroom")
+    assert "figures traced (model_type stablelm" in res.message
+
+
+@pytest.mark.slow
+def test_fit_cli_json_is_traced_and_no_trace_fallback_is_the_approximation(traced_fit, tmp_path, monkeypatch,
+                                                                          capsys):
+    res, home = traced_fit
+    monkeypatch.setenv("VRAMLENS_HOME", str(home))  # the plans' traces are cached there
+    cfg = tmp_path / "config.json"
+    cfg.write_text(json.dumps(TINY_STABLELM))
+    argv = ["fit", str(cfg), "--gpu", "T4", "--mode", "train", "--batch", "2", "--seq", "32", "--dtype", "fp32",
+            "--optimize", "speed", "--top", "3", "--json"]
+    assert main(argv) == 0
+    d = json.loads(capsys.readouterr().out)
+    assert [p["device_total_bytes"] for p in d["plans"]] == [p.device_total for p in res.plans]
+    assert "figures traced" in d["message"] or "then traced" in d["message"]
+    never_trace(monkeypatch)  # --no-trace-fallback never traces (the cache above would answer, but is not read)
+    assert main([*argv, "--no-trace-fallback"]) == 0
+    d = json.loads(capsys.readouterr().out)
+    from vramlens.advise import fit as analytic_fit
+
+    ref = analytic_fit(TINY_STABLELM, gpu="T4", **FIT_TRAIN)
+    assert [p["device_total_bytes"] for p in d["plans"]] == [p.device_total for p in ref.plans]
+    assert "traced" not in d["message"]
+
+
+def test_fit_without_torch_one_line_naming_the_extra(monkeypatch, tmp_path):
+    def missing():
+        raise MissingExtraError("torch", "trace")
+
+    monkeypatch.setenv("VRAMLENS_HOME", str(tmp_path))
+    monkeypatch.setattr(vramlens.trace, "require_torch", missing)
+    with pytest.raises(MissingExtraError) as e:
+        vramlens.fit(TINY_STABLELM, gpu="T4", **TRAIN)
+    assert str(e.value) == (
+        "model_type 'stablelm' is not modelled analytically and vramlens traces the real model instead (or "
+        "--no-trace-fallback for a generic Llama-style approximation), but torch is not installed: "
+        "pip install 'vramlens[trace]'")
+
+
+def test_fit_cli_without_torch_exits_2_with_one_line(tmp_path):
+    """A real interpreter where `import torch` fails; --no-trace-fallback then answers with the approximation."""
+    cfg = tmp_path / "config.json"
+    cfg.write_text(json.dumps(TINY_STABLELM))
+    src = str(Path(__file__).resolve().parents[1] / "src")
+
+    def run(*extra: str) -> subprocess.CompletedProcess:
+        code = ("import sys; sys.modules['torch'] = None; from vramlens.cli.main import main; "
+                f"sys.exit(main(['fit', {str(cfg)!r}, '--gpu', 'T4', '--mode', 'train', *{list(extra)!r}]))")
+        return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env={
+            "PYTHONPATH": src, "VRAMLENS_HOME": str(tmp_path / "home"), "PATH": "/usr/bin:/bin"})
+
+    r = run()
+    assert (r.returncode, r.stdout) == (2, "")
+    assert r.stderr == ("error: model_type 'stablelm' is not modelled analytically and vramlens traces the real "
+                        "model instead (or --no-trace-fallback for a generic Llama-style approximation), but torch "
+                        "is not installed: pip install 'vramlens[trace]'\n")
+    r = run("--no-trace-fallback", "--json")
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["plans"] and not (tmp_path / "home").exists()
+
+
+def test_fit_of_a_modelled_family_is_the_advisors(monkeypatch):
+    never_trace(monkeypatch)
+    from vramlens.advise import fit as analytic_fit
+
+    got = vramlens.fit(TINY_LLAMA, gpu="T4", **FIT_TRAIN).to_dict()
+    assert got == analytic_fit(TINY_LLAMA, gpu="T4", **FIT_TRAIN).to_dict()

@@ -9,8 +9,10 @@ The public API::
 
     with vramlens.watch(model, optimizer) as w: ...   # a live run: w.report (needs torch)
 
+    res = vramlens.fit("llama-2-7b", mode="train", batch=8, gpu="RTX-4090")  # plans that fit, fastest first
+
 A config whose model_type no family models is traced instead (vramlens.fallback; needs the ``trace``
-extra) and its figures cached on disk. Heavy parts load on first use: ``vramlens.trace`` and ``vramlens.watch`` (package ``vramlens.monitor``) need the ``trace``
+extra) and its figures cached on disk; ``fit`` ranks with an approximation and traces the plans it returns. Heavy parts load on first use: ``vramlens.trace`` and ``vramlens.watch`` (package ``vramlens.monitor``) need the ``trace``
 extra (torch).
 """
 
@@ -31,6 +33,7 @@ _LAZY = {
     "VramlensError": "vramlens.errors",
     "Workload": "vramlens.workload",
     "estimate": "vramlens.fallback",
+    "fit": "vramlens.fallback",
     "get_gpu": "vramlens.hardware.catalog",
     "list_gpus": "vramlens.hardware.catalog",
     "load_model": "vramlens.models",

@@ -1,4 +1,4 @@
-"""``vramlens.estimate``: the analytic estimate, or for a ``model_type`` no family models, the traced one.
+"""``vramlens.estimate`` and ``vramlens.fit``: analytic, or for a ``model_type`` no family models, traced.
 
 The estimator (:mod:`vramlens.estimator`) models the families in :mod:`vramlens.models.families`.
 Any other architecture transformers can build is traced instead: the real model under fake
@@ -7,29 +7,37 @@ tensors, its first 2 and 3 blocks at the requested workload, extrapolated to eve
 on disk (:mod:`vramlens.cache`, kind ``traced``) under a hash of the config, the workload and the
 vramlens version, so the next call for the same model and workload reads one small file.
 
+:func:`fit` does not trace its search (it weighs thousands of workloads): the analytic search ranks
+them with the generic Llama-style approximation, then every plan it returns is traced as above
+(one trace per plan shown, cached) and judged again by its traced figures.
+
 This module sits above both the estimator and the tracer (the tracer imports the estimator), and
 imports neither torch nor transformers itself: the trace package does, only when a trace runs.
 """
 
 from __future__ import annotations
 
+from dataclasses import fields, replace
 from typing import TYPE_CHECKING, Any
 
 from vramlens.errors import MissingExtraError, TraceError, UnmodelledModelError
 from vramlens.estimator import DEFAULT_HEADROOM, Estimate, make_breakdown
 from vramlens.estimator import estimate as analytic_estimate
 from vramlens.models.spec import ModelSpec, TensorInfo
+from vramlens.workload import Workload
 
 if TYPE_CHECKING:
     from collections.abc import Callable
 
+    from vramlens.advise.plan import FitResult, Plan
     from vramlens.hardware.gpu import GPU
-    from vramlens.workload import Workload
 
 #: The cache's folder for traced profiles (under :func:`vramlens.cache.home`).
 CACHE_KIND = "traced"
 #: Optimizer steps traced in training (step 1 and the steady state, as `vramlens trace`).
 TRACE_STEPS = 2
+#: Plans the search ranks beyond those asked for, traced in turn when a traced plan does not fit.
+SPARE_PLANS = 3
 
 
 def estimate(
@@ -108,6 +116,193 @@ def estimate(
     value = traced_profile(config, w, key, progress=progress)
     return traced_estimate(value, w, gpu, headroom=headroom, name=name, source=source,
                            notes=notes + [_stored(key, value)])
+
+
+def fit(
+    model: str | dict | ModelSpec | None = None,
+    workload: Workload | None = None,
+    gpu: str | GPU | None = None,
+    *,
+    params: str | int | None = None,
+    max_plans: int | None = None,
+    top: int | None = None,
+    headroom: float = 0.10,
+    host_ram: int | str | None = None,
+    nodes: int = 1,
+    optimize: str | None = None,
+    trace_fallback: bool = True,
+    trace_progress: Callable[[str], None] | None = None,
+    **kwargs: Any,
+) -> FitResult:
+    """:func:`vramlens.advise.fit`, whose plans are traced when no family models the model.
+
+    The search itself stays analytic: for a ``model_type`` outside the families, with the standard
+    config fields, it ranks the workloads with a generic Llama-style approximation (as today).
+    Then every plan it returns (and ``closest`` when none fits) is estimated again with
+    :func:`estimate` (traced, cached on disk): the plan carries the traced Estimate and its ``fits``
+    is judged again by the search's rule (device total within the GPU less the headroom, host
+    bytes within ``host_ram`` per node). Plans that no longer fit are dropped and the next ones
+    the search ranked (it is asked for :data:`SPARE_PLANS` more) are traced in their place. A plan
+    the tracer cannot run (more than one GPU, ZeRO, FSDP, TP/PP, offload, quantized weights outside
+    QLoRA, KV cache settings, or a trace that fails for its settings, such as a bitsandbytes optimizer
+    without CUDA) keeps the approximation's figures, with a first note saying why.
+    ``message`` says what was traced; ``fitting`` counts the approximation's fitting candidates
+    less those the trace showed do not fit; the inverse answers (``ask``) stay the approximation's.
+
+    Args:
+        model, workload, gpu, params, max_plans, top, headroom, host_ram, nodes, optimize, kwargs:
+            as :func:`vramlens.advise.fit`.
+        trace_fallback: False keeps the analytic path (the approximation's figures).
+        trace_progress: callable taking a one-line message while a trace runs.
+
+    Raises:
+        MissingExtraError: a plan needs the tracer, it is not cached, and torch or transformers is missing.
+        InputError: as :func:`vramlens.advise.fit`.
+    """
+    from vramlens.advise import fit as analytic_fit
+    from vramlens.advise.search import DEFAULT_MAX_PLANS
+
+    common: dict[str, Any] = dict(headroom=headroom, host_ram=host_ram, nodes=nodes, **kwargs)
+    spec = _unmodelled(model) if trace_fallback and params is None and model is not None else None
+    if spec is None:
+        return analytic_fit(model, workload, gpu, params=params, max_plans=max_plans, top=top, optimize=optimize,
+                            **common)
+    from vramlens.hardware.catalog import get_gpu
+    from vramlens.units import parse_size
+
+    n = max_plans or top or DEFAULT_MAX_PLANS
+    result = analytic_fit(spec, workload, gpu, max_plans=n + SPARE_PLANS, optimize=optimize, **common)
+    g = get_gpu(gpu) if isinstance(gpu, str) else gpu
+    assert g is not None  # analytic_fit refuses gpu=None
+    ram = parse_size(host_ram, what="host RAM") if isinstance(host_ram, str) else host_ram
+    names = {f.name for f in fields(Workload)}
+    base = _workload(workload, {k: v for k, v in kwargs.items() if k in names})  # what the plans are told apart from
+    judge = _Judge(spec, g, headroom, ram, nodes, trace_progress)
+    if result.already_fits:
+        start = judge.plan(result.plans[0])
+        if start is None:  # transformers does not know the model_type: the approximation's answer
+            return result
+        if start.fits:
+            return replace(result, plans=(start,), message=_said(
+                _verdict(start.device_total, g, headroom, result.gpus * result.nodes), spec, result, judge.traced, judge.untraced))
+        # the approximation fitted it, the trace does not: search for plans, as --optimize speed
+        result = analytic_fit(spec, workload, gpu, max_plans=n + SPARE_PLANS, optimize="speed", **common)
+    return judge.result(result, n, base) or result
+
+
+def _unmodelled(model: Any) -> ModelSpec | None:
+    """The approximated ModelSpec of a config no family models (None: modelled, or refused by the loader)."""
+    from vramlens.models import SUPPORTED_MODEL_TYPES, load_model
+
+    try:
+        spec = load_model(model)
+    except UnmodelledModelError:
+        return None  # without the standard fields there is nothing to search with: the analytic fit refuses it
+    return spec if spec.model_type not in SUPPORTED_MODEL_TYPES and spec.config else None
+
+
+def _verdict(total: int, g: GPU, headroom: float, gpus: int) -> str:
+    """The verdict sentence of a plan (as the search's message has it)."""
+    from vramlens.estimator.verdict import verdict
+
+    return verdict(total, g, headroom, gpus)
+
+
+def _said(text: str, spec: ModelSpec, result: FitResult, traced: int, untraced: int) -> str:
+    """``text`` and the sentence that says which plans' figures were traced."""
+    how = (f"model_type {spec.model_type} is not modelled analytically: the search ranked the plans with a generic "
+           "Llama-style approximation")
+    if untraced:
+        out = (f"{text}; {how}, then traced {traced} of the {traced + untraced} plans judged as `vramlens estimate` "
+               f"does ({untraced} the tracer cannot run keep the approximation's figures, each with a note why)")
+    else:
+        out = f"{text}; figures traced ({how}, then each plan shown was traced as `vramlens estimate` does)"
+    if result.inverse:
+        out += "; the inverse answers are the approximation's"
+    return out
+
+
+class _Judge:
+    """Traces plans and judges them again with the search's rule."""
+
+    def __init__(self, spec: ModelSpec, g: GPU, headroom: float, host_ram: int | None, nodes: int,
+                 progress: Callable[[str], None] | None):
+        self.spec, self.gpu, self.headroom, self.host_ram, self.nodes = spec, g, headroom, host_ram, nodes
+        self.progress = progress
+        self.limit = g.capacity_bytes * (1 - headroom) if headroom else g.capacity_bytes  # as the search's
+        self.traced = self.untraced = 0
+
+    def plan(self, p: Plan) -> Plan | None:
+        """``p`` with traced figures and fits judged again (None: the tracer does not know the model)."""
+        from vramlens.trace.api import untraceable
+
+        why = untraceable(p.workload)
+        if not why:
+            try:
+                e = estimate(self.spec, p.workload, gpu=self.gpu, headroom=self.headroom, progress=self.progress)
+            except TraceError as err:  # this plan's settings (a bitsandbytes optimizer without CUDA, ...)
+                why = str(err).removeprefix(f"model_type {self.spec.model_type!r} is not modelled analytically and tracing it failed: ")
+        if why:
+            self.untraced += 1
+            b = p.estimate.breakdown
+            note = (f"figures approximated (model_type {self.spec.model_type} is not modelled analytically; a "
+                    f"generic Llama-style decoder) because the tracer cannot run this plan: {why}")
+            return replace(p, estimate=replace(p.estimate, breakdown=replace(b, notes=(note, *b.notes))))
+        if not e.breakdown.source.startswith("trace"):
+            return None
+        self.traced += 1
+        host_fits = None if self.host_ram is None else e.breakdown.host_bytes <= self.host_ram * self.nodes
+        fits = e.breakdown.device_total <= self.limit and host_fits is not False
+        return replace(p, estimate=e, fits=fits, host_fits=host_fits)
+
+    def result(self, result: FitResult, n: int, base: Workload) -> FitResult | None:
+        """``result`` with its plans traced, at most ``n`` (None: the tracer does not know the model)."""
+        from vramlens.advise.search import describe
+        from vramlens.units import human_bytes
+
+        shown: list[Plan] = []
+        dropped: list[Plan] = []
+        for p in result.plans:
+            if len(shown) == n:
+                break
+            t = self.plan(p)
+            if t is None:
+                return None
+            (shown if t.fits else dropped).append(t)
+        closest: Plan | None = None
+        if not shown:
+            pool = list(dropped)
+            if result.closest is not None:
+                t = self.plan(result.closest)
+                if t is None:
+                    return None
+                pool.append(t)
+            fit_now = [p for p in pool if p.fits]
+            if fit_now:
+                shown = fit_now[:1]
+            elif pool:
+                closest = min(pool, key=lambda p: p.device_total)
+        total = result.gpus * result.nodes
+        where = f"{total} x {self.gpu.name}" if total > 1 else self.gpu.name
+        fitting = max(len(shown), result.fitting - len(dropped))
+        if shown:
+            text = (f"{fitting:,} of {result.valid:,} valid plans fit {total} x {self.gpu.name} with "
+                    f"{self.headroom:.0%} headroom"
+                    + (f" ({len(dropped)} the approximation fitted do not when traced)" if dropped else "")
+                    + f"; best: {describe(shown[0].workload, base)}; "
+                    + _verdict(shown[0].device_total, self.gpu, self.headroom, total))
+        elif closest is not None:
+            need, usable = closest.device_total, int(self.limit)
+            text = (f"no plan fits {where} with {self.headroom:.0%} headroom ({result.valid:,} valid plans tried"
+                    + (f"; the {len(dropped)} best the approximation fitted do not when traced" if dropped else "")
+                    + f"); closest: {describe(closest.workload, base)} needs {human_bytes(need)} per GPU, "
+                    f"{human_bytes(max(0, need - usable))} more than the {human_bytes(usable)} usable")
+            if closest.host_fits is False:
+                text += f"; its offloaded state needs {human_bytes(closest.estimate.breakdown.host_bytes)} of host RAM"
+        else:
+            return result  # no valid plan: nothing to trace
+        return replace(result, plans=tuple(shown), closest=closest, fitting=fitting,
+                       message=_said(text, self.spec, result, self.traced, self.untraced))
 
 
 def _workload(workload: Workload | None, settings: dict[str, Any]) -> Workload:
@@ -245,6 +440,6 @@ def traced_spec(value: dict[str, Any], *, name: str, source: str) -> ModelSpec:
 
 
 __all__ = [
-    "CACHE_KIND", "TRACE_STEPS", "cache_key", "cached_profile", "estimate", "traced_estimate", "traced_profile",
-    "traced_spec",
+    "CACHE_KIND", "SPARE_PLANS", "TRACE_STEPS", "cache_key", "cached_profile", "estimate", "fit", "traced_estimate",
+    "traced_profile", "traced_spec",
 ]

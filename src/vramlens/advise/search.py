@@ -509,7 +509,7 @@ def search(
     closest_plan = None if plans or out.closest is None else _plan(s, out.closest, base)
     if plans:
         msg = (f"{n_fit:,} of {n_valid:,} valid plans fit {total} x {gpu.name} with {headroom:.0%} headroom; "
-               f"best: {_describe(plans[0].workload, base)}; {verdict(plans[0].device_total, gpu, headroom, total)}")
+               f"best: {describe(plans[0].workload, base)}; {verdict(plans[0].device_total, gpu, headroom, total)}")
     else:
         msg = _no_fit_message(s, base, closest_plan, total, headroom, n_valid)
     return FitResult(plans=plans, closest=closest_plan, message=msg, evaluated=out.evaluated, valid=n_valid,
@@ -882,7 +882,7 @@ _LABELS = ("method", "dtype", "amp", "quant", "optimizer", "batch", "grad_accum"
            "activation_offload", "loss_parallel")
 
 
-def _describe(w: Workload, base: Workload) -> str:
+def describe(w: Workload, base: Workload) -> str:
     """The settings of ``w`` that differ from ``base``, as flags."""
     parts: list[str] = []
     for f in _LABELS:
@@ -904,7 +904,7 @@ def _no_fit_message(s: _Search, base: Workload, closest: Plan | None, total: int
     need = closest.device_total
     usable = int(s.limit)
     text = (f"no plan fits {where} with {headroom:.0%} headroom ({n_valid:,} valid plans tried); "
-            f"closest: {_describe(closest.workload, base)} needs {human_bytes(need)} per GPU, "
+            f"closest: {describe(closest.workload, base)} needs {human_bytes(need)} per GPU, "
             f"{human_bytes(need - usable)} more than the {human_bytes(usable)} usable")
     if closest.host_fits is False:
         text += f"; its offloaded state needs {human_bytes(closest.estimate.breakdown.host_bytes)} of host RAM"

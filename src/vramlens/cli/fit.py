@@ -97,6 +97,10 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> argp
                              "min_gpus": "also find the fewest GPUs of this kind that fit"}[a])
     p.add_argument("--emit", choices=EMIT_KINDS, default=None, help="print the config of a plan for a library")
     p.add_argument("--plan", type=bounded(MAX_TOP), default=1, help="which plan --emit writes (1 = best)")
+    p.add_argument("--trace-fallback", action=argparse.BooleanOptionalAction, default=True,
+                   help="when the model_type is not modelled analytically, trace the real transformers model for "
+                        "each plan shown (the search ranks with a generic Llama-style approximation; needs "
+                        "vramlens[trace]; cached after the first call; default on)")
     add_file_args(p, "the --top plans side by side (stacked by component, against the GPU)")
     add_output_args(p)
     p.set_defaults(func=run)
@@ -104,9 +108,11 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> argp
 
 
 def run(args: argparse.Namespace) -> int:
-    from vramlens.advise import fit
+    import sys
+
     from vramlens.advise.cost import DEFAULT_NETWORK_BYTES_S, Links
     from vramlens.errors import InputError
+    from vramlens.fallback import fit  # plans traced for an unmodelled model_type
 
     require_model_and_headroom(args)
     if args.top < 1 or args.plan < 1:
@@ -121,12 +127,19 @@ def run(args: argparse.Namespace) -> int:
     links = Links(intra_node_bytes_s=args.interconnect, network_bytes_s=args.network or DEFAULT_NETWORK_BYTES_S)
     asks = [a for a in ASKS if getattr(args, a)]
     bar = progress_bar("searching plans", enabled=not args.json)  # shown after a second, on a terminal
+    def traced(msg: str) -> None:  # a plan is traced (the fallback's first call for it): say so on a terminal
+        if bar is not None:
+            bar.update(message=msg)
+        elif sys.stderr.isatty():
+            print(f"vramlens fit: {msg}", file=sys.stderr, flush=True)
+
     with bar or contextlib.nullcontext():
         result = fit(args.model, gpu=args.gpu, params=args.params, gpus=gpus_per_node, nodes=args.nodes,
                      host_ram=args.host_ram, headroom=args.headroom, keep=args.keep, forbid=args.forbid,
                      effective_batch=args.effective_batch, method_locked=method_locked,
                      max_plans=max(args.top, args.plan), links=links, ask=asks,
-                     progress=bar.counter() if bar else None, optimize=args.optimize, **dict(settings))
+                     progress=bar.counter() if bar else None, optimize=args.optimize,
+                     trace_fallback=args.trace_fallback, trace_progress=traced, **dict(settings))
     if args.emit:  # checked before any report file is written: a failed run writes nothing
         if not result.plans:
             raise InputError(f"--emit {args.emit}: {result.message}")

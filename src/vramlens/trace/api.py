@@ -73,19 +73,28 @@ def trace(model: Any, workload: Workload | None = None, *, steps: int = 2, layer
                        alloc_conf=alloc_conf)
 
 
-def _unsupported(wl: Workload) -> None:
+def untraceable(wl: Workload) -> str:
+    """Why ``trace`` cannot run ``wl`` on one process ("" when it can; FSDP is traced by its own path).
+
+    More than one GPU, ZeRO, FSDP, tensor or pipeline parallelism, quantized weights outside QLoRA
+    (no CPU kernels), offload, and the serving engine's KV cache settings are not traced.
+    """
     if wl.gpus > 1 or wl.zero or wl.fsdp or wl.tp > 1 or wl.pp > 1:
-        raise TraceError(
-            "trace runs one GPU, or one rank of FSDP (--fsdp --gpus N); "
-            f"gpus={wl.gpus} zero={wl.zero} fsdp={wl.fsdp} tp={wl.tp} pp={wl.pp}: use `vramlens estimate`"
-        )
+        return ("trace runs one GPU, or one rank of FSDP (--fsdp --gpus N); "
+                f"gpus={wl.gpus} zero={wl.zero} fsdp={wl.fsdp} tp={wl.tp} pp={wl.pp}")
     if wl.quant is not None and wl.method != "qlora":
-        raise TraceError(f"quant={wl.quant} weights cannot be traced (no CPU kernels): use `vramlens estimate`")
+        return f"quant={wl.quant} weights cannot be traced (no CPU kernels)"
     if wl.offload != "none":
-        raise TraceError(f"offload={wl.offload} cannot be traced on one process: use `vramlens estimate`")
+        return f"offload={wl.offload} cannot be traced on one process"
     if wl.kv_dtype is not None or wl.kv_block:
-        raise TraceError("--kv-dtype / --kv-block change the serving engine's cache, not transformers': "
-                         "use `vramlens estimate`")
+        return "--kv-dtype / --kv-block change the serving engine's cache, not transformers'"
+    return ""
+
+
+def _unsupported(wl: Workload) -> None:
+    why = untraceable(wl)
+    if why:
+        raise TraceError(f"{why}: use `vramlens estimate`")
 
 
 def _run(model: Any, wl: Workload, *, steps: int, backend: str, input_shape, progress, layers: int | None = None):

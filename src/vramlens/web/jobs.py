@@ -28,9 +28,10 @@ def estimate_job(model: str | dict | None, top: dict[str, Any], work: dict[str, 
 
 def fit_job(model: str | dict | None, top: dict[str, Any], work: dict[str, Any], method_locked: bool,
             n: int) -> dict:
-    """The same search as ``vramlens fit``: ``FitResult.to_dict()`` with the top ``n`` plans."""
-    from vramlens.advise import fit
+    """The same search as ``vramlens fit``: ``FitResult.to_dict()`` with the top ``n`` plans (traced, and
+    cached, for an unmodelled model_type, as ``vramlens fit``)."""
     from vramlens.advise.emit import configs
+    from vramlens.fallback import fit
 
     work = dict(work)
     gpus = work.pop("gpus")
