@@ -27,6 +27,7 @@ class Case:
     figure: which quantity the source measured:
         "device_total"   NVML "used" (nvidia-smi): reserved + context
         "peak_allocated" torch.cuda.max_memory_allocated()
+        "peak_reserved"  torch.cuda.max_memory_reserved() (the caching allocator's peak, no context)
         "weights"        memory_allocated() after loading
         "model_states"   weights + gradients + master weights + optimizer states (per GPU)
         "kv_cache"       KV-cache bytes for (batch, seq)
@@ -66,6 +67,21 @@ _TRAIN = dict(mode="train", batch=4, seq=512, attention="eager", dtype="fp32", o
 # this file's reading of what the source leaves unstated (the case's other_settings say why)
 _TORCHAO_7B = dict(mode="train", dtype="bf16", batch=2, seq=512, checkpointing="full", loss_chunks=8)
 _A100 = _Setup(gpu="A100-80GB", cuda="12.1", lazy_loading=True)  # CUDA 12: lazy loading by default
+
+# LitGPT's config_hub/finetune/README.md table (commit 5895df10, April 2024): single-GPU runs on an A10G,
+# bf16-true, Alpaca2k, max_seq_length 512 (batches padded to their longest sample). LoRA/QLoRA:
+# litgpt/finetune/lora.py (lm_head in 128-token chunks: 4 chunks of 512; torch AdamW, or
+# bitsandbytes PagedAdamW (32-bit) under bnb quantization; adapters in bf16, dropout 0.05)
+_LITGPT = dict(mode="train", dtype="bf16", seq=512)
+_LITGPT_LORA = dict(_LITGPT, method="lora", lora_rank=32, lora_dropout=0.05, lora_dtype="bf16", loss_chunks=4)
+_LITGPT_QLORA = dict(_LITGPT_LORA, method="qlora", quant="nf4", quant_targets="all", optimizer="paged-adamw")
+_A10G = _Setup(gpu="A10G", cuda="12.1", lazy_loading=True)
+# torchtitan's benchmarks/llama3_h100_202412_torchtitan.md (torchtitan 9dec370): Llama 3.1 8B, FSDP2 with
+# MixedPrecisionPolicy(bf16 params, fp32 reduce) over fp32 shards, per-op selective AC, foreach AdamW,
+# seq_len 8192 from train_configs/llama3_8b.toml; the figure is torchtitan's max_reserved_gib
+_TITAN_8B = dict(mode="train", dtype="fp32", amp="bf16", fsdp=True, batch=2, seq=8192, checkpointing="selective-op",
+                 optimizer="adamw", optimizer_impl="foreach")
+_H100_96 = _Setup(gpu="H100-NVL-94GB", cuda="12.4", lazy_loading=True)  # the catalog's nearest to H100 96GB HBM2e
 
 CASES: dict[str, Case] = {
     "hf-anatomy-cuda-context": Case(None, figure="context", **_HF_V100),
@@ -135,6 +151,30 @@ CASES: dict[str, Case] = {
                                              figure="peak_allocated", **_A100),
     "torchao-readme-llama2-7b-ao-4bit": Case("llama-2-7b", {**_TORCHAO_7B, "optimizer": "adamw-4bit-torchao"},
                                              figure="peak_allocated", **_A100),
+    "litgpt-tinyllama-1.1b-full-bs4": Case("tinyllama-1.1b", {**_LITGPT, "batch": 4, "grad_accum": 8},
+                                           figure="peak_allocated", **_A10G),
+    "litgpt-llama2-7b-lora-r32-qv-bs2": Case("llama-2-7b", {**_LITGPT_LORA, "lora_targets": ("q_proj", "v_proj"),
+                                                            "batch": 2, "grad_accum": 4}, figure="peak_allocated", **_A10G),
+    "litgpt-llama2-7b-qlora-r32-qv-bs2": Case("llama-2-7b", {**_LITGPT_QLORA, "lora_targets": ("q_proj", "v_proj"),
+                                                             "batch": 2, "grad_accum": 4}, figure="peak_allocated", **_A10G),
+    "litgpt-llama3-8b-lora-r32-qv-bs1": Case("llama-3-8b", {**_LITGPT_LORA, "lora_targets": ("q_proj", "v_proj"),
+                                                            "batch": 1, "grad_accum": 8}, figure="peak_allocated", **_A10G),
+    "litgpt-llama3-8b-qlora-r32-qv-bs2": Case("llama-3-8b", {**_LITGPT_QLORA, "lora_targets": ("q_proj", "v_proj"),
+                                                             "batch": 2, "grad_accum": 4}, figure="peak_allocated", **_A10G),
+    "litgpt-mistral-7b-lora-r32-qv-bs2": Case("mistral-7b-v0.1", {**_LITGPT_LORA, "lora_targets": ("q_proj", "v_proj"),
+                                                                  "batch": 2, "grad_accum": 4},
+                                              figure="peak_allocated", **_A10G),
+    "litgpt-mistral-7b-qlora-r32-qv-bs2": Case("mistral-7b-v0.1", {**_LITGPT_QLORA, "lora_targets": ("q_proj", "v_proj"),
+                                                                   "batch": 2, "grad_accum": 4},
+                                               figure="peak_allocated", **_A10G),
+    "litgpt-falcon-7b-lora-r32-qv-bs1": Case("falcon-7b", {**_LITGPT_LORA, "lora_targets": ("query_key_value",),
+                                                           "batch": 1, "grad_accum": 8}, figure="peak_allocated", **_A10G),
+    "litgpt-falcon-7b-qlora-r32-qv-bs1": Case("falcon-7b", {**_LITGPT_QLORA, "lora_targets": ("query_key_value",),
+                                                            "batch": 1, "grad_accum": 8}, figure="peak_allocated", **_A10G),
+    "torchtitan-h100-llama3.1-8b-fsdp8-sac-bs2": Case("llama-3.1-8b", {**_TITAN_8B, "gpus": 8},
+                                                      figure="peak_reserved", **_H100_96),
+    "torchtitan-h100-llama3.1-8b-fsdp128-sac-bs2": Case("llama-3.1-8b", {**_TITAN_8B, "gpus": 128},
+                                                        figure="peak_reserved", **_H100_96),
 }
 
 #: Cases vramlens cannot express, with the reason (printed instead of a number).
@@ -217,6 +257,8 @@ def run_case(case_id: str, published: dict[str, Any], case: Case) -> Row:
         value = c["weights"]
     elif case.figure == "peak_allocated":
         value = bd.peak_allocated
+    elif case.figure == "peak_reserved":
+        value = bd.peak_reserved
     elif case.figure == "model_states":
         value = c["weights"] + c["gradients"] + c["master_weights"] + c["optimizer_states"]
     elif case.figure == "model_states+comm":
