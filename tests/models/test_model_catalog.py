@@ -48,7 +48,7 @@ def test_every_name_is_unique():
 
 @pytest.mark.parametrize("entry", RAW, ids=[e["id"] for e in RAW])
 def test_entry_shape(entry):
-    assert set(entry) <= {"id", "aliases", "family", "note", "config"}
+    assert set(entry) <= {"id", "aliases", "family", "note", "source", "config"}
     assert entry["aliases"] and all(a == a.lower() for a in entry["aliases"])
     cfg = entry["config"]
     assert isinstance(cfg["model_type"], str) and len(cfg["architectures"]) == 1

@@ -22,19 +22,9 @@ def kv_dtype_bytes(w: Workload) -> int:
 
 
 def sliding_layers(spec: ModelSpec) -> int:
-    """How many decoder layers use a sliding window (and so cap their cache)."""
-    if not spec.sliding_window:
-        return 0
-    cfg = spec.config or {}
-    L = spec.n_decoder_layers
-    types = cfg.get("layer_types")
-    if isinstance(types, list) and types:
-        return sum(1 for x in types[:L] if "sliding" in str(x))
-    if spec.model_type in ("gemma2", "gemma3", "cohere2"):
-        return (L + 1) // 2  # even layers slide (Gemma 2: alternating local/global attention)
-    if spec.model_type in ("qwen2", "qwen2_moe", "qwen3") and not cfg.get("use_sliding_window", False):
-        return 0
-    return L
+    """How many decoder layers use a sliding window (and so cap their cache): the family's fact
+    (``ModelSpec.sliding_layer_ids``, laid out as each config class's ``layer_types``)."""
+    return spec.n_sliding_layers
 
 
 def kv_bytes_per_token(spec: ModelSpec, w: Workload, tp: int = 1) -> int:

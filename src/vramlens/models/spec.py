@@ -32,6 +32,43 @@ Role = Literal[
 ]
 
 ModelKind = Literal["decoder", "encoder", "encoder-decoder"]
+#: Where a block's norms sit: "pre" (before attention and before the MLP: Llama), "sandwich"
+#: (also after each, on the branch output: Gemma 2 and 3), "post" (only after each: OLMo 2).
+NormPlacement = Literal["pre", "sandwich", "post"]
+#: RMSNorm on queries and keys: "head" (per head, over d_head: Qwen3, Gemma 3), "full" (over all
+#: heads, a*d_head and n_kv*d_head: OLMo 2).
+QKNorm = Literal["none", "head", "full"]
+#: How an MoE router scores experts, for what it keeps: "softmax" (Mixtral, Qwen: logits in the
+#: compute dtype, fp32 softmax), "softmax_fp32" (DeepSeek V2: an fp32 copy of the input and fp32
+#: weight), "sigmoid_grouped" (DeepSeek V3: fp32 input, sigmoid, group-limited top-k).
+Router = Literal["softmax", "softmax_fp32", "sigmoid_grouped"]
+
+
+@dataclass(frozen=True, slots=True)
+class MLA:
+    """Multi-head latent attention (DeepSeek V2/V3; transformers' ``DeepseekV3Attention``).
+
+    Queries come from ``q_proj`` (h -> a*(nope+rope)) or, with ``q_lora_rank``, from
+    ``q_a_proj`` (h -> q_lora_rank), ``q_a_layernorm`` and ``q_b_proj``; keys and values from
+    one latent: ``kv_a_proj_with_mqa`` (h -> kv_lora_rank + rope), ``kv_a_layernorm`` over the
+    kv_lora_rank part and ``kv_b_proj`` (kv_lora_rank -> a*(nope+v)). Query and key heads are
+    nope+rope wide, value heads v wide.
+    """
+
+    q_lora_rank: int | None
+    kv_lora_rank: int
+    qk_nope_head_dim: int
+    qk_rope_head_dim: int
+    v_head_dim: int
+
+    @property
+    def qk_head_dim(self) -> int:
+        return self.qk_nope_head_dim + self.qk_rope_head_dim
+
+    @property
+    def latent(self) -> int:
+        """Elements of the compressed latent one token keeps per layer: kv_lora_rank + rope."""
+        return self.kv_lora_rank + self.qk_rope_head_dim
 
 
 @dataclass(frozen=True, slots=True)
@@ -135,6 +172,29 @@ class ModelSpec:
     #: makes new q and k: v is a view of it (GPT-NeoX ``query_key_value``), so a block keeps the
     #: fused output and the rotated q and k
     fused_qkv_kept: bool = False
+    # ---- attention and block-layout facts the formulas read (set by models/families) ----------
+    #: decoder blocks whose attention sees only the last ``sliding_window`` tokens (transformers'
+    #: ``layer_types``); transformers caches at most the window for them (DynamicSlidingWindowLayer)
+    sliding_layer_ids: tuple[int, ...] = ()
+    norm_placement: NormPlacement = "pre"
+    qk_norm: QKNorm = "none"
+    #: the RMSNorm multiplies by its weight in fp32 and casts after (Gemma's ``(1 + w)``, OLMo 2):
+    #: the weight's gradient keeps the fp32 normalized tensor, not a cast in the input dtype
+    norm_weight_fp32: bool = False
+    #: rotary tables computed per forward (Gemma 3: one per layer type, local and global)
+    rope_tables: int = 1
+    #: width of the rotary cos/sin when it is not ``head_dim`` (MLA rotates qk_rope_head_dim)
+    rope_dim: int | None = None
+    mla: MLA | None = None
+    # ---- MoE layout -----------------------------------------------------------------------------
+    #: decoder blocks with a dense MLP in an MoE model (DeepSeek ``first_k_dense_replace``, Qwen
+    #: ``mlp_only_layers``), and that MLP's width when it differs from ``ffn_size``
+    dense_layer_ids: tuple[int, ...] = ()
+    dense_ffn_size: int = 0
+    #: width of the shared expert(s) every token also runs through (DeepSeek n_shared_experts x
+    #: moe_intermediate_size, Qwen2-MoE shared_expert_intermediate_size); 0 without
+    shared_expert_ffn: int = 0
+    router: Router = "softmax"
 
     # ---- counts -------------------------------------------------------------------------
     @property
@@ -154,6 +214,22 @@ class ModelSpec:
     @property
     def is_moe(self) -> bool:
         return self.n_experts > 0
+
+    @property
+    def n_sliding_layers(self) -> int:
+        """Decoder blocks with a sliding window (0 without a window)."""
+        return len(self.sliding_layer_ids) if self.sliding_window else 0
+
+    @property
+    def kv_latent(self) -> int:
+        """Elements one token keeps per layer in a latent KV cache (MLA), 0 for per-head K and V.
+
+        transformers >= 5 caches MLA's compressed latent, not the expanded heads:
+        ``DeepseekV3Attention.forward`` calls ``cache.update(kv_nope, k_rot)`` with kv_nope
+        (b, 1, s, kv_lora_rank) and k_rot (b, 1, s, qk_rope_head_dim), and expands them with
+        ``kv_b_proj`` after reading the cache; vLLM and SGLang keep the same latent.
+        """
+        return self.mla.latent if self.mla is not None else 0
 
     def parameters(self) -> tuple[TensorInfo, ...]:
         return tuple(t for t in self.tensors if t.role != "buffer")

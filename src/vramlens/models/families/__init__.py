@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable as _Callable
 
 from vramlens.models._reader import ConfigReader as _ConfigReader
-from vramlens.models.families import bert, gpt, llama, t5
+from vramlens.models.families import bert, deepseek, gemma3, gpt, llama, t5
 from vramlens.models.families._common import Built
 
 Builder = _Callable[[_ConfigReader, str], Built]
@@ -21,6 +21,13 @@ BUILDERS: dict[str, Builder] = {
     **gpt.BUILDERS,
     **{mt: llama.build_llama_like for mt in llama.MODEL_TYPES},
     **t5.BUILDERS,
+    **deepseek.BUILDERS,
+}
+
+#: model_type -> the reader of the part of a wrapping config that vramlens models, and the note
+#: it adds to ``assumed`` (Gemma 3's multimodal checkpoints: the text tower).
+UNWRAP: dict[str, tuple[_Callable[..., dict], str]] = {
+    mt: (fn, gemma3.NOTE) for mt, fn in gemma3.UNWRAP.items()
 }
 
 DEFAULT_ARCHITECTURES: dict[str, str] = {
@@ -43,8 +50,12 @@ DEFAULT_ARCHITECTURES: dict[str, str] = {
     "qwen3_moe": "Qwen3MoeForCausalLM",
     "gemma": "GemmaForCausalLM",
     "gemma2": "Gemma2ForCausalLM",
+    "gemma3_text": "Gemma3ForCausalLM",
+    "olmo2": "Olmo2ForCausalLM",
+    "deepseek_v2": "DeepseekV2ForCausalLM",
+    "deepseek_v3": "DeepseekV3ForCausalLM",
     "t5": "T5ForConditionalGeneration",
     "mt5": "MT5ForConditionalGeneration",
 }
 
-__all__ = ["BUILDERS", "Builder", "Built", "DEFAULT_ARCHITECTURES"]
+__all__ = ["BUILDERS", "Builder", "Built", "DEFAULT_ARCHITECTURES", "UNWRAP"]
