@@ -7,7 +7,8 @@ Z; the rest of the memory reserved for KV Cache is W"):
 1. ``Worker.determine_available_memory`` (V0 ``determine_num_available_blocks``):
    available = gpu_memory_utilization x total - (weights + activation peak + non-torch).
 2. ``kv_cache_utils.get_kv_cache_config``: one page per layer holds ``block_size`` tokens,
-   page = 2 (K, V) x block_size x n_kv/tp x head_dim x dtype bytes (``FullAttentionSpec.page_size_bytes``);
+   page = 2 (K, V) x block_size x n_kv/tp x head_dim x dtype bytes (``FullAttentionSpec.page_size_bytes``;
+   multi-head latent attention: 1 x block_size x (kv_lora_rank + qk_rope_head_dim), on every rank);
    num_blocks = available // page // layers-per-group.
 3. ``_report_kv_cache_config``: "GPU KV cache size: num_blocks // groups x block_size tokens",
    "Maximum concurrency for max_model_len tokens per request: num_blocks / blocks per request".
@@ -29,6 +30,7 @@ from vramlens.hardware.gpu import GPU
 from vramlens.serving.common import (
     CUDA_GRAPH_BYTES,
     ServedModel,
+    kv_cell_bytes,
     kv_heads_per_gpu,
     non_torch_bytes,
     profile_activation_bytes,
@@ -107,7 +109,7 @@ def vllm_capacity(m: ServedModel, gpu: GPU, *, gpus: int, tp: int, pp: int, cont
     outside, outside_why = non_torch_bytes(gpu, tp, pp)
     available = requested - weights - act - outside
     kv_heads = kv_heads_per_gpu(m, tp)
-    page = 2 * block_size * kv_heads * m.head_dim * kv_b  # FullAttentionSpec.page_size_bytes, one layer
+    page = block_size * kv_cell_bytes(m, tp, kv_b)  # AttentionSpec.page_size_bytes, one layer
     layers = stage_layers(m, pp)
     n_slide = ceil_div(m.n_sliding, pp)
     n_full = layers - n_slide
@@ -149,7 +151,7 @@ def vllm_capacity(m: ServedModel, gpu: GPU, *, gpus: int, tp: int, pp: int, cont
     ctx = context or mml
     conc = num_blocks / blocks_per_request(ctx)
     running = max(1, min(int(conc), max_num_seqs))
-    kv_per_token = 2 * kv_heads * m.head_dim * kv_b * layers
+    kv_per_token = kv_cell_bytes(m, tp, kv_b) * layers
     speed = roofline(m, gpu, weights_per_gpu=weights, kv_per_token_per_gpu=kv_per_token, running=running,
                      context=ctx, tp=tp, pp=pp, compute_dtype=m.dtype)
     graphs = 0 if enforce_eager else CUDA_GRAPH_BYTES
@@ -169,7 +171,10 @@ def vllm_capacity(m: ServedModel, gpu: GPU, *, gpus: int, tp: int, pp: int, cont
     notes = (
         f"available = {gpu_memory_utilization} x {total:,} - weights {weights:,} - activation {act:,} - "
         f"non-torch {outside:,} = {available:,} B (Worker.determine_available_memory)",
-        f"page = 2 x {block_size} tokens x {kv_heads} kv heads x {m.head_dim} x {kv_b} B = {page:,} B per layer; "
+        (f"page = {block_size} tokens x {m.kv_latent} latent (kv_lora_rank + qk_rope_head_dim) x {kv_b} B = {page:,} B "
+         "per layer (MLA: one latent vector, every rank); " if m.kv_latent else
+         f"page = 2 x {block_size} tokens x {kv_heads} kv heads x {m.head_dim} x {kv_b} B = {page:,} B per layer; ")
+        +
         f"blocks = available // page // {group_size} layers per group = {num_blocks:,} (get_num_blocks)",
         f"activation peak at max_num_batched_tokens={mnbt:,}, max_num_seqs={max_num_seqs}: "
         "T b (2h + max(3f/tp, (a+2kv)d/tp)) + 2 x seqs x V x 4 B (profile_run, common.py)",
