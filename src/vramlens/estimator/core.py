@@ -142,8 +142,8 @@ def activation_totals(spec: ModelSpec, w: Workload, sp: Split) -> ActivationTota
         dec = A.layer_activations(spec, w, b, s, cross_s=s, tp=tp)
         layers = [(enc, spec.n_encoder_layers), (dec, spec.n_decoder_layers)]
     else:
-        la = A.layer_activations(spec, w, b, s, tp=tp)
-        layers = [(la, spec.n_layers)]
+        # blocks of different kinds (sliding and global attention, dense and MoE MLPs) each counted as they are
+        layers = [(A.layer_activations(spec, w, b, s, tp=tp, layer=i), n) for i, n in A.layer_kinds(spec)]
     frac = sp.layers / max(1, spec.n_layers)
     # the embedding case runs the blocks once per text column, both graphs alive until backward
     inflight = sp.micro_batches_in_flight * H.columns(spec, w)
@@ -151,7 +151,7 @@ def activation_totals(spec: ModelSpec, w: Workload, sp: Split) -> ActivationTota
     if w.checkpointing == "full":
         # the recomputed block, plus the gradients its backward holds at once: the MLP's
         # (b*s, f) gradients of the down projection's input, the activation and its input
-        one += 3 * A._r(DTYPE_BYTES[w.compute_dtype] * max(1, spec.ffn_size // tp) * b * s)
+        one += 3 * A._r(DTYPE_BYTES[w.compute_dtype] * max(1, max(spec.ffn_size, spec.dense_ffn_size) // tp) * b * s)
         kept = sum(la.checkpoint_input * n for la, n in layers)
         formula = "full checkpointing: each block keeps its input (b*s*h), one block recomputed in backward"
     else:
@@ -287,16 +287,24 @@ def estimate_spec(spec: ModelSpec, w: Workload, gpu: GPU | None = None, *, headr
         explain.pop("optimizer_step", None)
         b, s = w.batch, w.seq
         total_tokens = s + w.new_tokens
-        kv = K.kv_cache_bytes(spec, w, total_tokens, b, tp=w.tp) if spec.kind != "encoder" else 0
-        if sp.layers != spec.n_layers:
-            kv = kv * sp.layers // max(1, spec.n_layers)
-        if kv and w.new_tokens and not w.kv_block:
-            # DynamicCache appends with torch.cat: one layer's old and new keys are alive at once
-            kv += K.kv_cache_bytes(spec, w, total_tokens - 1, b, tp=w.tp) // max(1, 2 * spec.n_decoder_layers)
+        share = sp.layers / max(1, spec.n_layers)  # this GPU's blocks under pipeline parallelism
+        # the cache as prefill leaves it (transformers: sliding layers still hold the whole prompt) and
+        # as decoding keeps it, with one layer's old keys alive while torch.cat appends
+        kv_prefill = int(K.kv_cache_bytes(spec, w, s, b, tp=w.tp, prefill=not w.kv_block) * share)
+        kv_decode = 0
+        if w.new_tokens and w.kv_block:
+            kv_decode = int(K.kv_cache_bytes(spec, w, total_tokens, b, tp=w.tp) * share)
+        elif w.new_tokens:
+            kv_decode = int(K.decode_bytes(spec, w, s, total_tokens, b, tp=w.tp) * share)
+        kv = max(kv_prefill, kv_decode)
+        width = (f"{spec.kv_latent} latent elements (kv_lora_rank + qk_rope_head_dim)" if spec.kv_latent else
+                 f"2 x {max(1, spec.n_kv_heads // w.tp)} kv heads x {spec.head_dim}")
         explain["kv_cache"] = (
-            f"2 x {spec.n_decoder_layers} layers x {max(1, spec.n_kv_heads // w.tp)} kv heads x {spec.head_dim} x "
-            f"{K.kv_dtype_bytes(w)} B x {total_tokens} tokens x batch {b}"
-            + (" + one layer's keys while torch.cat appends" if w.new_tokens and not w.kv_block else "")
+            f"{spec.n_decoder_layers} layers x {width} x {K.kv_dtype_bytes(w)} B x {total_tokens} tokens x batch {b}"
+            + (f" ({K.sliding_layers(spec)} sliding layers keep {spec.sliding_window} tokens once decoding, the "
+               f"prompt after prefill)" if K.sliding_layers(spec) else "")
+            + (" + one layer's old keys (a sliding layer's keys and values) while torch.cat appends"
+               if w.new_tokens and not w.kv_block else "")
         )
         work = A.inference_layer_peak(spec, w, b, s, s, tp=w.tp)
         c = DTYPE_BYTES[w.compute_dtype]
@@ -309,9 +317,9 @@ def estimate_spec(spec: ModelSpec, w: Workload, gpu: GPU | None = None, *, headr
         if logits and spec.kind == "encoder-decoder":
             # the encoder's output (kept for cross-attention) and T5's rescaled decoder output
             tail += 2 * A._r(c * spec.hidden_size * b * s)
-        prefill = st.weights + kv + max(work, tail)
+        prefill = st.weights + kv_prefill + max(work, tail)
         decode_work = A.inference_layer_peak(spec, w, b, 1, total_tokens, tp=w.tp) if w.new_tokens else 0
-        decode = st.weights + kv + max(decode_work, logits)
+        decode = st.weights + kv_decode + max(decode_work, logits)
         phases = (("prefill", prefill + st.workspace),) + ((("decode", decode + st.workspace),) if w.new_tokens else ())
         peak_phase, peak_alloc = max(phases, key=lambda p: p[1])
         reserved, total = reserved_total(st, peak_alloc, extra_persistent=kv)

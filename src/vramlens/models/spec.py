@@ -173,6 +173,10 @@ class ModelSpec:
     #: fused output and the rotated q and k
     fused_qkv_kept: bool = False
     # ---- attention and block-layout facts the formulas read (set by models/families) ----------
+    #: eager attention computes ``softmax(..., dtype=torch.float32)`` and casts back
+    #: (modeling_llama.py ``eager_attention_forward`` and its copies); GPT-2, BERT, T5 and Falcon take
+    #: the softmax in the compute dtype unless autocast upcasts it
+    softmax_fp32: bool = False
     #: decoder blocks whose attention sees only the last ``sliding_window`` tokens (transformers'
     #: ``layer_types``); transformers caches at most the window for them (DynamicSlidingWindowLayer)
     sliding_layer_ids: tuple[int, ...] = ()
@@ -185,6 +189,9 @@ class ModelSpec:
     rope_tables: int = 1
     #: width of the rotary cos/sin when it is not ``head_dim`` (MLA rotates qk_rope_head_dim)
     rope_dim: int | None = None
+    #: the rotary cos/sin stay fp32 (``Olmo2RotaryEmbedding`` does not cast them), so rotating
+    #: half-precision q and k computes in fp32 and casts back
+    rope_fp32: bool = False
     mla: MLA | None = None
     # ---- MoE layout -----------------------------------------------------------------------------
     #: decoder blocks with a dense MLP in an MoE model (DeepSeek ``first_k_dense_replace``, Qwen

@@ -9,6 +9,8 @@ builds for it when ``architectures`` is missing from config.json.
 from __future__ import annotations
 
 from collections.abc import Callable as _Callable
+from collections.abc import Mapping as _Mapping
+from typing import Any as _Any
 
 from vramlens.models._reader import ConfigReader as _ConfigReader
 from vramlens.models.families import bert, deepseek, gemma3, gpt, llama, t5
@@ -26,7 +28,7 @@ BUILDERS: dict[str, Builder] = {
 
 #: model_type -> the reader of the part of a wrapping config that vramlens models, and the note
 #: it adds to ``assumed`` (Gemma 3's multimodal checkpoints: the text tower).
-UNWRAP: dict[str, tuple[_Callable[..., dict], str]] = {
+UNWRAP: dict[str, tuple[_Callable[[_Mapping[str, _Any], str], dict[str, _Any]], str]] = {
     mt: (fn, gemma3.NOTE) for mt, fn in gemma3.UNWRAP.items()
 }
 

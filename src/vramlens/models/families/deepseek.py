@@ -112,7 +112,7 @@ def build_deepseek(r: ConfigReader, architecture: str) -> Built:
         mla=MLA(q_lora_rank=q_lora, kv_lora_rank=kv_lora, qk_nope_head_dim=nope, qk_rope_head_dim=rope,
                 v_head_dim=v_dim),
         rope_dim=rope, dense_layer_ids=dense, dense_ffn_size=f_dense, shared_expert_ffn=n_shared * f,
-        router="sigmoid_grouped" if v3 else "softmax_fp32",
+        router="sigmoid_grouped" if v3 else "softmax_fp32", softmax_fp32=True,
     )
     return Built(facts, t.items)
 

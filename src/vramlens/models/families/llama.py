@@ -17,7 +17,8 @@ traits (biases, fused projections, extra norms, MoE layout), each read from
   ``{layer_type}_inv_freq`` and ``{layer_type}_original_inv_freq`` (``Gemma3RotaryEmbedding``).
 - olmo2: post-norm blocks (``post_attention_layernorm`` and ``post_feedforward_layernorm`` on
   the branch outputs, no input norms) and ``q_norm``/``k_norm`` over all heads (a*d, n_kv*d);
-  ``Olmo2RMSNorm`` multiplies by its weight in fp32 before casting back.
+  ``Olmo2RMSNorm`` multiplies by its weight in fp32 before casting back; its rotary cos/sin
+  stay fp32 (``Olmo2RotaryEmbedding.forward``).
 - phi3: fused ``qkv_proj`` (q, k, v stacked) and ``gate_up_proj``; o_proj registered first.
 - MoE (transformers >= 5 stores experts fused): ``experts.gate_up_proj`` (E, 2f, h) and
   ``experts.down_proj`` (E, h, f); the router ``gate.weight`` (E, h). Mixtral lists the
@@ -54,6 +55,7 @@ class _Traits(TypedDict, total=False):
     fused: bool
     norm_fp32: bool  # the norm multiplies by its weight in fp32 (Gemma, OLMo 2)
     rope_per_type: bool  # one rotary table per layer type (Gemma 3)
+    rope_fp32: bool  # cos/sin returned in fp32 (OLMo 2)
 
 
 #: Per model_type: which config flag (or constant) gives the q/k/v and o biases, and the
@@ -73,12 +75,14 @@ _TRAITS: dict[str, _Traits] = {
     "gemma3_text": {"qkv_bias": "attention_bias", "o_bias": "attention_bias", "embed_scale": True,
                     "sandwich": True, "norm_fp32": True, "qk_norm": "head", "rope_per_type": True},
     "olmo2": {"qkv_bias": "attention_bias", "o_bias": "attention_bias", "post_norm": True, "norm_fp32": True,
-              "qk_norm": "full"},
+              "qk_norm": "full", "rope_fp32": True},
     "phi3": {"fused": True},
 }
 _GENERIC: _Traits = {"qkv_bias": "attention_bias", "o_bias": "attention_bias", "mlp_bias": "mlp_bias"}
 
 MODEL_TYPES = tuple(_TRAITS)
+#: model types built as generic decoders whose eager attention takes an fp32 softmax (their modeling files)
+_GENERIC_FP32_SOFTMAX = frozenset({"starcoder2", "olmo", "cohere", "granite"})
 
 
 def _flag(r: ConfigReader, spec: bool | str | None) -> bool:
@@ -195,6 +199,10 @@ def build_llama_like(r: ConfigReader, architecture: str, *, generic: bool = Fals
         sliding_window=window, torch_dtype=dtype, sliding_layer_ids=sliding,
         norm_placement="post" if traits.get("post_norm") else "sandwich" if traits.get("sandwich") else "pre",
         qk_norm=qk_norm, norm_weight_fp32=bool(traits.get("norm_fp32")), rope_tables=rope_tables,
+        rope_fp32=bool(traits.get("rope_fp32")),
+        # every family here copies Llama's eager attention (fp32 softmax); of the generic ones, those
+        # transformers writes the same way
+        softmax_fp32=not generic or mt in _GENERIC_FP32_SOFTMAX,
         dense_layer_ids=tuple(i for i in range(L) if i not in sparse_layers) if moe else (),
         dense_ffn_size=f if moe else 0, shared_expert_ffn=shared_f,
     )
