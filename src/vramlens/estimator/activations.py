@@ -24,7 +24,6 @@ from vramlens.units import BLOCK, DTYPE_BYTES, round_up
 from vramlens.workload import Workload
 
 
-
 def _r(n: int) -> int:
     return round_up(int(n), BLOCK) if n > 0 else 0
 
