@@ -61,7 +61,7 @@ def test_a_workload_that_fits_is_the_answer(capsys, catalog):
     rc, out, _ = _run(capsys, ["fit", MODEL, "--seq", "2048", "--new-tokens", "128", "--gpu", "L4"])
     assert rc == 0
     lines = out.splitlines()
-    assert lines[0] == "fits (L4): 14.55 GiB of 20.24 GiB usable (22.49 GiB less 10% headroom), 5.70 GiB to spare"
+    assert lines[0] == "fits (L4): 14.46 GiB of 20.24 GiB usable (22.49 GiB less 10% headroom), 5.78 GiB to spare"
     assert lines[1] == "nothing to change; ask --optimize speed|memory|cost for faster or smaller plans"
     rc, out, _ = _run(capsys, ["fit", MODEL, "--seq", "2048", "--new-tokens", "128", "--gpu", "L4", "--json"])
     d = json.loads(out)

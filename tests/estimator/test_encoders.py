@@ -49,7 +49,7 @@ def test_family_facts():
     assert not deberta.attention_interface
     modern = load_model("modernbert-base")
     # 22 layers, global every 3rd (0, 3, ..., 21): 8 global, 14 sliding; window 128 = 64 each side
-    assert (modern.sliding_layers, modern.sliding_window, modern.rotary_tables) == (14, 64, 2)
+    assert (modern.n_sliding_layers, modern.sliding_window, modern.rotary_tables) == (14, 64, 2)
     assert (modern.mlm_loss_upcast, modern.pooling, modern.fused_qkv_kept, modern.softmax_fp32) == (
         True, "mean", True, True)
 
@@ -65,7 +65,7 @@ def test_distilbert_has_one_residual_dropout_per_block():
 
 def test_sliding_blocks_keep_their_sdpa_mask():
     spec = spec_from_config(_tiny("modernbert-base"))
-    assert (spec.n_layers, spec.sliding_layers) == (2, 1)  # block 0 global, block 1 local
+    assert (spec.n_layers, spec.n_sliding_layers) == (2, 1)  # block 0 global, block 1 local
     w = _w()
     local, glob = A.layer_activations(spec, w, B, S, local=True), A.layer_activations(spec, w, B, S)
     # SDPA converts the bool b x 1 x s x s mask to the query's dtype per call: 2 B * 2 * 128 * 128

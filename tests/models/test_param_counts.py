@@ -187,6 +187,29 @@ PINNED_BASE_MODELS = {
     "modernbert-base": 149_014_272,
 }
 
+#: Decoders added for issue 11 (new families gemma3_text, olmo2, deepseek_v2/v3), counted on the
+#: meta device by tests/models/test_vs_transformers.py's machinery and checked against a
+#: published figure where one exists.
+PINNED_DECODERS = {
+    "phi-4": 14_659_507_200,
+    "phi-3.5-mini-instruct": 3_821_079_552,  # Phi-3-mini's layout (longrope changes no tensor)
+    # OLMo 2 13B: the checkpoint's index gives total_size 54,864,793,600 fp32 bytes = 13,716,198,400 x 4
+    "olmo-2-1124-13b": 13_716_198_400,
+    "olmo-2-1124-13b-instruct": 13_716_198_400,
+    # Gemma 3 (tied embeddings): keras-hub's presets count 999,885,952 (1b) and, with a 262,144-row
+    # vocabulary, 3,880,099,328 (4b) and 11,765,788,416 (12b); the multimodal checkpoints' text towers
+    # have 262,208 rows: + 64 x 2560 and + 64 x 3840
+    "gemma-3-1b-it": 999_885_952,
+    "gemma-3-4b-it": 3_880_263_168,  # 3_880_099_328 + 64 * 2560
+    "gemma-3-12b-it": 11_766_034_176,  # 11_765_788_416 + 64 * 3840
+    "gemma-3-27b-it": 27_009_346_304,
+    "deepseek-v2-lite": 15_706_484_224,  # the model card's 15.7B
+    # without the multi-token-prediction module (transformers builds none); the issue's figure
+    "deepseek-v3": 671_026_404_352,
+    "deepseek-r1": 671_026_404_352,
+}
+PINNED.update(PINNED_DECODERS)
+
 
 @pytest.mark.parametrize("name,count", list(PINNED.items()), ids=list(PINNED))
 def test_pinned_parameter_count(name, count):

@@ -53,6 +53,32 @@ VARIANTS = {
     "gemma-mqa": _v("gemma", "GemmaForCausalLM", **_LLAMA, num_key_value_heads=1, head_dim=32),
     "gemma2-seq-cls": _v("gemma2", "Gemma2ForSequenceClassification", **_LLAMA, num_key_value_heads=2,
                          head_dim=32),
+    # Gemma 3: local/global layers from the pattern or layer_types decide the rotary buffers
+    "gemma3-pattern-2": _v("gemma3_text", "Gemma3ForCausalLM", **{**_LLAMA, "num_hidden_layers": 4},
+                           num_key_value_heads=2, head_dim=16, sliding_window=8, sliding_window_pattern=2),
+    "gemma3-all-sliding-untied": _v("gemma3_text", "Gemma3ForCausalLM", **_LLAMA, num_key_value_heads=1, head_dim=16,
+                                    layer_types=["sliding_attention"] * 2, tie_word_embeddings=False),
+    "gemma3-default-pattern": _v("gemma3_text", "Gemma3ForCausalLM", **{**_LLAMA, "num_hidden_layers": 7},
+                                 num_key_value_heads=2, head_dim=16),
+    "gemma3-nested-text-config": _v("gemma3", "Gemma3ForConditionalGeneration", text_config=dict(
+        model_type="gemma3_text", **_LLAMA, num_key_value_heads=2, head_dim=16)),
+    "olmo2-gqa-bias": _v("olmo2", "Olmo2ForCausalLM", **_LLAMA, num_key_value_heads=2, attention_bias=True,
+                         pad_token_id=0, eos_token_id=1),
+    # DeepSeek: q through a low-rank q_a/q_b (V3) or one q_proj (V2-Lite), dense first blocks
+    "deepseek_v3-q-lora": _v("deepseek_v3", "DeepseekV3ForCausalLM", **{**_LLAMA, "num_hidden_layers": 3},
+                             moe_intermediate_size=32, n_routed_experts=4, n_shared_experts=1, num_experts_per_tok=2,
+                             n_group=2, topk_group=1, first_k_dense_replace=1, q_lora_rank=48, kv_lora_rank=32,
+                             qk_nope_head_dim=16, qk_rope_head_dim=8, v_head_dim=16, num_key_value_heads=4,
+                             attention_bias=True),
+    "deepseek_v2-no-q-lora-biases": _v("deepseek_v2", "DeepseekV2ForCausalLM", **{**_LLAMA, "num_hidden_layers": 3},
+                                       moe_intermediate_size=32, n_routed_experts=4, n_shared_experts=2,
+                                       num_experts_per_tok=2, first_k_dense_replace=2, q_lora_rank=None,
+                                       kv_lora_rank=32, qk_nope_head_dim=16, qk_rope_head_dim=8, v_head_dim=16,
+                                       mlp_bias=True),
+    "deepseek_v3-seq-cls": _v("deepseek_v3", "DeepseekV3ForSequenceClassification", **_LLAMA,
+                              moe_intermediate_size=32, n_routed_experts=4, num_experts_per_tok=2, n_group=2,
+                              topk_group=1, first_k_dense_replace=1, kv_lora_rank=32, qk_nope_head_dim=16,
+                              qk_rope_head_dim=8, v_head_dim=16, q_lora_rank=48, num_key_value_heads=4),
     "mixtral-seq-cls": _v("mixtral", "MixtralForSequenceClassification", **_LLAMA, num_key_value_heads=2,
                           num_local_experts=4),
     "gpt2-seq-cls-n_inner": _v("gpt2", "GPT2ForSequenceClassification", **_GPT2, n_inner=80),
@@ -149,7 +175,9 @@ for _arch in ("RobertaModel", "RobertaForCausalLM", "RobertaForSequenceClassific
 
 def _check(config: dict) -> None:
     spec = spec_from_config(config)
-    ref_params, ref_buffers = hf_tensors(config, spec.architecture)  # config.json may lack architectures
+    # a wrapping config (gemma3) is modelled as its text tower: the reference is that part's class;
+    # config.json may lack architectures
+    ref_params, ref_buffers = hf_tensors(spec.config, spec.architecture)
     got_params, got_buffers = ours(spec)
     assert dict(got_params) == dict(ref_params), "names or shapes differ"
     assert got_params == ref_params, "same tensors, different order"

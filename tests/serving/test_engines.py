@@ -119,6 +119,21 @@ def test_vllm_hybrid_sliding_window_groups():
     assert cap.kv_cache_bytes == blocks * 131_072 * 21
 
 
+def test_mla_engines_cache_the_latent():
+    # DeepSeek-V2-Lite: 27 layers of multi-head latent attention, kv_lora_rank 512 + qk_rope_head_dim 64.
+    # vLLM AttentionSpec.page_size_bytes with use_mla: 1 x 16 tokens x 1 head x 576 x 2 B = 18,432 B per layer
+    # (per-head K and V would be 2 x 16 x 16 heads x 192 x 2 B = 196,608 B); the latent is the same on every rank.
+    for tp in (1, 2):
+        cap = capacity("deepseek-v2-lite", "vllm", gpu="H100-SXM-80GB", tp=tp, max_model_len=8192)
+        assert cap.kv_bytes_per_token == 576 * 2 * 27
+        assert cap.kv_cache_bytes == cap.figure("num_gpu_blocks") * 18_432 * 27
+    sg = capacity("deepseek-v2-lite", "sglang", gpu="H100-SXM-80GB", context=8192)
+    assert sg.kv_bytes_per_token == 576 * 2 * 27  # MLATokenToKVPool: one latent buffer per layer
+    assert sg.figure("v_size") == 0 and sg.figure("k_size") == round(sg.kv_cache_bytes / GiB, 2)
+    hf = capacity("deepseek-v2-lite", "transformers", gpu="H100-SXM-80GB", context=4096)
+    assert hf.kv_bytes_per_token == 576 * 2 * 27  # DynamicCache keeps the latent too (transformers >= 5)
+
+
 def test_sglang_llama2_7b_a100():
     # SGLang 0.4: total_gpu_memory = 85,899,345,920 - 419,430,400 (context) = 85,479,915,520
     #   rest = int(0.88 x 85,479,915,520) - (13,476,832,256 + rotary cache 1,048,576) = 61,744,444,825

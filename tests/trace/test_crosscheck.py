@@ -56,8 +56,18 @@ def rows():
 def test_matrix_covers_the_families():
     assert len(ARCHITECTURES) >= 8
     kinds = {tiny_config(n).get("model_type") for n in ARCHITECTURES}
-    assert {"llama", "qwen2", "mixtral", "gpt2", "gpt_bigcode", "bert", "t5", "gpt_neox"} <= kinds
+    assert {"llama", "qwen2", "mixtral", "gpt2", "gpt_bigcode", "bert", "t5", "gpt_neox", "gemma3_text", "deepseek_v3",
+            "olmo2"} <= kinds
     assert {"distilbert", "xlm-roberta", "electra", "deberta-v2", "modernbert"} <= kinds
+    # the shrunk Gemma 3 keeps a local and a global block, its window shorter than the sequence; the shrunk
+    # DeepSeek-V3 a dense and an MoE block
+    from vramlens.models import spec_from_config
+    from vramlens.trace.crosscheck import SEQ
+
+    g = spec_from_config(tiny_config("gemma-3-1b-it"))
+    assert g.sliding_layer_ids == (0,) and g.sliding_window is not None and g.sliding_window < SEQ
+    d = spec_from_config(tiny_config("deepseek-v3"))
+    assert d.dense_layer_ids == (0,) and d.mla is not None and d.mla.q_lora_rank is not None
     axes = {(r["mode"], r["method"], r["attention"], r["checkpointing"], r.get("amp")) for r in ROWS}
     assert {a[0] for a in axes} == {"inference", "train"} and {a[1] for a in axes} == {"full", "lora"}
     assert {a[2] for a in axes} == {"eager", "sdpa"} and {a[3] for a in axes} == {"none", "full", "selective"}

@@ -55,7 +55,8 @@ def test_activation_offload_matches_trace():
         assert 0 < r.estimate_host <= r.traced_host, render(rows)
 
 
-def test_gqa_expansion_when_decoding_with_eager_attention_matches_trace():
+def test_long_decoding_matches_trace():
+    """GQA expansion in eager attention, a sliding window capping the cache, MLA's rebuilt keys and values."""
     _check(run_technique_rows(only="new_tokens"))
 
 

@@ -106,6 +106,9 @@ def check_workload(spec: ModelSpec, w: Workload) -> None:
         if sliding_layers(spec):
             p.append(f"cache=quantized: transformers' QuantizedCache takes full-attention layers only, and "
                      f"{spec.name} has {sliding_layers(spec)} sliding-window layers: use --cache dynamic or static")
+    if not w.training and w.cache == "quantized" and spec.mla is not None:
+        p.append(f"cache=quantized for multi-head latent attention ({spec.name} caches a latent, not K and V) is not "
+                 "modelled: use --cache dynamic or static")
     if spec.kind == "encoder" and w.new_tokens:
         p.append(f"new_tokens={w.new_tokens}: {spec.name} is an encoder and does not generate")
     elif w.new_tokens and spec.head not in ("causal-lm", "seq2seq-lm"):

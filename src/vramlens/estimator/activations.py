@@ -31,16 +31,6 @@ from vramlens.models.spec import ModelSpec
 from vramlens.units import BLOCK, DTYPE_BYTES, round_up
 from vramlens.workload import Workload
 
-#: Model types whose eager attention computes ``softmax(..., dtype=torch.float32)`` and casts back
-#: (transformers/models/llama/modeling_llama.py ``eager_attention_forward`` and its copies); the
-#: others (GPT-2, BERT, ...) take the softmax in the compute dtype unless autocast upcasts it.
-#: Newer families say so on their spec instead (``ModelSpec.softmax_fp32``).
-FP32_SOFTMAX = frozenset({
-    "llama", "mistral", "mixtral", "qwen2", "qwen2_moe", "qwen3", "qwen3_moe", "phi3", "gemma", "gemma2",
-    "gemma3_text", "starcoder2", "olmo", "olmo2", "cohere", "granite", "opt", "bloom", "phi", "gpt_bigcode",
-    "gpt_neox",
-})
-
 
 def _r(n: int) -> int:
     return round_up(int(n), BLOCK) if n > 0 else 0
@@ -74,6 +64,7 @@ class Dims:
     d: int
     f: int
     V: int
+    tp: int = 1
 
 
 def _dims(spec: ModelSpec, tp: int) -> Dims:
@@ -86,6 +77,7 @@ def _dims(spec: ModelSpec, tp: int) -> Dims:
         d=spec.head_dim,
         f=max(1, spec.ffn_size // tp),
         V=spec.vocab_size,
+        tp=tp,
     )
 
 
@@ -115,8 +107,11 @@ class LayerActivations:
 
 
 def norm_kind(spec: ModelSpec) -> str:
-    """The norm as its saved tensors go: "layernorm", "rmsnorm" (Llama-style) or "t5norm"."""
-    return "t5norm" if spec.model_type in ("t5", "mt5", "umt5") else spec.norm
+    """The norm as its saved tensors go: "layernorm", "rmsnorm" (Llama-style), "rmsnorm_fp32w"
+    (the weight multiplied in fp32: Gemma, OLMo 2) or "t5norm"."""
+    if spec.model_type in ("t5", "mt5", "umt5"):
+        return "t5norm"
+    return "rmsnorm_fp32w" if spec.norm == "rmsnorm" and spec.norm_weight_fp32 else spec.norm
 
 
 def _norm_saved(kind: str, h: int, t: int, r: int, c: int, consumers: int, casts: bool,
@@ -126,6 +121,8 @@ def _norm_saved(kind: str, h: int, t: int, r: int, c: int, consumers: int, casts
     RMSNorm (HF LlamaRMSNorm): ``x.to(float32)`` (kept by ``pow``), the normalized tensor cast
     back to the input dtype (kept by ``weight * x`` for the weight's gradient, so only when the
     norm is trained), and the output (kept by the linears that train their weights).
+    ``rmsnorm_fp32w`` (Gemma2RMSNorm, Gemma3RMSNorm, Olmo2RMSNorm) multiplies by the weight
+    before casting back, so the weight's gradient keeps the fp32 normalized tensor instead.
     T5LayerNorm (``t5norm``) also keeps its half-precision input, which it scales by the fp32
     rsqrt. LayerNorm (``native_layer_norm``): its input and fp32 mean/rstd (b*s each).
     Under autocast each consuming linear that trains keeps its own cast of the output.
@@ -134,13 +131,13 @@ def _norm_saved(kind: str, h: int, t: int, r: int, c: int, consumers: int, casts
         consumers: linears reading the output that keep their input (their weight is trained:
             all of them in full fine-tuning, the LoRA-adapted ones under LoRA).
     """
-    if kind in ("rmsnorm", "t5norm"):
+    if kind in ("rmsnorm", "t5norm", "rmsnorm_fp32w"):
         own = _r(4 * h * t)  # the fp32 input (the input itself when it is fp32)
         if kind == "t5norm" and r != 4:
             # T5LayerNorm multiplies the input as it came (not its fp32 copy) by rsqrt(variance)
             own += _r(r * h * t)
         if weight_trained:
-            own += _r(r * h * t) if r != 4 else _r(4 * h * t)
+            own += _r(r * h * t) if (r != 4 and kind != "rmsnorm_fp32w") else _r(4 * h * t)
     else:
         own = _r(r * h * t) + 2 * _r(4 * t)
     if casts:
@@ -182,6 +179,31 @@ def trained_linears(spec: ModelSpec, w: Workload, group: str) -> int:
 GROUP_ORDER = GROUPS
 
 
+def trains(w: Workload, leaf: str) -> bool:
+    """Whether the linear named ``leaf`` (``"q_b_proj"``) keeps its input for a weight gradient."""
+    if w.method == "full":
+        return True
+    targets = tuple(w.lora_targets)
+    return "all-linear" in targets or leaf in targets
+
+
+def layer_kinds(spec: ModelSpec) -> tuple[tuple[int | None, int], ...]:
+    """The kinds of block of a decoder-only or encoder-only model as (a block of the kind, how many there are).
+
+    Blocks differ by their attention (a sliding window, ModelSpec.sliding_layer_ids) and, in an
+    MoE model, their MLP (dense blocks, ModelSpec.dense_layer_ids); ``((None, L),)`` when all
+    blocks are alike.
+    """
+    sliding = set(spec.sliding_layer_ids) if spec.sliding_window else set()
+    dense = set(spec.dense_layer_ids) if spec.is_moe else set()
+    if not sliding and not dense:
+        return ((None, spec.n_layers),)
+    kinds: dict[tuple[bool, bool], list[int]] = {}
+    for i in range(spec.n_layers):
+        kinds.setdefault((i in sliding, i in dense), []).append(i)
+    return tuple((ids[0], len(ids)) for ids in kinds.values())
+
+
 def untracked_before_first_adapter(spec: ModelSpec, w: Workload, b: int, s: int) -> tuple[int, tuple[str, ...]]:
     """Under LoRA the embeddings are frozen, so autograd tracks nothing until the first adapter:
     the first block's norm before it keeps nothing, and the frozen linears of the groups up to
@@ -207,6 +229,13 @@ def untracked_before_first_adapter(spec: ModelSpec, w: Workload, b: int, s: int)
     if w.dora and w.lora_dropout > 0:
         # DoRA's F.linear(dropped x, weight) on an input that needs no gradient keeps no weight
         own += sum(dora_weight_copy(w, k, n, c) for k, n in adapted_dims(spec, w, groups[-1]))
+    m = spec.mla
+    if m is not None:
+        # MLA's inner norms read the frozen down-projections' outputs: nothing requires grad there either
+        if m.q_lora_rank is not None and not trains(w, "q_a_proj"):
+            own += _norm_saved(norm_kind(spec), m.q_lora_rank, t, c, c, 0, False, False)
+        if not trains(w, "kv_a_proj_with_mqa"):
+            own += _norm_saved(norm_kind(spec), m.kv_lora_rank, t, c, c, 0, False, False)
     # an encoder-decoder has two first blocks fed by frozen embeddings (the decoder's own inputs)
     stacks = 2 if spec.kind == "encoder-decoder" else 1
     return stacks * own, tuple(groups) * stacks
@@ -402,11 +431,13 @@ def sdpa_core(spec: ModelSpec, w: Workload, *, cross: bool) -> str:
 
 
 def layer_activations(spec: ModelSpec, w: Workload, b: int, s: int, *, cross_s: int = 0, tp: int = 1,
-                      local: bool = False) -> LayerActivations:
+                      layer: int | None = None, local: bool = False) -> LayerActivations:
     """Saved-for-backward bytes of one transformer block for a micro-batch of b sequences of s tokens.
 
-    ``local``: a sliding-window block (ModernBERT's local attention): under SDPA it gets an explicit
-    mask (see :func:`sliding_mask_bytes`).
+    ``layer`` picks the block's kind where blocks differ (layer_kinds): a sliding-window block
+    (ModelSpec.sliding_layer_ids), a dense block of an MoE model. ``local`` marks a sliding-window
+    block without naming it. Under SDPA a sliding block gets an explicit mask when the window does
+    not cover the sequence (see :func:`sliding_mask_bytes`).
     """
     D = _dims(spec, tp)
     t = b * s
@@ -417,75 +448,103 @@ def layer_activations(spec: ModelSpec, w: Workload, b: int, s: int, *, cross_s: 
     casts = autocast
     p_attn, p_hid = dropout_probs(spec)
     full = w.method == "full"
+    kind = norm_kind(spec)
     # linears that keep their input (their weight trains); under LoRA with half weights and no
     # autocast the adapters keep an fp32 copy instead (in _lora_saved), not the input itself
     own = 0 if lora_casts_input(w) else 1
     qkv_consumers = trained_linears(spec, w, "qkv") * own
+    if spec.mla is not None:  # the block's input feeds only the first projections of q and the latent
+        first = ("q_proj",) if spec.mla.q_lora_rank is None else ("q_a_proj",)
+        qkv_consumers = sum(trains(w, x) for x in (*first, "kv_a_proj_with_mqa")) * own
     mlp_consumers = trained_linears(spec, w, "mlp_in") * own
     attn_out_saves = trained_linears(spec, w, "attn_out") * own > 0
     mlp_out_saves = trained_linears(spec, w, "mlp_out") * own > 0
     total = _lora_saved(spec, w, D, t, c, tp)
     quad = 0
 
-    # --- attention input norm (pre-norm) / post-norm after attention ---------------------------------
-    total += _norm_saved(norm_kind(spec), D.h, t, r, c, qkv_consumers, casts, full) // sp
-
-    # --- q, k, v (rotary makes new tensors; learned positions keep the projections' outputs) --------
-    q = _r(c * D.a * D.d * t)
-    kv = _r(c * D.kv * D.d * t)
-    attention = sdpa_core(spec, w, cross=False)
-    S = s
-    if attention == "eager" or (attention == "sdpa" and (spec.kind != "decoder" or c == 4)):
-        # eager (and SDPA with an explicit mask) expands GQA keys/values to every head (repeat_kv);
-        # so does SDPA in fp32, which CUDA runs on the memory-efficient kernel (flash takes fp16/bf16
-        # only; aten/src/ATen/native/transformers/cuda/sdp_utils.cpp), and that kernel has no GQA
-        kv_saved = _r(c * D.a * D.d * t) if D.kv != D.a else kv
+    # --- attention input norm (pre-norm); post-norm blocks' linears keep the block input itself ----
+    if spec.norm_placement == "post":
+        total += _norm_saved(kind, D.h, t, r, c, qkv_consumers, casts, full) - _norm_saved(kind, D.h, t, r, c, 0,
+                                                                                          casts, full)
     else:
-        kv_saved = kv
-    total += q + 2 * kv_saved
-    if spec.fused_qkv_kept and spec.position == "rotary":
-        total += q + kv  # the fused projection output: v's view keeps its q and k parts alive too
-    # selective recomputation wraps the attention interface's function (vramlens.trace.build); a model
-    # computing its attention itself (DeBERTa-v2) keeps its scores
-    selective = w.checkpointing == "selective" and spec.attention_interface
-    if attention == "eager" and not selective:
-        probs = b * D.a * s * S
-        q_bytes = _softmax_saved(spec, probs, c, autocast, p_attn)
-        quad += q_bytes
-        total += q_bytes
-    elif attention != "eager":
-        # flash / memory-efficient SDPA keep the output, the fp32 log-sum-exp (b, a, s) and the
-        # philox seed and offset (one int64 each); under selective recomputation the kernel runs
-        # inside torch.utils.checkpoint, which keeps its inputs (q, k, v, already counted) and
-        # returns its output (the out projection keeps it): the log-sum-exp and the seed are not kept
-        total += _r(c * D.a * D.d * t) + (0 if w.checkpointing == "selective" else _r(4 * b * D.a * s) + SDPA_RNG)
-        if local and attention == "sdpa":  # flash-attn takes the window itself, with no mask
-            mask = sliding_mask_bytes(spec, w, b, s)
-            total += mask
-            quad += mask
-        if spec.position == "relative":
-            # T5: the relative position bias (plus the causal mask) becomes SDPA's additive
-            # attn_mask (1, a, s, S), which the memory-efficient kernel keeps for backward
-            # (transformers/integrations/sdpa_attention.py create_position_bias_mask)
-            bias = _r(c * D.a * s * S)
-            total += bias
-            quad += bias
-    if spec.rel_terms:
-        rel, rel_quad = disentangled_saved(spec, w, D, b, s)
-        total += rel
-        quad += rel_quad
-    if attn_out_saves and attention == "eager":
-        # attn_output.transpose(1, 2).contiguous(): a copy (b, s, a*d) that o_proj keeps. The fused
-        # kernels (flash, memory-efficient) write their output as (b, s, a, d) and return it
-        # transposed, so the transpose back is already contiguous: o_proj keeps the kernel's own
-        # saved output, no copy (seen in the H200's events, validation/events/cuda-h200-bf16)
-        total += _r(c * D.a * D.d * t)
+        total += _norm_saved(kind, D.h, t, r, c, qkv_consumers, casts, full) // sp
+
+    attention = sdpa_core(spec, w, cross=False)
+    local = local or (layer is not None and layer in spec.sliding_layer_ids)
+    # a sliding block whose window is shorter than the sequence; under SDPA it takes an explicit mask
+    masked = local and spec.sliding_window is not None and s > spec.sliding_window
+    mask = sliding_mask_bytes(spec, w, b, s) if local and attention == "sdpa" else 0
+    if spec.mla is not None:
+        t_mla, q_mla = _mla_saved(spec, w, D, b, s, c, casts, full, own, attention, attn_out_saves, mask > 0)
+        total += t_mla
+        quad += q_mla
+        q = 0
+    else:
+        # --- q, k, v (rotary makes new tensors; learned positions keep the projections' outputs) ----
+        q = _r(c * D.a * D.d * t)
+        kv = _r(c * D.kv * D.d * t)
+        S = s
+        if attention == "eager" or (attention == "sdpa" and (spec.kind != "decoder" or masked or c == 4)):
+            # eager (and SDPA with an explicit mask, which the memory-efficient kernel takes) expands GQA
+            # keys/values to every head (repeat_kv); one kv head expands as a view (reshape merges a
+            # size-1 dimension without copying). So does SDPA in fp32, which CUDA runs on the
+            # memory-efficient kernel (flash takes fp16/bf16 only; aten/src/ATen/native/transformers/
+            # cuda/sdp_utils.cpp), and that kernel has no GQA
+            kv_saved = _r(c * D.a * D.d * t) if D.kv != D.a and (D.kv != 1 or not masked) else kv
+        else:
+            kv_saved = kv
+        total += q + 2 * kv_saved
+        if spec.fused_qkv_kept and spec.position == "rotary":
+            total += q + kv  # the fused projection output: v's view keeps its q and k parts alive too
+        if spec.qk_norm != "none":
+            # q_norm and k_norm over the projections' outputs (compute dtype); what they return goes
+            # into the rotation, which keeps nothing of it
+            total += _norm_saved(kind, D.a * D.d, t, c, c, 0, False, full) + _norm_saved(kind, D.kv * D.d, t, c, c, 0,
+                                                                                      False, full)
+        # selective recomputation wraps the attention interface's function (vramlens.trace.build); a model
+        # computing its attention itself (DeBERTa-v2) keeps its scores
+        selective = w.checkpointing == "selective" and spec.attention_interface
+        if attention == "eager" and not selective:
+            probs = b * D.a * s * S
+            q_bytes = _softmax_saved(spec, probs, c, autocast, p_attn)
+            quad += q_bytes
+            total += q_bytes
+        elif attention != "eager":
+            # flash / memory-efficient SDPA keep the output, the fp32 log-sum-exp (b, a, s) and the
+            # philox seed and offset (one int64 each); under selective recomputation the kernel runs
+            # inside torch.utils.checkpoint, which keeps its inputs (q, k, v, already counted) and
+            # returns its output (the out projection keeps it): the log-sum-exp and the seed are not kept
+            total += _r(c * D.a * D.d * t) + (0 if w.checkpointing == "selective" else _r(4 * b * D.a * s) + SDPA_RNG)
+            if mask:  # flash-attn takes the window itself, with no mask
+                total += mask
+                quad += mask
+            if spec.position == "relative":
+                # T5: the relative position bias (plus the causal mask) becomes SDPA's additive
+                # attn_mask (1, a, s, S), which the memory-efficient kernel keeps for backward
+                # (transformers/integrations/sdpa_attention.py create_position_bias_mask)
+                bias = _r(c * D.a * s * S)
+                total += bias
+                quad += bias
+        if spec.rel_terms:
+            rel, rel_quad = disentangled_saved(spec, w, D, b, s)
+            total += rel
+            quad += rel_quad
+        if attn_out_saves and attention == "eager":
+            # attn_output.transpose(1, 2).contiguous(): a copy (b, s, a*d) that o_proj keeps. The fused
+            # kernels (flash, memory-efficient) write their output as (b, s, a, d) and return it
+            # transposed, so the transpose back is already contiguous: o_proj keeps the kernel's own
+            # saved output, no copy (seen in the H200's events, validation/events/cuda-h200-bf16)
+            total += _r(c * D.a * D.d * t)
     if p_hid > 0 and spec.block_dropouts >= 2:
         total += _r(D.h * t) // sp  # residual dropout mask after o_proj (BERT; DistilBERT has none)
+    if spec.norm_placement != "pre":
+        # a norm on the attention's output (Gemma's post_attention_layernorm, OLMo 2's): its input is
+        # o_proj's output in the compute dtype, and only the residual add reads what it returns
+        total += _norm_saved(kind, D.h, t, c, c, 0, False, full) // sp
 
     # --- cross-attention (encoder-decoder decoder blocks) ---------------------------------------------
     if cross_s:
-        total += _norm_saved(norm_kind(spec), D.h, t, r, c, 1 if qkv_consumers else 0, casts, full) // sp
+        total += _norm_saved(kind, D.h, t, r, c, 1 if qkv_consumers else 0, casts, full) // sp
         cross_core = sdpa_core(spec, w, cross=True)
         total += q + 2 * _r(c * D.a * D.d * b * cross_s)
         if cross_core == "eager":
@@ -502,9 +561,17 @@ def layer_activations(spec: ModelSpec, w: Workload, b: int, s: int, *, cross_s: 
             total += _r(D.h * t) // sp
 
     # --- MLP --------------------------------------------------------------------------------------
-    total += _norm_saved(norm_kind(spec), D.h, t, r, c, mlp_consumers, casts, full) // sp
+    if spec.norm_placement == "post":
+        total += _norm_saved(kind, D.h, t, r, c, mlp_consumers, casts, full) - _norm_saved(kind, D.h, t, r, c, 0,
+                                                                                          casts, full)
+    else:
+        total += _norm_saved(kind, D.h, t, r, c, mlp_consumers, casts, full) // sp
+    dense = spec.is_moe and layer is not None and layer in spec.dense_layer_ids
     # fused MoE experts are not nn.Linear (not in linear_groups): they train only in full fine-tuning
-    total += _mlp_saved(spec, D, t, c, (full and own > 0) if spec.is_moe else mlp_out_saves, autocast)
+    total += _mlp_saved(spec, D, t, c, (full and own > 0) if (spec.is_moe and not dense) else mlp_out_saves, autocast,
+                        dense=dense, shared_out_saved=mlp_out_saves)
+    if spec.norm_placement != "pre":
+        total += _norm_saved(kind, D.h, t, c, c, 0, False, full) // sp  # the norm on the MLP's output
     if p_hid > 0 and spec.block_dropouts >= 1:
         total += _r(D.h * t) // sp
     return LayerActivations(saved=total, quadratic=quad, checkpoint_input=_r(r * D.h * t) // sp)
@@ -518,12 +585,14 @@ def sliding_mask_bytes(spec: ModelSpec, w: Workload, b: int, s: int) -> int:
     unpadded batch), and SDPA converts it to an additive mask in the query's dtype in every call
     (sdp::convert_boolean_attn_mask), which the memory-efficient kernel keeps for backward. No
     mask is made when s is below the window on either side (masking_utils._ignore_bidirectional_mask_sdpa:
-    ``kv_length < local_attention_size``).
+    ``kv_length < local_attention_size``). A decoder's sliding causal mask
+    (masking_utils.create_sliding_window_causal_mask) is needed once the window is shorter than the
+    sequence; SDPA then cannot run flash and the memory-efficient kernel takes it.
     """
     window = spec.sliding_window or 0
-    if not spec.sliding_layers or s < window:
+    if not spec.n_sliding_layers or s < window or (spec.kind == "decoder" and s == window):
         return 0
-    return _r(DTYPE_BYTES[w.compute_dtype] * b * s * s)
+    return _sliding_mask_saved(b, s, DTYPE_BYTES[w.compute_dtype])
 
 
 def disentangled_saved(spec: ModelSpec, w: Workload, D: Dims, b: int, s: int) -> tuple[int, int]:
@@ -607,6 +676,56 @@ def disentangled_model_level(spec: ModelSpec, w: Workload, b: int, s: int) -> in
     return total
 
 
+def _sliding_mask_saved(b: int, s: int, c: int) -> int:
+    """The additive mask a sliding-window block's SDPA keeps when the window is shorter than the sequence.
+
+    transformers builds one boolean (b, 1, s, S) sliding causal mask for the local blocks
+    (masking_utils.create_sliding_window_causal_mask); SDPA then cannot run flash, and the
+    memory-efficient kernel takes an additive mask in the query's dtype, which every call makes
+    from the boolean one (sdp::convert_boolean_attn_mask) and keeps for backward.
+    """
+    return _r(c * b * s * s)
+
+
+def _mla_saved(spec: ModelSpec, w: Workload, D: Dims, b: int, s: int, c: int, casts: bool, full: bool, own: int,
+               attention: str, attn_out_saves: bool, masked: bool) -> tuple[int, int]:
+    """(saved, of which quadratic) of multi-head latent attention (``DeepseekV3Attention.forward``).
+
+    With ``q_lora_rank``: ``q_a_layernorm`` keeps its fp32 input (and, trained, its normalized
+    cast), ``q_b_proj`` keeps what it returns; ``kv_a_layernorm`` the same over the kv_lora_rank
+    part of the latent, which ``kv_b_proj`` keeps. Attention keeps the query built by ``torch.cat``
+    (a*(nope+rope)), the key built by ``new_empty`` and two ``copy_`` (the same width), and the
+    values, a view of ``kv_b_proj``'s whole (a*(nope+v)) output. Values narrower than queries rule
+    flash out: CUDA runs the memory-efficient kernel, which keeps its output (a*v) and the fp32
+    log-sum-exp. The rotation (interleaved or not) multiplies by the shared cos/sin and keeps nothing.
+    """
+    m = spec.mla
+    assert m is not None
+    t = b * s
+    a = D.a
+    kind = norm_kind(spec)
+    total = quad = 0
+    if m.q_lora_rank is not None:
+        total += _norm_saved(kind, m.q_lora_rank, t, c, c, int(trains(w, "q_b_proj")) * own, casts, full)
+    total += _norm_saved(kind, m.kv_lora_rank, t, c, c, int(trains(w, "kv_b_proj")) * own, casts, full)
+    total += _r(c * a * (m.qk_nope_head_dim + m.v_head_dim) * t)  # kv_b_proj's output: the values' storage
+    total += 2 * _r(c * a * m.qk_head_dim * t)  # query and key
+    if attention == "eager" and w.checkpointing != "selective":
+        probs = _softmax_saved(spec, b * a * s * s, c, casts, dropout_probs(spec)[0])
+        total += probs
+        quad += probs
+    elif attention != "eager":
+        # output, log-sum-exp, philox state (under selective recomputation only the output: see layer_activations)
+        total += _r(c * a * m.v_head_dim * t) + (0 if w.checkpointing == "selective" else _r(4 * b * a * s) + SDPA_RNG)
+        if masked:
+            mask = _sliding_mask_saved(b, s, c)
+            total += mask
+            quad += mask
+    if attn_out_saves and attention == "eager":
+        total += _r(c * a * m.v_head_dim * t)  # the output's contiguous copy that o_proj keeps
+    return total, quad
+
+
 def _softmax_saved(spec: ModelSpec, probs: int, c: int, autocast: bool, p_drop: float = 0.0) -> int:
     """What eager attention keeps of its b*a*s*S probabilities.
 
@@ -614,7 +733,7 @@ def _softmax_saved(spec: ModelSpec, probs: int, c: int, autocast: bool, p_drop: 
     its input in the compute dtype: the cast copy of an fp32 softmax, or with dropout the dropped
     probabilities, whose bool mask dropout keeps (the cast copy before dropout is then not kept).
     """
-    sm = 4 if (autocast or c == 4 or spec.softmax_fp32 or spec.model_type in FP32_SOFTMAX) else c
+    sm = 4 if (autocast or c == 4 or spec.softmax_fp32) else c
     if p_drop > 0:
         return _r(sm * probs) + _r(probs) + _r(c * probs)
     return _r(sm * probs) + (_r(c * probs) if sm != c else 0)
@@ -657,10 +776,10 @@ def _act_saved(act: str, n: int, c: int, out_saved: bool = True, autocast: bool 
     return _act_own(act, n, c, autocast) + out
 
 
-def _mlp_saved(spec: ModelSpec, D: Dims, t: int, c: int, out_saved: bool = True, autocast: bool = False) -> int:
-    if spec.is_moe:
+def _mlp_saved(spec: ModelSpec, D: Dims, t: int, c: int, out_saved: bool = True, autocast: bool = False, *,
+               dense: bool = False, shared_out_saved: bool = True) -> int:
+    if spec.is_moe and not dense:
         k = max(1, spec.experts_per_token)
-        E = spec.n_experts
         routed = t * k
         # transformers 5 grouped experts: gate_up output (2f, kept by act and the product),
         # act(gate) (f), and the expert output (h, kept by the routing-weight product); the
@@ -668,14 +787,19 @@ def _mlp_saved(spec: ModelSpec, D: Dims, t: int, c: int, out_saved: bool = True,
         per_expert = 3 * _r(c * D.f * routed) + _r(c * D.h * routed)
         if out_saved:
             per_expert += _r(c * D.h * routed) + _r(c * D.f * routed)
-        router = _r(c * E * t) + _r(4 * E * t)
-        return per_expert + router
+        total = per_expert + _router_saved(spec, D, t, c, router_trains=out_saved)
+        if spec.shared_expert_ffn:
+            # the shared experts: a gated MLP every token runs through (DeepseekV3MLP, Qwen2MoeMLP)
+            fs = max(1, spec.shared_expert_ffn // D.tp)
+            total += 3 * _r(c * fs * t) + (_r(c * fs * t) if shared_out_saved else 0)
+        return total
+    f = max(1, spec.dense_ffn_size // D.tp) if dense and spec.dense_ffn_size else D.f
     inner_dropout = 0
     if spec.model_type in ("t5", "mt5", "umt5") and dropout_probs(spec)[1] > 0:
         # T5's DenseReluDense / DenseGatedActDense drop out between wi and wo: a bool mask, and
         # the dropped tensor that wo keeps (instead of the activation's output)
-        inner_dropout = _r(D.f * t)
-    n = D.f * t
+        inner_dropout = _r(f * t)
+    n = f * t
     if spec.gated_mlp:
         # act(gate) keeps gate (or its own tensors), the product keeps act(gate) (fp32 when the
         # activation upcasts) and up; down_proj keeps the product (under autocast, its half cast)
@@ -707,6 +831,28 @@ def mlp_backward_bytes(spec: ModelSpec, w: Workload, b: int, s: int, tp: int = 1
     r = 4 if w.run_dtype == "fp32" else c
     g = 4 if act_upcasts(spec.activation, _autocast(w)) else c
     return _r(r * spec.hidden_size * t) + 2 * _r(g * max(1, spec.ffn_size // tp) * t)
+
+
+def _router_saved(spec: ModelSpec, D: Dims, t: int, c: int, *, router_trains: bool) -> int:
+    """What an MoE router keeps for backward (ModelSpec.router).
+
+    ``softmax`` (MixtralTopKRouter and its copies): the logits in the compute dtype and their
+    fp32 softmax. ``softmax_fp32`` (DeepseekV2TopkRouter): ``F.linear`` of an fp32 copy of the
+    input and the fp32 weight (the copy kept when the weight trains), the fp32 softmax and the
+    top-k indices (int64). ``sigmoid_grouped`` (DeepseekV3TopkRouter): the same fp32 copy, the
+    sigmoid's output, the top-k indices that ``gather`` keeps, and the weights' normalization
+    (the top-k weights and their sum, fp32); the group-limited selection works on a branch no
+    output depends on, so its tensors are freed in forward.
+    """
+    E = spec.n_experts
+    k = max(1, spec.experts_per_token)
+    if spec.router == "softmax":
+        return _r(c * E * t) + _r(4 * E * t)
+    total = _r(4 * D.h * t) if router_trains else 0
+    total += _r(4 * E * t) + _r(8 * k * t)
+    if spec.router == "sigmoid_grouped":
+        total += _r(4 * k * t) + _r(4 * t)
+    return total
 
 
 def has_lm_head(spec: ModelSpec) -> bool:
@@ -791,6 +937,16 @@ def loss_backward(spec: ModelSpec, w: Workload, b: int, s: int) -> LossBackward 
     return LossBackward(transient=H.cross_entropy_backward(w, lsm, g32), over_saved=max(g32, 2 * lsm - g32))
 
 
+def rotary_saved(spec: ModelSpec, c: int, s: int) -> int:
+    """The rotary cos and sin every block multiplies by (and keeps): (1, s, d) each, from
+    position_ids = cache_position.unsqueeze(0), shared by the batch; one pair per table
+    (ModelSpec.rotary_tables: one per layer type, Gemma 3's local and global, ModernBERT's),
+    ``rotary_dim`` wide (MLA rotates qk_rope_head_dim of each head), in the compute dtype or fp32
+    (ModelSpec.rotary_tables_fp32: OLMo 2)."""
+    width = spec.rotary_dim or spec.head_dim
+    return 2 * spec.rotary_tables * _r((4 if spec.rotary_tables_fp32 else c) * width * s)
+
+
 def model_level_saved(spec: ModelSpec, w: Workload, b: int, s: int) -> int:
     """Inputs, position tables and the final norm: tensors outside the blocks kept for backward."""
     t = b * s
@@ -800,7 +956,7 @@ def model_level_saved(spec: ModelSpec, w: Workload, b: int, s: int) -> int:
     if spec.position == "rotary":
         # cos and sin (per layer type), shared by the blocks: (1, s, d), from position_ids =
         # cache_position.unsqueeze(0) (modeling_llama.py LlamaModel.forward; ModernBertModel.forward)
-        total += 2 * spec.rotary_tables * _r(c * spec.head_dim * s)
+        total += rotary_saved(spec, c, s)
     _, p_hid = dropout_probs(spec)
     if p_hid > 0:
         total += _r((spec.embedding_size or spec.hidden_size) * t)  # embedding dropout mask
@@ -913,7 +1069,7 @@ def offloaded_model_level(spec: ModelSpec, w: Workload, b: int, s: int) -> tuple
     r = 4 if w.run_dtype == "fp32" else c
     moved = 0
     if spec.position == "rotary":
-        moved += 2 * spec.rotary_tables * _r(c * spec.head_dim * s)
+        moved += rotary_saved(spec, c, s)
     if dropout_probs(spec)[1] > 0:
         moved += _r((spec.embedding_size or spec.hidden_size) * t)
     if spec.position == "relative" and any(checkpointed(spec, w)):
@@ -939,7 +1095,13 @@ def inference_layer_peak(spec: ModelSpec, w: Workload, b: int, s: int, S: int, t
         stream += _r(c * D.h * t)
     if spec.position == "learned" and spec.kind == "decoder":
         stream += _r(c * D.h * s)
-    if spec.rel_terms:
+    # during attention there is no residual yet, and a post-norm block has no input norm either
+    attn_stream = stream - (_r(c * D.h * t) if spec.norm_placement != "post" else 2 * _r(c * D.h * t))
+    masked = (spec.kind == "decoder" and spec.n_sliding_layers and spec.sliding_window is not None and s > 1
+              and S > spec.sliding_window and w.attention == "sdpa")
+    if spec.mla is not None:
+        attn = _mla_inference(spec, w, D, b, s, S, c)
+    elif spec.rel_terms:
         # DeBERTa-v2 at its p2c term (eager, always): q, k, v made contiguous, the repeated position
         # projections, that term's raw (b*a, s, R) scores, both gathered terms, their sum and the
         # content scores; the int64 indices, the normalized relative embeddings, the fp32 mask
@@ -950,22 +1112,49 @@ def inference_layer_peak(spec: ModelSpec, w: Workload, b: int, s: int, S: int, t
         probs = b * D.a * s * S
         # q, and the keys and values it attends to; with GQA, eager_attention_forward calls repeat_kv
         # (transformers/integrations/sdpa_attention.py), a copy of all S keys and values at the full
-        # head count: 2*b*a*S*d per attention call, gigabytes at long context when decoding
-        kv = 2 * _r(c * D.a * D.d * b * S) if D.kv != D.a else 2 * _r(c * D.a * D.d * t)
+        # head count: 2*b*a*S*d per attention call, gigabytes at long context when decoding (one kv
+        # head expands as a view: reshape merges its size-1 dimension without copying)
+        kv = 2 * _r(c * D.a * D.d * b * S) if D.kv not in (1, D.a) else 2 * _r(c * D.a * D.d * t)
         attn = 2 * _r(c * probs) + _r(4 * probs) + _r(c * D.a * D.d * t) + kv
     else:
         attn = 4 * _r(c * D.a * D.d * t) + _r(4 * b * D.a * s)
+        if masked:
+            # a local block's SDPA over more keys than its window: the additive (b, 1, s, S) mask the
+            # memory-efficient kernel takes, and keys and values expanded to every head (repeat_kv;
+            # a view for one kv head)
+            attn += _sliding_mask_saved(b, s, c) // s * S
+            if D.kv not in (1, D.a):
+                attn += 2 * _r(c * D.a * D.d * b * S)
     if spec.rotary_fp32:
         # ModernBERT's rotary in fp32 while the fused q/k/v output is alive: q.float(), q * cos, the
         # rotated half (neg, half width) and cat, and the sum (four and a half fp32 b*s*a*d tensors)
         attn = max(attn, 3 * _r(c * D.a * D.d * t) + 4 * _r(4 * D.a * D.d * t) + _r(2 * D.a * D.d * t))
-    if spec.sliding_layers and w.attention == "sdpa":
-        attn += _r(b * s * S)  # the bool sliding-window mask (b, 1, s, S), made once per forward
+    if spec.n_sliding_layers and spec.kind == "encoder" and w.attention == "sdpa":
+        attn += _r(b * s * S)  # the bool bidirectional sliding-window mask (b, 1, s, S), made once per forward
+    if spec.qk_norm != "none" and spec.mla is None:
+        # the q and k norms: the projection, its fp32 copy and the fp32 normalized (or squared) tensor
+        attn = max(attn, 3 * _r(c * D.a * D.d * t) + 2 * _r(4 * D.a * D.d * t))
+    if spec.rotary_tables_fp32:
+        # rotating half-precision q and k by fp32 cos/sin (OLMo 2): q, k and v in the compute dtype
+        # beside the fp32 rotated q and the rotation of k (two products and their sum)
+        attn = max(attn, _r(c * (D.a + 2 * D.kv) * D.d * t) + _r(4 * D.a * D.d * t) + 3 * _r(4 * D.kv * D.d * t))
     if spec.is_moe:
         # transformers 5 grouped experts: the routed copies of the hidden states (t*k, h) and
         # the fused gate_up output (t*k, 2f), then act(gate) and the product (t*k, f each)
         tk = t * max(1, spec.experts_per_token)
         mlp = _r(c * D.h * tk) + _r(c * 2 * D.f * tk) + 2 * _r(c * D.f * tk)
+        # then the down projection's output beside the routed input, weighted by the routing weights
+        # and put back in token order (integrations/moe.py grouped_mm_experts_forward): two (t*k, h)
+        # tensors in the weights' dtype, fp32 for DeepSeek's routers
+        wb = c if spec.router == "softmax" else 4
+        mlp = max(mlp, 2 * _r(c * D.h * tk) + 2 * _r(wb * D.h * tk))
+        if spec.shared_expert_ffn:
+            # the shared experts run on the block's input after the routed ones: their gated MLP
+            # beside the routed output (t, h)
+            fs = max(1, spec.shared_expert_ffn // tp)
+            mlp = max(mlp, _r(c * D.h * t) + 3 * _r(c * fs * t))
+        if spec.dense_layer_ids and spec.dense_ffn_size:
+            mlp = max(mlp, 3 * _r(c * max(1, spec.dense_ffn_size // tp) * t))
     elif spec.gated_mlp:
         mlp = 3 * _r(c * D.f * t)
     elif spec.activation in ("gelu_new", "gelu_fast"):
@@ -980,4 +1169,30 @@ def inference_layer_peak(spec: ModelSpec, w: Workload, b: int, s: int, S: int, t
         w_mlp = max((wb for g in ("mlp_in", "mlp_out") for _, _, wb in deq.get(g, ())), default=0)
         attn = max(attn, 3 * _r(c * D.a * D.d * t) + w_attn)
         mlp = max(mlp, (2 * _r(c * D.f * t) if spec.gated_mlp else _r(c * D.f * t) + _r(c * D.h * t)) + w_mlp)
-    return stream + max(attn, mlp, dora_forward_transient(spec, w, training=False, tp=tp))
+    return max(attn_stream + attn, stream + max(mlp, dora_forward_transient(spec, w, training=False, tp=tp)))
+
+
+def _mla_inference(spec: ModelSpec, w: Workload, D: Dims, b: int, s: int, S: int, c: int) -> int:
+    """Multi-head latent attention's working set over S keys (``DeepseekV3Attention.forward``).
+
+    The query (``q_b_proj``'s output stays referenced until the end of forward, beside the query
+    ``torch.cat`` builds), the latent ``kv_a_proj_with_mqa`` returns (also referenced until then),
+    and what ``expand_kv`` rebuilds from the cached latent of all S tokens at every call:
+    ``kv_b_proj``'s output (b, S, a*(nope+v)), whose value part is the values, and the keys
+    (b, a, S, nope+rope). Then the attention itself (memory-efficient SDPA: its output and
+    log-sum-exp; eager: the scores and fp32 softmax).
+    """
+    m = spec.mla
+    assert m is not None
+    t = b * s
+    a = D.a
+    total = 2 * _r(c * a * m.qk_head_dim * t) + _r(c * m.latent * t)
+    total += _r(c * a * (m.qk_nope_head_dim + m.v_head_dim) * b * S) + _r(c * a * m.qk_head_dim * b * S)
+    if w.attention == "eager":
+        probs = b * a * s * S
+        # the scores, the fp32 softmax and its cast, the output, and a contiguous copy of the values
+        # (a strided view of kv_b_proj's output) for the probabilities' matmul
+        total += 2 * _r(c * probs) + _r(4 * probs) + _r(c * a * m.v_head_dim * t) + _r(c * a * m.v_head_dim * b * S)
+    else:
+        total += _r(c * a * m.v_head_dim * t) + _r(4 * b * a * s)
+    return total

@@ -153,10 +153,8 @@ def activation_totals(spec: ModelSpec, w: Workload, sp: Split) -> ActivationTota
         dec = A.layer_activations(spec, w, b, s, cross_s=s, tp=tp)
         layers = [(enc, spec.n_encoder_layers), (dec, spec.n_decoder_layers)]
     else:
-        la = A.layer_activations(spec, w, b, s, tp=tp)
-        layers = [(la, spec.n_layers - spec.sliding_layers)]
-        if spec.sliding_layers:  # local-attention blocks keep their own SDPA mask
-            layers.append((A.layer_activations(spec, w, b, s, tp=tp, local=True), spec.sliding_layers))
+        # blocks of different kinds (sliding and global attention, dense and MoE MLPs) each counted as they are
+        layers = [(A.layer_activations(spec, w, b, s, tp=tp, layer=i), n) for i, n in A.layer_kinds(spec)]
     frac = sp.layers / max(1, spec.n_layers)
     # the embedding case runs the blocks once per text column, both graphs alive until backward
     inflight = sp.micro_batches_in_flight * H.columns(spec, w)
@@ -264,9 +262,10 @@ def recompute_mlp_gradients(spec: ModelSpec, w: Workload) -> int:
     Under autocast an activation whose output is fp32 (NewGELU's pow) runs its backward as a
     chain of fp32 elementwise ops: three fp32 (b*s, f) gradients at once, whatever fc2 kept.
     """
+    f = max(spec.ffn_size, spec.dense_ffn_size)  # the widest MLP: DeepSeek's dense first blocks
     if A.act_upcasts(spec.activation, H.autocast(w)):
-        return 3 * A._r(4 * max(1, spec.ffn_size // w.tp) * w.batch * w.seq)
-    f_bytes = A._r(DTYPE_BYTES[w.compute_dtype] * max(1, spec.ffn_size // w.tp) * w.batch * w.seq)
+        return 3 * A._r(4 * max(1, f // w.tp) * w.batch * w.seq)
+    f_bytes = A._r(DTYPE_BYTES[w.compute_dtype] * max(1, f // w.tp) * w.batch * w.seq)
     own = 0 if A.lora_casts_input(w) else 1
     if spec.is_moe:
         down_keeps = w.method == "full" and own > 0
@@ -458,27 +457,34 @@ def estimate_spec(spec: ModelSpec, w: Workload, gpu: GPU | None = None, *, headr
         explain.pop("optimizer_step", None)
         b, s = w.batch, w.seq
         total_tokens = s + w.new_tokens
+        share = sp.layers / max(1, spec.n_layers)  # this GPU's blocks under pipeline parallelism
         if w.cache == "dynamic":
-            kv = K.kv_cache_bytes(spec, w, total_tokens, b, tp=w.tp) if spec.kind != "encoder" else 0
-            if sp.layers != spec.n_layers:
-                kv = kv * sp.layers // max(1, spec.n_layers)
-            if kv and w.new_tokens and not w.kv_block:
-                # DynamicCache appends with torch.cat: one layer's old and new keys are alive at once
-                kv += K.kv_cache_bytes(spec, w, total_tokens - 1, b, tp=w.tp) // max(1, 2 * spec.n_decoder_layers)
-            kv_prefill = kv_decode = kv_persistent = kv_prefill_tail = kv_decode_tail = kv
+            # the cache as prefill leaves it (transformers: sliding layers still hold the whole prompt) and
+            # as decoding keeps it, with one layer's old keys alive while torch.cat appends
+            kv_prefill = int(K.kv_cache_bytes(spec, w, s, b, tp=w.tp, prefill=not w.kv_block) * share)
+            kv_decode = 0
+            if w.new_tokens and w.kv_block:
+                kv_decode = int(K.kv_cache_bytes(spec, w, total_tokens, b, tp=w.tp) * share)
+            elif w.new_tokens:
+                kv_decode = int(K.decode_bytes(spec, w, s, total_tokens, b, tp=w.tp) * share)
+            kv = kv_persistent = max(kv_prefill, kv_decode)
+            kv_prefill_tail, kv_decode_tail = kv_prefill, kv_decode
+            width = (f"{spec.kv_latent} latent elements (kv_lora_rank + qk_rope_head_dim)" if spec.kv_latent else
+                     f"2 x {max(1, spec.n_kv_heads // w.tp)} kv heads x {spec.head_dim}")
             explain["kv_cache"] = (
-                f"2 x {spec.n_decoder_layers} layers x {max(1, spec.n_kv_heads // w.tp)} kv heads x {spec.head_dim} x "
-                f"{K.kv_dtype_bytes(w)} B x {total_tokens} tokens x batch {b}"
-                + (" + one layer's keys while torch.cat appends" if w.new_tokens and not w.kv_block else "")
+                f"{spec.n_decoder_layers} layers x {width} x {K.kv_dtype_bytes(w)} B x {total_tokens} tokens x batch {b}"
+                + (f" ({K.sliding_layers(spec)} sliding layers keep {spec.sliding_window} tokens once decoding, the "
+                   f"prompt after prefill)" if K.sliding_layers(spec) else "")
+                + (" + one layer's old keys (a sliding layer's keys and values) while torch.cat appends"
+                   if w.new_tokens and not w.kv_block else "")
             )
         else:
             cf = K.cache_figures(spec, w, tp=w.tp)
-            frac = sp.layers / max(1, spec.n_layers)
-            kv_prefill, kv_decode, kv_persistent = (int(x * frac) for x in (cf.prefill, cf.decode, cf.persistent))
-            kv_prefill_tail = kv_prefill if cf.prefill_tail is None else int(cf.prefill_tail * frac)
-            kv_decode_tail = kv_decode if cf.decode_tail is None else int(cf.decode_tail * frac)
+            kv_prefill, kv_decode, kv_persistent = (int(x * share) for x in (cf.prefill, cf.decode, cf.persistent))
+            kv_prefill_tail = kv_prefill if cf.prefill_tail is None else int(cf.prefill_tail * share)
+            kv_decode_tail = kv_decode if cf.decode_tail is None else int(cf.decode_tail * share)
             kv = max(kv_prefill, kv_decode)
-            act_host = int(cf.host * frac)
+            act_host = int(cf.host * share)
             explain["kv_cache"] = cf.formula + (f" ({act_host:,} B on the host)" if act_host else "")
         # eager attention over a static cache attends to all M slots, through a (b, 1, s, M) mask
         # (masking_utils.eager_mask; SDPA skips the mask in a prefill and slices the keys to s)

@@ -5,7 +5,9 @@ Bytes = 2 (K and V) x layers x tokens x n_kv x d_head x bytes, per sequence, tim
 Sliding-window layers keep at most ``sliding_window`` tokens (transformers'
 ``DynamicSlidingWindowLayer``). Paged caches (vLLM, Kwon et al. 2023) allocate whole blocks of
 ``kv_block`` tokens per sequence. Encoder-decoder decoders also cache the cross-attention
-keys/values of the encoder's s tokens.
+keys/values of the encoder's s tokens. Multi-head latent attention (DeepSeek V2/V3) caches one
+latent per token and layer instead, kv_lora_rank + qk_rope_head_dim wide (ModelSpec.kv_latent),
+in transformers >= 5 as in vLLM and SGLang; it is not split by tensor parallelism.
 
 LLaMA-13B (40 layers, 40 heads x 128) in fp16: 2 * 40 * 5120 * 2 B = 819,200 B = 800 KiB per token.
 
@@ -49,38 +51,69 @@ def kv_dtype_bytes(w: Workload) -> int:
 
 
 def sliding_layers(spec: ModelSpec) -> int:
-    """How many decoder layers use a sliding window (and so cap their cache)."""
-    if not spec.sliding_window:
-        return 0
-    cfg = spec.config or {}
-    L = spec.n_decoder_layers
-    types = cfg.get("layer_types")
-    if isinstance(types, list) and types:
-        return sum(1 for x in types[:L] if "sliding" in str(x))
-    if spec.model_type in ("gemma2", "gemma3", "cohere2"):
-        return (L + 1) // 2  # even layers slide (Gemma 2: alternating local/global attention)
-    if spec.model_type in ("qwen2", "qwen2_moe", "qwen3") and not cfg.get("use_sliding_window", False):
-        return 0
-    return L
+    """How many decoder layers use a sliding window (and so cap their cache): the family's fact
+    (``ModelSpec.sliding_layer_ids``, laid out as each config class's ``layer_types``)."""
+    return spec.n_sliding_layers
+
+
+def layer_token_bytes(spec: ModelSpec, w: Workload, tp: int = 1) -> int:
+    """Cache bytes of one token in one layer: K and V of the (local) KV heads, or MLA's latent."""
+    if spec.kv_latent:
+        return spec.kv_latent * kv_dtype_bytes(w)
+    kv = max(1, spec.n_kv_heads // tp)
+    return 2 * kv * spec.head_dim * kv_dtype_bytes(w)
 
 
 def kv_bytes_per_token(spec: ModelSpec, w: Workload, tp: int = 1) -> int:
     """Bytes one token adds to the cache across all decoder layers (no window, no paging)."""
-    kv = max(1, spec.n_kv_heads // tp)
-    return 2 * spec.n_decoder_layers * kv * spec.head_dim * kv_dtype_bytes(w)
+    return spec.n_decoder_layers * layer_token_bytes(spec, w, tp)
 
 
-def kv_cache_bytes(spec: ModelSpec, w: Workload, tokens: int, batch: int, tp: int = 1) -> int:
-    """Cache bytes for ``batch`` sequences of ``tokens`` tokens each."""
+def decode_bytes(spec: ModelSpec, w: Workload, prompt: int, total: int, batch: int, tp: int = 1) -> int:
+    """The cache's peak while ``generate`` decodes from ``prompt`` to ``total`` tokens (transformers).
+
+    Each step appends with ``torch.cat`` (cache_utils.py): ``DynamicLayer.update`` reassigns the
+    keys before concatenating the values, so one layer's old keys (or MLA's kv_lora_rank part of
+    the latent) are alive beside the new cache; ``DynamicSlidingWindowLayer.update`` concatenates
+    both before reassigning, so a sliding layer's old keys and values are, and the first step's old
+    ones are the whole prompt (the window is a view of it after prefill). The peak is at the first
+    or at the last step.
+    """
+    if spec.kind == "encoder" or total <= prompt:
+        return 0
+    L = spec.n_decoder_layers
+    n_slide = sliding_layers(spec)
+    per_token = layer_token_bytes(spec, w, tp)
+    half = spec.mla.kv_lora_rank * kv_dtype_bytes(w) if spec.mla is not None else per_token // 2
+    win = spec.sliding_window or total
+    peaks = []
+    for before, after in ((prompt, prompt + 1), (total - 1, total)):
+        steady = kv_cache_bytes(spec, w, after, batch, tp)
+        transient = half * batch * before if n_slide < L else 0
+        if n_slide:
+            old = before if before == prompt else min(before + 1, win)  # the storage the last cat made
+            transient = max(transient, per_token * batch * old)
+        peaks.append(steady + transient)
+    return max(peaks)
+
+
+def kv_cache_bytes(spec: ModelSpec, w: Workload, tokens: int, batch: int, tp: int = 1, *,
+                   prefill: bool = False) -> int:
+    """Cache bytes for ``batch`` sequences of ``tokens`` tokens each.
+
+    ``prefill``: the cache right after a prefill of ``tokens`` tokens in transformers, before any
+    decode step: a sliding layer still holds the whole prompt, since
+    ``DynamicSlidingWindowLayer.update`` keeps its last ``sliding_window - 1`` tokens as a view of
+    the concatenated prompt; the next step's ``torch.cat`` replaces it with the window.
+    """
     if spec.kind == "encoder":
         return 0
-    kv = max(1, spec.n_kv_heads // tp)
-    per_layer_token = 2 * kv * spec.head_dim * kv_dtype_bytes(w)
+    per_layer_token = layer_token_bytes(spec, w, tp)
     L = spec.n_decoder_layers
     n_slide = sliding_layers(spec)
     win = spec.sliding_window or tokens
     full_tokens = tokens
-    slide_tokens = min(tokens, win)
+    slide_tokens = tokens if prefill else min(tokens, win)
     if w.kv_block:
         full_tokens = round_up(full_tokens, w.kv_block)
         slide_tokens = round_up(slide_tokens, w.kv_block)
@@ -109,10 +142,15 @@ def max_cache_len(w: Workload) -> int:
 
 
 def _layer_bytes(spec: ModelSpec, w: Workload, tokens: int, batch: int, tp: int) -> int:
-    """Keys and values of one layer for ``tokens`` tokens (each tensor rounded to the allocator's block)."""
+    """Keys and values of one layer for ``tokens`` tokens (each tensor rounded to the allocator's block);
+    MLA's two cached tensors: the kv_lora_rank latent and the rotated key part."""
+    if not tokens:
+        return 0
+    if spec.mla is not None:
+        n = kv_dtype_bytes(w) * batch * tokens
+        return round_up(spec.mla.kv_lora_rank * n, BLOCK) + round_up(spec.mla.qk_rope_head_dim * n, BLOCK)
     kv = max(1, spec.n_kv_heads // tp)
-    one = round_up(kv * spec.head_dim * kv_dtype_bytes(w) * batch * tokens, BLOCK) if tokens else 0
-    return 2 * one
+    return 2 * round_up(kv * spec.head_dim * kv_dtype_bytes(w) * batch * tokens, BLOCK)
 
 
 def quantized_bytes(numel: int, c: int) -> int:
@@ -140,12 +178,13 @@ def cache_figures(spec: ModelSpec, w: Workload, tp: int = 1) -> CacheFigures:
     L = spec.n_decoder_layers
     if spec.kind == "encoder":
         return CacheFigures(0, 0, 0, 0, "encoder: no cache")
-    heads = f"{max(1, spec.n_kv_heads // tp)} kv heads x {spec.head_dim} x {kv_dtype_bytes(w)} B"
+    heads = (f"2 x {max(1, spec.n_kv_heads // tp)} kv heads x {spec.head_dim} x {kv_dtype_bytes(w)} B" if not spec.kv_latent
+             else f"{spec.kv_latent} latent elements (kv_lora_rank + qk_rope_head_dim) x {kv_dtype_bytes(w)} B")
     if w.cache == "static":
         M = max_cache_len(w)
         kv = kv_cache_bytes(spec, w, M, b, tp=tp) + L * BLOCK  # + StaticLayer.cumulative_length per layer
         return CacheFigures(kv, kv if n else 0, kv, 0,
-                            f"StaticCache: 2 x {L} layers x {heads} x max_cache_len {M} x batch {b}, allocated at "
+                            f"StaticCache: {L} layers x {heads} x max_cache_len {M} x batch {b}, allocated at "
                             "the first forward")
     if w.cache == "offloaded":
         one_prev = _layer_bytes(spec, w, total - 1, b, tp)
@@ -159,7 +198,7 @@ def cache_figures(spec: ModelSpec, w: Workload, tp: int = 1) -> CacheFigures:
         # while the head runs: only the first layer, prefetched for the next forward
         return CacheFigures(prefill, decode, _layer_bytes(spec, w, total, b, tp), host,
                             f"offloaded DynamicCache: on the GPU one layer's old and new keys and values and the next "
-                            f"layer prefetched (2 x {heads} x {total} tokens x batch {b} each); the other layers on the "
+                            f"layer prefetched ({heads} x {total} tokens x batch {b} each); the other layers on the "
                             "host", prefill_tail=_layer_bytes(spec, w, s, b, tp) if L > 1 else 0,
                             decode_tail=_layer_bytes(spec, w, total, b, tp) if n else 0)
     if w.cache == "quantized":
@@ -179,7 +218,7 @@ def cache_figures(spec: ModelSpec, w: Workload, tp: int = 1) -> CacheFigures:
                             f"per {QUANT_GROUP}, {r} residual tokens in full precision ({QUANT_RESIDUAL} at most); an "
                             "update dequantizes one layer")
     kv = kv_cache_bytes(spec, w, total, b, tp=tp)
-    formula = f"2 x {L} layers x {heads} x {total} tokens x batch {b}"
+    formula = f"{L} layers x {heads} x {total} tokens x batch {b}"
     if kv and n and not w.kv_block:
         # DynamicCache appends with torch.cat: one layer's old and new keys are alive at once
         kv += kv_cache_bytes(spec, w, total - 1, b, tp=tp) // max(1, 2 * L)

@@ -36,15 +36,18 @@ _REQUIRED = object()
 #: so that ``num_hidden_layers: 10**9`` is refused at once instead of building a billion blocks.
 FIELD_LIMITS: dict[str, int] = {
     **dict.fromkeys(("num_hidden_layers", "n_layer", "num_layers", "num_decoder_layers",
-                     "decoder_sparse_step", "num_ln_in_parallel_attn"), MAX_LAYERS),
-    **dict.fromkeys(("hidden_size", "n_embd", "d_model", "word_embed_proj_dim", "head_dim", "d_kv"),
+                     "decoder_sparse_step", "num_ln_in_parallel_attn", "max_window_layers",
+                     "sliding_window_pattern", "first_k_dense_replace"), MAX_LAYERS),
+    **dict.fromkeys(("hidden_size", "n_embd", "d_model", "word_embed_proj_dim", "head_dim", "d_kv",
+                     "q_lora_rank", "kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim"),
                     MAX_HIDDEN),
     **dict.fromkeys(("intermediate_size", "ffn_dim", "n_inner", "d_ff", "moe_intermediate_size",
                      "shared_expert_intermediate_size", "ffn_hidden_size"), MAX_INTERMEDIATE),
     **dict.fromkeys(("num_attention_heads", "n_head", "num_heads", "num_key_value_heads", "num_kv_heads"),
                     MAX_HEADS),
     **dict.fromkeys(("vocab_size", "type_vocab_size"), MAX_VOCAB),
-    **dict.fromkeys(("num_experts", "num_local_experts", "num_experts_per_tok"), MAX_EXPERTS),
+    **dict.fromkeys(("num_experts", "num_local_experts", "num_experts_per_tok", "n_routed_experts",
+                     "n_shared_experts"), MAX_EXPERTS),
     **dict.fromkeys(("max_position_embeddings", "n_positions", "seq_length", "sliding_window",
                      "relative_attention_num_buckets", "relative_attention_max_distance"), MAX_POSITIONS),
 }

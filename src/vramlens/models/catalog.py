@@ -1,7 +1,7 @@
 """The built-in model catalog: real checkpoints stored as their published config.json.
 
 ``data/catalog.json`` lists each model's hub id, short aliases and the config.json fields
-as published on the Hugging Face hub; the inventory is computed from them like from any
+as published on the Hugging Face hub (``source`` names where an entry's fields were read); the inventory is computed from them like from any
 other config (no numbers typed twice). Lookup is case-insensitive on the hub id, the
 part after the slash, and the aliases.
 """
@@ -30,6 +30,7 @@ class CatalogEntry:
     params: int
     kind: ModelKind
     note: str | None = None
+    source: str | None = None
 
 
 @lru_cache(maxsize=1)
@@ -91,6 +92,7 @@ def list_catalog() -> tuple[CatalogEntry, ...]:
             params=spec.params,
             kind=spec.kind,
             note=e.get("note"),
+            source=e.get("source"),
         ))
     return tuple(out)
 

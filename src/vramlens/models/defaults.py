@@ -161,6 +161,7 @@ DEFAULTS: dict[str, dict[str, Any]] = {
         "max_position_embeddings": 32_768,
         "use_sliding_window": False,
         "sliding_window": 4096,
+        "max_window_layers": 28,
         "tie_word_embeddings": False,
     },
     "qwen2_moe": {
@@ -175,6 +176,7 @@ DEFAULTS: dict[str, dict[str, Any]] = {
         "num_experts": 60,
         "num_experts_per_tok": 4,
         "mlp_only_layers": None,  # None means []
+        "max_window_layers": 28,
         "qkv_bias": True,
         "tie_word_embeddings": False,
     },
@@ -186,6 +188,7 @@ DEFAULTS: dict[str, dict[str, Any]] = {
         "attention_bias": False,
         "use_sliding_window": False,
         "sliding_window": 4096,
+        "max_window_layers": 28,
         "tie_word_embeddings": False,
     },
     "qwen3_moe": {
@@ -219,6 +222,65 @@ DEFAULTS: dict[str, dict[str, Any]] = {
         "sliding_window": 4096,
         "tie_word_embeddings": True,
     },
+    "gemma3_text": {
+        "vocab_size": 262_208,  # configuration_gemma3.py: the multimodal checkpoints' text_config omits it
+        "num_attention_heads": 8,
+        "num_key_value_heads": 4,
+        "head_dim": 256,
+        "hidden_activation": "gelu_pytorch_tanh",
+        "max_position_embeddings": 131_072,
+        "attention_bias": False,
+        "sliding_window": 4096,
+        "layer_types": None,  # None means sliding_window_pattern (6): every 6th block global
+        "tie_word_embeddings": True,
+    },
+    "olmo2": {
+        "num_key_value_heads": None,
+        "hidden_act": "silu",
+        "max_position_embeddings": 2048,
+        "attention_bias": False,
+        "tie_word_embeddings": False,
+    },
+    "deepseek_v2": {
+        "num_key_value_heads": None,
+        "hidden_act": "silu",
+        "max_position_embeddings": 2048,
+        "attention_bias": False,
+        "mlp_bias": False,
+        "first_k_dense_replace": 0,
+        "kv_lora_rank": 512,
+        "q_lora_rank": 1536,
+        "n_routed_experts": 64,
+        "n_shared_experts": 2,
+        "qk_nope_head_dim": 128,
+        "qk_rope_head_dim": 64,
+        "v_head_dim": 128,
+        "num_experts_per_tok": None,
+        "moe_intermediate_size": 1407,
+        "topk_method": "greedy",
+        "tie_word_embeddings": False,
+    },
+    "deepseek_v3": {
+        "vocab_size": 129_280,
+        "moe_intermediate_size": 2048,
+        "num_key_value_heads": 128,
+        "n_shared_experts": 1,
+        "n_routed_experts": 256,
+        "kv_lora_rank": 512,
+        "q_lora_rank": 1536,
+        "qk_rope_head_dim": 64,
+        "v_head_dim": 128,
+        "qk_nope_head_dim": 128,
+        "n_group": 8,
+        "topk_group": 4,
+        "num_experts_per_tok": 8,
+        "first_k_dense_replace": 3,
+        "hidden_act": "silu",
+        "max_position_embeddings": 4096,
+        "attention_bias": False,
+        "tie_word_embeddings": False,
+        "num_mtp_layers": 1,  # transformers 5 builds no MTP module from it (modeling_deepseek_v3.py)
+    },
     "t5": {
         "d_kv": 64,
         "num_decoder_layers": None,  # None means num_layers
@@ -242,6 +304,8 @@ POST_INIT_DEFAULTS: dict[tuple[str, str], Any] = {
     ("phi", "partial_rotary_factor"): 0.5,
     # configuration_phi3.py: rope_parameters.setdefault("partial_rotary_factor", 1.0)
     ("phi3", "partial_rotary_factor"): 1.0,
+    # configuration_gemma3.py: self._sliding_window_pattern = kwargs.get("sliding_window_pattern", 6)
+    ("gemma3_text", "sliding_window_pattern"): 6,
 }
 
 #: Each config class's ``attribute_map`` (generic name -> the class's own field name):
@@ -262,6 +326,8 @@ ATTRIBUTE_MAPS: dict[str, dict[str, str]] = {
     "bloom": {"num_hidden_layers": "n_layer", "num_attention_heads": "n_head"},
     "distilbert": {"hidden_size": "dim", "num_attention_heads": "n_heads", "num_hidden_layers": "n_layers"},
     "mixtral": {"num_experts": "num_local_experts"},
+    "deepseek_v2": {"num_experts": "n_routed_experts"},
+    "deepseek_v3": {"num_local_experts": "n_routed_experts", "num_mtp_layers": "num_nextn_predict_layers"},
     "qwen3_moe": {"num_experts": "num_local_experts"},
     "t5": {
         "hidden_size": "d_model",

@@ -19,7 +19,7 @@ from vramlens.errors import InputError, ModelSourceError, UnmodelledModelError
 from vramlens.limits import MAX_PARAMS, MAX_TENSOR_NUMEL, MAX_TENSORS, show
 from vramlens.models._reader import ConfigReader
 from vramlens.models._tensors import num_labels
-from vramlens.models.families import BUILDERS, DEFAULT_ARCHITECTURES
+from vramlens.models.families import BUILDERS, DEFAULT_ARCHITECTURES, UNWRAP
 from vramlens.models.families.llama import build_llama_like
 from vramlens.models.heads import head_of, task_architecture
 from vramlens.models.spec import ModelSpec, TensorInfo
@@ -28,7 +28,7 @@ from vramlens.models.spec import ModelSpec, TensorInfo
 GENERIC_FIELDS = ("hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size",
                   "vocab_size")
 
-SUPPORTED_MODEL_TYPES: tuple[str, ...] = tuple(sorted(BUILDERS))
+SUPPORTED_MODEL_TYPES: tuple[str, ...] = tuple(sorted({*BUILDERS, *UNWRAP}))
 
 _HEAD_SUFFIX = re.compile(
     r"(ForCausalLM|LMHeadModel|ForConditionalGeneration|ForMaskedLM|ForPreTraining|"
@@ -92,6 +92,8 @@ def spec_from_config(
     Returns:
         The spec; ``tensors`` equal ``model.named_parameters()`` (tied weights once) plus
         ``named_buffers()`` of the class in ``architectures[0]`` (or of the task's class).
+        A wrapping config (Gemma 3's multimodal ``gemma3``) is read as the part vramlens
+        models (families.UNWRAP): ``config`` on the spec is then that part's config.
 
     Raises:
         InputError: the task does not apply to this model's family.
@@ -102,8 +104,15 @@ def spec_from_config(
     if not isinstance(config, Mapping):
         raise ModelSourceError(f"{where}: a config must be a JSON object, not {type(config).__name__}")
     mt = model_type_of(config, where)
+    unwrap_note = None
+    if mt in UNWRAP:
+        unwrap, unwrap_note = UNWRAP[mt]
+        config = unwrap(config, where)
+        mt = model_type_of(config, where)
     arch = _architecture(config, where)
     reader = ConfigReader(config, mt, where)
+    if unwrap_note:
+        reader.assume(unwrap_note)
     generic = mt not in BUILDERS
     if task is not None:
         arch = task_architecture(mt, arch or DEFAULT_ARCHITECTURES.get(mt, "ForCausalLM"), task,

@@ -32,6 +32,43 @@ Role = Literal[
 ]
 
 ModelKind = Literal["decoder", "encoder", "encoder-decoder"]
+#: Where a block's norms sit: "pre" (before attention and before the MLP: Llama), "sandwich"
+#: (also after each, on the branch output: Gemma 2 and 3), "post" (only after each: OLMo 2).
+NormPlacement = Literal["pre", "sandwich", "post"]
+#: RMSNorm on queries and keys: "head" (per head, over d_head: Qwen3, Gemma 3), "full" (over all
+#: heads, a*d_head and n_kv*d_head: OLMo 2).
+QKNorm = Literal["none", "head", "full"]
+#: How an MoE router scores experts, for what it keeps: "softmax" (Mixtral, Qwen: logits in the
+#: compute dtype, fp32 softmax), "softmax_fp32" (DeepSeek V2: an fp32 copy of the input and fp32
+#: weight), "sigmoid_grouped" (DeepSeek V3: fp32 input, sigmoid, group-limited top-k).
+Router = Literal["softmax", "softmax_fp32", "sigmoid_grouped"]
+
+
+@dataclass(frozen=True, slots=True)
+class MLA:
+    """Multi-head latent attention (DeepSeek V2/V3; transformers' ``DeepseekV3Attention``).
+
+    Queries come from ``q_proj`` (h -> a*(nope+rope)) or, with ``q_lora_rank``, from
+    ``q_a_proj`` (h -> q_lora_rank), ``q_a_layernorm`` and ``q_b_proj``; keys and values from
+    one latent: ``kv_a_proj_with_mqa`` (h -> kv_lora_rank + rope), ``kv_a_layernorm`` over the
+    kv_lora_rank part and ``kv_b_proj`` (kv_lora_rank -> a*(nope+v)). Query and key heads are
+    nope+rope wide, value heads v wide.
+    """
+
+    q_lora_rank: int | None
+    kv_lora_rank: int
+    qk_nope_head_dim: int
+    qk_rope_head_dim: int
+    v_head_dim: int
+
+    @property
+    def qk_head_dim(self) -> int:
+        return self.qk_nope_head_dim + self.qk_rope_head_dim
+
+    @property
+    def latent(self) -> int:
+        """Elements of the compressed latent one token keeps per layer: kv_lora_rank + rope."""
+        return self.kv_lora_rank + self.qk_rope_head_dim
 
 
 @dataclass(frozen=True, slots=True)
@@ -139,9 +176,6 @@ class ModelSpec:
     #: residual dropouts per block: BERT drops out the attention output and the MLP output (2),
     #: DistilBERT only the FFN output (modeling_distilbert.py ``FFN.ff_chunk``)
     block_dropouts: int = 2
-    #: eager attention takes ``softmax(..., dtype=torch.float32)`` and casts back (ModernBERT's
-    #: ``eager_attention_forward``), for families outside activations.FP32_SOFTMAX
-    softmax_fp32: bool = False
     #: the attention runs through transformers' attention interface (``attn_implementation``: SDPA,
     #: flash, and what vramlens' selective recomputation wraps); False when the module computes it
     #: itself (DeBERTa-v2's DisentangledSelfAttention): it always runs eager, never recomputed
@@ -167,9 +201,6 @@ class ModelSpec:
     #: how a sequence classifier pools: "cls" the first token, "mean" the masked mean over tokens
     #: (ModernBERT's ``classifier_pooling``)
     pooling: Literal["cls", "mean"] = "cls"
-    #: blocks whose attention has a sliding window (ModernBERT: all but every
-    #: ``global_attn_every_n_layers``-th); with SDPA each such block gets an explicit b x 1 x s x s mask
-    sliding_layers: int = 0
     #: a pre-norm model whose embeddings end in a norm outside the blocks (ModernBERT's
     #: ``embeddings.norm``): under full checkpointing it keeps its input besides the final norm's
     #: (a post-norm encoder's embedding LayerNorm takes the final norm's place, which is checkpointed)
@@ -178,13 +209,44 @@ class ModelSpec:
     #: ``apply_rotary_pos_emb``: ``q.float() * cos``, then ``.to(original_dtype)``), whose fp32
     #: intermediates are the inference forward's transient peak inside a block
     rotary_fp32: bool = False
-    #: (cos, sin) tables the rotary embedding makes per forward (ModernBERT: one per layer type)
-    rotary_tables: int = 1
     #: DeBERTa-v2 disentangled attention: relative-position rows used per layer (2 x att_span, the
     #: position buckets or max_relative_positions), 0 without relative attention
     rel_span: int = 0
     #: the disentangled terms ("c2p", "p2c") that add relative-position scores to the attention
     rel_terms: tuple[str, ...] = ()
+    # ---- attention and block-layout facts the formulas read (set by models/families) ----------
+    #: eager attention computes ``softmax(..., dtype=torch.float32)`` and casts back
+    #: (modeling_llama.py ``eager_attention_forward`` and its copies, ModernBERT's); GPT-2, BERT, T5
+    #: and Falcon take the softmax in the compute dtype unless autocast upcasts it
+    softmax_fp32: bool = False
+    #: blocks whose attention sees only the last ``sliding_window`` tokens (transformers'
+    #: ``layer_types``; ModernBERT: all but every ``global_attn_every_n_layers``-th, a window on each
+    #: side); transformers caches at most the window for a decoder's (DynamicSlidingWindowLayer), and
+    #: with SDPA each such block gets an explicit mask when the window does not cover the sequence
+    sliding_layer_ids: tuple[int, ...] = ()
+    norm_placement: NormPlacement = "pre"
+    qk_norm: QKNorm = "none"
+    #: the RMSNorm multiplies by its weight in fp32 and casts after (Gemma's ``(1 + w)``, OLMo 2):
+    #: the weight's gradient keeps the fp32 normalized tensor, not a cast in the input dtype
+    norm_weight_fp32: bool = False
+    #: (cos, sin) tables the rotary embedding makes per forward (one per layer type: Gemma 3's local
+    #: and global, ModernBERT's)
+    rotary_tables: int = 1
+    #: width of the rotary cos/sin when it is not ``head_dim`` (MLA rotates qk_rope_head_dim)
+    rotary_dim: int | None = None
+    #: the rotary cos/sin stay fp32 (``Olmo2RotaryEmbedding`` does not cast them), so rotating
+    #: half-precision q and k computes in fp32 and casts back
+    rotary_tables_fp32: bool = False
+    mla: MLA | None = None
+    # ---- MoE layout -----------------------------------------------------------------------------
+    #: decoder blocks with a dense MLP in an MoE model (DeepSeek ``first_k_dense_replace``, Qwen
+    #: ``mlp_only_layers``), and that MLP's width when it differs from ``ffn_size``
+    dense_layer_ids: tuple[int, ...] = ()
+    dense_ffn_size: int = 0
+    #: width of the shared expert(s) every token also runs through (DeepSeek n_shared_experts x
+    #: moe_intermediate_size, Qwen2-MoE shared_expert_intermediate_size); 0 without
+    shared_expert_ffn: int = 0
+    router: Router = "softmax"
 
     # ---- counts -------------------------------------------------------------------------
     @property
@@ -204,6 +266,22 @@ class ModelSpec:
     @property
     def is_moe(self) -> bool:
         return self.n_experts > 0
+
+    @property
+    def n_sliding_layers(self) -> int:
+        """Blocks with a sliding window (0 without a window)."""
+        return len(self.sliding_layer_ids) if self.sliding_window else 0
+
+    @property
+    def kv_latent(self) -> int:
+        """Elements one token keeps per layer in a latent KV cache (MLA), 0 for per-head K and V.
+
+        transformers >= 5 caches MLA's compressed latent, not the expanded heads:
+        ``DeepseekV3Attention.forward`` calls ``cache.update(kv_nope, k_rot)`` with kv_nope
+        (b, 1, s, kv_lora_rank) and k_rot (b, 1, s, qk_rope_head_dim), and expands them with
+        ``kv_b_proj`` after reading the cache; vLLM and SGLang keep the same latent.
+        """
+        return self.mla.latent if self.mla is not None else 0
 
     def parameters(self) -> tuple[TensorInfo, ...]:
         return tuple(t for t in self.tensors if t.role != "buffer")

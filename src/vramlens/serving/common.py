@@ -36,6 +36,8 @@ class ServedModel:
     ``layer_bytes`` holds the weights of each block; ``embed_bytes`` the token embedding (and any
     other tensor before the blocks), ``head_bytes`` the final norm and output layer.
     ``n_sliding`` of the ``n_layers`` blocks attend over ``sliding_window`` tokens only.
+    ``kv_latent`` > 0: multi-head latent attention (DeepSeek V2/V3), whose cache keeps one latent of
+    that many elements per token and layer (kv_lora_rank + qk_rope_head_dim) in place of K and V.
     """
 
     name: str
@@ -68,6 +70,7 @@ class ServedModel:
         ``get_rope``'s cache; SGLang's rotary_embedding.py the same). Llama 3.1 8B: 131,072 x 128 x 2 B
         = 32 MiB, what vLLM's "Model loading took 14.99 GiB" adds to the 14.96 GiB of parameters."""
         return self.max_position * self.rotary_dim * DTYPE_BYTES[self.dtype]
+    kv_latent: int = 0
 
     @property
     def weight_bytes(self) -> int:
@@ -100,7 +103,8 @@ def served_from_spec(spec: ModelSpec, *, dtype: str | None = None, quant: str | 
         rope_scaled=bool(cfg.get("rope_scaling")), n_sliding=sliding_layers(spec),
         sliding_window=spec.sliding_window, params=spec.params, active_params=active, dtype=dt,
         layer_bytes=(per_layer,) * L, embed_bytes=embed, head_bytes=head,
-        experts_per_token=spec.experts_per_token, weights_format=quant or dt, rotary_dim=rotary_dim)
+        experts_per_token=spec.experts_per_token, weights_format=quant or dt, rotary_dim=rotary_dim,
+        kv_latent=spec.kv_latent)
 
 
 def served_from_gguf(info: GGUFInfo) -> ServedModel:
@@ -159,6 +163,19 @@ def kv_heads_per_gpu(m: ServedModel, tp: int) -> int:
     """KV heads one rank holds: n_kv / tp, or 1 replicated head when tp > n_kv (vLLM
     ``ModelConfig.get_num_kv_heads``: max(1, total // tp); SGLang ``get_num_kv_heads`` the same)."""
     return max(1, m.n_kv_heads // tp)
+
+
+def kv_cell_bytes(m: ServedModel, tp: int, kv_b: int) -> int:
+    """Cache bytes one token takes in one layer on one GPU.
+
+    K and V of the rank's KV heads; for multi-head latent attention one latent vector, the same
+    on every rank: vLLM's ``AttentionSpec.page_size_bytes`` ("For MLA we only store a single
+    latent vector": coef 1 instead of 2, one head of kv_lora_rank + qk_rope_head_dim) and SGLang's
+    ``MLATokenToKVPool`` (one buffer per layer of kv_lora_rank + qk_rope_head_dim).
+    """
+    if m.kv_latent:
+        return m.kv_latent * kv_b
+    return 2 * kv_heads_per_gpu(m, tp) * m.head_dim * kv_b
 
 
 def profile_activation_bytes(m: ServedModel, tokens: int, seqs: int, tp: int, b: int) -> int:

@@ -6,7 +6,10 @@ Follows SGLang 0.4 (python/sglang/srt/model_executor/model_runner.py):
   and NCCL exist (``get_available_gpu_memory``), before the weights load.
 - ``profile_max_num_token``: rest = free after loading - total_gpu_memory x (1 - mem_fraction_static)
   = total_gpu_memory x mem_fraction_static - weights (with the rotary cos/sin cache); cell_size = n_kv/tp x head_dim x layers x 2
-  (K, V) x dtype bytes (MHA; every layer at full length: 0.4 has no sliding-window pool);
+  (K, V) x dtype bytes (MHA; every layer at full length: 0.4 has no sliding-window pool); with
+  multi-head latent attention (``model_config.attention_arch == MLA``) cell_size =
+  (kv_lora_rank + qk_rope_head_dim) x layers x dtype bytes, the same on every rank
+  (``MLATokenToKVPool`` keeps one latent buffer per layer);
   max_total_num_tokens = rest // cell_size.
 - The (1 - mem_fraction_static) share is left for activations (a chunked prefill of
   chunked_prefill_size tokens) and CUDA graphs; nothing is profiled.
@@ -22,6 +25,7 @@ from vramlens.hardware.gpu import GPU
 from vramlens.serving.common import (
     CUDA_GRAPH_BYTES,
     ServedModel,
+    kv_cell_bytes,
     kv_heads_per_gpu,
     non_torch_bytes,
     profile_activation_bytes,
@@ -86,7 +90,7 @@ def sglang_capacity(m: ServedModel, gpu: GPU, *, gpus: int, tp: int, pp: int, co
     rest = int(total_free * mfs) - weights
     kv_heads = kv_heads_per_gpu(m, tp)
     layers = stage_layers(m, pp)
-    cell = kv_heads * m.head_dim * layers * 2 * kv_b
+    cell = kv_cell_bytes(m, tp, kv_b) * layers
     if rest <= 0 or rest // cell <= 0:
         raise EngineRefusal(
             "Not enough memory. Please try to increase --mem-fraction-static. (SGLang: "
@@ -106,8 +110,10 @@ def sglang_capacity(m: ServedModel, gpu: GPU, *, gpus: int, tp: int, pp: int, co
     kv_bytes = tokens * cell
     figures = (
         EngineFigure("max_total_num_tokens", "max_total_num_tokens", tokens),
-        EngineFigure("k_size", "KV Cache is allocated. K size (GB = GiB)", round(kv_bytes / 2 / GiB, 2)),
-        EngineFigure("v_size", "V size (GB = GiB)", round(kv_bytes / 2 / GiB, 2)),
+        # MLATokenToKVPool logs one "KV size" (the latent buffers): reported as K, with V 0
+        EngineFigure("k_size", "KV Cache is allocated. K size (GB = GiB)",
+                     round((kv_bytes if m.kv_latent else kv_bytes / 2) / GiB, 2)),
+        EngineFigure("v_size", "V size (GB = GiB)", round((0 if m.kv_latent else kv_bytes / 2) / GiB, 2)),
         EngineFigure("max_running_requests", "max_running_requests", max_running),
         EngineFigure("chunked_prefill_size", "chunked_prefill_size", cps),
         EngineFigure("context_len", "context_len", ctx_len),
@@ -116,7 +122,8 @@ def sglang_capacity(m: ServedModel, gpu: GPU, *, gpus: int, tp: int, pp: int, co
     notes = (
         f"max_total_num_tokens = ({mfs} x {total_free:,} free - weights {weights:,}) // cell {cell:,} B "
         "(profile_max_num_token)",
-        f"cell = {kv_heads} kv heads x {m.head_dim} x {layers} layers x 2 x {kv_b} B",
+        (f"cell = {m.kv_latent} latent (kv_lora_rank + qk_rope_head_dim) x {layers} layers x {kv_b} B (MLA)"
+         if m.kv_latent else f"cell = {kv_heads} kv heads x {m.head_dim} x {layers} layers x 2 x {kv_b} B"),
         f"free at start = GPU {total:,} - {outside_why}",
         f"left for activations and CUDA graphs: {reserve / GiB:.2f} GiB; a {cps:,}-token chunked prefill needs "
         f"about {act / GiB:.2f} GiB + graphs {CUDA_GRAPH_BYTES / GiB:.2f} GiB"

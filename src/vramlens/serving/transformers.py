@@ -3,7 +3,8 @@
 Follows transformers 4.45+: the weights load in the checkpoint's dtype; ``generate`` on a batch of
 B prompts of s tokens keeps a DynamicCache of 2 x layers x B x s x n_kv x head_dim x dtype bytes
 (sliding-window layers capped at their window, ``DynamicSlidingWindowLayer``: vramlens.estimator's
-``kv_cache_bytes`` rule) and computes logits for the last prompt position only
+``kv_cache_bytes`` rule; multi-head latent attention keeps its latent, kv_lora_rank + qk_rope_head_dim
+per token and layer, transformers >= 5 ``DeepseekV3Attention``) and computes logits for the last prompt position only
 (``logits_to_keep=1``). Nothing is reserved up front, so "capacity" is how many requests of
 ``context`` tokens fit beside the weights: each costs its cache plus its share of the prefill
 activations (common.profile_activation_bytes at s tokens, one logits row).
@@ -17,6 +18,7 @@ from vramlens.hardware.gpu import GPU
 from vramlens.hardware.runtime import CUBLAS_WORKSPACE_DEFAULT_BYTES, CUBLASLT_WORKSPACE_DEFAULT_BYTES
 from vramlens.serving.common import (
     ServedModel,
+    kv_cell_bytes,
     kv_read_tokens,
     non_torch_bytes,
     profile_activation_bytes,
@@ -50,7 +52,7 @@ def transformers_capacity(m: ServedModel, gpu: GPU, *, gpus: int, tp: int, pp: i
     weights = stage_weight_bytes(m, 1, stages)
     outside, outside_why = non_torch_bytes(gpu, 1, 1)
     workspace = CUBLAS_WORKSPACE_DEFAULT_BYTES + CUBLASLT_WORKSPACE_DEFAULT_BYTES
-    kv_per_token = 2 * m.n_kv_heads * m.head_dim * b * layers
+    kv_per_token = kv_cell_bytes(m, 1, b) * layers  # MLA: DynamicCache keeps the latent (modeling_deepseek_v3.py)
     kv_per_request = int(kv_per_token * kv_read_tokens(m, ctx))  # = kv_per_token x ctx without sliding layers
     act_per_request = profile_activation_bytes(m, ctx, 1, 1, b)
     free = gpu.capacity_bytes - outside - workspace - weights

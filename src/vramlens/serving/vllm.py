@@ -7,7 +7,8 @@ torch peak memory increase: ...; non-torch forward increase memory: ...; weights
 
 1. available = gpu_memory_utilization x total - (weights + activation peak + non-torch).
 2. ``kv_cache_utils.get_kv_cache_config``: one page per layer holds ``block_size`` tokens,
-   page = 2 (K, V) x block_size x n_kv/tp x head_dim x dtype bytes (``FullAttentionSpec.page_size_bytes``);
+   page = 2 (K, V) x block_size x n_kv/tp x head_dim x dtype bytes (``FullAttentionSpec.page_size_bytes``;
+   multi-head latent attention: 1 x block_size x (kv_lora_rank + qk_rope_head_dim), on every rank);
    num_blocks = available // page // layers-per-group.
 3. ``_report_kv_cache_config``: "GPU KV cache size: num_blocks // groups x block_size tokens",
    "Maximum concurrency for max_model_len tokens per request: num_blocks / blocks per request".
@@ -38,6 +39,7 @@ from vramlens.hardware.runtime import context_bytes_for, nccl_communicator_bytes
 from vramlens.serving.common import (
     CUDA_GRAPH_BYTES,
     ServedModel,
+    kv_cell_bytes,
     kv_heads_per_gpu,
     roofline,
     stage_layers,
@@ -231,7 +233,7 @@ def vllm_capacity(m: ServedModel, gpu: GPU, *, gpus: int, tp: int, pp: int, cont
                    else "CUDA context before the baseline snapshot, not counted; ") + f"NCCL {nccl / 2**20:,.0f} MiB"
     available = requested - weights - act - outside
     kv_heads = kv_heads_per_gpu(m, tp)
-    page = 2 * block_size * kv_heads * m.head_dim * kv_b  # FullAttentionSpec.page_size_bytes, one layer
+    page = block_size * kv_cell_bytes(m, tp, kv_b)  # AttentionSpec.page_size_bytes, one layer
     layers = stage_layers(m, pp)
     n_slide = ceil_div(m.n_sliding, pp)
     n_full = layers - n_slide
@@ -273,7 +275,7 @@ def vllm_capacity(m: ServedModel, gpu: GPU, *, gpus: int, tp: int, pp: int, cont
     ctx = context or mml
     conc = num_blocks / blocks_per_request(ctx)
     running = max(1, min(int(conc), seqs))
-    kv_per_token = 2 * kv_heads * m.head_dim * kv_b * layers
+    kv_per_token = kv_cell_bytes(m, tp, kv_b) * layers
     speed = roofline(m, gpu, weights_per_gpu=weights, kv_per_token_per_gpu=kv_per_token, running=running,
                      context=ctx, tp=tp, pp=pp, compute_dtype=m.dtype)
     graphs = 0 if enforce_eager else CUDA_GRAPH_BYTES
@@ -294,7 +296,10 @@ def vllm_capacity(m: ServedModel, gpu: GPU, *, gpus: int, tp: int, pp: int, cont
         f"{rel.name}: available = {gpu_memory_utilization} x {total:,} - weights {weights:,} (rotary cache "
         f"{m.rope_cache_bytes:,} included) - activation {act:,} - non-torch {outside:,} = {available:,} B "
         "(Worker.determine_available_memory)",
-        f"page = 2 x {block_size} tokens x {kv_heads} kv heads x {m.head_dim} x {kv_b} B = {page:,} B per layer; "
+        (f"page = {block_size} tokens x {m.kv_latent} latent (kv_lora_rank + qk_rope_head_dim) x {kv_b} B = {page:,} B "
+         "per layer (MLA: one latent vector, every rank); " if m.kv_latent else
+         f"page = 2 x {block_size} tokens x {kv_heads} kv heads x {m.head_dim} x {kv_b} B = {page:,} B per layer; ")
+        +
         f"blocks = available // page // {group_size} layers per group = {num_blocks:,} (get_num_blocks)",
         f"activation peak at max_num_batched_tokens={mnbt:,}, max_num_seqs={seqs}: {act_why} (profile_run)",
         f"non-torch: {outside_why}",

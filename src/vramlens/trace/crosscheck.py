@@ -6,8 +6,12 @@ MQA, gated or plain MLP, MoE routing with its top-k, tied or untied embeddings, 
 encoder-decoder split, the position scheme and the dropouts) and changes only sizes:
 hidden size 256 with 4 query heads of 64 (KV heads 4 for MHA, 2 for GQA, 1 for MQA), the MLP
 scaled by the same factor as the hidden size, 2 blocks per stack, a 4,096-token vocabulary,
-at most 4 experts. Sizes stay well above the allocator's 512-byte rounding so that the
-comparison is about formulas, not rounding.
+at most 4 experts (top-k at most 2). Sizes stay well above the allocator's 512-byte rounding so
+that the comparison is about formulas, not rounding. Layouts that vary along the depth keep
+both kinds in the 2 blocks: one local and one global block (a sliding window of SEQ / 2, so
+that it binds in training and caps the cache in inference), one dense and one MoE block.
+Multi-head latent attention keeps DeepSeek's head proportions at d_head 64 (nope 64, rope 32,
+v 64) and scales its low ranks with the hidden size (DeepSeek-V3: kv_lora_rank 24, q_lora_rank 56).
 
 Rows (a covering subset of inference/training x checkpointing x eager/sdpa x fp32/bf16-mixed
 x full/LoRA; each value of each axis appears for every architecture):
@@ -52,6 +56,13 @@ ARCHITECTURES: dict[str, tuple[str, int, tuple[str, ...]]] = {
                         ("query_proj", "value_proj")),
     "modernbert-base": ("encoder-only, pre-norm, fused Wqkv, GeGLU, rotary per layer type, sliding-window blocks",
                         4, ("Wqkv",)),
+    "gemma-3-1b-it": ("decoder, sliding local and global layers (1:1 when shrunk), q/k norms, sandwich norms, MQA",
+                      1, ("q_proj", "v_proj")),
+    "deepseek-v3": ("decoder, multi-head latent attention, MoE top-2 of 4 with a shared expert, a dense first block",
+                    4, ("q_b_proj", "kv_b_proj")),
+    "deepseek-v2-lite": ("decoder, MLA with one q_proj, softmax-routed MoE with 2 shared experts", 4,
+                         ("q_proj", "kv_b_proj")),
+    "olmo-2-1124-13b": ("decoder, post-norm blocks, full-width q/k norms", 4, ("q_proj", "v_proj")),
 }
 
 #: Models that only the task rows use: catalog name -> (what it stands for, KV heads, LoRA targets).
@@ -128,6 +139,12 @@ TECHNIQUE_ROWS: tuple[tuple[str, dict[str, Any]], ...] = (
                       "dtype": "bf16", "seq": 16, "new_tokens": 256}),
     ("llama-2-7b", {"mode": "inference", "method": "full", "attention": "eager", "checkpointing": "none",
                     "dtype": "bf16", "seq": 16, "new_tokens": 256}),
+    # long decoding past a sliding window (Gemma 3's local blocks keep 64 of 272 tokens) and multi-head latent
+    # attention rebuilding keys and values from the cached latent at every step (DeepSeek-V3)
+    ("gemma-3-1b-it", {"mode": "inference", "method": "full", "attention": "sdpa", "checkpointing": "none",
+                       "dtype": "bf16", "seq": 16, "new_tokens": 256}),
+    ("deepseek-v3", {"mode": "inference", "method": "full", "attention": "eager", "checkpointing": "none",
+                     "dtype": "bf16", "seq": 16, "new_tokens": 256}),
     # chunked cross-entropy (torchtune CEWithChunkedOutputLoss, 8 chunks as there)
     ("llama-2-7b", {"mode": "train", "method": "full", "attention": "sdpa", "checkpointing": "none", "dtype": "bf16",
                     "loss_chunks": 8}),
@@ -325,9 +342,28 @@ def shrink(cfg: dict, kv_heads: int) -> dict:
         if "head_dim" in c:
             c["head_dim"] = HEAD_DIM
         if "moe_intermediate_size" in c:
-            c["moe_intermediate_size"] = int(c["moe_intermediate_size"] * scale)
+            # grouped_mm wants 16-byte rows: a multiple of 8 bf16 values
+            c["moe_intermediate_size"] = -(-int(c["moe_intermediate_size"] * scale) // 8) * 8
         if "num_local_experts" in c:
             c["num_local_experts"] = min(MAX_EXPERTS, c["num_local_experts"])
+        if "n_routed_experts" in c:  # DeepSeek: fewer experts, top-2, groups of 2, one dense block first
+            c["n_routed_experts"] = min(MAX_EXPERTS, c["n_routed_experts"])
+            c["num_experts_per_tok"] = min(2, c["num_experts_per_tok"])
+            if c.get("n_group"):
+                c["n_group"] = min(c["n_group"], c["n_routed_experts"] // 2)
+                c["topk_group"] = min(c.get("topk_group") or 1, c["n_group"])
+            c["first_k_dense_replace"] = min(1, c.get("first_k_dense_replace", 0))
+        if "kv_lora_rank" in c:
+            # MLA: heads at d_head 64 in DeepSeek's proportions (nope = v = 2 rope); the low ranks
+            # scale with the hidden size like the MLP, in multiples of 8
+            c.update(qk_nope_head_dim=HEAD_DIM, qk_rope_head_dim=HEAD_DIM // 2, v_head_dim=HEAD_DIM,
+                     kv_lora_rank=-(-int(c["kv_lora_rank"] * scale) // 8) * 8)
+            if c.get("q_lora_rank"):
+                c["q_lora_rank"] = -(-int(c["q_lora_rank"] * scale) // 8) * 8
+        if c.get("sliding_window") and mt not in ("qwen2", "qwen2_moe", "qwen3", "qwen3_moe"):
+            c["sliding_window"] = SEQ // 2
+            if "layer_types" not in c:
+                c["sliding_window_pattern"] = 2  # one local block, then one global
         for key in ("layer_types", "mlp_only_layers"):
             if isinstance(c.get(key), list):
                 c[key] = c[key][:LAYERS]
@@ -338,6 +374,8 @@ def shrink(cfg: dict, kv_heads: int) -> dict:
     for key in [k for k, v in c.items() if k.endswith("_token_id") and isinstance(v, int) and v >= VOCAB]:
         c[key] = 0  # token ids must fall inside the shrunk vocabulary (nn.Embedding's padding_idx)
     c["vocab_size"] = VOCAB
+    if isinstance(c.get("pad_token_id"), int) and c["pad_token_id"] >= VOCAB:
+        c["pad_token_id"] = None  # OLMo 2's 100277 is no row of the shrunk embedding
     c["_name_or_path"] = f"{cfg.get('_name_or_path') or mt}-tiny"
     return c
 
@@ -520,7 +558,7 @@ def _workspace_bytes(est) -> int:
 def skipped(name: str, row: dict[str, Any]) -> str | None:
     """Why a cell of the matrix is not run, or None."""
     cfg = tiny_config(name)
-    if "num_local_experts" in cfg and row.get("dtype") != "bf16":
+    if ("num_local_experts" in cfg or "n_routed_experts" in cfg) and row.get("dtype") != "bf16":
         # transformers' grouped_mm experts take bf16 only; its eager expert loop calls nonzero
         # (a data-dependent shape), which fake tensors cannot run
         return "MoE experts need bf16 weights under fake tensors"

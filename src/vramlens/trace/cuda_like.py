@@ -10,9 +10,11 @@ process), so traces run on the fake CPU device and these differences are closed 
 * attention: :func:`cuda_sdpa` replaces ``F.scaled_dot_product_attention`` while tracing and
   picks the kernel CUDA would pick (aten/src/ATen/native/transformers/cuda/sdp_utils.cpp on
   sm80+, default priority flash > memory-efficient > math):
-  flash for fp16/bf16 without a mask (head_dim <= 256, a multiple of 8; GQA allowed);
-  memory-efficient for fp16/bf16/fp32 with or without an additive mask, dropout allowed
-  (no GQA: keys/values are expanded first); the math kernel otherwise, and always when the
+  flash for fp16/bf16 without a mask (head_dim <= 256, a multiple of 8; GQA allowed; q, k and v
+  equally wide, sdp_utils.cpp ``check_head_dim_size_flash``);
+  memory-efficient for fp16/bf16/fp32 with or without an additive mask, dropout allowed, values
+  narrower than queries and keys allowed (MLA: ``check_head_dim_size_mem_efficient`` only asks
+  q and k to agree) (no GQA: keys/values are expanded first); the math kernel otherwise, and always when the
   mask requires grad (T5's learned position bias in full fine-tuning). The CUDA kernels'
   meta functions give the shapes of what they save (output plus fp32 logsumexp), so the
   saved bytes are CUDA's. On CPU, torch would use its own flash kernel or, with dropout in
@@ -71,8 +73,9 @@ def cuda_sdpa(orig):
 def _dispatch(orig, q, k, v, mask, dropout_p, is_causal, scale, enable_gqa):
     d = q.shape[-1]
     dtype = q.dtype
-    if q.dim() != 4 or k.shape[-1] != d or v.shape[-1] != d:
+    if q.dim() != 4 or k.shape[-1] != d:
         return orig(q, k, v, attn_mask=mask, dropout_p=dropout_p, is_causal=is_causal, scale=scale, enable_gqa=enable_gqa)
+    same_v = v.shape[-1] == d
     gqa = k.shape[-3] != q.shape[-3]
     if mask is not None and mask.requires_grad:
         # sdp_utils_cpp.h check_attn_mask_shape: a mask that requires grad (T5's learned relative
@@ -81,11 +84,11 @@ def _dispatch(orig, q, k, v, mask, dropout_p, is_causal, scale, enable_gqa):
         if gqa:
             k, v = _expand_kv(k, q.shape[-3]), _expand_kv(v, q.shape[-3])
         return _math_attention(q, k, v, mask, dropout_p, is_causal, scale)
-    if dtype in _HALF and mask is None and d <= 256 and d % 8 == 0:
+    if dtype in _HALF and mask is None and d <= 256 and d % 8 == 0 and same_v:
         out = torch.ops.aten._scaled_dot_product_flash_attention(q, k, v, dropout_p, is_causal, False, scale=scale)
         return out[0]
     align = 8 if dtype in _HALF else 4
-    if dtype in (*_HALF, torch.float32) and d % align == 0:
+    if dtype in (*_HALF, torch.float32) and d % align == 0 and v.shape[-1] % align == 0:
         if gqa:
             k, v = _expand_kv(k, q.shape[-3]), _expand_kv(v, q.shape[-3])
         if mask is not None and mask.dtype == torch.bool:

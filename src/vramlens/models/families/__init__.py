@@ -9,9 +9,22 @@ builds for it when ``architectures`` is missing from config.json.
 from __future__ import annotations
 
 from collections.abc import Callable as _Callable
+from collections.abc import Mapping as _Mapping
+from typing import Any as _Any
 
 from vramlens.models._reader import ConfigReader as _ConfigReader
-from vramlens.models.families import bert, deberta, distilbert, electra, gpt, llama, modernbert, t5
+from vramlens.models.families import (
+    bert,
+    deberta,
+    deepseek,
+    distilbert,
+    electra,
+    gemma3,
+    gpt,
+    llama,
+    modernbert,
+    t5,
+)
 from vramlens.models.families._common import Built
 
 Builder = _Callable[[_ConfigReader, str], Built]
@@ -25,6 +38,13 @@ BUILDERS: dict[str, Builder] = {
     **electra.BUILDERS,
     **deberta.BUILDERS,
     **modernbert.BUILDERS,
+    **deepseek.BUILDERS,
+}
+
+#: model_type -> the reader of the part of a wrapping config that vramlens models, and the note
+#: it adds to ``assumed`` (Gemma 3's multimodal checkpoints: the text tower).
+UNWRAP: dict[str, tuple[_Callable[[_Mapping[str, _Any], str], dict[str, _Any]], str]] = {
+    mt: (fn, gemma3.NOTE) for mt, fn in gemma3.UNWRAP.items()
 }
 
 DEFAULT_ARCHITECTURES: dict[str, str] = {
@@ -52,8 +72,12 @@ DEFAULT_ARCHITECTURES: dict[str, str] = {
     "qwen3_moe": "Qwen3MoeForCausalLM",
     "gemma": "GemmaForCausalLM",
     "gemma2": "Gemma2ForCausalLM",
+    "gemma3_text": "Gemma3ForCausalLM",
+    "olmo2": "Olmo2ForCausalLM",
+    "deepseek_v2": "DeepseekV2ForCausalLM",
+    "deepseek_v3": "DeepseekV3ForCausalLM",
     "t5": "T5ForConditionalGeneration",
     "mt5": "MT5ForConditionalGeneration",
 }
 
-__all__ = ["BUILDERS", "Builder", "Built", "DEFAULT_ARCHITECTURES"]
+__all__ = ["BUILDERS", "Builder", "Built", "DEFAULT_ARCHITECTURES", "UNWRAP"]

@@ -41,8 +41,13 @@ def _no_cross_attention(r: ConfigReader) -> None:
                   "use a config without it")
 
 
+#: eager attention with an fp32 softmax cast back (modeling_<type>.py); GPT-2 and Falcon keep the compute dtype
+_FP32_SOFTMAX = frozenset({"opt", "bloom", "phi", "gpt_bigcode", "gpt_neox"})
+
+
 def _facts(r: ConfigReader, **kw: Any) -> dict[str, Any]:
-    base = dict(kind="decoder", gated_mlp=False, norm="layernorm", torch_dtype=torch_dtype(r))
+    base = dict(kind="decoder", gated_mlp=False, norm="layernorm", torch_dtype=torch_dtype(r),
+                softmax_fp32=r.model_type in _FP32_SOFTMAX)
     base.update(kw)
     return base
 

@@ -1,7 +1,7 @@
 """Llama-style decoders: pre-norm RMSNorm blocks, rotary positions, gated (SwiGLU/GeGLU) MLP.
 
 Covers llama, mistral, mixtral, qwen2, qwen2_moe, qwen3, qwen3_moe, phi3, gemma, gemma2,
-and the generic fallback for unknown model types. The differences between them are
+gemma3_text, olmo2, and the generic fallback for unknown model types. The differences between them are
 traits (biases, fused projections, extra norms, MoE layout), each read from
 ``transformers/models/<type>/modeling_<type>.py`` (transformers 5.x):
 
@@ -9,7 +9,16 @@ traits (biases, fused projections, extra norms, MoE layout), each read from
 - qwen2: bias on q/k/v only (``bias=True`` hard-coded); qwen2_moe the same via ``qkv_bias``.
 - qwen3(_moe): ``attention_bias`` on q/k/v/o, plus per-head RMSNorms ``q_norm``/``k_norm``.
 - gemma(2): ``head_dim`` independent of hidden_size / heads, a scaled embedding with an
-  ``embed_scale`` buffer; gemma2 adds ``pre_``/``post_feedforward_layernorm``.
+  ``embed_scale`` buffer; gemma2 adds ``pre_``/``post_feedforward_layernorm``. Gemma's RMSNorm
+  multiplies by ``(1 + weight)`` in fp32 before casting back (``Gemma2RMSNorm.forward``).
+- gemma3_text: gemma2's sandwich norms plus per-head ``q_norm``/``k_norm``; local (sliding) and
+  global layers from ``layer_types`` or ``sliding_window_pattern`` (every 6th global,
+  configuration_gemma3.py ``__post_init__``); one rotary table per layer type, registered as
+  ``{layer_type}_inv_freq`` and ``{layer_type}_original_inv_freq`` (``Gemma3RotaryEmbedding``).
+- olmo2: post-norm blocks (``post_attention_layernorm`` and ``post_feedforward_layernorm`` on
+  the branch outputs, no input norms) and ``q_norm``/``k_norm`` over all heads (a*d, n_kv*d);
+  ``Olmo2RMSNorm`` multiplies by its weight in fp32 before casting back; its rotary cos/sin
+  stay fp32 (``Olmo2RotaryEmbedding.forward``).
 - phi3: fused ``qkv_proj`` (q, k, v stacked) and ``gate_up_proj``; o_proj registered first.
 - MoE (transformers >= 5 stores experts fused): ``experts.gate_up_proj`` (E, 2f, h) and
   ``experts.down_proj`` (E, h, f); the router ``gate.weight`` (E, h). Mixtral lists the
@@ -39,10 +48,14 @@ class _Traits(TypedDict, total=False):
     o_bias: bool | str
     mlp_bias: bool | str
     moe: str  # the MoE layout: "mixtral", "qwen2_moe" or "qwen3_moe"
-    qk_norm: bool
+    qk_norm: str  # "head" (per head) or "full" (over all heads)
     embed_scale: bool
     sandwich: bool
+    post_norm: bool
     fused: bool
+    norm_fp32: bool  # the norm multiplies by its weight in fp32 (Gemma, OLMo 2)
+    rope_per_type: bool  # one rotary table per layer type (Gemma 3)
+    rotary_tables_fp32: bool  # cos/sin returned in fp32 (OLMo 2)
 
 
 #: Per model_type: which config flag (or constant) gives the q/k/v and o biases, and the
@@ -53,17 +66,23 @@ _TRAITS: dict[str, _Traits] = {
     "mixtral": {"moe": "mixtral"},
     "qwen2": {"qkv_bias": True},
     "qwen2_moe": {"qkv_bias": "qkv_bias", "moe": "qwen2_moe"},
-    "qwen3": {"qkv_bias": "attention_bias", "o_bias": "attention_bias", "qk_norm": True},
-    "qwen3_moe": {"qkv_bias": "attention_bias", "o_bias": "attention_bias", "qk_norm": True,
+    "qwen3": {"qkv_bias": "attention_bias", "o_bias": "attention_bias", "qk_norm": "head"},
+    "qwen3_moe": {"qkv_bias": "attention_bias", "o_bias": "attention_bias", "qk_norm": "head",
                   "moe": "qwen3_moe"},
-    "gemma": {"qkv_bias": "attention_bias", "o_bias": "attention_bias", "embed_scale": True},
+    "gemma": {"qkv_bias": "attention_bias", "o_bias": "attention_bias", "embed_scale": True, "norm_fp32": True},
     "gemma2": {"qkv_bias": "attention_bias", "o_bias": "attention_bias", "embed_scale": True,
-               "sandwich": True},
+               "sandwich": True, "norm_fp32": True},
+    "gemma3_text": {"qkv_bias": "attention_bias", "o_bias": "attention_bias", "embed_scale": True,
+                    "sandwich": True, "norm_fp32": True, "qk_norm": "head", "rope_per_type": True},
+    "olmo2": {"qkv_bias": "attention_bias", "o_bias": "attention_bias", "post_norm": True, "norm_fp32": True,
+              "qk_norm": "full", "rotary_tables_fp32": True},
     "phi3": {"fused": True},
 }
 _GENERIC: _Traits = {"qkv_bias": "attention_bias", "o_bias": "attention_bias", "mlp_bias": "mlp_bias"}
 
 MODEL_TYPES = tuple(_TRAITS)
+#: model types built as generic decoders whose eager attention takes an fp32 softmax (their modeling files)
+_GENERIC_FP32_SOFTMAX = frozenset({"starcoder2", "olmo", "cohere", "granite"})
 
 
 def _flag(r: ConfigReader, spec: bool | str | None) -> bool:
@@ -112,9 +131,11 @@ def build_llama_like(r: ConfigReader, architecture: str, *, generic: bool = Fals
     partial = rope_partial(r, POST_INIT_DEFAULTS.get((mt, "partial_rotary_factor"), 1.0))
     dtype = torch_dtype(r)
     window = _sliding_window(r)
-    act_key = "hidden_activation" if mt == "gemma2" else "hidden_act"
+    sliding = _sliding_layer_ids(r, L) if window else ()
+    act_key = "hidden_activation" if mt in ("gemma2", "gemma3_text") else "hidden_act"
     activation = r.get_str(act_key, "silu")
     max_pos = r.get_int("max_position_embeddings", 2048)
+    qk_norm = traits.get("qk_norm", "none")
     r.check()
 
     head = head_kind(architecture)
@@ -134,9 +155,12 @@ def build_llama_like(r: ConfigReader, architecture: str, *, generic: bool = Fals
             t.linear(f"{b}self_attn.k_proj", n_kv * d, h, qkv_bias)
             t.linear(f"{b}self_attn.v_proj", n_kv * d, h, qkv_bias)
             t.linear(f"{b}self_attn.o_proj", h, a * d, o_bias)
-        if traits.get("qk_norm"):
+        if qk_norm == "head":
             t.norm(f"{b}self_attn.q_norm", d, bias=False)
             t.norm(f"{b}self_attn.k_norm", d, bias=False)
+        elif qk_norm == "full":
+            t.norm(f"{b}self_attn.q_norm", a * d, bias=False)
+            t.norm(f"{b}self_attn.k_norm", n_kv * d, bias=False)
         if i in sparse_layers:
             _moe_block(t, f"{b}mlp.", moe, n_experts, h, moe_f, shared_f)
         elif traits.get("fused"):
@@ -146,13 +170,25 @@ def build_llama_like(r: ConfigReader, architecture: str, *, generic: bool = Fals
             t.linear(f"{b}mlp.gate_proj", f, h, mlp_bias)
             t.linear(f"{b}mlp.up_proj", f, h, mlp_bias)
             t.linear(f"{b}mlp.down_proj", h, f, mlp_bias)
-        t.norm(f"{b}input_layernorm", h, bias=False)
+        if not traits.get("post_norm"):
+            t.norm(f"{b}input_layernorm", h, bias=False)
         t.norm(f"{b}post_attention_layernorm", h, bias=False)
         if traits.get("sandwich"):
             t.norm(f"{b}pre_feedforward_layernorm", h, bias=False)
+        if traits.get("sandwich") or traits.get("post_norm"):
             t.norm(f"{b}post_feedforward_layernorm", h, bias=False)
     t.norm(f"{p}norm", h, bias=False)
-    t.rotary(f"{p}rotary_emb.", d, partial)
+    rotary_tables = 1
+    if traits.get("rope_per_type"):
+        # Gemma3RotaryEmbedding: a pair of buffers per layer type, in sorted order of the types
+        types = sorted({"sliding_attention" if i in sliding else "full_attention" for i in range(L)})
+        for kind in types:
+            n = (int(d * partial) + 1) // 2
+            t.buffer(f"{p}rotary_emb.{kind}_inv_freq", (n,))
+            t.buffer(f"{p}rotary_emb.{kind}_original_inv_freq", (n,))
+        rotary_tables = len(types)
+    else:
+        t.rotary(f"{p}rotary_emb.", d, partial)
     decoder_head(t, r, head, architecture, h, V, tied)
 
     facts = dict(
@@ -160,7 +196,15 @@ def build_llama_like(r: ConfigReader, architecture: str, *, generic: bool = Fals
         ffn_size=moe_f if moe else f, vocab_size=V, n_decoder_layers=L, max_position=max_pos,
         activation=activation, gated_mlp=True, norm="rmsnorm", position="rotary",
         tied_embeddings=tied, n_experts=n_experts, experts_per_token=top_k,
-        sliding_window=window, torch_dtype=dtype,
+        sliding_window=window, torch_dtype=dtype, sliding_layer_ids=sliding,
+        norm_placement="post" if traits.get("post_norm") else "sandwich" if traits.get("sandwich") else "pre",
+        qk_norm=qk_norm, norm_weight_fp32=bool(traits.get("norm_fp32")), rotary_tables=rotary_tables,
+        rotary_tables_fp32=bool(traits.get("rotary_tables_fp32")),
+        # every family here copies Llama's eager attention (fp32 softmax); of the generic ones, those
+        # transformers writes the same way
+        softmax_fp32=not generic or mt in _GENERIC_FP32_SOFTMAX,
+        dense_layer_ids=tuple(i for i in range(L) if i not in sparse_layers) if moe else (),
+        dense_ffn_size=f if moe else 0, shared_expert_ffn=shared_f,
     )
     return Built(facts, t.items)
 
@@ -180,6 +224,9 @@ def _moe_block(t: Tensors, b: str, moe: str, n_experts: int, h: int, f: int, sha
         t.linear(f"{b}shared_expert_gate", 1, h, role="router")
 
 
+_QWEN = ("qwen2", "qwen2_moe", "qwen3", "qwen3_moe")
+
+
 def _sliding_window(r: ConfigReader) -> int | None:
     """The attention window, None for full attention.
 
@@ -187,8 +234,38 @@ def _sliding_window(r: ConfigReader) -> int | None:
     ``use_sliding_window`` is true (configuration_qwen2.py); Gemma 2 applies it to every
     other layer; Mistral v0.1 and Phi-3 to all layers.
     """
-    if r.model_type in ("qwen2", "qwen2_moe", "qwen3", "qwen3_moe") and not r.get_bool("use_sliding_window", False):
+    if r.model_type in _QWEN and not r.get_bool("use_sliding_window", False):
         return None
-    if r.model_type in ("llama", "gemma"):
+    if r.model_type in ("llama", "gemma", "olmo2"):
         return None
     return r.opt_int("sliding_window")
+
+
+def _sliding_layer_ids(r: ConfigReader, L: int) -> tuple[int, ...]:
+    """The blocks that attend over the window, as each config class's ``__post_init__`` lays them out.
+
+    ``layer_types`` when the config gives it; else Gemma 2 slides every other block
+    (``(i + 1) % 2``, configuration_gemma2.py), Gemma 3 all but every ``sliding_window_pattern``-th
+    (default 6, configuration_gemma3.py), Qwen2/Qwen3 the blocks from ``max_window_layers`` on
+    (configuration_qwen2.py); a model with one window and no layout (Mistral v0.1, Phi-3) slides
+    every block (cache_utils.get_layer_types_and_kwargs).
+    """
+    types = r.raw.get("layer_types")
+    if isinstance(types, list) and types:
+        if len(types) < L or not all(isinstance(x, str) for x in types):
+            r.problem(f"layer_types has {len(types)} entries for num_hidden_layers={L}: give one type per layer")
+            return ()
+        return tuple(i for i in range(L) if "sliding" in types[i])
+    mt = r.model_type
+    if mt == "gemma2":
+        return tuple(i for i in range(L) if (i + 1) % 2)
+    if mt == "gemma3_text" or (r.has("sliding_window_pattern") and mt not in _QWEN):
+        pattern = r.get_int("sliding_window_pattern", POST_INIT_DEFAULTS[("gemma3_text", "sliding_window_pattern")])
+        return tuple(i for i in range(L) if (i + 1) % pattern)
+    if mt in ("qwen2", "qwen3"):
+        first = r.get_int("max_window_layers", minimum=0)
+        return tuple(range(min(first, L), L))
+    if mt == "qwen2_moe":  # configuration_qwen2_moe.py: odd-numbered blocks below max_window_layers
+        last = r.get_int("max_window_layers", minimum=0)
+        return tuple(i for i in range(min(last, L)) if (i + 1) % 2)
+    return tuple(range(L))  # qwen3_moe has no layout: its one window applies to every block

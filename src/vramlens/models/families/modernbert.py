@@ -103,7 +103,7 @@ def build_modernbert(r: ConfigReader, architecture: str) -> Built:
         t.buffer(f"{p}rotary_emb.{kind}_inv_freq", ((d + 1) // 2,))
         t.buffer(f"{p}rotary_emb.{kind}_original_inv_freq", ((d + 1) // 2,))
 
-    sliding = sum(1 for k in kinds if k == "sliding_attention")
+    sliding = tuple(i for i, k in enumerate(kinds) if k == "sliding_attention")
     facts = dict(
         kind="encoder", hidden_size=h, n_heads=a, n_kv_heads=a, head_dim=d, ffn_size=f,
         vocab_size=V, n_encoder_layers=L, max_position=max_pos, activation=act, gated_mlp=True,
@@ -112,7 +112,7 @@ def build_modernbert(r: ConfigReader, architecture: str) -> Built:
         # Wqkv's output is viewed and unbound: v keeps the fused output alive next to the rotated q, k
         fused_qkv_kept=True, softmax_fp32=True, classifier="transform", head_transform=True,
         pooling=pooling, head_dropout=dropout, block_dropouts=0,
-        sliding_window=window // 2 if sliding else None, sliding_layers=sliding,
+        sliding_window=window // 2 if sliding else None, sliding_layer_ids=sliding,
         rotary_tables=len(set(kinds)), embedding_norm=True, rotary_fp32=True,
     )
     return Built(facts, t.items)
