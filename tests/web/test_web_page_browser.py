@@ -334,6 +334,20 @@ def test_dtype_table_and_gpu_matrix_match_the_api(session, server):
     s.shot("web-compare.png")
 
 
+def test_advice_names_the_knobs_not_the_flags(session, server):
+    """The CLI's advice says "--optimizer adamw-8bit"; the page says the same with its knob labels."""
+    s = session()
+    page = s.page
+    s.open("?model=llama-2-7b&mode=train&method=full&gpu=24GB")
+    s.wait_result()
+    est = api(server, "/api/estimate", model="llama-2-7b", mode="train", method="full", gpu="24GB")
+    assert "--optimizer adamw-8bit" in est["advice"]  # the API and the CLI speak flags
+    shown = page.inner_text("#advice")
+    label = page.inner_text("#k-optimizer span").strip()
+    assert f"{label} = adamw-8bit" in shown and "--optimizer" not in shown
+    assert "vramlens fit finds the cheapest change" in shown
+
+
 def test_plans_say_how_many_fit_and_apply_sets_the_knobs(session, server):
     s = session()
     page = s.page

@@ -43,6 +43,19 @@
 
   const configText = () => $("f-config").value.trim();
 
+  // Advice speaks the interface it is shown in: the CLI's "--optimizer adamw-8bit" becomes
+  // "optimizer = adamw-8bit" with the knob's label ("--fsdp": "FSDP on"); flags without a knob stay.
+  function knobWords(text) {
+    return text.replace(/--([a-z][a-z0-9-]*)(?: ([^\s,;()]+))?/g, (all, flag, val) => {
+      const knob = byParam[flag.replace(/-/g, "_")];
+      const span = knob && knob.closest("label") && knob.closest("label").querySelector("span");
+      if (!span) return all;
+      const name = span.textContent.trim();
+      if (knob.type === "checkbox") return name + " on" + (val ? " " + val : "");
+      return val && !val.startsWith("-") ? name + " = " + val : name;
+    });
+  }
+
   // Parameters that differ from their defaults and apply, so links stay short and honest.
   // With a pasted config the config wins: model and params are left out and source=config says so.
   function params() {
@@ -183,7 +196,7 @@
         " of " + gib(cap) + " GiB (" + gib(Math.abs(d.headroom_bytes)) + " GiB " +
         (d.headroom_bytes >= 0 ? "free" : "over") + ")";
     }
-    $("advice").textContent = d.advice || "";
+    $("advice").textContent = knobWords(d.advice || "");
     const tbody = $("components").querySelector("tbody");
     tbody.replaceChildren();
     for (const [name, bytes] of Object.entries(d.components)) {
