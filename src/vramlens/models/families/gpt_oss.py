@@ -27,6 +27,8 @@ Module layouts from ``transformers/models/gpt_oss/modeling_gpt_oss.py`` (transfo
 - the rotary embedding (``GptOssRotaryEmbedding``) returns cos/sin of head_dim / 2 (``emb = freqs``,
   not doubled) and rotates the two halves (``_apply_rotary_emb``); ``inv_freq`` and
   ``original_inv_freq`` buffers of head_dim / 2.
+- the RMSNorm (``GptOssRMSNorm``) multiplies its weight by the fp32 normalized tensor and casts
+  after (``(self.weight * hidden_states).to(input_dtype)``, "main diff with Llama").
 - ``_keep_in_fp32_modules`` (the norms) applies only to fp16 loads (modeling_utils.py
   ``_get_dtype_plan``: ``dtype == torch.float16``); vramlens counts the norms in the load dtype.
 
@@ -112,6 +114,8 @@ def build_gpt_oss(r: ConfigReader, architecture: str) -> Built:
         sliding_window=window, sliding_layer_ids=sliding,
         # eager_attention_forward: softmax(combined_logits, dtype=combined_logits.dtype)
         softmax_fp32=False, attention_sinks=True, sdpa=False,
+        # GptOssRMSNorm: ``(self.weight * hidden_states).to(input_dtype)`` on the fp32 normalized tensor
+        norm_weight_fp32=True,
         router="topk_softmax", expert_gate="clamped_swiglu",
         # GptOssRotaryEmbedding: cos/sin are head_dim / 2 wide (emb = freqs)
         rotary_dim=d // 2,
