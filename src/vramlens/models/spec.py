@@ -261,6 +261,13 @@ class ModelSpec:
     #: transformers lets the model run SDPA (``_supports_sdpa``); False (gpt-oss): it runs eager
     #: when SDPA is asked for or nothing is, so vramlens estimates ``--attention sdpa`` as eager
     sdpa: bool = True
+    #: how the checkpoint stores the MoE experts when not in the model dtype: "mxfp4" (gpt-oss's
+    #: ``quantization_config.quant_method``: 4-bit E2M1 values in blocks of 32 sharing one E8M0 scale
+    #: byte, 4.25 bits per weight; transformers dequantizes it at load, vLLM and SGLang keep it)
+    expert_format: Literal["mxfp4"] | None = None
+    #: SGLang keeps the sliding layers' keys and values in a pool of their own (``SWAKVPool``; its
+    #: model_config.py ``is_hybrid_swa_model`` lists GptOssForCausalLM among others)
+    hybrid_swa_pool: bool = False
 
     # ---- counts -------------------------------------------------------------------------
     @property

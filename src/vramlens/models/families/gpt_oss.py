@@ -79,7 +79,8 @@ def build_gpt_oss(r: ConfigReader, architecture: str) -> Built:
     sliding = _sliding(r, L) if window else ()
     r.check()
     q = r.raw.get("quantization_config")
-    if isinstance(q, dict) and q.get("quant_method") == "mxfp4":
+    mxfp4 = isinstance(q, dict) and q.get("quant_method") == "mxfp4"
+    if mxfp4:
         r.assume(MXFP4_NOTE)
 
     head = head_kind(architecture)
@@ -119,6 +120,7 @@ def build_gpt_oss(r: ConfigReader, architecture: str) -> Built:
         router="topk_softmax", expert_gate="clamped_swiglu",
         # GptOssRotaryEmbedding: cos/sin are head_dim / 2 wide (emb = freqs)
         rotary_dim=d // 2,
+        expert_format="mxfp4" if mxfp4 else None, hybrid_swa_pool=True,
     )
     return Built(facts, t.items)
 
