@@ -107,8 +107,7 @@ def served_from_spec(spec: ModelSpec, *, dtype: str | None = None, quant: str | 
     b = DTYPE_BYTES[dt]
     mxfp4 = native_experts and quant is None and spec.expert_format == "mxfp4"
     if mxfp4:
-        experts = [t for t in spec.tensors if t.role == "expert"]
-        total += sum(mxfp4_bytes(t.numel) - round_up(t.numel * b, BLOCK) for t in experts)
+        total += sum(mxfp4_bytes(t.numel) - round_up(t.numel * b, BLOCK) for t in spec.tensors if t.role == "expert")
     embed = sum(t.numel * b for t in spec.tensors if t.layer is None and t.role in ("embedding", "position_embedding"))
     head = sum(t.numel * b for t in spec.tensors if t.layer is None and t.role not in ("embedding", "position_embedding", "buffer"))
     L = max(1, spec.n_decoder_layers or spec.n_layers)

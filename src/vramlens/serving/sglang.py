@@ -116,7 +116,7 @@ def sglang_capacity(m: ServedModel, gpu: GPU, *, gpus: int, tp: int, pp: int, co
             f"{mfs} x {total_free / GiB:.2f} GiB free = {total_free * mfs / GiB:.2f} GiB does not cover the "
             f"weights {weights / GiB:.2f} GiB)")
     tokens = profiled = rest // cell // page_size * page_size
-    swa = hybrid_swa_tokens(m, tokens, pp=pp, ratio=swa_full_tokens_ratio, page_size=page_size)
+    swa = hybrid_swa_tokens(m, tokens, cell // layers, pp=pp, ratio=swa_full_tokens_ratio, page_size=page_size)
     if swa is not None:
         tokens, swa_tokens = swa
     auto_running = min(max(int(tokens / ctx_len * RUNNING_PER_CONTEXT), DEFAULT_MAX_RUNNING_FLOOR),
@@ -171,15 +171,16 @@ def sglang_capacity(m: ServedModel, gpu: GPU, *, gpus: int, tp: int, pp: int, co
         ttft_s=speed.ttft_s, figures=figures, notes=notes)
 
 
-def hybrid_swa_tokens(m: ServedModel, tokens: int, *, pp: int = 1, ratio: float = DEFAULT_SWA_FULL_TOKENS_RATIO,
+def hybrid_swa_tokens(m: ServedModel, tokens: int, per_layer: int, *, pp: int = 1,
+                      ratio: float = DEFAULT_SWA_FULL_TOKENS_RATIO,
                       page_size: int = DEFAULT_PAGE_SIZE) -> tuple[int, int] | None:
-    """(full-layer tokens, SWA-layer tokens) of SGLang's hybrid pool for ``tokens`` = max_total_num_tokens
-    as profiled over every layer, None when SGLang keeps one pool (see the module docstring).
+    """(full-layer tokens, SWA-layer tokens) of SGLang's hybrid pool, None when SGLang keeps one pool.
 
-    Full and sliding layers of gpt-oss have the same K/V width (F = S), so the split is
-    full = int(tokens x (n_full + n_swa) / (n_full + r x n_swa)), swa = int(full x r), page-aligned
-    (model_runner_kv_cache_mixin.py ``set_num_tokens_hybrid_swa``); with no full layer every token
-    goes to the SWA pool.
+    ``tokens`` is max_total_num_tokens as profiled over every layer, ``per_layer`` the bytes one token
+    takes in one layer (F = S: gpt-oss's sliding and full layers have the same K/V width). As
+    model_runner_kv_cache_mixin.py ``set_num_tokens_hybrid_swa`` computes it: total_memory = tokens x
+    (F n_full + S n_swa); full = int(total_memory / (F n_full + r S n_swa)); swa = int(full x r); both
+    page-aligned; with no full layer every token goes to the SWA pool.
     """
     if not m.hybrid_swa or not m.n_sliding:
         return None
@@ -188,6 +189,7 @@ def hybrid_swa_tokens(m: ServedModel, tokens: int, *, pp: int = 1, ratio: float 
     n_full = layers - n_swa
     if n_full == 0:
         return 0, tokens // page_size * page_size
-    full = int(tokens * (n_full + n_swa) / (n_full + ratio * n_swa))
+    total_memory = tokens * (per_layer * n_full + per_layer * n_swa)
+    full = int(total_memory / (per_layer * n_full + ratio * per_layer * n_swa))
     swa = int(full * ratio)
     return full // page_size * page_size, swa // page_size * page_size
