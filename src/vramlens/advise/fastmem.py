@@ -28,7 +28,6 @@ activation offloading's host copies and frozen-cast handling go through the esti
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
@@ -225,7 +224,7 @@ class FastMemory:
         self.evaluations += 1
         if not self.spec.sdpa and w.attention == "sdpa":
             # as estimate_spec: transformers runs eager where it refuses SDPA (gpt-oss)
-            w = dataclasses.replace(w, attention="eager")
+            w = replace(w, attention="eager")
         if not w.training:
             return self._inference(w)
         if w.problems():  # the state is memoized per STATE_FIELDS: the other fields are checked here
