@@ -56,3 +56,19 @@ def test_inference_totals_equal_estimate_spec():
     w = Workload(mode="inference", seq=1024, new_tokens=256, batch=2, quant="nf4", kv_dtype="fp8")
     e = estimate_spec(spec, w, gpu)
     assert fm.totals(w) == (e.breakdown.device_total, e.breakdown.host_bytes)
+
+
+def test_fast_totals_follow_estimate_spec_where_sdpa_is_refused():
+    """gpt-oss has no SDPA path in transformers: both run --attention sdpa as eager."""
+    from vramlens.models import spec_from_config
+    from vramlens.trace.crosscheck import tiny_config
+
+    spec = spec_from_config(tiny_config("gpt-oss-20b"))
+    gpu = get_gpu("A100-80GB")
+    fm = FastMemory(spec, gpu)
+    for mode, method in (("train", "full"), ("train", "lora"), ("inference", "full")):
+        w = Workload(mode=mode, method=method, dtype="bf16", attention="sdpa", batch=2, seq=256,
+                     lora_targets=("q_proj", "v_proj"))
+        e = estimate_spec(spec, w, gpu)
+        assert fm.totals(w) == (e.breakdown.device_total, e.breakdown.host_bytes), (mode, method)
+        assert any("no SDPA path" in n for n in e.breakdown.notes)

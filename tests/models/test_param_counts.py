@@ -207,6 +207,11 @@ PINNED_DECODERS = {
     # without the multi-token-prediction module (transformers builds none); the issue's figure
     "deepseek-v3": 671_026_404_352,
     "deepseek-r1": 671_026_404_352,
+    # gpt-oss (issue 15): transformers 5.24's GptOssForCausalLM on the meta device, the experts as
+    # the bf16 tensors transformers dequantizes the MXFP4 checkpoint to. 120b: the known 116.83B; per
+    # test_gpt_oss_formula writes the sum out
+    "gpt-oss-120b": 116_829_156_672,
+    "gpt-oss-20b": 20_914_757_184,
 }
 PINNED.update(PINNED_DECODERS)
 
@@ -230,6 +235,16 @@ def test_distilbert_base_formula():
 def test_llama_2_7b_formula():
     V, h, f, L = 32_000, 4096, 11_008, 32
     assert load_model("llama-2-7b").params == 2 * V * h + h + L * (4 * h * h + 3 * h * f + 2 * h)
+
+
+def test_gpt_oss_formula():
+    """Per block: q/k/v/o with biases, the (a,) sinks, the biased router, the experts' gate_up
+    (E, h, 2f) and down (E, f, h) with their biases, two norms (modeling_gpt_oss.py)."""
+    V, h, f, a, kv, d = 201_088, 2880, 2880, 64, 8, 64
+    for name, L, E in (("gpt-oss-120b", 36, 128), ("gpt-oss-20b", 24, 32)):
+        attn = (h * a * d + a * d) + 2 * (h * kv * d + kv * d) + (a * d * h + h) + a
+        moe = (E * h + E) + E * (h * 2 * f + 2 * f) + E * (f * h + h)
+        assert load_model(name).params == 2 * V * h + h + L * (attn + moe + 2 * h), name
 
 
 def test_t5_untied_difference_is_the_lm_head():

@@ -296,3 +296,74 @@ def test_bad_values_are_named(kwargs, message):
     with pytest.raises(InputError) as e:
         capacity("llama-2-7b", gpu="A100-80GB", **args)
     assert str(e.value) == message
+
+
+# --- gpt-oss (issue 15): MXFP4 experts, SGLang's hybrid sliding-window pool ------------------------------
+def _gpt_oss_120b_mxfp4_weights() -> int:
+    """The weights vLLM and SGLang load: experts in MXFP4 (n / 2 packed values + n / 32 scale bytes), every
+    other tensor in bf16 rounded to the allocator's 512 B, plus the rotary cos/sin cache."""
+    from vramlens.models import load_model
+    from vramlens.units import round_up
+
+    spec = load_model("gpt-oss-120b")
+    # experts per block: gate_up 128 x 2880 x 5760 and down 128 x 2880 x 2880
+    gate_up, down = 128 * 2880 * 5760, 128 * 2880 * 2880
+    experts = 36 * (gate_up // 2 + gate_up // 32 + down // 2 + down // 32)
+    assert experts == 36 * (1_128_038_400 + 564_019_200)
+    rest = sum(round_up(t.numel * (4 if t.dtype == "fp32" else 2), 512) for t in spec.tensors if t.role != "expert")
+    # the rotary cache: max_position 131,072 x rotary_dim 64 (2 x 32 inv_freq entries) x 2 B
+    return experts + rest + 131_072 * 64 * 2
+
+
+def test_gpt_oss_engines_keep_mxfp4_experts_transformers_dequantizes():
+    from vramlens.serving.api import resolve_model
+
+    want = _gpt_oss_120b_mxfp4_weights()
+    for engine in ("vllm", "sglang"):
+        cap = capacity("gpt-oss-120b", engine, gpu="H100-SXM-80GB")
+        # ServedModel shares the blocks' bytes evenly over the 36 blocks (a floor division): < 36 B lost
+        assert 0 <= want - cap.weights_bytes < 36, engine
+    # 116,829,156,672 parameters in bf16 are 233.7 GB: transformers (dequantized at load) needs more GPUs
+    hf = capacity("gpt-oss-120b", "transformers", gpu="H200-141GB", gpus=2)
+    assert hf.model == "openai/gpt-oss-120b"
+    assert "mxfp4" not in resolve_model("gpt-oss-120b", engine="transformers").weights_format
+    assert resolve_model("gpt-oss-120b", engine="vllm").weights_format == "mxfp4 experts, bf16 rest"
+
+
+def test_sglang_hybrid_swa_split_worked_case():
+    # gpt-oss-20b: 24 layers, 12 sliding; F = S = 8 kv heads x (64 + 64) x 2 B = 2,048 B per layer and token.
+    # max_total_num_tokens 100,000: total_memory = 100,000 x 2,048 x 24 = 4,915,200,000;
+    # denominator = 2,048 x 12 + 0.8 x 2,048 x 12 = 44,236.8; full = int(111,111.1) = 111,111,
+    # swa = int(0.8 x 111,111) = 88,888; page 64: 111,104 and 88,832
+    from vramlens.serving.api import resolve_model
+    from vramlens.serving.sglang import hybrid_swa_tokens
+
+    m = resolve_model("gpt-oss-20b", engine="sglang")
+    assert m.hybrid_swa and m.n_sliding == 12 and m.n_layers == 24
+    assert hybrid_swa_tokens(m, 100_000, 2_048) == (111_111, 88_888)
+    assert hybrid_swa_tokens(m, 100_000, 2_048, page_size=64) == (111_104, 88_832)
+    assert hybrid_swa_tokens(resolve_model("llama-3-8b", engine="sglang"), 100_000, 4_096) is None
+
+
+def test_sglang_gpt_oss_120b_h100_pool():
+    # total_gpu_memory = 85,520,809,984 - 419,430,400 (CUDA context) = 85,101,379,584; rest =
+    # int(0.88 x that) - weights; cell over all 36 layers = 8 x 64 x 36 x 2 x 2 B = 73,728;
+    # full = int(tokens x 36 / (18 + 0.8 x 18)), swa = int(0.8 x full)
+    cap = capacity("gpt-oss-120b", "sglang", gpu="H100-SXM-80GB")
+    assert cap.kv_bytes_per_token == 73_728
+    tokens = (int(0.88 * 85_101_379_584) - cap.weights_bytes) // 73_728
+    full = int(tokens * 73_728 / (18 * 2_048 + 0.8 * 18 * 2_048))
+    assert cap.figure("full_layer_tokens") == full == cap.kv_tokens == cap.figure("max_total_num_tokens")
+    assert cap.figure("swa_layer_tokens") == int(full * 0.8)
+    assert cap.kv_cache_bytes == full * 2_048 * 18 + int(full * 0.8) * 2_048 * 18
+    assert "hybrid SWA" in cap.accounting
+
+
+def test_vllm_gpt_oss_alternating_layers_make_two_groups():
+    # 18 full + 18 sliding (window 128): group size 18, one full and one sliding group; page 2 x 16 x 8 x 64 x 2 B
+    cap = capacity("gpt-oss-120b", "vllm", gpu="H100-SXM-80GB", max_model_len=8192)
+    blocks = cap.figure("num_gpu_blocks")
+    assert cap.kv_tokens == blocks // 2 * 16
+    assert cap.kv_cache_bytes == blocks * 32_768 * 18
+    # a request of 8192 tokens: full 512 blocks, sliding cdiv(min(127 + 8192, 8192), 16) + 1 = 513
+    assert cap.figure("max_concurrency") == round(blocks / (512 + 513), 2)

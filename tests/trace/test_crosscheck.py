@@ -57,7 +57,7 @@ def test_matrix_covers_the_families():
     assert len(ARCHITECTURES) >= 8
     kinds = {tiny_config(n).get("model_type") for n in ARCHITECTURES}
     assert {"llama", "qwen2", "mixtral", "gpt2", "gpt_bigcode", "bert", "t5", "gpt_neox", "gemma3_text", "deepseek_v3",
-            "olmo2"} <= kinds
+            "olmo2", "gpt_oss"} <= kinds
     assert {"distilbert", "xlm-roberta", "electra", "deberta-v2", "modernbert"} <= kinds
     # the shrunk Gemma 3 keeps a local and a global block, its window shorter than the sequence; the shrunk
     # DeepSeek-V3 a dense and an MoE block
@@ -68,10 +68,26 @@ def test_matrix_covers_the_families():
     assert g.sliding_layer_ids == (0,) and g.sliding_window is not None and g.sliding_window < SEQ
     d = spec_from_config(tiny_config("deepseek-v3"))
     assert d.dense_layer_ids == (0,) and d.mla is not None and d.mla.q_lora_rank is not None
+    # the shrunk gpt-oss keeps a sliding and a full block, its sinks, top-2 of 4 experts, and no SDPA
+    o = spec_from_config(tiny_config("gpt-oss-20b"))
+    assert o.sliding_layer_ids == (0,) and o.sliding_window is not None and o.sliding_window < SEQ
+    assert o.attention_sinks and not o.sdpa and (o.n_experts, o.experts_per_token) == (4, 2)
     axes = {(r["mode"], r["method"], r["attention"], r["checkpointing"], r.get("amp")) for r in ROWS}
     assert {a[0] for a in axes} == {"inference", "train"} and {a[1] for a in axes} == {"full", "lora"}
     assert {a[2] for a in axes} == {"eager", "sdpa"} and {a[3] for a in axes} == {"none", "full", "selective"}
     assert {a[4] for a in axes} == {None, "bf16"}
+
+
+@pytest.mark.parametrize("row", [r for r in ROWS if not skipped("gpt-oss-20b", r)],
+                         ids=lambda r: f"{r['mode']}-{r['method']}-{r['attention']}-{r['checkpointing']}")
+def test_gpt_oss_rows(row):
+    """gpt-oss alone (its bf16 rows: inference, full and LoRA training): peak within 5%, components 10%."""
+    from vramlens.trace.crosscheck import run_row
+
+    r = run_row("gpt-oss-20b", row)
+    assert not disagreements([r]), render([r])
+    for c in AGREEING:
+        assert r.estimate[c] == r.traced[c], (r.workload, c)
 
 
 def test_state_components_agree_on_every_row(rows):

@@ -222,6 +222,9 @@ class FastMemory:
     def totals(self, w: Workload) -> tuple[int, int] | None:
         """(device_total, host_bytes) of ``w``, or None when ``w`` is not a valid workload."""
         self.evaluations += 1
+        if not self.spec.sdpa and w.attention == "sdpa":
+            # as estimate_spec: transformers runs eager where it refuses SDPA (gpt-oss)
+            w = replace(w, attention="eager")
         if not w.training:
             return self._inference(w)
         if w.problems():  # the state is memoized per STATE_FIELDS: the other fields are checked here

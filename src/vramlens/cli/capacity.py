@@ -42,6 +42,9 @@ FLAGS: tuple[tuple[str, str, tuple[str, ...], dict], ...] = (
                                 "help": "SGLang: running requests cap"}),
     ("--context-length", "context_length", ("sglang",), {"type": int, "metavar": "N",
                           "help": "SGLang: longest request (default: the model's context)"}),
+    ("--swa-full-tokens-ratio", "swa_full_tokens_ratio", ("sglang",), {"type": float, "metavar": "R",
+                                 "help": "SGLang: sliding-layer tokens per full-layer token of the hybrid SWA "
+                                         "pool (gpt-oss; 0.8)"}),
     ("--ctx-size", "ctx_size", ("llama.cpp",), {"type": int, "metavar": "N", "help": "llama.cpp: n_ctx (4096; 0 = the model's)"}),
     ("--batch-size", "batch_size", ("llama.cpp",), {"type": int, "metavar": "N", "help": "llama.cpp: n_batch (2048)"}),
     ("--ubatch-size", "ubatch_size", ("llama.cpp",), {"type": int, "metavar": "N", "help": "llama.cpp: n_ubatch (512)"}),

@@ -505,8 +505,12 @@ def layer_activations(spec: ModelSpec, w: Workload, b: int, s: int, *, cross_s: 
         # computing its attention itself (DeBERTa-v2) keeps its scores
         selective = w.checkpointing == "selective" and spec.attention_interface
         if attention == "eager" and not selective:
-            probs = b * D.a * s * S
+            # with attention sinks (gpt-oss) the softmax runs over S + 1 columns, and the row maximum
+            # subtracted first keeps its int64 indices (b, a, s, 1) for backward
+            probs = b * D.a * s * (S + 1 if spec.attention_sinks else S)
             q_bytes = _softmax_saved(spec, probs, c, autocast, p_attn)
+            if spec.attention_sinks:
+                total += _r(8 * b * D.a * s)
             quad += q_bytes
             total += q_bytes
         elif attention != "eager":
@@ -785,6 +789,11 @@ def _mlp_saved(spec: ModelSpec, D: Dims, t: int, c: int, out_saved: bool = True,
         # act(gate) (f), and the expert output (h, kept by the routing-weight product); the
         # routed input (h) and the product (f) only when the experts' weights train
         per_expert = 3 * _r(c * D.f * routed) + _r(c * D.h * routed)
+        if spec.expert_gate == "clamped_swiglu":
+            # GptOssExperts._apply_gate: both clamps keep their input (views of gate_up: 2f), the
+            # clamped gate (kept by the product with its sigmoid), the sigmoid's output, up + 1 and
+            # glu (kept by their product): 2f + 4f, and the expert output (h)
+            per_expert = 2 * _r(c * D.f * routed) + 4 * _r(c * D.f * routed) + _r(c * D.h * routed)
         if out_saved:
             per_expert += _r(c * D.h * routed) + _r(c * D.f * routed)
         total = per_expert + _router_saved(spec, D, t, c, router_trains=out_saved)
@@ -846,6 +855,10 @@ def _router_saved(spec: ModelSpec, D: Dims, t: int, c: int, *, router_trains: bo
     """
     E = spec.n_experts
     k = max(1, spec.experts_per_token)
+    if spec.router == "topk_softmax":
+        # GptOssTopKRouter: topk of the biased logits keeps its int64 indices, the softmax over the
+        # k values (compute dtype) its output; the logits themselves are not kept
+        return _r(8 * k * t) + _r(c * k * t)
     if spec.router == "softmax":
         return _r(c * E * t) + _r(4 * E * t)
     total = _r(4 * D.h * t) if router_trains else 0
@@ -1116,6 +1129,12 @@ def inference_layer_peak(spec: ModelSpec, w: Workload, b: int, s: int, S: int, t
         # head expands as a view: reshape merges its size-1 dimension without copying)
         kv = 2 * _r(c * D.a * D.d * b * S) if D.kv not in (1, D.a) else 2 * _r(c * D.a * D.d * t)
         attn = 2 * _r(c * probs) + _r(4 * probs) + _r(c * D.a * D.d * t) + kv
+        if spec.attention_sinks and not spec.softmax_fp32:
+            # gpt-oss's eager_attention_forward: the masked scores (s x S) stay referenced while the
+            # sinks are concatenated (s x (S+1)), the row maximum subtracted (a new s x (S+1)) and the
+            # softmax taken in the scores' dtype (another): three quadratic tensors at once
+            wide = b * D.a * s * (S + 1)
+            attn = _r(c * probs) + 2 * _r(c * wide) + _r(c * D.a * D.d * t) + kv
     else:
         attn = 4 * _r(c * D.a * D.d * t) + _r(4 * b * D.a * s)
         if masked:
@@ -1143,6 +1162,11 @@ def inference_layer_peak(spec: ModelSpec, w: Workload, b: int, s: int, S: int, t
         # the fused gate_up output (t*k, 2f), then act(gate) and the product (t*k, f each)
         tk = t * max(1, spec.experts_per_token)
         mlp = _r(c * D.h * tk) + _r(c * 2 * D.f * tk) + 2 * _r(c * D.f * tk)
+        if spec.expert_gate == "clamped_swiglu":
+            # GptOssExperts._apply_gate at its last product: gate_up (2f) and the gathered gate_up bias
+            # (2f, biased experts: referenced until the down projection's bias replaces it), the
+            # clamped gate and up, glu, up + 1 and the product (f each)
+            mlp = _r(c * D.h * tk) + 2 * _r(c * 2 * D.f * tk) + 5 * _r(c * D.f * tk)
         # then the down projection's output beside the routed input, weighted by the routing weights
         # and put back in token order (integrations/moe.py grouped_mm_experts_forward): two (t*k, h)
         # tensors in the weights' dtype, fp32 for DeepSeek's routers
@@ -1169,6 +1193,17 @@ def inference_layer_peak(spec: ModelSpec, w: Workload, b: int, s: int, S: int, t
         w_mlp = max((wb for g in ("mlp_in", "mlp_out") for _, _, wb in deq.get(g, ())), default=0)
         attn = max(attn, 3 * _r(c * D.a * D.d * t) + w_attn)
         mlp = max(mlp, (2 * _r(c * D.f * t) if spec.gated_mlp else _r(c * D.f * t) + _r(c * D.h * t)) + w_mlp)
+    if (w.attention == "eager" and spec.kind == "decoder" and spec.attention_interface and spec.mla is None
+            and not spec.rel_terms):
+        # eager attention returns its probabilities (attn_weights, the compute dtype; with sinks a view of
+        # the s x (S+1) softmax), which the decoder layer binds to ``_`` (``hidden_states, _ =
+        # self.self_attn(...)``) and so keeps through the MLP; and the model's additive masks (b, 1, s, S)
+        # in the compute dtype, one per layer type (create_causal_mask, create_sliding_window_causal_mask)
+        kept = _r(c * b * D.a * s * (S + 1 if spec.attention_sinks else S))
+        masks = (2 if spec.n_sliding_layers and spec.n_sliding_layers < spec.n_layers else 1) * _r(c * b * s * S)
+        stream += masks
+        attn_stream += masks
+        mlp += kept
     return max(attn_stream + attn, stream + max(mlp, dora_forward_transient(spec, w, training=False, tp=tp)))
 
 

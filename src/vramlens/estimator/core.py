@@ -375,10 +375,18 @@ def position_notes(spec: ModelSpec, w: Workload) -> list[str]:
 
 def estimate_spec(spec: ModelSpec, w: Workload, gpu: GPU | None = None, *, headroom: float = DEFAULT_HEADROOM) -> Estimate:
     """Estimate per-GPU memory of workload ``w`` for ``spec`` (both already validated)."""
+    sdpa_refused = not spec.sdpa and w.attention == "sdpa"
+    if sdpa_refused:
+        # transformers refuses SDPA for the model (``_supports_sdpa = False``, gpt-oss: its attention
+        # sinks need eager, flash or flex) and picks eager when none is asked for
+        w = replace(w, attention="eager")
     st = train_state(spec, w, gpu)
     sp = st.sp
     explain = dict(st.explain)
     notes = list(st.notes) + w.ignored() + (gpu.dtype_notes(w.dtype, w.amp) if gpu is not None else [])
+    if sdpa_refused:
+        notes.append(f"{spec.architecture} has no SDPA path in transformers (_supports_sdpa = False): "
+                     f"--attention sdpa runs eager, the default; use flash for a fused kernel")
     notes += position_notes(spec, w)
     cc = gpu.compute_capability if gpu is not None else None
     if w.training and w.optimizer == "adamw-fp8-torchao" and cc is not None and tuple(cc) < (8, 9):

@@ -65,7 +65,8 @@ def summarize(spec: ModelSpec) -> Summary:
         if t.role in LINEAR_ROLES and len(t.shape) == 2:
             linears.append(Linear(t.name, t.module, t.in_features, t.out_features, t.layer))
         elif t.role == "expert" and len(t.shape) == 3:
-            linears.append(Linear(t.name, t.module, t.shape[2], t.shape[1], t.layer, t.shape[0]))
+            # (E, out, in), or with logical_shape the (E, out, in) a transposed layout stands for (gpt-oss)
+            linears.append(Linear(t.name, t.module, t.in_features, t.out_features, t.layer, t.shape[0]))
         if t.is_parameter:
             largest = max(largest, n)
         fixed_dtype = _fixed_dtype(t)

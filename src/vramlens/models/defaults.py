@@ -281,6 +281,20 @@ DEFAULTS: dict[str, dict[str, Any]] = {
         "tie_word_embeddings": False,
         "num_mtp_layers": 1,  # transformers 5 builds no MTP module from it (modeling_deepseek_v3.py)
     },
+    # configuration_gpt_oss.py (GptOssConfig): its defaults are gpt-oss-120b's
+    "gpt_oss": {
+        "head_dim": 64,
+        "num_key_value_heads": 8,
+        "sliding_window": 128,
+        "tie_word_embeddings": False,
+        "hidden_act": "silu",
+        "max_position_embeddings": 131072,
+        "num_experts_per_tok": 4,
+        "swiglu_alpha": 1.702,
+        "swiglu_limit": 7.0,
+        "layer_types": None,
+        "attention_bias": True,
+    },
     "t5": {
         "d_kv": 64,
         "num_decoder_layers": None,  # None means num_layers
@@ -329,6 +343,7 @@ ATTRIBUTE_MAPS: dict[str, dict[str, str]] = {
     "deepseek_v2": {"num_experts": "n_routed_experts"},
     "deepseek_v3": {"num_local_experts": "n_routed_experts", "num_mtp_layers": "num_nextn_predict_layers"},
     "qwen3_moe": {"num_experts": "num_local_experts"},
+    "gpt_oss": {"num_experts": "num_local_experts"},
     "t5": {
         "hidden_size": "d_model",
         "num_attention_heads": "num_heads",

@@ -41,7 +41,13 @@ QKNorm = Literal["none", "head", "full"]
 #: How an MoE router scores experts, for what it keeps: "softmax" (Mixtral, Qwen: logits in the
 #: compute dtype, fp32 softmax), "softmax_fp32" (DeepSeek V2: an fp32 copy of the input and fp32
 #: weight), "sigmoid_grouped" (DeepSeek V3: fp32 input, sigmoid, group-limited top-k).
-Router = Literal["softmax", "softmax_fp32", "sigmoid_grouped"]
+#: "topk_softmax" (gpt-oss ``GptOssTopKRouter``): biased logits in the compute dtype, top-k of them,
+#: then a softmax over those k in the compute dtype.
+Router = Literal["softmax", "softmax_fp32", "sigmoid_grouped", "topk_softmax"]
+#: What an MoE expert does between its two projections: "act" (``act_fn(gate) * up`` on the halves
+#: of gate_up: Mixtral, Qwen, DeepSeek), "clamped_swiglu" (gpt-oss ``GptOssExperts._apply_gate``:
+#: interleaved gate/up, both clamped, ``(up + 1) * gate * sigmoid(alpha * gate)``).
+ExpertGate = Literal["act", "clamped_swiglu"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -247,6 +253,21 @@ class ModelSpec:
     #: moe_intermediate_size, Qwen2-MoE shared_expert_intermediate_size); 0 without
     shared_expert_ffn: int = 0
     router: Router = "softmax"
+    expert_gate: ExpertGate = "act"
+    # ---- gpt-oss --------------------------------------------------------------------------------
+    #: a learned per-head logit concatenated to the scores before the softmax (gpt-oss ``sinks``):
+    #: eager attention's probabilities are b x a x s x (S+1), and the row maximum is subtracted first
+    attention_sinks: bool = False
+    #: transformers lets the model run SDPA (``_supports_sdpa``); False (gpt-oss): it runs eager
+    #: when SDPA is asked for or nothing is, so vramlens estimates ``--attention sdpa`` as eager
+    sdpa: bool = True
+    #: how the checkpoint stores the MoE experts when not in the model dtype: "mxfp4" (gpt-oss's
+    #: ``quantization_config.quant_method``: 4-bit E2M1 values in blocks of 32 sharing one E8M0 scale
+    #: byte, 4.25 bits per weight; transformers dequantizes it at load, vLLM and SGLang keep it)
+    expert_format: Literal["mxfp4"] | None = None
+    #: SGLang keeps the sliding layers' keys and values in a pool of their own (``SWAKVPool``; its
+    #: model_config.py ``is_hybrid_swa_model`` lists GptOssForCausalLM among others)
+    hybrid_swa_pool: bool = False
 
     # ---- counts -------------------------------------------------------------------------
     @property

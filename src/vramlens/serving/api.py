@@ -34,7 +34,8 @@ SETTINGS: dict[str, dict[str, tuple[str, int]]] = {
              "use_v1": ("bool", 0)},
     "sglang": {"mem_fraction_static": ("fraction", 0), "chunked_prefill_size": ("int", L.MAX_SEQ),
                "max_running_requests": ("int", L.MAX_BATCH), "context_length": ("int", L.MAX_POSITIONS),
-               "kv_cache_dtype": ("str", 0), "quantization": ("str", 0)},
+               "kv_cache_dtype": ("str", 0), "quantization": ("str", 0),
+               "swa_full_tokens_ratio": ("fraction", 0), "page_size": ("int", L.MAX_KV_BLOCK)},
     "llama.cpp": {"ctx_size": ("int0", L.MAX_SEQ), "batch_size": ("int", L.MAX_SEQ), "ubatch_size": ("int", L.MAX_SEQ),
                   "n_gpu_layers": ("int0", L.MAX_LAYERS), "cache_type_k": ("str", 0), "cache_type_v": ("str", 0),
                   "flash_attn": ("bool", 0), "parallel": ("int", L.MAX_BATCH), "weights_type": ("str", 0)},
@@ -157,6 +158,8 @@ def resolve_model(model: str | dict | ModelSpec | GGUFInfo | ServedModel, *, qua
         spec = load_model(model)
     if spec.kind != "decoder":
         raise InputError(f"{spec.name} is an {spec.kind} model: serving engines generate with decoders")
-    return served_from_spec(spec, dtype=dtype, quant=QUANTIZATIONS.get(quant or ""))
+    # vLLM and SGLang serve a checkpoint's MXFP4 experts as they are; transformers dequantizes them
+    return served_from_spec(spec, dtype=dtype, quant=QUANTIZATIONS.get(quant or ""),
+                            native_experts=engine in ("vllm", "sglang"))
 
 

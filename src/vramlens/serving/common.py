@@ -16,7 +16,7 @@ from vramlens.estimator.weights import base_weight_bytes
 from vramlens.hardware.gpu import GPU
 from vramlens.hardware.runtime import context_bytes_for, nccl_communicator_bytes
 from vramlens.models.spec import ModelSpec
-from vramlens.units import DTYPE_BYTES, ceil_div
+from vramlens.units import BLOCK, DTYPE_BYTES, ceil_div, round_up
 from vramlens.workload import make_workload
 
 #: Logits in the sampler are fp32 (vLLM's Sampler and SGLang's LogitsProcessor upcast them), and
@@ -71,22 +71,43 @@ class ServedModel:
         = 32 MiB, what vLLM's "Model loading took 14.99 GiB" adds to the 14.96 GiB of parameters."""
         return self.max_position * self.rotary_dim * DTYPE_BYTES[self.dtype]
     kv_latent: int = 0
+    #: SGLang's hybrid sliding-window pool (ModelSpec.hybrid_swa_pool): the sliding layers' tokens in
+    #: a pool of their own, sized by swa_full_tokens_ratio (vramlens.serving.sglang)
+    hybrid_swa: bool = False
 
     @property
     def weight_bytes(self) -> int:
         return sum(self.layer_bytes) + self.embed_bytes + self.head_bytes
 
 
-def served_from_spec(spec: ModelSpec, *, dtype: str | None = None, quant: str | None = None) -> ServedModel:
+#: MXFP4 (OCP Microscaling, the format of gpt-oss's experts): 4-bit E2M1 values packed two per byte,
+#: one E8M0 scale byte per block of 32 (the checkpoint's ``*_blocks`` uint8 (E, n, k/32, 16) and
+#: ``*_scales`` uint8 (E, n, k/32)): 4.25 bits per weight.
+MXFP4_BLOCK = 32
+
+
+def mxfp4_bytes(numel: int) -> int:
+    """Bytes of ``numel`` weights in MXFP4: numel / 2 packed values plus numel / 32 scales."""
+    return ceil_div(numel, 2) + ceil_div(numel, MXFP4_BLOCK)
+
+
+def served_from_spec(spec: ModelSpec, *, dtype: str | None = None, quant: str | None = None,
+                     native_experts: bool = False) -> ServedModel:
     """A ServedModel from a ModelSpec; ``quant`` is a vramlens quantization ("awq-4bit", "fp8", ...).
 
     Weights come from vramlens.estimator's quantization formulas (embeddings, norms and the output
-    layer stay at ``dtype``); the blocks share the rest evenly.
+    layer stay at ``dtype``); the blocks share the rest evenly. With ``native_experts`` (an engine that
+    serves the checkpoint's own expert format: vLLM and SGLang load gpt-oss's MXFP4 experts as they are,
+    vLLM ``Mxfp4MoEMethod``, SGLang ``Mxfp4MoEMethod``) and no ``quant``, experts stored as MXFP4
+    (ModelSpec.expert_format) take :func:`mxfp4_bytes` in place of ``dtype``; their biases stay at ``dtype``.
     """
     dt = dtype or _serving_dtype(spec.torch_dtype)
     w = make_workload(mode="inference", dtype=dt, quant=quant)
     total, _why = base_weight_bytes(spec, w)
     b = DTYPE_BYTES[dt]
+    mxfp4 = native_experts and quant is None and spec.expert_format == "mxfp4"
+    if mxfp4:
+        total += sum(mxfp4_bytes(t.numel) - round_up(t.numel * b, BLOCK) for t in spec.tensors if t.role == "expert")
     embed = sum(t.numel * b for t in spec.tensors if t.layer is None and t.role in ("embedding", "position_embedding"))
     head = sum(t.numel * b for t in spec.tensors if t.layer is None and t.role not in ("embedding", "position_embedding", "buffer"))
     L = max(1, spec.n_decoder_layers or spec.n_layers)
@@ -103,8 +124,9 @@ def served_from_spec(spec: ModelSpec, *, dtype: str | None = None, quant: str | 
         rope_scaled=bool(cfg.get("rope_scaling")), n_sliding=sliding_layers(spec),
         sliding_window=spec.sliding_window, params=spec.params, active_params=active, dtype=dt,
         layer_bytes=(per_layer,) * L, embed_bytes=embed, head_bytes=head,
-        experts_per_token=spec.experts_per_token, weights_format=quant or dt, rotary_dim=rotary_dim,
-        kv_latent=spec.kv_latent)
+        experts_per_token=spec.experts_per_token,
+        weights_format=quant or (f"mxfp4 experts, {dt} rest" if mxfp4 else dt), rotary_dim=rotary_dim,
+        kv_latent=spec.kv_latent, hybrid_swa=spec.hybrid_swa_pool)
 
 
 def served_from_gguf(info: GGUFInfo) -> ServedModel:

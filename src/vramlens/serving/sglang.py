@@ -13,6 +13,16 @@ Follows SGLang 0.4 (python/sglang/srt/model_executor/model_runner.py):
   max_total_num_tokens = rest // cell_size.
 - The (1 - mem_fraction_static) share is left for activations (a chunked prefill of
   chunked_prefill_size tokens) and CUDA graphs; nothing is profiled.
+- hybrid sliding-window models (ServedModel.hybrid_swa, from ModelSpec.hybrid_swa_pool: SGLang's
+  model_config.py ``is_hybrid_swa_model`` lists GptOssForCausalLM) follow newer SGLang, the code of
+  github:sgl-project/sglang python/sglang/srt/model_executor/model_runner_kv_cache_mixin.py at commit
+  001ccef (the 0.5 series): ``get_cell_size_per_token`` sums the full and the SWA layers
+  (F x n_full + S x n_swa, F = S = kv heads x (head_dim + v_head_dim) x dtype bytes for gpt-oss),
+  max_total_num_tokens = rest // cell as before (page-aligned), then ``set_num_tokens_hybrid_swa``
+  splits the same memory: full_max_total_num_tokens = int(max_total_num_tokens x (F n_full + S n_swa)
+  / (F n_full + r S n_swa)), swa_max_total_num_tokens = int(full x r), both page-aligned, r =
+  ``swa_full_tokens_ratio`` (server_args.py default 0.8); the full-layer count is what the scheduler
+  sees as max_total_num_tokens. ``page_size`` defaults to 1 (server_args.py).
 - server_args.py: mem_fraction_static defaults by TP degree (0.88 at tp 1, 0.87 at 2, 0.85 at 4,
   0.81 at 8, 0.79 at 16); chunked_prefill_size 8192 (2048 under 25 GB); scheduler:
   max_running_requests = min(max(max_total_num_tokens / context_len x 512, 2048), 4096).
@@ -34,9 +44,14 @@ from vramlens.serving.common import (
     stage_weight_bytes,
 )
 from vramlens.serving.result import Capacity, EngineFigure
-from vramlens.units import DTYPE_BYTES, GiB
+from vramlens.units import DTYPE_BYTES, GiB, ceil_div
 
 ACCOUNTING = "SGLang 0.4 (model_runner.profile_max_num_token)"
+ACCOUNTING_SWA = ("SGLang 0.5 hybrid SWA pool (model_runner_kv_cache_mixin.py profile_max_num_token, "
+                  "set_num_tokens_hybrid_swa; sgl-project/sglang 001ccef)")
+#: server_args.py ``swa_full_tokens_ratio``: SWA-layer tokens per full-layer token in the hybrid pool.
+DEFAULT_SWA_FULL_TOKENS_RATIO = 0.8
+DEFAULT_PAGE_SIZE = 1
 #: ``--kv-cache-dtype`` choices -> bytes; "auto" is the model dtype.
 KV_CACHE_DTYPES = {"auto": 0, "fp8_e4m3": 1, "fp8_e5m2": 1}
 #: server_args.py ``__post_init__`` mem_fraction_static by TP degree (largest first).
@@ -53,7 +68,8 @@ def default_mem_fraction(tp: int) -> float:
 def sglang_capacity(m: ServedModel, gpu: GPU, *, gpus: int, tp: int, pp: int, context: int | None,
                     mem_fraction_static: float | None = None, chunked_prefill_size: int | None = None,
                     max_running_requests: int | None = None, context_length: int | None = None,
-                    kv_cache_dtype: str = "auto") -> Capacity:
+                    kv_cache_dtype: str = "auto", swa_full_tokens_ratio: float = DEFAULT_SWA_FULL_TOKENS_RATIO,
+                    page_size: int = DEFAULT_PAGE_SIZE) -> Capacity:
     """SGLang's start-up memory arithmetic for ``m`` on ``gpu`` (see the module docstring).
 
     Raises:
@@ -77,6 +93,9 @@ def sglang_capacity(m: ServedModel, gpu: GPU, *, gpus: int, tp: int, pp: int, co
                  "num_attention_heads % tp_size == 0)")
     if pp > m.n_layers:
         p.append(f"pp_size={pp} exceeds the {m.n_layers} layers of {m.name}")
+    if not 0 < swa_full_tokens_ratio <= 1:
+        p.append(f"swa_full_tokens_ratio={swa_full_tokens_ratio} must be in (0, 1] (SWA-layer tokens per "
+                 "full-layer token of SGLang's hybrid pool)")
     if kv_cache_dtype not in KV_CACHE_DTYPES:
         p.append(f"kv_cache_dtype={kv_cache_dtype!r} is not one of {', '.join(KV_CACHE_DTYPES)} (SGLang server_args)")
     if p:
@@ -96,7 +115,10 @@ def sglang_capacity(m: ServedModel, gpu: GPU, *, gpus: int, tp: int, pp: int, co
             "Not enough memory. Please try to increase --mem-fraction-static. (SGLang: "
             f"{mfs} x {total_free / GiB:.2f} GiB free = {total_free * mfs / GiB:.2f} GiB does not cover the "
             f"weights {weights / GiB:.2f} GiB)")
-    tokens = rest // cell
+    tokens = profiled = rest // cell // page_size * page_size
+    swa = hybrid_swa_tokens(m, tokens, cell // layers, pp=pp, ratio=swa_full_tokens_ratio, page_size=page_size)
+    if swa is not None:
+        tokens, swa_tokens = swa
     auto_running = min(max(int(tokens / ctx_len * RUNNING_PER_CONTEXT), DEFAULT_MAX_RUNNING_FLOOR),
                        DEFAULT_MAX_RUNNING_CEIL)
     max_running = max_running_requests or auto_running
@@ -107,13 +129,20 @@ def sglang_capacity(m: ServedModel, gpu: GPU, *, gpus: int, tp: int, pp: int, co
     reserve = total_free - int(total_free * mfs)
     speed = roofline(m, gpu, weights_per_gpu=weights, kv_per_token_per_gpu=cell, running=running, context=ctx,
                      tp=tp, pp=pp, compute_dtype=m.dtype)
-    kv_bytes = tokens * cell
+    if swa is not None:
+        n_swa = min(layers, ceil_div(m.n_sliding, pp))
+        per_layer = cell // layers
+        kv_bytes = tokens * per_layer * (layers - n_swa) + swa_tokens * per_layer * n_swa
+    else:
+        kv_bytes = tokens * cell
     figures = (
         EngineFigure("max_total_num_tokens", "max_total_num_tokens", tokens),
         # MLATokenToKVPool logs one "KV size" (the latent buffers): reported as K, with V 0
         EngineFigure("k_size", "KV Cache is allocated. K size (GB = GiB)",
                      round((kv_bytes if m.kv_latent else kv_bytes / 2) / GiB, 2)),
         EngineFigure("v_size", "V size (GB = GiB)", round((0 if m.kv_latent else kv_bytes / 2) / GiB, 2)),
+        *((EngineFigure("full_layer_tokens", "Use sliding window memory pool. full_layer_tokens", tokens),
+           EngineFigure("swa_layer_tokens", "swa_layer_tokens", swa_tokens)) if swa is not None else ()),
         EngineFigure("max_running_requests", "max_running_requests", max_running),
         EngineFigure("chunked_prefill_size", "chunked_prefill_size", cps),
         EngineFigure("context_len", "context_len", ctx_len),
@@ -128,11 +157,39 @@ def sglang_capacity(m: ServedModel, gpu: GPU, *, gpus: int, tp: int, pp: int, co
         f"left for activations and CUDA graphs: {reserve / GiB:.2f} GiB; a {cps:,}-token chunked prefill needs "
         f"about {act / GiB:.2f} GiB + graphs {CUDA_GRAPH_BYTES / GiB:.2f} GiB"
         + (" (does not fit: lower --chunked-prefill-size or --mem-fraction-static)" if act + CUDA_GRAPH_BYTES > reserve else ""),
-    ) + ((f"one {ctx_len:,}-token request does not fit the {tokens:,}-token pool",) if tokens < ctx_len else ())
+    ) + ((f"one {ctx_len:,}-token request does not fit the {tokens:,}-token pool",) if tokens < ctx_len else ()) + (
+        (f"hybrid SWA pool (set_num_tokens_hybrid_swa): the {profiled:,} tokens profiled over every layer split "
+         f"into {tokens:,} full-layer and "
+         f"{swa_tokens:,} sliding-layer tokens (swa_full_tokens_ratio {swa_full_tokens_ratio})",)
+        if swa is not None else ())
     return Capacity(
-        engine="sglang", accounting=ACCOUNTING, model=m.name, gpu=gpu.name, gpus=gpus, tp=tp, pp=pp,
+        engine="sglang", accounting=ACCOUNTING_SWA if swa is not None else ACCOUNTING, model=m.name, gpu=gpu.name, gpus=gpus, tp=tp, pp=pp,
         gpu_bytes=total, budget_bytes=int(total_free * mfs), weights_bytes=weights, non_torch_bytes=outside,
         cuda_graph_bytes=CUDA_GRAPH_BYTES, activation_bytes=act, kv_cache_bytes=kv_bytes, kv_bytes_per_token=cell,
         kv_tokens=tokens, max_model_len=ctx_len, context=ctx, concurrency=conc, max_running=running,
         decode_tokens_s=speed.decode_tokens_s, decode_tokens_s_total=speed.decode_tokens_s_total,
         ttft_s=speed.ttft_s, figures=figures, notes=notes)
+
+
+def hybrid_swa_tokens(m: ServedModel, tokens: int, per_layer: int, *, pp: int = 1,
+                      ratio: float = DEFAULT_SWA_FULL_TOKENS_RATIO,
+                      page_size: int = DEFAULT_PAGE_SIZE) -> tuple[int, int] | None:
+    """(full-layer tokens, SWA-layer tokens) of SGLang's hybrid pool, None when SGLang keeps one pool.
+
+    ``tokens`` is max_total_num_tokens as profiled over every layer, ``per_layer`` the bytes one token
+    takes in one layer (F = S: gpt-oss's sliding and full layers have the same K/V width). As
+    model_runner_kv_cache_mixin.py ``set_num_tokens_hybrid_swa`` computes it: total_memory = tokens x
+    (F n_full + S n_swa); full = int(total_memory / (F n_full + r S n_swa)); swa = int(full x r); both
+    page-aligned; with no full layer every token goes to the SWA pool.
+    """
+    if not m.hybrid_swa or not m.n_sliding:
+        return None
+    layers = stage_layers(m, pp)
+    n_swa = min(layers, ceil_div(m.n_sliding, pp))
+    n_full = layers - n_swa
+    if n_full == 0:
+        return 0, tokens // page_size * page_size
+    total_memory = tokens * (per_layer * n_full + per_layer * n_swa)
+    full = int(total_memory / (per_layer * n_full + ratio * per_layer * n_swa))
+    swa = int(full * ratio)
+    return full // page_size * page_size, swa // page_size * page_size

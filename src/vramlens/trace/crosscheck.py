@@ -63,6 +63,8 @@ ARCHITECTURES: dict[str, tuple[str, int, tuple[str, ...]]] = {
     "deepseek-v2-lite": ("decoder, MLA with one q_proj, softmax-routed MoE with 2 shared experts", 4,
                          ("q_proj", "kv_b_proj")),
     "olmo-2-1124-13b": ("decoder, post-norm blocks, full-width q/k norms", 4, ("q_proj", "v_proj")),
+    "gpt-oss-20b": ("decoder, attention sinks (eager only), sliding and full layers, biased router and experts, "
+                    "clamped SwiGLU, MoE top-2 of 4", 2, ("q_proj", "v_proj")),
 }
 
 #: Models that only the task rows use: catalog name -> (what it stands for, KV heads, LoRA targets).
@@ -346,6 +348,9 @@ def shrink(cfg: dict, kv_heads: int) -> dict:
             c["moe_intermediate_size"] = -(-int(c["moe_intermediate_size"] * scale) // 8) * 8
         if "num_local_experts" in c:
             c["num_local_experts"] = min(MAX_EXPERTS, c["num_local_experts"])
+            if mt == "gpt_oss":  # top-4 of 4 would route every token everywhere: top-2 as Mixtral
+                c["num_experts_per_tok"] = c["experts_per_token"] = min(2, c["num_experts_per_tok"])
+                c.pop("quantization_config", None)  # transformers would dequantize MXFP4 (not traced)
         if "n_routed_experts" in c:  # DeepSeek: fewer experts, top-2, groups of 2, one dense block first
             c["n_routed_experts"] = min(MAX_EXPERTS, c["n_routed_experts"])
             c["num_experts_per_tok"] = min(2, c["num_experts_per_tok"])

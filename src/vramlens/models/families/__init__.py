@@ -21,6 +21,7 @@ from vramlens.models.families import (
     electra,
     gemma3,
     gpt,
+    gpt_oss,
     llama,
     modernbert,
     t5,
@@ -39,6 +40,7 @@ BUILDERS: dict[str, Builder] = {
     **deberta.BUILDERS,
     **modernbert.BUILDERS,
     **deepseek.BUILDERS,
+    **gpt_oss.BUILDERS,
 }
 
 #: model_type -> the reader of the part of a wrapping config that vramlens models, and the note
@@ -76,6 +78,7 @@ DEFAULT_ARCHITECTURES: dict[str, str] = {
     "olmo2": "Olmo2ForCausalLM",
     "deepseek_v2": "DeepseekV2ForCausalLM",
     "deepseek_v3": "DeepseekV3ForCausalLM",
+    "gpt_oss": "GptOssForCausalLM",
     "t5": "T5ForConditionalGeneration",
     "mt5": "MT5ForConditionalGeneration",
 }
