@@ -119,6 +119,17 @@ TECHNIQUE_ROWS: tuple[tuple[str, dict[str, Any]], ...] = (
                     "optimizer": "sgd-momentum", "optimizer_in_backward": True, "batch": 1, "seq": 16}),
     ("llama-2-7b", {"mode": "train", "method": "lora", "attention": "sdpa", "checkpointing": "none", "dtype": "bf16",
                     "optimizer_in_backward": True}),
+    # FP8 training (torchao convert_to_float8_training, torchtitan's [float8]: every linear but the output
+    # layer, dims multiples of 16): the plain loss keeps the peak at the logits; the fused loss puts it at
+    # the down projection's float8 backward (and a recomputed block's)
+    ("llama-3-8b", {"mode": "train", "method": "full", "attention": "sdpa", "checkpointing": "none", "dtype": "bf16",
+                    "fp8": True}),
+    ("llama-3-8b", {"mode": "train", "method": "full", "attention": "sdpa", "checkpointing": "full", "dtype": "bf16",
+                    "fp8": True}),
+    ("llama-3-8b", {"mode": "train", "method": "full", "attention": "sdpa", "checkpointing": "none", "dtype": "bf16",
+                    "fp8": True, "loss": "fused-linear", "batch": 2, "seq": 512}),
+    ("llama-3-8b", {"mode": "train", "method": "full", "attention": "sdpa", "checkpointing": "full", "dtype": "bf16",
+                    "fp8": True, "loss": "fused-linear", "batch": 2, "seq": 512}),
     # activation offloading (torchtune OffloadActivations, its defaults: streams, 5-tensor stash, >= 1 KiB)
     ("llama-2-7b", {"mode": "train", "method": "full", "attention": "sdpa", "checkpointing": "none", "dtype": "bf16",
                     "activation_offload": True}),
