@@ -396,6 +396,7 @@ def estimate_spec(spec: ModelSpec, w: Workload, gpu: GPU | None = None, *, headr
     notes = list(st.notes) + w.ignored() + (gpu.dtype_notes(w.dtype, w.amp) if gpu is not None else [])
     notes += position_notes(spec, w)
     cc = gpu.compute_capability if gpu is not None else None
+    notes += F8.notes(w, gpu.name if gpu is not None else None, cc)
     if w.training and w.optimizer == "adamw-fp8-torchao" and cc is not None and tuple(cc) < (8, 9):
         # torchao/optim/README.md: "For FP8 optimizers on CUDA, ... CUDA compute capability >= 8.9 are required"
         notes.append(f"torchao's AdamWFp8 needs compute capability 8.9 or later; {gpu.name if gpu else ''} has "

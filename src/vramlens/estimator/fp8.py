@@ -42,9 +42,10 @@ DIM_MULTIPLE = 16
 #: bytes per element a cast holds above its bf16 source: ``tensor.to(float32) * scale`` (4), its
 #: clamp (4, float8_utils.to_fp8_saturated) and the float8 result (1), float8_training_tensor.py
 CAST_PEAK = 4 + 4 + 1
-#: the first GPU generation with float8 tensor cores: Ada (sm_89) and Hopper (sm_90)
-#: (torch._scaled_mm's requirement, torch/testing/_internal/common_cuda.py SM89OrLater)
-MIN_COMPUTE_CAPABILITY = 8.9
+#: the first GPU generation with float8 tensor cores: Ada (sm_89) and Hopper (sm_90); torch._scaled_mm
+#: refuses older ones (aten/src/ATen/native/cuda/Blas.cpp: "torch._scaled_mm is only supported on CUDA
+#: devices with compute capability >= 9.0 or 8.9")
+MIN_COMPUTE_CAPABILITY = (8, 9)
 
 
 def _r(n: int) -> int:
@@ -112,16 +113,17 @@ def forward_transient(spec: ModelSpec, w: Workload, b: int, s: int, tp: int = 1)
     return max(inp, weight) + _r(4)
 
 
-def notes(w: Workload, compute_capability: float | None) -> list[str]:
+def notes(w: Workload, gpu_name: str | None, compute_capability: tuple[int, int] | None) -> list[str]:
     """What --fp8 means here, and whether the GPU can run it."""
-    if not w.fp8:
+    if not (w.fp8 and w.training):
         return []
     out = ["fp8: torchao 0.18 Float8Linear (tensorwise dynamic scaling) saves the bf16 input and weight for "
-           "backward, as nn.Linear does, and casts them to float8 in each matmul: it changes transients "
-           "(9 B per element of the cast tensor), not the saved activations; there is no amax history "
-           "(delayed scaling was removed from torchao); the output layer and linears with dims not multiples "
-           "of 16 stay bf16; eager (torch.compile fuses the casts)"]
-    if compute_capability is not None and compute_capability < MIN_COMPUTE_CAPABILITY:
-        out.append(f"fp8: this GPU (compute capability {compute_capability}) has no float8 tensor cores; "
-                   "torch._scaled_mm needs 8.9 or later (Ada, Hopper, Blackwell)")
+           "backward, as nn.Linear does, and casts them to float8 in each matmul: it adds transients (9 B per "
+           "element being cast), not saved activations; no amax history (torchao removed delayed scaling); the "
+           "output layer and linears with dims not multiples of 16 stay bf16; counted eager (torch.compile "
+           "fuses the casts)"]
+    if compute_capability is not None and tuple(compute_capability) < MIN_COMPUTE_CAPABILITY:
+        out.append(f"fp8: {gpu_name or 'this GPU'} (compute capability {compute_capability[0]}."
+                   f"{compute_capability[1]}) has no float8 tensor cores: torch._scaled_mm needs 8.9 or later "
+                   "(Ada, Hopper, Blackwell); drop --fp8 or use torchao's emulate=True (slow)")
     return out

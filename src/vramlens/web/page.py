@@ -28,6 +28,7 @@ KNOBS: tuple[tuple[str, str, str, tuple | None, str], ...] = (
     ("optimizer_in_backward", "optimizer in backward", "check", None, "false"),
     ("checkpointing", "checkpointing", "select", W.CHECKPOINTING_CHOICES, "none"),
     ("activation_offload", "activation offload", "check", None, "false"),
+    ("fp8", "FP8 (torchao)", "check", None, "false"),
     ("loss_chunks", "loss chunks", "number", None, "1"),
     ("loss", "loss", "select", W.LOSSES, "cross-entropy"),
     ("loss_parallel", "loss parallel", "check", None, "false"),
@@ -57,7 +58,7 @@ KNOBS: tuple[tuple[str, str, str, tuple | None, str], ...] = (
 #: A knob that does not apply is hidden and not sent, so the URL and the CLI line never carry it.
 SHOW_WHEN: dict[str, str] = {
     **{k: "mode=train" for k in ("optimizer", "optimizer_impl", "grad_accum", "keep_grads", "checkpointing",
-                                 "zero", "fsdp", "offload", "optimizer_in_backward", "activation_offload", "loss_chunks",
+                                 "zero", "fsdp", "offload", "optimizer_in_backward", "activation_offload", "fp8", "loss_chunks",
                                  "loss", "loss_parallel")},
     "fsdp_strategy": "mode=train;fsdp=true",
     **{k: "mode=inference" for k in ("new_tokens", "kv_dtype", "kv_block", "cache")},
