@@ -130,6 +130,10 @@ TECHNIQUE_ROWS: tuple[tuple[str, dict[str, Any]], ...] = (
                     "fp8": True, "loss": "fused-linear", "batch": 2, "seq": 512}),
     ("llama-3-8b", {"mode": "train", "method": "full", "attention": "sdpa", "checkpointing": "full", "dtype": "bf16",
                     "fp8": True, "loss": "fused-linear", "batch": 2, "seq": 512}),
+    ("llama-3-8b", {"mode": "train", "method": "full", "attention": "sdpa", "checkpointing": "every:2",
+                    "dtype": "bf16", "fp8": True, "loss": "fused-linear", "batch": 2, "seq": 512}),
+    ("llama-3-8b", {"mode": "train", "method": "full", "attention": "sdpa", "checkpointing": "selective-op",
+                    "dtype": "bf16", "fp8": True, "loss": "fused-linear", "batch": 2, "seq": 512}),
     # activation offloading (torchtune OffloadActivations, its defaults: streams, 5-tensor stash, >= 1 KiB)
     ("llama-2-7b", {"mode": "train", "method": "full", "attention": "sdpa", "checkpointing": "none", "dtype": "bf16",
                     "activation_offload": True}),
