@@ -506,13 +506,16 @@ def run_task_rows(progress=None) -> list[Row]:
 
 
 def run_technique_rows(progress=None, *, only: str | None = None) -> list[Row]:
-    """TECHNIQUE_ROWS (those whose workload sets the field ``only`` to a value other than its default, when given)."""
+    """TECHNIQUE_ROWS (those whose workload sets the field ``only`` to a value other than its default, when given;
+    the fp8 rows, which need torchao, only for ``only="fp8"``)."""
     from vramlens.workload import Workload
 
     out = []
     for name, row in TECHNIQUE_ROWS:
         if only is not None and row.get(only, getattr(Workload(), only)) == getattr(Workload(), only):
             continue
+        if only is not None and only != "fp8" and row.get("fp8"):
+            continue  # the fp8 rows (torchao) belong to their own technique, whatever else they set
         if progress:
             progress(f"{name}: {row}")
         out.append(run_row(name, row))
