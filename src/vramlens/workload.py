@@ -398,6 +398,11 @@ class Workload:
             # (torchao/float8/float8_linear.py Float8Linear.forward), which vramlens does not model
             p.append("fp8 under torch.autocast (fp32 weights) is not modelled: use --dtype bf16, or --fsdp "
                      "--dtype fp32 --amp bf16 (FSDP2's bf16 param_dtype, as torchtitan runs float8)")
+        if self.tp > 1:
+            # torchao/float8/float8_tensor_parallel.py: Float8ColwiseParallel / Float8RowwiseParallel cast
+            # before the all-gathers (float8 communication), which vramlens does not model
+            p.append(f"fp8 with tp={self.tp} (torchao's Float8ColwiseParallel / Float8RowwiseParallel, float8 "
+                     "all-gathers) is not modelled: use --fsdp for the GPUs, or drop --fp8")
         if self.method != "full" or self.quant is not None:
             p.append("fp8 (torchao Float8Linear, torchtitan's [float8], torchtune's enable_fp8_training) is modelled "
                      "for full training of plain linears; LoRA/QLoRA and quantized weights are not: use --method "

@@ -18,6 +18,7 @@ TRAIN = dict(mode="train", batch=1, seq=512, dtype="bf16", fp8=True)
     (dict(dtype="fp32", amp="bf16"), "autocast"),
     (dict(method="lora"), "LoRA/QLoRA"),
     (dict(method="qlora"), "LoRA/QLoRA"),
+    (dict(tp=2, gpus=2), "Float8ColwiseParallel"),
 ])
 def test_refused_with_one_line(changes, words):
     with pytest.raises(ConfigError) as e:
