@@ -137,8 +137,9 @@ class Workload:
     #: torchtitan's loss parallelism under --tp: logits and loss sharded over the vocabulary
     loss_parallel: bool = False
     #: torchtitan's ``[float8]`` converter: torchao's ``convert_to_float8_training`` swaps every
-    #: nn.Linear whose dims are multiples of 16, but the output layer, for Float8Linear (tensorwise
-    #: dynamic scaling, torchao's default recipe); see vramlens.estimator.fp8
+    #: nn.Linear whose dims are multiples of 16, but the output layer (``filter_fqns = ["output"]``, as
+    #: torchtitan's configs set it), for Float8Linear (tensorwise dynamic scaling, torchao's default
+    #: recipe); see vramlens.estimator.fp8
     fp8: bool = False
     attention: Attention = "sdpa"
     lora_rank: int = 8  # peft LoraConfig's r default

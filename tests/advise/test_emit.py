@@ -182,7 +182,8 @@ def test_fp8_plans():
     titan = Workload(mode="train", batch=8, seq=1024, dtype="fp32", amp="bf16", fsdp=True, gpus=4, fp8=True).validated()
     p = replace(any_plan, workload=titan)
     assert p.workload.fp8
-    assert emit(p, "torchtitan")["model"] == {"converters": ["float8"]}
+    cfg = emit(p, "torchtitan")
+    assert cfg["model"] == {"converters": ["float8"]} and cfg["float8"] == {"filter_fqns": ["output"]}
     with pytest.raises(InputError, match="float8"):
         emit(p, "trainer")
     bf16 = replace(p, workload=replace(p.workload, dtype="bf16", amp=None, fsdp=True))

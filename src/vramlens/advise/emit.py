@@ -679,7 +679,7 @@ def torchtitan(plan: Plan) -> dict[str, Any]:
     "op" (--checkpointing selective-op) or N (--checkpointing every:N). ``disable_loss_parallel`` is
     the opposite of --loss-parallel under tensor parallelism; ``early_step_in_backward`` is
     --optimizer-in-backward; ``enable_cpu_offload`` is FSDP's parameter, gradient and optimizer offload;
-    ``[model] converters = ["float8"]`` is --fp8.
+    ``[model] converters = ["float8"]`` with ``[float8] filter_fqns = ["output"]`` is --fp8.
 
     Raises:
         InputError: what torchtitan's trainer cannot run as planned: inference, LoRA/QLoRA or
@@ -751,8 +751,10 @@ def torchtitan(plan: Plan) -> dict[str, Any]:
                       "early_step_in_backward": w.optimizer_in_backward},
     }
     if w.fp8:
-        # torchtitan docs/float8.md: --model.converters="float8" swaps nn.Linear for torchao's Float8Linear
+        # torchtitan docs/float8.md: --model.converters="float8" swaps nn.Linear for torchao's Float8Linear;
+        # filter_fqns keeps the output layer in bf16, as vramlens models it (the field's default is empty)
         out["model"] = {"converters": ["float8"]}
+        out["float8"] = {"filter_fqns": ["output"]}
     return out
 
 

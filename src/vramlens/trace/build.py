@@ -342,10 +342,10 @@ def quantize_nf4(model: nn.Module, *, fake_mode=None, double_quant: bool = True,
 
 
 def fp8_converts(module: nn.Module, fqn: str, heads: tuple[str, ...]) -> bool:
-    """torchtitan's float8 module filter (torchtitan/components/quantization/float8.py, ``filter_fqns``
-    default ``["output"]``, torchtitan's name of the output layer): an nn.Linear, not the output
-    layer, both dims multiples of 16 (the float8 GEMMs' requirement, torchao/float8/float8_linear_utils.py
-    ``_auto_filter_for_tensorwise``)."""
+    """torchtitan's float8 module filter (torchtitan/components/quantization/float8.py ``module_filter_fn``)
+    with ``filter_fqns = ["output"]``, as torchtitan's Llama 3 configs and float8 docs set it (the field's
+    own default is empty): an nn.Linear, not the output layer, both dims multiples of 16 (the float8 GEMMs'
+    requirement, torchao/float8/float8_linear_utils.py ``_auto_filter_for_tensorwise``)."""
     if not isinstance(module, nn.Linear):
         return False
     if any(fqn == h or fqn.endswith("." + h) for h in heads):
