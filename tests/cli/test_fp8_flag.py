@@ -32,4 +32,4 @@ def test_inference_refuses_it_in_one_line(capsys):
 
 def test_the_page_has_a_knob_for_training():
     assert any(k[0] == "fp8" for k in KNOBS)
-    assert SHOW_WHEN["fp8"] == "mode=train"
+    assert SHOW_WHEN["fp8"] == "mode=train;method=full"

@@ -58,9 +58,10 @@ KNOBS: tuple[tuple[str, str, str, tuple | None, str], ...] = (
 #: A knob that does not apply is hidden and not sent, so the URL and the CLI line never carry it.
 SHOW_WHEN: dict[str, str] = {
     **{k: "mode=train" for k in ("optimizer", "optimizer_impl", "grad_accum", "keep_grads", "checkpointing",
-                                 "zero", "fsdp", "offload", "optimizer_in_backward", "activation_offload", "fp8", "loss_chunks",
+                                 "zero", "fsdp", "offload", "optimizer_in_backward", "activation_offload", "loss_chunks",
                                  "loss", "loss_parallel")},
     "fsdp_strategy": "mode=train;fsdp=true",
+    "fp8": "mode=train;method=full",  # torchao's Float8Linear: full training only (Workload._fp8_problems)
     **{k: "mode=inference" for k in ("new_tokens", "kv_dtype", "kv_block", "cache")},
     "max_cache_len": "mode=inference;cache=static",
     **{k: "method=lora|qlora" for k in ("lora_rank", "lora_targets", "lora_dtype", "dora", "quant_targets")},
