@@ -22,6 +22,12 @@ gradients; eager, as the tracer runs it):
   twice (for grad_input and grad_weight), the weight again and the saved input again, and keeps
   each float8 copy until it returns.
 
+Not modelled: the rowwise recipes (axiswise scales, one fp32 per row; newer torchtitan converters default
+to "rowwise"), which cast the same tensors with vectors of scales; FSDP's float8 all-gather; float8 tensor
+parallelism (refused); torch.compile, whose partitioner may save float8 casts instead of the bf16 inputs.
+The output layer stays bf16: torchtitan's Llama 3 configs set ``filter_fqns = ["output"]`` (the field's
+default is empty, and a converted output layer would cast the b*s*V logits' gradient).
+
 The largest of these transients is the MLP down projection's backward (its input is b*s*f):
 the incoming gradient (b*s*h), the gradient of its input (b*s*f, bf16), the two float8 copies of
 the incoming gradient, the weight's float8 copy (h*f bytes) and the cast of the saved input
