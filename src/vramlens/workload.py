@@ -136,6 +136,11 @@ class Workload:
     loss: Loss = "cross-entropy"
     #: torchtitan's loss parallelism under --tp: logits and loss sharded over the vocabulary
     loss_parallel: bool = False
+    #: torchtitan's ``[float8]`` converter: torchao's ``convert_to_float8_training`` swaps every
+    #: nn.Linear whose dims are multiples of 16, but the output layer (``filter_fqns = ["output"]``, as
+    #: torchtitan's configs set it), for Float8Linear (tensorwise dynamic scaling, torchao's default
+    #: recipe); see vramlens.estimator.fp8
+    fp8: bool = False
     attention: Attention = "sdpa"
     lora_rank: int = 8  # peft LoraConfig's r default
     lora_targets: tuple[str, ...] = DEFAULT_LORA_TARGETS
@@ -296,7 +301,8 @@ class Workload:
             p.append(f"max_cache_len={L.show(self.max_cache_len)} must be 0 (seq + new_tokens) or a number of tokens")
         elif self.max_cache_len > L.MAX_SEQ:
             p.append(f"max_cache_len={L.show(self.max_cache_len)} is over the limit of {L.MAX_SEQ:,} tokens")
-        for name in ("keep_grads", "fsdp", "optimizer_in_backward", "activation_offload", "loss_parallel", "dora"):
+        for name in ("keep_grads", "fsdp", "optimizer_in_backward", "activation_offload", "loss_parallel", "dora",
+                     "fp8"):
             if not isinstance(getattr(self, name), bool):
                 p.append(f"{name}={L.show(getattr(self, name))} must be true or false")
         if not isinstance(self.lora_targets, tuple) or not all(isinstance(t, str) for t in self.lora_targets):
@@ -372,6 +378,36 @@ class Workload:
             p.append("offload=all (parameters too) needs --zero 3 or --fsdp")
         if self.optimizer == "adamw-cpu-offload-torchao" and self.mode == "train":
             p.extend(self._cpu_offload_problems())
+        if self.fp8:
+            p.extend(self._fp8_problems())
+        return p
+
+    def _fp8_problems(self) -> list[str]:
+        """What torchao's float8 training (Float8Linear, torchao 0.18) is modelled with: training in bf16
+        compute without autocast (torchtitan: bf16 parameters, or FSDP2's bf16 param_dtype), plain nn.Linear
+        weights (float8_linear_utils.py ``swap_linear_layers`` swaps ``torch.nn.Linear``; torchtitan's
+        ``[float8]`` and torchtune's ``enable_fp8_training`` are full-training recipes)."""
+        p: list[str] = []
+        if self.mode != "train":
+            p.append("fp8 is torchao's float8 training (Float8Linear); for FP8 inference weights use --quant fp8")
+            return p
+        if self.compute_dtype != "bf16":
+            p.append(f"fp8 training casts bf16 matmul inputs to float8; compute dtype {self.compute_dtype} is not "
+                     "bf16: use --dtype bf16 (or --fsdp --dtype fp32 --amp bf16, FSDP2's bf16 param_dtype)")
+        elif self.autocast:
+            # Float8Linear bypasses F.linear's autocast: it casts the fp32 weight to float8 itself
+            # (torchao/float8/float8_linear.py Float8Linear.forward), which vramlens does not model
+            p.append("fp8 under torch.autocast (fp32 weights) is not modelled: use --dtype bf16, or --fsdp "
+                     "--dtype fp32 --amp bf16 (FSDP2's bf16 param_dtype, as torchtitan runs float8)")
+        if self.tp > 1:
+            # torchao/float8/float8_tensor_parallel.py: Float8ColwiseParallel / Float8RowwiseParallel cast
+            # before the all-gathers (float8 communication), which vramlens does not model
+            p.append(f"fp8 with tp={self.tp} (torchao's Float8ColwiseParallel / Float8RowwiseParallel, float8 "
+                     "all-gathers) is not modelled: use --fsdp for the GPUs, or drop --fp8")
+        if self.method != "full" or self.quant is not None:
+            p.append("fp8 (torchao Float8Linear, torchtitan's [float8], torchtune's enable_fp8_training) is modelled "
+                     "for full training of plain linears; LoRA/QLoRA and quantized weights are not: use --method "
+                     "full without --quant, or drop --fp8")
         return p
 
     def _cpu_offload_problems(self) -> list[str]:

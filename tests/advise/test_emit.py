@@ -171,3 +171,23 @@ def test_kinds_that_do_not_apply_say_why(zero_plan):
     with pytest.raises(InputError, match="is not one of"):
         emit(zero_plan, "yaml-of-doom")
     assert len(KINDS) == 12
+
+
+def test_fp8_plans():
+    """--fp8 is torchao's Float8Linear: torchtitan's float8 converter and torchtune's distributed
+    recipe's enable_fp8_training; the Trainer's targets have no such option."""
+    from dataclasses import replace
+
+    any_plan = _plan(gpu="H100-80GB")
+    titan = Workload(mode="train", batch=8, seq=1024, dtype="fp32", amp="bf16", fsdp=True, gpus=4, fp8=True).validated()
+    p = replace(any_plan, workload=titan)
+    assert p.workload.fp8
+    cfg = emit(p, "torchtitan")
+    assert cfg["model"] == {"converters": ["float8"]} and cfg["float8"] == {"filter_fqns": ["output"]}
+    with pytest.raises(InputError, match="float8"):
+        emit(p, "trainer")
+    bf16 = replace(p, workload=replace(p.workload, dtype="bf16", amp=None, fsdp=True))
+    assert emit(bf16, "torchtune")["enable_fp8_training"] is True
+    one = replace(p, workload=replace(p.workload, dtype="bf16", amp=None, fsdp=False, gpus=1))
+    with pytest.raises(InputError, match="float8 on one GPU"):
+        emit(one, "torchtune")

@@ -88,6 +88,8 @@ def _strategy(f) -> st.SearchStrategy:
         s = st.none() | s
     if f.name == "mode":  # both modes equally: they take different paths
         return s
+    if f.name == "fp8":  # valid only for full bf16 training: drawn rarely, or it crowds out valid draws
+        return st.one_of(*(st.just(f.default),) * 5, s)
     # most draws keep the default: a real workload differs from the defaults in a few fields, and
     # most combinations of many changed fields break a rule (zero with inference, gpus % tp)
     return st.one_of(st.just(f.default), st.just(f.default), s)

@@ -39,6 +39,28 @@ def test_optimizer_in_backward_matches_trace():
     _check(run_technique_rows(only="optimizer_in_backward"))
 
 
+def test_fp8_training_matches_trace():
+    """torchao's Float8Linear on the real module: the same saved tensors, its casts as transients."""
+    pytest.importorskip("torchao.float8", reason="fp8 training needs torchao")
+    rows = run_technique_rows(only="fp8")
+    assert len(rows) == 6
+    _check(rows)
+
+
+def test_fp8_casts_are_transients():
+    """torchao 0.18 saves the bf16 input for backward (matmul_with_hp_or_float8_args.forward): the
+    activations equal the bf16 run's; the fused-loss row's peak is the float8 backward, above the bf16 one."""
+    pytest.importorskip("torchao.float8", reason="fp8 training needs torchao")
+    from vramlens.trace.crosscheck import run_row
+
+    row = {"mode": "train", "method": "full", "attention": "sdpa", "checkpointing": "none", "dtype": "bf16",
+           "loss": "fused-linear", "batch": 2, "seq": 512}
+    bf16, fp8 = run_row("llama-3-8b", row), run_row("llama-3-8b", {**row, "fp8": True})
+    assert fp8.traced["activations"] == bf16.traced["activations"]
+    assert fp8.traced_peak > bf16.traced_peak
+    assert fp8.estimate_peak > bf16.estimate_peak
+
+
 def test_chunked_cross_entropy_matches_trace():
     _check(run_technique_rows(only="loss_chunks"))
 

@@ -95,6 +95,9 @@ def _no_techniques(w: Workload, kind: str) -> None:
                     "use_liger_kernel patches other layers too)")
     if w.loss_parallel:
         what.append("shards the loss over the vocabulary (--loss-parallel, torchtitan's loss_parallel)")
+    if w.fp8:
+        what.append("trains in float8 (--fp8, torchao's Float8Linear: torchtitan's float8 converter, torchtune's "
+                    "enable_fp8_training)")
     if what:
         names = ",".join(n for n, on in (("optimizer-in-backward", w.optimizer_in_backward),
                                          ("activation-offload", w.activation_offload),
@@ -556,6 +559,9 @@ def torchtune(plan: Plan) -> dict[str, Any]:
         refuse.append("shards the loss (--loss-parallel, torchtitan's)")
     if w.optimizer not in TORCHTUNE_OPTIM:
         refuse.append(f"uses --optimizer {w.optimizer}")
+    if w.fp8 and w.gpus == 1:
+        # enable_fp8_training is read by recipes/full_finetune_distributed.py (torchao's convert_to_float8_training)
+        refuse.append("trains in float8 on one GPU (torchtune's enable_fp8_training is in full_finetune_distributed)")
     targets = set(w.lora_targets)
     if w.method != "full":
         if "all-linear" in targets:
@@ -579,6 +585,7 @@ def torchtune(plan: Plan) -> dict[str, Any]:
         "enable_activation_checkpointing": w.checkpointing == "full",
         "enable_activation_offloading": w.activation_offload,
         "optimizer_in_bwd": w.optimizer_in_backward,
+        **({"enable_fp8_training": True} if w.fp8 else {}),
         "compile": False,
         "tokenizer": {"max_seq_len": w.seq},
         "optimizer": {"_component_": component, **args},
@@ -671,7 +678,8 @@ def torchtitan(plan: Plan) -> dict[str, Any]:
     replicate (DDP). ``[activation_checkpoint]``: none, full, or selective with ``selective_ac_option``
     "op" (--checkpointing selective-op) or N (--checkpointing every:N). ``disable_loss_parallel`` is
     the opposite of --loss-parallel under tensor parallelism; ``early_step_in_backward`` is
-    --optimizer-in-backward; ``enable_cpu_offload`` is FSDP's parameter, gradient and optimizer offload.
+    --optimizer-in-backward; ``enable_cpu_offload`` is FSDP's parameter, gradient and optimizer offload;
+    ``[model] converters = ["float8"]`` with ``[float8] filter_fqns = ["output"]`` is --fp8.
 
     Raises:
         InputError: what torchtitan's trainer cannot run as planned: inference, LoRA/QLoRA or
@@ -729,7 +737,7 @@ def torchtitan(plan: Plan) -> dict[str, Any]:
                           else "selective"}
     if ac["mode"] == "selective":
         ac["selective_ac_option"] = "op" if w.checkpointing == "selective-op" else str(every)
-    return {
+    out: dict[str, Any] = {
         "training": {"local_batch_size": w.batch, "global_batch_size": w.batch * w.dp * w.grad_accum,
                      "seq_len": w.seq, "mixed_precision_param": "bfloat16" if w.amp == "bf16" else "float32",
                      "mixed_precision_reduce": "float32", "enable_cpu_offload": w.offload == "all"},
@@ -742,6 +750,12 @@ def torchtitan(plan: Plan) -> dict[str, Any]:
         "optimizer": {"name": TORCHTITAN_OPTIM[w.optimizer], "implementation": TORCHTITAN_IMPL[w.optimizer_impl],
                       "early_step_in_backward": w.optimizer_in_backward},
     }
+    if w.fp8:
+        # torchtitan docs/float8.md: --model.converters="float8" swaps nn.Linear for torchao's Float8Linear;
+        # filter_fqns keeps the output layer in bf16, as vramlens models it (the field's default is empty)
+        out["model"] = {"converters": ["float8"]}
+        out["float8"] = {"filter_fqns": ["output"]}
+    return out
 
 
 def _toml(d: dict[str, Any]) -> str:

@@ -18,7 +18,7 @@ Parts and the workload fields they read:
 * activations: the split, precision (and whether FSDP2's mixed-precision policy replaces autocast),
   method, the LoRA settings (targets, rank, dropout, dtype, DoRA), 4-bit weights (quant,
   quant_targets), batch, seq, checkpointing, attention, tp, the loss (cross-entropy chunks, fused
-  linear, loss parallelism) and activation offloading.
+  linear, loss parallelism), activation offloading and fp8 (torchao's casts inside the blocks).
 
 The phases get everything :func:`~vramlens.estimator.core.activation_totals` gives
 ``estimate_spec`` (the loss' backward figures, the embedding case's later passes), and
@@ -46,10 +46,10 @@ from vramlens.workload import Attention, Workload
 STATE_FIELDS = ("mode", "method", "dtype", "amp", "quant", "optimizer", "optimizer_impl", "keep_grads", "lora_rank",
                 "lora_targets", "lora_dropout", "lora_dtype", "dora", "quant_targets",
                 "gpus", "zero", "fsdp", "fsdp_strategy", "tp", "pp", "offload", "optimizer_in_backward",
-                "loss", "loss_chunks", "loss_parallel")
+                "loss", "loss_chunks", "loss_parallel", "fp8")
 
 #: The fields train_state reads (STATE_FIELDS less the loss fields, which only validity reads).
-TRAIN_STATE_FIELDS = tuple(f for f in STATE_FIELDS if f not in ("loss", "loss_chunks", "loss_parallel"))
+TRAIN_STATE_FIELDS = tuple(f for f in STATE_FIELDS if f not in ("loss", "loss_chunks", "loss_parallel", "fp8"))
 
 
 def state_key_tail(w: Workload, grad_accum: int) -> tuple[object, ...]:
@@ -189,7 +189,7 @@ class FastMemory:
                 w.attention if attention is None else attention, w.tp,
                 sp.layers, sp.micro_batches_in_flight, sp.has_head, w.method, w.lora_targets, w.lora_rank,
                 w.lora_dropout, w.lora_dtype, w.dora, w.quant, w.quant_targets, w.loss, w.loss_chunks,
-                w.loss_parallel, w.activation_offload)
+                w.loss_parallel, w.activation_offload, w.fp8)
 
     def activations(self, w: Workload, sp: Split) -> Activations:
         """The activations of ``w`` on the split ``sp``, memoized on :meth:`activation_key`."""

@@ -11,6 +11,7 @@ from typing import Any
 
 from vramlens.estimator import activations as A
 from vramlens.estimator import checkpointing as C
+from vramlens.estimator import fp8 as F8
 from vramlens.estimator import heads as H
 from vramlens.estimator import kv_cache as K
 from vramlens.estimator.breakdown import Breakdown, make_breakdown
@@ -137,6 +138,7 @@ class ActivationTotals:
     dequant_backward: int = 0  # ... inside a block's backward: a 4-bit weight dequantized with its gradients
     dequant_temporary: int = 0  # of those, the part that is a temporary (DoRA's identity is kept by autograd)
     mlp_backward: int = 0  # the last block's MLP backward transient (activations.mlp_backward_bytes)
+    fp8_temporary: int = 0  # --fp8: the MLP input projection's backward casts (fp8.gate_up_backward), temporaries only
     recompute: int = 0  # what a checkpointed block's recomputation and backward add (0: nothing recomputed)
     recompute_after: int = 0  # activations freed before the first recomputation (every:N, trailing blocks)
     block_kept: int = 0  # what one block keeps for backward, on average
@@ -205,9 +207,22 @@ def activation_totals(spec: ModelSpec, w: Workload, sp: Split) -> ActivationTota
         loss_backward_over = None
     deq_fwd, deq_bwd = A.dequant_transients(spec, w, b * s, tp)
     dora = A.dora_forward_transient(spec, w, training=True, tp=tp)
+    # --fp8: torchao's casts inside the blocks (vramlens.estimator.fp8); the down projection's backward
+    # is a candidate of its own beside the MLP's bf16 gradients, in the last block or a recomputed one
+    f8_fwd = F8.forward_transient(spec, w, b, s, tp)
+    f8_bwd = F8.down_backward(spec, w, b, s, tp) if sp.layers else 0
+    block_bwd = recompute_mlp_gradients(spec, w)
+    mlp_bwd = A.mlp_backward_bytes(spec, w, b, s, tp) if sp.layers else 0
+    recompute = blocks.recompute
+    if f8_bwd:
+        if C.last_block_checkpointed(spec, w):
+            recompute += max(0, f8_bwd - block_bwd)
+        else:
+            mlp_bwd = max(mlp_bwd, f8_bwd)
+        block_bwd = max(block_bwd, f8_bwd)
     dora_tmp = max(0, dora - A.dora_identity_bytes(spec, w, tp))
     return ActivationTotals(saved=kept + model_level + head_saved, one_layer=one, loss_transient=head_peak - head_saved,
-                            dequant_forward=max(deq_fwd, dora), dequant_backward=deq_bwd,
+                            dequant_forward=max(deq_fwd, dora, f8_fwd), dequant_backward=deq_bwd,
                             dequant_temporary=max(deq_fwd, deq_bwd, dora_tmp),
                             loss_backward=loss_backward, loss_backward_over=loss_backward_over,
                             head_backward=None if lf is None else lf.head_backward,
@@ -217,13 +232,13 @@ def activation_totals(spec: ModelSpec, w: Workload, sp: Split) -> ActivationTota
                             final_norm_backward=0 if lf is None else lf.final_norm_backward, host=host,
                             head_saved=head_saved, formula=formula + "; " + head_formula
                             + (f"; x{cols} text columns (anchor, positive), each its own forward" if cols > 1 else ""),
-                            later_pass=later, pass_working=working, recompute=blocks.recompute,
+                            later_pass=later, pass_working=working, recompute=recompute,
                             recompute_after=(int(blocks.freed * frac) * inflight + (
                                 A.final_norm_saved(spec, w, b, s) if blocks.recompute and sp.has_head else 0)),
                             uncheckpointed=blocks.uncheckpointed,
                             block_kept=blocks.kept // max(1, spec.n_layers),
-                            block_backward=recompute_mlp_gradients(spec, w),
-                            mlp_backward=A.mlp_backward_bytes(spec, w, b, s, tp) if sp.layers else 0)
+                            block_backward=block_bwd, mlp_backward=mlp_bwd,
+                            fp8_temporary=F8.gate_up_backward(spec, w, b, s, tp) if sp.layers else 0)
 
 
 @dataclass(frozen=True, slots=True)
@@ -389,6 +404,7 @@ def estimate_spec(spec: ModelSpec, w: Workload, gpu: GPU | None = None, *, headr
                      f"--attention sdpa runs eager, the default; use flash for a fused kernel")
     notes += position_notes(spec, w)
     cc = gpu.compute_capability if gpu is not None else None
+    notes += F8.notes(w, gpu.name if gpu is not None else None, cc)
     if w.training and w.optimizer == "adamw-fp8-torchao" and cc is not None and tuple(cc) < (8, 9):
         # torchao/optim/README.md: "For FP8 optimizers on CUDA, ... CUDA compute capability >= 8.9 are required"
         notes.append(f"torchao's AdamWFp8 needs compute capability 8.9 or later; {gpu.name if gpu else ''} has "
@@ -442,7 +458,7 @@ def estimate_spec(spec: ModelSpec, w: Workload, gpu: GPU | None = None, *, headr
             loss_bwd = max(loss_bwd, at.head_backward, at.head_backward_later + at.head_grads * st.head_grad - made,
                            at.final_norm_backward)
         temporaries = max(loss_tmp, loss_bwd, st.opt_tmp + st.master_grads + st.in_backward_addend, recompute,
-                          second, at.dequant_temporary, at.mlp_backward)
+                          second, at.dequant_temporary, at.mlp_backward, at.fp8_temporary)
         explain["temporaries"] = (f"max(loss: logits + fp32 upcast {loss_tmp:,} B, loss backward: two fp32 "
                                   f"gradients {loss_bwd:,} B, optimizer step {st.opt_tmp + st.master_grads:,} B: "
                                   f"{explain.pop('optimizer_step', '')}"
@@ -451,6 +467,8 @@ def estimate_spec(spec: ModelSpec, w: Workload, gpu: GPU | None = None, *, headr
                                      else "")
                                   + (f", the first column's backward: gradients still accumulating and a block's "
                                      f"backward tensors {second:,} B" if second else "")
+                                  + (f", torchao's float8 casts in the MLP's backward {at.fp8_temporary:,} B"
+                                     if at.fp8_temporary else "")
                                   + (f", inside a block: {_block_words(w)} {at.dequant_temporary:,} B"
                                      if at.dequant_temporary else "") + ")")
         kept_n, all_n = at.uncheckpointed

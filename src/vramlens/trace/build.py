@@ -189,6 +189,8 @@ def build_hf(cfg: dict, wl: Workload, *, fake_mode=None, layers: int | None = No
                      adapted_only=wl.quant_targets == "adapted", compute_dtype=TORCH_DTYPES[wl.compute_dtype])
         notes.append("qlora: frozen base linears hold packed NF4 (uint8) plus absmax constants; "
                      "matmuls dequantize on the fly (bitsandbytes 0.49 MatMul4Bit's memory behaviour)")
+    if wl.training and wl.fp8:
+        notes.append(convert_fp8(model))
     if wl.training and (wl.checkpointing in ("full", "selective-op") or wl.checkpoint_every is not None):
         from vramlens.trace.checkpoint import apply
         try:
@@ -337,6 +339,34 @@ def quantize_nf4(model: nn.Module, *, fake_mode=None, double_quant: bool = True,
         for parent, child_name, lin in todo:
             setattr(parent, child_name, NF4Linear(lin.in_features, lin.out_features, lin.bias, double_quant,
                                                   compute_dtype=compute_dtype))
+
+
+def fp8_converts(module: nn.Module, fqn: str, heads: tuple[str, ...]) -> bool:
+    """torchtitan's float8 module filter (torchtitan/components/quantization/float8.py ``module_filter_fn``)
+    with ``filter_fqns = ["output"]``, as torchtitan's Llama 3 configs and float8 docs set it (the field's
+    own default is empty): an nn.Linear, not the output layer, both dims multiples of 16 (the float8 GEMMs'
+    requirement, torchao/float8/float8_linear_utils.py ``_auto_filter_for_tensorwise``)."""
+    if not isinstance(module, nn.Linear):
+        return False
+    if any(fqn == h or fqn.endswith("." + h) for h in heads):
+        return False
+    n, k = module.weight.shape
+    return n % 16 == 0 and k % 16 == 0
+
+
+def convert_fp8(model: nn.Module) -> str:
+    """torchao's ``convert_to_float8_training`` on the real module, with its default config (tensorwise
+    dynamic scaling, torchtitan's default recipe). It runs under fake tensors on the CPU as it is
+    (``torch._scaled_mm`` has a fake implementation), so ``emulate`` stays False."""
+    try:
+        from torchao.float8 import Float8LinearConfig, convert_to_float8_training
+    except Exception as e:  # noqa: BLE001 - torchao fails to import in several ways
+        raise TraceError(f"fp8 training comes from torchao, which cannot be imported here ({type(e).__name__}): "
+                         "pip install torchao, or use `vramlens estimate` for it") from None
+    heads = _output_head_names(model)
+    convert_to_float8_training(model, config=Float8LinearConfig(),
+                               module_filter_fn=lambda m, fqn: fp8_converts(m, fqn, heads))
+    return "fp8: torchao Float8Linear (tensorwise dynamic scaling) on every linear with dims multiple of 16 but the output layer"
 
 
 def _output_head_names(model: nn.Module) -> tuple[str, ...]:

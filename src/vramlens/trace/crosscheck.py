@@ -121,6 +121,21 @@ TECHNIQUE_ROWS: tuple[tuple[str, dict[str, Any]], ...] = (
                     "optimizer": "sgd-momentum", "optimizer_in_backward": True, "batch": 1, "seq": 16}),
     ("llama-2-7b", {"mode": "train", "method": "lora", "attention": "sdpa", "checkpointing": "none", "dtype": "bf16",
                     "optimizer_in_backward": True}),
+    # FP8 training (torchao convert_to_float8_training, torchtitan's [float8]: every linear but the output
+    # layer, dims multiples of 16): the plain loss keeps the peak at the logits; the fused loss puts it at
+    # the down projection's float8 backward (and a recomputed block's)
+    ("llama-3-8b", {"mode": "train", "method": "full", "attention": "sdpa", "checkpointing": "none", "dtype": "bf16",
+                    "fp8": True}),
+    ("llama-3-8b", {"mode": "train", "method": "full", "attention": "sdpa", "checkpointing": "full", "dtype": "bf16",
+                    "fp8": True}),
+    ("llama-3-8b", {"mode": "train", "method": "full", "attention": "sdpa", "checkpointing": "none", "dtype": "bf16",
+                    "fp8": True, "loss": "fused-linear", "batch": 2, "seq": 512}),
+    ("llama-3-8b", {"mode": "train", "method": "full", "attention": "sdpa", "checkpointing": "full", "dtype": "bf16",
+                    "fp8": True, "loss": "fused-linear", "batch": 2, "seq": 512}),
+    ("llama-3-8b", {"mode": "train", "method": "full", "attention": "sdpa", "checkpointing": "every:2",
+                    "dtype": "bf16", "fp8": True, "loss": "fused-linear", "batch": 2, "seq": 512}),
+    ("llama-3-8b", {"mode": "train", "method": "full", "attention": "sdpa", "checkpointing": "selective-op",
+                    "dtype": "bf16", "fp8": True, "loss": "fused-linear", "batch": 2, "seq": 512}),
     # activation offloading (torchtune OffloadActivations, its defaults: streams, 5-tensor stash, >= 1 KiB)
     ("llama-2-7b", {"mode": "train", "method": "full", "attention": "sdpa", "checkpointing": "none", "dtype": "bf16",
                     "activation_offload": True}),
@@ -291,7 +306,7 @@ FSDP_ROWS: tuple[tuple[str, dict[str, Any]], ...] = (
 #: Workload fields the technique rows set, shown in render().
 TECHNIQUE_FIELDS = ("optimizer", "optimizer_in_backward", "loss_chunks", "loss", "activation_offload", "loss_parallel",
                     "new_tokens", "quant_targets", "lora_dtype", "lora_dropout", "dora", "cache", "max_cache_len",
-                    "gpus", "fsdp")
+                    "gpus", "fsdp", "fp8")
 
 #: The issue's case at full size: a sentence-transformers fine-tune of bert-base-uncased, 16
 #: (anchor, positive) pairs of 512 tokens, fp32, AdamW; traced on 2 and 3 of its 12 layers and
@@ -496,13 +511,16 @@ def run_task_rows(progress=None) -> list[Row]:
 
 
 def run_technique_rows(progress=None, *, only: str | None = None) -> list[Row]:
-    """TECHNIQUE_ROWS (those whose workload sets the field ``only`` to a value other than its default, when given)."""
+    """TECHNIQUE_ROWS (those whose workload sets the field ``only`` to a value other than its default, when given;
+    the fp8 rows, which need torchao, only for ``only="fp8"``)."""
     from vramlens.workload import Workload
 
     out = []
     for name, row in TECHNIQUE_ROWS:
         if only is not None and row.get(only, getattr(Workload(), only)) == getattr(Workload(), only):
             continue
+        if only is not None and only != "fp8" and row.get("fp8"):
+            continue  # the fp8 rows (torchao) belong to their own technique, whatever else they set
         if progress:
             progress(f"{name}: {row}")
         out.append(run_row(name, row))

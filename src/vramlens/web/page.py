@@ -28,6 +28,7 @@ KNOBS: tuple[tuple[str, str, str, tuple | None, str], ...] = (
     ("optimizer_in_backward", "optimizer in backward", "check", None, "false"),
     ("checkpointing", "checkpointing", "select", W.CHECKPOINTING_CHOICES, "none"),
     ("activation_offload", "activation offload", "check", None, "false"),
+    ("fp8", "FP8 (torchao)", "check", None, "false"),
     ("loss_chunks", "loss chunks", "number", None, "1"),
     ("loss", "loss", "select", W.LOSSES, "cross-entropy"),
     ("loss_parallel", "loss parallel", "check", None, "false"),
@@ -60,6 +61,7 @@ SHOW_WHEN: dict[str, str] = {
                                  "zero", "fsdp", "offload", "optimizer_in_backward", "activation_offload", "loss_chunks",
                                  "loss", "loss_parallel")},
     "fsdp_strategy": "mode=train;fsdp=true",
+    "fp8": "mode=train;method=full",  # torchao's Float8Linear: full training only (Workload._fp8_problems)
     **{k: "mode=inference" for k in ("new_tokens", "kv_dtype", "kv_block", "cache")},
     "max_cache_len": "mode=inference;cache=static",
     **{k: "method=lora|qlora" for k in ("lora_rank", "lora_targets", "lora_dtype", "dora", "quant_targets")},

@@ -1,0 +1,135 @@
+"""FP8 training with torchao's Float8Linear (``--fp8``): what it adds to a bf16 step.
+
+Read from torchao 0.18 (torchao/float8/), the recipe torchtitan's ``[float8]`` converter and
+torchtune's ``enable_fp8_training`` apply (``convert_to_float8_training`` with the default
+``Float8LinearConfig()``: the tensorwise recipe, dynamic scaling, e4m3 inputs and weights, e5m2
+gradients; eager, as the tracer runs it):
+
+* Saved for backward: ``matmul_with_hp_or_float8_args.forward`` calls
+  ``ctx.save_for_backward(input_hp, weight_hp_t)``, the high-precision input and weight, the
+  same tensors as ``F.linear`` keeps; backward casts them to float8 again. The saved activations
+  do not change. (``force_recompute_fp8_weight_in_bwd`` is deprecated and a no-op in 0.18;
+  ``enable_fsdp_float8_all_gather``, which gathers float8 weights, is off by default and not
+  modelled.)
+* There is no amax history: delayed scaling was removed from torchao (0.18 has only
+  ``ScalingType.DYNAMIC`` and ``DISABLED``, config.py), so each cast computes its scale from the
+  tensor itself (``float8_utils.tensor_to_scale``: one fp32 scalar per tensor under tensorwise).
+* Transient casts: each cast (``_ToFloat8ConstrFunc.forward``, float8_training_tensor.py) makes
+  ``tensor.to(float32) * scale`` (fp32), ``to_fp8_saturated`` clamps it (fp32 again,
+  float8_utils.py) and then converts it (1 byte per element): the product and the clamped copy
+  are alive while the float8 copy is made, 9 bytes per element above the bf16 tensor. A forward
+  casts the input and the weight (1 byte per weight); a backward casts the incoming gradient
+  twice (for grad_input and grad_weight), the weight again and the saved input again, and keeps
+  each float8 copy until it returns.
+
+Not modelled: the rowwise recipes (axiswise scales, one fp32 per row; newer torchtitan converters default
+to "rowwise"), which cast the same tensors with vectors of scales; FSDP's float8 all-gather; float8 tensor
+parallelism (refused); torch.compile, whose partitioner may save float8 casts instead of the bf16 inputs.
+The output layer stays bf16: torchtitan's Llama 3 configs set ``filter_fqns = ["output"]`` (the field's
+default is empty, and a converted output layer would cast the b*s*V logits' gradient).
+
+The largest of these transients is the MLP down projection's backward (its input is b*s*f):
+the incoming gradient (b*s*h), the gradient of its input (b*s*f, bf16), the two float8 copies of
+the incoming gradient, the weight's float8 copy (h*f bytes) and the cast of the saved input
+(9 bytes per element). torchao converts ``torch.nn.Linear`` only: transformers' grouped MoE
+experts (parameters, not linears) keep bf16 matmuls, so MoE blocks add only attention's casts,
+which are smaller and not counted.
+"""
+
+from __future__ import annotations
+
+from vramlens.models.spec import ModelSpec
+from vramlens.units import BLOCK, round_up
+from vramlens.workload import Workload
+
+#: torchao/float8/float8_linear.py: the float8 GEMMs need both dims of a weight to be multiples of 16
+#: (float8_linear_utils.py ``_auto_filter_for_tensorwise``; torchtitan's module filter skips the rest)
+DIM_MULTIPLE = 16
+#: bytes per element a cast holds above its bf16 source: ``tensor.to(float32) * scale`` (4), its
+#: clamp (4, float8_utils.to_fp8_saturated) and the float8 result (1), float8_training_tensor.py
+CAST_PEAK = 4 + 4 + 1
+#: the first GPU generation with float8 tensor cores: Ada (sm_89) and Hopper (sm_90); torch._scaled_mm
+#: refuses older ones (aten/src/ATen/native/cuda/Blas.cpp: "torch._scaled_mm is only supported on CUDA
+#: devices with compute capability >= 9.0 or 8.9")
+MIN_COMPUTE_CAPABILITY = (8, 9)
+
+
+def _r(n: int) -> int:
+    return round_up(max(0, n), BLOCK)
+
+
+def converts(k: int, n: int) -> bool:
+    """Whether a (k -> n) nn.Linear is converted (torchtitan's filter: dims multiples of 16)."""
+    return k % DIM_MULTIPLE == 0 and n % DIM_MULTIPLE == 0
+
+
+def down_backward(spec: ModelSpec, w: Workload, b: int, s: int, tp: int = 1) -> int:
+    """Bytes the MLP down projection's float8 backward holds beyond the saved activations, the
+    incoming gradient included (0 without --fp8, for MoE MLPs, or when the projection is not converted)."""
+    if not (w.fp8 and w.training) or spec.is_moe:
+        return 0
+    h = spec.hidden_size
+    f = max(1, max(spec.ffn_size, spec.dense_ffn_size or 0) // tp)
+    if not converts(f, h):
+        return 0
+    t = b * s
+    scale = _r(4)  # one fp32 scalar per cast (tensorwise), each its own 512-byte block
+    return (_r(2 * t * h)            # the incoming gradient (bf16)
+            + 2 * (_r(t * h) + scale)  # its two float8 casts (for grad_input and for grad_weight)
+            + _r(h * f) + scale        # the weight's float8 cast for grad_input
+            + _r(2 * t * f)            # grad_input (bf16)
+            + 2 * _r(4 * t * f) + _r(t * f) + scale)  # the saved input's cast: product, clamp, float8
+
+
+def gate_up_backward(spec: ModelSpec, w: Workload, b: int, s: int, tp: int = 1) -> int:
+    """The temporaries of the MLP input projection's float8 backward (gate/up, or fc1): the block's incoming
+    residual gradient (b*s*h), the other branch's gradient waiting for its own projection (gated MLPs),
+    the incoming gradient (b*s*f), its first float8 cast, the weight's, grad_input (b*s*h) and the second
+    cast of the incoming gradient (9 bytes per element). Larger than the down projection's figure, but at
+    a moment when the MLP's saved tensors are freed: a temporaries figure, not a peak candidate (the
+    down projection's is)."""
+    if not (w.fp8 and w.training) or spec.is_moe:
+        return 0
+    h = spec.hidden_size
+    f = max(1, max(spec.ffn_size, spec.dense_ffn_size or 0) // tp)
+    if not converts(h, f):
+        return 0
+    t = b * s
+    scale = _r(4)
+    return (_r(2 * t * h)                                   # the block's incoming residual gradient
+            + (_r(2 * t * f) if spec.gated_mlp else 0)      # the other branch's gradient, waiting
+            + _r(2 * t * f)                                 # the incoming gradient (bf16)
+            + _r(t * f) + scale + _r(h * f) + scale         # its float8 cast for grad_input, the weight's
+            + _r(2 * t * h)                                 # grad_input (bf16)
+            + 2 * _r(4 * t * f) + _r(t * f) + scale)        # the incoming gradient cast again (grad_weight)
+
+
+def forward_transient(spec: ModelSpec, w: Workload, b: int, s: int, tp: int = 1) -> int:
+    """The largest cast inside a block's forward: the down projection's input (b*s*f), or its weight
+    after the input's float8 copy (0 without --fp8)."""
+    if not (w.fp8 and w.training) or spec.is_moe:
+        return 0
+    h = spec.hidden_size
+    f = max(1, max(spec.ffn_size, spec.dense_ffn_size or 0) // tp)
+    if not converts(f, h):
+        return 0
+    t = b * s
+    inp = 2 * _r(4 * t * f) + _r(t * f)
+    weight = _r(t * f) + 2 * _r(4 * h * f) + _r(h * f)
+    return max(inp, weight) + _r(4)
+
+
+def notes(w: Workload, gpu_name: str | None, compute_capability: tuple[int, int] | None) -> list[str]:
+    """What --fp8 means here, and whether the GPU can run it."""
+    if not (w.fp8 and w.training):
+        return []
+    out = ["fp8: torchao 0.18 Float8Linear (tensorwise dynamic scaling) saves the bf16 input and weight for "
+           "backward, as nn.Linear does, and casts them to float8 in each matmul: it adds transients (9 B per "
+           "element being cast), not saved activations; no amax history (torchao removed delayed scaling); the "
+           "output layer and linears with dims not multiples of 16 stay bf16; counted eager (torch.compile "
+           "fuses the casts)"]
+    if compute_capability is not None and tuple(compute_capability) < MIN_COMPUTE_CAPABILITY:
+        out.append(f"fp8: {gpu_name or 'this GPU'} (compute capability {compute_capability[0]}."
+                   f"{compute_capability[1]}) has no float8 tensor cores: torch._scaled_mm needs 8.9 or later "
+                   "(Ada, Hopper, Blackwell); drop --fp8 or use torchao's emulate=True (slow)")
+    return out
