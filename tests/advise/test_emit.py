@@ -151,6 +151,11 @@ def test_plans_a_target_cannot_express_are_refused(zero_plan, fsdp_plan):
     with pytest.raises(InputError) as e:  # bf16=False would train pure bf16 without ZeRO's master copy
         emit(zero_plan, "trainer")
     assert str(e.value).startswith("--emit trainer: the plan trains pure bf16 (no fp32 master weights)")
+    # said as --emit trainer, the refusal names the other target only (it advised --emit fsdp/trainer)
+    assert str(e.value).endswith("choose a plan with --amp bf16, or --emit fsdp")
+    with pytest.raises(InputError) as e:
+        emit(zero_plan, "accelerate")
+    assert "--emit accelerate or" not in str(e.value) and "/accelerate" not in str(e.value)
 
 
 def test_trainer_checkpointing_name_follows_the_installed_transformers():

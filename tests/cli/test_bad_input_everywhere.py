@@ -174,6 +174,13 @@ CASES = {
     "fit-plan-beyond": ("fit llama-2-7b --gpu 24GB --mode train --emit peft --plan 9999", "--plan 9999"),
     "fit-network-word": ("fit llama-2-7b --gpu 24GB --network fast", "bandwidth='fast' is not a size"),
     "fit-interconnect-0": ("fit llama-2-7b --gpu 24GB --interconnect 0GB", "bandwidth='0GB' must be positive"),
+    # --emit refusing the plan comes before the --html/--svg reports are written (they were, then exit 2)
+    "fit-emit-torchtitan-inference": ("fit llama-2-7b --gpu 24GB --emit torchtitan",
+                                      "--emit torchtitan: the plan is for inference"),
+    "fit-emit-llamacpp-train": ("fit llama-2-7b --gpu 24GB --mode train --emit llama.cpp",
+                                "--emit llama.cpp: the plan trains"),
+    "fit-emit-torchtitan-bf16-plan": ("fit llama-2-7b --gpu 24GB --mode train --emit torchtitan",
+                                      "--emit torchtitan: the plan stores the weights in bf16"),
     "fit-emit-unknown": ("fit llama-2-7b --gpu 24GB --emit bogus", "argument --emit: invalid choice: 'bogus'"),
     # place
     "place-unknown-model": ("place lama-2-7b --gpu 24GB", "unknown model 'lama-2-7b'"),
