@@ -177,7 +177,7 @@ class Workload:
         c = self.checkpointing
         if isinstance(c, str) and c.startswith(EVERY_PREFIX):
             n = c[len(EVERY_PREFIX):]
-            if n.isascii() and n.isdigit() and len(n) <= 6:
+            if n.isascii() and n.isdigit() and len(n) <= L.MAX_INT_DIGITS:  # bounded: int() of it is cheap
                 return int(n)
         return None
 
