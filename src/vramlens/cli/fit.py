@@ -178,7 +178,8 @@ def _emit_or_point(result: FitResult, kind: str, number: int) -> dict[str, Any]:
     from vramlens.errors import InputError
 
     try:
-        return emit(result.plans[number - 1], kind)
+        cfg: dict[str, Any] = emit(result.plans[number - 1], kind)
+        return cfg
     except InputError as e:
         for i, other in enumerate(result.plans, 1):
             if i == number:
