@@ -72,6 +72,10 @@ CASES = {
                                "argument --tp: '99999|chars) is not a whole number"),
     "capacity-swa-ratio-0": ("capacity openai/gpt-oss-120b --gpu H100-SXM-80GB --engine sglang --swa-full-tokens-ratio 0",
                              "swa_full_tokens_ratio=0.0 must be in (0, 1]"),
+    "capacity-swa-ratio-tiny": ("capacity openai/gpt-oss-120b --gpu H100-SXM-80GB --engine sglang "
+                                "--swa-full-tokens-ratio 1e-300",
+                                "swa_full_tokens_ratio=1e-300 leaves the sliding layers 0 tokens, less than one "
+                                "request's window of 128 tokens"),
     "capacity-swa-ratio-in-vllm": ("capacity openai/gpt-oss-120b --gpu H100-SXM-80GB --swa-full-tokens-ratio 0.5",
                                    "--swa-full-tokens-ratio is a sglang flag"),
     "capacity-kv-dtype-names-flag": ("capacity llama-2-7b --gpu A100-80GB --kv-cache-dtype fp4",
