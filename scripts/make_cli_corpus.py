@@ -25,6 +25,7 @@ BASE = {
     "place": ["llama-2-7b", "--gpu", "24GB"],
     "trace": ["gpt2"],
     "snapshot": ["/nonexistent.pickle"],
+    "capacity": ["llama-2-7b", "--gpu", "A100-80GB"],
 }
 
 HUGE = "1" + "0" * 30
@@ -32,7 +33,8 @@ DIGITS_5000 = "9" * 5000
 BAD_INTS = ["0", "-1", "-10", HUGE, "-" + HUGE, DIGITS_5000, "1e400", "nan", "inf", "-inf", "abc", "", " ",
             "1.5", "0x10", "1,000", "2**10", "10;rm", "\u0661\u0662x"]
 #: Flags that accept 0 (the value is a count that may be empty, or 0 means "off").
-ZERO_OK = {"--new-tokens", "--kv-block", "--zero", "trace --top", "snapshot --top", "trace --timeline-points"}
+ZERO_OK = {"--new-tokens", "--kv-block", "--zero", "--max-cache-len", "trace --top", "snapshot --top",
+           "trace --timeline-points", "capacity --ctx-size", "capacity --n-gpu-layers"}
 BAD_FLOATS = ["-0.1", "1", "1.5", "nan", "inf", "-inf", "1e400", "abc", "", DIGITS_5000]
 BAD_SIZES = ["0", "0GB", "-5GB", "-1", "1e400GB", "nanGB", "infGB", "abc", "", "GB", "1e30TB", HUGE,
              DIGITS_5000, "5 XB", "24 G B"]
@@ -48,6 +50,13 @@ BAD_MODELS = ["x" * 300, "a/" * 200 + "b", "../../etc/passwd", "/dev/null", "/de
               "~nonexistentuser/config.json", "org/", "/org", "org//name", "\U0001f600", "-", " ", "org/name/extra",
               "http://evil.example/x", "lama-2-7b", "C:\\model", "%s%s%s", "{{7*7}}", "x" * 5000]
 
+BAD_CHECKPOINTING = ["every:0", "every:1", "every:-1", "every:abc", "every:", "every:1e3", "every: 2", "every:+2",
+                     "every:2_0", "every:\uff11", "every:4097", "every:" + HUGE, "every:" + DIGITS_5000, "every",
+                     "bogus", "x" * 300]
+#: vLLM releases vramlens does not follow, and values that are no release (a later one, 1.5, is taken as it is)
+BAD_VLLM_VERSIONS = ["0.3", "0", "-1", "abc", "", " ", "0.0.0.0.0", "nan", "x" * 65, DIGITS_5000]
+BAD_RATIOS = ["0", "-1", "2", "nan", "inf", "-inf", "1e309", "abc", "", DIGITS_5000]
+
 #: Values a flag takes that are sizes, counts, rates, shapes or allocator settings (by flag).
 KIND = {
     "--gpu": BAD_SIZES, "--host-ram": BAD_SIZES, "--params": BAD_COUNTS, "--network": BAD_GBPS,
@@ -55,7 +64,8 @@ KIND = {
     "--html": BAD_PATHS, "--svg": BAD_PATHS, "--png": BAD_PATHS, "--timeline": BAD_PATHS,
     "--lora-targets": ["", ",", " , ", "x" * 300, ",".join(["q"] * 300)],
     "--keep": ["bogus", "batch=abc", "x" * 300], "--forbid": ["bogus", "x" * 300],
-    "--headroom": BAD_FLOATS,
+    "--headroom": BAD_FLOATS, "--lora-dropout": BAD_FLOATS[:1] + BAD_FLOATS[2:], "--checkpointing": BAD_CHECKPOINTING, "--swa-full-tokens-ratio": BAD_RATIOS,
+    "--vllm-version": BAD_VLLM_VERSIONS,
 }
 #: Flags not crossed with bad values: they start a server, or only pick a mode.
 SKIP = {"--host", "--port", "--version"}
@@ -66,10 +76,21 @@ def subparsers() -> dict[str, argparse.ArgumentParser]:
     return dict(sub.choices)
 
 
+def engine_of(command: str, flag: str) -> list[str]:
+    """``--engine E`` for a `vramlens capacity` flag that only engine E takes (so its value is what is judged)."""
+    if command != "capacity":
+        return []
+    from vramlens.cli.capacity import FLAGS
+
+    engines = next((e for f, _dest, e, _opts in FLAGS if f == flag), ("vllm",))
+    return [] if "vllm" in engines else ["--engine", engines[0]]
+
+
 def cases() -> list[list[str]]:
     out: list[list[str]] = []
     for command, parser in subparsers().items():
-        if command in ("validate", "serve", "models", "gpus"):
+        # run and calibrate take the command after --; their bad values are in tests/cli/test_bad_input_everywhere.py
+        if command in ("validate", "serve", "models", "gpus", "run", "calibrate", "runs"):
             continue
         base = BASE.get(command, [])
         for action in parser._actions:
@@ -85,7 +106,7 @@ def cases() -> list[list[str]]:
             if flag == "--params":  # --params replaces the model
                 out.extend([command, *base[1:], flag, v] for v in values)
                 continue
-            out.extend([command, *base, flag, v] for v in values)
+            out.extend([command, *base, *engine_of(command, flag), flag, v] for v in values)
         if command in BASE:
             out.extend([command, m] for m in BAD_MODELS)
     # snapshot: a file that is not a snapshot, and its flags

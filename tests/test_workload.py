@@ -45,3 +45,12 @@ def test_lora_targets_string_and_derived_values():
     assert w.lora_targets == ("q_proj", "k_proj")
     assert w.quantized == "nf4-dq"
     assert w.dp == 4 and w.effective_batch == 2 * 4 * 4
+
+
+def test_paged_optimizer_under_offload_is_said_to_be_ignored():
+    """--optimizer paged-adamw --offload optimizer --zero 2 ran silently as plain ZeRO-Offload."""
+    from vramlens.workload import Workload
+
+    w = Workload(mode="train", optimizer="paged-adamw", offload="optimizer", zero=2, gpus=2).validated()
+    assert any("the paging does not apply" in n for n in w.ignored())
+    assert not any("paging" in n for n in Workload(mode="train", optimizer="paged-adamw").ignored())

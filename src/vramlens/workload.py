@@ -182,7 +182,7 @@ class Workload:
         c = self.checkpointing
         if isinstance(c, str) and c.startswith(EVERY_PREFIX):
             n = c[len(EVERY_PREFIX):]
-            if n.isascii() and n.isdigit() and len(n) <= 6:
+            if n.isascii() and n.isdigit() and len(n) <= L.MAX_INT_DIGITS:  # bounded: int() of it is cheap
                 return int(n)
         return None
 
@@ -491,6 +491,12 @@ class Workload:
             elif self.optimizer.endswith("-torchao") and given("optimizer_impl"):
                 out.append(f"ignored: optimizer_impl={self.optimizer_impl!r} (torchao's optimizers step one "
                            "parameter at a time with their own kernels)")
+            if self.optimizer.startswith("paged-") and self.offload != "none":
+                # ZeRO-Offload / FSDP's CPU offload keep the states in host RAM and step them there:
+                # nothing is left in unified memory for the paged allocator to page
+                out.append(f"optimizer={self.optimizer!r} pages its states through CUDA unified memory, and "
+                           f"offload={self.offload!r} keeps them in host RAM and steps them on the CPU instead: "
+                           "the paging does not apply (counted as offloaded)")
             if self.checkpointing == "selective" and self.attention != "eager":
                 # transformers' sdpa_attention_forward returns the kernel's output itself (o_proj keeps
                 # it), so recomputing the kernel drops only its log-sum-exp

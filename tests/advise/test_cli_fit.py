@@ -133,3 +133,17 @@ def test_plan_out_of_range(capsys, catalog):
     rc, _, err = _run(capsys, ["fit", MODEL, "--gpu", "H100-SXM-80GB", "--forbid", "quant,kv-quant,attention,tp,amp",
                                "--emit", "device-map", "--plan", "50"])
     assert rc == 2 and "--plan 50: only" in err
+
+
+def test_a_refused_emit_names_a_plan_that_can_be_written(tmp_path, capsys, catalog):
+    """--emit refusing plan 1 points at the first plan shown that the target can write; and the refusal
+    comes before the reports (they were written, then exit 2)."""
+    html = tmp_path / "plans.html"
+    rc, out, err = _run(capsys, ["fit", MODEL, "--gpu", "24GB", "--mode", "train", "--emit", "peft", "--html", str(html)])
+    assert (rc, out) == (2, "")
+    assert err.startswith("error: --emit peft: the plan trains every parameter (--method full)")
+    assert err.rstrip().endswith("; plan 3 can be written: --emit peft --plan 3")
+    assert not html.exists()
+    rc, out, err = _run(capsys, ["fit", MODEL, "--gpu", "24GB", "--mode", "train", "--emit", "peft", "--plan", "3"])
+    assert rc == 0, err
+    assert json.loads(out)["r"] == 8  # the plan's LoraConfig

@@ -151,6 +151,11 @@ def test_plans_a_target_cannot_express_are_refused(zero_plan, fsdp_plan):
     with pytest.raises(InputError) as e:  # bf16=False would train pure bf16 without ZeRO's master copy
         emit(zero_plan, "trainer")
     assert str(e.value).startswith("--emit trainer: the plan trains pure bf16 (no fp32 master weights)")
+    # said as --emit trainer, the refusal names the other target only (it advised --emit fsdp/trainer)
+    assert str(e.value).endswith("choose a plan with --amp bf16, or --emit fsdp")
+    with pytest.raises(InputError) as e:
+        emit(zero_plan, "accelerate")
+    assert "--emit accelerate or" not in str(e.value) and "/accelerate" not in str(e.value)
 
 
 def test_trainer_checkpointing_name_follows_the_installed_transformers():
@@ -191,3 +196,27 @@ def test_fp8_plans():
     one = replace(p, workload=replace(p.workload, dtype="bf16", amp=None, fsdp=False, gpus=1))
     with pytest.raises(InputError, match="float8 on one GPU"):
         emit(one, "torchtune")
+
+
+@pytest.mark.parametrize("kind, config", [
+    ("torchtitan", "[[[["), ("torchtitan", {}), ("torchtitan", {"training": {"local_batch_size": -5}}),
+    ("torchtitan", None), ("llama.cpp", "llama-server --ctx-size " + "9" * 5000), ("llama.cpp", {"x": 1}),
+    ("llama.cpp", ["--ctx-size", "abc"]),
+])
+def test_readback_of_a_config_vramlens_did_not_write_is_an_input_error(kind, config):
+    """workload_from_emitted promised InputError for an unreadable config; it raised TypeError/KeyError."""
+    from vramlens.advise.readback import workload_from_emitted
+
+    with pytest.raises(InputError, match=rf"--emit {kind} config .* is not what vramlens wrote") as e:
+        workload_from_emitted(kind, config, Workload(mode="train"))
+    assert "\n" not in str(e.value) and len(str(e.value)) < 400
+
+
+@pytest.mark.parametrize("kw, message", [
+    ({"host_ram": -1}, "host_ram=-1 must be >= 1"), ({"top": -1}, "top=-1 must be >= 1"),
+    ({"nodes": True}, "nodes=True must be a whole number >= 1"), ({"max_plans": 10**9}, "max_plans=1000000000 is over"),
+])
+def test_fit_api_bounds_what_the_cli_bounds(kw, message):
+    """vramlens.fit took host_ram=-1 (every offload plan then missed), top=-1 (one plan) and nodes=True."""
+    with pytest.raises(InputError, match=message):
+        fit(llama7b(), Workload(mode="train"), get_gpu("24GB"), **kw)

@@ -45,3 +45,26 @@ def test_engine_refusals_and_bad_settings_are_json_errors(client):
     assert_json_error(r, (400, 422))
     r = client.get("/api/capacity", params={"model": "x.gguf", "gpu": "A100-80GB", "engine": "llama.cpp"})
     assert "the web app reads no local files" in assert_json_error(r, (400, 422))
+
+
+def test_every_capacity_flag_is_a_query_field():
+    """The API takes every `vramlens capacity` engine flag (it lacked --swa-full-tokens-ratio: 422 'Extra inputs')."""
+    from vramlens.cli.capacity import FLAGS
+    from vramlens.web.app import CapacityQuery
+
+    assert {dest for _flag, dest, _engines, _opts in FLAGS} <= set(CapacityQuery.model_fields)
+
+
+def test_swa_full_tokens_ratio(client, capsys):
+    params = {"model": "openai/gpt-oss-120b", "engine": "sglang", "gpu": "H100-SXM-80GB", "swa_full_tokens_ratio": 0.5}
+    r = client.get("/api/capacity", params=params)
+    assert r.status_code == 200, r.text
+    capsys.readouterr()
+    assert main(["capacity", "openai/gpt-oss-120b", "--engine", "sglang", "--gpu", "H100-SXM-80GB",
+                 "--swa-full-tokens-ratio", "0.5", "--json"]) == 0
+    assert r.json() == json.loads(capsys.readouterr().out)
+    for bad in ("0", "-1", "2", "nan", "inf", "1e309"):
+        r = client.get("/api/capacity", params=dict(params, swa_full_tokens_ratio=bad))
+        assert "swa_full_tokens_ratio" in assert_json_error(r, (400, 422)), bad
+    r = client.get("/api/capacity", params=dict(params, engine="vllm"))
+    assert "swa_full_tokens_ratio" in assert_json_error(r, (400, 422))

@@ -11,7 +11,7 @@ from vramlens.advise.plan import FitResult
 from vramlens.advise.search import DEFAULT_MAX_PLANS, inverse_answers, search
 from vramlens.errors import InputError
 from vramlens.hardware.gpu import GPU
-from vramlens.limits import SEARCH_BUDGET_S
+from vramlens.limits import MAX_DEVICE_BYTES, MAX_TOP, SEARCH_BUDGET_S, check_int, show
 from vramlens.models.spec import ModelSpec
 from vramlens.workload import Workload, make_workload
 
@@ -84,12 +84,15 @@ def fit(
     base = workload.validated() if workload is not None else make_workload(**settings)
     if workload is not None and settings:
         base = base.replace(**settings)
-    if nodes < 1:
-        raise InputError(f"nodes={nodes} must be a whole number >= 1")
+    if isinstance(nodes, bool) or not isinstance(nodes, int) or nodes < 1:
+        raise InputError(f"nodes={show(nodes)} must be a whole number >= 1")
     per_node = gpus if gpus is not None else max(1, base.gpus // nodes)
     check_workload(spec, base)
     ram = parse_size(host_ram, what="host RAM") if isinstance(host_ram, str) else host_ram
+    if ram is not None:  # as the CLI's --host-ram: bytes, positive (a negative one made every offload plan miss)
+        ram = check_int("host_ram", ram, MAX_DEVICE_BYTES, fix="give bytes or a size such as '256GB'")
     n = max_plans or top or DEFAULT_MAX_PLANS
+    n = check_int("max_plans" if max_plans else "top", n, MAX_TOP)
     budget = Budget.begin(budget_s)
     result = search(spec, base, g, gpus=per_node, nodes=nodes, host_ram=ram, headroom=headroom, keep=keep,
                     forbid=forbid, effective_batch=effective_batch, method_locked=method_locked, max_plans=n,

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import functools
 import json
+import re
 from collections.abc import Callable
 from typing import Any
 
@@ -128,7 +129,25 @@ def _refused_as(kind: str, writer: Callable[..., Any], plan: Plan, **kw: Any) ->
         return writer(plan, **kw)
     except InputError as e:
         inner = str(e).split(": ", 1)[1]
-        raise InputError(f"--emit {kind}: {inner}") from None
+        raise InputError(f"--emit {kind}: {_others_than(kind, inner)}") from None
+
+
+#: "--emit a", "--emit a/b", "--emit a or b": the alternatives a refusal names.
+_ALTERNATIVES = re.compile(r"--emit ([\w.-]+(?:/[\w.-]+)*(?: or [\w.-]+)?)")
+
+
+def _others_than(kind: str, text: str) -> str:
+    """``text`` with ``kind`` dropped from the alternatives it names: a refusal said as ``--emit
+    trainer`` does not advise ``--emit fsdp/trainer``."""
+
+    def drop(m: re.Match[str]) -> str:
+        names = re.split(r"/| or ", m.group(1))
+        rest = [n for n in names if n != kind]
+        if not rest or len(rest) == len(names):
+            return m.group(0)
+        return "--emit " + " or ".join(rest)
+
+    return _ALTERNATIVES.sub(drop, text)
 
 
 def _half_flags(w: Workload) -> dict[str, Any]:

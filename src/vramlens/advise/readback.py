@@ -304,7 +304,16 @@ def workload_from_emitted(kind: str, config: Any, base: Workload) -> Workload:
         InputError: an unknown kind or an unreadable config; ConfigError when the result is not a
             valid workload.
     """
-    read = read_emitted(kind, config, base)
+    from vramlens.errors import VramlensError
+    from vramlens.limits import show
+
+    try:
+        read = read_emitted(kind, config, base)
+    except VramlensError:
+        raise
+    except (KeyError, TypeError, ValueError, AttributeError, IndexError) as e:  # not the shape --emit writes
+        raise InputError(f"--emit {kind} config {show(config)} is not what vramlens wrote ({type(e).__name__}: "
+                         f"{show(str(e))}): pass the object vramlens.advise.emit.emit returns") from None
     if base.method == "qlora" and read.get("quant") == "nf4-dq":
         read["quant"] = None
     return base.replace(**read)

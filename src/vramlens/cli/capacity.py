@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import argparse
 
-from vramlens.cli.options import print_json
+from vramlens.cli.options import bounded, print_json, whole_number
+from vramlens.limits import MAX_GPUS
 
 EXAMPLES = """examples:
   vramlens capacity llama-2-7b --engine vllm --gpu A100-80GB --context 4096
@@ -76,17 +77,20 @@ def add_parser(sub) -> argparse.ArgumentParser:
                    help="serving engine (default vllm)")
     p.add_argument("--gpu", default=None, help="GPU name from `vramlens gpus` or a size (24GB, 80GiB); with --users, "
                    "the GPU to plan for (default: L4, L40S, A100-80GB, H100-SXM-80GB, H200-141GB)")
-    p.add_argument("--users", type=int, default=None,
+    p.add_argument("--users", type=whole_number, default=None,
                    help="plan mode: the cheapest GPUs, tp, quantization and KV dtype serving N requests of --context")
     p.add_argument("--tokens-per-s", dest="tokens_per_s", type=float, default=None,
                    help="plan mode: decode tokens/s each request needs")
-    p.add_argument("--max-gpus", dest="max_gpus", type=int, default=8, help="plan mode: most GPUs per plan (8)")
-    p.add_argument("--gpus", type=int, default=None, help="GPUs (default tp x pp; llama.cpp: devices to split layers over)")
-    p.add_argument("--tp", type=int, default=1, help="tensor parallel degree")
-    p.add_argument("--pp", type=int, default=1, help="pipeline parallel degree")
-    p.add_argument("--context", type=int, default=None, help="tokens per request for concurrency and speed")
+    p.add_argument("--max-gpus", dest="max_gpus", type=bounded(MAX_GPUS), default=None,
+                   help="plan mode: most GPUs per plan (8)")
+    p.add_argument("--gpus", type=whole_number, default=None,
+                   help="GPUs (default tp x pp; llama.cpp: devices to split layers over)")
+    p.add_argument("--tp", type=whole_number, default=1, help="tensor parallel degree")
+    p.add_argument("--pp", type=whole_number, default=1, help="pipeline parallel degree")
+    p.add_argument("--context", type=whole_number, default=None, help="tokens per request for concurrency and speed")
     for flag, dest, _engines, opts in FLAGS:
-        p.add_argument(flag, dest=dest, **opts)
+        # a whole number's range is vramlens.serving's to check (as for the API); a 5,000-digit one is shown shortened
+        p.add_argument(flag, dest=dest, **dict(opts, type=whole_number) if opts.get("type") is int else opts)
     p.add_argument("--json", action="store_true", help="print JSON")
     p.set_defaults(func=run)
     return p
@@ -117,8 +121,9 @@ def run(args: argparse.Namespace) -> int:
         return run_plan(args)
     if args.gpu is None:
         raise InputError("give --gpu NAME (what the engine does on it) or --users N --context C (plans that serve N)")
-    if args.tokens_per_s is not None:
-        raise InputError("--tokens-per-s plans with --users N: add --users")
+    for flag, value in (("--tokens-per-s", args.tokens_per_s), ("--max-gpus", args.max_gpus)):
+        if value is not None:
+            raise InputError(f"{flag} plans with --users N: add --users")
 
     cap = capacity(args.model, args.engine, gpu=args.gpu, gpus=args.gpus, tp=args.tp, pp=args.pp,
                    context=args.context, **engine_settings(args))
@@ -173,7 +178,7 @@ def run_plan(args: argparse.Namespace) -> int:
     if args.gpus is not None or args.tp != 1 or args.pp != 1:
         raise InputError("plan mode chooses the GPUs and tp itself: drop --gpus, --tp and --pp (use --max-gpus)")
     plan = plan_capacity(args.model, users=args.users, context=args.context, engine=args.engine, gpu=args.gpu,
-                         tokens_per_s=args.tokens_per_s, max_gpus=args.max_gpus)
+                         tokens_per_s=args.tokens_per_s, max_gpus=8 if args.max_gpus is None else args.max_gpus)
     if args.json:
         print_json(plan.to_dict())
     else:

@@ -140,18 +140,19 @@ def run(args: argparse.Namespace) -> int:
                      max_plans=max(args.top, args.plan), links=links, ask=asks,
                      progress=bar.counter() if bar else None, optimize=args.optimize,
                      trace_fallback=args.trace_fallback, trace_progress=traced, **dict(settings))
-    if args.emit:  # checked before any report file is written: a failed run writes nothing
+    cfg: dict[str, Any] | None = None
+    if args.emit:  # checked, and the config made, before any report file is written: a failed run writes nothing
         if not result.plans:
             raise InputError(f"--emit {args.emit}: {result.message}")
         if args.plan > len(result.plans):
             raise InputError(f"--plan {args.plan}: only {len(result.plans)} plan(s) fit; choose 1..{len(result.plans)}")
+        cfg = _emit_or_point(result, args.emit, args.plan)
     if wants_files(args):
         write_files(args, "fit", fit_report(result, args, settings), headroom=args.headroom)
-    if args.emit:
-        from vramlens.advise.emit import emit, render
+    if args.emit and cfg is not None:
+        from vramlens.advise.emit import render
 
         plan = result.plans[args.plan - 1]
-        cfg = emit(plan, args.emit)
         if args.json:
             print_json(cfg)
         else:
@@ -168,6 +169,27 @@ def run(args: argparse.Namespace) -> int:
         return 0 if result.plans else 1
     show("fit", lambda: fit_report(result, args, settings), lambda: render_result(result, top=args.top))
     return 0 if result.plans else 1
+
+
+def _emit_or_point(result: FitResult, kind: str, number: int) -> dict[str, Any]:
+    """``emit`` of plan ``number``; when it refuses, its line names the first other plan shown that
+    ``kind`` can write (the search may have replaced the flags the refusal asks for)."""
+    from vramlens.advise.emit import emit
+    from vramlens.errors import InputError
+
+    try:
+        cfg: dict[str, Any] = emit(result.plans[number - 1], kind)
+        return cfg
+    except InputError as e:
+        for i, other in enumerate(result.plans, 1):
+            if i == number:
+                continue
+            try:
+                emit(other, kind)
+            except InputError:
+                continue
+            raise InputError(f"{e}; plan {i} can be written: --emit {kind} --plan {i}") from None
+        raise
 
 
 def _llamacpp_log(plan: Any, cfg: dict[str, Any]) -> str:

@@ -8,6 +8,7 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
+from vramlens import limits as L
 from vramlens import workload as W
 
 PRECISION_HELP = (
@@ -30,6 +31,10 @@ def _positive(text: str) -> int:
     return v
 
 
+#: A whole number for argparse; its range is checked further in (the Workload, vramlens.serving).
+whole_number = _positive
+
+
 def _fraction(text: str) -> float:
     """A number; its range is the Workload's to check (so that CLI, API and web say the same)."""
     try:
@@ -42,7 +47,7 @@ def _fraction(text: str) -> float:
 def _checkpointing(text: str) -> str:
     """A checkpointing mode: one of the fixed choices or ``every:N``; N's range is the Workload's to check."""
     if text in W.CHECKPOINTING or (text.startswith(W.EVERY_PREFIX) and text[len(W.EVERY_PREFIX):].isdigit()
-                                    and text.isascii() and len(text) <= 16):
+                                    and text.isascii() and len(text) <= len(W.EVERY_PREFIX) + L.MAX_INT_DIGITS):
         return text
     raise argparse.ArgumentTypeError(f"{_shown(text)} is not one of: {', '.join(W.CHECKPOINTING)}, every:N")
 

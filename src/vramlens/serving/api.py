@@ -122,7 +122,8 @@ def check_settings(engine: str, given: dict[str, Any]) -> dict[str, Any]:
                 out[name] = value
             else:
                 if not isinstance(value, str) or len(value) > 64:
-                    raise InputError(f"{name}={L.show(value)} is not a name")
+                    flag = "--vllm-version" if name == "version" else "--" + name.replace("_", "-")
+                    raise InputError(f"{name}={L.show(value)} is not a name: {flag} takes at most 64 characters")
                 out[name] = value
         except InputError as e:
             problems.append(str(e))

@@ -119,6 +119,13 @@ def sglang_capacity(m: ServedModel, gpu: GPU, *, gpus: int, tp: int, pp: int, co
     swa = hybrid_swa_tokens(m, tokens, cell // layers, pp=pp, ratio=swa_full_tokens_ratio, page_size=page_size)
     if swa is not None:
         tokens, swa_tokens = swa
+        # one request keeps its last sliding_window tokens in every sliding layer: a pool smaller than
+        # that serves none (a ratio such as 1e-300 rounded it to 0 tokens while the full layers had room)
+        need = min(m.sliding_window or ctx_len, context or ctx_len)
+        if swa_tokens < need:
+            raise ConfigError([f"swa_full_tokens_ratio={swa_full_tokens_ratio} leaves the sliding layers "
+                               f"{swa_tokens:,} tokens, less than one request's window of {need:,} tokens: raise "
+                               f"--swa-full-tokens-ratio (SGLang's default {DEFAULT_SWA_FULL_TOKENS_RATIO})"])
     auto_running = min(max(int(tokens / ctx_len * RUNNING_PER_CONTEXT), DEFAULT_MAX_RUNNING_FLOOR),
                        DEFAULT_MAX_RUNNING_CEIL)
     max_running = max_running_requests or auto_running

@@ -157,7 +157,8 @@ def vllm_problems(m: ServedModel, *, tp: int, pp: int, gpu_memory_utilization: f
     if pp > m.n_layers:
         p.append(f"pipeline parallel size ({pp}) exceeds the {m.n_layers} layers of {m.name}")
     if kv_cache_dtype not in KV_CACHE_DTYPES:
-        p.append(f"Unknown kv cache dtype: {kv_cache_dtype}: choose from {', '.join(KV_CACHE_DTYPES)}")
+        p.append(f"Unknown kv cache dtype: {kv_cache_dtype}: choose from {', '.join(KV_CACHE_DTYPES)} "
+                 "(kv_cache_dtype, --kv-cache-dtype)")
     if block_size not in BLOCK_SIZES:
         p.append(f"block_size={block_size} is not one of {', '.join(map(str, BLOCK_SIZES))} (vLLM CacheConfig)")
     if max_num_batched_tokens < max_num_seqs:

@@ -169,6 +169,7 @@ class CapacityQuery(BaseModel):
     chunked_prefill_size: int | None = None
     max_running_requests: int | None = None
     context_length: int | None = None
+    swa_full_tokens_ratio: float | None = None
     ctx_size: int | None = None
     batch_size: int | None = None
     ubatch_size: int | None = None
