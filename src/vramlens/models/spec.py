@@ -287,6 +287,9 @@ class ModelSpec:
     #: ``Llama4TextMoe.forward`` repeats the tokens E times (``hidden_states.repeat(E, 1)``) and runs
     #: ``torch.bmm`` over (E, t, h); False: each token goes to its top-k experts only
     experts_see_all_tokens: bool = False
+    #: the rotary embedding is a complex64 ``freqs_cis`` and rotates complex views of fp32 copies of q
+    #: and k, cast back after (Llama 4's ``apply_rotary_emb``)
+    rotary_complex: bool = False
 
     # ---- counts -------------------------------------------------------------------------
     @property

@@ -128,8 +128,9 @@ def build_llama4(r: ConfigReader, architecture: str) -> Built:
         qk_norm="l2" if qk_norm else "none",
         # eager_attention_forward: ``softmax(attn_weights, dim=-1)`` in the scores' dtype
         softmax_fp32=False,
-        # Llama4TextRotaryEmbedding: one complex64 freqs_cis (b, s, d/2), applied in fp32
-        rotary_tables_fp32=True,
+        # Llama4TextRotaryEmbedding: one complex64 freqs_cis (1, s, d/2), 8 bytes an entry: the bytes of
+        # fp32 cos and sin d/2 wide; apply_rotary_emb rotates fp32 complex copies of q and k
+        rotary_tables_fp32=True, rotary_dim=d // 2, rotary_complex=True,
         dense_layer_ids=tuple(i for i in range(L) if i not in moe), dense_ffn_size=f_mlp, shared_expert_ffn=f,
         router="sigmoid_topk", experts_see_all_tokens=True,
         # SGLang model_config.py is_hybrid_swa_model lists Llama4ForConditionalGeneration (chunked layers as SWA)
