@@ -59,6 +59,11 @@ def _facts(name):
                   "relative", True, 0, 0, None, None)),
     ("t0_3b", ("encoder-decoder", 2048, 32, 32, 64, 5120, 32_128, 24, 24, 512, "gelu_new", True, "rmsnorm",
                "relative", True, 0, 0, None, "fp32")),
+    # Llama 4: the text model; sliding_window is the attention chunk (the chunked layers cache like sliding ones)
+    ("llama-4-scout", ("decoder", 5120, 40, 8, 128, 8192, 202_048, 0, 48, 262_144, "silu", True, "rmsnorm",
+                       "rotary", False, 16, 1, 8192, "bf16")),
+    ("llama-4-maverick", ("decoder", 5120, 40, 8, 128, 8192, 202_048, 0, 48, 1_048_576, "silu", True, "rmsnorm",
+                          "rotary", False, 128, 1, 8192, "bf16")),
 ])
 def test_architecture_facts(name, facts):
     assert _facts(name) == facts
@@ -224,7 +229,8 @@ def test_unknown_model_type_without_standard_fields():
         "config: model_type 'mamba' is not supported and the config lacks num_attention_heads, intermediate_size "
         "to build it as a generic decoder: supported model types are bert, bloom, deberta-v2, deepseek_v2, "
         "deepseek_v3, distilbert, electra, falcon, gemma, gemma2, gemma3, gemma3_text, gpt2, gpt_bigcode, "
-        "gpt_neox, gpt_oss, llama, mistral, mixtral, modernbert, mt5, olmo2, opt, phi, phi3, qwen2, qwen2_moe, qwen3, "
+        "gpt_neox, gpt_oss, llama, llama4, llama4_text, mistral, mixtral, modernbert, mt5, olmo2, opt, phi, phi3, qwen2, "
+        "qwen2_moe, qwen3, "
         "qwen3_moe, roberta, t5, xlm-roberta"
     )
 
@@ -252,3 +258,18 @@ def test_v5_style_config_fields():
     spec = spec_from_config(cfg)
     assert spec.torch_dtype == "bf16"
     assert _by_name(spec)["model.rotary_emb.inv_freq"].shape == (2,)  # int(16 * 0.25) = 4 -> 2 frequencies
+
+
+def test_llama4_layer_facts():
+    """configuration_llama4.py __post_init__: no_rope_layers int((i + 1) % 4 != 0) (Scout writes it out), the
+    rotary blocks chunked; moe_layers every block (Scout) or range(1, 48, 2) (Maverick's interleave step 2);
+    use_qk_norm true for Scout, false for Maverick; the vision tower named as not counted."""
+    scout, maverick = load_model("llama-4-scout"), load_model("llama-4-maverick")
+    for s in (scout, maverick):
+        assert s.nope_layer_ids == tuple(range(3, 48, 4))
+        assert s.sliding_layer_ids == tuple(i for i in range(48) if (i + 1) % 4)
+        assert s.local_attention == "chunked" and s.hybrid_swa_pool and s.experts_see_all_tokens
+        assert s.router == "sigmoid_topk" and s.shared_expert_ffn == 8192 and s.dense_ffn_size == 16_384
+        assert s.architecture == "Llama4ForCausalLM" and any("vision tower" in a for a in s.assumed)
+    assert scout.dense_layer_ids == () and scout.qk_norm == "l2"
+    assert maverick.dense_layer_ids == tuple(range(0, 48, 2)) and maverick.qk_norm == "none"

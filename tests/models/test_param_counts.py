@@ -212,6 +212,11 @@ PINNED_DECODERS = {
     # test_gpt_oss_formula writes the sum out
     "gpt-oss-120b": 116_829_156_672,
     "gpt-oss-20b": 20_914_757_184,
+    # Llama 4 (issue 11): the text model, transformers 5.24's Llama4ForCausalLM(text_config) on the meta device;
+    # Llama4ForConditionalGeneration adds the vision tower, adapter and projector: 871,932,416 (108,641,793,536
+    # and 401,583,781,376 in all: "109B" and "400B"); test_llama4_formula writes the sum out
+    "llama-4-scout": 107_769_861_120,
+    "llama-4-maverick": 400_711_848_960,
 }
 PINNED.update(PINNED_DECODERS)
 
@@ -245,6 +250,22 @@ def test_gpt_oss_formula():
         attn = (h * a * d + a * d) + 2 * (h * kv * d + kv * d) + (a * d * h + h) + a
         moe = (E * h + E) + E * (h * 2 * f + 2 * f) + E * (f * h + h)
         assert load_model(name).params == 2 * V * h + h + L * (attn + moe + 2 * h), name
+
+
+def test_llama4_formula():
+    """Per block: q/k/v/o, two norms, and either the MoE (experts' gate_up (E, h, 2f) and down (E, f, h), the
+    router (E, h), the shared expert's gated MLP of f) or a dense gated MLP of intermediate_size_mlp
+    (modeling_llama4.py); untied embeddings and lm_head. Active per token (top-1 of E): about 17B."""
+    V, h, f, f_mlp, a, kv, d, L = 202_048, 5120, 8192, 16_384, 40, 8, 128, 48
+    attn = h * a * d + 2 * h * kv * d + a * d * h
+    for name, E, n_moe in (("llama-4-scout", 16, 48), ("llama-4-maverick", 128, 24)):
+        moe = E * 3 * h * f + E * h + 3 * h * f
+        dense = 3 * h * f_mlp
+        total = 2 * V * h + h + L * (attn + 2 * h) + n_moe * moe + (L - n_moe) * dense
+        assert load_model(name).params == total, name
+    # Scout's active parameters: attention, norms, router, shared and one routed expert per block
+    active = 2 * V * h + h + L * (attn + 2 * h + 16 * h + 2 * 3 * h * f)
+    assert active == 17_172_894_720  # 15,103,918,080 in the 48 blocks + 2 x 1,034,485,760 + 5,120
 
 
 def test_t5_untied_difference_is_the_lm_head():

@@ -62,6 +62,18 @@ VARIANTS = {
                                  num_key_value_heads=2, head_dim=16),
     "gemma3-nested-text-config": _v("gemma3", "Gemma3ForConditionalGeneration", text_config=dict(
         model_type="gemma3_text", **_LLAMA, num_key_value_heads=2, head_dim=16)),
+    # Llama 4: MoE every other block (dense MLP of intermediate_size_mlp between), NoPE every second block,
+    # explicit moe_layers / no_rope_layers, a biased attention, the multimodal wrapper
+    "llama4-interleaved": _v("llama4_text", "Llama4ForCausalLM", **{**_LLAMA, "num_hidden_layers": 4},
+                             num_key_value_heads=2, head_dim=16, intermediate_size_mlp=128, num_local_experts=4,
+                             interleave_moe_layer_step=2, no_rope_layer_interval=2, attention_chunk_size=8),
+    "llama4-explicit-lists-bias": _v("llama4_text", "Llama4ForCausalLM", **{**_LLAMA, "num_hidden_layers": 3},
+                                     num_key_value_heads=1, head_dim=16, intermediate_size_mlp=64,
+                                     num_local_experts=2, moe_layers=[1], no_rope_layers=[1, 0, 1],
+                                     attention_bias=True, use_qk_norm=False),
+    "llama4-nested-text-config": _v("llama4", "Llama4ForConditionalGeneration", text_config=dict(
+        model_type="llama4_text", **_LLAMA, num_key_value_heads=2, head_dim=16, intermediate_size_mlp=64,
+        num_local_experts=2)),
     "olmo2-gqa-bias": _v("olmo2", "Olmo2ForCausalLM", **_LLAMA, num_key_value_heads=2, attention_bias=True,
                          pad_token_id=0, eos_token_id=1),
     # DeepSeek: q through a low-rank q_a/q_b (V3) or one q_proj (V2-Lite), dense first blocks

@@ -367,3 +367,33 @@ def test_vllm_gpt_oss_alternating_layers_make_two_groups():
     assert cap.kv_cache_bytes == blocks * 32_768 * 18
     # a request of 8192 tokens: full 512 blocks, sliding cdiv(min(127 + 8192, 8192), 16) + 1 = 513
     assert cap.figure("max_concurrency") == round(blocks / (512 + 513), 2)
+
+
+# --- Llama 4 (issue 11): chunked local layers, full-length in vLLM, SWA in SGLang's hybrid pool ----------------------
+def test_vllm_llama4_chunked_layers_are_cached_at_full_length():
+    # vLLM turns the hybrid KV cache manager off for chunked local attention by default: one group of all 48
+    # layers, each as long as a full layer; page at tp 8 = 2 x 16 tokens x 1 kv head x 128 x 2 B = 8,192 B
+    from vramlens.serving.api import resolve_model
+
+    m = resolve_model("llama-4-scout", engine="vllm")
+    assert m.chunked_local and m.n_sliding == 36 and m.sliding_window == 8192
+    cap = capacity("llama-4-scout", "vllm", gpu="H100-SXM-80GB", tp=8, max_model_len=8192)
+    blocks = cap.figure("num_gpu_blocks")
+    assert cap.kv_tokens == blocks * 16
+    assert cap.kv_cache_bytes == blocks * 8_192 * 48
+    assert cap.figure("max_concurrency") == round(blocks / 512, 2)  # 8192 tokens: 512 blocks, no sliding group
+
+
+def test_sglang_llama4_hybrid_swa_pool():
+    # SGLang's is_hybrid_swa_model lists Llama4ForConditionalGeneration, its SWA layers (i + 1) % 4 != 0: 36 of 48;
+    # tp 8: F = S = 1 kv head x 128 x 2 (K, V) x 2 B = 512 B per layer and token; full = int(tokens x 48 /
+    # (12 + 0.8 x 36)), swa = int(0.8 x full)
+    from vramlens.serving.api import resolve_model
+
+    m = resolve_model("llama-4-scout", engine="sglang")
+    assert m.hybrid_swa and m.n_sliding == 36 and m.n_layers == 48
+    cap = capacity("llama-4-scout", "sglang", gpu="H100-SXM-80GB", tp=8)
+    assert cap.kv_bytes_per_token == 512 * 48
+    tokens = cap.figure("max_total_num_tokens")
+    assert cap.figure("swa_layer_tokens") == int(tokens * 0.8)
+    assert cap.kv_cache_bytes == tokens * 512 * 12 + int(tokens * 0.8) * 512 * 36

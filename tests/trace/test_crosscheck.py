@@ -57,7 +57,7 @@ def test_matrix_covers_the_families():
     assert len(ARCHITECTURES) >= 8
     kinds = {tiny_config(n).get("model_type") for n in ARCHITECTURES}
     assert {"llama", "qwen2", "mixtral", "gpt2", "gpt_bigcode", "bert", "t5", "gpt_neox", "gemma3_text", "deepseek_v3",
-            "olmo2", "gpt_oss"} <= kinds
+            "olmo2", "gpt_oss", "llama4_text"} <= kinds
     assert {"distilbert", "xlm-roberta", "electra", "deberta-v2", "modernbert"} <= kinds
     # the shrunk Gemma 3 keeps a local and a global block, its window shorter than the sequence; the shrunk
     # DeepSeek-V3 a dense and an MoE block
@@ -72,6 +72,11 @@ def test_matrix_covers_the_families():
     o = spec_from_config(tiny_config("gpt-oss-20b"))
     assert o.sliding_layer_ids == (0,) and o.sliding_window is not None and o.sliding_window < SEQ
     assert o.attention_sinks and not o.sdpa and (o.n_experts, o.experts_per_token) == (4, 2)
+    # the shrunk Llama 4 keeps a chunked rotary block with a dense MLP and a global NoPE block with the MoE
+    m = spec_from_config(tiny_config("llama-4-scout"))
+    assert m.sliding_layer_ids == (0,) and m.sliding_window is not None and m.sliding_window < SEQ
+    assert m.local_attention == "chunked" and m.nope_layer_ids == (1,) and m.dense_layer_ids == (0,)
+    assert m.experts_see_all_tokens and (m.n_experts, m.experts_per_token) == (4, 1) and m.qk_norm == "l2"
     axes = {(r["mode"], r["method"], r["attention"], r["checkpointing"], r.get("amp")) for r in ROWS}
     assert {a[0] for a in axes} == {"inference", "train"} and {a[1] for a in axes} == {"full", "lora"}
     assert {a[2] for a in axes} == {"eager", "sdpa"} and {a[3] for a in axes} == {"none", "full", "selective"}
@@ -85,6 +90,19 @@ def test_gpt_oss_rows(row):
     from vramlens.trace.crosscheck import run_row
 
     r = run_row("gpt-oss-20b", row)
+    assert not disagreements([r]), render([r])
+    for c in AGREEING:
+        assert r.estimate[c] == r.traced[c], (r.workload, c)
+
+
+@pytest.mark.parametrize("row", [r for r in ROWS if not skipped("llama-4-scout", r)],
+                         ids=lambda r: f"{r['mode']}-{r['method']}-{r['attention']}-{r['checkpointing']}")
+def test_llama4_rows(row):
+    """Llama 4 alone (its bf16 rows: inference, full and LoRA training, selective recomputation): peak within 5%,
+    components 10%."""
+    from vramlens.trace.crosscheck import run_row
+
+    r = run_row("llama-4-scout", row)
     assert not disagreements([r]), render([r])
     for c in AGREEING:
         assert r.estimate[c] == r.traced[c], (r.workload, c)

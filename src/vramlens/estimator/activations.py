@@ -190,17 +190,18 @@ def trains(w: Workload, leaf: str) -> bool:
 def layer_kinds(spec: ModelSpec) -> tuple[tuple[int | None, int], ...]:
     """The kinds of block of a decoder-only or encoder-only model as (a block of the kind, how many there are).
 
-    Blocks differ by their attention (a sliding window, ModelSpec.sliding_layer_ids) and, in an
-    MoE model, their MLP (dense blocks, ModelSpec.dense_layer_ids); ``((None, L),)`` when all
-    blocks are alike.
+    Blocks differ by their attention (a sliding window, ModelSpec.sliding_layer_ids; no rotary,
+    ModelSpec.nope_layer_ids) and, in an MoE model, their MLP (dense blocks, ModelSpec.dense_layer_ids);
+    ``((None, L),)`` when all blocks are alike.
     """
     sliding = set(spec.sliding_layer_ids) if spec.sliding_window else set()
     dense = set(spec.dense_layer_ids) if spec.is_moe else set()
-    if not sliding and not dense:
+    nope = set(spec.nope_layer_ids)
+    if not sliding and not dense and not nope:
         return ((None, spec.n_layers),)
-    kinds: dict[tuple[bool, bool], list[int]] = {}
+    kinds: dict[tuple[bool, bool, bool], list[int]] = {}
     for i in range(spec.n_layers):
-        kinds.setdefault((i in sliding, i in dense), []).append(i)
+        kinds.setdefault((i in sliding, i in dense, i in nope), []).append(i)
     return tuple((ids[0], len(ids)) for ids in kinds.values())
 
 
@@ -471,6 +472,7 @@ def layer_activations(spec: ModelSpec, w: Workload, b: int, s: int, *, cross_s: 
 
     attention = sdpa_core(spec, w, cross=False)
     local = local or (layer is not None and layer in spec.sliding_layer_ids)
+    nope = layer is not None and layer in spec.nope_layer_ids  # a block without rotary (Llama 4)
     # a sliding block whose window is shorter than the sequence; under SDPA it takes an explicit mask
     masked = local and spec.sliding_window is not None and s > spec.sliding_window
     mask = sliding_mask_bytes(spec, w, b, s) if local and attention == "sdpa" else 0
@@ -494,9 +496,17 @@ def layer_activations(spec: ModelSpec, w: Workload, b: int, s: int, *, cross_s: 
         else:
             kv_saved = kv
         total += q + 2 * kv_saved
+        if nope and spec.attention_temperature:
+            # Llama 4's NoPE blocks: ``query_states * attn_scales`` keeps the fp32 (b, s, 1, 1) scales
+            total += _r(4 * t)
         if spec.fused_qkv_kept and spec.position == "rotary":
             total += q + kv  # the fused projection output: v's view keeps its q and k parts alive too
-        if spec.qk_norm != "none":
+        if spec.qk_norm == "l2":
+            # Llama4TextL2Norm on the rotated q and k of a rotary block: ``x.float() * rsqrt(mean(x^2) + eps)``
+            # keeps the fp32 copy and the fp32 (t, heads, 1) rsqrt; no weight
+            if not nope:
+                total += _r(4 * (D.a + D.kv) * D.d * t) + _r(4 * D.a * t) + _r(4 * D.kv * t)
+        elif spec.qk_norm != "none":
             # q_norm and k_norm over the projections' outputs (compute dtype); what they return goes
             # into the rotation, which keeps nothing of it
             total += _norm_saved(kind, D.a * D.d, t, c, c, 0, False, full) + _norm_saved(kind, D.kv * D.d, t, c, c, 0,
@@ -782,6 +792,22 @@ def _act_saved(act: str, n: int, c: int, out_saved: bool = True, autocast: bool 
 
 def _mlp_saved(spec: ModelSpec, D: Dims, t: int, c: int, out_saved: bool = True, autocast: bool = False, *,
                dense: bool = False, shared_out_saved: bool = True) -> int:
+    if spec.is_moe and not dense and spec.experts_see_all_tokens:
+        # Llama4TextMoe.forward: every expert on every token. ``hidden_states.repeat(E, 1)`` (E*t, h) is
+        # kept by its product with the scores (which need a gradient), and the scores' (E*t, 1) copy
+        # (``router_scores.transpose(0, 1).reshape(-1, 1)``) by the same product; Llama4TextExperts:
+        # ``bmm`` gate_up (E, t, 2f: silu keeps its gate half, a view), ``act(gate)`` (f, kept by the
+        # product with up, another view); the scaled input (h) and the product (f) kept by the bmms only
+        # when the experts' weights train. ``.sum(dim=0)`` over the experts keeps nothing.
+        n = t * max(1, spec.n_experts)
+        total = _r(c * D.h * n) + _r(c * n) + _r(c * 2 * D.f * n) + _r(c * D.f * n)
+        if out_saved:
+            total += _r(c * D.h * n) + _r(c * D.f * n)
+        total += _router_saved(spec, D, t, c, router_trains=out_saved)
+        if spec.shared_expert_ffn:
+            fs = max(1, spec.shared_expert_ffn // D.tp)
+            total += 3 * _r(c * fs * t) + (_r(c * fs * t) if shared_out_saved else 0)
+        return total
     if spec.is_moe and not dense:
         k = max(1, spec.experts_per_token)
         routed = t * k
@@ -861,6 +887,10 @@ def _router_saved(spec: ModelSpec, D: Dims, t: int, c: int, *, router_trains: bo
         return _r(8 * k * t) + _r(c * k * t)
     if spec.router == "softmax":
         return _r(c * E * t) + _r(4 * E * t)
+    if spec.router == "sigmoid_topk":
+        # Llama4Router: topk's int64 indices (scatter_ keeps the same tensor) and the fp32 sigmoid's
+        # output (t, E); the logits are not kept
+        return _r(8 * k * t) + _r(4 * E * t)
     total = _r(4 * D.h * t) if router_trains else 0
     total += _r(4 * E * t) + _r(8 * k * t)
     if spec.router == "sigmoid_grouped":
@@ -1153,11 +1183,29 @@ def inference_layer_peak(spec: ModelSpec, w: Workload, b: int, s: int, S: int, t
     if spec.qk_norm != "none" and spec.mla is None:
         # the q and k norms: the projection, its fp32 copy and the fp32 normalized (or squared) tensor
         attn = max(attn, 3 * _r(c * D.a * D.d * t) + 2 * _r(4 * D.a * D.d * t))
-    if spec.rotary_tables_fp32:
+    if spec.rotary_complex:
+        # Llama 4's apply_rotary_emb: q, k and v in the compute dtype beside the fp32 copies of q and k
+        # (``view_as_complex(xq.float() ...)``, referenced until it returns), their complex products (fp32
+        # pairs) and the casts back of both
+        attn = max(attn, _r(c * (D.a + 2 * D.kv) * D.d * t) + 2 * _r(4 * (D.a + D.kv) * D.d * t)
+                   + _r(c * (D.a + D.kv) * D.d * t))
+    elif spec.rotary_tables_fp32:
         # rotating half-precision q and k by fp32 cos/sin (OLMo 2): q, k and v in the compute dtype
         # beside the fp32 rotated q and the rotation of k (two products and their sum)
         attn = max(attn, _r(c * (D.a + 2 * D.kv) * D.d * t) + _r(4 * D.a * D.d * t) + 3 * _r(4 * D.kv * D.d * t))
-    if spec.is_moe:
+    if spec.is_moe and spec.experts_see_all_tokens:
+        # Llama4TextMoe: every expert on every token, n = E*t rows. The scaled copy of the tokens (h; the
+        # unscaled repeat is freed when the name is rebound), the bmm's gate_up (2f), act(gate) (f), their
+        # product (f), then the down projection's output (h) beside the product and gate_up
+        n = t * max(1, spec.n_experts)
+        mlp = _r(c * D.h * n) + _r(c * 2 * D.f * n) + _r(c * D.f * n) + max(_r(c * D.f * n), _r(c * D.h * n))
+        if spec.shared_expert_ffn:
+            # then the shared expert on the block's input beside the experts' output (E*t, h)
+            fs = max(1, spec.shared_expert_ffn // tp)
+            mlp = max(mlp, _r(c * D.h * n) + 3 * _r(c * fs * t))
+        if spec.dense_layer_ids and spec.dense_ffn_size:
+            mlp = max(mlp, 3 * _r(c * max(1, spec.dense_ffn_size // tp) * t))
+    elif spec.is_moe:
         # transformers 5 grouped experts: the routed copies of the hidden states (t*k, h) and
         # the fused gate_up output (t*k, 2f), then act(gate) and the product (t*k, f each)
         tk = t * max(1, spec.experts_per_token)

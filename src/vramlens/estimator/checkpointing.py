@@ -197,7 +197,7 @@ def saved_matmul_share(spec: ModelSpec, w: Workload) -> float:
 
 @identity_cache
 def _block_matmul_params(spec: ModelSpec, stack: str | None) -> float:
-    """Weights a token multiplies by in the first block of ``stack`` (experts: top-k of n)."""
+    """Weights a token multiplies by in the first block of ``stack`` (experts: top-k of n, or all of them)."""
     layers = [t.layer for t in spec.tensors if t.layer is not None and (stack is None or t.stack == stack)]
     if not layers:
         return 0.0
@@ -209,7 +209,9 @@ def _block_matmul_params(spec: ModelSpec, stack: str | None) -> float:
         if t.role in ("linear", "conv1d", "router") and t.name.endswith("weight"):
             total += t.numel
         elif t.role == "expert":
-            total += t.numel * max(1, spec.experts_per_token) / max(1, spec.n_experts)
+            # Llama 4 runs every expert on every token (ModelSpec.experts_see_all_tokens)
+            share = 1 if spec.experts_see_all_tokens else max(1, spec.experts_per_token) / max(1, spec.n_experts)
+            total += t.numel * share
     return total
 
 

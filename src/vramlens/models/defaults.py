@@ -295,6 +295,25 @@ DEFAULTS: dict[str, dict[str, Any]] = {
         "layer_types": None,
         "attention_bias": True,
     },
+    # configuration_llama4.py (Llama4TextConfig): its defaults are Llama-4-Scout-17B-16E's text model
+    "llama4_text": {
+        "head_dim": 128,
+        "num_key_value_heads": 8,
+        "intermediate_size_mlp": 16384,
+        "tie_word_embeddings": False,
+        "hidden_act": "silu",
+        "max_position_embeddings": 131072,
+        "num_experts_per_tok": 1,
+        "num_local_experts": 16,
+        "moe_layers": None,
+        "interleave_moe_layer_step": 1,
+        "use_qk_norm": True,
+        "no_rope_layers": None,
+        "no_rope_layer_interval": 4,
+        "attention_chunk_size": 8192,
+        "attn_temperature_tuning": True,
+        "attention_bias": False,
+    },
     "t5": {
         "d_kv": 64,
         "num_decoder_layers": None,  # None means num_layers

@@ -36,14 +36,17 @@ ModelKind = Literal["decoder", "encoder", "encoder-decoder"]
 #: (also after each, on the branch output: Gemma 2 and 3), "post" (only after each: OLMo 2).
 NormPlacement = Literal["pre", "sandwich", "post"]
 #: RMSNorm on queries and keys: "head" (per head, over d_head: Qwen3, Gemma 3), "full" (over all
-#: heads, a*d_head and n_kv*d_head: OLMo 2).
-QKNorm = Literal["none", "head", "full"]
+#: heads, a*d_head and n_kv*d_head: OLMo 2), "l2" (per head, an L2 norm without weight on the rotary
+#: blocks only: Llama 4's ``Llama4TextL2Norm``, fp32 inside, after the rotation).
+QKNorm = Literal["none", "head", "full", "l2"]
 #: How an MoE router scores experts, for what it keeps: "softmax" (Mixtral, Qwen: logits in the
 #: compute dtype, fp32 softmax), "softmax_fp32" (DeepSeek V2: an fp32 copy of the input and fp32
 #: weight), "sigmoid_grouped" (DeepSeek V3: fp32 input, sigmoid, group-limited top-k).
 #: "topk_softmax" (gpt-oss ``GptOssTopKRouter``): biased logits in the compute dtype, top-k of them,
 #: then a softmax over those k in the compute dtype.
-Router = Literal["softmax", "softmax_fp32", "sigmoid_grouped", "topk_softmax"]
+#: "sigmoid_topk" (Llama 4 ``Llama4Router``): top-k of the logits, the others set to -inf, then an fp32
+#: sigmoid over all E (0 outside the top-k), cast back to the compute dtype.
+Router = Literal["softmax", "softmax_fp32", "sigmoid_grouped", "topk_softmax", "sigmoid_topk"]
 #: What an MoE expert does between its two projections: "act" (``act_fn(gate) * up`` on the halves
 #: of gate_up: Mixtral, Qwen, DeepSeek), "clamped_swiglu" (gpt-oss ``GptOssExperts._apply_gate``:
 #: interleaved gate/up, both clamped, ``(up + 1) * gate * sigmoid(alpha * gate)``).
@@ -268,6 +271,25 @@ class ModelSpec:
     #: SGLang keeps the sliding layers' keys and values in a pool of their own (``SWAKVPool``; its
     #: model_config.py ``is_hybrid_swa_model`` lists GptOssForCausalLM among others)
     hybrid_swa_pool: bool = False
+    # ---- Llama 4 --------------------------------------------------------------------------------
+    #: what the local blocks (sliding_layer_ids) see: "sliding" the last ``sliding_window`` tokens,
+    #: "chunked" the tokens of their own chunk of ``sliding_window`` (Llama 4's ``attention_chunk_size``:
+    #: masking_utils.create_chunked_causal_mask); transformers caches both alike (cache_utils
+    #: ``"chunked_attention": DynamicSlidingWindowLayer``), and so does the SDPA mask (b, 1, s, S)
+    local_attention: Literal["sliding", "chunked"] = "sliding"
+    #: blocks without rotary (Llama 4's ``no_rope_layers`` zeros): their q and k are the projections'
+    #: outputs, and no qk norm runs there
+    nope_layer_ids: tuple[int, ...] = ()
+    #: the NoPE blocks scale their query by an fp32 per-position factor and cast it back (Llama 4's
+    #: ``attn_temperature_tuning``)
+    attention_temperature: bool = False
+    #: every expert runs on every token, scaled by its router score (0 outside the top-k):
+    #: ``Llama4TextMoe.forward`` repeats the tokens E times (``hidden_states.repeat(E, 1)``) and runs
+    #: ``torch.bmm`` over (E, t, h); False: each token goes to its top-k experts only
+    experts_see_all_tokens: bool = False
+    #: the rotary embedding is a complex64 ``freqs_cis`` and rotates complex views of fp32 copies of q
+    #: and k, cast back after (Llama 4's ``apply_rotary_emb``)
+    rotary_complex: bool = False
 
     # ---- counts -------------------------------------------------------------------------
     @property

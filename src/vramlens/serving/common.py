@@ -74,6 +74,9 @@ class ServedModel:
     #: SGLang's hybrid sliding-window pool (ModelSpec.hybrid_swa_pool): the sliding layers' tokens in
     #: a pool of their own, sized by swa_full_tokens_ratio (vramlens.serving.sglang)
     hybrid_swa: bool = False
+    #: the local layers are chunked (ModelSpec.local_attention: Llama 4's attention_chunk_size), which
+    #: vLLM keeps at full length by default (vramlens.serving.vllm)
+    chunked_local: bool = False
 
     @property
     def weight_bytes(self) -> int:
@@ -126,7 +129,8 @@ def served_from_spec(spec: ModelSpec, *, dtype: str | None = None, quant: str | 
         layer_bytes=(per_layer,) * L, embed_bytes=embed, head_bytes=head,
         experts_per_token=spec.experts_per_token,
         weights_format=quant or (f"mxfp4 experts, {dt} rest" if mxfp4 else dt), rotary_dim=rotary_dim,
-        kv_latent=spec.kv_latent, hybrid_swa=spec.hybrid_swa_pool)
+        kv_latent=spec.kv_latent, hybrid_swa=spec.hybrid_swa_pool,
+        chunked_local=spec.local_attention == "chunked" and spec.n_sliding_layers > 0)
 
 
 def served_from_gguf(info: GGUFInfo) -> ServedModel:

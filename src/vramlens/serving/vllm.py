@@ -22,7 +22,12 @@ them (``_get_kv_cache_groups_uniform_page_size``): layers of each attention type
 of ``min`` layers (``max`` when max < 1.5 min), each group has its own block table and all groups
 share ``group_size`` tensors of num_blocks pages; a sliding layer needs
 cdiv(min(window - 1 + max_num_batched_tokens, max_model_len), block_size) + 1 blocks per request
-(``SlidingWindowSpec.max_memory_usage_bytes``). CUDA graphs are captured after the KV cache is
+(``SlidingWindowSpec.max_memory_usage_bytes``). Chunked local attention (Llama 4's
+``attention_chunk_size`` layers, ServedModel.chunked_local) is not given a group of its own: vLLM turns the
+hybrid KV cache manager off for it by default ("There is a latency regression when using chunked local
+attention with the hybrid KV cache manager. Disabling it, by default. To enable it, set the environment
+VLLM_ALLOW_CHUNKED_LOCAL_ATTN_WITH_HYBRID_KV_CACHE=1", vllm/config/vllm.py), and every layer's cache is then
+as long as a full layer's; vramlens follows that default for every release. CUDA graphs are captured after the KV cache is
 allocated (V0, and V1 through 0.19: its log shows VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS off and
 "CUDA graph pool memory: ... (actual)" after the KV cache), so their pool comes out of the
 (1 - utilization) headroom and changes no block count.
@@ -236,7 +241,8 @@ def vllm_capacity(m: ServedModel, gpu: GPU, *, gpus: int, tp: int, pp: int, cont
     kv_heads = kv_heads_per_gpu(m, tp)
     page = block_size * kv_cell_bytes(m, tp, kv_b)  # AttentionSpec.page_size_bytes, one layer
     layers = stage_layers(m, pp)
-    n_slide = ceil_div(m.n_sliding, pp)
+    # chunked local layers (Llama 4) are cached at full length: the hybrid manager is off for them (docstring)
+    n_slide = 0 if m.chunked_local else ceil_div(m.n_sliding, pp)
     n_full = layers - n_slide
     if n_full and n_slide:  # hybrid: _get_kv_cache_groups_uniform_page_size
         lo, hi = min(n_full, n_slide), max(n_full, n_slide)

@@ -34,6 +34,7 @@ from typing import Any
 
 from vramlens.errors import InputError
 from vramlens.estimator.breakdown import ALLOCATOR_COMPONENTS
+from vramlens.models.families import UNWRAP
 from vramlens.models.heads import tasks_of
 
 #: catalog name -> (what it stands for, KV heads after the shrink, LoRA targets)
@@ -65,6 +66,9 @@ ARCHITECTURES: dict[str, tuple[str, int, tuple[str, ...]]] = {
     "olmo-2-1124-13b": ("decoder, post-norm blocks, full-width q/k norms", 4, ("q_proj", "v_proj")),
     "gpt-oss-20b": ("decoder, attention sinks (eager only), sliding and full layers, biased router and experts, "
                     "clamped SwiGLU, MoE top-2 of 4", 2, ("q_proj", "v_proj")),
+    "llama-4-scout": ("decoder, chunked local attention with rotary and L2 q/k norms, a global NoPE block with "
+                      "temperature tuning, a dense block and an MoE block (top-1 of 4, every expert on every token, "
+                      "a shared expert)", 2, ("q_proj", "v_proj")),
 }
 
 #: Models that only the task rows use: catalog name -> (what it stands for, KV heads, LoRA targets).
@@ -380,6 +384,12 @@ def shrink(cfg: dict, kv_heads: int) -> dict:
                      kv_lora_rank=-(-int(c["kv_lora_rank"] * scale) // 8) * 8)
             if c.get("q_lora_rank"):
                 c["q_lora_rank"] = -(-int(c["q_lora_rank"] * scale) // 8) * 8
+        if mt == "llama4_text":
+            # Llama 4: block 0 chunked (rotary, q/k norms) with a dense MLP, block 1 global NoPE with the MoE; the
+            # chunk shorter than the sequence; the dense MLP scaled like the experts
+            c.update(no_rope_layers=[1, 0], moe_layers=[1], attention_chunk_size=SEQ // 2,
+                     intermediate_size=-(-int(cfg["intermediate_size"] * scale) // 8) * 8,
+                     intermediate_size_mlp=-(-int(c["intermediate_size_mlp"] * scale) // 8) * 8)
         if c.get("sliding_window") and mt not in ("qwen2", "qwen2_moe", "qwen3", "qwen3_moe"):
             c["sliding_window"] = SEQ // 2
             if "layer_types" not in c:
@@ -446,6 +456,8 @@ def tiny_config(name: str) -> dict:
         raise KeyError(name)
     hub_id, cfg = found
     cfg.setdefault("_name_or_path", hub_id)
+    if cfg.get("model_type") in UNWRAP:  # a multimodal wrapper (Llama 4): the part vramlens models
+        cfg = UNWRAP[cfg["model_type"]][0](cfg, hub_id)
     return shrink(cfg, _architecture(name)[1])
 
 

@@ -23,6 +23,7 @@ from vramlens.models.families import (
     gpt,
     gpt_oss,
     llama,
+    llama4,
     modernbert,
     t5,
 )
@@ -41,12 +42,14 @@ BUILDERS: dict[str, Builder] = {
     **modernbert.BUILDERS,
     **deepseek.BUILDERS,
     **gpt_oss.BUILDERS,
+    **llama4.BUILDERS,
 }
 
 #: model_type -> the reader of the part of a wrapping config that vramlens models, and the note
-#: it adds to ``assumed`` (Gemma 3's multimodal checkpoints: the text tower).
+#: it adds to ``assumed`` (Gemma 3's and Llama 4's multimodal checkpoints: the text model).
 UNWRAP: dict[str, tuple[_Callable[[_Mapping[str, _Any], str], dict[str, _Any]], str]] = {
-    mt: (fn, gemma3.NOTE) for mt, fn in gemma3.UNWRAP.items()
+    **{mt: (fn, gemma3.NOTE) for mt, fn in gemma3.UNWRAP.items()},
+    **{mt: (fn, llama4.NOTE) for mt, fn in llama4.UNWRAP.items()},
 }
 
 DEFAULT_ARCHITECTURES: dict[str, str] = {
@@ -79,6 +82,7 @@ DEFAULT_ARCHITECTURES: dict[str, str] = {
     "deepseek_v2": "DeepseekV2ForCausalLM",
     "deepseek_v3": "DeepseekV3ForCausalLM",
     "gpt_oss": "GptOssForCausalLM",
+    "llama4_text": "Llama4ForCausalLM",
     "t5": "T5ForConditionalGeneration",
     "mt5": "MT5ForConditionalGeneration",
 }
