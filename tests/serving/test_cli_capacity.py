@@ -48,3 +48,27 @@ def test_refusals_are_one_line_exit_2(capsys, argv, line):
     assert code == 2
     assert err.strip() == line
     assert out == ""
+
+
+@pytest.mark.parametrize("engine, extra", [("vllm", []), ("sglang", []), ("llama.cpp", ["--ctx-size", "8192"]),
+                                           ("transformers", [])])
+def test_a_context_longer_than_the_engine_accepts_is_one_line(capsys, engine, extra):
+    """A request longer than max_model_len (Gemma 3: 32,768; llama.cpp: the slot's n_ctx) is refused, not
+    answered with "0.00 requests fit" and a time to first token of years."""
+    code, out, err = run(capsys, ["capacity", "gemma-3-1b-it", "--engine", engine, "--gpu", "A100-80GB",
+                                  "--context", "40000", *extra])
+    assert code == 2 and out == ""
+    assert err.count("\n") == 1 and "context=40,000 tokens is longer than the longest request" in err
+    code, out, err = run(capsys, ["capacity", "gemma-3-1b-it", "--engine", engine, "--gpu", "A100-80GB",
+                                  "--context", "4096", *extra])
+    assert code == 0, err
+
+
+def test_a_vllm_release_after_the_newest_followed_says_so(capsys):
+    code, out, err = run(capsys, ["capacity", "llama-2-7b", "--engine", "vllm", "--gpu", "A100-80GB",
+                                  "--vllm-version", "1.5", "--json"])
+    assert code == 0, err
+    d = json.loads(out)
+    assert any("vLLM 1.5 is later than the newest release whose code vramlens follows" in n for n in d["notes"])
+    code, out, _ = run(capsys, ["capacity", "llama-2-7b", "--engine", "vllm", "--gpu", "A100-80GB", "--json"])
+    assert not any("is later than" in n for n in json.loads(out)["notes"])

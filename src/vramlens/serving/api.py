@@ -88,12 +88,19 @@ def capacity(model: str | dict | ModelSpec | GGUFInfo | ServedModel, engine: str
     g = get_gpu(gpu) if isinstance(gpu, str) else gpu
     common: dict[str, Any] = {"gpus": n_gpus, "tp": tp, "pp": pp, "context": context}
     if engine == "vllm":
-        return vllm_capacity(served, g, **common, **settings)
-    if engine == "sglang":
-        return sglang_capacity(served, g, **common, **settings)
-    if engine == "llama.cpp":
-        return llamacpp_capacity(served, g, **common, **settings)
-    return transformers_capacity(served, g, **common, **settings)
+        cap = vllm_capacity(served, g, **common, **settings)
+    elif engine == "sglang":
+        cap = sglang_capacity(served, g, **common, **settings)
+    elif engine == "llama.cpp":
+        cap = llamacpp_capacity(served, g, **common, **settings)
+    else:
+        cap = transformers_capacity(served, g, **common, **settings)
+    if context is not None and context > cap.max_model_len:
+        # the engine rejects a request longer than its limit: no concurrency or speed to give for it
+        raise InputError(f"context={context:,} tokens is longer than the longest request {engine} accepts here "
+                         f"({cap.max_model_len:,}: the model's context or the engine's length setting): lower "
+                         "--context, or raise the engine's limit where the model allows it")
+    return cap
 
 
 def check_settings(engine: str, given: dict[str, Any]) -> dict[str, Any]:

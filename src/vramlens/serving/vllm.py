@@ -209,6 +209,13 @@ def vllm_capacity(m: ServedModel, gpu: GPU, *, gpus: int, tp: int, pp: int, cont
     if parsed is None or parsed < OLDEST_VERSION:
         raise ConfigError(f"version={version!r} is not a vLLM release vramlens follows: give 0.4 or later, "
                           f"e.g. version='{DEFAULT_VERSION}' (--vllm-version {DEFAULT_VERSION})")
+    newest = parse_version(DEFAULT_VERSION)
+    assert newest is not None
+    later: tuple[str, ...] = ()
+    if parsed[:2] > newest[:2]:
+        # no release after the newest one read is known here: its arithmetic is the newest one's
+        later = (f"vLLM {version} is later than the newest release whose code vramlens follows "
+                 f"({DEFAULT_VERSION}): its start-up arithmetic is used",)
     rel = vllm_release(parsed, gpu, use_v1)
     total = gpu.capacity_bytes
     mml = max_model_len or m.max_position
@@ -299,7 +306,7 @@ def vllm_capacity(m: ServedModel, gpu: GPU, *, gpus: int, tp: int, pp: int, cont
                      round(concurrency_mml, 2)),
         EngineFigure("cuda_graph_memory", "Graph capturing took (GiB, allowance)", round(graphs / GiB, 2)),
     )
-    notes = (
+    notes = later + (
         f"{rel.name}: available = {gpu_memory_utilization} x {total:,} - weights {weights:,} (rotary cache "
         f"{m.rope_cache_bytes:,} included) - activation {act:,} - non-torch {outside:,} = {available:,} B "
         "(Worker.determine_available_memory)",
