@@ -61,3 +61,20 @@ def test_mixed_precision_between_fp32_and_bf16():
     assert runs["mp"]["master_weights"] == 0  # no autocast copies: FSDP casts the gathered parameters
     assert runs["mp"]["activations"] == runs["bf16"]["activations"] < runs["fp32"]["activations"]
     assert runs["bf16"].peak_allocated < runs["mp"].peak_allocated < runs["fp32"].peak_allocated
+
+
+@pytest.mark.parametrize("world_size, kw", [(2, {"dtype": "fp32"}), (4, MP), (4, {"dtype": "bf16"})])
+def test_reduce_scatter_pool_is_the_traced_sharded_gradients(world_size, kw):
+    """The reduce-scatter stream's pool (estimator.parallel.fsdp_stream_pools) replays one flat
+    output per FSDP group (each padded shard, in 512-byte blocks): together they are the traced
+    rank's sharded gradients."""
+    from vramlens.estimator.parallel import _group_shard_numels
+    from vramlens.trace.fsdp import trace_fsdp
+    from vramlens.units import BLOCK, round_up
+
+    w = Workload(mode="train", batch=2, seq=128, gpus=world_size, fsdp=True, **kw)
+    traced = trace_fsdp(dict(TINY, architectures=["LlamaForCausalLM"]), w, world_size=world_size)
+    root, blocks = _group_shard_numels(tiny(), world_size, 1)
+    elem = 4 if w.fsdp_mixed_precision else {"fp32": 4, "bf16": 2}[w.dtype]
+    outputs = sum(round_up(g * elem, BLOCK) for g in (root, *blocks))
+    assert traced.breakdown["gradients"] == outputs

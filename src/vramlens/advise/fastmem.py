@@ -37,7 +37,13 @@ from vramlens.estimator import check_workload, estimate_spec
 from vramlens.estimator.activations import logits_bytes
 from vramlens.estimator.core import activation_totals, offload_frozen_casts, output_layer_cast
 from vramlens.estimator.parallel import Split
-from vramlens.estimator.state import TrainState, reserved_total, train_phases, train_state
+from vramlens.estimator.state import (
+    TrainState,
+    default_stream_state,
+    reserved_total,
+    train_phases,
+    train_state,
+)
 from vramlens.hardware.gpu import GPU
 from vramlens.models.spec import ModelSpec
 from vramlens.workload import Attention, Workload
@@ -242,18 +248,22 @@ class FastMemory:
         ts = st.valid
         if a.head_cast is not None and ts.frozen_casts:
             ts = offload_frozen_casts(ts, a.head_cast)[0]
-        phases = train_phases(ts, a.saved, a.loss_transient, a.head_saved, grad_accum,
-                              a.logits, later_pass=a.later_pass, recompute=a.recompute,
-                              recompute_after=a.recompute_after, uncheckpointed=a.uncheckpointed,
-                              block_kept=a.block_kept, block_backward=a.block_backward,
-                              loss_backward=a.loss_backward, loss_backward_over=a.loss_backward_over,
-                              head_backward=a.head_backward, head_grads=a.head_grads,
-                              head_backward_later=a.head_backward_later, head_grad_in_forward=a.head_grad_in_forward,
-                              final_norm_backward=a.final_norm_backward, dequant_forward=a.dequant_forward,
-                              dequant_backward=a.dequant_backward, dequant_temporary=a.dequant_temporary,
-                              mlp_backward=a.mlp_backward)
+        def phases_of(s: TrainState) -> tuple[tuple[str, int], ...]:
+            return train_phases(s, a.saved, a.loss_transient, a.head_saved, grad_accum,
+                                a.logits, later_pass=a.later_pass, recompute=a.recompute,
+                                recompute_after=a.recompute_after, uncheckpointed=a.uncheckpointed,
+                                block_kept=a.block_kept, block_backward=a.block_backward,
+                                loss_backward=a.loss_backward, loss_backward_over=a.loss_backward_over,
+                                head_backward=a.head_backward, head_grads=a.head_grads,
+                                head_backward_later=a.head_backward_later, head_grad_in_forward=a.head_grad_in_forward,
+                                final_norm_backward=a.final_norm_backward, dequant_forward=a.dequant_forward,
+                                dequant_backward=a.dequant_backward, dequant_temporary=a.dequant_temporary,
+                                mlp_backward=a.mlp_backward)
+
+        phases = phases_of(ts)
         peak = max(v for _, v in phases)
-        return reserved_total(ts, peak)[1]
+        default_peak = max(v for _, v in phases_of(default_stream_state(ts))) if ts.stream_pools else None
+        return reserved_total(ts, peak, default_peak=default_peak)[1]
 
     @staticmethod
     def host_bytes(st: State, a: Activations) -> int:

@@ -21,7 +21,8 @@ to what it knows and a documented allowance to what it does not:
 
 What it cannot see: allocations on several streams, tensors that outlive their step (a
 leaked reference), and sizes that change from step to step (dynamic shapes), all of which the
-simulator replays exactly when a trace is available.
+simulator replays exactly when a trace is available. (The estimator adds FSDP2's two side-stream
+pools itself: vramlens.estimator.parallel.fsdp_stream_pools.)
 """
 
 from __future__ import annotations

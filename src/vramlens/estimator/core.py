@@ -17,7 +17,13 @@ from vramlens.estimator import kv_cache as K
 from vramlens.estimator.breakdown import Breakdown, make_breakdown
 from vramlens.estimator.loading import HostLoad, host_load
 from vramlens.estimator.parallel import Split
-from vramlens.estimator.state import TrainState, reserved_total, train_phases, train_state
+from vramlens.estimator.state import (
+    TrainState,
+    default_stream_state,
+    reserved_total,
+    train_phases,
+    train_state,
+)
 from vramlens.estimator.verdict import usable_bytes, verdict
 from vramlens.hardware.gpu import GPU
 from vramlens.models.spec import ModelSpec
@@ -431,19 +437,24 @@ def estimate_spec(spec: ModelSpec, w: Workload, gpu: GPU | None = None, *, headr
         if w.activation_offload and st.frozen_casts:
             st, moved = offload_frozen_casts(st, output_layer_cast(spec, w, sp.has_head))
             act_host += moved
-        phases = train_phases(st, acts, loss_tmp, head_saved, w.grad_accum, logits,
-                              later_pass=at.later_pass, recompute=at.recompute, recompute_after=at.recompute_after,
-                              uncheckpointed=at.uncheckpointed, block_kept=at.block_kept,
-                              block_backward=at.block_backward,
-                              loss_backward=at.loss_backward,
-                              loss_backward_over=at.loss_backward_over, head_backward=at.head_backward,
-                              head_grads=at.head_grads, head_backward_later=at.head_backward_later,
-                              head_grad_in_forward=at.head_grad_in_forward,
-                              final_norm_backward=at.final_norm_backward, dequant_forward=at.dequant_forward,
-                              dequant_backward=at.dequant_backward, dequant_temporary=at.dequant_temporary,
-                              mlp_backward=at.mlp_backward)
+        def phases_of(s: TrainState) -> tuple[tuple[str, int], ...]:
+            return train_phases(s, acts, loss_tmp, head_saved, w.grad_accum, logits,
+                                later_pass=at.later_pass, recompute=at.recompute, recompute_after=at.recompute_after,
+                                uncheckpointed=at.uncheckpointed, block_kept=at.block_kept,
+                                block_backward=at.block_backward,
+                                loss_backward=at.loss_backward,
+                                loss_backward_over=at.loss_backward_over, head_backward=at.head_backward,
+                                head_grads=at.head_grads, head_backward_later=at.head_backward_later,
+                                head_grad_in_forward=at.head_grad_in_forward,
+                                final_norm_backward=at.final_norm_backward, dequant_forward=at.dequant_forward,
+                                dequant_backward=at.dequant_backward, dequant_temporary=at.dequant_temporary,
+                                mlp_backward=at.mlp_backward)
+
+        phases = phases_of(st)
         peak_phase, peak_alloc = max(phases, key=lambda p: p[1])
-        reserved, total = reserved_total(st, peak_alloc)
+        # FSDP2: the default stream's own peak (the sharded gradients are on the reduce-scatter stream)
+        default_peak = max(v for _, v in phases_of(default_stream_state(st))) if st.stream_pools else None
+        reserved, total = reserved_total(st, peak_alloc, default_peak=default_peak)
         # a checkpointed block is recomputed in backward, its 4-bit matmuls dequantizing again
         recompute = at.recompute + at.dequant_temporary if at.recompute else 0
         if recompute and spec.tied_embeddings and st.head_grad:

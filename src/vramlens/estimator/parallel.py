@@ -156,3 +156,95 @@ def gathered_sizes(spec: ModelSpec, w: Workload, weight_elem_bytes: int) -> tupl
         # reshard_after_forward=False: every block stays gathered from its forward to its backward
         root += inside // w.tp * weight_elem_bytes
     return block, root
+
+
+@identity_cache
+def _group_shard_numels(spec: ModelSpec, n: int, tp: int) -> tuple[int, tuple[int, ...]]:
+    """(the root's, each block's) sharded numel over ``n`` ranks: FSDP2 pads each parameter's dim 0
+    to a multiple of ``n`` (_fsdp_common.py ``_get_dim0_padded_size``), rank 0 holds ceil(dim0 / n) rows."""
+    blocks: dict[int, int] = {}
+    root = 0
+    for t in spec.tensors:
+        if t.role == "buffer":
+            continue
+        dim0 = t.shape[0] if t.shape else 1
+        shard = -(-dim0 // n) * (t.numel // max(1, dim0)) // tp
+        if t.layer is None:
+            root += shard
+        else:
+            blocks[t.layer] = blocks.get(t.layer, 0) + shard
+    return root, tuple(blocks[k] for k in sorted(blocks))
+
+
+def fsdp_stream_pools(spec: ModelSpec, w: Workload, weight_elem_bytes: int) -> tuple[int, int]:
+    """(all-gather copy-in stream's, reduce-scatter stream's) reserved bytes under FSDP2.
+
+    The caching allocator keeps a freed block for the stream it was allocated on (a block is
+    reused only by a request on the same stream), so what FSDP2 allocates on its side streams
+    stays reserved beside the default stream's pool all step; ``max_memory_reserved`` is their sum.
+    From torch/distributed/fsdp/_fully_shard (torch 2.13; the same streams since 2.4):
+
+    * all-gather copy-in stream: ``foreach_all_gather`` (_fsdp_collectives.py:336-361) allocates,
+      inside ``device_handle.stream(all_gather_copy_in_stream)``, the ``param_dtype`` copy of the
+      group's shard (``_get_param_all_gather_inputs``, :419, under a mixed-precision policy) and the
+      flat all-gather output (:352); ``get_all_gather_streams`` (_fsdp_param_group.py:116-126) picks
+      that stream for every implicit-prefetch all-gather (forward and pre-backward). In forward the
+      previous group's output is freed only after the next copy-out (``wait_for_unshard``, :430-432
+      and :483), the last one at the root's post-forward (_fsdp_state.py:335-342); in backward
+      each output is freed right after its copy-out. The root (embedding, final norm, output layer)
+      is gathered first and stays unsharded through backward (not re-gathered).
+    * reduce-scatter stream: ``foreach_reduce`` allocates the reduce-scatter output inside
+      ``device_handle.stream(reduce_scatter_stream)`` (_fsdp_collectives.py:611-615); it becomes
+      the sharded ``.grad`` (as_strided views, :700-754: "The RS output is allocated in the RS
+      stream and used in the default stream (for optimizer)"), one flat tensor per FSDP group, alive
+      until ``zero_grad`` frees it; with gradient accumulation later outputs are added in and freed.
+
+    The two patterns are replayed through the simulator (allocator.simulator, PyTorch's default
+    settings) for two steps, and each pool's peak reserve taken.
+    """
+    n = max(1, w.shard_degree)
+    mp = w.fsdp_mixed_precision
+    ag_b = DTYPE_BYTES[w.run_dtype] if mp else weight_elem_bytes
+    rs_b = 4 if mp else weight_elem_bytes  # reduce_dtype fp32 over fp32 parameters: no cast back
+    return _stream_pools(spec, n, w.tp, ag_b, rs_b, mp, w.fsdp_strategy == "shard-grad-op",
+                         w.optimizer_in_backward or w.offload != "none", max(1, w.grad_accum))
+
+
+@identity_cache
+def _stream_pools(spec: ModelSpec, n: int, tp: int, ag_b: int, rs_b: int, mp: bool, kept: bool,
+                  one_at_a_time: bool, grad_accum: int) -> tuple[int, int]:
+    from vramlens.allocator.events import ALLOC, FREE
+    from vramlens.allocator.simulator import simulate
+
+    root, blocks = _group_shard_numels(spec, n, tp)
+    groups = [root, *blocks]  # forward order
+    ag: list[tuple[str, object, int]] = []
+    rs: list[tuple[str, object, int]] = []
+    for step in range(2):
+        prev: object = None
+        for i, shard in enumerate(groups):  # forward: implicit prefetch holds the previous output
+            if mp:
+                ag.append((ALLOC, ("in", step, i), shard * ag_b))
+            ag.append((ALLOC, ("out", step, i), shard * n * ag_b))
+            if mp:
+                ag.append((FREE, ("in", step, i), 0))
+            if prev is not None:
+                ag.append((FREE, prev, 0))
+            prev = ("out", step, i)
+        ag.append((FREE, prev, 0))
+        if not kept:  # backward re-gathers each block (the root stays gathered); freed after copy-out
+            for i in range(len(groups) - 1, 0, -1):
+                if mp:
+                    ag.append((ALLOC, ("bin", step, i), groups[i] * ag_b))
+                ag.append((ALLOC, ("bout", step, i), groups[i] * n * ag_b))
+                if mp:
+                    ag.append((FREE, ("bin", step, i), 0))
+                ag.append((FREE, ("bout", step, i), 0))
+        for micro in range(grad_accum):  # backward: blocks last to first, then the root
+            for i in [*range(len(groups) - 1, 0, -1), 0]:
+                rs.append((ALLOC, ("g", step, micro, i), groups[i] * rs_b))
+                if micro or one_at_a_time:  # accumulated into the kept gradient, or stepped/offloaded
+                    rs.append((FREE, ("g", step, micro, i), 0))
+        if not one_at_a_time:  # zero_grad(set_to_none=True) at the next step's start
+            rs.extend((FREE, ("g", step, 0, i), 0) for i in range(len(groups)))
+    return simulate(ag, max_points=2).peak_reserved_bytes, simulate(rs, max_points=2).peak_reserved_bytes

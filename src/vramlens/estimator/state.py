@@ -27,13 +27,20 @@ higher because its states are created inside its optimizer step):
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from vramlens.estimator import optimizer as O
 from vramlens.estimator import weights as Wt
 from vramlens.estimator.heads import has_lm_head
 from vramlens.estimator.memo import identity_cache
-from vramlens.estimator.parallel import Split, cast_all_gather_input, comm_buffer_bytes, fsdp_buffers, split
+from vramlens.estimator.parallel import (
+    Split,
+    cast_all_gather_input,
+    comm_buffer_bytes,
+    fsdp_buffers,
+    fsdp_stream_pools,
+    split,
+)
 from vramlens.estimator.reserve import persistent_part_reserve
 from vramlens.estimator.runtime import runtime
 from vramlens.hardware.gpu import GPU
@@ -156,6 +163,8 @@ class TrainState:
     last_grads: int = 0        # of grads, those made only when backward reaches the first block (last_gradients)
     in_backward_addend: int = 0  # ... and a tied head's: one of its two summed gradients, alive through its step
     paged: int = 0             # paged optimizer states in CUDA unified memory (in ``outside``, not in ``opt``)
+    stream_pools: int = 0      # FSDP2: reserve of the all-gather and reduce-scatter streams' pools (the sharded
+                               # gradients live in the latter; parallel.fsdp_stream_pools), beside the default's
     notes: tuple[str, ...] = ()
     explain: dict[str, str] = field(default_factory=dict, compare=False)
     runtime_explain: str = ""
@@ -247,9 +256,13 @@ def train_state(spec: ModelSpec, w: Workload, gpu: GPU | None) -> TrainState:
     full_params = w.method == "full" and not w.quantized
     wb = Wt.weight_dtype_bytes(w)
     state_b = O.state_dtype_bytes(w)
+    # FSDP2 allocates the all-gather buffers and the sharded gradients on its own streams, whose
+    # freed blocks the default stream cannot reuse: those pools are reserved beside the default's
+    stream_pools = sum(fsdp_stream_pools(spec, w, wb)) if sharded3 and w.fsdp else 0
+    default_grads = 0 if stream_pools else grads
     parts = [
         (wb, weights, full_params and sp.weights == 1),
-        (pbytes, grads, full_params and sp.gradients == 1),
+        (pbytes, default_grads, full_params and sp.gradients == 1),
         (4, master, full_params and sp.optimizer == 1),
         (state_b, opt, False),
         (1, comm, False),
@@ -280,7 +293,8 @@ def train_state(spec: ModelSpec, w: Workload, gpu: GPU | None) -> TrainState:
         opt_tmp=opt_tmp, comm=comm, host=host, head_grad=head_grad, trainable=trainable, pbytes=pbytes,
         workspace=rt.workspace_bytes, outside=rt.outside_allocator_bytes + paged, paged=paged,
         reserve_base=reserve_base,
-        reserve_floor=reserve_floor, reserve_persistent=weights + master + opt + comm + grads,
+        reserve_floor=reserve_floor, reserve_persistent=weights + master + opt + comm + default_grads,
+        stream_pools=stream_pools,
         gather_block=gather_block, gather_root=gather_root, reduce_block=reduce_block,
         gather_input=cast_all_gather_input(w, gather_block) if sharded3 else 0,
         gather_kept=sharded3 and w.fsdp and w.fsdp_strategy == "shard-grad-op", keep_grads=w.keep_grads,
@@ -429,11 +443,27 @@ def _step(st: TrainState) -> int:
     return st.grads + st.opt_tmp
 
 
-def reserved_total(st: TrainState, peak: int, *, extra_persistent: int = 0) -> tuple[int, int]:
-    """(max_memory_reserved, nvidia-smi total) for a peak of ``peak`` allocated bytes."""
+def default_stream_state(st: TrainState) -> TrainState:
+    """``st`` as the default stream's pool sees it: under FSDP2 the sharded gradients are the
+    reduce-scatter stream's (parallel.fsdp_stream_pools), so phases computed from this state give
+    the default stream's live bytes; ``st`` itself when nothing is on another stream."""
+    if not st.stream_pools:
+        return st
+    return replace(st, grads=0, last_grads=0)
+
+
+def reserved_total(st: TrainState, peak: int, *, extra_persistent: int = 0,
+                   default_peak: int | None = None) -> tuple[int, int]:
+    """(max_memory_reserved, nvidia-smi total) for a peak of ``peak`` allocated bytes.
+
+    Under FSDP2 ``default_peak`` is the default stream's peak (phases of default_stream_state);
+    the side streams' pools (TrainState.stream_pools) are reserved on top of its reserve.
+    """
     from vramlens.estimator.reserve import transient_reserve
 
-    t = max(0, peak - st.reserve_persistent - extra_persistent)
+    p = peak if default_peak is None or not st.stream_pools else default_peak
+    t = max(0, p - st.reserve_persistent - extra_persistent)
     reserved = max(st.reserve_base + extra_persistent + transient_reserve(t), st.reserve_floor + extra_persistent + t,
-                   peak)
+                   p) + st.stream_pools
+    reserved = max(reserved, peak)
     return reserved, reserved + st.outside
