@@ -441,7 +441,10 @@ def estimate_spec(spec: ModelSpec, w: Workload, gpu: GPU | None = None, *, headr
                               head_grad_in_forward=at.head_grad_in_forward,
                               final_norm_backward=at.final_norm_backward, dequant_forward=at.dequant_forward,
                               dequant_backward=at.dequant_backward, dequant_temporary=at.dequant_temporary,
-                              mlp_backward=at.mlp_backward)
+                              mlp_backward=at.mlp_backward,
+                              kept_inputs=A.bnb_kept_input_bytes(spec, w, w.batch, w.seq, w.tp) * sp.layers
+                              * sp.micro_batches_in_flight,
+                              kept_next=w.bnb_inputs == "next-forward")
         peak_phase, peak_alloc = max(phases, key=lambda p: p[1])
         reserved, total = reserved_total(st, peak_alloc)
         # a checkpointed block is recomputed in backward, its 4-bit matmuls dequantizing again
