@@ -71,10 +71,15 @@ _A100 = _Setup(gpu="A100-80GB", cuda="12.1", lazy_loading=True)  # CUDA 12: lazy
 # LitGPT's config_hub/finetune/README.md table (commit 5895df10, April 2024): single-GPU runs on an A10G,
 # bf16-true, Alpaca2k, max_seq_length 512 (batches padded to their longest sample). LoRA/QLoRA:
 # litgpt/finetune/lora.py (lm_head in 128-token chunks: 4 chunks of 512; torch AdamW, or
-# bitsandbytes PagedAdamW (32-bit) under bnb quantization; adapters in bf16, dropout 0.05)
+# bitsandbytes PagedAdamW (32-bit) under bnb quantization; adapters in bf16, dropout 0.05). QLoRA ran the
+# pinned bitsandbytes==0.42.0, whose MatMul4Bit.forward keeps its input on the autograd node
+# (autograd/_functions.py:522-523 ``ctx.tensors = (A, B)``), and fit() holds the step's output
+# (finetune/lora.py:276 ``logits = model(input_ids, lm_head_chunk_size=128)``) until the next forward
+# returns: bnb_inputs="next-forward"
 _LITGPT = dict(mode="train", dtype="bf16", seq=512)
 _LITGPT_LORA = dict(_LITGPT, method="lora", lora_rank=32, lora_dropout=0.05, lora_dtype="bf16", loss_chunks=4)
-_LITGPT_QLORA = dict(_LITGPT_LORA, method="qlora", quant="nf4", quant_targets="all", optimizer="paged-adamw")
+_LITGPT_QLORA = dict(_LITGPT_LORA, method="qlora", quant="nf4", quant_targets="all", optimizer="paged-adamw",
+                     bnb_inputs="next-forward")
 _A10G = _Setup(gpu="A10G", cuda="12.1", lazy_loading=True)
 # torchtitan's benchmarks/llama3_h100_202412_torchtitan.md (torchtitan 9dec370): Llama 3.1 8B, FSDP2 with
 # MixedPrecisionPolicy(bf16 params, fp32 reduce) over fp32 shards, per-op selective AC, foreach AdamW,

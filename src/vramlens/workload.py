@@ -61,6 +61,8 @@ LoraDType = Literal["fp32", "bf16", "fp16"]
 #: BitsAndBytesConfig: all nn.Linear but the output layer; torchtune >= 0.3 QLoRA builders too) or
 #: only the adapted ones (torchtune 0.1 - 0.2's QLoRA: LoRALinear(quantize_base=True), the rest nn.Linear).
 QuantTargets = Literal["all", "adapted"]
+#: What bitsandbytes' 4-bit matmuls keep of their inputs in training (see Workload.bnb_inputs).
+BnbInputs = Literal["none", "step", "next-forward"]
 #: transformers' KV cache for inference (cache_utils): DynamicCache grows by torch.cat; StaticCache
 #: preallocates max_cache_len tokens per layer; "offloaded" is DynamicCache(offloading=True), generate's
 #: cache_implementation="offloaded"; "quantized" is QuantizedCache (quanto/hqq backends, 4-bit default).
@@ -90,6 +92,7 @@ OFFLOAD: tuple[Offload, ...] = get_args(Offload)
 KV_DTYPES: tuple[KVDType, ...] = get_args(KVDType)
 LORA_DTYPES: tuple[LoraDType, ...] = get_args(LoraDType)
 QUANT_TARGETS: tuple[QuantTargets, ...] = get_args(QuantTargets)
+BNB_INPUTS: tuple[BnbInputs, ...] = get_args(BnbInputs)
 CACHES: tuple[CacheKind, ...] = get_args(CacheKind)
 LOSSES: tuple[Loss, ...] = get_args(Loss)
 #: Most chunks --loss-chunks takes (torchtune uses 8; more only adds Python overhead).
@@ -163,6 +166,14 @@ class Workload:
     #: StaticCache's max_cache_len; 0: seq + new_tokens (what generate() sizes it to)
     max_cache_len: int = 0
     task: Task | None = None  # None: the head named by the config's architectures
+    #: What a bitsandbytes 4-bit matmul keeps of its input in training. ``none``: bitsandbytes >=
+    #: 0.43.2, nothing (``ctx.tensors = (None, B)``). ``step``: bitsandbytes < 0.43.2, whose
+    #: ``MatMul4Bit.forward`` keeps its input on the autograd node (``ctx.tensors = (A, B)``, not
+    #: ``save_for_backward``) although its backward never reads it (fixed by bitsandbytes #1270): kept
+    #: until the step's graph is freed (transformers' Trainer drops the outputs with the step).
+    #: ``next-forward``: that, in a loop that keeps the step's output until the next forward returns,
+    #: and with it the graph and those inputs (LitGPT's ``logits = model(...)``, bitsandbytes 0.42.0)
+    bnb_inputs: BnbInputs = "none"
 
     # ---- derived ------------------------------------------------------------------------
     @property
@@ -279,6 +290,7 @@ class Workload:
         choice("kv_dtype", self.kv_dtype, KV_DTYPES, optional=True)
         choice("lora_dtype", self.lora_dtype, LORA_DTYPES)
         choice("quant_targets", self.quant_targets, QUANT_TARGETS)
+        choice("bnb_inputs", self.bnb_inputs, BNB_INPUTS)
         choice("cache", self.cache, CACHES)
         choice("loss", self.loss, LOSSES)
         choice("task", self.task, TASKS, optional=True)
@@ -367,6 +379,11 @@ class Workload:
         if self.loss_chunks > self.seq:
             p.append(f"loss_chunks={self.loss_chunks} is more than the seq={self.seq} tokens it splits: "
                      f"use --loss-chunks {min(8, self.seq)}")
+        if (self.bnb_inputs != "none" and self.checkpointing != "none" and self.mode == "train"
+                and self.quantized in ("nf4", "nf4-dq", "fp4")):
+            p.append(f"bnb_inputs={self.bnb_inputs!r} with checkpointing={self.checkpointing!r} is not modelled: "
+                     "the inputs an old bitsandbytes keeps on its autograd nodes bypass the checkpoint's hooks, "
+                     "so they are kept in checkpointed blocks too; use --checkpointing none or --bnb-inputs none")
         if self.activation_offload and self.checkpointing == "selective-op" and self.mode == "train":
             # the per-op policy keeps its saved outputs in its own cache, not through the saved-tensor
             # hooks an offloader uses (torch/utils/checkpoint.py _CachingTorchDispatchMode)
@@ -512,6 +529,11 @@ class Workload:
         elif given("quant_targets") and self.quantized is None:
             out.append(f"ignored: quant_targets={self.quant_targets!r} says which linears quantized weights cover, "
                        "and none are quantized (use --method qlora or --quant)")
+        if given("bnb_inputs") and self.bnb_inputs != "none" and (
+                not self.training or self.quantized not in ("nf4", "nf4-dq", "fp4")):
+            out.append(f"ignored: bnb_inputs={self.bnb_inputs!r} is what bitsandbytes' 4-bit matmuls keep for "
+                       "backward, and " + ("nothing is trained" if not self.training else
+                                           "no weights are in 4 bits (nf4, nf4-dq, fp4)"))
         if given("lora_dropout") and not self.training and self.method != "full":
             out.append(f"ignored in inference: lora_dropout={self.lora_dropout!r} (dropout is off in eval mode)")
         if not self.training and given("max_cache_len") and self.cache != "static":

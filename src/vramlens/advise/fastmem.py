@@ -34,7 +34,7 @@ from typing import Any
 
 from vramlens.errors import VramlensError
 from vramlens.estimator import check_workload, estimate_spec
-from vramlens.estimator.activations import logits_bytes
+from vramlens.estimator.activations import bnb_kept_input_bytes, logits_bytes
 from vramlens.estimator.core import activation_totals, offload_frozen_casts, output_layer_cast
 from vramlens.estimator.parallel import Split
 from vramlens.estimator.state import (
@@ -61,7 +61,9 @@ TRAIN_STATE_FIELDS = tuple(f for f in STATE_FIELDS if f not in ("loss", "loss_ch
 def state_key_tail(w: Workload, grad_accum: int) -> tuple[object, ...]:
     """What the state's key adds to STATE_FIELDS: the loop values its validity or split reads."""
     return (min(w.pp, grad_accum) if w.pp > 1 else 1, w.optimizer_in_backward and grad_accum > 1,
-            w.loss_chunks > w.seq)
+            w.loss_chunks > w.seq,
+            # FSDP2's reduce-scatter pool holds grad_accum steps' sharded gradients (parallel.fsdp_stream_pools)
+            max(1, grad_accum) if w.fsdp else 1)
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,6 +84,8 @@ class Activations:
     head_grad_in_forward: bool = False
     final_norm_backward: int = 0
     host: int = 0  # activation offloading: the saved activations' host copies
+    kept_inputs: int = 0  # bitsandbytes < 0.43.2: the 4-bit matmuls' inputs kept on their nodes (--bnb-inputs)
+    kept_next: bool = False  # ... and held into the next forward (--bnb-inputs next-forward)
     recompute: int = 0  # a checkpointed block's recomputation (core.ActivationTotals)
     recompute_after: int = 0
     uncheckpointed: tuple[int, int] = (1, 1)
@@ -169,7 +173,8 @@ class FastMemory:
             return State(problems=tuple(probs))
         # train_state does not read the loss fields (they are in the key for the validity above):
         # the loss techniques' variants of one structure share it
-        tkey = (*(getattr(w, f) for f in TRAIN_STATE_FIELDS), min(w.pp, w.grad_accum) if w.pp > 1 else 1)
+        tkey = (*(getattr(w, f) for f in TRAIN_STATE_FIELDS), min(w.pp, w.grad_accum) if w.pp > 1 else 1,
+                max(1, w.grad_accum) if w.fsdp else 1)  # FSDP2's reduce-scatter pool (parallel.fsdp_stream_pools)
         ts = self._train_states.get(tkey)
         if ts is None:
             ts = self._train_states[tkey] = train_state(spec, w, self.gpu)
@@ -195,7 +200,7 @@ class FastMemory:
                 w.attention if attention is None else attention, w.tp,
                 sp.layers, sp.micro_batches_in_flight, sp.has_head, w.method, w.lora_targets, w.lora_rank,
                 w.lora_dropout, w.lora_dtype, w.dora, w.quant, w.quant_targets, w.loss, w.loss_chunks,
-                w.loss_parallel, w.activation_offload, w.fp8)
+                w.loss_parallel, w.activation_offload, w.fp8, w.bnb_inputs)
 
     def activations(self, w: Workload, sp: Split) -> Activations:
         """The activations of ``w`` on the split ``sp``, memoized on :meth:`activation_key`."""
@@ -221,6 +226,8 @@ class FastMemory:
                 block_kept=t.block_kept, block_backward=t.block_backward,
                 dequant_forward=t.dequant_forward, dequant_backward=t.dequant_backward,
                 dequant_temporary=t.dequant_temporary, mlp_backward=t.mlp_backward,
+                kept_inputs=bnb_kept_input_bytes(self.spec, w, w.batch, w.seq, w.tp) * sp.layers
+                * sp.micro_batches_in_flight, kept_next=w.bnb_inputs == "next-forward",
                 head_cast=output_layer_cast(self.spec, w, sp.has_head) if w.activation_offload else None)
         return a
 
@@ -258,7 +265,7 @@ class FastMemory:
                                 head_backward_later=a.head_backward_later, head_grad_in_forward=a.head_grad_in_forward,
                                 final_norm_backward=a.final_norm_backward, dequant_forward=a.dequant_forward,
                                 dequant_backward=a.dequant_backward, dequant_temporary=a.dequant_temporary,
-                                mlp_backward=a.mlp_backward)
+                                mlp_backward=a.mlp_backward, kept_inputs=a.kept_inputs, kept_next=a.kept_next)
 
         phases = phases_of(ts)
         peak = max(v for _, v in phases)

@@ -162,6 +162,10 @@ def add_workload_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--quant-targets", choices=W.QUANT_TARGETS, default="all",
                    help="with quantized weights under LoRA/QLoRA: all linears of the blocks (transformers' "
                         "BitsAndBytesConfig, torchtune >= 0.3) or only the adapted ones (torchtune 0.1-0.2)")
+    g.add_argument("--bnb-inputs", choices=W.BNB_INPUTS, default="none",
+                   help="what bitsandbytes' 4-bit matmuls keep of their inputs in training: none (>= 0.43.2), "
+                        "step (< 0.43.2: each keeps its input until the step's graph is freed), next-forward "
+                        "(that, kept until the next forward returns by a loop holding the output: LitGPT)")
     g.add_argument("--gpus", type=_positive, default=1, help="GPUs in total (default 1)")
     g.add_argument("--zero", type=_positive, choices=(0, 1, 2, 3), default=0, help="DeepSpeed ZeRO stage")
     g.add_argument("--fsdp", action="store_true", help="FSDP sharding (full shard is like ZeRO-3)")

@@ -364,6 +364,36 @@ def dequantized_by_group(spec: ModelSpec, w: Workload, tp: int = 1) -> dict[str,
     return out
 
 
+def bnb_kept_inputs(spec: ModelSpec, w: Workload, group: str, tp: int = 1) -> int:
+    """How many 4-bit linears of ``group`` keep their input for backward although nothing reads it.
+
+    bitsandbytes < 0.43.2 ``MatMul4Bit.forward`` (autograd/_functions.py, 0.42.0 lines 522-523):
+    ``if any(ctx.needs_input_grad[:2]): ctx.tensors = (A, B)``: the input A of every 4-bit matmul
+    whose input needs a gradient (every one after the first adapter), while its backward only
+    dequantizes B (``grad_A = grad_output @ dequantize_4bit(B).t()``). 0.43.2 keeps ``(None, B)``
+    (bitsandbytes #1270). ``Linear4bit.forward`` hands it ``x.to(compute_dtype)``: the input itself
+    when it is in the compute dtype, else a cast of its own (Workload.bnb_inputs).
+    """
+    if w.bnb_inputs == "none" or not w.training:
+        return 0
+    return len(dequantized_by_group(spec, w, tp).get(group, ()))
+
+
+def bnb_kept_input_bytes(spec: ModelSpec, w: Workload, b: int, s: int, tp: int = 1) -> int:
+    """What one block's 4-bit matmuls keep of their inputs on their autograd nodes (bnb_kept_inputs):
+    the linears of a group read one tensor (q/k/v the attention norm's output, gate/up the MLP
+    norm's), kept once, or under autocast once per linear (each casts it to the compute dtype).
+    Autograd's backward frees saved tensors, not these: they live as long as the graph."""
+    t = b * s
+    c = DTYPE_BYTES[w.compute_dtype]
+    total = 0
+    for g, lins in dequantized_by_group(spec, w, tp).items():
+        n = bnb_kept_inputs(spec, w, g, tp)
+        if n and lins:
+            total += (n if w.autocast else 1) * _r(c * max(k for k, _, _ in lins) * t)
+    return total
+
+
 def _split(group: str, k: int, n: int, tp: int) -> tuple[int, int]:
     return (k, max(1, n // tp)) if group in ("qkv", "mlp_in") else (max(1, k // tp), n)
 
@@ -460,6 +490,14 @@ def layer_activations(spec: ModelSpec, w: Workload, b: int, s: int, *, cross_s: 
     mlp_consumers = trained_linears(spec, w, "mlp_in") * own
     attn_out_saves = trained_linears(spec, w, "attn_out") * own > 0
     mlp_out_saves = trained_linears(spec, w, "mlp_out") * own > 0
+    if w.bnb_inputs != "none" and spec.mla is None:
+        # an old bitsandbytes' 4-bit matmuls keep their input too (bnb_kept_inputs): the tensor the
+        # trained linears keep (one more under autocast, where each linear keeps its own cast)
+        kq, km = bnb_kept_inputs(spec, w, "qkv", tp), bnb_kept_inputs(spec, w, "mlp_in", tp)
+        qkv_consumers = qkv_consumers + kq if casts else max(qkv_consumers, min(kq, 1))
+        mlp_consumers = mlp_consumers + km if casts else max(mlp_consumers, min(km, 1))
+        attn_out_saves = attn_out_saves or bnb_kept_inputs(spec, w, "attn_out", tp) > 0
+        mlp_out_saves = mlp_out_saves or bnb_kept_inputs(spec, w, "mlp_out", tp) > 0
     total = _lora_saved(spec, w, D, t, c, tp)
     quad = 0
 

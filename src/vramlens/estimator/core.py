@@ -437,6 +437,8 @@ def estimate_spec(spec: ModelSpec, w: Workload, gpu: GPU | None = None, *, headr
         if w.activation_offload and st.frozen_casts:
             st, moved = offload_frozen_casts(st, output_layer_cast(spec, w, sp.has_head))
             act_host += moved
+        kept_inputs = A.bnb_kept_input_bytes(spec, w, w.batch, w.seq, w.tp) * sp.layers * sp.micro_batches_in_flight
+
         def phases_of(s: TrainState) -> tuple[tuple[str, int], ...]:
             return train_phases(s, acts, loss_tmp, head_saved, w.grad_accum, logits,
                                 later_pass=at.later_pass, recompute=at.recompute, recompute_after=at.recompute_after,
@@ -448,7 +450,8 @@ def estimate_spec(spec: ModelSpec, w: Workload, gpu: GPU | None = None, *, headr
                                 head_grad_in_forward=at.head_grad_in_forward,
                                 final_norm_backward=at.final_norm_backward, dequant_forward=at.dequant_forward,
                                 dequant_backward=at.dequant_backward, dequant_temporary=at.dequant_temporary,
-                                mlp_backward=at.mlp_backward)
+                                mlp_backward=at.mlp_backward, kept_inputs=kept_inputs,
+                                kept_next=w.bnb_inputs == "next-forward")
 
         phases = phases_of(st)
         peak_phase, peak_alloc = max(phases, key=lambda p: p[1])

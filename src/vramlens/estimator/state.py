@@ -312,7 +312,8 @@ def train_phases(st: TrainState, acts: int, loss_tmp: int, head_saved: int, grad
                  head_backward: int | None = None, head_grads: int = 1, head_backward_later: int = 0,
                  head_grad_in_forward: bool = False, final_norm_backward: int = 0, dequant_forward: int = 0,
                  dequant_backward: int = 0, dequant_temporary: int = 0,
-                 mlp_backward: int = 0) -> tuple[tuple[str, int], ...]:
+                 mlp_backward: int = 0, kept_inputs: int = 0,
+                 kept_next: bool = False) -> tuple[tuple[str, int], ...]:
     """Live bytes at each phase's peak (workspaces included); see the module docstring.
 
     Args:
@@ -349,6 +350,11 @@ def train_phases(st: TrainState, acts: int, loss_tmp: int, head_saved: int, grad
             (activations.mlp_backward_bytes): the backward peak of models whose head is small. A
             candidate of its own beside ``dequant_backward``'s and the recomputation's, never
             added to them (0 when the last block is checkpointed: ``recompute`` covers it).
+        kept_inputs: what bitsandbytes < 0.43.2's 4-bit matmuls keep on their autograd nodes
+            (activations.bnb_kept_input_bytes, all blocks): in ``acts`` too, but not freed by backward,
+            so alive until the graph goes (Workload.bnb_inputs).
+        kept_next: the loop keeps the step's output, so the graph and ``kept_inputs``, through the
+            optimizer step and until the next forward returns (before its loss).
     """
     loss_bwd = 2 * head_saved if loss_backward is None else loss_backward
     if loss_backward_over is not None:
@@ -397,7 +403,9 @@ def train_phases(st: TrainState, acts: int, loss_tmp: int, head_saved: int, grad
         optim = sh + _step(st)
     else:
         persistent = st.weights + st.master + st.opt + st.comm
-        fwd = persistent + max(gfwd, head_fwd) + fwd_casts + max(acts + loss_tmp, acts - head_saved + dequant_forward)
+        held = kept_inputs if kept_next else 0  # the previous step's, until this forward returns
+        fwd = persistent + max(gfwd, head_fwd) + fwd_casts + max(acts + loss_tmp,
+                                                                 acts - head_saved + dequant_forward + held)
         # the loss' backward holds two fp32 b*s*V gradients; once they are done (and what the loss
         # saved is freed), the output layer's backward holds the logits' gradient (compute dtype)
         # and allocates its weight gradient
@@ -416,13 +424,13 @@ def train_phases(st: TrainState, acts: int, loss_tmp: int, head_saved: int, grad
             # the first block is recomputed before its own (and the embeddings') gradients exist
             bwd = max(bwd_start, recompute_peak, persistent + st.grads - st.last_grads + rec)
         else:
-            bwd = max(bwd_start, persistent + st.grads,
+            bwd = max(bwd_start, persistent + st.grads + kept_inputs,
                       persistent + gfwd + bwd_casts + acts - head_saved + dequant_backward if dequant_backward else 0)
         if mlp_backward:
             bwd = max(bwd, persistent + max(gfwd, st.head_grad) + bwd_casts + acts - head_saved + mlp_backward)
         if later_pass:
             bwd = max(bwd, persistent + st.grads + later_pass)
-        optim = persistent + _step(st)
+        optim = persistent + _step(st) + held
         if st.in_backward:
             # each parameter's step runs inside backward on its own gradient: an untied output
             # layer's first, while the activations are alive; a tied one's last, on the sum of the

@@ -39,6 +39,7 @@ KNOBS: tuple[tuple[str, str, str, tuple | None, str], ...] = (
     ("lora_dtype", "LoRA dtype", "select", W.LORA_DTYPES, "fp32"),
     ("dora", "DoRA", "check", None, "false"),
     ("quant_targets", "quantize", "select", W.QUANT_TARGETS, "all"),
+    ("bnb_inputs", "bnb 4-bit inputs kept", "select", W.BNB_INPUTS, "none"),
     ("gpus", "GPUs", "number", None, "1"),
     ("zero", "ZeRO stage", "select", ("0", "1", "2", "3"), "0"),
     ("fsdp", "FSDP", "check", None, "false"),
@@ -66,6 +67,7 @@ SHOW_WHEN: dict[str, str] = {
     "max_cache_len": "mode=inference;cache=static",
     **{k: "method=lora|qlora" for k in ("lora_rank", "lora_targets", "lora_dtype", "dora", "quant_targets")},
     "lora_dropout": "mode=train;method=lora|qlora",
+    "bnb_inputs": "mode=train;method=lora|qlora",
 }
 #: Workload fields with no knob on purpose.
 API_ONLY: frozenset[str] = frozenset()
