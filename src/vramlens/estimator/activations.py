@@ -995,7 +995,7 @@ def model_level_saved(spec: ModelSpec, w: Workload, b: int, s: int) -> int:
     t = b * s
     c = DTYPE_BYTES[w.compute_dtype]
     r = 4 if w.run_dtype == "fp32" else c
-    total = _r(8 * t) + H.label_bytes(spec, b, s)  # input_ids and the labels, int64
+    total = (pixel_saved(spec, w, b) if spec.vision is not None else _r(8 * t)) + H.label_bytes(spec, b, s)
     if spec.position == "rotary":
         # cos and sin (per layer type), shared by the blocks: (1, s, d), from position_ids =
         # cache_position.unsqueeze(0) (modeling_llama.py LlamaModel.forward; ModernBertModel.forward)
@@ -1016,6 +1016,26 @@ def model_level_saved(spec: ModelSpec, w: Workload, b: int, s: int) -> int:
         n_bias = 3 if spec.kind == "encoder-decoder" else 1
         total += n_bias * _r(bias_b * spec.n_heads * s * s)
     return total + checkpointed_mask(spec, w, b, s) + H.head_level_saved(spec, w, b, s)
+
+
+def pixel_saved(spec: ModelSpec, w: Workload, b: int) -> int:
+    """A vision encoder's input kept through the step: the fp32 pixel_values (b, C, H, W) fed to it and,
+    when it trains, their cast to the weights' dtype, kept by the patch Conv2d for its weight's gradient
+    (``pixel_values.to(expected_dtype)``: ViTModel.forward, modeling_vit.py:368-370; CLIP's and SigLIP's
+    embeddings cast to ``patch_embedding.weight.dtype``). CLIP's ``pre_layrnorm`` keeps the embeddings
+    and its fp32 mean and rstd."""
+    v = spec.vision
+    assert v is not None
+    H_, W_ = w.image_size or (v.image_size, v.image_size)
+    px = b * v.channels * H_ * W_
+    total = _r(4 * px)
+    c = DTYPE_BYTES[w.compute_dtype]
+    r = 4 if w.run_dtype == "fp32" else c
+    if w.training and w.method == "full" and r != 4:
+        total += _r(r * px)  # the cast copy the Conv2d keeps
+    if v.pre_norm and w.training:
+        total += _norm_saved(norm_kind(spec), spec.hidden_size, b * w.seq, r, c, 0, False, w.method == "full")
+    return total
 
 
 def final_norm_saved(spec: ModelSpec, w: Workload, b: int, s: int) -> int:
