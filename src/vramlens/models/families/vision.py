@@ -36,8 +36,8 @@ from typing import Any
 
 from vramlens.errors import ModelSourceError
 from vramlens.models._reader import ConfigReader
-from vramlens.models.defaults import DEFAULTS
 from vramlens.models._tensors import Tensors, num_labels
+from vramlens.models.defaults import DEFAULTS
 from vramlens.models.families._common import Built, modelled_head, torch_dtype
 from vramlens.models.spec import Vision
 
