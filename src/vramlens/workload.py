@@ -290,7 +290,9 @@ class Workload:
             sides = self.image_size
             if (not isinstance(sides, tuple) or len(sides) != 2
                     or any(isinstance(v, bool) or not isinstance(v, int) or v < 1 for v in sides)):
-                p.append(f"image_size={L.show(sides)} must be two whole numbers of pixels >= 1 (height, width)")
+                shown = (f"{sides[0]}x{sides[1]}" if isinstance(sides, tuple) and len(sides) == 2
+                         and all(isinstance(v, int) and abs(v) < 10**9 for v in sides) else L.show(sides))
+                p.append(f"image_size={shown} must be two whole numbers of pixels >= 1 (height, width)")
             elif max(sides) > L.MAX_IMAGE_SIDE:
                 p.append(f"image_size={sides[0]}x{sides[1]} is over the limit of {L.MAX_IMAGE_SIDE:,} pixels a side")
         for name, limit in _COUNT_LIMITS:
