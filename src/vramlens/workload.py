@@ -574,7 +574,7 @@ def parse_image_size(value: Any) -> tuple[int, int] | None:
         return (value[0], value[1])
     if isinstance(value, str):
         parts = value.lower().replace(" ", "").split("x")
-        if 1 <= len(parts) <= 2 and all(x.isdigit() and len(x) <= 9 for x in parts):
+        if 1 <= len(parts) <= 2 and all(x.isascii() and x.isdigit() and len(x) <= 9 for x in parts):
             nums = [int(x) for x in parts]
             return (nums[0], nums[-1])
     raise ConfigError([f"image_size={L.show(value)} must be 224 or HxW such as 224x224"])
