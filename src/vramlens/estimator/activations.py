@@ -1031,11 +1031,18 @@ def pixel_saved(spec: ModelSpec, w: Workload, b: int) -> int:
     total = _r(4 * px)
     c = DTYPE_BYTES[w.compute_dtype]
     r = 4 if w.run_dtype == "fp32" else c
-    if w.training and w.method == "full" and r != 4:
-        total += _r(r * px)  # the cast copy the Conv2d keeps
+    if r != 4 and ((w.training and w.method == "full") or v.input_cast_held):
+        total += _r(r * px)  # the cast copy the Conv2d keeps (or ViTModel.forward's local holds)
     if v.pre_norm and w.training:
         total += _norm_saved(norm_kind(spec), spec.hidden_size, b * w.seq, r, c, 0, False, w.method == "full")
     return total
+
+
+def pixel_inference(spec: ModelSpec, w: Workload, b: int) -> int:
+    """A vision encoder's pixels alive through a no-grad forward (pixel_saved without the training terms)."""
+    if spec.vision is None:
+        return 0
+    return pixel_saved(spec, w.replace(mode="inference") if w.training else w, b)
 
 
 def final_norm_saved(spec: ModelSpec, w: Workload, b: int, s: int) -> int:
@@ -1251,6 +1258,9 @@ def inference_layer_peak(spec: ModelSpec, w: Workload, b: int, s: int, S: int, t
         mlp = 3 * _r(c * D.f * t)
     elif spec.activation in ("gelu_new", "gelu_fast"):
         mlp = 4 * _r(c * D.f * t)  # NewGELUActivation in Python: the input and three intermediates
+    elif spec.activation == "quick_gelu":
+        # QuickGELUActivation (activations.py): x * sigmoid(1.702 * x): the input, the sigmoid and the product
+        mlp = 3 * _r(c * D.f * t)
     else:
         mlp = 2 * _r(c * D.f * t)
     deq = dequantized_by_group(spec, w, tp) if t > 1 else {}  # one token: gemv_4bit, nothing dequantized

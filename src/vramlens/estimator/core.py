@@ -538,7 +538,7 @@ def estimate_spec(spec: ModelSpec, w: Workload, gpu: GPU | None = None, *, headr
         # (masking_utils.eager_mask; SDPA skips the mask in a prefill and slices the keys to s)
         eager_static = w.cache == "static" and w.attention == "eager"
         prefill_keys = K.max_cache_len(w) if eager_static else s
-        work = A.inference_layer_peak(spec, w, b, s, prefill_keys, tp=w.tp)
+        work = A.inference_layer_peak(spec, w, b, s, prefill_keys, tp=w.tp) + A.pixel_inference(spec, w, b)
         if eager_static:
             work += A._r(DTYPE_BYTES[w.compute_dtype] * b * s * prefill_keys)
         c = DTYPE_BYTES[w.compute_dtype]

@@ -71,6 +71,10 @@ class Vision:
     pre_norm: bool = False
     final_norm_all_tokens: bool = True
     attention_dropout: float = 0.0
+    #: the forward rebinds its local to the pixels cast to the weights' dtype, so the cast copy lives
+    #: through the forward (ViTModel.forward, modeling_vit.py:368-370); CLIP and SigLIP cast inside the
+    #: patch embedding's call, a temporary
+    input_cast_held: bool = False
 
     def tokens(self, height: int, width: int) -> int:
         """Tokens of one (height, width) image: Conv2d(stride=p) floors each side."""

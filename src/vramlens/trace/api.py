@@ -55,10 +55,6 @@ def trace(model: Any, workload: Workload | None = None, *, steps: int = 2, layer
         MissingExtraError: torch, transformers or peft is missing.
     """
     wl = resolve_workload(workload, workload_kwargs)
-    if wl.image_size is not None:
-        # the runner feeds token ids (trace/runner.py _inputs); vision encoders are estimated, not traced yet
-        raise InputError(f"image_size={wl.image_size[0]}x{wl.image_size[1]}: the tracer does not feed images yet; "
-                         "use vramlens estimate for vision encoders")
     if wl.training and steps < 1:
         raise InputError(f"steps={steps} must be a whole number >= 1")
     if wl.fsdp:

@@ -170,7 +170,8 @@ def build_vision(r: ConfigReader, architecture: str) -> Built:
         classifier="first", head_dropout=0.0,
         block_dropouts=2 if hid_drop > 0 else 0,
         vision=Vision(image_size=size, patch_size=p, channels=C, class_token=class_token, pre_norm=pre_norm,
-                      final_norm_all_tokens=final_all, attention_dropout=attn_drop),
+                      final_norm_all_tokens=final_all, attention_dropout=attn_drop,
+                      input_cast_held=mt == "vit"),
     )
     return Built(facts, t.items)
 
