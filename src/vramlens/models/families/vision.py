@@ -12,13 +12,13 @@ against ``named_parameters()`` on the meta device (tests/models/test_vision.py):
   ``ViTModel`` only, ``pooler.dense`` (h -> pooler_output_size, tanh). ``ViTForImageClassification``
   (modeling_vit.py:514-546) builds ``ViTModel(add_pooling_layer=False)`` and a biased ``classifier``
   (h -> num_labels) on the first token's final-norm output.
-* CLIP's vision tower (``CLIPVisionEmbeddings``, modeling_clip.py:180-218): ``class_embedding`` (h),
+* CLIP's vision tower (``CLIPVisionEmbeddings``, modeling_clip.py:138-218): ``class_embedding`` (h),
   ``patch_embedding`` a Conv2d without bias, ``position_embedding`` (N+1, h) and the int64 buffer
   ``position_ids`` (1, N+1); ``pre_layrnorm`` before the blocks; ``encoder.layers.i`` with
   ``self_attn.{k,v,q,out}_proj`` (biased), ``layer_norm1``, ``mlp.fc1``/``fc2``, ``layer_norm2``
   (quick_gelu); ``post_layernorm`` on the class token only (modeling_clip.py:640-641).
   ``CLIPVisionModelWithProjection`` adds ``visual_projection`` (h -> projection_dim, no bias).
-* SigLIP's vision tower (``SiglipVisionEmbeddings``, modeling_siglip.py:150-185): a biased Conv2d,
+* SigLIP's vision tower (``SiglipVisionEmbeddings``, modeling_siglip.py:116-185): a biased Conv2d,
   ``position_embedding`` (N, h) and ``position_ids`` (1, N): no class token; blocks as CLIP's
   (gelu_pytorch_tanh); ``post_layernorm`` over every token, then, with ``vision_use_head`` (default
   true), the attention-pooling head (``SiglipMultiheadAttentionPoolingHead``, modeling_siglip.py:621-642:
