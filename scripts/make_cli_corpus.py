@@ -56,6 +56,8 @@ BAD_CHECKPOINTING = ["every:0", "every:1", "every:-1", "every:abc", "every:", "e
 #: vLLM releases vramlens does not follow, and values that are no release (a later one, 1.5, is taken as it is)
 BAD_VLLM_VERSIONS = ["0.3", "0", "-1", "abc", "", " ", "0.0.0.0.0", "nan", "x" * 65, DIGITS_5000]
 BAD_RATIOS = ["0", "-1", "2", "nan", "inf", "-inf", "1e309", "abc", "", DIGITS_5000]
+BAD_IMAGE_SIZES = ["0", "-1", "0x224", "224x0", "16385", "224x16385", "224x224x224", "x", "224x", "abc", "", " ",
+                   "224.5", "1e3", "-224x224", HUGE, DIGITS_5000, "\u0661\u0662"]
 
 #: Values a flag takes that are sizes, counts, rates, shapes or allocator settings (by flag).
 KIND = {
@@ -65,7 +67,7 @@ KIND = {
     "--lora-targets": ["", ",", " , ", "x" * 300, ",".join(["q"] * 300)],
     "--keep": ["bogus", "batch=abc", "x" * 300], "--forbid": ["bogus", "x" * 300],
     "--headroom": BAD_FLOATS, "--lora-dropout": BAD_FLOATS[:1] + BAD_FLOATS[2:], "--checkpointing": BAD_CHECKPOINTING, "--swa-full-tokens-ratio": BAD_RATIOS,
-    "--vllm-version": BAD_VLLM_VERSIONS,
+    "--vllm-version": BAD_VLLM_VERSIONS, "--image-size": BAD_IMAGE_SIZES,
 }
 #: Flags not crossed with bad values: they start a server, or only pick a mode.
 SKIP = {"--host", "--port", "--version"}

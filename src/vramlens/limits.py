@@ -41,6 +41,9 @@ MAX_TENSORS = 1_000_000
 MAX_BATCH = 1_048_576
 #: Tokens per sequence (prompt, or prompt + new tokens). 2**30 is 100x the longest context.
 MAX_SEQ = 1_073_741_824
+#: Pixels on a side of an image a vision encoder sees: 16,384 is 16x the 1,024 of the largest released
+#: ViT inputs (SigLIP so400m: 384; ViT-H/14 at 518), and a 16,384^2 image at patch 14 is 1.4M tokens.
+MAX_IMAGE_SIDE = 16_384
 #: Gradient accumulation steps.
 MAX_GRAD_ACCUM = 1_048_576
 #: GPUs in one job. The largest training clusters have about 200,000.

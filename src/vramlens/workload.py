@@ -102,7 +102,7 @@ DEFAULT_LORA_TARGETS = ("q_proj", "v_proj")
 #: ``embedding`` is sentence-transformers' case: the base model, mean pooling, and the in-batch
 #: negatives loss over (anchor, positive) pairs (MultipleNegativesRankingLoss).
 Task = Literal["causal-lm", "seq2seq-lm", "masked-lm", "sequence-classification", "token-classification",
-               "question-answering", "embedding"]
+               "question-answering", "embedding", "image-classification"]
 TASKS: tuple[Task, ...] = get_args(Task)
 #: Tasks whose head produces tokens (the ones ``new_tokens`` applies to).
 GENERATING_TASKS: tuple[Task, ...] = ("causal-lm", "seq2seq-lm")
@@ -174,6 +174,9 @@ class Workload:
     #: ``next-forward``: that, in a loop that keeps the step's output until the next forward returns,
     #: and with it the graph and those inputs (LitGPT's ``logits = model(...)``, bitsandbytes 0.42.0)
     bnb_inputs: BnbInputs = "none"
+    #: (height, width) of the images a vision encoder sees (ViT, CLIP/SigLIP vision towers); None: the
+    #: config's image_size. The tokens are (H // patch) * (W // patch) (+1 for a class token), not seq.
+    image_size: tuple[int, int] | None = None
 
     # ---- derived ------------------------------------------------------------------------
     @property
@@ -255,6 +258,7 @@ class Workload:
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
         d["lora_targets"] = list(self.lora_targets)
+        d["image_size"] = list(self.image_size) if self.image_size is not None else None
         return d
 
     # ---- validation ---------------------------------------------------------------------
@@ -294,6 +298,15 @@ class Workload:
         choice("cache", self.cache, CACHES)
         choice("loss", self.loss, LOSSES)
         choice("task", self.task, TASKS, optional=True)
+        if self.image_size is not None:
+            sides = self.image_size
+            if (not isinstance(sides, tuple) or len(sides) != 2
+                    or any(isinstance(v, bool) or not isinstance(v, int) or v < 1 for v in sides)):
+                shown = (f"{sides[0]}x{sides[1]}" if isinstance(sides, tuple) and len(sides) == 2
+                         and all(isinstance(v, int) and abs(v) < 10**9 for v in sides) else L.show(sides))
+                p.append(f"image_size={shown} must be two whole numbers of pixels >= 1 (height, width)")
+            elif max(sides) > L.MAX_IMAGE_SIDE:
+                p.append(f"image_size={sides[0]}x{sides[1]} is over the limit of {L.MAX_IMAGE_SIDE:,} pixels a side")
         for name, limit in _COUNT_LIMITS:
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int) or v < 1:
@@ -538,6 +551,9 @@ class Workload:
             out.append(f"ignored in inference: lora_dropout={self.lora_dropout!r} (dropout is off in eval mode)")
         if not self.training and given("max_cache_len") and self.cache != "static":
             out.append(f"ignored: max_cache_len={self.max_cache_len!r} sizes a static cache, and cache={self.cache!r}")
+        if self.image_size is not None and given("seq"):
+            out.append(f"ignored: seq={self.seq!r} when image_size is given: a vision encoder's tokens are its "
+                       "image patches")
         if not self.fsdp and given("fsdp_strategy"):
             out.append(f"ignored: fsdp_strategy={self.fsdp_strategy!r} applies only with fsdp")
         return out
@@ -564,6 +580,28 @@ def workload_fields() -> tuple[str, ...]:
     return tuple(f.name for f in fields(Workload))
 
 
+def parse_image_size(value: Any) -> tuple[int, int] | None:
+    """``224``, ``"224"``, ``"224x336"`` (height x width) or a pair -> (height, width); "" or None -> None.
+
+    Raises:
+        ConfigError: not one or two whole numbers.
+    """
+    if value is None or value == "":
+        return None
+    if isinstance(value, bool):
+        raise ConfigError([f"image_size={value!r} must be 224 or HxW such as 224x224"])
+    if isinstance(value, int):
+        return (value, value)
+    if isinstance(value, list | tuple) and len(value) == 2:
+        return (value[0], value[1])
+    if isinstance(value, str):
+        parts = value.lower().replace(" ", "").split("x")
+        if 1 <= len(parts) <= 2 and all(x.isascii() and x.isdigit() and len(x) <= 9 for x in parts):
+            nums = [int(x) for x in parts]
+            return (nums[0], nums[-1])
+    raise ConfigError([f"image_size={L.show(value)} must be 224 or HxW such as 224x224"])
+
+
 def make_workload(**kwargs: Any) -> Workload:
     """Build and validate a Workload from keyword arguments named like the CLI flags.
 
@@ -577,7 +615,7 @@ def make_workload(**kwargs: Any) -> Workload:
         if key not in known:
             unknown.append(k)
             continue
-        if v is None and key not in ("amp", "quant", "kv_dtype", "task"):
+        if v is None and key not in ("amp", "quant", "kv_dtype", "task", "image_size"):
             continue
         clean[key] = v
     if unknown:
@@ -592,4 +630,6 @@ def make_workload(**kwargs: Any) -> Workload:
         clean["quant"] = None
     if clean.get("task") == "":
         clean["task"] = None  # the web form's "(from the config)"
+    if "image_size" in clean:
+        clean["image_size"] = parse_image_size(clean["image_size"])
     return Workload(**clean).validated()

@@ -184,6 +184,18 @@ for _arch in ("RobertaModel", "RobertaForCausalLM", "RobertaForSequenceClassific
               "RobertaForTokenClassification", "RobertaForQuestionAnswering", "RobertaForMultipleChoice"):
     VARIANTS[_arch] = _v("roberta", _arch, **_BERT)
 
+_VISION = dict(hidden_size=16, intermediate_size=24, num_hidden_layers=2, num_attention_heads=2, image_size=32,
+               patch_size=8)
+VARIANTS["ViTModel"] = _v("vit", "ViTModel", **_VISION)
+VARIANTS["ViTForImageClassification-3"] = _v("vit", "ViTForImageClassification", **_VISION, num_labels=3)
+VARIANTS["ViT-no-qkv-bias"] = _v("vit", "ViTForImageClassification", **_VISION, qkv_bias=False)
+VARIANTS["CLIPVisionModel"] = _v("clip_vision_model", "CLIPVisionModel", **_VISION)
+VARIANTS["CLIPVisionModelWithProjection"] = _v("clip_vision_model", "CLIPVisionModelWithProjection", **_VISION,
+                                               projection_dim=12)
+VARIANTS["SiglipVisionModel"] = _v("siglip_vision_model", "SiglipVisionModel", **_VISION)
+VARIANTS["SiglipVisionModel-no-head"] = _v("siglip_vision_model", "SiglipVisionModel", **_VISION,
+                                           vision_use_head=False)
+
 
 def _check(config: dict) -> None:
     spec = spec_from_config(config)

@@ -198,3 +198,4 @@ def test_full_size_bert_embedding_fine_tune():
     # the activations of two forwards of 16 x 512 tokens dwarf the 110M-parameter model's state
     assert r.traced["activations"] > 5 * (r.traced["weights"] + r.traced["gradients"]
                                           + r.traced["optimizer_states"])
+

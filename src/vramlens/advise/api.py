@@ -88,6 +88,10 @@ def fit(
         raise InputError(f"nodes={show(nodes)} must be a whole number >= 1")
     per_node = gpus if gpus is not None else max(1, base.gpus // nodes)
     check_workload(spec, base)
+    if spec.vision is not None:
+        # a vision encoder's sequence is its patches (vramlens.estimator.core.estimate_spec)
+        h, w_ = base.image_size or (spec.vision.image_size, spec.vision.image_size)
+        base = base.replace(seq=spec.vision.tokens(h, w_))
     ram = parse_size(host_ram, what="host RAM") if isinstance(host_ram, str) else host_ram
     if ram is not None:  # as the CLI's --host-ram: bytes, positive (a negative one made every offload plan miss)
         ram = check_int("host_ram", ram, MAX_DEVICE_BYTES, fix="give bytes or a size such as '256GB'")

@@ -180,7 +180,11 @@ def add_workload_args(p: argparse.ArgumentParser) -> None:
                    help="the head and loss: causal-lm, seq2seq-lm, masked-lm, sequence-classification, "
                         "token-classification, question-answering, or embedding (sentence-transformers: base "
                         "model, mean pooling, in-batch negatives over --batch (anchor, positive) pairs); "
-                        "default: the config's architectures")
+                        "default: the config's architectures; image-classification for ViT")
+    g.add_argument("--image-size", type=_image_size, default=None, metavar="H[xW]",
+                   help="vision encoders (ViT, CLIP/SigLIP vision towers): the image size in pixels, 224 or "
+                        "224x224; tokens are (H/patch)*(W/patch) (+1 class token) and --seq is ignored "
+                        "(default: the config's image_size)")
     g.add_argument("--kv-block", type=_positive, default=0, help="paged KV-cache block size in tokens (0: no paging)")
     g.add_argument("--cache", choices=W.CACHES, default="dynamic",
                    help="transformers' KV cache (inference): dynamic (DynamicCache), static (StaticCache: "
@@ -188,6 +192,19 @@ def add_workload_args(p: argparse.ArgumentParser) -> None:
                         "host but the current ones), quantized (QuantizedCache, 4-bit with a 128-token residual)")
     g.add_argument("--max-cache-len", type=_positive, default=0,
                    help="with --cache static: the tokens StaticCache preallocates (default 0: seq + new-tokens)")
+
+
+def _image_size(text: str) -> tuple[int, int]:
+    """``--image-size``: 224 or HxW (Workload checks the bounds)."""
+    from vramlens.errors import ConfigError
+
+    try:
+        size = W.parse_image_size(text)
+    except ConfigError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+    if size is None:
+        raise argparse.ArgumentTypeError("image_size='' must be 224 or HxW such as 224x224")
+    return size
 
 
 def workload_kwargs(args: argparse.Namespace) -> dict[str, Any]:

@@ -65,6 +65,14 @@ def check_workload(spec: ModelSpec, w: Workload) -> None:
     from vramlens.estimator.inventory import lora_shape
 
     p = []
+    if w.image_size is not None and spec.vision is None:
+        p.append(f"image_size={w.image_size[0]}x{w.image_size[1]} applies to vision encoders (ViT, CLIP and SigLIP "
+                 f"vision towers); {spec.name} is a text model: drop --image-size and give --seq")
+    if spec.vision is not None and w.training and spec.head == "embedding":
+        p.append(f"training {spec.name} as an image embedding needs a contrastive loss over a text tower, which "
+                 f"is not modelled: estimate inference, or fine-tune ViT with --task image-classification")
+    if spec.vision is not None and w.new_tokens:
+        p.append(f"new_tokens={w.new_tokens}: {spec.name} is a vision encoder and generates nothing: drop --new-tokens")
     if w.tp > 1 and spec.n_heads % w.tp:
         divisors = [d for d in range(2, 17) if spec.n_heads % d == 0][:4]
         p.append(f"tp={w.tp} must divide the {spec.n_heads} attention heads of {spec.name}: use "

@@ -1033,7 +1033,7 @@ def model_level_saved(spec: ModelSpec, w: Workload, b: int, s: int) -> int:
     t = b * s
     c = DTYPE_BYTES[w.compute_dtype]
     r = 4 if w.run_dtype == "fp32" else c
-    total = _r(8 * t) + H.label_bytes(spec, b, s)  # input_ids and the labels, int64
+    total = (pixel_saved(spec, w, b) if spec.vision is not None else _r(8 * t)) + H.label_bytes(spec, b, s)
     if spec.position == "rotary":
         # cos and sin (per layer type), shared by the blocks: (1, s, d), from position_ids =
         # cache_position.unsqueeze(0) (modeling_llama.py LlamaModel.forward; ModernBertModel.forward)
@@ -1054,6 +1054,33 @@ def model_level_saved(spec: ModelSpec, w: Workload, b: int, s: int) -> int:
         n_bias = 3 if spec.kind == "encoder-decoder" else 1
         total += n_bias * _r(bias_b * spec.n_heads * s * s)
     return total + checkpointed_mask(spec, w, b, s) + H.head_level_saved(spec, w, b, s)
+
+
+def pixel_saved(spec: ModelSpec, w: Workload, b: int) -> int:
+    """A vision encoder's input kept through the step: the fp32 pixel_values (b, C, H, W) fed to it and,
+    when it trains, their cast to the weights' dtype, kept by the patch Conv2d for its weight's gradient
+    (``pixel_values.to(expected_dtype)``: ViTModel.forward, modeling_vit.py:368-370; CLIP's and SigLIP's
+    embeddings cast to ``patch_embedding.weight.dtype``). CLIP's ``pre_layrnorm`` keeps the embeddings
+    and its fp32 mean and rstd."""
+    v = spec.vision
+    assert v is not None
+    H_, W_ = w.image_size or (v.image_size, v.image_size)
+    px = b * v.channels * H_ * W_
+    total = _r(4 * px)
+    c = DTYPE_BYTES[w.compute_dtype]
+    r = 4 if w.run_dtype == "fp32" else c
+    if r != 4 and ((w.training and w.method == "full") or v.input_cast_held):
+        total += _r(r * px)  # the cast copy the Conv2d keeps (or ViTModel.forward's local holds)
+    if v.pre_norm and w.training:
+        total += _norm_saved(norm_kind(spec), spec.hidden_size, b * w.seq, r, c, 0, False, w.method == "full")
+    return total
+
+
+def pixel_inference(spec: ModelSpec, w: Workload, b: int) -> int:
+    """A vision encoder's pixels alive through a no-grad forward (pixel_saved without the training terms)."""
+    if spec.vision is None:
+        return 0
+    return pixel_saved(spec, w.replace(mode="inference") if w.training else w, b)
 
 
 def final_norm_saved(spec: ModelSpec, w: Workload, b: int, s: int) -> int:
@@ -1269,6 +1296,9 @@ def inference_layer_peak(spec: ModelSpec, w: Workload, b: int, s: int, S: int, t
         mlp = 3 * _r(c * D.f * t)
     elif spec.activation in ("gelu_new", "gelu_fast"):
         mlp = 4 * _r(c * D.f * t)  # NewGELUActivation in Python: the input and three intermediates
+    elif spec.activation == "quick_gelu":
+        # QuickGELUActivation (activations.py): x * sigmoid(1.702 * x): the input, the sigmoid and the product
+        mlp = 3 * _r(c * D.f * t)
     else:
         mlp = 2 * _r(c * D.f * t)
     deq = dequantized_by_group(spec, w, tp) if t > 1 else {}  # one token: gemv_4bit, nothing dequantized

@@ -401,14 +401,36 @@ def estimate_spec(spec: ModelSpec, w: Workload, gpu: GPU | None = None, *, headr
         # transformers refuses SDPA for the model (``_supports_sdpa = False``, gpt-oss: its attention
         # sinks need eager, flash or flex) and picks eager when none is asked for
         w = replace(w, attention="eager")
+    vision_notes = w.ignored()
+    if spec.vision is not None:
+        if w.image_size is None and w.seq != 512:  # Workload.seq's default
+            vision_notes.append(f"ignored: seq={w.seq!r}: a vision encoder's tokens are its image patches "
+                                "(--image-size)")
+        H, W_ = w.image_size or (spec.vision.image_size, spec.vision.image_size)
+        tokens = spec.vision.tokens(H, W_)
+        w = replace(w, seq=tokens)
+        p = spec.vision.patch_size
+        vision_notes.append(f"{H}x{W_} images in patches of {p}: {tokens:,} tokens per image"
+                            + (" (with the class token)" if spec.vision.class_token else ""))
+        if (H, W_) != (spec.vision.image_size, spec.vision.image_size):
+            # ViTEmbeddings.forward and CLIPVisionEmbeddings.forward raise ValueError on another size
+            # unless interpolate_pos_encoding=True (bicubic interpolation of the position table per
+            # forward); SigLIP's position_embedding(position_ids) then fails on the shape
+            vision_notes.append(f"the model was built for {spec.vision.image_size}x{spec.vision.image_size}: "
+                                f"transformers needs interpolate_pos_encoding=True for {H}x{W_} (the "
+                                "interpolated position table, one per forward, is not counted)")
+        if H % p or W_ % p:
+            vision_notes.append(f"{H}x{W_} is not a multiple of the patch size {p}: the stride-{p} Conv2d "
+                                "drops the last partial row and column of patches")
     st = train_state(spec, w, gpu)
     sp = st.sp
     explain = dict(st.explain)
-    notes = list(st.notes) + w.ignored() + (gpu.dtype_notes(w.dtype, w.amp) if gpu is not None else [])
+    notes = (vision_notes + list(st.notes)
+             + (gpu.dtype_notes(w.dtype, w.amp) if gpu is not None else []))
     if sdpa_refused:
         notes.append(f"{spec.architecture} has no SDPA path in transformers (_supports_sdpa = False): "
                      f"--attention sdpa runs eager, the default; use flash for a fused kernel")
-    notes += position_notes(spec, w)
+    notes += position_notes(spec, w) if spec.vision is None else []
     cc = gpu.compute_capability if gpu is not None else None
     notes += F8.notes(w, gpu.name if gpu is not None else None, cc)
     if w.training and w.optimizer == "adamw-fp8-torchao" and cc is not None and tuple(cc) < (8, 9):
@@ -530,7 +552,7 @@ def estimate_spec(spec: ModelSpec, w: Workload, gpu: GPU | None = None, *, headr
         # (masking_utils.eager_mask; SDPA skips the mask in a prefill and slices the keys to s)
         eager_static = w.cache == "static" and w.attention == "eager"
         prefill_keys = K.max_cache_len(w) if eager_static else s
-        work = A.inference_layer_peak(spec, w, b, s, prefill_keys, tp=w.tp)
+        work = A.inference_layer_peak(spec, w, b, s, prefill_keys, tp=w.tp) + A.pixel_inference(spec, w, b)
         if eager_static:
             work += A._r(DTYPE_BYTES[w.compute_dtype] * b * s * prefill_keys)
         c = DTYPE_BYTES[w.compute_dtype]

@@ -140,11 +140,18 @@ def head_keeps_input(spec: ModelSpec, w: Workload) -> bool:
     return w.method == "full" or spec.kind != "encoder" or spec.head == "embedding"
 
 
+def pooled_classifier(spec: ModelSpec) -> bool:
+    """One label per sequence or image: sequence classification, and ViT's image classification
+    (``classifier`` on ``sequence_output[:, 0, :]``, a view of the final norm's output that the linear
+    keeps: modeling_vit.py:544-546; no dropout, CrossEntropyLoss on the (b, num_labels) logits)."""
+    return spec.head in ("sequence-classification", "image-classification")
+
+
 def label_bytes(spec: ModelSpec, b: int, s: int) -> int:
     """The int64 targets fed to the loss with the input ids: one per token for LM and token
     classification heads, one per sequence for a classifier, a start and an end per sequence
     for QA; the embedding case feeds each column's attention mask (b, s) instead."""
-    if spec.head == "sequence-classification":
+    if pooled_classifier(spec):
         return _b(8 * b)
     if spec.head == "question-answering":
         return 2 * _b(8 * b)
@@ -213,7 +220,7 @@ def loss_saved(spec: ModelSpec, w: Workload, b: int, s: int) -> tuple[int, int, 
     t = b * s
     c = DTYPE_BYTES[w.compute_dtype]
     n = max(1, spec.num_labels)
-    if spec.head == "sequence-classification":
+    if pooled_classifier(spec):
         logits, lsm = _b(c * b * n), _ce(w, b * n)
         return lsm, logits + lsm, f"logits and log_softmax of b x {n} labels"
     if spec.head == "token-classification":

@@ -101,7 +101,8 @@ def head_kind(architecture: str) -> str:
         ("ForMaskedLM", "masked_lm"), ("ForPreTraining", "pretraining"),
         ("ForSequenceClassification", "seq_cls"), ("ForTokenClassification", "tok_cls"),
         ("ForQuestionAnswering", "qa"), ("ForNextSentencePrediction", "nsp"),
-        ("ForMultipleChoice", "multiple_choice"), ("EncoderModel", "encoder"), ("Model", "base"),
+        ("ForMultipleChoice", "multiple_choice"), ("ForImageClassification", "image_cls"),
+        ("ModelWithProjection", "projection"), ("EncoderModel", "encoder"), ("Model", "base"),
     ):
         if architecture.endswith(suffix):
             return kind

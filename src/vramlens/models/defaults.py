@@ -328,6 +328,22 @@ DEFAULTS: dict[str, dict[str, Any]] = {
     },
 }
 
+#: the transformers defaults of the fields a vision config may omit (ViTConfig, CLIPVisionConfig,
+#: SiglipVisionConfig in transformers 5.24's configuration_*.py)
+VISION_DEFAULTS: dict[str, dict[str, Any]] = {
+    "vit": {"hidden_size": 768, "num_hidden_layers": 12, "num_attention_heads": 12, "intermediate_size": 3072,
+            "hidden_act": "gelu", "image_size": 224, "patch_size": 16, "num_channels": 3, "qkv_bias": True,
+            "hidden_dropout_prob": 0.0, "attention_probs_dropout_prob": 0.0},
+    "clip_vision_model": {"hidden_size": 768, "num_hidden_layers": 12, "num_attention_heads": 12,
+                          "intermediate_size": 3072, "hidden_act": "quick_gelu", "image_size": 224,
+                          "patch_size": 32, "num_channels": 3, "projection_dim": 512, "attention_dropout": 0.0},
+    "siglip_vision_model": {"hidden_size": 768, "num_hidden_layers": 12, "num_attention_heads": 12,
+                            "intermediate_size": 3072, "hidden_act": "gelu_pytorch_tanh", "image_size": 224,
+                            "patch_size": 16, "num_channels": 3, "vision_use_head": True, "attention_dropout": 0.0},
+}
+
+DEFAULTS.update(VISION_DEFAULTS)
+
 #: Defaults set in a config class's ``__post_init__`` rather than as a field default:
 #: (model_type, config.json key) -> value, with the place transformers keeps it.
 POST_INIT_DEFAULTS: dict[tuple[str, str], Any] = {

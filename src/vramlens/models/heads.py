@@ -14,7 +14,7 @@ from typing import Literal
 from vramlens.errors import InputError
 
 Head = Literal["causal-lm", "seq2seq-lm", "masked-lm", "sequence-classification", "token-classification",
-               "question-answering", "embedding", "replaced-token-detection", "other"]
+               "question-answering", "embedding", "replaced-token-detection", "image-classification", "other"]
 
 #: Class-name suffix of each task (transformers' naming; GPT-2's causal LM is ``GPT2LMHeadModel``).
 TASK_SUFFIX: dict[str, str] = {
@@ -25,12 +25,16 @@ TASK_SUFFIX: dict[str, str] = {
     "token-classification": "ForTokenClassification",
     "question-answering": "ForQuestionAnswering",
     "embedding": "Model",
+    "image-classification": "ForImageClassification",
 }
 
 _ENCODER_TASKS = ("masked-lm", "sequence-classification", "token-classification", "question-answering",
                   "embedding")
 _DECODER_TASKS = ("causal-lm", "sequence-classification", "embedding")
 _SEQ2SEQ_TASKS = ("seq2seq-lm",)
+#: ViT: its image classifier, or the bare model; CLIP's and SigLIP's vision towers: the pooled embedding
+_VIT_TASKS = ("image-classification", "embedding")
+_TOWER_TASKS = ("embedding",)
 
 #: The tasks each family models (encoders: BERT, RoBERTa, XLM-R, DistilBERT, ELECTRA, DeBERTa-v2, ModernBERT;
 #: encoder-decoders: T5; the rest decoders).
@@ -38,12 +42,13 @@ FAMILY_TASKS: dict[str, tuple[str, ...]] = {
     "bert": _ENCODER_TASKS, "roberta": _ENCODER_TASKS, "xlm-roberta": _ENCODER_TASKS, "distilbert": _ENCODER_TASKS,
     "electra": _ENCODER_TASKS, "deberta-v2": _ENCODER_TASKS, "modernbert": _ENCODER_TASKS,
     "t5": _SEQ2SEQ_TASKS, "mt5": _SEQ2SEQ_TASKS,
+    "vit": _VIT_TASKS, "clip_vision_model": _TOWER_TASKS, "siglip_vision_model": _TOWER_TASKS,
 }
 
 _SUFFIX = re.compile(
     r"(ForCausalLM|LMHeadModel|ForConditionalGeneration|ForMaskedLM|ForPreTraining|"
     r"ForSequenceClassification|ForTokenClassification|ForQuestionAnswering|"
-    r"ForNextSentencePrediction|ForMultipleChoice|EncoderModel|Model)$"
+    r"ForNextSentencePrediction|ForMultipleChoice|ForImageClassification|EncoderModel|Model)$"
 )
 
 
@@ -65,7 +70,7 @@ def head_of(architecture: str, kind: str) -> Head:
         return "seq2seq-lm" if kind == "encoder-decoder" else "causal-lm"
     if architecture.endswith(("ForMaskedLM", "ForPreTraining")):
         return "masked-lm"
-    for task in ("sequence-classification", "token-classification", "question-answering"):
+    for task in ("sequence-classification", "token-classification", "question-answering", "image-classification"):
         if architecture.endswith(TASK_SUFFIX[task]):
             return task
     if architecture.endswith("Model") and not architecture.endswith("EncoderModel"):
@@ -100,6 +105,8 @@ def task_architecture(model_type: str, architecture: str, task: str, default_arc
 def _what(model_type: str) -> str:
     if FAMILY_TASKS.get(model_type) is _ENCODER_TASKS:
         return "an encoder: no causal or seq2seq LM head is modelled"
+    if FAMILY_TASKS.get(model_type) in (_VIT_TASKS, _TOWER_TASKS):
+        return "a vision encoder: " + " or ".join(FAMILY_TASKS[model_type]) + " only"
     if FAMILY_TASKS.get(model_type) is _SEQ2SEQ_TASKS:
         return "an encoder-decoder: only its seq2seq LM head is modelled"
     return "a decoder-only model"

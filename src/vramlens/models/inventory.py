@@ -137,7 +137,8 @@ def spec_from_config(
     _check_size(built.tensors, where)
     facts = dict(built.facts)
     facts.setdefault("head", head_of(arch, facts["kind"]))
-    if facts["head"] in ("sequence-classification", "token-classification", "question-answering"):
+    if facts["head"] in ("sequence-classification", "token-classification", "question-answering",
+                         "image-classification"):
         facts["num_labels"] = num_labels(config)  # QA: start and end logits per token (2 by default)
     return ModelSpec(
         name=name or str(config.get("_name_or_path") or mt),

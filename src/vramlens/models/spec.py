@@ -54,6 +54,34 @@ ExpertGate = Literal["act", "clamped_swiglu"]
 
 
 @dataclass(frozen=True, slots=True)
+class Vision:
+    """An image encoder's input side (ViT, CLIP's and SigLIP's vision towers: models/families/vision.py).
+
+    A Conv2d of stride ``patch_size`` turns (b, channels, H, W) pixels into (H//p)*(W//p) patch
+    tokens; ``class_token``: a learned token is concatenated in front (ViT, CLIP; SigLIP has none);
+    ``pre_norm``: a LayerNorm runs over the embeddings before the blocks (CLIP's ``pre_layrnorm``);
+    ``final_norm_all_tokens``: the final norm runs over every token (ViT, SigLIP), else over the
+    class token only (CLIP's ``post_layernorm`` on ``last_hidden_state[:, 0, :]``).
+    """
+
+    image_size: int
+    patch_size: int
+    channels: int = 3
+    class_token: bool = True
+    pre_norm: bool = False
+    final_norm_all_tokens: bool = True
+    attention_dropout: float = 0.0
+    #: the forward rebinds its local to the pixels cast to the weights' dtype, so the cast copy lives
+    #: through the forward (ViTModel.forward, modeling_vit.py:368-370); CLIP and SigLIP cast inside the
+    #: patch embedding's call, a temporary
+    input_cast_held: bool = False
+
+    def tokens(self, height: int, width: int) -> int:
+        """Tokens of one (height, width) image: Conv2d(stride=p) floors each side."""
+        return (height // self.patch_size) * (width // self.patch_size) + (1 if self.class_token else 0)
+
+
+@dataclass(frozen=True, slots=True)
 class MLA:
     """Multi-head latent attention (DeepSeek V2/V3; transformers' ``DeepseekV3Attention``).
 
@@ -176,7 +204,7 @@ class ModelSpec:
     head: Head = "causal-lm"
     num_labels: int = 0
     mlm_transform: bool = False
-    classifier: Literal["pooler", "dense", "score", "transform"] = "score"
+    classifier: Literal["pooler", "dense", "score", "transform", "first"] = "score"
     outside_loss: tuple[str, ...] = ()
     #: the attention's fused q/k/v projection output stays alive until backward although rotary
     #: makes new q and k: v is a view of it (GPT-NeoX ``query_key_value``), so a block keeps the
@@ -290,6 +318,9 @@ class ModelSpec:
     #: the rotary embedding is a complex64 ``freqs_cis`` and rotates complex views of fp32 copies of q
     #: and k, cast back after (Llama 4's ``apply_rotary_emb``)
     rotary_complex: bool = False
+    # ---- vision encoders ------------------------------------------------------------------------
+    #: the image side of a vision encoder (patch size, class token); None for text models
+    vision: Vision | None = None
 
     # ---- counts -------------------------------------------------------------------------
     @property

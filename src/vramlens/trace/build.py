@@ -54,6 +54,10 @@ class Built:
     notes: list[str] = field(default_factory=list)
     n_layers: int = 0
     config: Any = None
+    #: a vision encoder's input: (channels, height, width) of the pixel_values it is fed; None for text
+    image: tuple[int, int, int] | None = None
+    #: the image differs from the config's image_size: forward with interpolate_pos_encoding=True
+    interpolate: bool = False
 
 
 def config_layers(cfg: dict) -> int:
@@ -204,8 +208,17 @@ def build_hf(cfg: dict, wl: Workload, *, fake_mode=None, layers: int | None = No
     from vramlens.models.heads import head_of
 
     kind = head_of(cls.__name__, "encoder-decoder" if getattr(config, "is_encoder_decoder", False) else "decoder")
+    image, interpolate = None, False
+    if getattr(cls, "main_input_name", "input_ids") == "pixel_values":
+        # ViT, CLIP's and SigLIP's vision towers: fed (b, C, H, W) fp32 pixels (their forward casts them)
+        size = int(config.image_size)
+        h, w = wl.image_size or (size, size)
+        image, interpolate = (int(config.num_channels), h, w), (h, w) != (size, size)
+    elif wl.image_size is not None:
+        raise TraceError(f"image_size={wl.image_size[0]}x{wl.image_size[1]} applies to vision encoders; "
+                         f"{cls.__name__} takes token ids: drop --image-size")
     return Built(model=model, kind=kind, vocab_size=int(getattr(config, "vocab_size", 0) or 0),
-                 notes=notes, n_layers=n, config=config)
+                 notes=notes, n_layers=n, config=config, image=image, interpolate=interpolate)
 
 
 class _nullctx:

@@ -108,6 +108,48 @@ TASK_ROWS: tuple[tuple[str, dict[str, Any]], ...] = (
     _task_row("modernbert-base", "embedding", mode="inference", dtype="bf16", seq=512),
 )
 
+#: Vision encoders (issue 11), on tiny configs of their own (the shrink is for text models): 2 blocks, hidden 256
+#: in 4 heads, MLP 1024, 32x32 images in patches of 8 (16 patches, + a class token for ViT and CLIP), batch 8.
+VISION_TINY = dict(hidden_size=256, intermediate_size=1024, num_hidden_layers=2, num_attention_heads=4, image_size=32,
+                   patch_size=8)
+VISION_CONFIGS: dict[str, dict[str, Any]] = {
+    "vit-tiny": {"model_type": "vit", "architectures": ["ViTForImageClassification"], **VISION_TINY,
+                 "num_labels": 10, "_name_or_path": "vit-tiny"},
+    "clip-vision-tiny": {"model_type": "clip_vision_model", "architectures": ["CLIPVisionModel"], **VISION_TINY,
+                         "_name_or_path": "clip-vision-tiny"},
+    "siglip-vision-tiny": {"model_type": "siglip_vision_model", "architectures": ["SiglipVisionModel"],
+                           **VISION_TINY, "_name_or_path": "siglip-vision-tiny"},
+}
+VISION_ROWS: tuple[tuple[str, dict[str, Any]], ...] = (
+    ("vit-tiny", {"mode": "inference", "dtype": "bf16", "attention": "sdpa", "batch": 8}),
+    ("vit-tiny", {"mode": "train", "method": "full", "task": "image-classification", "dtype": "bf16",
+                  "attention": "sdpa", "checkpointing": "none", "batch": 8}),
+    ("vit-tiny", {"mode": "train", "method": "full", "task": "image-classification", "dtype": "fp32",
+                  "attention": "sdpa", "checkpointing": "none", "batch": 8}),
+    ("vit-tiny", {"mode": "inference", "dtype": "bf16", "attention": "sdpa", "batch": 8, "image_size": (48, 64)}),
+    ("clip-vision-tiny", {"mode": "inference", "dtype": "bf16", "attention": "sdpa", "batch": 8}),
+    ("siglip-vision-tiny", {"mode": "inference", "dtype": "bf16", "attention": "sdpa", "batch": 8}),
+)
+
+
+def run_vision_row(name: str, row: dict[str, Any]) -> Row:
+    """One VISION_ROWS row: the estimate of VISION_CONFIGS[name] against its trace."""
+    from vramlens.estimator import estimate
+    from vramlens.models.inventory import spec_from_config
+    from vramlens.trace import trace
+
+    cfg = VISION_CONFIGS[name]
+    e = estimate(spec_from_config(cfg, name=name), **row)
+    est = e.breakdown
+    tr = trace(dict(cfg), steps=2, **row).breakdown
+    return Row(
+        model=name, workload=dict(row),
+        estimate={c: est[c] for c in ALLOCATOR_COMPONENTS},
+        traced={c: tr[c] for c in ALLOCATOR_COMPONENTS},
+        estimate_peak=est.peak_allocated - _workspace_bytes(e), traced_peak=tr.peak_allocated,
+    )
+
+
 #: Memory techniques of training stacks (torchtune, torchtitan, Liger), each run by the tracer the
 #: way its stack runs it: (catalog name, workload). A row may set batch and seq (a short sequence
 #: puts the peak where the technique acts rather than at the loss).

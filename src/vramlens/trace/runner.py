@@ -279,6 +279,14 @@ class Runner:
         b, dev = self.wl.batch, self._device()
         if built.inputs is not None:
             return built.inputs(b, seq)
+        if built.image is not None:
+            # pixel_values as an image processor returns them: fp32 (b, C, H, W)
+            kw_img: dict[str, Any] = {"pixel_values": torch.randn(b, *built.image, device=dev)}
+            if built.interpolate:
+                kw_img["interpolate_pos_encoding"] = True
+            if self.wl.training and built.kind == "image-classification":
+                kw_img["labels"] = torch.zeros(b, dtype=torch.long, device=dev)
+            return kw_img
         vocab = max(2, built.vocab_size)
         ids = torch.randint(0, vocab, (b, seq), device=dev)
         kw: dict[str, Any] = {"input_ids": ids}
@@ -351,7 +359,7 @@ class Runner:
         return rec
 
     def _forward(self, built: Built, inputs) -> Any:
-        if built.kind == "embedding" and isinstance(inputs, dict):
+        if built.kind == "embedding" and isinstance(inputs, dict) and "input_ids" in inputs:
             out = built.model(input_ids=inputs["input_ids"])
             if not self.wl.training:
                 return out

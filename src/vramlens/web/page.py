@@ -22,6 +22,7 @@ KNOBS: tuple[tuple[str, str, str, tuple | None, str], ...] = (
     ("optimizer_impl", "optimizer impl", "select", W.OPTIMIZER_IMPLS, "foreach"),
     ("batch", "batch", "number", None, "1"),
     ("seq", "seq", "number", None, "512"),
+    ("image_size", "image size (HxW, vision)", "text", None, ""),
     ("new_tokens", "new tokens", "number", None, "0"),
     ("grad_accum", "grad accum", "number", None, "1"),
     ("keep_grads", "keep grads", "check", None, "false"),

@@ -26,6 +26,7 @@ from vramlens.models.families import (
     llama4,
     modernbert,
     t5,
+    vision,
 )
 from vramlens.models.families._common import Built
 
@@ -43,6 +44,7 @@ BUILDERS: dict[str, Builder] = {
     **deepseek.BUILDERS,
     **gpt_oss.BUILDERS,
     **llama4.BUILDERS,
+    **vision.BUILDERS,
 }
 
 #: model_type -> the reader of the part of a wrapping config that vramlens models, and the note
@@ -50,6 +52,7 @@ BUILDERS: dict[str, Builder] = {
 UNWRAP: dict[str, tuple[_Callable[[_Mapping[str, _Any], str], dict[str, _Any]], str]] = {
     **{mt: (fn, gemma3.NOTE) for mt, fn in gemma3.UNWRAP.items()},
     **{mt: (fn, llama4.NOTE) for mt, fn in llama4.UNWRAP.items()},
+    **{mt: (fn, vision.NOTE) for mt, fn in vision.UNWRAP.items()},
 }
 
 DEFAULT_ARCHITECTURES: dict[str, str] = {
@@ -85,6 +88,9 @@ DEFAULT_ARCHITECTURES: dict[str, str] = {
     "llama4_text": "Llama4ForCausalLM",
     "t5": "T5ForConditionalGeneration",
     "mt5": "MT5ForConditionalGeneration",
+    "vit": "ViTModel",
+    "clip_vision_model": "CLIPVisionModel",
+    "siglip_vision_model": "SiglipVisionModel",
 }
 
 __all__ = ["BUILDERS", "Builder", "Built", "DEFAULT_ARCHITECTURES", "UNWRAP"]
