@@ -63,15 +63,21 @@ def converts(k: int, n: int) -> bool:
     return k % DIM_MULTIPLE == 0 and n % DIM_MULTIPLE == 0
 
 
+def _mlp_dims(spec: ModelSpec, w: Workload, tp: int) -> tuple[int, int] | None:
+    """(hidden, the widest MLP's width on this rank) of a float8 training step's dense MLP; None
+    without --fp8 or for MoE MLPs (transformers' grouped experts are not nn.Linear)."""
+    if not (w.fp8 and w.training) or spec.is_moe:
+        return None
+    return spec.hidden_size, max(1, max(spec.ffn_size, spec.dense_ffn_size or 0) // tp)
+
+
 def down_backward(spec: ModelSpec, w: Workload, b: int, s: int, tp: int = 1) -> int:
     """Bytes the MLP down projection's float8 backward holds beyond the saved activations, the
     incoming gradient included (0 without --fp8, for MoE MLPs, or when the projection is not converted)."""
-    if not (w.fp8 and w.training) or spec.is_moe:
+    dims = _mlp_dims(spec, w, tp)
+    if dims is None or not converts(dims[1], dims[0]):  # the down projection: f -> h
         return 0
-    h = spec.hidden_size
-    f = max(1, max(spec.ffn_size, spec.dense_ffn_size or 0) // tp)
-    if not converts(f, h):
-        return 0
+    h, f = dims
     t = b * s
     scale = _r(4)  # one fp32 scalar per cast (tensorwise), each its own 512-byte block
     return (_r(2 * t * h)            # the incoming gradient (bf16)
@@ -88,12 +94,10 @@ def gate_up_backward(spec: ModelSpec, w: Workload, b: int, s: int, tp: int = 1) 
     cast of the incoming gradient (9 bytes per element). Larger than the down projection's figure, but at
     a moment when the MLP's saved tensors are freed: a temporaries figure, not a peak candidate (the
     down projection's is)."""
-    if not (w.fp8 and w.training) or spec.is_moe:
+    dims = _mlp_dims(spec, w, tp)
+    if dims is None or not converts(*dims):  # the input projection: h -> f
         return 0
-    h = spec.hidden_size
-    f = max(1, max(spec.ffn_size, spec.dense_ffn_size or 0) // tp)
-    if not converts(h, f):
-        return 0
+    h, f = dims
     t = b * s
     scale = _r(4)
     return (_r(2 * t * h)                                   # the block's incoming residual gradient
@@ -107,12 +111,10 @@ def gate_up_backward(spec: ModelSpec, w: Workload, b: int, s: int, tp: int = 1) 
 def forward_transient(spec: ModelSpec, w: Workload, b: int, s: int, tp: int = 1) -> int:
     """The largest cast inside a block's forward: the down projection's input (b*s*f), or its weight
     after the input's float8 copy (0 without --fp8)."""
-    if not (w.fp8 and w.training) or spec.is_moe:
+    dims = _mlp_dims(spec, w, tp)
+    if dims is None or not converts(dims[1], dims[0]):  # the down projection: f -> h
         return 0
-    h = spec.hidden_size
-    f = max(1, max(spec.ffn_size, spec.dense_ffn_size or 0) // tp)
-    if not converts(f, h):
-        return 0
+    h, f = dims
     t = b * s
     inp = 2 * _r(4 * t * f) + _r(t * f)
     weight = _r(t * f) + 2 * _r(4 * h * f) + _r(h * f)

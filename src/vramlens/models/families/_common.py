@@ -32,6 +32,14 @@ def torch_dtype(r: ConfigReader) -> str | None:
         return None
 
 
+def kv_heads_and_head_dim(r: ConfigReader, heads: int, hidden: int) -> tuple[int, int]:
+    """(``num_key_value_heads``, checked to divide the heads and defaulting to them; ``head_dim``, or
+    hidden over heads) as the newer decoders' configs give them (gpt-oss, Llama 4)."""
+    n_kv = r.opt_int("num_key_value_heads") or heads
+    r.divisible("num_attention_heads", heads, "num_key_value_heads", n_kv)
+    return n_kv, r.opt_int("head_dim") or hidden // max(heads, 1)
+
+
 def rope_partial(r: ConfigReader, default: float = 1.0, legacy_key: str | None = None) -> float:
     """The fraction of each head that is rotated (``partial_rotary_factor``).
 

@@ -45,7 +45,13 @@ from __future__ import annotations
 
 from vramlens.models._reader import ConfigReader
 from vramlens.models._tensors import Tensors, head_kind, layer_index, leaf_module
-from vramlens.models.families._common import Built, decoder_head, decoder_prefix, torch_dtype
+from vramlens.models.families._common import (
+    Built,
+    decoder_head,
+    decoder_prefix,
+    kv_heads_and_head_dim,
+    torch_dtype,
+)
 from vramlens.models.spec import TensorInfo
 
 MODEL_TYPES = ("gpt_oss",)
@@ -62,9 +68,7 @@ def build_gpt_oss(r: ConfigReader, architecture: str) -> Built:
     a = r.get_int("num_attention_heads")
     V = r.get_int("vocab_size")
     f = r.get_int("intermediate_size")
-    n_kv = r.opt_int("num_key_value_heads") or a
-    r.divisible("num_attention_heads", a, "num_key_value_heads", n_kv)
-    d = r.opt_int("head_dim") or h // max(a, 1)
+    n_kv, d = kv_heads_and_head_dim(r, a, h)
     E = r.get_int("num_local_experts")
     top_k = r.get_int("num_experts_per_tok")
     if top_k > E:

@@ -48,7 +48,13 @@ from typing import Any
 from vramlens.errors import ModelSourceError
 from vramlens.models._reader import ConfigReader
 from vramlens.models._tensors import Tensors, head_kind, layer_index, leaf_module
-from vramlens.models.families._common import Built, decoder_head, decoder_prefix, torch_dtype
+from vramlens.models.families._common import (
+    Built,
+    decoder_head,
+    decoder_prefix,
+    kv_heads_and_head_dim,
+    torch_dtype,
+)
 from vramlens.models.spec import TensorInfo
 
 MODEL_TYPES = ("llama4_text",)
@@ -68,9 +74,7 @@ def build_llama4(r: ConfigReader, architecture: str) -> Built:
     V = r.get_int("vocab_size")
     f = r.get_int("intermediate_size")
     f_mlp = r.get_int("intermediate_size_mlp")
-    n_kv = r.opt_int("num_key_value_heads") or a
-    r.divisible("num_attention_heads", a, "num_key_value_heads", n_kv)
-    d = r.opt_int("head_dim") or h // max(a, 1)
+    n_kv, d = kv_heads_and_head_dim(r, a, h)
     if d % 2:
         r.problem(f"head_dim={d} must be even: the rotary embedding rotates pairs")
     E = r.get_int("num_local_experts")
