@@ -87,6 +87,10 @@ _A10G = _Setup(gpu="A10G", cuda="12.1", lazy_loading=True)
 _TITAN_8B = dict(mode="train", dtype="fp32", amp="bf16", fsdp=True, batch=2, seq=8192, checkpointing="selective-op",
                  optimizer="adamw", optimizer_impl="foreach")
 _H100_96 = _Setup(gpu="H100-NVL-94GB", cuda="12.4", lazy_loading=True)  # the catalog's nearest to H100 96GB HBM2e
+# torchtune's README "Optimization flags" table (commit 1814feb1, November 2024): Llama 3.2 3B on an A100, batch 2
+# packed to 4096 tokens, bf16 parameters and states, torch.optim.AdamW (foreach); the figure is peak_memory_active
+_TUNE_3B = dict(mode="train", dtype="bf16", batch=2, seq=4096, optimizer="adamw", optimizer_impl="foreach",
+                attention="sdpa")
 
 CASES: dict[str, Case] = {
     "hf-anatomy-cuda-context": Case(None, figure="context", **_HF_V100),
@@ -180,10 +184,21 @@ CASES: dict[str, Case] = {
                                                       figure="peak_reserved", **_H100_96),
     "torchtitan-h100-llama3.1-8b-fsdp128-sac-bs2": Case("llama-3.1-8b", {**_TITAN_8B, "gpus": 128},
                                                         figure="peak_reserved", **_H100_96),
+    "torchtune-readme-llama3.2-3b-packed": Case("llama-3.2-3b", dict(_TUNE_3B), figure="peak_allocated", **_A100),
 }
+
+_TUNE_COMPILE = "torch.compile (torchtune compiles every layer and the chunked loss): vramlens --compile is not modelled yet"
 
 #: Cases vramlens cannot express, with the reason (printed instead of a number).
 UNSUPPORTED: dict[str, str] = {
+    "torchtune-readme-llama3.2-3b-compile": _TUNE_COMPILE,
+    "torchtune-readme-llama3.2-3b-chunked-ce": _TUNE_COMPILE,
+    "torchtune-readme-llama3.2-3b-ac": _TUNE_COMPILE,
+    "torchtune-readme-llama3.2-3b-opt-in-bwd": _TUNE_COMPILE,
+    "torchtune-readme-llama3.2-3b-act-offload": _TUNE_COMPILE,
+    "torchtune-readme-llama3.2-3b-adamw8bit": _TUNE_COMPILE,
+    "torchtune-readme-llama3.2-3b-lora": _TUNE_COMPILE,
+    "torchtune-readme-llama3.2-3b-qlora": _TUNE_COMPILE,
     "torchtune-loralinear-512-r8-fp32": "a bare LoRALinear module, not a model: checked exactly in tests/estimate",
     "torchtune-qloralinear-512-r8-nf4": "a bare torchao NF4 LoRALinear: see tests/estimate",
     "vllm-paper-opt-13b-kv-per-token": "OPT-13B is not in the catalog; LLaMA-13B's identical 800 KiB/token is checked",
