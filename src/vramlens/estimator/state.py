@@ -40,6 +40,7 @@ from vramlens.estimator.parallel import (
     fsdp_buffers,
     fsdp_stream_pools,
     split,
+    tp_embedding_gradient_extra,
 )
 from vramlens.estimator.reserve import persistent_part_reserve
 from vramlens.estimator.runtime import runtime
@@ -187,6 +188,9 @@ def train_state(spec: ModelSpec, w: Workload, gpu: GPU | None) -> TrainState:
     pbytes = O.param_dtype_bytes(w)
     grads_full = O.gradient_bytes(spec, w, trainable)
     grads = int(grads_full * sp.gradients)
+    if sp.has_embedding and (extra := tp_embedding_gradient_extra(spec, w)):
+        # torch's DTensor keeps the RowwiseParallel embedding's gradient whole (V x h) on each TP rank
+        grads += extra * pbytes // (w.shard_degree if w.shard_stage >= 2 else 1)
     master = int(O.master_bytes(spec, w, trainable) * sp.optimizer)
     # mixed precision with an fp32 master copy: the optimizer steps on fp32 gradients, converted
     # from the half ones for the step (DeepSpeed's fp32 gradient partition, apex's master grads)

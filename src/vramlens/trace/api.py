@@ -62,6 +62,11 @@ def trace(model: Any, workload: Workload | None = None, *, steps: int = 2, layer
 
         return trace_fsdp(model, wl, world_size=wl.gpus, steps=steps, backend=backend, layers=layers,
                           progress=progress, top=top, alloc_conf=alloc_conf)
+    if wl.tp > 1 and not wl.fsdp and not wl.zero and wl.pp == 1:
+        from vramlens.trace.tp import trace_tp
+
+        return trace_tp(model, wl, steps=steps, backend=backend, layers=layers, progress=progress, top=top,
+                        alloc_conf=alloc_conf)
     if layers is not None and wl.training and wl.checkpoint_every is not None:
         raise TraceError(f"checkpointing={wl.checkpointing!r} checkpoints every N-th block, which the truncated "
                          "models --layers traces do not repeat block by block: trace the whole model (omit --layers) "
