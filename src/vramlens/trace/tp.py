@@ -226,14 +226,15 @@ def _trace(model, wl: Workload, *, steps: int, progress, top: int, alloc_conf) -
         if built.kind != "causal-lm":
             raise TraceError(f"--tp traces causal LMs (torchtitan's plan); {type(built.model).__name__} trains "
                              f"{built.kind}: use `vramlens estimate`")
-        tied = built.model.lm_head.weight is built.model.model.embed_tokens.weight
+        inner, _layers = _decoder(built.model)
+        tied = built.model.lm_head.weight is inner.embed_tokens.weight
         try:
             n_blocks = apply_plan(built.model, mesh, loss_parallel=lp)
             assert runner.fake_mode is not None  # Runner(mode="fake")
             with runner.fake_mode:
                 built.model.to_empty(device="cpu")
                 if tied:
-                    built.model.lm_head.weight = built.model.model.embed_tokens.weight
+                    built.model.lm_head.weight = inner.embed_tokens.weight
                 else:
                     retie(built.model)
         except VramlensError:
