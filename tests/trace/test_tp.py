@@ -65,7 +65,7 @@ def test_refusals_are_one_line(tmp_path, capsys):
     with pytest.raises(TraceError, match="GPT2LMHeadModel: --tp applies torchtitan's plan to Llama-style decoders"):
         trace({"model_type": "gpt2", "architectures": ["GPT2LMHeadModel"], "n_embd": 128, "n_head": 4,
                "n_layer": 2, "vocab_size": 1024, "n_positions": 128}, **W, tp=2, gpus=2)
-    with pytest.raises(TraceError, match="checkpointing=full under --tp is not traced yet"):
+    with pytest.raises(TraceError, match="checkpointing=full under tp=2 is not traced yet"):
         trace(CFG, **W, tp=2, gpus=2, checkpointing="full")
     cfg = tmp_path / "config.json"
     cfg.write_text(json.dumps(CFG))
@@ -73,7 +73,7 @@ def test_refusals_are_one_line(tmp_path, capsys):
                "--tp", "2", "--gpus", "2", "--method", "lora", "--quiet"])
     assert rc == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and "method=lora under --tp is not traced" in err[0]
+    assert len(err) == 1 and "method=lora under tp=2 is not traced" in err[0]
 
 
 def test_cli_traces_tp(tmp_path, capsys):

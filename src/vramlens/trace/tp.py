@@ -59,31 +59,31 @@ def _check(model: Any, wl: Workload, backend: str, layers) -> None:
     from vramlens.trace.build import is_factory
 
     if backend != "fake":
-        raise TraceError(f"tensor parallelism is traced with fake tensors only (backend={backend!r} given)")
+        raise TraceError(f"tp={wl.tp}: tensor parallelism is traced with fake tensors only (backend={backend!r} given)")
     if layers is not None:
-        raise TraceError("--layers (extrapolation) is not supported with --tp: trace the whole model")
+        raise TraceError(f"tp={wl.tp}: --layers (extrapolation) is not supported: trace the whole model")
     if is_factory(model):
-        raise TraceError("--tp traces transformers Llama-style models (torchtitan's plan); a factory module "
+        raise TraceError(f"tp={wl.tp}: --tp traces transformers Llama-style models (torchtitan's plan); a factory module "
                          "cannot be traced with --tp: use `vramlens estimate`")
     if wl.gpus != wl.tp or wl.pp > 1 or wl.zero or wl.fsdp:
         raise TraceError(f"only plain tensor parallelism over all GPUs is traced (gpus = tp); gpus={wl.gpus} "
                          f"tp={wl.tp} pp={wl.pp} zero={wl.zero} fsdp={wl.fsdp}: use `vramlens estimate`")
     if wl.method != "full" or wl.quant is not None:
-        raise TraceError(f"method={wl.method} under --tp is not traced (torchtitan's plan shards full "
+        raise TraceError(f"method={wl.method} under tp={wl.tp} is not traced (torchtitan's plan shards full "
                          "fine-tuning): use `vramlens estimate`")
     if not wl.training:
-        raise TraceError("--tp is traced for training (torchtitan's plan); for inference use `vramlens estimate`")
+        raise TraceError(f"tp={wl.tp} with mode={wl.mode} is not traced (torchtitan's plan trains): use `vramlens estimate`")
     if wl.offload != "none" or wl.activation_offload or wl.optimizer_in_backward or wl.fp8:
-        raise TraceError("offload, activation offload, optimizer in backward and fp8 are not traced with --tp: "
+        raise TraceError(f"offload, activation offload, optimizer in backward and fp8 are not traced with tp={wl.tp}: "
                          "use `vramlens estimate`")
     if wl.loss != "cross-entropy" or wl.loss_chunks > 1:
-        raise TraceError(f"loss={wl.loss} loss_chunks={wl.loss_chunks} are not traced with --tp "
+        raise TraceError(f"loss={wl.loss} loss_chunks={wl.loss_chunks} are not traced with tp={wl.tp} "
                          "(torchtitan's loss is plain or --loss-parallel): use `vramlens estimate`")
     if wl.amp is not None and wl.amp != wl.dtype:
-        raise TraceError("--amp under --tp is not traced (torchtitan runs TP alone in the weights' dtype): "
+        raise TraceError(f"amp={wl.amp} under tp={wl.tp} is not traced (torchtitan runs TP alone in the weights' dtype): "
                          "use --dtype bf16, or `vramlens estimate`")
     if wl.checkpointing != "none":
-        raise TraceError(f"checkpointing={wl.checkpointing} under --tp is not traced yet: use --checkpointing "
+        raise TraceError(f"checkpointing={wl.checkpointing} under tp={wl.tp} is not traced yet: use --checkpointing "
                          "none, or `vramlens estimate`")
 
 
@@ -226,15 +226,16 @@ def _trace(model, wl: Workload, *, steps: int, progress, top: int, alloc_conf) -
         if built.kind != "causal-lm":
             raise TraceError(f"--tp traces causal LMs (torchtitan's plan); {type(built.model).__name__} trains "
                              f"{built.kind}: use `vramlens estimate`")
-        inner, _layers = _decoder(built.model)
-        tied = built.model.lm_head.weight is inner.embed_tokens.weight
+        hf: Any = built.model  # a transformers model: untyped
+        inner, _layers = _decoder(hf)
+        tied = hf.lm_head.weight is inner.embed_tokens.weight
         try:
             n_blocks = apply_plan(built.model, mesh, loss_parallel=lp)
             assert runner.fake_mode is not None  # Runner(mode="fake")
             with runner.fake_mode:
                 built.model.to_empty(device="cpu")
                 if tied:
-                    built.model.lm_head.weight = inner.embed_tokens.weight
+                    hf.lm_head.weight = inner.embed_tokens.weight
                 else:
                     retie(built.model)
         except VramlensError:
