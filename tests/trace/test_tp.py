@@ -65,8 +65,8 @@ def test_refusals_are_one_line(tmp_path, capsys):
     with pytest.raises(TraceError, match="GPT2LMHeadModel: --tp applies torchtitan's plan to Llama-style decoders"):
         trace({"model_type": "gpt2", "architectures": ["GPT2LMHeadModel"], "n_embd": 128, "n_head": 4,
                "n_layer": 2, "vocab_size": 1024, "n_positions": 128}, **W, tp=2, gpus=2)
-    with pytest.raises(TraceError, match="checkpointing=full under tp=2 is not traced yet"):
-        trace(CFG, **W, tp=2, gpus=2, checkpointing="full")
+    with pytest.raises(TraceError, match=r"^amp=bf16 under tp=2 is not traced"):
+        trace(CFG, **{**W, "dtype": "fp32"}, tp=2, gpus=2, amp="bf16")
     cfg = tmp_path / "config.json"
     cfg.write_text(json.dumps(CFG))
     rc = main(["trace", str(cfg), "--mode", "train", "--seq", "64", "--batch", "2", "--dtype", "bf16",
@@ -93,6 +93,7 @@ def test_tp_rows_match_the_estimate():
     rows = [run_row(name, row) for name, row in TP_ROWS]
     assert {(r.workload["tp"], bool(r.workload.get("loss_parallel"))) for r in rows} == {
         (2, False), (2, True), (4, False), (4, True)}
+    assert {r.workload["checkpointing"] for r in rows} == {"none", "full", "selective-op", "every:2"}
     for r in rows:
         assert abs(r.peak_error) <= 0.05, render(rows)
         for c in r.traced:

@@ -352,7 +352,8 @@ FSDP_ROWS: tuple[tuple[str, dict[str, Any]], ...] = (
 #: Tensor parallelism per rank (the fake process group, vramlens.trace.tp): torchtitan's plan (embedding
 #: RowwiseParallel, SequenceParallel norms, q/k/v/gate/up ColwiseParallel, o/down RowwiseParallel, the output
 #: layer ColwiseParallel) over 2 and 4 ranks, the logits gathered or sharded over the vocabulary (loss_parallel);
-#: MHA (Llama 2, 4 KV heads: tp 2 and 4) and GQA (Llama 3, 2 KV heads: tp 2).
+#: MHA (Llama 2, 4 KV heads: tp 2 and 4) and GQA (Llama 3, 2 KV heads: tp 2); full, selective-op and every:2
+#: checkpointing.
 _TP2, _TP4 = {"gpus": 2, "tp": 2}, {"gpus": 4, "tp": 4}
 TP_ROWS: tuple[tuple[str, dict[str, Any]], ...] = (
     _ckpt_row("llama-2-7b", "none", **_TP2),
@@ -361,6 +362,10 @@ TP_ROWS: tuple[tuple[str, dict[str, Any]], ...] = (
     _ckpt_row("llama-2-7b", "none", loss_parallel=True, **_TP4),
     _ckpt_row("llama-3-8b", "none", **_TP2),
     _ckpt_row("llama-3-8b", "none", loss_parallel=True, **_TP2),
+    # torchtitan's checkpointing around the parallelized blocks (the block input is sharded over the sequence)
+    _ckpt_row("llama-2-7b", "full", loss_parallel=True, **_TP2),
+    _ckpt_row("llama-3-8b", "selective-op", **_TP2),
+    _ckpt_row("llama-2-7b", "every:2", loss_parallel=True, **_TP4),
 )
 
 #: Workload fields the technique rows set, shown in render().

@@ -22,6 +22,9 @@ layout); per rank each holds the same local s/tp rows torchtitan's local tensors
 modules reshape with ``-1`` heads (``view(*input_shape, -1, head_dim)``), so the local head count
 follows from the sharded projections without changing ``num_heads``.
 
+Activation checkpointing runs as on one GPU (vramlens.trace.checkpoint), around the
+parallelized blocks: the recomputation re-runs their DTensor collectives.
+
 What is recorded, per rank: the weight shards (norm weights replicated), their gradients and
 optimizer state, the activations and temporaries of rank 0, and the collectives' outputs (DTensor's
 redistributions run as ordinary ops on the fake process group, their outputs counted where they live).
@@ -82,9 +85,6 @@ def _check(model: Any, wl: Workload, backend: str, layers) -> None:
     if wl.amp is not None and wl.amp != wl.dtype:
         raise TraceError(f"amp={wl.amp} under tp={wl.tp} is not traced (torchtitan runs TP alone in the weights' dtype): "
                          "use --dtype bf16, or `vramlens estimate`")
-    if wl.checkpointing != "none":
-        raise TraceError(f"checkpointing={wl.checkpointing} under tp={wl.tp} is not traced yet: use --checkpointing "
-                         "none, or `vramlens estimate`")
 
 
 def _decoder(model) -> tuple[Any, Any]:
