@@ -9,6 +9,7 @@ from vramlens.trace.crosscheck import (
     FSDP_ROWS,
     QLORA_ROWS,
     TECHNIQUE_ROWS,
+    TP_ROWS,
     render,
     run_checkpoint_rows,
     run_fsdp_rows,
@@ -31,7 +32,7 @@ def _check(rows):
 def test_rows_name_real_settings():
     from vramlens.workload import workload_fields
 
-    for _name, row in TECHNIQUE_ROWS + QLORA_ROWS + CACHE_ROWS + CHECKPOINT_ROWS + FSDP_ROWS:
+    for _name, row in TECHNIQUE_ROWS + QLORA_ROWS + CACHE_ROWS + CHECKPOINT_ROWS + FSDP_ROWS + TP_ROWS:
         assert set(row) <= set(workload_fields())
 
 

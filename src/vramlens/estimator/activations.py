@@ -147,6 +147,21 @@ def _norm_saved(kind: str, h: int, t: int, r: int, c: int, consumers: int, casts
     return own + out
 
 
+def _sp_norm_saved(kind: str, h: int, t: int, r: int, c: int, consumers: int, casts: bool, weight_trained: bool,
+                   sp: int) -> int:
+    """:func:`_norm_saved` of a pre-norm under sequence parallelism over ``sp`` ranks.
+
+    The norm runs on s/sp tokens (torchtitan's ``SequenceParallel`` norms), so what it keeps itself
+    is split; its output is all-gathered to the whole sequence before the column-parallel linears
+    (``PrepareModuleInput``: ``Shard(1)`` -> ``Replicate()``, torchtitan/models/llama3/infra/parallelize.py
+    ``apply_tp``), and those linears keep the gathered (b, s, h) tensor for their weights' gradients,
+    whole on every rank. (Megatron-LM instead keeps the shard and gathers it again in backward,
+    Korthikanti et al. 2022 section 4.2.2; DTensor's autograd keeps what the matmul was given.)
+    """
+    own = _norm_saved(kind, h, t, r, c, 0, casts, weight_trained)
+    return own // max(1, sp) + _norm_saved(kind, h, t, r, c, consumers, casts, weight_trained) - own
+
+
 @identity_cache
 def linear_groups(spec: ModelSpec) -> dict[str, tuple[tuple[str, str], ...]]:
     """The first block's linears by place: "qkv", "attn_out", "mlp_in", "mlp_out"; each (path, leaf name)."""
@@ -506,7 +521,7 @@ def layer_activations(spec: ModelSpec, w: Workload, b: int, s: int, *, cross_s: 
         total += _norm_saved(kind, D.h, t, r, c, qkv_consumers, casts, full) - _norm_saved(kind, D.h, t, r, c, 0,
                                                                                           casts, full)
     else:
-        total += _norm_saved(kind, D.h, t, r, c, qkv_consumers, casts, full) // sp
+        total += _sp_norm_saved(kind, D.h, t, r, c, qkv_consumers, casts, full, sp)
 
     attention = sdpa_core(spec, w, cross=False)
     local = local or (layer is not None and layer in spec.sliding_layer_ids)
@@ -617,7 +632,7 @@ def layer_activations(spec: ModelSpec, w: Workload, b: int, s: int, *, cross_s: 
         total += _norm_saved(kind, D.h, t, r, c, mlp_consumers, casts, full) - _norm_saved(kind, D.h, t, r, c, 0,
                                                                                           casts, full)
     else:
-        total += _norm_saved(kind, D.h, t, r, c, mlp_consumers, casts, full) // sp
+        total += _sp_norm_saved(kind, D.h, t, r, c, mlp_consumers, casts, full, sp)
     dense = spec.is_moe and layer is not None and layer in spec.dense_layer_ids
     # fused MoE experts are not nn.Linear (not in linear_groups): they train only in full fine-tuning
     total += _mlp_saved(spec, D, t, c, (full and own > 0) if (spec.is_moe and not dense) else mlp_out_saves, autocast,
@@ -1091,7 +1106,10 @@ def final_norm_saved(spec: ModelSpec, w: Workload, b: int, s: int) -> int:
     # the last norm's output is kept by the head's first op unless a dropout stands in front of it
     # (a fused linear cross-entropy keeps the gradient it computed in forward instead)
     consumers = 1 if H.head_keeps_input(spec, w) and not (w.loss == "fused-linear" and has_lm_head(spec)) else 0
-    return _norm_saved(norm_kind(spec), spec.hidden_size, t, r, c, consumers, w.autocast, w.method == "full")
+    # under tensor parallelism the final norm is SequenceParallel and the output layer ColwiseParallel
+    # over its all-gathered input (_sp_norm_saved); without it, sp = 1 and this is _norm_saved
+    return _sp_norm_saved(norm_kind(spec), spec.hidden_size, t, r, c, consumers, w.autocast, w.method == "full",
+                          w.tp)
 
 
 def checkpointed_mask(spec: ModelSpec, w: Workload, b: int, s: int) -> int:

@@ -51,6 +51,44 @@ def _layer_params(spec: ModelSpec) -> tuple[int, int, int]:
     return inside, emb, head
 
 
+@identity_cache
+def _replicated_params(spec: ModelSpec) -> int:
+    """Parameters every tensor-parallel rank holds whole: the norms' weights (Megatron replicates them;
+    torchtitan's ``SequenceParallel`` norms keep ``Replicate()`` weights, parallelize.py ``apply_tp``)."""
+    return sum(t.numel for t in spec.tensors if t.role == "norm")
+
+
+def tp_share(spec: ModelSpec, tp: int) -> float:
+    """The fraction of the parameters one of ``tp`` tensor-parallel ranks holds: every matrix (and
+    the embedding and output layer, over the vocabulary) split ``tp`` ways, the norms replicated."""
+    if tp <= 1:
+        return 1.0
+    total = max(1, _param_numel(spec))
+    rep = _replicated_params(spec)
+    return ((total - rep) / tp + rep) / total
+
+
+@identity_cache
+def _param_numel(spec: ModelSpec) -> int:
+    return sum(t.numel for t in spec.tensors if t.role != "buffer")
+
+
+def tp_embedding_gradient_extra(spec: ModelSpec, w: Workload) -> int:
+    """Elements of the input embedding's gradient a tensor-parallel rank holds beyond its V/tp rows.
+
+    The embedding is ``RowwiseParallel`` (vocabulary-sharded weight, torchtitan's plan), but DTensor
+    has no row-sharded strategy for its backward (torch/distributed/tensor/_ops/_embedding_ops.py
+    ``embedding_dense_backward_strategy``: the weight gradient is ``Shard(1)`` or ``Partial()``): the
+    gradient comes out ``Partial`` over the whole (V, h) and is kept ``Replicate()`` after its
+    all-reduce, V x h elements on every rank (measured by vramlens.trace.tp). A tied output layer's
+    ``Shard(0)`` gradient is accumulated with it into one gradient of V/tp rows (measured: no extra).
+    """
+    if w.tp <= 1 or not w.training or w.method != "full" or spec.tied_embeddings:
+        return 0
+    emb = sum(t.numel for t in spec.tensors if t.role == "embedding" and t.layer is None)
+    return emb - emb // w.tp
+
+
 def split(spec: ModelSpec, w: Workload) -> Split:
     tp, pp, dp = w.tp, w.pp, w.shard_degree
     stage = w.shard_stage if w.training else 0
@@ -66,7 +104,7 @@ def split(spec: ModelSpec, w: Workload) -> Split:
         has_emb, has_head = first >= last, last > first
     else:
         frac, has_emb, has_head = 1.0, True, True
-    frac /= tp
+    frac *= tp_share(spec, tp)
     wf = frac / dp if stage >= 3 else frac
     gf = frac / dp if stage >= 2 else frac
     of = frac / dp if stage >= 1 else frac

@@ -40,6 +40,7 @@ from vramlens.estimator.parallel import (
     fsdp_buffers,
     fsdp_stream_pools,
     split,
+    tp_embedding_gradient_extra,
 )
 from vramlens.estimator.reserve import persistent_part_reserve
 from vramlens.estimator.runtime import runtime
@@ -187,6 +188,11 @@ def train_state(spec: ModelSpec, w: Workload, gpu: GPU | None) -> TrainState:
     pbytes = O.param_dtype_bytes(w)
     grads_full = O.gradient_bytes(spec, w, trainable)
     grads = int(grads_full * sp.gradients)
+    tp_emb_grad = 0
+    if sp.has_embedding and (extra := tp_embedding_gradient_extra(spec, w)):
+        # torch's DTensor keeps the RowwiseParallel embedding's gradient whole (V x h) on each TP rank
+        tp_emb_grad = extra * pbytes // (w.shard_degree if w.shard_stage >= 2 else 1)
+        grads += tp_emb_grad
     master = int(O.master_bytes(spec, w, trainable) * sp.optimizer)
     # mixed precision with an fp32 master copy: the optimizer steps on fp32 gradients, converted
     # from the half ones for the step (DeepSpeed's fp32 gradient partition, apex's master grads)
@@ -281,6 +287,9 @@ def train_state(spec: ModelSpec, w: Workload, gpu: GPU | None) -> TrainState:
     explain["gradients"] = (f"optimizer in backward: one gradient at a time, the largest ({grads:,} B)" if in_bwd else
                             f"{trainable:,} trainable params x {pbytes} B") if grads else (
         "gradient partition offloaded to CPU" if w.training else "no training")
+    if grads and tp_emb_grad and not in_bwd:
+        explain["gradients"] += (f" on this rank's share, + {tp_emb_grad:,} B: the input embedding's gradient is "
+                                 "whole (V x h) on every tensor-parallel rank (DTensor's embedding backward)")
     explain["optimizer_states"] = opt_formula if opt or paged else (
         "offloaded to CPU" if w.offload != "none" else "no optimizer")
     if paged:

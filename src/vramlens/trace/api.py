@@ -62,6 +62,11 @@ def trace(model: Any, workload: Workload | None = None, *, steps: int = 2, layer
 
         return trace_fsdp(model, wl, world_size=wl.gpus, steps=steps, backend=backend, layers=layers,
                           progress=progress, top=top, alloc_conf=alloc_conf)
+    if wl.tp > 1 and not wl.fsdp and not wl.zero and wl.pp == 1:
+        from vramlens.trace.tp import trace_tp
+
+        return trace_tp(model, wl, steps=steps, backend=backend, layers=layers, progress=progress, top=top,
+                        alloc_conf=alloc_conf)
     if layers is not None and wl.training and wl.checkpoint_every is not None:
         raise TraceError(f"checkpointing={wl.checkpointing!r} checkpoints every N-th block, which the truncated "
                          "models --layers traces do not repeat block by block: trace the whole model (omit --layers) "
@@ -74,13 +79,13 @@ def trace(model: Any, workload: Workload | None = None, *, steps: int = 2, layer
 
 
 def untraceable(wl: Workload) -> str:
-    """Why ``trace`` cannot run ``wl`` on one process ("" when it can; FSDP is traced by its own path).
+    """Why ``trace`` cannot run ``wl`` on one process ("" when it can; FSDP and TP are traced by their own paths).
 
     More than one GPU, ZeRO, FSDP, tensor or pipeline parallelism, quantized weights outside QLoRA
     (no CPU kernels), offload, and the serving engine's KV cache settings are not traced.
     """
     if wl.gpus > 1 or wl.zero or wl.fsdp or wl.tp > 1 or wl.pp > 1:
-        return ("trace runs one GPU, or one rank of FSDP (--fsdp --gpus N); "
+        return ("trace runs one GPU, one rank of FSDP (--fsdp --gpus N) or of tensor parallelism (--tp N --gpus N); "
                 f"gpus={wl.gpus} zero={wl.zero} fsdp={wl.fsdp} tp={wl.tp} pp={wl.pp}")
     if wl.quant is not None and wl.method != "qlora":
         return f"quant={wl.quant} weights cannot be traced (no CPU kernels)"

@@ -349,10 +349,29 @@ FSDP_ROWS: tuple[tuple[str, dict[str, Any]], ...] = (
     _ckpt_row("llama-3-8b", "selective-op", **_FSDP),
 )
 
+#: Tensor parallelism per rank (the fake process group, vramlens.trace.tp): torchtitan's plan (embedding
+#: RowwiseParallel, SequenceParallel norms, q/k/v/gate/up ColwiseParallel, o/down RowwiseParallel, the output
+#: layer ColwiseParallel) over 2 and 4 ranks, the logits gathered or sharded over the vocabulary (loss_parallel);
+#: MHA (Llama 2, 4 KV heads: tp 2 and 4) and GQA (Llama 3, 2 KV heads: tp 2); full, selective-op and every:2
+#: checkpointing.
+_TP2, _TP4 = {"gpus": 2, "tp": 2}, {"gpus": 4, "tp": 4}
+TP_ROWS: tuple[tuple[str, dict[str, Any]], ...] = (
+    _ckpt_row("llama-2-7b", "none", **_TP2),
+    _ckpt_row("llama-2-7b", "none", loss_parallel=True, **_TP2),
+    _ckpt_row("llama-2-7b", "none", **_TP4),
+    _ckpt_row("llama-2-7b", "none", loss_parallel=True, **_TP4),
+    _ckpt_row("llama-3-8b", "none", **_TP2),
+    _ckpt_row("llama-3-8b", "none", loss_parallel=True, **_TP2),
+    # torchtitan's checkpointing around the parallelized blocks (the block input is sharded over the sequence)
+    _ckpt_row("llama-2-7b", "full", loss_parallel=True, **_TP2),
+    _ckpt_row("llama-3-8b", "selective-op", **_TP2),
+    _ckpt_row("llama-2-7b", "every:2", loss_parallel=True, **_TP4),
+)
+
 #: Workload fields the technique rows set, shown in render().
 TECHNIQUE_FIELDS = ("optimizer", "optimizer_in_backward", "loss_chunks", "loss", "activation_offload", "loss_parallel",
                     "new_tokens", "quant_targets", "lora_dtype", "lora_dropout", "dora", "cache", "max_cache_len",
-                    "gpus", "fsdp", "fp8")
+                    "gpus", "tp", "fsdp", "fp8")
 
 #: The issue's case at full size: a sentence-transformers fine-tune of bert-base-uncased, 16
 #: (anchor, positive) pairs of 512 tokens, fp32, AdamW; traced on 2 and 3 of its 12 layers and
@@ -609,6 +628,10 @@ def run_checkpoint_rows(progress=None) -> list[Row]:
 
 def run_fsdp_rows(progress=None) -> list[Row]:
     return _run(FSDP_ROWS, progress)
+
+
+def run_tp_rows(progress=None) -> list[Row]:
+    return _run(TP_ROWS, progress)
 
 
 def _run(rows: tuple[tuple[str, dict[str, Any]], ...], progress) -> list[Row]:

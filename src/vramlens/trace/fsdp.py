@@ -78,9 +78,26 @@ def _check(model: Any, wl: Workload, world_size: int, backend: str, layers) -> N
                          "FSDP: use --dtype fp32 --amp bf16, or `vramlens estimate`")
 
 
+def _shares_outside(model, module) -> bool:
+    """Whether a parameter of ``module`` is also registered outside it (a tied weight: BERT's
+    ``word_embeddings`` is the MLM decoder's weight)."""
+    own = {id(p) for p in module.parameters()}
+    inside = {id(m) for m in module.modules()}
+    return any(id(p) in own for m in model.modules() if id(m) not in inside for p in m.parameters(recurse=False))
+
+
 def _blocks(model) -> list:
     """The transformer blocks to shard one by one: outermost modules of a class transformers
-    lists in ``_no_split_modules``; else the children of the longest ModuleList."""
+    lists in ``_no_split_modules``; else the children of the longest ModuleList.
+
+    A candidate holding a parameter tied to a module outside it stays with the root: FSDP2
+    manages each parameter in one group (``fully_shard`` raises "shared with a parameter already
+    managed by another FSDP group"), and the encoders list their embeddings (``BertEmbeddings``,
+    ``RobertaEmbeddings``, ``ModernBertEmbeddings``) in ``_no_split_modules`` while their MLM head's
+    decoder reuses the word embeddings. The root then holds both ends of the tie, as it holds a
+    decoder's tied embedding and output layer (GPT-2, Qwen2.5), which the estimator's root term
+    (vramlens.estimator.parallel.gathered_sizes: embedding, head, final norm) counts.
+    """
     from torch import nn
 
     names = set(getattr(model, "_no_split_modules", None) or ())
@@ -90,7 +107,7 @@ def _blocks(model) -> list:
         for _n, m in model.named_modules():
             if id(m) in inside:
                 continue
-            if type(m).__name__ in names and m is not model:
+            if type(m).__name__ in names and m is not model and not _shares_outside(model, m):
                 found.append(m)
                 inside.update(id(x) for x in m.modules())
     if not found:
@@ -186,9 +203,53 @@ def _shard(built, mesh, wl: Workload) -> int:
         raise TraceError(f"{type(built.model).__name__}: no transformer blocks found to shard "
                          "(no _no_split_modules, no ModuleList)")
     for b in blocks:
+        for m in _odd_dtype_modules(b):
+            fully_shard(m, mesh=mesh, reshard_after_forward=reshard_after_forward, mp_policy=mp)
         fully_shard(b, mesh=mesh, reshard_after_forward=reshard_after_forward, mp_policy=mp)
+    for m in _odd_dtype_modules(built.model):
+        fully_shard(m, mesh=mesh, reshard_after_forward=reshard_after_forward, mp_policy=mp)
     fully_shard(built.model, mesh=mesh, reshard_after_forward=reshard_after_forward, mp_policy=mp)
     return len(blocks)
+
+
+def _odd_dtype_modules(group) -> list:
+    """Modules of ``group`` (not yet in an FSDP group) whose own parameters are not in the group's
+    most common dtype, each to be its own FSDP group.
+
+    FSDP2 all-gathers a group as one flat buffer of one dtype (_fsdp_param_group.py: "FSDP expects
+    uniform original parameter dtype" when the policy sets no ``param_dtype``); transformers keeps
+    some modules in fp32 under bf16 weights (``_keep_in_fp32_modules_strict``: DeepSeek V2/V3's
+    router ``gate``). Nested ``fully_shard`` on such a module gives it its own all-gather, as
+    torchtitan does for modules it shards apart (``apply_fsdp``: the MoE experts).
+    """
+    from collections import Counter
+
+    from torch.distributed.fsdp import FSDPModule
+
+    def free(m) -> bool:
+        return all(not isinstance(x, FSDPModule) for x in m.modules()) or m is group
+
+    counts: Counter = Counter()
+    for m in group.modules():
+        if m is group or not isinstance(m, FSDPModule):
+            for p in m.parameters(recurse=False):
+                counts[p.dtype] += p.numel()
+    if len(counts) < 2:
+        return []
+    common = counts.most_common(1)[0][0]
+    out = []
+    for m in group.modules():
+        own = list(m.parameters(recurse=False))
+        if m is group or isinstance(m, FSDPModule) or not own or not free(m):
+            continue
+        dtypes = {p.dtype for p in own}
+        if common in dtypes:
+            if len(dtypes) > 1:
+                raise TraceError(f"{type(m).__name__} holds parameters of dtypes {sorted(map(str, dtypes))}: "
+                                 "FSDP2 all-gathers one dtype per group; use `vramlens estimate`")
+            continue
+        out.append(m)
+    return out
 
 
 def trace_fsdp(model: Any, workload: Workload | None = None, *, world_size: int | None = None, steps: int = 2,

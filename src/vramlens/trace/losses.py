@@ -17,6 +17,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -36,6 +37,30 @@ def _decoder_and_head(model: torch.nn.Module) -> tuple[Any, Any]:
     m: Any = model  # a transformers or peft model: untyped
     hf = m.get_base_model() if hasattr(m, "get_base_model") else m
     return hf.base_model, hf.get_output_embeddings()
+
+
+def through_root(model: torch.nn.Module, loss_fn: Callable[[], torch.Tensor]) -> torch.Tensor:
+    """``loss_fn()`` run as the root module's forward, so that its hooks fire around it.
+
+    The chunked and fused losses call the decoder and the output layer (or its weight) directly, as
+    Liger's ``lce_forward`` and torchtune's chunked output do inside the model's own forward. Under
+    FSDP2 the root's parameters (embedding, final norm, output layer) are unsharded by the root's
+    forward pre-hook and their gradients reduce-scattered by the hooks it registers on its output
+    (torch/distributed/fsdp/_fully_shard/_fsdp_state.py ``_pre_forward`` / ``_post_forward``); called
+    from outside, the embedding sees its sharded DTensor (``aten.embedding got mixed torch.Tensor and
+    DTensor``). Calling the module with ``forward`` swapped for ``loss_fn`` runs the same hooks.
+    """
+    saved = model.__dict__.get("forward")
+    model.forward = lambda: loss_fn()  # type: ignore[method-assign]
+    try:
+        out = model()
+    finally:
+        if saved is None:
+            del model.forward
+        else:
+            model.forward = saved  # type: ignore[method-assign]
+    assert isinstance(out, torch.Tensor)  # loss_fn's loss, returned by the hooks unchanged
+    return out
 
 
 def _shifted(labels: torch.Tensor) -> torch.Tensor:

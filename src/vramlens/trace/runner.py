@@ -374,15 +374,18 @@ class Runner:
             return SimpleNamespace(loss=multiple_negatives_ranking_loss(reps))
         wl = self.wl
         if wl.training and (wl.loss_chunks > 1 or wl.loss == "fused-linear"):
-            from vramlens.trace.losses import chunked_cross_entropy, fused_linear_cross_entropy
+            from vramlens.trace.losses import chunked_cross_entropy, fused_linear_cross_entropy, through_root
 
             if built.kind != "causal-lm" or not isinstance(inputs, dict):
                 raise InputError(f"loss={wl.loss} loss_chunks={wl.loss_chunks} apply to causal LMs only")
+            ids, labels = inputs["input_ids"], inputs["labels"]
             if wl.loss == "fused-linear":
-                loss = fused_linear_cross_entropy(built.model, inputs["input_ids"], inputs["labels"])
+                def run() -> Any:
+                    return fused_linear_cross_entropy(built.model, ids, labels)
             else:
-                loss = chunked_cross_entropy(built.model, inputs["input_ids"], inputs["labels"], wl.loss_chunks)
-            return SimpleNamespace(loss=loss)
+                def run() -> Any:
+                    return chunked_cross_entropy(built.model, ids, labels, wl.loss_chunks)
+            return SimpleNamespace(loss=through_root(built.model, run) if wl.fsdp else run())
         if isinstance(inputs, dict):
             return built.model(**inputs)
         return built.model(*inputs)

@@ -1,0 +1,276 @@
+"""Tensor parallelism traced per rank: torchtitan's plan on a transformers Llama-style model.
+
+The plan is torchtitan's (torchtitan/models/llama3/infra/parallelize.py ``apply_tp``), applied with
+``parallelize_module`` on rank 0 of a fake process group of ``tp`` ranks (vramlens.trace.fsdp
+``fake_process_group``) under fake tensors:
+
+* the input embedding ``RowwiseParallel(input_layouts=Replicate(), output_layouts=Shard(1))``: the
+  vocabulary sharded, its output reduce-scattered over the sequence;
+* every norm ``SequenceParallel()``: the residual stream, the norms and their saved inputs hold s/tp
+  tokens per rank;
+* attention and MLP inputs all-gathered (``PrepareModuleInput``: Shard(1) -> Replicate());
+  q/k/v and gate/up ``ColwiseParallel()`` (heads and the MLP width sharded), o and down
+  ``RowwiseParallel(output_layouts=Shard(1))``;
+* the output layer ``ColwiseParallel(input_layouts=Shard(1))``: its logits gathered
+  (``Replicate()``) for a plain loss, or kept sharded over the vocabulary (``Shard(-1)``,
+  ``use_local_output=False``) for a loss under ``loss_parallel()`` (``--loss-parallel``).
+
+transformers' decoder differs from torchtitan's in one place the plan must follow: it builds the
+positions and the causal mask from the embedding's output, so that output stays a DTensor of the
+global shape (``use_local_output=False``, and the same on o/down so the residual adds DTensors of one
+layout); per rank each holds the same local s/tp rows torchtitan's local tensors hold. The attention
+modules reshape with ``-1`` heads (``view(*input_shape, -1, head_dim)``), so the local head count
+follows from the sharded projections without changing ``num_heads``.
+
+Activation checkpointing runs as on one GPU (vramlens.trace.checkpoint), around the
+parallelized blocks: the recomputation re-runs their DTensor collectives.
+
+What is recorded, per rank: the weight shards (norm weights replicated), their gradients and
+optimizer state, the activations and temporaries of rank 0, and the collectives' outputs (DTensor's
+redistributions run as ordinary ops on the fake process group, their outputs counted where they live).
+One unrecorded warm-up step runs first (DTensor's first call of each op propagates shardings on
+full-size temporaries); the optimizer's state is then cleared, so step 1 creates it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import gc
+import time
+from typing import Any
+
+from vramlens.errors import InputError, TraceError, VramlensError
+from vramlens.trace.common import (
+    name_of,
+    phase_max,
+    quiet_third_party,
+    resolve_workload,
+    runner_layers,
+    simulated_reserved,
+)
+from vramlens.trace.events import INFERENCE_COMPONENT, TAG_COMPONENT, summarize
+from vramlens.trace.result import TraceResult, make_trace_breakdown
+from vramlens.workload import Workload
+
+#: The Llama-style module names the plan needs, per decoder block (transformers' LlamaDecoderLayer).
+BLOCK_LINEARS = ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj",
+                 "mlp.gate_proj", "mlp.up_proj", "mlp.down_proj")
+BLOCK_NORMS = ("input_layernorm", "post_attention_layernorm")
+
+
+def _check(model: Any, wl: Workload, backend: str, layers) -> None:
+    from vramlens.trace.build import is_factory
+
+    if backend != "fake":
+        raise TraceError(f"tp={wl.tp}: tensor parallelism is traced with fake tensors only (backend={backend!r} given)")
+    if layers is not None:
+        raise TraceError(f"tp={wl.tp}: --layers (extrapolation) is not supported: trace the whole model")
+    if is_factory(model):
+        raise TraceError(f"tp={wl.tp}: --tp traces transformers Llama-style models (torchtitan's plan); a factory module "
+                         "cannot be traced with --tp: use `vramlens estimate`")
+    if wl.gpus != wl.tp or wl.pp > 1 or wl.zero or wl.fsdp:
+        raise TraceError(f"only plain tensor parallelism over all GPUs is traced (gpus = tp); gpus={wl.gpus} "
+                         f"tp={wl.tp} pp={wl.pp} zero={wl.zero} fsdp={wl.fsdp}: use `vramlens estimate`")
+    if wl.method != "full" or wl.quant is not None:
+        raise TraceError(f"method={wl.method} under tp={wl.tp} is not traced (torchtitan's plan shards full "
+                         "fine-tuning): use `vramlens estimate`")
+    if not wl.training:
+        raise TraceError(f"tp={wl.tp} with mode={wl.mode} is not traced (torchtitan's plan trains): use `vramlens estimate`")
+    if wl.offload != "none" or wl.activation_offload or wl.optimizer_in_backward or wl.fp8:
+        raise TraceError(f"offload, activation offload, optimizer in backward and fp8 are not traced with tp={wl.tp}: "
+                         "use `vramlens estimate`")
+    if wl.loss != "cross-entropy" or wl.loss_chunks > 1:
+        raise TraceError(f"loss={wl.loss} loss_chunks={wl.loss_chunks} are not traced with tp={wl.tp} "
+                         "(torchtitan's loss is plain or --loss-parallel): use `vramlens estimate`")
+    if wl.amp is not None and wl.amp != wl.dtype:
+        raise TraceError(f"amp={wl.amp} under tp={wl.tp} is not traced (torchtitan runs TP alone in the weights' dtype): "
+                         "use --dtype bf16, or `vramlens estimate`")
+
+
+def _decoder(model) -> tuple[Any, Any]:
+    """(the decoder, its blocks), or a TraceError naming what is missing from the plan's layout."""
+    inner = getattr(model, "model", None)
+    layers = getattr(inner, "layers", None)
+    missing = [n for n in ("embed_tokens", "norm") if not hasattr(inner, n)]
+    if not hasattr(model, "lm_head"):
+        missing.append("lm_head")
+    if layers is None or missing:
+        raise TraceError(f"{type(model).__name__}: --tp applies torchtitan's plan to Llama-style decoders "
+                         f"(model.embed_tokens, model.layers, model.norm, lm_head); missing "
+                         f"{', '.join(missing) or 'model.layers'}: use `vramlens estimate`")
+    for i, block in enumerate(layers):
+        names = dict(block.named_modules())
+        gone = [n for n in (*BLOCK_LINEARS, *BLOCK_NORMS) if n not in names]
+        if gone:
+            raise TraceError(f"{type(model).__name__}: block {i} has no {', '.join(gone)}; --tp applies "
+                             "torchtitan's Llama plan (q/k/v/o, gate/up/down, two norms): use `vramlens estimate`")
+        extra = [n for n, m in names.items() if n and "." not in n and n not in ("self_attn", "mlp", *BLOCK_NORMS)]
+        if extra:
+            raise TraceError(f"{type(model).__name__}: block {i} has modules outside torchtitan's Llama plan "
+                             f"({', '.join(extra)}): use `vramlens estimate`")
+    return inner, layers
+
+
+def _divides(cfg: dict, tp: int) -> None:
+    """torchtitan's plan shards whole heads and equal MLP columns: tp must divide both."""
+    heads = cfg.get("num_attention_heads") or 0
+    kv = cfg.get("num_key_value_heads") or heads
+    if heads % tp or kv % tp:
+        raise TraceError(f"tp={tp} must divide the {heads} attention heads and {kv} key-value heads "
+                         "(ColwiseParallel shards whole heads): choose another --tp")
+    ffn = cfg.get("intermediate_size") or 0
+    if ffn % tp:
+        raise TraceError(f"tp={tp} must divide intermediate_size={ffn} (the MLP's columns, sharded evenly): "
+                         "choose another --tp, or use `vramlens estimate`")
+
+
+def apply_plan(model, mesh, *, loss_parallel: bool) -> int:
+    """torchtitan's ``apply_tp`` on a transformers Llama-style model; returns the number of blocks."""
+    from torch.distributed.tensor import Replicate, Shard
+    from torch.distributed.tensor.parallel import (
+        ColwiseParallel,
+        PrepareModuleInput,
+        RowwiseParallel,
+        SequenceParallel,
+        parallelize_module,
+    )
+
+    inner, layers = _decoder(model)
+    tied = model.lm_head.weight is inner.embed_tokens.weight
+    parallelize_module(inner, mesh, {
+        "embed_tokens": RowwiseParallel(input_layouts=Replicate(), output_layouts=Shard(1), use_local_output=False),
+        "norm": SequenceParallel(),
+    })
+    parallelize_module(model, mesh, {
+        "lm_head": ColwiseParallel(input_layouts=Shard(1), output_layouts=Shard(-1) if loss_parallel else Replicate(),
+                                   use_local_output=not loss_parallel),
+    })
+    if tied:  # both shard the (V, h) weight on dim 0: one DTensor, as the untraced model shares one tensor
+        model.lm_head.weight = inner.embed_tokens.weight
+    for block in layers:
+        parallelize_module(block, mesh, {
+            "input_layernorm": SequenceParallel(),
+            "self_attn": PrepareModuleInput(input_kwarg_layouts={"hidden_states": Shard(1)},
+                                            desired_input_kwarg_layouts={"hidden_states": Replicate()}),
+            "self_attn.q_proj": ColwiseParallel(),
+            "self_attn.k_proj": ColwiseParallel(),
+            "self_attn.v_proj": ColwiseParallel(),
+            "self_attn.o_proj": RowwiseParallel(output_layouts=Shard(1), use_local_output=False),
+            "post_attention_layernorm": SequenceParallel(),
+            "mlp": PrepareModuleInput(input_layouts=(Shard(1),), desired_input_layouts=(Replicate(),)),
+            "mlp.gate_proj": ColwiseParallel(),
+            "mlp.up_proj": ColwiseParallel(),
+            "mlp.down_proj": RowwiseParallel(output_layouts=Shard(1), use_local_output=False),
+        })
+    return len(layers)
+
+
+def trace_tp(model: Any, workload: Workload | None = None, *, steps: int = 2, backend: str = "fake",
+             layers: int | None = None, progress=None, top: int = 20, alloc_conf: str | None = None,
+             **workload_kwargs: Any) -> TraceResult:
+    """Trace rank 0 of ``tp``-way tensor parallelism (torchtitan's plan) on a Llama-style model.
+
+    Args:
+        model: a ModelSpec, a config.json dict, a catalog name or path (a transformers Llama-style model).
+        workload: the training run (``tp`` ranks over ``gpus = tp`` GPUs; ``loss_parallel`` keeps the
+            logits sharded); or give its fields as keyword arguments.
+        steps: recorded optimizer steps (after one unrecorded warm-up step).
+
+    Returns:
+        TraceResult whose breakdown is the memory of one rank.
+
+    Raises:
+        TraceError: the model or the combination cannot be traced under tensor parallelism.
+    """
+    wl = resolve_workload(workload, workload_kwargs)
+    if wl.tp < 2:
+        raise InputError(f"tp={wl.tp} must be >= 2 for a tensor-parallel trace")
+    _check(model, wl, backend, layers)
+    if steps < 1:
+        raise InputError(f"steps={steps} must be a whole number >= 1")
+    with quiet_third_party():
+        return _trace(model, wl, steps=steps, progress=progress, top=top, alloc_conf=alloc_conf)
+
+
+def _trace(model, wl: Workload, *, steps: int, progress, top: int, alloc_conf) -> TraceResult:
+    from torch.distributed.tensor.parallel import loss_parallel
+
+    from vramlens.trace.build import build_hf, retie
+    from vramlens.trace.fsdp import fake_process_group
+    from vramlens.trace.runner import Runner, config_of, describe_failure
+
+    t0 = time.perf_counter()
+    cfg = config_of(model)
+    _divides(cfg, wl.tp)
+    runner = Runner(wl, mode="fake", steps=steps, progress=progress)
+    lp = wl.loss_parallel
+
+    def warm_up(built, opt) -> None:
+        inputs = runner._inputs(built, wl.seq)
+        out = runner._forward(built, inputs)
+        loss = runner._loss(out)
+        del out
+        loss.backward()
+        del loss, inputs
+        if opt is not None:
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+            opt.state.clear()  # recorded step 1 creates the state, as a real first step does
+        for p in built.model.parameters():
+            p.grad = None
+        gc.collect()
+
+    runner.before_record = warm_up
+    with fake_process_group(wl.tp) as mesh:
+        built = build_hf(cfg, wl, meta_only=True)
+        if built.kind != "causal-lm":
+            raise TraceError(f"--tp traces causal LMs (torchtitan's plan); {type(built.model).__name__} trains "
+                             f"{built.kind}: use `vramlens estimate`")
+        hf: Any = built.model  # a transformers model: untyped
+        inner, _layers = _decoder(hf)
+        tied = hf.lm_head.weight is inner.embed_tokens.weight
+        try:
+            n_blocks = apply_plan(built.model, mesh, loss_parallel=lp)
+            assert runner.fake_mode is not None  # Runner(mode="fake")
+            with runner.fake_mode:
+                built.model.to_empty(device="cpu")
+                if tied:
+                    hf.lm_head.weight = inner.embed_tokens.weight
+                else:
+                    retie(built.model)
+        except VramlensError:
+            raise
+        except Exception as e:  # noqa: BLE001 - parallelize_module refusing the model: one clear line
+            raise TraceError(f"torchtitan's TP plan failed on {type(built.model).__name__}: "
+                             f"{type(e).__name__}: {e}") from e
+        try:
+            with loss_parallel() if lp else contextlib.nullcontext():
+                rec = runner.run(built)
+        except VramlensError:
+            raise
+        except Exception as e:  # noqa: BLE001 - any failure inside torch becomes one clear line
+            raise TraceError(describe_failure(runner.rec, e)) from e
+        ps = list(built.model.parameters())
+        params = sum(p.numel() for p in ps)  # DTensor.numel() is the global (unsharded) count
+        trainable = sum(p.numel() for p in ps if p.requires_grad)
+        del ps, built
+        gc.collect()
+    events = rec.events()
+    summary = summarize(events, top=top, component_of=TAG_COMPONENT if wl.training else INFERENCE_COMPONENT)
+    notes = list(runner.notes) + [
+        f"tensor parallelism per rank: rank 0 of {wl.tp} (fake process group), torchtitan's plan "
+        f"(llama3 apply_tp) on {n_blocks} blocks: q/k/v/gate/up ColwiseParallel, o/down RowwiseParallel, "
+        "norms SequenceParallel, embedding RowwiseParallel, output layer ColwiseParallel"
+        + (" with loss_parallel (logits sharded over the vocabulary)" if lp else " (logits gathered)"),
+        "one unrecorded warm-up step ran first (DTensor's first calls); optimizer state cleared after it, "
+        "so step 1 creates the state",
+    ]
+    reserved = simulated_reserved(events, notes, alloc_conf)
+    bd = make_trace_breakdown(summary, training=True, source="trace", notes=notes,
+                              phases=phase_max(summary.phase_peaks), peak_reserved=reserved, workload=wl)
+    return TraceResult(
+        breakdown=bd, summary=summary, events=tuple(events), workload=wl, model_name=name_of(model),
+        params=params, trainable_params=trainable, backend="fake", steps=steps,
+        step_peaks=summary.step_peaks, phase_peaks=summary.phase_peaks, n_layers=runner_layers(runner, model),
+        seconds=time.perf_counter() - t0,
+    )

@@ -1,0 +1,106 @@
+"""Tensor parallelism traced per rank (vramlens.trace.tp): torchtitan's plan on transformers' Llama.
+
+The per-rank state is checked against figures computed here from the shapes: every matrix
+(embedding and output layer over the vocabulary) split tp ways, the norms whole, each tensor its own
+allocation rounded to 512 B; the input embedding's gradient is whole (V x h) on every rank (DTensor
+has no row-sharded strategy for ``embedding_dense_backward``). The cross-check rows
+(vramlens.trace.crosscheck.TP_ROWS) hold the estimate to the trace: peak within 5 %, every component
+within 10 %.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from tests.trace.conftest import tiny_llama
+
+from vramlens.errors import TraceError
+from vramlens.trace import trace
+from vramlens.trace.crosscheck import TP_ROWS, render, run_row
+
+pytest.importorskip("torch", reason="tracing needs the trace extra (torch)")
+
+# hidden 128 in 4 heads (2 KV heads), MLP 344, vocabulary 1024, 2 blocks
+CFG = tiny_llama(layers=2, intermediate_size=344, vocab_size=1024)
+W = dict(mode="train", dtype="bf16", batch=2, seq=64)
+
+
+@pytest.fixture(scope="module")
+def tp2():
+    return trace(CFG, **W, tp=2, gpus=2)
+
+
+def test_state_per_rank_is_exact(tp2):
+    bd = tp2.breakdown
+    # per rank, bf16: embedding and lm_head 512 x 128 x 2 = 131,072 each; per block q 64 x 128 x 2 =
+    # 16,384, k and v (2 KV heads of 32 -> 1 per rank) 32 x 128 x 2 = 8,192 each, o 128 x 64 x 2 = 16,384,
+    # gate and up 172 x 128 x 2 = 44,032, down 128 x 172 x 2 = 44,032, two norms 128 x 2 = 256 -> 512 each;
+    # final norm 512; the rotary buffers inv_freq and original_inv_freq (16 fp32 each) 512 each
+    block = 16_384 + 2 * 8_192 + 16_384 + 3 * 44_032 + 2 * 512  # 182,272
+    assert bd["weights"] == 2 * 131_072 + 2 * block + 512 + 2 * 512  # 628,224
+    # AdamW: exp_avg and exp_avg_sq of every parameter shard (the buffer has none)
+    assert bd["optimizer_states"] == 2 * (2 * 131_072 + 2 * block + 512)  # 1,254,400
+    # the gradients: the shards', but the input embedding's whole (1024 x 128 x 2 = 262,144)
+    assert bd["gradients"] == 262_144 + 131_072 + 2 * block + 512  # 758,272
+    # global counts (DTensor.numel), not the shard's: embedding and lm_head 2 x 1024 x 128; per block q and o
+    # 128 x 128, k and v 64 x 128, MLP 3 x 344 x 128, norms 2 x 128; the final norm 128
+    assert tp2.params == 2 * 1024 * 128 + 2 * (2 * 128 * 128 + 2 * 64 * 128 + 3 * 344 * 128 + 2 * 128) + 128
+    assert "rank 0 of 2" in " ".join(bd.notes)
+
+
+def test_loss_parallel_keeps_the_logits_sharded(tp2):
+    lp = trace(CFG, **W, tp=2, gpus=2, loss_parallel=True)
+    # the fp32 log_softmax the loss keeps: b x s x V/tp x 4 = 2 x 64 x 512 x 4 = 262,144 with loss_parallel,
+    # 2 x 64 x 1024 x 4 = 524,288 gathered; the rest of the saved tensors is the same
+    assert tp2.breakdown["activations"] - lp.breakdown["activations"] == 524_288 - 262_144
+    assert lp.breakdown["gradients"] == tp2.breakdown["gradients"]
+
+
+def test_refusals_are_one_line(tmp_path, capsys):
+    from vramlens.cli.main import main
+
+    with pytest.raises(TraceError, match=r"^tp=3 must divide the 4 attention heads and 2 key-value heads"):
+        trace(CFG, **W, tp=3, gpus=3)
+    with pytest.raises(TraceError, match="GPT2LMHeadModel: --tp applies torchtitan's plan to Llama-style decoders"):
+        trace({"model_type": "gpt2", "architectures": ["GPT2LMHeadModel"], "n_embd": 128, "n_head": 4,
+               "n_layer": 2, "vocab_size": 1024, "n_positions": 128}, **W, tp=2, gpus=2)
+    with pytest.raises(TraceError, match=r"^amp=bf16 under tp=2 is not traced"):
+        trace(CFG, **{**W, "dtype": "fp32"}, tp=2, gpus=2, amp="bf16")
+    cfg = tmp_path / "config.json"
+    cfg.write_text(json.dumps(CFG))
+    rc = main(["trace", str(cfg), "--mode", "train", "--seq", "64", "--batch", "2", "--dtype", "bf16",
+               "--tp", "2", "--gpus", "2", "--method", "lora", "--quiet"])
+    assert rc == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "method=lora under tp=2 is not traced" in err[0]
+
+
+def test_cli_traces_tp(tmp_path, capsys):
+    from vramlens.cli.main import main
+
+    cfg = tmp_path / "config.json"
+    cfg.write_text(json.dumps(CFG))
+    rc = main(["trace", str(cfg), "--mode", "train", "--seq", "64", "--batch", "2", "--dtype", "bf16",
+               "--tp", "2", "--gpus", "2", "--loss-parallel", "--steps", "1", "--json", "--quiet"])
+    assert rc == 0
+    d = json.loads(capsys.readouterr().out)
+    assert d["components"]["gradients"] == 758_272  # as test_state_per_rank_is_exact
+
+
+@pytest.mark.slow
+def test_tp_rows_match_the_estimate():
+    rows = [run_row(name, row) for name, row in TP_ROWS]
+    assert {(r.workload["tp"], bool(r.workload.get("loss_parallel"))) for r in rows} == {
+        (2, False), (2, True), (4, False), (4, True)}
+    assert {r.workload["checkpointing"] for r in rows} == {"none", "full", "selective-op", "every:2"}
+    for r in rows:
+        assert abs(r.peak_error) <= 0.05, render(rows)
+        for c in r.traced:
+            err = r.component_error(c)
+            assert err is None or abs(err) <= 0.10, (c, render(rows))
+        assert r.traced["gradients"] == r.estimate["gradients"], render(rows)
+        assert r.traced["optimizer_states"] == r.estimate["optimizer_states"], render(rows)
+        # the two rotary buffers (64 B each, a 512-byte block each on every rank), which the estimator
+        # scales by the rank's share of the parameters instead
+        assert 0 < r.traced["weights"] - r.estimate["weights"] < 2 * 512, render(rows)
