@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from vramlens.estimator import heads as H
+from vramlens.estimator.audio import encoder_tokens, front_end_saved
 from vramlens.estimator.checkpointing import (
     checkpointed,
     first_block_checkpointed,
@@ -1045,7 +1046,10 @@ def model_level_saved(spec: ModelSpec, w: Workload, b: int, s: int) -> int:
               + embedding_leaf_saved(spec, w, b, s))
     total += final_norm_saved(spec, w, b, s)
     if spec.kind == "encoder-decoder":
-        total += _norm_saved(norm_kind(spec), spec.hidden_size, t, r, c, 1, False)  # encoder final norm
+        # the encoder's final norm, whose output every cross-attention's k and v projections read
+        total += _norm_saved(norm_kind(spec), spec.hidden_size, b * encoder_tokens(spec, w), r, c, 1, False)
+    if spec.audio is not None:
+        total += front_end_saved(spec, w, b)  # the log-mel features and the conv front end
     if spec.position == "relative" and any(checkpointed(spec, w)):
         # T5 computes its position biases (1, a, s, s) once per stack and hands them to every
         # checkpointed block, which keeps them as inputs: the encoder's, the decoder's self- and
