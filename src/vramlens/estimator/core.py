@@ -550,6 +550,8 @@ def estimate_spec(spec: ModelSpec, w: Workload, gpu: GPU | None = None, *, headr
                    f"prompt after prefill)" if K.sliding_layers(spec) else "")
                 + (" + one layer's old keys (a sliding layer's keys and values) while torch.cat appends"
                    if w.new_tokens and not w.kv_block else "")
+                + (f" + the cross-attention's keys and values of {AU.encoder_tokens(spec, w):,} encoder positions per "
+                   "row, computed once from the encoder's output" if spec.audio is not None else "")
             )
         else:
             cf = K.cache_figures(spec, w, tp=w.tp)
