@@ -581,8 +581,9 @@ def estimate_spec(spec: ModelSpec, w: Workload, gpu: GPU | None = None, *, headr
             # (its blocks' working set, or the conv front end's); its output and the input features stay
             # alive through the decoder's forward and generate() (encoder_outputs)
             se = AU.encoder_tokens(spec, w)
-            kept = A._r(c * spec.hidden_size * b * se) + AU.features_bytes(spec, w, b)
-            encode = max(A.inference_layer_peak(spec, w, b, se, se, tp=w.tp) + kept, AU.front_end_inference(spec, w, b))
+            feats = AU.features_bytes(spec, w, b)
+            kept = A._r(c * spec.hidden_size * b * se) + feats
+            encode = max(A.inference_layer_peak(spec, w, b, se, se, tp=w.tp) + feats, AU.front_end_inference(spec, w, b))
             work += kept
             tail += kept
         elif logits and spec.kind == "encoder-decoder":
@@ -669,8 +670,10 @@ def _tied_embedding_backward(spec: ModelSpec, w: Workload, st: TrainState,
     model_level = AU.front_end_saved(spec, w, b) + A._norm_saved(A.norm_kind(spec), h, b * se, r, c, 1, False)
     outside = set(spec.outside_loss)
     enc_params = sum(t.numel for t in spec.tensors if t.stack == "encoder" and t.is_parameter and t.name not in outside)
-    grads = st.grads - st.grads * enc_params // max(1, st.trainable)
-    at = (st.weights + st.master + st.opt + st.comm + st.autocast + blocks + model_level + A._r(r * b * se * h)
+    grads = st.grads - A._r(st.grads * enc_params // max(1, st.trainable))
+    # autocast's weight copies: the decoder's went with its backward, the encoder's are still saved
+    casts = A._r(st.autocast * enc_params // max(1, st.trainable))
+    at = (st.weights + st.master + st.opt + st.comm + casts + blocks + model_level + A._r(r * b * se * h)
           + grads + 2 * st.head_grad + st.workspace)
     return tuple((name, max(v, at) if name == "backward" else v) for name, v in phases)
 

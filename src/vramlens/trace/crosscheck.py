@@ -165,6 +165,10 @@ AUDIO_ROWS: tuple[tuple[str, dict[str, Any]], ...] = (
     ("whisper-shrunk", {"mode": "train", "method": "full", "dtype": "bf16", "batch": 2, "seq": 64}),
     ("whisper-shrunk", {"mode": "train", "method": "full", "dtype": "fp32", "batch": 1, "seq": 32}),
     ("whisper-shrunk", {"mode": "train", "method": "lora", "dtype": "bf16", "batch": 2, "seq": 64}),
+    # Seq2SeqTrainer's usual Whisper fine-tune: fp32 weights under autocast, or every block checkpointed
+    ("whisper-shrunk", {"mode": "train", "method": "full", "dtype": "fp32", "amp": "bf16", "batch": 2, "seq": 64}),
+    ("whisper-shrunk", {"mode": "train", "method": "full", "dtype": "bf16", "batch": 2, "seq": 64,
+                        "checkpointing": "full"}),
     ("whisper-shrunk", {"mode": "train", "method": "full", "dtype": "bf16", "batch": 1, "seq": 32,
                         "audio_seconds": 45}),
     ("whisper-shrunk", {"mode": "inference", "dtype": "bf16", "batch": 2, "seq": 64}),
