@@ -350,6 +350,12 @@ class ModelSpec:
     # ---- vision encoders ------------------------------------------------------------------------
     #: the image side of a vision encoder (patch size, class token); None for text models
     vision: Vision | None = None
+    #: the attention makes q, k and v contiguous head-major, (b, a, s, d) (Whisper's
+    #: ``.transpose(1, 2).contiguous()``), so a fused SDPA kernel writes its output in that layout (flash
+    #: allocates it like the query) and transformers' transpose back to (b, s, a*d) is a copy, which the
+    #: output projection keeps when it trains; a query left as a transposed view gets it for free (Llama), and
+    #: so does fp32, whose memory-efficient kernel writes (b, s, a, d) whatever the query's layout
+    attention_output_copy: bool = False
     # ---- speech encoders ------------------------------------------------------------------------
     #: the audio side of a speech encoder-decoder (mel bins, 1,500 encoder positions per 30 s); None otherwise
     audio: Audio | None = None

@@ -99,6 +99,8 @@ def build_whisper(r: ConfigReader, architecture: str) -> Built:
         # the sinusoidal table: a parameter with requires_grad_(False) (WhisperEncoder.__init__)
         outside_loss=(f"{pre}encoder.embed_positions.weight",),
         audio=Audio(mel_bins=mels, source_positions=src, target_positions=tgt),
+        # WhisperAttention.forward: q, k and v ``.transpose(1, 2).contiguous()`` (modeling_whisper.py:312, 336-337)
+        attention_output_copy=True,
     )
     return Built(facts, t.items)
 
