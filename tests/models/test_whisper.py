@@ -97,3 +97,10 @@ def test_audio_seconds_from_text_and_json():
     w = make_workload(audio_seconds="12.5")
     assert w.audio_seconds == 12.5 and w.to_dict()["audio_seconds"] == 12.5
     assert make_workload(audio_seconds="").audio_seconds is None  # the web form's empty field
+
+
+def test_fit_plans_count_window_rows():
+    # 2 clips of 45 s are 2 x ceil(45 / 30) = 4 rows of 1,500 encoder positions; seq: the 448 decoder positions
+    r = vramlens.fit("whisper-tiny", gpu="24GB", mode="train", method="full", batch=2, audio_seconds=45)
+    w = r.plans[0].workload
+    assert (w.batch, w.seq, w.audio_seconds) == (4, 448, None)
