@@ -314,7 +314,8 @@ class Workload:
                 p.append(f"image_size={sides[0]}x{sides[1]} is over the limit of {L.MAX_IMAGE_SIDE:,} pixels a side")
         if self.audio_seconds is not None:
             a = self.audio_seconds
-            if isinstance(a, bool) or not isinstance(a, int | float) or not math.isfinite(a) or a <= 0:
+            if (isinstance(a, bool) or not isinstance(a, int | float)
+                    or (isinstance(a, float) and not math.isfinite(a)) or a <= 0):
                 p.append(f"audio_seconds={L.show(a)} must be a number of seconds > 0, such as 30 or 12.5")
             elif a > L.MAX_AUDIO_SECONDS:
                 p.append(f"audio_seconds={L.show(a)} is over the limit of {L.MAX_AUDIO_SECONDS:,} seconds: "

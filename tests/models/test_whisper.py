@@ -86,6 +86,8 @@ def test_audio_seconds_on_a_text_model_names_the_speech_models():
     ("abc", "audio_seconds='abc' must be a number of seconds > 0, such as 30 or 12.5"),
     (360_001, "audio_seconds=360001 is over the limit of 360,000 seconds: give one sample's audio, and the samples "
               "as --batch"),
+    (10**400, "audio_seconds=a 401-digit number is over the limit of 360,000 seconds: give one sample's audio, and "
+              "the samples as --batch"),
 ])
 def test_audio_seconds_bounds(value, message):
     with pytest.raises(ConfigError) as e:
