@@ -502,8 +502,12 @@ def estimate_spec(spec: ModelSpec, w: Workload, gpu: GPU | None = None, *, headr
             made = st.head_grad if at.head_grad_in_forward else 0  # already the gradient, not a temporary
             loss_bwd = max(loss_bwd, at.head_backward, at.head_backward_later + at.head_grads * st.head_grad - made,
                            at.final_norm_backward)
-        # Whisper: the tied output layer's gradient and the embedding's, waiting to be added (_tied_embedding_backward)
-        tied = 2 * st.head_grad if spec.audio is not None and spec.tied_embeddings else 0
+        # Whisper: the tied output layer's gradient and the embedding's, waiting to be added, and the gradient of
+        # the encoder's output (_tied_embedding_backward)
+        tied = 0
+        if spec.audio is not None and spec.tied_embeddings and st.head_grad:
+            tied = 2 * st.head_grad + A._r((4 if w.run_dtype == "fp32" else DTYPE_BYTES[w.compute_dtype]) * w.batch
+                                           * AU.encoder_tokens(spec, w) * spec.hidden_size)
         temporaries = max(loss_tmp, loss_bwd, st.opt_tmp + st.master_grads + st.in_backward_addend, recompute,
                           second, at.dequant_temporary, at.mlp_backward, at.fp8_temporary, tied)
         explain["temporaries"] = (f"max(loss: logits + fp32 upcast {loss_tmp:,} B, loss backward: two fp32 "
@@ -667,7 +671,8 @@ def _tied_embedding_backward(spec: ModelSpec, w: Workload, st: TrainState,
     ck = sum(C.checkpointed(spec, w)[:1]) if spec.n_encoder_layers else 0
     blocks = enc.checkpoint_input * ck + enc.saved * (spec.n_encoder_layers - ck)
     h = spec.hidden_size
-    model_level = AU.front_end_saved(spec, w, b) + A._norm_saved(A.norm_kind(spec), h, b * se, r, c, 1, False)
+    # the encoder's final norm keeps its input; its output's readers (the decoder's cross-attention) are done
+    model_level = AU.front_end_saved(spec, w, b) + A._norm_saved(A.norm_kind(spec), h, b * se, r, c, 0, False)
     outside = set(spec.outside_loss)
     enc_params = sum(t.numel for t in spec.tensors if t.stack == "encoder" and t.is_parameter and t.name not in outside)
     grads = st.grads - A._r(st.grads * enc_params // max(1, st.trainable))
