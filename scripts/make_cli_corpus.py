@@ -59,6 +59,11 @@ BAD_RATIOS = ["0", "-1", "2", "nan", "inf", "-inf", "1e309", "abc", "", DIGITS_5
 BAD_IMAGE_SIZES = ["0", "-1", "0x224", "224x0", "16385", "224x16385", "224x224x224", "x", "224x", "abc", "", " ",
                    "224.5", "1e3", "-224x224", HUGE, DIGITS_5000, "\u0661\u0662"]
 
+#: --audio-seconds: not numbers, not positive, not finite, or over MAX_AUDIO_SECONDS (a valid number such as 1.5
+#: is accepted by the commands that take no model-specific check, such as place)
+BAD_AUDIO_SECONDS = ["0", "-1", "-0.5", "nan", "inf", "-inf", "1e400", "360001", "abc", "", " ", "0x10", "1,000",
+                     "10;rm", "2**10", HUGE, DIGITS_5000]
+
 #: Values a flag takes that are sizes, counts, rates, shapes or allocator settings (by flag).
 KIND = {
     "--gpu": BAD_SIZES, "--host-ram": BAD_SIZES, "--params": BAD_COUNTS, "--network": BAD_GBPS,
@@ -68,6 +73,7 @@ KIND = {
     "--keep": ["bogus", "batch=abc", "x" * 300], "--forbid": ["bogus", "x" * 300],
     "--headroom": BAD_FLOATS, "--lora-dropout": BAD_FLOATS[:1] + BAD_FLOATS[2:], "--checkpointing": BAD_CHECKPOINTING, "--swa-full-tokens-ratio": BAD_RATIOS,
     "--vllm-version": BAD_VLLM_VERSIONS, "--image-size": BAD_IMAGE_SIZES,
+    "--audio-seconds": BAD_AUDIO_SECONDS,
 }
 #: Flags not crossed with bad values: they start a server, or only pick a mode.
 SKIP = {"--host", "--port", "--version"}

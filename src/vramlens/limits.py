@@ -44,6 +44,9 @@ MAX_SEQ = 1_073_741_824
 #: Pixels on a side of an image a vision encoder sees: 16,384 is 16x the 1,024 of the largest released
 #: ViT inputs (SigLIP so400m: 384; ViT-H/14 at 518), and a 16,384^2 image at patch 14 is 1.4M tokens.
 MAX_IMAGE_SIDE = 16_384
+#: Seconds of audio in one sample a speech model hears (Whisper: ceil(S / 30) windows of 1,500 positions).
+#: 360,000 s is 100 hours, 12,000 windows: longer than any recording transcribed in one call.
+MAX_AUDIO_SECONDS = 360_000
 #: Gradient accumulation steps.
 MAX_GRAD_ACCUM = 1_048_576
 #: GPUs in one job. The largest training clusters have about 200,000.

@@ -28,6 +28,7 @@ Checkpointing (activation checkpointing of the transformer blocks):
 
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass, fields, replace
 from typing import Any, Literal, get_args
 
@@ -177,6 +178,10 @@ class Workload:
     #: (height, width) of the images a vision encoder sees (ViT, CLIP/SigLIP vision towers); None: the
     #: config's image_size. The tokens are (H // patch) * (W // patch) (+1 for a class token), not seq.
     image_size: tuple[int, int] | None = None
+    #: seconds of audio per sample a speech encoder-decoder (Whisper) hears; None: one 30-second window.
+    #: The feature extractor pads or cuts to 30 s and the encoder always sees 1,500 positions per window;
+    #: longer clips are cut into ceil(S / 30) windows (the ASR pipeline's chunking), each a batch row.
+    audio_seconds: float | None = None
 
     # ---- derived ------------------------------------------------------------------------
     @property
@@ -307,6 +312,14 @@ class Workload:
                 p.append(f"image_size={shown} must be two whole numbers of pixels >= 1 (height, width)")
             elif max(sides) > L.MAX_IMAGE_SIDE:
                 p.append(f"image_size={sides[0]}x{sides[1]} is over the limit of {L.MAX_IMAGE_SIDE:,} pixels a side")
+        if self.audio_seconds is not None:
+            a = self.audio_seconds
+            if (isinstance(a, bool) or not isinstance(a, int | float)
+                    or (isinstance(a, float) and not math.isfinite(a)) or a <= 0):
+                p.append(f"audio_seconds={L.show(a)} must be a number of seconds > 0, such as 30 or 12.5")
+            elif a > L.MAX_AUDIO_SECONDS:
+                p.append(f"audio_seconds={L.show(a)} is over the limit of {L.MAX_AUDIO_SECONDS:,} seconds: "
+                         "give one sample's audio, and the samples as --batch")
         for name, limit in _COUNT_LIMITS:
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int) or v < 1:
@@ -602,6 +615,21 @@ def parse_image_size(value: Any) -> tuple[int, int] | None:
     raise ConfigError([f"image_size={L.show(value)} must be 224 or HxW such as 224x224"])
 
 
+def parse_audio_seconds(text: str) -> float:
+    """``--audio-seconds``: a positive number of seconds ("30", "12.5"); Workload checks the bounds.
+
+    Raises:
+        ConfigError: not a number.
+    """
+    try:
+        value = float(text.strip()) if len(text) <= 32 else math.nan
+    except ValueError:
+        value = math.nan
+    if not math.isfinite(value):
+        raise ConfigError([f"audio_seconds={L.show(text)} must be a number of seconds > 0, such as 30 or 12.5"])
+    return value
+
+
 def make_workload(**kwargs: Any) -> Workload:
     """Build and validate a Workload from keyword arguments named like the CLI flags.
 
@@ -615,7 +643,7 @@ def make_workload(**kwargs: Any) -> Workload:
         if key not in known:
             unknown.append(k)
             continue
-        if v is None and key not in ("amp", "quant", "kv_dtype", "task", "image_size"):
+        if v is None and key not in ("amp", "quant", "kv_dtype", "task", "image_size", "audio_seconds"):
             continue
         clean[key] = v
     if unknown:
@@ -632,4 +660,8 @@ def make_workload(**kwargs: Any) -> Workload:
         clean["task"] = None  # the web form's "(from the config)"
     if "image_size" in clean:
         clean["image_size"] = parse_image_size(clean["image_size"])
+    if clean.get("audio_seconds") == "":
+        clean["audio_seconds"] = None  # the web form's empty field
+    elif isinstance(clean.get("audio_seconds"), str):
+        clean["audio_seconds"] = parse_audio_seconds(clean["audio_seconds"])
     return Workload(**clean).validated()

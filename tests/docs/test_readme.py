@@ -103,6 +103,8 @@ RUN: dict[str, tuple[list[str], int, str] | str] = {
     "vramlens estimate llama-3-8b --mode train --dtype fp32 --amp bf16 --fsdp --gpus 8 --batch 2 --seq 8192 "
     "--checkpointing selective-op": ([], 0, ""),
     "vramlens serve": "starts a server that runs until stopped (tests/web covers the app in-process)",
+    "vramlens estimate whisper-large-v3 --mode inference --dtype fp16 --audio-seconds 75 --seq 4 --new-tokens 128 "
+    "--gpu T4": ([], 0, ""),
 }
 
 

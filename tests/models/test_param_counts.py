@@ -220,6 +220,21 @@ PINNED_DECODERS = {
 }
 PINNED.update(PINNED_DECODERS)
 
+#: Whisper (WhisperForConditionalGeneration, proj_out tied to embed_tokens). The encoder's sinusoidal
+#: embed_positions (1500 x d) is an nn.Embedding with requires_grad_(False): model.parameters() counts it.
+#: tiny: encoder conv1 384*80*3 + 384 + conv2 3*384^2 + 384 + positions 1500*384 + 4 blocks (12*384^2 + 12*384)
+#: + norm 2*384 = 8,208,384; decoder 51,865*384 + 448*384 + 4 blocks (16*384^2 + 17*384) + 2*384 = 29,552,256
+PINNED_WHISPER = {
+    "whisper-tiny": 37_760_640,
+    "whisper-base": 72_593_920,
+    "whisper-small": 241_734_912,
+    "whisper-medium": 763_857_920,
+    "whisper-large-v2": 1_543_304_960,
+    "whisper-large-v3": 1_543_490_560,  # 128 mel bins (+48 * 1280 * 3) and one more token (+1280)
+    "whisper-large-v3-turbo": 808_878_080,  # 4 decoder blocks: 28 * (16 * 1280^2 + 17 * 1280) fewer
+}
+PINNED.update(PINNED_WHISPER)
+
 
 @pytest.mark.parametrize("name,count", list(PINNED.items()), ids=list(PINNED))
 def test_pinned_parameter_count(name, count):
@@ -272,3 +287,17 @@ def test_t5_untied_difference_is_the_lm_head():
     # what transformers 4.x counted for the untied checkpoints
     assert load_model("mt5-base").params + 250_112 * 768 == 582_401_280
     assert load_model("t0_3b").params + 32_128 * 2048 == 2_849_757_184
+
+
+def whisper_formula(d: int, L_enc: int, L_dec: int, V: int, mels: int) -> int:
+    """Whisper's count by hand (modeling_whisper.py): ffn 4d, positions 1500 and 448."""
+    enc = (d * mels * 3 + d) + (3 * d * d + d) + 1500 * d + L_enc * (12 * d * d + 12 * d) + 2 * d
+    dec = V * d + 448 * d + L_dec * (16 * d * d + 17 * d) + 2 * d
+    return enc + dec
+
+
+def test_whisper_formula():
+    assert whisper_formula(384, 4, 4, 51_865, 80) == PINNED["whisper-tiny"] == load_model("whisper-tiny").params
+    assert whisper_formula(1280, 32, 4, 51_866, 128) == load_model("whisper-large-v3-turbo").params
+    # 1_543_490_560 - 808_878_080 = 734_612_480 = 28 * (16 * 1280^2 + 17 * 1280)
+    assert PINNED["whisper-large-v3"] - PINNED["whisper-large-v3-turbo"] == 28 * (16 * 1280**2 + 17 * 1280)

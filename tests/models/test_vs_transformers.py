@@ -196,6 +196,14 @@ VARIANTS["SiglipVisionModel"] = _v("siglip_vision_model", "SiglipVisionModel", *
 VARIANTS["SiglipVisionModel-no-head"] = _v("siglip_vision_model", "SiglipVisionModel", **_VISION,
                                            vision_use_head=False)
 
+_WHISPER = dict(d_model=64, encoder_layers=2, decoder_layers=3, encoder_attention_heads=4, decoder_attention_heads=4,
+                encoder_ffn_dim=96, decoder_ffn_dim=96, vocab_size=1000, num_mel_bins=80, pad_token_id=0, bos_token_id=0,
+                eos_token_id=0, decoder_start_token_id=1)
+VARIANTS["WhisperForConditionalGeneration"] = _v("whisper", "WhisperForConditionalGeneration", **_WHISPER)
+VARIANTS["WhisperModel"] = _v("whisper", "WhisperModel", **_WHISPER)
+VARIANTS["Whisper-128-mels"] = _v("whisper", "WhisperForConditionalGeneration", **{**_WHISPER, "num_mel_bins": 128},
+                                  max_source_positions=750, max_target_positions=100)
+
 
 def _check(config: dict) -> None:
     spec = spec_from_config(config)

@@ -92,6 +92,12 @@ def fit(
         # a vision encoder's sequence is its patches (vramlens.estimator.core.estimate_spec)
         h, w_ = base.image_size or (spec.vision.image_size, spec.vision.image_size)
         base = base.replace(seq=spec.vision.tokens(h, w_))
+    if spec.audio is not None:
+        # Whisper: each 30-second window is a batch row, seq the transcript (vramlens.estimator.audio); the
+        # plans count rows
+        from vramlens.estimator.audio import audio_workload
+
+        base = audio_workload(spec, base)[0].replace(audio_seconds=None)
     ram = parse_size(host_ram, what="host RAM") if isinstance(host_ram, str) else host_ram
     if ram is not None:  # as the CLI's --host-ram: bytes, positive (a negative one made every offload plan miss)
         ram = check_int("host_ram", ram, MAX_DEVICE_BYTES, fix="give bytes or a size such as '256GB'")

@@ -192,6 +192,10 @@ def add_workload_args(p: argparse.ArgumentParser) -> None:
                         "host but the current ones), quantized (QuantizedCache, 4-bit with a 128-token residual)")
     g.add_argument("--max-cache-len", type=_positive, default=0,
                    help="with --cache static: the tokens StaticCache preallocates (default 0: seq + new-tokens)")
+    g.add_argument("--audio-seconds", type=_audio_seconds, default=None, metavar="S",
+                   help="speech encoder-decoders (Whisper): seconds of audio per sample; padded to 30-second "
+                        "windows of 1,500 encoder positions, ceil(S/30) windows per sample; --seq is the "
+                        "transcript's tokens (default: one 30-second window)")
 
 
 def _image_size(text: str) -> tuple[int, int]:
@@ -205,6 +209,16 @@ def _image_size(text: str) -> tuple[int, int]:
     if size is None:
         raise argparse.ArgumentTypeError("image_size='' must be 224 or HxW such as 224x224")
     return size
+
+
+def _audio_seconds(text: str) -> float:
+    """``--audio-seconds``: a number of seconds (Workload checks the bounds)."""
+    from vramlens.errors import ConfigError
+
+    try:
+        return W.parse_audio_seconds(text)
+    except ConfigError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
 
 
 def workload_kwargs(args: argparse.Namespace) -> dict[str, Any]:

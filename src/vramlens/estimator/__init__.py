@@ -122,6 +122,10 @@ def check_workload(spec: ModelSpec, w: Workload) -> None:
     elif w.new_tokens and spec.head not in ("causal-lm", "seq2seq-lm"):
         p.append(f"new_tokens={w.new_tokens}: {spec.name} is built for {spec.head} ({spec.architecture}), which "
                  "does not generate: drop --new-tokens or use --task causal-lm")
+    from vramlens.estimator.audio import audio_problems
+
+    p += audio_problems(spec, w, "Whisper: whisper-tiny, -base, -small, -medium, -large-v2, -large-v3, "
+                                 "-large-v3-turbo, or any model_type whisper")
     if p:
         raise ConfigError(p)
 

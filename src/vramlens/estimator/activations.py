@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from vramlens.estimator import heads as H
+from vramlens.estimator.audio import encoder_tokens, front_end_saved
 from vramlens.estimator.checkpointing import (
     checkpointed,
     first_block_checkpointed,
@@ -238,7 +239,17 @@ def untracked_before_first_adapter(spec: ModelSpec, w: Workload, b: int, s: int)
             break
     else:
         return 0, ()
-    t = b * s
+    if spec.kind == "encoder-decoder":
+        # two first blocks fed by frozen inputs: the encoder's (Whisper: over its 1,500 positions) and the
+        # decoder's (its own embeddings)
+        enc, _ = _untracked_first_block(spec, w, b * encoder_tokens(spec, w), groups)
+        dec, _ = _untracked_first_block(spec, w, b * s, groups)
+        return enc + dec, tuple(groups) * 2
+    return _untracked_first_block(spec, w, b * s, groups)
+
+
+def _untracked_first_block(spec: ModelSpec, w: Workload, t: int, groups: list[str]) -> tuple[int, tuple[str, ...]]:
+    """untracked_before_first_adapter for one stack of t tokens."""
     c = DTYPE_BYTES[w.compute_dtype]
     r = 4 if w.run_dtype == "fp32" else c
     own = _norm_saved(norm_kind(spec), spec.hidden_size, t, r, c, 0, False, False)
@@ -252,9 +263,7 @@ def untracked_before_first_adapter(spec: ModelSpec, w: Workload, b: int, s: int)
             own += _norm_saved(norm_kind(spec), m.q_lora_rank, t, c, c, 0, False, False)
         if not trains(w, "kv_a_proj_with_mqa"):
             own += _norm_saved(norm_kind(spec), m.kv_lora_rank, t, c, c, 0, False, False)
-    # an encoder-decoder has two first blocks fed by frozen embeddings (the decoder's own inputs)
-    stacks = 2 if spec.kind == "encoder-decoder" else 1
-    return stacks * own, tuple(groups) * stacks
+    return own, tuple(groups)
 
 
 def _autocast(w: Workload) -> bool:
@@ -457,6 +466,31 @@ def _lora_saved(spec: ModelSpec, w: Workload, D: Dims, t: int, c: int, tp: int =
     return total
 
 
+def _lora_cross_saved(spec: ModelSpec, w: Workload, t: int, t_kv: int, c: int, tp: int = 1) -> int:
+    """A decoder block's cross-attention adapters (_lora_saved's terms): its projections are named as the
+    self-attention's, for which the encoder's first block stands in linear_groups; the query and output
+    projections see the decoder's t tokens, the key and value the encoder's t_kv (Whisper's
+    ``encoder_attn.v_proj`` keeps an fp32 copy of the whole encoder output under fp32 adapters)."""
+    if w.method == "full":
+        return 0
+    lb = DTYPE_BYTES[w.lora_dtype]
+    a_out = c if _autocast(w) else lb
+    private = lora_casts_input(w)
+    dims = _dims_by_path(spec)
+    total = 0
+    for g in ("qkv", "attn_out"):
+        for path, leaf in linear_groups(spec).get(g, ()):
+            if not _adapted(w, leaf) and not any(path.endswith("." + x) for x in w.lora_targets):
+                continue
+            k = dims.get(path, (0, 0))[0]
+            k = k if g == "qkv" else max(1, k // tp)
+            n_tok = t_kv if g == "qkv" and not leaf.startswith("q") else t
+            total += _r(a_out * w.lora_rank * n_tok) + (_r(lb * k * n_tok) if private else 0)
+            if w.lora_dropout > 0:
+                total += _r(k * n_tok)
+    return total
+
+
 def sdpa_core(spec: ModelSpec, w: Workload, *, cross: bool) -> str:
     """The attention that runs: ``w.attention``, except that a model without an SDPA path runs
     eager, and SDPA given a mask which requires grad runs the math kernel, which keeps what eager
@@ -596,7 +630,8 @@ def layer_activations(spec: ModelSpec, w: Workload, b: int, s: int, *, cross_s: 
             rel, rel_quad = disentangled_saved(spec, w, D, b, s)
             total += rel
             quad += rel_quad
-        if attn_out_saves and attention == "eager":
+        # (fp32 runs the memory-efficient kernel, which writes (b, s, a, d) whatever the query's layout)
+        if attn_out_saves and (attention == "eager" or (spec.attention_output_copy and c != 4)):
             # attn_output.transpose(1, 2).contiguous(): a copy (b, s, a*d) that o_proj keeps. The fused
             # kernels (flash, memory-efficient) write their output as (b, s, a, d) and return it
             # transposed, so the transpose back is already contiguous: o_proj keeps the kernel's own
@@ -613,7 +648,7 @@ def layer_activations(spec: ModelSpec, w: Workload, b: int, s: int, *, cross_s: 
     if cross_s:
         total += _norm_saved(kind, D.h, t, r, c, 1 if qkv_consumers else 0, casts, full) // sp
         cross_core = sdpa_core(spec, w, cross=True)
-        total += q + 2 * _r(c * D.a * D.d * b * cross_s)
+        total += q + 2 * _r(c * D.a * D.d * b * cross_s) + _lora_cross_saved(spec, w, t, b * cross_s, c, tp)
         if cross_core == "eager":
             probs = b * D.a * s * cross_s
             cq = _softmax_saved(spec, probs, c, autocast, p_attn)
@@ -621,6 +656,8 @@ def layer_activations(spec: ModelSpec, w: Workload, b: int, s: int, *, cross_s: 
             total += cq + _r(c * D.a * D.d * t)  # the contiguous copy o keeps
         else:
             total += _r(c * D.a * D.d * t) + _r(4 * b * D.a * s) + SDPA_RNG
+            if attn_out_saves and spec.attention_output_copy and c != 4:
+                total += _r(c * D.a * D.d * t)  # the head-major output's copy the out projection keeps
             if spec.position == "relative":
                 # T5's cross-attention bias (zeros, (1, a, s, S)) is SDPA's attn_mask, kept for backward
                 total += _r(c * D.a * s * cross_s)
@@ -1060,7 +1097,15 @@ def model_level_saved(spec: ModelSpec, w: Workload, b: int, s: int) -> int:
               + embedding_leaf_saved(spec, w, b, s))
     total += final_norm_saved(spec, w, b, s)
     if spec.kind == "encoder-decoder":
-        total += _norm_saved(norm_kind(spec), spec.hidden_size, t, r, c, 1, False)  # encoder final norm
+        # the encoder's final norm, whose output every cross-attention's k and v projections read: kept by
+        # them when they train, by their adapters when those take it as it is (not a private cast), or as an
+        # input by checkpointed decoder blocks
+        kv = [leaf for _, leaf in linear_groups(spec).get("qkv", ()) if not leaf.startswith("q")]
+        reads = (w.method == "full" or (any(_adapted(w, x) for x in kv) and not lora_casts_input(w))
+                 or whole_blocks(w))
+        total += _norm_saved(norm_kind(spec), spec.hidden_size, b * encoder_tokens(spec, w), r, c, int(reads), False)
+    if spec.audio is not None:
+        total += front_end_saved(spec, w, b)  # the log-mel features and the conv front end
     if spec.position == "relative" and any(checkpointed(spec, w)):
         # T5 computes its position biases (1, a, s, s) once per stack and hands them to every
         # checkpointed block, which keeps them as inputs: the encoder's, the decoder's self- and

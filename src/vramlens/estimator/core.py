@@ -10,6 +10,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from vramlens.estimator import activations as A
+from vramlens.estimator import audio as AU
 from vramlens.estimator import checkpointing as C
 from vramlens.estimator import fp8 as F8
 from vramlens.estimator import heads as H
@@ -157,8 +158,9 @@ def activation_totals(spec: ModelSpec, w: Workload, sp: Split) -> ActivationTota
     b, s = w.batch, w.seq
     tp = w.tp
     if spec.kind == "encoder-decoder":
-        enc = A.layer_activations(spec, w, b, s, tp=tp)
-        dec = A.layer_activations(spec, w, b, s, cross_s=s, tp=tp)
+        se = AU.encoder_tokens(spec, w)  # Whisper's 1,500 positions per window; T5's seq
+        enc = A.layer_activations(spec, w, b, se, tp=tp)
+        dec = A.layer_activations(spec, w, b, s, cross_s=se, tp=tp)
         layers = [(enc, spec.n_encoder_layers), (dec, spec.n_decoder_layers)]
     else:
         # blocks of different kinds (sliding and global attention, dense and MoE MLPs) each counted as they are
@@ -325,8 +327,10 @@ def _block_figures(spec: ModelSpec, w: Workload,
     n_ck = sum(ck)
     if w.checkpointing == "selective-op":
         stacks = ("encoder", "decoder") if spec.kind == "encoder-decoder" else (None,)
-        cross = (0, s) if spec.kind == "encoder-decoder" else (0,)
-        sac = [C.sac_saved(spec, w, b, s, cross_s=x, tp=tp, stack=st) for st, x in zip(stacks, cross)]
+        se = AU.encoder_tokens(spec, w)
+        cross = (0, se) if spec.kind == "encoder-decoder" else (0,)
+        rows = (se, s) if spec.kind == "encoder-decoder" else (s,)
+        sac = [C.sac_saved(spec, w, b, n, cross_s=x, tp=tp, stack=st) for st, x, n in zip(stacks, cross, rows)]
         sac = sac * (len(layers) // len(sac))  # the sliding-window blocks share their stack's policy
         kept = sum((la.checkpoint_input + saved_i) * n for (la, n), (saved_i, _) in zip(layers, sac))
         # the recomputation rebuilds what the block saves but for the outputs the policy kept,
@@ -422,6 +426,9 @@ def estimate_spec(spec: ModelSpec, w: Workload, gpu: GPU | None = None, *, headr
         if H % p or W_ % p:
             vision_notes.append(f"{H}x{W_} is not a multiple of the patch size {p}: the stride-{p} Conv2d "
                                 "drops the last partial row and column of patches")
+    if spec.audio is not None:
+        w, audio_notes = AU.audio_workload(spec, w)
+        vision_notes += audio_notes
     st = train_state(spec, w, gpu)
     sp = st.sp
     explain = dict(st.explain)
@@ -476,6 +483,8 @@ def estimate_spec(spec: ModelSpec, w: Workload, gpu: GPU | None = None, *, headr
                                 kept_next=w.bnb_inputs == "next-forward")
 
         phases = phases_of(st)
+        if spec.audio is not None and spec.tied_embeddings and st.head_grad:
+            phases = _tied_embedding_backward(spec, w, st, phases)
         peak_phase, peak_alloc = max(phases, key=lambda p: p[1])
         # FSDP2: the default stream's own peak (the sharded gradients are on the reduce-scatter stream)
         default_peak = max(v for _, v in phases_of(default_stream_state(st))) if st.stream_pools else None
@@ -493,8 +502,14 @@ def estimate_spec(spec: ModelSpec, w: Workload, gpu: GPU | None = None, *, headr
             made = st.head_grad if at.head_grad_in_forward else 0  # already the gradient, not a temporary
             loss_bwd = max(loss_bwd, at.head_backward, at.head_backward_later + at.head_grads * st.head_grad - made,
                            at.final_norm_backward)
+        # Whisper: the tied output layer's gradient and the embedding's, waiting to be added, and the gradient of
+        # the encoder's output (_tied_embedding_backward)
+        tied = 0
+        if spec.audio is not None and spec.tied_embeddings and st.head_grad:
+            tied = 2 * st.head_grad + A._r((4 if w.run_dtype == "fp32" else DTYPE_BYTES[w.compute_dtype]) * w.batch
+                                           * AU.encoder_tokens(spec, w) * spec.hidden_size)
         temporaries = max(loss_tmp, loss_bwd, st.opt_tmp + st.master_grads + st.in_backward_addend, recompute,
-                          second, at.dequant_temporary, at.mlp_backward, at.fp8_temporary)
+                          second, at.dequant_temporary, at.mlp_backward, at.fp8_temporary, tied)
         explain["temporaries"] = (f"max(loss: logits + fp32 upcast {loss_tmp:,} B, loss backward: two fp32 "
                                   f"gradients {loss_bwd:,} B, optimizer step {st.opt_tmp + st.master_grads:,} B: "
                                   f"{explain.pop('optimizer_step', '')}"
@@ -539,6 +554,8 @@ def estimate_spec(spec: ModelSpec, w: Workload, gpu: GPU | None = None, *, headr
                    f"prompt after prefill)" if K.sliding_layers(spec) else "")
                 + (" + one layer's old keys (a sliding layer's keys and values) while torch.cat appends"
                    if w.new_tokens and not w.kv_block else "")
+                + (f" + the cross-attention's keys and values of {AU.encoder_tokens(spec, w):,} encoder positions per "
+                   "row, computed once from the encoder's output" if spec.audio is not None else "")
             )
         else:
             cf = K.cache_figures(spec, w, tp=w.tp)
@@ -562,17 +579,28 @@ def estimate_spec(spec: ModelSpec, w: Workload, gpu: GPU | None = None, *, headr
             logits += A._r(4 * spec.vocab_size * b)  # generate() upcasts the last logits to fp32
         # the blocks' working set is gone by the time the head computes the logits
         tail = logits + (A._r(c * spec.hidden_size * b * s) if logits else 0)
-        if logits and spec.kind == "encoder-decoder":
+        encode = kept = 0
+        if spec.audio is not None:
+            # Whisper: the encoder runs first over 1,500 positions per window, before any cache exists
+            # (its blocks' working set, or the conv front end's); its output and the input features stay
+            # alive through the decoder's forward and generate() (encoder_outputs)
+            se = AU.encoder_tokens(spec, w)
+            feats = AU.features_bytes(spec, w, b)
+            kept = A._r(c * spec.hidden_size * b * se) + feats
+            encode = max(A.inference_layer_peak(spec, w, b, se, se, tp=w.tp) + feats, AU.front_end_inference(spec, w, b))
+            work += kept
+            tail += kept
+        elif logits and spec.kind == "encoder-decoder":
             # the encoder's output (kept for cross-attention) and T5's rescaled decoder output
             tail += 2 * A._r(c * spec.hidden_size * b * s)
-        prefill = st.weights + max(kv_prefill + work, kv_prefill_tail + tail)
+        prefill = st.weights + max(kv_prefill + work, kv_prefill_tail + tail, encode)
         keys = K.max_cache_len(w) if w.cache == "static" else total_tokens  # a static cache attends to all M slots
         decode_work = A.inference_layer_peak(spec, w, b, 1, keys, tp=w.tp) if w.new_tokens else 0
         if w.new_tokens and w.cache == "static":
             # generate's attention mask, padded to M: transformers' (b, 1, 1, M) bool mask, made an
             # additive mask in the compute dtype by SDPA's memory-efficient kernel (sdp::convert_boolean_attn_mask)
             decode_work += A._r(b * keys) + A._r(DTYPE_BYTES[w.compute_dtype] * b * keys)
-        decode = st.weights + max(kv_decode + decode_work, kv_decode_tail + logits)
+        decode = st.weights + max(kv_decode + decode_work, kv_decode_tail + logits) + (kept if spec.audio else 0)
         phases = (("prefill", prefill + st.workspace),) + ((("decode", decode + st.workspace),) if w.new_tokens else ())
         peak_phase, peak_alloc = max(phases, key=lambda p: p[1])
         reserved, total = reserved_total(st, peak_alloc, extra_persistent=kv_persistent)
@@ -580,7 +608,7 @@ def estimate_spec(spec: ModelSpec, w: Workload, gpu: GPU | None = None, *, headr
         explain["activations"] = ("the larger of one block's working set during prefill and the logits (all tokens "
                                   "for a plain forward, the last one in generate())")
         explain["temporaries"] = "inference: counted in activations"
-        activation_peak = max(work, tail, decode_work)
+        activation_peak = max(work, tail, decode_work, encode)
         layer_act = work
         master = 0
         if w.method != "full":
@@ -622,6 +650,37 @@ def estimate_spec(spec: ModelSpec, w: Workload, gpu: GPU | None = None, *, headr
         layer_activation_bytes=layer_act, fits=fits, headroom_bytes=headroom_bytes, advice=advice, explain=explain,
         verdict=said,
     )
+
+
+def _tied_embedding_backward(spec: ModelSpec, w: Workload, st: TrainState,
+                             phases: tuple[tuple[str, int], ...]) -> tuple[tuple[str, int], ...]:
+    """Whisper's backward when it reaches the decoder's embedding, with the encoder still to go.
+
+    ``proj_out`` is tied to ``decoder.embed_tokens``: autograd holds the output layer's weight gradient
+    (V x d) in the shared leaf's InputBuffer until the embedding's backward makes its own and adds the
+    two. In a decoder-only model that happens last; here the encoder's backward comes after, so every
+    encoder activation, the gradient of the encoder's output (b x 1,500 x d) and the decoder's gradients
+    are alive beside the two addends and their sum.
+    """
+    if st.gather_block or st.gather_root or st.in_backward:
+        return phases
+    b, se = w.batch, AU.encoder_tokens(spec, w)
+    c = DTYPE_BYTES[w.compute_dtype]
+    r = 4 if w.run_dtype == "fp32" else c
+    enc = A.layer_activations(spec, w, b, se, tp=w.tp)
+    ck = sum(C.checkpointed(spec, w)[:1]) if spec.n_encoder_layers else 0
+    blocks = enc.checkpoint_input * ck + enc.saved * (spec.n_encoder_layers - ck)
+    h = spec.hidden_size
+    # the encoder's final norm keeps its input; its output's readers (the decoder's cross-attention) are done
+    model_level = AU.front_end_saved(spec, w, b) + A._norm_saved(A.norm_kind(spec), h, b * se, r, c, 0, False)
+    outside = set(spec.outside_loss)
+    enc_params = sum(t.numel for t in spec.tensors if t.stack == "encoder" and t.is_parameter and t.name not in outside)
+    grads = st.grads - A._r(st.grads * enc_params // max(1, st.trainable))
+    # autocast's weight copies: the decoder's went with its backward, the encoder's are still saved
+    casts = A._r(st.autocast * enc_params // max(1, st.trainable))
+    at = (st.weights + st.master + st.opt + st.comm + casts + blocks + model_level + A._r(r * b * se * h)
+          + grads + 2 * st.head_grad + st.workspace)
+    return tuple((name, max(v, at) if name == "backward" else v) for name, v in phases)
 
 
 def _block_words(w: Workload) -> str:

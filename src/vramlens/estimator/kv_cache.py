@@ -36,6 +36,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from vramlens.estimator.audio import encoder_tokens
 from vramlens.models.spec import ModelSpec
 from vramlens.units import BLOCK, DTYPE_BYTES, round_up
 from vramlens.workload import Workload
@@ -119,7 +120,8 @@ def kv_cache_bytes(spec: ModelSpec, w: Workload, tokens: int, batch: int, tp: in
         slide_tokens = round_up(slide_tokens, w.kv_block)
     total = per_layer_token * batch * ((L - n_slide) * full_tokens + n_slide * slide_tokens)
     if spec.kind == "encoder-decoder":
-        total += per_layer_token * batch * L * w.seq  # cross-attention keys/values of the encoder output
+        # cross-attention keys/values of the encoder output (Whisper: 1,500 positions per window)
+        total += per_layer_token * batch * L * encoder_tokens(spec, w)
     return total
 
 

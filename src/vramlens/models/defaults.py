@@ -344,6 +344,14 @@ VISION_DEFAULTS: dict[str, dict[str, Any]] = {
 
 DEFAULTS.update(VISION_DEFAULTS)
 
+#: WhisperConfig's field defaults (configuration_whisper.py, transformers 5.24: the whisper-tiny shape)
+DEFAULTS["whisper"] = {
+    "vocab_size": 51_865, "num_mel_bins": 80, "encoder_layers": 4, "encoder_attention_heads": 6, "decoder_layers": 4,
+    "decoder_attention_heads": 6, "decoder_ffn_dim": 1536, "encoder_ffn_dim": 1536, "activation_function": "gelu",
+    "d_model": 384, "dropout": 0.0, "attention_dropout": 0.0, "activation_dropout": 0.0, "max_source_positions": 1500,
+    "max_target_positions": 448, "scale_embedding": False,
+}
+
 #: Defaults set in a config class's ``__post_init__`` rather than as a field default:
 #: (model_type, config.json key) -> value, with the place transformers keeps it.
 POST_INIT_DEFAULTS: dict[tuple[str, str], Any] = {
@@ -399,3 +407,7 @@ LEGACY_ALIASES: dict[str, dict[str, str]] = {
     "bloom": {"n_embed": "hidden_size"},
     "falcon": {"n_embed": "hidden_size"},
 }
+
+#: WhisperConfig.attribute_map (configuration_whisper.py)
+ATTRIBUTE_MAPS["whisper"] = {"hidden_size": "d_model", "num_attention_heads": "encoder_attention_heads",
+                             "num_key_value_heads": "encoder_attention_heads", "num_hidden_layers": "encoder_layers"}

@@ -43,6 +43,7 @@ FAMILY_TASKS: dict[str, tuple[str, ...]] = {
     "electra": _ENCODER_TASKS, "deberta-v2": _ENCODER_TASKS, "modernbert": _ENCODER_TASKS,
     "t5": _SEQ2SEQ_TASKS, "mt5": _SEQ2SEQ_TASKS,
     "vit": _VIT_TASKS, "clip_vision_model": _TOWER_TASKS, "siglip_vision_model": _TOWER_TASKS,
+    "whisper": _SEQ2SEQ_TASKS,
 }
 
 _SUFFIX = re.compile(

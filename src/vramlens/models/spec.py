@@ -9,7 +9,7 @@ buffers, so that parameter counts equal what transformers reports for the same c
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from math import prod
+from math import ceil, prod
 from typing import Any, Literal
 
 from vramlens.models.heads import Head
@@ -79,6 +79,35 @@ class Vision:
     def tokens(self, height: int, width: int) -> int:
         """Tokens of one (height, width) image: Conv2d(stride=p) floors each side."""
         return (height // self.patch_size) * (width // self.patch_size) + (1 if self.class_token else 0)
+
+
+@dataclass(frozen=True, slots=True)
+class Audio:
+    """A speech encoder's input side (Whisper: models/families/whisper.py).
+
+    WhisperFeatureExtractor (feature_extraction_whisper.py: ``chunk_length=30``, ``sampling_rate=16000``,
+    ``hop_length=160``, ``nb_max_frames = n_samples // hop_length``) pads or truncates every clip to 30 s:
+    3,000 frames of ``mel_bins`` log-mel features, fp32. The encoder takes exactly
+    ``source_positions * conv_stride`` frames (WhisperEncoder.forward raises ValueError otherwise) and
+    its stride-2 ``conv2`` leaves ``source_positions`` (1,500) tokens per 30-second window, whatever
+    the clip's length. The decoder's learned positions bound the transcript to ``target_positions``.
+    """
+
+    mel_bins: int
+    source_positions: int
+    target_positions: int
+    conv_stride: int = 2
+    #: the feature extractor's window: 30 s at 16 kHz, hop 160 (feature_extraction_whisper.py defaults)
+    window_seconds: int = 30
+
+    @property
+    def frames(self) -> int:
+        """Mel frames one window feeds the encoder (3,000)."""
+        return self.source_positions * self.conv_stride
+
+    def windows(self, seconds: float) -> int:
+        """30-second windows a clip of ``seconds`` makes (the ASR pipeline's chunking); at least one."""
+        return max(1, ceil(seconds / self.window_seconds))
 
 
 @dataclass(frozen=True, slots=True)
@@ -321,6 +350,15 @@ class ModelSpec:
     # ---- vision encoders ------------------------------------------------------------------------
     #: the image side of a vision encoder (patch size, class token); None for text models
     vision: Vision | None = None
+    #: the attention makes q, k and v contiguous head-major, (b, a, s, d) (Whisper's
+    #: ``.transpose(1, 2).contiguous()``), so a fused SDPA kernel writes its output in that layout (flash
+    #: allocates it like the query) and transformers' transpose back to (b, s, a*d) is a copy, which the
+    #: output projection keeps when it trains; a query left as a transposed view gets it for free (Llama), and
+    #: so does fp32, whose memory-efficient kernel writes (b, s, a, d) whatever the query's layout
+    attention_output_copy: bool = False
+    # ---- speech encoders ------------------------------------------------------------------------
+    #: the audio side of a speech encoder-decoder (mel bins, 1,500 encoder positions per 30 s); None otherwise
+    audio: Audio | None = None
 
     # ---- counts -------------------------------------------------------------------------
     @property

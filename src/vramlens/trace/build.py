@@ -58,6 +58,8 @@ class Built:
     image: tuple[int, int, int] | None = None
     #: the image differs from the config's image_size: forward with interpolate_pos_encoding=True
     interpolate: bool = False
+    #: a speech encoder-decoder's input side (Whisper: mel bins, 1,500 positions per 30-s window); None otherwise
+    audio: Any = None
 
 
 def config_layers(cfg: dict) -> int:
@@ -217,8 +219,18 @@ def build_hf(cfg: dict, wl: Workload, *, fake_mode=None, layers: int | None = No
     elif wl.image_size is not None:
         raise TraceError(f"image_size={wl.image_size[0]}x{wl.image_size[1]} applies to vision encoders; "
                          f"{cls.__name__} takes token ids: drop --image-size")
+    audio = None
+    if getattr(cls, "main_input_name", "input_ids") == "input_features":
+        # Whisper: log-mel frames, max_source_positions * 2 of them per window (WhisperEncoder.forward)
+        from vramlens.models.spec import Audio
+
+        audio = Audio(mel_bins=int(config.num_mel_bins), source_positions=int(config.max_source_positions),
+                      target_positions=int(config.max_target_positions))
+    elif wl.audio_seconds is not None:
+        raise TraceError(f"audio_seconds={wl.audio_seconds:g} applies to speech encoder-decoders (Whisper); "
+                         f"{cls.__name__} takes no audio: drop --audio-seconds")
     return Built(model=model, kind=kind, vocab_size=int(getattr(config, "vocab_size", 0) or 0),
-                 notes=notes, n_layers=n, config=config, image=image, interpolate=interpolate)
+                 notes=notes, n_layers=n, config=config, image=image, interpolate=interpolate, audio=audio)
 
 
 class _nullctx:

@@ -150,6 +150,51 @@ def run_vision_row(name: str, row: dict[str, Any]) -> Row:
     )
 
 
+#: Whisper (speech encoder-decoder, --audio-seconds) on a shrunk config of its own: whisper-tiny's layout (80 mel
+#: bins, 1,500 encoder positions, 448 decoder positions, vocabulary 51,865, tied proj_out) with 2 + 2 blocks of
+#: hidden 256 in 4 heads, MLP 1024. Rows: full and LoRA fine-tunes (seq2seq loss over the transcript), a plain
+#: forward, generate(), a 12-second clip (padded to one window) and a 45-second one (two windows, two rows).
+AUDIO_CONFIGS: dict[str, dict[str, Any]] = {
+    "whisper-shrunk": {"model_type": "whisper", "architectures": ["WhisperForConditionalGeneration"], "d_model": 256,
+                       "encoder_layers": 2, "decoder_layers": 2, "encoder_attention_heads": 4,
+                       "decoder_attention_heads": 4, "encoder_ffn_dim": 1024, "decoder_ffn_dim": 1024,
+                       "vocab_size": 51_865, "num_mel_bins": 80, "max_source_positions": 1500,
+                       "max_target_positions": 448, "_name_or_path": "whisper-shrunk"},
+}
+AUDIO_ROWS: tuple[tuple[str, dict[str, Any]], ...] = (
+    ("whisper-shrunk", {"mode": "train", "method": "full", "dtype": "bf16", "batch": 2, "seq": 64}),
+    ("whisper-shrunk", {"mode": "train", "method": "full", "dtype": "fp32", "batch": 1, "seq": 32}),
+    ("whisper-shrunk", {"mode": "train", "method": "lora", "dtype": "bf16", "batch": 2, "seq": 64}),
+    # Seq2SeqTrainer's usual Whisper fine-tune: fp32 weights under autocast, or every block checkpointed
+    ("whisper-shrunk", {"mode": "train", "method": "full", "dtype": "fp32", "amp": "bf16", "batch": 2, "seq": 64}),
+    ("whisper-shrunk", {"mode": "train", "method": "full", "dtype": "bf16", "batch": 2, "seq": 64,
+                        "checkpointing": "full"}),
+    ("whisper-shrunk", {"mode": "train", "method": "full", "dtype": "bf16", "batch": 1, "seq": 32,
+                        "audio_seconds": 45}),
+    ("whisper-shrunk", {"mode": "inference", "dtype": "bf16", "batch": 2, "seq": 64}),
+    ("whisper-shrunk", {"mode": "inference", "dtype": "bf16", "batch": 2, "seq": 4, "new_tokens": 20}),
+    ("whisper-shrunk", {"mode": "inference", "dtype": "fp16", "batch": 1, "seq": 16, "audio_seconds": 12}),
+)
+
+
+def run_audio_row(name: str, row: dict[str, Any]) -> Row:
+    """One AUDIO_ROWS row: the estimate of AUDIO_CONFIGS[name] against its trace."""
+    from vramlens.estimator import estimate
+    from vramlens.models.inventory import spec_from_config
+    from vramlens.trace import trace
+
+    cfg = AUDIO_CONFIGS[name]
+    e = estimate(spec_from_config(cfg, name=name), **row)
+    est = e.breakdown
+    tr = trace(dict(cfg), steps=2, **row).breakdown
+    return Row(
+        model=name, workload=dict(row),
+        estimate={c: est[c] for c in ALLOCATOR_COMPONENTS},
+        traced={c: tr[c] for c in ALLOCATOR_COMPONENTS},
+        estimate_peak=est.peak_allocated - _workspace_bytes(e), traced_peak=tr.peak_allocated,
+    )
+
+
 #: Memory techniques of training stacks (torchtune, torchtitan, Liger), each run by the tracer the
 #: way its stack runs it: (catalog name, workload). A row may set batch and seq (a short sequence
 #: puts the peak where the technique acts rather than at the loss).

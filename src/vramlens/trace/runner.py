@@ -15,6 +15,7 @@ import gc
 import sys
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from types import SimpleNamespace
 from typing import Any
 
@@ -249,6 +250,19 @@ class Runner:
         if self.mode == "cuda":
             built.model = built.model.to("cuda")
         self.notes.extend(built.notes)
+        if built.audio is not None:
+            # Whisper: every sample's 30-second windows are batch rows, --seq the decoder's tokens
+            # (vramlens.estimator.audio, the same arithmetic as the estimate)
+            from vramlens.estimator.audio import DEFAULT_SEQ
+
+            a = built.audio
+            n = a.windows(wl.audio_seconds if wl.audio_seconds is not None else a.window_seconds)
+            seq = a.target_positions if wl.seq == DEFAULT_SEQ else wl.seq
+            if seq + (0 if wl.training else wl.new_tokens) > a.target_positions:
+                raise TraceError(f"seq={seq + (0 if wl.training else wl.new_tokens)} decoder tokens exceed "
+                                 f"max_target_positions={a.target_positions}: give --seq (and --new-tokens) "
+                                 f"totalling {a.target_positions} or less")
+            self.wl = replace(wl, batch=wl.batch * n, seq=seq)
         return built
 
     def _ctx(self):
@@ -279,6 +293,18 @@ class Runner:
         b, dev = self.wl.batch, self._device()
         if built.inputs is not None:
             return built.inputs(b, seq)
+        if built.audio is not None:
+            # input_features as WhisperFeatureExtractor returns them, cast to the weights' dtype (the model
+            # card's ``input_features.to(device, dtype=torch_dtype)``): (rows, n_mels, 3000)
+            a = built.audio
+            feats = torch.randn(b, a.mel_bins, a.frames, device=dev, dtype=TORCH_DTYPES[self.wl.run_dtype])
+            kw_audio: dict[str, Any] = {"input_features": feats}
+            ids = torch.randint(0, max(2, built.vocab_size), (b, seq), device=dev)
+            if self.wl.training:
+                kw_audio["labels"] = ids  # decoder_input_ids = shift_tokens_right(labels)
+            else:
+                kw_audio["decoder_input_ids"] = ids[:, : (seq if not self.wl.new_tokens else 1)]
+            return kw_audio
         if built.image is not None:
             # pixel_values as an image processor returns them: fp32 (b, C, H, W)
             kw_img: dict[str, Any] = {"pixel_values": torch.randn(b, *built.image, device=dev)}

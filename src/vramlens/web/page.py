@@ -52,6 +52,7 @@ KNOBS: tuple[tuple[str, str, str, tuple | None, str], ...] = (
     ("kv_block", "KV block (paged)", "number", None, "0"),
     ("cache", "KV cache", "select", W.CACHES, "dynamic"),
     ("max_cache_len", "max cache len", "number", None, "0"),
+    ("audio_seconds", "audio seconds (Whisper)", "text", None, ""),
     ("headroom", "headroom", "number", None, "0.1"),
 )
 

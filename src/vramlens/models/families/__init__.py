@@ -27,6 +27,7 @@ from vramlens.models.families import (
     modernbert,
     t5,
     vision,
+    whisper,
 )
 from vramlens.models.families._common import Built
 
@@ -45,6 +46,7 @@ BUILDERS: dict[str, Builder] = {
     **gpt_oss.BUILDERS,
     **llama4.BUILDERS,
     **vision.BUILDERS,
+    **whisper.BUILDERS,
 }
 
 #: model_type -> the reader of the part of a wrapping config that vramlens models, and the note
@@ -91,6 +93,7 @@ DEFAULT_ARCHITECTURES: dict[str, str] = {
     "vit": "ViTModel",
     "clip_vision_model": "CLIPVisionModel",
     "siglip_vision_model": "SiglipVisionModel",
+    "whisper": "WhisperForConditionalGeneration",
 }
 
 __all__ = ["BUILDERS", "Builder", "Built", "DEFAULT_ARCHITECTURES", "UNWRAP"]
