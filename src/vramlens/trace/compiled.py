@@ -1,0 +1,149 @@
+"""``--compile``: the training step of a ``torch.compile``d model, traced under fake tensors.
+
+Dynamo does not compile while a TorchDispatchMode (the Recorder) is active: it runs the frame
+eagerly, and code compiled outside the mode fails its guards inside it (the dispatch key set
+differs). So the compiled step is captured first, in an unrecorded warm-up, and replayed under the
+Recorder without dynamo:
+
+* capture: ``torch.compile`` of the model's call (:func:`model_call`) with a backend that is
+  inductor's graph partitioning without inductor's code generation: ``aot_module_simplified`` with
+  the min-cut rematerialization partitioner (``torch._functorch.partitioners.
+  min_cut_rematerialization_partition``, the one inductor uses for training, ``torch/_inductor/
+  compile_fx.py``), whose forward and backward compilers return the FX GraphModules boxed, to run
+  op by op. The backend keeps what AOT autograd returns and the dynamo graph's inputs (each with its
+  source, such as ``L['model']._modules['lm_head']._parameters['weight']``).
+* replay: each recorded step evaluates those sources on the model and the step's inputs and calls
+  AOT autograd's function: its forward graph runs, and what it returns besides the model's outputs
+  is exactly what the partitioner saved for backward (FX's generated code drops each value after
+  its last use, so the graph's temporaries die where a kernel's would); backward runs the
+  backward graph.
+
+What this does not see: inductor fuses pointwise ops into kernels, so a compiled run's in-graph
+temporaries are fewer and smaller than those of the aten graph run op by op (the trace's are an
+upper bound); the saved tensors, which the partitioner decides, are the same. A model dynamo splits
+into several graphs (graph breaks) is refused: the replay needs the one graph's inputs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch import nn
+
+from vramlens.errors import TraceError
+
+
+@dataclass
+class Captured:
+    """What the capture saw: AOT autograd's function for each dynamo graph, with the sources of its inputs,
+    and the partitioned forward and backward GraphModules."""
+
+    calls: list[tuple[Any, tuple[str, ...]]] = field(default_factory=list)
+    forward: list[Any] = field(default_factory=list)
+    backward: list[Any] = field(default_factory=list)
+
+    def saved(self) -> list[tuple[tuple[int, ...], str]]:
+        """(shape, dtype) of every tensor the backward graphs take that is not a gradient (``tangents_*``):
+        the tensors the partitioner saved, parameters included."""
+        out: list[tuple[tuple[int, ...], str]] = []
+        for g in self.backward:
+            for n in g.graph.nodes:
+                if n.op != "placeholder" or n.name.startswith("tangents"):
+                    continue
+                v = n.meta.get("val")
+                if isinstance(v, torch.Tensor):
+                    out.append((tuple(int(x) for x in v.shape), str(v.dtype).replace("torch.", "")))
+        return out
+
+
+def model_call(model: nn.Module, inputs: dict[str, Any]) -> tuple[Any, ...]:
+    """The call that is compiled: the model's forward on keyword inputs, its output as a tuple (the loss
+    first, as transformers' ``ModelOutput.to_tuple`` orders it)."""
+    out = model(**inputs)
+    return tuple(out.to_tuple()) if hasattr(out, "to_tuple") else (out,)
+
+
+def capture_backend(captured: Captured):
+    """A torch.compile backend: AOT autograd with inductor's min-cut partitioner, the graphs run eagerly."""
+    from functorch.compile import make_boxed_func
+    from torch._functorch.aot_autograd import aot_module_simplified
+    from torch._functorch.partitioners import min_cut_rematerialization_partition
+
+    def fw(gm, _inputs):
+        captured.forward.append(gm)
+        return make_boxed_func(gm.forward)
+
+    def bw(gm, _inputs):
+        captured.backward.append(gm)
+        return make_boxed_func(gm.forward)
+
+    def backend(gm, example_inputs):
+        sources = []
+        for n in gm.graph.nodes:
+            if n.op == "placeholder":
+                arg = n.meta.get("grapharg")
+                src = getattr(arg, "source", None)
+                sources.append(src.name if src is not None else "")
+        call = aot_module_simplified(gm, example_inputs, fw_compiler=fw, bw_compiler=bw,
+                                     partition_fn=min_cut_rematerialization_partition)
+        captured.calls.append((call, tuple(sources)))
+        return call
+
+    return backend
+
+
+def capture(model: nn.Module, inputs: dict[str, Any], captured: Captured) -> tuple[Any, ...]:
+    """Compile :func:`model_call` with the capturing backend and run it once (the caller runs backward).
+
+    Dynamo's caches are reset first: each traced model is a new one, and the same code compiled for
+    many models would reach dynamo's recompile limit and fall back to eager.
+    """
+    import torch._dynamo
+
+    torch._dynamo.reset()
+    compiled = torch.compile(model_call, backend=capture_backend(captured))
+    try:
+        return compiled(model, inputs)
+    finally:
+        torch._dynamo.reset()
+
+
+def replay(captured: Captured, model: nn.Module, inputs: dict[str, Any]) -> tuple[Any, ...]:
+    """One forward of the captured graph on ``inputs``, through AOT autograd's function (no dynamo)."""
+    call, sources = captured.calls[0]
+    env = {"L": {"model": model, "inputs": inputs}}
+    # the sources are dynamo's own names for the graph's inputs (a subscript and attribute path on the
+    # call's two arguments), checked by check_replayable
+    args = [eval(src, {"__builtins__": {}}, env) for src in sources]  # noqa: S307
+    return tuple(call(*args))
+
+
+def check_replayable(captured: Captured) -> None:
+    """Refuse what the replay cannot run: graph breaks (several graphs), an input without a local source."""
+    n = len(captured.calls)
+    if n != 1:
+        raise TraceError(f"torch.compile split this model into {n} graphs (graph breaks); the compiled trace "
+                         "replays one graph: trace without --compile, or use `vramlens estimate --compile`")
+    bad = [s for s in captured.calls[0][1] if not s.startswith("L[")]
+    if bad:
+        raise TraceError(f"the compiled graph reads {bad[0]!r}, which is neither the model nor its inputs; "
+                         "trace without --compile, or use `vramlens estimate --compile`")
+
+
+def compile_failure(exc: BaseException) -> TraceError:
+    """One line for a model torch.compile cannot capture here."""
+    msg = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    if len(msg) > 200:
+        msg = msg[:200] + "..."
+    return TraceError(f"torch.compile could not capture this model under fake tensors ({type(exc).__name__}: {msg}); "
+                      "trace without --compile, or use `vramlens estimate --compile`")
+
+
+def describe(captured: Captured) -> str:
+    """The note a compiled trace carries: the graph and how many tensors it saves."""
+    saved = captured.saved()
+    return (f"compile: torch.compile with AOT autograd and the min-cut partitioner (inductor's), one graph, "
+            f"{len(saved)} tensors saved for backward (parameters included); the graph runs op by op, so in-graph "
+            "temporaries are the aten graph's, an upper bound on inductor's fused kernels'")
