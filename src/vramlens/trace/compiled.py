@@ -69,7 +69,8 @@ def capture_backend(captured: Captured):
     """A torch.compile backend: AOT autograd with inductor's min-cut partitioner, the graphs run eagerly."""
     from functorch.compile import make_boxed_func
     from torch._functorch.aot_autograd import aot_module_simplified
-    from torch._functorch.partitioners import min_cut_rematerialization_partition
+    from torch._inductor.compile_fx import partition_fn
+    from torch._inductor.decomposition import select_decomp_table
 
     def fw(gm, _inputs):
         captured.forward.append(gm)
@@ -80,14 +81,19 @@ def capture_backend(captured: Captured):
         return make_boxed_func(gm.forward)
 
     def backend(gm, example_inputs):
+        from torch._guards import detect_fake_mode
+        from torch._inductor.virtualized import V
+
         sources = []
         for n in gm.graph.nodes:
             if n.op == "placeholder":
                 arg = n.meta.get("grapharg")
                 src = getattr(arg, "source", None)
                 sources.append(src.name if src is not None else "")
-        call = aot_module_simplified(gm, example_inputs, fw_compiler=fw, bw_compiler=bw,
-                                     partition_fn=min_cut_rematerialization_partition)
+        # inductor's passes before the partition (its random-op replacement among them) read its fake mode
+        with V.set_fake_mode(detect_fake_mode(example_inputs)):
+            call = aot_module_simplified(gm, example_inputs, fw_compiler=fw, bw_compiler=bw,
+                                         decompositions=select_decomp_table(), partition_fn=partition_fn)
         captured.calls.append((call, tuple(sources)))
         return call
 
@@ -100,12 +106,18 @@ def capture(model: nn.Module, inputs: dict[str, Any], captured: Captured) -> tup
     Dynamo's caches are reset first: each traced model is a new one, and the same code compiled for
     many models would reach dynamo's recompile limit and fall back to eager.
     """
+    import logging
+
     import torch._dynamo
 
     torch._dynamo.reset()
     compiled = torch.compile(model_call, backend=capture_backend(captured))
     try:
-        return compiled(model, inputs)
+        # transformers' loss lookup logs through logger.warning_once when the class name names no loss
+        # type (GPT2LMHeadModel), a graph break in a real run that splits the loss into its own graph:
+        # dynamo's ignore_logging_functions (a setting users have too) keeps one graph
+        with torch._dynamo.config.patch(ignore_logging_functions={logging.Logger.warning_once}):
+            return compiled(model, inputs)
     finally:
         torch._dynamo.reset()
 
