@@ -1,0 +1,163 @@
+"""``--compile``: what a ``torch.compile``d training step saves for backward.
+
+torch.compile (inductor) runs AOT autograd on the forward and backward as one joint graph and
+splits it with the min-cut rematerialization partitioner (torch/_functorch/partitioners.py
+``min_cut_rematerialization_partition``, after inductor's decompositions and joint-graph passes,
+torch/_inductor/compile_fx.py ``partition_fn``): of the values backward needs it saves a cheapest
+cut and recomputes the pointwise ops behind it in backward. Measured with vramlens' tracer
+(``vramlens trace --compile``: the partitioned graphs of Llama 2 and 3 and Qwen2.5 blocks, torch 2.13,
+transformers 5.24), a Llama-style block (pre-RMSNorm, rotary, SDPA, gated SiLU MLP, no dropout)
+keeps, per token t = b*s, in the compute dtype c unless named:
+
+* ``residual_in``: the block's input (c*h); the attention norm's fp32 upcast and output are
+  recomputed from it;
+* ``norm_rsqrt``: each RMSNorm's fp32 ``rsqrt`` (b, s, 1), two per block;
+* ``norm_out``: each RMSNorm's output, the projections' input (c*h), two per block;
+* ``qkv``: the rotated q, and k and v expanded to every head (c*a*d each): under dynamo
+  transformers builds the 4-D causal mask (``masking_utils.find_packed_sequence_indices`` skips
+  only when not tracing), so SDPA takes the memory-efficient kernel, which has no GQA, and
+  ``repeat_kv`` copies;
+* ``sdpa``: the kernel's output (c*a*d), its fp32 log-sum-exp (b, a, s) and philox seed and offset;
+* ``residual_mid``: the out projection's output (c*h), from which the residual sum is recomputed;
+* ``mlp``: the gate and up projections' outputs and ``act(gate) * up`` (c*f each); SiLU's output
+  is recomputed (eager keeps it: 4 c*f in all).
+
+Outside the blocks: the causal mask (c*b*s*s, once), the final norm's input, rsqrt and output,
+the logits in the compute dtype (the loss' fp32 ``log_softmax`` is recomputed from them in
+backward, keeping its fp32 row max and log-sum, 4 bytes per token each), ForCausalLMLoss' padded
+labels (b, s + 1) int64. The rotary tables are recomputed.
+
+Temporaries: the tracer runs the partitioned aten graphs op by op, so its in-graph temporaries
+are an upper bound on inductor's, which fuses pointwise chains into kernels. The estimate takes
+the same bound for the loss' backward (the aten graph's fp32 chain, :func:`loss_backward`) and
+says so in notes; inductor's fused kernel needs at least the logits' bf16 gradient.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from vramlens.estimator.activations import SDPA_RNG, dropout_probs, has_lm_head
+from vramlens.models.spec import ModelSpec
+from vramlens.units import BLOCK, DTYPE_BYTES, round_up
+from vramlens.workload import Workload
+
+
+def _r(n: int) -> int:
+    return round_up(int(n), BLOCK) if n > 0 else 0
+
+
+def unmodelled(spec: ModelSpec, w: Workload) -> str:
+    """Why the compiled formula does not cover ``w`` on ``spec`` ("" when it does).
+
+    Covered: what the tracer verified, a Llama-style decoder block in full training of half weights
+    without autocast, with SDPA and transformers' own loss, on one GPU, without checkpointing.
+    """
+    why: list[str] = []
+    p_attn, p_hid = dropout_probs(spec)
+    if spec.kind != "decoder" or spec.head != "causal-lm" or not has_lm_head(spec) or spec.vision is not None:
+        why.append("a causal-LM decoder")
+    if (spec.norm != "rmsnorm" or spec.norm_weight_fp32 or spec.norm_placement != "pre" or spec.qk_norm != "none"
+            or not spec.gated_mlp or spec.activation not in ("silu", "swish") or spec.position != "rotary"
+            or spec.rotary_dim not in (None, spec.head_dim) or spec.n_experts or spec.mla is not None
+            or spec.sliding_layer_ids or spec.attention_sinks or spec.fused_qkv_kept or spec.rel_terms
+            or p_attn or p_hid or spec.nope_layer_ids):
+        why.append("Llama-style blocks (pre-RMSNorm, full rotary, gated SiLU MLP, dense, no dropout)")
+    if spec.n_kv_heads == 1 and spec.n_heads > 1:
+        why.append("more than one KV head (one is expanded as a view)")
+    if w.method != "full" or w.quant is not None or w.fp8 or w.dora:
+        why.append("full training")
+    if w.autocast or w.amp is not None or w.compute_dtype == "fp32":
+        why.append("half weights without autocast (--dtype bf16 or fp16)")
+    if w.checkpointing != "none":
+        why.append("no checkpointing")
+    if w.attention != "sdpa":
+        why.append("SDPA")
+    if w.tp > 1 or w.pp > 1 or w.fsdp or w.gpus > 1:
+        why.append("one GPU")
+    if w.loss != "cross-entropy" or w.loss_chunks > 1 or w.activation_offload or w.bnb_inputs != "none":
+        why.append("transformers' own loss, no offloading")
+    if not why:
+        return ""
+    return "the compiled step is modelled for " + ", ".join(why)
+
+
+def note(spec: ModelSpec, w: Workload) -> str:
+    """The estimate's note for ``--compile``."""
+    if not (w.compile and w.training):
+        return ""
+    why = unmodelled(spec, w)
+    if why:
+        return (f"compile: {why}; this run is not, so the figures are eager PyTorch's (the min-cut partitioner "
+                "saves less: measure it with `vramlens trace --compile`)")
+    return ("compile: saved tensors as AOT autograd's min-cut partitioner keeps them (vramlens.estimator.compiled, "
+            "measured by the tracer); temporaries are the aten graph's run op by op, an upper bound: inductor's "
+            "fused kernels hold less in the loss' backward (at least the logits' gradient)")
+
+
+@dataclass(frozen=True, slots=True)
+class CompiledBlock:
+    """One compiled Llama-style block's saved tensors, term by term (bytes for the micro-batch)."""
+
+    residual_in: int
+    norm_rsqrt: int
+    norm_out: int
+    qkv: int
+    sdpa: int
+    residual_mid: int
+    mlp: int
+
+    @property
+    def total(self) -> int:
+        return (self.residual_in + self.norm_rsqrt + self.norm_out + self.qkv + self.sdpa + self.residual_mid
+                + self.mlp)
+
+
+def block(spec: ModelSpec, w: Workload, b: int, s: int) -> CompiledBlock:
+    """See the module docstring; t = b*s tokens, c bytes of the compute dtype."""
+    t = b * s
+    c = DTYPE_BYTES[w.compute_dtype]
+    h, a, d, f = spec.hidden_size, spec.n_heads, spec.head_dim, spec.ffn_size
+    return CompiledBlock(
+        residual_in=_r(c * h * t),                   # (b, s, h)
+        norm_rsqrt=2 * _r(4 * t),                    # (b, s, 1) fp32, two norms
+        norm_out=2 * _r(c * h * t),                  # (b*s, h), two norms
+        qkv=3 * _r(c * a * d * t),                   # (b, a, s, d): q rotated, k and v expanded
+        sdpa=_r(c * a * d * t) + _r(4 * b * a * s) + SDPA_RNG,  # output, log-sum-exp (b, a, s), seed/offset
+        residual_mid=_r(c * h * t),                  # (b*s, h): o_proj's output
+        mlp=3 * _r(c * f * t),                       # (b*s, f): gate, up, act(gate) * up
+    )
+
+
+def model_level(spec: ModelSpec, w: Workload, b: int, s: int) -> int:
+    """Saved outside the blocks and the head: input ids and labels (int64), ForCausalLMLoss' padded
+    labels (b, s + 1), the 4-D causal mask (b, 1, s, s) in the compute dtype, the final norm's input,
+    fp32 rsqrt and output."""
+    t = b * s
+    c = DTYPE_BYTES[w.compute_dtype]
+    h = spec.hidden_size
+    return (2 * _r(8 * t) + _r(8 * b * (s + 1)) + _r(c * b * s * s)
+            + 2 * _r(c * h * t) + _r(4 * t))
+
+
+def head(spec: ModelSpec, w: Workload, b: int, s: int) -> tuple[int, int, str]:
+    """(saved, peak at the loss, formula) of the head: the logits kept in the compute dtype, the fp32 row
+    max and log-sum (b*s, 1) each, the loss' fp32 divisor (a scalar); in forward the fp32 upcast, its
+    shifted copy and their exp run op by op beside the logits."""
+    t = b * s
+    c = DTYPE_BYTES[w.compute_dtype]
+    V = spec.vocab_size
+    saved = _r(c * V * t) + 2 * _r(4 * t) + BLOCK
+    peak = saved + 3 * _r(4 * V * t)
+    return saved, peak, "compiled: logits (c*V) kept, fp32 row max and log-sum per token; log_softmax recomputed"
+
+
+def loss_backward(spec: ModelSpec, w: Workload, b: int, s: int) -> int:
+    """The loss' backward as the aten graph runs it, beyond the saved tensors: the logits' zero gradient
+    (AOT autograd materializes the unused logits output's tangent, c*V), and three fp32 (b*s, V) values at
+    once (the masked one-hot gradient, ``exp(x - max - log)`` and their product), the saved logits freed
+    by the first upcast."""
+    t = b * s
+    c = DTYPE_BYTES[w.compute_dtype]
+    V = spec.vocab_size
+    return _r(c * V * t) + 3 * _r(4 * V * t) - _r(c * V * t)
