@@ -153,11 +153,11 @@ def head(spec: ModelSpec, w: Workload, b: int, s: int) -> tuple[int, int, str]:
 
 
 def loss_backward(spec: ModelSpec, w: Workload, b: int, s: int) -> int:
-    """The loss' backward as the aten graph runs it, beyond the saved tensors: the logits' zero gradient
-    (AOT autograd materializes the unused logits output's tangent, c*V), and three fp32 (b*s, V) values at
-    once (the masked one-hot gradient, ``exp(x - max - log)`` and their product), the saved logits freed
-    by the first upcast."""
+    """The loss' backward as the aten graph runs it: the logits' zero gradient (AOT autograd materializes
+    the tangent of the logits output, which the loop drops, c*V) and three fp32 (b*s, V) values at once
+    (the masked one-hot gradient, the logits' fp32 upcast and its shift by the row max); the saved logits
+    and row statistics are read (and dropped) by then: :func:`head`'s saved bytes are not live beside it."""
     t = b * s
     c = DTYPE_BYTES[w.compute_dtype]
     V = spec.vocab_size
-    return _r(c * V * t) + 3 * _r(4 * V * t) - _r(c * V * t)
+    return _r(c * V * t) + 3 * _r(4 * V * t)

@@ -212,7 +212,8 @@ def activation_totals(spec: ModelSpec, w: Workload, sp: Split) -> ActivationTota
     loss_backward = lf.backward if lf is not None else (lb.transient if lb is not None else None)
     loss_backward_over = lb.over_saved if lb is not None else None
     if compiled and sp.has_head:
-        loss_backward = loss_backward_over = CP.loss_backward(spec, w, b, s)
+        loss_backward = CP.loss_backward(spec, w, b, s)
+        loss_backward_over = loss_backward - head_saved  # the head's saved tensors are dropped by then
     if A.local_vocab(spec, w) != spec.vocab_size and sp.has_head:
         # loss_parallel's backward (torch/distributed/tensor/parallel/loss.py
         # _nll_loss_and_log_softmax_backward) computes the logits' gradient from the saved

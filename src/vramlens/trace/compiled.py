@@ -65,20 +65,31 @@ def model_call(model: nn.Module, inputs: dict[str, Any]) -> tuple[Any, ...]:
     return tuple(out.to_tuple()) if hasattr(out, "to_tuple") else (out,)
 
 
+def boxed(gm: Any) -> Any:
+    """``gm`` under AOT autograd's boxed calling convention, as inductor's compiled code takes it: the
+    argument list is emptied as the graph reads it and each value is dropped after its last use
+    (``torch.fx.Interpreter.boxed_run``), so a saved tensor dies in backward where the graph last reads
+    it, not when the graph returns."""
+    def run(args: list[Any]) -> Any:
+        return torch.fx.Interpreter(gm).boxed_run(args)
+
+    run._boxed_call = True  # type: ignore[attr-defined]  # AOT autograd's marker for the boxed convention
+    return run
+
+
 def capture_backend(captured: Captured):
     """A torch.compile backend: AOT autograd with inductor's min-cut partitioner, the graphs run eagerly."""
-    from functorch.compile import make_boxed_func
     from torch._functorch.aot_autograd import aot_module_simplified
     from torch._inductor.compile_fx import partition_fn
     from torch._inductor.decomposition import select_decomp_table
 
     def fw(gm, _inputs):
         captured.forward.append(gm)
-        return make_boxed_func(gm.forward)
+        return boxed(gm)
 
     def bw(gm, _inputs):
         captured.backward.append(gm)
-        return make_boxed_func(gm.forward)
+        return boxed(gm)
 
     def backend(gm, example_inputs):
         from torch._guards import detect_fake_mode
