@@ -143,6 +143,40 @@ def replay(captured: Captured, model: nn.Module, inputs: dict[str, Any]) -> tupl
     return tuple(call(*args))
 
 
+_RNG_REGISTERED: list[type] = []
+
+
+def register_rng_ops(mode_cls: type) -> None:
+    """Let ``mode_cls`` (the Recorder) run the graphs' RNG higher-order ops.
+
+    A checkpointed region in a compiled graph runs its random ops (SDPA's philox seed among them)
+    through ``run_and_save_rng_state`` in forward and ``run_with_rng_state`` in the recomputation
+    (torch/_prims/rng_prims.py), which have no rule for a user's dispatch mode. Each rule here does
+    what the CPU one does, with the mode pushed back so that the op inside is recorded."""
+    if mode_cls in _RNG_REGISTERED:
+        return
+    from torch._prims.rng_prims import run_and_save_rng_state, run_with_rng_state
+    from torch.utils._python_dispatch import _pop_mode, _push_mode
+
+    @run_and_save_rng_state.py_impl(mode_cls)
+    def _save(mode, op, *args, **kwargs):
+        _push_mode(mode)
+        try:
+            return torch.get_rng_state(), op(*args, **kwargs)
+        finally:
+            _pop_mode()
+
+    @run_with_rng_state.py_impl(mode_cls)
+    def _with(mode, _rng_state, op, *args, **kwargs):
+        _push_mode(mode)
+        try:
+            return op(*args, **kwargs)  # the state is a fake run's: there are no values to reproduce
+        finally:
+            _pop_mode()
+
+    _RNG_REGISTERED.append(mode_cls)
+
+
 def check_replayable(captured: Captured) -> None:
     """Refuse what the replay cannot run: graph breaks (several graphs), an input without a local source."""
     n = len(captured.calls)

@@ -365,7 +365,14 @@ class Runner:
     def _compile(self, built: Built, trainable) -> None:
         """--compile: capture the compiled step in one unrecorded forward and backward; the recorded steps
         replay its graph (vramlens.trace.compiled). The gradients the capture made are dropped."""
-        from vramlens.trace.compiled import Captured, capture, check_replayable, compile_failure, describe
+        from vramlens.trace.compiled import (
+            Captured,
+            capture,
+            check_replayable,
+            compile_failure,
+            describe,
+            register_rng_ops,
+        )
 
         wl = self.wl
         if (not built.is_hf or built.kind == "embedding" or wl.loss_chunks > 1 or wl.loss != "cross-entropy"
@@ -389,6 +396,7 @@ class Runner:
             p.grad = None
         gc.collect()
         check_replayable(captured)
+        register_rng_ops(Recorder)
         self.captured = captured
         self.notes.append(describe(captured))
 
