@@ -349,10 +349,21 @@ FSDP_ROWS: tuple[tuple[str, dict[str, Any]], ...] = (
     _ckpt_row("llama-3-8b", "selective-op", **_FSDP),
 )
 
+#: torch.compile (issue 9, item 9): the partitioned graphs of the compiled step, captured with inductor's
+#: decompositions and min-cut partitioner and replayed op by op (vramlens.trace.compiled), against the compiled
+#: block's formula (vramlens.estimator.compiled). Batch 1 x 512 tokens puts more of the peak in the blocks.
+COMPILE_ROWS: tuple[tuple[str, dict[str, Any]], ...] = (
+    _ckpt_row("llama-2-7b", "none", compile=True),
+    _ckpt_row("llama-3-8b", "none", compile=True),
+    _ckpt_row("qwen2.5-0.5b", "none", compile=True),
+    _ckpt_row("llama-3-8b", "none", compile=True, batch=1, seq=512),
+    _ckpt_row("qwen2.5-0.5b", "none", compile=True, batch=1, seq=512),
+)
+
 #: Workload fields the technique rows set, shown in render().
 TECHNIQUE_FIELDS = ("optimizer", "optimizer_in_backward", "loss_chunks", "loss", "activation_offload", "loss_parallel",
                     "new_tokens", "quant_targets", "lora_dtype", "lora_dropout", "dora", "cache", "max_cache_len",
-                    "gpus", "fsdp", "fp8")
+                    "gpus", "fsdp", "fp8", "compile")
 
 #: The issue's case at full size: a sentence-transformers fine-tune of bert-base-uncased, 16
 #: (anchor, positive) pairs of 512 tokens, fp32, AdamW; traced on 2 and 3 of its 12 layers and

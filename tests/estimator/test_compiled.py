@@ -1,0 +1,85 @@
+"""--compile (torch.compile's min-cut partitioner): the compiled block's terms by hand, where the formula
+applies and where the estimate keeps eager figures (the tracer checks the figures against the partitioned
+graphs in tests/trace/test_crosscheck_compile.py)."""
+
+import pytest
+
+from vramlens.errors import ConfigError
+from vramlens.estimator import compiled, estimate
+from vramlens.models import load_model as get_model
+from vramlens.workload import make_workload
+
+TRAIN = dict(mode="train", method="full", dtype="bf16", batch=1, seq=512, attention="sdpa", compile=True)
+
+
+def test_llama_block_terms_by_hand():
+    # Llama 3 8B: h 4,096, a 32 heads of d 128 (8 KV heads, expanded), f 14,336; t = 1 x 512 tokens, bf16
+    spec = get_model("llama-3-8b")
+    blk = compiled.block(spec, make_workload(**TRAIN), 1, 512)
+    assert blk.residual_in == 2 * 4096 * 512 == 4_194_304
+    assert blk.norm_rsqrt == 2 * 4 * 512 == 4_096            # two fp32 (b, s, 1): 2,048 B each, 4 blocks
+    assert blk.norm_out == 2 * 2 * 4096 * 512 == 8_388_608
+    assert blk.qkv == 3 * 2 * 32 * 128 * 512 == 12_582_912     # q, and k and v expanded to 32 heads
+    assert blk.sdpa == 2 * 32 * 128 * 512 + 4 * 32 * 512 + 2 * 512 == 4_260_864  # out, lse, seed + offset
+    assert blk.residual_mid == 2 * 4096 * 512 == 4_194_304
+    assert blk.mlp == 3 * 2 * 14336 * 512 == 44_040_192        # gate, up, silu(gate) * up
+    assert blk.total == 77_665_280
+
+
+def test_head_and_loss_backward_by_hand():
+    spec = get_model("llama-3-8b")  # V = 128,256
+    w = make_workload(**TRAIN)
+    saved, peak, _ = compiled.head(spec, w, 1, 512)
+    # bf16 logits (512 x 128,256 x 2 B) + fp32 row max and log-sum (2,048 B each) + the fp32 divisor (one block)
+    assert saved == 2 * 128_256 * 512 + 2 * 2048 + 512 == 131_338_752
+    # ... and in forward the fp32 upcast, its shift and exp (3 x 4 B x 512 x 128,256)
+    assert peak == saved + 3 * 4 * 128_256 * 512 == 919_343_616
+    # the zero gradient of the dropped logits output (bf16) and three fp32 (b*s, V) values at once
+    assert compiled.loss_backward(spec, w, 1, 512) == 2 * 128_256 * 512 + 3 * 4 * 128_256 * 512 == 919_339_008
+
+
+def test_model_level_by_hand():
+    spec = get_model("llama-3-8b")
+    w = make_workload(**TRAIN)
+    # ids and labels (int64, 4,096 B each), padded labels (1 x 513 int64 = 4,104 B -> 4,608), the bf16 causal
+    # mask (1 x 1 x 512 x 512 x 2 B), the final norm's input and output (bf16, 4 MiB each) and fp32 rsqrt
+    by_hand = 2 * 4096 + 4608 + 2 * 512 * 512 + 2 * 2 * 4096 * 512 + 2048
+    assert compiled.model_level(spec, w, 1, 512) == by_hand == 8_927_744
+
+
+def test_estimate_uses_the_compiled_figures():
+    eager = estimate("llama-3-8b", **{**TRAIN, "compile": False})
+    comp = estimate("llama-3-8b", **TRAIN)
+    assert comp.layer_activation_bytes == 77_665_280 < eager.layer_activation_bytes == 102_827_008
+    assert comp.breakdown["activations"] < eager.breakdown["activations"]
+    assert comp.breakdown["weights"] == eager.breakdown["weights"]
+    assert [n for n in comp.breakdown.notes if n.startswith("compile: ")] == [compiled.note(comp.model, comp.workload)]
+    assert "upper bound" in compiled.note(comp.model, comp.workload)
+
+
+@pytest.mark.parametrize("model, changes, words", [
+    ("gpt2", {}, "Llama-style blocks"),
+    ("llama-3-8b", {"checkpointing": "full"}, "no checkpointing"),
+    ("llama-3-8b", {"method": "lora"}, "full training"),
+    ("llama-3-8b", {"dtype": "fp32", "amp": "bf16"}, "without autocast"),
+    ("llama-3-8b", {"attention": "eager"}, "SDPA"),
+    ("mixtral-8x7b", {}, "dense"),
+])
+def test_unmodelled_runs_keep_eager_figures_and_say_so(model, changes, words):
+    eager = estimate(model, **{**TRAIN, **changes, "compile": False}).breakdown
+    comp = estimate(model, **{**TRAIN, **changes}).breakdown
+    assert comp["activations"] == eager["activations"] and comp.peak_allocated == eager.peak_allocated
+    lines = [n for n in comp.notes if n.startswith("compile: ")]
+    assert len(lines) == 1 and words in lines[0] and "eager PyTorch's" in lines[0]
+
+
+def test_inference_ignores_compile():
+    assert make_workload(mode="inference", compile=True).ignored() == [
+        "ignored in inference (they apply to training): compile=True"]
+    assert compiled.note(get_model("llama-3-8b"), make_workload(mode="inference", compile=True)) == ""
+
+
+def test_compile_must_be_a_bool():
+    with pytest.raises(ConfigError) as e:
+        make_workload(mode="train", compile="yes")
+    assert e.value.problems == ["compile='yes' must be true or false"]
