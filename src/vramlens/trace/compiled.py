@@ -127,7 +127,9 @@ def capture(model: nn.Module, inputs: dict[str, Any], captured: Captured) -> tup
         # transformers' loss lookup logs through logger.warning_once when the class name names no loss
         # type (GPT2LMHeadModel), a graph break in a real run that splits the loss into its own graph:
         # dynamo's ignore_logging_functions (a setting users have too) keeps one graph
-        with torch._dynamo.config.patch(ignore_logging_functions={logging.Logger.warning_once}):
+        # (transformers.utils.logging adds warning_once to logging.Logger)
+        once = getattr(logging.Logger, "warning_once", None)
+        with torch._dynamo.config.patch(ignore_logging_functions={once} if once is not None else set()):
             return compiled(model, inputs)
     finally:
         torch._dynamo.reset()
