@@ -158,23 +158,24 @@ def register_rng_ops(mode_cls: type) -> None:
     if mode_cls in _RNG_REGISTERED:
         return
     from torch._prims.rng_prims import run_and_save_rng_state, run_with_rng_state
-    from torch.utils._python_dispatch import _pop_mode, _push_mode
+    from torch.utils._python_dispatch import TorchDispatchMode
 
+    # the base class's enter and exit push and pop the mode alone (the Recorder's own also install its hooks)
     @run_and_save_rng_state.py_impl(mode_cls)
     def _save(mode, op, *args, **kwargs):
-        _push_mode(mode)
+        TorchDispatchMode.__enter__(mode)
         try:
             return torch.get_rng_state(), op(*args, **kwargs)
         finally:
-            _pop_mode()
+            TorchDispatchMode.__exit__(mode, None, None, None)
 
     @run_with_rng_state.py_impl(mode_cls)
     def _with(mode, _rng_state, op, *args, **kwargs):
-        _push_mode(mode)
+        TorchDispatchMode.__enter__(mode)
         try:
             return op(*args, **kwargs)  # the state is a fake run's: there are no values to reproduce
         finally:
-            _pop_mode()
+            TorchDispatchMode.__exit__(mode, None, None, None)
 
     _RNG_REGISTERED.append(mode_cls)
 
