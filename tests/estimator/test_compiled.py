@@ -26,6 +26,18 @@ def test_llama_block_terms_by_hand():
     assert blk.total == 77_665_280
 
 
+def test_lora_block_terms_by_hand():
+    # LoRA r 8 on q_proj and v_proj (peft's fp32 adapters), the same Llama 3 8B block
+    spec = get_model("llama-3-8b")
+    blk = compiled.block(spec, make_workload(**{**TRAIN, "method": "lora", "lora_targets": ("q_proj", "v_proj")}), 1, 512)
+    assert blk.residual_in == 2 * 4096 * 512 == 4_194_304    # the block's output (the next norm's input)
+    assert blk.norm_rsqrt == 2 * 4 * 512 == 4_096
+    assert blk.norm_out == 4 * 4096 * 512 + 2 * 4 * 8 * 512 == 8_421_376  # fp32 norm output, two lora_A outputs
+    assert blk.qkv == 12_582_912 and blk.sdpa == 4_260_864 and blk.residual_mid == 4_194_304
+    assert blk.mlp == 2 * 2 * 14336 * 512 == 29_360_128        # gate and up; the frozen down_proj keeps nothing
+    assert blk.total == 63_017_984
+
+
 def test_head_and_loss_backward_by_hand():
     spec = get_model("llama-3-8b")  # V = 128,256
     w = make_workload(**TRAIN)
@@ -60,7 +72,9 @@ def test_estimate_uses_the_compiled_figures():
 @pytest.mark.parametrize("model, changes, words", [
     ("gpt2", {}, "Llama-style blocks"),
     ("llama-3-8b", {"checkpointing": "full"}, "no checkpointing"),
-    ("llama-3-8b", {"method": "lora"}, "full training"),
+    ("llama-3-8b", {"method": "lora", "lora_targets": ("q_proj", "o_proj")}, "LoRA on q/k/v_proj"),
+    ("llama-3-8b", {"method": "lora", "lora_dtype": "bf16"}, "fp32 adapters"),
+    ("llama-3-8b", {"method": "qlora"}, "full training"),
     ("llama-3-8b", {"dtype": "fp32", "amp": "bf16"}, "without autocast"),
     ("llama-3-8b", {"attention": "eager"}, "SDPA"),
     ("mixtral-8x7b", {}, "dense"),

@@ -22,6 +22,10 @@ keeps, per token t = b*s, in the compute dtype c unless named:
 * ``mlp``: the gate and up projections' outputs and ``act(gate) * up`` (c*f each); SiLU's output
   is recomputed (eager keeps it: 4 c*f in all).
 
+Under LoRA on q/k/v_proj (peft's fp32 adapters, :func:`lora_block`) frozen linears keep no input: the
+norm's output is kept once in fp32 (the adapters' input) with each lora_A's output, the MLP keeps gate
+and up only, and nothing before the first adapter needs a gradient.
+
 Outside the blocks: the causal mask (c*b*s*s, once), the final norm's input, rsqrt and output,
 the logits in the compute dtype (the loss' fp32 ``log_softmax`` is recomputed from them in
 backward, keeping its fp32 row max and log-sum, 4 bytes per token each), ForCausalLMLoss' padded
@@ -65,8 +69,8 @@ def unmodelled(spec: ModelSpec, w: Workload) -> str:
         why.append("Llama-style blocks (pre-RMSNorm, full rotary, gated SiLU MLP, dense, no dropout)")
     if spec.n_kv_heads == 1 and spec.n_heads > 1:
         why.append("more than one KV head (one is expanded as a view)")
-    if w.method != "full" or w.quant is not None or w.fp8 or w.dora:
-        why.append("full training")
+    if not (w.method == "full" or lora_on_qkv(w)) or w.quant is not None or w.fp8 or w.dora:
+        why.append("full training, or LoRA on q/k/v_proj with peft's fp32 adapters and no dropout")
     if w.autocast or w.amp is not None or w.compute_dtype == "fp32":
         why.append("half weights without autocast (--dtype bf16 or fp16)")
     if w.checkpointing != "none":
@@ -80,6 +84,17 @@ def unmodelled(spec: ModelSpec, w: Workload) -> str:
     if not why:
         return ""
     return "the compiled step is modelled for " + ", ".join(why)
+
+
+#: The linears a compiled LoRA block is modelled with (the attention's input projections).
+QKV = ("q_proj", "k_proj", "v_proj")
+
+
+def lora_on_qkv(w: Workload) -> bool:
+    """LoRA (not QLoRA) on some of q/k/v_proj only, with peft's fp32 adapters and no dropout: the case measured."""
+    t = tuple(w.lora_targets)
+    return (w.method == "lora" and bool(t) and set(t) <= set(QKV) and w.lora_dtype == "fp32"
+            and not w.lora_dropout and not w.dora)
 
 
 def note(spec: ModelSpec, w: Workload) -> str:
@@ -118,6 +133,8 @@ def block(spec: ModelSpec, w: Workload, b: int, s: int) -> CompiledBlock:
     t = b * s
     c = DTYPE_BYTES[w.compute_dtype]
     h, a, d, f = spec.hidden_size, spec.n_heads, spec.head_dim, spec.ffn_size
+    if w.method != "full":
+        return lora_block(spec, w, b, s)
     return CompiledBlock(
         residual_in=_r(c * h * t),                   # (b, s, h)
         norm_rsqrt=2 * _r(4 * t),                    # (b, s, 1) fp32, two norms
@@ -129,6 +146,35 @@ def block(spec: ModelSpec, w: Workload, b: int, s: int) -> CompiledBlock:
     )
 
 
+def lora_block(spec: ModelSpec, w: Workload, b: int, s: int) -> CompiledBlock:
+    """A compiled Llama-style block under LoRA on q/k/v_proj (:func:`lora_on_qkv`): frozen linears keep no
+    input, and nothing before the first block needs a gradient, so the first block's input and its norm's
+    rsqrt are not kept; counted instead per block on its output side (the next norm's input and rsqrt, the
+    final norm's for the last block):
+
+    * ``residual_in``: the block's output (c*h), the next norm's input;
+    * ``norm_rsqrt``: the MLP norm's and the next norm's fp32 rsqrt;
+    * ``norm_out``: the attention norm's output cast to fp32 once (peft's fp32 adapters; lora_A's input,
+      shared by the adapters) and each lora_A's fp32 output (r per token; lora_B's input);
+    * ``qkv``, ``sdpa``: as in full training;
+    * ``residual_mid``: the residual after attention (c*h), the MLP norm's input;
+    * ``mlp``: the gate and up outputs (c*f each); the down projection is frozen, so their product is not kept.
+    """
+    t = b * s
+    c = DTYPE_BYTES[w.compute_dtype]
+    h, a, d, f = spec.hidden_size, spec.n_heads, spec.head_dim, spec.ffn_size
+    adapters = len(set(w.lora_targets) & set(QKV))
+    return CompiledBlock(
+        residual_in=_r(c * h * t),                   # (b, s, h): the block's output
+        norm_rsqrt=2 * _r(4 * t),                    # (b, s, 1) fp32: the MLP norm's, the next norm's
+        norm_out=_r(4 * h * t) + adapters * _r(4 * w.lora_rank * t),  # fp32 (b*s, h), each (b*s, r)
+        qkv=3 * _r(c * a * d * t),
+        sdpa=_r(c * a * d * t) + _r(4 * b * a * s) + SDPA_RNG,
+        residual_mid=_r(c * h * t),
+        mlp=2 * _r(c * f * t),                       # (b*s, f): gate, up
+    )
+
+
 def model_level(spec: ModelSpec, w: Workload, b: int, s: int) -> int:
     """Saved outside the blocks and the head: input ids and labels (int64), ForCausalLMLoss' padded
     labels (b, s + 1), the 4-D causal mask (b, 1, s, s) in the compute dtype, the final norm's input,
@@ -136,8 +182,10 @@ def model_level(spec: ModelSpec, w: Workload, b: int, s: int) -> int:
     t = b * s
     c = DTYPE_BYTES[w.compute_dtype]
     h = spec.hidden_size
-    return (2 * _r(8 * t) + _r(8 * b * (s + 1)) + _r(c * b * s * s)
-            + 2 * _r(c * h * t) + _r(4 * t))
+    # under LoRA the final norm's input and rsqrt are the last block's (lora_block), and the frozen output
+    # layer keeps no input
+    final_norm = 2 * _r(c * h * t) + _r(4 * t) if w.method == "full" else 0
+    return 2 * _r(8 * t) + _r(8 * b * (s + 1)) + _r(c * b * s * s) + final_norm
 
 
 def head(spec: ModelSpec, w: Workload, b: int, s: int) -> tuple[int, int, str]:

@@ -176,7 +176,8 @@ def activation_totals(spec: ModelSpec, w: Workload, sp: Split) -> ActivationTota
     kept, one, formula = blocks.kept, blocks.one, blocks.formula
     kept = int(kept * frac) * inflight
     model_level = (CP.model_level(spec, w, b, s) if compiled else A.model_level_saved(spec, w, b, s)) * H.columns(spec, w)
-    if not C.whole_blocks(w):  # a checkpointed block keeps its inputs whatever needs a gradient
+    if not C.whole_blocks(w) and not compiled:  # a checkpointed block keeps its inputs whatever needs a gradient
+        # (the compiled LoRA block counts its own: vramlens.estimator.compiled.lora_block)
         model_level -= A.untracked_before_first_adapter(spec, w, b, s)[0] * H.columns(spec, w)
     host = 0
     if w.activation_offload:

@@ -206,4 +206,5 @@ def describe(captured: Captured) -> str:
     saved = captured.saved()
     return (f"compile: torch.compile with AOT autograd and the min-cut partitioner (inductor's), one graph, "
             f"{len(saved)} tensors saved for backward (parameters included); the graph runs op by op, so in-graph "
-            "temporaries are the aten graph's, an upper bound on inductor's fused kernels'")
+            "temporaries are the aten graph's, an upper bound on inductor's fused kernels'; no module hook runs inside "
+            "the graph, so its tensors are the model's, not a block's (--layers gives the per-block figures)")
