@@ -38,6 +38,29 @@ def test_lora_block_terms_by_hand():
     assert blk.total == 63_017_984
 
 
+def test_gpt2_block_terms_by_hand():
+    # GPT-2: h 768, 12 heads of 64, f 3,072, dropout 0.1; t = 1 x 512 tokens, bf16
+    spec = get_model("gpt2")
+    blk = compiled.block(spec, make_workload(**TRAIN), 1, 512)
+    assert blk.residual_in == 2 * 768 * 512 == 786_432
+    assert blk.norm_rsqrt == 4 * 1024 == 4_096                 # two LayerNorms' bf16 mean and rstd (1,024 B each)
+    assert blk.norm_out == 2 * 2 * 768 * 512 == 1_572_864      # their outputs, kept transposed for Conv1D
+    assert blk.qkv == 2 * 3 * 768 * 512 == 2_359_296           # c_attn's output
+    assert blk.sdpa == 2 * 768 * 512 + 4 * 12 * 512 + 2 * 512 == 812_032
+    assert blk.residual_mid == 2 * 768 * 512 + 768 * 512 == 1_179_648       # the residual and its dropout mask
+    assert blk.mlp == 2 * 2 * 3072 * 512 + 768 * 512 == 6_684_672          # c_fc's and GELU's outputs, a mask
+    assert blk.total == 13_399_040
+    # the first block's input: at batch 1 the dropped sum (786,432 B), beyond one the two embeddings' outputs;
+    # its mask (393,216 B) and the position ids (4,096 B); ln_f's mean, rstd (1,024 B each) and output
+    common = 2 * 4096 + 4608 + 2 * 512 * 512 + 393_216 + 4096 + 2 * 1024 + 786_432
+    assert compiled.model_level(spec, make_workload(**TRAIN), 1, 512) == common + 786_432 == 2_509_312
+    w2 = make_workload(**{**TRAIN, "batch": 2})
+    # batch 2: ids, labels 8,192 B each, padded labels 2 x 513 x 8 = 8,208 -> 8,704, the mask twice as large,
+    # the token embeddings' output (1,572,864 B) and the position embeddings' (786,432 B)
+    assert compiled.model_level(spec, w2, 2, 512) == (2 * 8192 + 8704 + 2 * 2 * 512 * 512 + 1_572_864 + 786_432
+                                                      + 786_432 + 4096 + 2 * 2048 + 1_572_864) == 5_800_448
+
+
 def test_head_and_loss_backward_by_hand():
     spec = get_model("llama-3-8b")  # V = 128,256
     w = make_workload(**TRAIN)
@@ -70,7 +93,7 @@ def test_estimate_uses_the_compiled_figures():
 
 
 @pytest.mark.parametrize("model, changes, words", [
-    ("gpt2", {}, "Llama-style blocks"),
+    ("starcoderbase-1b", {}, "Llama-style blocks"),  # GPT-2's layout with one KV head (gpt_bigcode)
     ("llama-3-8b", {"checkpointing": "full"}, "no checkpointing"),
     ("llama-3-8b", {"method": "lora", "lora_targets": ("q_proj", "o_proj")}, "LoRA on q/k/v_proj"),
     ("llama-3-8b", {"method": "lora", "lora_dtype": "bf16"}, "fp32 adapters"),

@@ -22,6 +22,10 @@ keeps, per token t = b*s, in the compute dtype c unless named:
 * ``mlp``: the gate and up projections' outputs and ``act(gate) * up`` (c*f each); SiLU's output
   is recomputed (eager keeps it: 4 c*f in all).
 
+GPT-2's blocks (:func:`gpt2_block`, measured on GPT-2) differ: Conv1D's weight gradients read their inputs
+transposed, and the partitioner keeps those transposes, so the LayerNorms' and GELU's outputs stay; the
+dropout masks stay too (1 byte per element).
+
 Under LoRA on q/k/v_proj (peft's fp32 adapters, :func:`lora_block`) frozen linears keep no input: the
 norm's output is kept once in fp32 (the adapters' input) with each lora_A's output, the MLP keeps gate
 and up only, and nothing before the first adapter needs a gradient.
@@ -61,15 +65,11 @@ def unmodelled(spec: ModelSpec, w: Workload) -> str:
     p_attn, p_hid = dropout_probs(spec)
     if spec.kind != "decoder" or spec.head != "causal-lm" or not has_lm_head(spec) or spec.vision is not None:
         why.append("a causal-LM decoder")
-    if (spec.norm != "rmsnorm" or spec.norm_weight_fp32 or spec.norm_placement != "pre" or spec.qk_norm != "none"
-            or not spec.gated_mlp or spec.activation not in ("silu", "swish") or spec.position != "rotary"
-            or spec.rotary_dim not in (None, spec.head_dim) or spec.n_experts or spec.mla is not None
-            or spec.sliding_layer_ids or spec.attention_sinks or spec.fused_qkv_kept or spec.rel_terms
-            or p_attn or p_hid or spec.nope_layer_ids):
-        why.append("Llama-style blocks (pre-RMSNorm, full rotary, gated SiLU MLP, dense, no dropout)")
-    if spec.n_kv_heads == 1 and spec.n_heads > 1:
-        why.append("more than one KV head (one is expanded as a view)")
-    if not (w.method == "full" or lora_on_qkv(w)) or w.quant is not None or w.fp8 or w.dora:
+    if not (llama_style(spec) or gpt2_style(spec)):
+        why.append("Llama-style blocks (pre-RMSNorm, full rotary, gated SiLU MLP, dense, no dropout, not one KV "
+                   "head) and GPT-2's (pre-LayerNorm, learned positions, GELU MLP, multi-head, dropout)")
+    if (not (w.method == "full" or (lora_on_qkv(w) and llama_style(spec))) or w.quant is not None or w.fp8
+            or w.dora):
         why.append("full training, or LoRA on q/k/v_proj with peft's fp32 adapters and no dropout")
     if w.autocast or w.amp is not None or w.compute_dtype == "fp32":
         why.append("half weights without autocast (--dtype bf16 or fp16)")
@@ -84,6 +84,29 @@ def unmodelled(spec: ModelSpec, w: Workload) -> str:
     if not why:
         return ""
     return "the compiled step is modelled for " + ", ".join(why)
+
+
+def llama_style(spec: ModelSpec) -> bool:
+    """A Llama-style block (Llama 2 and 3, Qwen2.5 measured): pre-RMSNorm, full rotary, SDPA, gated SiLU MLP,
+    dense, no dropout, and not a single KV head (one is expanded as a view, not measured)."""
+    p_attn, p_hid = dropout_probs(spec)
+    return (spec.kind == "decoder" and spec.norm == "rmsnorm" and not spec.norm_weight_fp32
+            and spec.norm_placement == "pre" and spec.qk_norm == "none" and spec.gated_mlp
+            and spec.activation in ("silu", "swish") and spec.position == "rotary"
+            and spec.rotary_dim in (None, spec.head_dim) and not spec.n_experts and spec.mla is None
+            and not spec.sliding_layer_ids and not spec.attention_sinks and not spec.fused_qkv_kept
+            and not spec.rel_terms and not spec.nope_layer_ids and not p_attn and not p_hid
+            and not (spec.n_kv_heads == 1 and spec.n_heads > 1))
+
+
+def gpt2_style(spec: ModelSpec) -> bool:
+    """A GPT-2 block (measured on GPT-2): pre-LayerNorm, learned positions, one fused q/k/v projection,
+    multi-head attention, a plain GELU MLP, attention, residual and embedding dropout, tied embeddings."""
+    p_attn, p_hid = dropout_probs(spec)
+    return (spec.kind == "decoder" and spec.norm == "layernorm" and spec.norm_placement == "pre"
+            and spec.position == "learned" and not spec.gated_mlp and spec.activation.startswith("gelu")
+            and spec.n_kv_heads == spec.n_heads and not spec.n_experts and spec.block_dropouts == 2
+            and spec.tied_embeddings and p_attn > 0 and p_hid > 0 and spec.embedding_size is None)
 
 
 #: The linears a compiled LoRA block is modelled with (the attention's input projections).
@@ -135,6 +158,8 @@ def block(spec: ModelSpec, w: Workload, b: int, s: int) -> CompiledBlock:
     h, a, d, f = spec.hidden_size, spec.n_heads, spec.head_dim, spec.ffn_size
     if w.method != "full":
         return lora_block(spec, w, b, s)
+    if gpt2_style(spec):
+        return gpt2_block(spec, w, b, s)
     return CompiledBlock(
         residual_in=_r(c * h * t),                   # (b, s, h)
         norm_rsqrt=2 * _r(4 * t),                    # (b, s, 1) fp32, two norms
@@ -175,6 +200,35 @@ def lora_block(spec: ModelSpec, w: Workload, b: int, s: int) -> CompiledBlock:
     )
 
 
+def gpt2_block(spec: ModelSpec, w: Workload, b: int, s: int) -> CompiledBlock:
+    """A compiled GPT-2 block (modeling_gpt2.py). Its Conv1D layers' weight gradients read their inputs
+    transposed (``x.t() @ grad``), and the partitioner keeps those transposes (views of the LayerNorms' and
+    GELU's outputs) rather than recompute them; the dropout masks are kept (1 byte per element: inductor's
+    random ops are not recomputed). Counted on the output side, as the first block's input is rebuilt from
+    the embeddings (:func:`model_level`):
+
+    * ``residual_in``: the block's output (c*h), the next LayerNorm's input;
+    * ``norm_rsqrt``: the two LayerNorms' mean and rstd ((b, s, 1) each, in the compute dtype);
+    * ``norm_out``: the two LayerNorms' outputs (c*h each), c_attn's and c_fc's inputs;
+    * ``qkv``: c_attn's output (c*3h; q, k and v are views of it);
+    * ``sdpa``: the kernel's output, log-sum-exp and seeds (attention dropout inside the kernel);
+    * ``residual_mid``: the residual after attention (c*h) and the residual dropout's mask (h bytes);
+    * ``mlp``: c_fc's output and GELU's (c*f each) and the MLP dropout's mask (h bytes).
+    """
+    t = b * s
+    c = DTYPE_BYTES[w.compute_dtype]
+    h, a, d, f = spec.hidden_size, spec.n_heads, spec.head_dim, spec.ffn_size
+    return CompiledBlock(
+        residual_in=_r(c * h * t),
+        norm_rsqrt=4 * _r(c * t),                    # mean and rstd of ln_1 and ln_2
+        norm_out=2 * _r(c * h * t),                  # (b*s, h), kept transposed
+        qkv=_r(3 * c * h * t),                       # (b*s, 3h)
+        sdpa=_r(c * a * d * t) + _r(4 * b * a * s) + SDPA_RNG,
+        residual_mid=_r(c * h * t) + _r(h * t),      # the residual, the bool mask after c_proj
+        mlp=2 * _r(c * f * t) + _r(h * t),           # c_fc's and GELU's outputs, the bool mask after the MLP
+    )
+
+
 def model_level(spec: ModelSpec, w: Workload, b: int, s: int) -> int:
     """Saved outside the blocks and the head: input ids and labels (int64), ForCausalLMLoss' padded
     labels (b, s + 1), the 4-D causal mask (b, 1, s, s) in the compute dtype, the final norm's input,
@@ -182,6 +236,16 @@ def model_level(spec: ModelSpec, w: Workload, b: int, s: int) -> int:
     t = b * s
     c = DTYPE_BYTES[w.compute_dtype]
     h = spec.hidden_size
+    if gpt2_style(spec):
+        # the first block's input, dropout(wte(ids) + wpe(positions)): the partitioner keeps the token and
+        # position embeddings' outputs (b, s, h) and (1, s, h) when b > 1 and the dropped sum itself when b = 1
+        # (measured at b = 1, 2 and 4; a choice of the min-cut, not derived here), with the dropout's mask and
+        # the position ids (1, s); ln_f's mean and rstd and its output (the tied output layer's input); ln_f's
+        # input is the last block's output (gpt2_block)
+        inputs = _r(c * h * t) + (_r(c * h * s) if b > 1 else 0)
+        embed = inputs + _r(h * t) + _r(8 * s)
+        final_norm = 2 * _r(c * t) + _r(c * h * t)
+        return 2 * _r(8 * t) + _r(8 * b * (s + 1)) + _r(c * b * s * s) + embed + final_norm
     # under LoRA the final norm's input and rsqrt are the last block's (lora_block), and the frozen output
     # layer keeps no input
     final_norm = 2 * _r(c * h * t) + _r(4 * t) if w.method == "full" else 0
