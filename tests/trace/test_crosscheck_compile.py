@@ -49,6 +49,13 @@ def test_an_input_from_outside_the_call_is_refused():
                             "trace without --compile, or use `vramlens estimate --compile`")
 
 
+def test_compile_with_fsdp_is_refused():
+    with pytest.raises(TraceError) as e:
+        trace(tiny_config("llama-3-8b"), mode="train", dtype="bf16", gpus=2, fsdp=True, compile=True)
+    assert str(e.value) == ("compile with fsdp is not traced (FSDP2 compiles each block around its collectives): "
+                            "trace without --compile, or use `vramlens estimate`")
+
+
 def _traced(name: str, **changes):
     base = {"mode": "train", "method": "full", "attention": "sdpa", "checkpointing": "none", "dtype": "bf16"}
     return trace(tiny_config(name), steps=2, **{**workload_for(name, {**base, **changes}), **changes})
