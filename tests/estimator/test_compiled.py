@@ -82,6 +82,19 @@ def test_model_level_by_hand():
     assert compiled.model_level(spec, w, 1, 512) == by_hand == 8_927_744
 
 
+def test_full_checkpointing_model_level_by_hand():
+    spec = get_model("llama-3-8b")
+    w = make_workload(**{**TRAIN, "checkpointing": "full"})
+    # ids, labels, padded labels as without checkpointing; no 4-D mask but the packed-sequence check's three int64
+    # (1, 512) values (4,096 B each); the final norm's bf16 output and fp32 rsqrt (its input is recomputed)
+    assert compiled.model_level(spec, w, 1, 512) == 2 * 4096 + 4608 + 3 * 4096 + 2 * 4096 * 512 + 2048 == 4_221_440
+    eager = estimate("llama-3-8b", **{**TRAIN, "checkpointing": "full", "compile": False})
+    comp = estimate("llama-3-8b", **{**TRAIN, "checkpointing": "full"})
+    # the blocks keep their inputs either way; the head keeps bf16 logits, not the fp32 log_softmax
+    assert comp.layer_activation_bytes == eager.layer_activation_bytes
+    assert comp.breakdown["activations"] < eager.breakdown["activations"]
+
+
 def test_estimate_uses_the_compiled_figures():
     eager = estimate("llama-3-8b", **{**TRAIN, "compile": False})
     comp = estimate("llama-3-8b", **TRAIN)
@@ -94,7 +107,8 @@ def test_estimate_uses_the_compiled_figures():
 
 @pytest.mark.parametrize("model, changes, words", [
     ("starcoderbase-1b", {}, "Llama-style blocks"),  # GPT-2's layout with one KV head (gpt_bigcode)
-    ("llama-3-8b", {"checkpointing": "full"}, "no checkpointing"),
+    ("llama-3-8b", {"checkpointing": "selective-op"}, "no checkpointing"),
+    ("gpt2", {"checkpointing": "full"}, "full checkpointing: Llama-style blocks"),
     ("llama-3-8b", {"method": "lora", "lora_targets": ("q_proj", "o_proj")}, "LoRA on q/k/v_proj"),
     ("llama-3-8b", {"method": "lora", "lora_dtype": "bf16"}, "fp32 adapters"),
     ("llama-3-8b", {"method": "qlora"}, "full training"),

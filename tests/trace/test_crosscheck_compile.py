@@ -16,15 +16,17 @@ from vramlens.trace.crosscheck import COMPILE_ROWS, render, run_row, tiny_config
 
 def test_compile_rows_cover_two_families_and_two_shapes():
     assert {n for n, _ in COMPILE_ROWS} == {"llama-2-7b", "llama-3-8b", "qwen2.5-0.5b", "gpt2"}
-    assert all(r["compile"] and r["checkpointing"] == "none" for _, r in COMPILE_ROWS)
+    assert all(r["compile"] for _, r in COMPILE_ROWS)
+    assert {r["checkpointing"] for _, r in COMPILE_ROWS} == {"none", "full"}
     assert {(r.get("batch"), r.get("seq")) for _, r in COMPILE_ROWS} == {(None, None), (1, 512)}
     assert {r.get("method") for _, r in COMPILE_ROWS} == {"full", "lora"}
 
 
 @pytest.mark.slow  # each row compiles the model (dynamo, AOT autograd) and traces two steps: ~5-10 s
-@pytest.mark.parametrize("row", COMPILE_ROWS, ids=lambda r: f"{r[0]}-{r[1]['method']}-b{r[1].get('batch', 2)}xs{r[1].get('seq', 128)}")
+@pytest.mark.parametrize("row", COMPILE_ROWS, ids=lambda r: f"{r[0]}-{r[1]['method']}-ckpt-{r[1]['checkpointing']}-b{r[1].get('batch', 2)}xs{r[1].get('seq', 128)}")
 def test_compile_row_within_5_percent_of_trace(row):
-    """Peak within 5% of the trace and each component within 10% (every row agrees to within 0.01% today)."""
+    """Peak within 5% of the trace and each component within 10% (components agree to within 0.01% today; the
+    peak too but Qwen2.5 under full checkpointing, 1.9% under)."""
     name, wl = row
     r = run_row(name, wl)
     assert abs(r.peak_error) <= 0.05, render([r])

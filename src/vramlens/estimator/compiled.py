@@ -35,6 +35,11 @@ the logits in the compute dtype (the loss' fp32 ``log_softmax`` is recomputed fr
 backward, keeping its fp32 row max and log-sum, 4 bytes per token each), ForCausalLMLoss' padded
 labels (b, s + 1) int64. The rotary tables are recomputed.
 
+Under full checkpointing (Llama-style blocks, full training) each block keeps its input either way
+(eager's checkpointing figures, recomputation included); the partitioner recomputes the last block's
+output for the final norm and rebuilds the mask inside each block from the packed-sequence check's three
+int64 (b, s) values, and the head is the compiled one (bf16 logits, not the fp32 ``log_softmax``).
+
 Temporaries: the tracer runs the partitioned aten graphs op by op, so its in-graph temporaries
 are an upper bound on inductor's, which fuses pointwise chains into kernels. The estimate takes
 the same bound for the loss' backward (the aten graph's fp32 chain, :func:`loss_backward`) and
@@ -73,8 +78,9 @@ def unmodelled(spec: ModelSpec, w: Workload) -> str:
         why.append("full training, or LoRA on q/k/v_proj with peft's fp32 adapters and no dropout")
     if w.autocast or w.amp is not None or w.compute_dtype == "fp32":
         why.append("half weights without autocast (--dtype bf16 or fp16)")
-    if w.checkpointing != "none":
-        why.append("no checkpointing")
+    if w.checkpointing not in ("none", "full") or (w.checkpointing == "full" and (w.method != "full"
+                                                                                  or not llama_style(spec))):
+        why.append("no checkpointing (full checkpointing: Llama-style blocks in full training)")
     if w.attention != "sdpa":
         why.append("SDPA")
     if w.tp > 1 or w.pp > 1 or w.fsdp or w.gpus > 1:
@@ -246,6 +252,11 @@ def model_level(spec: ModelSpec, w: Workload, b: int, s: int) -> int:
         embed = inputs + _r(h * t) + _r(8 * s)
         final_norm = 2 * _r(c * t) + _r(c * h * t)
         return 2 * _r(8 * t) + _r(8 * b * (s + 1)) + _r(c * b * s * s) + embed + final_norm
+    if w.checkpointing == "full":
+        # every block checkpointed (its input kept, counted with the blocks): the partitioner recomputes the
+        # last block's output for the final norm (kept: its rsqrt and output) and rebuilds the mask in each
+        # block from the packed-sequence check's three int64 (b, s) values instead of keeping it
+        return 2 * _r(8 * t) + _r(8 * b * (s + 1)) + 3 * _r(8 * t) + _r(c * h * t) + _r(4 * t)
     # under LoRA the final norm's input and rsqrt are the last block's (lora_block), and the frozen output
     # layer keeps no input
     final_norm = 2 * _r(c * h * t) + _r(4 * t) if w.method == "full" else 0

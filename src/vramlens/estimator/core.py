@@ -165,8 +165,9 @@ def activation_totals(spec: ModelSpec, w: Workload, sp: Split) -> ActivationTota
         # blocks of different kinds (sliding and global attention, dense and MoE MLPs) each counted as they are
         layers = [(A.layer_activations(spec, w, b, s, tp=tp, layer=i), n) for i, n in A.layer_kinds(spec)]
     compiled = w.compile and w.training and not CP.unmodelled(spec, w)
-    if compiled:
-        # --compile: what the min-cut partitioner keeps (vramlens.estimator.compiled)
+    if compiled and w.checkpointing == "none":
+        # --compile: what the min-cut partitioner keeps (vramlens.estimator.compiled); a checkpointed block
+        # keeps its input either way, and its recomputation is eager's
         cb = CP.block(spec, w, b, s)
         layers = [(A.LayerActivations(saved=cb.total, quadratic=0, checkpoint_input=cb.residual_in), spec.n_layers)]
     frac = sp.layers / max(1, spec.n_layers)

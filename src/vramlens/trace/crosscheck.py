@@ -362,6 +362,9 @@ COMPILE_ROWS: tuple[tuple[str, dict[str, Any]], ...] = (
     # embedding sum, more than one the two embeddings' outputs
     _ckpt_row("gpt2", "none", compile=True),
     _ckpt_row("gpt2", "none", compile=True, batch=1, seq=512),
+    # full checkpointing: each block keeps its input either way; the last block's output and the mask are rebuilt
+    _ckpt_row("llama-3-8b", "full", compile=True),
+    _ckpt_row("qwen2.5-0.5b", "full", compile=True, batch=1, seq=512),
     # LoRA on q_proj and v_proj (peft's fp32 adapters): frozen linears keep no input
     _ckpt_row("llama-3-8b", "none", compile=True, method="lora"),
     _ckpt_row("qwen2.5-0.5b", "none", compile=True, method="lora", batch=1, seq=512),
