@@ -145,6 +145,10 @@ class Workload:
     #: torchtitan's configs set it), for Float8Linear (tensorwise dynamic scaling, torchao's default
     #: recipe); see vramlens.estimator.fp8
     fp8: bool = False
+    #: ``torch.compile`` of the model (inductor's default: AOT autograd with the min-cut
+    #: rematerialization partitioner), which saves fewer tensors for backward than eager; see
+    #: vramlens.estimator.compiled
+    compile: bool = False
     attention: Attention = "sdpa"
     lora_rank: int = 8  # peft LoraConfig's r default
     lora_targets: tuple[str, ...] = DEFAULT_LORA_TARGETS
@@ -340,7 +344,7 @@ class Workload:
         elif self.max_cache_len > L.MAX_SEQ:
             p.append(f"max_cache_len={L.show(self.max_cache_len)} is over the limit of {L.MAX_SEQ:,} tokens")
         for name in ("keep_grads", "fsdp", "optimizer_in_backward", "activation_offload", "loss_parallel", "dora",
-                     "fp8"):
+                     "fp8", "compile"):
             if not isinstance(getattr(self, name), bool):
                 p.append(f"{name}={L.show(getattr(self, name))} must be true or false")
         if not isinstance(self.lora_targets, tuple) or not all(isinstance(t, str) for t in self.lora_targets):
@@ -519,7 +523,8 @@ class Workload:
 
         if not self.training:
             names = [n for n in ("optimizer", "optimizer_impl", "grad_accum", "keep_grads", "optimizer_in_backward",
-                                 "checkpointing", "activation_offload", "loss_chunks", "loss", "loss_parallel")
+                                 "checkpointing", "activation_offload", "loss_chunks", "loss", "loss_parallel",
+                                 "compile")
                      if given(n)]
             if names:
                 out.append("ignored in inference (they apply to training): "

@@ -26,7 +26,7 @@ from vramlens.workload import Workload
 
 #: Fields each target must set (more where the plan uses them: read_emitted says which).
 MUST = {
-    "trainer": {"batch", "grad_accum", "optimizer", "checkpointing", "amp"},
+    "trainer": {"batch", "grad_accum", "optimizer", "checkpointing", "amp", "compile"},
     "peft": {"lora_rank", "lora_targets", "lora_dropout", "dora"},
     "bnb": {"quant"},
     "deepspeed": {"batch", "grad_accum", "gpus", "zero", "offload", "dtype", "amp"},
@@ -48,7 +48,7 @@ OTHER = {"batch": 999, "grad_accum": 77, "optimizer": "adafactor", "checkpointin
          "gpus": 96, "zero": 1, "offload": "none", "fsdp": False, "fsdp_strategy": "hybrid", "attention": "eager",
          "pp": 3, "tp": 1, "mode": "train", "kv_dtype": "int8", "activation_offload": True,
          "optimizer_in_backward": True, "seq": 333, "loss_chunks": 5, "loss": "fused-linear", "loss_parallel": True,
-         "method": "qlora", "dora": True, "optimizer_impl": "loop"}
+         "method": "qlora", "dora": True, "optimizer_impl": "loop", "compile": True}
 
 
 def _plan(model, gpu: str, **kw):
@@ -69,7 +69,7 @@ def _via_trainer(cfg: dict, tmp_path, deepspeed_cfg: dict | None = None) -> dict
            "gradient_accumulation_steps": args.gradient_accumulation_steps, "bf16": args.bf16, "fp16": args.fp16,
            "optim": str(getattr(args.optim, "value", args.optim)), "weight_decay": args.weight_decay,
            "optim_args": args.optim_args, "activation_checkpointing": args.activation_checkpointing,
-           "deepspeed": cfg.get("deepspeed")}
+           "torch_compile": args.torch_compile, "deepspeed": cfg.get("deepspeed")}
     if "fsdp" in cfg:
         out.update(fsdp=cfg["fsdp"], fsdp_config=_fsdp_config_as_read(args, cfg))
     return out
@@ -355,6 +355,7 @@ TRAIN = dict(mode="train", batch=2, seq=256)
 @pytest.mark.parametrize("kind,w", [
     ("trainer", dict(TRAIN, dtype="fp32", amp="bf16", optimizer="adamw", checkpointing="full", grad_accum=4)),
     ("trainer", dict(TRAIN, dtype="bf16", optimizer="adam")),
+    ("trainer", dict(TRAIN, dtype="bf16", compile=True)),  # TrainingArguments(torch_compile=True)
     ("trainer", dict(TRAIN, dtype="fp32", amp="fp16", optimizer="sgd-momentum")),
     ("trainer", dict(TRAIN, dtype="bf16", amp="bf16", gpus=2, zero=2, optimizer="adamw")),
     ("trainer", dict(TRAIN, dtype="fp32", amp="bf16", gpus=2, fsdp=True, checkpointing="full")),

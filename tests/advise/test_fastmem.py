@@ -27,6 +27,7 @@ def _random_workload(rng: random.Random) -> Workload:
         batch=rng.choice([1, 2, 3, 8]), seq=rng.choice([128, 512, 2048]), grad_accum=rng.choice([1, 2, 4]),
         checkpointing=rng.choice(["none", "full", "selective", "selective-op", "every:2", "every:3"]), attention=rng.choice(["eager", "sdpa", "flash"]),
         lora_rank=rng.choice([8, 16]), gpus=gpus, tp=tp, pp=pp, zero=z, fsdp=fsdp, offload=off,
+        compile=rng.random() < 0.3,  # the compiled block where it applies (vramlens.estimator.compiled)
     )
 
 
@@ -72,3 +73,17 @@ def test_fast_totals_follow_estimate_spec_where_sdpa_is_refused():
         e = estimate_spec(spec, w, gpu)
         assert fm.totals(w) == (e.breakdown.device_total, e.breakdown.host_bytes), (mode, method)
         assert any("no SDPA path" in n for n in e.breakdown.notes)
+
+
+@pytest.mark.parametrize("changes", [dict(), dict(checkpointing="full"), dict(method="lora"), dict(batch=4, seq=2048)])
+def test_fast_totals_equal_estimate_spec_compiled(changes):
+    # the compiled block (vramlens.estimator.compiled) applies: FastMemory keys its activations on compile
+    spec = llama7b()
+    gpu = get_gpu("A100-80GB")
+    fm = FastMemory(spec, gpu)
+    for comp in (False, True):
+        w = Workload(mode="train", dtype="bf16", attention="sdpa", compile=comp, **changes)
+        e = estimate_spec(spec, w, gpu)
+        assert fm.totals(w) == (e.breakdown.device_total, e.breakdown.host_bytes)
+    assert estimate_spec(spec, Workload(mode="train", dtype="bf16", compile=True, **changes), gpu).breakdown[
+        "activations"] < estimate_spec(spec, Workload(mode="train", dtype="bf16", **changes), gpu).breakdown["activations"]

@@ -224,6 +224,8 @@ def trainer(plan: Plan, *, legacy_names: bool | None = None) -> dict[str, Any]:
         kw["optim_args"] = "momentum=0.9"
     if kw[ckpt]:
         kw[ckpt + "_kwargs"] = {"use_reentrant": False}
+    if w.compile:
+        kw["torch_compile"] = True  # the Trainer compiles the model with inductor (TrainingArguments.torch_compile)
     if w.fsdp:
         f = _refused_as("trainer", fsdp, plan, legacy_names=legacy)
         kw["fsdp"] = f["fsdp"]

@@ -201,7 +201,7 @@ class FastMemory:
                 sp.layers, sp.micro_batches_in_flight, sp.has_head, w.method, w.lora_targets, w.lora_rank,
                 w.lora_dropout, w.lora_dtype, w.dora, w.quant, w.quant_targets, w.loss, w.loss_chunks,
                 w.loss_parallel, w.activation_offload, w.fp8, w.bnb_inputs, w.image_size,
-                w.audio_seconds)
+                w.audio_seconds, w.compile)
 
     def activations(self, w: Workload, sp: Split) -> Activations:
         """The activations of ``w`` on the split ``sp``, memoized on :meth:`activation_key`."""

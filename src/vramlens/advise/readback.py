@@ -68,6 +68,7 @@ def _trainer(c: Mapping[str, Any]) -> dict[str, Any]:
         out.update(_fsdp(c))
         ckpt = ckpt or out.pop("checkpointing") == "full"
     out["checkpointing"] = "full" if ckpt else "none"
+    out["compile"] = bool(c.get("torch_compile", False))
     half = "bf16" if c.get("bf16") else ("fp16" if c.get("fp16") else None)
     if c.get("deepspeed"):
         # DeepSpeed's half mode: half weights, fp32 master copy; the ZeRO settings are in its own file

@@ -138,6 +138,9 @@ def add_workload_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--fp8", action="store_true",
                    help="FP8 training with torchao's Float8Linear (torchtitan [float8], tensorwise scaling): "
                         "bf16 full training; the casts add transients, the saved activations stay bf16")
+    g.add_argument("--compile", action="store_true",
+                   help="torch.compile the model (inductor's min-cut partitioner): backward recomputes the cheap "
+                        "pointwise tensors (activations, norms' outputs) instead of saving them")
     g.add_argument("--loss-chunks", type=_positive, default=1,
                    help="chunked cross-entropy (torchtune CEWithChunkedOutputLoss; 8 there): the output layer and "
                         "the loss run on N chunks of the sequence, the fp32 upcast one chunk at a time (default 1)")

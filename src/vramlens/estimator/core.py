@@ -12,6 +12,7 @@ from typing import Any
 from vramlens.estimator import activations as A
 from vramlens.estimator import audio as AU
 from vramlens.estimator import checkpointing as C
+from vramlens.estimator import compiled as CP
 from vramlens.estimator import fp8 as F8
 from vramlens.estimator import heads as H
 from vramlens.estimator import kv_cache as K
@@ -165,14 +166,21 @@ def activation_totals(spec: ModelSpec, w: Workload, sp: Split) -> ActivationTota
     else:
         # blocks of different kinds (sliding and global attention, dense and MoE MLPs) each counted as they are
         layers = [(A.layer_activations(spec, w, b, s, tp=tp, layer=i), n) for i, n in A.layer_kinds(spec)]
+    compiled = w.compile and w.training and not CP.unmodelled(spec, w)
+    if compiled and w.checkpointing == "none":
+        # --compile: what the min-cut partitioner keeps (vramlens.estimator.compiled); a checkpointed block
+        # keeps its input either way, and its recomputation is eager's
+        cb = CP.block(spec, w, b, s)
+        layers = [(A.LayerActivations(saved=cb.total, quadratic=0, checkpoint_input=cb.residual_in), spec.n_layers)]
     frac = sp.layers / max(1, spec.n_layers)
     # the embedding case runs the blocks once per text column, both graphs alive until backward
     inflight = sp.micro_batches_in_flight * H.columns(spec, w)
     blocks = _block_figures(spec, w, layers)
     kept, one, formula = blocks.kept, blocks.one, blocks.formula
     kept = int(kept * frac) * inflight
-    model_level = A.model_level_saved(spec, w, b, s) * H.columns(spec, w)
-    if not C.whole_blocks(w):  # a checkpointed block keeps its inputs whatever needs a gradient
+    model_level = (CP.model_level(spec, w, b, s) if compiled else A.model_level_saved(spec, w, b, s)) * H.columns(spec, w)
+    if not C.whole_blocks(w) and not compiled:  # a checkpointed block keeps its inputs whatever needs a gradient
+        # (the compiled LoRA block counts its own: vramlens.estimator.compiled.lora_block)
         model_level -= A.untracked_before_first_adapter(spec, w, b, s)[0] * H.columns(spec, w)
     host = 0
     if w.activation_offload:
@@ -184,7 +192,7 @@ def activation_totals(spec: ModelSpec, w: Workload, sp: Split) -> ActivationTota
         host = kept + (moved + stashed) * cols
         model_level -= moved * cols
         kept = 0
-    head_saved, head_peak, head_formula = A.head_saved(spec, w, b, s)
+    head_saved, head_peak, head_formula = CP.head(spec, w, b, s) if compiled else A.head_saved(spec, w, b, s)
     if not sp.has_head:
         head_saved = head_peak = 0
     later = working = 0
@@ -207,6 +215,9 @@ def activation_totals(spec: ModelSpec, w: Workload, sp: Split) -> ActivationTota
     lb = A.loss_backward(spec, w, b, s) if lf is None else None
     loss_backward = lf.backward if lf is not None else (lb.transient if lb is not None else None)
     loss_backward_over = lb.over_saved if lb is not None else None
+    if compiled and sp.has_head:
+        loss_backward = CP.loss_backward(spec, w, b, s)
+        loss_backward_over = loss_backward - head_saved  # the head's saved tensors are dropped by then
     if A.local_vocab(spec, w) != spec.vocab_size and sp.has_head:
         # loss_parallel's backward (torch/distributed/tensor/parallel/loss.py
         # _nll_loss_and_log_softmax_backward) computes the logits' gradient from the saved
@@ -448,6 +459,8 @@ def estimate_spec(spec: ModelSpec, w: Workload, gpu: GPU | None = None, *, headr
         notes.append(f"{spec.architecture} computes its attention itself (no attn_implementation): it runs eager"
                      + (", and selective checkpointing recomputes nothing" if w.checkpointing == "selective" else ""))
     notes += checkpointing_notes(spec, w)
+    if CP.note(spec, w):
+        notes.append(CP.note(spec, w))
     kv = 0
     if w.training:
         at = activation_totals(spec, w, sp)

@@ -57,6 +57,11 @@ def trace(model: Any, workload: Workload | None = None, *, steps: int = 2, layer
     wl = resolve_workload(workload, workload_kwargs)
     if wl.training and steps < 1:
         raise InputError(f"steps={steps} must be a whole number >= 1")
+    if wl.fsdp and wl.compile and wl.training:
+        # FSDP2 compiles per block around its hooks (torchtitan's per-block compile), which the single-graph
+        # replay of vramlens.trace.compiled does not run
+        raise TraceError("compile with fsdp is not traced (FSDP2 compiles each block around its collectives): "
+                         "trace without --compile, or use `vramlens estimate`")
     if wl.fsdp:
         from vramlens.trace.fsdp import trace_fsdp
 

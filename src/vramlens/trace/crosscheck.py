@@ -413,10 +413,31 @@ TP_ROWS: tuple[tuple[str, dict[str, Any]], ...] = (
     _ckpt_row("llama-2-7b", "every:2", loss_parallel=True, **_TP4),
 )
 
+#: torch.compile (issue 9, item 9): the partitioned graphs of the compiled step, captured with inductor's
+#: decompositions and min-cut partitioner and replayed op by op (vramlens.trace.compiled), against the compiled
+#: block's formula (vramlens.estimator.compiled). Batch 1 x 512 tokens puts more of the peak in the blocks.
+COMPILE_ROWS: tuple[tuple[str, dict[str, Any]], ...] = (
+    _ckpt_row("llama-2-7b", "none", compile=True),
+    _ckpt_row("llama-3-8b", "none", compile=True),
+    _ckpt_row("qwen2.5-0.5b", "none", compile=True),
+    _ckpt_row("llama-3-8b", "none", compile=True, batch=1, seq=512),
+    _ckpt_row("qwen2.5-0.5b", "none", compile=True, batch=1, seq=512),
+    # GPT-2: LayerNorm, GELU, Conv1D (inputs kept transposed), dropout masks kept; batch 1 keeps the dropped
+    # embedding sum, more than one the two embeddings' outputs
+    _ckpt_row("gpt2", "none", compile=True),
+    _ckpt_row("gpt2", "none", compile=True, batch=1, seq=512),
+    # full checkpointing: each block keeps its input either way; the last block's output and the mask are rebuilt
+    _ckpt_row("llama-3-8b", "full", compile=True),
+    _ckpt_row("qwen2.5-0.5b", "full", compile=True, batch=1, seq=512),
+    # LoRA on q_proj and v_proj (peft's fp32 adapters): frozen linears keep no input
+    _ckpt_row("llama-3-8b", "none", compile=True, method="lora"),
+    _ckpt_row("qwen2.5-0.5b", "none", compile=True, method="lora", batch=1, seq=512),
+)
+
 #: Workload fields the technique rows set, shown in render().
 TECHNIQUE_FIELDS = ("optimizer", "optimizer_in_backward", "loss_chunks", "loss", "activation_offload", "loss_parallel",
                     "new_tokens", "quant_targets", "lora_dtype", "lora_dropout", "dora", "cache", "max_cache_len",
-                    "gpus", "tp", "fsdp", "fp8")
+                    "gpus", "tp", "fsdp", "fp8", "compile")
 
 #: The issue's case at full size: a sentence-transformers fine-tune of bert-base-uncased, 16
 #: (anchor, positive) pairs of 512 tokens, fp32, AdamW; traced on 2 and 3 of its 12 layers and

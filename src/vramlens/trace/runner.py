@@ -22,7 +22,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from vramlens.errors import InputError, TraceError
+from vramlens.errors import InputError, TraceError, VramlensError
 from vramlens.trace.build import TORCH_DTYPES, Built, accepts, build_factory, build_hf, is_factory
 from vramlens.trace.caches import cache_tensors, make_cache, offloaded_on_fake
 from vramlens.trace.cuda_autocast import autocast_region, cuda_autocast_policy
@@ -237,6 +237,8 @@ class Runner:
         #: called as before_record(built, optimizer) inside the tensor mode, after the optimizer
         #: is made and before recording starts (FSDP's unrecorded warm-up step)
         self.before_record: Callable[[Built, Any], None] | None = None
+        #: --compile: the captured compiled step the recorded steps replay (vramlens.trace.compiled)
+        self.captured: Any = None
 
     # ---- building ---------------------------------------------------------------------------
     def build(self, source: Any, *, layers: int | None = None, input_shape=None) -> Built:
@@ -364,6 +366,8 @@ class Runner:
                     opt = make_optimizer(wl.optimizer, trainable)
             if self.before_record is not None:
                 self.before_record(built, opt)
+            if wl.compile and wl.training:
+                self._compile(built, trainable)
             with rec:
                 rec.mark(params, "parameter")
                 rec.mark(model.buffers(), "buffer")
@@ -383,6 +387,44 @@ class Runner:
                 "max_memory_reserved": torch.cuda.max_memory_reserved(),
             }
         return rec
+
+    def _compile(self, built: Built, trainable) -> None:
+        """--compile: capture the compiled step in one unrecorded forward and backward; the recorded steps
+        replay its graph (vramlens.trace.compiled). The gradients the capture made are dropped."""
+        from vramlens.trace.compiled import (
+            Captured,
+            capture,
+            check_replayable,
+            compile_failure,
+            describe,
+            register_rng_ops,
+        )
+
+        wl = self.wl
+        if (not built.is_hf or built.kind == "embedding" or wl.loss_chunks > 1 or wl.loss != "cross-entropy"
+                or wl.activation_offload):
+            raise TraceError("compile is traced for a transformers model's own forward and loss (no --loss-chunks, "
+                             "--loss fused-linear, --activation-offload, embedding pairs or factories): use "
+                             "`vramlens estimate`")
+        captured = Captured()
+        try:
+            inputs = self._inputs(built, wl.seq)
+            assert isinstance(inputs, dict)  # transformers models take keywords
+            with self._autocast():
+                outs = capture(built.model, inputs, captured)
+            outs[0].backward()
+        except VramlensError:
+            raise
+        except Exception as e:  # noqa: BLE001 - dynamo and AOT autograd fail in many ways
+            raise compile_failure(e) from e
+        del outs, inputs
+        for p in trainable:
+            p.grad = None
+        gc.collect()
+        check_replayable(captured)
+        register_rng_ops(Recorder)
+        self.captured = captured
+        self.notes.append(describe(captured))
 
     def _forward(self, built: Built, inputs) -> Any:
         if built.kind == "embedding" and isinstance(inputs, dict) and "input_ids" in inputs:
@@ -412,6 +454,10 @@ class Runner:
                 def run() -> Any:
                     return chunked_cross_entropy(built.model, ids, labels, wl.loss_chunks)
             return SimpleNamespace(loss=through_root(built.model, run) if wl.fsdp else run())
+        if self.captured is not None:
+            from vramlens.trace.compiled import replay
+
+            return SimpleNamespace(loss=replay(self.captured, built.model, inputs)[0])
         if isinstance(inputs, dict):
             return built.model(**inputs)
         return built.model(*inputs)

@@ -30,6 +30,7 @@ KNOBS: tuple[tuple[str, str, str, tuple | None, str], ...] = (
     ("checkpointing", "checkpointing", "select", W.CHECKPOINTING_CHOICES, "none"),
     ("activation_offload", "activation offload", "check", None, "false"),
     ("fp8", "FP8 (torchao)", "check", None, "false"),
+    ("compile", "torch.compile", "check", None, "false"),
     ("loss_chunks", "loss chunks", "number", None, "1"),
     ("loss", "loss", "select", W.LOSSES, "cross-entropy"),
     ("loss_parallel", "loss parallel", "check", None, "false"),
@@ -62,7 +63,7 @@ KNOBS: tuple[tuple[str, str, str, tuple | None, str], ...] = (
 SHOW_WHEN: dict[str, str] = {
     **{k: "mode=train" for k in ("optimizer", "optimizer_impl", "grad_accum", "keep_grads", "checkpointing",
                                  "zero", "fsdp", "offload", "optimizer_in_backward", "activation_offload", "loss_chunks",
-                                 "loss", "loss_parallel")},
+                                 "loss", "loss_parallel", "compile")},
     "fsdp_strategy": "mode=train;fsdp=true",
     "fp8": "mode=train;method=full",  # torchao's Float8Linear: full training only (Workload._fp8_problems)
     **{k: "mode=inference" for k in ("new_tokens", "kv_dtype", "kv_block", "cache")},
