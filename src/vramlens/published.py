@@ -91,6 +91,14 @@ _H100_96 = _Setup(gpu="H100-NVL-94GB", cuda="12.4", lazy_loading=True)  # the ca
 # packed to 4096 tokens, bf16 parameters and states, torch.optim.AdamW (foreach); the figure is peak_memory_active
 _TUNE_3B = dict(mode="train", dtype="bf16", batch=2, seq=4096, optimizer="adamw", optimizer_impl="foreach",
                 attention="sdpa")
+# the rows after "+ Compile": every layer compiled and CEWithChunkedOutputLoss (8 chunks, compute_cross_entropy
+# compiled); then full activation checkpointing; LoRA and QLoRA: llama3_2/3B_(q)lora_single_device (rank 64 on
+# q_proj, v_proj, output_proj and the MLP, bf16 adapters, AdamW fused=True) with checkpointing and offloading
+_TUNE_CE = {**_TUNE_3B, "compile": True, "loss_chunks": 8}
+_TUNE_AC = {**_TUNE_CE, "checkpointing": "full"}
+_TUNE_LORA = {**_TUNE_AC, "activation_offload": True, "method": "lora", "lora_rank": 64, "lora_dtype": "bf16",
+              "lora_targets": ("q_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"),
+              "optimizer_impl": "fused"}
 
 CASES: dict[str, Case] = {
     "hf-anatomy-cuda-context": Case(None, figure="context", **_HF_V100),
@@ -185,20 +193,28 @@ CASES: dict[str, Case] = {
     "torchtitan-h100-llama3.1-8b-fsdp128-sac-bs2": Case("llama-3.1-8b", {**_TITAN_8B, "gpus": 128},
                                                         figure="peak_reserved", **_H100_96),
     "torchtune-readme-llama3.2-3b-packed": Case("llama-3.2-3b", dict(_TUNE_3B), figure="peak_allocated", **_A100),
+    "torchtune-readme-llama3.2-3b-chunked-ce": Case("llama-3.2-3b", _TUNE_CE, figure="peak_allocated", **_A100),
+    "torchtune-readme-llama3.2-3b-ac": Case("llama-3.2-3b", _TUNE_AC, figure="peak_allocated", **_A100),
+    "torchtune-readme-llama3.2-3b-opt-in-bwd": Case("llama-3.2-3b", {**_TUNE_AC, "optimizer_in_backward": True},
+                                                    figure="peak_allocated", **_A100),
+    "torchtune-readme-llama3.2-3b-act-offload": Case("llama-3.2-3b", {**_TUNE_AC, "optimizer_in_backward": True,
+                                                                      "activation_offload": True},
+                                                     figure="peak_allocated", **_A100),
+    "torchtune-readme-llama3.2-3b-adamw8bit": Case("llama-3.2-3b", {**_TUNE_AC, "optimizer_in_backward": True,
+                                                                    "activation_offload": True, "optimizer": "adamw-8bit"},
+                                                   figure="peak_allocated", **_A100),
+    "torchtune-readme-llama3.2-3b-lora": Case("llama-3.2-3b", _TUNE_LORA, figure="peak_allocated", **_A100),
+    "torchtune-readme-llama3.2-3b-qlora": Case("llama-3.2-3b", {**_TUNE_LORA, "method": "qlora",
+                                                                "quant_targets": "adapted"},
+                                               figure="peak_allocated", **_A100),
 }
 
-_TUNE_COMPILE = "torch.compile (torchtune compiles every layer and the chunked loss): vramlens --compile is not modelled yet"
+_TUNE_COMPILE_LAYERS_ONLY = ("compiled layers beside an uncompiled plain loss (the recipe discards compile_loss' return "
+                             "value for a non-chunked loss): vramlens --compile compiles transformers' loss with the model")
 
 #: Cases vramlens cannot express, with the reason (printed instead of a number).
 UNSUPPORTED: dict[str, str] = {
-    "torchtune-readme-llama3.2-3b-compile": _TUNE_COMPILE,
-    "torchtune-readme-llama3.2-3b-chunked-ce": _TUNE_COMPILE,
-    "torchtune-readme-llama3.2-3b-ac": _TUNE_COMPILE,
-    "torchtune-readme-llama3.2-3b-opt-in-bwd": _TUNE_COMPILE,
-    "torchtune-readme-llama3.2-3b-act-offload": _TUNE_COMPILE,
-    "torchtune-readme-llama3.2-3b-adamw8bit": _TUNE_COMPILE,
-    "torchtune-readme-llama3.2-3b-lora": _TUNE_COMPILE,
-    "torchtune-readme-llama3.2-3b-qlora": _TUNE_COMPILE,
+    "torchtune-readme-llama3.2-3b-compile": _TUNE_COMPILE_LAYERS_ONLY,
     "torchtune-loralinear-512-r8-fp32": "a bare LoRALinear module, not a model: checked exactly in tests/estimate",
     "torchtune-qloralinear-512-r8-nf4": "a bare torchao NF4 LoRALinear: see tests/estimate",
     "vllm-paper-opt-13b-kv-per-token": "OPT-13B is not in the catalog; LLaMA-13B's identical 800 KiB/token is checked",

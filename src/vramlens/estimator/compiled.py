@@ -85,8 +85,8 @@ def unmodelled(spec: ModelSpec, w: Workload) -> str:
         why.append("SDPA")
     if w.tp > 1 or w.pp > 1 or w.fsdp or w.gpus > 1:
         why.append("one GPU")
-    if w.loss != "cross-entropy" or w.loss_chunks > 1 or w.activation_offload or w.bnb_inputs != "none":
-        why.append("transformers' own loss, no offloading")
+    if w.loss != "cross-entropy" or w.activation_offload or w.bnb_inputs != "none":
+        why.append("transformers' own loss or torchtune's chunked one, no offloading")
     if not why:
         return ""
     return "the compiled step is modelled for " + ", ".join(why)
@@ -132,8 +132,10 @@ def note(spec: ModelSpec, w: Workload) -> str:
         return ""
     why = unmodelled(spec, w)
     if why:
-        return (f"compile: {why}; this run is not, so the figures are eager PyTorch's (the min-cut partitioner "
-                "saves less: measure it with `vramlens trace --compile`)")
+        chunked = (" except the chunked loss (torchtune's compute_cross_entropy compiled: each chunk's logits and two "
+                   "fp32 row statistics kept, not its fp32 log_softmax)") if w.loss_chunks > 1 else ""
+        return (f"compile: {why}; this run is not, so the figures are eager PyTorch's{chunked} (the min-cut "
+                "partitioner saves less: measure it with `vramlens trace --compile`)")
     return ("compile: saved tensors as AOT autograd's min-cut partitioner keeps them (vramlens.estimator.compiled, "
             "measured by the tracer); temporaries are the aten graph's run op by op, an upper bound: inductor's "
             "fused kernels hold less in the loss' backward (at least the logits' gradient)")

@@ -192,7 +192,9 @@ def activation_totals(spec: ModelSpec, w: Workload, sp: Split) -> ActivationTota
         host = kept + (moved + stashed) * cols
         model_level -= moved * cols
         kept = 0
-    head_saved, head_peak, head_formula = CP.head(spec, w, b, s) if compiled else A.head_saved(spec, w, b, s)
+    # the chunked loss has its own compiled figures (vramlens.estimator.losses.compiled_chunks)
+    compiled_head = compiled and w.loss_chunks <= 1
+    head_saved, head_peak, head_formula = CP.head(spec, w, b, s) if compiled_head else A.head_saved(spec, w, b, s)
     if not sp.has_head:
         head_saved = head_peak = 0
     later = working = 0
@@ -215,7 +217,7 @@ def activation_totals(spec: ModelSpec, w: Workload, sp: Split) -> ActivationTota
     lb = A.loss_backward(spec, w, b, s) if lf is None else None
     loss_backward = lf.backward if lf is not None else (lb.transient if lb is not None else None)
     loss_backward_over = lb.over_saved if lb is not None else None
-    if compiled and sp.has_head:
+    if compiled_head and sp.has_head:
         loss_backward = CP.loss_backward(spec, w, b, s)
         loss_backward_over = loss_backward - head_saved  # the head's saved tensors are dropped by then
     if A.local_vocab(spec, w) != spec.vocab_size and sp.has_head:

@@ -109,8 +109,28 @@ def loss_figures(spec: ModelSpec, w: Workload, b: int, s: int) -> LossFigures | 
     if w.method == "full" and n > 1:
         wb = c if w.autocast else DTYPE_BYTES[w.run_dtype]
         later += 3 * _r(wb * V * h // max(1, w.tp))
+    if w.compile and w.training and c != 4:
+        return compiled_chunks(b, size, n, lc, later, norm)
     return LossFigures(saved=n * fc, peak=n * lc + n * fc + upcast, backward=2 * fc, head_backward=(n - 1) * lc,
                        head_grads=0 if n > 1 else 1, head_backward_later=later, grad_in_forward=False,
                        final_norm_backward=norm,
                        formula=f"chunked cross-entropy ({n} chunks of {b}x{size} tokens): every chunk's logits and "
                                "fp32 log_softmax, the fp32 upcast and the backward's two fp32 gradients one chunk at a time")
+
+
+def compiled_chunks(b: int, size: int, n: int, lc: int, later: int, norm: int) -> LossFigures:
+    """torchtune's chunked loss under ``compile=True``: ``training.compile_loss`` compiles
+    ``CEWithChunkedOutputLoss.compute_cross_entropy`` (``F.cross_entropy(chunk.float(), ...)``) in place.
+    With inductor's decompositions the min-cut partitioner saves each chunk's logits in the compute
+    dtype and two fp32 row statistics (the row max and the log of the exponentials' sum, (rows, 1) each),
+    not the fp32 ``log_softmax``: measured with the same capture as ``vramlens trace --compile``
+    (torch/_inductor/decomposition.py ``select_decomp_table``, ``min_cut_rematerialization_partition``).
+    The generated kernels are one reduction in forward (its outputs only: no fp32 copy of the chunk)
+    and one pointwise kernel in backward that writes the chunk's gradient in the compute dtype."""
+    stats = 2 * _r(4 * b * size)
+    return LossFigures(saved=n * (lc + stats), peak=n * (lc + stats), backward=lc, head_backward=(n - 1) * lc,
+                       head_grads=0 if n > 1 else 1, head_backward_later=later, grad_in_forward=False,
+                       final_norm_backward=norm,
+                       formula=f"compiled chunked cross-entropy ({n} chunks of {b}x{size} tokens, compute_cross_entropy "
+                               "under torch.compile): every chunk's logits and two fp32 row statistics kept, no fp32 "
+                               "log_softmax; the backward writes one chunk's gradient at a time")
