@@ -44,6 +44,9 @@ MAX_SEQ = 1_073_741_824
 #: Pixels on a side of an image a vision encoder sees: 16,384 is 16x the 1,024 of the largest released
 #: ViT inputs (SigLIP so400m: 384; ViT-H/14 at 518), and a 16,384^2 image at patch 14 is 1.4M tokens.
 MAX_IMAGE_SIDE = 16_384
+#: Images per sample fed to a vision-language model: 1,024 is 10x the longest multi-image prompts
+#: (video frames as images: 64 to 100), and 1,024 LLaVA-1.5 images are 589,824 tokens.
+MAX_IMAGES = 1_024
 #: Gradient accumulation steps.
 MAX_GRAD_ACCUM = 1_048_576
 #: GPUs in one job. The largest training clusters have about 200,000.

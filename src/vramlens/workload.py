@@ -177,6 +177,9 @@ class Workload:
     #: (height, width) of the images a vision encoder sees (ViT, CLIP/SigLIP vision towers); None: the
     #: config's image_size. The tokens are (H // patch) * (W // patch) (+1 for a class token), not seq.
     image_size: tuple[int, int] | None = None
+    #: images per sample fed to a vision-language model (LLaVA, Gemma 3): each becomes the model's image
+    #: tokens in the text sequence (576 for LLaVA-1.5, 256 for Gemma 3), added to seq
+    images: int = 0
 
     # ---- derived ------------------------------------------------------------------------
     @property
@@ -345,6 +348,10 @@ class Workload:
             p.append("lora_targets is empty: name modules such as q_proj,v_proj or 'all-linear'")
         if p:
             return p  # the rest compares values that are known to be valid
+        if isinstance(self.images, bool) or not isinstance(self.images, int) or self.images < 0:
+            p.append(f"images={L.show(self.images)} must be a whole number >= 0 (images per sample)")
+        elif self.images > L.MAX_IMAGES:
+            p.append(f"images={self.images:,} is over the limit of {L.MAX_IMAGES:,} images per sample")
         if self.seq + self.new_tokens > L.MAX_SEQ:
             p.append(f"seq + new_tokens = {self.seq + self.new_tokens:,} is over the limit of {L.MAX_SEQ:,} tokens")
         if self.gpus % (self.tp * self.pp):

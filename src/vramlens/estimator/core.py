@@ -152,6 +152,69 @@ class ActivationTotals:
     uncheckpointed: tuple[int, int] = (1, 1)  # blocks not checkpointed, of all (autocast copies through backward)
 
 
+@dataclass(frozen=True, slots=True)
+class VisionFigures:
+    """A VLM's image path for ``w.batch * w.images`` images: what training keeps until backward (the
+    tower's blocks, pixels and the projector's inputs) and the working set of inference's prefill
+    while the tower runs."""
+
+    saved: int
+    prefill: int
+    tokens: int  # image tokens added to each sequence
+    held: int = 0  # inference: the image outputs the model's output keeps alive through the decoder
+
+
+def vision_figures(spec: ModelSpec, w: Workload) -> VisionFigures:
+    """The tower of ``spec.vlm`` run over b x images images at the processor's size, its blocks' activations
+    from the same formulas as a ViT (layer_activations on the tower's own spec, every block: transformers runs
+    the whole tower although LLaVA reads hidden_states[-2]), then the projector:
+
+    * ``mlp2`` (LlavaMultiModalProjector.forward): ``linear_1`` keeps its input, a copy of the features
+      without the class token (``[:, 1:]`` is not viewable as 2-D), the activation keeps ``linear_1``'s
+      output and ``linear_2`` the activation's output (b*i*F*H each).
+    * ``pool_norm_matmul`` (Gemma3MultiModalProjector.forward): ``AvgPool2d`` keeps its contiguous input
+      (b*i*T*h_v), the RMSNorm its fp32 input and output over the pooled tokens, the matmul its input.
+
+    ``masked_scatter`` keeps only its (b, S, 1) bool mask; the merged embeddings are the decoder's input.
+    """
+    v = spec.vlm
+    assert v is not None and v.tower.vision is not None
+    tower = v.tower
+    n_img = w.batch * w.images
+    tokens = w.images * v.image_tokens
+    if not n_img:
+        return VisionFigures(0, 0, 0)
+    T = tower.vision.tokens(v.image_size, v.image_size)
+    wt = replace(w, batch=n_img, seq=T, images=0, image_size=None, task=None, new_tokens=0)
+    c = DTYPE_BYTES[w.compute_dtype]
+    r = 4 if w.run_dtype == "fp32" else c
+    hv, H_, F = tower.hidden_size, v.text_hidden, v.feature_tokens
+    if not w.training:
+        embeds = A._r(c * spec.hidden_size * w.batch * (w.seq + tokens))  # the text embeddings wait for the images
+        work = A.inference_layer_peak(tower, wt, n_img, T, T, tp=1) + A.pixel_inference(tower, wt, n_img)
+        # held through the decoder by the output's image_outputs and the forward's locals: the pixels, the
+        # tower's last hidden state (and LLaVA's selected one), the projector's output and LLaVA's torch.cat
+        # of its per-image list
+        held = A.pixel_inference(tower, wt, n_img) + A._r(c * n_img * T * hv) + A._r(c * n_img * F * H_)
+        if v.projector == "mlp2":
+            held += A._r(c * n_img * T * hv) + A._r(c * n_img * F * H_)
+        return VisionFigures(0, embeds + work, tokens, held)
+    blocks = _block_figures(tower, wt, [(A.layer_activations(tower, wt, n_img, T), tower.n_layers)])
+    saved = blocks.kept + A.pixel_saved(tower, wt, n_img)
+    if v.projector == "mlp2":
+        if F != T:
+            saved += A._r(r * n_img * F * hv)  # the features' copy linear_1 keeps
+        saved += 2 * A._r(r * n_img * F * H_)  # the activation's input and linear_2's input
+    else:
+        n = v.image_tokens
+        saved += A._r(r * n_img * T * hv)  # AvgPool2d's contiguous input
+        if tower.vision.final_norm_all_tokens:
+            saved += A._norm_saved("layernorm", hv, n_img * T, r, c, 0, False)  # post_layernorm over every token
+        saved += A._norm_saved(A.norm_kind(spec), hv, n_img * n, r, c, 1, False)  # mm_soft_emb_norm, the matmul
+    saved += A._r(w.batch * (w.seq + tokens))  # masked_scatter's bool mask
+    return VisionFigures(saved, 0, tokens)
+
+
 def activation_totals(spec: ModelSpec, w: Workload, sp: Split) -> ActivationTotals:
     """The activations of a training step of ``w`` on the split ``sp`` (shared with the advisor's FastMemory)."""
     b, s = w.batch, w.seq
@@ -422,6 +485,18 @@ def estimate_spec(spec: ModelSpec, w: Workload, gpu: GPU | None = None, *, headr
         if H % p or W_ % p:
             vision_notes.append(f"{H}x{W_} is not a multiple of the patch size {p}: the stride-{p} Conv2d "
                                 "drops the last partial row and column of patches")
+    vis = VisionFigures(0, 0, 0)
+    if spec.vlm is not None:
+        vis = vision_figures(spec, w)
+        size = spec.vlm.image_size
+        if w.images:
+            vision_notes.append(f"{w.images} image(s) per sample at {size}x{size}: {vis.tokens:,} image tokens "
+                                f"({spec.vlm.image_tokens} per image) added to seq={w.seq:,}, "
+                                f"{w.seq + vis.tokens:,} tokens in the decoder")
+        if w.image_size is not None and w.image_size != (size, size):
+            vision_notes.append(f"ignored: image_size={w.image_size[0]}x{w.image_size[1]}: the processor resizes "
+                                f"every image to {size}x{size}")
+        w = replace(w, seq=w.seq + vis.tokens)
     st = train_state(spec, w, gpu)
     sp = st.sp
     explain = dict(st.explain)
@@ -444,9 +519,10 @@ def estimate_spec(spec: ModelSpec, w: Workload, gpu: GPU | None = None, *, headr
     kv = 0
     if w.training:
         at = activation_totals(spec, w, sp)
-        acts, one_layer, loss_tmp, head_saved, act_formula = (at.saved, at.one_layer, at.loss_transient,
+        acts, one_layer, loss_tmp, head_saved, act_formula = (at.saved + vis.saved, at.one_layer, at.loss_transient,
                                                               at.head_saved, at.formula)
-        explain["activations"] = act_formula
+        explain["activations"] = act_formula + (f"; the vision tower's and projector's saved tensors for "
+                                                f"{w.batch * w.images} images ({vis.saved:,} B)" if vis.saved else "")
         act_host = at.host
         if act_host:
             explain["activations"] += (f"; activation offloading: the blocks' saved tensors on the host "
@@ -553,6 +629,7 @@ def estimate_spec(spec: ModelSpec, w: Workload, gpu: GPU | None = None, *, headr
         eager_static = w.cache == "static" and w.attention == "eager"
         prefill_keys = K.max_cache_len(w) if eager_static else s
         work = A.inference_layer_peak(spec, w, b, s, prefill_keys, tp=w.tp) + A.pixel_inference(spec, w, b)
+        work = max(work + vis.held, vis.prefill)  # the vision tower runs first in prefill
         if eager_static:
             work += A._r(DTYPE_BYTES[w.compute_dtype] * b * s * prefill_keys)
         c = DTYPE_BYTES[w.compute_dtype]

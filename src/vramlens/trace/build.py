@@ -58,6 +58,9 @@ class Built:
     image: tuple[int, int, int] | None = None
     #: the image differs from the config's image_size: forward with interpolate_pos_encoding=True
     interpolate: bool = False
+    #: a vision-language model fed images: (image token id, tokens per image, channels, side) of the
+    #: input_ids' image tokens and the (b * images, C, side, side) pixel_values; None otherwise
+    vlm_images: tuple[int, int, int, int] | None = None
 
 
 def config_layers(cfg: dict) -> int:
@@ -214,11 +217,39 @@ def build_hf(cfg: dict, wl: Workload, *, fake_mode=None, layers: int | None = No
         size = int(config.image_size)
         h, w = wl.image_size or (size, size)
         image, interpolate = (int(config.num_channels), h, w), (h, w) != (size, size)
-    elif wl.image_size is not None:
+    vlm_images = None
+    from vramlens.models.families.vlm import ARCHITECTURES as VLM_ARCHITECTURES
+
+    if VLM_ARCHITECTURES.get(str(cfg.get("model_type"))) == cls.__name__:
+        from vramlens.models import spec_from_config
+
+        v = spec_from_config(cfg, multimodal=True).vlm
+        assert v is not None and v.tower.vision is not None
+        if wl.images:
+            vlm_images = (v.image_token_id, v.image_tokens, v.tower.vision.channels, v.image_size)
+            _placeholder_mask_without_count(model, v.image_token_id)
+    elif wl.images:
+        raise TraceError(f"images={wl.images} applies to vision-language models (LLaVA, Gemma 3 multimodal); "
+                         f"{cls.__name__} has no vision tower: drop --images")
+    if image is None and vlm_images is None and wl.image_size is not None:
         raise TraceError(f"image_size={wl.image_size[0]}x{wl.image_size[1]} applies to vision encoders; "
                          f"{cls.__name__} takes token ids: drop --image-size")
-    return Built(model=model, kind=kind, vocab_size=int(getattr(config, "vocab_size", 0) or 0),
-                 notes=notes, n_layers=n, config=config, image=image, interpolate=interpolate)
+    text_config = config.get_text_config() if hasattr(config, "get_text_config") else config  # a VLM's text model
+    return Built(model=model, kind=kind, vocab_size=int(getattr(text_config, "vocab_size", 0) or 0),
+                 notes=notes, n_layers=n, config=config, image=image, interpolate=interpolate, vlm_images=vlm_images)
+
+
+def _placeholder_mask_without_count(model, token: int) -> None:
+    """Give the VLM's ``get_placeholder_mask`` (modeling_llava.py, modeling_gemma3.py) the same mask without its
+    count check: ``special_image_mask.sum()`` compared with the features is data-dependent, which fake tensors
+    cannot evaluate. The mask, ``(input_ids == image_token_id).unsqueeze(-1)``, is what the real one returns
+    (a bool (b, s, 1) tensor; the runner puts exactly images x tokens image ids in each row)."""
+    inner = model.model
+
+    def mask(input_ids, inputs_embeds=None, image_features=None, **_kw):
+        return (input_ids == token).unsqueeze(-1)
+
+    inner.get_placeholder_mask = mask
 
 
 class _nullctx:
