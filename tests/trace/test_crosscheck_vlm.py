@@ -1,0 +1,38 @@
+"""Vision-language models against the tracer (crosscheck.VLM_ROWS): LLaVA and Gemma 3 multimodal on tiny configs
+(a CLIP or SigLIP tower, the projector, a Llama or Gemma 3 text model), full fine-tuning and inference, 2 images
+per sample."""
+
+import pytest
+
+pytest.importorskip("torch", reason="the tracer runs the model under torch's fake tensors")
+pytest.importorskip("transformers", reason="the tracer builds the transformers model")
+
+from vramlens.estimator.breakdown import ALLOCATOR_COMPONENTS  # noqa: E402
+from vramlens.trace.crosscheck import VLM_ROWS, render, run_vlm_row  # noqa: E402
+
+
+def test_vlm_rows_cover_both_families_and_modes():
+    assert {(n, r["mode"]) for n, r in VLM_ROWS} == {("llava-tiny", "train"), ("llava-tiny", "inference"),
+                                                      ("gemma3-vlm-tiny", "train"), ("gemma3-vlm-tiny", "inference")}
+
+
+#: A known gap, checked to still be there so that it is not forgotten once fixed: Gemma 3's VLM training peaks in
+#: the loss in the trace (one more b*S*V bf16 buffer than Gemma3ForCausalLM's loss, not yet found) and in backward
+#: in the estimate; the peaks agree within 0.1% but the temporaries at each peak differ by about -30%.
+KNOWN_GAPS = {("gemma3-vlm-tiny", "train", "temporaries")}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("row", VLM_ROWS, ids=lambda r: f"{r[0]}-{r[1]['mode']}")
+def test_vlm_row_within_5_percent_of_trace(row):
+    """Peak within 5% of the trace and each component within 10% (today: peak within 1.1%, gradients and
+    optimizer states exact: LLaVA's last tower block and post_layernorm get none)."""
+    name, wl = row
+    r = run_vlm_row(name, wl)
+    assert abs(r.peak_error) <= 0.05, render([r])
+    for c in ALLOCATOR_COMPONENTS:
+        err = r.component_error(c)
+        if (name, wl["mode"], c) in KNOWN_GAPS:
+            assert err is not None and err < -0.10, ("the known gap closed: drop it from KNOWN_GAPS", c, err)
+            continue
+        assert err is None or abs(err) <= 0.10, (name, wl, c, err, render([r]))
