@@ -22,7 +22,6 @@ def test_vlm_rows_cover_both_families_and_modes():
 KNOWN_GAPS = {("gemma3-vlm-tiny", "train", "temporaries")}
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("row", VLM_ROWS, ids=lambda r: f"{r[0]}-{r[1]['mode']}")
 def test_vlm_row_within_5_percent_of_trace(row):
     """Peak within 5% of the trace and each component within 10% (today: peak within 1.1%, gradients and

@@ -70,7 +70,8 @@ def find_config(name: str) -> tuple[str, dict[str, Any]] | None:
 @lru_cache(maxsize=None)
 def _catalog_spec(position: int) -> ModelSpec:
     e = _raw_entries()[position]
-    return spec_from_config(e["config"], name=e["id"], source="catalog", where=f"catalog entry {e['id']}")
+    return spec_from_config(e["config"], name=e["id"], source="catalog", where=f"catalog entry {e['id']}",
+                            multimodal=bool(e.get("multimodal", False)))
 
 
 def catalog_spec(name: str) -> ModelSpec | None:

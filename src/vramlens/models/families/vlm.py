@@ -37,6 +37,10 @@ LLAVA_VISION_DEFAULT = {"model_type": "clip_vision_model", "hidden_size": 1024, 
                         "patch_size": 14, "image_size": 336, "num_hidden_layers": 24, "num_attention_heads": 16,
                         "vocab_size": 32000, "projection_dim": 768}
 
+#: LlamaConfig's defaults for the dimensions (configuration_llama.py), which LlavaConfig's text_config inherits
+LLAMA_CONFIG_DEFAULTS = {"hidden_size": 4096, "intermediate_size": 11008, "num_hidden_layers": 32,
+                         "num_attention_heads": 32}
+
 
 @dataclass(frozen=True, slots=True)
 class Parts:
@@ -82,6 +86,11 @@ def llava_parts(config: Mapping[str, Any], where: str) -> Parts:
         raise ModelSourceError(f"{where}: a llava config needs its language model under \"text_config\"")
     t = {k: v for k, v in text.items() if k != "architectures"}
     t.setdefault("model_type", "llama")
+    if t["model_type"] == "llama":
+        # LlavaConfig builds CONFIG_MAPPING["llama"](**text_config): LlamaConfig's own defaults fill what the
+        # checkpoint's text_config omits (llava-1.5-7b-hf lists only vocab_size and a few others)
+        for key, value in LLAMA_CONFIG_DEFAULTS.items():
+            t.setdefault(key, value)
     t["architectures"] = ["LlamaForCausalLM"]  # the stem only names the family: the head is lm_head below
     for key in ("tie_word_embeddings", "torch_dtype", "dtype"):
         if key in config:
