@@ -66,7 +66,7 @@ def check_workload(spec: ModelSpec, w: Workload) -> None:
 
     p = []
     if w.images and spec.vlm is None:
-        p.append(f"images={w.images} applies to vision-language models (llava-1.5-7b, llava-1.5-13b, "
+        p.append(f"images={w.images} applies to vision-language models (llava-1.5-7b, "
                  f"gemma-3-4b-it-vision, gemma-3-12b-it-vision, gemma-3-27b-it-vision); {spec.name} has no vision "
                  "tower: drop --images")
     if spec.vlm is not None and w.method != "full":
