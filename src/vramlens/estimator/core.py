@@ -496,6 +496,9 @@ def estimate_spec(spec: ModelSpec, w: Workload, gpu: GPU | None = None, *, headr
         if w.image_size is not None and w.image_size != (size, size):
             vision_notes.append(f"ignored: image_size={w.image_size[0]}x{w.image_size[1]}: the processor resizes "
                                 f"every image to {size}x{size}")
+        if w.training:
+            vision_notes.append("full fine-tuning trains the vision tower and the projector too (transformers "
+                                "leaves every parameter trainable; LLaVA's own recipes freeze the tower)")
         w = replace(w, seq=w.seq + vis.tokens)
     st = train_state(spec, w, gpu)
     sp = st.sp
