@@ -178,13 +178,14 @@ def vision_figures(spec: ModelSpec, w: Workload) -> VisionFigures:
     ``masked_scatter`` keeps only its (b, S, 1) bool mask; the merged embeddings are the decoder's input.
     """
     v = spec.vlm
-    assert v is not None and v.tower.vision is not None
-    tower = v.tower
+    assert v is not None
+    tower, tv = v.tower, v.tower.vision
+    assert tv is not None
     n_img = w.batch * w.images
     tokens = w.images * v.image_tokens
     if not n_img:
         return VisionFigures(0, 0, 0)
-    T = tower.vision.tokens(v.image_size, v.image_size)
+    T = tv.tokens(v.image_size, v.image_size)
     wt = replace(w, batch=n_img, seq=T, images=0, image_size=None, task=None, new_tokens=0)
     c = DTYPE_BYTES[w.compute_dtype]
     r = 4 if w.run_dtype == "fp32" else c
@@ -208,7 +209,7 @@ def vision_figures(spec: ModelSpec, w: Workload) -> VisionFigures:
     else:
         n = v.image_tokens
         saved += A._r(r * n_img * T * hv)  # AvgPool2d's contiguous input
-        if tower.vision.final_norm_all_tokens:
+        if tv.final_norm_all_tokens:
             saved += A._norm_saved("layernorm", hv, n_img * T, r, c, 0, False)  # post_layernorm over every token
         saved += A._norm_saved(A.norm_kind(spec), hv, n_img * n, r, c, 1, False)  # mm_soft_emb_norm, the matmul
     saved += A._r(w.batch * (w.seq + tokens))  # masked_scatter's bool mask
