@@ -53,6 +53,7 @@ KNOBS: tuple[tuple[str, str, str, tuple | None, str], ...] = (
     ("cache", "KV cache", "select", W.CACHES, "dynamic"),
     ("max_cache_len", "max cache len", "number", None, "0"),
     ("headroom", "headroom", "number", None, "0.1"),
+    ("images", "images per sample (VLM)", "number", None, "0"),
 )
 
 
