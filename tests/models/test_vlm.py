@@ -104,3 +104,25 @@ def test_vlm_inventory_matches_transformers():
         got_params, got_buffers = ours(spec)
         assert got_params == ref_params
         assert got_buffers == ref_buffers
+
+
+@pytest.mark.parametrize("name", ["llava-1.5-7b", "gemma-3-4b-it-vision"])
+@pytest.mark.parametrize("images", [0, 1, 3])
+def test_advisor_fast_memory_equals_the_estimate(name, images):
+    # the advisor's memoized figures (advise.FastMemory) fold the image path in as estimate_spec does
+    from vramlens.advise.fastmem import FastMemory
+    from vramlens.estimator.core import estimate_spec
+    from vramlens.hardware import get_gpu
+
+    spec, gpu = load_model(name), get_gpu("H100-80GB")
+    for mode in ("train", "inference"):
+        w = make_workload(mode=mode, batch=2, seq=256, images=images)
+        assert FastMemory(spec, gpu).totals(w) == (estimate_spec(spec, w, gpu).breakdown.device_total,
+                                                   estimate_spec(spec, w, gpu).breakdown.host_bytes)
+
+
+def test_fit_on_a_vlm_with_images():
+    from vramlens.advise import fit
+
+    r = fit("llava-1.5-7b", gpu="A100-40GB", mode="train", images=1, seq=512)
+    assert r.plans or r.closest
