@@ -12,20 +12,23 @@ from vramlens.trace.crosscheck import VLM_ROWS, render, run_vlm_row  # noqa: E40
 
 
 def test_vlm_rows_cover_both_families_and_modes():
-    assert {(n, r["mode"]) for n, r in VLM_ROWS} == {("llava-tiny", "train"), ("llava-tiny", "inference"),
-                                                      ("gemma3-vlm-tiny", "train"), ("gemma3-vlm-tiny", "inference")}
+    assert {(n, r["mode"], r.get("method")) for n, r in VLM_ROWS} == {
+        ("llava-tiny", "train", "full"), ("llava-tiny", "inference", None), ("gemma3-vlm-tiny", "train", "full"),
+        ("gemma3-vlm-tiny", "inference", None), ("llava-tiny", "train", "lora"), ("gemma3-vlm-tiny", "train", "lora")}
 
 
 #: A known gap, checked to still be there so that it is not forgotten once fixed: Gemma 3's VLM training peaks in
 #: the loss in the trace (one more b*S*V bf16 buffer than Gemma3ForCausalLM's loss, not yet found) and in backward
 #: in the estimate; the peaks agree within 0.1% but the temporaries at each peak differ by about -30%.
-KNOWN_GAPS = {("gemma3-vlm-tiny", "train", "temporaries")}
+KNOWN_GAPS = {("gemma3-vlm-tiny", "train", "temporaries")}  # full fine-tuning and LoRA alike
 
 
-@pytest.mark.parametrize("row", VLM_ROWS, ids=lambda r: f"{r[0]}-{r[1]['mode']}")
+@pytest.mark.parametrize("row", VLM_ROWS, ids=lambda r: f"{r[0]}-{r[1]['mode']}-{r[1].get('method', '')}"
+                         + ("-all-linear" if r[1].get("lora_targets") else ""))
 def test_vlm_row_within_5_percent_of_trace(row):
-    """Peak within 5% of the trace and each component within 10% (today: peak within 1.1%, gradients and
-    optimizer states exact: LLaVA's last tower block and post_layernorm get none)."""
+    """Peak within 5% of the trace and each component within 10% (today: peaks within 1.1%, LoRA's within 4%;
+    weights, gradients and optimizer states exact: LLaVA's last tower block, its post_layernorm and their
+    adapters get no gradient)."""
     name, wl = row
     r = run_vlm_row(name, wl)
     assert abs(r.peak_error) <= 0.05, render([r])

@@ -69,9 +69,6 @@ def check_workload(spec: ModelSpec, w: Workload) -> None:
         p.append(f"images={w.images} applies to vision-language models (llava-1.5-7b, "
                  f"gemma-3-4b-it-vision, gemma-3-12b-it-vision, gemma-3-27b-it-vision); {spec.name} has no vision "
                  "tower: drop --images")
-    if spec.vlm is not None and w.method != "full":
-        p.append(f"method={w.method} on {spec.name}: LoRA on a vision-language model (peft also adapts the vision "
-                 "tower's matching linears) is not modelled yet: use --method full, or --mode inference")
     if w.image_size is not None and spec.vision is None and spec.vlm is None:
         p.append(f"image_size={w.image_size[0]}x{w.image_size[1]} applies to vision encoders (ViT, CLIP and SigLIP "
                  f"vision towers); {spec.name} is a text model: drop --image-size and give --seq")

@@ -202,16 +202,25 @@ def vision_figures(spec: ModelSpec, w: Workload) -> VisionFigures:
         return VisionFigures(0, embeds + work, tokens, held)
     blocks = _block_figures(tower, wt, [(A.layer_activations(tower, wt, n_img, T), tower.n_layers)])
     saved = blocks.kept + A.pixel_saved(tower, wt, n_img)
+    full = w.method == "full"
     if v.projector == "mlp2":
-        if F != T:
-            saved += A._r(r * n_img * F * hv)  # the features' copy linear_1 keeps
-        saved += 2 * A._r(r * n_img * F * H_)  # the activation's input and linear_2's input
+        # a linear keeps its input for its weight's gradient (full), or peft's lora_A keeps it (the fp32 cast
+        # when the adapters' dtype differs: lora_casts_input) with its (tokens, r) output for lora_B; frozen, none
+        lora_b = 4 if A.lora_casts_input(w) else r
+        for leaf, k, copy in (("linear_1", hv, F != T), ("linear_2", H_, False)):
+            tokens_in = n_img * F
+            if full:
+                saved += A._r(r * tokens_in * k) if (copy or leaf == "linear_2") else 0
+            elif A.trains(w, leaf):
+                saved += A._r(lora_b * tokens_in * k) + A._r(4 * tokens_in * w.lora_rank)
+        saved += A._r(r * n_img * F * H_)  # the activation's input (a gradient flows to the tower)
     else:
         n = v.image_tokens
         saved += A._r(r * n_img * T * hv)  # AvgPool2d's contiguous input
         if tv.final_norm_all_tokens:
-            saved += A._norm_saved("layernorm", hv, n_img * T, r, c, 0, False)  # post_layernorm over every token
-        saved += A._norm_saved(A.norm_kind(spec), hv, n_img * n, r, c, 1, False)  # mm_soft_emb_norm, the matmul
+            saved += A._norm_saved("layernorm", hv, n_img * T, r, c, 0, False, full)  # post_layernorm, every token
+        # mm_soft_emb_norm, and the matmul that keeps its output for the projection weight's gradient (full)
+        saved += A._norm_saved(A.norm_kind(spec), hv, n_img * n, r, c, 1 if full else 0, False, full)
     saved += A._r(w.batch * (w.seq + tokens))  # masked_scatter's bool mask
     return VisionFigures(saved, 0, tokens)
 

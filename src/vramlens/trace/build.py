@@ -244,12 +244,12 @@ def _placeholder_mask_without_count(model, token: int) -> None:
     count check: ``special_image_mask.sum()`` compared with the features is data-dependent, which fake tensors
     cannot evaluate. The mask, ``(input_ids == image_token_id).unsqueeze(-1)``, is what the real one returns
     (a bool (b, s, 1) tensor; the runner puts exactly images x tokens image ids in each row)."""
-    inner = model.model
-
     def mask(input_ids, inputs_embeds=None, image_features=None, **_kw):
         return (input_ids == token).unsqueeze(-1)
 
-    inner.get_placeholder_mask = mask
+    for module in model.modules():  # the VLM's inner model (LlavaModel, Gemma3Model), under peft's wrapper too
+        if "get_placeholder_mask" in type(module).__dict__:
+            module.get_placeholder_mask = mask
 
 
 class _nullctx:

@@ -180,6 +180,10 @@ VLM_ROWS: tuple[tuple[str, dict[str, Any]], ...] = (
     ("llava-tiny", _VLM_INFER),
     ("gemma3-vlm-tiny", _VLM_TRAIN),
     ("gemma3-vlm-tiny", _VLM_INFER),
+    # LoRA: peft's q_proj/v_proj match the CLIP tower's attention too; all-linear adapts LLaVA's projector as well
+    ("llava-tiny", {**_VLM_TRAIN, "method": "lora"}),
+    ("llava-tiny", {**_VLM_TRAIN, "method": "lora", "lora_targets": ("all-linear",)}),
+    ("gemma3-vlm-tiny", {**_VLM_TRAIN, "method": "lora", "lora_targets": ("all-linear",)}),
 )
 
 

@@ -131,8 +131,9 @@ def projector_tensors(parts: Parts, vision_hidden: int, text_hidden: int) -> Ten
     t = Tensors()
     p = "model.multi_modal_projector."
     if parts.projector == "mlp2":
-        t.linear(f"{p}linear_1", text_hidden, vision_hidden, parts.projector_bias, role="other")
-        t.linear(f"{p}linear_2", text_hidden, text_hidden, parts.projector_bias, role="other")
+        # nn.Linear modules: peft's "all-linear" adapts them (only the output layer is left out)
+        t.linear(f"{p}linear_1", text_hidden, vision_hidden, parts.projector_bias)
+        t.linear(f"{p}linear_2", text_hidden, text_hidden, parts.projector_bias)
     else:
         t.add(f"{p}mm_input_projection_weight", (vision_hidden, text_hidden), "other")
         t.add(f"{p}mm_soft_emb_norm.weight", (vision_hidden,), "norm")
