@@ -84,8 +84,6 @@ def _strategy(f) -> st.SearchStrategy:
         s = st.sampled_from(TARGETS)
     elif f.name == "image_size":  # the models here are text models, which refuse it (check_workload)
         s = st.none()
-    elif f.name == "images":  # likewise: --images needs a vision-language model (check_workload)
-        s = st.just(0)
     else:
         raise AssertionError(f"no strategy for Workload.{f.name}: {hint}; add one to this test")
     if optional:

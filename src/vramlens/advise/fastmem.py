@@ -52,10 +52,11 @@ from vramlens.workload import Attention, Workload
 STATE_FIELDS = ("mode", "method", "dtype", "amp", "quant", "optimizer", "optimizer_impl", "keep_grads", "lora_rank",
                 "lora_targets", "lora_dropout", "lora_dtype", "dora", "quant_targets",
                 "gpus", "zero", "fsdp", "fsdp_strategy", "tp", "pp", "offload", "optimizer_in_backward",
-                "loss", "loss_chunks", "loss_parallel", "fp8")
+                "loss", "loss_chunks", "loss_parallel", "fp8", "images")
 
-#: The fields train_state reads (STATE_FIELDS less the loss fields, which only validity reads).
-TRAIN_STATE_FIELDS = tuple(f for f in STATE_FIELDS if f not in ("loss", "loss_chunks", "loss_parallel", "fp8"))
+#: The fields train_state reads (STATE_FIELDS less the loss fields and images, which only validity reads).
+TRAIN_STATE_FIELDS = tuple(f for f in STATE_FIELDS
+                           if f not in ("loss", "loss_chunks", "loss_parallel", "fp8", "images"))
 
 
 def state_key_tail(w: Workload, grad_accum: int) -> tuple[object, ...]:
@@ -168,7 +169,7 @@ class FastMemory:
 
             # every field check_workload reads (vramlens.estimator.check_workload)
             probs.extend(self._memo(("check", w.mode, w.method, w.tp, w.pp, w.lora_targets, w.lora_rank,
-                                     w.new_tokens, w.loss_parallel, w.loss_chunks > 1, w.loss), check))
+                                     w.new_tokens, w.loss_parallel, w.loss_chunks > 1, w.loss, w.images > 0), check))
         if probs:
             return State(problems=tuple(probs))
         # train_state does not read the loss fields (they are in the key for the validity above):

@@ -222,6 +222,9 @@ def vision_figures(spec: ModelSpec, w: Workload) -> VisionFigures:
         # mm_soft_emb_norm, and the matmul that keeps its output for the projection weight's gradient (full)
         saved += A._norm_saved(A.norm_kind(spec), hv, n_img * n, r, c, 1 if full else 0, False, full)
     saved += A._r(w.batch * (w.seq + tokens))  # masked_scatter's bool mask
+    # the model's output keeps its image_outputs through the step: the tower's last hidden state and the
+    # projector's output (LLaVA's per-image views of linear_2's, Gemma 3's projected tokens)
+    saved += A._r(c * n_img * T * hv) + A._r(c * n_img * (F if v.projector == "mlp2" else v.image_tokens) * H_)
     return VisionFigures(saved, 0, tokens)
 
 
