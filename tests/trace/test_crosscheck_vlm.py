@@ -39,3 +39,17 @@ def test_vlm_row_within_5_percent_of_trace(row):
             assert err is not None and err < -0.10, ("the known gap closed: drop it from KNOWN_GAPS", c, err)
             continue
         assert err is None or abs(err) <= 0.10, (name, wl, c, err, render([r]))
+
+
+def test_layers_cut_the_text_model_and_keep_the_tower():
+    """--layers k on a VLM traces the text model's first k blocks under the whole tower (the same in both
+    truncated models, so the linear extrapolation over blocks keeps it once)."""
+    from vramlens.trace.build import config_layers, truncate_config
+    from vramlens.trace.crosscheck import VLM_CONFIGS
+
+    cfg = VLM_CONFIGS["gemma3-vlm-tiny"]
+    assert config_layers(cfg) == 2  # text_config's num_hidden_layers
+    cut = truncate_config(cfg, 1)
+    assert cut["text_config"]["num_hidden_layers"] == 1
+    assert cut["text_config"]["layer_types"] == ["sliding_attention"]
+    assert cut["vision_config"] == cfg["vision_config"]

@@ -68,6 +68,8 @@ def config_layers(cfg: dict) -> int:
     for k in LAYER_KEYS:
         if isinstance(cfg.get(k), int):
             return cfg[k]
+    if isinstance(cfg.get("text_config"), dict):  # a VLM (LLaVA, Gemma 3): its text model's blocks
+        return config_layers(cfg["text_config"])
     return 0
 
 
@@ -79,6 +81,10 @@ def truncate_config(cfg: dict, k: int) -> dict:
     """
     L = config_layers(cfg)
     out = dict(cfg)
+    if isinstance(cfg.get("text_config"), dict) and not any(isinstance(cfg.get(key), int) for key in LAYER_KEYS):
+        # a VLM: the text model's blocks are cut, the vision tower (the same in both truncated models) stays whole
+        out["text_config"] = truncate_config(cfg["text_config"], k)
+        return out
     for key in LAYER_KEYS:
         if isinstance(out.get(key), int):
             out[key] = k
