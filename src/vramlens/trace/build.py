@@ -69,8 +69,20 @@ def config_layers(cfg: dict) -> int:
         if isinstance(cfg.get(k), int):
             return cfg[k]
     if isinstance(cfg.get("text_config"), dict):  # a VLM (LLaVA, Gemma 3): its text model's blocks
-        return config_layers(cfg["text_config"])
+        return config_layers(_text_config(cfg))
     return 0
+
+
+def _text_config(cfg: dict) -> dict:
+    """A VLM's text_config with the defaults its config class fills in (LLaVA's Llama dimensions)."""
+    from vramlens.models.families.vlm import PARTS
+
+    text = dict(cfg["text_config"])
+    parts = PARTS.get(str(cfg.get("model_type")))
+    if parts is not None:
+        filled = parts(cfg, "config").text
+        text.update({k: filled[k] for k in LAYER_KEYS if isinstance(filled.get(k), int)})
+    return text
 
 
 def truncate_config(cfg: dict, k: int) -> dict:
@@ -83,7 +95,7 @@ def truncate_config(cfg: dict, k: int) -> dict:
     out = dict(cfg)
     if isinstance(cfg.get("text_config"), dict) and not any(isinstance(cfg.get(key), int) for key in LAYER_KEYS):
         # a VLM: the text model's blocks are cut, the vision tower (the same in both truncated models) stays whole
-        out["text_config"] = truncate_config(cfg["text_config"], k)
+        out["text_config"] = truncate_config(_text_config(cfg), k)
         return out
     for key in LAYER_KEYS:
         if isinstance(out.get(key), int):

@@ -205,6 +205,34 @@ def run_vlm_row(name: str, row: dict[str, Any]) -> Row:
     )
 
 
+#: The catalog's VLMs at full size, traced on 2 and 3 text blocks under the whole tower and extrapolated (--layers 3).
+VLM_CATALOG_ROWS: tuple[tuple[str, dict[str, Any]], ...] = (
+    ("llava-1.5-7b", {"mode": "train", "method": "full", "dtype": "bf16", "batch": 1, "seq": 512, "images": 1}),
+    ("llava-1.5-7b", {"mode": "inference", "dtype": "bf16", "batch": 1, "seq": 512, "images": 2}),
+    ("gemma-3-4b-it-vision", {"mode": "train", "method": "full", "dtype": "bf16", "batch": 1, "seq": 512,
+                              "images": 1}),
+    ("gemma-3-4b-it-vision", {"mode": "inference", "dtype": "bf16", "batch": 1, "seq": 512, "images": 2}),
+)
+
+
+def run_vlm_catalog_row(name: str, row: dict[str, Any], layers: int = 3) -> Row:
+    """One VLM_CATALOG_ROWS row: the estimate of a catalog VLM against its extrapolated trace."""
+    from vramlens.estimator import estimate
+    from vramlens.models import load_model
+    from vramlens.trace import trace
+
+    spec = load_model(name)
+    e = estimate(spec, **row)
+    est = e.breakdown
+    tr = trace(spec, steps=2, layers=layers, **row).breakdown
+    return Row(
+        model=name, workload=dict(row),
+        estimate={c: est[c] for c in ALLOCATOR_COMPONENTS},
+        traced={c: tr[c] for c in ALLOCATOR_COMPONENTS},
+        estimate_peak=est.peak_allocated - _workspace_bytes(e), traced_peak=tr.peak_allocated,
+    )
+
+
 #: Memory techniques of training stacks (torchtune, torchtitan, Liger), each run by the tracer the
 #: way its stack runs it: (catalog name, workload). A row may set batch and seq (a short sequence
 #: puts the peak where the technique acts rather than at the loss).
