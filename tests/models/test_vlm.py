@@ -126,3 +126,17 @@ def test_fit_on_a_vlm_with_images():
 
     r = fit("llava-1.5-7b", gpu="A100-40GB", mode="train", images=1, seq=512)
     assert r.plans or r.closest
+
+
+def test_place_counts_the_image_tokens_in_the_kv_cache():
+    from vramlens.advise.place import place
+    from vramlens.hardware import get_gpu
+
+    spec, gpu = load_model("llava-1.5-7b"), get_gpu("A100-40GB")
+
+    def on_gpu(images: int) -> int:
+        p = place(spec, gpu, workload=make_workload(mode="inference", seq=512, new_tokens=128, images=images))
+        return next(o for o in p.options if o.kind == "gpu").device_bytes[0]
+
+    # 4 images x 576 tokens more in the cache: 32 layers x (k, v) x 4,096 x 2 B x 2,304 tokens = 1,207,959,552 B
+    assert on_gpu(4) - on_gpu(0) == 1_207_959_552
