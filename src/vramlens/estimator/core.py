@@ -169,13 +169,18 @@ def vision_figures(spec: ModelSpec, w: Workload) -> VisionFigures:
     from the same formulas as a ViT (layer_activations on the tower's own spec, every block: transformers runs
     the whole tower although LLaVA reads hidden_states[-2]), then the projector:
 
-    * ``mlp2`` (LlavaMultiModalProjector.forward): ``linear_1`` keeps its input, a copy of the features
-      without the class token (``[:, 1:]`` is not viewable as 2-D), the activation keeps ``linear_1``'s
-      output and ``linear_2`` the activation's output (b*i*F*H each).
+    * ``mlp2`` (LlavaMultiModalProjector.forward): ``linear_1`` keeps its input when it trains, a copy of
+      the features without the class token (``[:, 1:]`` is not viewable as 2-D), the activation keeps
+      ``linear_1``'s output and ``linear_2`` the activation's output when it trains (b*i*F*H each); under
+      LoRA an adapted linear's lora_A keeps the input (or its fp32 cast) instead.
     * ``pool_norm_matmul`` (Gemma3MultiModalProjector.forward): ``AvgPool2d`` keeps its contiguous input
-      (b*i*T*h_v), the RMSNorm its fp32 input and output over the pooled tokens, the matmul its input.
+      (b*i*T*h_v), the RMSNorm its fp32 input and output over the pooled tokens, the matmul its input
+      when the projection weight trains.
 
     ``masked_scatter`` keeps only its (b, S, 1) bool mask; the merged embeddings are the decoder's input.
+    The model's output holds its ``image_outputs`` through the step (the tower's last hidden state, the
+    projector's output), and in inference the pixels and LLaVA's selected hidden state and concatenated
+    features too (``held``, alive through the decoder). Checked by crosscheck.VLM_ROWS.
     """
     v = spec.vlm
     assert v is not None
@@ -509,9 +514,12 @@ def estimate_spec(spec: ModelSpec, w: Workload, gpu: GPU | None = None, *, headr
         if w.image_size is not None and w.image_size != (size, size):
             vision_notes.append(f"ignored: image_size={w.image_size[0]}x{w.image_size[1]}: the processor resizes "
                                 f"every image to {size}x{size}")
-        if w.training:
+        if w.training and w.method == "full":
             vision_notes.append("full fine-tuning trains the vision tower and the projector too (transformers "
                                 "leaves every parameter trainable; LLaVA's own recipes freeze the tower)")
+        elif w.training:
+            vision_notes.append(f"{w.method}: peft adapts every linear named {', '.join(w.lora_targets)}, the vision "
+                                "tower's (and with all-linear LLaVA's projector's) included")
         w = replace(w, seq=w.seq + vis.tokens)
     st = train_state(spec, w, gpu)
     sp = st.sp
