@@ -72,7 +72,7 @@ def test_images_add_the_processors_tokens():
     e = estimate(load_model("llava-1.5-7b"), make_workload(mode="inference", seq=100, images=2))
     assert "2 image(s) per sample at 336x336: 1,152 image tokens (576 per image) added to seq=100, 1,252 tokens in " \
            "the decoder" in e.breakdown.notes
-    assert e.workload.seq == 1_252  # 100 + 2 x 576
+    assert e.workload.seq == 100  # the workload as given: seq + image tokens = 1,252 in the decoder
 
 
 def test_images_on_a_text_model_is_refused():
@@ -140,3 +140,21 @@ def test_place_counts_the_image_tokens_in_the_kv_cache():
 
     # 4 images x 576 tokens more in the cache: 32 layers x (k, v) x 4,096 x 2 B x 2,304 tokens = 1,207,959,552 B
     assert on_gpu(4) - on_gpu(0) == 1_207_959_552
+
+
+def test_web_api_takes_images_as_the_cli(capsys):
+    pytest.importorskip("fastapi", reason="the web app needs the [web] extra (fastapi)")
+    import json
+
+    from fastapi.testclient import TestClient
+
+    from vramlens.cli.main import main
+    from vramlens.web import create_app
+
+    with TestClient(create_app(offline=True), base_url="http://127.0.0.1") as client:
+        r = client.get("/api/estimate", params={"model": "llava-1.5-7b", "mode": "inference", "images": 2})
+    assert r.status_code == 200, r.text
+    capsys.readouterr()
+    assert main(["estimate", "llava-1.5-7b", "--mode", "inference", "--images", "2", "--json"]) == 0
+    assert r.json() == json.loads(capsys.readouterr().out)
+    assert r.json()["workload"]["images"] == 2

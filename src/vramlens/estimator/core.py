@@ -504,6 +504,7 @@ def estimate_spec(spec: ModelSpec, w: Workload, gpu: GPU | None = None, *, headr
             vision_notes.append(f"{H}x{W_} is not a multiple of the patch size {p}: the stride-{p} Conv2d "
                                 "drops the last partial row and column of patches")
     vis = VisionFigures(0, 0, 0)
+    asked = w  # a VLM's Estimate reports the workload as given (seq: the text tokens), not seq + image tokens
     if spec.vlm is not None:
         vis = vision_figures(spec, w)
         size = spec.vlm.image_size
@@ -719,7 +720,7 @@ def estimate_spec(spec: ModelSpec, w: Workload, gpu: GPU | None = None, *, headr
         advice = _advice(bd, w, fits)
         said = verdict(total, gpu, headroom)
     return Estimate(
-        model=spec, workload=w, gpu=gpu, breakdown=bd, trainable_params=st.trainable,
+        model=spec, workload=asked if spec.vlm is not None else w, gpu=gpu, breakdown=bd, trainable_params=st.trainable,
         layer_activation_bytes=layer_act, fits=fits, headroom_bytes=headroom_bytes, advice=advice, explain=explain,
         verdict=said,
     )
