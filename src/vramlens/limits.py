@@ -47,6 +47,10 @@ MAX_IMAGE_SIDE = 16_384
 #: Seconds of audio in one sample a speech model hears (Whisper: ceil(S / 30) windows of 1,500 positions).
 #: 360,000 s is 100 hours, 12,000 windows: longer than any recording transcribed in one call.
 MAX_AUDIO_SECONDS = 360_000
+
+#: Images per sample fed to a vision-language model: 1,024 is 10x the longest multi-image prompts
+#: (video frames as images: 64 to 100), and 1,024 LLaVA-1.5 images are 589,824 tokens.
+MAX_IMAGES = 1_024
 #: Gradient accumulation steps.
 MAX_GRAD_ACCUM = 1_048_576
 #: GPUs in one job. The largest training clusters have about 200,000.

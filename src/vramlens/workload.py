@@ -186,6 +186,9 @@ class Workload:
     #: The feature extractor pads or cuts to 30 s and the encoder always sees 1,500 positions per window;
     #: longer clips are cut into ceil(S / 30) windows (the ASR pipeline's chunking), each a batch row.
     audio_seconds: float | None = None
+    #: images per sample fed to a vision-language model (LLaVA, Gemma 3): each becomes the model's image
+    #: tokens in the text sequence (576 for LLaVA-1.5, 256 for Gemma 3), added to seq
+    images: int = 0
 
     # ---- derived ------------------------------------------------------------------------
     @property
@@ -362,6 +365,10 @@ class Workload:
             p.append("lora_targets is empty: name modules such as q_proj,v_proj or 'all-linear'")
         if p:
             return p  # the rest compares values that are known to be valid
+        if isinstance(self.images, bool) or not isinstance(self.images, int) or self.images < 0:
+            p.append(f"images={L.show(self.images)} must be a whole number >= 0 (images per sample)")
+        elif self.images > L.MAX_IMAGES:
+            p.append(f"images={self.images:,} is over the limit of {L.MAX_IMAGES:,} images per sample")
         if self.seq + self.new_tokens > L.MAX_SEQ:
             p.append(f"seq + new_tokens = {self.seq + self.new_tokens:,} is over the limit of {L.MAX_SEQ:,} tokens")
         if self.gpus % (self.tp * self.pp):

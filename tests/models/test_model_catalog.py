@@ -48,8 +48,8 @@ def test_every_name_is_unique():
 
 @pytest.mark.parametrize("entry", RAW, ids=[e["id"] for e in RAW])
 def test_entry_shape(entry):
-    assert set(entry) <= {"id", "aliases", "family", "note", "source", "config"}
-    assert entry["aliases"] and all(a == a.lower() for a in entry["aliases"])
+    assert set(entry) <= {"id", "aliases", "family", "note", "source", "config", "multimodal_aliases"}
+    assert entry["aliases"] and all(a == a.lower() for a in (*entry["aliases"], *entry.get("multimodal_aliases", ())))
     cfg = entry["config"]
     # DeBERTa-v3's config.json names no architectures (transformers' Auto classes pick the class)
     assert isinstance(cfg["model_type"], str) and len(cfg.get("architectures", ["the default"])) == 1

@@ -35,7 +35,7 @@ from typing import Any
 from vramlens.errors import VramlensError
 from vramlens.estimator import check_workload, estimate_spec
 from vramlens.estimator.activations import bnb_kept_input_bytes, logits_bytes
-from vramlens.estimator.core import activation_totals, offload_frozen_casts, output_layer_cast
+from vramlens.estimator.core import activation_totals, offload_frozen_casts, output_layer_cast, vision_figures
 from vramlens.estimator.parallel import Split
 from vramlens.estimator.state import (
     TrainState,
@@ -52,10 +52,11 @@ from vramlens.workload import Attention, Workload
 STATE_FIELDS = ("mode", "method", "dtype", "amp", "quant", "optimizer", "optimizer_impl", "keep_grads", "lora_rank",
                 "lora_targets", "lora_dropout", "lora_dtype", "dora", "quant_targets",
                 "gpus", "zero", "fsdp", "fsdp_strategy", "tp", "pp", "offload", "optimizer_in_backward",
-                "loss", "loss_chunks", "loss_parallel", "fp8")
+                "loss", "loss_chunks", "loss_parallel", "fp8", "images")
 
-#: The fields train_state reads (STATE_FIELDS less the loss fields, which only validity reads).
-TRAIN_STATE_FIELDS = tuple(f for f in STATE_FIELDS if f not in ("loss", "loss_chunks", "loss_parallel", "fp8"))
+#: The fields train_state reads (STATE_FIELDS less the loss fields and images, which only validity reads).
+TRAIN_STATE_FIELDS = tuple(f for f in STATE_FIELDS
+                           if f not in ("loss", "loss_chunks", "loss_parallel", "fp8", "images"))
 
 
 def state_key_tail(w: Workload, grad_accum: int) -> tuple[object, ...]:
@@ -168,7 +169,7 @@ class FastMemory:
 
             # every field check_workload reads (vramlens.estimator.check_workload)
             probs.extend(self._memo(("check", w.mode, w.method, w.tp, w.pp, w.lora_targets, w.lora_rank,
-                                     w.new_tokens, w.loss_parallel, w.loss_chunks > 1, w.loss), check))
+                                     w.new_tokens, w.loss_parallel, w.loss_chunks > 1, w.loss, w.images > 0), check))
         if probs:
             return State(problems=tuple(probs))
         # train_state does not read the loss fields (they are in the key for the validity above):
@@ -201,7 +202,7 @@ class FastMemory:
                 sp.layers, sp.micro_batches_in_flight, sp.has_head, w.method, w.lora_targets, w.lora_rank,
                 w.lora_dropout, w.lora_dtype, w.dora, w.quant, w.quant_targets, w.loss, w.loss_chunks,
                 w.loss_parallel, w.activation_offload, w.fp8, w.bnb_inputs, w.image_size,
-                w.audio_seconds, w.compile)
+                w.audio_seconds, w.compile, w.images)
 
     def activations(self, w: Workload, sp: Split) -> Activations:
         """The activations of ``w`` on the split ``sp``, memoized on :meth:`activation_key`."""
@@ -215,10 +216,14 @@ class FastMemory:
         a = self._acts.get(key)
         if a is None:
             w = replace(struct, batch=batch, grad_accum=grad_accum, checkpointing=checkpointing, attention=attention)
+            vis_saved = 0
+            if self.spec.vlm is not None:  # as estimate_spec: the tower and projector, the decoder at seq + images
+                vis = vision_figures(self.spec, w)
+                vis_saved, w = vis.saved, replace(w, seq=w.seq + vis.tokens)
             t = activation_totals(self.spec, w, sp)
             logits = logits_bytes(self.spec, w, w.batch * w.seq) if sp.has_head else 0
             a = self._acts[key] = Activations(
-                saved=t.saved, one_layer=t.one_layer, loss_transient=t.loss_transient, head_saved=t.head_saved,
+                saved=t.saved + vis_saved, one_layer=t.one_layer, loss_transient=t.loss_transient, head_saved=t.head_saved,
                 logits=logits, later_pass=t.later_pass, loss_backward=t.loss_backward,
                 loss_backward_over=t.loss_backward_over, head_backward=t.head_backward,
                 head_grads=t.head_grads, head_backward_later=t.head_backward_later,

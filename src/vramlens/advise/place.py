@@ -208,7 +208,9 @@ def place(
         raise InputError(f"headroom={headroom} must be in [0, 1): e.g. 0.1 keeps 10% free")
     budget = Budget.begin(budget_s)
     w = replace(w, gpus=1, tp=1, pp=1).validated()
-    bl = blocks(spec, w)
+    # a VLM's decoder sees seq + the image tokens (estimate_spec adds them itself below)
+    wd = replace(w, seq=w.seq + w.images * spec.vlm.image_tokens) if spec.vlm is not None else w
+    bl = blocks(spec, wd)
     pcie = pcie_bytes_s or gpu.pcie_bytes_s or 16e9
 
     # what each GPU needs besides weights (estimate_spec's figures for one GPU, minus its weights/KV)
@@ -216,7 +218,7 @@ def place(
     b = e.breakdown
     overhead = b.device_total - b["weights"] - b["kv_cache"]  # context, workspaces, activations, logits, reserve
     rt = runtime(gpu, w).outside_allocator_bytes + runtime(gpu, w).workspace_bytes
-    work = A.inference_layer_peak(spec, w, w.batch, w.seq, w.seq)
+    work = A.inference_layer_peak(spec, wd, wd.batch, wd.seq, wd.seq)
     usable = int(gpu.capacity_bytes * (1 - headroom))
     reserved = {0: overhead}
     for i in range(1, gpus):

@@ -188,6 +188,9 @@ def add_workload_args(p: argparse.ArgumentParser) -> None:
                    help="vision encoders (ViT, CLIP/SigLIP vision towers): the image size in pixels, 224 or "
                         "224x224; tokens are (H/patch)*(W/patch) (+1 class token) and --seq is ignored "
                         "(default: the config's image_size)")
+    g.add_argument("--images", type=_positive, default=0, metavar="N",
+                   help="vision-language models (LLaVA, Gemma 3): images per sample; each adds the model's "
+                        "image tokens (576 for LLaVA-1.5, 256 for Gemma 3) to --seq (default 0)")
     g.add_argument("--kv-block", type=_positive, default=0, help="paged KV-cache block size in tokens (0: no paging)")
     g.add_argument("--cache", choices=W.CACHES, default="dynamic",
                    help="transformers' KV cache (inference): dynamic (DynamicCache), static (StaticCache: "

@@ -65,7 +65,11 @@ def check_workload(spec: ModelSpec, w: Workload) -> None:
     from vramlens.estimator.inventory import lora_shape
 
     p = []
-    if w.image_size is not None and spec.vision is None:
+    if w.images and spec.vlm is None:
+        p.append(f"images={w.images} applies to vision-language models (llava-1.5-7b, "
+                 f"gemma-3-4b-it-vision, gemma-3-12b-it-vision, gemma-3-27b-it-vision); {spec.name} has no vision "
+                 "tower: drop --images")
+    if w.image_size is not None and spec.vision is None and spec.vlm is None:
         p.append(f"image_size={w.image_size[0]}x{w.image_size[1]} applies to vision encoders (ViT, CLIP and SigLIP "
                  f"vision towers); {spec.name} is a text model: drop --image-size and give --seq")
     if spec.vision is not None and w.training and spec.head == "embedding":

@@ -154,6 +154,87 @@ class ActivationTotals:
     uncheckpointed: tuple[int, int] = (1, 1)  # blocks not checkpointed, of all (autocast copies through backward)
 
 
+@dataclass(frozen=True, slots=True)
+class VisionFigures:
+    """A VLM's image path for ``w.batch * w.images`` images: what training keeps until backward (the
+    tower's blocks, pixels and the projector's inputs) and the working set of inference's prefill
+    while the tower runs."""
+
+    saved: int
+    prefill: int
+    tokens: int  # image tokens added to each sequence
+    held: int = 0  # inference: the image outputs the model's output keeps alive through the decoder
+
+
+def vision_figures(spec: ModelSpec, w: Workload) -> VisionFigures:
+    """The tower of ``spec.vlm`` run over b x images images at the processor's size, its blocks' activations
+    from the same formulas as a ViT (layer_activations on the tower's own spec, every block: transformers runs
+    the whole tower although LLaVA reads hidden_states[-2]), then the projector:
+
+    * ``mlp2`` (LlavaMultiModalProjector.forward): ``linear_1`` keeps its input when it trains, a copy of
+      the features without the class token (``[:, 1:]`` is not viewable as 2-D), the activation keeps
+      ``linear_1``'s output and ``linear_2`` the activation's output when it trains (b*i*F*H each); under
+      LoRA an adapted linear's lora_A keeps the input (or its fp32 cast) instead.
+    * ``pool_norm_matmul`` (Gemma3MultiModalProjector.forward): ``AvgPool2d`` keeps its contiguous input
+      (b*i*T*h_v), the RMSNorm its fp32 input and output over the pooled tokens, the matmul its input
+      when the projection weight trains.
+
+    ``masked_scatter`` keeps only its (b, S, 1) bool mask; the merged embeddings are the decoder's input.
+    The model's output holds its ``image_outputs`` through the step (the tower's last hidden state, the
+    projector's output), and in inference the pixels and LLaVA's selected hidden state and concatenated
+    features too (``held``, alive through the decoder). Checked by crosscheck.VLM_ROWS.
+    """
+    v = spec.vlm
+    assert v is not None
+    tower, tv = v.tower, v.tower.vision
+    assert tv is not None
+    n_img = w.batch * w.images
+    tokens = w.images * v.image_tokens
+    if not n_img:
+        return VisionFigures(0, 0, 0)
+    T = tv.tokens(v.image_size, v.image_size)
+    wt = replace(w, batch=n_img, seq=T, images=0, image_size=None, task=None, new_tokens=0)
+    c = DTYPE_BYTES[w.compute_dtype]
+    r = 4 if w.run_dtype == "fp32" else c
+    hv, H_, F = tower.hidden_size, v.text_hidden, v.feature_tokens
+    if not w.training:
+        embeds = A._r(c * spec.hidden_size * w.batch * (w.seq + tokens))  # the text embeddings wait for the images
+        work = A.inference_layer_peak(tower, wt, n_img, T, T, tp=1) + A.pixel_inference(tower, wt, n_img)
+        # held through the decoder by the output's image_outputs and the forward's locals: the pixels, the
+        # tower's last hidden state (and LLaVA's selected one), the projector's output and LLaVA's torch.cat
+        # of its per-image list
+        held = A.pixel_inference(tower, wt, n_img) + A._r(c * n_img * T * hv) + A._r(c * n_img * F * H_)
+        if v.projector == "mlp2":
+            held += A._r(c * n_img * T * hv) + A._r(c * n_img * F * H_)
+        return VisionFigures(0, embeds + work, tokens, held)
+    blocks = _block_figures(tower, wt, [(A.layer_activations(tower, wt, n_img, T), tower.n_layers)])
+    saved = blocks.kept + A.pixel_saved(tower, wt, n_img)
+    full = w.method == "full"
+    if v.projector == "mlp2":
+        # a linear keeps its input for its weight's gradient (full), or peft's lora_A keeps it (the fp32 cast
+        # when the adapters' dtype differs: lora_casts_input) with its (tokens, r) output for lora_B; frozen, none
+        lora_b = 4 if A.lora_casts_input(w) else r
+        for leaf, k, copy in (("linear_1", hv, F != T), ("linear_2", H_, False)):
+            tokens_in = n_img * F
+            if full:
+                saved += A._r(r * tokens_in * k) if (copy or leaf == "linear_2") else 0
+            elif A.trains(w, leaf):
+                saved += A._r(lora_b * tokens_in * k) + A._r(4 * tokens_in * w.lora_rank)
+        saved += A._r(r * n_img * F * H_)  # the activation's input (a gradient flows to the tower)
+    else:
+        n = v.image_tokens
+        saved += A._r(r * n_img * T * hv)  # AvgPool2d's contiguous input
+        if tv.final_norm_all_tokens:
+            saved += A._norm_saved("layernorm", hv, n_img * T, r, c, 0, False, full)  # post_layernorm, every token
+        # mm_soft_emb_norm, and the matmul that keeps its output for the projection weight's gradient (full)
+        saved += A._norm_saved(A.norm_kind(spec), hv, n_img * n, r, c, 1 if full else 0, False, full)
+    saved += A._r(w.batch * (w.seq + tokens))  # masked_scatter's bool mask
+    # the model's output keeps its image_outputs through the step: the tower's last hidden state and the
+    # projector's output (LLaVA's per-image views of linear_2's, Gemma 3's projected tokens)
+    saved += A._r(c * n_img * T * hv) + A._r(c * n_img * (F if v.projector == "mlp2" else v.image_tokens) * H_)
+    return VisionFigures(saved, 0, tokens)
+
+
 def activation_totals(spec: ModelSpec, w: Workload, sp: Split) -> ActivationTotals:
     """The activations of a training step of ``w`` on the split ``sp`` (shared with the advisor's FastMemory)."""
     b, s = w.batch, w.seq
@@ -442,6 +523,25 @@ def estimate_spec(spec: ModelSpec, w: Workload, gpu: GPU | None = None, *, headr
     if spec.audio is not None:
         w, audio_notes = AU.audio_workload(spec, w)
         vision_notes += audio_notes
+    vis = VisionFigures(0, 0, 0)
+    asked = w  # a VLM's Estimate reports the workload as given (seq: the text tokens), not seq + image tokens
+    if spec.vlm is not None:
+        vis = vision_figures(spec, w)
+        size = spec.vlm.image_size
+        if w.images:
+            vision_notes.append(f"{w.images} image(s) per sample at {size}x{size}: {vis.tokens:,} image tokens "
+                                f"({spec.vlm.image_tokens} per image) added to seq={w.seq:,}, "
+                                f"{w.seq + vis.tokens:,} tokens in the decoder")
+        if w.image_size is not None and w.image_size != (size, size):
+            vision_notes.append(f"ignored: image_size={w.image_size[0]}x{w.image_size[1]}: the processor resizes "
+                                f"every image to {size}x{size}")
+        if w.training and w.method == "full":
+            vision_notes.append("full fine-tuning trains the vision tower and the projector too (transformers "
+                                "leaves every parameter trainable; LLaVA's own recipes freeze the tower)")
+        elif w.training:
+            vision_notes.append(f"{w.method}: peft adapts every linear named {', '.join(w.lora_targets)}, the vision "
+                                "tower's (and with all-linear LLaVA's projector's) included")
+        w = replace(w, seq=w.seq + vis.tokens)
     st = train_state(spec, w, gpu)
     sp = st.sp
     explain = dict(st.explain)
@@ -466,9 +566,10 @@ def estimate_spec(spec: ModelSpec, w: Workload, gpu: GPU | None = None, *, headr
     kv = 0
     if w.training:
         at = activation_totals(spec, w, sp)
-        acts, one_layer, loss_tmp, head_saved, act_formula = (at.saved, at.one_layer, at.loss_transient,
+        acts, one_layer, loss_tmp, head_saved, act_formula = (at.saved + vis.saved, at.one_layer, at.loss_transient,
                                                               at.head_saved, at.formula)
-        explain["activations"] = act_formula
+        explain["activations"] = act_formula + (f"; the vision tower's and projector's saved tensors for "
+                                                f"{w.batch * w.images} images ({vis.saved:,} B)" if vis.saved else "")
         act_host = at.host
         if act_host:
             explain["activations"] += (f"; activation offloading: the blocks' saved tensors on the host "
@@ -585,6 +686,7 @@ def estimate_spec(spec: ModelSpec, w: Workload, gpu: GPU | None = None, *, headr
         eager_static = w.cache == "static" and w.attention == "eager"
         prefill_keys = K.max_cache_len(w) if eager_static else s
         work = A.inference_layer_peak(spec, w, b, s, prefill_keys, tp=w.tp) + A.pixel_inference(spec, w, b)
+        work = max(work + vis.held, vis.prefill)  # the vision tower runs first in prefill
         if eager_static:
             work += A._r(DTYPE_BYTES[w.compute_dtype] * b * s * prefill_keys)
         c = DTYPE_BYTES[w.compute_dtype]
@@ -661,7 +763,7 @@ def estimate_spec(spec: ModelSpec, w: Workload, gpu: GPU | None = None, *, headr
         advice = _advice(bd, w, fits)
         said = verdict(total, gpu, headroom)
     return Estimate(
-        model=spec, workload=w, gpu=gpu, breakdown=bd, trainable_params=st.trainable,
+        model=spec, workload=asked if spec.vlm is not None else w, gpu=gpu, breakdown=bd, trainable_params=st.trainable,
         layer_activation_bytes=layer_act, fits=fits, headroom_bytes=headroom_bytes, advice=advice, explain=explain,
         verdict=said,
     )

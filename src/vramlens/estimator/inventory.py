@@ -154,6 +154,24 @@ def lora_shape(spec: ModelSpec, targets: tuple[str, ...]) -> LoraShape:
     )
 
 
+@identity_cache
+def _trained_lora_shape(spec: ModelSpec, targets: tuple[str, ...]) -> LoraShape:
+    outside = set(spec.outside_loss)
+    chosen = tuple(lin for lin in lora_shape(spec, targets).targets if lin.name not in outside)
+    return LoraShape(targets=chosen, sum_k=sum(lin.in_features * lin.count for lin in chosen),
+                     sum_n=sum(lin.out_features * lin.count for lin in chosen),
+                     count=sum(lin.count for lin in chosen))
+
+
+def trained_lora_shape(spec: ModelSpec, targets: tuple[str, ...]) -> LoraShape:
+    """The adapters that get a gradient (and optimizer states): those on linears the loss reaches (LLaVA's
+    last vision block, past ``vision_feature_layer``, holds adapters that never get one); ``lora_shape``
+    when every linear is reached."""
+    if not spec.outside_loss:
+        return lora_shape(spec, targets)
+    return _trained_lora_shape(spec, targets)
+
+
 _LORA_BYTES: dict[tuple[int, int, int], tuple[LoraShape, int]] = {}
 
 

@@ -43,8 +43,8 @@ from vramlens.estimator.inventory import (
     LoraShape,
     lora_matrix_numels,
     lora_rounded_bytes,
-    lora_shape,
     summarize,
+    trained_lora_shape,
     trained_param_numels,
 )
 from vramlens.estimator.memo import identity_cache
@@ -123,7 +123,7 @@ def param_dtype_bytes(w: Workload) -> int:
 
 def _adapters(spec: ModelSpec, w: Workload, b: int) -> int:
     """Bytes of one adapter-shaped tensor set (A, B, DoRA magnitudes) at b bytes per element."""
-    return lora_rounded_bytes(lora_shape(spec, tuple(w.lora_targets)), w.lora_rank, b, w.dora)
+    return lora_rounded_bytes(trained_lora_shape(spec, tuple(w.lora_targets)), w.lora_rank, b, w.dora)
 
 
 def _largest_adapter(shape: LoraShape, r: int, b: int, dora: bool) -> int:
@@ -210,7 +210,7 @@ def optimizer_state_bytes(spec: ModelSpec, w: Workload, trainable: int) -> tuple
         if w.method == "full":
             total = _adafactor_bytes(spec, state_b)
         else:
-            shape = lora_shape(spec, tuple(w.lora_targets))
+            shape = trained_lora_shape(spec, tuple(w.lora_targets))
             r = w.lora_rank
             # A is (r, k): rows r + columns k; B is (n, r): rows n + columns r
             total = sum(lin.count * (round_up(r * state_b, BLOCK) + round_up(lin.in_features * state_b, BLOCK)
@@ -245,7 +245,7 @@ class TensorStates:
 def _tensor_numels(spec: ModelSpec, method: str, targets: tuple[str, ...], rank: int) -> tuple[int, ...]:
     if method == "full":
         return trained_param_numels(spec)
-    return lora_matrix_numels(lora_shape(spec, targets), rank)
+    return lora_matrix_numels(trained_lora_shape(spec, targets), rank)
 
 
 def _bnb_8bit(n: int) -> int:
@@ -351,7 +351,7 @@ def optimizer_step_temporary(spec: ModelSpec, w: Workload, trainable: int) -> tu
     if w.method == "full":
         largest = round_up(summarize(spec).largest_param_numel * state_b, BLOCK)
     else:
-        largest = _largest_adapter(lora_shape(spec, tuple(w.lora_targets)), w.lora_rank, state_b, w.dora)
+        largest = _largest_adapter(trained_lora_shape(spec, tuple(w.lora_targets)), w.lora_rank, state_b, w.dora)
     if w.optimizer_impl == "fused" and w.optimizer in ("adamw", "adam", "paged-adamw"):
         return 0, "fused Adam updates in place"
     return largest, "per-tensor update: one temporary the size of the largest parameter"
@@ -362,7 +362,7 @@ def largest_gradient_bytes(spec: ModelSpec, w: Workload) -> int:
     parameter; LoRA: the largest adapter matrix, r x max(in, out), or DoRA magnitude, in the adapters' dtype)."""
     if w.method == "full":
         return round_up(summarize(spec).largest_param_numel * param_dtype_bytes(w), BLOCK)
-    return _largest_adapter(lora_shape(spec, tuple(w.lora_targets)), w.lora_rank, param_dtype_bytes(w), w.dora)
+    return _largest_adapter(trained_lora_shape(spec, tuple(w.lora_targets)), w.lora_rank, param_dtype_bytes(w), w.dora)
 
 
 def one_parameter_step_temporary(spec: ModelSpec, w: Workload) -> tuple[int, str]:

@@ -44,9 +44,16 @@ def _index() -> dict[str, int]:
     """Lower-cased name -> entry position, for the id, its basename and every alias."""
     index: dict[str, int] = {}
     for i, e in enumerate(_raw_entries()):
-        for name in (e["id"], e["id"].rsplit("/", 1)[-1], *e.get("aliases", ())):
+        for name in (e["id"], e["id"].rsplit("/", 1)[-1], *e.get("aliases", ()), *e.get("multimodal_aliases", ())):
             index.setdefault(name.lower(), i)
     return index
+
+
+@lru_cache(maxsize=1)
+def _multimodal_names() -> frozenset[str]:
+    """Lower-cased names that build an entry's whole vision-language model (``multimodal_aliases``: Gemma 3's
+    checkpoints, whose plain names count the text model alone)."""
+    return frozenset(a.lower() for e in _raw_entries() for a in e.get("multimodal_aliases", ()))
 
 
 def catalog_names() -> tuple[str, ...]:
@@ -55,6 +62,7 @@ def catalog_names() -> tuple[str, ...]:
     for e in _raw_entries():
         names.append(e["id"])
         names.extend(e.get("aliases", ()))
+        names.extend(e.get("multimodal_aliases", ()))
     return tuple(names)
 
 
@@ -68,15 +76,18 @@ def find_config(name: str) -> tuple[str, dict[str, Any]] | None:
 
 
 @lru_cache(maxsize=None)
-def _catalog_spec(position: int) -> ModelSpec:
+def _catalog_spec(position: int, multimodal: bool = False) -> ModelSpec:
     e = _raw_entries()[position]
-    return spec_from_config(e["config"], name=e["id"], source="catalog", where=f"catalog entry {e['id']}")
+    return spec_from_config(e["config"], name=e["id"] + (" (multimodal)" if multimodal else ""), source="catalog",
+                            where=f"catalog entry {e['id']}", multimodal=multimodal)
 
 
 def catalog_spec(name: str) -> ModelSpec | None:
-    """The ModelSpec of a catalog name (built once, then cached), or None if unknown."""
-    i = _index().get(name.strip().lower())
-    return None if i is None else _catalog_spec(i)
+    """The ModelSpec of a catalog name (built once, then cached), or None if unknown; a multimodal alias
+    builds the entry's whole vision-language model."""
+    key = name.strip().lower()
+    i = _index().get(key)
+    return None if i is None else _catalog_spec(i, key in _multimodal_names())
 
 
 @lru_cache(maxsize=1)

@@ -21,14 +21,16 @@ from vramlens.models._reader import ConfigReader
 from vramlens.models._tensors import num_labels
 from vramlens.models.families import BUILDERS, DEFAULT_ARCHITECTURES, UNWRAP
 from vramlens.models.families.llama import build_llama_like
+from vramlens.models.families.vlm import ARCHITECTURES, outside_loss, projector_tensors, rename_text
+from vramlens.models.families.vlm import PARTS as VLM_PARTS
 from vramlens.models.heads import head_of, task_architecture
-from vramlens.models.spec import ModelSpec, TensorInfo
+from vramlens.models.spec import VLM, ModelSpec, TensorInfo
 
 #: What a config needs to be built as a generic decoder when its model_type is unknown.
 GENERIC_FIELDS = ("hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size",
                   "vocab_size")
 
-SUPPORTED_MODEL_TYPES: tuple[str, ...] = tuple(sorted({*BUILDERS, *UNWRAP}))
+SUPPORTED_MODEL_TYPES: tuple[str, ...] = tuple(sorted({*BUILDERS, *UNWRAP, *VLM_PARTS}))
 
 _HEAD_SUFFIX = re.compile(
     r"(ForCausalLM|LMHeadModel|ForConditionalGeneration|ForMaskedLM|ForPreTraining|"
@@ -78,6 +80,7 @@ def spec_from_config(
     source: str = "config",
     where: str | None = None,
     task: str | None = None,
+    multimodal: bool = False,
 ) -> ModelSpec:
     """Build the ModelSpec of the transformers model that ``config`` describes.
 
@@ -88,6 +91,8 @@ def spec_from_config(
         where: how to name the config in error messages (a path, a hub id).
         task: build the class transformers' ``AutoModelFor<task>`` makes (one of
             ``vramlens.workload.TASKS``) instead of ``architectures[0]``.
+        multimodal: build a wrapping config that has a text reading (Gemma 3's ``gemma3``) as the
+            whole vision-language model (families.vlm); LLaVA configs are always built whole.
 
     Returns:
         The spec; ``tensors`` equal ``model.named_parameters()`` (tied weights once) plus
@@ -104,6 +109,8 @@ def spec_from_config(
     if not isinstance(config, Mapping):
         raise ModelSourceError(f"{where}: a config must be a JSON object, not {type(config).__name__}")
     mt = model_type_of(config, where)
+    if mt in VLM_PARTS and (multimodal or mt not in UNWRAP):
+        return _vlm_spec(config, mt, name=name, source=source, where=where, task=task)
     unwrap_note = None
     if mt in UNWRAP:
         unwrap, unwrap_note = UNWRAP[mt]
@@ -151,6 +158,46 @@ def spec_from_config(
         quantization=_quantization(config, where),
         **facts,
     )
+
+
+def _vlm_spec(config: Mapping[str, Any], mt: str, *, name: str | None, source: str, where: str,
+              task: str | None) -> ModelSpec:
+    """A vision-language model: its text model's spec (facts and tensors, renamed as the VLM class names
+    them) with the vision tower's and the projector's tensors in front and the image facts in ``vlm``."""
+    from dataclasses import replace
+
+    if task not in (None, "causal-lm"):
+        raise InputError(f"task={task}: {ARCHITECTURES[mt]} is modelled with its causal LM head only: drop --task")
+    parts = VLM_PARTS[mt](config, where)
+    text = spec_from_config(parts.text, name=name, source=source, where=f"{where} text_config")
+    tower = spec_from_config(parts.vision, name=f"{name or mt} vision tower", source=source,
+                             where=f"{where} vision_config")
+    assert tower.vision is not None  # a CLIP or SigLIP vision config
+    proj = projector_tensors(parts, tower.hidden_size, text.hidden_size).items
+    # the tower's and the projector's tensors sit outside the decoder's blocks (layer None), so the
+    # decoder formulas, which read the first block's linears, see the text model alone
+    outside = [replace(t, name="model.vision_tower." + t.name, layer=None) for t in tower.tensors]
+    outside += [replace(t, layer=None) for t in proj]
+    renamed = [replace(t, name=rename_text(t.name)) for t in text.tensors]
+    side = tower.vision.image_size // tower.vision.patch_size
+    feature = side * side + (1 if tower.vision.class_token and not parts.drop_class_token else 0)
+    image_tokens = parts.image_tokens if parts.image_tokens is not None else feature
+    if parts.projector == "pool_norm_matmul":
+        per_side = int(round(image_tokens ** 0.5))
+        if per_side * per_side != image_tokens or per_side < 1 or side % per_side:
+            raise ModelSourceError(f"{where}: mm_tokens_per_image={image_tokens} must be a square whose side "
+                                   f"divides the {side} patches a side of the tower")
+    vlm = VLM(tower=tower, projector=parts.projector,  # type: ignore[arg-type]
+              image_tokens=image_tokens, feature_tokens=feature, image_token_id=parts.image_token_id,
+              image_size=tower.vision.image_size, projector_act=parts.projector_act, text_hidden=text.hidden_size)
+    tensors = tuple(outside + renamed)
+    _check_size(list(tensors), where)
+    unreached = outside_loss(parts, tower.n_layers, [t.name for t in outside if t.role != "buffer"])
+    return replace(text, name=name or str(config.get("_name_or_path") or mt), model_type=mt,
+                   architecture=ARCHITECTURES[mt], tensors=tensors, config=dict(config), vlm=vlm,
+                   assumed=tuple(dict.fromkeys((*text.assumed, *tower.assumed))),
+                   quantization=_quantization(config, where),
+                   outside_loss=tuple(rename_text(n) for n in text.outside_loss) + unreached)
 
 
 def with_task(spec: ModelSpec, task: str | None) -> ModelSpec:

@@ -359,6 +359,9 @@ class ModelSpec:
     # ---- speech encoders ------------------------------------------------------------------------
     #: the audio side of a speech encoder-decoder (mel bins, 1,500 encoder positions per 30 s); None otherwise
     audio: Audio | None = None
+    # ---- vision-language models -----------------------------------------------------------
+    #: the image side of a VLM (tower, projector, image tokens); None for text-only models
+    vlm: VLM | None = None
 
     # ---- counts -------------------------------------------------------------------------
     @property
@@ -400,3 +403,27 @@ class ModelSpec:
 
     def buffers(self) -> tuple[TensorInfo, ...]:
         return tuple(t for t in self.tensors if t.role == "buffer")
+
+
+@dataclass(frozen=True, slots=True)
+class VLM:
+    """A vision-language model's image path (models/families/vlm.py): a vision ``tower`` (its own
+    ModelSpec: ViT-style encoder over the pixels), a ``projector`` into the text model's width, and
+    the image tokens the processor puts in the text sequence for each image.
+
+    ``projector``: ``mlp2`` (LLaVA's ``linear_1``, ``projector_act``, ``linear_2``: modeling_llava.py
+    LlavaMultiModalProjector) or ``pool_norm_matmul`` (Gemma 3's avg-pool to ``image_tokens``, RMSNorm and
+    one matmul: modeling_gemma3.py Gemma3MultiModalProjector). ``feature_tokens``: the tower's tokens the
+    projector takes per image (LLaVA's "default" strategy drops the class token). ``image_tokens``: what
+    one image becomes in the text sequence (LLaVA-1.5: 576; Gemma 3: ``mm_tokens_per_image`` 256).
+    ``image_size``: the side the processor resizes every image to (the tower's ``image_size``).
+    """
+
+    tower: ModelSpec
+    projector: Literal["mlp2", "pool_norm_matmul"]
+    image_tokens: int
+    feature_tokens: int
+    image_token_id: int
+    image_size: int
+    projector_act: str = "gelu"
+    text_hidden: int = 0

@@ -60,6 +60,9 @@ class Built:
     interpolate: bool = False
     #: a speech encoder-decoder's input side (Whisper: mel bins, 1,500 positions per 30-s window); None otherwise
     audio: Any = None
+    #: a vision-language model fed images: (image token id, tokens per image, channels, side) of the
+    #: input_ids' image tokens and the (b * images, C, side, side) pixel_values; None otherwise
+    vlm_images: tuple[int, int, int, int] | None = None
 
 
 def config_layers(cfg: dict) -> int:
@@ -67,7 +70,21 @@ def config_layers(cfg: dict) -> int:
     for k in LAYER_KEYS:
         if isinstance(cfg.get(k), int):
             return cfg[k]
+    if isinstance(cfg.get("text_config"), dict):  # a VLM (LLaVA, Gemma 3): its text model's blocks
+        return config_layers(_text_config(cfg))
     return 0
+
+
+def _text_config(cfg: dict) -> dict:
+    """A VLM's text_config with the defaults its config class fills in (LLaVA's Llama dimensions)."""
+    from vramlens.models.families.vlm import PARTS
+
+    text = dict(cfg["text_config"])
+    parts = PARTS.get(str(cfg.get("model_type")))
+    if parts is not None:
+        filled = parts(cfg, "config").text
+        text.update({k: filled[k] for k in LAYER_KEYS if isinstance(filled.get(k), int)})
+    return text
 
 
 def truncate_config(cfg: dict, k: int) -> dict:
@@ -78,6 +95,10 @@ def truncate_config(cfg: dict, k: int) -> dict:
     """
     L = config_layers(cfg)
     out = dict(cfg)
+    if isinstance(cfg.get("text_config"), dict) and not any(isinstance(cfg.get(key), int) for key in LAYER_KEYS):
+        # a VLM: the text model's blocks are cut, the vision tower (the same in both truncated models) stays whole
+        out["text_config"] = truncate_config(_text_config(cfg), k)
+        return out
     for key in LAYER_KEYS:
         if isinstance(out.get(key), int):
             out[key] = k
@@ -216,7 +237,21 @@ def build_hf(cfg: dict, wl: Workload, *, fake_mode=None, layers: int | None = No
         size = int(config.image_size)
         h, w = wl.image_size or (size, size)
         image, interpolate = (int(config.num_channels), h, w), (h, w) != (size, size)
-    elif wl.image_size is not None:
+    vlm_images = None
+    from vramlens.models.families.vlm import ARCHITECTURES as VLM_ARCHITECTURES
+
+    if VLM_ARCHITECTURES.get(str(cfg.get("model_type"))) == cls.__name__:
+        from vramlens.models import spec_from_config
+
+        v = spec_from_config(cfg, multimodal=True).vlm
+        assert v is not None and v.tower.vision is not None
+        if wl.images:
+            vlm_images = (v.image_token_id, v.image_tokens, v.tower.vision.channels, v.image_size)
+            _placeholder_mask_without_count(model, v.image_token_id)
+    elif wl.images:
+        raise TraceError(f"images={wl.images} applies to vision-language models (LLaVA, Gemma 3 multimodal); "
+                         f"{cls.__name__} has no vision tower: drop --images")
+    if image is None and vlm_images is None and wl.image_size is not None:
         raise TraceError(f"image_size={wl.image_size[0]}x{wl.image_size[1]} applies to vision encoders; "
                          f"{cls.__name__} takes token ids: drop --image-size")
     audio = None
@@ -229,8 +264,23 @@ def build_hf(cfg: dict, wl: Workload, *, fake_mode=None, layers: int | None = No
     elif wl.audio_seconds is not None:
         raise TraceError(f"audio_seconds={wl.audio_seconds:g} applies to speech encoder-decoders (Whisper); "
                          f"{cls.__name__} takes no audio: drop --audio-seconds")
-    return Built(model=model, kind=kind, vocab_size=int(getattr(config, "vocab_size", 0) or 0),
-                 notes=notes, n_layers=n, config=config, image=image, interpolate=interpolate, audio=audio)
+    text_config = config.get_text_config() if hasattr(config, "get_text_config") else config  # a VLM's text model
+    return Built(model=model, kind=kind, vocab_size=int(getattr(text_config, "vocab_size", 0) or 0),
+                 notes=notes, n_layers=n, config=config, image=image, interpolate=interpolate, audio=audio,
+                 vlm_images=vlm_images)
+
+
+def _placeholder_mask_without_count(model, token: int) -> None:
+    """Give the VLM's ``get_placeholder_mask`` (modeling_llava.py, modeling_gemma3.py) the same mask without its
+    count check: ``special_image_mask.sum()`` compared with the features is data-dependent, which fake tensors
+    cannot evaluate. The mask, ``(input_ids == image_token_id).unsqueeze(-1)``, is what the real one returns
+    (a bool (b, s, 1) tensor; the runner puts exactly images x tokens image ids in each row)."""
+    def mask(input_ids, inputs_embeds=None, image_features=None, **_kw):
+        return (input_ids == token).unsqueeze(-1)
+
+    for module in model.modules():  # the VLM's inner model (LlavaModel, Gemma3Model), under peft's wrapper too
+        if "get_placeholder_mask" in type(module).__dict__:
+            module.get_placeholder_mask = mask
 
 
 class _nullctx:

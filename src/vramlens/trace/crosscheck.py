@@ -195,6 +195,89 @@ def run_audio_row(name: str, row: dict[str, Any]) -> Row:
     )
 
 
+#: Vision-language models on tiny configs that keep each kind of block: LLaVA (a CLIP tower of 3 blocks with its
+#: pre-norm, hidden 128, 64x64 images in patches of 8: 64 image tokens, the 2-layer GELU projector, a 2-block Llama
+#: of 256) and Gemma 3 (a SigLIP tower of 2 blocks, 64x64 in patches of 4 avg-pooled to 16 tokens, RMSNorm and
+#: matmul projector, a Gemma 3 text model with a sliding and a global block); batch 4, 64 text tokens, 2 images.
+VLM_CONFIGS: dict[str, dict[str, Any]] = {
+    "llava-tiny": {"model_type": "llava", "architectures": ["LlavaForConditionalGeneration"],
+                   "text_config": {"model_type": "llama", "hidden_size": 256, "intermediate_size": 512,
+                                   "num_hidden_layers": 2, "num_attention_heads": 4, "vocab_size": 1000},
+                   "vision_config": {"model_type": "clip_vision_model", "hidden_size": 128, "intermediate_size": 512,
+                                     "num_hidden_layers": 3, "num_attention_heads": 4, "image_size": 64,
+                                     "patch_size": 8},
+                   "image_token_index": 999, "_name_or_path": "llava-tiny"},
+    "gemma3-vlm-tiny": {"model_type": "gemma3", "architectures": ["Gemma3ForConditionalGeneration"],
+                        "text_config": {"model_type": "gemma3_text", "hidden_size": 256, "intermediate_size": 512,
+                                        "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
+                                        "head_dim": 64, "vocab_size": 1000, "sliding_window": 32,
+                                        "layer_types": ["sliding_attention", "full_attention"]},
+                        "vision_config": {"model_type": "siglip_vision_model", "hidden_size": 128,
+                                          "intermediate_size": 512, "num_hidden_layers": 2, "num_attention_heads": 4,
+                                          "image_size": 64, "patch_size": 4, "vision_use_head": False},
+                        "mm_tokens_per_image": 16, "image_token_index": 999, "_name_or_path": "gemma3-vlm-tiny"},
+}
+_VLM_TRAIN = {"mode": "train", "method": "full", "dtype": "bf16", "attention": "sdpa", "checkpointing": "none",
+              "batch": 4, "seq": 64, "images": 2}
+_VLM_INFER = {"mode": "inference", "dtype": "bf16", "attention": "sdpa", "batch": 4, "seq": 64, "images": 2}
+VLM_ROWS: tuple[tuple[str, dict[str, Any]], ...] = (
+    ("llava-tiny", _VLM_TRAIN),
+    ("llava-tiny", _VLM_INFER),
+    ("gemma3-vlm-tiny", _VLM_TRAIN),
+    ("gemma3-vlm-tiny", _VLM_INFER),
+    # LoRA: peft's q_proj/v_proj match the CLIP tower's attention too; all-linear adapts LLaVA's projector as well
+    ("llava-tiny", {**_VLM_TRAIN, "method": "lora"}),
+    ("llava-tiny", {**_VLM_TRAIN, "method": "lora", "lora_targets": ("all-linear",)}),
+    ("gemma3-vlm-tiny", {**_VLM_TRAIN, "method": "lora", "lora_targets": ("all-linear",)}),
+)
+
+
+def run_vlm_row(name: str, row: dict[str, Any]) -> Row:
+    """One VLM_ROWS row: the estimate of VLM_CONFIGS[name] (built whole, multimodal) against its trace."""
+    from vramlens.estimator import estimate
+    from vramlens.models.inventory import spec_from_config
+    from vramlens.trace import trace
+
+    cfg = VLM_CONFIGS[name]
+    e = estimate(spec_from_config(cfg, name=name, multimodal=True), **row)
+    est = e.breakdown
+    tr = trace(dict(cfg), steps=2, **row).breakdown
+    return Row(
+        model=name, workload=dict(row),
+        estimate={c: est[c] for c in ALLOCATOR_COMPONENTS},
+        traced={c: tr[c] for c in ALLOCATOR_COMPONENTS},
+        estimate_peak=est.peak_allocated - _workspace_bytes(e), traced_peak=tr.peak_allocated,
+    )
+
+
+#: The catalog's VLMs at full size, traced on 2 and 3 text blocks under the whole tower and extrapolated (--layers 3).
+VLM_CATALOG_ROWS: tuple[tuple[str, dict[str, Any]], ...] = (
+    ("llava-1.5-7b", {"mode": "train", "method": "full", "dtype": "bf16", "batch": 1, "seq": 512, "images": 1}),
+    ("llava-1.5-7b", {"mode": "inference", "dtype": "bf16", "batch": 1, "seq": 512, "images": 2}),
+    ("gemma-3-4b-it-vision", {"mode": "train", "method": "full", "dtype": "bf16", "batch": 1, "seq": 512,
+                              "images": 1}),
+    ("gemma-3-4b-it-vision", {"mode": "inference", "dtype": "bf16", "batch": 1, "seq": 512, "images": 2}),
+)
+
+
+def run_vlm_catalog_row(name: str, row: dict[str, Any], layers: int = 3) -> Row:
+    """One VLM_CATALOG_ROWS row: the estimate of a catalog VLM against its extrapolated trace."""
+    from vramlens.estimator import estimate
+    from vramlens.models import load_model
+    from vramlens.trace import trace
+
+    spec = load_model(name)
+    e = estimate(spec, **row)
+    est = e.breakdown
+    tr = trace(spec, steps=2, layers=layers, **row).breakdown
+    return Row(
+        model=name, workload=dict(row),
+        estimate={c: est[c] for c in ALLOCATOR_COMPONENTS},
+        traced={c: tr[c] for c in ALLOCATOR_COMPONENTS},
+        estimate_peak=est.peak_allocated - _workspace_bytes(e), traced_peak=tr.peak_allocated,
+    )
+
+
 #: Memory techniques of training stacks (torchtune, torchtitan, Liger), each run by the tracer the
 #: way its stack runs it: (catalog name, workload). A row may set batch and seq (a short sequence
 #: puts the peak where the technique acts rather than at the loss).

@@ -316,8 +316,19 @@ class Runner:
                 kw_img["labels"] = torch.zeros(b, dtype=torch.long, device=dev)
             return kw_img
         vocab = max(2, built.vocab_size)
-        ids = torch.randint(0, vocab, (b, seq), device=dev)
-        kw: dict[str, Any] = {"input_ids": ids}
+        kw: dict[str, Any] = {}
+        if built.vlm_images is not None:
+            # a VLM processor's output: each image's tokens in input_ids (after the first token), text ids
+            # below the image token id, and the images as fp32 (b * images, C, side, side) pixel_values
+            token, per_image, channels, side = built.vlm_images
+            n = self.wl.images * per_image
+            ids = torch.randint(0, max(2, min(vocab, token)), (b, seq + n), device=dev)
+            ids[:, 1:1 + n] = token
+            seq += n
+            kw["pixel_values"] = torch.randn(b * self.wl.images, channels, side, side, device=dev)
+        else:
+            ids = torch.randint(0, vocab, (b, seq), device=dev)
+        kw["input_ids"] = ids
         if built.kind == "embedding" and self.wl.training:
             # (anchor, positive) pairs: batch sequences per text column
             kw["positive_ids"] = torch.randint(0, vocab, (b, seq), device=dev)

@@ -55,6 +55,7 @@ KNOBS: tuple[tuple[str, str, str, tuple | None, str], ...] = (
     ("max_cache_len", "max cache len", "number", None, "0"),
     ("audio_seconds", "audio seconds (Whisper)", "text", None, ""),
     ("headroom", "headroom", "number", None, "0.1"),
+    ("images", "images per sample (VLM)", "number", None, "0"),
 )
 
 
