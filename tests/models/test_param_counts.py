@@ -217,6 +217,15 @@ PINNED_DECODERS = {
     # and 401,583,781,376 in all: "109B" and "400B"); test_llama4_formula writes the sum out
     "llama-4-scout": 107_769_861_120,
     "llama-4-maverick": 400_711_848_960,
+    # Catalog additions, each equal to transformers 5.24's AutoModelForCausalLM.from_config on the meta device
+    # (sum of p.numel()). DeepSeek-V2 (the card's "236B"): untied embeddings 2 * 102,400 * 5120 = 1,048,576,000;
+    # MLA per block q_a 5120*1536 + 1536 + q_b 1536*128*192 + kv_a 5120*576 + 512 + kv_b 512*128*256 + o 128*128*5120
+    # = 149,227,520, + 2 * 5120 norms; block 0 dense 3 * 5120 * 12288 = 188,743,680; 59 MoE blocks 160 * 3 * 5120 * 1536
+    # + shared 3 * 5120 * 3072 + router 160 * 5120 = 3,822,878,720; + final norm 5120
+    "deepseek-v2": 235_741_434_880,
+    "deepseek-v2-chat": 235_741_434_880,
+    # OLMo 2 7B: 2 * 100,352 * 4096 + 4096 + 32 * (4 * 4096^2 + 2 * 4096 (q/k norms) + 3 * 4096 * 11008 + 2 * 4096)
+    "olmo-2-1124-7b": 7_298_617_344,
 }
 PINNED.update(PINNED_DECODERS)
 
