@@ -67,6 +67,11 @@ def test_deepseek_v3_facts():
     lite = load_model("deepseek-v2-lite")
     assert lite.mla is not None and lite.mla.q_lora_rank is None and lite.router == "softmax_fp32"
     assert lite.dense_layer_ids == (0,) and lite.shared_expert_ffn == 2 * 1408
+    # the full V2 compresses the query too (q_lora_rank 1536), where Lite projects it directly
+    v2 = load_model("deepseek-v2")
+    assert v2.mla == MLA(q_lora_rank=1536, kv_lora_rank=512, qk_nope_head_dim=128, qk_rope_head_dim=64, v_head_dim=128)
+    assert (v2.n_experts, v2.experts_per_token, v2.dense_layer_ids, v2.dense_ffn_size) == (160, 6, (0,), 12_288)
+    assert (v2.ffn_size, v2.shared_expert_ffn, v2.router) == (1536, 2 * 1536, "softmax_fp32")
 
 
 def test_deepseek_config_problems_are_named():
