@@ -463,6 +463,21 @@ class DynamicImages:
         gh, gw = self.grid(height, width)
         return gh * gw // (self.merge * self.merge)
 
+    def windows(self, height: int, width: int) -> tuple[tuple[int, int], ...]:
+        """The window-attention blocks' windows over one image, as (patches in a window, how many such windows):
+        ``get_vision_window_index`` tiles the merged grid (grid / merge a side) with windows of ``window``
+        merged tokens a side, the last row and column of windows cut short (empty ones dropped)."""
+        gh, gw = self.grid(height, width)
+        mh, mw, k = gh // self.merge, gw // self.merge, max(1, self.window)
+        rows = [k] * (mh // k) + ([mh % k] if mh % k else [])
+        cols = [k] * (mw // k) + ([mw % k] if mw % k else [])
+        count: dict[int, int] = {}
+        for r in rows:
+            for c in cols:
+                n = r * c * self.merge * self.merge
+                count[n] = count.get(n, 0) + 1
+        return tuple(sorted(count.items(), key=lambda kv: -kv[0]))
+
 
 @dataclass(frozen=True, slots=True)
 class VLM:

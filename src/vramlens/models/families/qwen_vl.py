@@ -57,21 +57,6 @@ MODEL_TYPE = "qwen2_5_vl"
 ARCHITECTURE = "Qwen2_5_VLForConditionalGeneration"
 
 
-def window_groups(grid_h: int, grid_w: int, merge: int, window: int) -> tuple[tuple[int, int], ...]:
-    """The window-attention blocks' windows over one image of grid_h x grid_w patches, as (how many windows,
-    patches in each): ``get_vision_window_index`` tiles the merged grid (grid/merge a side) with windows of
-    ``window`` merged tokens a side, the last row and column of windows cut short (empty windows dropped)."""
-    mh, mw = grid_h // merge, grid_w // merge
-    rows = [window] * (mh // window) + ([mh % window] if mh % window else [])
-    cols = [window] * (mw // window) + ([mw % window] if mw % window else [])
-    count: dict[int, int] = {}
-    for r in rows:
-        for c in cols:
-            n = r * c * merge * merge
-            count[n] = count.get(n, 0) + 1
-    return tuple(sorted(count.items(), key=lambda kv: -kv[0]))
-
-
 def _int(vc: Mapping[str, Any], key: str, where: str, limit: int = 1 << 20) -> int:
     v = vc.get(key, VISION_DEFAULTS.get(key))
     if isinstance(v, list | tuple) and len(v) == 2 and v[0] == v[1] and key == "patch_size":
