@@ -19,9 +19,8 @@ from vramlens.errors import InputError, ModelSourceError, UnmodelledModelError
 from vramlens.limits import MAX_PARAMS, MAX_TENSOR_NUMEL, MAX_TENSORS, show
 from vramlens.models._reader import ConfigReader
 from vramlens.models._tensors import num_labels
-from vramlens.models.families import BUILDERS, DEFAULT_ARCHITECTURES, UNWRAP
+from vramlens.models.families import BUILDERS, DEFAULT_ARCHITECTURES, UNWRAP, qwen_vl
 from vramlens.models.families.llama import build_llama_like
-from vramlens.models.families import qwen_vl
 from vramlens.models.families.vlm import ARCHITECTURES, outside_loss, projector_tensors, rename_text
 from vramlens.models.families.vlm import PARTS as VLM_PARTS
 from vramlens.models.heads import head_of, task_architecture

@@ -34,18 +34,15 @@ from vramlens.errors import ModelSourceError
 from vramlens.limits import MAX_LAYERS
 from vramlens.models._reader import ConfigReader
 from vramlens.models._tensors import Tensors
+from vramlens.models.defaults import DEFAULTS
 from vramlens.models.families._common import Built, torch_dtype
-from vramlens.models.spec import DynamicImages, Vision, smart_resize
+from vramlens.models.spec import DynamicImages, Vision
 
 #: the tower's own model_type, as transformers' Qwen2_5_VLVisionConfig names it
 TOWER_TYPE = "qwen2_5_vl_vision"
 
-#: Qwen2_5_VLVisionConfig's field defaults (configuration_qwen2_5_vl.py, transformers 5.24)
-VISION_DEFAULTS: dict[str, Any] = {
-    "depth": 32, "hidden_size": 3584, "hidden_act": "silu", "intermediate_size": 3420, "num_heads": 16,
-    "in_channels": 3, "patch_size": 14, "spatial_merge_size": 2, "temporal_patch_size": 2,
-    "window_size": 112, "out_hidden_size": 3584, "fullatt_block_indexes": [7, 15, 23, 31],
-}
+#: Qwen2_5_VLVisionConfig's field defaults (models.defaults, checked against transformers)
+VISION_DEFAULTS: dict[str, Any] = DEFAULTS[TOWER_TYPE]
 
 #: the image size vramlens assumes when --image-size is not given: 448x448, the side the Qwen2.5-VL
 #: model card's own resizing examples use for a small image (a multiple of 28 that smart_resize keeps as
