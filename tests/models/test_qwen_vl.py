@@ -177,3 +177,33 @@ def test_trace_refuses_in_one_line():
         "Qwen2_5_VLForConditionalGeneration cannot be traced under fake tensors: its forward reads values back from "
         "tensors (the grid_thw loops of get_rope_index and the vision window index, the tower's cu_seqlens split "
         "sizes); use vramlens estimate (analytic, not cross-checked) or a real run")
+
+
+@pytest.mark.parametrize(("images", "size"), [(0, None), (1, None), (2, (1024, 768))])
+def test_advisor_fast_memory_equals_the_estimate(images, size):
+    # FastMemory keys on images and image_size and folds the image path in as estimate_spec does
+    from vramlens.advise.fastmem import FastMemory
+    from vramlens.estimator.core import estimate_spec
+    from vramlens.hardware import get_gpu
+
+    spec, gpu = load_model("qwen2.5-vl-3b"), get_gpu("H100-80GB")
+    for mode in ("train", "inference"):
+        w = make_workload(mode=mode, batch=2, seq=256, images=images, image_size=size)
+        assert FastMemory(spec, gpu).totals(w) == (estimate_spec(spec, w, gpu).breakdown.device_total,
+                                                   estimate_spec(spec, w, gpu).breakdown.host_bytes)
+
+
+def test_place_counts_the_image_size():
+    from vramlens.advise.place import place
+    from vramlens.hardware import get_gpu
+
+    spec, gpu = load_model("qwen2.5-vl-3b"), get_gpu("A100-40GB")
+
+    def kv(size: tuple[int, int]) -> int:
+        p = place(spec, gpu, workload=make_workload(mode="inference", seq=512, new_tokens=128, images=1,
+                                                     image_size=size))
+        return next(o for o in p.options if o.kind == "gpu").device_bytes[0]
+
+    # 999 image tokens at 1024x768 against 256 at 448x448: 743 more tokens x 36 layers x 2 x 2 kv heads x 128 x 2 B
+    # = 27,389,952 more KV cache bytes (the tower's working set stays under the decoder's here)
+    assert kv((1024, 768)) - kv((448, 448)) == 27_389_952
