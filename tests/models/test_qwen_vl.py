@@ -109,7 +109,6 @@ def test_vs_transformers_tiny():
         assert ours(spec_from_config(cfg)) == hf_tensors(cfg)
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("name", ["qwen2.5-vl-3b", "qwen2.5-vl-7b"])
 def test_vs_transformers_real(name):
     pytest.importorskip("torch", reason="the meta-device build needs torch")
