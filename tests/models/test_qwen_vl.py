@@ -147,8 +147,8 @@ def test_estimate_adds_image_tokens_and_notes():
 def test_inference_held_image_outputs():
     s = load_model("qwen2.5-vl-7b")
     vis = vision_figures(s, make_workload(mode="inference", batch=1, seq=512, images=2))
-    # the fp32 pixels 2 images x 6 x 448 x 448 x 4 B = 9,633,792 twice (the forward's pixels and the tower's input
-    # both alive), then the merged tokens 2 x 256 x 3584 x 2 B = 3,670,016: all multiples of 512
+    # the fp32 pixel_values, 2 images x 1,024 patches x (3 x 2 x 14 x 14) x 4 B = 9,633,792, and the merged tokens
+    # 2 x 256 x 3584 x 2 B = 3,670,016 held through the decoder: both multiples of 512
     assert vis.tokens == 512
     assert vis.held == 9_633_792 + 3_670_016
 

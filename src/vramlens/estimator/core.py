@@ -257,7 +257,8 @@ def dynamic_vision_figures(spec: ModelSpec, w: Workload) -> VisionFigures:
     ``full_blocks`` over all T = gh*gw patches of an image, the others as windows (``DynamicImages.windows``),
     each window a sequence of its own (transformers splits the packed patches by cu_seqlens and runs the
     attention per window, or flash-attention's varlen kernel over them). The pixels are fp32
-    (patches, C * temporal_patch * p * p). ``Qwen2_5_VLPatchMerger``: ``ln_q`` (an RMSNorm over the tower's
+    (patches, C * temporal_patch * p * p); the axial rotary's fp32 cos and sin (patches, d) are kept through
+    backward. ``Qwen2_5_VLPatchMerger``: ``ln_q`` (an RMSNorm over the tower's
     width, kept as a norm is), ``mlp.0``'s input (the normed patches viewed 4 at a time), GELU's input
     (``mlp.0``'s output) and ``mlp.2``'s input (GELU's output), each n_img * T * h_v elements, when those
     linears train; then ``masked_scatter``'s bool mask. Inference: the tower's largest block working set
@@ -290,7 +291,8 @@ def dynamic_vision_figures(spec: ModelSpec, w: Workload) -> VisionFigures:
                                 checkpoint_input=sum(la.checkpoint_input for la in groups))
     layers = [(A.layer_activations(tower, wt, n_img, T), n_full), (window, tower.n_layers - n_full)]
     blocks = _block_figures(tower, wt, [(la, n) for la, n in layers if n])
-    saved = blocks.kept + A.pixel_saved(tower, wt, n_img)
+    # the fp32 cos and sin of the axial rotary, (n_img * T, d) each, which every block's rotation keeps
+    saved = blocks.kept + A.pixel_saved(tower, wt, n_img) + 2 * A._r(4 * n_img * T * tower.head_dim)
     full = w.method == "full"
     t = n_img * T  # the merger's rows, 4 patches each, n_img * T * h_v elements either way
     saved += A._norm_saved(A.norm_kind(tower), hv, t, r, c, 1 if full else 0, False, full)

@@ -107,6 +107,8 @@ def build_tower(r: ConfigReader, architecture: str) -> Built:
         n_encoder_layers=L, max_position=1 << 20, activation=act, gated_mlp=True, norm="rmsnorm",
         position="rotary", norm_placement="pre", torch_dtype=dtype, head="embedding", classifier="first",
         head_dropout=0.0, block_dropouts=0,
+        # apply_rotary_pos_emb_vision: q.float(), k.float() rotated by fp32 cos/sin, cast back
+        rotary_fp32=True, rotary_tables_fp32=True,
         # pixel_values arrive as (patches, C * temporal_patch_size * p * p) fp32: the processor repeats a still
         # image temporal_patch_size times, so C * temporal_patch_size values per pixel
         vision=Vision(image_size=DEFAULT_IMAGE_SIDE, patch_size=p, channels=C * tp, class_token=False,
