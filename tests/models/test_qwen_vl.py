@@ -206,3 +206,12 @@ def test_place_counts_the_image_size():
     # 999 image tokens at 1024x768 against 256 at 448x448: 743 more tokens x 36 layers x 2 x 2 kv heads x 128 x 2 B
     # = 27,389,952 more KV cache bytes (the tower's working set stays under the decoder's here)
     assert kv((1024, 768)) - kv((448, 448)) == 27_389_952
+
+
+def test_fit_with_an_image_size():
+    # the search's workloads (ZeRO offload among them) reach the image path in training
+    from vramlens.advise import fit
+
+    r = fit("qwen2.5-vl-3b", gpu="A100-40GB", mode="train", images=1, image_size=(896, 896), seq=512)
+    assert r.plans
+    assert all(p.workload.image_size == (896, 896) and p.workload.images == 1 for p in r.plans)

@@ -278,8 +278,8 @@ def dynamic_vision_figures(spec: ModelSpec, w: Workload) -> VisionFigures:
     c = DTYPE_BYTES[w.compute_dtype]
     r = 4 if w.run_dtype == "fp32" else c
     hv, H_ = tower.hidden_size, v.text_hidden
-    pixels = A.pixel_inference(tower, wt, n_img)
     if not w.training:
+        pixels = A.pixel_inference(tower, wt, n_img)
         embeds = A._r(c * spec.hidden_size * w.batch * (w.seq + tokens))
         work = A.inference_layer_peak(tower, wt, n_img, T, T, tp=1) + pixels
         held = pixels + A._r(c * n_img * per_image * H_)
