@@ -215,3 +215,23 @@ def test_fit_with_an_image_size():
     r = fit("qwen2.5-vl-3b", gpu="A100-40GB", mode="train", images=1, image_size=(896, 896), seq=512)
     assert r.plans
     assert all(p.workload.image_size == (896, 896) and p.workload.images == 1 for p in r.plans)
+
+
+def test_training_notes_and_adapted_linears():
+    from vramlens.estimator.inventory import lora_shape
+
+    s = load_model("qwen2.5-vl-3b")
+    # all-linear: 36 text blocks x 7 + 32 tower blocks x 5 (qkv, proj, gate/up/down_proj) + the merger's 2 = 414
+    assert lora_shape(s, ("all-linear",)).count == 414
+    assert lora_shape(s, ("q_proj", "v_proj")).count == 72  # the text model's only: 36 x 2
+
+    def note(**kw) -> str:
+        return estimate(s, make_workload(mode="train", batch=1, seq=512, images=1, **kw)).breakdown.notes[3]
+
+    assert note(method="full") == ("full fine-tuning trains the vision tower and its merger too (transformers leaves "
+                                   "every parameter trainable)")
+    tower = ("in the vision tower (fused attn.qkv, attn.proj, the MLP's gate/up/down_proj, the merger's mlp.0 and "
+             "mlp.2) that is")
+    assert note(method="lora") == f"lora: peft adapts every linear named q_proj, v_proj; {tower} none"
+    assert note(method="lora", lora_targets=("gate_proj", "qkv")) == (
+        f"lora: peft adapts every linear named gate_proj, qkv; {tower} qkv, gate_proj")

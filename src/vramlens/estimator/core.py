@@ -621,13 +621,18 @@ def estimate_spec(spec: ModelSpec, w: Workload, gpu: GPU | None = None, *, headr
         if dyn is None and w.image_size is not None and w.image_size != (size, size):
             vision_notes.append(f"ignored: image_size={w.image_size[0]}x{w.image_size[1]}: the processor resizes "
                                 f"every image to {size}x{size}")
-        if w.training and w.method == "full":
+        if w.training and w.method == "full" and dyn is not None:
+            vision_notes.append("full fine-tuning trains the vision tower and its merger too (transformers leaves "
+                                "every parameter trainable)")
+        elif w.training and w.method == "full":
             vision_notes.append("full fine-tuning trains the vision tower and the projector too (transformers "
                                 "leaves every parameter trainable; LLaVA's own recipes freeze the tower)")
         elif w.training and dyn is not None:
-            vision_notes.append(f"{w.method}: peft adapts every linear named {', '.join(w.lora_targets)}, the vision "
-                                "tower's included (its attention is the fused attn.qkv and attn.proj; with all-linear "
-                                "the merger's mlp.0 and mlp.2 too)")
+            leaves = ("qkv", "proj", "gate_proj", "up_proj", "down_proj", "0", "2")  # the tower's, then the merger's
+            hit = [x for x in leaves if A.trains(replace(w, method="lora"), x)]
+            vision_notes.append(f"{w.method}: peft adapts every linear named {', '.join(w.lora_targets)}; in the vision "
+                                f"tower (fused attn.qkv, attn.proj, the MLP's gate/up/down_proj, the merger's mlp.0 and "
+                                f"mlp.2) that is {', '.join(hit) if hit else 'none'}")
         elif w.training:
             vision_notes.append(f"{w.method}: peft adapts every linear named {', '.join(w.lora_targets)}, the vision "
                                 "tower's (and with all-linear LLaVA's projector's) included")

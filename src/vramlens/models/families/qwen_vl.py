@@ -28,6 +28,7 @@ image tokens in the text sequence.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import Any
 
 from vramlens.errors import ModelSourceError
@@ -44,9 +45,9 @@ TOWER_TYPE = "qwen2_5_vl_vision"
 #: Qwen2_5_VLVisionConfig's field defaults (models.defaults, checked against transformers)
 VISION_DEFAULTS: dict[str, Any] = DEFAULTS[TOWER_TYPE]
 
-#: the image size vramlens assumes when --image-size is not given: 448x448, the side the Qwen2.5-VL
-#: model card's own resizing examples use for a small image (a multiple of 28 that smart_resize keeps as
-#: is): 32x32 patches, 256 image tokens (as many as Gemma 3's mm_tokens_per_image)
+#: the image size vramlens assumes when --image-size is not given: 448x448 = 256*28*28 pixels, the lower end of
+#: the "token range of 256-1280" the Qwen2-VL/Qwen2.5-VL model cards' example sets (``min_pixels = 256*28*28``,
+#: ``max_pixels = 1280*28*28``); a multiple of 28 that smart_resize keeps as is: 32x32 patches, 256 image tokens
 DEFAULT_IMAGE_SIDE = 448
 
 #: the model_type of the whole VLM and its transformers class
@@ -100,8 +101,10 @@ def build_tower(r: ConfigReader, architecture: str) -> Built:
         t.linear(f"{b}mlp.up_proj", f, h, True)
         t.linear(f"{b}mlp.down_proj", h, f, True)
     t.norm("merger.ln_q", h, bias=False)
-    t.linear("merger.mlp.0", h * m * m, h * m * m, True, role="other")
-    t.linear("merger.mlp.2", out, h * m * m, True, role="other")
+    # nn.Linear modules (peft's all-linear adapts them), outside the blocks: ``mlp.0`` is no block index
+    t.linear("merger.mlp.0", h * m * m, h * m * m, True)
+    t.linear("merger.mlp.2", out, h * m * m, True)
+    items = [replace(x, layer=None) if x.name.startswith("merger.") else x for x in t.items]
     facts = dict(
         kind="encoder", hidden_size=h, n_heads=a, n_kv_heads=a, head_dim=d, ffn_size=f, vocab_size=0,
         n_encoder_layers=L, max_position=1 << 20, activation=act, gated_mlp=True, norm="rmsnorm",
@@ -114,7 +117,7 @@ def build_tower(r: ConfigReader, architecture: str) -> Built:
         vision=Vision(image_size=DEFAULT_IMAGE_SIDE, patch_size=p, channels=C * tp, class_token=False,
                       pre_norm=False, final_norm_all_tokens=False),
     )
-    return Built(facts, t.items)
+    return Built(facts, items)
 
 
 def split(config: Mapping[str, Any], where: str) -> tuple[dict[str, Any], dict[str, Any], int]:
