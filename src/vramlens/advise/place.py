@@ -29,6 +29,7 @@ from vramlens.errors import InputError
 from vramlens.estimator import activations as A
 from vramlens.estimator import estimate_spec
 from vramlens.estimator import kv_cache as K
+from vramlens.estimator.core import vision_figures
 from vramlens.estimator.runtime import runtime
 from vramlens.estimator.weights import GROUP_SIZE, quantized_linear_bytes  # noqa: F401  (GROUP_SIZE: doc link)
 from vramlens.hardware.gpu import GPU
@@ -209,7 +210,8 @@ def place(
     budget = Budget.begin(budget_s)
     w = replace(w, gpus=1, tp=1, pp=1).validated()
     # a VLM's decoder sees seq + the image tokens (estimate_spec adds them itself below)
-    wd = replace(w, seq=w.seq + w.images * spec.vlm.image_tokens) if spec.vlm is not None else w
+    # (vision_figures' tokens: Qwen2.5-VL's follow the image size)
+    wd = replace(w, seq=w.seq + vision_figures(spec, w).tokens) if spec.vlm is not None else w
     bl = blocks(spec, wd)
     pcie = pcie_bytes_s or gpu.pcie_bytes_s or 16e9
 

@@ -186,6 +186,8 @@ def vision_figures(spec: ModelSpec, w: Workload) -> VisionFigures:
     """
     v = spec.vlm
     assert v is not None
+    if v.dynamic is not None:
+        return dynamic_vision_figures(spec, w)
     tower, tv = v.tower, v.tower.vision
     assert tv is not None
     n_img = w.batch * w.images
@@ -232,6 +234,76 @@ def vision_figures(spec: ModelSpec, w: Workload) -> VisionFigures:
     # the model's output keeps its image_outputs through the step: the tower's last hidden state and the
     # projector's output (LLaVA's per-image views of linear_2's, Gemma 3's projected tokens)
     saved += A._r(c * n_img * T * hv) + A._r(c * n_img * (F if v.projector == "mlp2" else v.image_tokens) * H_)
+    return VisionFigures(saved, 0, tokens)
+
+
+def vlm_image_size(spec: ModelSpec, w: Workload) -> tuple[int, int]:
+    """The (height, width) of the images a VLM's processor hands the tower: --image-size resized by
+    smart_resize for a dynamic-resolution VLM (Qwen2.5-VL; its default side when not given), else the
+    tower's fixed size."""
+    v = spec.vlm
+    assert v is not None
+    if v.dynamic is None:
+        return v.image_size, v.image_size
+    h, w_ = w.image_size or (v.image_size, v.image_size)
+    return v.dynamic.resized(h, w_)
+
+
+def dynamic_vision_figures(spec: ModelSpec, w: Workload) -> VisionFigures:
+    """Qwen2.5-VL's image path (``VLM.dynamic``; modeling_qwen2_5_vl.py), analytic: no trace checks it.
+
+    Each image, resized by smart_resize to H' x W', is gh x gw = (H'/p) x (W'/p) patches. The blocks'
+    activations come from the same formulas as a ViT's (layer_activations on the tower's spec): the blocks in
+    ``full_blocks`` over all T = gh*gw patches of an image, the others as windows (``DynamicImages.windows``),
+    each window a sequence of its own (transformers splits the packed patches by cu_seqlens and runs the
+    attention per window, or flash-attention's varlen kernel over them). The pixels are fp32
+    (patches, C * temporal_patch * p * p); the axial rotary's fp32 cos and sin (patches, d) are kept through
+    backward. ``Qwen2_5_VLPatchMerger``: ``ln_q`` (an RMSNorm over the tower's
+    width, kept as a norm is), ``mlp.0``'s input (the normed patches viewed 4 at a time), GELU's input
+    (``mlp.0``'s output) and ``mlp.2``'s input (GELU's output), each n_img * T * h_v elements, when those
+    linears train; then ``masked_scatter``'s bool mask. Inference: the tower's largest block working set
+    with the pixels, then the merged image tokens held through the decoder.
+    """
+    v = spec.vlm
+    assert v is not None and v.dynamic is not None
+    dyn, tower = v.dynamic, v.tower
+    n_img = w.batch * w.images
+    Hr, Wr = vlm_image_size(spec, w)
+    per_image = dyn.tokens(Hr, Wr)
+    tokens = w.images * per_image
+    if not n_img:
+        return VisionFigures(0, 0, 0)
+    T = (Hr // dyn.patch) * (Wr // dyn.patch)
+    wt = replace(w, batch=n_img, seq=T, images=0, image_size=(Hr, Wr), task=None, new_tokens=0)
+    c = DTYPE_BYTES[w.compute_dtype]
+    r = 4 if w.run_dtype == "fp32" else c
+    hv, H_ = tower.hidden_size, v.text_hidden
+    if not w.training:
+        pixels = A.pixel_inference(tower, wt, n_img)
+        embeds = A._r(c * spec.hidden_size * w.batch * (w.seq + tokens))
+        work = A.inference_layer_peak(tower, wt, n_img, T, T, tp=1) + pixels
+        held = pixels + A._r(c * n_img * per_image * H_)
+        return VisionFigures(0, embeds + work, tokens, held)
+    n_full = sum(1 for i in dyn.full_blocks if i < tower.n_layers)
+    groups = [A.layer_activations(tower, replace(wt, seq=size), n_img * count, size)
+              for size, count in dyn.windows(Hr, Wr)]
+    window = A.LayerActivations(saved=sum(la.saved for la in groups), quadratic=sum(la.quadratic for la in groups),
+                                checkpoint_input=sum(la.checkpoint_input for la in groups))
+    layers = [(A.layer_activations(tower, wt, n_img, T), n_full), (window, tower.n_layers - n_full)]
+    blocks = _block_figures(tower, wt, [(la, n) for la, n in layers if n])
+    # the fp32 cos and sin of the axial rotary, (n_img * T, d) each, which every block's rotation keeps
+    saved = blocks.kept + A.pixel_saved(tower, wt, n_img) + 2 * A._r(4 * n_img * T * tower.head_dim)
+    full = w.method == "full"
+    t = n_img * T  # the merger's rows, 4 patches each, n_img * T * h_v elements either way
+    saved += A._norm_saved(A.norm_kind(tower), hv, t, r, c, 1 if full else 0, False, full)
+    lora_b = 4 if A.lora_casts_input(w) else r
+    for leaf in ("0", "2"):
+        if full:
+            saved += A._r(r * t * hv) if leaf == "2" else 0  # mlp.0's input is ln_q's output, counted above
+        elif A.trains(w, leaf):
+            saved += A._r(lora_b * t * hv) + A._r(4 * (t // (dyn.merge * dyn.merge)) * w.lora_rank)
+    saved += A._r(r * t * hv)  # GELU's input (a gradient flows to the tower)
+    saved += A._r(w.batch * (w.seq + tokens))  # masked_scatter's bool mask
     return VisionFigures(saved, 0, tokens)
 
 
@@ -528,16 +600,39 @@ def estimate_spec(spec: ModelSpec, w: Workload, gpu: GPU | None = None, *, headr
     if spec.vlm is not None:
         vis = vision_figures(spec, w)
         size = spec.vlm.image_size
-        if w.images:
+        dyn = spec.vlm.dynamic
+        if dyn is not None and w.images:
+            Hq, Wq = w.image_size or (size, size)
+            Hr, Wr = vlm_image_size(spec, w)
+            per = dyn.tokens(Hr, Wr)
+            vision_notes.append(
+                f"{Hq}x{Wq} images" + (" (the default: --image-size sets it)" if w.image_size is None else "")
+                + f" resized by the processor (smart_resize, multiples of {dyn.patch * dyn.merge}) to {Hr}x{Wr}: "
+                f"{(Hr // dyn.patch) * (Wr // dyn.patch):,} patches in the tower, {per:,} image tokens per image")
+            vision_notes.append(f"{w.images} image(s) per sample: {vis.tokens:,} image tokens added to "
+                                f"seq={w.seq:,}, {w.seq + vis.tokens:,} tokens in the decoder")
+            vision_notes.append(f"{spec.architecture}'s tower and merger figures are analytic (window blocks "
+                                "as per-window sequences, full blocks over each image) and not cross-checked: "
+                                "the tracer cannot run this model under fake tensors")
+        elif dyn is None and w.images:
             vision_notes.append(f"{w.images} image(s) per sample at {size}x{size}: {vis.tokens:,} image tokens "
                                 f"({spec.vlm.image_tokens} per image) added to seq={w.seq:,}, "
                                 f"{w.seq + vis.tokens:,} tokens in the decoder")
-        if w.image_size is not None and w.image_size != (size, size):
+        if dyn is None and w.image_size is not None and w.image_size != (size, size):
             vision_notes.append(f"ignored: image_size={w.image_size[0]}x{w.image_size[1]}: the processor resizes "
                                 f"every image to {size}x{size}")
-        if w.training and w.method == "full":
+        if w.training and w.method == "full" and dyn is not None:
+            vision_notes.append("full fine-tuning trains the vision tower and its merger too (transformers leaves "
+                                "every parameter trainable)")
+        elif w.training and w.method == "full":
             vision_notes.append("full fine-tuning trains the vision tower and the projector too (transformers "
                                 "leaves every parameter trainable; LLaVA's own recipes freeze the tower)")
+        elif w.training and dyn is not None:
+            leaves = ("qkv", "proj", "gate_proj", "up_proj", "down_proj", "0", "2")  # the tower's, then the merger's
+            hit = [x for x in leaves if A.trains(replace(w, method="lora"), x)]
+            vision_notes.append(f"{w.method}: peft adapts every linear named {', '.join(w.lora_targets)}; in the vision "
+                                f"tower (fused attn.qkv, attn.proj, the MLP's gate/up/down_proj, the merger's mlp.0 and "
+                                f"mlp.2) that is {', '.join(hit) if hit else 'none'}")
         elif w.training:
             vision_notes.append(f"{w.method}: peft adapts every linear named {', '.join(w.lora_targets)}, the vision "
                                 "tower's (and with all-linear LLaVA's projector's) included")

@@ -342,6 +342,13 @@ VISION_DEFAULTS: dict[str, dict[str, Any]] = {
                             "patch_size": 16, "num_channels": 3, "vision_use_head": True, "attention_dropout": 0.0},
 }
 
+#: Qwen2_5_VLVisionConfig's field defaults (configuration_qwen2_5_vl.py, transformers 5.24): Qwen2.5-VL's tower
+VISION_DEFAULTS["qwen2_5_vl_vision"] = {
+    "depth": 32, "hidden_size": 3584, "hidden_act": "silu", "intermediate_size": 3420, "num_heads": 16,
+    "in_channels": 3, "patch_size": 14, "spatial_merge_size": 2, "temporal_patch_size": 2,
+    "window_size": 112, "out_hidden_size": 3584, "fullatt_block_indexes": (7, 15, 23, 31),
+}
+
 DEFAULTS.update(VISION_DEFAULTS)
 
 #: WhisperConfig's field defaults (configuration_whisper.py, transformers 5.24: the whisper-tiny shape)
@@ -409,5 +416,6 @@ LEGACY_ALIASES: dict[str, dict[str, str]] = {
 }
 
 #: WhisperConfig.attribute_map (configuration_whisper.py)
+ATTRIBUTE_MAPS["qwen2_5_vl_vision"] = {"num_attention_heads": "num_heads", "num_hidden_layers": "depth"}
 ATTRIBUTE_MAPS["whisper"] = {"hidden_size": "d_model", "num_attention_heads": "encoder_attention_heads",
                              "num_key_value_heads": "encoder_attention_heads", "num_hidden_layers": "encoder_layers"}

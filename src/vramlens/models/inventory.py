@@ -19,7 +19,7 @@ from vramlens.errors import InputError, ModelSourceError, UnmodelledModelError
 from vramlens.limits import MAX_PARAMS, MAX_TENSOR_NUMEL, MAX_TENSORS, show
 from vramlens.models._reader import ConfigReader
 from vramlens.models._tensors import num_labels
-from vramlens.models.families import BUILDERS, DEFAULT_ARCHITECTURES, UNWRAP
+from vramlens.models.families import BUILDERS, DEFAULT_ARCHITECTURES, UNWRAP, qwen_vl
 from vramlens.models.families.llama import build_llama_like
 from vramlens.models.families.vlm import ARCHITECTURES, outside_loss, projector_tensors, rename_text
 from vramlens.models.families.vlm import PARTS as VLM_PARTS
@@ -30,7 +30,7 @@ from vramlens.models.spec import VLM, ModelSpec, TensorInfo
 GENERIC_FIELDS = ("hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size",
                   "vocab_size")
 
-SUPPORTED_MODEL_TYPES: tuple[str, ...] = tuple(sorted({*BUILDERS, *UNWRAP, *VLM_PARTS}))
+SUPPORTED_MODEL_TYPES: tuple[str, ...] = tuple(sorted({*BUILDERS, *UNWRAP, *VLM_PARTS, qwen_vl.MODEL_TYPE}))
 
 _HEAD_SUFFIX = re.compile(
     r"(ForCausalLM|LMHeadModel|ForConditionalGeneration|ForMaskedLM|ForPreTraining|"
@@ -109,6 +109,8 @@ def spec_from_config(
     if not isinstance(config, Mapping):
         raise ModelSourceError(f"{where}: a config must be a JSON object, not {type(config).__name__}")
     mt = model_type_of(config, where)
+    if mt == qwen_vl.MODEL_TYPE:
+        return _qwen_vl_spec(config, name=name, source=source, where=where, task=task)
     if mt in VLM_PARTS and (multimodal or mt not in UNWRAP):
         return _vlm_spec(config, mt, name=name, source=source, where=where, task=task)
     unwrap_note = None
@@ -198,6 +200,40 @@ def _vlm_spec(config: Mapping[str, Any], mt: str, *, name: str | None, source: s
                    assumed=tuple(dict.fromkeys((*text.assumed, *tower.assumed))),
                    quantization=_quantization(config, where),
                    outside_loss=tuple(rename_text(n) for n in text.outside_loss) + unreached)
+
+
+def _qwen_vl_spec(config: Mapping[str, Any], *, name: str | None, source: str, where: str,
+                  task: str | None) -> ModelSpec:
+    """Qwen2.5-VL (families.qwen_vl): the Qwen2 text model's spec renamed under ``model.language_model``, the
+    tower (merger included) under ``model.visual``, image tokens from the image's size (``VLM.dynamic``)."""
+    from dataclasses import replace
+
+    if task not in (None, "causal-lm"):
+        raise InputError(f"task={task}: {qwen_vl.ARCHITECTURE} is modelled with its causal LM head only: drop --task")
+    text_cfg, vision_cfg, token = qwen_vl.split(config, where)
+    text = spec_from_config(text_cfg, name=name, source=source, where=f"{where} text")
+    tower = spec_from_config(vision_cfg, name=f"{name or 'qwen2_5_vl'} vision tower", source=source,
+                             where=f"{where} vision_config")
+    assert tower.vision is not None
+    dyn = qwen_vl.dynamic(vision_cfg, f"{where} vision_config")
+    out_hidden = next(t.shape[0] for t in tower.tensors if t.name == "merger.mlp.2.weight")
+    if out_hidden != text.hidden_size:
+        raise ModelSourceError(f"{where}: vision_config.out_hidden_size={out_hidden} must equal the text model's "
+                               f"hidden_size={text.hidden_size} (the merged image tokens replace text embeddings)")
+    side = qwen_vl.DEFAULT_IMAGE_SIDE
+    tokens = dyn.tokens(side, side)
+    outside = [replace(t, name="model.visual." + t.name, layer=None) for t in tower.tensors]
+    renamed = [replace(t, name=rename_text(t.name)) for t in text.tensors]
+    vlm = VLM(tower=tower, projector="patch_merger", image_tokens=tokens, feature_tokens=tokens * dyn.merge ** 2,
+              image_token_id=token, image_size=side, projector_act="gelu", text_hidden=text.hidden_size,
+              dynamic=dyn, tower_prefix="model.visual.")
+    tensors = tuple(outside + renamed)
+    _check_size(list(tensors), where)
+    return replace(text, name=name or str(config.get("_name_or_path") or qwen_vl.MODEL_TYPE),
+                   model_type=qwen_vl.MODEL_TYPE, architecture=qwen_vl.ARCHITECTURE, tensors=tensors,
+                   config=dict(config), vlm=vlm, assumed=tuple(dict.fromkeys((*text.assumed, *tower.assumed))),
+                   quantization=_quantization(config, where),
+                   outside_loss=tuple(rename_text(n) for n in text.outside_loss))
 
 
 def with_task(spec: ModelSpec, task: str | None) -> ModelSpec:

@@ -9,9 +9,10 @@ buffers, so that parameter counts equal what transformers reports for the same c
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from math import ceil, prod
+from math import ceil, floor, prod, sqrt
 from typing import Any, Literal
 
+from vramlens.errors import ConfigError
 from vramlens.models.heads import Head
 
 # What a tensor is, for the formulas that treat kinds differently (quantization touches
@@ -405,6 +406,79 @@ class ModelSpec:
         return tuple(t for t in self.tensors if t.role == "buffer")
 
 
+def smart_resize(height: int, width: int, factor: int, min_pixels: int = 56 * 56,
+                 max_pixels: int = 28 * 28 * 1280) -> tuple[int, int]:
+    """The size Qwen2VLImageProcessor resizes a (height, width) image to (image_processing_qwen2_vl.py
+    ``smart_resize``): each side rounded to a multiple of ``factor``, then scaled into the pixel range.
+
+    Raises:
+        ConfigError: the aspect ratio is over 200 (the processor raises ValueError).
+    """
+    if max(height, width) / min(height, width) > 200:
+        raise ConfigError(f"image_size={height}x{width}: the aspect ratio must be at most 200 (Qwen2VLImageProcessor "
+                          "refuses it): give a less elongated --image-size")
+    h_bar = round(height / factor) * factor
+    w_bar = round(width / factor) * factor
+    if h_bar * w_bar > max_pixels:
+        beta = sqrt((height * width) / max_pixels)
+        h_bar = max(factor, floor(height / beta / factor) * factor)
+        w_bar = max(factor, floor(width / beta / factor) * factor)
+    elif h_bar * w_bar < min_pixels:
+        beta = sqrt(min_pixels / (height * width))
+        h_bar = ceil(height * beta / factor) * factor
+        w_bar = ceil(width * beta / factor) * factor
+    return h_bar, w_bar
+
+
+@dataclass(frozen=True, slots=True)
+class DynamicImages:
+    """A VLM whose image tokens follow the image's size (Qwen2.5-VL: models/families/qwen_vl.py).
+
+    The processor (Qwen2VLImageProcessor ``smart_resize``) resizes each side to a multiple of
+    ``patch * merge`` (28) with the pixel count in [``min_pixels``, ``max_pixels``]; the tower sees
+    (H'/patch) * (W'/patch) patches, the text model a ``merge``**2-th of them. The blocks in
+    ``full_blocks`` attend over all patches of an image, the others within windows of ``window``
+    merged tokens a side (Qwen2_5_VisionTransformerPretrainedModel.forward, ``get_vision_window_index``).
+    """
+
+    patch: int
+    merge: int
+    window: int
+    full_blocks: tuple[int, ...]
+    temporal_patch: int = 2
+    min_pixels: int = 56 * 56
+    max_pixels: int = 28 * 28 * 1280
+
+    def resized(self, height: int, width: int) -> tuple[int, int]:
+        """The (H', W') the processor resizes a (height, width) image to."""
+        return smart_resize(height, width, self.patch * self.merge, self.min_pixels, self.max_pixels)
+
+    def grid(self, height: int, width: int) -> tuple[int, int]:
+        """Patches a side of the resized image (grid_thw's h and w)."""
+        h, w = self.resized(height, width)
+        return h // self.patch, w // self.patch
+
+    def tokens(self, height: int, width: int) -> int:
+        """Image tokens one (height, width) image puts in the text sequence."""
+        gh, gw = self.grid(height, width)
+        return gh * gw // (self.merge * self.merge)
+
+    def windows(self, height: int, width: int) -> tuple[tuple[int, int], ...]:
+        """The window-attention blocks' windows over one image, as (patches in a window, how many such windows):
+        ``get_vision_window_index`` tiles the merged grid (grid / merge a side) with windows of ``window``
+        merged tokens a side, the last row and column of windows cut short (empty ones dropped)."""
+        gh, gw = self.grid(height, width)
+        mh, mw, k = gh // self.merge, gw // self.merge, max(1, self.window)
+        rows = [k] * (mh // k) + ([mh % k] if mh % k else [])
+        cols = [k] * (mw // k) + ([mw % k] if mw % k else [])
+        count: dict[int, int] = {}
+        for r in rows:
+            for c in cols:
+                n = r * c * self.merge * self.merge
+                count[n] = count.get(n, 0) + 1
+        return tuple(sorted(count.items(), key=lambda kv: -kv[0]))
+
+
 @dataclass(frozen=True, slots=True)
 class VLM:
     """A vision-language model's image path (models/families/vlm.py): a vision ``tower`` (its own
@@ -420,10 +494,15 @@ class VLM:
     """
 
     tower: ModelSpec
-    projector: Literal["mlp2", "pool_norm_matmul"]
+    projector: Literal["mlp2", "pool_norm_matmul", "patch_merger"]
     image_tokens: int
     feature_tokens: int
     image_token_id: int
     image_size: int
     projector_act: str = "gelu"
     text_hidden: int = 0
+    #: Qwen2.5-VL: image tokens from the image's size (``image_tokens`` is then the default size's),
+    #: the merger inside the tower (``projector`` "patch_merger"); None: a fixed-size VLM
+    dynamic: DynamicImages | None = None
+    #: the tower's parameters' prefix in the VLM's names
+    tower_prefix: str = "model.vision_tower."

@@ -168,6 +168,14 @@ def with_task_architecture(cfg: dict, task: str | None) -> dict:
     return {**cfg, "architectures": [arch]}
 
 
+#: model_type -> why its forward cannot run under fake tensors (one line; the estimate is analytic for it)
+UNTRACEABLE = {
+    "qwen2_5_vl": "Qwen2_5_VLForConditionalGeneration cannot be traced under fake tensors: its forward reads values "
+                  "back from tensors (the grid_thw loops of get_rope_index and the vision window index, the tower's "
+                  "cu_seqlens split sizes); use vramlens estimate (analytic, not cross-checked) or a real run",
+}
+
+
 def _device_ctx(device: str | None):
     return torch.device(device) if device else _nullctx()
 
@@ -182,6 +190,9 @@ def build_hf(cfg: dict, wl: Workload, *, fake_mode=None, layers: int | None = No
     """
     if meta_only:
         fake_mode = None
+    mt = str(cfg.get("model_type"))
+    if mt in UNTRACEABLE and not meta_only and device is None:
+        raise TraceError(UNTRACEABLE[mt])
     if layers is not None:
         cfg = truncate_config(cfg, layers)
     cfg = with_task_architecture(cfg, wl.task)

@@ -25,6 +25,7 @@ from vramlens.models.families import (
     llama,
     llama4,
     modernbert,
+    qwen_vl,
     t5,
     vision,
     whisper,
@@ -47,6 +48,7 @@ BUILDERS: dict[str, Builder] = {
     **llama4.BUILDERS,
     **vision.BUILDERS,
     **whisper.BUILDERS,
+    **qwen_vl.BUILDERS,
 }
 
 #: model_type -> the reader of the part of a wrapping config that vramlens models, and the note
@@ -94,6 +96,7 @@ DEFAULT_ARCHITECTURES: dict[str, str] = {
     "clip_vision_model": "CLIPVisionModel",
     "siglip_vision_model": "SiglipVisionModel",
     "whisper": "WhisperForConditionalGeneration",
+    "qwen2_5_vl_vision": "Qwen2_5_VisionTransformerPretrainedModel",
 }
 
 __all__ = ["BUILDERS", "Builder", "Built", "DEFAULT_ARCHITECTURES", "UNWRAP"]
