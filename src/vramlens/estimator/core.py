@@ -192,6 +192,14 @@ def vision_figures(spec: ModelSpec, w: Workload) -> VisionFigures:
     assert tv is not None
     n_img = w.batch * w.images
     tokens = w.images * v.image_tokens
+    packed = 0  # LLaVA-NeXT: the packed per-image features (pack_image_features' output), b*i*tokens*H
+    if v.anyres is not None:
+        # anyres: the tower and the projector run over every crop (1 + tiles an image); pack_image_features
+        # then builds each image's sequence (unpadded tiles, newlines, base crop) as a new tensor
+        Hq, Wq = w.image_size or v.anyres.default_image
+        tokens = w.images * v.anyres.tokens(Hq, Wq)
+        packed = A._r(DTYPE_BYTES[w.compute_dtype] * w.batch * tokens * v.text_hidden)
+        n_img *= v.anyres.crops(Hq, Wq)
     if not n_img:
         return VisionFigures(0, 0, 0)
     T = tv.tokens(v.image_size, v.image_size)
@@ -208,7 +216,7 @@ def vision_figures(spec: ModelSpec, w: Workload) -> VisionFigures:
         held = A.pixel_inference(tower, wt, n_img) + A._r(c * n_img * T * hv) + A._r(c * n_img * F * H_)
         if v.projector == "mlp2":
             held += A._r(c * n_img * T * hv) + A._r(c * n_img * F * H_)
-        return VisionFigures(0, embeds + work, tokens, held)
+        return VisionFigures(0, embeds + work, tokens, held + packed)
     blocks = _block_figures(tower, wt, [(A.layer_activations(tower, wt, n_img, T), tower.n_layers)])
     saved = blocks.kept + A.pixel_saved(tower, wt, n_img)
     full = w.method == "full"
@@ -234,7 +242,7 @@ def vision_figures(spec: ModelSpec, w: Workload) -> VisionFigures:
     # the model's output keeps its image_outputs through the step: the tower's last hidden state and the
     # projector's output (LLaVA's per-image views of linear_2's, Gemma 3's projected tokens)
     saved += A._r(c * n_img * T * hv) + A._r(c * n_img * (F if v.projector == "mlp2" else v.image_tokens) * H_)
-    return VisionFigures(saved, 0, tokens)
+    return VisionFigures(saved + packed, 0, tokens)
 
 
 def vlm_image_size(spec: ModelSpec, w: Workload) -> tuple[int, int]:
@@ -614,11 +622,23 @@ def estimate_spec(spec: ModelSpec, w: Workload, gpu: GPU | None = None, *, headr
             vision_notes.append(f"{spec.architecture}'s tower and merger figures are analytic (window blocks "
                                 "as per-window sequences, full blocks over each image) and not cross-checked: "
                                 "the tracer cannot run this model under fake tensors")
+        elif spec.vlm.anyres is not None and w.images:
+            ar = spec.vlm.anyres
+            Hq, Wq = w.image_size or ar.default_image
+            gh, gw = ar.grid(Hq, Wq)
+            vision_notes.append(
+                f"{Hq}x{Wq} images" + (" (the default: --image-size sets it)" if w.image_size is None else "")
+                + f" on the {gh}x{gw} anyres grid ({gh * ar.crop}x{gw * ar.crop}): {ar.crops(Hq, Wq)} crops of "
+                f"{ar.crop}x{ar.crop} per image in the tower, {ar.tokens(Hq, Wq):,} image tokens per image (base "
+                "crop, unpadded tiles, one newline a row)")
+            vision_notes.append(f"{w.images} image(s) per sample: {vis.tokens:,} image tokens added to "
+                                f"seq={w.seq:,}, {w.seq + vis.tokens:,} tokens in the decoder; the tracer "
+                                f"does not run {spec.architecture} (the packing's figures are analytic)")
         elif dyn is None and w.images:
             vision_notes.append(f"{w.images} image(s) per sample at {size}x{size}: {vis.tokens:,} image tokens "
                                 f"({spec.vlm.image_tokens} per image) added to seq={w.seq:,}, "
                                 f"{w.seq + vis.tokens:,} tokens in the decoder")
-        if dyn is None and w.image_size is not None and w.image_size != (size, size):
+        if dyn is None and spec.vlm.anyres is None and w.image_size is not None and w.image_size != (size, size):
             vision_notes.append(f"ignored: image_size={w.image_size[0]}x{w.image_size[1]}: the processor resizes "
                                 f"every image to {size}x{size}")
         if w.training and w.method == "full" and dyn is not None:

@@ -21,10 +21,16 @@ from vramlens.models._reader import ConfigReader
 from vramlens.models._tensors import num_labels
 from vramlens.models.families import BUILDERS, DEFAULT_ARCHITECTURES, UNWRAP, qwen_vl
 from vramlens.models.families.llama import build_llama_like
-from vramlens.models.families.vlm import ARCHITECTURES, outside_loss, projector_tensors, rename_text
+from vramlens.models.families.vlm import (
+    ANYRES_DEFAULT_IMAGE,
+    ARCHITECTURES,
+    outside_loss,
+    projector_tensors,
+    rename_text,
+)
 from vramlens.models.families.vlm import PARTS as VLM_PARTS
 from vramlens.models.heads import head_of, task_architecture
-from vramlens.models.spec import VLM, ModelSpec, TensorInfo
+from vramlens.models.spec import VLM, AnyRes, ModelSpec, TensorInfo
 
 #: What a config needs to be built as a generic decoder when its model_type is unknown.
 GENERIC_FIELDS = ("hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size",
@@ -189,9 +195,15 @@ def _vlm_spec(config: Mapping[str, Any], mt: str, *, name: str | None, source: s
         if per_side * per_side != image_tokens or per_side < 1 or side % per_side:
             raise ModelSourceError(f"{where}: mm_tokens_per_image={image_tokens} must be a square whose side "
                                    f"divides the {side} patches a side of the tower")
+    anyres = None
+    if parts.pinpoints is not None:
+        anyres = AnyRes(pinpoints=parts.pinpoints, crop=tower.vision.image_size, patch=tower.vision.patch_size,
+                        default_image=ANYRES_DEFAULT_IMAGE)
+        image_tokens = anyres.tokens(*ANYRES_DEFAULT_IMAGE)
     vlm = VLM(tower=tower, projector=parts.projector,  # type: ignore[arg-type]
               image_tokens=image_tokens, feature_tokens=feature, image_token_id=parts.image_token_id,
-              image_size=tower.vision.image_size, projector_act=parts.projector_act, text_hidden=text.hidden_size)
+              image_size=tower.vision.image_size, projector_act=parts.projector_act, text_hidden=text.hidden_size,
+              anyres=anyres)
     tensors = tuple(outside + renamed)
     _check_size(list(tensors), where)
     unreached = outside_loss(parts, tower.n_layers, [t.name for t in outside if t.role != "buffer"])

@@ -479,6 +479,59 @@ class DynamicImages:
         return tuple(sorted(count.items(), key=lambda kv: -kv[0]))
 
 
+def select_best_resolution(height: int, width: int, pinpoints: tuple[tuple[int, int], ...]) -> tuple[int, int]:
+    """The (height, width) of ``pinpoints`` an image of (height, width) is resized and padded to
+    (transformers' image_processing_utils.select_best_resolution): the most of the image's pixels kept
+    after downscaling into it, ties to the least padding."""
+    best, most, waste = pinpoints[0], 0, float("inf")
+    for ph, pw in pinpoints:
+        scale = min(pw / width, ph / height)
+        effective = min(int(width * scale) * int(height * scale), width * height)
+        wasted = pw * ph - effective
+        if effective > most or (effective == most and wasted < waste):
+            best, most, waste = (ph, pw), effective, wasted
+    return best
+
+
+@dataclass(frozen=True, slots=True)
+class AnyRes:
+    """LLaVA-NeXT's "anyres" images (models/families/vlm.py): each image is resized and padded to the
+    ``pinpoints`` resolution that fits it best, cut into ``crop`` x ``crop`` tiles, and the tower runs over
+    1 + tiles crops (the whole image at ``crop`` first). The text sequence gets the base crop's tokens,
+    the tiles' patch grid with the padding rows or columns cut away (``unpad_image``) and one
+    ``image_newline`` token per row of patches (LlavaNextProcessor._get_number_of_features)."""
+
+    pinpoints: tuple[tuple[int, int], ...]
+    crop: int
+    patch: int
+    #: the (height, width) assumed when the workload gives no image size
+    default_image: tuple[int, int] = (672, 672)
+
+    def grid(self, height: int, width: int) -> tuple[int, int]:
+        """Tiles a side (rows, columns) for a (height, width) image (get_anyres_image_grid_shape)."""
+        bh, bw = select_best_resolution(height, width, self.pinpoints)
+        return bh // self.crop, bw // self.crop
+
+    def crops(self, height: int, width: int) -> int:
+        """The tower's rows for one image: the base crop and the tiles (image_size_to_num_patches)."""
+        gh, gw = self.grid(height, width)
+        return 1 + gh * gw
+
+    def tokens(self, height: int, width: int) -> int:
+        """Image tokens one (height, width) image puts in the text sequence (the base crop's patches, the
+        unpadded tiles' patches and one newline a row of them), the class token dropped."""
+        side = self.crop // self.patch
+        gh, gw = self.grid(height, width)
+        ch, cw = side * gh, side * gw
+        if width / height > cw / ch:
+            new_h = int(round(height * (cw / width), 7))
+            ch -= (ch - new_h) // 2 * 2
+        else:
+            new_w = int(round(width * (ch / height), 7))
+            cw -= (cw - new_w) // 2 * 2
+        return ch * cw + ch + side * side
+
+
 @dataclass(frozen=True, slots=True)
 class VLM:
     """A vision-language model's image path (models/families/vlm.py): a vision ``tower`` (its own
@@ -506,3 +559,5 @@ class VLM:
     dynamic: DynamicImages | None = None
     #: the tower's parameters' prefix in the VLM's names
     tower_prefix: str = "model.vision_tower."
+    #: LLaVA-NeXT: image tokens and the tower's crops from the image's size; None: one crop an image
+    anyres: AnyRes | None = None

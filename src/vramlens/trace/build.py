@@ -173,6 +173,9 @@ UNTRACEABLE = {
     "qwen2_5_vl": "Qwen2_5_VLForConditionalGeneration cannot be traced under fake tensors: its forward reads values "
                   "back from tensors (the grid_thw loops of get_rope_index and the vision window index, the tower's "
                   "cu_seqlens split sizes); use vramlens estimate (analytic, not cross-checked) or a real run",
+    "llava_next": "LlavaNextForConditionalGeneration cannot be traced under fake tensors: its forward reads "
+                  "image_sizes back from a tensor (image_size_to_num_patches and unpad_image call .tolist()); use "
+                  "vramlens estimate (analytic, not cross-checked) or a real run",
 }
 
 

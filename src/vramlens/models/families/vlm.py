@@ -41,6 +41,14 @@ LLAVA_VISION_DEFAULT = {"model_type": "clip_vision_model", "hidden_size": 1024, 
 LLAMA_CONFIG_DEFAULTS = {"hidden_size": 4096, "intermediate_size": 11008, "num_hidden_layers": 32,
                          "num_attention_heads": 32}
 
+#: MistralConfig's defaults for the dimensions (configuration_mistral.py): llava-v1.6-mistral-7b-hf's text_config
+#: omits hidden_size, the depth and the heads
+MISTRAL_CONFIG_DEFAULTS = {"hidden_size": 4096, "intermediate_size": 14336, "num_hidden_layers": 32,
+                           "num_attention_heads": 32, "num_key_value_heads": 8}
+
+#: text_config.model_type -> the defaults its config class fills in
+TEXT_CONFIG_DEFAULTS = {"llama": LLAMA_CONFIG_DEFAULTS, "mistral": MISTRAL_CONFIG_DEFAULTS}
+
 
 @dataclass(frozen=True, slots=True)
 class Parts:
@@ -57,6 +65,8 @@ class Parts:
     projector_bias: bool
     #: the tower's hidden state the projector reads (LLaVA's vision_feature_layer); None: the last, normed
     feature_layer: int | None = None
+    #: LLaVA-NeXT's image_grid_pinpoints ((height, width) pairs); None: one crop an image, no image_newline
+    pinpoints: tuple[tuple[int, int], ...] | None = None
 
 
 def _int(config: Mapping[str, Any], key: str, default: int, where: str) -> int:
@@ -86,12 +96,12 @@ def llava_parts(config: Mapping[str, Any], where: str) -> Parts:
         raise ModelSourceError(f"{where}: a llava config needs its language model under \"text_config\"")
     t = {k: v for k, v in text.items() if k != "architectures"}
     t.setdefault("model_type", "llama")
-    if t["model_type"] == "llama":
-        # LlavaConfig builds CONFIG_MAPPING["llama"](**text_config): LlamaConfig's own defaults fill what the
-        # checkpoint's text_config omits (llava-1.5-7b-hf lists only vocab_size and a few others)
-        for key, value in LLAMA_CONFIG_DEFAULTS.items():
-            t.setdefault(key, value)
-    t["architectures"] = ["LlamaForCausalLM"]  # the stem only names the family: the head is lm_head below
+    # LlavaConfig builds CONFIG_MAPPING[model_type](**text_config): that config's own defaults fill what the
+    # checkpoint's text_config omits (llava-1.5-7b-hf lists only vocab_size and a few others)
+    for key, value in TEXT_CONFIG_DEFAULTS.get(t["model_type"], {}).items():
+        t.setdefault(key, value)
+    # the stem only names the family: the head is lm_head below
+    t["architectures"] = [TEXT_ARCHITECTURES.get(t["model_type"], "LlamaForCausalLM")]
     for key in ("tie_word_embeddings", "torch_dtype", "dtype"):
         if key in config:
             t.setdefault(key, config[key])
@@ -109,6 +119,38 @@ def llava_parts(config: Mapping[str, Any], where: str) -> Parts:
                  projector_bias=bool(config.get("multimodal_projector_bias", True)), feature_layer=layer)
 
 
+#: the text models a LLaVA(-NeXT) checkpoint wraps, by text_config.model_type
+TEXT_ARCHITECTURES = {"llama": "LlamaForCausalLM", "mistral": "MistralForCausalLM"}
+
+#: LlavaNextConfig's image_grid_pinpoints default (configuration_llava_next.py)
+LLAVA_NEXT_PINPOINTS = ((336, 672), (672, 336), (672, 672), (1008, 336), (336, 1008))
+
+#: the (height, width) of a LLaVA-NeXT image when --image-size is not given: 672x672, the largest square of the
+#: default pinpoints, whose best resolution is itself (the 2x2 grid: 5 crops in the tower, 2,928 image tokens at
+#: 336/14), the high-resolution case the anyres tiling was built for; a smaller photo is upscaled to the same grid
+ANYRES_DEFAULT_IMAGE = (672, 672)
+
+
+def llava_next_parts(config: Mapping[str, Any], where: str) -> Parts:
+    """LlavaNextConfig: LlavaConfig's fields, ``image_grid_pinpoints`` and the ``image_newline`` parameter
+    (modeling_llava_next.py LlavaNextModel: one text-width vector, always built)."""
+    parts = llava_parts(config, where)
+    raw = config.get("image_grid_pinpoints") or LLAVA_NEXT_PINPOINTS
+    crop = _int(parts.vision, "image_size", 336, f"{where} vision_config")
+    pins: list[tuple[int, int]] = []
+    for p in raw if isinstance(raw, list | tuple) else [raw]:
+        if (not isinstance(p, list | tuple) or len(p) != 2 or not all(isinstance(x, int) and not isinstance(x, bool)
+                                                                       and 0 < x <= 1 << 20 for x in p)):
+            raise ModelSourceError(f"{where}: image_grid_pinpoints entry {p!r} must be a [height, width] pair of "
+                                   "positive whole numbers")
+        if p[0] % crop or p[1] % crop:
+            raise ModelSourceError(f"{where}: image_grid_pinpoints entry {list(p)} must be multiples of the "
+                                   f"tower's image_size={crop}")
+        pins.append((int(p[0]), int(p[1])))
+    from dataclasses import replace
+    return replace(parts, pinpoints=tuple(pins))
+
+
 def gemma3_parts(config: Mapping[str, Any], where: str) -> Parts:
     """Gemma3Config: ``text_config`` (gemma3_text), a SigLIP ``vision_config``, ``mm_tokens_per_image``."""
     vision = _vision(config, None, where)
@@ -120,10 +162,11 @@ def gemma3_parts(config: Mapping[str, Any], where: str) -> Parts:
 
 
 #: model_type -> the reader that splits a VLM config into its parts
-PARTS = {"llava": llava_parts, "gemma3": gemma3_parts}
+PARTS = {"llava": llava_parts, "gemma3": gemma3_parts, "llava_next": llava_next_parts}
 
 #: model_type -> the transformers class of the whole VLM
-ARCHITECTURES = {"llava": "LlavaForConditionalGeneration", "gemma3": "Gemma3ForConditionalGeneration"}
+ARCHITECTURES = {"llava": "LlavaForConditionalGeneration", "gemma3": "Gemma3ForConditionalGeneration",
+                 "llava_next": "LlavaNextForConditionalGeneration"}
 
 
 def projector_tensors(parts: Parts, vision_hidden: int, text_hidden: int) -> Tensors:
@@ -137,6 +180,8 @@ def projector_tensors(parts: Parts, vision_hidden: int, text_hidden: int) -> Ten
     else:
         t.add(f"{p}mm_input_projection_weight", (vision_hidden, text_hidden), "other")
         t.add(f"{p}mm_soft_emb_norm.weight", (vision_hidden,), "norm")
+    if parts.pinpoints is not None:
+        t.add("model.image_newline", (text_hidden,), "other")  # LLaVA-NeXT's row separator
     return t
 
 
