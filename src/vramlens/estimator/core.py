@@ -213,10 +213,12 @@ def vision_figures(spec: ModelSpec, w: Workload) -> VisionFigures:
         # held through the decoder by the output's image_outputs and the forward's locals: the pixels, the
         # tower's last hidden state (and LLaVA's selected one), the projector's output and LLaVA's torch.cat
         # of its per-image list
-        held = A.pixel_inference(tower, wt, n_img) + A._r(c * n_img * T * hv) + A._r(c * n_img * F * H_)
+        # (LLaVA-NeXT: the output's pooler_output is the packed list, and the forward's torch.cat of it)
+        proj_out = 2 * packed if v.anyres is not None else 2 * A._r(c * n_img * F * H_)
+        held = A.pixel_inference(tower, wt, n_img) + A._r(c * n_img * T * hv) + proj_out // 2
         if v.projector == "mlp2":
-            held += A._r(c * n_img * T * hv) + A._r(c * n_img * F * H_)
-        return VisionFigures(0, embeds + work, tokens, held + packed)
+            held += A._r(c * n_img * T * hv) + proj_out // 2
+        return VisionFigures(0, embeds + work, tokens, held)
     blocks = _block_figures(tower, wt, [(A.layer_activations(tower, wt, n_img, T), tower.n_layers)])
     saved = blocks.kept + A.pixel_saved(tower, wt, n_img)
     full = w.method == "full"
@@ -241,8 +243,10 @@ def vision_figures(spec: ModelSpec, w: Workload) -> VisionFigures:
     saved += A._r(w.batch * (w.seq + tokens))  # masked_scatter's bool mask
     # the model's output keeps its image_outputs through the step: the tower's last hidden state and the
     # projector's output (LLaVA's per-image views of linear_2's, Gemma 3's projected tokens)
-    saved += A._r(c * n_img * T * hv) + A._r(c * n_img * (F if v.projector == "mlp2" else v.image_tokens) * H_)
-    return VisionFigures(saved + packed, 0, tokens)
+    # (LLaVA-NeXT: pack_image_features' packed per-image tensors instead, linear_2's output then freed)
+    saved += A._r(c * n_img * T * hv) + (packed if v.anyres is not None else
+                                         A._r(c * n_img * (F if v.projector == "mlp2" else v.image_tokens) * H_))
+    return VisionFigures(saved, 0, tokens)
 
 
 def vlm_image_size(spec: ModelSpec, w: Workload) -> tuple[int, int]:

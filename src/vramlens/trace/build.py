@@ -63,6 +63,9 @@ class Built:
     #: a vision-language model fed images: (image token id, tokens per image, channels, side) of the
     #: input_ids' image tokens and the (b * images, C, side, side) pixel_values; None otherwise
     vlm_images: tuple[int, int, int, int] | None = None
+    #: LLaVA-NeXT: (crops per image, height, width): pixel_values (b * images, crops, C, side, side) and
+    #: image_sizes [[height, width]] * (b * images), as LlavaNextImageProcessor returns them; None otherwise
+    vlm_anyres: tuple[int, int, int] | None = None
 
 
 def config_layers(cfg: dict) -> int:
@@ -173,9 +176,6 @@ UNTRACEABLE = {
     "qwen2_5_vl": "Qwen2_5_VLForConditionalGeneration cannot be traced under fake tensors: its forward reads values "
                   "back from tensors (the grid_thw loops of get_rope_index and the vision window index, the tower's "
                   "cu_seqlens split sizes); use vramlens estimate (analytic, not cross-checked) or a real run",
-    "llava_next": "LlavaNextForConditionalGeneration cannot be traced under fake tensors: its forward reads "
-                  "image_sizes back from a tensor (image_size_to_num_patches and unpad_image call .tolist()); use "
-                  "vramlens estimate (analytic, not cross-checked) or a real run",
 }
 
 
@@ -252,6 +252,7 @@ def build_hf(cfg: dict, wl: Workload, *, fake_mode=None, layers: int | None = No
         h, w = wl.image_size or (size, size)
         image, interpolate = (int(config.num_channels), h, w), (h, w) != (size, size)
     vlm_images = None
+    vlm_anyres = None
     from vramlens.models.families.vlm import ARCHITECTURES as VLM_ARCHITECTURES
 
     if VLM_ARCHITECTURES.get(str(cfg.get("model_type"))) == cls.__name__:
@@ -260,7 +261,12 @@ def build_hf(cfg: dict, wl: Workload, *, fake_mode=None, layers: int | None = No
         v = spec_from_config(cfg, multimodal=True).vlm
         assert v is not None and v.tower.vision is not None
         if wl.images:
-            vlm_images = (v.image_token_id, v.image_tokens, v.tower.vision.channels, v.image_size)
+            per_image = v.image_tokens
+            if v.anyres is not None:
+                hq, wq = wl.image_size or v.anyres.default_image
+                per_image = v.anyres.tokens(hq, wq)
+                vlm_anyres = (v.anyres.crops(hq, wq), hq, wq)
+            vlm_images = (v.image_token_id, per_image, v.tower.vision.channels, v.image_size)
             _placeholder_mask_without_count(model, v.image_token_id)
     elif wl.images:
         raise TraceError(f"images={wl.images} applies to vision-language models (LLaVA, Gemma 3 multimodal); "
@@ -281,7 +287,7 @@ def build_hf(cfg: dict, wl: Workload, *, fake_mode=None, layers: int | None = No
     text_config = config.get_text_config() if hasattr(config, "get_text_config") else config  # a VLM's text model
     return Built(model=model, kind=kind, vocab_size=int(getattr(text_config, "vocab_size", 0) or 0),
                  notes=notes, n_layers=n, config=config, image=image, interpolate=interpolate, audio=audio,
-                 vlm_images=vlm_images)
+                 vlm_images=vlm_images, vlm_anyres=vlm_anyres)
 
 
 def _placeholder_mask_without_count(model, token: int) -> None:

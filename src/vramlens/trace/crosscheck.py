@@ -216,6 +216,18 @@ VLM_CONFIGS: dict[str, dict[str, Any]] = {
                                           "intermediate_size": 512, "num_hidden_layers": 2, "num_attention_heads": 4,
                                           "image_size": 64, "patch_size": 4, "vision_use_head": False},
                         "mm_tokens_per_image": 16, "image_token_index": 999, "_name_or_path": "gemma3-vlm-tiny"},
+    # LLaVA-NeXT: llava-tiny's tower and projector over 64x64 crops with pinpoints of 64x128, 128x64 and 128x128, a
+    # 2-block Mistral; at --image-size 128x96 the best fit is 128x128 (2x2 tiles: 5 crops a image), the tiles' 16x16
+    # patch grid unpadded to 16x12: 192 + 16 newlines + 64 base = 272 image tokens an image
+    "llava-next-tiny": {"model_type": "llava_next", "architectures": ["LlavaNextForConditionalGeneration"],
+                        "text_config": {"model_type": "mistral", "hidden_size": 256, "intermediate_size": 512,
+                                        "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
+                                        "vocab_size": 1000},
+                        "vision_config": {"model_type": "clip_vision_model", "hidden_size": 128,
+                                          "intermediate_size": 512, "num_hidden_layers": 3, "num_attention_heads": 4,
+                                          "image_size": 64, "patch_size": 8},
+                        "image_grid_pinpoints": [[64, 128], [128, 64], [128, 128]],
+                        "image_token_index": 999, "_name_or_path": "llava-next-tiny"},
 }
 _VLM_TRAIN = {"mode": "train", "method": "full", "dtype": "bf16", "attention": "sdpa", "checkpointing": "none",
               "batch": 4, "seq": 64, "images": 2}
@@ -229,6 +241,9 @@ VLM_ROWS: tuple[tuple[str, dict[str, Any]], ...] = (
     ("llava-tiny", {**_VLM_TRAIN, "method": "lora"}),
     ("llava-tiny", {**_VLM_TRAIN, "method": "lora", "lora_targets": ("all-linear",)}),
     ("gemma3-vlm-tiny", {**_VLM_TRAIN, "method": "lora", "lora_targets": ("all-linear",)}),
+    ("llava-next-tiny", {**_VLM_TRAIN, "image_size": (128, 96)}),
+    ("llava-next-tiny", {**_VLM_TRAIN, "image_size": (128, 96), "method": "lora"}),
+    ("llava-next-tiny", {**_VLM_INFER, "image_size": (128, 96)}),
 )
 
 

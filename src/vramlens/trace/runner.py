@@ -325,7 +325,14 @@ class Runner:
             ids = torch.randint(0, max(2, min(vocab, token)), (b, seq + n), device=dev)
             ids[:, 1:1 + n] = token
             seq += n
-            kw["pixel_values"] = torch.randn(b * self.wl.images, channels, side, side, device=dev)
+            if built.vlm_anyres is not None:
+                # LLaVA-NeXT: each image's 1 + tiles crops, and its size as a list (transformers reads it back
+                # with .tolist(), which a fake tensor cannot answer; a list is what that call returns)
+                crops, hq, wq = built.vlm_anyres
+                kw["pixel_values"] = torch.randn(b * self.wl.images, crops, channels, side, side, device=dev)
+                kw["image_sizes"] = [[hq, wq]] * (b * self.wl.images)
+            else:
+                kw["pixel_values"] = torch.randn(b * self.wl.images, channels, side, side, device=dev)
         else:
             ids = torch.randint(0, vocab, (b, seq), device=dev)
         kw["input_ids"] = ids
