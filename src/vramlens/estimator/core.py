@@ -636,8 +636,7 @@ def estimate_spec(spec: ModelSpec, w: Workload, gpu: GPU | None = None, *, headr
                 f"{ar.crop}x{ar.crop} per image in the tower, {ar.tokens(Hq, Wq):,} image tokens per image (base "
                 "crop, unpadded tiles, one newline a row)")
             vision_notes.append(f"{w.images} image(s) per sample: {vis.tokens:,} image tokens added to "
-                                f"seq={w.seq:,}, {w.seq + vis.tokens:,} tokens in the decoder; the tracer "
-                                f"does not run {spec.architecture} (the packing's figures are analytic)")
+                                f"seq={w.seq:,}, {w.seq + vis.tokens:,} tokens in the decoder")
         elif dyn is None and w.images:
             vision_notes.append(f"{w.images} image(s) per sample at {size}x{size}: {vis.tokens:,} image tokens "
                                 f"({spec.vlm.image_tokens} per image) added to seq={w.seq:,}, "

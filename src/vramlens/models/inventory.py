@@ -186,6 +186,8 @@ def _vlm_spec(config: Mapping[str, Any], mt: str, *, name: str | None, source: s
     # decoder formulas, which read the first block's linears, see the text model alone
     outside = [replace(t, name="model.vision_tower." + t.name, layer=None) for t in tower.tensors]
     outside += [replace(t, layer=None) for t in proj]
+    # LLaVA-NeXT's image_newline is LlavaNextModel's own parameter: named_parameters() lists it first
+    outside.sort(key=lambda t: t.name != "model.image_newline")
     renamed = [replace(t, name=rename_text(t.name)) for t in text.tensors]
     side = tower.vision.image_size // tower.vision.patch_size
     feature = side * side + (1 if tower.vision.class_token and not parts.drop_class_token else 0)
