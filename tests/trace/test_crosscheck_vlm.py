@@ -20,7 +20,8 @@ from vramlens.trace.crosscheck import (  # noqa: E402
 def test_vlm_rows_cover_both_families_and_modes():
     assert {(n, r["mode"], r.get("method")) for n, r in VLM_ROWS} == {
         ("llava-tiny", "train", "full"), ("llava-tiny", "inference", None), ("gemma3-vlm-tiny", "train", "full"),
-        ("gemma3-vlm-tiny", "inference", None), ("llava-tiny", "train", "lora"), ("gemma3-vlm-tiny", "train", "lora")}
+        ("gemma3-vlm-tiny", "inference", None), ("llava-tiny", "train", "lora"), ("gemma3-vlm-tiny", "train", "lora"),
+        ("llava-next-tiny", "train", "full"), ("llava-next-tiny", "train", "lora"), ("llava-next-tiny", "inference", None)}
 
 
 #: A known gap, checked to still be there so that it is not forgotten once fixed: Gemma 3's VLM training peaks in

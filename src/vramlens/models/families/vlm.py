@@ -11,6 +11,10 @@ Layouts from transformers 5.24, checked against ``named_parameters()`` on the me
   ``multimodal_projector_bias``, default true), ``model.language_model`` (the text config's base
   model) and ``lm_head``. The "default" feature strategy drops the class token: 576 tokens per
   336x336 image at patch 14, each replacing one ``<image>`` token in input_ids.
+* LLaVA-NeXT (``LlavaNextForConditionalGeneration``, modeling_llava_next.py): LLaVA's tower and projector,
+  ``model.image_newline`` (a text-width vector, LlavaNextModel's own parameter) and ``image_grid_pinpoints``:
+  the tower runs over 1 + tiles crops an image, the text gets the unpadded tiles, newlines and the base crop
+  (spec.AnyRes).
 * Gemma 3 multimodal (``Gemma3ForConditionalGeneration``, modeling_gemma3.py): a SigLIP tower
   (``vision_use_head`` false), ``Gemma3MultiModalProjector``
   (``mm_input_projection_weight`` (vision hidden, text hidden), ``mm_soft_emb_norm`` a Gemma
