@@ -265,6 +265,7 @@ INLINE: dict[str, int | str] = {
     "vramlens models": 0, "vramlens gpus": 0, "vramlens validate published": 0, "vramlens validate capacity": 0,
     "vramlens estimate distilbert-base-uncased --gpu A100-80GB --mode train --task sequence-classification": 0,
     "vramlens estimate llava-1.5-7b --mode train --images 1 --seq 512 --gpu H100-80GB": 0,
+    "vramlens estimate llava-v1.6-mistral-7b --mode inference --images 1 --image-size 1080x1920 --gpu L4": 0,
     # the bare command names of the "what it answers" table need a MODEL or FILE: one line, exit 2
     "vramlens estimate": 2, "vramlens fit": 2, "vramlens place": 2, "vramlens snapshot": 2, "vramlens trace": 2,
     "vramlens capacity": 2, "vramlens runs": 2, "vramlens capacity --engine vllm": 2,
