@@ -576,7 +576,7 @@ class Workload:
             out.append(f"ignored in inference: lora_dropout={self.lora_dropout!r} (dropout is off in eval mode)")
         if not self.training and given("max_cache_len") and self.cache != "static":
             out.append(f"ignored: max_cache_len={self.max_cache_len!r} sizes a static cache, and cache={self.cache!r}")
-        if self.image_size is not None and given("seq"):
+        if self.image_size is not None and given("seq") and not self.images:  # a VLM reads both
             out.append(f"ignored: seq={self.seq!r} when image_size is given: a vision encoder's tokens are its "
                        "image patches")
         if not self.fsdp and given("fsdp_strategy"):

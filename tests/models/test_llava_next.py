@@ -123,3 +123,12 @@ def test_bad_pinpoints():
         spec_from_config({**TINY_NEXT, "image_grid_pinpoints": [[32]]}, multimodal=True)
     assert str(ei.value) == "config: image_grid_pinpoints entry [32] must be a [height, width] pair of positive " \
                             "whole numbers"
+
+
+def test_seq_is_not_ignored_beside_an_image_size_on_a_vlm():
+    e = estimate(load_model("llava-v1.6-mistral-7b"),
+                 make_workload(mode="inference", seq=64, images=1, image_size=(1080, 1920)))
+    assert not [n for n in e.breakdown.notes if n.startswith("ignored: seq=")]
+    # 28 rows of 48 unpadded patches + 28 newlines + 576 = 1,948 image tokens after the 64 text tokens
+    assert "1 image(s) per sample: 1,948 image tokens added to seq=64, 2,012 tokens in the decoder" \
+        in e.breakdown.notes
