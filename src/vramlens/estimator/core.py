@@ -182,7 +182,10 @@ def vision_figures(spec: ModelSpec, w: Workload) -> VisionFigures:
     ``masked_scatter`` keeps only its (b, S, 1) bool mask; the merged embeddings are the decoder's input.
     The model's output holds its ``image_outputs`` through the step (the tower's last hidden state, the
     projector's output), and in inference the pixels and LLaVA's selected hidden state and concatenated
-    features too (``held``, alive through the decoder). Checked by crosscheck.VLM_ROWS.
+    features too (``held``, alive through the decoder). LLaVA-NeXT (``VLM.anyres``): the tower and projector
+    over b x images x (1 + tiles) crops, and the output holds pack_image_features' packed per-image tensors
+    (b x image tokens x H) instead of linear_2's output (inference: those and the forward's torch.cat of them).
+    Checked by crosscheck.VLM_ROWS.
     """
     v = spec.vlm
     assert v is not None
