@@ -79,8 +79,22 @@ def test_images_on_a_text_model_is_refused():
     with pytest.raises(ConfigError) as ei:
         estimate(load_model("gemma-3-4b-it"), make_workload(images=1))
     assert str(ei.value) == (
-        "images=1 applies to vision-language models (llava-1.5-7b, gemma-3-4b-it-vision, "
-        "gemma-3-12b-it-vision, gemma-3-27b-it-vision); google/gemma-3-4b-it has no vision tower: drop --images")
+        "images=1 applies to vision-language models (gemma-3-4b-it-vision, gemma-3-12b-it-vision, "
+        "gemma-3-27b-it-vision, llava-1.5-7b, qwen2.5-vl-3b, qwen2.5-vl-7b, llava-v1.6-mistral-7b); "
+        "google/gemma-3-4b-it has no vision tower: drop --images")
+
+
+def test_the_refusal_names_every_catalog_entry_that_takes_images():
+    from vramlens.models.catalog import catalog_names, vlm_names
+
+    takes_images = set()
+    for name in catalog_names():
+        spec = load_model(name)
+        if spec.vlm is not None:
+            takes_images.add(spec.name)
+    named = {load_model(n).name for n in vlm_names()}
+    assert named == takes_images
+    assert len(vlm_names()) == len(named)  # one name per checkpoint
 
 
 def test_images_bounds():

@@ -56,6 +56,23 @@ def _multimodal_names() -> frozenset[str]:
     return frozenset(a.lower() for e in _raw_entries() for a in e.get("multimodal_aliases", ()))
 
 
+#: model_type values whose transformers class is a vision-language model built whole (image tower included)
+VLM_MODEL_TYPES = frozenset({"llava", "llava_next", "qwen2_5_vl"})
+
+
+@lru_cache(maxsize=1)
+def vlm_names() -> tuple[str, ...]:
+    """The first name users type for each catalog entry that takes ``--images``: the first alias of a
+    vision-language entry, or its first multimodal alias (Gemma 3's ``-vision`` names)."""
+    out: list[str] = []
+    for e in _raw_entries():
+        if e.get("multimodal_aliases"):
+            out.append(e["multimodal_aliases"][0])
+        elif e["config"].get("model_type") in VLM_MODEL_TYPES and "vision_config" in e["config"]:
+            out.append((e.get("aliases") or [e["id"]])[0])
+    return tuple(out)
+
+
 def catalog_names() -> tuple[str, ...]:
     """Every name the catalog answers to (ids and aliases), as written in the catalog."""
     names: list[str] = []

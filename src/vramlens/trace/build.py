@@ -269,8 +269,8 @@ def build_hf(cfg: dict, wl: Workload, *, fake_mode=None, layers: int | None = No
             vlm_images = (v.image_token_id, per_image, v.tower.vision.channels, v.image_size)
             _placeholder_mask_without_count(model, v.image_token_id)
     elif wl.images:
-        raise TraceError(f"images={wl.images} applies to vision-language models (LLaVA, Gemma 3 multimodal); "
-                         f"{cls.__name__} has no vision tower: drop --images")
+        raise TraceError(f"images={wl.images} applies to vision-language models (LLaVA, LLaVA-NeXT, Gemma 3 "
+                         f"multimodal, Qwen2.5-VL); {cls.__name__} has no vision tower: drop --images")
     if image is None and vlm_images is None and wl.image_size is not None:
         raise TraceError(f"image_size={wl.image_size[0]}x{wl.image_size[1]} applies to vision encoders; "
                          f"{cls.__name__} takes token ids: drop --image-size")
