@@ -24,6 +24,7 @@ from vramlens.models.families import (
     gpt_oss,
     llama,
     llama4,
+    llama4_vision,
     modernbert,
     qwen_vl,
     t5,
@@ -49,6 +50,7 @@ BUILDERS: dict[str, Builder] = {
     **vision.BUILDERS,
     **whisper.BUILDERS,
     **qwen_vl.BUILDERS,
+    **llama4_vision.BUILDERS,
 }
 
 #: model_type -> the reader of the part of a wrapping config that vramlens models, and the note
