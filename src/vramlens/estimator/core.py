@@ -317,7 +317,7 @@ def tiled_image(spec: ModelSpec, w: Workload) -> tuple[int, int]:
 
 
 def tiled_vision_figures(spec: ModelSpec, w: Workload) -> VisionFigures:
-    """Llama 4's image path (``VLM.tiled``; modeling_llama4.py), analytic: no trace checks it.
+    """Llama 4's image path (``VLM.tiled``; modeling_llama4.py), checked by crosscheck.VLM_ROWS (llama4-vlm-tiny).
 
     Each image is cut into ``TiledImages.tiles`` tiles of 336x336 (the global tile included), each a row of the
     tower: n = b x images x tiles rows of T = 577 tokens (576 patches and the class token). The pixels arrive in
@@ -693,8 +693,9 @@ def estimate_spec(spec: ModelSpec, w: Workload, gpu: GPU | None = None, *, headr
                 f"{til.prompt_tokens(Hq, Wq) - til.image_tokens(Hq, Wq)} special tokens per image")
             vision_notes.append(f"{w.images} image(s) per sample: {vis.tokens:,} tokens added to seq={w.seq:,}, "
                                 f"{w.seq + vis.tokens:,} tokens in the decoder")
-            vision_notes.append(f"{spec.architecture}'s tower, adapter and projector figures are analytic (the ViT "
-                                "block formulas over b x images x tiles rows) and not cross-checked by the tracer")
+            vision_notes.append("the tower runs b x images x tiles rows (the ViT block formulas); transformers 5.24's "
+                                f"{spec.architecture}.forward raises AttributeError (it reads image_outputs from the "
+                                "language model's output): the tracer patches that in, a real run needs the fix")
         elif dyn is None and w.images:
             vision_notes.append(f"{w.images} image(s) per sample at {size}x{size}: {vis.tokens:,} image tokens "
                                 f"({spec.vlm.image_tokens} per image) added to seq={w.seq:,}, "

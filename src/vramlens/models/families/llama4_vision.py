@@ -82,6 +82,9 @@ def build_tower(r: ConfigReader, architecture: str) -> Built:
     if f != 4 * h:
         r.problem(f"intermediate_size={f} must be 4 * hidden_size={4 * h}: the adapter's fc1 takes the pixel-"
                   "shuffled tokens (4 patches of hidden_size) as intermediate_size inputs")
+    if p_in != p_out:
+        r.problem(f"projector_input_dim={p_in} must equal projector_output_dim={p_out}: the adapter's fc2 "
+                  "(projector_output_dim square) reads fc1's output")
     act = str(raw.get("hidden_act", "gelu"))
     dtype = torch_dtype(r)
     r.check()
