@@ -135,3 +135,15 @@ def test_estimate_counts_tiles_and_notes():
                                           image_size=(672, 672))).saved
     one = vision_figures(s, make_workload(mode="train", method="lora", batch=1, seq=64, images=1)).saved
     assert big > 4 * one
+
+
+def test_fastmem_folds_the_tiles_in_as_estimate_spec():
+    from vramlens.advise.fastmem import FastMemory
+    from vramlens.estimator.core import estimate_spec
+    from vramlens.hardware import get_gpu
+
+    spec, gpu = load_model("llama-4-scout-vision"), get_gpu("H100-80GB")
+    for mode, size in (("train", None), ("inference", (1000, 600))):
+        w = make_workload(mode=mode, batch=1, seq=256, images=2, image_size=size)
+        e = estimate_spec(spec, w, gpu).breakdown
+        assert FastMemory(spec, gpu).totals(w) == (e.device_total, e.host_bytes)
