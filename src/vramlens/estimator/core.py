@@ -688,7 +688,7 @@ def estimate_spec(spec: ModelSpec, w: Workload, gpu: GPU | None = None, *, headr
                 f"{Hq}x{Wq} images" + (" (the default: --image-size sets it)" if w.image_size is None else "")
                 + f" on a {th}x{tw} canvas of {til.tile}x{til.tile} tiles (Llama4ImageProcessorFast, max_patches="
                 f"{til.max_tiles})" + (", plus the global tile" if th * tw > 1 else "")
-                + f": {til.tiles(Hq, Wq)} tower row(s) of {spec.vlm.tower.vision.tokens(size, size)} tokens per "
+                + f": {til.tiles(Hq, Wq)} tower row(s) of {(size // til.patch) ** 2 + 1} tokens (the class token's too) per "
                 f"image, {til.image_tokens(Hq, Wq):,} image tokens ({til.per_tile} a tile) and "
                 f"{til.prompt_tokens(Hq, Wq) - til.image_tokens(Hq, Wq)} special tokens per image")
             vision_notes.append(f"{w.images} image(s) per sample: {vis.tokens:,} tokens added to seq={w.seq:,}, "

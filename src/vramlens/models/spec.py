@@ -9,7 +9,6 @@ buffers, so that parameter counts equal what transformers reports for the same c
 from __future__ import annotations
 
 import struct
-
 from dataclasses import dataclass, field
 from math import ceil, floor, prod, sqrt
 from typing import Any, Literal

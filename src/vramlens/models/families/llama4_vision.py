@@ -37,7 +37,7 @@ from vramlens.models._reader import ConfigReader
 from vramlens.models._tensors import Tensors
 from vramlens.models.families._common import Built, torch_dtype
 from vramlens.models.families.llama4 import text_model
-from vramlens.models.spec import TiledImages, Vision
+from vramlens.models.spec import Vision
 
 #: the tower's model_type, as transformers' Llama4VisionConfig names it
 TOWER_TYPE = "llama4_vision_model"
