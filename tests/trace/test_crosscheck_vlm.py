@@ -75,6 +75,7 @@ def test_layers_cut_the_text_model_and_keep_the_tower():
 @pytest.mark.slow
 @pytest.mark.parametrize("row", VLM_CATALOG_ROWS, ids=lambda r: f"{r[0]}-{r[1]['mode']}")
 def test_catalog_vlm_within_2_percent_of_its_extrapolated_trace(row):
-    """LLaVA-1.5-7B and Gemma 3 4B whole, 1 or 2 images of 336 / 896 pixels: today within 0.5% at the peak."""
+    """LLaVA-1.5-7B, Gemma 3 4B and Llama 4 Scout whole, 1 or 2 images of 336 / 896 pixels (Scout's also as 5 tiles
+    of a 672x672 image): today within 0.5% at the peak (Scout's: +0.00% and -0.01%)."""
     r = run_vlm_catalog_row(*row)
     assert abs(r.peak_error) <= 0.02, render([r])

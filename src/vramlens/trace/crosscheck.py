@@ -281,6 +281,10 @@ VLM_CATALOG_ROWS: tuple[tuple[str, dict[str, Any]], ...] = (
     ("gemma-3-4b-it-vision", {"mode": "train", "method": "full", "dtype": "bf16", "batch": 1, "seq": 512,
                               "images": 1}),
     ("gemma-3-4b-it-vision", {"mode": "inference", "dtype": "bf16", "batch": 1, "seq": 512, "images": 2}),
+    # Llama 4 Scout whole: one 336x336 tile, and 672x672 as a 2x2 canvas and the global tile (5 tower rows)
+    ("llama-4-scout-vision", {"mode": "train", "method": "full", "dtype": "bf16", "batch": 1, "seq": 512, "images": 1}),
+    ("llama-4-scout-vision", {"mode": "inference", "dtype": "bf16", "batch": 1, "seq": 512, "images": 1,
+                              "image_size": (672, 672)}),
 )
 
 
