@@ -67,7 +67,8 @@ def check_workload(spec: ModelSpec, w: Workload) -> None:
     p = []
     if w.images and spec.vlm is None:
         p.append(f"images={w.images} applies to vision-language models (llava-1.5-7b, "
-                 f"gemma-3-4b-it-vision, gemma-3-12b-it-vision, gemma-3-27b-it-vision); {spec.name} has no vision "
+                 f"gemma-3-4b-it-vision, gemma-3-12b-it-vision, gemma-3-27b-it-vision, llama-4-scout-vision, "
+                 f"llama-4-maverick-vision); {spec.name} has no vision "
                  "tower: drop --images")
     if w.image_size is not None and spec.vision is None and spec.vlm is None:
         p.append(f"image_size={w.image_size[0]}x{w.image_size[1]} applies to vision encoders (ViT, CLIP and SigLIP "
