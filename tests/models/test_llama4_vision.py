@@ -147,3 +147,12 @@ def test_fastmem_folds_the_tiles_in_as_estimate_spec():
         w = make_workload(mode=mode, batch=1, seq=256, images=2, image_size=size)
         e = estimate_spec(spec, w, gpu).breakdown
         assert FastMemory(spec, gpu).totals(w) == (e.device_total, e.host_bytes)
+
+
+def test_training_notes_name_the_adapted_linears():
+    s = load_model("llama-4-scout-vision")
+    lora = estimate(s, make_workload(mode="train", method="lora", batch=1, seq=64, images=1,
+                                     lora_targets=("fc1", "linear_1"))).breakdown.notes
+    assert any(n.endswith("the adapter (fc1, fc2) and the projector (linear_1) that is fc1, linear_1") for n in lora), lora
+    full = estimate(s, make_workload(mode="train", batch=1, seq=64, images=1)).breakdown.notes
+    assert any(n.startswith("full fine-tuning trains the vision tower, its pixel-shuffle adapter") for n in full), full

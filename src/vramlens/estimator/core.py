@@ -706,6 +706,15 @@ def estimate_spec(spec: ModelSpec, w: Workload, gpu: GPU | None = None, *, headr
         if w.training and w.method == "full" and dyn is not None:
             vision_notes.append("full fine-tuning trains the vision tower and its merger too (transformers leaves "
                                 "every parameter trainable)")
+        elif w.training and w.method == "full" and spec.vlm.tiled is not None:
+            vision_notes.append("full fine-tuning trains the vision tower, its pixel-shuffle adapter and the projector "
+                                "too (transformers leaves every parameter trainable)")
+        elif w.training and spec.vlm.tiled is not None:
+            hit = [x for x in ("q_proj", "k_proj", "v_proj", "o_proj", "fc1", "fc2", "linear", "linear_1")
+                   if A.trains(replace(w, method="lora"), x)]
+            vision_notes.append(f"{w.method}: peft adapts every linear named {', '.join(w.lora_targets)}; in the vision "
+                                "tower (self_attn.q/k/v/o_proj, mlp.fc1/fc2, patch_embedding.linear), the adapter "
+                                f"(fc1, fc2) and the projector (linear_1) that is {', '.join(hit) if hit else 'none'}")
         elif w.training and w.method == "full":
             vision_notes.append("full fine-tuning trains the vision tower and the projector too (transformers "
                                 "leaves every parameter trainable; LLaVA's own recipes freeze the tower)")

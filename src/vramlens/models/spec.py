@@ -542,7 +542,9 @@ class VLM:
 
     ``projector``: ``mlp2`` (LLaVA's ``linear_1``, ``projector_act``, ``linear_2``: modeling_llava.py
     LlavaMultiModalProjector) or ``pool_norm_matmul`` (Gemma 3's avg-pool to ``image_tokens``, RMSNorm and
-    one matmul: modeling_gemma3.py Gemma3MultiModalProjector). ``feature_tokens``: the tower's tokens the
+    one matmul: modeling_gemma3.py Gemma3MultiModalProjector), ``patch_merger`` (Qwen2.5-VL's merger, in the tower) or
+    ``tiles_linear`` (Llama 4: the pixel-shuffle adapter in the tower, then ``multi_modal_projector.linear_1``,
+    over the tiles of ``tiled``). ``feature_tokens``: the tower's tokens the
     projector takes per image (LLaVA's "default" strategy drops the class token). ``image_tokens``: what
     one image becomes in the text sequence (LLaVA-1.5: 576; Gemma 3: ``mm_tokens_per_image`` 256).
     ``image_size``: the side the processor resizes every image to (the tower's ``image_size``).
