@@ -229,7 +229,7 @@ def test_unknown_model_type_without_standard_fields():
         "config: model_type 'mamba' is not supported and the config lacks num_attention_heads, intermediate_size "
         "to build it as a generic decoder: supported model types are bert, bloom, clip, clip_vision_model, deberta-v2, deepseek_v2, "
         "deepseek_v3, distilbert, electra, falcon, gemma, gemma2, gemma3, gemma3_text, gpt2, gpt_bigcode, "
-        "gpt_neox, gpt_oss, llama, llama4, llama4_text, llava, llava_next, mistral, mixtral, modernbert, mt5, olmo2, opt, phi, "
+        "gpt_neox, gpt_oss, llama, llama4, llama4_text, llama4_vision_model, llava, llava_next, mistral, mixtral, modernbert, mt5, olmo2, opt, phi, "
         "phi3, qwen2, qwen2_5_vl, qwen2_5_vl_vision, "
         "qwen2_moe, qwen3, "
         "qwen3_moe, roberta, siglip, siglip_vision_model, t5, vit, whisper, xlm-roberta"

@@ -191,6 +191,8 @@ def vision_figures(spec: ModelSpec, w: Workload) -> VisionFigures:
     assert v is not None
     if v.dynamic is not None:
         return dynamic_vision_figures(spec, w)
+    if v.tiled is not None:
+        return tiled_vision_figures(spec, w)
     tower, tv = v.tower, v.tower.vision
     assert tv is not None
     n_img = w.batch * w.images
@@ -318,6 +320,70 @@ def dynamic_vision_figures(spec: ModelSpec, w: Workload) -> VisionFigures:
         elif A.trains(w, leaf):
             saved += A._r(lora_b * t * hv) + A._r(4 * (t // (dyn.merge * dyn.merge)) * w.lora_rank)
     saved += A._r(r * t * hv)  # GELU's input (a gradient flows to the tower)
+    saved += A._r(w.batch * (w.seq + tokens))  # masked_scatter's bool mask
+    return VisionFigures(saved, 0, tokens)
+
+
+def tiled_image(spec: ModelSpec, w: Workload) -> tuple[int, int]:
+    """The (height, width) a tiled VLM (Llama 4) is asked to take: --image-size, else one tile's size."""
+    v = spec.vlm
+    assert v is not None
+    return w.image_size or (v.image_size, v.image_size)
+
+
+def tiled_vision_figures(spec: ModelSpec, w: Workload) -> VisionFigures:
+    """Llama 4's image path (``VLM.tiled``; modeling_llama4.py), checked by crosscheck.VLM_ROWS (llama4-vlm-tiny).
+
+    Each image is cut into ``TiledImages.tiles`` tiles of 336x336 (the global tile included), each a row of the
+    tower: n = b x images x tiles rows of T = 577 tokens (576 patches and the class token). The pixels arrive in
+    the weights' dtype (``Llama4VisionModel.forward`` does not cast them) and stay alive through the step;
+    ``Llama4UnfoldConvolution``'s linear keeps the unfolded patches (a copy of the pixels' size) when it trains;
+    ``layernorm_pre`` and ``layernorm_post`` keep their inputs and fp32 statistics; the blocks come from the ViT
+    formulas (layer_activations on the tower's spec). ``Llama4VisionPixelShuffleMLP``: the pixel shuffle's
+    ``contiguous`` copies keep nothing, ``fc1`` and ``fc2`` keep their inputs (n * 576 * h and n * 144 *
+    projector_input_dim) when they train, each GELU its input; the adapter's output (n * 144 * vision_output_dim)
+    is ``image_outputs.last_hidden_state``, held by the model's output through the step and read by
+    ``multi_modal_projector.linear_1``; then ``masked_scatter``'s bool mask. Inference: the tower's largest block
+    working set with the pixels, then the adapter's output and the projected tokens held through the decoder.
+    """
+    v = spec.vlm
+    assert v is not None and v.tiled is not None
+    tiled, tower = v.tiled, v.tower
+    tv = tower.vision
+    assert tv is not None
+    Hq, Wq = tiled_image(spec, w)
+    tokens = w.images * tiled.prompt_tokens(Hq, Wq)
+    n = w.batch * w.images * tiled.tiles(Hq, Wq)
+    if not n:
+        return VisionFigures(0, 0, 0)
+    T = tv.tokens(v.image_size, v.image_size)
+    wt = replace(w, batch=n, seq=T, images=0, image_size=None, task=None, new_tokens=0)
+    c = DTYPE_BYTES[w.compute_dtype]
+    r = 4 if w.run_dtype == "fp32" else c
+    hv, H_, m = tower.hidden_size, v.text_hidden, tiled.per_tile
+    fc1 = next(t.shape for t in tower.tensors if t.name == "vision_adapter.mlp.fc1.weight")[0]
+    out = next(t.shape for t in tower.tensors if t.name == "vision_adapter.mlp.fc2.weight")[0]
+    pixels = A._r(r * n * tv.channels * v.image_size * v.image_size)
+    adapter_out = A._r(c * n * m * out)
+    if not w.training:
+        embeds = A._r(c * spec.hidden_size * w.batch * (w.seq + tokens))
+        work = A.inference_layer_peak(tower, wt, n, T, T, tp=1) + pixels
+        return VisionFigures(0, embeds + work, tokens, pixels + adapter_out + A._r(c * n * m * H_))
+    blocks = _block_figures(tower, wt, [(A.layer_activations(tower, wt, n, T), tower.n_layers)])
+    full = w.method == "full"
+    saved = blocks.kept + pixels
+    lora_b = 4 if A.lora_casts_input(w) else r
+    # the linears outside the blocks: (leaf, rows, input width); linear_1 reads the held adapter output
+    for leaf, rows, k in (("linear", n * (T - 1), tv.channels * tv.patch_size ** 2), ("fc1", n * m, 4 * hv),
+                          ("fc2", n * m, fc1), ("linear_1", n * m, out)):
+        if full:
+            saved += A._r(r * rows * k) if leaf != "linear_1" else 0
+        elif A.trains(w, leaf):
+            saved += A._r(lora_b * rows * k) + A._r(4 * rows * w.lora_rank)
+    for width in (hv, hv):  # layernorm_pre over the embeddings, layernorm_post over the last block's output
+        saved += A._norm_saved("layernorm", width, n * T, r, c, 0, False, full)
+    saved += A._r(r * n * m * fc1) + A._r(r * n * m * out)  # the two GELUs' inputs
+    saved += adapter_out  # image_outputs.last_hidden_state, held by the output
     saved += A._r(w.batch * (w.seq + tokens))  # masked_scatter's bool mask
     return VisionFigures(saved, 0, tokens)
 
@@ -640,16 +706,42 @@ def estimate_spec(spec: ModelSpec, w: Workload, gpu: GPU | None = None, *, headr
                 "crop, unpadded tiles, one newline a row)")
             vision_notes.append(f"{w.images} image(s) per sample: {vis.tokens:,} image tokens added to "
                                 f"seq={w.seq:,}, {w.seq + vis.tokens:,} tokens in the decoder")
+        elif spec.vlm.tiled is not None and w.images:
+            til = spec.vlm.tiled
+            Hq, Wq = tiled_image(spec, w)
+            th, tw = til.canvas(Hq, Wq)
+            vision_notes.append(
+                f"{Hq}x{Wq} images" + (" (the default: --image-size sets it)" if w.image_size is None else "")
+                + f" on a {th}x{tw} canvas of {til.tile}x{til.tile} tiles (Llama4ImageProcessorFast, max_patches="
+                f"{til.max_tiles})" + (", plus the global tile" if th * tw > 1 else "")
+                + f": {til.tiles(Hq, Wq)} tower row(s) of {(size // til.patch) ** 2 + 1} tokens (the class token's too) per "
+                f"image, {til.image_tokens(Hq, Wq):,} image tokens ({til.per_tile} a tile) and "
+                f"{til.prompt_tokens(Hq, Wq) - til.image_tokens(Hq, Wq)} special tokens per image")
+            vision_notes.append(f"{w.images} image(s) per sample: {vis.tokens:,} tokens added to seq={w.seq:,}, "
+                                f"{w.seq + vis.tokens:,} tokens in the decoder")
+            vision_notes.append("the tower runs b x images x tiles rows (the ViT block formulas); transformers 5.24's "
+                                f"{spec.architecture}.forward raises AttributeError (it reads image_outputs from the "
+                                "language model's output): the tracer patches that in, a real run needs the fix")
         elif dyn is None and w.images:
             vision_notes.append(f"{w.images} image(s) per sample at {size}x{size}: {vis.tokens:,} image tokens "
                                 f"({spec.vlm.image_tokens} per image) added to seq={w.seq:,}, "
                                 f"{w.seq + vis.tokens:,} tokens in the decoder")
-        if dyn is None and spec.vlm.anyres is None and w.image_size is not None and w.image_size != (size, size):
+        if (dyn is None and spec.vlm.anyres is None and spec.vlm.tiled is None and w.image_size is not None
+                and w.image_size != (size, size)):
             vision_notes.append(f"ignored: image_size={w.image_size[0]}x{w.image_size[1]}: the processor resizes "
                                 f"every image to {size}x{size}")
         if w.training and w.method == "full" and dyn is not None:
             vision_notes.append("full fine-tuning trains the vision tower and its merger too (transformers leaves "
                                 "every parameter trainable)")
+        elif w.training and w.method == "full" and spec.vlm.tiled is not None:
+            vision_notes.append("full fine-tuning trains the vision tower, its pixel-shuffle adapter and the projector "
+                                "too (transformers leaves every parameter trainable)")
+        elif w.training and spec.vlm.tiled is not None:
+            hit = [x for x in ("q_proj", "k_proj", "v_proj", "o_proj", "fc1", "fc2", "linear", "linear_1")
+                   if A.trains(replace(w, method="lora"), x)]
+            vision_notes.append(f"{w.method}: peft adapts every linear named {', '.join(w.lora_targets)}; in the vision "
+                                "tower (self_attn.q/k/v/o_proj, mlp.fc1/fc2, patch_embedding.linear), the adapter "
+                                f"(fc1, fc2) and the projector (linear_1) that is {', '.join(hit) if hit else 'none'}")
         elif w.training and w.method == "full":
             vision_notes.append("full fine-tuning trains the vision tower and the projector too (transformers "
                                 "leaves every parameter trainable; LLaVA's own recipes freeze the tower)")

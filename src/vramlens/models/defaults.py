@@ -349,6 +349,12 @@ VISION_DEFAULTS["qwen2_5_vl_vision"] = {
     "window_size": 112, "out_hidden_size": 3584, "fullatt_block_indexes": (7, 15, 23, 31),
 }
 
+#: Llama4VisionConfig's field defaults (configuration_llama4.py, transformers 5.24): Llama 4's tower and adapter
+VISION_DEFAULTS["llama4_vision_model"] = {
+    "hidden_size": 768, "num_hidden_layers": 34, "num_attention_heads": 16, "num_channels": 3,
+    "intermediate_size": 5632, "vision_output_dim": 7680, "image_size": 448, "patch_size": 14,
+    "pixel_shuffle_ratio": 0.5, "projector_input_dim": 4096, "projector_output_dim": 4096, "hidden_act": "gelu",
+}
 DEFAULTS.update(VISION_DEFAULTS)
 
 #: WhisperConfig's field defaults (configuration_whisper.py, transformers 5.24: the whisper-tiny shape)

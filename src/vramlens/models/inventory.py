@@ -18,8 +18,8 @@ from typing import Any
 from vramlens.errors import InputError, ModelSourceError, UnmodelledModelError
 from vramlens.limits import MAX_PARAMS, MAX_TENSOR_NUMEL, MAX_TENSORS, show
 from vramlens.models._reader import ConfigReader
-from vramlens.models._tensors import num_labels
-from vramlens.models.families import BUILDERS, DEFAULT_ARCHITECTURES, UNWRAP, qwen_vl
+from vramlens.models._tensors import Tensors, num_labels
+from vramlens.models.families import BUILDERS, DEFAULT_ARCHITECTURES, UNWRAP, llama4_vision, qwen_vl
 from vramlens.models.families.llama import build_llama_like
 from vramlens.models.families.vlm import (
     ANYRES_DEFAULT_IMAGE,
@@ -30,7 +30,7 @@ from vramlens.models.families.vlm import (
 )
 from vramlens.models.families.vlm import PARTS as VLM_PARTS
 from vramlens.models.heads import head_of, task_architecture
-from vramlens.models.spec import VLM, AnyRes, ModelSpec, TensorInfo
+from vramlens.models.spec import VLM, AnyRes, ModelSpec, TensorInfo, TiledImages
 
 #: What a config needs to be built as a generic decoder when its model_type is unknown.
 GENERIC_FIELDS = ("hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size",
@@ -117,6 +117,8 @@ def spec_from_config(
     mt = model_type_of(config, where)
     if mt == qwen_vl.MODEL_TYPE:
         return _qwen_vl_spec(config, name=name, source=source, where=where, task=task)
+    if mt == llama4_vision.MODEL_TYPE and multimodal:
+        return _llama4_vl_spec(config, name=name, source=source, where=where, task=task)
     if mt in VLM_PARTS and (multimodal or mt not in UNWRAP):
         return _vlm_spec(config, mt, name=name, source=source, where=where, task=task)
     unwrap_note = None
@@ -248,6 +250,44 @@ def _qwen_vl_spec(config: Mapping[str, Any], *, name: str | None, source: str, w
                    config=dict(config), vlm=vlm, assumed=tuple(dict.fromkeys((*text.assumed, *tower.assumed))),
                    quantization=_quantization(config, where),
                    outside_loss=tuple(rename_text(n) for n in text.outside_loss))
+
+
+def _llama4_vl_spec(config: Mapping[str, Any], *, name: str | None, source: str, where: str,
+                    task: str | None) -> ModelSpec:
+    """Llama 4 whole (families.llama4_vision): the text model's spec under ``language_model.``, the tower (its
+    pixel-shuffle adapter included) under ``vision_model.``, ``multi_modal_projector.linear_1``, and image tokens
+    from the tiles the processor cuts (``VLM.tiled``)."""
+    from dataclasses import replace
+
+    if task not in (None, "causal-lm"):
+        raise InputError(f"task={task}: {llama4_vision.ARCHITECTURE} is modelled with its causal LM head only: "
+                         "drop --task")
+    text_cfg, vision_cfg, token, v_out = llama4_vision.split(config, where)
+    text = spec_from_config(text_cfg, name=name, source=source, where=f"{where} text_config")
+    tower = spec_from_config(vision_cfg, name=f"{name or 'llama4'} vision tower", source=source,
+                             where=f"{where} vision_config")
+    assert tower.vision is not None
+    adapter_out = next(t.shape[0] for t in tower.tensors if t.name == "vision_adapter.mlp.fc2.weight")
+    if adapter_out != v_out:
+        raise ModelSourceError(f"{where}: vision_config.vision_output_dim={v_out} must equal projector_output_dim="
+                               f"{adapter_out} (the projector's linear_1 reads the adapter's output)")
+    tiled = TiledImages(tile=tower.vision.image_size, patch=tower.vision.patch_size)
+    side = tower.vision.image_size
+    outside = [replace(t, name="vision_model." + t.name, layer=None) for t in tower.tensors]
+    proj = Tensors()
+    proj.linear("multi_modal_projector.linear_1", text.hidden_size, v_out)  # Llama4MultiModalProjector, no bias
+    outside += proj.items
+    renamed = [replace(t, name="language_model." + t.name) for t in text.tensors]
+    vlm = VLM(tower=tower, projector="tiles_linear", image_tokens=tiled.image_tokens(side, side),
+              feature_tokens=tiled.per_tile, image_token_id=token, image_size=side, projector_act="none",
+              text_hidden=text.hidden_size, tower_prefix="vision_model.", tiled=tiled)
+    tensors = tuple(outside + renamed)
+    _check_size(list(tensors), where)
+    return replace(text, name=name or str(config.get("_name_or_path") or llama4_vision.MODEL_TYPE),
+                   model_type=llama4_vision.MODEL_TYPE, architecture=llama4_vision.ARCHITECTURE, tensors=tensors,
+                   config=dict(config), vlm=vlm, assumed=tuple(dict.fromkeys((*text.assumed, *tower.assumed))),
+                   quantization=_quantization(config, where),
+                   outside_loss=tuple("language_model." + n for n in text.outside_loss))
 
 
 def with_task(spec: ModelSpec, task: str | None) -> ModelSpec:

@@ -8,6 +8,7 @@ buffers, so that parameter counts equal what transformers reports for the same c
 
 from __future__ import annotations
 
+import struct
 from dataclasses import dataclass, field
 from math import ceil, floor, prod, sqrt
 from typing import Any, Literal
@@ -532,6 +533,60 @@ class AnyRes:
         return ch * cw + ch + side * side
 
 
+def _f32(x: float) -> float:
+    """``x`` rounded to float32, as torch's int64 tensor / int division gives it (get_best_fit's scales)."""
+    return float(struct.unpack("f", struct.pack("f", x))[0])
+
+
+@dataclass(frozen=True, slots=True)
+class TiledImages:
+    """How Llama 4's processor turns one image into tiles and image tokens (models/families/llama4_vision.py):
+    ``Llama4ImageProcessorFast`` (image_processing_llama4.py ``find_supported_resolutions``, ``get_best_fit``)
+    picks a canvas of th x tw tiles of ``tile`` pixels (th * tw <= ``max_tiles``) and adds a global tile when
+    th * tw > 1; each tile is (tile/patch)**2 patches, pixel-shuffled to a ``shuffle``**2-th of them."""
+
+    tile: int = 336
+    patch: int = 14
+    shuffle: float = 0.5
+    max_tiles: int = 16  # Llama4ImageProcessorFast's max_patches default
+
+    def canvas(self, height: int, width: int) -> tuple[int, int]:
+        """(th, tw): the tiles a side of the canvas ``get_best_fit`` picks for a (height, width) image: the smallest
+        upscale >= 1 of the aspect-preserving fits, else the least downscale; ties to the smallest canvas."""
+        # find_supported_resolutions: grouped by aspect ratio in order of first appearance, n from max_tiles down
+        groups: dict[float, list[tuple[int, int]]] = {}
+        for n in range(self.max_tiles, 0, -1):
+            for f in (f for f in range(1, n + 1) if n % f == 0):
+                groups.setdefault(f / (n // f), []).append((f, n // f))
+        options = [o for g in groups.values() for o in g]
+        scales = [_f32(min(_f32(th * self.tile / height), _f32(tw * self.tile / width))) for th, tw in options]
+        up = [s for s in scales if s >= 1]
+        pick = min(up) if up else max(scales)
+        best = [o for o, s in zip(options, scales, strict=True) if s == pick]
+        return min(best, key=lambda o: o[0] * o[1])  # argmin of the areas: the first of the smallest
+
+    def tiles(self, height: int, width: int) -> int:
+        """Tiles the tower runs for one image: th * tw, plus the global tile when th * tw > 1."""
+        th, tw = self.canvas(height, width)
+        return th * tw + (1 if th * tw > 1 else 0)
+
+    @property
+    def per_tile(self) -> int:
+        """Image tokens a tile leaves the pixel shuffle with: (336/14)**2 * 0.5**2 = 144."""
+        side = self.tile // self.patch
+        return int(side * side * self.shuffle * self.shuffle)
+
+    def image_tokens(self, height: int, width: int) -> int:
+        """``<|patch|>`` tokens of one image (the ones the projected tiles replace): 144 per tile run."""
+        return self.tiles(height, width) * self.per_tile
+
+    def prompt_tokens(self, height: int, width: int) -> int:
+        """All tokens ``_prompt_split_image`` puts in the sequence for one image: the patches, ``<|image_start|>``,
+        ``<|image|>``, ``<|image_end|>`` and, when tiled, th * (tw - 1) x-separators and th y-separators."""
+        th, tw = self.canvas(height, width)
+        return self.image_tokens(height, width) + 3 + (th * tw if th * tw > 1 else 0)
+
+
 @dataclass(frozen=True, slots=True)
 class VLM:
     """A vision-language model's image path (models/families/vlm.py): a vision ``tower`` (its own
@@ -540,14 +595,16 @@ class VLM:
 
     ``projector``: ``mlp2`` (LLaVA's ``linear_1``, ``projector_act``, ``linear_2``: modeling_llava.py
     LlavaMultiModalProjector) or ``pool_norm_matmul`` (Gemma 3's avg-pool to ``image_tokens``, RMSNorm and
-    one matmul: modeling_gemma3.py Gemma3MultiModalProjector). ``feature_tokens``: the tower's tokens the
+    one matmul: modeling_gemma3.py Gemma3MultiModalProjector), ``patch_merger`` (Qwen2.5-VL's merger, in the tower) or
+    ``tiles_linear`` (Llama 4: the pixel-shuffle adapter in the tower, then ``multi_modal_projector.linear_1``,
+    over the tiles of ``tiled``). ``feature_tokens``: the tower's tokens the
     projector takes per image (LLaVA's "default" strategy drops the class token). ``image_tokens``: what
     one image becomes in the text sequence (LLaVA-1.5: 576; Gemma 3: ``mm_tokens_per_image`` 256).
     ``image_size``: the side the processor resizes every image to (the tower's ``image_size``).
     """
 
     tower: ModelSpec
-    projector: Literal["mlp2", "pool_norm_matmul", "patch_merger"]
+    projector: Literal["mlp2", "pool_norm_matmul", "patch_merger", "tiles_linear"]
     image_tokens: int
     feature_tokens: int
     image_token_id: int
@@ -561,3 +618,5 @@ class VLM:
     tower_prefix: str = "model.vision_tower."
     #: LLaVA-NeXT: image tokens and the tower's crops from the image's size; None: one crop an image
     anyres: AnyRes | None = None
+    #: Llama 4: images as tiles of the tower's size (``image_tokens`` is then the default size's); None otherwise
+    tiled: TiledImages | None = None

@@ -66,6 +66,11 @@ class Built:
     #: LLaVA-NeXT: (crops per image, height, width): pixel_values (b * images, crops, C, side, side) and
     #: image_sizes [[height, width]] * (b * images), as LlavaNextImageProcessor returns them; None otherwise
     vlm_anyres: tuple[int, int, int] | None = None
+    #: Llama 4 (a tiled VLM): the tiles the tower runs per image, the prompt's special tokens per image
+    #: (``<|image_start|>``, separators...), and pixel_values in the weights' dtype (its forward does not cast them)
+    vlm_tiles: int = 1
+    vlm_specials: int = 0
+    vlm_pixels_cast: bool = False
 
 
 def config_layers(cfg: dict) -> int:
@@ -253,6 +258,7 @@ def build_hf(cfg: dict, wl: Workload, *, fake_mode=None, layers: int | None = No
         image, interpolate = (int(config.num_channels), h, w), (h, w) != (size, size)
     vlm_images = None
     vlm_anyres = None
+    tiles, specials = 1, 0
     from vramlens.models.families.vlm import ARCHITECTURES as VLM_ARCHITECTURES
 
     if VLM_ARCHITECTURES.get(str(cfg.get("model_type"))) == cls.__name__:
@@ -268,6 +274,18 @@ def build_hf(cfg: dict, wl: Workload, *, fake_mode=None, layers: int | None = No
                 vlm_anyres = (v.anyres.crops(hq, wq), hq, wq)
             vlm_images = (v.image_token_id, per_image, v.tower.vision.channels, v.image_size)
             _placeholder_mask_without_count(model, v.image_token_id)
+    elif str(cfg.get("model_type")) == "llama4" and cls.__name__ == "Llama4ForConditionalGeneration":
+        from vramlens.models import spec_from_config
+
+        v = spec_from_config(cfg, multimodal=True).vlm
+        assert v is not None and v.tower.vision is not None and v.tiled is not None
+        if wl.images:
+            hq, wq = wl.image_size or (v.image_size, v.image_size)
+            per = v.tiled.image_tokens(hq, wq)
+            vlm_images = (v.image_token_id, per, v.tower.vision.channels, v.image_size)
+            tiles, specials = v.tiled.tiles(hq, wq), v.tiled.prompt_tokens(hq, wq) - per
+            _placeholder_mask_without_count(model, v.image_token_id)
+        _llama4_image_outputs(model)
     elif wl.images:
         raise TraceError(f"images={wl.images} applies to vision-language models (LLaVA, LLaVA-NeXT, Gemma 3 "
                          f"multimodal, Qwen2.5-VL); {cls.__name__} has no vision tower: drop --images")
@@ -287,7 +305,30 @@ def build_hf(cfg: dict, wl: Workload, *, fake_mode=None, layers: int | None = No
     text_config = config.get_text_config() if hasattr(config, "get_text_config") else config  # a VLM's text model
     return Built(model=model, kind=kind, vocab_size=int(getattr(text_config, "vocab_size", 0) or 0),
                  notes=notes, n_layers=n, config=config, image=image, interpolate=interpolate, audio=audio,
-                 vlm_images=vlm_images, vlm_anyres=vlm_anyres)
+                 vlm_images=vlm_images, vlm_anyres=vlm_anyres, vlm_tiles=tiles, vlm_specials=specials,
+                 vlm_pixels_cast=cls.__name__ == "Llama4ForConditionalGeneration")
+
+
+def _llama4_image_outputs(model) -> None:
+    """Work around transformers 5.24's ``Llama4ForConditionalGeneration.forward``, which reads
+    ``outputs.image_outputs`` from its language model's ``MoeCausalLMOutputWithPast`` (no such field: every call
+    raises AttributeError, real tensors too): the language model's output gets the ``image_outputs`` the other VLMs
+    return (``mm_encoder_outputs.get("image")``: the vision model's output, held by the model's output as LLaVA's
+    and Gemma 3's hold theirs)."""
+    slot: list = [None]
+    get_features, lm_forward = model.get_image_features, model.language_model.forward
+
+    def features(*args, **kwargs):
+        slot[0] = get_features(*args, **kwargs)
+        return slot[0]
+
+    def forward(*args, **kwargs):
+        out = lm_forward(*args, **kwargs)
+        out.image_outputs, slot[0] = slot[0], None
+        return out
+
+    model.get_image_features = features
+    model.language_model.forward = forward
 
 
 def _placeholder_mask_without_count(model, token: int) -> None:

@@ -228,6 +228,20 @@ VLM_CONFIGS: dict[str, dict[str, Any]] = {
                                           "image_size": 64, "patch_size": 8},
                         "image_grid_pinpoints": [[64, 128], [128, 64], [128, 128]],
                         "image_token_index": 999, "_name_or_path": "llava-next-tiny"},
+    # Llama 4 whole: a tower of 3 blocks of 128 over 56x56 tiles in patches of 14 (16 patches and the class token,
+    # pixel-shuffled to 4 image tokens a tile), the adapter's MLP and the projector, a 2-block text model (a chunked
+    # rotary block with a dense MLP, a NoPE block with the MoE)
+    "llama4-vlm-tiny": {"model_type": "llama4", "architectures": ["Llama4ForConditionalGeneration"],
+                        "text_config": {"hidden_size": 256, "intermediate_size": 256, "intermediate_size_mlp": 512,
+                                        "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
+                                        "head_dim": 64, "vocab_size": 1000, "num_local_experts": 4,
+                                        "num_experts_per_tok": 1, "interleave_moe_layer_step": 2,
+                                        "no_rope_layers": [1, 0], "attention_chunk_size": 32},
+                        "vision_config": {"hidden_size": 128, "intermediate_size": 512, "num_hidden_layers": 3,
+                                          "num_attention_heads": 4, "image_size": 56, "patch_size": 14,
+                                          "vision_output_dim": 128, "projector_input_dim": 128,
+                                          "projector_output_dim": 128},
+                        "image_token_index": 999, "_name_or_path": "llama4-vlm-tiny"},
 }
 _VLM_TRAIN = {"mode": "train", "method": "full", "dtype": "bf16", "attention": "sdpa", "checkpointing": "none",
               "batch": 4, "seq": 64, "images": 2}
@@ -244,6 +258,16 @@ VLM_ROWS: tuple[tuple[str, dict[str, Any]], ...] = (
     ("llava-next-tiny", {**_VLM_TRAIN, "image_size": (128, 96)}),
     ("llava-next-tiny", {**_VLM_TRAIN, "image_size": (128, 96), "method": "lora"}),
     ("llava-next-tiny", {**_VLM_INFER, "image_size": (128, 96)}),
+    # Llama 4: one 56x56 tile per image by default; 112x112 is a 2x2 canvas and the global tile (5 tower rows an
+    # image), 112x56 a 2x1 canvas and the global tile (3); fc1/fc2/linear_1 adapt the tower's MLPs, the adapter's and
+    # the projector (all-linear would adapt Llama4Router, an nn.Linear returning a tuple, which peft's forward breaks on)
+    ("llama4-vlm-tiny", _VLM_TRAIN),
+    ("llama4-vlm-tiny", _VLM_INFER),
+    ("llama4-vlm-tiny", {**_VLM_TRAIN, "method": "lora"}),
+    ("llama4-vlm-tiny", {**_VLM_TRAIN, "method": "lora", "lora_targets": ("q_proj", "v_proj", "fc1", "fc2", "linear_1"),
+                         "image_size": (112, 56)}),
+    ("llama4-vlm-tiny", {**_VLM_TRAIN, "image_size": (112, 112)}),
+    ("llama4-vlm-tiny", {**_VLM_INFER, "image_size": (112, 56)}),
 )
 
 
@@ -272,6 +296,10 @@ VLM_CATALOG_ROWS: tuple[tuple[str, dict[str, Any]], ...] = (
     ("gemma-3-4b-it-vision", {"mode": "train", "method": "full", "dtype": "bf16", "batch": 1, "seq": 512,
                               "images": 1}),
     ("gemma-3-4b-it-vision", {"mode": "inference", "dtype": "bf16", "batch": 1, "seq": 512, "images": 2}),
+    # Llama 4 Scout whole: one 336x336 tile, and 672x672 as a 2x2 canvas and the global tile (5 tower rows)
+    ("llama-4-scout-vision", {"mode": "train", "method": "full", "dtype": "bf16", "batch": 1, "seq": 512, "images": 1}),
+    ("llama-4-scout-vision", {"mode": "inference", "dtype": "bf16", "batch": 1, "seq": 512, "images": 1,
+                              "image_size": (672, 672)}),
 )
 
 

@@ -322,9 +322,10 @@ class Runner:
             # below the image token id, and the images as fp32 (b * images, C, side, side) pixel_values
             token, per_image, channels, side = built.vlm_images
             n = self.wl.images * per_image
-            ids = torch.randint(0, max(2, min(vocab, token)), (b, seq + n), device=dev)
+            extra = self.wl.images * built.vlm_specials  # Llama 4's prompt: special tokens around each image's
+            ids = torch.randint(0, max(2, min(vocab, token)), (b, seq + n + extra), device=dev)
             ids[:, 1:1 + n] = token
-            seq += n
+            seq += n + extra
             if built.vlm_anyres is not None:
                 # LLaVA-NeXT: each image's 1 + tiles crops, and its size as a list (transformers reads it back
                 # with .tolist(), which a fake tensor cannot answer; a list is what that call returns)
@@ -332,7 +333,10 @@ class Runner:
                 kw["pixel_values"] = torch.randn(b * self.wl.images, crops, channels, side, side, device=dev)
                 kw["image_sizes"] = [[hq, wq]] * (b * self.wl.images)
             else:
-                kw["pixel_values"] = torch.randn(b * self.wl.images, channels, side, side, device=dev)
+                pixels = torch.randn(b * self.wl.images * built.vlm_tiles, channels, side, side, device=dev)
+                if built.vlm_pixels_cast:  # Llama 4: the caller casts the processor's fp32 pixels to the weights' dtype
+                    pixels = pixels.to(next(built.model.parameters()).dtype)
+                kw["pixel_values"] = pixels
         else:
             ids = torch.randint(0, vocab, (b, seq), device=dev)
         kw["input_ids"] = ids

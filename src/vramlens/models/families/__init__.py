@@ -24,6 +24,7 @@ from vramlens.models.families import (
     gpt_oss,
     llama,
     llama4,
+    llama4_vision,
     modernbert,
     qwen_vl,
     t5,
@@ -49,6 +50,7 @@ BUILDERS: dict[str, Builder] = {
     **vision.BUILDERS,
     **whisper.BUILDERS,
     **qwen_vl.BUILDERS,
+    **llama4_vision.BUILDERS,
 }
 
 #: model_type -> the reader of the part of a wrapping config that vramlens models, and the note
@@ -97,6 +99,7 @@ DEFAULT_ARCHITECTURES: dict[str, str] = {
     "siglip_vision_model": "SiglipVisionModel",
     "whisper": "WhisperForConditionalGeneration",
     "qwen2_5_vl_vision": "Qwen2_5_VisionTransformerPretrainedModel",
+    "llama4_vision_model": "Llama4VisionModel",
 }
 
 __all__ = ["BUILDERS", "Builder", "Built", "DEFAULT_ARCHITECTURES", "UNWRAP"]
