@@ -286,7 +286,7 @@ def trace_fsdp(model: Any, workload: Workload | None = None, *, world_size: int 
 
 def _trace(model, wl: Workload, n: int, *, rank: int, steps: int, progress, top: int, alloc_conf) -> TraceResult:
     from vramlens.trace.build import build_hf, retie
-    from vramlens.trace.runner import Runner, config_of, describe_failure
+    from vramlens.trace.runner import Runner, config_of
 
     t0 = time.perf_counter()
     cfg = config_of(model)
@@ -294,20 +294,7 @@ def _trace(model, wl: Workload, n: int, *, rank: int, steps: int, progress, top:
     live = [False]
 
     def warm_up(built, opt) -> None:
-        inputs = runner._inputs(built, wl.seq)
-        with runner._autocast():
-            out = runner._forward(built, inputs)
-            loss = runner._loss(out)
-        del out
-        loss.backward()
-        del loss, inputs
-        if opt is not None:
-            opt.step()
-            opt.zero_grad(set_to_none=True)
-            opt.state.clear()  # recorded step 1 creates the state, as a real first step does
-        for p in built.model.parameters():
-            p.grad = None
-        gc.collect()
+        warm_up_step(runner, built, opt)
         live[0] = True
 
     runner.before_record = warm_up
@@ -323,17 +310,8 @@ def _trace(model, wl: Workload, n: int, *, rank: int, steps: int, progress, top:
             raise
         except Exception as e:  # noqa: BLE001 - fully_shard refusing the model: one clear line
             raise TraceError(f"fully_shard failed on {type(built.model).__name__}: {type(e).__name__}: {e}") from e
-        try:
-            with _fsdp_tags(runner.rec, live):
-                rec = runner.run(built)
-        except VramlensError:
-            raise
-        except Exception as e:  # noqa: BLE001 - any failure inside torch becomes one clear line
-            raise TraceError(describe_failure(runner.rec, e)) from e
-        ps = list(built.model.parameters())
-        params = sum(p.numel() for p in ps)  # DTensor.numel() is the global (unsharded) count
-        trainable = sum(p.numel() for p in ps if p.requires_grad)
-        del ps, built
+        rec, params, trainable = record_rank(runner, built, _fsdp_tags(runner.rec, live))
+        del built
         gc.collect()
     events = rec.events()
     summary = summarize(events, top=top, component_of=TAG_COMPONENT)
@@ -347,6 +325,49 @@ def _trace(model, wl: Workload, n: int, *, rank: int, steps: int, progress, top:
     if wl.fsdp_mixed_precision:
         notes.append(f"FSDP2 MixedPrecisionPolicy(param_dtype={wl.amp}, reduce_dtype=fp32) over fp32 sharded "
                      "parameters (torchtitan's default), no autocast")
+    return rank_result(runner, model, wl, events, summary, notes, alloc_conf=alloc_conf, steps=steps,
+                       params=params, trainable=trainable, t0=t0)
+
+
+def warm_up_step(runner, built, opt) -> None:
+    """One unrecorded training step on a sharded or parallelized rank (the Runner's ``before_record``):
+    DTensor's first call of each op makes temporaries the steady state does not; the optimizer's state is
+    cleared after it, so the recorded step 1 creates it as a real first step does."""
+    inputs = runner._inputs(built, runner.wl.seq)
+    with runner._autocast():
+        out = runner._forward(built, inputs)
+        loss = runner._loss(out)
+    del out
+    loss.backward()
+    del loss, inputs
+    if opt is not None:
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        opt.state.clear()
+    for p in built.model.parameters():
+        p.grad = None
+    gc.collect()
+
+
+def record_rank(runner, built, around) -> tuple[Any, int, int]:
+    """Record ``built`` inside the context ``around``: (recorder, parameters, trainable parameters), any
+    failure inside torch as one TraceError line. DTensor.numel() is the global (unsharded) count."""
+    from vramlens.trace.runner import describe_failure
+
+    try:
+        with around:
+            rec = runner.run(built)
+    except VramlensError:
+        raise
+    except Exception as e:  # noqa: BLE001 - any failure inside torch becomes one clear line
+        raise TraceError(describe_failure(runner.rec, e)) from e
+    ps = list(built.model.parameters())
+    return rec, sum(p.numel() for p in ps), sum(p.numel() for p in ps if p.requires_grad)
+
+
+def rank_result(runner, model, wl: Workload, events, summary, notes: list[str], *, alloc_conf, steps: int,
+                params: int, trainable: int, t0: float) -> TraceResult:
+    """The TraceResult of one traced rank (FSDP2 or tensor parallelism)."""
     reserved = simulated_reserved(events, notes, alloc_conf)
     bd = make_trace_breakdown(summary, training=True, source="trace", notes=notes,
                               phases=phase_max(summary.phase_peaks), peak_reserved=reserved, workload=wl)

@@ -41,15 +41,11 @@ from typing import Any
 
 from vramlens.errors import InputError, TraceError, VramlensError
 from vramlens.trace.common import (
-    name_of,
-    phase_max,
     quiet_third_party,
     resolve_workload,
-    runner_layers,
-    simulated_reserved,
 )
 from vramlens.trace.events import INFERENCE_COMPONENT, TAG_COMPONENT, summarize
-from vramlens.trace.result import TraceResult, make_trace_breakdown
+from vramlens.trace.result import TraceResult
 from vramlens.workload import Workload
 
 #: The Llama-style module names the plan needs, per decoder block (transformers' LlamaDecoderLayer).
@@ -196,8 +192,8 @@ def _trace(model, wl: Workload, *, steps: int, progress, top: int, alloc_conf) -
     from torch.distributed.tensor.parallel import loss_parallel
 
     from vramlens.trace.build import build_hf, retie
-    from vramlens.trace.fsdp import fake_process_group
-    from vramlens.trace.runner import Runner, config_of, describe_failure
+    from vramlens.trace.fsdp import fake_process_group, rank_result, record_rank, warm_up_step
+    from vramlens.trace.runner import Runner, config_of
 
     t0 = time.perf_counter()
     cfg = config_of(model)
@@ -205,22 +201,7 @@ def _trace(model, wl: Workload, *, steps: int, progress, top: int, alloc_conf) -
     runner = Runner(wl, mode="fake", steps=steps, progress=progress)
     lp = wl.loss_parallel
 
-    def warm_up(built, opt) -> None:
-        inputs = runner._inputs(built, wl.seq)
-        out = runner._forward(built, inputs)
-        loss = runner._loss(out)
-        del out
-        loss.backward()
-        del loss, inputs
-        if opt is not None:
-            opt.step()
-            opt.zero_grad(set_to_none=True)
-            opt.state.clear()  # recorded step 1 creates the state, as a real first step does
-        for p in built.model.parameters():
-            p.grad = None
-        gc.collect()
-
-    runner.before_record = warm_up
+    runner.before_record = lambda built, opt: warm_up_step(runner, built, opt)  # no autocast under --tp
     with fake_process_group(wl.tp) as mesh:
         built = build_hf(cfg, wl, meta_only=True)
         if built.kind != "causal-lm":
@@ -243,17 +224,8 @@ def _trace(model, wl: Workload, *, steps: int, progress, top: int, alloc_conf) -
         except Exception as e:  # noqa: BLE001 - parallelize_module refusing the model: one clear line
             raise TraceError(f"torchtitan's TP plan failed on {type(built.model).__name__}: "
                              f"{type(e).__name__}: {e}") from e
-        try:
-            with loss_parallel() if lp else contextlib.nullcontext():
-                rec = runner.run(built)
-        except VramlensError:
-            raise
-        except Exception as e:  # noqa: BLE001 - any failure inside torch becomes one clear line
-            raise TraceError(describe_failure(runner.rec, e)) from e
-        ps = list(built.model.parameters())
-        params = sum(p.numel() for p in ps)  # DTensor.numel() is the global (unsharded) count
-        trainable = sum(p.numel() for p in ps if p.requires_grad)
-        del ps, built
+        rec, params, trainable = record_rank(runner, built, loss_parallel() if lp else contextlib.nullcontext())
+        del built
         gc.collect()
     events = rec.events()
     summary = summarize(events, top=top, component_of=TAG_COMPONENT if wl.training else INFERENCE_COMPONENT)
@@ -265,12 +237,5 @@ def _trace(model, wl: Workload, *, steps: int, progress, top: int, alloc_conf) -
         "one unrecorded warm-up step ran first (DTensor's first calls); optimizer state cleared after it, "
         "so step 1 creates the state",
     ]
-    reserved = simulated_reserved(events, notes, alloc_conf)
-    bd = make_trace_breakdown(summary, training=True, source="trace", notes=notes,
-                              phases=phase_max(summary.phase_peaks), peak_reserved=reserved, workload=wl)
-    return TraceResult(
-        breakdown=bd, summary=summary, events=tuple(events), workload=wl, model_name=name_of(model),
-        params=params, trainable_params=trainable, backend="fake", steps=steps,
-        step_peaks=summary.step_peaks, phase_peaks=summary.phase_peaks, n_layers=runner_layers(runner, model),
-        seconds=time.perf_counter() - t0,
-    )
+    return rank_result(runner, model, wl, events, summary, notes, alloc_conf=alloc_conf, steps=steps,
+                       params=params, trainable=trainable, t0=t0)
