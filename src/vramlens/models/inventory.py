@@ -208,14 +208,10 @@ def _vlm_spec(config: Mapping[str, Any], mt: str, *, name: str | None, source: s
               image_tokens=image_tokens, feature_tokens=feature, image_token_id=parts.image_token_id,
               image_size=tower.vision.image_size, projector_act=parts.projector_act, text_hidden=text.hidden_size,
               anyres=anyres)
-    tensors = tuple(outside + renamed)
-    _check_size(list(tensors), where)
     unreached = outside_loss(parts, tower.n_layers, [t.name for t in outside if t.role != "buffer"])
-    return replace(text, name=name or str(config.get("_name_or_path") or mt), model_type=mt,
-                   architecture=ARCHITECTURES[mt], tensors=tensors, config=dict(config), vlm=vlm,
-                   assumed=tuple(dict.fromkeys((*text.assumed, *tower.assumed))),
-                   quantization=_quantization(config, where),
-                   outside_loss=tuple(rename_text(n) for n in text.outside_loss) + unreached)
+    return _whole_vlm(text, tower, vlm, outside + renamed, config, name=name, where=where, model_type=mt,
+                      architecture=ARCHITECTURES[mt],
+                      outside_loss=tuple(rename_text(n) for n in text.outside_loss) + unreached)
 
 
 def _qwen_vl_spec(config: Mapping[str, Any], *, name: str | None, source: str, where: str,
@@ -243,13 +239,9 @@ def _qwen_vl_spec(config: Mapping[str, Any], *, name: str | None, source: str, w
     vlm = VLM(tower=tower, projector="patch_merger", image_tokens=tokens, feature_tokens=tokens * dyn.merge ** 2,
               image_token_id=token, image_size=side, projector_act="gelu", text_hidden=text.hidden_size,
               dynamic=dyn, tower_prefix="model.visual.")
-    tensors = tuple(outside + renamed)
-    _check_size(list(tensors), where)
-    return replace(text, name=name or str(config.get("_name_or_path") or qwen_vl.MODEL_TYPE),
-                   model_type=qwen_vl.MODEL_TYPE, architecture=qwen_vl.ARCHITECTURE, tensors=tensors,
-                   config=dict(config), vlm=vlm, assumed=tuple(dict.fromkeys((*text.assumed, *tower.assumed))),
-                   quantization=_quantization(config, where),
-                   outside_loss=tuple(rename_text(n) for n in text.outside_loss))
+    return _whole_vlm(text, tower, vlm, outside + renamed, config, name=name, where=where,
+                      model_type=qwen_vl.MODEL_TYPE, architecture=qwen_vl.ARCHITECTURE,
+                      outside_loss=tuple(rename_text(n) for n in text.outside_loss))
 
 
 def _llama4_vl_spec(config: Mapping[str, Any], *, name: str | None, source: str, where: str,
@@ -281,13 +273,23 @@ def _llama4_vl_spec(config: Mapping[str, Any], *, name: str | None, source: str,
     vlm = VLM(tower=tower, projector="tiles_linear", image_tokens=tiled.image_tokens(side, side),
               feature_tokens=tiled.per_tile, image_token_id=token, image_size=side, projector_act="none",
               text_hidden=text.hidden_size, tower_prefix="vision_model.", tiled=tiled)
-    tensors = tuple(outside + renamed)
-    _check_size(list(tensors), where)
-    return replace(text, name=name or str(config.get("_name_or_path") or llama4_vision.MODEL_TYPE),
-                   model_type=llama4_vision.MODEL_TYPE, architecture=llama4_vision.ARCHITECTURE, tensors=tensors,
-                   config=dict(config), vlm=vlm, assumed=tuple(dict.fromkeys((*text.assumed, *tower.assumed))),
-                   quantization=_quantization(config, where),
-                   outside_loss=tuple("language_model." + n for n in text.outside_loss))
+    return _whole_vlm(text, tower, vlm, outside + renamed, config, name=name, where=where,
+                      model_type=llama4_vision.MODEL_TYPE, architecture=llama4_vision.ARCHITECTURE,
+                      outside_loss=tuple("language_model." + n for n in text.outside_loss))
+
+
+def _whole_vlm(text: ModelSpec, tower: ModelSpec, vlm: VLM, tensors: list[TensorInfo], config: Mapping[str, Any], *,
+               name: str | None, where: str, model_type: str, architecture: str,
+               outside_loss: tuple[str, ...]) -> ModelSpec:
+    """A vision-language model's spec: the text model's, with the tower's and projector's tensors beside its own
+    (renamed under the checkpoint's prefixes by the caller), the VLM facts and both parts' assumptions."""
+    from dataclasses import replace
+
+    _check_size(tensors, where)
+    return replace(text, name=name or str(config.get("_name_or_path") or model_type), model_type=model_type,
+                   architecture=architecture, tensors=tuple(tensors), config=dict(config), vlm=vlm,
+                   assumed=tuple(dict.fromkeys((*text.assumed, *tower.assumed))),
+                   quantization=_quantization(config, where), outside_loss=outside_loss)
 
 
 def with_task(spec: ModelSpec, task: str | None) -> ModelSpec:

@@ -132,14 +132,13 @@ VISION_ROWS: tuple[tuple[str, dict[str, Any]], ...] = (
 )
 
 
-def run_vision_row(name: str, row: dict[str, Any]) -> Row:
-    """One VISION_ROWS row: the estimate of VISION_CONFIGS[name] against its trace."""
+def _config_row(name: str, cfg: dict[str, Any], row: dict[str, Any], **spec_kw: Any) -> Row:
+    """The estimate of the config ``cfg`` (built with ``spec_kw``) against its trace (two steps)."""
     from vramlens.estimator import estimate
     from vramlens.models.inventory import spec_from_config
     from vramlens.trace import trace
 
-    cfg = VISION_CONFIGS[name]
-    e = estimate(spec_from_config(cfg, name=name), **row)
+    e = estimate(spec_from_config(cfg, name=name, **spec_kw), **row)
     est = e.breakdown
     tr = trace(dict(cfg), steps=2, **row).breakdown
     return Row(
@@ -148,6 +147,11 @@ def run_vision_row(name: str, row: dict[str, Any]) -> Row:
         traced={c: tr[c] for c in ALLOCATOR_COMPONENTS},
         estimate_peak=est.peak_allocated - _workspace_bytes(e), traced_peak=tr.peak_allocated,
     )
+
+
+def run_vision_row(name: str, row: dict[str, Any]) -> Row:
+    """One VISION_ROWS row: the estimate of VISION_CONFIGS[name] against its trace."""
+    return _config_row(name, VISION_CONFIGS[name], row)
 
 
 #: Whisper (speech encoder-decoder, --audio-seconds) on a shrunk config of its own: whisper-tiny's layout (80 mel
@@ -179,20 +183,7 @@ AUDIO_ROWS: tuple[tuple[str, dict[str, Any]], ...] = (
 
 def run_audio_row(name: str, row: dict[str, Any]) -> Row:
     """One AUDIO_ROWS row: the estimate of AUDIO_CONFIGS[name] against its trace."""
-    from vramlens.estimator import estimate
-    from vramlens.models.inventory import spec_from_config
-    from vramlens.trace import trace
-
-    cfg = AUDIO_CONFIGS[name]
-    e = estimate(spec_from_config(cfg, name=name), **row)
-    est = e.breakdown
-    tr = trace(dict(cfg), steps=2, **row).breakdown
-    return Row(
-        model=name, workload=dict(row),
-        estimate={c: est[c] for c in ALLOCATOR_COMPONENTS},
-        traced={c: tr[c] for c in ALLOCATOR_COMPONENTS},
-        estimate_peak=est.peak_allocated - _workspace_bytes(e), traced_peak=tr.peak_allocated,
-    )
+    return _config_row(name, AUDIO_CONFIGS[name], row)
 
 
 #: Vision-language models on tiny configs that keep each kind of block: LLaVA (a CLIP tower of 3 blocks with its
@@ -273,20 +264,7 @@ VLM_ROWS: tuple[tuple[str, dict[str, Any]], ...] = (
 
 def run_vlm_row(name: str, row: dict[str, Any]) -> Row:
     """One VLM_ROWS row: the estimate of VLM_CONFIGS[name] (built whole, multimodal) against its trace."""
-    from vramlens.estimator import estimate
-    from vramlens.models.inventory import spec_from_config
-    from vramlens.trace import trace
-
-    cfg = VLM_CONFIGS[name]
-    e = estimate(spec_from_config(cfg, name=name, multimodal=True), **row)
-    est = e.breakdown
-    tr = trace(dict(cfg), steps=2, **row).breakdown
-    return Row(
-        model=name, workload=dict(row),
-        estimate={c: est[c] for c in ALLOCATOR_COMPONENTS},
-        traced={c: tr[c] for c in ALLOCATOR_COMPONENTS},
-        estimate_peak=est.peak_allocated - _workspace_bytes(e), traced_peak=tr.peak_allocated,
-    )
+    return _config_row(name, VLM_CONFIGS[name], row, multimodal=True)
 
 
 #: The catalog's VLMs at full size, traced on 2 and 3 text blocks under the whole tower and extrapolated (--layers 3).
