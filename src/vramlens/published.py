@@ -76,7 +76,10 @@ _A100 = _Setup(gpu="A100-80GB", cuda="12.1", lazy_loading=True)  # CUDA 12: lazy
 # (autograd/_functions.py:522-523 ``ctx.tensors = (A, B)``), and fit() holds the step's output
 # (finetune/lora.py:276 ``logits = model(input_ids, lm_head_chunk_size=128)``) until the next forward
 # returns: bnb_inputs="next-forward"
-_LITGPT = dict(mode="train", dtype="bf16", seq=512)
+# LitGPT's CausalSelfAttention expands GQA keys and values to every head in training (litgpt/model.py:228-235
+# at 5895df10, ``k.expand(B, n_query_groups, q_per_kv, T, hs)`` then ``reshape``: a copy) before SDPA: gqa_expand
+# (a no-op for Llama 2's multi-head and Falcon's single kv head, whose reshape is a view)
+_LITGPT = dict(mode="train", dtype="bf16", seq=512, gqa_expand=True)
 _LITGPT_LORA = dict(_LITGPT, method="lora", lora_rank=32, lora_dropout=0.05, lora_dtype="bf16", loss_chunks=4)
 _LITGPT_QLORA = dict(_LITGPT_LORA, method="qlora", quant="nf4", quant_targets="all", optimizer="paged-adamw",
                      bnb_inputs="next-forward")
@@ -91,9 +94,10 @@ _H100_96 = _Setup(gpu="H100-NVL-94GB", cuda="12.4", lazy_loading=True)  # the ca
 # packed to 4096 tokens, bf16 parameters and states, torch.optim.AdamW; the figure is peak_memory_active. The table
 # does not say foreach or fused, its figures do: the Baseline row (25.5 GiB) and the checkpointed rows sit under
 # weights + gradients + two bf16 states + foreach's sqrt(exp_avg_sq) copy of every state (29.9 GiB), so the step
-# made no such copy: fused
+# made no such copy: fused. torchtune's MultiHeadAttention copies the 8 kv heads to all 24 before SDPA
+# (torchtune/modules/attention.py ``k.unsqueeze(2).expand(...).flatten(1, 2)``): gqa_expand
 _TUNE_3B = dict(mode="train", dtype="bf16", batch=2, seq=4096, optimizer="adamw", optimizer_impl="fused",
-                attention="sdpa")
+                attention="sdpa", gqa_expand=True)
 # the rows after "+ Compile": every layer compiled and CEWithChunkedOutputLoss (8 chunks, compute_cross_entropy
 # compiled); then full activation checkpointing; LoRA and QLoRA: llama3_2/3B_(q)lora_single_device (rank 64 on
 # q_proj, v_proj, output_proj and the MLP, bf16 adapters, AdamW fused=True) with checkpointing and offloading

@@ -150,6 +150,11 @@ class Workload:
     #: vramlens.estimator.compiled
     compile: bool = False
     attention: Attention = "sdpa"
+    #: GQA keys and values copied to every query head before the attention kernel, which keeps the
+    #: copies for backward: torchtune's MultiHeadAttention (``k.unsqueeze(2).expand(...).flatten(1, 2)``,
+    #: torchtune/modules/attention.py, every release), and transformers' ``repeat_kv`` when SDPA is not
+    #: given ``enable_gqa``. Eager attention in transformers always expands; this makes any kernel do so
+    gqa_expand: bool = False
     lora_rank: int = 8  # peft LoraConfig's r default
     lora_targets: tuple[str, ...] = DEFAULT_LORA_TARGETS
     lora_dropout: float = 0.0
@@ -347,7 +352,7 @@ class Workload:
         elif self.max_cache_len > L.MAX_SEQ:
             p.append(f"max_cache_len={L.show(self.max_cache_len)} is over the limit of {L.MAX_SEQ:,} tokens")
         for name in ("keep_grads", "fsdp", "optimizer_in_backward", "activation_offload", "loss_parallel", "dora",
-                     "fp8", "compile"):
+                     "fp8", "compile", "gqa_expand"):
             if not isinstance(getattr(self, name), bool):
                 p.append(f"{name}={L.show(getattr(self, name))} must be true or false")
         if not isinstance(self.lora_targets, tuple) or not all(isinstance(t, str) for t in self.lora_targets):

@@ -164,3 +164,38 @@ def test_gqa_expansion_when_decoding_at_long_context():
     sdpa = estimate("llama-3-8b", attention="sdpa", **kw).breakdown
     # repeat_kv copies the 8 KV heads' keys and values to all 32 heads: 2 x 32 x 131,072 x 128 x 2 B = 2 GiB
     assert eager["activations"] >= 2 * 32 * 131_072 * 128 * 2 > 10 * sdpa["activations"]
+
+
+def test_gqa_expand_saves_full_head_keys_and_values():
+    """torchtune's MultiHeadAttention copies GQA keys and values to every head before SDPA, which keeps
+    the copies: per block 2 x c*(a - kv)*d*t more than the kv-head tensors transformers' SDPA keeps."""
+    from vramlens.models import load_model
+
+    spec = load_model("llama-3.2-3b")  # 24 query heads, 8 kv heads, head_dim 128
+    plain = estimate(spec, **TRAIN)
+    expanded = estimate(spec, **TRAIN, gqa_expand=True)
+    # b*s = 512 tokens, bf16: 2 x 2 B x (24 - 8) heads x 128 x 512 = 4,194,304 B per block
+    assert expanded.layer_activation_bytes - plain.layer_activation_bytes == 2 * 2 * (24 - 8) * 128 * 512
+    # multi-head attention has nothing to expand; under torch.compile the partitioner recomputes the copies
+    mha = load_model("llama-2-7b")
+    assert (estimate(mha, **TRAIN, gqa_expand=True).layer_activation_bytes
+            == estimate(mha, **TRAIN).layer_activation_bytes)
+    compiled = dict(TRAIN, compile=True)
+    assert (estimate(spec, **compiled, gqa_expand=True).breakdown.peak_allocated
+            == estimate(spec, **compiled).breakdown.peak_allocated)
+
+
+def test_gqa_expand_copies_the_cache_at_each_decode_step():
+    """In inference the copies are a transient of each attention call over all S keys: 2 x c*a*d*b*S, so each
+    further key adds 2 x 2 B x 24 heads x 128 to a decode step's block peak (and nothing without the expansion)."""
+    from vramlens.estimator.activations import inference_layer_peak
+    from vramlens.models import load_model
+
+    spec = load_model("llama-3.2-3b")
+    plain, expanded = (make_workload(mode="inference", dtype="bf16", seq=16, new_tokens=4096, gqa_expand=g)
+                       for g in (False, True))
+
+    def extra(S: int) -> int:
+        return inference_layer_peak(spec, expanded, 1, 1, S) - inference_layer_peak(spec, plain, 1, 1, S)
+
+    assert extra(4112) - extra(2064) == 2 * 2 * 24 * 128 * (4112 - 2064)  # 25,165,824 B

@@ -62,6 +62,13 @@ def test_fp8_casts_are_transients():
     assert fp8.estimate_peak > bf16.estimate_peak
 
 
+def test_gqa_expansion_matches_trace():
+    """torchtune's expansion of GQA keys and values before the kernel, traced through transformers' repeat_kv."""
+    rows = run_technique_rows(only="gqa_expand")
+    assert len(rows) == 6
+    _check(rows)
+
+
 def test_chunked_cross_entropy_matches_trace():
     _check(run_technique_rows(only="loss_chunks"))
 

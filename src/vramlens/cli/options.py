@@ -151,6 +151,10 @@ def add_workload_args(p: argparse.ArgumentParser) -> None:
                    help="with --tp: the logits and the loss stay sharded over the vocabulary (torchtitan "
                         "loss_parallel); without it every rank gathers the whole logits")
     g.add_argument("--attention", choices=W.ATTENTION, default="sdpa", help="attention kernel (default sdpa)")
+    g.add_argument("--gqa-expand", action="store_true",
+                   help="GQA keys and values copied to every query head before the attention kernel, which keeps "
+                        "the copies for backward (torchtune's MultiHeadAttention; transformers' repeat_kv when "
+                        "SDPA gets no enable_gqa)")
     g.add_argument("--lora-rank", type=_positive, default=8, help="LoRA rank r (default 8, peft's LoraConfig)")
     g.add_argument("--lora-targets", default="q_proj,v_proj", help="modules LoRA adapts, comma-separated, or all-linear")
     g.add_argument("--lora-dropout", type=_fraction, default=0.0,

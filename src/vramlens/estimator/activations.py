@@ -580,6 +580,11 @@ def layer_activations(spec: ModelSpec, w: Workload, b: int, s: int, *, cross_s: 
             # memory-efficient kernel (flash takes fp16/bf16 only; aten/src/ATen/native/transformers/
             # cuda/sdp_utils.cpp), and that kernel has no GQA
             kv_saved = _r(c * D.a * D.d * t) if D.kv != D.a and (D.kv != 1 or not masked) else kv
+        elif w.gqa_expand:
+            # the stack copies keys and values to every head before the kernel (torchtune's
+            # ``k.unsqueeze(2).expand(...).flatten(1, 2)``), and the kernel keeps the copies, not the
+            # projections' outputs; one kv head flattens as a view
+            kv_saved = _r(c * D.a * D.d * t) if D.kv not in (1, D.a) else kv
         else:
             kv_saved = kv
         total += q + 2 * kv_saved
@@ -1300,8 +1305,9 @@ def inference_layer_peak(spec: ModelSpec, w: Workload, b: int, s: int, S: int, t
             # memory-efficient kernel takes, and keys and values expanded to every head (repeat_kv;
             # a view for one kv head)
             attn += _sliding_mask_saved(b, s, c) // s * S
-            if D.kv not in (1, D.a):
-                attn += 2 * _r(c * D.a * D.d * b * S)
+        if (masked or w.gqa_expand) and D.kv not in (1, D.a):
+            # keys and values copied to every head for the kernel (repeat_kv, or the stack's own expansion)
+            attn += 2 * _r(c * D.a * D.d * b * S)
     if spec.rotary_fp32:
         # ModernBERT's rotary in fp32 while the fused q/k/v output is alive: q.float(), q * cos, the
         # rotated half (neg, half width) and cat, and the sum (four and a half fp32 b*s*a*d tensors)

@@ -351,6 +351,20 @@ TECHNIQUE_ROWS: tuple[tuple[str, dict[str, Any]], ...] = (
                       "dtype": "bf16", "seq": 16, "new_tokens": 256}),
     ("llama-2-7b", {"mode": "inference", "method": "full", "attention": "eager", "checkpointing": "none",
                     "dtype": "bf16", "seq": 16, "new_tokens": 256}),
+    # GQA keys and values expanded before the kernel by the stack (torchtune's MultiHeadAttention): SDPA keeps
+    # the full-head copies in training, and every decode step copies the whole cache (MHA, Qwen's 7:1, Llama 3's 4:1)
+    ("llama-3-8b", {"mode": "train", "method": "full", "attention": "sdpa", "checkpointing": "none", "dtype": "bf16",
+                    "gqa_expand": True}),
+    ("llama-3-8b", {"mode": "train", "method": "full", "attention": "sdpa", "checkpointing": "full", "dtype": "bf16",
+                    "gqa_expand": True}),
+    ("llama-3-8b", {"mode": "train", "method": "lora", "attention": "sdpa", "checkpointing": "none", "dtype": "bf16",
+                    "gqa_expand": True}),
+    ("qwen2.5-0.5b", {"mode": "train", "method": "full", "attention": "sdpa", "checkpointing": "none",
+                      "dtype": "bf16", "gqa_expand": True, "batch": 1, "seq": 512}),
+    ("llama-3-8b", {"mode": "inference", "method": "full", "attention": "sdpa", "checkpointing": "none",
+                    "dtype": "bf16", "seq": 16, "new_tokens": 256, "gqa_expand": True}),
+    ("llama-2-7b", {"mode": "inference", "method": "full", "attention": "sdpa", "checkpointing": "none",
+                    "dtype": "bf16", "seq": 16, "new_tokens": 256, "gqa_expand": True}),
     # long decoding past a sliding window (Gemma 3's local blocks keep 64 of 272 tokens) and multi-head latent
     # attention rebuilding keys and values from the cached latent at every step (DeepSeek-V3)
     ("gemma-3-1b-it", {"mode": "inference", "method": "full", "attention": "sdpa", "checkpointing": "none",
@@ -533,6 +547,8 @@ COMPILE_ROWS: tuple[tuple[str, dict[str, Any]], ...] = (
     # full checkpointing: each block keeps its input either way; the last block's output and the mask are rebuilt
     _ckpt_row("llama-3-8b", "full", compile=True),
     _ckpt_row("qwen2.5-0.5b", "full", compile=True, batch=1, seq=512),
+    # the stack's GQA expansion (torchtune): the partitioner recomputes the copies in backward, saving the same
+    _ckpt_row("llama-3-8b", "none", compile=True, gqa_expand=True),
     # LoRA on q_proj and v_proj (peft's fp32 adapters): frozen linears keep no input
     _ckpt_row("llama-3-8b", "none", compile=True, method="lora"),
     _ckpt_row("qwen2.5-0.5b", "none", compile=True, method="lora", batch=1, seq=512),
@@ -541,7 +557,7 @@ COMPILE_ROWS: tuple[tuple[str, dict[str, Any]], ...] = (
 #: Workload fields the technique rows set, shown in render().
 TECHNIQUE_FIELDS = ("optimizer", "optimizer_in_backward", "loss_chunks", "loss", "activation_offload", "loss_parallel",
                     "new_tokens", "quant_targets", "lora_dtype", "lora_dropout", "dora", "cache", "max_cache_len",
-                    "gpus", "tp", "fsdp", "fp8", "compile")
+                    "gpus", "tp", "fsdp", "fp8", "compile", "gqa_expand")
 
 #: The issue's case at full size: a sentence-transformers fine-tune of bert-base-uncased, 16
 #: (anchor, positive) pairs of 512 tokens, fp32, AdamW; traced on 2 and 3 of its 12 layers and

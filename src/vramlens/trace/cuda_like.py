@@ -166,3 +166,24 @@ def cuda_like_attention():
     finally:
         F.scaled_dot_product_attention = orig
         F.dropout = orig_dropout
+
+
+@contextlib.contextmanager
+def expanded_gqa():
+    """transformers' SDPA path made to copy GQA keys and values to every head (``repeat_kv``), as a stack
+    that expands them itself does (torchtune's MultiHeadAttention; Workload.gqa_expand): ``use_gqa_in_sdpa``
+    answers no, and a one-token query takes ``repeat_kv`` too rather than ``pack_gqa`` (its branch is
+    skipped when ``is_torchdynamo_compiling()``; integrations/sdpa_attention.py reads both by module global)."""
+    try:
+        from transformers.integrations import sdpa_attention as sa
+    except ImportError:
+        yield
+        return
+    saved = {n: getattr(sa, n) for n in ("use_gqa_in_sdpa", "is_torchdynamo_compiling") if hasattr(sa, n)}
+    sa.use_gqa_in_sdpa = lambda *a, **k: False
+    sa.is_torchdynamo_compiling = lambda: True
+    try:
+        yield
+    finally:
+        for n, f in saved.items():
+            setattr(sa, n, f)

@@ -26,7 +26,7 @@ from vramlens.errors import InputError, TraceError, VramlensError
 from vramlens.trace.build import TORCH_DTYPES, Built, accepts, build_factory, build_hf, is_factory
 from vramlens.trace.caches import cache_tensors, make_cache, offloaded_on_fake
 from vramlens.trace.cuda_autocast import autocast_region, cuda_autocast_policy
-from vramlens.trace.cuda_like import cuda_like_attention
+from vramlens.trace.cuda_like import cuda_like_attention, expanded_gqa
 from vramlens.trace.masks import masks_as_cuda
 from vramlens.trace.recorder import Recorder
 from vramlens.units import BLOCK
@@ -276,6 +276,8 @@ class Runner:
             stack.enter_context(masks_as_cuda())
             if not self.wl.training and self.wl.cache == "offloaded":
                 stack.enter_context(offloaded_on_fake(self.rec))
+        if self.wl.gqa_expand:
+            stack.enter_context(expanded_gqa())
         return stack
 
     def _autocast(self):
