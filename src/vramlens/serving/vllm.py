@@ -229,7 +229,8 @@ def profile_peak_bytes(m: ServedModel, *, tokens: int, rows: int, tp: int, b: in
     ``apply``) and a shared expert's gate_up and SiLU-and-mul outputs (3 f_shared / tp x b). The
     expert ids that ``moe_align_block_size`` pads per expert to BLOCK_SIZE_M (T k + E (BLOCK_SIZE_M -
     1) int32, under 1 MiB for these models; the block size comes from per-GPU tuned config files) are
-    not counted.
+    not counted, nor a dense MLP layer after the first MoE layer (Llama 4 Maverick's interleaved
+    ones; ServedModel keeps the experts' width only).
     """
     attn = (m.n_heads + 2 * m.n_kv_heads) * m.head_dim // tp
     ws = moe_workspace_bytes(m, tokens=tokens, tp=tp, b=b) if moe_workspace else 0
