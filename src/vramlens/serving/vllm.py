@@ -14,8 +14,9 @@ torch peak memory increase: ...; non-torch forward increase memory: ...; weights
    "Maximum concurrency for max_model_len tokens per request: num_blocks / blocks per request".
 
 What differs between releases (``--version``, see :func:`vllm_release`): whether the CUDA context
-is inside the profiled non-torch memory, the sampler the profile run warms up, and the scheduler
-defaults. The weights include the rotary cos/sin cache (``ServedModel.rope_cache_bytes``).
+is inside the profiled non-torch memory, the sampler the profile run warms up, the scheduler
+defaults, and whether an MoE's fused-expert workspace outlives the forward (0.19's WorkspaceManager,
+:func:`moe_workspace_bytes`). The weights include the rotary cos/sin cache (``ServedModel.rope_cache_bytes``).
 
 Sliding-window layers (Gemma 2/3, Mistral v0.1, gpt-oss) as V1's hybrid KV cache manager allocates
 them (``_get_kv_cache_groups_uniform_page_size``): layers of each attention type are cut into groups
