@@ -138,11 +138,14 @@ def test_sglang_llama2_7b_a100():
     # SGLang 0.4: total_gpu_memory = 85,899,345,920 - 419,430,400 (context) = 85,479,915,520
     #   rest = int(0.88 x 85,479,915,520) - (13,476,832,256 + rotary cache 1,048,576) = 61,744,444,825
     #   cell = 32 kv heads x 128 x 32 layers x 2 x 2 B = 524,288; max_total_num_tokens = 117,768
-    #   max_running_requests = min(max(117,770 / 4096 x 512, 2048), 4096) = 4096
+    #   max_num_reqs = min(max(117,768 / 4096 x 512, 2048), 4096) = 4096; max_running_requests =
+    #   min(117,768 // 2, ReqToTokenPool size 4096 + 1) = 4097 (0.4.3.post4 tp_worker.py)
     cap = capacity("llama-2-7b", "sglang", gpu="A100-80GB")
     assert cap.figure("max_total_num_tokens") == 117_768 == cap.kv_tokens
     assert cap.figure("mem_fraction_static") == 0.88
-    assert cap.figure("max_running_requests") == 4_096
+    assert cap.figure("max_running_requests") == 4_097
+    # the request-to-token table: 4097 rows x (4096 + 4) int32 = 67,190,800 B = 0.06 GiB, out of the reserve
+    assert "the request-to-token table (4,097 x 4,100 int32) takes 0.06 GiB" in " ".join(cap.notes)
     assert cap.kv_bytes_per_token == 524_288
 
 

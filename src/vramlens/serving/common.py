@@ -77,6 +77,14 @@ class ServedModel:
     #: the local layers are chunked (ModelSpec.local_attention: Llama 4's attention_chunk_size), which
     #: vLLM keeps at full length by default (vramlens.serving.vllm)
     chunked_local: bool = False
+    #: routed experts in each MoE layer (ModelSpec.n_experts; 0 for a dense model): the router's
+    #: logits are one value per expert and token (vramlens.serving.vllm)
+    n_experts: int = 0
+    #: width of the shared expert(s) every token also runs through (ModelSpec.shared_expert_ffn)
+    shared_expert_ffn: int = 0
+    #: the engine serves the checkpoint's MXFP4 experts as they are (``native_experts``): vLLM runs them
+    #: through a monolithic kernel, not the modular one whose workspace vramlens.serving.vllm sizes
+    mxfp4_experts: bool = False
 
     @property
     def weight_bytes(self) -> int:
@@ -130,7 +138,8 @@ def served_from_spec(spec: ModelSpec, *, dtype: str | None = None, quant: str | 
         experts_per_token=spec.experts_per_token,
         weights_format=quant or (f"mxfp4 experts, {dt} rest" if mxfp4 else dt), rotary_dim=rotary_dim,
         kv_latent=spec.kv_latent, hybrid_swa=spec.hybrid_swa_pool,
-        chunked_local=spec.local_attention == "chunked" and spec.n_sliding_layers > 0)
+        chunked_local=spec.local_attention == "chunked" and spec.n_sliding_layers > 0,
+        n_experts=spec.n_experts, shared_expert_ffn=spec.shared_expert_ffn, mxfp4_experts=mxfp4)
 
 
 def served_from_gguf(info: GGUFInfo) -> ServedModel:

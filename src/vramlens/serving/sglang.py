@@ -24,8 +24,12 @@ Follows SGLang 0.4 (python/sglang/srt/model_executor/model_runner.py):
   ``swa_full_tokens_ratio`` (server_args.py default 0.8); the full-layer count is what the scheduler
   sees as max_total_num_tokens. ``page_size`` defaults to 1 (server_args.py).
 - server_args.py: mem_fraction_static defaults by TP degree (0.88 at tp 1, 0.87 at 2, 0.85 at 4,
-  0.81 at 8, 0.79 at 16); chunked_prefill_size 8192 (2048 under 25 GB); scheduler:
-  max_running_requests = min(max(max_total_num_tokens / context_len x 512, 2048), 4096).
+  0.81 at 8, 0.79 at 16); chunked_prefill_size 8192 (2048 under 25 GB).
+- ``init_memory_pool`` (read in 0.4.3.post4): max_num_reqs = min(max(max_total_num_tokens /
+  context_len x 512, 2048), 4096), or --max-running-requests; the ReqToTokenPool holds max_num_reqs + 1
+  rows of context_len + 4 int32 token indices, allocated after the pool is sized, so out of the
+  (1 - mem_fraction_static) share; tp_worker.py: max_running_requests = min(max_total_num_tokens // 2,
+  that pool's size) unless given (the logs' "max_running_requests=2049").
 """
 
 from __future__ import annotations
@@ -126,9 +130,11 @@ def sglang_capacity(m: ServedModel, gpu: GPU, *, gpus: int, tp: int, pp: int, co
             raise ConfigError([f"swa_full_tokens_ratio={swa_full_tokens_ratio} leaves the sliding layers "
                                f"{swa_tokens:,} tokens, less than one request's window of {need:,} tokens: raise "
                                f"--swa-full-tokens-ratio (SGLang's default {DEFAULT_SWA_FULL_TOKENS_RATIO})"])
-    auto_running = min(max(int(tokens / ctx_len * RUNNING_PER_CONTEXT), DEFAULT_MAX_RUNNING_FLOOR),
-                       DEFAULT_MAX_RUNNING_CEIL)
-    max_running = max_running_requests or auto_running
+    max_num_reqs = max_running_requests or min(max(int(tokens / ctx_len * RUNNING_PER_CONTEXT),
+                                                   DEFAULT_MAX_RUNNING_FLOOR), DEFAULT_MAX_RUNNING_CEIL)
+    # tp_worker.py: min(max_total_num_tokens // 2, ReqToTokenPool size = max_num_reqs + 1) unless given
+    max_running = max_running_requests or max(1, min(tokens // 2, max_num_reqs + 1))
+    req_to_token = (max_num_reqs + 1) * (ctx_len + 4) * 4  # ReqToTokenPool: int32 indices
     ctx = context or ctx_len
     conc = tokens / ctx
     running = max(1, min(int(conc), max_running))
@@ -161,9 +167,11 @@ def sglang_capacity(m: ServedModel, gpu: GPU, *, gpus: int, tp: int, pp: int, co
         (f"cell = {m.kv_latent} latent (kv_lora_rank + qk_rope_head_dim) x {layers} layers x {kv_b} B (MLA)"
          if m.kv_latent else f"cell = {kv_heads} kv heads x {m.head_dim} x {layers} layers x 2 x {kv_b} B"),
         f"free at start = GPU {total:,} - {outside_why}",
-        f"left for activations and CUDA graphs: {reserve / GiB:.2f} GiB; a {cps:,}-token chunked prefill needs "
-        f"about {act / GiB:.2f} GiB + graphs {CUDA_GRAPH_BYTES / GiB:.2f} GiB"
-        + (" (does not fit: lower --chunked-prefill-size or --mem-fraction-static)" if act + CUDA_GRAPH_BYTES > reserve else ""),
+        f"left for activations and CUDA graphs: {reserve / GiB:.2f} GiB; the request-to-token table "
+        f"({max_num_reqs + 1:,} x {ctx_len + 4:,} int32) takes {req_to_token / GiB:.2f} GiB of it, a {cps:,}-token "
+        f"chunked prefill about {act / GiB:.2f} GiB, graphs {CUDA_GRAPH_BYTES / GiB:.2f} GiB"
+        + (" (does not fit: lower --chunked-prefill-size, --context-length or --mem-fraction-static)"
+           if req_to_token + act + CUDA_GRAPH_BYTES > reserve else ""),
     ) + ((f"one {ctx_len:,}-token request does not fit the {tokens:,}-token pool",) if tokens < ctx_len else ()) + (
         (f"hybrid SWA pool (set_num_tokens_hybrid_swa): the {profiled:,} tokens profiled over every layer split "
          f"into {tokens:,} full-layer and "

@@ -14,8 +14,9 @@ torch peak memory increase: ...; non-torch forward increase memory: ...; weights
    "Maximum concurrency for max_model_len tokens per request: num_blocks / blocks per request".
 
 What differs between releases (``--version``, see :func:`vllm_release`): whether the CUDA context
-is inside the profiled non-torch memory, the sampler the profile run warms up, and the scheduler
-defaults. The weights include the rotary cos/sin cache (``ServedModel.rope_cache_bytes``).
+is inside the profiled non-torch memory, the sampler the profile run warms up, the scheduler
+defaults, and whether an MoE's fused-expert workspace outlives the forward (0.19's WorkspaceManager,
+:func:`moe_workspace_bytes`). The weights include the rotary cos/sin cache (``ServedModel.rope_cache_bytes``).
 
 Sliding-window layers (Gemma 2/3, Mistral v0.1, gpt-oss) as V1's hybrid KV cache manager allocates
 them (``_get_kv_cache_groups_uniform_page_size``): layers of each attention type are cut into groups
@@ -51,7 +52,7 @@ from vramlens.serving.common import (
     stage_weight_bytes,
 )
 from vramlens.serving.result import Capacity, EngineFigure
-from vramlens.units import DTYPE_BYTES, GiB, ceil_div
+from vramlens.units import DTYPE_BYTES, GiB, ceil_div, round_up
 
 #: The release followed when none is given: the newest checked against published logs.
 DEFAULT_VERSION = "0.19"
@@ -88,6 +89,13 @@ LARGE_GPU_MAX_NUM_BATCHED_TOKENS, LARGE_GPU_MAX_NUM_SEQS = 8192, 1024
 #: "triton" - V1's Triton top-k/top-p kernel (``apply_top_k_top_p_triton``, no sort): fp32 logits 4,
 #: the softmax probabilities 4 and ``random_sample``'s exponential noise 4: 12 B.
 SAMPLER_BYTES = {"sort": 36, "triton": 12}
+#: vLLM 0.19 ``WorkspaceManager.get_simultaneous`` (v1/worker/workspace.py) rounds each view it carves
+#: from its one buffer up to 256 bytes.
+WORKSPACE_ALIGN = 256
+#: Bytes per token and chosen expert of the router's top-k outputs (vLLM 0.19
+#: fused_moe/router/fused_topk_router.py ``fused_topk``): topk_weights fp32 4, topk_ids int32 4,
+#: token_expert_indices int32 4.
+TOPK_BYTES = 12
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,6 +111,9 @@ class VllmRelease:
     whose logs show a sampler peak of 9.5 logits copies; the Triton path by 0.19, 3.5 copies; the
     release between that switched is not pinned here). ``large_gpu_defaults``: V1's 8192 / 1024
     scheduler defaults on >= 70 GiB GPUs (logged by 0.11 and 0.19; taken from 0.10).
+    ``moe_workspace``: MoE experts run in a workspace the process keeps (:func:`moe_workspace_bytes`,
+    read in 0.19; the release that brought vLLM's WorkspaceManager is not pinned here, older ones
+    keep the per-call intermediate caches of :func:`profile_peak_bytes`).
     """
 
     version: tuple[int, int, int]
@@ -110,6 +121,7 @@ class VllmRelease:
     context_in_budget: bool
     sampler: str
     large_gpu_defaults: bool
+    moe_workspace: bool = False
 
     @property
     def name(self) -> str:
@@ -143,7 +155,7 @@ def vllm_release(version: tuple[int, int, int], gpu: GPU, use_v1: bool | None = 
         in_budget = (0, 6, 3) <= version < (0, 6, 5)
     return VllmRelease(version=version, v1=v1, context_in_budget=in_budget,
                        sampler="triton" if version >= (0, 19, 0) else "sort",
-                       large_gpu_defaults=v1 and version >= (0, 10, 0))
+                       large_gpu_defaults=v1 and version >= (0, 10, 0), moe_workspace=version >= (0, 19, 0))
 
 
 def vllm_problems(m: ServedModel, *, tp: int, pp: int, gpu_memory_utilization: float, max_model_len: int,
@@ -172,7 +184,35 @@ def vllm_problems(m: ServedModel, *, tp: int, pp: int, gpu_memory_utilization: f
     return p
 
 
-def profile_peak_bytes(m: ServedModel, *, tokens: int, rows: int, tp: int, b: int, sampler: str) -> tuple[int, str]:
+def moe_workspace_bytes(m: ServedModel, *, tokens: int, tp: int, b: int) -> int:
+    """The fused-MoE workspace vLLM 0.19 allocates in the profile run's forward and keeps, in bytes.
+
+    Read in the vllm 0.19.0 release (model_executor/layers/fused_moe/): unquantized experts run on
+    the TRITON backend by default on CUDA (oracle/unquantized.py; the logs: "Using TRITON backend for
+    Unquantized MoE"), ``TritonExperts`` (fused_moe.py) inside ``FusedMoEKernelModularImpl``
+    (modular_kernel.py). ``_allocate_buffers`` takes ``TritonExperts.workspace_shapes`` for M tokens
+    (the whole forward: M_chunk = M_full, 0.19's modular kernel does not chunk): workspace13
+    (M, k, max(N/2, K)), workspace2 (M, k, max(N, K)) and the output (M, K), with N = the rank's
+    rows of w13 = 2 f / tp (gate and up), K = hidden, k = experts per token, all in the activation
+    dtype b (``workspace_dtype``); workspace13 and the output share one region of
+    max(M k max(N/2, K), M K) elements. ``current_workspace_manager().get_simultaneous`` carves that
+    region and workspace2 from one buffer, each rounded up to WORKSPACE_ALIGN bytes
+    (v1/worker/workspace.py); the WorkspaceManager keeps that buffer for the process and only grows
+    it, so every MoE layer reuses it and it is still held while the profile run's sampler runs.
+    ``TritonExperts.apply`` keeps its three intermediate caches in it (cache1 and cache3 in
+    workspace2, cache2 in workspace13). 0 for a dense model and for experts served as MXFP4, which go
+    through a monolithic kernel (oracle/mxfp4.py) that does not use the manager.
+    """
+    if m.experts_per_token <= 0 or m.mxfp4_experts:
+        return 0
+    k, n, h = m.experts_per_token, 2 * m.ffn // tp, m.hidden
+    region13 = max(tokens * k * max(n // 2, h), tokens * h)
+    region2 = tokens * k * max(n, h)
+    return round_up(region13 * b, WORKSPACE_ALIGN) + round_up(region2 * b, WORKSPACE_ALIGN)
+
+
+def profile_peak_bytes(m: ServedModel, *, tokens: int, rows: int, tp: int, b: int, sampler: str,
+                       moe_workspace: bool = False) -> tuple[int, str]:
     """The torch peak of vLLM's ``profile_run``: the larger of its two phases.
 
     The forward over ``tokens`` tokens (``_dummy_run(max_num_batched_tokens)``): the residual stream
@@ -182,16 +222,33 @@ def profile_peak_bytes(m: ServedModel, *, tokens: int, rows: int, tp: int, b: in
     over one logits row per dummy request (``_dummy_sampler_run``; the logits are gathered to the full
     vocabulary on every TP rank): rows x V x (b + SAMPLER_BYTES[sampler]), while the forward's output
     T x h x b is still held.
+
+    With ``moe_workspace`` (0.19, VllmRelease.moe_workspace) a MoE's expert caches are views of
+    :func:`moe_workspace_bytes`, which is held in both phases; beside it an MoE layer holds, per token,
+    the router's logits (E x b: one per routed expert, the gate's output dtype), the top-k outputs
+    (k x TOPK_BYTES), the layer's output (h x b: ``torch.empty_like(hidden_states)`` in the kernel's
+    ``apply``) and a shared expert's gate_up and SiLU-and-mul outputs (3 f_shared / tp x b). The
+    expert ids that ``moe_align_block_size`` pads per expert to BLOCK_SIZE_M (T k + E (BLOCK_SIZE_M -
+    1) int32, under 1 MiB for these models; the block size comes from per-GPU tuned config files) are
+    not counted, nor a dense MLP layer after the first MoE layer (Llama 4 Maverick's interleaved
+    ones; ServedModel keeps the experts' width only).
     """
-    f = m.ffn * max(1, m.experts_per_token)
-    mlp = 3 * f // tp
     attn = (m.n_heads + 2 * m.n_kv_heads) * m.head_dim // tp
-    forward = tokens * b * (2 * m.hidden + max(mlp, attn))
-    sampling = rows * m.vocab * (b + SAMPLER_BYTES[sampler]) + tokens * m.hidden * b
+    ws = moe_workspace_bytes(m, tokens=tokens, tp=tp, b=b) if moe_workspace else 0
+    if ws:
+        layer = (m.n_experts * b + m.experts_per_token * TOPK_BYTES + m.hidden * b
+                 + 3 * m.shared_expert_ffn // tp * b)
+        forward = tokens * (2 * m.hidden * b + max(layer, attn * b)) + ws
+    else:
+        f = m.ffn * max(1, m.experts_per_token)
+        mlp = 3 * f // tp
+        forward = tokens * b * (2 * m.hidden + max(mlp, attn))
+    sampling = rows * m.vocab * (b + SAMPLER_BYTES[sampler]) + tokens * m.hidden * b + ws
     phase = "forward" if forward >= sampling else f"sampler ({sampler})"
+    held = f" + MoE workspace {ws:,}" if ws else ""
     return max(forward, sampling), (
         f"max(forward {forward:,}, sampler {rows} rows x {m.vocab:,} x (b + {SAMPLER_BYTES[sampler]}) B + "
-        f"hidden {tokens * m.hidden * b:,}) = {phase}")
+        f"hidden {tokens * m.hidden * b:,}{held}) = {phase}")
 
 
 def vllm_capacity(m: ServedModel, gpu: GPU, *, gpus: int, tp: int, pp: int, context: int | None,
@@ -238,7 +295,8 @@ def vllm_capacity(m: ServedModel, gpu: GPU, *, gpus: int, tp: int, pp: int, cont
     weights = stage_weight_bytes(m, tp, pp) + m.rope_cache_bytes
     # V0's profile run builds max_num_seqs dummy sequences; V1's min(num_tokens, max_num_reqs) requests
     rows = min(seqs, mnbt) if rel.v1 else seqs
-    act, act_why = profile_peak_bytes(m, tokens=mnbt, rows=rows, tp=tp, b=b, sampler=rel.sampler)
+    act, act_why = profile_peak_bytes(m, tokens=mnbt, rows=rows, tp=tp, b=b, sampler=rel.sampler,
+                                      moe_workspace=rel.moe_workspace)
     ctx, _ = context_bytes_for(None)
     nccl = nccl_communicator_bytes(gpu, tp) + (nccl_communicator_bytes(gpu, 2, nvls=False) if pp > 1 else 0)
     outside = nccl + (ctx if rel.context_in_budget else 0)
