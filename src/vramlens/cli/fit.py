@@ -124,6 +124,10 @@ def run(args: argparse.Namespace) -> int:
     if not method_locked:
         settings["method"] = "full"
     gpus_per_node = settings.pop("gpus")
+    if args.emit == "torchtune":
+        # torchtune's MultiHeadAttention copies GQA keys and values to every head before SDPA: plans for it
+        # count those copies (a no-op for multi-head attention)
+        settings["gqa_expand"] = True
     links = Links(intra_node_bytes_s=args.interconnect, network_bytes_s=args.network or DEFAULT_NETWORK_BYTES_S)
     asks = [a for a in ASKS if getattr(args, a)]
     bar = progress_bar("searching plans", enabled=not args.json)  # shown after a second, on a terminal
