@@ -230,6 +230,14 @@ def build_hf(cfg: dict, wl: Workload, *, fake_mode=None, layers: int | None = No
         with fake_mode:
             model.to_empty(device="cpu")
             retie(model)
+    if wl.method == "qlora" and wl.quant_head:
+        from vramlens.models.heads import head_of
+
+        head = head_of(cls.__name__, "encoder-decoder" if getattr(config, "is_encoder_decoder", False) else "decoder")
+        if head != "causal-lm" or "ForConditionalGeneration" in cls.__name__:
+            raise TraceError(f"quant_head quantizes a causal LM's output layer (lm_head); {cls.__name__} runs {head}"
+                             + (" with a vision or audio encoder" if head == "causal-lm" else "")
+                             + ": drop --quant-head")
     if wl.method == "qlora":
         quantize_nf4(model, fake_mode=fake_mode, meta_only=meta_only, double_quant=(wl.quantized != "nf4"),
                      adapted_only=wl.quant_targets == "adapted", compute_dtype=TORCH_DTYPES[wl.compute_dtype],
