@@ -75,14 +75,19 @@ _A100 = _Setup(gpu="A100-80GB", cuda="12.1", lazy_loading=True)  # CUDA 12: lazy
 # pinned bitsandbytes==0.42.0, whose MatMul4Bit.forward keeps its input on the autograd node
 # (autograd/_functions.py:522-523 ``ctx.tensors = (A, B)``), and fit() holds the step's output
 # (finetune/lora.py:276 ``logits = model(input_ids, lm_head_chunk_size=128)``) until the next forward
-# returns: bnb_inputs="next-forward"
+# returns: bnb_inputs="next-forward". LitGPT's QLoRA goes through Lightning Fabric's BitsandbytesPrecision,
+# whose _convert_layers replaces every nn.Linear (no ignore_modules passed), so lm_head.linear is NF4 too and
+# each of its 128-token chunks is a 4-bit matmul: quant_head=True. bitsandbytes 0.42.0 Params4bit.cuda
+# (bitsandbytes/nn/modules.py:168) and Lightning's _NF4Linear.quantize_ (lightning/fabric/plugins/precision/
+# bitsandbytes.py, 527d071f49) quantize weight.half(), so dequantize_4bit returns fp16 and MatMul4Bit's
+# .to(A.dtype) makes the bf16 copy beside it: dequant_dtype="fp16".
 # LitGPT's CausalSelfAttention expands GQA keys and values to every head in training (litgpt/model.py:228-235
 # at 5895df10, ``k.expand(B, n_query_groups, q_per_kv, T, hs)`` then ``reshape``: a copy) before SDPA: gqa_expand
 # (a no-op for Llama 2's multi-head and Falcon's single kv head, whose reshape is a view)
 _LITGPT = dict(mode="train", dtype="bf16", seq=512, gqa_expand=True)
 _LITGPT_LORA = dict(_LITGPT, method="lora", lora_rank=32, lora_dropout=0.05, lora_dtype="bf16", loss_chunks=4)
 _LITGPT_QLORA = dict(_LITGPT_LORA, method="qlora", quant="nf4", quant_targets="all", optimizer="paged-adamw",
-                     bnb_inputs="next-forward")
+                     bnb_inputs="next-forward", quant_head=True, dequant_dtype="fp16")
 _A10G = _Setup(gpu="A10G", cuda="12.1", lazy_loading=True)
 # torchtitan's benchmarks/llama3_h100_202412_torchtitan.md (torchtitan 9dec370): Llama 3.1 8B, FSDP2 with
 # MixedPrecisionPolicy(bf16 params, fp32 reduce) over fp32 shards, per-op selective AC, foreach AdamW,

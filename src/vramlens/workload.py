@@ -62,6 +62,8 @@ LoraDType = Literal["fp32", "bf16", "fp16"]
 #: BitsAndBytesConfig: all nn.Linear but the output layer; torchtune >= 0.3 QLoRA builders too) or
 #: only the adapted ones (torchtune 0.1 - 0.2's QLoRA: LoRALinear(quantize_base=True), the rest nn.Linear).
 QuantTargets = Literal["all", "adapted"]
+#: The dtype a bitsandbytes 4-bit weight is dequantized to (see Workload.dequant_dtype).
+DequantDType = Literal["compute", "fp16"]
 #: What bitsandbytes' 4-bit matmuls keep of their inputs in training (see Workload.bnb_inputs).
 BnbInputs = Literal["none", "step", "next-forward"]
 #: transformers' KV cache for inference (cache_utils): DynamicCache grows by torch.cat; StaticCache
@@ -94,6 +96,7 @@ KV_DTYPES: tuple[KVDType, ...] = get_args(KVDType)
 LORA_DTYPES: tuple[LoraDType, ...] = get_args(LoraDType)
 QUANT_TARGETS: tuple[QuantTargets, ...] = get_args(QuantTargets)
 BNB_INPUTS: tuple[BnbInputs, ...] = get_args(BnbInputs)
+DEQUANT_DTYPES: tuple[DequantDType, ...] = get_args(DequantDType)
 CACHES: tuple[CacheKind, ...] = get_args(CacheKind)
 LOSSES: tuple[Loss, ...] = get_args(Loss)
 #: Most chunks --loss-chunks takes (torchtune uses 8; more only adds Python overhead).
@@ -163,6 +166,19 @@ class Workload:
     #: norm of the combined weight ||W + s*B@A|| per output row computed at every forward
     dora: bool = False
     quant_targets: QuantTargets = "all"
+    #: The output layer stored in the quantized format too (``quant``, nf4 under QLoRA): LitGPT's QLoRA
+    #: (Lightning Fabric's ``BitsandbytesPrecision._convert_layers`` replaces every ``nn.Linear``),
+    #: torchao's ``quantize_(model, int8_weight_only())`` / ``int4_weight_only()`` and gpt-fast's
+    #: quantize.py (every ``nn.Linear``); transformers' BitsAndBytesConfig and TorchAoConfig keep it in
+    #: high precision (the default, False). A tied output layer becomes a quantized copy of its own
+    #: (replacing the module's weight unties it); the input embedding stays in the compute dtype.
+    quant_head: bool = False
+    #: The dtype a 4-bit weight is dequantized to before its cast to the compute dtype: ``compute``
+    #: (bitsandbytes >= 0.43 quantizes from the weight's own dtype, so ``dequantize_4bit`` returns
+    #: it), or ``fp16``: bitsandbytes 0.42.0 ``Params4bit.cuda`` and Lightning's ``_NF4Linear.quantize_``
+    #: quantize ``weight.half()``, so every matmul dequantizes to fp16 and then casts (two (n, k)
+    #: tensors alive at the cast when the compute dtype is not fp16)
+    dequant_dtype: DequantDType = "compute"
     gpus: int = 1
     zero: int = 0
     fsdp: bool = False
@@ -312,6 +328,7 @@ class Workload:
         choice("lora_dtype", self.lora_dtype, LORA_DTYPES)
         choice("quant_targets", self.quant_targets, QUANT_TARGETS)
         choice("bnb_inputs", self.bnb_inputs, BNB_INPUTS)
+        choice("dequant_dtype", self.dequant_dtype, DEQUANT_DTYPES)
         choice("cache", self.cache, CACHES)
         choice("loss", self.loss, LOSSES)
         choice("task", self.task, TASKS, optional=True)
@@ -352,7 +369,7 @@ class Workload:
         elif self.max_cache_len > L.MAX_SEQ:
             p.append(f"max_cache_len={L.show(self.max_cache_len)} is over the limit of {L.MAX_SEQ:,} tokens")
         for name in ("keep_grads", "fsdp", "optimizer_in_backward", "activation_offload", "loss_parallel", "dora",
-                     "fp8", "compile", "gqa_expand"):
+                     "fp8", "compile", "gqa_expand", "quant_head"):
             if not isinstance(getattr(self, name), bool):
                 p.append(f"{name}={L.show(getattr(self, name))} must be true or false")
         if not isinstance(self.lora_targets, tuple) or not all(isinstance(t, str) for t in self.lora_targets):
@@ -426,6 +443,8 @@ class Workload:
             p.append(f"bnb_inputs={self.bnb_inputs!r} with checkpointing={self.checkpointing!r} is not modelled: "
                      "the inputs an old bitsandbytes keeps on its autograd nodes bypass the checkpoint's hooks, "
                      "so they are kept in checkpointed blocks too; use --checkpointing none or --bnb-inputs none")
+        if self.quant_head and self.quantized is not None:
+            p.extend(self._quant_head_problems())
         if self.activation_offload and self.checkpointing == "selective-op" and self.mode == "train":
             # the per-op policy keeps its saved outputs in its own cache, not through the saved-tensor
             # hooks an offloader uses (torch/utils/checkpoint.py _CachingTorchDispatchMode)
@@ -467,6 +486,21 @@ class Workload:
             p.append("fp8 (torchao Float8Linear, torchtitan's [float8], torchtune's enable_fp8_training) is modelled "
                      "for full training of plain linears; LoRA/QLoRA and quantized weights are not: use --method "
                      "full without --quant, or drop --fp8")
+        return p
+
+    def _quant_head_problems(self) -> list[str]:
+        """What a quantized output layer is not modelled with (the stacks that quantize it, LitGPT, torchao
+        and gpt-fast, run it on one GPU, under no autocast, through its own forward)."""
+        p: list[str] = []
+        if self.tp > 1 or self.pp > 1:
+            p.append(f"quant_head with tp={self.tp} pp={self.pp} (a quantized output layer split over GPUs) is not "
+                     "modelled: drop --quant-head, or --tp/--pp")
+        if self.mode == "train" and self.loss == "fused-linear":
+            p.append("quant_head with loss=fused-linear: Liger's fused loss reads the output layer's weight as a "
+                     "plain tensor, which a quantized layer does not have: drop one of them")
+        if self.autocast:
+            p.append(f"quant_head under torch.autocast (dtype={self.dtype} amp={self.amp}) is not modelled: use "
+                     f"--dtype {self.amp} without --amp")
         return p
 
     def _cpu_offload_problems(self) -> list[str]:
@@ -572,6 +606,12 @@ class Workload:
         elif given("quant_targets") and self.quantized is None:
             out.append(f"ignored: quant_targets={self.quant_targets!r} says which linears quantized weights cover, "
                        "and none are quantized (use --method qlora or --quant)")
+        if self.quant_head and self.quantized is None:
+            out.append("ignored: quant_head=True stores the output layer in the quantized format, and no weights "
+                       "are quantized (use --method qlora or --quant)")
+        if given("dequant_dtype") and self.quantized not in ("nf4", "nf4-dq", "fp4"):
+            out.append(f"ignored: dequant_dtype={self.dequant_dtype!r} is the dtype bitsandbytes dequantizes a "
+                       "4-bit weight to, and no weights are in 4 bits (nf4, nf4-dq, fp4)")
         if given("bnb_inputs") and self.bnb_inputs != "none" and (
                 not self.training or self.quantized not in ("nf4", "nf4-dq", "fp4")):
             out.append(f"ignored: bnb_inputs={self.bnb_inputs!r} is what bitsandbytes' 4-bit matmuls keep for "

@@ -17,7 +17,7 @@ Parts and the workload fields they read:
   so are ``loss_chunks > seq`` and, with the optimizer in backward, ``grad_accum > 1``;
 * activations: the split, precision (and whether FSDP2's mixed-precision policy replaces autocast),
   method, the LoRA settings (targets, rank, dropout, dtype, DoRA), 4-bit weights (quant,
-  quant_targets), batch, seq, checkpointing, attention, tp, the loss (cross-entropy chunks, fused
+  quant_targets), batch, seq, checkpointing, attention and the stack's GQA expansion, tp, the loss (cross-entropy chunks, fused
   linear, loss parallelism), activation offloading and fp8 (torchao's casts inside the blocks).
 
 The phases get everything :func:`~vramlens.estimator.core.activation_totals` gives
@@ -34,7 +34,7 @@ from typing import Any
 
 from vramlens.errors import VramlensError
 from vramlens.estimator import check_workload, estimate_spec
-from vramlens.estimator.activations import bnb_kept_input_bytes, logits_bytes
+from vramlens.estimator.activations import bnb_kept_head_input, bnb_kept_input_bytes, logits_bytes
 from vramlens.estimator.core import activation_totals, offload_frozen_casts, output_layer_cast, vision_figures
 from vramlens.estimator.parallel import Split
 from vramlens.estimator.state import (
@@ -51,7 +51,7 @@ from vramlens.workload import Attention, Workload
 #: The fields of a training Workload that the state part reads (grad_accum enters through the split).
 STATE_FIELDS = ("mode", "method", "dtype", "amp", "quant", "optimizer", "optimizer_impl", "keep_grads", "lora_rank",
                 "lora_targets", "lora_dropout", "lora_dtype", "dora", "quant_targets",
-                "gpus", "zero", "fsdp", "fsdp_strategy", "tp", "pp", "offload", "optimizer_in_backward",
+                "quant_head", "gpus", "zero", "fsdp", "fsdp_strategy", "tp", "pp", "offload", "optimizer_in_backward",
                 "loss", "loss_chunks", "loss_parallel", "fp8", "images")
 
 #: The fields train_state reads (STATE_FIELDS less the loss fields and images, which only validity reads).
@@ -96,6 +96,8 @@ class Activations:
     dequant_forward: int = 0  # a transient inside a block's forward (4-bit dequantization, DoRA's weight norm)
     dequant_backward: int = 0  # ... inside a block's backward
     dequant_temporary: int = 0  # ... of those, the temporary a recomputed block adds
+    head_dequant_forward: int = 0  # a 4-bit output layer's forward matmul (quant_head)
+    head_dequant_backward: int = 0  # ... its backward matmul
     mlp_backward: int = 0  # the last block's MLP backward transient
 
 
@@ -198,9 +200,10 @@ class FastMemory:
         # (quant, quant_targets) are dequantized inside the blocks
         return (w.compute_dtype, w.dtype, w.amp, w.fsdp_mixed_precision, w.batch if batch is None else batch, w.seq,
                 w.checkpointing if checkpointing is None else checkpointing,
-                w.attention if attention is None else attention, w.tp,
+                w.attention if attention is None else attention, w.gqa_expand, w.tp,
                 sp.layers, sp.micro_batches_in_flight, sp.has_head, w.method, w.lora_targets, w.lora_rank,
-                w.lora_dropout, w.lora_dtype, w.dora, w.quant, w.quant_targets, w.loss, w.loss_chunks,
+                w.lora_dropout, w.lora_dtype, w.dora, w.quant, w.quant_targets, w.quant_head, w.dequant_dtype,
+                w.loss, w.loss_chunks,
                 w.loss_parallel, w.activation_offload, w.fp8, w.bnb_inputs, w.image_size,
                 w.audio_seconds, w.compile, w.images)
 
@@ -232,8 +235,11 @@ class FastMemory:
                 block_kept=t.block_kept, block_backward=t.block_backward,
                 dequant_forward=t.dequant_forward, dequant_backward=t.dequant_backward,
                 dequant_temporary=t.dequant_temporary, mlp_backward=t.mlp_backward,
+                head_dequant_forward=t.head_dequant_forward, head_dequant_backward=t.head_dequant_backward,
                 kept_inputs=bnb_kept_input_bytes(self.spec, w, w.batch, w.seq, w.tp) * sp.layers
-                * sp.micro_batches_in_flight, kept_next=w.bnb_inputs == "next-forward",
+                * sp.micro_batches_in_flight
+                + (bnb_kept_head_input(self.spec, w, w.batch, w.seq) if sp.has_head else 0),
+                kept_next=w.bnb_inputs == "next-forward",
                 head_cast=output_layer_cast(self.spec, w, sp.has_head) if w.activation_offload else None)
         return a
 
@@ -271,7 +277,9 @@ class FastMemory:
                                 head_backward_later=a.head_backward_later, head_grad_in_forward=a.head_grad_in_forward,
                                 final_norm_backward=a.final_norm_backward, dequant_forward=a.dequant_forward,
                                 dequant_backward=a.dequant_backward, dequant_temporary=a.dequant_temporary,
-                                mlp_backward=a.mlp_backward, kept_inputs=a.kept_inputs, kept_next=a.kept_next)
+                                mlp_backward=a.mlp_backward, kept_inputs=a.kept_inputs, kept_next=a.kept_next,
+                                head_dequant_forward=a.head_dequant_forward,
+                                head_dequant_backward=a.head_dequant_backward)
 
         phases = phases_of(ts)
         peak = max(v for _, v in phases)

@@ -169,6 +169,15 @@ def add_workload_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--quant-targets", choices=W.QUANT_TARGETS, default="all",
                    help="with quantized weights under LoRA/QLoRA: all linears of the blocks (transformers' "
                         "BitsAndBytesConfig, torchtune >= 0.3) or only the adapted ones (torchtune 0.1-0.2)")
+    g.add_argument("--quant-head", action="store_true",
+                   help="the output layer (lm_head) in the quantized format too, as LitGPT's QLoRA (Lightning's "
+                        "BitsandbytesPrecision), torchao's quantize_ and gpt-fast quantize every nn.Linear; "
+                        "transformers' BitsAndBytesConfig keeps it in the compute dtype (the default); a tied "
+                        "output layer becomes a quantized copy of its own")
+    g.add_argument("--dequant-dtype", choices=W.DEQUANT_DTYPES, default="compute",
+                   help="the dtype 4-bit weights dequantize to: compute (bitsandbytes >= 0.43), or fp16 "
+                        "(bitsandbytes 0.42 and Lightning's NF4 quantize weight.half(): each matmul holds the "
+                        "fp16 weight beside its compute-dtype copy)")
     g.add_argument("--bnb-inputs", choices=W.BNB_INPUTS, default="none",
                    help="what bitsandbytes' 4-bit matmuls keep of their inputs in training: none (>= 0.43.2), "
                         "step (< 0.43.2: each keeps its input until the step's graph is freed), next-forward "

@@ -110,6 +110,13 @@ def check_workload(spec: ModelSpec, w: Workload) -> None:
     if w.training and (w.loss_chunks > 1 or w.loss == "fused-linear") and spec.head != "causal-lm":
         p.append(f"loss={w.loss} loss_chunks={w.loss_chunks} apply to a causal LM's loss; {spec.name} trains "
                  f"{spec.head}: drop --loss/--loss-chunks or use --task causal-lm")
+    if w.quant_head and w.quantized is not None and (spec.head != "causal-lm" or spec.vlm is not None
+                                                     or spec.audio is not None):
+        # the stacks that quantize the output layer (LitGPT, torchao, gpt-fast) are decoder-only causal
+        # LMs; a classifier's score/classifier layer is tiny and kept in high precision by all of them
+        p.append(f"quant_head quantizes a causal LM's output layer (lm_head); {spec.name} runs {spec.head}"
+                 + (" with a vision or audio encoder" if spec.head == "causal-lm" else "")
+                 + ": drop --quant-head")
     if not w.training and w.cache in ("offloaded", "quantized") and spec.kind == "encoder-decoder":
         p.append(f"cache={w.cache} for an encoder-decoder model ({spec.name}) is not modelled: use --cache dynamic "
                  "or static")

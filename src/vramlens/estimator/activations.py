@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from vramlens.estimator import heads as H
+from vramlens.estimator import weights as Wt
 from vramlens.estimator.audio import encoder_tokens, front_end_saved
 from vramlens.estimator.checkpointing import (
     checkpointed,
@@ -418,20 +419,65 @@ def bnb_kept_input_bytes(spec: ModelSpec, w: Workload, b: int, s: int, tp: int =
     return total
 
 
+def bnb_kept_head_input(spec: ModelSpec, w: Workload, b: int, s: int) -> int:
+    """What a 4-bit output layer's matmuls keep on their autograd nodes under bitsandbytes < 0.43.2
+    (bnb_kept_inputs): the final norm's output, b*s*h in the compute dtype, once (the chunks LitGPT's
+    ``x.split(lm_head_chunk_size, dim=1)`` hands the output layer are views of it)."""
+    if w.bnb_inputs == "none" or not w.training or not Wt.head_dequantized_bytes(spec, w)[0]:
+        return 0
+    return _r(DTYPE_BYTES[w.compute_dtype] * spec.hidden_size * b * s)
+
+
 def _split(group: str, k: int, n: int, tp: int) -> tuple[int, int]:
     return (k, max(1, n // tp)) if group in ("qkv", "mlp_in") else (max(1, k // tp), n)
 
 
 def dequant_transients(spec: ModelSpec, w: Workload, t: int, tp: int = 1) -> tuple[int, int]:
     """(forward, backward) transient of the largest 4-bit matmul: the dequantized weight and the
-    matmul's output (t x n), and in backward the incoming gradient (t x n) and the input's (t x k)."""
+    matmul's output (t x n), and in backward the incoming gradient (t x n) and the input's (t x k).
+    Dequantized to fp16 first (``dequant_dtype="fp16"``), the fp16 weight is alive at the cast, before
+    the output (or the input's gradient) is made (weights.dequant_cast_bytes)."""
     c = DTYPE_BYTES[w.compute_dtype]
     fwd = bwd = 0
     for lins in dequantized_by_group(spec, w, tp).values():
         for k, n, wb in lins:
-            fwd = max(fwd, wb + _r(c * n * t))
-            bwd = max(bwd, wb + _r(c * n * t) + _r(c * k * t))
+            extra = Wt.dequant_cast_bytes(w, n, k)
+            fwd = max(fwd, wb + max(_r(c * n * t), extra))
+            bwd = max(bwd, wb + _r(c * n * t) + max(_r(c * k * t), extra))
     return fwd, bwd
+
+
+def head_dequant_transients(spec: ModelSpec, w: Workload, b: int, s: int) -> tuple[int, int]:
+    """(forward, backward) transient of a 4-bit output layer's matmuls in training, beyond the blocks'
+    saved activations (the loss' saved tensors not yet made in forward, freed by the head's backward).
+
+    bitsandbytes ``MatMul4Bit`` dequantizes the whole (V, h) weight at every call, forward and backward
+    (weights.dequantized_weight_bytes). Forward, the last chunk's call (``--loss-chunks``: torchtune's
+    and LitGPT's ``lm_head_chunk_size`` chunks, one call each): the earlier chunks' logits, the weight
+    and the chunk's logits (or, dequantized to fp16 first, the fp16 weight at the cast). Backward, the
+    first chunk's call (the losses' backwards all run before the output layer's, their nodes being
+    later): every chunk's logits' gradient, the weight and the chunk's input gradient (or the fp16 weight).
+    """
+    wd, extra = Wt.head_dequantized_bytes(spec, w)
+    if not wd:
+        return 0, 0
+    from vramlens.estimator.losses import seq_chunks
+
+    c = DTYPE_BYTES[w.compute_dtype]
+    size, n = seq_chunks(s, w.loss_chunks)
+    lc = _r(c * spec.vocab_size * b * size)  # one chunk's logits (or their gradient)
+    gi = _r(c * spec.hidden_size * b * size)  # one chunk's input gradient
+    return (n - 1) * lc + wd + max(lc, extra), n * lc + wd + max(gi, extra)
+
+
+def head_dequant_inference(spec: ModelSpec, w: Workload, tokens: int) -> int:
+    """A 4-bit output layer's matmul over ``tokens`` rows without grad: the weight dequantized and the
+    logits (or the fp16 weight at the cast); 0 for one row (bitsandbytes' ``gemv_4bit``, no dequantized
+    weight: NF4Linear.forward in vramlens.trace.build) or when the output layer is not in 4 bits."""
+    wd, extra = Wt.head_dequantized_bytes(spec, w)
+    if not wd or tokens <= 1:
+        return 0
+    return wd + max(_r(DTYPE_BYTES[w.compute_dtype] * spec.vocab_size * tokens), extra)
 
 
 def dora_identity_bytes(spec: ModelSpec, w: Workload, tp: int = 1) -> int:
@@ -1378,6 +1424,15 @@ def inference_layer_peak(spec: ModelSpec, w: Workload, b: int, s: int, S: int, t
         w_mlp = max((wb for g in ("mlp_in", "mlp_out") for _, _, wb in deq.get(g, ())), default=0)
         attn = max(attn, 3 * _r(c * D.a * D.d * t) + w_attn)
         mlp = max(mlp, (2 * _r(c * D.f * t) if spec.gated_mlp else _r(c * D.f * t) + _r(c * D.h * t)) + w_mlp)
+        # dequantized to fp16 first: the fp16 weight beside its copy at the cast, before the output exists
+        x_attn = max((Wt.dequant_cast_bytes(w, n, k) for g in ("qkv", "attn_out") for k, n, _ in deq.get(g, ())),
+                     default=0)
+        x_mlp = max((Wt.dequant_cast_bytes(w, n, k) for g in ("mlp_in", "mlp_out") for k, n, _ in deq.get(g, ())),
+                    default=0)
+        if x_attn:
+            attn = max(attn, 2 * _r(c * D.a * D.d * t) + w_attn + x_attn)
+        if x_mlp:
+            mlp = max(mlp, (_r(c * D.f * t) if spec.gated_mlp else _r(c * D.h * t)) + w_mlp + x_mlp)
     if (w.attention == "eager" and spec.kind == "decoder" and spec.attention_interface and spec.mla is None
             and not spec.rel_terms):
         # eager attention returns its probabilities (attn_weights, the compute dtype; with sinks a view of

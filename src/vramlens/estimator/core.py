@@ -146,6 +146,8 @@ class ActivationTotals:
     dequant_backward: int = 0  # ... inside a block's backward: a 4-bit weight dequantized with its gradients
     dequant_temporary: int = 0  # of those, the part that is a temporary (DoRA's identity is kept by autograd)
     mlp_backward: int = 0  # the last block's MLP backward transient (activations.mlp_backward_bytes)
+    head_dequant_forward: int = 0  # a 4-bit output layer's forward matmul (activations.head_dequant_transients)
+    head_dequant_backward: int = 0  # ... its backward matmul
     fp8_temporary: int = 0  # --fp8: the MLP input projection's backward casts (fp8.gate_up_backward), temporaries only
     recompute: int = 0  # what a checkpointed block's recomputation and backward add (0: nothing recomputed)
     recompute_after: int = 0  # activations freed before the first recomputation (every:N, trailing blocks)
@@ -413,6 +415,9 @@ def activation_totals(spec: ModelSpec, w: Workload, sp: Split) -> ActivationTota
     kept, one, formula = blocks.kept, blocks.one, blocks.formula
     kept = int(kept * frac) * inflight
     model_level = (CP.model_level(spec, w, b, s) if compiled else A.model_level_saved(spec, w, b, s)) * H.columns(spec, w)
+    if sp.has_head:
+        # bitsandbytes < 0.43.2: a 4-bit output layer keeps its input (the final norm's output) on its node
+        model_level += A.bnb_kept_head_input(spec, w, b, s)
     if not C.whole_blocks(w) and not compiled:  # a checkpointed block keeps its inputs whatever needs a gradient
         # (the compiled LoRA block counts its own: vramlens.estimator.compiled.lora_block)
         model_level -= A.untracked_before_first_adapter(spec, w, b, s)[0] * H.columns(spec, w)
@@ -461,6 +466,7 @@ def activation_totals(spec: ModelSpec, w: Workload, sp: Split) -> ActivationTota
         loss_backward = head_saved
         loss_backward_over = None
     deq_fwd, deq_bwd = A.dequant_transients(spec, w, b * s, tp)
+    head_fwd, head_bwd = A.head_dequant_transients(spec, w, b, s) if sp.has_head else (0, 0)
     dora = A.dora_forward_transient(spec, w, training=True, tp=tp)
     # --fp8: torchao's casts inside the blocks (vramlens.estimator.fp8); the down projection's backward
     # is a candidate of its own beside the MLP's bf16 gradients, in the last block or a recomputed one
@@ -493,6 +499,7 @@ def activation_totals(spec: ModelSpec, w: Workload, sp: Split) -> ActivationTota
                             uncheckpointed=blocks.uncheckpointed,
                             block_kept=blocks.kept // max(1, spec.n_layers),
                             block_backward=block_bwd, mlp_backward=mlp_bwd,
+                            head_dequant_forward=head_fwd, head_dequant_backward=head_bwd,
                             fp8_temporary=F8.gate_up_backward(spec, w, b, s, tp) if sp.layers else 0)
 
 
@@ -796,6 +803,8 @@ def estimate_spec(spec: ModelSpec, w: Workload, gpu: GPU | None = None, *, headr
             st, moved = offload_frozen_casts(st, output_layer_cast(spec, w, sp.has_head))
             act_host += moved
         kept_inputs = A.bnb_kept_input_bytes(spec, w, w.batch, w.seq, w.tp) * sp.layers * sp.micro_batches_in_flight
+        if sp.has_head:
+            kept_inputs += A.bnb_kept_head_input(spec, w, w.batch, w.seq)
 
         def phases_of(s: TrainState) -> tuple[tuple[str, int], ...]:
             return train_phases(s, acts, loss_tmp, head_saved, w.grad_accum, logits,
@@ -809,7 +818,9 @@ def estimate_spec(spec: ModelSpec, w: Workload, gpu: GPU | None = None, *, headr
                                 final_norm_backward=at.final_norm_backward, dequant_forward=at.dequant_forward,
                                 dequant_backward=at.dequant_backward, dequant_temporary=at.dequant_temporary,
                                 mlp_backward=at.mlp_backward, kept_inputs=kept_inputs,
-                                kept_next=w.bnb_inputs == "next-forward")
+                                kept_next=w.bnb_inputs == "next-forward",
+                                head_dequant_forward=at.head_dequant_forward,
+                                head_dequant_backward=at.head_dequant_backward)
 
         phases = phases_of(st)
         if spec.audio is not None and spec.tied_embeddings and st.head_grad:
@@ -838,7 +849,8 @@ def estimate_spec(spec: ModelSpec, w: Workload, gpu: GPU | None = None, *, headr
             tied = 2 * st.head_grad + A._r((4 if w.run_dtype == "fp32" else DTYPE_BYTES[w.compute_dtype]) * w.batch
                                            * AU.encoder_tokens(spec, w) * spec.hidden_size)
         temporaries = max(loss_tmp, loss_bwd, st.opt_tmp + st.master_grads + st.in_backward_addend, recompute,
-                          second, at.dequant_temporary, at.mlp_backward, at.fp8_temporary, tied)
+                          second, at.dequant_temporary, at.mlp_backward, at.fp8_temporary, tied,
+                          at.head_dequant_forward, at.head_dequant_backward)
         explain["temporaries"] = (f"max(loss: logits + fp32 upcast {loss_tmp:,} B, loss backward: two fp32 "
                                   f"gradients {loss_bwd:,} B, optimizer step {st.opt_tmp + st.master_grads:,} B: "
                                   f"{explain.pop('optimizer_step', '')}"
@@ -850,7 +862,10 @@ def estimate_spec(spec: ModelSpec, w: Workload, gpu: GPU | None = None, *, headr
                                   + (f", torchao's float8 casts in the MLP's backward {at.fp8_temporary:,} B"
                                      if at.fp8_temporary else "")
                                   + (f", inside a block: {_block_words(w)} {at.dequant_temporary:,} B"
-                                     if at.dequant_temporary else "") + ")")
+                                     if at.dequant_temporary else "")
+                                  + (f", the 4-bit output layer dequantized for its matmul (forward "
+                                     f"{at.head_dequant_forward:,} B, backward {at.head_dequant_backward:,} B, "
+                                     "with the logits or their gradients)" if at.head_dequant_forward else "") + ")")
         kept_n, all_n = at.uncheckpointed
         frozen = st.frozen_casts * kept_n // all_n
         # saved in forward and kept into backward; a checkpointed block's recomputation happens in
@@ -909,6 +924,11 @@ def estimate_spec(spec: ModelSpec, w: Workload, gpu: GPU | None = None, *, headr
             logits += A._r(4 * spec.vocab_size * b)  # generate() upcasts the last logits to fp32
         # the blocks' working set is gone by the time the head computes the logits
         tail = logits + (A._r(c * spec.hidden_size * b * s) if logits else 0)
+        # a 4-bit output layer holds its weight dequantized while it makes the logits (one row: gemv_4bit)
+        head_deq = A.head_dequant_inference(spec, w, logits_tokens) if logits else 0
+        if head_deq:
+            tail = max(tail, head_deq + A._r(c * spec.hidden_size * b * s))
+        head_deq_decode = A.head_dequant_inference(spec, w, b) if (logits and w.new_tokens) else 0
         encode = kept = 0
         if spec.audio is not None:
             # Whisper: the encoder runs first over 1,500 positions per window, before any cache exists
@@ -930,7 +950,8 @@ def estimate_spec(spec: ModelSpec, w: Workload, gpu: GPU | None = None, *, headr
             # generate's attention mask, padded to M: transformers' (b, 1, 1, M) bool mask, made an
             # additive mask in the compute dtype by SDPA's memory-efficient kernel (sdp::convert_boolean_attn_mask)
             decode_work += A._r(b * keys) + A._r(DTYPE_BYTES[w.compute_dtype] * b * keys)
-        decode = st.weights + max(kv_decode + decode_work, kv_decode_tail + logits) + (kept if spec.audio else 0)
+        decode = st.weights + max(kv_decode + decode_work, kv_decode_tail + max(logits, head_deq_decode)) + (
+            kept if spec.audio else 0)
         phases = (("prefill", prefill + st.workspace),) + ((("decode", decode + st.workspace),) if w.new_tokens else ())
         peak_phase, peak_alloc = max(phases, key=lambda p: p[1])
         reserved, total = reserved_total(st, peak_alloc, extra_persistent=kv_persistent)

@@ -183,6 +183,10 @@ def train_state(spec: ModelSpec, w: Workload, gpu: GPU | None) -> TrainState:
                                          f"({adapters:,} B)" if adapters else "")
     if sp.weights != 1:
         explain["weights"] += f", x{sp.weights:.4g} on this GPU"
+    if Wt.quantizes_head(spec, w) and spec.tied_embeddings:
+        notes.append(f"quant_head: the output layer is tied to the input embedding; quantizing it replaces the "
+                     f"module's weight, which unties them: the embedding stays in {Wt.weight_dtype_bytes(w)}-byte "
+                     f"elements and the output layer is a {w.quantized} copy of its own")
 
     trainable = Wt.trainable_params(spec, w)
     pbytes = O.param_dtype_bytes(w)
@@ -322,7 +326,8 @@ def train_phases(st: TrainState, acts: int, loss_tmp: int, head_saved: int, grad
                  head_grad_in_forward: bool = False, final_norm_backward: int = 0, dequant_forward: int = 0,
                  dequant_backward: int = 0, dequant_temporary: int = 0,
                  mlp_backward: int = 0, kept_inputs: int = 0,
-                 kept_next: bool = False) -> tuple[tuple[str, int], ...]:
+                 kept_next: bool = False, head_dequant_forward: int = 0,
+                 head_dequant_backward: int = 0) -> tuple[tuple[str, int], ...]:
     """Live bytes at each phase's peak (workspaces included); see the module docstring.
 
     Args:
@@ -364,6 +369,9 @@ def train_phases(st: TrainState, acts: int, loss_tmp: int, head_saved: int, grad
             so alive until the graph goes (Workload.bnb_inputs).
         kept_next: the loop keeps the step's output, so the graph and ``kept_inputs``, through the
             optimizer step and until the next forward returns (before its loss).
+        head_dequant_forward, head_dequant_backward: a 4-bit output layer's matmul in forward / backward
+            (``quant_head``: its weight dequantized with the logits or their gradients,
+            activations.head_dequant_transients), on top of the blocks' saved activations.
     """
     loss_bwd = 2 * head_saved if loss_backward is None else loss_backward
     if loss_backward_over is not None:
@@ -414,7 +422,8 @@ def train_phases(st: TrainState, acts: int, loss_tmp: int, head_saved: int, grad
         persistent = st.weights + st.master + st.opt + st.comm
         held = kept_inputs if kept_next else 0  # the previous step's, until this forward returns
         fwd = persistent + max(gfwd, head_fwd) + fwd_casts + max(acts + loss_tmp,
-                                                                 acts - head_saved + dequant_forward + held)
+                                                                 acts - head_saved + dequant_forward + held,
+                                                                 acts - head_saved + head_dequant_forward + held)
         # the loss' backward holds two fp32 b*s*V gradients; once they are done (and what the loss
         # saved is freed), the output layer's backward holds the logits' gradient (compute dtype)
         # and allocates its weight gradient
@@ -437,6 +446,8 @@ def train_phases(st: TrainState, acts: int, loss_tmp: int, head_saved: int, grad
                       persistent + gfwd + bwd_casts + acts - head_saved + dequant_backward if dequant_backward else 0)
         if mlp_backward:
             bwd = max(bwd, persistent + max(gfwd, st.head_grad) + bwd_casts + acts - head_saved + mlp_backward)
+        if head_dequant_backward:
+            bwd = max(bwd, persistent + gfwd + bwd_casts + acts - head_saved + head_dequant_backward)
         if later_pass:
             bwd = max(bwd, persistent + st.grads + later_pass)
         optim = persistent + _step(st) + held

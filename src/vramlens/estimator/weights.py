@@ -16,7 +16,13 @@ Quantized formats, bytes per linear weight of shape (n out, k in):
 * fp8 (per-tensor scaled float8): n*k bytes plus one fp32 scale.
 
 Layers kept in higher precision: embeddings, norms, biases and the output layer (lm_head) stay
-in the compute dtype, as bitsandbytes' ``llm_int8_skip_modules`` default and GPTQ/AWQ do.
+in the compute dtype, as bitsandbytes' ``llm_int8_skip_modules`` default and GPTQ/AWQ do; with
+``quant_head`` the output layer is stored in the quantized format too (:func:`quantized_head_bytes`):
+LitGPT's QLoRA (litgpt/finetune/lora.py at 5895df10 uses Lightning Fabric's ``BitsandbytesPrecision``,
+whose ``_convert_layers`` replaces every ``nn.Linear``: no ``ignore_modules`` is passed, so
+``lm_head.linear`` is NF4), torchao's ``quantize_(model, int8_weight_only())`` / ``int4_weight_only()``
+(the default filter takes every ``nn.Linear``) and gpt-fast's quantize.py. A tied output layer
+becomes a quantized copy of its own (replacing the module's weight unties it); the embedding stays.
 Which linears are quantized under LoRA/QLoRA (``quant_targets``): every linear of the blocks
 (transformers' ``BitsAndBytesConfig`` replaces every ``nn.Linear`` but the output layer,
 ``get_keys_to_not_convert``; torchtune >= 0.3's QLoRA builders use ``FrozenNF4Linear`` for the
@@ -28,6 +34,7 @@ from __future__ import annotations
 
 from math import ceil
 
+from vramlens.estimator.heads import LM_HEADS
 from vramlens.estimator.inventory import (
     Linear,
     float_bytes,
@@ -72,6 +79,29 @@ def quantized_linear_bytes(n: int, k: int, quant: str) -> int:
     raise ValueError(quant)
 
 
+def quantizes_head(spec: ModelSpec, w: Workload) -> bool:
+    """Whether the output layer is stored quantized (``quant_head`` with quantized weights and an LM head)."""
+    return w.quant_head and w.quantized is not None and spec.head in LM_HEADS
+
+
+def head_weight_bytes(spec: ModelSpec, b: int) -> int:
+    """The output layer's (V, h) weight at b bytes per element, rounded to 512 B."""
+    return round_up(spec.vocab_size * spec.hidden_size * b, BLOCK)
+
+
+def quantized_head_bytes(spec: ModelSpec, w: Workload) -> tuple[int, int]:
+    """(bytes the quantized output layer adds, bytes it removes) to the weights: its (V, h) weight in
+    the quantized format (quantized_linear_bytes), replacing the high-precision one when untied; a tied
+    one stays as the input embedding, so nothing is removed. (0, 0) when the head is not quantized."""
+    if not quantizes_head(spec, w):
+        return 0, 0
+    quant = w.quantized
+    assert quant is not None
+    added = quantized_linear_bytes(spec.vocab_size, spec.hidden_size, quant)
+    removed = 0 if spec.tied_embeddings else head_weight_bytes(spec, weight_dtype_bytes(w))
+    return added, removed
+
+
 def weight_dtype_bytes(w: Workload) -> int:
     """Bytes per element of the stored weights."""
     if w.method == "qlora":
@@ -88,6 +118,12 @@ def base_weight_bytes(spec: ModelSpec, w: Workload) -> tuple[int, str]:
     if quant is None:
         return total, f"{summarize(spec).params:,} params x {b} B ({w.dtype if w.method != 'qlora' else w.compute_dtype})"
     which = "the adapted linears' weights" if adapted_only(w) else "linear weights"
+    added, removed = quantized_head_bytes(spec, w)
+    if added:
+        tied = " (a copy of its own: the tied embedding stays)" if spec.tied_embeddings else ""
+        return (total + added - removed,
+                f"{quant} {which} ({q:,} B) + the output layer in {quant}{tied} ({added:,} B) + the rest at {b} B "
+                "(embeddings, norms, biases)")
     return total, f"{quant} {which} ({q:,} B) + the rest at {b} B (embeddings, norms, biases, lm_head)"
 
 
@@ -136,11 +172,39 @@ def dequantized_weight_bytes(spec: ModelSpec, w: Workload) -> int:
     does the same). A single token without grad takes ``gemv_4bit`` (no dequantized weight).
     bitsandbytes >= 0.50 (``gemm_4bit``) skips it for small batches on some GPUs: an upper bound there.
     """
-    if w.quantized not in ("nf4", "nf4-dq", "fp4"):
+    if w.quantized not in FOUR_BIT:
         return 0
     c = DTYPE_BYTES[w.compute_dtype]
     return max((round_up(lin.out_features * lin.in_features * c, BLOCK)
                 for lin in quantized_linears(spec, w.quantized, adapted_only(w)) if lin.count == 1), default=0)
+
+
+#: The 4-bit formats whose matmuls dequantize the whole weight (bitsandbytes MatMul4Bit).
+FOUR_BIT = ("nf4", "nf4-dq", "fp4")
+
+
+def dequant_cast_bytes(w: Workload, n: int, k: int) -> int:
+    """The fp16 (n, k) weight alive beside its compute-dtype copy while a 4-bit matmul casts it, 0 when
+    the weight is dequantized straight to the compute dtype.
+
+    ``dequantize_4bit`` returns ``quant_state.dtype``, the dtype the weight had when it was quantized;
+    bitsandbytes 0.42.0 ``Params4bit.cuda`` (bitsandbytes/nn/modules.py:168) and Lightning's
+    ``_NF4Linear.quantize_`` (lightning/fabric/plugins/precision/bitsandbytes.py, 527d071f49) quantize
+    ``weight.half()``, so ``MatMul4Bit``'s ``dequantize_4bit(B, quant_state).to(A.dtype)`` makes the
+    fp16 weight, then its copy; the fp16 one is a temporary freed when ``.to`` returns (Workload.dequant_dtype).
+    """
+    if w.quantized in FOUR_BIT and w.dequant_dtype == "fp16" and w.compute_dtype != "fp16":
+        return round_up(2 * n * k, BLOCK)
+    return 0
+
+
+def head_dequantized_bytes(spec: ModelSpec, w: Workload) -> tuple[int, int]:
+    """(the 4-bit output layer's (V, h) weight dequantized to the compute dtype, the fp16 intermediate
+    alive at the cast: dequant_cast_bytes); (0, 0) when the output layer is not in 4 bits."""
+    if not quantizes_head(spec, w) or w.quantized not in FOUR_BIT:
+        return 0, 0
+    V, h = spec.vocab_size, spec.hidden_size
+    return round_up(V * h * DTYPE_BYTES[w.compute_dtype], BLOCK), dequant_cast_bytes(w, V, h)
 
 
 def lora_dtype_bytes(w: Workload) -> int:

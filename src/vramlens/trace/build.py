@@ -230,11 +230,22 @@ def build_hf(cfg: dict, wl: Workload, *, fake_mode=None, layers: int | None = No
         with fake_mode:
             model.to_empty(device="cpu")
             retie(model)
+    if wl.method == "qlora" and wl.quant_head:
+        from vramlens.models.heads import head_of
+
+        head = head_of(cls.__name__, "encoder-decoder" if getattr(config, "is_encoder_decoder", False) else "decoder")
+        if head != "causal-lm" or "ForConditionalGeneration" in cls.__name__:
+            raise TraceError(f"quant_head quantizes a causal LM's output layer (lm_head); {cls.__name__} runs {head}"
+                             + (" with a vision or audio encoder" if head == "causal-lm" else "")
+                             + ": drop --quant-head")
     if wl.method == "qlora":
         quantize_nf4(model, fake_mode=fake_mode, meta_only=meta_only, double_quant=(wl.quantized != "nf4"),
-                     adapted_only=wl.quant_targets == "adapted", compute_dtype=TORCH_DTYPES[wl.compute_dtype])
+                     adapted_only=wl.quant_targets == "adapted", compute_dtype=TORCH_DTYPES[wl.compute_dtype],
+                     include_head=wl.quant_head, quant_dtype=torch.float16 if wl.dequant_dtype == "fp16" else None)
         notes.append("qlora: frozen base linears hold packed NF4 (uint8) plus absmax constants; "
-                     "matmuls dequantize on the fly (bitsandbytes 0.49 MatMul4Bit's memory behaviour)")
+                     "matmuls dequantize on the fly (bitsandbytes 0.49 MatMul4Bit's memory behaviour)"
+                     + ("; the output layer too (Lightning's BitsandbytesPrecision)" if wl.quant_head else "")
+                     + ("; dequantized to fp16, then cast (bitsandbytes 0.42.0)" if wl.dequant_dtype == "fp16" else ""))
     if wl.training and wl.fp8:
         notes.append(convert_fp8(model))
     if wl.training and (wl.checkpointing in ("full", "selective-op") or wl.checkpoint_every is not None):
@@ -399,10 +410,14 @@ class NF4Linear(nn.Module):
     """
 
     def __init__(self, in_features: int, out_features: int, bias: torch.Tensor | None, double_quant: bool = True,
-                 blocksize: int = 64, compute_dtype: torch.dtype | None = None):
+                 blocksize: int = 64, compute_dtype: torch.dtype | None = None,
+                 quant_dtype: torch.dtype | None = None):
         super().__init__()
         self.in_features, self.out_features = in_features, out_features
         self.compute_dtype = compute_dtype
+        # the dtype the weight had when quantized, which dequantize_4bit returns (quant_state.dtype):
+        # None, the matmul's own; fp16 under bitsandbytes 0.42.0 / Lightning's _NF4Linear (Workload.dequant_dtype)
+        self.quant_dtype = quant_dtype
         n = in_features * out_features
         blocks = math.ceil(n / blocksize)
         self.weight = nn.Parameter(torch.empty((n + 1) // 2, 1, dtype=torch.uint8), requires_grad=False)
@@ -425,7 +440,7 @@ class NF4Linear(nn.Module):
             out = x.new_empty((*x.shape[:-1], self.out_features))
             out = out if bias is None else out + bias
         else:
-            out = _NF4Matmul.apply(x, self.weight, bias, self.out_features, self.in_features)
+            out = _NF4Matmul.apply(x, self.weight, bias, self.out_features, self.in_features, self.quant_dtype)
         return out.to(inp_dtype)
 
     # peft's dequantize_module_weight (utils/integrations.py), which DoRA calls on its base layer,
@@ -443,24 +458,43 @@ def _dequantize(packed: torch.Tensor, out_f: int, in_f: int, dtype) -> torch.Ten
     return packed.new_empty((out_f, in_f), dtype=dtype)
 
 
+def _dequantize_to(packed: torch.Tensor, out_f: int, in_f: int, quant_dtype, dtype) -> torch.Tensor:
+    """bitsandbytes ``dequantize_4bit(B, quant_state).to(dtype)``: the weight in the dtype it was quantized
+    from, then its copy in ``dtype`` (the first a temporary freed when ``.to`` returns); one tensor when
+    the two dtypes agree."""
+    if quant_dtype is None or quant_dtype == dtype:
+        return _dequantize(packed, out_f, in_f, dtype)
+    return _dequantize(packed, out_f, in_f, quant_dtype).to(dtype)
+
+
 class _NF4Matmul(torch.autograd.Function):
+    """bitsandbytes ``MatMul4Bit``: forward ``F.linear(A, dequantize_4bit(B).to(A.dtype).t(), bias)``,
+    backward ``grad_output @ dequantize_4bit(B).to(grad_output.dtype)``: the whole weight each call."""
+
     @staticmethod
-    def forward(ctx, x, packed, bias, out_f, in_f):
-        ctx.packed, ctx.shape = packed, (out_f, in_f)
-        w = _dequantize(packed, out_f, in_f, x.dtype)
+    def forward(ctx, x, packed, bias, out_f, in_f, quant_dtype=None):
+        ctx.packed, ctx.shape, ctx.quant_dtype = packed, (out_f, in_f), quant_dtype
+        w = _dequantize_to(packed, out_f, in_f, quant_dtype, x.dtype)
         return torch.nn.functional.linear(x, w, None if bias is None else bias.to(x.dtype))
 
     @staticmethod
     def backward(ctx, grad):
-        w = _dequantize(ctx.packed, *ctx.shape, grad.dtype)
-        return grad @ w, None, None, None, None
+        w = _dequantize_to(ctx.packed, *ctx.shape, ctx.quant_dtype, grad.dtype)
+        return grad @ w, None, None, None, None, None
 
 
 def quantize_nf4(model: nn.Module, *, fake_mode=None, double_quant: bool = True, meta_only: bool = False,
-                 adapted_only: bool = False, compute_dtype: torch.dtype | None = None) -> None:
+                 adapted_only: bool = False, compute_dtype: torch.dtype | None = None, include_head: bool = False,
+                 quant_dtype: torch.dtype | None = None) -> None:
     """Replace frozen linears by NF4Linear: all but the output head, as transformers' BitsAndBytesConfig
-    does, or with ``adapted_only`` only the base layers of LoRA's adapted linears (torchtune 0.1 - 0.2)."""
-    skip = _output_head_names(model)
+    does, or with ``adapted_only`` only the base layers of LoRA's adapted linears (torchtune 0.1 - 0.2).
+
+    ``include_head``: the output layer too, as Lightning Fabric's ``BitsandbytesPrecision._convert_layers``
+    replaces every ``nn.Linear`` (LitGPT's QLoRA). Called after ``retie``: a tied output layer gets a
+    module of its own, which unties it (the input embedding keeps its weight). ``quant_dtype``: the dtype
+    the weights were quantized from (fp16 under bitsandbytes 0.42.0, NF4Linear).
+    """
+    skip = () if include_head else _output_head_names(model)
     todo = []
     for name, mod in model.named_modules():
         for child_name, child in mod.named_children():
@@ -474,7 +508,7 @@ def quantize_nf4(model: nn.Module, *, fake_mode=None, double_quant: bool = True,
     with ctx:
         for parent, child_name, lin in todo:
             setattr(parent, child_name, NF4Linear(lin.in_features, lin.out_features, lin.bias, double_quant,
-                                                  compute_dtype=compute_dtype))
+                                                  compute_dtype=compute_dtype, quant_dtype=quant_dtype))
 
 
 def fp8_converts(module: nn.Module, fqn: str, heads: tuple[str, ...]) -> bool:

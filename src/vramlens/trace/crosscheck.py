@@ -437,6 +437,29 @@ QLORA_ROWS: tuple[tuple[str, dict[str, Any]], ...] = (
     ("llama-2-7b", _inf(method="qlora", batch=1, seq=16)),
     ("llama-2-7b", _inf(method="qlora", batch=4, seq=16)),
     ("llama-2-7b", _inf(method="lora", dora=True, batch=1, seq=16)),
+    # --quant-head (LitGPT's QLoRA, Lightning's BitsandbytesPrecision: every nn.Linear in NF4): the output layer's
+    # weight dequantized for each chunk's matmul; --dequant-dtype fp16 (bitsandbytes 0.42.0: the fp16 weight and its
+    # bf16 copy at the cast); tied (Qwen2.5): the head a quantized copy of its own
+    ("llama-2-7b", _tr(method="qlora", quant_head=True)),
+    ("llama-2-7b", _tr(method="qlora", quant_head=True, dequant_dtype="fp16", loss_chunks=4)),
+    ("llama-3-8b", _tr(method="qlora", quant_head=True, checkpointing="full", dequant_dtype="fp16", loss_chunks=4)),
+    ("qwen2.5-0.5b", _tr(method="qlora", quant_head=True, batch=1, seq=8)),
+    ("llama-2-7b", _inf(method="qlora", quant_head=True, batch=4, seq=16)),
+    ("qwen2.5-0.5b", _inf(method="qlora", quant_head=True, dequant_dtype="fp16", batch=4, seq=16)),
+)
+
+#: --quant-head at full size (Llama 2 7B's 32,000 x 4,096 output layer, whose dequantized weight is 250 MiB),
+#: traced on FULL_SIZE_LAYERS layers and extrapolated (run_full_size_row).
+_QH = {"mode": "train", "method": "qlora", "attention": "sdpa", "checkpointing": "none", "dtype": "bf16",
+       "batch": 1, "seq": 512, "lora_targets": ("q_proj", "v_proj"), "quant_head": True}
+QUANT_HEAD_FULL_SIZE_ROWS: tuple[tuple[str, dict[str, Any]], ...] = (
+    ("llama-2-7b", _QH),
+    ("llama-2-7b", {**_QH, "dequant_dtype": "fp16"}),
+    ("llama-2-7b", {**_QH, "dequant_dtype": "fp16", "loss_chunks": 4, "batch": 2}),
+    ("llama-2-7b", {"mode": "inference", "method": "qlora", "attention": "sdpa", "checkpointing": "none",
+                    "dtype": "bf16", "batch": 4, "seq": 16, "new_tokens": 4, "quant_head": True}),
+    ("llama-2-7b", {"mode": "inference", "method": "qlora", "attention": "sdpa", "checkpointing": "none",
+                    "dtype": "bf16", "batch": 1, "seq": 512, "quant_head": True, "dequant_dtype": "fp16"}),
 )
 
 #: transformers' caches by kind (issue 9, item 11): StaticCache and the offloaded DynamicCache, as
@@ -557,7 +580,7 @@ COMPILE_ROWS: tuple[tuple[str, dict[str, Any]], ...] = (
 #: Workload fields the technique rows set, shown in render().
 TECHNIQUE_FIELDS = ("optimizer", "optimizer_in_backward", "loss_chunks", "loss", "activation_offload", "loss_parallel",
                     "new_tokens", "quant_targets", "lora_dtype", "lora_dropout", "dora", "cache", "max_cache_len",
-                    "gpus", "tp", "fsdp", "fp8", "compile", "gqa_expand")
+                    "gpus", "tp", "fsdp", "fp8", "compile", "gqa_expand", "quant_head", "dequant_dtype")
 
 #: The issue's case at full size: a sentence-transformers fine-tune of bert-base-uncased, 16
 #: (anchor, positive) pairs of 512 tokens, fp32, AdamW; traced on 2 and 3 of its 12 layers and
@@ -758,6 +781,16 @@ def run_full_size_row(name: str, row: dict[str, Any]) -> Row:
         traced={c: tr[c] for c in ALLOCATOR_COMPONENTS},
         estimate_peak=est.peak_allocated - _workspace_bytes(e), traced_peak=tr.peak_allocated,
     )
+
+
+def run_full_size_rows(rows: tuple[tuple[str, dict[str, Any]], ...], progress=None) -> list[Row]:
+    """Each (catalog name, workload) of ``rows`` (QUANT_HEAD_FULL_SIZE_ROWS) at full size (run_full_size_row)."""
+    out = []
+    for name, row in rows:
+        if progress:
+            progress(f"{name}: {row}")
+        out.append(run_full_size_row(name, row))
+    return out
 
 
 def run_task_rows(progress=None) -> list[Row]:

@@ -42,6 +42,8 @@ KNOBS: tuple[tuple[str, str, str, tuple | None, str], ...] = (
     ("lora_dtype", "LoRA dtype", "select", W.LORA_DTYPES, "fp32"),
     ("dora", "DoRA", "check", None, "false"),
     ("quant_targets", "quantize", "select", W.QUANT_TARGETS, "all"),
+    ("quant_head", "quantize lm_head", "check", None, "false"),
+    ("dequant_dtype", "4-bit dequant dtype", "select", W.DEQUANT_DTYPES, "compute"),
     ("bnb_inputs", "bnb 4-bit inputs kept", "select", W.BNB_INPUTS, "none"),
     ("gpus", "GPUs", "number", None, "1"),
     ("zero", "ZeRO stage", "select", ("0", "1", "2", "3"), "0"),
