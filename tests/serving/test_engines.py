@@ -375,13 +375,14 @@ def test_vllm_gpt_oss_alternating_layers_make_two_groups():
 
 # --- Llama 4 (issue 11): chunked local layers, full-length in vLLM, SWA in SGLang's hybrid pool ----------------------
 def test_vllm_llama4_chunked_layers_are_cached_at_full_length():
-    # vLLM turns the hybrid KV cache manager off for chunked local attention by default: one group of all 48
-    # layers, each as long as a full layer; page at tp 8 = 2 x 16 tokens x 1 kv head x 128 x 2 B = 8,192 B
+    # before 0.19 vramlens takes the hybrid KV cache manager off for chunked local attention (pull 21761's default):
+    # one group of all 48 layers, each as long as a full layer; page at tp 8 = 2 x 16 tokens x 1 kv head x 128 x 2 B
+    # = 8,192 B (0.19: tests/serving/test_vllm019_round2.py)
     from vramlens.serving.api import resolve_model
 
     m = resolve_model("llama-4-scout", engine="vllm")
     assert m.chunked_local and m.n_sliding == 36 and m.sliding_window == 8192
-    cap = capacity("llama-4-scout", "vllm", gpu="H100-SXM-80GB", tp=8, max_model_len=8192)
+    cap = capacity("llama-4-scout", "vllm", gpu="H100-SXM-80GB", tp=8, max_model_len=8192, version="0.11")
     blocks = cap.figure("num_gpu_blocks")
     assert cap.kv_tokens == blocks * 16
     assert cap.kv_cache_bytes == blocks * 8_192 * 48

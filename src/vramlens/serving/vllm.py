@@ -24,11 +24,16 @@ of ``min`` layers (``max`` when max < 1.5 min), each group has its own block tab
 share ``group_size`` tensors of num_blocks pages; a sliding layer needs
 cdiv(min(window - 1 + max_num_batched_tokens, max_model_len), block_size) + 1 blocks per request
 (``SlidingWindowSpec.max_memory_usage_bytes``). Chunked local attention (Llama 4's
-``attention_chunk_size`` layers, ServedModel.chunked_local) is not given a group of its own: vLLM turns the
-hybrid KV cache manager off for it by default ("There is a latency regression when using chunked local
-attention with the hybrid KV cache manager. Disabling it, by default. To enable it, set the environment
-VLLM_ALLOW_CHUNKED_LOCAL_ATTN_WITH_HYBRID_KV_CACHE=1", vllm/config/vllm.py), and every layer's cache is then
-as long as a full layer's; vramlens follows that default for every release. CUDA graphs are captured after the KV cache is
+``attention_chunk_size`` layers, ServedModel.chunked_local) gets groups of its own where the release's
+VLLM_ALLOW_CHUNKED_LOCAL_ATTN_WITH_HYBRID_KV_CACHE default turns the hybrid manager on for it
+(VllmRelease.chunked_local_hybrid: "1" in 0.19.0's envs.py), a chunked layer needing
+cdiv(min(chunk + max_num_batched_tokens, max_model_len), block_size) blocks per request
+(``ChunkedLocalAttentionSpec.max_memory_usage_bytes``); where it is off ("There is a latency regression when
+using chunked local attention with the hybrid KV cache manager. Disabling it, by default", vllm/config/vllm.py,
+pull 21761) every layer's cache is as long as a full layer's. Llama 4 loads whole (vision tower and projector,
+ServedModel from the catalog's whole build: vramlens.serving.api.resolve_model), MXFP4 experts as the
+TRITON backend lays them out (:func:`mxfp4_moe_bytes`), and 0.19's Triton sampler keeps a top-k buffer
+sized by the GPU's SM count (:func:`topk_buffer_bytes`). CUDA graphs are captured after the KV cache is
 allocated (V0, and V1 through 0.19: its log shows VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS off and
 "CUDA graph pool memory: ... (actual)" after the KV cache), so their pool comes out of the
 (1 - utilization) headroom and changes no block count.
