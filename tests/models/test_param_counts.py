@@ -216,6 +216,7 @@ PINNED_DECODERS = {
     # Llama4ForConditionalGeneration adds the vision tower, adapter and projector: 871,932,416 (108,641,793,536
     # and 401,583,781,376 in all: "109B" and "400B"); test_llama4_formula writes the sum out
     "llama-4-scout": 107_769_861_120,
+    "llama-4-scout-instruct": 107_769_861_120,  # the base's shapes; only max_position_embeddings and rope_scaling differ
     "llama-4-maverick": 400_711_848_960,
     # Catalog additions, each equal to transformers 5.24's AutoModelForCausalLM.from_config on the meta device
     # (sum of p.numel()). DeepSeek-V2 (the card's "236B"): untied embeddings 2 * 102,400 * 5120 = 1,048,576,000;

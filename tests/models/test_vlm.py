@@ -81,7 +81,7 @@ def test_images_on_a_text_model_is_refused():
     assert str(ei.value) == (
         "images=1 applies to vision-language models (gemma-3-4b-it-vision, gemma-3-12b-it-vision, "
         "gemma-3-27b-it-vision, llama-4-scout-vision, llama-4-maverick-vision, llava-1.5-7b, qwen2.5-vl-3b, "
-        "qwen2.5-vl-7b, llava-v1.6-mistral-7b); "
+        "qwen2.5-vl-7b, llava-v1.6-mistral-7b, llama-4-scout-instruct-vision); "
         "google/gemma-3-4b-it has no vision tower: drop --images")
 
 

@@ -323,7 +323,8 @@ def test_gpt_oss_engines_keep_mxfp4_experts_transformers_dequantizes():
 
     want = _gpt_oss_120b_mxfp4_weights()
     for engine in ("vllm", "sglang"):
-        cap = capacity("gpt-oss-120b", engine, gpu="H100-SXM-80GB")
+        # vLLM 0.19 lays the experts out for its MXFP4 backend (test_vllm019_mxfp4_triton_layout); 0.11 is not read
+        cap = capacity("gpt-oss-120b", engine, gpu="H100-SXM-80GB", **({"version": "0.11", "max_model_len": 32_768} if engine == "vllm" else {}))
         # ServedModel shares the blocks' bytes evenly over the 36 blocks (a floor division): < 36 B lost
         assert 0 <= want - cap.weights_bytes < 36, engine
     # 116,829,156,672 parameters in bf16 are 233.7 GB: transformers (dequantized at load) needs more GPUs
@@ -374,13 +375,14 @@ def test_vllm_gpt_oss_alternating_layers_make_two_groups():
 
 # --- Llama 4 (issue 11): chunked local layers, full-length in vLLM, SWA in SGLang's hybrid pool ----------------------
 def test_vllm_llama4_chunked_layers_are_cached_at_full_length():
-    # vLLM turns the hybrid KV cache manager off for chunked local attention by default: one group of all 48
-    # layers, each as long as a full layer; page at tp 8 = 2 x 16 tokens x 1 kv head x 128 x 2 B = 8,192 B
+    # before 0.19 vramlens takes the hybrid KV cache manager off for chunked local attention (pull 21761's default):
+    # one group of all 48 layers, each as long as a full layer; page at tp 8 = 2 x 16 tokens x 1 kv head x 128 x 2 B
+    # = 8,192 B (0.19: tests/serving/test_vllm019_round2.py)
     from vramlens.serving.api import resolve_model
 
     m = resolve_model("llama-4-scout", engine="vllm")
     assert m.chunked_local and m.n_sliding == 36 and m.sliding_window == 8192
-    cap = capacity("llama-4-scout", "vllm", gpu="H100-SXM-80GB", tp=8, max_model_len=8192)
+    cap = capacity("llama-4-scout", "vllm", gpu="H100-SXM-80GB", tp=8, max_model_len=8192, version="0.11")
     blocks = cap.figure("num_gpu_blocks")
     assert cap.kv_tokens == blocks * 16
     assert cap.kv_cache_bytes == blocks * 8_192 * 48

@@ -62,6 +62,7 @@ def _gpu_from_entry(entry: dict[str, Any]) -> GPU:
         aliases=tuple(entry.get("aliases", ())),
         source=entry.get("source", ""),
         bf16=bool(entry.get("bf16", True)),
+        sms=int(entry["sms"]) if entry.get("sms") is not None else None,
     )
 
 

@@ -29,6 +29,8 @@ class GPU:
         bf16: whether the GPU computes in bfloat16 natively; False before Ampere (P100, V100,
             T4, RTX 20xx: compute capability < 8.0), where PyTorch emulates it slowly or
             some kernels (FlashAttention) refuse it.
+        sms: streaming multiprocessors (AMD: compute units), what vLLM's ``num_compute_units`` reads;
+            None where unknown (a GPU given by size, cards whose datasheet gives no core count).
     """
 
     name: str
@@ -47,6 +49,7 @@ class GPU:
     aliases: tuple[str, ...] = ()
     source: str = ""
     bf16: bool = True
+    sms: int | None = None
 
     def dtype_notes(self, *dtypes: str | None) -> list[str]:
         """Notes for compute dtypes this GPU cannot run natively (``--dtype``, ``--amp``)."""

@@ -107,6 +107,16 @@ def catalog_spec(name: str) -> ModelSpec | None:
     return None if i is None else _catalog_spec(i, key in _multimodal_names())
 
 
+def whole_checkpoint_spec(name: str) -> ModelSpec | None:
+    """The whole vision-language build of a catalog name whose plain build counts the text model alone
+    (an entry with ``multimodal_aliases``: Gemma 3, Llama 4), as an engine that loads the checkpoint's
+    own architecture holds it; None for any other name (not in the catalog, or already whole)."""
+    i = _index().get(name.strip().lower())
+    if i is None or not _raw_entries()[i].get("multimodal_aliases"):
+        return None
+    return _catalog_spec(i, True)
+
+
 @lru_cache(maxsize=1)
 def list_catalog() -> tuple[CatalogEntry, ...]:
     """Every catalog model with its computed parameter count, in catalog order."""

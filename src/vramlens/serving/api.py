@@ -162,8 +162,13 @@ def resolve_model(model: str | dict | ModelSpec | GGUFInfo | ServedModel, *, qua
         spec = model
     else:
         from vramlens.models import load_model
+        from vramlens.models.catalog import whole_checkpoint_spec
 
-        spec = load_model(model)
+        # vLLM builds the checkpoint's architecture (Llama4ForConditionalGeneration, Gemma3ForConditionalGeneration):
+        # the vision tower and projector load with the text model, split over the TP ranks like it
+        # (MultiModalConfig.mm_encoder_tp_mode "weights", vllm/config/multimodal.py)
+        whole = whole_checkpoint_spec(model) if engine == "vllm" and isinstance(model, str) else None
+        spec = whole or load_model(model)
     if spec.kind != "decoder":
         raise InputError(f"{spec.name} is an {spec.kind} model: serving engines generate with decoders")
     # vLLM and SGLang serve a checkpoint's MXFP4 experts as they are; transformers dequantizes them

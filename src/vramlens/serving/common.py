@@ -85,6 +85,10 @@ class ServedModel:
     #: the engine serves the checkpoint's MXFP4 experts as they are (``native_experts``): vLLM runs them
     #: through a monolithic kernel, not the modular one whose workspace vramlens.serving.vllm sizes
     mxfp4_experts: bool = False
+    #: blocks with routed experts, and the per-expert bias values of one such block (gpt-oss's
+    #: gate_up_proj_bias (E, 2f) and down_proj_bias (E, h): E (2f + h)); what vLLM's MXFP4 layout reads
+    expert_layers: int = 0
+    expert_bias_numel: int = 0
 
     @property
     def weight_bytes(self) -> int:
@@ -129,6 +133,10 @@ def served_from_spec(spec: ModelSpec, *, dtype: str | None = None, quant: str | 
     # rotary_dim = 2 x the entries of inv_freq (models/_tensors.py ``rotary``: ceil(dim / 2) of them)
     inv_freq = next((t.numel for t in spec.tensors if t.role == "buffer" and t.name.endswith("inv_freq")), 0)
     rotary_dim = 2 * inv_freq if spec.position == "rotary" else 0
+    expert_layers = len({t.layer for t in spec.tensors if t.role == "expert"})
+    # stacked per-expert biases: a bias whose first dimension is the expert count
+    expert_bias = sum(t.numel for t in spec.tensors if t.role == "bias" and t.layer is not None and spec.n_experts
+                      and len(t.shape) == 2 and t.shape[0] == spec.n_experts)
     return ServedModel(
         name=spec.name, n_layers=L, n_heads=spec.n_heads, n_kv_heads=spec.n_kv_heads, head_dim=spec.head_dim,
         hidden=spec.hidden_size, ffn=spec.ffn_size, vocab=spec.vocab_size, max_position=spec.max_position,
@@ -139,7 +147,8 @@ def served_from_spec(spec: ModelSpec, *, dtype: str | None = None, quant: str | 
         weights_format=quant or (f"mxfp4 experts, {dt} rest" if mxfp4 else dt), rotary_dim=rotary_dim,
         kv_latent=spec.kv_latent, hybrid_swa=spec.hybrid_swa_pool,
         chunked_local=spec.local_attention == "chunked" and spec.n_sliding_layers > 0,
-        n_experts=spec.n_experts, shared_expert_ffn=spec.shared_expert_ffn, mxfp4_experts=mxfp4)
+        n_experts=spec.n_experts, shared_expert_ffn=spec.shared_expert_ffn, mxfp4_experts=mxfp4,
+        expert_layers=expert_layers, expert_bias_numel=expert_bias // max(1, expert_layers))
 
 
 def served_from_gguf(info: GGUFInfo) -> ServedModel:

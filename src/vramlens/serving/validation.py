@@ -4,7 +4,8 @@ A case (validation/capacity-cases.json) holds the engine's settings as the log s
 verbatim quote of the logged lines, and the logged figures by key (``logged``); this module runs
 :func:`vramlens.serving.capacity` on the same settings and reports the relative error of each
 figure. Nothing here is fitted to a case: a large error is explained in the case's ``note``.
-A case whose engine refused to start says so (``"refused": true``, the refusal in the quote); it
+A case may name a catalog GPU with ``gpu_total``, the device total its log prints, where the
+engine reads the card's facts (SM count, compute capability). A case whose engine refused to start says so (``"refused": true``, the refusal in the quote); it
 checks that vramlens refuses too (an EngineRefusal, or a ConfigError for a setting the engine
 rejects).
 """
@@ -122,8 +123,20 @@ def run_case(case: dict) -> CaseResult:
 
     cap: Capacity | None = None
     refusal = None
+    gpu: Any = case["gpu"]
+    if case.get("gpu_total"):
+        # a catalog card (compute capability, SM count, interconnect) with the device total the engine's log
+        # prints (CUDA's cudaMemGetInfo total, under nvidia-smi's)
+        from dataclasses import replace
+
+        from vramlens.hardware.catalog import get_gpu
+        from vramlens.units import parse_size
+
+        card = get_gpu(gpu)
+        gpu = replace(card, name=f"{card.name} ({case['gpu_total']} total)",
+                      usable_bytes=parse_size(case["gpu_total"], what="gpu_total"))
     try:
-        cap = capacity(case["model"], case["engine"], gpu=case["gpu"], gpus=case.get("gpus"), tp=case.get("tp", 1),
+        cap = capacity(case["model"], case["engine"], gpu=gpu, gpus=case.get("gpus"), tp=case.get("tp", 1),
                        pp=case.get("pp", 1), **case["settings"])
     except EngineRefusal as e:
         refusal = str(e)

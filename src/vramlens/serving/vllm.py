@@ -24,11 +24,16 @@ of ``min`` layers (``max`` when max < 1.5 min), each group has its own block tab
 share ``group_size`` tensors of num_blocks pages; a sliding layer needs
 cdiv(min(window - 1 + max_num_batched_tokens, max_model_len), block_size) + 1 blocks per request
 (``SlidingWindowSpec.max_memory_usage_bytes``). Chunked local attention (Llama 4's
-``attention_chunk_size`` layers, ServedModel.chunked_local) is not given a group of its own: vLLM turns the
-hybrid KV cache manager off for it by default ("There is a latency regression when using chunked local
-attention with the hybrid KV cache manager. Disabling it, by default. To enable it, set the environment
-VLLM_ALLOW_CHUNKED_LOCAL_ATTN_WITH_HYBRID_KV_CACHE=1", vllm/config/vllm.py), and every layer's cache is then
-as long as a full layer's; vramlens follows that default for every release. CUDA graphs are captured after the KV cache is
+``attention_chunk_size`` layers, ServedModel.chunked_local) gets groups of its own where the release's
+VLLM_ALLOW_CHUNKED_LOCAL_ATTN_WITH_HYBRID_KV_CACHE default turns the hybrid manager on for it
+(VllmRelease.chunked_local_hybrid: "1" in 0.19.0's envs.py), a chunked layer needing
+cdiv(min(chunk + max_num_batched_tokens, max_model_len), block_size) blocks per request
+(``ChunkedLocalAttentionSpec.max_memory_usage_bytes``); where it is off ("There is a latency regression when
+using chunked local attention with the hybrid KV cache manager. Disabling it, by default", vllm/config/vllm.py,
+pull 21761) every layer's cache is as long as a full layer's. Llama 4 loads whole (vision tower and projector,
+ServedModel from the catalog's whole build: vramlens.serving.api.resolve_model), MXFP4 experts as the
+TRITON backend lays them out (:func:`mxfp4_moe_bytes`), and 0.19's Triton sampler keeps a top-k buffer
+sized by the GPU's SM count (:func:`topk_buffer_bytes`). CUDA graphs are captured after the KV cache is
 allocated (V0, and V1 through 0.19: its log shows VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS off and
 "CUDA graph pool memory: ... (actual)" after the KV cache), so their pool comes out of the
 (1 - utilization) headroom and changes no block count.
@@ -44,9 +49,11 @@ from vramlens.hardware.gpu import GPU
 from vramlens.hardware.runtime import context_bytes_for, nccl_communicator_bytes
 from vramlens.serving.common import (
     CUDA_GRAPH_BYTES,
+    MXFP4_BLOCK,
     ServedModel,
     kv_cell_bytes,
     kv_heads_per_gpu,
+    mxfp4_bytes,
     roofline,
     stage_layers,
     stage_weight_bytes,
@@ -96,6 +103,17 @@ WORKSPACE_ALIGN = 256
 #: fused_moe/router/fused_topk_router.py ``fused_topk``): topk_weights fp32 4, topk_ids int32 4,
 #: token_expert_indices int32 4.
 TOPK_BYTES = 12
+#: vLLM 0.19 ``apply_top_k_top_p`` (v1/sample/ops/topk_topp_sampler.py) runs the Triton kernel for
+#: batches of at least this many rows, PyTorch's sort below it.
+TRITON_TOPK_MIN_ROWS = 8
+#: vLLM 0.19's MXFP4 MoE on the TRITON backend (fused_moe/oracle/mxfp4.py, chosen on compute
+#: capability 9.x: the logs' "Using 'TRITON' Mxfp4 MoE backend"): ``mxfp4_round_up_hidden_size_and_intermediate_size``
+#: rounds each rank's expert width up to 64 on CUDA; triton_kernels' Hopper layouts
+#: (``HopperMXValueLayout.swizzle_data``, ``HopperMXScaleLayout.swizzle_data`` with ``_swizzle_mxfp4``'s
+#: num_warps 8) pad the packed values' two dimensions to 64 and the scales' rows to 2 x 8 x 2 x 8 = 256.
+MXFP4_TRITON_WIDTH_ALIGN = 64
+MXFP4_HOPPER_VALUE_ALIGN = 64
+MXFP4_HOPPER_SCALE_ROWS_ALIGN = 256
 
 
 @dataclass(frozen=True, slots=True)
@@ -114,6 +132,13 @@ class VllmRelease:
     ``moe_workspace``: MoE experts run in a workspace the process keeps (:func:`moe_workspace_bytes`,
     read in 0.19; the release that brought vLLM's WorkspaceManager is not pinned here, older ones
     keep the per-call intermediate caches of :func:`profile_peak_bytes`).
+    ``chunked_local_hybrid``: chunked local attention layers (Llama 4) get KV cache groups of their own
+    in the hybrid KV cache manager. vLLM pull 21761 added VLLM_ALLOW_CHUNKED_LOCAL_ATTN_WITH_HYBRID_KV_CACHE
+    with the manager off for them by default ("There is a latency regression when using chunked local
+    attention with the hybrid KV cache manager. Disabling it, by default", vllm/config.py); 0.19.0's
+    envs.py defaults it to "1" (the Scout log's compile factors: 'VLLM_ALLOW_CHUNKED_LOCAL_ATTN_WITH_HYBRID_KV_CACHE':
+    True), after pull 29627 turned it on; that release is not pinned here, so releases before 0.19 keep
+    every chunked layer's cache at full length.
     """
 
     version: tuple[int, int, int]
@@ -122,6 +147,7 @@ class VllmRelease:
     sampler: str
     large_gpu_defaults: bool
     moe_workspace: bool = False
+    chunked_local_hybrid: bool = False
 
     @property
     def name(self) -> str:
@@ -155,7 +181,8 @@ def vllm_release(version: tuple[int, int, int], gpu: GPU, use_v1: bool | None = 
         in_budget = (0, 6, 3) <= version < (0, 6, 5)
     return VllmRelease(version=version, v1=v1, context_in_budget=in_budget,
                        sampler="triton" if version >= (0, 19, 0) else "sort",
-                       large_gpu_defaults=v1 and version >= (0, 10, 0), moe_workspace=version >= (0, 19, 0))
+                       large_gpu_defaults=v1 and version >= (0, 10, 0), moe_workspace=version >= (0, 19, 0),
+                       chunked_local_hybrid=v1 and version >= (0, 19, 0))
 
 
 def vllm_problems(m: ServedModel, *, tp: int, pp: int, gpu_memory_utilization: float, max_model_len: int,
@@ -211,8 +238,50 @@ def moe_workspace_bytes(m: ServedModel, *, tokens: int, tp: int, b: int) -> int:
     return round_up(region13 * b, WORKSPACE_ALIGN) + round_up(region2 * b, WORKSPACE_ALIGN)
 
 
+def topk_buffer_bytes(*, rows: int, vocab: int, sms: int | None) -> int:
+    """The per-program buffer vLLM 0.19's Triton top-k/top-p kernel allocates and keeps, in bytes.
+
+    ``apply_top_k_top_p_triton`` (v1/sample/ops/topk_topp_triton.py) launches min(SMs, rows) programs
+    (``num_compute_units``) and takes its scratch from ``_TRITON_BUFFER_CACHE``: on a miss it allocates
+    ``logits.new_empty((min(next_power_of_2(programs), SMs), vocab))``, fp32 like the logits it is
+    given (4 B), and keeps it for the process, so it is alive at the sampler's peak. 0 below
+    TRITON_TOPK_MIN_ROWS rows (the sort path) and where the GPU's SM count is unknown (a GPU given by
+    size; the caller notes it).
+    """
+    if sms is None or rows < TRITON_TOPK_MIN_ROWS:
+        return 0
+    programs = min(sms, rows)
+    return min(1 << (programs - 1).bit_length(), sms) * vocab * 4
+
+
+def mxfp4_moe_bytes(m: ServedModel, *, tp: int, b: int) -> tuple[int, int]:
+    """(vLLM 0.19's bytes, the ServedModel's bytes) of the MXFP4 experts on one TP rank.
+
+    ``Mxfp4MoEMethod.create_weights`` (quantization/mxfp4.py) makes, per MoE layer and rank,
+    w13 (E, 2 f', h/2) and w2 (E, h, f'/2) packed uint8, their E8M0 scales (E, 2 f', h/32) and
+    (E, h, f'/32), and bf16 biases (E, 2 f') and (E, h) (w2's bias whole on every rank), with
+    f' = round_up(f / tp, MXFP4_TRITON_WIDTH_ALIGN). ``_setup_kernel`` on the TRITON backend then
+    swizzles values and scales into new tensors (``convert_to_mxfp4_moe_kernel_format`` ->
+    ``_swizzle_mxfp4``: values padded to MXFP4_HOPPER_VALUE_ALIGN in both dimensions, scales' rows to
+    MXFP4_HOPPER_SCALE_ROWS_ALIGN and columns to 2), frees the unswizzled values (``del
+    layer.w13_weight``) but keeps the unswizzled scales registered on the layer (``w13_weight_scale``,
+    ``w2_weight_scale``: only the other backends ``replace_parameter`` them), and replaces the biases
+    by fp32 copies. The ServedModel holds f x h MXFP4 experts (4.25 bits) and model-dtype biases,
+    split evenly over the ranks.
+    """
+    e, f, h, layers = m.n_experts, m.ffn, m.hidden, m.expert_layers
+    fp = round_up(ceil_div(f, tp), MXFP4_TRITON_WIDTH_ALIGN)
+    va, sa = MXFP4_HOPPER_VALUE_ALIGN, MXFP4_HOPPER_SCALE_ROWS_ALIGN
+    values = e * (round_up(2 * fp, va) * round_up(h // 2, va) + round_up(h, va) * round_up(fp // 2, va))
+    scales = e * (2 * fp * (h // MXFP4_BLOCK) + h * (fp // MXFP4_BLOCK))
+    swizzled = e * (round_up(2 * fp, sa) * round_up(h // MXFP4_BLOCK, 2) + round_up(h, sa) * round_up(fp // MXFP4_BLOCK, 2))
+    biases = e * (2 * fp + h) * 4 if m.expert_bias_numel else 0
+    served = mxfp4_bytes(e * 2 * f * h) + mxfp4_bytes(e * f * h) + m.expert_bias_numel * b
+    return layers * (values + scales + swizzled + biases), ceil_div(layers * served, tp)
+
+
 def profile_peak_bytes(m: ServedModel, *, tokens: int, rows: int, tp: int, b: int, sampler: str,
-                       moe_workspace: bool = False) -> tuple[int, str]:
+                       moe_workspace: bool = False, topk_buffer: int = 0) -> tuple[int, str]:
     """The torch peak of vLLM's ``profile_run``: the larger of its two phases.
 
     The forward over ``tokens`` tokens (``_dummy_run(max_num_batched_tokens)``): the residual stream
@@ -221,7 +290,8 @@ def profile_peak_bytes(m: ServedModel, *, tokens: int, rows: int, tp: int, b: in
     (a + 2 n_kv) d / tp; FlashAttention keeps no T x T matrix), in b-byte elements. Then the sampler
     over one logits row per dummy request (``_dummy_sampler_run``; the logits are gathered to the full
     vocabulary on every TP rank): rows x V x (b + SAMPLER_BYTES[sampler]), while the forward's output
-    T x h x b is still held.
+    T x h x b is still held. ``topk_buffer`` (:func:`topk_buffer_bytes`, the Triton sampler's kept
+    scratch) is alive in the sampler phase too.
 
     With ``moe_workspace`` (0.19, VllmRelease.moe_workspace) a MoE's expert caches are views of
     :func:`moe_workspace_bytes`, which is held in both phases; beside it an MoE layer holds, per token,
@@ -243,9 +313,9 @@ def profile_peak_bytes(m: ServedModel, *, tokens: int, rows: int, tp: int, b: in
         f = m.ffn * max(1, m.experts_per_token)
         mlp = 3 * f // tp
         forward = tokens * b * (2 * m.hidden + max(mlp, attn))
-    sampling = rows * m.vocab * (b + SAMPLER_BYTES[sampler]) + tokens * m.hidden * b + ws
+    sampling = rows * m.vocab * (b + SAMPLER_BYTES[sampler]) + tokens * m.hidden * b + ws + topk_buffer
     phase = "forward" if forward >= sampling else f"sampler ({sampler})"
-    held = f" + MoE workspace {ws:,}" if ws else ""
+    held = (f" + MoE workspace {ws:,}" if ws else "") + (f" + top-k buffer {topk_buffer:,}" if topk_buffer else "")
     return max(forward, sampling), (
         f"max(forward {forward:,}, sampler {rows} rows x {m.vocab:,} x (b + {SAMPLER_BYTES[sampler]}) B + "
         f"hidden {tokens * m.hidden * b:,}{held}) = {phase}")
@@ -293,10 +363,27 @@ def vllm_capacity(m: ServedModel, gpu: GPU, *, gpus: int, tp: int, pp: int, cont
     kv_b = KV_CACHE_DTYPES[kv_cache_dtype] or b
     requested = int(total * gpu_memory_utilization)  # Worker.requested_memory
     weights = stage_weight_bytes(m, tp, pp) + m.rope_cache_bytes
+    weight_notes: tuple[str, ...] = ()
+    cc = gpu.compute_capability
+    if m.mxfp4_experts and m.expert_layers and rel.version >= (0, 19, 0):
+        if cc is not None and (9, 0) <= cc < (10, 0):
+            layout, served = mxfp4_moe_bytes(m, tp=tp, b=b)
+            weights += (layout - served) * stage_layers(m, pp) // m.n_layers  # the busiest stage's share
+            weight_notes = (f"MXFP4 experts on the TRITON backend: {layout:,} B per rank as vLLM lays them out "
+                            f"(widths rounded to {MXFP4_TRITON_WIDTH_ALIGN}, Hopper swizzle padding, unswizzled "
+                            f"scales kept, fp32 biases) in place of {served:,} B (mxfp4_moe_bytes)",)
+        else:
+            weight_notes = ("MXFP4 experts at 4.25 bits: vLLM's per-backend layout is modelled for compute "
+                            "capability 9.x (the TRITON backend) only",)
     # V0's profile run builds max_num_seqs dummy sequences; V1's min(num_tokens, max_num_reqs) requests
     rows = min(seqs, mnbt) if rel.v1 else seqs
-    act, act_why = profile_peak_bytes(m, tokens=mnbt, rows=rows, tp=tp, b=b, sampler=rel.sampler,
-                                      moe_workspace=rel.moe_workspace)
+    sampler = rel.sampler if rel.sampler != "triton" or rows >= TRITON_TOPK_MIN_ROWS else "sort"
+    topk = topk_buffer_bytes(rows=rows, vocab=m.vocab, sms=gpu.sms) if sampler == "triton" else 0
+    if sampler == "triton" and gpu.sms is None:
+        weight_notes += (f"{gpu.name} has no SM count: the Triton sampler's kept top-k buffer (min(SMs, rows) "
+                         "x vocabulary x 4 B, topk_buffer_bytes) is left out",)
+    act, act_why = profile_peak_bytes(m, tokens=mnbt, rows=rows, tp=tp, b=b, sampler=sampler,
+                                      moe_workspace=rel.moe_workspace, topk_buffer=topk)
     ctx, _ = context_bytes_for(None)
     nccl = nccl_communicator_bytes(gpu, tp) + (nccl_communicator_bytes(gpu, 2, nvls=False) if pp > 1 else 0)
     outside = nccl + (ctx if rel.context_in_budget else 0)
@@ -306,16 +393,18 @@ def vllm_capacity(m: ServedModel, gpu: GPU, *, gpus: int, tp: int, pp: int, cont
     kv_heads = kv_heads_per_gpu(m, tp)
     page = block_size * kv_cell_bytes(m, tp, kv_b)  # AttentionSpec.page_size_bytes, one layer
     layers = stage_layers(m, pp)
-    # chunked local layers (Llama 4) are cached at full length: the hybrid manager is off for them (docstring)
-    n_slide = 0 if m.chunked_local else ceil_div(m.n_sliding, pp)
+    # chunked local layers (Llama 4) have groups of their own only where the release turns the hybrid
+    # manager on for them (VllmRelease.chunked_local_hybrid); else they are cached at full length
+    n_slide = 0 if m.chunked_local and not rel.chunked_local_hybrid else ceil_div(m.n_sliding, pp)
+    local = "chunked" if m.chunked_local else "sliding"
     n_full = layers - n_slide
     if n_full and n_slide:  # hybrid: _get_kv_cache_groups_uniform_page_size
         lo, hi = min(n_full, n_slide), max(n_full, n_slide)
         group_size = hi if hi < 1.5 * lo else lo
-        kinds = [("full", ceil_div(n_full, group_size)), ("sliding", ceil_div(n_slide, group_size))]
+        kinds = [("full", ceil_div(n_full, group_size)), (local, ceil_div(n_slide, group_size))]
     else:
         group_size = layers
-        kinds = [("sliding" if n_slide else "full", 1)]
+        kinds = [(local if n_slide else "full", 1)]
     n_groups = sum(n for _k, n in kinds)
 
     def blocks_per_request(tokens: int) -> int:
@@ -323,6 +412,8 @@ def vllm_capacity(m: ServedModel, gpu: GPU, *, gpus: int, tp: int, pp: int, cont
         for kind, n in kinds:
             if kind == "full":
                 need += n * ceil_div(tokens, block_size)
+            elif kind == "chunked":  # ChunkedLocalAttentionSpec.max_memory_usage_bytes: no partial block
+                need += n * ceil_div(min((m.sliding_window or tokens) + mnbt, tokens), block_size)
             else:  # SlidingWindowSpec.max_memory_usage_bytes
                 need += n * (ceil_div(min((m.sliding_window or tokens) - 1 + mnbt, tokens), block_size) + 1)
         return need
@@ -364,7 +455,7 @@ def vllm_capacity(m: ServedModel, gpu: GPU, *, gpus: int, tp: int, pp: int, cont
                      round(concurrency_mml, 2)),
         EngineFigure("cuda_graph_memory", "Graph capturing took (GiB, allowance)", round(graphs / GiB, 2)),
     )
-    notes = later + (
+    notes = later + weight_notes + (
         f"{rel.name}: available = {gpu_memory_utilization} x {total:,} - weights {weights:,} (rotary cache "
         f"{m.rope_cache_bytes:,} included) - activation {act:,} - non-torch {outside:,} = {available:,} B "
         "(Worker.determine_available_memory)",
