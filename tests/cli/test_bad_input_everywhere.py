@@ -12,7 +12,7 @@ import pickle
 
 import pytest
 
-from vramlens.cli.main import main
+from cli_run import run_cli
 
 LLAMA_CONFIG = {
     "model_type": "llama", "architectures": ["LlamaForCausalLM"], "hidden_size": 4096, "intermediate_size": 11_008,
@@ -275,15 +275,6 @@ def skip_without_its_extra(case: str) -> None:
     for prefix, module, extra in NEEDS_EXTRA:
         if case.startswith(prefix) and importlib.util.find_spec(module) is None:
             pytest.skip(f"{case} is checked after importing {module}: needs the [{extra}] extra")
-
-
-def run_cli(capsys, argv: list[str]) -> tuple[int, str, str]:
-    try:
-        code = main(argv)
-    except SystemExit as e:  # argparse's own rejections
-        code = e.code
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 def assert_one_error_line(err: str, expected: str) -> None:

@@ -2,21 +2,12 @@
 
 import json
 
-from vramlens.cli.main import main
+from cli_run import run_cli
 from vramlens.web.page import KNOBS, SHOW_WHEN
 
 
-def _run(capsys, argv):
-    try:
-        code = main(argv)
-    except SystemExit as e:
-        code = e.code
-    out, err = capsys.readouterr()
-    return code, out, err
-
-
 def test_flag_reaches_the_workload(capsys):
-    code, out, _ = _run(capsys, ["estimate", "llama-3-8b", "--mode", "train", "--dtype", "bf16", "--fp8", "--json"])
+    code, out, _ = run_cli(capsys, ["estimate", "llama-3-8b", "--mode", "train", "--dtype", "bf16", "--fp8", "--json"])
     assert code == 0
     d = json.loads(out)
     assert d["workload"]["fp8"] is True
@@ -24,7 +15,7 @@ def test_flag_reaches_the_workload(capsys):
 
 
 def test_inference_refuses_it_in_one_line(capsys):
-    code, _, err = _run(capsys, ["estimate", "llama-3-8b", "--mode", "inference", "--fp8"])
+    code, _, err = run_cli(capsys, ["estimate", "llama-3-8b", "--mode", "inference", "--fp8"])
     assert code == 2
     lines = err.strip().splitlines()
     assert len(lines) == 1 and "fp8" in lines[0]

@@ -3,26 +3,17 @@ written for torchtune (whose attention expands GQA keys and values) count them t
 
 import json
 
-from vramlens.cli.main import main
+from cli_run import run_cli
 from vramlens.web.page import KNOBS
-
-
-def _run(capsys, argv):
-    try:
-        code = main(argv)
-    except SystemExit as e:
-        code = e.code
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 def test_flag_reaches_the_workload_and_the_figure(capsys):
     base = ["estimate", "llama-3.2-3b", "--mode", "train", "--dtype", "bf16", "--seq", "4096", "--json"]
-    code, out, _ = _run(capsys, [*base, "--gqa-expand"])
+    code, out, _ = run_cli(capsys, [*base, "--gqa-expand"])
     assert code == 0
     expanded = json.loads(out)
     assert expanded["workload"]["gqa_expand"] is True
-    _, out, _ = _run(capsys, base)
+    _, out, _ = run_cli(capsys, base)
     plain = json.loads(out)
     assert plain["workload"]["gqa_expand"] is False
     assert expanded["peak_allocated_bytes"] > plain["peak_allocated_bytes"]
@@ -40,10 +31,10 @@ def test_fit_for_torchtune_counts_its_expansion(capsys, monkeypatch):
         return real(*a, **kw)
 
     monkeypatch.setattr(fb, "fit", spy)
-    code, out, _ = _run(capsys, ["fit", "llama-3.2-3b", "--mode", "train", "--method", "lora", "--gpu", "24GB",
+    code, out, _ = run_cli(capsys, ["fit", "llama-3.2-3b", "--mode", "train", "--method", "lora", "--gpu", "24GB",
                                  "--emit", "torchtune"])
     assert code == 0 and out.startswith("tune run lora_finetune_single_device")
     assert seen["gqa_expand"] is True
     seen.clear()
-    _run(capsys, ["fit", "llama-3.2-3b", "--mode", "train", "--method", "lora", "--gpu", "24GB", "--emit", "peft"])
+    run_cli(capsys, ["fit", "llama-3.2-3b", "--mode", "train", "--method", "lora", "--gpu", "24GB", "--emit", "peft"])
     assert seen.get("gqa_expand", False) is False

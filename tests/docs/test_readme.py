@@ -18,7 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from vramlens.cli.main import build_parser, main
+from cli_run import run_cli
+from vramlens.cli.main import build_parser
 
 #: `vramlens trace` runs the model under torch: without the trace extra, its examples skip.
 needs_torch = pytest.mark.skipif(importlib.util.find_spec("torch") is None,
@@ -62,15 +63,6 @@ def subparser(name: str) -> argparse.ArgumentParser:
 
 def flags_of(name: str) -> set[str]:
     return {o for a in subparser(name)._actions for o in a.option_strings if o.startswith("--") and o != "--help"}
-
-
-def run_cli(capsys, argv: list[str]) -> tuple[int, str, str]:
-    try:
-        code = main(argv)
-    except SystemExit as e:
-        code = e.code
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 # --- (a) the examples run ---------------------------------------------------------------------

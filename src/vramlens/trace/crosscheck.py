@@ -29,6 +29,7 @@ train      lora        eager     none       fp32 + amp bf16 2
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -785,21 +786,11 @@ def run_full_size_row(name: str, row: dict[str, Any]) -> Row:
 
 def run_full_size_rows(rows: tuple[tuple[str, dict[str, Any]], ...], progress=None) -> list[Row]:
     """Each (catalog name, workload) of ``rows`` (QUANT_HEAD_FULL_SIZE_ROWS) at full size (run_full_size_row)."""
-    out = []
-    for name, row in rows:
-        if progress:
-            progress(f"{name}: {row}")
-        out.append(run_full_size_row(name, row))
-    return out
+    return run_rows(rows, progress, runner=run_full_size_row)
 
 
 def run_task_rows(progress=None) -> list[Row]:
-    out = []
-    for name, row in TASK_ROWS:
-        if progress:
-            progress(f"{name}: {row}")
-        out.append(run_row(name, row))
-    return out
+    return run_rows(TASK_ROWS, progress)
 
 
 def run_technique_rows(progress=None, *, only: str | None = None) -> list[Row]:
@@ -819,13 +810,16 @@ def run_technique_rows(progress=None, *, only: str | None = None) -> list[Row]:
     return out
 
 
-def run_rows(rows: tuple[tuple[str, dict[str, Any]], ...], progress=None) -> list[Row]:
-    """Each (catalog name, workload) of ``rows`` (QLORA_ROWS, CACHE_ROWS), estimated and traced."""
+def run_rows(rows: tuple[tuple[str, dict[str, Any]], ...], progress=None, *,
+             runner: Callable[[str, dict[str, Any]], Row] | None = None) -> list[Row]:
+    """Each (catalog name, workload) of ``rows`` (QLORA_ROWS, CACHE_ROWS), estimated and traced by ``runner``
+    (run_row, the shrunk model, by default)."""
+    run = runner or run_row
     out = []
     for name, row in rows:
         if progress:
             progress(f"{name}: {row}")
-        out.append(run_row(name, row))
+        out.append(run(name, row))
     return out
 
 
@@ -842,24 +836,15 @@ def run_optimizer_rows(progress=None, *, optimizer: str | None = None) -> list[R
 
 
 def run_checkpoint_rows(progress=None) -> list[Row]:
-    return _run(CHECKPOINT_ROWS, progress)
+    return run_rows(CHECKPOINT_ROWS, progress)
 
 
 def run_fsdp_rows(progress=None) -> list[Row]:
-    return _run(FSDP_ROWS, progress)
+    return run_rows(FSDP_ROWS, progress)
 
 
 def run_tp_rows(progress=None) -> list[Row]:
-    return _run(TP_ROWS, progress)
-
-
-def _run(rows: tuple[tuple[str, dict[str, Any]], ...], progress) -> list[Row]:
-    out = []
-    for name, row in rows:
-        if progress:
-            progress(f"{name}: {row}")
-        out.append(run_row(name, row))
-    return out
+    return run_rows(TP_ROWS, progress)
 
 
 def _workspace_bytes(est) -> int:
