@@ -626,6 +626,25 @@ def offload_frozen_casts(st: TrainState, head_cast: int) -> tuple[TrainState, in
     return replace(st, frozen_casts=kept), st.frozen_casts - kept
 
 
+def version_notes(spec: ModelSpec, w: Workload, b: int, total_tokens: int, share: float) -> list[str]:
+    """The transformers release generate() is assumed to be (inference with new tokens, its own caches)."""
+    if not w.new_tokens or w.kv_block or w.mode != "inference":
+        return []
+    v = w.transformers_version
+    if w.legacy_cache:
+        extra = int((K.legacy_decode_bytes(spec, w, w.seq, total_tokens, b, tp=w.tp)
+                     - K.decode_bytes(spec, w, w.seq, total_tokens, b, tp=w.tp)) * share)
+        return [f"transformers {v}: generate() keeps the previous step's KV cache (a tuple; 4.36 - 4.41 convert it to "
+                f"and from a DynamicCache in each forward) until the forward that builds the next one returns, so a "
+                f"decode step holds both: +{human_bytes(extra)} over 4.42 and later (transformers #30536)"]
+    if v is not None:
+        return [f"transformers {v}: one {w.cache} cache from the prefill to the last token (4.42 and later)"]
+    if w.cache == "dynamic" and w.kv_dtype is None:
+        return ["transformers >= 4.42 DynamicCache assumed (give --transformers-version for older: before 4.42 "
+                "every decode step held the previous cache beside the new one)"]
+    return []
+
+
 def position_notes(spec: ModelSpec, w: Workload) -> list[str]:
     """A note when the run's sequence is longer than the model's ``max_position_embeddings``.
 
@@ -871,6 +890,8 @@ def estimate_spec(spec: ModelSpec, w: Workload, gpu: GPU | None = None, *, headr
             kv_decode = 0
             if w.new_tokens and w.kv_block:
                 kv_decode = int(K.kv_cache_bytes(spec, w, total_tokens, b, tp=w.tp) * share)
+            elif w.new_tokens and w.legacy_cache:
+                kv_decode = int(K.legacy_decode_bytes(spec, w, s, total_tokens, b, tp=w.tp) * share)
             elif w.new_tokens:
                 kv_decode = int(K.decode_bytes(spec, w, s, total_tokens, b, tp=w.tp) * share)
             kv = kv_persistent = max(kv_prefill, kv_decode)
@@ -881,7 +902,10 @@ def estimate_spec(spec: ModelSpec, w: Workload, gpu: GPU | None = None, *, headr
                 f"{spec.n_decoder_layers} layers x {width} x {K.kv_dtype_bytes(w)} B x {total_tokens} tokens x batch {b}"
                 + (f" ({K.sliding_layers(spec)} sliding layers keep {spec.sliding_window} tokens once decoding, the "
                    f"prompt after prefill)" if K.sliding_layers(spec) else "")
-                + (" + one layer's old keys (a sliding layer's keys and values) while torch.cat appends"
+                + (f" + the previous step's whole cache ({total_tokens - 1} tokens): transformers "
+                   f"{w.transformers_version}'s generate() holds it until the forward returns"
+                   if w.new_tokens and w.legacy_cache else
+                   " + one layer's old keys (a sliding layer's keys and values) while torch.cat appends"
                    if w.new_tokens and not w.kv_block else "")
                 + (f" + the cross-attention's keys and values of {AU.encoder_tokens(spec, w):,} encoder positions per "
                    "row, computed once from the encoder's output" if spec.audio is not None else "")
@@ -943,9 +967,7 @@ def estimate_spec(spec: ModelSpec, w: Workload, gpu: GPU | None = None, *, headr
         master = 0
         if w.method != "full":
             notes.append("inference with LoRA: adapters counted in weights")
-        if w.new_tokens and w.kv_block == 0 and w.kv_dtype is None:
-            notes.append("generation as transformers >= 4.36 runs it (DynamicCache grown in place); older "
-                         "releases kept a tuple cache whose every decode step held the old and the new copy")
+        notes += version_notes(spec, w, b, total_tokens, share)
     explain["runtime"] = st.runtime_explain
     explain.setdefault("kv_cache", "training: no cache")
     comps = {

@@ -98,6 +98,33 @@ def decode_bytes(spec: ModelSpec, w: Workload, prompt: int, total: int, batch: i
     return max(peaks)
 
 
+def legacy_decode_bytes(spec: ModelSpec, w: Workload, prompt: int, total: int, batch: int, tp: int = 1) -> int:
+    """The cache's peak in a decode step of transformers < 4.42 (``Workload.legacy_cache``): the
+    previous step's cache and the one the forward builds, both whole.
+
+    transformers 4.35 (models/llama/modeling_llama.py ``LlamaAttention.forward``) makes each layer's
+    new keys and values with ``torch.cat([past_key_value[0], key_states], dim=2)`` and returns
+    ``past_key_value = (key_states, value_states)``; ``LlamaModel.forward`` collects them in a new tuple
+    (``next_decoder_cache += (layer_outputs[...],)``), and ``generate()`` (generation/utils.py
+    ``greedy_search``/``sample``) replaces ``model_kwargs["past_key_values"]`` only after the forward
+    returns (``_update_model_kwargs_for_generation``). At the last layer every layer's old (S tokens)
+    and new (S + 1) tensors are alive, and the old ones stay through the head. 4.36 - 4.41 run a
+    DynamicCache inside the forward (``DynamicCache.from_legacy_cache`` over the same tensors, then
+    ``to_legacy_cache``) while generate() still holds the tuple: the same two caches. Greedy search and
+    sampling reorder nothing (``_reorder_cache`` is beam search's). An encoder-decoder's cross-attention
+    keys and values are the same tensors in both tuples (counted once). The peak is at the first step
+    (old: the cache as prefill left it) or the last.
+    """
+    if spec.kind == "encoder" or total <= prompt:
+        return 0
+    cross = kv_cache_bytes(spec, w, 0, batch, tp)  # the encoder-decoder's cross-attention part (0 tokens of self)
+    peaks = []
+    for before, after in ((prompt, prompt + 1), (total - 1, total)):
+        old = kv_cache_bytes(spec, w, before, batch, tp, prefill=before == prompt) - cross
+        peaks.append(old + kv_cache_bytes(spec, w, after, batch, tp))
+    return max(peaks)
+
+
 def kv_cache_bytes(spec: ModelSpec, w: Workload, tokens: int, batch: int, tp: int = 1, *,
                    prefill: bool = False) -> int:
     """Cache bytes for ``batch`` sequences of ``tokens`` tokens each.

@@ -365,6 +365,11 @@ TECHNIQUE_ROWS: tuple[tuple[str, dict[str, Any]], ...] = (
                     "dtype": "bf16", "seq": 16, "new_tokens": 256, "gqa_expand": True}),
     ("llama-2-7b", {"mode": "inference", "method": "full", "attention": "sdpa", "checkpointing": "none",
                     "dtype": "bf16", "seq": 16, "new_tokens": 256, "gqa_expand": True}),
+    # generate() of transformers < 4.42 (Workload.legacy_cache): every decode step keeps the previous cache until
+    # the forward that builds the next returns; MHA (Llama 2) and GQA (Llama 3's 4:1, Qwen's 7:1), eager and SDPA
+    *((name, {"mode": "inference", "method": "full", "attention": attention, "checkpointing": "none", "dtype": "bf16",
+              "seq": 16, "new_tokens": 256, "transformers_version": "4.35"})
+      for name in ("llama-2-7b", "llama-3-8b", "qwen2.5-0.5b") for attention in ("eager", "sdpa")),
     # long decoding past a sliding window (Gemma 3's local blocks keep 64 of 272 tokens) and multi-head latent
     # attention rebuilding keys and values from the cached latent at every step (DeepSeek-V3)
     ("gemma-3-1b-it", {"mode": "inference", "method": "full", "attention": "sdpa", "checkpointing": "none",
@@ -557,7 +562,7 @@ COMPILE_ROWS: tuple[tuple[str, dict[str, Any]], ...] = (
 #: Workload fields the technique rows set, shown in render().
 TECHNIQUE_FIELDS = ("optimizer", "optimizer_in_backward", "loss_chunks", "loss", "activation_offload", "loss_parallel",
                     "new_tokens", "quant_targets", "lora_dtype", "lora_dropout", "dora", "cache", "max_cache_len",
-                    "gpus", "tp", "fsdp", "fp8", "compile", "gqa_expand")
+                    "gpus", "tp", "fsdp", "fp8", "compile", "gqa_expand", "transformers_version")
 
 #: The issue's case at full size: a sentence-transformers fine-tune of bert-base-uncased, 16
 #: (anchor, positive) pairs of 512 tokens, fp32, AdamW; traced on 2 and 3 of its 12 layers and
@@ -780,6 +785,8 @@ def run_technique_rows(progress=None, *, only: str | None = None) -> list[Row]:
             continue
         if only is not None and only != "fp8" and row.get("fp8"):
             continue  # the fp8 rows (torchao) belong to their own technique, whatever else they set
+        if only is not None and only != "transformers_version" and row.get("transformers_version"):
+            continue  # so do the rows of an older transformers' generate()
         if progress:
             progress(f"{name}: {row}")
         out.append(run_row(name, row))

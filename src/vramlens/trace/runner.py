@@ -613,6 +613,9 @@ class Runner:
             del out
             for i in range(wl.new_tokens):
                 rec.set_phase("decode", 1)
+                # transformers < 4.42 (Workload.legacy_cache): generate() holds the previous step's cache
+                # (a tuple of every layer's keys and values) until the forward that builds the next returns
+                held = cache_tensors(cache) if wl.legacy_cache else []
                 if built.kind == "seq2seq-lm":
                     from transformers.modeling_outputs import BaseModelOutput
 
@@ -623,6 +626,7 @@ class Runner:
                     mask = ({"attention_mask": torch.ones(wl.batch, seen, dtype=torch.long, device=self._device())}
                             if masked else {})
                     out = model(input_ids=nxt, **mask, **{ckey: cache}, use_cache=True, **extra)
+                del held
                 cache = _out_cache(out)
                 rec.mark(cache_tensors(cache), "kv_cache")
                 nxt = out.logits[:, -1:].argmax(-1)
