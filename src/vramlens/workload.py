@@ -291,6 +291,15 @@ class Workload:
                 and self.cache == "dynamic" and not self.kv_block)
 
     @property
+    def prefill_all_logits(self) -> bool:
+        """Whether generate()'s prefill computes the logits of every prompt token: a transformers release
+        before 4.45 (PREFILL_LAST_LOGITS_FROM; transformers #31292 added ``num_logits_to_keep``), inference
+        with new tokens. Before 4.42 (``legacy_cache``) generate() also kept each forward's output
+        (``outputs``, its logits) until the next forward returned (fixed by transformers #30536)."""
+        r = self.transformers_release
+        return r is not None and r[:2] < PREFILL_LAST_LOGITS_FROM and self.mode == "inference" and self.new_tokens > 0
+
+    @property
     def effective_batch(self) -> int:
         return self.batch * self.grad_accum * self.dp
 
@@ -657,6 +666,10 @@ _VERSION = re.compile(r"[0-9]{1,4}\.[0-9]{1,4}(\.[0-9]{1,4})?")
 #: (transformers #30536, "Reduce by 2 the memory requirement in generate()"): before it, every
 #: decode step held the previous cache beside the new one (Workload.legacy_cache)
 LEGACY_CACHE_BEFORE = (4, 42)
+#: The first transformers release whose generate() computes only the last position's logits in the
+#: prefill (transformers #31292, ``num_logits_to_keep``): before it the prefill's forward made the
+#: logits of every prompt token (Workload.prefill_all_logits)
+PREFILL_LAST_LOGITS_FROM = (4, 45)
 
 
 def workload_fields() -> tuple[str, ...]:

@@ -933,6 +933,17 @@ def estimate_spec(spec: ModelSpec, w: Workload, gpu: GPU | None = None, *, headr
             logits += A._r(4 * spec.vocab_size * b)  # generate() upcasts the last logits to fp32
         # the blocks' working set is gone by the time the head computes the logits
         tail = logits + (A._r(c * spec.hidden_size * b * s) if logits else 0)
+        # transformers < 4.45 (Workload.prefill_all_logits): generate()'s prefill makes every prompt token's
+        # logits, and LlamaForCausalLM and its copies upcast them all (logits.float(), both alive while it runs);
+        # < 4.42: generate() keeps that output (``outputs``) until the first decode step's forward returns, and
+        # each step's until the next one's (transformers #30536)
+        leak_first = leak_last = 0
+        if w.prefill_all_logits and logits and spec.kind != "encoder-decoder":
+            V = spec.vocab_size
+            tail += A._r(c * V * b * s) + (A._r(4 * V * b * s) if spec.legacy_logits_fp32 else 0) - logits
+            if w.legacy_cache:
+                out_bytes = 4 if spec.legacy_logits_fp32 else c
+                leak_first, leak_last = A._r(out_bytes * V * b * s), A._r(out_bytes * V * b)
         encode = kept = 0
         if spec.audio is not None:
             # Whisper: the encoder runs first over 1,500 positions per window, before any cache exists
@@ -955,6 +966,15 @@ def estimate_spec(spec: ModelSpec, w: Workload, gpu: GPU | None = None, *, headr
             # additive mask in the compute dtype by SDPA's memory-efficient kernel (sdp::convert_boolean_attn_mask)
             decode_work += A._r(b * keys) + A._r(DTYPE_BYTES[w.compute_dtype] * b * keys)
         decode = st.weights + max(kv_decode + decode_work, kv_decode_tail + logits) + (kept if spec.audio else 0)
+        leaked_acts = 0  # the decode steps' activations with the previous forward's logits
+        if leak_first:
+            # the previous forward's logits through the whole step, beside the two caches (legacy_decode_steps);
+            # the first step attends to s + 1 keys
+            first, last = (int(x * share) for x in K.legacy_decode_steps(spec, w, s, total_tokens, b, tp=w.tp))
+            work_first = A.inference_layer_peak(spec, w, b, 1, s + 1, tp=w.tp)
+            acts_first, acts_last = leak_first + max(work_first, logits), leak_last + max(decode_work, logits)
+            leaked_acts = max(acts_first, acts_last)
+            decode = st.weights + max(first + acts_first, last + acts_last)
         phases = (("prefill", prefill + st.workspace),) + ((("decode", decode + st.workspace),) if w.new_tokens else ())
         peak_phase, peak_alloc = max(phases, key=lambda p: p[1])
         reserved, total = reserved_total(st, peak_alloc, extra_persistent=kv_persistent)
@@ -962,7 +982,7 @@ def estimate_spec(spec: ModelSpec, w: Workload, gpu: GPU | None = None, *, headr
         explain["activations"] = ("the larger of one block's working set during prefill and the logits (all tokens "
                                   "for a plain forward, the last one in generate())")
         explain["temporaries"] = "inference: counted in activations"
-        activation_peak = max(work, tail, decode_work, encode)
+        activation_peak = max(work, tail, decode_work, encode, leaked_acts)
         layer_act = work
         master = 0
         if w.method != "full":

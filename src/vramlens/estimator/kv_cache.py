@@ -115,14 +115,19 @@ def legacy_decode_bytes(spec: ModelSpec, w: Workload, prompt: int, total: int, b
     keys and values are the same tensors in both tuples (counted once). The peak is at the first step
     (old: the cache as prefill left it) or the last.
     """
+    return max(legacy_decode_steps(spec, w, prompt, total, batch, tp))
+
+
+def legacy_decode_steps(spec: ModelSpec, w: Workload, prompt: int, total: int, batch: int,
+                        tp: int = 1) -> tuple[int, int]:
+    """:func:`legacy_decode_bytes` at the first and at the last decode step (old cache + new cache)."""
     if spec.kind == "encoder" or total <= prompt:
-        return 0
+        return (0, 0)
     cross = kv_cache_bytes(spec, w, 0, batch, tp)  # the encoder-decoder's cross-attention part (0 tokens of self)
-    peaks = []
-    for before, after in ((prompt, prompt + 1), (total - 1, total)):
-        old = kv_cache_bytes(spec, w, before, batch, tp, prefill=before == prompt) - cross
-        peaks.append(old + kv_cache_bytes(spec, w, after, batch, tp))
-    return max(peaks)
+    first, last = (kv_cache_bytes(spec, w, before, batch, tp, prefill=before == prompt) - cross
+                   + kv_cache_bytes(spec, w, after, batch, tp)
+                   for before, after in ((prompt, prompt + 1), (total - 1, total)))
+    return (first, last)
 
 
 def kv_cache_bytes(spec: ModelSpec, w: Workload, tokens: int, batch: int, tp: int = 1, *,
