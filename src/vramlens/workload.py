@@ -267,11 +267,7 @@ class Workload:
     @property
     def transformers_release(self) -> tuple[int, int, int] | None:
         """``transformers_version`` as (major, minor, patch); None when not given or malformed."""
-        v = self.transformers_version
-        if not isinstance(v, str) or not _VERSION.fullmatch(v):
-            return None
-        parts = [int(x) for x in v.split(".")]
-        return (parts[0], parts[1], parts[2] if len(parts) > 2 else 0)
+        return parse_release(self.transformers_version)
 
     @property
     def legacy_cache(self) -> bool:
@@ -696,6 +692,14 @@ def parse_image_size(value: Any) -> tuple[int, int] | None:
             nums = [int(x) for x in parts]
             return (nums[0], nums[-1])
     raise ConfigError([f"image_size={L.show(value)} must be 224 or HxW such as 224x224"])
+
+
+def parse_release(value: Any) -> tuple[int, int, int] | None:
+    """A transformers version, ``X.Y`` or ``X.Y.Z``, as (major, minor, patch); None for anything else."""
+    if not isinstance(value, str) or not _VERSION.fullmatch(value):
+        return None
+    parts = [int(x) for x in value.split(".")]
+    return (parts[0], parts[1], parts[2] if len(parts) > 2 else 0)
 
 
 def parse_audio_seconds(text: str) -> float:

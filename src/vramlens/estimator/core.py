@@ -631,12 +631,21 @@ def version_notes(spec: ModelSpec, w: Workload, b: int, total_tokens: int, share
     if not w.new_tokens or w.kv_block or w.mode != "inference":
         return []
     v = w.transformers_version
+    out = []
+    if w.prefill_all_logits and A.has_lm_head(spec) and spec.kind != "encoder-decoder":
+        out.append(f"transformers {v}: the prefill computes the logits of all {w.seq:,} prompt tokens (4.45 keeps the "
+                   "last one's, transformers #31292)"
+                   + (f"; {spec.architecture} upcasts them to fp32 (logits.float())" if spec.legacy_logits_fp32 else "")
+                   + ("; generate() keeps each forward's output until the next forward returns" if w.legacy_cache
+                      else ""))
     if w.legacy_cache:
         extra = int((K.legacy_decode_bytes(spec, w, w.seq, total_tokens, b, tp=w.tp)
                      - K.decode_bytes(spec, w, w.seq, total_tokens, b, tp=w.tp)) * share)
         return [f"transformers {v}: generate() keeps the previous step's KV cache (a tuple; 4.36 - 4.41 convert it to "
                 f"and from a DynamicCache in each forward) until the forward that builds the next one returns, so a "
-                f"decode step holds both: +{human_bytes(extra)} over 4.42 and later (transformers #30536)"]
+                f"decode step holds both: +{human_bytes(extra)} of cache over 4.42 and later (transformers #30536)"] + out
+    if out:
+        return out
     if v is not None:
         return [f"transformers {v}: one {w.cache} cache from the prefill to the last token (4.42 and later)"]
     if w.cache == "dynamic" and w.kv_dtype is None:
