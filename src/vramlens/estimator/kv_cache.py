@@ -11,6 +11,9 @@ in transformers >= 5 as in vLLM and SGLang; it is not split by tensor parallelis
 
 LLaMA-13B (40 layers, 40 heads x 128) in fp16: 2 * 40 * 5120 * 2 B = 819,200 B = 800 KiB per token.
 
+transformers before 4.42 (``--transformers-version``, :func:`legacy_decode_bytes`): generate() keeps the
+previous step's whole cache beside the one each decode forward builds (the tuple cache).
+
 transformers' caches by kind (``--cache``, transformers/cache_utils.py), :func:`cache_figures`:
 
 * dynamic (``DynamicCache``): every token's keys and values; appending by ``torch.cat`` holds one

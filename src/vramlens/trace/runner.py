@@ -5,7 +5,11 @@ its state, and the steady state both show): forward (under autocast with ``--amp
 loss, backward, the optimizer step, ``zero_grad(set_to_none=not keep_grads)``. Inference: a prefill
 over ``seq`` tokens with the model's own DynamicCache, then ``new_tokens`` decode steps of one
 token each (``logits_to_keep=1`` as ``generate`` does); with ``new_tokens=0`` one forward
-over the whole sequence (all logits).
+over the whole sequence (all logits). An older ``--transformers-version`` is emulated with the
+installed transformers: before 4.42 each decode forward runs while every layer's previous keys and
+values, and the previous forward's logits, are still referenced (generate()'s tuple cache and
+``outputs``); before 4.45 the prefill makes every prompt token's logits, upcast to fp32 for the
+classes that did (``LEGACY_LOGITS_FP32``).
 """
 
 from __future__ import annotations
