@@ -78,8 +78,11 @@ def test_leaked_logits_raise_the_first_decode_step(llama7b):
 
 def test_notes_state_the_version():
     plain = estimate("gpt2", mode="inference", seq=128, new_tokens=16).breakdown.notes
-    assert ("transformers >= 4.42 DynamicCache assumed (give --transformers-version for older: before 4.42 every "
-            "decode step held the previous cache beside the new one)") in plain
+    default = ("transformers >= 4.42 DynamicCache assumed (give --transformers-version for older: before 4.42 every "
+               "decode step held the previous cache beside the new one)")
+    assert default in plain
+    assert default in estimate("gpt2", mode="inference", seq=128, new_tokens=16, kv_dtype="fp8").breakdown.notes
+    assert default not in estimate("gpt2", mode="inference", seq=128, new_tokens=16, kv_block=16).breakdown.notes
     old = estimate("gpt2", mode="inference", seq=128, new_tokens=16, transformers_version="4.35").breakdown.notes
     assert any(n.startswith("transformers 4.35: generate() keeps the previous step's KV cache") for n in old)
     new = estimate("gpt2", mode="inference", seq=128, new_tokens=16, transformers_version="4.46").breakdown.notes

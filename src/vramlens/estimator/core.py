@@ -648,10 +648,10 @@ def version_notes(spec: ModelSpec, w: Workload, b: int, total_tokens: int, share
         return out
     if v is not None:
         return [f"transformers {v}: one {w.cache} cache from the prefill to the last token (4.42 and later)"]
-    if w.cache == "dynamic" and w.kv_dtype is None:
+    if w.cache == "dynamic":
         return ["transformers >= 4.42 DynamicCache assumed (give --transformers-version for older: before 4.42 "
                 "every decode step held the previous cache beside the new one)"]
-    return []
+    return []  # the other cache kinds: a release before 4.42 is refused (Workload._cache_problems)
 
 
 def position_notes(spec: ModelSpec, w: Workload) -> list[str]:
