@@ -64,6 +64,10 @@ BAD_IMAGE_SIZES = ["0", "-1", "0x224", "224x0", "16385", "224x16385", "224x224x2
 BAD_AUDIO_SECONDS = ["0", "-1", "-0.5", "nan", "inf", "-inf", "1e400", "360001", "abc", "", " ", "0x10", "1,000",
                      "10;rm", "2**10", HUGE, DIGITS_5000]
 
+#: --transformers-version: values that are no X.Y or X.Y.Z version (any such, 1.5 included, is taken as it is)
+BAD_TRANSFORMERS_VERSIONS = ["abc", "", " ", "4", "4.", ".35", "4.35.", "4.35.0.0", "4.35.0.dev0", "v4.35", "4.x",
+                             "nan", "-1", "4.35;rm", "\u0664.\u0663\u0665", "x" * 65, DIGITS_5000]
+
 #: Values a flag takes that are sizes, counts, rates, shapes or allocator settings (by flag).
 KIND = {
     "--gpu": BAD_SIZES, "--host-ram": BAD_SIZES, "--params": BAD_COUNTS, "--network": BAD_GBPS,
@@ -73,7 +77,7 @@ KIND = {
     "--keep": ["bogus", "batch=abc", "x" * 300], "--forbid": ["bogus", "x" * 300],
     "--headroom": BAD_FLOATS, "--lora-dropout": BAD_FLOATS[:1] + BAD_FLOATS[2:], "--checkpointing": BAD_CHECKPOINTING, "--swa-full-tokens-ratio": BAD_RATIOS,
     "--vllm-version": BAD_VLLM_VERSIONS, "--image-size": BAD_IMAGE_SIZES,
-    "--audio-seconds": BAD_AUDIO_SECONDS,
+    "--audio-seconds": BAD_AUDIO_SECONDS, "--transformers-version": BAD_TRANSFORMERS_VERSIONS,
 }
 #: Flags not crossed with bad values: they start a server, or only pick a mode.
 SKIP = {"--host", "--port", "--version"}

@@ -29,6 +29,7 @@ Checkpointing (activation checkpointing of the transformer blocks):
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import asdict, dataclass, fields, replace
 from typing import Any, Literal, get_args
 
@@ -191,6 +192,11 @@ class Workload:
     cache: CacheKind = "dynamic"
     #: StaticCache's max_cache_len; 0: seq + new_tokens (what generate() sizes it to)
     max_cache_len: int = 0
+    #: the transformers release whose ``generate()`` runs the inference ("4.35", "4.41.2"); None: the
+    #: release vramlens models (5.x: one DynamicCache from the prefill to the last token). Before 4.42
+    #: generate() passed the cache as a tuple of per-layer tuples and every decode step kept the old one
+    #: alive beside the new one (see :attr:`legacy_cache`, vramlens.estimator.kv_cache.legacy_decode_bytes)
+    transformers_version: str | None = None
     task: Task | None = None  # None: the head named by the config's architectures
     #: What a bitsandbytes 4-bit matmul keeps of its input in training. ``none``: bitsandbytes >=
     #: 0.43.2, nothing (``ctx.tensors = (None, B)``). ``step``: bitsandbytes < 0.43.2, whose
@@ -273,6 +279,37 @@ class Workload:
         if self.fsdp and self.fsdp_strategy == "hybrid":
             return max(1, min(self.dp, GPUS_PER_NODE))
         return self.dp
+
+    @property
+    def transformers_release(self) -> tuple[int, int, int] | None:
+        """``transformers_version`` as (major, minor, patch); None when not given or malformed."""
+        return parse_release(self.transformers_version)
+
+    @property
+    def legacy_cache(self) -> bool:
+        """Whether generate()'s decode steps keep the previous cache alive beside the new one: a
+        transformers release before 4.42 (LEGACY_CACHE_BEFORE) running its default cache in inference.
+
+        Up to 4.35 the cache is a tuple of (keys, values) per layer: the attention builds each layer's
+        new tensors with ``torch.cat([past_key_value[0], key_states], dim=2)`` and the model returns a new
+        tuple, while ``generate()`` (greedy_search/sample) still holds the previous one in
+        ``model_kwargs["past_key_values"]`` until the forward returns. 4.36 - 4.41 wrap that tuple in a
+        DynamicCache for the forward (``DynamicCache.from_legacy_cache``) and convert it back
+        (``to_legacy_cache``), and generate() still holds the tuple: the same lifetime. transformers
+        #30536 (in 4.42) keeps one DynamicCache through generate().
+        """
+        r = self.transformers_release
+        return (r is not None and r[:2] < LEGACY_CACHE_BEFORE and self.mode == "inference"
+                and self.cache == "dynamic" and not self.kv_block)
+
+    @property
+    def prefill_all_logits(self) -> bool:
+        """Whether generate()'s prefill computes the logits of every prompt token: a transformers release
+        before 4.45 (PREFILL_LAST_LOGITS_FROM; transformers #31292 added ``num_logits_to_keep``), inference
+        with new tokens. Before 4.42 (``legacy_cache``) generate() also kept each forward's output
+        (``outputs``, its logits) until the next forward returned (fixed by transformers #30536)."""
+        r = self.transformers_release
+        return r is not None and r[:2] < PREFILL_LAST_LOGITS_FROM and self.mode == "inference" and self.new_tokens > 0
 
     @property
     def effective_batch(self) -> int:
@@ -368,6 +405,8 @@ class Workload:
             p.append(f"max_cache_len={L.show(self.max_cache_len)} must be 0 (seq + new_tokens) or a number of tokens")
         elif self.max_cache_len > L.MAX_SEQ:
             p.append(f"max_cache_len={L.show(self.max_cache_len)} is over the limit of {L.MAX_SEQ:,} tokens")
+        if self.transformers_version is not None and self.transformers_release is None:
+            p.append(f"transformers_version={L.show(self.transformers_version)} must be a version such as 4.35 or 5.2")
         for name in ("keep_grads", "fsdp", "optimizer_in_backward", "activation_offload", "loss_parallel", "dora",
                      "fp8", "compile", "gqa_expand", "quant_head"):
             if not isinstance(getattr(self, name), bool):
@@ -530,6 +569,14 @@ class Workload:
             p.append(f"max_cache_len={self.max_cache_len} is less than seq + new_tokens = {self.seq + self.new_tokens}: "
                      f"StaticCache holds at most max_cache_len tokens; use --max-cache-len {self.seq + self.new_tokens} "
                      "or more (or 0)")
+        r = self.transformers_release
+        if r is not None and self.kv_block:
+            p.append(f"kv_block={self.kv_block} is a serving engine's paged cache, transformers_version="
+                     f"{self.transformers_version} transformers' generate(): drop --kv-block or --transformers-version")
+        elif r is not None and r[:2] < LEGACY_CACHE_BEFORE and self.cache != "dynamic":
+            p.append(f"cache={self.cache} with transformers_version={self.transformers_version} is not modelled: before "
+                     "4.42 vramlens models generate()'s default tuple cache only; drop --cache or give "
+                     "--transformers-version 4.42 or later")
         return p
 
     def _in_backward_problems(self) -> list[str]:
@@ -575,8 +622,12 @@ class Workload:
             if names:
                 out.append("ignored in inference (they apply to training): "
                            + ", ".join(f"{n}={getattr(self, n)!r}" for n in names))
+            if self.transformers_version is not None and not self.new_tokens:
+                out.append(f"ignored: transformers_version={self.transformers_version!r} (it changes generate()'s "
+                           "decode steps, and new_tokens=0 runs none)")
         else:
-            names = [n for n in ("kv_dtype", "kv_block", "cache", "max_cache_len") if given(n)]
+            names = [n for n in ("kv_dtype", "kv_block", "cache", "max_cache_len", "transformers_version")
+                     if given(n)]
             if names:
                 out.append("ignored in training (they apply to the inference KV cache): "
                            + ", ".join(f"{n}={getattr(self, n)!r}" for n in names))
@@ -645,6 +696,17 @@ _COUNT_LIMITS = (
 
 _DEFAULTS: dict[str, Any] = {f.name: f.default for f in fields(Workload)}
 
+#: ``transformers_version``: X.Y or X.Y.Z
+_VERSION = re.compile(r"[0-9]{1,4}\.[0-9]{1,4}(\.[0-9]{1,4})?")
+#: The first transformers release whose generate() keeps one DynamicCache from start to end
+#: (transformers #30536, "Reduce by 2 the memory requirement in generate()"): before it, every
+#: decode step held the previous cache beside the new one (Workload.legacy_cache)
+LEGACY_CACHE_BEFORE = (4, 42)
+#: The first transformers release whose generate() computes only the last position's logits in the
+#: prefill (transformers #31292, ``num_logits_to_keep``): before it the prefill's forward made the
+#: logits of every prompt token (Workload.prefill_all_logits)
+PREFILL_LAST_LOGITS_FROM = (4, 45)
+
 
 def workload_fields() -> tuple[str, ...]:
     return tuple(f.name for f in fields(Workload))
@@ -670,6 +732,14 @@ def parse_image_size(value: Any) -> tuple[int, int] | None:
             nums = [int(x) for x in parts]
             return (nums[0], nums[-1])
     raise ConfigError([f"image_size={L.show(value)} must be 224 or HxW such as 224x224"])
+
+
+def parse_release(value: Any) -> tuple[int, int, int] | None:
+    """A transformers version, ``X.Y`` or ``X.Y.Z``, as (major, minor, patch); None for anything else."""
+    if not isinstance(value, str) or not _VERSION.fullmatch(value):
+        return None
+    parts = [int(x) for x in value.split(".")]
+    return (parts[0], parts[1], parts[2] if len(parts) > 2 else 0)
 
 
 def parse_audio_seconds(text: str) -> float:
@@ -700,7 +770,8 @@ def make_workload(**kwargs: Any) -> Workload:
         if key not in known:
             unknown.append(k)
             continue
-        if v is None and key not in ("amp", "quant", "kv_dtype", "task", "image_size", "audio_seconds"):
+        if v is None and key not in ("amp", "quant", "kv_dtype", "task", "image_size", "audio_seconds",
+                                     "transformers_version"):
             continue
         clean[key] = v
     if unknown:
@@ -715,6 +786,8 @@ def make_workload(**kwargs: Any) -> Workload:
         clean["quant"] = None
     if clean.get("task") == "":
         clean["task"] = None  # the web form's "(from the config)"
+    if clean.get("transformers_version") == "":
+        clean["transformers_version"] = None  # the web form's empty field
     if "image_size" in clean:
         clean["image_size"] = parse_image_size(clean["image_size"])
     if clean.get("audio_seconds") == "":

@@ -20,5 +20,5 @@ def test_rope_scaling_and_short_runs_say_nothing():
 
 
 def test_generation_names_the_transformers_cache_it_assumes():
-    assert any("transformers >= 4.36" in n for n in estimate("gpt2", seq=128, new_tokens=16).breakdown.notes)
-    assert not any("transformers >= 4.36" in n for n in estimate("gpt2", seq=128).breakdown.notes)
+    assert any("transformers >= 4.42 DynamicCache assumed" in n for n in estimate("gpt2", seq=128, new_tokens=16).breakdown.notes)
+    assert not any("transformers >= 4.42" in n for n in estimate("gpt2", seq=128).breakdown.notes)

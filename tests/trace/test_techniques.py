@@ -128,3 +128,18 @@ def test_fsdp_mixed_precision_matches_trace():
     _check(rows)
     mp = [r for r in rows if r.workload.get("amp") == "bf16" and r.workload["checkpointing"] == "none"]
     assert mp and all(r.traced["master_weights"] == 0 for r in mp)  # no autocast copies
+
+
+def test_older_transformers_generate_matches_trace():
+    """generate() of transformers < 4.42 keeps the previous step's cache through each decode forward, and < 4.45
+    makes (and, for Llama's copies, upcasts) every prompt token's logits, kept into the first step before 4.42:
+    MHA and GQA, eager and SDPA; the decode phase's peak within 5% too."""
+    rows = run_technique_rows(only="transformers_version")
+    assert len(rows) == 11
+    _check(rows)
+    for r in rows:
+        assert abs(r.phase_error("decode") or 1.0) <= 0.05, render(rows)
+    # the 256-token rows: the previous cache doubles the cache the decode peak holds
+    for r in rows:
+        if r.workload["new_tokens"] == 256:
+            assert r.phase_error("decode") is not None and r.estimate_phases["decode"] == r.estimate_peak

@@ -211,6 +211,9 @@ def add_workload_args(p: argparse.ArgumentParser) -> None:
                         "host but the current ones), quantized (QuantizedCache, 4-bit with a 128-token residual)")
     g.add_argument("--max-cache-len", type=_positive, default=0,
                    help="with --cache static: the tokens StaticCache preallocates (default 0: seq + new-tokens)")
+    g.add_argument("--transformers-version", type=_transformers_version, default=None, metavar="X.Y[.Z]",
+                   help="inference: the transformers release whose generate() runs (default: 4.42 or later, one "
+                        "DynamicCache); before 4.42 every decode step keeps the previous cache beside the new one")
     g.add_argument("--audio-seconds", type=_audio_seconds, default=None, metavar="S",
                    help="speech encoder-decoders (Whisper): seconds of audio per sample; padded to 30-second "
                         "windows of 1,500 encoder positions, ceil(S/30) windows per sample; --seq is the "
@@ -228,6 +231,13 @@ def _image_size(text: str) -> tuple[int, int]:
     if size is None:
         raise argparse.ArgumentTypeError("image_size='' must be 224 or HxW such as 224x224")
     return size
+
+
+def _transformers_version(text: str) -> str:
+    """``--transformers-version``: X.Y or X.Y.Z (the Workload's rule; the CLI takes no empty value)."""
+    if W.parse_release(text) is None:
+        raise argparse.ArgumentTypeError(f"transformers_version={L.show(text)} must be a version such as 4.35 or 5.2")
+    return text
 
 
 def _audio_seconds(text: str) -> float:

@@ -633,6 +633,34 @@ def offload_frozen_casts(st: TrainState, head_cast: int) -> tuple[TrainState, in
     return replace(st, frozen_casts=kept), st.frozen_casts - kept
 
 
+def version_notes(spec: ModelSpec, w: Workload, b: int, total_tokens: int, share: float) -> list[str]:
+    """The transformers release generate() is assumed to be (inference with new tokens, its own caches)."""
+    if not w.new_tokens or w.kv_block or w.mode != "inference":
+        return []
+    v = w.transformers_version
+    out = []
+    if w.prefill_all_logits and A.has_lm_head(spec) and spec.kind != "encoder-decoder":
+        out.append(f"transformers {v}: the prefill computes the logits of all {w.seq:,} prompt tokens (4.45 keeps the "
+                   "last one's, transformers #31292)"
+                   + (f"; {spec.architecture} upcasts them to fp32 (logits.float())" if spec.legacy_logits_fp32 else "")
+                   + ("; generate() keeps each forward's output until the next forward returns" if w.legacy_cache
+                      else ""))
+    if w.legacy_cache:
+        extra = int((K.legacy_decode_bytes(spec, w, w.seq, total_tokens, b, tp=w.tp)
+                     - K.decode_bytes(spec, w, w.seq, total_tokens, b, tp=w.tp)) * share)
+        return [f"transformers {v}: generate() keeps the previous step's KV cache (a tuple; 4.36 - 4.41 convert it to "
+                f"and from a DynamicCache in each forward) until the forward that builds the next one returns, so a "
+                f"decode step holds both: +{human_bytes(extra)} of cache over 4.42 and later (transformers #30536)"] + out
+    if out:
+        return out
+    if v is not None:
+        return [f"transformers {v}: one {w.cache} cache from the prefill to the last token (4.42 and later)"]
+    if w.cache == "dynamic":
+        return ["transformers >= 4.42 DynamicCache assumed (give --transformers-version for older: before 4.42 "
+                "every decode step held the previous cache beside the new one)"]
+    return []  # the other cache kinds: a release before 4.42 is refused (Workload._cache_problems)
+
+
 def position_notes(spec: ModelSpec, w: Workload) -> list[str]:
     """A note when the run's sequence is longer than the model's ``max_position_embeddings``.
 
@@ -886,6 +914,8 @@ def estimate_spec(spec: ModelSpec, w: Workload, gpu: GPU | None = None, *, headr
             kv_decode = 0
             if w.new_tokens and w.kv_block:
                 kv_decode = int(K.kv_cache_bytes(spec, w, total_tokens, b, tp=w.tp) * share)
+            elif w.new_tokens and w.legacy_cache:
+                kv_decode = int(K.legacy_decode_bytes(spec, w, s, total_tokens, b, tp=w.tp) * share)
             elif w.new_tokens:
                 kv_decode = int(K.decode_bytes(spec, w, s, total_tokens, b, tp=w.tp) * share)
             kv = kv_persistent = max(kv_prefill, kv_decode)
@@ -896,7 +926,10 @@ def estimate_spec(spec: ModelSpec, w: Workload, gpu: GPU | None = None, *, headr
                 f"{spec.n_decoder_layers} layers x {width} x {K.kv_dtype_bytes(w)} B x {total_tokens} tokens x batch {b}"
                 + (f" ({K.sliding_layers(spec)} sliding layers keep {spec.sliding_window} tokens once decoding, the "
                    f"prompt after prefill)" if K.sliding_layers(spec) else "")
-                + (" + one layer's old keys (a sliding layer's keys and values) while torch.cat appends"
+                + (f" + the previous step's whole cache ({total_tokens - 1} tokens): transformers "
+                   f"{w.transformers_version}'s generate() holds it until the forward returns"
+                   if w.new_tokens and w.legacy_cache else
+                   " + one layer's old keys (a sliding layer's keys and values) while torch.cat appends"
                    if w.new_tokens and not w.kv_block else "")
                 + (f" + the cross-attention's keys and values of {AU.encoder_tokens(spec, w):,} encoder positions per "
                    "row, computed once from the encoder's output" if spec.audio is not None else "")
@@ -924,8 +957,21 @@ def estimate_spec(spec: ModelSpec, w: Workload, gpu: GPU | None = None, *, headr
             logits += A._r(4 * spec.vocab_size * b)  # generate() upcasts the last logits to fp32
         # the blocks' working set is gone by the time the head computes the logits
         tail = logits + (A._r(c * spec.hidden_size * b * s) if logits else 0)
-        # a 4-bit output layer holds its weight dequantized while it makes the logits (one row: gemv_4bit)
-        head_deq = A.head_dequant_inference(spec, w, logits_tokens) if logits else 0
+        # transformers < 4.45 (Workload.prefill_all_logits): generate()'s prefill makes every prompt token's
+        # logits, and LlamaForCausalLM and its copies upcast them all (logits.float(), both alive while it runs);
+        # < 4.42: generate() keeps that output (``outputs``) until the first decode step's forward returns, and
+        # each step's until the next one's (transformers #30536)
+        leak_first = leak_last = 0
+        if w.prefill_all_logits and logits and spec.kind != "encoder-decoder":
+            V = spec.vocab_size
+            tail += A._r(c * V * b * s) + (A._r(4 * V * b * s) if spec.legacy_logits_fp32 else 0) - logits
+            if w.legacy_cache:
+                out_bytes = 4 if spec.legacy_logits_fp32 else c
+                leak_first, leak_last = A._r(out_bytes * V * b * s), A._r(out_bytes * V * b)
+        # a 4-bit output layer holds its weight dequantized while it makes the logits (one row: gemv_4bit), over
+        # every prompt token where the prefill makes all their logits
+        head_tokens = b * s if (w.prefill_all_logits and spec.kind != "encoder-decoder") else logits_tokens
+        head_deq = A.head_dequant_inference(spec, w, head_tokens) if logits else 0
         if head_deq:
             tail = max(tail, head_deq + A._r(c * spec.hidden_size * b * s))
         head_deq_decode = A.head_dequant_inference(spec, w, b) if (logits and w.new_tokens) else 0
@@ -952,6 +998,16 @@ def estimate_spec(spec: ModelSpec, w: Workload, gpu: GPU | None = None, *, headr
             decode_work += A._r(b * keys) + A._r(DTYPE_BYTES[w.compute_dtype] * b * keys)
         decode = st.weights + max(kv_decode + decode_work, kv_decode_tail + max(logits, head_deq_decode)) + (
             kept if spec.audio else 0)
+        leaked_acts = 0  # the decode steps' activations with the previous forward's logits
+        if leak_first:
+            # the previous forward's logits through the whole step, beside the two caches (legacy_decode_steps);
+            # the first step attends to s + 1 keys
+            first, last = (int(x * share) for x in K.legacy_decode_steps(spec, w, s, total_tokens, b, tp=w.tp))
+            work_first = A.inference_layer_peak(spec, w, b, 1, s + 1, tp=w.tp)
+            head_last = max(logits, head_deq_decode)
+            acts_first, acts_last = leak_first + max(work_first, head_last), leak_last + max(decode_work, head_last)
+            leaked_acts = max(acts_first, acts_last)
+            decode = st.weights + max(first + acts_first, last + acts_last)
         phases = (("prefill", prefill + st.workspace),) + ((("decode", decode + st.workspace),) if w.new_tokens else ())
         peak_phase, peak_alloc = max(phases, key=lambda p: p[1])
         reserved, total = reserved_total(st, peak_alloc, extra_persistent=kv_persistent)
@@ -959,14 +1015,12 @@ def estimate_spec(spec: ModelSpec, w: Workload, gpu: GPU | None = None, *, headr
         explain["activations"] = ("the larger of one block's working set during prefill and the logits (all tokens "
                                   "for a plain forward, the last one in generate())")
         explain["temporaries"] = "inference: counted in activations"
-        activation_peak = max(work, tail, decode_work, encode)
+        activation_peak = max(work, tail, decode_work, encode, leaked_acts)
         layer_act = work
         master = 0
         if w.method != "full":
             notes.append("inference with LoRA: adapters counted in weights")
-        if w.new_tokens and w.kv_block == 0 and w.kv_dtype is None:
-            notes.append("generation as transformers >= 4.36 runs it (DynamicCache grown in place); older "
-                         "releases kept a tuple cache whose every decode step held the old and the new copy")
+        notes += version_notes(spec, w, b, total_tokens, share)
     explain["runtime"] = st.runtime_explain
     explain.setdefault("kv_cache", "training: no cache")
     comps = {

@@ -11,6 +11,9 @@ in transformers >= 5 as in vLLM and SGLang; it is not split by tensor parallelis
 
 LLaMA-13B (40 layers, 40 heads x 128) in fp16: 2 * 40 * 5120 * 2 B = 819,200 B = 800 KiB per token.
 
+transformers before 4.42 (``--transformers-version``, :func:`legacy_decode_bytes`): generate() keeps the
+previous step's whole cache beside the one each decode forward builds (the tuple cache).
+
 transformers' caches by kind (``--cache``, transformers/cache_utils.py), :func:`cache_figures`:
 
 * dynamic (``DynamicCache``): every token's keys and values; appending by ``torch.cat`` holds one
@@ -96,6 +99,38 @@ def decode_bytes(spec: ModelSpec, w: Workload, prompt: int, total: int, batch: i
             transient = max(transient, per_token * batch * old)
         peaks.append(steady + transient)
     return max(peaks)
+
+
+def legacy_decode_bytes(spec: ModelSpec, w: Workload, prompt: int, total: int, batch: int, tp: int = 1) -> int:
+    """The cache's peak in a decode step of transformers < 4.42 (``Workload.legacy_cache``): the
+    previous step's cache and the one the forward builds, both whole.
+
+    transformers 4.35 (models/llama/modeling_llama.py ``LlamaAttention.forward``) makes each layer's
+    new keys and values with ``torch.cat([past_key_value[0], key_states], dim=2)`` and returns
+    ``past_key_value = (key_states, value_states)``; ``LlamaModel.forward`` collects them in a new tuple
+    (``next_decoder_cache += (layer_outputs[...],)``), and ``generate()`` (generation/utils.py
+    ``greedy_search``/``sample``) replaces ``model_kwargs["past_key_values"]`` only after the forward
+    returns (``_update_model_kwargs_for_generation``). At the last layer every layer's old (S tokens)
+    and new (S + 1) tensors are alive, and the old ones stay through the head. 4.36 - 4.41 run a
+    DynamicCache inside the forward (``DynamicCache.from_legacy_cache`` over the same tensors, then
+    ``to_legacy_cache``) while generate() still holds the tuple: the same two caches. Greedy search and
+    sampling reorder nothing (``_reorder_cache`` is beam search's). An encoder-decoder's cross-attention
+    keys and values are the same tensors in both tuples (counted once). The peak is at the first step
+    (old: the cache as prefill left it) or the last.
+    """
+    return max(legacy_decode_steps(spec, w, prompt, total, batch, tp))
+
+
+def legacy_decode_steps(spec: ModelSpec, w: Workload, prompt: int, total: int, batch: int,
+                        tp: int = 1) -> tuple[int, int]:
+    """:func:`legacy_decode_bytes` at the first and at the last decode step (old cache + new cache)."""
+    if spec.kind == "encoder" or total <= prompt:
+        return (0, 0)
+    cross = kv_cache_bytes(spec, w, 0, batch, tp)  # the encoder-decoder's cross-attention part (0 tokens of self)
+    first, last = (kv_cache_bytes(spec, w, before, batch, tp, prefill=before == prompt) - cross
+                   + kv_cache_bytes(spec, w, after, batch, tp)
+                   for before, after in ((prompt, prompt + 1), (total - 1, total)))
+    return (first, last)
 
 
 def kv_cache_bytes(spec: ModelSpec, w: Workload, tokens: int, batch: int, tp: int = 1, *,

@@ -287,6 +287,10 @@ class ModelSpec:
     #: (modeling_llama.py ``eager_attention_forward`` and its copies, ModernBERT's); GPT-2, BERT, T5
     #: and Falcon take the softmax in the compute dtype unless autocast upcasts it
     softmax_fp32: bool = False
+    #: the causal-LM forward of transformers 4.35 - 4.44 upcast all its logits to fp32 (``logits =
+    #: logits.float()``: LlamaForCausalLM and its copies); 4.45 (#31292) does it only with labels.
+    #: Read only for an older ``Workload.transformers_version``
+    legacy_logits_fp32: bool = False
     #: blocks whose attention sees only the last ``sliding_window`` tokens (transformers'
     #: ``layer_types``; ModernBERT: all but every ``global_attn_every_n_layers``-th, a window on each
     #: side); transformers caches at most the window for a decoder's (DynamicSlidingWindowLayer), and

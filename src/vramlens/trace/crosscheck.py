@@ -30,7 +30,7 @@ train      lora        eager     none       fp32 + amp bf16 2
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from vramlens.errors import InputError
@@ -366,6 +366,17 @@ TECHNIQUE_ROWS: tuple[tuple[str, dict[str, Any]], ...] = (
                     "dtype": "bf16", "seq": 16, "new_tokens": 256, "gqa_expand": True}),
     ("llama-2-7b", {"mode": "inference", "method": "full", "attention": "sdpa", "checkpointing": "none",
                     "dtype": "bf16", "seq": 16, "new_tokens": 256, "gqa_expand": True}),
+    # generate() of transformers < 4.42 (Workload.legacy_cache): every decode step keeps the previous cache until
+    # the forward that builds the next returns; MHA (Llama 2) and GQA (Llama 3's 4:1, Qwen's 7:1), eager and SDPA
+    *((name, {"mode": "inference", "method": "full", "attention": attention, "checkpointing": "none", "dtype": "bf16",
+              "seq": 16, "new_tokens": 256, "transformers_version": "4.35"})
+      for name in ("llama-2-7b", "llama-3-8b", "qwen2.5-0.5b") for attention in ("eager", "sdpa")),
+    # its logits: before 4.45 the prefill makes every prompt token's (LlamaForCausalLM and its copies upcast them
+    # to fp32, GPT-2 does not); before 4.42 generate() keeps them through the first decode step's forward
+    *((name, {"mode": "inference", "method": "full", "attention": attention, "checkpointing": "none", "dtype": "bf16",
+              "seq": 512, "new_tokens": 2, "transformers_version": version})
+      for name, attention, version in (("gpt2", "sdpa", "4.35"), ("gpt2", "sdpa", "4.44"), ("llama-3-8b", "sdpa", "4.35"),
+                                       ("llama-3-8b", "sdpa", "4.44"), ("qwen2.5-0.5b", "eager", "4.40"))),
     # long decoding past a sliding window (Gemma 3's local blocks keep 64 of 272 tokens) and multi-head latent
     # attention rebuilding keys and values from the cached latent at every step (DeepSeek-V3)
     ("gemma-3-1b-it", {"mode": "inference", "method": "full", "attention": "sdpa", "checkpointing": "none",
@@ -581,7 +592,8 @@ COMPILE_ROWS: tuple[tuple[str, dict[str, Any]], ...] = (
 #: Workload fields the technique rows set, shown in render().
 TECHNIQUE_FIELDS = ("optimizer", "optimizer_in_backward", "loss_chunks", "loss", "activation_offload", "loss_parallel",
                     "new_tokens", "quant_targets", "lora_dtype", "lora_dropout", "dora", "cache", "max_cache_len",
-                    "gpus", "tp", "fsdp", "fp8", "compile", "gqa_expand", "quant_head", "dequant_dtype")
+                    "gpus", "tp", "fsdp", "fp8", "compile", "gqa_expand", "quant_head", "dequant_dtype",
+                    "transformers_version")
 
 #: The issue's case at full size: a sentence-transformers fine-tune of bert-base-uncased, 16
 #: (anchor, positive) pairs of 512 tokens, fp32, AdamW; traced on 2 and 3 of its 12 layers and
@@ -693,6 +705,14 @@ class Row:
     traced_peak: int
     estimate_host: int = 0
     traced_host: int = 0
+    #: each phase's peak (prefill, decode, ...), the estimate's without the cuBLAS workspaces
+    estimate_phases: dict[str, int] = field(default_factory=dict)
+    traced_phases: dict[str, int] = field(default_factory=dict)
+
+    def phase_error(self, phase: str) -> float | None:
+        """Relative error of one phase's peak, None when the trace has no such phase."""
+        t = self.traced_phases.get(phase, 0)
+        return self.estimate_phases.get(phase, 0) / t - 1 if t else None
 
     @property
     def peak_error(self) -> float:
@@ -765,6 +785,8 @@ def run_row(name: str, row: dict[str, Any]) -> Row:
         traced={c: tr[c] for c in ALLOCATOR_COMPONENTS},
         estimate_peak=est.peak_allocated - _workspace_bytes(e), traced_peak=tr.peak_allocated,
         estimate_host=est.host_bytes, traced_host=tr.host_bytes,
+        estimate_phases={p: b - _workspace_bytes(e) for p, b in est.phases},
+        traced_phases=dict(tr.phases),
     )
 
 
@@ -804,6 +826,8 @@ def run_technique_rows(progress=None, *, only: str | None = None) -> list[Row]:
             continue
         if only is not None and only != "fp8" and row.get("fp8"):
             continue  # the fp8 rows (torchao) belong to their own technique, whatever else they set
+        if only is not None and only != "transformers_version" and row.get("transformers_version"):
+            continue  # so do the rows of an older transformers' generate()
         if progress:
             progress(f"{name}: {row}")
         out.append(run_row(name, row))

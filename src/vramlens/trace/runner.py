@@ -5,7 +5,11 @@ its state, and the steady state both show): forward (under autocast with ``--amp
 loss, backward, the optimizer step, ``zero_grad(set_to_none=not keep_grads)``. Inference: a prefill
 over ``seq`` tokens with the model's own DynamicCache, then ``new_tokens`` decode steps of one
 token each (``logits_to_keep=1`` as ``generate`` does); with ``new_tokens=0`` one forward
-over the whole sequence (all logits).
+over the whole sequence (all logits). An older ``--transformers-version`` is emulated with the
+installed transformers: before 4.42 each decode forward runs while every layer's previous keys and
+values, and the previous forward's logits, are still referenced (generate()'s tuple cache and
+``outputs``); before 4.45 the prefill makes every prompt token's logits, upcast to fp32 for the
+classes that did (``LEGACY_LOGITS_FP32``).
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ import torch
 from torch import nn
 
 from vramlens.errors import InputError, TraceError, VramlensError
+from vramlens.models.families.llama import LEGACY_LOGITS_FP32
 from vramlens.trace.build import TORCH_DTYPES, Built, accepts, build_factory, build_hf, is_factory
 from vramlens.trace.caches import cache_tensors, make_cache, offloaded_on_fake
 from vramlens.trace.cuda_autocast import autocast_region, cuda_autocast_policy
@@ -599,20 +604,30 @@ class Runner:
             # generate() keeps only the last position's logits; with a static cache it passes its
             # attention mask (ones over the tokens so far), which transformers pads to max_cache_len
             extra = {"logits_to_keep": 1} if accepts(model, "logits_to_keep") and wl.new_tokens else {}
+            # transformers < 4.45 (Workload.prefill_all_logits): the prefill makes every prompt token's logits,
+            # which LlamaForCausalLM and its copies upcast to fp32 (logits.float()); < 4.42 generate() keeps each
+            # forward's output until the next forward returns
+            upcast = wl.prefill_all_logits and getattr(cfg, "model_type", None) in LEGACY_LOGITS_FP32
             masked = wl.cache == "static"
             ckey = "cache" if accepts(model, "cache") else "past_key_values"
             rec.set_phase("prefill", 1)
             assert isinstance(inputs, dict)  # transformers models take keywords (only factories give a tuple)
             seen = wl.seq
             mask = {"attention_mask": torch.ones(wl.batch, seen, dtype=torch.long, device=self._device())} if masked else {}
-            out = model(**inputs, **mask, **{ckey: cache}, use_cache=True, **extra)
+            out = model(**inputs, **mask, **{ckey: cache}, use_cache=True, **({} if wl.prefill_all_logits else extra))
             cache = _out_cache(out)
             rec.mark(cache_tensors(cache), "kv_cache")
-            nxt = out.logits[:, -1:].argmax(-1)
+            logits = out.logits.float() if upcast else out.logits
+            nxt = logits[:, -1:].argmax(-1)
             enc = getattr(out, "encoder_last_hidden_state", None)
             del out
+            kept = [logits] if wl.legacy_cache else []  # generate()'s ``outputs`` of transformers < 4.42
+            del logits
             for i in range(wl.new_tokens):
                 rec.set_phase("decode", 1)
+                # transformers < 4.42 (Workload.legacy_cache): generate() holds the previous step's cache
+                # (a tuple of every layer's keys and values) until the forward that builds the next returns
+                held = cache_tensors(cache) if wl.legacy_cache else []
                 if built.kind == "seq2seq-lm":
                     from transformers.modeling_outputs import BaseModelOutput
 
@@ -623,10 +638,14 @@ class Runner:
                     mask = ({"attention_mask": torch.ones(wl.batch, seen, dtype=torch.long, device=self._device())}
                             if masked else {})
                     out = model(input_ids=nxt, **mask, **{ckey: cache}, use_cache=True, **extra)
+                del held
                 cache = _out_cache(out)
                 rec.mark(cache_tensors(cache), "kv_cache")
-                nxt = out.logits[:, -1:].argmax(-1)
+                logits = out.logits.float() if upcast else out.logits
+                nxt = logits[:, -1:].argmax(-1)
                 del out
+                kept[:] = [logits] if wl.legacy_cache else []  # the previous step's, freed only now
+                del logits
                 if (i + 1) % 64 == 0:
                     self.progress(f"decoded {i + 1}/{wl.new_tokens} tokens")
 

@@ -205,6 +205,7 @@ def build_llama_like(r: ConfigReader, architecture: str, *, generic: bool = Fals
         softmax_fp32=not generic or mt in _GENERIC_FP32_SOFTMAX,
         dense_layer_ids=tuple(i for i in range(L) if i not in sparse_layers) if moe else (),
         dense_ffn_size=f if moe else 0, shared_expert_ffn=shared_f,
+        legacy_logits_fp32=mt in LEGACY_LOGITS_FP32,
     )
     return Built(facts, t.items)
 
@@ -225,6 +226,11 @@ def _moe_block(t: Tensors, b: str, moe: str, n_experts: int, h: int, f: int, sha
 
 
 _QWEN = ("qwen2", "qwen2_moe", "qwen3", "qwen3_moe")
+
+#: The causal LMs whose forward upcast all its logits to fp32 (``logits = logits.float()`` after the
+#: lm_head) in transformers 4.35 - 4.44: LlamaForCausalLM and the classes copied from it (Mistral,
+#: Mixtral, Qwen2, Gemma); transformers #31292 (4.45) upcasts only when labels are given (issue #30860)
+LEGACY_LOGITS_FP32 = ("llama", "mistral", "mixtral", "qwen2", "gemma")
 
 
 def _sliding_window(r: ConfigReader) -> int | None:

@@ -1,0 +1,117 @@
+"""--transformers-version: generate() of transformers < 4.42 keeps the previous step's KV cache beside the new
+one, < 4.45 makes every prompt token's logits in the prefill (the tracer checks both against the real modules in
+tests/trace/test_techniques.py::test_older_transformers_generate_matches_trace)."""
+
+import pytest
+
+from vramlens.errors import ConfigError
+from vramlens.estimator import estimate
+from vramlens.estimator import kv_cache as K
+from vramlens.workload import make_workload
+
+GEN = dict(mode="inference", batch=1, seq=512, new_tokens=512, dtype="bf16")
+# Llama-2-7B: 32 layers x 2 (K, V) x 32 kv heads x 128 x 2 B = 524,288 B per token
+TOKEN = 32 * 2 * 32 * 128 * 2
+
+
+def _kv(e) -> int:
+    return e.breakdown["kv_cache"]
+
+
+def test_tuple_cache_holds_old_and_new_cache(llama7b):
+    new = estimate(llama7b, **GEN)
+    old = estimate(llama7b, **GEN, transformers_version="4.35")
+    # 4.42 and later: 1,024 tokens + one layer's old keys (1,023 tokens) while torch.cat appends
+    assert _kv(new) == 1024 * TOKEN + 1023 * TOKEN // 64 == 545_251_328
+    # 4.35: the last step holds the previous cache (1,023 tokens) and the new one (1,024)
+    assert _kv(old) == (1023 + 1024) * TOKEN == 1_073_217_536
+    # and the previous step's logits (LlamaForCausalLM's fp32 upcast: 32,000 x 4 B), kept until the forward returns
+    assert old.breakdown.peak_allocated - new.breakdown.peak_allocated == 1_073_217_536 - 545_251_328 + 32_000 * 4
+    # 4.36 - 4.41 wrap the same tuple in a DynamicCache for each forward: the same figure; 4.42 fixed it
+    assert _kv(estimate(llama7b, **GEN, transformers_version="4.41.2")) == 1_073_217_536
+    assert _kv(estimate(llama7b, **GEN, transformers_version="4.42")) == 545_251_328
+    assert _kv(estimate(llama7b, **GEN, transformers_version="5.2")) == 545_251_328
+
+
+def test_legacy_decode_steps(llama7b):
+    w = make_workload(**GEN, transformers_version="4.35")
+    # first step: the prefill's 512 tokens and the new 513; last: 1,023 and 1,024
+    assert K.legacy_decode_steps(llama7b, w, 512, 1024, 1) == (1025 * TOKEN, 2047 * TOKEN) == (537_395_200,
+                                                                                              1_073_217_536)
+    assert K.legacy_decode_bytes(llama7b, w, 512, 512, 1) == 0  # no decode step
+
+
+def test_cross_attention_cache_counted_once():
+    e = estimate("t5-small", mode="inference", seq=64, new_tokens=8, dtype="bf16", transformers_version="4.35")
+    # T5-small: 6 decoder layers x 2 x 8 heads x 64 x 2 B = 2,048 B per token and layer; self-attention 71 old +
+    # 72 new tokens, cross-attention 64 encoder tokens once (the same tensors in both tuples)
+    assert _kv(e) == 2048 * 6 * (71 + 72 + 64) == 2_543_616
+
+
+def test_prefill_logits_of_every_prompt_token():
+    kw = dict(mode="inference", batch=1, seq=2048, new_tokens=16, dtype="bf16")
+    now = estimate("llama-3-8b", **kw).breakdown
+    old = estimate("llama-3-8b", **kw, transformers_version="4.44").breakdown
+    # 4.45 and later: the last token's logits; 4.44: all 2,048 in bf16 and LlamaForCausalLM's fp32 copy
+    # (logits.float(), both alive while it runs), plus the final hidden states (4,096 x 2,048 x 2 B)
+    assert old["activations"] == 2048 * 128_256 * (2 + 4) + 4096 * 2048 * 2 == 1_592_786_944
+    assert old["activations"] > now["activations"]
+    assert old.peak_phase == "prefill"
+
+
+def test_gpt2_keeps_its_logits_in_the_compute_dtype():
+    kw = dict(mode="inference", batch=1, seq=1024, new_tokens=4, dtype="bf16")
+    e = estimate("gpt2", **kw, transformers_version="4.35").breakdown
+    # GPT2LMHeadModel has no logits.float(): 1,024 x 50,257 x 2 B, and the hidden states (768 x 1,024 x 2 B)
+    # -> 102,926,336 + 1,572,864; before 4.42 generate() keeps those logits through the first decode step
+    assert e["activations"] >= 1024 * 50_257 * 2 + 768 * 1024 * 2 == 104_499_200
+
+
+def test_leaked_logits_raise_the_first_decode_step(llama7b):
+    kw = dict(mode="inference", batch=8, seq=2048, new_tokens=1, dtype="bf16")
+    d44 = dict(estimate(llama7b, **kw, transformers_version="4.44").breakdown.phases)["decode"]
+    d41 = dict(estimate(llama7b, **kw, transformers_version="4.41").breakdown.phases)["decode"]
+    # 4.41 keeps the prefill's fp32 logits (8 x 2,048 x 32,000 x 4 B) and the prefill's cache (2,048 tokens x 8)
+    # through the step; 4.44 holds only one layer's old keys (1/64 of it) while torch.cat appends
+    assert d41 - d44 == 8 * 2048 * 32_000 * 4 + 8 * 2048 * TOKEN * 63 // 64 == 10_552_868_864
+
+
+def test_notes_state_the_version():
+    plain = estimate("gpt2", mode="inference", seq=128, new_tokens=16).breakdown.notes
+    default = ("transformers >= 4.42 DynamicCache assumed (give --transformers-version for older: before 4.42 every "
+               "decode step held the previous cache beside the new one)")
+    assert default in plain
+    assert default in estimate("gpt2", mode="inference", seq=128, new_tokens=16, kv_dtype="fp8").breakdown.notes
+    assert default not in estimate("gpt2", mode="inference", seq=128, new_tokens=16, kv_block=16).breakdown.notes
+    old = estimate("gpt2", mode="inference", seq=128, new_tokens=16, transformers_version="4.35").breakdown.notes
+    assert any(n.startswith("transformers 4.35: generate() keeps the previous step's KV cache") for n in old)
+    new = estimate("gpt2", mode="inference", seq=128, new_tokens=16, transformers_version="4.46").breakdown.notes
+    assert "transformers 4.46: one dynamic cache from the prefill to the last token (4.42 and later)" in new
+
+
+@pytest.mark.parametrize(("kw", "message"), [
+    (dict(transformers_version="abc"), "transformers_version='abc' must be a version such as 4.35 or 5.2"),
+    (dict(transformers_version="4"), "transformers_version='4' must be a version such as 4.35 or 5.2"),
+    (dict(transformers_version="4.35.0.dev0"),
+     "transformers_version='4.35.0.dev0' must be a version such as 4.35 or 5.2"),
+    (dict(transformers_version="4.35", cache="static"),
+     "cache=static with transformers_version=4.35 is not modelled: before 4.42 vramlens models generate()'s default "
+     "tuple cache only; drop --cache or give --transformers-version 4.42 or later"),
+    (dict(transformers_version="4.35", kv_block=16),
+     "kv_block=16 is a serving engine's paged cache, transformers_version=4.35 transformers' generate(): drop "
+     "--kv-block or --transformers-version"),
+])
+def test_bad_versions(kw, message):
+    with pytest.raises(ConfigError) as err:
+        make_workload(mode="inference", new_tokens=8, **kw)
+    assert str(err.value) == message
+
+
+def test_version_ignored_without_decode_steps():
+    w = make_workload(mode="inference", transformers_version="4.35")
+    assert w.ignored() == ["ignored: transformers_version='4.35' (it changes generate()'s decode steps, and "
+                           "new_tokens=0 runs none)"]
+    assert not w.legacy_cache or not w.new_tokens
+    t = make_workload(mode="train", transformers_version="4.35")
+    assert t.ignored() == ["ignored in training (they apply to the inference KV cache): transformers_version='4.35'"]
+    assert make_workload(mode="inference", transformers_version="").transformers_version is None  # the web form
