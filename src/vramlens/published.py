@@ -204,6 +204,15 @@ CASES: dict[str, Case] = {
                                                       figure="peak_reserved", **_H100_96),
     "torchtitan-h100-llama3.1-8b-fsdp128-sac-bs2": Case("llama-3.1-8b", {**_TITAN_8B, "gpus": 128},
                                                         figure="peak_reserved", **_H100_96),
+    # the same tables' torch.compile rows (each TransformerBlock compiled) and torch.compile + Float8 rows
+    "torchtitan-h100-llama3.1-8b-fsdp8-sac-bs2-compile": Case("llama-3.1-8b", {**_TITAN_8B, "gpus": 8, "compile": True},
+                                                              figure="peak_reserved", **_H100_96),
+    "torchtitan-h100-llama3.1-8b-fsdp8-sac-bs2-compile-float8": Case(
+        "llama-3.1-8b", {**_TITAN_8B, "gpus": 8, "compile": True, "fp8": True}, figure="peak_reserved", **_H100_96),
+    "torchtitan-h100-llama3.1-8b-fsdp128-sac-bs2-compile": Case(
+        "llama-3.1-8b", {**_TITAN_8B, "gpus": 128, "compile": True}, figure="peak_reserved", **_H100_96),
+    "torchtitan-h100-llama3.1-8b-fsdp128-sac-bs2-compile-float8": Case(
+        "llama-3.1-8b", {**_TITAN_8B, "gpus": 128, "compile": True, "fp8": True}, figure="peak_reserved", **_H100_96),
     "torchtune-readme-llama3.2-3b-packed": Case("llama-3.2-3b", dict(_TUNE_3B), figure="peak_allocated", **_A100),
     "torchtune-readme-llama3.2-3b-chunked-ce": Case("llama-3.2-3b", _TUNE_CE, figure="peak_allocated", **_A100),
     "torchtune-readme-llama3.2-3b-ac": Case("llama-3.2-3b", _TUNE_AC, figure="peak_allocated", **_A100),
