@@ -139,7 +139,8 @@ def test_older_transformers_generate_matches_trace():
     _check(rows)
     for r in rows:
         assert abs(r.phase_error("decode") or 1.0) <= 0.05, render(rows)
-    # the 256-token rows: the previous cache doubles the cache the decode peak holds
+    # Llama 2's 128-token rows (multi-head: the most cache per token): the previous cache doubles the cache the
+    # decode step holds, which makes it the peak
     for r in rows:
-        if r.workload["new_tokens"] == 256:
+        if r.workload["new_tokens"] == 128 and r.model == "llama-2-7b":
             assert r.phase_error("decode") is not None and r.estimate_phases["decode"] == r.estimate_peak

@@ -363,13 +363,13 @@ TECHNIQUE_ROWS: tuple[tuple[str, dict[str, Any]], ...] = (
     ("qwen2.5-0.5b", {"mode": "train", "method": "full", "attention": "sdpa", "checkpointing": "none",
                       "dtype": "bf16", "gqa_expand": True, "batch": 1, "seq": 512}),
     ("llama-3-8b", {"mode": "inference", "method": "full", "attention": "sdpa", "checkpointing": "none",
-                    "dtype": "bf16", "seq": 16, "new_tokens": 256, "gqa_expand": True}),
+                    "dtype": "bf16", "seq": 16, "new_tokens": 64, "gqa_expand": True}),
     ("llama-2-7b", {"mode": "inference", "method": "full", "attention": "sdpa", "checkpointing": "none",
-                    "dtype": "bf16", "seq": 16, "new_tokens": 256, "gqa_expand": True}),
+                    "dtype": "bf16", "seq": 16, "new_tokens": 64, "gqa_expand": True}),
     # generate() of transformers < 4.42 (Workload.legacy_cache): every decode step keeps the previous cache until
     # the forward that builds the next returns; MHA (Llama 2) and GQA (Llama 3's 4:1, Qwen's 7:1), eager and SDPA
     *((name, {"mode": "inference", "method": "full", "attention": attention, "checkpointing": "none", "dtype": "bf16",
-              "seq": 16, "new_tokens": 256, "transformers_version": "4.35"})
+              "seq": 16, "new_tokens": 128, "transformers_version": "4.35"})
       for name in ("llama-2-7b", "llama-3-8b", "qwen2.5-0.5b") for attention in ("eager", "sdpa")),
     # its logits: before 4.45 the prefill makes every prompt token's (LlamaForCausalLM and its copies upcast them
     # to fp32, GPT-2 does not); before 4.42 generate() keeps them through the first decode step's forward
