@@ -81,6 +81,8 @@ METHODS: tuple[Method, ...] = get_args(Method)
 DTYPES: tuple[DType, ...] = get_args(DType)
 AMPS: tuple[Amp, ...] = get_args(Amp)
 QUANTS: tuple[Quant, ...] = get_args(Quant)
+#: The 4-bit weight formats whose matmuls dequantize the whole weight (bitsandbytes ``MatMul4Bit``).
+FOUR_BIT: tuple[Quant, ...] = ("nf4", "nf4-dq", "fp4")
 OPTIMIZERS: tuple[Optimizer, ...] = get_args(Optimizer)
 CHECKPOINTING: tuple[Checkpointing, ...] = get_args(Checkpointing)
 #: ``checkpointing="every:N"`` (torchtitan ``selective_ac_option="N"``): every N-th block checkpointed.
@@ -478,7 +480,7 @@ class Workload:
             p.append(f"loss_chunks={self.loss_chunks} is more than the seq={self.seq} tokens it splits: "
                      f"use --loss-chunks {min(8, self.seq)}")
         if (self.bnb_inputs != "none" and self.checkpointing != "none" and self.mode == "train"
-                and self.quantized in ("nf4", "nf4-dq", "fp4")):
+                and self.quantized in FOUR_BIT):
             p.append(f"bnb_inputs={self.bnb_inputs!r} with checkpointing={self.checkpointing!r} is not modelled: "
                      "the inputs an old bitsandbytes keeps on its autograd nodes bypass the checkpoint's hooks, "
                      "so they are kept in checkpointed blocks too; use --checkpointing none or --bnb-inputs none")
@@ -660,11 +662,11 @@ class Workload:
         if self.quant_head and self.quantized is None:
             out.append("ignored: quant_head=True stores the output layer in the quantized format, and no weights "
                        "are quantized (use --method qlora or --quant)")
-        if given("dequant_dtype") and self.quantized not in ("nf4", "nf4-dq", "fp4"):
+        if given("dequant_dtype") and self.quantized not in FOUR_BIT:
             out.append(f"ignored: dequant_dtype={self.dequant_dtype!r} is the dtype bitsandbytes dequantizes a "
                        "4-bit weight to, and no weights are in 4 bits (nf4, nf4-dq, fp4)")
         if given("bnb_inputs") and self.bnb_inputs != "none" and (
-                not self.training or self.quantized not in ("nf4", "nf4-dq", "fp4")):
+                not self.training or self.quantized not in FOUR_BIT):
             out.append(f"ignored: bnb_inputs={self.bnb_inputs!r} is what bitsandbytes' 4-bit matmuls keep for "
                        "backward, and " + ("nothing is trained" if not self.training else
                                            "no weights are in 4 bits (nf4, nf4-dq, fp4)"))

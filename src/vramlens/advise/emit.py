@@ -18,7 +18,7 @@ from typing import Any
 
 from vramlens.advise.plan import Plan
 from vramlens.errors import InputError
-from vramlens.workload import Workload
+from vramlens.workload import FOUR_BIT, Workload
 
 KINDS = ("trainer", "peft", "bnb", "deepspeed", "accelerate", "fsdp", "device-map", "alloc-conf", "torchtune", "vllm",
          "llama.cpp", "torchtitan")
@@ -262,7 +262,7 @@ def bnb(plan: Plan) -> dict[str, Any]:
         raise InputError("--emit bnb: the plan keeps its weights unquantized; no BitsAndBytesConfig needed")
     if q == "int8":
         return {"load_in_8bit": True}
-    if q in ("nf4", "nf4-dq", "fp4"):
+    if q in FOUR_BIT:
         return {
             "load_in_4bit": True,
             "bnb_4bit_quant_type": "fp4" if q == "fp4" else "nf4",

@@ -14,6 +14,7 @@ GPT-3-style layers (LayerNorm, GeLU, dropout, eager attention) reduce to the pap
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -31,7 +32,7 @@ from vramlens.estimator.linears import GROUPS, linear_group
 from vramlens.estimator.memo import identity_cache
 from vramlens.models.spec import ModelSpec
 from vramlens.units import BLOCK, DTYPE_BYTES, round_up
-from vramlens.workload import Workload
+from vramlens.workload import FOUR_BIT, Workload
 
 
 def _r(n: int) -> int:
@@ -334,7 +335,7 @@ def dora_weight_copy(w: Workload, k: int, n: int, c: int) -> int:
     if _autocast(w):
         return _r(c * n * k)
     lb = DTYPE_BYTES[w.lora_dtype]
-    if w.quantized in ("nf4", "nf4-dq", "fp4") or DTYPE_BYTES[w.dtype] != lb:
+    if w.quantized in FOUR_BIT or DTYPE_BYTES[w.dtype] != lb:
         return _r(lb * n * k)
     return 0
 
@@ -361,7 +362,7 @@ def dora_forward_transient(spec: ModelSpec, w: Workload, *, training: bool, tp: 
             eye = _r(lb * k * k) + (_r(c * k * k) if ac else 0)
             lw = _r(a_out * k * n)
             lw_copy = _r(lb * k * n) if a_out != lb else 0
-            quantized = w.quantized in ("nf4", "nf4-dq", "fp4")
+            quantized = w.quantized in FOUR_BIT
             weight_b = DTYPE_BYTES[w.dtype] if not quantized else c
             wcopy = _r(lb * n * k) if (quantized or weight_b != lb) else 0
             norm = lw + lw_copy + wcopy + 2 * _r(lb * n * k)
@@ -376,7 +377,7 @@ def dora_forward_transient(spec: ModelSpec, w: Workload, *, training: bool, tp: 
 def dequantized_by_group(spec: ModelSpec, w: Workload, tp: int = 1) -> dict[str, tuple[tuple[int, int, int], ...]]:
     """The first block's 4-bit linears by group: (k in, n out, bytes of the weight dequantized to the
     compute dtype) each (vramlens.estimator.weights.dequantized_weight_bytes says when it exists)."""
-    if w.quantized not in ("nf4", "nf4-dq", "fp4"):
+    if w.quantized not in FOUR_BIT:
         return {}
     c = DTYPE_BYTES[w.compute_dtype]
     adapted_only = w.method != "full" and w.quant_targets == "adapted"
@@ -1420,15 +1421,17 @@ def inference_layer_peak(spec: ModelSpec, w: Workload, b: int, s: int, S: int, t
     if deq:
         # a 4-bit matmul holds its weight dequantized: q_proj..v_proj with the projections made before
         # them, o_proj with the attention output; up_proj with act(gate) and its own output
-        w_attn = max((wb for g in ("qkv", "attn_out") for _, _, wb in deq.get(g, ())), default=0)
-        w_mlp = max((wb for g in ("mlp_in", "mlp_out") for _, _, wb in deq.get(g, ())), default=0)
+        def most(groups: tuple[str, ...], size: Callable[[int, int, int], int]) -> int:
+            return max((size(k, n, wb) for g in groups for k, n, wb in deq.get(g, ())), default=0)
+
+        attn_groups, mlp_groups = ("qkv", "attn_out"), ("mlp_in", "mlp_out")
+        w_attn = most(attn_groups, lambda k, n, wb: wb)
+        w_mlp = most(mlp_groups, lambda k, n, wb: wb)
         attn = max(attn, 3 * _r(c * D.a * D.d * t) + w_attn)
         mlp = max(mlp, (2 * _r(c * D.f * t) if spec.gated_mlp else _r(c * D.f * t) + _r(c * D.h * t)) + w_mlp)
         # dequantized to fp16 first: the fp16 weight beside its copy at the cast, before the output exists
-        x_attn = max((Wt.dequant_cast_bytes(w, n, k) for g in ("qkv", "attn_out") for k, n, _ in deq.get(g, ())),
-                     default=0)
-        x_mlp = max((Wt.dequant_cast_bytes(w, n, k) for g in ("mlp_in", "mlp_out") for k, n, _ in deq.get(g, ())),
-                    default=0)
+        x_attn = most(attn_groups, lambda k, n, wb: Wt.dequant_cast_bytes(w, n, k))
+        x_mlp = most(mlp_groups, lambda k, n, wb: Wt.dequant_cast_bytes(w, n, k))
         if x_attn:
             attn = max(attn, 2 * _r(c * D.a * D.d * t) + w_attn + x_attn)
         if x_mlp:

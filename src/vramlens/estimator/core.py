@@ -30,7 +30,7 @@ from vramlens.estimator.verdict import usable_bytes, verdict
 from vramlens.hardware.gpu import GPU
 from vramlens.models.spec import ModelSpec
 from vramlens.units import DTYPE_BYTES, human_bytes
-from vramlens.workload import Workload
+from vramlens.workload import FOUR_BIT, Workload
 
 DEFAULT_HEADROOM = 0.10
 
@@ -1090,7 +1090,7 @@ def _tied_embedding_backward(spec: ModelSpec, w: Workload, st: TrainState,
 
 def _block_words(w: Workload) -> str:
     parts = []
-    if w.quantized in ("nf4", "nf4-dq", "fp4"):
+    if w.quantized in FOUR_BIT:
         parts.append("a 4-bit weight dequantized for its matmul (bitsandbytes MatMul4Bit)")
     if w.method != "full" and w.dora:
         parts.append("DoRA's weight norm ||W + s*B@A|| (peft DoraLinearLayer)")

@@ -45,7 +45,7 @@ from vramlens.estimator.inventory import (
 from vramlens.estimator.memo import identity_cache
 from vramlens.models.spec import ModelSpec
 from vramlens.units import BLOCK, DTYPE_BYTES, round_up
-from vramlens.workload import Workload
+from vramlens.workload import FOUR_BIT, Workload
 
 GROUP_SIZE = 128       # GPTQ / AWQ / int4 default group size (AutoGPTQ BaseQuantizeConfig, AutoAWQ q_group_size)
 NF4_BLOCK = 64         # bitsandbytes Params4bit default blocksize
@@ -177,10 +177,6 @@ def dequantized_weight_bytes(spec: ModelSpec, w: Workload) -> int:
     c = DTYPE_BYTES[w.compute_dtype]
     return max((round_up(lin.out_features * lin.in_features * c, BLOCK)
                 for lin in quantized_linears(spec, w.quantized, adapted_only(w)) if lin.count == 1), default=0)
-
-
-#: The 4-bit formats whose matmuls dequantize the whole weight (bitsandbytes MatMul4Bit).
-FOUR_BIT = ("nf4", "nf4-dq", "fp4")
 
 
 def dequant_cast_bytes(w: Workload, n: int, k: int) -> int:
