@@ -75,6 +75,8 @@ CacheKind = Literal["dynamic", "static", "offloaded", "quantized"]
 #: as torchtune's CEWithChunkedOutputLoss), or a fused linear + cross-entropy (Liger's) that never
 #: materializes the full logits.
 Loss = Literal["cross-entropy", "fused-linear"]
+#: What ``torch.compile`` covers (see Workload.compile_scope).
+CompileScope = Literal["model", "blocks"]
 
 MODES: tuple[Mode, ...] = get_args(Mode)
 METHODS: tuple[Method, ...] = get_args(Method)
@@ -102,6 +104,7 @@ BNB_INPUTS: tuple[BnbInputs, ...] = get_args(BnbInputs)
 DEQUANT_DTYPES: tuple[DequantDType, ...] = get_args(DequantDType)
 CACHES: tuple[CacheKind, ...] = get_args(CacheKind)
 LOSSES: tuple[Loss, ...] = get_args(Loss)
+COMPILE_SCOPES: tuple[CompileScope, ...] = get_args(CompileScope)
 #: Most chunks --loss-chunks takes (torchtune uses 8; more only adds Python overhead).
 MAX_LOSS_CHUNKS = 4_096
 DEFAULT_LORA_TARGETS = ("q_proj", "v_proj")
@@ -155,6 +158,12 @@ class Workload:
     #: rematerialization partitioner), which saves fewer tensors for backward than eager; see
     #: vramlens.estimator.compiled
     compile: bool = False
+    #: What --compile covers: the whole model with its loss in one graph (``torch.compile(model)``, the
+    #: Trainer's ``torch_compile``), or each decoder block on its own, with the embedding, final norm,
+    #: output layer and loss eager: torchtune's ``training.compile_model`` (``layer.compile()`` per
+    #: block; a plain loss stays eager, a chunked one is compiled by ``compile_loss``) and torchtitan's
+    #: ``apply_compile`` (per TransformerBlock)
+    compile_scope: CompileScope = "model"
     attention: Attention = "sdpa"
     #: GQA keys and values copied to every query head before the attention kernel, which keeps the
     #: copies for backward: torchtune's MultiHeadAttention (``k.unsqueeze(2).expand(...).flatten(1, 2)``,
@@ -370,6 +379,7 @@ class Workload:
         choice("dequant_dtype", self.dequant_dtype, DEQUANT_DTYPES)
         choice("cache", self.cache, CACHES)
         choice("loss", self.loss, LOSSES)
+        choice("compile_scope", self.compile_scope, COMPILE_SCOPES)
         choice("task", self.task, TASKS, optional=True)
         if self.image_size is not None:
             sides = self.image_size
@@ -619,7 +629,7 @@ class Workload:
         if not self.training:
             names = [n for n in ("optimizer", "optimizer_impl", "grad_accum", "keep_grads", "optimizer_in_backward",
                                  "checkpointing", "activation_offload", "loss_chunks", "loss", "loss_parallel",
-                                 "compile")
+                                 "compile", "compile_scope")
                      if given(n)]
             if names:
                 out.append("ignored in inference (they apply to training): "
@@ -677,6 +687,9 @@ class Workload:
         if self.image_size is not None and given("seq") and not self.images:  # a VLM reads both
             out.append(f"ignored: seq={self.seq!r} when image_size is given: a vision encoder's tokens are its "
                        "image patches")
+        if given("compile_scope") and self.training and not self.compile:
+            out.append(f"ignored: compile_scope={self.compile_scope!r} says what --compile covers, and nothing is "
+                       "compiled")
         if not self.fsdp and given("fsdp_strategy"):
             out.append(f"ignored: fsdp_strategy={self.fsdp_strategy!r} applies only with fsdp")
         return out

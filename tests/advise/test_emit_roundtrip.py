@@ -40,7 +40,7 @@ MUST = {
                    "checkpointing", "optimizer", "optimizer_impl", "optimizer_in_backward", "loss_parallel", "offload",
                    "method", "zero", "quant"},
     "torchtune": {"batch", "grad_accum", "dtype", "amp", "checkpointing", "activation_offload", "optimizer_in_backward",
-                  "optimizer", "seq", "loss_chunks", "gpus", "fsdp", "offload", "method"},
+                  "optimizer", "seq", "loss_chunks", "gpus", "fsdp", "offload", "method", "compile"},
 }
 #: A value other than any a plan uses, per field: the base the read-back config must overwrite.
 OTHER = {"batch": 999, "grad_accum": 77, "optimizer": "adafactor", "checkpointing": "selective", "amp": "fp16",
@@ -48,7 +48,7 @@ OTHER = {"batch": 999, "grad_accum": 77, "optimizer": "adafactor", "checkpointin
          "gpus": 96, "zero": 1, "offload": "none", "fsdp": False, "fsdp_strategy": "hybrid", "attention": "eager",
          "pp": 3, "tp": 1, "mode": "train", "kv_dtype": "int8", "activation_offload": True,
          "optimizer_in_backward": True, "seq": 333, "loss_chunks": 5, "loss": "fused-linear", "loss_parallel": True,
-         "method": "qlora", "dora": True, "optimizer_impl": "loop", "compile": True}
+         "method": "qlora", "dora": True, "optimizer_impl": "loop", "compile": True, "compile_scope": "model"}
 
 
 def _plan(model, gpu: str, **kw):
@@ -397,6 +397,7 @@ TRAIN = dict(mode="train", batch=2, seq=256)
     ("torchtune", dict(TRAIN, dtype="bf16", optimizer="adamw-8bit-torchao", optimizer_in_backward=True)),
     ("torchtune", dict(TRAIN, dtype="bf16", method="lora", optimizer="adamw-4bit-torchao")),
     ("torchtune", dict(TRAIN, dtype="bf16", gpus=2, fsdp=True, optimizer="adamw-fp8-torchao")),
+    ("torchtune", dict(TRAIN, dtype="bf16", compile=True, compile_scope="blocks", loss_chunks=8)),
     ("torchtitan", dict(TRAIN, dtype="fp32", amp="bf16", gpus=4, fsdp=True, checkpointing="selective-op")),
     ("torchtitan", dict(TRAIN, dtype="fp32", amp="bf16", gpus=2, checkpointing="every:2", grad_accum=4)),
     ("torchtitan", dict(TRAIN, dtype="fp32", amp="bf16", gpus=4, tp=2, fsdp=True, loss_parallel=True,
@@ -453,6 +454,8 @@ def test_each_target_reproduces_its_plan(kind, w, tmp_path):
     ("torchtune", dict(TRAIN, dtype="bf16", method="lora", lora_targets=("q_proj", "up_proj")), "apply_lora_to_mlp"),
     ("torchtune", dict(TRAIN, dtype="bf16", loss="fused-linear"), "fused linear"),
     ("torchtune", dict(mode="inference"), "inference"),
+    ("torchtune", dict(TRAIN, dtype="bf16", compile=True), "--compile-scope blocks"),
+    ("trainer", dict(TRAIN, dtype="bf16", compile=True, compile_scope="blocks"), "--compile-scope blocks"),
     ("vllm", dict(TRAIN), "the plan trains"),
     ("vllm", dict(mode="inference", quant="int8"), "int8 weights"),
     ("vllm", dict(mode="inference", kv_dtype="int8"), "KV cache in int8"),

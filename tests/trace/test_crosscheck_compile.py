@@ -10,7 +10,7 @@ pytest.importorskip("transformers", reason="the tracer builds the transformers m
 from vramlens.errors import TraceError  # noqa: E402
 from vramlens.estimator.breakdown import ALLOCATOR_COMPONENTS  # noqa: E402
 from vramlens.trace import trace  # noqa: E402
-from vramlens.trace.compiled import Captured, check_replayable  # noqa: E402
+from vramlens.trace.compiled import Captured, CompiledBlocks, check_blocks, check_replayable  # noqa: E402
 from vramlens.trace.crosscheck import COMPILE_ROWS, render, run_row, tiny_config, workload_for  # noqa: E402
 
 
@@ -20,10 +20,11 @@ def test_compile_rows_cover_two_families_and_two_shapes():
     assert {r["checkpointing"] for _, r in COMPILE_ROWS} == {"none", "full"}
     assert {(r.get("batch"), r.get("seq")) for _, r in COMPILE_ROWS} == {(None, None), (1, 512)}
     assert {r.get("method") for _, r in COMPILE_ROWS} == {"full", "lora"}
+    assert {r.get("compile_scope", "model") for _, r in COMPILE_ROWS} == {"model", "blocks"}
 
 
 @pytest.mark.slow  # each row compiles the model (dynamo, AOT autograd) and traces two steps: ~5-10 s
-@pytest.mark.parametrize("row", COMPILE_ROWS, ids=lambda r: f"{r[0]}-{r[1]['method']}-ckpt-{r[1]['checkpointing']}-b{r[1].get('batch', 2)}xs{r[1].get('seq', 128)}")
+@pytest.mark.parametrize("row", COMPILE_ROWS, ids=lambda r: f"{r[0]}-{r[1]['method']}-ckpt-{r[1]['checkpointing']}-b{r[1].get('batch', 2)}xs{r[1].get('seq', 128)}-{r[1].get('compile_scope', 'model')}{'-gqa' if r[1].get('gqa_expand') else ''}")
 def test_compile_row_within_5_percent_of_trace(row):
     """Peak within 5% of the trace and each component within 10% (components agree to within 0.01% today; the
     peak too but Qwen2.5 under full checkpointing, 1.9% under)."""
@@ -88,3 +89,33 @@ def test_full_checkpointing_compile_changes_the_peak_little():
     eager, comp = _traced("llama-3-8b", checkpointing="full"), _traced("llama-3-8b", checkpointing="full", compile=True)
     assert comp.breakdown["activations"] < eager.breakdown["activations"]
     assert abs(comp.breakdown.peak_allocated / eager.breakdown.peak_allocated - 1) <= 0.01
+
+
+_BLOCK_REFUSAL = ("torch.compile did not compile each block into one graph returning one tensor (graph breaks or an eager "
+                  "fallback); trace without --compile, or use `vramlens estimate --compile`")
+
+
+@pytest.mark.parametrize("state, n_blocks", [
+    (CompiledBlocks(captured=Captured(calls=[(None, ("L['block']",))]), graph_of=[0, 0], breaks=1), 2),  # a break
+    (CompiledBlocks(captured=Captured(calls=[(None, ("L['block']",))]), graph_of=[0]), 2),  # a block never compiled
+    (CompiledBlocks(captured=Captured(calls=[]), graph_of=[-1]), 1),  # dynamo ran the block eagerly
+])
+def test_per_block_breaks_are_refused(state, n_blocks):
+    with pytest.raises(TraceError) as e:
+        check_blocks(state, n_blocks)
+    assert str(e.value) == _BLOCK_REFUSAL
+
+
+def test_a_per_block_input_from_outside_the_call_is_refused():
+    state = CompiledBlocks(captured=Captured(calls=[(None, ("L['block']", "G['table']"))]), graph_of=[0])
+    with pytest.raises(TraceError) as e:
+        check_blocks(state, 1)
+    assert "reads \"G['table']\", which is neither the block nor its inputs" in str(e.value)
+
+
+@pytest.mark.slow
+def test_identical_blocks_share_one_graph():
+    # dynamo compiles the first block's call and its guards pass for the second: one graph, replayed per block
+    r = _traced("llama-3-8b", compile=True, compile_scope="blocks")
+    assert any(n.startswith("compile: each of the 2 blocks compiled on its own (--compile-scope blocks)")
+               and ": 1 graph(s)," in n for n in r.breakdown.notes), r.breakdown.notes

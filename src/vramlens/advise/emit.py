@@ -99,6 +99,9 @@ def _no_techniques(w: Workload, kind: str) -> None:
     if w.fp8:
         what.append("trains in float8 (--fp8, torchao's Float8Linear: torchtitan's float8 converter, torchtune's "
                     "enable_fp8_training)")
+    if w.compile and w.compile_scope == "blocks":
+        what.append("compiles each block alone (--compile-scope blocks, torchtune's compile=True; the Trainer's "
+                    "torch_compile compiles the whole model with its loss: --compile-scope model)")
     if what:
         names = ",".join(n for n, on in (("optimizer-in-backward", w.optimizer_in_backward),
                                          ("activation-offload", w.activation_offload),
@@ -578,6 +581,9 @@ def torchtune(plan: Plan) -> dict[str, Any]:
         refuse.append("uses a fused linear cross-entropy (--loss fused-linear)")
     if w.loss_parallel:
         refuse.append("shards the loss (--loss-parallel, torchtitan's)")
+    if w.compile and w.compile_scope == "model":
+        refuse.append("compiles the whole model with its loss in one graph (torchtune's compile=True compiles each "
+                      "layer: --compile-scope blocks)")
     if w.optimizer not in TORCHTUNE_OPTIM:
         refuse.append(f"uses --optimizer {w.optimizer}")
     if w.fp8 and w.gpus == 1:
@@ -607,7 +613,8 @@ def torchtune(plan: Plan) -> dict[str, Any]:
         "enable_activation_offloading": w.activation_offload,
         "optimizer_in_bwd": w.optimizer_in_backward,
         **({"enable_fp8_training": True} if w.fp8 else {}),
-        "compile": False,
+        # compile=True: training.compile_model compiles each layer (and a chunked loss): --compile-scope blocks
+        "compile": w.compile,
         "tokenizer": {"max_seq_len": w.seq},
         "optimizer": {"_component_": component, **args},
         "loss": ({"_component_": TORCHTUNE_CHUNKED_LOSS, "num_output_chunks": w.loss_chunks} if w.loss_chunks > 1

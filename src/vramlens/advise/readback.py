@@ -180,7 +180,10 @@ def _torchtune(c: Mapping[str, Any]) -> dict[str, Any]:
         "zero": 0, "tp": 1, "pp": 1,
         "gpus": c["launch"]["nproc_per_node"] if distributed else 1, "fsdp": distributed,
         "offload": "all" if c.get("fsdp_cpu_offload") else "none",
+        "compile": bool(c.get("compile", False)),
     }
+    if out["compile"]:
+        out["compile_scope"] = "blocks"  # training.compile_model: each layer on its own
     if distributed:
         out["fsdp_strategy"] = "full" if c.get("fsdp_reshard_after_forward", True) else "shard-grad-op"
     if recipe.startswith("lora_"):

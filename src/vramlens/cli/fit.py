@@ -128,6 +128,8 @@ def run(args: argparse.Namespace) -> int:
         # torchtune's MultiHeadAttention copies GQA keys and values to every head before SDPA: plans for it
         # count those copies (a no-op for multi-head attention)
         settings["gqa_expand"] = True
+        # its compile=True compiles each layer (training.compile_model), the head and a plain loss eager
+        settings["compile_scope"] = "blocks"
     links = Links(intra_node_bytes_s=args.interconnect, network_bytes_s=args.network or DEFAULT_NETWORK_BYTES_S)
     asks = [a for a in ASKS if getattr(args, a)]
     bar = progress_bar("searching plans", enabled=not args.json)  # shown after a second, on a terminal

@@ -16,7 +16,9 @@ keeps, per token t = b*s, in the compute dtype c unless named:
 * ``qkv``: the rotated q, and k and v expanded to every head (c*a*d each): under dynamo
   transformers builds the 4-D causal mask (``masking_utils.find_packed_sequence_indices`` skips
   only when not tracing), so SDPA takes the memory-efficient kernel, which has no GQA, and
-  ``repeat_kv`` copies;
+  ``repeat_kv`` copies. Under ``--compile-scope blocks`` the mask is built eagerly, outside the
+  graphs, and is None for a causal batch without padding, so SDPA reads k and v as they are
+  (``enable_gqa``: c*kv*d each) unless the model's own code expands them (``--gqa-expand``);
 * ``sdpa``: the kernel's output (c*a*d), its fp32 log-sum-exp (b, a, s) and philox seed and offset;
 * ``residual_mid``: the out projection's output (c*h), from which the residual sum is recomputed;
 * ``mlp``: the gate and up projections' outputs and ``act(gate) * up`` (c*f each); SiLU's output
@@ -136,9 +138,22 @@ def note(spec: ModelSpec, w: Workload) -> str:
                    "fp32 row statistics kept, not its fp32 log_softmax)") if w.loss_chunks > 1 else ""
         return (f"compile: {why}; this run is not, so the figures are eager PyTorch's{chunked} (the min-cut "
                 "partitioner saves less: measure it with `vramlens trace --compile`)")
+    if w.compile_scope == "blocks":
+        return ("compile: each block's saved tensors as AOT autograd's min-cut partitioner keeps them "
+                "(vramlens.estimator.compiled, measured by the tracer); the embedding, final norm, output layer and "
+                + ("chunked loss (compiled by torchtune's compile_loss) " if w.loss_chunks > 1 else "loss ")
+                + "outside the blocks save what eager PyTorch saves (--compile-scope blocks)")
     return ("compile: saved tensors as AOT autograd's min-cut partitioner keeps them (vramlens.estimator.compiled, "
             "measured by the tracer); temporaries are the aten graph's run op by op, an upper bound: inductor's "
             "fused kernels hold less in the loss' backward (at least the logits' gradient)")
+
+
+def saved_kv_heads(spec: ModelSpec, w: Workload) -> int:
+    """The heads of the k and v a compiled block keeps: every query head where they are expanded (one graph
+    for the model: transformers builds the 4-D mask under dynamo and ``repeat_kv`` copies; or the model's
+    own code expands them, ``--gqa-expand``), the KV heads where SDPA reads them as GQA (per-block graphs,
+    the mask None outside them)."""
+    return spec.n_heads if (w.compile_scope == "model" or w.gqa_expand) else spec.n_kv_heads
 
 
 @dataclass(frozen=True, slots=True)
@@ -172,7 +187,7 @@ def block(spec: ModelSpec, w: Workload, b: int, s: int) -> CompiledBlock:
         residual_in=_r(c * h * t),                   # (b, s, h)
         norm_rsqrt=2 * _r(4 * t),                    # (b, s, 1) fp32, two norms
         norm_out=2 * _r(c * h * t),                  # (b*s, h), two norms
-        qkv=3 * _r(c * a * d * t),                   # (b, a, s, d): q rotated, k and v expanded
+        qkv=_r(c * a * d * t) + 2 * _r(c * saved_kv_heads(spec, w) * d * t),  # (b, a, s, d): q rotated; k, v
         sdpa=_r(c * a * d * t) + _r(4 * b * a * s) + SDPA_RNG,  # output, log-sum-exp (b, a, s), seed/offset
         residual_mid=_r(c * h * t),                  # (b*s, h): o_proj's output
         mlp=3 * _r(c * f * t),                       # (b*s, f): gate, up, act(gate) * up
@@ -201,11 +216,23 @@ def lora_block(spec: ModelSpec, w: Workload, b: int, s: int) -> CompiledBlock:
         residual_in=_r(c * h * t),                   # (b, s, h): the block's output
         norm_rsqrt=2 * _r(4 * t),                    # (b, s, 1) fp32: the MLP norm's, the next norm's
         norm_out=_r(4 * h * t) + adapters * _r(4 * w.lora_rank * t),  # fp32 (b*s, h), each (b*s, r)
-        qkv=3 * _r(c * a * d * t),
+        qkv=_r(c * a * d * t) + 2 * _r(c * saved_kv_heads(spec, w) * d * t),
         sdpa=_r(c * a * d * t) + _r(4 * b * a * s) + SDPA_RNG,
         residual_mid=_r(c * h * t),
         mlp=2 * _r(c * f * t),                       # (b*s, f): gate, up
     )
+
+
+def eager_final_norm_overlap(spec: ModelSpec, w: Workload, b: int, s: int) -> int:
+    """Under ``--compile-scope blocks``, what the last compiled block's formula counts that the eager final
+    norm counts again: :func:`lora_block` counts each block on its output side (its output and the next
+    norm's rsqrt), and after the last block that norm is the model's final norm, which runs eagerly and keeps
+    its own fp32 copy and rsqrt (activations.final_norm_saved). A full-training block counts its input side:
+    nothing overlaps."""
+    if w.compile_scope != "blocks" or w.method == "full":
+        return 0
+    lb = lora_block(spec, w, b, s)
+    return lb.residual_in + _r(4 * b * s)
 
 
 def gpt2_block(spec: ModelSpec, w: Workload, b: int, s: int) -> CompiledBlock:

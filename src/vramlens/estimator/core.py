@@ -414,7 +414,16 @@ def activation_totals(spec: ModelSpec, w: Workload, sp: Split) -> ActivationTota
     blocks = _block_figures(spec, w, layers)
     kept, one, formula = blocks.kept, blocks.one, blocks.formula
     kept = int(kept * frac) * inflight
-    model_level = (CP.model_level(spec, w, b, s) if compiled else A.model_level_saved(spec, w, b, s)) * H.columns(spec, w)
+    # --compile-scope blocks (torchtune, torchtitan): only the blocks are compiled; the embedding, the final
+    # norm, the output layer and a plain loss run eagerly, so they save what eager PyTorch saves
+    whole = compiled and w.compile_scope == "model"
+    if whole:
+        model_level = CP.model_level(spec, w, b, s)
+    else:
+        model_level = A.model_level_saved(spec, w, b, s)
+        if compiled and sp.has_head:
+            model_level -= CP.eager_final_norm_overlap(spec, w, b, s)
+    model_level *= H.columns(spec, w)
     if sp.has_head:
         # bitsandbytes < 0.43.2: a 4-bit output layer keeps its input (the final norm's output) on its node
         model_level += A.bnb_kept_head_input(spec, w, b, s)
@@ -432,7 +441,7 @@ def activation_totals(spec: ModelSpec, w: Workload, sp: Split) -> ActivationTota
         model_level -= moved * cols
         kept = 0
     # the chunked loss has its own compiled figures (vramlens.estimator.losses.compiled_chunks)
-    compiled_head = compiled and w.loss_chunks <= 1
+    compiled_head = whole and w.loss_chunks <= 1
     head_saved, head_peak, head_formula = CP.head(spec, w, b, s) if compiled_head else A.head_saved(spec, w, b, s)
     if not sp.has_head:
         head_saved = head_peak = 0

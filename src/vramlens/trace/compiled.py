@@ -135,6 +135,78 @@ def capture(model: nn.Module, inputs: dict[str, Any], captured: Captured) -> tup
         torch._dynamo.reset()
 
 
+def block_call(block: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    """The call that is compiled under ``--compile-scope blocks``: one decoder block's own forward, as
+    ``layer.compile()`` compiles it (torchtune's ``training.compile_model``, torchtitan's
+    ``apply_compile``); the module's ``__call__`` (its hooks, transformers' checkpointing) stays eager."""
+    return type(block).forward(block, *args, **kwargs)
+
+
+@dataclass
+class CompiledBlocks:
+    """``--compile-scope blocks``: every block's forward goes through the compiled :func:`block_call`.
+
+    In the unrecorded warm-up each block's call is compiled (dynamo compiles a graph the first time and
+    reuses it for the next blocks whose guards pass); ``graph_of[i]`` is the graph block ``i`` ran. Then
+    :meth:`replay` calls AOT autograd's function of that graph on the block's own parameters and inputs."""
+
+    captured: Captured = field(default_factory=Captured)
+    graph_of: list[int] = field(default_factory=list)
+    #: each block call's graph count before and after it (graph breaks: more than one graph per call)
+    breaks: int = 0
+    replaying: bool = False
+
+    def run(self, index: int, block: nn.Module, compiled: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        if self.replaying:
+            return self.replay(index, block, args, kwargs)
+        before = len(self.captured.calls)
+        out = compiled(block, args, kwargs)
+        made = len(self.captured.calls) - before
+        if made > 1:
+            self.breaks += 1
+        if made == 0 and not self.captured.calls:
+            self.breaks += 1  # dynamo ran the block eagerly: nothing to replay
+        while len(self.graph_of) <= index:
+            self.graph_of.append(-1)
+        self.graph_of[index] = len(self.captured.calls) - 1
+        if not isinstance(out, torch.Tensor):
+            self.breaks += 1  # a block returning a structure: the replay returns one tensor
+        return out
+
+    def replay(self, index: int, block: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        call, sources = self.captured.calls[self.graph_of[index]]
+        env = {"L": {"block": block, "args": args, "kwargs": kwargs}}
+        # dynamo's own names for the graph's inputs, on block_call's three arguments (check_blocks)
+        outs = call(*[eval(src, {"__builtins__": {}}, env) for src in sources])  # noqa: S307
+        return outs[0]
+
+
+def compile_blocks(blocks: list[nn.Module], state: CompiledBlocks) -> None:
+    """Route each block's forward through the compiled :func:`block_call` (capture) or its replay."""
+    import torch._dynamo
+
+    torch._dynamo.reset()
+    compiled = torch.compile(block_call, backend=capture_backend(state.captured))
+    for i, block in enumerate(blocks):
+        def forward(*args: Any, _i: int = i, _block: nn.Module = block, **kwargs: Any) -> Any:
+            return state.run(_i, _block, compiled, args, kwargs)
+
+        block.forward = forward  # type: ignore[method-assign]  # an instance attribute over the class's
+
+
+def check_blocks(state: CompiledBlocks, n_blocks: int) -> None:
+    """Refuse what the block replay cannot run: graph breaks, a block dynamo did not compile, inputs from
+    outside the block's call."""
+    if state.breaks or len(state.graph_of) != n_blocks or min(state.graph_of, default=-1) < 0:
+        raise TraceError("torch.compile did not compile each block into one graph returning one tensor (graph breaks "
+                         "or an eager fallback); trace without --compile, or use `vramlens estimate --compile`")
+    for _call, sources in state.captured.calls:
+        bad = [s for s in sources if not s.startswith("L[")]
+        if bad:
+            raise TraceError(f"the compiled block reads {bad[0]!r}, which is neither the block nor its inputs; "
+                             "trace without --compile, or use `vramlens estimate --compile`")
+
+
 def replay(captured: Captured, model: nn.Module, inputs: dict[str, Any]) -> tuple[Any, ...]:
     """One forward of the captured graph on ``inputs``, through AOT autograd's function (no dynamo)."""
     call, sources = captured.calls[0]

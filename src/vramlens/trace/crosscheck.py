@@ -587,12 +587,22 @@ COMPILE_ROWS: tuple[tuple[str, dict[str, Any]], ...] = (
     # LoRA on q_proj and v_proj (peft's fp32 adapters): frozen linears keep no input
     _ckpt_row("llama-3-8b", "none", compile=True, method="lora"),
     _ckpt_row("qwen2.5-0.5b", "none", compile=True, method="lora", batch=1, seq=512),
+    # --compile-scope blocks (torchtune's compile_model, torchtitan's apply_compile): each block its own graph, the
+    # rest eager; the mask is None outside the graphs, so SDPA reads k and v as GQA unless the code expands them
+    _ckpt_row("llama-3-8b", "none", compile=True, compile_scope="blocks"),
+    _ckpt_row("llama-2-7b", "none", compile=True, compile_scope="blocks", batch=1, seq=512),
+    _ckpt_row("qwen2.5-0.5b", "none", compile=True, compile_scope="blocks", batch=1, seq=512),
+    _ckpt_row("llama-3-8b", "none", compile=True, compile_scope="blocks", gqa_expand=True),
+    _ckpt_row("llama-3-8b", "full", compile=True, compile_scope="blocks"),
+    _ckpt_row("gpt2", "none", compile=True, compile_scope="blocks", batch=1, seq=512),
+    _ckpt_row("llama-3-8b", "none", compile=True, compile_scope="blocks", method="lora"),
+    _ckpt_row("qwen2.5-0.5b", "none", compile=True, compile_scope="blocks", method="lora", batch=1, seq=512),
 )
 
 #: Workload fields the technique rows set, shown in render().
 TECHNIQUE_FIELDS = ("optimizer", "optimizer_in_backward", "loss_chunks", "loss", "activation_offload", "loss_parallel",
                     "new_tokens", "quant_targets", "lora_dtype", "lora_dropout", "dora", "cache", "max_cache_len",
-                    "gpus", "tp", "fsdp", "fp8", "compile", "gqa_expand", "quant_head", "dequant_dtype",
+                    "gpus", "tp", "fsdp", "fp8", "compile", "compile_scope", "gqa_expand", "quant_head", "dequant_dtype",
                     "transformers_version")
 
 #: The issue's case at full size: a sentence-transformers fine-tune of bert-base-uncased, 16

@@ -435,6 +435,9 @@ class Runner:
             raise TraceError("compile is traced for a transformers model's own forward and loss (no --loss-chunks, "
                              "--loss fused-linear, --activation-offload, embedding pairs or factories): use "
                              "`vramlens estimate`")
+        if wl.compile_scope == "blocks":
+            self._compile_blocks(built, trainable)
+            return
         captured = Captured()
         try:
             inputs = self._inputs(built, wl.seq)
@@ -454,6 +457,52 @@ class Runner:
         register_rng_ops(Recorder)
         self.captured = captured
         self.notes.append(describe(captured))
+
+    def _compile_blocks(self, built: Built, trainable) -> None:
+        """--compile-scope blocks: each decoder block compiled on its own (torchtune's compile_model,
+        torchtitan's apply_compile), captured in one unrecorded step; the recorded steps replay each
+        block's graph, the rest of the model runs eagerly (vramlens.trace.compiled.CompiledBlocks)."""
+        import torch._dynamo
+
+        from vramlens.trace.checkpoint import blocks
+        from vramlens.trace.compiled import (
+            CompiledBlocks,
+            check_blocks,
+            compile_blocks,
+            compile_failure,
+            register_rng_ops,
+        )
+
+        found = blocks(built.model)
+        if not found:
+            raise TraceError(f"{type(built.model).__name__} has no transformers decoder blocks "
+                             "(GradientCheckpointingLayer) to compile one by one: use --compile-scope model")
+        state = CompiledBlocks()
+        compile_blocks(found, state)
+        try:
+            inputs = self._inputs(built, self.wl.seq)
+            assert isinstance(inputs, dict)  # transformers models take keywords
+            with self._autocast():
+                out = built.model(**inputs)
+            out.loss.backward()
+        except VramlensError:
+            raise
+        except Exception as e:  # noqa: BLE001 - dynamo and AOT autograd fail in many ways
+            raise compile_failure(e) from e
+        finally:
+            torch._dynamo.reset()
+        del out, inputs
+        for p in trainable:
+            p.grad = None
+        gc.collect()
+        check_blocks(state, len(found))
+        register_rng_ops(Recorder)
+        state.replaying = True
+        n_saved = len(state.captured.saved())
+        self.notes.append(f"compile: each of the {len(found)} blocks compiled on its own (--compile-scope blocks) "
+                          f"with AOT autograd and the min-cut partitioner (inductor's): {len(state.captured.calls)} "
+                          f"graph(s), {n_saved} tensors saved for backward per graph (parameters included), run op "
+                          "by op; the embedding, final norm, output layer and loss eager")
 
     def _forward(self, built: Built, inputs) -> Any:
         if built.kind == "embedding" and isinstance(inputs, dict) and "input_ids" in inputs:

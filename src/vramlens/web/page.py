@@ -31,6 +31,7 @@ KNOBS: tuple[tuple[str, str, str, tuple | None, str], ...] = (
     ("activation_offload", "activation offload", "check", None, "false"),
     ("fp8", "FP8 (torchao)", "check", None, "false"),
     ("compile", "torch.compile", "check", None, "false"),
+    ("compile_scope", "compile scope", "select", W.COMPILE_SCOPES, "model"),
     ("loss_chunks", "loss chunks", "number", None, "1"),
     ("loss", "loss", "select", W.LOSSES, "cross-entropy"),
     ("loss_parallel", "loss parallel", "check", None, "false"),
@@ -70,6 +71,7 @@ SHOW_WHEN: dict[str, str] = {
                                  "zero", "fsdp", "offload", "optimizer_in_backward", "activation_offload", "loss_chunks",
                                  "loss", "loss_parallel", "compile")},
     "fsdp_strategy": "mode=train;fsdp=true",
+    "compile_scope": "mode=train;compile=true",
     "fp8": "mode=train;method=full",  # torchao's Float8Linear: full training only (Workload._fp8_problems)
     **{k: "mode=inference" for k in ("new_tokens", "kv_dtype", "kv_block", "cache", "transformers_version")},
     "max_cache_len": "mode=inference;cache=static",
