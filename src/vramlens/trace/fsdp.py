@@ -367,9 +367,9 @@ def record_rank(runner, built, around) -> tuple[Any, int, int]:
 
 def rank_result(runner, model, wl: Workload, events, summary, notes: list[str], *, alloc_conf, steps: int,
                 params: int, trainable: int, t0: float) -> TraceResult:
-    """The TraceResult of one traced rank (FSDP2 or tensor parallelism)."""
+    """The TraceResult of one traced rank (FSDP2, or tensor parallelism in training or inference)."""
     reserved = simulated_reserved(events, notes, alloc_conf)
-    bd = make_trace_breakdown(summary, training=True, source="trace", notes=notes,
+    bd = make_trace_breakdown(summary, training=wl.training, source="trace", notes=notes,
                               phases=phase_max(summary.phase_peaks), peak_reserved=reserved, workload=wl)
     return TraceResult(
         breakdown=bd, summary=summary, events=tuple(events), workload=wl, model_name=name_of(model),
