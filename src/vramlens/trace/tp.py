@@ -71,22 +71,15 @@ def _check(model: Any, wl: Workload, backend: str, layers) -> None:
         _check_inference(wl)
         return
     if wl.method != "full" or wl.quant is not None:
-        raise TraceError(f"method={wl.method} under tp={wl.tp} is not traced: no stack runs LoRA under tensor "
-                         "parallelism (torchtune's lora_finetune_distributed and torchtitan shard LoRA with FSDP "
-                         "only; Megatron-Bridge and NeMo do run it): use `vramlens estimate`")
+        raise TraceError(f"method={wl.method} under tp={wl.tp} is not traced: torchtune's lora_finetune_distributed "
+                         "refuses tensor_parallel_dim > 1, and NeMo's Megatron LoRA (tensor_model_parallel_size > 1), "
+                         "which does run it, is not modelled here: use `vramlens estimate`")
     if wl.offload != "none" or wl.fp8:
         raise TraceError(f"offload={wl.offload} and fp8={wl.fp8} are not traced with tp={wl.tp} (torchao's float8 "
                          "tensor-parallel styles are not applied): use `vramlens estimate`")
-    if wl.activation_offload and wl.loss_parallel:
-        raise TraceError(f"activation_offload with loss_parallel is not traced with tp={wl.tp} (torchtune's recipe "
-                         "gathers the logits): drop --loss-parallel, or use `vramlens estimate`")
-    if wl.loss == "fused-linear" or (wl.loss_chunks > 1 and wl.loss_parallel):
-        raise TraceError(f"loss={wl.loss} loss_chunks={wl.loss_chunks} loss_parallel={wl.loss_parallel} are not "
-                         f"traced with tp={wl.tp} (torchtune chunks the gathered logits, torchtitan's loss is plain "
-                         "or --loss-parallel): use `vramlens estimate`")
-    if wl.activation_offload and wl.loss_chunks > 1:
-        raise TraceError(f"activation_offload with loss_chunks={wl.loss_chunks} is not traced with tp={wl.tp}: "
-                         "use `vramlens estimate`")
+    if wl.loss == "fused-linear":
+        raise TraceError(f"loss=fused-linear is not traced with tp={wl.tp} (the fused loss reads the output layer's "
+                         "weight as a plain tensor, not a vocabulary shard): use `vramlens estimate`")
     if wl.amp is not None and wl.amp != wl.dtype:
         raise TraceError(f"amp={wl.amp} under tp={wl.tp} is not traced (torchtitan runs TP alone in the weights' dtype): "
                          "use --dtype bf16, or `vramlens estimate`")
