@@ -104,3 +104,19 @@ def test_tp_technique_rows_match_the_estimate():
         # the input embedding's gradient whole (V x h) on every rank, also when its hook frees it at once
         assert r.traced["gradients"] == r.estimate["gradients"], render(rows)
         assert r.traced["optimizer_states"] == r.estimate["optimizer_states"], render(rows)
+
+
+@pytest.mark.slow
+def test_full_size_llama2_tp4_inference():
+    """Llama 2 7B at full size on rank 0 of 4, 2,048 prompt tokens and 8 new: the case where the post-attention
+    norm's fp32 upcast (2 x 2,048 x 4,096 x 4 B) outgrows the MLP (11,008 / 4 = 2,752 columns per rank < 4,096)."""
+    from vramlens.estimator import estimate
+
+    wl = dict(mode="inference", dtype="bf16", batch=1, seq=2048, new_tokens=8, tp=4, gpus=4)
+    traced = trace("llama-2-7b", **wl).breakdown
+    est = estimate("llama-2-7b", **wl).breakdown
+    # 8 KV heads per rank x 128 x 2 B x 2,056 tokens = 4,210,688 per tensor, 64 tensors (32 layers x keys, values),
+    # and the 2,055-token tensor torch.cat still holds at the last step (4,208,640)
+    assert traced["kv_cache"] == est["kv_cache"] == 64 * 4_210_688 + 4_208_640  # 273,692,672
+    assert abs(est["weights"] - traced["weights"]) < 1024  # the rotary buffers' rounding (768 B)
+    assert abs(est["activations"] / traced["activations"] - 1) < 0.01  # 117,440,512 vs 118,538,240
