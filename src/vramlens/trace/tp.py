@@ -1,4 +1,5 @@
-"""Tensor parallelism traced per rank: torchtitan's plan on a transformers Llama-style model.
+"""Tensor parallelism traced per rank: torchtitan's plan on a transformers Llama-style model (training),
+transformers' own plan (inference).
 
 The plan is torchtitan's (torchtitan/models/llama3/infra/parallelize.py ``apply_tp``), applied with
 ``parallelize_module`` on rank 0 of a fake process group of ``tp`` ranks (vramlens.trace.fsdp
@@ -30,6 +31,18 @@ optimizer state, the activations and temporaries of rank 0, and the collectives'
 redistributions run as ordinary ops on the fake process group, their outputs counted where they live).
 One unrecorded warm-up step runs first (DTensor's first call of each op propagates shardings on
 full-size temporaries); the optimizer's state is then cleared, so step 1 creates it.
+
+torchtune's full_finetune_distributed composes its TP plan with three techniques that do not change the
+sharding, and they run here as on one GPU: the optimizer in backward (post-accumulate-grad hooks on the
+DTensor shards; the input embedding's gradient arrives whole, V x h), activation offloading (saved-tensor
+hooks) and the chunked cross-entropy (each chunk's logits gathered, as ``CEWithChunkedOutputLoss``
+``full_tensor()``s them). LoRA is refused: torchtune's lora_finetune_distributed asserts
+``tensor_parallel_dim == 1``.
+
+Inference is transformers' own tensor parallelism instead (``from_pretrained(..., tp_plan="auto")``,
+transformers/distributed/mixin.py ``maybe_distribute_model``): the class's ``_tp_plan`` and the config's
+``base_model_tp_plan`` expanded per layer and applied by ``apply_tensor_parallelism`` on the meta-built
+model, then the Runner's prefill and decode steps with the DynamicCache (``_tp_size`` set, as there).
 """
 
 from __future__ import annotations
