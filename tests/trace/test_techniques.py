@@ -9,7 +9,9 @@ from vramlens.trace.crosscheck import (
     FSDP_ROWS,
     QLORA_ROWS,
     TECHNIQUE_ROWS,
+    TP_INFERENCE_ROWS,
     TP_ROWS,
+    TP_TECHNIQUE_ROWS,
     render,
     run_checkpoint_rows,
     run_fsdp_rows,
@@ -32,7 +34,8 @@ def _check(rows):
 def test_rows_name_real_settings():
     from vramlens.workload import workload_fields
 
-    for _name, row in TECHNIQUE_ROWS + QLORA_ROWS + CACHE_ROWS + CHECKPOINT_ROWS + FSDP_ROWS + TP_ROWS:
+    for _name, row in (TECHNIQUE_ROWS + QLORA_ROWS + CACHE_ROWS + CHECKPOINT_ROWS + FSDP_ROWS + TP_ROWS
+                       + TP_INFERENCE_ROWS + TP_TECHNIQUE_ROWS):
         assert set(row) <= set(workload_fields())
 
 

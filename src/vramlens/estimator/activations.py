@@ -1447,7 +1447,14 @@ def inference_layer_peak(spec: ModelSpec, w: Workload, b: int, s: int, S: int, t
         stream += masks
         attn_stream += masks
         mlp += kept
-    return max(attn_stream + attn, stream + max(mlp, dora_forward_transient(spec, w, training=False, tp=tp)))
+    # the post-attention RMSNorm upcasts its input (LlamaRMSNorm.forward: hidden_states.to(float32), then
+    # hidden_states * rsqrt(variance)): two fp32 (t, h) beside the embeddings, the block's input and the
+    # residual sum, before its output exists. It outgrows the MLP when f/tp < h (transformers' tp_plan keeps
+    # the norms whole: Llama 2 7B from tp 4)
+    norm = 0
+    if spec.norm == "rmsnorm" and spec.norm_placement == "pre" and not spec.norm_weight_fp32 and c < 4:
+        norm = stream - _r(c * D.h * t) + 2 * _r(4 * D.h * t)
+    return max(attn_stream + attn, stream + max(mlp, dora_forward_transient(spec, w, training=False, tp=tp)), norm)
 
 
 def _mla_inference(spec: ModelSpec, w: Workload, D: Dims, b: int, s: int, S: int, c: int) -> int:

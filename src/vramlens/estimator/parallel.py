@@ -89,6 +89,14 @@ def tp_embedding_gradient_extra(spec: ModelSpec, w: Workload) -> int:
     return emb - emb // w.tp
 
 
+def tp_embedding_gradient_whole(spec: ModelSpec, w: Workload) -> int:
+    """Elements of the input embedding's whole gradient on a tensor-parallel rank (V x h, see
+    :func:`tp_embedding_gradient_extra`); 0 where that gradient is sharded or absent."""
+    if not tp_embedding_gradient_extra(spec, w):
+        return 0
+    return sum(t.numel for t in spec.tensors if t.role == "embedding" and t.layer is None)
+
+
 def split(spec: ModelSpec, w: Workload) -> Split:
     tp, pp, dp = w.tp, w.pp, w.shard_degree
     stage = w.shard_stage if w.training else 0

@@ -41,6 +41,7 @@ from vramlens.estimator.parallel import (
     fsdp_stream_pools,
     split,
     tp_embedding_gradient_extra,
+    tp_embedding_gradient_whole,
 )
 from vramlens.estimator.reserve import persistent_part_reserve
 from vramlens.estimator.runtime import runtime
@@ -211,6 +212,9 @@ def train_state(spec: ModelSpec, w: Workload, gpu: GPU | None) -> TrainState:
         # post-accumulate-grad hook steps the parameter's own optimizer and zero_grad()s it, so one
         # parameter's gradient and that one step's temporary exist at a time (the largest of each)
         grads = int(O.largest_gradient_bytes(spec, w) * sp.gradients)
+        if tp_emb_grad:
+            # under TP the input embedding's gradient comes whole (V x h) before its hook frees it
+            grads = max(grads, tp_embedding_gradient_whole(spec, w) * pbytes)
         opt_tmp_full, opt_tmp_formula = O.one_parameter_step_temporary(spec, w)
         opt_tmp = int(opt_tmp_full * sp.optimizer)
     comm, comm_formula = comm_buffer_bytes(spec, w, grads_full, pbytes, trainable, Wt.weight_dtype_bytes(w))

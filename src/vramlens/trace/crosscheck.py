@@ -566,6 +566,35 @@ TP_ROWS: tuple[tuple[str, dict[str, Any]], ...] = (
     _ckpt_row("llama-2-7b", "every:2", loss_parallel=True, **_TP4),
 )
 
+#: Inference under tensor parallelism (vramlens.trace.tp, issue 9): transformers' own plan, as
+#: ``from_pretrained(..., tp_plan="auto")`` applies it (embedding_rowwise, q/k/v/gate/up colwise, o/down
+#: rowwise, lm_head colwise_gather_output; the norms whole), prefill and 4 decode steps with the
+#: DynamicCache: MHA (Llama 2 at tp 2 and 4, where the post-attention norm's fp32 upcast outgrows the MLP),
+#: GQA (Llama 3), MoE (Mixtral: the experts' own plan) and GPT-NeoX (Pythia: fused query_key_value).
+_INFER = {"mode": "inference", "method": "full", "attention": "sdpa", "checkpointing": "none", "dtype": "bf16"}
+TP_INFERENCE_ROWS: tuple[tuple[str, dict[str, Any]], ...] = (
+    ("llama-2-7b", {**_INFER, **_TP2}),
+    ("llama-2-7b", {**_INFER, **_TP4}),
+    ("llama-3-8b", {**_INFER, **_TP2}),
+    ("mixtral-8x7b", {**_INFER, **_TP2}),
+    ("pythia-160m", {**_INFER, **_TP2}),
+)
+
+#: torchtune's full_finetune_distributed composes its TP plan with optimizer_in_bwd (post-accumulate-grad
+#: hooks on the DTensor shards), OffloadActivations (saved-tensor hooks) and CEWithChunkedOutputLoss (each
+#: chunk's logits gathered with full_tensor()); the tracer runs them on torchtitan's plan, whose sharding
+#: they do not change.
+TP_TECHNIQUE_ROWS: tuple[tuple[str, dict[str, Any]], ...] = (
+    _ckpt_row("llama-2-7b", "none", optimizer_in_backward=True, **_TP2),
+    _ckpt_row("llama-3-8b", "none", optimizer_in_backward=True, loss_parallel=True, **_TP2),
+    _ckpt_row("llama-2-7b", "none", activation_offload=True, **_TP2),
+    _ckpt_row("llama-2-7b", "full", activation_offload=True, **_TP2),
+    _ckpt_row("llama-2-7b", "none", activation_offload=True, loss_parallel=True, **_TP2),
+    _ckpt_row("llama-2-7b", "none", optimizer_in_backward=True, activation_offload=True, **_TP2),
+    _ckpt_row("llama-2-7b", "none", loss_chunks=8, **_TP2),
+    _ckpt_row("llama-2-7b", "none", loss_chunks=8, **_TP4),
+)
+
 #: torch.compile (issue 9, item 9): the partitioned graphs of the compiled step, captured with inductor's
 #: decompositions and min-cut partitioner and replayed op by op (vramlens.trace.compiled), against the compiled
 #: block's formula (vramlens.estimator.compiled). Batch 1 x 512 tokens puts more of the peak in the blocks.
@@ -879,6 +908,14 @@ def run_fsdp_rows(progress=None) -> list[Row]:
 
 def run_tp_rows(progress=None) -> list[Row]:
     return run_rows(TP_ROWS, progress)
+
+
+def run_tp_inference_rows(progress=None) -> list[Row]:
+    return run_rows(TP_INFERENCE_ROWS, progress)
+
+
+def run_tp_technique_rows(progress=None) -> list[Row]:
+    return run_rows(TP_TECHNIQUE_ROWS, progress)
 
 
 def _workspace_bytes(est) -> int:

@@ -333,14 +333,29 @@ def warm_up_step(runner, built, opt) -> None:
     """One unrecorded training step on a sharded or parallelized rank (the Runner's ``before_record``):
     DTensor's first call of each op makes temporaries the steady state does not; the optimizer's state is
     cleared after it, so the recorded step 1 creates it as a real first step does."""
+    from vramlens.trace.recorder import Recorder
+    from vramlens.trace.runner import InBackwardOptimizer
+
+    in_backward = isinstance(opt, InBackwardOptimizer)
+    if in_backward:  # its hooks step during backward: their marks go to a recorder that is thrown away
+        opt.rec, kept = Recorder(), opt.rec
     inputs = runner._inputs(built, runner.wl.seq)
     with runner._autocast():
-        out = runner._forward(built, inputs)
-        loss = runner._loss(out)
+        if runner.wl.activation_offload:
+            out, loss = runner._offloaded_forward(built, inputs)
+        else:
+            out = runner._forward(built, inputs)
+            loss = runner._loss(out)
     del out
     loss.backward()
+    if runner.wl.activation_offload:
+        runner.offloader.end_backward()
     del loss, inputs
-    if opt is not None:
+    if in_backward:
+        opt.rec = kept
+        for one in opt.per_param.values():
+            one.state.clear()
+    elif opt is not None:
         opt.step()
         opt.zero_grad(set_to_none=True)
         opt.state.clear()
@@ -367,9 +382,9 @@ def record_rank(runner, built, around) -> tuple[Any, int, int]:
 
 def rank_result(runner, model, wl: Workload, events, summary, notes: list[str], *, alloc_conf, steps: int,
                 params: int, trainable: int, t0: float) -> TraceResult:
-    """The TraceResult of one traced rank (FSDP2 or tensor parallelism)."""
+    """The TraceResult of one traced rank (FSDP2, or tensor parallelism in training or inference)."""
     reserved = simulated_reserved(events, notes, alloc_conf)
-    bd = make_trace_breakdown(summary, training=True, source="trace", notes=notes,
+    bd = make_trace_breakdown(summary, training=wl.training, source="trace", notes=notes,
                               phases=phase_max(summary.phase_peaks), peak_reserved=reserved, workload=wl)
     return TraceResult(
         breakdown=bd, summary=summary, events=tuple(events), workload=wl, model_name=name_of(model),

@@ -642,7 +642,7 @@ class Runner:
                 rec.set_phase("prefill", 1)
                 out = self._forward(built, inputs)
                 # a plain forward with use_cache (transformers' default) returns a cache: tag it as one
-                cache = _out_cache(out) if built.is_hf else None
+                cache = out_cache(out) if built.is_hf else None
                 if cache is not None:
                     rec.mark(cache_tensors(cache), "kv_cache")
                 del out, cache
@@ -664,7 +664,7 @@ class Runner:
             seen = wl.seq
             mask = {"attention_mask": torch.ones(wl.batch, seen, dtype=torch.long, device=self._device())} if masked else {}
             out = model(**inputs, **mask, **{ckey: cache}, use_cache=True, **({} if wl.prefill_all_logits else extra))
-            cache = _out_cache(out)
+            cache = out_cache(out)
             rec.mark(cache_tensors(cache), "kv_cache")
             logits = out.logits.float() if upcast else out.logits
             nxt = logits[:, -1:].argmax(-1)
@@ -688,7 +688,7 @@ class Runner:
                             if masked else {})
                     out = model(input_ids=nxt, **mask, **{ckey: cache}, use_cache=True, **extra)
                 del held
-                cache = _out_cache(out)
+                cache = out_cache(out)
                 rec.mark(cache_tensors(cache), "kv_cache")
                 logits = out.logits.float() if upcast else out.logits
                 nxt = logits[:, -1:].argmax(-1)
@@ -699,7 +699,7 @@ class Runner:
                     self.progress(f"decoded {i + 1}/{wl.new_tokens} tokens")
 
 
-def _out_cache(out):
+def out_cache(out):
     cache = getattr(out, "cache", None)
     return cache if cache is not None else getattr(out, "past_key_values", None)
 

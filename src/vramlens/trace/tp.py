@@ -1,4 +1,5 @@
-"""Tensor parallelism traced per rank: torchtitan's plan on a transformers Llama-style model.
+"""Tensor parallelism traced per rank: torchtitan's plan on a transformers Llama-style model (training),
+transformers' own plan (inference).
 
 The plan is torchtitan's (torchtitan/models/llama3/infra/parallelize.py ``apply_tp``), applied with
 ``parallelize_module`` on rank 0 of a fake process group of ``tp`` ranks (vramlens.trace.fsdp
@@ -30,6 +31,18 @@ optimizer state, the activations and temporaries of rank 0, and the collectives'
 redistributions run as ordinary ops on the fake process group, their outputs counted where they live).
 One unrecorded warm-up step runs first (DTensor's first call of each op propagates shardings on
 full-size temporaries); the optimizer's state is then cleared, so step 1 creates it.
+
+torchtune's full_finetune_distributed composes its TP plan with three techniques that do not change the
+sharding, and they run here as on one GPU: the optimizer in backward (post-accumulate-grad hooks on the
+DTensor shards; the input embedding's gradient arrives whole, V x h), activation offloading (saved-tensor
+hooks) and the chunked cross-entropy (each chunk's logits gathered, as ``CEWithChunkedOutputLoss``
+``full_tensor()``s them). LoRA is refused: torchtune's lora_finetune_distributed asserts
+``tensor_parallel_dim == 1``.
+
+Inference is transformers' own tensor parallelism instead (``from_pretrained(..., tp_plan="auto")``,
+transformers/distributed/mixin.py ``maybe_distribute_model``): the class's ``_tp_plan`` and the config's
+``base_model_tp_plan`` expanded per layer and applied by ``apply_tensor_parallelism`` on the meta-built
+model, then the Runner's prefill and decode steps with the DynamicCache (``_tp_size`` set, as there).
 """
 
 from __future__ import annotations
@@ -67,20 +80,39 @@ def _check(model: Any, wl: Workload, backend: str, layers) -> None:
     if wl.gpus != wl.tp or wl.pp > 1 or wl.zero or wl.fsdp:
         raise TraceError(f"only plain tensor parallelism over all GPUs is traced (gpus = tp); gpus={wl.gpus} "
                          f"tp={wl.tp} pp={wl.pp} zero={wl.zero} fsdp={wl.fsdp}: use `vramlens estimate`")
-    if wl.method != "full" or wl.quant is not None:
-        raise TraceError(f"method={wl.method} under tp={wl.tp} is not traced (torchtitan's plan shards full "
-                         "fine-tuning): use `vramlens estimate`")
     if not wl.training:
-        raise TraceError(f"tp={wl.tp} with mode={wl.mode} is not traced (torchtitan's plan trains): use `vramlens estimate`")
-    if wl.offload != "none" or wl.activation_offload or wl.optimizer_in_backward or wl.fp8:
-        raise TraceError(f"offload, activation offload, optimizer in backward and fp8 are not traced with tp={wl.tp}: "
-                         "use `vramlens estimate`")
-    if wl.loss != "cross-entropy" or wl.loss_chunks > 1:
-        raise TraceError(f"loss={wl.loss} loss_chunks={wl.loss_chunks} are not traced with tp={wl.tp} "
-                         "(torchtitan's loss is plain or --loss-parallel): use `vramlens estimate`")
+        _check_inference(wl)
+        return
+    if wl.method != "full" or wl.quant is not None:
+        raise TraceError(f"method={wl.method} under tp={wl.tp} is not traced: torchtune's lora_finetune_distributed "
+                         "refuses tensor_parallel_dim > 1, and NeMo's Megatron LoRA (tensor_model_parallel_size > 1), "
+                         "which does run it, is not modelled here: use `vramlens estimate`")
+    if wl.offload != "none" or wl.fp8:
+        raise TraceError(f"offload={wl.offload} and fp8={wl.fp8} are not traced with tp={wl.tp} (torchao's float8 "
+                         "tensor-parallel styles are not applied): use `vramlens estimate`")
+    if wl.loss == "fused-linear":
+        raise TraceError(f"loss=fused-linear is not traced with tp={wl.tp} (the fused loss reads the output layer's "
+                         "weight as a plain tensor, not a vocabulary shard): use `vramlens estimate`")
     if wl.amp is not None and wl.amp != wl.dtype:
         raise TraceError(f"amp={wl.amp} under tp={wl.tp} is not traced (torchtitan runs TP alone in the weights' dtype): "
                          "use --dtype bf16, or `vramlens estimate`")
+
+
+def _check_inference(wl: Workload) -> None:
+    """Inference under TP is transformers' own (``from_pretrained(..., tp_plan="auto")``): its DynamicCache, the
+    weights in their dtype."""
+    if wl.method != "full" or wl.quant is not None:
+        raise TraceError(f"method={wl.method} quant={wl.quant} under tp={wl.tp} in inference is not traced "
+                         "(transformers' tp_plan shards unquantized weights here): use `vramlens estimate`")
+    if wl.cache != "dynamic" or wl.kv_dtype is not None or wl.kv_block:
+        raise TraceError(f"cache={wl.cache} kv_dtype={wl.kv_dtype} kv_block={wl.kv_block} under tp={wl.tp} is not "
+                         "traced (transformers' DynamicCache only): use `vramlens estimate`")
+    if wl.transformers_version is not None or wl.gqa_expand or wl.compile:
+        raise TraceError(f"--transformers-version, --gqa-expand and --compile under tp={wl.tp} are not traced in "
+                         "inference (the installed transformers' tp_plan runs as it is): use `vramlens estimate`")
+    if wl.amp is not None and wl.amp != wl.dtype:
+        raise TraceError(f"amp={wl.amp} under tp={wl.tp} is not traced (transformers' tp_plan runs in the weights' "
+                         "dtype): use --dtype bf16, or `vramlens estimate`")
 
 
 def _decoder(model) -> tuple[Any, Any]:
@@ -185,6 +217,8 @@ def trace_tp(model: Any, workload: Workload | None = None, *, steps: int = 2, ba
     if steps < 1:
         raise InputError(f"steps={steps} must be a whole number >= 1")
     with quiet_third_party():
+        if not wl.training:
+            return _trace_inference(model, wl, progress=progress, top=top, alloc_conf=alloc_conf)
         return _trace(model, wl, steps=steps, progress=progress, top=top, alloc_conf=alloc_conf)
 
 
@@ -239,3 +273,82 @@ def _trace(model, wl: Workload, *, steps: int, progress, top: int, alloc_conf) -
     ]
     return rank_result(runner, model, wl, events, summary, notes, alloc_conf=alloc_conf, steps=steps,
                        params=params, trainable=trainable, t0=t0)
+
+
+def transformers_plan(model, mesh, tp: int) -> dict[str, str]:
+    """transformers' own tensor-parallel plan applied as ``from_pretrained(..., tp_plan="auto")`` applies it
+    (transformers/distributed/mixin.py ``maybe_distribute_model``): the class's ``_tp_plan`` merged with the
+    config's ``base_model_tp_plan``, expanded per layer (``_resolve_parallel_plans``), then
+    ``apply_tensor_parallelism`` (parameters made DTensor placeholders on ``meta``, forwards wrapped);
+    ``_tp_size`` set as there, so the model knows its per-rank key-value heads. Returns the expanded plan."""
+    from transformers.distributed.configuration_utils import DistributedConfig
+    from transformers.distributed.tensor_parallel import apply_tensor_parallelism
+
+    if not getattr(model, "tp_plan", None):
+        raise TraceError(f"{type(model).__name__} has no tensor-parallel plan in the installed transformers "
+                         "(no base_model_tp_plan): from_pretrained(tp_plan='auto') refuses it; use `vramlens estimate`")
+    plan, _ep, _fsdp = model._resolve_parallel_plans(DistributedConfig(tp_size=tp))
+    apply_tensor_parallelism(model, mesh, plan)
+    model._tp_size = tp
+    return plan
+
+
+def _trace_inference(model, wl: Workload, *, progress, top: int, alloc_conf) -> TraceResult:
+    """Prefill and decode on rank 0 of ``tp`` under transformers' own plan (``tp_plan="auto"``), DynamicCache."""
+    from vramlens.trace.build import build_hf, retie
+    from vramlens.trace.fsdp import fake_process_group, rank_result, record_rank
+    from vramlens.trace.runner import Runner, config_of
+
+    t0 = time.perf_counter()
+    cfg = config_of(model)
+    _divides(cfg, wl.tp)
+    runner = Runner(wl, mode="fake", steps=1, progress=progress)
+    runner.before_record = lambda built, _opt: _warm_up_inference(runner, built)
+    with fake_process_group(wl.tp) as mesh:
+        built = build_hf(cfg, wl, meta_only=True)
+        if built.kind != "causal-lm":
+            raise TraceError(f"--tp in inference traces causal LMs (transformers' generate); "
+                             f"{type(built.model).__name__} is {built.kind}: use `vramlens estimate`")
+        try:
+            plan = transformers_plan(built.model, mesh, wl.tp)
+            assert runner.fake_mode is not None  # Runner(mode="fake")
+            with runner.fake_mode:
+                built.model.to_empty(device="cpu")
+                retie(built.model)
+        except VramlensError:
+            raise
+        except Exception as e:  # noqa: BLE001 - transformers' plan refusing the model: one clear line
+            raise TraceError(f"transformers' tp_plan failed on {type(built.model).__name__}: "
+                             f"{type(e).__name__}: {e}") from e
+        rec, params, trainable = record_rank(runner, built, contextlib.nullcontext())
+        del built
+        gc.collect()
+    events = rec.events()
+    summary = summarize(events, top=top, component_of=INFERENCE_COMPONENT)
+    styles = sorted({f"{name.rsplit('.', 1)[-1]} {style}" for name, style in plan.items()
+                     if not name.endswith((".weight", ".bias"))})
+    notes = list(runner.notes) + [
+        f"tensor parallelism per rank: rank 0 of {wl.tp} (fake process group), transformers' own plan "
+        f"(from_pretrained(tp_plan='auto'): {', '.join(styles)}); every other module replicated",
+        "one unrecorded prefill and decode step ran first (DTensor's first calls)",
+    ]
+    return rank_result(runner, model, wl, events, summary, notes, alloc_conf=alloc_conf, steps=1,
+                       params=params, trainable=trainable, t0=t0)
+
+
+def _warm_up_inference(runner, built) -> None:
+    """One unrecorded prefill and decode step (the Runner's ``before_record``): DTensor's first call of each op
+    propagates shardings on temporaries the steady state does not make."""
+    import torch
+
+    from vramlens.trace.build import accepts
+    from vramlens.trace.runner import out_cache
+
+    model = built.model
+    ckey = "cache" if accepts(model, "cache") else "past_key_values"
+    ids = torch.randint(0, max(2, built.vocab_size), (runner.wl.batch, 2))
+    with torch.no_grad():
+        out = model(input_ids=ids, use_cache=True)
+        model(input_ids=ids[:, :1], **{ckey: out_cache(out)}, use_cache=True)
+    del out
+    gc.collect()
