@@ -56,16 +56,19 @@ def test_parts_by_setting():
     # 8192 x 4096 x 2 = 67,108,864 B all-reduce: over the 256 fused tokens, the 8 MiB custom all-reduce and the
     # 32 MiB symmetric-memory limit, so NCCL runs it with NVLS
     assert tp4.total == 311_427_072 + 41_943_040 + 308_281_344 + 134_217_728 == 795_869_184
-    # eager: no compile pass, no FlashInfer workspace and no second communicator
+    # eager: no compile pass, no FlashInfer workspace; the torch communicator still comes with the logits all-gather
     eager = vllm019_non_torch(H100, tp=2, pp=1, hidden=4096, b=2, max_num_batched_tokens=8192, enforce_eager=True)
-    assert eager.total == MODULES
+    assert (eager.flashinfer, eager.total) == (0, MODULES + TORCH_NCCL)
     # tp with pp: enable_allreduce_rms_fusion is off ("tp-pp combination broken")
     assert vllm019_non_torch(H100, tp=2, pp=2, hidden=4096, b=2, max_num_batched_tokens=8192,
                              enforce_eager=False).flashinfer == 0
     # A100 (8.0, 600 GB/s NVLink): no fusion, no NVLS
     a100 = vllm019_non_torch(get_gpu("A100-80GB"), tp=4, pp=1, hidden=4096, b=2, max_num_batched_tokens=8192,
                              enforce_eager=False)
-    assert a100.total == MODULES
+    assert a100.total == MODULES + TORCH_NCCL
+    # tp 1: the kernels only
+    assert vllm019_non_torch(H100, tp=1, pp=2, hidden=4096, b=2, max_num_batched_tokens=8192,
+                             enforce_eager=False).total == MODULES
     assert "not modelled" in " ".join(tp2.notes) and "not modelled" not in " ".join(
         vllm019_non_torch(H100, tp=1, pp=1, hidden=4096, b=2, max_num_batched_tokens=8192, enforce_eager=False).notes)
 

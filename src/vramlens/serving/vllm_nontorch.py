@@ -19,12 +19,16 @@ later is:
    while the first compile runs ``AllReduceFusionPass`` (compilation/passes/fusion/allreduce_rms_fusion.py),
    where ``enable_allreduce_rms_fusion`` (config/vllm.py) turns it on: tp > 1, compute capability 9.0 or
    10.x, no DP, no PP, and a compiled model (not enforce_eager).
-3. A second NCCL communicator: FlashInfer exchanges the workspace's handles through
-   ``TorchDistBackend(group=get_tp_group().device_group)`` (``all_gather_object``,
-   ``broadcast_object_list``, ``barrier``), the TP group's torch ``ProcessGroupNCCL``, which no collective
-   used before, so PyTorch creates its NCCL communicator then. Its buffers are vramlens' NCCL model
+3. A second NCCL communicator, at any tp > 1: the TP group's torch ``ProcessGroupNCCL``
+   (``get_tp_group().device_group``), which no collective used before the snapshot (PyNccl's unique id
+   travels over the gloo group), so PyTorch creates its NCCL communicator at its first use in the window:
+   the profile run's logits all-gather (``LogitsProcessor`` -> ``tensor_model_parallel_all_gather`` ->
+   ``DeviceCommunicatorBase.all_gather``: ``dist.all_gather_into_tensor(..., group=self.device_group)``;
+   ``CudaCommunicator`` does not override it), or earlier FlashInfer's handle exchange
+   (``TorchDistBackend(group=get_tp_group().device_group)``: ``all_gather_object``,
+   ``broadcast_object_list``, ``barrier``). Its buffers are vramlens' NCCL model
    (``hardware.runtime.nccl_communicator_bytes`` without NVLS: the channel count NCCL's topology search
-   picks is not in any log read).
+   picks, and whether its tuner takes NVLS for that all-gather, are in no log read).
 4. NCCL's NVLink SHARP buffers of the PyNccl communicator, connected at run time (NCCL 2.27.5, the release
    torch 2.10 pins and the logs print, ``NCCL_RUNTIME_CONNECT`` 1 in src/init.cc) by the profile run's
    first all-reduce that goes to NCCL: one of max_num_batched_tokens x hidden x dtype bytes that is not
@@ -146,15 +150,17 @@ def vllm019_non_torch(gpu: GPU, *, tp: int, pp: int, hidden: int, b: int, max_nu
              and (cc == (9, 0) or cc[0] == 10))  # enable_allreduce_rms_fusion
     tokens = fusion_tokens(cc=cc, tp=tp, hidden=hidden, b=b, max_num_batched_tokens=max_num_batched_tokens) if fused else 0
     fi = flashinfer_ar_workspace_bytes(tp=tp, tokens=tokens, hidden=hidden, fp32=b == 4)
-    torch_nccl = nccl_communicator_bytes(gpu, tp, nvls=False) if fi else 0
+    torch_nccl = nccl_communicator_bytes(gpu, tp, nvls=False)
     if fi:
         notes.append(f"FlashInfer all-reduce fusion workspace {fi:,} B (tp {tp} x {tokens:,} tokens x hidden {hidden:,}: "
                      "three SymmDeviceMemory buffers, flashinfer_ar_workspace_bytes)")
-        notes.append(f"the TP group's torch NCCL communicator, first used by FlashInfer's handle exchange, "
-                     f"{torch_nccl:,} B (vramlens' NCCL model without NVLS)")
     elif tp > 1:
         notes.append("no FlashInfer all-reduce fusion here (needs compute capability 9.0 or 10.x, tp 2/4/8, pp 1 "
-                     "and a compiled model): no workspace, no second NCCL communicator")
+                     "and a compiled model): no workspace")
+    if torch_nccl:
+        notes.append(f"the TP group's torch NCCL communicator, created at its first use in the profile window (the "
+                     f"logits all-gather, or FlashInfer's handle exchange), {torch_nccl:,} B (vramlens' NCCL model "
+                     "without NVLS)")
     ar_bytes = max_num_batched_tokens * hidden * b
     symm = SYMM_MEM_MAX_MIB.get(cc, {}).get(tp) if cc else None
     to_nccl = tp > 1 and max_num_batched_tokens > tokens and ar_bytes >= CUSTOM_AR_MAX_BYTES and (
