@@ -41,8 +41,9 @@ later is:
 What is not modelled, and why: the 0.19 logs (llm-d-planner, H100 SXM) show 2.06-2.11 GiB at tp 2 and
 2.13-2.21 GiB at tp 4, where the parts above give 0.94-1.08 and 0.74 GiB: about 1.0 GiB (tp 2) and
 1.4 GiB (tp 4) per rank is something this code does not name. The logged figure is also the same
-(2.07 GiB) for tp-2 models whose FlashInfer workspaces differ by 0.25 GiB (hidden 2,048 to 8,192), so the
-unnamed part does not follow the model. Candidates no log line sizes (the logs carry no NCCL_DEBUG=INFO
+(2.07 GiB) for tp-2 models whose FlashInfer workspaces differ by 0.25 GiB (hidden 2,048 to 8,192): either
+the unnamed part makes up the difference or the workspace does not show in the figure, which the code read
+does not explain. At pp 2 (tp 1) the log shows 0.07 GiB where the kernel term gives 0.29. Candidates no log line sizes (the logs carry no NCCL_DEBUG=INFO
 output): the NCCL communicators' real channel counts and per-connection cuMem granularity, the kernel
 images of the NCCL and FlashInfer libraries, and the CUDA graphs ``profile_cudagraph_memory`` captures
 inside the window.
