@@ -2,7 +2,8 @@
 
 Every `vramlens ...` line in its code blocks runs; every flag of estimate, fit, trace, place and
 snapshot is in the README and every flag of their synopses is in the parser; the JSON table names
-the keys `estimate --json` prints; the accuracy table is what `validate published --json` says.
+the keys `estimate --json` prints; the accuracy table is what `validate published --json` says, the capacity tables what
+`validate capacity` does.
 """
 
 from __future__ import annotations
@@ -229,6 +230,15 @@ def test_accuracy_table_is_what_validate_published_says(capsys):
     table = script.readme_table(README)
     assert [r["id"] for r in rows] == re.findall(r"^\| ([a-z0-9.-]+) \|", table, re.M)[1:]  # after the header
     assert table == script.accuracy_table(rows), "run python scripts/readme_accuracy_table.py and commit README.md"
+
+
+def test_capacity_tables_are_what_validate_capacity_says():
+    spec = importlib.util.spec_from_file_location("readme_capacity_table", ROOT / "scripts" / "readme_capacity_table.py")
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    start = README.index(script.SUMMARY_HEAD)
+    end = README.index("\n\n", README.index(script.CASE_HEAD, start))
+    assert README[start:end] == script.tables(), "run python scripts/readme_capacity_table.py and commit README.md"
 
 
 @needs_torch

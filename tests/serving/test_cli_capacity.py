@@ -18,9 +18,9 @@ def run(capsys, argv):
 def test_vllm_lines_name_the_log_figures(capsys):
     code, out, err = run(capsys, ["capacity", "llama-2-7b", "--engine", "vllm", "--gpu", "A100-80GB", "--context", "4096"])
     assert code == 0, err
-    assert "  # GPU blocks: 7,528\n" in out  # vLLM 0.19 arithmetic (tests/serving/test_engines.py)
-    assert "  GPU KV cache size (tokens): 120,448\n" in out
-    assert "  Maximum concurrency for 4,096 tokens per request (x): 29.41\n" in out
+    assert "  # GPU blocks: 7,490\n" in out  # vLLM 0.19 arithmetic (tests/serving/test_engines.py)
+    assert "  GPU KV cache size (tokens): 119,840\n" in out  # 7,490 x 16
+    assert "  Maximum concurrency for 4,096 tokens per request (x): 29.26\n" in out  # 7,490 / 256
 
 
 def test_vllm_version_flag(capsys):

@@ -185,7 +185,7 @@ def cublas_workspace_bytes(gpu: GPU, config: str | None = None) -> int:
     return CUBLAS_WORKSPACE_DEFAULT_BYTES
 
 
-def _nvswitch_class(gpu: GPU) -> bool:
+def nvls_capable(gpu: GPU) -> bool:
     """NVLink fabric fast enough for NVLS: Hopper or later SXM parts (>= 900 GB/s per GPU)."""
     return gpu.vendor == "nvidia" and gpu.interconnect_bytes_s >= 900e9
 
@@ -202,7 +202,7 @@ def nccl_communicator_bytes(gpu: GPU, ranks: int, *, channels: int | None = None
     simple = NCCL_SIMPLE_BUFFSIZE if buffsize is None else buffsize
     per_connection = simple + NCCL_LL_BUFFSIZE + NCCL_LL128_BUFFSIZE
     total = channels * NCCL_CONNECTIONS_PER_CHANNEL * per_connection
-    use_nvls = (_nvswitch_class(gpu) and ranks > 2) if nvls is None else (nvls and ranks > 2)
+    use_nvls = (nvls_capable(gpu) and ranks > 2) if nvls is None else (nvls and ranks > 2)
     if use_nvls:
         total += NCCL_NVLS_PER_RANK_BYTES * min(ranks, max(1, nvlink_domain))
     return total

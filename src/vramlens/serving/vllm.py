@@ -46,7 +46,7 @@ from dataclasses import dataclass
 
 from vramlens.errors import ConfigError, EngineRefusal
 from vramlens.hardware.gpu import GPU
-from vramlens.hardware.runtime import context_bytes_for, nccl_communicator_bytes
+from vramlens.hardware.runtime import context_bytes_for, cublas_workspace_bytes, nccl_communicator_bytes
 from vramlens.serving.common import (
     CUDA_GRAPH_BYTES,
     MXFP4_BLOCK,
@@ -59,6 +59,7 @@ from vramlens.serving.common import (
     stage_weight_bytes,
 )
 from vramlens.serving.result import Capacity, EngineFigure
+from vramlens.serving.vllm_nontorch import vllm019_non_torch
 from vramlens.units import DTYPE_BYTES, GiB, ceil_div, round_up
 
 #: The release followed when none is given: the newest checked against published logs.
@@ -139,6 +140,10 @@ class VllmRelease:
     envs.py defaults it to "1" (the Scout log's compile factors: 'VLLM_ALLOW_CHUNKED_LOCAL_ATTN_WITH_HYBRID_KV_CACHE':
     True), after pull 29627 turned it on; that release is not pinned here, so releases before 0.19 keep
     every chunked layer's cache at full length.
+    ``profile_window``: what the profile window holds is read from 0.19.0's code: the non-torch increase
+    after the init snapshot (:mod:`vramlens.serving.vllm_nontorch`) and PyTorch's cuBLAS workspace,
+    allocated by the process's first GEMM, in the torch peak. Older releases keep vramlens' NCCL model
+    (and the CUDA context where ``context_in_budget``) and no workspace: their code for it is not read.
     """
 
     version: tuple[int, int, int]
@@ -148,6 +153,7 @@ class VllmRelease:
     large_gpu_defaults: bool
     moe_workspace: bool = False
     chunked_local_hybrid: bool = False
+    profile_window: bool = False
 
     @property
     def name(self) -> str:
@@ -182,7 +188,7 @@ def vllm_release(version: tuple[int, int, int], gpu: GPU, use_v1: bool | None = 
     return VllmRelease(version=version, v1=v1, context_in_budget=in_budget,
                        sampler="triton" if version >= (0, 19, 0) else "sort",
                        large_gpu_defaults=v1 and version >= (0, 10, 0), moe_workspace=version >= (0, 19, 0),
-                       chunked_local_hybrid=v1 and version >= (0, 19, 0))
+                       chunked_local_hybrid=v1 and version >= (0, 19, 0), profile_window=v1 and version >= (0, 19, 0))
 
 
 def vllm_problems(m: ServedModel, *, tp: int, pp: int, gpu_memory_utilization: float, max_model_len: int,
@@ -384,11 +390,27 @@ def vllm_capacity(m: ServedModel, gpu: GPU, *, gpus: int, tp: int, pp: int, cont
                          "x vocabulary x 4 B, topk_buffer_bytes) is left out",)
     act, act_why = profile_peak_bytes(m, tokens=mnbt, rows=rows, tp=tp, b=b, sampler=sampler,
                                       moe_workspace=rel.moe_workspace, topk_buffer=topk)
+    if rel.profile_window:
+        # the process's first GEMM runs in the profile run: PyTorch's cuBLAS workspace (CublasHandlePool.cpp,
+        # through the caching allocator) is in the torch peak increase
+        blas = cublas_workspace_bytes(gpu)
+        act += blas
+        act_why += f" + cuBLAS workspace {blas:,} (first GEMM of the process)"
     ctx, _ = context_bytes_for(None)
-    nccl = nccl_communicator_bytes(gpu, tp) + (nccl_communicator_bytes(gpu, 2, nvls=False) if pp > 1 else 0)
-    outside = nccl + (ctx if rel.context_in_budget else 0)
-    outside_why = (f"CUDA context {ctx / 2**20:,.0f} MiB (inside the profile in this release) + " if rel.context_in_budget
-                   else "CUDA context before the baseline snapshot, not counted; ") + f"NCCL {nccl / 2**20:,.0f} MiB"
+    nontorch_notes: tuple[str, ...] = ()
+    if rel.profile_window:
+        nt = vllm019_non_torch(gpu, tp=tp, pp=pp, hidden=m.hidden, b=b, max_num_batched_tokens=mnbt,
+                               enforce_eager=enforce_eager)
+        outside = nt.total
+        outside_why = (f"CUDA context and the NCCL, custom all-reduce and symmetric-memory set-up before the init "
+                       f"snapshot, not counted; after it {outside / 2**20:,.0f} MiB (vllm_nontorch.vllm019_non_torch)")
+        nontorch_notes = tuple(f"non-torch part: {n}" for n in nt.notes)
+    else:
+        nccl = nccl_communicator_bytes(gpu, tp) + (nccl_communicator_bytes(gpu, 2, nvls=False) if pp > 1 else 0)
+        outside = nccl + (ctx if rel.context_in_budget else 0)
+        outside_why = (f"CUDA context {ctx / 2**20:,.0f} MiB (inside the profile in this release) + "
+                       if rel.context_in_budget else "CUDA context before the baseline snapshot, not counted; "
+                       ) + f"NCCL {nccl / 2**20:,.0f} MiB"
     available = requested - weights - act - outside
     kv_heads = kv_heads_per_gpu(m, tp)
     page = block_size * kv_cell_bytes(m, tp, kv_b)  # AttentionSpec.page_size_bytes, one layer
@@ -466,6 +488,7 @@ def vllm_capacity(m: ServedModel, gpu: GPU, *, gpus: int, tp: int, pp: int, cont
         f"blocks = available // page // {group_size} layers per group = {num_blocks:,} (get_num_blocks)",
         f"activation peak at max_num_batched_tokens={mnbt:,}, max_num_seqs={seqs}: {act_why} (profile_run)",
         f"non-torch: {outside_why}",
+        *nontorch_notes,
         f"KV groups: {', '.join(f'{n} {k}' for k, n in kinds)} of {group_size} layers (hybrid KV cache manager)",
         "CUDA graphs captured after the KV cache: from the (1 - utilization) headroom" if graphs
         else "enforce_eager: no CUDA graphs",
