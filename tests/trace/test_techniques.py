@@ -17,9 +17,15 @@ from vramlens.trace.crosscheck import (
     run_fsdp_rows,
     run_rows,
     run_technique_rows,
+    technique_rows,
 )
 
 pytestmark = pytest.mark.slow  # each row traces two steps of a shrunk model
+
+
+def _row_id(row) -> str:
+    name, w = row
+    return name + "".join(f"-{k}={v}" for k, v in w.items() if k not in ("mode", "method", "attention", "dtype"))
 
 
 def _check(rows):
@@ -88,14 +94,17 @@ def test_activation_offload_matches_trace():
         assert 0 < r.estimate_host <= r.traced_host, render(rows)
 
 
-def test_long_decoding_matches_trace():
+# one test per row: these rows are minutes in all, and one test each lets pytest-xdist spread them over the cores
+@pytest.mark.parametrize("row", technique_rows(only="new_tokens"), ids=_row_id)
+def test_long_decoding_matches_trace(row):
     """GQA expansion in eager attention, a sliding window capping the cache, MLA's rebuilt keys and values."""
-    _check(run_technique_rows(only="new_tokens"))
+    _check(run_rows((row,)))
 
 
-def test_qlora_lora_dtype_dropout_and_dora_match_trace():
+@pytest.mark.parametrize("row", QLORA_ROWS, ids=_row_id)
+def test_qlora_lora_dtype_dropout_and_dora_match_trace(row):
     """bitsandbytes' 4-bit linears (all or the adapted ones), the adapters' dtype, dropout and DoRA."""
-    _check(run_rows(QLORA_ROWS))
+    _check(run_rows((row,)))
 
 
 def test_static_and_offloaded_caches_match_trace():
@@ -133,12 +142,16 @@ def test_fsdp_mixed_precision_matches_trace():
     assert mp and all(r.traced["master_weights"] == 0 for r in mp)  # no autocast copies
 
 
-def test_older_transformers_generate_matches_trace():
+def test_older_transformers_rows():
+    assert len(technique_rows(only="transformers_version")) == 11
+
+
+@pytest.mark.parametrize("row", technique_rows(only="transformers_version"), ids=_row_id)
+def test_older_transformers_generate_matches_trace(row):
     """generate() of transformers < 4.42 keeps the previous step's cache through each decode forward, and < 4.45
     makes (and, for Llama's copies, upcasts) every prompt token's logits, kept into the first step before 4.42:
     MHA and GQA, eager and SDPA; the decode phase's peak within 5% too."""
-    rows = run_technique_rows(only="transformers_version")
-    assert len(rows) == 11
+    rows = run_rows((row,))
     _check(rows)
     for r in rows:
         assert abs(r.phase_error("decode") or 1.0) <= 0.05, render(rows)

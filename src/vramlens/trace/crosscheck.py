@@ -854,7 +854,7 @@ def run_task_rows(progress=None) -> list[Row]:
     return run_rows(TASK_ROWS, progress)
 
 
-def run_technique_rows(progress=None, *, only: str | None = None) -> list[Row]:
+def technique_rows(only: str | None = None) -> tuple[tuple[str, dict[str, Any]], ...]:
     """TECHNIQUE_ROWS (those whose workload sets the field ``only`` to a value other than its default, when given;
     the fp8 rows, which need torchao, only for ``only="fp8"``)."""
     from vramlens.workload import Workload
@@ -867,10 +867,13 @@ def run_technique_rows(progress=None, *, only: str | None = None) -> list[Row]:
             continue  # the fp8 rows (torchao) belong to their own technique, whatever else they set
         if only is not None and only != "transformers_version" and row.get("transformers_version"):
             continue  # so do the rows of an older transformers' generate()
-        if progress:
-            progress(f"{name}: {row}")
-        out.append(run_row(name, row))
-    return out
+        out.append((name, row))
+    return tuple(out)
+
+
+def run_technique_rows(progress=None, *, only: str | None = None) -> list[Row]:
+    """The rows of :func:`technique_rows`, run."""
+    return run_rows(technique_rows(only), progress)
 
 
 def run_rows(rows: tuple[tuple[str, dict[str, Any]], ...], progress=None, *,
