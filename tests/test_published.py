@@ -44,3 +44,16 @@ def test_validate_published_cli(capsys):
     assert main(["validate", "published"]) == 0
     out = capsys.readouterr().out
     assert "zero-paper-7.5b-pos-g-p" in out and "median |error|" in out
+
+
+def test_peft_readme_rows(rows):
+    # PEFT's README table in GB read as GiB (the scripts print MiB): 32 x 2**30 = 34,359,738,368 B
+    bloomz = rows["peft-readme-bloomz-7b1-lora-pytorch"]
+    assert bloomz.figure == "peak_allocated" and bloomz.published_bytes == 34_359_738_368
+    assert bloomz.estimated_bytes is not None
+    # the seq2seq rows stay unexpressed: the encoder sees each batch's longest tweet, the decoder a few label tokens
+    for case_id in ("peft-readme-t0-3b-full", "peft-readme-t0-3b-lora-pytorch", "peft-readme-mt0-xxl-lora-pytorch"):
+        assert rows[case_id].estimated_bytes is None
+        assert rows[case_id].reason == (
+            "encoder and decoder lengths differ and neither is stated: the encoder sees each batch's longest tweet, "
+            "the decoder the labels padded to the longest class label (a few tokens); --seq sets both")

@@ -112,6 +112,21 @@ _TUNE_LORA = {**_TUNE_AC, "activation_offload": True, "method": "lora", "lora_ra
               "lora_targets": ("q_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"),
               "optimizer_impl": "fused"}
 
+# PEFT's README table "High performance on consumer hardware" (huggingface/peft, on one A100 80GB), made by
+# examples/causal_language_modeling/pet_lora_clm_accelerate_ds_zero3_offload.py at 73d7224b (2022-12-30): bloomz-7b1
+# (line 111) loaded by AutoModelForCausalLM.from_pretrained in fp32 (219), LoRAConfig r=8, lora_alpha=32,
+# lora_dropout=0.1 (113) on peft's bloom target ["query_key_value"] (src/pet/mapping.py), torch.optim.AdamW (224),
+# batch_size 8 (121), every row padded and cut to max_length 64 (123, 151-160). The figure is TorchTracemalloc's
+# "Total Peak (max)": torch.cuda.max_memory_allocated() over an epoch (66-67, 99, 259), in MiB (b2mb, 57-58).
+# torch 1.13 (setup.py: torch>=1.13.0): AdamW's per-parameter loop and zero_grad(set_to_none=False); transformers
+# ~4.25: BLOOM's eager attention. That peft's MergedLinear (enable_lora=[True, False, True]: A 4096 -> 16, B a
+# grouped Conv1d 16 -> 8192) trains 131,072 parameters per layer, as today's rank-8 LoRA on the whole output does.
+# bloomz-7b1 is bloom-7b1 fine-tuned on xP3: the same config shapes (the catalog's bloom-7b1)
+_PEFT_BLOOMZ = dict(mode="train", dtype="fp32", batch=8, seq=64, attention="eager", checkpointing="none",
+                    optimizer="adamw", optimizer_impl="loop", keep_grads=True, method="lora", lora_rank=8,
+                    lora_dropout=0.1, lora_targets=("query_key_value",))
+_A100_2022 = _Setup(gpu="A100-80GB", cuda="11.7", lazy_loading=False)  # torch 1.13's cu117 wheels
+
 CASES: dict[str, Case] = {
     "hf-anatomy-cuda-context": Case(None, figure="context", **_HF_V100),
     "hf-anatomy-bert-large-weights": Case("bert-large-uncased", {"dtype": "fp32"}, _BERT_CLS, "weights+context", **_HF_V100),
@@ -237,13 +252,33 @@ CASES: dict[str, Case] = {
     "torchtune-readme-llama3.2-3b-qlora": Case("llama-3.2-3b", {**_TUNE_LORA, "method": "qlora",
                                                                 "quant_targets": "all"},
                                                figure="peak_allocated", **_A100),
+    "peft-readme-bloomz-7b1-lora-pytorch": Case("bloom-7b1", _PEFT_BLOOMZ, figure="peak_allocated", **_A100_2022),
 }
+
+# PEFT's seq2seq rows: tokenizer(inputs, truncation=True) padded by collate_fn to each batch's longest tweet, labels
+# padded to target_max_length (pet_lora_seq2seq_accelerate_ds_zero3_offload.py at 73d7224b, lines 130, 135-137, 160)
+_PEFT_T5 = ("encoder and decoder lengths differ and neither is stated: the encoder sees each batch's longest tweet, "
+            "the decoder the labels padded to the longest class label (a few tokens); --seq sets both")
+_PEFT_DS = "; and DeepSpeed ZeRO-3 parameter offload (as peft-readme-bloomz-7b1-lora-ds-offload)"
 
 #: Cases vramlens cannot express, with the reason (printed instead of a number).
 UNSUPPORTED: dict[str, str] = {
     "torchtune-loralinear-512-r8-fp32": "a bare LoRALinear module, not a model: checked exactly in tests/estimate",
     "torchtune-qloralinear-512-r8-nf4": "a bare torchao NF4 LoRALinear: see tests/estimate",
     "vllm-paper-opt-13b-kv-per-token": "OPT-13B is not in the catalog; LLaMA-13B's identical 800 KiB/token is checked",
+    # PEFT's README table: the seq2seq rows (pet_lora_seq2seq_accelerate_ds_zero3_offload.py at 73d7224b)
+    "peft-readme-t0-3b-full": _PEFT_T5,
+    "peft-readme-t0-3b-lora-pytorch": _PEFT_T5,
+    "peft-readme-mt0-xxl-lora-pytorch": _PEFT_T5,
+    "peft-readme-t0-3b-lora-ds-offload": _PEFT_T5 + _PEFT_DS,
+    "peft-readme-mt0-xxl-lora-ds-offload": _PEFT_T5 + _PEFT_DS,
+    # --zero 3 --offload all keeps two blocks' weights on the GPU; DeepSpeed's stage 3 (the README's accelerate config:
+    # zero_stage 3, offload_param and offload_optimizer cpu, fp32) also holds its contiguous-gradients buffer,
+    # torch.empty(reduce_bucket_size=5e8) in fp32 (1,907 MiB: the log's 1,916 MiB before training), and gathers up to
+    # stage3_max_live_parameters (1e9) elements with prefetching (the 1.03B-element embedding whole): not modelled
+    "peft-readme-bloomz-7b1-lora-ds-offload": "DeepSpeed ZeRO-3 parameter offload's GPU working set (contiguous-gradients "
+                                              "buffer of reduce_bucket_size, gathered and prefetched parameters up to "
+                                              "stage3_max_live_parameters) is not modelled: --offload all estimates 5.7 GiB",
 }
 
 

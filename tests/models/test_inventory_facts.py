@@ -274,3 +274,9 @@ def test_llama4_layer_facts():
         assert s.architecture == "Llama4ForCausalLM" and any("vision tower" in a for a in s.assumed)
     assert scout.dense_layer_ids == () and scout.qk_norm == "l2"
     assert maverick.dense_layer_ids == tuple(range(0, 48, 2)) and maverick.qk_norm == "none"
+
+
+def test_bloom_has_no_sdpa_path():
+    # transformers' BloomPreTrainedModel sets no _supports_sdpa: BLOOM runs eager whatever is asked
+    assert load_model("bloom-7b1").sdpa is False
+    assert load_model("llama-2-7b").sdpa is True

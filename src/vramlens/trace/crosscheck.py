@@ -673,6 +673,8 @@ def shrink(cfg: dict, kv_heads: int) -> dict:
         c.update(n_embd=HIDDEN, n_head=HEADS, n_layer=LAYERS, n_positions=max(SEQ + NEW_TOKENS, 256))
         if c.get("n_inner"):
             c["n_inner"] = int(c["n_inner"] * scale)
+    elif mt == "bloom":  # BloomConfig: n_head, n_layer, and an MLP of 4 x hidden_size
+        c.update(hidden_size=HIDDEN, n_head=HEADS, n_layer=LAYERS)
     elif mt in ("t5", "mt5"):
         c.update(d_model=HIDDEN, d_kv=HEAD_DIM, num_heads=HEADS, num_layers=LAYERS, num_decoder_layers=LAYERS,
                  d_ff=int(c["d_ff"] * scale))

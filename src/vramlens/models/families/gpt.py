@@ -9,7 +9,8 @@ Things that matter for exact counts:
 - opt's learned positions have 2 extra rows (``OPTLearnedPositionalEmbedding.offset = 2``);
   ``word_embed_proj_dim`` != hidden adds ``project_in``/``project_out``; the final
   LayerNorm exists only with ``do_layer_norm_before`` (opt-350m has none).
-- bloom (ALiBi, no position table) has a LayerNorm right after the embedding.
+- bloom (ALiBi, no position table) has a LayerNorm right after the embedding; transformers has no SDPA
+  path for it (``_supports_sdpa`` False), so it runs eager whatever ``--attention`` asks.
 - falcon has three layouts: ``new_decoder_architecture`` (GQA, ``ln_attn``/``ln_mlp``),
   ``multi_query`` (one k/v head), or full MHA; ``parallel_attn`` decides one or two norms.
   It builds a rotary embedding even when ``alibi`` is on.
@@ -171,7 +172,9 @@ def build_bloom(r: ConfigReader, architecture: str) -> Built:
     return Built(_facts(
         r, hidden_size=h, n_heads=a, n_kv_heads=a, head_dim=h // a, ffn_size=4 * h, vocab_size=V,
         n_decoder_layers=L, max_position=max_pos, activation="gelu", position="alibi",
-        tied_embeddings=tied,
+        # BloomPreTrainedModel sets no _supports_sdpa (False): BloomAttention's baddbmm with the ALiBi bias is
+        # its only path, so transformers runs it eager whatever is asked (ModelSpec.sdpa)
+        tied_embeddings=tied, sdpa=False,
     ), t.items)
 
 
