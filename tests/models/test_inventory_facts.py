@@ -280,3 +280,21 @@ def test_bloom_has_no_sdpa_path():
     # transformers' BloomPreTrainedModel sets no _supports_sdpa: BLOOM runs eager whatever is asked
     assert load_model("bloom-7b1").sdpa is False
     assert load_model("llama-2-7b").sdpa is True
+
+
+def test_gemma2_softcaps_and_runs_eager():
+    # configuration_gemma2.py: attn_logit_softcapping 50.0, final_logit_softcapping 30.0; Gemma2PreTrainedModel
+    # sets _supports_sdpa = False. Gemma 3's config defaults both to None and keeps SDPA
+    g2 = load_model("gemma-2-9b")
+    assert (g2.attn_softcap, g2.logit_softcap, g2.sdpa) == (True, True, False)
+    g3 = load_model("gemma-3-1b-it")
+    assert (g3.attn_softcap, g3.logit_softcap, g3.sdpa) == (False, False, True)
+
+
+def test_a_null_softcap_is_off():
+    from vramlens.models import spec_from_config
+    from vramlens.models.catalog import find_config
+
+    _, cfg = find_config("gemma-2-2b")
+    off = spec_from_config({**cfg, "attn_logit_softcapping": None, "final_logit_softcapping": None})
+    assert (off.attn_softcap, off.logit_softcap) == (False, False)

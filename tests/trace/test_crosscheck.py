@@ -30,6 +30,11 @@ KNOWN_GAPS: dict[tuple, tuple[str, ...]] = {
     # kept for backward) peak above the block backward the estimate counts as temporaries; the
     # one-logit discriminator head has no loss transient to hide them (peak within 2%)
     ("electra-small-discriminator", "train", "lora", "eager", "none", "bf16"): ("temporaries",),
+    # Gemma's blocks under autocast with every block checkpointed: the backward phase is 4.4 MiB (7.8%) under
+    # the trace (Gemma 3 1B: 4.1 MiB, 6.0%, within the bounds), so its largest temporaries are 11.5% under; the
+    # peak, in the optimizer step, is exact. The recomputed block's backward under CUDA autocast's policy with
+    # the sandwich norms' fp32 weights is the candidate; not explained yet
+    ("gemma-2-2b", "train", "full", "eager", "full", "bf16"): ("temporaries",),
 }
 
 
@@ -57,7 +62,7 @@ def test_matrix_covers_the_families():
     assert len(ARCHITECTURES) >= 8
     kinds = {tiny_config(n).get("model_type") for n in ARCHITECTURES}
     assert {"llama", "qwen2", "mixtral", "gpt2", "gpt_bigcode", "bert", "t5", "gpt_neox", "gemma3_text", "deepseek_v3",
-            "olmo2", "gpt_oss", "llama4_text"} <= kinds
+            "olmo2", "gpt_oss", "llama4_text", "gemma2"} <= kinds
     assert {"distilbert", "xlm-roberta", "electra", "deberta-v2", "modernbert"} <= kinds
     # the shrunk Gemma 3 keeps a local and a global block, its window shorter than the sequence; the shrunk
     # DeepSeek-V3 a dense and an MoE block

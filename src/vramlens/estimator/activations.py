@@ -660,6 +660,10 @@ def layer_activations(spec: ModelSpec, w: Workload, b: int, s: int, *, cross_s: 
             q_bytes = _softmax_saved(spec, probs, c, autocast, p_attn)
             if spec.attention_sinks:
                 total += _r(8 * b * D.a * s)
+            if spec.attn_softcap:
+                # Gemma 2's eager_attention_forward: tanh(scores / cap) keeps its output (the division and
+                # the multiplication by the cap keep nothing)
+                q_bytes += _r(c * b * D.a * s * S)
             quad += q_bytes
             total += q_bytes
         elif attention != "eager":
@@ -1087,6 +1091,18 @@ def head_saved(spec: ModelSpec, w: Workload, b: int, s: int) -> tuple[int, int, 
     logits = _r(c * V * t)
     upcast = _r(4 * V * t) if H.loss_upcasts(spec) and c != 4 else 0
     lsm = _r(sm * V * t)
+    if spec.logit_softcap:
+        # Gemma 2's final_logit_softcapping: tanh(logits / cap) keeps its output beside what the loss keeps
+        capped = logits
+        saved, peak, formula = _head_without_cap(sm, lsm, logits, upcast, cast, V, t)
+        return (saved + capped, peak + capped,
+                formula + "; tanh(logits / cap)'s output (c*V) kept for backward (final_logit_softcapping)")
+    return _head_without_cap(sm, lsm, logits, upcast, cast, V, t)
+
+
+def _head_without_cap(sm: int, lsm: int, logits: int, upcast: int, cast: int, V: int,
+                      t: int) -> tuple[int, int, str]:
+    """:func:`head_saved` of transformers' causal-LM loss on logits that no softcap keeps."""
     if upcast:
         return lsm, logits + upcast + lsm, "logits (c*V), their fp32 upcast (4*V) and log_softmax (4*V) per token"
     if cast:
@@ -1115,9 +1131,14 @@ def loss_backward(spec: ModelSpec, w: Workload, b: int, s: int) -> LossBackward 
     if not has_lm_head(spec):
         return None
     sm, cast = H.cross_entropy_kept(w, H.loss_upcasts(spec))
-    if not cast:
-        return None
     n = local_vocab(spec, w) * b * s
+    if not cast:
+        if spec.logit_softcap:
+            # the usual two fp32 gradients of what the loss keeps, not of the softcap's kept tanh output
+            # (head_saved counts it; its own backward, tanh_backward, makes c*V per token, less)
+            two = 2 * _r(sm * n)
+            return LossBackward(transient=two, over_saved=two)
+        return None
     lsm, g32 = _r(sm * n), _r(cast * n)
     return LossBackward(transient=H.cross_entropy_backward(w, lsm, g32), over_saved=max(g32, 2 * lsm - g32))
 

@@ -327,6 +327,13 @@ class ModelSpec:
     #: transformers lets the model run SDPA (``_supports_sdpa``); False (gpt-oss): it runs eager
     #: when SDPA is asked for or nothing is, so vramlens estimates ``--attention sdpa`` as eager
     sdpa: bool = True
+    # ---- Gemma 2 --------------------------------------------------------------------------------
+    #: ``attn_logit_softcapping``: eager attention computes ``tanh(scores / cap) * cap`` before the mask
+    #: and softmax, and tanh keeps its output (b x a x s x S in the compute dtype) for backward
+    attn_softcap: bool = False
+    #: ``final_logit_softcapping``: the causal-LM head computes ``tanh(logits / cap) * cap``, and tanh
+    #: keeps its output (c x V per token) for backward
+    logit_softcap: bool = False
     #: how the checkpoint stores the MoE experts when not in the model dtype: "mxfp4" (gpt-oss's
     #: ``quantization_config.quant_method``: 4-bit E2M1 values in blocks of 32 sharing one E8M0 scale
     #: byte, 4.25 bits per weight; transformers dequantizes it at load, vLLM and SGLang keep it)

@@ -60,6 +60,8 @@ ARCHITECTURES: dict[str, tuple[str, int, tuple[str, ...]]] = {
                         4, ("Wqkv",)),
     "gemma-3-1b-it": ("decoder, sliding local and global layers (1:1 when shrunk), q/k norms, sandwich norms, MQA",
                       1, ("q_proj", "v_proj")),
+    "gemma-2-2b": ("decoder, attention and final-logit softcapping (tanh), sliding and global layers, no SDPA path, "
+                   "sandwich norms, GQA", 2, ("q_proj", "v_proj")),
     "deepseek-v3": ("decoder, multi-head latent attention, MoE top-2 of 4 with a shared expert, a dense first block",
                     4, ("q_b_proj", "kv_b_proj")),
     "deepseek-v2-lite": ("decoder, MLA with one q_proj, softmax-routed MoE with 2 shared experts", 4,

@@ -207,7 +207,22 @@ def build_llama_like(r: ConfigReader, architecture: str, *, generic: bool = Fals
         dense_ffn_size=f if moe else 0, shared_expert_ffn=shared_f,
         legacy_logits_fp32=mt in LEGACY_LOGITS_FP32,
     )
+    if mt in _SOFTCAP_DEFAULTS:
+        # configuration_gemma2.py defaults attn_logit_softcapping 50.0 and final_logit_softcapping 30.0
+        # (Gemma 3: None, None); a config's null turns either off. Gemma2PreTrainedModel sets
+        # _supports_sdpa = False ("sdpa does not support softcapping"): it runs eager
+        attn_cap, logit_cap = _SOFTCAP_DEFAULTS[mt]
+        facts["attn_softcap"] = r.raw.get("attn_logit_softcapping", attn_cap) is not None
+        facts["logit_softcap"] = r.raw.get("final_logit_softcapping", logit_cap) is not None
+        facts["sdpa"] = mt != "gemma2"
     return Built(facts, t.items)
+
+
+#: model_type -> (attn_logit_softcapping, final_logit_softcapping) defaults of its config class.
+_SOFTCAP_DEFAULTS: dict[str, tuple[float | None, float | None]] = {
+    "gemma2": (50.0, 30.0),
+    "gemma3_text": (None, None),
+}
 
 
 def _moe_block(t: Tensors, b: str, moe: str, n_experts: int, h: int, f: int, shared_f: int) -> None:
