@@ -33,7 +33,8 @@ from __future__ import annotations
 import contextlib
 import gc
 import time
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 from vramlens.errors import InputError, TraceError, VramlensError
 from vramlens.trace.common import (
@@ -47,6 +48,8 @@ from vramlens.trace.common import (
 from vramlens.trace.events import TAG_COMPONENT, summarize
 from vramlens.trace.result import TraceResult, make_trace_breakdown
 from vramlens.workload import Workload
+
+T = TypeVar("T")
 
 
 def _check(model: Any, wl: Workload, world_size: int, backend: str, layers) -> None:
@@ -285,7 +288,7 @@ def trace_fsdp(model: Any, workload: Workload | None = None, *, world_size: int 
 
 
 def _trace(model, wl: Workload, n: int, *, rank: int, steps: int, progress, top: int, alloc_conf) -> TraceResult:
-    from vramlens.trace.build import build_hf, retie
+    from vramlens.trace.build import build_hf
     from vramlens.trace.runner import Runner, config_of
 
     t0 = time.perf_counter()
@@ -300,16 +303,7 @@ def _trace(model, wl: Workload, n: int, *, rank: int, steps: int, progress, top:
     runner.before_record = warm_up
     with fake_process_group(n, rank) as mesh:
         built = build_hf(cfg, wl, meta_only=True)
-        try:
-            n_blocks = _shard(built, mesh, wl)
-            assert runner.fake_mode is not None  # Runner(mode="fake")
-            with runner.fake_mode:
-                built.model.to_empty(device="cpu")
-                retie(built.model)
-        except VramlensError:
-            raise
-        except Exception as e:  # noqa: BLE001 - fully_shard refusing the model: one clear line
-            raise TraceError(f"fully_shard failed on {type(built.model).__name__}: {type(e).__name__}: {e}") from e
+        n_blocks = materialize(runner, built, lambda b: _shard(b, mesh, wl), "fully_shard")
         rec, params, trainable = record_rank(runner, built, _fsdp_tags(runner.rec, live))
         del built
         gc.collect()
@@ -327,6 +321,28 @@ def _trace(model, wl: Workload, n: int, *, rank: int, steps: int, progress, top:
                      "parameters (torchtitan's default), no autocast")
     return rank_result(runner, model, wl, events, summary, notes, alloc_conf=alloc_conf, steps=steps,
                        params=params, trainable=trainable, t0=t0)
+
+
+def materialize(runner, built, apply: Callable[[Any], T], plan: str, *, tie: Callable[[], None] | None = None) -> T:
+    """``apply(built)`` (a parallel plan on the meta-built model), then fake storages for its tensors (``to_empty``
+    inside the runner's fake mode) and its tied weights tied again (``tie``, or build.retie); what the plan
+    returns. A plan refusing the model is one line naming ``plan``."""
+    from vramlens.trace.build import retie
+
+    try:
+        out = apply(built)
+        assert runner.fake_mode is not None  # Runner(mode="fake")
+        with runner.fake_mode:
+            built.model.to_empty(device="cpu")
+            if tie is not None:
+                tie()
+            else:
+                retie(built.model)
+        return out
+    except VramlensError:
+        raise
+    except Exception as e:  # noqa: BLE001 - a plan refusing the model: one clear line
+        raise TraceError(f"{plan} failed on {type(built.model).__name__}: {type(e).__name__}: {e}") from e
 
 
 def warm_up_step(runner, built, opt) -> None:

@@ -52,7 +52,7 @@ import gc
 import time
 from typing import Any
 
-from vramlens.errors import InputError, TraceError, VramlensError
+from vramlens.errors import InputError, TraceError
 from vramlens.trace.common import (
     quiet_third_party,
     resolve_workload,
@@ -225,8 +225,8 @@ def trace_tp(model: Any, workload: Workload | None = None, *, steps: int = 2, ba
 def _trace(model, wl: Workload, *, steps: int, progress, top: int, alloc_conf) -> TraceResult:
     from torch.distributed.tensor.parallel import loss_parallel
 
-    from vramlens.trace.build import build_hf, retie
-    from vramlens.trace.fsdp import fake_process_group, rank_result, record_rank, warm_up_step
+    from vramlens.trace.build import build_hf
+    from vramlens.trace.fsdp import fake_process_group, materialize, rank_result, record_rank, warm_up_step
     from vramlens.trace.runner import Runner, config_of
 
     t0 = time.perf_counter()
@@ -244,20 +244,11 @@ def _trace(model, wl: Workload, *, steps: int, progress, top: int, alloc_conf) -
         hf: Any = built.model  # a transformers model: untyped
         inner, _layers = _decoder(hf)
         tied = hf.lm_head.weight is inner.embed_tokens.weight
-        try:
-            n_blocks = apply_plan(built.model, mesh, loss_parallel=lp)
-            assert runner.fake_mode is not None  # Runner(mode="fake")
-            with runner.fake_mode:
-                built.model.to_empty(device="cpu")
-                if tied:
-                    hf.lm_head.weight = inner.embed_tokens.weight
-                else:
-                    retie(built.model)
-        except VramlensError:
-            raise
-        except Exception as e:  # noqa: BLE001 - parallelize_module refusing the model: one clear line
-            raise TraceError(f"torchtitan's TP plan failed on {type(built.model).__name__}: "
-                             f"{type(e).__name__}: {e}") from e
+        def tie() -> None:
+            hf.lm_head.weight = inner.embed_tokens.weight
+
+        n_blocks = materialize(runner, built, lambda b: apply_plan(b.model, mesh, loss_parallel=lp),
+                               "torchtitan's TP plan", tie=tie if tied else None)
         rec, params, trainable = record_rank(runner, built, loss_parallel() if lp else contextlib.nullcontext())
         del built
         gc.collect()
@@ -295,8 +286,8 @@ def transformers_plan(model, mesh, tp: int) -> dict[str, str]:
 
 def _trace_inference(model, wl: Workload, *, progress, top: int, alloc_conf) -> TraceResult:
     """Prefill and decode on rank 0 of ``tp`` under transformers' own plan (``tp_plan="auto"``), DynamicCache."""
-    from vramlens.trace.build import build_hf, retie
-    from vramlens.trace.fsdp import fake_process_group, rank_result, record_rank
+    from vramlens.trace.build import build_hf
+    from vramlens.trace.fsdp import fake_process_group, materialize, rank_result, record_rank
     from vramlens.trace.runner import Runner, config_of
 
     t0 = time.perf_counter()
@@ -309,17 +300,8 @@ def _trace_inference(model, wl: Workload, *, progress, top: int, alloc_conf) -> 
         if built.kind != "causal-lm":
             raise TraceError(f"--tp in inference traces causal LMs (transformers' generate); "
                              f"{type(built.model).__name__} is {built.kind}: use `vramlens estimate`")
-        try:
-            plan = transformers_plan(built.model, mesh, wl.tp)
-            assert runner.fake_mode is not None  # Runner(mode="fake")
-            with runner.fake_mode:
-                built.model.to_empty(device="cpu")
-                retie(built.model)
-        except VramlensError:
-            raise
-        except Exception as e:  # noqa: BLE001 - transformers' plan refusing the model: one clear line
-            raise TraceError(f"transformers' tp_plan failed on {type(built.model).__name__}: "
-                             f"{type(e).__name__}: {e}") from e
+        plan = materialize(runner, built, lambda b: transformers_plan(b.model, mesh, wl.tp),
+                           "transformers' tp_plan")
         rec, params, trainable = record_rank(runner, built, contextlib.nullcontext())
         del built
         gc.collect()
