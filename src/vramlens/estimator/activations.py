@@ -1301,7 +1301,7 @@ def offloaded_model_level(spec: ModelSpec, w: Workload, b: int, s: int) -> tuple
     moved += checkpointed_mask(spec, w, b, s)
     if spec.kind == "encoder-decoder":
         moved += _norm_saved(norm_kind(spec), spec.hidden_size, t, r, c, 1, False)  # the encoder's final norm
-    stashed = _norm_saved(norm_kind(spec), spec.hidden_size, t, r, c, 0, False, w.method == "full")
+    stashed = _norm_saved(norm_kind(spec), spec.hidden_size, t, r, c, 0, False, w.method == "full") // max(1, w.tp)
     return moved, stashed
 
 
@@ -1348,8 +1348,10 @@ def offload_recopies(spec: ModelSpec, w: Workload, b: int, s: int) -> tuple[int,
     less the SDPA's philox seed and offset (under 1,024 bytes, left on the GPU).
     """
     t = b * s
-    # the final norm runs inside the offloading context, never checkpointed
-    final = (_packed(4 * spec.hidden_size * t) + 2 * _packed(4 * t)) if norm_kind(spec) == "rmsnorm" else 0
+    # the final norm runs inside the offloading context, never checkpointed; under tensor parallelism
+    # on the rank's s/tp tokens (SequenceParallel)
+    ts = t // max(1, w.tp)
+    final = (_packed(4 * spec.hidden_size * ts) + 2 * _packed(4 * ts)) if norm_kind(spec) == "rmsnorm" else 0
     if not offload_copies_modelled(spec, w) or w.checkpointing == "full":
         return 0, final
     c = DTYPE_BYTES[w.compute_dtype]
