@@ -21,6 +21,7 @@ from vramlens.estimator.loading import HostLoad, host_load
 from vramlens.estimator.parallel import Split
 from vramlens.estimator.state import (
     TrainState,
+    block_share,
     default_stream_state,
     reserved_total,
     train_phases,
@@ -153,6 +154,9 @@ class ActivationTotals:
     recompute_after: int = 0  # activations freed before the first recomputation (every:N, trailing blocks)
     block_kept: int = 0  # what one block keeps for backward, on average
     loss_outside_model: bool = False  # FSDP2 under torchtune's recipe: the loss runs with nothing gathered
+    #: ... and (blocks on this GPU, a block's parameters, all parameters, a block's input norm's backward with
+    #: its fp32 input brought back): see offloaded_block
+    offloaded_block: tuple[int, int, int, int] = (0, 0, 1, 0)
     block_backward: int = 0  # what a block's backward holds above its saved tensors
     uncheckpointed: tuple[int, int] = (1, 1)  # blocks not checkpointed, of all (autocast copies through backward)
 
@@ -465,6 +469,7 @@ def activation_totals(spec: ModelSpec, w: Workload, sp: Split) -> ActivationTota
                    + (A._r(DTYPE_BYTES[w.dtype] * spec.hidden_size * max(1, spec.ffn_size // tp))
                       if w.method == "full" else 0))
         later = (kept + model_level) * (cols - 1) // cols + working
+    from vramlens.estimator.losses import final_norm_backward as norm_backward
     from vramlens.estimator.losses import loss_figures
 
     lf = loss_figures(spec, w, b, s) if (sp.has_head and A.has_lm_head(spec)) else None
@@ -515,6 +520,9 @@ def activation_totals(spec: ModelSpec, w: Workload, sp: Split) -> ActivationTota
                             # offloaded, a block's saved tensors are not in the GPU's activations to free
                             block_kept=0 if w.activation_offload else blocks.kept // max(1, spec.n_layers),
                             loss_outside_model=w.activation_offload and w.fsdp,
+                            offloaded_block=((sp.layers, *block_share(spec),
+                                              norm_backward(spec, w, b * s) + A._r(4 * spec.hidden_size * b * s))
+                                             if w.activation_offload and w.fsdp and sp.layers else (0, 0, 1, 0)),
                             block_backward=block_bwd, mlp_backward=mlp_bwd,
                             head_dequant_forward=head_fwd, head_dequant_backward=head_bwd,
                             fp8_temporary=F8.gate_up_backward(spec, w, b, s, tp) if sp.layers else 0)
@@ -630,6 +638,13 @@ def _block_figures(spec: ModelSpec, w: Workload,
     elif w.checkpoint_every is not None:
         formula += f" (every:{w.checkpoint_every}: no block is an N-th one, none checkpointed)"
     return BlockFigures(sum(la.saved * n for la, n in layers), saved, 0, 0, (1, 1), formula)
+
+
+def offloaded_block(st: TrainState, fig: tuple[int, int, int, int]) -> tuple[int, int, int]:
+    """train_phases' ``offloaded_block`` from ActivationTotals.offloaded_block: (blocks, one block's
+    share of ``st``'s sharded gradients, the norm's backward). Shared with the advisor's FastMemory."""
+    layers, block, total, norm = fig
+    return layers, st.grads * block // max(1, total), norm
 
 
 def output_layer_cast(spec: ModelSpec, w: Workload, has_head: bool) -> int:
@@ -861,6 +876,7 @@ def estimate_spec(spec: ModelSpec, w: Workload, gpu: GPU | None = None, *, headr
                                 later_pass=at.later_pass, recompute=at.recompute, recompute_after=at.recompute_after,
                                 uncheckpointed=at.uncheckpointed, block_kept=at.block_kept,
                                 block_backward=at.block_backward, loss_outside_model=at.loss_outside_model,
+                                offloaded_block=offloaded_block(s, at.offloaded_block),
                                 loss_backward=at.loss_backward,
                                 loss_backward_over=at.loss_backward_over, head_backward=at.head_backward,
                                 head_grads=at.head_grads, head_backward_later=at.head_backward_later,
