@@ -31,6 +31,9 @@ MP = {"dtype": "fp32", "amp": "bf16"}
     (4, "full", {"dtype": "bf16"}), (2, "full", MP), (4, "full", MP), (4, "shard-grad-op", MP),
     (4, "full", {**MP, "checkpointing": "selective-op"}), (2, "full", {**MP, "checkpointing": "every:2"}),
     (4, "full", {"dtype": "bf16", "checkpointing": "selective-op"}),
+    # torchtune's recipe: activation offloading, the loss outside the model; the peak is a middle block's input
+    # norm, its fp32 input brought back from the host, beside the block's unsharded gradients
+    (2, "full", {"dtype": "bf16", "activation_offload": True}), (4, "full", {**MP, "activation_offload": True}),
 ])
 def test_fsdp_per_rank_estimate_within_5_percent_of_trace(world_size, strategy, kw):
     from vramlens.estimator.runtime import runtime

@@ -110,9 +110,31 @@ def test_activation_offload_moves_the_blocks_activations_to_the_host(llama7b):
     moved = plain["activations"] - e["activations"]
     # what leaves the GPU: every block's saved tensors and the rotary cos/sin (2 x bf16 128 x 512)
     assert moved == 32 * _layer_saved(llama7b) + 2 * 2 * 128 * 512
-    # the host holds them and the final norm's copies (fp32 input 4*h*t and its bf16 normalized copy 2*h*t)
-    assert e.host_bytes == moved + 4 * 4096 * 512 + 2 * 4096 * 512
+    # the host holds a pinned copy of each save: those, the final norm's (fp32 input 4*h*t and its bf16
+    # normalized copy 2*h*t), and what ops save again (test_activation_offload_copies_each_save)
+    assert e.host_bytes == moved + 4 * 4096 * 512 + 2 * 4096 * 512 + 14_042_497_024 + 8_392_704
     assert e.peak_allocated <= plain.peak_allocated
+
+
+def test_activation_offload_copies_each_save(llama7b):
+    """torchtune's pack hook copies every save of >= 1 KiB that is not an nn.Parameter: Llama 2 7B, bf16,
+    1 x 512 tokens (h 4,096, f 11,008, 32 heads of 128, 32 blocks), what it copies beyond each storage once."""
+    from vramlens.estimator.activations import offload_recopies
+
+    h, f, t = 4096, 11008, 512
+    weights = 4 * 2 * h * h + 3 * 2 * h * f      # q, k, v, o and gate, up, down save weight.t(): 404,750,336
+    shared = (2 + 1) * 2 * t * h                 # k, v (after q) and up (after gate) view the same input
+    attn_out = 2 * 32 * 128 * t - 1024           # o_proj views the kernel's output again; the philox seeds stay
+    norms = 2 * (4 * t * h + 2 * 4 * t)          # each RMSNorm: its fp32 input and its rsqrt (t x 1) saved twice
+    rotary = 4 * 2 * 128 * t                     # q*cos, k*cos, and the two *sin: 524,288
+    block = weights + shared + attn_out + norms + rotary  # 438,836,224
+    # the model's cos and sin (2 x 2*128*t) are counted once already; the final norm is an RMSNorm too
+    assert offload_recopies(llama7b, make_workload(**TRAIN, activation_offload=True), 1, 512) == (
+        32 * block - 2 * 2 * 128 * t, 4 * t * h + 2 * 4 * t)
+    assert 32 * block - 2 * 2 * 128 * t == 14_042_497_024
+    # a tensor under 1,024 bytes stays on the GPU: 1 x 64 tokens' rsqrt is 256 bytes
+    _, final = offload_recopies(llama7b, make_workload(**{**TRAIN, "seq": 64}, activation_offload=True), 1, 64)
+    assert final == 4 * 64 * h
 
 
 def _layer_saved(spec):

@@ -90,8 +90,8 @@ def test_activation_offload_matches_trace():
     rows = run_technique_rows(only="activation_offload")
     _check(rows)
     for r in rows:
-        # host_bytes counts each saved tensor once; torchtune copies a tensor each time it is saved
-        assert 0 < r.estimate_host <= r.traced_host, render(rows)
+        # one pinned copy per save (views, weight.t() and a storage saved by two ops included)
+        assert r.traced_host and abs(r.estimate_host / r.traced_host - 1) <= 0.05, render(rows)
 
 
 # one test per row: these rows are minutes in all, and one test each lets pytest-xdist spread them over the cores
@@ -135,11 +135,18 @@ def test_torchtitan_checkpointing_matches_trace():
 
 def test_fsdp_mixed_precision_matches_trace():
     """FSDP2 per rank on the fake process group: torchtitan's MixedPrecisionPolicy(bf16, fp32) over fp32
-    shards, and pure bf16 (tests/advise/test_fsdp_crosscheck.py has the backward-bound cases)."""
+    shards, and pure bf16 (tests/advise/test_fsdp_crosscheck.py has the backward-bound cases), with
+    torchtune's activation offloading."""
     rows = run_fsdp_rows()
     _check(rows)
     mp = [r for r in rows if r.workload.get("amp") == "bf16" and r.workload["checkpointing"] == "none"]
     assert mp and all(r.traced["master_weights"] == 0 for r in mp)  # no autocast copies
+    # torchtune's recipe (activation offloading, the loss outside the model, the root resharded when it
+    # runs): the host copies as on one GPU
+    offloaded = [r for r in rows if r.workload.get("activation_offload")]
+    assert len(offloaded) == 3
+    for r in offloaded:
+        assert r.traced_host and abs(r.estimate_host / r.traced_host - 1) <= 0.05, render(rows)
 
 
 def test_older_transformers_rows():

@@ -35,7 +35,13 @@ from typing import Any
 from vramlens.errors import VramlensError
 from vramlens.estimator import check_workload, estimate_spec
 from vramlens.estimator.activations import bnb_kept_head_input, bnb_kept_input_bytes, logits_bytes
-from vramlens.estimator.core import activation_totals, offload_frozen_casts, output_layer_cast, vision_figures
+from vramlens.estimator.core import (
+    activation_totals,
+    offload_frozen_casts,
+    offloaded_block,
+    output_layer_cast,
+    vision_figures,
+)
 from vramlens.estimator.parallel import Split
 from vramlens.estimator.state import (
     TrainState,
@@ -91,6 +97,8 @@ class Activations:
     recompute_after: int = 0
     uncheckpointed: tuple[int, int] = (1, 1)
     block_kept: int = 0
+    loss_outside_model: bool = False
+    offloaded_block: tuple[int, int, int, int] = (0, 0, 1, 0)
     block_backward: int = 0
     head_cast: int | None = None  # activation offloading: the output layer's cast that stays (None: no offload)
     dequant_forward: int = 0  # a transient inside a block's forward (4-bit dequantization, DoRA's weight norm)
@@ -232,7 +240,8 @@ class FastMemory:
                 head_grads=t.head_grads, head_backward_later=t.head_backward_later,
                 head_grad_in_forward=t.head_grad_in_forward, final_norm_backward=t.final_norm_backward, host=t.host,
                 recompute=t.recompute, recompute_after=t.recompute_after, uncheckpointed=t.uncheckpointed,
-                block_kept=t.block_kept, block_backward=t.block_backward,
+                block_kept=t.block_kept, block_backward=t.block_backward, loss_outside_model=t.loss_outside_model,
+                offloaded_block=t.offloaded_block,
                 dequant_forward=t.dequant_forward, dequant_backward=t.dequant_backward,
                 dequant_temporary=t.dequant_temporary, mlp_backward=t.mlp_backward,
                 head_dequant_forward=t.head_dequant_forward, head_dequant_backward=t.head_dequant_backward,
@@ -272,6 +281,8 @@ class FastMemory:
                                 a.logits, later_pass=a.later_pass, recompute=a.recompute,
                                 recompute_after=a.recompute_after, uncheckpointed=a.uncheckpointed,
                                 block_kept=a.block_kept, block_backward=a.block_backward,
+                                loss_outside_model=a.loss_outside_model,
+                                offloaded_block=offloaded_block(s, a.offloaded_block),
                                 loss_backward=a.loss_backward, loss_backward_over=a.loss_backward_over,
                                 head_backward=a.head_backward, head_grads=a.head_grads,
                                 head_backward_later=a.head_backward_later, head_grad_in_forward=a.head_grad_in_forward,

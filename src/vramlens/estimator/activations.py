@@ -1312,7 +1312,7 @@ def offloaded_model_level(spec: ModelSpec, w: Workload, b: int, s: int) -> tuple
     c = DTYPE_BYTES[w.compute_dtype]
     r = 4 if w.run_dtype == "fp32" else c
     moved = 0
-    if spec.position == "rotary":
+    if spec.position == "rotary" and not whole_blocks(w):  # checkpointed blocks keep them as their inputs
         moved += rotary_saved(spec, c, s)
     if dropout_probs(spec)[1] > 0:
         moved += _r((spec.embedding_size or spec.hidden_size) * t)
@@ -1322,8 +1322,113 @@ def offloaded_model_level(spec: ModelSpec, w: Workload, b: int, s: int) -> tuple
     moved += checkpointed_mask(spec, w, b, s)
     if spec.kind == "encoder-decoder":
         moved += _norm_saved(norm_kind(spec), spec.hidden_size, t, r, c, 1, False)  # the encoder's final norm
-    stashed = _norm_saved(norm_kind(spec), spec.hidden_size, t, r, c, 0, False, w.method == "full")
+    stashed = _norm_saved(norm_kind(spec), spec.hidden_size, t, r, c, 0, False, w.method == "full") // max(1, w.tp)
     return moved, stashed
+
+
+def _packed(n: int) -> int:
+    """Bytes of one host copy: torchtune packs a saved tensor of at least 1,024 bytes
+    (``min_offload_size``), ``empty_like`` its numel x element size; a smaller one stays on the GPU."""
+    return n if n >= OFFLOAD_MIN_BYTES else 0
+
+
+#: torchtune OffloadActivations' default ``min_offload_size``.
+OFFLOAD_MIN_BYTES = 1024
+
+
+def offload_copies_modelled(spec: ModelSpec, w: Workload) -> bool:
+    """Whether :func:`offload_recopies` itemizes every pack of the blocks: eager decoder blocks
+    (no compile, no MLA or MoE experts, no 4-bit weights, one GPU's dims), not checkpointed or
+    all checkpointed (each block's input is then its one pack)."""
+    return (spec.kind == "decoder" and w.checkpointing in ("none", "full") and not w.compile and spec.mla is None
+            and not spec.is_moe and w.method in ("full", "lora") and not w.dora and spec.norm_placement == "pre"
+            and w.tp == 1)
+
+
+def offload_recopies(spec: ModelSpec, w: Workload, b: int, s: int) -> tuple[int, int]:
+    """Host bytes torchtune's OffloadActivations copies beyond each saved storage once: (all the
+    blocks', the final norm's).
+
+    ``pack_tensor`` (torchtune/training/_activation_offloading.py) makes a pinned host copy of
+    every tensor an op saves, of at least 1,024 bytes, that is not an ``nn.Parameter`` or
+    ``nn.Buffer`` instance: each save is its own copy, views included, so one storage saved by
+    several ops (or through several views) is copied each time. Beyond what the GPU keeps
+    (layer_activations, counted once), per block:
+
+    - each ``nn.Linear`` whose input needs a gradient saves ``weight.t()`` for it (``mm``): a view,
+      not a Parameter, so the weight is copied (c*k*n); under autocast the saved weight is the
+      half cast (the frozen ones are counted with the frozen casts); GPT-2's ``Conv1D`` saves the
+      Parameter itself (``addmm``), skipped unless cast. LoRA's ``lora_A`` and ``lora_B`` weights too;
+    - the linears reading one input (q, k, v; gate, up; or their adapters' ``lora_A``) each save
+      their own ``view(-1, k)`` of it: one copy per consumer;
+    - the fused attention's output, kept by the kernel and viewed again by ``o_proj``;
+    - LlamaRMSNorm's fp32 input, saved by ``pow`` and by ``hidden * rsqrt``, and the (t, 1) fp32
+      rsqrt, saved by ``rsqrt`` and by the same ``mul``;
+    - rotary's cos and sin, saved by ``q * cos``, ``k * cos`` and the two ``* sin`` in every block
+      (counted once for the whole model on the GPU);
+    less the SDPA's philox seed and offset (under 1,024 bytes, left on the GPU).
+    """
+    t = b * s
+    # the final norm runs inside the offloading context, never checkpointed; under tensor parallelism
+    # on the rank's s/tp tokens (SequenceParallel)
+    ts = t // max(1, w.tp)
+    final = (_packed(4 * spec.hidden_size * ts) + 2 * _packed(4 * ts)) if norm_kind(spec) == "rmsnorm" else 0
+    if not offload_copies_modelled(spec, w) or w.checkpointing == "full":
+        return 0, final
+    c = DTYPE_BYTES[w.compute_dtype]
+    autocast = w.autocast
+    full = w.method == "full"
+    dims = _dims_by_path(spec)
+    lora_b = c if autocast else DTYPE_BYTES[w.lora_dtype]
+    untracked = set(untracked_before_first_adapter(spec, w, b, s)[1])
+    own = 0 if lora_casts_input(w) else 1
+    per_block = 0
+    first_block = 0  # what block 0 does not save under LoRA (its input needs no gradient)
+    for group, members in linear_groups(spec).items():
+        for path, leaf in members:
+            k, n = dims.get(path, (0, 0))
+            role = next((x.role for x in spec.tensors if x.name == path + ".weight"), "linear")
+            trained = full or _adapted(w, leaf)
+            frozen_cast = autocast and not full  # counted with the frozen casts (core.offload_frozen_casts)
+            if full:
+                wb = _packed(c * k * n) if (role == "linear" or autocast) else 0
+            else:
+                wb = 0 if frozen_cast else _packed(c * k * n)
+                if trained:
+                    r = w.lora_rank
+                    wb += _packed(lora_b * r * k) + _packed(lora_b * r * n)
+            per_block += wb
+            if group in untracked:  # block 0: the base weight and lora_A's are not saved
+                first_block += wb - (_packed(lora_b * w.lora_rank * n) if trained and not full else 0)
+        if group in ("qkv", "mlp_in") and not autocast:
+            consumers = trained_linears(spec, w, group) * own
+            k = dims.get(members[0][0], (0, 0))[0] if members else 0
+            per_block += max(0, consumers - 1) * _packed(c * k * t)
+    D = _dims(spec, 1)
+    attention = sdpa_core(spec, w, cross=False)
+    attn_out_saves = trained_linears(spec, w, "attn_out") * own > 0
+    if attention != "eager":
+        if attn_out_saves and not (spec.attention_output_copy and c != 4):
+            per_block += _packed(c * D.a * D.d * t)
+        per_block -= SDPA_RNG
+    norms = len({x.module for x in spec.tensors
+                 if x.layer == 0 and x.role == "norm" and x.module not in ("q_norm", "k_norm")})
+    norm_extra = (_packed(4 * D.h * t) + 2 * _packed(4 * t)) if norm_kind(spec) == "rmsnorm" else 0
+    per_block += norms * norm_extra
+    if not full and untracked:
+        first_block += norm_extra  # the first norm of block 0 saves nothing
+    rotary = 0
+    if spec.position == "rotary":
+        # the tables come in the hidden states' dtype (LlamaRotaryEmbedding: cos.to(x.dtype)): fp32 under autocast
+        one = _packed((4 if spec.rotary_tables_fp32 or autocast else c) * (spec.rotary_dim or spec.head_dim) * s)
+        rotary = 4 * one
+        per_block += rotary
+        if not full and "qkv" in untracked:
+            # block 0: only the adapted q or k is rotated with a gradient
+            rot = [x for x in ("q_proj", "k_proj") if _adapted(w, x)]
+            first_block += rotary - 2 * one * len(rot)
+    blocks = per_block * spec.n_layers - first_block - (rotary_saved(spec, c, s) if rotary else 0)
+    return max(0, blocks), final
 
 
 def inference_layer_peak(spec: ModelSpec, w: Workload, b: int, s: int, S: int, tp: int = 1) -> int:

@@ -21,6 +21,7 @@ from vramlens.estimator.loading import HostLoad, host_load
 from vramlens.estimator.parallel import Split
 from vramlens.estimator.state import (
     TrainState,
+    block_share,
     default_stream_state,
     reserved_total,
     train_phases,
@@ -152,6 +153,10 @@ class ActivationTotals:
     recompute: int = 0  # what a checkpointed block's recomputation and backward add (0: nothing recomputed)
     recompute_after: int = 0  # activations freed before the first recomputation (every:N, trailing blocks)
     block_kept: int = 0  # what one block keeps for backward, on average
+    loss_outside_model: bool = False  # FSDP2 under torchtune's recipe: the loss runs with nothing gathered
+    #: ... and (blocks on this GPU, a block's parameters, all parameters, a block's input norm's backward with
+    #: its fp32 input brought back): see offloaded_block
+    offloaded_block: tuple[int, int, int, int] = (0, 0, 1, 0)
     block_backward: int = 0  # what a block's backward holds above its saved tensors
     uncheckpointed: tuple[int, int] = (1, 1)  # blocks not checkpointed, of all (autocast copies through backward)
 
@@ -427,9 +432,11 @@ def activation_totals(spec: ModelSpec, w: Workload, sp: Split) -> ActivationTota
     if sp.has_head:
         # bitsandbytes < 0.43.2: a 4-bit output layer keeps its input (the final norm's output) on its node
         model_level += A.bnb_kept_head_input(spec, w, b, s)
+    untracked = 0
     if not C.whole_blocks(w) and not compiled:  # a checkpointed block keeps its inputs whatever needs a gradient
         # (the compiled LoRA block counts its own: vramlens.estimator.compiled.lora_block)
-        model_level -= A.untracked_before_first_adapter(spec, w, b, s)[0] * H.columns(spec, w)
+        untracked = A.untracked_before_first_adapter(spec, w, b, s)[0] * H.columns(spec, w)
+        model_level -= untracked
     host = 0
     if w.activation_offload:
         # torchtune OffloadActivations (training/_activation_offloading.py): every tensor the blocks
@@ -437,7 +444,10 @@ def activation_totals(spec: ModelSpec, w: Workload, sp: Split) -> ActivationTota
         # storage freed; the output layer (NoOpManager) and the loss (outside the context) keep theirs
         moved, stashed = A.offloaded_model_level(spec, w, b, s)
         cols = H.columns(spec, w)
-        host = kept + (moved + stashed) * cols
+        # ... and each save is its own host copy: a storage saved by several ops, the linears' weights
+        recopied, final_norm_recopied = A.offload_recopies(spec, w, b, s)
+        host = (kept - untracked + int(recopied * frac) * inflight
+                + (moved + stashed + (final_norm_recopied if sp.has_head else 0)) * cols)
         model_level -= moved * cols
         kept = 0
     # the chunked loss has its own compiled figures (vramlens.estimator.losses.compiled_chunks)
@@ -459,6 +469,7 @@ def activation_totals(spec: ModelSpec, w: Workload, sp: Split) -> ActivationTota
                    + (A._r(DTYPE_BYTES[w.dtype] * spec.hidden_size * max(1, spec.ffn_size // tp))
                       if w.method == "full" else 0))
         later = (kept + model_level) * (cols - 1) // cols + working
+    from vramlens.estimator.losses import final_norm_backward as norm_backward
     from vramlens.estimator.losses import loss_figures
 
     lf = loss_figures(spec, w, b, s) if (sp.has_head and A.has_lm_head(spec)) else None
@@ -506,7 +517,12 @@ def activation_totals(spec: ModelSpec, w: Workload, sp: Split) -> ActivationTota
                             recompute_after=(int(blocks.freed * frac) * inflight + (
                                 A.final_norm_saved(spec, w, b, s) if blocks.recompute and sp.has_head else 0)),
                             uncheckpointed=blocks.uncheckpointed,
-                            block_kept=blocks.kept // max(1, spec.n_layers),
+                            # offloaded, a block's saved tensors are not in the GPU's activations to free
+                            block_kept=0 if w.activation_offload else blocks.kept // max(1, spec.n_layers),
+                            loss_outside_model=w.activation_offload and w.fsdp,
+                            offloaded_block=((sp.layers, *block_share(spec),
+                                              norm_backward(spec, w, b * s) + A._r(4 * spec.hidden_size * b * s))
+                                             if w.activation_offload and w.fsdp and sp.layers else (0, 0, 1, 0)),
                             block_backward=block_bwd, mlp_backward=mlp_bwd,
                             head_dequant_forward=head_fwd, head_dequant_backward=head_bwd,
                             fp8_temporary=F8.gate_up_backward(spec, w, b, s, tp) if sp.layers else 0)
@@ -622,6 +638,13 @@ def _block_figures(spec: ModelSpec, w: Workload,
     elif w.checkpoint_every is not None:
         formula += f" (every:{w.checkpoint_every}: no block is an N-th one, none checkpointed)"
     return BlockFigures(sum(la.saved * n for la, n in layers), saved, 0, 0, (1, 1), formula)
+
+
+def offloaded_block(st: TrainState, fig: tuple[int, int, int, int]) -> tuple[int, int, int]:
+    """train_phases' ``offloaded_block`` from ActivationTotals.offloaded_block: (blocks, one block's
+    share of ``st``'s sharded gradients, the norm's backward). Shared with the advisor's FastMemory."""
+    layers, block, total, norm = fig
+    return layers, st.grads * block // max(1, total), norm
 
 
 def output_layer_cast(spec: ModelSpec, w: Workload, has_head: bool) -> int:
@@ -831,8 +854,13 @@ def estimate_spec(spec: ModelSpec, w: Workload, gpu: GPU | None = None, *, headr
         if act_host:
             explain["activations"] += (f"; activation offloading: the blocks' saved tensors on the host "
                                        f"({act_host:,} B), the output layer's input and the loss' on the GPU")
-            notes.append("activation offloading: host_bytes counts each saved tensor once; torchtune copies a "
-                         "tensor each time it is saved (an RMSNorm's fp32 input twice), so the host needs more")
+            if A.offload_copies_modelled(spec, w):
+                notes.append("activation offloading: host_bytes is torchtune's pinned copies, one per saved tensor "
+                             "of at least 1 KiB that is not a Parameter (a linear's weight.t() is copied; a tensor "
+                             "saved by two ops twice); PyTorch's pinned allocator rounds each up to a power of two")
+            else:
+                notes.append("activation offloading: host_bytes counts each saved tensor once (a lower bound): "
+                             "torchtune copies a tensor each time an op saves it, a linear's weight.t() included")
         if st.frozen_casts:
             explain["activations"] += f"; frozen weights' {w.amp} casts kept for backward ({st.frozen_casts:,} B)"
         logits = A.logits_bytes(spec, w, w.batch * w.seq) if sp.has_head else 0
@@ -847,7 +875,8 @@ def estimate_spec(spec: ModelSpec, w: Workload, gpu: GPU | None = None, *, headr
             return train_phases(s, acts, loss_tmp, head_saved, w.grad_accum, logits,
                                 later_pass=at.later_pass, recompute=at.recompute, recompute_after=at.recompute_after,
                                 uncheckpointed=at.uncheckpointed, block_kept=at.block_kept,
-                                block_backward=at.block_backward,
+                                block_backward=at.block_backward, loss_outside_model=at.loss_outside_model,
+                                offloaded_block=offloaded_block(s, at.offloaded_block),
                                 loss_backward=at.loss_backward,
                                 loss_backward_over=at.loss_backward_over, head_backward=at.head_backward,
                                 head_grads=at.head_grads, head_backward_later=at.head_backward_later,

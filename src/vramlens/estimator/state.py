@@ -110,6 +110,11 @@ def _first_block_and_embedding(spec: ModelSpec) -> tuple[int, int]:
     return block, emb
 
 
+def block_share(spec: ModelSpec) -> tuple[int, int]:
+    """(the first block's parameters, all parameters): one block's share of the gradients."""
+    return _first_block_and_embedding(spec)[0], max(1, _param_numel(spec))
+
+
 def last_gradients(spec: ModelSpec, w: Workload, grads: int) -> int:
     """Of ``grads``, the gradients made only when backward reaches the first block (its own
     parameters' and untied input embeddings'): they do not exist while that block is recomputed."""
@@ -331,7 +336,8 @@ def train_phases(st: TrainState, acts: int, loss_tmp: int, head_saved: int, grad
                  dequant_backward: int = 0, dequant_temporary: int = 0,
                  mlp_backward: int = 0, kept_inputs: int = 0,
                  kept_next: bool = False, head_dequant_forward: int = 0,
-                 head_dequant_backward: int = 0) -> tuple[tuple[str, int], ...]:
+                 head_dequant_backward: int = 0, loss_outside_model: bool = False,
+                 offloaded_block: tuple[int, int, int] = (0, 0, 0)) -> tuple[tuple[str, int], ...]:
     """Live bytes at each phase's peak (workspaces included); see the module docstring.
 
     Args:
@@ -373,6 +379,11 @@ def train_phases(st: TrainState, acts: int, loss_tmp: int, head_saved: int, grad
             so alive until the graph goes (Workload.bnb_inputs).
         kept_next: the loop keeps the step's output, so the graph and ``kept_inputs``, through the
             optimizer step and until the next forward returns (before its loss).
+        loss_outside_model: FSDP2 with the loss run after the model's forward returns (torchtune's
+            recipe, under activation offloading): nothing is gathered while it runs forward and backward.
+        offloaded_block: FSDP2 under activation offloading, (blocks on this GPU, one block's sharded
+            gradients, a block's input norm's backward with its brought-back fp32 input): the candidates
+            of a block's backward when its saved tensors come back from the host.
         head_dequant_forward, head_dequant_backward: a 4-bit output layer's matmul in forward / backward
             (``quant_head``: its weight dequantized with the logits or their gradients,
             activations.head_dequant_transients), on top of the blocks' saved activations.
@@ -411,16 +422,41 @@ def train_phases(st: TrainState, acts: int, loss_tmp: int, head_saved: int, grad
         # copied from, which FSDP2 holds (FSDPCommContext.all_gather_state) until the next
         # all-gather; at the loss only the last block's flat output is still held
         fwd = sh + gfwd + R + fwd_casts + max(gathers + acts - head_saved, B + acts + loss_tmp)
+        root_at_loss, block_at_loss = R, B
+        if loss_outside_model and not st.gather_kept:
+            # torchtune's recipe calls the loss on the logits the model returned: the root's post-forward
+            # hook has resharded it (fully_shard(..., reshard_after_forward=True), as torchtune's
+            # shard_model passes) and freed the last block's all-gather output, and the root gathers
+            # again only when the logits' gradient reaches its pre-backward hook: the loss' forward and
+            # backward run with nothing gathered. The forward's peak is then its start: until block 0's
+            # all-gather is copied out, the root's flat all-gather output (FSDPCommContext.all_gather_state)
+            # is held beside the root's unsharded parameters and block 0's
+            root_at_loss = block_at_loss = 0
+            fwd = max(sh + gfwd + fwd_casts + 2 * R + gathers,
+                      sh + gfwd + R + fwd_casts + gathers + acts - head_saved, sh + gfwd + fwd_casts + acts + loss_tmp)
         head = max(gfwd, st.head_grad)
         # the last block's backward runs before any reduce-scatter; each later block's starts with
         # the previous block's reduce-scatter input still held (foreach_reduce's input is kept until
         # the next reduce-scatter) and that block's activations freed. A block's backward holds its
         # MLP's gradients above what it saved (the recomputation's figure includes them)
         work = recompute or block_backward
-        bwd = max(sh + gfwd + R + B + bwd_casts + acts + loss_bwd,
+        bwd = max(sh + gfwd + root_at_loss + block_at_loss + bwd_casts + acts + loss_bwd,
                   sh + head + R + gathers + bwd_casts + acts - head_saved - recompute_after + work,
                   sh + head + R + bufs + bwd_casts + acts - head_saved - block_kept + work,
                   sh + st.grads - st.last_grads + R + bufs + work)
+        n_blocks, g, norm_bwd = offloaded_block
+        if loss_outside_model and norm_bwd and not st.gather_kept:
+            # a block's input norm's backward, the block's saved tensors offloaded: its unsharded gradients
+            # (B, all made by then) and the norm's fp32 backward with the input brought back from the host;
+            # the root still gathered and its output layer's gradient unsharded (the root's reduce-scatter
+            # runs last). The first block in backward holds its gathered parameters and the prefetched
+            # block's; a middle one also the previous block's reduce-scatter input; block 0 its own
+            # parameters and block 1's reduce-scatter input, with every other block's sharded gradients
+            base = sh + head + R + bwd_casts + B + norm_bwd
+            cands = [base + gathers, base + B + Br + (n_blocks - 1) * g]
+            if n_blocks >= 3:
+                cands.append(base + gathers + Br + (n_blocks - 2) * g)
+            bwd = max(bwd, *cands)
         optim = sh + _step(st)
     else:
         persistent = st.weights + st.master + st.opt + st.comm

@@ -547,6 +547,11 @@ FSDP_ROWS: tuple[tuple[str, dict[str, Any]], ...] = (
     _ckpt_row("llama-3-8b", "every:2", dtype="fp32", amp="bf16", **_FSDP),
     _ckpt_row("llama-3-8b", "selective-op", dtype="fp32", amp="bf16", **_FSDP),
     _ckpt_row("llama-3-8b", "selective-op", **_FSDP),
+    # torchtune's recipe under FSDP2: OffloadActivations around the model, the loss outside it, so the
+    # root is resharded when the loss runs (2 ranks, the case; MHA and GQA; mixed precision)
+    _ckpt_row("llama-2-7b", "none", activation_offload=True, gpus=2, fsdp=True),
+    _ckpt_row("llama-3-8b", "none", activation_offload=True, **_FSDP),
+    _ckpt_row("llama-2-7b", "none", dtype="fp32", amp="bf16", activation_offload=True, **_FSDP),
 )
 
 #: Tensor parallelism per rank (the fake process group, vramlens.trace.tp): torchtitan's plan (embedding

@@ -8,8 +8,16 @@ referenced in ``fwd_stash`` until ``max_fwd_stash_size`` = 5 later saves. Unpack
 host copy comes back (``.to("cuda")``) and is referenced until the next autograd node starts
 (``bwd_tensor_stash``). The output layer runs under ``NoOpManager`` (its input is not offloaded).
 
+Each pack makes its own host copy of what it is given (torchtune 0.4 and 0.5 alike): a storage saved
+by two ops is copied twice, and a view is copied as the view, so a linear's ``weight.t()`` (a plain
+tensor, not an ``nn.Parameter``) puts every block weight on the host each forward. Parameters and
+buffers are skipped by identity here; torchtune's ``isinstance(t, nn.Buffer)`` is false for a buffer
+registered as a plain tensor, which no traced block saves. Not modelled: torchtune's unpack reuses a
+tensor still in the forward stash (the last saves of the forward) instead of bringing it back.
+
 Here the device is CPU (fake): the host copy is an allocation tagged ``host`` (not counted on the
-GPU; a CPU-only build cannot pin memory) and the bring-back is a copy made in backward.
+GPU; a CPU-only build cannot pin memory, and the pinned allocator's power-of-two rounding is not
+applied) and the bring-back is a copy made in backward.
 """
 
 from __future__ import annotations
