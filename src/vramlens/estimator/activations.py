@@ -255,6 +255,12 @@ def _untracked_first_block(spec: ModelSpec, w: Workload, t: int, groups: list[st
     c = DTYPE_BYTES[w.compute_dtype]
     r = 4 if w.run_dtype == "fp32" else c
     own = _norm_saved(norm_kind(spec), spec.hidden_size, t, r, c, 0, False, False)
+    if spec.parallel_norms_share_input and not trained_linears(spec, w, "mlp_in"):
+        # GPT-NeoX's parallel block: the MLP reads the block's input through its own norm, so in the first
+        # block nothing on that branch needs a gradient unless its linears are adapted: the norm's mean and
+        # rstd and the MLP's saved tensors (the activation's input) are not kept either
+        own += _norm_saved(norm_kind(spec), spec.hidden_size, t, r, c, 0, False, False) - _r(r * spec.hidden_size * t)
+        own += _mlp_saved(spec, _dims(spec, 1), t, c, bool(trained_linears(spec, w, "mlp_out")), _autocast(w))
     if w.dora and w.lora_dropout > 0:
         # DoRA's F.linear(dropped x, weight) on an input that needs no gradient keeps no weight
         own += sum(dora_weight_copy(w, k, n, c) for k, n in adapted_dims(spec, w, groups[-1]))
@@ -726,6 +732,8 @@ def layer_activations(spec: ModelSpec, w: Workload, b: int, s: int, *, cross_s: 
                                                                                           casts, full)
     else:
         total += _sp_norm_saved(kind, D.h, t, r, c, mlp_consumers, casts, full, sp)
+        if spec.parallel_norms_share_input and kind == "layernorm":
+            total -= _r(r * D.h * t) // sp  # its input is the block's, which the attention's norm keeps
     dense = spec.is_moe and layer is not None and layer in spec.dense_layer_ids
     # fused MoE experts are not nn.Linear (not in linear_groups): they train only in full fine-tuning
     total += _mlp_saved(spec, D, t, c, (full and own > 0) if (spec.is_moe and not dense) else mlp_out_saves, autocast,

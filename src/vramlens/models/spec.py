@@ -327,6 +327,9 @@ class ModelSpec:
     #: transformers lets the model run SDPA (``_supports_sdpa``); False (gpt-oss): it runs eager
     #: when SDPA is asked for or nothing is, so vramlens estimates ``--attention sdpa`` as eager
     sdpa: bool = True
+    #: GPT-NeoX's parallel block (``use_parallel_residual``): attention and MLP both read the block's input
+    #: through a LayerNorm each, ``x + attn(ln1(x)) + mlp(ln2(x))``, so the two norms keep one input
+    parallel_norms_share_input: bool = False
     # ---- Gemma 2 --------------------------------------------------------------------------------
     #: ``attn_logit_softcapping``: eager attention computes ``tanh(scores / cap) * cap`` before the mask
     #: and softmax, and tanh keeps its output (b x a x s x S in the compute dtype) for backward

@@ -265,6 +265,12 @@ def build_gpt_neox(r: ConfigReader, architecture: str) -> Built:
         r, hidden_size=h, n_heads=a, n_kv_heads=a, head_dim=d, ffn_size=f, vocab_size=V,
         n_decoder_layers=L, max_position=max_pos, activation=act, position="rotary",
         tied_embeddings=tied, fused_qkv_kept=True,
+        # GPTNeoXLayer.forward: use_parallel_residual (configuration_gpt_neox.py default True) feeds the block's
+        # input to both input_layernorm and post_attention_layernorm
+        parallel_norms_share_input=r.raw.get("use_parallel_residual", True) is not False,
+        # apply_rotary_pos_emb (modeling_gpt_neox.py) builds q and k with torch.cat of the rotated and passed
+        # parts: contiguous head-major, so the fused kernel's output comes back transposed and is copied
+        attention_output_copy=True,
     ), t.items)
 
 
