@@ -879,8 +879,11 @@ def estimate_spec(spec: ModelSpec, w: Workload, gpu: GPU | None = None, *, headr
         temporaries = max(loss_tmp, loss_bwd, st.opt_tmp + st.master_grads + st.in_backward_addend, recompute,
                           second, at.dequant_temporary, at.mlp_backward, at.fp8_temporary, tied,
                           at.head_dequant_forward, at.head_dequant_backward)
-        explain["temporaries"] = (f"max(loss: logits + fp32 upcast {loss_tmp:,} B, loss backward: two fp32 "
-                                  f"gradients {loss_bwd:,} B, optimizer step {st.opt_tmp + st.master_grads:,} B: "
+        loss_words = (("the previous step's logits, held until the forward returns", "the held logits and their "
+                       "dense gradient") if w.loss == "logits-sum" and sp.has_head
+                      else ("logits + fp32 upcast", "two fp32 gradients"))
+        explain["temporaries"] = (f"max(loss: {loss_words[0]} {loss_tmp:,} B, loss backward: {loss_words[1]} "
+                                  f"{loss_bwd:,} B, optimizer step {st.opt_tmp + st.master_grads:,} B: "
                                   f"{explain.pop('optimizer_step', '')}"
                                   + (f", one block recomputed in backward {recompute:,} B" if recompute else "")
                                   + (f", the last block's MLP backward {at.mlp_backward:,} B" if at.mlp_backward
