@@ -23,6 +23,7 @@ from vramlens.estimator.state import (
     TrainState,
     default_stream_state,
     reserved_total,
+    tied_last,
     train_phases,
     train_state,
 )
@@ -847,6 +848,7 @@ def estimate_spec(spec: ModelSpec, w: Workload, gpu: GPU | None = None, *, headr
                                 dequant_backward=at.dequant_backward, dequant_temporary=at.dequant_temporary,
                                 mlp_backward=at.mlp_backward, kept_inputs=kept_inputs,
                                 kept_next=w.bnb_inputs == "next-forward",
+                                tied_last=tied_last(spec, w, sp.has_head, logits),
                                 head_dequant_forward=at.head_dequant_forward,
                                 head_dequant_backward=at.head_dequant_backward)
 
