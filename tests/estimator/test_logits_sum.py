@@ -75,3 +75,18 @@ def test_refusals(model, kw, message):
     with pytest.raises(ConfigError) as e:
         estimate(model, mode="train", **kw)
     assert str(e.value) == message
+
+
+def test_a_tied_output_layer_peaks_at_the_embeddings_backward():
+    # DistilBERT at 1 x 128 tokens: the last op of backward adds the embedding's weight gradient to the tied
+    # decoder's (two V x h addends and their sum, every other gradient alive): fp16 (30,522 x 768) x 2 B each
+    head_grad = 2 * 30_522 * 768  # 46,881,792 B
+    logits = 2 * 30_522 * 128  # 7,813,632 B, still held by the loop's outputs under logits-sum
+    kw = dict(HARNESS, batch=1, seq=128)
+    for loss, held in (("logits-sum", logits), ("cross-entropy", 0)):
+        e = estimate("distilbert-base-uncased", **kw, loss=loss).breakdown
+        c = e.as_dict()
+        assert c["weights"] == 133_975_552 and c["gradients"] == 133_971_456
+        assert e.peak_phase == "backward"
+        assert e.peak_allocated == c["weights"] + c["gradients"] + 2 * head_grad + held + WORKSPACE
+    assert estimate("distilbert-base-uncased", **kw, loss="logits-sum").peak_allocated == 438_730_240
