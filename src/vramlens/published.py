@@ -95,6 +95,26 @@ _A10G = _Setup(gpu="A10G", cuda="12.1", lazy_loading=True)
 _TITAN_8B = dict(mode="train", dtype="fp32", amp="bf16", fsdp=True, batch=2, seq=8192, checkpointing="selective-op",
                  optimizer="adamw", optimizer_impl="foreach")
 _H100_96 = _Setup(gpu="H100-NVL-94GB", cuda="12.4", lazy_loading=True)  # the catalog's nearest to H100 96GB HBM2e
+# The SDPA training tables of transformers' model docs (bert.md, opt.md, distilbert.md): their benchmark loop
+# runs outputs = model(**inputs); outputs.logits.sum().backward() in train mode (dropout on) with no labels, no
+# attention_mask and no optimizer, and reads max_memory_allocated after warm-up (--loss logits-sum). BERT ran on an
+# A100 (PyTorch 2.2.0), OPT on an L40S (PyTorch 2.4.0), DistilBERT on an RTX 2060 (PyTorch 2.3.1; not in the catalog:
+# the RTX 2080 Ti, the same Turing sm_75 and so the same default cuBLAS workspace, the one GPU-dependent term here).
+_SDPA_HARNESS = {"mode": "train", "dtype": "fp16", "optimizer": "none", "loss": "logits-sum"}
+_L40S = _Setup(gpu="L40S", cuda="12.1", lazy_loading=True)
+_RTX2060 = _Setup(gpu="RTX-2080-Ti", cuda="12.1", lazy_loading=True)
+
+
+def _sdpa_cases(prefix: str, model: str, rows: tuple[tuple[int, int, str], ...], setup: _Setup) -> dict[str, Case]:
+    return {f"{prefix}-bs{b}-s{s}-{att}": Case(model, {**_SDPA_HARNESS, "batch": b, "seq": s, "attention": att},
+                                               figure="peak_allocated", **setup)
+            for b, s, att in rows}
+
+
+_BERT_ROWS = tuple((b, s, att) for b in (4, 8, 16) for s in (256, 512) for att in ("eager", "sdpa"))
+_OPT_ROWS = ((1, 1024, "eager"), (1, 2048, "eager"), (2, 1024, "eager"), (4, 512, "eager"), (8, 256, "eager"),
+             (8, 1024, "eager"), (1, 2048, "sdpa"), (8, 1024, "sdpa"))
+_DISTIL_ROWS = tuple((b, s, att) for b, s in ((1, 128), (4, 256), (8, 128), (8, 256)) for att in ("eager", "sdpa"))
 # torchtune's README "Optimization flags" table (commit 1814feb1, November 2024): Llama 3.2 3B on an A100, batch 2
 # packed to 4096 tokens, bf16 parameters and states, torch.optim.AdamW; the figure is peak_memory_active. The table
 # does not say foreach or fused, its figures do: the Baseline row (25.5 GiB) and the checkpointed rows sit under
@@ -172,18 +192,6 @@ CASES: dict[str, Case] = {
         "gpt2", {"mode": "train", "dtype": "fp16", "attention": "eager", "seq": 2048},
         {"n_embd": 12_288, "n_head": 96, "n_layer": 96, "n_positions": 2048, "activation_function": "gelu"},
         "layer_activations"),
-    "hf-sdpa-bert-base-train-bs16-s512-eager": Case("bert-base-uncased", {"mode": "train", "dtype": "fp16", "optimizer": "none",
-                                                                          "batch": 16, "seq": 512, "attention": "eager"},
-                                                    figure="peak_allocated"),
-    "hf-sdpa-bert-base-train-bs16-s512-sdpa": Case("bert-base-uncased", {"mode": "train", "dtype": "fp16", "optimizer": "none",
-                                                                         "batch": 16, "seq": 512, "attention": "sdpa"},
-                                                   figure="peak_allocated"),
-    "hf-sdpa-bert-base-train-bs4-s256-eager": Case("bert-base-uncased", {"mode": "train", "dtype": "fp16", "optimizer": "none",
-                                                                         "batch": 4, "seq": 256, "attention": "eager"},
-                                                   figure="peak_allocated"),
-    "hf-sdpa-opt350m-train-bs1-s2048-eager": Case("opt-350m", {"mode": "train", "dtype": "fp16", "optimizer": "none",
-                                                               "batch": 1, "seq": 2048, "attention": "eager"},
-                                                  figure="peak_allocated"),
     "hf-llmopt-octocoder-kvcache-16k-mha-derived": Case("starcoder", {"dtype": "fp16", "seq": 16_000},
                                                         {"multi_query": False}, "kv_cache"),
     "torchao-readme-llama2-7b-torch-fused": Case("llama-2-7b", {**_TORCHAO_7B, "optimizer": "adamw",
@@ -253,6 +261,9 @@ CASES: dict[str, Case] = {
                                                                 "quant_targets": "all"},
                                                figure="peak_allocated", **_A100),
     "peft-readme-bloomz-7b1-lora-pytorch": Case("bloom-7b1", _PEFT_BLOOMZ, figure="peak_allocated", **_A100_2022),
+    **_sdpa_cases("hf-sdpa-bert-base-train", "bert-base-uncased", _BERT_ROWS, _A100),
+    **_sdpa_cases("hf-sdpa-opt350m-train", "opt-350m", _OPT_ROWS, _L40S),
+    **_sdpa_cases("hf-sdpa-distilbert-train", "distilbert-base-uncased", _DISTIL_ROWS, _RTX2060),
 }
 
 # PEFT's seq2seq rows: tokenizer(inputs, truncation=True) padded by collate_fn to each batch's longest tweet, labels

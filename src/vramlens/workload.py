@@ -73,8 +73,11 @@ BnbInputs = Literal["none", "step", "next-forward"]
 CacheKind = Literal["dynamic", "static", "offloaded", "quantized"]
 #: The causal-LM loss: transformers' cross-entropy over the full logits (chunked with loss_chunks,
 #: as torchtune's CEWithChunkedOutputLoss), or a fused linear + cross-entropy (Liger's) that never
-#: materializes the full logits.
-Loss = Literal["cross-entropy", "fused-linear"]
+#: materializes the full logits. ``logits-sum``: no labels and no cross-entropy, the benchmark loop
+#: of transformers' model docs' SDPA tables and optimum's BetterTransformer training benchmark
+#: (``outputs = model(**inputs); loss = outputs.logits.sum(); loss.backward()``): the loop's
+#: ``outputs`` keeps the logits alive through backward and until the next forward returns.
+Loss = Literal["cross-entropy", "fused-linear", "logits-sum"]
 #: What ``torch.compile`` covers (see Workload.compile_scope).
 CompileScope = Literal["model", "blocks"]
 
@@ -480,6 +483,9 @@ class Workload:
         if self.loss == "fused-linear" and self.loss_chunks > 1:
             p.append(f"loss=fused-linear chunks the tokens itself (Liger's chunk size); loss_chunks={self.loss_chunks} "
                      "applies to the cross-entropy loss: drop --loss-chunks")
+        if self.loss == "logits-sum" and self.loss_chunks > 1:
+            p.append(f"loss=logits-sum sums the whole logits (no cross-entropy to chunk); loss_chunks="
+                     f"{self.loss_chunks} applies to the cross-entropy loss: drop --loss-chunks")
         if self.loss_parallel and self.mode == "train" and self.tp == 1:
             p.append("loss_parallel shards the logits over the tensor-parallel ranks, and tp=1 has none: "
                      "set --tp (e.g. --tp 8) or drop --loss-parallel")

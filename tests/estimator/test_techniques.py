@@ -90,7 +90,7 @@ def test_fused_linear_loss_never_materializes_logits(llama7b):
     (dict(loss="fused-linear", loss_chunks=8), "loss=fused-linear chunks the tokens itself (Liger's chunk size); "
                                                "loss_chunks=8 applies to the cross-entropy loss: drop --loss-chunks"),
     (dict(loss_chunks=16, seq=8), "loss_chunks=16 is more than the seq=8 tokens it splits: use --loss-chunks 8"),
-    (dict(loss="focal"), "loss='focal' is not one of: cross-entropy, fused-linear"),
+    (dict(loss="focal"), "loss='focal' is not one of: cross-entropy, fused-linear, logits-sum"),
 ])
 def test_loss_refusals(kw, message):
     with pytest.raises(ConfigError) as e:

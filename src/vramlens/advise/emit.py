@@ -94,6 +94,9 @@ def _no_techniques(w: Workload, kind: str) -> None:
     if w.loss == "fused-linear":
         what.append("uses a fused linear cross-entropy (--loss fused-linear, Liger's; the Trainer's "
                     "use_liger_kernel patches other layers too)")
+    if w.loss == "logits-sum":
+        what.append("sums the logits instead of a loss (--loss logits-sum, the SDPA benchmark loop of transformers' "
+                    "model docs)")
     if w.loss_parallel:
         what.append("shards the loss over the vocabulary (--loss-parallel, torchtitan's loss_parallel)")
     if w.fp8:
@@ -579,6 +582,8 @@ def torchtune(plan: Plan) -> dict[str, Any]:
         refuse.append("offloads without FSDP")
     if w.loss == "fused-linear":
         refuse.append("uses a fused linear cross-entropy (--loss fused-linear)")
+    if w.loss == "logits-sum":
+        refuse.append("sums the logits instead of a loss (--loss logits-sum)")
     if w.loss_parallel:
         refuse.append("shards the loss (--loss-parallel, torchtitan's)")
     if w.compile and w.compile_scope == "model":
@@ -753,6 +758,8 @@ def torchtitan(plan: Plan) -> dict[str, Any]:
                       "selective modes are per-op (selective-op) and every N-th block (every:N)")
     if w.activation_offload or w.loss_chunks > 1 or w.loss == "fused-linear":
         refuse.append("offloads activations or chunks or fuses the loss (torchtune's and Liger's techniques)")
+    if w.loss == "logits-sum":
+        refuse.append("sums the logits instead of a loss (--loss logits-sum)")
     if refuse:
         raise InputError("--emit torchtitan: the plan " + "; and ".join(refuse))
     if w.fsdp:

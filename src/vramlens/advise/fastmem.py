@@ -47,6 +47,7 @@ from vramlens.estimator.state import (
     TrainState,
     default_stream_state,
     reserved_total,
+    tied_last,
     train_phases,
     train_state,
 )
@@ -107,6 +108,7 @@ class Activations:
     head_dequant_forward: int = 0  # a 4-bit output layer's forward matmul (quant_head)
     head_dequant_backward: int = 0  # ... its backward matmul
     mlp_backward: int = 0  # the last block's MLP backward transient
+    tied_last: int | None = None  # a tied output layer: held beside the two weight-gradient addends (state.tied_last)
 
 
 @dataclass(frozen=True, slots=True)
@@ -249,6 +251,7 @@ class FastMemory:
                 * sp.micro_batches_in_flight
                 + (bnb_kept_head_input(self.spec, w, w.batch, w.seq) if sp.has_head else 0),
                 kept_next=w.bnb_inputs == "next-forward",
+                tied_last=tied_last(self.spec, w, sp.has_head, logits),
                 head_cast=output_layer_cast(self.spec, w, sp.has_head) if w.activation_offload else None)
         return a
 
@@ -289,6 +292,7 @@ class FastMemory:
                                 final_norm_backward=a.final_norm_backward, dequant_forward=a.dequant_forward,
                                 dequant_backward=a.dequant_backward, dequant_temporary=a.dequant_temporary,
                                 mlp_backward=a.mlp_backward, kept_inputs=a.kept_inputs, kept_next=a.kept_next,
+                                tied_last=a.tied_last,
                                 head_dequant_forward=a.head_dequant_forward,
                                 head_dequant_backward=a.head_dequant_backward)
 

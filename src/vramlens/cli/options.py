@@ -149,8 +149,10 @@ def add_workload_args(p: argparse.ArgumentParser) -> None:
                    help="chunked cross-entropy (torchtune CEWithChunkedOutputLoss; 8 there): the output layer and "
                         "the loss run on N chunks of the sequence, the fp32 upcast one chunk at a time (default 1)")
     g.add_argument("--loss", choices=W.LOSSES, default="cross-entropy",
-                   help="the causal-LM loss: cross-entropy over the logits, or fused-linear (Liger's fused linear "
-                        "cross-entropy: the full logits never exist)")
+                   help="the causal-LM loss: cross-entropy over the logits, fused-linear (Liger's fused linear "
+                        "cross-entropy: the full logits never exist), or logits-sum (the SDPA benchmark loop of "
+                        "transformers' model docs: outputs.logits.sum() with no labels, the outputs held into the "
+                        "next forward; masked or causal LMs)")
     g.add_argument("--loss-parallel", action="store_true",
                    help="with --tp: the logits and the loss stay sharded over the vocabulary (torchtitan "
                         "loss_parallel); without it every rank gathers the whole logits")

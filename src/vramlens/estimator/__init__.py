@@ -107,6 +107,9 @@ def check_workload(spec: ModelSpec, w: Workload) -> None:
                      f"most min(in, out) = {side}; use --lora-rank {side} or less")
     if w.training and w.loss_parallel and spec.head != "causal-lm":
         p.append(f"loss_parallel shards a causal LM's logits; {spec.name} trains {spec.head}: drop --loss-parallel")
+    if w.training and w.loss == "logits-sum" and spec.head not in ("causal-lm", "masked-lm"):
+        p.append(f"loss=logits-sum sums a language model's logits; {spec.name} trains {spec.head}: drop --loss "
+                 "or use --task causal-lm / masked-lm")
     if w.training and (w.loss_chunks > 1 or w.loss == "fused-linear") and spec.head != "causal-lm":
         p.append(f"loss={w.loss} loss_chunks={w.loss_chunks} apply to a causal LM's loss; {spec.name} trains "
                  f"{spec.head}: drop --loss/--loss-chunks or use --task causal-lm")

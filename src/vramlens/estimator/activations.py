@@ -1166,7 +1166,8 @@ def model_level_saved(spec: ModelSpec, w: Workload, b: int, s: int) -> int:
     t = b * s
     c = DTYPE_BYTES[w.compute_dtype]
     r = 4 if w.run_dtype == "fp32" else c
-    total = (pixel_saved(spec, w, b) if spec.vision is not None else _r(8 * t)) + H.label_bytes(spec, b, s)
+    labels = 0 if w.loss == "logits-sum" else H.label_bytes(spec, b, s)  # the loop passes no labels
+    total = (pixel_saved(spec, w, b) if spec.vision is not None else _r(8 * t)) + labels
     if spec.position == "rotary":
         # cos and sin (per layer type), shared by the blocks: (1, s, d), from position_ids =
         # cache_position.unsqueeze(0) (modeling_llama.py LlamaModel.forward; ModernBertModel.forward)

@@ -24,6 +24,7 @@ from vramlens.estimator.state import (
     block_share,
     default_stream_state,
     reserved_total,
+    tied_last,
     train_phases,
     train_state,
 )
@@ -885,6 +886,7 @@ def estimate_spec(spec: ModelSpec, w: Workload, gpu: GPU | None = None, *, headr
                                 dequant_backward=at.dequant_backward, dequant_temporary=at.dequant_temporary,
                                 mlp_backward=at.mlp_backward, kept_inputs=kept_inputs,
                                 kept_next=w.bnb_inputs == "next-forward",
+                                tied_last=tied_last(spec, w, sp.has_head, logits),
                                 head_dequant_forward=at.head_dequant_forward,
                                 head_dequant_backward=at.head_dequant_backward)
 
@@ -917,8 +919,11 @@ def estimate_spec(spec: ModelSpec, w: Workload, gpu: GPU | None = None, *, headr
         temporaries = max(loss_tmp, loss_bwd, st.opt_tmp + st.master_grads + st.in_backward_addend, recompute,
                           second, at.dequant_temporary, at.mlp_backward, at.fp8_temporary, tied,
                           at.head_dequant_forward, at.head_dequant_backward)
-        explain["temporaries"] = (f"max(loss: logits + fp32 upcast {loss_tmp:,} B, loss backward: two fp32 "
-                                  f"gradients {loss_bwd:,} B, optimizer step {st.opt_tmp + st.master_grads:,} B: "
+        loss_words = (("the previous step's logits, held until the forward returns", "the held logits and their "
+                       "dense gradient") if w.loss == "logits-sum" and sp.has_head
+                      else ("logits + fp32 upcast", "two fp32 gradients"))
+        explain["temporaries"] = (f"max(loss: {loss_words[0]} {loss_tmp:,} B, loss backward: {loss_words[1]} "
+                                  f"{loss_bwd:,} B, optimizer step {st.opt_tmp + st.master_grads:,} B: "
                                   f"{explain.pop('optimizer_step', '')}"
                                   + (f", one block recomputed in backward {recompute:,} B" if recompute else "")
                                   + (f", the last block's MLP backward {at.mlp_backward:,} B" if at.mlp_backward

@@ -20,6 +20,13 @@ With t = b*s tokens, V the vocabulary, h the hidden size, c bytes of the compute
   loss per token, and per chunk of ``next_power_of_2(ceil(t / ceil(V / h)))`` tokens (Liger's
   rule: a chunk's logits about the size of the input) the chunk's logits, overwritten in place
   by their gradient, and ``chunk_grad @ weight`` (c*h per token) copied into grad_input.
+* ``--loss logits-sum``: the loop of transformers' model docs' SDPA benchmarks (``outputs =
+  model(**inputs); loss = outputs.logits.sum(); loss.backward()``, no labels). Nothing is saved
+  for the sum, but ``outputs`` holds the logits (c*V*t) through backward, and the previous step's
+  until the next forward returns (the name is rebound then). ``SumBackward`` hands back
+  ``grad.expand(sizes)`` (no bytes); on CUDA the output layer's matmuls cannot read that stride-0
+  gradient and clone it dense (``prepare_matrix_for_cublas``, aten/src/ATen/native/cuda/Blas.cpp):
+  c*V*t more while the output layer's backward runs.
 """
 
 from __future__ import annotations
@@ -79,12 +86,22 @@ def final_norm_backward(spec: ModelSpec, w: Workload, t: int) -> int:
 
 def loss_figures(spec: ModelSpec, w: Workload, b: int, s: int) -> LossFigures | None:
     """The figures of a chunked or fused causal-LM loss, or None for transformers' own loss."""
-    if w.loss_chunks <= 1 and w.loss != "fused-linear":
+    if w.loss_chunks <= 1 and w.loss == "cross-entropy":
         return None
     t = b * s
     V, h = spec.vocab_size, spec.hidden_size
     c = DTYPE_BYTES[w.compute_dtype]
     norm = final_norm_backward(spec, w, t)
+    if w.loss == "logits-sum":
+        logits = _r(c * V * t)
+        # saved: this step's logits, held by ``outputs`` (not by autograd) through backward; peak: the
+        # previous step's beside them until the forward returns; the output layer's backward: the
+        # logits and their dense gradient; the final norm's: the logits still held
+        return LossFigures(saved=logits, peak=2 * logits, backward=0, head_backward=2 * logits, head_grads=1,
+                           head_backward_later=0, grad_in_forward=False, final_norm_backward=norm + logits,
+                           formula="logits.sum() (no labels): the logits (c*V per token) held by the loop's outputs, "
+                                   "the previous step's until the forward returns, their gradient cloned dense for "
+                                   "the output layer's matmuls (CUDA)")
     if w.loss == "fused-linear":
         k = min(t, liger_chunk_tokens(t, h, V))
         grad_x = _r(c * h * t)

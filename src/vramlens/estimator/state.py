@@ -337,7 +337,8 @@ def train_phases(st: TrainState, acts: int, loss_tmp: int, head_saved: int, grad
                  mlp_backward: int = 0, kept_inputs: int = 0,
                  kept_next: bool = False, head_dequant_forward: int = 0,
                  head_dequant_backward: int = 0, loss_outside_model: bool = False,
-                 offloaded_block: tuple[int, int, int] = (0, 0, 0)) -> tuple[tuple[str, int], ...]:
+                 offloaded_block: tuple[int, int, int] = (0, 0, 0),
+                 tied_last: int | None = None) -> tuple[tuple[str, int], ...]:
     """Live bytes at each phase's peak (workspaces included); see the module docstring.
 
     Args:
@@ -364,6 +365,9 @@ def train_phases(st: TrainState, acts: int, loss_tmp: int, head_saved: int, grad
             logits: two addends and their sum), with ``head_backward_later`` bytes of logits' gradients.
         head_grad_in_forward: the output layer's weight gradient is made in forward (Liger's fused loss).
         final_norm_backward: the final norm's backward with its incoming gradient (chunked or fused loss).
+        tied_last: an output layer tied to the input embedding (vramlens.estimator.state.tied_last): what is
+            alive beyond the gradients when the embedding's backward adds its weight gradient to the output
+            layer's; None when untied.
         dequant_forward, dequant_backward: a transient inside a block's forward / backward on top of the
             blocks' saved activations (4-bit weights dequantized for a matmul, DoRA's weight norm;
             core.activation_totals), counted with every block's activations alive (an upper bound by
@@ -490,6 +494,10 @@ def train_phases(st: TrainState, acts: int, loss_tmp: int, head_saved: int, grad
             bwd = max(bwd, persistent + gfwd + bwd_casts + acts - head_saved + head_dequant_backward)
         if later_pass:
             bwd = max(bwd, persistent + st.grads + later_pass)
+        if tied_last is not None and st.head_grad and not st.in_backward:
+            # the last op of backward: the output layer's weight gradient waited in the shared leaf's
+            # InputBuffer, the embedding's is made beside it, and the two are added out of place
+            bwd = max(bwd, persistent + st.grads + 2 * st.head_grad + tied_last)
         optim = persistent + _step(st) + held
         if st.in_backward:
             # each parameter's step runs inside backward on its own gradient: an untied output
@@ -501,6 +509,16 @@ def train_phases(st: TrainState, acts: int, loss_tmp: int, head_saved: int, grad
             optim = persistent
     ws = st.workspace
     return (("forward", fwd + ws), ("backward", bwd + ws), ("optimizer", optim + ws))
+
+
+def tied_last(spec: ModelSpec, w: Workload, has_head: bool, logits: int) -> int | None:
+    """For train_phases' ``tied_last``: None unless the output layer is tied to the input embedding (BERT's and
+    DistilBERT's masked-LM decoders, GPT-2, tied decoders; Whisper's has its own figure, the encoder's backward
+    coming after: vramlens.estimator.core); else what is held then beside the gradients and the two addends:
+    ``--loss logits-sum``'s logits (the loop's outputs), or nothing."""
+    if not (spec.tied_embeddings and has_head) or spec.audio is not None:
+        return None
+    return logits if w.loss == "logits-sum" else 0
 
 
 def _step(st: TrainState) -> int:

@@ -478,6 +478,19 @@ QUANT_HEAD_FULL_SIZE_ROWS: tuple[tuple[str, dict[str, Any]], ...] = (
 
 #: transformers' caches by kind (issue 9, item 11): StaticCache and the offloaded DynamicCache, as
 #: generate() builds them (QuantizedCache needs optimum-quanto or hqq: estimated, not traced).
+#: --loss logits-sum: the SDPA benchmark loop of transformers' model docs (fp16 weights, train mode, no optimizer,
+#: no labels, ``outputs.logits.sum()``, the outputs held into the next forward): the masked-LM and causal-LM heads
+#: of the published tables' models, eager and SDPA
+_SUM = {"mode": "train", "method": "full", "checkpointing": "none", "dtype": "fp16", "optimizer": "none",
+        "loss": "logits-sum"}
+LOGITS_SUM_ROWS: tuple[tuple[str, dict[str, Any]], ...] = (
+    ("bert-base-uncased", {**_SUM, "attention": "eager", "batch": 4, "seq": 256}),
+    ("bert-base-uncased", {**_SUM, "attention": "sdpa", "batch": 4, "seq": 256}),
+    ("distilbert-base-uncased", {**_SUM, "attention": "eager", "batch": 8, "seq": 128}),
+    ("opt-350m", {**_SUM, "attention": "eager", "batch": 1, "seq": 1024}),
+    ("gpt2", {**_SUM, "attention": "sdpa", "batch": 2, "seq": 512}),
+)
+
 CACHE_ROWS: tuple[tuple[str, dict[str, Any]], ...] = (
     ("llama-3-8b", _inf(cache="static", seq=16, new_tokens=64)),
     ("llama-3-8b", _inf(cache="static", seq=16, new_tokens=8, max_cache_len=512)),

@@ -355,7 +355,10 @@ class Runner:
             # sentence-transformers' features: the ids go to the model, the mask to the pooling (every
             # sequence fills seq tokens, so the model gets no padding mask, as with an all-ones mask)
             kw["attention_mask"] = torch.ones(b, seq, dtype=torch.long, device=dev)
-        if self.wl.training:
+        if self.wl.training and self.wl.loss == "logits-sum":
+            if built.kind not in ("causal-lm", "masked-lm"):
+                raise InputError(f"loss=logits-sum sums a language model's logits; this model trains {built.kind}")
+        elif self.wl.training:
             if built.kind in ("causal-lm", "masked-lm", "seq2seq-lm"):
                 kw["labels"] = torch.randint(0, vocab, (b, seq), device=dev)
             elif built.kind == "sequence-classification":
@@ -563,6 +566,14 @@ class Runner:
         return out, loss
 
     def _loss(self, out) -> torch.Tensor:
+        if self.wl.loss == "logits-sum":
+            # the SDPA benchmarks' ``outputs.logits.sum()``: SumBackward hands back a stride-0 expand of
+            # the scalar's gradient, which CUDA's matmuls clone dense (prepare_matrix_for_cublas,
+            # aten/src/ATen/native/cuda/Blas.cpp) for the output layer's backward; the CPU kernels read it
+            # as it is, so the clone is made here, alive while that backward runs as on CUDA
+            logits = out.logits
+            logits.register_hook(lambda g: g.contiguous())
+            return logits.sum()
         loss = getattr(out, "loss", None)
         if isinstance(loss, torch.Tensor):
             return loss
@@ -575,6 +586,7 @@ class Runner:
 
     def _train(self, built: Built, opt, master, trainable) -> None:
         rec, wl = self.rec, self.wl
+        held: list[Any] = []
         for step in range(1, self.steps + 1):
             t0 = time.perf_counter()
             for _micro in range(max(1, wl.grad_accum)):  # gradient accumulation: micro-batches add into .grad
@@ -587,7 +599,10 @@ class Runner:
                         out, loss = self._offloaded_forward(built, inputs)
                     else:
                         out = self._forward(built, inputs)
+                        held.clear()  # --loss logits-sum: the loop's ``outputs = model(...)`` rebinds here
                         loss = self._loss(out)
+                if wl.loss == "logits-sum":
+                    held.append(out)  # ... and keeps this step's outputs until the next forward returns
                 del out  # as the HF Trainer does: only the loss survives the forward
                 rec.end_forward()
                 rec.set_phase("backward", step)
