@@ -123,6 +123,30 @@ def split(spec: ModelSpec, w: Workload) -> Split:
     )
 
 
+#: DeepSpeed's ZeRO defaults (deepspeed/runtime/zero/config.py, DeepSpeedZeroConfig: reduce_bucket_size 5e8,
+#: stage3_prefetch_bucket_size 5e7, stage3_max_live_parameters 1e9, stage3_max_reuse_distance 1e9,
+#: stage3_param_persistence_threshold 1e5, contiguous_gradients True), unchanged v0.8 to v0.16
+DS_REDUCE_BUCKET_SIZE = 500_000_000
+DS_PREFETCH_BUCKET_SIZE = 50_000_000
+DS_MAX_LIVE_PARAMETERS = 1_000_000_000
+DS_PARAM_PERSISTENCE_THRESHOLD = 100_000
+
+
+def deepspeed_ipg_bucket(param_elem_bytes: int, reduce_bucket_size: int = DS_REDUCE_BUCKET_SIZE) -> int:
+    """DeepSpeed ZeRO-3's gradient bucket on each GPU.
+
+    deepspeed/runtime/zero/stage3.py ``DeepSpeedZeroOptimizer_Stage3.__init__`` (v0.8-v0.16): with
+    ``contiguous_gradients`` (the default) it allocates ``__ipg_bucket_flat_buffer =
+    torch.empty(self.reduce_bucket_size, dtype=self.dtype, device=<current GPU>)`` once, before the
+    first step, whatever the model's size, with or without ``offload_optimizer``/``offload_param``;
+    ``self.dtype`` is the trainable parameters' dtype (fp32 when the model is not cast to fp16/bf16).
+    Every gradient is copied into it before its reduce-scatter (``__reduce_and_partition_ipg_grads``).
+    The fp32 gradient partitions (``grad_partitions_flat_buffer``) are in host RAM under
+    ``offload_optimizer`` and otherwise the sharded gradients vramlens already counts.
+    """
+    return reduce_bucket_size * param_elem_bytes
+
+
 def comm_buffer_bytes(spec: ModelSpec, w: Workload, grad_bytes_full: int, param_elem_bytes: int, trainable: int,
                       weight_elem_bytes: int) -> tuple[int, str]:
     """Communication buffers on each GPU.
@@ -130,11 +154,18 @@ def comm_buffer_bytes(spec: ModelSpec, w: Workload, grad_bytes_full: int, param_
     * DDP (torch/nn/parallel/distributed.py, ``gradient_as_bucket_view=False`` default): the
       reducer's flat buckets hold a second copy of every gradient.
     * ZeRO-1/2 (DeepSpeed defaults ``reduce_bucket_size=5e8`` elements): one reduce bucket.
-    * ZeRO-3 / FSDP: the unsharded parameters of the current and the prefetched block
+    * ZeRO-3 (DeepSpeed): the contiguous-gradients bucket (``deepspeed_ipg_bucket``); its gathered
+      parameters are counted in the phases with FSDP2's current + prefetched block model.
+    * FSDP: the unsharded parameters of the current and the prefetched block
       (all-gather), plus one block's unsharded gradients (reduce-scatter).
     """
     if not w.training:
         return 0, ""
+    if w.zero == 3:
+        return deepspeed_ipg_bucket(param_elem_bytes), (
+            f"DeepSpeed ZeRO-3 contiguous-gradients (IPG) bucket: torch.empty(reduce_bucket_size="
+            f"{DS_REDUCE_BUCKET_SIZE:,}) in the parameters' dtype ({param_elem_bytes} B), allocated at "
+            "initialisation whatever the trainable count (stage3.py DeepSpeedZeroOptimizer_Stage3.__init__)")
     if w.offload != "none" and w.shard_stage >= 2 and (w.dp <= 1 or w.shard_degree <= 1):
         # ZeRO-Offload on one rank: gradients still leave the GPU through the reduce bucket
         elems = min(500_000_000, trainable)
