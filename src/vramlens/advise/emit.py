@@ -308,6 +308,10 @@ def deepspeed(plan: Plan) -> dict[str, Any]:
     if stage == 3:
         zero.update(reduce_bucket_size=DS_BUCKET, stage3_prefetch_bucket_size=DS_PREFETCH,
                     stage3_param_persistence_threshold=DS_PERSISTENCE_THRESHOLD)
+    if w.zero_buckets == "auto":
+        # transformers' Trainer fills these from the model (integrations/deepspeed.py: h*h, 0.9*h*h, 10*h)
+        zero.update({k: "auto" for k in zero if k in ("reduce_bucket_size", "stage3_prefetch_bucket_size",
+                                                       "stage3_param_persistence_threshold")})
     if w.offload in ("optimizer", "all"):
         zero["offload_optimizer"] = {"device": "cpu", "pin_memory": True}
     if w.offload == "all":

@@ -132,6 +132,13 @@ DS_MAX_LIVE_PARAMETERS = 1_000_000_000
 DS_PARAM_PERSISTENCE_THRESHOLD = 100_000
 
 
+def ds_reduce_bucket_size(spec: ModelSpec, w: Workload) -> int:
+    """reduce_bucket_size in elements: DeepSpeed's default 5e8, or under ``zero_buckets="auto"`` what
+    transformers' Trainer writes for "auto" (integrations/deepspeed.py
+    ``HfTrainerDeepSpeedConfig.trainer_config_finalize``: hidden_size * hidden_size)."""
+    return spec.hidden_size * spec.hidden_size if w.zero_buckets == "auto" else DS_REDUCE_BUCKET_SIZE
+
+
 def deepspeed_ipg_bucket(param_elem_bytes: int, reduce_bucket_size: int = DS_REDUCE_BUCKET_SIZE) -> int:
     """DeepSpeed ZeRO-3's gradient bucket on each GPU.
 
@@ -162,23 +169,26 @@ def comm_buffer_bytes(spec: ModelSpec, w: Workload, grad_bytes_full: int, param_
     if not w.training:
         return 0, ""
     if w.zero == 3:
-        return deepspeed_ipg_bucket(param_elem_bytes), (
+        bucket = ds_reduce_bucket_size(spec, w)
+        return deepspeed_ipg_bucket(param_elem_bytes, bucket), (
             f"DeepSpeed ZeRO-3 contiguous-gradients (IPG) bucket: torch.empty(reduce_bucket_size="
-            f"{DS_REDUCE_BUCKET_SIZE:,}) in the parameters' dtype ({param_elem_bytes} B), allocated at "
+            f"{bucket:,}) in the parameters' dtype ({param_elem_bytes} B), allocated at "
             "initialisation whatever the trainable count (stage3.py DeepSpeedZeroOptimizer_Stage3.__init__)")
     if w.offload != "none" and w.shard_stage >= 2 and (w.dp <= 1 or w.shard_degree <= 1):
         # ZeRO-Offload on one rank: gradients still leave the GPU through the reduce bucket
-        elems = min(500_000_000, trainable)
+        elems = min(ds_reduce_bucket_size(spec, w), trainable)
         return min(elems * param_elem_bytes, grad_bytes_full), (
-            "ZeRO-Offload: gradients pass through the GPU reduce bucket (reduce_bucket_size=5e8 elements)")
+            f"ZeRO-Offload: gradients pass through the GPU reduce bucket (reduce_bucket_size="
+            f"{ds_reduce_bucket_size(spec, w):,} elements)")
     if w.dp <= 1 or (w.shard_degree <= 1 and w.shard_stage):
         return 0, ""
     stage = w.shard_stage
     if stage == 0:
         return grad_bytes_full, "DDP gradient buckets: a second copy of the gradients"
     if stage in (1, 2):
-        elems = min(500_000_000, trainable)
-        return min(elems * param_elem_bytes, grad_bytes_full), "ZeRO reduce bucket (reduce_bucket_size=5e8 elements)"
+        elems = min(ds_reduce_bucket_size(spec, w), trainable)
+        return min(elems * param_elem_bytes, grad_bytes_full), (
+            f"ZeRO reduce bucket (reduce_bucket_size={ds_reduce_bucket_size(spec, w):,} elements)")
     block, root, reduce = fsdp_buffers(spec, w, weight_elem_bytes)
     if reduce != block:
         cast_in = cast_all_gather_input(w, block)
