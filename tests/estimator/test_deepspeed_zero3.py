@@ -8,6 +8,8 @@ model's size and with or without offload; zero/config.py's default reduce_bucket
 
 from dataclasses import replace
 
+import pytest
+
 from _specs import llama_config
 
 from vramlens.estimator import estimate_spec
@@ -76,3 +78,36 @@ def test_emit_deepspeed_writes_the_buckets_the_estimate_used():
 
     assert (DS_BUCKET, DS_PREFETCH, DS_PERSISTENCE_THRESHOLD) == (
         DS_REDUCE_BUCKET_SIZE, DS_PREFETCH_BUCKET_SIZE, DS_PARAM_PERSISTENCE_THRESHOLD)
+
+
+def test_emit_deepspeed_auto_buckets_are_left_to_the_trainer():
+    from advise_specs import tiny
+
+    from vramlens.advise import fit
+    from vramlens.advise.emit import deepspeed
+    from vramlens.advise.readback import workload_from_emitted
+    from vramlens.hardware.catalog import get_gpu
+    from vramlens.workload import Workload
+
+    w = Workload(mode="train", dtype="bf16", amp="bf16", batch=1, seq=64, gpus=4, zero=3,
+                 zero_buckets="auto").validated()
+    plan = fit(tiny(), w, get_gpu("H100-80GB"), max_plans=1).plans[0]
+    z = deepspeed(plan)["zero_optimization"]
+    assert (z["reduce_bucket_size"], z["stage3_prefetch_bucket_size"], z["stage3_param_persistence_threshold"]) == (
+        "auto", "auto", "auto")
+    assert workload_from_emitted("deepspeed", deepspeed(plan), Workload()).zero_buckets == "auto"
+    default = fit(tiny(), replace(w, zero_buckets="default").validated(), get_gpu("H100-80GB"),
+                  max_plans=1).plans[0]
+    assert deepspeed(default)["zero_optimization"]["reduce_bucket_size"] == 500_000_000
+    assert workload_from_emitted("deepspeed", deepspeed(default), w).zero_buckets == "default"
+
+
+def test_deepspeed_reads_auto_as_its_own_defaults():
+    # without the Trainer, DeepSpeed drops "auto" keys (runtime/config_utils.py DeepSpeedConfigModel) and keeps
+    # zero/config.py's defaults: the figures vramlens' zero_buckets="default" uses
+    zc = pytest.importorskip("deepspeed.runtime.zero.config")
+    z = zc.DeepSpeedZeroConfig(stage=3, reduce_bucket_size="auto", stage3_prefetch_bucket_size="auto")
+    assert (z.reduce_bucket_size, z.prefetch_bucket_size) == (500_000_000, 50_000_000)
+    d = zc.DeepSpeedZeroConfig()
+    assert (d.max_live_parameters, d.max_reuse_distance, d.param_persistence_threshold) == (
+        1_000_000_000, 1_000_000_000, 100_000)

@@ -125,7 +125,7 @@ def split(spec: ModelSpec, w: Workload) -> Split:
 
 #: DeepSpeed's ZeRO defaults (deepspeed/runtime/zero/config.py, DeepSpeedZeroConfig: reduce_bucket_size 5e8,
 #: stage3_prefetch_bucket_size 5e7, stage3_max_live_parameters 1e9, stage3_max_reuse_distance 1e9,
-#: stage3_param_persistence_threshold 1e5, contiguous_gradients True), unchanged v0.8 to v0.16
+#: stage3_param_persistence_threshold 1e5, contiguous_gradients True), checked in v0.19.8
 DS_REDUCE_BUCKET_SIZE = 500_000_000
 DS_PREFETCH_BUCKET_SIZE = 50_000_000
 DS_MAX_LIVE_PARAMETERS = 1_000_000_000
@@ -142,11 +142,12 @@ def ds_reduce_bucket_size(spec: ModelSpec, w: Workload) -> int:
 def deepspeed_ipg_bucket(param_elem_bytes: int, reduce_bucket_size: int = DS_REDUCE_BUCKET_SIZE) -> int:
     """DeepSpeed ZeRO-3's gradient bucket on each GPU.
 
-    deepspeed/runtime/zero/stage3.py ``DeepSpeedZeroOptimizer_Stage3.__init__`` (v0.8-v0.16): with
-    ``contiguous_gradients`` (the default) it allocates ``__ipg_bucket_flat_buffer =
-    torch.empty(self.reduce_bucket_size, dtype=self.dtype, device=<current GPU>)`` once, before the
-    first step, whatever the model's size, with or without ``offload_optimizer``/``offload_param``;
-    ``self.dtype`` is the trainable parameters' dtype (fp32 when the model is not cast to fp16/bf16).
+    deepspeed/runtime/zero/stage3.py ``DeepSpeedZeroOptimizer_Stage3.__init__`` (checked in v0.19.8,
+    the same in the v0.8-era ``__ipg_bucket_flat_buffer``): with ``contiguous_gradients`` (the
+    default) it allocates ``torch.empty(self.reduce_bucket_size, dtype, device=<current GPU>)`` once,
+    before the first step, whatever the model's size, with or without ``offload_optimizer``/
+    ``offload_param``; the dtype is the trainable parameters' (fp32 when the model is not cast to
+    fp16/bf16; v0.19 keeps one such bucket per trainable dtype, ``self.ipg_buckets``: vramlens counts one).
     Every gradient is copied into it before its reduce-scatter (``__reduce_and_partition_ipg_grads``).
     The fp32 gradient partitions (``grad_partitions_flat_buffer``) are in host RAM under
     ``offload_optimizer`` and otherwise the sharded gradients vramlens already counts.
@@ -173,7 +174,8 @@ def comm_buffer_bytes(spec: ModelSpec, w: Workload, grad_bytes_full: int, param_
         return deepspeed_ipg_bucket(param_elem_bytes, bucket), (
             f"DeepSpeed ZeRO-3 contiguous-gradients (IPG) bucket: torch.empty(reduce_bucket_size="
             f"{bucket:,}) in the parameters' dtype ({param_elem_bytes} B), allocated at "
-            "initialisation whatever the trainable count (stage3.py DeepSpeedZeroOptimizer_Stage3.__init__)")
+            "initialisation whatever the trainable count (stage3.py DeepSpeedZeroOptimizer_Stage3.__init__, "
+            "DeepSpeed 0.19.8)")
     if w.offload != "none" and w.shard_stage >= 2 and (w.dp <= 1 or w.shard_degree <= 1):
         # ZeRO-Offload on one rank: gradients still leave the GPU through the reduce bucket
         elems = min(ds_reduce_bucket_size(spec, w), trainable)
