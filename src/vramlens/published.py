@@ -12,7 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypedDict
 
-from vramlens.units import MiB
+from vramlens.units import DTYPE_BYTES, MiB
 
 if TYPE_CHECKING:
     from vramlens.estimator.core import Estimate
@@ -362,7 +362,15 @@ def run_case(case_id: str, published: dict[str, Any], case: Case) -> Row:
     elif case.figure == "model_states":
         value = c["weights"] + c["gradients"] + c["master_weights"] + c["optimizer_states"]
     elif case.figure == "model_states+comm":
-        value = c["weights"] + c["gradients"] + c["master_weights"] + c["optimizer_states"] + c["comm_buffers"]
+        # DeepSpeed's estimator (memory.rst): model states + the largest layer gathered; its figure leaves out
+        # the contiguous-gradients bucket that comm_buffers also holds under ZeRO-3
+        from vramlens.estimator.parallel import deepspeed_ipg_bucket, ds_reduce_bucket_size
+
+        ds_bucket = 0
+        if est.workload.zero == 3 and spec is not None:
+            ds_bucket = deepspeed_ipg_bucket(DTYPE_BYTES[est.workload.dtype], ds_reduce_bucket_size(spec, est.workload))
+        value = (c["weights"] + c["gradients"] + c["master_weights"] + c["optimizer_states"] + c["comm_buffers"]
+                 - ds_bucket)
     elif case.figure == "kv_cache":
         from vramlens.estimator.kv_cache import kv_cache_bytes
 

@@ -13,7 +13,7 @@ import pytest
 from _specs import llama_config
 
 from vramlens.estimator import estimate_spec
-from vramlens.estimator.parallel import DS_REDUCE_BUCKET_SIZE, deepspeed_ipg_bucket
+from vramlens.estimator.parallel import DS_REDUCE_BUCKET_SIZE, deepspeed_ipg_bucket, fsdp_buffers
 from vramlens.estimator.state import train_phases, train_state
 from vramlens.models import load_model
 from vramlens.workload import make_workload
@@ -45,7 +45,10 @@ def test_lora_with_offload_still_gets_the_whole_bucket():
 def test_sharded_zero3_holds_the_bucket_in_every_phase():
     w = make_workload(mode="train", dtype="bf16", batch=2, seq=128, gpus=4, zero=3)
     st = train_state(TINY, w, None)
-    assert st.comm == st.ds_bucket == 1_000_000_000  # 5e8 x 2 B (bf16)
+    assert st.ds_bucket == 1_000_000_000  # 5e8 x 2 B (bf16)
+    B, R, _ = fsdp_buffers(TINY, w, 2)
+    # comm_buffers: the bucket and the gathered parameters (FSDP2's model: max(2(B+R), 3B+R))
+    assert st.comm == 1_000_000_000 + max(2 * (B + R), 3 * B + R)
     args = (1 << 20, 0, 0, 1)  # activations, loss temporary, head saved, grad_accum
     with_bucket = dict(train_phases(st, *args))
     without = dict(train_phases(replace(st, ds_bucket=0), *args))
@@ -62,7 +65,7 @@ def test_fsdp_keeps_fsdp2s_buffers():
 def test_trainer_auto_buckets_are_hidden_size_squared():
     # transformers integrations/deepspeed.py fills reduce_bucket_size "auto" with hidden_size * hidden_size
     w = make_workload(mode="train", dtype="bf16", batch=2, seq=128, gpus=4, zero=3, zero_buckets="auto")
-    assert train_state(TINY, w, None).comm == 131_072  # 256 * 256 = 65,536 elements x 2 B
+    assert train_state(TINY, w, None).ds_bucket == 131_072  # 256 * 256 = 65,536 elements x 2 B
     z2 = make_workload(mode="train", dtype="bf16", batch=2, seq=128, gpus=4, zero=2, zero_buckets="auto")
     assert train_state(TINY, z2, None).comm == 131_072  # ZeRO-2: min(65,536, trainable) x 2 B
 
@@ -81,8 +84,6 @@ def test_emit_deepspeed_writes_the_buckets_the_estimate_used():
 
 
 def test_emit_deepspeed_auto_buckets_are_left_to_the_trainer():
-    from advise_specs import tiny
-
     from vramlens.advise import fit
     from vramlens.advise.emit import deepspeed
     from vramlens.advise.readback import workload_from_emitted
@@ -91,12 +92,12 @@ def test_emit_deepspeed_auto_buckets_are_left_to_the_trainer():
 
     w = Workload(mode="train", dtype="bf16", amp="bf16", batch=1, seq=64, gpus=4, zero=3,
                  zero_buckets="auto").validated()
-    plan = fit(tiny(), w, get_gpu("H100-80GB"), max_plans=1).plans[0]
+    plan = fit(TINY, w, get_gpu("H100-80GB"), max_plans=1).plans[0]
     z = deepspeed(plan)["zero_optimization"]
     assert (z["reduce_bucket_size"], z["stage3_prefetch_bucket_size"], z["stage3_param_persistence_threshold"]) == (
         "auto", "auto", "auto")
     assert workload_from_emitted("deepspeed", deepspeed(plan), Workload()).zero_buckets == "auto"
-    default = fit(tiny(), replace(w, zero_buckets="default").validated(), get_gpu("H100-80GB"),
+    default = fit(TINY, replace(w, zero_buckets="default").validated(), get_gpu("H100-80GB"),
                   max_plans=1).plans[0]
     assert deepspeed(default)["zero_optimization"]["reduce_bucket_size"] == 500_000_000
     assert workload_from_emitted("deepspeed", deepspeed(default), w).zero_buckets == "default"

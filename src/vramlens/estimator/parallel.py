@@ -169,13 +169,15 @@ def comm_buffer_bytes(spec: ModelSpec, w: Workload, grad_bytes_full: int, param_
     """
     if not w.training:
         return 0, ""
+    ds_bucket, ds_text = 0, ""
     if w.zero == 3:
         bucket = ds_reduce_bucket_size(spec, w)
-        return deepspeed_ipg_bucket(param_elem_bytes, bucket), (
-            f"DeepSpeed ZeRO-3 contiguous-gradients (IPG) bucket: torch.empty(reduce_bucket_size="
-            f"{bucket:,}) in the parameters' dtype ({param_elem_bytes} B), allocated at "
-            "initialisation whatever the trainable count (stage3.py DeepSpeedZeroOptimizer_Stage3.__init__, "
-            "DeepSpeed 0.19.8)")
+        ds_bucket = deepspeed_ipg_bucket(param_elem_bytes, bucket)
+        ds_text = (f"DeepSpeed ZeRO-3 contiguous-gradients (IPG) bucket: torch.empty(reduce_bucket_size="
+                   f"{bucket:,}) in the parameters' dtype ({param_elem_bytes} B), allocated at initialisation "
+                   "whatever the trainable count (stage3.py DeepSpeedZeroOptimizer_Stage3.__init__, DeepSpeed 0.19.8)")
+        if w.dp <= 1 or w.shard_degree <= 1:
+            return ds_bucket, ds_text
     if w.offload != "none" and w.shard_stage >= 2 and (w.dp <= 1 or w.shard_degree <= 1):
         # ZeRO-Offload on one rank: gradients still leave the GPU through the reduce bucket
         elems = min(ds_reduce_bucket_size(spec, w), trainable)
@@ -194,14 +196,18 @@ def comm_buffer_bytes(spec: ModelSpec, w: Workload, grad_bytes_full: int, param_
     block, root, reduce = fsdp_buffers(spec, w, weight_elem_bytes)
     if reduce != block:
         cast_in = cast_all_gather_input(w, block)
-        return max(2 * (block + root), 2 * block + reduce + root + cast_in), (
+        return ds_bucket + max(2 * (block + root), 2 * block + reduce + root + cast_in), (
             f"FSDP2 MixedPrecisionPolicy(param_dtype={w.run_dtype}, reduce_dtype=fp32): the root's unsharded "
             f"{w.run_dtype} parameters (embedding, head, final norm) plus the current and prefetched block's "
             f"{w.run_dtype} all-gather and one block's fp32 reduce-scatter input, and the all-gather's "
             f"{w.run_dtype} copy of the prefetched shard: max(2(B+R), 2B+B_fp32+R+B/N)")
-    return max(2 * (block + root), 3 * block + root), (
-        "FSDP2/ZeRO-3: the root's unsharded parameters (embedding, head, final norm) plus the current and "
-        "prefetched block's all-gather and one block's reduce-scatter: max(2(B+R), 3B+R)")
+    gathered = ("the root's unsharded parameters (embedding, head, final norm) plus the current and "
+                "prefetched block's all-gather and one block's reduce-scatter: max(2(B+R), 3B+R)")
+    if ds_bucket:
+        return ds_bucket + max(2 * (block + root), 3 * block + root), (
+            f"{ds_text}; and, as FSDP2's model (DeepSpeed's prefetch and live-parameter limits are not modelled), "
+            + gathered)
+    return max(2 * (block + root), 3 * block + root), "FSDP2/ZeRO-3: " + gathered
 
 
 def cast_all_gather_input(w: Workload, block: int) -> int:

@@ -37,6 +37,8 @@ from vramlens.estimator.parallel import (
     Split,
     cast_all_gather_input,
     comm_buffer_bytes,
+    deepspeed_ipg_bucket,
+    ds_reduce_bucket_size,
     fsdp_buffers,
     fsdp_stream_pools,
     split,
@@ -315,7 +317,8 @@ def train_state(spec: ModelSpec, w: Workload, gpu: GPU | None) -> TrainState:
         stream_pools=stream_pools,
         gather_block=gather_block, gather_root=gather_root, reduce_block=reduce_block,
         gather_input=cast_all_gather_input(w, gather_block) if sharded3 else 0,
-        ds_bucket=comm if sharded3 and w.zero == 3 else 0,
+        ds_bucket=(deepspeed_ipg_bucket(pbytes, ds_reduce_bucket_size(spec, w))
+                   if sharded3 and w.zero == 3 else 0),
         gather_kept=sharded3 and w.fsdp and w.fsdp_strategy == "shard-grad-op", keep_grads=w.keep_grads,
         in_backward=in_bwd, in_backward_addend=head_grad if in_bwd and spec.tied_embeddings else 0,
         last_grads=0 if in_bwd else last_gradients(spec, w, grads),
