@@ -9,7 +9,6 @@ model's size and with or without offload; zero/config.py's default reduce_bucket
 from dataclasses import replace
 
 import pytest
-
 from _specs import llama_config
 
 from vramlens.estimator import estimate_spec
