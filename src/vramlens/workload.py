@@ -55,6 +55,9 @@ OptimizerImpl = Literal["foreach", "fused", "loop"]
 FsdpStrategy = Literal["full", "shard-grad-op", "hybrid"]
 Attention = Literal["eager", "sdpa", "flash"]
 Offload = Literal["none", "optimizer", "all"]
+#: DeepSpeed's bucket sizes: ``default`` (deepspeed/runtime/zero/config.py: reduce_bucket_size 5e8 elements) or
+#: ``auto`` (the values transformers' Trainer fills in for "auto", integrations/deepspeed.py: reduce_bucket_size h*h)
+ZeroBuckets = Literal["default", "auto"]
 KVDType = Literal["fp32", "fp16", "bf16", "fp8", "int8"]
 #: The dtype LoRA's adapter weights are kept in: peft's fp32 (``get_peft_model(autocast_adapter_dtype=True)``,
 #: its default, upcasts half adapters) or the model's (torchtune builds them in the model's dtype).
@@ -100,6 +103,7 @@ FSDP_STRATEGIES: tuple[FsdpStrategy, ...] = get_args(FsdpStrategy)
 GPUS_PER_NODE = 8
 ATTENTION: tuple[Attention, ...] = get_args(Attention)
 OFFLOAD: tuple[Offload, ...] = get_args(Offload)
+ZERO_BUCKETS: tuple[ZeroBuckets, ...] = get_args(ZeroBuckets)
 KV_DTYPES: tuple[KVDType, ...] = get_args(KVDType)
 LORA_DTYPES: tuple[LoraDType, ...] = get_args(LoraDType)
 QUANT_TARGETS: tuple[QuantTargets, ...] = get_args(QuantTargets)
@@ -196,6 +200,8 @@ class Workload:
     dequant_dtype: DequantDType = "compute"
     gpus: int = 1
     zero: int = 0
+    #: DeepSpeed's bucket sizes (see ZeroBuckets): its defaults, or the Trainer's "auto" (h*h elements)
+    zero_buckets: ZeroBuckets = "default"
     fsdp: bool = False
     fsdp_strategy: FsdpStrategy = "full"
     tp: int = 1
@@ -375,6 +381,7 @@ class Workload:
         choice("fsdp_strategy", self.fsdp_strategy, FSDP_STRATEGIES)
         choice("attention", self.attention, ATTENTION)
         choice("offload", self.offload, OFFLOAD)
+        choice("zero_buckets", self.zero_buckets, ZERO_BUCKETS)
         choice("kv_dtype", self.kv_dtype, KV_DTYPES, optional=True)
         choice("lora_dtype", self.lora_dtype, LORA_DTYPES)
         choice("quant_targets", self.quant_targets, QUANT_TARGETS)
@@ -696,6 +703,9 @@ class Workload:
         if given("compile_scope") and self.training and not self.compile:
             out.append(f"ignored: compile_scope={self.compile_scope!r} says what --compile covers, and nothing is "
                        "compiled")
+        if given("zero_buckets") and self.zero_buckets != "default" and not (self.training and self.zero):
+            out.append(f"ignored: zero_buckets={self.zero_buckets!r} sizes DeepSpeed's buckets, and the plan trains "
+                       "without ZeRO (use --zero 1, 2 or 3)")
         if not self.fsdp and given("fsdp_strategy"):
             out.append(f"ignored: fsdp_strategy={self.fsdp_strategy!r} applies only with fsdp")
         return out

@@ -29,7 +29,7 @@ MUST = {
     "trainer": {"batch", "grad_accum", "optimizer", "checkpointing", "amp", "compile"},
     "peft": {"lora_rank", "lora_targets", "lora_dropout", "dora"},
     "bnb": {"quant"},
-    "deepspeed": {"batch", "grad_accum", "gpus", "zero", "offload", "dtype", "amp"},
+    "deepspeed": {"batch", "grad_accum", "gpus", "zero", "zero_buckets", "offload", "dtype", "amp"},
     "fsdp": {"fsdp", "fsdp_strategy", "offload", "checkpointing"},
     "accelerate": {"gpus", "amp"},
     "device-map": {"dtype", "quant", "attention", "gpus", "pp"},
@@ -48,7 +48,7 @@ OTHER = {"batch": 999, "grad_accum": 77, "optimizer": "adafactor", "checkpointin
          "gpus": 96, "zero": 1, "offload": "none", "fsdp": False, "fsdp_strategy": "hybrid", "attention": "eager",
          "pp": 3, "tp": 1, "mode": "train", "kv_dtype": "int8", "activation_offload": True,
          "optimizer_in_backward": True, "seq": 333, "loss_chunks": 5, "loss": "fused-linear", "loss_parallel": True,
-         "method": "qlora", "dora": True, "optimizer_impl": "loop", "compile": True, "compile_scope": "model"}
+         "method": "qlora", "dora": True, "optimizer_impl": "loop", "compile": True, "compile_scope": "model", "zero_buckets": "auto"}
 
 
 def _plan(model, gpu: str, **kw):

@@ -285,7 +285,9 @@ def deepspeed(plan: Plan) -> dict[str, Any]:
     It holds what DeepSpeed runs: batch split, ZeRO stage, offload, precision mode and, with
     offload, the optimizer (its CPU step). Activation checkpointing of a Hugging Face model is the
     Trainer's setting (``--emit trainer``), not DeepSpeed's ``activation_checkpointing`` section,
-    which only Megatron-style models calling ``deepspeed.checkpointing`` read.
+    which only Megatron-style models calling ``deepspeed.checkpointing`` read. A plan with
+    ``zero_buckets="auto"`` writes "auto" bucket sizes, which only the Trainer resolves (to h*h);
+    ``deepspeed --deepspeed_config`` alone reads them as its defaults (``zero_buckets="default"``).
     """
     w = _training(plan, "deepspeed")
     if w.fsdp:
@@ -311,6 +313,11 @@ def deepspeed(plan: Plan) -> dict[str, Any]:
     if stage == 3:
         zero.update(reduce_bucket_size=DS_BUCKET, stage3_prefetch_bucket_size=DS_PREFETCH,
                     stage3_param_persistence_threshold=DS_PERSISTENCE_THRESHOLD)
+    if w.zero_buckets == "auto":
+        # transformers' Trainer fills these from the model (integrations/deepspeed.py: h*h, 0.9*h*h, 10*h);
+        # DeepSpeed itself, without the Trainer, drops "auto" keys (runtime/config_utils.py) and uses its defaults
+        zero.update({k: "auto" for k in zero if k in ("reduce_bucket_size", "stage3_prefetch_bucket_size",
+                                                       "stage3_param_persistence_threshold")})
     if w.offload in ("optimizer", "all"):
         zero["offload_optimizer"] = {"device": "cpu", "pin_memory": True}
     if w.offload == "all":

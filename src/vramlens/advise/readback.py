@@ -105,7 +105,8 @@ def _deepspeed(c: Mapping[str, Any], base: Workload) -> dict[str, Any]:
     half = "bf16" if c.get("bf16", {}).get("enabled") else ("fp16" if c.get("fp16", {}).get("enabled") else None)
     offload = "all" if "offload_param" in z else ("optimizer" if "offload_optimizer" in z else "none")
     out = {"mode": "train", "batch": b, "grad_accum": m, "gpus": dp * base.tp * base.pp, "zero": z.get("stage", 0),
-           "fsdp": False, "offload": offload, "dtype": half or "fp32", "amp": half}
+           "fsdp": False, "offload": offload, "dtype": half or "fp32", "amp": half,
+           "zero_buckets": "auto" if z.get("reduce_bucket_size") == "auto" else "default"}
     if "optimizer" in c:
         kind, params = c["optimizer"]["type"], c["optimizer"].get("params", {})
         out["optimizer"] = next(k for k, (t, p) in DS_OPTIM.items() if t == kind and all(

@@ -190,6 +190,9 @@ def add_workload_args(p: argparse.ArgumentParser) -> None:
                         "(that, kept until the next forward returns by a loop holding the output: LitGPT)")
     g.add_argument("--gpus", type=_positive, default=1, help="GPUs in total (default 1)")
     g.add_argument("--zero", type=_positive, choices=(0, 1, 2, 3), default=0, help="DeepSpeed ZeRO stage")
+    g.add_argument("--zero-buckets", choices=W.ZERO_BUCKETS, default="default",
+                   help="DeepSpeed's bucket sizes: default (reduce_bucket_size 5e8 elements) or auto (what "
+                        "transformers' Trainer fills in for \"auto\": hidden_size^2)")
     g.add_argument("--fsdp", action="store_true", help="FSDP sharding (full shard is like ZeRO-3)")
     g.add_argument("--fsdp-strategy", choices=W.FSDP_STRATEGIES, default="full",
                    help="with --fsdp: full (ZeRO-3), shard-grad-op (ZeRO-2), or hybrid (full shard within "

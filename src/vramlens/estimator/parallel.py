@@ -123,6 +123,38 @@ def split(spec: ModelSpec, w: Workload) -> Split:
     )
 
 
+#: DeepSpeed's ZeRO defaults (deepspeed/runtime/zero/config.py, DeepSpeedZeroConfig: reduce_bucket_size 5e8,
+#: stage3_prefetch_bucket_size 5e7, stage3_max_live_parameters 1e9, stage3_max_reuse_distance 1e9,
+#: stage3_param_persistence_threshold 1e5, contiguous_gradients True), checked in v0.19.8
+DS_REDUCE_BUCKET_SIZE = 500_000_000
+DS_PREFETCH_BUCKET_SIZE = 50_000_000
+DS_MAX_LIVE_PARAMETERS = 1_000_000_000
+DS_PARAM_PERSISTENCE_THRESHOLD = 100_000
+
+
+def ds_reduce_bucket_size(spec: ModelSpec, w: Workload) -> int:
+    """reduce_bucket_size in elements: DeepSpeed's default 5e8, or under ``zero_buckets="auto"`` what
+    transformers' Trainer writes for "auto" (integrations/deepspeed.py
+    ``HfTrainerDeepSpeedConfig.trainer_config_finalize``: hidden_size * hidden_size)."""
+    return spec.hidden_size * spec.hidden_size if w.zero_buckets == "auto" else DS_REDUCE_BUCKET_SIZE
+
+
+def deepspeed_ipg_bucket(param_elem_bytes: int, reduce_bucket_size: int = DS_REDUCE_BUCKET_SIZE) -> int:
+    """DeepSpeed ZeRO-3's gradient bucket on each GPU.
+
+    deepspeed/runtime/zero/stage3.py ``DeepSpeedZeroOptimizer_Stage3.__init__`` (checked in v0.19.8,
+    the same in the v0.8-era ``__ipg_bucket_flat_buffer``): with ``contiguous_gradients`` (the
+    default) it allocates ``torch.empty(self.reduce_bucket_size, dtype, device=<current GPU>)`` once,
+    before the first step, whatever the model's size, with or without ``offload_optimizer``/
+    ``offload_param``; the dtype is the trainable parameters' (fp32 when the model is not cast to
+    fp16/bf16; v0.19 keeps one such bucket per trainable dtype, ``self.ipg_buckets``: vramlens counts one).
+    Every gradient is copied into it before its reduce-scatter (``__reduce_and_partition_ipg_grads``).
+    The fp32 gradient partitions (``grad_partitions_flat_buffer``) are in host RAM under
+    ``offload_optimizer`` and otherwise the sharded gradients vramlens already counts.
+    """
+    return reduce_bucket_size * param_elem_bytes
+
+
 def comm_buffer_bytes(spec: ModelSpec, w: Workload, grad_bytes_full: int, param_elem_bytes: int, trainable: int,
                       weight_elem_bytes: int) -> tuple[int, str]:
     """Communication buffers on each GPU.
@@ -130,35 +162,52 @@ def comm_buffer_bytes(spec: ModelSpec, w: Workload, grad_bytes_full: int, param_
     * DDP (torch/nn/parallel/distributed.py, ``gradient_as_bucket_view=False`` default): the
       reducer's flat buckets hold a second copy of every gradient.
     * ZeRO-1/2 (DeepSpeed defaults ``reduce_bucket_size=5e8`` elements): one reduce bucket.
-    * ZeRO-3 / FSDP: the unsharded parameters of the current and the prefetched block
+    * ZeRO-3 (DeepSpeed): the contiguous-gradients bucket (``deepspeed_ipg_bucket``); its gathered
+      parameters are counted in the phases with FSDP2's current + prefetched block model.
+    * FSDP: the unsharded parameters of the current and the prefetched block
       (all-gather), plus one block's unsharded gradients (reduce-scatter).
     """
     if not w.training:
         return 0, ""
+    ds_bucket, ds_text = 0, ""
+    if w.zero == 3:
+        bucket = ds_reduce_bucket_size(spec, w)
+        ds_bucket = deepspeed_ipg_bucket(param_elem_bytes, bucket)
+        ds_text = (f"DeepSpeed ZeRO-3 contiguous-gradients (IPG) bucket: torch.empty(reduce_bucket_size="
+                   f"{bucket:,}) in the parameters' dtype ({param_elem_bytes} B), allocated at initialisation "
+                   "whatever the trainable count (stage3.py DeepSpeedZeroOptimizer_Stage3.__init__, DeepSpeed 0.19.8)")
+        if w.dp <= 1 or w.shard_degree <= 1:
+            return ds_bucket, ds_text
     if w.offload != "none" and w.shard_stage >= 2 and (w.dp <= 1 or w.shard_degree <= 1):
         # ZeRO-Offload on one rank: gradients still leave the GPU through the reduce bucket
-        elems = min(500_000_000, trainable)
+        elems = min(ds_reduce_bucket_size(spec, w), trainable)
         return min(elems * param_elem_bytes, grad_bytes_full), (
-            "ZeRO-Offload: gradients pass through the GPU reduce bucket (reduce_bucket_size=5e8 elements)")
+            f"ZeRO-Offload: gradients pass through the GPU reduce bucket (reduce_bucket_size="
+            f"{ds_reduce_bucket_size(spec, w):,} elements)")
     if w.dp <= 1 or (w.shard_degree <= 1 and w.shard_stage):
         return 0, ""
     stage = w.shard_stage
     if stage == 0:
         return grad_bytes_full, "DDP gradient buckets: a second copy of the gradients"
     if stage in (1, 2):
-        elems = min(500_000_000, trainable)
-        return min(elems * param_elem_bytes, grad_bytes_full), "ZeRO reduce bucket (reduce_bucket_size=5e8 elements)"
+        elems = min(ds_reduce_bucket_size(spec, w), trainable)
+        return min(elems * param_elem_bytes, grad_bytes_full), (
+            f"ZeRO reduce bucket (reduce_bucket_size={ds_reduce_bucket_size(spec, w):,} elements)")
     block, root, reduce = fsdp_buffers(spec, w, weight_elem_bytes)
     if reduce != block:
         cast_in = cast_all_gather_input(w, block)
-        return max(2 * (block + root), 2 * block + reduce + root + cast_in), (
+        return ds_bucket + max(2 * (block + root), 2 * block + reduce + root + cast_in), (
             f"FSDP2 MixedPrecisionPolicy(param_dtype={w.run_dtype}, reduce_dtype=fp32): the root's unsharded "
             f"{w.run_dtype} parameters (embedding, head, final norm) plus the current and prefetched block's "
             f"{w.run_dtype} all-gather and one block's fp32 reduce-scatter input, and the all-gather's "
             f"{w.run_dtype} copy of the prefetched shard: max(2(B+R), 2B+B_fp32+R+B/N)")
-    return max(2 * (block + root), 3 * block + root), (
-        "FSDP2/ZeRO-3: the root's unsharded parameters (embedding, head, final norm) plus the current and "
-        "prefetched block's all-gather and one block's reduce-scatter: max(2(B+R), 3B+R)")
+    gathered = ("the root's unsharded parameters (embedding, head, final norm) plus the current and "
+                "prefetched block's all-gather and one block's reduce-scatter: max(2(B+R), 3B+R)")
+    if ds_bucket:
+        return ds_bucket + max(2 * (block + root), 3 * block + root), (
+            f"{ds_text}; and, as FSDP2's model (DeepSpeed's prefetch and live-parameter limits are not modelled), "
+            + gathered)
+    return max(2 * (block + root), 3 * block + root), "FSDP2/ZeRO-3: " + gathered
 
 
 def cast_all_gather_input(w: Workload, block: int) -> int:

@@ -37,6 +37,8 @@ from vramlens.estimator.parallel import (
     Split,
     cast_all_gather_input,
     comm_buffer_bytes,
+    deepspeed_ipg_bucket,
+    ds_reduce_bucket_size,
     fsdp_buffers,
     fsdp_stream_pools,
     split,
@@ -163,6 +165,7 @@ class TrainState:
     gather_root: int = 0   # FSDP2/ZeRO-3: the root's unsharded parameters (R)
     reduce_block: int = 0  # FSDP2/ZeRO-3: one block's reduce-scatter input (B, or fp32 under a mixed-precision policy)
     gather_input: int = 0  # FSDP2 mixed precision: the all-gather's param_dtype copy of one block's shard
+    ds_bucket: int = 0     # DeepSpeed ZeRO-3: the contiguous-gradients bucket, alive from initialisation (comm)
     gather_kept: bool = False  # FSDP2 shard-grad-op: every block stays gathered from forward to backward
     keep_grads: bool = False   # zero_grad(set_to_none=False): gradients alive through the next forward
     master_grads: int = 0      # fp32 copies of the gradients for the fp32 master weights, made for the step
@@ -319,6 +322,8 @@ def train_state(spec: ModelSpec, w: Workload, gpu: GPU | None) -> TrainState:
         stream_pools=stream_pools,
         gather_block=gather_block, gather_root=gather_root, reduce_block=reduce_block,
         gather_input=cast_all_gather_input(w, gather_block) if sharded3 else 0,
+        ds_bucket=(deepspeed_ipg_bucket(pbytes, ds_reduce_bucket_size(spec, w))
+                   if sharded3 and w.zero == 3 else 0),
         gather_kept=sharded3 and w.fsdp and w.fsdp_strategy == "shard-grad-op", keep_grads=w.keep_grads,
         in_backward=in_bwd, in_backward_addend=head_grad if in_bwd and spec.tied_embeddings else 0,
         last_grads=0 if in_bwd else last_gradients(spec, w, grads),
@@ -413,7 +418,8 @@ def train_phases(st: TrainState, acts: int, loss_tmp: int, head_saved: int, grad
         # the end of backward; forward holds the current and prefetched block; backward's first
         # blocks hold the current, the prefetched and one reduce-scatter input; everything is
         # resharded before the optimizer step (no gathered buffers then)
-        sh = st.weights + st.master + st.opt
+        # (DeepSpeed's ZeRO-3 also holds its gradient bucket throughout: parallel.deepspeed_ipg_bucket)
+        sh = st.weights + st.master + st.opt + st.ds_bucket
         B, R = st.gather_block, st.gather_root
         # blocks in flight besides R: forward's current + prefetched, backward's current +
         # prefetched + reduce-scatter input; under shard-grad-op the blocks are already in R and

@@ -49,6 +49,7 @@ KNOBS: tuple[tuple[str, str, str, tuple | None, str], ...] = (
     ("gpus", "GPUs", "number", None, "1"),
     ("zero", "ZeRO stage", "select", ("0", "1", "2", "3"), "0"),
     ("fsdp", "FSDP", "check", None, "false"),
+    ("zero_buckets", "ZeRO bucket sizes", "select", W.ZERO_BUCKETS, "default"),
     ("fsdp_strategy", "FSDP strategy", "select", W.FSDP_STRATEGIES, "full"),
     ("tp", "tensor parallel", "number", None, "1"),
     ("pp", "pipeline parallel", "number", None, "1"),
@@ -71,6 +72,7 @@ SHOW_WHEN: dict[str, str] = {
                                  "zero", "fsdp", "offload", "optimizer_in_backward", "activation_offload", "loss_chunks",
                                  "loss", "loss_parallel", "compile")},
     "fsdp_strategy": "mode=train;fsdp=true",
+    "zero_buckets": "mode=train;zero=1|2|3",
     "compile_scope": "mode=train;compile=true",
     "fp8": "mode=train;method=full",  # torchao's Float8Linear: full training only (Workload._fp8_problems)
     **{k: "mode=inference" for k in ("new_tokens", "kv_dtype", "kv_block", "cache", "transformers_version")},
