@@ -427,7 +427,6 @@ class Runner:
             Captured,
             capture,
             check_replayable,
-            compile_failure,
             describe,
             register_rng_ops,
         )
@@ -442,24 +441,31 @@ class Runner:
             self._compile_blocks(built, trainable)
             return
         captured = Captured()
-        try:
-            inputs = self._inputs(built, wl.seq)
-            assert isinstance(inputs, dict)  # transformers models take keywords
-            with self._autocast():
-                outs = capture(built.model, inputs, captured)
-            outs[0].backward()
-        except VramlensError:
-            raise
-        except Exception as e:  # noqa: BLE001 - dynamo and AOT autograd fail in many ways
-            raise compile_failure(e) from e
-        del outs, inputs
-        for p in trainable:
-            p.grad = None
-        gc.collect()
+        self._capture_step(built, trainable, lambda inputs: capture(built.model, inputs, captured)[0])
         check_replayable(captured)
         register_rng_ops(Recorder)
         self.captured = captured
         self.notes.append(describe(captured))
+
+    def _capture_step(self, built: Built, trainable, loss_of: Callable[[dict[str, Any]], Any]) -> None:
+        """One unrecorded forward (``loss_of(inputs)``, under the run's autocast) and backward, which compiles
+        what --compile captures; the gradients it made are dropped."""
+        from vramlens.trace.compiled import compile_failure
+
+        try:
+            inputs = self._inputs(built, self.wl.seq)
+            assert isinstance(inputs, dict)  # transformers models take keywords
+            with self._autocast():
+                loss = loss_of(inputs)
+            loss.backward()
+        except VramlensError:
+            raise
+        except Exception as e:  # noqa: BLE001 - dynamo and AOT autograd fail in many ways
+            raise compile_failure(e) from e
+        del loss, inputs
+        for p in trainable:
+            p.grad = None
+        gc.collect()
 
     def _compile_blocks(self, built: Built, trainable) -> None:
         """--compile-scope blocks: each decoder block compiled on its own (torchtune's compile_model,
@@ -472,7 +478,6 @@ class Runner:
             CompiledBlocks,
             check_blocks,
             compile_blocks,
-            compile_failure,
             register_rng_ops,
         )
 
@@ -483,21 +488,9 @@ class Runner:
         state = CompiledBlocks()
         compile_blocks(found, state)
         try:
-            inputs = self._inputs(built, self.wl.seq)
-            assert isinstance(inputs, dict)  # transformers models take keywords
-            with self._autocast():
-                out = built.model(**inputs)
-            out.loss.backward()
-        except VramlensError:
-            raise
-        except Exception as e:  # noqa: BLE001 - dynamo and AOT autograd fail in many ways
-            raise compile_failure(e) from e
+            self._capture_step(built, trainable, lambda inputs: built.model(**inputs).loss)
         finally:
             torch._dynamo.reset()
-        del out, inputs
-        for p in trainable:
-            p.grad = None
-        gc.collect()
         check_blocks(state, len(found))
         register_rng_ops(Recorder)
         state.replaying = True
