@@ -95,6 +95,11 @@ _A10G = _Setup(gpu="A10G", cuda="12.1", lazy_loading=True)
 _TITAN_8B = dict(mode="train", dtype="fp32", amp="bf16", fsdp=True, batch=2, seq=8192, checkpointing="selective-op",
                  optimizer="adamw", optimizer_impl="foreach")
 _H100_96 = _Setup(gpu="H100-NVL-94GB", cuda="12.4", lazy_loading=True)  # the catalog's nearest to H100 96GB HBM2e
+# torchtitan's benchmarks/llama3_8b_h200_2025-06_torchtitan.md (torchtitan e7c0cae, June 2025): --training.compile
+# compiles each TransformerBlock and the loss (components/loss.py build_cross_entropy_loss at that commit), AdamW's
+# implementation defaults to fused there; float8 with FSDP float8 all-gather (not modelled: counted in bf16)
+_TITAN_8B_2025 = {**_TITAN_8B, "optimizer_impl": "fused", "compile": True, "compile_scope": "blocks+loss", "fp8": True}
+_H200 = _Setup(gpu="H200", cuda="12.9", lazy_loading=True)  # NGC 25.05's CUDA
 # The SDPA training tables of transformers' model docs (bert.md, opt.md, distilbert.md): their benchmark loop
 # runs outputs = model(**inputs); outputs.logits.sum().backward() in train mode (dropout on) with no labels, no
 # attention_mask and no optimizer, and reads max_memory_allocated after warm-up (--loss logits-sum). BERT ran on an
@@ -236,6 +241,14 @@ CASES: dict[str, Case] = {
         "llama-3.1-8b", {**_TITAN_8B, "gpus": 128, "compile": True, "compile_scope": "blocks"}, figure="peak_reserved", **_H100_96),
     "torchtitan-h100-llama3.1-8b-fsdp128-sac-bs2-compile-float8": Case(
         "llama-3.1-8b", {**_TITAN_8B, "gpus": 128, "compile": True, "compile_scope": "blocks", "fp8": True}, figure="peak_reserved", **_H100_96),
+    "torchtitan-h200-llama3.1-8b-fsdp32-sac-bs2-compile-float8": Case("llama-3.1-8b", {**_TITAN_8B_2025, "gpus": 32},
+                                                                      figure="peak_reserved", **_H200),
+    "torchtitan-h200-llama3.1-8b-fsdp64-sac-bs2-compile-float8": Case("llama-3.1-8b", {**_TITAN_8B_2025, "gpus": 64},
+                                                                      figure="peak_reserved", **_H200),
+    # Table 2's CP 1 row: one sample of 32,768 tokens, full checkpointing, blocks compiled (the loss eager at 9dec370)
+    "torchtitan-h100-llama3.1-8b-fsdp8-cp1-fullac-bs1-s32k-compile-float8": Case(
+        "llama-3.1-8b", {**_TITAN_8B, "gpus": 8, "batch": 1, "seq": 32_768, "checkpointing": "full", "compile": True,
+                         "compile_scope": "blocks", "fp8": True}, figure="peak_reserved", **_H100_96),
     "torchtune-readme-llama3.2-3b-packed": Case("llama-3.2-3b", dict(_TUNE_3B), figure="peak_allocated", **_A100),
     # "+ Compile": training.compile_model compiles each layer; the plain loss' compile_loss result is discarded
     # (the recipe keeps self._loss_fn uncompiled for a non-chunked loss), so the output layer and loss run eagerly

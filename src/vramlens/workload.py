@@ -82,7 +82,7 @@ CacheKind = Literal["dynamic", "static", "offloaded", "quantized"]
 #: ``outputs`` keeps the logits alive through backward and until the next forward returns.
 Loss = Literal["cross-entropy", "fused-linear", "logits-sum"]
 #: What ``torch.compile`` covers (see Workload.compile_scope).
-CompileScope = Literal["model", "blocks"]
+CompileScope = Literal["model", "blocks", "blocks+loss"]
 
 MODES: tuple[Mode, ...] = get_args(Mode)
 METHODS: tuple[Method, ...] = get_args(Method)
@@ -169,7 +169,10 @@ class Workload:
     #: Trainer's ``torch_compile``), or each decoder block on its own, with the embedding, final norm,
     #: output layer and loss eager: torchtune's ``training.compile_model`` (``layer.compile()`` per
     #: block; a plain loss stays eager, a chunked one is compiled by ``compile_loss``) and torchtitan's
-    #: ``apply_compile`` (per TransformerBlock)
+    #: ``apply_compile`` (per TransformerBlock); or blocks+loss: each block and the loss function compiled,
+    #: the embedding, final norm and output layer eager: torchtitan from March 2025 (``training.compile``
+    #: also runs ``torch.compile(cross_entropy_loss)``, torchtitan/components/loss.py
+    #: ``build_cross_entropy_loss``; ``compile.components = ["model", "loss"]`` since August 2025)
     compile_scope: CompileScope = "model"
     attention: Attention = "sdpa"
     #: GQA keys and values copied to every query head before the attention kernel, which keeps the
@@ -264,6 +267,16 @@ class Workload:
         """FSDP2 with ``MixedPrecisionPolicy(param_dtype=amp, reduce_dtype=fp32)`` over fp32 sharded
         parameters (torchtitan's default), rather than autocast: ``fsdp`` with ``dtype="fp32"`` and an ``amp``."""
         return self.fsdp and self.training and self.dtype == "fp32" and self.amp is not None
+
+    @property
+    def compiled_blocks(self) -> bool:
+        """Each decoder block compiled on its own (--compile-scope blocks or blocks+loss)."""
+        return self.compile and self.compile_scope in ("blocks", "blocks+loss")
+
+    @property
+    def compiled_loss(self) -> bool:
+        """The plain cross-entropy compiled on its own, outside the model (--compile-scope blocks+loss)."""
+        return self.compile and self.training and self.compile_scope == "blocks+loss"
 
     @property
     def autocast(self) -> bool:
@@ -499,6 +512,11 @@ class Workload:
         if self.loss_parallel and (self.loss_chunks > 1 or self.loss != "cross-entropy"):
             p.append("loss_parallel (torchtitan) runs the plain cross-entropy on vocabulary shards: drop "
                      "--loss-chunks / --loss fused-linear or --loss-parallel")
+        if self.compile and self.compile_scope == "blocks+loss" and self.mode == "train" and (
+                self.loss != "cross-entropy" or self.loss_parallel):
+            p.append(f"compile_scope=blocks+loss compiles torchtitan's plain cross-entropy; with "
+                     f"{'loss_parallel' if self.loss_parallel else f'loss={self.loss!r}'} the compiled loss is not "
+                     "modelled: use --compile-scope blocks")
         if self.loss_chunks > self.seq:
             p.append(f"loss_chunks={self.loss_chunks} is more than the seq={self.seq} tokens it splits: "
                      f"use --loss-chunks {min(8, self.seq)}")

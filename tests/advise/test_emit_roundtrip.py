@@ -38,7 +38,7 @@ MUST = {
     "llama.cpp": {"batch", "seq", "dtype", "quant", "kv_dtype", "tp", "pp", "gpus"},
     "torchtitan": {"batch", "grad_accum", "seq", "dtype", "amp", "fsdp", "fsdp_strategy", "gpus", "tp", "pp",
                    "checkpointing", "optimizer", "optimizer_impl", "optimizer_in_backward", "loss_parallel", "offload",
-                   "method", "zero", "quant"},
+                   "method", "zero", "quant", "compile", "compile_scope", "fp8"},
     "torchtune": {"batch", "grad_accum", "dtype", "amp", "checkpointing", "activation_offload", "optimizer_in_backward",
                   "optimizer", "seq", "loss_chunks", "gpus", "fsdp", "offload", "method", "compile"},
 }
@@ -48,7 +48,8 @@ OTHER = {"batch": 999, "grad_accum": 77, "optimizer": "adafactor", "checkpointin
          "gpus": 96, "zero": 1, "offload": "none", "fsdp": False, "fsdp_strategy": "hybrid", "attention": "eager",
          "pp": 3, "tp": 1, "mode": "train", "kv_dtype": "int8", "activation_offload": True,
          "optimizer_in_backward": True, "seq": 333, "loss_chunks": 5, "loss": "fused-linear", "loss_parallel": True,
-         "method": "qlora", "dora": True, "optimizer_impl": "loop", "compile": True, "compile_scope": "model", "zero_buckets": "auto"}
+         "method": "qlora", "dora": True, "optimizer_impl": "loop", "compile": True, "compile_scope": "model", "zero_buckets": "auto",
+         "fp8": True}
 
 
 def _plan(model, gpu: str, **kw):
@@ -259,6 +260,10 @@ TORCHTITAN_KEYS = {
                     "context_parallel_degree", "expert_parallel_degree"},
     "activation_checkpoint": {"mode", "selective_ac_option"},
     "optimizer": {"name", "lr", "beta1", "beta2", "eps", "weight_decay", "implementation", "early_step_in_backward"},
+    "compile": {"enable", "components", "backend"},  # torchtitan/config/job_config.py Compile (#1608, August 2025)
+    "model": {"name", "flavor", "converters"},
+    "float8": {"enable_fsdp_float8_all_gather", "precompute_float8_dynamic_scale_for_fsdp", "filter_fqns",
+               "recipe_name"},
 }
 
 
@@ -276,6 +281,7 @@ def _via_torchtitan_toml(cfg: dict) -> dict:
     assert read["parallelism"]["fsdp_reshard_after_forward"] in ("default", "always", "never")
     assert read["activation_checkpoint"]["mode"] in ("selective", "full", "none")
     assert read["optimizer"]["implementation"] in ("for-loop", "foreach", "fused")
+    assert set(read.get("compile", {}).get("components", [])) <= {"model", "loss"}
     return read
 
 
@@ -407,6 +413,10 @@ TRAIN = dict(mode="train", batch=2, seq=256)
     ("torchtitan", dict(TRAIN, dtype="fp32", amp="bf16", gpus=2, fsdp=True, fsdp_strategy="shard-grad-op",
                         optimizer_impl="fused")),
     ("torchtitan", dict(TRAIN, dtype="fp32", amp="bf16", gpus=16, fsdp=True, fsdp_strategy="hybrid")),
+    ("torchtitan", dict(TRAIN, dtype="fp32", amp="bf16", gpus=4, fsdp=True, compile=True, compile_scope="blocks+loss",
+                        checkpointing="selective-op")),
+    ("torchtitan", dict(TRAIN, dtype="fp32", amp="bf16", gpus=4, fsdp=True, compile=True, compile_scope="blocks")),
+    ("torchtitan", dict(TRAIN, dtype="fp32", amp="bf16", gpus=4, fsdp=True, fp8=True)),
     ("torchtune", dict(TRAIN, dtype="bf16", checkpointing="full", optimizer="adamw-cpu-offload-torchao")),
 ])
 def test_each_target_reproduces_its_plan(kind, w, tmp_path):

@@ -26,7 +26,7 @@ def test_a_bad_scope_is_one_line(capsys):
     code, _, err = run_cli(capsys, [*BASE, "--compile-scope", "layers"])
     assert code == 2
     assert err.strip().splitlines() == [
-        "error: argument --compile-scope: invalid choice: 'layers' (choose from 'model', 'blocks') "
+        "error: argument --compile-scope: invalid choice: 'layers' (choose from 'model', 'blocks', 'blocks+loss') "
         "(see vramlens estimate --help)"]
 
 

@@ -10,6 +10,7 @@ from vramlens.estimator import activations as A
 from vramlens.estimator import compiled as CP
 from vramlens.estimator import estimate
 from vramlens.models import load_model
+from vramlens.units import BLOCK, round_up
 from vramlens.workload import make_workload
 
 TUNE = dict(mode="train", dtype="bf16", batch=2, seq=4096, optimizer="adamw", optimizer_impl="fused", compile=True)
@@ -68,8 +69,28 @@ def test_notes_name_the_scope(llama3b):
 def test_a_bad_scope_is_refused_and_an_unused_one_noted():
     with pytest.raises(ConfigError) as e:
         make_workload(mode="train", compile=True, compile_scope="layers")
-    assert str(e.value) == "compile_scope='layers' is not one of: model, blocks"
+    assert str(e.value) == "compile_scope='layers' is not one of: model, blocks, blocks+loss"
     assert make_workload(mode="train", compile_scope="blocks").ignored() == [
         "ignored: compile_scope='blocks' says what --compile covers, and nothing is compiled"]
     assert make_workload(mode="inference", compile_scope="blocks").ignored() == [
         "ignored in inference (they apply to training): compile_scope='blocks'"]
+
+
+def test_blocks_and_loss_compile_the_loss_on_its_own(llama3b):
+    """--compile-scope blocks+loss (torchtitan's training.compile since March 2025): the blocks as under blocks, the
+    loss' fp32 upcast and log_softmax gone, the logits and two fp32 statistics per token kept instead."""
+    blocks = estimate(llama3b, **TUNE, compile_scope="blocks")
+    both = estimate(llama3b, **TUNE, compile_scope="blocks+loss")
+    w = make_workload(**TUNE, compile_scope="blocks")
+    eager_head, _, _ = A.head_saved(llama3b, w, 2, 4096)
+    V, t = 128_256, T
+    compiled_head = round_up(2 * V * t, BLOCK) + 2 * round_up(4 * t, BLOCK)
+    assert blocks.breakdown["activations"] - both.breakdown["activations"] == eager_head - compiled_head
+    assert any("compiled on its own" in n for n in both.breakdown.notes)
+
+
+def test_blocks_and_loss_refuse_a_loss_they_do_not_compile():
+    with pytest.raises(ConfigError, match="compile_scope=blocks\\+loss compiles torchtitan's plain cross-entropy"):
+        make_workload(mode="train", compile=True, compile_scope="blocks+loss", loss="fused-linear")
+    with pytest.raises(ConfigError, match="loss_parallel the compiled loss is not modelled"):
+        make_workload(mode="train", compile=True, compile_scope="blocks+loss", tp=2, gpus=2, loss_parallel=True)

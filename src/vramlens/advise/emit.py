@@ -102,9 +102,10 @@ def _no_techniques(w: Workload, kind: str) -> None:
     if w.fp8:
         what.append("trains in float8 (--fp8, torchao's Float8Linear: torchtitan's float8 converter, torchtune's "
                     "enable_fp8_training)")
-    if w.compile and w.compile_scope == "blocks":
-        what.append("compiles each block alone (--compile-scope blocks, torchtune's compile=True; the Trainer's "
-                    "torch_compile compiles the whole model with its loss: --compile-scope model)")
+    if w.compiled_blocks:
+        what.append(f"compiles each block alone (--compile-scope {w.compile_scope}, torchtune's compile=True, "
+                    "torchtitan's [compile]; the Trainer's torch_compile compiles the whole model with its loss: "
+                    "--compile-scope model)")
     if what:
         names = ",".join(n for n, on in (("optimizer-in-backward", w.optimizer_in_backward),
                                          ("activation-offload", w.activation_offload),
@@ -596,6 +597,9 @@ def torchtune(plan: Plan) -> dict[str, Any]:
     if w.compile and w.compile_scope == "model":
         refuse.append("compiles the whole model with its loss in one graph (torchtune's compile=True compiles each "
                       "layer: --compile-scope blocks)")
+    if w.compiled_loss and w.loss_chunks == 1:
+        refuse.append("compiles the plain loss on its own (--compile-scope blocks+loss, torchtitan's; torchtune "
+                      "compiles only its chunked loss: --compile-scope blocks, or add --loss-chunks 8)")
     if w.optimizer not in TORCHTUNE_OPTIM:
         refuse.append(f"uses --optimizer {w.optimizer}")
     if w.fp8 and w.gpus == 1:
@@ -767,6 +771,9 @@ def torchtitan(plan: Plan) -> dict[str, Any]:
         refuse.append("offloads activations or chunks or fuses the loss (torchtune's and Liger's techniques)")
     if w.loss == "logits-sum":
         refuse.append("sums the logits instead of a loss (--loss logits-sum)")
+    if w.compile and w.compile_scope == "model":
+        refuse.append("compiles the whole model in one graph (torchtitan compiles each TransformerBlock and the "
+                      "loss: --compile-scope blocks+loss, or blocks for the model alone)")
     if refuse:
         raise InputError("--emit torchtitan: the plan " + "; and ".join(refuse))
     if w.fsdp:
@@ -792,6 +799,9 @@ def torchtitan(plan: Plan) -> dict[str, Any]:
         "optimizer": {"name": TORCHTITAN_OPTIM[w.optimizer], "implementation": TORCHTITAN_IMPL[w.optimizer_impl],
                       "early_step_in_backward": w.optimizer_in_backward},
     }
+    if w.compiled_blocks:
+        # torchtitan/config/job_config.py ``Compile`` (since #1608, August 2025): enable, components
+        out["compile"] = {"enable": True, "components": ["model", "loss"] if w.compiled_loss else ["model"]}
     if w.fp8:
         # torchtitan docs/float8.md: --model.converters="float8" swaps nn.Linear for torchao's Float8Linear;
         # filter_fqns keeps the output layer in bf16, as vramlens models it (the field's default is empty)
@@ -801,17 +811,21 @@ def torchtitan(plan: Plan) -> dict[str, Any]:
 
 
 def _toml(d: dict[str, Any]) -> str:
-    """TOML for tables of scalars (no dependency): strings quoted, booleans lower-case."""
+    """TOML for tables of scalars and lists of strings (no dependency): strings quoted, booleans lower-case."""
+
+    def value(v: Any) -> str:
+        if isinstance(v, bool):
+            return "true" if v else "false"
+        if isinstance(v, (int, float)):
+            return str(v)
+        if isinstance(v, (list, tuple)):
+            return "[" + ", ".join(value(x) for x in v) + "]"
+        return json.dumps(str(v))
+
     lines = ["# torchtitan job config: train.py --job.config_file THIS_FILE (add your [model] name and flavor)"]
     for table, values in d.items():
         lines.append(f"\n[{table}]")
-        for k, v in values.items():
-            if isinstance(v, bool):
-                lines.append(f"{k} = {'true' if v else 'false'}")
-            elif isinstance(v, (int, float)):
-                lines.append(f"{k} = {v}")
-            else:
-                lines.append(f"{k} = {json.dumps(str(v))}")
+        lines.extend(f"{k} = {value(v)}" for k, v in values.items())
     return "\n".join(lines)
 
 

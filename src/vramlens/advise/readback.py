@@ -255,7 +255,21 @@ def _torchtitan(c: Mapping[str, Any]) -> dict[str, Any]:
             "optimizer": {v: k for k, v in TORCHTITAN_OPTIM.items()}[o["name"]],
             "optimizer_impl": {v: k for k, v in TORCHTITAN_IMPL.items()}[o["implementation"]],
             "optimizer_in_backward": bool(o.get("early_step_in_backward", False)),
-            "loss_parallel": tp > 1 and not p.get("disable_loss_parallel", False)}
+            "loss_parallel": tp > 1 and not p.get("disable_loss_parallel", False),
+            "fp8": "float8" in c.get("model", {}).get("converters", []),
+            **_torchtitan_compile(c.get("compile", {}))}
+
+
+def _torchtitan_compile(comp: Mapping[str, Any]) -> dict[str, Any]:
+    """torchtitan's ``[compile]`` (enable; components, default ["model", "loss"]): each TransformerBlock and,
+    with "loss", the loss compiled on its own."""
+    if not comp.get("enable", False):
+        return {"compile": False, "compile_scope": "model"}  # Workload's default: nothing is compiled
+    components = comp.get("components", ["model", "loss"])
+    if "model" not in components:
+        raise InputError("a torchtitan [compile] without \"model\" in components (the loss alone) is not modelled: "
+                         "add \"model\"")
+    return {"compile": True, "compile_scope": "blocks+loss" if "loss" in components else "blocks"}
 
 
 def read_emitted(kind: str, config: Any, base: Workload | None = None) -> dict[str, Any]:

@@ -143,8 +143,10 @@ def add_workload_args(p: argparse.ArgumentParser) -> None:
                         "pointwise tensors (activations, norms' outputs) instead of saving them")
     g.add_argument("--compile-scope", choices=W.COMPILE_SCOPES, default="model",
                    help="what --compile covers: model (torch.compile(model): one graph with the loss, the Trainer's "
-                        "torch_compile) or blocks (each decoder block alone, the embedding, head and loss eager: "
-                        "torchtune's compile=True, torchtitan's per-block compile)")
+                        "torch_compile), blocks (each decoder block alone, the embedding, head and loss eager: "
+                        "torchtune's compile=True, torchtitan before March 2025) or blocks+loss (each block and "
+                        "the loss compiled: torchtitan's training.compile since March 2025, [compile] components "
+                        "[\"model\", \"loss\"])")
     g.add_argument("--loss-chunks", type=_positive, default=1,
                    help="chunked cross-entropy (torchtune CEWithChunkedOutputLoss; 8 there): the output layer and "
                         "the loss run on N chunks of the sequence, the fp32 upcast one chunk at a time (default 1)")

@@ -135,14 +135,20 @@ def note(spec: ModelSpec, w: Workload) -> str:
     why = unmodelled(spec, w)
     if why:
         chunked = (" except the chunked loss (torchtune's compute_cross_entropy compiled: each chunk's logits and two "
-                   "fp32 row statistics kept, not its fp32 log_softmax)") if w.loss_chunks > 1 else ""
+                   "fp32 row statistics kept, not its fp32 log_softmax)" if w.loss_chunks > 1 else
+                   " except the loss (torchtitan's compiled cross_entropy_loss: the logits and two fp32 row statistics "
+                   "kept, no fp32 upcast or log_softmax)" if w.compiled_loss else "")
         return (f"compile: {why}; this run is not, so the figures are eager PyTorch's{chunked} (the min-cut "
                 "partitioner saves less: measure it with `vramlens trace --compile`)")
-    if w.compile_scope == "blocks":
+    if w.compiled_blocks:
+        outside = ("the embedding, final norm and output layer outside the blocks save what eager PyTorch saves, "
+                   "and the loss is compiled on its own (--compile-scope blocks+loss: inductor keeps the logits and "
+                   "two fp32 statistics per token)" if w.compiled_loss and w.loss_chunks == 1 else
+                   "the embedding, final norm, output layer and "
+                   + ("chunked loss (compiled by torchtune's compile_loss) " if w.loss_chunks > 1 else "loss ")
+                   + f"outside the blocks save what eager PyTorch saves (--compile-scope {w.compile_scope})")
         return ("compile: each block's saved tensors as AOT autograd's min-cut partitioner keeps them "
-                "(vramlens.estimator.compiled, measured by the tracer); the embedding, final norm, output layer and "
-                + ("chunked loss (compiled by torchtune's compile_loss) " if w.loss_chunks > 1 else "loss ")
-                + "outside the blocks save what eager PyTorch saves (--compile-scope blocks)")
+                "(vramlens.estimator.compiled, measured by the tracer); " + outside)
     return ("compile: saved tensors as AOT autograd's min-cut partitioner keeps them (vramlens.estimator.compiled, "
             "measured by the tracer); temporaries are the aten graph's run op by op, an upper bound: inductor's "
             "fused kernels hold less in the loss' backward (at least the logits' gradient)")
@@ -229,7 +235,7 @@ def eager_final_norm_overlap(spec: ModelSpec, w: Workload, b: int, s: int) -> in
     norm's rsqrt), and after the last block that norm is the model's final norm, which runs eagerly and keeps
     its own fp32 copy and rsqrt (activations.final_norm_saved). A full-training block counts its input side:
     nothing overlaps."""
-    if w.compile_scope != "blocks" or w.method == "full":
+    if not w.compiled_blocks or w.method == "full":
         return 0
     lb = lora_block(spec, w, b, s)
     return lb.residual_in + _r(4 * b * s)

@@ -921,6 +921,8 @@ def estimate_spec(spec: ModelSpec, w: Workload, gpu: GPU | None = None, *, headr
                           at.head_dequant_forward, at.head_dequant_backward)
         loss_words = (("the previous step's logits, held until the forward returns", "the held logits and their "
                        "dense gradient") if w.loss == "logits-sum" and sp.has_head
+                      else ("the compiled loss' row statistics", "the logits' gradient")
+                      if w.compiled_loss and w.loss_chunks == 1 and sp.has_head
                       else ("logits + fp32 upcast", "two fp32 gradients"))
         explain["temporaries"] = (f"max(loss: {loss_words[0]} {loss_tmp:,} B, loss backward: {loss_words[1]} "
                                   f"{loss_bwd:,} B, optimizer step {st.opt_tmp + st.master_grads:,} B: "

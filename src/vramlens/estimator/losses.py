@@ -86,11 +86,14 @@ def final_norm_backward(spec: ModelSpec, w: Workload, t: int) -> int:
 
 def loss_figures(spec: ModelSpec, w: Workload, b: int, s: int) -> LossFigures | None:
     """The figures of a chunked or fused causal-LM loss, or None for transformers' own loss."""
-    if w.loss_chunks <= 1 and w.loss == "cross-entropy":
-        return None
     t = b * s
     V, h = spec.vocab_size, spec.hidden_size
     c = DTYPE_BYTES[w.compute_dtype]
+    if w.loss_chunks <= 1 and w.loss == "cross-entropy":
+        if not (w.compiled_loss and c != 4):
+            return None
+        # torchtitan's compiled cross_entropy_loss: one "chunk" of the whole sequence
+        return compiled_chunks(b, s, 1, _r(c * V * t), 0, final_norm_backward(spec, w, t))
     norm = final_norm_backward(spec, w, t)
     if w.loss == "logits-sum":
         logits = _r(c * V * t)
@@ -137,7 +140,9 @@ def loss_figures(spec: ModelSpec, w: Workload, b: int, s: int) -> LossFigures | 
 
 def compiled_chunks(b: int, size: int, n: int, lc: int, later: int, norm: int) -> LossFigures:
     """torchtune's chunked loss under ``compile=True``: ``training.compile_loss`` compiles
-    ``CEWithChunkedOutputLoss.compute_cross_entropy`` (``F.cross_entropy(chunk.float(), ...)``) in place.
+    ``CEWithChunkedOutputLoss.compute_cross_entropy`` (``F.cross_entropy(chunk.float(), ...)``) in place;
+    with n = 1, torchtitan's ``torch.compile(cross_entropy_loss)`` (``F.cross_entropy(pred.flatten(0, 1).float(),
+    ...)``, torchtitan/components/loss.py, --compile-scope blocks+loss).
     With inductor's decompositions the min-cut partitioner saves each chunk's logits in the compute
     dtype and two fp32 row statistics (the row max and the log of the exponentials' sum, (rows, 1) each),
     not the fp32 ``log_softmax``: measured with the same capture as ``vramlens trace --compile``
@@ -145,9 +150,14 @@ def compiled_chunks(b: int, size: int, n: int, lc: int, later: int, norm: int) -
     The generated kernels are one reduction in forward (its outputs only: no fp32 copy of the chunk)
     and one pointwise kernel in backward that writes the chunk's gradient in the compute dtype."""
     stats = 2 * _r(4 * b * size)
+    if n == 1:
+        formula = (f"compiled cross-entropy over {b}x{size} tokens (torchtitan's cross_entropy_loss under "
+                   "torch.compile): the logits and two fp32 row statistics kept, no fp32 upcast or log_softmax; the "
+                   "backward writes the logits' gradient in the compute dtype")
+    else:
+        formula = (f"compiled chunked cross-entropy ({n} chunks of {b}x{size} tokens, compute_cross_entropy under "
+                   "torch.compile): every chunk's logits and two fp32 row statistics kept, no fp32 log_softmax; the "
+                   "backward writes one chunk's gradient at a time")
     return LossFigures(saved=n * (lc + stats), peak=n * (lc + stats), backward=lc, head_backward=(n - 1) * lc,
                        head_grads=0 if n > 1 else 1, head_backward_later=later, grad_in_forward=False,
-                       final_norm_backward=norm,
-                       formula=f"compiled chunked cross-entropy ({n} chunks of {b}x{size} tokens, compute_cross_entropy "
-                               "under torch.compile): every chunk's logits and two fp32 row statistics kept, no fp32 "
-                               "log_softmax; the backward writes one chunk's gradient at a time")
+                       final_norm_backward=norm, formula=formula)

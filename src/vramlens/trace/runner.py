@@ -437,6 +437,10 @@ class Runner:
             raise TraceError("compile is traced for a transformers model's own forward and loss (no --loss-chunks, "
                              "--loss fused-linear, --activation-offload, embedding pairs or factories): use "
                              "`vramlens estimate`")
+        if wl.compile_scope == "blocks+loss":
+            raise TraceError("--compile-scope blocks+loss: the tracer runs transformers' loss inside the model's "
+                             "forward, not a loss compiled on its own (torchtitan's): trace --compile-scope blocks; "
+                             "the estimate's compiled loss is inductor's kernels (tests/trace/test_compiled_loss.py)")
         if wl.compile_scope == "blocks":
             self._compile_blocks(built, trainable)
             return
