@@ -249,6 +249,10 @@ CASES: dict[str, Case] = {
     "torchtitan-h100-llama3.1-8b-fsdp8-cp1-fullac-bs1-s32k-compile-float8": Case(
         "llama-3.1-8b", {**_TITAN_8B, "gpus": 8, "batch": 1, "seq": 32_768, "checkpointing": "full", "compile": True,
                          "compile_scope": "blocks", "fp8": True}, figure="peak_reserved", **_H100_96),
+    **{f"torchtitan-h100-llama3.1-8b-fsdp{8 // cp}-cp{cp}-fullac-bs1-s{32 * cp}k-compile-float8": Case(
+        "llama-3.1-8b", {**_TITAN_8B, "gpus": 8, "cp": cp, "batch": 1, "seq": 32_768 * cp, "checkpointing": "full",
+                         "compile": True, "compile_scope": "blocks", "fp8": True}, figure="peak_reserved", **_H100_96)
+       for cp in (2, 4, 8)},
     "torchtune-readme-llama3.2-3b-packed": Case("llama-3.2-3b", dict(_TUNE_3B), figure="peak_allocated", **_A100),
     # "+ Compile": training.compile_model compiles each layer; the plain loss' compile_loss result is discarded
     # (the recipe keeps self._loss_fn uncompiled for a non-chunked loss), so the output layer and loss run eagerly

@@ -209,6 +209,11 @@ class Workload:
     fsdp_strategy: FsdpStrategy = "full"
     tp: int = 1
     pp: int = 1
+    #: context parallelism (torchtitan's ``context_parallel_degree``: torch.distributed.tensor.experimental's
+    #: ``context_parallel``): each of ``cp`` ranks holds ``seq / cp`` tokens of every sample and ring attention
+    #: all-gathers the keys and values; FSDP shards over the data-parallel and context-parallel ranks together
+    #: (torchtitan's ``dp_shard_cp`` mesh), so ``dp`` counts both
+    cp: int = 1
     offload: Offload = "none"
     kv_dtype: KVDType | None = None
     kv_block: int = 0
@@ -294,8 +299,36 @@ class Workload:
 
     @property
     def dp(self) -> int:
-        """Data-parallel degree: the GPUs left after tensor and pipeline parallelism."""
+        """Data-parallel degree: the GPUs left after tensor and pipeline parallelism (with context parallelism,
+        the ranks FSDP shards over: data-parallel x context-parallel, torchtitan's ``dp_shard_cp``)."""
         return max(1, self.gpus // (self.tp * self.pp))
+
+    @property
+    def replicas(self) -> int:
+        """Model replicas that each see their own samples: the data-parallel ranks over context parallelism."""
+        return max(1, self.dp // self.cp)
+
+    def _cp_problems(self) -> list[str]:
+        """What context parallelism (torch's ``context_parallel``, torchtitan's CP) cannot run."""
+        if self.cp <= 1:
+            return []
+        p = []
+        if self.mode != "train":
+            p.append(f"cp={self.cp}: context parallelism is modelled for training (torchtitan's context_parallel); "
+                     "for inference use --tp or --pp")
+        if self.seq % (2 * self.cp):
+            # _HeadTailLoadBalancer (torch/distributed/tensor/experimental/_context_parallel/_load_balancer.py)
+            # cuts each sequence into 2 x cp chunks, rank i taking chunks i and 2cp-1-i
+            m = 2 * self.cp
+            p.append(f"seq={self.seq:,} is not a multiple of 2*cp={m}: context parallelism's load balancer cuts "
+                     f"the sequence into {m} equal chunks: use --seq {max(m, self.seq // m * m):,}")
+        if self.attention == "eager":
+            p.append("cp with attention=eager: context parallelism replaces SDPA's flash, memory-efficient or cuDNN "
+                     "kernel with ring attention: use --attention sdpa")
+        if self.zero:
+            p.append(f"cp with zero={self.zero}: DeepSpeed's sequence parallelism (Ulysses) is not modelled: use "
+                     "--fsdp (torchtitan shards over the data- and context-parallel ranks)")
+        return p
 
     @property
     def shard_stage(self) -> int:
@@ -346,7 +379,7 @@ class Workload:
 
     @property
     def effective_batch(self) -> int:
-        return self.batch * self.grad_accum * self.dp
+        return self.batch * self.grad_accum * self.replicas
 
     @property
     def quantized(self) -> Quant | None:
@@ -467,11 +500,13 @@ class Workload:
             p.append(f"images={self.images:,} is over the limit of {L.MAX_IMAGES:,} images per sample")
         if self.seq + self.new_tokens > L.MAX_SEQ:
             p.append(f"seq + new_tokens = {self.seq + self.new_tokens:,} is over the limit of {L.MAX_SEQ:,} tokens")
-        if self.gpus % (self.tp * self.pp):
+        if self.gpus % (self.tp * self.pp * self.cp):
+            n = self.tp * self.pp * self.cp
             p.append(
-                f"gpus={self.gpus} is not a multiple of tp*pp={self.tp * self.pp}: "
-                f"use --gpus {self.tp * self.pp * max(1, self.gpus // (self.tp * self.pp))}"
+                f"gpus={self.gpus} is not a multiple of tp*pp{'*cp' if self.cp > 1 else ''}={n}: "
+                f"use --gpus {n * max(1, self.gpus // n)}"
             )
+        p += self._cp_problems()
         if self.method == "qlora" and self.quant not in (None, "nf4", "nf4-dq", "fp4"):
             p.append(f"method=qlora quantizes to 4-bit NF4; quant={self.quant!r} contradicts it: drop --quant")
         if self.mode == "train" and self.method == "full" and self.quant in QUANTS and self.quant != "fp8":
@@ -739,7 +774,7 @@ class Workload:
 #: The count fields and their upper bounds (vramlens.limits says why each is far above real runs).
 _COUNT_LIMITS = (
     ("batch", L.MAX_BATCH), ("seq", L.MAX_SEQ), ("grad_accum", L.MAX_GRAD_ACCUM), ("gpus", L.MAX_GPUS),
-    ("tp", L.MAX_PARALLEL), ("pp", L.MAX_PARALLEL), ("lora_rank", L.MAX_LORA_RANK),
+    ("tp", L.MAX_PARALLEL), ("pp", L.MAX_PARALLEL), ("cp", L.MAX_PARALLEL), ("lora_rank", L.MAX_LORA_RANK),
     ("loss_chunks", MAX_LOSS_CHUNKS),
 )
 

@@ -88,6 +88,10 @@ def fit(
         raise InputError(f"nodes={show(nodes)} must be a whole number >= 1")
     per_node = gpus if gpus is not None else max(1, base.gpus // nodes)
     check_workload(spec, base)
+    if base.cp > 1:
+        # the search's memoized parts (advise.fastmem) estimate every token of the sequence on each GPU
+        raise InputError(f"cp={base.cp}: fit does not search context parallelism yet: estimate the plan with "
+                         "`vramlens estimate --cp`, or drop --cp")
     if spec.vision is not None:
         # a vision encoder's sequence is its patches (vramlens.estimator.core.estimate_spec)
         h, w_ = base.image_size or (spec.vision.image_size, spec.vision.image_size)

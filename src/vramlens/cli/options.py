@@ -201,6 +201,9 @@ def add_workload_args(p: argparse.ArgumentParser) -> None:
                         "a node of 8 GPUs, replicated across nodes)")
     g.add_argument("--tp", type=_positive, default=1, help="tensor-parallel degree")
     g.add_argument("--pp", type=_positive, default=1, help="pipeline-parallel degree")
+    g.add_argument("--cp", type=_positive, default=1,
+                   help="context-parallel degree (torchtitan's context_parallel_degree): seq/cp tokens per rank, ring "
+                        "attention over all-gathered keys and values; FSDP shards over dp x cp")
     g.add_argument("--offload", choices=W.OFFLOAD, default="none", help="CPU offload of optimizer states / everything")
     g.add_argument("--kv-dtype", choices=W.KV_DTYPES, default=None, help="KV-cache dtype (default: compute dtype)")
     g.add_argument("--task", choices=W.TASKS, default=None,

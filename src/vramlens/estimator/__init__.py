@@ -105,6 +105,11 @@ def check_workload(spec: ModelSpec, w: Workload) -> None:
             p.append(f"lora_rank={w.lora_rank} exceeds the smaller side of {smallest.module} "
                      f"({smallest.in_features}x{smallest.out_features}) of {spec.name}: a LoRA update's rank is at "
                      f"most min(in, out) = {side}; use --lora-rank {side} or less")
+    if w.training and w.cp > 1 and (spec.kind != "decoder" or spec.vision is not None or spec.vlm is not None
+                                    or spec.audio is not None or spec.mla is not None):
+        # torch's ring attention balances the load only for causal attention (is_causal, _templated_ring_attention)
+        p.append(f"cp={w.cp}: context parallelism is modelled for decoder-only causal LMs with standard attention "
+                 f"(ring attention over causal SDPA); {spec.name} is not one: drop --cp")
     if w.training and w.loss_parallel and spec.head != "causal-lm":
         p.append(f"loss_parallel shards a causal LM's logits; {spec.name} trains {spec.head}: drop --loss-parallel")
     if w.training and w.loss == "logits-sum" and spec.head not in ("causal-lm", "masked-lm"):

@@ -13,6 +13,7 @@ from vramlens.estimator import activations as A
 from vramlens.estimator import audio as AU
 from vramlens.estimator import checkpointing as C
 from vramlens.estimator import compiled as CP
+from vramlens.estimator import context as CTX
 from vramlens.estimator import fp8 as F8
 from vramlens.estimator import heads as H
 from vramlens.estimator import kv_cache as K
@@ -823,6 +824,10 @@ def estimate_spec(spec: ModelSpec, w: Workload, gpu: GPU | None = None, *, headr
             vision_notes.append(f"{w.method}: peft adapts every linear named {', '.join(w.lora_targets)}, the vision "
                                 "tower's (and with all-linear LLaVA's projector's) included")
         w = replace(w, seq=w.seq + vis.tokens)
+    full_seq = w.seq
+    if w.cp > 1 and w.training:
+        asked = w  # reported as given; the step is estimated at the rank's share of the sequence
+        w = replace(w, seq=w.seq // w.cp)
     st = train_state(spec, w, gpu)
     sp = st.sp
     explain = dict(st.explain)
@@ -831,7 +836,9 @@ def estimate_spec(spec: ModelSpec, w: Workload, gpu: GPU | None = None, *, headr
     if sdpa_refused:
         notes.append(f"{spec.architecture} has no SDPA path in transformers (_supports_sdpa = False): "
                      f"--attention sdpa runs eager, the default; use flash for a fused kernel")
-    notes += position_notes(spec, w) if spec.vision is None else []
+    notes += position_notes(spec, replace(w, seq=full_seq)) if spec.vision is None else []
+    if CTX.note(w, full_seq):
+        notes.append(CTX.note(w, full_seq))
     cc = gpu.compute_capability if gpu is not None else None
     notes += F8.notes(w, gpu.name if gpu is not None else None, cc)
     if w.training and w.optimizer == "adamw-fp8-torchao" and cc is not None and tuple(cc) < (8, 9):
@@ -847,6 +854,12 @@ def estimate_spec(spec: ModelSpec, w: Workload, gpu: GPU | None = None, *, headr
     kv = 0
     if w.training:
         at = activation_totals(spec, w, sp)
+        if w.cp > 1:
+            # ring attention's buffers (estimator.context) beside a block's tensors at its attention call
+            ring_fwd, ring_bwd = CTX.ring_attention_bytes(spec, w, w.batch, w.seq)
+            at_attn = CTX.at_attention_bytes(spec, w, w.batch, w.seq)
+            at = replace(at, recompute=max(at.recompute, at_attn + max(ring_fwd, ring_bwd)) if at.recompute else 0,
+                         block_backward=max(at.block_backward, ring_bwd))
         acts, one_layer, loss_tmp, head_saved, act_formula = (at.saved + vis.saved, at.one_layer, at.loss_transient,
                                                               at.head_saved, at.formula)
         explain["activations"] = act_formula + (f"; the vision tower's and projector's saved tensors for "
@@ -1096,7 +1109,7 @@ def estimate_spec(spec: ModelSpec, w: Workload, gpu: GPU | None = None, *, headr
         advice = _advice(bd, w, fits)
         said = verdict(total, gpu, headroom)
     return Estimate(
-        model=spec, workload=asked if spec.vlm is not None else w, gpu=gpu, breakdown=bd, trainable_params=st.trainable,
+        model=spec, workload=asked if (spec.vlm is not None or w.cp > 1) else w, gpu=gpu, breakdown=bd, trainable_params=st.trainable,
         layer_activation_bytes=layer_act, fits=fits, headroom_bytes=headroom_bytes, advice=advice, explain=explain,
         verdict=said,
     )

@@ -25,4 +25,4 @@ def runtime(gpu: GPU | None, w: Workload) -> RuntimeOverhead:
     from vramlens.hardware.catalog import get_gpu
     from vramlens.hardware.runtime import runtime_overhead
 
-    return runtime_overhead(gpu or get_gpu(REFERENCE_GPU), training=w.training, n_gpus=w.gpus, tp=w.tp)
+    return runtime_overhead(gpu or get_gpu(REFERENCE_GPU), training=w.training, n_gpus=w.gpus, tp=w.tp, cp=w.cp)

@@ -214,6 +214,7 @@ def runtime_overhead(
     training: bool,
     n_gpus: int = 1,
     tp: int = 1,
+    cp: int = 1,
     cuda_version: str | None = None,
     lazy_loading: bool = True,
     context_bytes: int | None = None,
@@ -232,6 +233,8 @@ def runtime_overhead(
         n_gpus: GPUs in the job; more than one adds NCCL communicators.
         tp: tensor-parallel degree: a TP communicator of ``tp`` ranks and, when
             ``n_gpus // tp > 1``, a data-parallel one of ``n_gpus // tp`` ranks.
+        cp: context-parallel degree: a communicator of ``cp`` ranks for ring attention's collectives
+            (the data-parallel one spans the context-parallel ranks too: torchtitan's ``dp_shard_cp``).
         cuda_version: CUDA of the PyTorch build ("12.4"); None assumes DEFAULT_CUDA_VERSION.
         lazy_loading: CUDA_MODULE_LOADING=LAZY (PyTorch's default since 1.13).
         context_bytes: a measured context size, used as is.
@@ -264,7 +267,9 @@ def runtime_overhead(
     blas = cublas_workspace_bytes(gpu, cublas_workspace_config)
     lt = CUBLASLT_WORKSPACE_DEFAULT_BYTES if cublaslt_workspace_bytes is None else int(cublaslt_workspace_bytes)
     workspace = handles * (blas + lt)
-    groups = [r for r in ((tp, n_gpus // tp) if tp > 1 else (n_gpus,)) if r > 1]
+    if cp < 1 or (n_gpus // tp) % cp:
+        raise InputError(f"cp={cp} must be >= 1 and divide the {n_gpus // tp} GPUs left after tp={tp}")
+    groups = [r for r in ((tp, n_gpus // tp, cp) if tp > 1 else (n_gpus, cp)) if r > 1]
     nccl = sum(nccl_communicator_bytes(gpu, r, channels=nccl_channels, buffsize=nccl_buffsize, nvls=nvls)
                for r in groups)
     outside = ctx + nccl + int(extra_outside_bytes)

@@ -57,6 +57,11 @@ def trace(model: Any, workload: Workload | None = None, *, steps: int = 2, layer
     wl = resolve_workload(workload, workload_kwargs)
     if wl.training and steps < 1:
         raise InputError(f"steps={steps} must be a whole number >= 1")
+    if wl.cp > 1:
+        # torch's context_parallel needs a device mesh of real collectives (ring attention's all-gathers and
+        # all-to-alls inside SDPA's dispatch), which the fake process group does not carry through
+        raise TraceError(f"cp={wl.cp}: context parallelism is not traced: trace one rank's share of the sequence "
+                         f"(--seq {wl.seq // wl.cp} without --cp) or use `vramlens estimate --cp`")
     if wl.fsdp and wl.compile and wl.training:
         # FSDP2 compiles per block around its hooks (torchtitan's per-block compile), which the single-graph
         # replay of vramlens.trace.compiled does not run

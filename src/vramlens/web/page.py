@@ -53,6 +53,7 @@ KNOBS: tuple[tuple[str, str, str, tuple | None, str], ...] = (
     ("fsdp_strategy", "FSDP strategy", "select", W.FSDP_STRATEGIES, "full"),
     ("tp", "tensor parallel", "number", None, "1"),
     ("pp", "pipeline parallel", "number", None, "1"),
+    ("cp", "context parallel", "number", None, "1"),
     ("offload", "offload", "select", W.OFFLOAD, "none"),
     ("kv_dtype", "KV dtype", "select", ("",) + W.KV_DTYPES, ""),
     ("kv_block", "KV block (paged)", "number", None, "0"),
@@ -72,6 +73,7 @@ SHOW_WHEN: dict[str, str] = {
                                  "zero", "fsdp", "offload", "optimizer_in_backward", "activation_offload", "loss_chunks",
                                  "loss", "loss_parallel", "compile")},
     "fsdp_strategy": "mode=train;fsdp=true",
+    "cp": "mode=train",
     "zero_buckets": "mode=train;zero=1|2|3",
     "compile_scope": "mode=train;compile=true",
     "fp8": "mode=train;method=full",  # torchao's Float8Linear: full training only (Workload._fp8_problems)
