@@ -332,6 +332,14 @@ class Workload:
         return r is not None and r[:2] < PREFILL_LAST_LOGITS_FROM and self.mode == "inference" and self.new_tokens > 0
 
     @property
+    def legacy_score_clamp(self) -> bool:
+        """Whether eager attention clamps its masked scores from below (a transformers release before 4.49,
+        SCORE_CLAMP_BEFORE, in training): ``torch.max(scores + mask, finfo.min)``, whose backward keeps its
+        input, one more (b, a, s, S) tensor per block in models whose spec has ``score_clamp`` (OPT)."""
+        r = self.transformers_release
+        return r is not None and r[:2] < SCORE_CLAMP_BEFORE and self.training and self.attention == "eager"
+
+    @property
     def effective_batch(self) -> int:
         return self.batch * self.grad_accum * self.dp
 
@@ -651,8 +659,9 @@ class Workload:
                 out.append(f"ignored: transformers_version={self.transformers_version!r} (it changes generate()'s "
                            "decode steps, and new_tokens=0 runs none)")
         else:
+            # transformers_version also sets eager attention's score clamp (legacy_score_clamp) in training
             names = [n for n in ("kv_dtype", "kv_block", "cache", "max_cache_len", "transformers_version")
-                     if given(n)]
+                     if given(n) and (n != "transformers_version" or self.attention != "eager")]
             if names:
                 out.append("ignored in training (they apply to the inference KV cache): "
                            + ", ".join(f"{n}={getattr(self, n)!r}" for n in names))
@@ -737,6 +746,11 @@ LEGACY_CACHE_BEFORE = (4, 42)
 #: prefill (transformers #31292, ``num_logits_to_keep``): before it the prefill's forward made the
 #: logits of every prompt token (Workload.prefill_all_logits)
 PREFILL_LAST_LOGITS_FROM = (4, 45)
+#: The first transformers release whose OPT eager attention no longer clamps its masked scores: up to
+#: 4.48 ``OPTAttention.forward`` ran ``attn_weights = torch.max(attn_weights, torch.tensor(torch.finfo(
+#: attn_weights.dtype).min))`` after adding the mask (modeling_opt.py lines 200-203 of the v4.48.0 wheel);
+#: v4.49.0's OPTAttention adds the mask and goes straight to the softmax (Workload.legacy_score_clamp)
+SCORE_CLAMP_BEFORE = (4, 49)
 
 
 def workload_fields() -> tuple[str, ...]:

@@ -115,3 +115,35 @@ def test_version_ignored_without_decode_steps():
     t = make_workload(mode="train", transformers_version="4.35")
     assert t.ignored() == ["ignored in training (they apply to the inference KV cache): transformers_version='4.35'"]
     assert make_workload(mode="inference", transformers_version="").transformers_version is None  # the web form
+
+
+# OPT-350m, the SDPA benchmark loop of opt.md: 24 blocks, 16 heads, fp16, one 2,048-token sequence
+OPT_EAGER = dict(mode="train", dtype="fp16", optimizer="none", loss="logits-sum", batch=1, seq=2048, attention="eager")
+
+
+def test_opt_eager_score_clamp_before_4_49():
+    from vramlens.models import load_model
+
+    opt = load_model("opt-350m")
+    today = estimate(opt, **OPT_EAGER).breakdown
+    old = estimate(opt, **OPT_EAGER, transformers_version="4.45").breakdown
+    # transformers <= 4.48: torch.max(scores + mask, finfo.min) keeps its fp16 input, one (b, a, s, s) tensor
+    # per block: 24 x 2 B x 1 x 16 x 2,048 x 2,048 = 3,221,225,472 B more activations (and peak)
+    assert old["activations"] - today["activations"] == 24 * 2 * 16 * 2048 * 2048 == 3_221_225_472
+    assert old.peak_allocated - today.peak_allocated == 3_221_225_472
+    # 4.49 dropped the clamp; SDPA never had it; a model without the clamp (GPT-2) is unchanged
+    assert estimate(opt, **OPT_EAGER, transformers_version="4.49").breakdown.as_dict() == today.as_dict()
+    sdpa = {**OPT_EAGER, "attention": "sdpa"}
+    assert (estimate(opt, **sdpa, transformers_version="4.45").breakdown.as_dict()
+            == estimate(opt, **sdpa).breakdown.as_dict())
+    gpt2 = {**OPT_EAGER, "seq": 1024}
+    assert (estimate("gpt2", **gpt2, transformers_version="4.45").breakdown.as_dict()
+            == estimate("gpt2", **gpt2).breakdown.as_dict())
+
+
+def test_version_read_by_eager_training():
+    # eager attention reads it (the score clamp), so it is not reported as ignored; SDPA training ignores it
+    assert make_workload(mode="train", attention="eager", transformers_version="4.45").ignored() == []
+    assert make_workload(mode="train", attention="eager", transformers_version="4.45").legacy_score_clamp
+    assert not make_workload(mode="train", attention="eager", transformers_version="4.49").legacy_score_clamp
+    assert not make_workload(mode="inference", attention="eager", transformers_version="4.45").legacy_score_clamp

@@ -215,7 +215,7 @@ class FastMemory:
                 w.lora_dropout, w.lora_dtype, w.dora, w.quant, w.quant_targets, w.quant_head, w.dequant_dtype,
                 w.loss, w.loss_chunks,
                 w.loss_parallel, w.activation_offload, w.fp8, w.bnb_inputs, w.image_size,
-                w.audio_seconds, w.compile, w.compile_scope, w.images)
+                w.audio_seconds, w.compile, w.compile_scope, w.images, w.transformers_version)
 
     def activations(self, w: Workload, sp: Split) -> Activations:
         """The activations of ``w`` on the split ``sp``, memoized on :meth:`activation_key`."""

@@ -291,6 +291,11 @@ class ModelSpec:
     #: logits.float()``: LlamaForCausalLM and its copies); 4.45 (#31292) does it only with labels.
     #: Read only for an older ``Workload.transformers_version``
     legacy_logits_fp32: bool = False
+    #: eager attention of transformers before 4.49 clamps the masked scores from below (OPTAttention:
+    #: ``torch.max(attn_weights, torch.tensor(torch.finfo(attn_weights.dtype).min))``); maximum keeps its
+    #: input for backward, one more (b, a, s, S) tensor in the compute dtype per block. Read only for an
+    #: older ``Workload.transformers_version`` (Workload.legacy_score_clamp)
+    score_clamp: bool = False
     #: blocks whose attention sees only the last ``sliding_window`` tokens (transformers'
     #: ``layer_types``; ModernBERT: all but every ``global_attn_every_n_layers``-th, a window on each
     #: side); transformers caches at most the window for a decoder's (DynamicSlidingWindowLayer), and

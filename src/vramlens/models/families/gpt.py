@@ -138,7 +138,7 @@ def build_opt(r: ConfigReader, architecture: str) -> Built:
     return Built(_facts(
         r, hidden_size=h, n_heads=a, n_kv_heads=a, head_dim=h // a, ffn_size=f, vocab_size=V,
         n_decoder_layers=L, max_position=n_pos, activation=act, position="learned",
-        tied_embeddings=tied,
+        tied_embeddings=tied, score_clamp=True,  # OPTAttention's torch.max clamp, transformers <= 4.48
     ), t.items)
 
 
