@@ -212,10 +212,12 @@ class Workload:
     cache: CacheKind = "dynamic"
     #: StaticCache's max_cache_len; 0: seq + new_tokens (what generate() sizes it to)
     max_cache_len: int = 0
-    #: the transformers release whose ``generate()`` runs the inference ("4.35", "4.41.2"); None: the
-    #: release vramlens models (5.x: one DynamicCache from the prefill to the last token). Before 4.42
-    #: generate() passed the cache as a tuple of per-layer tuples and every decode step kept the old one
-    #: alive beside the new one (see :attr:`legacy_cache`, vramlens.estimator.kv_cache.legacy_decode_bytes)
+    #: the transformers release that runs the model ("4.35", "4.41.2"); None: the release vramlens models
+    #: (5.x: one DynamicCache from the prefill to the last token). Before 4.42 generate() passed the cache
+    #: as a tuple of per-layer tuples and every decode step kept the old one alive beside the new one (see
+    #: :attr:`legacy_cache`, vramlens.estimator.kv_cache.legacy_decode_bytes); in training, before 4.49 OPT's
+    #: eager attention kept its clamped scores (:attr:`legacy_score_clamp`); older GPT-2 and GPT-NeoX blocks
+    #: hold causal-mask buffers (ModelSpec.legacy_buffers_before)
     transformers_version: str | None = None
     task: Task | None = None  # None: the head named by the config's architectures
     #: What a bitsandbytes 4-bit matmul keeps of its input in training. ``none``: bitsandbytes >=
@@ -655,13 +657,9 @@ class Workload:
             if names:
                 out.append("ignored in inference (they apply to training): "
                            + ", ".join(f"{n}={getattr(self, n)!r}" for n in names))
-            if self.transformers_version is not None and not self.new_tokens:
-                out.append(f"ignored: transformers_version={self.transformers_version!r} (it changes generate()'s "
-                           "decode steps, and new_tokens=0 runs none)")
         else:
-            # transformers_version also sets eager attention's score clamp (legacy_score_clamp) in training
-            names = [n for n in ("kv_dtype", "kv_block", "cache", "max_cache_len", "transformers_version")
-                     if given(n) and (n != "transformers_version" or self.attention != "eager")]
+            # transformers_version is read in training too (eager attention's score clamp, older per-block buffers)
+            names = [n for n in ("kv_dtype", "kv_block", "cache", "max_cache_len") if given(n)]
             if names:
                 out.append("ignored in training (they apply to the inference KV cache): "
                            + ", ".join(f"{n}={getattr(self, n)!r}" for n in names))

@@ -59,7 +59,7 @@ from vramlens.workload import Attention, Workload
 STATE_FIELDS = ("mode", "method", "dtype", "amp", "quant", "optimizer", "optimizer_impl", "keep_grads", "lora_rank",
                 "lora_targets", "lora_dropout", "lora_dtype", "dora", "quant_targets",
                 "quant_head", "gpus", "zero", "zero_buckets", "fsdp", "fsdp_strategy", "tp", "pp", "offload", "optimizer_in_backward",
-                "loss", "loss_chunks", "loss_parallel", "fp8", "images")
+                "loss", "loss_chunks", "loss_parallel", "fp8", "images", "transformers_version")
 
 #: The fields train_state reads (STATE_FIELDS less the loss fields and images, which only validity reads).
 TRAIN_STATE_FIELDS = tuple(f for f in STATE_FIELDS
