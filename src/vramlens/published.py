@@ -110,8 +110,10 @@ _L40S = _Setup(gpu="L40S", cuda="12.1", lazy_loading=True)
 _RTX2060 = _Setup(gpu="RTX-2080-Ti", cuda="12.1", lazy_loading=True)
 
 
-def _sdpa_cases(prefix: str, model: str, rows: tuple[tuple[int, int, str], ...], setup: _Setup) -> dict[str, Case]:
-    return {f"{prefix}-bs{b}-s{s}-{att}": Case(model, {**_SDPA_HARNESS, "batch": b, "seq": s, "attention": att},
+def _sdpa_cases(prefix: str, model: str, rows: tuple[tuple[int, int, str], ...], setup: _Setup,
+                **settings: Any) -> dict[str, Case]:
+    return {f"{prefix}-bs{b}-s{s}-{att}": Case(model, {**_SDPA_HARNESS, **settings, "batch": b, "seq": s,
+                                                       "attention": att},
                                                figure="peak_allocated", **setup)
             for b, s, att in rows}
 
@@ -120,6 +122,15 @@ _BERT_ROWS = tuple((b, s, att) for b in (4, 8, 16) for s in (256, 512) for att i
 _OPT_ROWS = ((1, 1024, "eager"), (1, 2048, "eager"), (2, 1024, "eager"), (4, 512, "eager"), (8, 256, "eager"),
              (8, 1024, "eager"), (1, 2048, "sdpa"), (8, 1024, "sdpa"))
 _DISTIL_ROWS = tuple((b, s, att) for b, s in ((1, 128), (4, 256), (8, 128), (8, 256)) for att in ("eager", "sdpa"))
+# gpt2.md and gpt_neox.md (transformers #31172 and #31031, vasqu, May-June 2024: fxmarty's training gist with a
+# causal-LM head, on an "rtx3080ti-16GB", the RTX 3080 Ti Laptop GPU; PyTorch 2.2.1). Not in the catalog: the
+# RTX 3080, the same Ampere sm_86 and so the same default cuBLAS workspace. Eager rows that ran out of memory are
+# left out. transformers main was between 4.41 and 4.42 then
+_RTX3080TI = _Setup(gpu="RTX-3080", cuda="12.1", lazy_loading=True)
+_GPT2_ROWS = tuple((b, s, att) for b in (1, 2, 4) for s in (128, 256, 512, 1024) for att in ("eager", "sdpa")
+                   if not (att == "eager" and b * s >= 2048 and s == 1024))
+_NEOX_ROWS = tuple((b, s, att) for b in (1, 2, 4) for s in (128, 256, 512, 1024, 2048) for att in ("eager", "sdpa")
+                   if not (att == "eager" and b * s >= 4096 and s >= 1024))
 # torchtune's README "Optimization flags" table (commit 1814feb1, November 2024): Llama 3.2 3B on an A100, batch 2
 # packed to 4096 tokens, bf16 parameters and states, torch.optim.AdamW; the figure is peak_memory_active. The table
 # does not say foreach or fused, its figures do: the Baseline row (25.5 GiB) and the checkpointed rows sit under
@@ -279,8 +290,12 @@ CASES: dict[str, Case] = {
                                                figure="peak_allocated", **_A100),
     "peft-readme-bloomz-7b1-lora-pytorch": Case("bloom-7b1", _PEFT_BLOOMZ, figure="peak_allocated", **_A100_2022),
     **_sdpa_cases("hf-sdpa-bert-base-train", "bert-base-uncased", _BERT_ROWS, _A100),
-    **_sdpa_cases("hf-sdpa-opt350m-train", "opt-350m", _OPT_ROWS, _L40S),
+    # the OPT PR's benchmarks (transformers #33298, 2024-09-25: main between 4.45 and 4.46) ran OPTAttention's
+    # score clamp, which 4.49 dropped (Workload.legacy_score_clamp)
+    **_sdpa_cases("hf-sdpa-opt350m-train", "opt-350m", _OPT_ROWS, _L40S, transformers_version="4.45"),
     **_sdpa_cases("hf-sdpa-distilbert-train", "distilbert-base-uncased", _DISTIL_ROWS, _RTX2060),
+    **_sdpa_cases("hf-sdpa-gpt2-large-train", "gpt2-large", _GPT2_ROWS, _RTX3080TI, transformers_version="4.42"),
+    **_sdpa_cases("hf-sdpa-pythia410m-train", "pythia-410m", _NEOX_ROWS, _RTX3080TI, transformers_version="4.42"),
 }
 
 # PEFT's seq2seq rows: tokenizer(inputs, truncation=True) padded by collate_fn to each batch's longest tweet, labels

@@ -220,10 +220,12 @@ class Workload:
     cache: CacheKind = "dynamic"
     #: StaticCache's max_cache_len; 0: seq + new_tokens (what generate() sizes it to)
     max_cache_len: int = 0
-    #: the transformers release whose ``generate()`` runs the inference ("4.35", "4.41.2"); None: the
-    #: release vramlens models (5.x: one DynamicCache from the prefill to the last token). Before 4.42
-    #: generate() passed the cache as a tuple of per-layer tuples and every decode step kept the old one
-    #: alive beside the new one (see :attr:`legacy_cache`, vramlens.estimator.kv_cache.legacy_decode_bytes)
+    #: the transformers release that runs the model ("4.35", "4.41.2"); None: the release vramlens models
+    #: (5.x: one DynamicCache from the prefill to the last token). Before 4.42 generate() passed the cache
+    #: as a tuple of per-layer tuples and every decode step kept the old one alive beside the new one (see
+    #: :attr:`legacy_cache`, vramlens.estimator.kv_cache.legacy_decode_bytes); in training, before 4.49 OPT's
+    #: eager attention kept its clamped scores (:attr:`legacy_score_clamp`); older GPT-2 and GPT-NeoX blocks
+    #: hold causal-mask buffers (ModelSpec.legacy_buffers_before)
     transformers_version: str | None = None
     task: Task | None = None  # None: the head named by the config's architectures
     #: What a bitsandbytes 4-bit matmul keeps of its input in training. ``none``: bitsandbytes >=
@@ -376,6 +378,14 @@ class Workload:
         (``outputs``, its logits) until the next forward returned (fixed by transformers #30536)."""
         r = self.transformers_release
         return r is not None and r[:2] < PREFILL_LAST_LOGITS_FROM and self.mode == "inference" and self.new_tokens > 0
+
+    @property
+    def legacy_score_clamp(self) -> bool:
+        """Whether eager attention clamps its masked scores from below (a transformers release before 4.49,
+        SCORE_CLAMP_BEFORE, in training): ``torch.max(scores + mask, finfo.min)``, whose backward keeps its
+        input, one more (b, a, s, S) tensor per block in models whose spec has ``score_clamp`` (OPT)."""
+        r = self.transformers_release
+        return r is not None and r[:2] < SCORE_CLAMP_BEFORE and self.training and self.attention == "eager"
 
     @property
     def effective_batch(self) -> int:
@@ -700,12 +710,9 @@ class Workload:
             if names:
                 out.append("ignored in inference (they apply to training): "
                            + ", ".join(f"{n}={getattr(self, n)!r}" for n in names))
-            if self.transformers_version is not None and not self.new_tokens:
-                out.append(f"ignored: transformers_version={self.transformers_version!r} (it changes generate()'s "
-                           "decode steps, and new_tokens=0 runs none)")
         else:
-            names = [n for n in ("kv_dtype", "kv_block", "cache", "max_cache_len", "transformers_version")
-                     if given(n)]
+            # transformers_version is read in training too (eager attention's score clamp, older per-block buffers)
+            names = [n for n in ("kv_dtype", "kv_block", "cache", "max_cache_len") if given(n)]
             if names:
                 out.append("ignored in training (they apply to the inference KV cache): "
                            + ", ".join(f"{n}={getattr(self, n)!r}" for n in names))
@@ -790,6 +797,11 @@ LEGACY_CACHE_BEFORE = (4, 42)
 #: prefill (transformers #31292, ``num_logits_to_keep``): before it the prefill's forward made the
 #: logits of every prompt token (Workload.prefill_all_logits)
 PREFILL_LAST_LOGITS_FROM = (4, 45)
+#: The first transformers release whose OPT eager attention no longer clamps its masked scores: up to
+#: 4.48 ``OPTAttention.forward`` ran ``attn_weights = torch.max(attn_weights, torch.tensor(torch.finfo(
+#: attn_weights.dtype).min))`` after adding the mask (modeling_opt.py lines 200-203 of the v4.48.0 wheel);
+#: v4.49.0's OPTAttention adds the mask and goes straight to the softmax (Workload.legacy_score_clamp)
+SCORE_CLAMP_BEFORE = (4, 49)
 
 
 def workload_fields() -> tuple[str, ...]:

@@ -107,11 +107,69 @@ def test_bad_versions(kw, message):
     assert str(err.value) == message
 
 
-def test_version_ignored_without_decode_steps():
+def test_version_read_without_decode_steps():
+    # no decode steps and training: the version still sets the model's own older buffers and attention, so it is
+    # not reported as ignored
     w = make_workload(mode="inference", transformers_version="4.35")
-    assert w.ignored() == ["ignored: transformers_version='4.35' (it changes generate()'s decode steps, and "
-                           "new_tokens=0 runs none)"]
-    assert not w.legacy_cache or not w.new_tokens
+    assert w.ignored() == []
+    assert not w.prefill_all_logits  # (legacy_cache is set, and reads only decode steps: there are none)
     t = make_workload(mode="train", transformers_version="4.35")
-    assert t.ignored() == ["ignored in training (they apply to the inference KV cache): transformers_version='4.35'"]
+    assert t.ignored() == []
     assert make_workload(mode="inference", transformers_version="").transformers_version is None  # the web form
+
+
+# OPT-350m, the SDPA benchmark loop of opt.md: 24 blocks, 16 heads, fp16, one 2,048-token sequence
+OPT_EAGER = dict(mode="train", dtype="fp16", optimizer="none", loss="logits-sum", batch=1, seq=2048, attention="eager")
+
+
+def test_opt_eager_score_clamp_before_4_49():
+    from vramlens.models import load_model
+
+    opt = load_model("opt-350m")
+    today = estimate(opt, **OPT_EAGER).breakdown
+    old = estimate(opt, **OPT_EAGER, transformers_version="4.45").breakdown
+    # transformers <= 4.48: torch.max(scores + mask, finfo.min) keeps its fp16 input, one (b, a, s, s) tensor
+    # per block, and its 0-dim floor (one 512 B block): 24 x (2 B x 1 x 16 x 2,048 x 2,048 + 512) = 3,221,237,760 B
+    # more activations (and peak)
+    assert old["activations"] - today["activations"] == 24 * (2 * 16 * 2048 * 2048 + 512) == 3_221_237_760
+    assert old.peak_allocated - today.peak_allocated == 3_221_237_760
+    # 4.49 dropped the clamp; SDPA never had it; a model without the clamp (GPT-2) is unchanged
+    assert estimate(opt, **OPT_EAGER, transformers_version="4.49").breakdown.as_dict() == today.as_dict()
+    sdpa = {**OPT_EAGER, "attention": "sdpa"}
+    assert (estimate(opt, **sdpa, transformers_version="4.45").breakdown.as_dict()
+            == estimate(opt, **sdpa).breakdown.as_dict())
+    gpt2 = {**OPT_EAGER, "seq": 1024}
+    assert (estimate("gpt2", **gpt2, transformers_version="4.45").breakdown["activations"]
+            == estimate("gpt2", **gpt2).breakdown["activations"])
+
+
+def test_score_clamp_reads_eager_training_only():
+    assert make_workload(mode="train", attention="eager", transformers_version="4.45").legacy_score_clamp
+    assert not make_workload(mode="train", attention="sdpa", transformers_version="4.45").legacy_score_clamp
+    assert not make_workload(mode="train", attention="eager", transformers_version="4.49").legacy_score_clamp
+    assert not make_workload(mode="inference", attention="eager", transformers_version="4.45").legacy_score_clamp
+
+
+def test_older_gpt2_and_gpt_neox_hold_per_block_mask_buffers():
+    sdpa = dict(mode="train", dtype="fp16", optimizer="none", loss="logits-sum", batch=1, seq=128)
+    for name, version, block in (
+        # GPT2Attention through 4.57: bias (1, 1, 1,024, 1,024) bool + masked_bias (one 512 B block); 36 blocks
+        ("gpt2-large", "4.57", 1_048_576 + 512),
+        # GPTNeoXAttention before 4.49: bias (1, 1, 2,048, 2,048) bool + masked_bias, and its own rotary: inv_freq
+        # (8 fp32, one block) and fp32 cos/sin caches of (2,048, 16 = 64 x rotary_pct 0.25): 2 x 131,072 B
+        ("pythia-410m", "4.42", 4_194_304 + 512 + 512 + 2 * 131_072),
+    ):
+        today = estimate(name, **sdpa).breakdown
+        old = estimate(name, **sdpa, transformers_version=version).breakdown
+        layers = 36 if name == "gpt2-large" else 24
+        assert old["weights"] - today["weights"] == layers * block
+        assert old.peak_allocated - today.peak_allocated == layers * block
+    # the releases that dropped them, and a model that never had them per block (OPT)
+    assert (estimate("gpt2-large", **sdpa, transformers_version="5.0").breakdown["weights"]
+            == estimate("gpt2-large", **sdpa).breakdown["weights"])
+    assert (estimate("pythia-410m", **sdpa, transformers_version="4.49").breakdown["weights"]
+            == estimate("pythia-410m", **sdpa).breakdown["weights"])
+    assert (estimate("opt-350m", **sdpa, transformers_version="4.42").breakdown["weights"]
+            == estimate("opt-350m", **sdpa).breakdown["weights"])
+    # 36 x 1,049,088 = 37,767,168 B and 24 x 4,457,472 = 106,979,328 B
+    assert 36 * (1_048_576 + 512) == 37_767_168 and 24 * (4_194_304 + 1024 + 262_144) == 106_979_328

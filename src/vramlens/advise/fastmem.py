@@ -59,7 +59,7 @@ from vramlens.workload import Attention, Workload
 STATE_FIELDS = ("mode", "method", "dtype", "amp", "quant", "optimizer", "optimizer_impl", "keep_grads", "lora_rank",
                 "lora_targets", "lora_dropout", "lora_dtype", "dora", "quant_targets",
                 "quant_head", "gpus", "zero", "zero_buckets", "fsdp", "fsdp_strategy", "tp", "pp", "offload", "optimizer_in_backward",
-                "loss", "loss_chunks", "loss_parallel", "fp8", "images")
+                "loss", "loss_chunks", "loss_parallel", "fp8", "images", "transformers_version")
 
 #: The fields train_state reads (STATE_FIELDS less the loss fields and images, which only validity reads).
 TRAIN_STATE_FIELDS = tuple(f for f in STATE_FIELDS
@@ -215,7 +215,7 @@ class FastMemory:
                 w.lora_dropout, w.lora_dtype, w.dora, w.quant, w.quant_targets, w.quant_head, w.dequant_dtype,
                 w.loss, w.loss_chunks,
                 w.loss_parallel, w.activation_offload, w.fp8, w.bnb_inputs, w.image_size,
-                w.audio_seconds, w.compile, w.compile_scope, w.images)
+                w.audio_seconds, w.compile, w.compile_scope, w.images, w.transformers_version)
 
     def activations(self, w: Workload, sp: Split) -> Activations:
         """The activations of ``w`` on the split ``sp``, memoized on :meth:`activation_key`."""

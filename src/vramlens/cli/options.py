@@ -226,8 +226,10 @@ def add_workload_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--max-cache-len", type=_positive, default=0,
                    help="with --cache static: the tokens StaticCache preallocates (default 0: seq + new-tokens)")
     g.add_argument("--transformers-version", type=_transformers_version, default=None, metavar="X.Y[.Z]",
-                   help="inference: the transformers release whose generate() runs (default: 4.42 or later, one "
-                        "DynamicCache); before 4.42 every decode step keeps the previous cache beside the new one")
+                   help="the transformers release that runs the model (default: transformers 5). Inference: "
+                        "before 4.42 every decode step of generate() keeps the previous cache beside the new one; "
+                        "training: before 4.49 OPT's eager attention keeps its clamped scores; older GPT-2 and "
+                        "GPT-NeoX blocks hold causal-mask buffers")
     g.add_argument("--audio-seconds", type=_audio_seconds, default=None, metavar="S",
                    help="speech encoder-decoders (Whisper): seconds of audio per sample; padded to 30-second "
                         "windows of 1,500 encoder positions, ceil(S/30) windows per sample; --seq is the "

@@ -670,6 +670,13 @@ def layer_activations(spec: ModelSpec, w: Workload, b: int, s: int, *, cross_s: 
                 # Gemma 2's eager_attention_forward: tanh(scores / cap) keeps its output (the division and
                 # the multiplication by the cap keep nothing)
                 q_bytes += _r(c * b * D.a * s * S)
+            if spec.score_clamp and w.legacy_score_clamp:
+                # transformers <= 4.48 OPTAttention: ``torch.max(scores + mask, finfo.min)`` before the fp32
+                # softmax; maximum's backward keeps both inputs (derivatives.yaml ``maximum``: self, other),
+                # the masked scores in the compute dtype and the 0-dim floor (modeling_opt.py lines 200-203 of
+                # the v4.48.0 wheel)
+                q_bytes += _r(c * b * D.a * s * S)
+                total += _r(c)
             quad += q_bytes
             total += q_bytes
         elif attention != "eager":

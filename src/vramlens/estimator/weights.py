@@ -127,6 +127,26 @@ def base_weight_bytes(spec: ModelSpec, w: Workload) -> tuple[int, str]:
     return total, f"{quant} {which} ({q:,} B) + the rest at {b} B (embeddings, norms, biases, lm_head)"
 
 
+def legacy_block_buffer_bytes(spec: ModelSpec, w: Workload) -> int:
+    """Bytes of the buffers an older transformers release registers in each block (``ModelSpec.legacy_buffers_before``,
+    0 for ``Workload.transformers_version`` at or after it, or none given).
+
+    GPT2Attention (through 4.57) and GPTNeoXAttention (before 4.49): ``bias``, ``torch.tril(torch.ones((P, P),
+    dtype=torch.bool)).view(1, 1, P, P)``, and ``masked_bias``, a scalar (one block); GPT-NeoX also its own
+    rotary embedding: ``inv_freq`` (dim / 2 fp32) and ``cos_cached``, ``sin_cached`` (P, dim) in fp32, which
+    ``from_pretrained(torch_dtype=...)`` leaves fp32 (computed from ``inv_freq.float()``, not in the checkpoint).
+    """
+    r = w.transformers_release
+    if spec.legacy_buffers_before is None or r is None or r[:2] >= spec.legacy_buffers_before:
+        return 0
+    P = spec.max_position
+    block = round_up(P * P, BLOCK) + BLOCK
+    dim = spec.legacy_rotary_cache_dim
+    if dim:
+        block += round_up(4 * (dim // 2), BLOCK) + 2 * round_up(4 * P * dim, BLOCK)
+    return block
+
+
 def adapted_only(w: Workload) -> tuple[str, ...] | None:
     """The LoRA targets when quantization covers only the adapted linears (``quant_targets="adapted"``), else None."""
     if w.method != "full" and w.quant_targets == "adapted":

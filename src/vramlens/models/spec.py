@@ -291,6 +291,19 @@ class ModelSpec:
     #: logits.float()``: LlamaForCausalLM and its copies); 4.45 (#31292) does it only with labels.
     #: Read only for an older ``Workload.transformers_version``
     legacy_logits_fp32: bool = False
+    #: eager attention of transformers before 4.49 clamps the masked scores from below (OPTAttention:
+    #: ``torch.max(attn_weights, torch.tensor(torch.finfo(attn_weights.dtype).min))``); maximum keeps its
+    #: input for backward, one more (b, a, s, S) tensor in the compute dtype per block. Read only for an
+    #: older ``Workload.transformers_version`` (Workload.legacy_score_clamp)
+    score_clamp: bool = False
+    #: the first transformers release without per-block buffers that older ones registered in every attention
+    #: module: a (1, 1, P, P) bool causal mask ``bias`` and a scalar ``masked_bias``, P = ``max_position``
+    #: (GPT2Attention through 4.57: (5, 0); GPTNeoXAttention before 4.49: (4, 49)), allocated with the model.
+    #: Read only for an older ``Workload.transformers_version``; None: no such buffers
+    legacy_buffers_before: tuple[int, int] | None = None
+    #: with them, GPTNeoXAttention's own rotary embedding (before 4.49): ``inv_freq`` and fp32 ``cos_cached`` and
+    #: ``sin_cached`` of (P, this width) per block; 0: none
+    legacy_rotary_cache_dim: int = 0
     #: blocks whose attention sees only the last ``sliding_window`` tokens (transformers'
     #: ``layer_types``; ModernBERT: all but every ``global_attn_every_n_layers``-th, a window on each
     #: side); transformers caches at most the window for a decoder's (DynamicSlidingWindowLayer), and

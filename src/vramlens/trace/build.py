@@ -211,6 +211,10 @@ def build_hf(cfg: dict, wl: Workload, *, fake_mode=None, layers: int | None = No
     attn = "eager" if wl.attention == "eager" else "sdpa"
     if wl.attention == "flash":
         notes.append("--attention flash traced as sdpa with CUDA's flash kernel choice (flash-attn is CUDA-only)")
+    if wl.legacy_score_clamp and attn == "eager" and (clamped := _clamped_eager_attention(cfg)) is not None:
+        attn = clamped
+        notes.append(f"transformers {wl.transformers_version}: eager attention clamps the masked scores "
+                     "(torch.max(scores + mask, finfo.min), OPTAttention before 4.49; emulated)")
     if wl.checkpointing == "selective":
         attn = _selective_attention(cls, attn)
     try:
@@ -230,6 +234,8 @@ def build_hf(cfg: dict, wl: Workload, *, fake_mode=None, layers: int | None = No
         with fake_mode:
             model.to_empty(device="cpu")
             retie(model)
+    if (legacy := _add_legacy_buffers(model, cfg, wl, fake_mode)) is not None:
+        notes.append(legacy)
     if wl.method == "qlora" and wl.quant_head:
         from vramlens.models.heads import head_of
 
@@ -361,6 +367,41 @@ class _nullctx:
 
     def __exit__(self, *a):
         return False
+
+
+def _add_legacy_buffers(model: nn.Module, cfg: dict, wl: Workload, fake_mode) -> str | None:
+    """The per-block buffers an older transformers release registered (ModelSpec.legacy_buffers_before), added to each
+    attention module of today's model under names of their own (today's forward never reads them): GPT-2's and
+    GPT-NeoX's (1, 1, P, P) bool causal mask and scalar ``masked_bias``, GPT-NeoX's own rotary ``inv_freq`` and
+    fp32 (P, dim) cos/sin caches."""
+    from contextlib import nullcontext
+
+    from vramlens.models import spec_from_config
+
+    if wl.transformers_release is None:
+        return None
+    spec = spec_from_config(cfg)
+    r, before = wl.transformers_release, spec.legacy_buffers_before
+    if before is None or r[:2] >= before:
+        return None
+    P, dim = spec.max_position, spec.legacy_rotary_cache_dim
+    blocks = 0
+    for m in model.modules():
+        param = next(m.parameters(), None)
+        if not type(m).__name__.endswith("Attention") or param is None:
+            continue
+        dev = param.device
+        with fake_mode if fake_mode is not None else nullcontext():
+            m.register_buffer("_legacy_bias", torch.ones((1, 1, P, P), dtype=torch.bool, device=dev), persistent=False)
+            m.register_buffer("_legacy_masked_bias", torch.zeros((), dtype=TORCH_DTYPES[wl.dtype], device=dev),
+                              persistent=False)
+            if dim:
+                m.register_buffer("_legacy_inv_freq", torch.zeros(dim // 2, device=dev), persistent=False)
+                for name in ("_legacy_cos_cached", "_legacy_sin_cached"):
+                    m.register_buffer(name, torch.zeros((P, dim), dtype=torch.float32, device=dev), persistent=False)
+        blocks += 1
+    return (f"transformers {wl.transformers_version}: each of the {blocks} attention modules holds a ({P}, {P}) bool "
+            f"causal-mask buffer" + (f" and fp32 rotary caches ({P}, {dim})" if dim else "") + " (emulated)")
 
 
 def retie(model: nn.Module) -> None:
@@ -552,6 +593,34 @@ def _output_head_names(model: nn.Module) -> tuple[str, ...]:
             if m is head:
                 names.append(n)
     return tuple(names)
+
+
+def _clamped_eager_attention(cfg: dict) -> str | None:
+    """Register eager attention as transformers before 4.49 ran it for a model with ``ModelSpec.score_clamp`` (OPT):
+    the scores plus the mask clamped from below by ``torch.max`` with the dtype's minimum (modeling_opt.py lines
+    200-203 of the v4.48.0 wheel), then the fp32 softmax cast back, dropout and the product with the values."""
+    from transformers import AttentionInterface
+    from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, AttentionMaskInterface
+
+    from vramlens.models import spec_from_config
+
+    if not spec_from_config(cfg).score_clamp:
+        return None
+
+    def clamped(module, query, key, value, attention_mask, scaling, dropout=0.0, **kwargs):
+        scores = torch.matmul(query, key.transpose(-1, -2)) * scaling
+        if attention_mask is not None:
+            floor = torch.tensor(torch.finfo(scores.dtype).min, device=scores.device, dtype=scores.dtype)
+            scores = torch.max(scores + attention_mask, floor)
+        probs = nn.functional.softmax(scores, dim=-1, dtype=torch.float32).to(query.dtype)
+        probs = nn.functional.dropout(probs, p=dropout, training=module.training)
+        return torch.matmul(probs, value).transpose(1, 2).contiguous(), probs
+
+    name = "vramlens_clamped_eager"
+    AttentionInterface.register(name, clamped)
+    # and eager's mask (transformers' masking_utils returns no mask for a name it does not know)
+    AttentionMaskInterface.register(name, ALL_MASK_ATTENTION_FUNCTIONS["eager"])
+    return name
 
 
 def _selective_attention(cls, attn: str) -> str:

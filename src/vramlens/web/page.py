@@ -59,7 +59,7 @@ KNOBS: tuple[tuple[str, str, str, tuple | None, str], ...] = (
     ("kv_block", "KV block (paged)", "number", None, "0"),
     ("cache", "KV cache", "select", W.CACHES, "dynamic"),
     ("max_cache_len", "max cache len", "number", None, "0"),
-    ("transformers_version", "transformers version (generate)", "text", None, ""),
+    ("transformers_version", "transformers version", "text", None, ""),
     ("audio_seconds", "audio seconds (Whisper)", "text", None, ""),
     ("headroom", "headroom", "number", None, "0.1"),
     ("images", "images per sample (VLM)", "number", None, "0"),
@@ -77,7 +77,7 @@ SHOW_WHEN: dict[str, str] = {
     "zero_buckets": "mode=train;zero=1|2|3",
     "compile_scope": "mode=train;compile=true",
     "fp8": "mode=train;method=full",  # torchao's Float8Linear: full training only (Workload._fp8_problems)
-    **{k: "mode=inference" for k in ("new_tokens", "kv_dtype", "kv_block", "cache", "transformers_version")},
+    **{k: "mode=inference" for k in ("new_tokens", "kv_dtype", "kv_block", "cache")},
     "max_cache_len": "mode=inference;cache=static",
     **{k: "method=lora|qlora" for k in ("lora_rank", "lora_targets", "lora_dtype", "dora", "quant_targets")},
     "lora_dropout": "mode=train;method=lora|qlora",

@@ -96,6 +96,10 @@ def build_gpt2(r: ConfigReader, architecture: str) -> Built:
         r, hidden_size=h, n_heads=a, n_kv_heads=1 if mq else a, head_dim=d, ffn_size=inner,
         vocab_size=V, n_decoder_layers=L, max_position=n_pos, activation=act,
         position="learned", tied_embeddings=tied,
+        # GPT2Attention.__init__ registers the causal mask ``bias`` (n_positions^2 bool) and ``masked_bias`` in
+        # every block through transformers 4.57 (modeling_gpt2.py of the v4.42.0 and v4.57.0 wheels); 5.0 has
+        # neither. GPT-BigCode keeps its model-level mask (the inventory's ``bias``)
+        legacy_buffers_before=None if bigcode else (5, 0),
     ), t.items)
 
 
@@ -138,7 +142,7 @@ def build_opt(r: ConfigReader, architecture: str) -> Built:
     return Built(_facts(
         r, hidden_size=h, n_heads=a, n_kv_heads=a, head_dim=h // a, ffn_size=f, vocab_size=V,
         n_decoder_layers=L, max_position=n_pos, activation=act, position="learned",
-        tied_embeddings=tied,
+        tied_embeddings=tied, score_clamp=True,  # OPTAttention's torch.max clamp, transformers <= 4.48
     ), t.items)
 
 
@@ -271,6 +275,10 @@ def build_gpt_neox(r: ConfigReader, architecture: str) -> Built:
         # apply_rotary_pos_emb (modeling_gpt_neox.py) builds q and k with torch.cat of the rotated and passed
         # parts: contiguous head-major, so the fused kernel's output comes back transposed and is copied
         attention_output_copy=True,
+        # transformers < 4.49 GPTNeoXAttention.__init__ (v4.42.0 wheel, modeling_gpt_neox.py lines 112-115, 123-130,
+        # and GPTNeoXRotaryEmbedding lines 589-613): the causal mask ``bias`` (P^2 bool) and ``masked_bias``, and a
+        # rotary embedding of its own per block whose cos/sin caches are fp32 (P, int(head_dim * rotary_pct))
+        legacy_buffers_before=(4, 49), legacy_rotary_cache_dim=int(d * partial),
     ), t.items)
 
 
