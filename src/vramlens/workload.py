@@ -91,6 +91,8 @@ AMPS: tuple[Amp, ...] = get_args(Amp)
 QUANTS: tuple[Quant, ...] = get_args(Quant)
 #: The 4-bit weight formats whose matmuls dequantize the whole weight (bitsandbytes ``MatMul4Bit``).
 FOUR_BIT: tuple[Quant, ...] = ("nf4", "nf4-dq", "fp4")
+#: The formats with one scale (and zero point) per group of ``quant_group_size`` weights along a row.
+GROUPED_QUANTS: tuple[Quant, ...] = ("int4", "gptq-4bit", "awq-4bit")
 OPTIMIZERS: tuple[Optimizer, ...] = get_args(Optimizer)
 CHECKPOINTING: tuple[Checkpointing, ...] = get_args(Checkpointing)
 #: ``checkpointing="every:N"`` (torchtitan ``selective_ac_option="N"``): every N-th block checkpointed.
@@ -198,6 +200,10 @@ class Workload:
     #: quantize ``weight.half()``, so every matmul dequantizes to fp16 and then casts (two (n, k)
     #: tensors alive at the cast when the compute dtype is not fp16)
     dequant_dtype: DequantDType = "compute"
+    #: Weights per scale of the group-wise formats (GROUPED_QUANTS); 0: their default, 128 (AutoGPTQ's
+    #: and AutoAWQ's, torchao's ``int4_weight_only``). torchao's gpt-fast benchmarks run ``int4wo-64``
+    #: (``int4_weight_only(group_size=64)``)
+    quant_group_size: int = 0
     gpus: int = 1
     zero: int = 0
     #: DeepSpeed's bucket sizes (see ZeroBuckets): its defaults, or the Trainer's "auto" (h*h elements)
@@ -427,6 +433,15 @@ class Workload:
             p.append(f"max_cache_len={L.show(self.max_cache_len)} must be 0 (seq + new_tokens) or a number of tokens")
         elif self.max_cache_len > L.MAX_SEQ:
             p.append(f"max_cache_len={L.show(self.max_cache_len)} is over the limit of {L.MAX_SEQ:,} tokens")
+        g = self.quant_group_size
+        if isinstance(g, bool) or not isinstance(g, int) or g < 0:
+            p.append(f"quant_group_size={L.show(g)} must be 0 (the format's default, 128) or a whole number of "
+                     "weights >= 1")
+        elif g > L.MAX_QUANT_GROUP:
+            p.append(f"quant_group_size={g} is over the limit of {L.MAX_QUANT_GROUP:,} weights")
+        elif g and self.quantized not in GROUPED_QUANTS:
+            p.append(f"quant_group_size={g} applies to the group-wise formats ({', '.join(GROUPED_QUANTS)}); "
+                     f"quant={self.quantized!r} has none: drop --quant-group-size or use --quant int4")
         if self.transformers_version is not None and self.transformers_release is None:
             p.append(f"transformers_version={L.show(self.transformers_version)} must be a version such as 4.35 or 5.2")
         for name in ("keep_grads", "fsdp", "optimizer_in_backward", "activation_offload", "loss_parallel", "dora",
