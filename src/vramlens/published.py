@@ -147,6 +147,34 @@ _PEFT_BLOOMZ = dict(mode="train", dtype="fp32", batch=8, seq=64, attention="eage
                     lora_dropout=0.1, lora_targets=("query_key_value",))
 _A100_2022 = _Setup(gpu="A100-80GB", cuda="11.7", lazy_loading=False)  # torch 1.13's cu117 wheels
 
+# torchao's gpt-fast generate.py (torchao/_models/llama at 317392d06b, A100, and 92dd5f557d, H100): batch 1, the
+# prompt "Hello, my name is" (6 tokens with BOS), max_new_tokens 200, a KV cache of find_multiple(206, 8) = 208
+# tokens preallocated by setup_caches (a static cache); quantize_ takes every nn.Linear, the output layer included
+# (quant_head); int4wo-64 is int4_weight_only(group_size=64). The figure is max_memory_reserved() / 1e9.
+# --compile (decode under torch.compile(mode="reduce-overhead")) is not modelled in inference and left off
+_GPTFAST = dict(mode="inference", dtype="bf16", batch=1, seq=6, new_tokens=200, cache="static", max_cache_len=208)
+_GPTFAST_QUANT = {"bf16": {}, "int8dq": {"quant": "int8", "quant_head": True},
+                  "int8wo": {"quant": "int8", "quant_head": True},
+                  "int4wo-64": {"quant": "int4", "quant_head": True, "quant_group_size": 64},
+                  "float8wo": {"quant": "fp8", "quant_head": True}, "float8dq-tensor": {"quant": "fp8", "quant_head": True},
+                  "float8dq-row": {"quant": "fp8", "quant_head": True}}
+_H100 = _Setup(gpu="H100-SXM-80GB", cuda="12.1", lazy_loading=True)
+
+
+def _gptfast_cases() -> dict[str, Case]:
+    rows = [("a100", m, q, _A100) for m in ("llama-2-7b", "llama-3-8b") for q in ("bf16", "int8dq", "int8wo", "int4wo-64")]
+    rows += [("h100", "llama-3.1-8b", q, _H100) for q in ("bf16", "int8wo", "int4wo-64", "float8wo", "float8dq-tensor",
+                                                          "float8dq-row")]
+    cases = {f"torchao-gptfast-{gpu}-{m}-{q}-compile": Case(m, {**_GPTFAST, **_GPTFAST_QUANT[q]}, figure="peak_reserved",
+                                                            **setup)
+             for gpu, m, q, setup in rows}
+    for m in ("llama-2-7b", "llama-3-8b"):
+        for dt in ("bf16", "fp32"):
+            cases[f"torchao-gptfast-a100-{m}-{dt}-eager"] = Case(m, {**_GPTFAST, "dtype": dt}, figure="peak_reserved",
+                                                                 **_A100)
+    return cases
+
+
 CASES: dict[str, Case] = {
     "hf-anatomy-cuda-context": Case(None, figure="context", **_HF_V100),
     "hf-anatomy-bert-large-weights": Case("bert-large-uncased", {"dtype": "fp32"}, _BERT_CLS, "weights+context", **_HF_V100),
@@ -264,6 +292,7 @@ CASES: dict[str, Case] = {
     **_sdpa_cases("hf-sdpa-bert-base-train", "bert-base-uncased", _BERT_ROWS, _A100),
     **_sdpa_cases("hf-sdpa-opt350m-train", "opt-350m", _OPT_ROWS, _L40S),
     **_sdpa_cases("hf-sdpa-distilbert-train", "distilbert-base-uncased", _DISTIL_ROWS, _RTX2060),
+    **_gptfast_cases(),
 }
 
 # PEFT's seq2seq rows: tokenizer(inputs, truncation=True) padded by collate_fn to each batch's longest tweet, labels
