@@ -102,6 +102,8 @@ CASES = {
     "estimate-kv-block-negative": ("estimate llama-2-7b --kv-block -3", "kv_block=-3 must be 0"),
     "estimate-quant-group-without-groups": ("estimate llama-2-7b --quant int8 --quant-group-size 64",
                                             "quant_group_size=64 applies to the group-wise formats"),
+    "estimate-on-device-nf4": ("estimate llama-2-7b --quant nf4 --cache static --quantize-on-device",
+                               "quantize_on_device replays torchao's quantize_ for int8, int4, fp8"),
     "estimate-headroom-1.5": ("estimate llama-2-7b --headroom 1.5", "headroom=1.5 must be in [0, 1)"),
     "estimate-headroom-nan": ("estimate llama-2-7b --headroom nan", "headroom=nan must be in [0, 1)"),
     "estimate-headroom-word": ("estimate llama-2-7b --headroom abc", "argument --headroom: invalid float value: 'abc'"),

@@ -20,14 +20,22 @@ def test_int4_tinygemm_bytes_per_group_size():
     assert quantized_linear_bytes(11_008, 4_096, "gptq-4bit", 64) == 22_544_384 + 352_256 + 1_409_024 + 16_384
 
 
+def test_int4_pads_out_to_8_and_in_to_1024():
+    # torchao's TensorCoreTiledLayoutType.pre_process: Llama 2's down_proj (4,096 x 11,008) is quantized as
+    # (4,096 x 11,264): packed 4,096 x 11,264 / 2 = 23,068,672 B; scales_and_zeros (176, 4,096, 2) bf16 = 2,883,584 B
+    assert quantized_linear_bytes(4_096, 11_008, "int4", 64) == 23_068_672 + 2_883_584
+    # a 1,000-row output layer becomes 1,000 (a multiple of 8); 1,001 rows become 1,008
+    assert quantized_linear_bytes(1_001, 1_024, "int4", 64) == 1_008 * 1_024 // 2 + 16 * 1_008 * 4 == 580_608
+
+
 def test_group_64_doubles_the_scales_of_every_quantized_linear(llama7b):
     inf = dict(mode="inference", quant="int4", quant_head=True, seq=6, new_tokens=200, cache="static")
     g128 = estimate(llama7b, **inf).breakdown["weights"]
     g64 = estimate(llama7b, **inf, quant_group_size=64).breakdown["weights"]
-    # every linear's scales_and_zeros goes from 4nk/128 to 4nk/64 bytes: nk/32 more (all multiples of 512 B);
-    # sum of n*k over the blocks and the output layer: 32 x (4 x 4,096^2 + 3 x 4,096 x 11,008) + 32,000 x 4,096
-    # = 6,607,077,376
-    assert g64 - g128 == 6_607_077_376 // 32 == 206_471_168
+    # every linear's scales_and_zeros goes from 4nk/128 to 4nk/64 bytes: nk/32 more (all multiples of 512 B), with
+    # down_proj's k = 11,008 padded to 11,264; sum of n*k over the blocks and the output layer:
+    # 32 x (4 x 4,096^2 + 2 x 11,008 x 4,096 + 4,096 x 11,264) + 32,000 x 4,096 = 6,640,631,808
+    assert g64 - g128 == 6_640_631_808 // 32 == 207_519_744
     assert estimate(llama7b, **inf, quant_group_size=128).breakdown["weights"] == g128
 
 

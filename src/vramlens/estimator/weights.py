@@ -14,8 +14,8 @@ Quantized formats, bytes per linear weight of shape (n out, k in):
   ``scales`` fp16 (k/g, n).
 * int4 (torchao ``int4_weight_only``, tinygemm layout, g=128 unless ``quant_group_size``): the packed
   weight ``_convert_weight_to_int4pack`` returns, n*k/2 bytes, and ``scales_and_zeros``, (k/g, n, 2) in
-  bf16 (torchao/dtypes/affine_quantized_tensor.py ``TensorCoreTiledAQTLayout.from_plain`` at 65d86c6c:
-  ``pack_tinygemm_scales_and_zeros``): ``n*k/2 + 4*n*k/g``.
+  bf16 (torchao/dtypes/affine_quantized_tensor.py ``TensorCoreTiledAQTLayout.from_plain`` at 317392d06b:
+  ``pack_tinygemm_scales_and_zeros``): ``n*k/2 + 4*n*k/g``, with n and k padded first (int4_padded_shape).
 * fp8 (per-tensor scaled float8): n*k bytes plus one fp32 scale.
 
 Layers kept in higher precision: embeddings, norms, biases and the output layer (lm_head) stay
@@ -53,6 +53,8 @@ from vramlens.workload import FOUR_BIT, Workload
 GROUP_SIZE = 128       # GPTQ / AWQ / int4 default group size (AutoGPTQ BaseQuantizeConfig, AutoAWQ q_group_size)
 NF4_BLOCK = 64         # bitsandbytes Params4bit default blocksize
 DQ_BLOCK = 256         # bitsandbytes nested (double) quantization blocksize
+INT4_PAD_OUT = 8       # torchao int4 tinygemm: out_features padded to a multiple of 8 (see int4_padded_shape)
+INT4_PAD_IN = 1024     # ... and in_features to a multiple of 1024
 
 
 def quantized_linear_bytes(n: int, k: int, quant: str, group: int = GROUP_SIZE) -> int:
@@ -76,11 +78,19 @@ def quantized_linear_bytes(n: int, k: int, quant: str, group: int = GROUP_SIZE) 
         groups = ceil(k / group)
         return r(4 * k * ceil(n / 8)) + r(4 * groups * ceil(n / 8)) + r(2 * groups * n)
     if quant == "int4":
+        n, k = int4_padded_shape(n, k)
         groups = ceil(k / group)
-        return r(ceil(nk / 2)) + r(2 * 2 * groups * n)
+        return r(n * k // 2) + r(2 * 2 * groups * n)
     if quant == "fp8":
         return r(nk) + r(4)
     raise ValueError(quant)
+
+
+def int4_padded_shape(n: int, k: int) -> tuple[int, int]:
+    """The (n, k) torchao's int4 tinygemm layout quantizes: ``TensorCoreTiledLayoutType.pre_process`` pads the
+    weight with zeros to out_features a multiple of 8 and in_features a multiple of 1024 (torchao/dtypes/
+    affine_quantized_tensor.py at 317392d06b; Llama 2's down_proj, k = 11,008, is stored as 11,264)."""
+    return round_up(n, INT4_PAD_OUT), round_up(k, INT4_PAD_IN)
 
 
 def quantizes_head(spec: ModelSpec, w: Workload) -> bool:
