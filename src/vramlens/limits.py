@@ -61,6 +61,8 @@ MAX_PARALLEL = 65_536
 MAX_LORA_RANK = 65_536
 #: Paged KV cache block, tokens (vLLM uses 16; 65,536 is far beyond any engine).
 MAX_KV_BLOCK = 65_536
+#: Largest quantization group (weights per scale); groups are at most one row (hidden sizes stay under MAX_HIDDEN).
+MAX_QUANT_GROUP = MAX_HIDDEN
 #: Effective batch that `fit --effective-batch` is asked to reach.
 MAX_EFFECTIVE_BATCH = MAX_BATCH * MAX_GRAD_ACCUM
 #: A network or interconnect bandwidth, bytes/s (NVLink 5 is 1.8e12; 1e15 is 500x that).

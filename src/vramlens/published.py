@@ -163,6 +163,37 @@ _PEFT_BLOOMZ = dict(mode="train", dtype="fp32", batch=8, seq=64, attention="eage
                     lora_dropout=0.1, lora_targets=("query_key_value",))
 _A100_2022 = _Setup(gpu="A100-80GB", cuda="11.7", lazy_loading=False)  # torch 1.13's cu117 wheels
 
+# torchao's gpt-fast generate.py (torchao/_models/llama at 317392d06b, A100, and 92dd5f557d, H100): batch 1, the
+# prompt "Hello, my name is" (6 tokens with BOS), max_new_tokens 200, a KV cache of find_multiple(206, 8) = 208
+# tokens preallocated by setup_caches (a static cache); quantize_ takes every nn.Linear, the output layer included
+# (quant_head); int4wo-64 is int4_weight_only(group_size=64). The model is loaded in bf16 onto the GPU and quantized
+# there, and the compiled decode's first CUDA-graph capture empties the cache before the timed samples
+# (quantize_on_device; float8_weight_only's bf16 temporaries are not among the replayed sequences: plain fp8).
+# The figure is max_memory_reserved() / 1e9. --compile (decode under torch.compile(mode="reduce-overhead")) is not
+# modelled in inference and left off
+_GPTFAST = dict(mode="inference", dtype="bf16", batch=1, seq=6, new_tokens=200, cache="static", max_cache_len=208)
+_ON_GPU = {"quant_head": True, "quantize_on_device": True}
+_GPTFAST_QUANT = {"bf16": {}, "int8dq": {"quant": "int8", **_ON_GPU}, "int8wo": {"quant": "int8", **_ON_GPU},
+                  "int4wo-64": {"quant": "int4", "quant_group_size": 64, **_ON_GPU},
+                  "float8wo": {"quant": "fp8", "quant_head": True}, "float8dq-tensor": {"quant": "fp8", **_ON_GPU},
+                  "float8dq-row": {"quant": "fp8", **_ON_GPU}}
+_H100 = _Setup(gpu="H100-SXM-80GB", cuda="12.1", lazy_loading=True)
+
+
+def _gptfast_cases() -> dict[str, Case]:
+    rows = [("a100", m, q, _A100) for m in ("llama-2-7b", "llama-3-8b") for q in ("bf16", "int8dq", "int8wo", "int4wo-64")]
+    rows += [("h100", "llama-3.1-8b", q, _H100) for q in ("bf16", "int8wo", "int4wo-64", "float8wo", "float8dq-tensor",
+                                                          "float8dq-row")]
+    cases = {f"torchao-gptfast-{gpu}-{m}-{q}-compile": Case(m, {**_GPTFAST, **_GPTFAST_QUANT[q]}, figure="peak_reserved",
+                                                            **setup)
+             for gpu, m, q, setup in rows}
+    for m in ("llama-2-7b", "llama-3-8b"):
+        for dt in ("bf16", "fp32"):
+            cases[f"torchao-gptfast-a100-{m}-{dt}-eager"] = Case(m, {**_GPTFAST, "dtype": dt}, figure="peak_reserved",
+                                                                 **_A100)
+    return cases
+
+
 CASES: dict[str, Case] = {
     "hf-anatomy-cuda-context": Case(None, figure="context", **_HF_V100),
     "hf-anatomy-bert-large-weights": Case("bert-large-uncased", {"dtype": "fp32"}, _BERT_CLS, "weights+context", **_HF_V100),
@@ -296,6 +327,7 @@ CASES: dict[str, Case] = {
     **_sdpa_cases("hf-sdpa-distilbert-train", "distilbert-base-uncased", _DISTIL_ROWS, _RTX2060),
     **_sdpa_cases("hf-sdpa-gpt2-large-train", "gpt2-large", _GPT2_ROWS, _RTX3080TI, transformers_version="4.42"),
     **_sdpa_cases("hf-sdpa-pythia410m-train", "pythia-410m", _NEOX_ROWS, _RTX3080TI, transformers_version="4.42"),
+    **_gptfast_cases(),
 }
 
 # PEFT's seq2seq rows: tokenizer(inputs, truncation=True) padded by collate_fn to each batch's longest tweet, labels

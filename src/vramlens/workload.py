@@ -91,6 +91,10 @@ AMPS: tuple[Amp, ...] = get_args(Amp)
 QUANTS: tuple[Quant, ...] = get_args(Quant)
 #: The 4-bit weight formats whose matmuls dequantize the whole weight (bitsandbytes ``MatMul4Bit``).
 FOUR_BIT: tuple[Quant, ...] = ("nf4", "nf4-dq", "fp4")
+#: The formats whose on-GPU quantization (torchao's quantize_) is replayed (see Workload.quantize_on_device).
+ON_DEVICE_QUANTS: tuple[Quant, ...] = ("int8", "int4", "fp8")
+#: The formats with one scale (and zero point) per group of ``quant_group_size`` weights along a row.
+GROUPED_QUANTS: tuple[Quant, ...] = ("int4", "gptq-4bit", "awq-4bit")
 OPTIMIZERS: tuple[Optimizer, ...] = get_args(Optimizer)
 CHECKPOINTING: tuple[Checkpointing, ...] = get_args(Checkpointing)
 #: ``checkpointing="every:N"`` (torchtitan ``selective_ac_option="N"``): every N-th block checkpointed.
@@ -201,6 +205,15 @@ class Workload:
     #: quantize ``weight.half()``, so every matmul dequantizes to fp16 and then casts (two (n, k)
     #: tensors alive at the cast when the compute dtype is not fp16)
     dequant_dtype: DequantDType = "compute"
+    #: Weights per scale of the group-wise formats (GROUPED_QUANTS); 0: their default, 128 (AutoGPTQ's
+    #: and AutoAWQ's, torchao's ``int4_weight_only``). torchao's gpt-fast benchmarks run ``int4wo-64``
+    #: (``int4_weight_only(group_size=64)``)
+    quant_group_size: int = 0
+    #: The model is loaded in ``dtype`` onto the GPU and its linears quantized there, then the cache emptied
+    #: before the run: torchao's gpt-fast generate.py (``model.to("cuda")``, ``quantize_``, and the first CUDA-graph
+    #: capture's ``torch.cuda.empty_cache()``); the segments that hold a quantized weight keep their free
+    #: remainder (see vramlens.estimator.ondevice)
+    quantize_on_device: bool = False
     gpus: int = 1
     zero: int = 0
     #: DeepSpeed's bucket sizes (see ZeroBuckets): its defaults, or the Trainer's "auto" (h*h elements)
@@ -483,10 +496,21 @@ class Workload:
             p.append(f"max_cache_len={L.show(self.max_cache_len)} must be 0 (seq + new_tokens) or a number of tokens")
         elif self.max_cache_len > L.MAX_SEQ:
             p.append(f"max_cache_len={L.show(self.max_cache_len)} is over the limit of {L.MAX_SEQ:,} tokens")
+        g = self.quant_group_size
+        if isinstance(g, bool) or not isinstance(g, int) or g < 0:
+            p.append(f"quant_group_size={L.show(g)} must be 0 (the format's default, 128) or a whole number of "
+                     "weights >= 1")
+        elif g > L.MAX_QUANT_GROUP:
+            p.append(f"quant_group_size={g} is over the limit of {L.MAX_QUANT_GROUP:,} weights")
+        elif g and self.quantized not in GROUPED_QUANTS:
+            p.append(f"quant_group_size={g} applies to the group-wise formats ({', '.join(GROUPED_QUANTS)}); "
+                     f"quant={self.quantized!r} has none: drop --quant-group-size or use --quant int4")
+        if self.quantize_on_device is True:
+            p.extend(self._on_device_problems())
         if self.transformers_version is not None and self.transformers_release is None:
             p.append(f"transformers_version={L.show(self.transformers_version)} must be a version such as 4.35 or 5.2")
         for name in ("keep_grads", "fsdp", "optimizer_in_backward", "activation_offload", "loss_parallel", "dora",
-                     "fp8", "compile", "gqa_expand", "quant_head"):
+                     "fp8", "compile", "gqa_expand", "quant_head", "quantize_on_device"):
             if not isinstance(getattr(self, name), bool):
                 p.append(f"{name}={L.show(getattr(self, name))} must be true or false")
         if not isinstance(self.lora_targets, tuple) or not all(isinstance(t, str) for t in self.lora_targets):
@@ -613,6 +637,23 @@ class Workload:
             p.append("fp8 (torchao Float8Linear, torchtitan's [float8], torchtune's enable_fp8_training) is modelled "
                      "for full training of plain linears; LoRA/QLoRA and quantized weights are not: use --method "
                      "full without --quant, or drop --fp8")
+        return p
+
+    def _on_device_problems(self) -> list[str]:
+        """What quantize_on_device (torchao's gpt-fast flow, vramlens.estimator.ondevice) is modelled for."""
+        p = []
+        if self.quantized not in ON_DEVICE_QUANTS:
+            p.append(f"quantize_on_device replays torchao's quantize_ for {', '.join(ON_DEVICE_QUANTS)}; "
+                     f"quant={self.quantized!r}: use --quant int8, int4 or fp8, or drop --quantize-on-device")
+        if self.mode != "inference" or self.method != "full":
+            p.append("quantize_on_device models torchao's gpt-fast inference (generate.py): use --mode inference "
+                     "--method full, or drop --quantize-on-device")
+        if self.gpus != 1:
+            p.append(f"quantize_on_device with gpus={self.gpus} is not modelled (one GPU: generate.py): drop "
+                     "--gpus or --quantize-on-device")
+        if self.cache != "static":
+            p.append(f"quantize_on_device: gpt-fast preallocates its KV cache (setup_caches) before the cache is "
+                     f"emptied; cache={self.cache!r}: use --cache static")
         return p
 
     def _quant_head_problems(self) -> list[str]:

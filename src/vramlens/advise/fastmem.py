@@ -58,7 +58,8 @@ from vramlens.workload import Attention, Workload
 #: The fields of a training Workload that the state part reads (grad_accum enters through the split).
 STATE_FIELDS = ("mode", "method", "dtype", "amp", "quant", "optimizer", "optimizer_impl", "keep_grads", "lora_rank",
                 "lora_targets", "lora_dropout", "lora_dtype", "dora", "quant_targets",
-                "quant_head", "gpus", "zero", "zero_buckets", "fsdp", "fsdp_strategy", "tp", "pp", "offload", "optimizer_in_backward",
+                "quant_head", "quant_group_size", "quantize_on_device", "gpus", "zero", "zero_buckets", "fsdp",
+                "fsdp_strategy", "tp", "pp", "offload", "optimizer_in_backward",
                 "loss", "loss_chunks", "loss_parallel", "fp8", "images", "transformers_version")
 
 #: The fields train_state reads (STATE_FIELDS less the loss fields and images, which only validity reads).

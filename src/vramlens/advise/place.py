@@ -31,7 +31,7 @@ from vramlens.estimator import estimate_spec
 from vramlens.estimator import kv_cache as K
 from vramlens.estimator.core import vision_figures
 from vramlens.estimator.runtime import runtime
-from vramlens.estimator.weights import GROUP_SIZE, quantized_linear_bytes  # noqa: F401  (GROUP_SIZE: doc link)
+from vramlens.estimator.weights import GROUP_SIZE, quant_group, quantized_linear_bytes  # noqa: F401  (GROUP_SIZE: doc link)
 from vramlens.hardware.gpu import GPU
 from vramlens.limits import SEARCH_BUDGET_S
 from vramlens.models.spec import ModelSpec, TensorInfo
@@ -123,7 +123,7 @@ def _tensor_bytes(t: TensorInfo, w: Workload) -> int:
     q = w.quantized
     if q and t.layer is not None and t.role in ("linear", "expert") and len(t.shape) >= 2:
         count = t.numel // (t.shape[-1] * t.shape[-2])
-        return count * quantized_linear_bytes(t.out_features, t.in_features, q)
+        return count * quantized_linear_bytes(t.out_features, t.in_features, q, quant_group(w))
     b = DTYPE_BYTES[t.dtype] if t.dtype in DTYPE_BYTES and t.role == "buffer" else DTYPE_BYTES[w.dtype]
     return t.numel * b
 

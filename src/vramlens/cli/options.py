@@ -186,6 +186,14 @@ def add_workload_args(p: argparse.ArgumentParser) -> None:
                    help="the dtype 4-bit weights dequantize to: compute (bitsandbytes >= 0.43), or fp16 "
                         "(bitsandbytes 0.42 and Lightning's NF4 quantize weight.half(): each matmul holds the "
                         "fp16 weight beside its compute-dtype copy)")
+    g.add_argument("--quant-group-size", type=_positive, default=0, metavar="G",
+                   help="weights per scale of the group-wise formats (int4, gptq-4bit, awq-4bit): 0 for their "
+                        "default, 128; torchao's gpt-fast benchmarks use 64 (int4wo-64)")
+    g.add_argument("--quantize-on-device", action="store_true",
+                   help="the model is loaded in --dtype onto the GPU and quantized there, then the cache emptied "
+                        "(torchao's gpt-fast generate.py: model.to('cuda'), quantize_, the CUDA-graph capture's "
+                        "empty_cache): the segments holding quantized weights keep their free remainder "
+                        "(int8, int4, fp8; inference with --cache static)")
     g.add_argument("--bnb-inputs", choices=W.BNB_INPUTS, default="none",
                    help="what bitsandbytes' 4-bit matmuls keep of their inputs in training: none (>= 0.43.2), "
                         "step (< 0.43.2: each keeps its input until the step's graph is freed), next-forward "

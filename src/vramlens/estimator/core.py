@@ -19,6 +19,7 @@ from vramlens.estimator import heads as H
 from vramlens.estimator import kv_cache as K
 from vramlens.estimator.breakdown import Breakdown, make_breakdown
 from vramlens.estimator.loading import HostLoad, host_load
+from vramlens.estimator.ondevice import on_device_quant
 from vramlens.estimator.parallel import Split
 from vramlens.estimator.state import (
     TrainState,
@@ -1069,6 +1070,14 @@ def estimate_spec(spec: ModelSpec, w: Workload, gpu: GPU | None = None, *, headr
         phases = (("prefill", prefill + st.workspace),) + ((("decode", decode + st.workspace),) if w.new_tokens else ())
         peak_phase, peak_alloc = max(phases, key=lambda p: p[1])
         reserved, total = reserved_total(st, peak_alloc, extra_persistent=kv_persistent)
+        od = on_device_quant(spec, w)
+        if od is not None:
+            # the free remainder of the segments that hold the quantized weights and the cache stays reserved; the
+            # run's transients are taken to need segments of their own (their reuse of it is not modelled)
+            reserved, total = reserved + od.slack_bytes, total + od.slack_bytes
+            notes.append(f"quantized on the GPU: {human_bytes(od.slack_bytes)} stays reserved but free inside the "
+                         f"segments that hold the quantized weights and the cache (in peak reserved); loading and "
+                         f"quantizing peak at {human_bytes(od.load_peak_bytes)} reserved, before the cache is emptied")
         temporaries = 0
         explain["activations"] = ("the larger of one block's working set during prefill and the logits (all tokens "
                                   "for a plain forward, the last one in generate())")

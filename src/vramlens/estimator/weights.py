@@ -8,11 +8,14 @@ Quantized formats, bytes per linear weight of shape (n out, k in):
   two 4-bit values per byte plus one fp32 absmax per 64 weights: ``n*k/2 + 4*n*k/64``.
 * nf4-dq (double quantization): the absmax constants themselves quantized to 8 bits in
   blocks of 256 with one fp32 constant per block: ``n*k/2 + n*k/64 + 4*n*k/(64*256)``.
-* gptq-4bit (AutoGPTQ / transformers GPTQ, group size g=128): ``qweight`` int32 (k/8, n),
+* gptq-4bit (AutoGPTQ / transformers GPTQ, group size g, 128 unless ``quant_group_size``): ``qweight`` int32 (k/8, n),
   ``qzeros`` int32 (k/g, n/8), ``scales`` fp16 (k/g, n), ``g_idx`` int32 (k).
 * awq-4bit (AutoAWQ GEMM, g=128): ``qweight`` int32 (k, n/8), ``qzeros`` int32 (k/g, n/8),
   ``scales`` fp16 (k/g, n).
-* int4 (torchao-style int4 weight-only, g=128): n*k/2 plus bf16 scale and zero per group.
+* int4 (torchao ``int4_weight_only``, tinygemm layout, g=128 unless ``quant_group_size``): the packed
+  weight ``_convert_weight_to_int4pack`` returns, n*k/2 bytes, and ``scales_and_zeros``, (k/g, n, 2) in
+  bf16 (torchao/dtypes/affine_quantized_tensor.py ``TensorCoreTiledAQTLayout.from_plain`` at 317392d06b:
+  ``pack_tinygemm_scales_and_zeros``): ``n*k/2 + 4*n*k/g``, with n and k padded first (int4_padded_shape).
 * fp8 (per-tensor scaled float8): n*k bytes plus one fp32 scale.
 
 Layers kept in higher precision: embeddings, norms, biases and the output layer (lm_head) stay
@@ -50,10 +53,13 @@ from vramlens.workload import FOUR_BIT, Workload
 GROUP_SIZE = 128       # GPTQ / AWQ / int4 default group size (AutoGPTQ BaseQuantizeConfig, AutoAWQ q_group_size)
 NF4_BLOCK = 64         # bitsandbytes Params4bit default blocksize
 DQ_BLOCK = 256         # bitsandbytes nested (double) quantization blocksize
+INT4_PAD_OUT = 8       # torchao int4 tinygemm: out_features padded to a multiple of 8 (see int4_padded_shape)
+INT4_PAD_IN = 1024     # ... and in_features to a multiple of 1024
 
 
-def quantized_linear_bytes(n: int, k: int, quant: str) -> int:
-    """Bytes of one (n, k) linear weight in the quantized format, each tensor rounded to 512 B."""
+def quantized_linear_bytes(n: int, k: int, quant: str, group: int = GROUP_SIZE) -> int:
+    """Bytes of one (n, k) linear weight in the quantized format, each tensor rounded to 512 B; ``group``:
+    the weights per scale of the group-wise formats (GROUPED_QUANTS)."""
     def r(x: int) -> int:
         return round_up(int(x), BLOCK)
 
@@ -66,17 +72,25 @@ def quantized_linear_bytes(n: int, k: int, quant: str) -> int:
         blocks = ceil(nk / NF4_BLOCK)
         return r(ceil(nk / 2)) + r(blocks) + r(4 * ceil(blocks / DQ_BLOCK)) + r(4)
     if quant == "gptq-4bit":
-        groups = ceil(k / GROUP_SIZE)
+        groups = ceil(k / group)
         return r(4 * ceil(k / 8) * n) + r(4 * groups * ceil(n / 8)) + r(2 * groups * n) + r(4 * k)
     if quant == "awq-4bit":
-        groups = ceil(k / GROUP_SIZE)
+        groups = ceil(k / group)
         return r(4 * k * ceil(n / 8)) + r(4 * groups * ceil(n / 8)) + r(2 * groups * n)
     if quant == "int4":
-        groups = ceil(k / GROUP_SIZE)
-        return r(ceil(nk / 2)) + r(2 * 2 * groups * n)
+        n, k = int4_padded_shape(n, k)
+        groups = ceil(k / group)
+        return r(n * k // 2) + r(2 * 2 * groups * n)
     if quant == "fp8":
         return r(nk) + r(4)
     raise ValueError(quant)
+
+
+def int4_padded_shape(n: int, k: int) -> tuple[int, int]:
+    """The (n, k) torchao's int4 tinygemm layout quantizes: ``TensorCoreTiledLayoutType.pre_process`` pads the
+    weight with zeros to out_features a multiple of 8 and in_features a multiple of 1024 (torchao/dtypes/
+    affine_quantized_tensor.py at 317392d06b; Llama 2's down_proj, k = 11,008, is stored as 11,264)."""
+    return round_up(n, INT4_PAD_OUT), round_up(k, INT4_PAD_IN)
 
 
 def quantizes_head(spec: ModelSpec, w: Workload) -> bool:
@@ -97,9 +111,14 @@ def quantized_head_bytes(spec: ModelSpec, w: Workload) -> tuple[int, int]:
         return 0, 0
     quant = w.quantized
     assert quant is not None
-    added = quantized_linear_bytes(spec.vocab_size, spec.hidden_size, quant)
+    added = quantized_linear_bytes(spec.vocab_size, spec.hidden_size, quant, quant_group(w))
     removed = 0 if spec.tied_embeddings else head_weight_bytes(spec, weight_dtype_bytes(w))
     return added, removed
+
+
+def quant_group(w: Workload) -> int:
+    """Weights per scale of the group-wise formats: ``quant_group_size``, or their default (GROUP_SIZE)."""
+    return w.quant_group_size or GROUP_SIZE
 
 
 def weight_dtype_bytes(w: Workload) -> int:
@@ -114,7 +133,7 @@ def base_weight_bytes(spec: ModelSpec, w: Workload) -> tuple[int, str]:
     """Bytes of the model's own parameters and buffers on the GPU, and the formula used."""
     b = weight_dtype_bytes(w)
     quant = w.quantized
-    total, q = _base_bytes(spec, b, quant, adapted_only(w))
+    total, q = _base_bytes(spec, b, quant, adapted_only(w), quant_group(w))
     if quant is None:
         return total, f"{summarize(spec).params:,} params x {b} B ({w.dtype if w.method != 'qlora' else w.compute_dtype})"
     which = "the adapted linears' weights" if adapted_only(w) else "linear weights"
@@ -165,7 +184,8 @@ def quantized_linears(spec: ModelSpec, quant: str | None, only: tuple[str, ...] 
 
 
 @identity_cache
-def _base_bytes(spec: ModelSpec, b: int, quant: str | None, only: tuple[str, ...] | None = None) -> tuple[int, int]:
+def _base_bytes(spec: ModelSpec, b: int, quant: str | None, only: tuple[str, ...] | None = None,
+                group: int = GROUP_SIZE) -> tuple[int, int]:
     """(all weight bytes, the quantized linears' bytes) at b bytes per unquantized element."""
     s = summarize(spec)
     if quant is None:
@@ -178,7 +198,7 @@ def _base_bytes(spec: ModelSpec, b: int, quant: str | None, only: tuple[str, ...
             full += round_up(lin.count * lin.in_features * lin.out_features * b, BLOCK)
         else:
             full += round_up(lin.in_features * lin.out_features * b, BLOCK)
-        q += lin.count * quantized_linear_bytes(lin.out_features, lin.in_features, quant)
+        q += lin.count * quantized_linear_bytes(lin.out_features, lin.in_features, quant, group)
     return float_bytes(spec, b) - full + q + s.fixed_bytes, q
 
 

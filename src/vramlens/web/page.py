@@ -45,6 +45,8 @@ KNOBS: tuple[tuple[str, str, str, tuple | None, str], ...] = (
     ("quant_targets", "quantize", "select", W.QUANT_TARGETS, "all"),
     ("quant_head", "quantize lm_head", "check", None, "false"),
     ("dequant_dtype", "4-bit dequant dtype", "select", W.DEQUANT_DTYPES, "compute"),
+    ("quant_group_size", "quant group size", "number", None, "0"),
+    ("quantize_on_device", "quantized on the GPU (torchao)", "check", None, "false"),
     ("bnb_inputs", "bnb 4-bit inputs kept", "select", W.BNB_INPUTS, "none"),
     ("gpus", "GPUs", "number", None, "1"),
     ("zero", "ZeRO stage", "select", ("0", "1", "2", "3"), "0"),
@@ -82,6 +84,8 @@ SHOW_WHEN: dict[str, str] = {
     **{k: "method=lora|qlora" for k in ("lora_rank", "lora_targets", "lora_dtype", "dora", "quant_targets")},
     "lora_dropout": "mode=train;method=lora|qlora",
     "bnb_inputs": "mode=train;method=lora|qlora",
+    "quant_group_size": "quant=" + "|".join(W.GROUPED_QUANTS),
+    "quantize_on_device": "mode=inference;cache=static;quant=" + "|".join(W.ON_DEVICE_QUANTS),
 }
 #: Workload fields with no knob on purpose.
 API_ONLY: frozenset[str] = frozenset()
