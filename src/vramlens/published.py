@@ -89,6 +89,16 @@ _LITGPT_LORA = dict(_LITGPT, method="lora", lora_rank=32, lora_dropout=0.05, lor
 _LITGPT_QLORA = dict(_LITGPT_LORA, method="qlora", quant="nf4", quant_targets="all", optimizer="paged-adamw",
                      bnb_inputs="next-forward", quant_head=True, dequant_dtype="fp16")
 _A10G = _Setup(gpu="A10G", cuda="12.1", lazy_loading=True)
+# lora_query/key/value/projection/mlp true: every linear of the blocks (lora_head, the output layer's adapter, is not
+# expressible: the cases' notes say so)
+_LLAMA_ALL = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+_PHI_ALL = ("q_proj", "k_proj", "v_proj", "dense", "fc1", "fc2")
+# LitGPT's GPT has its own lm_head: convert_hf_checkpoint.py (5895df10, lines 176-177) copies the embedding into
+# lm_head.weight when the Hugging Face checkpoint has none (Gemma), so the two are separate tensors
+_UNTIED = {"tie_word_embeddings": False}
+# LitGPT's phi-2 MLP (GptNeoxMLP, config gelu_approximate="tanh") is one F.gelu(approximate="tanh"), not
+# transformers' gelu_new Python ops
+_PHI_GELU = {"hidden_act": "gelu_pytorch_tanh"}
 # torchtitan's benchmarks/llama3_h100_202412_torchtitan.md (torchtitan 9dec370): Llama 3.1 8B, FSDP2 with
 # MixedPrecisionPolicy(bf16 params, fp32 reduce) over fp32 shards, per-op selective AC, foreach AdamW,
 # seq_len 8192 from train_configs/llama3_8b.toml; the figure is torchtitan's max_reserved_gib
@@ -223,6 +233,33 @@ CASES: dict[str, Case] = {
                                                            "batch": 1, "grad_accum": 8}, figure="peak_allocated", **_A10G),
     "litgpt-falcon-7b-qlora-r32-qv-bs1": Case("falcon-7b", {**_LITGPT_QLORA, "lora_targets": ("query_key_value",),
                                                             "batch": 1, "grad_accum": 8}, figure="peak_allocated", **_A10G),
+    "litgpt-tinyllama-1.1b-lora-r32-all-bs8": Case("tinyllama-1.1b", {**_LITGPT_LORA, "lora_targets": _LLAMA_ALL,
+                                                                  "batch": 8, "grad_accum": 1},
+                                                  figure="peak_allocated", **_A10G),
+    "litgpt-tinyllama-1.1b-qlora-r32-all-bs8": Case("tinyllama-1.1b", {**_LITGPT_QLORA, "lora_targets": _LLAMA_ALL,
+                                                                   "batch": 8, "grad_accum": 1},
+                                                   figure="peak_allocated", **_A10G),
+    "litgpt-gemma-2b-lora-r8-all-bs2": Case("gemma-2b", {**_LITGPT_LORA, "lora_rank": 8, "lora_dropout": 0.1,
+                                                         "lora_targets": _LLAMA_ALL, "batch": 2, "grad_accum": 3},
+                                            _UNTIED, figure="peak_allocated", **_A10G),
+    "litgpt-gemma-2b-qlora-r16-all-bs2": Case("gemma-2b", {**_LITGPT_QLORA, "lora_rank": 16, "lora_dropout": 0.1,
+                                                           "lora_targets": _LLAMA_ALL, "batch": 2, "grad_accum": 3},
+                                              _UNTIED, figure="peak_allocated", **_A10G),
+    "litgpt-gemma-7b-qlora-r16-all-bs1": Case("gemma-7b", {**_LITGPT_QLORA, "lora_rank": 16, "lora_dropout": 0.1,
+                                                           "lora_targets": _LLAMA_ALL, "batch": 1, "grad_accum": 6},
+                                              _UNTIED, figure="peak_allocated", **_A10G),
+    "litgpt-mistral-7b-v0.2-lora-r32-qv-bs2": Case("mistral-7b-instruct-v0.2", {**_LITGPT_LORA,
+                                                                                "lora_targets": ("q_proj", "v_proj"),
+                                                                                "batch": 2, "grad_accum": 4},
+                                                   figure="peak_allocated", **_A10G),
+    "litgpt-mistral-7b-v0.2-qlora-r32-qv-bs2": Case("mistral-7b-instruct-v0.2", {**_LITGPT_QLORA,
+                                                                                 "lora_targets": ("q_proj", "v_proj"),
+                                                                                 "batch": 2, "grad_accum": 4},
+                                                    figure="peak_allocated", **_A10G),
+    "litgpt-phi-2-lora-r8-all-bs4": Case("phi-2", {**_LITGPT_LORA, "lora_rank": 8, "lora_targets": _PHI_ALL, "batch": 4,
+                                                   "grad_accum": 2}, _PHI_GELU, figure="peak_allocated", **_A10G),
+    "litgpt-phi-2-qlora-r8-all-bs4": Case("phi-2", {**_LITGPT_QLORA, "lora_rank": 8, "lora_targets": _PHI_ALL, "batch": 4,
+                                                    "grad_accum": 2}, _PHI_GELU, figure="peak_allocated", **_A10G),
     "torchtitan-h100-llama3.1-8b-fsdp8-sac-bs2": Case("llama-3.1-8b", {**_TITAN_8B, "gpus": 8},
                                                       figure="peak_reserved", **_H100_96),
     "torchtitan-h100-llama3.1-8b-fsdp128-sac-bs2": Case("llama-3.1-8b", {**_TITAN_8B, "gpus": 128},
