@@ -283,6 +283,17 @@ CASES: dict[str, Case] = {
                                                    "grad_accum": 2}, _PHI_GELU, figure="peak_allocated", **_A10G),
     "litgpt-phi-2-qlora-r8-all-bs4": Case("phi-2", {**_LITGPT_QLORA, "lora_rank": 8, "lora_targets": _PHI_ALL, "batch": 4,
                                                     "grad_accum": 2}, _PHI_GELU, figure="peak_allocated", **_A10G),
+    # the table at 00af8b0d (September 2024): Llama 3.1 and 3.2, the same loop and pins (bitsandbytes 0.42.0);
+    # Llama 3.2's tied config gets LitGPT's own lm_head
+    "litgpt-llama3.1-8b-lora-r32-qv-bs1": Case("llama-3.1-8b", {**_LITGPT_LORA, "lora_targets": ("q_proj", "v_proj"),
+                                                              "batch": 1, "grad_accum": 8}, figure="peak_allocated", **_A10G),
+    "litgpt-llama3.1-8b-qlora-r32-qv-bs2": Case("llama-3.1-8b", {**_LITGPT_QLORA, "lora_targets": ("q_proj", "v_proj"),
+                                                               "batch": 2, "grad_accum": 4}, figure="peak_allocated", **_A10G),
+    **{f"litgpt-llama3.2-{size}-{name}": Case(f"llama-3.2-{size}", {**base, "lora_targets": ("q_proj", "v_proj"),
+                                                                    "batch": b, "grad_accum": 8 // b},
+                                              _UNTIED, figure="peak_allocated", **_A10G)
+       for size in ("1b", "3b")
+       for name, base, b in (("lora-r32-qv-bs1", _LITGPT_LORA, 1), ("qlora-r32-qv-bs2", _LITGPT_QLORA, 2))},
     "litgpt-stablelm-3b-lora-r32-qv-bs1": Case("stablelm-base-alpha-3b", {**_LITGPT_LORA,
                                                                        "lora_targets": ("query_key_value",),
                                                                        "batch": 1, "grad_accum": 8},
