@@ -82,13 +82,46 @@ _A100 = _Setup(gpu="A100-80GB", cuda="12.1", lazy_loading=True)  # CUDA 12: lazy
 # bitsandbytes.py, 527d071f49) quantize weight.half(), so dequantize_4bit returns fp16 and MatMul4Bit's
 # .to(A.dtype) makes the bf16 copy beside it: dequant_dtype="fp16".
 # LitGPT's CausalSelfAttention expands GQA keys and values to every head in training (litgpt/model.py:228-235
-# at 5895df10, ``k.expand(B, n_query_groups, q_per_kv, T, hs)`` then ``reshape``: a copy) before SDPA: gqa_expand
-# (a no-op for Llama 2's multi-head and Falcon's single kv head, whose reshape is a view)
-_LITGPT = dict(mode="train", dtype="bf16", seq=512, gqa_expand=True)
+# at 5895df10, ``k.expand(B, n_query_groups, q_per_kv, T, hs)`` then ``reshape``: a copy) before SDPA: gqa_expand.
+# Its q, k and v are views of one fused linear's output (model.py:215-224), and LoRA adapts that linear as one
+# LoRAQKVLinear (litgpt/lora.py): fused_qkv (SDPA's value keeps the fused output under multi-head and a single kv
+# head, whose reshape is a view; a single kv head's keys are rotated at every head; one shared adapter dropout and
+# zero_pad's kept source)
+_LITGPT = dict(mode="train", dtype="bf16", seq=512, gqa_expand=True, fused_qkv=True)
 _LITGPT_LORA = dict(_LITGPT, method="lora", lora_rank=32, lora_dropout=0.05, lora_dtype="bf16", loss_chunks=4)
 _LITGPT_QLORA = dict(_LITGPT_LORA, method="qlora", quant="nf4", quant_targets="all", optimizer="paged-adamw",
                      bnb_inputs="next-forward", quant_head=True, dequant_dtype="fp16")
 _A10G = _Setup(gpu="A10G", cuda="12.1", lazy_loading=True)
+# LitGPT's tutorials/resource-tables.md (0cc02afa, October 2023): Lit-GPT 8641822's finetune/lora.py on one
+# A100-SXM4-40GB (PyTorch 2.1.0+cu121, bitsandbytes 0.41.1), Alpaca at full length: max_seq_length is the longest
+# example and the first iteration's batch is built around it (get_batch(..., longest_seq_ix if iter_num == 0)), so
+# the peak is that step: nothing of a previous step is held (bnb_inputs="step"). r=8 on q and v, dropout 0.05,
+# lm_head in 128-token chunks (loss_chunks = ceil(seq / 128)), minibatch 128
+_RT_LORA = dict(_LITGPT, method="lora", lora_rank=8, lora_dropout=0.05, lora_dtype="bf16",
+                lora_targets=("q_proj", "v_proj"))
+_RT_QLORA = dict(_RT_LORA, method="qlora", quant_targets="all", optimizer="paged-adamw", bnb_inputs="step",
+                 quant_head=True, dequant_dtype="fp16")
+_A100_40 = _Setup(gpu="A100-40GB", cuda="12.1", lazy_loading=True)
+
+
+def _rt(seq: int, batch: int, base: dict[str, Any], quant: str | None = None) -> dict[str, Any]:
+    """One resource-table row's settings: the longest example's tokens, 128-token head chunks, minibatch 128."""
+    return {**base, "seq": seq, "batch": batch, "grad_accum": 128 // batch, "loss_chunks": -(-seq // 128),
+            **({"quant": quant} if quant else {})}
+
+
+# lora_query/key/value/projection/mlp true: every linear of the blocks (lora_head, the output layer's adapter, is not
+# expressible: the cases' notes say so)
+_LLAMA_ALL = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+_PHI_ALL = ("q_proj", "k_proj", "v_proj", "dense", "fc1", "fc2")
+# LitGPT's GPT has its own lm_head: GPT.__init__ (litgpt/model.py at 5895df10, lines 24-31) makes lm_head and
+# transformer.wte separate parameters and never ties them, and convert_hf_checkpoint.py (lines 176-177) copies the
+# embedding into lm_head.weight when the Hugging Face checkpoint has none (Gemma): Falcon's and Gemma's tied
+# configs are untied in LitGPT
+_UNTIED = {"tie_word_embeddings": False}
+# LitGPT's phi-2 MLP (GptNeoxMLP, config gelu_approximate="tanh") is one F.gelu(approximate="tanh"), not
+# transformers' gelu_new Python ops
+_PHI_GELU = {"hidden_act": "gelu_pytorch_tanh"}
 # torchtitan's benchmarks/llama3_h100_202412_torchtitan.md (torchtitan 9dec370): Llama 3.1 8B, FSDP2 with
 # MixedPrecisionPolicy(bf16 params, fp32 reduce) over fp32 shards, per-op selective AC, foreach AdamW,
 # seq_len 8192 from train_configs/llama3_8b.toml; the figure is torchtitan's max_reserved_gib
@@ -267,9 +300,71 @@ CASES: dict[str, Case] = {
                                                                    "batch": 2, "grad_accum": 4},
                                                figure="peak_allocated", **_A10G),
     "litgpt-falcon-7b-lora-r32-qv-bs1": Case("falcon-7b", {**_LITGPT_LORA, "lora_targets": ("query_key_value",),
-                                                           "batch": 1, "grad_accum": 8}, figure="peak_allocated", **_A10G),
+                                                           "batch": 1, "grad_accum": 8}, _UNTIED, figure="peak_allocated", **_A10G),
     "litgpt-falcon-7b-qlora-r32-qv-bs1": Case("falcon-7b", {**_LITGPT_QLORA, "lora_targets": ("query_key_value",),
-                                                            "batch": 1, "grad_accum": 8}, figure="peak_allocated", **_A10G),
+                                                            "batch": 1, "grad_accum": 8}, _UNTIED, figure="peak_allocated", **_A10G),
+    "litgpt-tinyllama-1.1b-lora-r32-all-bs8": Case("tinyllama-1.1b", {**_LITGPT_LORA, "lora_targets": _LLAMA_ALL,
+                                                                  "batch": 8, "grad_accum": 1},
+                                                  figure="peak_allocated", **_A10G),
+    "litgpt-tinyllama-1.1b-qlora-r32-all-bs8": Case("tinyllama-1.1b", {**_LITGPT_QLORA, "lora_targets": _LLAMA_ALL,
+                                                                   "batch": 8, "grad_accum": 1},
+                                                   figure="peak_allocated", **_A10G),
+    "litgpt-gemma-2b-lora-r8-all-bs2": Case("gemma-2b", {**_LITGPT_LORA, "lora_rank": 8, "lora_dropout": 0.1,
+                                                         "lora_targets": _LLAMA_ALL, "batch": 2, "grad_accum": 3},
+                                            _UNTIED, figure="peak_allocated", **_A10G),
+    "litgpt-gemma-2b-qlora-r16-all-bs2": Case("gemma-2b", {**_LITGPT_QLORA, "lora_rank": 16, "lora_dropout": 0.1,
+                                                           "lora_targets": _LLAMA_ALL, "batch": 2, "grad_accum": 3},
+                                              _UNTIED, figure="peak_allocated", **_A10G),
+    "litgpt-gemma-7b-qlora-r16-all-bs1": Case("gemma-7b", {**_LITGPT_QLORA, "lora_rank": 16, "lora_dropout": 0.1,
+                                                           "lora_targets": _LLAMA_ALL, "batch": 1, "grad_accum": 6},
+                                              _UNTIED, figure="peak_allocated", **_A10G),
+    "litgpt-mistral-7b-v0.2-lora-r32-qv-bs2": Case("mistral-7b-instruct-v0.2", {**_LITGPT_LORA,
+                                                                                "lora_targets": ("q_proj", "v_proj"),
+                                                                                "batch": 2, "grad_accum": 4},
+                                                   figure="peak_allocated", **_A10G),
+    "litgpt-mistral-7b-v0.2-qlora-r32-qv-bs2": Case("mistral-7b-instruct-v0.2", {**_LITGPT_QLORA,
+                                                                                 "lora_targets": ("q_proj", "v_proj"),
+                                                                                 "batch": 2, "grad_accum": 4},
+                                                    figure="peak_allocated", **_A10G),
+    "litgpt-phi-2-lora-r8-all-bs4": Case("phi-2", {**_LITGPT_LORA, "lora_rank": 8, "lora_targets": _PHI_ALL, "batch": 4,
+                                                   "grad_accum": 2}, _PHI_GELU, figure="peak_allocated", **_A10G),
+    "litgpt-phi-2-qlora-r8-all-bs4": Case("phi-2", {**_LITGPT_QLORA, "lora_rank": 8, "lora_targets": _PHI_ALL, "batch": 4,
+                                                    "grad_accum": 2}, _PHI_GELU, figure="peak_allocated", **_A10G),
+    # the table at 00af8b0d (September 2024): Llama 3.1 and 3.2, the same loop and pins (bitsandbytes 0.42.0);
+    # Llama 3.2's tied config gets LitGPT's own lm_head
+    "litgpt-llama3.1-8b-lora-r32-qv-bs1": Case("llama-3.1-8b", {**_LITGPT_LORA, "lora_targets": ("q_proj", "v_proj"),
+                                                              "batch": 1, "grad_accum": 8}, figure="peak_allocated", **_A10G),
+    "litgpt-llama3.1-8b-qlora-r32-qv-bs2": Case("llama-3.1-8b", {**_LITGPT_QLORA, "lora_targets": ("q_proj", "v_proj"),
+                                                               "batch": 2, "grad_accum": 4}, figure="peak_allocated", **_A10G),
+    **{f"litgpt-llama3.2-{size}-{name}": Case(f"llama-3.2-{size}", {**base, "lora_targets": ("q_proj", "v_proj"),
+                                                                    "batch": b, "grad_accum": 8 // b},
+                                              _UNTIED, figure="peak_allocated", **_A10G)
+       for size in ("1b", "3b")
+       for name, base, b in (("lora-r32-qv-bs1", _LITGPT_LORA, 1), ("qlora-r32-qv-bs2", _LITGPT_QLORA, 2))},
+    "litgpt-stablelm-3b-lora-r32-qv-bs1": Case("stablelm-base-alpha-3b", {**_LITGPT_LORA,
+                                                                       "lora_targets": ("query_key_value",),
+                                                                       "batch": 1, "grad_accum": 8},
+                                               figure="peak_allocated", **_A10G),
+    "litgpt-stablelm-3b-qlora-r32-qv-bs1": Case("stablelm-base-alpha-3b", {**_LITGPT_QLORA,
+                                                                        "lora_targets": ("query_key_value",),
+                                                                        "batch": 1, "grad_accum": 8},
+                                                figure="peak_allocated", **_A10G),
+    **{f"litgpt-rt-stablelm-3b-{name}-r8-qv-bs{b}": Case("stablelm-base-alpha-3b", _rt(1034, b, {**base, "lora_targets": ("query_key_value",)}, quant),
+                                                         figure="peak_allocated", **_A100_40)
+       for name, b, base, quant in (("lora", 1, _RT_LORA, None), ("qlora-nf4", 1, _RT_QLORA, "nf4"),
+                                    ("qlora-nf4dq", 1, _RT_QLORA, "nf4-dq"), ("lora", 2, _RT_LORA, None),
+                                    ("lora", 4, _RT_LORA, None))},
+    **{f"litgpt-rt-phi-1.5-{name}-r8-qv-bs{b}": Case("phi-1_5", _rt(1044, b, base, quant), _PHI_GELU,
+                                                      figure="peak_allocated", **_A100_40)
+       for name, b, base, quant in (("lora", 1, _RT_LORA, None), ("qlora-nf4", 1, _RT_QLORA, "nf4"),
+                                    ("qlora-nf4dq", 1, _RT_QLORA, "nf4-dq"), ("lora", 2, _RT_LORA, None),
+                                    ("lora", 4, _RT_LORA, None))},
+    **{f"litgpt-rt-llama2-{size}-{name}-r8-qv-bs{b}": Case(f"llama-2-{size}", _rt(1304, b, base, quant),
+                                                         figure="peak_allocated", **_A100_40)
+       for size, name, b, base, quant in (("7b", "lora", 1, _RT_LORA, None), ("7b", "qlora-nf4", 1, _RT_QLORA, "nf4"),
+                                          ("7b", "qlora-nf4dq", 1, _RT_QLORA, "nf4-dq"), ("7b", "lora", 2, _RT_LORA, None),
+                                          ("13b", "lora", 1, _RT_LORA, None), ("13b", "qlora-nf4", 1, _RT_QLORA, "nf4"),
+                                          ("13b", "qlora-nf4dq", 1, _RT_QLORA, "nf4-dq"))},
     "torchtitan-h100-llama3.1-8b-fsdp8-sac-bs2": Case("llama-3.1-8b", {**_TITAN_8B, "gpus": 8},
                                                       figure="peak_reserved", **_H100_96),
     "torchtitan-h100-llama3.1-8b-fsdp128-sac-bs2": Case("llama-3.1-8b", {**_TITAN_8B, "gpus": 128},

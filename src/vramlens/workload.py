@@ -184,6 +184,14 @@ class Workload:
     #: torchtune/modules/attention.py, every release), and transformers' ``repeat_kv`` when SDPA is not
     #: given ``enable_gqa``. Eager attention in transformers always expands; this makes any kernel do so
     gqa_expand: bool = False
+    #: LitGPT's attention (litgpt/model.py ``CausalSelfAttention.forward``, 5895df10 lines 215-240): one fused
+    #: q/k/v linear whose output is split by views and ``reshape``d per head. Keys are rotated after the GQA
+    #: ``expand``, so a single kv head's keys become a copy at every head too; values are a copy at every head
+    #: under GQA, and a view of the fused output under multi-head or a single kv head, which SDPA's saved
+    #: value keeps alive whole. Under LoRA the adapted q, k and v share one adapter (litgpt/lora.py
+    #: ``LoRAQKVLinear.forward``): one dropout of the input, ``lora_A`` of r rows per adapted projection, and,
+    #: unless all three are adapted, ``zero_pad``'s ``index_copy`` keeps its source (the adapted outputs)
+    fused_qkv: bool = False
     lora_rank: int = 8  # peft LoraConfig's r default
     lora_targets: tuple[str, ...] = DEFAULT_LORA_TARGETS
     lora_dropout: float = 0.0
@@ -510,7 +518,7 @@ class Workload:
         if self.transformers_version is not None and self.transformers_release is None:
             p.append(f"transformers_version={L.show(self.transformers_version)} must be a version such as 4.35 or 5.2")
         for name in ("keep_grads", "fsdp", "optimizer_in_backward", "activation_offload", "loss_parallel", "dora",
-                     "fp8", "compile", "gqa_expand", "quant_head", "quantize_on_device"):
+                     "fp8", "compile", "gqa_expand", "fused_qkv", "quant_head", "quantize_on_device"):
             if not isinstance(getattr(self, name), bool):
                 p.append(f"{name}={L.show(getattr(self, name))} must be true or false")
         if not isinstance(self.lora_targets, tuple) or not all(isinstance(t, str) for t in self.lora_targets):
@@ -521,6 +529,8 @@ class Workload:
             p.append(f"zero={self.zero!r} must be 0, 1, 2 or 3")
         if self.fsdp and self.zero:
             p.append(f"fsdp and zero={self.zero} both given: choose FSDP or one ZeRO stage")
+        if self.fused_qkv is True and self.dora is True:
+            p.append("fused_qkv is LitGPT's attention, whose LoRAQKVLinear has no DoRA: drop --dora or --fused-qkv")
         if (isinstance(self.lora_dropout, bool) or not isinstance(self.lora_dropout, (int, float))
                 or not (0.0 <= self.lora_dropout < 1.0)):
             p.append(f"lora_dropout={L.show(self.lora_dropout)} must be in [0, 1)")
@@ -746,7 +756,7 @@ class Workload:
         if not self.training:
             names = [n for n in ("optimizer", "optimizer_impl", "grad_accum", "keep_grads", "optimizer_in_backward",
                                  "checkpointing", "activation_offload", "loss_chunks", "loss", "loss_parallel",
-                                 "compile", "compile_scope")
+                                 "compile", "compile_scope", "fused_qkv")
                      if given(n)]
             if names:
                 out.append("ignored in inference (they apply to training): "
@@ -757,6 +767,9 @@ class Workload:
             if names:
                 out.append("ignored in training (they apply to the inference KV cache): "
                            + ", ".join(f"{n}={getattr(self, n)!r}" for n in names))
+            if self.fused_qkv and (self.compile or self.attention == "eager"):
+                out.append("ignored: fused_qkv=True (LitGPT's attention runs SDPA, eager; under compile or eager "
+                           "attention transformers' attention is estimated)")
             if self.optimizer == "none" and given("optimizer_impl"):
                 out.append(f"ignored: optimizer_impl={self.optimizer_impl!r} (optimizer='none' runs no step)")
             elif self.optimizer.endswith("-torchao") and given("optimizer_impl"):

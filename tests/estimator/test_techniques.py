@@ -221,3 +221,58 @@ def test_gqa_expand_copies_the_cache_at_each_decode_step():
         return inference_layer_peak(spec, expanded, 1, 1, S) - inference_layer_peak(spec, plain, 1, 1, S)
 
     assert extra(4112) - extra(2064) == 2 * 2 * 24 * 128 * (4112 - 2064)  # 25,165,824 B
+
+
+# LitGPT's LoRA fine-tuning of a Llama-2-7B block (config_hub/finetune/llama-2-7b/lora.yaml at 5895df10): r=32 on
+# q and v, dropout 0.05, adapters in bf16, 2 x 512 tokens
+_LITGPT_QV = dict(mode="train", dtype="bf16", batch=2, seq=512, method="lora", lora_rank=32, lora_dropout=0.05,
+                  lora_dtype="bf16", lora_targets=("q_proj", "v_proj"))
+
+
+def test_fused_qkv_keeps_litgpts_attention_and_adapter_tensors():
+    """LitGPT's CausalSelfAttention and LoRAQKVLinear (Workload.fused_qkv) against peft on separate q/k/v
+    projections, per Llama-2-7B block (t = 1,024 tokens, h = 4,096, bf16). A fake-tensor trace of LitGPT's own
+    GPT at 5895df10 keeps 172.8 MiB per block with CUDA's 1-byte masks: the fused estimate is 172.75 MiB."""
+    from vramlens.models import load_model
+
+    spec = load_model("llama-2-7b")
+    plain = estimate(spec, **_LITGPT_QV).layer_activation_bytes
+    fused = estimate(spec, **_LITGPT_QV, fused_qkv=True).layer_activation_bytes
+    t, h = 1024, 4096
+    # SDPA's value is a view of the fused output (multi-head): 2 B x 3h x t kept instead of 2 B x h x t
+    value = 2 * (3 * h - h) * t  # 16,777,216
+    # one dropout for q and v (its bf16 copy and bool mask: 3 B x h x t) instead of two, A's output 2 B x 2r x t
+    # instead of two of 2 B x r x t, and zero_pad's index_copy source (q and v outputs, 2 B x 2h x t)
+    adapter = -3 * h * t + 2 * 2 * h * t  # -12,582,912 + 16,777,216
+    assert fused - plain == value + adapter == 20_971_520
+    assert fused == 181_142_528  # 172.75 MiB and SDPA's two 512-byte rng blocks
+
+
+def test_fused_qkv_single_kv_head_and_gqa():
+    """One kv head (Falcon-7B: 71 heads of 64): the keys are rotated after the expand, so SDPA keeps them at
+    every head, and the value's view keeps the fused output (73 heads' worth). GQA (Llama-3-8B) already expands
+    k and v with gqa_expand; there only the shared adapter differs."""
+    from vramlens.models import load_model
+
+    falcon = load_model("falcon-7b")
+    kw = dict(_LITGPT_QV, batch=1, lora_targets=("query_key_value",))
+    diff = (estimate(falcon, **kw, fused_qkv=True).layer_activation_bytes
+            - estimate(falcon, **kw).layer_activation_bytes)
+    t, d = 512, 64
+    assert diff == 2 * (71 - 1) * d * t + 2 * (73 - 1) * d * t == 9_306_112
+    llama3 = load_model("llama-3-8b")
+    kw = dict(_LITGPT_QV, batch=1, gqa_expand=True)
+    diff = (estimate(llama3, **kw, fused_qkv=True).layer_activation_bytes
+            - estimate(llama3, **kw).layer_activation_bytes)
+    # q (4,096 out) and v (1,024 out) share one dropout (-3 B x 4,096 x 512) and keep zero_pad's source
+    # (2 B x 5,120 x 512); A's outputs are the same bytes (512-byte rounding aside: 2 x 32,768 vs 65,536)
+    assert diff == -3 * 4096 * 512 + 2 * 5120 * 512 == -1_048_576
+
+
+def test_fused_qkv_refuses_dora_and_is_ignored_under_compile():
+    with pytest.raises(ConfigError) as e:
+        make_workload(**_LITGPT_QV, fused_qkv=True, dora=True)
+    assert str(e.value) == "fused_qkv is LitGPT's attention, whose LoRAQKVLinear has no DoRA: drop --dora or --fused-qkv"
+    assert make_workload(**_LITGPT_QV, fused_qkv=True, compile=True).ignored() == [
+        "ignored: fused_qkv=True (LitGPT's attention runs SDPA, eager; under compile or eager attention "
+        "transformers' attention is estimated)"]

@@ -136,6 +136,9 @@ PINNED_ISSUE_11 = {
     "pythia-1b": 1_011_781_632,
     "pythia-1.4b": 1_414_647_808,
     "pythia-2.8b": 2_775_208_960,
+    # StableLM-Base-Alpha 3B (GPT-NeoX): 16 x 201,379,840 (q/k/v 4,096 x 12,288, dense, 4,096 <-> 16,384, biases, two
+    # LayerNorms) + 2 x 50,688 x 4,096 (embed_in, untied embed_out) + 8,192 (final norm)
+    "stablelm-base-alpha-3b": 3_637_321_728,
     "pythia-6.9b": 6_857_302_016,
     "pythia-12b": 11_846_072_320,
     "t5-3b": 2_851_598_336,

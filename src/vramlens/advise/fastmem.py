@@ -57,14 +57,14 @@ from vramlens.workload import Attention, Workload
 
 #: The fields of a training Workload that the state part reads (grad_accum enters through the split).
 STATE_FIELDS = ("mode", "method", "dtype", "amp", "quant", "optimizer", "optimizer_impl", "keep_grads", "lora_rank",
-                "lora_targets", "lora_dropout", "lora_dtype", "dora", "quant_targets",
+                "lora_targets", "lora_dropout", "lora_dtype", "dora", "fused_qkv", "quant_targets",
                 "quant_head", "quant_group_size", "quantize_on_device", "gpus", "zero", "zero_buckets", "fsdp",
                 "fsdp_strategy", "tp", "pp", "offload", "optimizer_in_backward",
                 "loss", "loss_chunks", "loss_parallel", "fp8", "images", "transformers_version")
 
-#: The fields train_state reads (STATE_FIELDS less the loss fields and images, which only validity reads).
+#: The fields train_state reads (STATE_FIELDS less the loss fields, images and fused_qkv, which only validity reads).
 TRAIN_STATE_FIELDS = tuple(f for f in STATE_FIELDS
-                           if f not in ("loss", "loss_chunks", "loss_parallel", "fp8", "images"))
+                           if f not in ("loss", "loss_chunks", "loss_parallel", "fp8", "images", "fused_qkv"))
 
 
 def state_key_tail(w: Workload, grad_accum: int) -> tuple[object, ...]:
@@ -182,7 +182,8 @@ class FastMemory:
 
             # every field check_workload reads (vramlens.estimator.check_workload)
             probs.extend(self._memo(("check", w.mode, w.method, w.tp, w.pp, w.lora_targets, w.lora_rank,
-                                     w.new_tokens, w.loss_parallel, w.loss_chunks > 1, w.loss, w.images > 0), check))
+                                     w.new_tokens, w.loss_parallel, w.loss_chunks > 1, w.loss, w.images > 0,
+                                     w.quant_head, w.quantized, w.image_size), check))
         if probs:
             return State(problems=tuple(probs))
         # train_state does not read the loss fields (they are in the key for the validity above):
@@ -211,7 +212,7 @@ class FastMemory:
         # (quant, quant_targets) are dequantized inside the blocks
         return (w.compute_dtype, w.dtype, w.amp, w.fsdp_mixed_precision, w.batch if batch is None else batch, w.seq,
                 w.checkpointing if checkpointing is None else checkpointing,
-                w.attention if attention is None else attention, w.gqa_expand, w.tp,
+                w.attention if attention is None else attention, w.gqa_expand, w.fused_qkv, w.tp,
                 sp.layers, sp.micro_batches_in_flight, sp.has_head, w.method, w.lora_targets, w.lora_rank,
                 w.lora_dropout, w.lora_dtype, w.dora, w.quant, w.quant_targets, w.quant_head, w.dequant_dtype,
                 w.loss, w.loss_chunks,

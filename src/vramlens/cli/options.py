@@ -163,6 +163,10 @@ def add_workload_args(p: argparse.ArgumentParser) -> None:
                    help="GQA keys and values copied to every query head before the attention kernel, which keeps "
                         "the copies for backward (torchtune's MultiHeadAttention; transformers' repeat_kv when "
                         "SDPA gets no enable_gqa)")
+    g.add_argument("--fused-qkv", action="store_true",
+                   help="LitGPT's attention: one fused q/k/v linear split by views (SDPA's value keeps the fused "
+                        "output under multi-head or one kv head; keys rotated after the GQA expand), and under LoRA "
+                        "one adapter over the adapted q, k and v (LoRAQKVLinear: one dropout, zero_pad's source)")
     g.add_argument("--lora-rank", type=_positive, default=8, help="LoRA rank r (default 8, peft's LoraConfig)")
     g.add_argument("--lora-targets", default="q_proj,v_proj", help="modules LoRA adapts, comma-separated, or all-linear")
     g.add_argument("--lora-dropout", type=_fraction, default=0.0,

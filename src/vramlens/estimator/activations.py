@@ -497,6 +497,23 @@ def dora_identity_bytes(spec: ModelSpec, w: Workload, tp: int = 1) -> int:
     return _r(DTYPE_BYTES[w.lora_dtype] * k * k) + (_r(c * k * k) if _autocast(w) else 0)
 
 
+def litgpt_kv_saved(D: Dims, t: int, c: int) -> tuple[int, int]:
+    """The keys and values SDPA keeps in LitGPT's attention (``Workload.fused_qkv``), in bytes.
+
+    litgpt/model.py ``CausalSelfAttention.forward`` (5895df10, lines 215-240): ``qkv = self.attn(x)`` is
+    viewed as (B, T, groups, q_per_kv + 2, hs), permuted and split; with fewer kv heads than heads, k and v
+    are ``expand``ed to every head, then all three ``reshape``d to (B, heads, T, hs). Keys: a copy at every
+    head under GQA, and ``apply_rope`` plus ``torch.cat`` make new keys at every head from one kv head's
+    expanded view too (multi-head: new keys at the kv heads). Values: a copy at every head under GQA; under
+    multi-head or one kv head the reshape is a view, and the value SDPA keeps holds the fused output
+    (t x (heads + 2 kv heads) x hs) alive.
+    """
+    k = _r(c * (D.a if D.kv != D.a else D.kv) * D.d * t)
+    if D.kv not in (1, D.a):
+        return k, _r(c * D.a * D.d * t)
+    return k, _r(c * (D.a + 2 * D.kv) * D.d * t)
+
+
 def _lora_saved(spec: ModelSpec, w: Workload, D: Dims, t: int, c: int, tp: int = 1) -> int:
     """LoRA's own activations in one block: B keeps A's output (t x r) per adapted linear, A keeps
     a private copy of its input when it makes one (see lora_casts_input); with lora_dropout each
@@ -508,7 +525,11 @@ def _lora_saved(spec: ModelSpec, w: Workload, D: Dims, t: int, c: int, tp: int =
     private = lora_casts_input(w)
     total = 0
     for g in GROUP_ORDER:
-        for k, n in adapted_dims(spec, w, g, tp):
+        dims = adapted_dims(spec, w, g, tp)
+        if w.fused_qkv and g == "qkv" and dims:
+            total += _litgpt_qkv_lora_saved(spec, w, dims, t, a_out, private)
+            continue
+        for k, n in dims:
             total += _r(a_out * w.lora_rank * t)
             if private:
                 total += _r(lb * k * t)  # the input cast to the adapters' dtype, or its dropped copy
@@ -516,6 +537,25 @@ def _lora_saved(spec: ModelSpec, w: Workload, D: Dims, t: int, c: int, tp: int =
                 total += _r(k * t)
             if w.dora:
                 total += _dora_saved(w, k, n, t, c, a_out)
+    return total
+
+
+def _litgpt_qkv_lora_saved(spec: ModelSpec, w: Workload, dims: tuple[tuple[int, int], ...], t: int, a_out: int,
+                           private: bool) -> int:
+    """LitGPT's LoRAQKVLinear (litgpt/lora.py at 5895df10, ``forward`` and ``zero_pad``): one adapter over the
+    adapted q, k and v of the fused linear. ``F.linear(self.lora_dropout(x), self.lora_A)`` drops the input once
+    (the dropped copy and its mask) and makes A's output, t x (r per adapted projection), which the grouped
+    ``conv1d`` keeps; unless q, k and v are all adapted, ``zero_pad`` scatters B's output into the fused width
+    with ``index_copy``, whose backward keeps its source (t x the adapted projections' outputs)."""
+    lb = DTYPE_BYTES[w.lora_dtype]
+    k = dims[0][0]
+    total = _r(a_out * w.lora_rank * len(dims) * t)
+    if private:
+        total += _r(lb * k * t)
+    if w.lora_dropout > 0:
+        total += _r(k * t)
+    if len(dims) < len(linear_groups(spec).get("qkv", ())):
+        total += _r(lb * sum(n for _, n in dims) * t)
     return total
 
 
@@ -640,11 +680,15 @@ def layer_activations(spec: ModelSpec, w: Workload, b: int, s: int, *, cross_s: 
             kv_saved = _r(c * D.a * D.d * t) if D.kv not in (1, D.a) else kv
         else:
             kv_saved = kv
-        total += q + 2 * kv_saved
+        if w.fused_qkv and attention != "eager":
+            k_saved, v_saved = litgpt_kv_saved(D, t, c)
+            total += q + k_saved + v_saved
+        else:
+            total += q + 2 * kv_saved
         if nope and spec.attention_temperature:
             # Llama 4's NoPE blocks: ``query_states * attn_scales`` keeps the fp32 (b, s, 1, 1) scales
             total += _r(4 * t)
-        if spec.fused_qkv_kept and spec.position == "rotary":
+        if spec.fused_qkv_kept and spec.position == "rotary" and not (w.fused_qkv and attention != "eager"):
             total += q + kv  # the fused projection output: v's view keeps its q and k parts alive too
         if spec.qk_norm == "l2":
             # Llama4TextL2Norm on the rotated q and k of a rotary block: ``x.float() * rsqrt(mean(x^2) + eps)``

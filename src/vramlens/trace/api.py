@@ -103,6 +103,8 @@ def untraceable(wl: Workload) -> str:
         return f"offload={wl.offload} cannot be traced on one process"
     if wl.kv_dtype is not None or wl.kv_block:
         return "--kv-dtype / --kv-block change the serving engine's cache, not transformers'"
+    if wl.fused_qkv:
+        return "--fused-qkv is LitGPT's attention; trace runs transformers' modules"
     return ""
 
 
