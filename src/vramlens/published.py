@@ -88,7 +88,10 @@ _A100 = _Setup(gpu="A100-80GB", cuda="12.1", lazy_loading=True)  # CUDA 12: lazy
 # head, whose reshape is a view; a single kv head's keys are rotated at every head; one shared adapter dropout and
 # zero_pad's kept source)
 _LITGPT = dict(mode="train", dtype="bf16", seq=512, gqa_expand=True, fused_qkv=True)
-_LITGPT_LORA = dict(_LITGPT, method="lora", lora_rank=32, lora_dropout=0.05, lora_dtype="bf16", loss_chunks=4)
+# LitGPT's chunked_cross_entropy (litgpt/utils.py at 5895df10 and 00af8b0d, lit_gpt/utils.py at 8641822) runs
+# F.cross_entropy on each bf16 logits chunk as it is, with no .float(): loss_upcast=False
+_LITGPT_LORA = dict(_LITGPT, method="lora", lora_rank=32, lora_dropout=0.05, lora_dtype="bf16", loss_chunks=4,
+                    loss_upcast=False)
 _LITGPT_QLORA = dict(_LITGPT_LORA, method="qlora", quant="nf4", quant_targets="all", optimizer="paged-adamw",
                      bnb_inputs="next-forward", quant_head=True, dequant_dtype="fp16")
 _A10G = _Setup(gpu="A10G", cuda="12.1", lazy_loading=True)
@@ -98,7 +101,7 @@ _A10G = _Setup(gpu="A10G", cuda="12.1", lazy_loading=True)
 # the peak is that step: nothing of a previous step is held (bnb_inputs="step"). r=8 on q and v, dropout 0.05,
 # lm_head in 128-token chunks (loss_chunks = ceil(seq / 128)), minibatch 128
 _RT_LORA = dict(_LITGPT, method="lora", lora_rank=8, lora_dropout=0.05, lora_dtype="bf16",
-                lora_targets=("q_proj", "v_proj"))
+                lora_targets=("q_proj", "v_proj"), loss_upcast=False)
 _RT_QLORA = dict(_RT_LORA, method="qlora", quant_targets="all", optimizer="paged-adamw", bnb_inputs="step",
                  quant_head=True, dequant_dtype="fp16")
 _A100_40 = _Setup(gpu="A100-40GB", cuda="12.1", lazy_loading=True)

@@ -157,6 +157,10 @@ class Workload:
     activation_offload: bool = False
     #: torchtune's chunked output + CEWithChunkedOutputLoss (8 chunks there); 1: no chunking
     loss_chunks: int = 1
+    #: the chunked cross-entropy upcasts each chunk's logits to fp32 first (torchtune's CEWithChunkedOutputLoss:
+    #: ``F.cross_entropy(logits.float(), ...)``); False: LitGPT's ``chunked_cross_entropy`` (litgpt/utils.py)
+    #: runs ``F.cross_entropy`` on the chunk in the logits' dtype, so its log_softmax is kept in that dtype
+    loss_upcast: bool = True
     loss: Loss = "cross-entropy"
     #: torchtitan's loss parallelism under --tp: logits and loss sharded over the vocabulary
     loss_parallel: bool = False
@@ -518,7 +522,7 @@ class Workload:
         if self.transformers_version is not None and self.transformers_release is None:
             p.append(f"transformers_version={L.show(self.transformers_version)} must be a version such as 4.35 or 5.2")
         for name in ("keep_grads", "fsdp", "optimizer_in_backward", "activation_offload", "loss_parallel", "dora",
-                     "fp8", "compile", "gqa_expand", "fused_qkv", "quant_head", "quantize_on_device"):
+                     "fp8", "compile", "gqa_expand", "fused_qkv", "quant_head", "quantize_on_device", "loss_upcast"):
             if not isinstance(getattr(self, name), bool):
                 p.append(f"{name}={L.show(getattr(self, name))} must be true or false")
         if not isinstance(self.lora_targets, tuple) or not all(isinstance(t, str) for t in self.lora_targets):
@@ -596,6 +600,10 @@ class Workload:
             p.append(f"compile_scope=blocks+loss compiles torchtitan's plain cross-entropy; with "
                      f"{'loss_parallel' if self.loss_parallel else f'loss={self.loss!r}'} the compiled loss is not "
                      "modelled: use --compile-scope blocks")
+        if not self.loss_upcast and self.mode == "train" and (self.loss_chunks <= 1 or self.loss != "cross-entropy"):
+            p.append("loss_upcast=false describes a chunked cross-entropy in the logits' dtype (LitGPT's "
+                     "chunked_cross_entropy); transformers' own loss and the other losses upcast or fuse: add "
+                     "--loss-chunks N or drop --no-loss-upcast")
         if self.loss_chunks > self.seq:
             p.append(f"loss_chunks={self.loss_chunks} is more than the seq={self.seq} tokens it splits: "
                      f"use --loss-chunks {min(8, self.seq)}")

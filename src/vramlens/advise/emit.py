@@ -590,6 +590,9 @@ def torchtune(plan: Plan) -> dict[str, Any]:
         refuse.append("offloads without FSDP")
     if w.loss == "fused-linear":
         refuse.append("uses a fused linear cross-entropy (--loss fused-linear)")
+    if not w.loss_upcast:
+        refuse.append("computes the chunked loss in the logits' dtype (--no-loss-upcast, LitGPT's; torchtune's "
+                      "CEWithChunkedOutputLoss upcasts each chunk)")
     if w.loss == "logits-sum":
         refuse.append("sums the logits instead of a loss (--loss logits-sum)")
     if w.loss_parallel:

@@ -150,6 +150,10 @@ def add_workload_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--loss-chunks", type=_positive, default=1,
                    help="chunked cross-entropy (torchtune CEWithChunkedOutputLoss; 8 there): the output layer and "
                         "the loss run on N chunks of the sequence, the fp32 upcast one chunk at a time (default 1)")
+    g.add_argument("--loss-upcast", action=argparse.BooleanOptionalAction, default=True,
+                   help="with --loss-chunks: each chunk's logits upcast to fp32 before the cross-entropy (torchtune's "
+                        "CEWithChunkedOutputLoss, the default); --no-loss-upcast: in the logits' dtype (LitGPT's "
+                        "chunked_cross_entropy)")
     g.add_argument("--loss", choices=W.LOSSES, default="cross-entropy",
                    help="the causal-LM loss: cross-entropy over the logits, fused-linear (Liger's fused linear "
                         "cross-entropy: the full logits never exist), or logits-sum (the SDPA benchmark loop of "

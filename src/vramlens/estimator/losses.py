@@ -120,8 +120,10 @@ def loss_figures(spec: ModelSpec, w: Workload, b: int, s: int) -> LossFigures | 
                                    "tokens of logits (next_power_of_2(ceil(t / ceil(V/h)))) at a time")
     size, n = seq_chunks(s, w.loss_chunks)
     lc = _r(c * V * b * size)   # one chunk's logits (the last may be shorter: counted full, an upper bound)
-    fc = _r(4 * V * b * size)   # one chunk's fp32 upcast or log_softmax
-    upcast = fc if c != 4 else 0
+    # one chunk's fp32 upcast or log_softmax; LitGPT's chunked_cross_entropy (--no-loss-upcast) keeps the
+    # log_softmax in the logits' dtype and makes no upcast
+    fc = _r(4 * V * b * size) if w.loss_upcast else lc
+    upcast = fc if (c != 4 and w.loss_upcast) else 0
     # the output layer's backward runs per chunk, last chunk first: the first holds the other chunks'
     # logit gradients and one weight gradient; from the second on, two weight-gradient addends and
     # their sum (in the compute dtype under autocast: the gradients of autocast's cached cast)
@@ -134,8 +136,12 @@ def loss_figures(spec: ModelSpec, w: Workload, b: int, s: int) -> LossFigures | 
     return LossFigures(saved=n * fc, peak=n * lc + n * fc + upcast, backward=2 * fc, head_backward=(n - 1) * lc,
                        head_grads=0 if n > 1 else 1, head_backward_later=later, grad_in_forward=False,
                        final_norm_backward=norm,
-                       formula=f"chunked cross-entropy ({n} chunks of {b}x{size} tokens): every chunk's logits and "
-                               "fp32 log_softmax, the fp32 upcast and the backward's two fp32 gradients one chunk at a time")
+                       formula=(f"chunked cross-entropy ({n} chunks of {b}x{size} tokens): every chunk's logits and "
+                                "fp32 log_softmax, the fp32 upcast and the backward's two fp32 gradients one chunk at a time"
+                                if w.loss_upcast else
+                                f"chunked cross-entropy in the logits' dtype ({n} chunks of {b}x{size} tokens, LitGPT's "
+                                "chunked_cross_entropy): every chunk's logits and log_softmax, the backward's two "
+                                "gradients one chunk at a time"))
 
 
 def compiled_chunks(b: int, size: int, n: int, lc: int, later: int, norm: int) -> LossFigures:

@@ -69,7 +69,9 @@ def _shifted(labels: torch.Tensor) -> torch.Tensor:
 
 
 def chunked_cross_entropy(model: torch.nn.Module, input_ids: torch.Tensor, labels: torch.Tensor,
-                          chunks: int) -> torch.Tensor:
+                          chunks: int, upcast: bool = True) -> torch.Tensor:
+    """torchtune's chunked output and loss (each chunk upcast to fp32); ``upcast=False``: LitGPT's
+    ``chunked_cross_entropy``, ``F.cross_entropy`` on each chunk in the logits' dtype."""
     decoder, head = _decoder_and_head(model)
     hidden = decoder(input_ids=input_ids).last_hidden_state
     logits = [head(h) for h in hidden.chunk(chunks, dim=1)]
@@ -77,7 +79,8 @@ def chunked_cross_entropy(model: torch.nn.Module, input_ids: torch.Tensor, label
     targets = [t.reshape(-1) for t in _shifted(labels).chunk(chunks, dim=1)]
     total: torch.Tensor | float = 0.0
     for lg, t in zip(logits, targets):
-        total = total + F.cross_entropy(lg.reshape(-1, lg.size(-1)).float(), t, ignore_index=IGNORE_INDEX,
+        flat = lg.reshape(-1, lg.size(-1))
+        total = total + F.cross_entropy(flat.float() if upcast else flat, t, ignore_index=IGNORE_INDEX,
                                         reduction="sum")
     assert isinstance(total, torch.Tensor)  # chunks >= 1 (Tensor.chunk refuses 0)
     return total / labels.numel()

@@ -530,7 +530,7 @@ class Runner:
                     return fused_linear_cross_entropy(built.model, ids, labels)
             else:
                 def run() -> Any:
-                    return chunked_cross_entropy(built.model, ids, labels, wl.loss_chunks)
+                    return chunked_cross_entropy(built.model, ids, labels, wl.loss_chunks, wl.loss_upcast)
             return SimpleNamespace(loss=through_root(built.model, run) if wl.fsdp else run())
         if self.captured is not None:
             from vramlens.trace.compiled import replay

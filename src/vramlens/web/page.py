@@ -33,6 +33,7 @@ KNOBS: tuple[tuple[str, str, str, tuple | None, str], ...] = (
     ("compile", "torch.compile", "check", None, "false"),
     ("compile_scope", "compile scope", "select", W.COMPILE_SCOPES, "model"),
     ("loss_chunks", "loss chunks", "number", None, "1"),
+    ("loss_upcast", "chunked loss upcast to fp32", "check", None, "true"),
     ("loss", "loss", "select", W.LOSSES, "cross-entropy"),
     ("loss_parallel", "loss parallel", "check", None, "false"),
     ("attention", "attention", "select", W.ATTENTION, "sdpa"),
@@ -76,6 +77,7 @@ SHOW_WHEN: dict[str, str] = {
                                  "zero", "fsdp", "offload", "optimizer_in_backward", "activation_offload", "loss_chunks",
                                  "loss", "loss_parallel", "compile")},
     "fsdp_strategy": "mode=train;fsdp=true",
+    "loss_upcast": "mode=train;loss=cross-entropy",
     "cp": "mode=train",
     "zero_buckets": "mode=train;zero=1|2|3",
     "compile_scope": "mode=train;compile=true",
@@ -128,7 +130,7 @@ def _control(param: str, kind: str, choices: tuple | None, default: str) -> str:
                        for c in choices or ())
         return f"<select {attrs}>{opts}</select>"
     if kind == "check":
-        return f'<input type="checkbox" {attrs}>'
+        return f'<input type="checkbox" {attrs}{" checked" if default == "true" else ""}>'
     if kind == "text":
         return f'<input type="text" {attrs} value="{escape(default)}">'
     step = ' step="0.05" min="0" max="0.95"' if param in ("headroom", "lora_dropout") else ' step="1" min="0"'

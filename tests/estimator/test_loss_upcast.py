@@ -1,0 +1,51 @@
+"""--no-loss-upcast: LitGPT's chunked_cross_entropy (F.cross_entropy on each bf16 logits chunk, no .float()) against
+torchtune's CEWithChunkedOutputLoss (each chunk upcast to fp32). Qwen2.5 0.5B's vocabulary (151,936) at 2 x 256
+tokens in 2 chunks of 256 tokens."""
+
+import pytest
+
+from vramlens.errors import ConfigError
+from vramlens.estimator import estimate
+from vramlens.estimator.losses import loss_figures
+from vramlens.models import load_model
+from vramlens.units import BLOCK, round_up
+from vramlens.workload import make_workload
+
+RUN = dict(mode="train", dtype="bf16", method="lora", lora_dtype="bf16", batch=2, seq=256, loss_chunks=2)
+V, CHUNK = 151_936, 2 * 128  # tokens per chunk: batch 2 x 128
+
+
+def test_the_log_softmax_stays_in_the_logits_dtype():
+    spec = load_model("qwen2.5-0.5b")
+    up = loss_figures(spec, make_workload(**RUN), 2, 256)
+    down = loss_figures(spec, make_workload(**RUN, loss_upcast=False), 2, 256)
+    assert up is not None and down is not None
+    lc, fc = round_up(2 * V * CHUNK, BLOCK), round_up(4 * V * CHUNK, BLOCK)
+    assert (up.saved, down.saved) == (2 * fc, 2 * lc) == (311_164_928, 155_582_464)
+    assert up.peak == 2 * lc + 2 * fc + fc and down.peak == 4 * lc  # no fp32 upcast
+    assert (up.backward, down.backward) == (2 * fc, 2 * lc)
+    assert "LitGPT's chunked_cross_entropy" in down.formula
+
+
+def test_refused_without_a_chunked_cross_entropy():
+    with pytest.raises(ConfigError, match="loss_upcast=false describes a chunked cross-entropy"):
+        make_workload(mode="train", loss_upcast=False)
+    with pytest.raises(ConfigError, match="loss_upcast=false"):
+        make_workload(mode="train", loss_chunks=4, loss="fused-linear", loss_upcast=False)
+
+
+@pytest.mark.slow
+def test_the_tracer_sees_the_same_difference():
+    """The tracer runs the chunked loss with and without .float() on the real module: the peak moves by the
+    estimate's figure (the estimate's own peak is 69 MB over the trace's either way, at this small size)."""
+    pytest.importorskip("torch", reason="the tracer needs torch")
+    from vramlens.trace import trace
+
+    peaks = {}
+    for upcast in (True, False):
+        t = trace("qwen2.5-0.5b", **RUN, loss_upcast=upcast)
+        e = estimate("qwen2.5-0.5b", **RUN, loss_upcast=upcast)
+        peaks[upcast] = (t.breakdown.peak_allocated, e.breakdown.peak_allocated)
+    traced = peaks[True][0] - peaks[False][0]
+    estimated = peaks[True][1] - peaks[False][1]
+    assert abs(traced - estimated) <= 64 * 1024, (traced, estimated)
