@@ -214,6 +214,7 @@ class FastMemory:
                 w.attention if attention is None else attention, w.gqa_expand, w.tp,
                 sp.layers, sp.micro_batches_in_flight, sp.has_head, w.method, w.lora_targets, w.lora_rank,
                 w.lora_dropout, w.lora_dtype, w.dora, w.quant, w.quant_targets, w.quant_head, w.dequant_dtype,
+                w.nf4_impl,
                 w.loss, w.loss_chunks,
                 w.loss_parallel, w.activation_offload, w.fp8, w.bnb_inputs, w.image_size,
                 w.audio_seconds, w.compile, w.compile_scope, w.images, w.transformers_version)
