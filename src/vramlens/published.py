@@ -153,7 +153,8 @@ _TUNE_LORA = {**_TUNE_AC, "activation_offload": True, "method": "lora", "lora_ra
 # on CUDA), nn.CrossEntropyLoss over ``self.output(h).float()`` (torchtune/modules/transformer.py) shifted by the
 # recipe's ``logits[..., :-1, :].contiguous()``. lora_llama2_7b passes lora_dropout=0.05 and builds the adapters in
 # bf16 (utils.set_default_dtype); qlora_llama2_7b is quantize_base=True: torchao's to_nf4 (block 64, double-quantized
-# scalers, block 256) on the adapted linears (all of the blocks' in 7B_qlora_single_device). Distributed recipes: FSDP1
+# scalers, block 256) on the adapted linears (all of the blocks' in 7B_qlora_single_device), dequantized at every matmul
+# by linear_nf4's NF4Tensor.get_original_weight (nf4_impl torchao). Distributed recipes: FSDP1
 # FULL_SHARD, mixed_precision=None (bf16 flat parameters). Alpaca was padded to each batch's longest sample: before
 # torchtune 73647e26 (2024-03-30) without truncation, then cut to max_seq_len 512 (alpaca_dataset's default): seq 512
 _TT24 = dict(mode="train", dtype="bf16", batch=2, seq=512, optimizer="adamw", optimizer_impl="foreach",
@@ -161,6 +162,7 @@ _TT24 = dict(mode="train", dtype="bf16", batch=2, seq=512, optimizer="adamw", op
 _TT24_LORA = dict(_TT24, method="lora", lora_rank=8, lora_dtype="bf16", lora_dropout=0.05,
                   lora_targets=("q_proj", "v_proj"))
 _TT24_QLORA = dict(_TT24_LORA, method="qlora", quant="nf4-dq", quant_targets="adapted", checkpointing="full",
+                   nf4_impl="torchao",
                    lora_targets=("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"))
 # full_finetune_single_device's low-memory config: bitsandbytes PagedAdamW (32-bit states in CUDA unified memory,
 # outside max_memory_reserved) stepped in backward (optimizer_in_bwd: True)
