@@ -184,6 +184,27 @@ _TUNE_LORA = {**_TUNE_AC, "activation_offload": True, "method": "lora", "lora_ra
               "lora_targets": ("q_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"),
               "optimizer_impl": "fused"}
 
+# torchtune's README "Finetuning resource requirements" tables of 2024, Llama-2-7B (the catalog's llama-2-7b): every
+# recipe builds the model in bf16 (dtype: bf16, no autocast, no master copy), torch 2.2's torch.optim default (foreach
+# on CUDA), nn.CrossEntropyLoss over ``self.output(h).float()`` (torchtune/modules/transformer.py) shifted by the
+# recipe's ``logits[..., :-1, :].contiguous()``. lora_llama2_7b passes lora_dropout=0.05 and builds the adapters in
+# bf16 (utils.set_default_dtype); qlora_llama2_7b is quantize_base=True: torchao's to_nf4 (block 64, double-quantized
+# scalers, block 256) on the adapted linears (all of the blocks' in 7B_qlora_single_device), dequantized at every matmul
+# by linear_nf4's NF4Tensor.get_original_weight (nf4_impl torchao). Distributed recipes: FSDP1
+# FULL_SHARD, mixed_precision=None (bf16 flat parameters). Alpaca was padded to each batch's longest sample: before
+# torchtune 73647e26 (2024-03-30) without truncation, then cut to max_seq_len 512 (alpaca_dataset's default): seq 512
+_TT24 = dict(mode="train", dtype="bf16", batch=2, seq=512, optimizer="adamw", optimizer_impl="foreach",
+             attention="sdpa")
+_TT24_LORA = dict(_TT24, method="lora", lora_rank=8, lora_dtype="bf16", lora_dropout=0.05,
+                  lora_targets=("q_proj", "v_proj"))
+_TT24_QLORA = dict(_TT24_LORA, method="qlora", quant="nf4-dq", quant_targets="adapted", checkpointing="full",
+                   nf4_impl="torchao",
+                   lora_targets=("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"))
+# full_finetune_single_device's low-memory config: bitsandbytes PagedAdamW (32-bit states in CUDA unified memory,
+# outside max_memory_reserved) stepped in backward (optimizer_in_bwd: True)
+_TT24_LOWMEM = dict(_TT24, optimizer="paged-adamw", optimizer_in_backward=True, checkpointing="full")
+_RTX4090 = _Setup(gpu="RTX-4090", cuda="12.1", lazy_loading=True)  # torch 2.2's cu121 wheels
+
 # PEFT's README table "High performance on consumer hardware" (huggingface/peft, on one A100 80GB), made by
 # examples/causal_language_modeling/pet_lora_clm_accelerate_ds_zero3_offload.py at 73d7224b (2022-12-30): bloomz-7b1
 # (line 111) loaded by AutoModelForCausalLM.from_pretrained in fp32 (219), LoRAConfig r=8, lora_alpha=32,
@@ -417,6 +438,34 @@ CASES: dict[str, Case] = {
     "torchtune-readme-llama3.2-3b-qlora": Case("llama-3.2-3b", {**_TUNE_LORA, "method": "qlora",
                                                                 "quant_targets": "all"},
                                                figure="peak_allocated", **_A100),
+    # torchtune README at 412a4ecd (2024-03-22, "estimated ... on A100 GPUs with GPU memory artificially limited",
+    # max_memory_reserved): the linked configs of that commit; full fine-tuning then used torch.optim.SGD (no momentum)
+    "torchtune-readme-2024-03-llama2-7b-qlora-1gpu": Case("llama-2-7b", _TT24_QLORA, figure="peak_reserved", **_A100),
+    "torchtune-readme-2024-03-llama2-7b-lora-2gpu": Case("llama-2-7b", {**_TT24_LORA, "fsdp": True, "gpus": 2},
+                                                         figure="peak_reserved", **_A100),
+    "torchtune-readme-2024-03-llama2-7b-lora-1gpu": Case("llama-2-7b", {**_TT24_LORA, "checkpointing": "full"},
+                                                         figure="peak_reserved", **_A100),
+    "torchtune-readme-2024-03-llama2-7b-full-sgd-1gpu": Case("llama-2-7b", {**_TT24, "optimizer": "sgd",
+                                                                            "checkpointing": "full"},
+                                                             figure="peak_reserved", **_A100),
+    "torchtune-readme-2024-03-llama2-7b-full-sgd-4gpu": Case("llama-2-7b", {**_TT24, "optimizer": "sgd",
+                                                                            "checkpointing": "full", "fsdp": True,
+                                                                            "gpus": 4},
+                                                             figure="peak_reserved", **_A100),
+    "torchtune-readme-2024-03-llama2-7b-full-low-memory-1gpu": Case("llama-2-7b", _TT24_LOWMEM, figure="peak_reserved",
+                                                                    **_A100),
+    # torchtune README at fef3ed10 (2024-04-16, "Memory update"): the same configs, AdamW everywhere but low memory
+    "torchtune-readme-2024-04-llama2-7b-qlora-1gpu": Case("llama-2-7b", _TT24_QLORA, figure="peak_reserved",
+                                                          **_RTX4090),
+    "torchtune-readme-2024-04-llama2-7b-lora-2gpu": Case("llama-2-7b", {**_TT24_LORA, "fsdp": True, "gpus": 2},
+                                                         figure="peak_reserved", **_RTX4090),
+    "torchtune-readme-2024-04-llama2-7b-lora-1gpu": Case("llama-2-7b", {**_TT24_LORA, "checkpointing": "full"},
+                                                         figure="peak_reserved", **_RTX4090),
+    "torchtune-readme-2024-04-llama2-7b-full-low-memory-1gpu": Case("llama-2-7b", _TT24_LOWMEM, figure="peak_reserved",
+                                                                    **_RTX4090),
+    "torchtune-readme-2024-04-llama2-7b-full-4gpu": Case("llama-2-7b", {**_TT24, "checkpointing": "full", "fsdp": True,
+                                                                        "gpus": 4},
+                                                         figure="peak_reserved", **_RTX4090),
     "peft-readme-bloomz-7b1-lora-pytorch": Case("bloom-7b1", _PEFT_BLOOMZ, figure="peak_allocated", **_A100_2022),
     **_sdpa_cases("hf-sdpa-bert-base-train", "bert-base-uncased", _BERT_ROWS, _A100),
     # the OPT PR's benchmarks (transformers #33298, 2024-09-25: main between 4.45 and 4.46) ran OPTAttention's
@@ -433,6 +482,9 @@ CASES: dict[str, Case] = {
 _PEFT_T5 = ("encoder and decoder lengths differ and neither is stated: the encoder sees each batch's longest tweet, "
             "the decoder the labels padded to the longest class label (a few tokens); --seq sets both")
 _PEFT_DS = "; and DeepSpeed ZeRO-3 parameter offload (as peft-readme-bloomz-7b1-lora-ds-offload)"
+
+_TT24_MAY = ("the tokens per sample are not stated: 'Seq Length' is a cap (max_seq_len) on Alpaca samples padded to "
+             "each batch's longest, which are much shorter; and the figure kind is not stated")
 
 #: Cases vramlens cannot express, with the reason (printed instead of a number).
 UNSUPPORTED: dict[str, str] = {
@@ -451,6 +503,12 @@ UNSUPPORTED: dict[str, str] = {
     # as {**_PEFT_BLOOMZ, "zero": 3, "offload": "all"} it estimates 7,775 MiB, -58.1%. The rest is the parameters
     # DeepSpeed's coordinator keeps gathered (up to stage3_max_live_parameters 1e9 elements with prefetching,
     # stage3_max_reuse_distance 1e9 keeping parameters reused soon, the 1.03B-element embedding whole): not modelled
+    # torchtune README at 0217d44c (2024-05-09): "Seq Length" is the tokenizer's max_seq_len over Alpaca, whose
+    # batches are padded to their longest sample, far below it (the 70B LoRA row's checkpointed block inputs alone would
+    # be 80 x 4 x 4096 x 8192 x 2 B = 21.5 GB of its 26.4 GB at full length); the figure kind is not stated
+    **{f"torchtune-readme-2024-05-{row}": _TT24_MAY for row in (
+        "llama2-7b-qlora-compile-1gpu", "llama2-7b-lora-1gpu", "llama2-7b-lora-2gpu", "llama2-7b-full-paged-1gpu",
+        "llama2-7b-full-4gpu", "llama2-70b-lora-8gpu", "llama2-70b-full-paged-8gpu")},
     "peft-readme-bloomz-7b1-lora-ds-offload": "DeepSpeed ZeRO-3 parameter offload's gathered-parameter working set "
                                               "(stage3_max_live_parameters, stage3_max_reuse_distance, the embedding "
                                               "gathered whole) is not modelled: --zero 3 --offload all estimates "

@@ -68,6 +68,8 @@ LoraDType = Literal["fp32", "bf16", "fp16"]
 QuantTargets = Literal["all", "adapted"]
 #: The dtype a bitsandbytes 4-bit weight is dequantized to (see Workload.dequant_dtype).
 DequantDType = Literal["compute", "fp16"]
+#: Whose NF4 code dequantizes a 4-bit weight at each matmul (see Workload.nf4_impl).
+NF4Impl = Literal["bitsandbytes", "torchao"]
 #: What bitsandbytes' 4-bit matmuls keep of their inputs in training (see Workload.bnb_inputs).
 BnbInputs = Literal["none", "step", "next-forward"]
 #: transformers' KV cache for inference (cache_utils): DynamicCache grows by torch.cat; StaticCache
@@ -113,6 +115,7 @@ LORA_DTYPES: tuple[LoraDType, ...] = get_args(LoraDType)
 QUANT_TARGETS: tuple[QuantTargets, ...] = get_args(QuantTargets)
 BNB_INPUTS: tuple[BnbInputs, ...] = get_args(BnbInputs)
 DEQUANT_DTYPES: tuple[DequantDType, ...] = get_args(DequantDType)
+NF4_IMPLS: tuple[NF4Impl, ...] = get_args(NF4Impl)
 CACHES: tuple[CacheKind, ...] = get_args(CacheKind)
 LOSSES: tuple[Loss, ...] = get_args(Loss)
 COMPILE_SCOPES: tuple[CompileScope, ...] = get_args(CompileScope)
@@ -217,6 +220,11 @@ class Workload:
     #: quantize ``weight.half()``, so every matmul dequantizes to fp16 and then casts (two (n, k)
     #: tensors alive at the cast when the compute dtype is not fp16)
     dequant_dtype: DequantDType = "compute"
+    #: Whose NF4 dequantizes the weight at every 4-bit matmul: ``bitsandbytes`` (``dequantize_4bit``, one
+    #: CUDA kernel writing the (n, k) weight) or ``torchao`` (torchtune's QLoRA: ``linear_nf4`` calls
+    #: ``NF4Tensor.get_original_weight``, eager PyTorch ops whose int64 code indices and bf16 halves are
+    #: alive together, 14 bytes per weight element at its ``torch.stack``)
+    nf4_impl: NF4Impl = "bitsandbytes"
     #: Weights per scale of the group-wise formats (GROUPED_QUANTS); 0: their default, 128 (AutoGPTQ's
     #: and AutoAWQ's, torchao's ``int4_weight_only``). torchao's gpt-fast benchmarks run ``int4wo-64``
     #: (``int4_weight_only(group_size=64)``)
@@ -468,6 +476,7 @@ class Workload:
         choice("quant_targets", self.quant_targets, QUANT_TARGETS)
         choice("bnb_inputs", self.bnb_inputs, BNB_INPUTS)
         choice("dequant_dtype", self.dequant_dtype, DEQUANT_DTYPES)
+        choice("nf4_impl", self.nf4_impl, NF4_IMPLS)
         choice("cache", self.cache, CACHES)
         choice("loss", self.loss, LOSSES)
         choice("compile_scope", self.compile_scope, COMPILE_SCOPES)
@@ -614,6 +623,9 @@ class Workload:
                      "so they are kept in checkpointed blocks too; use --checkpointing none or --bnb-inputs none")
         if self.quant_head and self.quantized is not None:
             p.extend(self._quant_head_problems())
+        if self.nf4_impl == "torchao" and self.dequant_dtype == "fp16" and self.quantized in FOUR_BIT:
+            p.append("nf4_impl='torchao' with dequant_dtype='fp16': torchao's NF4Tensor dequantizes to the dtype "
+                     "it was quantized from, the compute dtype in torchtune; use --dequant-dtype compute")
         if self.activation_offload and self.checkpointing == "selective-op" and self.mode == "train":
             # the per-op policy keeps its saved outputs in its own cache, not through the saved-tensor
             # hooks an offloader uses (torch/utils/checkpoint.py _CachingTorchDispatchMode)
@@ -810,6 +822,9 @@ class Workload:
         if given("dequant_dtype") and self.quantized not in FOUR_BIT:
             out.append(f"ignored: dequant_dtype={self.dequant_dtype!r} is the dtype bitsandbytes dequantizes a "
                        "4-bit weight to, and no weights are in 4 bits (nf4, nf4-dq, fp4)")
+        if given("nf4_impl") and self.quantized not in ("nf4", "nf4-dq"):
+            out.append(f"ignored: nf4_impl={self.nf4_impl!r} says whose code dequantizes NF4 weights, and none are "
+                       "in NF4 (use --method qlora or --quant nf4)")
         if given("bnb_inputs") and self.bnb_inputs != "none" and (
                 not self.training or self.quantized not in FOUR_BIT):
             out.append(f"ignored: bnb_inputs={self.bnb_inputs!r} is what bitsandbytes' 4-bit matmuls keep for "

@@ -180,7 +180,7 @@ def test_the_strategies_reach_valid_training_and_inference_workloads(name):
     spec = _memory(name).spec
     seen = {"train": 0, "inference": 0}
 
-    @settings(max_examples=300, deadline=None, database=None, derandomize=True)
+    @settings(max_examples=400, deadline=None, database=None, derandomize=True)
     @given(w=workloads(name))
     def count(w):
         if _valid(spec, w):

@@ -109,11 +109,12 @@ def test_no_plan_fits_says_so_with_the_closest_plan_and_hardware():
     assert hw  # some catalog GPU holds it
     assert r.message == (
         f"no plan fits RTX-3060 with 10% headroom ({r.valid:,} valid plans tried); "
-        f"closest: --optimizer adamw-4bit-torchao needs {human_bytes(need)} per GPU, "
+        f"closest: --optimizer adamw-4bit-torchao --optimizer-in-backward --loss-chunks 8 --activation-offload "
+        f"needs {human_bytes(need)} per GPU, "
         f"{human_bytes(need - usable)} more than the {human_bytes(usable)} usable; it would fit on {hw}"
     )
     # the closest plan is the least memory of the valid candidates: no plan needs less (torchao's 4-bit
-    # states are half of bitsandbytes' 8-bit ones)
+    # states are half of bitsandbytes' 8-bit ones; stepped in backward, one gradient is alive and reserved)
     assert c.workload.optimizer == "adamw-4bit-torchao"
 
 

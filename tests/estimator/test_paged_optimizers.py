@@ -67,3 +67,22 @@ def test_small_models_page_nothing():
     b = estimate(spec, w.replace(optimizer="lion"), gpu="H100-SXM-80GB").breakdown
     assert a["optimizer_states"] == 2 * b["optimizer_states"]
     assert not any("unified memory" in n for n in a.notes)
+
+
+def test_optimizer_in_backward_reserves_one_gradient_not_one_per_parameter():
+    """torchtune's low-memory config (PagedAdamW stepped in backward): one gradient exists at a time, so the
+    allocator's reserve for the persistent tensors holds it once (before, a gradient per parameter: +13.5 GB)."""
+    from vramlens.estimator.state import train_state
+
+    spec = load_model(MODEL)
+
+    def floor(in_backward: bool) -> int:
+        w = make_workload(mode="train", dtype="bf16", batch=2, seq=512, optimizer="paged-adamw",
+                          optimizer_in_backward=in_backward, checkpointing="full")
+        return train_state(spec, w, None).reserve_floor
+
+    per_param = 13_476_831_232  # the bf16 parameters (or their gradients), each in 512-byte blocks
+    small_states = 2_129_920  # PagedAdamW's states of the tensors under 1e5 elements (the norms), not paged
+    assert floor(False) == 2 * per_param + small_states == 26_955_792_384
+    # the largest gradient, the (32,000 x 4,096) embedding's or output layer's 262,144,000 B, held once
+    assert floor(True) == per_param + 262_144_000 + small_states == 13_741_105_152

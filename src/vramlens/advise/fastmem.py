@@ -215,6 +215,7 @@ class FastMemory:
                 w.attention if attention is None else attention, w.gqa_expand, w.fused_qkv, w.tp,
                 sp.layers, sp.micro_batches_in_flight, sp.has_head, w.method, w.lora_targets, w.lora_rank,
                 w.lora_dropout, w.lora_dtype, w.dora, w.quant, w.quant_targets, w.quant_head, w.dequant_dtype,
+                w.nf4_impl,
                 w.loss, w.loss_chunks, w.loss_upcast,
                 w.loss_parallel, w.activation_offload, w.fp8, w.bnb_inputs, w.image_size,
                 w.audio_seconds, w.compile, w.compile_scope, w.images, w.transformers_version)
@@ -264,8 +265,9 @@ class FastMemory:
         if not self.spec.sdpa and w.attention == "sdpa":
             # as estimate_spec: transformers runs eager where it refuses SDPA (gpt-oss)
             w = replace(w, attention="eager")
-        if not w.training:
-            return self._inference(w)
+        if not w.training or w.cp > 1:
+            # inference, and context parallelism (the step at seq/cp per rank, estimator.context): the estimator itself
+            return self._exact(w)
         if w.problems():  # the state is memoized per STATE_FIELDS: the other fields are checked here
             return None
         st = self.state(w)
@@ -310,7 +312,8 @@ class FastMemory:
         moved = offload_frozen_casts(ts, a.head_cast)[1] if a.head_cast is not None and ts.frozen_casts else 0
         return ts.host + a.host + moved
 
-    def _inference(self, w: Workload) -> tuple[int, int] | None:
+    def _exact(self, w: Workload) -> tuple[int, int] | None:
+        """(device_total, host_bytes) from estimate_spec itself, memoized per workload."""
         hit = self._infer.get(w)
         if hit is not None:
             return hit

@@ -194,6 +194,10 @@ def add_workload_args(p: argparse.ArgumentParser) -> None:
                    help="the dtype 4-bit weights dequantize to: compute (bitsandbytes >= 0.43), or fp16 "
                         "(bitsandbytes 0.42 and Lightning's NF4 quantize weight.half(): each matmul holds the "
                         "fp16 weight beside its compute-dtype copy)")
+    g.add_argument("--nf4-impl", choices=W.NF4_IMPLS, default="bitsandbytes",
+                   help="whose NF4 dequantizes a 4-bit weight at each matmul: bitsandbytes (one kernel), or torchao "
+                        "(torchtune's QLoRA: NF4Tensor.get_original_weight in eager ops, 14 B per weight element "
+                        "alive at its peak: int64 code indices and bf16 halves)")
     g.add_argument("--quant-group-size", type=_positive, default=0, metavar="G",
                    help="weights per scale of the group-wise formats (int4, gptq-4bit, awq-4bit): 0 for their "
                         "default, 128; torchao's gpt-fast benchmarks use 64 (int4wo-64)")

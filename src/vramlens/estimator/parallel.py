@@ -271,6 +271,25 @@ def _group_shard_numels(spec: ModelSpec, n: int, tp: int) -> tuple[int, tuple[in
     return root, tuple(blocks[k] for k in sorted(blocks))
 
 
+def _group_adapter_shard_numels(spec: ModelSpec, w: Workload, n: int) -> tuple[int, tuple[int, ...]]:
+    """(the root's, each block's) sharded numel of the LoRA adapters (and DoRA's magnitudes): the only
+    parameters with gradients under LoRA/QLoRA, so the only reduce-scatters. A is (r, k), B (n_out, r),
+    dim 0 padded to a multiple of ``n`` as :func:`_group_shard_numels` does."""
+    from vramlens.estimator.inventory import lora_shape
+
+    r = w.lora_rank
+    blocks = [0] * spec.n_layers
+    root = 0
+    for lin in lora_shape(spec, tuple(w.lora_targets)).targets:
+        shard = lin.count * (-(-r // n) * lin.in_features + -(-lin.out_features // n) * r
+                             + (-(-lin.out_features // n) if w.dora else 0))
+        if lin.layer is None:
+            root += shard
+        else:
+            blocks[lin.layer] += shard
+    return root, tuple(blocks)
+
+
 def fsdp_stream_pools(spec: ModelSpec, w: Workload, weight_elem_bytes: int) -> tuple[int, int]:
     """(all-gather copy-in stream's, reduce-scatter stream's) reserved bytes under FSDP2.
 
@@ -293,6 +312,9 @@ def fsdp_stream_pools(spec: ModelSpec, w: Workload, weight_elem_bytes: int) -> t
       the sharded ``.grad`` (as_strided views, :700-754: "The RS output is allocated in the RS
       stream and used in the default stream (for optimizer)"), one flat tensor per FSDP group, alive
       until ``zero_grad`` frees it; with gradient accumulation later outputs are added in and freed.
+      Only parameters with a gradient are reduced: under LoRA/QLoRA the adapters alone
+      (``FSDPParamGroup.post_backward`` gathers the params whose ``unsharded_accumulated_grad`` or
+      ``.grad`` exists; the frozen base weights have none).
 
     The two patterns are replayed through the simulator (allocator.simulator, PyTorch's default
     settings) for two steps, and each pool's peak reserve taken.
@@ -301,18 +323,25 @@ def fsdp_stream_pools(spec: ModelSpec, w: Workload, weight_elem_bytes: int) -> t
     mp = w.fsdp_mixed_precision
     ag_b = DTYPE_BYTES[w.run_dtype] if mp else weight_elem_bytes
     rs_b = 4 if mp else weight_elem_bytes  # reduce_dtype fp32 over fp32 parameters: no cast back
+    adapters = None
+    if w.method != "full":
+        adapters = _group_adapter_shard_numels(spec, w, n)
+        rs_b = 4 if mp else DTYPE_BYTES[w.lora_dtype]
     return _stream_pools(spec, n, w.tp, ag_b, rs_b, mp, w.fsdp_strategy == "shard-grad-op",
-                         w.optimizer_in_backward or w.offload != "none", max(1, w.grad_accum))
+                         w.optimizer_in_backward or w.offload != "none", max(1, w.grad_accum), adapters)
 
 
 @identity_cache
 def _stream_pools(spec: ModelSpec, n: int, tp: int, ag_b: int, rs_b: int, mp: bool, kept: bool,
-                  one_at_a_time: bool, grad_accum: int) -> tuple[int, int]:
+                  one_at_a_time: bool, grad_accum: int,
+                  adapters: tuple[int, tuple[int, ...]] | None = None) -> tuple[int, int]:
     from vramlens.allocator.events import ALLOC, FREE
     from vramlens.allocator.simulator import simulate
 
     root, blocks = _group_shard_numels(spec, n, tp)
     groups = [root, *blocks]  # forward order
+    # what each group reduce-scatters: every parameter, or under LoRA the adapters alone
+    grads = groups if adapters is None else [adapters[0], *adapters[1]]
     ag: list[tuple[str, object, int]] = []
     rs: list[tuple[str, object, int]] = []
     for step in range(2):
@@ -337,9 +366,11 @@ def _stream_pools(spec: ModelSpec, n: int, tp: int, ag_b: int, rs_b: int, mp: bo
                 ag.append((FREE, ("bout", step, i), 0))
         for micro in range(grad_accum):  # backward: blocks last to first, then the root
             for i in [*range(len(groups) - 1, 0, -1), 0]:
-                rs.append((ALLOC, ("g", step, micro, i), groups[i] * rs_b))
+                if not grads[i]:
+                    continue
+                rs.append((ALLOC, ("g", step, micro, i), grads[i] * rs_b))
                 if micro or one_at_a_time:  # accumulated into the kept gradient, or stepped/offloaded
                     rs.append((FREE, ("g", step, micro, i), 0))
         if not one_at_a_time:  # zero_grad(set_to_none=True) at the next step's start
-            rs.extend((FREE, ("g", step, 0, i), 0) for i in range(len(groups)))
-    return simulate(ag, max_points=2).peak_reserved_bytes, simulate(rs, max_points=2).peak_reserved_bytes
+            rs.extend((FREE, ("g", step, 0, i), 0) for i in range(len(groups)) if grads[i])
+    return simulate(ag, max_points=2).peak_reserved_bytes, simulate(rs, max_points=2).peak_reserved_bytes if rs else 0

@@ -288,7 +288,8 @@ def train_state(spec: ModelSpec, w: Workload, gpu: GPU | None) -> TrainState:
     default_grads = 0 if stream_pools else grads
     parts = [
         (wb, weights, full_params and sp.weights == 1),
-        (pbytes, default_grads, full_params and sp.gradients == 1),
+        # under optimizer_in_backward one gradient is alive at a time (grads is the largest), not one per parameter
+        (pbytes, default_grads, full_params and sp.gradients == 1 and not in_bwd),
         (4, master, full_params and sp.optimizer == 1),
         (state_b, opt, False),
         (1, comm, False),

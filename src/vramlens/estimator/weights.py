@@ -220,18 +220,50 @@ def dequantized_weight_bytes(spec: ModelSpec, w: Workload) -> int:
 
 
 def dequant_cast_bytes(w: Workload, n: int, k: int) -> int:
-    """The fp16 (n, k) weight alive beside its compute-dtype copy while a 4-bit matmul casts it, 0 when
-    the weight is dequantized straight to the compute dtype.
+    """What else is alive, at its most, while a 4-bit matmul makes its dequantized (n, k) weight (before
+    the matmul's output exists): 0 when one kernel writes the weight straight in the compute dtype.
 
-    ``dequantize_4bit`` returns ``quant_state.dtype``, the dtype the weight had when it was quantized;
-    bitsandbytes 0.42.0 ``Params4bit.cuda`` (bitsandbytes/nn/modules.py:168) and Lightning's
-    ``_NF4Linear.quantize_`` (lightning/fabric/plugins/precision/bitsandbytes.py, 527d071f49) quantize
-    ``weight.half()``, so ``MatMul4Bit``'s ``dequantize_4bit(B, quant_state).to(A.dtype)`` makes the
-    fp16 weight, then its copy; the fp16 one is a temporary freed when ``.to`` returns (Workload.dequant_dtype).
+    ``dequant_dtype="fp16"``: ``dequantize_4bit`` returns ``quant_state.dtype``, the dtype the weight had
+    when it was quantized; bitsandbytes 0.42.0 ``Params4bit.cuda`` (bitsandbytes/nn/modules.py:168) and
+    Lightning's ``_NF4Linear.quantize_`` (lightning/fabric/plugins/precision/bitsandbytes.py, 527d071f49)
+    quantize ``weight.half()``, so ``MatMul4Bit``'s ``dequantize_4bit(B, quant_state).to(A.dtype)`` makes
+    the fp16 weight, then its copy; the fp16 one is a temporary freed when ``.to`` returns.
+
+    ``nf4_impl="torchao"``: :func:`torchao_nf4_dequant_temporaries`.
     """
-    if w.quantized in FOUR_BIT and w.dequant_dtype == "fp16" and w.compute_dtype != "fp16":
+    if w.quantized not in FOUR_BIT:
+        return 0
+    if w.nf4_impl == "torchao" and w.quantized in ("nf4", "nf4-dq"):
+        return torchao_nf4_dequant_temporaries(n * k, DTYPE_BYTES[w.compute_dtype])
+    if w.dequant_dtype == "fp16" and w.compute_dtype != "fp16":
         return round_up(2 * n * k, BLOCK)
     return 0
+
+
+#: torchao NF4Tensor's block sizes as torchtune's ``to_nf4`` leaves them (torchao/dtypes/nf4tensor.py
+#: ``to_nf4(tensor, block_size=64, scaler_block_size=256)``): one scaler per 64 weights.
+TORCHAO_NF4_BLOCK = 64
+
+
+def torchao_nf4_dequant_temporaries(numel: int, c: int) -> int:
+    """The temporaries alive beside the result at the peak of torchao's ``NF4Tensor.get_original_weight``
+    for a weight of ``numel`` elements dequantized to c bytes each (torchao v0.1 and after, until the
+    class moved in 2026: torchao/dtypes/nf4tensor.py, ``linear_nf4`` -> ``weight.to(input.dtype)`` ->
+    ``get_original_weight``).
+
+    ``quantized_data`` packs two codes per byte (e = numel / 2 bytes). The function keeps as locals, all
+    alive at its last line ``torch.stack([scaled_first, scaled_second], dim=-1)``:
+    ``(quantized_data >> 4).to(torch.long)`` and ``(quantized_data & 0b1111).to(torch.long)`` (8e each),
+    ``nf4[first]`` and ``nf4[second]`` (c*e each, the table's dtype), their products with the repeated
+    scalers (c*e each), and ``scalers`` (numel / 64 in bf16, dequantize_scalers' ``.to(torch.bfloat16)``);
+    the stack's output (c*numel) is the result. Per weight element, in bf16: 4 + 4 + 1 + 1 + 1 + 1 = 12
+    bytes beside the 2 of the result.
+    """
+    e = (numel + 1) // 2
+    codes = 2 * round_up(8 * e, BLOCK)
+    halves = 4 * round_up(c * e, BLOCK)
+    scalers = round_up(2 * (-(-numel // TORCHAO_NF4_BLOCK)), BLOCK)
+    return codes + halves + scalers
 
 
 def head_dequantized_bytes(spec: ModelSpec, w: Workload) -> tuple[int, int]:

@@ -247,11 +247,14 @@ def build_hf(cfg: dict, wl: Workload, *, fake_mode=None, layers: int | None = No
     if wl.method == "qlora":
         quantize_nf4(model, fake_mode=fake_mode, meta_only=meta_only, double_quant=(wl.quantized != "nf4"),
                      adapted_only=wl.quant_targets == "adapted", compute_dtype=TORCH_DTYPES[wl.compute_dtype],
-                     include_head=wl.quant_head, quant_dtype=torch.float16 if wl.dequant_dtype == "fp16" else None)
+                     include_head=wl.quant_head, quant_dtype=torch.float16 if wl.dequant_dtype == "fp16" else None,
+                     torchao=wl.nf4_impl == "torchao" and wl.quantized in ("nf4", "nf4-dq"))
         notes.append("qlora: frozen base linears hold packed NF4 (uint8) plus absmax constants; "
                      "matmuls dequantize on the fly (bitsandbytes 0.49 MatMul4Bit's memory behaviour)"
                      + ("; the output layer too (Lightning's BitsandbytesPrecision)" if wl.quant_head else "")
-                     + ("; dequantized to fp16, then cast (bitsandbytes 0.42.0)" if wl.dequant_dtype == "fp16" else ""))
+                     + ("; dequantized to fp16, then cast (bitsandbytes 0.42.0)" if wl.dequant_dtype == "fp16" else "")
+                     + ("; dequantized by torchao's NF4Tensor.get_original_weight (int64 codes, bf16 halves)"
+                        if wl.nf4_impl == "torchao" else ""))
     if wl.training and wl.fp8:
         notes.append(convert_fp8(model))
     if wl.training and (wl.checkpointing in ("full", "selective-op") or wl.checkpoint_every is not None):
@@ -452,13 +455,14 @@ class NF4Linear(nn.Module):
 
     def __init__(self, in_features: int, out_features: int, bias: torch.Tensor | None, double_quant: bool = True,
                  blocksize: int = 64, compute_dtype: torch.dtype | None = None,
-                 quant_dtype: torch.dtype | None = None):
+                 quant_dtype: torch.dtype | None = None, torchao: bool = False):
         super().__init__()
         self.in_features, self.out_features = in_features, out_features
         self.compute_dtype = compute_dtype
         # the dtype the weight had when quantized, which dequantize_4bit returns (quant_state.dtype):
         # None, the matmul's own; fp16 under bitsandbytes 0.42.0 / Lightning's _NF4Linear (Workload.dequant_dtype)
         self.quant_dtype = quant_dtype
+        self.torchao = torchao  # torchao's NF4Tensor dequantizes (torchtune's linear_nf4), Workload.nf4_impl
         n = in_features * out_features
         blocks = math.ceil(n / blocksize)
         self.weight = nn.Parameter(torch.empty((n + 1) // 2, 1, dtype=torch.uint8), requires_grad=False)
@@ -481,7 +485,8 @@ class NF4Linear(nn.Module):
             out = x.new_empty((*x.shape[:-1], self.out_features))
             out = out if bias is None else out + bias
         else:
-            out = _NF4Matmul.apply(x, self.weight, bias, self.out_features, self.in_features, self.quant_dtype)
+            out = _NF4Matmul.apply(x, self.weight, bias, self.out_features, self.in_features, self.quant_dtype,
+                                   self.torchao)
         return out.to(inp_dtype)
 
     # peft's dequantize_module_weight (utils/integrations.py), which DoRA calls on its base layer,
@@ -499,13 +504,35 @@ def _dequantize(packed: torch.Tensor, out_f: int, in_f: int, dtype) -> torch.Ten
     return packed.new_empty((out_f, in_f), dtype=dtype)
 
 
-def _dequantize_to(packed: torch.Tensor, out_f: int, in_f: int, quant_dtype, dtype) -> torch.Tensor:
+def _dequantize_to(packed: torch.Tensor, out_f: int, in_f: int, quant_dtype, dtype, torchao: bool = False) -> torch.Tensor:
     """bitsandbytes ``dequantize_4bit(B, quant_state).to(dtype)``: the weight in the dtype it was quantized
     from, then its copy in ``dtype`` (the first a temporary freed when ``.to`` returns); one tensor when
-    the two dtypes agree."""
+    the two dtypes agree. ``torchao``: :func:`_torchao_get_original_weight`."""
+    if torchao:
+        return _torchao_get_original_weight(packed, out_f, in_f, dtype)
     if quant_dtype is None or quant_dtype == dtype:
         return _dequantize(packed, out_f, in_f, dtype)
     return _dequantize(packed, out_f, in_f, quant_dtype).to(dtype)
+
+
+def _torchao_get_original_weight(packed: torch.Tensor, out_f: int, in_f: int, dtype) -> torch.Tensor:
+    """torchao ``NF4Tensor.get_original_weight``'s tensors, op for op (torchao/dtypes/nf4tensor.py, v0.1 on;
+    torchtune's ``linear_nf4`` calls it through ``weight.to(input.dtype)`` in forward and backward): the
+    two nibbles' codes as int64, each looked up in the 16-entry table, the bf16 scalers (one per 64 weights)
+    repeated per half block, the two products, stacked and reshaped; every local alive until it returns."""
+    flat = packed.reshape(-1)
+    first_elements = (flat >> 4).to(torch.long)
+    second_elements = (flat & 0b1111).to(torch.long)
+    nf4 = flat.new_empty(16, dtype=dtype)  # the table (a buffer of the NF4Tensor in torchao)
+    dequantized_first = nf4[first_elements]
+    dequantized_second = nf4[second_elements]
+    scalers = flat.new_empty(math.ceil(out_f * in_f / 64), dtype=torch.bfloat16)
+    repeated = scalers.unsqueeze(-1).expand(scalers.size(0), 32)
+    scaled_first = dequantized_first * repeated.flatten()[: flat.numel()]
+    scaled_second = dequantized_second * repeated.flatten()[: flat.numel()]
+    stacked = torch.stack([scaled_first.unsqueeze(-1).transpose(0, 1), scaled_second.unsqueeze(-1).transpose(0, 1)],
+                          dim=-1)
+    return stacked.reshape(-1)[: out_f * in_f].view(out_f, in_f)
 
 
 class _NF4Matmul(torch.autograd.Function):
@@ -513,27 +540,28 @@ class _NF4Matmul(torch.autograd.Function):
     backward ``grad_output @ dequantize_4bit(B).to(grad_output.dtype)``: the whole weight each call."""
 
     @staticmethod
-    def forward(ctx, x, packed, bias, out_f, in_f, quant_dtype=None):
-        ctx.packed, ctx.shape, ctx.quant_dtype = packed, (out_f, in_f), quant_dtype
-        w = _dequantize_to(packed, out_f, in_f, quant_dtype, x.dtype)
+    def forward(ctx, x, packed, bias, out_f, in_f, quant_dtype=None, torchao=False):
+        ctx.packed, ctx.shape, ctx.quant_dtype, ctx.torchao = packed, (out_f, in_f), quant_dtype, torchao
+        w = _dequantize_to(packed, out_f, in_f, quant_dtype, x.dtype, torchao)
         return torch.nn.functional.linear(x, w, None if bias is None else bias.to(x.dtype))
 
     @staticmethod
     def backward(ctx, grad):
-        w = _dequantize_to(ctx.packed, *ctx.shape, ctx.quant_dtype, grad.dtype)
-        return grad @ w, None, None, None, None, None
+        w = _dequantize_to(ctx.packed, *ctx.shape, ctx.quant_dtype, grad.dtype, ctx.torchao)
+        return grad @ w, None, None, None, None, None, None
 
 
 def quantize_nf4(model: nn.Module, *, fake_mode=None, double_quant: bool = True, meta_only: bool = False,
                  adapted_only: bool = False, compute_dtype: torch.dtype | None = None, include_head: bool = False,
-                 quant_dtype: torch.dtype | None = None) -> None:
+                 quant_dtype: torch.dtype | None = None, torchao: bool = False) -> None:
     """Replace frozen linears by NF4Linear: all but the output head, as transformers' BitsAndBytesConfig
     does, or with ``adapted_only`` only the base layers of LoRA's adapted linears (torchtune 0.1 - 0.2).
 
     ``include_head``: the output layer too, as Lightning Fabric's ``BitsandbytesPrecision._convert_layers``
     replaces every ``nn.Linear`` (LitGPT's QLoRA). Called after ``retie``: a tied output layer gets a
     module of its own, which unties it (the input embedding keeps its weight). ``quant_dtype``: the dtype
-    the weights were quantized from (fp16 under bitsandbytes 0.42.0, NF4Linear).
+    the weights were quantized from (fp16 under bitsandbytes 0.42.0, NF4Linear). ``torchao``: the matmuls
+    dequantize as torchao's NF4Tensor does (torchtune's QLoRA, Workload.nf4_impl).
     """
     skip = () if include_head else _output_head_names(model)
     todo = []
@@ -549,7 +577,8 @@ def quantize_nf4(model: nn.Module, *, fake_mode=None, double_quant: bool = True,
     with ctx:
         for parent, child_name, lin in todo:
             setattr(parent, child_name, NF4Linear(lin.in_features, lin.out_features, lin.bias, double_quant,
-                                                  compute_dtype=compute_dtype, quant_dtype=quant_dtype))
+                                                  compute_dtype=compute_dtype, quant_dtype=quant_dtype,
+                                                  torchao=torchao))
 
 
 def fp8_converts(module: nn.Module, fqn: str, heads: tuple[str, ...]) -> bool:

@@ -433,6 +433,10 @@ QLORA_ROWS: tuple[tuple[str, dict[str, Any]], ...] = (
     # torchtune 0.1-0.2: only the adapted linears in nf4, adapters in the model's dtype
     ("llama-2-7b", _tr(method="qlora", quant_targets="adapted", batch=1, seq=4)),
     ("llama-2-7b", _tr(method="qlora", quant_targets="adapted", lora_dtype="bf16", lora_dropout=0.1)),
+    # torchtune's linear_nf4: torchao's NF4Tensor.get_original_weight (int64 codes, bf16 halves) at every matmul
+    ("llama-2-7b", _tr(method="qlora", quant_targets="adapted", lora_dtype="bf16", nf4_impl="torchao", batch=1, seq=4)),
+    ("llama-2-7b", _tr(method="qlora", lora_dtype="bf16", lora_dropout=0.05, nf4_impl="torchao",
+                       checkpointing="full", batch=1, seq=8)),
     # the adapters' dtype and dropout (peft: fp32 adapters, a cast or dropped copy of the input per adapter)
     ("llama-2-7b", _tr(lora_dtype="bf16")),
     ("llama-2-7b", _tr(lora_dropout=0.1)),
@@ -651,7 +655,7 @@ COMPILE_ROWS: tuple[tuple[str, dict[str, Any]], ...] = (
 #: Workload fields the technique rows set, shown in render().
 TECHNIQUE_FIELDS = ("optimizer", "optimizer_in_backward", "loss_chunks", "loss", "activation_offload", "loss_parallel",
                     "new_tokens", "quant_targets", "lora_dtype", "lora_dropout", "dora", "cache", "max_cache_len",
-                    "gpus", "tp", "fsdp", "fp8", "compile", "compile_scope", "gqa_expand", "quant_head", "dequant_dtype",
+                    "gpus", "tp", "fsdp", "fp8", "compile", "compile_scope", "gqa_expand", "quant_head", "dequant_dtype", "nf4_impl",
                     "transformers_version")
 
 #: The issue's case at full size: a sentence-transformers fine-tune of bert-base-uncased, 16

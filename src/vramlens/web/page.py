@@ -47,6 +47,7 @@ KNOBS: tuple[tuple[str, str, str, tuple | None, str], ...] = (
     ("quant_targets", "quantize", "select", W.QUANT_TARGETS, "all"),
     ("quant_head", "quantize lm_head", "check", None, "false"),
     ("dequant_dtype", "4-bit dequant dtype", "select", W.DEQUANT_DTYPES, "compute"),
+    ("nf4_impl", "NF4 code", "select", W.NF4_IMPLS, "bitsandbytes"),
     ("quant_group_size", "quant group size", "number", None, "0"),
     ("quantize_on_device", "quantized on the GPU (torchao)", "check", None, "false"),
     ("bnb_inputs", "bnb 4-bit inputs kept", "select", W.BNB_INPUTS, "none"),
