@@ -57,3 +57,37 @@ def test_peft_readme_rows(rows):
         assert rows[case_id].reason == (
             "encoder and decoder lengths differ and neither is stated: the encoder sees each batch's longest tweet, "
             "the decoder the labels padded to the longest class label (a few tokens); --seq sets both")
+
+
+def test_optimum_gptq_bench_rows(rows):
+    # optimum's benchmark_gptq.py prints MB of 1e6 bytes: 29,152.98 MB = 29,152,980,000 B
+    r = rows["optimum-gptq-bench-llama2-13b-fp16-generate-bs1"]
+    assert r.figure == "allocated+outside" and r.published_bytes == 29_152_980_000
+    from vramlens.estimator import estimate
+    from vramlens.hardware.catalog import get_gpu
+    from vramlens.models import load_model
+
+    case = CASES[r.id]
+    # generate(max_new_tokens=512): the prefill makes the first token, 511 decode steps follow; the prefill table's
+    # single new token is no decode step at all
+    assert case.settings["new_tokens"] == 511
+    assert CASES["optimum-gptq-bench-llama2-13b-fp16-prefill-bs1"].settings["new_tokens"] == 0
+    est = estimate(load_model("llama-2-13b"), gpu=get_gpu("A100-80GB"), **case.settings)
+    # outside the allocator for torch 2.0.1's CUDA 11.7 build with lazy loading: the context (pull 86509's
+    # 287,047,680 B less its 20 MiB segment) plus the kernel images a transformer's forward loads (697 - 400 MiB)
+    outside = 287_047_680 - 20 * 2**20 + 297 * 2**20
+    assert r.estimated_bytes == est.breakdown.peak_allocated + outside
+
+
+def test_device_total_outside_without_lazy_loading(rows):
+    # CUDA 11.2 (no lazy loading): only the eager context, the mean of 1105, 1486 and 1685 MiB
+    from vramlens.estimator import estimate
+    from vramlens.hardware.catalog import get_gpu
+    from vramlens.models import load_model
+
+    r = rows["hf-perf-bert-large-vanilla-bs4"]
+    case = CASES[r.id]
+    assert case.model is not None
+    spec = load_model({**load_model(case.model).config, **case.overrides})
+    est = estimate(spec, gpu=get_gpu("V100-16GB"), **case.settings)
+    assert r.estimated_bytes == est.breakdown.peak_reserved + (1105 + 1486 + 1685) * 2**20 // 3
