@@ -91,3 +91,16 @@ def test_device_total_outside_without_lazy_loading(rows):
     spec = load_model({**load_model(case.model).config, **case.overrides})
     est = estimate(spec, gpu=get_gpu("V100-16GB"), **case.settings)
     assert r.estimated_bytes == est.breakdown.peak_reserved + (1105 + 1486 + 1685) * 2**20 // 3
+
+
+def test_peft_metamathqa_rows(rows):
+    # accelerator_memory_max is in bytes: max_memory_reserved() less the 2 MiB reserved at the start
+    r = rows["peft-metamathqa-llama3.2-3b-lora-r32-qv"]
+    assert r.figure == "peak_reserved" and r.published_bytes == 22_292_725_760
+    case = CASES[r.id]
+    assert (case.settings["batch"], case.settings["seq"], case.settings["lora_rank"]) == (4, 768, 32)
+    # rsLoRA changes the scale only: the same workload as rank 64
+    assert CASES["peft-metamathqa-llama3.2-3b-lora-r64-qv-rslora"].settings == \
+        CASES["peft-metamathqa-llama3.2-3b-lora-r64-qv"].settings
+    assert rows["peft-metamathqa-llama3.2-3b-lora-r64-qv-rslora"].estimated_bytes == \
+        rows["peft-metamathqa-llama3.2-3b-lora-r64-qv"].estimated_bytes

@@ -203,6 +203,30 @@ def _optimum_gptq_cases() -> dict[str, Case]:
                 figure="allocated+outside", **_A100_2023)
             for q in _OPTIMUM_QUANT for table, steps in (("generate", 511), ("prefill", 0)) for b in (1, 2, 4, 8, 16)}
 
+# PEFT's MetaMathQA method comparison (huggingface/peft method_comparison/MetaMathQA, results of 51c2ff66, July 2026,
+# run by run.py at d787f51b on one L40S with torch 2.13.0+cu130 and transformers 5.13.1): Llama-3.2-3B loaded in bf16
+# (default attention: SDPA), batch 4 of MetaMathQA rows tokenized and cut to model_max_length 768, padded to each
+# batch's longest (the longest batch of the run is taken to reach the 768 bound: see the cases' other_settings),
+# labels on the whole text, no gradient checkpointing, no autocast; torch.optim.AdamW over model.parameters() (foreach
+# on CUDA; bf16 states for full fine-tuning); adapters in fp32 (autocast_adapter_dtype=True), lora_dropout 0. The figure
+# is max_memory_reserved() over the run less the 2 MiB reserved at its start (accelerator_memory_max)
+_PEFT_METAMATH = dict(mode="train", dtype="bf16", batch=4, seq=768, attention="sdpa", optimizer="adamw",
+                      optimizer_impl="foreach")
+_L40S_2026 = _Setup(gpu="L40S", cuda="13.0", lazy_loading=True)
+
+
+def _peft_metamath_cases() -> dict[str, Case]:
+    lora = {**_PEFT_METAMATH, "method": "lora"}
+    qv = ("q_proj", "v_proj")
+    rows = {"lora-r32-qv": {**lora, "lora_rank": 32, "lora_targets": qv},
+            "lora-r64-qv": {**lora, "lora_rank": 64, "lora_targets": qv},
+            "lora-r64-qv-rslora": {**lora, "lora_rank": 64, "lora_targets": qv},  # rsLoRA changes the scale only
+            "dora-r32-qv": {**lora, "lora_rank": 32, "lora_targets": qv, "dora": True},
+            "lora-r10-mlp": {**lora, "lora_rank": 10, "lora_targets": ("gate_proj", "up_proj", "down_proj")},
+            "full-ft": dict(_PEFT_METAMATH)}
+    return {f"peft-metamathqa-llama3.2-3b-{name}": Case("llama-3.2-3b", settings, figure="peak_reserved", **_L40S_2026)
+            for name, settings in rows.items()}
+
 
 def _gptfast_cases() -> dict[str, Case]:
     rows = [("a100", m, q, _A100) for m in ("llama-2-7b", "llama-3-8b") for q in ("bf16", "int8dq", "int8wo", "int4wo-64")]
@@ -353,6 +377,7 @@ CASES: dict[str, Case] = {
     **_sdpa_cases("hf-sdpa-pythia410m-train", "pythia-410m", _NEOX_ROWS, _RTX3080TI, transformers_version="4.42"),
     **_gptfast_cases(),
     **_optimum_gptq_cases(),
+    **_peft_metamath_cases(),
 }
 
 # PEFT's seq2seq rows: tokenizer(inputs, truncation=True) padded by collate_fn to each batch's longest tweet, labels
