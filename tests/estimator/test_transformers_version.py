@@ -184,7 +184,9 @@ def test_older_llama_holds_per_block_rotary_caches():
     # LlamaAttention before 4.41: its own inv_freq (64 fp32, one 512 B block) and cos/sin caches of (4,096, 128) in
     # the load dtype (fp16: 2 x 1,048,576 B); 40 blocks x 2,097,664 B = 83,906,560 B
     assert old["weights"] - today["weights"] == 40 * (512 + 2 * 4096 * 128 * 2) == 83_906_560
-    assert old.peak_allocated - today.peak_allocated == 83_906_560
+    # 4.40 against 4.41: the caches alone (both upcast the logits and hold the tuple cache)
+    assert (estimate("llama-2-13b", **inf, transformers_version="4.40").breakdown.peak_allocated
+            - estimate("llama-2-13b", **inf, transformers_version="4.41").breakdown.peak_allocated) == 83_906_560
     # fp32 weights (the default dtype fp32): the caches in fp32, 40 x (512 + 2 x 2,097,152) = 167,792,640 B
     fp32 = {**inf, "dtype": "fp32"}
     assert (estimate("llama-2-13b", **fp32, transformers_version="4.40").breakdown["weights"]
@@ -193,3 +195,19 @@ def test_older_llama_holds_per_block_rotary_caches():
     assert (estimate("llama-2-13b", **inf, transformers_version="4.41").breakdown["weights"] == today["weights"])
     assert (estimate("mistral-7b-v0.1", **inf, transformers_version="4.40").breakdown["weights"]
             == estimate("mistral-7b-v0.1", **inf).breakdown["weights"])
+
+
+def test_plain_forward_upcasts_all_logits_before_4_45():
+    fwd = dict(mode="inference", dtype="fp16", batch=1, seq=256, attention="sdpa")
+    old = estimate("llama-3-8b", **fwd, transformers_version="4.44").breakdown
+    new = estimate("llama-3-8b", **fwd, transformers_version="4.45").breakdown
+    # LlamaForCausalLM before 4.45: logits.float() beside the fp16 logits at the head (the peak: 128,256 logits
+    # per token outweigh a block's working set), 4 B x 128,256 x 256
+    assert old.peak_allocated - new.peak_allocated == 4 * 128_256 * 256 == 131_334_144
+    assert make_workload(mode="inference", transformers_version="4.44").legacy_logits_upcast
+    assert not make_workload(mode="inference", new_tokens=8, transformers_version="4.44").legacy_logits_upcast
+    assert not make_workload(mode="train", transformers_version="4.44").legacy_logits_upcast
+    # GPT-2 never upcast its logits
+    gpt2 = {**fwd, "seq": 128}
+    assert (estimate("gpt2", **gpt2, transformers_version="4.44").breakdown.peak_allocated
+            == estimate("gpt2", **gpt2, transformers_version="4.45").breakdown.peak_allocated)

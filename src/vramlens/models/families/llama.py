@@ -247,7 +247,7 @@ def _moe_block(t: Tensors, b: str, moe: str, n_experts: int, h: int, f: int, sha
 _QWEN = ("qwen2", "qwen2_moe", "qwen3", "qwen3_moe")
 
 #: The causal LMs whose forward upcast all its logits to fp32 (``logits = logits.float()`` after the
-#: lm_head) in transformers 4.35 - 4.44: LlamaForCausalLM and the classes copied from it (Mistral,
+#: lm_head) in transformers 4.35 - 4.44 (LlamaForCausalLM already in the 4.32.0 wheel): LlamaForCausalLM and the classes copied from it (Mistral,
 #: Mixtral, Qwen2, Gemma); transformers #31292 (4.45) upcasts only when labels are given (issue #30860)
 LEGACY_LOGITS_FP32 = ("llama", "mistral", "mixtral", "qwen2", "gemma")
 
