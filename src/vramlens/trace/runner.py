@@ -655,7 +655,8 @@ class Runner:
                 # transformers < 4.45 (Workload.legacy_logits_upcast): LlamaForCausalLM and its copies upcast every
                 # logit to fp32 right after the lm_head (logits.float()), the final hidden state and the
                 # compute-dtype logits alive while it runs: a hook on the output layer makes that copy
-                head = model.get_output_embeddings() if built.is_hf else None
+                get_head = getattr(model, "get_output_embeddings", None) if built.is_hf else None
+                head = get_head() if callable(get_head) else None
                 hook = None
                 if (head is not None and wl.legacy_logits_upcast
                         and getattr(built.config, "model_type", None) in LEGACY_LOGITS_FP32):
