@@ -104,3 +104,17 @@ def test_peft_metamathqa_rows(rows):
         CASES["peft-metamathqa-llama3.2-3b-lora-r64-qv"].settings
     assert rows["peft-metamathqa-llama3.2-3b-lora-r64-qv-rslora"].estimated_bytes == \
         rows["peft-metamathqa-llama3.2-3b-lora-r64-qv"].estimated_bytes
+
+
+def test_optimum_benchmark_running_llamas_rows(rows):
+    # optimum-benchmark's MB are 1e6 bytes (bytes_to_mega_bytes: int(bytes * 1e-6))
+    fwd = rows["optimum-benchmark-llama2-7b-fp16-forward-bs64"]
+    assert fwd.figure == "peak_allocated" and fwd.published_bytes == 25_422_000_000
+    assert CASES[fwd.id].settings["new_tokens"] == 0 and CASES[fwd.id].settings["transformers_version"] == "4.35"
+    # the forward's slope is the head's: per sample the 256-token cache (32 x 2 x 4,096 x 2 B x 256 = 134,217,728),
+    # the fp16 logits (256 x 32,000 x 2 = 16,384,000), their fp32 copy (32,768,000) and the hidden state (2,097,152)
+    per_sample = 134_217_728 + 16_384_000 + 32_768_000 + 2_097_152
+    first = rows["optimum-benchmark-llama2-7b-fp16-forward-bs1"]
+    assert fwd.estimated_bytes is not None and first.estimated_bytes is not None
+    assert fwd.estimated_bytes - first.estimated_bytes == 63 * per_sample
+    assert CASES["optimum-benchmark-llama2-7b-fp16-generate-bs64"].settings["new_tokens"] == 511

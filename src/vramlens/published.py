@@ -227,6 +227,25 @@ def _peft_metamath_cases() -> dict[str, Case]:
     return {f"peft-metamathqa-llama3.2-3b-{name}": Case("llama-3.2-3b", settings, figure="peak_reserved", **_L40S_2026)
             for name, settings in rows.items()}
 
+# optimum-benchmark's running-llamas example (huggingface/optimum-benchmark examples/running-llamas/artifacts at c8bbe4ef,
+# Nov 2023: torch 2.1.1+cu118, transformers 4.35.2, optimum 1.14.1, one A100-SXM4-80GB): Llama-2 7B and 13B in fp16
+# (random weights, no_weights=True), eager attention ("fp16"), BetterTransformer's SDPA ("fp16+bt") or FlashAttention-2
+# ("fp16+fa2"), 256 random prompt tokens; max_memory_allocated of the first forward (use_cache: it returns the cache)
+# and of the first generate() of exactly 512 new tokens (the prefill makes the first: 511 decode steps)
+_OB_LLAMA = dict(mode="inference", dtype="fp16", seq=256, transformers_version="4.35")
+_OB_ATTENTION = {"fp16": "eager", "fp16-bt": "sdpa", "fp16-fa2": "flash"}
+_A100_2023_CU118 = _Setup(gpu="A100-80GB", cuda="11.8", lazy_loading=True)  # torch 2.1.1+cu118
+
+
+def _optimum_benchmark_llama_cases() -> dict[str, Case]:
+    rows = [("7b", "llama-2-7b", b) for b in (1, 2, 4, 8, 16, 32, 64)] + [
+        ("13b", "llama-2-13b", b) for b in (1, 2, 4, 8, 16, 32)]
+    return {f"optimum-benchmark-llama2-{size}-{exp}-{kind}-bs{b}": Case(
+                model, {**_OB_LLAMA, "attention": attention, "batch": b, "new_tokens": steps},
+                figure="peak_allocated", **_A100_2023_CU118)
+            for size, model, b in rows for exp, attention in _OB_ATTENTION.items()
+            for kind, steps in (("forward", 0), ("generate", 511))}
+
 
 def _gptfast_cases() -> dict[str, Case]:
     rows = [("a100", m, q, _A100) for m in ("llama-2-7b", "llama-3-8b") for q in ("bf16", "int8dq", "int8wo", "int4wo-64")]
@@ -378,6 +397,7 @@ CASES: dict[str, Case] = {
     **_gptfast_cases(),
     **_optimum_gptq_cases(),
     **_peft_metamath_cases(),
+    **_optimum_benchmark_llama_cases(),
 }
 
 # PEFT's seq2seq rows: tokenizer(inputs, truncation=True) padded by collate_fn to each batch's longest tweet, labels
