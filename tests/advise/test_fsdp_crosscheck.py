@@ -81,19 +81,3 @@ def test_reduce_scatter_pool_is_the_traced_sharded_gradients(world_size, kw):
     elem = 4 if w.fsdp_mixed_precision else {"fp32": 4, "bf16": 2}[w.dtype]
     outputs = sum(round_up(g * elem, BLOCK) for g in (root, *blocks))
     assert traced.breakdown["gradients"] == outputs
-
-
-@pytest.mark.parametrize("kw", [{"dtype": "bf16"}, MP])
-def test_reduce_scatter_pool_under_lora_is_the_traced_adapter_gradients(kw):
-    """Under LoRA only the adapters have gradients, so only they are reduce-scattered: the pool replays
-    one flat fp32 output per block holding adapters (peft's fp32 adapters, or reduce_dtype fp32)."""
-    from vramlens.estimator.parallel import _group_adapter_shard_numels
-    from vramlens.trace.fsdp import trace_fsdp
-    from vramlens.units import BLOCK, round_up
-
-    lora = dict(method="lora", lora_rank=8, lora_targets=("q_proj", "v_proj"))
-    w = Workload(mode="train", batch=2, seq=128, gpus=4, fsdp=True, **lora, **kw)
-    traced = trace_fsdp(dict(TINY, architectures=["LlamaForCausalLM"]), w, world_size=4)
-    root, blocks = _group_adapter_shard_numels(tiny(), ("q_proj", "v_proj"), 8, False, 4, 1)
-    assert root == 0 and all(blocks)  # no adapters on the root (embedding, head)
-    assert traced.breakdown["gradients"] == sum(round_up(g * 4, BLOCK) for g in blocks)

@@ -94,17 +94,3 @@ def test_reserve_falls_by_at_least_the_sharded_state(llama8b):
     assert e8.peak_allocated - e128.peak_allocated < state
     assert e8.peak_reserved - e128.peak_reserved >= state
     assert e8.peak_reserved - e128.peak_reserved - state < 2**30  # the other pools do not scale with N
-
-
-def test_reduce_scatter_pool_under_lora_holds_the_adapters_only():
-    spec = catalog_spec("llama-2-7b")
-    assert spec is not None
-    lora = dict(mode="train", dtype="bf16", fsdp=True, gpus=8, method="lora", lora_rank=8,
-                lora_targets=("q_proj", "v_proj"))
-    _, rs = fsdp_stream_pools(spec, Workload(**lora), 2)
-    # per block, q_proj and v_proj: lora_A (8, 4,096) -> 1 row of 4,096 and lora_B (4,096, 8) -> 512 rows of 8 on
-    # each of 8 ranks: 2 x 8,192 fp32 elements = 65,536 B; 32 blocks of 64 KiB fill one 2 MiB small-pool segment
-    assert rs == 2 * MIB
-    full = dict(lora, method="full")
-    del full["lora_rank"], full["lora_targets"]
-    assert fsdp_stream_pools(spec, Workload(**full), 2)[1] > 1000 * MIB  # every parameter's bf16 gradient

@@ -16,9 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from math import ceil
 
-from vramlens.estimator.inventory import trained_lora_shape
 from vramlens.estimator.memo import identity_cache
-from vramlens.estimator.weights import lora_dtype_bytes
 from vramlens.models.spec import ModelSpec
 from vramlens.units import DTYPE_BYTES
 from vramlens.workload import Workload
@@ -273,26 +271,6 @@ def _group_shard_numels(spec: ModelSpec, n: int, tp: int) -> tuple[int, tuple[in
     return root, tuple(blocks[k] for k in sorted(blocks))
 
 
-@identity_cache
-def _group_adapter_shard_numels(spec: ModelSpec, targets: tuple[str, ...], rank: int, dora: bool, n: int,
-                                tp: int) -> tuple[int, tuple[int, ...]]:
-    """(the root's, each block's) sharded numel of the LoRA adapters that get a gradient, as
-    ``_group_shard_numels`` shards parameters: peft's ``lora_A`` (r, k), ``lora_B`` (n_out, r) and DoRA's
-    magnitude (n_out,), each padded on dim 0 to a multiple of ``n``; blocks in layer order, 0 for a block
-    without adapters."""
-    _, all_blocks = _group_shard_numels(spec, n, tp)
-    blocks = [0] * len(all_blocks)
-    root = 0
-    for lin in trained_lora_shape(spec, targets).targets:
-        out_rows = -(-lin.out_features // n)
-        shard = (-(-rank // n) * lin.in_features + out_rows * rank + (out_rows if dora else 0)) * lin.count // tp
-        if lin.layer is None or lin.layer >= len(blocks):
-            root += shard
-        else:
-            blocks[lin.layer] += shard
-    return root, tuple(blocks)
-
-
 def fsdp_stream_pools(spec: ModelSpec, w: Workload, weight_elem_bytes: int) -> tuple[int, int]:
     """(all-gather copy-in stream's, reduce-scatter stream's) reserved bytes under FSDP2.
 
@@ -315,8 +293,6 @@ def fsdp_stream_pools(spec: ModelSpec, w: Workload, weight_elem_bytes: int) -> t
       the sharded ``.grad`` (as_strided views, :700-754: "The RS output is allocated in the RS
       stream and used in the default stream (for optimizer)"), one flat tensor per FSDP group, alive
       until ``zero_grad`` frees it; with gradient accumulation later outputs are added in and freed.
-      Only parameters with a gradient are reduced (``FSDPParamGroup.post_backward`` collects the
-      ``unsharded_accumulated_grad_data`` of those that have one): under LoRA the adapters' alone.
 
     The two patterns are replayed through the simulator (allocator.simulator, PyTorch's default
     settings) for two steps, and each pool's peak reserve taken.
@@ -325,26 +301,18 @@ def fsdp_stream_pools(spec: ModelSpec, w: Workload, weight_elem_bytes: int) -> t
     mp = w.fsdp_mixed_precision
     ag_b = DTYPE_BYTES[w.run_dtype] if mp else weight_elem_bytes
     rs_b = 4 if mp else weight_elem_bytes  # reduce_dtype fp32 over fp32 parameters: no cast back
-    reduced = None
-    if w.method != "full":
-        # the adapters' gradients, in reduce_dtype or the adapters' own dtype (peft: fp32, lora_dtype)
-        reduced = _group_adapter_shard_numels(spec, tuple(w.lora_targets), w.lora_rank, w.dora, n, w.tp)
-        rs_b = 4 if mp else lora_dtype_bytes(w)
     return _stream_pools(spec, n, w.tp, ag_b, rs_b, mp, w.fsdp_strategy == "shard-grad-op",
-                         w.optimizer_in_backward or w.offload != "none", max(1, w.grad_accum), reduced)
+                         w.optimizer_in_backward or w.offload != "none", max(1, w.grad_accum))
 
 
 @identity_cache
 def _stream_pools(spec: ModelSpec, n: int, tp: int, ag_b: int, rs_b: int, mp: bool, kept: bool,
-                  one_at_a_time: bool, grad_accum: int,
-                  reduced: tuple[int, tuple[int, ...]] | None = None) -> tuple[int, int]:
+                  one_at_a_time: bool, grad_accum: int) -> tuple[int, int]:
     from vramlens.allocator.events import ALLOC, FREE
     from vramlens.allocator.simulator import simulate
 
     root, blocks = _group_shard_numels(spec, n, tp)
     groups = [root, *blocks]  # forward order
-    # what each group reduce-scatters: every parameter's gradient, or (LoRA) the adapters'
-    grads = groups if reduced is None else [reduced[0], *reduced[1]]
     ag: list[tuple[str, object, int]] = []
     rs: list[tuple[str, object, int]] = []
     for step in range(2):
@@ -369,11 +337,9 @@ def _stream_pools(spec: ModelSpec, n: int, tp: int, ag_b: int, rs_b: int, mp: bo
                 ag.append((FREE, ("bout", step, i), 0))
         for micro in range(grad_accum):  # backward: blocks last to first, then the root
             for i in [*range(len(groups) - 1, 0, -1), 0]:
-                if not grads[i]:  # a group without gradients reduces nothing
-                    continue
-                rs.append((ALLOC, ("g", step, micro, i), grads[i] * rs_b))
+                rs.append((ALLOC, ("g", step, micro, i), groups[i] * rs_b))
                 if micro or one_at_a_time:  # accumulated into the kept gradient, or stepped/offloaded
                     rs.append((FREE, ("g", step, micro, i), 0))
         if not one_at_a_time:  # zero_grad(set_to_none=True) at the next step's start
-            rs.extend((FREE, ("g", step, 0, i), 0) for i in range(len(groups)) if grads[i])
+            rs.extend((FREE, ("g", step, 0, i), 0) for i in range(len(groups)))
     return simulate(ag, max_points=2).peak_reserved_bytes, simulate(rs, max_points=2).peak_reserved_bytes
