@@ -57,3 +57,64 @@ def test_peft_readme_rows(rows):
         assert rows[case_id].reason == (
             "encoder and decoder lengths differ and neither is stated: the encoder sees each batch's longest tweet, "
             "the decoder the labels padded to the longest class label (a few tokens); --seq sets both")
+
+
+def test_optimum_gptq_bench_rows(rows):
+    # optimum's benchmark_gptq.py prints MB of 1e6 bytes: 29,152.98 MB = 29,152,980,000 B
+    r = rows["optimum-gptq-bench-llama2-13b-fp16-generate-bs1"]
+    assert r.figure == "allocated+outside" and r.published_bytes == 29_152_980_000
+    from vramlens.estimator import estimate
+    from vramlens.hardware.catalog import get_gpu
+    from vramlens.models import load_model
+
+    case = CASES[r.id]
+    # generate(max_new_tokens=512): the prefill makes the first token, 511 decode steps follow; the prefill table's
+    # single new token is no decode step at all
+    assert case.settings["new_tokens"] == 511
+    assert CASES["optimum-gptq-bench-llama2-13b-fp16-prefill-bs1"].settings["new_tokens"] == 0
+    est = estimate(load_model("llama-2-13b"), gpu=get_gpu("A100-80GB"), **case.settings)
+    # outside the allocator for torch 2.0.1's CUDA 11.7 build with lazy loading: the context (pull 86509's
+    # 287,047,680 B less its 20 MiB segment) plus the kernel images a transformer's forward loads (697 - 400 MiB)
+    outside = 287_047_680 - 20 * 2**20 + 297 * 2**20
+    assert r.estimated_bytes == est.breakdown.peak_allocated + outside
+
+
+def test_device_total_outside_without_lazy_loading(rows):
+    # CUDA 11.2 (no lazy loading): only the eager context, the mean of 1105, 1486 and 1685 MiB
+    from vramlens.estimator import estimate
+    from vramlens.hardware.catalog import get_gpu
+    from vramlens.models import load_model
+
+    r = rows["hf-perf-bert-large-vanilla-bs4"]
+    case = CASES[r.id]
+    assert case.model is not None
+    spec = load_model({**load_model(case.model).config, **case.overrides})
+    est = estimate(spec, gpu=get_gpu("V100-16GB"), **case.settings)
+    assert r.estimated_bytes == est.breakdown.peak_reserved + (1105 + 1486 + 1685) * 2**20 // 3
+
+
+def test_peft_metamathqa_rows(rows):
+    # accelerator_memory_max is in bytes: max_memory_reserved() less the 2 MiB reserved at the start
+    r = rows["peft-metamathqa-llama3.2-3b-lora-r32-qv"]
+    assert r.figure == "peak_reserved" and r.published_bytes == 22_292_725_760
+    case = CASES[r.id]
+    assert (case.settings["batch"], case.settings["seq"], case.settings["lora_rank"]) == (4, 768, 32)
+    # rsLoRA changes the scale only: the same workload as rank 64
+    assert CASES["peft-metamathqa-llama3.2-3b-lora-r64-qv-rslora"].settings == \
+        CASES["peft-metamathqa-llama3.2-3b-lora-r64-qv"].settings
+    assert rows["peft-metamathqa-llama3.2-3b-lora-r64-qv-rslora"].estimated_bytes == \
+        rows["peft-metamathqa-llama3.2-3b-lora-r64-qv"].estimated_bytes
+
+
+def test_optimum_benchmark_running_llamas_rows(rows):
+    # optimum-benchmark's MB are 1e6 bytes (bytes_to_mega_bytes: int(bytes * 1e-6))
+    fwd = rows["optimum-benchmark-llama2-7b-fp16-forward-bs64"]
+    assert fwd.figure == "peak_allocated" and fwd.published_bytes == 25_422_000_000
+    assert CASES[fwd.id].settings["new_tokens"] == 0 and CASES[fwd.id].settings["transformers_version"] == "4.35"
+    # the forward's slope is the head's: per sample the 256-token cache (32 x 2 x 4,096 x 2 B x 256 = 134,217,728),
+    # the fp16 logits (256 x 32,000 x 2 = 16,384,000), their fp32 copy (32,768,000) and the hidden state (2,097,152)
+    per_sample = 134_217_728 + 16_384_000 + 32_768_000 + 2_097_152
+    first = rows["optimum-benchmark-llama2-7b-fp16-forward-bs1"]
+    assert fwd.estimated_bytes is not None and first.estimated_bytes is not None
+    assert fwd.estimated_bytes - first.estimated_bytes == 63 * per_sample
+    assert CASES["optimum-benchmark-llama2-7b-fp16-generate-bs64"].settings["new_tokens"] == 511

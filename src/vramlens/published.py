@@ -28,6 +28,8 @@ class Case:
         "device_total"   NVML "used" (nvidia-smi): reserved + context
         "peak_allocated" torch.cuda.max_memory_allocated()
         "peak_reserved"  torch.cuda.max_memory_reserved() (the caching allocator's peak, no context)
+        "allocated+outside" peak allocated + what NVML shows beyond the allocator's reservation
+                         (context, lazily loaded kernel images): optimum's benchmark_gptq.py
         "weights"        memory_allocated() after loading
         "model_states"   weights + gradients + master weights + optimizer states (per GPU)
         "kv_cache"       KV-cache bytes for (batch, seq)
@@ -235,6 +237,71 @@ _GPTFAST_QUANT = {"bf16": {}, "int8dq": {"quant": "int8", **_ON_GPU}, "int8wo": 
                   "float8wo": {"quant": "fp8", "quant_head": True}, "float8dq-tensor": {"quant": "fp8", **_ON_GPU},
                   "float8dq-row": {"quant": "fp8", **_ON_GPU}}
 _H100 = _Setup(gpu="H100-SXM-80GB", cuda="12.1", lazy_loading=True)
+
+# optimum's GPTQ benchmark (tests/benchmark/README.md at 3ffebf99, Aug 2023: AutoGPTQ 0.4.2, PyTorch 2.0.1,
+# bitsandbytes 0.41.1, transformers 4.32; one A100-SXM4-80GB): Llama-2-13B-chat in fp16 (loaded onto the GPU by
+# from_pretrained(torch_dtype=float16) under ``with torch.device("cuda:0")``), TheBloke's GPTQ checkpoint (4-bit,
+# group 128, no act-order; exllama or AutoGPTQ's cuda-old kernel) or bitsandbytes 4-bit fp4 with fp16 compute,
+# greedy generate() of 512 random prompt tokens with use_cache and min_new_tokens = max_new_tokens. Eager attention
+# (transformers 4.32 had no SDPA path for Llama). generate() runs one forward per new token, the prefill making the
+# first: 512 new tokens are 511 decode steps after the prefill (vramlens' new_tokens), the "prefill" table's one new
+# token no decode step at all. The figure is benchmark_gptq.py's peak_allocated + (nvidia-smi peak - peak reserved),
+# in MB of 1e6 bytes
+_OPTIMUM_GPTQ = dict(mode="inference", dtype="fp16", seq=512, attention="eager", transformers_version="4.32")
+_OPTIMUM_QUANT = {"fp16": {}, "gptq-exllama": {"quant": "gptq-4bit"}, "gptq-cuda-old": {"quant": "gptq-4bit"},
+                  "bnb-fp4": {"quant": "fp4"}}
+# torch 2.0.1's PyPI wheels are built with CUDA 11.7; PyTorch sets CUDA_MODULE_LOADING=LAZY by default since 1.13
+_A100_2023 = _Setup(gpu="A100-80GB", cuda="11.7", lazy_loading=True)
+
+
+def _optimum_gptq_cases() -> dict[str, Case]:
+    return {f"optimum-gptq-bench-llama2-13b-{q}-{table}-bs{b}": Case(
+                "llama-2-13b", {**_OPTIMUM_GPTQ, **_OPTIMUM_QUANT[q], "batch": b, "new_tokens": steps},
+                figure="allocated+outside", **_A100_2023)
+            for q in _OPTIMUM_QUANT for table, steps in (("generate", 511), ("prefill", 0)) for b in (1, 2, 4, 8, 16)}
+
+# PEFT's MetaMathQA method comparison (huggingface/peft method_comparison/MetaMathQA, results of 51c2ff66, July 2026,
+# run by run.py at d787f51b on one L40S with torch 2.13.0+cu130 and transformers 5.13.1): Llama-3.2-3B loaded in bf16
+# (default attention: SDPA), batch 4 of MetaMathQA rows tokenized and cut to model_max_length 768, padded to each
+# batch's longest (the longest batch of the run is taken to reach the 768 bound: see the cases' other_settings),
+# labels on the whole text, no gradient checkpointing, no autocast; torch.optim.AdamW over model.parameters() (foreach
+# on CUDA; bf16 states for full fine-tuning); adapters in fp32 (autocast_adapter_dtype=True), lora_dropout 0. The figure
+# is max_memory_reserved() over the run less the 2 MiB reserved at its start (accelerator_memory_max)
+_PEFT_METAMATH = dict(mode="train", dtype="bf16", batch=4, seq=768, attention="sdpa", optimizer="adamw",
+                      optimizer_impl="foreach")
+_L40S_2026 = _Setup(gpu="L40S", cuda="13.0", lazy_loading=True)
+
+
+def _peft_metamath_cases() -> dict[str, Case]:
+    lora = {**_PEFT_METAMATH, "method": "lora"}
+    qv = ("q_proj", "v_proj")
+    rows = {"lora-r32-qv": {**lora, "lora_rank": 32, "lora_targets": qv},
+            "lora-r64-qv": {**lora, "lora_rank": 64, "lora_targets": qv},
+            "lora-r64-qv-rslora": {**lora, "lora_rank": 64, "lora_targets": qv},  # rsLoRA changes the scale only
+            "dora-r32-qv": {**lora, "lora_rank": 32, "lora_targets": qv, "dora": True},
+            "lora-r10-mlp": {**lora, "lora_rank": 10, "lora_targets": ("gate_proj", "up_proj", "down_proj")},
+            "full-ft": dict(_PEFT_METAMATH)}
+    return {f"peft-metamathqa-llama3.2-3b-{name}": Case("llama-3.2-3b", settings, figure="peak_reserved", **_L40S_2026)
+            for name, settings in rows.items()}
+
+# optimum-benchmark's running-llamas example (huggingface/optimum-benchmark examples/running-llamas/artifacts at c8bbe4ef,
+# Nov 2023: torch 2.1.1+cu118, transformers 4.35.2, optimum 1.14.1, one A100-SXM4-80GB): Llama-2 7B and 13B in fp16
+# (random weights, no_weights=True), eager attention ("fp16"), BetterTransformer's SDPA ("fp16+bt") or FlashAttention-2
+# ("fp16+fa2"), 256 random prompt tokens; max_memory_allocated of the first forward (use_cache: it returns the cache)
+# and of the first generate() of exactly 512 new tokens (the prefill makes the first: 511 decode steps)
+_OB_LLAMA = dict(mode="inference", dtype="fp16", seq=256, transformers_version="4.35")
+_OB_ATTENTION = {"fp16": "eager", "fp16-bt": "sdpa", "fp16-fa2": "flash"}
+_A100_2023_CU118 = _Setup(gpu="A100-80GB", cuda="11.8", lazy_loading=True)  # torch 2.1.1+cu118
+
+
+def _optimum_benchmark_llama_cases() -> dict[str, Case]:
+    rows = [("7b", "llama-2-7b", b) for b in (1, 2, 4, 8, 16, 32, 64)] + [
+        ("13b", "llama-2-13b", b) for b in (1, 2, 4, 8, 16, 32)]
+    return {f"optimum-benchmark-llama2-{size}-{exp}-{kind}-bs{b}": Case(
+                model, {**_OB_LLAMA, "attention": attention, "batch": b, "new_tokens": steps},
+                figure="peak_allocated", **_A100_2023_CU118)
+            for size, model, b in rows for exp, attention in _OB_ATTENTION.items()
+            for kind, steps in (("forward", 0), ("generate", 511))}
 
 
 def _gptfast_cases() -> dict[str, Case]:
@@ -475,6 +542,9 @@ CASES: dict[str, Case] = {
     **_sdpa_cases("hf-sdpa-gpt2-large-train", "gpt2-large", _GPT2_ROWS, _RTX3080TI, transformers_version="4.42"),
     **_sdpa_cases("hf-sdpa-pythia410m-train", "pythia-410m", _NEOX_ROWS, _RTX3080TI, transformers_version="4.42"),
     **_gptfast_cases(),
+    **_optimum_gptq_cases(),
+    **_peft_metamath_cases(),
+    **_optimum_benchmark_llama_cases(),
 }
 
 # PEFT's seq2seq rows: tokenizer(inputs, truncation=True) padded by collate_fn to each batch's longest tweet, labels
@@ -580,8 +650,10 @@ def run_case(case_id: str, published: dict[str, Any], case: Case) -> Row:
     c = bd.as_dict()
     first_order = None
     if case.figure == "device_total":
-        value = bd.peak_reserved + _outside(est, context)
+        value = bd.peak_reserved + _outside(est, case)
         first_order = bd.peak_allocated + context
+    elif case.figure == "allocated+outside":
+        value = bd.peak_allocated + _outside(est, case)
     elif case.figure == "weights+context":
         value = c["weights"] + context
     elif case.figure == "weights":
@@ -614,12 +686,17 @@ def run_case(case_id: str, published: dict[str, Any], case: Case) -> Row:
     return Row(case_id, case.figure, target, int(value), first_order)
 
 
-def _outside(est: Estimate, context: int) -> int:
-    """The context this case's CUDA version implies, instead of the default one in the estimate."""
-    from vramlens.estimator.runtime import runtime
+def _outside(est: Estimate, case: Case) -> int:
+    """What sits outside the caching allocator for this case's CUDA build and module loading: the context
+    (with the kernel images lazy loading brings in) and NCCL, as hardware.runtime_overhead counts them."""
+    from vramlens.estimator.runtime import REFERENCE_GPU
+    from vramlens.hardware.catalog import get_gpu
+    from vramlens.hardware.runtime import runtime_overhead
 
-    rt: RuntimeOverhead = runtime(est.gpu, est.workload)
-    return context + (rt.outside_allocator_bytes - rt.context_bytes)
+    w = est.workload
+    rt: RuntimeOverhead = runtime_overhead(est.gpu or get_gpu(REFERENCE_GPU), training=w.training, n_gpus=w.gpus,
+                                           tp=w.tp, cp=w.cp, cuda_version=case.cuda, lazy_loading=case.lazy_loading)
+    return rt.outside_allocator_bytes
 
 
 def run_all(cases: list[dict[str, Any]]) -> list[Row]:

@@ -413,6 +413,15 @@ class Workload:
         return r is not None and r[:2] < PREFILL_LAST_LOGITS_FROM and self.mode == "inference" and self.new_tokens > 0
 
     @property
+    def legacy_logits_upcast(self) -> bool:
+        """Whether a plain forward (no new tokens) of a causal LM whose spec has ``legacy_logits_fp32`` upcasts all
+        its logits to fp32: a transformers release before 4.45 (PREFILL_LAST_LOGITS_FROM; LlamaForCausalLM ran
+        ``logits = logits.float()`` after the lm_head, 4.32.0 - 4.44 wheels; #31292 upcasts only with labels),
+        inference without new tokens (with them, ``prefill_all_logits`` covers the prefill's)."""
+        r = self.transformers_release
+        return r is not None and r[:2] < PREFILL_LAST_LOGITS_FROM and self.mode == "inference" and not self.new_tokens
+
+    @property
     def legacy_score_clamp(self) -> bool:
         """Whether eager attention clamps its masked scores from below (a transformers release before 4.49,
         SCORE_CLAMP_BEFORE, in training): ``torch.max(scores + mask, finfo.min)``, whose backward keeps its

@@ -38,6 +38,9 @@ def test_case_kinds_and_gpus():
     kinds = {cid: case_kind(c) for cid, c in CASES.items()}
     assert sum(k == "device_total" for k in kinds.values()) == 11  # the HF V100 NVML figures
     assert kinds["hf-sdpa-bert-base-train-bs16-s512-eager"] is None  # max_memory_allocated: not ours
+    # optimum's benchmark_gptq.py figure is the allocated peak plus what NVML adds: not a device total
+    assert kinds["optimum-gptq-bench-llama2-13b-fp16-generate-bs1"] is None
+    assert kinds["peft-metamathqa-llama3.2-3b-lora-r32-qv"] == "reserved"
     gpu, cuda = case_gpu_and_cuda(CASES["hf-perf-bert-large-vanilla-bs4"])
     assert (gpu.name, cuda) == ("V100-16GB", "11.2")
 

@@ -25,8 +25,10 @@ def test_tuple_cache_holds_old_and_new_cache(llama7b):
     assert _kv(new) == 1024 * TOKEN + 1023 * TOKEN // 64 == 545_251_328
     # 4.35: the last step holds the previous cache (1,023 tokens) and the new one (1,024)
     assert _kv(old) == (1023 + 1024) * TOKEN == 1_073_217_536
-    # and the previous step's logits (LlamaForCausalLM's fp32 upcast: 32,000 x 4 B), kept until the forward returns
-    assert old.breakdown.peak_allocated - new.breakdown.peak_allocated == 1_073_217_536 - 545_251_328 + 32_000 * 4
+    # and the previous step's logits (LlamaForCausalLM's fp32 upcast: 32,000 x 4 B), kept until the forward returns,
+    # and each block's own rotary caches (inv_freq's 512 B block and bf16 cos/sin of (4,096, 128)): 32 x 2,097,664 B
+    assert old.breakdown.peak_allocated - new.breakdown.peak_allocated == (
+        1_073_217_536 - 545_251_328 + 32_000 * 4 + 32 * (512 + 2 * 4096 * 128 * 2))
     # 4.36 - 4.41 wrap the same tuple in a DynamicCache for each forward: the same figure; 4.42 fixed it
     assert _kv(estimate(llama7b, **GEN, transformers_version="4.41.2")) == 1_073_217_536
     assert _kv(estimate(llama7b, **GEN, transformers_version="4.42")) == 545_251_328
@@ -173,3 +175,39 @@ def test_older_gpt2_and_gpt_neox_hold_per_block_mask_buffers():
             == estimate("opt-350m", **sdpa).breakdown["weights"])
     # 36 x 1,049,088 = 37,767,168 B and 24 x 4,457,472 = 106,979,328 B
     assert 36 * (1_048_576 + 512) == 37_767_168 and 24 * (4_194_304 + 1024 + 262_144) == 106_979_328
+
+
+def test_older_llama_holds_per_block_rotary_caches():
+    inf = dict(mode="inference", dtype="fp16", batch=1, seq=512)
+    today = estimate("llama-2-13b", **inf).breakdown
+    old = estimate("llama-2-13b", **inf, transformers_version="4.32").breakdown
+    # LlamaAttention before 4.41: its own inv_freq (64 fp32, one 512 B block) and cos/sin caches of (4,096, 128) in
+    # the load dtype (fp16: 2 x 1,048,576 B); 40 blocks x 2,097,664 B = 83,906,560 B
+    assert old["weights"] - today["weights"] == 40 * (512 + 2 * 4096 * 128 * 2) == 83_906_560
+    # 4.40 against 4.41: the caches alone (both upcast the logits and hold the tuple cache)
+    assert (estimate("llama-2-13b", **inf, transformers_version="4.40").breakdown.peak_allocated
+            - estimate("llama-2-13b", **inf, transformers_version="4.41").breakdown.peak_allocated) == 83_906_560
+    # fp32 weights (the default dtype fp32): the caches in fp32, 40 x (512 + 2 x 2,097,152) = 167,792,640 B
+    fp32 = {**inf, "dtype": "fp32"}
+    assert (estimate("llama-2-13b", **fp32, transformers_version="4.40").breakdown["weights"]
+            - estimate("llama-2-13b", **fp32).breakdown["weights"]) == 167_792_640
+    # 4.41 keeps only inv_freq (not counted, as today's single rotary embedding); Mistral's copies are not read
+    assert (estimate("llama-2-13b", **inf, transformers_version="4.41").breakdown["weights"] == today["weights"])
+    assert (estimate("mistral-7b-v0.1", **inf, transformers_version="4.40").breakdown["weights"]
+            == estimate("mistral-7b-v0.1", **inf).breakdown["weights"])
+
+
+def test_plain_forward_upcasts_all_logits_before_4_45():
+    fwd = dict(mode="inference", dtype="fp16", batch=1, seq=256, attention="sdpa")
+    old = estimate("llama-3-8b", **fwd, transformers_version="4.44").breakdown
+    new = estimate("llama-3-8b", **fwd, transformers_version="4.45").breakdown
+    # LlamaForCausalLM before 4.45: logits.float() beside the fp16 logits at the head (the peak: 128,256 logits
+    # per token outweigh a block's working set), 4 B x 128,256 x 256
+    assert old.peak_allocated - new.peak_allocated == 4 * 128_256 * 256 == 131_334_144
+    assert make_workload(mode="inference", transformers_version="4.44").legacy_logits_upcast
+    assert not make_workload(mode="inference", new_tokens=8, transformers_version="4.44").legacy_logits_upcast
+    assert not make_workload(mode="train", transformers_version="4.44").legacy_logits_upcast
+    # GPT-2 never upcast its logits
+    gpt2 = {**fwd, "seq": 128}
+    assert (estimate("gpt2", **gpt2, transformers_version="4.44").breakdown.peak_allocated
+            == estimate("gpt2", **gpt2, transformers_version="4.45").breakdown.peak_allocated)

@@ -62,3 +62,30 @@ def test_opt_score_clamp_matches_trace():
     estimated = [estimate("opt-125m", **kw, transformers_version=v).breakdown["activations"] for v in (None, "4.45")]
     # 12 blocks x (the fp16 masked scores 2 x 12 x 256 x 256 + the 0-dim floor's 512 B block) = 18,880,512 B
     assert traced[1] - traced[0] == estimated[1] - estimated[0] == 12 * (2 * 12 * 256 * 256 + 512) == 18_880_512
+
+
+@pytest.mark.slow  # SmolLM2-135M traced twice
+def test_older_llama_rotary_caches_match_trace():
+    pytest.importorskip("transformers", reason="tracing needs the trace extra (transformers)")
+    from vramlens.estimator import estimate
+    from vramlens.trace import trace
+
+    kw = dict(mode="inference", dtype="fp16", batch=1, seq=64)
+    today = trace("smollm2-135m", **kw).breakdown
+    old = trace("smollm2-135m", **kw, transformers_version="4.40").breakdown
+    # 30 blocks: inv_freq (32 fp32, one 512 B block) and fp16 cos/sin caches of (8,192, 64): 2 x 1,048,576 B
+    assert old["weights"] - today["weights"] == 30 * (512 + 2 * 8192 * 64 * 2) == 62_929_920
+    assert old["weights"] == estimate("smollm2-135m", **kw, transformers_version="4.40").breakdown["weights"]
+
+
+@pytest.mark.slow  # SmolLM2-135M traced twice
+def test_plain_forward_logits_upcast_matches_trace():
+    pytest.importorskip("transformers", reason="tracing needs the trace extra (transformers)")
+    from vramlens.estimator import estimate
+    from vramlens.trace import trace
+
+    kw = dict(mode="inference", dtype="fp16", batch=2, seq=256, attention="sdpa")
+    traced = [trace("smollm2-135m", **kw, transformers_version=v).breakdown.peak_allocated for v in ("4.44", "4.45")]
+    est = [estimate("smollm2-135m", **kw, transformers_version=v).breakdown.peak_allocated for v in ("4.44", "4.45")]
+    # LlamaForCausalLM before 4.45: every logit upcast to fp32 beside the fp16 ones, 4 B x 49,152 x 2 x 256
+    assert traced[0] - traced[1] == est[0] - est[1] == 4 * 49_152 * 2 * 256 == 100_663_296

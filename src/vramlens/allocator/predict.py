@@ -100,6 +100,8 @@ def predict_device_total(
 def case_kind(case: dict[str, Any]) -> str | None:
     """"device_total" for NVML/nvidia-smi figures, "reserved" for max_memory_reserved, else None."""
     kind = str(case.get("figure", {}).get("kind", "")).lower()
+    if "peak_allocated" in kind or "allocated_bytes" in kind:
+        return None  # built on the allocated peak (optimum's benchmark_gptq.py: allocated + what NVML adds)
     if "nvml" in kind or "nvidia-smi" in kind or "'used'" in kind:
         return "device_total"
     if "reserved" in kind and "memory_allocated" not in kind:

@@ -1027,6 +1027,10 @@ def estimate_spec(spec: ModelSpec, w: Workload, gpu: GPU | None = None, *, headr
             if w.legacy_cache:
                 out_bytes = 4 if spec.legacy_logits_fp32 else c
                 leak_first, leak_last = A._r(out_bytes * V * b * s), A._r(out_bytes * V * b)
+        elif w.legacy_logits_upcast and logits and spec.legacy_logits_fp32 and spec.kind != "encoder-decoder":
+            # a plain forward before 4.45: the fp32 copy of every logit beside the compute-dtype ones while
+            # ``logits.float()`` runs (the output then holds the fp32 copy)
+            tail += A._r(4 * spec.vocab_size * b * s)
         # a 4-bit output layer holds its weight dequantized while it makes the logits (one row: gemv_4bit), over
         # every prompt token where the prefill makes all their logits
         head_tokens = b * s if (w.prefill_all_logits and spec.kind != "encoder-decoder") else logits_tokens

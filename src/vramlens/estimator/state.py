@@ -192,8 +192,8 @@ def train_state(spec: ModelSpec, w: Workload, gpu: GPU | None) -> TrainState:
     explain["weights"] = base_formula + (f" + LoRA adapters {w.lora_dtype}{' with DoRA magnitudes' if w.dora else ''} "
                                          f"({adapters:,} B)" if adapters else "")
     if legacy:
-        explain["weights"] += (f" + transformers {w.transformers_version}'s per-block causal-mask buffers "
-                               f"({legacy:,} B)")
+        explain["weights"] += (f" + transformers {w.transformers_version}'s per-block buffers (causal masks, "
+                               f"rotary caches: {legacy:,} B)")
     if sp.weights != 1:
         explain["weights"] += f", x{sp.weights:.4g} on this GPU"
     if Wt.quantizes_head(spec, w) and spec.tied_embeddings:

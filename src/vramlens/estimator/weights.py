@@ -147,22 +147,29 @@ def base_weight_bytes(spec: ModelSpec, w: Workload) -> tuple[int, str]:
 
 
 def legacy_block_buffer_bytes(spec: ModelSpec, w: Workload) -> int:
-    """Bytes of the buffers an older transformers release registers in each block (``ModelSpec.legacy_buffers_before``,
-    0 for ``Workload.transformers_version`` at or after it, or none given).
+    """Bytes of the buffers an older transformers release registers in each block (``ModelSpec.legacy_buffers_before``
+    and ``legacy_rotary_cache_before``, 0 for ``Workload.transformers_version`` at or after them, or none given).
 
     GPT2Attention (through 4.57) and GPTNeoXAttention (before 4.49): ``bias``, ``torch.tril(torch.ones((P, P),
     dtype=torch.bool)).view(1, 1, P, P)``, and ``masked_bias``, a scalar (one block); GPT-NeoX also its own
     rotary embedding: ``inv_freq`` (dim / 2 fp32) and ``cos_cached``, ``sin_cached`` (P, dim) in fp32, which
     ``from_pretrained(torch_dtype=...)`` leaves fp32 (computed from ``inv_freq.float()``, not in the checkpoint).
+    LlamaAttention before 4.41: its own rotary embedding, ``inv_freq`` (head_dim / 2 fp32) and cos/sin caches of
+    (P, head_dim) made ``.to(torch.get_default_dtype())``, the load dtype under ``from_pretrained(torch_dtype=...)``.
     """
     r = w.transformers_release
-    if spec.legacy_buffers_before is None or r is None or r[:2] >= spec.legacy_buffers_before:
+    if r is None:
         return 0
     P = spec.max_position
-    block = round_up(P * P, BLOCK) + BLOCK
-    dim = spec.legacy_rotary_cache_dim
-    if dim:
-        block += round_up(4 * (dim // 2), BLOCK) + 2 * round_up(4 * P * dim, BLOCK)
+    block = 0
+    if spec.legacy_buffers_before is not None and r[:2] < spec.legacy_buffers_before:
+        block += round_up(P * P, BLOCK) + BLOCK
+        dim = spec.legacy_rotary_cache_dim
+        if dim:
+            block += round_up(4 * (dim // 2), BLOCK) + 2 * round_up(4 * P * dim, BLOCK)
+    if spec.legacy_rotary_cache_before is not None and r[:2] < spec.legacy_rotary_cache_before:
+        d = spec.head_dim
+        block += round_up(4 * (d // 2), BLOCK) + 2 * round_up(DTYPE_BYTES[w.dtype] * P * d, BLOCK)
     return block
 
 

@@ -304,6 +304,12 @@ class ModelSpec:
     #: with them, GPTNeoXAttention's own rotary embedding (before 4.49): ``inv_freq`` and fp32 ``cos_cached`` and
     #: ``sin_cached`` of (P, this width) per block; 0: none
     legacy_rotary_cache_dim: int = 0
+    #: the first transformers release whose attention modules no longer hold a rotary embedding of their own with
+    #: ``inv_freq`` (head_dim / 2 fp32) and cos/sin caches of (``max_position``, head_dim) in the load dtype
+    #: (``torch.get_default_dtype()``, which ``from_pretrained(torch_dtype=...)`` sets while it builds the model):
+    #: LlamaAttention before 4.41, (4, 41); allocated with the model, in any mode. Read only for an older
+    #: ``Workload.transformers_version``; None: no such caches
+    legacy_rotary_cache_before: tuple[int, int] | None = None
     #: blocks whose attention sees only the last ``sliding_window`` tokens (transformers'
     #: ``layer_types``; ModernBERT: all but every ``global_attn_every_n_layers``-th, a window on each
     #: side); transformers caches at most the window for a decoder's (DynamicSlidingWindowLayer), and

@@ -373,10 +373,11 @@ class _nullctx:
 
 
 def _add_legacy_buffers(model: nn.Module, cfg: dict, wl: Workload, fake_mode) -> str | None:
-    """The per-block buffers an older transformers release registered (ModelSpec.legacy_buffers_before), added to each
-    attention module of today's model under names of their own (today's forward never reads them): GPT-2's and
-    GPT-NeoX's (1, 1, P, P) bool causal mask and scalar ``masked_bias``, GPT-NeoX's own rotary ``inv_freq`` and
-    fp32 (P, dim) cos/sin caches."""
+    """The per-block buffers an older transformers release registered (ModelSpec.legacy_buffers_before and
+    legacy_rotary_cache_before), added to each attention module of today's model under names of their own (today's
+    forward never reads them): GPT-2's and GPT-NeoX's (1, 1, P, P) bool causal mask and scalar ``masked_bias``,
+    GPT-NeoX's own rotary ``inv_freq`` and fp32 (P, dim) cos/sin caches, Llama's (before 4.41) ``inv_freq`` and
+    (P, head_dim) cos/sin caches in the load dtype."""
     from contextlib import nullcontext
 
     from vramlens.models import spec_from_config
@@ -384,10 +385,12 @@ def _add_legacy_buffers(model: nn.Module, cfg: dict, wl: Workload, fake_mode) ->
     if wl.transformers_release is None:
         return None
     spec = spec_from_config(cfg)
-    r, before = wl.transformers_release, spec.legacy_buffers_before
-    if before is None or r[:2] >= before:
+    r, before, rotary_before = wl.transformers_release, spec.legacy_buffers_before, spec.legacy_rotary_cache_before
+    masks = before is not None and r[:2] < before
+    rotary = rotary_before is not None and r[:2] < rotary_before
+    if not masks and not rotary:
         return None
-    P, dim = spec.max_position, spec.legacy_rotary_cache_dim
+    P, dim, d = spec.max_position, spec.legacy_rotary_cache_dim, spec.head_dim
     blocks = 0
     for m in model.modules():
         param = next(m.parameters(), None)
@@ -395,16 +398,26 @@ def _add_legacy_buffers(model: nn.Module, cfg: dict, wl: Workload, fake_mode) ->
             continue
         dev = param.device
         with fake_mode if fake_mode is not None else nullcontext():
-            m.register_buffer("_legacy_bias", torch.ones((1, 1, P, P), dtype=torch.bool, device=dev), persistent=False)
-            m.register_buffer("_legacy_masked_bias", torch.zeros((), dtype=TORCH_DTYPES[wl.dtype], device=dev),
-                              persistent=False)
-            if dim:
-                m.register_buffer("_legacy_inv_freq", torch.zeros(dim // 2, device=dev), persistent=False)
-                for name in ("_legacy_cos_cached", "_legacy_sin_cached"):
-                    m.register_buffer(name, torch.zeros((P, dim), dtype=torch.float32, device=dev), persistent=False)
+            if masks:
+                m.register_buffer("_legacy_bias", torch.ones((1, 1, P, P), dtype=torch.bool, device=dev),
+                                  persistent=False)
+                m.register_buffer("_legacy_masked_bias", torch.zeros((), dtype=TORCH_DTYPES[wl.dtype], device=dev),
+                                  persistent=False)
+                if dim:
+                    m.register_buffer("_legacy_inv_freq", torch.zeros(dim // 2, device=dev), persistent=False)
+                    for name in ("_legacy_cos_cached", "_legacy_sin_cached"):
+                        m.register_buffer(name, torch.zeros((P, dim), dtype=torch.float32, device=dev),
+                                          persistent=False)
+            if rotary:
+                m.register_buffer("_legacy_rotary_inv_freq", torch.zeros(d // 2, device=dev), persistent=False)
+                for name in ("_legacy_rotary_cos", "_legacy_rotary_sin"):
+                    m.register_buffer(name, torch.zeros((P, d), dtype=TORCH_DTYPES[wl.dtype], device=dev),
+                                      persistent=False)
         blocks += 1
-    return (f"transformers {wl.transformers_version}: each of the {blocks} attention modules holds a ({P}, {P}) bool "
-            f"causal-mask buffer" + (f" and fp32 rotary caches ({P}, {dim})" if dim else "") + " (emulated)")
+    what = ([f"a ({P}, {P}) bool causal-mask buffer" + (f" and fp32 rotary caches ({P}, {dim})" if dim else "")]
+            if masks else []) + ([f"rotary cos/sin caches ({P}, {d}) in {wl.dtype}"] if rotary else [])
+    return (f"transformers {wl.transformers_version}: each of the {blocks} attention modules holds "
+            + " and ".join(what) + " (emulated)")
 
 
 def retie(model: nn.Module) -> None:

@@ -652,7 +652,20 @@ class Runner:
         with torch.no_grad(), self._autocast():
             if not built.is_hf or (not wl.new_tokens and wl.cache == "dynamic"):
                 rec.set_phase("prefill", 1)
-                out = self._forward(built, inputs)
+                # transformers < 4.45 (Workload.legacy_logits_upcast): LlamaForCausalLM and its copies upcast every
+                # logit to fp32 right after the lm_head (logits.float()), the final hidden state and the
+                # compute-dtype logits alive while it runs: a hook on the output layer makes that copy
+                get_head = getattr(model, "get_output_embeddings", None) if built.is_hf else None
+                head = get_head() if callable(get_head) else None
+                hook = None
+                if (head is not None and wl.legacy_logits_upcast
+                        and getattr(built.config, "model_type", None) in LEGACY_LOGITS_FP32):
+                    hook = head.register_forward_hook(_upcast_copy)
+                try:
+                    out = self._forward(built, inputs)
+                finally:
+                    if hook is not None:
+                        hook.remove()
                 # a plain forward with use_cache (transformers' default) returns a cache: tag it as one
                 cache = out_cache(out) if built.is_hf else None
                 if cache is not None:
@@ -709,6 +722,12 @@ class Runner:
                 del logits
                 if (i + 1) % 64 == 0:
                     self.progress(f"decoded {i + 1}/{wl.new_tokens} tokens")
+
+
+def _upcast_copy(_module, _inputs, output) -> None:
+    """A forward hook making (and dropping) the fp32 copy of a layer's output, as ``logits.float()`` did."""
+    upcast = output.float()
+    del upcast
 
 
 def out_cache(out):

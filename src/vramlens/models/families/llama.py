@@ -206,6 +206,10 @@ def build_llama_like(r: ConfigReader, architecture: str, *, generic: bool = Fals
         dense_layer_ids=tuple(i for i in range(L) if i not in sparse_layers) if moe else (),
         dense_ffn_size=f if moe else 0, shared_expert_ffn=shared_f,
         legacy_logits_fp32=mt in LEGACY_LOGITS_FP32,
+        # LlamaAttention's own LlamaRotaryEmbedding (transformers wheels 4.32.0, 4.37.2, 4.38.2 and 4.40.0,
+        # modeling_llama.py: ``_set_cos_sin_cache`` / ``_cos_cached`` of (max_position_embeddings, head_dim) in
+        # torch.get_default_dtype(); 4.41.2 keeps only inv_freq); the copies in other families are not read here
+        legacy_rotary_cache_before=(4, 41) if mt == "llama" else None,
     )
     if mt in _SOFTCAP_DEFAULTS:
         # configuration_gemma2.py defaults attn_logit_softcapping 50.0 and final_logit_softcapping 30.0
@@ -243,7 +247,7 @@ def _moe_block(t: Tensors, b: str, moe: str, n_experts: int, h: int, f: int, sha
 _QWEN = ("qwen2", "qwen2_moe", "qwen3", "qwen3_moe")
 
 #: The causal LMs whose forward upcast all its logits to fp32 (``logits = logits.float()`` after the
-#: lm_head) in transformers 4.35 - 4.44: LlamaForCausalLM and the classes copied from it (Mistral,
+#: lm_head) in transformers 4.35 - 4.44 (LlamaForCausalLM already in the 4.32.0 wheel): LlamaForCausalLM and the classes copied from it (Mistral,
 #: Mixtral, Qwen2, Gemma); transformers #31292 (4.45) upcasts only when labels are given (issue #30860)
 LEGACY_LOGITS_FP32 = ("llama", "mistral", "mixtral", "qwen2", "gemma")
 
