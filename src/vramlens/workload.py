@@ -356,7 +356,7 @@ class Workload:
             # cuts each sequence into 2 x cp chunks, rank i taking chunks i and 2cp-1-i
             m = 2 * self.cp
             p.append(f"seq={self.seq:,} is not a multiple of 2*cp={m}: context parallelism's load balancer cuts "
-                     f"the sequence into {m} equal chunks: use --seq {max(m, self.seq // m * m):,}")
+                     f"the sequence into {m} equal chunks: use --seq {max(m, self.seq // m * m)}")
         if self.attention == "eager":
             p.append("cp with attention=eager: context parallelism replaces SDPA's flash, memory-efficient or cuDNN "
                      "kernel with ring attention: use --attention sdpa")
