@@ -641,11 +641,18 @@ def layer_activations(spec: ModelSpec, w: Workload, b: int, s: int, *, cross_s: 
         else:
             kv_saved = kv
         total += q + 2 * kv_saved
+        if attention == "eager" and spec.legacy_rotary_cache_dim and c < 4 and w.runs_before(spec.legacy_buffers_before):
+            # GPT-NeoX before 4.49 rotates with its fp32 cos/sin caches: q and k come out of torch.cat in fp32, and
+            # eager's baddbmm keeps them so (v4.42.4 wheel, modeling_gpt_neox.py lines 247-249 and 261-281; SDPA
+            # casts them back first, lines 550-554)
+            total += _r(4 * D.a * D.d * t) - q + _r(4 * D.kv * D.d * t) - kv
         if nope and spec.attention_temperature:
             # Llama 4's NoPE blocks: ``query_states * attn_scales`` keeps the fp32 (b, s, 1, 1) scales
             total += _r(4 * t)
-        if spec.fused_qkv_kept and spec.position == "rotary":
-            total += q + kv  # the fused projection output: v's view keeps its q and k parts alive too
+        if spec.fused_qkv_kept and spec.position == "rotary" and attention != "eager":
+            # the fused projection output: the kernel keeps v's view, and so its q and k parts too; eager's matmul
+            # reshapes that strided view into a copy (counted above) and keeps the copy
+            total += q + kv
         if spec.qk_norm == "l2":
             # Llama4TextL2Norm on the rotated q and k of a rotary block: ``x.float() * rsqrt(mean(x^2) + eps)``
             # keeps the fp32 copy and the fp32 (t, heads, 1) rsqrt; no weight

@@ -136,8 +136,7 @@ def legacy_block_buffer_bytes(spec: ModelSpec, w: Workload) -> int:
     rotary embedding: ``inv_freq`` (dim / 2 fp32) and ``cos_cached``, ``sin_cached`` (P, dim) in fp32, which
     ``from_pretrained(torch_dtype=...)`` leaves fp32 (computed from ``inv_freq.float()``, not in the checkpoint).
     """
-    r = w.transformers_release
-    if spec.legacy_buffers_before is None or r is None or r[:2] >= spec.legacy_buffers_before:
+    if not w.runs_before(spec.legacy_buffers_before):
         return 0
     P = spec.max_position
     block = round_up(P * P, BLOCK) + BLOCK

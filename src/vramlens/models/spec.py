@@ -140,6 +140,28 @@ class MLA:
 
 
 @dataclass(frozen=True, slots=True)
+class LegacyPresents:
+    """What the per-layer ``(key, value)`` tuple of an older transformers release keeps alive, per token of one
+    block, when a training forward returns it: the config's ``use_cache`` (True by default for GPT-2, GPT-NeoX and
+    OPT) turned off only under gradient checkpointing, so a loop that calls ``model(**inputs)`` gets every block's
+    tuple in ``outputs.past_key_values`` (``--loss logits-sum``: Workload.returns_presents).
+
+    ``kept``: the widths (elements per token, compute dtype) of the storages the tuple's tensors are or view
+    (GPT-2: ``c_attn``'s (b, s, 3h) output, split and viewed; OPT: the ``.contiguous()`` keys and values, h each);
+    SDPA keeps views of them too; ``eager_copies``: eager attention's matmuls reshape those strided views into
+    copies and keep the copies, so in the tuple's own step only the tuple keeps the storages (GPT-2, GPT-NeoX;
+    OPT's eager bmm keeps the contiguous tensors themselves). ``key_fp32``: the width of a key the tuple holds in
+    fp32 (GPT-NeoX: ``torch.cat`` of the part rotated by the fp32 cos/sin caches and the fp16 rest), which eager's
+    baddbmm keeps and SDPA does not (it keeps the fp16 cast).
+    """
+
+    before: tuple[int, int]  # the first release whose forward returns a Cache object instead (not modelled)
+    kept: tuple[int, ...]
+    eager_copies: bool = True
+    key_fp32: int = 0
+
+
+@dataclass(frozen=True, slots=True)
 class TensorInfo:
     """One parameter or buffer: its name as in ``state_dict``, shape, dtype and role.
 
@@ -239,7 +261,7 @@ class ModelSpec:
     outside_loss: tuple[str, ...] = ()
     #: the attention's fused q/k/v projection output stays alive until backward although rotary
     #: makes new q and k: v is a view of it (GPT-NeoX ``query_key_value``), so a block keeps the
-    #: fused output and the rotated q and k
+    #: fused output and the rotated q and k (under SDPA; eager's matmul keeps a copy of v)
     fused_qkv_kept: bool = False
     #: residual dropouts per block: BERT drops out the attention output and the MLP output (2),
     #: DistilBERT only the FFN output (modeling_distilbert.py ``FFN.ff_chunk``)
@@ -304,6 +326,9 @@ class ModelSpec:
     #: with them, GPTNeoXAttention's own rotary embedding (before 4.49): ``inv_freq`` and fp32 ``cos_cached`` and
     #: ``sin_cached`` of (P, this width) per block; 0: none
     legacy_rotary_cache_dim: int = 0
+    #: the per-layer (key, value) tuple an older release returns from a training forward (LegacyPresents); read
+    #: only for an older ``Workload.transformers_version`` under ``--loss logits-sum``; None: none
+    legacy_presents: LegacyPresents | None = None
     #: blocks whose attention sees only the last ``sliding_window`` tokens (transformers'
     #: ``layer_types``; ModernBERT: all but every ``global_attn_every_n_layers``-th, a window on each
     #: side); transformers caches at most the window for a decoder's (DynamicSlidingWindowLayer), and
