@@ -51,3 +51,6 @@ def test_eager_keeps_a_copy_of_v_not_the_fused_output():
     # (the tracer agrees: crosscheck's pythia-160m eager rows)
     eager = dict(FULL, attention="eager")
     assert _acts(neox, **eager) == _acts(no_fused, **eager)
+    # selective recomputation's checkpoint around the attention function keeps its inputs, v's view among them
+    selective = dict(eager, checkpointing="selective")
+    assert _acts(neox, **selective) - _acts(no_fused, **selective) == 24 * 2 * X

@@ -641,7 +641,11 @@ def layer_activations(spec: ModelSpec, w: Workload, b: int, s: int, *, cross_s: 
         else:
             kv_saved = kv
         total += q + 2 * kv_saved
-        if attention == "eager" and spec.legacy_rotary_cache_dim and c < 4 and w.runs_before(spec.legacy_buffers_before):
+        # selective recomputation wraps the attention interface's function (vramlens.trace.build): its checkpoint
+        # keeps the function's inputs (q, k and v's view) and recomputes the rest
+        selective = w.checkpointing == "selective" and spec.attention_interface
+        eager_core = attention == "eager" and not selective
+        if eager_core and spec.legacy_rotary_cache_dim and c < 4 and w.runs_before(spec.legacy_buffers_before):
             # GPT-NeoX before 4.49 rotates with its fp32 cos/sin caches: q and k come out of torch.cat in fp32, and
             # eager's baddbmm keeps them so (v4.42.4 wheel, modeling_gpt_neox.py lines 247-249 and 261-281; SDPA
             # casts them back first, lines 550-554)
@@ -649,9 +653,9 @@ def layer_activations(spec: ModelSpec, w: Workload, b: int, s: int, *, cross_s: 
         if nope and spec.attention_temperature:
             # Llama 4's NoPE blocks: ``query_states * attn_scales`` keeps the fp32 (b, s, 1, 1) scales
             total += _r(4 * t)
-        if spec.fused_qkv_kept and spec.position == "rotary" and attention != "eager":
-            # the fused projection output: the kernel keeps v's view, and so its q and k parts too; eager's matmul
-            # reshapes that strided view into a copy (counted above) and keeps the copy
+        if spec.fused_qkv_kept and spec.position == "rotary" and not eager_core:
+            # the fused projection output: the kernel (or selective's checkpoint) keeps v's view, and so its q and
+            # k parts too; eager's matmul reshapes that strided view into a copy (counted above) and keeps the copy
             total += q + kv
         if spec.qk_norm == "l2":
             # Llama4TextL2Norm on the rotated q and k of a rotary block: ``x.float() * rsqrt(mean(x^2) + eps)``
@@ -663,10 +667,8 @@ def layer_activations(spec: ModelSpec, w: Workload, b: int, s: int, *, cross_s: 
             # into the rotation, which keeps nothing of it
             total += _norm_saved(kind, D.a * D.d, t, c, c, 0, False, full) + _norm_saved(kind, D.kv * D.d, t, c, c, 0,
                                                                                       False, full)
-        # selective recomputation wraps the attention interface's function (vramlens.trace.build); a model
-        # computing its attention itself (DeBERTa-v2) keeps its scores
-        selective = w.checkpointing == "selective" and spec.attention_interface
-        if attention == "eager" and not selective:
+        # a model computing its attention itself (DeBERTa-v2) keeps its scores under selective recomputation
+        if eager_core:
             # with attention sinks (gpt-oss) the softmax runs over S + 1 columns, and the row maximum
             # subtracted first keeps its int64 indices (b, a, s, 1) for backward
             probs = b * D.a * s * (S + 1 if spec.attention_sinks else S)
