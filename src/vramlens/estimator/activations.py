@@ -563,6 +563,13 @@ def sdpa_core(spec: ModelSpec, w: Workload, *, cross: bool) -> str:
     return "eager" if grad_mask else w.attention
 
 
+def output_copied(spec: ModelSpec, w: Workload) -> bool:
+    """Whether the attention hands a fused SDPA kernel contiguous head-major q, k and v, so that the kernel's output
+    comes back transposed and the transpose back is a copy (ModelSpec.attention_output_copy, or an older release's
+    ModelSpec.legacy_output_copy_before)."""
+    return spec.attention_output_copy or w.runs_before(spec.legacy_output_copy_before)
+
+
 def layer_activations(spec: ModelSpec, w: Workload, b: int, s: int, *, cross_s: int = 0, tp: int = 1,
                       layer: int | None = None, local: bool = False) -> LayerActivations:
     """Saved-for-backward bytes of one transformer block for a micro-batch of b sequences of s tokens.
@@ -709,7 +716,7 @@ def layer_activations(spec: ModelSpec, w: Workload, b: int, s: int, *, cross_s: 
             total += rel
             quad += rel_quad
         # (fp32 runs the memory-efficient kernel, which writes (b, s, a, d) whatever the query's layout)
-        if attn_out_saves and (attention == "eager" or (spec.attention_output_copy and c != 4)):
+        if attn_out_saves and (attention == "eager" or (output_copied(spec, w) and c != 4)):
             # attn_output.transpose(1, 2).contiguous(): a copy (b, s, a*d) that o_proj keeps. The fused
             # kernels (flash, memory-efficient) write their output as (b, s, a, d) and return it
             # transposed, so the transpose back is already contiguous: o_proj keeps the kernel's own
@@ -734,7 +741,7 @@ def layer_activations(spec: ModelSpec, w: Workload, b: int, s: int, *, cross_s: 
             total += cq + _r(c * D.a * D.d * t)  # the contiguous copy o keeps
         else:
             total += _r(c * D.a * D.d * t) + _r(4 * b * D.a * s) + SDPA_RNG
-            if attn_out_saves and spec.attention_output_copy and c != 4:
+            if attn_out_saves and output_copied(spec, w) and c != 4:
                 total += _r(c * D.a * D.d * t)  # the head-major output's copy the out projection keeps
             if spec.position == "relative":
                 # T5's cross-attention bias (zeros, (1, a, s, S)) is SDPA's attn_mask, kept for backward
@@ -1433,7 +1440,7 @@ def offload_recopies(spec: ModelSpec, w: Workload, b: int, s: int) -> tuple[int,
     attention = sdpa_core(spec, w, cross=False)
     attn_out_saves = trained_linears(spec, w, "attn_out") * own > 0
     if attention != "eager":
-        if attn_out_saves and not (spec.attention_output_copy and c != 4):
+        if attn_out_saves and not (output_copied(spec, w) and c != 4):
             per_block += _packed(c * D.a * D.d * t)
         per_block -= SDPA_RNG
     norms = len({x.module for x in spec.tensors

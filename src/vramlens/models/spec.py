@@ -410,6 +410,10 @@ class ModelSpec:
     #: output projection keeps when it trains; a query left as a transposed view gets it for free (Llama), and
     #: so does fp32, whose memory-efficient kernel writes (b, s, a, d) whatever the query's layout
     attention_output_copy: bool = False
+    #: releases before this one made q, k and v so (OPT's ``_shape``: ``.transpose(1, 2).contiguous()``, v4.48.3
+    #: wheel modeling_opt.py lines 128 and 408-409; v4.49.0 leaves transposed views, lines 148-153), with the same
+    #: output copy; read only for an older ``Workload.transformers_version`` (activations.output_copied)
+    legacy_output_copy_before: tuple[int, int] | None = None
     # ---- speech encoders ------------------------------------------------------------------------
     #: the audio side of a speech encoder-decoder (mel bins, 1,500 encoder positions per 30 s); None otherwise
     audio: Audio | None = None

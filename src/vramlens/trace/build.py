@@ -219,6 +219,10 @@ def build_hf(cfg: dict, wl: Workload, *, fake_mode=None, layers: int | None = No
         attn = clamped
         notes.append(f"transformers {wl.transformers_version}: eager attention clamps the masked scores "
                      "(torch.max(scores + mask, finfo.min), OPTAttention before 4.49; emulated)")
+    if attn == "sdpa" and (contiguous := _contiguous_sdpa_attention(cfg, wl, presents)) is not None:
+        attn = contiguous
+        notes.append(f"transformers {wl.transformers_version}: q, k and v made contiguous head-major before SDPA, so "
+                     "the kernel's output is copied back (OPTAttention._shape before 4.49; emulated)")
     if attn == "eager" and (fp32 := _fp32_rotary_eager_attention(cfg, wl, presents)) is not None:
         attn = fp32
         notes.append(f"transformers {wl.transformers_version}: q and k leave the rotary embedding in fp32 and eager "
@@ -428,11 +432,10 @@ def _legacy_presents(cfg: dict, wl: Workload) -> list[torch.Tensor] | None:
 
 
 #: the modules whose outputs an older release's per-block (key, value) tuple is or views (ModelSpec.legacy_presents):
-#: GPT-2's c_attn output split in three and GPT-NeoX's query_key_value output (the value a view of it), under either
-#: attention; OPT's keys and values under SDPA, which keeps views of the projections' outputs where 4.45 keeps their
-#: contiguous copies, the same bytes (under eager _clamped_eager_attention makes and holds those copies)
-_PRESENTS_SOURCES = {"gpt2": (("attn.c_attn",), True), "gpt_neox": (("attention.query_key_value",), True),
-                     "opt": (("self_attn.k_proj", "self_attn.v_proj"), False)}
+#: GPT-2's c_attn output split in three and GPT-NeoX's query_key_value output (the value a view of it); OPT's
+#: contiguous keys and values are made and held by its emulated attentions (_clamped_eager_attention,
+#: _contiguous_sdpa_attention)
+_PRESENTS_SOURCES = {"gpt2": ("attn.c_attn",), "gpt_neox": ("attention.query_key_value",), "opt": ()}
 
 
 def _hook_legacy_presents(model: nn.Module, cfg: dict, attn: str, presents: list[torch.Tensor]) -> None:
@@ -444,11 +447,8 @@ def _hook_legacy_presents(model: nn.Module, cfg: dict, attn: str, presents: list
 
     spec = spec_from_config(cfg)
     assert spec.legacy_presents is not None
-    sources, eager_too = _PRESENTS_SOURCES[str(cfg.get("model_type"))]
-    eager = attn != "sdpa"
-    if eager and not eager_too:
-        return
-    fp32_key = spec.legacy_presents.key_fp32 > 0 and not eager
+    sources = _PRESENTS_SOURCES[str(cfg.get("model_type"))]
+    fp32_key = spec.legacy_presents.key_fp32 > 0 and attn == "sdpa"
     a, d = spec.n_heads, spec.head_dim
 
     def hook(_module, _args, out):
@@ -459,7 +459,7 @@ def _hook_legacy_presents(model: nn.Module, cfg: dict, attn: str, presents: list
                 presents.append(key.to(torch.float32, memory_format=torch.contiguous_format))
 
     for name, m in model.named_modules():
-        if name.endswith(sources):
+        if sources and name.endswith(sources):
             m.register_forward_hook(hook)
 
 
@@ -684,6 +684,32 @@ def _clamped_eager_attention(cfg: dict, presents: list[torch.Tensor] | None = No
     AttentionInterface.register(name, clamped)
     # and eager's mask (transformers' masking_utils returns no mask for a name it does not know)
     AttentionMaskInterface.register(name, ALL_MASK_ATTENTION_FUNCTIONS["eager"])
+    return name
+
+
+def _contiguous_sdpa_attention(cfg: dict, wl: Workload, presents: list[torch.Tensor] | None) -> str | None:
+    """Register SDPA as OPT ran it before 4.49 (ModelSpec.legacy_output_copy_before): q, k and v made contiguous
+    head-major (``_shape``'s ``.transpose(1, 2).contiguous()``, modeling_opt.py lines 128 and 408-440 of the v4.48.3
+    wheel), so the kernel writes its output in that layout and the transpose back is a copy; then today's SDPA
+    function. With ``presents`` (_legacy_presents) the keys and values go there too: the block's tuple."""
+    from transformers import AttentionInterface
+    from transformers.integrations.sdpa_attention import sdpa_attention_forward
+    from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, AttentionMaskInterface
+
+    from vramlens.models import spec_from_config
+
+    if not wl.runs_before(spec_from_config(cfg).legacy_output_copy_before):
+        return None
+
+    def contiguous(module, query, key, value, attention_mask, **kwargs):
+        query, key, value = query.contiguous(), key.contiguous(), value.contiguous()
+        if presents is not None:
+            presents.extend((key, value))
+        return sdpa_attention_forward(module, query, key, value, attention_mask, **kwargs)
+
+    name = "vramlens_contiguous_sdpa"
+    AttentionInterface.register(name, contiguous)
+    AttentionMaskInterface.register(name, ALL_MASK_ATTENTION_FUNCTIONS["sdpa"])
     return name
 
 

@@ -152,6 +152,7 @@ def build_opt(r: ConfigReader, architecture: str) -> Built:
         # ``_shape``'s ``.transpose(1, 2).contiguous()`` copy (v4.45.0 wheel, modeling_opt.py lines 121, 170;
         # OPTSdpaAttention of v4.46.0 line 440; v4.48.3 line 179; v4.49.0 updates a Cache)
         legacy_presents=LegacyPresents((4, 49), (h, h), eager_copies=False) if r.get_bool("use_cache", True) else None,
+        legacy_output_copy_before=(4, 49),
     ), t.items)
 
 
