@@ -536,7 +536,10 @@ CASES: dict[str, Case] = {
     "peft-readme-bloomz-7b1-lora-pytorch": Case("bloom-7b1", _PEFT_BLOOMZ, figure="peak_allocated", **_A100_2022),
     **_sdpa_cases("hf-sdpa-bert-base-train", "bert-base-uncased", _BERT_ROWS, _A100),
     # the OPT PR's benchmarks (transformers #33298, 2024-09-25: main between 4.45 and 4.46) ran OPTAttention's
-    # score clamp, which 4.49 dropped (Workload.legacy_score_clamp)
+    # score clamp, which 4.49 dropped (Workload.legacy_score_clamp); with GPT-2's and GPT-NeoX's rows below, that
+    # release's forward also returns every block's (key, value) tuple (the config's use_cache), which the loop's
+    # outputs hold until the next forward returns (ModelSpec.legacy_presents, Workload.holds_presents), and OPT's
+    # SDPA gets contiguous head-major q, k and v, whose output is copied back (ModelSpec.legacy_output_copy_before)
     **_sdpa_cases("hf-sdpa-opt350m-train", "opt-350m", _OPT_ROWS, _L40S, transformers_version="4.45"),
     **_sdpa_cases("hf-sdpa-distilbert-train", "distilbert-base-uncased", _DISTIL_ROWS, _RTX2060),
     **_sdpa_cases("hf-sdpa-gpt2-large-train", "gpt2-large", _GPT2_ROWS, _RTX3080TI, transformers_version="4.42"),

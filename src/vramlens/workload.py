@@ -429,6 +429,22 @@ class Workload:
         r = self.transformers_release
         return r is not None and r[:2] < SCORE_CLAMP_BEFORE and self.training and self.attention == "eager"
 
+    def runs_before(self, before: tuple[int, int] | None) -> bool:
+        """Whether ``transformers_version`` is given and earlier than the release ``before`` (X, Y); False for None
+        (a family without the older behaviour)."""
+        r = self.transformers_release
+        return before is not None and r is not None and r[:2] < before
+
+    def holds_presents(self, before: tuple[int, int] | None) -> bool:
+        """Whether the loop holds the per-layer (key, value) tuples an older release returns from a training forward
+        (ModelSpec.legacy_presents; ``before``: its first release that returns a Cache object instead): ``--loss
+        logits-sum`` with a ``transformers_version`` before it. The SDPA benchmark loop calls ``model(**inputs)``
+        without ``use_cache=False``, so the config's ``use_cache`` (True) returns them in ``outputs``, which holds
+        them, as it holds the logits, until the next forward returns (vramlens.estimator.losses.presents_held).
+        Gradient checkpointing turns ``use_cache`` off (GPT2Model.forward of the v4.42.4 wheel, lines 1196-1201)."""
+        return (self.runs_before(before) and self.training and self.loss == "logits-sum"
+                and self.checkpointing == "none")
+
     @property
     def effective_batch(self) -> int:
         return self.batch * self.grad_accum * self.replicas

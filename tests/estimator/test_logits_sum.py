@@ -90,3 +90,51 @@ def test_a_tied_output_layer_peaks_at_the_embeddings_backward():
         assert e.peak_phase == "backward"
         assert e.peak_allocated == c["weights"] + c["gradients"] + 2 * head_grad + held + WORKSPACE
     assert estimate("distilbert-base-uncased", **kw, loss="logits-sum").peak_allocated == 438_730_240
+
+
+def test_logits_sum_holds_older_presents():
+    """transformers < 4.45 (GPT-NeoX), < 4.49 (OPT), < 4.52 (GPT-2): the forward returns each block's (key, value)
+    tuple (ModelSpec.legacy_presents) and the loop's outputs hold them (losses.presents_held)."""
+    from vramlens.estimator.losses import presents_held
+
+    t = 2048
+    kw = dict(mode="train", dtype="fp16", optimizer="none", loss="logits-sum", batch=1, seq=t)
+    neox, gpt2, opt = load_model("pythia-410m"), load_model("gpt2-large"), load_model("opt-350m")
+    # GPT-NeoX 4.42: the value views query_key_value's (b, s, 3h) output, 2 B x 3,072 x 2,048 = 12,582,912 B a block,
+    # and the key is fp32, 4 B x 1,024 x 2,048 = 8,388,608 B: SDPA keeps its fp16 cast, eager's baddbmm the fp32 key
+    # (counted in the blocks) and a copy of the value, not the fused output
+    for attention, beyond in (("sdpa", 24 * 8_388_608), ("eager", 24 * 12_582_912)):
+        w = make_workload(**kw, attention=attention, transformers_version="4.42")
+        assert presents_held(neox, w, t) == (24 * (12_582_912 + 8_388_608), beyond)
+    # GPT-2: c_attn's (b, s, 3h) output, 2 B x 3,840 x 2,048 = 15,728,640 B a block (36); eager copies q, k, v
+    w = make_workload(**kw, attention="sdpa", transformers_version="4.51")
+    assert presents_held(gpt2, w, t) == (36 * 15_728_640, 0) == (566_231_040, 0)
+    w = make_workload(**kw, attention="eager", transformers_version="4.51")
+    assert presents_held(gpt2, w, t) == (566_231_040, 566_231_040)
+    # OPT: contiguous keys and values, 2 x 2 B x 1,024 x 2,048 a block, which SDPA and eager's bmm keep anyway
+    for attention in ("sdpa", "eager"):
+        w = make_workload(**kw, attention=attention, transformers_version="4.45")
+        assert presents_held(opt, w, t) == (24 * 2 * 4_194_304, 0) == (201_326_592, 0)
+    # the releases that return a Cache object; gradient checkpointing turns use_cache off; a loss that is not the loop's
+    for spec, w in ((neox, make_workload(**kw, transformers_version="4.45")),
+                    (gpt2, make_workload(**kw, transformers_version="4.52")),
+                    (opt, make_workload(**kw, transformers_version="4.49")),
+                    (neox, make_workload(**kw, transformers_version="4.42", checkpointing="full")),
+                    (neox, make_workload(**{**kw, "loss": "cross-entropy"}, transformers_version="4.42")),
+                    (neox, make_workload(**kw))):
+        assert presents_held(spec, w, t) == (0, 0)
+
+
+def test_older_presents_in_the_phases():
+    # pythia-410m at 1 x 2,048 tokens, SDPA: 4.42 against 4.48 (both with the per-block buffers and fp32 rotary)
+    kw = dict(HARNESS, loss="logits-sum", batch=1, seq=2048, attention="sdpa")
+    old = estimate("pythia-410m", **kw, transformers_version="4.42").breakdown
+    new = estimate("pythia-410m", **kw, transformers_version="4.48").breakdown
+    prev, fp32_keys = 24 * (12_582_912 + 8_388_608), 24 * 8_388_608
+    # the forward's end: the previous step's tuples, and this step's fp32 keys, which autograd does not keep
+    assert dict(old.phases)["forward"] - dict(new.phases)["forward"] == prev + fp32_keys == 704_643_072
+    assert old.peak_phase == "forward"
+    # the end of backward (every gradient made): this step's tuples and logits still held by the loop's outputs
+    logits = 2 * 50_304 * 2048  # 206,045,184 B
+    end = old.as_dict()["weights"] + old.as_dict()["gradients"] + logits + prev + WORKSPACE
+    assert dict(old.phases)["optimizer"] == end

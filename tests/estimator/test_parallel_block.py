@@ -40,3 +40,17 @@ def test_the_first_blocks_mlp_branch_is_untracked_under_lora():
     # embeddings' output, so neither the MLP norm's fp32 mean and rstd (2 x 8,192) nor GELU's input
     # (2 x 4,096 x 2,048 = 16,777,216) is kept
     assert _acts(sequential, **LORA) - _acts(neox, **LORA) == 24 * X + 2 * 8_192 + 16_777_216
+
+
+def test_eager_keeps_a_copy_of_v_not_the_fused_output():
+    neox = load_model("pythia-410m")
+    no_fused = dataclasses.replace(neox, fused_qkv_kept=False)
+    # SDPA keeps v's view of query_key_value's (t, 3h) output, so its q and k parts too: 24 x 2 x 4,194,304 B
+    assert _acts(neox, **FULL) - _acts(no_fused, **FULL) == 24 * 2 * X
+    # eager's matmul reshapes that strided view into a copy and keeps the copy: nothing keeps the fused output
+    # (the tracer agrees: crosscheck's pythia-160m eager rows)
+    eager = dict(FULL, attention="eager")
+    assert _acts(neox, **eager) == _acts(no_fused, **eager)
+    # selective recomputation's checkpoint around the attention function keeps its inputs, v's view among them
+    selective = dict(eager, checkpointing="selective")
+    assert _acts(neox, **selective) - _acts(no_fused, **selective) == 24 * 2 * X

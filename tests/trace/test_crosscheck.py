@@ -20,10 +20,6 @@ def _key(r):
 #: Disagreements still open, each with what causes it. The test below fails on any other
 #: disagreement, and on a listed one that no longer disagrees (so the list only shrinks).
 KNOWN_GAPS: dict[tuple, tuple[str, ...]] = {
-    # GPT-NeoX with LoRA under autocast (eager): the estimate keeps 13.6% more activations than the trace (peak
-    # +4.6%); the parallel block's shared norm input and untracked first MLP are counted (the same row without
-    # autocast is within 0.3%), what autocast's casts add on the fused query_key_value is not explained yet
-    ("pythia-160m", "train", "lora", "eager", "none", "bf16"): ("activations",),
     # ELECTRA with LoRA under autocast: the forward's own transients (the attention probabilities'
     # fp32 dropout output, the frozen MLP's activation output, the LayerNorms' fp32 outputs, none
     # kept for backward) peak above the block backward the estimate counts as temporaries; the

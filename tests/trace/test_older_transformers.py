@@ -60,8 +60,12 @@ def test_opt_score_clamp_matches_trace():
     kw = dict(mode="train", dtype="fp16", optimizer="none", loss="logits-sum", batch=1, seq=256, attention="eager")
     traced = [trace("opt-125m", **kw, transformers_version=v).breakdown["activations"] for v in (None, "4.45")]
     estimated = [estimate("opt-125m", **kw, transformers_version=v).breakdown["activations"] for v in (None, "4.45")]
-    # 12 blocks x (the fp16 masked scores 2 x 12 x 256 x 256 + the 0-dim floor's 512 B block) = 18,880,512 B
-    assert traced[1] - traced[0] == estimated[1] - estimated[0] == 12 * (2 * 12 * 256 * 256 + 512) == 18_880_512
+    # 12 blocks x (the fp16 masked scores 2 x 12 x 256 x 256 + the 0-dim floor's 512 B block) = 18,880,512 B; the
+    # tracer also counts as activations the previous step's (key, value) tuples 4.45 returns, alive at the forward's
+    # peak (the estimate counts them in the forward's temporaries): 12 x 2 x 2 B x 768 x 256 = 9,437,184 B
+    presents = 12 * 2 * 2 * 768 * 256
+    assert estimated[1] - estimated[0] == 12 * (2 * 12 * 256 * 256 + 512) == 18_880_512
+    assert traced[1] - traced[0] == 18_880_512 + presents == 28_317_696
 
 
 @pytest.mark.slow  # SmolLM2-135M traced twice
@@ -89,3 +93,25 @@ def test_plain_forward_logits_upcast_matches_trace():
     est = [estimate("smollm2-135m", **kw, transformers_version=v).breakdown.peak_allocated for v in ("4.44", "4.45")]
     # LlamaForCausalLM before 4.45: every logit upcast to fp32 beside the fp16 ones, 4 B x 49,152 x 2 x 256
     assert traced[0] - traced[1] == est[0] - est[1] == 4 * 49_152 * 2 * 256 == 100_663_296
+
+
+@pytest.mark.slow  # three models, two attentions, each traced at two releases (about a minute on 2 cores)
+@pytest.mark.parametrize("name", ["gpt2", "pythia-160m", "opt-125m"])
+@pytest.mark.parametrize("attention", ["eager", "sdpa"])
+def test_legacy_presents_match_trace(name, attention):
+    """transformers 4.42's forward returns each block's (key, value) tuple, which the logits-sum loop holds until the
+    next forward returns (ModelSpec.legacy_presents; build._hook_legacy_presents and the emulated eager attentions):
+    what that adds to each phase's peak, traced against the estimate (with the other 4.42 behaviours: GPT-NeoX's
+    fp32 q and k under eager, OPT's score clamp and contiguous heads, the per-block buffers)."""
+    pytest.importorskip("transformers", reason="tracing needs the trace extra (transformers)")
+    from vramlens.estimator import estimate
+    from vramlens.trace import trace
+
+    kw = dict(mode="train", dtype="fp16", optimizer="none", loss="logits-sum", batch=2, seq=512, attention=attention)
+    deltas = []
+    for run in (trace, estimate):
+        phases = [dict(run(name, **kw, transformers_version=v, **({"steps": 2} if run is trace else {})).breakdown.phases)
+                  for v in (None, "4.42")]
+        deltas.append({p: phases[1][p] - phases[0][p] for p in ("forward", "backward")})
+    traced, estimated = deltas
+    assert traced == estimated, deltas

@@ -34,9 +34,10 @@ from typing import Any
 
 from vramlens.errors import VramlensError
 from vramlens.estimator import check_workload, estimate_spec
-from vramlens.estimator.activations import bnb_kept_head_input, bnb_kept_input_bytes, logits_bytes
+from vramlens.estimator.activations import logits_bytes
 from vramlens.estimator.core import (
     activation_totals,
+    kept_past_backward,
     offload_frozen_casts,
     offloaded_block,
     output_layer_cast,
@@ -93,8 +94,8 @@ class Activations:
     head_grad_in_forward: bool = False
     final_norm_backward: int = 0
     host: int = 0  # activation offloading: the saved activations' host copies
-    kept_inputs: int = 0  # bitsandbytes < 0.43.2: the 4-bit matmuls' inputs kept on their nodes (--bnb-inputs)
-    kept_next: bool = False  # ... and held into the next forward (--bnb-inputs next-forward)
+    kept_inputs: int = 0  # not freed by backward: old bitsandbytes' kept inputs, logits-sum's outputs (core.kept_past_backward)
+    kept_next: bool = False  # ... and held into the next forward
     recompute: int = 0  # a checkpointed block's recomputation (core.ActivationTotals)
     recompute_after: int = 0
     uncheckpointed: tuple[int, int] = (1, 1)
@@ -238,6 +239,7 @@ class FastMemory:
                 vis_saved, w = vis.saved, replace(w, seq=w.seq + vis.tokens)
             t = activation_totals(self.spec, w, sp)
             logits = logits_bytes(self.spec, w, w.batch * w.seq) if sp.has_head else 0
+            kept = kept_past_backward(self.spec, w, sp, logits)
             a = self._acts[key] = Activations(
                 saved=t.saved + vis_saved, one_layer=t.one_layer, loss_transient=t.loss_transient, head_saved=t.head_saved,
                 logits=logits, later_pass=t.later_pass, loss_backward=t.loss_backward,
@@ -250,11 +252,7 @@ class FastMemory:
                 dequant_forward=t.dequant_forward, dequant_backward=t.dequant_backward,
                 dequant_temporary=t.dequant_temporary, mlp_backward=t.mlp_backward,
                 head_dequant_forward=t.head_dequant_forward, head_dequant_backward=t.head_dequant_backward,
-                kept_inputs=bnb_kept_input_bytes(self.spec, w, w.batch, w.seq, w.tp) * sp.layers
-                * sp.micro_batches_in_flight
-                + (bnb_kept_head_input(self.spec, w, w.batch, w.seq) if sp.has_head else 0),
-                kept_next=w.bnb_inputs == "next-forward",
-                tied_last=tied_last(self.spec, w, sp.has_head, logits),
+                kept_inputs=kept[0], kept_next=kept[1], tied_last=tied_last(self.spec, sp.has_head),
                 head_cast=output_layer_cast(self.spec, w, sp.has_head) if w.activation_offload else None)
         return a
 

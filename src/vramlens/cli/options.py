@@ -249,7 +249,8 @@ def add_workload_args(p: argparse.ArgumentParser) -> None:
                    help="the transformers release that runs the model (default: transformers 5). Inference: "
                         "before 4.42 every decode step of generate() keeps the previous cache beside the new one; "
                         "training: before 4.49 OPT's eager attention keeps its clamped scores; older GPT-2 and "
-                        "GPT-NeoX blocks hold causal-mask buffers")
+                        "GPT-NeoX blocks hold causal-mask buffers; under --loss logits-sum older GPT-2, GPT-NeoX "
+                        "and OPT forwards return each block's (key, value) tuple, held with the logits")
     g.add_argument("--audio-seconds", type=_audio_seconds, default=None, metavar="S",
                    help="speech encoder-decoders (Whisper): seconds of audio per sample; padded to 30-second "
                         "windows of 1,500 encoder positions, ceil(S/30) windows per sample; --seq is the "

@@ -603,6 +603,13 @@ def sdpa_core(spec: ModelSpec, w: Workload, *, cross: bool) -> str:
     return "eager" if grad_mask else w.attention
 
 
+def output_copied(spec: ModelSpec, w: Workload) -> bool:
+    """Whether the attention hands a fused SDPA kernel contiguous head-major q, k and v, so that the kernel's output
+    comes back transposed and the transpose back is a copy (ModelSpec.attention_output_copy, or an older release's
+    ModelSpec.legacy_output_copy_before)."""
+    return spec.attention_output_copy or w.runs_before(spec.legacy_output_copy_before)
+
+
 def layer_activations(spec: ModelSpec, w: Workload, b: int, s: int, *, cross_s: int = 0, tp: int = 1,
                       layer: int | None = None, local: bool = False) -> LayerActivations:
     """Saved-for-backward bytes of one transformer block for a micro-batch of b sequences of s tokens.
@@ -685,11 +692,23 @@ def layer_activations(spec: ModelSpec, w: Workload, b: int, s: int, *, cross_s: 
             total += q + k_saved + v_saved
         else:
             total += q + 2 * kv_saved
+        # selective recomputation wraps the attention interface's function (vramlens.trace.build): its checkpoint
+        # keeps the function's inputs (q, k and v's view) and recomputes the rest
+        selective = w.checkpointing == "selective" and spec.attention_interface
+        eager_core = attention == "eager" and not selective
+        if eager_core and spec.legacy_rotary_cache_dim and c < 4 and w.runs_before(spec.legacy_buffers_before):
+            # GPT-NeoX before 4.49 rotates with its fp32 cos/sin caches: q and k come out of torch.cat in fp32, and
+            # eager's baddbmm keeps them so (v4.42.4 wheel, modeling_gpt_neox.py lines 247-249 and 261-281; SDPA
+            # casts them back first, lines 550-554)
+            total += _r(4 * D.a * D.d * t) - q + _r(4 * D.kv * D.d * t) - kv
         if nope and spec.attention_temperature:
             # Llama 4's NoPE blocks: ``query_states * attn_scales`` keeps the fp32 (b, s, 1, 1) scales
             total += _r(4 * t)
-        if spec.fused_qkv_kept and spec.position == "rotary" and not (w.fused_qkv and attention != "eager"):
-            total += q + kv  # the fused projection output: v's view keeps its q and k parts alive too
+        if (spec.fused_qkv_kept and spec.position == "rotary" and not eager_core
+                and not (w.fused_qkv and attention != "eager")):
+            # the fused projection output: the kernel (or selective's checkpoint) keeps v's view, and so its q and
+            # k parts too; eager's matmul reshapes that strided view into a copy (counted above) and keeps the copy
+            total += q + kv
         if spec.qk_norm == "l2":
             # Llama4TextL2Norm on the rotated q and k of a rotary block: ``x.float() * rsqrt(mean(x^2) + eps)``
             # keeps the fp32 copy and the fp32 (t, heads, 1) rsqrt; no weight
@@ -700,10 +719,8 @@ def layer_activations(spec: ModelSpec, w: Workload, b: int, s: int, *, cross_s: 
             # into the rotation, which keeps nothing of it
             total += _norm_saved(kind, D.a * D.d, t, c, c, 0, False, full) + _norm_saved(kind, D.kv * D.d, t, c, c, 0,
                                                                                       False, full)
-        # selective recomputation wraps the attention interface's function (vramlens.trace.build); a model
-        # computing its attention itself (DeBERTa-v2) keeps its scores
-        selective = w.checkpointing == "selective" and spec.attention_interface
-        if attention == "eager" and not selective:
+        # a model computing its attention itself (DeBERTa-v2) keeps its scores under selective recomputation
+        if eager_core:
             # with attention sinks (gpt-oss) the softmax runs over S + 1 columns, and the row maximum
             # subtracted first keeps its int64 indices (b, a, s, 1) for backward
             probs = b * D.a * s * (S + 1 if spec.attention_sinks else S)
@@ -744,7 +761,7 @@ def layer_activations(spec: ModelSpec, w: Workload, b: int, s: int, *, cross_s: 
             total += rel
             quad += rel_quad
         # (fp32 runs the memory-efficient kernel, which writes (b, s, a, d) whatever the query's layout)
-        if attn_out_saves and (attention == "eager" or (spec.attention_output_copy and c != 4)):
+        if attn_out_saves and (attention == "eager" or (output_copied(spec, w) and c != 4)):
             # attn_output.transpose(1, 2).contiguous(): a copy (b, s, a*d) that o_proj keeps. The fused
             # kernels (flash, memory-efficient) write their output as (b, s, a, d) and return it
             # transposed, so the transpose back is already contiguous: o_proj keeps the kernel's own
@@ -769,7 +786,7 @@ def layer_activations(spec: ModelSpec, w: Workload, b: int, s: int, *, cross_s: 
             total += cq + _r(c * D.a * D.d * t)  # the contiguous copy o keeps
         else:
             total += _r(c * D.a * D.d * t) + _r(4 * b * D.a * s) + SDPA_RNG
-            if attn_out_saves and spec.attention_output_copy and c != 4:
+            if attn_out_saves and output_copied(spec, w) and c != 4:
                 total += _r(c * D.a * D.d * t)  # the head-major output's copy the out projection keeps
             if spec.position == "relative":
                 # T5's cross-attention bias (zeros, (1, a, s, S)) is SDPA's attn_mask, kept for backward
@@ -1468,7 +1485,7 @@ def offload_recopies(spec: ModelSpec, w: Workload, b: int, s: int) -> tuple[int,
     attention = sdpa_core(spec, w, cross=False)
     attn_out_saves = trained_linears(spec, w, "attn_out") * own > 0
     if attention != "eager":
-        if attn_out_saves and not (spec.attention_output_copy and c != 4):
+        if attn_out_saves and not (output_copied(spec, w) and c != 4):
             per_block += _packed(c * D.a * D.d * t)
         per_block -= SDPA_RNG
     norms = len({x.module for x in spec.tensors

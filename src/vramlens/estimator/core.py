@@ -650,6 +650,21 @@ def offloaded_block(st: TrainState, fig: tuple[int, int, int, int]) -> tuple[int
     return layers, st.grads * block // max(1, total), norm
 
 
+def kept_past_backward(spec: ModelSpec, w: Workload, sp: Split, logits: int) -> tuple[int, bool]:
+    """For train_phases: (``kept_inputs``, ``kept_next``), what of the saved activations backward does not free and
+    whether the loop holds it into the next forward. bitsandbytes < 0.43.2's 4-bit matmuls keep their inputs on
+    their nodes (Workload.bnb_inputs); ``--loss logits-sum``'s ``outputs`` holds the logits and, under an older
+    release, every block's (key, value) tuple with the storages they view (losses.presents_held), through backward
+    and until the next forward returns."""
+    from vramlens.estimator.losses import presents_held
+
+    kept = A.bnb_kept_input_bytes(spec, w, w.batch, w.seq, w.tp) * sp.layers * sp.micro_batches_in_flight
+    if sp.has_head:
+        kept += A.bnb_kept_head_input(spec, w, w.batch, w.seq)
+    outputs = logits + presents_held(spec, w, w.batch * w.seq)[0] if w.loss == "logits-sum" and sp.has_head else 0
+    return kept + outputs, w.bnb_inputs == "next-forward" or outputs > 0
+
+
 def output_layer_cast(spec: ModelSpec, w: Workload, has_head: bool) -> int:
     """The output layer's weight cast to the compute dtype (c*V*h/tp bytes), 0 without one on this GPU."""
     if not (has_head and A.has_lm_head(spec)):
@@ -882,9 +897,7 @@ def estimate_spec(spec: ModelSpec, w: Workload, gpu: GPU | None = None, *, headr
         if w.activation_offload and st.frozen_casts:
             st, moved = offload_frozen_casts(st, output_layer_cast(spec, w, sp.has_head))
             act_host += moved
-        kept_inputs = A.bnb_kept_input_bytes(spec, w, w.batch, w.seq, w.tp) * sp.layers * sp.micro_batches_in_flight
-        if sp.has_head:
-            kept_inputs += A.bnb_kept_head_input(spec, w, w.batch, w.seq)
+        kept_inputs, kept_next = kept_past_backward(spec, w, sp, logits)
 
         def phases_of(s: TrainState) -> tuple[tuple[str, int], ...]:
             return train_phases(s, acts, loss_tmp, head_saved, w.grad_accum, logits,
@@ -899,8 +912,8 @@ def estimate_spec(spec: ModelSpec, w: Workload, gpu: GPU | None = None, *, headr
                                 final_norm_backward=at.final_norm_backward, dequant_forward=at.dequant_forward,
                                 dequant_backward=at.dequant_backward, dequant_temporary=at.dequant_temporary,
                                 mlp_backward=at.mlp_backward, kept_inputs=kept_inputs,
-                                kept_next=w.bnb_inputs == "next-forward",
-                                tied_last=tied_last(spec, w, sp.has_head, logits),
+                                kept_next=kept_next,
+                                tied_last=tied_last(spec, sp.has_head),
                                 head_dequant_forward=at.head_dequant_forward,
                                 head_dequant_backward=at.head_dequant_backward)
 

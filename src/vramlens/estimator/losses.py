@@ -26,7 +26,9 @@ With t = b*s tokens, V the vocabulary, h the hidden size, c bytes of the compute
   until the next forward returns (the name is rebound then). ``SumBackward`` hands back
   ``grad.expand(sizes)`` (no bytes); on CUDA the output layer's matmuls cannot read that stride-0
   gradient and clone it dense (``prepare_matrix_for_cublas``, aten/src/ATen/native/cuda/Blas.cpp):
-  c*V*t more while the output layer's backward runs.
+  c*V*t more while the output layer's backward runs. With an older ``--transformers-version`` whose forward
+  returns a (key, value) tuple per block (ModelSpec.legacy_presents, Workload.holds_presents), ``outputs`` holds
+  those too: :func:`presents_held`.
 """
 
 from __future__ import annotations
@@ -84,6 +86,26 @@ def final_norm_backward(spec: ModelSpec, w: Workload, t: int) -> int:
     return _r(c * h * t) + own
 
 
+def presents_held(spec: ModelSpec, w: Workload, t: int) -> tuple[int, int]:
+    """What the loop's ``outputs`` holds of the per-block (key, value) tuples an older transformers release returns
+    (ModelSpec.legacy_presents), over t tokens: (one step's, alive through its backward and the next forward until
+    it returns; of those, what the step's autograd does not keep). (0, 0) unless Workload.holds_presents.
+
+    Every storage a tuple views stays alive with it: GPT-2's whole ``c_attn`` output, GPT-NeoX's ``query_key_value``
+    output, OPT's contiguous keys and values. In the tuple's own step SDPA keeps views of them anyway, and so does
+    OPT's eager bmm; GPT-2's and GPT-NeoX's eager matmuls keep copies instead (``LegacyPresents.eager_copies``), so
+    only the tuple keeps the storages. GPT-NeoX's fp32 key: eager's baddbmm keeps it (counted in the blocks:
+    vramlens.estimator.activations.layer_activations), SDPA its fp16 cast.
+    """
+    lp = spec.legacy_presents
+    if lp is None or not w.holds_presents(lp.before):
+        return 0, 0
+    c, L, tp = DTYPE_BYTES[w.compute_dtype], spec.n_decoder_layers, max(1, w.tp)
+    eager = w.attention == "eager"
+    storages, key = sum(_r(c * n // tp * t) for n in lp.kept), _r(4 * lp.key_fp32 // tp * t)
+    return L * (storages + key), L * (storages if eager and lp.eager_copies else 0) + L * (0 if eager else key)
+
+
 def loss_figures(spec: ModelSpec, w: Workload, b: int, s: int) -> LossFigures | None:
     """The figures of a chunked or fused causal-LM loss, or None for transformers' own loss."""
     t = b * s
@@ -97,14 +119,20 @@ def loss_figures(spec: ModelSpec, w: Workload, b: int, s: int) -> LossFigures | 
     norm = final_norm_backward(spec, w, t)
     if w.loss == "logits-sum":
         logits = _r(c * V * t)
-        # saved: this step's logits, held by ``outputs`` (not by autograd) through backward; peak: the
-        # previous step's beside them until the forward returns; the output layer's backward: the
-        # logits and their dense gradient; the final norm's: the logits still held
-        return LossFigures(saved=logits, peak=2 * logits, backward=0, head_backward=2 * logits, head_grads=1,
-                           head_backward_later=0, grad_in_forward=False, final_norm_backward=norm + logits,
+        prev, held = presents_held(spec, w, t)
+        # saved: this step's logits (and what of its presents autograd does not keep), held by ``outputs`` (not
+        # by autograd) through backward; peak: the previous step's outputs beside them until the forward
+        # returns; the output layer's backward: the logits and their dense gradient; the final norm's: the
+        # logits still held
+        return LossFigures(saved=logits + held, peak=2 * logits + held + prev, backward=0,
+                           head_backward=2 * logits + held, head_grads=1, head_backward_later=0, grad_in_forward=False,
+                           final_norm_backward=norm + logits + held,
                            formula="logits.sum() (no labels): the logits (c*V per token) held by the loop's outputs, "
                                    "the previous step's until the forward returns, their gradient cloned dense for "
-                                   "the output layer's matmuls (CUDA)")
+                                   "the output layer's matmuls (CUDA)"
+                                   + (f"; with them every block's (key, value) tuple of transformers "
+                                      f"{w.transformers_version} (the previous step's {prev:,} B, this step's fp32 "
+                                      f"keys {held:,} B)" if prev else ""))
     if w.loss == "fused-linear":
         k = min(t, liger_chunk_tokens(t, h, V))
         grad_x = _r(c * h * t)

@@ -389,8 +389,9 @@ def train_phases(st: TrainState, acts: int, loss_tmp: int, head_saved: int, grad
             candidate of its own beside ``dequant_backward``'s and the recomputation's, never
             added to them (0 when the last block is checkpointed: ``recompute`` covers it).
         kept_inputs: what bitsandbytes < 0.43.2's 4-bit matmuls keep on their autograd nodes
-            (activations.bnb_kept_input_bytes, all blocks): in ``acts`` too, but not freed by backward,
-            so alive until the graph goes (Workload.bnb_inputs).
+            (activations.bnb_kept_input_bytes, all blocks), and the (key, value) tuples an older release
+            returns to a loop that holds them (losses.presents_held): in ``acts`` too, but not freed by
+            backward, so alive until the graph (or the output holding them) goes (Workload.bnb_inputs).
         kept_next: the loop keeps the step's output, so the graph and ``kept_inputs``, through the
             optimizer step and until the next forward returns (before its loss).
         loss_outside_model: FSDP2 with the loss run after the model's forward returns (torchtune's
@@ -508,7 +509,7 @@ def train_phases(st: TrainState, acts: int, loss_tmp: int, head_saved: int, grad
         if tied_last is not None and st.head_grad and not st.in_backward:
             # the last op of backward: the output layer's weight gradient waited in the shared leaf's
             # InputBuffer, the embedding's is made beside it, and the two are added out of place
-            bwd = max(bwd, persistent + st.grads + 2 * st.head_grad + tied_last)
+            bwd = max(bwd, persistent + st.grads + 2 * st.head_grad + tied_last + kept_inputs)
         optim = persistent + _step(st) + held
         if st.in_backward:
             # each parameter's step runs inside backward on its own gradient: an untied output
@@ -522,14 +523,14 @@ def train_phases(st: TrainState, acts: int, loss_tmp: int, head_saved: int, grad
     return (("forward", fwd + ws), ("backward", bwd + ws), ("optimizer", optim + ws))
 
 
-def tied_last(spec: ModelSpec, w: Workload, has_head: bool, logits: int) -> int | None:
+def tied_last(spec: ModelSpec, has_head: bool) -> int | None:
     """For train_phases' ``tied_last``: None unless the output layer is tied to the input embedding (BERT's and
     DistilBERT's masked-LM decoders, GPT-2, tied decoders; Whisper's has its own figure, the encoder's backward
-    coming after: vramlens.estimator.core); else what is held then beside the gradients and the two addends:
-    ``--loss logits-sum``'s logits (the loop's outputs), or nothing."""
+    coming after: vramlens.estimator.core); else what is held then beside the gradients, the two addends and
+    ``kept_inputs`` (``--loss logits-sum``'s outputs are there): nothing."""
     if not (spec.tied_embeddings and has_head) or spec.audio is not None:
         return None
-    return logits if w.loss == "logits-sum" else 0
+    return 0
 
 
 def _step(st: TrainState) -> int:

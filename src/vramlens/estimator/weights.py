@@ -157,17 +157,16 @@ def legacy_block_buffer_bytes(spec: ModelSpec, w: Workload) -> int:
     LlamaAttention before 4.41: its own rotary embedding, ``inv_freq`` (head_dim / 2 fp32) and cos/sin caches of
     (P, head_dim) made ``.to(torch.get_default_dtype())``, the load dtype under ``from_pretrained(torch_dtype=...)``.
     """
-    r = w.transformers_release
-    if r is None:
+    if w.transformers_release is None:
         return 0
     P = spec.max_position
     block = 0
-    if spec.legacy_buffers_before is not None and r[:2] < spec.legacy_buffers_before:
+    if w.runs_before(spec.legacy_buffers_before):
         block += round_up(P * P, BLOCK) + BLOCK
         dim = spec.legacy_rotary_cache_dim
         if dim:
             block += round_up(4 * (dim // 2), BLOCK) + 2 * round_up(4 * P * dim, BLOCK)
-    if spec.legacy_rotary_cache_before is not None and r[:2] < spec.legacy_rotary_cache_before:
+    if w.runs_before(spec.legacy_rotary_cache_before):
         d = spec.head_dim
         block += round_up(4 * (d // 2), BLOCK) + 2 * round_up(DTYPE_BYTES[w.dtype] * P * d, BLOCK)
     return block

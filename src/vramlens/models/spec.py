@@ -140,6 +140,28 @@ class MLA:
 
 
 @dataclass(frozen=True, slots=True)
+class LegacyPresents:
+    """What the per-layer ``(key, value)`` tuple of an older transformers release keeps alive, per token of one
+    block, when a training forward returns it: the config's ``use_cache`` (True by default for GPT-2, GPT-NeoX and
+    OPT) turned off only under gradient checkpointing, so a loop that calls ``model(**inputs)`` gets every block's
+    tuple in ``outputs.past_key_values`` (``--loss logits-sum``: Workload.returns_presents).
+
+    ``kept``: the widths (elements per token, compute dtype) of the storages the tuple's tensors are or view
+    (GPT-2: ``c_attn``'s (b, s, 3h) output, split and viewed; OPT: the ``.contiguous()`` keys and values, h each);
+    SDPA keeps views of them too; ``eager_copies``: eager attention's matmuls reshape those strided views into
+    copies and keep the copies, so in the tuple's own step only the tuple keeps the storages (GPT-2, GPT-NeoX;
+    OPT's eager bmm keeps the contiguous tensors themselves). ``key_fp32``: the width of a key the tuple holds in
+    fp32 (GPT-NeoX: ``torch.cat`` of the part rotated by the fp32 cos/sin caches and the fp16 rest), which eager's
+    baddbmm keeps and SDPA does not (it keeps the fp16 cast).
+    """
+
+    before: tuple[int, int]  # the first release whose forward returns a Cache object instead (not modelled)
+    kept: tuple[int, ...]
+    eager_copies: bool = True
+    key_fp32: int = 0
+
+
+@dataclass(frozen=True, slots=True)
 class TensorInfo:
     """One parameter or buffer: its name as in ``state_dict``, shape, dtype and role.
 
@@ -239,7 +261,7 @@ class ModelSpec:
     outside_loss: tuple[str, ...] = ()
     #: the attention's fused q/k/v projection output stays alive until backward although rotary
     #: makes new q and k: v is a view of it (GPT-NeoX ``query_key_value``), so a block keeps the
-    #: fused output and the rotated q and k
+    #: fused output and the rotated q and k (under SDPA; eager's matmul keeps a copy of v)
     fused_qkv_kept: bool = False
     #: residual dropouts per block: BERT drops out the attention output and the MLP output (2),
     #: DistilBERT only the FFN output (modeling_distilbert.py ``FFN.ff_chunk``)
@@ -310,6 +332,9 @@ class ModelSpec:
     #: LlamaAttention before 4.41, (4, 41); allocated with the model, in any mode. Read only for an older
     #: ``Workload.transformers_version``; None: no such caches
     legacy_rotary_cache_before: tuple[int, int] | None = None
+    #: the per-layer (key, value) tuple an older release returns from a training forward (LegacyPresents); read
+    #: only for an older ``Workload.transformers_version`` under ``--loss logits-sum``; None: none
+    legacy_presents: LegacyPresents | None = None
     #: blocks whose attention sees only the last ``sliding_window`` tokens (transformers'
     #: ``layer_types``; ModernBERT: all but every ``global_attn_every_n_layers``-th, a window on each
     #: side); transformers caches at most the window for a decoder's (DynamicSlidingWindowLayer), and
@@ -391,6 +416,10 @@ class ModelSpec:
     #: output projection keeps when it trains; a query left as a transposed view gets it for free (Llama), and
     #: so does fp32, whose memory-efficient kernel writes (b, s, a, d) whatever the query's layout
     attention_output_copy: bool = False
+    #: releases before this one made q, k and v so (OPT's ``_shape``: ``.transpose(1, 2).contiguous()``, v4.48.3
+    #: wheel modeling_opt.py lines 128 and 408-409; v4.49.0 leaves transposed views, lines 148-153), with the same
+    #: output copy; read only for an older ``Workload.transformers_version`` (activations.output_copied)
+    legacy_output_copy_before: tuple[int, int] | None = None
     # ---- speech encoders ------------------------------------------------------------------------
     #: the audio side of a speech encoder-decoder (mel bins, 1,500 encoder positions per 30 s); None otherwise
     audio: Audio | None = None

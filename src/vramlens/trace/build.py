@@ -71,6 +71,9 @@ class Built:
     vlm_tiles: int = 1
     vlm_specials: int = 0
     vlm_pixels_cast: bool = False
+    #: an older release's per-block (key, value) tuples that the loop holds (Workload.holds_presents): what each
+    #: forward's emulation collects (_collect_legacy_presents), for the runner to hold with the outputs; None: none
+    presents: list[torch.Tensor] | None = None
 
 
 def config_layers(cfg: dict) -> int:
@@ -211,10 +214,19 @@ def build_hf(cfg: dict, wl: Workload, *, fake_mode=None, layers: int | None = No
     attn = "eager" if wl.attention == "eager" else "sdpa"
     if wl.attention == "flash":
         notes.append("--attention flash traced as sdpa with CUDA's flash kernel choice (flash-attn is CUDA-only)")
-    if wl.legacy_score_clamp and attn == "eager" and (clamped := _clamped_eager_attention(cfg)) is not None:
+    presents = _legacy_presents(cfg, wl)
+    if wl.legacy_score_clamp and attn == "eager" and (clamped := _clamped_eager_attention(cfg, presents)) is not None:
         attn = clamped
         notes.append(f"transformers {wl.transformers_version}: eager attention clamps the masked scores "
                      "(torch.max(scores + mask, finfo.min), OPTAttention before 4.49; emulated)")
+    if attn == "sdpa" and (contiguous := _contiguous_sdpa_attention(cfg, wl, presents)) is not None:
+        attn = contiguous
+        notes.append(f"transformers {wl.transformers_version}: q, k and v made contiguous head-major before SDPA, so "
+                     "the kernel's output is copied back (OPTAttention._shape before 4.49; emulated)")
+    if attn == "eager" and (fp32 := _fp32_rotary_eager_attention(cfg, wl, presents)) is not None:
+        attn = fp32
+        notes.append(f"transformers {wl.transformers_version}: q and k leave the rotary embedding in fp32 and eager "
+                     "attention keeps them so (GPTNeoXAttention before 4.49; emulated)")
     if wl.checkpointing == "selective":
         attn = _selective_attention(cls, attn)
     try:
@@ -236,6 +248,10 @@ def build_hf(cfg: dict, wl: Workload, *, fake_mode=None, layers: int | None = No
             retie(model)
     if (legacy := _add_legacy_buffers(model, cfg, wl, fake_mode)) is not None:
         notes.append(legacy)
+    if presents is not None:
+        _hook_legacy_presents(model, cfg, attn, presents)
+        notes.append(f"transformers {wl.transformers_version}: each block returns its (key, value) tuple, held by the "
+                     "loop's outputs until the next forward returns (emulated)")
     if wl.method == "qlora" and wl.quant_head:
         from vramlens.models.heads import head_of
 
@@ -323,7 +339,7 @@ def build_hf(cfg: dict, wl: Workload, *, fake_mode=None, layers: int | None = No
         raise TraceError(f"audio_seconds={wl.audio_seconds:g} applies to speech encoder-decoders (Whisper); "
                          f"{cls.__name__} takes no audio: drop --audio-seconds")
     text_config = config.get_text_config() if hasattr(config, "get_text_config") else config  # a VLM's text model
-    return Built(model=model, kind=kind, vocab_size=int(getattr(text_config, "vocab_size", 0) or 0),
+    return Built(model=model, kind=kind, vocab_size=int(getattr(text_config, "vocab_size", 0) or 0), presents=presents,
                  notes=notes, n_layers=n, config=config, image=image, interpolate=interpolate, audio=audio,
                  vlm_images=vlm_images, vlm_anyres=vlm_anyres, vlm_tiles=tiles, vlm_specials=specials,
                  vlm_pixels_cast=cls.__name__ == "Llama4ForConditionalGeneration")
@@ -385,9 +401,8 @@ def _add_legacy_buffers(model: nn.Module, cfg: dict, wl: Workload, fake_mode) ->
     if wl.transformers_release is None:
         return None
     spec = spec_from_config(cfg)
-    r, before, rotary_before = wl.transformers_release, spec.legacy_buffers_before, spec.legacy_rotary_cache_before
-    masks = before is not None and r[:2] < before
-    rotary = rotary_before is not None and r[:2] < rotary_before
+    masks = wl.runs_before(spec.legacy_buffers_before)
+    rotary = wl.runs_before(spec.legacy_rotary_cache_before)
     if not masks and not rotary:
         return None
     P, dim, d = spec.max_position, spec.legacy_rotary_cache_dim, spec.head_dim
@@ -418,6 +433,50 @@ def _add_legacy_buffers(model: nn.Module, cfg: dict, wl: Workload, fake_mode) ->
             if masks else []) + ([f"rotary cos/sin caches ({P}, {d}) in {wl.dtype}"] if rotary else [])
     return (f"transformers {wl.transformers_version}: each of the {blocks} attention modules holds "
             + " and ".join(what) + " (emulated)")
+
+
+def _legacy_presents(cfg: dict, wl: Workload) -> list[torch.Tensor] | None:
+    """The list that emulates an older release's per-block (key, value) tuples held by the loop
+    (Workload.holds_presents, ModelSpec.legacy_presents), filled during each forward by the hooks of
+    :func:`_hook_legacy_presents` and the emulated eager attentions; None when not emulated."""
+    from vramlens.models import spec_from_config
+
+    lp = spec_from_config(cfg).legacy_presents
+    if lp is None or not wl.holds_presents(lp.before) or str(cfg.get("model_type")) not in _PRESENTS_SOURCES:
+        return None
+    return []
+
+
+#: the modules whose outputs an older release's per-block (key, value) tuple is or views (ModelSpec.legacy_presents):
+#: GPT-2's c_attn output split in three and GPT-NeoX's query_key_value output (the value a view of it); OPT's
+#: contiguous keys and values are made and held by its emulated attentions (_clamped_eager_attention,
+#: _contiguous_sdpa_attention)
+_PRESENTS_SOURCES = {"gpt2": ("attn.c_attn",), "gpt_neox": ("attention.query_key_value",), "opt": ()}
+
+
+def _hook_legacy_presents(model: nn.Module, cfg: dict, attn: str, presents: list[torch.Tensor]) -> None:
+    """Keep each block's storages its (key, value) tuple views in ``presents`` (``_PRESENTS_SOURCES``); with
+    ``LegacyPresents.key_fp32`` (GPT-NeoX before 4.45) under SDPA also the fp32 key, (b, a, s, d) as 4.42's
+    ``torch.cat`` of the fp32-rotated part and the rest makes it (under eager the emulated attention holds the
+    fp32 key it keeps: _fp32_rotary_eager_attention)."""
+    from vramlens.models import spec_from_config
+
+    spec = spec_from_config(cfg)
+    assert spec.legacy_presents is not None
+    sources = _PRESENTS_SOURCES[str(cfg.get("model_type"))]
+    fp32_key = spec.legacy_presents.key_fp32 > 0 and attn == "sdpa"
+    a, d = spec.n_heads, spec.head_dim
+
+    def hook(_module, _args, out):
+        presents.append(out)
+        if fp32_key:
+            with torch.no_grad():  # GPTNeoXAttention's qkv is (b, s, a, 3d): the key is the middle d of each head
+                key = out.view(*out.shape[:-1], a, 3 * d)[..., d:2 * d].transpose(1, 2)
+                presents.append(key.to(torch.float32, memory_format=torch.contiguous_format))
+
+    for name, m in model.named_modules():
+        if sources and name.endswith(sources):
+            m.register_forward_hook(hook)
 
 
 def retie(model: nn.Module) -> None:
@@ -637,10 +696,12 @@ def _output_head_names(model: nn.Module) -> tuple[str, ...]:
     return tuple(names)
 
 
-def _clamped_eager_attention(cfg: dict) -> str | None:
+def _clamped_eager_attention(cfg: dict, presents: list[torch.Tensor] | None = None) -> str | None:
     """Register eager attention as transformers before 4.49 ran it for a model with ``ModelSpec.score_clamp`` (OPT):
-    the scores plus the mask clamped from below by ``torch.max`` with the dtype's minimum (modeling_opt.py lines
-    200-203 of the v4.48.0 wheel), then the fp32 softmax cast back, dropout and the product with the values."""
+    keys and values made contiguous (``OPTAttention._shape``, modeling_opt.py line 121 of the v4.45.0 wheel; the
+    matmuls keep them), the scores plus the mask clamped from below by ``torch.max`` with the dtype's minimum
+    (lines 200-203 of the v4.48.0 wheel), then the fp32 softmax cast back, dropout and the product with the values.
+    With ``presents`` (_legacy_presents) the keys and values go there too: the block's (key, value) tuple."""
     from transformers import AttentionInterface
     from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, AttentionMaskInterface
 
@@ -650,6 +711,9 @@ def _clamped_eager_attention(cfg: dict) -> str | None:
         return None
 
     def clamped(module, query, key, value, attention_mask, scaling, dropout=0.0, **kwargs):
+        key, value = key.contiguous(), value.contiguous()
+        if presents is not None:
+            presents.extend((key, value))
         scores = torch.matmul(query, key.transpose(-1, -2)) * scaling
         if attention_mask is not None:
             floor = torch.tensor(torch.finfo(scores.dtype).min, device=scores.device, dtype=scores.dtype)
@@ -661,6 +725,67 @@ def _clamped_eager_attention(cfg: dict) -> str | None:
     name = "vramlens_clamped_eager"
     AttentionInterface.register(name, clamped)
     # and eager's mask (transformers' masking_utils returns no mask for a name it does not know)
+    AttentionMaskInterface.register(name, ALL_MASK_ATTENTION_FUNCTIONS["eager"])
+    return name
+
+
+def _contiguous_sdpa_attention(cfg: dict, wl: Workload, presents: list[torch.Tensor] | None) -> str | None:
+    """Register SDPA as OPT ran it before 4.49 (ModelSpec.legacy_output_copy_before): q, k and v made contiguous
+    head-major (``_shape``'s ``.transpose(1, 2).contiguous()``, modeling_opt.py lines 128 and 408-440 of the v4.48.3
+    wheel), so the kernel writes its output in that layout and the transpose back is a copy; then today's SDPA
+    function. With ``presents`` (_legacy_presents) the keys and values go there too: the block's tuple."""
+    from transformers import AttentionInterface
+    from transformers.integrations.sdpa_attention import sdpa_attention_forward
+    from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, AttentionMaskInterface
+
+    from vramlens.models import spec_from_config
+
+    if not wl.runs_before(spec_from_config(cfg).legacy_output_copy_before):
+        return None
+
+    def contiguous(module, query, key, value, attention_mask, **kwargs):
+        query, key, value = query.contiguous(), key.contiguous(), value.contiguous()
+        if presents is not None:
+            presents.extend((key, value))
+        return sdpa_attention_forward(module, query, key, value, attention_mask, **kwargs)
+
+    name = "vramlens_contiguous_sdpa"
+    AttentionInterface.register(name, contiguous)
+    AttentionMaskInterface.register(name, ALL_MASK_ATTENTION_FUNCTIONS["sdpa"])
+    return name
+
+
+def _fp32_rotary_eager_attention(cfg: dict, wl: Workload, presents: list[torch.Tensor] | None) -> str | None:
+    """Register eager attention as GPT-NeoX ran it before 4.49 (ModelSpec.legacy_rotary_cache_dim): q and k leave the
+    rotary embedding in fp32 (its fp32 cos/sin caches, then torch.cat with the fp16 rest), ``baddbmm`` into fp32
+    zeros keeps them, the fp32 scores masked, softmax in fp32 cast back, dropout and the product with the values
+    (modeling_gpt_neox.py lines 247-249 and 261-311 of the v4.42.4 wheel); today's q and k arrive in fp16 and are
+    cast here. With ``presents`` (_legacy_presents) the fp32 key goes there too: the block's tuple holds it."""
+    from transformers import AttentionInterface
+    from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, AttentionMaskInterface
+
+    from vramlens.models import spec_from_config
+
+    spec = spec_from_config(cfg)
+    if not spec.legacy_rotary_cache_dim or not wl.runs_before(spec.legacy_buffers_before):
+        return None
+
+    def fp32_rotary(module, query, key, value, attention_mask, scaling, dropout=0.0, **kwargs):
+        b, a, s, d = query.shape
+        q32, k32 = query.float(), key.float()
+        if presents is not None:
+            presents.append(k32)
+        zeros = torch.zeros(b * a, s, k32.shape[-2], dtype=torch.float32, device=query.device)
+        scores = torch.baddbmm(zeros, q32.view(b * a, s, d), k32.view(b * a, -1, d).transpose(1, 2), beta=1.0,
+                               alpha=scaling).view(b, a, s, -1)
+        if attention_mask is not None:
+            scores = scores + attention_mask
+        probs = nn.functional.softmax(scores, dim=-1).to(value.dtype)
+        probs = nn.functional.dropout(probs, p=dropout, training=module.training)
+        return torch.matmul(probs, value).transpose(1, 2).contiguous(), probs
+
+    name = "vramlens_fp32_rotary_eager"
+    AttentionInterface.register(name, fp32_rotary)
     AttentionMaskInterface.register(name, ALL_MASK_ATTENTION_FUNCTIONS["eager"])
     return name
 

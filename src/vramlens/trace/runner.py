@@ -600,6 +600,9 @@ class Runner:
                         loss = self._loss(out)
                 if wl.loss == "logits-sum":
                     held.append(out)  # ... and keeps this step's outputs until the next forward returns
+                    if built.presents:  # an older release's (key, value) tuples, in the outputs too
+                        held.append(list(built.presents))
+                        built.presents.clear()
                 del out  # as the HF Trainer does: only the loss survives the forward
                 rec.end_forward()
                 rec.set_phase("backward", step)

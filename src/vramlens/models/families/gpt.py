@@ -32,6 +32,7 @@ from vramlens.models.families._common import (
     rope_partial,
     torch_dtype,
 )
+from vramlens.models.spec import LegacyPresents
 
 MODEL_TYPES = ("gpt2", "gpt_bigcode", "opt", "bloom", "falcon", "gpt_neox", "phi")
 
@@ -100,6 +101,10 @@ def build_gpt2(r: ConfigReader, architecture: str) -> Built:
         # every block through transformers 4.57 (modeling_gpt2.py of the v4.42.0 and v4.57.0 wheels); 5.0 has
         # neither. GPT-BigCode keeps its model-level mask (the inventory's ``bias``)
         legacy_buffers_before=None if bigcode else (5, 0),
+        # transformers < 4.52 GPT2Attention returns present = (key, value), views of c_attn's output split in three
+        # (v4.42.4 wheel, modeling_gpt2.py lines 623-638; v4.51.3 lines 293-308; v4.52.4 updates a Cache): the
+        # whole (b, s, 3h) output stays alive with them
+        legacy_presents=None if (bigcode or not r.get_bool("use_cache", True)) else LegacyPresents((4, 52), (3 * h,)),
     ), t.items)
 
 
@@ -143,6 +148,11 @@ def build_opt(r: ConfigReader, architecture: str) -> Built:
         r, hidden_size=h, n_heads=a, n_kv_heads=a, head_dim=h // a, ffn_size=f, vocab_size=V,
         n_decoder_layers=L, max_position=n_pos, activation=act, position="learned",
         tied_embeddings=tied, score_clamp=True,  # OPTAttention's torch.max clamp, transformers <= 4.48
+        # transformers < 4.49 OPTAttention returns past_key_value = (key_states, value_states), each
+        # ``_shape``'s ``.transpose(1, 2).contiguous()`` copy (v4.45.0 wheel, modeling_opt.py lines 121, 170;
+        # OPTSdpaAttention of v4.46.0 line 440; v4.48.3 line 179; v4.49.0 updates a Cache)
+        legacy_presents=LegacyPresents((4, 49), (h, h), eager_copies=False) if r.get_bool("use_cache", True) else None,
+        legacy_output_copy_before=(4, 49),
     ), t.items)
 
 
@@ -279,6 +289,11 @@ def build_gpt_neox(r: ConfigReader, architecture: str) -> Built:
         # and GPTNeoXRotaryEmbedding lines 589-613): the causal mask ``bias`` (P^2 bool) and ``masked_bias``, and a
         # rotary embedding of its own per block whose cos/sin caches are fp32 (P, int(head_dim * rotary_pct))
         legacy_buffers_before=(4, 49), legacy_rotary_cache_dim=int(d * partial),
+        # transformers < 4.45 GPTNeoXAttention._attn_projections_and_rope returns present = (key, value) (v4.42.4
+        # wheel, modeling_gpt_neox.py lines 224-257; v4.44.2 line 241; v4.45.0 updates a Cache): the key is
+        # torch.cat of the part rotated by the fp32 cos/sin caches and the fp16 rest, so fp32 (b, a, s, d); the
+        # value a view of query_key_value's (b, s, 3h) output, which stays alive with it
+        legacy_presents=LegacyPresents((4, 45), (3 * h,), key_fp32=h) if r.get_bool("use_cache", True) else None,
     ), t.items)
 
 
