@@ -696,14 +696,23 @@ def _output_head_names(model: nn.Module) -> tuple[str, ...]:
     return tuple(names)
 
 
+def _register_attention(name: str, fn: Callable[..., Any], mask_like: str) -> str:
+    """Register ``fn`` as transformers attention implementation ``name``, with the mask ``mask_like``'s
+    ("eager" or "sdpa") builds (transformers' masking_utils returns no mask for a name it does not know)."""
+    from transformers import AttentionInterface
+    from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, AttentionMaskInterface
+
+    AttentionInterface.register(name, fn)
+    AttentionMaskInterface.register(name, ALL_MASK_ATTENTION_FUNCTIONS[mask_like])
+    return name
+
+
 def _clamped_eager_attention(cfg: dict, presents: list[torch.Tensor] | None = None) -> str | None:
     """Register eager attention as transformers before 4.49 ran it for a model with ``ModelSpec.score_clamp`` (OPT):
     keys and values made contiguous (``OPTAttention._shape``, modeling_opt.py line 121 of the v4.45.0 wheel; the
     matmuls keep them), the scores plus the mask clamped from below by ``torch.max`` with the dtype's minimum
     (lines 200-203 of the v4.48.0 wheel), then the fp32 softmax cast back, dropout and the product with the values.
     With ``presents`` (_legacy_presents) the keys and values go there too: the block's (key, value) tuple."""
-    from transformers import AttentionInterface
-    from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, AttentionMaskInterface
 
     from vramlens.models import spec_from_config
 
@@ -722,11 +731,7 @@ def _clamped_eager_attention(cfg: dict, presents: list[torch.Tensor] | None = No
         probs = nn.functional.dropout(probs, p=dropout, training=module.training)
         return torch.matmul(probs, value).transpose(1, 2).contiguous(), probs
 
-    name = "vramlens_clamped_eager"
-    AttentionInterface.register(name, clamped)
-    # and eager's mask (transformers' masking_utils returns no mask for a name it does not know)
-    AttentionMaskInterface.register(name, ALL_MASK_ATTENTION_FUNCTIONS["eager"])
-    return name
+    return _register_attention("vramlens_clamped_eager", clamped, "eager")
 
 
 def _contiguous_sdpa_attention(cfg: dict, wl: Workload, presents: list[torch.Tensor] | None) -> str | None:
@@ -734,9 +739,7 @@ def _contiguous_sdpa_attention(cfg: dict, wl: Workload, presents: list[torch.Ten
     head-major (``_shape``'s ``.transpose(1, 2).contiguous()``, modeling_opt.py lines 128 and 408-440 of the v4.48.3
     wheel), so the kernel writes its output in that layout and the transpose back is a copy; then today's SDPA
     function. With ``presents`` (_legacy_presents) the keys and values go there too: the block's tuple."""
-    from transformers import AttentionInterface
     from transformers.integrations.sdpa_attention import sdpa_attention_forward
-    from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, AttentionMaskInterface
 
     from vramlens.models import spec_from_config
 
@@ -749,10 +752,7 @@ def _contiguous_sdpa_attention(cfg: dict, wl: Workload, presents: list[torch.Ten
             presents.extend((key, value))
         return sdpa_attention_forward(module, query, key, value, attention_mask, **kwargs)
 
-    name = "vramlens_contiguous_sdpa"
-    AttentionInterface.register(name, contiguous)
-    AttentionMaskInterface.register(name, ALL_MASK_ATTENTION_FUNCTIONS["sdpa"])
-    return name
+    return _register_attention("vramlens_contiguous_sdpa", contiguous, "sdpa")
 
 
 def _fp32_rotary_eager_attention(cfg: dict, wl: Workload, presents: list[torch.Tensor] | None) -> str | None:
@@ -761,8 +761,6 @@ def _fp32_rotary_eager_attention(cfg: dict, wl: Workload, presents: list[torch.T
     zeros keeps them, the fp32 scores masked, softmax in fp32 cast back, dropout and the product with the values
     (modeling_gpt_neox.py lines 247-249 and 261-311 of the v4.42.4 wheel); today's q and k arrive in fp16 and are
     cast here. With ``presents`` (_legacy_presents) the fp32 key goes there too: the block's tuple holds it."""
-    from transformers import AttentionInterface
-    from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, AttentionMaskInterface
 
     from vramlens.models import spec_from_config
 
@@ -784,10 +782,7 @@ def _fp32_rotary_eager_attention(cfg: dict, wl: Workload, presents: list[torch.T
         probs = nn.functional.dropout(probs, p=dropout, training=module.training)
         return torch.matmul(probs, value).transpose(1, 2).contiguous(), probs
 
-    name = "vramlens_fp32_rotary_eager"
-    AttentionInterface.register(name, fp32_rotary)
-    AttentionMaskInterface.register(name, ALL_MASK_ATTENTION_FUNCTIONS["eager"])
-    return name
+    return _register_attention("vramlens_fp32_rotary_eager", fp32_rotary, "eager")
 
 
 def _selective_attention(cls, attn: str) -> str:
