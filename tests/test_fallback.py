@@ -266,6 +266,16 @@ def test_gptj_without_generic_fields_is_traced(tmp_path, monkeypatch):
     assert est.breakdown.notes[0].startswith("figures traced (model_type gptj is not modelled analytically): ")
 
 
+def test_an_older_release_traces_an_unmodelled_model_as_today():
+    """The older-release emulations (trace.build) read family facts; a model_type vramlens does not model has none,
+    so an older --transformers-version traces it as today's transformers runs it (it used to raise)."""
+    needs_torch()
+    kw = dict(mode="train", dtype="fp16", attention="eager", batch=1, seq=64, layers=3)
+    today = vramlens.trace.trace(TINY_GPTJ, **kw)
+    older = vramlens.trace.trace(TINY_GPTJ, **kw, transformers_version="4.40")
+    assert older.peak_allocated == today.peak_allocated
+
+
 # ---- without torch ---------------------------------------------------------------------------------
 
 def test_without_torch_one_line_naming_the_extra(monkeypatch):

@@ -396,11 +396,11 @@ def _add_legacy_buffers(model: nn.Module, cfg: dict, wl: Workload, fake_mode) ->
     (P, head_dim) cos/sin caches in the load dtype."""
     from contextlib import nullcontext
 
-    from vramlens.models import spec_from_config
-
     if wl.transformers_release is None:
         return None
-    spec = spec_from_config(cfg)
+    spec = _family_facts(cfg)
+    if spec is None:
+        return None
     masks = wl.runs_before(spec.legacy_buffers_before)
     rotary = wl.runs_before(spec.legacy_rotary_cache_before)
     if not masks and not rotary:
@@ -435,13 +435,27 @@ def _add_legacy_buffers(model: nn.Module, cfg: dict, wl: Workload, fake_mode) ->
             + " and ".join(what) + " (emulated)")
 
 
+def _family_facts(cfg: dict) -> Any:
+    """The ModelSpec of ``cfg`` for the older-release emulations, or None for a model_type vramlens does not model
+    (traced as today's transformers runs it)."""
+    from vramlens.errors import UnmodelledModelError
+    from vramlens.models import spec_from_config
+
+    try:
+        return spec_from_config(cfg)
+    except UnmodelledModelError:
+        return None
+
+
 def _legacy_presents(cfg: dict, wl: Workload) -> list[torch.Tensor] | None:
     """The list that emulates an older release's per-block (key, value) tuples held by the loop
     (Workload.holds_presents, ModelSpec.legacy_presents), filled during each forward by the hooks of
     :func:`_hook_legacy_presents` and the emulated eager attentions; None when not emulated."""
-    from vramlens.models import spec_from_config
 
-    lp = spec_from_config(cfg).legacy_presents
+    if wl.transformers_release is None:  # today's transformers (and a model_type vramlens does not model)
+        return None
+    spec = _family_facts(cfg)
+    lp = spec.legacy_presents if spec is not None else None
     if lp is None or not wl.holds_presents(lp.before) or str(cfg.get("model_type")) not in _PRESENTS_SOURCES:
         return None
     return []
@@ -714,9 +728,9 @@ def _clamped_eager_attention(cfg: dict, presents: list[torch.Tensor] | None = No
     (lines 200-203 of the v4.48.0 wheel), then the fp32 softmax cast back, dropout and the product with the values.
     With ``presents`` (_legacy_presents) the keys and values go there too: the block's (key, value) tuple."""
 
-    from vramlens.models import spec_from_config
 
-    if not spec_from_config(cfg).score_clamp:
+    spec = _family_facts(cfg)
+    if spec is None or not spec.score_clamp:
         return None
 
     def clamped(module, query, key, value, attention_mask, scaling, dropout=0.0, **kwargs):
@@ -741,9 +755,9 @@ def _contiguous_sdpa_attention(cfg: dict, wl: Workload, presents: list[torch.Ten
     function. With ``presents`` (_legacy_presents) the keys and values go there too: the block's tuple."""
     from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
-    from vramlens.models import spec_from_config
 
-    if not wl.runs_before(spec_from_config(cfg).legacy_output_copy_before):
+    spec = _family_facts(cfg) if wl.transformers_release is not None else None
+    if spec is None or not wl.runs_before(spec.legacy_output_copy_before):
         return None
 
     def contiguous(module, query, key, value, attention_mask, **kwargs):
@@ -762,10 +776,9 @@ def _fp32_rotary_eager_attention(cfg: dict, wl: Workload, presents: list[torch.T
     (modeling_gpt_neox.py lines 247-249 and 261-311 of the v4.42.4 wheel); today's q and k arrive in fp16 and are
     cast here. With ``presents`` (_legacy_presents) the fp32 key goes there too: the block's tuple holds it."""
 
-    from vramlens.models import spec_from_config
 
-    spec = spec_from_config(cfg)
-    if not spec.legacy_rotary_cache_dim or not wl.runs_before(spec.legacy_buffers_before):
+    spec = _family_facts(cfg) if wl.transformers_release is not None else None
+    if spec is None or not spec.legacy_rotary_cache_dim or not wl.runs_before(spec.legacy_buffers_before):
         return None
 
     def fp32_rotary(module, query, key, value, attention_mask, scaling, dropout=0.0, **kwargs):
