@@ -197,6 +197,12 @@ def round_up(n: int, multiple: int) -> int:
     return ceil_div(n, multiple) * multiple
 
 
+def block_bytes(n: int) -> int:
+    """Bytes the caching allocator gives a tensor of ``n`` bytes: ``n`` rounded up to whole 512-byte blocks
+    (``BLOCK``, c10/cuda/CUDACachingAllocator.cpp ``kMinBlockSize``); 0 for nothing."""
+    return round_up(int(n), BLOCK) if n > 0 else 0
+
+
 def pow2_ceil(n: int) -> int:
     """The smallest power of two >= ``n`` (0 stays 0): what PyTorch's pinned host allocator hands out
     (aten/src/ATen/core/CachingHostAllocator.h ``c10::llvm::PowerOf2Ceil(size)``)."""

@@ -31,13 +31,9 @@ from vramlens.estimator.inventory import summarize
 from vramlens.estimator.linears import GROUPS, linear_group
 from vramlens.estimator.memo import identity_cache
 from vramlens.models.spec import ModelSpec
-from vramlens.units import BLOCK, DTYPE_BYTES, round_up
+from vramlens.units import BLOCK, DTYPE_BYTES
+from vramlens.units import block_bytes as _r  # one allocation's bytes, in 512-byte blocks
 from vramlens.workload import FOUR_BIT, Workload
-
-
-def _r(n: int) -> int:
-    return round_up(int(n), BLOCK) if n > 0 else 0
-
 
 #: The philox seed and offset (an int64 each) that CUDA's flash, memory-efficient and cuDNN SDPA
 #: kernels return and keep for backward, with or without dropout (one 512-byte block each in the
@@ -70,7 +66,7 @@ class Dims:
     tp: int = 1
 
 
-def _dims(spec: ModelSpec, tp: int) -> Dims:
+def rank_dims(spec: ModelSpec, tp: int) -> Dims:
     # Megatron tensor parallelism splits heads and the FFN across tp ranks; with sequence
     # parallelism (assumed whenever tp > 1) the remaining per-token tensors are split too.
     return Dims(
@@ -260,7 +256,7 @@ def _untracked_first_block(spec: ModelSpec, w: Workload, t: int, groups: list[st
         # block nothing on that branch needs a gradient unless its linears are adapted: the norm's mean and
         # rstd and the MLP's saved tensors (the activation's input) are not kept either
         own += _norm_saved(norm_kind(spec), spec.hidden_size, t, r, c, 0, False, False) - _r(r * spec.hidden_size * t)
-        own += _mlp_saved(spec, _dims(spec, 1), t, c, bool(trained_linears(spec, w, "mlp_out")), _autocast(w))
+        own += _mlp_saved(spec, rank_dims(spec, 1), t, c, bool(trained_linears(spec, w, "mlp_out")), _autocast(w))
     if w.dora and w.lora_dropout > 0:
         # DoRA's F.linear(dropped x, weight) on an input that needs no gradient keeps no weight
         own += sum(dora_weight_copy(w, k, n, c) for k, n in adapted_dims(spec, w, groups[-1]))
@@ -619,7 +615,7 @@ def layer_activations(spec: ModelSpec, w: Workload, b: int, s: int, *, cross_s: 
     block without naming it. Under SDPA a sliding block gets an explicit mask when the window does
     not cover the sequence (see :func:`sliding_mask_bytes`).
     """
-    D = _dims(spec, tp)
+    D = rank_dims(spec, tp)
     t = b * s
     sp = tp  # sequence parallel: per-token tensors outside the TP regions are split too
     c = DTYPE_BYTES[w.compute_dtype]
@@ -1481,7 +1477,7 @@ def offload_recopies(spec: ModelSpec, w: Workload, b: int, s: int) -> tuple[int,
             consumers = trained_linears(spec, w, group) * own
             k = dims.get(members[0][0], (0, 0))[0] if members else 0
             per_block += max(0, consumers - 1) * _packed(c * k * t)
-    D = _dims(spec, 1)
+    D = rank_dims(spec, 1)
     attention = sdpa_core(spec, w, cross=False)
     attn_out_saves = trained_linears(spec, w, "attn_out") * own > 0
     if attention != "eager":
@@ -1510,7 +1506,7 @@ def offload_recopies(spec: ModelSpec, w: Workload, b: int, s: int) -> tuple[int,
 
 def inference_layer_peak(spec: ModelSpec, w: Workload, b: int, s: int, S: int, tp: int = 1) -> int:
     """Largest working set inside one block during a no-grad forward of s new tokens over S keys."""
-    D = _dims(spec, tp)
+    D = rank_dims(spec, tp)
     t = b * s
     c = DTYPE_BYTES[w.compute_dtype]
     # alive while a block runs: the embeddings (the model's forward keeps inputs_embeds), the

@@ -13,15 +13,12 @@ from __future__ import annotations
 from dataclasses import replace
 
 from vramlens.models.spec import ModelSpec
-from vramlens.units import BLOCK, DTYPE_BYTES, round_up
+from vramlens.units import DTYPE_BYTES
+from vramlens.units import block_bytes as _r  # one allocation's bytes, in 512-byte blocks
 from vramlens.workload import Workload
 
 #: Workload.seq's default: when it is left alone, a speech decoder runs its whole position table
 DEFAULT_SEQ = 512
-
-
-def _r(n: int) -> int:
-    return round_up(int(n), BLOCK) if n > 0 else 0
 
 
 def encoder_tokens(spec: ModelSpec, w: Workload) -> int:

@@ -34,15 +34,12 @@ from dataclasses import dataclass
 from vramlens.estimator.linears import linear_group
 from vramlens.estimator.memo import identity_cache
 from vramlens.models.spec import ModelSpec
-from vramlens.units import BLOCK, DTYPE_BYTES, round_up
+from vramlens.units import DTYPE_BYTES
+from vramlens.units import block_bytes as _r  # one allocation's bytes, in 512-byte blocks
 from vramlens.workload import Workload
 
 #: Leaf names of the key and value projections of a cross-attention (they read the encoder's tokens).
 _KV_LEAVES = frozenset({"k", "v", "k_proj", "v_proj", "key", "value"})
-
-
-def _r(n: int) -> int:
-    return round_up(int(n), BLOCK) if n > 0 else 0
 
 
 def whole_blocks(w: Workload) -> bool:

@@ -54,12 +54,9 @@ from dataclasses import dataclass
 
 from vramlens.estimator.activations import SDPA_RNG, dropout_probs, has_lm_head
 from vramlens.models.spec import ModelSpec
-from vramlens.units import BLOCK, DTYPE_BYTES, round_up
+from vramlens.units import BLOCK, DTYPE_BYTES
+from vramlens.units import block_bytes as _r  # one allocation's bytes, in 512-byte blocks
 from vramlens.workload import Workload
-
-
-def _r(n: int) -> int:
-    return round_up(int(n), BLOCK) if n > 0 else 0
 
 
 def unmodelled(spec: ModelSpec, w: Workload) -> str:

@@ -26,13 +26,11 @@ q, k and v): :func:`ring_attention_bytes` is that candidate, against the block's
 
 from __future__ import annotations
 
+from vramlens.estimator.activations import rank_dims
 from vramlens.models.spec import ModelSpec
-from vramlens.units import BLOCK, DTYPE_BYTES, round_up
+from vramlens.units import DTYPE_BYTES
+from vramlens.units import block_bytes as _r  # one allocation's bytes, in 512-byte blocks
 from vramlens.workload import Workload
-
-
-def _r(n: int) -> int:
-    return round_up(int(n), BLOCK) if n > 0 else 0
 
 
 def ring_attention_bytes(spec: ModelSpec, w: Workload, b: int, s_local: int) -> tuple[int, int]:
@@ -41,8 +39,8 @@ def ring_attention_bytes(spec: ModelSpec, w: Workload, b: int, s_local: int) -> 
     if w.cp <= 1:
         return 0, 0
     c = DTYPE_BYTES[w.compute_dtype]
-    tp = max(1, w.tp)
-    a, kv, d = max(1, spec.n_heads // tp), max(1, spec.n_kv_heads // tp), spec.head_dim
+    D = rank_dims(spec, max(1, w.tp))
+    a, kv, d = D.a, D.kv, D.d
     t = b * s_local
     local_kv = _r(2 * c * kv * d * t)
     gathered = w.cp * local_kv
@@ -57,10 +55,9 @@ def at_attention_bytes(spec: ModelSpec, w: Workload, b: int, s_local: int) -> in
     """What a recomputed (or running) block holds when its attention is called: the attention norm's output
     and the rotated q, k and v, in the compute dtype."""
     c = DTYPE_BYTES[w.compute_dtype]
-    tp = max(1, w.tp)
+    D = rank_dims(spec, max(1, w.tp))
     t = b * s_local
-    a, kv, d = max(1, spec.n_heads // tp), max(1, spec.n_kv_heads // tp), spec.head_dim
-    return _r(c * spec.hidden_size * t) + _r(c * a * d * t) + 2 * _r(c * kv * d * t)
+    return _r(c * D.h * t) + _r(c * D.a * D.d * t) + 2 * _r(c * D.kv * D.d * t)
 
 
 def note(w: Workload, seq: int) -> str:

@@ -34,6 +34,7 @@ from vramlens.estimator.verdict import usable_bytes, verdict
 from vramlens.hardware.gpu import GPU
 from vramlens.models.spec import ModelSpec
 from vramlens.units import DTYPE_BYTES, human_bytes
+from vramlens.units import block_bytes as _r  # one allocation's bytes, in 512-byte blocks
 from vramlens.workload import FOUR_BIT, Workload
 
 DEFAULT_HEADROOM = 0.10
@@ -213,7 +214,7 @@ def vision_figures(spec: ModelSpec, w: Workload) -> VisionFigures:
         # then builds each image's sequence (unpadded tiles, newlines, base crop) as a new tensor
         Hq, Wq = w.image_size or v.anyres.default_image
         tokens = w.images * v.anyres.tokens(Hq, Wq)
-        packed = A._r(DTYPE_BYTES[w.compute_dtype] * w.batch * tokens * v.text_hidden)
+        packed = _r(DTYPE_BYTES[w.compute_dtype] * w.batch * tokens * v.text_hidden)
         n_img *= v.anyres.crops(Hq, Wq)
     if not n_img:
         return VisionFigures(0, 0, 0)
@@ -223,16 +224,16 @@ def vision_figures(spec: ModelSpec, w: Workload) -> VisionFigures:
     r = 4 if w.run_dtype == "fp32" else c
     hv, H_, F = tower.hidden_size, v.text_hidden, v.feature_tokens
     if not w.training:
-        embeds = A._r(c * spec.hidden_size * w.batch * (w.seq + tokens))  # the text embeddings wait for the images
+        embeds = _r(c * spec.hidden_size * w.batch * (w.seq + tokens))  # the text embeddings wait for the images
         work = A.inference_layer_peak(tower, wt, n_img, T, T, tp=1) + A.pixel_inference(tower, wt, n_img)
         # held through the decoder by the output's image_outputs and the forward's locals: the pixels, the
         # tower's last hidden state (and LLaVA's selected one), the projector's output and LLaVA's torch.cat
         # of its per-image list
         # (LLaVA-NeXT: the output's pooler_output is the packed list, and the forward's torch.cat of it)
-        proj_out = 2 * packed if v.anyres is not None else 2 * A._r(c * n_img * F * H_)
-        held = A.pixel_inference(tower, wt, n_img) + A._r(c * n_img * T * hv) + proj_out // 2
+        proj_out = 2 * packed if v.anyres is not None else 2 * _r(c * n_img * F * H_)
+        held = A.pixel_inference(tower, wt, n_img) + _r(c * n_img * T * hv) + proj_out // 2
         if v.projector == "mlp2":
-            held += A._r(c * n_img * T * hv) + proj_out // 2
+            held += _r(c * n_img * T * hv) + proj_out // 2
         return VisionFigures(0, embeds + work, tokens, held)
     blocks = _block_figures(tower, wt, [(A.layer_activations(tower, wt, n_img, T), tower.n_layers)])
     saved = blocks.kept + A.pixel_saved(tower, wt, n_img)
@@ -244,23 +245,23 @@ def vision_figures(spec: ModelSpec, w: Workload) -> VisionFigures:
         for leaf, k, copy in (("linear_1", hv, F != T), ("linear_2", H_, False)):
             tokens_in = n_img * F
             if full:
-                saved += A._r(r * tokens_in * k) if (copy or leaf == "linear_2") else 0
+                saved += _r(r * tokens_in * k) if (copy or leaf == "linear_2") else 0
             elif A.trains(w, leaf):
-                saved += A._r(lora_b * tokens_in * k) + A._r(4 * tokens_in * w.lora_rank)
-        saved += A._r(r * n_img * F * H_)  # the activation's input (a gradient flows to the tower)
+                saved += _r(lora_b * tokens_in * k) + _r(4 * tokens_in * w.lora_rank)
+        saved += _r(r * n_img * F * H_)  # the activation's input (a gradient flows to the tower)
     else:
         n = v.image_tokens
-        saved += A._r(r * n_img * T * hv)  # AvgPool2d's contiguous input
+        saved += _r(r * n_img * T * hv)  # AvgPool2d's contiguous input
         if tv.final_norm_all_tokens:
             saved += A._norm_saved("layernorm", hv, n_img * T, r, c, 0, False, full)  # post_layernorm, every token
         # mm_soft_emb_norm, and the matmul that keeps its output for the projection weight's gradient (full)
         saved += A._norm_saved(A.norm_kind(spec), hv, n_img * n, r, c, 1 if full else 0, False, full)
-    saved += A._r(w.batch * (w.seq + tokens))  # masked_scatter's bool mask
+    saved += _r(w.batch * (w.seq + tokens))  # masked_scatter's bool mask
     # the model's output keeps its image_outputs through the step: the tower's last hidden state and the
     # projector's output (LLaVA's per-image views of linear_2's, Gemma 3's projected tokens)
     # (LLaVA-NeXT: pack_image_features' packed per-image tensors instead, linear_2's output then freed)
-    saved += A._r(c * n_img * T * hv) + (packed if v.anyres is not None else
-                                         A._r(c * n_img * (F if v.projector == "mlp2" else v.image_tokens) * H_))
+    saved += _r(c * n_img * T * hv) + (packed if v.anyres is not None else
+                                         _r(c * n_img * (F if v.projector == "mlp2" else v.image_tokens) * H_))
     return VisionFigures(saved, 0, tokens)
 
 
@@ -307,9 +308,9 @@ def dynamic_vision_figures(spec: ModelSpec, w: Workload) -> VisionFigures:
     hv, H_ = tower.hidden_size, v.text_hidden
     if not w.training:
         pixels = A.pixel_inference(tower, wt, n_img)
-        embeds = A._r(c * spec.hidden_size * w.batch * (w.seq + tokens))
+        embeds = _r(c * spec.hidden_size * w.batch * (w.seq + tokens))
         work = A.inference_layer_peak(tower, wt, n_img, T, T, tp=1) + pixels
-        held = pixels + A._r(c * n_img * per_image * H_)
+        held = pixels + _r(c * n_img * per_image * H_)
         return VisionFigures(0, embeds + work, tokens, held)
     n_full = sum(1 for i in dyn.full_blocks if i < tower.n_layers)
     groups = [A.layer_activations(tower, replace(wt, seq=size), n_img * count, size)
@@ -319,18 +320,18 @@ def dynamic_vision_figures(spec: ModelSpec, w: Workload) -> VisionFigures:
     layers = [(A.layer_activations(tower, wt, n_img, T), n_full), (window, tower.n_layers - n_full)]
     blocks = _block_figures(tower, wt, [(la, n) for la, n in layers if n])
     # the fp32 cos and sin of the axial rotary, (n_img * T, d) each, which every block's rotation keeps
-    saved = blocks.kept + A.pixel_saved(tower, wt, n_img) + 2 * A._r(4 * n_img * T * tower.head_dim)
+    saved = blocks.kept + A.pixel_saved(tower, wt, n_img) + 2 * _r(4 * n_img * T * tower.head_dim)
     full = w.method == "full"
     t = n_img * T  # the merger's rows, 4 patches each, n_img * T * h_v elements either way
     saved += A._norm_saved(A.norm_kind(tower), hv, t, r, c, 1 if full else 0, False, full)
     lora_b = 4 if A.lora_casts_input(w) else r
     for leaf in ("0", "2"):
         if full:
-            saved += A._r(r * t * hv) if leaf == "2" else 0  # mlp.0's input is ln_q's output, counted above
+            saved += _r(r * t * hv) if leaf == "2" else 0  # mlp.0's input is ln_q's output, counted above
         elif A.trains(w, leaf):
-            saved += A._r(lora_b * t * hv) + A._r(4 * (t // (dyn.merge * dyn.merge)) * w.lora_rank)
-    saved += A._r(r * t * hv)  # GELU's input (a gradient flows to the tower)
-    saved += A._r(w.batch * (w.seq + tokens))  # masked_scatter's bool mask
+            saved += _r(lora_b * t * hv) + _r(4 * (t // (dyn.merge * dyn.merge)) * w.lora_rank)
+    saved += _r(r * t * hv)  # GELU's input (a gradient flows to the tower)
+    saved += _r(w.batch * (w.seq + tokens))  # masked_scatter's bool mask
     return VisionFigures(saved, 0, tokens)
 
 
@@ -373,12 +374,12 @@ def tiled_vision_figures(spec: ModelSpec, w: Workload) -> VisionFigures:
     hv, H_, m = tower.hidden_size, v.text_hidden, tiled.per_tile
     fc1 = next(t.shape for t in tower.tensors if t.name == "vision_adapter.mlp.fc1.weight")[0]
     out = next(t.shape for t in tower.tensors if t.name == "vision_adapter.mlp.fc2.weight")[0]
-    pixels = A._r(r * n * tv.channels * v.image_size * v.image_size)
-    adapter_out = A._r(c * n * m * out)
+    pixels = _r(r * n * tv.channels * v.image_size * v.image_size)
+    adapter_out = _r(c * n * m * out)
     if not w.training:
-        embeds = A._r(c * spec.hidden_size * w.batch * (w.seq + tokens))
+        embeds = _r(c * spec.hidden_size * w.batch * (w.seq + tokens))
         work = A.inference_layer_peak(tower, wt, n, T, T, tp=1) + pixels
-        return VisionFigures(0, embeds + work, tokens, pixels + adapter_out + A._r(c * n * m * H_))
+        return VisionFigures(0, embeds + work, tokens, pixels + adapter_out + _r(c * n * m * H_))
     blocks = _block_figures(tower, wt, [(A.layer_activations(tower, wt, n, T), tower.n_layers)])
     full = w.method == "full"
     saved = blocks.kept + pixels
@@ -387,14 +388,14 @@ def tiled_vision_figures(spec: ModelSpec, w: Workload) -> VisionFigures:
     for leaf, rows, k in (("linear", n * (T - 1), tv.channels * tv.patch_size ** 2), ("fc1", n * m, 4 * hv),
                           ("fc2", n * m, fc1), ("linear_1", n * m, out)):
         if full:
-            saved += A._r(r * rows * k) if leaf != "linear_1" else 0
+            saved += _r(r * rows * k) if leaf != "linear_1" else 0
         elif A.trains(w, leaf):
-            saved += A._r(lora_b * rows * k) + A._r(4 * rows * w.lora_rank)
+            saved += _r(lora_b * rows * k) + _r(4 * rows * w.lora_rank)
     for width in (hv, hv):  # layernorm_pre over the embeddings, layernorm_post over the last block's output
         saved += A._norm_saved("layernorm", width, n * T, r, c, 0, False, full)
-    saved += A._r(r * n * m * fc1) + A._r(r * n * m * out)  # the two GELUs' inputs
+    saved += _r(r * n * m * fc1) + _r(r * n * m * out)  # the two GELUs' inputs
     saved += adapter_out  # image_outputs.last_hidden_state, held by the output
-    saved += A._r(w.batch * (w.seq + tokens))  # masked_scatter's bool mask
+    saved += _r(w.batch * (w.seq + tokens))  # masked_scatter's bool mask
     return VisionFigures(saved, 0, tokens)
 
 
@@ -467,9 +468,9 @@ def activation_totals(spec: ModelSpec, w: Workload, sp: Split) -> ActivationTota
         # MLP's down projection, holds the incoming gradient (b*s*h), the gradient of its input
         # (b*s*f) and the new weight gradient (h*f)
         t = b * s
-        working = (A._r((4 if w.run_dtype == "fp32" else DTYPE_BYTES[w.compute_dtype]) * spec.hidden_size * t)
-                   + A._r(DTYPE_BYTES[w.compute_dtype] * max(1, spec.ffn_size // tp) * t)
-                   + (A._r(DTYPE_BYTES[w.dtype] * spec.hidden_size * max(1, spec.ffn_size // tp))
+        working = (_r((4 if w.run_dtype == "fp32" else DTYPE_BYTES[w.compute_dtype]) * spec.hidden_size * t)
+                   + _r(DTYPE_BYTES[w.compute_dtype] * max(1, spec.ffn_size // tp) * t)
+                   + (_r(DTYPE_BYTES[w.dtype] * spec.hidden_size * max(1, spec.ffn_size // tp))
                       if w.method == "full" else 0))
         later = (kept + model_level) * (cols - 1) // cols + working
     from vramlens.estimator.losses import final_norm_backward as norm_backward
@@ -524,7 +525,7 @@ def activation_totals(spec: ModelSpec, w: Workload, sp: Split) -> ActivationTota
                             block_kept=0 if w.activation_offload else blocks.kept // max(1, spec.n_layers),
                             loss_outside_model=w.activation_offload and w.fsdp,
                             offloaded_block=((sp.layers, *block_share(spec),
-                                              norm_backward(spec, w, b * s) + A._r(4 * spec.hidden_size * b * s))
+                                              norm_backward(spec, w, b * s) + _r(4 * spec.hidden_size * b * s))
                                              if w.activation_offload and w.fsdp and sp.layers else (0, 0, 1, 0)),
                             block_backward=block_bwd, mlp_backward=mlp_bwd,
                             head_dequant_forward=head_fwd, head_dequant_backward=head_bwd,
@@ -569,8 +570,8 @@ def recompute_mlp_gradients(spec: ModelSpec, w: Workload) -> int:
     """
     f = max(spec.ffn_size, spec.dense_ffn_size)  # the widest MLP: DeepSeek's dense first blocks
     if A.act_upcasts(spec.activation, H.autocast(w)):
-        return 3 * A._r(4 * max(1, f // w.tp) * w.batch * w.seq)
-    f_bytes = A._r(DTYPE_BYTES[w.compute_dtype] * max(1, f // w.tp) * w.batch * w.seq)
+        return 3 * _r(4 * max(1, f // w.tp) * w.batch * w.seq)
+    f_bytes = _r(DTYPE_BYTES[w.compute_dtype] * max(1, f // w.tp) * w.batch * w.seq)
     own = 0 if A.lora_casts_input(w) else 1
     if spec.is_moe:
         down_keeps = w.method == "full" and own > 0
@@ -595,14 +596,14 @@ def _block_figures(spec: ModelSpec, w: Workload,
     b, s, tp = w.batch, w.seq, w.tp
     # a recomputed block's backward: its MLP's gradients, and the gradient of its output coming in
     r = 4 if w.run_dtype == "fp32" else DTYPE_BYTES[w.compute_dtype]
-    grads = recompute_mlp_gradients(spec, w) + A._r(r * spec.hidden_size * b * s)
+    grads = recompute_mlp_gradients(spec, w) + _r(r * spec.hidden_size * b * s)
     if spec.rel_terms and w.method == "full":
         # DeBERTa-v2: gather's backward scatters into a zero (b*a, s, R) tensor, and the repeated
         # position projection gets its (b*a, R, d) gradient (traced in full fine-tuning; under
         # LoRA the end of the recomputed forward stays the higher point)
         c = DTYPE_BYTES[w.compute_dtype]
-        grads += (A._r(c * b * max(1, spec.n_heads // tp) * s * spec.rel_span)
-                  + A._r(c * b * spec.rel_span * spec.hidden_size // tp))
+        grads += (_r(c * b * max(1, spec.n_heads // tp) * s * spec.rel_span)
+                  + _r(c * b * spec.rel_span * spec.hidden_size // tp))
     saved = max(la.saved for la, _ in layers)
     n_blocks = sum(n for _, n in layers)
     ck = _per_group(C.checkpointed(spec, w), layers)
@@ -669,7 +670,7 @@ def output_layer_cast(spec: ModelSpec, w: Workload, has_head: bool) -> int:
     """The output layer's weight cast to the compute dtype (c*V*h/tp bytes), 0 without one on this GPU."""
     if not (has_head and A.has_lm_head(spec)):
         return 0
-    return A._r(DTYPE_BYTES[w.compute_dtype] * spec.vocab_size * spec.hidden_size // max(1, w.tp))
+    return _r(DTYPE_BYTES[w.compute_dtype] * spec.vocab_size * spec.hidden_size // max(1, w.tp))
 
 
 def offload_frozen_casts(st: TrainState, head_cast: int) -> tuple[TrainState, int]:
@@ -853,8 +854,8 @@ def estimate_spec(spec: ModelSpec, w: Workload, gpu: GPU | None = None, *, headr
         notes.append(f"{spec.architecture} has no SDPA path in transformers (_supports_sdpa = False): "
                      f"--attention sdpa runs eager, the default; use flash for a fused kernel")
     notes += position_notes(spec, replace(w, seq=full_seq)) if spec.vision is None else []
-    if CTX.note(w, full_seq):
-        notes.append(CTX.note(w, full_seq))
+    if cp_note := CTX.note(w, full_seq):
+        notes.append(cp_note)
     cc = gpu.compute_capability if gpu is not None else None
     notes += F8.notes(w, gpu.name if gpu is not None else None, cc)
     if w.training and w.optimizer == "adamw-fp8-torchao" and cc is not None and tuple(cc) < (8, 9):
@@ -941,7 +942,7 @@ def estimate_spec(spec: ModelSpec, w: Workload, gpu: GPU | None = None, *, headr
         # the encoder's output (_tied_embedding_backward)
         tied = 0
         if spec.audio is not None and spec.tied_embeddings and st.head_grad:
-            tied = 2 * st.head_grad + A._r((4 if w.run_dtype == "fp32" else DTYPE_BYTES[w.compute_dtype]) * w.batch
+            tied = 2 * st.head_grad + _r((4 if w.run_dtype == "fp32" else DTYPE_BYTES[w.compute_dtype]) * w.batch
                                            * AU.encoder_tokens(spec, w) * spec.hidden_size)
         temporaries = max(loss_tmp, loss_bwd, st.opt_tmp + st.master_grads + st.in_backward_addend, recompute,
                           second, at.dequant_temporary, at.mlp_backward, at.fp8_temporary, tied,
@@ -1021,14 +1022,14 @@ def estimate_spec(spec: ModelSpec, w: Workload, gpu: GPU | None = None, *, headr
         work = A.inference_layer_peak(spec, w, b, s, prefill_keys, tp=w.tp) + A.pixel_inference(spec, w, b)
         work = max(work + vis.held, vis.prefill)  # the vision tower runs first in prefill
         if eager_static:
-            work += A._r(DTYPE_BYTES[w.compute_dtype] * b * s * prefill_keys)
+            work += _r(DTYPE_BYTES[w.compute_dtype] * b * s * prefill_keys)
         c = DTYPE_BYTES[w.compute_dtype]
         logits_tokens = b if w.new_tokens else b * s
-        logits = A._r(c * spec.vocab_size * logits_tokens) if A.has_lm_head(spec) else 0
+        logits = _r(c * spec.vocab_size * logits_tokens) if A.has_lm_head(spec) else 0
         if w.new_tokens and logits:
-            logits += A._r(4 * spec.vocab_size * b)  # generate() upcasts the last logits to fp32
+            logits += _r(4 * spec.vocab_size * b)  # generate() upcasts the last logits to fp32
         # the blocks' working set is gone by the time the head computes the logits
-        tail = logits + (A._r(c * spec.hidden_size * b * s) if logits else 0)
+        tail = logits + (_r(c * spec.hidden_size * b * s) if logits else 0)
         # transformers < 4.45 (Workload.prefill_all_logits): generate()'s prefill makes every prompt token's
         # logits, and LlamaForCausalLM and its copies upcast them all (logits.float(), both alive while it runs);
         # < 4.42: generate() keeps that output (``outputs``) until the first decode step's forward returns, and
@@ -1036,20 +1037,20 @@ def estimate_spec(spec: ModelSpec, w: Workload, gpu: GPU | None = None, *, headr
         leak_first = leak_last = 0
         if w.prefill_all_logits and logits and spec.kind != "encoder-decoder":
             V = spec.vocab_size
-            tail += A._r(c * V * b * s) + (A._r(4 * V * b * s) if spec.legacy_logits_fp32 else 0) - logits
+            tail += _r(c * V * b * s) + (_r(4 * V * b * s) if spec.legacy_logits_fp32 else 0) - logits
             if w.legacy_cache:
                 out_bytes = 4 if spec.legacy_logits_fp32 else c
-                leak_first, leak_last = A._r(out_bytes * V * b * s), A._r(out_bytes * V * b)
+                leak_first, leak_last = _r(out_bytes * V * b * s), _r(out_bytes * V * b)
         elif w.legacy_logits_upcast and logits and spec.legacy_logits_fp32 and spec.kind != "encoder-decoder":
             # a plain forward before 4.45: the fp32 copy of every logit beside the compute-dtype ones while
             # ``logits.float()`` runs (the output then holds the fp32 copy)
-            tail += A._r(4 * spec.vocab_size * b * s)
+            tail += _r(4 * spec.vocab_size * b * s)
         # a 4-bit output layer holds its weight dequantized while it makes the logits (one row: gemv_4bit), over
         # every prompt token where the prefill makes all their logits
         head_tokens = b * s if (w.prefill_all_logits and spec.kind != "encoder-decoder") else logits_tokens
         head_deq = A.head_dequant_inference(spec, w, head_tokens) if logits else 0
         if head_deq:
-            tail = max(tail, head_deq + A._r(c * spec.hidden_size * b * s))
+            tail = max(tail, head_deq + _r(c * spec.hidden_size * b * s))
         head_deq_decode = A.head_dequant_inference(spec, w, b) if (logits and w.new_tokens) else 0
         encode = kept = 0
         if spec.audio is not None:
@@ -1058,20 +1059,20 @@ def estimate_spec(spec: ModelSpec, w: Workload, gpu: GPU | None = None, *, headr
             # alive through the decoder's forward and generate() (encoder_outputs)
             se = AU.encoder_tokens(spec, w)
             feats = AU.features_bytes(spec, w, b)
-            kept = A._r(c * spec.hidden_size * b * se) + feats
+            kept = _r(c * spec.hidden_size * b * se) + feats
             encode = max(A.inference_layer_peak(spec, w, b, se, se, tp=w.tp) + feats, AU.front_end_inference(spec, w, b))
             work += kept
             tail += kept
         elif logits and spec.kind == "encoder-decoder":
             # the encoder's output (kept for cross-attention) and T5's rescaled decoder output
-            tail += 2 * A._r(c * spec.hidden_size * b * s)
+            tail += 2 * _r(c * spec.hidden_size * b * s)
         prefill = st.weights + max(kv_prefill + work, kv_prefill_tail + tail, encode)
         keys = K.max_cache_len(w) if w.cache == "static" else total_tokens  # a static cache attends to all M slots
         decode_work = A.inference_layer_peak(spec, w, b, 1, keys, tp=w.tp) if w.new_tokens else 0
         if w.new_tokens and w.cache == "static":
             # generate's attention mask, padded to M: transformers' (b, 1, 1, M) bool mask, made an
             # additive mask in the compute dtype by SDPA's memory-efficient kernel (sdp::convert_boolean_attn_mask)
-            decode_work += A._r(b * keys) + A._r(DTYPE_BYTES[w.compute_dtype] * b * keys)
+            decode_work += _r(b * keys) + _r(DTYPE_BYTES[w.compute_dtype] * b * keys)
         decode = st.weights + max(kv_decode + decode_work, kv_decode_tail + max(logits, head_deq_decode)) + (
             kept if spec.audio else 0)
         leaked_acts = 0  # the decode steps' activations with the previous forward's logits
@@ -1164,10 +1165,10 @@ def _tied_embedding_backward(spec: ModelSpec, w: Workload, st: TrainState,
     model_level = AU.front_end_saved(spec, w, b) + A._norm_saved(A.norm_kind(spec), h, b * se, r, c, 0, False)
     outside = set(spec.outside_loss)
     enc_params = sum(t.numel for t in spec.tensors if t.stack == "encoder" and t.is_parameter and t.name not in outside)
-    grads = st.grads - A._r(st.grads * enc_params // max(1, st.trainable))
+    grads = st.grads - _r(st.grads * enc_params // max(1, st.trainable))
     # autocast's weight copies: the decoder's went with its backward, the encoder's are still saved
-    casts = A._r(st.autocast * enc_params // max(1, st.trainable))
-    at = (st.weights + st.master + st.opt + st.comm + casts + blocks + model_level + A._r(r * b * se * h)
+    casts = _r(st.autocast * enc_params // max(1, st.trainable))
+    at = (st.weights + st.master + st.opt + st.comm + casts + blocks + model_level + _r(r * b * se * h)
           + grads + 2 * st.head_grad + st.workspace)
     return tuple((name, max(v, at) if name == "backward" else v) for name, v in phases)
 

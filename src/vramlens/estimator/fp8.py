@@ -39,7 +39,7 @@ which are smaller and not counted.
 from __future__ import annotations
 
 from vramlens.models.spec import ModelSpec
-from vramlens.units import BLOCK, round_up
+from vramlens.units import block_bytes as _r  # one allocation's bytes, in 512-byte blocks
 from vramlens.workload import Workload
 
 #: torchao/float8/float8_linear.py: the float8 GEMMs need both dims of a weight to be multiples of 16
@@ -52,10 +52,6 @@ CAST_PEAK = 4 + 4 + 1
 #: refuses older ones (aten/src/ATen/native/cuda/Blas.cpp: "torch._scaled_mm is only supported on CUDA
 #: devices with compute capability >= 9.0 or 8.9")
 MIN_COMPUTE_CAPABILITY = (8, 9)
-
-
-def _r(n: int) -> int:
-    return round_up(max(0, n), BLOCK)
 
 
 def converts(k: int, n: int) -> bool:

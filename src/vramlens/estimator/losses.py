@@ -36,12 +36,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from vramlens.models.spec import ModelSpec
-from vramlens.units import BLOCK, DTYPE_BYTES, round_up
+from vramlens.units import DTYPE_BYTES
+from vramlens.units import block_bytes as _r  # one allocation's bytes, in 512-byte blocks
 from vramlens.workload import Workload
-
-
-def _r(n: int) -> int:
-    return round_up(int(n), BLOCK) if n > 0 else 0
 
 
 def liger_chunk_tokens(tokens: int, hidden: int, vocab: int) -> int:
