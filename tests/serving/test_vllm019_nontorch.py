@@ -5,6 +5,7 @@ the lazily loaded kernels (vramlens.serving.vllm_nontorch)."""
 from vramlens.hardware.catalog import get_gpu
 from vramlens.serving.api import capacity
 from vramlens.serving.vllm_nontorch import (
+    FI_MC_GRANULARITY,
     flashinfer_ar_workspace_bytes,
     fusion_tokens,
     nccl_nvls_bytes,
@@ -42,6 +43,21 @@ def test_flashinfer_workspace_is_three_padded_symmetric_buffers():
     assert flashinfer_ar_workspace_bytes(tp=1, tokens=8192, hidden=4096) == 0
 
 
+def test_flashinfer_buffers_round_to_the_multicast_granularity():
+    # SymmDeviceMemory._get_allocation_prop: each of the three buffers up to 512 MiB on Hopper, so the workspace
+    # is 3 x 536,870,912 B whatever the model as long as no buffer outgrows 512 MiB
+    hopper = FI_MC_GRANULARITY[9]
+    assert hopper == 536_870_912
+    assert flashinfer_ar_workspace_bytes(tp=2, tokens=8192, hidden=4096, mc_granularity=hopper) == 1_610_612_736
+    assert flashinfer_ar_workspace_bytes(tp=2, tokens=4096, hidden=8192, mc_granularity=hopper) == 1_610_612_736
+    assert flashinfer_ar_workspace_bytes(tp=4, tokens=256, hidden=4096, mc_granularity=hopper) == 1_610_612_736
+    # a Lamport region over 512 MiB takes two granules: fp32, tp 2, 8192 tokens, hidden 8192:
+    # 3 x min(2 x 8192 x 8192 x 4, MAX_COMM_SIZE) = 1,610,612,736 -> + pad -> 1,612,709,888 -> 2,147,483,648;
+    # the first buffer 2 x 8192 x 8192 x 2 = 268,435,456 -> 536,870,912; the flags -> 536,870,912
+    assert flashinfer_ar_workspace_bytes(tp=2, tokens=8192, hidden=8192, fp32=True,
+                                         mc_granularity=hopper) == 2_147_483_648 + 2 * 536_870_912
+
+
 def test_nvls_buffers_of_nccl_2_27_5():
     # 16 channels x 2 x (128 KiB x 8 steps) x 4 heads
     assert nccl_nvls_bytes(4) == 16 * 2 * 131_072 * 8 * 4 == 134_217_728
@@ -50,12 +66,13 @@ def test_nvls_buffers_of_nccl_2_27_5():
 def test_parts_by_setting():
     tp2 = vllm019_non_torch(H100, tp=2, pp=1, hidden=4096, b=2, max_num_batched_tokens=8192, enforce_eager=False)
     # fused up to 8192 tokens: the all-reduces never reach NCCL, and 2 GPUs have no NVLS
-    assert (tp2.modules, tp2.flashinfer, tp2.torch_nccl, tp2.nvls) == (MODULES, 545_259_520, TORCH_NCCL, 0)
-    assert tp2.total == 311_427_072 + 545_259_520 + 308_281_344 == 1_164_967_936
+    # the FlashInfer workspace: three buffers of 512 MiB on Hopper
+    assert (tp2.modules, tp2.flashinfer, tp2.torch_nccl, tp2.nvls) == (MODULES, 1_610_612_736, TORCH_NCCL, 0)
+    assert tp2.total == 311_427_072 + 1_610_612_736 + 308_281_344 == 2_230_321_152  # 2.08 GiB; logged 2.06-2.10
     tp4 = vllm019_non_torch(H100, tp=4, pp=1, hidden=4096, b=2, max_num_batched_tokens=8192, enforce_eager=False)
     # 8192 x 4096 x 2 = 67,108,864 B all-reduce: over the 256 fused tokens, the 8 MiB custom all-reduce and the
     # 32 MiB symmetric-memory limit, so NCCL runs it with NVLS
-    assert tp4.total == 311_427_072 + 41_943_040 + 308_281_344 + 134_217_728 == 795_869_184
+    assert tp4.total == 311_427_072 + 1_610_612_736 + 308_281_344 + 134_217_728 == 2_364_538_880  # logged 2.13-2.21 GiB
     # eager: no compile pass, no FlashInfer workspace; the torch communicator still comes with the logits all-gather
     eager = vllm019_non_torch(H100, tp=2, pp=1, hidden=4096, b=2, max_num_batched_tokens=8192, enforce_eager=True)
     assert (eager.flashinfer, eager.total) == (0, MODULES + TORCH_NCCL)
@@ -69,13 +86,17 @@ def test_parts_by_setting():
     # tp 1: the kernels only
     assert vllm019_non_torch(H100, tp=1, pp=2, hidden=4096, b=2, max_num_batched_tokens=8192,
                              enforce_eager=False).total == MODULES
+    # Blackwell: no multicast granularity read, the buffers at the 2 MiB allocation granularity (a lower bound)
+    b200 = vllm019_non_torch(get_gpu("B200"), tp=2, pp=1, hidden=4096, b=2, max_num_batched_tokens=8192,
+                             enforce_eager=False)
+    assert b200.flashinfer == 545_259_520 and any("a lower bound" in n for n in b200.notes)
     assert "not modelled" in " ".join(tp2.notes) and "not modelled" not in " ".join(
         vllm019_non_torch(H100, tp=1, pp=1, hidden=4096, b=2, max_num_batched_tokens=8192, enforce_eager=False).notes)
 
 
 def test_capacity_uses_them_in_0_19_only():
     cap = capacity("llama-3.1-8b", "vllm", gpu="H100-SXM-80GB", tp=4, max_model_len=8192)
-    assert cap.non_torch_bytes == 795_869_184
+    assert cap.non_torch_bytes == 2_364_538_880
     # the sampler phase (logits x (2 + 12) B, the hidden states, the top-k buffer) + Hopper's cuBLAS workspace
     # (:4096:8 = 33,554,432)
     assert cap.activation_bytes == 1024 * 128_256 * 14 + 67_108_864 + 67_719_168 + 33_554_432 == 2_007_060_480

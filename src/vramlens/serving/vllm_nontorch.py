@@ -18,7 +18,12 @@ later is:
 2. FlashInfer's all-reduce + RMSNorm fusion workspace (:func:`flashinfer_ar_workspace_bytes`), created
    while the first compile runs ``AllReduceFusionPass`` (compilation/passes/fusion/allreduce_rms_fusion.py),
    where ``enable_allreduce_rms_fusion`` (config/vllm.py) turns it on: tp > 1, compute capability 9.0 or
-   10.x, no DP, no PP, and a compiled model (not enforce_eager).
+   10.x, no DP, no PP, and a compiled model (not enforce_eager). One workspace on a single node (the quant
+   patterns reuse it: distributed/device_communicators/flashinfer_all_reduce.py ``get_fi_ar_quant_workspace``).
+   Its three ``SymmDeviceMemory`` buffers are each rounded up to the driver's recommended multicast
+   granularity (flashinfer 0.6.6 comm/mnnvl.py ``_get_allocation_prop``), 512 MiB on Hopper
+   (:data:`FI_MC_GRANULARITY`): 1.5 GiB per rank whatever the model, where the buffers themselves take
+   0.04-0.51 GiB.
 3. A second NCCL communicator, at any tp > 1: the TP group's torch ``ProcessGroupNCCL``
    (``get_tp_group().device_group``), which no collective used before the snapshot (PyNccl's unique id
    travels over the gloo group), so PyTorch creates its NCCL communicator at its first use in the window:
@@ -38,15 +43,13 @@ later is:
    ``ncclNvlsBufferSetup``: nvlsTotalSize = channels (NVLS_NCHANNELS_SM90 16) x 2 x NVLS_CHUNKSIZE
    (128 KiB) x NCCL_STEPS (8) x nHeads (one per local rank).
 
-What is not modelled, and why: the 0.19 logs (llm-d-planner, H100 SXM) show 2.06-2.11 GiB at tp 2 and
-2.13-2.21 GiB at tp 4, where the parts above give 0.94-1.08 and 0.74 GiB: about 1.0 GiB (tp 2) and
-1.4 GiB (tp 4) per rank is something this code does not name. The logged figure is also the same
-(2.07 GiB) for tp-2 models whose FlashInfer workspaces differ by 0.25 GiB (hidden 2,048 to 8,192): either
-the unnamed part makes up the difference or the workspace does not show in the figure, which the code read
-does not explain. At pp 2 (tp 1) the log shows 0.07 GiB where the kernel term gives 0.29. Candidates no log line sizes (the logs carry no NCCL_DEBUG=INFO
-output): the NCCL communicators' real channel counts and per-connection cuMem granularity, the kernel
-images of the NCCL and FlashInfer libraries, and the CUDA graphs ``profile_cudagraph_memory`` captures
-inside the window.
+Against the 0.19 logs (llm-d-planner, H100 SXM) the parts give 2.08 GiB at tp 2 (logged 2.06-2.10, the same
+for hidden 2,048 to 8,192, as the multicast rounding makes the workspace) and 2.20 GiB at tp 4 (logged
+2.13-2.21). At pp 2 (tp 1) the log shows 0.07 GiB where the kernel term gives 0.29: not explained. Not
+modelled: the NCCL communicators' real channel counts (vramlens' NCCL model assumes 16) and NCCL 2.27.5's
+per-allocation 2 MiB cuMem rounding of its per-channel device structures (src/channel.cc ``initChannel``,
+src/include/alloc.h ``ncclCuMemAlloc``); the multicast granularity of Blackwell (10.x), where the
+workspace is counted at the allocation granularity alone, a lower bound.
 """
 
 from __future__ import annotations
@@ -77,6 +80,14 @@ FI_SIGNAL_PAD = 2048
 #: CU_MEM_ALLOC_GRANULARITY_RECOMMENDED for device memory: 2 MiB on current NVIDIA GPUs (the driver
 #: reports it; not read from any code here).
 CU_MEM_GRANULARITY = 2 * MiB
+#: flashinfer 0.6.6 comm/mnnvl.py ``SymmDeviceMemory._get_allocation_prop``: the allocation, already rounded to
+#: CU_MEM_GRANULARITY, is rounded up again to cuMulticastGetGranularity(CU_MULTICAST_GRANULARITY_RECOMMENDED),
+#: also with ``enable_multicast=False`` as ``trtllm_create_ipc_workspace_for_all_reduce_fusion`` passes it.
+#: The driver's value, by compute capability major: Hopper 512 MiB, "the recommended buffer size for NVLS,
+#: returned by cuMulticastGetGranularity" (github:microsoft/mscclpp include/mscclpp/nvls.hpp at commit
+#: 6c1fa5307ca91b31ed36c477def9a66a4e434f2d, ``DefaultNvlsBufferSize = (1 << 29)``). No value is read for
+#: Blackwell: CU_MEM_GRANULARITY there (a lower bound).
+FI_MC_GRANULARITY: dict[int, int] = {9: 512 * MiB}
 #: vLLM 0.19 ``CustomAllreduce(max_size=8192 * 1024)``, lowered further by CUSTOM_ALL_REDUCE_MAX_SIZES
 #: (64 and 32 MiB at tp 2 and 4 on 9.0, so 8 MiB stays); ``should_custom_ar``: input < max_size.
 CUSTOM_AR_MAX_BYTES = 8192 * 1024
@@ -119,20 +130,23 @@ def fusion_tokens(*, cc: tuple[int, int] | None, tp: int, hidden: int, b: int, m
     return min(int(mib * MiB) // (hidden * b), max_num_batched_tokens)
 
 
-def flashinfer_ar_workspace_bytes(*, tp: int, tokens: int, hidden: int, fp32: bool = False) -> int:
+def flashinfer_ar_workspace_bytes(*, tp: int, tokens: int, hidden: int, fp32: bool = False,
+                                  mc_granularity: int = CU_MEM_GRANULARITY) -> int:
     """One rank's FlashInfer 0.6.6 TRTLLM all-reduce fusion workspace, bytes.
 
     ``trtllm_create_ipc_workspace_for_all_reduce_fusion`` (comm/trtllm_ar.py) with ``use_symm_dev_mem``
     makes three ``SymmDeviceMemory`` buffers: tp x tokens x hidden x 2 B, tp x BarrierFlagCount x 4 B and
     the Lamport buffer 3 x tp x tokens x hidden x (4 with fp32 activations, else 2) B (capped at
     MAX_COMM_SIZE before the x 3); each rounded up to 2 MiB, then to the granularity after its 2,048 B
-    signal pad. The 20 B flag array it cudaMallocs beside them is left out.
+    signal pad, then to ``mc_granularity`` (the recommended multicast granularity, :data:`FI_MC_GRANULARITY`).
+    The 20 B flag array it cudaMallocs beside them is left out.
     """
     if tp < 2 or tokens <= 0:
         return 0
     lamport = min(tp * tokens * hidden * (4 if fp32 else 2), FI_MAX_COMM_SIZE)
     sizes = (tp * tokens * hidden * 2, tp * FI_BARRIER_FLAG_COUNT * 4, 3 * lamport)
-    return sum(round_up(round_up(s, FI_BUFFER_ALIGN) + FI_SIGNAL_PAD, CU_MEM_GRANULARITY) for s in sizes)
+    return sum(round_up(round_up(round_up(s, FI_BUFFER_ALIGN) + FI_SIGNAL_PAD, CU_MEM_GRANULARITY), mc_granularity)
+               for s in sizes)
 
 
 def nccl_nvls_bytes(ranks: int) -> int:
@@ -150,11 +164,15 @@ def vllm019_non_torch(gpu: GPU, *, tp: int, pp: int, hidden: int, b: int, max_nu
     fused = (tp > 1 and pp == 1 and not enforce_eager and cc is not None
              and (cc == (9, 0) or cc[0] == 10))  # enable_allreduce_rms_fusion
     tokens = fusion_tokens(cc=cc, tp=tp, hidden=hidden, b=b, max_num_batched_tokens=max_num_batched_tokens) if fused else 0
-    fi = flashinfer_ar_workspace_bytes(tp=tp, tokens=tokens, hidden=hidden, fp32=b == 4)
+    mc = FI_MC_GRANULARITY.get(cc[0], CU_MEM_GRANULARITY) if cc else CU_MEM_GRANULARITY
+    fi = flashinfer_ar_workspace_bytes(tp=tp, tokens=tokens, hidden=hidden, fp32=b == 4, mc_granularity=mc)
     torch_nccl = nccl_communicator_bytes(gpu, tp, nvls=False)
     if fi:
         notes.append(f"FlashInfer all-reduce fusion workspace {fi:,} B (tp {tp} x {tokens:,} tokens x hidden {hidden:,}: "
-                     "three SymmDeviceMemory buffers, flashinfer_ar_workspace_bytes)")
+                     "three SymmDeviceMemory buffers, each rounded up to the recommended multicast granularity, "
+                     + (f"{mc // MiB:,} MiB on compute capability {cc[0]}.x" if mc != CU_MEM_GRANULARITY else
+                        "not known for this GPU: the 2 MiB allocation granularity, a lower bound")
+                     + "; flashinfer_ar_workspace_bytes)")
     elif tp > 1:
         notes.append("no FlashInfer all-reduce fusion here (needs compute capability 9.0 or 10.x, tp 2/4/8, pp 1 "
                      "and a compiled model): no workspace")
@@ -171,8 +189,6 @@ def vllm019_non_torch(gpu: GPU, *, tp: int, pp: int, hidden: int, b: int, max_nu
         notes.append(f"NCCL 2.27.5 NVLS buffers {nvls:,} B, connected by the profile run's {ar_bytes:,} B all-reduce "
                      f"(16 channels x 2 x 1 MiB x {tp} heads, nccl_nvls_bytes)")
     if tp > 1:
-        notes.append("not modelled: vLLM 0.19's logs on H100 SXMs show about 1.0 GiB (tp 2) and 1.4 GiB (tp 4) per "
-                     "rank more than these parts, whatever the model (NCCL's real channel counts and cuMem "
-                     "granularity, library kernel images, CUDA graphs captured in the window: no log line sizes "
-                     "them); the KV cache comes out larger by that much")
+        notes.append("not modelled: the NCCL communicators' real channel counts (vramlens' NCCL model assumes 16) "
+                     "and NCCL 2.27.5's 2 MiB cuMem rounding of its per-channel device structures")
     return NonTorch(LAZY_MODULES_INFERENCE_BYTES, fi, torch_nccl, nvls, tuple(notes))
