@@ -156,6 +156,17 @@ def test_sglang_tp_picks_its_default_fraction():
     assert capacity("llama-2-7b", "sglang", gpu="A100-80GB", tp=4).figure("mem_fraction_static") == 0.85
 
 
+def test_sglang_small_gpu_chunked_prefill_reads_nvidia_smi_mib():
+    # server_args.py: chunked_prefill_size 2048 when nvidia-smi's memory.total < 25,000 MiB: the RTX 3090 and
+    # 4090 (24,576 and 24,564 MiB, 25.8e9 B) are under it, as the RTX 3090 log's chunked_prefill_size=2048 shows
+    for gpu in ("RTX-3090", "RTX-4090", "L4"):
+        assert capacity("qwen2.5-1.5b", "sglang", gpu=gpu).figure("chunked_prefill_size") == 2048, gpu
+    assert capacity("qwen2.5-1.5b", "sglang", gpu="A100-40GB").figure("chunked_prefill_size") == 8192
+    # a size: 25,000 MiB is the first that takes 8192
+    assert capacity("qwen2.5-1.5b", "sglang", gpu="24999MiB").figure("chunked_prefill_size") == 2048
+    assert capacity("qwen2.5-1.5b", "sglang", gpu="25000MiB").figure("chunked_prefill_size") == 8192
+
+
 def test_llamacpp_kv_buffers():
     # n_ctx 4096 (a multiple of 32): 32 layers x 4096 cells x 4096 (32 x 128) x 2 (K, V) x 2 B = 2,048 MiB
     cap = capacity("llama-2-7b", "llama.cpp", gpu="RTX-4090")

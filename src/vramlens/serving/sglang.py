@@ -24,7 +24,9 @@ Follows SGLang 0.4 (python/sglang/srt/model_executor/model_runner.py):
   ``swa_full_tokens_ratio`` (server_args.py default 0.8); the full-layer count is what the scheduler
   sees as max_total_num_tokens. ``page_size`` defaults to 1 (server_args.py).
 - server_args.py: mem_fraction_static defaults by TP degree (0.88 at tp 1, 0.87 at 2, 0.85 at 4,
-  0.81 at 8, 0.79 at 16); chunked_prefill_size 8192 (2048 under 25 GB).
+  0.81 at 8, 0.79 at 16); chunked_prefill_size 8192, or 2048 when ``gpu_mem < 25_000``, gpu_mem being
+  utils.py ``get_nvgpu_memory_capacity``: nvidia-smi's memory.total in MiB (the smallest GPU's), so a
+  24 GiB card (RTX 3090, RTX 4090: 24,5xx MiB) takes 2048 (read in the 0.4.2.post2 and 0.4.4.post2 wheels).
 - ``init_memory_pool`` (read in 0.4.3.post4): max_num_reqs = min(max(max_total_num_tokens /
   context_len x 512, 2048), 4096), or --max-running-requests; the ReqToTokenPool holds max_num_reqs + 1
   rows of context_len + 4 int32 token indices, allocated after the pool is sized, so out of the
@@ -48,7 +50,7 @@ from vramlens.serving.common import (
     stage_weight_bytes,
 )
 from vramlens.serving.result import Capacity, EngineFigure
-from vramlens.units import DTYPE_BYTES, GiB, ceil_div
+from vramlens.units import DTYPE_BYTES, GiB, MiB, ceil_div
 
 ACCOUNTING = "SGLang 0.4 (model_runner.profile_max_num_token)"
 ACCOUNTING_SWA = ("SGLang 0.5 hybrid SWA pool (model_runner_kv_cache_mixin.py profile_max_num_token, "
@@ -60,7 +62,8 @@ DEFAULT_PAGE_SIZE = 1
 KV_CACHE_DTYPES = {"auto": 0, "fp8_e4m3": 1, "fp8_e5m2": 1}
 #: server_args.py ``__post_init__`` mem_fraction_static by TP degree (largest first).
 DEFAULT_MEM_FRACTION = ((16, 0.79), (8, 0.81), (4, 0.85), (2, 0.87), (1, 0.88))
-SMALL_GPU_BYTES = 25 * 10**9
+#: server_args.py ``gpu_mem < 25_000``: nvidia-smi's memory.total, MiB, under which chunked prefill defaults to 2048.
+SMALL_GPU_MIB = 25_000
 #: The cuda graph capture batch sizes go up to 160 by default (``cuda_graph_max_bs``).
 DEFAULT_MAX_RUNNING_FLOOR, DEFAULT_MAX_RUNNING_CEIL, RUNNING_PER_CONTEXT = 2048, 4096, 512
 
@@ -83,7 +86,7 @@ def sglang_capacity(m: ServedModel, gpu: GPU, *, gpus: int, tp: int, pp: int, co
     mfs = default_mem_fraction(tp) if mem_fraction_static is None else mem_fraction_static
     ctx_len = context_length or m.max_position
     total = gpu.capacity_bytes
-    cps = chunked_prefill_size or (2048 if total < SMALL_GPU_BYTES else 8192)
+    cps = chunked_prefill_size or (2048 if total / MiB < SMALL_GPU_MIB else 8192)
     p = []
     if not 0 < mfs < 1:
         p.append(f"mem_fraction_static={mfs} must be between 0 and 1 (SGLang keeps 1 - mem_fraction_static for "
