@@ -165,14 +165,14 @@ def vllm019_non_torch(gpu: GPU, *, tp: int, pp: int, hidden: int, b: int, max_nu
              and (cc == (9, 0) or cc[0] == 10))  # enable_allreduce_rms_fusion
     tokens = fusion_tokens(cc=cc, tp=tp, hidden=hidden, b=b, max_num_batched_tokens=max_num_batched_tokens) if fused else 0
     mc = FI_MC_GRANULARITY.get(cc[0], CU_MEM_GRANULARITY) if cc else CU_MEM_GRANULARITY
+    mc_said = (f"{mc // MiB:,} MiB on compute capability {cc[0]}.x" if cc and mc != CU_MEM_GRANULARITY else
+               "not known for this GPU: the 2 MiB allocation granularity, a lower bound")
     fi = flashinfer_ar_workspace_bytes(tp=tp, tokens=tokens, hidden=hidden, fp32=b == 4, mc_granularity=mc)
     torch_nccl = nccl_communicator_bytes(gpu, tp, nvls=False)
     if fi:
         notes.append(f"FlashInfer all-reduce fusion workspace {fi:,} B (tp {tp} x {tokens:,} tokens x hidden {hidden:,}: "
                      "three SymmDeviceMemory buffers, each rounded up to the recommended multicast granularity, "
-                     + (f"{mc // MiB:,} MiB on compute capability {cc[0]}.x" if mc != CU_MEM_GRANULARITY else
-                        "not known for this GPU: the 2 MiB allocation granularity, a lower bound")
-                     + "; flashinfer_ar_workspace_bytes)")
+                     f"{mc_said}; flashinfer_ar_workspace_bytes)")
     elif tp > 1:
         notes.append("no FlashInfer all-reduce fusion here (needs compute capability 9.0 or 10.x, tp 2/4/8, pp 1 "
                      "and a compiled model): no workspace")
