@@ -232,9 +232,11 @@ _A100_2022 = _Setup(gpu="A100-80GB", cuda="11.7", lazy_loading=False)  # torch 1
 # modelled in inference and left off
 _GPTFAST = dict(mode="inference", dtype="bf16", batch=1, seq=6, new_tokens=200, cache="static", max_cache_len=208)
 _ON_GPU = {"quant_head": True, "quantize_on_device": True}
-_GPTFAST_QUANT = {"bf16": {}, "int8dq": {"quant": "int8", **_ON_GPU}, "int8wo": {"quant": "int8", **_ON_GPU},
+_WO = {"quant_impl": "torchao-wo"}  # int8_weight_only / float8_weight_only: eager prefill dequantizes each weight
+_GPTFAST_QUANT = {"bf16": {}, "int8dq": {"quant": "int8", **_ON_GPU},
+                  "int8wo": {"quant": "int8", **_ON_GPU, **_WO},
                   "int4wo-64": {"quant": "int4", "quant_group_size": 64, **_ON_GPU},
-                  "float8wo": {"quant": "fp8", "quant_head": True}, "float8dq-tensor": {"quant": "fp8", **_ON_GPU},
+                  "float8wo": {"quant": "fp8", **_ON_GPU, **_WO}, "float8dq-tensor": {"quant": "fp8", **_ON_GPU},
                   "float8dq-row": {"quant": "fp8", **_ON_GPU}}
 _H100 = _Setup(gpu="H100-SXM-80GB", cuda="12.1", lazy_loading=True)
 
