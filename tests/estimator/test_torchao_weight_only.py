@@ -133,3 +133,31 @@ def test_one_linear_of_torchao_int8_weight_only():
         peak = max(peak, live)
     w = make_workload(mode="inference", quant="int8", quant_impl="torchao-wo")
     assert peak == round_up(2 * n * k, 512) + dequant_cast_bytes(w, n, k) + round_up(2 * t * n, 512) == 1_585_152
+
+
+def test_the_prefill_copies_in_the_allocator_replay(llama3):
+    """After --quantize-on-device's empty_cache, gpt-fast's eager prefill casts each weight to bf16 in module order
+    (wqkv fused) and frees it, then the output layer's: replayed through the allocator simulator, the blocks' copies
+    fit in the free remainders of the quantized weights' segments (no new reserve), and the output layer's takes a
+    segment of its own, exactly its bytes; the estimate's reserved grows by at least that over the kernel run."""
+    from vramlens.estimator.compiled import QKV
+    from vramlens.estimator.ondevice import on_device_events
+
+    w = make_workload(**GEN, quant="int8", quant_impl="torchao-wo", quantize_on_device=True)
+    setup = on_device_events(llama3, w)
+    prefill = []
+    for layer in range(llama3.n_decoder_layers):
+        mats = [t for t in llama3.tensors if t.layer == layer and len(t.shape) == 2]
+        qkv = [t for t in mats if t.module in QKV]
+        shapes = [(sum(t.out_features for t in qkv), qkv[0].in_features)]  # gpt-fast's wqkv
+        shapes += [(t.out_features, t.in_features) for t in mats if t.module not in QKV]
+        for i, (n, k) in enumerate(shapes):
+            prefill += [("alloc", (layer, i), 2 * n * k), ("free", (layer, i), 0)]
+    base = simulate(setup, max_points=2)
+    blocks = simulate(setup + prefill, max_points=2)
+    head = simulate(setup + prefill + [("alloc", "head", HEAD)], max_points=2)
+    assert blocks.final_reserved_bytes == base.final_reserved_bytes
+    assert head.final_reserved_bytes - base.final_reserved_bytes == HEAD == 1_050_673_152  # a multiple of 2 MiB
+    kernel = estimate(llama3, **GEN, quant="int8", quantize_on_device=True).breakdown
+    wo = estimate(llama3, **GEN, quant="int8", quant_impl="torchao-wo", quantize_on_device=True).breakdown
+    assert wo.peak_reserved - kernel.peak_reserved >= HEAD
