@@ -227,14 +227,17 @@ _A100_2022 = _Setup(gpu="A100-80GB", cuda="11.7", lazy_loading=False)  # torch 1
 # tokens preallocated by setup_caches (a static cache); quantize_ takes every nn.Linear, the output layer included
 # (quant_head); int4wo-64 is int4_weight_only(group_size=64). The model is loaded in bf16 onto the GPU and quantized
 # there, and the compiled decode's first CUDA-graph capture empties the cache before the timed samples
-# (quantize_on_device; float8_weight_only's bf16 temporaries are not among the replayed sequences: plain fp8).
-# The figure is max_memory_reserved() / 1e9. --compile (decode under torch.compile(mode="reduce-overhead")) is not
-# modelled in inference and left off
+# (quantize_on_device). int8wo and float8wo are torchao's weight-only linears, which the eager prefill (compiled only
+# with --compile_prefill) runs on each weight dequantized to bf16 (quant_impl torchao-wo; float8wo also quantizes
+# with bf16 temporaries). The figure is max_memory_reserved() / 1e9. --compile (decode under
+# torch.compile(mode="reduce-overhead")) is not modelled in inference and left off
 _GPTFAST = dict(mode="inference", dtype="bf16", batch=1, seq=6, new_tokens=200, cache="static", max_cache_len=208)
 _ON_GPU = {"quant_head": True, "quantize_on_device": True}
-_GPTFAST_QUANT = {"bf16": {}, "int8dq": {"quant": "int8", **_ON_GPU}, "int8wo": {"quant": "int8", **_ON_GPU},
+_WO = {"quant_impl": "torchao-wo"}  # int8_weight_only / float8_weight_only: eager prefill dequantizes each weight
+_GPTFAST_QUANT = {"bf16": {}, "int8dq": {"quant": "int8", **_ON_GPU},
+                  "int8wo": {"quant": "int8", **_ON_GPU, **_WO},
                   "int4wo-64": {"quant": "int4", "quant_group_size": 64, **_ON_GPU},
-                  "float8wo": {"quant": "fp8", "quant_head": True}, "float8dq-tensor": {"quant": "fp8", **_ON_GPU},
+                  "float8wo": {"quant": "fp8", **_ON_GPU, **_WO}, "float8dq-tensor": {"quant": "fp8", **_ON_GPU},
                   "float8dq-row": {"quant": "fp8", **_ON_GPU}}
 _H100 = _Setup(gpu="H100-SXM-80GB", cuda="12.1", lazy_loading=True)
 

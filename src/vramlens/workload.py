@@ -70,6 +70,8 @@ QuantTargets = Literal["all", "adapted"]
 DequantDType = Literal["compute", "fp16"]
 #: Whose NF4 code dequantizes a 4-bit weight at each matmul (see Workload.nf4_impl).
 NF4Impl = Literal["bitsandbytes", "torchao"]
+#: How a quantized linear's matmul reads an int8 or fp8 weight (see Workload.quant_impl).
+QuantImpl = Literal["kernel", "torchao-wo"]
 #: What bitsandbytes' 4-bit matmuls keep of their inputs in training (see Workload.bnb_inputs).
 BnbInputs = Literal["none", "step", "next-forward"]
 #: transformers' KV cache for inference (cache_utils): DynamicCache grows by torch.cat; StaticCache
@@ -116,6 +118,9 @@ QUANT_TARGETS: tuple[QuantTargets, ...] = get_args(QuantTargets)
 BNB_INPUTS: tuple[BnbInputs, ...] = get_args(BnbInputs)
 DEQUANT_DTYPES: tuple[DequantDType, ...] = get_args(DequantDType)
 NF4_IMPLS: tuple[NF4Impl, ...] = get_args(NF4Impl)
+QUANT_IMPLS: tuple[QuantImpl, ...] = get_args(QuantImpl)
+#: The formats torchao's weight-only linears dequantize at each eager call (quant_impl="torchao-wo").
+WO_DEQUANT_QUANTS: tuple[Quant, ...] = ("int8", "fp8")
 CACHES: tuple[CacheKind, ...] = get_args(CacheKind)
 LOSSES: tuple[Loss, ...] = get_args(Loss)
 COMPILE_SCOPES: tuple[CompileScope, ...] = get_args(CompileScope)
@@ -225,6 +230,14 @@ class Workload:
     #: ``NF4Tensor.get_original_weight``, eager PyTorch ops whose int64 code indices and bf16 halves are
     #: alive together, 14 bytes per weight element at its ``torch.stack``)
     nf4_impl: NF4Impl = "bitsandbytes"
+    #: How a quantized linear's matmul reads an int8 or fp8 weight: ``kernel``, a kernel that reads the stored
+    #: weight (bitsandbytes' LLM.int8; torchao's dynamic-activation int8 ``torch._int_mm`` and float8
+    #: ``torch._scaled_mm``), or ``torchao-wo``: torchao's ``int8_weight_only()`` / ``float8_weight_only()``,
+    #: whose linear runs eagerly in the compute dtype on the whole weight dequantized at each call (int8: the
+    #: weight cast to the compute dtype; fp8: the cast, then its product with the per-row scale, both alive).
+    #: int4_weight_only's tinygemm kernel reads the packed weight: nothing dequantized (see
+    #: vramlens.estimator.weights.wo_dequantizes)
+    quant_impl: QuantImpl = "kernel"
     #: Weights per scale of the group-wise formats (GROUPED_QUANTS); 0: their default, 128 (AutoGPTQ's
     #: and AutoAWQ's, torchao's ``int4_weight_only``). torchao's gpt-fast benchmarks run ``int4wo-64``
     #: (``int4_weight_only(group_size=64)``)
@@ -502,6 +515,7 @@ class Workload:
         choice("bnb_inputs", self.bnb_inputs, BNB_INPUTS)
         choice("dequant_dtype", self.dequant_dtype, DEQUANT_DTYPES)
         choice("nf4_impl", self.nf4_impl, NF4_IMPLS)
+        choice("quant_impl", self.quant_impl, QUANT_IMPLS)
         choice("cache", self.cache, CACHES)
         choice("loss", self.loss, LOSSES)
         choice("compile_scope", self.compile_scope, COMPILE_SCOPES)
@@ -553,6 +567,8 @@ class Workload:
                      f"quant={self.quantized!r} has none: drop --quant-group-size or use --quant int4")
         if self.quantize_on_device is True:
             p.extend(self._on_device_problems())
+        if self.quant_impl == "torchao-wo" and self.quantized is not None:
+            p.extend(self._weight_only_problems())
         if self.transformers_version is not None and self.transformers_release is None:
             p.append(f"transformers_version={L.show(self.transformers_version)} must be a version such as 4.35 or 5.2")
         for name in ("keep_grads", "fsdp", "optimizer_in_backward", "activation_offload", "loss_parallel", "dora",
@@ -711,6 +727,19 @@ class Workload:
                      f"emptied; cache={self.cache!r}: use --cache static")
         return p
 
+    def _weight_only_problems(self) -> list[str]:
+        """What quant_impl="torchao-wo" (torchao's weight-only linears in eager mode) is modelled for."""
+        p = []
+        if self.quantized not in (*WO_DEQUANT_QUANTS, "int4"):
+            p.append(f"quant_impl='torchao-wo' is torchao's int8_weight_only / float8_weight_only linear; "
+                     f"quant={self.quantized!r} is not one of its formats: use --quant int8 or fp8, or drop "
+                     "--quant-impl")
+        if self.training:
+            # autograd would keep each dequantized weight for the input's gradient (torch.mm saves it)
+            p.append("quant_impl='torchao-wo' is modelled for inference (in training each matmul would keep its "
+                     "dequantized weight for backward): use --mode inference, or drop --quant-impl")
+        return p
+
     def _quant_head_problems(self) -> list[str]:
         """What a quantized output layer is not modelled with (the stacks that quantize it, LitGPT, torchao
         and gpt-fast, run it on one GPU, under no autocast, through its own forward)."""
@@ -850,6 +879,12 @@ class Workload:
         if given("nf4_impl") and self.quantized not in ("nf4", "nf4-dq"):
             out.append(f"ignored: nf4_impl={self.nf4_impl!r} says whose code dequantizes NF4 weights, and none are "
                        "in NF4 (use --method qlora or --quant nf4)")
+        if given("quant_impl") and self.quantized is None:
+            out.append(f"ignored: quant_impl={self.quant_impl!r} says how a quantized linear reads its weight, and "
+                       "none are quantized (use --quant int8 or fp8)")
+        elif given("quant_impl") and self.quantized == "int4":
+            out.append(f"ignored: quant_impl={self.quant_impl!r} with quant='int4': int4_weight_only's tinygemm "
+                       "kernel (_weight_int4pack_mm) reads the packed weight, nothing is dequantized")
         if given("bnb_inputs") and self.bnb_inputs != "none" and (
                 not self.training or self.quantized not in FOUR_BIT):
             out.append(f"ignored: bnb_inputs={self.bnb_inputs!r} is what bitsandbytes' 4-bit matmuls keep for "

@@ -13,6 +13,7 @@ from vramlens.trace.crosscheck import (
     TP_INFERENCE_ROWS,
     TP_ROWS,
     TP_TECHNIQUE_ROWS,
+    WEIGHT_ONLY_ROWS,
     render,
     run_checkpoint_rows,
     run_fsdp_rows,
@@ -43,7 +44,7 @@ def test_rows_name_real_settings():
 
     for _name, row in (TECHNIQUE_ROWS + QLORA_ROWS + CACHE_ROWS + CHECKPOINT_ROWS + FSDP_ROWS + TP_ROWS
                        + TP_INFERENCE_ROWS + TP_TECHNIQUE_ROWS
-                       + LOGITS_SUM_ROWS):
+                       + LOGITS_SUM_ROWS + WEIGHT_ONLY_ROWS):
         assert set(row) <= set(workload_fields())
 
 
@@ -107,6 +108,12 @@ def test_long_decoding_matches_trace(row):
 def test_qlora_lora_dtype_dropout_and_dora_match_trace(row):
     """bitsandbytes' 4-bit linears (all or the adapted ones), the adapters' dtype, dropout and DoRA."""
     _check(run_rows((row,)))
+
+
+def test_torchao_int8_weight_only_matches_trace():
+    """torchao's own Int8WeightOnlyConfig on the shrunk model: every linear's weight cast to bf16 at each call."""
+    pytest.importorskip("torchao.quantization", reason="needs torchao")
+    _check(run_rows(WEIGHT_ONLY_ROWS))
 
 
 def test_static_and_offloaded_caches_match_trace():

@@ -379,7 +379,7 @@ def dora_forward_transient(spec: ModelSpec, w: Workload, *, training: bool, tp: 
 def dequantized_by_group(spec: ModelSpec, w: Workload, tp: int = 1) -> dict[str, tuple[tuple[int, int, int], ...]]:
     """The first block's 4-bit linears by group: (k in, n out, bytes of the weight dequantized to the
     compute dtype) each (vramlens.estimator.weights.dequantized_weight_bytes says when it exists)."""
-    if w.quantized not in FOUR_BIT:
+    if not Wt.dequantizes_weights(w):
         return {}
     c = DTYPE_BYTES[w.compute_dtype]
     adapted_only = w.method != "full" and w.quant_targets == "adapted"
@@ -474,11 +474,13 @@ def head_dequant_transients(spec: ModelSpec, w: Workload, b: int, s: int) -> tup
 
 
 def head_dequant_inference(spec: ModelSpec, w: Workload, tokens: int) -> int:
-    """A 4-bit output layer's matmul over ``tokens`` rows without grad: the weight dequantized and the
-    logits (or the fp16 weight at the cast); 0 for one row (bitsandbytes' ``gemv_4bit``, no dequantized
-    weight: NF4Linear.forward in vramlens.trace.build) or when the output layer is not in 4 bits."""
+    """A quantized output layer's matmul over ``tokens`` rows without grad: the weight dequantized and the
+    logits (or the intermediate at the cast: the fp16 weight, torchao float8's cast before its scale); 0 for one
+    row of a 4-bit layer (bitsandbytes' ``gemv_4bit``, no dequantized weight: NF4Linear.forward in
+    vramlens.trace.build; torchao's weight-only linears dequantize for one row too, weights.wo_dequantizes) or
+    when the output layer's matmul does not dequantize."""
     wd, extra = Wt.head_dequantized_bytes(spec, w)
-    if not wd or tokens <= 1:
+    if not wd or (tokens <= 1 and not Wt.wo_dequantizes(w)):
         return 0
     return wd + max(_r(DTYPE_BYTES[w.compute_dtype] * spec.vocab_size * tokens), extra)
 
@@ -1616,7 +1618,8 @@ def inference_layer_peak(spec: ModelSpec, w: Workload, b: int, s: int, S: int, t
         mlp = 3 * _r(c * D.f * t)
     else:
         mlp = 2 * _r(c * D.f * t)
-    deq = dequantized_by_group(spec, w, tp) if t > 1 else {}  # one token: gemv_4bit, nothing dequantized
+    # one token: bitsandbytes' gemv_4bit, nothing dequantized (torchao's weight-only linears dequantize still)
+    deq = dequantized_by_group(spec, w, tp) if t > 1 or Wt.wo_dequantizes(w) else {}
     if deq:
         # a 4-bit matmul holds its weight dequantized: q_proj..v_proj with the projections made before
         # them, o_proj with the attention output; up_proj with act(gate) and its own output

@@ -35,7 +35,9 @@ The temporaries of each format, from torchao's code (quant_primitives.py ``_choo
   two (n, k/2) int32 and the uint8 temporaries: 82 MiB less slack for Llama 2 7B at group 64, 5 MiB for Llama 3 8B).
 * fp8 (``float8_dynamic_activation_float8_weight``, scale_dtype float32): ``torch.clamp(input *
   scale.reciprocal(), ...)``: two (n, k) fp32 temporaries (the fp32 scale promotes the product), then
-  ``.to(float8_e4m3fn)``. (``float8_weight_only`` keeps the scale in the weight's dtype; not modelled.)
+  ``.to(float8_e4m3fn)``. ``float8_weight_only`` (``quant_impl="torchao-wo"``) passes ``scale_dtype=None``, so
+  ``_choose_qparams_affine`` keeps the per-row scale in the weight's dtype (``scale_dtype = input.dtype``) and the
+  two (n, k) temporaries are at b bytes (quant_api.py ``float8_weight_only`` and quant_primitives.py at 92dd5f557d).
 
 The small temporaries of the parameter choice (per-row minima and maxima, under 1 MiB: the small pool)
 are left out; the ones that outlive a weight (scales, zero points) are kept.
@@ -54,6 +56,7 @@ from vramlens.estimator.weights import (
     quantized_linears,
     quantizes_head,
     weight_dtype_bytes,
+    wo_dequantizes,
 )
 from vramlens.models.spec import ModelSpec, TensorInfo
 from vramlens.units import dtype_bytes
@@ -75,8 +78,11 @@ class OnDeviceQuant:
     load_peak_bytes: int
 
 
-def quantize_events(name: str, n: int, k: int, quant: str, b: int, group: int) -> list[_Event]:
-    """The allocations and frees of one (n, k) weight's quantization (the module docstring has the sources)."""
+def quantize_events(name: str, n: int, k: int, quant: str, b: int, group: int,
+                    fp8_scale_bytes: int = 4) -> list[_Event]:
+    """The allocations and frees of one (n, k) weight's quantization (the module docstring has the sources);
+    ``fp8_scale_bytes``: the float8 scale's element size, which the product with it takes (4: the dynamic-activation
+    config's float32, b: float8_weight_only's scale in the weight's dtype)."""
     A = "alloc"
     F = "free"
     nk = n * k
@@ -85,7 +91,8 @@ def quantize_events(name: str, n: int, k: int, quant: str, b: int, group: int) -
                 (A, "t1", b * nk), (A, "t2", b * nk), (F, "t1", 0), (A, "t3", b * nk), (F, "t2", 0),
                 (A, "t4", b * nk), (F, "t3", 0), (A, (name, "q"), nk), (F, "t4", 0), (F, "inv", 0)]
     if quant == "fp8":
-        return [(A, (name, "scale"), 4 * n), (A, "rec", 4 * n), (A, "t1", 4 * nk), (A, "t2", 4 * nk), (F, "t1", 0),
+        sb = fp8_scale_bytes
+        return [(A, (name, "scale"), sb * n), (A, "rec", sb * n), (A, "t1", sb * nk), (A, "t2", sb * nk), (F, "t1", 0),
                 (A, (name, "q"), nk), (F, "t2", 0), (F, "rec", 0)]
     if quant == "int4":
         n, k = int4_padded_shape(n, k)
@@ -116,6 +123,7 @@ def on_device_events(spec: ModelSpec, w: Workload) -> list[_Event]:
     assert quant in ON_DEVICE_QUANTS
     b = weight_dtype_bytes(w)
     group = quant_group(w)
+    sb = b if wo_dequantizes(w) else 4  # float8_weight_only's scale in the weight's dtype
     targets = {lin.name for lin in quantized_linears(spec, quant, None)}
     head = quantizes_head(spec, w)
     if head:
@@ -141,10 +149,10 @@ def on_device_events(spec: ModelSpec, w: Workload) -> list[_Event]:
     ev: list[_Event] = [("alloc", name, size) for name, size, _, _ in load]
     for name, _, out_f, in_f in load:
         if out_f is not None and in_f is not None:
-            ev += quantize_events(name, out_f, in_f, quant, b, group)
+            ev += quantize_events(name, out_f, in_f, quant, b, group, sb)
             ev.append(("free", name, 0))
     if head and spec.tied_embeddings:  # the output layer's quantized copy of its own; the embedding stays
-        ev += quantize_events("lm_head", spec.vocab_size, spec.hidden_size, quant, b, group)
+        ev += quantize_events("lm_head", spec.vocab_size, spec.hidden_size, quant, b, group, sb)
     per_layer = w.batch * spec.n_kv_heads * max_cache_len(w) * spec.head_dim * kv_dtype_bytes(w)
     for layer in range(spec.n_decoder_layers):
         ev += [("alloc", ("k_cache", layer), per_layer), ("alloc", ("v_cache", layer), per_layer)]

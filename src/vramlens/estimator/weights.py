@@ -48,7 +48,7 @@ from vramlens.estimator.inventory import (
 from vramlens.estimator.memo import identity_cache
 from vramlens.models.spec import ModelSpec
 from vramlens.units import BLOCK, DTYPE_BYTES, round_up
-from vramlens.workload import FOUR_BIT, Workload
+from vramlens.workload import FOUR_BIT, WO_DEQUANT_QUANTS, Workload
 
 GROUP_SIZE = 128       # GPTQ / AWQ / int4 default group size (AutoGPTQ BaseQuantizeConfig, AutoAWQ q_group_size)
 NF4_BLOCK = 64         # bitsandbytes Params4bit default blocksize
@@ -208,8 +208,36 @@ def _base_bytes(spec: ModelSpec, b: int, quant: str | None, only: tuple[str, ...
     return float_bytes(spec, b) - full + q + s.fixed_bytes, q
 
 
+def wo_dequantizes(w: Workload) -> bool:
+    """Whether torchao's weight-only linears dequantize each weight at every call (``quant_impl="torchao-wo"``
+    with int8 or fp8 weights), one token included: the eager linear knows no matrix-vector kernel.
+
+    int8_weight_only (torchao/dtypes/affine_quantized_tensor.py ``_linear_fp_act_int8_weight_impl`` at 317392d06b
+    and 92dd5f557d; torchao 0.18's ``Int8Tensor`` linear the same): ``torch.mm(x, int_data.t().to(x.dtype))``, the
+    (n, k) weight cast to the compute dtype alive while the matmul runs, then ``m * scale`` on its output.
+    float8_weight_only (``_linear_fp_act_fp8_weight_impl`` at 92dd5f557d): ``F.linear(x, weight.dequantize())``,
+    where quant_primitives.py ``_dequantize_affine_no_dtype_check`` (no zero point domain) runs
+    ``input.to(output_dtype)`` then ``dequant * scale`` with the weight's own dtype for the per-row scale
+    (``float8_weight_only`` passes ``scale_dtype=None``: ``_choose_qparams_affine`` takes ``input.dtype``): two
+    (n, k) tensors in the compute dtype alive at the product (dequant_cast_bytes), one during the matmul.
+    int4_weight_only's ``_weight_int4pack_mm`` (tinygemm) reads the packed weight: nothing is dequantized.
+    Under ``torch.compile`` with coordinate-descent tuning (torchao's ``recommended_inductor_config_setter``, which
+    gpt-fast's generate.py calls) inductor decomposes a one-row ``mm`` into a product and a sum
+    (torch/_inductor/decomposition.py ``mm``), which fuses the dequantization: gpt-fast's compiled decode holds no
+    dequantized weight, and its eager prefill peaks above it anyway.
+    """
+    return w.quant_impl == "torchao-wo" and w.quantized in WO_DEQUANT_QUANTS
+
+
+def dequantizes_weights(w: Workload) -> bool:
+    """Whether each quantized matmul holds its whole weight dequantized: bitsandbytes' (or torchao's NF4) 4-bit
+    matmuls, and torchao's weight-only int8 and fp8 linears (wo_dequantizes)."""
+    return w.quantized in FOUR_BIT or wo_dequantizes(w)
+
+
 def dequantized_weight_bytes(spec: ModelSpec, w: Workload) -> int:
-    """The largest quantized linear's weight dequantized to the compute dtype, 0 without 4-bit weights.
+    """The largest quantized linear's weight dequantized to the compute dtype, 0 unless the matmuls dequantize
+    (dequantizes_weights: 4-bit weights, torchao's weight-only int8 and fp8).
 
     bitsandbytes 0.49 ``MatMul4Bit`` (autograd/_functions.py): the forward runs
     ``F.linear(A, dequantize_4bit(B).to(A.dtype).t())`` and the backward
@@ -218,7 +246,7 @@ def dequantized_weight_bytes(spec: ModelSpec, w: Workload) -> int:
     does the same). A single token without grad takes ``gemv_4bit`` (no dequantized weight).
     bitsandbytes >= 0.50 (``gemm_4bit``) skips it for small batches on some GPUs: an upper bound there.
     """
-    if w.quantized not in FOUR_BIT:
+    if not dequantizes_weights(w):
         return 0
     c = DTYPE_BYTES[w.compute_dtype]
     return max((round_up(lin.out_features * lin.in_features * c, BLOCK)
@@ -236,7 +264,13 @@ def dequant_cast_bytes(w: Workload, n: int, k: int) -> int:
     the fp16 weight, then its copy; the fp16 one is a temporary freed when ``.to`` returns.
 
     ``nf4_impl="torchao"``: :func:`torchao_nf4_dequant_temporaries`.
+
+    torchao's ``float8_weight_only`` (wo_dequantizes): the float8 weight cast to the compute dtype beside its
+    product with the per-row scale (``dequant = input.to(output_dtype); dequant = dequant * scale``), the cast
+    freed when the name is rebound; int8_weight_only's single cast has no intermediate.
     """
+    if wo_dequantizes(w):
+        return round_up(DTYPE_BYTES[w.compute_dtype] * n * k, BLOCK) if w.quantized == "fp8" else 0
     if w.quantized not in FOUR_BIT:
         return 0
     if w.nf4_impl == "torchao" and w.quantized in ("nf4", "nf4-dq"):
@@ -273,9 +307,10 @@ def torchao_nf4_dequant_temporaries(numel: int, c: int) -> int:
 
 
 def head_dequantized_bytes(spec: ModelSpec, w: Workload) -> tuple[int, int]:
-    """(the 4-bit output layer's (V, h) weight dequantized to the compute dtype, the fp16 intermediate
-    alive at the cast: dequant_cast_bytes); (0, 0) when the output layer is not in 4 bits."""
-    if not quantizes_head(spec, w) or w.quantized not in FOUR_BIT:
+    """(the quantized output layer's (V, h) weight dequantized to the compute dtype, the intermediate alive at
+    the cast: dequant_cast_bytes); (0, 0) when the output layer is not quantized or its matmul does not
+    dequantize (dequantizes_weights)."""
+    if not quantizes_head(spec, w) or not dequantizes_weights(w):
         return 0, 0
     V, h = spec.vocab_size, spec.hidden_size
     return round_up(V * h * DTYPE_BYTES[w.compute_dtype], BLOCK), dequant_cast_bytes(w, V, h)

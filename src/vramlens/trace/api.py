@@ -97,7 +97,9 @@ def untraceable(wl: Workload) -> str:
     if wl.gpus > 1 or wl.zero or wl.fsdp or wl.tp > 1 or wl.pp > 1:
         return ("trace runs one GPU, one rank of FSDP (--fsdp --gpus N) or of tensor parallelism (--tp N --gpus N); "
                 f"gpus={wl.gpus} zero={wl.zero} fsdp={wl.fsdp} tp={wl.tp} pp={wl.pp}")
-    if wl.quant is not None and wl.method != "qlora":
+    if wl.quant is not None and wl.method != "qlora" and not (wl.quant == "int8" and wl.quant_impl == "torchao-wo"):
+        # torchao's int8 weight-only linear runs plain torch ops (build.quantize_int8_weight_only); torchao 0.18's
+        # float8 weight-only dequantizes through fp32, not as the release quant_impl models (weights.wo_dequantizes)
         return f"quant={wl.quant} weights cannot be traced (no CPU kernels)"
     if wl.offload != "none":
         return f"offload={wl.offload} cannot be traced on one process"

@@ -271,6 +271,9 @@ def build_hf(cfg: dict, wl: Workload, *, fake_mode=None, layers: int | None = No
                      + ("; dequantized to fp16, then cast (bitsandbytes 0.42.0)" if wl.dequant_dtype == "fp16" else "")
                      + ("; dequantized by torchao's NF4Tensor.get_original_weight (int64 codes, bf16 halves)"
                         if wl.nf4_impl == "torchao" else ""))
+    if wl.quant_impl == "torchao-wo" and wl.quantized == "int8" and not wl.training:
+        notes.append(quantize_int8_weight_only(model, fake_mode=fake_mode, meta_only=meta_only,
+                                               include_head=wl.quant_head))
     if wl.training and wl.fp8:
         notes.append(convert_fp8(model))
     if wl.training and (wl.checkpointing in ("full", "selective-op") or wl.checkpoint_every is not None):
@@ -665,6 +668,30 @@ def quantize_nf4(model: nn.Module, *, fake_mode=None, double_quant: bool = True,
             setattr(parent, child_name, NF4Linear(lin.in_features, lin.out_features, lin.bias, double_quant,
                                                   compute_dtype=compute_dtype, quant_dtype=quant_dtype,
                                                   torchao=torchao))
+
+
+def quantize_int8_weight_only(model: nn.Module, *, fake_mode=None, meta_only: bool = False,
+                              include_head: bool = False) -> str:
+    """torchao's own ``quantize_(model, Int8WeightOnlyConfig())`` on every nn.Linear (the output layer too with
+    ``include_head``, which unties a tied one): int8 weights with a per-row scale whose eager linear casts the
+    whole weight to the input's dtype at each call (torchao 0.18's ``Int8Tensor`` linear, the arithmetic of
+    ``_linear_fp_act_int8_weight_impl`` at 317392d06b; Workload.quant_impl)."""
+    try:
+        from torchao.quantization import Int8WeightOnlyConfig, quantize_
+    except Exception as e:  # noqa: BLE001 - any import failure of the optional dependency
+        raise TraceError(f"quant_impl='torchao-wo' runs torchao's quantize_, which cannot be imported here "
+                         f"({type(e).__name__}): pip install torchao") from None
+    if meta_only:
+        return "int8 weight-only (torchao): not applied on meta"
+    skip = () if include_head else _output_head_names(model)
+
+    def take(mod: nn.Module, fqn: str) -> bool:
+        return type(mod) is nn.Linear and not any(fqn.endswith(s) for s in skip)
+
+    with fake_mode if fake_mode is not None else _nullctx():
+        quantize_(model, Int8WeightOnlyConfig(set_inductor_config=False), filter_fn=take)
+    return ("int8 weight-only (torchao's quantize_ with Int8WeightOnlyConfig): each linear casts its whole weight "
+            "to the compute dtype at every call" + ("; the output layer too" if include_head else ""))
 
 
 def fp8_converts(module: nn.Module, fqn: str, heads: tuple[str, ...]) -> bool:

@@ -495,6 +495,16 @@ LOGITS_SUM_ROWS: tuple[tuple[str, dict[str, Any]], ...] = (
     ("gpt2", {**_SUM, "attention": "sdpa", "batch": 2, "seq": 512}),
 )
 
+#: torchao's int8 weight-only linears (Workload.quant_impl "torchao-wo"), the tracer running torchao's own
+#: quantize_(model, Int8WeightOnlyConfig()): each linear casts its whole weight to bf16 at every call, the output
+#: layer's (with quant_head) the peak at a few prompt tokens, as in gpt-fast's eager prefill.
+WEIGHT_ONLY_ROWS: tuple[tuple[str, dict[str, Any]], ...] = (
+    ("llama-3-8b", _inf(quant="int8", quant_impl="torchao-wo", quant_head=True, batch=1, seq=6, new_tokens=3,
+                        cache="static")),
+    ("llama-3-8b", _inf(quant="int8", quant_impl="torchao-wo", quant_head=True, batch=1, seq=6)),
+    ("llama-3-8b", _inf(quant="int8", quant_impl="torchao-wo", batch=2, seq=64, new_tokens=2, cache="static")),
+)
+
 CACHE_ROWS: tuple[tuple[str, dict[str, Any]], ...] = (
     ("llama-3-8b", _inf(cache="static", seq=16, new_tokens=64)),
     ("llama-3-8b", _inf(cache="static", seq=16, new_tokens=8, max_cache_len=512)),

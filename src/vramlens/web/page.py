@@ -48,6 +48,7 @@ KNOBS: tuple[tuple[str, str, str, tuple | None, str], ...] = (
     ("quant_head", "quantize lm_head", "check", None, "false"),
     ("dequant_dtype", "4-bit dequant dtype", "select", W.DEQUANT_DTYPES, "compute"),
     ("nf4_impl", "NF4 code", "select", W.NF4_IMPLS, "bitsandbytes"),
+    ("quant_impl", "int8/fp8 matmul", "select", W.QUANT_IMPLS, "kernel"),
     ("quant_group_size", "quant group size", "number", None, "0"),
     ("quantize_on_device", "quantized on the GPU (torchao)", "check", None, "false"),
     ("bnb_inputs", "bnb 4-bit inputs kept", "select", W.BNB_INPUTS, "none"),
@@ -90,6 +91,7 @@ SHOW_WHEN: dict[str, str] = {
     "bnb_inputs": "mode=train;method=lora|qlora",
     "quant_group_size": "quant=" + "|".join(W.GROUPED_QUANTS),
     "quantize_on_device": "mode=inference;cache=static;quant=" + "|".join(W.ON_DEVICE_QUANTS),
+    "quant_impl": "mode=inference;quant=" + "|".join(W.WO_DEQUANT_QUANTS),
 }
 #: Workload fields with no knob on purpose.
 API_ONLY: frozenset[str] = frozenset()
