@@ -154,6 +154,10 @@ def add_workload_args(p: argparse.ArgumentParser) -> None:
                    help="with --loss-chunks: each chunk's logits upcast to fp32 before the cross-entropy (torchtune's "
                         "CEWithChunkedOutputLoss, the default); --no-loss-upcast: in the logits' dtype (LitGPT's "
                         "chunked_cross_entropy)")
+    g.add_argument("--output-upcast", choices=W.OUTPUT_UPCASTS, default="none",
+                   help="with --loss-chunks and --no-loss-upcast: Lightning Fabric's bf16-true / 16-true / bitsandbytes "
+                        "precision casts the model's chunked logits to fp32 at once and LitGPT's loop holds them: "
+                        "through backward (step) or until the next forward returns (next-forward); none: no cast")
     g.add_argument("--loss", choices=W.LOSSES, default="cross-entropy",
                    help="the causal-LM loss: cross-entropy over the logits, fused-linear (Liger's fused linear "
                         "cross-entropy: the full logits never exist), or logits-sum (the SDPA benchmark loop of "
