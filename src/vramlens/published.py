@@ -91,19 +91,24 @@ _A100 = _Setup(gpu="A100-80GB", cuda="12.1", lazy_loading=True)  # CUDA 12: lazy
 # zero_pad's kept source)
 _LITGPT = dict(mode="train", dtype="bf16", seq=512, gqa_expand=True, fused_qkv=True)
 # LitGPT's chunked_cross_entropy (litgpt/utils.py at 5895df10 and 00af8b0d, lit_gpt/utils.py at 8641822) runs
-# F.cross_entropy on each bf16 logits chunk as it is, with no .float(): loss_upcast=False
+# F.cross_entropy on each logits chunk as it is, with no .float(): loss_upcast=False. The chunks it gets are fp32:
+# fit() calls the model through Lightning Fabric, whose _FabricModule.forward returns precision.convert_output(output),
+# every floating output cast to torch's default dtype, fp32, under bf16-true and BitsandbytesPrecision alike
+# (the pins are nightlies 2.3.0.dev20240328 / 2.4.0.dev20240728; the code is the same at 71aed751 and the 2.3.0 and
+# 2.4.0 tags: src/lightning/fabric/wrappers.py forward, plugins/precision/half.py and bitsandbytes.py convert_output), and ``logits = model(...)`` holds them until the next forward returns
 _LITGPT_LORA = dict(_LITGPT, method="lora", lora_rank=32, lora_dropout=0.05, lora_dtype="bf16", loss_chunks=4,
-                    loss_upcast=False)
+                    loss_upcast=False, output_upcast="next-forward")
 _LITGPT_QLORA = dict(_LITGPT_LORA, method="qlora", quant="nf4", quant_targets="all", optimizer="paged-adamw",
                      bnb_inputs="next-forward", quant_head=True, dequant_dtype="fp16")
 _A10G = _Setup(gpu="A10G", cuda="12.1", lazy_loading=True)
 # LitGPT's tutorials/resource-tables.md (0cc02afa, October 2023): Lit-GPT 8641822's finetune/lora.py on one
 # A100-SXM4-40GB (PyTorch 2.1.0+cu121, bitsandbytes 0.41.1), Alpaca at full length: max_seq_length is the longest
 # example and the first iteration's batch is built around it (get_batch(..., longest_seq_ix if iter_num == 0)), so
-# the peak is that step: nothing of a previous step is held (bnb_inputs="step"). r=8 on q and v, dropout 0.05,
-# lm_head in 128-token chunks (loss_chunks = ceil(seq / 128)), minibatch 128
+# the peak is that step: nothing of a previous step is held (bnb_inputs="step", output_upcast="step": the fp32
+# logits of Fabric's convert_output at lightning 71aed751, the commit 8641822 pins, held through that step's
+# backward). r=8 on q and v, dropout 0.05, lm_head in 128-token chunks (loss_chunks = ceil(seq / 128)), minibatch 128
 _RT_LORA = dict(_LITGPT, method="lora", lora_rank=8, lora_dropout=0.05, lora_dtype="bf16",
-                lora_targets=("q_proj", "v_proj"), loss_upcast=False)
+                lora_targets=("q_proj", "v_proj"), loss_upcast=False, output_upcast="step")
 _RT_QLORA = dict(_RT_LORA, method="qlora", quant_targets="all", optimizer="paged-adamw", bnb_inputs="step",
                  quant_head=True, dequant_dtype="fp16")
 _A100_40 = _Setup(gpu="A100-40GB", cuda="12.1", lazy_loading=True)

@@ -74,6 +74,8 @@ NF4Impl = Literal["bitsandbytes", "torchao"]
 QuantImpl = Literal["kernel", "torchao-wo"]
 #: What bitsandbytes' 4-bit matmuls keep of their inputs in training (see Workload.bnb_inputs).
 BnbInputs = Literal["none", "step", "next-forward"]
+#: How long a loop holds the fp32 copy of the model's output that Lightning Fabric makes (see Workload.output_upcast).
+OutputUpcast = Literal["none", "step", "next-forward"]
 #: transformers' KV cache for inference (cache_utils): DynamicCache grows by torch.cat; StaticCache
 #: preallocates max_cache_len tokens per layer; "offloaded" is DynamicCache(offloading=True), generate's
 #: cache_implementation="offloaded"; "quantized" is QuantizedCache (quanto/hqq backends, 4-bit default).
@@ -116,6 +118,7 @@ KV_DTYPES: tuple[KVDType, ...] = get_args(KVDType)
 LORA_DTYPES: tuple[LoraDType, ...] = get_args(LoraDType)
 QUANT_TARGETS: tuple[QuantTargets, ...] = get_args(QuantTargets)
 BNB_INPUTS: tuple[BnbInputs, ...] = get_args(BnbInputs)
+OUTPUT_UPCASTS: tuple[OutputUpcast, ...] = get_args(OutputUpcast)
 DEQUANT_DTYPES: tuple[DequantDType, ...] = get_args(DequantDType)
 NF4_IMPLS: tuple[NF4Impl, ...] = get_args(NF4Impl)
 QUANT_IMPLS: tuple[QuantImpl, ...] = get_args(QuantImpl)
@@ -174,6 +177,14 @@ class Workload:
     #: the logits and, with the config's ``use_cache``, the KV cache the forward returned stay alive through
     #: backward, the optimizer step and the next forward (Workload.outputs_held)
     holds_outputs: bool = False
+    #: Lightning Fabric's half-precision plugins (``bf16-true``, ``16-true``, ``BitsandbytesPrecision``) cast the
+    #: model's floating outputs to torch's default dtype, fp32 (``_FabricModule.forward`` calls
+    #: ``precision.convert_output``: lightning 71aed751 src/lightning/fabric/wrappers.py lines 116-124,
+    #: plugins/precision/half.py lines 51-52, bitsandbytes.py lines 142-143): LitGPT's chunked logits are all
+    #: copied to fp32 at once, the half chunks freed once every copy exists, and the chunked loss (--no-loss-upcast)
+    #: runs on the fp32 copies. LitGPT's loop (``logits = model(...)``) holds them through backward (``step``) and
+    #: until the next forward returns (``next-forward``: every step of one length); ``none``: no such cast
+    output_upcast: OutputUpcast = "none"
     loss: Loss = "cross-entropy"
     #: torchtitan's loss parallelism under --tp: logits and loss sharded over the vocabulary
     loss_parallel: bool = False
@@ -526,6 +537,7 @@ class Workload:
         choice("lora_dtype", self.lora_dtype, LORA_DTYPES)
         choice("quant_targets", self.quant_targets, QUANT_TARGETS)
         choice("bnb_inputs", self.bnb_inputs, BNB_INPUTS)
+        choice("output_upcast", self.output_upcast, OUTPUT_UPCASTS)
         choice("dequant_dtype", self.dequant_dtype, DEQUANT_DTYPES)
         choice("nf4_impl", self.nf4_impl, NF4_IMPLS)
         choice("quant_impl", self.quant_impl, QUANT_IMPLS)
@@ -668,6 +680,11 @@ class Workload:
             p.append("loss_upcast=false describes a chunked cross-entropy in the logits' dtype (LitGPT's "
                      "chunked_cross_entropy); transformers' own loss and the other losses upcast or fuse: add "
                      "--loss-chunks N or drop --no-loss-upcast")
+        if self.output_upcast != "none" and self.mode == "train" and (
+                self.loss_chunks <= 1 or self.loss != "cross-entropy" or self.loss_upcast):
+            p.append(f"output_upcast={self.output_upcast!r} describes LitGPT's chunked logits cast to fp32 by Lightning "
+                     "Fabric before its chunked_cross_entropy, which adds no upcast of its own: use it with "
+                     "--loss-chunks N and --no-loss-upcast, or drop --output-upcast")
         if self.loss_chunks > self.seq:
             p.append(f"loss_chunks={self.loss_chunks} is more than the seq={self.seq} tokens it splits: "
                      f"use --loss-chunks {min(8, self.seq)}")
@@ -911,6 +928,9 @@ class Workload:
                        "model(**batch)); with " + ("--loss-chunks" if self.loss_chunks > 1 else "--loss fused-linear"
                        if self.loss == "fused-linear" else "--activation-offload" if self.activation_offload
                        else "--compile") + " the loss or the logits are outside the outputs it holds")
+        if self.output_upcast != "none" and not self.training:
+            out.append(f"ignored in inference: output_upcast={self.output_upcast!r} (the logits a training loop holds "
+                       "in fp32)")
         if given("lora_dropout") and not self.training and self.method != "full":
             out.append(f"ignored in inference: lora_dropout={self.lora_dropout!r} (dropout is off in eval mode)")
         if not self.training and given("max_cache_len") and self.cache != "static":

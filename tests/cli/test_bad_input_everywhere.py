@@ -117,6 +117,8 @@ CASES = {
                                      "--loss fused-linear", "compile_scope=blocks+loss compiles torchtitan's plain"),
     "estimate-no-upcast-unchunked": ("estimate llama-2-7b --mode train --no-loss-upcast",
                                      "loss_upcast=false describes a chunked cross-entropy"),
+    "estimate-output-upcast-with-upcast": ("estimate llama-2-7b --mode train --loss-chunks 4 --output-upcast step",
+                                           "output_upcast='step' describes LitGPT's chunked logits cast to fp32"),
     "estimate-headroom-1.5": ("estimate llama-2-7b --headroom 1.5", "headroom=1.5 must be in [0, 1)"),
     "estimate-headroom-nan": ("estimate llama-2-7b --headroom nan", "headroom=nan must be in [0, 1)"),
     "estimate-headroom-word": ("estimate llama-2-7b --headroom abc", "argument --headroom: invalid float value: 'abc'"),

@@ -49,3 +49,28 @@ def test_the_tracer_sees_the_same_difference():
     traced = peaks[True][0] - peaks[False][0]
     estimated = peaks[True][1] - peaks[False][1]
     assert abs(traced - estimated) <= 64 * 1024, (traced, estimated)
+
+
+def test_fabric_output_upcast_holds_fp32_logits():
+    """--output-upcast (Lightning Fabric's convert_output in LitGPT's loop): every chunk's fp32 copy held by the loop
+    and its fp32 log_softmax kept; the half chunks and the previous step's copies only beside the cast."""
+    spec = load_model("qwen2.5-0.5b")
+    lc, f32 = round_up(2 * V * CHUNK, BLOCK), round_up(4 * V * CHUNK, BLOCK)
+    step = loss_figures(spec, make_workload(**RUN, loss_upcast=False, output_upcast="step"), 2, 256)
+    nxt = loss_figures(spec, make_workload(**RUN, loss_upcast=False, output_upcast="next-forward"), 2, 256)
+    assert step is not None and nxt is not None
+    # 2 chunks: the fp32 copies (2 x 155,582,464 B) held, and the two fp32 log_softmax outputs
+    assert (step.saved, step.held, step.backward) == (4 * f32, 2 * f32, 2 * f32) == (622_329_856, 311_164_928,
+                                                                                     311_164_928)
+    assert step.peak == 4 * f32  # the cast's moment (2 half + 2 fp32 chunks) is below the loss'
+    assert nxt.peak == 2 * lc + 2 * f32 + 2 * f32  # ... unless the previous step's fp32 copies are still held
+    assert "Lightning Fabric's convert_output" in step.formula
+
+
+def test_fabric_output_upcast_refused_without_litgpt_chunked_loss():
+    with pytest.raises(ConfigError, match="output_upcast='step' describes LitGPT's chunked logits"):
+        make_workload(**RUN, output_upcast="step")  # the loss upcasts each chunk itself
+    with pytest.raises(ConfigError, match="output_upcast='next-forward' describes"):
+        make_workload(mode="train", output_upcast="next-forward")
+    with pytest.raises(ConfigError, match="output_upcast='always' is not one of"):
+        make_workload(**RUN, loss_upcast=False, output_upcast="always")

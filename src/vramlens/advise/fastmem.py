@@ -93,6 +93,7 @@ class Activations:
     head_backward_later: int = 0
     head_grad_in_forward: bool = False
     final_norm_backward: int = 0
+    logits_held: int = 0  # of head_saved, what the loop holds past the loss' backward (Fabric's fp32 logits)
     host: int = 0  # activation offloading: the saved activations' host copies
     kept_inputs: int = 0  # not freed by backward: old bitsandbytes' kept inputs, logits-sum's outputs (core.kept_past_backward)
     kept_next: bool = False  # ... and held into the next forward
@@ -218,7 +219,7 @@ class FastMemory:
                 sp.layers, sp.micro_batches_in_flight, sp.has_head, w.method, w.lora_targets, w.lora_rank,
                 w.lora_dropout, w.lora_dtype, w.dora, w.quant, w.quant_targets, w.quant_head, w.dequant_dtype,
                 w.nf4_impl, w.quant_impl,
-                w.loss, w.loss_chunks, w.loss_upcast, w.holds_outputs,
+                w.loss, w.loss_chunks, w.loss_upcast, w.holds_outputs, w.output_upcast,
                 w.loss_parallel, w.activation_offload, w.fp8, w.bnb_inputs, w.image_size,
                 w.audio_seconds, w.compile, w.compile_scope, w.images, w.transformers_version)
 
@@ -246,7 +247,8 @@ class FastMemory:
                 logits=logits, later_pass=t.later_pass, loss_backward=t.loss_backward,
                 loss_backward_over=t.loss_backward_over, head_backward=t.head_backward,
                 head_grads=t.head_grads, head_backward_later=t.head_backward_later,
-                head_grad_in_forward=t.head_grad_in_forward, final_norm_backward=t.final_norm_backward, host=t.host,
+                head_grad_in_forward=t.head_grad_in_forward, final_norm_backward=t.final_norm_backward,
+                logits_held=t.logits_held, host=t.host,
                 recompute=t.recompute, recompute_after=t.recompute_after, uncheckpointed=t.uncheckpointed,
                 block_kept=t.block_kept, block_backward=t.block_backward, loss_outside_model=t.loss_outside_model,
                 offloaded_block=t.offloaded_block,
@@ -297,7 +299,7 @@ class FastMemory:
                                 mlp_backward=a.mlp_backward, kept_inputs=a.kept_inputs, kept_next=a.kept_next,
                                 held_at_loss=a.held_at_loss, tied_last=a.tied_last,
                                 head_dequant_forward=a.head_dequant_forward,
-                                head_dequant_backward=a.head_dequant_backward)
+                                head_dequant_backward=a.head_dequant_backward, logits_held=a.logits_held)
 
         phases = phases_of(ts)
         peak = max(v for _, v in phases)

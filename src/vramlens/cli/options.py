@@ -159,6 +159,10 @@ def add_workload_args(p: argparse.ArgumentParser) -> None:
                         "course's and accelerate's loops; the HF Trainer drops it before backward): the logits and "
                         "the KV cache the forward returns (config use_cache) stay alive through the optimizer step "
                         "and the next forward")
+    g.add_argument("--output-upcast", choices=W.OUTPUT_UPCASTS, default="none",
+                   help="with --loss-chunks and --no-loss-upcast: Lightning Fabric's bf16-true / 16-true / bitsandbytes "
+                        "precision casts the model's chunked logits to fp32 at once and LitGPT's loop holds them: "
+                        "through backward (step) or until the next forward returns (next-forward); none: no cast")
     g.add_argument("--loss", choices=W.LOSSES, default="cross-entropy",
                    help="the causal-LM loss: cross-entropy over the logits, fused-linear (Liger's fused linear "
                         "cross-entropy: the full logits never exist), or logits-sum (the SDPA benchmark loop of "

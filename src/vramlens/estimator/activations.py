@@ -802,6 +802,11 @@ def layer_activations(spec: ModelSpec, w: Workload, b: int, s: int, *, cross_s: 
     if spec.norm_placement == "post":
         total += _norm_saved(kind, D.h, t, r, c, mlp_consumers, casts, full) - _norm_saved(kind, D.h, t, r, c, 0,
                                                                                           casts, full)
+    elif spec.shared_block_norm:
+        # the attention's norm output feeds the MLP too: only what the MLP's own consumers add (its output, when
+        # no attention linear keeps it already; one cast per consumer under autocast)
+        total += (_sp_norm_saved(kind, D.h, t, r, c, qkv_consumers + mlp_consumers, casts, full, sp)
+                  - _sp_norm_saved(kind, D.h, t, r, c, qkv_consumers, casts, full, sp))
     else:
         total += _sp_norm_saved(kind, D.h, t, r, c, mlp_consumers, casts, full, sp)
         if spec.parallel_norms_share_input and kind == "layernorm":

@@ -163,6 +163,7 @@ class ActivationTotals:
     offloaded_block: tuple[int, int, int, int] = (0, 0, 1, 0)
     block_backward: int = 0  # what a block's backward holds above its saved tensors
     uncheckpointed: tuple[int, int] = (1, 1)  # blocks not checkpointed, of all (autocast copies through backward)
+    logits_held: int = 0  # of head_saved, what the loop holds past the loss' backward (losses.LossFigures.held)
 
 
 @dataclass(frozen=True, slots=True)
@@ -517,7 +518,8 @@ def activation_totals(spec: ModelSpec, w: Workload, sp: Split) -> ActivationTota
                             head_backward_later=0 if lf is None else lf.head_backward_later,
                             head_grad_in_forward=lf is not None and lf.grad_in_forward,
                             final_norm_backward=0 if lf is None else lf.final_norm_backward, host=host,
-                            head_saved=head_saved, formula=formula + "; " + head_formula
+                            head_saved=head_saved, logits_held=0 if lf is None else lf.held,
+                            formula=formula + "; " + head_formula
                             + (f"; x{cols} text columns (anchor, positive), each its own forward" if cols > 1 else ""),
                             later_pass=later, pass_working=working, recompute=recompute,
                             recompute_after=(int(blocks.freed * frac) * inflight + (
@@ -684,7 +686,7 @@ def kept_past_backward(spec: ModelSpec, w: Workload, sp: Split, logits: int) -> 
     their nodes (Workload.bnb_inputs); ``--loss logits-sum``'s ``outputs`` holds the logits and, under an older
     release, every block's (key, value) tuple with the storages they view (losses.presents_held), through backward
     and until the next forward returns."""
-    from vramlens.estimator.losses import cache_held
+    from vramlens.estimator.losses import cache_held, upcast_logits_held
 
     kept = A.bnb_kept_input_bytes(spec, w, w.batch, w.seq, w.tp) * sp.layers * sp.micro_batches_in_flight
     if sp.has_head:
@@ -692,7 +694,10 @@ def kept_past_backward(spec: ModelSpec, w: Workload, sp: Split, logits: int) -> 
     if w.outputs_held and w.loss == "cross-entropy":
         logits = held_logits_bytes(spec, w)
     outputs = logits + cache_held(spec, w, w.batch, w.seq)[0] if w.outputs_held and sp.has_head else 0
-    return (kept + outputs, w.bnb_inputs == "next-forward" or outputs > 0,
+    # LitGPT's loop holds the fp32 logits of Lightning Fabric's output cast (Workload.output_upcast)
+    upcast = upcast_logits_held(spec, w, w.batch, w.seq) if sp.has_head and A.has_lm_head(spec) else 0
+    return (kept + outputs + upcast,
+            w.bnb_inputs == "next-forward" or outputs > 0 or (upcast > 0 and w.output_upcast == "next-forward"),
             outputs > 0 and w.loss == "cross-entropy")
 
 
@@ -946,7 +951,7 @@ def estimate_spec(spec: ModelSpec, w: Workload, gpu: GPU | None = None, *, headr
                                 kept_next=kept_next, held_at_loss=held_at_loss,
                                 tied_last=tied_last(spec, sp.has_head),
                                 head_dequant_forward=at.head_dequant_forward,
-                                head_dequant_backward=at.head_dequant_backward)
+                                head_dequant_backward=at.head_dequant_backward, logits_held=at.logits_held)
 
         phases = phases_of(st)
         if spec.audio is not None and spec.tied_embeddings and st.head_grad:

@@ -67,6 +67,7 @@ class LossFigures:
     grad_in_forward: bool  # the output layer's weight gradient exists from the forward on (Liger)
     formula: str
     final_norm_backward: int = 0  # the final norm's backward, with the hidden states' gradient (c*h*t)
+    held: int = 0  # of saved, what the loop holds past the loss' backward (Fabric's fp32 logits in LitGPT's loop)
 
 
 def final_norm_backward(spec: ModelSpec, w: Workload, t: int) -> int:
@@ -200,6 +201,9 @@ def loss_figures(spec: ModelSpec, w: Workload, b: int, s: int) -> LossFigures | 
         later += 3 * _r(wb * V * h // max(1, w.tp))
     if w.compile and w.training and c != 4:
         return compiled_chunks(b, size, n, lc, later, norm)
+    if w.output_upcast != "none":
+        return fabric_upcast_chunks(b, size, n, lc, _r(4 * V * b * size), later, norm,
+                                    w.output_upcast == "next-forward")
     return LossFigures(saved=n * fc, peak=n * lc + n * fc + upcast, backward=2 * fc, head_backward=(n - 1) * lc,
                        head_grads=0 if n > 1 else 1, head_backward_later=later, grad_in_forward=False,
                        final_norm_backward=norm,
@@ -209,6 +213,42 @@ def loss_figures(spec: ModelSpec, w: Workload, b: int, s: int) -> LossFigures | 
                                 f"chunked cross-entropy in the logits' dtype ({n} chunks of {b}x{size} tokens, LitGPT's "
                                 "chunked_cross_entropy): every chunk's logits and log_softmax, the backward's two "
                                 "gradients one chunk at a time"))
+
+
+def upcast_logits_held(spec: ModelSpec, w: Workload, b: int, s: int) -> int:
+    """The fp32 logits a loop holds after Lightning Fabric's output cast (Workload.output_upcast): every chunk's
+    4*V*(b x chunk) bytes; 0 without the cast."""
+    if w.output_upcast == "none" or not w.training or w.loss_chunks <= 1:
+        return 0
+    size, n = seq_chunks(s, w.loss_chunks)
+    return n * _r(4 * spec.vocab_size * b * size)
+
+
+def fabric_upcast_chunks(b: int, size: int, n: int, lc: int, f32: int, later: int, norm: int,
+                         next_forward: bool) -> LossFigures:
+    """LitGPT's chunked loss on the logits Lightning Fabric cast to fp32 (Workload.output_upcast).
+
+    ``_FabricModule.forward`` returns ``convert_output(output)``: ``apply_to_collection`` makes every chunk's fp32
+    copy (``tensor.to(torch.get_default_dtype())``) while the half chunks are still listed, so n*lc + n*f32 are
+    alive at once; then the half chunks go (the output layer's backward does not keep its output). LitGPT's loop
+    holds the fp32 list (``logits = model(...)``) through backward; ``chunked_cross_entropy`` keeps each chunk's
+    fp32 ``log_softmax`` (F.cross_entropy on the fp32 chunk). Backward runs every chunk's loss first (younger
+    nodes), each chunk's fp32 gradient replacing its freed log_softmax, with the next chunk's two fp32 gradients
+    (nll's and log_softmax's) in flight: 2*n*f32 + 2*f32 throughout. The casts' backward comes next, each
+    fp32 gradient becoming a half one, then the output layer's per chunk, the fp32 logits still held. With
+    ``next_forward`` the previous step's fp32 list is held until this forward returns: beside the cast of this
+    step's chunks. Checked against a fake-tensor trace of Lit-GPT 8641822's GPT and finetune/lora.py loop with
+    Fabric's cast (the published cases' notes)."""
+    held = n * f32
+    prev = held if next_forward else 0
+    saved = n * f32 + held  # the log_softmax outputs (autograd) and the fp32 logits (the loop)
+    return LossFigures(saved=saved, peak=max(saved, n * lc + held + prev), backward=2 * f32,
+                       head_backward=(n - 1) * lc, head_grads=0 if n > 1 else 1,
+                       head_backward_later=later, grad_in_forward=False, final_norm_backward=norm, held=held,
+                       formula=(f"chunked cross-entropy on fp32 logits ({n} chunks of {b}x{size} tokens, LitGPT's "
+                                "chunked_cross_entropy after Lightning Fabric's convert_output): every chunk's fp32 "
+                                "copy held by the loop" + (" into the next forward" if next_forward else "")
+                                + " and its fp32 log_softmax, the backward's two fp32 gradients one chunk at a time"))
 
 
 def compiled_chunks(b: int, size: int, n: int, lc: int, later: int, norm: int) -> LossFigures:

@@ -348,7 +348,7 @@ def train_phases(st: TrainState, acts: int, loss_tmp: int, head_saved: int, grad
                  kept_next: bool = False, held_at_loss: bool = False, head_dequant_forward: int = 0,
                  head_dequant_backward: int = 0, loss_outside_model: bool = False,
                  offloaded_block: tuple[int, int, int] = (0, 0, 0),
-                 tied_last: int | None = None) -> tuple[tuple[str, int], ...]:
+                 tied_last: int | None = None, logits_held: int = 0) -> tuple[tuple[str, int], ...]:
     """Live bytes at each phase's peak (workspaces included); see the module docstring.
 
     Args:
@@ -404,7 +404,10 @@ def train_phases(st: TrainState, acts: int, loss_tmp: int, head_saved: int, grad
         head_dequant_forward, head_dequant_backward: a 4-bit output layer's matmul in forward / backward
             (``quant_head``: its weight dequantized with the logits or their gradients,
             activations.head_dequant_transients), on top of the blocks' saved activations.
+        logits_held: of ``head_saved``, what the loop holds beyond the loss' backward (LitGPT's fp32 logits after
+            Lightning Fabric's output cast, losses.fabric_upcast_chunks): alive in every later candidate of backward.
     """
+    freed = head_saved - logits_held  # what the loss' backward frees
     loss_bwd = 2 * head_saved if loss_backward is None else loss_backward
     if loss_backward_over is not None:
         loss_bwd = loss_backward_over
@@ -461,8 +464,8 @@ def train_phases(st: TrainState, acts: int, loss_tmp: int, head_saved: int, grad
         # MLP's gradients above what it saved (the recomputation's figure includes them)
         work = recompute or block_backward
         bwd = max(sh + gfwd + root_at_loss + block_at_loss + bwd_casts + acts + loss_bwd,
-                  sh + head + R + gathers + bwd_casts + acts - head_saved - recompute_after + work,
-                  sh + head + R + bufs + bwd_casts + acts - head_saved - block_kept + work,
+                  sh + head + R + gathers + bwd_casts + acts - freed - recompute_after + work,
+                  sh + head + R + bufs + bwd_casts + acts - freed - block_kept + work,
                   sh + st.grads - st.last_grads + R + bufs + work)
         n_blocks, g, norm_bwd = offloaded_block
         if loss_outside_model and norm_bwd and not st.gather_kept:
@@ -492,22 +495,22 @@ def train_phases(st: TrainState, acts: int, loss_tmp: int, head_saved: int, grad
         else:
             # a chunked or fused loss has freed what it saved before the output layer's backward
             bwd_start = persistent + max(gfwd, head_fwd) + bwd_casts + max(
-                acts + loss_bwd, acts - head_saved + head_in + st.head_grad - head_fwd,
-                acts - head_saved + head_backward_later + head_grads * st.head_grad - head_fwd,
-                acts - head_saved + final_norm_backward + st.head_grad - head_fwd)
+                acts + loss_bwd, acts - freed + head_in + st.head_grad - head_fwd,
+                acts - freed + head_backward_later + head_grads * st.head_grad - head_fwd,
+                acts - freed + final_norm_backward + st.head_grad - head_fwd)
         if ckpt:
             # the head's saved tensors (and under every:N the trailing blocks' activations) are
             # freed before the last checkpointed block is recomputed; its 4-bit matmuls dequantize again
-            recompute_peak = persistent + max(gfwd, st.head_grad) + acts - head_saved - recompute_after + rec
+            recompute_peak = persistent + max(gfwd, st.head_grad) + acts - freed - recompute_after + rec
             # the first block is recomputed before its own (and the embeddings') gradients exist
             bwd = max(bwd_start, recompute_peak, persistent + st.grads - st.last_grads + rec)
         else:
             bwd = max(bwd_start, persistent + st.grads + kept_inputs,
-                      persistent + gfwd + bwd_casts + acts - head_saved + dequant_backward if dequant_backward else 0)
+                      persistent + gfwd + bwd_casts + acts - freed + dequant_backward if dequant_backward else 0)
         if mlp_backward:
-            bwd = max(bwd, persistent + max(gfwd, st.head_grad) + bwd_casts + acts - head_saved + mlp_backward)
+            bwd = max(bwd, persistent + max(gfwd, st.head_grad) + bwd_casts + acts - freed + mlp_backward)
         if head_dequant_backward:
-            bwd = max(bwd, persistent + gfwd + bwd_casts + acts - head_saved + head_dequant_backward)
+            bwd = max(bwd, persistent + gfwd + bwd_casts + acts - freed + head_dequant_backward)
         if later_pass:
             bwd = max(bwd, persistent + st.grads + later_pass)
         if tied_last is not None and st.head_grad and not st.in_backward:

@@ -377,6 +377,10 @@ class ModelSpec:
     #: GPT-NeoX's parallel block (``use_parallel_residual``): attention and MLP both read the block's input
     #: through a LayerNorm each, ``x + attn(ln1(x)) + mlp(ln2(x))``, so the two norms keep one input
     parallel_norms_share_input: bool = False
+    #: one norm feeds both the attention and the MLP of a parallel block (PhiDecoderLayer's only
+    #: ``input_layernorm``; FalconDecoderLayer with ``parallel_attn`` and one LayerNorm:
+    #: ``mlp_layernorm_out = attention_layernorm_out``): the MLP has no norm of its own to keep anything
+    shared_block_norm: bool = False
     # ---- Gemma 2 --------------------------------------------------------------------------------
     #: ``attn_logit_softcapping``: eager attention computes ``tanh(scores / cap) * cap`` before the mask
     #: and softmax, and tanh keeps its output (b x a x s x S in the compute dtype) for backward

@@ -69,13 +69,21 @@ def _shifted(labels: torch.Tensor) -> torch.Tensor:
 
 
 def chunked_cross_entropy(model: torch.nn.Module, input_ids: torch.Tensor, labels: torch.Tensor,
-                          chunks: int, upcast: bool = True) -> torch.Tensor:
+                          chunks: int, upcast: bool = True, held: list[Any] | None = None) -> torch.Tensor:
     """torchtune's chunked output and loss (each chunk upcast to fp32); ``upcast=False``: LitGPT's
-    ``chunked_cross_entropy``, ``F.cross_entropy`` on each chunk in the logits' dtype."""
+    ``chunked_cross_entropy``, ``F.cross_entropy`` on each chunk in the logits' dtype.
+
+    ``held`` (--output-upcast): Lightning Fabric's ``convert_output`` first makes every chunk's fp32 copy while
+    the half chunks are still listed, and the loop holds the copies: they replace the previous step's in
+    ``held`` once all exist (LitGPT's ``logits = model(...)`` rebinding), and the caller drops them."""
     decoder, head = _decoder_and_head(model)
     hidden = decoder(input_ids=input_ids).last_hidden_state
     logits = [head(h) for h in hidden.chunk(chunks, dim=1)]
     del hidden
+    if held is not None:
+        logits = [lg.float() for lg in logits]  # apply_to_collection: the new list, then the half one goes
+        held.clear()
+        held.append(logits)
     targets = [t.reshape(-1) for t in _shifted(labels).chunk(chunks, dim=1)]
     total: torch.Tensor | float = 0.0
     for lg, t in zip(logits, targets):

@@ -229,6 +229,8 @@ class Runner:
         self.progress = progress or (lambda s: None)
         self.notes: list[str] = wl.ignored()  # settings given that do not apply, as estimate says
         self.cuda_stats: dict[str, int] = {}
+        #: --output-upcast: the fp32 logits the loop holds (LitGPT's ``logits = model(...)``), rebound by each forward
+        self.held_logits: list[Any] = []
         self.fake_mode = None
         if mode == "fake":
             from torch._subclasses.fake_tensor import FakeTensorMode
@@ -530,7 +532,8 @@ class Runner:
                     return fused_linear_cross_entropy(built.model, ids, labels)
             else:
                 def run() -> Any:
-                    return chunked_cross_entropy(built.model, ids, labels, wl.loss_chunks, wl.loss_upcast)
+                    return chunked_cross_entropy(built.model, ids, labels, wl.loss_chunks, wl.loss_upcast,
+                                                 held=self.held_logits if wl.output_upcast != "none" else None)
             return SimpleNamespace(loss=through_root(built.model, run) if wl.fsdp else run())
         if self.captured is not None:
             from vramlens.trace.compiled import replay
@@ -607,6 +610,8 @@ class Runner:
                 rec.end_forward()
                 rec.set_phase("backward", step)
                 loss.backward()
+                if wl.output_upcast == "step":
+                    self.held_logits.clear()  # the loop's fp32 logits, held through backward
                 if wl.activation_offload:
                     self.offloader.end_backward()
                 del loss, inputs

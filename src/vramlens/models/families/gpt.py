@@ -245,6 +245,8 @@ def build_falcon(r: ConfigReader, architecture: str) -> Built:
         r, hidden_size=h, n_heads=a, n_kv_heads=n_kv, head_dim=d, ffn_size=f, vocab_size=V,
         n_decoder_layers=L, max_position=max_pos, activation=act,
         position="alibi" if alibi else "rotary", tied_embeddings=tied,
+        # FalconDecoderLayer.forward: with parallel_attn and one LayerNorm the MLP reads input_layernorm's output
+        shared_block_norm=parallel and n_ln != 2,
     ), t.items)
 
 
@@ -336,6 +338,11 @@ def build_phi(r: ConfigReader, architecture: str) -> Built:
         r, hidden_size=h, n_heads=a, n_kv_heads=n_kv, head_dim=d, ffn_size=f, vocab_size=V,
         n_decoder_layers=L, max_position=max_pos, activation=act, position="rotary",
         tied_embeddings=tied,
+        # PhiDecoderLayer.forward: attention and MLP both read input_layernorm's output (no second norm)
+        shared_block_norm=True,
+        # PhiAttention.forward builds q and k with torch.cat of the rotated and passed parts (partial rotary):
+        # contiguous head-major, so the fused kernel's output comes back transposed and is copied
+        attention_output_copy=True,
     ), t.items)
 
 
