@@ -172,9 +172,11 @@ def _kept(spec: ModelSpec, w: Workload, leaf: str, group: str) -> bool:
     if group == "qkv":
         if leaf in _QK_LEAVES and spec.position == "rotary":
             return False
-        # the same rule as layer_activations: eager, and SDPA with a mask or in fp32, expand GQA keys/values
+        # the same rule as layer_activations: eager, and SDPA with a mask (a padded batch's) or in fp32, expand
+        # GQA keys/values
         a = w.attention
-        expands = a == "eager" or (a == "sdpa" and (spec.kind != "decoder" or DTYPE_BYTES[w.compute_dtype] == 4))
+        expands = a == "eager" or (a == "sdpa" and (spec.kind != "decoder" or DTYPE_BYTES[w.compute_dtype] == 4
+                                                   or w.padded))
         if leaf in _KV_LEAVES and spec.n_kv_heads != spec.n_heads and expands:
             return False
     return True

@@ -1030,6 +1030,10 @@ def estimate_spec(spec: ModelSpec, w: Workload, gpu: GPU | None = None, *, headr
             logits += _r(4 * spec.vocab_size * b)  # generate() upcasts the last logits to fp32
         # the blocks' working set is gone by the time the head computes the logits
         tail = logits + (_r(c * spec.hidden_size * b * s) if logits else 0)
+        if A.padded_mask(spec, w):
+            # a padded batch's int64 attention_mask (b, s), an input alive through the forward
+            work += _r(8 * b * s)
+            tail += _r(8 * b * s)
         # transformers < 4.45 (Workload.prefill_all_logits): generate()'s prefill makes every prompt token's
         # logits, and LlamaForCausalLM and its copies upcast them all (logits.float(), both alive while it runs);
         # < 4.42: generate() keeps that output (``outputs``) until the first decode step's forward returns, and
