@@ -270,7 +270,7 @@ def _optimum_gptq_cases() -> dict[str, Case]:
 # labels on the whole text, no gradient checkpointing, no autocast; torch.optim.AdamW over model.parameters() (foreach
 # on CUDA; bf16 states for full fine-tuning); adapters in fp32 (autocast_adapter_dtype=True), lora_dropout 0. The figure
 # is max_memory_reserved() over the run less the 2 MiB reserved at its start (accelerator_memory_max)
-_PEFT_METAMATH = dict(mode="train", dtype="bf16", batch=4, seq=768, attention="sdpa", optimizer="adamw",
+_PEFT_METAMATH = dict(mode="train", dtype="bf16", batch=4, seq=768, attention="sdpa", optimizer="adamw", holds_outputs=True,
                       optimizer_impl="foreach")
 _L40S_2026 = _Setup(gpu="L40S", cuda="13.0", lazy_loading=True)
 

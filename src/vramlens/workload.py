@@ -169,6 +169,11 @@ class Workload:
     #: ``F.cross_entropy(logits.float(), ...)``); False: LitGPT's ``chunked_cross_entropy`` (litgpt/utils.py)
     #: runs ``F.cross_entropy`` on the chunk in the logits' dtype, so its log_softmax is kept in that dtype
     loss_upcast: bool = True
+    #: the training loop keeps ``outputs = model(**batch)`` until the next forward returns (the loops of the HF
+    #: course, accelerate's examples and PEFT's method comparison; the HF Trainer drops it before backward):
+    #: the logits and, with the config's ``use_cache``, the KV cache the forward returned stay alive through
+    #: backward, the optimizer step and the next forward (Workload.outputs_held)
+    holds_outputs: bool = False
     loss: Loss = "cross-entropy"
     #: torchtitan's loss parallelism under --tp: logits and loss sharded over the vocabulary
     loss_parallel: bool = False
@@ -456,6 +461,15 @@ class Workload:
         r = self.transformers_release
         return before is not None and r is not None and r[:2] < before
 
+    @property
+    def outputs_held(self) -> bool:
+        """Whether the training loop holds each step's ``outputs`` until the next forward returns: --holds-outputs
+        over transformers' own loss (not chunked, fused, offloaded or compiled: ignored there), and the SDPA
+        benchmarks' ``--loss logits-sum`` loop (``outputs = model(**inputs)``)."""
+        return self.training and (self.loss == "logits-sum" or (
+            self.holds_outputs and self.loss == "cross-entropy" and self.loss_chunks <= 1
+            and not self.activation_offload and not self.compile))
+
     def holds_presents(self, before: tuple[int, int] | None) -> bool:
         """Whether the loop holds the per-layer (key, value) tuples an older release returns from a training forward
         (ModelSpec.legacy_presents; ``before``: its first release that returns a Cache object instead): ``--loss
@@ -463,8 +477,7 @@ class Workload:
         without ``use_cache=False``, so the config's ``use_cache`` (True) returns them in ``outputs``, which holds
         them, as it holds the logits, until the next forward returns (vramlens.estimator.losses.presents_held).
         Gradient checkpointing turns ``use_cache`` off (GPT2Model.forward of the v4.42.4 wheel, lines 1196-1201)."""
-        return (self.runs_before(before) and self.training and self.loss == "logits-sum"
-                and self.checkpointing == "none")
+        return self.runs_before(before) and self.outputs_held and self.checkpointing == "none"
 
     @property
     def effective_batch(self) -> int:
@@ -580,7 +593,8 @@ class Workload:
         if self.transformers_version is not None and self.transformers_release is None:
             p.append(f"transformers_version={L.show(self.transformers_version)} must be a version such as 4.35 or 5.2")
         for name in ("keep_grads", "fsdp", "optimizer_in_backward", "activation_offload", "loss_parallel", "dora",
-                     "fp8", "compile", "gqa_expand", "padded", "fused_qkv", "quant_head", "quantize_on_device", "loss_upcast"):
+                     "fp8", "compile", "gqa_expand", "padded", "fused_qkv", "quant_head", "quantize_on_device",
+                     "loss_upcast", "holds_outputs"):
             if not isinstance(getattr(self, name), bool):
                 p.append(f"{name}={L.show(getattr(self, name))} must be true or false")
         if not isinstance(self.lora_targets, tuple) or not all(isinstance(t, str) for t in self.lora_targets):
@@ -922,6 +936,13 @@ class Workload:
             out.append(f"ignored: bnb_inputs={self.bnb_inputs!r} is what bitsandbytes' 4-bit matmuls keep for "
                        "backward, and " + ("nothing is trained" if not self.training else
                                            "no weights are in 4 bits (nf4, nf4-dq, fp4)"))
+        if self.holds_outputs and not self.training:
+            out.append("ignored in inference: holds_outputs=True is what a training loop keeps between steps")
+        elif self.holds_outputs and not self.outputs_held:
+            out.append("ignored: holds_outputs=True is modelled for a loop over transformers' own loss (outputs = "
+                       "model(**batch)); with " + ("--loss-chunks" if self.loss_chunks > 1 else "--loss fused-linear"
+                       if self.loss == "fused-linear" else "--activation-offload" if self.activation_offload
+                       else "--compile") + " the loss or the logits are outside the outputs it holds")
         if given("lora_dropout") and not self.training and self.method != "full":
             out.append(f"ignored in inference: lora_dropout={self.lora_dropout!r} (dropout is off in eval mode)")
         if not self.training and given("max_cache_len") and self.cache != "static":

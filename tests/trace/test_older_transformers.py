@@ -61,11 +61,10 @@ def test_opt_score_clamp_matches_trace():
     traced = [trace("opt-125m", **kw, transformers_version=v).breakdown["activations"] for v in (None, "4.45")]
     estimated = [estimate("opt-125m", **kw, transformers_version=v).breakdown["activations"] for v in (None, "4.45")]
     # 12 blocks x (the fp16 masked scores 2 x 12 x 256 x 256 + the 0-dim floor's 512 B block) = 18,880,512 B; the
-    # tracer also counts as activations the previous step's (key, value) tuples 4.45 returns, alive at the forward's
-    # peak (the estimate counts them in the forward's temporaries): 12 x 2 x 2 B x 768 x 256 = 9,437,184 B
-    presents = 12 * 2 * 2 * 768 * 256
+    # previous step's (key, value) tuples 4.45 returns are as large as the DynamicCache today's returns (both held by
+    # the loop: 12 x 2 x 2 B x 768 x 256 = 9,437,184 B in the tracer's activations at the forward's peak)
     assert estimated[1] - estimated[0] == 12 * (2 * 12 * 256 * 256 + 512) == 18_880_512
-    assert traced[1] - traced[0] == 18_880_512 + presents == 28_317_696
+    assert traced[1] - traced[0] == 18_880_512
 
 
 @pytest.mark.slow  # SmolLM2-135M traced twice
@@ -114,4 +113,8 @@ def test_legacy_presents_match_trace(name, attention):
                   for v in (None, "4.42")]
         deltas.append({p: phases[1][p] - phases[0][p] for p in ("forward", "backward")})
     traced, estimated = deltas
-    assert traced == estimated, deltas
+    # today's loop holds a DynamicCache of as many bytes (Workload.outputs_held): kept by the cache as each block's
+    # backward frees what SDPA saved, so in backward the two releases differ by where their peaks fall: the same to
+    # within 1 MiB (OPT-125m under SDPA: 684,032 B)
+    assert traced["forward"] == estimated["forward"], deltas
+    assert abs(traced["backward"] - estimated["backward"]) <= 2**20, deltas

@@ -96,6 +96,7 @@ class Activations:
     host: int = 0  # activation offloading: the saved activations' host copies
     kept_inputs: int = 0  # not freed by backward: old bitsandbytes' kept inputs, logits-sum's outputs (core.kept_past_backward)
     kept_next: bool = False  # ... and held into the next forward
+    held_at_loss: bool = False  # ... through its loss (--holds-outputs)
     recompute: int = 0  # a checkpointed block's recomputation (core.ActivationTotals)
     recompute_after: int = 0
     uncheckpointed: tuple[int, int] = (1, 1)
@@ -217,7 +218,7 @@ class FastMemory:
                 sp.layers, sp.micro_batches_in_flight, sp.has_head, w.method, w.lora_targets, w.lora_rank,
                 w.lora_dropout, w.lora_dtype, w.dora, w.quant, w.quant_targets, w.quant_head, w.dequant_dtype,
                 w.nf4_impl, w.quant_impl,
-                w.loss, w.loss_chunks, w.loss_upcast,
+                w.loss, w.loss_chunks, w.loss_upcast, w.holds_outputs,
                 w.loss_parallel, w.activation_offload, w.fp8, w.bnb_inputs, w.image_size,
                 w.audio_seconds, w.compile, w.compile_scope, w.images, w.transformers_version)
 
@@ -252,7 +253,7 @@ class FastMemory:
                 dequant_forward=t.dequant_forward, dequant_backward=t.dequant_backward,
                 dequant_temporary=t.dequant_temporary, mlp_backward=t.mlp_backward,
                 head_dequant_forward=t.head_dequant_forward, head_dequant_backward=t.head_dequant_backward,
-                kept_inputs=kept[0], kept_next=kept[1], tied_last=tied_last(self.spec, sp.has_head),
+                kept_inputs=kept[0], kept_next=kept[1], held_at_loss=kept[2], tied_last=tied_last(self.spec, sp.has_head),
                 head_cast=output_layer_cast(self.spec, w, sp.has_head) if w.activation_offload else None)
         return a
 
@@ -294,7 +295,7 @@ class FastMemory:
                                 final_norm_backward=a.final_norm_backward, dequant_forward=a.dequant_forward,
                                 dequant_backward=a.dequant_backward, dequant_temporary=a.dequant_temporary,
                                 mlp_backward=a.mlp_backward, kept_inputs=a.kept_inputs, kept_next=a.kept_next,
-                                tied_last=a.tied_last,
+                                held_at_loss=a.held_at_loss, tied_last=a.tied_last,
                                 head_dequant_forward=a.head_dequant_forward,
                                 head_dequant_backward=a.head_dequant_backward)
 

@@ -154,6 +154,11 @@ def add_workload_args(p: argparse.ArgumentParser) -> None:
                    help="with --loss-chunks: each chunk's logits upcast to fp32 before the cross-entropy (torchtune's "
                         "CEWithChunkedOutputLoss, the default); --no-loss-upcast: in the logits' dtype (LitGPT's "
                         "chunked_cross_entropy)")
+    g.add_argument("--holds-outputs", action="store_true",
+                   help="the training loop keeps `outputs = model(**batch)` until the next forward returns (the HF "
+                        "course's and accelerate's loops; the HF Trainer drops it before backward): the logits and "
+                        "the KV cache the forward returns (config use_cache) stay alive through the optimizer step "
+                        "and the next forward")
     g.add_argument("--loss", choices=W.LOSSES, default="cross-entropy",
                    help="the causal-LM loss: cross-entropy over the logits, fused-linear (Liger's fused linear "
                         "cross-entropy: the full logits never exist), or logits-sum (the SDPA benchmark loop of "

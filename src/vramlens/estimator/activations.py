@@ -612,6 +612,12 @@ def output_copied(spec: ModelSpec, w: Workload) -> bool:
     return spec.attention_output_copy or w.runs_before(spec.legacy_output_copy_before)
 
 
+def repeats_kv(spec: ModelSpec, attention: str, masked: bool, c: int) -> bool:
+    """Whether transformers' attention expands keys and values to every head (repeat_kv) before its kernel:
+    eager always; SDPA outside a maskless decoder in half precision (layer_activations' attention block)."""
+    return attention == "eager" or (attention == "sdpa" and (spec.kind != "decoder" or masked or c == 4))
+
+
 def layer_activations(spec: ModelSpec, w: Workload, b: int, s: int, *, cross_s: int = 0, tp: int = 1,
                       layer: int | None = None, local: bool = False) -> LayerActivations:
     """Saved-for-backward bytes of one transformer block for a micro-batch of b sequences of s tokens.
@@ -682,7 +688,7 @@ def layer_activations(spec: ModelSpec, w: Workload, b: int, s: int, *, cross_s: 
         q = _r(c * D.a * D.d * t)
         kv = _r(c * D.kv * D.d * t)
         S = s
-        if attention == "eager" or (attention == "sdpa" and (spec.kind != "decoder" or masked or c == 4)):
+        if repeats_kv(spec, attention, masked, c):
             # eager (and SDPA with an explicit mask, which the memory-efficient kernel takes) expands GQA
             # keys/values to every head (repeat_kv); one kv head expands as a view (reshape merges a
             # size-1 dimension without copying). So does SDPA in fp32, which CUDA runs on the

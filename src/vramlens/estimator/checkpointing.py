@@ -174,9 +174,9 @@ def _kept(spec: ModelSpec, w: Workload, leaf: str, group: str) -> bool:
             return False
         # the same rule as layer_activations: eager, and SDPA with a mask (a padded batch's) or in fp32, expand
         # GQA keys/values
-        a = w.attention
-        expands = a == "eager" or (a == "sdpa" and (spec.kind != "decoder" or DTYPE_BYTES[w.compute_dtype] == 4
-                                                   or w.padded))
+        from vramlens.estimator.activations import padded_mask, repeats_kv
+
+        expands = repeats_kv(spec, w.attention, padded_mask(spec, w), DTYPE_BYTES[w.compute_dtype])
         if leaf in _KV_LEAVES and spec.n_kv_heads != spec.n_heads and expands:
             return False
     return True

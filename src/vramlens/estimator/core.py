@@ -35,7 +35,7 @@ from vramlens.hardware.gpu import GPU
 from vramlens.models.spec import ModelSpec
 from vramlens.units import DTYPE_BYTES, human_bytes
 from vramlens.units import block_bytes as _r  # one allocation's bytes, in 512-byte blocks
-from vramlens.workload import FOUR_BIT, Workload
+from vramlens.workload import FOUR_BIT, PREFILL_LAST_LOGITS_FROM, Workload
 
 DEFAULT_HEADROOM = 0.10
 
@@ -459,6 +459,7 @@ def activation_totals(spec: ModelSpec, w: Workload, sp: Split) -> ActivationTota
     head_saved, head_peak, head_formula = CP.head(spec, w, b, s) if compiled_head else A.head_saved(spec, w, b, s)
     if not sp.has_head:
         head_saved = head_peak = 0
+    held, held_logits = outputs_in_step(spec, w, sp)
     later = working = 0
     cols = H.columns(spec, w)
     if cols > 1:
@@ -506,7 +507,8 @@ def activation_totals(spec: ModelSpec, w: Workload, sp: Split) -> ActivationTota
             mlp_bwd = max(mlp_bwd, f8_bwd)
         block_bwd = max(block_bwd, f8_bwd)
     dora_tmp = max(0, dora - A.dora_identity_bytes(spec, w, tp))
-    return ActivationTotals(saved=kept + model_level + head_saved, one_layer=one, loss_transient=head_peak - head_saved,
+    return ActivationTotals(saved=kept + model_level + head_saved + held, one_layer=one,
+                            loss_transient=head_peak - head_saved - held_logits,
                             dequant_forward=max(deq_fwd, dora, f8_fwd), dequant_backward=deq_bwd,
                             dequant_temporary=max(deq_fwd, deq_bwd, dora_tmp),
                             loss_backward=loss_backward, loss_backward_over=loss_backward_over,
@@ -651,19 +653,47 @@ def offloaded_block(st: TrainState, fig: tuple[int, int, int, int]) -> tuple[int
     return layers, st.grads * block // max(1, total), norm
 
 
-def kept_past_backward(spec: ModelSpec, w: Workload, sp: Split, logits: int) -> tuple[int, bool]:
-    """For train_phases: (``kept_inputs``, ``kept_next``), what of the saved activations backward does not free and
-    whether the loop holds it into the next forward. bitsandbytes < 0.43.2's 4-bit matmuls keep their inputs on
+def held_logits_bytes(spec: ModelSpec, w: Workload) -> int:
+    """``outputs.logits`` of a training forward with labels on this GPU: the compute dtype, or fp32 where an
+    older release's forward upcast them (``logits = logits.float()`` in LlamaForCausalLM before 4.45,
+    ModelSpec.legacy_logits_fp32)."""
+    if not A.has_lm_head(spec):
+        return 0
+    fp32 = spec.legacy_logits_fp32 and w.runs_before(PREFILL_LAST_LOGITS_FROM)
+    return _r((4 if fp32 else DTYPE_BYTES[w.compute_dtype]) * A.local_vocab(spec, w) * w.batch * w.seq)
+
+
+def outputs_in_step(spec: ModelSpec, w: Workload, sp: Split) -> tuple[int, int]:
+    """--holds-outputs over transformers' own loss: (what the held ``outputs`` keeps during its own step beyond
+    what autograd saves, of which the logits). The loss runs inside the model's forward (ForCausalLMLoss), so
+    the logits it upcasts are ``outputs.logits``, alive through backward instead of freed with the loss' forward;
+    the KV cache's part beyond autograd: losses.cache_held. ``--loss logits-sum`` counts its own
+    (losses.loss_figures)."""
+    from vramlens.estimator.losses import cache_held
+
+    if not (w.outputs_held and w.loss == "cross-entropy" and sp.has_head):
+        return 0, 0
+    logits = held_logits_bytes(spec, w)
+    return logits + cache_held(spec, w, w.batch, w.seq)[1], logits
+
+
+def kept_past_backward(spec: ModelSpec, w: Workload, sp: Split, logits: int) -> tuple[int, bool, bool]:
+    """For train_phases: (``kept_inputs``, ``kept_next``, ``held_at_loss``), what of the saved activations backward
+    does not free, whether the loop holds it into the next forward, and whether still at that forward's loss
+    (--holds-outputs over transformers' loss, which runs inside the forward). bitsandbytes < 0.43.2's 4-bit matmuls keep their inputs on
     their nodes (Workload.bnb_inputs); ``--loss logits-sum``'s ``outputs`` holds the logits and, under an older
     release, every block's (key, value) tuple with the storages they view (losses.presents_held), through backward
     and until the next forward returns."""
-    from vramlens.estimator.losses import presents_held
+    from vramlens.estimator.losses import cache_held
 
     kept = A.bnb_kept_input_bytes(spec, w, w.batch, w.seq, w.tp) * sp.layers * sp.micro_batches_in_flight
     if sp.has_head:
         kept += A.bnb_kept_head_input(spec, w, w.batch, w.seq)
-    outputs = logits + presents_held(spec, w, w.batch * w.seq)[0] if w.loss == "logits-sum" and sp.has_head else 0
-    return kept + outputs, w.bnb_inputs == "next-forward" or outputs > 0
+    if w.outputs_held and w.loss == "cross-entropy":
+        logits = held_logits_bytes(spec, w)
+    outputs = logits + cache_held(spec, w, w.batch, w.seq)[0] if w.outputs_held and sp.has_head else 0
+    return (kept + outputs, w.bnb_inputs == "next-forward" or outputs > 0,
+            outputs > 0 and w.loss == "cross-entropy")
 
 
 def output_layer_cast(spec: ModelSpec, w: Workload, has_head: bool) -> int:
@@ -898,7 +928,7 @@ def estimate_spec(spec: ModelSpec, w: Workload, gpu: GPU | None = None, *, headr
         if w.activation_offload and st.frozen_casts:
             st, moved = offload_frozen_casts(st, output_layer_cast(spec, w, sp.has_head))
             act_host += moved
-        kept_inputs, kept_next = kept_past_backward(spec, w, sp, logits)
+        kept_inputs, kept_next, held_at_loss = kept_past_backward(spec, w, sp, logits)
 
         def phases_of(s: TrainState) -> tuple[tuple[str, int], ...]:
             return train_phases(s, acts, loss_tmp, head_saved, w.grad_accum, logits,
@@ -913,7 +943,7 @@ def estimate_spec(spec: ModelSpec, w: Workload, gpu: GPU | None = None, *, headr
                                 final_norm_backward=at.final_norm_backward, dequant_forward=at.dequant_forward,
                                 dequant_backward=at.dequant_backward, dequant_temporary=at.dequant_temporary,
                                 mlp_backward=at.mlp_backward, kept_inputs=kept_inputs,
-                                kept_next=kept_next,
+                                kept_next=kept_next, held_at_loss=held_at_loss,
                                 tied_last=tied_last(spec, sp.has_head),
                                 head_dequant_forward=at.head_dequant_forward,
                                 head_dequant_backward=at.head_dequant_backward)

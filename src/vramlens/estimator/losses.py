@@ -103,6 +103,49 @@ def presents_held(spec: ModelSpec, w: Workload, t: int) -> tuple[int, int]:
     return L * (storages + key), L * (storages if eager and lp.eager_copies else 0) + L * (0 if eager else key)
 
 
+def cache_held(spec: ModelSpec, w: Workload, b: int, s: int) -> tuple[int, int]:
+    """What a loop that holds ``outputs`` (Workload.outputs_held) keeps of the KV cache its training forward
+    returned, over b sequences of s tokens on this GPU: (all of it; of that, what the step's autograd does not keep).
+
+    An older release's per-block tuples: :func:`presents_held`. Otherwise the forward builds a DynamicCache when the
+    config's ``use_cache`` is on (LlamaModel.forward and its kin in transformers 5; gradient checkpointing turns it
+    off, GradientCheckpointingLayer in modeling_layers.py): each layer's keys and values, copied by
+    ``DynamicLayer.update``'s ``torch.cat`` onto an empty tensor (cache_utils.py), and the attention then runs on
+    the copies, so its kernel keeps them and not the projections' outputs: separate projections (Llama, Qwen, OPT)
+    hold nothing beyond autograd then. Where the kernel keeps something else, by what the tracer measures:
+
+    * the attention expands GQA keys and values to every head (repeat_kv, or --gqa-expand) and keeps the expanded
+      copies: the cache's copies are on top;
+    * GPT-2's fused ``c_attn`` (learned positions, ModelSpec.qkv_views): under SDPA q is still a view of the fused
+      output, which stays, and the copies of k and v are on top;
+    * GPT-NeoX's fused ``query_key_value`` (rotary, ModelSpec.fused_qkv_kept): under SDPA the kernel kept v's view
+      of the fused output (activations.layer_activations); it keeps v's copy instead and the fused output goes, a
+      saving of as much as the copies (negative); eager's matmuls kept copies already (nothing).
+
+    A sliding layer's cache still holds the whole sequence after one forward (kv_cache.kv_cache_bytes' prefill).
+    The layers' keys and values stay in ``outputs`` after backward.
+    """
+    from vramlens.estimator.activations import padded_mask, repeats_kv
+    from vramlens.estimator.kv_cache import kv_cache_bytes
+
+    lp = spec.legacy_presents
+    if lp is not None and w.holds_presents(lp.before):
+        return presents_held(spec, w, b * s)
+    if not (w.outputs_held and w.checkpointing == "none" and spec.head == "causal-lm"
+            and spec.config.get("use_cache", True) is not False):
+        return 0, 0
+    cache = kv_cache_bytes(spec, w, s, b, max(1, w.tp), prefill=True)
+    c = DTYPE_BYTES[w.compute_dtype]
+    # a padded batch's mask makes SDPA expand them too (activations.padded_mask)
+    if (repeats_kv(spec, w.attention, padded_mask(spec, w), c) or w.gqa_expand) and spec.n_kv_heads not in (1, spec.n_heads):
+        return cache, cache
+    if w.attention == "eager" or w.fused_qkv:
+        return cache, 0
+    if spec.qkv_views:
+        return cache, cache
+    return cache, -cache if spec.fused_qkv_kept and spec.position == "rotary" else 0
+
+
 def loss_figures(spec: ModelSpec, w: Workload, b: int, s: int) -> LossFigures | None:
     """The figures of a chunked or fused causal-LM loss, or None for transformers' own loss."""
     t = b * s
@@ -116,7 +159,7 @@ def loss_figures(spec: ModelSpec, w: Workload, b: int, s: int) -> LossFigures | 
     norm = final_norm_backward(spec, w, t)
     if w.loss == "logits-sum":
         logits = _r(c * V * t)
-        prev, held = presents_held(spec, w, t)
+        prev, held = cache_held(spec, w, b, s)
         # saved: this step's logits (and what of its presents autograd does not keep), held by ``outputs`` (not
         # by autograd) through backward; peak: the previous step's outputs beside them until the forward
         # returns; the output layer's backward: the logits and their dense gradient; the final norm's: the

@@ -345,7 +345,7 @@ def train_phases(st: TrainState, acts: int, loss_tmp: int, head_saved: int, grad
                  head_grad_in_forward: bool = False, final_norm_backward: int = 0, dequant_forward: int = 0,
                  dequant_backward: int = 0, dequant_temporary: int = 0,
                  mlp_backward: int = 0, kept_inputs: int = 0,
-                 kept_next: bool = False, head_dequant_forward: int = 0,
+                 kept_next: bool = False, held_at_loss: bool = False, head_dequant_forward: int = 0,
                  head_dequant_backward: int = 0, loss_outside_model: bool = False,
                  offloaded_block: tuple[int, int, int] = (0, 0, 0),
                  tied_last: int | None = None) -> tuple[tuple[str, int], ...]:
@@ -394,6 +394,8 @@ def train_phases(st: TrainState, acts: int, loss_tmp: int, head_saved: int, grad
             backward, so alive until the graph (or the output holding them) goes (Workload.bnb_inputs).
         kept_next: the loop keeps the step's output, so the graph and ``kept_inputs``, through the
             optimizer step and until the next forward returns (before its loss).
+        held_at_loss: ... and the loss runs inside that forward (transformers' loss with labels under
+            --holds-outputs), so the previous step's output is still alive at the loss' peak.
         loss_outside_model: FSDP2 with the loss run after the model's forward returns (torchtune's
             recipe, under activation offloading): nothing is gathered while it runs forward and backward.
         offloaded_block: FSDP2 under activation offloading, (blocks on this GPU, one block's sharded
@@ -437,7 +439,9 @@ def train_phases(st: TrainState, acts: int, loss_tmp: int, head_saved: int, grad
         # forward: a block runs with its unsharded parameters and the flat all-gather output it was
         # copied from, which FSDP2 holds (FSDPCommContext.all_gather_state) until the next
         # all-gather; at the loss only the last block's flat output is still held
-        fwd = sh + gfwd + R + fwd_casts + max(gathers + acts - head_saved, B + acts + loss_tmp)
+        prev = kept_inputs if kept_next else 0  # the previous step's held outputs, until this forward returns
+        fwd = sh + gfwd + R + fwd_casts + max(gathers + acts - head_saved + prev,
+                                              B + acts + loss_tmp + (prev if held_at_loss else 0))
         root_at_loss, block_at_loss = R, B
         if loss_outside_model and not st.gather_kept:
             # torchtune's recipe calls the loss on the logits the model returned: the root's post-forward
@@ -473,11 +477,11 @@ def train_phases(st: TrainState, acts: int, loss_tmp: int, head_saved: int, grad
             if n_blocks >= 3:
                 cands.append(base + gathers + Br + (n_blocks - 2) * g)
             bwd = max(bwd, *cands)
-        optim = sh + _step(st)
+        optim = sh + _step(st) + prev
     else:
         persistent = st.weights + st.master + st.opt + st.comm
         held = kept_inputs if kept_next else 0  # the previous step's, until this forward returns
-        fwd = persistent + max(gfwd, head_fwd) + fwd_casts + max(acts + loss_tmp,
+        fwd = persistent + max(gfwd, head_fwd) + fwd_casts + max(acts + loss_tmp + (held if held_at_loss else 0),
                                                                  acts - head_saved + dequant_forward + held,
                                                                  acts - head_saved + head_dequant_forward + held)
         # the loss' backward holds two fp32 b*s*V gradients; once they are done (and what the loss

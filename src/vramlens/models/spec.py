@@ -263,6 +263,9 @@ class ModelSpec:
     #: makes new q and k: v is a view of it (GPT-NeoX ``query_key_value``), so a block keeps the
     #: fused output and the rotated q and k (under SDPA; eager's matmul keeps a copy of v)
     fused_qkv_kept: bool = False
+    #: q, k and v are views of one fused projection's output with learned positions (GPT-2's and GPT-BigCode's
+    #: ``c_attn``): SDPA keeps the output through q even when k and v come from elsewhere (a KV cache's copies)
+    qkv_views: bool = False
     #: residual dropouts per block: BERT drops out the attention output and the MLP output (2),
     #: DistilBERT only the FFN output (modeling_distilbert.py ``FFN.ff_chunk``)
     block_dropouts: int = 2

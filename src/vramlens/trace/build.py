@@ -283,8 +283,11 @@ def build_hf(cfg: dict, wl: Workload, *, fake_mode=None, layers: int | None = No
         except ValueError as e:
             raise TraceError(f"{cls.__name__}: {e}; use --checkpointing none") from None
     model.train(wl.training)
-    if wl.training and hasattr(config, "use_cache"):
-        config.use_cache = False  # as fine-tuning scripts do: no KV cache is built while training
+    if wl.training and hasattr(config, "use_cache") and not (wl.outputs_held and presents is None):
+        # as fine-tuning scripts and the HF Trainer's step do, no KV cache outlives the step; a loop that holds
+        # ``outputs`` (Workload.outputs_held) keeps the cache the config's use_cache returns (an older release's
+        # tuples are emulated instead: _legacy_presents)
+        config.use_cache = False
     n = config_layers(cfg)
     from vramlens.models.heads import head_of
 

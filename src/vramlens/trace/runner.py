@@ -612,9 +612,9 @@ class Runner:
                         out, loss = self._offloaded_forward(built, inputs)
                     else:
                         out = self._forward(built, inputs)
-                        held.clear()  # --loss logits-sum: the loop's ``outputs = model(...)`` rebinds here
+                        held.clear()  # Workload.outputs_held: the loop's ``outputs = model(...)`` rebinds here
                         loss = self._loss(out)
-                if wl.loss == "logits-sum":
+                if wl.outputs_held:
                     held.append(out)  # ... and keeps this step's outputs until the next forward returns
                     if built.presents:  # an older release's (key, value) tuples, in the outputs too
                         held.append(list(built.presents))

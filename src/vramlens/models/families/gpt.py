@@ -96,7 +96,7 @@ def build_gpt2(r: ConfigReader, architecture: str) -> Built:
     return Built(_facts(
         r, hidden_size=h, n_heads=a, n_kv_heads=1 if mq else a, head_dim=d, ffn_size=inner,
         vocab_size=V, n_decoder_layers=L, max_position=n_pos, activation=act,
-        position="learned", tied_embeddings=tied,
+        position="learned", tied_embeddings=tied, qkv_views=True,
         # GPT2Attention.__init__ registers the causal mask ``bias`` (n_positions^2 bool) and ``masked_bias`` in
         # every block through transformers 4.57 (modeling_gpt2.py of the v4.42.0 and v4.57.0 wheels); 5.0 has
         # neither. GPT-BigCode keeps its model-level mask (the inventory's ``bias``)
