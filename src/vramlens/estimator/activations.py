@@ -29,6 +29,7 @@ from vramlens.estimator.checkpointing import (
 )
 from vramlens.estimator.inventory import summarize
 from vramlens.estimator.linears import GROUPS, linear_group
+from vramlens.estimator.masks import padded_mask, repeats_kv
 from vramlens.estimator.memo import identity_cache
 from vramlens.models.spec import ModelSpec
 from vramlens.units import BLOCK, DTYPE_BYTES
@@ -612,12 +613,6 @@ def output_copied(spec: ModelSpec, w: Workload) -> bool:
     return spec.attention_output_copy or w.runs_before(spec.legacy_output_copy_before)
 
 
-def repeats_kv(spec: ModelSpec, attention: str, masked: bool, c: int) -> bool:
-    """Whether transformers' attention expands keys and values to every head (repeat_kv) before its kernel:
-    eager always; SDPA outside a maskless decoder in half precision (layer_activations' attention block)."""
-    return attention == "eager" or (attention == "sdpa" and (spec.kind != "decoder" or masked or c == 4))
-
-
 def layer_activations(spec: ModelSpec, w: Workload, b: int, s: int, *, cross_s: int = 0, tp: int = 1,
                       layer: int | None = None, local: bool = False) -> LayerActivations:
     """Saved-for-backward bytes of one transformer block for a micro-batch of b sequences of s tokens.
@@ -937,29 +932,6 @@ def _sliding_mask_saved(b: int, s: int, c: int) -> int:
     from the boolean one (sdp::convert_boolean_attn_mask) and keeps for backward.
     """
     return _r(c * b * s * s)
-
-
-def padded_mask(spec: ModelSpec, w: Workload) -> bool:
-    """Whether a padded batch's mask reaches every block (Workload.padded; decoder-only models).
-
-    What a padded batch changes, read in transformers 5.24 and torch 2.13:
-
-    * the mask: an attention_mask with zeros makes ``masking_utils._ignore_causal_mask_sdpa`` answer no, so
-      ``create_causal_mask`` builds the (b, 1, s, S) mask once per forward (``sdpa_mask``: bool, the causal
-      pattern and'ed with ``padding_mask_function``, materialised at the batch size; ``eager_mask``: 0 or the
-      dtype's minimum in the compute dtype, built for unpadded batches too), one per kind of block (sliding
-      ones get their own); every block receives it, and a checkpointed block keeps it as an input;
-    * SDPA: with a mask ``use_gqa_in_sdpa`` answers no on CUDA, so ``repeat_kv`` copies GQA keys and values to
-      every head (a view for one kv head), and ``is_causal`` is off: sdp_utils.cpp rules flash out (no
-      attn_mask), the memory-efficient kernel converts the bool mask to an additive one in the query's dtype in
-      every call (sdp::convert_boolean_attn_mask) and keeps it for backward with its output and fp32
-      log-sum-exp (b, a, ceil(s/32)*32): all as a sliding block over a sequence longer than its window;
-    * eager attention: the same additive mask as an unpadded batch's; nothing changes;
-    * flash-attention-2: ``_upad_input`` gathers q, k and v to the real tokens (``index_first_axis``) and
-      ``pad_input`` scatters the output back (refused: Workload._padded_problems);
-    * the loss: labels of -100 on the padding are skipped by cross_entropy's ignore_index, no tensor changes size.
-    """
-    return w.padded and spec.kind == "decoder"
 
 
 def padded_bool_masks(spec: ModelSpec, w: Workload, b: int, s: int, S: int) -> int:

@@ -32,6 +32,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from vramlens.estimator.linears import linear_group
+from vramlens.estimator.masks import padded_mask, repeats_kv
 from vramlens.estimator.memo import identity_cache
 from vramlens.models.spec import ModelSpec
 from vramlens.units import DTYPE_BYTES
@@ -174,8 +175,6 @@ def _kept(spec: ModelSpec, w: Workload, leaf: str, group: str) -> bool:
             return False
         # the same rule as layer_activations: eager, and SDPA with a mask (a padded batch's) or in fp32, expand
         # GQA keys/values
-        from vramlens.estimator.activations import padded_mask, repeats_kv
-
         expands = repeats_kv(spec, w.attention, padded_mask(spec, w), DTYPE_BYTES[w.compute_dtype])
         if leaf in _KV_LEAVES and spec.n_kv_heads != spec.n_heads and expands:
             return False
