@@ -76,3 +76,19 @@ def test_padded_is_refused_where_it_is_not_traced():
     with pytest.raises(TraceError) as e:
         trace(tiny_config("bert-base-uncased"), mode="train", padded=True, steps=1)
     assert str(e.value) == "padded is traced for a text causal LM's batch; this model runs masked-lm: drop --padded"
+
+
+@pytest.mark.slow  # full-size models, each traced twice (about 30 s on 2 cores)
+@pytest.mark.parametrize("name", ["qwen2.5-0.5b", "pythia-70m"])
+def test_full_size_padding_matches_per_phase(name):
+    """At full size: Qwen2.5 0.5B (GQA 7:1) and Pythia-70m (multi-head, head-major output), 2 x 256 tokens in bf16."""
+    from vramlens.estimator import estimate
+    from vramlens.trace import trace
+
+    kw = dict(mode="train", dtype="bf16", batch=2, seq=256, attention="sdpa", optimizer="adamw")
+    deltas = []
+    for run in (trace, estimate):
+        plain, padded = (dict(run(name, **kw, padded=p, **({"steps": 2} if run is trace else {})).breakdown.phases)
+                         for p in (False, True))
+        deltas.append({p: padded[p] - plain[p] for p in ("forward", "backward", "optimizer")})
+    assert deltas[0] == deltas[1], deltas
