@@ -222,7 +222,8 @@ _RTX4090 = _Setup(gpu="RTX-4090", cuda="12.1", lazy_loading=True)  # torch 2.2's
 # ~4.25: BLOOM's eager attention. That peft's MergedLinear (enable_lora=[True, False, True]: A 4096 -> 16, B a
 # grouped Conv1d 16 -> 8192) trains 131,072 parameters per layer, as today's rank-8 LoRA on the whole output does.
 # bloomz-7b1 is bloom-7b1 fine-tuned on xP3: the same config shapes (the catalog's bloom-7b1)
-_PEFT_BLOOMZ = dict(mode="train", dtype="fp32", batch=8, seq=64, attention="eager", checkpointing="none",
+# Every row is padded to max_length 64 (padded: BLOOM's eager attention builds its mask unpadded too)
+_PEFT_BLOOMZ = dict(mode="train", dtype="fp32", batch=8, seq=64, attention="eager", checkpointing="none", padded=True,
                     optimizer="adamw", optimizer_impl="loop", keep_grads=True, method="lora", lora_rank=8,
                     lora_dropout=0.1, lora_targets=("query_key_value",))
 _A100_2022 = _Setup(gpu="A100-80GB", cuda="11.7", lazy_loading=False)  # torch 1.13's cu117 wheels
@@ -274,9 +275,11 @@ def _optimum_gptq_cases() -> dict[str, Case]:
 # batch's longest (the longest batch of the run is taken to reach the 768 bound: see the cases' other_settings),
 # labels on the whole text, no gradient checkpointing, no autocast; torch.optim.AdamW over model.parameters() (foreach
 # on CUDA; bf16 states for full fine-tuning); adapters in fp32 (autocast_adapter_dtype=True), lora_dropout 0. The figure
-# is max_memory_reserved() over the run less the 2 MiB reserved at its start (accelerator_memory_max)
+# is max_memory_reserved() over the run less the 2 MiB reserved at its start (accelerator_memory_max). Each batch is
+# ``tokenizer.pad(batch, return_tensors="pt")`` (run.py line 255 at d787f51b): rows shorter than the batch's longest
+# carry zeros in the attention_mask the model gets (padded)
 _PEFT_METAMATH = dict(mode="train", dtype="bf16", batch=4, seq=768, attention="sdpa", optimizer="adamw", holds_outputs=True,
-                      optimizer_impl="foreach")
+                      optimizer_impl="foreach", padded=True)
 _L40S_2026 = _Setup(gpu="L40S", cuda="13.0", lazy_loading=True)
 
 

@@ -212,6 +212,14 @@ class Workload:
     #: torchtune/modules/attention.py, every release), and transformers' ``repeat_kv`` when SDPA is not
     #: given ``enable_gqa``. Eager attention in transformers always expands; this makes any kernel do so
     gqa_expand: bool = False
+    #: The batch is padded to its longest sample, so an attention_mask with zeros reaches the model
+    #: (DataCollatorWithPadding, ``tokenizer.pad``; labels -100 on the padding change no tensor's size).
+    #: transformers then builds a (b, 1, s, S) mask once per forward (masking_utils.sdpa_mask: bool; eager_mask:
+    #: the compute dtype, as unpadded) for every block, where an unpadded batch's SDPA gets none (``is_causal``):
+    #: CUDA's SDPA runs the memory-efficient kernel on a mask converted to the query's dtype in each call and kept for
+    #: backward, and GQA keys and values are expanded first (integrations/sdpa_attention.py ``use_gqa_in_sdpa``
+    #: needs ``attention_mask is None`` on CUDA; ``repeat_kv``). Training and a no-cache prefill; a decoder's self-attention
+    padded: bool = False
     #: LitGPT's attention (litgpt/model.py ``CausalSelfAttention.forward``, 5895df10 lines 215-240): one fused
     #: q/k/v linear whose output is split by views and ``reshape``d per head. Keys are rotated after the GQA
     #: ``expand``, so a single kv head's keys become a copy at every head too; values are a copy at every head
@@ -597,8 +605,8 @@ class Workload:
         if self.transformers_version is not None and self.transformers_release is None:
             p.append(f"transformers_version={L.show(self.transformers_version)} must be a version such as 4.35 or 5.2")
         for name in ("keep_grads", "fsdp", "optimizer_in_backward", "activation_offload", "loss_parallel", "dora",
-                     "fp8", "compile", "gqa_expand", "fused_qkv", "quant_head", "quantize_on_device", "loss_upcast",
-                     "holds_outputs"):
+                     "fp8", "compile", "gqa_expand", "padded", "fused_qkv", "quant_head", "quantize_on_device",
+                     "loss_upcast", "holds_outputs"):
             if not isinstance(getattr(self, name), bool):
                 p.append(f"{name}={L.show(getattr(self, name))} must be true or false")
         if not isinstance(self.lora_targets, tuple) or not all(isinstance(t, str) for t in self.lora_targets):
@@ -711,6 +719,30 @@ class Workload:
             p.extend(self._cpu_offload_problems())
         if self.fp8:
             p.extend(self._fp8_problems())
+        if self.padded is True:
+            p.extend(self._padded_problems())
+        return p
+
+    def _padded_problems(self) -> list[str]:
+        """What a padded batch (``padded``) is modelled with: transformers' own attention in eager PyTorch, in a
+        training step or a prefill that starts no cache."""
+        p: list[str] = []
+        if not self.training and (self.new_tokens or self.cache != "dynamic"):
+            p.append(f"padded with new_tokens={self.new_tokens} cache={self.cache!r}: generation's per-step masks "
+                     "over a padded prompt are not modelled; padded covers a training step or a prefill: drop "
+                     "--padded, or --new-tokens and --cache")
+        if self.attention == "flash":
+            # modeling_flash_attention_utils.py _upad_input: index_first_axis copies of q, k and v, and pad_input
+            # scatters the output back into a (b*s, heads, d) tensor
+            p.append("padded with attention=flash: flash-attention-2 unpads q, k and v and pads its output back "
+                     "(copies not modelled): use --attention sdpa or eager")
+        if self.compile:
+            p.append("padded with compile: the compiled graphs' masked attention is not modelled: drop --compile")
+        if self.cp > 1:
+            p.append(f"padded with cp={self.cp}: context parallelism's ring attention takes no padding mask: "
+                     "drop --padded or --cp")
+        if self.fused_qkv is True:
+            p.append("padded with fused_qkv: LitGPT's fine-tuning passes its model no attention mask: drop --padded")
         return p
 
     def _fp8_problems(self) -> list[str]:

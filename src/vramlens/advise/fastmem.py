@@ -215,7 +215,7 @@ class FastMemory:
         # (quant, quant_targets) are dequantized inside the blocks
         return (w.compute_dtype, w.dtype, w.amp, w.fsdp_mixed_precision, w.batch if batch is None else batch, w.seq,
                 w.checkpointing if checkpointing is None else checkpointing,
-                w.attention if attention is None else attention, w.gqa_expand, w.fused_qkv, w.tp,
+                w.attention if attention is None else attention, w.gqa_expand, w.padded, w.fused_qkv, w.tp,
                 sp.layers, sp.micro_batches_in_flight, sp.has_head, w.method, w.lora_targets, w.lora_rank,
                 w.lora_dropout, w.lora_dtype, w.dora, w.quant, w.quant_targets, w.quant_head, w.dequant_dtype,
                 w.nf4_impl, w.quant_impl,

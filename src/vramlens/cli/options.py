@@ -176,6 +176,10 @@ def add_workload_args(p: argparse.ArgumentParser) -> None:
                    help="GQA keys and values copied to every query head before the attention kernel, which keeps "
                         "the copies for backward (torchtune's MultiHeadAttention; transformers' repeat_kv when "
                         "SDPA gets no enable_gqa)")
+    g.add_argument("--padded", action="store_true",
+                   help="the batch is padded to its longest sample (a padding collator, tokenizer.pad): an "
+                        "attention_mask with zeros reaches the model, so transformers builds a (b, 1, s, s) mask and "
+                        "SDPA runs the memory-efficient kernel, keeping the mask and GQA keys/values expanded per block")
     g.add_argument("--fused-qkv", action="store_true",
                    help="LitGPT's attention: one fused q/k/v linear split by views (SDPA's value keeps the fused "
                         "output under multi-head or one kv head; keys rotated after the GQA expand), and under LoRA "

@@ -110,6 +110,10 @@ def check_workload(spec: ModelSpec, w: Workload) -> None:
         # torch's ring attention balances the load only for causal attention (is_causal, _templated_ring_attention)
         p.append(f"cp={w.cp}: context parallelism is modelled for decoder-only causal LMs with standard attention "
                  f"(ring attention over causal SDPA); {spec.name} is not one: drop --cp")
+    if w.padded and (spec.kind != "decoder" or spec.vision is not None or spec.vlm is not None
+                     or spec.audio is not None):
+        # the padding mask is modelled through create_causal_mask of a text decoder (masks.padded_mask)
+        p.append(f"padded models a decoder-only text model's padding mask; {spec.name} is not one: drop --padded")
     if w.training and w.loss_parallel and spec.head != "causal-lm":
         p.append(f"loss_parallel shards a causal LM's logits; {spec.name} trains {spec.head}: drop --loss-parallel")
     if w.training and w.loss == "logits-sum" and spec.head not in ("causal-lm", "masked-lm"):

@@ -29,6 +29,7 @@ from vramlens.estimator.checkpointing import (
 )
 from vramlens.estimator.inventory import summarize
 from vramlens.estimator.linears import GROUPS, linear_group
+from vramlens.estimator.masks import padded_mask, repeats_kv
 from vramlens.estimator.memo import identity_cache
 from vramlens.models.spec import ModelSpec
 from vramlens.units import BLOCK, DTYPE_BYTES
@@ -604,14 +605,12 @@ def sdpa_core(spec: ModelSpec, w: Workload, *, cross: bool) -> str:
 def output_copied(spec: ModelSpec, w: Workload) -> bool:
     """Whether the attention hands a fused SDPA kernel contiguous head-major q, k and v, so that the kernel's output
     comes back transposed and the transpose back is a copy (ModelSpec.attention_output_copy, or an older release's
-    ModelSpec.legacy_output_copy_before)."""
+    ModelSpec.legacy_output_copy_before). Flash writes its output in the query's layout (``empty_like`` of the
+    transposed query); the memory-efficient kernel, which a padded batch's mask selects (:func:`padded_mask`),
+    writes (b, s, a, d) whatever the query's layout, and the transpose back is then a view."""
+    if padded_mask(spec, w) and w.attention == "sdpa":
+        return False
     return spec.attention_output_copy or w.runs_before(spec.legacy_output_copy_before)
-
-
-def repeats_kv(spec: ModelSpec, attention: str, masked: bool, c: int) -> bool:
-    """Whether transformers' attention expands keys and values to every head (repeat_kv) before its kernel:
-    eager always; SDPA outside a maskless decoder in half precision (layer_activations' attention block)."""
-    return attention == "eager" or (attention == "sdpa" and (spec.kind != "decoder" or masked or c == 4))
 
 
 def layer_activations(spec: ModelSpec, w: Workload, b: int, s: int, *, cross_s: int = 0, tp: int = 1,
@@ -667,6 +666,13 @@ def layer_activations(spec: ModelSpec, w: Workload, b: int, s: int, *, cross_s: 
     # a sliding block whose window is shorter than the sequence; under SDPA it takes an explicit mask
     masked = local and spec.sliding_window is not None and s > spec.sliding_window
     mask = sliding_mask_bytes(spec, w, b, s) if local and attention == "sdpa" else 0
+    if padded_mask(spec, w) and attention == "sdpa" and not (w.checkpointing == "selective"
+                                                             and spec.attention_interface):
+        # a padded batch: every block, global or sliding, gets the mask, and SDPA keeps its additive copy (eager
+        # attention gets the mask it gets unpadded; selective recomputation's checkpoint around the attention
+        # function keeps k and v as the projections made them, and recomputes repeat_kv and the conversion)
+        masked = True
+        mask = _sliding_mask_saved(b, s, c)
     if spec.mla is not None:
         t_mla, q_mla = _mla_saved(spec, w, D, b, s, c, casts, full, own, attention, attn_out_saves, mask > 0)
         total += t_mla
@@ -922,14 +928,24 @@ def disentangled_model_level(spec: ModelSpec, w: Workload, b: int, s: int) -> in
 
 
 def _sliding_mask_saved(b: int, s: int, c: int) -> int:
-    """The additive mask a sliding-window block's SDPA keeps when the window is shorter than the sequence.
+    """The additive mask a block's SDPA keeps when it is given a mask: a sliding-window block whose window is
+    shorter than the sequence, or any block of a padded batch (:func:`padded_mask`).
 
-    transformers builds one boolean (b, 1, s, S) sliding causal mask for the local blocks
-    (masking_utils.create_sliding_window_causal_mask); SDPA then cannot run flash, and the
+    transformers builds one boolean (b, 1, s, S) mask per kind of block
+    (masking_utils.create_sliding_window_causal_mask, create_causal_mask); SDPA then cannot run flash, and the
     memory-efficient kernel takes an additive mask in the query's dtype, which every call makes
     from the boolean one (sdp::convert_boolean_attn_mask) and keeps for backward.
     """
     return _r(c * b * s * s)
+
+
+def padded_bool_masks(spec: ModelSpec, w: Workload, b: int, s: int, S: int) -> int:
+    """The padded batch's bool (b, 1, s, S) masks SDPA blocks receive, made once per forward and alive through
+    it (masking_utils.sdpa_mask): one per kind of block (a sliding model's global and local masks)."""
+    if not padded_mask(spec, w) or w.attention != "sdpa" or not spec.attention_interface:
+        return 0
+    kinds = 2 if spec.n_sliding_layers and spec.n_sliding_layers < spec.n_layers else 1
+    return kinds * _r(b * s * S)
 
 
 def _mla_saved(spec: ModelSpec, w: Workload, D: Dims, b: int, s: int, c: int, casts: bool, full: bool, own: int,
@@ -1245,6 +1261,8 @@ def model_level_saved(spec: ModelSpec, w: Workload, b: int, s: int) -> int:
     r = 4 if w.run_dtype == "fp32" else c
     labels = 0 if w.loss == "logits-sum" else H.label_bytes(spec, b, s)  # the loop passes no labels
     total = (pixel_saved(spec, w, b) if spec.vision is not None else _r(8 * t)) + labels
+    if padded_mask(spec, w):
+        total += _r(8 * t)  # the collator's int64 attention_mask (b, s), an input like the ids
     if spec.position == "rotary":
         # cos and sin (per layer type), shared by the blocks: (1, s, d), from position_ids =
         # cache_position.unsqueeze(0) (modeling_llama.py LlamaModel.forward; ModernBertModel.forward)
@@ -1317,15 +1335,17 @@ def final_norm_saved(spec: ModelSpec, w: Workload, b: int, s: int) -> int:
 
 
 def checkpointed_mask(spec: ModelSpec, w: Workload, b: int, s: int) -> int:
-    """A decoder's eager attention mask, kept as an input by checkpointed blocks.
+    """A decoder's eager attention mask (or a padded batch's SDPA masks), kept as an input by checkpointed blocks.
 
     transformers builds a (b, 1, s, s) additive causal mask for eager attention
     (masking_utils ``eager_mask``: 0 or the dtype's minimum, in the embeddings' dtype) and hands
     it to every block; attention adds it without saving it, but a checkpointed block keeps its
     inputs (torch.utils.checkpoint ``_NoopSaveInputs``). SDPA takes ``is_causal`` and no mask.
     """
-    if w.attention != "eager" or spec.kind != "decoder" or not any(checkpointed(spec, w)):
+    if spec.kind != "decoder" or not any(checkpointed(spec, w)):
         return 0
+    if w.attention != "eager":
+        return padded_bool_masks(spec, w, b, s, s)  # a padded batch's bool masks for SDPA
     r = 4 if w.run_dtype == "fp32" else DTYPE_BYTES[w.compute_dtype]
     return _r(r * b * s * s)
 
@@ -1530,10 +1550,16 @@ def inference_layer_peak(spec: ModelSpec, w: Workload, b: int, s: int, S: int, t
         stream += _r(c * D.h * t)
     if spec.position == "learned" and spec.kind == "decoder":
         stream += _r(c * D.h * s)
+    # a padded batch's bool masks, made once per forward (padded_bool_masks)
+    stream += padded_bool_masks(spec, w, b, s, S)
     # during attention there is no residual yet, and a post-norm block has no input norm either
     attn_stream = stream - (_r(c * D.h * t) if spec.norm_placement != "post" else 2 * _r(c * D.h * t))
     masked = (spec.kind == "decoder" and spec.n_sliding_layers and spec.sliding_window is not None and s > 1
               and S > spec.sliding_window and w.attention == "sdpa")
+    if padded_bool_masks(spec, w, b, s, S):
+        # a padded prefill: every block's SDPA converts the masks to an additive one and expands GQA keys and
+        # values, as a sliding block over more keys than its window does
+        masked = True
     if spec.mla is not None:
         attn = _mla_inference(spec, w, D, b, s, S, c)
     elif spec.rel_terms:

@@ -32,6 +32,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from vramlens.estimator.linears import linear_group
+from vramlens.estimator.masks import padded_mask, repeats_kv
 from vramlens.estimator.memo import identity_cache
 from vramlens.models.spec import ModelSpec
 from vramlens.units import DTYPE_BYTES
@@ -172,9 +173,9 @@ def _kept(spec: ModelSpec, w: Workload, leaf: str, group: str) -> bool:
     if group == "qkv":
         if leaf in _QK_LEAVES and spec.position == "rotary":
             return False
-        # the same rule as layer_activations: eager, and SDPA with a mask or in fp32, expand GQA keys/values
-        a = w.attention
-        expands = a == "eager" or (a == "sdpa" and (spec.kind != "decoder" or DTYPE_BYTES[w.compute_dtype] == 4))
+        # the same rule as layer_activations: eager, and SDPA with a mask (a padded batch's) or in fp32, expand
+        # GQA keys/values
+        expands = repeats_kv(spec, w.attention, padded_mask(spec, w), DTYPE_BYTES[w.compute_dtype])
         if leaf in _KV_LEAVES and spec.n_kv_heads != spec.n_heads and expands:
             return False
     return True

@@ -17,6 +17,7 @@ from vramlens.estimator import context as CTX
 from vramlens.estimator import fp8 as F8
 from vramlens.estimator import heads as H
 from vramlens.estimator import kv_cache as K
+from vramlens.estimator import masks as M
 from vramlens.estimator.breakdown import Breakdown, make_breakdown
 from vramlens.estimator.loading import HostLoad, host_load
 from vramlens.estimator.ondevice import on_device_quant
@@ -1065,6 +1066,10 @@ def estimate_spec(spec: ModelSpec, w: Workload, gpu: GPU | None = None, *, headr
             logits += _r(4 * spec.vocab_size * b)  # generate() upcasts the last logits to fp32
         # the blocks' working set is gone by the time the head computes the logits
         tail = logits + (_r(c * spec.hidden_size * b * s) if logits else 0)
+        if M.padded_mask(spec, w):
+            # a padded batch's int64 attention_mask (b, s), an input alive through the forward
+            work += _r(8 * b * s)
+            tail += _r(8 * b * s)
         # transformers < 4.45 (Workload.prefill_all_logits): generate()'s prefill makes every prompt token's
         # logits, and LlamaForCausalLM and its copies upcast them all (logits.float(), both alive while it runs);
         # < 4.42: generate() keeps that output (``outputs``) until the first decode step's forward returns, and

@@ -35,6 +35,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from vramlens.estimator.masks import padded_mask, repeats_kv
 from vramlens.models.spec import ModelSpec
 from vramlens.units import DTYPE_BYTES
 from vramlens.units import block_bytes as _r  # one allocation's bytes, in 512-byte blocks
@@ -126,7 +127,6 @@ def cache_held(spec: ModelSpec, w: Workload, b: int, s: int) -> tuple[int, int]:
     A sliding layer's cache still holds the whole sequence after one forward (kv_cache.kv_cache_bytes' prefill).
     The layers' keys and values stay in ``outputs`` after backward.
     """
-    from vramlens.estimator.activations import repeats_kv
     from vramlens.estimator.kv_cache import kv_cache_bytes
 
     lp = spec.legacy_presents
@@ -137,7 +137,8 @@ def cache_held(spec: ModelSpec, w: Workload, b: int, s: int) -> tuple[int, int]:
         return 0, 0
     cache = kv_cache_bytes(spec, w, s, b, max(1, w.tp), prefill=True)
     c = DTYPE_BYTES[w.compute_dtype]
-    if (repeats_kv(spec, w.attention, False, c) or w.gqa_expand) and spec.n_kv_heads not in (1, spec.n_heads):
+    # a padded batch's mask makes SDPA expand them too (masks.padded_mask)
+    if (repeats_kv(spec, w.attention, padded_mask(spec, w), c) or w.gqa_expand) and spec.n_kv_heads not in (1, spec.n_heads):
         return cache, cache
     if w.attention == "eager" or w.fused_qkv:
         return cache, 0

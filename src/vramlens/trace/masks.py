@@ -10,7 +10,8 @@ are answered here, for the runner's inputs (never packed, generate's all-ones ma
   measured on an H200, torch 2.11, transformers 5.17: validation/stack-gpu.json).
 * ``masking_utils._ignore_causal_mask_sdpa`` (generation with a cache): a prefill on an empty
   cache skips the mask (``q_offset == 0`` with the padding only past the query); a decode step
-  skips it only when the mask covers every key (:func:`_sdpa_mask_skips`).
+  skips it only when the mask covers every key (:func:`_sdpa_mask_skips`). A padded batch's mask
+  (Workload.padded: the runner's mask has zeros) is never skipped: ``fast_all`` answers no.
 
 :func:`masks_as_cuda` patches both for the duration of a trace.
 """
@@ -20,11 +21,12 @@ from __future__ import annotations
 import contextlib
 
 
-def masks_as_cuda() -> contextlib.ExitStack:
-    """Both mask checks answered as on CUDA (see the module docstring); closing the stack restores them."""
+def masks_as_cuda(padded: bool = False) -> contextlib.ExitStack:
+    """Both mask checks answered as on CUDA (see the module docstring) for the runner's masks, which have zeros
+    when ``padded``; closing the stack restores them."""
     stack = contextlib.ExitStack()
     stack.enter_context(_unpacked_positions())
-    stack.enter_context(_sdpa_mask_skips())
+    stack.enter_context(_sdpa_mask_skips(padded))
     return stack
 
 
@@ -60,7 +62,7 @@ def _unpacked_positions() -> contextlib.ExitStack:
     return stack
 
 
-def _sdpa_mask_skips() -> contextlib.ExitStack:
+def _sdpa_mask_skips(padded: bool) -> contextlib.ExitStack:
     """``masking_utils._ignore_causal_mask_sdpa`` answered for fake tensors as a CUDA run answers it
     for the runner's forwards (see the module docstring)."""
     from torch._subclasses.fake_tensor import FakeTensor
@@ -85,6 +87,8 @@ def _sdpa_mask_skips() -> contextlib.ExitStack:
         fake = isinstance(padding_mask, FakeTensor) or isinstance(q_offset, FakeTensor)
         if not fake:
             return orig_ignore(padding_mask, q_length, kv_length, q_offset, kv_offset, local_attention_size)
+        if padded and padding_mask is not None:
+            return False  # the mask has zeros: fast_all(padding_mask) is false on CUDA
         if local_attention_size is not None and kv_length >= local_attention_size:
             return False
         covered = seen["len"]

@@ -280,7 +280,7 @@ class Runner:
             stack.enter_context(self.fake_mode)
             stack.enter_context(cuda_like_attention())
             stack.enter_context(cuda_autocast_policy())
-            stack.enter_context(masks_as_cuda())
+            stack.enter_context(masks_as_cuda(self.wl.padded))
             if not self.wl.training and self.wl.cache == "offloaded":
                 stack.enter_context(offloaded_on_fake(self.rec))
         if self.wl.gqa_expand:
@@ -302,6 +302,10 @@ class Runner:
     # ---- inputs -------------------------------------------------------------------------------
     def _inputs(self, built: Built, seq: int) -> dict[str, Any] | tuple:
         b, dev = self.wl.batch, self._device()
+        if self.wl.padded and (not built.is_hf or built.kind != "causal-lm" or built.vlm_images is not None
+                               or built.image is not None or built.audio is not None):
+            raise TraceError(f"padded is traced for a text causal LM's batch; this model runs {built.kind}: "
+                             "drop --padded")
         if built.inputs is not None:
             return built.inputs(b, seq)
         if built.audio is not None:
@@ -372,7 +376,19 @@ class Runner:
                 kw["end_positions"] = torch.zeros(b, dtype=torch.long, device=dev)
         elif built.kind == "seq2seq-lm":
             kw["decoder_input_ids"] = torch.zeros(b, seq if not self.wl.new_tokens else 1, dtype=torch.long, device=dev)
+        if self.wl.padded:
+            kw.update(self._padding(built, kw, b, seq))
         return kw
+
+    def _padding(self, built: Built, kw: dict[str, Any], b: int, seq: int) -> dict[str, Any]:
+        """A padded batch (Workload.padded) as a padding collator makes it: the last sample is shorter by an
+        eighth of the sequence, its attention_mask zeros there and its labels -100."""
+        mask = torch.ones(b, seq, dtype=torch.long, device=self._device())
+        mask[-1, seq - max(1, seq // 8):] = 0
+        out: dict[str, Any] = {"attention_mask": mask}
+        if "labels" in kw:
+            out["labels"] = kw["labels"].masked_fill(mask == 0, -100)
+        return out
 
     # ---- running ------------------------------------------------------------------------------
     def run(self, built: Built) -> Recorder:

@@ -40,6 +40,7 @@ KNOBS: tuple[tuple[str, str, str, tuple | None, str], ...] = (
     ("loss_parallel", "loss parallel", "check", None, "false"),
     ("attention", "attention", "select", W.ATTENTION, "sdpa"),
     ("gqa_expand", "GQA keys/values expanded", "check", None, "false"),
+    ("padded", "padded batch (attention mask)", "check", None, "false"),
     ("fused_qkv", "fused q/k/v (LitGPT)", "check", None, "false"),
     ("lora_rank", "LoRA rank", "number", None, "8"),
     ("lora_targets", "LoRA targets", "text", None, "q_proj,v_proj"),
