@@ -118,3 +118,36 @@ def test_optimum_benchmark_running_llamas_rows(rows):
     assert fwd.estimated_bytes is not None and first.estimated_bytes is not None
     assert fwd.estimated_bytes - first.estimated_bytes == 63 * per_sample
     assert CASES["optimum-benchmark-llama2-7b-fp16-generate-bs64"].settings["new_tokens"] == 511
+
+
+def test_llm_tutorial_optimization_octocoder_rows(rows):
+    # bytes_to_giga_bytes divides by 1024**3: 29.0260648727417 GiB = 31,166,499,840 B
+    bf16 = rows["hf-llmopt-octocoder-bf16-generate"]
+    assert bf16.figure == "peak_allocated" and bf16.published_bytes == 31_166_499_840
+    # pipeline(prompt, max_new_tokens=60) on the 20-token prompt: the prefill makes the first token, 59 decode steps
+    case = CASES[bf16.id]
+    assert (case.settings["seq"], case.settings["new_tokens"]) == (20, 59)
+    # the bf16 weights are the figure: 15,517,456,384 parameters x 2 B, within 0.2% of 31,166,499,840
+    assert bf16.estimated_bytes is not None and bf16.estimated_bytes >= 15_517_456_384 * 2
+    assert abs(bf16.error) < 0.005
+    # load_in_8bit / load_in_4bit without torch_dtype: transformers 4.33 keeps the rest in fp16
+    assert CASES["hf-llmopt-octocoder-int8-generate"].settings["dtype"] == "fp16"
+    fp4 = CASES["hf-llmopt-octocoder-fp4-generate"].settings
+    # BitsAndBytesConfig's bnb_4bit_compute_dtype=None is fp32, which Linear4bit keeps for fp16 inputs
+    assert (fp4["quant"], fp4["bnb_compute_dtype"]) == ("fp4", "fp32")
+    assert abs(rows["hf-llmopt-octocoder-fp4-generate"].error) < 0.01
+    for kind in ("eager", "bettertransformer-flash"):
+        r = rows[f"hf-llmopt-octocoder-bf16-longprompt-{kind}"]
+        assert r.estimated_bytes is None
+        assert r.reason == "the prompt's token count is not stated and needs bigcode/octocoder's tokenizer"
+
+
+def test_peft_metamathqa_frozen_factor_rows(rows):
+    # MiCA trains lora_A only: the workload of plain LoRA r32 on q and v, an upper bound
+    assert CASES["peft-metamathqa-llama3.2-3b-lora-r32-qv-mica"].settings == \
+        CASES["peft-metamathqa-llama3.2-3b-lora-r32-qv"].settings
+    mica = rows["peft-metamathqa-llama3.2-3b-lora-r32-qv-mica"]
+    assert mica.published_bytes == 22_244_491_264
+    assert mica.estimated_bytes == rows["peft-metamathqa-llama3.2-3b-lora-r32-qv"].estimated_bytes
+    lorafa = rows["peft-metamathqa-llama3.2-3b-lorafa-r32-qv"]
+    assert lorafa.estimated_bytes is None and lorafa.published_bytes == 22_240_296_960

@@ -282,6 +282,16 @@ _PEFT_METAMATH = dict(mode="train", dtype="bf16", batch=4, seq=768, attention="s
                       optimizer_impl="foreach", padded=True)
 _L40S_2026 = _Setup(gpu="L40S", cuda="13.0", lazy_loading=True)
 
+# transformers' "Optimizing LLMs for Speed and Memory" guide (docs/source/en/llm_tutorial_optimization.md, the
+# blog post of September 2023: transformers 4.33, bitsandbytes 0.41): bigcode/octocoder (StarCoder's GPTBigCode
+# config) on a 40 GB A100, pipeline("text-generation")(prompt, max_new_tokens=60) over a 20-token prompt (the
+# guide's own cache loop prints 20 tokens), the prefill and 59 decode steps; max_memory_allocated in GiB. Loaded
+# with load_in_8bit / load_in_4bit and no torch_dtype, transformers 4.33 makes the unquantized parts fp16, and
+# BitsAndBytesConfig's defaults are fp4 without double quantization, the output layer kept (quant_head False)
+_LLMOPT = dict(mode="inference", batch=1, seq=20, new_tokens=59, transformers_version="4.33")
+# torch 2.0/2.1 of the time (cu118); the figure is max_memory_allocated, which no CUDA build term enters
+_A100_40_2023 = _Setup(gpu="A100-40GB", cuda="11.8", lazy_loading=True)
+
 
 def _peft_metamath_cases() -> dict[str, Case]:
     lora = {**_PEFT_METAMATH, "method": "lora"}
@@ -291,6 +301,9 @@ def _peft_metamath_cases() -> dict[str, Case]:
             "lora-r64-qv-rslora": {**lora, "lora_rank": 64, "lora_targets": qv},  # rsLoRA changes the scale only
             "dora-r32-qv": {**lora, "lora_rank": 32, "lora_targets": qv, "dora": True},
             "lora-r10-mlp": {**lora, "lora_rank": 10, "lora_targets": ("gate_proj", "up_proj", "down_proj")},
+            # MiCA (init_lora_weights="mica") freezes lora_B and trains lora_A: LoRA's shapes and forward, vramlens'
+            # trainable B an upper bound (its gradient, AdamW states and saved input: 63 MiB, the case's notes)
+            "lora-r32-qv-mica": {**lora, "lora_rank": 32, "lora_targets": qv},
             "full-ft": dict(_PEFT_METAMATH)}
     return {f"peft-metamathqa-llama3.2-3b-{name}": Case("llama-3.2-3b", settings, figure="peak_reserved", **_L40S_2026)
             for name, settings in rows.items()}
@@ -376,6 +389,15 @@ CASES: dict[str, Case] = {
         "layer_activations"),
     "hf-llmopt-octocoder-kvcache-16k-mha-derived": Case("starcoder", {"dtype": "fp16", "seq": 16_000},
                                                         {"multi_query": False}, "kv_cache"),
+    "hf-llmopt-octocoder-bf16-generate": Case("starcoder", {**_LLMOPT, "dtype": "bf16"}, figure="peak_allocated",
+                                              **_A100_40_2023),
+    "hf-llmopt-octocoder-int8-generate": Case("starcoder", {**_LLMOPT, "dtype": "fp16", "quant": "int8"},
+                                              figure="peak_allocated", **_A100_40_2023),
+    # BitsAndBytesConfig's bnb_4bit_compute_dtype=None becomes fp32, which bitsandbytes 0.41's Linear4bit keeps for
+    # fp16 inputs: the prefill's matmuls dequantize to fp16 and copy the weight to fp32
+    "hf-llmopt-octocoder-fp4-generate": Case("starcoder", {**_LLMOPT, "dtype": "fp16", "quant": "fp4",
+                                                           "bnb_compute_dtype": "fp32"},
+                                             figure="peak_allocated", **_A100_40_2023),
     "torchao-readme-llama2-7b-torch-fused": Case("llama-2-7b", {**_TORCHAO_7B, "optimizer": "adamw",
                                                                 "optimizer_impl": "fused"},
                                                  figure="peak_allocated", **_A100),
@@ -593,6 +615,12 @@ UNSUPPORTED: dict[str, str] = {
     **{f"torchtune-readme-2024-05-{row}": _TT24_MAY for row in (
         "llama2-7b-qlora-compile-1gpu", "llama2-7b-lora-1gpu", "llama2-7b-lora-2gpu", "llama2-7b-full-paged-1gpu",
         "llama2-7b-full-4gpu", "llama2-70b-lora-8gpu", "llama2-70b-full-paged-8gpu")},
+    # transformers' llm_tutorial_optimization.md: the long-prompt rows (ten copies of the system prompt)
+    **{f"hf-llmopt-octocoder-bf16-longprompt-{kind}": "the prompt's token count is not stated and needs "
+                                                       "bigcode/octocoder's tokenizer"
+       for kind in ("eager", "bettertransformer-flash")},
+    "peft-metamathqa-llama3.2-3b-lorafa-r32-qv": "LoRA-FA freezes every lora_A (peft's create_lorafa_optimizer): "
+                                                 "vramlens trains both factors; the case's notes give the terms",
     "peft-readme-bloomz-7b1-lora-ds-offload": "DeepSpeed ZeRO-3 parameter offload's gathered-parameter working set "
                                               "(stage3_max_live_parameters, stage3_max_reuse_distance, the embedding "
                                               "gathered whole) is not modelled: --zero 3 --offload all estimates "

@@ -316,6 +316,12 @@ class Workload:
     #: images per sample fed to a vision-language model (LLaVA, Gemma 3): each becomes the model's image
     #: tokens in the text sequence (576 for LLaVA-1.5, 256 for Gemma 3), added to seq
     images: int = 0
+    #: BitsAndBytesConfig's ``bnb_4bit_compute_dtype`` (None: the model's compute dtype). transformers'
+    #: BitsAndBytesConfig turns None into torch.float32 (``load_in_4bit=True`` alone), but bitsandbytes'
+    #: ``Linear4bit.set_compute_type`` (0.41.0 - 0.49.2, bitsandbytes/nn/modules.py) switches to the input's
+    #: dtype when it is fp32 or bf16: only an fp16 model's 4-bit matmuls run in it (quant_matmul_dtype).
+    #: Modelled in inference only
+    bnb_compute_dtype: DType | None = None
 
     # ---- derived ------------------------------------------------------------------------
     @property
@@ -328,6 +334,16 @@ class Workload:
         if self.method == "qlora" and self.amp is None:
             return "bf16" if self.dtype == "fp32" else self.dtype
         return self.amp or self.dtype
+
+    @property
+    def quant_matmul_dtype(self) -> DType:
+        """dtype bitsandbytes' 4-bit matmuls run in: ``Linear4bit.forward`` casts its input to the layer's
+        compute dtype and its output back (``x = x.to(self.compute_dtype)`` ... ``out.to(inp_dtype)``), and
+        ``set_compute_type`` (bitsandbytes 0.41.0 - 0.49.2, nn/modules.py) replaces a configured compute dtype
+        with an fp32 or bf16 input's own: bnb_compute_dtype counts for fp16 activations only."""
+        if self.bnb_compute_dtype is None or self.compute_dtype != "fp16" or self.quantized not in FOUR_BIT:
+            return self.compute_dtype
+        return self.bnb_compute_dtype
 
     @property
     def checkpoint_every(self) -> int | None:
@@ -547,6 +563,7 @@ class Workload:
         choice("bnb_inputs", self.bnb_inputs, BNB_INPUTS)
         choice("output_upcast", self.output_upcast, OUTPUT_UPCASTS)
         choice("dequant_dtype", self.dequant_dtype, DEQUANT_DTYPES)
+        choice("bnb_compute_dtype", self.bnb_compute_dtype, DTYPES, optional=True)
         choice("nf4_impl", self.nf4_impl, NF4_IMPLS)
         choice("quant_impl", self.quant_impl, QUANT_IMPLS)
         choice("cache", self.cache, CACHES)
@@ -703,6 +720,9 @@ class Workload:
                      "so they are kept in checkpointed blocks too; use --checkpointing none or --bnb-inputs none")
         if self.quant_head and self.quantized is not None:
             p.extend(self._quant_head_problems())
+        if self.bnb_compute_dtype is not None and self.training and self.quantized in FOUR_BIT:
+            p.append(f"bnb_compute_dtype={L.show(self.bnb_compute_dtype)} is modelled in inference only (in training "
+                     "the cast inputs bitsandbytes keeps and the fp32 gradients are not): drop --bnb-compute-dtype")
         if self.nf4_impl == "torchao" and self.dequant_dtype == "fp16" and self.quantized in FOUR_BIT:
             p.append("nf4_impl='torchao' with dequant_dtype='fp16': torchao's NF4Tensor dequantizes to the dtype "
                      "it was quantized from, the compute dtype in torchtune; use --dequant-dtype compute")
@@ -939,6 +959,13 @@ class Workload:
         if given("dequant_dtype") and self.quantized not in FOUR_BIT:
             out.append(f"ignored: dequant_dtype={self.dequant_dtype!r} is the dtype bitsandbytes dequantizes a "
                        "4-bit weight to, and no weights are in 4 bits (nf4, nf4-dq, fp4)")
+        if given("bnb_compute_dtype") and self.quantized not in FOUR_BIT:
+            out.append(f"ignored: bnb_compute_dtype={self.bnb_compute_dtype!r} is the dtype bitsandbytes' 4-bit "
+                       "matmuls run in, and no weights are in 4 bits (nf4, nf4-dq, fp4)")
+        elif given("bnb_compute_dtype") and self.compute_dtype != "fp16":
+            out.append(f"ignored: bnb_compute_dtype={self.bnb_compute_dtype!r} with compute dtype "
+                       f"{self.compute_dtype}: bitsandbytes' Linear4bit runs an fp32 or bf16 input in its own dtype "
+                       "(set_compute_type)")
         if given("nf4_impl") and self.quantized not in ("nf4", "nf4-dq"):
             out.append(f"ignored: nf4_impl={self.nf4_impl!r} says whose code dequantizes NF4 weights, and none are "
                        "in NF4 (use --method qlora or --quant nf4)")

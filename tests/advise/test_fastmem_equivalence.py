@@ -110,10 +110,11 @@ MODEL_TARGETS = {"gpt2": TARGETS[4:6], "llama-2-7b": TARGETS[:4], "mixtral-8x7b"
 def workloads(name: str) -> st.SearchStrategy:
     own = st.sampled_from(MODEL_TARGETS[name])
     # quant_impl="torchao-wo" is valid only for int8 or fp8 inference, output_upcast only for LitGPT's chunked loss in
-    # the logits' dtype: the base draw keeps their defaults (drawing them would crowd out valid draws), the
-    # one-field neighbours of test_fastmemory_equals_estimate_spec vary them
+    # the logits' dtype, bnb_compute_dtype only outside 4-bit training: the base draw keeps their defaults (drawing
+    # them would crowd out valid draws), the one-field neighbours of test_fastmemory_equals_estimate_spec vary them
     return st.builds(Workload, **{**STRATEGIES, "lora_targets": st.one_of(own, own, STRATEGIES["lora_targets"]),
-                                  "quant_impl": st.just("kernel"), "output_upcast": st.just("none")})
+                                  "quant_impl": st.just("kernel"), "output_upcast": st.just("none"),
+                                  "bnb_compute_dtype": st.none()})
 
 
 def test_every_field_has_a_strategy():

@@ -107,6 +107,10 @@ CASES = {
     "estimate-quant-impl-nf4": ("estimate llama-2-7b --quant nf4 --quant-impl torchao-wo",
                                 "quant_impl='torchao-wo' is torchao's int8_weight_only / float8_weight_only linear"),
     "estimate-quant-impl-bad": ("estimate llama-2-7b --quant int8 --quant-impl eager", "invalid choice"),
+    "estimate-bnb-compute-dtype-train": ("estimate llama-2-7b --mode train --method qlora --dtype fp16 "
+                                         "--bnb-compute-dtype fp32",
+                                         "bnb_compute_dtype='fp32' is modelled in inference only"),
+    "estimate-bnb-compute-dtype-bad": ("estimate llama-2-7b --quant nf4 --bnb-compute-dtype fp64", "invalid choice"),
     "estimate-cp-0": ("estimate llama-2-7b --mode train --cp 0", "cp=0 must be a whole number >= 1"),
     "estimate-cp-odd-seq": ("estimate llama-2-7b --mode train --gpus 2 --cp 2 --seq 1001",
                             "seq=1,001 is not a multiple of 2*cp=4"),

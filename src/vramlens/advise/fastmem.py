@@ -61,11 +61,13 @@ STATE_FIELDS = ("mode", "method", "dtype", "amp", "quant", "optimizer", "optimiz
                 "lora_targets", "lora_dropout", "lora_dtype", "dora", "fused_qkv", "quant_targets",
                 "quant_head", "quant_group_size", "quantize_on_device", "quant_impl", "gpus", "zero", "zero_buckets", "fsdp",
                 "fsdp_strategy", "tp", "pp", "offload", "optimizer_in_backward",
-                "loss", "loss_chunks", "loss_parallel", "fp8", "images", "transformers_version")
+                "loss", "loss_chunks", "loss_parallel", "fp8", "images", "transformers_version", "bnb_compute_dtype")
 
-#: The fields train_state reads (STATE_FIELDS less the loss fields, images and fused_qkv, which only validity reads).
+#: The fields train_state reads (STATE_FIELDS less the loss fields, images, fused_qkv and bnb_compute_dtype, which
+#: only validity reads).
 TRAIN_STATE_FIELDS = tuple(f for f in STATE_FIELDS
-                           if f not in ("loss", "loss_chunks", "loss_parallel", "fp8", "images", "fused_qkv"))
+                           if f not in ("loss", "loss_chunks", "loss_parallel", "fp8", "images", "fused_qkv",
+                                        "bnb_compute_dtype"))
 
 
 def state_key_tail(w: Workload, grad_accum: int) -> tuple[object, ...]:
@@ -218,7 +220,7 @@ class FastMemory:
                 w.attention if attention is None else attention, w.gqa_expand, w.padded, w.fused_qkv, w.tp,
                 sp.layers, sp.micro_batches_in_flight, sp.has_head, w.method, w.lora_targets, w.lora_rank,
                 w.lora_dropout, w.lora_dtype, w.dora, w.quant, w.quant_targets, w.quant_head, w.dequant_dtype,
-                w.nf4_impl, w.quant_impl,
+                w.bnb_compute_dtype, w.nf4_impl, w.quant_impl,
                 w.loss, w.loss_chunks, w.loss_upcast, w.holds_outputs, w.output_upcast,
                 w.loss_parallel, w.activation_offload, w.fp8, w.bnb_inputs, w.image_size,
                 w.audio_seconds, w.compile, w.compile_scope, w.images, w.transformers_version)

@@ -207,6 +207,11 @@ def add_workload_args(p: argparse.ArgumentParser) -> None:
                    help="the dtype 4-bit weights dequantize to: compute (bitsandbytes >= 0.43), or fp16 "
                         "(bitsandbytes 0.42 and Lightning's NF4 quantize weight.half(): each matmul holds the "
                         "fp16 weight beside its compute-dtype copy)")
+    g.add_argument("--bnb-compute-dtype", choices=W.DTYPES, default=None,
+                   help="BitsAndBytesConfig's bnb_4bit_compute_dtype (default: the compute dtype); transformers "
+                        "makes it fp32 when load_in_4bit=True is given alone, and bitsandbytes runs fp16 "
+                        "activations' 4-bit matmuls in it (the input cast, the fp16-dequantized weight and its "
+                        "copy); inference only")
     g.add_argument("--nf4-impl", choices=W.NF4_IMPLS, default="bitsandbytes",
                    help="whose NF4 dequantizes a 4-bit weight at each matmul: bitsandbytes (one kernel), or torchao "
                         "(torchtune's QLoRA: NF4Tensor.get_original_weight in eager ops, 14 B per weight element "

@@ -382,7 +382,7 @@ def dequantized_by_group(spec: ModelSpec, w: Workload, tp: int = 1) -> dict[str,
     compute dtype) each (vramlens.estimator.weights.dequantized_weight_bytes says when it exists)."""
     if not Wt.dequantizes_weights(w):
         return {}
-    c = DTYPE_BYTES[w.compute_dtype]
+    c = DTYPE_BYTES[w.quant_matmul_dtype]
     adapted_only = w.method != "full" and w.quant_targets == "adapted"
     dims = _dims_by_path(spec)
     out: dict[str, tuple[tuple[int, int, int], ...]] = {}
@@ -1666,11 +1666,29 @@ def inference_layer_peak(spec: ModelSpec, w: Workload, b: int, s: int, S: int, t
         attn_groups, mlp_groups = ("qkv", "attn_out"), ("mlp_in", "mlp_out")
         w_attn = most(attn_groups, lambda k, n, wb: wb)
         w_mlp = most(mlp_groups, lambda k, n, wb: wb)
-        attn = max(attn, 3 * _r(c * D.a * D.d * t) + w_attn)
-        mlp = max(mlp, (2 * _r(c * D.f * t) if spec.gated_mlp else _r(c * D.f * t) + _r(c * D.h * t)) + w_mlp)
-        # dequantized to fp16 first: the fp16 weight beside its copy at the cast, before the output exists
-        x_attn = most(attn_groups, lambda k, n, wb: Wt.dequant_cast_bytes(w, n, k))
-        x_mlp = most(mlp_groups, lambda k, n, wb: Wt.dequant_cast_bytes(w, n, k))
+        m = DTYPE_BYTES[w.quant_matmul_dtype]
+
+        def cast_io(k: int, n: int, wb: int) -> int:
+            """bitsandbytes' Linear4bit.forward in a matmul dtype other than the activations' (bnb_compute_dtype):
+            ``x = x.to(self.compute_dtype)`` is kept until it returns, the matmul's output is in that dtype and
+            ``out.to(inp_dtype)`` copies it back; beyond the weight and the output in the compute dtype counted
+            below: the larger of (the cast input, the weight, the output) at the matmul and (the cast input,
+            the output, its copy) at the cast back, the weight freed by then."""
+            if m == c:
+                return 0
+            x_m, out_m, out_c = _r(m * k * t), _r(m * n * t), _r(c * n * t)
+            return max(x_m + wb + out_m, x_m + out_m + out_c) - (wb + out_c)
+
+        attn = max(attn, 3 * _r(c * D.a * D.d * t) + w_attn + most(attn_groups, cast_io))
+        mlp = max(mlp, (2 * _r(c * D.f * t) if spec.gated_mlp else _r(c * D.f * t) + _r(c * D.h * t)) + w_mlp
+                  + most(mlp_groups, cast_io))
+        # dequantized to another dtype first (fp16 under dequant_dtype="fp16", the model's under bnb_compute_dtype):
+        # that weight beside its copy at the cast, before the output exists; with the cast input under the latter
+        def at_cast(k: int, n: int, wb: int) -> int:
+            return Wt.dequant_cast_bytes(w, n, k) + (_r(m * k * t) if m != c else 0)
+
+        x_attn = most(attn_groups, at_cast)
+        x_mlp = most(mlp_groups, at_cast)
         if x_attn:
             attn = max(attn, 2 * _r(c * D.a * D.d * t) + w_attn + x_attn)
         if x_mlp:

@@ -248,7 +248,7 @@ def dequantized_weight_bytes(spec: ModelSpec, w: Workload) -> int:
     """
     if not dequantizes_weights(w):
         return 0
-    c = DTYPE_BYTES[w.compute_dtype]
+    c = DTYPE_BYTES[w.quant_matmul_dtype]
     return max((round_up(lin.out_features * lin.in_features * c, BLOCK)
                 for lin in quantized_linears(spec, w.quantized, adapted_only(w)) if lin.count == 1), default=0)
 
@@ -275,8 +275,12 @@ def dequant_cast_bytes(w: Workload, n: int, k: int) -> int:
         return 0
     if w.nf4_impl == "torchao" and w.quantized in ("nf4", "nf4-dq"):
         return torchao_nf4_dequant_temporaries(n * k, DTYPE_BYTES[w.compute_dtype])
-    if w.dequant_dtype == "fp16" and w.compute_dtype != "fp16":
-        return round_up(2 * n * k, BLOCK)
+    # the dtype dequantize_4bit returns, the weight's when it was quantized (the model's, or fp16 under
+    # dequant_dtype="fp16"), and the one the matmul casts it to (Workload.quant_matmul_dtype: an fp16 model's
+    # 4-bit matmuls run in bnb_compute_dtype, fp32 for transformers' load_in_4bit=True alone)
+    src = "fp16" if w.dequant_dtype == "fp16" else w.compute_dtype
+    if src != w.quant_matmul_dtype:
+        return round_up(DTYPE_BYTES[src] * n * k, BLOCK)
     return 0
 
 
@@ -313,7 +317,7 @@ def head_dequantized_bytes(spec: ModelSpec, w: Workload) -> tuple[int, int]:
     if not quantizes_head(spec, w) or not dequantizes_weights(w):
         return 0, 0
     V, h = spec.vocab_size, spec.hidden_size
-    return round_up(V * h * DTYPE_BYTES[w.compute_dtype], BLOCK), dequant_cast_bytes(w, V, h)
+    return round_up(V * h * DTYPE_BYTES[w.quant_matmul_dtype], BLOCK), dequant_cast_bytes(w, V, h)
 
 
 def lora_dtype_bytes(w: Workload) -> int:

@@ -261,9 +261,13 @@ def build_hf(cfg: dict, wl: Workload, *, fake_mode=None, layers: int | None = No
                              + (" with a vision or audio encoder" if head == "causal-lm" else "")
                              + ": drop --quant-head")
     if wl.method == "qlora":
+        # the weight is quantized from the model's dtype (fp16 under dequant_dtype="fp16") and the matmul runs in
+        # Workload.quant_matmul_dtype (an fp16 model's bnb_compute_dtype): dequantized to the one, cast to the other
+        src = "fp16" if wl.dequant_dtype == "fp16" else wl.compute_dtype
         quantize_nf4(model, fake_mode=fake_mode, meta_only=meta_only, double_quant=(wl.quantized != "nf4"),
-                     adapted_only=wl.quant_targets == "adapted", compute_dtype=TORCH_DTYPES[wl.compute_dtype],
-                     include_head=wl.quant_head, quant_dtype=torch.float16 if wl.dequant_dtype == "fp16" else None,
+                     adapted_only=wl.quant_targets == "adapted", compute_dtype=TORCH_DTYPES[wl.quant_matmul_dtype],
+                     include_head=wl.quant_head,
+                     quant_dtype=TORCH_DTYPES[src] if src != wl.quant_matmul_dtype else None,
                      torchao=wl.nf4_impl == "torchao" and wl.quantized in ("nf4", "nf4-dq"))
         notes.append("qlora: frozen base linears hold packed NF4 (uint8) plus absmax constants; "
                      "matmuls dequantize on the fly (bitsandbytes 0.49 MatMul4Bit's memory behaviour)"

@@ -464,6 +464,10 @@ QLORA_ROWS: tuple[tuple[str, dict[str, Any]], ...] = (
     ("qwen2.5-0.5b", _tr(method="qlora", quant_head=True, batch=1, seq=8)),
     ("llama-2-7b", _inf(method="qlora", quant_head=True, batch=4, seq=16)),
     ("qwen2.5-0.5b", _inf(method="qlora", quant_head=True, dequant_dtype="fp16", batch=4, seq=16)),
+    # --bnb-compute-dtype fp32 over fp16 weights (transformers' load_in_4bit=True alone): each 4-bit linear casts its
+    # input to fp32, dequantizes to fp16 and copies the weight to fp32, and casts its fp32 output back
+    ("llama-2-7b", _inf(method="qlora", dtype="fp16", bnb_compute_dtype="fp32", batch=4, seq=16)),
+    ("starcoderbase-1b", _inf(method="qlora", dtype="fp16", bnb_compute_dtype="fp32", batch=4, seq=16)),
 )
 
 #: --quant-head at full size (Llama 2 7B's 32,000 x 4,096 output layer, whose dequantized weight is 250 MiB),
@@ -666,7 +670,7 @@ COMPILE_ROWS: tuple[tuple[str, dict[str, Any]], ...] = (
 TECHNIQUE_FIELDS = ("optimizer", "optimizer_in_backward", "loss_chunks", "loss", "activation_offload", "loss_parallel",
                     "new_tokens", "quant_targets", "lora_dtype", "lora_dropout", "dora", "cache", "max_cache_len",
                     "gpus", "tp", "fsdp", "fp8", "compile", "compile_scope", "gqa_expand", "quant_head", "dequant_dtype", "nf4_impl",
-                    "transformers_version")
+                    "bnb_compute_dtype", "transformers_version")
 
 #: The issue's case at full size: a sentence-transformers fine-tune of bert-base-uncased, 16
 #: (anchor, positive) pairs of 512 tokens, fp32, AdamW; traced on 2 and 3 of its 12 layers and
