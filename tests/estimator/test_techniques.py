@@ -242,10 +242,11 @@ def test_fused_qkv_keeps_litgpts_attention_and_adapter_tensors():
     # SDPA's value is a view of the fused output (multi-head): 2 B x 3h x t kept instead of 2 B x h x t
     value = 2 * (3 * h - h) * t  # 16,777,216
     # one dropout for q and v (its bf16 copy and bool mask: 3 B x h x t) instead of two, A's output 2 B x 2r x t
-    # instead of two of 2 B x r x t, and zero_pad's index_copy source (q and v outputs, 2 B x 2h x t)
-    adapter = -3 * h * t + 2 * 2 * h * t  # -12,582,912 + 16,777,216
-    assert fused - plain == value + adapter == 20_971_520
-    assert fused == 181_142_528  # 172.75 MiB and SDPA's two 512-byte rng blocks
+    # instead of two of 2 B x r x t, and zero_pad's index_copy source (q and v outputs, 2 B x 2h x t) and its int64
+    # index (8 B x 2h)
+    adapter = -3 * h * t + 2 * 2 * h * t + 8 * 2 * h  # -12,582,912 + 16,777,216 + 65,536
+    assert fused - plain == value + adapter == 21_037_056
+    assert fused == 181_208_064  # 172.8 MiB and SDPA's two 512-byte rng blocks
 
 
 def test_fused_qkv_single_kv_head_and_gqa():
@@ -258,15 +259,52 @@ def test_fused_qkv_single_kv_head_and_gqa():
     kw = dict(_LITGPT_QV, batch=1, lora_targets=("query_key_value",))
     diff = (estimate(falcon, **kw, fused_qkv=True).layer_activation_bytes
             - estimate(falcon, **kw).layer_activation_bytes)
-    t, d = 512, 64
-    assert diff == 2 * (71 - 1) * d * t + 2 * (73 - 1) * d * t == 9_306_112
+    t, d, r = 512, 64, 32
+    # the fused linear's own name is LitGPT's q, k and v all adapted: A has 3r rows (A's output 2 B x 3r x t
+    # instead of peft's 2 B x r x t) and zero_pad returns B's output as it is
+    assert diff == 2 * (71 - 1) * d * t + 2 * (73 - 1) * d * t + 2 * 2 * r * t == 9_371_648
     llama3 = load_model("llama-3-8b")
     kw = dict(_LITGPT_QV, batch=1, gqa_expand=True)
     diff = (estimate(llama3, **kw, fused_qkv=True).layer_activation_bytes
             - estimate(llama3, **kw).layer_activation_bytes)
     # q (4,096 out) and v (1,024 out) share one dropout (-3 B x 4,096 x 512) and keep zero_pad's source
-    # (2 B x 5,120 x 512); A's outputs are the same bytes (512-byte rounding aside: 2 x 32,768 vs 65,536)
-    assert diff == -3 * 4096 * 512 + 2 * 5120 * 512 == -1_048_576
+    # (2 B x 5,120 x 512) and its int64 index (8 B x 5,120); A's outputs are the same bytes (512-byte rounding
+    # aside: 2 x 32,768 vs 65,536)
+    assert diff == -3 * 4096 * 512 + 2 * 5120 * 512 + 8 * 5120 == -1_007_616
+
+
+def test_fused_qkv_slices_of_a_fused_linear():
+    """q_proj/k_proj/v_proj name the parts of GPT-NeoX's fused query_key_value under --fused-qkv (LitGPT's
+    lora_query/lora_key/lora_value): StableLM-3B (32 heads of 128, h = 4,096), r = 8, 1 x 1,034 tokens. Fake-tensor
+    traces of Lit-GPT 8641822's own GPT (lit_gpt/lora.py; one block's kept bytes, n_layer 3 minus n_layer 2, CPU)
+    keep 110,309,376 (q, k, v), 127,299,584 (q, v) and 118,779,904 (q) bytes: the differences are the estimate's."""
+    from vramlens.estimator.inventory import lora_shape
+    from vramlens.models import load_model
+
+    spec = load_model("stablelm-base-alpha-3b")
+    kw = dict(mode="train", dtype="bf16", batch=1, seq=1034, method="lora", lora_rank=8, lora_dropout=0.05,
+              lora_dtype="bf16", fused_qkv=True)
+    qkv, qv, q = (estimate(spec, **kw, lora_targets=tg).layer_activation_bytes
+                  for tg in (("query_key_value",), ("q_proj", "v_proj"), ("q_proj",)))
+    t, h, r = 1034, 4096, 8
+    # q and v: A's output 2 B x 2r x t (33,280 rounded) for 3r (49,664), zero_pad's index_copy source 2 B x 2h x t
+    # and its int64 index 8 B x 2h
+    assert qv - qkv == 33_280 - 49_664 + 2 * 2 * h * t + 8 * 2 * h == 16_990_208 == 127_299_584 - 110_309_376
+    # q alone: A's output 2 B x r x t (16,896 rounded), the source 2 B x h x t and the index 8 B x h
+    assert q - qkv == 16_896 - 49_664 + 2 * h * t + 8 * h == 8_470_528 == 118_779_904 - 110_309_376
+    # LoRAQKVLinear's lora_A is (r x parts, h) and lora_B (the parts' widths, r), one pair a block
+    assert lora_shape(spec, ("q_proj", "v_proj"), True).params(r) == 16 * (2 * r * h + 2 * h * r) == 2_097_152
+    assert lora_shape(spec, ("query_key_value",), True).params(r) == 16 * (3 * r * h + 3 * h * r)
+    assert lora_shape(spec, ("query_key_value",)).params(r) == 16 * (r * h + 3 * h * r)  # peft: one (r, h) A
+    # Falcon-7B's one kv head (32 blocks, h = 4,544, kv 64), r = 32: A (2r, h), B (h + 64, r)
+    falcon = load_model("falcon-7b")
+    assert lora_shape(falcon, ("q_proj", "v_proj"), True).params(32) == 32 * (2 * 32 * 4544 + (4544 + 64) * 32)
+    assert lora_shape(falcon, ("q_proj", "v_proj"), True).count == 32
+    # the slices need LitGPT's fused attention: on transformers' GPT-NeoX they match nothing
+    with pytest.raises(ConfigError, match="match no linear layer of"):
+        estimate(spec, **{**kw, "fused_qkv": False}, lora_targets=("q_proj", "v_proj"))
+    with pytest.raises(ConfigError, match="k_proj matches no linear layer"):
+        estimate(spec, **{**kw, "fused_qkv": False}, lora_targets=("query_key_value", "k_proj"))
 
 
 def test_fused_qkv_refuses_dora_and_is_ignored_under_compile():

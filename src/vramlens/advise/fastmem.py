@@ -63,11 +63,10 @@ STATE_FIELDS = ("mode", "method", "dtype", "amp", "quant", "optimizer", "optimiz
                 "fsdp_strategy", "tp", "pp", "offload", "optimizer_in_backward",
                 "loss", "loss_chunks", "loss_parallel", "fp8", "images", "transformers_version", "bnb_compute_dtype")
 
-#: The fields train_state reads (STATE_FIELDS less the loss fields, images, fused_qkv and bnb_compute_dtype, which
-#: only validity reads).
+#: The fields train_state reads (STATE_FIELDS less the loss fields, images and bnb_compute_dtype, which only validity
+#: reads; fused_qkv shapes LitGPT's q/k/v adapter, inventory.lora_shape).
 TRAIN_STATE_FIELDS = tuple(f for f in STATE_FIELDS
-                           if f not in ("loss", "loss_chunks", "loss_parallel", "fp8", "images", "fused_qkv",
-                                        "bnb_compute_dtype"))
+                           if f not in ("loss", "loss_chunks", "loss_parallel", "fp8", "images", "bnb_compute_dtype"))
 
 
 def state_key_tail(w: Workload, grad_accum: int) -> tuple[object, ...]:
@@ -186,7 +185,7 @@ class FastMemory:
                 return ()
 
             # every field check_workload reads (vramlens.estimator.check_workload)
-            probs.extend(self._memo(("check", w.mode, w.method, w.tp, w.pp, w.lora_targets, w.lora_rank,
+            probs.extend(self._memo(("check", w.mode, w.method, w.tp, w.pp, w.lora_targets, w.fused_qkv, w.lora_rank,
                                      w.new_tokens, w.loss_parallel, w.loss_chunks > 1, w.loss, w.images > 0,
                                      w.quant_head, w.quantized, w.image_size), check))
         if probs:

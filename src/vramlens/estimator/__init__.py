@@ -88,17 +88,17 @@ def check_workload(spec: ModelSpec, w: Workload) -> None:
         p.append(f"pp={w.pp} exceeds the {spec.n_layers} layers of {spec.name}")
     if w.method != "full":
         names = sorted({t.module for t in spec.tensors if t.role in ("linear", "conv1d") and t.layer is not None})
-        if lora_shape(spec, tuple(w.lora_targets)).count == 0:
+        if lora_shape(spec, tuple(w.lora_targets), w.fused_qkv).count == 0:
             p.append(f"lora_targets={','.join(w.lora_targets)} match no linear layer of {spec.name}: "
                      f"choose from {', '.join(names)} or all-linear")
         else:
             # peft adapts what matches and ignores the rest silently: a typo would count as fewer adapters
-            unknown = [t for t in w.lora_targets if t != "all-linear" and lora_shape(spec, (t,)).count == 0]
+            unknown = [t for t in w.lora_targets if t != "all-linear" and lora_shape(spec, (t,), w.fused_qkv).count == 0]
             if unknown:
                 p.append(f"lora_targets: {', '.join(unknown)} {'matches' if len(unknown) == 1 else 'match'} no "
                          f"linear layer of {spec.name}: choose from {', '.join(names)} or all-linear")
     if w.method != "full":
-        smallest = min(lora_shape(spec, tuple(w.lora_targets)).targets,
+        smallest = min(lora_shape(spec, tuple(w.lora_targets), w.fused_qkv).targets,
                        key=lambda lin: min(lin.in_features, lin.out_features), default=None)
         if smallest is not None and w.lora_rank > min(smallest.in_features, smallest.out_features):
             side = min(smallest.in_features, smallest.out_features)

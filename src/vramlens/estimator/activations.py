@@ -27,7 +27,7 @@ from vramlens.estimator.checkpointing import (
     last_block_checkpointed,
     whole_blocks,
 )
-from vramlens.estimator.inventory import summarize
+from vramlens.estimator.inventory import Linear, is_fused_qkv, qkv_slice_widths, qkv_slices, summarize
 from vramlens.estimator.linears import GROUPS, linear_group
 from vramlens.estimator.masks import padded_mask, repeats_kv
 from vramlens.estimator.memo import identity_cache
@@ -188,7 +188,23 @@ def trained_linears(spec: ModelSpec, w: Workload, group: str) -> int:
     targets = tuple(w.lora_targets)
     if "all-linear" in targets:
         return len(members)
-    return sum(1 for path, leaf in members if leaf in targets or any(path.endswith("." + x) for x in targets))
+    return sum(1 for path, leaf in members if _lora_on(spec, w, path, leaf))
+
+
+def _lora_on(spec: ModelSpec, w: Workload, path: str, leaf: str) -> bool:
+    """Whether the linear at ``path`` carries an adapter: its name among the targets, or under ``fused_qkv``
+    a fused q/k/v linear with a part the targets name (inventory.qkv_slices)."""
+    targets = tuple(w.lora_targets)
+    if "all-linear" in targets or leaf in targets or any(path.endswith("." + x) for x in targets):
+        return True
+    lin = _fused_qkv_linears(spec).get(path) if w.fused_qkv else None
+    return lin is not None and any(qkv_slices(spec, lin, targets))
+
+
+@identity_cache
+def _fused_qkv_linears(spec: ModelSpec) -> dict[str, Linear]:
+    """The fused q/k/v linears of the blocks (inventory.is_fused_qkv) by path."""
+    return {lin.name.removesuffix(".weight"): lin for lin in summarize(spec).linears if is_fused_qkv(spec, lin)}
 
 
 GROUP_ORDER = GROUPS
@@ -301,11 +317,10 @@ def adapted_dims(spec: ModelSpec, w: Workload, group: str, tp: int = 1) -> tuple
     (the column-parallel groups' outputs, the row-parallel groups' inputs)."""
     if w.method == "full":
         return ()
-    targets = tuple(w.lora_targets)
     dims = _dims_by_path(spec)
     out = []
     for path, leaf in linear_groups(spec).get(group, ()):
-        if "all-linear" in targets or leaf in targets or any(path.endswith("." + x) for x in targets):
+        if _lora_on(spec, w, path, leaf):
             k, n = dims.get(path, (0, 0))
             if group in ("qkv", "mlp_in"):
                 n = max(1, n // tp)
@@ -526,7 +541,7 @@ def _lora_saved(spec: ModelSpec, w: Workload, D: Dims, t: int, c: int, tp: int =
     for g in GROUP_ORDER:
         dims = adapted_dims(spec, w, g, tp)
         if w.fused_qkv and g == "qkv" and dims:
-            total += _litgpt_qkv_lora_saved(spec, w, dims, t, a_out, private)
+            total += _litgpt_qkv_lora_saved(w, dims[0][0], litgpt_qkv_parts(spec, w, tp), t, a_out, private)
             continue
         for k, n in dims:
             total += _r(a_out * w.lora_rank * t)
@@ -539,22 +554,35 @@ def _lora_saved(spec: ModelSpec, w: Workload, D: Dims, t: int, c: int, tp: int =
     return total
 
 
-def _litgpt_qkv_lora_saved(spec: ModelSpec, w: Workload, dims: tuple[tuple[int, int], ...], t: int, a_out: int,
-                           private: bool) -> int:
-    """LitGPT's LoRAQKVLinear (litgpt/lora.py at 5895df10, ``forward`` and ``zero_pad``): one adapter over the
-    adapted q, k and v of the fused linear. ``F.linear(self.lora_dropout(x), self.lora_A)`` drops the input once
-    (the dropped copy and its mask) and makes A's output, t x (r per adapted projection), which the grouped
-    ``conv1d`` keeps; unless q, k and v are all adapted, ``zero_pad`` scatters B's output into the fused width
-    with ``index_copy``, whose backward keeps its source (t x the adapted projections' outputs)."""
+def litgpt_qkv_parts(spec: ModelSpec, w: Workload, tp: int = 1) -> tuple[int, ...]:
+    """The output widths of the q, k and v parts LitGPT's LoRAQKVLinear adapts (``Workload.fused_qkv``), split
+    like Megatron TP: the parts the targets name of a fused linear (GPT-NeoX's, Falcon's ``query_key_value``:
+    inventory.qkv_slices), or the adapted ones of a model whose q, k and v are separate linears."""
+    fused = tuple(_fused_qkv_linears(spec).values())
+    if fused:
+        on = qkv_slices(spec, fused[0], tuple(w.lora_targets))
+        return tuple(max(1, n // tp) for n, part in zip(qkv_slice_widths(spec), on) if part)
+    return tuple(n for _, n in adapted_dims(spec, w, "qkv", tp))
+
+
+def _litgpt_qkv_lora_saved(w: Workload, k: int, parts: tuple[int, ...], t: int, a_out: int, private: bool) -> int:
+    """LitGPT's LoRAQKVLinear (lit_gpt/lora.py at 8641822 lines 351-380, litgpt/lora.py at 5895df10 lines
+    396-440: ``forward``, ``conv1d`` and ``zero_pad``): one adapter over the adapted q, k and v (``parts``, their
+    output widths) of the fused linear of k inputs. ``F.linear(self.lora_dropout(x), self.lora_A)`` drops the
+    input once (the dropped copy and its mask) and makes A's output, t x (r per part), which the grouped
+    ``conv1d`` keeps; unless q, k and v are all adapted (``if all(self.enable_lora): return x``), ``zero_pad``
+    scatters B's output into the fused width with ``index_copy``, whose backward keeps its source (torch's
+    derivatives.yaml: ``grad.index_select(dim, index).expand_as(source)``), ``x.reshape(-1, sum(qkv_shapes))`` of
+    the transposed output, a copy: t x the parts' widths, and its index, ``torch.tensor(self.lora_ind)``, made in
+    every forward: int64, one per adapted output."""
     lb = DTYPE_BYTES[w.lora_dtype]
-    k = dims[0][0]
-    total = _r(a_out * w.lora_rank * len(dims) * t)
+    total = _r(a_out * w.lora_rank * len(parts) * t)
     if private:
         total += _r(lb * k * t)
     if w.lora_dropout > 0:
         total += _r(k * t)
-    if len(dims) < len(linear_groups(spec).get("qkv", ())):
-        total += _r(lb * sum(n for _, n in dims) * t)
+    if len(parts) < 3:
+        total += _r(lb * sum(parts) * t) + _r(8 * sum(parts))
     return total
 
 

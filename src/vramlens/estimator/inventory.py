@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from vramlens.estimator.linears import linear_group
 from vramlens.estimator.memo import identity_cache
 from vramlens.models.spec import ModelSpec, TensorInfo
 from vramlens.units import BLOCK, DTYPE_BYTES, round_up
@@ -135,17 +136,62 @@ def _matches(lin: Linear, targets: tuple[str, ...]) -> bool:
     return lin.module in targets or any(lin.name.removesuffix(".weight").endswith("." + t) for t in targets)
 
 
+#: LitGPT's names for the q, k and v parts of its fused attention linear (``lora_query``, ``lora_key``,
+#: ``lora_value``), spelled as the separate projections of a transformers model
+QKV_SLICES = ("q_proj", "k_proj", "v_proj")
+
+
+def qkv_slice_widths(spec: ModelSpec) -> tuple[int, int, int]:
+    """The output widths of q, k and v in a fused attention linear: heads x head_dim, kv heads x head_dim twice."""
+    kv = spec.n_kv_heads * spec.head_dim
+    return spec.n_heads * spec.head_dim, kv, kv
+
+
+def is_fused_qkv(spec: ModelSpec, lin: Linear) -> bool:
+    """Whether ``lin`` is a block's fused q/k/v linear (GPT-NeoX's and Falcon's ``query_key_value``): an
+    attention input linear as wide as q, k and v together."""
+    return (lin.layer is not None and linear_group(lin.name.removesuffix(".weight"), lin.module) == "qkv"
+            and lin.out_features == sum(qkv_slice_widths(spec)))
+
+
+def qkv_slices(spec: ModelSpec, lin: Linear, targets: tuple[str, ...]) -> tuple[bool, bool, bool]:
+    """Which of q, k and v LitGPT's LoRAQKVLinear adapts in the fused linear ``lin`` (``Workload.fused_qkv``):
+    ``enable_lora`` from q_proj, k_proj and v_proj (LitGPT's lora_query, lora_key, lora_value); the fused linear's
+    own name or all-linear enables all three. (False, False, False) when ``lin`` is no fused q/k/v linear."""
+    if not is_fused_qkv(spec, lin):
+        return False, False, False
+    if "all-linear" in targets or _matches(lin, targets):
+        return True, True, True
+    q, k, v = (t in targets for t in QKV_SLICES)
+    return q, k, v
+
+
+def _litgpt_qkv(spec: ModelSpec, lin: Linear, enabled: tuple[bool, bool, bool]) -> Linear:
+    """LitGPT's LoRAQKVLinear as one adapter (lit_gpt/lora.py at 8641822, lines 207-218; litgpt/lora.py at 5895df10):
+    ``lora_A`` is (r x enabled parts, in_features) and ``lora_B`` (sum of the enabled parts' widths, r), so the
+    adapter is a linear of in_features x the enabled parts in and the enabled widths out."""
+    widths = qkv_slice_widths(spec)
+    return Linear(name=lin.name, module=lin.module, in_features=lin.in_features * sum(enabled),
+                  out_features=sum(n for n, on in zip(widths, enabled) if on), layer=lin.layer, count=lin.count)
+
+
 @identity_cache
-def lora_shape(spec: ModelSpec, targets: tuple[str, ...]) -> LoraShape:
+def lora_shape(spec: ModelSpec, targets: tuple[str, ...], fused_qkv: bool = False) -> LoraShape:
     """Which linears peft's LoraConfig(target_modules=targets) adapts.
 
-    "all-linear" follows peft: every linear layer except the output layer (lm_head).
+    "all-linear" follows peft: every linear layer except the output layer (lm_head). With ``fused_qkv``
+    (LitGPT) a fused q/k/v linear carries one LoRAQKVLinear over the parts that ``targets`` name (qkv_slices).
     """
     lins = tuple(lin for lin in summarize(spec).linears if lin.count == 1)  # peft adapts nn.Linear modules, not fused 3-D expert tensors
     if targets == ("all-linear",) or "all-linear" in targets:
         chosen = tuple(lin for lin in lins if lin.layer is not None or lin.module not in ("lm_head", "classifier", "score"))
     else:
         chosen = tuple(lin for lin in lins if _matches(lin, targets))
+    if fused_qkv:
+        fused = {lin.name: qkv_slices(spec, lin, targets) for lin in lins if is_fused_qkv(spec, lin)}
+        named = {lin.name for lin in chosen}
+        chosen = tuple(_litgpt_qkv(spec, lin, fused[lin.name]) if lin.name in fused else lin
+                       for lin in lins if lin.name in named or any(fused.get(lin.name, ())))
     return LoraShape(
         targets=chosen,
         sum_k=sum(lin.in_features * lin.count for lin in chosen),
@@ -155,21 +201,21 @@ def lora_shape(spec: ModelSpec, targets: tuple[str, ...]) -> LoraShape:
 
 
 @identity_cache
-def _trained_lora_shape(spec: ModelSpec, targets: tuple[str, ...]) -> LoraShape:
+def _trained_lora_shape(spec: ModelSpec, targets: tuple[str, ...], fused_qkv: bool = False) -> LoraShape:
     outside = set(spec.outside_loss)
-    chosen = tuple(lin for lin in lora_shape(spec, targets).targets if lin.name not in outside)
+    chosen = tuple(lin for lin in lora_shape(spec, targets, fused_qkv).targets if lin.name not in outside)
     return LoraShape(targets=chosen, sum_k=sum(lin.in_features * lin.count for lin in chosen),
                      sum_n=sum(lin.out_features * lin.count for lin in chosen),
                      count=sum(lin.count for lin in chosen))
 
 
-def trained_lora_shape(spec: ModelSpec, targets: tuple[str, ...]) -> LoraShape:
+def trained_lora_shape(spec: ModelSpec, targets: tuple[str, ...], fused_qkv: bool = False) -> LoraShape:
     """The adapters that get a gradient (and optimizer states): those on linears the loss reaches (LLaVA's
     last vision block, past ``vision_feature_layer``, holds adapters that never get one); ``lora_shape``
     when every linear is reached."""
     if not spec.outside_loss:
-        return lora_shape(spec, targets)
-    return _trained_lora_shape(spec, targets)
+        return lora_shape(spec, targets, fused_qkv)
+    return _trained_lora_shape(spec, targets, fused_qkv)
 
 
 _LORA_BYTES: dict[tuple[int, int, int], tuple[LoraShape, int]] = {}

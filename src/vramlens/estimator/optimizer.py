@@ -123,7 +123,7 @@ def param_dtype_bytes(w: Workload) -> int:
 
 def _adapters(spec: ModelSpec, w: Workload, b: int) -> int:
     """Bytes of one adapter-shaped tensor set (A, B, DoRA magnitudes) at b bytes per element."""
-    return lora_rounded_bytes(trained_lora_shape(spec, tuple(w.lora_targets)), w.lora_rank, b, w.dora)
+    return lora_rounded_bytes(trained_lora_shape(spec, tuple(w.lora_targets), w.fused_qkv), w.lora_rank, b, w.dora)
 
 
 def _largest_adapter(shape: LoraShape, r: int, b: int, dora: bool) -> int:
@@ -151,7 +151,7 @@ def paged_state_bytes(spec: ModelSpec, w: Workload) -> tuple[int, int]:
     if w.mode != "train" or w.optimizer not in BNB_PAGED:
         return 0, 0
     per = 4 if w.optimizer == "paged-adamw" else 1
-    big = [n for n in _tensor_numels(spec, w.method, tuple(w.lora_targets), w.lora_rank) if n >= BNB_PAGED_MIN_NUMEL]
+    big = [n for n in _tensor_numels(spec, w.method, tuple(w.lora_targets), w.lora_rank, w.fused_qkv) if n >= BNB_PAGED_MIN_NUMEL]
     return sum(2 * round_up(per * n, BLOCK) for n in big), sum(2 * per * n for n in big)
 
 
@@ -210,7 +210,7 @@ def optimizer_state_bytes(spec: ModelSpec, w: Workload, trainable: int) -> tuple
         if w.method == "full":
             total = _adafactor_bytes(spec, state_b)
         else:
-            shape = trained_lora_shape(spec, tuple(w.lora_targets))
+            shape = trained_lora_shape(spec, tuple(w.lora_targets), w.fused_qkv)
             r = w.lora_rank
             # A is (r, k): rows r + columns k; B is (n, r): rows n + columns r
             total = sum(lin.count * (round_up(r * state_b, BLOCK) + round_up(lin.in_features * state_b, BLOCK)
@@ -220,7 +220,8 @@ def optimizer_state_bytes(spec: ModelSpec, w: Workload, trainable: int) -> tuple
                 total += sum(lin.count * round_up(lin.out_features * state_b, BLOCK) for lin in shape.targets)
         return total, f"Adafactor: row + column second moments per matrix (n + k) at {state_b} B"
     if opt in BNB_OPTIMIZERS or opt in TORCHAO_LOW_BIT or opt == CPU_OFFLOAD:
-        lay = per_tensor_states(spec, opt, state_b, w.method, tuple(w.lora_targets), w.lora_rank)
+        lay = per_tensor_states(spec, opt, state_b, w.method, tuple(w.lora_targets), w.lora_rank,
+                                fused_qkv=w.fused_qkv)
         return lay.gpu_bytes, lay.formula
     raise ValueError(opt)
 
@@ -242,10 +243,11 @@ class TensorStates:
     formula: str
 
 
-def _tensor_numels(spec: ModelSpec, method: str, targets: tuple[str, ...], rank: int) -> tuple[int, ...]:
+def _tensor_numels(spec: ModelSpec, method: str, targets: tuple[str, ...], rank: int,
+                   fused_qkv: bool = False) -> tuple[int, ...]:
     if method == "full":
         return trained_param_numels(spec)
-    return lora_matrix_numels(trained_lora_shape(spec, targets), rank)
+    return lora_matrix_numels(trained_lora_shape(spec, targets, fused_qkv), rank)
 
 
 def _bnb_8bit(n: int) -> int:
@@ -280,13 +282,13 @@ def _torchao_step(lay: LowBitState, n: int) -> int:
 
 @identity_cache
 def per_tensor_states(spec: ModelSpec, opt: str, state_b: int, method: str, targets: tuple[str, ...],
-                      rank: int) -> TensorStates:
+                      rank: int, fused_qkv: bool = False) -> TensorStates:
     """The states of ``opt`` (bitsandbytes 8-bit, torchao low-bit or CPU offload), tensor by tensor.
 
     ``state_b``: bytes per element of a state kept in the parameter's precision (the parameter's
     dtype, fp32 with a master copy or for LoRA adapters).
     """
-    numels = _tensor_numels(spec, method, targets, rank)
+    numels = _tensor_numels(spec, method, targets, rank, fused_qkv)
     if opt in BNB_OPTIMIZERS:
         gpu = sum(_bnb_8bit(n) for n in numels) + (BNB_QMAPS_BYTES if max(numels, default=0) >= BNB_MIN_8BIT_SIZE else 0)
         return TensorStates(gpu, 0, 0, "2 uint8 states + fp32 absmax per 256 per tensor; tensors < 4,096 "
@@ -335,7 +337,8 @@ def optimizer_step_temporary(spec: ModelSpec, w: Workload, trainable: int) -> tu
     if w.optimizer == CPU_OFFLOAD:
         return 0, "CPU offload: the step runs on the host; the GPU's small parameters step with fused AdamW in place"
     if w.optimizer in TORCHAO_LOW_BIT:
-        lay = per_tensor_states(spec, w.optimizer, state_b, w.method, tuple(w.lora_targets), w.lora_rank)
+        lay = per_tensor_states(spec, w.optimizer, state_b, w.method, tuple(w.lora_targets), w.lora_rank,
+                                fused_qkv=w.fused_qkv)
         return lay.step_bytes, ("torchao's compiled step of the largest quantized parameter: "
                                 "its fp32 moments before requantization and block maxima")
     if w.optimizer in ("adamw", "adam", "paged-adamw") and w.optimizer_impl == "foreach":
@@ -351,7 +354,7 @@ def optimizer_step_temporary(spec: ModelSpec, w: Workload, trainable: int) -> tu
     if w.method == "full":
         largest = round_up(summarize(spec).largest_param_numel * state_b, BLOCK)
     else:
-        largest = _largest_adapter(trained_lora_shape(spec, tuple(w.lora_targets)), w.lora_rank, state_b, w.dora)
+        largest = _largest_adapter(trained_lora_shape(spec, tuple(w.lora_targets), w.fused_qkv), w.lora_rank, state_b, w.dora)
     if w.optimizer_impl == "fused" and w.optimizer in ("adamw", "adam", "paged-adamw"):
         return 0, "fused Adam updates in place"
     return largest, "per-tensor update: one temporary the size of the largest parameter"
@@ -362,7 +365,7 @@ def largest_gradient_bytes(spec: ModelSpec, w: Workload) -> int:
     parameter; LoRA: the largest adapter matrix, r x max(in, out), or DoRA magnitude, in the adapters' dtype)."""
     if w.method == "full":
         return round_up(summarize(spec).largest_param_numel * param_dtype_bytes(w), BLOCK)
-    return _largest_adapter(trained_lora_shape(spec, tuple(w.lora_targets)), w.lora_rank, param_dtype_bytes(w), w.dora)
+    return _largest_adapter(trained_lora_shape(spec, tuple(w.lora_targets), w.fused_qkv), w.lora_rank, param_dtype_bytes(w), w.dora)
 
 
 def one_parameter_step_temporary(spec: ModelSpec, w: Workload) -> tuple[int, str]:

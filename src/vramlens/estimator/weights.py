@@ -185,7 +185,13 @@ def quantized_linears(spec: ModelSpec, quant: str | None, only: tuple[str, ...] 
     or with ``only`` (LoRA targets) the adapted ones among them."""
     if quant is None:
         return ()
-    chosen = lora_shape(spec, only).targets if only is not None else summarize(spec).linears
+    chosen = summarize(spec).linears
+    if only is not None:
+        # the adapted linears themselves (not LitGPT's adapter shape): with fused_qkv=True a fused q/k/v linear is
+        # adapted when q_proj, k_proj or v_proj names a part of it, names that without fused_qkv match nothing there
+        # (check_workload refuses them)
+        names = {lin.name for lin in lora_shape(spec, only, True).targets}
+        chosen = tuple(lin for lin in chosen if lin.name in names)
     return tuple(lin for lin in chosen if lin.layer is not None)
 
 
@@ -328,7 +334,7 @@ def lora_dtype_bytes(w: Workload) -> int:
 def lora_params(spec: ModelSpec, w: Workload) -> int:
     if w.method == "full":
         return 0
-    return lora_shape(spec, tuple(w.lora_targets)).params(w.lora_rank, w.dora)
+    return lora_shape(spec, tuple(w.lora_targets), w.fused_qkv).params(w.lora_rank, w.dora)
 
 
 def adapter_bytes(spec: ModelSpec, w: Workload) -> int:
@@ -336,7 +342,7 @@ def adapter_bytes(spec: ModelSpec, w: Workload) -> int:
     fp32 (``autocast_adapter_dtype=True``, peft >= 0.12), torchtune keeps the model's dtype."""
     if w.method == "full":
         return 0
-    shape = lora_shape(spec, tuple(w.lora_targets))
+    shape = lora_shape(spec, tuple(w.lora_targets), w.fused_qkv)
     return lora_rounded_bytes(shape, w.lora_rank, lora_dtype_bytes(w), w.dora)
 
 
