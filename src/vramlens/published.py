@@ -107,6 +107,8 @@ _A10G = _Setup(gpu="A10G", cuda="12.1", lazy_loading=True)
 # the peak is that step: nothing of a previous step is held (bnb_inputs="step", output_upcast="step": the fp32
 # logits of Fabric's convert_output at lightning 71aed751, the commit 8641822 pins, held through that step's
 # backward). r=8 on q and v, dropout 0.05, lm_head in 128-token chunks (loss_chunks = ceil(seq / 128)), minibatch 128
+# lora_query and lora_value: under --fused-qkv q_proj,v_proj name the q and v parts of the fused linear that LitGPT's
+# LoRAQKVLinear adapts, of GPT-NeoX's and Falcon's query_key_value too (inventory.qkv_slices)
 _RT_LORA = dict(_LITGPT, method="lora", lora_rank=8, lora_dropout=0.05, lora_dtype="bf16",
                 lora_targets=("q_proj", "v_proj"), loss_upcast=False, output_upcast="step")
 _RT_QLORA = dict(_RT_LORA, method="qlora", quant_targets="all", optimizer="paged-adamw", bnb_inputs="step",
@@ -423,9 +425,9 @@ CASES: dict[str, Case] = {
     "litgpt-mistral-7b-qlora-r32-qv-bs2": Case("mistral-7b-v0.1", {**_LITGPT_QLORA, "lora_targets": ("q_proj", "v_proj"),
                                                                    "batch": 2, "grad_accum": 4},
                                                figure="peak_allocated", **_A10G),
-    "litgpt-falcon-7b-lora-r32-qv-bs1": Case("falcon-7b", {**_LITGPT_LORA, "lora_targets": ("query_key_value",),
+    "litgpt-falcon-7b-lora-r32-qv-bs1": Case("falcon-7b", {**_LITGPT_LORA, "lora_targets": ("q_proj", "v_proj"),
                                                            "batch": 1, "grad_accum": 8}, _UNTIED, figure="peak_allocated", **_A10G),
-    "litgpt-falcon-7b-qlora-r32-qv-bs1": Case("falcon-7b", {**_LITGPT_QLORA, "lora_targets": ("query_key_value",),
+    "litgpt-falcon-7b-qlora-r32-qv-bs1": Case("falcon-7b", {**_LITGPT_QLORA, "lora_targets": ("q_proj", "v_proj"),
                                                             "batch": 1, "grad_accum": 8}, _UNTIED, figure="peak_allocated", **_A10G),
     "litgpt-tinyllama-1.1b-lora-r32-all-bs8": Case("tinyllama-1.1b", {**_LITGPT_LORA, "lora_targets": _LLAMA_ALL,
                                                                   "batch": 8, "grad_accum": 1},
@@ -466,14 +468,14 @@ CASES: dict[str, Case] = {
        for size in ("1b", "3b")
        for name, base, b in (("lora-r32-qv-bs1", _LITGPT_LORA, 1), ("qlora-r32-qv-bs2", _LITGPT_QLORA, 2))},
     "litgpt-stablelm-3b-lora-r32-qv-bs1": Case("stablelm-base-alpha-3b", {**_LITGPT_LORA,
-                                                                       "lora_targets": ("query_key_value",),
+                                                                       "lora_targets": ("q_proj", "v_proj"),
                                                                        "batch": 1, "grad_accum": 8},
                                                figure="peak_allocated", **_A10G),
     "litgpt-stablelm-3b-qlora-r32-qv-bs1": Case("stablelm-base-alpha-3b", {**_LITGPT_QLORA,
-                                                                        "lora_targets": ("query_key_value",),
+                                                                        "lora_targets": ("q_proj", "v_proj"),
                                                                         "batch": 1, "grad_accum": 8},
                                                 figure="peak_allocated", **_A10G),
-    **{f"litgpt-rt-stablelm-3b-{name}-r8-qv-bs{b}": Case("stablelm-base-alpha-3b", _rt(1034, b, {**base, "lora_targets": ("query_key_value",)}, quant),
+    **{f"litgpt-rt-stablelm-3b-{name}-r8-qv-bs{b}": Case("stablelm-base-alpha-3b", _rt(1034, b, base, quant),
                                                          figure="peak_allocated", **_A100_40)
        for name, b, base, quant in (("lora", 1, _RT_LORA, None), ("qlora-nf4", 1, _RT_QLORA, "nf4"),
                                     ("qlora-nf4dq", 1, _RT_QLORA, "nf4-dq"), ("lora", 2, _RT_LORA, None),
