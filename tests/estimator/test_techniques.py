@@ -301,7 +301,8 @@ def test_fused_qkv_slices_of_a_fused_linear():
     assert lora_shape(falcon, ("q_proj", "v_proj"), True).params(32) == 32 * (2 * 32 * 4544 + (4544 + 64) * 32)
     assert lora_shape(falcon, ("q_proj", "v_proj"), True).count == 32
     # the slices need LitGPT's fused attention: on transformers' GPT-NeoX they match nothing
-    with pytest.raises(ConfigError, match="match no linear layer of"):
+    with pytest.raises(ConfigError, match="match no linear layer of .*or all-linear \\(q_proj, k_proj and v_proj name "
+                                          "the parts of its fused q/k/v linear under --fused-qkv"):
         estimate(spec, **{**kw, "fused_qkv": False}, lora_targets=("q_proj", "v_proj"))
     with pytest.raises(ConfigError, match="k_proj matches no linear layer"):
         estimate(spec, **{**kw, "fused_qkv": False}, lora_targets=("query_key_value", "k_proj"))

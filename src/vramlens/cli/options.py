@@ -183,7 +183,8 @@ def add_workload_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--fused-qkv", action="store_true",
                    help="LitGPT's attention: one fused q/k/v linear split by views (SDPA's value keeps the fused "
                         "output under multi-head or one kv head; keys rotated after the GQA expand), and under LoRA "
-                        "one adapter over the adapted q, k and v (LoRAQKVLinear: one dropout, zero_pad's source)")
+                        "one adapter over the adapted q, k and v (LoRAQKVLinear: one dropout, zero_pad's source); "
+                        "--lora-targets q_proj,k_proj,v_proj then name the parts of a fused query_key_value too")
     g.add_argument("--lora-rank", type=_positive, default=8, help="LoRA rank r (default 8, peft's LoraConfig)")
     g.add_argument("--lora-targets", default="q_proj,v_proj", help="modules LoRA adapts, comma-separated, or all-linear")
     g.add_argument("--lora-dropout", type=_fraction, default=0.0,
