@@ -534,9 +534,10 @@ CASES: dict[str, Case] = {
                                                    figure="peak_allocated", **_A100),
     "torchtune-readme-llama3.2-3b-lora": Case("llama-3.2-3b", _TUNE_LORA, figure="peak_allocated", **_A100),
     # quantize_base=True makes every linear of the blocks NF4: the adapted ones' base weights, the others (k_proj)
-    # FrozenNF4Linear (torchtune/models/llama3/_component_builders.py); the tied embedding stays bf16
+    # FrozenNF4Linear (torchtune/models/llama3/_component_builders.py); the tied embedding stays bf16; each NF4
+    # matmul is torchao's linear_nf4 (torchtune/modules/peft/lora.py and low_precision/nf4_linear.py at 1814feb1)
     "torchtune-readme-llama3.2-3b-qlora": Case("llama-3.2-3b", {**_TUNE_LORA, "method": "qlora",
-                                                                "quant_targets": "all"},
+                                                                "quant_targets": "all", "nf4_impl": "torchao"},
                                                figure="peak_allocated", **_A100),
     # torchtune README at 412a4ecd (2024-03-22, "estimated ... on A100 GPUs with GPU memory artificially limited",
     # max_memory_reserved): the linked configs of that commit; full fine-tuning then used torch.optim.SGD (no momentum)
