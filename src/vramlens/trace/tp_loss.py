@@ -38,7 +38,7 @@ def trace_tp_loss(*, vocab: int, hidden: int, batch: int, seq: int, tp: int, dty
     from torch.distributed.tensor.parallel import loss_parallel as lp_ctx
 
     from vramlens.trace.events import summarize
-    from vramlens.trace.fsdp import fake_process_group
+    from vramlens.trace.ranks import fake_process_group
     from vramlens.trace.recorder import Recorder
 
     with fake_process_group(tp) as mesh, FakeTensorMode(allow_non_fake_inputs=True):
