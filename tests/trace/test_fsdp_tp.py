@@ -3,7 +3,8 @@
 torchtitan's order (parallelize_llama): its TP plan with ``parallelize_module`` on the "tp" dimension, then
 ``fully_shard`` per block and the root on "dp". The per-rank state is checked against figures computed here
 from the shapes: each TP-local shard sharded again on dim 0 over dp, each parameter and optimizer state its
-own allocation, each FSDP group's gradients one flat reduce-scatter output, all rounded to 512 B.
+own allocation, each FSDP group's gradients one flat reduce-scatter output, all rounded to 512 B. The
+cross-check rows (vramlens.trace.crosscheck.FSDP_TP_ROWS) hold the estimate to the trace.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from tests.trace.conftest import tiny_llama
 
 from vramlens.errors import InputError, TraceError
 from vramlens.trace import trace
+from vramlens.trace.crosscheck import FSDP_TP_ROWS, render, run_row
 
 pytest.importorskip("torch", reason="tracing needs the trace extra (torch)")
 
@@ -86,3 +88,18 @@ def test_cli_traces_fsdp_over_tp(tmp_path, capsys):
     assert rc == 0
     d = json.loads(capsys.readouterr().out)
     assert d["components"]["gradients"] == 313_856  # as test_state_per_rank_is_exact
+
+
+@pytest.mark.slow
+def test_fsdp_tp_rows_match_the_estimate():
+    rows = [run_row(name, row) for name, row in FSDP_TP_ROWS]
+    assert {(r.workload["gpus"], r.workload["tp"]) for r in rows} == {(4, 2), (8, 2), (8, 4)}
+    assert {r.workload["checkpointing"] for r in rows} == {"none", "full", "selective-op"}
+    for r in rows:
+        assert abs(r.peak_error) <= 0.02, render(rows)
+        for c in r.traced:
+            err = r.component_error(c)
+            assert err is None or abs(err) <= 0.10, (c, render(rows))
+        # the sharded gradients and AdamW states exactly, within the 512-byte rounding of each tensor
+        assert abs(r.traced["gradients"] - r.estimate["gradients"]) <= 3 * 512, render(rows)
+        assert abs(r.traced["optimizer_states"] - r.estimate["optimizer_states"]) <= 512 * 64, render(rows)

@@ -106,6 +106,7 @@ def record_rank(runner, built, around) -> tuple[Any, int, int]:
     failure inside torch as one TraceError line. DTensor.numel() is the global (unsharded) count."""
     from vramlens.trace.runner import describe_failure
 
+    runner.rec.inside_dtensor = True  # the local ops of DTensor's own dispatch (Recorder.inside_dtensor)
     try:
         with around:
             rec = runner.run(built)

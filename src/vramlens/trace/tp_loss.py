@@ -49,6 +49,7 @@ def trace_tp_loss(*, vocab: int, hidden: int, batch: int, seq: int, tp: int, dty
         labels = torch.randint(0, vocab, (batch, seq))
         for _ in range(2):  # the first run warms up, the second is kept
             rec = Recorder()
+            rec.inside_dtensor = True
             with rec:
                 weight = head.weight
                 assert isinstance(weight, DTensor)  # parallelize_module made it one
