@@ -30,6 +30,10 @@ from vramlens.units import BLOCK
 _ALLOC, _FREE = 0, 1
 _TO_COPY = torch.ops.aten._to_copy.default
 _SCALAR = torch.ops.aten._local_scalar_dense.default
+#: funcol's wait returns its input on a GPU (torch/csrc/distributed/c10d/Functional.cpp ``wait_tensor``:
+#: ``return tensor;``), but its fake/meta kernel returns ``torch.empty_like(self)``
+#: (torch/distributed/_functional_collectives.py ``_wait_tensor_meta``): a second buffer per collective
+_WAIT = torch.ops._c10d_functional.wait_tensor.default if hasattr(torch.ops, "_c10d_functional") else None
 _META_KEY = "vramlens_module"
 _MISSING = object()
 
@@ -175,6 +179,8 @@ class Recorder(TorchDispatchMode):
                 return func(*args, **(kwargs or {}))
             if any(issubclass(t, _dtensor_types()) for t in types):
                 return NotImplemented  # DTensor dispatches it; its local ops come back here
+        if func is _WAIT and args and isinstance(args[0], torch.Tensor):
+            return args[0]  # what the GPU kernel returns (see _WAIT)
         name = func.__name__
         self.last_op = name
         if func is _SCALAR and self.stub_optimizer_scalars and self.phase == "optimizer":
