@@ -536,9 +536,10 @@ CASES: dict[str, Case] = {
                                                    figure="peak_allocated", **_A100),
     "torchtune-readme-llama3.2-3b-lora": Case("llama-3.2-3b", _TUNE_LORA, figure="peak_allocated", **_A100),
     # quantize_base=True makes every linear of the blocks NF4: the adapted ones' base weights, the others (k_proj)
-    # FrozenNF4Linear (torchtune/models/llama3/_component_builders.py); the tied embedding stays bf16
+    # FrozenNF4Linear (torchtune/models/llama3/_component_builders.py); the tied embedding stays bf16; each NF4
+    # matmul is torchao's linear_nf4 (torchtune/modules/peft/lora.py and low_precision/nf4_linear.py at 1814feb1)
     "torchtune-readme-llama3.2-3b-qlora": Case("llama-3.2-3b", {**_TUNE_LORA, "method": "qlora",
-                                                                "quant_targets": "all"},
+                                                                "quant_targets": "all", "nf4_impl": "torchao"},
                                                figure="peak_allocated", **_A100),
     # torchtune README at 412a4ecd (2024-03-22, "estimated ... on A100 GPUs with GPU memory artificially limited",
     # max_memory_reserved): the linked configs of that commit; full fine-tuning then used torch.optim.SGD (no momentum)
@@ -594,6 +595,10 @@ _PEFT_DS = "; and DeepSpeed ZeRO-3 parameter offload (as peft-readme-bloomz-7b1-
 _TT24_MAY = ("the tokens per sample are not stated: 'Seq Length' is a cap (max_seq_len) on Alpaca samples padded to "
              "each batch's longest, which are much shorter; and the figure kind is not stated")
 
+_TITAN_F8_TP = ("Float8 under tensor parallelism (torchao's Float8ColwiseParallel / Float8RowwiseParallel, the "
+                "sequence-parallel inputs cast to float8 before their all-gathers) is not modelled")
+_TITAN_ASYNC = "; nor async TP (inductor's micro-pipelined collective matmuls on symmetric memory)"
+
 #: Cases vramlens cannot express, with the reason (printed instead of a number).
 UNSUPPORTED: dict[str, str] = {
     "torchtune-loralinear-512-r8-fp32": "a bare LoRALinear module, not a model: checked exactly in tests/estimate",
@@ -623,6 +628,16 @@ UNSUPPORTED: dict[str, str] = {
        for kind in ("eager", "bettertransformer-flash")},
     "peft-metamathqa-llama3.2-3b-lorafa-r32-qv": "LoRA-FA freezes every lora_A (peft's create_lorafa_optimizer): "
                                                  "vramlens trains both factors; the case's notes give the terms",
+    # torchtitan's 2-D, 3-D and 4-D rows (benchmarks/llama3_h100_202412_torchtitan.md, torchtitan 9dec370): every one
+    # runs Float8 linears under tensor parallelism (torchao's Float8ColwiseParallel / Float8RowwiseParallel), which the
+    # Workload refuses; the cases' notes give the 70B row's estimate with bf16 linears
+    "torchtitan-h100-llama3.1-70b-fsdp32-tp8-fullac-bs16-compile-float8": _TITAN_F8_TP,
+    "torchtitan-h100-llama3.1-70b-fsdp32-tp8-fullac-bs16-compile-float8-asynctp": _TITAN_F8_TP + _TITAN_ASYNC,
+    "torchtitan-h100-llama3.1-405b-fsdp8-tp8-pp8-fullac-bs32-compile-float8-asynctp-1f1b": _TITAN_F8_TP + _TITAN_ASYNC,
+    "torchtitan-h100-llama3.1-405b-fsdp8-tp8-pp8-fullac-bs32-compile-float8-asynctp-interleaved-1f1b": (
+        _TITAN_F8_TP + _TITAN_ASYNC + "; and the interleaved 1F1B schedule (vramlens models 1F1B)"),
+    **{f"torchtitan-h100-llama3.1-405b-fsdp{8 // cp}-tp8-pp8-cp{cp}-fullac-bs8-s{32 * cp}k-compile-float8-asynctp-1f1b":
+       _TITAN_F8_TP + _TITAN_ASYNC for cp in (1, 2, 4, 8)},
     "peft-readme-bloomz-7b1-lora-ds-offload": "DeepSpeed ZeRO-3 parameter offload's gathered-parameter working set "
                                               "(stage3_max_live_parameters, stage3_max_reuse_distance, the embedding "
                                               "gathered whole) is not modelled: --zero 3 --offload all estimates "

@@ -185,11 +185,13 @@ def test_the_strategies_reach_valid_training_and_inference_workloads(name):
     spec = _memory(name).spec
     seen = {"train": 0, "inference": 0}
 
-    @settings(max_examples=400, deadline=None, database=None, derandomize=True)
+    # a larger sample than the property's 200 random draws (validity checks only, no estimates), so that a field added
+    # to Workload, which reshuffles the derandomized draws, does not decide the count
+    @settings(max_examples=1600, deadline=None, database=None, derandomize=True)
     @given(w=workloads(name))
     def count(w):
         if _valid(spec, w):
             seen[w.mode] += 1
 
     count()
-    assert seen["train"] >= 10 and seen["inference"] >= 10, seen
+    assert seen["train"] >= 15 and seen["inference"] >= 15, seen

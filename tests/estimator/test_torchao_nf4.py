@@ -5,6 +5,7 @@ function under fake tensors (the tracer's emulation is checked in QLORA_ROWS, te
 
 import pytest
 
+from event_peaks import peak_beyond
 from vramlens.errors import ConfigError
 from vramlens.estimator import estimate
 from vramlens.estimator.weights import dequant_cast_bytes, torchao_nf4_dequant_temporaries
@@ -73,10 +74,5 @@ def test_the_formula_matches_torchao_get_original_weight():
             out = q.get_original_weight()
         assert out.shape == (n, k) and out.dtype == torch.bfloat16
         events = rec.events()
-    live = peak = 0
-    for ev in events:
-        if ev.tag == "weights":
-            continue
-        live += ev.nbytes if ev.action == "alloc" else -ev.nbytes
-        peak = max(peak, live)
+    peak = peak_beyond(events, "weights")
     assert peak == torchao_nf4_dequant_temporaries(n * k, 2) + round_up(2 * n * k, 512)

@@ -5,6 +5,7 @@ one linear of torchao's own int8 weight-only code on fake tensors (the whole mod
 
 import pytest
 
+from event_peaks import peak_beyond
 from vramlens.allocator import simulate
 from vramlens.errors import ConfigError
 from vramlens.estimator import estimate
@@ -125,12 +126,7 @@ def test_one_linear_of_torchao_int8_weight_only():
             y = lin(x)
         assert y.shape == (1, t, n) and y.dtype == torch.bfloat16
         events = rec.events()
-    live = peak = 0
-    for ev in events:
-        if ev.tag == "weights":
-            continue
-        live += ev.nbytes if ev.action == "alloc" else -ev.nbytes
-        peak = max(peak, live)
+    peak = peak_beyond(events, "weights")
     w = make_workload(mode="inference", quant="int8", quant_impl="torchao-wo")
     assert peak == round_up(2 * n * k, 512) + dequant_cast_bytes(w, n, k) + round_up(2 * t * n, 512) == 1_585_152
 

@@ -7,6 +7,7 @@ from vramlens.trace.crosscheck import (
     CACHE_ROWS,
     CHECKPOINT_ROWS,
     FSDP_ROWS,
+    FSDP_TP_ROWS,
     LOGITS_SUM_ROWS,
     QLORA_ROWS,
     TECHNIQUE_ROWS,
@@ -42,7 +43,7 @@ def _check(rows):
 def test_rows_name_real_settings():
     from vramlens.workload import workload_fields
 
-    for _name, row in (TECHNIQUE_ROWS + QLORA_ROWS + CACHE_ROWS + CHECKPOINT_ROWS + FSDP_ROWS + TP_ROWS
+    for _name, row in (TECHNIQUE_ROWS + QLORA_ROWS + CACHE_ROWS + CHECKPOINT_ROWS + FSDP_ROWS + FSDP_TP_ROWS + TP_ROWS
                        + TP_INFERENCE_ROWS + TP_TECHNIQUE_ROWS
                        + LOGITS_SUM_ROWS + WEIGHT_ONLY_ROWS):
         assert set(row) <= set(workload_fields())

@@ -104,3 +104,37 @@ def test_tp_rows_match_the_estimate():
         # the two rotary buffers (64 B each, a 512-byte block each on every rank), which the estimator
         # scales by the rank's share of the parameters instead
         assert 0 < r.traced["weights"] - r.estimate["weights"] < 2 * 512, render(rows)
+
+
+def test_loss_parallel_temporaries_inside_dtensor_are_counted():
+    """loss_parallel's DTensor handlers run their local ops inside DTensor's dispatch; the recorder sees them."""
+    from vramlens.trace.tp_loss import trace_tp_loss
+
+    h = trace_tp_loss(vocab=1024, hidden=64, batch=1, seq=256, tp=2)
+    # 256 tokens x 512 local vocabulary: bf16 logits 262,144 B, each fp32 shard 524,288 B
+    # forward (_log_softmax): logits, the fp32 input, shifted and exp(shifted), and a few 512-byte reductions
+    assert 262_144 + 3 * 524_288 <= h.forward_peak <= 262_144 + 3 * 524_288 + 8 * 512
+    # backward (_nll_loss_and_log_softmax_backward): beside the saved log_softmax, three fp32 shards at once
+    assert 4 * 524_288 <= h.backward_peak <= 4 * 524_288 + 24 * 512
+
+
+def test_a_collective_wait_returns_its_input():
+    """funcol's wait_tensor returns its input on a GPU; its fake kernel makes an empty_like copy the recorder skips."""
+    import torch
+    import torch.distributed._functional_collectives as funcol
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    from vramlens.trace.events import summarize
+    from vramlens.trace.ranks import fake_process_group
+    from vramlens.trace.recorder import Recorder
+
+    with fake_process_group(2) as mesh, FakeTensorMode():
+        x = torch.empty(256, 256)  # 262,144 B
+        rec = Recorder()
+        with rec:
+            y = funcol.wait_tensor(funcol.all_gather_single(x, 0, mesh))  # all_gather_into_tensor, wait_tensor
+            assert y.shape == (512, 256)
+            del y
+        rec.close()
+    # one 524,288-byte output, not two
+    assert summarize(rec.events()).peak_allocated == 524_288

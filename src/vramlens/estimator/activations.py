@@ -1220,6 +1220,12 @@ def head_saved(spec: ModelSpec, w: Workload, b: int, s: int) -> tuple[int, int, 
     logits = _r(c * V * t)
     upcast = _r(4 * V * t) if H.loss_upcasts(spec) and c != 4 else 0
     lsm = _r(sm * V * t)
+    if V != spec.vocab_size and upcast:
+        # loss_parallel (torch/distributed/tensor/parallel/loss.py ``_log_softmax``, torch 2.13) decomposes
+        # log_softmax on the local shard: shifted = x - max (all-reduced), exp(shifted) summed, result =
+        # shifted - log(sum): shifted is alive beside the fp32 input and exp(shifted), then beside the result
+        saved, peak, formula = _head_without_cap(sm, lsm, logits, upcast, cast, V, t)
+        return saved, peak + _r(4 * V * t), formula + ", and loss_parallel's shifted logits (4*V) beside them"
     if spec.logit_softcap:
         # Gemma 2's final_logit_softcapping: tanh(logits / cap) keeps its output beside what the loss keeps
         capped = logits

@@ -488,9 +488,10 @@ def activation_totals(spec: ModelSpec, w: Workload, sp: Split) -> ActivationTota
         loss_backward_over = loss_backward - head_saved  # the head's saved tensors are dropped by then
     if A.local_vocab(spec, w) != spec.vocab_size and sp.has_head:
         # loss_parallel's backward (torch/distributed/tensor/parallel/loss.py
-        # _nll_loss_and_log_softmax_backward) computes the logits' gradient from the saved
-        # log_softmax in one fp32 shard, not through nll's and log_softmax's two
-        loss_backward = head_saved
+        # _nll_loss_and_log_softmax_backward, torch 2.13) computes the logits' gradient from the saved
+        # log_softmax x as (zeros_like(x) with -1 scattered in + exp(x)) * grad_output: three fp32 shards
+        # beside x at once (the zeros and exp(x) with their sum, then the zeros and the sum with the product)
+        loss_backward = 3 * head_saved
         loss_backward_over = None
     deq_fwd, deq_bwd = A.dequant_transients(spec, w, b * s, tp)
     head_fwd, head_bwd = A.head_dequant_transients(spec, w, b, s) if sp.has_head else (0, 0)
@@ -980,15 +981,20 @@ def estimate_spec(spec: ModelSpec, w: Workload, gpu: GPU | None = None, *, headr
         if spec.audio is not None and spec.tied_embeddings and st.head_grad:
             tied = 2 * st.head_grad + _r((4 if w.run_dtype == "fp32" else DTYPE_BYTES[w.compute_dtype]) * w.batch
                                            * AU.encoder_tokens(spec, w) * spec.hidden_size)
-        temporaries = max(loss_tmp, loss_bwd, st.opt_tmp + st.master_grads + st.in_backward_addend, recompute,
+        # loss_parallel's _log_softmax: exp(shifted), the size of the log_softmax it precedes, is a temporary beside
+        # the logits, their upcast and the shifted logits before the kept result exists (see activations.head_saved)
+        lp_exp = head_saved if A.local_vocab(spec, w) != spec.vocab_size and sp.has_head else 0
+        temporaries = max(loss_tmp + lp_exp, loss_bwd, st.opt_tmp + st.master_grads + st.in_backward_addend, recompute,
                           second, at.dequant_temporary, at.mlp_backward, at.fp8_temporary, tied,
                           at.head_dequant_forward, at.head_dequant_backward)
         loss_words = (("the previous step's logits, held until the forward returns", "the held logits and their "
                        "dense gradient") if w.loss == "logits-sum" and sp.has_head
                       else ("the compiled loss' row statistics", "the logits' gradient")
                       if w.compiled_loss and w.loss_chunks == 1 and sp.has_head
+                      else ("logits + fp32 upcast + loss_parallel's shifted logits and their exp",
+                            "loss_parallel's three fp32 shards") if lp_exp
                       else ("logits + fp32 upcast", "two fp32 gradients"))
-        explain["temporaries"] = (f"max(loss: {loss_words[0]} {loss_tmp:,} B, loss backward: {loss_words[1]} "
+        explain["temporaries"] = (f"max(loss: {loss_words[0]} {loss_tmp + lp_exp:,} B, loss backward: {loss_words[1]} "
                                   f"{loss_bwd:,} B, optimizer step {st.opt_tmp + st.master_grads:,} B: "
                                   f"{explain.pop('optimizer_step', '')}"
                                   + (f", one block recomputed in backward {recompute:,} B" if recompute else "")

@@ -82,8 +82,14 @@ def tp_embedding_gradient_extra(spec: ModelSpec, w: Workload) -> int:
     gradient comes out ``Partial`` over the whole (V, h) and is kept ``Replicate()`` after its
     all-reduce, V x h elements on every rank (measured by vramlens.trace.tp). A tied output layer's
     ``Shard(0)`` gradient is accumulated with it into one gradient of V/tp rows (measured: no extra).
+
+    Under FSDP2 over the TP ranks there is no extra either: before its reduce-scatter FSDP2 redistributes
+    each DTensor gradient to its parameter's TP placements (torch/distributed/fsdp/_fully_shard/_fsdp_param.py
+    ``FSDPParam._get_grad_inner_tensor``, torch 2.13: ``grad.redistribute(placements=...)``), so the whole
+    gradient is a temporary of the root's post-backward and the kept one the usual V/(tp x dp) rows
+    (measured by vramlens.trace.fsdp on a 2-D mesh).
     """
-    if w.tp <= 1 or not w.training or w.method != "full" or spec.tied_embeddings:
+    if w.tp <= 1 or not w.training or w.method != "full" or spec.tied_embeddings or w.fsdp:
         return 0
     emb = sum(t.numel for t in spec.tensors if t.role == "embedding" and t.layer is None)
     return emb - emb // w.tp

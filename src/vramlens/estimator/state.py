@@ -272,10 +272,16 @@ def train_state(spec: ModelSpec, w: Workload, gpu: GPU | None) -> TrainState:
     sharded3 = w.training and w.shard_stage == 3 and w.shard_degree > 1
     if w.training and w.method == "full" and sp.has_head and has_lm_head(spec):
         # under FSDP2/ZeRO-3 the root's gradient is unsharded until its reduce-scatter at the end
-        frac = 1.0 if sharded3 else sp.gradients
-        # (under a mixed-precision policy that unsharded gradient is in param_dtype)
+        # (under a mixed-precision policy that unsharded gradient is in param_dtype); over tensor
+        # parallelism "unsharded" is the rank's TP shard: torchtitan's ColwiseParallel output layer holds
+        # ceil(V / tp) rows (Shard(0) of the (V, h) weight), and FSDP2 all-gathers and reduce-scatters only
+        # the dp dimension (torch/distributed/fsdp/_fully_shard/_fsdp_param.py ``_get_grad_inner_tensor``
+        # hands on the TP-local gradient; measured by vramlens.trace.fsdp on a 2-D mesh)
         gb = DTYPE_BYTES[w.run_dtype] if sharded3 else pbytes
-        head_grad = round_up(int(spec.vocab_size * spec.hidden_size * gb * frac), BLOCK)
+        if sharded3:
+            head_grad = round_up(-(-spec.vocab_size // w.tp) * spec.hidden_size * gb, BLOCK)
+        else:
+            head_grad = round_up(int(spec.vocab_size * spec.hidden_size * gb * sp.gradients), BLOCK)
     gather_block, gather_root, reduce_block = (fsdp_buffers(spec, w, Wt.weight_dtype_bytes(w)) if sharded3
                                                else (0, 0, 0))
     rt = runtime(gpu, w)

@@ -95,7 +95,8 @@ def untraceable(wl: Workload) -> str:
     (no CPU kernels), offload, and the serving engine's KV cache settings are not traced.
     """
     if wl.gpus > 1 or wl.zero or wl.fsdp or wl.tp > 1 or wl.pp > 1:
-        return ("trace runs one GPU, one rank of FSDP (--fsdp --gpus N) or of tensor parallelism (--tp N --gpus N); "
+        return ("trace runs one GPU, one rank of FSDP (--fsdp --gpus N), of tensor parallelism (--tp N --gpus N) "
+                "or of both (--fsdp --tp T --gpus D*T); "
                 f"gpus={wl.gpus} zero={wl.zero} fsdp={wl.fsdp} tp={wl.tp} pp={wl.pp}")
     if wl.quant is not None and wl.method != "qlora" and not (wl.quant == "int8" and wl.quant_impl == "torchao-wo"):
         # torchao's int8 weight-only linear runs plain torch ops (build.quantize_int8_weight_only); torchao 0.18's

@@ -585,6 +585,25 @@ FSDP_ROWS: tuple[tuple[str, dict[str, Any]], ...] = (
     _ckpt_row("llama-2-7b", "none", dtype="fp32", amp="bf16", activation_offload=True, **_FSDP),
 )
 
+#: FSDP2 over tensor parallelism (2-D mesh dp x tp, vramlens.trace.fsdp): torchtitan's parallelize_llama order,
+#: its TP plan on the "tp" dimension then fully_shard on "dp"; torchtitan's mixed precision and pure bf16, the
+#: logits gathered or sharded (loss_parallel), without and with full checkpointing (torchtitan's 2-D runs use
+#: full AC), MHA (Llama 2) and GQA (Llama 3), dp 2 x tp 2, dp 4 x tp 2 and dp 2 x tp 4.
+_FSDP_TP = {"gpus": 4, "tp": 2, "fsdp": True}
+_MP = {"dtype": "fp32", "amp": "bf16"}
+FSDP_TP_ROWS: tuple[tuple[str, dict[str, Any]], ...] = (
+    _ckpt_row("llama-2-7b", "none", **_FSDP_TP),
+    _ckpt_row("llama-2-7b", "none", **_MP, **_FSDP_TP),
+    _ckpt_row("llama-2-7b", "full", **_MP, **_FSDP_TP),
+    _ckpt_row("llama-2-7b", "none", loss_parallel=True, **_MP, **_FSDP_TP),
+    _ckpt_row("llama-3-8b", "full", **_MP, **_FSDP_TP),
+    _ckpt_row("llama-3-8b", "full", loss_parallel=True, **_MP, **_FSDP_TP),
+    _ckpt_row("llama-3-8b", "full", loss_parallel=True, **_FSDP_TP),
+    _ckpt_row("llama-3-8b", "selective-op", **_MP, **_FSDP_TP),
+    _ckpt_row("llama-2-7b", "full", loss_parallel=True, **_MP, gpus=8, tp=2, fsdp=True),
+    _ckpt_row("llama-2-7b", "none", **_MP, gpus=8, tp=4, fsdp=True),
+)
+
 #: Tensor parallelism per rank (the fake process group, vramlens.trace.tp): torchtitan's plan (embedding
 #: RowwiseParallel, SequenceParallel norms, q/k/v/gate/up ColwiseParallel, o/down RowwiseParallel, the output
 #: layer ColwiseParallel) over 2 and 4 ranks, the logits gathered or sharded over the vocabulary (loss_parallel);
@@ -947,6 +966,10 @@ def run_checkpoint_rows(progress=None) -> list[Row]:
 
 def run_fsdp_rows(progress=None) -> list[Row]:
     return run_rows(FSDP_ROWS, progress)
+
+
+def run_fsdp_tp_rows(progress=None) -> list[Row]:
+    return run_rows(FSDP_TP_ROWS, progress)
 
 
 def run_tp_rows(progress=None) -> list[Row]:

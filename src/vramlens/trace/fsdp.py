@@ -23,6 +23,15 @@ What is recorded, per rank:
 Rank 0 is representative: every rank runs the same program on equal shards, and rank 0's
 shards are the largest (the dim-0 padding falls on the last ranks).
 
+FSDP over tensor parallelism (``--fsdp --tp T --gpus D*T``) runs as torchtitan's
+``parallelize_llama`` does: a 2-D mesh ``(dp, tp)``, torchtitan's TP plan (vramlens.trace.tp
+``apply_plan``) with ``parallelize_module`` on the "tp" dimension first, then ``fully_shard`` per
+block and the root on the "dp" dimension; FSDP2 shards each TP-local shard again on dim 0 and
+gathers and reduce-scatters over dp only. Before its reduce-scatter FSDP2 redistributes each
+gradient to its parameter's TP placement (``FSDPParam._get_grad_inner_tensor``), so the input
+embedding's whole (V, h) gradient that TP alone keeps (vramlens.estimator.parallel
+``tp_embedding_gradient_extra``) is a temporary here.
+
 One unrecorded warm-up step runs first (DTensor's first call of each op propagates shardings
 on full-size temporaries, and FSDP2 initialises lazily); the optimizer's state is then
 cleared, so the recorded step 1 shows the state being created and step 2 the steady state.
@@ -33,23 +42,15 @@ from __future__ import annotations
 import contextlib
 import gc
 import time
-from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any
 
-from vramlens.errors import InputError, TraceError, VramlensError
-from vramlens.trace.common import (
-    name_of,
-    phase_max,
-    quiet_third_party,
-    resolve_workload,
-    runner_layers,
-    simulated_reserved,
-)
+from vramlens.errors import InputError, TraceError
+from vramlens.trace.common import quiet_third_party, resolve_workload
 from vramlens.trace.events import TAG_COMPONENT, summarize
-from vramlens.trace.result import TraceResult, make_trace_breakdown
+from vramlens.trace.ranks import fake_process_group, materialize, rank_result, record_rank, warm_up_step
+from vramlens.trace.result import TraceResult
+from vramlens.trace.tp import apply_plan, check_training_plan, divides, output_tie
 from vramlens.workload import Workload
-
-T = TypeVar("T")
 
 
 def _check(model: Any, wl: Workload, world_size: int, backend: str, layers) -> None:
@@ -66,9 +67,14 @@ def _check(model: Any, wl: Workload, world_size: int, backend: str, layers) -> N
         raise TraceError("FSDP shards training state: trace --mode train with --fsdp")
     if isinstance(world_size, bool) or not isinstance(world_size, int) or world_size < 2:
         raise InputError(f"world_size={world_size!r} must be a whole number >= 2")
-    if wl.tp > 1 or wl.pp > 1 or wl.zero:
-        raise TraceError(f"only plain FSDP (full shard) is traced; tp={wl.tp} pp={wl.pp} zero={wl.zero}: "
-                         "use `vramlens estimate`")
+    if wl.pp > 1 or wl.zero:
+        raise TraceError(f"only FSDP (full shard), alone or over tensor parallelism, is traced; pp={wl.pp} "
+                         f"zero={wl.zero}: use `vramlens estimate`")
+    if wl.tp > 1:
+        if world_size % wl.tp or world_size // wl.tp < 2:
+            raise InputError(f"world_size={world_size} must be a multiple of tp={wl.tp} with at least 2 "
+                             "data-parallel ranks for FSDP over tensor parallelism: set --gpus to dp x tp")
+        check_training_plan(wl)
     if wl.method == "qlora" or wl.quant is not None:
         raise TraceError("quantized weights cannot be traced under FSDP: use `vramlens estimate`")
     if wl.offload != "none":
@@ -119,26 +125,6 @@ def _blocks(model) -> list:
             longest = max(lists, key=len)
             found = list(longest)
     return found
-
-
-@contextlib.contextmanager
-def fake_process_group(world_size: int, rank: int = 0):
-    """A fake process group of ``world_size`` ranks playing ``rank``, and a CPU device mesh;
-    destroyed on exit."""
-    import torch.distributed as dist
-    from torch.distributed.device_mesh import init_device_mesh
-    from torch.testing._internal.distributed.fake_pg import FakeStore
-
-    if not dist.is_available():
-        raise TraceError("this build of torch has no torch.distributed: FSDP cannot be traced")
-    if dist.is_initialized():
-        raise TraceError("a torch.distributed process group is already initialised in this process: "
-                         "trace FSDP in a fresh process")
-    dist.init_process_group("fake", rank=rank, world_size=world_size, store=FakeStore())
-    try:
-        yield init_device_mesh("cpu", (world_size,))
-    finally:
-        dist.destroy_process_group()
 
 
 @contextlib.contextmanager
@@ -215,6 +201,15 @@ def _shard(built, mesh, wl: Workload) -> int:
     return len(blocks)
 
 
+def _parallelize_2d(built, cfg: dict, mesh, wl: Workload) -> int:
+    """torchtitan's order (torchtitan/models/llama3/infra/parallelize.py ``parallelize_llama``): the TP plan
+    (``apply_tp``) with ``parallelize_module`` on the mesh's "tp" dimension, then ``fully_shard`` per block and
+    the root over its "dp" dimension (``apply_fsdp``); FSDP2 shards the local TP shards again on dim 0."""
+    divides(cfg, wl.tp)
+    apply_plan(built.model, mesh["tp"], loss_parallel=wl.loss_parallel)
+    return _shard(built, mesh["dp"], wl)
+
+
 def _odd_dtype_modules(group) -> list:
     """Modules of ``group`` (not yet in an FSDP group) whose own parameters are not in the group's
     most common dtype, each to be its own FSDP group.
@@ -260,8 +255,12 @@ def trace_fsdp(model: Any, workload: Workload | None = None, *, world_size: int 
                alloc_conf: str | None = None, input_shape=None, **workload_kwargs: Any) -> TraceResult:
     """Trace one rank of FSDP2 (``fully_shard`` per block, then the root) over ``world_size`` ranks.
 
+    With the workload's ``tp`` > 1 the ranks form a 2-D mesh (``world_size // tp`` data-parallel by ``tp``
+    tensor-parallel), torchtitan's TP plan applied first and FSDP2 over the data-parallel dimension.
+
     Args:
-        model: a ModelSpec, a config.json dict, a catalog name or path (a transformers model).
+        model: a ModelSpec, a config.json dict, a catalog name or path (a transformers model; a Llama-style
+            causal LM under ``tp`` > 1).
         workload: the training run (``fsdp`` and ``gpus`` are set from ``world_size``); or give
             its fields as keyword arguments.
         world_size: number of ranks (default: the workload's ``gpus``).
@@ -301,14 +300,25 @@ def _trace(model, wl: Workload, n: int, *, rank: int, steps: int, progress, top:
         live[0] = True
 
     runner.before_record = warm_up
-    with fake_process_group(n, rank) as mesh:
+    with fake_process_group(n, rank, wl.tp) as mesh:
         built = build_hf(cfg, wl, meta_only=True)
-        n_blocks = materialize(runner, built, lambda b: _shard(b, mesh, wl), "fully_shard")
-        rec, params, trainable = record_rank(runner, built, _fsdp_tags(runner.rec, live))
+        if wl.tp > 1:
+            n_blocks = materialize(runner, built, lambda b: _parallelize_2d(b, cfg, mesh, wl),
+                                   "torchtitan's TP plan then fully_shard", tie=output_tie(built))
+        else:
+            n_blocks = materialize(runner, built, lambda b: _shard(b, mesh, wl), "fully_shard")
+        around = contextlib.ExitStack()
+        around.enter_context(_fsdp_tags(runner.rec, live))
+        if wl.tp > 1 and wl.loss_parallel:
+            from torch.distributed.tensor.parallel import loss_parallel
+
+            around.enter_context(loss_parallel())
+        rec, params, trainable = record_rank(runner, built, around)
         del built
         gc.collect()
     events = rec.events()
     summary = summarize(events, top=top, component_of=TAG_COMPONENT)
+    dp = n // wl.tp
     notes = list(runner.notes) + [
         f"FSDP2 per rank: rank {rank} of {n} (fake process group), fully_shard on each of {n_blocks} blocks "
         "and the root; every rank runs the same program on equal shards, rank 0's the largest (padding of "
@@ -316,95 +326,13 @@ def _trace(model, wl: Workload, n: int, *, rank: int, steps: int, progress, top:
         "one unrecorded warm-up step ran first (DTensor's first calls and FSDP's lazy init); optimizer state "
         "cleared after it, so step 1 creates the state",
     ]
+    if wl.tp > 1:
+        notes.append(f"2-D mesh (dp {dp}, tp {wl.tp}) as torchtitan's parallelize_llama: its TP plan (llama3 apply_tp) "
+                     f"on the tp dimension first, then fully_shard over the {dp} dp ranks"
+                     + (", the loss under loss_parallel (logits sharded over the vocabulary)" if wl.loss_parallel
+                        else ", the logits gathered"))
     if wl.fsdp_mixed_precision:
         notes.append(f"FSDP2 MixedPrecisionPolicy(param_dtype={wl.amp}, reduce_dtype=fp32) over fp32 sharded "
                      "parameters (torchtitan's default), no autocast")
     return rank_result(runner, model, wl, events, summary, notes, alloc_conf=alloc_conf, steps=steps,
                        params=params, trainable=trainable, t0=t0)
-
-
-def materialize(runner, built, apply: Callable[[Any], T], plan: str, *, tie: Callable[[], None] | None = None) -> T:
-    """``apply(built)`` (a parallel plan on the meta-built model), then fake storages for its tensors (``to_empty``
-    inside the runner's fake mode) and its tied weights tied again (``tie``, or build.retie); what the plan
-    returns. A plan refusing the model is one line naming ``plan``."""
-    from vramlens.trace.build import retie
-
-    try:
-        out = apply(built)
-        assert runner.fake_mode is not None  # Runner(mode="fake")
-        with runner.fake_mode:
-            built.model.to_empty(device="cpu")
-            if tie is not None:
-                tie()
-            else:
-                retie(built.model)
-        return out
-    except VramlensError:
-        raise
-    except Exception as e:  # noqa: BLE001 - a plan refusing the model: one clear line
-        raise TraceError(f"{plan} failed on {type(built.model).__name__}: {type(e).__name__}: {e}") from e
-
-
-def warm_up_step(runner, built, opt) -> None:
-    """One unrecorded training step on a sharded or parallelized rank (the Runner's ``before_record``):
-    DTensor's first call of each op makes temporaries the steady state does not; the optimizer's state is
-    cleared after it, so the recorded step 1 creates it as a real first step does."""
-    from vramlens.trace.recorder import Recorder
-    from vramlens.trace.runner import InBackwardOptimizer
-
-    in_backward = isinstance(opt, InBackwardOptimizer)
-    if in_backward:  # its hooks step during backward: their marks go to a recorder that is thrown away
-        opt.rec, kept = Recorder(), opt.rec
-    inputs = runner._inputs(built, runner.wl.seq)
-    with runner._autocast():
-        if runner.wl.activation_offload:
-            out, loss = runner._offloaded_forward(built, inputs)
-        else:
-            out = runner._forward(built, inputs)
-            loss = runner._loss(out)
-    del out
-    loss.backward()
-    if runner.wl.activation_offload:
-        runner.offloader.end_backward()
-    del loss, inputs
-    if in_backward:
-        opt.rec = kept
-        for one in opt.per_param.values():
-            one.state.clear()
-    elif opt is not None:
-        opt.step()
-        opt.zero_grad(set_to_none=True)
-        opt.state.clear()
-    for p in built.model.parameters():
-        p.grad = None
-    gc.collect()
-
-
-def record_rank(runner, built, around) -> tuple[Any, int, int]:
-    """Record ``built`` inside the context ``around``: (recorder, parameters, trainable parameters), any
-    failure inside torch as one TraceError line. DTensor.numel() is the global (unsharded) count."""
-    from vramlens.trace.runner import describe_failure
-
-    try:
-        with around:
-            rec = runner.run(built)
-    except VramlensError:
-        raise
-    except Exception as e:  # noqa: BLE001 - any failure inside torch becomes one clear line
-        raise TraceError(describe_failure(runner.rec, e)) from e
-    ps = list(built.model.parameters())
-    return rec, sum(p.numel() for p in ps), sum(p.numel() for p in ps if p.requires_grad)
-
-
-def rank_result(runner, model, wl: Workload, events, summary, notes: list[str], *, alloc_conf, steps: int,
-                params: int, trainable: int, t0: float) -> TraceResult:
-    """The TraceResult of one traced rank (FSDP2, or tensor parallelism in training or inference)."""
-    reserved = simulated_reserved(events, notes, alloc_conf)
-    bd = make_trace_breakdown(summary, training=wl.training, source="trace", notes=notes,
-                              phases=phase_max(summary.phase_peaks), peak_reserved=reserved, workload=wl)
-    return TraceResult(
-        breakdown=bd, summary=summary, events=tuple(events), workload=wl, model_name=name_of(model),
-        params=params, trainable_params=trainable, backend="fake", steps=steps,
-        step_peaks=summary.step_peaks, phase_peaks=summary.phase_peaks, n_layers=runner_layers(runner, model),
-        seconds=time.perf_counter() - t0,
-    )

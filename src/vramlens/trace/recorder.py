@@ -16,9 +16,10 @@ Design (kept light so a 7B step traces in seconds):
 
 from __future__ import annotations
 
+import functools
 import weakref
-from collections.abc import Iterable
-from typing import cast
+from collections.abc import Callable, Iterable
+from typing import Any, cast
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode, is_traceable_wrapper_subclass
@@ -29,6 +30,10 @@ from vramlens.units import BLOCK
 _ALLOC, _FREE = 0, 1
 _TO_COPY = torch.ops.aten._to_copy.default
 _SCALAR = torch.ops.aten._local_scalar_dense.default
+#: funcol's wait returns its input on a GPU (torch/csrc/distributed/c10d/Functional.cpp ``wait_tensor``:
+#: ``return tensor;``), but its fake/meta kernel returns ``torch.empty_like(self)``
+#: (torch/distributed/_functional_collectives.py ``_wait_tensor_meta``): a second buffer per collective
+_WAIT = torch.ops._c10d_functional.wait_tensor.default if hasattr(torch.ops, "_c10d_functional") else None
 _META_KEY = "vramlens_module"
 _MISSING = object()
 
@@ -80,6 +85,15 @@ class Recorder(TorchDispatchMode):
         #: all-gather); the first tag a storage gets is kept, as with :meth:`mark`
         self.tag_new: str | None = None
         self._resize_patched = False
+        #: see inside DTensor's ops (set for the parallel traces, vramlens.trace.ranks): a dispatch mode
+        #: sees an op on DTensors once, before DTensor's ``__torch_dispatch__``, which then runs the local
+        #: ops with the mode switched off, so what a DTensor op allocates and frees inside (loss_parallel's
+        #: ``_log_softmax`` temporaries, a redistribution's buffers) was invisible. Returning NotImplemented
+        #: for DTensor arguments hands the op to DTensor with the mode still on, so its local ops are seen;
+        #: the fake tensors its sharding propagation makes are left out (below)
+        self.inside_dtensor = False
+        self._propagating = 0
+        self._propagation_saved: Callable[..., Any] | None = None
 
     # ---- storages -----------------------------------------------------------------------
     def _storages(self, t: torch.Tensor) -> Iterable:
@@ -160,6 +174,13 @@ class Recorder(TorchDispatchMode):
 
     # ---- dispatch -----------------------------------------------------------------------
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if self.inside_dtensor:
+            if self._propagating:  # DTensor's sharding propagation: fake tensors in a real run, no memory
+                return func(*args, **(kwargs or {}))
+            if any(issubclass(t, _dtensor_types()) for t in types):
+                return NotImplemented  # DTensor dispatches it; its local ops come back here
+        if func is _WAIT and args and isinstance(args[0], torch.Tensor):
+            return args[0]  # what the GPU kernel returns (see _WAIT)
         name = func.__name__
         self.last_op = name
         if func is _SCALAR and self.stub_optimizer_scalars and self.phase == "optimizer":
@@ -271,12 +292,14 @@ class Recorder(TorchDispatchMode):
         self._saved_hooks = torch.autograd.graph.saved_tensors_hooks(self._pack, _unpack)
         self._saved_hooks.__enter__()
         self._patch_resize()
+        self._patch_propagation()
         return super().__enter__()
 
     def __exit__(self, *exc):
         try:
             return super().__exit__(*exc)
         finally:
+            self._unpatch_propagation()
             self._unpatch_resize()
             self._saved_hooks.__exit__(*exc)
             for h in self._hooks:
@@ -313,6 +336,38 @@ class Recorder(TorchDispatchMode):
             del torch.UntypedStorage.resize_
         else:
             torch.UntypedStorage.resize_ = self._resize_saved  # type: ignore[method-assign]
+
+    def _patch_propagation(self) -> None:
+        # DTensor derives each output's global shape by running the op on fake tensors
+        # (torch/distributed/tensor/_sharding_prop.py ``_propagate_tensor_meta_non_cached``): no memory on a
+        # GPU, but fake CPU storages of the global shape here, so they are not recorded
+        if not self.inside_dtensor or self._propagation_saved is not None:
+            return
+        from torch.distributed.tensor._sharding_prop import ShardingPropagator
+
+        inner = ShardingPropagator._propagate_tensor_meta_non_cached
+        self_ref = weakref.ref(self)
+
+        def propagate(prop, op_schema):
+            rec = self_ref()
+            if rec is not None:
+                rec._propagating += 1
+            try:
+                return inner(prop, op_schema)
+            finally:
+                if rec is not None:
+                    rec._propagating -= 1
+
+        self._propagation_saved = inner
+        ShardingPropagator._propagate_tensor_meta_non_cached = propagate  # type: ignore[method-assign]
+
+    def _unpatch_propagation(self) -> None:
+        if self._propagation_saved is None:
+            return
+        from torch.distributed.tensor._sharding_prop import ShardingPropagator
+
+        ShardingPropagator._propagate_tensor_meta_non_cached = self._propagation_saved  # type: ignore[method-assign]
+        self._propagation_saved = None
 
     def close(self) -> None:
         """Stop listening for frees (storages alive now stay alive in the trace)."""
@@ -357,3 +412,12 @@ class Recorder(TorchDispatchMode):
 
 def _unpack(t):
     return t
+
+
+@functools.cache
+def _dtensor_types() -> tuple[type, ...]:
+    """DTensor and funcol's AsyncCollectiveTensor (which wraps a collective's output until waited on)."""
+    from torch.distributed._functional_collectives import AsyncCollectiveTensor
+    from torch.distributed.tensor import DTensor
+
+    return (DTensor, AsyncCollectiveTensor)

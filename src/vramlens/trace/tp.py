@@ -2,7 +2,7 @@
 transformers' own plan (inference).
 
 The plan is torchtitan's (torchtitan/models/llama3/infra/parallelize.py ``apply_tp``), applied with
-``parallelize_module`` on rank 0 of a fake process group of ``tp`` ranks (vramlens.trace.fsdp
+``parallelize_module`` on rank 0 of a fake process group of ``tp`` ranks (vramlens.trace.ranks
 ``fake_process_group``) under fake tensors:
 
 * the input embedding ``RowwiseParallel(input_layouts=Replicate(), output_layouts=Shard(1))``: the
@@ -50,6 +50,7 @@ from __future__ import annotations
 import contextlib
 import gc
 import time
+from collections.abc import Callable
 from typing import Any
 
 from vramlens.errors import InputError, TraceError
@@ -83,6 +84,14 @@ def _check(model: Any, wl: Workload, backend: str, layers) -> None:
     if not wl.training:
         _check_inference(wl)
         return
+    check_training_plan(wl)
+    if wl.amp is not None and wl.amp != wl.dtype:
+        raise TraceError(f"amp={wl.amp} under tp={wl.tp} is not traced (torchtitan runs TP alone in the weights' dtype): "
+                         "use --dtype bf16, or `vramlens estimate`")
+
+
+def check_training_plan(wl: Workload) -> None:
+    """What torchtitan's TP plan is traced for in training, alone or under FSDP2 (vramlens.trace.fsdp)."""
     if wl.method != "full" or wl.quant is not None:
         raise TraceError(f"method={wl.method} under tp={wl.tp} is not traced: torchtune's lora_finetune_distributed "
                          "refuses tensor_parallel_dim > 1, and NeMo's Megatron LoRA (tensor_model_parallel_size > 1), "
@@ -93,9 +102,6 @@ def _check(model: Any, wl: Workload, backend: str, layers) -> None:
     if wl.loss == "fused-linear":
         raise TraceError(f"loss=fused-linear is not traced with tp={wl.tp} (the fused loss reads the output layer's "
                          "weight as a plain tensor, not a vocabulary shard): use `vramlens estimate`")
-    if wl.amp is not None and wl.amp != wl.dtype:
-        raise TraceError(f"amp={wl.amp} under tp={wl.tp} is not traced (torchtitan runs TP alone in the weights' dtype): "
-                         "use --dtype bf16, or `vramlens estimate`")
 
 
 def _check_inference(wl: Workload) -> None:
@@ -139,7 +145,7 @@ def _decoder(model) -> tuple[Any, Any]:
     return inner, layers
 
 
-def _divides(cfg: dict, tp: int) -> None:
+def divides(cfg: dict, tp: int) -> None:
     """torchtitan's plan shards whole heads and equal MLP columns: tp must divide both."""
     heads = cfg.get("num_attention_heads") or 0
     kv = cfg.get("num_key_value_heads") or heads
@@ -193,6 +199,23 @@ def apply_plan(model, mesh, *, loss_parallel: bool) -> int:
     return len(layers)
 
 
+def output_tie(built) -> Callable[[], None] | None:
+    """What ties a causal LM's output layer to its input embedding again after ``to_empty`` (None when untied);
+    a TraceError when ``built`` is not a causal LM of the plan's Llama-style layout."""
+    if built.kind != "causal-lm":
+        raise TraceError(f"--tp traces causal LMs (torchtitan's plan); {type(built.model).__name__} trains "
+                         f"{built.kind}: use `vramlens estimate`")
+    hf: Any = built.model  # a transformers model: untyped
+    inner, _layers = _decoder(hf)
+    if hf.lm_head.weight is not inner.embed_tokens.weight:
+        return None
+
+    def tie() -> None:
+        hf.lm_head.weight = inner.embed_tokens.weight
+
+    return tie
+
+
 def trace_tp(model: Any, workload: Workload | None = None, *, steps: int = 2, backend: str = "fake",
              layers: int | None = None, progress=None, top: int = 20, alloc_conf: str | None = None,
              **workload_kwargs: Any) -> TraceResult:
@@ -226,29 +249,20 @@ def _trace(model, wl: Workload, *, steps: int, progress, top: int, alloc_conf) -
     from torch.distributed.tensor.parallel import loss_parallel
 
     from vramlens.trace.build import build_hf
-    from vramlens.trace.fsdp import fake_process_group, materialize, rank_result, record_rank, warm_up_step
+    from vramlens.trace.ranks import fake_process_group, materialize, rank_result, record_rank, warm_up_step
     from vramlens.trace.runner import Runner, config_of
 
     t0 = time.perf_counter()
     cfg = config_of(model)
-    _divides(cfg, wl.tp)
+    divides(cfg, wl.tp)
     runner = Runner(wl, mode="fake", steps=steps, progress=progress)
     lp = wl.loss_parallel
 
     runner.before_record = lambda built, opt: warm_up_step(runner, built, opt)  # no autocast under --tp
     with fake_process_group(wl.tp) as mesh:
         built = build_hf(cfg, wl, meta_only=True)
-        if built.kind != "causal-lm":
-            raise TraceError(f"--tp traces causal LMs (torchtitan's plan); {type(built.model).__name__} trains "
-                             f"{built.kind}: use `vramlens estimate`")
-        hf: Any = built.model  # a transformers model: untyped
-        inner, _layers = _decoder(hf)
-        tied = hf.lm_head.weight is inner.embed_tokens.weight
-        def tie() -> None:
-            hf.lm_head.weight = inner.embed_tokens.weight
-
         n_blocks = materialize(runner, built, lambda b: apply_plan(b.model, mesh, loss_parallel=lp),
-                               "torchtitan's TP plan", tie=tie if tied else None)
+                               "torchtitan's TP plan", tie=output_tie(built))
         rec, params, trainable = record_rank(runner, built, loss_parallel() if lp else contextlib.nullcontext())
         del built
         gc.collect()
@@ -287,12 +301,12 @@ def transformers_plan(model, mesh, tp: int) -> dict[str, str]:
 def _trace_inference(model, wl: Workload, *, progress, top: int, alloc_conf) -> TraceResult:
     """Prefill and decode on rank 0 of ``tp`` under transformers' own plan (``tp_plan="auto"``), DynamicCache."""
     from vramlens.trace.build import build_hf
-    from vramlens.trace.fsdp import fake_process_group, materialize, rank_result, record_rank
+    from vramlens.trace.ranks import fake_process_group, materialize, rank_result, record_rank
     from vramlens.trace.runner import Runner, config_of
 
     t0 = time.perf_counter()
     cfg = config_of(model)
-    _divides(cfg, wl.tp)
+    divides(cfg, wl.tp)
     runner = Runner(wl, mode="fake", steps=1, progress=progress)
     runner.before_record = lambda built, _opt: _warm_up_inference(runner, built)
     with fake_process_group(wl.tp) as mesh:

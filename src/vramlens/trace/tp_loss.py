@@ -38,7 +38,7 @@ def trace_tp_loss(*, vocab: int, hidden: int, batch: int, seq: int, tp: int, dty
     from torch.distributed.tensor.parallel import loss_parallel as lp_ctx
 
     from vramlens.trace.events import summarize
-    from vramlens.trace.fsdp import fake_process_group
+    from vramlens.trace.ranks import fake_process_group
     from vramlens.trace.recorder import Recorder
 
     with fake_process_group(tp) as mesh, FakeTensorMode(allow_non_fake_inputs=True):
@@ -49,6 +49,7 @@ def trace_tp_loss(*, vocab: int, hidden: int, batch: int, seq: int, tp: int, dty
         labels = torch.randint(0, vocab, (batch, seq))
         for _ in range(2):  # the first run warms up, the second is kept
             rec = Recorder()
+            rec.inside_dtensor = True
             with rec:
                 weight = head.weight
                 assert isinstance(weight, DTensor)  # parallelize_module made it one
