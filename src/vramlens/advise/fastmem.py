@@ -61,12 +61,14 @@ STATE_FIELDS = ("mode", "method", "dtype", "amp", "quant", "optimizer", "optimiz
                 "lora_targets", "lora_dropout", "lora_dtype", "dora", "fused_qkv", "quant_targets",
                 "quant_head", "quant_group_size", "quantize_on_device", "quant_impl", "gpus", "zero", "zero_buckets", "fsdp",
                 "fsdp_strategy", "tp", "pp", "offload", "optimizer_in_backward",
-                "loss", "loss_chunks", "loss_parallel", "fp8", "images", "transformers_version", "bnb_compute_dtype")
+                "loss", "loss_chunks", "loss_parallel", "fp8", "images", "transformers_version", "bnb_compute_dtype",
+                "padded")
 
-#: The fields train_state reads (STATE_FIELDS less the loss fields, images and bnb_compute_dtype, which only validity
-#: reads; fused_qkv shapes LitGPT's q/k/v adapter, inventory.lora_shape).
+#: The fields train_state reads (STATE_FIELDS less the loss fields, images, bnb_compute_dtype and padded, which only
+#: validity reads; fused_qkv shapes LitGPT's q/k/v adapter, inventory.lora_shape).
 TRAIN_STATE_FIELDS = tuple(f for f in STATE_FIELDS
-                           if f not in ("loss", "loss_chunks", "loss_parallel", "fp8", "images", "bnb_compute_dtype"))
+                           if f not in ("loss", "loss_chunks", "loss_parallel", "fp8", "images", "bnb_compute_dtype",
+                                        "padded"))
 
 
 def state_key_tail(w: Workload, grad_accum: int) -> tuple[object, ...]:
@@ -185,7 +187,8 @@ class FastMemory:
                 return ()
 
             # every field check_workload reads (vramlens.estimator.check_workload)
-            probs.extend(self._memo(("check", w.mode, w.method, w.tp, w.pp, w.lora_targets, w.fused_qkv, w.lora_rank,
+            probs.extend(self._memo(("check", w.mode, w.method, w.tp, w.pp, w.lora_targets, w.fused_qkv, w.padded,
+                                     w.lora_rank,
                                      w.new_tokens, w.loss_parallel, w.loss_chunks > 1, w.loss, w.images > 0,
                                      w.quant_head, w.quantized, w.image_size), check))
         if probs:
