@@ -209,7 +209,9 @@ def test_a_cell_that_cannot_be_made_says_why(client):
     d = client.get("/api/compare", params={"model": "gpt2"}).json()
     train = d["rows"][1]["cells"]
     assert train["int8"]["error"] == ("lora_targets=q_proj,v_proj match no linear layer of openai-community/gpt2: "
-                                      "choose from c_attn, c_fc, c_proj or all-linear")
+                                      "choose from c_attn, c_fc, c_proj or all-linear (q_proj, k_proj and v_proj "
+                                      "name the parts of its fused q/k/v linear under --fused-qkv, LitGPT's "
+                                      "LoRAQKVLinear)")
     assert train["bf16"]["device_total_bytes"] > 0
 
 
