@@ -29,8 +29,11 @@ Checkpointing (activation checkpointing of the transformer blocks):
 from __future__ import annotations
 
 import math
+import operator
 import re
+from collections import deque
 from dataclasses import asdict, dataclass, fields, replace
+from itertools import repeat
 from typing import Any, Literal, get_args
 
 from vramlens import limits as L
@@ -1128,3 +1131,25 @@ def make_workload(**kwargs: Any) -> Workload:
     elif isinstance(clean.get("audio_seconds"), str):
         clean["audio_seconds"] = parse_audio_seconds(clean["audio_seconds"])
     return Workload(**clean).validated()
+
+
+_FIELD_NAMES = tuple(f.name for f in fields(Workload))
+_FIELD_INDEX = {name: i for i, name in enumerate(_FIELD_NAMES)}
+_ALL_FIELDS = operator.attrgetter(*_FIELD_NAMES)
+
+
+def evolve(w: Workload, **changes: Any) -> Workload:
+    """``dataclasses.replace(w, **changes)``, several times faster (the advisor makes tens of thousands).
+
+    A Workload has no ``__post_init__`` and no ``init=False`` field, so the object ``replace`` builds through
+    ``__init__`` is a copy of ``w`` with the changed fields set, which is what this builds directly.
+    """
+    values = list(_ALL_FIELDS(w))
+    for name, value in changes.items():
+        i = _FIELD_INDEX.get(name)
+        if i is None:
+            raise TypeError(f"Workload has no field {name!r}")
+        values[i] = value
+    new = object.__new__(Workload)
+    deque(map(object.__setattr__, repeat(new), _FIELD_NAMES, values), maxlen=0)
+    return new

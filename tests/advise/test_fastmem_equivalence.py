@@ -161,7 +161,7 @@ def _check(fm: FastMemory, w: Workload) -> None:
         t.saved, t.one_layer, t.loss_transient, t.head_saved, logits)
     assert (a.recompute, a.recompute_after, a.uncheckpointed, a.block_kept, a.block_backward) == (
         t.recompute, t.recompute_after, t.uncheckpointed, t.block_kept, t.block_backward)
-    assert FastMemory.device_total(state, a, w.grad_accum) == b.device_total
+    assert fm.device_total(state, a, w.grad_accum) == b.device_total
     assert (state.ts.weights, state.ts.grads, state.ts.opt + state.ts.paged) == (b["weights"], b["gradients"], b["optimizer_states"])
 
 
@@ -195,3 +195,57 @@ def test_the_strategies_reach_valid_training_and_inference_workloads(name):
 
     count()
     assert seen["train"] >= 15 and seen["inference"] >= 15, seen
+
+
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(data=st.data(), name=st.sampled_from(MODELS))
+def test_evolve_builds_what_replace_builds(data, name):
+    """workload.evolve, the search's fast dataclasses.replace, on a random workload and each one-field change."""
+    w = data.draw(workloads(name), label="workload")
+    for f in fields(Workload):
+        other = data.draw(STRATEGIES[f.name], label=f.name)
+        got, want = W.evolve(w, **{f.name: other}), replace(w, **{f.name: other})
+        assert got == want and hash(got) == hash(want)
+
+
+def _values(f) -> tuple:
+    """Every value the strategies draw for field ``f`` (their sampled_from tuples)."""
+    name, hint = f.name, typing.get_type_hints(Workload)[f.name]
+    choices = _choices(name)
+    if choices is not None:
+        return (*choices, *EXTRA.get(name, ()))
+    if hint is bool:
+        return (False, True)
+    if hint is int:
+        return INTS.get(name, DEFAULT_INTS)
+    if hint is float:
+        return FLOATS.get(name, (0.0, 0.5))
+    if name == "lora_targets":
+        return TARGETS
+    literal = next((a for a in (hint, *typing.get_args(hint)) if typing.get_origin(a) is typing.Literal), None)
+    return typing.get_args(literal) if literal is not None else (f.default,)
+
+
+@pytest.mark.parametrize("name", ["llama-2-7b", "gpt2"])
+@pytest.mark.parametrize("checkpointing", ["selective-op", "every:3", "full", "none"])
+@pytest.mark.parametrize("method", ["full", "lora"])
+def test_recompute_key_holds_what_recomputed_reads(name, checkpointing, method):
+    """The cost model's shared memo of recomputed() (advise.cost.recompute_key): every valid one-field neighbour of a
+    valid training workload with the same key recomputes the same shares, so a field recomputed() reads and the key
+    misses fails here."""
+    from vramlens.advise.cost import recompute_key, recomputed
+
+    spec = _memory(name).spec
+    w = Workload(mode="train", method=method, checkpointing=checkpointing,
+                 lora_targets=MODEL_TARGETS[name][0])
+    assert _valid(spec, w)
+    compared = 0
+    for f in fields(Workload):
+        for value in _values(f):
+            u = replace(w, **{f.name: value})
+            if u == w or not _valid(spec, u):
+                continue
+            if recompute_key(u, u.checkpointing, u.attention) == recompute_key(w, w.checkpointing, w.attention):
+                assert recomputed(spec, u) == recomputed(spec, w), (f.name, value)
+                compared += 1
+    assert compared > 50

@@ -108,3 +108,24 @@ def test_lora_reduce_scatters_only_the_adapters():
     assert fsdp_stream_pools(spec, lora, 2)[1] == 2 * 2 * MIB
     full = Workload(mode="train", fsdp=True, gpus=2)
     assert fsdp_stream_pools(spec, full, 2)[1] > 6_000 * MIB
+
+
+@pytest.mark.parametrize("one_at_a_time", [False, True])
+@pytest.mark.parametrize("model,n,lora", [("llama-3.1-8b", 8, False), ("qwen2.5-0.5b", 4, False),
+                                          ("qwen2.5-0.5b", 2, True)])
+def test_reduce_scatter_pool_stops_growing_after_two_micro_batches(model, n, lora, one_at_a_time):
+    """fsdp_stream_pools replays two micro-batches at most: the pattern itself, replayed with up to 16, says the
+    reserve is the same (each later micro-batch's alloc/free pairs reuse what the one before cached)."""
+    from vramlens.estimator.parallel import _group_adapter_shard_numels, _reduce_scatter_pool
+
+    spec = catalog_spec(model)
+    assert spec is not None
+    adapters = None
+    if lora:
+        w = Workload(mode="train", method="lora", fsdp=True, gpus=n, dtype="bf16")
+        adapters = _group_adapter_shard_numels(spec, w, n)
+    replay = _reduce_scatter_pool.__wrapped__  # type: ignore[attr-defined]
+    two = replay(spec, n, 1, 4, one_at_a_time, 2, adapters)
+    assert two > 0
+    for ga in (3, 5, 16):
+        assert replay(spec, n, 1, 4, one_at_a_time, ga, adapters) == two

@@ -56,16 +56,17 @@ Training techniques (vramlens.workload):
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import cast
 
 from vramlens.estimator import checkpointing as C
 from vramlens.estimator.inventory import summarize
+from vramlens.estimator.memo import identity_cache
 from vramlens.estimator.optimizer import ADAM_LIKE, CPU_OFFLOAD
 from vramlens.hardware.gpu import GPU
 from vramlens.models.spec import ModelSpec
 from vramlens.units import DTYPE_BYTES
-from vramlens.workload import Attention, Workload
+from vramlens.workload import Attention, Workload, evolve
 
 #: Model FLOPs utilisation assumed for training and prefill (see the module docstring).
 MFU = 0.40
@@ -159,7 +160,11 @@ def train_flops_per_token(spec: ModelSpec, w: Workload, trainable: int) -> float
 
 
 def recomputed(spec: ModelSpec, w: Workload) -> tuple[float, float]:
-    """(share of the dense forward, share of the attention forward) that backward runs again."""
+    """(share of the dense forward, share of the attention forward) that backward runs again.
+
+    Reads of ``w`` the mode, checkpointing, attention, and (through the per-op policy's matmul order,
+    checkpointing.block_mms) the method and LoRA targets: :func:`recompute_key`, the memo's key.
+    """
     if not w.training or w.checkpointing == "none":
         return 0.0, 0.0
     if w.checkpointing == "full":
@@ -170,6 +175,17 @@ def recomputed(spec: ModelSpec, w: Workload) -> tuple[float, float]:
         return 1.0 - C.saved_matmul_share(spec, w), (1.0 if w.attention == "eager" else 0.0)
     share = sum(C.checkpointed(spec, w)) / max(1, spec.n_layers)
     return share, share
+
+
+def recompute_key(w: Workload, checkpointing: str, attention: str) -> tuple[object, ...]:
+    """What :func:`recomputed` reads of ``w`` with this checkpointing and attention."""
+    return w.mode, w.method, w.lora_targets, checkpointing, attention
+
+
+@identity_cache
+def _recompute_memo(spec: ModelSpec) -> dict[tuple[object, ...], tuple[float, float]]:
+    """One memo of :func:`recomputed` per model, shared by the search's TrainingCosts."""
+    return {}
 
 
 def _train_flops(N: int, trainable: int, method: str, attn: float,
@@ -196,7 +212,7 @@ class TrainingCost:
         tp, pp, dp = w.tp, w.pp, w.dp
         self.spec = spec
         self.w = w
-        self._recompute: dict[tuple[str, str], tuple[float, float]] = {}
+        self._recompute = _recompute_memo(spec)
         self.N = N = n_params(spec)
         self.trainable = trainable
         self.method = w.method
@@ -244,10 +260,10 @@ class TrainingCost:
             local_trainable * 2 * (2 * pbytes + n_states * state_b) / gpu.bandwidth_bytes_s)
 
     def _recomputed(self, checkpointing: str, attention: str) -> tuple[float, float]:
-        key = (checkpointing, attention)
+        key = recompute_key(self.w, checkpointing, attention)
         hit = self._recompute.get(key)
         if hit is None:
-            w = replace(self.w, checkpointing=checkpointing, attention=cast(Attention, attention))
+            w = evolve(self.w, checkpointing=checkpointing, attention=cast(Attention, attention))
             hit = self._recompute[key] = recomputed(self.spec, w)
         return hit
 
@@ -256,6 +272,19 @@ class TrainingCost:
 
         ``offloaded_bytes``: what activation offloading copies to the host per micro-batch (and back).
         """
+        seconds, compute, comm, offload, bubble, tokens_rank, flops = self._terms(b, m, checkpointing, attention,
+                                                                                offloaded_bytes)
+        tokens = tokens_rank * self.dp
+        return StepCost(seconds=seconds, compute_s=compute, comm_s=comm, offload_s=offload, bubble_s=bubble,
+                        tokens_per_s=tokens / seconds if seconds > 0 else 0.0, flops_per_token=flops)
+
+    def seconds(self, b: int, m: int, checkpointing: str, attention: str, offloaded_bytes: int = 0) -> float:
+        """:meth:`step`'s seconds alone (the search ranks tens of thousands of plans by it)."""
+        return self._terms(b, m, checkpointing, attention, offloaded_bytes)[0]
+
+    def _terms(self, b: int, m: int, checkpointing: str, attention: str,
+               offloaded_bytes: int) -> tuple[float, float, float, float, float, int, float]:
+        """(seconds, compute, communication, offload, bubble, tokens per replica, FLOPs per token) of one step."""
         tp, pp = self.tp, self.pp
         s = self.seq
         dense, attn = _train_flops(self.N, self.trainable, self.method, self.attn_tok,
@@ -276,15 +305,7 @@ class TrainingCost:
         exposed = max(0.0, overlapped - compute * 2 / 3)  # bucketed collectives hide behind the backward
         offload = self.offload_step + m * (self.offload_micro + 2 * offloaded_bytes / self.pcie)
         seconds = compute + bubble + comm_critical + exposed + offload + self.opt_step
-        tokens = tokens_rank * self.dp
-        return StepCost(
-            seconds=seconds, compute_s=compute, comm_s=comm_critical + overlapped, offload_s=offload,
-            bubble_s=bubble, tokens_per_s=tokens / seconds if seconds > 0 else 0.0,
-            flops_per_token=dense + attn,
-        )
-
-    def seconds(self, b: int, m: int, checkpointing: str, attention: str, offloaded_bytes: int = 0) -> float:
-        return self.step(b, m, checkpointing, attention, offloaded_bytes).seconds
+        return seconds, compute, comm_critical + overlapped, offload, bubble, tokens_rank, dense + attn
 
 
 def offloaded_activation_bytes(spec: ModelSpec, w: Workload) -> int:

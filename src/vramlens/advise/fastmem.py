@@ -29,7 +29,7 @@ activation offloading's host copies and frozen-cast handling go through the esti
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
 from vramlens.errors import VramlensError
@@ -54,7 +54,7 @@ from vramlens.estimator.state import (
 )
 from vramlens.hardware.gpu import GPU
 from vramlens.models.spec import ModelSpec
-from vramlens.workload import Attention, Workload
+from vramlens.workload import Attention, Workload, evolve
 
 #: The fields of a training Workload that the state part reads (grad_accum enters through the split).
 STATE_FIELDS = ("mode", "method", "dtype", "amp", "quant", "optimizer", "optimizer_impl", "keep_grads", "lora_rank",
@@ -75,8 +75,8 @@ def state_key_tail(w: Workload, grad_accum: int) -> tuple[object, ...]:
     """What the state's key adds to STATE_FIELDS: the loop values its validity or split reads."""
     return (min(w.pp, grad_accum) if w.pp > 1 else 1, w.optimizer_in_backward and grad_accum > 1,
             w.loss_chunks > w.seq,
-            # FSDP2's reduce-scatter pool holds grad_accum steps' sharded gradients (parallel.fsdp_stream_pools)
-            max(1, grad_accum) if w.fsdp else 1)
+            # FSDP2's reduce-scatter pool: the same from two micro-batches on (parallel.fsdp_stream_pools)
+            min(2, max(1, grad_accum)) if w.fsdp else 1)
 
 
 @dataclass(frozen=True, slots=True)
@@ -156,6 +156,8 @@ class FastMemory:
         self._parts: dict[tuple[object, ...], tuple[str, ...]] = {}
         self._infer: dict[Workload, tuple[int, int]] = {}
         self._train_states: dict[tuple[object, ...], TrainState] = {}
+        self._phase_kw: dict[int, tuple[dict[str, Any], Activations]] = {}
+        self._views: dict[tuple[int, int | None], tuple[TrainState, TrainState | None, TrainState]] = {}
         self.evaluations = 0
 
     # ---- the parts ------------------------------------------------------------------------
@@ -196,7 +198,7 @@ class FastMemory:
         # train_state does not read the loss fields (they are in the key for the validity above):
         # the loss techniques' variants of one structure share it
         tkey = (*(getattr(w, f) for f in TRAIN_STATE_FIELDS), min(w.pp, w.grad_accum) if w.pp > 1 else 1,
-                max(1, w.grad_accum) if w.fsdp else 1)  # FSDP2's reduce-scatter pool (parallel.fsdp_stream_pools)
+                min(2, max(1, w.grad_accum)) if w.fsdp else 1)  # FSDP2's reduce-scatter pool (parallel.fsdp_stream_pools)
         ts = self._train_states.get(tkey)
         if ts is None:
             ts = self._train_states[tkey] = train_state(spec, w, self.gpu)
@@ -207,7 +209,7 @@ class FastMemory:
         key = (*skey, *state_key_tail(struct, grad_accum))
         st = self._states.get(key)
         if st is None:
-            st = self._states[key] = self._make_state(replace(struct, grad_accum=grad_accum))
+            st = self._states[key] = self._make_state(evolve(struct, grad_accum=grad_accum))
         return st
 
     @staticmethod
@@ -238,11 +240,11 @@ class FastMemory:
         key = self.activation_key(struct, sp, batch=batch, checkpointing=checkpointing, attention=attention)
         a = self._acts.get(key)
         if a is None:
-            w = replace(struct, batch=batch, grad_accum=grad_accum, checkpointing=checkpointing, attention=attention)
+            w = evolve(struct, batch=batch, grad_accum=grad_accum, checkpointing=checkpointing, attention=attention)
             vis_saved = 0
             if self.spec.vlm is not None:  # as estimate_spec: the tower and projector, the decoder at seq + images
                 vis = vision_figures(self.spec, w)
-                vis_saved, w = vis.saved, replace(w, seq=w.seq + vis.tokens)
+                vis_saved, w = vis.saved, evolve(w, seq=w.seq + vis.tokens)
             t = activation_totals(self.spec, w, sp)
             logits = logits_bytes(self.spec, w, w.batch * w.seq) if sp.has_head else 0
             kept = kept_past_backward(self.spec, w, sp, logits)
@@ -269,7 +271,7 @@ class FastMemory:
         self.evaluations += 1
         if not self.spec.sdpa and w.attention == "sdpa":
             # as estimate_spec: transformers runs eager where it refuses SDPA (gpt-oss)
-            w = replace(w, attention="eager")
+            w = evolve(w, attention="eager")
         if not w.training or w.cp > 1:
             # inference, and context parallelism (the step at seq/cp per rank, estimator.context): the estimator itself
             return self._exact(w)
@@ -281,33 +283,47 @@ class FastMemory:
         a = self.activations(w, st.sp)
         return self.device_total(st, a, w.grad_accum), self.host_bytes(st, a)
 
-    @staticmethod
-    def device_total(st: State, a: Activations, grad_accum: int) -> int:
+    def _derived(self, ts: TrainState, head_cast: int | None) -> tuple[TrainState, TrainState | None]:
+        """(the state the phases read, its default stream's view or None), memoized: the state less the
+        frozen casts activation offloading moves (``head_cast``), and :func:`default_stream_state` under FSDP2."""
+        key = (id(ts), head_cast)
+        hit = self._views.get(key)
+        if hit is None:
+            s = offload_frozen_casts(ts, head_cast)[0] if head_cast is not None and ts.frozen_casts else ts
+            # ts is kept in the value so that its id is not reused while the memo lives
+            hit = self._views[key] = (s, default_stream_state(s) if s.stream_pools else None, ts)
+        return hit[0], hit[1]
+
+    def device_total(self, st: State, a: Activations, grad_accum: int) -> int:
         """device_total from the estimator's own phase and reserve arithmetic (vramlens.estimator.state);
         the checkpointing mode reaches it through the activations (``recompute``, ``uncheckpointed``)."""
-        ts = st.valid
-        if a.head_cast is not None and ts.frozen_casts:
-            ts = offload_frozen_casts(ts, a.head_cast)[0]
-        def phases_of(s: TrainState) -> tuple[tuple[str, int], ...]:
-            return train_phases(s, a.saved, a.loss_transient, a.head_saved, grad_accum,
-                                a.logits, later_pass=a.later_pass, recompute=a.recompute,
-                                recompute_after=a.recompute_after, uncheckpointed=a.uncheckpointed,
-                                block_kept=a.block_kept, block_backward=a.block_backward,
-                                loss_outside_model=a.loss_outside_model,
-                                offloaded_block=offloaded_block(s, a.offloaded_block),
-                                loss_backward=a.loss_backward, loss_backward_over=a.loss_backward_over,
-                                head_backward=a.head_backward, head_grads=a.head_grads,
-                                head_backward_later=a.head_backward_later, head_grad_in_forward=a.head_grad_in_forward,
-                                final_norm_backward=a.final_norm_backward, dequant_forward=a.dequant_forward,
-                                dequant_backward=a.dequant_backward, dequant_temporary=a.dequant_temporary,
-                                mlp_backward=a.mlp_backward, kept_inputs=a.kept_inputs, kept_next=a.kept_next,
-                                held_at_loss=a.held_at_loss, tied_last=a.tied_last,
-                                head_dequant_forward=a.head_dequant_forward,
-                                head_dequant_backward=a.head_dequant_backward, logits_held=a.logits_held)
-
-        phases = phases_of(ts)
-        peak = max(v for _, v in phases)
-        default_peak = max(v for _, v in phases_of(default_stream_state(ts))) if ts.stream_pools else None
+        ts, default_ts = self._derived(st.valid, a.head_cast)
+        hit = self._phase_kw.get(id(a))
+        if hit is not None:
+            kw = hit[0]
+        else:
+            # the activations' keywords of train_phases, once per Activations (kept in the memo with a, so the id
+            # is not reused)
+            kw = dict(later_pass=a.later_pass, recompute=a.recompute, recompute_after=a.recompute_after,
+                      uncheckpointed=a.uncheckpointed, block_kept=a.block_kept, block_backward=a.block_backward,
+                      loss_outside_model=a.loss_outside_model, loss_backward=a.loss_backward,
+                      loss_backward_over=a.loss_backward_over, head_backward=a.head_backward,
+                      head_grads=a.head_grads, head_backward_later=a.head_backward_later,
+                      head_grad_in_forward=a.head_grad_in_forward, final_norm_backward=a.final_norm_backward,
+                      dequant_forward=a.dequant_forward, dequant_backward=a.dequant_backward,
+                      dequant_temporary=a.dequant_temporary, mlp_backward=a.mlp_backward,
+                      kept_inputs=a.kept_inputs, kept_next=a.kept_next, held_at_loss=a.held_at_loss,
+                      tied_last=a.tied_last, head_dequant_forward=a.head_dequant_forward,
+                      head_dequant_backward=a.head_dequant_backward, logits_held=a.logits_held)
+            self._phase_kw[id(a)] = (kw, a)
+        saved, loss_transient, head_saved, logits = a.saved, a.loss_transient, a.head_saved, a.logits
+        peak = max(v for _, v in train_phases(ts, saved, loss_transient, head_saved, grad_accum, logits,
+                                              offloaded_block=offloaded_block(ts, a.offloaded_block), **kw))
+        default_peak = None
+        if default_ts is not None:
+            default_peak = max(v for _, v in train_phases(
+                default_ts, saved, loss_transient, head_saved, grad_accum, logits,
+                offloaded_block=offloaded_block(default_ts, a.offloaded_block), **kw))
         return reserved_total(ts, peak, default_peak=default_peak)[1]
 
     @staticmethod
@@ -347,9 +363,4 @@ class FastMemory:
         return tuple(w.problems()) or self.state(w).problems
 
 
-def with_(w: Workload, **changes: Any) -> Workload:
-    """``dataclasses.replace`` without validation (the search validates per memoized part)."""
-    return replace(w, **changes)
-
-
-__all__ = ["Activations", "FastMemory", "State", "with_"]
+__all__ = ["Activations", "FastMemory", "State"]

@@ -67,6 +67,7 @@ from vramlens.workload import (
     Optimizer,
     Quant,
     Workload,
+    evolve,
 )
 
 REMEDIES = ("amp", "checkpointing", "attention", "lora", "qlora", "8bit", "4bit", "grad-accum", "zero", "fsdp",
@@ -349,7 +350,7 @@ def _training_candidates(base: Workload, gpu: GPU, total: int, per_node: int, c:
                 for dtype, amp in _precisions(base, gpu, c):
                     for opt in _optimizers(base, c):
                         quant = base.quant if method == base.method else None
-                        yield replace(base, gpus=total, tp=tp, pp=pp, zero=z, fsdp=fs, offload=off, method=method,
+                        yield evolve(base, gpus=total, tp=tp, pp=pp, zero=z, fsdp=fs, offload=off, method=method,
                                       dtype=dtype, amp=amp, optimizer=opt, quant=quant, **kept_techniques), splits
 
 
@@ -403,7 +404,7 @@ def _variant_levels(struct: Workload, base: Workload, spec: ModelSpec, c: Constr
                     continue  # Workload.problems refuses them together
                 chosen = (*combo, *extra)
                 on: dict[str, Any] = {f: value for _, f, value in chosen}
-                v = replace(struct, **on)
+                v = evolve(struct, **on)
                 level.append(_Variant(v, tuple(getattr(v, f) for f in STATE_FIELDS), len(chosen), bool(extra)))
             if level:
                 levels.append(level)
@@ -533,18 +534,17 @@ def _search_training(s: _Search, base: Workload, total: int, per_node: int, c: C
     host_ram = None if s.host_ram is None else s.host_ram * s.nodes
     want = max_plans * 16  # kept before making them minimal (many become the same plan) and dropping repeats
     memory = s.objective == "memory"
-    candidates = [(struct, splits, _variant_levels(struct, base, s.spec, c))
-                  for struct, splits in _training_candidates(base, s.gpu, total, per_node, c, eb)]
+    candidates = list(_training_candidates(base, s.gpu, total, per_node, c, eb))
     per_split = len(ckpts) * len(attns)
     # a candidate is a structure with one micro-batch split, checkpointing and attention; the
     # techniques tried on it are its variants, not candidates of their own
-    n_total = sum(len(splits) for _, splits, _ in candidates) * per_split
+    n_total = sum(len(splits) for _, splits in candidates) * per_split
     seq = 0  # the order entries were found in (ties in the heap)
     state_for, activations_for, host_bytes = fm.state_for, fm.activations_for, fm.host_bytes
     partial = False
     if progress is not None:
         progress(0, len(candidates))
-    for done, (struct, splits, levels) in enumerate(candidates, 1):
+    for done, (struct, splits) in enumerate(candidates, 1):
         if done > 1 and budget is not None and budget.spent():
             partial = True
             break
@@ -554,9 +554,9 @@ def _search_training(s: _Search, base: Workload, total: int, per_node: int, c: C
         tier = 0 if struct.method == base.method else 1  # a different method trains something else
         changes = _n_changes(struct, base)
         tc = None  # the techniques change no term of TrainingCost but activation offload's bytes, passed per call
-        # with grad-accum > 1 the optimizer in backward is refused: its variants are not tried
-        accum_levels = [lv for lv in ([v for v in level if not v.struct.optimizer_in_backward] for level in levels)
-                        if lv]
+        # the structure's variants (the techniques added), built the first time a candidate needs them:
+        # [with grad-accum 1, with grad-accum > 1 (the optimizer in backward is refused: its variants are not tried)]
+        variants: list[list[list[_Variant]]] = []
         for mb, ga in splits:
             st = state_for(skey, struct, ga)
             if st.problems:
@@ -564,7 +564,6 @@ def _search_training(s: _Search, base: Workload, total: int, per_node: int, c: C
                 continue
             host_ok = host_ram is None or st.host <= host_ram
             sp = st.sp
-            ga_levels = levels if ga == 1 else accum_levels
             for ckpt in ckpts:
                 if ckpt == "selective-op" and struct.activation_offload:
                     n_eval += len(attns)  # Workload.problems refuses the pair
@@ -577,6 +576,14 @@ def _search_training(s: _Search, base: Workload, total: int, per_node: int, c: C
                     fits = total_b <= limit and (host_ok if host_ram is None or not (a.host or a.head_cast is not None)
                                                  else host_bytes(st, a) <= host_ram)
                     tried = [(struct, st, a, total_b, fits, 0)]
+                    if fits and not memory:
+                        ga_levels = []  # the variants are tried only when the candidate misses (or for memory)
+                    else:
+                        if not variants:
+                            levels = _variant_levels(struct, base, s.spec, c)
+                            variants += [levels, [lv for lv in ([v for v in level if not v.struct.optimizer_in_backward]
+                                                                for level in levels) if lv]]
+                        ga_levels = variants[0] if ga == 1 else variants[1]
                     order = ga_levels
                     if ga_levels and not fits and not memory:
                         order = [ga_levels[-1], *ga_levels[:-1]]
@@ -650,7 +657,7 @@ class _Candidate:
     attention: Attention
 
     def workload(self) -> Workload:
-        return replace(self.struct, batch=self.batch, grad_accum=self.grad_accum, checkpointing=self.checkpointing,
+        return evolve(self.struct, batch=self.batch, grad_accum=self.grad_accum, checkpointing=self.checkpointing,
                        attention=self.attention)
 
 
@@ -764,7 +771,7 @@ def _search_inference(s: _Search, base: Workload, total: int, per_node: int, c: 
                 for kv in kvs:
                     for attn in attns:
                         n_eval += 1
-                        w = replace(base, gpus=total, tp=tp, pp=pp, dtype=dtype, quant=quant, kv_dtype=kv,
+                        w = evolve(base, gpus=total, tp=tp, pp=pp, dtype=dtype, quant=quant, kv_dtype=kv,
                                     attention=attn)
                         r = s.fm.totals(w)
                         if r is None:
@@ -838,7 +845,7 @@ def _minimize(s: _Search, w: Workload, base: Workload, keep: frozenset[str] = fr
         for group in _UNDO:
             if kept.intersection(group) or all(getattr(w, f) == getattr(base, f) for f in group):
                 continue
-            u = replace(w, **{f: getattr(base, f) for f in group})
+            u = evolve(w, **{f: getattr(base, f) for f in group})
             if u.training and u.effective_batch != w.effective_batch:
                 continue
             r = _score(s, u, base)

@@ -333,23 +333,24 @@ def fsdp_stream_pools(spec: ModelSpec, w: Workload, weight_elem_bytes: int) -> t
     if w.method != "full":
         adapters = _group_adapter_shard_numels(spec, w, n)
         rs_b = 4 if mp else DTYPE_BYTES[w.lora_dtype]
-    return _stream_pools(spec, n, w.tp, ag_b, rs_b, mp, w.fsdp_strategy == "shard-grad-op",
-                         w.optimizer_in_backward or w.offload != "none", max(1, w.grad_accum), adapters)
+    # Beyond the second micro-batch the reduce-scatter pattern cannot grow the reserve: each later micro-batch
+    # allocates and frees every group's gradient in turn, and a freed block merges back into the free block it was
+    # split from, so each (alloc, free) pair leaves the pool as it found it, and every size it asks for was already
+    # served from the cache in the micro-batch before (tests/estimator/test_fsdp_streams.py replays both)
+    return (_all_gather_pool(spec, n, w.tp, ag_b, mp, w.fsdp_strategy == "shard-grad-op"),
+            _reduce_scatter_pool(spec, n, w.tp, rs_b, w.optimizer_in_backward or w.offload != "none",
+                                 min(2, max(1, w.grad_accum)), adapters))
 
 
 @identity_cache
-def _stream_pools(spec: ModelSpec, n: int, tp: int, ag_b: int, rs_b: int, mp: bool, kept: bool,
-                  one_at_a_time: bool, grad_accum: int,
-                  adapters: tuple[int, tuple[int, ...]] | None = None) -> tuple[int, int]:
+def _all_gather_pool(spec: ModelSpec, n: int, tp: int, ag_b: int, mp: bool, kept: bool) -> int:
+    """The all-gather copy-in stream's peak reserve over two steps (see fsdp_stream_pools)."""
     from vramlens.allocator.events import ALLOC, FREE
     from vramlens.allocator.simulator import simulate
 
     root, blocks = _group_shard_numels(spec, n, tp)
     groups = [root, *blocks]  # forward order
-    # what each group reduce-scatters: every parameter, or under LoRA the adapters alone
-    grads = groups if adapters is None else [adapters[0], *adapters[1]]
     ag: list[tuple[str, object, int]] = []
-    rs: list[tuple[str, object, int]] = []
     for step in range(2):
         prev: object = None
         for i, shard in enumerate(groups):  # forward: implicit prefetch holds the previous output
@@ -370,13 +371,29 @@ def _stream_pools(spec: ModelSpec, n: int, tp: int, ag_b: int, rs_b: int, mp: bo
                 if mp:
                     ag.append((FREE, ("bin", step, i), 0))
                 ag.append((FREE, ("bout", step, i), 0))
+    return simulate(ag, max_points=2).peak_reserved_bytes
+
+
+@identity_cache
+def _reduce_scatter_pool(spec: ModelSpec, n: int, tp: int, rs_b: int, one_at_a_time: bool, grad_accum: int,
+                         adapters: tuple[int, tuple[int, ...]] | None = None) -> int:
+    """The reduce-scatter stream's peak reserve over two steps of ``grad_accum`` micro-batches (see
+    fsdp_stream_pools); 0 when nothing is reduced."""
+    from vramlens.allocator.events import ALLOC, FREE
+    from vramlens.allocator.simulator import simulate
+
+    root, blocks = _group_shard_numels(spec, n, tp)
+    # what each group reduce-scatters: every parameter, or under LoRA the adapters alone
+    grads = [root, *blocks] if adapters is None else [adapters[0], *adapters[1]]
+    rs: list[tuple[str, object, int]] = []
+    for step in range(2):
         for micro in range(grad_accum):  # backward: blocks last to first, then the root
-            for i in [*range(len(groups) - 1, 0, -1), 0]:
+            for i in [*range(len(grads) - 1, 0, -1), 0]:
                 if not grads[i]:
                     continue
                 rs.append((ALLOC, ("g", step, micro, i), grads[i] * rs_b))
                 if micro or one_at_a_time:  # accumulated into the kept gradient, or stepped/offloaded
                     rs.append((FREE, ("g", step, micro, i), 0))
         if not one_at_a_time:  # zero_grad(set_to_none=True) at the next step's start
-            rs.extend((FREE, ("g", step, 0, i), 0) for i in range(len(groups)) if grads[i])
-    return simulate(ag, max_points=2).peak_reserved_bytes, simulate(rs, max_points=2).peak_reserved_bytes if rs else 0
+            rs.extend((FREE, ("g", step, 0, i), 0) for i in range(len(grads)) if grads[i])
+    return simulate(rs, max_points=2).peak_reserved_bytes if rs else 0
