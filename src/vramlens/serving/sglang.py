@@ -5,7 +5,9 @@ Follows SGLang 0.4 (python/sglang/srt/model_executor/model_runner.py):
 - ``init_torch_distributed`` records ``total_gpu_memory``: the free memory once the CUDA context
   and NCCL exist (``get_available_gpu_memory``), before the weights load.
 - ``profile_max_num_token``: rest = free after loading - total_gpu_memory x (1 - mem_fraction_static)
-  = total_gpu_memory x mem_fraction_static - weights (with the rotary cos/sin cache); cell_size = n_kv/tp x head_dim x layers x 2
+  = total_gpu_memory x mem_fraction_static - what the load took (:func:`load_bytes`: free memory read after
+  ``empty_cache``, so the caching allocator's segments around the parameters and the rotary cos/sin cache,
+  which SGLang keeps in fp32 on CUDA); cell_size = n_kv/tp x head_dim x layers x 2
   (K, V) x dtype bytes (MHA; every layer at full length: 0.4 has no sliding-window pool); with
   multi-head latent attention (``model_config.attention_arch == MLA``) cell_size =
   (kv_lora_rank + qk_rope_head_dim) x layers x dtype bytes, the same on every rank
@@ -32,6 +34,12 @@ Follows SGLang 0.4 (python/sglang/srt/model_executor/model_runner.py):
   rows of context_len + 4 int32 token indices, allocated after the pool is sized, so out of the
   (1 - mem_fraction_static) share; tp_worker.py: max_running_requests = min(max_total_num_tokens // 2,
   that pool's size) unless given (the logs' "max_running_requests=2049").
+- Not modelled: at tp > 1, SGLang 0.4.2.post1 to 0.4.4.post2 read total_gpu_memory and then all-reduce it over
+  the default (NCCL) process group (utils.py ``get_available_gpu_memory(distributed=True)``), which creates
+  torch's NCCL communicator after the figure is read, so its buffers come out of the pool in full; 0.4.9.post2
+  all-reduces over the gloo ``cpu_group`` instead, and vramlens has no SGLang release setting to tell them apart
+  (vramlens' NCCL model gives 37 MiB on a PCIe card, about 1% of a 4 x 24 GB pool). The custom all-reduce's
+  IPC buffers (8 MiB ``max_size``, with NVLink or at tp 2) are left out too.
 """
 
 from __future__ import annotations
