@@ -186,6 +186,18 @@ def test_sglang_parameter_segments_worked_case():
     assert param_segment_bytes(_qwen32b_two_layers(weights_format="awq-4bit"), 4, 1) is None
 
 
+def test_sglang_parameter_segments_agree_with_the_analytic_packing():
+    # without the rotary cache's freed temporaries the replay is a sequence of kept allocations, which
+    # vramlens.allocator.persistent_reserved packs by the same rules without a simulator
+    from vramlens.allocator import persistent_reserved
+    from vramlens.serving.sglang import param_segment_bytes
+
+    m = _qwen32b_two_layers(rotary_dim=0)
+    layer = [1_792 * 5_120 * 2, 5_120 * 1_280 * 2, 2 * 6_912 * 5_120 * 2, 5_120 * 6_912 * 2, 10_240, 10_240]
+    sizes = [38_016 * 5_120 * 2, *layer, *layer, 10_240, 38_016 * 5_120 * 2]
+    assert param_segment_bytes(m, 4, 1) == persistent_reserved(sizes) - sum(sizes) > 0
+
+
 def test_sglang_load_keeps_the_rotary_cache_in_fp32_on_cuda():
     # layers/rotary_embedding.py (0.4.2.post1 to 0.4.9.post2): cast to the model dtype only without torch.version.cuda
     from vramlens.hardware.catalog import get_gpu
