@@ -109,9 +109,8 @@ def load_bytes(m: ServedModel, gpu: GPU, tp: int, pp: int) -> LoadBytes:
     SGLang measures it with ``torch.cuda.mem_get_info`` after ``torch.cuda.empty_cache()``
     (utils.py ``get_available_gpu_memory``, model_runner.py ``load_model``), so it is the caching
     allocator's reserved segments, not the tensors' bytes: the parameters (vramlens' inventory,
-    stage_weight_bytes), the rotary cache (fp32 on CUDA: ROPE_CACHE_CUDA_BYTES; the model dtype on an AMD
-    GPU) and what the
-    allocator's segment sizes add around them, :func:`param_segment_bytes`.
+    stage_weight_bytes), the rotary cache (fp32 on CUDA: ROPE_CACHE_CUDA_BYTES; the model dtype on an
+    AMD GPU) and what the allocator's segment sizes add around them, :func:`param_segment_bytes`.
     """
     params = stage_weight_bytes(m, tp, pp)
     cuda = gpu.vendor != "amd"  # a GPU given by its size ("generic") is taken as a CUDA one, SGLang's usual
@@ -134,9 +133,10 @@ def param_segment_bytes(m: ServedModel, tp: int, pp: int, *, fp32_rope: bool = T
     the rotary cache (first layer only: ``_compute_cos_sin_cache`` makes freqs, cos and sin of
     max_position x rotary_dim / 2 fp32 values, keeps their concatenation and frees them), the fused
     ``gate_up_proj`` (2 f/tp x h), ``down_proj`` (h x f/tp) and two norms (h); the final norm; the
-    lm_head unless tied. Replayed through vramlens' port of CUDACachingAllocator.cpp
-    (:class:`vramlens.allocator.CachingAllocator`: requests over 10 MiB get their own segment rounded
-    up to 2 MiB, a remainder over 1 MiB is split off and may serve a later request), then
+    lm_head unless tied (at pp > 1 the first stage: the embedding and its layers). Replayed through
+    vramlens' port of CUDACachingAllocator.cpp (:class:`vramlens.allocator.CachingAllocator`: requests
+    of 10 MiB and more get their own segment rounded up to 2 MiB, those of 1-10 MiB share 20 MiB ones,
+    smaller ones 2 MiB ones; a remainder over 1 MiB is split off and may serve a later request), then
     ``empty_cache``: reserved - requested. Biases (Qwen2's qkv bias: small-pool requests) are left out.
     None where the layout is not that one (MoE, multi-head latent attention, quantized weights).
     """
@@ -164,7 +164,7 @@ def param_segment_bytes(m: ServedModel, tp: int, pp: int, *, fp32_rope: bool = T
         for size in layer:
             alloc(size)
         if i == 0 and m.rotary_dim:
-            half = m.rope_values // 2 * 4  # freqs, cos, sin: fp32
+            half = m.rope_values // 2 * DTYPE_BYTES["fp32"]  # freqs, cos, sin: torch.float
             temps = [a.malloc(half, 0) for _ in range(3)]
             alloc(m.rope_values * rope_b)
             for t in temps:
