@@ -139,17 +139,75 @@ def test_mla_engines_cache_the_latent():
 
 def test_sglang_llama2_7b_a100():
     # SGLang 0.4: total_gpu_memory = 85,899,345,920 - 419,430,400 (context) = 85,479,915,520
-    #   rest = int(0.88 x 85,479,915,520) - (13,476,832,256 + rotary cache 1,048,576) = 61,744,444,825
-    #   cell = 32 kv heads x 128 x 32 layers x 2 x 2 B = 524,288; max_total_num_tokens = 117,768
-    #   max_num_reqs = min(max(117,768 / 4096 x 512, 2048), 4096) = 4096; max_running_requests =
-    #   min(117,768 // 2, ReqToTokenPool size 4096 + 1) = 4097 (0.4.3.post4 tp_worker.py)
+    #   load = parameters 13,476,832,256 + fp32 rotary cache 4,096 x 128 x 4 = 2,097,152 + segments 20,439,040
+    #   (the cache's 2 MiB request opens a 20 MiB segment, 18 MiB of it never used: 18,874,368; the 65 norms of
+    #   8,192 B share one 2 MiB small segment: 2,097,152 - 532,480 = 1,564,672)
+    #   rest = int(0.88 x 85,479,915,520) - load = 75,222,325,657 - 13,499,368,448 = 61,722,957,209
+    #   cell = 32 kv heads x 128 x 32 layers x 2 x 2 B = 524,288; max_total_num_tokens = 117,727
+    #   max_num_reqs = min(max(117,727 / 4096 x 512, 2048), 4096) = 4096; max_running_requests =
+    #   min(117,727 // 2, ReqToTokenPool size 4096 + 1) = 4097 (0.4.3.post4 tp_worker.py)
     cap = capacity("llama-2-7b", "sglang", gpu="A100-80GB")
-    assert cap.figure("max_total_num_tokens") == 117_768 == cap.kv_tokens
+    assert cap.weights_bytes == 13_499_368_448
+    assert cap.figure("max_total_num_tokens") == 117_727 == cap.kv_tokens
     assert cap.figure("mem_fraction_static") == 0.88
     assert cap.figure("max_running_requests") == 4_097
     # the request-to-token table: 4097 rows x (4096 + 4) int32 = 67,190,800 B = 0.06 GiB, out of the reserve
     assert "the request-to-token table (4,097 x 4,100 int32) takes 0.06 GiB" in " ".join(cap.notes)
     assert cap.kv_bytes_per_token == 524_288
+
+
+def _qwen32b_two_layers(**kw):
+    # Qwen2.5-32B's shapes with 2 layers: h 5,120, 40 heads and 8 kv heads of 128, ffn 27,648, vocab 152,064
+    from vramlens.serving.common import ServedModel
+
+    args = dict(name="q", n_layers=2, n_heads=40, n_kv_heads=8, head_dim=128, hidden=5_120, ffn=27_648,
+                vocab=152_064, max_position=131_072, rope_scaled=False, n_sliding=0, sliding_window=None,
+                params=0, active_params=0, dtype="bf16", layer_bytes=(0, 0), embed_bytes=152_064 * 5_120 * 2,
+                head_bytes=152_064 * 5_120 * 2 + 10_240, rotary_dim=128, weights_format="bf16")
+    return ServedModel(**{**args, **kw})
+
+
+def test_sglang_parameter_segments_worked_case():
+    # tp 4, bf16, in SGLang's order (MiB): embedding 38,016 x 5,120 x 2 = 371.25 -> segment 372 (0.75 left: not
+    # split, <= 1 MiB); layer 0: qkv (10 + 2 x 2) x 128 x 5,120 x 2 = 17.5 -> 18; o_proj 12.5 -> 14 (1.5 split off,
+    # too small for what follows); rotary freqs, cos, sin 131,072 x 64 x 4 = 32 each (3 segments), the kept fp32 cache
+    # 64 -> 64, the three freed; gate_up 2 x 6,912 x 5,120 x 2 = 135 -> 136 (1 left: not split); down 67.5 -> 68;
+    # two norms of 10,240 B -> one 2 MiB small segment; layer 1: qkv 17.5 into a freed 32 (14.5 left), o_proj 12.5
+    # into those 14.5, gate_up 136, down 68; final norm (small segment); lm_head 372. empty_cache releases the two
+    # other 32s. Reserved 372 + 18 + 14 + 64 + 136 + 68 + 2 + 32 + 136 + 68 + 372 = 1,282 MiB; requested
+    # 2 x 371.25 + 17.5 x 2 + 12.5 x 2 + 64 + 135 x 2 + 67.5 x 2 = 1,271.5 MiB + 5 norms x 10,240 B
+    from vramlens.serving.sglang import param_segment_bytes
+
+    assert param_segment_bytes(_qwen32b_two_layers(), 4, 1) == 10_485_760 + 524_288 - 51_200 == 10_958_848
+    # a tied head: no lm_head, its segment's 0.75 MiB goes too
+    assert param_segment_bytes(_qwen32b_two_layers(head_bytes=10_240), 4, 1) == 10_958_848 - 786_432
+    # layouts it does not model
+    assert param_segment_bytes(_qwen32b_two_layers(n_experts=8), 4, 1) is None
+    assert param_segment_bytes(_qwen32b_two_layers(weights_format="awq-4bit"), 4, 1) is None
+
+
+def test_sglang_parameter_segments_agree_with_the_analytic_packing():
+    # without the rotary cache's freed temporaries the replay is a sequence of kept allocations, which
+    # vramlens.allocator.persistent_reserved packs by the same rules without a simulator
+    from vramlens.allocator import persistent_reserved
+    from vramlens.serving.sglang import param_segment_bytes
+
+    m = _qwen32b_two_layers(rotary_dim=0)
+    layer = [1_792 * 5_120 * 2, 5_120 * 1_280 * 2, 2 * 6_912 * 5_120 * 2, 5_120 * 6_912 * 2, 10_240, 10_240]
+    sizes = [38_016 * 5_120 * 2, *layer, *layer, 10_240, 38_016 * 5_120 * 2]
+    assert param_segment_bytes(m, 4, 1) == persistent_reserved(sizes) - sum(sizes) > 0
+
+
+def test_sglang_load_keeps_the_rotary_cache_in_fp32_on_cuda():
+    # layers/rotary_embedding.py (0.4.2.post1 to 0.4.9.post2): cast to the model dtype only without torch.version.cuda
+    from vramlens.hardware.catalog import get_gpu
+    from vramlens.serving.sglang import load_bytes
+
+    m = _qwen32b_two_layers()
+    assert load_bytes(m, get_gpu("L4"), 4, 1).rope_cache == 131_072 * 128 * 4
+    assert load_bytes(m, get_gpu("24GB"), 4, 1).rope_cache == 131_072 * 128 * 4  # a GPU by size: taken as CUDA
+    assert load_bytes(m, get_gpu("MI300X"), 4, 1).rope_cache == 131_072 * 128 * 2
+    assert load_bytes(m, get_gpu("L4"), 4, 1).segments == 10_958_848
 
 
 def test_sglang_tp_picks_its_default_fraction():
@@ -339,8 +397,10 @@ def test_gpt_oss_engines_keep_mxfp4_experts_transformers_dequantizes():
     for engine in ("vllm", "sglang"):
         # vLLM 0.19 lays the experts out for its MXFP4 backend (test_vllm019_mxfp4_triton_layout); 0.11 is not read
         cap = capacity("gpt-oss-120b", engine, gpu="H100-SXM-80GB", **({"version": "0.11", "max_model_len": 32_768} if engine == "vllm" else {}))
-        # ServedModel shares the blocks' bytes evenly over the 36 blocks (a floor division): < 36 B lost
-        assert 0 <= want - cap.weights_bytes < 36, engine
+        # ServedModel shares the blocks' bytes evenly over the 36 blocks (a floor division): < 36 B lost; SGLang
+        # keeps the rotary cache in fp32 on CUDA (131,072 x 64 x 2 B more) and leaves MoE segments unmodelled
+        fp32_rope = 131_072 * 64 * 2 if engine == "sglang" else 0
+        assert 0 <= want + fp32_rope - cap.weights_bytes < 36, engine
     # 116,829,156,672 parameters in bf16 are 233.7 GB: transformers (dequantized at load) needs more GPUs
     hf = capacity("gpt-oss-120b", "transformers", gpu="H200-141GB", gpus=2)
     assert hf.model == "openai/gpt-oss-120b"

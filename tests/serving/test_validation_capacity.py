@@ -23,10 +23,10 @@ def test_every_case_names_its_source_quote_version_and_settings():
 
 def test_weights_within_one_percent_where_the_log_counts_parameters():
     # vLLM's "Model loading took" is PyTorch's allocated memory and llama.cpp's model buffer the tensors' bytes;
-    # SGLang's "mem usage" is a drop in free memory, which also holds whatever else the load allocated
+    # SGLang's "mem usage" is a drop in free memory: the caching allocator's segments (serving.sglang.load_bytes)
     for r in run_cases(json.loads(CASES.read_text())):
         for c in r.checks:
-            if r.engine != "sglang" and c.key in ("weights_gib", "model_buffer_mib") and c.error is not None:
+            if c.key in ("weights_gib", "model_buffer_mib") and c.error is not None:
                 assert abs(c.error) < 0.01, (r.id, c)
 
 
@@ -42,6 +42,8 @@ def test_the_kv_cache_of_most_cases_within_three_percent():
     by_engine = {s.engine: s for s in summarize(run_cases(json.loads(CASES.read_text())))}
     assert by_engine["vllm"].kv_within_3 >= 0.6
     assert by_engine["llama.cpp"].kv_within_3 == 1.0
+    # SGLang: 4 of 8 since the load counts the allocator's segments and the fp32 rotary cache (3 of 8 before)
+    assert by_engine["sglang"].kv_within_3 >= 0.5
 
 
 def test_summary_counts_each_engine():

@@ -63,13 +63,19 @@ class ServedModel:
     rotary_dim: int = 0
 
     @property
+    def rope_values(self) -> int:
+        """Values of the rotary embedding's cos/sin cache the engines build at load time:
+        max_position x rotary_dim (vLLM ``RotaryEmbedding._compute_cos_sin_cache``: cos and sin of
+        rotary_dim / 2 frequencies for each position, one instance shared by every layer through
+        ``get_rope``'s cache; SGLang's rotary_embedding.py the same)."""
+        return self.max_position * self.rotary_dim
+
+    @property
     def rope_cache_bytes(self) -> int:
-        """The rotary embedding's cos/sin cache the engines build at load time, at the model dtype:
-        max_position x rotary_dim values (vLLM ``RotaryEmbedding._compute_cos_sin_cache``: cos and
-        sin of rotary_dim / 2 frequencies for each position, one instance shared by every layer through
-        ``get_rope``'s cache; SGLang's rotary_embedding.py the same). Llama 3.1 8B: 131,072 x 128 x 2 B
-        = 32 MiB, what vLLM's "Model loading took 14.99 GiB" adds to the 14.96 GiB of parameters."""
-        return self.max_position * self.rotary_dim * DTYPE_BYTES[self.dtype]
+        """The rotary cos/sin cache at the model dtype, as vLLM keeps it (SGLang keeps it in fp32 on
+        CUDA: vramlens.serving.sglang). Llama 3.1 8B: 131,072 x 128 x 2 B = 32 MiB, what vLLM's
+        "Model loading took 14.99 GiB" adds to the 14.96 GiB of parameters."""
+        return self.rope_values * DTYPE_BYTES[self.dtype]
     kv_latent: int = 0
     #: SGLang's hybrid sliding-window pool (ModelSpec.hybrid_swa_pool): the sliding layers' tokens in
     #: a pool of their own, sized by swa_full_tokens_ratio (vramlens.serving.sglang)

@@ -5,7 +5,9 @@ Follows SGLang 0.4 (python/sglang/srt/model_executor/model_runner.py):
 - ``init_torch_distributed`` records ``total_gpu_memory``: the free memory once the CUDA context
   and NCCL exist (``get_available_gpu_memory``), before the weights load.
 - ``profile_max_num_token``: rest = free after loading - total_gpu_memory x (1 - mem_fraction_static)
-  = total_gpu_memory x mem_fraction_static - weights (with the rotary cos/sin cache); cell_size = n_kv/tp x head_dim x layers x 2
+  = total_gpu_memory x mem_fraction_static - what the load took (:func:`load_bytes`: free memory read after
+  ``empty_cache``, so the caching allocator's segments around the parameters and the rotary cos/sin cache,
+  which SGLang keeps in fp32 on CUDA); cell_size = n_kv/tp x head_dim x layers x 2
   (K, V) x dtype bytes (MHA; every layer at full length: 0.4 has no sliding-window pool); with
   multi-head latent attention (``model_config.attention_arch == MLA``) cell_size =
   (kv_lora_rank + qk_rope_head_dim) x layers x dtype bytes, the same on every rank
@@ -32,10 +34,19 @@ Follows SGLang 0.4 (python/sglang/srt/model_executor/model_runner.py):
   rows of context_len + 4 int32 token indices, allocated after the pool is sized, so out of the
   (1 - mem_fraction_static) share; tp_worker.py: max_running_requests = min(max_total_num_tokens // 2,
   that pool's size) unless given (the logs' "max_running_requests=2049").
+- Not modelled: at tp > 1, SGLang 0.4.2.post1 to 0.4.4.post2 read total_gpu_memory and then all-reduce it over
+  the default (NCCL) process group (utils.py ``get_available_gpu_memory(distributed=True)``), which creates
+  torch's NCCL communicator after the figure is read, so its buffers come out of the pool in full; 0.4.9.post2
+  all-reduces over the gloo ``cpu_group`` instead, and vramlens has no SGLang release setting to tell them apart
+  (vramlens' NCCL model gives 37 MiB on a PCIe card, about 1% of a 4 x 24 GB pool). The custom all-reduce's
+  IPC buffers (8 MiB ``max_size``, with NVLink or at tp 2) are left out too.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
+from vramlens.allocator import CachingAllocator
 from vramlens.errors import ConfigError, EngineRefusal
 from vramlens.hardware.gpu import GPU
 from vramlens.serving.common import (
@@ -50,7 +61,7 @@ from vramlens.serving.common import (
     stage_weight_bytes,
 )
 from vramlens.serving.result import Capacity, EngineFigure
-from vramlens.units import DTYPE_BYTES, GiB, MiB, ceil_div
+from vramlens.units import DTYPE_BYTES, GiB, MiB, ceil_div, round_up
 
 ACCOUNTING = "SGLang 0.4 (model_runner.profile_max_num_token)"
 ACCOUNTING_SWA = ("SGLang 0.5 hybrid SWA pool (model_runner_kv_cache_mixin.py profile_max_num_token, "
@@ -66,6 +77,106 @@ DEFAULT_MEM_FRACTION = ((16, 0.79), (8, 0.81), (4, 0.85), (2, 0.87), (1, 0.88))
 SMALL_GPU_MIB = 25_000
 #: The cuda graph capture batch sizes go up to 160 by default (``cuda_graph_max_bs``).
 DEFAULT_MAX_RUNNING_FLOOR, DEFAULT_MAX_RUNNING_CEIL, RUNNING_PER_CONTEXT = 2048, 4096, 512
+
+
+#: SGLang keeps the rotary cos/sin cache in fp32 where ``torch.version.cuda`` is set (layers/rotary_embedding.py
+#: ``RotaryEmbedding.__init__``, "cache needs to be in FP32 for numerical stability": the cast to the model
+#: dtype runs only ``if not _is_cuda_available``, read in the 0.4.2.post1, 0.4.3.post4, 0.4.4.post2 and
+#: 0.4.9.post2 wheels); ROCm builds cast it (and 0.3.3 used vLLM's get_rope, which casts it too).
+ROPE_CACHE_CUDA_BYTES = DTYPE_BYTES["fp32"]
+#: layers/vocab_parallel_embedding.py ``DEFAULT_VOCAB_PADDING_SIZE``: the vocabulary is padded to a multiple
+#: of 64 before it is split over the TP ranks (0.4.3.post4).
+VOCAB_PADDING = 64
+
+
+@dataclass(frozen=True, slots=True)
+class LoadBytes:
+    """What SGLang's "Load weight end ... mem usage" measures on one rank, bytes, by part."""
+
+    params: int
+    rope_cache: int
+    segments: int
+    note: str
+
+    @property
+    def total(self) -> int:
+        return self.params + self.rope_cache + self.segments
+
+
+def load_bytes(m: ServedModel, gpu: GPU, tp: int, pp: int) -> LoadBytes:
+    """The load's drop in free memory on the busiest rank.
+
+    SGLang measures it with ``torch.cuda.mem_get_info`` after ``torch.cuda.empty_cache()``
+    (utils.py ``get_available_gpu_memory``, model_runner.py ``load_model``), so it is the caching
+    allocator's reserved segments, not the tensors' bytes: the parameters (vramlens' inventory,
+    stage_weight_bytes), the rotary cache (fp32 on CUDA: ROPE_CACHE_CUDA_BYTES; the model dtype on an
+    AMD GPU) and what the allocator's segment sizes add around them, :func:`param_segment_bytes`.
+    """
+    params = stage_weight_bytes(m, tp, pp)
+    cuda = gpu.vendor != "amd"  # a GPU given by its size ("generic") is taken as a CUDA one, SGLang's usual
+    rope = m.rope_values * (ROPE_CACHE_CUDA_BYTES if cuda else DTYPE_BYTES[m.dtype])
+    seg = param_segment_bytes(m, tp, pp, fp32_rope=cuda)
+    if seg is None:
+        return LoadBytes(params, rope, 0, f"load = parameters {params:,} + rotary cache {rope:,} B (the allocator's "
+                         "segment rounding is modelled for dense models at the model dtype only)")
+    return LoadBytes(params, rope, seg, f"load = parameters {params:,} + rotary cache {rope:,} + the caching "
+                     f"allocator's segment rounding of SGLang's parameters {seg:,} B (param_segment_bytes)")
+
+
+def param_segment_bytes(m: ServedModel, tp: int, pp: int, *, fp32_rope: bool = True) -> int | None:
+    """Bytes the CUDA caching allocator reserves beyond the requests for SGLang's parameters on one rank.
+
+    SGLang allocates the parameters one by one while it builds the model under ``torch.device("cuda")``
+    (model_loader/loader.py ``_initialize_model``), in the order the modules are made (models/llama.py
+    and qwen2.py, 0.4.3.post4): the embedding (VocabParallelEmbedding: vocabulary padded to 64, split
+    over tp), then each layer's fused ``qkv_proj`` ((a/tp + 2 n_kv/tp) d x h), ``o_proj`` (h x a d/tp),
+    the rotary cache (first layer only: ``_compute_cos_sin_cache`` makes freqs, cos and sin of
+    max_position x rotary_dim / 2 fp32 values, keeps their concatenation and frees them), the fused
+    ``gate_up_proj`` (2 f/tp x h), ``down_proj`` (h x f/tp) and two norms (h); the final norm; the
+    lm_head unless tied (at pp > 1 the first stage: the embedding and its layers). Replayed through
+    vramlens' port of CUDACachingAllocator.cpp (:class:`vramlens.allocator.CachingAllocator`: requests
+    of 10 MiB and more get their own segment rounded up to 2 MiB, those of 1-10 MiB share 20 MiB ones,
+    smaller ones 2 MiB ones; a remainder over 1 MiB is split off and may serve a later request), then
+    ``empty_cache``: reserved - requested. Biases (Qwen2's qkv bias: small-pool requests) are left out.
+    None where the layout is not that one (MoE, multi-head latent attention, quantized weights).
+    """
+    if m.n_experts or m.kv_latent or m.weights_format != m.dtype:
+        return None
+    b = DTYPE_BYTES[m.dtype]
+    h, d = m.hidden, m.head_dim
+    kv = kv_heads_per_gpu(m, tp)
+    f = ceil_div(m.ffn, tp)
+    vocab = ceil_div(round_up(m.vocab, VOCAB_PADDING), tp)
+    layer = ((m.n_heads // tp + 2 * kv) * d * h * b, h * (m.n_heads // tp) * d * b)
+    mlp = (2 * f * h * b, h * f * b, h * b, h * b)
+    tied = m.head_bytes < m.vocab * h * b
+    rope_b = ROPE_CACHE_CUDA_BYTES if fp32_rope else b
+    a = CachingAllocator()
+    requested = 0
+
+    def alloc(size: int) -> None:
+        nonlocal requested
+        a.malloc(size, 0)
+        requested += size
+
+    alloc(vocab * h * b)
+    for i in range(stage_layers(m, pp)):
+        for size in layer:
+            alloc(size)
+        if i == 0 and m.rotary_dim:
+            half = m.rope_values // 2 * DTYPE_BYTES["fp32"]  # freqs, cos, sin: torch.float
+            temps = [a.malloc(half, 0) for _ in range(3)]
+            alloc(m.rope_values * rope_b)
+            for t in temps:
+                if t is not None:
+                    a.free(t)
+        for size in mlp:
+            alloc(size)
+    alloc(h * b)
+    if not tied and pp == 1:
+        alloc(vocab * h * b)
+    a.release_cached_blocks()
+    return a.reserved - requested
 
 
 def default_mem_fraction(tp: int) -> float:
@@ -111,8 +222,10 @@ def sglang_capacity(m: ServedModel, gpu: GPU, *, gpus: int, tp: int, pp: int, co
     kv_b = KV_CACHE_DTYPES[kv_cache_dtype] or b
     outside, outside_why = non_torch_bytes(gpu, tp, pp)
     total_free = total - outside  # total_gpu_memory as SGLang measures it
-    # "Load weight end. ... mem usage=X GB": the parameters plus the rotary cos/sin cache (get_rope)
-    weights = stage_weight_bytes(m, tp, pp) + m.rope_cache_bytes
+    # "Load weight end. ... mem usage=X GB": the parameters, the rotary cos/sin cache and the
+    # caching allocator's segments around them (load_bytes)
+    load = load_bytes(m, gpu, tp, pp)
+    weights = load.total
     rest = int(total_free * mfs) - weights
     kv_heads = kv_heads_per_gpu(m, tp)
     layers = stage_layers(m, pp)
@@ -170,6 +283,7 @@ def sglang_capacity(m: ServedModel, gpu: GPU, *, gpus: int, tp: int, pp: int, co
         (f"cell = {m.kv_latent} latent (kv_lora_rank + qk_rope_head_dim) x {layers} layers x {kv_b} B (MLA)"
          if m.kv_latent else f"cell = {kv_heads} kv heads x {m.head_dim} x {layers} layers x 2 x {kv_b} B"),
         f"free at start = GPU {total:,} - {outside_why}",
+        load.note,
         f"left for activations and CUDA graphs: {reserve / GiB:.2f} GiB; the request-to-token table "
         f"({max_num_reqs + 1:,} x {ctx_len + 4:,} int32) takes {req_to_token / GiB:.2f} GiB of it, a {cps:,}-token "
         f"chunked prefill about {act / GiB:.2f} GiB, graphs {CUDA_GRAPH_BYTES / GiB:.2f} GiB"
