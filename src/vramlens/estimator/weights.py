@@ -269,9 +269,10 @@ def gptq_kernel_buffer_bytes(spec: ModelSpec, w: Workload) -> int:
     auto_gptq/modeling/_utils.py ``autogptq_post_init`` (v0.4.2, ef442d9f, lines 223-249; optimum's
     ``load_quantized_model`` calls it through ``GPTQQuantizer.post_init_model``): ``temp_dq``, fp16 of
     ``(1, max qweight.numel() * 8)``, the largest quantized linear's k x n weight, which the kernel reconstructs
-    a weight into before a cuBLAS matmul for inputs of more than 8 rows (cuda_func/q4_matmul.cu), and
-    ``temp_state``, fp16 of ``(max_input_len, max_inner_outer_dim)``, (1, 1) without act-order (modelled: the
-    act-order case sizes it from max_input_length 2048 x the largest dimension).
+    a weight into before a cuBLAS matmul for inputs of 8 rows or more (exllama_ext.cpp ``q4_matmul``:
+    ``matmul_recons_thd``, which autogptq_post_init sets to 8), and
+    ``temp_state``, fp16 of ``(max_input_len, max_inner_outer_dim)``: (1, 1) without act-order, the case modelled
+    (under act-order it is max_input_length, 2048 by default, x the largest in or out dimension).
     """
     if w.quant_impl != "exllama" or w.quantized != "gptq-4bit":
         return 0
