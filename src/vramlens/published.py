@@ -259,8 +259,11 @@ _H100 = _Setup(gpu="H100-SXM-80GB", cuda="12.1", lazy_loading=True)
 # token no decode step at all. The figure is benchmark_gptq.py's peak_allocated + (nvidia-smi peak - peak reserved),
 # in MB of 1e6 bytes
 _OPTIMUM_GPTQ = dict(mode="inference", dtype="fp16", seq=512, attention="eager", transformers_version="4.32")
-_OPTIMUM_QUANT = {"fp16": {}, "gptq-exllama": {"quant": "gptq-4bit"}, "gptq-cuda-old": {"quant": "gptq-4bit"},
-                  "bnb-fp4": {"quant": "fp4"}}
+# AutoGPTQ 0.4.2's kernels (quant_impl): exllama keeps an fp16 temp_dq buffer of the largest weight (5,120 x
+# 13,824) from load_quantized_model's autogptq_post_init on; cuda-old dequantizes in PyTorch ops for the prefill's
+# 512 x batch rows (>= its kernel_switch_threshold of 128) and runs its kernel for the decode's batch rows
+_OPTIMUM_QUANT = {"fp16": {}, "gptq-exllama": {"quant": "gptq-4bit", "quant_impl": "exllama"},
+                  "gptq-cuda-old": {"quant": "gptq-4bit", "quant_impl": "cuda-old"}, "bnb-fp4": {"quant": "fp4"}}
 # torch 2.0.1's PyPI wheels are built with CUDA 11.7; PyTorch sets CUDA_MODULE_LOADING=LAZY by default since 1.13
 _A100_2023 = _Setup(gpu="A100-80GB", cuda="11.7", lazy_loading=True)
 

@@ -73,8 +73,8 @@ QuantTargets = Literal["all", "adapted"]
 DequantDType = Literal["compute", "fp16"]
 #: Whose NF4 code dequantizes a 4-bit weight at each matmul (see Workload.nf4_impl).
 NF4Impl = Literal["bitsandbytes", "torchao"]
-#: How a quantized linear's matmul reads an int8 or fp8 weight (see Workload.quant_impl).
-QuantImpl = Literal["kernel", "torchao-wo"]
+#: How a quantized linear's matmul reads its weight (see Workload.quant_impl).
+QuantImpl = Literal["kernel", "torchao-wo", "exllama", "cuda-old"]
 #: What bitsandbytes' 4-bit matmuls keep of their inputs in training (see Workload.bnb_inputs).
 BnbInputs = Literal["none", "step", "next-forward"]
 #: How long a loop holds the fp32 copy of the model's output that Lightning Fabric makes (see Workload.output_upcast).
@@ -127,6 +127,8 @@ NF4_IMPLS: tuple[NF4Impl, ...] = get_args(NF4Impl)
 QUANT_IMPLS: tuple[QuantImpl, ...] = get_args(QuantImpl)
 #: The formats torchao's weight-only linears dequantize at each eager call (quant_impl="torchao-wo").
 WO_DEQUANT_QUANTS: tuple[Quant, ...] = ("int8", "fp8")
+#: AutoGPTQ 0.4.2's QuantLinear kernels for gptq-4bit weights (quant_impl="exllama" or "cuda-old").
+GPTQ_IMPLS: tuple[QuantImpl, ...] = ("exllama", "cuda-old")
 CACHES: tuple[CacheKind, ...] = get_args(CacheKind)
 LOSSES: tuple[Loss, ...] = get_args(Loss)
 COMPILE_SCOPES: tuple[CompileScope, ...] = get_args(CompileScope)
@@ -263,7 +265,10 @@ class Workload:
     #: whose linear runs eagerly in the compute dtype on the whole weight dequantized at each call (int8: the
     #: weight cast to the compute dtype; fp8: the cast, then its product with the per-row scale, both alive).
     #: int4_weight_only's tinygemm kernel reads the packed weight: nothing dequantized (see
-    #: vramlens.estimator.weights.wo_dequantizes)
+    #: vramlens.estimator.weights.wo_dequantizes). For gptq-4bit weights, AutoGPTQ 0.4.2's QuantLinear kernels
+    #: (no act-order): ``exllama``, whose per-device fp16 ``temp_dq`` buffer holds the largest weight for the
+    #: matmuls it reconstructs (weights.gptq_kernel_buffer_bytes), or ``cuda-old``, which dequantizes the weight in
+    #: PyTorch ops for an input of 128 rows or more (weights.dequant_min_rows)
     quant_impl: QuantImpl = "kernel"
     #: Weights per scale of the group-wise formats (GROUPED_QUANTS); 0: their default, 128 (AutoGPTQ's
     #: and AutoAWQ's, torchao's ``int4_weight_only``). torchao's gpt-fast benchmarks run ``int4wo-64``
@@ -622,6 +627,8 @@ class Workload:
             p.extend(self._on_device_problems())
         if self.quant_impl == "torchao-wo" and self.quantized is not None:
             p.extend(self._weight_only_problems())
+        if self.quant_impl in GPTQ_IMPLS and self.quantized is not None:
+            p.extend(self._gptq_impl_problems())
         if self.transformers_version is not None and self.transformers_release is None:
             p.append(f"transformers_version={L.show(self.transformers_version)} must be a version such as 4.35 or 5.2")
         for name in ("keep_grads", "fsdp", "optimizer_in_backward", "activation_offload", "loss_parallel", "dora",
@@ -824,6 +831,19 @@ class Workload:
             # autograd would keep each dequantized weight for the input's gradient (torch.mm saves it)
             p.append("quant_impl='torchao-wo' is modelled for inference (in training each matmul would keep its "
                      "dequantized weight for backward): use --mode inference, or drop --quant-impl")
+        return p
+
+    def _gptq_impl_problems(self) -> list[str]:
+        """What quant_impl="exllama" / "cuda-old" (AutoGPTQ 0.4.2's QuantLinear kernels) is modelled for."""
+        p = []
+        if self.quantized != "gptq-4bit":
+            p.append(f"quant_impl={self.quant_impl!r} is an AutoGPTQ kernel for GPTQ weights; quant={self.quantized!r} "
+                     "is not GPTQ: use --quant gptq-4bit, or drop --quant-impl")
+        if self.training:
+            # AutoGPTQ 0.4.2's exllama QuantLinear raises NotImplementedError for trainable=True; cuda-old's
+            # trainable path (no CUDA kernel, autograd keeping the dequantized weight) is not modelled
+            p.append(f"quant_impl={self.quant_impl!r} is modelled for inference: use --mode inference, or drop "
+                     "--quant-impl")
         return p
 
     def _quant_head_problems(self) -> list[str]:

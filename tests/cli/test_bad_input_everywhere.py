@@ -107,6 +107,8 @@ CASES = {
     "estimate-quant-impl-nf4": ("estimate llama-2-7b --quant nf4 --quant-impl torchao-wo",
                                 "quant_impl='torchao-wo' is torchao's int8_weight_only / float8_weight_only linear"),
     "estimate-quant-impl-bad": ("estimate llama-2-7b --quant int8 --quant-impl eager", "invalid choice"),
+    "estimate-quant-impl-exllama-int8": ("estimate llama-2-7b --quant int8 --quant-impl exllama",
+                                         "quant_impl='exllama' is an AutoGPTQ kernel for GPTQ weights"),
     "estimate-bnb-compute-dtype-train": ("estimate llama-2-7b --mode train --method qlora --dtype fp16 "
                                          "--bnb-compute-dtype fp32",
                                          "bnb_compute_dtype='fp32' is modelled in inference only"),

@@ -84,7 +84,7 @@ def test_float8_weight_only_quantizes_with_bf16_temporaries():
     (dict(mode="train", method="lora", quant="int8", quant_impl="torchao-wo"),
      "quant_impl='torchao-wo' is modelled for inference (in training each matmul would keep its dequantized weight "
      "for backward): use --mode inference, or drop --quant-impl"),
-    (dict(quant="int8", quant_impl="eager"), "quant_impl='eager' is not one of: kernel, torchao-wo"),
+    (dict(quant="int8", quant_impl="eager"), "quant_impl='eager' is not one of: kernel, torchao-wo, exllama, cuda-old"),
 ])
 def test_bad_weight_only_workloads(kw, message):
     with pytest.raises(ConfigError) as e:

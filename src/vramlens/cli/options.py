@@ -218,10 +218,11 @@ def add_workload_args(p: argparse.ArgumentParser) -> None:
                         "(torchtune's QLoRA: NF4Tensor.get_original_weight in eager ops, 14 B per weight element "
                         "alive at its peak: int64 code indices and bf16 halves)")
     g.add_argument("--quant-impl", choices=W.QUANT_IMPLS, default="kernel",
-                   help="how an int8 or fp8 linear reads its weight: kernel (bitsandbytes' int8, torchao's dynamic-"
-                        "activation int8 and float8 kernels), or torchao-wo (torchao's int8_weight_only / "
+                   help="how a quantized linear reads its weight: kernel (bitsandbytes' int8, torchao's dynamic-"
+                        "activation int8 and float8 kernels), torchao-wo (torchao's int8_weight_only / "
                         "float8_weight_only in eager mode: each call dequantizes the whole weight to the compute "
-                        "dtype; inference)")
+                        "dtype; inference), or for gptq-4bit AutoGPTQ 0.4.2's exllama (an fp16 buffer the size of "
+                        "the largest weight) or cuda-old (dequantizes in PyTorch ops from 128 input rows; inference)")
     g.add_argument("--quant-group-size", type=_positive, default=0, metavar="G",
                    help="weights per scale of the group-wise formats (int4, gptq-4bit, awq-4bit): 0 for their "
                         "default, 128; torchao's gpt-fast benchmarks use 64 (int4wo-64)")

@@ -493,10 +493,10 @@ def head_dequant_inference(spec: ModelSpec, w: Workload, tokens: int) -> int:
     """A quantized output layer's matmul over ``tokens`` rows without grad: the weight dequantized and the
     logits (or the intermediate at the cast: the fp16 weight, torchao float8's cast before its scale); 0 for one
     row of a 4-bit layer (bitsandbytes' ``gemv_4bit``, no dequantized weight: NF4Linear.forward in
-    vramlens.trace.build; torchao's weight-only linears dequantize for one row too, weights.wo_dequantizes) or
+    vramlens.trace.build; torchao's weight-only linears dequantize for one row too, weights.dequant_min_rows) or
     when the output layer's matmul does not dequantize."""
     wd, extra = Wt.head_dequantized_bytes(spec, w)
-    if not wd or (tokens <= 1 and not Wt.wo_dequantizes(w)):
+    if not wd or tokens < Wt.dequant_min_rows(w):
         return 0
     return wd + max(_r(DTYPE_BYTES[w.compute_dtype] * spec.vocab_size * tokens), extra)
 
@@ -1689,8 +1689,9 @@ def inference_layer_peak(spec: ModelSpec, w: Workload, b: int, s: int, S: int, t
         mlp = 3 * _r(c * D.f * t)
     else:
         mlp = 2 * _r(c * D.f * t)
-    # one token: bitsandbytes' gemv_4bit, nothing dequantized (torchao's weight-only linears dequantize still)
-    deq = dequantized_by_group(spec, w, tp) if t > 1 or Wt.wo_dequantizes(w) else {}
+    # one token: bitsandbytes' gemv_4bit, nothing dequantized (torchao's weight-only linears dequantize still);
+    # AutoGPTQ's cuda-old kernel under 128 rows (weights.dequant_min_rows)
+    deq = dequantized_by_group(spec, w, tp) if t >= Wt.dequant_min_rows(w) else {}
     if deq:
         # a 4-bit matmul holds its weight dequantized: q_proj..v_proj with the projections made before
         # them, o_proj with the attention output; up_proj with act(gate) and its own output

@@ -188,12 +188,15 @@ def train_state(spec: ModelSpec, w: Workload, gpu: GPU | None) -> TrainState:
     base_w, base_formula = Wt.base_weight_bytes(spec, w)
     adapters = Wt.adapter_bytes(spec, w)
     legacy = Wt.legacy_block_buffer_bytes(spec, w) * sp.layers  # buffers are not sharded: the blocks on this GPU
-    weights = int(base_w * sp.weights) + adapters + legacy
+    kernel_buffers = Wt.gptq_kernel_buffer_bytes(spec, w)  # one set per GPU
+    weights = int(base_w * sp.weights) + adapters + legacy + kernel_buffers
     explain["weights"] = base_formula + (f" + LoRA adapters {w.lora_dtype}{' with DoRA magnitudes' if w.dora else ''} "
                                          f"({adapters:,} B)" if adapters else "")
     if legacy:
         explain["weights"] += (f" + transformers {w.transformers_version}'s per-block buffers (causal masks, "
                                f"rotary caches: {legacy:,} B)")
+    if kernel_buffers:
+        explain["weights"] += f" + AutoGPTQ exllama's temp_dq and temp_state buffers ({kernel_buffers:,} B)"
     if sp.weights != 1:
         explain["weights"] += f", x{sp.weights:.4g} on this GPU"
     if Wt.quantizes_head(spec, w) and spec.tied_embeddings:

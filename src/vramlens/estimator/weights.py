@@ -235,10 +235,50 @@ def wo_dequantizes(w: Workload) -> bool:
     return w.quant_impl == "torchao-wo" and w.quantized in WO_DEQUANT_QUANTS
 
 
+# AutoGPTQ 0.4.2 (AutoGPTQ/AutoGPTQ at v0.4.2, ef442d9f), auto_gptq/nn_modules/qlinear/qlinear_cuda_old.py:
+# QuantLinear(kernel_switch_threshold=128) runs its CUDA kernel for ``x.shape[0] < kernel_switch_threshold`` rows
+# and dequantizes the weight in PyTorch ops for more (forward, lines 199-269)
+CUDA_OLD_SWITCH_ROWS = 128
+
+
+def gptq_torch_dequant(w: Workload) -> bool:
+    """AutoGPTQ's cuda-old QuantLinear (``quant_impl="cuda-old"`` on gptq-4bit weights), which dequantizes the
+    whole weight in PyTorch ops for inputs of CUDA_OLD_SWITCH_ROWS rows or more (dequant_cast_bytes)."""
+    return w.quant_impl == "cuda-old" and w.quantized == "gptq-4bit"
+
+
 def dequantizes_weights(w: Workload) -> bool:
-    """Whether each quantized matmul holds its whole weight dequantized: bitsandbytes' (or torchao's NF4) 4-bit
-    matmuls, and torchao's weight-only int8 and fp8 linears (wo_dequantizes)."""
-    return w.quantized in FOUR_BIT or wo_dequantizes(w)
+    """Whether a quantized matmul can hold its whole weight dequantized: bitsandbytes' (or torchao's NF4) 4-bit
+    matmuls, torchao's weight-only int8 and fp8 linears (wo_dequantizes) and AutoGPTQ's cuda-old kernel
+    (gptq_torch_dequant); from how many rows on: dequant_min_rows."""
+    return w.quantized in FOUR_BIT or wo_dequantizes(w) or gptq_torch_dequant(w)
+
+
+def dequant_min_rows(w: Workload) -> int:
+    """The fewest input rows for which a quantized matmul dequantizes its weight (dequantizes_weights): torchao's
+    weight-only linears at every call, bitsandbytes' 4-bit ones from 2 (one row takes ``gemv_4bit``), AutoGPTQ's
+    cuda-old from CUDA_OLD_SWITCH_ROWS."""
+    if wo_dequantizes(w):
+        return 1
+    return CUDA_OLD_SWITCH_ROWS if gptq_torch_dequant(w) else 2
+
+
+def gptq_kernel_buffer_bytes(spec: ModelSpec, w: Workload) -> int:
+    """The buffers AutoGPTQ 0.4.2's exllama kernel keeps on each GPU (``quant_impl="exllama"``), 0 otherwise.
+
+    auto_gptq/modeling/_utils.py ``autogptq_post_init`` (v0.4.2, ef442d9f, lines 223-249; optimum's
+    ``load_quantized_model`` calls it through ``GPTQQuantizer.post_init_model``): ``temp_dq``, fp16 of
+    ``(1, max qweight.numel() * 8)``, the largest quantized linear's k x n weight, which the kernel reconstructs
+    a weight into before a cuBLAS matmul for inputs of 8 rows or more (exllama_ext.cpp ``q4_matmul``:
+    ``matmul_recons_thd``, which autogptq_post_init sets to 8), and
+    ``temp_state``, fp16 of ``(max_input_len, max_inner_outer_dim)``: (1, 1) without act-order, the case modelled
+    (under act-order it is max_input_length, 2048 by default, x the largest in or out dimension).
+    """
+    if w.quant_impl != "exllama" or w.quantized != "gptq-4bit":
+        return 0
+    dq = max((lin.in_features * lin.out_features for lin in quantized_linears(spec, w.quantized, adapted_only(w))),
+             default=0)
+    return round_up(2 * dq, BLOCK) + round_up(2 * 1 * 1, BLOCK)
 
 
 def dequantized_weight_bytes(spec: ModelSpec, w: Workload) -> int:
@@ -274,9 +314,13 @@ def dequant_cast_bytes(w: Workload, n: int, k: int) -> int:
     torchao's ``float8_weight_only`` (wo_dequantizes): the float8 weight cast to the compute dtype beside its
     product with the per-row scale (``dequant = input.to(output_dtype); dequant = dequant * scale``), the cast
     freed when the name is rebound; int8_weight_only's single cast has no intermediate.
+
+    AutoGPTQ's cuda-old kernel (gptq_torch_dequant): :func:`gptq_torch_dequant_temporaries`.
     """
     if wo_dequantizes(w):
         return round_up(DTYPE_BYTES[w.compute_dtype] * n * k, BLOCK) if w.quantized == "fp8" else 0
+    if gptq_torch_dequant(w):
+        return gptq_torch_dequant_temporaries(n, k, quant_group(w))
     if w.quantized not in FOUR_BIT:
         return 0
     if w.nf4_impl == "torchao" and w.quantized in ("nf4", "nf4-dq"):
@@ -293,6 +337,20 @@ def dequant_cast_bytes(w: Workload, n: int, k: int) -> int:
 #: torchao NF4Tensor's block sizes as torchtune's ``to_nf4`` leaves them (torchao/dtypes/nf4tensor.py
 #: ``to_nf4(tensor, block_size=64, scaler_block_size=256)``): one scaler per 64 weights.
 TORCHAO_NF4_BLOCK = 64
+
+
+def gptq_torch_dequant_temporaries(n: int, k: int, group: int) -> int:
+    """Beyond the fp16 (k, n) weight, what AutoGPTQ 0.4.2's cuda-old QuantLinear has alive at most while it
+    dequantizes in PyTorch ops (qlinear_cuda_old.py forward, lines 231-266, 4 bits).
+
+    ``torch.bitwise_right_shift(qweight.unsqueeze(1).expand(-1, 8, -1), wf.unsqueeze(-1))`` makes an int32
+    (k/8, 8, n) tensor, 4 B per weight, and ``.to(torch.int8)`` its 1-byte copy beside it; the unpacked zeros, int8
+    (k/g, n), are alive since line 234. Later ``scales * (weight - zeros)`` holds the int8 weight, the int8
+    difference and the fp16 product (4 B per weight), less than the 5 B at the shift. The matmul then reads the
+    fp16 weight (the 2 B per weight counted as the dequantized weight itself).
+    """
+    at_shift = round_up(4 * k * n, BLOCK) + round_up(k * n, BLOCK) + round_up(ceil(k / group) * n, BLOCK)
+    return at_shift - round_up(2 * k * n, BLOCK)
 
 
 def torchao_nf4_dequant_temporaries(numel: int, c: int) -> int:

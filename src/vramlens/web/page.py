@@ -52,7 +52,7 @@ KNOBS: tuple[tuple[str, str, str, tuple | None, str], ...] = (
     ("dequant_dtype", "4-bit dequant dtype", "select", W.DEQUANT_DTYPES, "compute"),
     ("bnb_compute_dtype", "bnb 4-bit compute dtype", "select", ("",) + W.DTYPES, ""),
     ("nf4_impl", "NF4 code", "select", W.NF4_IMPLS, "bitsandbytes"),
-    ("quant_impl", "int8/fp8 matmul", "select", W.QUANT_IMPLS, "kernel"),
+    ("quant_impl", "quantized matmul", "select", W.QUANT_IMPLS, "kernel"),
     ("quant_group_size", "quant group size", "number", None, "0"),
     ("quantize_on_device", "quantized on the GPU (torchao)", "check", None, "false"),
     ("bnb_inputs", "bnb 4-bit inputs kept", "select", W.BNB_INPUTS, "none"),
@@ -97,7 +97,7 @@ SHOW_WHEN: dict[str, str] = {
     "bnb_inputs": "mode=train;method=lora|qlora",
     "quant_group_size": "quant=" + "|".join(W.GROUPED_QUANTS),
     "quantize_on_device": "mode=inference;cache=static;quant=" + "|".join(W.ON_DEVICE_QUANTS),
-    "quant_impl": "mode=inference;quant=" + "|".join(W.WO_DEQUANT_QUANTS),
+    "quant_impl": "mode=inference;quant=" + "|".join((*W.WO_DEQUANT_QUANTS, "gptq-4bit")),
     "bnb_compute_dtype": "mode=inference;dtype=fp16;quant=" + "|".join(W.FOUR_BIT),
 }
 #: Workload fields with no knob on purpose.
