@@ -10,7 +10,8 @@ torchao NF4 of the time are not installed: extract them from mirrors of pytorch/
     PYTHONPATH=src python scripts/torchtune2024_qlora_trace.py --torchtune-src /tmp/tt412 --nf4 /tmp/nf4tensor.py
 
 (fef3ed10 with torchao v0.1's nf4tensor.py: add ``--no-state-dict``, that recipe calls no ``model.state_dict()``
-before loading.) What runs is torchtune's: ``lora_llama2`` with qlora_llama2_7b's arguments on the (fake) device under
+before loading; ``--lora``: the bf16 LoRA config, best with ``--no-state-dict``: under fake tensors the recorder counts
+the state dict's detached views of bf16 weights, and a view of any storage it has not registered, as new storages.) What runs is torchtune's: ``lora_llama2`` with qlora_llama2_7b's arguments on the (fake) device under
 ``set_default_dtype(bf16)``, so each quantized LoRALinear quantizes there and TransformerDecoder deep-copies the block
 through torchtune's NF4 ``clone`` override; ``set_trainable_params``, ``set_activation_checkpointing``; at 412a4ecd
 ``model.state_dict()`` (validate_state_dict_for_lora's keys: its hook dequantizes every NF4 weight and moves it to the
@@ -35,6 +36,8 @@ MiB = 2**20
 LLAMA2_7B = dict(vocab_size=32_000, num_heads=32, num_kv_heads=32, embed_dim=4096, max_seq_len=4096)
 QLORA = dict(lora_attn_modules=["q_proj", "v_proj", "k_proj", "output_proj"], apply_lora_to_mlp=True,
              apply_lora_to_output=False, lora_rank=8, lora_alpha=16, lora_dropout=0.05, quantize_base=True)
+# recipes/configs/lora_finetune_single_device.yaml (--lora): the bf16 model, adapters on q and v
+LORA = dict(QLORA, lora_attn_modules=["q_proj", "v_proj"], apply_lora_to_mlp=False, quantize_base=False)
 BATCH, SEQ, VOCAB = 2, 512, 32_000
 
 
@@ -44,7 +47,9 @@ def main() -> None:
     ap.add_argument("--nf4", required=True, help="torchao/dtypes/nf4tensor.py of the time")
     ap.add_argument("--layers", type=int, default=32)
     ap.add_argument("--no-state-dict", action="store_true", help="no model.state_dict() before loading (fef3ed10)")
+    ap.add_argument("--lora", action="store_true", help="lora_finetune_single_device.yaml's bf16 LoRA instead")
     args = ap.parse_args()
+    peft = LORA if args.lora else QLORA
 
     sys.path.insert(0, args.torchtune_src)
     finder = _StubFinder()
@@ -107,14 +112,14 @@ def main() -> None:
     marks: list[tuple[str, int]] = []
     with FakeTensorMode(allow_non_fake_inputs=True):
         with utils.set_default_dtype(torch.bfloat16), torch.device("meta"):
-            shapes = {k: v.shape for k, v in builders.lora_llama2(**cfg, **{**QLORA, "quantize_base": False})
+            shapes = {k: v.shape for k, v in builders.lora_llama2(**cfg, **{**peft, "quantize_base": False})
                       .state_dict().items() if "lora_" not in k}
         checkpoint = {k: torch.empty(s, dtype=torch.bfloat16, device="cpu") for k, s in shapes.items()}
         with rec:
             rec.mark(list(checkpoint.values()), "host")
             host.update(id(t) for t in checkpoint.values())
             with utils.set_default_dtype(torch.bfloat16):
-                model = builders.lora_llama2(**cfg, **QLORA)
+                model = builders.lora_llama2(**cfg, **peft)
             marks.append(("built", len(rec.events())))
             set_trainable_params(model, get_adapter_params(model))
             utils.set_activation_checkpointing(model, auto_wrap_policy={modules.TransformerDecoderLayer})
@@ -143,13 +148,14 @@ def main() -> None:
 
     events = [(e.action, e.storage, e.nbytes) for e in rec.events() if e.tag not in HOST_TAGS]
     seqs = [e.seq for e in rec.events() if e.tag not in HOST_TAGS]
-    print(f"torchtune {args.torchtune_src} lora_llama2 ({args.layers} layers), QLoRA, batch {BATCH} x {SEQ}"
+    print(f"torchtune {args.torchtune_src} lora_llama2 ({args.layers} layers), {'LoRA' if args.lora else 'QLoRA'}, "
+          f"batch {BATCH} x {SEQ}"
           + (", no state_dict() pass" if args.no_state_dict else ""))
     for name, n in marks:
         r = simulate([e for e, s in zip(events, seqs, strict=True) if s < n], max_points=2)
         print(f"  after {name:9s}: allocated {r.final_allocated_bytes / MiB:9,.1f} MiB, peak reserved "
               f"{r.peak_reserved_bytes / MiB:9,.1f} MiB ({r.peak_reserved_bytes / 1e9:.2f} GB)")
-    if args.layers == 32:
+    if args.layers == 32 and not args.lora:
         case = CASES["torchtune-readme-2024-04-llama2-7b-qlora-1gpu"]
         w = Workload(**case.settings).validated()
         r = simulate(torchtune_nf4_setup_events(load_model(case.model), w), max_points=2)
