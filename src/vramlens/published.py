@@ -206,8 +206,10 @@ _TT24 = dict(mode="train", dtype="bf16", batch=2, seq=512, optimizer="adamw", op
              attention="sdpa")
 _TT24_LORA = dict(_TT24, method="lora", lora_rank=8, lora_dtype="bf16", lora_dropout=0.05,
                   lora_targets=("q_proj", "v_proj"))
+# The QLoRA recipe builds the model on the GPU, quantizing, deep-copying and re-quantizing its NF4 weights there,
+# and never empties the cache before training (quantize_on_device: vramlens.estimator.ondevice)
 _TT24_QLORA = dict(_TT24_LORA, method="qlora", quant="nf4-dq", quant_targets="adapted", checkpointing="full",
-                   nf4_impl="torchao",
+                   nf4_impl="torchao", quantize_on_device=True,
                    lora_targets=("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"))
 # full_finetune_single_device's low-memory config: bitsandbytes PagedAdamW (32-bit states in CUDA unified memory,
 # outside max_memory_reserved) stepped in backward (optimizer_in_bwd: True)

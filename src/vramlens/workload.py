@@ -274,10 +274,12 @@ class Workload:
     #: and AutoAWQ's, torchao's ``int4_weight_only``). torchao's gpt-fast benchmarks run ``int4wo-64``
     #: (``int4_weight_only(group_size=64)``)
     quant_group_size: int = 0
-    #: The model is loaded in ``dtype`` onto the GPU and its linears quantized there, then the cache emptied
-    #: before the run: torchao's gpt-fast generate.py (``model.to("cuda")``, ``quantize_``, and the first CUDA-graph
-    #: capture's ``torch.cuda.empty_cache()``); the segments that hold a quantized weight keep their free
-    #: remainder (see vramlens.estimator.ondevice)
+    #: The model is loaded in ``dtype`` onto the GPU and its linears quantized there. Inference: torchao's gpt-fast
+    #: generate.py (``model.to("cuda")``, ``quantize_``, and the first CUDA-graph capture's
+    #: ``torch.cuda.empty_cache()``); the segments that hold a quantized weight keep their free remainder. QLoRA
+    #: training with ``nf4_impl="torchao"``: torchtune's set-up of 2024 (the model built on the GPU, each NF4 weight
+    #: quantized, deep-copied per block and re-quantized from the checkpoint, no empty_cache before training), whose
+    #: reserve lasts the run (see vramlens.estimator.ondevice)
     quantize_on_device: bool = False
     gpus: int = 1
     zero: int = 0
@@ -804,8 +806,17 @@ class Workload:
         return p
 
     def _on_device_problems(self) -> list[str]:
-        """What quantize_on_device (torchao's gpt-fast flow, vramlens.estimator.ondevice) is modelled for."""
+        """What quantize_on_device (torchao's gpt-fast flow, torchtune's 2024 QLoRA set-up: vramlens.estimator.ondevice)
+        is modelled for."""
         p = []
+        if self.mode == "train":
+            if self.method != "qlora" or self.quantized not in ("nf4", "nf4-dq") or self.nf4_impl != "torchao":
+                p.append("quantize_on_device in training models torchtune's 2024 QLoRA set-up (torchao's NF4): use "
+                         "--method qlora --nf4-impl torchao, or drop --quantize-on-device")
+            if self.gpus != 1 or self.fsdp:
+                p.append(f"quantize_on_device in training with gpus={self.gpus} is not modelled (torchtune's "
+                         "single-device recipe): drop --gpus and --fsdp, or --quantize-on-device")
+            return p
         if self.quantized not in ON_DEVICE_QUANTS:
             p.append(f"quantize_on_device replays torchao's quantize_ for {', '.join(ON_DEVICE_QUANTS)}; "
                      f"quant={self.quantized!r}: use --quant int8, int4 or fp8, or drop --quantize-on-device")

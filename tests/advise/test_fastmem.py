@@ -87,3 +87,17 @@ def test_fast_totals_equal_estimate_spec_compiled(changes):
         assert fm.totals(w) == (e.breakdown.device_total, e.breakdown.host_bytes)
     assert estimate_spec(spec, Workload(mode="train", dtype="bf16", compile=True, **changes), gpu).breakdown[
         "activations"] < estimate_spec(spec, Workload(mode="train", dtype="bf16", **changes), gpu).breakdown["activations"]
+
+
+def test_fast_totals_keep_torchtunes_2024_set_up_reserve():
+    # torchtune's 2024 QLoRA set-up (quantize_on_device in training) leaves a reserve above the step's: the state
+    # carries it (TrainState.setup_reserve), so the search's totals keep it too
+    spec = llama7b()
+    gpu = get_gpu("A100-80GB")
+    base = dict(mode="train", method="qlora", nf4_impl="torchao", batch=2, seq=512, checkpointing="full",
+                lora_targets=("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"),
+                quant_targets="adapted", attention="sdpa")
+    plain, kept = Workload(**base), Workload(**base, quantize_on_device=True)
+    e, e_plain = estimate_spec(spec, kept, gpu), estimate_spec(spec, plain, gpu)
+    assert e.breakdown.device_total > e_plain.breakdown.device_total
+    assert FastMemory(spec, gpu).totals(kept) == (e.breakdown.device_total, e.breakdown.host_bytes)

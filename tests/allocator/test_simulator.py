@@ -173,6 +173,21 @@ def test_event_shapes():
     assert simulate([A(1, 0)]).peak_reserved_bytes == 0  # PyTorch hands out no memory for 0 bytes
 
 
+def test_the_tracers_events_replay_as_they_are():
+    # vramlens.trace.events.Event names its storage ``storage``: two 4 MiB storages, one freed, then 2 MiB more; read
+    # without the storage as the id, every event had the id None and each allocation freed the one before
+    from vramlens.trace.events import Event as TraceEvent
+
+    def ev(seq, action, storage, nbytes):
+        return TraceEvent(seq, action, storage, nbytes, "temporary", "", "forward", 0, "empty")
+
+    trace = [ev(0, "alloc", 0, 4 * MiB), ev(1, "alloc", 1, 4 * MiB), ev(2, "free", 0, 4 * MiB),
+             ev(3, "alloc", 2, 2 * MiB)]
+    r = simulate(trace)
+    assert r.final_allocated_bytes == 6 * MiB and r.peak_allocated_bytes == 8 * MiB
+    assert r == simulate([(e.action, e.storage, e.nbytes) for e in trace])
+
+
 @pytest.mark.slow  # > 5 s on 2 cores (--durations)
 def test_a_million_events_replay():
     import random

@@ -104,6 +104,8 @@ CASES = {
                                             "quant_group_size=64 applies to the group-wise formats"),
     "estimate-on-device-nf4": ("estimate llama-2-7b --quant nf4 --cache static --quantize-on-device",
                                "quantize_on_device replays torchao's quantize_ for int8, int4, fp8"),
+    "estimate-on-device-lora-train": ("estimate llama-2-7b --mode train --method lora --quantize-on-device",
+                                      "quantize_on_device in training models torchtune's 2024 QLoRA set-up"),
     "estimate-quant-impl-nf4": ("estimate llama-2-7b --quant nf4 --quant-impl torchao-wo",
                                 "quant_impl='torchao-wo' is torchao's int8_weight_only / float8_weight_only linear"),
     "estimate-quant-impl-bad": ("estimate llama-2-7b --quant int8 --quant-impl eager", "invalid choice"),

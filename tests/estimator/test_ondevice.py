@@ -6,8 +6,16 @@ import pytest
 from vramlens.allocator import simulate
 from vramlens.errors import ConfigError
 from vramlens.estimator import estimate
-from vramlens.estimator.ondevice import on_device_events, on_device_quant, quantize_events
-from vramlens.units import MiB
+from vramlens.estimator.ondevice import (
+    nf4_dequant_events,
+    on_device_events,
+    on_device_quant,
+    quantize_events,
+    to_nf4_events,
+    torchtune_nf4_setup_events,
+)
+from vramlens.estimator.weights import torchao_nf4_dequant_temporaries
+from vramlens.units import BLOCK, MiB, round_up
 from vramlens.workload import make_workload
 
 GEN = dict(mode="inference", seq=6, new_tokens=200, cache="static", max_cache_len=208, quant_head=True)
@@ -69,4 +77,87 @@ def test_bad_on_device_workloads(kw, message):
     on_device = kw.pop("quantize_on_device", True)
     with pytest.raises(ConfigError) as e:
         make_workload(**kw, quantize_on_device=on_device)
+    assert message in str(e.value).split("\n")
+
+
+# torchtune's 2024 QLoRA set-up (lora_finetune_single_device at 412a4ecd / fef3ed10, torchao's NF4 at 185236c82 / v0.1)
+TT24_QLORA = dict(mode="train", method="qlora", nf4_impl="torchao", batch=2, seq=512, checkpointing="full",
+                  lora_rank=8, lora_dtype="bf16", lora_targets=("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj",
+                                             "down_proj"), quant_targets="adapted", attention="sdpa")
+
+
+def test_to_nf4_of_one_weight():
+    # a (4,096 x 4,096) bf16 weight, N = 16,777,216 (32 MiB). quantize_tensor_nearest's (N, 16) bf16 ``value - nf4``
+    # and its abs (512 MiB each: the trace's sub.Tensor and abs.default of 536,870,912 B) are alive with the input,
+    # ``blocks / scales`` (32 MiB), the block absmax (N / 64 bf16: 512 KiB), the kept quantization_factor (512 KiB),
+    # quantized_scalers (256 KiB), scaler_mean and the nf4 table (512 B blocks each):
+    # 32 + 32 + 512 + 512 MiB + 1,280 KiB + 1 KiB
+    N = 4_096 * 4_096
+    r = simulate([("alloc", "w", 2 * N), *to_nf4_events("w", N), ("free", "w", 0)], max_points=2)
+    assert r.peak_allocated_bytes == 1_088 * MiB + 1_280 * 1_024 + 1_024 == 1_142_162_432
+    # kept: quantized_data (N / 2 = 8 MiB), quantized_scalers (256 KiB), quantization_factor (512 KiB), two blocks
+    assert r.final_allocated_bytes == 8 * MiB + 768 * 1_024 + 1_024 == 9_176_064
+
+
+def test_nf4_dequantization_is_the_step_estimates():
+    # get_original_weight's events peak at the stack: the step's dequantization temporaries plus the bf16 result
+    N = 11_008 * 4_096
+    r = simulate(nf4_dequant_events("out", N), max_points=2)
+    assert r.peak_requested_bytes == torchao_nf4_dequant_temporaries(N, 2) + 2 * N == 632_651_776
+
+
+def _live_bytes(ev):
+    live = {}
+    for action, key, size in ev:
+        if action == "alloc":
+            live[key] = round_up(size, BLOCK)
+        else:
+            live.pop(key, None)
+    return sum(live.values())
+
+
+def test_torchtune_2024_qlora_set_up(llama7b):
+    w = make_workload(**TT24_QLORA, quantize_on_device=True)
+    ev = torchtune_nf4_setup_events(llama7b, w)
+    # the template block's 7 NF4 linears, 32 deep copies of each, 32 x 7 re-quantized from the checkpoint
+    nf4 = [e for e in ev if e[0] == "alloc" and isinstance(e[1], tuple) and e[1][-1] == "quantized_data"]
+    assert len(nf4) == 7 + 32 * 7 + 32 * 7
+    r = simulate(ev, max_points=2)
+    # the replayed reserve: 8,712 MiB. scripts/torchtune2024_qlora_trace.py, which runs torchtune's own code of
+    # 412a4ecd (with torchao 185236c82) and fef3ed10 (torchao v0.1) under fake tensors and replays its events, reserves
+    # 8,646 MiB after the build and 8,718 MiB after the load (8,860 MiB after two steps)
+    assert r.peak_reserved_bytes == 8_712 * MiB
+    # what stays allocated, per block: 4 attention NF4 weights of 9,176,064 B (quantized_data 8 MiB, quantized_scalers
+    # 256 KiB, quantization_factor 512 KiB, scaler_mean and the table 512 B each) and 3 MLP ones of 24,658,944 B
+    # (22,544,384 + 704,512 + 1,409,024 + 1,024); rank-8 bf16 adapters (4 x 131,072 + 3 x 241,664 = 1,249,280 B);
+    # the fp32 rope cache (4,096 x 64 x 2 x 4 = 2 MiB); two norms (8 KiB each). Then the bf16 embedding and output
+    # layer (2 x 262,144,000 B) and the final norm
+    nf4_block = 4 * 9_176_064 + 3 * 24_658_944
+    assert _live_bytes(ev) == 32 * (nf4_block + 1_249_280 + 2 * MiB + 2 * 8_192) + 2 * 262_144_000 + 8_192 \
+        == 4_173_701_120
+    plain = estimate(llama7b, **TT24_QLORA)
+    od = estimate(llama7b, **TT24_QLORA, quantize_on_device=True)
+    assert od.breakdown.peak_allocated == plain.breakdown.peak_allocated
+    assert plain.breakdown.peak_reserved < r.peak_reserved_bytes == od.breakdown.peak_reserved
+    assert od.breakdown.device_total == plain.breakdown.device_total + r.peak_reserved_bytes - \
+        plain.breakdown.peak_reserved
+    assert "quantized on the GPU (torchtune's 2024 QLoRA set-up): building, deep-copying and loading the NF4 weights " \
+        "reserve 8.51 GiB, kept through training (no empty_cache): the peak reserved is at least that" \
+        in od.breakdown.notes
+
+
+@pytest.mark.parametrize(("kw", "message"), [
+    (dict(TT24_QLORA, method="lora"),
+     "quantize_on_device in training models torchtune's 2024 QLoRA set-up (torchao's NF4): use --method qlora "
+     "--nf4-impl torchao, or drop --quantize-on-device"),
+    (dict(TT24_QLORA, nf4_impl="bitsandbytes"),
+     "quantize_on_device in training models torchtune's 2024 QLoRA set-up (torchao's NF4): use --method qlora "
+     "--nf4-impl torchao, or drop --quantize-on-device"),
+    (dict(TT24_QLORA, gpus=2, fsdp=True),
+     "quantize_on_device in training with gpus=2 is not modelled (torchtune's single-device recipe): drop --gpus "
+     "and --fsdp, or --quantize-on-device"),
+])
+def test_bad_training_on_device_workloads(kw, message):
+    with pytest.raises(ConfigError) as e:
+        make_workload(**kw, quantize_on_device=True)
     assert message in str(e.value).split("\n")

@@ -4,8 +4,9 @@ One event is one call into the caching allocator:
 
 - ``Event(id, size, action="alloc", stream=0, tag=None, module=None)``: the frozen type below;
 - a tuple ``(action, id, size)`` or ``(action, id, size, stream)``;
-- any object with attributes ``action`` (or ``kind``), ``id`` (or ``storage_id``, ``addr``),
-  ``size`` (or ``nbytes``) and optionally ``stream`` -- the tracer's own event type fits as is;
+- any object with attributes ``action`` (or ``kind``), ``id`` (or ``storage_id``, ``storage``, ``addr``),
+  ``size`` (or ``nbytes``) and optionally ``stream`` -- the tracer's own event type
+  (vramlens.trace.events.Event: ``action``, ``storage``, ``nbytes``) fits as is;
 - a mapping with the same keys.
 
 ``action`` is "alloc" (``size`` = the bytes requested, before any rounding), "free" (``size``
@@ -69,7 +70,7 @@ def normalize(events: Iterable[Any]) -> Iterator[tuple[str, Hashable, int, Hasha
                 raise InputError(f"event #{n} {e!r}: a tuple must be (action, id, size[, stream])")
         else:
             action = _first(e, ("action", "kind"))
-            ident = _first(e, ("id", "storage_id", "addr"))
+            ident = _first(e, ("id", "storage_id", "storage", "addr"))
             size = _first(e, ("size", "nbytes"), 0)
             stream = _first(e, ("stream",), 0)
             if action is None:

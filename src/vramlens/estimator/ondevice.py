@@ -48,10 +48,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from vramlens.estimator.compiled import QKV
+from vramlens.estimator.inventory import Linear, lora_shape, summarize
 from vramlens.estimator.kv_cache import kv_dtype_bytes, max_cache_len
 from vramlens.estimator.memo import identity_cache
 from vramlens.estimator.weights import (
+    TORCHAO_NF4_BLOCK,
+    adapted_only,
     int4_padded_shape,
+    lora_dtype_bytes,
     quant_group,
     quantized_linears,
     quantizes_head,
@@ -175,3 +179,193 @@ def on_device_quant(spec: ModelSpec, w: Workload) -> OnDeviceQuant | None:
         return None
     return _replay(spec, w)
 
+
+
+# torchtune's QLoRA set-up of 2024 (lora_finetune_single_device at 412a4ecd, 2024-03-22, and fef3ed10, 2024-04-16,
+# with torchao's NF4Tensor of that time: torchao/dtypes/nf4tensor.py at 185236c82, the nightly of 2024-03-22, and
+# v0.1, the release torchtune pinned in April; the quantization code is the same in both)
+#
+# 1. ``with utils.set_default_dtype(bf16), self._device: model = config.instantiate(cfg_model)`` builds the model
+#    on the GPU. lora_llama2 builds one block (attention q, k, v, output, then the MLP's w1, w2, w3, then the two
+#    norms), the embedding, the output layer and the final norm, then TransformerDecoder deep-copies the block once
+#    per layer (modules/transformer.py ``_get_clones``: ``copy.deepcopy``) and the template is dropped. Each
+#    quantized LoRALinear makes its bf16 nn.Linear weight, quantizes it (``to_nf4``) and lets the bf16 weight go;
+#    the deep copy of an NF4 weight is torchtune's ``aten.clone`` override
+#    (modules/low_precision/_register_nf4_dispatch_ops.py at 412a4ecd, utils/_register_nf4_dispatch_ops.py at
+#    fef3ed10): ``to_nf4(weight.get_original_weight())``, a dequantization and a quantization. Each block's
+#    RotaryPositionalEmbeddings keeps an fp32 ``cache`` of (max_seq_len, head_dim / 2, 2) (modules/
+#    position_embeddings.py ``build_rope_cache``).
+# 2. ``model.load_state_dict`` from the checkpoint torch.load(map_location="cpu", mmap=True) read: a bf16
+#    weight is copied in place; an NF4 weight's ``copy_`` is torchtune's override ``inplace_copy``:
+#    ``to_nf4(host_weight.to(device))``, then the new quantized pieces replace the old ones, which are freed.
+# 3. No ``torch.cuda.empty_cache()`` before training (torchtune added utils.cleanup_before_training in April 2024,
+#    called by the distributed recipes only): the segments reserved while loading stay reserved, and
+#    ``memory_stats_log``'s ``reset_peak_memory_stats`` after set-up keeps them in max_memory_reserved.
+# The step's own transients are taken to fit in what set-up reserved or to need their own reserve (the larger
+# of the two is the run's peak); their placement among set-up's free blocks is not replayed. At 412a4ecd the
+# recipe also called ``model.state_dict()`` before loading (validate_state_dict_for_lora), whose hook dequantizes
+# every NF4 weight on the GPU and moves it to the host; that pass is not replayed (in the trace of
+# scripts/torchtune2024_qlora_trace.py its dequantizations fit in the blocks the build freed: no more reserve).
+
+#: torchtune's module order inside a block (CausalSelfAttention, FeedForward w1 = gate, w2 = down, w3 = up)
+_TUNE_ORDER = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "down_proj", "up_proj")
+#: torchao's ``to_nf4(tensor, block_size=64, scaler_block_size=256)`` (nf4tensor.py)
+_NF4_SCALER_BLOCK = 256
+
+
+def to_nf4_events(key: object, numel: int) -> list[_Event]:
+    """torchao's ``to_nf4`` of a bf16 weight of ``numel`` elements (``NF4Tensor.from_tensor`` at 185236c82 / v0.1).
+
+    Kept, as the NF4 tensor's pieces under ``(key, piece)``: the 16-entry bf16 table ``nf4``, ``scaler_mean``,
+    ``quantization_factor`` (``256 / (2 * scaler_absmax)`` over the expanded (n_scaler_blocks, 256) view: its
+    ``[:, 0]`` keeps the whole bf16 storage of numel / 64 elements), ``quantized_scalers`` (int8, numel / 64)
+    and ``quantized_data`` (two codes a byte, numel / 2). The temporaries, in order: ``get_block_absmax``'s
+    ``blocks.abs()`` and ``.max(dim=1)``'s values and int64 indices; the scalers' double quantization at numel / 64
+    elements; ``blocks / scales`` (bf16); ``quantize_tensor_nearest``'s ``(value - nf4).abs()`` over a
+    (numel, 16) broadcast, 32 bytes a weight each and both alive at the ``abs``, then ``diff.min(dim=-1)``'s bf16
+    values and int64 indices; ``q[::2] << 4 | q[1::2]`` (int64, numel / 2 each) and its ``.to(torch.uint8)``.
+    """
+    A, F = "alloc", "free"
+    n = numel
+    s = -(-n // TORCHAO_NF4_BLOCK)  # scalers: one per block of 64
+    s2 = -(-s // _NF4_SCALER_BLOCK)  # scalers of the scalers
+    k = key
+    return [(A, (k, "nf4"), 32),
+            # double_quantize_scalers
+            (A, "abs1", 2 * n), (A, "s1", 2 * s), (A, "i1", 8 * s), (F, "abs1", 0), (F, "i1", 0),
+            (A, (k, "scaler_mean"), 2), (A, "s1c", 2 * s), (F, "s1", 0),
+            (A, "abs2", 2 * s), (A, "s2", 2 * s2), (A, "i2", 8 * s2), (F, "abs2", 0), (F, "i2", 0),
+            (A, "twice", 2 * s), (A, (k, "quantization_factor"), 2 * s), (F, "twice", 0),
+            (A, "mul", 2 * s), (A, "round", 2 * s), (F, "mul", 0), (A, "clamp", 2 * s), (F, "round", 0),
+            (A, (k, "quantized_scalers"), s), (F, "clamp", 0), (F, "s1c", 0), (F, "s2", 0),
+            # convert_to_norm_float_weight
+            (A, "abs3", 2 * n), (A, "s3", 2 * s), (A, "i3", 8 * s), (F, "abs3", 0), (F, "i3", 0),
+            (A, "scaled", 2 * n),
+            (A, "sub", 32 * n), (A, "diff", 32 * n), (F, "sub", 0), (A, "minv", 2 * n), (A, "mini", 8 * n),
+            (F, "minv", 0), (F, "diff", 0),
+            (A, "shl", 4 * n), (A, "or", 4 * n), (F, "shl", 0), (A, (k, "quantized_data"), -(-n // 2)), (F, "or", 0),
+            (F, "mini", 0), (F, "scaled", 0), (F, "s3", 0)]
+
+
+def nf4_dequant_events(out: object, numel: int) -> list[_Event]:
+    """torchao's ``NF4Tensor.get_original_weight`` (185236c82 / v0.1): the bf16 result stays under ``out``.
+
+    ``(quantized_data >> 4)`` and ``& 0b1111`` (uint8, numel / 2) made int64 (``.to(torch.long)``); ``nf4[...]``
+    of each half (bf16); ``dequantize_scalers`` (bf16, numel / 64, then ``+ scaler_mean``); each half times
+    ``repeated.flatten()``, which copies the expanded scalers (bf16, numel / 2); ``torch.stack`` of the two products
+    is the result; the locals go when the function returns (vramlens.estimator.weights
+    .torchao_nf4_dequant_temporaries counts the same tensors at the stack).
+    """
+    A, F = "alloc", "free"
+    n = numel
+    e = -(-n // 2)
+    s = -(-n // TORCHAO_NF4_BLOCK)
+    return [(A, "hi", e), (A, "first", 8 * e), (F, "hi", 0), (A, "lo", e), (A, "second", 8 * e), (F, "lo", 0),
+            (A, "d1", 2 * e), (A, "d2", 2 * e), (A, "sdiv", 2 * s), (A, "scalers", 2 * s), (F, "sdiv", 0),
+            (A, "rep1", 2 * e), (A, "p1", 2 * e), (F, "rep1", 0), (A, "rep2", 2 * e), (A, "p2", 2 * e),
+            (F, "rep2", 0), (A, out, 2 * n),
+            (F, "first", 0), (F, "second", 0), (F, "d1", 0), (F, "d2", 0), (F, "scalers", 0), (F, "p1", 0),
+            (F, "p2", 0)]
+
+
+_NF4_PIECES = ("quantized_scalers", "quantization_factor", "scaler_mean", "quantized_data", "nf4")
+
+
+def _block(spec: ModelSpec, w: Workload) -> list[tuple[str, int, bool, tuple[int, int] | None]]:
+    """One block's tensors in torchtune's order of construction: (module, bytes or numel, NF4?, LoRA (n, k))."""
+    quantized = {lin.module for lin in quantized_linears(spec, w.quantized, adapted_only(w)) if lin.layer == 0}
+    adapted = {lin.module for lin in lora_shape(spec, tuple(w.lora_targets)).targets if lin.layer == 0}
+    lins: list[Linear] = sorted((lin for lin in summarize(spec).linears if lin.layer == 0),
+                                key=lambda lin: _TUNE_ORDER.index(lin.module) if lin.module in _TUNE_ORDER else 99)
+    b = weight_dtype_bytes(w)
+    out: list[tuple[str, int, bool, tuple[int, int] | None]] = []
+    for lin in lins:
+        nk = lin.out_features * lin.in_features
+        lora = (lin.out_features, lin.in_features) if lin.module in adapted else None
+        q = lin.module in quantized
+        out.append((lin.module, nk if q else b * nk, q, lora))
+    return out
+
+
+def torchtune_nf4_setup_events(spec: ModelSpec, w: Workload) -> list[_Event]:
+    """Build, deep-copy and load torchtune's 2024 QLoRA model on the GPU (the comment above has the sources)."""
+    b = weight_dtype_bytes(w)
+    lb = lora_dtype_bytes(w)
+    r = w.lora_rank
+    h = spec.hidden_size
+    rope = spec.max_position * (spec.head_dim // 2) * 2 * 4  # fp32 (max_seq_len, head_dim / 2, 2)
+    block = _block(spec, w)
+    norms = [("sa_norm", b * h), ("mlp_norm", b * h)]
+    ev: list[_Event] = []
+
+    def linear(layer: object, module: str, size: int, q: bool, lora: tuple[int, int] | None,
+               source: object | None) -> None:
+        key = (layer, module)
+        if not q:
+            ev.append(("alloc", key, size))
+        elif source is None:  # LoRALinear(quantize_base=True): the bf16 nn.Linear, to_nf4, the bf16 dropped
+            ev.append(("alloc", "bf16", 2 * size))
+            ev.extend(to_nf4_events(key, size))
+            ev.append(("free", "bf16", 0))
+        else:  # torchtune's NF4 clone: to_nf4(get_original_weight())
+            ev.extend(nf4_dequant_events("bf16", size))
+            ev.extend(to_nf4_events(key, size))
+            ev.append(("free", "bf16", 0))
+        if lora is not None:
+            n, k = lora
+            ev.extend((("alloc", (key, "lora_a"), lb * r * k), ("alloc", (key, "lora_b"), lb * n * r)))
+
+    def tensors_of(layer: object) -> list[object]:
+        keys: list[object] = []
+        for module, _, q, lora in block:
+            key = (layer, module)
+            keys += [(key, p) for p in _NF4_PIECES] if q else [key]
+            keys += [(key, "lora_a"), (key, "lora_b")] if lora else []
+        return keys + [(layer, "rope"), (layer, "sa_norm"), (layer, "mlp_norm")]
+
+    # the template block: attention (rope after the projections), MLP, norms
+    attn = [x for x in block if x[0] in _TUNE_ORDER[:4]]
+    for module, size, q, lora in attn:
+        linear("template", module, size, q, lora, None)
+    ev.append(("alloc", ("template", "rope"), rope))
+    for module, size, q, lora in block[len(attn):]:
+        linear("template", module, size, q, lora, None)
+    ev += [("alloc", ("template", name), size) for name, size in norms]
+    ev += [("alloc", "tok_embeddings", b * spec.vocab_size * h), ("alloc", "output", b * spec.vocab_size * h),
+           ("alloc", "norm", b * h)]
+    # deepcopy per layer, in the block's module order: sa_norm, attn (q, k, v, output, rope), mlp_norm, mlp
+    for layer in range(spec.n_layers):
+        ev.append(("alloc", (layer, "sa_norm"), b * h))
+        for module, size, q, lora in attn:
+            linear(layer, module, size, q, lora, "template")
+        ev.append(("alloc", (layer, "rope"), rope))
+        ev.append(("alloc", (layer, "mlp_norm"), b * h))
+        for module, size, q, lora in block[len(attn):]:
+            linear(layer, module, size, q, lora, "template")
+    ev += [("free", key, 0) for key in tensors_of("template")]
+    # load_state_dict: each NF4 weight re-quantized from its host copy, the old pieces freed
+    for layer in range(spec.n_layers):
+        for module, size, q, _ in block:
+            if not q:
+                continue
+            key = (layer, module)
+            ev.append(("alloc", "h2d", 2 * size))
+            ev.extend(to_nf4_events((key, "new"), size))
+            ev.append(("free", "h2d", 0))
+            ev += [("free", (key, p), 0) for p in _NF4_PIECES]
+    return ev
+
+
+@identity_cache
+def _tune_replay(spec: ModelSpec, w: Workload) -> int:
+    from vramlens.allocator.simulator import simulate
+
+    return simulate(torchtune_nf4_setup_events(spec, w), max_points=2).peak_reserved_bytes
+
+
+def torchtune_nf4_setup_peak(spec: ModelSpec, w: Workload) -> int | None:
+    """The reserve torchtune's 2024 QLoRA set-up leaves (peak reserved while building and loading), None unless
+    ``w.quantize_on_device`` on a QLoRA training workload."""
+    if not w.quantize_on_device or w.mode != "train" or w.quantized not in ("nf4", "nf4-dq"):
+        return None
+    return _tune_replay(spec, w)

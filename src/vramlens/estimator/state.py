@@ -33,6 +33,7 @@ from vramlens.estimator import optimizer as O
 from vramlens.estimator import weights as Wt
 from vramlens.estimator.heads import has_lm_head
 from vramlens.estimator.memo import identity_cache
+from vramlens.estimator.ondevice import torchtune_nf4_setup_peak
 from vramlens.estimator.parallel import (
     Split,
     cast_all_gather_input,
@@ -175,6 +176,8 @@ class TrainState:
     paged: int = 0             # paged optimizer states in CUDA unified memory (in ``outside``, not in ``opt``)
     stream_pools: int = 0      # FSDP2: reserve of the all-gather and reduce-scatter streams' pools (the sharded
                                # gradients live in the latter; parallel.fsdp_stream_pools), beside the default's
+    setup_reserve: int = 0     # reserved by a set-up that quantized on the GPU and kept its segments (torchtune's 2024
+                               # QLoRA: ondevice.torchtune_nf4_setup_peak): a floor under the run's peak reserved
     notes: tuple[str, ...] = ()
     explain: dict[str, str] = field(default_factory=dict, compare=False)
     runtime_explain: str = ""
@@ -328,13 +331,18 @@ def train_state(spec: ModelSpec, w: Workload, gpu: GPU | None) -> TrainState:
                                         "tensors of at least 1e5 elements)")
     explain["comm_buffers"] = comm_formula or "single GPU: none"
     explain["optimizer_step"] = opt_tmp_formula
+    setup_reserve = torchtune_nf4_setup_peak(spec, w) or 0
+    if setup_reserve:
+        notes.append(f"quantized on the GPU (torchtune's 2024 QLoRA set-up): building, deep-copying and loading the "
+                     f"NF4 weights reserve {human_bytes(setup_reserve)}, kept through training (no empty_cache): "
+                     "the peak reserved is at least that")
     return TrainState(
         sp=sp, weights=weights, master=master, autocast=autocast, frozen_casts=frozen_casts, grads=grads, opt=opt,
         opt_tmp=opt_tmp, comm=comm, host=host, head_grad=head_grad, trainable=trainable, pbytes=pbytes,
         workspace=rt.workspace_bytes, outside=rt.outside_allocator_bytes + paged, paged=paged,
         reserve_base=reserve_base,
         reserve_floor=reserve_floor, reserve_persistent=weights + master + opt + comm + default_grads,
-        stream_pools=stream_pools,
+        stream_pools=stream_pools, setup_reserve=setup_reserve,
         gather_block=gather_block, gather_root=gather_root, reduce_block=reduce_block,
         gather_input=cast_all_gather_input(w, gather_block) if sharded3 else 0,
         ds_bucket=(deepspeed_ipg_bucket(pbytes, ds_reduce_bucket_size(spec, w))
@@ -580,5 +588,5 @@ def reserved_total(st: TrainState, peak: int, *, extra_persistent: int = 0,
     t = max(0, p - st.reserve_persistent - extra_persistent)
     reserved = max(st.reserve_base + extra_persistent + transient_reserve(t), st.reserve_floor + extra_persistent + t,
                    p) + st.stream_pools
-    reserved = max(reserved, peak)
+    reserved = max(reserved, peak, st.setup_reserve)
     return reserved, reserved + st.outside
