@@ -98,10 +98,12 @@ def test_tp_casts_by_hand():
     t, h, f = 16 * 8192, 8192, 28_672 // 8
     # forward: the down projection's input cast, the bf16 product alive: product + fp32 product and clamp + scale
     assert fp8.forward_transient(spec, w, 16, 8192, 8) == 2 * t * f + 8 * t * f + 512
-    # backward, down: the gradient's sequence shard (bf16), its float8 cast all-gathered, then the larger of the
-    # shard's cast (9 B per element), the weight shard's (9 B) and grad_input beside the weight's float8 copy
-    assert fp8.down_backward(spec, w, 16, 8192, 8) == (2 * t * h // 8 + t * h + 512
-                                                       + max(9 * t * h // 8 + 512, 9 * h * f + 512, h * f + 512 + 2 * t * f))
+    # backward, down: beside the gradient's sequence shard (bf16), the largest of its float8 cast (9 B per element),
+    # the all-gather of the float8 shard (the collective's output and its concatenation, t x h bytes each), and
+    # after it the gathered float8 gradient with the weight shard's cast (9 B) or grad_input beside its float8 copy
+    after = t * h + 512 + max(9 * h * f + 512, h * f + 512 + 2 * t * f)
+    assert fp8.down_backward(spec, w, 16, 8192, 8) == 2 * t * h // 8 + max(9 * t * h // 8 + 512,
+                                                                            t * h // 8 + 512 + 2 * t * h, after)
     # backward, gate/up: the residual gradient's shard, the product's two input gradients, the up gradient's cast;
     # by then the down's float8 input and the product's two bf16 inputs are freed
     assert fp8.gate_up_backward(spec, w, 16, 8192, 8) == 2 * t * h // 8 + 2 * 2 * t * f + 9 * t * f + 512

@@ -187,7 +187,7 @@ def test_fp8_tp_rows_match_the_estimate():
     from vramlens.trace.crosscheck import run_fp8_tp_rows
 
     rows = run_fp8_tp_rows()
-    assert len(rows) == 7
+    assert len(rows) == 8
     for r in rows:
         assert abs(r.peak_error) <= 0.05, render(rows)
         for c in r.traced:

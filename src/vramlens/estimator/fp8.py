@@ -102,16 +102,18 @@ def down_backward(spec: ModelSpec, w: Workload, b: int, s: int, tp: int = 1) -> 
 
 def _down_backward_tp(h: int, f: int, t: int, tp: int, c: int) -> int:
     """The down projection's backward under torchao's ``Float8RowwiseParallel(output_layouts=Shard(1))``, f the
-    rank's width: ``NoopFwToFloat8BwDynamic`` (applied after the output's reduce-scatter) casts the incoming
-    sequence shard (b*s/tp*h) to float8, the redistribution's backward all-gathers that float8 tensor (b*s*h
-    bytes), so the matmul gets it already cast (used for both grads), and its saved input is float8 already;
-    only the weight shard is cast again (9 bytes per element), then grad_input (b*s*f, bf16)."""
+    rank's width, beside the incoming gradient's sequence shard (b*s/tp*h, bf16): ``NoopFwToFloat8BwDynamic``
+    (applied after the output's reduce-scatter) casts that shard to float8 (9 bytes per element), the
+    redistribution's backward all-gathers the float8 shard (the collective's output and its concatenation
+    along the sequence, b*s*h bytes each), and the matmul gets the gathered float8 gradient for both grads; its
+    saved input is float8 already, so only the weight shard is cast again (9 bytes per element) before
+    grad_input (b*s*f, bf16). Traced on the fake process group (a block with h = 4f/tp)."""
     scale = _r(4)
-    shard = _r(c * t * h // tp)  # the incoming gradient's sequence shard (bf16)
-    gathered = _r(t * h) + scale  # its float8 cast, all-gathered
+    cast_shard = 2 * _r(4 * t * h // tp) + _r(t * h // tp) + scale
+    gather = _r(t * h // tp) + scale + 2 * _r(t * h)
     weight_cast = 2 * _r(4 * h * f) + _r(h * f) + scale
-    return shard + gathered + max(2 * _r(4 * t * h // tp) + _r(t * h // tp) + scale,  # the shard's cast
-                                  weight_cast, _r(h * f) + scale + _r(c * t * f))
+    after = _r(t * h) + scale + max(weight_cast, _r(h * f) + scale + _r(c * t * f))
+    return _r(c * t * h // tp) + max(cast_shard, gather, after)
 
 
 def _gate_up_backward_tp(h: int, f: int, t: int, tp: int, c: int) -> int:
