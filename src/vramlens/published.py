@@ -513,6 +513,11 @@ CASES: dict[str, Case] = {
                                                                       figure="peak_reserved", **_H200),
     "torchtitan-h200-llama3.1-8b-fsdp64-sac-bs2-compile-float8": Case("llama-3.1-8b", {**_TITAN_8B_2025, "gpus": 64},
                                                                       figure="peak_reserved", **_H200),
+    # Table 4's 2-D row without AsyncTP: Llama 3.1 70B, FSDP 32 x TP 8 with sequence and loss parallelism (the
+    # default disable_loss_parallel false), Float8 linears under torchao's float8 TP styles, full AC, blocks compiled
+    "torchtitan-h100-llama3.1-70b-fsdp32-tp8-fullac-bs16-compile-float8": Case(
+        "llama-3.1-70b", {**_TITAN_8B, "gpus": 256, "tp": 8, "loss_parallel": True, "batch": 16, "checkpointing": "full",
+                          "compile": True, "compile_scope": "blocks", "fp8": True}, figure="peak_reserved", **_H100_96),
     # Table 2's CP 1 row: one sample of 32,768 tokens, full checkpointing, blocks compiled (the loss eager at 9dec370)
     "torchtitan-h100-llama3.1-8b-fsdp8-cp1-fullac-bs1-s32k-compile-float8": Case(
         "llama-3.1-8b", {**_TITAN_8B, "gpus": 8, "batch": 1, "seq": 32_768, "checkpointing": "full", "compile": True,
@@ -600,9 +605,7 @@ _PEFT_DS = "; and DeepSpeed ZeRO-3 parameter offload (as peft-readme-bloomz-7b1-
 _TT24_MAY = ("the tokens per sample are not stated: 'Seq Length' is a cap (max_seq_len) on Alpaca samples padded to "
              "each batch's longest, which are much shorter; and the figure kind is not stated")
 
-_TITAN_F8_TP = ("Float8 under tensor parallelism (torchao's Float8ColwiseParallel / Float8RowwiseParallel, the "
-                "sequence-parallel inputs cast to float8 before their all-gathers) is not modelled")
-_TITAN_ASYNC = "; nor async TP (inductor's micro-pipelined collective matmuls on symmetric memory)"
+_TITAN_ASYNC = "async TP (inductor's micro-pipelined collective matmuls on symmetric memory) is not modelled"
 
 #: Cases vramlens cannot express, with the reason (printed instead of a number).
 UNSUPPORTED: dict[str, str] = {
@@ -633,16 +636,14 @@ UNSUPPORTED: dict[str, str] = {
        for kind in ("eager", "bettertransformer-flash")},
     "peft-metamathqa-llama3.2-3b-lorafa-r32-qv": "LoRA-FA freezes every lora_A (peft's create_lorafa_optimizer): "
                                                  "vramlens trains both factors; the case's notes give the terms",
-    # torchtitan's 2-D, 3-D and 4-D rows (benchmarks/llama3_h100_202412_torchtitan.md, torchtitan 9dec370): every one
-    # runs Float8 linears under tensor parallelism (torchao's Float8ColwiseParallel / Float8RowwiseParallel), which the
-    # Workload refuses; the cases' notes give the 70B row's estimate with bf16 linears
-    "torchtitan-h100-llama3.1-70b-fsdp32-tp8-fullac-bs16-compile-float8": _TITAN_F8_TP,
-    "torchtitan-h100-llama3.1-70b-fsdp32-tp8-fullac-bs16-compile-float8-asynctp": _TITAN_F8_TP + _TITAN_ASYNC,
-    "torchtitan-h100-llama3.1-405b-fsdp8-tp8-pp8-fullac-bs32-compile-float8-asynctp-1f1b": _TITAN_F8_TP + _TITAN_ASYNC,
+    # torchtitan's 2-D, 3-D and 4-D rows with AsyncTP (benchmarks/llama3_h100_202412_torchtitan.md, torchtitan
+    # 9dec370); the 70B row without it is in CASES (Float8 under TP: vramlens.estimator.fp8)
+    "torchtitan-h100-llama3.1-70b-fsdp32-tp8-fullac-bs16-compile-float8-asynctp": _TITAN_ASYNC,
+    "torchtitan-h100-llama3.1-405b-fsdp8-tp8-pp8-fullac-bs32-compile-float8-asynctp-1f1b": _TITAN_ASYNC,
     "torchtitan-h100-llama3.1-405b-fsdp8-tp8-pp8-fullac-bs32-compile-float8-asynctp-interleaved-1f1b": (
-        _TITAN_F8_TP + _TITAN_ASYNC + "; and the interleaved 1F1B schedule (vramlens models 1F1B)"),
+        _TITAN_ASYNC + "; nor the interleaved 1F1B schedule (vramlens models 1F1B)"),
     **{f"torchtitan-h100-llama3.1-405b-fsdp{8 // cp}-tp8-pp8-cp{cp}-fullac-bs8-s{32 * cp}k-compile-float8-asynctp-1f1b":
-       _TITAN_F8_TP + _TITAN_ASYNC for cp in (1, 2, 4, 8)},
+       _TITAN_ASYNC for cp in (1, 2, 4, 8)},
     "peft-readme-bloomz-7b1-lora-ds-offload": "DeepSpeed ZeRO-3 parameter offload's gathered-parameter working set "
                                               "(stage3_max_live_parameters, stage3_max_reuse_distance, the embedding "
                                               "gathered whole) is not modelled: --zero 3 --offload all estimates "

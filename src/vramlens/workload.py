@@ -781,7 +781,8 @@ class Workload:
         """What torchao's float8 training (Float8Linear, torchao 0.18) is modelled with: training in bf16
         compute without autocast (torchtitan: bf16 parameters, or FSDP2's bf16 param_dtype), plain nn.Linear
         weights (float8_linear_utils.py ``swap_linear_layers`` swaps ``torch.nn.Linear``; torchtitan's
-        ``[float8]`` and torchtune's ``enable_fp8_training`` are full-training recipes)."""
+        ``[float8]`` and torchtune's ``enable_fp8_training`` are full-training recipes). Under --tp, torchao's
+        float8 tensor-parallel styles (vramlens.estimator.fp8 ``tp_saved_delta``)."""
         p: list[str] = []
         if self.mode != "train":
             p.append("fp8 is torchao's float8 training (Float8Linear); for FP8 inference weights use --quant fp8")
@@ -794,11 +795,6 @@ class Workload:
             # (torchao/float8/float8_linear.py Float8Linear.forward), which vramlens does not model
             p.append("fp8 under torch.autocast (fp32 weights) is not modelled: use --dtype bf16, or --fsdp "
                      "--dtype fp32 --amp bf16 (FSDP2's bf16 param_dtype, as torchtitan runs float8)")
-        if self.tp > 1:
-            # torchao/float8/float8_tensor_parallel.py: Float8ColwiseParallel / Float8RowwiseParallel cast
-            # before the all-gathers (float8 communication), which vramlens does not model
-            p.append(f"fp8 with tp={self.tp} (torchao's Float8ColwiseParallel / Float8RowwiseParallel, float8 "
-                     "all-gathers) is not modelled: use --fsdp for the GPUs, or drop --fp8")
         if self.method != "full" or self.quant is not None:
             p.append("fp8 (torchao Float8Linear, torchtitan's [float8], torchtune's enable_fp8_training) is modelled "
                      "for full training of plain linears; LoRA/QLoRA and quantized weights are not: use --method "

@@ -18,7 +18,6 @@ TRAIN = dict(mode="train", batch=1, seq=512, dtype="bf16", fp8=True)
     (dict(dtype="fp32", amp="bf16"), "autocast"),
     (dict(method="lora"), "LoRA/QLoRA"),
     (dict(method="qlora"), "LoRA/QLoRA"),
-    (dict(tp=2, gpus=2), "Float8ColwiseParallel"),
 ])
 def test_refused_with_one_line(changes, words):
     with pytest.raises(ConfigError) as e:
@@ -30,6 +29,8 @@ def test_refused_with_one_line(changes, words):
 def test_accepted_for_bf16_and_fsdp2_mixed_precision():
     assert make_workload(**TRAIN).fp8
     assert make_workload(**{**TRAIN, "dtype": "fp32", "amp": "bf16", "fsdp": True, "gpus": 8}).fp8
+    # torchtitan's 2-D runs: torchao's float8 tensor-parallel styles
+    assert make_workload(**{**TRAIN, "dtype": "fp32", "amp": "bf16", "fsdp": True, "gpus": 16, "tp": 8}).fp8
 
 
 def test_saved_activations_do_not_change():
@@ -64,3 +65,51 @@ def test_the_gpu_note():
     assert any("no float8 tensor cores" in n for n in old)
     assert not any("no float8 tensor cores" in n for n in new)
     assert any("no amax history" in n for n in new)
+
+
+# torchtitan's Table 4 row: Llama 3.1 70B, TP 8, 16 x 8,192 tokens a rank
+TT70 = dict(mode="train", batch=16, seq=8192, dtype="fp32", amp="bf16", fsdp=True, gpus=256, tp=8,
+            loss_parallel=True, fp8=True)
+
+
+def test_tp_saved_tensors_by_hand():
+    spec = get_model("llama-3.1-70b")
+    w = make_workload(**TT70)
+    t, h, f8 = 16 * 8192, 8192, 512  # tokens, hidden, a float8 tensor's fp32 scale (one 512-byte block)
+    # the gathered attention and MLP inputs (t, h): float8 instead of bf16, each with its scale;
+    # o's local input (t, 64 x 128 / 8): a float8 copy beside the SDPA output; down's (t, 28,672 / 8): float8
+    # instead of the bf16 product
+    by_hand = 2 * (t * h + f8 - 2 * t * h) + (t * 1024 + f8) + (t * 3584 + f8 - 2 * t * 3584)
+    assert by_hand == -2_483_025_920  # 2.31 GiB less per block
+    assert fp8.tp_saved_delta(spec, w, 16, 8192, 8) == by_hand
+    # the same delta in each block's saved tensors (one block recomputed under full checkpointing)
+    from vramlens.estimator.activations import layer_activations
+
+    bf16 = make_workload(**{**TT70, "fp8": False})
+    assert (layer_activations(spec, w, 16, 8192, tp=8).saved
+            - layer_activations(spec, bf16, 16, 8192, tp=8).saved) == by_hand
+    assert fp8.tp_saved_delta(spec, bf16, 16, 8192, 8) == 0
+    assert fp8.tp_saved_delta(spec, make_workload(**{**TT70, "tp": 1, "loss_parallel": False}), 16, 8192, 1) == 0
+
+
+def test_tp_casts_by_hand():
+    spec = get_model("llama-3.1-70b")
+    w = make_workload(**TT70)
+    t, h, f = 16 * 8192, 8192, 28_672 // 8
+    # forward: the down projection's input cast, the bf16 product alive: product + fp32 product and clamp + scale
+    assert fp8.forward_transient(spec, w, 16, 8192, 8) == 2 * t * f + 8 * t * f + 512
+    # backward, down: beside the gradient's sequence shard (bf16), the largest of its float8 cast (9 B per element),
+    # the all-gather of the float8 shard (the collective's output and its concatenation, t x h bytes each), and
+    # after it the gathered float8 gradient with the weight shard's cast (9 B) or grad_input beside its float8 copy
+    after = t * h + 512 + max(9 * h * f + 512, h * f + 512 + 2 * t * f)
+    assert fp8.down_backward(spec, w, 16, 8192, 8) == 2 * t * h // 8 + max(9 * t * h // 8 + 512,
+                                                                            t * h // 8 + 512 + 2 * t * h, after)
+    # backward, gate/up: the residual gradient's shard, the product's two input gradients, the up gradient's cast;
+    # by then the down's float8 input and the product's two bf16 inputs are freed
+    assert fp8.gate_up_backward(spec, w, 16, 8192, 8) == 2 * t * h // 8 + 2 * 2 * t * f + 9 * t * f + 512
+    assert fp8.tp_mlp_freed(spec, w, 16, 8192, 8) == t * f + 512 + 2 * 2 * t * f
+
+
+def test_tp_case_note():
+    notes = estimate("llama-3.1-70b", **TT70).breakdown.notes
+    assert any(n.startswith("fp8 with tp=8: torchao's float8 TP styles") for n in notes)

@@ -9,6 +9,7 @@ cross-check rows (vramlens.trace.crosscheck.FSDP_TP_ROWS) hold the estimate to t
 
 from __future__ import annotations
 
+import importlib.util
 import json
 
 import pytest
@@ -75,7 +76,11 @@ def test_refusals_are_one_line(tmp_path, capsys):
     rc = main(["trace", str(cfg), "--mode", "train", "--seq", "64", "--batch", "2", "--dtype", "bf16", "--fsdp",
                "--tp", "2", "--gpus", "4", "--fp8", "--quiet"])
     assert rc == 2
-    assert len(capsys.readouterr().err.strip().splitlines()) == 1
+    # torchao's float8 TP styles take only Float8Linear, and an MLP of 344 is not converted (not a multiple of 16)
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1
+    if importlib.util.find_spec("torchao") is not None:  # without it, the line says to install torchao
+        assert "fp8 with tp: block 0's mlp.gate_proj, mlp.up_proj, mlp.down_proj stayed nn.Linear" in err[0]
 
 
 def test_cli_traces_fsdp_over_tp(tmp_path, capsys):

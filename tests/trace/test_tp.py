@@ -138,3 +138,58 @@ def test_a_collective_wait_returns_its_input():
         rec.close()
     # one 524,288-byte output, not two
     assert summarize(rec.events()).peak_allocated == 524_288
+
+
+# the same model with an MLP of 352 (a multiple of 16: torchao converts every block linear)
+CFG_F8 = tiny_llama(layers=2, intermediate_size=352, vocab_size=1024)
+
+
+def test_cli_traces_fp8_under_tp(tmp_path, capsys):
+    """torchao's float8 TP styles on the fake process group (torchtitan's apply_tp with float8)."""
+    pytest.importorskip("torchao.float8", reason="fp8 training needs torchao")
+    from vramlens.cli.main import main
+
+    cfg = tmp_path / "config.json"
+    cfg.write_text(json.dumps(CFG_F8))
+    rc = main(["trace", str(cfg), "--mode", "train", "--seq", "64", "--batch", "2", "--dtype", "bf16",
+               "--tp", "2", "--gpus", "2", "--loss-parallel", "--fp8", "--steps", "1", "--json", "--quiet"])
+    assert rc == 0
+    d = json.loads(capsys.readouterr().out)
+    # the bf16 trace's 1,149,440 B (test_fp8_under_tp_saves_float8_inputs) less, per block of 128 tokens: the
+    # gathered attention and MLP inputs in float8 (128 x 128 + a 512 B scale) instead of bf16 (32,768) twice, down's
+    # input (128 x 176) in float8 instead of bf16 (45,056 -> 22,528 + 512), o's float8 copy (128 x 64 + 512) added:
+    # 2 x (31,744 + 22,016 - 8,704) = 90,112
+    assert d["components"]["activations"] == 1_149_440 - 90_112
+    assert any("float8 styles" in n for n in d["notes"])
+
+
+def test_fp8_under_tp_refuses_plain_linears():
+    pytest.importorskip("torchao.float8", reason="fp8 training needs torchao")
+    # MLP 344 is not a multiple of 16: gate/up/down stay nn.Linear, which torchao's float8 styles refuse
+    with pytest.raises(TraceError, match=r"^fp8 with tp: block 0's mlp.gate_proj, mlp.up_proj, mlp.down_proj stayed "
+                                         r"nn.Linear \(dims not multiples of 16\)"):
+        trace(CFG, **W, tp=2, gpus=2, fp8=True, steps=1)
+
+
+@pytest.mark.slow
+def test_fp8_under_tp_saves_float8_inputs():
+    pytest.importorskip("torchao.float8", reason="fp8 training needs torchao")
+    bf16 = trace(CFG_F8, **W, tp=2, gpus=2, loss_parallel=True, steps=1).breakdown
+    f8 = trace(CFG_F8, **W, tp=2, gpus=2, loss_parallel=True, fp8=True, steps=1).breakdown
+    assert bf16["activations"] == 1_149_440
+    assert bf16["activations"] - f8["activations"] == 90_112  # as test_cli_traces_fp8_under_tp
+    assert f8["weights"] == bf16["weights"] and f8["gradients"] == bf16["gradients"]
+
+
+@pytest.mark.slow
+def test_fp8_tp_rows_match_the_estimate():
+    pytest.importorskip("torchao.float8", reason="fp8 training needs torchao")
+    from vramlens.trace.crosscheck import run_fp8_tp_rows
+
+    rows = run_fp8_tp_rows()
+    assert len(rows) == 8
+    for r in rows:
+        assert abs(r.peak_error) <= 0.05, render(rows)
+        for c in r.traced:
+            err = r.component_error(c)
+            assert err is None or abs(err) <= 0.10, (c, render(rows))

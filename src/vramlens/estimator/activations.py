@@ -18,6 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from vramlens.estimator import fp8 as F8
 from vramlens.estimator import heads as H
 from vramlens.estimator import weights as Wt
 from vramlens.estimator.audio import encoder_tokens, front_end_saved
@@ -701,6 +702,7 @@ def layer_activations(spec: ModelSpec, w: Workload, b: int, s: int, *, cross_s: 
         # function keeps k and v as the projections made them, and recomputes repeat_kv and the conversion)
         masked = True
         mask = _sliding_mask_saved(b, s, c)
+    o_copied = False
     if spec.mla is not None:
         t_mla, q_mla = _mla_saved(spec, w, D, b, s, c, casts, full, own, attention, attn_out_saves, mask > 0)
         total += t_mla
@@ -799,7 +801,8 @@ def layer_activations(spec: ModelSpec, w: Workload, b: int, s: int, *, cross_s: 
             total += rel
             quad += rel_quad
         # (fp32 runs the memory-efficient kernel, which writes (b, s, a, d) whatever the query's layout)
-        if attn_out_saves and (attention == "eager" or (output_copied(spec, w) and c != 4)):
+        o_copied = attn_out_saves and (attention == "eager" or (output_copied(spec, w) and c != 4))
+        if o_copied:
             # attn_output.transpose(1, 2).contiguous(): a copy (b, s, a*d) that o_proj keeps. The fused
             # kernels (flash, memory-efficient) write their output as (b, s, a, d) and return it
             # transposed, so the transpose back is already contiguous: o_proj keeps the kernel's own
@@ -853,6 +856,8 @@ def layer_activations(spec: ModelSpec, w: Workload, b: int, s: int, *, cross_s: 
         total += _norm_saved(kind, D.h, t, c, c, 0, False, full) // sp  # the norm on the MLP's output
     if p_hid > 0 and spec.block_dropouts >= 1:
         total += _r(D.h * t) // sp
+    # --fp8 under TP: torchao's float8 styles keep float8 copies of the matmul inputs (vramlens.estimator.fp8)
+    total += F8.tp_saved_delta(spec, w, b, s, tp, o_input_copied=o_copied)
     return LayerActivations(saved=total, quadratic=quad, checkpoint_input=_r(r * D.h * t) // sp)
 
 

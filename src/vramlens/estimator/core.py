@@ -500,15 +500,25 @@ def activation_totals(spec: ModelSpec, w: Workload, sp: Split) -> ActivationTota
     # is a candidate of its own beside the MLP's bf16 gradients, in the last block or a recomputed one
     f8_fwd = F8.forward_transient(spec, w, b, s, tp)
     f8_bwd = F8.down_backward(spec, w, b, s, tp) if sp.layers else 0
+    if f8_bwd and tp > 1:
+        # under the float8 TP styles the input projections' backward casts once and no saved input: their
+        # temporaries, less the MLP's saved tensors freed by then, are the larger candidate of a wide MLP
+        f8_bwd = max(f8_bwd, F8.gate_up_backward(spec, w, b, s, tp) - F8.tp_mlp_freed(spec, w, b, s, tp))
     block_bwd = recompute_mlp_gradients(spec, w)
     mlp_bwd = A.mlp_backward_bytes(spec, w, b, s, tp) if sp.layers else 0
     recompute = blocks.recompute
+    # torchao's float8 TP styles: the recomputed forward stops at the down projection's input cast (the last
+    # tensor its backward needs), the bf16 product alive and the float8 copy being made, the gradient of the
+    # block's output waiting: the recomputed block's saved tensors less that copy, plus the cast
+    recompute_cast = (recompute - block_bwd + f8_fwd - F8.tp_down_input(spec, w, b, s, tp)
+                      if f8_fwd and tp > 1 and recompute else 0)
     if f8_bwd:
         if C.last_block_checkpointed(spec, w):
             recompute += max(0, f8_bwd - block_bwd)
         else:
             mlp_bwd = max(mlp_bwd, f8_bwd)
         block_bwd = max(block_bwd, f8_bwd)
+    recompute = max(recompute, recompute_cast)
     dora_tmp = max(0, dora - A.dora_identity_bytes(spec, w, tp))
     return ActivationTotals(saved=kept + model_level + head_saved + held, one_layer=one,
                             loss_transient=head_peak - head_saved - held_logits,

@@ -623,6 +623,35 @@ TP_ROWS: tuple[tuple[str, dict[str, Any]], ...] = (
     _ckpt_row("llama-2-7b", "every:2", loss_parallel=True, **_TP4),
 )
 
+#: Float8 under tensor parallelism (torchao's float8 TP styles, as torchtitan's apply_tp applies them with float8 on;
+#: vramlens.estimator.fp8): on the shrunk Llamas the loss keeps the peak and the float8 inputs the blocks save are
+#: checked; on a Llama whose MLP is wide against its vocabulary the float8 casts make the peak (the down projection's
+#: input cast in forward or in a recomputed block, the up projection's gradient cast in backward), alone and under
+#: FSDP2 on a 2-D mesh; on one whose MLP is narrow against its hidden size (h = 4f/tp) the down projection's
+#: gradient cast and float8 all-gather count in the recomputed block.
+FP8_TP_ROWS: tuple[tuple[str, dict[str, Any]], ...] = (
+    _ckpt_row("llama-3-8b", "none", fp8=True, **_TP2),
+    _ckpt_row("llama-3-8b", "full", fp8=True, loss_parallel=True, **_TP2),
+    _ckpt_row("llama-2-7b", "none", fp8=True, loss_parallel=True, **_TP4),
+)
+_F8_LLAMA = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "num_hidden_layers": 2,
+             "vocab_size": 512, "max_position_embeddings": 1024, "tie_word_embeddings": False}
+FP8_TP_CONFIGS: dict[str, dict[str, Any]] = {
+    "llama-wide-mlp": {**_F8_LLAMA, "hidden_size": 256, "intermediate_size": 2048, "num_attention_heads": 4,
+                       "num_key_value_heads": 4},
+    "llama-narrow-mlp": {**_F8_LLAMA, "hidden_size": 1024, "intermediate_size": 512, "num_attention_heads": 8,
+                         "num_key_value_heads": 8},
+}
+_F8 = {"mode": "train", "method": "full", "attention": "sdpa", "dtype": "bf16", "batch": 2, "seq": 256,
+       "loss_parallel": True, "fp8": True}
+FP8_TP_CONFIG_ROWS: tuple[tuple[str, dict[str, Any]], ...] = (
+    ("llama-wide-mlp", {**_F8, "checkpointing": "none", **_TP2}),
+    ("llama-wide-mlp", {**_F8, "checkpointing": "full", **_TP2}),
+    ("llama-wide-mlp", {**_F8, "checkpointing": "none", **_TP4}),
+    ("llama-wide-mlp", {**_F8, "checkpointing": "full", "gpus": 4, "tp": 2, "fsdp": True}),
+    ("llama-narrow-mlp", {**_F8, "checkpointing": "full", "batch": 8, "seq": 512, **_TP2}),
+)
+
 #: Inference under tensor parallelism (vramlens.trace.tp, issue 9): transformers' own plan, as
 #: ``from_pretrained(..., tp_plan="auto")`` applies it (embedding_rowwise, q/k/v/gate/up colwise, o/down
 #: rowwise, lm_head colwise_gather_output; the norms whole), prefill and 4 decode steps with the
@@ -974,6 +1003,16 @@ def run_fsdp_tp_rows(progress=None) -> list[Row]:
 
 def run_tp_rows(progress=None) -> list[Row]:
     return run_rows(TP_ROWS, progress)
+
+
+def run_fp8_tp_rows(progress=None) -> list[Row]:
+    """FP8_TP_ROWS (the shrunk models), then FP8_TP_CONFIG_ROWS on FP8_TP_CONFIGS."""
+    out = run_rows(FP8_TP_ROWS, progress)
+    for name, row in FP8_TP_CONFIG_ROWS:
+        if progress:
+            progress(f"{name}: {row}")
+        out.append(_config_row(name, FP8_TP_CONFIGS[name], row))
+    return out
 
 
 def run_tp_inference_rows(progress=None) -> list[Row]:

@@ -206,7 +206,7 @@ def _parallelize_2d(built, cfg: dict, mesh, wl: Workload) -> int:
     (``apply_tp``) with ``parallelize_module`` on the mesh's "tp" dimension, then ``fully_shard`` per block and
     the root over its "dp" dimension (``apply_fsdp``); FSDP2 shards the local TP shards again on dim 0."""
     divides(cfg, wl.tp)
-    apply_plan(built.model, mesh["tp"], loss_parallel=wl.loss_parallel)
+    apply_plan(built.model, mesh["tp"], loss_parallel=wl.loss_parallel, fp8=wl.fp8)
     return _shard(built, mesh["dp"], wl)
 
 

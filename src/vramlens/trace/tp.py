@@ -14,7 +14,11 @@ The plan is torchtitan's (torchtitan/models/llama3/infra/parallelize.py ``apply_
   ``RowwiseParallel(output_layouts=Shard(1))``;
 * the output layer ``ColwiseParallel(input_layouts=Shard(1))``: its logits gathered
   (``Replicate()``) for a plain loss, or kept sharded over the vocabulary (``Shard(-1)``,
-  ``use_local_output=False``) for a loss under ``loss_parallel()`` (``--loss-parallel``).
+  ``use_local_output=False``) for a loss under ``loss_parallel()`` (``--loss-parallel``);
+* with ``--fp8`` (torchao's Float8Linear, vramlens.trace.build ``convert_fp8``, before the plan as
+  torchtitan converts before ``apply_tp``), torchao's float8 styles for the blocks, as torchtitan 9dec370's
+  ``apply_tp(enable_float8=True)`` uses them: ``PrepareFloat8ModuleInput`` (the attention's and MLP's input
+  cast to float8 before its all-gather), ``Float8ColwiseParallel``, ``Float8RowwiseParallel``.
 
 transformers' decoder differs from torchtitan's in one place the plan must follow: it builds the
 positions and the causal mask from the embedding's output, so that output stays a DTensor of the
@@ -96,9 +100,8 @@ def check_training_plan(wl: Workload) -> None:
         raise TraceError(f"method={wl.method} under tp={wl.tp} is not traced: torchtune's lora_finetune_distributed "
                          "refuses tensor_parallel_dim > 1, and NeMo's Megatron LoRA (tensor_model_parallel_size > 1), "
                          "which does run it, is not modelled here: use `vramlens estimate`")
-    if wl.offload != "none" or wl.fp8:
-        raise TraceError(f"offload={wl.offload} and fp8={wl.fp8} are not traced with tp={wl.tp} (torchao's float8 "
-                         "tensor-parallel styles are not applied): use `vramlens estimate`")
+    if wl.offload != "none":
+        raise TraceError(f"offload={wl.offload} is not traced with tp={wl.tp}: use `vramlens estimate`")
     if wl.loss == "fused-linear":
         raise TraceError(f"loss=fused-linear is not traced with tp={wl.tp} (the fused loss reads the output layer's "
                          "weight as a plain tensor, not a vocabulary shard): use `vramlens estimate`")
@@ -158,7 +161,7 @@ def divides(cfg: dict, tp: int) -> None:
                          "choose another --tp, or use `vramlens estimate`")
 
 
-def apply_plan(model, mesh, *, loss_parallel: bool) -> int:
+def apply_plan(model, mesh, *, loss_parallel: bool, fp8: bool = False) -> int:
     """torchtitan's ``apply_tp`` on a transformers Llama-style model; returns the number of blocks."""
     from torch.distributed.tensor import Replicate, Shard
     from torch.distributed.tensor.parallel import (
@@ -170,6 +173,24 @@ def apply_plan(model, mesh, *, loss_parallel: bool) -> int:
     )
 
     inner, layers = _decoder(model)
+    colwise, rowwise, prepare = ColwiseParallel, RowwiseParallel, PrepareModuleInput
+    if fp8:
+        # torchtitan 9dec370 apply_tp with enable_float8: torchao's float8 styles, which cast the inputs to float8
+        # before their all-gathers (torchao/float8/float8_tensor_parallel.py); they take only Float8Linear
+        from torchao.float8.float8_linear import Float8Linear
+        from torchao.float8.float8_tensor_parallel import (
+            Float8ColwiseParallel,
+            Float8RowwiseParallel,
+            PrepareFloat8ModuleInput,
+        )
+        for i, block in enumerate(layers):
+            plain = [n for n in BLOCK_LINEARS if not isinstance(block.get_submodule(n), Float8Linear)]
+            if plain:
+                raise TraceError(f"fp8 with tp: block {i}'s {', '.join(plain)} stayed nn.Linear (dims not multiples "
+                                 "of 16) and torchao's Float8ColwiseParallel / Float8RowwiseParallel take only "
+                                 "Float8Linear: drop --fp8, or use `vramlens estimate`")
+        colwise, rowwise, prepare = Float8ColwiseParallel, Float8RowwiseParallel, PrepareFloat8ModuleInput
+
     tied = model.lm_head.weight is inner.embed_tokens.weight
     parallelize_module(inner, mesh, {
         "embed_tokens": RowwiseParallel(input_layouts=Replicate(), output_layouts=Shard(1), use_local_output=False),
@@ -184,17 +205,17 @@ def apply_plan(model, mesh, *, loss_parallel: bool) -> int:
     for block in layers:
         parallelize_module(block, mesh, {
             "input_layernorm": SequenceParallel(),
-            "self_attn": PrepareModuleInput(input_kwarg_layouts={"hidden_states": Shard(1)},
-                                            desired_input_kwarg_layouts={"hidden_states": Replicate()}),
-            "self_attn.q_proj": ColwiseParallel(),
-            "self_attn.k_proj": ColwiseParallel(),
-            "self_attn.v_proj": ColwiseParallel(),
-            "self_attn.o_proj": RowwiseParallel(output_layouts=Shard(1), use_local_output=False),
+            "self_attn": prepare(input_kwarg_layouts={"hidden_states": Shard(1)},
+                                 desired_input_kwarg_layouts={"hidden_states": Replicate()}),
+            "self_attn.q_proj": colwise(),
+            "self_attn.k_proj": colwise(),
+            "self_attn.v_proj": colwise(),
+            "self_attn.o_proj": rowwise(output_layouts=Shard(1), use_local_output=False),
             "post_attention_layernorm": SequenceParallel(),
-            "mlp": PrepareModuleInput(input_layouts=(Shard(1),), desired_input_layouts=(Replicate(),)),
-            "mlp.gate_proj": ColwiseParallel(),
-            "mlp.up_proj": ColwiseParallel(),
-            "mlp.down_proj": RowwiseParallel(output_layouts=Shard(1), use_local_output=False),
+            "mlp": prepare(input_layouts=(Shard(1),), desired_input_layouts=(Replicate(),)),
+            "mlp.gate_proj": colwise(),
+            "mlp.up_proj": colwise(),
+            "mlp.down_proj": rowwise(output_layouts=Shard(1), use_local_output=False),
         })
     return len(layers)
 
@@ -261,7 +282,7 @@ def _trace(model, wl: Workload, *, steps: int, progress, top: int, alloc_conf) -
     runner.before_record = lambda built, opt: warm_up_step(runner, built, opt)  # no autocast under --tp
     with fake_process_group(wl.tp) as mesh:
         built = build_hf(cfg, wl, meta_only=True)
-        n_blocks = materialize(runner, built, lambda b: apply_plan(b.model, mesh, loss_parallel=lp),
+        n_blocks = materialize(runner, built, lambda b: apply_plan(b.model, mesh, loss_parallel=lp, fp8=wl.fp8),
                                "torchtitan's TP plan", tie=output_tie(built))
         rec, params, trainable = record_rank(runner, built, loss_parallel() if lp else contextlib.nullcontext())
         del built
@@ -271,6 +292,7 @@ def _trace(model, wl: Workload, *, steps: int, progress, top: int, alloc_conf) -
     notes = list(runner.notes) + [
         f"tensor parallelism per rank: rank 0 of {wl.tp} (fake process group), torchtitan's plan "
         f"(llama3 apply_tp) on {n_blocks} blocks: q/k/v/gate/up ColwiseParallel, o/down RowwiseParallel, "
+        + ("torchao's float8 styles (inputs cast to float8 before their all-gathers), " if wl.fp8 else "") +
         "norms SequenceParallel, embedding RowwiseParallel, output layer ColwiseParallel"
         + (" with loss_parallel (logits sharded over the vocabulary)" if lp else " (logits gathered)"),
         "one unrecorded warm-up step ran first (DTensor's first calls); optimizer state cleared after it, "
