@@ -14,21 +14,26 @@ from vramlens.cli.main import main
 from vramlens.errors import ConfigError
 from vramlens.hardware.catalog import get_gpu
 from vramlens.serving import capacity
+from vramlens.serving.api import resolve_model
 from vramlens.serving.sglang import (
     DEFAULT_VERSION,
     default_chunked_prefill_size,
     default_mem_fraction,
+    hybrid_pool,
     late_communicator_bytes,
 )
 
-A100_80, H200, B200, MI300X, RTX4090, L4 = 81_920, 143_771, 183_359, 196_288, 24_564, 23_034  # MiB
+A100_80, H200, B200, MI300X, RTX4090, L4, L40S = 81_920, 143_771, 183_359, 196_288, 24_564, 23_034, 46_068  # MiB
 
 
 @pytest.mark.parametrize(("version", "gpu_mem", "tp", "pp", "cuda", "expected"), [
-    # 0.3.3: by tp, 0.83 at tp 8
+    # 0.3.3-0.3.5: by tp, 0.83 at tp 8; 0.3.6: 0.82
     ((0, 3, 3), A100_80, 8, 1, True, 0.83),
+    ((0, 3, 5), A100_80, 8, 1, True, 0.83),
     ((0, 3, 3), A100_80, 1, 1, True, 0.88),
-    # 0.4.2.post1-0.4.5: by tp, 0.81 at tp 8, whatever the GPU
+    ((0, 3, 6), A100_80, 8, 1, True, 0.82),
+    # 0.4.0-0.4.5: by tp, 0.81 at tp 8, whatever the GPU
+    ((0, 4, 0), A100_80, 8, 1, True, 0.81),
     ((0, 4, 5), A100_80, 8, 1, True, 0.81),
     ((0, 4, 2), H200, 2, 1, True, 0.87),
     # 0.4.6: the table up to 81,920 MiB, (gpu_mem - 13 GiB) / gpu_mem above: (143,771 - 13,312) / 143,771
@@ -54,11 +59,35 @@ def test_default_mem_fraction_by_release(version, gpu_mem, tp, pp, cuda, expecte
     assert default_mem_fraction(version, gpu_mem, tp, pp, cuda=cuda) == pytest.approx(expected, abs=1e-12)
 
 
+@pytest.mark.parametrize(("gpu_mem", "tp", "chunk", "expected"), [
+    # 0.5.3: reserved = 512 + 1.5 x max(chunk, 2048) + 2 x cuda_graph_max_bs + tp x pp / 8 x 1,024 MiB, at least
+    # 10,240 over 60 GiB. A100 80GB, tp 1: 512 + 12,288 + 512 + 128 = 13,440 -> (81,920 - 13,440) / 81,920 = 0.8359
+    (A100_80, 1, None, 0.836),
+    # tp 4: max_bs 512: 512 + 12,288 + 1,024 + 512 = 14,336 -> 0.8250
+    (A100_80, 4, None, 0.825),
+    # a 2048-token chunk: 512 + 3,072 + 512 + 128 = 4,224, raised to the 10,240 floor -> 0.8750
+    (A100_80, 1, 2048, 0.875),
+    # L4: chunk 2048, max_bs 16: 512 + 3,072 + 32 + 128 = 3,744 -> (23,034 - 3,744) / 23,034 = 0.8375
+    (L4, 1, None, 0.837),
+    # L40S: chunk 4096, max_bs 32: 512 + 6,144 + 64 + 128 = 6,848 -> (46,068 - 6,848) / 46,068 = 0.8513
+    (L40S, 1, None, 0.851),
+    # RTX 4090 at tp 4: chunk 2048, max_bs 80: 512 + 3,072 + 160 + 512 = 4,256 -> (24,564 - 4,256) / 24,564 = 0.8267
+    (RTX4090, 4, None, 0.827),
+    # B200: chunk 16,384, max_bs 512: 512 + 24,576 + 1,024 + 128 = 26,240 -> (183,359 - 26,240) / 183,359 = 0.8569
+    (B200, 1, None, 0.857),
+])
+def test_default_mem_fraction_053(gpu_mem, tp, chunk, expected):
+    assert default_mem_fraction((0, 5, 3), gpu_mem, tp, chunked_prefill_size=chunk) == expected
+
+
 @pytest.mark.parametrize(("version", "gpu_mem", "expected"), [
-    ((0, 3, 3), RTX4090, 8192),  # 0.3.3: the dataclass default
+    ((0, 3, 3), RTX4090, 8192), ((0, 3, 5), RTX4090, 8192),  # 0.3.3-0.3.5: the dataclass default
+    ((0, 3, 6), RTX4090, 2048), ((0, 3, 6), 25_000, 8192),  # 0.3.6: 8192 // 4 under 25,000 MiB
     ((0, 4, 2), RTX4090, 2048), ((0, 4, 6), 25_000, 8192), ((0, 4, 6), B200, 8192),
     ((0, 4, 7), B200, 16384), ((0, 4, 7), 25_000, 8192),
     ((0, 4, 8), 25_000, 2048), ((0, 5, 2), A100_80, 8192), ((0, 5, 2), H200, 8192), ((0, 5, 2), B200, 16384),
+    ((0, 5, 2), L40S, 8192), ((0, 5, 3), L40S, 4096), ((0, 5, 3), RTX4090, 2048), ((0, 5, 3), A100_80, 8192),
+    ((0, 5, 3), B200, 16384),
 ])
 def test_default_chunked_prefill_size_by_release(version, gpu_mem, expected):
     assert default_chunked_prefill_size(version, gpu_mem) == expected
@@ -66,8 +95,8 @@ def test_default_chunked_prefill_size_by_release(version, gpu_mem, expected):
 
 def test_default_release_is_the_newest_read():
     cap = capacity("llama-2-7b", "sglang", gpu="A100-80GB")
-    assert DEFAULT_VERSION == "0.5.2" and cap.accounting.startswith("SGLang 0.5.2 ")
-    assert cap.figure("mem_fraction_static") == 0.875
+    assert DEFAULT_VERSION == "0.5.3" and cap.accounting.startswith("SGLang 0.5.3 ")
+    assert cap.figure("mem_fraction_static") == 0.836
     assert not any("later than the newest" in n for n in cap.notes)
 
 
@@ -99,22 +128,31 @@ def test_a_release_before_033_is_one_config_error():
         with pytest.raises(ConfigError) as e:
             capacity("llama-2-7b", "sglang", gpu="A100-80GB", version=bad)
         assert str(e.value) == (f"version={bad!r} is not an SGLang release vramlens follows: give 0.3.3 or later, "
-                                "e.g. version='0.5.2' (--sglang-version 0.5.2)")
+                                "e.g. version='0.5.3' (--sglang-version 0.5.3)")
 
 
-def test_a_later_release_says_it_follows_052():
+def test_a_later_release_says_it_follows_053():
     cap = capacity("llama-2-7b", "sglang", gpu="A100-80GB", version="0.5.23")
     assert cap.accounting.startswith("SGLang 0.5.23 ")
-    assert "SGLang 0.5.23 is later than the newest release whose code vramlens follows (0.5.2)" in cap.notes[0]
+    assert "SGLang 0.5.23 is later than the newest release whose code vramlens follows (0.5.3)" in cap.notes[0]
     assert cap.kv_tokens == capacity("llama-2-7b", "sglang", gpu="A100-80GB").kv_tokens
 
 
-def test_hybrid_pool_says_which_code_it_follows():
+def test_hybrid_pool_by_release():
+    gpt_oss = resolve_model("gpt-oss-20b", engine="sglang")
+    scout = resolve_model("llama-4-scout", engine="sglang")
+    assert [hybrid_pool(gpt_oss, v) for v in ((0, 4, 9), (0, 4, 10), (0, 5, 3), (0, 5, 23))] == [False, True, True, True]
+    assert [hybrid_pool(scout, v) for v in ((0, 4, 9), (0, 4, 10), (0, 5, 3), (0, 5, 4))] == [False, False, False, True]
+    assert not hybrid_pool(resolve_model("llama-3-8b", engine="sglang"), (0, 5, 23))
+    # one pool: every layer at full length, the profiled tokens as they are (tp 8: 1 kv head x 128 x 48 x 2 x 2 B)
     cap = capacity("llama-4-scout", "sglang", gpu="H100-SXM-80GB", tp=8)
-    assert any("0.5.2 keeps Llama 4's chunked layers in the one pool" in n for n in cap.notes)
+    assert cap.kv_bytes_per_token == 24_576 and cap.kv_cache_bytes == cap.kv_tokens * 24_576
+    assert cap.figure("max_total_num_tokens") == cap.kv_tokens and "hybrid" not in cap.accounting
+    assert any("SGLang 0.5.3 keeps every layer of" in n and "0.4.10-0.5.3 leave Llama 4 out" in n for n in cap.notes)
     cap = capacity("gpt-oss-20b", "sglang", gpu="H100-SXM-80GB", version="0.4.9.post2")
-    assert any("0.4.9.post2 keeps every layer in one pool" in n for n in cap.notes)
-    assert not any("001ccef, not" in n for n in capacity("gpt-oss-20b", "sglang", gpu="H100-SXM-80GB").notes)
+    assert any("no hybrid SWA pool by default before 0.4.10" in n for n in cap.notes)
+    cap = capacity("gpt-oss-20b", "sglang", gpu="H100-SXM-80GB")
+    assert "hybrid SWA" in cap.accounting and not any("keeps every layer" in n for n in cap.notes)
 
 
 def test_cli_flag_json_and_refusals(capsys):
@@ -135,3 +173,13 @@ def test_api_version_must_be_a_name():
     with pytest.raises(ConfigError) as e:
         capacity("llama-2-7b", "sglang", gpu="A100-80GB", version=5)
     assert "--sglang-version takes at most 64 characters" in str(e.value)
+
+
+def test_the_flag_help_and_api_name_the_default():
+    from vramlens.cli.capacity import FLAGS
+
+    help_text = next(opts["help"] for flag, _dest, _engines, opts in FLAGS if flag == "--sglang-version")
+    assert f"({DEFAULT_VERSION})" in help_text
+    from vramlens.serving.api import capacity as api_capacity
+
+    assert f'default "{DEFAULT_VERSION}"' in (api_capacity.__doc__ or "")

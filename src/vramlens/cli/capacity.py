@@ -46,7 +46,7 @@ FLAGS: tuple[tuple[str, str, tuple[str, ...], dict], ...] = (
                           "help": "SGLang: longest request (default: the model's context)"}),
     ("--sglang-version", "version", ("sglang",), {"metavar": "V",
                           "help": "SGLang: the release whose defaults and arithmetic to follow, 0.3.3 or later "
-                                  "(0.4.9.post2)"}),
+                                  "(0.5.3)"}),
     ("--swa-full-tokens-ratio", "swa_full_tokens_ratio", ("sglang",), {"type": float, "metavar": "R",
                                  "help": "SGLang: sliding-layer tokens per full-layer token of the hybrid SWA "
                                          "pool (gpt-oss; 0.8)"}),
