@@ -55,6 +55,8 @@ BAD_CHECKPOINTING = ["every:0", "every:1", "every:-1", "every:abc", "every:", "e
                      "bogus", "x" * 300]
 #: vLLM releases vramlens does not follow, and values that are no release (a later one, 1.5, is taken as it is)
 BAD_VLLM_VERSIONS = ["0.3", "0", "-1", "abc", "", " ", "0.0.0.0.0", "nan", "x" * 65, DIGITS_5000]
+#: SGLang releases before 0.3.3, and values that are no release
+BAD_SGLANG_VERSIONS = ["0.3.2", "0.2", "0", "-1", "abc", "", " ", "nan", "x" * 65, DIGITS_5000]
 BAD_RATIOS = ["0", "-1", "2", "nan", "inf", "-inf", "1e309", "abc", "", DIGITS_5000]
 BAD_IMAGE_SIZES = ["0", "-1", "0x224", "224x0", "16385", "224x16385", "224x224x224", "x", "224x", "abc", "", " ",
                    "224.5", "1e3", "-224x224", HUGE, DIGITS_5000, "\u0661\u0662"]
@@ -76,7 +78,7 @@ KIND = {
     "--lora-targets": ["", ",", " , ", "x" * 300, ",".join(["q"] * 300)],
     "--keep": ["bogus", "batch=abc", "x" * 300], "--forbid": ["bogus", "x" * 300],
     "--headroom": BAD_FLOATS, "--lora-dropout": BAD_FLOATS[:1] + BAD_FLOATS[2:], "--checkpointing": BAD_CHECKPOINTING, "--swa-full-tokens-ratio": BAD_RATIOS,
-    "--vllm-version": BAD_VLLM_VERSIONS, "--image-size": BAD_IMAGE_SIZES,
+    "--vllm-version": BAD_VLLM_VERSIONS, "--sglang-version": BAD_SGLANG_VERSIONS, "--image-size": BAD_IMAGE_SIZES,
     "--audio-seconds": BAD_AUDIO_SECONDS, "--transformers-version": BAD_TRANSFORMERS_VERSIONS,
 }
 #: Flags not crossed with bad values: they start a server, or only pick a mode.

@@ -31,7 +31,8 @@ def test_vllm_version_flag(capsys):
 
 
 def test_json(capsys):
-    code, out, _ = run(capsys, ["capacity", "llama-2-7b", "--engine", "sglang", "--gpu", "A100-80GB", "--json"])
+    code, out, _ = run(capsys, ["capacity", "llama-2-7b", "--engine", "sglang", "--gpu", "A100-80GB",
+                                "--sglang-version", "0.4.3.post4", "--json"])
     assert code == 0
     assert json.loads(out)["figures"]["max_total_num_tokens"]["value"] == 117_727  # test_sglang_llama2_7b_a100
 

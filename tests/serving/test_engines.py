@@ -146,7 +146,7 @@ def test_sglang_llama2_7b_a100():
     #   cell = 32 kv heads x 128 x 32 layers x 2 x 2 B = 524,288; max_total_num_tokens = 117,727
     #   max_num_reqs = min(max(117,727 / 4096 x 512, 2048), 4096) = 4096; max_running_requests =
     #   min(117,727 // 2, ReqToTokenPool size 4096 + 1) = 4097 (0.4.3.post4 tp_worker.py)
-    cap = capacity("llama-2-7b", "sglang", gpu="A100-80GB")
+    cap = capacity("llama-2-7b", "sglang", gpu="A100-80GB", version="0.4.3.post4")
     assert cap.weights_bytes == 13_499_368_448
     assert cap.figure("max_total_num_tokens") == 117_727 == cap.kv_tokens
     assert cap.figure("mem_fraction_static") == 0.88
@@ -211,18 +211,28 @@ def test_sglang_load_keeps_the_rotary_cache_in_fp32_on_cuda():
 
 
 def test_sglang_tp_picks_its_default_fraction():
-    assert capacity("llama-2-7b", "sglang", gpu="A100-80GB", tp=4).figure("mem_fraction_static") == 0.85
+    assert capacity("llama-2-7b", "sglang", gpu="A100-80GB", tp=4,
+                    version="0.4.5").figure("mem_fraction_static") == 0.85
+    # 0.5.2 on nvidia-smi's 81,920 MiB: round((81,920 - (9.5 + 4 / 2) x 1,024) / 81,920, 3) = 0.856; 0.5.3:
+    # reserved 512 + 1.5 x 8,192 + 2 x 512 (cuda_graph_max_bs at tp 4) + 4 / 8 x 1,024 = 14,336 MiB -> 0.825
+    assert capacity("llama-2-7b", "sglang", gpu="A100-80GB", tp=4,
+                    version="0.5.2").figure("mem_fraction_static") == 0.856
+    assert capacity("llama-2-7b", "sglang", gpu="A100-80GB", tp=4).figure("mem_fraction_static") == 0.825
 
 
 def test_sglang_small_gpu_chunked_prefill_reads_nvidia_smi_mib():
-    # server_args.py: chunked_prefill_size 2048 when nvidia-smi's memory.total < 25,000 MiB: the RTX 3090 and
-    # 4090 (24,576 and 24,564 MiB, 25.8e9 B) are under it, as the RTX 3090 log's chunked_prefill_size=2048 shows
+    # server_args.py (0.4.2.post1-0.4.7): chunked_prefill_size 2048 when nvidia-smi's memory.total < 25,000 MiB:
+    # the RTX 3090 and 4090 (24,576 and 24,564 MiB, 25.8e9 B) are under it, as the RTX 3090 log's
+    # chunked_prefill_size=2048 shows
     for gpu in ("RTX-3090", "RTX-4090", "L4"):
-        assert capacity("qwen2.5-1.5b", "sglang", gpu=gpu).figure("chunked_prefill_size") == 2048, gpu
-    assert capacity("qwen2.5-1.5b", "sglang", gpu="A100-40GB").figure("chunked_prefill_size") == 8192
+        assert capacity("qwen2.5-1.5b", "sglang", gpu=gpu, version="0.4.2.post1").figure("chunked_prefill_size") == 2048
+    assert capacity("qwen2.5-1.5b", "sglang", gpu="A100-40GB", version="0.4.5").figure("chunked_prefill_size") == 8192
     # a size: 25,000 MiB is the first that takes 8192
-    assert capacity("qwen2.5-1.5b", "sglang", gpu="24999MiB").figure("chunked_prefill_size") == 2048
-    assert capacity("qwen2.5-1.5b", "sglang", gpu="25000MiB").figure("chunked_prefill_size") == 8192
+    assert capacity("qwen2.5-1.5b", "sglang", gpu="24999MiB", version="0.4.5").figure("chunked_prefill_size") == 2048
+    assert capacity("qwen2.5-1.5b", "sglang", gpu="25000MiB", version="0.4.5").figure("chunked_prefill_size") == 8192
+    # from 0.4.8 the line is 35 GiB: 25,000 MiB takes 2048 there; 0.5.3 takes 4096 from 35 to 60 GiB
+    assert capacity("qwen2.5-1.5b", "sglang", gpu="25000MiB").figure("chunked_prefill_size") == 2048
+    assert capacity("qwen2.5-1.5b", "sglang", gpu="A100-40GB").figure("chunked_prefill_size") == 4096
 
 
 def test_llamacpp_kv_buffers():
@@ -425,11 +435,14 @@ def test_sglang_hybrid_swa_split_worked_case():
 
 def test_sglang_gpt_oss_120b_h100_pool():
     # total_gpu_memory = 85,520,809,984 - 419,430,400 (CUDA context) = 85,101,379,584; rest =
-    # int(0.88 x that) - weights; cell over all 36 layers = 8 x 64 x 36 x 2 x 2 B = 73,728;
+    # int(0.835 x that) - weights (0.5.3's default on nvidia-smi's 81,559 MiB: reserved 512 + 1.5 x 8,192 +
+    # 2 x 256 + 1,024 / 8 = 13,440 MiB, round((81,559 - 13,440) / 81,559, 3)); cell over all 36 layers =
+    # 8 x 64 x 36 x 2 x 2 B = 73,728;
     # full = int(tokens x 36 / (18 + 0.8 x 18)), swa = int(0.8 x full)
     cap = capacity("gpt-oss-120b", "sglang", gpu="H100-SXM-80GB")
     assert cap.kv_bytes_per_token == 73_728
-    tokens = (int(0.88 * 85_101_379_584) - cap.weights_bytes) // 73_728
+    assert cap.figure("mem_fraction_static") == 0.835
+    tokens = (int(0.835 * 85_101_379_584) - cap.weights_bytes) // 73_728
     full = int(tokens * 73_728 / (18 * 2_048 + 0.8 * 18 * 2_048))
     assert cap.figure("full_layer_tokens") == full == cap.kv_tokens == cap.figure("max_total_num_tokens")
     assert cap.figure("swa_layer_tokens") == int(full * 0.8)
@@ -464,14 +477,15 @@ def test_vllm_llama4_chunked_layers_are_cached_at_full_length():
 
 
 def test_sglang_llama4_hybrid_swa_pool():
-    # SGLang's is_hybrid_swa_model lists Llama4ForConditionalGeneration, its SWA layers (i + 1) % 4 != 0: 36 of 48;
-    # tp 8: F = S = 1 kv head x 128 x 2 (K, V) x 2 B = 512 B per layer and token; full = int(tokens x 48 /
-    # (12 + 0.8 x 36)), swa = int(0.8 x full)
+    # SGLang after 0.5.3 (0.5.23's is_hybrid_swa_model) lists Llama4ForConditionalGeneration, its SWA layers
+    # (i + 1) % 4 != 0: 36 of 48; tp 8: F = S = 1 kv head x 128 x 2 (K, V) x 2 B = 512 B per layer and token;
+    # full = int(tokens x 48 / (12 + 0.8 x 36)), swa = int(0.8 x full). 0.4.10-0.5.3 keep Llama 4 in one pool
+    # (tests/serving/test_sglang_versions.py).
     from vramlens.serving.api import resolve_model
 
     m = resolve_model("llama-4-scout", engine="sglang")
     assert m.hybrid_swa and m.n_sliding == 36 and m.n_layers == 48
-    cap = capacity("llama-4-scout", "sglang", gpu="H100-SXM-80GB", tp=8)
+    cap = capacity("llama-4-scout", "sglang", gpu="H100-SXM-80GB", tp=8, version="0.5.23")
     assert cap.kv_bytes_per_token == 512 * 48
     tokens = cap.figure("max_total_num_tokens")
     assert cap.figure("swa_layer_tokens") == int(tokens * 0.8)

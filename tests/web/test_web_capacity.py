@@ -68,3 +68,17 @@ def test_swa_full_tokens_ratio(client, capsys):
         assert "swa_full_tokens_ratio" in assert_json_error(r, (400, 422)), bad
     r = client.get("/api/capacity", params=dict(params, engine="vllm"))
     assert "swa_full_tokens_ratio" in assert_json_error(r, (400, 422))
+
+
+def test_sglang_version_equals_cli_json(client, capsys):
+    """`version` is the engine's own release for SGLang too (--sglang-version), and a bad one is a JSON error."""
+    params = {"model": "llama-2-7b", "engine": "sglang", "gpu": "A100-80GB", "version": "0.4.5"}
+    r = client.get("/api/capacity", params=params)
+    assert r.status_code == 200, r.text
+    capsys.readouterr()
+    assert main(["capacity", "llama-2-7b", "--engine", "sglang", "--gpu", "A100-80GB", "--sglang-version", "0.4.5",
+                 "--json"]) == 0
+    assert r.json() == json.loads(capsys.readouterr().out)
+    assert r.json()["accounting"].startswith("SGLang 0.4.5 ")
+    r = client.get("/api/capacity", params={**params, "version": "0.3"})
+    assert "give 0.3.3 or later" in assert_json_error(r, (400, 422))

@@ -15,7 +15,8 @@ EXAMPLES = """examples:
   vramlens capacity llama-3.1-70b --users 32 --context 8192 --tokens-per-s 20 --engine vllm
 """
 
-#: flag -> (dest, engines that take it, argparse options). The engines' own flag names.
+#: flag -> (setting, engines that take it, argparse options). The engines' own flag names; argparse keeps
+#: each under the flag's own name (:func:`arg_name`), as --vllm-version and --sglang-version set one setting.
 FLAGS: tuple[tuple[str, str, tuple[str, ...], dict], ...] = (
     ("--gpu-memory-utilization", "gpu_memory_utilization", ("vllm",), {"type": float, "metavar": "F",
                                   "help": "vLLM: share of the GPU it may use (default 0.9)"}),
@@ -36,13 +37,18 @@ FLAGS: tuple[tuple[str, str, tuple[str, ...], dict], ...] = (
     ("--quantization", "quantization", ("vllm", "sglang", "transformers"), {"metavar": "Q",
                         "help": "awq, gptq, fp8 or bitsandbytes (weights by vramlens' quantization formulas)"}),
     ("--mem-fraction-static", "mem_fraction_static", ("sglang",), {"type": float, "metavar": "F",
-                               "help": "SGLang: share for weights + KV pool (default by TP: 0.88 at tp 1)"}),
+                               "help": "SGLang: share for weights + KV pool (default by release, GPU size and tp: "
+                                       "0.836 on an A100 80GB in 0.5.3)"}),
     ("--chunked-prefill-size", "chunked_prefill_size", ("sglang",), {"type": int, "metavar": "N",
-                                "help": "SGLang: prefill chunk tokens (8192)"}),
+                                "help": "SGLang: prefill chunk tokens (default by release and GPU size: 8192 on "
+                                        "an A100 80GB)"}),
     ("--max-running-requests", "max_running_requests", ("sglang",), {"type": int, "metavar": "N",
                                 "help": "SGLang: running requests cap"}),
     ("--context-length", "context_length", ("sglang",), {"type": int, "metavar": "N",
                           "help": "SGLang: longest request (default: the model's context)"}),
+    ("--sglang-version", "version", ("sglang",), {"metavar": "V",
+                          "help": "SGLang: the release whose defaults and arithmetic to follow, 0.3.3 or later "
+                                  "(0.5.3)"}),
     ("--swa-full-tokens-ratio", "swa_full_tokens_ratio", ("sglang",), {"type": float, "metavar": "R",
                                  "help": "SGLang: sliding-layer tokens per full-layer token of the hybrid SWA "
                                          "pool (gpt-oss; 0.8)"}),
@@ -90,10 +96,15 @@ def add_parser(sub) -> argparse.ArgumentParser:
     p.add_argument("--context", type=whole_number, default=None, help="tokens per request for concurrency and speed")
     for flag, dest, _engines, opts in FLAGS:
         # a whole number's range is vramlens.serving's to check (as for the API); a 5,000-digit one is shown shortened
-        p.add_argument(flag, dest=dest, **dict(opts, type=whole_number) if opts.get("type") is int else opts)
+        p.add_argument(flag, dest=arg_name(flag), **dict(opts, type=whole_number) if opts.get("type") is int else opts)
     p.add_argument("--json", action="store_true", help="print JSON")
     p.set_defaults(func=run)
     return p
+
+
+def arg_name(flag: str) -> str:
+    """Where argparse keeps a FLAGS flag: ``--sglang-version`` -> ``sglang_version``."""
+    return flag.removeprefix("--").replace("-", "_")
 
 
 def engine_settings(args: argparse.Namespace) -> dict:
@@ -102,7 +113,7 @@ def engine_settings(args: argparse.Namespace) -> dict:
 
     out, wrong = {}, []
     for flag, dest, engines, _opts in FLAGS:
-        value = getattr(args, dest, None)
+        value = getattr(args, arg_name(flag), None)
         if value is None:
             continue
         if args.engine not in engines:
@@ -172,9 +183,10 @@ def run_plan(args: argparse.Namespace) -> int:
 
     if args.context is None:
         raise InputError("--users N needs --context C: the tokens of each request (prompt + output)")
-    extra = engine_settings(args)
+    engine_settings(args)  # a flag of another engine is refused first
+    extra = [flag for flag, *_ in FLAGS if getattr(args, arg_name(flag), None) is not None]
     if extra:
-        raise InputError(f"plan mode sets the engine's settings itself: drop {', '.join('--' + k.replace('_', '-') for k in extra)}")
+        raise InputError(f"plan mode sets the engine's settings itself: drop {', '.join(extra)}")
     if args.gpus is not None or args.tp != 1 or args.pp != 1:
         raise InputError("plan mode chooses the GPUs and tp itself: drop --gpus, --tp and --pp (use --max-gpus)")
     plan = plan_capacity(args.model, users=args.users, context=args.context, engine=args.engine, gpu=args.gpu,

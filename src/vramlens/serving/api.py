@@ -35,7 +35,8 @@ SETTINGS: dict[str, dict[str, tuple[str, int]]] = {
     "sglang": {"mem_fraction_static": ("fraction", 0), "chunked_prefill_size": ("int", L.MAX_SEQ),
                "max_running_requests": ("int", L.MAX_BATCH), "context_length": ("int", L.MAX_POSITIONS),
                "kv_cache_dtype": ("str", 0), "quantization": ("str", 0),
-               "swa_full_tokens_ratio": ("fraction", 0), "page_size": ("int", L.MAX_KV_BLOCK)},
+               "swa_full_tokens_ratio": ("fraction", 0), "page_size": ("int", L.MAX_KV_BLOCK),
+               "version": ("str", 0)},
     "llama.cpp": {"ctx_size": ("int0", L.MAX_SEQ), "batch_size": ("int", L.MAX_SEQ), "ubatch_size": ("int", L.MAX_SEQ),
                   "n_gpu_layers": ("int0", L.MAX_LAYERS), "cache_type_k": ("str", 0), "cache_type_v": ("str", 0),
                   "flash_attn": ("bool", 0), "parallel": ("int", L.MAX_BATCH), "weights_type": ("str", 0)},
@@ -61,7 +62,9 @@ def capacity(model: str | dict | ModelSpec | GGUFInfo | ServedModel, engine: str
             ``mem_fraction_static=0.85`` (SGLang), ``n_gpu_layers=20`` (llama.cpp); ``quantization``
             ("awq", "gptq", "fp8", "bitsandbytes") for vLLM, SGLang and transformers; vLLM's
             ``dtype`` ("auto", "float16", "bfloat16", "float32") and ``version`` (the release whose
-            arithmetic to follow, "0.4" or later; default "0.19") and ``use_v1`` (VLLM_USE_V1 for 0.8-0.10).
+            arithmetic to follow, "0.4" or later; default "0.19") and ``use_v1`` (VLLM_USE_V1 for 0.8-0.10);
+            SGLang's ``version`` ("0.3.3" or later; default "0.5.3": its default mem_fraction_static,
+            chunked_prefill_size and the NCCL communicator 0.3.3-0.4.6 make after reading the free memory).
 
     Returns:
         A frozen Capacity (``.to_dict()`` for JSON).
@@ -129,7 +132,7 @@ def check_settings(engine: str, given: dict[str, Any]) -> dict[str, Any]:
                 out[name] = value
             else:
                 if not isinstance(value, str) or len(value) > 64:
-                    flag = "--vllm-version" if name == "version" else "--" + name.replace("_", "-")
+                    flag = f"--{engine}-version" if name == "version" else "--" + name.replace("_", "-")
                     raise InputError(f"{name}={L.show(value)} is not a name: {flag} takes at most 64 characters")
                 out[name] = value
         except InputError as e:

@@ -7,6 +7,7 @@ header, so the engine modules read facts, never model names.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 from vramlens.advise.cost import BANDWIDTH_EFFICIENCY, MFU, peak_flops
@@ -283,3 +284,12 @@ def roofline(m: ServedModel, gpu: GPU, *, weights_per_gpu: int, kv_per_token_per
     flops = 2 * m.active_params * context + 2 * m.n_layers * context * context * m.n_heads * m.head_dim
     ttft = flops / (tp * pp * peak_flops(gpu, compute_dtype) * MFU)
     return Speed(1.0 / step, running / step, ttft)
+
+
+def parse_version(text: str) -> tuple[int, int, int] | None:
+    """An engine release: ``"0.6.4.post1"`` -> (0, 6, 4); None when the text does not start with a release number."""
+    found = re.match(r"v?(\d+)\.(\d+)(?:\.(\d+))?", text.strip())
+    if not found:
+        return None
+    major, minor, patch = found.groups()
+    return int(major), int(minor), int(patch or 0)

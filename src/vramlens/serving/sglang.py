@@ -1,6 +1,8 @@
 """SGLang: mem_fraction_static and the token-to-KV pool.
 
-Follows SGLang 0.4 (python/sglang/srt/model_executor/model_runner.py):
+Follows the release given as ``version`` (``--sglang-version``, 0.3.3 to 0.5.3 read; the arithmetic of
+python/sglang/srt/model_executor/model_runner.py is the same in all of them, the defaults and the NCCL
+all-reduce differ, see below):
 
 - ``init_torch_distributed`` records ``total_gpu_memory``: the free memory once the CUDA context
   and NCCL exist (``get_available_gpu_memory``), before the weights load.
@@ -25,21 +27,42 @@ Follows SGLang 0.4 (python/sglang/srt/model_executor/model_runner.py):
   / (F n_full + r S n_swa)), swa_max_total_num_tokens = int(full x r), both page-aligned, r =
   ``swa_full_tokens_ratio`` (server_args.py default 0.8); the full-layer count is what the scheduler
   sees as max_total_num_tokens. ``page_size`` defaults to 1 (server_args.py).
-- server_args.py: mem_fraction_static defaults by TP degree (0.88 at tp 1, 0.87 at 2, 0.85 at 4,
-  0.81 at 8, 0.79 at 16); chunked_prefill_size 8192, or 2048 when ``gpu_mem < 25_000``, gpu_mem being
-  utils.py ``get_nvgpu_memory_capacity``: nvidia-smi's memory.total in MiB (the smallest GPU's), so a
-  24 GiB card (RTX 3090, RTX 4090: 24,5xx MiB) takes 2048 (read in the 0.4.2.post2 and 0.4.4.post2 wheels).
-- ``init_memory_pool`` (read in 0.4.3.post4): max_num_reqs = min(max(max_total_num_tokens /
+- server_args.py defaults, by release (``--sglang-version``, :func:`parse_sglang_version`; ``gpu_mem`` is
+  utils.py ``get_device_memory_capacity``: nvidia-smi's memory.total in MiB, the smallest GPU's, taken
+  as the GPU's ``capacity_bytes``). mem_fraction_static (:func:`default_mem_fraction`): by TP degree up to
+  0.4.5 (0.88 at tp 1, 0.87 at 2, 0.85 at 4, 0.79 at 16; at 8 0.83 in 0.3.3-0.3.5, 0.82 in 0.3.6, 0.81
+  from 0.4.0); 0.4.6 keeps that table up to 81,920 MiB and takes (gpu_mem - 13 GiB) / gpu_mem above;
+  0.4.7 keys the table on tp x pp up to 81,920 MiB, 0.88 above, then 0.79 over 180,000 MiB (CUDA), or
+  min(f + 48 GiB x (1 - f) / gpu_mem, (gpu_mem - 18 GiB) / gpu_mem) over 96 GiB; 0.4.8 to 0.5.2 reserve
+  by GPU size, round((gpu_mem - reserved) / gpu_mem, 3) with reserved (2.8 + tp x pp / 10) GiB under
+  35 GiB, (9.5 + tp x pp / 2) under 90, (12 + tp x pp / 2) under 160, 32 GiB above; 0.5.3 reserves
+  512 MiB + 1.5 x max(chunked_prefill_size, 2048) + 2 x cuda_graph_max_bs + tp x pp / 8 GiB, at least
+  10 GiB over 60 GiB (:func:`cuda_graph_max_bs`: 8 under 20 GiB, 16 / 80 (tp >= 4) under 35, 32 / 160
+  under 60, 256 / 512 under 160, 512 above). chunked_prefill_size (:func:`default_chunked_prefill_size`):
+  8192 in 0.3.3-0.3.5; from 0.3.6, 2048 when gpu_mem < 25,000 (the 24 GiB RTX 3090 and 4090: 24,5xx MiB),
+  else 8192 (0.4.7: 16,384 over 180,000 MiB); 0.4.8 to 0.5.3, 2048 under 35 GiB, 8192 under 160 GiB
+  (0.5.3: 4096 under 60 GiB), 16,384 above.
+- ``init_memory_pool`` (the same from 0.3.3 to 0.5.3): max_num_reqs = min(max(max_total_num_tokens /
   context_len x 512, 2048), 4096), or --max-running-requests; the ReqToTokenPool holds max_num_reqs + 1
   rows of context_len + 4 int32 token indices, allocated after the pool is sized, so out of the
   (1 - mem_fraction_static) share; tp_worker.py: max_running_requests = min(max_total_num_tokens // 2,
   that pool's size) unless given (the logs' "max_running_requests=2049").
-- Not modelled: at tp > 1, SGLang 0.4.2.post1 to 0.4.4.post2 read total_gpu_memory and then all-reduce it over
-  the default (NCCL) process group (utils.py ``get_available_gpu_memory(distributed=True)``), which creates
-  torch's NCCL communicator after the figure is read, so its buffers come out of the pool in full; 0.4.9.post2
-  all-reduces over the gloo ``cpu_group`` instead, and vramlens has no SGLang release setting to tell them apart
-  (vramlens' NCCL model gives 37 MiB on a PCIe card, about 1% of a 4 x 24 GB pool). The custom all-reduce's
-  IPC buffers (8 MiB ``max_size``, with NVLink or at tp 2) are left out too.
+- At tp > 1, 0.3.3 to 0.4.6 read total_gpu_memory and then all-reduce it over the default (NCCL) process
+  group (utils.py ``get_available_gpu_memory(distributed=True)``: a CUDA tensor, ``torch.distributed.all_reduce``
+  with no group), which creates torch's NCCL communicator after the figure is read, so its buffers come out
+  of the pool in full (vramlens' NCCL model: 37 MiB on a PCIe card); from 0.4.7 the all-reduce goes over the
+  gloo ``cpu_group`` of the world group (:func:`late_communicator_bytes`). The custom all-reduce's IPC
+  buffers (8 MiB ``max_size``, with NVLink or at tp 2) are left out.
+- The hybrid SWA pool by release (:func:`hybrid_pool`): none by default up to 0.4.9.post2 (Llama 4's
+  chunked layers split only with --hybrid-kvcache-ratio; gpt-oss is not served); 0.4.10 to 0.5.3 split the
+  models with a sliding window but Llama 4 (model_runner.py "Check if the model is using hybrid SWA",
+  ``set_num_token_hybrid``: the same split as above); later releases add Llama 4 (0.5.23's
+  ``is_hybrid_swa_model``), split as at 001ccef. vramlens marks gpt-oss and Llama 4 (Gemma's sliding
+  layers, which 0.4.10-0.5.3 split too, are kept at full length).
+- Releases after 0.5.3 follow its rules. 0.5.23 (arg_groups/memory_hook.py
+  ``handle_gpu_memory_settings``) adds 8 MiB per prefill CUDA graph size to 0.5.3's reserve and changes
+  the defaults under 60 GiB (chunked_prefill_size 4096 from 20 GiB, cuda_graph_max_bs 48 under 35 GiB
+  at tp < 4): not followed here, said in the result's notes.
 """
 
 from __future__ import annotations
@@ -49,12 +72,14 @@ from dataclasses import dataclass
 from vramlens.allocator import CachingAllocator
 from vramlens.errors import ConfigError, EngineRefusal
 from vramlens.hardware.gpu import GPU
+from vramlens.hardware.runtime import nccl_communicator_bytes
 from vramlens.serving.common import (
     CUDA_GRAPH_BYTES,
     ServedModel,
     kv_cell_bytes,
     kv_heads_per_gpu,
     non_torch_bytes,
+    parse_version,
     profile_activation_bytes,
     roofline,
     stage_layers,
@@ -63,17 +88,27 @@ from vramlens.serving.common import (
 from vramlens.serving.result import Capacity, EngineFigure
 from vramlens.units import DTYPE_BYTES, GiB, MiB, ceil_div, round_up
 
-ACCOUNTING = "SGLang 0.4 (model_runner.profile_max_num_token)"
-ACCOUNTING_SWA = ("SGLang 0.5 hybrid SWA pool (model_runner_kv_cache_mixin.py profile_max_num_token, "
-                  "set_num_tokens_hybrid_swa; sgl-project/sglang 001ccef)")
+#: The release followed when none is given: the newest whose server_args.py, model_runner.py and tp_worker.py
+#: were read (the wheels of 0.3.3, 0.4.2.post1, 0.4.3.post4, 0.4.4.post2, 0.4.5, 0.4.6, 0.4.7, 0.4.8,
+#: 0.4.9.post2, 0.5.2 and 0.5.3; server_args.py and utils.py also in 0.3.4-0.3.6, 0.4.0, 0.4.1, 0.4.10, 0.5.1).
+DEFAULT_VERSION = "0.5.3"
+OLDEST_VERSION = (0, 3, 3)
+ACCOUNTING = "SGLang {version} (model_runner.profile_max_num_token)"
+ACCOUNTING_SWA = ("SGLang {version}, hybrid SWA pool (model_runner.py set_num_token_hybrid from 0.4.10, "
+                  "model_runner_kv_cache_mixin.py set_num_tokens_hybrid_swa at sgl-project/sglang 001ccef)")
 #: server_args.py ``swa_full_tokens_ratio``: SWA-layer tokens per full-layer token in the hybrid pool.
 DEFAULT_SWA_FULL_TOKENS_RATIO = 0.8
 DEFAULT_PAGE_SIZE = 1
 #: ``--kv-cache-dtype`` choices -> bytes; "auto" is the model dtype.
 KV_CACHE_DTYPES = {"auto": 0, "fp8_e4m3": 1, "fp8_e5m2": 1}
-#: server_args.py ``__post_init__`` mem_fraction_static by TP degree (largest first).
+#: server_args.py ``__post_init__`` mem_fraction_static by TP degree (largest first), 0.4.0 to 0.4.5,
+#: and up to 81,920 MiB in 0.4.6 (by tp) and 0.4.7 (by tp x pp).
 DEFAULT_MEM_FRACTION = ((16, 0.79), (8, 0.81), (4, 0.85), (2, 0.87), (1, 0.88))
-#: server_args.py ``gpu_mem < 25_000``: nvidia-smi's memory.total, MiB, under which chunked prefill defaults to 2048.
+#: The same table in 0.3.3-0.3.5's server_args.py: 0.83 at tp 8; 0.3.6's: 0.82.
+DEFAULT_MEM_FRACTION_033 = ((16, 0.79), (8, 0.83), (4, 0.85), (2, 0.87), (1, 0.88))
+DEFAULT_MEM_FRACTION_036 = ((16, 0.79), (8, 0.82), (4, 0.85), (2, 0.87), (1, 0.88))
+#: server_args.py ``gpu_mem < 25_000``: nvidia-smi's memory.total, MiB, under which chunked prefill defaults
+#: to 2048 (0.3.6 to 0.4.7).
 SMALL_GPU_MIB = 25_000
 #: The cuda graph capture batch sizes go up to 160 by default (``cuda_graph_max_bs``).
 DEFAULT_MAX_RUNNING_FLOOR, DEFAULT_MAX_RUNNING_CEIL, RUNNING_PER_CONTEXT = 2048, 4096, 512
@@ -179,25 +214,154 @@ def param_segment_bytes(m: ServedModel, tp: int, pp: int, *, fp32_rope: bool = T
     return a.reserved - requested
 
 
-def default_mem_fraction(tp: int) -> float:
-    return next(f for min_tp, f in DEFAULT_MEM_FRACTION if tp >= min_tp)
+def parse_sglang_version(version: str) -> tuple[tuple[int, int, int], tuple[str, ...]]:
+    """The release to follow and a note when it is later than the newest read.
+
+    Raises:
+        ConfigError: not a release number, or one before 0.3.3.
+    """
+    parsed = parse_version(version) if isinstance(version, str) else None
+    if parsed is None or parsed < OLDEST_VERSION:
+        raise ConfigError(f"version={version!r} is not an SGLang release vramlens follows: give 0.3.3 or later, "
+                          f"e.g. version='{DEFAULT_VERSION}' (--sglang-version {DEFAULT_VERSION})")
+    newest = parse_version(DEFAULT_VERSION)
+    assert newest is not None
+    if parsed > newest:
+        # no later release's defaults are followed: 0.5.23's memory_hook.py adds its prefill CUDA graphs
+        # (see the module docstring)
+        return parsed, (f"SGLang {version} is later than the newest release whose code vramlens follows "
+                        f"({DEFAULT_VERSION}): its defaults and profile_max_num_token are used (0.5.23 sizes the "
+                        "default mem_fraction_static from more CUDA graphs: pass --mem-fraction-static "
+                        "and --chunked-prefill-size from the log)",)
+    return parsed, ()
+
+
+def _by_tp(table: tuple[tuple[int, float], ...], n: int) -> float:
+    return next(f for min_tp, f in table if n >= min_tp)
+
+
+def default_mem_fraction(version: tuple[int, int, int], gpu_mem: float, tp: int, pp: int = 1,
+                         cuda: bool = True, chunked_prefill_size: int | None = None) -> float:
+    """server_args.py ``__post_init__`` (``_handle_gpu_memory_settings`` from 0.4.8): the default
+    mem_fraction_static of ``version`` on a GPU of ``gpu_mem`` MiB (nvidia-smi's memory.total), with no
+    speculative decoding, DP attention or multimodal model (each of which changes it). From 0.5.3 it
+    reads the chunked prefill size (``chunked_prefill_size``, default :func:`default_chunked_prefill_size`)
+    and the CUDA graph max batch size."""
+    if version < (0, 3, 6):  # 0.3.3-0.3.5
+        return _by_tp(DEFAULT_MEM_FRACTION_033, tp)
+    if version < (0, 4, 0):  # 0.3.6
+        return _by_tp(DEFAULT_MEM_FRACTION_036, tp)
+    if version < (0, 4, 6):  # 0.4.0 - 0.4.5
+        return _by_tp(DEFAULT_MEM_FRACTION, tp)
+    if version < (0, 4, 7):  # 0.4.6: "FIXME: more fine grained auto-selection polices"
+        return _by_tp(DEFAULT_MEM_FRACTION, tp) if gpu_mem <= 81920 else (gpu_mem - 1024 * 13) / gpu_mem
+    if version < (0, 4, 8):  # 0.4.7
+        f = _by_tp(DEFAULT_MEM_FRACTION, tp * pp) if gpu_mem <= 81920 else 0.88
+        if gpu_mem > 180 * 1000 and cuda:
+            return 0.79
+        if gpu_mem > 96 * 1024:
+            # "15 GB + additional 3GB for cuda graph"
+            return min(f + 48 * 1024 * (1 - f) / gpu_mem, (gpu_mem - 1024 * 18) / gpu_mem)
+        return f
+    n = tp * pp
+    if version < (0, 5, 3):
+        # 0.4.8 to 0.5.2: "GPU memory capacity = model weights + KV cache pool + activations + cuda graph buffers"
+        if gpu_mem < 35 * 1024:  # "T4, 4080" under 20 GiB and "A10, L40, 4090, 5090" under 35: the same reserve
+            reserved = (2.8 + n / 10) * 1024
+        elif gpu_mem < 90 * 1024:  # "H100, A100"
+            reserved = (9.5 + n / 2) * 1024
+        elif gpu_mem < 160 * 1024:  # "H20", "H200"
+            reserved = (12 + n / 2) * 1024
+        else:  # "B200, MI300"
+            reserved = 32 * 1024
+        return round((gpu_mem - reserved) / gpu_mem, 3)
+    # 0.5.3: "reserved_mem = chunked_prefill_size * 1.5 + cuda_graph_max_bs * 2", in MiB, plus 512 and tp x pp / 8
+    # GiB, at least 10 GiB over 60 GiB
+    cps = chunked_prefill_size or default_chunked_prefill_size(version, gpu_mem)
+    reserved = 512 + max(cps, 2048) * 1.5 + cuda_graph_max_bs(gpu_mem, tp) * 2 + n / 8 * 1024
+    if gpu_mem > 60 * 1024:
+        reserved = max(reserved, 10 * 1024)
+    return round((gpu_mem - reserved) / gpu_mem, 3)
+
+
+def cuda_graph_max_bs(gpu_mem: float, tp: int) -> int:
+    """0.5.3 server_args.py ``_handle_gpu_memory_settings``: the default CUDA graph max batch size."""
+    if gpu_mem < 20 * 1024:
+        return 8
+    if gpu_mem < 35 * 1024:
+        return 16 if tp < 4 else 80
+    if gpu_mem < 60 * 1024:
+        return 32 if tp < 4 else 160
+    if gpu_mem < 160 * 1024:
+        return 256 if tp < 4 else 512
+    return 512
+
+
+def default_chunked_prefill_size(version: tuple[int, int, int], gpu_mem: float) -> int:
+    """server_args.py's default chunked_prefill_size of ``version`` on a GPU of ``gpu_mem`` MiB."""
+    if version < (0, 3, 6):  # 0.3.3-0.3.5: the dataclass default
+        return 8192
+    if version < (0, 4, 8):  # 0.3.6 ("make it 2048") to 0.4.7 (which adds 16,384 over 180,000 MiB)
+        if version >= (0, 4, 7) and gpu_mem > 180_000:
+            return 16384
+        return 2048 if gpu_mem < SMALL_GPU_MIB else 8192
+    if gpu_mem < 35 * 1024:  # 0.4.8 to 0.5.3: "A10, L40, 4090"
+        return 2048
+    if version >= (0, 5, 3) and gpu_mem < 60 * 1024:  # 0.5.3: "A100 (40GB), L40"
+        return 4096
+    return 8192 if gpu_mem < 160 * 1024 else 16384
+
+
+def hybrid_pool(m: ServedModel, version: tuple[int, int, int]) -> bool:
+    """Whether ``version`` splits ``m``'s KV pool into full and sliding layers (ServedModel.hybrid_swa).
+
+    Up to 0.4.9.post2 nothing is split by default (Llama 4's chunked layers only with
+    --hybrid-kvcache-ratio, default None: model_config.py ``is_hybrid_model``); 0.4.10 to 0.5.3 split a
+    model with a sliding window unless it is a Llama 4 (model_runner.py "Check if the model is using hybrid
+    SWA": ``not any("Llama4" in arch ...)``), by ``set_num_token_hybrid``'s total_tokens / (r n_swa + n_full),
+    the split of :func:`hybrid_swa_tokens`; later releases list Llama4ForConditionalGeneration in
+    ``is_hybrid_swa_model`` (0.5.23's configs/model_config.py; the split read at 001ccef).
+    """
+    if not m.hybrid_swa or version < (0, 4, 10):
+        return False
+    return not (m.chunked_local and version <= (0, 5, 3))
+
+
+def late_communicator_bytes(version: tuple[int, int, int], gpu: GPU, tp: int) -> int:
+    """Bytes torch's NCCL communicator of the default group takes out of the KV pool on each rank.
+
+    SGLang 0.3.3 to 0.4.6 all-reduce the free memory they have just read over the default process group
+    (utils.py ``get_available_gpu_memory(distributed=tp_size > 1)``: a CUDA tensor and no group), the first
+    collective on it, so its communicator (world = the tp ranks) is created after total_gpu_memory is read
+    and after the load's "avail mem", and comes out of the pool; 0.4.7 passes
+    ``cpu_group=get_world_group().cpu_group`` (gloo, a CPU tensor). vramlens' NCCL model of the channels'
+    buffers, without NVLS ones: a 4-byte all-reduce connects none (as for vLLM 0.19's torch communicator,
+    serving/vllm_nontorch.py).
+    """
+    if version >= (0, 4, 7) or tp <= 1:
+        return 0
+    return nccl_communicator_bytes(gpu, tp, nvls=False)
 
 
 def sglang_capacity(m: ServedModel, gpu: GPU, *, gpus: int, tp: int, pp: int, context: int | None,
                     mem_fraction_static: float | None = None, chunked_prefill_size: int | None = None,
                     max_running_requests: int | None = None, context_length: int | None = None,
                     kv_cache_dtype: str = "auto", swa_full_tokens_ratio: float = DEFAULT_SWA_FULL_TOKENS_RATIO,
-                    page_size: int = DEFAULT_PAGE_SIZE) -> Capacity:
-    """SGLang's start-up memory arithmetic for ``m`` on ``gpu`` (see the module docstring).
+                    page_size: int = DEFAULT_PAGE_SIZE, version: str = DEFAULT_VERSION) -> Capacity:
+    """SGLang's start-up memory arithmetic for ``m`` on ``gpu`` (see the module docstring), as ``version``
+    does it (0.3.3 or later; a later release than DEFAULT_VERSION follows DEFAULT_VERSION, with a note).
 
     Raises:
-        ConfigError: settings SGLang refuses.
+        ConfigError: settings SGLang refuses, or a version before 0.3.3.
         EngineRefusal: no memory left for the KV pool.
     """
-    mfs = default_mem_fraction(tp) if mem_fraction_static is None else mem_fraction_static
+    release, later = parse_sglang_version(version)
     ctx_len = context_length or m.max_position
     total = gpu.capacity_bytes
-    cps = chunked_prefill_size or (2048 if total / MiB < SMALL_GPU_MIB else 8192)
+    gpu_mem = total / MiB  # get_device_memory_capacity: nvidia-smi's memory.total, MiB
+    cps = chunked_prefill_size or default_chunked_prefill_size(release, gpu_mem)
+    mfs = (default_mem_fraction(release, gpu_mem, tp, pp, cuda=gpu.vendor != "amd", chunked_prefill_size=cps)
+           if mem_fraction_static is None else mem_fraction_static)
     p = []
     if not 0 < mfs < 1:
         p.append(f"mem_fraction_static={mfs} must be between 0 and 1 (SGLang keeps 1 - mem_fraction_static for "
@@ -226,7 +390,9 @@ def sglang_capacity(m: ServedModel, gpu: GPU, *, gpus: int, tp: int, pp: int, co
     # caching allocator's segments around them (load_bytes)
     load = load_bytes(m, gpu, tp, pp)
     weights = load.total
-    rest = int(total_free * mfs) - weights
+    # 0.3.3-0.4.6 at tp > 1: torch's NCCL communicator of the default group, made after the figure was read
+    late = late_communicator_bytes(release, gpu, tp)
+    rest = int(total_free * mfs) - weights - late
     kv_heads = kv_heads_per_gpu(m, tp)
     layers = stage_layers(m, pp)
     cell = kv_cell_bytes(m, tp, kv_b) * layers
@@ -234,9 +400,10 @@ def sglang_capacity(m: ServedModel, gpu: GPU, *, gpus: int, tp: int, pp: int, co
         raise EngineRefusal(
             "Not enough memory. Please try to increase --mem-fraction-static. (SGLang: "
             f"{mfs} x {total_free / GiB:.2f} GiB free = {total_free * mfs / GiB:.2f} GiB does not cover the "
-            f"weights {weights / GiB:.2f} GiB)")
+            f"weights {weights / GiB:.2f} GiB" + (f" and NCCL's {late / MiB:,.0f} MiB" if late else "") + ")")
     tokens = profiled = rest // cell // page_size * page_size
-    swa = hybrid_swa_tokens(m, tokens, cell // layers, pp=pp, ratio=swa_full_tokens_ratio, page_size=page_size)
+    swa = (hybrid_swa_tokens(m, tokens, cell // layers, pp=pp, ratio=swa_full_tokens_ratio, page_size=page_size)
+           if hybrid_pool(m, release) else None)
     if swa is not None:
         tokens, swa_tokens = swa
         # one request keeps its last sliding_window tokens in every sliding layer: a pool smaller than
@@ -277,26 +444,34 @@ def sglang_capacity(m: ServedModel, gpu: GPU, *, gpus: int, tp: int, pp: int, co
         EngineFigure("context_len", "context_len", ctx_len),
         EngineFigure("mem_fraction_static", "mem_fraction_static", mfs),
     )
-    notes = (
-        f"max_total_num_tokens = ({mfs} x {total_free:,} free - weights {weights:,}) // cell {cell:,} B "
-        "(profile_max_num_token)",
+    notes = later + (
+        f"max_total_num_tokens = ({mfs} x {total_free:,} free - weights {weights:,}"
+        + (f" - NCCL {late:,}" if late else "") + f") // cell {cell:,} B (profile_max_num_token)",
         (f"cell = {m.kv_latent} latent (kv_lora_rank + qk_rope_head_dim) x {layers} layers x {kv_b} B (MLA)"
          if m.kv_latent else f"cell = {kv_heads} kv heads x {m.head_dim} x {layers} layers x 2 x {kv_b} B"),
         f"free at start = GPU {total:,} - {outside_why}",
         load.note,
+        *((f"torch's NCCL communicator of the default group, {late / MiB:,.0f} MiB, is created after the free "
+           f"memory is read (get_available_gpu_memory's all-reduce over the default group, SGLang 0.3.3-0.4.6) and "
+           "comes out of the pool",) if late else ()),
         f"left for activations and CUDA graphs: {reserve / GiB:.2f} GiB; the request-to-token table "
         f"({max_num_reqs + 1:,} x {ctx_len + 4:,} int32) takes {req_to_token / GiB:.2f} GiB of it, a {cps:,}-token "
         f"chunked prefill about {act / GiB:.2f} GiB, graphs {CUDA_GRAPH_BYTES / GiB:.2f} GiB"
         + (" (does not fit: lower --chunked-prefill-size, --context-length or --mem-fraction-static)"
            if req_to_token + act + CUDA_GRAPH_BYTES > reserve else ""),
     ) + ((f"one {ctx_len:,}-token request does not fit the {tokens:,}-token pool",) if tokens < ctx_len else ()) + (
+        (f"SGLang {version} keeps every layer of {m.name} in one pool at full length ("
+         + ("no hybrid SWA pool by default before 0.4.10" if release < (0, 4, 10)
+            else "0.4.10-0.5.3 leave Llama 4 out of the hybrid SWA pool") + ", model_runner.py)",)
+        if m.hybrid_swa and m.n_sliding and swa is None else ()) + (
         (f"hybrid SWA pool (set_num_tokens_hybrid_swa): the {profiled:,} tokens profiled over every layer split "
          f"into {tokens:,} full-layer and "
          f"{swa_tokens:,} sliding-layer tokens (swa_full_tokens_ratio {swa_full_tokens_ratio})",)
         if swa is not None else ())
     return Capacity(
-        engine="sglang", accounting=ACCOUNTING_SWA if swa is not None else ACCOUNTING, model=m.name, gpu=gpu.name, gpus=gpus, tp=tp, pp=pp,
-        gpu_bytes=total, budget_bytes=int(total_free * mfs), weights_bytes=weights, non_torch_bytes=outside,
+        engine="sglang", accounting=(ACCOUNTING_SWA if swa is not None else ACCOUNTING).format(version=version),
+        model=m.name, gpu=gpu.name, gpus=gpus, tp=tp, pp=pp,
+        gpu_bytes=total, budget_bytes=int(total_free * mfs), weights_bytes=weights, non_torch_bytes=outside + late,
         cuda_graph_bytes=CUDA_GRAPH_BYTES, activation_bytes=act, kv_cache_bytes=kv_bytes, kv_bytes_per_token=cell,
         kv_tokens=tokens, max_model_len=ctx_len, context=ctx, concurrency=conc, max_running=running,
         decode_tokens_s=speed.decode_tokens_s, decode_tokens_s_total=speed.decode_tokens_s_total,

@@ -41,7 +41,6 @@ allocated (V0, and V1 through 0.19: its log shows VLLM_MEMORY_PROFILER_ESTIMATE_
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 
 from vramlens.errors import ConfigError, EngineRefusal
@@ -54,6 +53,7 @@ from vramlens.serving.common import (
     kv_cell_bytes,
     kv_heads_per_gpu,
     mxfp4_bytes,
+    parse_version,
     roofline,
     stage_layers,
     stage_weight_bytes,
@@ -158,15 +158,6 @@ class VllmRelease:
     @property
     def name(self) -> str:
         return f"vLLM {'.'.join(map(str, self.version))} ({'V1' if self.v1 else 'V0'} engine)"
-
-
-def parse_version(text: str) -> tuple[int, int, int] | None:
-    """``"0.6.4.post1"`` -> (0, 6, 4); None when the text does not start with a release number."""
-    found = re.match(r"v?(\d+)\.(\d+)(?:\.(\d+))?", text.strip())
-    if not found:
-        return None
-    major, minor, patch = found.groups()
-    return int(major), int(minor), int(patch or 0)
 
 
 def vllm_release(version: tuple[int, int, int], gpu: GPU, use_v1: bool | None = None) -> VllmRelease:

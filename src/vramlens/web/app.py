@@ -163,7 +163,8 @@ class CapacityQuery(BaseModel):
     enforce_eager: bool | None = None
     quantization: str | None = Field(None, max_length=64)
     dtype: str | None = Field(None, max_length=64)
-    version: str | None = Field(None, max_length=64, description="vLLM: the release whose arithmetic to follow (0.19)")
+    version: str | None = Field(None, max_length=64, description="vLLM or SGLang: the release whose arithmetic to follow "
+                                   "(vLLM 0.19, SGLang 0.5.3)")
     use_v1: bool | None = None
     mem_fraction_static: float | None = None
     chunked_prefill_size: int | None = None
