@@ -151,3 +151,23 @@ def test_peft_metamathqa_frozen_factor_rows(rows):
     assert mica.estimated_bytes == rows["peft-metamathqa-llama3.2-3b-lora-r32-qv"].estimated_bytes
     lorafa = rows["peft-metamathqa-llama3.2-3b-lorafa-r32-qv"]
     assert lorafa.estimated_bytes is None and lorafa.published_bytes == 22_240_296_960
+
+
+def test_torchao_low_bit_optim_vit_rows(rows):
+    from vramlens.models import load_model
+
+    # timm's vit_huge_patch14_224 with num_classes=45: patch embedding 3 x 14 x 14 x 1,280 + 1,280 = 753,920, class
+    # token 1,280, positions 257 x 1,280 = 328,960, 32 blocks of attention 4 x 1,280^2 + 4 x 1,280 = 6,558,720, MLP
+    # 2 x 1,280 x 5,120 + 5,120 + 1,280 = 13,113,600 and two LayerNorms 5,120 (19,677,440 each), final norm 2,560,
+    # head 1,280 x 45 + 45 = 57,645: 630,822,445 ("630M params" in the README)
+    case = CASES["torchao-readme-vit-h-torch-fused"]
+    assert case.model is not None
+    assert load_model({**load_model(case.model).config, **case.overrides}).params == 630_822_445
+    # the script prints max_memory_allocated() / 1e9: 12.23 GB = 12,230,000,000 B
+    assert rows["torchao-readme-vit-h-torch-fused"].published_bytes == 12_230_000_000
+    for row in ("torch-fused", "bnb-8bit", "ao-8bit", "ao-fp8", "ao-4bit"):
+        assert rows[f"torchao-readme-vit-h-{row}"].estimated_bytes is not None
+    for row in ("lpmm-4bit", "lpmm-4bit-rank1"):
+        assert rows[f"torchao-readme-vit-h-{row}"].reason == "lpmm's 4-bit AdamW (thu-ml/low-bit-optimizers) is not modelled"
+    assert rows["torchao-readme-vit-g-dinov2-offload-ao"].estimated_bytes is None
+    assert rows["torchao-readme-vit-g-dinov2-offload-ao"].published_bytes == 5_240_000_000

@@ -70,6 +70,20 @@ _TRAIN = dict(mode="train", batch=4, seq=512, attention="eager", dtype="fp32", o
 _TORCHAO_7B = dict(mode="train", dtype="bf16", batch=2, seq=512, checkpointing="full", loss_chunks=8)
 _A100 = _Setup(gpu="A100-80GB", cuda="12.1", lazy_loading=True)  # CUDA 12: lazy loading by default
 
+# torchao's ViT-H table (torchao/prototype/low_bit_optim/README.md at 1e7f132e, PR #812): benchmarks/benchmark_low_bit_adam.py
+# at that commit fine-tunes timm's vit_huge_patch14_224 (patch 14, embed 1280, depth 32, heads 16, mlp_ratio 4, qkv bias,
+# class token, final norm; timm/models/vision_transformer.py) with num_classes=45: the tensors of transformers'
+# ViTForImageClassification at these sizes (630,822,445 parameters; timm's one qkv linear equals q, k and v).
+# fp32 weights under bf16 autocast, batch 8 of 224x224 crops, model.compile(fullgraph=True) (the estimator
+# reports the compiled vision step as eager, and says so), zero_grad(set_to_none) after each step
+_TORCHAO_VIT_H = {"hidden_size": 1280, "num_hidden_layers": 32, "num_attention_heads": 16, "intermediate_size": 5120,
+                  "patch_size": 14, "image_size": 224, "layer_norm_eps": 1e-6, "num_labels": 45,
+                  "id2label": {str(i): str(i) for i in range(45)}, "label2id": {str(i): i for i in range(45)}}
+_TORCHAO_VIT = dict(mode="train", dtype="fp32", amp="bf16", batch=8, compile=True)
+# the catalog has no RTX 4070 Ti SUPER: the RTX 4090 is the same Ada (sm_89) part for what peak_allocated reads
+# (cuBLAS's default workspace), on torch 2.4's default cu121 wheels
+_ADA = _Setup(gpu="RTX-4090", cuda="12.1", lazy_loading=True)
+
 # LitGPT's config_hub/finetune/README.md table (commit 5895df10, April 2024): single-GPU runs on an A10G,
 # bf16-true, Alpaca2k, max_seq_length 512 (batches padded to their longest sample). LoRA/QLoRA:
 # litgpt/finetune/lora.py (lm_head in 128-token chunks: 4 chunks of 512; torch AdamW, or
@@ -412,6 +426,11 @@ CASES: dict[str, Case] = {
                                              figure="peak_allocated", **_A100),
     "torchao-readme-llama2-7b-ao-4bit": Case("llama-2-7b", {**_TORCHAO_7B, "optimizer": "adamw-4bit-torchao"},
                                              figure="peak_allocated", **_A100),
+    **{f"torchao-readme-vit-h-{row}": Case("google/vit-base-patch16-224", {**_TORCHAO_VIT, **opt}, _TORCHAO_VIT_H,
+                                           figure="peak_allocated", **_ADA)
+       for row, opt in (("torch-fused", {"optimizer": "adamw", "optimizer_impl": "fused"}),
+                        ("bnb-8bit", {"optimizer": "adamw-8bit"}), ("ao-8bit", {"optimizer": "adamw-8bit-torchao"}),
+                        ("ao-fp8", {"optimizer": "adamw-fp8-torchao"}), ("ao-4bit", {"optimizer": "adamw-4bit-torchao"}))},
     "litgpt-tinyllama-1.1b-full-bs4": Case("tinyllama-1.1b", {**_LITGPT, "batch": 4, "grad_accum": 8},
                                            figure="peak_allocated", **_A10G),
     "litgpt-llama2-7b-lora-r32-qv-bs2": Case("llama-2-7b", {**_LITGPT_LORA, "lora_targets": ("q_proj", "v_proj"),
@@ -604,6 +623,14 @@ _TITAN_ASYNC = "; nor async TP (inductor's micro-pipelined collective matmuls on
 
 #: Cases vramlens cannot express, with the reason (printed instead of a number).
 UNSUPPORTED: dict[str, str] = {
+    # torchao's low-bit optimizer READMEs (torchao/prototype/low_bit_optim/README.md)
+    **{f"torchao-readme-vit-h-{row}": "lpmm's 4-bit AdamW (thu-ml/low-bit-optimizers) is not modelled"
+       for row in ("lpmm-4bit", "lpmm-4bit-rank1")},
+    **{f"torchao-readme-vit-g-dinov2-offload-{row}": (
+        "timm's DINOv2 ViT-g (SwiGLUPacked MLP, LayerScale) is not a vramlens family, and its input size is not "
+        "stated (built for 518x518, the loader crops 224x224)" + (
+            "; nor DeepSpeed ZeRO-Offload's bf16 optimizer on one GPU" if row == "deepspeed" else ""))
+       for row in ("none", "deepspeed", "ao", "ao-offload-grads", "none-compile", "ao-compile", "ao-amp")},
     "torchtune-loralinear-512-r8-fp32": "a bare LoRALinear module, not a model: checked exactly in tests/estimate",
     "torchtune-qloralinear-512-r8-nf4": "a bare torchao NF4 LoRALinear: see tests/estimate",
     "vllm-paper-opt-13b-kv-per-token": "OPT-13B is not in the catalog; LLaMA-13B's identical 800 KiB/token is checked",
