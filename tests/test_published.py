@@ -171,3 +171,11 @@ def test_torchao_low_bit_optim_vit_rows(rows):
         assert rows[f"torchao-readme-vit-h-{row}"].reason == "lpmm's 4-bit AdamW (thu-ml/low-bit-optimizers) is not modelled"
     assert rows["torchao-readme-vit-g-dinov2-offload-ao"].estimated_bytes is None
     assert rows["torchao-readme-vit-g-dinov2-offload-ao"].published_bytes == 5_240_000_000
+
+
+def test_torchao_quantized_training_rows(rows):
+    # the script logs max_memory_allocated and max_memory_reserved / 1e9; the table does not say which
+    for row in ("bf16-eager", "bf16-compile", "int8qt-eager", "int8qt-compile"):
+        r = rows[f"torchao-readme-qt-llama2-1b-{row}"]
+        assert r.estimated_bytes is None and r.reason.startswith("the figure kind is not stated")
+    assert rows["torchao-readme-qt-llama2-1b-bf16-eager"].published_bytes == 11_070_000_000
