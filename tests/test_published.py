@@ -179,3 +179,14 @@ def test_torchao_quantized_training_rows(rows):
         r = rows[f"torchao-readme-qt-llama2-1b-{row}"]
         assert r.estimated_bytes is None and r.reason.startswith("the figure kind is not stated")
     assert rows["torchao-readme-qt-llama2-1b-bf16-eager"].published_bytes == 11_070_000_000
+
+
+def test_torchao_float8_training_rows(rows):
+    # parse_torchtitan_logs.py reads torchtitan's "memory: X GiB": 47.65 GiB = 51,163,797,914 B
+    h100 = rows["torchao-float8-h100-llama3-8b-fsdp8-sac-bs1-bf16"]
+    assert h100.figure == "peak_reserved" and h100.published_bytes == 51_163_797_914
+    # the H100 run's torchtitan compiled the blocks only; the MI300X and B200 runs' compiled the loss too
+    assert CASES[h100.id].settings["compile_scope"] == "blocks"
+    assert CASES["torchao-float8-b200-llama3-8b-fsdp8-sac-bs1-bf16"].settings["compile_scope"] == "blocks+loss"
+    assert CASES["torchao-float8-b200-llama3-8b-fsdp8-sac-bs1-float8-tensorwise"].settings["fp8"] is True
+    assert rows["torchao-float8-b200-llama3-8b-fsdp8-sac-bs1-mxfp8-cublas"].reason == "MX (mxfp8) training is not modelled"

@@ -159,6 +159,16 @@ _H100_96 = _Setup(gpu="H100-NVL-94GB", cuda="12.4", lazy_loading=True)  # the ca
 # implementation defaults to fused there; float8 with FSDP float8 all-gather (not modelled: counted in bf16)
 _TITAN_8B_2025 = {**_TITAN_8B, "optimizer_impl": "fused", "compile": True, "compile_scope": "blocks+loss", "fp8": True}
 _H200 = _Setup(gpu="H200", cuda="12.9", lazy_loading=True)  # NGC 25.05's CUDA
+# torchao's float8 training tables (torchao/float8/README.md at 8c81863b and 853f87d1, mx_formats/README.md at
+# d8bb51f6): benchmarks/float8/training's script runs torchtitan's llama3_8b.toml on 8 GPUs with batch 1 and
+# --training.compile; fp8 is the tensorwise recipe with float8 all-gather (counted in bf16). torchtitan's own commit:
+# H100 not stated (main of 2025-03-11, 0da8901b: blocks compiled, the loss eager), MI300X 2c8b5947, B200 6fc499f6
+# (blocks and the loss compiled); AdamW 'fused' at all three. The figure is torchtitan's max_reserved_gib
+_AO_F8_H100 = {**_TITAN_8B, "gpus": 8, "batch": 1, "optimizer_impl": "fused", "compile": True, "compile_scope": "blocks"}
+_AO_F8_2025 = {**_AO_F8_H100, "compile_scope": "blocks+loss"}
+_AO_F8_SETUPS = {"h100": (_AO_F8_H100, _Setup(gpu="H100-SXM-80GB", cuda="12.6", lazy_loading=True)),
+                 "mi300x": (_AO_F8_2025, _Setup(gpu="MI300X", cuda="12.8", lazy_loading=True)),
+                 "b200": (_AO_F8_2025, _Setup(gpu="B200", cuda="12.8", lazy_loading=True))}
 # The SDPA training tables of transformers' model docs (bert.md, opt.md, distilbert.md): their benchmark loop
 # runs outputs = model(**inputs); outputs.logits.sum().backward() in train mode (dropout on) with no labels, no
 # attention_mask and no optimizer, and reads max_memory_allocated after warm-up (--loss logits-sum). BERT ran on an
@@ -530,6 +540,9 @@ CASES: dict[str, Case] = {
                                                                       figure="peak_reserved", **_H200),
     "torchtitan-h200-llama3.1-8b-fsdp64-sac-bs2-compile-float8": Case("llama-3.1-8b", {**_TITAN_8B_2025, "gpus": 64},
                                                                       figure="peak_reserved", **_H200),
+    **{f"torchao-float8-{gpu}-llama3-8b-fsdp8-sac-bs1-{row}": Case(
+        "llama-3.1-8b", {**base, "fp8": row == "float8-tensorwise"}, figure="peak_reserved", **setup)
+       for gpu, (base, setup) in _AO_F8_SETUPS.items() for row in ("bf16", "float8-tensorwise")},
     # Table 2's CP 1 row: one sample of 32,768 tokens, full checkpointing, blocks compiled (the loss eager at 9dec370)
     "torchtitan-h100-llama3.1-8b-fsdp8-cp1-fullac-bs1-s32k-compile-float8": Case(
         "llama-3.1-8b", {**_TITAN_8B, "gpus": 8, "batch": 1, "seq": 32_768, "checkpointing": "full", "compile": True,
@@ -631,6 +644,13 @@ UNSUPPORTED: dict[str, str] = {
         "stated (built for 518x518, the loader crops 224x224)" + (
             "; nor DeepSpeed ZeRO-Offload's bf16 optimizer on one GPU" if row == "deepspeed" else ""))
        for row in ("none", "deepspeed", "ao", "ao-offload-grads", "none-compile", "ao-compile", "ao-amp")},
+    # torchao's float8 training tables: --fp8 is torchao's default (tensorwise) Float8LinearConfig
+    **{f"torchao-float8-{gpu}-llama3-8b-fsdp8-sac-bs1-{row}": "the rowwise float8 recipes are not a vramlens setting "
+                                                              "(--fp8 is tensorwise scaling)"
+       for gpu, row in (("h100", "float8-rowwise"), ("mi300x", "float8-rowwise-gw-hp"), ("mi300x", "float8-rowwise"),
+                        ("b200", "float8-rowwise"))},
+    **{f"torchao-float8-b200-llama3-8b-fsdp8-sac-bs1-{row}": "MX (mxfp8) training is not modelled"
+       for row in ("mxfp8-cublas", "mxfp8-cublas-rceil")},
     # torchao/prototype/quantized_training/README.md (9acc9a4d): benchmarks/quantized_training/pretrain_llama2.py
     **{f"torchao-readme-qt-llama2-1b-{row}": (
         "the figure kind is not stated (the script logs max_memory_allocated and max_memory_reserved), and torchao's "
