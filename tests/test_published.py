@@ -190,3 +190,16 @@ def test_torchao_float8_training_rows(rows):
     assert CASES["torchao-float8-b200-llama3-8b-fsdp8-sac-bs1-bf16"].settings["compile_scope"] == "blocks+loss"
     assert CASES["torchao-float8-b200-llama3-8b-fsdp8-sac-bs1-float8-tensorwise"].settings["fp8"] is True
     assert rows["torchao-float8-b200-llama3-8b-fsdp8-sac-bs1-mxfp8-cublas"].reason == "MX (mxfp8) training is not modelled"
+
+
+def test_torchao_gptfast_later_rows(rows):
+    # the baselines of later gpt-fast tables map like the A100 table's bf16 row: the same static-cache generate()
+    fp16 = CASES["torchao-gptfast-llama-2-7b-fp16-compile"]
+    assert fp16.settings == {**CASES["torchao-gptfast-a100-llama-2-7b-bf16-compile"].settings, "dtype": "fp16"}
+    # fp16 and bf16 take the same bytes: the estimates are equal
+    assert rows["torchao-gptfast-llama-2-7b-fp16-compile"].estimated_bytes == \
+        rows["torchao-gptfast-a100-llama-2-7b-bf16-compile"].estimated_bytes
+    assert rows["torchao-gptfast-a6000-llama-3-8b-bf16"].published_bytes == 16_190_000_000
+    for case_id in ("torchao-gptfast-a100-llama-2-7b-fp6", "torchao-gptfast-a100-llama-3-8b-int4wo-64-sparse-marlin",
+                    "torchao-gptfast-a6000-llama-3-8b-codebook-4-64", "torchao-gptfast-xpu-llama-2-7b-int8wo"):
+        assert rows[case_id].estimated_bytes is None and rows[case_id].reason

@@ -272,6 +272,7 @@ _GPTFAST_QUANT = {"bf16": {}, "int8dq": {"quant": "int8", **_ON_GPU},
                   "float8wo": {"quant": "fp8", **_ON_GPU, **_WO}, "float8dq-tensor": {"quant": "fp8", **_ON_GPU},
                   "float8dq-row": {"quant": "fp8", **_ON_GPU}}
 _H100 = _Setup(gpu="H100-SXM-80GB", cuda="12.1", lazy_loading=True)
+_A6000 = _Setup(gpu="RTX-A6000", cuda="12.1", lazy_loading=True)
 
 # optimum's GPTQ benchmark (tests/benchmark/README.md at 3ffebf99, Aug 2023: AutoGPTQ 0.4.2, PyTorch 2.0.1,
 # bitsandbytes 0.41.1, transformers 4.32; one A100-SXM4-80GB): Llama-2-13B-chat in fp16 (loaded onto the GPU by
@@ -364,6 +365,12 @@ def _gptfast_cases() -> dict[str, Case]:
     cases = {f"torchao-gptfast-{gpu}-{m}-{q}-compile": Case(m, {**_GPTFAST, **_GPTFAST_QUANT[q]}, figure="peak_reserved",
                                                             **setup)
              for gpu, m, q, setup in rows}
+    # the base rows of later tables of the same benchmark: Marlin QQQ's fp16 baseline (06e69f6a, GPU not stated; the
+    # README's other tables ran on an A100-80GB) and the codebook section's bf16 baselines on one RTX A6000 (bc000aaf)
+    cases["torchao-gptfast-llama-2-7b-fp16-compile"] = Case("llama-2-7b", {**_GPTFAST, "dtype": "fp16"},
+                                                            figure="peak_reserved", **_A100)
+    for m in ("llama-3-8b", "llama-3.1-8b"):
+        cases[f"torchao-gptfast-a6000-{m}-bf16"] = Case(m, _GPTFAST, figure="peak_reserved", **_A6000)
     for m in ("llama-2-7b", "llama-3-8b"):
         for dt in ("bf16", "fp32"):
             cases[f"torchao-gptfast-a100-{m}-{dt}-eager"] = Case(m, {**_GPTFAST, "dtype": dt}, figure="peak_reserved",
@@ -644,6 +651,20 @@ UNSUPPORTED: dict[str, str] = {
         "stated (built for 518x518, the loader crops 224x224)" + (
             "; nor DeepSpeed ZeRO-Offload's bf16 optimizer on one GPU" if row == "deepspeed" else ""))
        for row in ("none", "deepspeed", "ao", "ao-offload-grads", "none-compile", "ao-compile", "ao-amp")},
+    # torchao/quantization/README.md's gpt-fast rows in formats vramlens does not model
+    **{f"torchao-gptfast-a100-{m}-int4wo-64-gptq": (
+        "generate.py at 317392d06b has no GPTQ path: the row repeats int4wo-64's tokens/s and memory (a GPTQ checkpoint "
+        "keeps the same tinygemm layout), which torchao-gptfast-a100-*-int4wo-64-compile reproduces") for m in ("llama-2-7b", "llama-3-8b")},
+    **{f"torchao-gptfast-a100-{m}-autoquant-int4hqq": "autoquant picks each layer's format by timing it at run time"
+       for m in ("llama-2-7b", "llama-3-8b")},
+    **{f"torchao-gptfast-a100-{m}-fp6": "fpx_weight_only (FP6-LLM) is not a vramlens format" for m in ("llama-2-7b", "llama-3-8b")},
+    "torchao-gptfast-a100-llama-3-8b-int4wo-64-sparse-marlin": "2:4-sparse int4 (Sparse-Marlin) is not modelled",
+    **{f"torchao-gptfast-a100-{m}-uintx-{q}-hqq": "uintx_weight_only (torchao's UintxTensor, HQQ) is not modelled"
+       for m in ("llama-2-7b", "llama-3-8b") for q in ("4-64", "2-8")},
+    **{f"torchao-gptfast-llama-2-7b-{q}": "Marlin QQQ's W4A8 is not modelled" for q in ("w4a8", "w4a8-g128")},
+    **{f"torchao-gptfast-xpu-llama-2-7b-{q}": "an Intel XPU, not named: not in the GPU catalog, and XPU's allocator is "
+                                              "not modelled" for q in ("bf16", "int8dq", "int8wo")},
+    **{f"torchao-gptfast-a6000-{m}-codebook-4-64": "codebook_weight_only is not modelled" for m in ("llama-3-8b", "llama-3.1-8b")},
     # torchao's float8 training tables: --fp8 is torchao's default (tensorwise) Float8LinearConfig
     **{f"torchao-float8-{gpu}-llama3-8b-fsdp8-sac-bs1-{row}": "the rowwise float8 recipes are not a vramlens setting "
                                                               "(--fp8 is tensorwise scaling)"
