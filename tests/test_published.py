@@ -151,3 +151,55 @@ def test_peft_metamathqa_frozen_factor_rows(rows):
     assert mica.estimated_bytes == rows["peft-metamathqa-llama3.2-3b-lora-r32-qv"].estimated_bytes
     lorafa = rows["peft-metamathqa-llama3.2-3b-lorafa-r32-qv"]
     assert lorafa.estimated_bytes is None and lorafa.published_bytes == 22_240_296_960
+
+
+def test_torchao_low_bit_optim_vit_rows(rows):
+    from vramlens.models import load_model
+
+    # timm's vit_huge_patch14_224 with num_classes=45: patch embedding 3 x 14 x 14 x 1,280 + 1,280 = 753,920, class
+    # token 1,280, positions 257 x 1,280 = 328,960, 32 blocks of attention 4 x 1,280^2 + 4 x 1,280 = 6,558,720, MLP
+    # 2 x 1,280 x 5,120 + 5,120 + 1,280 = 13,113,600 and two LayerNorms 5,120 (19,677,440 each), final norm 2,560,
+    # head 1,280 x 45 + 45 = 57,645: 630,822,445 ("630M params" in the README)
+    case = CASES["torchao-readme-vit-h-torch-fused"]
+    assert case.model is not None
+    assert load_model({**load_model(case.model).config, **case.overrides}).params == 630_822_445
+    # the script prints max_memory_allocated() / 1e9: 12.23 GB = 12,230,000,000 B
+    assert rows["torchao-readme-vit-h-torch-fused"].published_bytes == 12_230_000_000
+    for row in ("torch-fused", "bnb-8bit", "ao-8bit", "ao-fp8", "ao-4bit"):
+        assert rows[f"torchao-readme-vit-h-{row}"].estimated_bytes is not None
+    for row in ("lpmm-4bit", "lpmm-4bit-rank1"):
+        assert rows[f"torchao-readme-vit-h-{row}"].reason == "lpmm's 4-bit AdamW (thu-ml/low-bit-optimizers) is not modelled"
+    assert rows["torchao-readme-vit-g-dinov2-offload-ao"].estimated_bytes is None
+    assert rows["torchao-readme-vit-g-dinov2-offload-ao"].published_bytes == 5_240_000_000
+
+
+def test_torchao_quantized_training_rows(rows):
+    # the script logs max_memory_allocated and max_memory_reserved / 1e9; the table does not say which
+    for row in ("bf16-eager", "bf16-compile", "int8qt-eager", "int8qt-compile"):
+        r = rows[f"torchao-readme-qt-llama2-1b-{row}"]
+        assert r.estimated_bytes is None and r.reason.startswith("the figure kind is not stated")
+    assert rows["torchao-readme-qt-llama2-1b-bf16-eager"].published_bytes == 11_070_000_000
+
+
+def test_torchao_float8_training_rows(rows):
+    # parse_torchtitan_logs.py reads torchtitan's "memory: X GiB": 47.65 GiB = 51,163,797,914 B
+    h100 = rows["torchao-float8-h100-llama3-8b-fsdp8-sac-bs1-bf16"]
+    assert h100.figure == "peak_reserved" and h100.published_bytes == 51_163_797_914
+    # the H100 run's torchtitan compiled the blocks only; the MI300X and B200 runs' compiled the loss too
+    assert CASES[h100.id].settings["compile_scope"] == "blocks"
+    assert CASES["torchao-float8-b200-llama3-8b-fsdp8-sac-bs1-bf16"].settings["compile_scope"] == "blocks+loss"
+    assert CASES["torchao-float8-b200-llama3-8b-fsdp8-sac-bs1-float8-tensorwise"].settings["fp8"] is True
+    assert rows["torchao-float8-b200-llama3-8b-fsdp8-sac-bs1-mxfp8-cublas"].reason == "MX (mxfp8) training is not modelled"
+
+
+def test_torchao_gptfast_later_rows(rows):
+    # the baselines of later gpt-fast tables map like the A100 table's bf16 row: the same static-cache generate()
+    fp16 = CASES["torchao-gptfast-llama-2-7b-fp16-compile"]
+    assert fp16.settings == {**CASES["torchao-gptfast-a100-llama-2-7b-bf16-compile"].settings, "dtype": "fp16"}
+    # fp16 and bf16 take the same bytes: the estimates are equal
+    assert rows["torchao-gptfast-llama-2-7b-fp16-compile"].estimated_bytes == \
+        rows["torchao-gptfast-a100-llama-2-7b-bf16-compile"].estimated_bytes
+    assert rows["torchao-gptfast-a6000-llama-3-8b-bf16"].published_bytes == 16_190_000_000
+    for case_id in ("torchao-gptfast-a100-llama-2-7b-fp6", "torchao-gptfast-a100-llama-3-8b-int4wo-64-sparse-marlin",
+                    "torchao-gptfast-a6000-llama-3-8b-codebook-4-64", "torchao-gptfast-xpu-llama-2-7b-int8wo"):
+        assert rows[case_id].estimated_bytes is None and rows[case_id].reason

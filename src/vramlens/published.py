@@ -70,6 +70,20 @@ _TRAIN = dict(mode="train", batch=4, seq=512, attention="eager", dtype="fp32", o
 _TORCHAO_7B = dict(mode="train", dtype="bf16", batch=2, seq=512, checkpointing="full", loss_chunks=8)
 _A100 = _Setup(gpu="A100-80GB", cuda="12.1", lazy_loading=True)  # CUDA 12: lazy loading by default
 
+# torchao's ViT-H table (torchao/prototype/low_bit_optim/README.md at 1e7f132e, PR #812): benchmarks/benchmark_low_bit_adam.py
+# at that commit fine-tunes timm's vit_huge_patch14_224 (patch 14, embed 1280, depth 32, heads 16, mlp_ratio 4, qkv bias,
+# class token, final norm; timm/models/vision_transformer.py) with num_classes=45: the tensors of transformers'
+# ViTForImageClassification at these sizes (630,822,445 parameters; timm's one qkv linear equals q, k and v).
+# fp32 weights under bf16 autocast, batch 8 of 224x224 crops, model.compile(fullgraph=True) (the estimator
+# reports the compiled vision step as eager, and says so), zero_grad(set_to_none) after each step
+_TORCHAO_VIT_H = {"hidden_size": 1280, "num_hidden_layers": 32, "num_attention_heads": 16, "intermediate_size": 5120,
+                  "patch_size": 14, "image_size": 224, "layer_norm_eps": 1e-6, "num_labels": 45,
+                  "id2label": {str(i): str(i) for i in range(45)}, "label2id": {str(i): i for i in range(45)}}
+_TORCHAO_VIT = dict(mode="train", dtype="fp32", amp="bf16", batch=8, compile=True)
+# the catalog has no RTX 4070 Ti SUPER: the RTX 4090 is the same Ada (sm_89) part for what peak_allocated reads
+# (cuBLAS's default workspace), on torch 2.4's default cu121 wheels
+_ADA = _Setup(gpu="RTX-4090", cuda="12.1", lazy_loading=True)
+
 # LitGPT's config_hub/finetune/README.md table (commit 5895df10, April 2024): single-GPU runs on an A10G,
 # bf16-true, Alpaca2k, max_seq_length 512 (batches padded to their longest sample). LoRA/QLoRA:
 # litgpt/finetune/lora.py (lm_head in 128-token chunks: 4 chunks of 512; torch AdamW, or
@@ -145,6 +159,16 @@ _H100_96 = _Setup(gpu="H100-NVL-94GB", cuda="12.4", lazy_loading=True)  # the ca
 # implementation defaults to fused there; float8 with FSDP float8 all-gather (not modelled: counted in bf16)
 _TITAN_8B_2025 = {**_TITAN_8B, "optimizer_impl": "fused", "compile": True, "compile_scope": "blocks+loss", "fp8": True}
 _H200 = _Setup(gpu="H200", cuda="12.9", lazy_loading=True)  # NGC 25.05's CUDA
+# torchao's float8 training tables (torchao/float8/README.md at 8c81863b and 853f87d1, mx_formats/README.md at
+# d8bb51f6): benchmarks/float8/training's script runs torchtitan's llama3_8b.toml on 8 GPUs with batch 1 and
+# --training.compile; fp8 is the tensorwise recipe with float8 all-gather (counted in bf16). torchtitan's own commit:
+# H100 not stated (main of 2025-03-11, 0da8901b: blocks compiled, the loss eager), MI300X 2c8b5947, B200 6fc499f6
+# (blocks and the loss compiled); AdamW 'fused' at all three. The figure is torchtitan's max_reserved_gib
+_AO_F8_H100 = {**_TITAN_8B, "gpus": 8, "batch": 1, "optimizer_impl": "fused", "compile": True, "compile_scope": "blocks"}
+_AO_F8_2025 = {**_AO_F8_H100, "compile_scope": "blocks+loss"}
+_AO_F8_SETUPS = {"h100": (_AO_F8_H100, _Setup(gpu="H100-SXM-80GB", cuda="12.6", lazy_loading=True)),
+                 "mi300x": (_AO_F8_2025, _Setup(gpu="MI300X", cuda="12.8", lazy_loading=True)),
+                 "b200": (_AO_F8_2025, _Setup(gpu="B200", cuda="12.8", lazy_loading=True))}
 # The SDPA training tables of transformers' model docs (bert.md, opt.md, distilbert.md): their benchmark loop
 # runs outputs = model(**inputs); outputs.logits.sum().backward() in train mode (dropout on) with no labels, no
 # attention_mask and no optimizer, and reads max_memory_allocated after warm-up (--loss logits-sum). BERT ran on an
@@ -250,6 +274,7 @@ _GPTFAST_QUANT = {"bf16": {}, "int8dq": {"quant": "int8", **_ON_GPU},
                   "float8wo": {"quant": "fp8", **_ON_GPU, **_WO}, "float8dq-tensor": {"quant": "fp8", **_ON_GPU},
                   "float8dq-row": {"quant": "fp8", **_ON_GPU}}
 _H100 = _Setup(gpu="H100-SXM-80GB", cuda="12.1", lazy_loading=True)
+_A6000 = _Setup(gpu="RTX-A6000", cuda="12.1", lazy_loading=True)
 
 # optimum's GPTQ benchmark (tests/benchmark/README.md at 3ffebf99, Aug 2023: AutoGPTQ 0.4.2, PyTorch 2.0.1,
 # bitsandbytes 0.41.1, transformers 4.32; one A100-SXM4-80GB): Llama-2-13B-chat in fp16 (loaded onto the GPU by
@@ -342,6 +367,12 @@ def _gptfast_cases() -> dict[str, Case]:
     cases = {f"torchao-gptfast-{gpu}-{m}-{q}-compile": Case(m, {**_GPTFAST, **_GPTFAST_QUANT[q]}, figure="peak_reserved",
                                                             **setup)
              for gpu, m, q, setup in rows}
+    # the base rows of later tables of the same benchmark: Marlin QQQ's fp16 baseline (06e69f6a, GPU not stated; the
+    # README's other tables ran on an A100-80GB) and the codebook section's bf16 baselines on one RTX A6000 (bc000aaf)
+    cases["torchao-gptfast-llama-2-7b-fp16-compile"] = Case("llama-2-7b", {**_GPTFAST, "dtype": "fp16"},
+                                                            figure="peak_reserved", **_A100)
+    for m in ("llama-3-8b", "llama-3.1-8b"):
+        cases[f"torchao-gptfast-a6000-{m}-bf16"] = Case(m, _GPTFAST, figure="peak_reserved", **_A6000)
     for m in ("llama-2-7b", "llama-3-8b"):
         for dt in ("bf16", "fp32"):
             cases[f"torchao-gptfast-a100-{m}-{dt}-eager"] = Case(m, {**_GPTFAST, "dtype": dt}, figure="peak_reserved",
@@ -414,6 +445,11 @@ CASES: dict[str, Case] = {
                                              figure="peak_allocated", **_A100),
     "torchao-readme-llama2-7b-ao-4bit": Case("llama-2-7b", {**_TORCHAO_7B, "optimizer": "adamw-4bit-torchao"},
                                              figure="peak_allocated", **_A100),
+    **{f"torchao-readme-vit-h-{row}": Case("google/vit-base-patch16-224", {**_TORCHAO_VIT, **opt}, _TORCHAO_VIT_H,
+                                           figure="peak_allocated", **_ADA)
+       for row, opt in (("torch-fused", {"optimizer": "adamw", "optimizer_impl": "fused"}),
+                        ("bnb-8bit", {"optimizer": "adamw-8bit"}), ("ao-8bit", {"optimizer": "adamw-8bit-torchao"}),
+                        ("ao-fp8", {"optimizer": "adamw-fp8-torchao"}), ("ao-4bit", {"optimizer": "adamw-4bit-torchao"}))},
     "litgpt-tinyllama-1.1b-full-bs4": Case("tinyllama-1.1b", {**_LITGPT, "batch": 4, "grad_accum": 8},
                                            figure="peak_allocated", **_A10G),
     "litgpt-llama2-7b-lora-r32-qv-bs2": Case("llama-2-7b", {**_LITGPT_LORA, "lora_targets": ("q_proj", "v_proj"),
@@ -518,6 +554,9 @@ CASES: dict[str, Case] = {
     "torchtitan-h100-llama3.1-70b-fsdp32-tp8-fullac-bs16-compile-float8": Case(
         "llama-3.1-70b", {**_TITAN_8B, "gpus": 256, "tp": 8, "loss_parallel": True, "batch": 16, "checkpointing": "full",
                           "compile": True, "compile_scope": "blocks", "fp8": True}, figure="peak_reserved", **_H100_96),
+    **{f"torchao-float8-{gpu}-llama3-8b-fsdp8-sac-bs1-{row}": Case(
+        "llama-3.1-8b", {**base, "fp8": row == "float8-tensorwise"}, figure="peak_reserved", **setup)
+       for gpu, (base, setup) in _AO_F8_SETUPS.items() for row in ("bf16", "float8-tensorwise")},
     # Table 2's CP 1 row: one sample of 32,768 tokens, full checkpointing, blocks compiled (the loss eager at 9dec370)
     "torchtitan-h100-llama3.1-8b-fsdp8-cp1-fullac-bs1-s32k-compile-float8": Case(
         "llama-3.1-8b", {**_TITAN_8B, "gpus": 8, "batch": 1, "seq": 32_768, "checkpointing": "full", "compile": True,
@@ -609,6 +648,42 @@ _TITAN_ASYNC = "async TP (inductor's micro-pipelined collective matmuls on symme
 
 #: Cases vramlens cannot express, with the reason (printed instead of a number).
 UNSUPPORTED: dict[str, str] = {
+    # torchao's low-bit optimizer READMEs (torchao/prototype/low_bit_optim/README.md)
+    **{f"torchao-readme-vit-h-{row}": "lpmm's 4-bit AdamW (thu-ml/low-bit-optimizers) is not modelled"
+       for row in ("lpmm-4bit", "lpmm-4bit-rank1")},
+    **{f"torchao-readme-vit-g-dinov2-offload-{row}": (
+        "timm's DINOv2 ViT-g (SwiGLUPacked MLP, LayerScale) is not a vramlens family, and its input size is not "
+        "stated (built for 518x518, the loader crops 224x224)" + (
+            "; nor DeepSpeed ZeRO-Offload's bf16 optimizer on one GPU" if row == "deepspeed" else ""))
+       for row in ("none", "deepspeed", "ao", "ao-offload-grads", "none-compile", "ao-compile", "ao-amp")},
+    # torchao/quantization/README.md's gpt-fast rows in formats vramlens does not model
+    **{f"torchao-gptfast-a100-{m}-int4wo-64-gptq": (
+        "generate.py at 317392d06b has no GPTQ path: the row repeats int4wo-64's tokens/s and memory (a GPTQ checkpoint "
+        "keeps the same tinygemm layout), which torchao-gptfast-a100-*-int4wo-64-compile reproduces") for m in ("llama-2-7b", "llama-3-8b")},
+    **{f"torchao-gptfast-a100-{m}-autoquant-int4hqq": "autoquant picks each layer's format by timing it at run time"
+       for m in ("llama-2-7b", "llama-3-8b")},
+    **{f"torchao-gptfast-a100-{m}-fp6": "fpx_weight_only (FP6-LLM) is not a vramlens format" for m in ("llama-2-7b", "llama-3-8b")},
+    "torchao-gptfast-a100-llama-3-8b-int4wo-64-sparse-marlin": "2:4-sparse int4 (Sparse-Marlin) is not modelled",
+    **{f"torchao-gptfast-a100-{m}-uintx-{q}-hqq": "uintx_weight_only (torchao's UintxTensor, HQQ) is not modelled"
+       for m in ("llama-2-7b", "llama-3-8b") for q in ("4-64", "2-8")},
+    **{f"torchao-gptfast-llama-2-7b-{q}": "Marlin QQQ's W4A8 is not modelled" for q in ("w4a8", "w4a8-g128")},
+    **{f"torchao-gptfast-xpu-llama-2-7b-{q}": "an Intel XPU, not named: not in the GPU catalog, and XPU's allocator is "
+                                              "not modelled" for q in ("bf16", "int8dq", "int8wo")},
+    **{f"torchao-gptfast-a6000-{m}-codebook-4-64": "codebook_weight_only is not modelled" for m in ("llama-3-8b", "llama-3.1-8b")},
+    # torchao's float8 training tables: --fp8 is torchao's default (tensorwise) Float8LinearConfig
+    **{f"torchao-float8-{gpu}-llama3-8b-fsdp8-sac-bs1-{row}": "the rowwise float8 recipes are not a vramlens setting "
+                                                              "(--fp8 is tensorwise scaling)"
+       for gpu, row in (("h100", "float8-rowwise"), ("mi300x", "float8-rowwise-gw-hp"), ("mi300x", "float8-rowwise"),
+                        ("b200", "float8-rowwise"))},
+    **{f"torchao-float8-b200-llama3-8b-fsdp8-sac-bs1-{row}": "MX (mxfp8) training is not modelled"
+       for row in ("mxfp8-cublas", "mxfp8-cublas-rceil")},
+    # torchao/prototype/quantized_training/README.md (9acc9a4d): benchmarks/quantized_training/pretrain_llama2.py
+    **{f"torchao-readme-qt-llama2-1b-{row}": (
+        "the figure kind is not stated (the script logs max_memory_allocated and max_memory_reserved), and torchao's "
+        "_AdamW (a compiled step per parameter) is not modelled" + (
+            "; nor int8 weight-only quantized training (int8 weights trained with stochastic rounding)"
+            if row.startswith("int8") else ""))
+       for row in ("bf16-eager", "bf16-compile", "int8qt-eager", "int8qt-compile")},
     "torchtune-loralinear-512-r8-fp32": "a bare LoRALinear module, not a model: checked exactly in tests/estimate",
     "torchtune-qloralinear-512-r8-nf4": "a bare torchao NF4 LoRALinear: see tests/estimate",
     "vllm-paper-opt-13b-kv-per-token": "OPT-13B is not in the catalog; LLaMA-13B's identical 800 KiB/token is checked",

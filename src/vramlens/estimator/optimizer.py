@@ -88,7 +88,11 @@ class LowBitState:
 #: moments in fp32 before requantization (2 x 4 B), 4-bit those plus the two unpacked int64 code
 #: tensors before packing (2 x 8 B) and the two unpacked uint8 copies of the old codes (2 x 1 B),
 #: FP8 none (its quantization is a division and a cast, fused with the update). Each also
-#: allocates two fp32 per-block amax buffers, counted apart.
+#: allocates two fp32 per-block amax buffers, counted apart. Inductor's Triton scheduler, run on
+#: the CPU (``torch._inductor.config.cpu_backend = "triton"``, output code read, kernels not
+#: built), allocates the same for 4-bit and FP8, but for 8-bit only the two new uint8 code
+#: tensors (2 x 1 B: a persistent reduction quantizes each 256-element block in registers);
+#: whether CUDA's schedule is that one is not settled without a GPU, so the C++ figure stays.
 TORCHAO_LOW_BIT: dict[str, LowBitState] = {
     "adamw-8bit-torchao": LowBitState(block=256, code_bits=8, qmap_entries=256, step_bytes_per_elem=2 * 4),
     "adamw-4bit-torchao": LowBitState(block=128, code_bits=4, qmap_entries=16, step_bytes_per_elem=2 * 4 + 2 * 8 + 2),
