@@ -58,10 +58,12 @@ class _Setup(TypedDict):
 
 
 _HF_V100 = _Setup(gpu="V100-16GB", cuda="11.2", lazy_loading=False)  # driver 460.91.03, CUDA 11.2 (the source)
-# transformers ~4.16 (Jan 2022): the Trainer's default optimizer was transformers.AdamW ("adamw_hf"),
-# a per-parameter Python loop; BERT's attention was eager; and model.zero_grad() zeroed the
-# gradients in place (set_to_none=False, PyTorch 1.x's default), so they stay allocated
-_TRAIN = dict(mode="train", batch=4, seq=512, attention="eager", dtype="fp32", optimizer_impl="loop", keep_grads=True)
+# transformers ~4.16 (Jan 2022): the Trainer's default optimizer was transformers.AdamW ("adamw_hf",
+# --optimizer-impl transformers), a per-parameter Python loop (Adafactor's too: --optimizer-impl loop); BERT's
+# attention was eager; and model.zero_grad() zeroed the gradients in place (set_to_none=False, PyTorch 1.x's
+# default), so they stay allocated
+_TRAIN = dict(mode="train", batch=4, seq=512, attention="eager", dtype="fp32", optimizer_impl="transformers",
+              keep_grads=True)
 
 # torchao's README (torchao/optim/README.md), Llama2-7B on Alpaca with torchtune 52d1b838: full bf16 on an
 # A100, that commit's llama2/7B_full_low_memory settings (batch 2, activation checkpointing, chunked
@@ -390,13 +392,13 @@ CASES: dict[str, Case] = {
     "hf-perf-bert-large-fp16-bs4": Case("bert-large-uncased", {**_TRAIN, "amp": "fp16"}, _BERT_CLS, **_HF_V100),
     "hf-perf-bert-large-fp16-ga4-gc-bs1": Case("bert-large-uncased", {**_TRAIN, "amp": "fp16", "batch": 1, "grad_accum": 4,
                                                                        "checkpointing": "full"}, _BERT_CLS, **_HF_V100),
-    "hf-perf-bert-large-adafactor-bs4": Case("bert-large-uncased", {**_TRAIN, "optimizer": "adafactor"}, _BERT_CLS, **_HF_V100),
+    "hf-perf-bert-large-adafactor-bs4": Case("bert-large-uncased", {**_TRAIN, "optimizer": "adafactor", "optimizer_impl": "loop"}, _BERT_CLS, **_HF_V100),
     "hf-perf-bert-large-adafactor-fp16-ga4-gc-bs1": Case(
-        "bert-large-uncased", {**_TRAIN, "optimizer": "adafactor", "amp": "fp16", "batch": 1, "grad_accum": 4,
+        "bert-large-uncased", {**_TRAIN, "optimizer": "adafactor", "optimizer_impl": "loop", "amp": "fp16", "batch": 1, "grad_accum": 4,
                                "checkpointing": "full"}, _BERT_CLS, **_HF_V100),
-    "hf-perf-bert-large-adam8bit-bs4": Case("bert-large-uncased", {**_TRAIN, "optimizer": "adamw-8bit"}, _BERT_CLS, **_HF_V100),
+    "hf-perf-bert-large-adam8bit-bs4": Case("bert-large-uncased", {**_TRAIN, "optimizer": "adamw-8bit", "optimizer_impl": "loop"}, _BERT_CLS, **_HF_V100),
     "hf-perf-bert-large-adam8bit-fp16-ga4-gc-bs1": Case(
-        "bert-large-uncased", {**_TRAIN, "optimizer": "adamw-8bit", "amp": "fp16", "batch": 1, "grad_accum": 4,
+        "bert-large-uncased", {**_TRAIN, "optimizer": "adamw-8bit", "optimizer_impl": "loop", "amp": "fp16", "batch": 1, "grad_accum": 4,
                                "checkpointing": "full"}, _BERT_CLS, **_HF_V100),
     "accelerate-estimator-bert-base-cased-adam-derived": Case(
         "bert-base-uncased", {"mode": "train", "dtype": "fp32", "optimizer": "adam"},

@@ -54,7 +54,10 @@ Optimizer = Literal[
     "adamw-8bit-torchao", "adamw-4bit-torchao", "adamw-fp8-torchao", "adamw-cpu-offload-torchao", "none",
 ]
 Checkpointing = Literal["none", "full", "selective", "selective-op"]
-OptimizerImpl = Literal["foreach", "fused", "loop"]
+#: How torch.optim runs the step: ``foreach`` (CUDA's default), ``fused`` (one in-place kernel), ``loop`` (the
+#: per-tensor path, foreach=False); ``transformers``: transformers' own AdamW (the Trainer's ``adamw_hf``, removed in
+#: transformers 5), a per-tensor loop of its own (estimator.optimizer.optimizer_step_temporary).
+OptimizerImpl = Literal["foreach", "fused", "loop", "transformers"]
 FsdpStrategy = Literal["full", "shard-grad-op", "hybrid"]
 Attention = Literal["eager", "sdpa", "flash"]
 Offload = Literal["none", "optimizer", "all"]
@@ -563,6 +566,9 @@ class Workload:
             elif n > L.MAX_LAYERS:
                 p.append(f"checkpointing={self.checkpointing!r}: N is over the limit of {L.MAX_LAYERS:,} blocks")
         choice("optimizer_impl", self.optimizer_impl, OPTIMIZER_IMPLS)
+        if self.optimizer_impl == "transformers" and self.optimizer != "adamw":
+            p.append(f"optimizer_impl='transformers' is transformers' own AdamW; optimizer={self.optimizer!r} is not "
+                     "AdamW: use --optimizer adamw, or --optimizer-impl foreach|fused|loop")
         choice("fsdp_strategy", self.fsdp_strategy, FSDP_STRATEGIES)
         choice("attention", self.attention, ATTENTION)
         choice("offload", self.offload, OFFLOAD)

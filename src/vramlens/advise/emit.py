@@ -752,6 +752,9 @@ def torchtitan(plan: Plan) -> dict[str, Any]:
         refuse.append("uses eager attention (torchtitan's models call SDPA or flex attention)")
     if w.optimizer not in TORCHTITAN_OPTIM:
         refuse.append(f"uses --optimizer {w.optimizer} (torchtitan builds torch.optim's AdamW or Adam)")
+    if w.optimizer_impl not in TORCHTITAN_IMPL:
+        refuse.append(f"uses --optimizer-impl {w.optimizer_impl} (torchtitan builds torch.optim's foreach, fused "
+                      "or for-loop implementation)")
     if w.zero:
         refuse.append(f"uses ZeRO stage {w.zero} (torchtitan shards with FSDP2: plan with --fsdp)")
     if w.offload != "none" and not (w.fsdp and w.offload == "all"):

@@ -115,7 +115,8 @@ def add_workload_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--optimizer", choices=W.OPTIMIZERS, default="adamw", help="optimizer (default adamw)")
     g.add_argument("--optimizer-impl", choices=W.OPTIMIZER_IMPLS, default="foreach",
                    help="torch.optim implementation: foreach (CUDA default), fused, or a per-tensor loop "
-                        "(e.g. transformers' old AdamW)")
+                        "(foreach=False); transformers: transformers' own AdamW (the Trainer's adamw_hf, "
+                        "removed in transformers 5)")
     g.add_argument("--batch", type=_positive, default=1, help="micro-batch size per GPU (default 1)")
     g.add_argument("--seq", type=_positive, default=512, help="sequence length / prompt tokens (default 512)")
     g.add_argument("--new-tokens", type=_positive, default=0, help="tokens to generate (inference)")

@@ -353,14 +353,22 @@ def optimizer_step_temporary(spec: ModelSpec, w: Workload, trainable: int) -> tu
         return one, "foreach Adam: sqrt(exp_avg_sq) for every parameter at once"
     if w.optimizer in ("sgd", "sgd-momentum"):
         return 0, "SGD updates in place"
-    # fused kernels and per-tensor loops (``denom = exp_avg_sq.sqrt().add_(eps)``) hold one
-    # state-sized temporary of a single tensor at a time: the largest one
+    # per-tensor updates hold state-sized temporaries of a single tensor at a time: the largest one's
     if w.method == "full":
         largest = round_up(summarize(spec).largest_param_numel * state_b, BLOCK)
     else:
         largest = _largest_adapter(trained_lora_shape(spec, tuple(w.lora_targets), w.fused_qkv), w.lora_rank, state_b, w.dora)
-    if w.optimizer_impl == "fused" and w.optimizer in ("adamw", "adam", "paged-adamw"):
-        return 0, "fused Adam updates in place"
+    if w.optimizer in ("adamw", "adam", "paged-adamw"):
+        if w.optimizer_impl == "fused":
+            return 0, "fused Adam updates in place"
+        if w.optimizer_impl == "transformers":
+            # transformers' AdamW (optimization.py, removed in transformers 5): ``denom = exp_avg_sq.sqrt().add_(eps)``,
+            # then ``p.addcdiv_(exp_avg, denom, ...)``: one temporary
+            return largest, "transformers' AdamW: sqrt(exp_avg_sq) of the largest parameter"
+        # torch.optim's per-tensor path (torch/optim/adam.py ``_single_tensor_adam``, foreach=False):
+        # ``denom = (exp_avg_sq.sqrt() / bias_correction2_sqrt).add_(eps)`` holds the square root and its
+        # quotient together (transformers' removed AdamW, ``exp_avg_sq.sqrt().add_(eps)``, held one)
+        return 2 * largest, "per-tensor Adam: sqrt(exp_avg_sq) and its quotient for the largest parameter"
     return largest, "per-tensor update: one temporary the size of the largest parameter"
 
 

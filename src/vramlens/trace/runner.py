@@ -40,20 +40,30 @@ from vramlens.workload import Workload
 MODES = ("fake", "real-cpu", "cuda")
 
 
-def make_optimizer(name: str, params: Sequence[torch.Tensor]):
-    """A torch.optim optimizer with CUDA's defaults (foreach=True) for ``--optimizer name``."""
+def make_optimizer(name: str, params: Sequence[torch.Tensor], impl: str = "foreach"):
+    """A torch.optim optimizer for ``--optimizer name`` with ``--optimizer-impl impl``: ``foreach`` (CUDA's
+    default, torch/optim/optimizer.py ``_default_to_fused_or_foreach``), ``fused`` (one in-place kernel per
+    parameter group: ``torch._fused_adamw_``; Adafactor has none, so it steps per tensor) or ``loop`` (the
+    per-tensor ``_single_tensor_*`` paths)."""
     o = torch.optim
+    if impl == "transformers":
+        raise TraceError("optimizer_impl='transformers' is transformers' own AdamW, which transformers 5 removed: "
+                         "trace with --optimizer-impl loop (torch's per-tensor AdamW holds one more temporary of the "
+                         "largest parameter), or use `vramlens estimate`")
+    impl_kw: dict[str, bool] = {"foreach": impl == "foreach"}
+    if impl == "fused":
+        impl_kw["fused"] = True
     if name in ("adamw", "adam"):
         cls = o.AdamW if name == "adamw" else o.Adam
-        return cls(params, lr=1e-4, foreach=True)
+        return cls(params, lr=1e-4, **impl_kw)
     if name == "sgd":
-        return o.SGD(params, lr=1e-3, foreach=True)
+        return o.SGD(params, lr=1e-3, **impl_kw)
     if name == "sgd-momentum":
-        return o.SGD(params, lr=1e-3, momentum=0.9, foreach=True)
+        return o.SGD(params, lr=1e-3, momentum=0.9, **impl_kw)
     if name == "adafactor":
         if not hasattr(o, "Adafactor"):
             raise TraceError("torch.optim.Adafactor needs torch >= 2.5: upgrade torch or use `vramlens estimate`")
-        return o.Adafactor(params, lr=1e-2, foreach=True)
+        return o.Adafactor(params, lr=1e-2, foreach=impl == "foreach")
     if name in ("lion", "adamw-8bit", "paged-adamw", "paged-adamw-8bit"):
         try:
             import bitsandbytes as bnb  # noqa: F401
@@ -194,9 +204,9 @@ class InBackwardOptimizer:
     one optimizer per parameter, stepped by ``Tensor.register_post_accumulate_grad_hook`` as soon
     as the gradient is accumulated, then ``zero_grad()`` (set_to_none) frees the gradient."""
 
-    def __init__(self, name: str, params: list[nn.Parameter], rec: Recorder):
+    def __init__(self, name: str, params: list[nn.Parameter], rec: Recorder, impl: str = "foreach"):
         self.rec = rec
-        self.per_param = {p: make_optimizer(name, [p]) for p in params}
+        self.per_param = {p: make_optimizer(name, [p], impl) for p in params}
         self.handles = [p.register_post_accumulate_grad_hook(self._step) for p in params]
 
     def _step(self, p: nn.Parameter) -> None:
@@ -406,14 +416,14 @@ class Runner:
             master = None
             opt = None
             if wl.training and wl.optimizer != "none" and wl.optimizer_in_backward:
-                opt = InBackwardOptimizer(wl.optimizer, trainable, rec)
+                opt = InBackwardOptimizer(wl.optimizer, trainable, rec, wl.optimizer_impl)
             elif wl.training and wl.optimizer != "none":
                 if wl.amp is not None and wl.amp == wl.dtype:
                     # DeepSpeed/Megatron-style: half weights and grads, fp32 master copy in the optimizer
                     master = [p.detach().clone().float().requires_grad_(True) for p in trainable]
-                    opt = make_optimizer(wl.optimizer, master)
+                    opt = make_optimizer(wl.optimizer, master, wl.optimizer_impl)
                 else:
-                    opt = make_optimizer(wl.optimizer, trainable)
+                    opt = make_optimizer(wl.optimizer, trainable, wl.optimizer_impl)
             if self.before_record is not None:
                 self.before_record(built, opt)
             if wl.compile and wl.training:
