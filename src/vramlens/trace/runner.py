@@ -50,16 +50,14 @@ def make_optimizer(name: str, params: Sequence[torch.Tensor], impl: str = "forea
         raise TraceError("optimizer_impl='transformers' is transformers' own AdamW, which transformers 5 removed: "
                          "trace with --optimizer-impl loop (torch's per-tensor AdamW holds one more temporary of the "
                          "largest parameter), or use `vramlens estimate`")
-    impl_kw: dict[str, bool] = {"foreach": impl == "foreach"}
-    if impl == "fused":
-        impl_kw["fused"] = True
+    foreach, fused = impl == "foreach", (True if impl == "fused" else None)
     if name in ("adamw", "adam"):
         cls = o.AdamW if name == "adamw" else o.Adam
-        return cls(params, lr=1e-4, **impl_kw)
+        return cls(params, lr=1e-4, foreach=foreach, fused=fused)
     if name == "sgd":
-        return o.SGD(params, lr=1e-3, **impl_kw)
+        return o.SGD(params, lr=1e-3, foreach=foreach, fused=fused)
     if name == "sgd-momentum":
-        return o.SGD(params, lr=1e-3, momentum=0.9, **impl_kw)
+        return o.SGD(params, lr=1e-3, momentum=0.9, foreach=foreach, fused=fused)
     if name == "adafactor":
         if not hasattr(o, "Adafactor"):
             raise TraceError("torch.optim.Adafactor needs torch >= 2.5: upgrade torch or use `vramlens estimate`")
