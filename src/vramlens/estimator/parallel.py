@@ -6,9 +6,11 @@
   stage 3 within one node (GPUS_PER_NODE ranks) with replicas across nodes.
 * Tensor parallelism (Shoeybi et al. 2019): attention heads and the MLP's inner dimension are
   split over t ranks; embeddings and the output layer are vocabulary-parallel; norms replicate.
-* Pipeline parallelism (Narayanan et al. 2021, 1F1B): the first stage holds min(p, m)
-  micro-batches' activations in flight; the embedding sits on the first stage and the output
-  layer on the last; the most-loaded stage decides.
+* Pipeline parallelism (Narayanan et al. 2021): under 1F1B the first stage holds min(p, m)
+  micro-batches' activations in flight, under GPipe all m, under interleaved 1F1B (v stages per
+  rank) the count :func:`stage_micro_batches_in_flight` derives from torch.distributed.pipelining's
+  schedule; the embedding sits on the first stage and the output layer on the last; the
+  most-loaded stage decides.
 """
 
 from __future__ import annotations
@@ -30,11 +32,41 @@ class Split:
     gradients: float
     optimizer: float
     layers: int                 # transformer blocks on this rank
+    #: (stage, micro-batch) pairs whose activations this rank holds at its peak; each stage holds
+    #: ``layers / stages_per_rank`` of the rank's blocks
     micro_batches_in_flight: int
     has_head: bool
     has_embedding: bool
+    stages_per_rank: int = 1
 
 
+#: torchtitan 9dec370 torchtitan/parallelisms/pipelining_utils.py ``generate_split_points``: a
+#: ``PipelineScheduleMulti`` (Interleaved1F1B) gets 2 stages per rank, a ``PipelineScheduleSingle`` one
+INTERLEAVED_STAGES_PER_RANK = 2
+
+
+def stage_micro_batches_in_flight(schedule: str, pp: int, m: int, v: int = INTERLEAVED_STAGES_PER_RANK) -> int:
+    """(stage, micro-batch) pairs whose activations pipeline rank 0 (the most-loaded one) holds at its peak,
+    with ``m`` micro-batches over ``pp`` ranks.
+
+    From torch.distributed.pipelining/schedules.py (torch 2.13; the same warm-up formula since
+    torch 2.5): ``Schedule1F1B`` runs ``min(m, num_stages - stage_index)`` forwards, then alternates
+    one backward, one forward (1B1F: the backward first), so stage 0 peaks at min(m, pp);
+    ``ScheduleGPipe`` runs every forward before any backward: m. ``ScheduleInterleaved1F1B`` (``v``
+    stages per rank) runs ``_get_warmup_ops`` = min((v - 1) * mpr + 2 * (pp - 1 - rank), m * v)
+    forwards, mpr = m // max(1, m // pp) micro-batches per round, then its 1F1B phase appends each
+    step's forward before its backward (``_get_1f1b_rank_ops``): one more, unless the warm-up
+    already ran all m * v.
+    """
+    if pp <= 1:
+        return 1
+    if schedule == "gpipe":
+        return m
+    if schedule == "interleaved-1f1b":
+        per_round = m // max(1, m // pp)
+        warmup = min((v - 1) * per_round + 2 * (pp - 1), m * v)
+        return min(warmup + 1, m * v)
+    return min(pp, m)
 @identity_cache
 def _layer_params(spec: ModelSpec) -> tuple[int, int, int]:
     """(params inside the blocks, embedding-side params, head-side params)."""
@@ -122,10 +154,11 @@ def split(spec: ModelSpec, w: Workload) -> Split:
     wf = frac / dp if stage >= 3 else frac
     gf = frac / dp if stage >= 2 else frac
     of = frac / dp if stage >= 1 else frac
+    v = INTERLEAVED_STAGES_PER_RANK if pp > 1 and w.pp_schedule == "interleaved-1f1b" else 1
     return Split(
         weights=wf, gradients=gf, optimizer=of, layers=layers,
-        micro_batches_in_flight=min(pp, w.grad_accum) if pp > 1 else 1,
-        has_head=has_head or pp == 1, has_embedding=has_emb or pp == 1,
+        micro_batches_in_flight=stage_micro_batches_in_flight(w.pp_schedule, pp, w.grad_accum),
+        has_head=has_head or pp == 1, has_embedding=has_emb or pp == 1, stages_per_rank=v,
     )
 
 
