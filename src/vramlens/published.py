@@ -518,6 +518,15 @@ CASES: dict[str, Case] = {
     "torchtitan-h100-llama3.1-70b-fsdp32-tp8-fullac-bs16-compile-float8": Case(
         "llama-3.1-70b", {**_TITAN_8B, "gpus": 256, "tp": 8, "loss_parallel": True, "batch": 16, "checkpointing": "full",
                           "compile": True, "compile_scope": "blocks", "fp8": True}, figure="peak_reserved", **_H100_96),
+    # the same table's AsyncTP row: torchtitan's apply_tp sets torch._inductor.config._micro_pipeline_tp and
+    # enable_symm_mem_for_group, so inductor fuses each TP all-gather + matmul and matmul + reduce-scatter into
+    # torch.distributed._symmetric_memory's fused ops, which allocate through the caching allocator what the unfused
+    # ops did (the gathered input and the matmul outputs; the full-size stacked partials before the reduction) and
+    # put only their p2p workspace in symmetric memory, mapped with cuMem outside the allocator (not in
+    # max_memory_reserved): the same settings as the row above
+    "torchtitan-h100-llama3.1-70b-fsdp32-tp8-fullac-bs16-compile-float8-asynctp": Case(
+        "llama-3.1-70b", {**_TITAN_8B, "gpus": 256, "tp": 8, "loss_parallel": True, "batch": 16, "checkpointing": "full",
+                          "compile": True, "compile_scope": "blocks", "fp8": True}, figure="peak_reserved", **_H100_96),
     # Table 2's CP 1 row: one sample of 32,768 tokens, full checkpointing, blocks compiled (the loss eager at 9dec370)
     "torchtitan-h100-llama3.1-8b-fsdp8-cp1-fullac-bs1-s32k-compile-float8": Case(
         "llama-3.1-8b", {**_TITAN_8B, "gpus": 8, "batch": 1, "seq": 32_768, "checkpointing": "full", "compile": True,
@@ -638,7 +647,6 @@ UNSUPPORTED: dict[str, str] = {
                                                  "vramlens trains both factors; the case's notes give the terms",
     # torchtitan's 2-D, 3-D and 4-D rows with AsyncTP (benchmarks/llama3_h100_202412_torchtitan.md, torchtitan
     # 9dec370); the 70B row without it is in CASES (Float8 under TP: vramlens.estimator.fp8)
-    "torchtitan-h100-llama3.1-70b-fsdp32-tp8-fullac-bs16-compile-float8-asynctp": _TITAN_ASYNC,
     "torchtitan-h100-llama3.1-405b-fsdp8-tp8-pp8-fullac-bs32-compile-float8-asynctp-1f1b": _TITAN_ASYNC,
     "torchtitan-h100-llama3.1-405b-fsdp8-tp8-pp8-fullac-bs32-compile-float8-asynctp-interleaved-1f1b": (
         _TITAN_ASYNC + "; nor the interleaved 1F1B schedule (vramlens models 1F1B)"),
