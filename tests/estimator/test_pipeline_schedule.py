@@ -80,3 +80,40 @@ def test_bad_schedules():
                                  "meta-llama/Llama-3.1-8B has 32: use --pp-schedule 1f1b")
     assert make_workload(mode="train", pp_schedule="gpipe").ignored() == [
         "ignored: pp_schedule='gpipe' schedules pipeline-parallel training (--pp > 1)"]
+
+
+# torchtitan's PP x FSDP2: fp32 shards, MixedPrecisionPolicy(bf16, fp32), 8 GPUs as pp 4 x dp 2
+TITAN_PP = dict(mode="train", dtype="fp32", amp="bf16", fsdp=True, gpus=8, pp=4, batch=1, seq=2048, grad_accum=4,
+                checkpointing="full", optimizer="adamw", optimizer_impl="foreach")
+# Llama 3.1 8B: a block holds 2 x 4,096^2 (q, o) + 2 x 4,096 x 1,024 (k, v) + 3 x 4,096 x 14,336 (MLP) + 2 x 4,096
+# (norms) = 218,112,000 parameters; the first stage (the most loaded: split) holds 8 blocks and the embedding,
+# 128,256 x 4,096 = 525,336,576, with the final norm's 4,096 (vramlens counts it on the embedding's side)
+BLOCK, ROOT_PART = 218_112_000, 525_340_672
+STAGE = 8 * BLOCK + ROOT_PART  # 2,270,236,672
+
+
+def test_fsdp_stage_keeps_its_parameters_gathered_and_its_gradients_unsharded():
+    est = estimate(load_model("llama-3.1-8b"), **TITAN_PP)
+    bd = est.breakdown
+    # gradients: accumulated unsharded in reduce_dtype fp32 until the last micro-batch's backward (torch's
+    # pipelining stage: set_requires_gradient_sync(False)), the stage's whole 2,270,236,672 x 4 B
+    assert bd["gradients"] == STAGE * 4
+    # comm buffers: the stage's parameters unsharded in bf16 all step (reshard_after_forward=False, no reshard after
+    # backward), R = 2,270,236,672 x 2 B, plus the larger of the embedding group's flat all-gather output
+    # (1,050,681,344 B) with a block's bf16 copy-in (436,224,000 / 2 ranks) and a block's fp32 reduce-scatter input
+    # (872,448,000 B)
+    assert bd["comm_buffers"] == STAGE * 2 + max(ROOT_PART * 2 + BLOCK * 2 // 2, BLOCK * 4)
+    # without pipeline parallelism FSDP2 keeps the sharded fp32 gradients: 8,030,261,248 params x 4 B / 8 ranks
+    flat = estimate(load_model("llama-3.1-8b"), **{**TITAN_PP, "pp": 1, "grad_accum": 1})
+    assert flat.breakdown["gradients"] == 8_030_261_248 * 4 // 8
+    assert "unsharded, accumulated over the micro-batches" in est.explain["gradients"]
+
+
+def test_fsdp_stage_gradients_are_alive_in_forward_after_the_first_backward():
+    spec = load_model("llama-3.1-8b")
+    phases = {m: dict(estimate(spec, **{**TITAN_PP, "grad_accum": m}).breakdown.phases) for m in (1, 4, 8)}
+    # 1F1B, pp 4: with m = 4 rank 0 runs its 4 forwards before its first backward, 3 more micro-batches' block
+    # inputs (8 x 2,048 x 4,096 x 2 B = 128 MiB each) in flight and no gradient yet
+    assert phases[4]["forward"] - phases[1]["forward"] == 3 * 128 * 2**20
+    # with m = 8 its later forwards follow backwards: the stage's unsharded fp32 gradients are there too
+    assert phases[8]["forward"] - phases[4]["forward"] == STAGE * 4

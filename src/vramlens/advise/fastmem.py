@@ -43,7 +43,7 @@ from vramlens.estimator.core import (
     output_layer_cast,
     vision_figures,
 )
-from vramlens.estimator.parallel import Split, stage_micro_batches_in_flight
+from vramlens.estimator.parallel import Split, pipeline_in_flight
 from vramlens.estimator.state import (
     TrainState,
     default_stream_state,
@@ -73,7 +73,7 @@ TRAIN_STATE_FIELDS = tuple(f for f in STATE_FIELDS
 
 def state_key_tail(w: Workload, grad_accum: int) -> tuple[object, ...]:
     """What the state's key adds to STATE_FIELDS: the loop values its validity or split reads."""
-    return (stage_micro_batches_in_flight(w.pp_schedule, w.pp, grad_accum), w.optimizer_in_backward and grad_accum > 1,
+    return (pipeline_in_flight(w, grad_accum), w.optimizer_in_backward and grad_accum > 1,
             w.loss_chunks > w.seq,
             # FSDP2's reduce-scatter pool: the same from two micro-batches on (parallel.fsdp_stream_pools)
             min(2, max(1, grad_accum)) if w.fsdp else 1)
@@ -198,7 +198,7 @@ class FastMemory:
         # train_state does not read the loss fields (they are in the key for the validity above):
         # the loss techniques' variants of one structure share it
         tkey = (*(getattr(w, f) for f in TRAIN_STATE_FIELDS),
-                stage_micro_batches_in_flight(w.pp_schedule, w.pp, w.grad_accum),
+                pipeline_in_flight(w, w.grad_accum),
                 min(2, max(1, w.grad_accum)) if w.fsdp else 1)  # FSDP2's reduce-scatter pool (parallel.fsdp_stream_pools)
         ts = self._train_states.get(tkey)
         if ts is None:

@@ -1169,7 +1169,7 @@ def estimate_spec(spec: ModelSpec, w: Workload, gpu: GPU | None = None, *, headr
     comps = {
         "weights": st.weights,
         "master_weights": master,
-        "gradients": st.grads,
+        "gradients": max(st.grads, st.pp_grads),
         "optimizer_states": st.opt + st.paged,
         "activations": activation_peak,
         "kv_cache": kv,

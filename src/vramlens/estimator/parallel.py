@@ -135,6 +135,29 @@ def tp_embedding_gradient_whole(spec: ModelSpec, w: Workload) -> int:
     return sum(t.numel for t in spec.tensors if t.role == "embedding" and t.layer is None)
 
 
+def pipeline_in_flight(w: Workload, m: int) -> tuple[int, bool]:
+    """(the (stage, micro-batch) pairs rank 0 holds, whether it runs a forward after its first backward) for ``w``'s
+    schedule with ``m`` micro-batches: what the split and the train state read of the micro-batch count."""
+    v = INTERLEAVED_STAGES_PER_RANK if w.pp > 1 and w.pp_schedule == "interleaved-1f1b" else 1
+    n = stage_micro_batches_in_flight(w.pp_schedule, w.pp, m)
+    return n, w.pp > 1 and n < m * v
+
+
+def pipelined_fsdp(w: Workload) -> bool:
+    """FSDP2 on each pipeline stage, as torchtitan runs it under torch.distributed.pipelining.
+
+    torchtitan 9dec370 (torchtitan/parallelisms/parallelize_llama.py ``apply_fsdp``, lines 326-339) passes
+    ``reshard_after_forward=False`` to every block and the root when pipeline parallelism is on, and the
+    pipeline stage's backward (torch/distributed/pipelining/stage.py ``backward_maybe_with_nosync``, the same
+    from torch 2.5 to 2.13) calls ``set_reshard_after_backward(False)`` and ``set_requires_gradient_sync(False)``
+    before every micro-batch's backward, reduce-scattering and resharding only after the last one. So the rank's
+    blocks stay unsharded from their first all-gather to the end of the step, and their gradients accumulate
+    unsharded, in ``reduce_dtype`` under a mixed-precision policy (_fsdp_param_group.py ``post_backward`` with
+    ``reduce_grads`` off: ``to_accumulated_grad_if_needed`` casts the gradient to fp32 and keeps it).
+    """
+    return w.training and w.fsdp and w.pp > 1
+
+
 def split(spec: ModelSpec, w: Workload) -> Split:
     tp, pp, dp = w.tp, w.pp, w.shard_degree
     stage = w.shard_stage if w.training else 0
@@ -233,6 +256,17 @@ def comm_buffer_bytes(spec: ModelSpec, w: Workload, grad_bytes_full: int, param_
         return min(elems * param_elem_bytes, grad_bytes_full), (
             f"ZeRO reduce bucket (reduce_bucket_size={ds_reduce_bucket_size(spec, w):,} elements)")
     block, root, reduce = fsdp_buffers(spec, w, weight_elem_bytes)
+    if pipelined_fsdp(w):
+        # the stage's parameters, unsharded all step (R, blocks included: see pipelined_fsdp) beside one group's flat
+        # all-gather output (and its param_dtype input) in the first micro-batch's forward, or one block's
+        # reduce-scatter input after the last backward
+        cast_in = cast_all_gather_input(w, block) if reduce != block else 0
+        part = root - split(spec, w).layers * block  # the stage's root part (embedding, or norm and output layer)
+        return ds_bucket + root + max(max(part, block) + cast_in, reduce), (
+            f"FSDP2 on a pipeline stage (torchtitan: reshard_after_forward=False, no resharding or reduce-scatter "
+            f"until the last micro-batch's backward): the stage's unsharded {w.run_dtype if reduce != block else ''} "
+            "parameters, its blocks' and its root part's, all step, plus one group's all-gather or one block's "
+            "reduce-scatter input: R + max(max(R_root, B) + B/N, B_reduce)")
     if reduce != block:
         cast_in = cast_all_gather_input(w, block)
         return ds_bucket + max(2 * (block + root), 2 * block + reduce + root + cast_in), (
@@ -286,6 +320,12 @@ def gathered_sizes(spec: ModelSpec, w: Workload, weight_elem_bytes: int) -> tupl
     inside, emb, head = _layer_params(spec)
     block = inside // max(1, spec.n_layers) // w.tp * weight_elem_bytes
     root = (emb + head) // w.tp * weight_elem_bytes
+    if pipelined_fsdp(w):
+        # this stage's root part (the embedding on the first, the final norm's and output layer's on the last) and
+        # every block of the rank, gathered all step (see pipelined_fsdp)
+        sp = split(spec, w)
+        root = ((emb if sp.has_embedding else 0) + (head if sp.has_head else 0)) // w.tp * weight_elem_bytes
+        return block, root + sp.layers * block
     if w.fsdp and w.fsdp_strategy == "shard-grad-op":
         # reshard_after_forward=False: every block stays gathered from its forward to its backward
         root += inside // w.tp * weight_elem_bytes
@@ -308,6 +348,24 @@ def _group_shard_numels(spec: ModelSpec, n: int, tp: int) -> tuple[int, tuple[in
         else:
             blocks[t.layer] = blocks.get(t.layer, 0) + shard
     return root, tuple(blocks[k] for k in sorted(blocks))
+
+
+def stage_group_shard_numels(spec: ModelSpec, w: Workload, n: int) -> tuple[int, tuple[int, ...]]:
+    """:func:`_group_shard_numels` for the FSDP groups this rank holds: under pipeline parallelism its stage's
+    root part (the embedding, or the final norm and output layer) and its ``Split.layers`` blocks."""
+    root, blocks = _group_shard_numels(spec, n, w.tp)
+    if w.pp <= 1:
+        return root, blocks
+    sp = split(spec, w)
+    root = 0
+    for t in spec.tensors:
+        if t.role == "buffer" or t.layer is not None:
+            continue
+        dim0 = t.shape[0] if t.shape else 1
+        is_head = t.role == "lm_head" or "lm_head" in t.name or t.name.startswith(("score", "classifier"))
+        if (sp.has_head if is_head else sp.has_embedding):
+            root += -(-dim0 // n) * (t.numel // max(1, dim0)) // w.tp
+    return root, blocks[:sp.layers]
 
 
 def _group_adapter_shard_numels(spec: ModelSpec, w: Workload, n: int) -> tuple[int, tuple[int, ...]]:
@@ -370,18 +428,29 @@ def fsdp_stream_pools(spec: ModelSpec, w: Workload, weight_elem_bytes: int) -> t
     # allocates and frees every group's gradient in turn, and a freed block merges back into the free block it was
     # split from, so each (alloc, free) pair leaves the pool as it found it, and every size it asks for was already
     # served from the cache in the micro-batch before (tests/estimator/test_fsdp_streams.py replays both)
+    if pipelined_fsdp(w):
+        # the stage's groups only, all kept gathered, and one reduce-scatter per step after the last micro-batch
+        # (see pipelined_fsdp)
+        stage = stage_group_shard_numels(spec, w, n)
+        if adapters is not None:
+            adapters = (adapters[0], adapters[1][:split(spec, w).layers])
+        return (_all_gather_pool(spec, n, w.tp, ag_b, mp, True, groups=stage),
+                _reduce_scatter_pool(spec, n, w.tp, rs_b, w.optimizer_in_backward or w.offload != "none", 1,
+                                     adapters, groups=stage))
     return (_all_gather_pool(spec, n, w.tp, ag_b, mp, w.fsdp_strategy == "shard-grad-op"),
             _reduce_scatter_pool(spec, n, w.tp, rs_b, w.optimizer_in_backward or w.offload != "none",
                                  min(2, max(1, w.grad_accum)), adapters))
 
 
 @identity_cache
-def _all_gather_pool(spec: ModelSpec, n: int, tp: int, ag_b: int, mp: bool, kept: bool) -> int:
-    """The all-gather copy-in stream's peak reserve over two steps (see fsdp_stream_pools)."""
+def _all_gather_pool(spec: ModelSpec, n: int, tp: int, ag_b: int, mp: bool, kept: bool,
+                     groups: tuple[int, tuple[int, ...]] | None = None) -> int:
+    """The all-gather copy-in stream's peak reserve over two steps (see fsdp_stream_pools); ``groups``, the
+    (root's, blocks') shard numels when the rank holds a pipeline stage's only."""
     from vramlens.allocator.events import ALLOC, FREE
     from vramlens.allocator.simulator import simulate
 
-    root, blocks = _group_shard_numels(spec, n, tp)
+    root, blocks = groups or _group_shard_numels(spec, n, tp)
     groups = [root, *blocks]  # forward order
     ag: list[tuple[str, object, int]] = []
     for step in range(2):
@@ -409,13 +478,14 @@ def _all_gather_pool(spec: ModelSpec, n: int, tp: int, ag_b: int, mp: bool, kept
 
 @identity_cache
 def _reduce_scatter_pool(spec: ModelSpec, n: int, tp: int, rs_b: int, one_at_a_time: bool, grad_accum: int,
-                         adapters: tuple[int, tuple[int, ...]] | None = None) -> int:
+                         adapters: tuple[int, tuple[int, ...]] | None = None,
+                         groups: tuple[int, tuple[int, ...]] | None = None) -> int:
     """The reduce-scatter stream's peak reserve over two steps of ``grad_accum`` micro-batches (see
-    fsdp_stream_pools); 0 when nothing is reduced."""
+    fsdp_stream_pools); 0 when nothing is reduced. ``groups`` as in :func:`_all_gather_pool`."""
     from vramlens.allocator.events import ALLOC, FREE
     from vramlens.allocator.simulator import simulate
 
-    root, blocks = _group_shard_numels(spec, n, tp)
+    root, blocks = groups or _group_shard_numels(spec, n, tp)
     # what each group reduce-scatters: every parameter, or under LoRA the adapters alone
     grads = [root, *blocks] if adapters is None else [adapters[0], *adapters[1]]
     rs: list[tuple[str, object, int]] = []
