@@ -117,3 +117,14 @@ def test_fsdp_stage_gradients_are_alive_in_forward_after_the_first_backward():
     assert phases[4]["forward"] - phases[1]["forward"] == 3 * 128 * 2**20
     # with m = 8 its later forwards follow backwards: the stage's unsharded fp32 gradients are there too
     assert phases[8]["forward"] - phases[4]["forward"] == STAGE * 4
+
+
+def test_fsdp_stage_groups_are_the_stages_own():
+    from vramlens.estimator.parallel import stage_group_shard_numels
+
+    spec = load_model("llama-3.1-8b")
+    root, blocks = stage_group_shard_numels(spec, make_workload(**TITAN_PP), 2)
+    # the first stage's root part over 2 FSDP ranks: the embedding's 128,256 / 2 rows of 4,096 and the final norm's
+    # 4,096 / 2 (vramlens counts it on the embedding's side); then its 8 blocks, each 218,112,000 / 2 (all dims even)
+    assert root == 64_128 * 4_096 + 2_048
+    assert blocks == (109_056_000,) * 8

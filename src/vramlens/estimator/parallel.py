@@ -434,9 +434,9 @@ def fsdp_stream_pools(spec: ModelSpec, w: Workload, weight_elem_bytes: int) -> t
         stage = stage_group_shard_numels(spec, w, n)
         if adapters is not None:
             adapters = (adapters[0], adapters[1][:split(spec, w).layers])
-        return (_all_gather_pool(spec, n, w.tp, ag_b, mp, True, groups=stage),
+        return (_all_gather_pool(spec, n, w.tp, ag_b, mp, True, stage=stage),
                 _reduce_scatter_pool(spec, n, w.tp, rs_b, w.optimizer_in_backward or w.offload != "none", 1,
-                                     adapters, groups=stage))
+                                     adapters, stage=stage))
     return (_all_gather_pool(spec, n, w.tp, ag_b, mp, w.fsdp_strategy == "shard-grad-op"),
             _reduce_scatter_pool(spec, n, w.tp, rs_b, w.optimizer_in_backward or w.offload != "none",
                                  min(2, max(1, w.grad_accum)), adapters))
@@ -444,13 +444,13 @@ def fsdp_stream_pools(spec: ModelSpec, w: Workload, weight_elem_bytes: int) -> t
 
 @identity_cache
 def _all_gather_pool(spec: ModelSpec, n: int, tp: int, ag_b: int, mp: bool, kept: bool,
-                     groups: tuple[int, tuple[int, ...]] | None = None) -> int:
-    """The all-gather copy-in stream's peak reserve over two steps (see fsdp_stream_pools); ``groups``, the
+                     stage: tuple[int, tuple[int, ...]] | None = None) -> int:
+    """The all-gather copy-in stream's peak reserve over two steps (see fsdp_stream_pools); ``stage``, the
     (root's, blocks') shard numels when the rank holds a pipeline stage's only."""
     from vramlens.allocator.events import ALLOC, FREE
     from vramlens.allocator.simulator import simulate
 
-    root, blocks = groups or _group_shard_numels(spec, n, tp)
+    root, blocks = stage or _group_shard_numels(spec, n, tp)
     groups = [root, *blocks]  # forward order
     ag: list[tuple[str, object, int]] = []
     for step in range(2):
@@ -479,13 +479,13 @@ def _all_gather_pool(spec: ModelSpec, n: int, tp: int, ag_b: int, mp: bool, kept
 @identity_cache
 def _reduce_scatter_pool(spec: ModelSpec, n: int, tp: int, rs_b: int, one_at_a_time: bool, grad_accum: int,
                          adapters: tuple[int, tuple[int, ...]] | None = None,
-                         groups: tuple[int, tuple[int, ...]] | None = None) -> int:
+                         stage: tuple[int, tuple[int, ...]] | None = None) -> int:
     """The reduce-scatter stream's peak reserve over two steps of ``grad_accum`` micro-batches (see
-    fsdp_stream_pools); 0 when nothing is reduced. ``groups`` as in :func:`_all_gather_pool`."""
+    fsdp_stream_pools); 0 when nothing is reduced. ``stage`` as in :func:`_all_gather_pool`."""
     from vramlens.allocator.events import ALLOC, FREE
     from vramlens.allocator.simulator import simulate
 
-    root, blocks = groups or _group_shard_numels(spec, n, tp)
+    root, blocks = stage or _group_shard_numels(spec, n, tp)
     # what each group reduce-scatters: every parameter, or under LoRA the adapters alone
     grads = [root, *blocks] if adapters is None else [adapters[0], *adapters[1]]
     rs: list[tuple[str, object, int]] = []
