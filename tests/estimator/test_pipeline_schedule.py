@@ -128,3 +128,14 @@ def test_fsdp_stage_groups_are_the_stages_own():
     # 4,096 / 2 (vramlens counts it on the embedding's side); then its 8 blocks, each 218,112,000 / 2 (all dims even)
     assert root == 64_128 * 4_096 + 2_048
     assert blocks == (109_056_000,) * 8
+
+
+def test_fsdp_stage_gradients_are_whole_after_the_first_micro_batchs_backward():
+    spec = load_model("llama-3.1-8b")
+    phases = {m: dict(estimate(spec, **{**TITAN_PP, "grad_accum": m}).breakdown.phases) for m in (1, 4, 8)}
+    # rank 0 holds 4 micro-batches' block inputs at its backward's peak either way (min(pp, m) = 4); with m = 4 its
+    # gradients are whole only after its first micro-batch's backward has freed that one's inputs of 7 of its 8
+    # blocks (block 0's, recomputed last, aside: 7 x 16 MiB), with m = 8 a forward has added a micro-batch back
+    assert phases[8]["backward"] - phases[4]["backward"] == 7 * 16 * 2**20
+    # and 3 more micro-batches in flight than with m = 1: 3 x 128 MiB
+    assert phases[4]["backward"] - phases[1]["backward"] == 3 * 128 * 2**20

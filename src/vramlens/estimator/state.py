@@ -509,19 +509,25 @@ def train_phases(st: TrainState, acts: int, loss_tmp: int, head_saved: int, grad
                       sh + gfwd + R + fwd_casts + gathers + acts - head_saved, sh + gfwd + fwd_casts + acts + loss_tmp)
         head = max(gfwd, st.head_grad)
         grads_bwd = st.grads - st.last_grads
-        if st.pp_grads:
-            # every backward holds them, counted whole from the first backward on (an upper bound during that
-            # first one, as they are made)
-            head = grads_bwd = st.pp_grads
         # the last block's backward runs before any reduce-scatter; each later block's starts with
         # the previous block's reduce-scatter input still held (foreach_reduce's input is kept until
         # the next reduce-scatter) and that block's activations freed. A block's backward holds its
         # MLP's gradients above what it saved (the recomputation's figure includes them)
         work = recompute or block_backward
+        pp_freed = pp_start = 0
+        if st.pp_grads:
+            # every backward holds them, counted whole from the first backward on
+            head = grads_bwd = st.pp_grads
+            if not st.pp_grads_fwd:
+                # ... and where no forward follows a backward (1F1B with m <= pp), they are whole only once the
+                # first micro-batch's backward is done, which has freed its block inputs on the stage (block 0's,
+                # recomputed last, aside); the backward starts with every input alive and no gradient
+                pp_freed = block_kept * max(0, st.sp.layers // st.sp.stages_per_rank - 1)
+                pp_start = sh + R + gathers + bwd_casts + acts - freed - recompute_after + work
         bwd = max(sh + gfwd + root_at_loss + block_at_loss + bwd_casts + acts + loss_bwd,
-                  sh + head + R + gathers + bwd_casts + acts - freed - recompute_after + work,
-                  sh + head + R + bufs + bwd_casts + acts - freed - block_kept + work,
-                  sh + grads_bwd + R + bufs + work)
+                  sh + head + R + gathers + bwd_casts + acts - freed - recompute_after + work - pp_freed,
+                  sh + head + R + bufs + bwd_casts + acts - freed - block_kept + work - pp_freed,
+                  sh + grads_bwd + R + bufs + work, pp_start)
         n_blocks, g, norm_bwd = offloaded_block
         if loss_outside_model and norm_bwd and not st.gather_kept:
             # a block's input norm's backward, the block's saved tensors offloaded: its unsharded gradients
