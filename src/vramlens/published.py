@@ -171,6 +171,10 @@ _AO_F8_2025 = {**_AO_F8_H100, "compile_scope": "blocks+loss"}
 _AO_F8_SETUPS = {"h100": (_AO_F8_H100, _Setup(gpu="H100-SXM-80GB", cuda="12.6", lazy_loading=True)),
                  "mi300x": (_AO_F8_2025, _Setup(gpu="MI300X", cuda="12.8", lazy_loading=True)),
                  "b200": (_AO_F8_2025, _Setup(gpu="B200", cuda="12.8", lazy_loading=True))}
+# torchtitan's December 2024 405B rows: as the 70B row (TP 8 with loss parallelism, Float8 under TP, full AC, blocks
+# compiled) over pp 8 with pipeline_parallel_microbatches None, so 8 micro-batches
+_TITAN_405B = {**_TITAN_8B, "tp": 8, "pp": 8, "grad_accum": 8, "loss_parallel": True, "checkpointing": "full",
+               "compile": True, "compile_scope": "blocks", "fp8": True}
 # The SDPA training tables of transformers' model docs (bert.md, opt.md, distilbert.md): their benchmark loop
 # runs outputs = model(**inputs); outputs.logits.sum().backward() in train mode (dropout on) with no labels, no
 # attention_mask and no optimizer, and reads max_memory_allocated after warm-up (--loss logits-sum). BERT ran on an
@@ -559,6 +563,26 @@ CASES: dict[str, Case] = {
     **{f"torchao-float8-{gpu}-llama3-8b-fsdp8-sac-bs1-{row}": Case(
         "llama-3.1-8b", {**base, "fp8": row == "float8-tensorwise"}, figure="peak_reserved", **setup)
        for gpu, (base, setup) in _AO_F8_SETUPS.items() for row in ("bf16", "float8-tensorwise")},
+    # the same table's AsyncTP row: torchtitan's apply_tp sets torch._inductor.config._micro_pipeline_tp and
+    # enable_symm_mem_for_group, so inductor fuses each TP all-gather + matmul and matmul + reduce-scatter into
+    # torch.distributed._symmetric_memory's fused ops, which allocate through the caching allocator what the unfused
+    # ops did (the gathered input and the matmul outputs; the full-size stacked partials before the reduction) and
+    # put only their p2p workspace in symmetric memory, mapped with cuMem outside the allocator (not in
+    # max_memory_reserved): the same settings as the row above
+    "torchtitan-h100-llama3.1-70b-fsdp32-tp8-fullac-bs16-compile-float8-asynctp": Case(
+        "llama-3.1-70b", {**_TITAN_8B, "gpus": 256, "tp": 8, "loss_parallel": True, "batch": 16, "checkpointing": "full",
+                          "compile": True, "compile_scope": "blocks", "fp8": True}, figure="peak_reserved", **_H100_96),
+    # Tables 5 and 6: Llama 3.1 405B over FSDP 8/cp x TP 8 x PP 8 (x CP): torchtitan's pipeline_llama splits the 126
+    # blocks into 8 stages (16 on the most loaded: vramlens counts ceil(126/8) and the embedding) and feeds
+    # pipeline_parallel_microbatches (None: pp = 8) micro-batches of the local batch (--batch the micro-batch,
+    # --grad-accum their count); FSDP2 on each stage keeps it gathered and its gradients unsharded over the step
+    # (vramlens.estimator.parallel.pipelined_fsdp); async TP as the 70B row
+    **{f"torchtitan-h100-llama3.1-405b-fsdp8-tp8-pp8-fullac-bs32-compile-float8-asynctp-{sched}": Case(
+        "llama-3.1-405b", {**_TITAN_405B, "gpus": 512, "batch": 32 // 8, "pp_schedule": sched},
+        figure="peak_reserved", **_H100_96) for sched in ("1f1b", "interleaved-1f1b")},
+    **{f"torchtitan-h100-llama3.1-405b-fsdp{8 // cp}-tp8-pp8-cp{cp}-fullac-bs8-s{32 * cp}k-compile-float8-asynctp-1f1b":
+       Case("llama-3.1-405b", {**_TITAN_405B, "gpus": 512, "cp": cp, "batch": 8 // 8, "seq": 32_768 * cp},
+            figure="peak_reserved", **_H100_96) for cp in (1, 2, 4, 8)},
     # Table 2's CP 1 row: one sample of 32,768 tokens, full checkpointing, blocks compiled (the loss eager at 9dec370)
     "torchtitan-h100-llama3.1-8b-fsdp8-cp1-fullac-bs1-s32k-compile-float8": Case(
         "llama-3.1-8b", {**_TITAN_8B, "gpus": 8, "batch": 1, "seq": 32_768, "checkpointing": "full", "compile": True,
@@ -646,8 +670,6 @@ _PEFT_DS = "; and DeepSpeed ZeRO-3 parameter offload (as peft-readme-bloomz-7b1-
 _TT24_MAY = ("the tokens per sample are not stated: 'Seq Length' is a cap (max_seq_len) on Alpaca samples padded to "
              "each batch's longest, which are much shorter; and the figure kind is not stated")
 
-_TITAN_ASYNC = "async TP (inductor's micro-pipelined collective matmuls on symmetric memory) is not modelled"
-
 #: Cases vramlens cannot express, with the reason (printed instead of a number).
 UNSUPPORTED: dict[str, str] = {
     # torchao's low-bit optimizer READMEs (torchao/prototype/low_bit_optim/README.md)
@@ -713,14 +735,6 @@ UNSUPPORTED: dict[str, str] = {
        for kind in ("eager", "bettertransformer-flash")},
     "peft-metamathqa-llama3.2-3b-lorafa-r32-qv": "LoRA-FA freezes every lora_A (peft's create_lorafa_optimizer): "
                                                  "vramlens trains both factors; the case's notes give the terms",
-    # torchtitan's 2-D, 3-D and 4-D rows with AsyncTP (benchmarks/llama3_h100_202412_torchtitan.md, torchtitan
-    # 9dec370); the 70B row without it is in CASES (Float8 under TP: vramlens.estimator.fp8)
-    "torchtitan-h100-llama3.1-70b-fsdp32-tp8-fullac-bs16-compile-float8-asynctp": _TITAN_ASYNC,
-    "torchtitan-h100-llama3.1-405b-fsdp8-tp8-pp8-fullac-bs32-compile-float8-asynctp-1f1b": _TITAN_ASYNC,
-    "torchtitan-h100-llama3.1-405b-fsdp8-tp8-pp8-fullac-bs32-compile-float8-asynctp-interleaved-1f1b": (
-        _TITAN_ASYNC + "; nor the interleaved 1F1B schedule (vramlens models 1F1B)"),
-    **{f"torchtitan-h100-llama3.1-405b-fsdp{8 // cp}-tp8-pp8-cp{cp}-fullac-bs8-s{32 * cp}k-compile-float8-asynctp-1f1b":
-       _TITAN_ASYNC for cp in (1, 2, 4, 8)},
     "peft-readme-bloomz-7b1-lora-ds-offload": "DeepSpeed ZeRO-3 parameter offload's gathered-parameter working set "
                                               "(stage3_max_live_parameters, stage3_max_reuse_distance, the embedding "
                                               "gathered whole) is not modelled: --zero 3 --offload all estimates "

@@ -59,6 +59,8 @@ Checkpointing = Literal["none", "full", "selective", "selective-op"]
 #: transformers 5), a per-tensor loop of its own (estimator.optimizer.optimizer_step_temporary).
 OptimizerImpl = Literal["foreach", "fused", "loop", "transformers"]
 FsdpStrategy = Literal["full", "shard-grad-op", "hybrid"]
+#: torch.distributed.pipelining's schedules (torchtitan's pipeline_parallel_schedule names 1F1B, Interleaved1F1B, GPipe)
+PPSchedule = Literal["1f1b", "interleaved-1f1b", "gpipe"]
 Attention = Literal["eager", "sdpa", "flash"]
 Offload = Literal["none", "optimizer", "all"]
 #: DeepSpeed's bucket sizes: ``default`` (deepspeed/runtime/zero/config.py: reduce_bucket_size 5e8 elements) or
@@ -115,6 +117,7 @@ EVERY_PREFIX = "every:"
 CHECKPOINTING_CHOICES: tuple[str, ...] = (*CHECKPOINTING, "every:2", "every:3", "every:4")
 OPTIMIZER_IMPLS: tuple[OptimizerImpl, ...] = get_args(OptimizerImpl)
 FSDP_STRATEGIES: tuple[FsdpStrategy, ...] = get_args(FsdpStrategy)
+PP_SCHEDULES: tuple[PPSchedule, ...] = get_args(PPSchedule)
 #: GPUs that hybrid sharding shards over (one node); the rest replicate (HSDP).
 GPUS_PER_NODE = 8
 ATTENTION: tuple[Attention, ...] = get_args(Attention)
@@ -292,6 +295,9 @@ class Workload:
     fsdp_strategy: FsdpStrategy = "full"
     tp: int = 1
     pp: int = 1
+    #: with ``pp`` > 1, the schedule, which sets how many micro-batches' activations a rank holds
+    #: (vramlens.estimator.parallel.stage_micro_batches_in_flight); ``grad_accum`` is the micro-batch count
+    pp_schedule: PPSchedule = "1f1b"
     #: context parallelism (torchtitan's ``context_parallel_degree``: torch.distributed.tensor.experimental's
     #: ``context_parallel``): each of ``cp`` ranks holds ``seq / cp`` tokens of every sample and ring attention
     #: all-gathers the keys and values; FSDP shards over the data-parallel and context-parallel ranks together
@@ -570,6 +576,7 @@ class Workload:
             p.append(f"optimizer_impl='transformers' is transformers' own AdamW; optimizer={self.optimizer!r} is not "
                      "AdamW: use --optimizer adamw, or --optimizer-impl foreach|fused|loop")
         choice("fsdp_strategy", self.fsdp_strategy, FSDP_STRATEGIES)
+        choice("pp_schedule", self.pp_schedule, PP_SCHEDULES)
         choice("attention", self.attention, ATTENTION)
         choice("offload", self.offload, OFFLOAD)
         choice("zero_buckets", self.zero_buckets, ZERO_BUCKETS)
@@ -674,6 +681,14 @@ class Workload:
                 f"use --gpus {n * max(1, self.gpus // n)}"
             )
         p += self._cp_problems()
+        if self.training and self.pp > 1 and self.pp_schedule == "interleaved-1f1b":
+            # torch.distributed.pipelining ScheduleInterleaved1F1B.__init__ (schedules.py, torch 2.13): the
+            # micro-batches run in max(1, m // pp) rounds of equal size
+            rounds = max(1, self.grad_accum // self.pp)
+            if self.grad_accum % rounds:
+                p.append(f"pp_schedule='interleaved-1f1b' runs grad_accum={self.grad_accum} micro-batches in "
+                         f"{rounds} rounds of pp={self.pp}, which must divide them: use --grad-accum "
+                         f"{rounds * self.pp}")
         if self.method == "qlora" and self.quant not in (None, "nf4", "nf4-dq", "fp4"):
             p.append(f"method=qlora quantizes to 4-bit NF4; quant={self.quant!r} contradicts it: drop --quant")
         if self.mode == "train" and self.method == "full" and self.quant in QUANTS and self.quant != "fp8":
@@ -1041,6 +1056,8 @@ class Workload:
                        "without ZeRO (use --zero 1, 2 or 3)")
         if not self.fsdp and given("fsdp_strategy"):
             out.append(f"ignored: fsdp_strategy={self.fsdp_strategy!r} applies only with fsdp")
+        if given("pp_schedule") and (self.pp == 1 or not self.training):
+            out.append(f"ignored: pp_schedule={self.pp_schedule!r} schedules pipeline-parallel training (--pp > 1)")
         return out
 
     def validated(self) -> Workload:

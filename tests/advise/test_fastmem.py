@@ -10,7 +10,7 @@ from advise_specs import llama7b, tiny
 from vramlens.advise.fastmem import FastMemory
 from vramlens.estimator import estimate_spec
 from vramlens.hardware.catalog import get_gpu
-from vramlens.workload import OPTIMIZER_IMPLS, Workload
+from vramlens.workload import OPTIMIZER_IMPLS, PP_SCHEDULES, Workload
 
 
 def _random_workload(rng: random.Random) -> Workload:
@@ -28,6 +28,7 @@ def _random_workload(rng: random.Random) -> Workload:
         checkpointing=rng.choice(["none", "full", "selective", "selective-op", "every:2", "every:3"]), attention=rng.choice(["eager", "sdpa", "flash"]),
         lora_rank=rng.choice([8, 16]), gpus=gpus, tp=tp, pp=pp, zero=z, fsdp=fsdp, offload=off,
         compile=rng.random() < 0.3,  # the compiled block where it applies (vramlens.estimator.compiled)
+        pp_schedule=rng.choice(PP_SCHEDULES) if pp > 1 else "1f1b",
     )
 
 

@@ -115,6 +115,11 @@ CASES = {
                                          "--bnb-compute-dtype fp32",
                                          "bnb_compute_dtype='fp32' is modelled in inference only"),
     "estimate-bnb-compute-dtype-bad": ("estimate llama-2-7b --quant nf4 --bnb-compute-dtype fp64", "invalid choice"),
+    "estimate-pp-schedule-bad": ("estimate llama-2-7b --mode train --gpus 4 --pp 4 --pp-schedule zb1p", "invalid choice"),
+    "estimate-pp-schedule-rounds": ("estimate llama-2-7b --mode train --gpus 4 --pp 4 --grad-accum 9 "
+                                    "--pp-schedule interleaved-1f1b", "which must divide them: use --grad-accum 8"),
+    "estimate-pp-schedule-stages": ("estimate llama-2-7b --mode train --gpus 32 --pp 32 --grad-accum 32 "
+                                    "--pp-schedule interleaved-1f1b", "needs 64 stages of at least one block"),
     "estimate-cp-0": ("estimate llama-2-7b --mode train --cp 0", "cp=0 must be a whole number >= 1"),
     "estimate-cp-odd-seq": ("estimate llama-2-7b --mode train --gpus 2 --cp 2 --seq 1001",
                             "seq=1,001 is not a multiple of 2*cp=4"),

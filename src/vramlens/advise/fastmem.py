@@ -43,7 +43,7 @@ from vramlens.estimator.core import (
     output_layer_cast,
     vision_figures,
 )
-from vramlens.estimator.parallel import Split
+from vramlens.estimator.parallel import Split, pipeline_in_flight
 from vramlens.estimator.state import (
     TrainState,
     default_stream_state,
@@ -60,7 +60,7 @@ from vramlens.workload import Attention, Workload, evolve
 STATE_FIELDS = ("mode", "method", "dtype", "amp", "quant", "optimizer", "optimizer_impl", "keep_grads", "lora_rank",
                 "lora_targets", "lora_dropout", "lora_dtype", "dora", "fused_qkv", "quant_targets",
                 "quant_head", "quant_group_size", "quantize_on_device", "quant_impl", "gpus", "zero", "zero_buckets", "fsdp",
-                "fsdp_strategy", "tp", "pp", "offload", "optimizer_in_backward",
+                "fsdp_strategy", "tp", "pp", "pp_schedule", "offload", "optimizer_in_backward",
                 "loss", "loss_chunks", "loss_parallel", "fp8", "images", "transformers_version", "bnb_compute_dtype",
                 "padded")
 
@@ -73,7 +73,7 @@ TRAIN_STATE_FIELDS = tuple(f for f in STATE_FIELDS
 
 def state_key_tail(w: Workload, grad_accum: int) -> tuple[object, ...]:
     """What the state's key adds to STATE_FIELDS: the loop values its validity or split reads."""
-    return (min(w.pp, grad_accum) if w.pp > 1 else 1, w.optimizer_in_backward and grad_accum > 1,
+    return (pipeline_in_flight(w, grad_accum), w.optimizer_in_backward and grad_accum > 1,
             w.loss_chunks > w.seq,
             # FSDP2's reduce-scatter pool: the same from two micro-batches on (parallel.fsdp_stream_pools)
             min(2, max(1, grad_accum)) if w.fsdp else 1)
@@ -197,7 +197,8 @@ class FastMemory:
             return State(problems=tuple(probs))
         # train_state does not read the loss fields (they are in the key for the validity above):
         # the loss techniques' variants of one structure share it
-        tkey = (*(getattr(w, f) for f in TRAIN_STATE_FIELDS), min(w.pp, w.grad_accum) if w.pp > 1 else 1,
+        tkey = (*(getattr(w, f) for f in TRAIN_STATE_FIELDS),
+                pipeline_in_flight(w, w.grad_accum),
                 min(2, max(1, w.grad_accum)) if w.fsdp else 1)  # FSDP2's reduce-scatter pool (parallel.fsdp_stream_pools)
         ts = self._train_states.get(tkey)
         if ts is None:
@@ -222,7 +223,7 @@ class FastMemory:
         return (w.compute_dtype, w.dtype, w.amp, w.fsdp_mixed_precision, w.batch if batch is None else batch, w.seq,
                 w.checkpointing if checkpointing is None else checkpointing,
                 w.attention if attention is None else attention, w.gqa_expand, w.padded, w.fused_qkv, w.tp,
-                sp.layers, sp.micro_batches_in_flight, sp.has_head, w.method, w.lora_targets, w.lora_rank,
+                sp.layers, sp.micro_batches_in_flight, sp.stages_per_rank, sp.has_head, w.method, w.lora_targets, w.lora_rank,
                 w.lora_dropout, w.lora_dtype, w.dora, w.quant, w.quant_targets, w.quant_head, w.dequant_dtype,
                 w.bnb_compute_dtype, w.nf4_impl, w.quant_impl,
                 w.loss, w.loss_chunks, w.loss_upcast, w.holds_outputs, w.output_upcast,

@@ -249,6 +249,10 @@ def add_workload_args(p: argparse.ArgumentParser) -> None:
                         "a node of 8 GPUs, replicated across nodes)")
     g.add_argument("--tp", type=_positive, default=1, help="tensor-parallel degree")
     g.add_argument("--pp", type=_positive, default=1, help="pipeline-parallel degree")
+    g.add_argument("--pp-schedule", choices=W.PP_SCHEDULES, default="1f1b",
+                   help="with --pp: torch.distributed.pipelining's schedule, 1f1b (min(pp, m) micro-batches in "
+                        "flight), interleaved-1f1b (2 stages per rank, torchtitan's Interleaved1F1B) or gpipe "
+                        "(all m); --grad-accum is the micro-batch count m")
     g.add_argument("--cp", type=_positive, default=1,
                    help="context-parallel degree (torchtitan's context_parallel_degree): seq/cp tokens per rank, ring "
                         "attention over all-gathered keys and values; FSDP shards over dp x cp")

@@ -63,6 +63,7 @@ def check_workload(spec: ModelSpec, w: Workload) -> None:
     """Problems that depend on both the model and the workload (e.g. --tp must divide the heads)."""
     from vramlens.errors import ConfigError
     from vramlens.estimator.inventory import QKV_SLICES, lora_shape
+    from vramlens.estimator.parallel import INTERLEAVED_STAGES_PER_RANK
 
     p = []
     if w.images and spec.vlm is None:
@@ -86,6 +87,9 @@ def check_workload(spec: ModelSpec, w: Workload) -> None:
         p.append(f"tp={w.tp} does not split the {spec.n_kv_heads} key-value heads of {spec.name}")
     if w.pp > spec.n_layers:
         p.append(f"pp={w.pp} exceeds the {spec.n_layers} layers of {spec.name}")
+    elif w.training and w.pp > 1 and w.pp_schedule == "interleaved-1f1b" and w.pp * INTERLEAVED_STAGES_PER_RANK > spec.n_layers:
+        p.append(f"pp_schedule='interleaved-1f1b' with pp={w.pp} needs {w.pp * INTERLEAVED_STAGES_PER_RANK} stages "
+                 f"of at least one block; {spec.name} has {spec.n_layers}: use --pp-schedule 1f1b")
     if w.method != "full":
         names = sorted({t.module for t in spec.tensors if t.role in ("linear", "conv1d") and t.layer is not None})
         # LitGPT's parts of a fused q/k/v linear (inventory.qkv_slices) exist only under --fused-qkv

@@ -419,7 +419,8 @@ def activation_totals(spec: ModelSpec, w: Workload, sp: Split) -> ActivationTota
         # keeps its input either way, and its recomputation is eager's
         cb = CP.block(spec, w, b, s)
         layers = [(A.LayerActivations(saved=cb.total, quadratic=0, checkpoint_input=cb.residual_in), spec.n_layers)]
-    frac = sp.layers / max(1, spec.n_layers)
+    # the blocks of one stage: under interleaved 1F1B each in-flight (stage, micro-batch) holds a stage's share
+    frac = sp.layers / max(1, spec.n_layers * sp.stages_per_rank)
     # the embedding case runs the blocks once per text column, both graphs alive until backward
     inflight = sp.micro_batches_in_flight * H.columns(spec, w)
     blocks = _block_figures(spec, w, layers)
@@ -700,7 +701,8 @@ def kept_past_backward(spec: ModelSpec, w: Workload, sp: Split, logits: int) -> 
     and until the next forward returns."""
     from vramlens.estimator.losses import cache_held, upcast_logits_held
 
-    kept = A.bnb_kept_input_bytes(spec, w, w.batch, w.seq, w.tp) * sp.layers * sp.micro_batches_in_flight
+    kept = (A.bnb_kept_input_bytes(spec, w, w.batch, w.seq, w.tp) * sp.layers * sp.micro_batches_in_flight
+            // sp.stages_per_rank)
     if sp.has_head:
         kept += A.bnb_kept_head_input(spec, w, w.batch, w.seq)
     if w.outputs_held and w.loss == "cross-entropy":
@@ -1167,7 +1169,7 @@ def estimate_spec(spec: ModelSpec, w: Workload, gpu: GPU | None = None, *, headr
     comps = {
         "weights": st.weights,
         "master_weights": master,
-        "gradients": st.grads,
+        "gradients": max(st.grads, st.pp_grads),
         "optimizer_states": st.opt + st.paged,
         "activations": activation_peak,
         "kv_cache": kv,

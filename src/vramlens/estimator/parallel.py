@@ -6,9 +6,11 @@
   stage 3 within one node (GPUS_PER_NODE ranks) with replicas across nodes.
 * Tensor parallelism (Shoeybi et al. 2019): attention heads and the MLP's inner dimension are
   split over t ranks; embeddings and the output layer are vocabulary-parallel; norms replicate.
-* Pipeline parallelism (Narayanan et al. 2021, 1F1B): the first stage holds min(p, m)
-  micro-batches' activations in flight; the embedding sits on the first stage and the output
-  layer on the last; the most-loaded stage decides.
+* Pipeline parallelism (Narayanan et al. 2021): under 1F1B the first stage holds min(p, m)
+  micro-batches' activations in flight, under GPipe all m, under interleaved 1F1B (v stages per
+  rank) the count :func:`stage_micro_batches_in_flight` derives from torch.distributed.pipelining's
+  schedule; the embedding sits on the first stage and the output layer on the last; the
+  most-loaded stage decides.
 """
 
 from __future__ import annotations
@@ -30,11 +32,41 @@ class Split:
     gradients: float
     optimizer: float
     layers: int                 # transformer blocks on this rank
+    #: (stage, micro-batch) pairs whose activations this rank holds at its peak; each stage holds
+    #: ``layers / stages_per_rank`` of the rank's blocks
     micro_batches_in_flight: int
     has_head: bool
     has_embedding: bool
+    stages_per_rank: int = 1
 
 
+#: torchtitan 9dec370 torchtitan/parallelisms/pipelining_utils.py ``generate_split_points``: a
+#: ``PipelineScheduleMulti`` (Interleaved1F1B) gets 2 stages per rank, a ``PipelineScheduleSingle`` one
+INTERLEAVED_STAGES_PER_RANK = 2
+
+
+def stage_micro_batches_in_flight(schedule: str, pp: int, m: int, v: int = INTERLEAVED_STAGES_PER_RANK) -> int:
+    """(stage, micro-batch) pairs whose activations pipeline rank 0 (the most-loaded one) holds at its peak,
+    with ``m`` micro-batches over ``pp`` ranks.
+
+    From torch.distributed.pipelining/schedules.py (torch 2.13; the same warm-up formula since
+    torch 2.5): ``Schedule1F1B`` runs ``min(m, num_stages - stage_index)`` forwards, then alternates
+    one backward, one forward (1B1F: the backward first), so stage 0 peaks at min(m, pp);
+    ``ScheduleGPipe`` runs every forward before any backward: m. ``ScheduleInterleaved1F1B`` (``v``
+    stages per rank) runs ``_get_warmup_ops`` = min((v - 1) * mpr + 2 * (pp - 1 - rank), m * v)
+    forwards, mpr = m // max(1, m // pp) micro-batches per round, then its 1F1B phase appends each
+    step's forward before its backward (``_get_1f1b_rank_ops``): one more, unless the warm-up
+    already ran all m * v.
+    """
+    if pp <= 1:
+        return 1
+    if schedule == "gpipe":
+        return m
+    if schedule == "interleaved-1f1b":
+        per_round = m // max(1, m // pp)
+        warmup = min((v - 1) * per_round + 2 * (pp - 1), m * v)
+        return min(warmup + 1, m * v)
+    return min(pp, m)
 @identity_cache
 def _layer_params(spec: ModelSpec) -> tuple[int, int, int]:
     """(params inside the blocks, embedding-side params, head-side params)."""
@@ -103,6 +135,29 @@ def tp_embedding_gradient_whole(spec: ModelSpec, w: Workload) -> int:
     return sum(t.numel for t in spec.tensors if t.role == "embedding" and t.layer is None)
 
 
+def pipeline_in_flight(w: Workload, m: int) -> tuple[int, bool]:
+    """(the (stage, micro-batch) pairs rank 0 holds, whether it runs a forward after its first backward) for ``w``'s
+    schedule with ``m`` micro-batches: what the split and the train state read of the micro-batch count."""
+    v = INTERLEAVED_STAGES_PER_RANK if w.pp > 1 and w.pp_schedule == "interleaved-1f1b" else 1
+    n = stage_micro_batches_in_flight(w.pp_schedule, w.pp, m)
+    return n, w.pp > 1 and n < m * v
+
+
+def pipelined_fsdp(w: Workload) -> bool:
+    """FSDP2 on each pipeline stage, as torchtitan runs it under torch.distributed.pipelining.
+
+    torchtitan 9dec370 (torchtitan/parallelisms/parallelize_llama.py ``apply_fsdp``, lines 326-339) passes
+    ``reshard_after_forward=False`` to every block and the root when pipeline parallelism is on, and the
+    pipeline stage's backward (torch/distributed/pipelining/stage.py ``backward_maybe_with_nosync``, the same
+    from torch 2.5 to 2.13) calls ``set_reshard_after_backward(False)`` and ``set_requires_gradient_sync(False)``
+    before every micro-batch's backward, reduce-scattering and resharding only after the last one. So the rank's
+    blocks stay unsharded from their first all-gather to the end of the step, and their gradients accumulate
+    unsharded, in ``reduce_dtype`` under a mixed-precision policy (_fsdp_param_group.py ``post_backward`` with
+    ``reduce_grads`` off: ``to_accumulated_grad_if_needed`` casts the gradient to fp32 and keeps it).
+    """
+    return w.training and w.fsdp and w.pp > 1
+
+
 def split(spec: ModelSpec, w: Workload) -> Split:
     tp, pp, dp = w.tp, w.pp, w.shard_degree
     stage = w.shard_stage if w.training else 0
@@ -122,10 +177,11 @@ def split(spec: ModelSpec, w: Workload) -> Split:
     wf = frac / dp if stage >= 3 else frac
     gf = frac / dp if stage >= 2 else frac
     of = frac / dp if stage >= 1 else frac
+    v = INTERLEAVED_STAGES_PER_RANK if pp > 1 and w.pp_schedule == "interleaved-1f1b" else 1
     return Split(
         weights=wf, gradients=gf, optimizer=of, layers=layers,
-        micro_batches_in_flight=min(pp, w.grad_accum) if pp > 1 else 1,
-        has_head=has_head or pp == 1, has_embedding=has_emb or pp == 1,
+        micro_batches_in_flight=stage_micro_batches_in_flight(w.pp_schedule, pp, w.grad_accum),
+        has_head=has_head or pp == 1, has_embedding=has_emb or pp == 1, stages_per_rank=v,
     )
 
 
@@ -200,6 +256,17 @@ def comm_buffer_bytes(spec: ModelSpec, w: Workload, grad_bytes_full: int, param_
         return min(elems * param_elem_bytes, grad_bytes_full), (
             f"ZeRO reduce bucket (reduce_bucket_size={ds_reduce_bucket_size(spec, w):,} elements)")
     block, root, reduce = fsdp_buffers(spec, w, weight_elem_bytes)
+    if pipelined_fsdp(w):
+        # the stage's parameters, unsharded all step (R, blocks included: see pipelined_fsdp) beside one group's flat
+        # all-gather output (and its param_dtype input) in the first micro-batch's forward, or one block's
+        # reduce-scatter input after the last backward
+        cast_in = cast_all_gather_input(w, block) if reduce != block else 0
+        part = root - split(spec, w).layers * block  # the stage's root part (embedding, or norm and output layer)
+        return ds_bucket + root + max(max(part, block) + cast_in, reduce), (
+            f"FSDP2 on a pipeline stage (torchtitan: reshard_after_forward=False, no resharding or reduce-scatter "
+            f"until the last micro-batch's backward): the stage's unsharded {w.run_dtype if reduce != block else ''} "
+            "parameters, its blocks' and its root part's, all step, plus one group's all-gather or one block's "
+            "reduce-scatter input: R + max(max(R_root, B) + B/N, B_reduce)")
     if reduce != block:
         cast_in = cast_all_gather_input(w, block)
         return ds_bucket + max(2 * (block + root), 2 * block + reduce + root + cast_in), (
@@ -253,6 +320,12 @@ def gathered_sizes(spec: ModelSpec, w: Workload, weight_elem_bytes: int) -> tupl
     inside, emb, head = _layer_params(spec)
     block = inside // max(1, spec.n_layers) // w.tp * weight_elem_bytes
     root = (emb + head) // w.tp * weight_elem_bytes
+    if pipelined_fsdp(w):
+        # this stage's root part (the embedding on the first, the final norm's and output layer's on the last) and
+        # every block of the rank, gathered all step (see pipelined_fsdp)
+        sp = split(spec, w)
+        root = ((emb if sp.has_embedding else 0) + (head if sp.has_head else 0)) // w.tp * weight_elem_bytes
+        return block, root + sp.layers * block
     if w.fsdp and w.fsdp_strategy == "shard-grad-op":
         # reshard_after_forward=False: every block stays gathered from its forward to its backward
         root += inside // w.tp * weight_elem_bytes
@@ -275,6 +348,24 @@ def _group_shard_numels(spec: ModelSpec, n: int, tp: int) -> tuple[int, tuple[in
         else:
             blocks[t.layer] = blocks.get(t.layer, 0) + shard
     return root, tuple(blocks[k] for k in sorted(blocks))
+
+
+def stage_group_shard_numels(spec: ModelSpec, w: Workload, n: int) -> tuple[int, tuple[int, ...]]:
+    """:func:`_group_shard_numels` for the FSDP groups this rank holds: under pipeline parallelism its stage's
+    root part (the embedding, or the final norm and output layer) and its ``Split.layers`` blocks."""
+    root, blocks = _group_shard_numels(spec, n, w.tp)
+    if w.pp <= 1:
+        return root, blocks
+    sp = split(spec, w)
+    root = 0
+    for t in spec.tensors:
+        if t.role == "buffer" or t.layer is not None:
+            continue
+        dim0 = t.shape[0] if t.shape else 1
+        is_head = t.role == "lm_head" or "lm_head" in t.name or t.name.startswith(("score", "classifier"))
+        if (sp.has_head if is_head else sp.has_embedding):
+            root += -(-dim0 // n) * (t.numel // max(1, dim0)) // w.tp
+    return root, blocks[:sp.layers]
 
 
 def _group_adapter_shard_numels(spec: ModelSpec, w: Workload, n: int) -> tuple[int, tuple[int, ...]]:
@@ -337,18 +428,29 @@ def fsdp_stream_pools(spec: ModelSpec, w: Workload, weight_elem_bytes: int) -> t
     # allocates and frees every group's gradient in turn, and a freed block merges back into the free block it was
     # split from, so each (alloc, free) pair leaves the pool as it found it, and every size it asks for was already
     # served from the cache in the micro-batch before (tests/estimator/test_fsdp_streams.py replays both)
+    if pipelined_fsdp(w):
+        # the stage's groups only, all kept gathered, and one reduce-scatter per step after the last micro-batch
+        # (see pipelined_fsdp)
+        stage = stage_group_shard_numels(spec, w, n)
+        if adapters is not None:
+            adapters = (adapters[0], adapters[1][:split(spec, w).layers])
+        return (_all_gather_pool(spec, n, w.tp, ag_b, mp, True, stage=stage),
+                _reduce_scatter_pool(spec, n, w.tp, rs_b, w.optimizer_in_backward or w.offload != "none", 1,
+                                     adapters, stage=stage))
     return (_all_gather_pool(spec, n, w.tp, ag_b, mp, w.fsdp_strategy == "shard-grad-op"),
             _reduce_scatter_pool(spec, n, w.tp, rs_b, w.optimizer_in_backward or w.offload != "none",
                                  min(2, max(1, w.grad_accum)), adapters))
 
 
 @identity_cache
-def _all_gather_pool(spec: ModelSpec, n: int, tp: int, ag_b: int, mp: bool, kept: bool) -> int:
-    """The all-gather copy-in stream's peak reserve over two steps (see fsdp_stream_pools)."""
+def _all_gather_pool(spec: ModelSpec, n: int, tp: int, ag_b: int, mp: bool, kept: bool,
+                     stage: tuple[int, tuple[int, ...]] | None = None) -> int:
+    """The all-gather copy-in stream's peak reserve over two steps (see fsdp_stream_pools); ``stage``, the
+    (root's, blocks') shard numels when the rank holds a pipeline stage's only."""
     from vramlens.allocator.events import ALLOC, FREE
     from vramlens.allocator.simulator import simulate
 
-    root, blocks = _group_shard_numels(spec, n, tp)
+    root, blocks = stage or _group_shard_numels(spec, n, tp)
     groups = [root, *blocks]  # forward order
     ag: list[tuple[str, object, int]] = []
     for step in range(2):
@@ -376,13 +478,14 @@ def _all_gather_pool(spec: ModelSpec, n: int, tp: int, ag_b: int, mp: bool, kept
 
 @identity_cache
 def _reduce_scatter_pool(spec: ModelSpec, n: int, tp: int, rs_b: int, one_at_a_time: bool, grad_accum: int,
-                         adapters: tuple[int, tuple[int, ...]] | None = None) -> int:
+                         adapters: tuple[int, tuple[int, ...]] | None = None,
+                         stage: tuple[int, tuple[int, ...]] | None = None) -> int:
     """The reduce-scatter stream's peak reserve over two steps of ``grad_accum`` micro-batches (see
-    fsdp_stream_pools); 0 when nothing is reduced."""
+    fsdp_stream_pools); 0 when nothing is reduced. ``stage`` as in :func:`_all_gather_pool`."""
     from vramlens.allocator.events import ALLOC, FREE
     from vramlens.allocator.simulator import simulate
 
-    root, blocks = _group_shard_numels(spec, n, tp)
+    root, blocks = stage or _group_shard_numels(spec, n, tp)
     # what each group reduce-scatters: every parameter, or under LoRA the adapters alone
     grads = [root, *blocks] if adapters is None else [adapters[0], *adapters[1]]
     rs: list[tuple[str, object, int]] = []

@@ -42,7 +42,10 @@ from vramlens.estimator.parallel import (
     ds_reduce_bucket_size,
     fsdp_buffers,
     fsdp_stream_pools,
+    pipeline_in_flight,
+    pipelined_fsdp,
     split,
+    stage_group_shard_numels,
     tp_embedding_gradient_extra,
     tp_embedding_gradient_whole,
 )
@@ -174,6 +177,9 @@ class TrainState:
     last_grads: int = 0        # of grads, those made only when backward reaches the first block (last_gradients)
     in_backward_addend: int = 0  # ... and a tied head's: one of its two summed gradients, alive through its step
     paged: int = 0             # paged optimizer states in CUDA unified memory (in ``outside``, not in ``opt``)
+    pp_grads: int = 0          # FSDP2 stages under pipeline parallelism: the rank's gradients, unsharded and accumulated
+                               # over the micro-batches until the last backward's reduce-scatter (parallel.pipelined_fsdp)
+    pp_grads_fwd: int = 0      # ... of them, what a forward holds (one after rank 0's first backward)
     stream_pools: int = 0      # FSDP2: reserve of the all-gather and reduce-scatter streams' pools (the sharded
                                # gradients live in the latter; parallel.fsdp_stream_pools), beside the default's
     setup_reserve: int = 0     # reserved by a set-up that quantized on the GPU and kept its segments (torchtune's 2024
@@ -236,6 +242,19 @@ def train_state(spec: ModelSpec, w: Workload, gpu: GPU | None) -> TrainState:
         opt_tmp_full, opt_tmp_formula = O.one_parameter_step_temporary(spec, w)
         opt_tmp = int(opt_tmp_full * sp.optimizer)
     comm, comm_formula = comm_buffer_bytes(spec, w, grads_full, pbytes, trainable, Wt.weight_dtype_bytes(w))
+    # FSDP2 stages under torch.distributed.pipelining (parallel.pipelined_fsdp): each micro-batch's gradients are
+    # accumulated unsharded, in reduce_dtype (fp32 under a mixed-precision policy over fp32 shards, the dtype of
+    # grads_full), for the rank's TP shard of its stage, until the last micro-batch's backward reduce-scatters them
+    pp_grads = 0
+    if pipelined_fsdp(w) and not in_bwd:
+        if w.method == "full":
+            root_part, stage_blocks = stage_group_shard_numels(spec, w, 1)
+            pp_grads = (root_part + sum(stage_blocks)) * pbytes
+        else:  # the adapters' share of the stage
+            pp_grads = int(grads_full * sp.gradients * w.shard_degree)
+    # ... and a forward holds them when the schedule runs one after rank 0's first backward (1F1B's steady phase:
+    # fewer (stage, micro-batch) pairs in flight than it runs)
+    pp_grads_fwd = pp_grads if pipeline_in_flight(w, w.grad_accum)[1] else 0
     autocast, frozen_casts = autocast_copies(spec, w)
     autocast = int(autocast * sp.weights) if w.method == "full" else autocast
     frozen_casts = int(frozen_casts * sp.weights)
@@ -306,6 +325,7 @@ def train_state(spec: ModelSpec, w: Workload, gpu: GPU | None) -> TrainState:
         (4, master, full_params and sp.optimizer == 1),
         (state_b, opt, False),
         (1, comm, False),
+        (pbytes, pp_grads, False),
     ]
     n_states = O.STATES_PER_PARAM.get(w.optimizer, 0)
     if full_params and sp.optimizer == 1 and opt and n_states and not paged:
@@ -329,6 +349,11 @@ def train_state(spec: ModelSpec, w: Workload, gpu: GPU | None) -> TrainState:
     if paged:
         explain["optimizer_states"] += (f"; {paged:,} B of them paged (CUDA unified memory, outside the allocator: "
                                         "tensors of at least 1e5 elements)")
+    if pp_grads:
+        explain["gradients"] += (f"; under pipeline parallelism ({pp_grads:,} B until the step's last backward): the "
+                                 "stage's gradients unsharded, accumulated over the micro-batches in FSDP2's "
+                                 "reduce_dtype, reduce-scattered after the last one (torch.distributed.pipelining's "
+                                 "FSDP stages, torchtitan)")
     explain["comm_buffers"] = comm_formula or "single GPU: none"
     explain["optimizer_step"] = opt_tmp_formula
     setup_reserve = torchtune_nf4_setup_peak(spec, w) or 0
@@ -341,13 +366,15 @@ def train_state(spec: ModelSpec, w: Workload, gpu: GPU | None) -> TrainState:
         opt_tmp=opt_tmp, comm=comm, host=host, head_grad=head_grad, trainable=trainable, pbytes=pbytes,
         workspace=rt.workspace_bytes, outside=rt.outside_allocator_bytes + paged, paged=paged,
         reserve_base=reserve_base,
-        reserve_floor=reserve_floor, reserve_persistent=weights + master + opt + comm + default_grads,
+        reserve_floor=reserve_floor, reserve_persistent=weights + master + opt + comm + default_grads + pp_grads,
+        pp_grads=pp_grads, pp_grads_fwd=pp_grads_fwd,
         stream_pools=stream_pools, setup_reserve=setup_reserve,
         gather_block=gather_block, gather_root=gather_root, reduce_block=reduce_block,
         gather_input=cast_all_gather_input(w, gather_block) if sharded3 else 0,
         ds_bucket=(deepspeed_ipg_bucket(pbytes, ds_reduce_bucket_size(spec, w))
                    if sharded3 and w.zero == 3 else 0),
-        gather_kept=sharded3 and w.fsdp and w.fsdp_strategy == "shard-grad-op", keep_grads=w.keep_grads,
+        gather_kept=sharded3 and w.fsdp and (w.fsdp_strategy == "shard-grad-op" or pipelined_fsdp(w)),
+        keep_grads=w.keep_grads,
         in_backward=in_bwd, in_backward_addend=head_grad if in_bwd and spec.tied_embeddings else 0,
         last_grads=0 if in_bwd else last_gradients(spec, w, grads),
         master_grads=master_grads if (w.training and w.offload == "none") else 0,
@@ -433,6 +460,11 @@ def train_phases(st: TrainState, acts: int, loss_tmp: int, head_saved: int, grad
     head_fwd = st.head_grad if head_grad_in_forward else 0
     # gradients exist during forward when they accumulate, or when zero_grad keeps them (set_to_none=False)
     gfwd = st.grads if (grad_accum > 1 or st.keep_grads) else 0
+    if st.pp_grads:
+        # a pipeline stage's gradients accumulate unsharded over the micro-batches (parallel.pipelined_fsdp): the
+        # forwards after rank 0's first backward (1F1B's steady phase) hold them; the sharded ones exist after the
+        # step's last backward only
+        gfwd = st.pp_grads_fwd
     ckpt = recompute > 0
     rec = recompute + dequant_temporary if ckpt else 0  # a recomputed block's figure with its dequantization
     # autocast's copies: all of them during forward; through backward only when autograd keeps
@@ -476,15 +508,26 @@ def train_phases(st: TrainState, acts: int, loss_tmp: int, head_saved: int, grad
             fwd = max(sh + gfwd + fwd_casts + 2 * R + gathers,
                       sh + gfwd + R + fwd_casts + gathers + acts - head_saved, sh + gfwd + fwd_casts + acts + loss_tmp)
         head = max(gfwd, st.head_grad)
+        grads_bwd = st.grads - st.last_grads
         # the last block's backward runs before any reduce-scatter; each later block's starts with
         # the previous block's reduce-scatter input still held (foreach_reduce's input is kept until
         # the next reduce-scatter) and that block's activations freed. A block's backward holds its
         # MLP's gradients above what it saved (the recomputation's figure includes them)
         work = recompute or block_backward
+        pp_freed = pp_start = 0
+        if st.pp_grads:
+            # every backward holds them, counted whole from the first backward on
+            head = grads_bwd = st.pp_grads
+            if not st.pp_grads_fwd:
+                # ... and where no forward follows a backward (1F1B with m <= pp), they are whole only once the
+                # first micro-batch's backward is done, which has freed its block inputs on the stage (block 0's,
+                # recomputed last, aside); the backward starts with every input alive and no gradient
+                pp_freed = block_kept * max(0, st.sp.layers // st.sp.stages_per_rank - 1)
+                pp_start = sh + R + gathers + bwd_casts + acts - freed - recompute_after + work
         bwd = max(sh + gfwd + root_at_loss + block_at_loss + bwd_casts + acts + loss_bwd,
-                  sh + head + R + gathers + bwd_casts + acts - freed - recompute_after + work,
-                  sh + head + R + bufs + bwd_casts + acts - freed - block_kept + work,
-                  sh + st.grads - st.last_grads + R + bufs + work)
+                  sh + head + R + gathers + bwd_casts + acts - freed - recompute_after + work - pp_freed,
+                  sh + head + R + bufs + bwd_casts + acts - freed - block_kept + work - pp_freed,
+                  sh + grads_bwd + R + bufs + work, pp_start)
         n_blocks, g, norm_bwd = offloaded_block
         if loss_outside_model and norm_bwd and not st.gather_kept:
             # a block's input norm's backward, the block's saved tensors offloaded: its unsharded gradients

@@ -63,6 +63,7 @@ KNOBS: tuple[tuple[str, str, str, tuple | None, str], ...] = (
     ("fsdp_strategy", "FSDP strategy", "select", W.FSDP_STRATEGIES, "full"),
     ("tp", "tensor parallel", "number", None, "1"),
     ("pp", "pipeline parallel", "number", None, "1"),
+    ("pp_schedule", "pipeline schedule", "select", W.PP_SCHEDULES, "1f1b"),
     ("cp", "context parallel", "number", None, "1"),
     ("offload", "offload", "select", W.OFFLOAD, "none"),
     ("kv_dtype", "KV dtype", "select", ("",) + W.KV_DTYPES, ""),
@@ -87,6 +88,7 @@ SHOW_WHEN: dict[str, str] = {
     "holds_outputs": "mode=train;loss=cross-entropy",
     "output_upcast": "mode=train;loss=cross-entropy",
     "cp": "mode=train",
+    "pp_schedule": "mode=train",
     "zero_buckets": "mode=train;zero=1|2|3",
     "compile_scope": "mode=train;compile=true",
     "fp8": "mode=train;method=full",  # torchao's Float8Linear: full training only (Workload._fp8_problems)
