@@ -112,6 +112,8 @@ EVERY_PREFIX = "every:"
 CHECKPOINTING_CHOICES: tuple[str, ...] = (*CHECKPOINTING, "every:2", "every:3", "every:4")
 OPTIMIZER_IMPLS: tuple[OptimizerImpl, ...] = get_args(OptimizerImpl)
 FSDP_STRATEGIES: tuple[FsdpStrategy, ...] = get_args(FsdpStrategy)
+#: FSDP1 (torch.distributed.fsdp.FullyShardedDataParallel) and FSDP2 (torch.distributed.fsdp.fully_shard)
+FSDP_VERSIONS: tuple[int, ...] = (1, 2)
 #: GPUs that hybrid sharding shards over (one node); the rest replicate (HSDP).
 GPUS_PER_NODE = 8
 ATTENTION: tuple[Attention, ...] = get_args(Attention)
@@ -287,6 +289,10 @@ class Workload:
     zero_buckets: ZeroBuckets = "default"
     fsdp: bool = False
     fsdp_strategy: FsdpStrategy = "full"
+    #: 2: FSDP2 (``fully_shard``: per-parameter DTensor shards); 1: FSDP1 (``FullyShardedDataParallel``: one padded
+    #: FlatParameter per wrapped unit, one unit per transformer block plus the root, as accelerate's
+    #: TRANSFORMER_BASED_WRAP and torchtune's recipes before 0.2 wrap; see vramlens.estimator.parallel ``fsdp1_*``)
+    fsdp_version: int = 2
     tp: int = 1
     pp: int = 1
     #: context parallelism (torchtitan's ``context_parallel_degree``: torch.distributed.tensor.experimental's
@@ -564,6 +570,8 @@ class Workload:
                 p.append(f"checkpointing={self.checkpointing!r}: N is over the limit of {L.MAX_LAYERS:,} blocks")
         choice("optimizer_impl", self.optimizer_impl, OPTIMIZER_IMPLS)
         choice("fsdp_strategy", self.fsdp_strategy, FSDP_STRATEGIES)
+        if self.fsdp_version not in FSDP_VERSIONS or isinstance(self.fsdp_version, bool):
+            p.append(f"fsdp_version={self.fsdp_version!r} must be 1 (FullyShardedDataParallel) or 2 (fully_shard)")
         choice("attention", self.attention, ATTENTION)
         choice("offload", self.offload, OFFLOAD)
         choice("zero_buckets", self.zero_buckets, ZERO_BUCKETS)
@@ -1039,6 +1047,8 @@ class Workload:
                        "without ZeRO (use --zero 1, 2 or 3)")
         if not self.fsdp and given("fsdp_strategy"):
             out.append(f"ignored: fsdp_strategy={self.fsdp_strategy!r} applies only with fsdp")
+        if not self.fsdp and given("fsdp_version"):
+            out.append(f"ignored: fsdp_version={self.fsdp_version!r} applies only with fsdp")
         return out
 
     def validated(self) -> Workload:

@@ -168,6 +168,8 @@ class TrainState:
     gather_input: int = 0  # FSDP2 mixed precision: the all-gather's param_dtype copy of one block's shard
     ds_bucket: int = 0     # DeepSpeed ZeRO-3: the contiguous-gradients bucket, alive from initialisation (comm)
     gather_kept: bool = False  # FSDP2 shard-grad-op: every block stays gathered from forward to backward
+    fsdp1: bool = False        # FSDP1 (FullyShardedDataParallel): flat parameters, no forward prefetch
+    grad_block: int = 0        # FSDP1: one block's unsharded flat gradient (0 when its weights are frozen)
     keep_grads: bool = False   # zero_grad(set_to_none=False): gradients alive through the next forward
     master_grads: int = 0      # fp32 copies of the gradients for the fp32 master weights, made for the step
     in_backward: bool = False  # optimizer in backward: grads and opt_tmp are one parameter's, stepped in backward
@@ -348,6 +350,8 @@ def train_state(spec: ModelSpec, w: Workload, gpu: GPU | None) -> TrainState:
         ds_bucket=(deepspeed_ipg_bucket(pbytes, ds_reduce_bucket_size(spec, w))
                    if sharded3 and w.zero == 3 else 0),
         gather_kept=sharded3 and w.fsdp and w.fsdp_strategy == "shard-grad-op", keep_grads=w.keep_grads,
+        fsdp1=sharded3 and w.fsdp and w.fsdp_version == 1,
+        grad_block=gather_block if sharded3 and w.fsdp and w.fsdp_version == 1 and w.method == "full" else 0,
         in_backward=in_bwd, in_backward_addend=head_grad if in_bwd and spec.tied_embeddings else 0,
         last_grads=0 if in_bwd else last_gradients(spec, w, grads),
         master_grads=master_grads if (w.training and w.offload == "none") else 0,
@@ -464,6 +468,19 @@ def train_phases(st: TrainState, acts: int, loss_tmp: int, head_saved: int, grad
         fwd = sh + gfwd + R + fwd_casts + max(gathers + acts - head_saved + prev,
                                               B + acts + loss_tmp + (prev if held_at_loss else 0))
         root_at_loss, block_at_loss = R, B
+        if st.fsdp1:
+            # FSDP1 (parallel.fsdp1_stream_pools): forward gathers one block at a time (no forward prefetch) and
+            # frees it at the block's post-forward, so the loss runs with the root alone gathered (under
+            # shard-grad-op every block stays gathered, in R). In backward a block's gradients come out of the
+            # split of its flat parameter into views: the parameters' gradients wait in the input buffer of
+            # autograd's SplitWithSizesBackward while the block's backward runs (up to one block's, beside the
+            # current and the prefetched block, BACKWARD_PRE), and once all are made it cats them into one
+            # unsharded flat gradient (traced: cat.default of one block's size), both alive with the block's own
+            # saved tensors freed; the post-backward hook then frees the flat gradient (nothing is held to the
+            # next block, as FSDP2's reduce-scatter input is)
+            fwd = sh + gfwd + R + fwd_casts + max((0 if st.gather_kept else B) + acts - head_saved + prev,
+                                                  acts + loss_tmp + (prev if held_at_loss else 0))
+            bufs = gathers + st.grad_block + st.gather_input
         if loss_outside_model and not st.gather_kept:
             # torchtune's recipe calls the loss on the logits the model returned: the root's post-forward
             # hook has resharded it (fully_shard(..., reshard_after_forward=True), as torchtune's
@@ -484,7 +501,11 @@ def train_phases(st: TrainState, acts: int, loss_tmp: int, head_saved: int, grad
         bwd = max(sh + gfwd + root_at_loss + block_at_loss + bwd_casts + acts + loss_bwd,
                   sh + head + R + gathers + bwd_casts + acts - freed - recompute_after + work,
                   sh + head + R + bufs + bwd_casts + acts - freed - block_kept + work,
-                  sh + st.grads - st.last_grads + R + bufs + work)
+                  sh + st.grads - st.last_grads + R + (B + 2 * st.grad_block + st.gather_input if st.fsdp1
+                                                         else bufs + work))
+        if st.fsdp1:  # SplitWithSizesBackward's cat: the flat gradient beside the parameters' gradients
+            bwd = max(bwd, sh + head + R + gathers + 2 * st.grad_block + st.gather_input + bwd_casts + acts - freed
+                      - block_kept)
         n_blocks, g, norm_bwd = offloaded_block
         if loss_outside_model and norm_bwd and not st.gather_kept:
             # a block's input norm's backward, the block's saved tensors offloaded: its unsharded gradients
