@@ -460,10 +460,9 @@ def fsdp1_stream_pools(spec: ModelSpec, w: Workload, weight_elem_bytes: int) -> 
       one is added in (``_accumulate_sharded_grad``) and freed. Only units with a gradient are reduced: under
       LoRA the adapters' (torchtune's ``lora_fsdp_wrap_policy`` wraps them in units of their own).
 
-    ``record_stream`` delays the reuse of a freed block until the stream that used it is past that point;
-    the rate limiter (``limit_all_gathers``, _limiter_utils.py: two all-gathers in flight) bounds how many
-    such blocks wait. The simulator replays the patterns with immediate reuse (a lower bound by up to two
-    blocks' all-gathers) for two steps and takes each pool's peak reserve.
+    ``record_stream`` delays the reuse of a freed flat parameter until the default stream is past the block
+    that used it, and the rate limiter (``limit_all_gathers``) bounds how many wait (_fsdp1_unshard_pool). The
+    simulator replays the patterns for two steps and takes each pool's peak reserve.
     """
     n = max(1, w.shard_degree)
     mp = w.fsdp_mixed_precision
@@ -486,15 +485,31 @@ def fsdp1_stream_pools(spec: ModelSpec, w: Workload, weight_elem_bytes: int) -> 
                                       w.optimizer_in_backward or w.offload != "none", min(2, max(1, w.grad_accum))))
 
 
+#: torch/distributed/fsdp/_limiter_utils.py ``_FreeEventQueue._max_num_inflight_all_gathers`` (torch 2.13; 2 since
+#: the rate limiter came in, torch 1.13): ``limit_all_gathers=True`` (the default) makes an unshard wait for the
+#: oldest free when this many are in flight
+FSDP1_MAX_INFLIGHT_ALL_GATHERS = 2
+
+
 @identity_cache
 def _fsdp1_unshard_pool(root: int, blocks: tuple[int, ...], n: int, ag_b: int, mp: bool, kept: bool) -> int:
-    """The unshard (and pre-unshard) streams' peak reserve over two steps (see fsdp1_stream_pools)."""
+    """The unshard (and pre-unshard) streams' peak reserve over two steps (see fsdp1_stream_pools).
+
+    A block's freed flat parameter is ``record_stream``-ed on the default stream (_flat_param.py:1805-1821):
+    its memory is reusable once the default stream is past the block's compute. With the CPU ahead of the GPU
+    (what the rate limiter is there for) that is when ``_unshard`` synchronises on it: ``dequeue_if_needed``
+    (_limiter_utils.py) pops the oldest free event once ``FSDP1_MAX_INFLIGHT_ALL_GATHERS`` are queued, so one
+    freed block at most waits beside the live ones; replayed so, the frees left waiting at the step's end
+    released then."""
     from vramlens.allocator.events import ALLOC, FREE
     from vramlens.allocator.simulator import simulate
 
     ev: list[tuple[str, object, int]] = []
+    waiting: list[object] = []  # _FreeEventQueue: freed flat parameters not yet reusable
 
-    def gather(key: object, shard: int) -> None:
+    def gather(key: object, shard: int, limited: bool = True) -> None:
+        if limited and len(waiting) >= FSDP1_MAX_INFLIGHT_ALL_GATHERS:
+            ev.append((FREE, waiting.pop(0), 0))  # event.synchronize(): the oldest free is done
         if mp:  # pre_unshard's param_dtype shard, freed in post_unshard
             ev.append((ALLOC, ("mp", key), shard * ag_b))
         ev.append((ALLOC, key, shard * n * ag_b))
@@ -506,7 +521,7 @@ def _fsdp1_unshard_pool(root: int, blocks: tuple[int, ...], n: int, ag_b: int, m
         for i, shard in enumerate(blocks):  # forward: one block at a time
             gather(("f", step, i), shard)
             if not kept:
-                ev.append((FREE, ("f", step, i), 0))
+                waiting.append(("f", step, i))
         last = len(blocks) - 1
         if not kept:  # backward: the root's pre-backward prefetches the last block; each block the one before
             if last >= 0:
@@ -514,9 +529,11 @@ def _fsdp1_unshard_pool(root: int, blocks: tuple[int, ...], n: int, ag_b: int, m
             for i in range(last, -1, -1):
                 if i:
                     gather(("b", step, i - 1), blocks[i - 1])
-                ev.append((FREE, ("b", step, i), 0))
-        else:
-            ev.extend((FREE, ("f", step, i), 0) for i in range(last, -1, -1))
+                waiting.append(("b", step, i))
+        else:  # shard-grad-op: freed in the post-backward hooks, with no all-gather left to wait on them
+            waiting.extend(("f", step, i) for i in range(last, -1, -1))
+        ev.extend((FREE, k, 0) for k in waiting)
+        waiting.clear()
         ev.append((FREE, ("root", step), 0))
     return simulate(ev, max_points=2).peak_reserved_bytes
 

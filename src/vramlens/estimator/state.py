@@ -170,6 +170,8 @@ class TrainState:
     gather_kept: bool = False  # FSDP2 shard-grad-op: every block stays gathered from forward to backward
     fsdp1: bool = False        # FSDP1 (FullyShardedDataParallel): flat parameters, no forward prefetch
     grad_block: int = 0        # FSDP1: one block's unsharded flat gradient (0 when its weights are frozen)
+    gathers_aside: bool = False  # FSDP1, the default stream's view: the gathered flat parameters are the unshard
+                                 # stream's (parallel.fsdp1_stream_pools), not counted in its phases
     keep_grads: bool = False   # zero_grad(set_to_none=False): gradients alive through the next forward
     master_grads: int = 0      # fp32 copies of the gradients for the fp32 master weights, made for the step
     in_backward: bool = False  # optimizer in backward: grads and opt_tmp are one parameter's, stepped in backward
@@ -454,6 +456,8 @@ def train_phases(st: TrainState, acts: int, loss_tmp: int, head_saved: int, grad
         # (DeepSpeed's ZeRO-3 also holds its gradient bucket throughout: parallel.deepspeed_ipg_bucket)
         sh = st.weights + st.master + st.opt + st.ds_bucket
         B, R = st.gather_block, st.gather_root
+        if st.gathers_aside:  # FSDP1's gathered flat parameters, as the default stream's pool sees them: none
+            B = R = 0
         # blocks in flight besides R: forward's current + prefetched, backward's current +
         # prefetched + reduce-scatter input; under shard-grad-op the blocks are already in R and
         # only one flat all-gather / reduce-scatter buffer is in flight
@@ -480,7 +484,7 @@ def train_phases(st: TrainState, acts: int, loss_tmp: int, head_saved: int, grad
             # next block, as FSDP2's reduce-scatter input is)
             fwd = sh + gfwd + R + fwd_casts + max((0 if st.gather_kept else B) + acts - head_saved + prev,
                                                   acts + loss_tmp + (prev if held_at_loss else 0))
-            bufs = gathers + st.grad_block + st.gather_input
+            bufs = gathers + st.grad_block + (0 if st.gathers_aside else st.gather_input)
         if loss_outside_model and not st.gather_kept:
             # torchtune's recipe calls the loss on the logits the model returned: the root's post-forward
             # hook has resharded it (fully_shard(..., reshard_after_forward=True), as torchtune's
@@ -589,11 +593,13 @@ def _step(st: TrainState) -> int:
 
 def default_stream_state(st: TrainState) -> TrainState:
     """``st`` as the default stream's pool sees it: under FSDP2 the sharded gradients are the
-    reduce-scatter stream's (parallel.fsdp_stream_pools), so phases computed from this state give
+    reduce-scatter stream's (parallel.fsdp_stream_pools), under FSDP1 also the gathered flat parameters
+    the unshard stream's (parallel.fsdp1_stream_pools), so phases computed from this state give
     the default stream's live bytes; ``st`` itself when nothing is on another stream."""
     if not st.stream_pools:
         return st
-    return replace(st, grads=0, last_grads=0)
+    # FSDP1 allocates the unsharded flat parameters (and the param_dtype shard copies) on its unshard streams
+    return replace(st, grads=0, last_grads=0, gathers_aside=st.fsdp1)
 
 
 def reserved_total(st: TrainState, peak: int, *, extra_persistent: int = 0,

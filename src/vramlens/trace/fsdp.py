@@ -1,4 +1,5 @@
-"""FSDP2 traced per rank: ``fully_shard`` on the real engine, simulated on one process.
+"""FSDP traced per rank: ``fully_shard`` (FSDP2) or ``FullyShardedDataParallel`` (FSDP1) on the real
+engine, simulated on one process.
 
 PyTorch's fake process group (``dist.init_process_group("fake", ...)`` with a ``FakeStore``)
 lets one process play rank 0 of N: collectives return at once and touch nothing, but every
@@ -31,6 +32,14 @@ gathers and reduce-scatters over dp only. Before its reduce-scatter FSDP2 redist
 gradient to its parameter's TP placement (``FSDPParam._get_grad_inner_tensor``), so the input
 embedding's whole (V, h) gradient that TP alone keeps (vramlens.estimator.parallel
 ``tp_embedding_gradient_extra``) is a temporary here.
+
+FSDP1 (``fsdp_version=1``): ``FullyShardedDataParallel`` runs on the same fake process group and fake CPU
+tensors with ``device_id=torch.device("cpu")`` (its CPU device handle has the streams' API) and
+``sync_module_states=False``: the model is materialised first (``to_empty`` in the fake mode) and wrapped
+after, each block a unit (under LoRA each adapter linear too) and the rest the root's. Its padded unsharded flat
+parameters (``FlatParamHandle.unshard``), the ``param_dtype`` shard copies and a padded reduce-scatter input are
+comm_buffer; the unsharded flat gradient autograd makes is a temporary. One fix for fake tensors:
+``_catch_all_reshard`` compares ``data_ptr()``s, all 0 under fake tensors, so its check is made on the storages.
 
 One unrecorded warm-up step runs first (DTensor's first call of each op propagates shardings
 on full-size temporaries, and FSDP2 initialises lazily); the optimizer's state is then
@@ -423,9 +432,12 @@ def _trace(model, wl: Workload, n: int, *, rank: int, steps: int, progress, top:
     events = rec.events()
     summary = summarize(events, top=top, component_of=TAG_COMPONENT)
     dp = n // wl.tp
+    wrap = (f"FSDP1 per rank: rank {rank} of {n} (fake process group), FullyShardedDataParallel with each of "
+            f"{n_blocks} blocks a unit and the root" if wl.fsdp_version == 1 else
+            f"FSDP2 per rank: rank {rank} of {n} (fake process group), fully_shard on each of {n_blocks} blocks "
+            "and the root")
     notes = list(runner.notes) + [
-        f"FSDP2 per rank: rank {rank} of {n} (fake process group), fully_shard on each of {n_blocks} blocks "
-        "and the root; every rank runs the same program on equal shards, rank 0's the largest (padding of "
+        wrap + "; every rank runs the same program on equal shards, rank 0's the largest (padding of "
         "dim 0 falls on the last ranks), so rank 0 is representative",
         "one unrecorded warm-up step ran first (DTensor's first calls and FSDP's lazy init); optimizer state "
         "cleared after it, so step 1 creates the state",
@@ -437,6 +449,8 @@ def _trace(model, wl: Workload, n: int, *, rank: int, steps: int, progress, top:
                         else ", the logits gathered"))
     if wl.fsdp_mixed_precision:
         notes.append(f"FSDP2 MixedPrecisionPolicy(param_dtype={wl.amp}, reduce_dtype=fp32) over fp32 sharded "
-                     "parameters (torchtitan's default), no autocast")
+                     "parameters (torchtitan's default), no autocast" if wl.fsdp_version == 2 else
+                     f"FSDP1 MixedPrecision(param_dtype={wl.amp}, reduce_dtype=fp32) over fp32 flat parameters, "
+                     "no autocast")
     return rank_result(runner, model, wl, events, summary, notes, alloc_conf=alloc_conf, steps=steps,
                        params=params, trainable=trainable, t0=t0)
