@@ -202,11 +202,14 @@ def comm_buffer_bytes(spec: ModelSpec, w: Workload, grad_bytes_full: int, param_
     block, root, reduce = fsdp_buffers(spec, w, weight_elem_bytes)
     if w.fsdp and w.fsdp_version == 1:
         cast_in = cast_all_gather_input(w, block)
-        kept = " (shard-grad-op: every block gathered from its forward on, in R)" if w.fsdp_strategy == \
-            "shard-grad-op" else ""
+        if w.fsdp_strategy == "shard-grad-op":  # every block gathered from its forward to its post-backward
+            return root + cast_in, (
+                "FSDP1 (FullyShardedDataParallel) SHARD_GRAD_OP: the padded unsharded flat parameters of the root "
+                "and of every block, gathered from their forward until their post-backward hook: R" +
+                (f", and the {w.run_dtype} copy of a shard (_mp_shard): +B/N" if cast_in else ""))
         return root + 2 * block + cast_in, (
             "FSDP1 (FullyShardedDataParallel): the root's padded unsharded flat parameter (embedding, head, final "
-            f"norm), kept gathered from forward to the end of backward{kept}, and in backward the current and the "
+            "norm), kept gathered from forward to the end of backward, and in backward the current and the "
             "prefetched block's (BACKWARD_PRE): R+2B" + (f", and the {w.run_dtype} copy of the prefetched shard "
                                                          "(_mp_shard): +B/N" if cast_in else ""))
     if reduce != block:

@@ -345,7 +345,8 @@ def train_state(spec: ModelSpec, w: Workload, gpu: GPU | None) -> TrainState:
         opt_tmp=opt_tmp, comm=comm, host=host, head_grad=head_grad, trainable=trainable, pbytes=pbytes,
         workspace=rt.workspace_bytes, outside=rt.outside_allocator_bytes + paged, paged=paged,
         reserve_base=reserve_base,
-        reserve_floor=reserve_floor, reserve_persistent=weights + master + opt + comm + default_grads,
+        reserve_floor=reserve_floor, reserve_persistent=weights + master + opt + default_grads
+        + (0 if stream_pools and w.fsdp_version == 1 else comm),  # FSDP1 gathers on its unshard stream
         stream_pools=stream_pools, setup_reserve=setup_reserve,
         gather_block=gather_block, gather_root=gather_root, reduce_block=reduce_block,
         gather_input=cast_all_gather_input(w, gather_block) if sharded3 else 0,
@@ -484,6 +485,8 @@ def train_phases(st: TrainState, acts: int, loss_tmp: int, head_saved: int, grad
             # next block, as FSDP2's reduce-scatter input is)
             fwd = sh + gfwd + R + fwd_casts + max((0 if st.gather_kept else B) + acts - head_saved + prev,
                                                   acts + loss_tmp + (prev if held_at_loss else 0))
+            if st.gather_kept:  # shard-grad-op: the blocks are in R until their post-backward, none gathered again
+                gathers = block_at_loss = 0
             bufs = gathers + st.grad_block + (0 if st.gathers_aside else st.gather_input)
         if loss_outside_model and not st.gather_kept:
             # torchtune's recipe calls the loss on the logits the model returned: the root's post-forward
