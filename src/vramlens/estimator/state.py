@@ -303,13 +303,15 @@ def train_state(spec: ModelSpec, w: Workload, gpu: GPU | None) -> TrainState:
     # freed blocks the default stream cannot reuse: those pools are reserved beside the default's
     stream_pools = sum(fsdp_stream_pools(spec, w, wb)) if sharded3 and w.fsdp else 0
     default_grads = 0 if stream_pools else grads
+    # FSDP1 gathers its flat parameters on the unshard stream (parallel.fsdp1_stream_pools): not the default's
+    default_comm = 0 if stream_pools and w.fsdp_version == 1 else comm
     parts = [
         (wb, weights, full_params and sp.weights == 1),
         # under optimizer_in_backward one gradient is alive at a time (grads is the largest), not one per parameter
         (pbytes, default_grads, full_params and sp.gradients == 1 and not in_bwd),
         (4, master, full_params and sp.optimizer == 1),
         (state_b, opt, False),
-        (1, comm, False),
+        (1, default_comm, False),
     ]
     n_states = O.STATES_PER_PARAM.get(w.optimizer, 0)
     if full_params and sp.optimizer == 1 and opt and n_states and not paged:
@@ -345,8 +347,8 @@ def train_state(spec: ModelSpec, w: Workload, gpu: GPU | None) -> TrainState:
         opt_tmp=opt_tmp, comm=comm, host=host, head_grad=head_grad, trainable=trainable, pbytes=pbytes,
         workspace=rt.workspace_bytes, outside=rt.outside_allocator_bytes + paged, paged=paged,
         reserve_base=reserve_base,
-        reserve_floor=reserve_floor, reserve_persistent=weights + master + opt + default_grads
-        + (0 if stream_pools and w.fsdp_version == 1 else comm),  # FSDP1 gathers on its unshard stream
+        reserve_floor=reserve_floor, reserve_persistent=weights + master + opt + default_comm
+        + default_grads,
         stream_pools=stream_pools, setup_reserve=setup_reserve,
         gather_block=gather_block, gather_root=gather_root, reduce_block=reduce_block,
         gather_input=cast_all_gather_input(w, gather_block) if sharded3 else 0,
