@@ -676,6 +676,10 @@ class Workload:
                 f"use --gpus {n * max(1, self.gpus // n)}"
             )
         p += self._cp_problems()
+        if self.fsdp and self.fsdp_version == 1 and (self.tp > 1 or self.cp > 1):
+            # FSDP1 over a 2-D mesh (FullyShardedDataParallel(device_mesh=...) with DTensor TP) is not modelled
+            p.append(f"fsdp_version=1 with {'tp' if self.tp > 1 else 'cp'}={max(self.tp, self.cp)}: FSDP1 over "
+                     "tensor or context parallelism is not modelled: use --fsdp-version 2 (torchtitan's FSDP2)")
         if self.method == "qlora" and self.quant not in (None, "nf4", "nf4-dq", "fp4"):
             p.append(f"method=qlora quantizes to 4-bit NF4; quant={self.quant!r} contradicts it: drop --quant")
         if self.mode == "train" and self.method == "full" and self.quant in QUANTS and self.quant != "fp8":

@@ -29,6 +29,10 @@ def test_fsdp_version_is_validated():
     with pytest.raises(ConfigError) as e:
         Workload(mode="train", gpus=2, fsdp=True, fsdp_version=3).validated()
     assert "fsdp_version=3 must be 1 (FullyShardedDataParallel) or 2 (fully_shard)" in str(e.value)
+    with pytest.raises(ConfigError) as e:
+        Workload(mode="train", gpus=4, tp=2, fsdp=True, fsdp_version=1).validated()
+    assert ("fsdp_version=1 with tp=2: FSDP1 over tensor or context parallelism is not modelled: use --fsdp-version 2 "
+            "(torchtitan's FSDP2)") in str(e.value)
     assert "ignored: fsdp_version=1 applies only with fsdp" in Workload(mode="train", fsdp_version=1).ignored()
 
 
