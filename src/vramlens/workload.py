@@ -291,7 +291,9 @@ class Workload:
     fsdp_strategy: FsdpStrategy = "full"
     #: 2: FSDP2 (``fully_shard``: per-parameter DTensor shards); 1: FSDP1 (``FullyShardedDataParallel``: one padded
     #: FlatParameter per wrapped unit, one unit per transformer block plus the root, as accelerate's
-    #: TRANSFORMER_BASED_WRAP and torchtune's recipes before 0.2 wrap; see vramlens.estimator.parallel ``fsdp1_*``)
+    #: TRANSFORMER_BASED_WRAP and torchtune's recipes before 0.2 wrap, with ``use_orig_params=False``, FSDP1's default
+    #: and torchtune's; ``limit_all_gathers`` and BACKWARD_PRE, the defaults; see vramlens.estimator.parallel
+    #: ``fsdp1_stream_pools``)
     fsdp_version: int = 2
     tp: int = 1
     pp: int = 1
