@@ -118,6 +118,8 @@ CHECKPOINTING_CHOICES: tuple[str, ...] = (*CHECKPOINTING, "every:2", "every:3", 
 OPTIMIZER_IMPLS: tuple[OptimizerImpl, ...] = get_args(OptimizerImpl)
 FSDP_STRATEGIES: tuple[FsdpStrategy, ...] = get_args(FsdpStrategy)
 PP_SCHEDULES: tuple[PPSchedule, ...] = get_args(PPSchedule)
+#: FSDP1 (torch.distributed.fsdp.FullyShardedDataParallel) and FSDP2 (torch.distributed.fsdp.fully_shard)
+FSDP_VERSIONS: tuple[int, ...] = (1, 2)
 #: GPUs that hybrid sharding shards over (one node); the rest replicate (HSDP).
 GPUS_PER_NODE = 8
 ATTENTION: tuple[Attention, ...] = get_args(Attention)
@@ -293,6 +295,12 @@ class Workload:
     zero_buckets: ZeroBuckets = "default"
     fsdp: bool = False
     fsdp_strategy: FsdpStrategy = "full"
+    #: 2: FSDP2 (``fully_shard``: per-parameter DTensor shards); 1: FSDP1 (``FullyShardedDataParallel``: one padded
+    #: FlatParameter per wrapped unit, one unit per transformer block plus the root, as accelerate's
+    #: TRANSFORMER_BASED_WRAP and torchtune's recipes before 0.2 wrap, with ``use_orig_params=False``, FSDP1's default
+    #: and torchtune's; ``limit_all_gathers`` and BACKWARD_PRE, the defaults; see vramlens.estimator.parallel
+    #: ``fsdp1_stream_pools``)
+    fsdp_version: int = 2
     tp: int = 1
     pp: int = 1
     #: with ``pp`` > 1, the schedule, which sets how many micro-batches' activations a rank holds
@@ -577,6 +585,8 @@ class Workload:
                      "AdamW: use --optimizer adamw, or --optimizer-impl foreach|fused|loop")
         choice("fsdp_strategy", self.fsdp_strategy, FSDP_STRATEGIES)
         choice("pp_schedule", self.pp_schedule, PP_SCHEDULES)
+        if self.fsdp_version not in FSDP_VERSIONS or isinstance(self.fsdp_version, bool):
+            p.append(f"fsdp_version={self.fsdp_version!r} must be 1 (FullyShardedDataParallel) or 2 (fully_shard)")
         choice("attention", self.attention, ATTENTION)
         choice("offload", self.offload, OFFLOAD)
         choice("zero_buckets", self.zero_buckets, ZERO_BUCKETS)
@@ -689,6 +699,12 @@ class Workload:
                 p.append(f"pp_schedule='interleaved-1f1b' runs grad_accum={self.grad_accum} micro-batches in "
                          f"{rounds} rounds of pp={self.pp}, which must divide them: use --grad-accum "
                          f"{rounds * self.pp}")
+        if self.fsdp and self.fsdp_version == 1 and (self.tp > 1 or self.cp > 1 or self.pp > 1):
+            # FSDP1 over a 2-D mesh (FullyShardedDataParallel(device_mesh=...) with DTensor TP) or on pipeline stages
+            # is not modelled
+            name, n = next((k, v) for k, v in (("tp", self.tp), ("cp", self.cp), ("pp", self.pp)) if v > 1)
+            p.append(f"fsdp_version=1 with {name}={n}: FSDP1 over tensor, context or pipeline parallelism is not "
+                     "modelled: use --fsdp-version 2 (torchtitan's FSDP2)")
         if self.method == "qlora" and self.quant not in (None, "nf4", "nf4-dq", "fp4"):
             p.append(f"method=qlora quantizes to 4-bit NF4; quant={self.quant!r} contradicts it: drop --quant")
         if self.mode == "train" and self.method == "full" and self.quant in QUANTS and self.quant != "fp8":
@@ -1058,6 +1074,8 @@ class Workload:
             out.append(f"ignored: fsdp_strategy={self.fsdp_strategy!r} applies only with fsdp")
         if given("pp_schedule") and (self.pp == 1 or not self.training):
             out.append(f"ignored: pp_schedule={self.pp_schedule!r} schedules pipeline-parallel training (--pp > 1)")
+        if not self.fsdp and given("fsdp_version"):
+            out.append(f"ignored: fsdp_version={self.fsdp_version!r} applies only with fsdp")
         return out
 
     def validated(self) -> Workload:

@@ -247,6 +247,10 @@ def add_workload_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--fsdp-strategy", choices=W.FSDP_STRATEGIES, default="full",
                    help="with --fsdp: full (ZeRO-3), shard-grad-op (ZeRO-2), or hybrid (full shard within "
                         "a node of 8 GPUs, replicated across nodes)")
+    g.add_argument("--fsdp-version", type=int, choices=W.FSDP_VERSIONS, default=2,
+                   help="with --fsdp: 2 (fully_shard, per-parameter shards; default) or 1 (FullyShardedDataParallel: "
+                        "one flat parameter per transformer block and the root, as accelerate's fsdp_version 1 and "
+                        "torchtune before 0.2)")
     g.add_argument("--tp", type=_positive, default=1, help="tensor-parallel degree")
     g.add_argument("--pp", type=_positive, default=1, help="pipeline-parallel degree")
     g.add_argument("--pp-schedule", choices=W.PP_SCHEDULES, default="1f1b",

@@ -267,6 +267,18 @@ def comm_buffer_bytes(spec: ModelSpec, w: Workload, grad_bytes_full: int, param_
             f"until the last micro-batch's backward): the stage's unsharded {w.run_dtype if reduce != block else ''} "
             "parameters, its blocks' and its root part's, all step, plus one group's all-gather or one block's "
             "reduce-scatter input: R + max(max(R_root, B) + B/N, B_reduce)")
+    if w.fsdp and w.fsdp_version == 1:
+        cast_in = cast_all_gather_input(w, block)
+        if w.fsdp_strategy == "shard-grad-op":  # every block gathered from its forward to its post-backward
+            return root + cast_in, (
+                "FSDP1 (FullyShardedDataParallel) SHARD_GRAD_OP: the padded unsharded flat parameters of the root "
+                "and of every block, gathered from their forward until their post-backward hook: R" +
+                (f", and the {w.run_dtype} copy of a shard (_mp_shard): +B/N" if cast_in else ""))
+        return root + 2 * block + cast_in, (
+            "FSDP1 (FullyShardedDataParallel): the root's padded unsharded flat parameter (embedding, head, final "
+            "norm), kept gathered from forward to the end of backward, and in backward the current and the "
+            "prefetched block's (BACKWARD_PRE): R+2B" + (f", and the {w.run_dtype} copy of the prefetched shard "
+                                                         "(_mp_shard): +B/N" if cast_in else ""))
     if reduce != block:
         cast_in = cast_all_gather_input(w, block)
         return ds_bucket + max(2 * (block + root), 2 * block + reduce + root + cast_in), (
@@ -387,6 +399,31 @@ def _group_adapter_shard_numels(spec: ModelSpec, w: Workload, n: int) -> tuple[i
     return root, tuple(blocks)
 
 
+def fsdp1_unit_shard_numels(spec: ModelSpec, n: int) -> tuple[int, tuple[int, ...]]:
+    """(the root's, each block's) FlatParameter shard numel over ``n`` ranks under FSDP1, one unit per block and
+    the rest in the root: torch/distributed/fsdp/_flat_param.py ``FlatParamHandle._get_shard`` (torch 2.13,
+    :1122-1139) chunks the flat parameter ``n`` ways and pads each rank's chunk to ``ceil(numel / n)``; rank 0's is
+    the first chunk (with ``use_orig_params=False``, the default, nothing else pads the flat parameter: the
+    alignment and world-size padding of ``_init_flat_param_and_metadata``, :755-776, needs ``use_orig_params``)."""
+    root, blocks = _unit_numels(spec)
+    return -(-root // n), tuple(-(-b // n) for b in blocks)
+
+
+@identity_cache
+def _unit_numels(spec: ModelSpec) -> tuple[int, tuple[int, ...]]:
+    """(the root's, each block's) parameter numel: FSDP1's FlatParameter of each unit before sharding."""
+    blocks: dict[int, int] = {}
+    root = 0
+    for t in spec.tensors:
+        if t.role == "buffer":
+            continue
+        if t.layer is None:
+            root += t.numel
+        else:
+            blocks[t.layer] = blocks.get(t.layer, 0) + t.numel
+    return root, tuple(blocks[k] for k in sorted(blocks))
+
+
 def fsdp_stream_pools(spec: ModelSpec, w: Workload, weight_elem_bytes: int) -> tuple[int, int]:
     """(all-gather copy-in stream's, reduce-scatter stream's) reserved bytes under FSDP2.
 
@@ -416,6 +453,8 @@ def fsdp_stream_pools(spec: ModelSpec, w: Workload, weight_elem_bytes: int) -> t
     The two patterns are replayed through the simulator (allocator.simulator, PyTorch's default
     settings) for two steps, and each pool's peak reserve taken.
     """
+    if w.fsdp_version == 1:
+        return fsdp1_stream_pools(spec, w, weight_elem_bytes)
     n = max(1, w.shard_degree)
     mp = w.fsdp_mixed_precision
     ag_b = DTYPE_BYTES[w.run_dtype] if mp else weight_elem_bytes
@@ -500,3 +539,140 @@ def _reduce_scatter_pool(spec: ModelSpec, n: int, tp: int, rs_b: int, one_at_a_t
         if not one_at_a_time:  # zero_grad(set_to_none=True) at the next step's start
             rs.extend((FREE, ("g", step, 0, i), 0) for i in range(len(grads)) if grads[i])
     return simulate(rs, max_points=2).peak_reserved_bytes if rs else 0
+
+
+def fsdp1_stream_pools(spec: ModelSpec, w: Workload, weight_elem_bytes: int) -> tuple[int, int]:
+    """(unshard and pre-unshard streams', post-backward stream's) reserved bytes under FSDP1.
+
+    From torch/distributed/fsdp (torch 2.13; the same streams since 2.0), ``use_orig_params=False``:
+
+    * unshard stream: ``_runtime_utils._unshard`` (:277-306) runs ``FlatParamHandle.unshard`` inside
+      ``stream(unshard_stream)``: ``_alloc_padded_unsharded_flat_param`` (_flat_param.py:1395-1409) resizes
+      ``_full_param_padded`` (``ceil(numel / N) * N`` elements, in ``param_dtype`` under a mixed-precision
+      policy) and the all-gather writes into it; the module's parameters are views of it. ``reshard``
+      (:1766-1782) frees it (``_free_storage``, after ``record_stream`` on the default stream). Forward
+      gathers one block at a time (``forward_prefetch=False``, the default) and frees it at its post-forward
+      (``_post_forward_reshard``, _runtime_utils.py:486-500); the root is not freed after forward; backward
+      gathers a block in its pre-backward hook and prefetches the next one (``BACKWARD_PRE``, the default,
+      ``_prefetch_handle``), and frees it in its post-backward hook before the reduce-scatter
+      (``_post_backward_reshard``). Under a mixed-precision policy ``pre_unshard`` first allocates the
+      ``param_dtype`` copy of the shard (``_use_low_precision_shard``, :1342-1357) on the pre-unshard stream
+      (:293-294), freed in ``post_unshard``: counted with this pool.
+    * post-backward stream: ``_post_backward_hook`` (_runtime_utils.py:701-780) runs inside
+      ``stream(post_backward_stream)``: under ``reduce_dtype`` the unsharded gradient is cast (``.to``), then
+      ``_get_reduce_scatter_tensors`` (:890-903) pads it (``F.pad``, a copy, only when ``N`` does not divide
+      the unit's numel) and allocates the sharded gradient (``torch.empty_like(chunks[0])``), which becomes
+      ``_saved_grad_shard`` and then ``.grad``, kept until ``zero_grad``; with gradient accumulation a later
+      one is added in (``_accumulate_sharded_grad``) and freed. Only units with a gradient are reduced: under
+      LoRA the adapters' (torchtune's ``lora_fsdp_wrap_policy`` wraps them in units of their own).
+
+    ``record_stream`` delays the reuse of a freed flat parameter until the default stream is past the block
+    that used it, and the rate limiter (``limit_all_gathers``) bounds how many wait (_fsdp1_unshard_pool). The
+    simulator replays the patterns for two steps and takes each pool's peak reserve.
+    """
+    n = max(1, w.shard_degree)
+    mp = w.fsdp_mixed_precision
+    ag_b = DTYPE_BYTES[w.run_dtype] if mp else weight_elem_bytes
+    root_n, block_ns = _unit_numels(spec)
+    root_s, block_s = fsdp1_unit_shard_numels(spec, n)
+    kept = w.fsdp_strategy == "shard-grad-op"
+    # the gradients each unit reduces: every parameter's, or under LoRA the adapters' alone
+    rs_b = 4 if mp else weight_elem_bytes
+    if w.method != "full":
+        a_root, a_blocks = _group_adapter_shard_numels(spec, w, n)
+        units = [(a_root * n, a_root), *((a * n, a) for a in a_blocks)]
+        rs_b = 4 if mp else DTYPE_BYTES[w.lora_dtype]
+        grad_b = DTYPE_BYTES[w.run_dtype] if mp else DTYPE_BYTES[w.lora_dtype]
+    else:
+        units = [(root_n, root_s), *zip(block_ns, block_s, strict=True)]
+        grad_b = ag_b
+    return (_fsdp1_unshard_pool(root_s, block_s, n, ag_b, mp, kept),
+            _fsdp1_post_backward_pool(tuple(units), n, rs_b, grad_b if mp else 0,
+                                      w.optimizer_in_backward or w.offload != "none", min(2, max(1, w.grad_accum))))
+
+
+#: torch/distributed/fsdp/_limiter_utils.py ``_FreeEventQueue._max_num_inflight_all_gathers`` (torch 2.13; 2 since
+#: the rate limiter came in, torch 1.13): ``limit_all_gathers=True`` (the default) makes an unshard wait for the
+#: oldest free when this many are in flight
+FSDP1_MAX_INFLIGHT_ALL_GATHERS = 2
+
+
+@identity_cache
+def _fsdp1_unshard_pool(root: int, blocks: tuple[int, ...], n: int, ag_b: int, mp: bool, kept: bool) -> int:
+    """The unshard (and pre-unshard) streams' peak reserve over two steps (see fsdp1_stream_pools).
+
+    A block's freed flat parameter is ``record_stream``-ed on the default stream (_flat_param.py:1805-1821):
+    its memory is reusable once the default stream is past the block's compute. With the CPU ahead of the GPU
+    (what the rate limiter is there for) that is when ``_unshard`` synchronises on it: ``dequeue_if_needed``
+    (_limiter_utils.py) pops the oldest free event once ``FSDP1_MAX_INFLIGHT_ALL_GATHERS`` are queued, so one
+    freed block at most waits beside the live ones; replayed so, the frees left waiting at the step's end
+    released then."""
+    from vramlens.allocator.events import ALLOC, FREE
+    from vramlens.allocator.simulator import simulate
+
+    ev: list[tuple[str, object, int]] = []
+    waiting: list[object] = []  # _FreeEventQueue: freed flat parameters not yet reusable
+
+    def gather(key: object, shard: int, limited: bool = True) -> None:
+        if limited and len(waiting) >= FSDP1_MAX_INFLIGHT_ALL_GATHERS:
+            ev.append((FREE, waiting.pop(0), 0))  # event.synchronize(): the oldest free is done
+        if mp:  # pre_unshard's param_dtype shard, freed in post_unshard
+            ev.append((ALLOC, ("mp", key), shard * ag_b))
+        ev.append((ALLOC, key, shard * n * ag_b))
+        if mp:
+            ev.append((FREE, ("mp", key), 0))
+
+    for step in range(2):
+        gather(("root", step), root)
+        for i, shard in enumerate(blocks):  # forward: one block at a time
+            gather(("f", step, i), shard)
+            if not kept:
+                waiting.append(("f", step, i))
+        last = len(blocks) - 1
+        if not kept:  # backward: the root's pre-backward prefetches the last block; each block the one before
+            if last >= 0:
+                gather(("b", step, last), blocks[last])
+            for i in range(last, -1, -1):
+                if i:
+                    gather(("b", step, i - 1), blocks[i - 1])
+                waiting.append(("b", step, i))
+        else:  # shard-grad-op: freed in the post-backward hooks, with no all-gather left to wait on them
+            waiting.extend(("f", step, i) for i in range(last, -1, -1))
+        ev.extend((FREE, k, 0) for k in waiting)
+        waiting.clear()
+        ev.append((FREE, ("root", step), 0))
+    return simulate(ev, max_points=2).peak_reserved_bytes
+
+
+@identity_cache
+def _fsdp1_post_backward_pool(units: tuple[tuple[int, int], ...], n: int, rs_b: int, cast_from: int,
+                              one_at_a_time: bool, grad_accum: int) -> int:
+    """The post-backward stream's peak reserve over two steps of ``grad_accum`` micro-batches (see
+    fsdp1_stream_pools): per unit with a gradient (``units``: (unsharded numel, shard numel), root first), the
+    ``reduce_dtype`` cast of the unsharded gradient when its dtype differs (``cast_from`` > 0), the padded copy
+    when ``n`` does not divide it, and the kept sharded gradient; 0 when nothing is reduced."""
+    from vramlens.allocator.events import ALLOC, FREE
+    from vramlens.allocator.simulator import simulate
+
+    ev: list[tuple[str, object, int]] = []
+    order = [*range(len(units) - 1, 0, -1), 0]  # blocks last to first, then the root
+    for step in range(2):
+        for micro in range(grad_accum):
+            for i in order:
+                numel, shard = units[i]
+                if not shard:
+                    continue
+                if cast_from:
+                    ev.append((ALLOC, ("cast", step, micro, i), numel * rs_b))
+                if shard * n != numel:
+                    ev.append((ALLOC, ("pad", step, micro, i), shard * n * rs_b))
+                ev.append((ALLOC, ("g", step, micro, i), shard * rs_b))
+                if shard * n != numel:
+                    ev.append((FREE, ("pad", step, micro, i), 0))
+                if cast_from:
+                    ev.append((FREE, ("cast", step, micro, i), 0))
+                if micro or one_at_a_time:  # added into _saved_grad_shard, or stepped/offloaded
+                    ev.append((FREE, ("g", step, micro, i), 0))
+        if not one_at_a_time:  # zero_grad(set_to_none=True) at the next step's start
+            ev.extend((FREE, ("g", step, 0, i), 0) for i in range(len(units)) if units[i][1])
+    return simulate(ev, max_points=2).peak_reserved_bytes if ev else 0

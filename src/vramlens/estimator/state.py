@@ -171,6 +171,10 @@ class TrainState:
     gather_input: int = 0  # FSDP2 mixed precision: the all-gather's param_dtype copy of one block's shard
     ds_bucket: int = 0     # DeepSpeed ZeRO-3: the contiguous-gradients bucket, alive from initialisation (comm)
     gather_kept: bool = False  # FSDP2 shard-grad-op: every block stays gathered from forward to backward
+    fsdp1: bool = False        # FSDP1 (FullyShardedDataParallel): flat parameters, no forward prefetch
+    grad_block: int = 0        # FSDP1: one block's unsharded flat gradient (0 when its weights are frozen)
+    gathers_aside: bool = False  # FSDP1, the default stream's view: the gathered flat parameters are the unshard
+                                 # stream's (parallel.fsdp1_stream_pools), not counted in its phases
     keep_grads: bool = False   # zero_grad(set_to_none=False): gradients alive through the next forward
     master_grads: int = 0      # fp32 copies of the gradients for the fp32 master weights, made for the step
     in_backward: bool = False  # optimizer in backward: grads and opt_tmp are one parameter's, stepped in backward
@@ -318,13 +322,15 @@ def train_state(spec: ModelSpec, w: Workload, gpu: GPU | None) -> TrainState:
     # freed blocks the default stream cannot reuse: those pools are reserved beside the default's
     stream_pools = sum(fsdp_stream_pools(spec, w, wb)) if sharded3 and w.fsdp else 0
     default_grads = 0 if stream_pools else grads
+    # FSDP1 gathers its flat parameters on the unshard stream (parallel.fsdp1_stream_pools): not the default's
+    default_comm = 0 if stream_pools and w.fsdp_version == 1 else comm
     parts = [
         (wb, weights, full_params and sp.weights == 1),
         # under optimizer_in_backward one gradient is alive at a time (grads is the largest), not one per parameter
         (pbytes, default_grads, full_params and sp.gradients == 1 and not in_bwd),
         (4, master, full_params and sp.optimizer == 1),
         (state_b, opt, False),
-        (1, comm, False),
+        (1, default_comm, False),
         (pbytes, pp_grads, False),
     ]
     n_states = O.STATES_PER_PARAM.get(w.optimizer, 0)
@@ -366,7 +372,7 @@ def train_state(spec: ModelSpec, w: Workload, gpu: GPU | None) -> TrainState:
         opt_tmp=opt_tmp, comm=comm, host=host, head_grad=head_grad, trainable=trainable, pbytes=pbytes,
         workspace=rt.workspace_bytes, outside=rt.outside_allocator_bytes + paged, paged=paged,
         reserve_base=reserve_base,
-        reserve_floor=reserve_floor, reserve_persistent=weights + master + opt + comm + default_grads + pp_grads,
+        reserve_floor=reserve_floor, reserve_persistent=weights + master + opt + default_comm + default_grads + pp_grads,
         pp_grads=pp_grads, pp_grads_fwd=pp_grads_fwd,
         stream_pools=stream_pools, setup_reserve=setup_reserve,
         gather_block=gather_block, gather_root=gather_root, reduce_block=reduce_block,
@@ -375,6 +381,8 @@ def train_state(spec: ModelSpec, w: Workload, gpu: GPU | None) -> TrainState:
                    if sharded3 and w.zero == 3 else 0),
         gather_kept=sharded3 and w.fsdp and (w.fsdp_strategy == "shard-grad-op" or pipelined_fsdp(w)),
         keep_grads=w.keep_grads,
+        fsdp1=sharded3 and w.fsdp and w.fsdp_version == 1,
+        grad_block=gather_block if sharded3 and w.fsdp and w.fsdp_version == 1 and w.method == "full" else 0,
         in_backward=in_bwd, in_backward_addend=head_grad if in_bwd and spec.tied_embeddings else 0,
         last_grads=0 if in_bwd else last_gradients(spec, w, grads),
         master_grads=master_grads if (w.training and w.offload == "none") else 0,
@@ -482,6 +490,8 @@ def train_phases(st: TrainState, acts: int, loss_tmp: int, head_saved: int, grad
         # (DeepSpeed's ZeRO-3 also holds its gradient bucket throughout: parallel.deepspeed_ipg_bucket)
         sh = st.weights + st.master + st.opt + st.ds_bucket
         B, R = st.gather_block, st.gather_root
+        if st.gathers_aside:  # FSDP1's gathered flat parameters, as the default stream's pool sees them: none
+            B = R = 0
         # blocks in flight besides R: forward's current + prefetched, backward's current +
         # prefetched + reduce-scatter input; under shard-grad-op the blocks are already in R and
         # only one flat all-gather / reduce-scatter buffer is in flight
@@ -496,6 +506,21 @@ def train_phases(st: TrainState, acts: int, loss_tmp: int, head_saved: int, grad
         fwd = sh + gfwd + R + fwd_casts + max(gathers + acts - head_saved + prev,
                                               B + acts + loss_tmp + (prev if held_at_loss else 0))
         root_at_loss, block_at_loss = R, B
+        if st.fsdp1:
+            # FSDP1 (parallel.fsdp1_stream_pools): forward gathers one block at a time (no forward prefetch) and
+            # frees it at the block's post-forward, so the loss runs with the root alone gathered (under
+            # shard-grad-op every block stays gathered, in R). In backward a block's gradients come out of the
+            # split of its flat parameter into views: the parameters' gradients wait in the input buffer of
+            # autograd's SplitWithSizesBackward while the block's backward runs (up to one block's, beside the
+            # current and the prefetched block, BACKWARD_PRE), and once all are made it cats them into one
+            # unsharded flat gradient (traced: cat.default of one block's size), both alive with the block's own
+            # saved tensors freed; the post-backward hook then frees the flat gradient (nothing is held to the
+            # next block, as FSDP2's reduce-scatter input is)
+            fwd = sh + gfwd + R + fwd_casts + max((0 if st.gather_kept else B) + acts - head_saved + prev,
+                                                  acts + loss_tmp + (prev if held_at_loss else 0))
+            if st.gather_kept:  # shard-grad-op: the blocks are in R until their post-backward, none gathered again
+                gathers = block_at_loss = 0
+            bufs = gathers + st.grad_block + (0 if st.gathers_aside else st.gather_input)
         if loss_outside_model and not st.gather_kept:
             # torchtune's recipe calls the loss on the logits the model returned: the root's post-forward
             # hook has resharded it (fully_shard(..., reshard_after_forward=True), as torchtune's
@@ -527,7 +552,11 @@ def train_phases(st: TrainState, acts: int, loss_tmp: int, head_saved: int, grad
         bwd = max(sh + gfwd + root_at_loss + block_at_loss + bwd_casts + acts + loss_bwd,
                   sh + head + R + gathers + bwd_casts + acts - freed - recompute_after + work - pp_freed,
                   sh + head + R + bufs + bwd_casts + acts - freed - block_kept + work - pp_freed,
-                  sh + grads_bwd + R + bufs + work, pp_start)
+                  sh + grads_bwd + R + (B + 2 * st.grad_block + st.gather_input if st.fsdp1 else bufs + work),
+                  pp_start)
+        if st.fsdp1:  # SplitWithSizesBackward's cat: the flat gradient beside the parameters' gradients
+            bwd = max(bwd, sh + head + R + gathers + 2 * st.grad_block + st.gather_input + bwd_casts + acts - freed
+                      - block_kept)
         n_blocks, g, norm_bwd = offloaded_block
         if loss_outside_model and norm_bwd and not st.gather_kept:
             # a block's input norm's backward, the block's saved tensors offloaded: its unsharded gradients
@@ -611,11 +640,13 @@ def _step(st: TrainState) -> int:
 
 def default_stream_state(st: TrainState) -> TrainState:
     """``st`` as the default stream's pool sees it: under FSDP2 the sharded gradients are the
-    reduce-scatter stream's (parallel.fsdp_stream_pools), so phases computed from this state give
+    reduce-scatter stream's (parallel.fsdp_stream_pools), under FSDP1 also the gathered flat parameters
+    the unshard stream's (parallel.fsdp1_stream_pools), so phases computed from this state give
     the default stream's live bytes; ``st`` itself when nothing is on another stream."""
     if not st.stream_pools:
         return st
-    return replace(st, grads=0, last_grads=0)
+    # FSDP1 allocates the unsharded flat parameters (and the param_dtype shard copies) on its unshard streams
+    return replace(st, grads=0, last_grads=0, gathers_aside=st.fsdp1)
 
 
 def reserved_total(st: TrainState, peak: int, *, extra_persistent: int = 0,

@@ -1,4 +1,5 @@
-"""FSDP2 traced per rank: ``fully_shard`` on the real engine, simulated on one process.
+"""FSDP traced per rank: ``fully_shard`` (FSDP2) or ``FullyShardedDataParallel`` (FSDP1) on the real
+engine, simulated on one process.
 
 PyTorch's fake process group (``dist.init_process_group("fake", ...)`` with a ``FakeStore``)
 lets one process play rank 0 of N: collectives return at once and touch nothing, but every
@@ -31,6 +32,14 @@ gathers and reduce-scatters over dp only. Before its reduce-scatter FSDP2 redist
 gradient to its parameter's TP placement (``FSDPParam._get_grad_inner_tensor``), so the input
 embedding's whole (V, h) gradient that TP alone keeps (vramlens.estimator.parallel
 ``tp_embedding_gradient_extra``) is a temporary here.
+
+FSDP1 (``fsdp_version=1``): ``FullyShardedDataParallel`` runs on the same fake process group and fake CPU
+tensors with ``device_id=torch.device("cpu")`` (its CPU device handle has the streams' API) and
+``sync_module_states=False``: the model is materialised first (``to_empty`` in the fake mode) and wrapped
+after, each block a unit (under LoRA each adapter linear too) and the rest the root's. Its padded unsharded flat
+parameters (``FlatParamHandle.unshard``), the ``param_dtype`` shard copies and a padded reduce-scatter input are
+comm_buffer; the unsharded flat gradient autograd makes is a temporary. One fix for fake tensors:
+``_catch_all_reshard`` compares ``data_ptr()``s, all 0 under fake tensors, so its check is made on the storages.
 
 One unrecorded warm-up step runs first (DTensor's first call of each op propagates shardings
 on full-size temporaries, and FSDP2 initialises lazily); the optimizer's state is then
@@ -79,6 +88,9 @@ def _check(model: Any, wl: Workload, world_size: int, backend: str, layers) -> N
         raise TraceError("quantized weights cannot be traced under FSDP: use `vramlens estimate`")
     if wl.offload != "none":
         raise TraceError(f"offload={wl.offload} (FSDP CPU offload) is not traced: use `vramlens estimate`")
+    if wl.fsdp_version == 1 and wl.tp > 1:
+        raise TraceError("FSDP1 (fsdp_version=1) over tensor parallelism is not traced: trace --fsdp-version 2, "
+                         "or use `vramlens estimate`")
     if wl.fsdp_strategy == "hybrid":
         raise TraceError("fsdp_strategy=hybrid needs a 2-D device mesh, which is not traced yet: trace "
                          "--fsdp-strategy full over one node's GPUs, or use `vramlens estimate`")
@@ -250,6 +262,105 @@ def _odd_dtype_modules(group) -> list:
     return out
 
 
+@contextlib.contextmanager
+def _fsdp1_tags(rec, live: list[bool]):
+    """Tag what FSDP1 allocates for its collectives as comm_buffer: the padded unsharded flat parameter
+    (``FlatParamHandle.unshard``: ``_alloc_padded_unsharded_flat_param`` then the all-gather into it), the
+    ``param_dtype`` copy of the shard under a mixed-precision policy (``pre_unshard``: ``_mp_shard``), and the
+    reduce-scatter's padded input when the unsharded gradient needs padding (``_get_reduce_scatter_tensors``:
+    ``F.pad``); its output is the sharded gradient, marked as such by the runner."""
+    import torch.distributed.fsdp._flat_param as fp
+    import torch.distributed.fsdp._runtime_utils as ru
+
+    H = fp.FlatParamHandle
+    saved = (H.unshard, H.pre_unshard, ru._get_reduce_scatter_tensors, ru._catch_all_reshard)
+
+    def region(fn):
+        def wrapped(*a, **k):
+            if not live[0]:
+                return fn(*a, **k)
+            prev, rec.tag_new = rec.tag_new, "comm_buffer"
+            try:
+                return fn(*a, **k)
+            finally:
+                rec.tag_new = prev
+
+        return wrapped
+
+    def reduce_tensors(state, unsharded_grad):
+        padded, sharded = saved[2](state, unsharded_grad)
+        if live[0] and padded is not unsharded_grad:
+            rec.mark((padded,), "comm_buffer")
+        return padded, sharded
+
+    def catch_all_reshard(state) -> None:
+        # _runtime_utils._catch_all_reshard (torch 2.13, :1130-1163) decides "already resharded" by comparing
+        # data_ptr()s, which are all 0 under fake tensors: a unit whose post-backward hook did not run (a frozen
+        # block whose input needs no gradient, as block 0's under LoRA) would stay gathered into the optimizer
+        # step and the next forward. The same test on the storages, then the same reshard.
+        h = state._handle
+        if h:
+            flat = h.flat_param
+            if (flat.untyped_storage()._cdata == flat._local_shard.untyped_storage()._cdata
+                    and not h._skipped_use_sharded_views):
+                return
+            ru._reshard(state, h, ru._should_free_in_backward(state, h))
+
+    H.unshard, H.pre_unshard = region(saved[0]), region(saved[1])  # type: ignore[method-assign]
+    ru._get_reduce_scatter_tensors = reduce_tensors
+    ru._catch_all_reshard = catch_all_reshard
+    try:
+        yield
+    finally:
+        H.unshard, H.pre_unshard = saved[0], saved[1]  # type: ignore[method-assign]
+        ru._get_reduce_scatter_tensors, ru._catch_all_reshard = saved[2], saved[3]
+
+
+def _shard_fsdp1(runner, built, wl: Workload) -> int:
+    """FSDP1: ``FullyShardedDataParallel`` over the fake-materialised model, each transformer block a unit
+    (as torchtune's recipes before 0.2 and accelerate's TRANSFORMER_BASED_WRAP; under LoRA each adapter linear
+    too, as torchtune's ``lora_fsdp_wrap_policy``) and the rest the root's; ``device_id`` is the CPU (the fake device) and ``sync_module_states`` off (no broadcast
+    under fake tensors); FULL_SHARD or SHARD_GRAD_OP; ``MixedPrecision(param_dtype, reduce_dtype=fp32)`` under
+    the workload's mixed-precision policy, else none."""
+    import torch
+    from torch import nn
+    from torch.distributed.fsdp import FullyShardedDataParallel, MixedPrecision, ShardingStrategy
+    from torch.distributed.fsdp.wrap import CustomPolicy
+
+    from vramlens.trace.build import TORCH_DTYPES, retie
+
+    blocks = _blocks(built.model)
+    if not blocks:
+        raise TraceError(f"{type(built.model).__name__}: no transformer blocks found to wrap "
+                         "(no _no_split_modules, no ModuleList)")
+    strategy = (ShardingStrategy.SHARD_GRAD_OP if wl.fsdp_strategy == "shard-grad-op"
+                else ShardingStrategy.FULL_SHARD)
+    mp = (MixedPrecision(param_dtype=TORCH_DTYPES[wl.amp], reduce_dtype=TORCH_DTYPES["fp32"])
+          if wl.fsdp_mixed_precision and wl.amp is not None else None)
+    assert runner.fake_mode is not None  # Runner(mode="fake")
+    try:
+        with runner.fake_mode:
+            built.model.to_empty(device="cpu")
+            retie(built.model)
+            kinds = tuple({type(b) for b in blocks})
+
+            def unit(m: nn.Module) -> bool:
+                # torchtune's lora_fsdp_wrap_policy (torchtune/utils/_distributed.py, 2024): each block, and each
+                # adapter nn.Linear in a unit of its own (use_orig_params=False needs one requires_grad per unit)
+                own = list(m.parameters())
+                return isinstance(m, kinds) or (isinstance(m, nn.Linear) and bool(own)
+                                                and all(p.requires_grad for p in own) and wl.method != "full")
+
+            built.model = FullyShardedDataParallel(
+                built.model, auto_wrap_policy=CustomPolicy(unit),
+                sharding_strategy=strategy, mixed_precision=mp, device_id=torch.device("cpu"),
+                sync_module_states=False)
+    except Exception as e:  # noqa: BLE001 - FSDP1 refusing the model: one clear line
+        raise TraceError(f"FullyShardedDataParallel failed on {type(built.model).__name__}: "
+                         f"{type(e).__name__}: {e}") from e
+    return len(blocks)
+
+
 def trace_fsdp(model: Any, workload: Workload | None = None, *, world_size: int | None = None, steps: int = 2,
                rank: int = 0, backend: str = "fake", layers: int | None = None, progress=None, top: int = 20,
                alloc_conf: str | None = None, input_shape=None, **workload_kwargs: Any) -> TraceResult:
@@ -302,13 +413,15 @@ def _trace(model, wl: Workload, n: int, *, rank: int, steps: int, progress, top:
     runner.before_record = warm_up
     with fake_process_group(n, rank, wl.tp) as mesh:
         built = build_hf(cfg, wl, meta_only=True)
-        if wl.tp > 1:
+        if wl.fsdp_version == 1:
+            n_blocks = _shard_fsdp1(runner, built, wl)
+        elif wl.tp > 1:
             n_blocks = materialize(runner, built, lambda b: _parallelize_2d(b, cfg, mesh, wl),
                                    "torchtitan's TP plan then fully_shard", tie=output_tie(built))
         else:
             n_blocks = materialize(runner, built, lambda b: _shard(b, mesh, wl), "fully_shard")
         around = contextlib.ExitStack()
-        around.enter_context(_fsdp_tags(runner.rec, live))
+        around.enter_context((_fsdp1_tags if wl.fsdp_version == 1 else _fsdp_tags)(runner.rec, live))
         if wl.tp > 1 and wl.loss_parallel:
             from torch.distributed.tensor.parallel import loss_parallel
 
@@ -319,9 +432,12 @@ def _trace(model, wl: Workload, n: int, *, rank: int, steps: int, progress, top:
     events = rec.events()
     summary = summarize(events, top=top, component_of=TAG_COMPONENT)
     dp = n // wl.tp
+    wrap = (f"FSDP1 per rank: rank {rank} of {n} (fake process group), FullyShardedDataParallel with each of "
+            f"{n_blocks} blocks a unit and the root" if wl.fsdp_version == 1 else
+            f"FSDP2 per rank: rank {rank} of {n} (fake process group), fully_shard on each of {n_blocks} blocks "
+            "and the root")
     notes = list(runner.notes) + [
-        f"FSDP2 per rank: rank {rank} of {n} (fake process group), fully_shard on each of {n_blocks} blocks "
-        "and the root; every rank runs the same program on equal shards, rank 0's the largest (padding of "
+        wrap + "; every rank runs the same program on equal shards, rank 0's the largest (padding of "
         "dim 0 falls on the last ranks), so rank 0 is representative",
         "one unrecorded warm-up step ran first (DTensor's first calls and FSDP's lazy init); optimizer state "
         "cleared after it, so step 1 creates the state",
@@ -333,6 +449,8 @@ def _trace(model, wl: Workload, n: int, *, rank: int, steps: int, progress, top:
                         else ", the logits gathered"))
     if wl.fsdp_mixed_precision:
         notes.append(f"FSDP2 MixedPrecisionPolicy(param_dtype={wl.amp}, reduce_dtype=fp32) over fp32 sharded "
-                     "parameters (torchtitan's default), no autocast")
+                     "parameters (torchtitan's default), no autocast" if wl.fsdp_version == 2 else
+                     f"FSDP1 MixedPrecision(param_dtype={wl.amp}, reduce_dtype=fp32) over fp32 flat parameters, "
+                     "no autocast")
     return rank_result(runner, model, wl, events, summary, notes, alloc_conf=alloc_conf, steps=steps,
                        params=params, trainable=trainable, t0=t0)

@@ -64,7 +64,8 @@ _MODEL_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,95}(/[A-Za-z0-9][A-Za-z0-9
 _INT_BOUNDS = {
     "batch": limits.MAX_BATCH, "seq": limits.MAX_SEQ, "new_tokens": limits.MAX_SEQ,
     "grad_accum": limits.MAX_GRAD_ACCUM, "lora_rank": limits.MAX_LORA_RANK, "gpus": limits.MAX_GPUS,
-    "zero": 3, "tp": limits.MAX_PARALLEL, "pp": limits.MAX_PARALLEL, "kv_block": limits.MAX_KV_BLOCK,
+    "zero": 3, "fsdp_version": 2, "tp": limits.MAX_PARALLEL, "pp": limits.MAX_PARALLEL,
+    "kv_block": limits.MAX_KV_BLOCK,
 }
 #: Bound of an integer Workload field not listed above (a new flag, until it gets its own):
 #: 2**31 - 1, the C int every CUDA size argument fits in.
