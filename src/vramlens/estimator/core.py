@@ -862,7 +862,7 @@ def estimate_spec(spec: ModelSpec, w: Workload, gpu: GPU | None = None, *, headr
         elif w.training and spec.vlm.tiled is not None:
             hit = [x for x in ("q_proj", "k_proj", "v_proj", "o_proj", "fc1", "fc2", "linear", "linear_1")
                    if A.trains(replace(w, method="lora"), x)]
-            vision_notes.append(f"{w.method}: peft adapts every linear named {', '.join(w.lora_targets)}; in the vision "
+            vision_notes.append(f"{w.method}: peft adapts every linear named {', '.join(w.lora_adapted)}; in the vision "
                                 "tower (self_attn.q/k/v/o_proj, mlp.fc1/fc2, patch_embedding.linear), the adapter "
                                 f"(fc1, fc2) and the projector (linear_1) that is {', '.join(hit) if hit else 'none'}")
         elif w.training and w.method == "full":
@@ -871,11 +871,11 @@ def estimate_spec(spec: ModelSpec, w: Workload, gpu: GPU | None = None, *, headr
         elif w.training and dyn is not None:
             leaves = ("qkv", "proj", "gate_proj", "up_proj", "down_proj", "0", "2")  # the tower's, then the merger's
             hit = [x for x in leaves if A.trains(replace(w, method="lora"), x)]
-            vision_notes.append(f"{w.method}: peft adapts every linear named {', '.join(w.lora_targets)}; in the vision "
+            vision_notes.append(f"{w.method}: peft adapts every linear named {', '.join(w.lora_adapted)}; in the vision "
                                 f"tower (fused attn.qkv, attn.proj, the MLP's gate/up/down_proj, the merger's mlp.0 and "
                                 f"mlp.2) that is {', '.join(hit) if hit else 'none'}")
         elif w.training:
-            vision_notes.append(f"{w.method}: peft adapts every linear named {', '.join(w.lora_targets)}, the vision "
+            vision_notes.append(f"{w.method}: peft adapts every linear named {', '.join(w.lora_adapted)}, the vision "
                                 "tower's (and with all-linear LLaVA's projector's) included")
         w = replace(w, seq=w.seq + vis.tokens)
     full_seq = w.seq

@@ -85,7 +85,7 @@ def autocast_copies(spec: ModelSpec, w: Workload) -> tuple[int, int]:
         return sum(round_up(n * half, BLOCK) for n in cast), 0
     from vramlens.estimator.inventory import lora_shape
 
-    shape = lora_shape(spec, tuple(w.lora_targets), w.fused_qkv)
+    shape = lora_shape(spec, tuple(w.lora_adapted), w.fused_qkv)
     # adapters already in the autocast dtype (--lora-dtype bf16 under --amp bf16) are not cast
     adapters = 0 if w.lora_dtype == w.amp else sum(
         lin.count * (round_up(w.lora_rank * lin.in_features * half, BLOCK)
@@ -249,7 +249,7 @@ def train_state(spec: ModelSpec, w: Workload, gpu: GPU | None) -> TrainState:
     if w.training and w.optimizer == O.CPU_OFFLOAD and trainable:
         # torchao CPUOffloadOptimizer: pinned parameter and gradient copies and the AdamW states in host RAM
         off_b = 4 if O.has_master_copy(w) or w.method != "full" else pbytes
-        off = O.per_tensor_states(spec, w.optimizer, off_b, w.method, tuple(w.lora_targets), w.lora_rank,
+        off = O.per_tensor_states(spec, w.optimizer, off_b, w.method, tuple(w.lora_adapted), w.lora_rank,
                                   fused_qkv=w.fused_qkv)
         off_host = int(off.host_bytes * sp.optimizer)  # this rank's slice under tensor/pipeline parallelism
         host += off_host * w.gpus

@@ -242,6 +242,8 @@ def build_hf(cfg: dict, wl: Workload, *, fake_mode=None, layers: int | None = No
             raise TraceError(f"transformers cannot build {cls.__name__}: {e}") from None
     if wl.method in ("lora", "qlora"):
         model = apply_lora(model, wl)
+    elif wl.method in ("ia3", "ln-tuning"):
+        model = apply_vector_method(model, wl)
     if fake_mode is not None:
         with fake_mode:
             model.to_empty(device="cpu")
@@ -537,6 +539,23 @@ def apply_lora(model: nn.Module, wl: Workload) -> nn.Module:
             parent, _, leaf = name.rpartition(".")
             setattr(peft_model.get_submodule(parent), leaf, nn.Parameter(p.detach().to(dtype)))
     return peft_model
+
+
+def apply_vector_method(model: nn.Module, wl: Workload) -> nn.Module:
+    """peft's IA3 or LN tuning with the config's defaults: the targets peft maps from the model's type
+    (vramlens.models.peft_targets lists the same), IA3's vectors upcast to fp32 by autocast_adapter_dtype
+    unless --lora-dtype says the model's dtype."""
+    try:
+        from peft import IA3Config, LNTuningConfig, get_peft_model
+    except ImportError:
+        from vramlens.errors import MissingExtraError
+
+        raise MissingExtraError("peft", "trace") from None
+    cfg = IA3Config() if wl.method == "ia3" else LNTuningConfig()
+    try:
+        return get_peft_model(model, cfg, autocast_adapter_dtype=wl.method == "ia3" and wl.lora_dtype == "fp32")
+    except ValueError as e:
+        raise InputError(f"method={wl.method}: {e}") from None
 
 
 class NF4Linear(nn.Module):
