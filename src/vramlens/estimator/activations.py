@@ -1177,7 +1177,18 @@ def mlp_backward_bytes(spec: ModelSpec, w: Workload, b: int, s: int, tp: int = 1
     c = DTYPE_BYTES[w.compute_dtype]
     r = 4 if w.run_dtype == "fp32" else c
     g = 4 if act_upcasts(spec.activation, _autocast(w)) else c
-    return _r(r * spec.hidden_size * t) + 2 * _r(g * max(1, spec.ffn_size // tp) * t)
+    f = max(1, spec.ffn_size // tp)
+    return _r(r * spec.hidden_size * t) + max(2 * _r(g * f * t), ia3_mul_backward(spec, w, f * t))
+
+
+def ia3_mul_backward(spec: ModelSpec, w: Workload, n: int) -> int:
+    """The backward of IA3's ``x.to(dtype) * ia3_scaling`` on an input-scaled linear of n = t x k elements, before
+    the MLP's own: the gradient in the vectors' dtype (``.to``'s backward casts it), and the multiplication's two
+    input gradients, both full-size until the engine sums the vector's down to (k,) (``validate_outputs`` runs
+    ``at::sum_to`` after the node returns): three (t, k) tensors in the vectors' dtype (traced)."""
+    if w.method != "ia3" or (targets := IA3_TARGETS.get(spec.model_type)) is None or not targets.scales_input:
+        return 0
+    return 3 * _r(DTYPE_BYTES[vector_dtype(w)] * n)
 
 
 def _router_saved(spec: ModelSpec, D: Dims, t: int, c: int, *, router_trains: bool) -> int:

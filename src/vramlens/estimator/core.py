@@ -583,7 +583,9 @@ def recompute_mlp_gradients(spec: ModelSpec, w: Workload) -> int:
         down_keeps = w.method == "full" and own > 0
     else:
         down_keeps = A.trained_linears(spec, w, "mlp_out") * own > 0
-    return ((2 if spec.gated_mlp else 1) + (0 if down_keeps else 1)) * f_bytes
+    # IA3's input-scaled down projection: its multiplication's backward, before the MLP's own
+    ia3 = A.ia3_mul_backward(spec, w, max(1, f // w.tp) * w.batch * w.seq)
+    return max(((2 if spec.gated_mlp else 1) + (0 if down_keeps else 1)) * f_bytes, ia3)
 
 
 def _per_group(per_stack: tuple[int, ...], layers: list[tuple[A.LayerActivations, int]]) -> tuple[int, ...]:
