@@ -92,7 +92,8 @@ SHOW_WHEN: dict[str, str] = {
     "fp8": "mode=train;method=full",  # torchao's Float8Linear: full training only (Workload._fp8_problems)
     **{k: "mode=inference" for k in ("new_tokens", "kv_dtype", "kv_block", "cache")},
     "max_cache_len": "mode=inference;cache=static",
-    **{k: "method=lora|qlora" for k in ("lora_rank", "lora_targets", "lora_dtype", "dora", "quant_targets")},
+    **{k: "method=lora|qlora" for k in ("lora_rank", "lora_targets", "dora", "quant_targets")},
+    "lora_dtype": "method=lora|qlora|ia3",  # IA3's vectors too (peft's autocast_adapter_dtype)
     "lora_dropout": "mode=train;method=lora|qlora",
     "bnb_inputs": "mode=train;method=lora|qlora",
     "quant_group_size": "quant=" + "|".join(W.GROUPED_QUANTS),
