@@ -7,8 +7,8 @@ from __future__ import annotations
 import pytest
 
 from vramlens.errors import ConfigError
-from vramlens.estimator import estimate
 from vramlens.estimator import activations as A
+from vramlens.estimator import estimate
 from vramlens.models import load_model, peft_vector_numels
 from vramlens.workload import Workload
 

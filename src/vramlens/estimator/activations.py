@@ -27,7 +27,14 @@ from vramlens.estimator.checkpointing import (
     last_block_checkpointed,
     whole_blocks,
 )
-from vramlens.estimator.inventory import Linear, is_fused_qkv, qkv_slice_widths, qkv_slices, summarize, vector_dtype
+from vramlens.estimator.inventory import (
+    Linear,
+    is_fused_qkv,
+    qkv_slice_widths,
+    qkv_slices,
+    summarize,
+    vector_dtype,
+)
 from vramlens.estimator.linears import GROUPS, linear_group
 from vramlens.estimator.masks import padded_mask, repeats_kv
 from vramlens.estimator.memo import identity_cache

@@ -63,8 +63,10 @@ def peft_vector_numels(spec: ModelSpec, method: str) -> tuple[int, ...]:
 
 def peft_method_problem(spec: ModelSpec, method: str) -> str | None:
     """Why ``method`` (ia3 or ln-tuning) has no estimate for ``spec``, or None."""
-    table: dict[str, object] = {"ia3": IA3_TARGETS, "ln-tuning": LN_TUNING_TARGETS}.get(method, {})
-    if method not in ("ia3", "ln-tuning") or (spec.model_type in table and peft_vector_numels(spec, method)):
+    if method not in ("ia3", "ln-tuning"):
+        return None
+    types = sorted(IA3_TARGETS if method == "ia3" else LN_TUNING_TARGETS)
+    if spec.model_type in types and peft_vector_numels(spec, method):
         return None
     return (f"method={method} takes peft's default targets for the model type, modelled for "
-            f"{', '.join(sorted(table))}; {spec.name} is {spec.model_type!r}: use --method lora")
+            f"{', '.join(types)}; {spec.name} is {spec.model_type!r}: use --method lora")
