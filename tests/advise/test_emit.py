@@ -236,3 +236,11 @@ def test_peft_vector_methods_emit_get_peft_config(method):
     assert cfg.target_modules is None
     with pytest.raises(InputError, match=f"trains peft's {method} "):
         emit(plan, "torchtune")
+
+
+def test_prompt_tuning_emits_its_virtual_tokens():
+    plan = _plan(base={"method": "prompt-tuning", "num_virtual_tokens": 20}, method_locked=True)
+    kw = emit(plan, "peft")
+    assert kw == {"peft_type": "PROMPT_TUNING", "task_type": "CAUSAL_LM", "num_virtual_tokens": 20}
+    peft = pytest.importorskip("peft")
+    assert peft.get_peft_config(kw).num_virtual_tokens == 20

@@ -93,3 +93,32 @@ def test_lora_settings_are_ignored_with_a_note():
                            "lora_dtype='bf16'"]
     # IA3's vectors take lora_dtype (peft's autocast_adapter_dtype=False keeps them in the model's dtype)
     assert Workload(mode="train", method="ia3", lora_dtype="bf16").ignored() == []
+
+
+def test_prompt_tuning_trains_an_fp32_embedding_and_runs_s_plus_n_positions():
+    e = estimate("llama-3.2-3b", method="prompt-tuning", num_virtual_tokens=200, **RUN)
+    # PromptEmbedding: nn.Embedding(200, 3,072) in fp32, PEFT MetaMathQA's 614,400 trainable parameters
+    assert e.trainable_params == 614_400 == 200 * H
+    assert e.breakdown["gradients"] == 614_400 * 4 == 2_457_600
+    assert e.breakdown["optimizer_states"] == 2 * 2_457_600
+    assert e.workload.seq == 768  # reported as given
+    # the model runs 768 + 200 positions: the same activations and transients as 868 + 100
+    other = estimate("llama-3.2-3b", method="prompt-tuning", num_virtual_tokens=100, **{**RUN, "seq": 868})
+    for c in ("activations", "temporaries"):
+        assert other.breakdown[c] == e.breakdown[c], c
+
+
+@pytest.mark.parametrize("settings, message", [
+    ({"method": "prompt-tuning"}, "method=prompt-tuning needs --num-virtual-tokens N (PromptTuningConfig has no "
+     "default; PEFT's MetaMathQA runs 200)"),
+    ({"method": "prompt-tuning", "num_virtual_tokens": 20, "loss_chunks": 8},
+     "method=prompt-tuning runs through PeftModelForCausalLM's forward and transformers' own loss, which puts the "
+     "prompts before the sequence; drop --loss-chunks and --loss"),
+    ({"method": "prompt-tuning", "num_virtual_tokens": -1}, "num_virtual_tokens=-1 must be a whole number >= 0"),
+])
+def test_prompt_tuning_settings(settings, message):
+    with pytest.raises(ConfigError) as e:
+        Workload(**{"mode": "train", **settings}).validated()
+    assert message in str(e.value)
+    assert Workload(mode="train", num_virtual_tokens=20).ignored() == [
+        "ignored: num_virtual_tokens=20 applies to --method prompt-tuning"]

@@ -250,6 +250,8 @@ def peft(plan: Plan) -> dict[str, Any]:
     if w.method == "full":
         raise InputError("--emit peft: the plan trains every parameter (--method full); no LoRA settings")
     kind = plan.estimate.model.kind
+    if w.method == "prompt-tuning":
+        return {"peft_type": "PROMPT_TUNING", "task_type": "CAUSAL_LM", "num_virtual_tokens": w.num_virtual_tokens}
     if w.method in VECTOR_METHODS:
         # IA3Config / LNTuningConfig with target_modules None: peft takes the model type's defaults, which
         # vramlens' estimate assumed (vramlens.models.peft_targets); get_peft_model(autocast_adapter_dtype=...)

@@ -255,6 +255,8 @@ def untracked_before_first_adapter(spec: ModelSpec, w: Workload, b: int, s: int)
     """
     if w.method == "full":
         return 0, ()
+    if w.method == "prompt-tuning":
+        return 0, ()  # the prompts need a gradient: every block's input does, from the first on
     if w.method in VECTOR_METHODS:
         # the first block's input norm reads the frozen embedding's output, so it keeps no fp32 copy of it: IA3
         # tracks nothing before its first vector, LN tuning's trained copy keeps only the normalized tensor

@@ -880,6 +880,14 @@ def estimate_spec(spec: ModelSpec, w: Workload, gpu: GPU | None = None, *, headr
             vision_notes.append(f"{w.method}: peft adapts every linear named {', '.join(w.lora_adapted)}, the vision "
                                 "tower's (and with all-linear LLaVA's projector's) included")
         w = replace(w, seq=w.seq + vis.tokens)
+    if w.method == "prompt-tuning":
+        # PeftModelForCausalLM.forward (src/peft/peft_model.py, peft d787f51b and 0.21.2) puts the n prompt
+        # embeddings before each sequence (torch.cat((prompts, inputs_embeds), dim=1)), ones before the attention
+        # mask and -100 before the labels: the model runs, and computes logits and loss over, s + n positions.
+        # Reported as given
+        vision_notes.append(f"prompt tuning: {w.num_virtual_tokens:,} virtual tokens before each sequence: the "
+                            f"model runs {w.seq + w.num_virtual_tokens:,} positions")
+        w = replace(w, seq=w.seq + w.num_virtual_tokens)
     full_seq = w.seq
     if w.cp > 1 and w.training:
         asked = w  # reported as given; the step is estimated at the rank's share of the sequence
@@ -1184,7 +1192,7 @@ def estimate_spec(spec: ModelSpec, w: Workload, gpu: GPU | None = None, *, headr
         advice = _advice(bd, w, fits)
         said = verdict(total, gpu, headroom)
     return Estimate(
-        model=spec, workload=asked if (spec.vlm is not None or w.cp > 1) else w, gpu=gpu, breakdown=bd, trainable_params=st.trainable,
+        model=spec, workload=asked if (spec.vlm is not None or w.cp > 1 or w.method == "prompt-tuning") else w, gpu=gpu, breakdown=bd, trainable_params=st.trainable,
         layer_activation_bytes=layer_act, fits=fits, headroom_bytes=headroom_bytes, advice=advice, explain=explain,
         verdict=said,
     )

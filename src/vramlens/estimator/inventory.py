@@ -254,15 +254,18 @@ def vector_dtype(w: Workload) -> str:
     ``lora_dtype`` (peft's ``cast_adapter_dtype`` upcasts a half ``ia3_l`` ParameterDict entry to fp32 under
     ``autocast_adapter_dtype=True``); LN tuning's norm copies in the model's dtype (a ModuleDict of deep-copied
     norms, which ``cast_adapter_dtype`` does not touch: src/peft/tuners/tuners_utils.py, peft 0.21.2)."""
+    if w.method == "prompt-tuning":
+        return "fp32"  # nn.Embedding made in torch's default dtype; PeftModel moves it to the device only
     return w.dtype if w.method == "ln-tuning" else w.lora_dtype
 
 
 def vector_bytes(spec: ModelSpec, w: Workload, bytes_per_elem: int) -> int:
     """IA3's or LN tuning's trainable tensors (models.peft_vector_numels), each rounded to the allocator's
     512-byte blocks; 0 for the other methods."""
-    return sum(round_up(n * bytes_per_elem, BLOCK) for n in peft_vector_numels(spec, w.method))
+    return sum(round_up(n * bytes_per_elem, BLOCK) for n in peft_vector_numels(spec, w.method, w.num_virtual_tokens))
 
 
 def largest_vector(spec: ModelSpec, w: Workload, bytes_per_elem: int) -> int:
     """The largest of those tensors, rounded."""
-    return round_up(max(peft_vector_numels(spec, w.method), default=0) * bytes_per_elem, BLOCK)
+    return round_up(max(peft_vector_numels(spec, w.method, w.num_virtual_tokens), default=0) * bytes_per_elem,
+                    BLOCK)

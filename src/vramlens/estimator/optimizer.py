@@ -160,7 +160,8 @@ def paged_state_bytes(spec: ModelSpec, w: Workload) -> tuple[int, int]:
     if w.mode != "train" or w.optimizer not in BNB_PAGED:
         return 0, 0
     per = 4 if w.optimizer == "paged-adamw" else 1
-    big = [n for n in _tensor_numels(spec, w.method, tuple(w.lora_adapted), w.lora_rank, w.fused_qkv) if n >= BNB_PAGED_MIN_NUMEL]
+    big = [n for n in _tensor_numels(spec, w.method, tuple(w.lora_adapted), w.lora_rank, w.fused_qkv,
+                                     w.num_virtual_tokens) if n >= BNB_PAGED_MIN_NUMEL]
     return sum(2 * round_up(per * n, BLOCK) for n in big), sum(2 * per * n for n in big)
 
 
@@ -232,7 +233,7 @@ def optimizer_state_bytes(spec: ModelSpec, w: Workload, trainable: int) -> tuple
         return total, f"Adafactor: row + column second moments per matrix (n + k) at {state_b} B"
     if opt in BNB_OPTIMIZERS or opt in TORCHAO_LOW_BIT or opt == CPU_OFFLOAD:
         lay = per_tensor_states(spec, opt, state_b, w.method, tuple(w.lora_adapted), w.lora_rank,
-                                fused_qkv=w.fused_qkv)
+                                fused_qkv=w.fused_qkv, virtual_tokens=w.num_virtual_tokens)
         return lay.gpu_bytes, lay.formula
     raise ValueError(opt)
 
@@ -255,11 +256,11 @@ class TensorStates:
 
 
 def _tensor_numels(spec: ModelSpec, method: str, targets: tuple[str, ...], rank: int,
-                   fused_qkv: bool = False) -> tuple[int, ...]:
+                   fused_qkv: bool = False, virtual_tokens: int = 0) -> tuple[int, ...]:
     if method == "full":
         return trained_param_numels(spec)
     if method in VECTOR_METHODS:
-        return peft_vector_numels(spec, method)
+        return peft_vector_numels(spec, method, virtual_tokens)
     return lora_matrix_numels(trained_lora_shape(spec, targets, fused_qkv), rank)
 
 
@@ -295,13 +296,13 @@ def _torchao_step(lay: LowBitState, n: int) -> int:
 
 @identity_cache
 def per_tensor_states(spec: ModelSpec, opt: str, state_b: int, method: str, targets: tuple[str, ...],
-                      rank: int, fused_qkv: bool = False) -> TensorStates:
+                      rank: int, fused_qkv: bool = False, virtual_tokens: int = 0) -> TensorStates:
     """The states of ``opt`` (bitsandbytes 8-bit, torchao low-bit or CPU offload), tensor by tensor.
 
     ``state_b``: bytes per element of a state kept in the parameter's precision (the parameter's
     dtype, fp32 with a master copy or for LoRA adapters).
     """
-    numels = _tensor_numels(spec, method, targets, rank, fused_qkv)
+    numels = _tensor_numels(spec, method, targets, rank, fused_qkv, virtual_tokens)
     if opt in BNB_OPTIMIZERS:
         gpu = sum(_bnb_8bit(n) for n in numels) + (BNB_QMAPS_BYTES if max(numels, default=0) >= BNB_MIN_8BIT_SIZE else 0)
         return TensorStates(gpu, 0, 0, "2 uint8 states + fp32 absmax per 256 per tensor; tensors < 4,096 "
@@ -351,7 +352,7 @@ def optimizer_step_temporary(spec: ModelSpec, w: Workload, trainable: int) -> tu
         return 0, "CPU offload: the step runs on the host; the GPU's small parameters step with fused AdamW in place"
     if w.optimizer in TORCHAO_LOW_BIT:
         lay = per_tensor_states(spec, w.optimizer, state_b, w.method, tuple(w.lora_adapted), w.lora_rank,
-                                fused_qkv=w.fused_qkv)
+                                fused_qkv=w.fused_qkv, virtual_tokens=w.num_virtual_tokens)
         return lay.step_bytes, ("torchao's compiled step of the largest quantized parameter: "
                                 "its fp32 moments before requantization and block maxima")
     if w.optimizer in ("adamw", "adam", "paged-adamw") and w.optimizer_impl == "foreach":

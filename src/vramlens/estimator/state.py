@@ -251,7 +251,7 @@ def train_state(spec: ModelSpec, w: Workload, gpu: GPU | None) -> TrainState:
         # torchao CPUOffloadOptimizer: pinned parameter and gradient copies and the AdamW states in host RAM
         off_b = 4 if O.has_master_copy(w) or w.method != "full" else pbytes
         off = O.per_tensor_states(spec, w.optimizer, off_b, w.method, tuple(w.lora_adapted), w.lora_rank,
-                                  fused_qkv=w.fused_qkv)
+                                  fused_qkv=w.fused_qkv, virtual_tokens=w.num_virtual_tokens)
         off_host = int(off.host_bytes * sp.optimizer)  # this rank's slice under tensor/pipeline parallelism
         host += off_host * w.gpus
         notes.append(f"CPUOffloadOptimizer: {human_bytes(off_host)} of host RAM per GPU (pinned parameter "

@@ -398,7 +398,7 @@ def lora_params(spec: ModelSpec, w: Workload) -> int:
     if w.method == "full":
         return 0
     if w.method in VECTOR_METHODS:
-        return sum(peft_vector_numels(spec, w.method))
+        return sum(peft_vector_numels(spec, w.method, w.num_virtual_tokens))
     return lora_shape(spec, tuple(w.lora_adapted), w.fused_qkv).params(w.lora_rank, w.dora)
 
 

@@ -39,13 +39,16 @@ LN_TUNING_TARGETS: dict[str, tuple[str, ...]] = {
 }
 
 
-def peft_vector_numels(spec: ModelSpec, method: str) -> tuple[int, ...]:
-    """Elements of each tensor IA3 or LN tuning trains in ``spec`` (empty for the other methods).
+def peft_vector_numels(spec: ModelSpec, method: str, virtual_tokens: int = 0) -> tuple[int, ...]:
+    """Elements of each tensor IA3, LN tuning or prompt tuning trains in ``spec`` (empty for the other methods).
 
     IA3: one ``ia3_l`` per adapted linear, (out, 1) or (1, in) (``IA3Layer.update_layer``). LN tuning: a
     ``deepcopy`` of each targeted norm (``LNTuningLayer.update_layer``), whose parameters train while the
-    original stays frozen beside it.
+    original stays frozen beside it. Prompt tuning: ``PromptEmbedding``'s (num_virtual_tokens, token_dim)
+    embedding, token_dim the model's hidden size (src/peft/tuners/prompt_tuning/model.py).
     """
+    if method == "prompt-tuning":
+        return (virtual_tokens * spec.hidden_size,) if virtual_tokens else ()
     if method == "ia3" and (ia3 := IA3_TARGETS.get(spec.model_type)) is not None:
         out: list[int] = []
         for t in spec.tensors:
@@ -62,7 +65,12 @@ def peft_vector_numels(spec: ModelSpec, method: str) -> tuple[int, ...]:
 
 
 def peft_method_problem(spec: ModelSpec, method: str) -> str | None:
-    """Why ``method`` (ia3 or ln-tuning) has no estimate for ``spec``, or None."""
+    """Why ``method`` (ia3, ln-tuning or prompt-tuning) has no estimate for ``spec``, or None."""
+    if method == "prompt-tuning":
+        if spec.kind == "decoder" and spec.head == "causal-lm" and spec.vlm is None and spec.audio is None:
+            return None
+        return (f"method=prompt-tuning is modelled for decoder-only causal LMs (peft's PeftModelForCausalLM); "
+                f"{spec.name} is not one: use --method lora")
     if method not in ("ia3", "ln-tuning"):
         return None
     types = sorted(IA3_TARGETS if method == "ia3" else LN_TUNING_TARGETS)

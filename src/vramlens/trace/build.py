@@ -245,10 +245,17 @@ def build_hf(cfg: dict, wl: Workload, *, fake_mode=None, layers: int | None = No
         model = apply_lora(model, wl)
     elif wl.method in ("ia3", "ln-tuning"):
         model = apply_vector_method(model, wl)
+    elif wl.method == "prompt-tuning":
+        model = apply_prompt_tuning(model, wl)
+    # a prompt-learning PeftModel registers the input embedding a second time (``word_embeddings``): to_empty
+    # would visit it twice and fail to swap its weight, so it is set aside and put back after
+    shared = model._modules.pop("word_embeddings", None) if wl.method == "prompt-tuning" else None
     if fake_mode is not None:
         with fake_mode:
             model.to_empty(device="cpu")
             retie(model)
+    if shared is not None:
+        model.word_embeddings = model.get_base_model().get_input_embeddings()
     if (legacy := _add_legacy_buffers(model, cfg, wl, fake_mode)) is not None:
         notes.append(legacy)
     if presents is not None:
@@ -561,6 +568,18 @@ def apply_vector_method(model: nn.Module, wl: Workload) -> nn.Module:
             return get_peft_model(model, cfg, autocast_adapter_dtype=wl.method == "ia3" and wl.lora_dtype == "fp32")
     except ValueError as e:
         raise InputError(f"method={wl.method}: {e}") from None
+
+
+def apply_prompt_tuning(model: nn.Module, wl: Workload) -> nn.Module:
+    """peft's prompt tuning: ``PromptTuningConfig(task_type="CAUSAL_LM", num_virtual_tokens=n)``, random init (the
+    default), its fp32 embedding beside the frozen model."""
+    try:
+        from peft import PromptTuningConfig, get_peft_model
+    except ImportError:
+        from vramlens.errors import MissingExtraError
+
+        raise MissingExtraError("peft", "trace") from None
+    return get_peft_model(model, PromptTuningConfig(task_type="CAUSAL_LM", num_virtual_tokens=wl.num_virtual_tokens))
 
 
 class NF4Linear(nn.Module):

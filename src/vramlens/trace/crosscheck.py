@@ -427,7 +427,7 @@ def _inf(**changes: Any) -> dict[str, Any]:
 #: peft's IA3 (fp32 vectors scaling k_proj's and v_proj's outputs, or q_proj's under Qwen2, and down_proj's input)
 #: and LN tuning (trainable copies of every norm) with their default targets: the saved products and copies, the
 #: vectors' multiplication backward (three full-size fp32 tensors: the MLP's backward peak under a chunked loss),
-#: inside a recomputed block too
+#: inside a recomputed block too; prompt tuning (an fp32 (n, hidden) embedding, the model run over s + n positions)
 PEFT_VECTOR_ROWS: tuple[tuple[str, dict[str, Any]], ...] = (
     ("llama-3-8b", _tr(method="ia3")),
     ("llama-3-8b", _tr(method="ln-tuning")),
@@ -436,6 +436,10 @@ PEFT_VECTOR_ROWS: tuple[tuple[str, dict[str, Any]], ...] = (
     ("llama-3-8b", _tr(method="ia3", checkpointing="full", loss_chunks=8)),
     ("llama-3-8b", _tr(method="ia3", checkpointing="selective-op", loss_chunks=8)),
     ("llama-3-8b", _tr(method="ln-tuning", checkpointing="every:2", dtype="fp32")),
+    # prompt tuning: PeftModelForCausalLM puts the prompts before every sequence, the model runs s + n positions
+    ("llama-3-8b", _tr(method="prompt-tuning", num_virtual_tokens=16)),
+    ("llama-3-8b", _tr(method="prompt-tuning", num_virtual_tokens=40, checkpointing="selective-op", padded=True)),
+    ("qwen2.5-0.5b", _tr(method="prompt-tuning", num_virtual_tokens=32, checkpointing="full")),
 )
 
 QLORA_ROWS: tuple[tuple[str, dict[str, Any]], ...] = (
