@@ -342,7 +342,13 @@ def _peft_metamath_cases() -> dict[str, Case]:
             # MiCA (init_lora_weights="mica") freezes lora_B and trains lora_A: LoRA's shapes and forward, vramlens'
             # trainable B an upper bound (its gradient, AdamW states and saved input: 63 MiB, the case's notes)
             "lora-r32-qv-mica": {**lora, "lora_rank": 32, "lora_targets": qv},
-            "full-ft": dict(_PEFT_METAMATH)}
+            "full-ft": dict(_PEFT_METAMATH),
+            # peft's defaults for Llama (vramlens.models.peft_targets): IA3 on k_proj, v_proj and down_proj's input,
+            # fp32 vectors (autocast_adapter_dtype=True); LN tuning's bf16 copies of every norm
+            "ia3": {**_PEFT_METAMATH, "method": "ia3"},
+            "ln-tuning": {**_PEFT_METAMATH, "method": "ln-tuning"},
+            # PromptTuningConfig(num_virtual_tokens=200): the model runs 768 + 200 positions
+            "prompt-tuning-200": {**_PEFT_METAMATH, "method": "prompt-tuning", "num_virtual_tokens": 200}}
     return {f"peft-metamathqa-llama3.2-3b-{name}": Case("llama-3.2-3b", settings, figure="peak_reserved", **_L40S_2026)
             for name, settings in rows.items()}
 

@@ -42,7 +42,10 @@ from vramlens.errors import ConfigError
 # Each choice is a Literal type (what mypy checks) and a tuple of its values (what the CLI, the web
 # page and validation list), the tuple derived from the type so the two cannot drift.
 Mode = Literal["inference", "train"]
-Method = Literal["full", "lora", "qlora"]
+#: ``ia3`` and ``ln-tuning`` are peft's IA3 and LN tuning with the model type's default targets
+#: (vramlens.models.peft_targets), ``prompt-tuning`` peft's prompt tuning (num_virtual_tokens): the base frozen,
+#: no LoRA adapters
+Method = Literal["full", "lora", "qlora", "ia3", "ln-tuning", "prompt-tuning"]
 DType = Literal["fp32", "fp16", "bf16"]
 Amp = Literal["fp16", "bf16"]
 Quant = Literal["int8", "nf4", "nf4-dq", "fp4", "int4", "gptq-4bit", "awq-4bit", "fp8"]
@@ -100,6 +103,10 @@ CompileScope = Literal["model", "blocks", "blocks+loss"]
 
 MODES: tuple[Mode, ...] = get_args(Mode)
 METHODS: tuple[Method, ...] = get_args(Method)
+#: The methods that add LoRA adapters (lora_rank, lora_targets, lora_dropout, dora apply to them).
+LORA_METHODS: tuple[Method, ...] = ("lora", "qlora")
+#: The methods that train small tensors of their own beside a frozen base and add no linear adapter.
+VECTOR_METHODS: tuple[Method, ...] = ("ia3", "ln-tuning", "prompt-tuning")
 DTYPES: tuple[DType, ...] = get_args(DType)
 AMPS: tuple[Amp, ...] = get_args(Amp)
 QUANTS: tuple[Quant, ...] = get_args(Quant)
@@ -242,6 +249,9 @@ class Workload:
     #: unless all three are adapted, ``zero_pad``'s ``index_copy`` keeps its source (the adapted outputs)
     fused_qkv: bool = False
     lora_rank: int = 8  # peft LoraConfig's r default
+    #: peft's PromptTuningConfig ``num_virtual_tokens`` (no default there: required under --method prompt-tuning):
+    #: a trained (n, hidden) fp32 embedding whose rows are put before every sequence
+    num_virtual_tokens: int = 0
     lora_targets: tuple[str, ...] = DEFAULT_LORA_TARGETS
     lora_dropout: float = 0.0
     lora_dtype: LoraDType = "fp32"
@@ -351,6 +361,17 @@ class Workload:
     bnb_compute_dtype: DType | None = None
 
     # ---- derived ------------------------------------------------------------------------
+    @property
+    def lora_adapted(self) -> tuple[str, ...]:
+        """The module names LoRA adapts: ``lora_targets`` under lora and qlora, none under the other methods."""
+        return self.lora_targets if self.method in LORA_METHODS else ()
+
+    @property
+    def norms_train(self) -> bool:
+        """The norms' weights train (full fine-tuning; LN tuning's trainable copies), so each norm keeps its
+        normalized input for the weight's gradient."""
+        return self.method in ("full", "ln-tuning")
+
     @property
     def training(self) -> bool:
         return self.mode == "train"
@@ -630,6 +651,14 @@ class Workload:
             p.append(f"new_tokens={L.show(self.new_tokens)} must be a whole number >= 0")
         elif self.new_tokens > L.MAX_SEQ:
             p.append(f"new_tokens={L.show(self.new_tokens)} is over the limit of {L.MAX_SEQ:,}")
+        n = self.num_virtual_tokens
+        if isinstance(n, bool) or not isinstance(n, int) or n < 0:
+            p.append(f"num_virtual_tokens={L.show(n)} must be a whole number >= 0")
+        elif n > L.MAX_SEQ:
+            p.append(f"num_virtual_tokens={L.show(n)} is over the limit of {L.MAX_SEQ:,}")
+        elif self.method == "prompt-tuning" and n == 0:
+            p.append("method=prompt-tuning needs --num-virtual-tokens N (PromptTuningConfig has no default; PEFT's "
+                     "MetaMathQA runs 200)")
         if isinstance(self.kv_block, bool) or not isinstance(self.kv_block, int) or self.kv_block < 0:
             p.append(f"kv_block={L.show(self.kv_block)} must be 0 (no paging) or a block size in tokens")
         elif self.kv_block > L.MAX_KV_BLOCK:
@@ -682,6 +711,9 @@ class Workload:
             p.append(f"images={L.show(self.images)} must be a whole number >= 0 (images per sample)")
         elif self.images > L.MAX_IMAGES:
             p.append(f"images={self.images:,} is over the limit of {L.MAX_IMAGES:,} images per sample")
+        if self.method == "prompt-tuning" and self.seq + self.num_virtual_tokens > L.MAX_SEQ:
+            p.append(f"seq + num_virtual_tokens = {self.seq + self.num_virtual_tokens:,} is over the limit of "
+                     f"{L.MAX_SEQ:,} tokens")
         if self.seq + self.new_tokens > L.MAX_SEQ:
             p.append(f"seq + new_tokens = {self.seq + self.new_tokens:,} is over the limit of {L.MAX_SEQ:,} tokens")
         if self.gpus % (self.tp * self.pp * self.cp):
@@ -721,6 +753,7 @@ class Workload:
         if self.new_tokens and self.task is not None and self.task not in GENERATING_TASKS:
             p.append(f"new_tokens={self.new_tokens} needs a generating task (causal-lm or seq2seq-lm); "
                      f"task={self.task} does not generate: drop --new-tokens")
+        p += self._vector_method_problems()
         if self.method != "full" and self.lora_dtype not in ("fp32", self.compute_dtype):
             p.append(f"lora_dtype={self.lora_dtype} with compute dtype {self.compute_dtype}: adapters are kept in fp32 "
                      f"(peft) or in the model's dtype (torchtune): use --lora-dtype fp32 or {self.compute_dtype}")
@@ -964,6 +997,34 @@ class Workload:
                      "--optimizer-in-backward, or estimate one GPU (data or tensor parallel)")
         return p
 
+    def _vector_method_problems(self) -> list[str]:
+        """IA3, LN tuning and prompt tuning are modelled for single-GPU (or data-parallel) training in the model's dtype, as
+        peft's method comparison runs them; the rest is refused rather than guessed."""
+        if self.method not in VECTOR_METHODS:
+            return []
+        m = f"method={self.method}"
+        p = []
+        if self.mode != "train":
+            p.append(f"{m} is modelled for training: estimate inference with --method full ("
+                     + ("and --seq lengthened by the virtual tokens)" if self.method == "prompt-tuning"
+                        else "the vectors are merged or a few KiB)"))
+        if self.quant is not None:
+            p.append(f"{m} over quant={self.quant} weights is not modelled: drop --quant")
+        if self.amp is not None:
+            p.append(f"{m} under autocast (amp={self.amp}) is not modelled: drop --amp")
+        if self.fused_qkv:
+            p.append(f"{m} adapts transformers' separate projections; fused_qkv is LitGPT's: drop --fused-qkv")
+        off = [f"{n}={getattr(self, n)}" for n in ("tp", "pp", "cp") if getattr(self, n) > 1]
+        off += [f"zero={self.zero}"] * bool(self.zero) + ["fsdp"] * bool(self.fsdp)
+        off += ["compile"] * bool(self.compile) + ["activation_offload"] * bool(self.activation_offload)
+        if self.method == "prompt-tuning" and (self.loss_chunks > 1 or self.loss != "cross-entropy"):
+            p.append(f"{m} runs through PeftModelForCausalLM's forward and transformers' own loss, which puts the "
+                     "prompts before the sequence; drop --loss-chunks and --loss")
+        if off:
+            p.append(f"{m} is modelled on one GPU or under data parallelism without {', '.join(off)}: drop "
+                     + ("it" if len(off) == 1 else "them"))
+        return p
+
     def ignored(self) -> list[str]:
         """Settings that were given but do not apply to this run, one sentence each (they change nothing,
         or next to nothing, as selective checkpointing over SDPA).
@@ -1011,12 +1072,16 @@ class Workload:
                 out.append(f"checkpointing='selective' recomputes the attention core (scores, softmax, dropout); "
                            f"attention={self.attention!r} keeps no scores, so it drops only the kernel's fp32 "
                            "log-sum-exp (b x heads x s per block): use selective-op, every:N or full to save memory")
-        if self.method == "full":
+        if self.method not in LORA_METHODS:
+            # IA3 keeps its vectors in lora_dtype (peft's autocast_adapter_dtype); LN tuning's norms stay in the
+            # model's dtype
             names = [n for n in ("lora_rank", "lora_targets", "lora_dropout", "lora_dtype", "dora", "quant_targets")
-                     if given(n)]
+                     if given(n) and not (n == "lora_dtype" and self.method == "ia3")]
             if names:
-                out.append("ignored with method='full' (they apply to LoRA and QLoRA): "
+                out.append(f"ignored with method={self.method!r} (they apply to LoRA and QLoRA): "
                            + ", ".join(f"{n}={getattr(self, n)!r}" for n in names))
+        if given("num_virtual_tokens") and self.method != "prompt-tuning":
+            out.append(f"ignored: num_virtual_tokens={self.num_virtual_tokens!r} applies to --method prompt-tuning")
         elif given("quant_targets") and self.quantized is None:
             out.append(f"ignored: quant_targets={self.quant_targets!r} says which linears quantized weights cover, "
                        "and none are quantized (use --method qlora or --quant)")

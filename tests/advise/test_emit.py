@@ -220,3 +220,27 @@ def test_fit_api_bounds_what_the_cli_bounds(kw, message):
     """vramlens.fit took host_ram=-1 (every offload plan then missed), top=-1 (one plan) and nodes=True."""
     with pytest.raises(InputError, match=message):
         fit(llama7b(), Workload(mode="train"), get_gpu("24GB"), **kw)
+
+
+@pytest.mark.parametrize("method", ["ia3", "ln-tuning"])
+def test_peft_vector_methods_emit_get_peft_config(method):
+    """IA3 and LN tuning: a locked method stays in the plans, and peft builds the config from the dict with the
+    model type's default targets (target_modules None); torchtune has no recipe for them."""
+    plan = _plan(base={"method": method}, method_locked=True)
+    assert plan.workload.method == method
+    kw = emit(plan, "peft")
+    assert kw == {"peft_type": {"ia3": "IA3", "ln-tuning": "LN_TUNING"}[method], "task_type": "CAUSAL_LM"}
+    peft = pytest.importorskip("peft")
+    cfg = peft.get_peft_config(kw)
+    assert type(cfg).__name__ == {"ia3": "IA3Config", "ln-tuning": "LNTuningConfig"}[method]
+    assert cfg.target_modules is None
+    with pytest.raises(InputError, match=f"trains peft's {method} "):
+        emit(plan, "torchtune")
+
+
+def test_prompt_tuning_emits_its_virtual_tokens():
+    plan = _plan(base={"method": "prompt-tuning", "num_virtual_tokens": 20}, method_locked=True)
+    kw = emit(plan, "peft")
+    assert kw == {"peft_type": "PROMPT_TUNING", "task_type": "CAUSAL_LM", "num_virtual_tokens": 20}
+    peft = pytest.importorskip("peft")
+    assert peft.get_peft_config(kw).num_virtual_tokens == 20

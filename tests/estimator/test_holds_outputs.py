@@ -70,3 +70,10 @@ def test_ignored_where_not_modelled_and_in_inference():
 def test_must_be_a_bool():
     with pytest.raises(InputError, match="holds_outputs='yes' must be true or false"):
         Workload(mode="train", holds_outputs="yes").validated()  # type: ignore[arg-type]
+
+
+def test_the_held_cache_ignores_the_inference_cache_settings():
+    # the training forward's DynamicCache is in the compute dtype, unpaged: --kv-dtype and --kv-block are ignored
+    # in training (GPT-2: the held cache's copies are on top of what autograd keeps, so a changed size would show)
+    base = estimate("gpt2", mode="train", holds_outputs=True).breakdown.phases
+    assert estimate("gpt2", mode="train", holds_outputs=True, kv_dtype="fp8", kv_block=16).breakdown.phases == base

@@ -9,6 +9,7 @@ from vramlens.trace.crosscheck import (
     FSDP_ROWS,
     FSDP_TP_ROWS,
     LOGITS_SUM_ROWS,
+    PEFT_VECTOR_ROWS,
     QLORA_ROWS,
     TECHNIQUE_ROWS,
     TP_INFERENCE_ROWS,
@@ -43,7 +44,7 @@ def _check(rows):
 def test_rows_name_real_settings():
     from vramlens.workload import workload_fields
 
-    for _name, row in (TECHNIQUE_ROWS + QLORA_ROWS + CACHE_ROWS + CHECKPOINT_ROWS + FSDP_ROWS + FSDP_TP_ROWS + TP_ROWS
+    for _name, row in (TECHNIQUE_ROWS + QLORA_ROWS + PEFT_VECTOR_ROWS + CACHE_ROWS + CHECKPOINT_ROWS + FSDP_ROWS + FSDP_TP_ROWS + TP_ROWS
                        + TP_INFERENCE_ROWS + TP_TECHNIQUE_ROWS
                        + LOGITS_SUM_ROWS + WEIGHT_ONLY_ROWS):
         assert set(row) <= set(workload_fields())
@@ -108,6 +109,12 @@ def test_long_decoding_matches_trace(row):
 @pytest.mark.parametrize("row", QLORA_ROWS, ids=_row_id)
 def test_qlora_lora_dtype_dropout_and_dora_match_trace(row):
     """bitsandbytes' 4-bit linears (all or the adapted ones), the adapters' dtype, dropout and DoRA."""
+    _check(run_rows((row,)))
+
+
+@pytest.mark.parametrize("row", PEFT_VECTOR_ROWS, ids=lambda row: f"{row[1]['method']}-{_row_id(row)}")
+def test_ia3_and_ln_tuning_match_trace(row):
+    """peft's IA3 and LN tuning (get_peft_model with the model type's default targets) on the real module."""
     _check(run_rows((row,)))
 
 

@@ -385,9 +385,11 @@ def tradeoffs(spec: ModelSpec, w: Workload, base: Workload, *, trainable: int) -
                     f"torchtitan every:{w.checkpoint_every} checkpointing: {sum(C.checkpointed(spec, w))} of "
                     f"{spec.n_layers} blocks recomputed")
             out.append(f"+{100 * dense / 3:.0f}% compute for recomputation ({what})")
-        if w.method in ("lora", "qlora") and n_params(spec):
+        if w.method != "full" and n_params(spec):
             pct = 100.0 * trainable / n_params(spec)
-            out.append(f"{w.method.upper() if w.method == 'lora' else 'QLoRA'}: {pct:.2g}% of parameters trained")
+            name = {"lora": "LoRA", "qlora": "QLoRA", "ia3": "IA3", "ln-tuning": "LN tuning",
+                    "prompt-tuning": "prompt tuning"}[w.method]
+            out.append(f"{name}: {pct:.2g}% of parameters trained")
         if w.method == "qlora":
             f = QUANT_MATMUL_FACTOR["nf4-dq"]
             out.append(f"4-bit NF4 base weights: ~{f:.2g}x slower matmuls; quality loss small (QLoRA paper)")

@@ -18,7 +18,7 @@ from typing import Any
 
 from vramlens.advise.plan import Plan
 from vramlens.errors import InputError
-from vramlens.workload import FOUR_BIT, Workload
+from vramlens.workload import FOUR_BIT, VECTOR_METHODS, Workload
 
 KINDS = ("trainer", "peft", "bnb", "deepspeed", "accelerate", "fsdp", "device-map", "alloc-conf", "torchtune", "vllm",
          "llama.cpp", "torchtitan")
@@ -244,12 +244,21 @@ def trainer(plan: Plan, *, legacy_names: bool | None = None) -> dict[str, Any]:
 
 
 def peft(plan: Plan) -> dict[str, Any]:
-    """``peft.LoraConfig`` keyword arguments. lora_alpha = 2r, a common choice (peft's default is 8)."""
+    """``peft.LoraConfig`` keyword arguments. lora_alpha = 2r, a common choice (peft's default is 8). IA3 and LN
+    tuning: the dict ``peft.get_peft_config`` takes (its ``peft_type`` names the config class)."""
     w = plan.workload
     if w.method == "full":
         raise InputError("--emit peft: the plan trains every parameter (--method full); no LoRA settings")
-    targets = list(w.lora_targets)
     kind = plan.estimate.model.kind
+    if w.method == "prompt-tuning":
+        return {"peft_type": "PROMPT_TUNING", "task_type": "CAUSAL_LM", "num_virtual_tokens": w.num_virtual_tokens}
+    if w.method in VECTOR_METHODS:
+        # IA3Config / LNTuningConfig with target_modules None: peft takes the model type's defaults, which
+        # vramlens' estimate assumed (vramlens.models.peft_targets); get_peft_model(autocast_adapter_dtype=...)
+        # keeps IA3's vectors in fp32 by default
+        return {"peft_type": "IA3" if w.method == "ia3" else "LN_TUNING",
+                "task_type": {"decoder": "CAUSAL_LM"}.get(kind, "FEATURE_EXTRACTION")}
+    targets = list(w.lora_targets)
     return {
         "r": w.lora_rank,
         "lora_alpha": 2 * w.lora_rank,
@@ -609,7 +618,9 @@ def torchtune(plan: Plan) -> dict[str, Any]:
         # enable_fp8_training is read by recipes/full_finetune_distributed.py (torchao's convert_to_float8_training)
         refuse.append("trains in float8 on one GPU (torchtune's enable_fp8_training is in full_finetune_distributed)")
     targets = set(w.lora_targets)
-    if w.method != "full":
+    if w.method in VECTOR_METHODS:
+        refuse.append(f"trains peft's {w.method} (torchtune's recipes train full weights, LoRA, QLoRA or DoRA)")
+    elif w.method != "full":
         if "all-linear" in targets:
             targets = set(TORCHTUNE_ATTN) | set(TORCHTUNE_MLP)
         mlp = targets & set(TORCHTUNE_MLP)

@@ -273,8 +273,9 @@ class FastMemory:
         if not self.spec.sdpa and w.attention == "sdpa":
             # as estimate_spec: transformers runs eager where it refuses SDPA (gpt-oss)
             w = evolve(w, attention="eager")
-        if not w.training or w.cp > 1:
-            # inference, and context parallelism (the step at seq/cp per rank, estimator.context): the estimator itself
+        if not w.training or w.cp > 1 or w.method == "prompt-tuning":
+            # inference, context parallelism (the step at seq/cp per rank, estimator.context) and prompt tuning (the
+            # step at seq + num_virtual_tokens, estimator.core.estimate_spec): the estimator itself
             return self._exact(w)
         if w.problems():  # the state is memoized per STATE_FIELDS: the other fields are checked here
             return None

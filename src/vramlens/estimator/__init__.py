@@ -64,6 +64,8 @@ def check_workload(spec: ModelSpec, w: Workload) -> None:
     from vramlens.errors import ConfigError
     from vramlens.estimator.inventory import QKV_SLICES, lora_shape
     from vramlens.estimator.parallel import INTERLEAVED_STAGES_PER_RANK
+    from vramlens.models import peft_method_problem
+    from vramlens.workload import LORA_METHODS
 
     p = []
     if w.images and spec.vlm is None:
@@ -90,24 +92,26 @@ def check_workload(spec: ModelSpec, w: Workload) -> None:
     elif w.training and w.pp > 1 and w.pp_schedule == "interleaved-1f1b" and w.pp * INTERLEAVED_STAGES_PER_RANK > spec.n_layers:
         p.append(f"pp_schedule='interleaved-1f1b' with pp={w.pp} needs {w.pp * INTERLEAVED_STAGES_PER_RANK} stages "
                  f"of at least one block; {spec.name} has {spec.n_layers}: use --pp-schedule 1f1b")
-    if w.method != "full":
+    if w.method in ("ia3", "ln-tuning") and (why := peft_method_problem(spec, w.method)) is not None:
+        p.append(why)
+    if w.method in LORA_METHODS:
         names = sorted({t.module for t in spec.tensors if t.role in ("linear", "conv1d") and t.layer is not None})
         # LitGPT's parts of a fused q/k/v linear (inventory.qkv_slices) exist only under --fused-qkv
-        targets = tuple(w.lora_targets)
+        targets = tuple(w.lora_adapted)
         parts = (" (q_proj, k_proj and v_proj name the parts of its fused q/k/v linear under --fused-qkv, LitGPT's "
                  "LoRAQKVLinear)" if not w.fused_qkv and set(targets) & set(QKV_SLICES)
                  and lora_shape(spec, targets, True).count > lora_shape(spec, targets).count else "")
-        if lora_shape(spec, tuple(w.lora_targets), w.fused_qkv).count == 0:
-            p.append(f"lora_targets={','.join(w.lora_targets)} match no linear layer of {spec.name}: "
+        if lora_shape(spec, tuple(w.lora_adapted), w.fused_qkv).count == 0:
+            p.append(f"lora_targets={','.join(w.lora_adapted)} match no linear layer of {spec.name}: "
                      f"choose from {', '.join(names)} or all-linear{parts}")
         else:
             # peft adapts what matches and ignores the rest silently: a typo would count as fewer adapters
-            unknown = [t for t in w.lora_targets if t != "all-linear" and lora_shape(spec, (t,), w.fused_qkv).count == 0]
+            unknown = [t for t in w.lora_adapted if t != "all-linear" and lora_shape(spec, (t,), w.fused_qkv).count == 0]
             if unknown:
                 p.append(f"lora_targets: {', '.join(unknown)} {'matches' if len(unknown) == 1 else 'match'} no "
                          f"linear layer of {spec.name}: choose from {', '.join(names)} or all-linear{parts}")
-    if w.method != "full":
-        smallest = min(lora_shape(spec, tuple(w.lora_targets), w.fused_qkv).targets,
+    if w.method in LORA_METHODS:
+        smallest = min(lora_shape(spec, tuple(w.lora_adapted), w.fused_qkv).targets,
                        key=lambda lin: min(lin.in_features, lin.out_features), default=None)
         if smallest is not None and w.lora_rank > min(smallest.in_features, smallest.out_features):
             side = min(smallest.in_features, smallest.out_features)

@@ -28,14 +28,22 @@ from vramlens.estimator.checkpointing import (
     last_block_checkpointed,
     whole_blocks,
 )
-from vramlens.estimator.inventory import Linear, is_fused_qkv, qkv_slice_widths, qkv_slices, summarize
+from vramlens.estimator.inventory import (
+    Linear,
+    is_fused_qkv,
+    qkv_slice_widths,
+    qkv_slices,
+    summarize,
+    vector_dtype,
+)
 from vramlens.estimator.linears import GROUPS, linear_group
 from vramlens.estimator.masks import padded_mask, repeats_kv
 from vramlens.estimator.memo import identity_cache
+from vramlens.models.peft_targets import IA3_TARGETS
 from vramlens.models.spec import ModelSpec
 from vramlens.units import BLOCK, DTYPE_BYTES
 from vramlens.units import block_bytes as _r  # one allocation's bytes, in 512-byte blocks
-from vramlens.workload import FOUR_BIT, Workload
+from vramlens.workload import FOUR_BIT, LORA_METHODS, VECTOR_METHODS, Workload
 
 #: The philox seed and offset (an int64 each) that CUDA's flash, memory-efficient and cuDNN SDPA
 #: kernels return and keep for backward, with or without dropout (one 512-byte block each in the
@@ -186,7 +194,7 @@ def trained_linears(spec: ModelSpec, w: Workload, group: str) -> int:
     members = linear_groups(spec).get(group, ())
     if w.method == "full":
         return len(members)
-    targets = tuple(w.lora_targets)
+    targets = tuple(w.lora_adapted)
     if "all-linear" in targets:
         return len(members)
     return sum(1 for path, leaf in members if _lora_on(spec, w, path, leaf))
@@ -195,7 +203,7 @@ def trained_linears(spec: ModelSpec, w: Workload, group: str) -> int:
 def _lora_on(spec: ModelSpec, w: Workload, path: str, leaf: str) -> bool:
     """Whether the linear at ``path`` carries an adapter: its name among the targets, or under ``fused_qkv``
     a fused q/k/v linear with a part the targets name (inventory.qkv_slices)."""
-    targets = tuple(w.lora_targets)
+    targets = tuple(w.lora_adapted)
     if "all-linear" in targets or leaf in targets or any(path.endswith("." + x) for x in targets):
         return True
     lin = _fused_qkv_linears(spec).get(path) if w.fused_qkv else None
@@ -215,7 +223,7 @@ def trains(w: Workload, leaf: str) -> bool:
     """Whether the linear named ``leaf`` (``"q_b_proj"``) keeps its input for a weight gradient."""
     if w.method == "full":
         return True
-    targets = tuple(w.lora_targets)
+    targets = tuple(w.lora_adapted)
     return "all-linear" in targets or leaf in targets
 
 
@@ -248,6 +256,15 @@ def untracked_before_first_adapter(spec: ModelSpec, w: Workload, b: int, s: int)
     """
     if w.method == "full":
         return 0, ()
+    if w.method == "prompt-tuning":
+        return 0, ()  # the prompts need a gradient: every block's input does, from the first on
+    if w.method in VECTOR_METHODS:
+        # the first block's input norm reads the frozen embedding's output, so it keeps no fp32 copy of it: IA3
+        # tracks nothing before its first vector, LN tuning's trained copy keeps only the normalized tensor
+        # for its weight's gradient (the rest of what a trained norm keeps, in layer_activations)
+        c = DTYPE_BYTES[w.compute_dtype]
+        return _norm_saved(norm_kind(spec), spec.hidden_size, b * s, 4 if w.run_dtype == "fp32" else c, c, 0,
+                           False, False), ()
     groups = []
     for g in GROUP_ORDER:
         groups.append(g)
@@ -303,7 +320,7 @@ def lora_casts_input(w: Workload) -> bool:
     kept by no one. Under autocast each adapter keeps autocast's half copy either way (counted
     with the norm's consumers, see _norm_saved).
     """
-    if w.method == "full" or _autocast(w):
+    if w.method not in LORA_METHODS or _autocast(w):
         return False
     return DTYPE_BYTES[w.lora_dtype] != DTYPE_BYTES[w.compute_dtype] or w.lora_dropout > 0
 
@@ -529,6 +546,34 @@ def litgpt_kv_saved(D: Dims, t: int, c: int) -> tuple[int, int]:
     return k, _r(c * (D.a + 2 * D.kv) * D.d * t)
 
 
+def ia3_saved(spec: ModelSpec, w: Workload, t: int) -> int:
+    """IA3's own activations in one block of t tokens (src/peft/tuners/ia3/layer.py ``Linear.forward``, the
+    same at huggingface/peft d787f51b and in peft 0.21.2).
+
+    An output-scaled linear (Llama's k_proj and v_proj) returns ``(result * ia3_scaling).to(result.dtype)``:
+    the multiplication keeps the frozen linear's output (compute dtype, t x n) for the vector's gradient and
+    ``ia3_scaling`` (``1 * ia3_l.flatten()``: a new (n,) tensor in the vectors' dtype) for the output's. An
+    input-scaled one (the feedforward down_proj) runs the frozen linear on ``(x.to(dtype) * ia3_scaling)
+    .to(x.dtype)``: the multiplication keeps its input in the vectors' dtype (fp32 under peft's
+    autocast_adapter_dtype: a copy; the input itself when the dtypes agree) and the (k,) scaling. The frozen
+    linears keep nothing of their inputs.
+    """
+    if w.method != "ia3" or (targets := IA3_TARGETS.get(spec.model_type)) is None:
+        return 0
+    c = DTYPE_BYTES[w.compute_dtype]
+    vb = DTYPE_BYTES[vector_dtype(w)]
+    dims = _dims_by_path(spec)
+    total = 0
+    for g in GROUP_ORDER:
+        for path, leaf in linear_groups(spec).get(g, ()):
+            k, n = dims.get(path, (0, 0))
+            if leaf in targets.scales_output:
+                total += _r(c * n * t) + _r(vb * n)
+            elif leaf in targets.scales_input:
+                total += _r(vb * k * t) + _r(vb * k)
+    return total
+
+
 def _lora_saved(spec: ModelSpec, w: Workload, D: Dims, t: int, c: int, tp: int = 1) -> int:
     """LoRA's own activations in one block: B keeps A's output (t x r) per adapted linear, A keeps
     a private copy of its input when it makes one (see lora_casts_input); with lora_dropout each
@@ -561,7 +606,7 @@ def litgpt_qkv_parts(spec: ModelSpec, w: Workload, tp: int = 1) -> tuple[int, ..
     inventory.qkv_slices), or the adapted ones of a model whose q, k and v are separate linears."""
     fused = tuple(_fused_qkv_linears(spec).values())
     if fused:
-        on = qkv_slices(spec, fused[0], tuple(w.lora_targets))
+        on = qkv_slices(spec, fused[0], tuple(w.lora_adapted))
         return tuple(max(1, n // tp) for n, part in zip(qkv_slice_widths(spec), on) if part)
     return tuple(n for _, n in adapted_dims(spec, w, "qkv", tp))
 
@@ -601,7 +646,7 @@ def _lora_cross_saved(spec: ModelSpec, w: Workload, t: int, t_kv: int, c: int, t
     total = 0
     for g in ("qkv", "attn_out"):
         for path, leaf in linear_groups(spec).get(g, ()):
-            if not _adapted(w, leaf) and not any(path.endswith("." + x) for x in w.lora_targets):
+            if not _adapted(w, leaf) and not any(path.endswith("." + x) for x in w.lora_adapted):
                 continue
             k = dims.get(path, (0, 0))[0]
             k = k if g == "qkv" else max(1, k // tp)
@@ -660,6 +705,7 @@ def layer_activations(spec: ModelSpec, w: Workload, b: int, s: int, *, cross_s: 
     casts = autocast
     p_attn, p_hid = dropout_probs(spec)
     full = w.method == "full"
+    norms = w.norms_train  # LN tuning trains the block's norms (copies of them) and nothing else
     kind = norm_kind(spec)
     # linears that keep their input (their weight trains); under LoRA with half weights and no
     # autocast the adapters keep an fp32 copy instead (in _lora_saved), not the input itself
@@ -679,15 +725,15 @@ def layer_activations(spec: ModelSpec, w: Workload, b: int, s: int, *, cross_s: 
         mlp_consumers = mlp_consumers + km if casts else max(mlp_consumers, min(km, 1))
         attn_out_saves = attn_out_saves or bnb_kept_inputs(spec, w, "attn_out", tp) > 0
         mlp_out_saves = mlp_out_saves or bnb_kept_inputs(spec, w, "mlp_out", tp) > 0
-    total = _lora_saved(spec, w, D, t, c, tp)
+    total = _lora_saved(spec, w, D, t, c, tp) + ia3_saved(spec, w, t)
     quad = 0
 
     # --- attention input norm (pre-norm); post-norm blocks' linears keep the block input itself ----
     if spec.norm_placement == "post":
-        total += _norm_saved(kind, D.h, t, r, c, qkv_consumers, casts, full) - _norm_saved(kind, D.h, t, r, c, 0,
-                                                                                          casts, full)
+        total += _norm_saved(kind, D.h, t, r, c, qkv_consumers, casts, norms) - _norm_saved(kind, D.h, t, r, c, 0,
+                                                                                          casts, norms)
     else:
-        total += _sp_norm_saved(kind, D.h, t, r, c, qkv_consumers, casts, full, sp)
+        total += _sp_norm_saved(kind, D.h, t, r, c, qkv_consumers, casts, norms, sp)
 
     attention = sdpa_core(spec, w, cross=False)
     local = local or (layer is not None and layer in spec.sliding_layer_ids)
@@ -813,11 +859,11 @@ def layer_activations(spec: ModelSpec, w: Workload, b: int, s: int, *, cross_s: 
     if spec.norm_placement != "pre":
         # a norm on the attention's output (Gemma's post_attention_layernorm, OLMo 2's): its input is
         # o_proj's output in the compute dtype, and only the residual add reads what it returns
-        total += _norm_saved(kind, D.h, t, c, c, 0, False, full) // sp
+        total += _norm_saved(kind, D.h, t, c, c, 0, False, norms) // sp
 
     # --- cross-attention (encoder-decoder decoder blocks) ---------------------------------------------
     if cross_s:
-        total += _norm_saved(kind, D.h, t, r, c, 1 if qkv_consumers else 0, casts, full) // sp
+        total += _norm_saved(kind, D.h, t, r, c, 1 if qkv_consumers else 0, casts, norms) // sp
         cross_core = sdpa_core(spec, w, cross=True)
         total += q + 2 * _r(c * D.a * D.d * b * cross_s) + _lora_cross_saved(spec, w, t, b * cross_s, c, tp)
         if cross_core == "eager":
@@ -837,15 +883,15 @@ def layer_activations(spec: ModelSpec, w: Workload, b: int, s: int, *, cross_s: 
 
     # --- MLP --------------------------------------------------------------------------------------
     if spec.norm_placement == "post":
-        total += _norm_saved(kind, D.h, t, r, c, mlp_consumers, casts, full) - _norm_saved(kind, D.h, t, r, c, 0,
-                                                                                          casts, full)
+        total += _norm_saved(kind, D.h, t, r, c, mlp_consumers, casts, norms) - _norm_saved(kind, D.h, t, r, c, 0,
+                                                                                          casts, norms)
     elif spec.shared_block_norm:
         # the attention's norm output feeds the MLP too: only what the MLP's own consumers add (its output, when
         # no attention linear keeps it already; one cast per consumer under autocast)
-        total += (_sp_norm_saved(kind, D.h, t, r, c, qkv_consumers + mlp_consumers, casts, full, sp)
-                  - _sp_norm_saved(kind, D.h, t, r, c, qkv_consumers, casts, full, sp))
+        total += (_sp_norm_saved(kind, D.h, t, r, c, qkv_consumers + mlp_consumers, casts, norms, sp)
+                  - _sp_norm_saved(kind, D.h, t, r, c, qkv_consumers, casts, norms, sp))
     else:
-        total += _sp_norm_saved(kind, D.h, t, r, c, mlp_consumers, casts, full, sp)
+        total += _sp_norm_saved(kind, D.h, t, r, c, mlp_consumers, casts, norms, sp)
         if spec.parallel_norms_share_input and kind == "layernorm":
             total -= _r(r * D.h * t) // sp  # its input is the block's, which the attention's norm keeps
     dense = spec.is_moe and layer is not None and layer in spec.dense_layer_ids
@@ -853,7 +899,7 @@ def layer_activations(spec: ModelSpec, w: Workload, b: int, s: int, *, cross_s: 
     total += _mlp_saved(spec, D, t, c, (full and own > 0) if (spec.is_moe and not dense) else mlp_out_saves, autocast,
                         dense=dense, shared_out_saved=mlp_out_saves)
     if spec.norm_placement != "pre":
-        total += _norm_saved(kind, D.h, t, c, c, 0, False, full) // sp  # the norm on the MLP's output
+        total += _norm_saved(kind, D.h, t, c, c, 0, False, norms) // sp  # the norm on the MLP's output
     if p_hid > 0 and spec.block_dropouts >= 1:
         total += _r(D.h * t) // sp
     # --fp8 under TP: torchao's float8 styles keep float8 copies of the matmul inputs (vramlens.estimator.fp8)
@@ -930,7 +976,7 @@ def position_projections(spec: ModelSpec) -> tuple[str, ...]:
 
 
 def _adapted(w: Workload, leaf: str) -> bool:
-    targets = tuple(w.lora_targets)
+    targets = tuple(w.lora_adapted)
     return "all-linear" in targets or leaf in targets
 
 
@@ -1145,7 +1191,18 @@ def mlp_backward_bytes(spec: ModelSpec, w: Workload, b: int, s: int, tp: int = 1
     c = DTYPE_BYTES[w.compute_dtype]
     r = 4 if w.run_dtype == "fp32" else c
     g = 4 if act_upcasts(spec.activation, _autocast(w)) else c
-    return _r(r * spec.hidden_size * t) + 2 * _r(g * max(1, spec.ffn_size // tp) * t)
+    f = max(1, spec.ffn_size // tp)
+    return _r(r * spec.hidden_size * t) + max(2 * _r(g * f * t), ia3_mul_backward(spec, w, f * t))
+
+
+def ia3_mul_backward(spec: ModelSpec, w: Workload, n: int) -> int:
+    """The backward of IA3's ``x.to(dtype) * ia3_scaling`` on an input-scaled linear of n = t x k elements, before
+    the MLP's own: the gradient in the vectors' dtype (``.to``'s backward casts it), and the multiplication's two
+    input gradients, both full-size until the engine sums the vector's down to (k,) (``validate_outputs`` runs
+    ``at::sum_to`` after the node returns): three (t, k) tensors in the vectors' dtype (traced)."""
+    if w.method != "ia3" or (targets := IA3_TARGETS.get(spec.model_type)) is None or not targets.scales_input:
+        return 0
+    return 3 * _r(DTYPE_BYTES[vector_dtype(w)] * n)
 
 
 def _router_saved(spec: ModelSpec, D: Dims, t: int, c: int, *, router_trains: bool) -> int:
@@ -1369,8 +1426,7 @@ def final_norm_saved(spec: ModelSpec, w: Workload, b: int, s: int) -> int:
     consumers = 1 if H.head_keeps_input(spec, w) and not (w.loss == "fused-linear" and has_lm_head(spec)) else 0
     # under tensor parallelism the final norm is SequenceParallel and the output layer ColwiseParallel
     # over its all-gathered input (_sp_norm_saved); without it, sp = 1 and this is _norm_saved
-    return _sp_norm_saved(norm_kind(spec), spec.hidden_size, t, r, c, consumers, w.autocast, w.method == "full",
-                          w.tp)
+    return _sp_norm_saved(norm_kind(spec), spec.hidden_size, t, r, c, consumers, w.autocast, w.norms_train, w.tp)
 
 
 def checkpointed_mask(spec: ModelSpec, w: Workload, b: int, s: int) -> int:

@@ -137,7 +137,7 @@ def _block_linears(spec: ModelSpec, stack: str | None) -> tuple[tuple[str, str, 
 def _adapted(path: str, leaf: str, w: Workload) -> bool:
     if w.method == "full":
         return False
-    targets = tuple(w.lora_targets)
+    targets = tuple(w.lora_adapted)
     return "all-linear" in targets or leaf in targets or any(path.endswith("." + x) for x in targets)
 
 

@@ -120,7 +120,7 @@ QKV = ("q_proj", "k_proj", "v_proj")
 
 def lora_on_qkv(w: Workload) -> bool:
     """LoRA (not QLoRA) on some of q/k/v_proj only, with peft's fp32 adapters and no dropout: the case measured."""
-    t = tuple(w.lora_targets)
+    t = tuple(w.lora_adapted)
     return (w.method == "lora" and bool(t) and set(t) <= set(QKV) and w.lora_dtype == "fp32"
             and not w.lora_dropout and not w.dora)
 
@@ -214,7 +214,7 @@ def lora_block(spec: ModelSpec, w: Workload, b: int, s: int) -> CompiledBlock:
     t = b * s
     c = DTYPE_BYTES[w.compute_dtype]
     h, a, d, f = spec.hidden_size, spec.n_heads, spec.head_dim, spec.ffn_size
-    adapters = len(set(w.lora_targets) & set(QKV))
+    adapters = len(set(w.lora_adapted) & set(QKV))
     return CompiledBlock(
         residual_in=_r(c * h * t),                   # (b, s, h): the block's output
         norm_rsqrt=2 * _r(4 * t),                    # (b, s, 1) fp32: the MLP norm's, the next norm's

@@ -594,7 +594,9 @@ def recompute_mlp_gradients(spec: ModelSpec, w: Workload) -> int:
         down_keeps = w.method == "full" and own > 0
     else:
         down_keeps = A.trained_linears(spec, w, "mlp_out") * own > 0
-    return ((2 if spec.gated_mlp else 1) + (0 if down_keeps else 1)) * f_bytes
+    # IA3's input-scaled down projection: its multiplication's backward, before the MLP's own
+    ia3 = A.ia3_mul_backward(spec, w, max(1, f // w.tp) * w.batch * w.seq)
+    return max(((2 if spec.gated_mlp else 1) + (0 if down_keeps else 1)) * f_bytes, ia3)
 
 
 def _per_group(per_stack: tuple[int, ...], layers: list[tuple[A.LayerActivations, int]]) -> tuple[int, ...]:
@@ -874,7 +876,7 @@ def estimate_spec(spec: ModelSpec, w: Workload, gpu: GPU | None = None, *, headr
         elif w.training and spec.vlm.tiled is not None:
             hit = [x for x in ("q_proj", "k_proj", "v_proj", "o_proj", "fc1", "fc2", "linear", "linear_1")
                    if A.trains(replace(w, method="lora"), x)]
-            vision_notes.append(f"{w.method}: peft adapts every linear named {', '.join(w.lora_targets)}; in the vision "
+            vision_notes.append(f"{w.method}: peft adapts every linear named {', '.join(w.lora_adapted)}; in the vision "
                                 "tower (self_attn.q/k/v/o_proj, mlp.fc1/fc2, patch_embedding.linear), the adapter "
                                 f"(fc1, fc2) and the projector (linear_1) that is {', '.join(hit) if hit else 'none'}")
         elif w.training and w.method == "full":
@@ -883,13 +885,21 @@ def estimate_spec(spec: ModelSpec, w: Workload, gpu: GPU | None = None, *, headr
         elif w.training and dyn is not None:
             leaves = ("qkv", "proj", "gate_proj", "up_proj", "down_proj", "0", "2")  # the tower's, then the merger's
             hit = [x for x in leaves if A.trains(replace(w, method="lora"), x)]
-            vision_notes.append(f"{w.method}: peft adapts every linear named {', '.join(w.lora_targets)}; in the vision "
+            vision_notes.append(f"{w.method}: peft adapts every linear named {', '.join(w.lora_adapted)}; in the vision "
                                 f"tower (fused attn.qkv, attn.proj, the MLP's gate/up/down_proj, the merger's mlp.0 and "
                                 f"mlp.2) that is {', '.join(hit) if hit else 'none'}")
         elif w.training:
-            vision_notes.append(f"{w.method}: peft adapts every linear named {', '.join(w.lora_targets)}, the vision "
+            vision_notes.append(f"{w.method}: peft adapts every linear named {', '.join(w.lora_adapted)}, the vision "
                                 "tower's (and with all-linear LLaVA's projector's) included")
         w = replace(w, seq=w.seq + vis.tokens)
+    if w.method == "prompt-tuning":
+        # PeftModelForCausalLM.forward (src/peft/peft_model.py, peft d787f51b and 0.21.2) puts the n prompt
+        # embeddings before each sequence (torch.cat((prompts, inputs_embeds), dim=1)), ones before the attention
+        # mask and -100 before the labels: the model runs, and computes logits and loss over, s + n positions.
+        # Reported as given
+        vision_notes.append(f"prompt tuning: {w.num_virtual_tokens:,} virtual tokens before each sequence: the "
+                            f"model runs {w.seq + w.num_virtual_tokens:,} positions")
+        w = replace(w, seq=w.seq + w.num_virtual_tokens)
     full_seq = w.seq
     if w.cp > 1 and w.training:
         asked = w  # reported as given; the step is estimated at the rank's share of the sequence
@@ -1194,7 +1204,7 @@ def estimate_spec(spec: ModelSpec, w: Workload, gpu: GPU | None = None, *, headr
         advice = _advice(bd, w, fits)
         said = verdict(total, gpu, headroom)
     return Estimate(
-        model=spec, workload=asked if (spec.vlm is not None or w.cp > 1) else w, gpu=gpu, breakdown=bd, trainable_params=st.trainable,
+        model=spec, workload=asked if (spec.vlm is not None or w.cp > 1 or w.method == "prompt-tuning") else w, gpu=gpu, breakdown=bd, trainable_params=st.trainable,
         layer_activation_bytes=layer_act, fits=fits, headroom_bytes=headroom_bytes, advice=advice, explain=explain,
         verdict=said,
     )

@@ -139,7 +139,7 @@ def head_keeps_input(spec: ModelSpec, w: Workload) -> bool:
         return False
     if spec.head == "causal-lm" and spec.kind == "decoder":
         # a frozen output layer keeps no input (autograd saves mm's self only when the weight needs a gradient)
-        return w.method == "full" or "lm_head" in w.lora_targets
+        return w.method == "full" or "lm_head" in w.lora_adapted
     return w.method == "full" or spec.kind != "encoder" or spec.head == "embedding"
 
 

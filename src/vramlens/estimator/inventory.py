@@ -8,11 +8,16 @@ blocks, LoRA shapes, quantization group counts) are computed once per (spec, que
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from vramlens.estimator.linears import linear_group
 from vramlens.estimator.memo import identity_cache
+from vramlens.models.peft_targets import peft_vector_numels
 from vramlens.models.spec import ModelSpec, TensorInfo
 from vramlens.units import BLOCK, DTYPE_BYTES, round_up
+
+if TYPE_CHECKING:
+    from vramlens.workload import Workload
 
 #: bitsandbytes Optimizer8bit(min_8bit_size=4096): smaller parameters keep 32-bit optimizer states.
 BNB_MIN_8BIT_SIZE = 4096
@@ -242,3 +247,25 @@ def lora_rounded_bytes(shape: LoraShape, r: int, bytes_per_elem: int, dora: bool
         _LORA_BYTES.clear()
     _LORA_BYTES[key] = (shape, total)
     return total
+
+
+def vector_dtype(w: Workload) -> str:
+    """dtype of what IA3 or LN tuning trains (and of its gradients and Adam states): IA3's vectors in
+    ``lora_dtype`` (peft's ``cast_adapter_dtype`` upcasts a half ``ia3_l`` ParameterDict entry to fp32 under
+    ``autocast_adapter_dtype=True``); LN tuning's norm copies in the model's dtype (a ModuleDict of deep-copied
+    norms, which ``cast_adapter_dtype`` does not touch: src/peft/tuners/tuners_utils.py, peft 0.21.2)."""
+    if w.method == "prompt-tuning":
+        return "fp32"  # nn.Embedding made in torch's default dtype; PeftModel moves it to the device only
+    return w.dtype if w.method == "ln-tuning" else w.lora_dtype
+
+
+def vector_bytes(spec: ModelSpec, w: Workload, bytes_per_elem: int) -> int:
+    """IA3's or LN tuning's trainable tensors (models.peft_vector_numels), each rounded to the allocator's
+    512-byte blocks; 0 for the other methods."""
+    return sum(round_up(n * bytes_per_elem, BLOCK) for n in peft_vector_numels(spec, w.method, w.num_virtual_tokens))
+
+
+def largest_vector(spec: ModelSpec, w: Workload, bytes_per_elem: int) -> int:
+    """The largest of those tensors, rounded."""
+    return round_up(max(peft_vector_numels(spec, w.method, w.num_virtual_tokens), default=0) * bytes_per_elem,
+                    BLOCK)

@@ -39,7 +39,7 @@ from vramlens.estimator.masks import padded_mask, repeats_kv
 from vramlens.models.spec import ModelSpec
 from vramlens.units import DTYPE_BYTES
 from vramlens.units import block_bytes as _r  # one allocation's bytes, in 512-byte blocks
-from vramlens.workload import Workload
+from vramlens.workload import Workload, evolve
 
 
 def liger_chunk_tokens(tokens: int, hidden: int, vocab: int) -> int:
@@ -135,7 +135,9 @@ def cache_held(spec: ModelSpec, w: Workload, b: int, s: int) -> tuple[int, int]:
     if not (w.outputs_held and w.checkpointing == "none" and spec.head == "causal-lm"
             and spec.config.get("use_cache", True) is not False):
         return 0, 0
-    cache = kv_cache_bytes(spec, w, s, b, max(1, w.tp), prefill=True)
+    # the training forward's own DynamicCache: in the compute dtype, unpaged (--kv-dtype and --kv-block describe an
+    # inference cache and are ignored in training: Workload.ignored)
+    cache = kv_cache_bytes(spec, evolve(w, kv_dtype=None, kv_block=0), s, b, max(1, w.tp), prefill=True)
     c = DTYPE_BYTES[w.compute_dtype]
     # a padded batch's mask makes SDPA expand them too (masks.padded_mask)
     if (repeats_kv(spec, w.attention, padded_mask(spec, w), c) or w.gqa_expand) and spec.n_kv_heads not in (1, spec.n_heads):

@@ -41,16 +41,20 @@ from dataclasses import dataclass
 from vramlens.estimator.inventory import (
     BNB_MIN_8BIT_SIZE,
     LoraShape,
+    largest_vector,
     lora_matrix_numels,
     lora_rounded_bytes,
     summarize,
     trained_lora_shape,
     trained_param_numels,
+    vector_bytes,
+    vector_dtype,
 )
 from vramlens.estimator.memo import identity_cache
+from vramlens.models.peft_targets import peft_vector_numels
 from vramlens.models.spec import ModelSpec
 from vramlens.units import BLOCK, DTYPE_BYTES, ceil_div, pow2_ceil, round_up
-from vramlens.workload import Workload
+from vramlens.workload import VECTOR_METHODS, Workload
 
 #: bitsandbytes Optimizer2State.init_state: ``blocksize = 256`` absmax block (bitsandbytes >= 0.44)
 BNB_BLOCK = 256
@@ -120,14 +124,19 @@ ADAM_LIKE = ("adamw", "adam", "paged-adamw", "adamw-8bit", "paged-adamw-8bit", *
 
 def param_dtype_bytes(w: Workload) -> int:
     """Bytes of a trainable parameter (LoRA adapters: ``lora_dtype``, fp32 by default)."""
+    if w.method in VECTOR_METHODS:
+        return DTYPE_BYTES[vector_dtype(w)]
     if w.method != "full":
         return DTYPE_BYTES[w.lora_dtype]
     return DTYPE_BYTES[w.dtype]
 
 
 def _adapters(spec: ModelSpec, w: Workload, b: int) -> int:
-    """Bytes of one adapter-shaped tensor set (A, B, DoRA magnitudes) at b bytes per element."""
-    return lora_rounded_bytes(trained_lora_shape(spec, tuple(w.lora_targets), w.fused_qkv), w.lora_rank, b, w.dora)
+    """Bytes of one adapter-shaped tensor set (A, B, DoRA magnitudes; IA3's or LN tuning's tensors) at b bytes
+    per element."""
+    if w.method in VECTOR_METHODS:
+        return vector_bytes(spec, w, b)
+    return lora_rounded_bytes(trained_lora_shape(spec, tuple(w.lora_adapted), w.fused_qkv), w.lora_rank, b, w.dora)
 
 
 def _largest_adapter(shape: LoraShape, r: int, b: int, dora: bool) -> int:
@@ -155,7 +164,8 @@ def paged_state_bytes(spec: ModelSpec, w: Workload) -> tuple[int, int]:
     if w.mode != "train" or w.optimizer not in BNB_PAGED:
         return 0, 0
     per = 4 if w.optimizer == "paged-adamw" else 1
-    big = [n for n in _tensor_numels(spec, w.method, tuple(w.lora_targets), w.lora_rank, w.fused_qkv) if n >= BNB_PAGED_MIN_NUMEL]
+    big = [n for n in _tensor_numels(spec, w.method, tuple(w.lora_adapted), w.lora_rank, w.fused_qkv,
+                                     w.num_virtual_tokens) if n >= BNB_PAGED_MIN_NUMEL]
     return sum(2 * round_up(per * n, BLOCK) for n in big), sum(2 * per * n for n in big)
 
 
@@ -213,8 +223,10 @@ def optimizer_state_bytes(spec: ModelSpec, w: Workload, trainable: int) -> tuple
     if opt == "adafactor":
         if w.method == "full":
             total = _adafactor_bytes(spec, state_b)
+        elif w.method in VECTOR_METHODS:
+            total = vector_bytes(spec, w, state_b)  # a 1-D tensor keeps the full second-moment vector
         else:
-            shape = trained_lora_shape(spec, tuple(w.lora_targets), w.fused_qkv)
+            shape = trained_lora_shape(spec, tuple(w.lora_adapted), w.fused_qkv)
             r = w.lora_rank
             # A is (r, k): rows r + columns k; B is (n, r): rows n + columns r
             total = sum(lin.count * (round_up(r * state_b, BLOCK) + round_up(lin.in_features * state_b, BLOCK)
@@ -224,8 +236,8 @@ def optimizer_state_bytes(spec: ModelSpec, w: Workload, trainable: int) -> tuple
                 total += sum(lin.count * round_up(lin.out_features * state_b, BLOCK) for lin in shape.targets)
         return total, f"Adafactor: row + column second moments per matrix (n + k) at {state_b} B"
     if opt in BNB_OPTIMIZERS or opt in TORCHAO_LOW_BIT or opt == CPU_OFFLOAD:
-        lay = per_tensor_states(spec, opt, state_b, w.method, tuple(w.lora_targets), w.lora_rank,
-                                fused_qkv=w.fused_qkv)
+        lay = per_tensor_states(spec, opt, state_b, w.method, tuple(w.lora_adapted), w.lora_rank,
+                                fused_qkv=w.fused_qkv, virtual_tokens=w.num_virtual_tokens)
         return lay.gpu_bytes, lay.formula
     raise ValueError(opt)
 
@@ -248,9 +260,11 @@ class TensorStates:
 
 
 def _tensor_numels(spec: ModelSpec, method: str, targets: tuple[str, ...], rank: int,
-                   fused_qkv: bool = False) -> tuple[int, ...]:
+                   fused_qkv: bool = False, virtual_tokens: int = 0) -> tuple[int, ...]:
     if method == "full":
         return trained_param_numels(spec)
+    if method in VECTOR_METHODS:
+        return peft_vector_numels(spec, method, virtual_tokens)
     return lora_matrix_numels(trained_lora_shape(spec, targets, fused_qkv), rank)
 
 
@@ -286,13 +300,13 @@ def _torchao_step(lay: LowBitState, n: int) -> int:
 
 @identity_cache
 def per_tensor_states(spec: ModelSpec, opt: str, state_b: int, method: str, targets: tuple[str, ...],
-                      rank: int, fused_qkv: bool = False) -> TensorStates:
+                      rank: int, fused_qkv: bool = False, virtual_tokens: int = 0) -> TensorStates:
     """The states of ``opt`` (bitsandbytes 8-bit, torchao low-bit or CPU offload), tensor by tensor.
 
     ``state_b``: bytes per element of a state kept in the parameter's precision (the parameter's
     dtype, fp32 with a master copy or for LoRA adapters).
     """
-    numels = _tensor_numels(spec, method, targets, rank, fused_qkv)
+    numels = _tensor_numels(spec, method, targets, rank, fused_qkv, virtual_tokens)
     if opt in BNB_OPTIMIZERS:
         gpu = sum(_bnb_8bit(n) for n in numels) + (BNB_QMAPS_BYTES if max(numels, default=0) >= BNB_MIN_8BIT_SIZE else 0)
         return TensorStates(gpu, 0, 0, "2 uint8 states + fp32 absmax per 256 per tensor; tensors < 4,096 "
@@ -341,8 +355,8 @@ def optimizer_step_temporary(spec: ModelSpec, w: Workload, trainable: int) -> tu
     if w.optimizer == CPU_OFFLOAD:
         return 0, "CPU offload: the step runs on the host; the GPU's small parameters step with fused AdamW in place"
     if w.optimizer in TORCHAO_LOW_BIT:
-        lay = per_tensor_states(spec, w.optimizer, state_b, w.method, tuple(w.lora_targets), w.lora_rank,
-                                fused_qkv=w.fused_qkv)
+        lay = per_tensor_states(spec, w.optimizer, state_b, w.method, tuple(w.lora_adapted), w.lora_rank,
+                                fused_qkv=w.fused_qkv, virtual_tokens=w.num_virtual_tokens)
         return lay.step_bytes, ("torchao's compiled step of the largest quantized parameter: "
                                 "its fp32 moments before requantization and block maxima")
     if w.optimizer in ("adamw", "adam", "paged-adamw") and w.optimizer_impl == "foreach":
@@ -356,8 +370,10 @@ def optimizer_step_temporary(spec: ModelSpec, w: Workload, trainable: int) -> tu
     # per-tensor updates hold state-sized temporaries of a single tensor at a time: the largest one's
     if w.method == "full":
         largest = round_up(summarize(spec).largest_param_numel * state_b, BLOCK)
+    elif w.method in VECTOR_METHODS:
+        largest = largest_vector(spec, w, state_b)
     else:
-        largest = _largest_adapter(trained_lora_shape(spec, tuple(w.lora_targets), w.fused_qkv), w.lora_rank, state_b, w.dora)
+        largest = _largest_adapter(trained_lora_shape(spec, tuple(w.lora_adapted), w.fused_qkv), w.lora_rank, state_b, w.dora)
     if w.optimizer in ("adamw", "adam", "paged-adamw"):
         if w.optimizer_impl == "fused":
             return 0, "fused Adam updates in place"
@@ -377,7 +393,9 @@ def largest_gradient_bytes(spec: ModelSpec, w: Workload) -> int:
     parameter; LoRA: the largest adapter matrix, r x max(in, out), or DoRA magnitude, in the adapters' dtype)."""
     if w.method == "full":
         return round_up(summarize(spec).largest_param_numel * param_dtype_bytes(w), BLOCK)
-    return _largest_adapter(trained_lora_shape(spec, tuple(w.lora_targets), w.fused_qkv), w.lora_rank, param_dtype_bytes(w), w.dora)
+    if w.method in VECTOR_METHODS:
+        return largest_vector(spec, w, param_dtype_bytes(w))
+    return _largest_adapter(trained_lora_shape(spec, tuple(w.lora_adapted), w.fused_qkv), w.lora_rank, param_dtype_bytes(w), w.dora)
 
 
 def one_parameter_step_temporary(spec: ModelSpec, w: Workload) -> tuple[int, str]:

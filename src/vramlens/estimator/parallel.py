@@ -389,7 +389,7 @@ def _group_adapter_shard_numels(spec: ModelSpec, w: Workload, n: int) -> tuple[i
     r = w.lora_rank
     blocks = [0] * spec.n_layers
     root = 0
-    for lin in lora_shape(spec, tuple(w.lora_targets), w.fused_qkv).targets:
+    for lin in lora_shape(spec, tuple(w.lora_adapted), w.fused_qkv).targets:
         shard = lin.count * (-(-r // n) * lin.in_features + -(-lin.out_features // n) * r
                              + (-(-lin.out_features // n) if w.dora else 0))
         if lin.layer is None:

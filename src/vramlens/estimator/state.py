@@ -89,7 +89,7 @@ def autocast_copies(spec: ModelSpec, w: Workload) -> tuple[int, int]:
         return sum(round_up(n * half, BLOCK) for n in cast), 0
     from vramlens.estimator.inventory import lora_shape
 
-    shape = lora_shape(spec, tuple(w.lora_targets), w.fused_qkv)
+    shape = lora_shape(spec, tuple(w.lora_adapted), w.fused_qkv)
     # adapters already in the autocast dtype (--lora-dtype bf16 under --amp bf16) are not cast
     adapters = 0 if w.lora_dtype == w.amp else sum(
         lin.count * (round_up(w.lora_rank * lin.in_features * half, BLOCK)
@@ -203,8 +203,9 @@ def train_state(spec: ModelSpec, w: Workload, gpu: GPU | None) -> TrainState:
     legacy = Wt.legacy_block_buffer_bytes(spec, w) * sp.layers  # buffers are not sharded: the blocks on this GPU
     kernel_buffers = Wt.gptq_kernel_buffer_bytes(spec, w)  # one set per GPU
     weights = int(base_w * sp.weights) + adapters + legacy + kernel_buffers
-    explain["weights"] = base_formula + (f" + LoRA adapters {w.lora_dtype}{' with DoRA magnitudes' if w.dora else ''} "
-                                         f"({adapters:,} B)" if adapters else "")
+    what = {"ia3": f"IA3 vectors {w.lora_dtype}", "ln-tuning": f"LN tuning's norm copies {w.dtype}"}.get(
+        w.method, f"LoRA adapters {w.lora_dtype}{' with DoRA magnitudes' if w.dora else ''}")
+    explain["weights"] = base_formula + (f" + {what} ({adapters:,} B)" if adapters else "")
     if legacy:
         explain["weights"] += (f" + transformers {w.transformers_version}'s per-block buffers (causal masks, "
                                f"rotary caches: {legacy:,} B)")
@@ -275,8 +276,8 @@ def train_state(spec: ModelSpec, w: Workload, gpu: GPU | None) -> TrainState:
     if w.training and w.optimizer == O.CPU_OFFLOAD and trainable:
         # torchao CPUOffloadOptimizer: pinned parameter and gradient copies and the AdamW states in host RAM
         off_b = 4 if O.has_master_copy(w) or w.method != "full" else pbytes
-        off = O.per_tensor_states(spec, w.optimizer, off_b, w.method, tuple(w.lora_targets), w.lora_rank,
-                                  fused_qkv=w.fused_qkv)
+        off = O.per_tensor_states(spec, w.optimizer, off_b, w.method, tuple(w.lora_adapted), w.lora_rank,
+                                  fused_qkv=w.fused_qkv, virtual_tokens=w.num_virtual_tokens)
         off_host = int(off.host_bytes * sp.optimizer)  # this rank's slice under tensor/pipeline parallelism
         host += off_host * w.gpus
         notes.append(f"CPUOffloadOptimizer: {human_bytes(off_host)} of host RAM per GPU (pinned parameter "

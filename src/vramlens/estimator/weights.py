@@ -44,11 +44,14 @@ from vramlens.estimator.inventory import (
     lora_rounded_bytes,
     lora_shape,
     summarize,
+    vector_bytes,
+    vector_dtype,
 )
 from vramlens.estimator.memo import identity_cache
+from vramlens.models.peft_targets import peft_vector_numels
 from vramlens.models.spec import ModelSpec
 from vramlens.units import BLOCK, DTYPE_BYTES, round_up
-from vramlens.workload import FOUR_BIT, WO_DEQUANT_QUANTS, Workload
+from vramlens.workload import FOUR_BIT, VECTOR_METHODS, WO_DEQUANT_QUANTS, Workload
 
 GROUP_SIZE = 128       # GPTQ / AWQ / int4 default group size (AutoGPTQ BaseQuantizeConfig, AutoAWQ q_group_size)
 NF4_BLOCK = 64         # bitsandbytes Params4bit default blocksize
@@ -175,7 +178,7 @@ def legacy_block_buffer_bytes(spec: ModelSpec, w: Workload) -> int:
 def adapted_only(w: Workload) -> tuple[str, ...] | None:
     """The LoRA targets when quantization covers only the adapted linears (``quant_targets="adapted"``), else None."""
     if w.method != "full" and w.quant_targets == "adapted":
-        return tuple(w.lora_targets)
+        return tuple(w.lora_adapted)
     return None
 
 
@@ -390,9 +393,13 @@ def lora_dtype_bytes(w: Workload) -> int:
 
 
 def lora_params(spec: ModelSpec, w: Workload) -> int:
+    """What a parameter-efficient method trains: LoRA's A and B (and DoRA's magnitudes), IA3's vectors or
+    LN tuning's norm copies."""
     if w.method == "full":
         return 0
-    return lora_shape(spec, tuple(w.lora_targets), w.fused_qkv).params(w.lora_rank, w.dora)
+    if w.method in VECTOR_METHODS:
+        return sum(peft_vector_numels(spec, w.method, w.num_virtual_tokens))
+    return lora_shape(spec, tuple(w.lora_adapted), w.fused_qkv).params(w.lora_rank, w.dora)
 
 
 def adapter_bytes(spec: ModelSpec, w: Workload) -> int:
@@ -400,7 +407,9 @@ def adapter_bytes(spec: ModelSpec, w: Workload) -> int:
     fp32 (``autocast_adapter_dtype=True``, peft >= 0.12), torchtune keeps the model's dtype."""
     if w.method == "full":
         return 0
-    shape = lora_shape(spec, tuple(w.lora_targets), w.fused_qkv)
+    if w.method in VECTOR_METHODS:
+        return vector_bytes(spec, w, DTYPE_BYTES[vector_dtype(w)])  # beside the frozen base, which stays whole
+    shape = lora_shape(spec, tuple(w.lora_adapted), w.fused_qkv)
     return lora_rounded_bytes(shape, w.lora_rank, lora_dtype_bytes(w), w.dora)
 
 

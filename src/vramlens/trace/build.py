@@ -23,6 +23,7 @@ import importlib
 import inspect
 import math
 import sys
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -242,10 +243,19 @@ def build_hf(cfg: dict, wl: Workload, *, fake_mode=None, layers: int | None = No
             raise TraceError(f"transformers cannot build {cls.__name__}: {e}") from None
     if wl.method in ("lora", "qlora"):
         model = apply_lora(model, wl)
+    elif wl.method in ("ia3", "ln-tuning"):
+        model = apply_vector_method(model, wl)
+    elif wl.method == "prompt-tuning":
+        model = apply_prompt_tuning(model, wl)
+    # a prompt-learning PeftModel registers the input embedding a second time (``word_embeddings``): to_empty
+    # would visit it twice and fail to swap its weight, so it is set aside and put back after
+    shared = model._modules.pop("word_embeddings", None) if wl.method == "prompt-tuning" else None
     if fake_mode is not None:
         with fake_mode:
             model.to_empty(device="cpu")
             retie(model)
+    if shared is not None:
+        model.word_embeddings = model.get_base_model().get_input_embeddings()
     if (legacy := _add_legacy_buffers(model, cfg, wl, fake_mode)) is not None:
         notes.append(legacy)
     if presents is not None:
@@ -537,6 +547,39 @@ def apply_lora(model: nn.Module, wl: Workload) -> nn.Module:
             parent, _, leaf = name.rpartition(".")
             setattr(peft_model.get_submodule(parent), leaf, nn.Parameter(p.detach().to(dtype)))
     return peft_model
+
+
+def apply_vector_method(model: nn.Module, wl: Workload) -> nn.Module:
+    """peft's IA3 or LN tuning with the config's defaults: the targets peft maps from the model's type
+    (vramlens.models.peft_targets lists the same), IA3's vectors upcast to fp32 by autocast_adapter_dtype
+    unless --lora-dtype says the model's dtype."""
+    try:
+        from peft import IA3Config, LNTuningConfig, get_peft_model
+    except ImportError:
+        from vramlens.errors import MissingExtraError
+
+        raise MissingExtraError("peft", "trace") from None
+    cfg = IA3Config() if wl.method == "ia3" else LNTuningConfig()
+    try:
+        with warnings.catch_warnings():
+            # peft's _get_in_out_features warns on any layer it cannot size, an RMSNorm among them (LN tuning
+            # copies it all the same, as PEFT's own MetaMathQA run on Llama-3.2-3B does)
+            warnings.filterwarnings("ignore", message="Unsupported layer type", category=UserWarning)
+            return get_peft_model(model, cfg, autocast_adapter_dtype=wl.method == "ia3" and wl.lora_dtype == "fp32")
+    except ValueError as e:
+        raise InputError(f"method={wl.method}: {e}") from None
+
+
+def apply_prompt_tuning(model: nn.Module, wl: Workload) -> nn.Module:
+    """peft's prompt tuning: ``PromptTuningConfig(task_type="CAUSAL_LM", num_virtual_tokens=n)``, random init (the
+    default), its fp32 embedding beside the frozen model."""
+    try:
+        from peft import PromptTuningConfig, get_peft_model
+    except ImportError:
+        from vramlens.errors import MissingExtraError
+
+        raise MissingExtraError("peft", "trace") from None
+    return get_peft_model(model, PromptTuningConfig(task_type="CAUSAL_LM", num_virtual_tokens=wl.num_virtual_tokens))
 
 
 class NF4Linear(nn.Module):

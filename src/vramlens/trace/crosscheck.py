@@ -424,6 +424,24 @@ def _inf(**changes: Any) -> dict[str, Any]:
 #: QLoRA and LoRA as each stack runs them (issue 9, item 8), the tracer running peft's own modules
 #: on NF4 base linears that allocate as bitsandbytes 0.49 does. Rows at 4-16 tokens put the peak
 #: where the dequantized weight or DoRA's weight norm is, not at the loss.
+#: peft's IA3 (fp32 vectors scaling k_proj's and v_proj's outputs, or q_proj's under Qwen2, and down_proj's input)
+#: and LN tuning (trainable copies of every norm) with their default targets: the saved products and copies, the
+#: vectors' multiplication backward (three full-size fp32 tensors: the MLP's backward peak under a chunked loss),
+#: inside a recomputed block too; prompt tuning (an fp32 (n, hidden) embedding, the model run over s + n positions)
+PEFT_VECTOR_ROWS: tuple[tuple[str, dict[str, Any]], ...] = (
+    ("llama-3-8b", _tr(method="ia3")),
+    ("llama-3-8b", _tr(method="ln-tuning")),
+    ("qwen2.5-0.5b", _tr(method="ia3")),
+    ("llama-3-8b", _tr(method="ia3", lora_dtype="bf16", loss_chunks=8)),
+    ("llama-3-8b", _tr(method="ia3", checkpointing="full", loss_chunks=8)),
+    ("llama-3-8b", _tr(method="ia3", checkpointing="selective-op", loss_chunks=8)),
+    ("llama-3-8b", _tr(method="ln-tuning", checkpointing="every:2", dtype="fp32")),
+    # prompt tuning: PeftModelForCausalLM puts the prompts before every sequence, the model runs s + n positions
+    ("llama-3-8b", _tr(method="prompt-tuning", num_virtual_tokens=16)),
+    ("llama-3-8b", _tr(method="prompt-tuning", num_virtual_tokens=40, checkpointing="selective-op", padded=True)),
+    ("qwen2.5-0.5b", _tr(method="prompt-tuning", num_virtual_tokens=32, checkpointing="full")),
+)
+
 QLORA_ROWS: tuple[tuple[str, dict[str, Any]], ...] = (
     # transformers' BitsAndBytesConfig: every linear of the blocks in nf4-dq
     ("llama-2-7b", _tr(method="qlora")),

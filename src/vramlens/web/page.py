@@ -43,6 +43,7 @@ KNOBS: tuple[tuple[str, str, str, tuple | None, str], ...] = (
     ("padded", "padded batch (attention mask)", "check", None, "false"),
     ("fused_qkv", "fused q/k/v (LitGPT)", "check", None, "false"),
     ("lora_rank", "LoRA rank", "number", None, "8"),
+    ("num_virtual_tokens", "virtual tokens (prompt tuning)", "number", None, "0"),
     ("lora_targets", "LoRA targets", "text", None, "q_proj,v_proj"),
     ("lora_dropout", "LoRA dropout", "number", None, "0"),
     ("lora_dtype", "LoRA dtype", "select", W.LORA_DTYPES, "fp32"),
@@ -96,7 +97,9 @@ SHOW_WHEN: dict[str, str] = {
     "fp8": "mode=train;method=full",  # torchao's Float8Linear: full training only (Workload._fp8_problems)
     **{k: "mode=inference" for k in ("new_tokens", "kv_dtype", "kv_block", "cache")},
     "max_cache_len": "mode=inference;cache=static",
-    **{k: "method=lora|qlora" for k in ("lora_rank", "lora_targets", "lora_dtype", "dora", "quant_targets")},
+    **{k: "method=lora|qlora" for k in ("lora_rank", "lora_targets", "dora", "quant_targets")},
+    "lora_dtype": "method=lora|qlora|ia3",  # IA3's vectors too (peft's autocast_adapter_dtype)
+    "num_virtual_tokens": "mode=train;method=prompt-tuning",
     "lora_dropout": "mode=train;method=lora|qlora",
     "bnb_inputs": "mode=train;method=lora|qlora",
     "quant_group_size": "quant=" + "|".join(W.GROUPED_QUANTS),

@@ -1,0 +1,80 @@
+"""What peft's IA3 and LN tuning adapt by default, per model type, and the trainable tensors that makes.
+
+A config without ``target_modules`` takes peft's mapping for the model's ``model_type``
+(src/peft/utils/constants.py, the same at huggingface/peft d787f51b, which PEFT's MetaMathQA results
+ran, and in peft 0.21.2): ``TRANSFORMERS_MODELS_TO_IA3_TARGET_MODULES_MAPPING`` with
+``TRANSFORMERS_MODELS_TO_IA3_FEEDFORWARD_MODULES_MAPPING``, and
+``TRANSFORMERS_MODELS_TO_LNTUNING_TARGET_MODULES_MAPPING``. Only the model types whose blocks vramlens
+models that way are listed: LN tuning where the mapping names every norm of the block and the final
+norm (Qwen2's names only ``post_attention_layernorm``, left out).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from vramlens.models.spec import ModelSpec
+
+
+@dataclass(frozen=True, slots=True)
+class IA3Targets:
+    """peft's IA3 targets: ``scales_output`` multiply the linear's output by an (out_features,) vector
+    (``result * ia3_scaling``), ``scales_input`` (the feedforward modules) its input by an (in_features,)
+    vector (``x * ia3_scaling`` before the base layer): src/peft/tuners/ia3/layer.py ``Linear.forward``."""
+
+    scales_output: tuple[str, ...]
+    scales_input: tuple[str, ...]
+
+
+IA3_TARGETS: dict[str, IA3Targets] = {
+    "llama": IA3Targets(("k_proj", "v_proj"), ("down_proj",)),
+    "mistral": IA3Targets(("k_proj", "v_proj"), ("down_proj",)),
+    "qwen2": IA3Targets(("q_proj", "v_proj"), ("down_proj",)),
+    "qwen3": IA3Targets(("q_proj", "v_proj"), ("down_proj",)),
+}
+
+LN_TUNING_TARGETS: dict[str, tuple[str, ...]] = {
+    "llama": ("input_layernorm", "post_attention_layernorm", "norm"),
+    "mistral": ("input_layernorm", "post_attention_layernorm", "norm"),
+}
+
+
+def peft_vector_numels(spec: ModelSpec, method: str, virtual_tokens: int = 0) -> tuple[int, ...]:
+    """Elements of each tensor IA3, LN tuning or prompt tuning trains in ``spec`` (empty for the other methods).
+
+    IA3: one ``ia3_l`` per adapted linear, (out, 1) or (1, in) (``IA3Layer.update_layer``). LN tuning: a
+    ``deepcopy`` of each targeted norm (``LNTuningLayer.update_layer``), whose parameters train while the
+    original stays frozen beside it. Prompt tuning: ``PromptEmbedding``'s (num_virtual_tokens, token_dim)
+    embedding, token_dim the model's hidden size (src/peft/tuners/prompt_tuning/model.py).
+    """
+    if method == "prompt-tuning":
+        return (virtual_tokens * spec.hidden_size,) if virtual_tokens else ()
+    if method == "ia3" and (ia3 := IA3_TARGETS.get(spec.model_type)) is not None:
+        out: list[int] = []
+        for t in spec.tensors:
+            if t.role != "linear" or t.layer is None or not t.name.endswith(".weight"):
+                continue
+            if t.module in ia3.scales_output:
+                out.append(t.shape[0])
+            elif t.module in ia3.scales_input:
+                out.append(t.shape[1])
+        return tuple(out)
+    if method == "ln-tuning" and (names := LN_TUNING_TARGETS.get(spec.model_type)) is not None:
+        return tuple(t.numel for t in spec.tensors if t.role == "norm" and t.module in names and t.is_parameter)
+    return ()
+
+
+def peft_method_problem(spec: ModelSpec, method: str) -> str | None:
+    """Why ``method`` (ia3, ln-tuning or prompt-tuning) has no estimate for ``spec``, or None."""
+    if method == "prompt-tuning":
+        if spec.kind == "decoder" and spec.head == "causal-lm" and spec.vlm is None and spec.audio is None:
+            return None
+        return (f"method=prompt-tuning is modelled for decoder-only causal LMs (peft's PeftModelForCausalLM); "
+                f"{spec.name} is not one: use --method lora")
+    if method not in ("ia3", "ln-tuning"):
+        return None
+    types = sorted(IA3_TARGETS if method == "ia3" else LN_TUNING_TARGETS)
+    if spec.model_type in types and peft_vector_numels(spec, method):
+        return None
+    return (f"method={method} takes peft's default targets for the model type, modelled for "
+            f"{', '.join(types)}; {spec.name} is {spec.model_type!r}: use --method lora")
