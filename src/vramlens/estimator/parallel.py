@@ -322,8 +322,9 @@ def fsdp_stream_pools(spec: ModelSpec, w: Workload, weight_elem_bytes: int) -> t
       (``FSDPParamGroup.post_backward`` gathers the params whose ``unsharded_accumulated_grad`` or
       ``.grad`` exists; the frozen base weights have none).
 
-    The two patterns are replayed through the simulator (allocator.simulator, PyTorch's default
-    settings) for two steps, and each pool's peak reserve taken.
+    The two patterns are replayed through the simulator (allocator.simulator, under the run's
+    PYTORCH_CUDA_ALLOC_CONF, Workload.alloc_conf: with expandable segments each stream's pool is one
+    segment grown page by page) for two steps, and each pool's peak reserve taken.
     """
     n = max(1, w.shard_degree)
     mp = w.fsdp_mixed_precision
@@ -337,16 +338,18 @@ def fsdp_stream_pools(spec: ModelSpec, w: Workload, weight_elem_bytes: int) -> t
     # allocates and frees every group's gradient in turn, and a freed block merges back into the free block it was
     # split from, so each (alloc, free) pair leaves the pool as it found it, and every size it asks for was already
     # served from the cache in the micro-batch before (tests/estimator/test_fsdp_streams.py replays both)
-    return (_all_gather_pool(spec, n, w.tp, ag_b, mp, w.fsdp_strategy == "shard-grad-op"),
+    return (_all_gather_pool(spec, n, w.tp, ag_b, mp, w.fsdp_strategy == "shard-grad-op", w.alloc_conf),
             _reduce_scatter_pool(spec, n, w.tp, rs_b, w.optimizer_in_backward or w.offload != "none",
-                                 min(2, max(1, w.grad_accum)), adapters))
+                                 min(2, max(1, w.grad_accum)), adapters, w.alloc_conf))
 
 
 @identity_cache
-def _all_gather_pool(spec: ModelSpec, n: int, tp: int, ag_b: int, mp: bool, kept: bool) -> int:
+def _all_gather_pool(spec: ModelSpec, n: int, tp: int, ag_b: int, mp: bool, kept: bool,
+                     alloc_conf: str | None = None) -> int:
     """The all-gather copy-in stream's peak reserve over two steps (see fsdp_stream_pools)."""
     from vramlens.allocator.events import ALLOC, FREE
     from vramlens.allocator.simulator import simulate
+    from vramlens.estimator.reserve import allocator_config
 
     root, blocks = _group_shard_numels(spec, n, tp)
     groups = [root, *blocks]  # forward order
@@ -371,16 +374,17 @@ def _all_gather_pool(spec: ModelSpec, n: int, tp: int, ag_b: int, mp: bool, kept
                 if mp:
                     ag.append((FREE, ("bin", step, i), 0))
                 ag.append((FREE, ("bout", step, i), 0))
-    return simulate(ag, max_points=2).peak_reserved_bytes
+    return simulate(ag, allocator_config(alloc_conf), max_points=2).peak_reserved_bytes
 
 
 @identity_cache
 def _reduce_scatter_pool(spec: ModelSpec, n: int, tp: int, rs_b: int, one_at_a_time: bool, grad_accum: int,
-                         adapters: tuple[int, tuple[int, ...]] | None = None) -> int:
+                         adapters: tuple[int, tuple[int, ...]] | None = None, alloc_conf: str | None = None) -> int:
     """The reduce-scatter stream's peak reserve over two steps of ``grad_accum`` micro-batches (see
     fsdp_stream_pools); 0 when nothing is reduced."""
     from vramlens.allocator.events import ALLOC, FREE
     from vramlens.allocator.simulator import simulate
+    from vramlens.estimator.reserve import allocator_config
 
     root, blocks = _group_shard_numels(spec, n, tp)
     # what each group reduce-scatters: every parameter, or under LoRA the adapters alone
@@ -396,4 +400,4 @@ def _reduce_scatter_pool(spec: ModelSpec, n: int, tp: int, rs_b: int, one_at_a_t
                     rs.append((FREE, ("g", step, micro, i), 0))
         if not one_at_a_time:  # zero_grad(set_to_none=True) at the next step's start
             rs.extend((FREE, ("g", step, 0, i), 0) for i in range(len(grads)) if grads[i])
-    return simulate(rs, max_points=2).peak_reserved_bytes if rs else 0
+    return simulate(rs, allocator_config(alloc_conf), max_points=2).peak_reserved_bytes if rs else 0
