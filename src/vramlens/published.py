@@ -152,9 +152,13 @@ _UNTIED = {"tie_word_embeddings": False}
 _PHI_GELU = {"hidden_act": "gelu_pytorch_tanh"}
 # torchtitan's benchmarks/llama3_h100_202412_torchtitan.md (torchtitan 9dec370): Llama 3.1 8B, FSDP2 with
 # MixedPrecisionPolicy(bf16 params, fp32 reduce) over fp32 shards, per-op selective AC, foreach AdamW,
-# seq_len 8192 from train_configs/llama3_8b.toml; the figure is torchtitan's max_reserved_gib
+# seq_len 8192 from train_configs/llama3_8b.toml; the figure is torchtitan's max_reserved_gib. torchtitan's launch
+# script sets PYTORCH_CUDA_ALLOC_CONF="expandable_segments:True" at every commit these cases read (run_llama_train.sh
+# line 22 at 9dec370, as the README launches it; run_train.sh line 24 at 0da8901b and e7c0cae, line 19 at 2c8b5947 and
+# 6fc499f6), and torchao's float8 benchmark scripts run that run_train.sh (float8_training_benchmark.sh line 42 at
+# 8c81863b, llama3.sh line 48 at 853f87d1, line 56 at d8bb51f6)
 _TITAN_8B = dict(mode="train", dtype="fp32", amp="bf16", fsdp=True, batch=2, seq=8192, checkpointing="selective-op",
-                 optimizer="adamw", optimizer_impl="foreach")
+                 optimizer="adamw", optimizer_impl="foreach", alloc_conf="expandable_segments:True")
 _H100_96 = _Setup(gpu="H100-NVL-94GB", cuda="12.4", lazy_loading=True)  # the catalog's nearest to H100 96GB HBM2e
 # torchtitan's benchmarks/llama3_8b_h200_2025-06_torchtitan.md (torchtitan e7c0cae, June 2025): --training.compile
 # compiles each TransformerBlock and the loss (components/loss.py build_cross_entropy_loss at that commit), AdamW's

@@ -359,6 +359,10 @@ class Workload:
     #: dtype when it is fp32 or bf16: only an fp16 model's 4-bit matmuls run in it (quant_matmul_dtype).
     #: Modelled in inference only
     bnb_compute_dtype: DType | None = None
+    #: PYTORCH_CUDA_ALLOC_CONF of the run ("expandable_segments:True"), parsed by PyTorch's rules
+    #: (vramlens.allocator.config.parse_alloc_conf); None or "": PyTorch's defaults. The estimator's reserve
+    #: (max_memory_reserved, nvidia-smi) reads it; the allocated peak does not change
+    alloc_conf: str | None = None
 
     # ---- derived ------------------------------------------------------------------------
     @property
@@ -685,6 +689,8 @@ class Workload:
             p.extend(self._gptq_impl_problems())
         if self.transformers_version is not None and self.transformers_release is None:
             p.append(f"transformers_version={L.show(self.transformers_version)} must be a version such as 4.35 or 5.2")
+        if self.alloc_conf is not None:
+            p.extend(alloc_conf_problems(self.alloc_conf))
         for name in ("keep_grads", "fsdp", "optimizer_in_backward", "activation_offload", "loss_parallel", "dora",
                      "fp8", "compile", "gqa_expand", "padded", "fused_qkv", "quant_head", "quantize_on_device",
                      "loss_upcast", "holds_outputs"):
@@ -1211,6 +1217,28 @@ def parse_release(value: Any) -> tuple[int, int, int] | None:
     return (parts[0], parts[1], parts[2] if len(parts) > 2 else 0)
 
 
+#: Longest PYTORCH_CUDA_ALLOC_CONF accepted (every key PyTorch knows, spelled out, is under 400 characters)
+MAX_ALLOC_CONF_CHARS = 1_000
+
+
+def alloc_conf_problems(value: Any) -> list[str]:
+    """What is wrong with an ``alloc_conf`` value (PyTorch's own rule, one line), or nothing."""
+    from vramlens.allocator.config import parse_alloc_conf
+    from vramlens.errors import InputError
+
+    if not isinstance(value, str) or len(value) > MAX_ALLOC_CONF_CHARS:
+        return [f"alloc_conf={L.show(value)} must be a PYTORCH_CUDA_ALLOC_CONF string of at most "
+                f"{MAX_ALLOC_CONF_CHARS:,} characters, such as expandable_segments:True"]
+    try:
+        conf = parse_alloc_conf(value)
+    except InputError as e:
+        return [f"alloc_conf={L.show(value)}: {e}"]
+    if conf.backend != "native":  # the allocator port (vramlens.allocator.simulator) is the native one
+        return [f"alloc_conf={L.show(value)}: backend:{conf.backend} is CUDA's own pool allocator, which vramlens does "
+                "not model: drop backend (the native caching allocator)"]
+    return []
+
+
 def parse_audio_seconds(text: str) -> float:
     """``--audio-seconds``: a positive number of seconds ("30", "12.5"); Workload checks the bounds.
 
@@ -1240,7 +1268,7 @@ def make_workload(**kwargs: Any) -> Workload:
             unknown.append(k)
             continue
         if v is None and key not in ("amp", "quant", "kv_dtype", "task", "image_size", "audio_seconds",
-                                     "transformers_version"):
+                                     "transformers_version", "alloc_conf"):
             continue
         clean[key] = v
     if unknown:
@@ -1257,6 +1285,8 @@ def make_workload(**kwargs: Any) -> Workload:
         clean["task"] = None  # the web form's "(from the config)"
     if clean.get("transformers_version") == "":
         clean["transformers_version"] = None  # the web form's empty field
+    if clean.get("alloc_conf") == "":
+        clean["alloc_conf"] = None  # the web form's empty field: PyTorch's defaults
     if "image_size" in clean:
         clean["image_size"] = parse_image_size(clean["image_size"])
     if clean.get("audio_seconds") == "":

@@ -88,6 +88,8 @@ def _strategy(f) -> st.SearchStrategy:
         s = st.none()
     elif f.name == "transformers_version":  # the tuple cache (< 4.42), the prefill's logits (< 4.45), today's
         s = st.sampled_from(("4.35", "4.41.2", "4.44", "5.2"))
+    elif f.name == "alloc_conf":  # the reserve's settings: segments grown by pages, or rounded block sizes
+        s = st.sampled_from(("expandable_segments:True", "expandable_segments:False", "roundup_power2_divisions:4"))
     else:
         raise AssertionError(f"no strategy for Workload.{f.name}: {hint}; add one to this test")
     if optional:

@@ -186,6 +186,11 @@ CASES = {
     "trace-alloc-conf-gc-threshold": ("trace gpt2 --alloc-conf garbage_collection_threshold:1.5",
                                       "garbage_collection_threshold=1.5"),
     "trace-alloc-conf-divisions": ("trace gpt2 --alloc-conf roundup_power2_divisions:3", "roundup_power2_divisions=3"),
+    "estimate-alloc-conf-not-a-bool": ("estimate gpt2 --alloc-conf expandable_segments:Maybe",
+                                       "argument --alloc-conf: alloc_conf='expandable_segments:Maybe': "
+                                       "PYTORCH_CUDA_ALLOC_CONF expandable_segments=Maybe"),
+    "fit-alloc-conf-unknown-key": ("fit gpt2 --gpu A100-80GB --alloc-conf bogus:1",
+                                   "Unrecognized CachingAllocator option: bogus"),
     "trace-layers-2": ("trace gpt2 --layers 2", "layers=2 must be >= 3"),
     "trace-steps-0": ("trace gpt2 --steps 0", "argument --steps: '0' must be >= 1"),
     "trace-top-negative": ("trace gpt2 --top -1", "argument --top: '-1' must be >= 0"),

@@ -62,7 +62,7 @@ STATE_FIELDS = ("mode", "method", "dtype", "amp", "quant", "optimizer", "optimiz
                 "quant_head", "quant_group_size", "quantize_on_device", "quant_impl", "gpus", "zero", "zero_buckets", "fsdp",
                 "fsdp_strategy", "fsdp_version", "tp", "pp", "pp_schedule", "offload", "optimizer_in_backward",
                 "loss", "loss_chunks", "loss_parallel", "fp8", "images", "transformers_version", "bnb_compute_dtype",
-                "padded")
+                "padded", "alloc_conf")
 
 #: The fields train_state reads (STATE_FIELDS less the loss fields, images, bnb_compute_dtype and padded, which only
 #: validity reads; fused_qkv shapes LitGPT's q/k/v adapter, inventory.lora_shape).

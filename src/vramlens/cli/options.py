@@ -290,6 +290,10 @@ def add_workload_args(p: argparse.ArgumentParser) -> None:
                         "training: before 4.49 OPT's eager attention keeps its clamped scores; older GPT-2 and "
                         "GPT-NeoX blocks hold causal-mask buffers; under --loss logits-sum older GPT-2, GPT-NeoX "
                         "and OPT forwards return each block's (key, value) tuple, held with the logits")
+    g.add_argument("--alloc-conf", type=_alloc_conf, default=None, metavar="CONF",
+                   help="the run's PYTORCH_CUDA_ALLOC_CONF (e.g. expandable_segments:True, torchtitan's launch "
+                        "scripts' setting), parsed by PyTorch's rules: the reserve (peak reserved, nvidia-smi) is "
+                        "estimated, and traces replayed, under it (default: PyTorch's defaults)")
     g.add_argument("--audio-seconds", type=_audio_seconds, default=None, metavar="S",
                    help="speech encoder-decoders (Whisper): seconds of audio per sample; padded to 30-second "
                         "windows of 1,500 encoder positions, ceil(S/30) windows per sample; --seq is the "
@@ -313,6 +317,14 @@ def _transformers_version(text: str) -> str:
     """``--transformers-version``: X.Y or X.Y.Z (the Workload's rule; the CLI takes no empty value)."""
     if W.parse_release(text) is None:
         raise argparse.ArgumentTypeError(f"transformers_version={L.show(text)} must be a version such as 4.35 or 5.2")
+    return text
+
+
+def _alloc_conf(text: str) -> str:
+    """``--alloc-conf``: a PYTORCH_CUDA_ALLOC_CONF string (the Workload's rule, PyTorch's message)."""
+    problems = W.alloc_conf_problems(text)
+    if problems:
+        raise argparse.ArgumentTypeError(problems[0])
     return text
 
 

@@ -77,7 +77,6 @@ def add_parser(sub) -> argparse.ArgumentParser:
     t.add_argument("--input-shape", type=_shape, default=None, help="input shape for a factory's bare module (8x3x224x224)")
     t.add_argument("--timeline", default=None, metavar="FILE", help="write the events as JSON lines (.jsonl) or CSV (.csv)")
     t.add_argument("--top", type=bounded(MAX_TOP, minimum=0), default=10, help="modules and tensors alive at the peak to list (default 10)")
-    t.add_argument("--alloc-conf", default=None, help="PYTORCH_CUDA_ALLOC_CONF for the allocator simulator")
     t.add_argument("--quiet", action="store_true", help="no progress on stderr (a bar on a terminal, else lines)")
     t.add_argument("--timeline-points", type=bounded(MAX_TIMELINE_POINTS, minimum=0), default=0, metavar="N",
                    help='with --json, add "timeline": [[event, {component: live bytes}], ...], the memory over '
@@ -96,13 +95,11 @@ def _is_path(text: str) -> bool:
 
 
 def run(args: argparse.Namespace) -> int:
-    from vramlens.allocator.config import parse_alloc_conf
     from vramlens.errors import InputError
     from vramlens.workload import make_workload
 
     # every value first (pure Python), so a bad one is named even where torch is not installed
-    make_workload(**workload_kwargs(args))
-    parse_alloc_conf(args.alloc_conf)
+    make_workload(**workload_kwargs(args))  # --alloc-conf included (a workload setting)
     from vramlens.trace import trace, write_timeline
 
     if args.params is not None:  # a generic decoder of that size (checked like estimate's)
@@ -138,7 +135,7 @@ def run(args: argparse.Namespace) -> int:
         progress = None if args.quiet else (lambda msg: print(f"vramlens trace: {msg}", file=sys.stderr, flush=True))
     with bar or contextlib.nullcontext():
         res = trace(args.model, steps=args.steps, layers=args.layers, backend=backend, input_shape=args.input_shape,
-                    progress=progress, top=max(args.top, 1), alloc_conf=args.alloc_conf, **workload_kwargs(args))
+                    progress=progress, top=max(args.top, 1), **workload_kwargs(args))
     if wants_files(args):
         write_files(args, "trace", res.to_dict(top=args.top, timeline_points=TIMELINE_POINTS))
     if args.timeline:

@@ -167,8 +167,9 @@ def on_device_events(spec: ModelSpec, w: Workload) -> list[_Event]:
 @identity_cache
 def _replay(spec: ModelSpec, w: Workload) -> OnDeviceQuant:
     from vramlens.allocator.simulator import simulate
+    from vramlens.estimator.reserve import allocator_config
 
-    r = simulate(on_device_events(spec, w), max_points=2)
+    r = simulate(on_device_events(spec, w), allocator_config(w.alloc_conf), max_points=2)
     return OnDeviceQuant(slack_bytes=r.final_reserved_bytes - r.final_allocated_bytes,
                          load_peak_bytes=r.peak_reserved_bytes)
 
@@ -359,8 +360,9 @@ def torchtune_nf4_setup_events(spec: ModelSpec, w: Workload) -> list[_Event]:
 @identity_cache
 def _tune_replay(spec: ModelSpec, w: Workload) -> int:
     from vramlens.allocator.simulator import simulate
+    from vramlens.estimator.reserve import allocator_config
 
-    return simulate(torchtune_nf4_setup_events(spec, w), max_points=2).peak_reserved_bytes
+    return simulate(torchtune_nf4_setup_events(spec, w), allocator_config(w.alloc_conf), max_points=2).peak_reserved_bytes
 
 
 def torchtune_nf4_setup_peak(spec: ModelSpec, w: Workload) -> int | None:

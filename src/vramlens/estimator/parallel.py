@@ -450,8 +450,9 @@ def fsdp_stream_pools(spec: ModelSpec, w: Workload, weight_elem_bytes: int) -> t
       (``FSDPParamGroup.post_backward`` gathers the params whose ``unsharded_accumulated_grad`` or
       ``.grad`` exists; the frozen base weights have none).
 
-    The two patterns are replayed through the simulator (allocator.simulator, PyTorch's default
-    settings) for two steps, and each pool's peak reserve taken.
+    The two patterns are replayed through the simulator (allocator.simulator, under the run's
+    PYTORCH_CUDA_ALLOC_CONF, Workload.alloc_conf: with expandable segments each stream's pool is one
+    segment grown page by page) for two steps, and each pool's peak reserve taken.
     """
     if w.fsdp_version == 1:
         return fsdp1_stream_pools(spec, w, weight_elem_bytes)
@@ -473,21 +474,22 @@ def fsdp_stream_pools(spec: ModelSpec, w: Workload, weight_elem_bytes: int) -> t
         stage = stage_group_shard_numels(spec, w, n)
         if adapters is not None:
             adapters = (adapters[0], adapters[1][:split(spec, w).layers])
-        return (_all_gather_pool(spec, n, w.tp, ag_b, mp, True, stage=stage),
+        return (_all_gather_pool(spec, n, w.tp, ag_b, mp, True, stage=stage, alloc_conf=w.alloc_conf),
                 _reduce_scatter_pool(spec, n, w.tp, rs_b, w.optimizer_in_backward or w.offload != "none", 1,
-                                     adapters, stage=stage))
-    return (_all_gather_pool(spec, n, w.tp, ag_b, mp, w.fsdp_strategy == "shard-grad-op"),
+                                     adapters, stage=stage, alloc_conf=w.alloc_conf))
+    return (_all_gather_pool(spec, n, w.tp, ag_b, mp, w.fsdp_strategy == "shard-grad-op", alloc_conf=w.alloc_conf),
             _reduce_scatter_pool(spec, n, w.tp, rs_b, w.optimizer_in_backward or w.offload != "none",
-                                 min(2, max(1, w.grad_accum)), adapters))
+                                 min(2, max(1, w.grad_accum)), adapters, alloc_conf=w.alloc_conf))
 
 
 @identity_cache
 def _all_gather_pool(spec: ModelSpec, n: int, tp: int, ag_b: int, mp: bool, kept: bool,
-                     stage: tuple[int, tuple[int, ...]] | None = None) -> int:
+                     stage: tuple[int, tuple[int, ...]] | None = None, alloc_conf: str | None = None) -> int:
     """The all-gather copy-in stream's peak reserve over two steps (see fsdp_stream_pools); ``stage``, the
     (root's, blocks') shard numels when the rank holds a pipeline stage's only."""
     from vramlens.allocator.events import ALLOC, FREE
     from vramlens.allocator.simulator import simulate
+    from vramlens.estimator.reserve import allocator_config
 
     root, blocks = stage or _group_shard_numels(spec, n, tp)
     groups = [root, *blocks]  # forward order
@@ -512,17 +514,18 @@ def _all_gather_pool(spec: ModelSpec, n: int, tp: int, ag_b: int, mp: bool, kept
                 if mp:
                     ag.append((FREE, ("bin", step, i), 0))
                 ag.append((FREE, ("bout", step, i), 0))
-    return simulate(ag, max_points=2).peak_reserved_bytes
+    return simulate(ag, allocator_config(alloc_conf), max_points=2).peak_reserved_bytes
 
 
 @identity_cache
 def _reduce_scatter_pool(spec: ModelSpec, n: int, tp: int, rs_b: int, one_at_a_time: bool, grad_accum: int,
                          adapters: tuple[int, tuple[int, ...]] | None = None,
-                         stage: tuple[int, tuple[int, ...]] | None = None) -> int:
+                         stage: tuple[int, tuple[int, ...]] | None = None, alloc_conf: str | None = None) -> int:
     """The reduce-scatter stream's peak reserve over two steps of ``grad_accum`` micro-batches (see
     fsdp_stream_pools); 0 when nothing is reduced. ``stage`` as in :func:`_all_gather_pool`."""
     from vramlens.allocator.events import ALLOC, FREE
     from vramlens.allocator.simulator import simulate
+    from vramlens.estimator.reserve import allocator_config
 
     root, blocks = stage or _group_shard_numels(spec, n, tp)
     # what each group reduce-scatters: every parameter, or under LoRA the adapters alone
@@ -538,7 +541,7 @@ def _reduce_scatter_pool(spec: ModelSpec, n: int, tp: int, rs_b: int, one_at_a_t
                     rs.append((FREE, ("g", step, micro, i), 0))
         if not one_at_a_time:  # zero_grad(set_to_none=True) at the next step's start
             rs.extend((FREE, ("g", step, 0, i), 0) for i in range(len(grads)) if grads[i])
-    return simulate(rs, max_points=2).peak_reserved_bytes if rs else 0
+    return simulate(rs, allocator_config(alloc_conf), max_points=2).peak_reserved_bytes if rs else 0
 
 
 def fsdp1_stream_pools(spec: ModelSpec, w: Workload, weight_elem_bytes: int) -> tuple[int, int]:
@@ -586,9 +589,10 @@ def fsdp1_stream_pools(spec: ModelSpec, w: Workload, weight_elem_bytes: int) -> 
     else:
         units = [(root_n, root_s), *zip(block_ns, block_s, strict=True)]
         grad_b = ag_b
-    return (_fsdp1_unshard_pool(root_s, block_s, n, ag_b, mp, kept),
+    return (_fsdp1_unshard_pool(root_s, block_s, n, ag_b, mp, kept, w.alloc_conf),
             _fsdp1_post_backward_pool(tuple(units), n, rs_b, grad_b if mp else 0,
-                                      w.optimizer_in_backward or w.offload != "none", min(2, max(1, w.grad_accum))))
+                                      w.optimizer_in_backward or w.offload != "none", min(2, max(1, w.grad_accum)),
+                                      w.alloc_conf))
 
 
 #: torch/distributed/fsdp/_limiter_utils.py ``_FreeEventQueue._max_num_inflight_all_gathers`` (torch 2.13; 2 since
@@ -598,7 +602,8 @@ FSDP1_MAX_INFLIGHT_ALL_GATHERS = 2
 
 
 @identity_cache
-def _fsdp1_unshard_pool(root: int, blocks: tuple[int, ...], n: int, ag_b: int, mp: bool, kept: bool) -> int:
+def _fsdp1_unshard_pool(root: int, blocks: tuple[int, ...], n: int, ag_b: int, mp: bool, kept: bool,
+                        alloc_conf: str | None = None) -> int:
     """The unshard (and pre-unshard) streams' peak reserve over two steps (see fsdp1_stream_pools).
 
     A block's freed flat parameter is ``record_stream``-ed on the default stream (_flat_param.py:1805-1821):
@@ -609,6 +614,7 @@ def _fsdp1_unshard_pool(root: int, blocks: tuple[int, ...], n: int, ag_b: int, m
     released then."""
     from vramlens.allocator.events import ALLOC, FREE
     from vramlens.allocator.simulator import simulate
+    from vramlens.estimator.reserve import allocator_config
 
     ev: list[tuple[str, object, int]] = []
     waiting: list[object] = []  # _FreeEventQueue: freed flat parameters not yet reusable
@@ -641,18 +647,19 @@ def _fsdp1_unshard_pool(root: int, blocks: tuple[int, ...], n: int, ag_b: int, m
         ev.extend((FREE, k, 0) for k in waiting)
         waiting.clear()
         ev.append((FREE, ("root", step), 0))
-    return simulate(ev, max_points=2).peak_reserved_bytes
+    return simulate(ev, allocator_config(alloc_conf), max_points=2).peak_reserved_bytes
 
 
 @identity_cache
 def _fsdp1_post_backward_pool(units: tuple[tuple[int, int], ...], n: int, rs_b: int, cast_from: int,
-                              one_at_a_time: bool, grad_accum: int) -> int:
+                              one_at_a_time: bool, grad_accum: int, alloc_conf: str | None = None) -> int:
     """The post-backward stream's peak reserve over two steps of ``grad_accum`` micro-batches (see
     fsdp1_stream_pools): per unit with a gradient (``units``: (unsharded numel, shard numel), root first), the
     ``reduce_dtype`` cast of the unsharded gradient when its dtype differs (``cast_from`` > 0), the padded copy
     when ``n`` does not divide it, and the kept sharded gradient; 0 when nothing is reduced."""
     from vramlens.allocator.events import ALLOC, FREE
     from vramlens.allocator.simulator import simulate
+    from vramlens.estimator.reserve import allocator_config
 
     ev: list[tuple[str, object, int]] = []
     order = [*range(len(units) - 1, 0, -1), 0]  # blocks last to first, then the root
@@ -675,4 +682,4 @@ def _fsdp1_post_backward_pool(units: tuple[tuple[int, int], ...], n: int, rs_b: 
                     ev.append((FREE, ("g", step, micro, i), 0))
         if not one_at_a_time:  # zero_grad(set_to_none=True) at the next step's start
             ev.extend((FREE, ("g", step, 0, i), 0) for i in range(len(units)) if units[i][1])
-    return simulate(ev, max_points=2).peak_reserved_bytes if ev else 0
+    return simulate(ev, allocator_config(alloc_conf), max_points=2).peak_reserved_bytes if ev else 0

@@ -3,15 +3,29 @@
 Uses :mod:`vramlens.allocator.analytic` (the allocator's segment rules applied to the tensors
 alive all step, plus a measured allowance for the short-lived ones); the persistent tensors'
 sizes come from the model's inventory, so the per-tensor rounding to 2 MiB and the packing of
-mid-sized tensors into 20 MiB segments are exact.
+mid-sized tensors into 20 MiB segments are exact. Every function takes the run's
+PYTORCH_CUDA_ALLOC_CONF (Workload.alloc_conf; None: PyTorch's defaults).
 """
 
 from __future__ import annotations
 
 from collections import Counter
+from functools import lru_cache
+from typing import TYPE_CHECKING
 
 from vramlens.estimator.memo import identity_cache
 from vramlens.models.spec import ModelSpec
+
+if TYPE_CHECKING:
+    from vramlens.allocator.config import AllocatorConfig
+
+
+@lru_cache(maxsize=256)
+def allocator_config(alloc_conf: str | None) -> AllocatorConfig:
+    """The allocator settings of a PYTORCH_CUDA_ALLOC_CONF string (the Workload validated it), memoized."""
+    from vramlens.allocator.config import parse_alloc_conf
+
+    return parse_alloc_conf(alloc_conf)
 
 
 @identity_cache
@@ -42,28 +56,30 @@ def persistent_sizes(spec: ModelSpec, parts: list[tuple[int, int, bool]]) -> dic
 
 
 @identity_cache
-def persistent_part_reserve(spec: ModelSpec, parts: tuple[tuple[int, int, bool], ...]) -> tuple[int, int]:
-    """(bytes reserved for the persistent tensors, their bytes rounded to blocks), memoized per spec and parts."""
+def persistent_part_reserve(spec: ModelSpec, parts: tuple[tuple[int, int, bool], ...],
+                            alloc_conf: str | None = None) -> tuple[int, int]:
+    """(bytes reserved for the persistent tensors, their bytes rounded to blocks), memoized per spec, parts and
+    allocator settings."""
     from vramlens.allocator.analytic import persistent_reserved
-    from vramlens.allocator.config import AllocatorConfig
     from vramlens.allocator.simulator import round_size
 
     sizes = persistent_sizes(spec, list(parts))
-    conf = AllocatorConfig()
+    conf = allocator_config(alloc_conf)
     return persistent_reserved(sizes, conf), sum(round_size(size, conf) * n for size, n in sizes.items())
 
 
-_TRANSIENT: dict[int, int] = {}
+_TRANSIENT: dict[tuple[int, str | None], int] = {}
 
 
-def transient_reserve(transient_bytes: int) -> int:
-    """Reserve for ``transient_bytes`` of short-lived tensors (allocator.analytic, memoized)."""
-    hit = _TRANSIENT.get(transient_bytes)
+def transient_reserve(transient_bytes: int, alloc_conf: str | None = None) -> int:
+    """Reserve for ``transient_bytes`` of short-lived tensors under ``alloc_conf`` (allocator.analytic, memoized)."""
+    key = (transient_bytes, alloc_conf or None)
+    hit = _TRANSIENT.get(key)
     if hit is None:
         from vramlens.allocator.analytic import reserved_breakdown
 
-        hit = reserved_breakdown((), transient_bytes).transient_bytes
+        hit = reserved_breakdown((), transient_bytes, conf=allocator_config(alloc_conf)).transient_bytes
         if len(_TRANSIENT) > 100_000:
             _TRANSIENT.clear()
-        _TRANSIENT[transient_bytes] = hit
+        _TRANSIENT[key] = hit
     return hit

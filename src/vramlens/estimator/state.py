@@ -186,6 +186,7 @@ class TrainState:
     pp_grads_fwd: int = 0      # ... of them, what a forward holds (one after rank 0's first backward)
     stream_pools: int = 0      # FSDP2: reserve of the all-gather and reduce-scatter streams' pools (the sharded
                                # gradients live in the latter; parallel.fsdp_stream_pools), beside the default's
+    alloc_conf: str | None = None  # PYTORCH_CUDA_ALLOC_CONF the reserve is computed under (Workload.alloc_conf)
     setup_reserve: int = 0     # reserved by a set-up that quantized on the GPU and kept its segments (torchtune's 2024
                                # QLoRA: ondevice.torchtune_nf4_setup_peak): a floor under the run's peak reserved
     notes: tuple[str, ...] = ()
@@ -339,7 +340,7 @@ def train_state(spec: ModelSpec, w: Workload, gpu: GPU | None) -> TrainState:
         # Adam's, SGD's and Lion's states are parameter-shaped (torch.zeros_like(p)), one tensor each
         parts[3] = (state_b, opt, True)
         parts.extend([(state_b, opt, True)] * (n_states - 1))
-    reserve_base, reserve_floor = persistent_part_reserve(spec, tuple(parts))
+    reserve_base, reserve_floor = persistent_part_reserve(spec, tuple(parts), w.alloc_conf)
     explain["master_weights"] = (
         "fp32 master copy (4 B/param) kept by the mixed-precision optimizer" if master else
         (f"autocast's cached {w.amp} copies of the trainable weights, alive through backward" if autocast else
@@ -375,7 +376,7 @@ def train_state(spec: ModelSpec, w: Workload, gpu: GPU | None) -> TrainState:
         reserve_base=reserve_base,
         reserve_floor=reserve_floor, reserve_persistent=weights + master + opt + default_comm + default_grads + pp_grads,
         pp_grads=pp_grads, pp_grads_fwd=pp_grads_fwd,
-        stream_pools=stream_pools, setup_reserve=setup_reserve,
+        stream_pools=stream_pools, setup_reserve=setup_reserve, alloc_conf=w.alloc_conf,
         gather_block=gather_block, gather_root=gather_root, reduce_block=reduce_block,
         gather_input=cast_all_gather_input(w, gather_block) if sharded3 else 0,
         ds_bucket=(deepspeed_ipg_bucket(pbytes, ds_reduce_bucket_size(spec, w))
@@ -661,7 +662,7 @@ def reserved_total(st: TrainState, peak: int, *, extra_persistent: int = 0,
 
     p = peak if default_peak is None or not st.stream_pools else default_peak
     t = max(0, p - st.reserve_persistent - extra_persistent)
-    reserved = max(st.reserve_base + extra_persistent + transient_reserve(t), st.reserve_floor + extra_persistent + t,
+    reserved = max(st.reserve_base + extra_persistent + transient_reserve(t, st.alloc_conf), st.reserve_floor + extra_persistent + t,
                    p) + st.stream_pools
     reserved = max(reserved, peak, st.setup_reserve)
     return reserved, reserved + st.outside

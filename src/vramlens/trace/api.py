@@ -45,7 +45,8 @@ def trace(model: Any, workload: Workload | None = None, *, steps: int = 2, layer
             tensors, raw sizes) or "cuda" (real CUDA tensors; also reads torch.cuda's peaks).
         input_shape: for factories that return a bare module: the shape of its one input.
         progress: callable taking a one-line message, for long traces.
-        alloc_conf: a PYTORCH_CUDA_ALLOC_CONF string for the allocator simulator's peak_reserved.
+        alloc_conf: a PYTORCH_CUDA_ALLOC_CONF string for the allocator simulator's peak_reserved (the
+            Workload's ``alloc_conf``: given here, it is set on the workload; None: the workload's).
 
     Returns:
         TraceResult, whose ``breakdown`` compares field by field with an estimate's.
@@ -55,6 +56,9 @@ def trace(model: Any, workload: Workload | None = None, *, steps: int = 2, layer
         MissingExtraError: torch, transformers or peft is missing.
     """
     wl = resolve_workload(workload, workload_kwargs)
+    if alloc_conf is not None and alloc_conf != wl.alloc_conf:
+        wl = wl.replace(alloc_conf=alloc_conf or None)
+    alloc_conf = wl.alloc_conf
     if wl.training and steps < 1:
         raise InputError(f"steps={steps} must be a whole number >= 1")
     if wl.cp > 1:

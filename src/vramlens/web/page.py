@@ -74,6 +74,7 @@ KNOBS: tuple[tuple[str, str, str, tuple | None, str], ...] = (
     ("max_cache_len", "max cache len", "number", None, "0"),
     ("transformers_version", "transformers version", "text", None, ""),
     ("audio_seconds", "audio seconds (Whisper)", "text", None, ""),
+    ("alloc_conf", "PYTORCH_CUDA_ALLOC_CONF", "text", None, ""),
     ("headroom", "headroom", "number", None, "0.1"),
     ("images", "images per sample (VLM)", "number", None, "0"),
 )
