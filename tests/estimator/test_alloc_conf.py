@@ -14,7 +14,6 @@ from vramlens.errors import ConfigError
 from vramlens.estimator import estimate_spec
 from vramlens.estimator.parallel import fsdp_stream_pools
 from vramlens.estimator.reserve import transient_reserve
-from vramlens.models.catalog import catalog_spec
 from vramlens.units import round_up
 from vramlens.workload import Workload, make_workload
 
@@ -22,12 +21,6 @@ MIB = 1 << 20
 EXPANDABLE = "expandable_segments:True"
 TITAN = dict(mode="train", dtype="fp32", amp="bf16", fsdp=True, batch=2, seq=8192, checkpointing="selective-op")
 
-
-@pytest.fixture(scope="module")
-def llama8b():
-    spec = catalog_spec("llama-3.1-8b")
-    assert spec is not None
-    return spec
 
 
 def test_bad_alloc_conf_is_one_line_with_pytorchs_rule():

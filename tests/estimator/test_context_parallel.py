@@ -8,16 +8,11 @@ import pytest
 from vramlens.errors import ConfigError, InputError
 from vramlens.estimator import context as CTX
 from vramlens.estimator import estimate
-from vramlens.models import load_model
 from vramlens.workload import make_workload
 
 TITAN = dict(mode="train", dtype="fp32", amp="bf16", fsdp=True, gpus=8, batch=1, checkpointing="full",
              optimizer="adamw", optimizer_impl="foreach")
 
-
-@pytest.fixture(scope="module")
-def llama8b():
-    return load_model("llama-3.1-8b")
 
 
 def test_each_rank_runs_its_share_of_the_sequence(llama8b):

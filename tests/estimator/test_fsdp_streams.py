@@ -25,12 +25,6 @@ MIB = 1 << 20
 TITAN = dict(mode="train", dtype="fp32", amp="bf16", fsdp=True, batch=2, seq=8192, checkpointing="selective-op")
 
 
-@pytest.fixture(scope="module")
-def llama8b():
-    spec = catalog_spec("llama-3.1-8b")
-    assert spec is not None
-    return spec
-
 
 def _groups(spec, n):
     """(root, blocks) padded shard numel: ceil(dim0 / n) rows of each parameter."""

@@ -12,17 +12,10 @@ import pytest
 
 from vramlens.estimator.parallel import tp_embedding_gradient_extra
 from vramlens.estimator.state import train_state
-from vramlens.models.catalog import catalog_spec
 from vramlens.workload import Workload
 
 TRAIN = dict(mode="train", method="full", batch=1, seq=1024)
 
-
-@pytest.fixture(scope="module")
-def llama8b():
-    spec = catalog_spec("llama-3.1-8b")
-    assert spec is not None
-    return spec
 
 
 def test_the_embedding_gradient_is_whole_under_tp_alone_only(llama8b):

@@ -139,6 +139,22 @@ def _blocks(model) -> list:
     return found
 
 
+def _comm_region(fn, rec, live: list[bool]):
+    """``fn`` with what it allocates tagged as comm_buffer while the trace is live (FSDP2's and FSDP1's
+    all-gather and reduce-scatter functions)."""
+
+    def wrapped(*a, **k):
+        if not live[0]:
+            return fn(*a, **k)
+        prev, rec.tag_new = rec.tag_new, "comm_buffer"
+        try:
+            return fn(*a, **k)
+        finally:
+            rec.tag_new = prev
+
+    return wrapped
+
+
 @contextlib.contextmanager
 def _fsdp_tags(rec, live: list[bool]):
     """Tag what FSDP2 allocates for its collectives as comm_buffer.
@@ -153,16 +169,7 @@ def _fsdp_tags(rec, live: list[bool]):
     saved = (pg.foreach_all_gather, pg.foreach_all_gather_copy_out, pg.foreach_reduce)
 
     def region(fn):
-        def wrapped(*a, **k):
-            if not live[0]:
-                return fn(*a, **k)
-            prev, rec.tag_new = rec.tag_new, "comm_buffer"
-            try:
-                return fn(*a, **k)
-            finally:
-                rec.tag_new = prev
-
-        return wrapped
+        return _comm_region(fn, rec, live)
 
     def reduce(*a, **k):
         out = saved[2](*a, **k)
@@ -276,16 +283,7 @@ def _fsdp1_tags(rec, live: list[bool]):
     saved = (H.unshard, H.pre_unshard, ru._get_reduce_scatter_tensors, ru._catch_all_reshard)
 
     def region(fn):
-        def wrapped(*a, **k):
-            if not live[0]:
-                return fn(*a, **k)
-            prev, rec.tag_new = rec.tag_new, "comm_buffer"
-            try:
-                return fn(*a, **k)
-            finally:
-                rec.tag_new = prev
-
-        return wrapped
+        return _comm_region(fn, rec, live)
 
     def reduce_tensors(state, unsharded_grad):
         padded, sharded = saved[2](state, unsharded_grad)
