@@ -31,9 +31,9 @@ def test_small_figures():
     assert estimate_reserved((), 512) == 2 * MiB
     r = reserved_breakdown([16 * MiB] * 4, 1000 * MiB)
     assert r.persistent_bytes == 64 * MiB
-    # 1000 MiB x 1.08 + 22 MiB = 1102 MiB, already a multiple of 2 MiB
-    assert r.transient_bytes == 1102 * MiB
-    assert r.reserved_bytes == 64 * MiB + 1102 * MiB
+    # 1000 MiB x 1.09 + 22 MiB = 1112 MiB, already a multiple of 2 MiB
+    assert r.transient_bytes == 1112 * MiB
+    assert r.reserved_bytes == 64 * MiB + 1112 * MiB
 
 
 def _replay_peak(events):
@@ -60,7 +60,8 @@ def test_analytic_model_follows_traced_training_steps(d, batch, seq):
     kept = [size[i] for i in sorted(live) if i in persistent_ids]
     short = sum(round_size(size[i]) for i in live if i not in persistent_ids)
     estimate = estimate_reserved(kept, short)
-    # the documented spread of the short-lived allowance (1-21% in the derivation) bounds the error
+    # the documented spread of the short-lived allowance bounds the error: without checkpointing the derivation's
+    # shares run from -0.5% to 22.9% around the 9% taken (scripts/derive_fragmentation.py)
     assert abs(estimate - peak) <= 0.15 * short + 24 * MiB, (estimate, peak, short)
     assert 0 < TRANSIENT_FRAGMENTATION < 0.2
 
