@@ -405,23 +405,8 @@ def fsdp1_unit_shard_numels(spec: ModelSpec, n: int) -> tuple[int, tuple[int, ..
     :1122-1139) chunks the flat parameter ``n`` ways and pads each rank's chunk to ``ceil(numel / n)``; rank 0's is
     the first chunk (with ``use_orig_params=False``, the default, nothing else pads the flat parameter: the
     alignment and world-size padding of ``_init_flat_param_and_metadata``, :755-776, needs ``use_orig_params``)."""
-    root, blocks = _unit_numels(spec)
+    root, blocks = _group_shard_numels(spec, 1, 1)  # the unsharded per-unit numels
     return -(-root // n), tuple(-(-b // n) for b in blocks)
-
-
-@identity_cache
-def _unit_numels(spec: ModelSpec) -> tuple[int, tuple[int, ...]]:
-    """(the root's, each block's) parameter numel: FSDP1's FlatParameter of each unit before sharding."""
-    blocks: dict[int, int] = {}
-    root = 0
-    for t in spec.tensors:
-        if t.role == "buffer":
-            continue
-        if t.layer is None:
-            root += t.numel
-        else:
-            blocks[t.layer] = blocks.get(t.layer, 0) + t.numel
-    return root, tuple(blocks[k] for k in sorted(blocks))
 
 
 def fsdp_stream_pools(spec: ModelSpec, w: Workload, weight_elem_bytes: int) -> tuple[int, int]:
@@ -576,7 +561,7 @@ def fsdp1_stream_pools(spec: ModelSpec, w: Workload, weight_elem_bytes: int) -> 
     n = max(1, w.shard_degree)
     mp = w.fsdp_mixed_precision
     ag_b = DTYPE_BYTES[w.run_dtype] if mp else weight_elem_bytes
-    root_n, block_ns = _unit_numels(spec)
+    root_n, block_ns = _group_shard_numels(spec, 1, 1)  # each unit's FlatParameter before sharding
     root_s, block_s = fsdp1_unit_shard_numels(spec, n)
     kept = w.fsdp_strategy == "shard-grad-op"
     # the gradients each unit reduces: every parameter's, or under LoRA the adapters' alone
