@@ -192,11 +192,27 @@ def mixed_precision_policy(wl: Workload):
     are trained with ``amp``; the default policy (no casts) otherwise."""
     from torch.distributed.fsdp import MixedPrecisionPolicy
 
+    dtypes = _mixed_precision_dtypes(wl)
+    return MixedPrecisionPolicy() if dtypes is None else MixedPrecisionPolicy(*dtypes)
+
+
+def _mixed_precision_dtypes(wl: Workload):
+    """(param_dtype, reduce_dtype) of FSDP's mixed precision for ``wl`` (bf16 or fp16 compute over fp32 parameters,
+    fp32 reduce), or None: the same for FSDP2's MixedPrecisionPolicy and FSDP1's MixedPrecision."""
     from vramlens.trace.build import TORCH_DTYPES
 
     if wl.fsdp_mixed_precision and wl.amp is not None:
-        return MixedPrecisionPolicy(param_dtype=TORCH_DTYPES[wl.amp], reduce_dtype=TORCH_DTYPES["fp32"])
-    return MixedPrecisionPolicy()
+        return TORCH_DTYPES[wl.amp], TORCH_DTYPES["fp32"]
+    return None
+
+
+def _blocks_to_shard(model, verb: str) -> list:
+    """The model's transformer blocks (:func:`_blocks`), or one line saying there are none."""
+    blocks = _blocks(model)
+    if not blocks:
+        raise TraceError(f"{type(model).__name__}: no transformer blocks found to {verb} "
+                         "(no _no_split_modules, no ModuleList)")
+    return blocks
 
 
 def _shard(built, mesh, wl: Workload) -> int:
@@ -206,10 +222,7 @@ def _shard(built, mesh, wl: Workload) -> int:
 
     reshard_after_forward = wl.fsdp_strategy != "shard-grad-op"
     mp = mixed_precision_policy(wl)
-    blocks = _blocks(built.model)
-    if not blocks:
-        raise TraceError(f"{type(built.model).__name__}: no transformer blocks found to shard "
-                         "(no _no_split_modules, no ModuleList)")
+    blocks = _blocks_to_shard(built.model, "shard")
     for b in blocks:
         for m in _odd_dtype_modules(b):
             fully_shard(m, mesh=mesh, reshard_after_forward=reshard_after_forward, mp_policy=mp)
@@ -325,16 +338,13 @@ def _shard_fsdp1(runner, built, wl: Workload) -> int:
     from torch.distributed.fsdp import FullyShardedDataParallel, MixedPrecision, ShardingStrategy
     from torch.distributed.fsdp.wrap import CustomPolicy
 
-    from vramlens.trace.build import TORCH_DTYPES, retie
+    from vramlens.trace.build import retie
 
-    blocks = _blocks(built.model)
-    if not blocks:
-        raise TraceError(f"{type(built.model).__name__}: no transformer blocks found to wrap "
-                         "(no _no_split_modules, no ModuleList)")
+    blocks = _blocks_to_shard(built.model, "wrap")
     strategy = (ShardingStrategy.SHARD_GRAD_OP if wl.fsdp_strategy == "shard-grad-op"
                 else ShardingStrategy.FULL_SHARD)
-    mp = (MixedPrecision(param_dtype=TORCH_DTYPES[wl.amp], reduce_dtype=TORCH_DTYPES["fp32"])
-          if wl.fsdp_mixed_precision and wl.amp is not None else None)
+    dtypes = _mixed_precision_dtypes(wl)
+    mp = None if dtypes is None else MixedPrecision(param_dtype=dtypes[0], reduce_dtype=dtypes[1])
     assert runner.fake_mode is not None  # Runner(mode="fake")
     try:
         with runner.fake_mode:
