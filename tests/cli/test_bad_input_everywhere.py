@@ -178,6 +178,8 @@ CASES = {
     "trace-malformed-config": ("trace {tmp}/malformed.json", "malformed.json: not valid JSON"),
     "trace-missing-file": ("trace {tmp}/nope.json", "nope.json'"),
     "trace-folder-without-config": ("trace {tmp}/empty-dir", "empty-dir: no config.json in this folder"),
+    # refused before the first "tracing the first k of L layers" progress line, so it is the only line
+    "trace-layers-untraceable": ("trace gpt2 --layers 3 --fused-qkv", "--fused-qkv is LitGPT's attention"),
     "trace-layers-1e9": ("trace {tmp}/layers-1e9.json", "num_hidden_layers=1000000000 is over the limit"),
     "trace-no-model": ("trace", "give a MODEL to trace"),
     "trace-alloc-conf-unknown-key": ("trace gpt2 --alloc-conf bogus:1", "Unrecognized CachingAllocator option: bogus"),

@@ -115,10 +115,14 @@ def untraceable(wl: Workload) -> str:
     return ""
 
 
-def _unsupported(wl: Workload) -> None:
+def _preflight(wl: Workload, backend: str) -> None:
+    """Refuse, before any progress line or build, what the tracer cannot run here."""
     why = untraceable(wl)
     if why:
         raise TraceError(f"{why}: use `vramlens estimate`")
+    from vramlens.trace.runner import require_backend
+
+    require_backend(backend)
 
 
 def _run(model: Any, wl: Workload, *, steps: int, backend: str, input_shape, progress, layers: int | None = None):
@@ -130,7 +134,7 @@ def _run(model: Any, wl: Workload, *, steps: int, backend: str, input_shape, pro
 def _run_loud(model: Any, wl: Workload, *, steps: int, backend: str, input_shape, progress, layers: int | None = None):
     from vramlens.trace.runner import Runner, describe_failure
 
-    _unsupported(wl)
+    _preflight(wl, backend)
     runner = Runner(wl, mode=backend, steps=steps, progress=progress)
     built = runner.build(model, layers=layers, input_shape=input_shape)
     try:
@@ -191,6 +195,7 @@ def _extrapolated(model, wl: Workload, *, steps, layers, backend, progress, top,
     if layers >= L:
         return _trace_once(model, wl, steps=steps, backend=backend, input_shape=None, progress=progress, top=top,
                            alloc_conf=alloc_conf)
+    _preflight(wl, backend)  # before the first progress line: a refusal is the only line on stderr
     t0 = time.perf_counter()
     k1, k2 = layers - 1, layers
     results = []

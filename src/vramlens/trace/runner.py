@@ -223,6 +223,12 @@ def _module_names(model: nn.Module) -> dict[int, str]:
     return {id(m): n for n, m in model.named_modules(remove_duplicate=False)}
 
 
+def require_backend(mode: str) -> None:
+    """Refuse a backend this machine cannot run (``cuda`` without a CUDA GPU and build)."""
+    if mode == "cuda" and not torch.cuda.is_available():
+        raise TraceError("mode=cuda needs a CUDA GPU and a CUDA build of torch; none here: use fake mode")
+
+
 class Runner:
     """One traced run: build, steps, and the recorder that saw them."""
 
@@ -244,8 +250,7 @@ class Runner:
             from torch._subclasses.fake_tensor import FakeTensorMode
 
             self.fake_mode = FakeTensorMode(allow_non_fake_inputs=True)
-        if mode == "cuda" and not torch.cuda.is_available():
-            raise TraceError("mode=cuda needs a CUDA GPU and a CUDA build of torch; none here: use fake mode")
+        require_backend(mode)
         self.rec = Recorder(round_to=1 if mode == "real-cpu" else BLOCK)
         self.rec.autocast = wl.amp is not None and wl.amp != wl.dtype and not wl.fsdp_mixed_precision
         self.rec.stub_optimizer_scalars = mode == "fake"
