@@ -155,6 +155,8 @@ class FastMemory:
         self._acts: dict[tuple[object, ...], Activations] = {}
         self._parts: dict[tuple[object, ...], tuple[str, ...]] = {}
         self._infer: dict[Workload, tuple[int, int]] = {}
+        #: the weights of each workload _exact estimated (the advisor's inference cost reads them)
+        self._infer_weights: dict[Workload, int] = {}
         self._train_states: dict[tuple[object, ...], TrainState] = {}
         self._phase_kw: dict[int, tuple[dict[str, Any], Activations]] = {}
         self._views: dict[tuple[int, int | None], tuple[TrainState, TrainState | None, TrainState]] = {}
@@ -350,6 +352,16 @@ class FastMemory:
             return None
         e = estimate_spec(self.spec, w, self.gpu)
         hit = self._infer[w] = (e.breakdown.device_total, e.breakdown.host_bytes)
+        self._infer_weights[w] = e.breakdown["weights"]
+        return hit
+
+    def weights(self, w: Workload) -> int:
+        """The weights on the busiest GPU of a workload :meth:`totals` estimated through the estimator itself
+        (inference), memoized with it."""
+        hit = self._infer_weights.get(w)
+        if hit is None:
+            e = estimate_spec(self.spec, w, self.gpu)
+            hit = self._infer_weights[w] = e.breakdown["weights"]
         return hit
 
     def problems(self, w: Workload) -> tuple[str, ...]:

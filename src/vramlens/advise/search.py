@@ -304,10 +304,8 @@ class _Search:
         if w.training:
             return training_step(self.spec, w, self.gpu, trainable=trainable, nodes=self.nodes, links=self.links,
                                  offloaded_bytes=offloaded_bytes)
-        e = estimate_spec(self.spec, w, self.gpu)
         kv_tok = K.kv_bytes_per_token(self.spec, w, tp=w.tp) // max(1, w.pp)
-        wb = e.breakdown["weights"]
-        return inference_request(self.spec, w, self.gpu, weight_bytes=wb, kv_bytes_per_token=kv_tok,
+        return inference_request(self.spec, w, self.gpu, weight_bytes=self.fm.weights(w), kv_bytes_per_token=kv_tok,
                                  links=self.links)
 
 
