@@ -34,7 +34,8 @@ BAD_INTS = ["0", "-1", "-10", HUGE, "-" + HUGE, DIGITS_5000, "1e400", "nan", "in
             "1.5", "0x10", "1,000", "2**10", "10;rm", "\u0661\u0662x"]
 #: Flags that accept 0 (the value is a count that may be empty, or 0 means "off").
 ZERO_OK = {"--new-tokens", "--kv-block", "--zero", "--max-cache-len", "trace --top", "snapshot --top",
-           "trace --timeline-points", "capacity --ctx-size", "capacity --n-gpu-layers", "--images"}
+           "trace --timeline-points", "capacity --ctx-size", "capacity --n-gpu-layers", "--images",
+           "--num-virtual-tokens", "--quant-group-size"}  # 0: prompt tuning off; the format's own group
 BAD_FLOATS = ["-0.1", "1", "1.5", "nan", "inf", "-inf", "1e400", "abc", "", DIGITS_5000]
 BAD_SIZES = ["0", "0GB", "-5GB", "-1", "1e400GB", "nanGB", "infGB", "abc", "", "GB", "1e30TB", HUGE,
              DIGITS_5000, "5 XB", "24 G B"]

@@ -93,7 +93,7 @@ _ADA = _Setup(gpu="RTX-4090", cuda="12.1", lazy_loading=True)
 # pinned bitsandbytes==0.42.0, whose MatMul4Bit.forward keeps its input on the autograd node
 # (autograd/_functions.py:522-523 ``ctx.tensors = (A, B)``), and fit() holds the step's output
 # (finetune/lora.py:276 ``logits = model(input_ids, lm_head_chunk_size=128)``) until the next forward
-# returns: bnb_inputs="next-forward". LitGPT's QLoRA goes through Lightning Fabric's BitsandbytesPrecision,
+# returns: bnb_inputs=True, holds_outputs="next-forward". LitGPT's QLoRA goes through Lightning Fabric's BitsandbytesPrecision,
 # whose _convert_layers replaces every nn.Linear (no ignore_modules passed), so lm_head.linear is NF4 too and
 # each of its 128-token chunks is a 4-bit matmul: quant_head=True. bitsandbytes 0.42.0 Params4bit.cuda
 # (bitsandbytes/nn/modules.py:168) and Lightning's _NF4Linear.quantize_ (lightning/fabric/plugins/precision/
@@ -113,21 +113,21 @@ _LITGPT = dict(mode="train", dtype="bf16", seq=512, gqa_expand=True, fused_qkv=T
 # (the pins are nightlies 2.3.0.dev20240328 / 2.4.0.dev20240728; the code is the same at 71aed751 and the 2.3.0 and
 # 2.4.0 tags: src/lightning/fabric/wrappers.py forward, plugins/precision/half.py and bitsandbytes.py convert_output), and ``logits = model(...)`` holds them until the next forward returns
 _LITGPT_LORA = dict(_LITGPT, method="lora", lora_rank=32, lora_dropout=0.05, lora_dtype="bf16", loss_chunks=4,
-                    loss_upcast=False, output_upcast="next-forward")
+                    loss_upcast=False, output_upcast=True, holds_outputs="next-forward")
 _LITGPT_QLORA = dict(_LITGPT_LORA, method="qlora", quant="nf4", quant_targets="all", optimizer="paged-adamw",
-                     bnb_inputs="next-forward", quant_head=True, dequant_dtype="fp16")
+                     bnb_inputs=True, quant_head=True, dequant_dtype="fp16")
 _A10G = _Setup(gpu="A10G", cuda="12.1", lazy_loading=True)
 # LitGPT's tutorials/resource-tables.md (0cc02afa, October 2023): Lit-GPT 8641822's finetune/lora.py on one
 # A100-SXM4-40GB (PyTorch 2.1.0+cu121, bitsandbytes 0.41.1), Alpaca at full length: max_seq_length is the longest
 # example and the first iteration's batch is built around it (get_batch(..., longest_seq_ix if iter_num == 0)), so
-# the peak is that step: nothing of a previous step is held (bnb_inputs="step", output_upcast="step": the fp32
+# the peak is that step: nothing of a previous step is held (holds_outputs="step", bnb_inputs=True, output_upcast: the fp32
 # logits of Fabric's convert_output at lightning 71aed751, the commit 8641822 pins, held through that step's
 # backward). r=8 on q and v, dropout 0.05, lm_head in 128-token chunks (loss_chunks = ceil(seq / 128)), minibatch 128
 # lora_query and lora_value: under --fused-qkv q_proj,v_proj name the q and v parts of the fused linear that LitGPT's
 # LoRAQKVLinear adapts, of GPT-NeoX's and Falcon's query_key_value too (inventory.qkv_slices)
 _RT_LORA = dict(_LITGPT, method="lora", lora_rank=8, lora_dropout=0.05, lora_dtype="bf16",
-                lora_targets=("q_proj", "v_proj"), loss_upcast=False, output_upcast="step")
-_RT_QLORA = dict(_RT_LORA, method="qlora", quant_targets="all", optimizer="paged-adamw", bnb_inputs="step",
+                lora_targets=("q_proj", "v_proj"), loss_upcast=False, output_upcast=True, holds_outputs="step")
+_RT_QLORA = dict(_RT_LORA, method="qlora", quant_targets="all", optimizer="paged-adamw", bnb_inputs=True,
                  quant_head=True, dequant_dtype="fp16")
 _A100_40 = _Setup(gpu="A100-40GB", cuda="12.1", lazy_loading=True)
 
@@ -320,7 +320,7 @@ def _optimum_gptq_cases() -> dict[str, Case]:
 # is max_memory_reserved() over the run less the 2 MiB reserved at its start (accelerator_memory_max). Each batch is
 # ``tokenizer.pad(batch, return_tensors="pt")`` (run.py line 255 at d787f51b): rows shorter than the batch's longest
 # carry zeros in the attention_mask the model gets (padded)
-_PEFT_METAMATH = dict(mode="train", dtype="bf16", batch=4, seq=768, attention="sdpa", optimizer="adamw", holds_outputs=True,
+_PEFT_METAMATH = dict(mode="train", dtype="bf16", batch=4, seq=768, attention="sdpa", optimizer="adamw", holds_outputs="next-forward",
                       optimizer_impl="foreach", padded=True)
 _L40S_2026 = _Setup(gpu="L40S", cuda="13.0", lazy_loading=True)
 

@@ -83,10 +83,8 @@ DequantDType = Literal["compute", "fp16"]
 NF4Impl = Literal["bitsandbytes", "torchao"]
 #: How a quantized linear's matmul reads its weight (see Workload.quant_impl).
 QuantImpl = Literal["kernel", "torchao-wo", "exllama", "cuda-old"]
-#: What bitsandbytes' 4-bit matmuls keep of their inputs in training (see Workload.bnb_inputs).
-BnbInputs = Literal["none", "step", "next-forward"]
-#: How long a loop holds the fp32 copy of the model's output that Lightning Fabric makes (see Workload.output_upcast).
-OutputUpcast = Literal["none", "step", "next-forward"]
+#: How long a training loop holds each step's outputs, and so the graph hanging from them (see Workload.holds_outputs).
+HeldFor = Literal["none", "step", "next-forward"]
 #: transformers' KV cache for inference (cache_utils): DynamicCache grows by torch.cat; StaticCache
 #: preallocates max_cache_len tokens per layer; "offloaded" is DynamicCache(offloading=True), generate's
 #: cache_implementation="offloaded"; "quantized" is QuantizedCache (quanto/hqq backends, 4-bit default).
@@ -135,8 +133,7 @@ ZERO_BUCKETS: tuple[ZeroBuckets, ...] = get_args(ZeroBuckets)
 KV_DTYPES: tuple[KVDType, ...] = get_args(KVDType)
 LORA_DTYPES: tuple[LoraDType, ...] = get_args(LoraDType)
 QUANT_TARGETS: tuple[QuantTargets, ...] = get_args(QuantTargets)
-BNB_INPUTS: tuple[BnbInputs, ...] = get_args(BnbInputs)
-OUTPUT_UPCASTS: tuple[OutputUpcast, ...] = get_args(OutputUpcast)
+HELD_FOR: tuple[HeldFor, ...] = get_args(HeldFor)
 DEQUANT_DTYPES: tuple[DequantDType, ...] = get_args(DequantDType)
 NF4_IMPLS: tuple[NF4Impl, ...] = get_args(NF4Impl)
 QUANT_IMPLS: tuple[QuantImpl, ...] = get_args(QuantImpl)
@@ -192,19 +189,23 @@ class Workload:
     #: ``F.cross_entropy(logits.float(), ...)``); False: LitGPT's ``chunked_cross_entropy`` (litgpt/utils.py)
     #: runs ``F.cross_entropy`` on the chunk in the logits' dtype, so its log_softmax is kept in that dtype
     loss_upcast: bool = True
-    #: the training loop keeps ``outputs = model(**batch)`` until the next forward returns (the loops of the HF
-    #: course, accelerate's examples and PEFT's method comparison; the HF Trainer drops it before backward):
-    #: the logits and, with the config's ``use_cache``, the KV cache the forward returned stay alive through
-    #: backward, the optimizer step and the next forward (Workload.outputs_held)
-    holds_outputs: bool = False
+    #: How long the training loop holds each step's outputs, and with them the graph hanging from them: ``none``
+    #: (the HF Trainer drops them before backward; only the loss survives the forward), ``step`` (through its own
+    #: backward, nothing of an earlier step alive: ``del outputs`` at the step's end, or a run whose peak is its
+    #: first step), ``next-forward`` (``outputs = model(**batch)`` rebound only when the next forward returns: the
+    #: loops of the HF course, accelerate's examples, PEFT's method comparison, LitGPT's ``logits = model(...)``).
+    #: What they hold depends on the stack: transformers' outputs keep the logits and, with the config's
+    #: ``use_cache``, the KV cache (:attr:`outputs_held`); Lightning Fabric's cast keeps fp32 logits
+    #: (:attr:`output_upcast`); an old bitsandbytes' nodes keep their inputs (:attr:`bnb_inputs`)
+    holds_outputs: HeldFor = "none"
     #: Lightning Fabric's half-precision plugins (``bf16-true``, ``16-true``, ``BitsandbytesPrecision``) cast the
     #: model's floating outputs to torch's default dtype, fp32 (``_FabricModule.forward`` calls
     #: ``precision.convert_output``: lightning 71aed751 src/lightning/fabric/wrappers.py lines 116-124,
     #: plugins/precision/half.py lines 51-52, bitsandbytes.py lines 142-143): LitGPT's chunked logits are all
     #: copied to fp32 at once, the half chunks freed once every copy exists, and the chunked loss (--no-loss-upcast)
-    #: runs on the fp32 copies. LitGPT's loop (``logits = model(...)``) holds them through backward (``step``) and
-    #: until the next forward returns (``next-forward``: every step of one length); ``none``: no such cast
-    output_upcast: OutputUpcast = "none"
+    #: runs on the fp32 copies, which LitGPT's loop (``logits = model(...)``) holds for :attr:`holds_outputs`
+    #: (through backward at least: ``step`` when it says ``none``)
+    output_upcast: bool = False
     loss: Loss = "cross-entropy"
     #: torchtitan's loss parallelism under --tp: logits and loss sharded over the vocabulary
     loss_parallel: bool = False
@@ -335,14 +336,12 @@ class Workload:
     #: hold causal-mask buffers (ModelSpec.legacy_buffers_before)
     transformers_version: str | None = None
     task: Task | None = None  # None: the head named by the config's architectures
-    #: What a bitsandbytes 4-bit matmul keeps of its input in training. ``none``: bitsandbytes >=
-    #: 0.43.2, nothing (``ctx.tensors = (None, B)``). ``step``: bitsandbytes < 0.43.2, whose
-    #: ``MatMul4Bit.forward`` keeps its input on the autograd node (``ctx.tensors = (A, B)``, not
-    #: ``save_for_backward``) although its backward never reads it (fixed by bitsandbytes #1270): kept
-    #: until the step's graph is freed (transformers' Trainer drops the outputs with the step).
-    #: ``next-forward``: that, in a loop that keeps the step's output until the next forward returns,
-    #: and with it the graph and those inputs (LitGPT's ``logits = model(...)``, bitsandbytes 0.42.0)
-    bnb_inputs: BnbInputs = "none"
+    #: bitsandbytes < 0.43.2's 4-bit matmuls keep their input in training: ``MatMul4Bit.forward`` puts it on the
+    #: autograd node (``ctx.tensors = (A, B)``, not ``save_for_backward``) although its backward never reads it
+    #: (fixed by bitsandbytes #1270; 0.43.2 and later keep nothing, ``ctx.tensors = (None, B)``, False). Kept
+    #: until the graph is freed: with the step (transformers' Trainer drops the outputs then), or into the next
+    #: forward when the loop holds the step's outputs that long (:attr:`holds_outputs` ``next-forward``)
+    bnb_inputs: bool = False
     #: (height, width) of the images a vision encoder sees (ViT, CLIP/SigLIP vision towers); None: the
     #: config's image_size. The tokens are (H // patch) * (W // patch) (+1 for a class token), not seq.
     image_size: tuple[int, int] | None = None
@@ -542,12 +541,18 @@ class Workload:
 
     @property
     def outputs_held(self) -> bool:
-        """Whether the training loop holds each step's ``outputs`` until the next forward returns: --holds-outputs
-        over transformers' own loss (not chunked, fused, offloaded or compiled: ignored there), and the SDPA
-        benchmarks' ``--loss logits-sum`` loop (``outputs = model(**inputs)``)."""
+        """Whether the training loop holds transformers' ``outputs`` past the loss, for :attr:`holds_outputs`
+        (over transformers' own loss; not chunked, fused, offloaded or compiled: ignored there), and the SDPA
+        benchmarks' ``--loss logits-sum`` loop (``outputs = model(**inputs)``, until the next forward)."""
         return self.training and (self.loss == "logits-sum" or (
-            self.holds_outputs and self.loss == "cross-entropy" and self.loss_chunks <= 1
+            self.holds_outputs != "none" and self.loss == "cross-entropy" and self.loss_chunks <= 1
             and not self.activation_offload and not self.compile))
+
+    @property
+    def holds_next(self) -> bool:
+        """Whether what the loop holds of a step (its outputs, and the graph with an old bitsandbytes' kept inputs)
+        is still alive when the next forward runs: ``holds_outputs="next-forward"`` and ``--loss logits-sum``."""
+        return self.training and (self.loss == "logits-sum" or self.holds_outputs == "next-forward")
 
     def holds_presents(self, before: tuple[int, int] | None) -> bool:
         """Whether the loop holds the per-layer (key, value) tuples an older release returns from a training forward
@@ -618,8 +623,7 @@ class Workload:
         choice("kv_dtype", self.kv_dtype, KV_DTYPES, optional=True)
         choice("lora_dtype", self.lora_dtype, LORA_DTYPES)
         choice("quant_targets", self.quant_targets, QUANT_TARGETS)
-        choice("bnb_inputs", self.bnb_inputs, BNB_INPUTS)
-        choice("output_upcast", self.output_upcast, OUTPUT_UPCASTS)
+        choice("holds_outputs", self.holds_outputs, HELD_FOR)
         choice("dequant_dtype", self.dequant_dtype, DEQUANT_DTYPES)
         choice("bnb_compute_dtype", self.bnb_compute_dtype, DTYPES, optional=True)
         choice("nf4_impl", self.nf4_impl, NF4_IMPLS)
@@ -693,7 +697,7 @@ class Workload:
             p.extend(alloc_conf_problems(self.alloc_conf))
         for name in ("keep_grads", "fsdp", "optimizer_in_backward", "activation_offload", "loss_parallel", "dora",
                      "fp8", "compile", "gqa_expand", "padded", "fused_qkv", "quant_head", "quantize_on_device",
-                     "loss_upcast", "holds_outputs"):
+                     "loss_upcast", "output_upcast", "bnb_inputs"):
             if not isinstance(getattr(self, name), bool):
                 p.append(f"{name}={L.show(getattr(self, name))} must be true or false")
         if not isinstance(self.lora_targets, tuple) or not all(isinstance(t, str) for t in self.lora_targets):
@@ -793,19 +797,19 @@ class Workload:
             p.append("loss_upcast=false describes a chunked cross-entropy in the logits' dtype (LitGPT's "
                      "chunked_cross_entropy); transformers' own loss and the other losses upcast or fuse: add "
                      "--loss-chunks N or drop --no-loss-upcast")
-        if self.output_upcast != "none" and self.mode == "train" and (
+        if self.output_upcast is True and self.mode == "train" and (
                 self.loss_chunks <= 1 or self.loss != "cross-entropy" or self.loss_upcast):
-            p.append(f"output_upcast={self.output_upcast!r} describes LitGPT's chunked logits cast to fp32 by Lightning "
+            p.append("output_upcast=true describes LitGPT's chunked logits cast to fp32 by Lightning "
                      "Fabric before its chunked_cross_entropy, which adds no upcast of its own: use it with "
                      "--loss-chunks N and --no-loss-upcast, or drop --output-upcast")
         if self.loss_chunks > self.seq:
             p.append(f"loss_chunks={self.loss_chunks} is more than the seq={self.seq} tokens it splits: "
                      f"use --loss-chunks {min(8, self.seq)}")
-        if (self.bnb_inputs != "none" and self.checkpointing != "none" and self.mode == "train"
+        if (self.bnb_inputs is True and self.checkpointing != "none" and self.mode == "train"
                 and self.quantized in FOUR_BIT):
-            p.append(f"bnb_inputs={self.bnb_inputs!r} with checkpointing={self.checkpointing!r} is not modelled: "
+            p.append(f"bnb_inputs=true with checkpointing={self.checkpointing!r} is not modelled: "
                      "the inputs an old bitsandbytes keeps on its autograd nodes bypass the checkpoint's hooks, "
-                     "so they are kept in checkpointed blocks too; use --checkpointing none or --bnb-inputs none")
+                     "so they are kept in checkpointed blocks too; use --checkpointing none or drop --bnb-inputs")
         if self.quant_head and self.quantized is not None:
             p.extend(self._quant_head_problems())
         if self.bnb_compute_dtype is not None and self.training and self.quantized in FOUR_BIT:
@@ -1113,20 +1117,22 @@ class Workload:
         elif given("quant_impl") and self.quantized == "int4":
             out.append(f"ignored: quant_impl={self.quant_impl!r} with quant='int4': int4_weight_only's tinygemm "
                        "kernel (_weight_int4pack_mm) reads the packed weight, nothing is dequantized")
-        if given("bnb_inputs") and self.bnb_inputs != "none" and (
-                not self.training or self.quantized not in FOUR_BIT):
-            out.append(f"ignored: bnb_inputs={self.bnb_inputs!r} is what bitsandbytes' 4-bit matmuls keep for "
+        if self.bnb_inputs and (not self.training or self.quantized not in FOUR_BIT):
+            out.append("ignored: bnb_inputs=True is what bitsandbytes' 4-bit matmuls keep for "
                        "backward, and " + ("nothing is trained" if not self.training else
                                            "no weights are in 4 bits (nf4, nf4-dq, fp4)"))
-        if self.holds_outputs and not self.training:
-            out.append("ignored in inference: holds_outputs=True is what a training loop keeps between steps")
-        elif self.holds_outputs and not self.outputs_held:
-            out.append("ignored: holds_outputs=True is modelled for a loop over transformers' own loss (outputs = "
-                       "model(**batch)); with " + ("--loss-chunks" if self.loss_chunks > 1 else "--loss fused-linear"
+        if self.holds_outputs != "none" and not self.training:
+            out.append(f"ignored in inference: holds_outputs={self.holds_outputs!r} is what a training loop keeps "
+                       "between steps")
+        elif self.holds_outputs != "none" and not self.outputs_held and not self.output_upcast and not (
+                self.bnb_inputs and self.quantized in FOUR_BIT):
+            out.append(f"ignored: holds_outputs={self.holds_outputs!r} is modelled for a loop over transformers' own "
+                       "loss (outputs = model(**batch)), Lightning Fabric's fp32 logits (--output-upcast) and an old "
+                       "bitsandbytes' kept inputs (--bnb-inputs); with " + ("--loss-chunks" if self.loss_chunks > 1 else "--loss fused-linear"
                        if self.loss == "fused-linear" else "--activation-offload" if self.activation_offload
                        else "--compile") + " the loss or the logits are outside the outputs it holds")
-        if self.output_upcast != "none" and not self.training:
-            out.append(f"ignored in inference: output_upcast={self.output_upcast!r} (the logits a training loop holds "
+        if self.output_upcast and not self.training:
+            out.append("ignored in inference: output_upcast=True (the logits a training loop holds "
                        "in fp32)")
         if given("lora_dropout") and not self.training and self.method != "full":
             out.append(f"ignored in inference: lora_dropout={self.lora_dropout!r} (dropout is off in eval mode)")
@@ -1254,6 +1260,24 @@ def parse_audio_seconds(text: str) -> float:
     return value
 
 
+def _held_for_spellings(clean: dict[str, Any]) -> None:
+    """Read the earlier spellings of the loop's lifetime (API keywords, saved JSON, old URLs), from before it had
+    one home in ``holds_outputs``: ``holds_outputs`` true/false, and ``output_upcast`` and ``bnb_inputs`` carrying
+    it as "none"/"step"/"next-forward". A lifetime given there becomes ``holds_outputs`` unless that is given."""
+    bools = {True: True, False: False, "true": True, "false": False}
+    held = clean.get("holds_outputs")
+    if isinstance(held, (bool, str)) and held in bools:
+        clean["holds_outputs"] = "next-forward" if bools[held] else "none"
+    for name in ("output_upcast", "bnb_inputs"):
+        v = clean.get(name)
+        if isinstance(v, str) and v in HELD_FOR:
+            clean[name] = v != "none"
+            if v != "none" and clean.get("holds_outputs", "none") == "none":
+                clean["holds_outputs"] = v
+        elif isinstance(v, str) and v in bools:
+            clean[name] = bools[v]
+
+
 def make_workload(**kwargs: Any) -> Workload:
     """Build and validate a Workload from keyword arguments named like the CLI flags.
 
@@ -1273,6 +1297,7 @@ def make_workload(**kwargs: Any) -> Workload:
         clean[key] = v
     if unknown:
         raise ConfigError([f"unknown workload setting {u!r}: known are {', '.join(sorted(known))}" for u in unknown])
+    _held_for_spellings(clean)
     if isinstance(clean.get("lora_targets"), str):
         clean["lora_targets"] = tuple(t.strip() for t in clean["lora_targets"].split(",") if t.strip())
     elif "lora_targets" in clean:

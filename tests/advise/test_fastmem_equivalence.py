@@ -115,7 +115,7 @@ def workloads(name: str) -> st.SearchStrategy:
     # the logits' dtype, bnb_compute_dtype only outside 4-bit training: the base draw keeps their defaults (drawing
     # them would crowd out valid draws), the one-field neighbours of test_fastmemory_equals_estimate_spec vary them
     return st.builds(Workload, **{**STRATEGIES, "lora_targets": st.one_of(own, own, STRATEGIES["lora_targets"]),
-                                  "quant_impl": st.just("kernel"), "output_upcast": st.just("none"),
+                                  "quant_impl": st.just("kernel"), "output_upcast": st.just(False),
                                   "bnb_compute_dtype": st.none()})
 
 

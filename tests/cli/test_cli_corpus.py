@@ -60,3 +60,16 @@ def test_bad_command_line_is_one_line_exit_2(argv, capsys, alarm):
         named = (flag, field, flag.removeprefix("--"), "host RAM", "bandwidth")
         assert any(n.lower() in lines[0].lower() for n in named), (flag, lines[0])
     assert len(lines[0]) < 600  # a 5,000-digit value is shown shortened
+
+
+def test_corpus_is_the_parsers_own():
+    """The file is what scripts/make_cli_corpus.py makes from today's parser: a new flag, or a flag whose kind
+    changed, gets its bad inputs (run the script when this fails)."""
+    import importlib.util
+
+    path = Path(__file__).resolve().parents[2] / "scripts" / "make_cli_corpus.py"
+    spec = importlib.util.spec_from_file_location("make_cli_corpus", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    assert module.cases() == CASES

@@ -15,10 +15,10 @@ LOGITS = 2 * 151_936 * 512  # 155,582,464 B of bf16 logits for 2 x 256 tokens
 CACHE = 24 * 2 * 2 * 64 * 512 * 2  # 6,291,456 B: keys and values of every layer
 
 
-def _added(model: str, **kw) -> dict[str, int]:
+def _added(model: str, held: str = "next-forward", **kw) -> dict[str, int]:
     base = dict(estimate(model, **kw).breakdown.phases)
-    held = dict(estimate(model, **kw, holds_outputs=True).breakdown.phases)
-    return {p: held[p] - base[p] for p in base}
+    with_held = dict(estimate(model, **kw, holds_outputs=held).breakdown.phases)
+    return {p: with_held[p] - base[p] for p in base}
 
 
 def test_the_logits_and_the_cache_stay_to_the_next_forward():
@@ -59,17 +59,38 @@ def test_logits_sum_holds_todays_cache():
 
 
 def test_ignored_where_not_modelled_and_in_inference():
-    w = Workload(mode="train", holds_outputs=True, loss_chunks=8).validated()
+    w = Workload(mode="train", holds_outputs="next-forward", loss_chunks=8).validated()
     assert not w.outputs_held
-    assert any(n.startswith("ignored: holds_outputs=True") and "--loss-chunks" in n for n in w.ignored())
-    assert Workload(mode="inference", holds_outputs=True).validated().ignored() == [
-        "ignored in inference: holds_outputs=True is what a training loop keeps between steps"]
-    assert Workload(mode="train", holds_outputs=True).validated().ignored() == []
+    assert any(n.startswith("ignored: holds_outputs='next-forward'") and "--loss-chunks" in n for n in w.ignored())
+    assert Workload(mode="inference", holds_outputs="step").validated().ignored() == [
+        "ignored in inference: holds_outputs='step' is what a training loop keeps between steps"]
+    assert Workload(mode="train", holds_outputs="next-forward").validated().ignored() == []
 
 
-def test_must_be_a_bool():
-    with pytest.raises(InputError, match="holds_outputs='yes' must be true or false"):
+def test_must_be_a_lifetime():
+    with pytest.raises(InputError, match="holds_outputs='yes' is not one of: none, step, next-forward"):
         Workload(mode="train", holds_outputs="yes").validated()  # type: ignore[arg-type]
+
+
+def test_held_through_the_step_only():
+    # ``del outputs`` after backward: this step's logits in backward (as with next-forward), nothing at the next
+    # forward's loss and nothing through the optimizer step (traced: tests/trace/test_holds_outputs.py)
+    assert _added("qwen2.5-0.5b", **QWEN, held="step") == {"forward": 0, "backward": LOGITS, "optimizer": 0}
+
+
+def test_earlier_spellings_are_read():
+    # before holds_outputs was the one lifetime: a bool, and the lifetimes of --output-upcast / --bnb-inputs
+    from vramlens.workload import make_workload
+
+    assert make_workload(mode="train", holds_outputs=True).holds_outputs == "next-forward"
+    assert make_workload(mode="train", holds_outputs="false").holds_outputs == "none"
+    qlora = dict(mode="train", method="qlora", quant="nf4", loss_chunks=4, loss_upcast=False)
+    w = make_workload(**qlora, bnb_inputs="next-forward", output_upcast="next-forward")
+    assert (w.bnb_inputs, w.output_upcast, w.holds_outputs) == (True, True, "next-forward")
+    w = make_workload(**qlora, bnb_inputs="step", output_upcast="none")
+    assert (w.bnb_inputs, w.output_upcast, w.holds_outputs) == (True, False, "step")
+    # a lifetime given in holds_outputs wins
+    assert make_workload(**qlora, bnb_inputs="step", holds_outputs="next-forward").holds_outputs == "next-forward"
 
 
 def test_the_held_cache_ignores_the_inference_cache_settings():

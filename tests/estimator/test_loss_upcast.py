@@ -56,8 +56,11 @@ def test_fabric_output_upcast_holds_fp32_logits():
     and its fp32 log_softmax kept; the half chunks and the previous step's copies only beside the cast."""
     spec = load_model("qwen2.5-0.5b")
     lc, f32 = round_up(2 * V * CHUNK, BLOCK), round_up(4 * V * CHUNK, BLOCK)
-    step = loss_figures(spec, make_workload(**RUN, loss_upcast=False, output_upcast="step"), 2, 256)
-    nxt = loss_figures(spec, make_workload(**RUN, loss_upcast=False, output_upcast="next-forward"), 2, 256)
+    step = loss_figures(spec, make_workload(**RUN, loss_upcast=False, output_upcast=True, holds_outputs="step"), 2, 256)
+    nxt = loss_figures(spec, make_workload(**RUN, loss_upcast=False, output_upcast=True, holds_outputs="next-forward"),
+                       2, 256)
+    # held through backward at least: a loop said to hold nothing is the step's
+    assert loss_figures(spec, make_workload(**RUN, loss_upcast=False, output_upcast=True), 2, 256) == step
     assert step is not None and nxt is not None
     # 2 chunks: the fp32 copies (2 x 155,582,464 B) held, and the two fp32 log_softmax outputs
     assert (step.saved, step.held, step.backward) == (4 * f32, 2 * f32, 2 * f32) == (622_329_856, 311_164_928,
@@ -68,9 +71,9 @@ def test_fabric_output_upcast_holds_fp32_logits():
 
 
 def test_fabric_output_upcast_refused_without_litgpt_chunked_loss():
-    with pytest.raises(ConfigError, match="output_upcast='step' describes LitGPT's chunked logits"):
-        make_workload(**RUN, output_upcast="step")  # the loss upcasts each chunk itself
-    with pytest.raises(ConfigError, match="output_upcast='next-forward' describes"):
-        make_workload(mode="train", output_upcast="next-forward")
-    with pytest.raises(ConfigError, match="output_upcast='always' is not one of"):
+    with pytest.raises(ConfigError, match="output_upcast=true describes LitGPT's chunked logits"):
+        make_workload(**RUN, output_upcast=True)  # the loss upcasts each chunk itself
+    with pytest.raises(ConfigError, match="output_upcast=true describes"):
+        make_workload(mode="train", output_upcast=True)
+    with pytest.raises(ConfigError, match="output_upcast='always' must be true or false"):
         make_workload(**RUN, loss_upcast=False, output_upcast="always")

@@ -141,7 +141,7 @@ def test_old_bitsandbytes_keeps_the_inputs_of_its_4bit_matmuls(llama7b):
 
     t = 2 * 512
     new = make_workload(**LITGPT_QLORA)
-    old = make_workload(**LITGPT_QLORA, bnb_inputs="step")
+    old = make_workload(**LITGPT_QLORA, bnb_inputs=True)
     # the adapters keep their dropped copies, so with bitsandbytes >= 0.43.2 nothing keeps the attention
     # norm's output, the MLP norm's or the MLP product; the old one keeps each once (q/k/v and gate/up
     # share their input). o_proj's input is SDPA's output, which the kernel keeps anyway
@@ -150,13 +150,13 @@ def test_old_bitsandbytes_keeps_the_inputs_of_its_4bit_matmuls(llama7b):
     # on the nodes, where backward does not free them: those and the attention output
     assert bnb_kept_input_bytes(llama7b, old, 2, 512) == t * (3 * 4_096 + 11_008) * 2 == 47_710_208
     assert bnb_kept_input_bytes(llama7b, new, 2, 512) == 0
-    e_new, e_old = estimate(llama7b, **LITGPT_QLORA), estimate(llama7b, **LITGPT_QLORA, bnb_inputs="step")
+    e_new, e_old = estimate(llama7b, **LITGPT_QLORA), estimate(llama7b, **LITGPT_QLORA, bnb_inputs=True)
     assert e_old.breakdown["activations"] - e_new.breakdown["activations"] == 32 * 39_321_600
 
 
 def test_a_loop_that_holds_the_output_keeps_the_previous_steps_inputs(llama7b):
-    step = estimate(llama7b, **LITGPT_QLORA, bnb_inputs="step").to_dict()["phases"]
-    held = estimate(llama7b, **LITGPT_QLORA, bnb_inputs="next-forward").to_dict()["phases"]
+    step = estimate(llama7b, **LITGPT_QLORA, bnb_inputs=True).to_dict()["phases"]
+    held = estimate(llama7b, **LITGPT_QLORA, bnb_inputs=True, holds_outputs="next-forward").to_dict()["phases"]
     kept = 32 * 47_710_208  # every block's kept inputs (test above)
     # LitGPT's ``logits = model(...)`` holds the step's graph through the optimizer step and the next
     # forward, until that forward returns (its loss runs after the old graph is gone)
@@ -166,9 +166,9 @@ def test_a_loop_that_holds_the_output_keeps_the_previous_steps_inputs(llama7b):
 
 
 def test_bnb_inputs_is_refused_with_checkpointing_and_ignored_without_4bit_weights():
-    w = Workload(**{**LITGPT_QLORA, "bnb_inputs": "step", "checkpointing": "full"})
+    w = Workload(**{**LITGPT_QLORA, "bnb_inputs": True, "checkpointing": "full"})
     assert any("bnb_inputs" in p for p in w.problems())
-    lora = Workload(**{**LITGPT_QLORA, "method": "lora", "quant": None, "bnb_inputs": "step"})
+    lora = Workload(**{**LITGPT_QLORA, "method": "lora", "quant": None, "bnb_inputs": True})
     assert not lora.problems()
     assert any("bnb_inputs" in n for n in lora.ignored())
     assert Workload(**{**LITGPT_QLORA, "bnb_inputs": "kept"}).problems()

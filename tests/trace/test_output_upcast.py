@@ -21,8 +21,9 @@ def test_the_peak_moves_by_the_estimates_figure():
     cfg = tiny_llama(vocab_size=32_000, max_position_embeddings=512)
     peaks = {}
     for up in ("none", "step", "next-forward"):
-        t = trace(cfg, **RUN, output_upcast=up, steps=2)
-        e = estimate(cfg, **RUN, output_upcast=up)
+        kw = dict(output_upcast=up != "none", holds_outputs=up)
+        t = trace(cfg, **kw, **RUN, steps=2)
+        e = estimate(cfg, **kw, **RUN)
         peaks[up] = (t.breakdown.peak_allocated, e.breakdown.peak_allocated)
     for up in ("step", "next-forward"):
         traced = peaks[up][0] - peaks["none"][0]

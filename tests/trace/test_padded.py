@@ -17,13 +17,13 @@ ROWS = [
     ("llama-3-8b", dict(_SDPA, method="lora")),
     ("llama-3-8b", dict(_SDPA, attention="eager")),
     ("llama-3-8b", dict(_SDPA, checkpointing="selective")),
-    ("llama-3-8b", dict(_SDPA, method="lora", holds_outputs=True)),
+    ("llama-3-8b", dict(_SDPA, method="lora", holds_outputs="next-forward")),
     ("llama-3-8b", dict(_SDPA, mode="inference", new_tokens=0)),
     ("gemma-3-1b-it", _SDPA),
     ("qwen2.5-0.5b", dict(_SDPA, dtype="fp32", amp="bf16")),
-    ("qwen2.5-0.5b", dict(_SDPA, holds_outputs=True)),
+    ("qwen2.5-0.5b", dict(_SDPA, holds_outputs="next-forward")),
     ("pythia-160m", dict(_SDPA, method="lora")),
-    ("pythia-160m", dict(_SDPA, holds_outputs=True)),
+    ("pythia-160m", dict(_SDPA, holds_outputs="next-forward")),
 ]
 
 

@@ -156,15 +156,18 @@ def add_workload_args(p: argparse.ArgumentParser) -> None:
                    help="with --loss-chunks: each chunk's logits upcast to fp32 before the cross-entropy (torchtune's "
                         "CEWithChunkedOutputLoss, the default); --no-loss-upcast: in the logits' dtype (LitGPT's "
                         "chunked_cross_entropy)")
-    g.add_argument("--holds-outputs", action="store_true",
-                   help="the training loop keeps `outputs = model(**batch)` until the next forward returns (the HF "
-                        "course's and accelerate's loops; the HF Trainer drops it before backward): the logits and "
-                        "the KV cache the forward returns (config use_cache) stay alive through the optimizer step "
-                        "and the next forward")
-    g.add_argument("--output-upcast", choices=W.OUTPUT_UPCASTS, default="none",
+    g.add_argument("--holds-outputs", nargs="?", choices=W.HELD_FOR, const="next-forward", default="none",
+                   metavar="none|step|next-forward",
+                   help="how long the training loop holds each step's outputs, and so their graph: none (the HF "
+                        "Trainer drops them before backward, the default), step (through its backward), next-forward "
+                        "(bare --holds-outputs: `outputs = model(**batch)` rebound only when the next forward "
+                        "returns, as the HF course's, accelerate's, PEFT's and LitGPT's loops do): transformers' "
+                        "logits and KV cache, Lightning Fabric's fp32 logits (--output-upcast) and an old "
+                        "bitsandbytes' kept inputs (--bnb-inputs)")
+    g.add_argument("--output-upcast", action="store_true",
                    help="with --loss-chunks and --no-loss-upcast: Lightning Fabric's bf16-true / 16-true / bitsandbytes "
-                        "precision casts the model's chunked logits to fp32 at once and LitGPT's loop holds them: "
-                        "through backward (step) or until the next forward returns (next-forward); none: no cast")
+                        "precision casts the model's chunked logits to fp32 at once, and LitGPT's loop holds them "
+                        "(through backward, or as --holds-outputs says)")
     g.add_argument("--loss", choices=W.LOSSES, default="cross-entropy",
                    help="the causal-LM loss: cross-entropy over the logits, fused-linear (Liger's fused linear "
                         "cross-entropy: the full logits never exist), or logits-sum (the SDPA benchmark loop of "
@@ -237,10 +240,10 @@ def add_workload_args(p: argparse.ArgumentParser) -> None:
                         "(int8, int4, fp8; inference with --cache static); with --method qlora --nf4-impl torchao, "
                         "torchtune's 2024 set-up (built on the GPU, NF4 weights deep-copied per block and "
                         "re-quantized from the checkpoint, no empty_cache): its reserve lasts the run")
-    g.add_argument("--bnb-inputs", choices=W.BNB_INPUTS, default="none",
-                   help="what bitsandbytes' 4-bit matmuls keep of their inputs in training: none (>= 0.43.2), "
-                        "step (< 0.43.2: each keeps its input until the step's graph is freed), next-forward "
-                        "(that, kept until the next forward returns by a loop holding the output: LitGPT)")
+    g.add_argument("--bnb-inputs", action="store_true",
+                   help="bitsandbytes < 0.43.2: each 4-bit matmul keeps its input in training until the step's graph "
+                        "is freed (into the next forward with --holds-outputs next-forward); 0.43.2 and later keep "
+                        "nothing (the default)")
     g.add_argument("--gpus", type=_positive, default=1, help="GPUs in total (default 1)")
     g.add_argument("--zero", type=_positive, choices=(0, 1, 2, 3), default=0, help="DeepSpeed ZeRO stage")
     g.add_argument("--zero-buckets", choices=W.ZERO_BUCKETS, default="default",

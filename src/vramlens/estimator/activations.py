@@ -436,7 +436,7 @@ def bnb_kept_inputs(spec: ModelSpec, w: Workload, group: str, tp: int = 1) -> in
     (bitsandbytes #1270). ``Linear4bit.forward`` hands it ``x.to(compute_dtype)``: the input itself
     when it is in the compute dtype, else a cast of its own (Workload.bnb_inputs).
     """
-    if w.bnb_inputs == "none" or not w.training:
+    if not w.bnb_inputs or not w.training:
         return 0
     return len(dequantized_by_group(spec, w, tp).get(group, ()))
 
@@ -460,7 +460,7 @@ def bnb_kept_head_input(spec: ModelSpec, w: Workload, b: int, s: int) -> int:
     """What a 4-bit output layer's matmuls keep on their autograd nodes under bitsandbytes < 0.43.2
     (bnb_kept_inputs): the final norm's output, b*s*h in the compute dtype, once (the chunks LitGPT's
     ``x.split(lm_head_chunk_size, dim=1)`` hands the output layer are views of it)."""
-    if w.bnb_inputs == "none" or not w.training or not Wt.head_dequantized_bytes(spec, w)[0]:
+    if not w.bnb_inputs or not w.training or not Wt.head_dequantized_bytes(spec, w)[0]:
         return 0
     return _r(DTYPE_BYTES[w.compute_dtype] * spec.hidden_size * b * s)
 
@@ -717,7 +717,7 @@ def layer_activations(spec: ModelSpec, w: Workload, b: int, s: int, *, cross_s: 
     mlp_consumers = trained_linears(spec, w, "mlp_in") * own
     attn_out_saves = trained_linears(spec, w, "attn_out") * own > 0
     mlp_out_saves = trained_linears(spec, w, "mlp_out") * own > 0
-    if w.bnb_inputs != "none" and spec.mla is None:
+    if w.bnb_inputs and spec.mla is None:
         # an old bitsandbytes' 4-bit matmuls keep their input too (bnb_kept_inputs): the tensor the
         # trained linears keep (one more under autocast, where each linear keeps its own cast)
         kq, km = bnb_kept_inputs(spec, w, "qkv", tp), bnb_kept_inputs(spec, w, "mlp_in", tp)

@@ -84,7 +84,7 @@ def unmodelled(spec: ModelSpec, w: Workload) -> str:
         why.append("SDPA")
     if w.tp > 1 or w.pp > 1 or w.fsdp or w.gpus > 1:
         why.append("one GPU")
-    if w.loss != "cross-entropy" or w.activation_offload or w.bnb_inputs != "none":
+    if w.loss != "cross-entropy" or w.activation_offload or w.bnb_inputs:
         why.append("transformers' own loss or torchtune's chunked one, no offloading")
     if not why:
         return ""

@@ -712,9 +712,8 @@ def kept_past_backward(spec: ModelSpec, w: Workload, sp: Split, logits: int) -> 
     outputs = logits + cache_held(spec, w, w.batch, w.seq)[0] if w.outputs_held and sp.has_head else 0
     # LitGPT's loop holds the fp32 logits of Lightning Fabric's output cast (Workload.output_upcast)
     upcast = upcast_logits_held(spec, w, w.batch, w.seq) if sp.has_head and A.has_lm_head(spec) else 0
-    return (kept + outputs + upcast,
-            w.bnb_inputs == "next-forward" or outputs > 0 or (upcast > 0 and w.output_upcast == "next-forward"),
-            outputs > 0 and w.loss == "cross-entropy")
+    total = kept + outputs + upcast
+    return total, total > 0 and w.holds_next, outputs > 0 and w.loss == "cross-entropy" and w.holds_next
 
 
 def output_layer_cast(spec: ModelSpec, w: Workload, has_head: bool) -> int:

@@ -204,9 +204,8 @@ def loss_figures(spec: ModelSpec, w: Workload, b: int, s: int) -> LossFigures | 
         later += 3 * _r(wb * V * h // max(1, w.tp))
     if w.compile and w.training and c != 4:
         return compiled_chunks(b, size, n, lc, later, norm)
-    if w.output_upcast != "none":
-        return fabric_upcast_chunks(b, size, n, lc, _r(4 * V * b * size), later, norm,
-                                    w.output_upcast == "next-forward")
+    if w.output_upcast:
+        return fabric_upcast_chunks(b, size, n, lc, _r(4 * V * b * size), later, norm, w.holds_next)
     return LossFigures(saved=n * fc, peak=n * lc + n * fc + upcast, backward=2 * fc, head_backward=(n - 1) * lc,
                        head_grads=0 if n > 1 else 1, head_backward_later=later, grad_in_forward=False,
                        final_norm_backward=norm,
@@ -221,7 +220,7 @@ def loss_figures(spec: ModelSpec, w: Workload, b: int, s: int) -> LossFigures | 
 def upcast_logits_held(spec: ModelSpec, w: Workload, b: int, s: int) -> int:
     """The fp32 logits a loop holds after Lightning Fabric's output cast (Workload.output_upcast): every chunk's
     4*V*(b x chunk) bytes; 0 without the cast."""
-    if w.output_upcast == "none" or not w.training or w.loss_chunks <= 1:
+    if not w.output_upcast or not w.training or w.loss_chunks <= 1:
         return 0
     size, n = seq_chunks(s, w.loss_chunks)
     return n * _r(4 * spec.vocab_size * b * size)

@@ -562,7 +562,7 @@ class Runner:
             else:
                 def run() -> Any:
                     return chunked_cross_entropy(built.model, ids, labels, wl.loss_chunks, wl.loss_upcast,
-                                                 held=self.held_logits if wl.output_upcast != "none" else None)
+                                                 held=self.held_logits if wl.output_upcast else None)
             return SimpleNamespace(loss=through_root(built.model, run) if wl.fsdp else run())
         if self.captured is not None:
             from vramlens.trace.compiled import replay
@@ -631,7 +631,7 @@ class Runner:
                         held.clear()  # Workload.outputs_held: the loop's ``outputs = model(...)`` rebinds here
                         loss = self._loss(out)
                 if wl.outputs_held:
-                    held.append(out)  # ... and keeps this step's outputs until the next forward returns
+                    held.append(out)  # ... and keeps this step's outputs (Workload.holds_outputs)
                     if built.presents:  # an older release's (key, value) tuples, in the outputs too
                         held.append(list(built.presents))
                         built.presents.clear()
@@ -639,8 +639,9 @@ class Runner:
                 rec.end_forward()
                 rec.set_phase("backward", step)
                 loss.backward()
-                if wl.output_upcast == "step":
-                    self.held_logits.clear()  # the loop's fp32 logits, held through backward
+                if not wl.holds_next:  # holds_outputs "step": what the loop holds goes with its backward
+                    held.clear()
+                    self.held_logits.clear()  # (Fabric's fp32 logits are held through backward at least)
                 if wl.activation_offload:
                     self.offloader.end_backward()
                 del loss, inputs
