@@ -238,3 +238,16 @@ def test_torchtune_init_rows_are_the_weights_and_the_rope_caches(rows):
     init = rows["torchtune-docs-qlora-tutorial-llama2-7b-lora-init"]
     block = (4 * 4096 * 4096 + 3 * 4096 * 11_008) * 2
     assert abs(init.estimated_bytes + block + 33 * 4096 * 64 * 2 * 4 - 13.96e9) <= 0.005e9
+
+
+def test_torchtune_2024_09_lora_matches_the_trace_of_torchtune_code():
+    # scripts/torchtune_2409_trace.py --method lora --layers 8 (torchtune 30b8519e, fake tensors, no cuBLAS workspace):
+    # the step peaks at the loss' backward at 6,848.4 MiB, the fp32 RoPE cache (64 MiB) included
+    from vramlens.estimator import estimate
+    from vramlens.models import load_model
+
+    case = CASES["torchtune-readme-2024-09-llama3.1-8b-lora-4090"]
+    spec = load_model({**load_model(case.model).config, "num_hidden_layers": 8})
+    bd = estimate(spec, **case.settings).breakdown
+    assert bd.peak_phase == "backward"
+    assert abs(bd.peak_allocated - 6_848.4 * 2**20) < 8 * 2**20
