@@ -34,6 +34,7 @@ import importlib.machinery
 import sys
 import types
 from collections import Counter
+from collections.abc import Callable
 from typing import Any
 
 MiB = 2**20
@@ -91,6 +92,52 @@ def import_torchtune(src: str) -> None:
     sys.modules["torchtune.training.quantization"] = _StubModule("torchtune.training.quantization")
 
 
+def fused_chunk_ce() -> Callable[[Any, Any], Any]:
+    """``compute_cross_entropy`` as inductor's kernels allocate it: forward keeps the bf16 chunk, its labels and two
+    fp32 (rows, 1) statistics; backward writes the chunk's bf16 gradient while the saved chunk is read."""
+    import torch
+
+    class FusedCE(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, logits, labels):  # type: ignore[no-untyped-def]
+            rows = logits.shape[0]
+            amax, lse = (torch.empty(rows, 1, dtype=torch.float32) for _ in range(2))
+            ctx.save_for_backward(logits, labels, amax, lse)
+            return torch.empty((), dtype=torch.float32)
+
+        @staticmethod
+        def backward(ctx, g):  # type: ignore[no-untyped-def]
+            logits, _labels, _amax, _lse = ctx.saved_tensors
+            return torch.empty_like(logits), None
+
+    return lambda logits, labels: FusedCE.apply(logits, labels)
+
+
+def print_phase_peaks(rec: Any, min_bytes: int = 32 * MiB) -> None:
+    """Each phase's peak of device bytes (host copies left out), by tag, and the tensors of ``min_bytes`` or more
+    alive there (weights aside)."""
+    from vramlens.trace.events import HOST_TAGS, live_at
+
+    events = rec.events()
+    live, peaks = 0, {}
+    for e in events:
+        if e.tag in HOST_TAGS:
+            continue
+        live += e.nbytes if e.action == "alloc" else -e.nbytes
+        if live > peaks.get(e.phase, (0, 0))[0]:
+            peaks[e.phase] = (live, e.seq)
+    for phase, (peak, seq) in peaks.items():
+        by_tag: Counter[str] = Counter()
+        big: Counter[tuple[str, int]] = Counter()
+        for x in live_at(events, seq).values():
+            by_tag[x.tag] += x.nbytes
+            if x.tag != "weights" and x.nbytes >= min_bytes:
+                big[(x.op, x.nbytes)] += 1
+        print(f"  {phase:9s} {peak / MiB:10,.1f} MiB: " + ", ".join(f"{t} {b / MiB:,.1f}" for t, b in by_tag.most_common())
+              + f"; >= {min_bytes / MiB:g} MiB: " + ", ".join(f"{n} x {op} {b / MiB:,.1f}"
+                                                            for (op, b), n in big.most_common()))
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--torchtune-src", required=True)
@@ -107,7 +154,6 @@ def main() -> None:
     from torchtune.modules.peft import get_adapter_params, set_trainable_params
 
     from vramlens.trace.compiled import Captured, capture_backend
-    from vramlens.trace.events import HOST_TAGS, live_at
     from vramlens.trace.recorder import Recorder
 
     class _Stream:
@@ -157,19 +203,6 @@ def main() -> None:
         opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=3e-4, weight_decay=0.01,
                                 fused=True)
 
-    class FusedCE(torch.autograd.Function):
-        @staticmethod
-        def forward(ctx, logits, labels):  # type: ignore[no-untyped-def]
-            rows = logits.shape[0]
-            amax, lse = (torch.empty(rows, 1, dtype=torch.float32) for _ in range(2))
-            ctx.save_for_backward(logits, labels, amax, lse)
-            return torch.empty((), dtype=torch.float32)
-
-        @staticmethod
-        def backward(ctx, g):  # type: ignore[no-untyped-def]
-            logits, _labels, _amax, _lse = ctx.saved_tensors
-            return torch.empty_like(logits), None
-
     def step(rec: Recorder | None) -> None:
         tokens = torch.randint(0, VOCAB, (BATCH, SEQ))
         labels = torch.randint(0, VOCAB, (BATCH, SEQ))
@@ -197,7 +230,7 @@ def main() -> None:
             raise SystemExit(f"the partition saves {saved}, not {want}")
         call = captured.calls[0][0]
         loss_fn.compute_cross_entropy = (  # type: ignore[method-assign]
-            (lambda logits, labels: FusedCE.apply(logits, labels)) if args.loss_kernels == "fused"
+            fused_chunk_ce() if args.loss_kernels == "fused"
             else (lambda logits, labels: call(logits, labels)[0]))
         rec = Recorder()
         recorder.append(rec)
@@ -206,25 +239,9 @@ def main() -> None:
         with rec:
             step(rec)
 
-    events = rec.events()
-    live, peaks = 0, {}
-    for e in events:
-        if e.tag in HOST_TAGS:
-            continue
-        live += e.nbytes if e.action == "alloc" else -e.nbytes
-        if live > peaks.get(e.phase, (0, 0))[0]:
-            peaks[e.phase] = (live, e.seq)
     print(f"torchtune 1814feb1 lora_llama3_2 ({args.layers} layers), loss kernels {args.loss_kernels}; "
           "no cuBLAS workspaces")
-    for phase, (peak, seq) in peaks.items():
-        by_tag: Counter[str] = Counter()
-        big: Counter[tuple[str, int]] = Counter()
-        for x in live_at(events, seq).values():
-            by_tag[x.tag] += x.nbytes
-            if x.tag != "weights" and x.nbytes >= 32 * MiB:
-                big[(x.op, x.nbytes)] += 1
-        print(f"  {phase:9s} {peak / MiB:10,.1f} MiB: " + ", ".join(f"{t} {b / MiB:,.1f}" for t, b in by_tag.most_common())
-              + "; >= 32 MiB: " + ", ".join(f"{n} x {op} {b / MiB:,.1f}" for (op, b), n in big.most_common()))
+    print_phase_peaks(rec)
     if args.layers == 28:
         from vramlens.estimator import estimate
         from vramlens.hardware.catalog import get_gpu

@@ -203,3 +203,51 @@ def test_torchao_gptfast_later_rows(rows):
     for case_id in ("torchao-gptfast-a100-llama-2-7b-fp6", "torchao-gptfast-a100-llama-3-8b-int4wo-64-sparse-marlin",
                     "torchao-gptfast-a6000-llama-3-8b-codebook-4-64", "torchao-gptfast-xpu-llama-2-7b-int8wo"):
         assert rows[case_id].estimated_bytes is None and rows[case_id].reason
+
+
+def test_torchtune_readme_2024_09_rows(rows):
+    # the README of 30b8519e prints GiB (get_memory_stats divides by 1024**3), and "GB" in the 405B row only
+    assert rows["torchtune-readme-2024-09-llama3.1-8b-full-4090"].published_bytes == round(18.9 * 2**30)
+    assert rows["torchtune-readme-2024-09-llama3.1-405b-qlora-8xa100"].published_bytes == 44_800_000_000
+    for row in ("8b-full-4090", "8b-lora-4090"):
+        assert abs(rows[f"torchtune-readme-2024-09-llama3.1-{row}"].error) < 0.10
+    lora70 = CASES["torchtune-readme-2024-09-llama3.1-70b-lora-8xa100"].settings
+    assert lora70["fsdp"] and lora70["gpus"] == 8 and lora70.get("offload", "none") == "none"
+    for row in ("8b-full-a6000", "8b-lora-a6000", "70b-full-8xa100", "405b-qlora-8xa100"):
+        assert rows[f"torchtune-readme-2024-09-llama3.1-{row}"].estimated_bytes is None
+
+
+def test_torchtune_readme_2024_09_a6000_full_note():
+    # the A6000 full row's notes: the 4090 row's settings without activation checkpointing read the figure (+0.3%)
+    from vramlens.estimator import estimate
+    from vramlens.hardware.catalog import get_gpu
+    from vramlens.models import load_model
+
+    case = CASES["torchtune-readme-2024-09-llama3.1-8b-full-4090"]
+    est = estimate(load_model("llama-3.1-8b"), gpu=get_gpu("RTX-A6000"), **{**case.settings, "checkpointing": "none"})
+    assert abs(est.breakdown.peak_allocated / (37.4 * 2**30) - 1) < 0.01
+
+
+def test_torchtune_init_rows_are_the_weights_and_the_rope_caches(rows):
+    # e2e_flow.rst (0cd8bc4c): the LoRA model just loaded, plus torchtune's one Llama3ScaledRoPE cache
+    # (131,072 x 64 x 2 fp32 = 64 MiB) that vramlens leaves out: the logged 6.21 GiB to its rounding
+    e2e = rows["torchtune-docs-e2e-llama3.2-3b-lora-init"]
+    assert abs(e2e.estimated_bytes + 131_072 * 64 * 2 * 4 - 6.21 * 2**30) <= 0.005 * 2**30
+    # qlora_finetune.rst (0914d5cf): lora_llama2 keeps its template block (202,375,168 bf16 parameters) while the 32
+    # deep copies exist, each of the 33 with a (4096, 64, 2) fp32 RoPE cache: the logged 13.96 GB to its rounding
+    init = rows["torchtune-docs-qlora-tutorial-llama2-7b-lora-init"]
+    block = (4 * 4096 * 4096 + 3 * 4096 * 11_008) * 2
+    assert abs(init.estimated_bytes + block + 33 * 4096 * 64 * 2 * 4 - 13.96e9) <= 0.005e9
+
+
+def test_torchtune_2024_09_lora_matches_the_trace_of_torchtune_code():
+    # scripts/torchtune_2409_trace.py --method lora --layers 8 (torchtune 30b8519e, fake tensors, no cuBLAS workspace):
+    # the step peaks at the loss' backward at 6,848.4 MiB, the fp32 RoPE cache (64 MiB) included
+    from vramlens.estimator import estimate
+    from vramlens.models import load_model
+
+    case = CASES["torchtune-readme-2024-09-llama3.1-8b-lora-4090"]
+    spec = load_model({**load_model(case.model).config, "num_hidden_layers": 8})
+    bd = estimate(spec, **case.settings).breakdown
+    assert bd.peak_phase == "backward"
+    assert abs(bd.peak_allocated - 6_848.4 * 2**20) < 8 * 2**20

@@ -250,6 +250,21 @@ _TT24_QLORA = dict(_TT24_LORA, method="qlora", quant="nf4-dq", quant_targets="ad
 _TT24_LOWMEM = dict(_TT24, optimizer="paged-adamw", optimizer_in_backward=True, checkpointing="full")
 _RTX4090 = _Setup(gpu="RTX-4090", cuda="12.1", lazy_loading=True)  # torch 2.2's cu121 wheels
 
+# torchtune's README "Memory and training speed" table (commit 30b8519e, PR #1664, September 2024): Llama 3.1, "batch
+# size 2 (without gradient accumulation), a dataset packed to sequence length 2048, and torch compile enabled", each
+# row's llama3_1 config at that commit. compile and the 70B row's fused CPU AdamW needed nightlies then (torch
+# 2.5.0.dev, which passes torch_version_ge("2.5.0")): training.compile_model compiles each layer and compile_loss the
+# chunked loss; bf16 parameters and states; CEWithChunkedOutputLoss (8 chunks); MultiHeadAttention expands GQA keys
+# and values (gqa_expand); enable_activation_checkpointing True in every config. The figure kind is not stated (the
+# recipes log active, allocated and reserved in GiB): taken as peak active, as the next table (1814feb1) names it
+_TT_SEP24 = dict(mode="train", dtype="bf16", batch=2, seq=2048, attention="sdpa", gqa_expand=True, compile=True,
+                 compile_scope="blocks", loss_chunks=8, checkpointing="full")
+# lora_llama3_1_8b (8B_lora_single_device): q_proj and v_proj, rank 8, dropout 0, bf16 adapters, AdamW(fused=True)
+_TT_SEP24_LORA = dict(_TT_SEP24, method="lora", lora_rank=8, lora_dtype="bf16", lora_targets=("q_proj", "v_proj"),
+                      optimizer="adamw", optimizer_impl="fused")
+# the PR's nightlies: pip's default CUDA 12.1 build taken (not stated)
+_RTX4090_SEP24 = _Setup(gpu="RTX-4090", cuda="12.1", lazy_loading=True)
+
 # PEFT's README table "High performance on consumer hardware" (huggingface/peft, on one A100 80GB), made by
 # examples/causal_language_modeling/pet_lora_clm_accelerate_ds_zero3_offload.py at 73d7224b (2022-12-30): bloomz-7b1
 # (line 111) loaded by AutoModelForCausalLM.from_pretrained in fp32 (219), LoRAConfig r=8, lora_alpha=32,
@@ -654,6 +669,29 @@ CASES: dict[str, Case] = {
     "torchtune-readme-2024-04-llama2-7b-full-4gpu": Case("llama-2-7b", {**_TT24, "checkpointing": "full", "fsdp": True,
                                                                         "fsdp_version": 1, "gpus": 4},
                                                          figure="peak_reserved", **_RTX4090),
+    # full_finetune_single_device (8B_full_single_device): bitsandbytes PagedAdamW8bit stepped in backward
+    "torchtune-readme-2024-09-llama3.1-8b-full-4090": Case("llama-3.1-8b", {**_TT_SEP24, "optimizer": "paged-adamw-8bit",
+                                                                           "optimizer_in_backward": True},
+                                                           figure="peak_allocated", **_RTX4090_SEP24),
+    "torchtune-readme-2024-09-llama3.1-8b-lora-4090": Case("llama-3.1-8b", _TT_SEP24_LORA, figure="peak_allocated",
+                                                           **_RTX4090_SEP24),
+    # qlora_llama3_1_8b: every linear of the blocks adapted (q, k, v, output_proj and the MLP) and so NF4 (torchao)
+    "torchtune-readme-2024-09-llama3.1-8b-qlora-4090": Case(
+        "llama-3.1-8b", {**_TT_SEP24_LORA, "method": "qlora", "quant": "nf4-dq", "quant_targets": "all",
+                         "nf4_impl": "torchao",
+                         "lora_targets": ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")},
+        figure="peak_allocated", **_RTX4090_SEP24),
+    # lora_finetune_distributed (70B_lora): FSDP2 fully_shard per layer and the root (embedding, norm, output), no
+    # mixed-precision policy; q, k and v_proj at rank 16
+    "torchtune-readme-2024-09-llama3.1-70b-lora-8xa100": Case(
+        "llama-3.1-70b", {**_TT_SEP24_LORA, "lora_rank": 16, "lora_targets": ("q_proj", "k_proj", "v_proj"),
+                          "fsdp": True, "gpus": 8}, figure="peak_allocated", **_A100),
+    # the tutorials' "Memory stats after model init" lines: the weights (and adapters) just loaded
+    "torchtune-docs-e2e-llama3.2-3b-lora-init": Case(
+        "llama-3.2-3b", {**_TUNE_LORA, "batch": 4, "seq": 512, "activation_offload": False, "compile": False,
+                         "loss_chunks": 1}, figure="weights"),
+    "torchtune-docs-qlora-tutorial-llama2-7b-lora-init": Case("llama-2-7b", {**_TT24_LORA, "checkpointing": "full"},
+                                                              figure="weights"),
     "peft-readme-bloomz-7b1-lora-pytorch": Case("bloom-7b1", _PEFT_BLOOMZ, figure="peak_allocated", **_A100_2022),
     **_sdpa_cases("hf-sdpa-bert-base-train", "bert-base-uncased", _BERT_ROWS, _A100),
     # the OPT PR's benchmarks (transformers #33298, 2024-09-25: main between 4.45 and 4.46) ran OPTAttention's
@@ -679,6 +717,9 @@ _PEFT_DS = "; and DeepSpeed ZeRO-3 parameter offload (as peft-readme-bloomz-7b1-
 
 _TT24_MAY = ("the tokens per sample are not stated: 'Seq Length' is a cap (max_seq_len) on Alpaca samples padded to "
              "each batch's longest, which are much shorter; and the figure kind is not stated")
+
+_TT_UNPACKED = ("the tokens per sample are not stated: Alpaca samples, not packed, cut at max_seq_len 512 and padded "
+                "to each batch's longest")
 
 #: Cases vramlens cannot express, with the reason (printed instead of a number).
 UNSUPPORTED: dict[str, str] = {
@@ -739,6 +780,26 @@ UNSUPPORTED: dict[str, str] = {
     **{f"torchtune-readme-2024-05-{row}": _TT24_MAY for row in (
         "llama2-7b-qlora-compile-1gpu", "llama2-7b-lora-1gpu", "llama2-7b-lora-2gpu", "llama2-7b-full-paged-1gpu",
         "llama2-7b-full-4gpu", "llama2-70b-lora-8gpu", "llama2-70b-full-paged-8gpu")},
+    # torchtune's README "Memory and training speed" table (30b8519e) and tutorials: the rows not mapped (each case's
+    # notes give the figures)
+    **{f"torchtune-readme-2024-09-llama3.1-8b-{m}-a6000": (
+        "what raises the 1x 4090 row's peak this far on the A6000 is not stated (the 4090 row's settings read "
+        f"{est} GiB; without activation checkpointing {noac} GiB)") for m, est, noac in (("full", "20.0", "37.5"),
+                                                                                       ("lora", "17.2", "35.6"))},
+    "torchtune-readme-2024-09-llama3.1-70b-full-8xa100": (
+        "custom_sharded_layers (tok_embeddings and output as FSDP units of their own, resharded after use) is not "
+        "expressible: vramlens' FSDP2 keeps them in the root, gathered all step"),
+    "torchtune-readme-2024-09-llama3.1-405b-qlora-8xa100": (
+        "the stated batch (2 x 2048 packed) cannot give the figure: its checkpointed block inputs (15.75 GiB), the "
+        "weight shards and the gathered root exceed it; the config's own batch (1, unpacked) is not stated as run"),
+    **{f"torchtune-docs-lora-tutorial-llama2-7b-{row}": _TT_UNPACKED for row in ("qv-r8", "all-r8", "qv-r64", "all-r64")},
+    "torchtune-docs-qlora-tutorial-llama2-7b-qlora-train-reserved": _TT_UNPACKED,
+    "torchtune-docs-llama3-8b-lora-single-device": _TT_UNPACKED + "; and the figure kind is not stated",
+    **{f"torchtune-docs-qlora-tutorial-llama2-7b-{row}-init-reserved": (
+        "vramlens has no reserved-after-set-up figure (weights are allocated bytes)") for row in ("lora", "qlora")},
+    "torchtune-docs-llama3-8b-generate": (
+        "torchtune's KVCache at 20747cd8 keeps keys and values after the GQA expansion (32 heads, not 8), allocated at "
+        "max_seq_len: not a vramlens cache layout"),
     # transformers' llm_tutorial_optimization.md: the long-prompt rows (ten copies of the system prompt)
     **{f"hf-llmopt-octocoder-bf16-longprompt-{kind}": "the prompt's token count is not stated and needs "
                                                        "bigcode/octocoder's tokenizer"
