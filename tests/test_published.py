@@ -251,3 +251,29 @@ def test_torchtune_2024_09_lora_matches_the_trace_of_torchtune_code():
     bd = estimate(spec, **case.settings).breakdown
     assert bd.peak_phase == "backward"
     assert abs(bd.peak_allocated - 6_848.4 * 2**20) < 8 * 2**20
+def test_hf_blog_rows(rows):
+    from vramlens.models import load_model
+
+    # the BLOOM-3B demo notebook prints get_memory_footprint() in bytes: bloom-3b's 3,002,557,440 parameters x 2 B
+    case = CASES["hfblog-int8-demo-bloom-3b-fp16-footprint"]
+    assert case.model is not None and case.figure == "weights"
+    assert load_model({**load_model(case.model).config, **case.overrides}).params == 3_002_557_440
+    fp16 = rows["hfblog-int8-demo-bloom-3b-fp16-footprint"]
+    assert fp16.published_bytes == fp16.estimated_bytes == 3_002_557_440 * 2
+    # load_in_8bit: the blocks' 30 x 2,560 x (7,680 + 2,560 + 10,240) + 30 x 10,240 x 2,560 = 2,359,296,000 linear
+    # weights at 1 B, the other 643,261,440 parameters at 2 B; vramlens adds bitsandbytes' fp32 row scales (SCB), an
+    # attribute of Int8Params that get_memory_footprint does not count: 30 x (7,680 + 2,560 + 10,240 + 2,560) x 4 B
+    int8 = rows["hfblog-int8-demo-bloom-3b-int8-footprint"]
+    assert int8.published_bytes == 2_359_296_000 + 643_261_440 * 2
+    assert int8.estimated_bytes == int8.published_bytes + 30 * (7_680 + 2_560 + 10_240 + 2_560) * 4
+    # personal-copilot.md: LoRA r=32 on c_attn (6,144 -> 6,400), both c_proj and c_fc of StarCoder's 40 blocks is the
+    # post's "trainable params: 110,428,160": 32 x (12,544 + 12,288 + 30,720 + 30,720) x 40
+    from vramlens.estimator import estimate
+
+    est = estimate(load_model("starcoder"), **CASES["hfblog-personal-copilot-starcoder-qlora-r32-bs4"].settings)
+    assert est.trainable_params == 32 * (12_544 + 12_288 + 30_720 + 30_720) * 40 == 110_428_160
+    copilot = rows["hfblog-personal-copilot-starcoder-qlora-r32-bs4"]
+    assert copilot.published_bytes == 26_000_000_000 and copilot.estimated_bytes is not None
+    assert rows["hfblog-personal-copilot-starcoder-full-fsdp8-bs1"].estimated_bytes is None
+    for m in ("roberta-large", "mistral-7b", "llama2-7b"):
+        assert rows[f"hfblog-lora-seqcls-{m}-gpu1"].reason.startswith("a 30-run sweep whose row is not identified")

@@ -411,6 +411,48 @@ def _gptfast_cases() -> dict[str, Case]:
     return cases
 
 
+# The Hugging Face blog (huggingface/blog). hf-bitsandbytes-integration.md's BLOOM-3B demo
+# (notebooks/HuggingFace_int8_demo.ipynb at 915a7337, run 2022-08-08 on a Colab T4 with transformers main, 4.22):
+# get_memory_footprint() after loading, parameters and buffers (figure "weights"). bigscience/bloom-3b is the
+# catalog's bloom-1b7 at hidden 2560, 30 layers, 32 heads (config.json of bigscience/bloom-3b): 3,002,557,440
+# parameters. torch_dtype="auto" is the checkpoint's fp16; load_in_8bit keeps the tied lm_head and leaves the rest
+# fp16 (the figure's own bytes)
+_BLOOM_3B = {"hidden_size": 2560, "n_layer": 30, "n_head": 32}
+# personal-copilot.md's QLoRA run, pacman100/DHS-LLM-Workshop personal_copilot/training at 797a0af1 (run_peft.sh,
+# train.py): bigcode/starcoder in NF4 with double quantization and bf16 compute, LoRA r=32 on c_attn, c_proj and c_fc
+# (q_attn exists only in cross-attention), the script's casts leaving the adapters, wte, wpe and lm_head in bf16;
+# packed samples of exactly 2,048 tokens, batch 4, 4 accumulation steps, FlashAttention-2, gradient checkpointing,
+# the Trainer's AdamW. transformers main of October 2023 (4.35): reentrant checkpointing, so bitsandbytes 0.41's
+# MatMul4Bit inputs live only while a block is recomputed (bnb_inputs none), and torch_dtype float16 under
+# bitsandbytes, so the NF4 weights dequantize to fp16 before the cast to bf16 (dequant_dtype fp16)
+_COPILOT_QLORA = dict(mode="train", method="qlora", quant="nf4-dq", dtype="bf16", lora_dtype="bf16", lora_rank=32,
+                      lora_targets=("c_attn", "c_proj", "c_fc"), batch=4, seq=2048, grad_accum=4, attention="flash",
+                      checkpointing="full", optimizer="adamw", optimizer_impl="foreach", dequant_dtype="fp16",
+                      transformers_version="4.35")
+_A100_40_COLAB = _Setup(gpu="A100-40GB", cuda="11.8", lazy_loading=True)  # Colab's torch 2.1 of October 2023
+
+
+def _hf_blog_cases() -> dict[str, Case]:
+    return {
+        "hfblog-int8-demo-bloom-3b-fp16-footprint": Case("bloom-1b7", {"dtype": "fp16"}, _BLOOM_3B, "weights"),
+        "hfblog-int8-demo-bloom-3b-int8-footprint": Case("bloom-1b7", {"dtype": "fp16", "quant": "int8"}, _BLOOM_3B,
+                                                         "weights"),
+        "hfblog-personal-copilot-starcoder-qlora-r32-bs4": Case("starcoder", _COPILOT_QLORA, figure="device_total",
+                                                                **_A100_40_COLAB),
+    }
+
+
+_HF_BLOG_SEQCLS = ("a 30-run sweep whose row is not identified, on two GPUs whose roles (torch.nn.DataParallel, or "
+                   "accelerate's split of device_map='auto') are not modelled; the figure kind is not stated")
+#: The Hugging Face blog's measured figures vramlens cannot express.
+_HF_BLOG_UNSUPPORTED: dict[str, str] = {
+    "hfblog-personal-copilot-starcoder-full-fsdp8-bs1": "a range over 8 GPUs ('between 70 GB to 77.6 GB') of an "
+                                                        "unstated kind: no one figure; the case's notes give the "
+                                                        "estimate",
+    **{f"hfblog-lora-seqcls-{m}-gpu1": _HF_BLOG_SEQCLS for m in ("roberta-large", "mistral-7b", "llama2-7b")},
+}
+
+
 CASES: dict[str, Case] = {
     "hf-anatomy-cuda-context": Case(None, figure="context", **_HF_V100),
     "hf-anatomy-bert-large-weights": Case("bert-large-uncased", {"dtype": "fp32"}, _BERT_CLS, "weights+context", **_HF_V100),
@@ -707,6 +749,7 @@ CASES: dict[str, Case] = {
     **_optimum_gptq_cases(),
     **_peft_metamath_cases(),
     **_optimum_benchmark_llama_cases(),
+    **_hf_blog_cases(),
 }
 
 # PEFT's seq2seq rows: tokenizer(inputs, truncation=True) padded by collate_fn to each batch's longest tweet, labels
@@ -810,6 +853,7 @@ UNSUPPORTED: dict[str, str] = {
                                               "(stage3_max_live_parameters, stage3_max_reuse_distance, the embedding "
                                               "gathered whole) is not modelled: --zero 3 --offload all estimates "
                                               "7.6 GiB (two blocks plus the 1,907 MiB gradient bucket)",
+    **_HF_BLOG_UNSUPPORTED,
 }
 
 
