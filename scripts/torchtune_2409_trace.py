@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import argparse
 
-from torchtune_recipe_trace import fused_chunk_ce, import_torchtune, print_phase_peaks
+from torchtune_recipe_trace import fused_chunk_ce, import_torchtune, print_phase_peaks, recipe_step
 
 MiB = 2**20
 # torchtune/models/llama3_1/_model_builders.py (lora_llama3_1_8b, qlora_llama3_1_8b) at 30b8519e
@@ -81,22 +81,7 @@ def main() -> None:
         opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=3e-4, weight_decay=0.01,
                                 fused=True)
 
-    def step(rec: Recorder | None) -> None:
-        tokens = torch.randint(0, VOCAB, (BATCH, SEQ))
-        labels = torch.randint(0, VOCAB, (BATCH, SEQ))
-        if rec:
-            rec.set_phase("forward")
-        logits = model(tokens)
-        labels = torch.hstack((labels[..., 1:], torch.full((BATCH, 1), -100)))
-        loss = loss_fn(logits, labels)
-        del logits
-        if rec:
-            rec.set_phase("backward")
-        loss.backward()
-        if rec:
-            rec.set_phase("optimizer")
-        opt.step()
-        opt.zero_grad(set_to_none=True)
+    step = recipe_step(model, loss_fn, opt, VOCAB, BATCH, SEQ)
 
     with fake:
         step(None)  # creates AdamW's states

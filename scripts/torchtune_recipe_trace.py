@@ -113,6 +113,34 @@ def fused_chunk_ce() -> Callable[[Any, Any], Any]:
     return lambda logits, labels: FusedCE.apply(logits, labels)
 
 
+def recipe_step(model: Any, loss_fn: Any, opt: Any, vocab: int, batch: int, seq: int,
+                forward_context: Callable[[], Any] = contextlib.nullcontext) -> Callable[[Any], None]:
+    """One step of torchtune's single-device recipes (``_loss_step`` then the optimizer): random tokens, the labels
+    shifted with an ignored last position, the logits dropped before backward. ``step(rec)`` sets ``rec``'s phases
+    when given (None for the warm-up step); ``forward_context`` wraps the forward (the activation-offload context)."""
+    import torch
+
+    def step(rec: Any) -> None:
+        tokens = torch.randint(0, vocab, (batch, seq))
+        labels = torch.randint(0, vocab, (batch, seq))
+        if rec:
+            rec.set_phase("forward")
+        with forward_context():
+            logits = model(tokens)
+        labels = torch.hstack((labels[..., 1:], torch.full((batch, 1), -100)))
+        loss = loss_fn(logits, labels)
+        del logits
+        if rec:
+            rec.set_phase("backward")
+        loss.backward()
+        if rec:
+            rec.set_phase("optimizer")
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+
+    return step
+
+
 def print_phase_peaks(rec: Any, min_bytes: int = 32 * MiB) -> None:
     """Each phase's peak of device bytes (host copies left out), by tag, and the tensors of ``min_bytes`` or more
     alive there (weights aside)."""
@@ -203,23 +231,7 @@ def main() -> None:
         opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=3e-4, weight_decay=0.01,
                                 fused=True)
 
-    def step(rec: Recorder | None) -> None:
-        tokens = torch.randint(0, VOCAB, (BATCH, SEQ))
-        labels = torch.randint(0, VOCAB, (BATCH, SEQ))
-        if rec:
-            rec.set_phase("forward")
-        with offload:
-            logits = model(tokens)
-        labels = torch.hstack((labels[..., 1:], torch.full((BATCH, 1), -100)))
-        loss = loss_fn(logits, labels)
-        del logits
-        if rec:
-            rec.set_phase("backward")
-        loss.backward()
-        if rec:
-            rec.set_phase("optimizer")
-        opt.step()
-        opt.zero_grad(set_to_none=True)
+    step = recipe_step(model, loss_fn, opt, VOCAB, BATCH, SEQ, forward_context=lambda: offload)
 
     with fake:
         step(None)  # compiles the loss, creates AdamW's states
