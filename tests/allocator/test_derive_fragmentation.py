@@ -76,7 +76,7 @@ def test_traced_rows(script, name, loss_mib, default, expandable):
         assert r["share"] == pytest.approx(share, abs=5e-4)
 
 
-@pytest.mark.slow  # 27 workloads traced at 4, 12 and 28 blocks, two steps each: about 6 minutes on 2 cores
+@pytest.mark.slow  # 27 workloads traced at 4, 12 and 28 blocks, two steps each: about 7 minutes on 2 cores
 def test_constants_are_the_derivations_medians(script):
     pytest.importorskip("torch", reason="the steps are traced with torch (the trace extra)")
 
