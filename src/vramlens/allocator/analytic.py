@@ -19,7 +19,7 @@ to what it knows and a documented allowance to what it does not:
    and the segments the first step cut for them are split, once they are freed, by the gradients
    and optimizer states allocated after them, so the next step's loss takes fresh segments while
    the old ones stay cached in pieces. The allowance is LOSS_TENSOR_ALLOWANCE times the loss'
-   largest tensor (``loss_tensor_bytes``), whatever the depth, the batch or the checkpointing
+   largest tensor (``loss_tensor_bytes``), about the same at every depth and with checkpointing
    (which only shrink or grow the short-lived bytes around it). Without a training step's loss
    (inference) it is ``transient_fragmentation`` (default TRANSIENT_FRAGMENTATION) of the live
    short-lived bytes.
