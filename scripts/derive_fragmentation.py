@@ -1,8 +1,9 @@
-"""Derive the reserve's allowance for short-lived tensors (allocator.analytic's *_FRAGMENTATION).
+"""Derive the reserve's allowance for short-lived tensors (allocator.analytic's *_LOSS_TENSOR_ALLOWANCE and
+*_FRAGMENTATION).
 
 Traces two training steps of each workload below with vramlens' tracer (fake tensors: tiny
-llama-, GPT-2-, Qwen2- and BERT-shaped configs, DERIVATION_LAYERS = 28 blocks; fp32 / bf16 /
-fp32 + bf16 autocast;
+llama-, GPT-2-, Qwen2- and BERT-shaped configs, each at DERIVATION_LAYERS = 4, 12 and 28 blocks;
+fp32 / bf16 / fp32 + bf16 autocast;
 batch 1-32, sequence 128-2048; no and full checkpointing; full and LoRA; AdamW foreach and
 fused), replays each trace's events through the allocator simulator with PyTorch's default
 settings and with ``expandable_segments:True``, and computes the share the analytic model has to
@@ -12,19 +13,23 @@ allow, in analytic.py's own terms:
   states), in the order they were allocated, packed by ``persistent_reserved``;
 * short-lived: every other storage live at the allocated peak, its bytes rounded to blocks
   (what the estimator feeds ``transient_reserve``: peak allocated minus the persistent bytes);
-* share = (replayed peak reserved - persistent_reserved - min(slack, short-lived) - short-lived)
-  / short-lived, slack being the one partly used segment per pool that reserved_breakdown adds.
+* excess = replayed peak reserved - persistent_reserved - min(slack, short-lived) - short-lived,
+  slack being the one partly used segment per pool that reserved_breakdown adds;
+* per loss tensor = excess / the loss' largest tensor, the estimator's own figure
+  (estimator.activations.largest_loss_tensor), which a training step's allowance multiplies;
+* share = excess / short-lived, inference's allowance (a share of the short-lived bytes).
 
-Prints one row per workload and setting, then min / median / mean / max per setting and per
-group (dtype, checkpointing, method). Usage::
+The excess follows the loss' largest tensor, not the short-lived bytes: its median per loss tensor
+is about the same at every depth (0.64, 0.63, 0.77 with the default settings) and with or without
+checkpointing, where the share falls with depth (16%, 13%, 9%) and more than doubles under
+checkpointing (which shrinks the short-lived bytes, not the loss). In the replays it is the second
+step's b*s*V loss tensors placed in new segments: the first step's segments for them were split by
+gradients and optimizer states allocated after the loss was freed.
 
-    PYTHONPATH=src python scripts/derive_fragmentation.py [--json OUT] [--only SUBSTRING] [--layers N]
+Prints one row per workload, depth and setting, then min / median / mean / max per setting and per
+group (depth, dtype, checkpointing, method). Usage::
 
-``--layers`` re-runs the same workloads at another depth. Depth matters: a model of few blocks puts
-the output layer and the loss, allocated once per step, at a large part of the short-lived bytes,
-and its shares run high (at 4 blocks: median 16.1% with the default settings, 12.8% with expandable
-segments, against 8.8% and 5.3% at 28), so the constants come from 28 blocks, the depth of
-Llama 3.2 3B and Qwen2 1.5B.
+    PYTHONPATH=src python scripts/derive_fragmentation.py [--json OUT] [--only SUBSTRING] [--layers 4,12,28]
 """
 
 from __future__ import annotations
@@ -39,15 +44,17 @@ from typing import Any
 from vramlens.allocator.analytic import persistent_reserved
 from vramlens.allocator.config import parse_alloc_conf
 from vramlens.allocator.simulator import K_LARGE_BUFFER, K_SMALL_BUFFER, CachingAllocator, round_size
+from vramlens.estimator.activations import largest_loss_tensor
+from vramlens.models.inventory import spec_from_config
 from vramlens.trace import trace
 from vramlens.trace.events import HOST_TAGS
-from vramlens.workload import make_workload
+from vramlens.workload import Workload, make_workload
 
 #: Tags of the storages the estimator treats as kept all step (estimator.state's persistent parts).
 PERSISTENT_TAGS = frozenset({"parameter", "buffer", "master_weight", "optimizer_state"})
 SETTINGS = {"default": None, "expandable": "expandable_segments:True"}
-#: Blocks per traced model in the derivation (the configs below are written with 4).
-DERIVATION_LAYERS = 28
+#: Blocks per traced model in the derivation (the configs below are written with 4): every workload at each.
+DERIVATION_LAYERS = (4, 12, 28)
 
 
 def _llama(d: int, inter: int, vocab: int = 32_000) -> dict[str, Any]:
@@ -117,8 +124,19 @@ def with_layers(cfg: dict[str, Any], layers: int) -> dict[str, Any]:
     return {**cfg, ("n_layer" if "n_layer" in cfg else "num_hidden_layers"): layers}
 
 
-def allowance(events, alloc_conf: str | None) -> dict[str, float | int]:
-    """Replay ``events`` and return the share the analytic model must allow (module docstring)."""
+def loss_tensor(cfg: dict[str, Any], w: Workload) -> int:
+    """The estimator's largest loss tensor of ``w`` on the model of ``cfg``, bytes."""
+    return largest_loss_tensor(spec_from_config(cfg, name="derivation"), w, w.batch, w.seq)
+
+
+def workload(fields: dict[str, Any]) -> Workload:
+    """The derivation's training workload with these fields."""
+    return make_workload(mode="train", optimizer="adamw", **fields)
+
+
+def allowance(events, alloc_conf: str | None, loss_bytes: int = 0) -> dict[str, float | int]:
+    """Replay ``events`` and return what the analytic model must allow (module docstring); ``loss_bytes``: the
+    loss' largest tensor (0: no per-loss-tensor figure)."""
     conf = parse_alloc_conf(alloc_conf)
     a = CachingAllocator(conf)
     live: dict[int, Any] = {}
@@ -148,47 +166,66 @@ def allowance(events, alloc_conf: str | None) -> dict[str, float | int]:
     short = sum(info[s][1] for s in at_peak if not info[s][2])
     pers = persistent_reserved(kept, conf)
     slack = K_LARGE_BUFFER if conf.expandable_segments else K_LARGE_BUFFER + K_SMALL_BUFFER
-    share = (peak_reserved - pers - min(slack, short) - short) / short if short else 0.0
+    excess = peak_reserved - pers - min(slack, short) - short
     return dict(peak_reserved=peak_reserved, peak_allocated=peak_alloc, persistent_reserved=pers,
-                short_lived=short, share=share)
+                short_lived=short, excess=excess, share=excess / short if short else 0.0,
+                per_loss_tensor=excess / loss_bytes if loss_bytes else 0.0)
 
 
 def stats(xs: list[float]) -> str:
-    return (f"n={len(xs):2d} min {min(xs):7.2%}  median {statistics.median(xs):7.2%}  "
-            f"mean {statistics.fmean(xs):7.2%}  max {max(xs):7.2%}")
+    return (f"n={len(xs):2d} min {min(xs):6.3f}  median {statistics.median(xs):6.3f}  "
+            f"mean {statistics.fmean(xs):6.3f}  max {max(xs):6.3f}")
+
+
+def medians(rows: list[dict[str, Any]]) -> dict[str, dict[str, float]]:
+    """Per setting, the medians of the rows' per-loss-tensor excess and share."""
+    return {s: {k: statistics.median(r[s][k] for r in rows) for k in ("per_loss_tensor", "share")} for s in SETTINGS}
+
+
+def derive(layers: tuple[int, ...] = DERIVATION_LAYERS, only: str | None = None,
+           echo: bool = False) -> list[dict[str, Any]]:
+    """Trace and replay every workload at every depth in ``layers``: one row each."""
+    rows = []
+    for n_layers in layers:
+        for name, cfg, fields in WORKLOADS:
+            if only and only not in name:
+                continue
+            t0 = time.perf_counter()
+            w, c = workload(fields), with_layers(cfg, n_layers)
+            events = trace(c, w, steps=2).events
+            loss = loss_tensor(c, w)
+            row: dict[str, Any] = {"name": name, "layers": n_layers, "loss_tensor": loss}
+            for setting, conf in SETTINGS.items():
+                row[setting] = allowance(events, conf, loss)
+            rows.append(row)
+            if echo:
+                d, e = row["default"], row["expandable"]
+                print(f"{name:36s} L={n_layers:2d} short {d['short_lived'] / 2**20:7.0f} MiB  loss tensor "
+                      f"{loss / 2**20:6.0f} MiB  default {d['per_loss_tensor']:6.3f} ({d['share']:6.1%})  "
+                      f"expandable {e['per_loss_tensor']:6.3f} ({e['share']:6.1%})  "
+                      f"({time.perf_counter() - t0:.1f} s)", flush=True)
+    return rows
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--json", help="write the rows here")
     ap.add_argument("--only", help="run only the workloads whose name contains this")
-    ap.add_argument("--layers", type=int, default=DERIVATION_LAYERS,
-                    help=f"blocks per model (default {DERIVATION_LAYERS}, the derivation's)")
+    ap.add_argument("--layers", default=",".join(map(str, DERIVATION_LAYERS)),
+                    help=f"blocks per model, comma-separated (default {DERIVATION_LAYERS}, the derivation's)")
     args = ap.parse_args(argv)
-    rows = []
-    for name, cfg, fields in WORKLOADS:
-        if args.only and args.only not in name:
-            continue
-        t0 = time.perf_counter()
-        w = make_workload(mode="train", optimizer="adamw", **fields)
-        events = trace(with_layers(cfg, args.layers), w, steps=2).events
-        row: dict[str, Any] = {"name": name}
-        for setting, conf in SETTINGS.items():
-            row[setting] = allowance(events, conf)
-        rows.append(row)
-        print(f"{name:38s} short {row['default']['short_lived'] / 2**20:8.1f} MiB  "
-              f"default {row['default']['share']:7.2%}  expandable {row['expandable']['share']:7.2%}  "
-              f"({time.perf_counter() - t0:.1f} s)", flush=True)
+    rows = derive(tuple(int(n) for n in args.layers.split(",")), args.only, echo=True)
     for setting in SETTINGS:
-        print(f"\n{setting}: {stats([r[setting]['share'] for r in rows])}")
-        for label, key in (("dtype", lambda n: n.split()[1]), ("ckpt", lambda n: "ckpt" in n),
-                           ("lora", lambda n: "lora" in n), ("fused", lambda n: "fused" in n),
-                           ("family", lambda n: n.split("-")[0])):
-            groups: dict[Any, list[float]] = {}
-            for r in rows:
-                groups.setdefault(key(r["name"]), []).append(r[setting]["share"])
-            for g, xs in sorted(groups.items(), key=lambda kv: str(kv[0])):
-                print(f"  {label}={g!s:8s} {stats(xs)}")
+        for what in ("per_loss_tensor", "share"):
+            print(f"\n{setting} {what}: {stats([r[setting][what] for r in rows])}")
+            for label, key in (("layers", lambda r: r["layers"]), ("dtype", lambda r: r["name"].split()[1]),
+                               ("ckpt", lambda r: "ckpt" in r["name"]), ("lora", lambda r: "lora" in r["name"]),
+                               ("fused", lambda r: "fused" in r["name"]), ("family", lambda r: r["name"].split("-")[0])):
+                groups: dict[Any, list[float]] = {}
+                for r in rows:
+                    groups.setdefault(key(r), []).append(r[setting][what])
+                for g, xs in sorted(groups.items(), key=lambda kv: str(kv[0])):
+                    print(f"  {label}={g!s:8s} {stats(xs)}")
     if args.json:
         with open(args.json, "w") as f:
             json.dump(rows, f, indent=1)

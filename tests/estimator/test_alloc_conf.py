@@ -2,9 +2,10 @@
 
 The allocated peak does not depend on the allocator's settings; the reserve does: with
 expandable_segments:True each pool is one segment grown page by page (2 MiB small, 20 MiB large)
-and the short-lived tensors' allowance is EXPANDABLE_FRAGMENTATION instead of
-TRANSIENT_FRAGMENTATION (vramlens.allocator.analytic). tests/trace/test_alloc_conf_reserve.py
-checks the figures against traced steps replayed through the simulator.
+and the short-lived tensors' allowance is EXPANDABLE_LOSS_TENSOR_ALLOWANCE instead of LOSS_TENSOR_ALLOWANCE
+in training, EXPANDABLE_FRAGMENTATION instead of TRANSIENT_FRAGMENTATION otherwise
+(vramlens.allocator.analytic). tests/trace/test_alloc_conf_reserve.py checks the figures against traced
+steps replayed through the simulator.
 """
 
 import pytest
@@ -42,6 +43,30 @@ def test_transient_allowance_follows_the_setting():
     assert transient_reserve(1000 * MIB, EXPANDABLE) == 1070 * MIB
     # a setting that leaves the segments as they are gives the default's figure
     assert transient_reserve(1000 * MIB, "expandable_segments:False") == 1112 * MIB
+
+
+def test_training_allowance_is_a_share_of_the_loss_tensor():
+    # default: 1000 MiB + 0.69 x 500 MiB (the loss' largest tensor) + (20 + 2) MiB = 1367 MiB, rounded up to 2 MiB
+    assert transient_reserve(1000 * MIB, None, 500 * MIB) == 1368 * MIB
+    # expandable: 1000 MiB + 0.51 x 500 MiB + one 20 MiB page = 1275 MiB, rounded up to 2 MiB
+    assert transient_reserve(1000 * MIB, EXPANDABLE, 500 * MIB) == 1276 * MIB
+    # the allowance does not grow with the short-lived bytes: 4000 + 345 + 22 MiB, rounded up
+    assert transient_reserve(4000 * MIB, None, 500 * MIB) == 4368 * MIB
+    # no loss on this GPU (a pipeline stage without the head): the partly used segments only
+    assert transient_reserve(1000 * MIB, None, 0) == 1022 * MIB
+
+
+def test_training_reserve_reads_the_loss_tensor(llama8b):
+    # Llama 3 8B, bf16, batch 2 x 2048: the loss' largest tensor is the fp32 upcast of the logits,
+    # 4 B x 128,256 x 4,096 tokens = 2,101,346,304 B (2,004 MiB); the reserve is the persistent tensors' segments
+    # plus the short-lived bytes at the peak, 0.69 of it and the partly used segments
+    from vramlens.estimator.state import train_state
+
+    w = make_workload(mode="train", dtype="bf16", batch=2, seq=2048)
+    bd = estimate_spec(llama8b, w).breakdown
+    st = train_state(llama8b, w, None)
+    t = bd.peak_allocated - st.reserve_persistent
+    assert bd.peak_reserved == st.reserve_base + round_up(t + int(0.69 * 2_101_346_304) + 22 * MIB, 2 * MIB)
 
 
 def test_reduce_scatter_pool_is_one_expandable_segment(llama8b):

@@ -97,6 +97,7 @@ class Activations:
     head_grad_in_forward: bool = False
     final_norm_backward: int = 0
     logits_held: int = 0  # of head_saved, what the loop holds past the loss' backward (Fabric's fp32 logits)
+    loss_tensor: int = 0  # the loss' largest tensor: the reserve's allowance (core.ActivationTotals)
     host: int = 0  # activation offloading: the saved activations' host copies
     kept_inputs: int = 0  # not freed by backward: old bitsandbytes' kept inputs, logits-sum's outputs (core.kept_past_backward)
     kept_next: bool = False  # ... and held into the next forward
@@ -257,7 +258,7 @@ class FastMemory:
                 loss_backward_over=t.loss_backward_over, head_backward=t.head_backward,
                 head_grads=t.head_grads, head_backward_later=t.head_backward_later,
                 head_grad_in_forward=t.head_grad_in_forward, final_norm_backward=t.final_norm_backward,
-                logits_held=t.logits_held, host=t.host,
+                logits_held=t.logits_held, loss_tensor=t.loss_tensor, host=t.host,
                 recompute=t.recompute, recompute_after=t.recompute_after, uncheckpointed=t.uncheckpointed,
                 block_kept=t.block_kept, block_backward=t.block_backward, loss_outside_model=t.loss_outside_model,
                 offloaded_block=t.offloaded_block,
@@ -328,7 +329,7 @@ class FastMemory:
             default_peak = max(v for _, v in train_phases(
                 default_ts, saved, loss_transient, head_saved, grad_accum, logits,
                 offloaded_block=offloaded_block(default_ts, a.offloaded_block), **kw))
-        return reserved_total(ts, peak, default_peak=default_peak)[1]
+        return reserved_total(ts, peak, default_peak=default_peak, loss_tensor=a.loss_tensor)[1]
 
     @staticmethod
     def host_bytes(st: State, a: Activations) -> int:

@@ -1259,6 +1259,39 @@ def logits_bytes(spec: ModelSpec, w: Workload, tokens: int) -> int:
     return _r(DTYPE_BYTES[w.compute_dtype] * local_vocab(spec, w) * tokens) if has_lm_head(spec) else 0
 
 
+def largest_loss_tensor(spec: ModelSpec, w: Workload, b: int, s: int) -> int:
+    """The largest tensor the loss allocates over ``b`` x ``s`` tokens on one GPU: one b*s*V tensor (one chunk's
+    of a chunked loss) in the widest dtype the loss gives it; 0 without an LM head.
+
+    The reserve's allowance for short-lived tensors scales with it (allocator.analytic.LOSS_TENSOR_ALLOWANCE):
+    the segments the previous step cut for it are split by the gradients and optimizer states allocated after
+    it was freed, so each step's loss takes fresh ones. Transformers' own loss: the fp32 upcast and
+    log_softmax of a causal LM (4*V per token), nll_loss's fp32 copy under CUDA autocast, else the logits'
+    dtype (heads.cross_entropy_kept); the chunked, fused and compiled losses of vramlens.estimator.losses:
+    one chunk's logits (fp32 when the chunk is upcast), Liger's logits chunk, the logits.
+    """
+    if not has_lm_head(spec):
+        return 0
+    from vramlens.estimator.losses import liger_chunk_tokens, seq_chunks
+
+    t = b * s
+    V = local_vocab(spec, w)
+    c = DTYPE_BYTES[w.compute_dtype]
+    if w.loss == "fused-linear":
+        return _r(c * V * min(t, liger_chunk_tokens(t, spec.hidden_size, V)))
+    if w.loss == "logits-sum":
+        return _r(c * V * t)
+    if w.loss_chunks <= 1:
+        if w.compiled_loss:  # one fused reduction: no fp32 copy of the logits (losses.compiled_chunks)
+            return _r(c * V * t)
+        sm, cast = H.cross_entropy_kept(w, H.loss_upcasts(spec))
+        return _r(max(c, sm, cast) * V * t)
+    size = seq_chunks(s, w.loss_chunks)[0]
+    compiled = w.compile and w.training and c != 4
+    widest = 4 if (w.loss_upcast or w.output_upcast != "none") and not compiled else c
+    return _r(widest * V * b * size)
+
+
 def head_saved(spec: ModelSpec, w: Workload, b: int, s: int) -> tuple[int, int, str]:
     """(saved for backward at the loss, transient peak at the loss, explanation) of the head.
 

@@ -165,6 +165,7 @@ class ActivationTotals:
     block_backward: int = 0  # what a block's backward holds above its saved tensors
     uncheckpointed: tuple[int, int] = (1, 1)  # blocks not checkpointed, of all (autocast copies through backward)
     logits_held: int = 0  # of head_saved, what the loop holds past the loss' backward (losses.LossFigures.held)
+    loss_tensor: int = 0  # the loss' largest tensor (activations.largest_loss_tensor): the reserve's allowance
 
 
 @dataclass(frozen=True, slots=True)
@@ -462,6 +463,9 @@ def activation_totals(spec: ModelSpec, w: Workload, sp: Split) -> ActivationTota
     head_saved, head_peak, head_formula = CP.head(spec, w, b, s) if compiled_head else A.head_saved(spec, w, b, s)
     if not sp.has_head:
         head_saved = head_peak = 0
+    # compiled with the model, the loss is one fused reduction: its largest tensor is the logits
+    loss_tensor = 0 if not sp.has_head else (A.logits_bytes(spec, w, b * s) if compiled_head
+                                             else A.largest_loss_tensor(spec, w, b, s))
     held, held_logits = outputs_in_step(spec, w, sp)
     later = working = 0
     cols = H.columns(spec, w)
@@ -531,7 +535,7 @@ def activation_totals(spec: ModelSpec, w: Workload, sp: Split) -> ActivationTota
                             head_backward_later=0 if lf is None else lf.head_backward_later,
                             head_grad_in_forward=lf is not None and lf.grad_in_forward,
                             final_norm_backward=0 if lf is None else lf.final_norm_backward, host=host,
-                            head_saved=head_saved, logits_held=0 if lf is None else lf.held,
+                            head_saved=head_saved, logits_held=0 if lf is None else lf.held, loss_tensor=loss_tensor,
                             formula=formula + "; " + head_formula
                             + (f"; x{cols} text columns (anchor, positive), each its own forward" if cols > 1 else ""),
                             later_pass=later, pass_working=working, recompute=recompute,
@@ -982,7 +986,7 @@ def estimate_spec(spec: ModelSpec, w: Workload, gpu: GPU | None = None, *, headr
         peak_phase, peak_alloc = max(phases, key=lambda p: p[1])
         # FSDP2: the default stream's own peak (the sharded gradients are on the reduce-scatter stream)
         default_peak = max(v for _, v in phases_of(default_stream_state(st))) if st.stream_pools else None
-        reserved, total = reserved_total(st, peak_alloc, default_peak=default_peak)
+        reserved, total = reserved_total(st, peak_alloc, default_peak=default_peak, loss_tensor=at.loss_tensor)
         # a checkpointed block is recomputed in backward, its 4-bit matmuls dequantizing again
         recompute = at.recompute + at.dequant_temporary if at.recompute else 0
         if recompute and spec.tied_embeddings and st.head_grad:

@@ -68,17 +68,19 @@ def persistent_part_reserve(spec: ModelSpec, parts: tuple[tuple[int, int, bool],
     return persistent_reserved(sizes, conf), sum(round_size(size, conf) * n for size, n in sizes.items())
 
 
-_TRANSIENT: dict[tuple[int, str | None], int] = {}
+_TRANSIENT: dict[tuple[int, str | None, int | None], int] = {}
 
 
-def transient_reserve(transient_bytes: int, alloc_conf: str | None = None) -> int:
-    """Reserve for ``transient_bytes`` of short-lived tensors under ``alloc_conf`` (allocator.analytic, memoized)."""
-    key = (transient_bytes, alloc_conf or None)
+def transient_reserve(transient_bytes: int, alloc_conf: str | None = None, loss_tensor: int | None = None) -> int:
+    """Reserve for ``transient_bytes`` of short-lived tensors under ``alloc_conf`` (allocator.analytic, memoized);
+    ``loss_tensor``: a training step's largest loss tensor, which sets the allowance (None: inference's share)."""
+    key = (transient_bytes, alloc_conf or None, loss_tensor)
     hit = _TRANSIENT.get(key)
     if hit is None:
         from vramlens.allocator.analytic import reserved_breakdown
 
-        hit = reserved_breakdown((), transient_bytes, conf=allocator_config(alloc_conf)).transient_bytes
+        hit = reserved_breakdown((), transient_bytes, conf=allocator_config(alloc_conf),
+                                 loss_tensor_bytes=loss_tensor).transient_bytes
         if len(_TRANSIENT) > 100_000:
             _TRANSIENT.clear()
         _TRANSIENT[key] = hit

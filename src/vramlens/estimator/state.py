@@ -652,17 +652,20 @@ def default_stream_state(st: TrainState) -> TrainState:
 
 
 def reserved_total(st: TrainState, peak: int, *, extra_persistent: int = 0,
-                   default_peak: int | None = None) -> tuple[int, int]:
+                   default_peak: int | None = None, loss_tensor: int | None = None) -> tuple[int, int]:
     """(max_memory_reserved, nvidia-smi total) for a peak of ``peak`` allocated bytes.
 
     Under FSDP2 ``default_peak`` is the default stream's peak (phases of default_stream_state);
     the side streams' pools (TrainState.stream_pools) are reserved on top of its reserve.
+    ``loss_tensor``: a training step's, the loss' largest tensor (activations.largest_loss_tensor), which
+    sets the short-lived tensors' allowance; None (inference) keeps the share of the short-lived bytes
+    (allocator.analytic).
     """
     from vramlens.estimator.reserve import transient_reserve
 
     p = peak if default_peak is None or not st.stream_pools else default_peak
     t = max(0, p - st.reserve_persistent - extra_persistent)
-    reserved = max(st.reserve_base + extra_persistent + transient_reserve(t, st.alloc_conf), st.reserve_floor + extra_persistent + t,
+    reserved = max(st.reserve_base + extra_persistent + transient_reserve(t, st.alloc_conf, loss_tensor), st.reserve_floor + extra_persistent + t,
                    p) + st.stream_pools
     reserved = max(reserved, peak, st.setup_reserve)
     return reserved, reserved + st.outside
