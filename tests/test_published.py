@@ -149,8 +149,15 @@ def test_peft_metamathqa_frozen_factor_rows(rows):
     mica = rows["peft-metamathqa-llama3.2-3b-lora-r32-qv-mica"]
     assert mica.published_bytes == 22_244_491_264
     assert mica.estimated_bytes == rows["peft-metamathqa-llama3.2-3b-lora-r32-qv"].estimated_bytes
+    # LoRA-FA (--lora-fa): B alone trains and lora_A keeps no input, 56 fp32 copies of (4 x 768, 3,072) and A's
+    # gradient and AdamW states under the LoRA r32 estimate
     lorafa = rows["peft-metamathqa-llama3.2-3b-lorafa-r32-qv"]
-    assert lorafa.estimated_bytes is None and lorafa.published_bytes == 22_240_296_960
+    assert CASES["peft-metamathqa-llama3.2-3b-lorafa-r32-qv"].settings == {
+        **CASES["peft-metamathqa-llama3.2-3b-lora-r32-qv"].settings, "lora_fa": True}
+    assert lorafa.published_bytes == 22_240_296_960
+    lora = rows["peft-metamathqa-llama3.2-3b-lora-r32-qv"].estimated_bytes
+    assert lorafa.estimated_bytes is not None and lora is not None
+    assert lora - lorafa.estimated_bytes >= 2 * 28 * 4 * 768 * 3_072 * 4
 
 
 def test_torchao_low_bit_optim_vit_rows(rows):

@@ -346,6 +346,8 @@ def _peft_metamath_cases() -> dict[str, Case]:
             # MiCA (init_lora_weights="mica") freezes lora_B and trains lora_A: LoRA's shapes and forward, vramlens'
             # trainable B an upper bound (its gradient, AdamW states and saved input: 63 MiB, the case's notes)
             "lora-r32-qv-mica": {**lora, "lora_rank": 32, "lora_targets": qv},
+            # LoRA-FA (optimizer_type "lora-fa": peft's create_lorafa_optimizer): lora_A frozen, B stepped alone
+            "lorafa-r32-qv": {**lora, "lora_rank": 32, "lora_targets": qv, "lora_fa": True},
             "full-ft": dict(_PEFT_METAMATH),
             # peft's defaults for Llama (vramlens.models.peft_targets): IA3 on k_proj, v_proj and down_proj's input,
             # fp32 vectors (autocast_adapter_dtype=True); LN tuning's bf16 copies of every norm
@@ -743,8 +745,6 @@ UNSUPPORTED: dict[str, str] = {
     **{f"hf-llmopt-octocoder-bf16-longprompt-{kind}": "the prompt's token count is not stated and needs "
                                                        "bigcode/octocoder's tokenizer"
        for kind in ("eager", "bettertransformer-flash")},
-    "peft-metamathqa-llama3.2-3b-lorafa-r32-qv": "LoRA-FA freezes every lora_A (peft's create_lorafa_optimizer): "
-                                                 "vramlens trains both factors; the case's notes give the terms",
     "peft-readme-bloomz-7b1-lora-ds-offload": "DeepSpeed ZeRO-3 parameter offload's gathered-parameter working set "
                                               "(stage3_max_live_parameters, stage3_max_reuse_distance, the embedding "
                                               "gathered whole) is not modelled: --zero 3 --offload all estimates "

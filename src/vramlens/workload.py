@@ -258,6 +258,10 @@ class Workload:
     #: peft's DoRA (``LoraConfig(use_dora=True)``): a magnitude vector per adapted linear, and the
     #: norm of the combined weight ||W + s*B@A|| per output row computed at every forward
     dora: bool = False
+    #: peft's LoRA-FA (``peft.optimizers.create_lorafa_optimizer``): every ``lora_A`` frozen, the adapters'
+    #: ``lora_B`` stepped by ``LoraFAOptimizer`` (AdamW moments for B only, B's gradient projected through
+    #: (A A^T)^-1); only with method lora or qlora
+    lora_fa: bool = False
     quant_targets: QuantTargets = "all"
     #: The output layer stored in the quantized format too (``quant``, nf4 under QLoRA): LitGPT's QLoRA
     #: (Lightning Fabric's ``BitsandbytesPrecision._convert_layers`` replaces every ``nn.Linear``),
@@ -693,7 +697,7 @@ class Workload:
             p.extend(alloc_conf_problems(self.alloc_conf))
         for name in ("keep_grads", "fsdp", "optimizer_in_backward", "activation_offload", "loss_parallel", "dora",
                      "fp8", "compile", "gqa_expand", "padded", "fused_qkv", "quant_head", "quantize_on_device",
-                     "loss_upcast", "holds_outputs"):
+                     "loss_upcast", "holds_outputs", "lora_fa"):
             if not isinstance(getattr(self, name), bool):
                 p.append(f"{name}={L.show(getattr(self, name))} must be true or false")
         if not isinstance(self.lora_targets, tuple) or not all(isinstance(t, str) for t in self.lora_targets):
@@ -760,6 +764,7 @@ class Workload:
             p.append(f"new_tokens={self.new_tokens} needs a generating task (causal-lm or seq2seq-lm); "
                      f"task={self.task} does not generate: drop --new-tokens")
         p += self._vector_method_problems()
+        p += self._lora_fa_problems()
         if self.method != "full" and self.lora_dtype not in ("fp32", self.compute_dtype):
             p.append(f"lora_dtype={self.lora_dtype} with compute dtype {self.compute_dtype}: adapters are kept in fp32 "
                      f"(peft) or in the model's dtype (torchtune): use --lora-dtype fp32 or {self.compute_dtype}")
@@ -1003,6 +1008,30 @@ class Workload:
                      "--optimizer-in-backward, or estimate one GPU (data or tensor parallel)")
         return p
 
+    def _lora_fa_problems(self) -> list[str]:
+        """LoRA-FA is modelled as peft's MetaMathQA runs it: create_lorafa_optimizer over peft's LoRA (or QLoRA) on one
+        GPU (or under data parallelism), without autocast; the rest is refused rather than guessed."""
+        if not self.lora_fa:
+            return []
+        if self.method not in LORA_METHODS:
+            return [f"lora_fa is peft's LoRA-FA optimizer over LoRA adapters; method={self.method} has none: use "
+                    "--method lora or qlora"]
+        if self.mode != "train":
+            return ["lora_fa is an optimizer (peft's create_lorafa_optimizer): it applies to --mode train"]
+        p = []
+        if self.optimizer != "adamw":
+            p.append(f"lora_fa steps with peft's LoraFAOptimizer (an AdamW of its own); optimizer={self.optimizer} "
+                     "contradicts it: drop --optimizer")
+        off = [n for n in ("dora", "fused_qkv", "optimizer_in_backward", "compile", "activation_offload")
+               if getattr(self, n)]
+        off += [f"amp={self.amp}"] * (self.amp is not None)
+        off += [f"{n}={getattr(self, n)}" for n in ("tp", "pp", "cp") if getattr(self, n) > 1]
+        off += [f"zero={self.zero}"] * bool(self.zero) + ["fsdp"] * bool(self.fsdp)
+        if off:
+            p.append(f"lora_fa is modelled for peft's LoRA on one GPU or under data parallelism without "
+                     f"{', '.join(off)}: drop " + ("it" if len(off) == 1 else "them"))
+        return p
+
     def _vector_method_problems(self) -> list[str]:
         """IA3, LN tuning and prompt tuning are modelled for single-GPU (or data-parallel) training in the model's dtype, as
         peft's method comparison runs them; the rest is refused rather than guessed."""
@@ -1066,6 +1095,9 @@ class Workload:
             elif self.optimizer.endswith("-torchao") and given("optimizer_impl"):
                 out.append(f"ignored: optimizer_impl={self.optimizer_impl!r} (torchao's optimizers step one "
                            "parameter at a time with their own kernels)")
+            elif self.lora_fa and given("optimizer_impl"):
+                out.append(f"ignored: optimizer_impl={self.optimizer_impl!r} (peft's LoraFAOptimizer steps one "
+                           "parameter at a time in a Python loop)")
             if self.optimizer.startswith("paged-") and self.offload != "none":
                 # ZeRO-Offload / FSDP's CPU offload keep the states in host RAM and step them there:
                 # nothing is left in unified memory for the paged allocator to page

@@ -101,6 +101,8 @@ CASES = {
                              "lora_rank=0 must be a whole number >= 1"),
     "estimate-ia3-amp": ("estimate llama-2-7b --mode train --method ia3 --dtype fp32 --amp bf16",
                          "method=ia3 under autocast (amp=bf16) is not modelled: drop --amp"),
+    "estimate-lora-fa-ia3": ("estimate llama-2-7b --mode train --method ia3 --lora-fa",
+                             "lora_fa is peft's LoRA-FA optimizer over LoRA adapters; method=ia3 has none"),
     "estimate-ln-tuning-gpt2": ("estimate gpt2 --mode train --method ln-tuning",
                                 "method=ln-tuning takes peft's default targets for the model type"),
     "estimate-kv-block-negative": ("estimate llama-2-7b --kv-block -3", "kv_block=-3 must be 0"),

@@ -200,6 +200,9 @@ def add_workload_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--dora", action="store_true",
                    help="DoRA (peft use_dora=True): a magnitude vector per adapted linear, and the norm of "
                         "W + s*B@A per output row at every forward (full-size temporaries)")
+    g.add_argument("--lora-fa", action="store_true",
+                   help="LoRA-FA (peft's create_lorafa_optimizer, with --method lora or qlora): every lora_A frozen, "
+                        "LoraFAOptimizer's AdamW moments for lora_B only; A keeps no input for backward")
     g.add_argument("--quant-targets", choices=W.QUANT_TARGETS, default="all",
                    help="with quantized weights under LoRA/QLoRA: all linears of the blocks (transformers' "
                         "BitsAndBytesConfig, torchtune >= 0.3) or only the adapted ones (torchtune 0.1-0.2)")

@@ -325,6 +325,17 @@ def lora_casts_input(w: Workload) -> bool:
     return DTYPE_BYTES[w.lora_dtype] != DTYPE_BYTES[w.compute_dtype] or w.lora_dropout > 0
 
 
+def lora_a_saves_input(w: Workload) -> bool:
+    """Whether each adapter's ``lora_A`` keeps its input (or its private copy, lora_casts_input) for backward.
+
+    Not under LoRA-FA (Workload.lora_fa: peft's create_lorafa_optimizer freezes every lora_A): ``mm``'s backward
+    reads ``self`` only for ``mat2``'s gradient (tools/autograd/derivatives.yaml: ``self: mm_mat1_backward(grad,
+    mat2, ...)``, ``mat2: mm_mat2_backward(grad, self, ...)``) and the generated autograd code saves a variable
+    only when an output whose formula reads it needs a gradient, so a frozen A over an input that needs one keeps
+    its weight, not its input."""
+    return not w.lora_fa
+
+
 @identity_cache
 def _dims_by_path(spec: ModelSpec) -> dict[str, tuple[int, int]]:
     return {lin.name.removesuffix(".weight"): (lin.in_features, lin.out_features) for lin in summarize(spec).linears}
@@ -582,7 +593,7 @@ def _lora_saved(spec: ModelSpec, w: Workload, D: Dims, t: int, c: int, tp: int =
         return 0
     lb = DTYPE_BYTES[w.lora_dtype]
     a_out = c if _autocast(w) else lb  # A's output: autocast's half, else the adapters' dtype
-    private = lora_casts_input(w)
+    private = lora_casts_input(w) and lora_a_saves_input(w)
     total = 0
     for g in GROUP_ORDER:
         dims = adapted_dims(spec, w, g, tp)
@@ -641,7 +652,7 @@ def _lora_cross_saved(spec: ModelSpec, w: Workload, t: int, t_kv: int, c: int, t
         return 0
     lb = DTYPE_BYTES[w.lora_dtype]
     a_out = c if _autocast(w) else lb
-    private = lora_casts_input(w)
+    private = lora_casts_input(w) and lora_a_saves_input(w)
     dims = _dims_by_path(spec)
     total = 0
     for g in ("qkv", "attn_out"):
@@ -709,7 +720,7 @@ def layer_activations(spec: ModelSpec, w: Workload, b: int, s: int, *, cross_s: 
     kind = norm_kind(spec)
     # linears that keep their input (their weight trains); under LoRA with half weights and no
     # autocast the adapters keep an fp32 copy instead (in _lora_saved), not the input itself
-    own = 0 if lora_casts_input(w) else 1
+    own = 0 if (lora_casts_input(w) or not lora_a_saves_input(w)) else 1
     qkv_consumers = trained_linears(spec, w, "qkv") * own
     if spec.mla is not None:  # the block's input feeds only the first projections of q and the latent
         first = ("q_proj",) if spec.mla.q_lora_rank is None else ("q_a_proj",)
@@ -955,7 +966,7 @@ def disentangled_saved(spec: ModelSpec, w: Workload, D: Dims, b: int, s: int) ->
         total += n * _r(c * R * D.h) if autocast else _r((r if p_hid > 0 else c) * R * D.h)
     else:
         adapted = sum(1 for leaf in position_projections(spec) if _adapted(w, leaf))
-        total += adapted * (_r((c if autocast else 4 if lora_casts_input(w) else c) * R * D.h)
+        total += adapted * (_r((c if autocast else 4 if lora_casts_input(w) else c) * R * D.h) * lora_a_saves_input(w)
                             + _r((c if autocast else 4) * w.lora_rank * R))
     total += n * _r(c * b * D.a * R * D.d)
     quad = n * (_r(c * b * D.a * s * R) + _r(8 * s * s)) + _r(b * s * s)
@@ -1374,7 +1385,8 @@ def model_level_saved(spec: ModelSpec, w: Workload, b: int, s: int) -> int:
         # them when they train, by their adapters when those take it as it is (not a private cast), or as an
         # input by checkpointed decoder blocks
         kv = [leaf for _, leaf in linear_groups(spec).get("qkv", ()) if not leaf.startswith("q")]
-        reads = (w.method == "full" or (any(_adapted(w, x) for x in kv) and not lora_casts_input(w))
+        reads = (w.method == "full" or (any(_adapted(w, x) for x in kv) and not lora_casts_input(w)
+                                        and lora_a_saves_input(w))
                  or whole_blocks(w))
         total += _norm_saved(norm_kind(spec), spec.hidden_size, b * encoder_tokens(spec, w), r, c, int(reads), False)
     if spec.audio is not None:

@@ -249,6 +249,12 @@ def lora_rounded_bytes(shape: LoraShape, r: int, bytes_per_elem: int, dora: bool
     return total
 
 
+def lora_b_rounded_bytes(shape: LoraShape, r: int, bytes_per_elem: int) -> int:
+    """The B matrices alone (n, r) per adapted linear, each rounded to the allocator's 512-byte blocks: what LoRA-FA
+    trains (peft's create_lorafa_optimizer freezes every lora_A: src/peft/optimizers/lorafa.py, peft 0.21.2)."""
+    return sum(lin.count * round_up(r * lin.out_features * bytes_per_elem, BLOCK) for lin in shape.targets)
+
+
 def vector_dtype(w: Workload) -> str:
     """dtype of what IA3 or LN tuning trains (and of its gradients and Adam states): IA3's vectors in
     ``lora_dtype`` (peft's ``cast_adapter_dtype`` upcasts a half ``ia3_l`` ParameterDict entry to fp32 under

@@ -418,4 +418,8 @@ def trainable_params(spec: ModelSpec, w: Workload) -> int:
         return 0
     if w.method == "full":
         return summarize(spec).grad_params  # a parameter the loss never reaches gets no gradient
+    if w.lora_fa:
+        # peft's create_lorafa_optimizer (src/peft/optimizers/lorafa.py, peft 0.21.2) sets requires_grad_(False) on
+        # every lora_A: B (n, r) per adapted linear trains
+        return lora_shape(spec, tuple(w.lora_adapted), w.fused_qkv).sum_n * w.lora_rank
     return lora_params(spec, w)

@@ -442,6 +442,17 @@ PEFT_VECTOR_ROWS: tuple[tuple[str, dict[str, Any]], ...] = (
     ("qwen2.5-0.5b", _tr(method="prompt-tuning", num_virtual_tokens=32, checkpointing="full")),
 )
 
+#: peft's LoRA-FA (create_lorafa_optimizer: every lora_A frozen, LoraFAOptimizer stepping B alone), VeRA, AdaLoRA
+#: and prefix tuning, each with peft's own modules and optimizer
+PEFT_WIDE_ROWS: tuple[tuple[str, dict[str, Any]], ...] = (
+    ("llama-3-8b", _tr(lora_rank=32, lora_targets=("q_proj", "v_proj"), lora_fa=True)),
+    ("llama-3-8b", _tr(lora_targets=("all-linear",), lora_fa=True, lora_dropout=0.1)),
+    ("llama-3-8b", _tr(lora_fa=True, lora_dtype="bf16")),
+    ("llama-3-8b", _tr(lora_fa=True, lora_targets=("q_proj", "k_proj", "v_proj", "o_proj"), checkpointing="selective-op")),
+    ("qwen2.5-0.5b", _tr(method="qlora", lora_targets=("all-linear",), lora_fa=True, checkpointing="full")),
+    ("gpt2", _tr(lora_targets=("c_attn",), lora_fa=True, attention="eager", dtype="fp32")),
+)
+
 QLORA_ROWS: tuple[tuple[str, dict[str, Any]], ...] = (
     # transformers' BitsAndBytesConfig: every linear of the blocks in nf4-dq
     ("llama-2-7b", _tr(method="qlora")),

@@ -48,6 +48,7 @@ KNOBS: tuple[tuple[str, str, str, tuple | None, str], ...] = (
     ("lora_dropout", "LoRA dropout", "number", None, "0"),
     ("lora_dtype", "LoRA dtype", "select", W.LORA_DTYPES, "fp32"),
     ("dora", "DoRA", "check", None, "false"),
+    ("lora_fa", "LoRA-FA (frozen lora_A)", "check", None, "false"),
     ("quant_targets", "quantize", "select", W.QUANT_TARGETS, "all"),
     ("quant_head", "quantize lm_head", "check", None, "false"),
     ("dequant_dtype", "4-bit dequant dtype", "select", W.DEQUANT_DTYPES, "compute"),
@@ -99,6 +100,7 @@ SHOW_WHEN: dict[str, str] = {
     **{k: "mode=inference" for k in ("new_tokens", "kv_dtype", "kv_block", "cache")},
     "max_cache_len": "mode=inference;cache=static",
     **{k: "method=lora|qlora" for k in ("lora_rank", "lora_targets", "dora", "quant_targets")},
+    "lora_fa": "mode=train;method=lora|qlora",
     "lora_dtype": "method=lora|qlora|ia3",  # IA3's vectors too (peft's autocast_adapter_dtype)
     "num_virtual_tokens": "mode=train;method=prompt-tuning",
     "lora_dropout": "mode=train;method=lora|qlora",

@@ -1,0 +1,32 @@
+"""--emit for peft's LoRA-FA, VeRA, AdaLoRA and prefix tuning plans."""
+
+from __future__ import annotations
+
+import pytest
+from advise_specs import llama7b
+
+from vramlens.advise import fit
+from vramlens.advise.emit import emit
+from vramlens.errors import InputError
+from vramlens.hardware.catalog import get_gpu
+from vramlens.workload import Workload
+
+
+def _plan(base: dict):
+    r = fit(llama7b(), Workload(mode="train", batch=8, seq=1024, **base), get_gpu("A100-80GB"), max_plans=1,
+            method_locked=True)
+    assert r.plans, r.message
+    return r.plans[0]
+
+
+def test_lora_fa_keeps_loras_config_and_refuses_trainer_and_torchtune():
+    plan = _plan({"method": "lora", "lora_rank": 16, "lora_fa": True})
+    assert plan.workload.lora_fa
+    kw = emit(plan, "peft")
+    assert kw["r"] == 16 and kw["lora_alpha"] == 32  # LoRA-FA is the optimizer over this config's adapters
+    with pytest.raises(InputError, match="create_lorafa_optimizer"):
+        emit(plan, "trainer")
+    with pytest.raises(InputError, match="LoRA-FA optimizer"):
+        emit(plan, "torchtune")
+    peft = pytest.importorskip("peft")
+    assert peft.LoraConfig(**kw).r == 16

@@ -1,0 +1,68 @@
+"""peft's LoRA-FA (--lora-fa), VeRA, AdaLoRA and prefix tuning. The arithmetic on Llama-3.2-3B (PEFT's MetaMathQA
+model; the trainable counts are the ones its result files print); the tracer runs real peft on shrunk models
+(tests/trace/test_peft_wide.py, PEFT_WIDE_ROWS)."""
+
+from __future__ import annotations
+
+import pytest
+
+from vramlens.errors import ConfigError
+from vramlens.estimator import estimate
+from vramlens.estimator.optimizer import lorafa_step_temporary
+from vramlens.models import load_model
+from vramlens.workload import Workload
+
+# Llama-3.2-3B: 28 layers, hidden 3,072, 8 kv heads of 128 (k_proj and v_proj: 1,024 outputs)
+L, H, KV = 28, 3_072, 1_024
+RUN = dict(mode="train", dtype="bf16", batch=4, seq=768, attention="sdpa")
+T = 4 * 768  # tokens
+QV = dict(method="lora", lora_rank=32, lora_targets=("q_proj", "v_proj"))
+
+
+def test_lora_fa_trains_b_alone_and_a_keeps_no_input():
+    lora = estimate("llama-3.2-3b", **RUN, **QV)
+    fa = estimate("llama-3.2-3b", **RUN, **QV, lora_fa=True)
+    # B (n, 32) on q_proj (3,072) and v_proj (1,024): PEFT MetaMathQA's lorafa row prints 3,670,016 trainable
+    assert fa.trainable_params == 3_670_016 == L * 32 * (H + KV)
+    assert lora.trainable_params == L * 32 * (2 * H + H + KV)
+    # fp32 B: its gradient and LoraFAOptimizer's exp_avg_B and exp_avg_sq_B
+    assert fa.breakdown["gradients"] == 3_670_016 * 4
+    assert fa.breakdown["optimizer_states"] == 2 * 3_670_016 * 4
+    # A stays in the weights, frozen
+    assert fa.breakdown["weights"] == lora.breakdown["weights"]
+    # q_proj's and v_proj's lora_A keep no fp32 copy of their (T, 3,072) input: 56 of them
+    assert lora.breakdown["activations"] - fa.breakdown["activations"] == 2 * L * T * H * 4 == 2_113_929_216
+
+
+def test_lora_fa_step_temporary():
+    spec = load_model("llama-3.2-3b")
+    w = Workload(**RUN, **QV, lora_fa=True)
+    tmp, formula = lorafa_step_temporary(spec, w)
+    # the widest B is q_proj's (3,072, 32) fp32, 393,216 B; with AA_T and AA_T_inv (32 x 32 fp32, 4,096 B each):
+    # at its denom_B its grad_B, its denom_B and the previous pair's denom_B, 1,187,840 B; at the projection
+    # B.grad's bf16 cast and the product (196,608 B each), AA_T_inv's bf16 cast (2,048 B) and the previous pair's
+    # grad_B and denom_B, 1,189,888 B
+    assert tmp == max(3 * 393_216, 2 * 196_608 + 2_048 + 2 * 393_216) + 2 * 4_096 == 1_189_888
+    assert "LoraFAOptimizer" in formula
+
+
+@pytest.mark.parametrize("settings, message", [
+    ({"method": "ia3", "lora_fa": True},
+     "lora_fa is peft's LoRA-FA optimizer over LoRA adapters; method=ia3 has none: use --method lora or qlora"),
+    ({"method": "lora", "lora_fa": True, "optimizer": "sgd"},
+     "lora_fa steps with peft's LoraFAOptimizer (an AdamW of its own); optimizer=sgd contradicts it: drop --optimizer"),
+    ({"method": "lora", "lora_fa": True, "dora": True, "zero": 2, "gpus": 2},
+     "lora_fa is modelled for peft's LoRA on one GPU or under data parallelism without dora, zero=2: drop them"),
+    ({"method": "lora", "lora_fa": True, "dtype": "fp32", "amp": "bf16"},
+     "lora_fa is modelled for peft's LoRA on one GPU or under data parallelism without amp=bf16: drop it"),
+    ({"method": "lora", "lora_fa": "yes"}, "lora_fa='yes' must be true or false"),
+])
+def test_lora_fa_settings(settings, message):
+    with pytest.raises(ConfigError) as e:
+        Workload(**{"mode": "train", **settings}).validated()
+    assert message in str(e.value)
+
+
+def test_lora_fa_notes_the_optimizer_impl_it_ignores():
+    assert Workload(mode="train", method="lora", lora_fa=True, optimizer_impl="fused").ignored() == [
+        "ignored: optimizer_impl='fused' (peft's LoraFAOptimizer steps one parameter at a time in a Python loop)"]
