@@ -160,6 +160,16 @@ def test_peft_metamathqa_frozen_factor_rows(rows):
     assert lora - lorafa.estimated_bytes >= 2 * 28 * 4 * 768 * 3_072 * 4
 
 
+def test_peft_metamathqa_vera_row(rows):
+    # VeraConfig's defaults (r=256 on q_proj and v_proj): the ratio to the LoRA r32 row, which cancels the bias the
+    # rows share, within 1% of the published one (0.970)
+    vera, lora = rows["peft-metamathqa-llama3.2-3b-vera"], rows["peft-metamathqa-llama3.2-3b-lora-r32-qv"]
+    assert vera.published_bytes == 21_621_637_120
+    assert vera.estimated_bytes is not None and lora.estimated_bytes is not None
+    published = vera.published_bytes / lora.published_bytes
+    assert abs(vera.estimated_bytes / lora.estimated_bytes / published - 1) < 0.01
+
+
 def test_torchao_low_bit_optim_vit_rows(rows):
     from vramlens.models import load_model
 

@@ -354,7 +354,9 @@ def _peft_metamath_cases() -> dict[str, Case]:
             "ia3": {**_PEFT_METAMATH, "method": "ia3"},
             "ln-tuning": {**_PEFT_METAMATH, "method": "ln-tuning"},
             # PromptTuningConfig(num_virtual_tokens=200): the model runs 768 + 200 positions
-            "prompt-tuning-200": {**_PEFT_METAMATH, "method": "prompt-tuning", "num_virtual_tokens": 200}}
+            "prompt-tuning-200": {**_PEFT_METAMATH, "method": "prompt-tuning", "num_virtual_tokens": 200},
+            # VeraConfig() defaults: r=256 on peft's q_proj and v_proj, shared fp32 vera_A and vera_B buffers
+            "vera": {**_PEFT_METAMATH, "method": "vera"}}
     return {f"peft-metamathqa-llama3.2-3b-{name}": Case("llama-3.2-3b", settings, figure="peak_reserved", **_L40S_2026)
             for name, settings in rows.items()}
 

@@ -43,9 +43,9 @@ from vramlens.errors import ConfigError
 # page and validation list), the tuple derived from the type so the two cannot drift.
 Mode = Literal["inference", "train"]
 #: ``ia3`` and ``ln-tuning`` are peft's IA3 and LN tuning with the model type's default targets
-#: (vramlens.models.peft_targets), ``prompt-tuning`` peft's prompt tuning (num_virtual_tokens): the base frozen,
-#: no LoRA adapters
-Method = Literal["full", "lora", "qlora", "ia3", "ln-tuning", "prompt-tuning"]
+#: (vramlens.models.peft_targets), ``prompt-tuning`` peft's prompt tuning (num_virtual_tokens), ``vera`` peft's VeRA
+#: (vera_rank, the model type's default targets): the base frozen, no LoRA adapters
+Method = Literal["full", "lora", "qlora", "ia3", "ln-tuning", "prompt-tuning", "vera"]
 DType = Literal["fp32", "fp16", "bf16"]
 Amp = Literal["fp16", "bf16"]
 Quant = Literal["int8", "nf4", "nf4-dq", "fp4", "int4", "gptq-4bit", "awq-4bit", "fp8"]
@@ -106,7 +106,7 @@ METHODS: tuple[Method, ...] = get_args(Method)
 #: The methods that add LoRA adapters (lora_rank, lora_targets, lora_dropout, dora apply to them).
 LORA_METHODS: tuple[Method, ...] = ("lora", "qlora")
 #: The methods that train small tensors of their own beside a frozen base and add no linear adapter.
-VECTOR_METHODS: tuple[Method, ...] = ("ia3", "ln-tuning", "prompt-tuning")
+VECTOR_METHODS: tuple[Method, ...] = ("ia3", "ln-tuning", "prompt-tuning", "vera")
 DTYPES: tuple[DType, ...] = get_args(DType)
 AMPS: tuple[Amp, ...] = get_args(Amp)
 QUANTS: tuple[Quant, ...] = get_args(Quant)
@@ -252,6 +252,9 @@ class Workload:
     #: peft's PromptTuningConfig ``num_virtual_tokens`` (no default there: required under --method prompt-tuning):
     #: a trained (n, hidden) fp32 embedding whose rows are put before every sequence
     num_virtual_tokens: int = 0
+    #: peft's VeraConfig ``r`` (default 256): the rank of the shared frozen projections vera_A (r, in) and vera_B
+    #: (out, r), and the length of each adapted linear's trained lambda_d
+    vera_rank: int = 256
     lora_targets: tuple[str, ...] = DEFAULT_LORA_TARGETS
     lora_dropout: float = 0.0
     lora_dtype: LoraDType = "fp32"
@@ -373,6 +376,12 @@ class Workload:
     def lora_adapted(self) -> tuple[str, ...]:
         """The module names LoRA adapts: ``lora_targets`` under lora and qlora, none under the other methods."""
         return self.lora_targets if self.method in LORA_METHODS else ()
+
+    @property
+    def vector_size(self) -> int:
+        """The size a vector method's tensors take from the workload: prompt tuning's virtual tokens, VeRA's rank
+        (models.peft_vector_numels); 0 for the others."""
+        return {"prompt-tuning": self.num_virtual_tokens, "vera": self.vera_rank}.get(self.method, 0)
 
     @property
     def norms_train(self) -> bool:
@@ -1052,6 +1061,10 @@ class Workload:
         off = [f"{n}={getattr(self, n)}" for n in ("tp", "pp", "cp") if getattr(self, n) > 1]
         off += [f"zero={self.zero}"] * bool(self.zero) + ["fsdp"] * bool(self.fsdp)
         off += ["compile"] * bool(self.compile) + ["activation_offload"] * bool(self.activation_offload)
+        if self.method == "vera" and self.lora_dtype != "fp32":
+            # VeraLayer.forward casts x to the vectors' dtype and runs F.linear against the fp32 vera_A buffer
+            p.append(f"{m} runs its input through the fp32 vera_A and vera_B buffers; lora_dtype={self.lora_dtype} "
+                     "vectors are not modelled: drop --lora-dtype")
         if self.method == "prompt-tuning" and (self.loss_chunks > 1 or self.loss != "cross-entropy"):
             p.append(f"{m} runs through PeftModelForCausalLM's forward and transformers' own loss, which puts the "
                      "prompts before the sequence; drop --loss-chunks and --loss")
@@ -1114,10 +1127,12 @@ class Workload:
             # IA3 keeps its vectors in lora_dtype (peft's autocast_adapter_dtype); LN tuning's norms stay in the
             # model's dtype
             names = [n for n in ("lora_rank", "lora_targets", "lora_dropout", "lora_dtype", "dora", "quant_targets")
-                     if given(n) and not (n == "lora_dtype" and self.method == "ia3")]
+                     if given(n) and not (n == "lora_dtype" and self.method in ("ia3", "vera"))]
             if names:
                 out.append(f"ignored with method={self.method!r} (they apply to LoRA and QLoRA): "
                            + ", ".join(f"{n}={getattr(self, n)!r}" for n in names))
+        if given("vera_rank") and self.method != "vera":
+            out.append(f"ignored: vera_rank={self.vera_rank!r} applies to --method vera")
         if given("num_virtual_tokens") and self.method != "prompt-tuning":
             out.append(f"ignored: num_virtual_tokens={self.num_virtual_tokens!r} applies to --method prompt-tuning")
         elif given("quant_targets") and self.quantized is None:
@@ -1193,7 +1208,7 @@ class Workload:
 _COUNT_LIMITS = (
     ("batch", L.MAX_BATCH), ("seq", L.MAX_SEQ), ("grad_accum", L.MAX_GRAD_ACCUM), ("gpus", L.MAX_GPUS),
     ("tp", L.MAX_PARALLEL), ("pp", L.MAX_PARALLEL), ("cp", L.MAX_PARALLEL), ("lora_rank", L.MAX_LORA_RANK),
-    ("loss_chunks", MAX_LOSS_CHUNKS),
+    ("loss_chunks", MAX_LOSS_CHUNKS), ("vera_rank", L.MAX_LORA_RANK),
 )
 
 _DEFAULTS: dict[str, Any] = {f.name: f.default for f in fields(Workload)}

@@ -30,3 +30,14 @@ def test_lora_fa_keeps_loras_config_and_refuses_trainer_and_torchtune():
         emit(plan, "torchtune")
     peft = pytest.importorskip("peft")
     assert peft.LoraConfig(**kw).r == 16
+
+
+def test_vera_emits_get_peft_config_with_its_rank():
+    plan = _plan({"method": "vera", "vera_rank": 64})
+    kw = emit(plan, "peft")
+    assert kw == {"peft_type": "VERA", "task_type": "CAUSAL_LM", "r": 64}
+    with pytest.raises(InputError, match="trains peft's vera "):
+        emit(plan, "torchtune")
+    peft = pytest.importorskip("peft")
+    cfg = peft.get_peft_config(kw)
+    assert type(cfg).__name__ == "VeraConfig" and cfg.r == 64 and cfg.target_modules is None

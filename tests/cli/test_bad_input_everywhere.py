@@ -103,6 +103,8 @@ CASES = {
                          "method=ia3 under autocast (amp=bf16) is not modelled: drop --amp"),
     "estimate-lora-fa-ia3": ("estimate llama-2-7b --mode train --method ia3 --lora-fa",
                              "lora_fa is peft's LoRA-FA optimizer over LoRA adapters; method=ia3 has none"),
+    "estimate-vera-bf16-vectors": ("estimate llama-2-7b --mode train --method vera --lora-dtype bf16",
+                                   "method=vera runs its input through the fp32 vera_A and vera_B buffers"),
     "estimate-ln-tuning-gpt2": ("estimate gpt2 --mode train --method ln-tuning",
                                 "method=ln-tuning takes peft's default targets for the model type"),
     "estimate-kv-block-negative": ("estimate llama-2-7b --kv-block -3", "kv_block=-3 must be 0"),

@@ -66,3 +66,53 @@ def test_lora_fa_settings(settings, message):
 def test_lora_fa_notes_the_optimizer_impl_it_ignores():
     assert Workload(mode="train", method="lora", lora_fa=True, optimizer_impl="fused").ignored() == [
         "ignored: optimizer_impl='fused' (peft's LoraFAOptimizer steps one parameter at a time in a Python loop)"]
+
+
+def test_vera_trains_two_vectors_per_linear_beside_shared_fp32_projections():
+    from vramlens.estimator import weights as Wt
+    from vramlens.models import load_model
+
+    vera = estimate("llama-3.2-3b", **RUN, method="vera")
+    # lambda_b (out,) and lambda_d (256,) on q_proj (3,072) and v_proj (1,024): PEFT MetaMathQA's 129,024
+    assert vera.trainable_params == 129_024 == L * (H + 256 + KV + 256)
+    vectors = L * (12_288 + 1_024 + 4_096 + 1_024)  # each fp32 vector in its own 512-byte blocks
+    assert vera.breakdown["gradients"] == vectors == 516_096
+    assert vera.breakdown["optimizer_states"] == 2 * vectors
+    # beside the base: the vectors, one vera_A (256, 3,072) and one vera_B (3,072, 256) in fp32: the 6,807,552 B
+    # that PEFT MetaMathQA's VeRA adapter file holds (file_size 6,821,968 B with the safetensors header)
+    adapters = Wt.adapter_bytes(load_model("llama-3.2-3b"), Workload(**RUN, method="vera"))
+    assert adapters == vectors + 2 * 256 * H * 4 == 6_807_552
+
+
+def test_vera_keeps_both_projections_outputs_and_no_input():
+    from vramlens.estimator import activations as A
+    from vramlens.models import load_model
+
+    spec = load_model("llama-3.2-3b")
+    w = Workload(**RUN, method="vera")
+    # per block: A's (t, 256) fp32 output on q and v, B's (t, 3,072) and (t, 1,024) fp32 outputs; the fp32 copy of
+    # the input is freed in forward (the projections are buffers)
+    assert A.vera_saved(spec, w, T) == 2 * T * 256 * 4 + T * H * 4 + T * KV * 4 == 56_623_104
+    assert A.vera_saved(spec, Workload(**RUN, method="vera", vera_rank=16), T) == 2 * T * 16 * 4 + T * (H + KV) * 4
+
+
+@pytest.mark.parametrize("settings, message", [
+    ({"method": "vera", "lora_dtype": "bf16"},
+     "method=vera runs its input through the fp32 vera_A and vera_B buffers; lora_dtype=bf16 vectors are not "
+     "modelled: drop --lora-dtype"),
+    ({"method": "vera", "vera_rank": 0}, "vera_rank=0 must be a whole number >= 1"),
+    ({"method": "vera", "quant": "nf4"}, "method=vera over quant=nf4 weights is not modelled: drop --quant"),
+])
+def test_vera_settings(settings, message):
+    with pytest.raises(ConfigError) as e:
+        Workload(**{"mode": "train", **settings}).validated()
+    assert message in str(e.value)
+    assert Workload(mode="train", method="lora", vera_rank=16).ignored() == [
+        "ignored: vera_rank=16 applies to --method vera"]
+
+
+def test_vera_refuses_model_types_outside_peft_mapping():
+    from vramlens.errors import InputError
+
+    with pytest.raises(InputError, match="method=vera takes peft's default targets for the model type"):
+        estimate("gpt2", mode="train", method="vera")

@@ -258,6 +258,10 @@ def peft(plan: Plan) -> dict[str, Any]:
     kind = plan.estimate.model.kind
     if w.method == "prompt-tuning":
         return {"peft_type": "PROMPT_TUNING", "task_type": "CAUSAL_LM", "num_virtual_tokens": w.num_virtual_tokens}
+    if w.method == "vera":
+        # VeraConfig(r) with target_modules None: peft's default targets for the model type, which the estimate
+        # assumed (vramlens.models.peft_targets.VERA_TARGETS); projection_prng_key 0 and save_projection True
+        return {"peft_type": "VERA", "task_type": "CAUSAL_LM", "r": w.vera_rank}
     if w.method in VECTOR_METHODS:
         # IA3Config / LNTuningConfig with target_modules None: peft takes the model type's defaults, which
         # vramlens' estimate assumed (vramlens.models.peft_targets); get_peft_model(autocast_adapter_dtype=...)

@@ -39,7 +39,7 @@ from vramlens.estimator.inventory import (
 from vramlens.estimator.linears import GROUPS, linear_group
 from vramlens.estimator.masks import padded_mask, repeats_kv
 from vramlens.estimator.memo import identity_cache
-from vramlens.models.peft_targets import IA3_TARGETS
+from vramlens.models.peft_targets import IA3_TARGETS, VERA_TARGETS
 from vramlens.models.spec import ModelSpec
 from vramlens.units import BLOCK, DTYPE_BYTES
 from vramlens.units import block_bytes as _r  # one allocation's bytes, in 512-byte blocks
@@ -585,6 +585,26 @@ def ia3_saved(spec: ModelSpec, w: Workload, t: int) -> int:
     return total
 
 
+def vera_saved(spec: ModelSpec, w: Workload, t: int) -> int:
+    """VeRA's own activations in one block of t tokens (src/peft/tuners/vera/layer.py ``Linear.forward``, the same at
+    huggingface/peft d787f51b and in peft 0.21.2): ``result + lambda_b * F.linear(lambda_d * F.linear(dropout(x),
+    sliced_A), sliced_B)`` on x cast to the vectors' dtype. The frozen projections are buffers, so neither
+    ``F.linear`` keeps its input (mm saves ``self`` only for ``mat2``'s gradient): the fp32 copy of x is freed in
+    forward. ``lambda_d * h`` keeps h, A's (t, r) output, for lambda_d's gradient; ``lambda_b * h`` keeps h, B's
+    (t, out) output, for lambda_b's; both in the vectors' dtype (and the vectors themselves, parameters)."""
+    if w.method != "vera" or (names := VERA_TARGETS.get(spec.model_type)) is None:
+        return 0
+    vb = DTYPE_BYTES[vector_dtype(w)]
+    dims = _dims_by_path(spec)
+    total = 0
+    for g in GROUP_ORDER:
+        for path, leaf in linear_groups(spec).get(g, ()):
+            if leaf in names:
+                n = dims.get(path, (0, 0))[1]
+                total += _r(vb * w.vera_rank * t) + _r(vb * n * t)
+    return total
+
+
 def _lora_saved(spec: ModelSpec, w: Workload, D: Dims, t: int, c: int, tp: int = 1) -> int:
     """LoRA's own activations in one block: B keeps A's output (t x r) per adapted linear, A keeps
     a private copy of its input when it makes one (see lora_casts_input); with lora_dropout each
@@ -736,7 +756,7 @@ def layer_activations(spec: ModelSpec, w: Workload, b: int, s: int, *, cross_s: 
         mlp_consumers = mlp_consumers + km if casts else max(mlp_consumers, min(km, 1))
         attn_out_saves = attn_out_saves or bnb_kept_inputs(spec, w, "attn_out", tp) > 0
         mlp_out_saves = mlp_out_saves or bnb_kept_inputs(spec, w, "mlp_out", tp) > 0
-    total = _lora_saved(spec, w, D, t, c, tp) + ia3_saved(spec, w, t)
+    total = _lora_saved(spec, w, D, t, c, tp) + ia3_saved(spec, w, t) + vera_saved(spec, w, t)
     quad = 0
 
     # --- attention input norm (pre-norm); post-norm blocks' linears keep the block input itself ----

@@ -268,10 +268,10 @@ def vector_dtype(w: Workload) -> str:
 def vector_bytes(spec: ModelSpec, w: Workload, bytes_per_elem: int) -> int:
     """IA3's or LN tuning's trainable tensors (models.peft_vector_numels), each rounded to the allocator's
     512-byte blocks; 0 for the other methods."""
-    return sum(round_up(n * bytes_per_elem, BLOCK) for n in peft_vector_numels(spec, w.method, w.num_virtual_tokens))
+    return sum(round_up(n * bytes_per_elem, BLOCK) for n in peft_vector_numels(spec, w.method, w.vector_size))
 
 
 def largest_vector(spec: ModelSpec, w: Workload, bytes_per_elem: int) -> int:
     """The largest of those tensors, rounded."""
-    return round_up(max(peft_vector_numels(spec, w.method, w.num_virtual_tokens), default=0) * bytes_per_elem,
+    return round_up(max(peft_vector_numels(spec, w.method, w.vector_size), default=0) * bytes_per_elem,
                     BLOCK)

@@ -168,7 +168,7 @@ def paged_state_bytes(spec: ModelSpec, w: Workload) -> tuple[int, int]:
         return 0, 0
     per = 4 if w.optimizer == "paged-adamw" else 1
     big = [n for n in _tensor_numels(spec, w.method, tuple(w.lora_adapted), w.lora_rank, w.fused_qkv,
-                                     w.num_virtual_tokens) if n >= BNB_PAGED_MIN_NUMEL]
+                                     w.vector_size) if n >= BNB_PAGED_MIN_NUMEL]
     return sum(2 * round_up(per * n, BLOCK) for n in big), sum(2 * per * n for n in big)
 
 
@@ -240,7 +240,7 @@ def optimizer_state_bytes(spec: ModelSpec, w: Workload, trainable: int) -> tuple
         return total, f"Adafactor: row + column second moments per matrix (n + k) at {state_b} B"
     if opt in BNB_OPTIMIZERS or opt in TORCHAO_LOW_BIT or opt == CPU_OFFLOAD:
         lay = per_tensor_states(spec, opt, state_b, w.method, tuple(w.lora_adapted), w.lora_rank,
-                                fused_qkv=w.fused_qkv, virtual_tokens=w.num_virtual_tokens)
+                                fused_qkv=w.fused_qkv, virtual_tokens=w.vector_size)
         return lay.gpu_bytes, lay.formula
     raise ValueError(opt)
 
@@ -359,7 +359,7 @@ def optimizer_step_temporary(spec: ModelSpec, w: Workload, trainable: int) -> tu
         return 0, "CPU offload: the step runs on the host; the GPU's small parameters step with fused AdamW in place"
     if w.optimizer in TORCHAO_LOW_BIT:
         lay = per_tensor_states(spec, w.optimizer, state_b, w.method, tuple(w.lora_adapted), w.lora_rank,
-                                fused_qkv=w.fused_qkv, virtual_tokens=w.num_virtual_tokens)
+                                fused_qkv=w.fused_qkv, virtual_tokens=w.vector_size)
         return lay.step_bytes, ("torchao's compiled step of the largest quantized parameter: "
                                 "its fp32 moments before requantization and block maxima")
     if w.lora_fa:

@@ -48,7 +48,7 @@ from vramlens.estimator.inventory import (
     vector_dtype,
 )
 from vramlens.estimator.memo import identity_cache
-from vramlens.models.peft_targets import peft_vector_numels
+from vramlens.models.peft_targets import peft_vector_numels, vera_linears
 from vramlens.models.spec import ModelSpec
 from vramlens.units import BLOCK, DTYPE_BYTES, round_up
 from vramlens.workload import FOUR_BIT, VECTOR_METHODS, WO_DEQUANT_QUANTS, Workload
@@ -398,7 +398,7 @@ def lora_params(spec: ModelSpec, w: Workload) -> int:
     if w.method == "full":
         return 0
     if w.method in VECTOR_METHODS:
-        return sum(peft_vector_numels(spec, w.method, w.num_virtual_tokens))
+        return sum(peft_vector_numels(spec, w.method, w.vector_size))
     return lora_shape(spec, tuple(w.lora_adapted), w.fused_qkv).params(w.lora_rank, w.dora)
 
 
@@ -408,9 +408,23 @@ def adapter_bytes(spec: ModelSpec, w: Workload) -> int:
     if w.method == "full":
         return 0
     if w.method in VECTOR_METHODS:
-        return vector_bytes(spec, w, DTYPE_BYTES[vector_dtype(w)])  # beside the frozen base, which stays whole
+        # beside the frozen base, which stays whole; VeRA's shared projections too
+        return vector_bytes(spec, w, DTYPE_BYTES[vector_dtype(w)]) + vera_projection_bytes(spec, w)
     shape = lora_shape(spec, tuple(w.lora_adapted), w.fused_qkv)
     return lora_rounded_bytes(shape, w.lora_rank, lora_dtype_bytes(w), w.dora)
+
+
+def vera_projection_bytes(spec: ModelSpec, w: Workload) -> int:
+    """VeRA's frozen projections, one pair shared by every adapted linear: ``VeraModel._init_vera_A_vera_B``
+    (src/peft/tuners/vera/model.py, peft 0.21.2 and d787f51b) makes vera_A (r, largest in_features) and vera_B
+    (largest out_features, r) with ``_kaiming_init`` (``torch.empty``: torch's default dtype, fp32) as buffers of
+    one BufferDict that every layer references; each layer slices its (r, in) and (out, r) views."""
+    if w.method != "vera":
+        return 0
+    dims = vera_linears(spec)
+    k = max((i for i, _ in dims), default=0)
+    n = max((o for _, o in dims), default=0)
+    return round_up(4 * w.vera_rank * k, BLOCK) + round_up(4 * n * w.vera_rank, BLOCK)
 
 
 def trainable_params(spec: ModelSpec, w: Workload) -> int:

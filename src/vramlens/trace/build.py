@@ -243,7 +243,7 @@ def build_hf(cfg: dict, wl: Workload, *, fake_mode=None, layers: int | None = No
             raise TraceError(f"transformers cannot build {cls.__name__}: {e}") from None
     if wl.method in ("lora", "qlora"):
         model = apply_lora(model, wl)
-    elif wl.method in ("ia3", "ln-tuning"):
+    elif wl.method in ("ia3", "ln-tuning", "vera"):
         model = apply_vector_method(model, wl)
     elif wl.method == "prompt-tuning":
         model = apply_prompt_tuning(model, wl)
@@ -550,22 +550,25 @@ def apply_lora(model: nn.Module, wl: Workload) -> nn.Module:
 
 
 def apply_vector_method(model: nn.Module, wl: Workload) -> nn.Module:
-    """peft's IA3 or LN tuning with the config's defaults: the targets peft maps from the model's type
+    """peft's IA3, LN tuning or VeRA with the config's defaults: the targets peft maps from the model's type
     (vramlens.models.peft_targets lists the same), IA3's vectors upcast to fp32 by autocast_adapter_dtype
     unless --lora-dtype says the model's dtype."""
     try:
-        from peft import IA3Config, LNTuningConfig, get_peft_model
+        from peft import IA3Config, LNTuningConfig, VeraConfig, get_peft_model
     except ImportError:
         from vramlens.errors import MissingExtraError
 
         raise MissingExtraError("peft", "trace") from None
-    cfg = IA3Config() if wl.method == "ia3" else LNTuningConfig()
+    # VeRA: VeraConfig(r=vera_rank) with the other defaults (projection_prng_key 0, save_projection True)
+    cfg = (IA3Config() if wl.method == "ia3" else LNTuningConfig() if wl.method == "ln-tuning"
+           else VeraConfig(r=wl.vera_rank))
     try:
         with warnings.catch_warnings():
             # peft's _get_in_out_features warns on any layer it cannot size, an RMSNorm among them (LN tuning
             # copies it all the same, as PEFT's own MetaMathQA run on Llama-3.2-3B does)
             warnings.filterwarnings("ignore", message="Unsupported layer type", category=UserWarning)
-            return get_peft_model(model, cfg, autocast_adapter_dtype=wl.method == "ia3" and wl.lora_dtype == "fp32")
+            return get_peft_model(model, cfg, autocast_adapter_dtype=wl.method in ("ia3", "vera")
+                                  and wl.lora_dtype == "fp32")
     except ValueError as e:
         raise InputError(f"method={wl.method}: {e}") from None
 

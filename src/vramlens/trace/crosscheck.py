@@ -451,6 +451,14 @@ PEFT_WIDE_ROWS: tuple[tuple[str, dict[str, Any]], ...] = (
     ("llama-3-8b", _tr(lora_fa=True, lora_targets=("q_proj", "k_proj", "v_proj", "o_proj"), checkpointing="selective-op")),
     ("qwen2.5-0.5b", _tr(method="qlora", lora_targets=("all-linear",), lora_fa=True, checkpointing="full")),
     ("gpt2", _tr(lora_targets=("c_attn",), lora_fa=True, attention="eager", dtype="fp32")),
+    # VeRA (VeraConfig(r)): shared fp32 vera_A and vera_B buffers, A's and B's outputs kept for the two vectors
+    ("llama-3-8b", _tr(method="vera", vera_rank=16)),
+    ("llama-3-8b", _tr(method="vera", checkpointing="selective-op", padded=True)),
+    ("qwen2.5-0.5b", _tr(method="vera", checkpointing="full")),
+    ("llama-3-8b", _tr(method="vera", vera_rank=64, dtype="fp32")),
+    # under a chunked loss: the estimate's temporaries are 9% under the trace's, as plain LoRA's on this shape (the
+    # loss chunks' casts, not VeRA's)
+    ("llama-3-8b", _tr(method="vera", vera_rank=16, loss_chunks=8)),
 )
 
 QLORA_ROWS: tuple[tuple[str, dict[str, Any]], ...] = (

@@ -44,6 +44,7 @@ KNOBS: tuple[tuple[str, str, str, tuple | None, str], ...] = (
     ("fused_qkv", "fused q/k/v (LitGPT)", "check", None, "false"),
     ("lora_rank", "LoRA rank", "number", None, "8"),
     ("num_virtual_tokens", "virtual tokens (prompt tuning)", "number", None, "0"),
+    ("vera_rank", "VeRA rank", "number", None, "256"),
     ("lora_targets", "LoRA targets", "text", None, "q_proj,v_proj"),
     ("lora_dropout", "LoRA dropout", "number", None, "0"),
     ("lora_dtype", "LoRA dtype", "select", W.LORA_DTYPES, "fp32"),
@@ -103,6 +104,7 @@ SHOW_WHEN: dict[str, str] = {
     "lora_fa": "mode=train;method=lora|qlora",
     "lora_dtype": "method=lora|qlora|ia3",  # IA3's vectors too (peft's autocast_adapter_dtype)
     "num_virtual_tokens": "mode=train;method=prompt-tuning",
+    "vera_rank": "mode=train;method=vera",
     "lora_dropout": "mode=train;method=lora|qlora",
     "bnb_inputs": "mode=train;method=lora|qlora",
     "quant_group_size": "quant=" + "|".join(W.GROUPED_QUANTS),
