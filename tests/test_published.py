@@ -170,6 +170,16 @@ def test_peft_metamathqa_vera_row(rows):
     assert abs(vera.estimated_bytes / lora.estimated_bytes / published - 1) < 0.01
 
 
+def test_peft_metamathqa_adalora_row(rows):
+    # init_r 64 (--lora-rank 64): the ratio to the LoRA r32 row within 1% of the published one (1.022)
+    ada, lora = rows["peft-metamathqa-llama3.2-3b-adalora-r32"], rows["peft-metamathqa-llama3.2-3b-lora-r32-qv"]
+    assert CASES["peft-metamathqa-llama3.2-3b-adalora-r32"].settings["lora_rank"] == 64
+    assert ada.published_bytes == 22_781_362_176
+    assert ada.estimated_bytes is not None and lora.estimated_bytes is not None
+    published = ada.published_bytes / lora.published_bytes
+    assert abs(ada.estimated_bytes / lora.estimated_bytes / published - 1) < 0.01
+
+
 def test_torchao_low_bit_optim_vit_rows(rows):
     from vramlens.models import load_model
 

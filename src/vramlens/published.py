@@ -356,7 +356,10 @@ def _peft_metamath_cases() -> dict[str, Case]:
             # PromptTuningConfig(num_virtual_tokens=200): the model runs 768 + 200 positions
             "prompt-tuning-200": {**_PEFT_METAMATH, "method": "prompt-tuning", "num_virtual_tokens": 200},
             # VeraConfig() defaults: r=256 on peft's q_proj and v_proj, shared fp32 vera_A and vera_B buffers
-            "vera": {**_PEFT_METAMATH, "method": "vera"}}
+            "vera": {**_PEFT_METAMATH, "method": "vera"},
+            # AdaLoraConfig(init_r=64, target_r=32): A, E and B at init_r 64 on peft's q_proj and v_proj (--lora-rank
+            # is init_r); target_r only masks lora_E entries, the tensors keep init_r
+            "adalora-r32": {**_PEFT_METAMATH, "method": "adalora", "lora_rank": 64, "lora_targets": qv}}
     return {f"peft-metamathqa-llama3.2-3b-{name}": Case("llama-3.2-3b", settings, figure="peak_reserved", **_L40S_2026)
             for name, settings in rows.items()}
 

@@ -44,8 +44,9 @@ from vramlens.errors import ConfigError
 Mode = Literal["inference", "train"]
 #: ``ia3`` and ``ln-tuning`` are peft's IA3 and LN tuning with the model type's default targets
 #: (vramlens.models.peft_targets), ``prompt-tuning`` peft's prompt tuning (num_virtual_tokens), ``vera`` peft's VeRA
-#: (vera_rank, the model type's default targets): the base frozen, no LoRA adapters
-Method = Literal["full", "lora", "qlora", "ia3", "ln-tuning", "prompt-tuning", "vera"]
+#: (vera_rank, the model type's default targets): the base frozen, no LoRA adapters; ``adalora`` peft's AdaLoRA
+#: (lora_A, lora_E, lora_B of init_r = lora_rank per adapted linear, and its RankAllocator)
+Method = Literal["full", "lora", "qlora", "ia3", "ln-tuning", "prompt-tuning", "vera", "adalora"]
 DType = Literal["fp32", "fp16", "bf16"]
 Amp = Literal["fp16", "bf16"]
 Quant = Literal["int8", "nf4", "nf4-dq", "fp4", "int4", "gptq-4bit", "awq-4bit", "fp8"]
@@ -104,7 +105,7 @@ CompileScope = Literal["model", "blocks", "blocks+loss"]
 MODES: tuple[Mode, ...] = get_args(Mode)
 METHODS: tuple[Method, ...] = get_args(Method)
 #: The methods that add LoRA adapters (lora_rank, lora_targets, lora_dropout, dora apply to them).
-LORA_METHODS: tuple[Method, ...] = ("lora", "qlora")
+LORA_METHODS: tuple[Method, ...] = ("lora", "qlora", "adalora")
 #: The methods that train small tensors of their own beside a frozen base and add no linear adapter.
 VECTOR_METHODS: tuple[Method, ...] = ("ia3", "ln-tuning", "prompt-tuning", "vera")
 DTYPES: tuple[DType, ...] = get_args(DType)
@@ -774,6 +775,7 @@ class Workload:
                      f"task={self.task} does not generate: drop --new-tokens")
         p += self._vector_method_problems()
         p += self._lora_fa_problems()
+        p += self._adalora_problems()
         if self.method != "full" and self.lora_dtype not in ("fp32", self.compute_dtype):
             p.append(f"lora_dtype={self.lora_dtype} with compute dtype {self.compute_dtype}: adapters are kept in fp32 "
                      f"(peft) or in the model's dtype (torchtune): use --lora-dtype fp32 or {self.compute_dtype}")
@@ -1017,12 +1019,39 @@ class Workload:
                      "--optimizer-in-backward, or estimate one GPU (data or tensor parallel)")
         return p
 
+    def _adalora_problems(self) -> list[str]:
+        """AdaLoRA is modelled as peft's MetaMathQA runs it: fp32 adapters over a half model on one GPU (or under data
+        parallelism), torch's optimizers; the rest is refused rather than guessed."""
+        if self.method != "adalora":
+            return []
+        m = "method=adalora"
+        p = []
+        if self.mode != "train":
+            p.append(f"{m} is modelled for training: estimate inference with --method full (the adapters are merged)")
+        if self.quant is not None:
+            p.append(f"{m} over quant={self.quant} weights is not modelled: drop --quant")
+        if self.optimizer not in ("adamw", "adam", "sgd", "sgd-momentum", "none"):
+            p.append(f"{m} with optimizer={self.optimizer} is not modelled (the adapters' lora_E is not among its "
+                     "per-tensor layouts): use --optimizer adamw, adam, sgd or sgd-momentum")
+        if self.lora_dtype != "fp32":
+            p.append(f"{m} keeps its adapters in fp32 (peft's autocast_adapter_dtype); lora_dtype={self.lora_dtype} "
+                     "is not modelled: drop --lora-dtype")
+        off = [n for n in ("dora", "fused_qkv", "optimizer_in_backward", "compile", "activation_offload")
+               if getattr(self, n)]
+        off += [f"amp={self.amp}"] * (self.amp is not None)
+        off += [f"{n}={getattr(self, n)}" for n in ("tp", "pp", "cp") if getattr(self, n) > 1]
+        off += [f"zero={self.zero}"] * bool(self.zero) + ["fsdp"] * bool(self.fsdp)
+        if off:
+            p.append(f"{m} is modelled on one GPU or under data parallelism without {', '.join(off)}: drop "
+                     + ("it" if len(off) == 1 else "them"))
+        return p
+
     def _lora_fa_problems(self) -> list[str]:
         """LoRA-FA is modelled as peft's MetaMathQA runs it: create_lorafa_optimizer over peft's LoRA (or QLoRA) on one
         GPU (or under data parallelism), without autocast; the rest is refused rather than guessed."""
         if not self.lora_fa:
             return []
-        if self.method not in LORA_METHODS:
+        if self.method not in ("lora", "qlora"):
             return [f"lora_fa is peft's LoRA-FA optimizer over LoRA adapters; method={self.method} has none: use "
                     "--method lora or qlora"]
         if self.mode != "train":

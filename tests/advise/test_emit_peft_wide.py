@@ -32,6 +32,15 @@ def test_lora_fa_keeps_loras_config_and_refuses_trainer_and_torchtune():
     assert peft.LoraConfig(**kw).r == 16
 
 
+def test_adalora_emit_names_what_the_plan_cannot_know():
+    plan = _plan({"method": "adalora", "lora_rank": 12})
+    with pytest.raises(InputError, match=r"AdaLoraConfig needs total_step.*AdaLoraConfig\(init_r=12, target_modules="
+                                         r"\['q_proj', 'v_proj'\], total_step=N\)"):
+        emit(plan, "peft")
+    with pytest.raises(InputError, match="trains peft's AdaLoRA"):
+        emit(plan, "torchtune")
+
+
 def test_vera_emits_get_peft_config_with_its_rank():
     plan = _plan({"method": "vera", "vera_rank": 64})
     kw = emit(plan, "peft")

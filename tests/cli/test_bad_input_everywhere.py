@@ -105,6 +105,8 @@ CASES = {
                              "lora_fa is peft's LoRA-FA optimizer over LoRA adapters; method=ia3 has none"),
     "estimate-vera-bf16-vectors": ("estimate llama-2-7b --mode train --method vera --lora-dtype bf16",
                                    "method=vera runs its input through the fp32 vera_A and vera_B buffers"),
+    "estimate-adalora-8bit": ("estimate llama-2-7b --mode train --method adalora --optimizer adamw-8bit",
+                              "method=adalora with optimizer=adamw-8bit is not modelled"),
     "estimate-ln-tuning-gpt2": ("estimate gpt2 --mode train --method ln-tuning",
                                 "method=ln-tuning takes peft's default targets for the model type"),
     "estimate-kv-block-negative": ("estimate llama-2-7b --kv-block -3", "kv_block=-3 must be 0"),

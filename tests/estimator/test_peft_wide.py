@@ -116,3 +116,45 @@ def test_vera_refuses_model_types_outside_peft_mapping():
 
     with pytest.raises(InputError, match="method=vera takes peft's default targets for the model type"):
         estimate("gpt2", mode="train", method="vera")
+
+
+ADA = dict(method="adalora", lora_rank=64, lora_targets=("q_proj", "v_proj"))
+
+
+def test_adalora_trains_a_e_and_b_and_keeps_the_rank_allocators_three_copies():
+    e = estimate("llama-3.2-3b", **RUN, **ADA)
+    # A (64, 3,072), E (64, 1), B (out, 64) on q_proj and v_proj: PEFT MetaMathQA's 18,353,664
+    assert e.trainable_params == 18_353_664 == L * (64 * H + 64 + H * 64 + 64 * H + 64 + KV * 64)
+    tensors = L * (2 * 64 * H * 4 + H * 64 * 4 + KV * 64 * 4 + 2 * 512)  # fp32, E's 256 B in a 512-byte block
+    assert e.breakdown["gradients"] == tensors
+    # AdamW's two states and RankAllocator.update_ipt's ipt, exp_avg_ipt, exp_avg_unc (zeros_like each A, E, B)
+    assert e.breakdown["optimizer_states"] == 2 * tensors + 3 * tensors
+    # the weights hold the adapters and one frozen fp32 ranknum per adapted linear
+    lora = estimate("llama-3.2-3b", **RUN, method="lora", lora_rank=64, lora_targets=("q_proj", "v_proj"))
+    assert e.breakdown["weights"] - lora.breakdown["weights"] == 2 * L * (512 + 512)
+
+
+def test_adalora_keeps_the_product_but_in_the_first_block():
+    from vramlens.estimator import activations as A
+    from vramlens.models import load_model
+
+    spec = load_model("llama-3.2-3b")
+    w = Workload(**RUN, **ADA)
+    lora = Workload(**RUN, method="lora", lora_rank=64, lora_targets=("q_proj", "v_proj"))
+    one = A.layer_activations(spec, w, 4, 768).saved - A.layer_activations(spec, lora, 4, 768).saved
+    assert one == 2 * 64 * H * 4  # (lora_A * lora_E), (64, 3,072) fp32, on q_proj and v_proj
+    first = A.untracked_before_first_adapter(spec, w, 4, 768)[0] - A.untracked_before_first_adapter(spec, lora, 4, 768)[0]
+    assert first == one  # the first block's adapters read an input that needs no gradient
+
+
+@pytest.mark.parametrize("settings, message", [
+    ({"method": "adalora", "optimizer": "adamw-8bit"}, "method=adalora with optimizer=adamw-8bit is not modelled"),
+    ({"method": "adalora", "lora_fa": True}, "lora_fa is peft's LoRA-FA optimizer over LoRA adapters; "
+     "method=adalora has none"),
+    ({"method": "adalora", "dora": True}, "method=adalora is modelled on one GPU or under data parallelism without "
+     "dora: drop it"),
+])
+def test_adalora_settings(settings, message):
+    with pytest.raises(ConfigError) as e:
+        Workload(**{"mode": "train", **settings}).validated()
+    assert message in str(e.value)

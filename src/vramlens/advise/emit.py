@@ -258,6 +258,11 @@ def peft(plan: Plan) -> dict[str, Any]:
     kind = plan.estimate.model.kind
     if w.method == "prompt-tuning":
         return {"peft_type": "PROMPT_TUNING", "task_type": "CAUSAL_LM", "num_virtual_tokens": w.num_virtual_tokens}
+    if w.method == "adalora":
+        raise InputError(f"--emit peft: AdaLoraConfig needs total_step, the run's optimizer steps, which the plan does "
+                         f"not know: write AdaLoraConfig(init_r={w.lora_rank}, target_modules={list(w.lora_targets)}, "
+                         "total_step=N) and call model.base_model.update_and_allocate(step) after each "
+                         "optimizer.step()")
     if w.method == "vera":
         # VeraConfig(r) with target_modules None: peft's default targets for the model type, which the estimate
         # assumed (vramlens.models.peft_targets.VERA_TARGETS); projection_prng_key 0 and save_projection True
@@ -632,6 +637,8 @@ def torchtune(plan: Plan) -> dict[str, Any]:
         refuse.append(f"trains peft's {w.method} (torchtune's recipes train full weights, LoRA, QLoRA or DoRA)")
     if w.lora_fa:
         refuse.append("steps with peft's LoRA-FA optimizer (--lora-fa; torchtune's recipes have none)")
+    if w.method == "adalora":
+        refuse.append("trains peft's AdaLoRA (torchtune's recipes train full weights, LoRA, QLoRA or DoRA)")
     elif w.method != "full":
         if "all-linear" in targets:
             targets = set(TORCHTUNE_ATTN) | set(TORCHTUNE_MLP)

@@ -295,6 +295,8 @@ def _untracked_first_block(spec: ModelSpec, w: Workload, t: int, groups: list[st
     if w.dora and w.lora_dropout > 0:
         # DoRA's F.linear(dropped x, weight) on an input that needs no gradient keeps no weight
         own += sum(dora_weight_copy(w, k, n, c) for k, n in adapted_dims(spec, w, groups[-1]))
+    # AdaLoRA's product (lora_A * lora_E) is kept only for its input's gradient, which the first adapters' need none
+    own += sum(adalora_product(w, k) for k, _ in adapted_dims(spec, w, groups[-1]))
     m = spec.mla
     if m is not None:
         # MLA's inner norms read the frozen down-projections' outputs: nothing requires grad there either
@@ -605,6 +607,17 @@ def vera_saved(spec: ModelSpec, w: Workload, t: int) -> int:
     return total
 
 
+def adalora_product(w: Workload, k: int) -> int:
+    """AdaLoRA's ``dropout(x) @ (lora_A * lora_E).T @ lora_B.T`` (src/peft/tuners/adalora/layer.py SVDLinear.forward,
+    peft 0.21.2 and d787f51b) on an adapted linear of k inputs: the product (r, k), a new tensor in the adapters'
+    dtype, is kept by the matmul for its input's gradient (not in the first block, whose input needs none); the
+    rest is LoRA's (the fp32 copy of x, A's (t, r) output). ``* scaling / ranknum`` keeps nothing (ranknum is a
+    frozen parameter). AdaLoraModel.forward's orthogonal regularisation runs only under a task-typed PeftModel
+    (PeftModelForCausalLM calls it; PEFT's MetaMathQA config has task_type None, so PeftModel.forward calls the
+    transformers model directly): two (r, r) fp32 tensors per adapted linear there, not counted."""
+    return _r(DTYPE_BYTES[w.lora_dtype] * w.lora_rank * k) if w.method == "adalora" else 0
+
+
 def _lora_saved(spec: ModelSpec, w: Workload, D: Dims, t: int, c: int, tp: int = 1) -> int:
     """LoRA's own activations in one block: B keeps A's output (t x r) per adapted linear, A keeps
     a private copy of its input when it makes one (see lora_casts_input); with lora_dropout each
@@ -628,6 +641,8 @@ def _lora_saved(spec: ModelSpec, w: Workload, D: Dims, t: int, c: int, tp: int =
                 total += _r(k * t)
             if w.dora:
                 total += _dora_saved(w, k, n, t, c, a_out)
+            if w.method == "adalora":
+                total += adalora_product(w, k)
     return total
 
 

@@ -255,6 +255,12 @@ def lora_b_rounded_bytes(shape: LoraShape, r: int, bytes_per_elem: int) -> int:
     return sum(lin.count * round_up(r * lin.out_features * bytes_per_elem, BLOCK) for lin in shape.targets)
 
 
+def adalora_e_bytes(shape: LoraShape, r: int, bytes_per_elem: int) -> int:
+    """AdaLoRA's singular values: one ``lora_E`` (r, 1) parameter per adapted linear, rounded
+    (src/peft/tuners/adalora/layer.py ``AdaLoraLayer.update_layer``, peft 0.21.2 and d787f51b)."""
+    return sum(lin.count * round_up(r * bytes_per_elem, BLOCK) for lin in shape.targets)
+
+
 def vector_dtype(w: Workload) -> str:
     """dtype of what IA3 or LN tuning trains (and of its gradients and Adam states): IA3's vectors in
     ``lora_dtype`` (peft's ``cast_adapter_dtype`` upcasts a half ``ia3_l`` ParameterDict entry to fp32 under

@@ -41,6 +41,7 @@ from dataclasses import dataclass
 from vramlens.estimator.inventory import (
     BNB_MIN_8BIT_SIZE,
     LoraShape,
+    adalora_e_bytes,
     largest_vector,
     lora_b_rounded_bytes,
     lora_matrix_numels,
@@ -139,6 +140,9 @@ def _adapters(spec: ModelSpec, w: Workload, b: int) -> int:
         return vector_bytes(spec, w, b)
     if w.lora_fa:  # LoRA-FA: lora_A frozen, B alone gets a gradient and LoraFAOptimizer's exp_avg_B, exp_avg_sq_B
         return lora_b_rounded_bytes(trained_lora_shape(spec, tuple(w.lora_adapted), w.fused_qkv), w.lora_rank, b)
+    if w.method == "adalora":  # lora_E (r, 1) trains beside A and B
+        shape = trained_lora_shape(spec, tuple(w.lora_adapted), w.fused_qkv)
+        return lora_rounded_bytes(shape, w.lora_rank, b) + adalora_e_bytes(shape, w.lora_rank, b)
     return lora_rounded_bytes(trained_lora_shape(spec, tuple(w.lora_adapted), w.fused_qkv), w.lora_rank, b, w.dora)
 
 
@@ -222,6 +226,10 @@ def optimizer_state_bytes(spec: ModelSpec, w: Workload, trainable: int) -> tuple
             one = summarize(spec).param_bytes_at.get(state_b, round_up(trainable * state_b, BLOCK))
         else:
             one = _adapters(spec, w, state_b)
+        if w.method == "adalora":
+            ipt = adalora_allocator_bytes(spec, w)
+            return k * one + ipt, (f"{k} state(s) x {trainable:,} params x {state_b} B + AdaLoRA's RankAllocator "
+                                   f"(ipt, exp_avg_ipt, exp_avg_unc per adapter tensor: {ipt:,} B)")
         return k * one, f"{k} state(s) x {trainable:,} params x {state_b} B"
     if opt == "adafactor":
         if w.method == "full":
@@ -391,6 +399,16 @@ def optimizer_step_temporary(spec: ModelSpec, w: Workload, trainable: int) -> tu
         # quotient together (transformers' removed AdamW, ``exp_avg_sq.sqrt().add_(eps)``, held one)
         return 2 * largest, "per-tensor Adam: sqrt(exp_avg_sq) and its quotient for the largest parameter"
     return largest, "per-tensor update: one temporary the size of the largest parameter"
+
+
+def adalora_allocator_bytes(spec: ModelSpec, w: Workload) -> int:
+    """AdaLoRA's RankAllocator state (src/peft/tuners/adalora/layer.py ``RankAllocator.update_ipt``, peft 0.21.2 and
+    d787f51b): for every trained ``lora_`` parameter (A, E, B) ``ipt``, ``exp_avg_ipt`` and ``exp_avg_unc``, each
+    ``torch.zeros_like(p)`` at the first ``update_and_allocate`` and rebuilt in the parameter's dtype at every step;
+    kept across steps, beside the optimizer's states."""
+    if w.method != "adalora" or not w.training:
+        return 0
+    return 3 * _adapters(spec, w, param_dtype_bytes(w))
 
 
 def lorafa_step_temporary(spec: ModelSpec, w: Workload) -> tuple[int, str]:

@@ -205,7 +205,8 @@ def train_state(spec: ModelSpec, w: Workload, gpu: GPU | None) -> TrainState:
     kernel_buffers = Wt.gptq_kernel_buffer_bytes(spec, w)  # one set per GPU
     weights = int(base_w * sp.weights) + adapters + legacy + kernel_buffers
     what = {"ia3": f"IA3 vectors {w.lora_dtype}", "ln-tuning": f"LN tuning's norm copies {w.dtype}",
-            "vera": f"VeRA vectors {w.lora_dtype} and shared fp32 projections (r={w.vera_rank})"}.get(
+            "vera": f"VeRA vectors {w.lora_dtype} and shared fp32 projections (r={w.vera_rank})",
+            "adalora": f"AdaLoRA adapters {w.lora_dtype} (A, E, B at init_r={w.lora_rank}; ranknum)"}.get(
         w.method, f"LoRA adapters {w.lora_dtype}{' with DoRA magnitudes' if w.dora else ''}")
     explain["weights"] = base_formula + (f" + {what} ({adapters:,} B)" if adapters else "")
     if legacy:

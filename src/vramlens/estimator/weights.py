@@ -40,6 +40,7 @@ from math import ceil
 from vramlens.estimator.heads import LM_HEADS
 from vramlens.estimator.inventory import (
     Linear,
+    adalora_e_bytes,
     float_bytes,
     lora_rounded_bytes,
     lora_shape,
@@ -399,7 +400,9 @@ def lora_params(spec: ModelSpec, w: Workload) -> int:
         return 0
     if w.method in VECTOR_METHODS:
         return sum(peft_vector_numels(spec, w.method, w.vector_size))
-    return lora_shape(spec, tuple(w.lora_adapted), w.fused_qkv).params(w.lora_rank, w.dora)
+    shape = lora_shape(spec, tuple(w.lora_adapted), w.fused_qkv)
+    # AdaLoRA: lora_E, r singular values per adapted linear, trains beside A and B
+    return shape.params(w.lora_rank, w.dora) + (shape.count * w.lora_rank if w.method == "adalora" else 0)
 
 
 def adapter_bytes(spec: ModelSpec, w: Workload) -> int:
@@ -411,6 +414,10 @@ def adapter_bytes(spec: ModelSpec, w: Workload) -> int:
         # beside the frozen base, which stays whole; VeRA's shared projections too
         return vector_bytes(spec, w, DTYPE_BYTES[vector_dtype(w)]) + vera_projection_bytes(spec, w)
     shape = lora_shape(spec, tuple(w.lora_adapted), w.fused_qkv)
+    if w.method == "adalora":
+        # AdaLoRA: lora_A and lora_B, lora_E (r, 1), and ``ranknum``, a frozen fp32 (1,) parameter per adapted linear
+        return (lora_rounded_bytes(shape, w.lora_rank, lora_dtype_bytes(w)) + adalora_e_bytes(shape, w.lora_rank,
+                lora_dtype_bytes(w)) + shape.count * round_up(4, BLOCK))
     return lora_rounded_bytes(shape, w.lora_rank, lora_dtype_bytes(w), w.dora)
 
 

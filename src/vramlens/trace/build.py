@@ -243,6 +243,8 @@ def build_hf(cfg: dict, wl: Workload, *, fake_mode=None, layers: int | None = No
             raise TraceError(f"transformers cannot build {cls.__name__}: {e}") from None
     if wl.method in ("lora", "qlora"):
         model = apply_lora(model, wl)
+    elif wl.method == "adalora":
+        model = apply_adalora(model, wl)
     elif wl.method in ("ia3", "ln-tuning", "vera"):
         model = apply_vector_method(model, wl)
     elif wl.method == "prompt-tuning":
@@ -546,6 +548,35 @@ def apply_lora(model: nn.Module, wl: Workload) -> nn.Module:
         if p.requires_grad and p.dtype != dtype:  # on meta: a cast without data
             parent, _, leaf = name.rpartition(".")
             setattr(peft_model.get_submodule(parent), leaf, nn.Parameter(p.detach().to(dtype)))
+    return peft_model
+
+
+def apply_adalora(model: nn.Module, wl: Workload) -> nn.Module:
+    """peft's AdaLoRA: ``AdaLoraConfig(init_r=lora_rank, target_modules=..., lora_dropout=...)`` with fp32 adapters
+    (autocast_adapter_dtype). ``total_step`` (which AdaLoraConfig requires) and ``tinit`` only schedule the budget:
+    the trace's steps fall inside the initial warm-up (no masking, whose threshold is a data-dependent ``.item()``),
+    and update_and_allocate still builds the RankAllocator's state."""
+    try:
+        from peft import AdaLoraConfig, get_peft_model
+    except ImportError:
+        from vramlens.errors import MissingExtraError
+
+        raise MissingExtraError("peft", "trace") from None
+    targets: Any = list(wl.lora_targets)
+    if targets == ["all-linear"]:
+        targets = "all-linear"
+    cfg = AdaLoraConfig(init_r=wl.lora_rank, target_r=min(8, wl.lora_rank), target_modules=targets,
+                        lora_dropout=wl.lora_dropout, tinit=100, tfinal=0, total_step=1000)
+    try:
+        peft_model = get_peft_model(model, cfg, autocast_adapter_dtype=True)
+    except ValueError as e:
+        raise InputError(f"lora_targets={','.join(wl.lora_targets)}: {e}") from None
+    # ``ranknum`` is made with requires_grad=False (AdaLoraLayer.update_layer), as PEFT's MetaMathQA run at d787f51b
+    # counts it (18,353,664 trainable: A, E and B); peft 0.21.2 re-registers it trainable when it moves the adapters,
+    # which would add its gradient and keep each adapter's (t, out) output for it (``... / ranknum``)
+    for name, p in peft_model.named_parameters():
+        if ".ranknum." in name:
+            p.requires_grad_(False)
     return peft_model
 
 

@@ -674,6 +674,8 @@ class Runner:
                         p.grad = None
                 opt.step()
                 self._mark_optimizer(opt)
+                if wl.method == "adalora":
+                    self._adalora_update(built.model, step)
                 opt.zero_grad(set_to_none=not wl.keep_grads)
                 if master is not None:
                     with torch.no_grad():
@@ -684,6 +686,16 @@ class Runner:
                     p.grad = None
             gc.collect()
             self.progress(f"step {step}/{self.steps} traced in {time.perf_counter() - t0:.1f} s")
+
+    def _adalora_update(self, model: Any, step: int) -> None:
+        """What PEFT's MetaMathQA loop runs after ``optimizer.step()`` under AdaLoRA (run.py at d787f51b):
+        ``model.base_model.update_and_allocate(step)``; its RankAllocator keeps ipt, exp_avg_ipt and exp_avg_unc
+        per adapter tensor across steps (rebuilt at each), state beside the optimizer's."""
+        base = model.base_model
+        base.update_and_allocate(step)
+        alloc = base.rankallocator
+        self.rec.mark((t for d in (alloc.ipt, alloc.exp_avg_ipt, alloc.exp_avg_unc) for t in d.values()),
+                      "optimizer_state")
 
     def _mark_optimizer(self, opt) -> None:
         rec = self.rec

@@ -100,12 +100,13 @@ SHOW_WHEN: dict[str, str] = {
     "fp8": "mode=train;method=full",  # torchao's Float8Linear: full training only (Workload._fp8_problems)
     **{k: "mode=inference" for k in ("new_tokens", "kv_dtype", "kv_block", "cache")},
     "max_cache_len": "mode=inference;cache=static",
-    **{k: "method=lora|qlora" for k in ("lora_rank", "lora_targets", "dora", "quant_targets")},
+    **{k: "method=lora|qlora" for k in ("dora", "quant_targets")},
+    **{k: "method=lora|qlora|adalora" for k in ("lora_rank", "lora_targets")},  # AdaLoRA: lora_rank is init_r
     "lora_fa": "mode=train;method=lora|qlora",
     "lora_dtype": "method=lora|qlora|ia3",  # IA3's vectors too (peft's autocast_adapter_dtype)
     "num_virtual_tokens": "mode=train;method=prompt-tuning",
     "vera_rank": "mode=train;method=vera",
-    "lora_dropout": "mode=train;method=lora|qlora",
+    "lora_dropout": "mode=train;method=lora|qlora|adalora",
     "bnb_inputs": "mode=train;method=lora|qlora",
     "quant_group_size": "quant=" + "|".join(W.GROUPED_QUANTS),
     "quantize_on_device": "mode=inference;cache=static;quant=" + "|".join(W.ON_DEVICE_QUANTS),
