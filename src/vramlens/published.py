@@ -359,7 +359,10 @@ def _peft_metamath_cases() -> dict[str, Case]:
             "vera": {**_PEFT_METAMATH, "method": "vera"},
             # AdaLoraConfig(init_r=64, target_r=32): A, E and B at init_r 64 on peft's q_proj and v_proj (--lora-rank
             # is init_r); target_r only masks lora_E entries, the tensors keep init_r
-            "adalora-r32": {**_PEFT_METAMATH, "method": "adalora", "lora_rank": 64, "lora_targets": qv}}
+            "adalora-r32": {**_PEFT_METAMATH, "method": "adalora", "lora_rank": 64, "lora_targets": qv},
+            # PrefixTuningConfig(num_virtual_tokens=200 or 50): every block's keys and values over n + 768 positions
+            "prefix-tuning-200": {**_PEFT_METAMATH, "method": "prefix-tuning", "num_virtual_tokens": 200},
+            "prefix-tuning-50": {**_PEFT_METAMATH, "method": "prefix-tuning", "num_virtual_tokens": 50}}
     return {f"peft-metamathqa-llama3.2-3b-{name}": Case("llama-3.2-3b", settings, figure="peak_reserved", **_L40S_2026)
             for name, settings in rows.items()}
 

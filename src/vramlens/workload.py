@@ -45,8 +45,9 @@ Mode = Literal["inference", "train"]
 #: ``ia3`` and ``ln-tuning`` are peft's IA3 and LN tuning with the model type's default targets
 #: (vramlens.models.peft_targets), ``prompt-tuning`` peft's prompt tuning (num_virtual_tokens), ``vera`` peft's VeRA
 #: (vera_rank, the model type's default targets): the base frozen, no LoRA adapters; ``adalora`` peft's AdaLoRA
-#: (lora_A, lora_E, lora_B of init_r = lora_rank per adapted linear, and its RankAllocator)
-Method = Literal["full", "lora", "qlora", "ia3", "ln-tuning", "prompt-tuning", "vera", "adalora"]
+#: (lora_A, lora_E, lora_B of init_r = lora_rank per adapted linear, and its RankAllocator); ``prefix-tuning`` peft's
+#: prefix tuning (num_virtual_tokens keys and values before every block's own)
+Method = Literal["full", "lora", "qlora", "ia3", "ln-tuning", "prompt-tuning", "vera", "adalora", "prefix-tuning"]
 DType = Literal["fp32", "fp16", "bf16"]
 Amp = Literal["fp16", "bf16"]
 Quant = Literal["int8", "nf4", "nf4-dq", "fp4", "int4", "gptq-4bit", "awq-4bit", "fp8"]
@@ -107,7 +108,7 @@ METHODS: tuple[Method, ...] = get_args(Method)
 #: The methods that add LoRA adapters (lora_rank, lora_targets, lora_dropout, dora apply to them).
 LORA_METHODS: tuple[Method, ...] = ("lora", "qlora", "adalora")
 #: The methods that train small tensors of their own beside a frozen base and add no linear adapter.
-VECTOR_METHODS: tuple[Method, ...] = ("ia3", "ln-tuning", "prompt-tuning", "vera")
+VECTOR_METHODS: tuple[Method, ...] = ("ia3", "ln-tuning", "prompt-tuning", "vera", "prefix-tuning")
 DTYPES: tuple[DType, ...] = get_args(DType)
 AMPS: tuple[Amp, ...] = get_args(Amp)
 QUANTS: tuple[Quant, ...] = get_args(Quant)
@@ -382,7 +383,8 @@ class Workload:
     def vector_size(self) -> int:
         """The size a vector method's tensors take from the workload: prompt tuning's virtual tokens, VeRA's rank
         (models.peft_vector_numels); 0 for the others."""
-        return {"prompt-tuning": self.num_virtual_tokens, "vera": self.vera_rank}.get(self.method, 0)
+        return {"prompt-tuning": self.num_virtual_tokens, "prefix-tuning": self.num_virtual_tokens,
+                "vera": self.vera_rank}.get(self.method, 0)
 
     @property
     def norms_train(self) -> bool:
@@ -674,8 +676,9 @@ class Workload:
             p.append(f"num_virtual_tokens={L.show(n)} must be a whole number >= 0")
         elif n > L.MAX_SEQ:
             p.append(f"num_virtual_tokens={L.show(n)} is over the limit of {L.MAX_SEQ:,}")
-        elif self.method == "prompt-tuning" and n == 0:
-            p.append("method=prompt-tuning needs --num-virtual-tokens N (PromptTuningConfig has no default; PEFT's "
+        elif self.method in ("prompt-tuning", "prefix-tuning") and n == 0:
+            cls = "PromptTuningConfig" if self.method == "prompt-tuning" else "PrefixTuningConfig"
+            p.append(f"method={self.method} needs --num-virtual-tokens N ({cls} has no default; PEFT's "
                      "MetaMathQA runs 200)")
         if isinstance(self.kv_block, bool) or not isinstance(self.kv_block, int) or self.kv_block < 0:
             p.append(f"kv_block={L.show(self.kv_block)} must be 0 (no paging) or a block size in tokens")
@@ -731,7 +734,7 @@ class Workload:
             p.append(f"images={L.show(self.images)} must be a whole number >= 0 (images per sample)")
         elif self.images > L.MAX_IMAGES:
             p.append(f"images={self.images:,} is over the limit of {L.MAX_IMAGES:,} images per sample")
-        if self.method == "prompt-tuning" and self.seq + self.num_virtual_tokens > L.MAX_SEQ:
+        if self.method in ("prompt-tuning", "prefix-tuning") and self.seq + self.num_virtual_tokens > L.MAX_SEQ:
             p.append(f"seq + num_virtual_tokens = {self.seq + self.num_virtual_tokens:,} is over the limit of "
                      f"{L.MAX_SEQ:,} tokens")
         if self.seq + self.new_tokens > L.MAX_SEQ:
@@ -1080,6 +1083,7 @@ class Workload:
         if self.mode != "train":
             p.append(f"{m} is modelled for training: estimate inference with --method full ("
                      + ("and --seq lengthened by the virtual tokens)" if self.method == "prompt-tuning"
+                        else "the prefix is a KV cache of the virtual tokens)" if self.method == "prefix-tuning"
                         else "the vectors are merged or a few KiB)"))
         if self.quant is not None:
             p.append(f"{m} over quant={self.quant} weights is not modelled: drop --quant")
@@ -1094,7 +1098,12 @@ class Workload:
             # VeraLayer.forward casts x to the vectors' dtype and runs F.linear against the fp32 vera_A buffer
             p.append(f"{m} runs its input through the fp32 vera_A and vera_B buffers; lora_dtype={self.lora_dtype} "
                      "vectors are not modelled: drop --lora-dtype")
-        if self.method == "prompt-tuning" and (self.loss_chunks > 1 or self.loss != "cross-entropy"):
+        if self.method == "prefix-tuning" and (self.checkpointing != "none" or self.attention == "flash"):
+            # a block recomputed under checkpointing would cat its keys onto the cache a second time; flash-attn
+            # takes no explicit mask over the prefix
+            p.append(f"{m} is modelled without checkpointing, under SDPA or eager attention: drop --checkpointing "
+                     "and --attention flash")
+        if self.method in ("prompt-tuning", "prefix-tuning") and (self.loss_chunks > 1 or self.loss != "cross-entropy"):
             p.append(f"{m} runs through PeftModelForCausalLM's forward and transformers' own loss, which puts the "
                      "prompts before the sequence; drop --loss-chunks and --loss")
         if off:
@@ -1162,8 +1171,9 @@ class Workload:
                            + ", ".join(f"{n}={getattr(self, n)!r}" for n in names))
         if given("vera_rank") and self.method != "vera":
             out.append(f"ignored: vera_rank={self.vera_rank!r} applies to --method vera")
-        if given("num_virtual_tokens") and self.method != "prompt-tuning":
-            out.append(f"ignored: num_virtual_tokens={self.num_virtual_tokens!r} applies to --method prompt-tuning")
+        if given("num_virtual_tokens") and self.method not in ("prompt-tuning", "prefix-tuning"):
+            out.append(f"ignored: num_virtual_tokens={self.num_virtual_tokens!r} applies to --method prompt-tuning "
+                       "or prefix-tuning")
         elif given("quant_targets") and self.quantized is None:
             out.append(f"ignored: quant_targets={self.quant_targets!r} says which linears quantized weights cover, "
                        "and none are quantized (use --method qlora or --quant)")

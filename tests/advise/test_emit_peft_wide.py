@@ -50,3 +50,11 @@ def test_vera_emits_get_peft_config_with_its_rank():
     peft = pytest.importorskip("peft")
     cfg = peft.get_peft_config(kw)
     assert type(cfg).__name__ == "VeraConfig" and cfg.r == 64 and cfg.target_modules is None
+
+
+def test_prefix_tuning_emits_its_virtual_tokens():
+    plan = _plan({"method": "prefix-tuning", "num_virtual_tokens": 20})
+    kw = emit(plan, "peft")
+    assert kw == {"peft_type": "PREFIX_TUNING", "task_type": "CAUSAL_LM", "num_virtual_tokens": 20}
+    peft = pytest.importorskip("peft")
+    assert peft.get_peft_config(kw).num_virtual_tokens == 20

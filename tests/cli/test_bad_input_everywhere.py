@@ -107,6 +107,9 @@ CASES = {
                                    "method=vera runs its input through the fp32 vera_A and vera_B buffers"),
     "estimate-adalora-8bit": ("estimate llama-2-7b --mode train --method adalora --optimizer adamw-8bit",
                               "method=adalora with optimizer=adamw-8bit is not modelled"),
+    "estimate-prefix-tuning-checkpointed": ("estimate llama-2-7b --mode train --method prefix-tuning "
+                                            "--num-virtual-tokens 20 --checkpointing full",
+                                            "method=prefix-tuning is modelled without checkpointing"),
     "estimate-ln-tuning-gpt2": ("estimate gpt2 --mode train --method ln-tuning",
                                 "method=ln-tuning takes peft's default targets for the model type"),
     "estimate-kv-block-negative": ("estimate llama-2-7b --kv-block -3", "kv_block=-3 must be 0"),

@@ -158,3 +158,36 @@ def test_adalora_settings(settings, message):
     with pytest.raises(ConfigError) as e:
         Workload(**{"mode": "train", **settings}).validated()
     assert message in str(e.value)
+
+
+def test_prefix_tuning_trains_an_fp32_kv_prefix_and_attends_over_n_plus_s_keys():
+    from vramlens.estimator import activations as A
+    from vramlens.models import load_model
+
+    e = estimate("llama-3.2-3b", **RUN, method="prefix-tuning", num_virtual_tokens=200)
+    # PrefixEncoder's nn.Embedding(200, 28 x 2 x 1,024): PEFT MetaMathQA's 11,468,800 (and 2,867,200 at 50)
+    assert e.trainable_params == 11_468_800 == 200 * L * 2 * KV
+    assert estimate("llama-3.2-3b", **RUN, method="prefix-tuning", num_virtual_tokens=50).trainable_params == 2_867_200
+    assert e.breakdown["gradients"] == 11_468_800 * 4
+    assert e.workload.seq == 768  # the logits and the loss stay at s positions
+    spec = load_model("llama-3.2-3b")
+    w = Workload(**RUN, method="prefix-tuning", num_virtual_tokens=200)
+    one = A.layer_activations(spec, w, 4, 768).saved - A.layer_activations(spec, Workload(**RUN, method="ln-tuning"),
+                                                                           4, 768).saved
+    # keys and values over 968 positions expanded to the 24 heads (the explicit mask makes SDPA repeat them) and
+    # the kernel's additive (4, 1, 768, 968) mask, against an unmasked block's (4, 768) kv-head keys and values;
+    # LN tuning's trained norms keep their normalized inputs (2 x 4 x 768 x 3,072 bf16)
+    expanded = 2 * 4 * 24 * 968 * 128 * 2 + 4 * 768 * 968 * 2
+    assert one == expanded - 2 * T * KV * 2 - 2 * T * H * 2
+
+
+@pytest.mark.parametrize("settings, message", [
+    ({"method": "prefix-tuning"}, "method=prefix-tuning needs --num-virtual-tokens N (PrefixTuningConfig has no "
+     "default; PEFT's MetaMathQA runs 200)"),
+    ({"method": "prefix-tuning", "num_virtual_tokens": 20, "checkpointing": "full"},
+     "method=prefix-tuning is modelled without checkpointing, under SDPA or eager attention"),
+])
+def test_prefix_tuning_settings(settings, message):
+    with pytest.raises(ConfigError) as e:
+        Workload(**{"mode": "train", **settings}).validated()
+    assert message in str(e.value)

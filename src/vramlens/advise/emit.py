@@ -256,8 +256,9 @@ def peft(plan: Plan) -> dict[str, Any]:
     if w.method == "full":
         raise InputError("--emit peft: the plan trains every parameter (--method full); no LoRA settings")
     kind = plan.estimate.model.kind
-    if w.method == "prompt-tuning":
-        return {"peft_type": "PROMPT_TUNING", "task_type": "CAUSAL_LM", "num_virtual_tokens": w.num_virtual_tokens}
+    if w.method in ("prompt-tuning", "prefix-tuning"):
+        return {"peft_type": "PROMPT_TUNING" if w.method == "prompt-tuning" else "PREFIX_TUNING",
+                "task_type": "CAUSAL_LM", "num_virtual_tokens": w.num_virtual_tokens}
     if w.method == "adalora":
         raise InputError(f"--emit peft: AdaLoraConfig needs total_step, the run's optimizer steps, which the plan does "
                          f"not know: write AdaLoraConfig(init_r={w.lora_rank}, target_modules={list(w.lora_targets)}, "

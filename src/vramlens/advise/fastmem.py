@@ -273,7 +273,7 @@ class FastMemory:
         if not self.spec.sdpa and w.attention == "sdpa":
             # as estimate_spec: transformers runs eager where it refuses SDPA (gpt-oss)
             w = evolve(w, attention="eager")
-        if not w.training or w.cp > 1 or w.method == "prompt-tuning":
+        if not w.training or w.cp > 1 or w.method in ("prompt-tuning", "prefix-tuning"):
             # inference, context parallelism (the step at seq/cp per rank, estimator.context) and prompt tuning (the
             # step at seq + num_virtual_tokens, estimator.core.estimate_spec): the estimator itself
             return self._exact(w)

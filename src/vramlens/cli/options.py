@@ -109,7 +109,7 @@ def add_workload_args(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("workload", PRECISION_HELP)
     g.add_argument("--mode", choices=W.MODES, default="inference", help="inference or train (default inference)")
     g.add_argument("--method", choices=W.METHODS, default="full", help="full fine-tuning, LoRA, QLoRA, peft's IA3, LN tuning or VeRA "
-                   "with the model type's default targets, peft's prompt tuning, or peft's AdaLoRA (--lora-rank is its init_r) (default full)")
+                   "with the model type's default targets, peft's prompt or prefix tuning, or peft's AdaLoRA (--lora-rank is its init_r) (default full)")
     g.add_argument("--dtype", choices=W.DTYPES, default="bf16", help="weight storage/compute dtype (default bf16)")
     g.add_argument("--amp", choices=W.AMPS, default=None, help="mixed precision with fp32 master weights")
     g.add_argument("--quant", choices=W.QUANTS, default=None, help="weight quantization")
@@ -190,7 +190,8 @@ def add_workload_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--lora-rank", type=_positive, default=8, help="LoRA rank r (default 8, peft's LoraConfig); AdaLoRA's "
                    "init_r under --method adalora (AdaLoraConfig's default 12: give it)")
     g.add_argument("--num-virtual-tokens", type=_positive, default=0,
-                   help="prompt tuning's virtual tokens, put before every sequence (peft's PromptTuningConfig)")
+                   help="prompt tuning's virtual tokens, put before every sequence (peft's PromptTuningConfig), or "
+                        "prefix tuning's, keys and values before every block's (PrefixTuningConfig)")
     g.add_argument("--vera-rank", type=_positive, default=256,
                    help="VeRA's rank r (default 256, peft's VeraConfig): the shared frozen vera_A (r, in) and "
                         "vera_B (out, r), and each adapted linear's trained lambda_d")

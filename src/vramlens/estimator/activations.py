@@ -37,7 +37,7 @@ from vramlens.estimator.inventory import (
     vector_dtype,
 )
 from vramlens.estimator.linears import GROUPS, linear_group
-from vramlens.estimator.masks import padded_mask, repeats_kv
+from vramlens.estimator.masks import kv_prefix, padded_mask, repeats_kv, sdpa_masked
 from vramlens.estimator.memo import identity_cache
 from vramlens.models.peft_targets import IA3_TARGETS, VERA_TARGETS
 from vramlens.models.spec import ModelSpec
@@ -263,8 +263,15 @@ def untracked_before_first_adapter(spec: ModelSpec, w: Workload, b: int, s: int)
         # tracks nothing before its first vector, LN tuning's trained copy keeps only the normalized tensor
         # for its weight's gradient (the rest of what a trained norm keeps, in layer_activations)
         c = DTYPE_BYTES[w.compute_dtype]
-        return _norm_saved(norm_kind(spec), spec.hidden_size, b * s, 4 if w.run_dtype == "fp32" else c, c, 0,
-                           False, False), ()
+        own = _norm_saved(norm_kind(spec), spec.hidden_size, b * s, 4 if w.run_dtype == "fp32" else c, c, 0,
+                          False, False)
+        if kv_prefix(w) and w.attention == "eager":
+            # prefix tuning under eager attention: the first block's queries need no gradient, so
+            # ``matmul(query, key_states.transpose(2, 3))`` keeps the query (for the prefix keys' gradient) and not
+            # the (expanded) keys over the S = n + s positions
+            D = rank_dims(spec, 1)
+            own += _r(c * (D.a if D.kv != D.a else D.kv) * D.d * b * (s + kv_prefix(w)))
+        return own, ()
     groups = []
     for g in GROUP_ORDER:
         groups.append(g)
@@ -728,7 +735,7 @@ def output_copied(spec: ModelSpec, w: Workload) -> bool:
     ModelSpec.legacy_output_copy_before). Flash writes its output in the query's layout (``empty_like`` of the
     transposed query); the memory-efficient kernel, which a padded batch's mask selects (:func:`padded_mask`),
     writes (b, s, a, d) whatever the query's layout, and the transpose back is then a view."""
-    if padded_mask(spec, w) and w.attention == "sdpa":
+    if sdpa_masked(spec, w) and w.attention == "sdpa":
         return False
     return spec.attention_output_copy or w.runs_before(spec.legacy_output_copy_before)
 
@@ -787,13 +794,16 @@ def layer_activations(spec: ModelSpec, w: Workload, b: int, s: int, *, cross_s: 
     # a sliding block whose window is shorter than the sequence; under SDPA it takes an explicit mask
     masked = local and spec.sliding_window is not None and s > spec.sliding_window
     mask = sliding_mask_bytes(spec, w, b, s) if local and attention == "sdpa" else 0
-    if padded_mask(spec, w) and attention == "sdpa" and not (w.checkpointing == "selective"
+    # prefix tuning: every block's keys and values run over the n virtual tokens too (masks.kv_prefix)
+    S = s + kv_prefix(w)
+    if sdpa_masked(spec, w) and attention == "sdpa" and not (w.checkpointing == "selective"
                                                              and spec.attention_interface):
-        # a padded batch: every block, global or sliding, gets the mask, and SDPA keeps its additive copy (eager
-        # attention gets the mask it gets unpadded; selective recomputation's checkpoint around the attention
-        # function keeps k and v as the projections made them, and recomputes repeat_kv and the conversion)
+        # a padded batch (or a KV prefix): every block, global or sliding, gets the mask, and SDPA keeps its
+        # additive copy (eager attention gets the mask it gets unpadded; selective recomputation's checkpoint
+        # around the attention function keeps k and v as the projections made them, and recomputes repeat_kv and
+        # the conversion)
         masked = True
-        mask = _sliding_mask_saved(b, s, c)
+        mask = _sliding_mask_saved(b, s, c, S)
     o_copied = False
     if spec.mla is not None:
         t_mla, q_mla = _mla_saved(spec, w, D, b, s, c, casts, full, own, attention, attn_out_saves, mask > 0)
@@ -804,14 +814,17 @@ def layer_activations(spec: ModelSpec, w: Workload, b: int, s: int, *, cross_s: 
         # --- q, k, v (rotary makes new tensors; learned positions keep the projections' outputs) ----
         q = _r(c * D.a * D.d * t)
         kv = _r(c * D.kv * D.d * t)
-        S = s
+        if S != s:
+            # the cache's torch.cat of the prefix and the block's own keys (values): (b, kv, S, d), what attention
+            # reads; the rotated keys and the projected values it copied are freed
+            kv = _r(c * D.kv * D.d * b * S)
         if repeats_kv(spec, attention, masked, c):
             # eager (and SDPA with an explicit mask, which the memory-efficient kernel takes) expands GQA
             # keys/values to every head (repeat_kv); one kv head expands as a view (reshape merges a
             # size-1 dimension without copying). So does SDPA in fp32, which CUDA runs on the
             # memory-efficient kernel (flash takes fp16/bf16 only; aten/src/ATen/native/transformers/
             # cuda/sdp_utils.cpp), and that kernel has no GQA
-            kv_saved = _r(c * D.a * D.d * t) if D.kv != D.a and (D.kv != 1 or not masked) else kv
+            kv_saved = _r(c * D.a * D.d * b * S) if D.kv != D.a and (D.kv != 1 or not masked) else kv
         elif w.gqa_expand:
             # the stack copies keys and values to every head before the kernel (torchtune's
             # ``k.unsqueeze(2).expand(...).flatten(1, 2)``), and the kernel keeps the copies, not the
@@ -1052,16 +1065,17 @@ def disentangled_model_level(spec: ModelSpec, w: Workload, b: int, s: int) -> in
     return total
 
 
-def _sliding_mask_saved(b: int, s: int, c: int) -> int:
+def _sliding_mask_saved(b: int, s: int, c: int, S: int | None = None) -> int:
     """The additive mask a block's SDPA keeps when it is given a mask: a sliding-window block whose window is
     shorter than the sequence, or any block of a padded batch (:func:`padded_mask`).
 
     transformers builds one boolean (b, 1, s, S) mask per kind of block
     (masking_utils.create_sliding_window_causal_mask, create_causal_mask); SDPA then cannot run flash, and the
     memory-efficient kernel takes an additive mask in the query's dtype, which every call makes
-    from the boolean one (sdp::convert_boolean_attn_mask) and keeps for backward.
+    from the boolean one (sdp::convert_boolean_attn_mask) and keeps for backward. ``S`` keys when they are more
+    than the queries (a KV prefix: masks.kv_prefix).
     """
-    return _r(c * b * s * s)
+    return _r(c * b * s * (s if S is None else S))
 
 
 def padded_bool_masks(spec: ModelSpec, w: Workload, b: int, s: int, S: int) -> int:

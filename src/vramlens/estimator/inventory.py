@@ -266,7 +266,7 @@ def vector_dtype(w: Workload) -> str:
     ``lora_dtype`` (peft's ``cast_adapter_dtype`` upcasts a half ``ia3_l`` ParameterDict entry to fp32 under
     ``autocast_adapter_dtype=True``); LN tuning's norm copies in the model's dtype (a ModuleDict of deep-copied
     norms, which ``cast_adapter_dtype`` does not touch: src/peft/tuners/tuners_utils.py, peft 0.21.2)."""
-    if w.method == "prompt-tuning":
+    if w.method in ("prompt-tuning", "prefix-tuning"):
         return "fp32"  # nn.Embedding made in torch's default dtype; PeftModel moves it to the device only
     return w.dtype if w.method == "ln-tuning" else w.lora_dtype
 

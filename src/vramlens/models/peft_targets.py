@@ -33,6 +33,10 @@ IA3_TARGETS: dict[str, IA3Targets] = {
     "qwen3": IA3Targets(("q_proj", "v_proj"), ("down_proj",)),
 }
 
+#: The model types prefix tuning is modelled for: peft's get_prompt hands their blocks a DynamicCache of the virtual
+#: tokens' keys and values (no TRANSFORMERS_MODELS_TO_PREFIX_TUNING_POSTPROCESS_MAPPING entry, no sliding layers)
+PREFIX_TUNING_TYPES = ("llama", "mistral", "qwen2", "qwen3")
+
 #: VeRA's defaults: ``TRANSFORMERS_MODELS_TO_VERA_TARGET_MODULES_MAPPING``, a copy of LoRA's mapping (src/peft/utils/
 #: constants.py, the same at d787f51b and in peft 0.21.2), for the model types vramlens models that way
 VERA_TARGETS: dict[str, tuple[str, ...]] = {
@@ -68,6 +72,11 @@ def peft_vector_numels(spec: ModelSpec, method: str, size: int = 0) -> tuple[int
     """
     if method == "prompt-tuning":
         return (size * spec.hidden_size,) if size else ()
+    if method == "prefix-tuning":
+        # PrefixEncoder (src/peft/tuners/prefix_tuning/model.py, prefix_projection False): an nn.Embedding of
+        # (num_virtual_tokens, num_layers * 2 * token_dim), token_dim the keys' width: utils/other.py
+        # _prepare_prompt_learning_config sets it to head_dim x num_key_value_heads for a model with kv heads
+        return (size * spec.n_layers * 2 * spec.n_kv_heads * spec.head_dim,) if size else ()
     if method == "vera":
         return tuple(n for _, out in vera_linears(spec) for n in (out, size))
     if method == "ia3" and (ia3 := IA3_TARGETS.get(spec.model_type)) is not None:
@@ -92,6 +101,13 @@ def peft_method_problem(spec: ModelSpec, method: str) -> str | None:
             return None
         return (f"method=prompt-tuning is modelled for decoder-only causal LMs (peft's PeftModelForCausalLM); "
                 f"{spec.name} is not one: use --method lora")
+    if method == "prefix-tuning":
+        # get_prompt's DynamicCache path (num_transformer_submodules 1, no post-processing): the model types whose
+        # attention vramlens models over a cache prefix
+        if spec.model_type in PREFIX_TUNING_TYPES and spec.head == "causal-lm" and spec.vlm is None:
+            return None
+        return (f"method=prefix-tuning is modelled for {', '.join(PREFIX_TUNING_TYPES)} causal LMs; {spec.name} is "
+                f"{spec.model_type!r}: use --method lora")
     if method not in ("ia3", "ln-tuning", "vera"):
         return None
     types = sorted(IA3_TARGETS if method == "ia3" else LN_TUNING_TARGETS if method == "ln-tuning" else VERA_TARGETS)

@@ -247,11 +247,11 @@ def build_hf(cfg: dict, wl: Workload, *, fake_mode=None, layers: int | None = No
         model = apply_adalora(model, wl)
     elif wl.method in ("ia3", "ln-tuning", "vera"):
         model = apply_vector_method(model, wl)
-    elif wl.method == "prompt-tuning":
+    elif wl.method in ("prompt-tuning", "prefix-tuning"):
         model = apply_prompt_tuning(model, wl)
     # a prompt-learning PeftModel registers the input embedding a second time (``word_embeddings``): to_empty
     # would visit it twice and fail to swap its weight, so it is set aside and put back after
-    shared = model._modules.pop("word_embeddings", None) if wl.method == "prompt-tuning" else None
+    shared = model._modules.pop("word_embeddings", None) if wl.method in ("prompt-tuning", "prefix-tuning") else None
     if fake_mode is not None:
         with fake_mode:
             model.to_empty(device="cpu")
@@ -606,13 +606,16 @@ def apply_vector_method(model: nn.Module, wl: Workload) -> nn.Module:
 
 def apply_prompt_tuning(model: nn.Module, wl: Workload) -> nn.Module:
     """peft's prompt tuning: ``PromptTuningConfig(task_type="CAUSAL_LM", num_virtual_tokens=n)``, random init (the
-    default), its fp32 embedding beside the frozen model."""
+    default), its fp32 embedding beside the frozen model; or prefix tuning's ``PrefixTuningConfig``."""
     try:
-        from peft import PromptTuningConfig, get_peft_model
+        from peft import PrefixTuningConfig, PromptTuningConfig, get_peft_model
     except ImportError:
         from vramlens.errors import MissingExtraError
 
         raise MissingExtraError("peft", "trace") from None
+    if wl.method == "prefix-tuning":
+        # PrefixTuningConfig's defaults (prefix_projection False): an fp32 (n, layers x 2 x kv width) embedding
+        return get_peft_model(model, PrefixTuningConfig(task_type="CAUSAL_LM", num_virtual_tokens=wl.num_virtual_tokens))
     return get_peft_model(model, PromptTuningConfig(task_type="CAUSAL_LM", num_virtual_tokens=wl.num_virtual_tokens))
 
 

@@ -463,6 +463,12 @@ PEFT_WIDE_ROWS: tuple[tuple[str, dict[str, Any]], ...] = (
     ("llama-3-8b", _tr(method="adalora", lora_rank=64, lora_dropout=0.1)),
     ("llama-3-8b", _tr(method="adalora", lora_rank=16, lora_targets=("all-linear",), checkpointing="selective-op")),
     ("qwen2.5-0.5b", _tr(method="adalora", lora_rank=12, checkpointing="full")),
+    # prefix tuning (PrefixTuningConfig(n)): an fp32 (n, layers x 2 x kv width) embedding; every block's keys and
+    # values over n + s positions behind an explicit mask (GQA expanded), eager's first block keeping no keys
+    ("llama-3-8b", _tr(method="prefix-tuning", num_virtual_tokens=16)),
+    ("llama-3-8b", _tr(method="prefix-tuning", num_virtual_tokens=40, padded=True)),
+    ("llama-3-8b", _tr(method="prefix-tuning", num_virtual_tokens=16, attention="eager")),
+    ("qwen2.5-0.5b", _tr(method="prefix-tuning", num_virtual_tokens=32, dtype="fp32")),
     # under a chunked loss: the estimate's temporaries are 9% under the trace's, as plain LoRA's on this shape (the
     # loss chunks' casts, not VeRA's)
     ("llama-3-8b", _tr(method="vera", vera_rank=16, loss_chunks=8)),

@@ -104,7 +104,7 @@ SHOW_WHEN: dict[str, str] = {
     **{k: "method=lora|qlora|adalora" for k in ("lora_rank", "lora_targets")},  # AdaLoRA: lora_rank is init_r
     "lora_fa": "mode=train;method=lora|qlora",
     "lora_dtype": "method=lora|qlora|ia3",  # IA3's vectors too (peft's autocast_adapter_dtype)
-    "num_virtual_tokens": "mode=train;method=prompt-tuning",
+    "num_virtual_tokens": "mode=train;method=prompt-tuning|prefix-tuning",
     "vera_rank": "mode=train;method=vera",
     "lora_dropout": "mode=train;method=lora|qlora|adalora",
     "bnb_inputs": "mode=train;method=lora|qlora",
