@@ -361,13 +361,23 @@ def _peft_metamath_cases() -> dict[str, Case]:
             # MiCA (init_lora_weights="mica") freezes lora_B and trains lora_A: LoRA's shapes and forward, vramlens'
             # trainable B an upper bound (its gradient, AdamW states and saved input: 63 MiB, the case's notes)
             "lora-r32-qv-mica": {**lora, "lora_rank": 32, "lora_targets": qv},
+            # LoRA-FA (optimizer_type "lora-fa": peft's create_lorafa_optimizer): lora_A frozen, B stepped alone
+            "lorafa-r32-qv": {**lora, "lora_rank": 32, "lora_targets": qv, "lora_fa": True},
             "full-ft": dict(_PEFT_METAMATH),
             # peft's defaults for Llama (vramlens.models.peft_targets): IA3 on k_proj, v_proj and down_proj's input,
             # fp32 vectors (autocast_adapter_dtype=True); LN tuning's bf16 copies of every norm
             "ia3": {**_PEFT_METAMATH, "method": "ia3"},
             "ln-tuning": {**_PEFT_METAMATH, "method": "ln-tuning"},
             # PromptTuningConfig(num_virtual_tokens=200): the model runs 768 + 200 positions
-            "prompt-tuning-200": {**_PEFT_METAMATH, "method": "prompt-tuning", "num_virtual_tokens": 200}}
+            "prompt-tuning-200": {**_PEFT_METAMATH, "method": "prompt-tuning", "num_virtual_tokens": 200},
+            # VeraConfig() defaults: r=256 on peft's q_proj and v_proj, shared fp32 vera_A and vera_B buffers
+            "vera": {**_PEFT_METAMATH, "method": "vera"},
+            # AdaLoraConfig(init_r=64, target_r=32): A, E and B at init_r 64 on peft's q_proj and v_proj (--lora-rank
+            # is init_r); target_r only masks lora_E entries, the tensors keep init_r
+            "adalora-r32": {**_PEFT_METAMATH, "method": "adalora", "lora_rank": 64, "lora_targets": qv},
+            # PrefixTuningConfig(num_virtual_tokens=200 or 50): every block's keys and values over n + 768 positions
+            "prefix-tuning-200": {**_PEFT_METAMATH, "method": "prefix-tuning", "num_virtual_tokens": 200},
+            "prefix-tuning-50": {**_PEFT_METAMATH, "method": "prefix-tuning", "num_virtual_tokens": 50}}
     return {f"peft-metamathqa-llama3.2-3b-{name}": Case("llama-3.2-3b", settings, figure="peak_reserved", **_L40S_2026)
             for name, settings in rows.items()}
 
@@ -847,8 +857,6 @@ UNSUPPORTED: dict[str, str] = {
     **{f"hf-llmopt-octocoder-bf16-longprompt-{kind}": "the prompt's token count is not stated and needs "
                                                        "bigcode/octocoder's tokenizer"
        for kind in ("eager", "bettertransformer-flash")},
-    "peft-metamathqa-llama3.2-3b-lorafa-r32-qv": "LoRA-FA freezes every lora_A (peft's create_lorafa_optimizer): "
-                                                 "vramlens trains both factors; the case's notes give the terms",
     "peft-readme-bloomz-7b1-lora-ds-offload": "DeepSpeed ZeRO-3 parameter offload's gathered-parameter working set "
                                               "(stage3_max_live_parameters, stage3_max_reuse_distance, the embedding "
                                               "gathered whole) is not modelled: --zero 3 --offload all estimates "

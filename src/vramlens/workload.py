@@ -43,9 +43,11 @@ from vramlens.errors import ConfigError
 # page and validation list), the tuple derived from the type so the two cannot drift.
 Mode = Literal["inference", "train"]
 #: ``ia3`` and ``ln-tuning`` are peft's IA3 and LN tuning with the model type's default targets
-#: (vramlens.models.peft_targets), ``prompt-tuning`` peft's prompt tuning (num_virtual_tokens): the base frozen,
-#: no LoRA adapters
-Method = Literal["full", "lora", "qlora", "ia3", "ln-tuning", "prompt-tuning"]
+#: (vramlens.models.peft_targets), ``prompt-tuning`` peft's prompt tuning (num_virtual_tokens), ``vera`` peft's VeRA
+#: (vera_rank, the model type's default targets): the base frozen, no LoRA adapters; ``adalora`` peft's AdaLoRA
+#: (lora_A, lora_E, lora_B of init_r = lora_rank per adapted linear, and its RankAllocator); ``prefix-tuning`` peft's
+#: prefix tuning (num_virtual_tokens keys and values before every block's own)
+Method = Literal["full", "lora", "qlora", "ia3", "ln-tuning", "prompt-tuning", "vera", "adalora", "prefix-tuning"]
 DType = Literal["fp32", "fp16", "bf16"]
 Amp = Literal["fp16", "bf16"]
 Quant = Literal["int8", "nf4", "nf4-dq", "fp4", "int4", "gptq-4bit", "awq-4bit", "fp8"]
@@ -102,9 +104,9 @@ CompileScope = Literal["model", "blocks", "blocks+loss"]
 MODES: tuple[Mode, ...] = get_args(Mode)
 METHODS: tuple[Method, ...] = get_args(Method)
 #: The methods that add LoRA adapters (lora_rank, lora_targets, lora_dropout, dora apply to them).
-LORA_METHODS: tuple[Method, ...] = ("lora", "qlora")
+LORA_METHODS: tuple[Method, ...] = ("lora", "qlora", "adalora")
 #: The methods that train small tensors of their own beside a frozen base and add no linear adapter.
-VECTOR_METHODS: tuple[Method, ...] = ("ia3", "ln-tuning", "prompt-tuning")
+VECTOR_METHODS: tuple[Method, ...] = ("ia3", "ln-tuning", "prompt-tuning", "vera", "prefix-tuning")
 DTYPES: tuple[DType, ...] = get_args(DType)
 AMPS: tuple[Amp, ...] = get_args(Amp)
 QUANTS: tuple[Quant, ...] = get_args(Quant)
@@ -253,12 +255,19 @@ class Workload:
     #: peft's PromptTuningConfig ``num_virtual_tokens`` (no default there: required under --method prompt-tuning):
     #: a trained (n, hidden) fp32 embedding whose rows are put before every sequence
     num_virtual_tokens: int = 0
+    #: peft's VeraConfig ``r`` (default 256): the rank of the shared frozen projections vera_A (r, in) and vera_B
+    #: (out, r), and the length of each adapted linear's trained lambda_d
+    vera_rank: int = 256
     lora_targets: tuple[str, ...] = DEFAULT_LORA_TARGETS
     lora_dropout: float = 0.0
     lora_dtype: LoraDType = "fp32"
     #: peft's DoRA (``LoraConfig(use_dora=True)``): a magnitude vector per adapted linear, and the
     #: norm of the combined weight ||W + s*B@A|| per output row computed at every forward
     dora: bool = False
+    #: peft's LoRA-FA (``peft.optimizers.create_lorafa_optimizer``): every ``lora_A`` frozen, the adapters'
+    #: ``lora_B`` stepped by ``LoraFAOptimizer`` (AdamW moments for B only, B's gradient projected through
+    #: (A A^T)^-1); only with method lora or qlora
+    lora_fa: bool = False
     quant_targets: QuantTargets = "all"
     #: The output layer stored in the quantized format too (``quant``, nf4 under QLoRA): LitGPT's QLoRA
     #: (Lightning Fabric's ``BitsandbytesPrecision._convert_layers`` replaces every ``nn.Linear``),
@@ -368,6 +377,13 @@ class Workload:
     def lora_adapted(self) -> tuple[str, ...]:
         """The module names LoRA adapts: ``lora_targets`` under lora and qlora, none under the other methods."""
         return self.lora_targets if self.method in LORA_METHODS else ()
+
+    @property
+    def vector_size(self) -> int:
+        """The size a vector method's tensors take from the workload: prompt tuning's virtual tokens, VeRA's rank
+        (models.peft_vector_numels); 0 for the others."""
+        return {"prompt-tuning": self.num_virtual_tokens, "prefix-tuning": self.num_virtual_tokens,
+                "vera": self.vera_rank}.get(self.method, 0)
 
     @property
     def norms_train(self) -> bool:
@@ -664,8 +680,9 @@ class Workload:
             p.append(f"num_virtual_tokens={L.show(n)} must be a whole number >= 0")
         elif n > L.MAX_SEQ:
             p.append(f"num_virtual_tokens={L.show(n)} is over the limit of {L.MAX_SEQ:,}")
-        elif self.method == "prompt-tuning" and n == 0:
-            p.append("method=prompt-tuning needs --num-virtual-tokens N (PromptTuningConfig has no default; PEFT's "
+        elif self.method in ("prompt-tuning", "prefix-tuning") and n == 0:
+            cls = "PromptTuningConfig" if self.method == "prompt-tuning" else "PrefixTuningConfig"
+            p.append(f"method={self.method} needs --num-virtual-tokens N ({cls} has no default; PEFT's "
                      "MetaMathQA runs 200)")
         if isinstance(self.kv_block, bool) or not isinstance(self.kv_block, int) or self.kv_block < 0:
             p.append(f"kv_block={L.show(self.kv_block)} must be 0 (no paging) or a block size in tokens")
@@ -697,7 +714,7 @@ class Workload:
             p.extend(alloc_conf_problems(self.alloc_conf))
         for name in ("keep_grads", "fsdp", "optimizer_in_backward", "activation_offload", "loss_parallel", "dora",
                      "fp8", "compile", "gqa_expand", "padded", "fused_qkv", "quant_head", "quantize_on_device",
-                     "loss_upcast", "output_upcast", "bnb_inputs"):
+                     "loss_upcast", "output_upcast", "bnb_inputs", "lora_fa"):
             if not isinstance(getattr(self, name), bool):
                 p.append(f"{name}={L.show(getattr(self, name))} must be true or false")
         if not isinstance(self.lora_targets, tuple) or not all(isinstance(t, str) for t in self.lora_targets):
@@ -721,7 +738,7 @@ class Workload:
             p.append(f"images={L.show(self.images)} must be a whole number >= 0 (images per sample)")
         elif self.images > L.MAX_IMAGES:
             p.append(f"images={self.images:,} is over the limit of {L.MAX_IMAGES:,} images per sample")
-        if self.method == "prompt-tuning" and self.seq + self.num_virtual_tokens > L.MAX_SEQ:
+        if self.method in ("prompt-tuning", "prefix-tuning") and self.seq + self.num_virtual_tokens > L.MAX_SEQ:
             p.append(f"seq + num_virtual_tokens = {self.seq + self.num_virtual_tokens:,} is over the limit of "
                      f"{L.MAX_SEQ:,} tokens")
         if self.seq + self.new_tokens > L.MAX_SEQ:
@@ -764,6 +781,8 @@ class Workload:
             p.append(f"new_tokens={self.new_tokens} needs a generating task (causal-lm or seq2seq-lm); "
                      f"task={self.task} does not generate: drop --new-tokens")
         p += self._vector_method_problems()
+        p += self._lora_fa_problems()
+        p += self._adalora_problems()
         if self.method != "full" and self.lora_dtype not in ("fp32", self.compute_dtype):
             p.append(f"lora_dtype={self.lora_dtype} with compute dtype {self.compute_dtype}: adapters are kept in fp32 "
                      f"(peft) or in the model's dtype (torchtune): use --lora-dtype fp32 or {self.compute_dtype}")
@@ -1007,6 +1026,57 @@ class Workload:
                      "--optimizer-in-backward, or estimate one GPU (data or tensor parallel)")
         return p
 
+    def _adalora_problems(self) -> list[str]:
+        """AdaLoRA is modelled as peft's MetaMathQA runs it: fp32 adapters over a half model on one GPU (or under data
+        parallelism), torch's optimizers; the rest is refused rather than guessed."""
+        if self.method != "adalora":
+            return []
+        m = "method=adalora"
+        p = []
+        if self.mode != "train":
+            p.append(f"{m} is modelled for training: estimate inference with --method full (the adapters are merged)")
+        if self.quant is not None:
+            p.append(f"{m} over quant={self.quant} weights is not modelled: drop --quant")
+        if self.optimizer not in ("adamw", "adam", "sgd", "sgd-momentum", "none"):
+            p.append(f"{m} with optimizer={self.optimizer} is not modelled (the adapters' lora_E is not among its "
+                     "per-tensor layouts): use --optimizer adamw, adam, sgd or sgd-momentum")
+        if self.lora_dtype != "fp32":
+            p.append(f"{m} keeps its adapters in fp32 (peft's autocast_adapter_dtype); lora_dtype={self.lora_dtype} "
+                     "is not modelled: drop --lora-dtype")
+        off = [n for n in ("dora", "fused_qkv", "optimizer_in_backward", "compile", "activation_offload")
+               if getattr(self, n)]
+        off += [f"amp={self.amp}"] * (self.amp is not None)
+        off += [f"{n}={getattr(self, n)}" for n in ("tp", "pp", "cp") if getattr(self, n) > 1]
+        off += [f"zero={self.zero}"] * bool(self.zero) + ["fsdp"] * bool(self.fsdp)
+        if off:
+            p.append(f"{m} is modelled on one GPU or under data parallelism without {', '.join(off)}: drop "
+                     + ("it" if len(off) == 1 else "them"))
+        return p
+
+    def _lora_fa_problems(self) -> list[str]:
+        """LoRA-FA is modelled as peft's MetaMathQA runs it: create_lorafa_optimizer over peft's LoRA (or QLoRA) on one
+        GPU (or under data parallelism), without autocast; the rest is refused rather than guessed."""
+        if not self.lora_fa:
+            return []
+        if self.method not in ("lora", "qlora"):
+            return [f"lora_fa is peft's LoRA-FA optimizer over LoRA adapters; method={self.method} has none: use "
+                    "--method lora or qlora"]
+        if self.mode != "train":
+            return ["lora_fa is an optimizer (peft's create_lorafa_optimizer): it applies to --mode train"]
+        p = []
+        if self.optimizer != "adamw":
+            p.append(f"lora_fa steps with peft's LoraFAOptimizer (an AdamW of its own); optimizer={self.optimizer} "
+                     "contradicts it: drop --optimizer")
+        off = [n for n in ("dora", "fused_qkv", "optimizer_in_backward", "compile", "activation_offload")
+               if getattr(self, n)]
+        off += [f"amp={self.amp}"] * (self.amp is not None)
+        off += [f"{n}={getattr(self, n)}" for n in ("tp", "pp", "cp") if getattr(self, n) > 1]
+        off += [f"zero={self.zero}"] * bool(self.zero) + ["fsdp"] * bool(self.fsdp)
+        if off:
+            p.append(f"lora_fa is modelled for peft's LoRA on one GPU or under data parallelism without "
+                     f"{', '.join(off)}: drop " + ("it" if len(off) == 1 else "them"))
+        return p
+
     def _vector_method_problems(self) -> list[str]:
         """IA3, LN tuning and prompt tuning are modelled for single-GPU (or data-parallel) training in the model's dtype, as
         peft's method comparison runs them; the rest is refused rather than guessed."""
@@ -1017,6 +1087,7 @@ class Workload:
         if self.mode != "train":
             p.append(f"{m} is modelled for training: estimate inference with --method full ("
                      + ("and --seq lengthened by the virtual tokens)" if self.method == "prompt-tuning"
+                        else "the prefix is a KV cache of the virtual tokens)" if self.method == "prefix-tuning"
                         else "the vectors are merged or a few KiB)"))
         if self.quant is not None:
             p.append(f"{m} over quant={self.quant} weights is not modelled: drop --quant")
@@ -1027,7 +1098,16 @@ class Workload:
         off = [f"{n}={getattr(self, n)}" for n in ("tp", "pp", "cp") if getattr(self, n) > 1]
         off += [f"zero={self.zero}"] * bool(self.zero) + ["fsdp"] * bool(self.fsdp)
         off += ["compile"] * bool(self.compile) + ["activation_offload"] * bool(self.activation_offload)
-        if self.method == "prompt-tuning" and (self.loss_chunks > 1 or self.loss != "cross-entropy"):
+        if self.method == "vera" and self.lora_dtype != "fp32":
+            # VeraLayer.forward casts x to the vectors' dtype and runs F.linear against the fp32 vera_A buffer
+            p.append(f"{m} runs its input through the fp32 vera_A and vera_B buffers; lora_dtype={self.lora_dtype} "
+                     "vectors are not modelled: drop --lora-dtype")
+        if self.method == "prefix-tuning" and (self.checkpointing != "none" or self.attention == "flash"):
+            # a block recomputed under checkpointing would cat its keys onto the cache a second time; flash-attn
+            # takes no explicit mask over the prefix
+            p.append(f"{m} is modelled without checkpointing, under SDPA or eager attention: drop --checkpointing "
+                     "and --attention flash")
+        if self.method in ("prompt-tuning", "prefix-tuning") and (self.loss_chunks > 1 or self.loss != "cross-entropy"):
             p.append(f"{m} runs through PeftModelForCausalLM's forward and transformers' own loss, which puts the "
                      "prompts before the sequence; drop --loss-chunks and --loss")
         if off:
@@ -1070,6 +1150,9 @@ class Workload:
             elif self.optimizer.endswith("-torchao") and given("optimizer_impl"):
                 out.append(f"ignored: optimizer_impl={self.optimizer_impl!r} (torchao's optimizers step one "
                            "parameter at a time with their own kernels)")
+            elif self.lora_fa and given("optimizer_impl"):
+                out.append(f"ignored: optimizer_impl={self.optimizer_impl!r} (peft's LoraFAOptimizer steps one "
+                           "parameter at a time in a Python loop)")
             if self.optimizer.startswith("paged-") and self.offload != "none":
                 # ZeRO-Offload / FSDP's CPU offload keep the states in host RAM and step them there:
                 # nothing is left in unified memory for the paged allocator to page
@@ -1086,12 +1169,15 @@ class Workload:
             # IA3 keeps its vectors in lora_dtype (peft's autocast_adapter_dtype); LN tuning's norms stay in the
             # model's dtype
             names = [n for n in ("lora_rank", "lora_targets", "lora_dropout", "lora_dtype", "dora", "quant_targets")
-                     if given(n) and not (n == "lora_dtype" and self.method == "ia3")]
+                     if given(n) and not (n == "lora_dtype" and self.method in ("ia3", "vera"))]
             if names:
                 out.append(f"ignored with method={self.method!r} (they apply to LoRA and QLoRA): "
                            + ", ".join(f"{n}={getattr(self, n)!r}" for n in names))
-        if given("num_virtual_tokens") and self.method != "prompt-tuning":
-            out.append(f"ignored: num_virtual_tokens={self.num_virtual_tokens!r} applies to --method prompt-tuning")
+        if given("vera_rank") and self.method != "vera":
+            out.append(f"ignored: vera_rank={self.vera_rank!r} applies to --method vera")
+        if given("num_virtual_tokens") and self.method not in ("prompt-tuning", "prefix-tuning"):
+            out.append(f"ignored: num_virtual_tokens={self.num_virtual_tokens!r} applies to --method prompt-tuning "
+                       "or prefix-tuning")
         elif given("quant_targets") and self.quantized is None:
             out.append(f"ignored: quant_targets={self.quant_targets!r} says which linears quantized weights cover, "
                        "and none are quantized (use --method qlora or --quant)")
@@ -1167,7 +1253,7 @@ class Workload:
 _COUNT_LIMITS = (
     ("batch", L.MAX_BATCH), ("seq", L.MAX_SEQ), ("grad_accum", L.MAX_GRAD_ACCUM), ("gpus", L.MAX_GPUS),
     ("tp", L.MAX_PARALLEL), ("pp", L.MAX_PARALLEL), ("cp", L.MAX_PARALLEL), ("lora_rank", L.MAX_LORA_RANK),
-    ("loss_chunks", MAX_LOSS_CHUNKS),
+    ("loss_chunks", MAX_LOSS_CHUNKS), ("vera_rank", L.MAX_LORA_RANK),
 )
 
 _DEFAULTS: dict[str, Any] = {f.name: f.default for f in fields(Workload)}

@@ -121,4 +121,4 @@ def test_prompt_tuning_settings(settings, message):
         Workload(**{"mode": "train", **settings}).validated()
     assert message in str(e.value)
     assert Workload(mode="train", num_virtual_tokens=20).ignored() == [
-        "ignored: num_virtual_tokens=20 applies to --method prompt-tuning"]
+        "ignored: num_virtual_tokens=20 applies to --method prompt-tuning or prefix-tuning"]

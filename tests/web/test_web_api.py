@@ -273,3 +273,13 @@ def test_torchtitans_checkpointing_through_the_api(client):
     r = client.post("/api/estimate", json={"config": TINY_LLAMA, "mode": "train", "checkpointing": "every:1"})
     assert r.status_code == 422
     assert r.json() == {"error": "checkpointing='every:1' checkpoints every block: use --checkpointing full"}
+
+
+def test_lora_fa_knob(client):
+    body = {"config": TINY_LLAMA, "mode": "train", "method": "lora", "batch": 2}
+    lora = client.post("/api/estimate", json=body).json()
+    fa = client.post("/api/estimate", json={**body, "lora_fa": True}).json()
+    assert fa["workload"]["lora_fa"] is True and lora["workload"]["lora_fa"] is False
+    assert fa["peak_allocated_bytes"] < lora["peak_allocated_bytes"]
+    assert client.get("/api/estimate", params={"model": "llama-3.2-3b", "mode": "train", "method": "lora",
+                                               "lora_fa": "true"}).status_code == 200

@@ -208,6 +208,10 @@ def trainer(plan: Plan, *, legacy_names: bool | None = None) -> dict[str, Any]:
     if w.optimizer in TRAINER_NO_OPTIM:
         raise InputError(f"--emit trainer: the plan uses --optimizer {w.optimizer}; {TRAINER_NO_OPTIM[w.optimizer]}: "
                          "pass it to Trainer(optimizers=(optimizer, None)) yourself, or use --emit torchtune")
+    if w.lora_fa:
+        raise InputError("--emit trainer: the plan steps with peft's LoRA-FA (--lora-fa), which no TrainingArguments "
+                         "optim names: pass peft.optimizers.create_lorafa_optimizer(model, r, lora_alpha, lr) to "
+                         "Trainer(optimizers=(optimizer, None)) yourself")
     _no_techniques(w, "trainer")
     _data_parallel_only(w, "trainer")
     _no_selective(w, "trainer")
@@ -245,13 +249,25 @@ def trainer(plan: Plan, *, legacy_names: bool | None = None) -> dict[str, Any]:
 
 def peft(plan: Plan) -> dict[str, Any]:
     """``peft.LoraConfig`` keyword arguments. lora_alpha = 2r, a common choice (peft's default is 8). IA3 and LN
-    tuning: the dict ``peft.get_peft_config`` takes (its ``peft_type`` names the config class)."""
+    tuning: the dict ``peft.get_peft_config`` takes (its ``peft_type`` names the config class). LoRA-FA
+    (--lora-fa) keeps LoRA's config: it is the optimizer, ``peft.optimizers.create_lorafa_optimizer(model, r,
+    lora_alpha, lr)`` over the model this config makes."""
     w = plan.workload
     if w.method == "full":
         raise InputError("--emit peft: the plan trains every parameter (--method full); no LoRA settings")
     kind = plan.estimate.model.kind
-    if w.method == "prompt-tuning":
-        return {"peft_type": "PROMPT_TUNING", "task_type": "CAUSAL_LM", "num_virtual_tokens": w.num_virtual_tokens}
+    if w.method in ("prompt-tuning", "prefix-tuning"):
+        return {"peft_type": "PROMPT_TUNING" if w.method == "prompt-tuning" else "PREFIX_TUNING",
+                "task_type": "CAUSAL_LM", "num_virtual_tokens": w.num_virtual_tokens}
+    if w.method == "adalora":
+        raise InputError(f"--emit peft: AdaLoraConfig needs total_step, the run's optimizer steps, which the plan does "
+                         f"not know: write AdaLoraConfig(init_r={w.lora_rank}, target_modules={list(w.lora_targets)}, "
+                         "total_step=N) and call model.base_model.update_and_allocate(step) after each "
+                         "optimizer.step()")
+    if w.method == "vera":
+        # VeraConfig(r) with target_modules None: peft's default targets for the model type, which the estimate
+        # assumed (vramlens.models.peft_targets.VERA_TARGETS); projection_prng_key 0 and save_projection True
+        return {"peft_type": "VERA", "task_type": "CAUSAL_LM", "r": w.vera_rank}
     if w.method in VECTOR_METHODS:
         # IA3Config / LNTuningConfig with target_modules None: peft takes the model type's defaults, which
         # vramlens' estimate assumed (vramlens.models.peft_targets); get_peft_model(autocast_adapter_dtype=...)
@@ -620,6 +636,10 @@ def torchtune(plan: Plan) -> dict[str, Any]:
     targets = set(w.lora_targets)
     if w.method in VECTOR_METHODS:
         refuse.append(f"trains peft's {w.method} (torchtune's recipes train full weights, LoRA, QLoRA or DoRA)")
+    if w.lora_fa:
+        refuse.append("steps with peft's LoRA-FA optimizer (--lora-fa; torchtune's recipes have none)")
+    if w.method == "adalora":
+        refuse.append("trains peft's AdaLoRA (torchtune's recipes train full weights, LoRA, QLoRA or DoRA)")
     elif w.method != "full":
         if "all-linear" in targets:
             targets = set(TORCHTUNE_ATTN) | set(TORCHTUNE_MLP)

@@ -62,7 +62,7 @@ STATE_FIELDS = ("mode", "method", "dtype", "amp", "quant", "optimizer", "optimiz
                 "quant_head", "quant_group_size", "quantize_on_device", "quant_impl", "gpus", "zero", "zero_buckets", "fsdp",
                 "fsdp_strategy", "fsdp_version", "tp", "pp", "pp_schedule", "offload", "optimizer_in_backward",
                 "loss", "loss_chunks", "loss_parallel", "fp8", "images", "transformers_version", "bnb_compute_dtype",
-                "padded", "alloc_conf")
+                "padded", "alloc_conf", "lora_fa", "vera_rank")
 
 #: The fields train_state reads (STATE_FIELDS less the loss fields, images, bnb_compute_dtype and padded, which only
 #: validity reads; fused_qkv shapes LitGPT's q/k/v adapter, inventory.lora_shape).
@@ -231,7 +231,7 @@ class FastMemory:
                 w.bnb_compute_dtype, w.nf4_impl, w.quant_impl,
                 w.loss, w.loss_chunks, w.loss_upcast, w.holds_outputs, w.output_upcast,
                 w.loss_parallel, w.activation_offload, w.fp8, w.bnb_inputs, w.image_size,
-                w.audio_seconds, w.compile, w.compile_scope, w.images, w.transformers_version)
+                w.audio_seconds, w.compile, w.compile_scope, w.images, w.transformers_version, w.lora_fa, w.vera_rank)
 
     def activations(self, w: Workload, sp: Split) -> Activations:
         """The activations of ``w`` on the split ``sp``, memoized on :meth:`activation_key`."""
@@ -276,7 +276,7 @@ class FastMemory:
         if not self.spec.sdpa and w.attention == "sdpa":
             # as estimate_spec: transformers runs eager where it refuses SDPA (gpt-oss)
             w = evolve(w, attention="eager")
-        if not w.training or w.cp > 1 or w.method == "prompt-tuning":
+        if not w.training or w.cp > 1 or w.method in ("prompt-tuning", "prefix-tuning"):
             # inference, context parallelism (the step at seq/cp per rank, estimator.context) and prompt tuning (the
             # step at seq + num_virtual_tokens, estimator.core.estimate_spec): the estimator itself
             return self._exact(w)

@@ -108,8 +108,8 @@ def add_model_arg(p: argparse.ArgumentParser, *, required: bool = False) -> None
 def add_workload_args(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("workload", PRECISION_HELP)
     g.add_argument("--mode", choices=W.MODES, default="inference", help="inference or train (default inference)")
-    g.add_argument("--method", choices=W.METHODS, default="full", help="full fine-tuning, LoRA, QLoRA, peft's IA3 or LN tuning with the "
-                   "model type's default targets, or peft's prompt tuning (default full)")
+    g.add_argument("--method", choices=W.METHODS, default="full", help="full fine-tuning, LoRA, QLoRA, peft's IA3, LN tuning or VeRA "
+                   "with the model type's default targets, peft's prompt or prefix tuning, or peft's AdaLoRA (--lora-rank is its init_r) (default full)")
     g.add_argument("--dtype", choices=W.DTYPES, default="bf16", help="weight storage/compute dtype (default bf16)")
     g.add_argument("--amp", choices=W.AMPS, default=None, help="mixed precision with fp32 master weights")
     g.add_argument("--quant", choices=W.QUANTS, default=None, help="weight quantization")
@@ -190,9 +190,14 @@ def add_workload_args(p: argparse.ArgumentParser) -> None:
                         "output under multi-head or one kv head; keys rotated after the GQA expand), and under LoRA "
                         "one adapter over the adapted q, k and v (LoRAQKVLinear: one dropout, zero_pad's source); "
                         "--lora-targets q_proj,k_proj,v_proj then name the parts of a fused query_key_value too")
-    g.add_argument("--lora-rank", type=_positive, default=8, help="LoRA rank r (default 8, peft's LoraConfig)")
+    g.add_argument("--lora-rank", type=_positive, default=8, help="LoRA rank r (default 8, peft's LoraConfig); AdaLoRA's "
+                   "init_r under --method adalora (AdaLoraConfig's default 12: give it)")
     g.add_argument("--num-virtual-tokens", type=_positive, default=0,
-                   help="prompt tuning's virtual tokens, put before every sequence (peft's PromptTuningConfig)")
+                   help="prompt tuning's virtual tokens, put before every sequence (peft's PromptTuningConfig), or "
+                        "prefix tuning's, keys and values before every block's (PrefixTuningConfig)")
+    g.add_argument("--vera-rank", type=_positive, default=256,
+                   help="VeRA's rank r (default 256, peft's VeraConfig): the shared frozen vera_A (r, in) and "
+                        "vera_B (out, r), and each adapted linear's trained lambda_d")
     g.add_argument("--lora-targets", default="q_proj,v_proj", help="modules LoRA adapts, comma-separated, or all-linear")
     g.add_argument("--lora-dropout", type=_fraction, default=0.0,
                    help="LoRA dropout on the adapters' input (peft lora_dropout): each adapter keeps a dropped copy "
@@ -203,6 +208,9 @@ def add_workload_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--dora", action="store_true",
                    help="DoRA (peft use_dora=True): a magnitude vector per adapted linear, and the norm of "
                         "W + s*B@A per output row at every forward (full-size temporaries)")
+    g.add_argument("--lora-fa", action="store_true",
+                   help="LoRA-FA (peft's create_lorafa_optimizer, with --method lora or qlora): every lora_A frozen, "
+                        "LoraFAOptimizer's AdamW moments for lora_B only; A keeps no input for backward")
     g.add_argument("--quant-targets", choices=W.QUANT_TARGETS, default="all",
                    help="with quantized weights under LoRA/QLoRA: all linears of the blocks (transformers' "
                         "BitsAndBytesConfig, torchtune >= 0.3) or only the adapted ones (torchtune 0.1-0.2)")

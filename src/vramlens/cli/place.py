@@ -57,7 +57,7 @@ def add_parser(sub) -> argparse.ArgumentParser:
 GGUF_UNUSED = ("params", "mode", "method", "dtype", "amp", "quant", "optimizer", "optimizer_impl", "batch",
                "grad_accum", "keep_grads", "checkpointing", "attention", "lora_rank", "lora_targets", "zero",
                "fsdp", "fsdp_strategy", "tp", "pp", "pp_schedule", "offload", "kv_dtype", "kv_block", "host_ram", "disk",
-               "lora_dropout", "lora_dtype", "dora", "quant_targets", "quant_head", "nf4_impl", "quant_impl", "quant_group_size", "quantize_on_device", "cache", "max_cache_len",
+               "lora_dropout", "lora_dtype", "dora", "lora_fa", "vera_rank", "quant_targets", "quant_head", "nf4_impl", "quant_impl", "quant_group_size", "quantize_on_device", "cache", "max_cache_len",
                "transformers_version", "alloc_conf")
 
 

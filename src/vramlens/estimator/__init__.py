@@ -92,7 +92,7 @@ def check_workload(spec: ModelSpec, w: Workload) -> None:
     elif w.training and w.pp > 1 and w.pp_schedule == "interleaved-1f1b" and w.pp * INTERLEAVED_STAGES_PER_RANK > spec.n_layers:
         p.append(f"pp_schedule='interleaved-1f1b' with pp={w.pp} needs {w.pp * INTERLEAVED_STAGES_PER_RANK} stages "
                  f"of at least one block; {spec.name} has {spec.n_layers}: use --pp-schedule 1f1b")
-    if w.method in ("ia3", "ln-tuning") and (why := peft_method_problem(spec, w.method)) is not None:
+    if w.method in ("ia3", "ln-tuning", "vera", "prefix-tuning") and (why := peft_method_problem(spec, w.method)) is not None:
         p.append(why)
     if w.method in LORA_METHODS:
         names = sorted({t.module for t in spec.tensors if t.role in ("linear", "conv1d") and t.layer is not None})

@@ -37,9 +37,9 @@ from vramlens.estimator.inventory import (
     vector_dtype,
 )
 from vramlens.estimator.linears import GROUPS, linear_group
-from vramlens.estimator.masks import padded_mask, repeats_kv
+from vramlens.estimator.masks import kv_prefix, padded_mask, repeats_kv, sdpa_masked
 from vramlens.estimator.memo import identity_cache
-from vramlens.models.peft_targets import IA3_TARGETS
+from vramlens.models.peft_targets import IA3_TARGETS, VERA_TARGETS
 from vramlens.models.spec import ModelSpec
 from vramlens.units import BLOCK, DTYPE_BYTES
 from vramlens.units import block_bytes as _r  # one allocation's bytes, in 512-byte blocks
@@ -263,8 +263,15 @@ def untracked_before_first_adapter(spec: ModelSpec, w: Workload, b: int, s: int)
         # tracks nothing before its first vector, LN tuning's trained copy keeps only the normalized tensor
         # for its weight's gradient (the rest of what a trained norm keeps, in layer_activations)
         c = DTYPE_BYTES[w.compute_dtype]
-        return _norm_saved(norm_kind(spec), spec.hidden_size, b * s, 4 if w.run_dtype == "fp32" else c, c, 0,
-                           False, False), ()
+        own = _norm_saved(norm_kind(spec), spec.hidden_size, b * s, 4 if w.run_dtype == "fp32" else c, c, 0,
+                          False, False)
+        if kv_prefix(w) and w.attention == "eager":
+            # prefix tuning under eager attention: the first block's queries need no gradient, so
+            # ``matmul(query, key_states.transpose(2, 3))`` keeps the query (for the prefix keys' gradient) and not
+            # the (expanded) keys over the S = n + s positions
+            D = rank_dims(spec, 1)
+            own += _r(c * (D.a if D.kv != D.a else D.kv) * D.d * b * (s + kv_prefix(w)))
+        return own, ()
     groups = []
     for g in GROUP_ORDER:
         groups.append(g)
@@ -295,6 +302,8 @@ def _untracked_first_block(spec: ModelSpec, w: Workload, t: int, groups: list[st
     if w.dora and w.lora_dropout > 0:
         # DoRA's F.linear(dropped x, weight) on an input that needs no gradient keeps no weight
         own += sum(dora_weight_copy(w, k, n, c) for k, n in adapted_dims(spec, w, groups[-1]))
+    # AdaLoRA's product (lora_A * lora_E) is kept only for its input's gradient, which the first adapters' need none
+    own += sum(adalora_product(w, k) for k, _ in adapted_dims(spec, w, groups[-1]))
     m = spec.mla
     if m is not None:
         # MLA's inner norms read the frozen down-projections' outputs: nothing requires grad there either
@@ -323,6 +332,17 @@ def lora_casts_input(w: Workload) -> bool:
     if w.method not in LORA_METHODS or _autocast(w):
         return False
     return DTYPE_BYTES[w.lora_dtype] != DTYPE_BYTES[w.compute_dtype] or w.lora_dropout > 0
+
+
+def lora_a_saves_input(w: Workload) -> bool:
+    """Whether each adapter's ``lora_A`` keeps its input (or its private copy, lora_casts_input) for backward.
+
+    Not under LoRA-FA (Workload.lora_fa: peft's create_lorafa_optimizer freezes every lora_A): ``mm``'s backward
+    reads ``self`` only for ``mat2``'s gradient (tools/autograd/derivatives.yaml: ``self: mm_mat1_backward(grad,
+    mat2, ...)``, ``mat2: mm_mat2_backward(grad, self, ...)``) and the generated autograd code saves a variable
+    only when an output whose formula reads it needs a gradient, so a frozen A over an input that needs one keeps
+    its weight, not its input."""
+    return not w.lora_fa
 
 
 @identity_cache
@@ -574,6 +594,37 @@ def ia3_saved(spec: ModelSpec, w: Workload, t: int) -> int:
     return total
 
 
+def vera_saved(spec: ModelSpec, w: Workload, t: int) -> int:
+    """VeRA's own activations in one block of t tokens (src/peft/tuners/vera/layer.py ``Linear.forward``, the same at
+    huggingface/peft d787f51b and in peft 0.21.2): ``result + lambda_b * F.linear(lambda_d * F.linear(dropout(x),
+    sliced_A), sliced_B)`` on x cast to the vectors' dtype. The frozen projections are buffers, so neither
+    ``F.linear`` keeps its input (mm saves ``self`` only for ``mat2``'s gradient): the fp32 copy of x is freed in
+    forward. ``lambda_d * h`` keeps h, A's (t, r) output, for lambda_d's gradient; ``lambda_b * h`` keeps h, B's
+    (t, out) output, for lambda_b's; both in the vectors' dtype (and the vectors themselves, parameters)."""
+    if w.method != "vera" or (names := VERA_TARGETS.get(spec.model_type)) is None:
+        return 0
+    vb = DTYPE_BYTES[vector_dtype(w)]
+    dims = _dims_by_path(spec)
+    total = 0
+    for g in GROUP_ORDER:
+        for path, leaf in linear_groups(spec).get(g, ()):
+            if leaf in names:
+                n = dims.get(path, (0, 0))[1]
+                total += _r(vb * w.vera_rank * t) + _r(vb * n * t)
+    return total
+
+
+def adalora_product(w: Workload, k: int) -> int:
+    """AdaLoRA's ``dropout(x) @ (lora_A * lora_E).T @ lora_B.T`` (src/peft/tuners/adalora/layer.py SVDLinear.forward,
+    peft 0.21.2 and d787f51b) on an adapted linear of k inputs: the product (r, k), a new tensor in the adapters'
+    dtype, is kept by the matmul for its input's gradient (not in the first block, whose input needs none); the
+    rest is LoRA's (the fp32 copy of x, A's (t, r) output). ``* scaling / ranknum`` keeps nothing (ranknum is a
+    frozen parameter). AdaLoraModel.forward's orthogonal regularisation runs only under a task-typed PeftModel
+    (PeftModelForCausalLM calls it; PEFT's MetaMathQA config has task_type None, so PeftModel.forward calls the
+    transformers model directly): two (r, r) fp32 tensors per adapted linear there, not counted."""
+    return _r(DTYPE_BYTES[w.lora_dtype] * w.lora_rank * k) if w.method == "adalora" else 0
+
+
 def _lora_saved(spec: ModelSpec, w: Workload, D: Dims, t: int, c: int, tp: int = 1) -> int:
     """LoRA's own activations in one block: B keeps A's output (t x r) per adapted linear, A keeps
     a private copy of its input when it makes one (see lora_casts_input); with lora_dropout each
@@ -582,7 +633,7 @@ def _lora_saved(spec: ModelSpec, w: Workload, D: Dims, t: int, c: int, tp: int =
         return 0
     lb = DTYPE_BYTES[w.lora_dtype]
     a_out = c if _autocast(w) else lb  # A's output: autocast's half, else the adapters' dtype
-    private = lora_casts_input(w)
+    private = lora_casts_input(w) and lora_a_saves_input(w)
     total = 0
     for g in GROUP_ORDER:
         dims = adapted_dims(spec, w, g, tp)
@@ -597,6 +648,8 @@ def _lora_saved(spec: ModelSpec, w: Workload, D: Dims, t: int, c: int, tp: int =
                 total += _r(k * t)
             if w.dora:
                 total += _dora_saved(w, k, n, t, c, a_out)
+            if w.method == "adalora":
+                total += adalora_product(w, k)
     return total
 
 
@@ -641,7 +694,7 @@ def _lora_cross_saved(spec: ModelSpec, w: Workload, t: int, t_kv: int, c: int, t
         return 0
     lb = DTYPE_BYTES[w.lora_dtype]
     a_out = c if _autocast(w) else lb
-    private = lora_casts_input(w)
+    private = lora_casts_input(w) and lora_a_saves_input(w)
     dims = _dims_by_path(spec)
     total = 0
     for g in ("qkv", "attn_out"):
@@ -682,7 +735,7 @@ def output_copied(spec: ModelSpec, w: Workload) -> bool:
     ModelSpec.legacy_output_copy_before). Flash writes its output in the query's layout (``empty_like`` of the
     transposed query); the memory-efficient kernel, which a padded batch's mask selects (:func:`padded_mask`),
     writes (b, s, a, d) whatever the query's layout, and the transpose back is then a view."""
-    if padded_mask(spec, w) and w.attention == "sdpa":
+    if sdpa_masked(spec, w) and w.attention == "sdpa":
         return False
     return spec.attention_output_copy or w.runs_before(spec.legacy_output_copy_before)
 
@@ -709,7 +762,7 @@ def layer_activations(spec: ModelSpec, w: Workload, b: int, s: int, *, cross_s: 
     kind = norm_kind(spec)
     # linears that keep their input (their weight trains); under LoRA with half weights and no
     # autocast the adapters keep an fp32 copy instead (in _lora_saved), not the input itself
-    own = 0 if lora_casts_input(w) else 1
+    own = 0 if (lora_casts_input(w) or not lora_a_saves_input(w)) else 1
     qkv_consumers = trained_linears(spec, w, "qkv") * own
     if spec.mla is not None:  # the block's input feeds only the first projections of q and the latent
         first = ("q_proj",) if spec.mla.q_lora_rank is None else ("q_a_proj",)
@@ -725,7 +778,7 @@ def layer_activations(spec: ModelSpec, w: Workload, b: int, s: int, *, cross_s: 
         mlp_consumers = mlp_consumers + km if casts else max(mlp_consumers, min(km, 1))
         attn_out_saves = attn_out_saves or bnb_kept_inputs(spec, w, "attn_out", tp) > 0
         mlp_out_saves = mlp_out_saves or bnb_kept_inputs(spec, w, "mlp_out", tp) > 0
-    total = _lora_saved(spec, w, D, t, c, tp) + ia3_saved(spec, w, t)
+    total = _lora_saved(spec, w, D, t, c, tp) + ia3_saved(spec, w, t) + vera_saved(spec, w, t)
     quad = 0
 
     # --- attention input norm (pre-norm); post-norm blocks' linears keep the block input itself ----
@@ -741,13 +794,16 @@ def layer_activations(spec: ModelSpec, w: Workload, b: int, s: int, *, cross_s: 
     # a sliding block whose window is shorter than the sequence; under SDPA it takes an explicit mask
     masked = local and spec.sliding_window is not None and s > spec.sliding_window
     mask = sliding_mask_bytes(spec, w, b, s) if local and attention == "sdpa" else 0
-    if padded_mask(spec, w) and attention == "sdpa" and not (w.checkpointing == "selective"
+    # prefix tuning: every block's keys and values run over the n virtual tokens too (masks.kv_prefix)
+    S = s + kv_prefix(w)
+    if sdpa_masked(spec, w) and attention == "sdpa" and not (w.checkpointing == "selective"
                                                              and spec.attention_interface):
-        # a padded batch: every block, global or sliding, gets the mask, and SDPA keeps its additive copy (eager
-        # attention gets the mask it gets unpadded; selective recomputation's checkpoint around the attention
-        # function keeps k and v as the projections made them, and recomputes repeat_kv and the conversion)
+        # a padded batch (or a KV prefix): every block, global or sliding, gets the mask, and SDPA keeps its
+        # additive copy (eager attention gets the mask it gets unpadded; selective recomputation's checkpoint
+        # around the attention function keeps k and v as the projections made them, and recomputes repeat_kv and
+        # the conversion)
         masked = True
-        mask = _sliding_mask_saved(b, s, c)
+        mask = _sliding_mask_saved(b, s, c, S)
     o_copied = False
     if spec.mla is not None:
         t_mla, q_mla = _mla_saved(spec, w, D, b, s, c, casts, full, own, attention, attn_out_saves, mask > 0)
@@ -758,14 +814,17 @@ def layer_activations(spec: ModelSpec, w: Workload, b: int, s: int, *, cross_s: 
         # --- q, k, v (rotary makes new tensors; learned positions keep the projections' outputs) ----
         q = _r(c * D.a * D.d * t)
         kv = _r(c * D.kv * D.d * t)
-        S = s
+        if S != s:
+            # the cache's torch.cat of the prefix and the block's own keys (values): (b, kv, S, d), what attention
+            # reads; the rotated keys and the projected values it copied are freed
+            kv = _r(c * D.kv * D.d * b * S)
         if repeats_kv(spec, attention, masked, c):
             # eager (and SDPA with an explicit mask, which the memory-efficient kernel takes) expands GQA
             # keys/values to every head (repeat_kv); one kv head expands as a view (reshape merges a
             # size-1 dimension without copying). So does SDPA in fp32, which CUDA runs on the
             # memory-efficient kernel (flash takes fp16/bf16 only; aten/src/ATen/native/transformers/
             # cuda/sdp_utils.cpp), and that kernel has no GQA
-            kv_saved = _r(c * D.a * D.d * t) if D.kv != D.a and (D.kv != 1 or not masked) else kv
+            kv_saved = _r(c * D.a * D.d * b * S) if D.kv != D.a and (D.kv != 1 or not masked) else kv
         elif w.gqa_expand:
             # the stack copies keys and values to every head before the kernel (torchtune's
             # ``k.unsqueeze(2).expand(...).flatten(1, 2)``), and the kernel keeps the copies, not the
@@ -955,7 +1014,7 @@ def disentangled_saved(spec: ModelSpec, w: Workload, D: Dims, b: int, s: int) ->
         total += n * _r(c * R * D.h) if autocast else _r((r if p_hid > 0 else c) * R * D.h)
     else:
         adapted = sum(1 for leaf in position_projections(spec) if _adapted(w, leaf))
-        total += adapted * (_r((c if autocast else 4 if lora_casts_input(w) else c) * R * D.h)
+        total += adapted * (_r((c if autocast else 4 if lora_casts_input(w) else c) * R * D.h) * lora_a_saves_input(w)
                             + _r((c if autocast else 4) * w.lora_rank * R))
     total += n * _r(c * b * D.a * R * D.d)
     quad = n * (_r(c * b * D.a * s * R) + _r(8 * s * s)) + _r(b * s * s)
@@ -1006,16 +1065,17 @@ def disentangled_model_level(spec: ModelSpec, w: Workload, b: int, s: int) -> in
     return total
 
 
-def _sliding_mask_saved(b: int, s: int, c: int) -> int:
+def _sliding_mask_saved(b: int, s: int, c: int, S: int | None = None) -> int:
     """The additive mask a block's SDPA keeps when it is given a mask: a sliding-window block whose window is
     shorter than the sequence, or any block of a padded batch (:func:`padded_mask`).
 
     transformers builds one boolean (b, 1, s, S) mask per kind of block
     (masking_utils.create_sliding_window_causal_mask, create_causal_mask); SDPA then cannot run flash, and the
     memory-efficient kernel takes an additive mask in the query's dtype, which every call makes
-    from the boolean one (sdp::convert_boolean_attn_mask) and keeps for backward.
+    from the boolean one (sdp::convert_boolean_attn_mask) and keeps for backward. ``S`` keys when they are more
+    than the queries (a KV prefix: masks.kv_prefix).
     """
-    return _r(c * b * s * s)
+    return _r(c * b * s * (s if S is None else S))
 
 
 def padded_bool_masks(spec: ModelSpec, w: Workload, b: int, s: int, S: int) -> int:
@@ -1407,7 +1467,8 @@ def model_level_saved(spec: ModelSpec, w: Workload, b: int, s: int) -> int:
         # them when they train, by their adapters when those take it as it is (not a private cast), or as an
         # input by checkpointed decoder blocks
         kv = [leaf for _, leaf in linear_groups(spec).get("qkv", ()) if not leaf.startswith("q")]
-        reads = (w.method == "full" or (any(_adapted(w, x) for x in kv) and not lora_casts_input(w))
+        reads = (w.method == "full" or (any(_adapted(w, x) for x in kv) and not lora_casts_input(w)
+                                        and lora_a_saves_input(w))
                  or whole_blocks(w))
         total += _norm_saved(norm_kind(spec), spec.hidden_size, b * encoder_tokens(spec, w), r, c, int(reads), False)
     if spec.audio is not None:

@@ -23,7 +23,8 @@ Which linears are ``aten.mm``: ``F.linear`` without a bias decomposes into ``mat
 ``mm``; with a bias it runs ``addmm`` (aten/src/ATen/native/Linear.cpp ``linear``, the fused
 path for contiguous input), and GPT-2's Conv1D calls ``addmm`` itself; grouped MoE experts run
 ``_grouped_mm``: none of these count. peft's LoRA linear runs its base layer, then ``lora_A``
-and ``lora_B`` (two more ``mm``). The order is the block's forward order, which is the
+and ``lora_B`` (two more ``mm``); peft's VeRA linear its base layer, then ``F.linear`` with the sliced
+vera_A and vera_B (two more). The order is the block's forward order, which is the
 inventory's order of its first block.
 """
 
@@ -34,6 +35,7 @@ from dataclasses import dataclass
 from vramlens.estimator.linears import linear_group
 from vramlens.estimator.masks import padded_mask, repeats_kv
 from vramlens.estimator.memo import identity_cache
+from vramlens.models.peft_targets import VERA_TARGETS
 from vramlens.models.spec import ModelSpec
 from vramlens.units import DTYPE_BYTES
 from vramlens.units import block_bytes as _r  # one allocation's bytes, in 512-byte blocks
@@ -156,6 +158,11 @@ def block_mms(spec: ModelSpec, w: Workload, stack: str | None) -> tuple[MmCall, 
         if role == "linear" and _adapted(path, leaf, w):
             out.append(MmCall(w.lora_rank, in_f, cross, True, False, True))   # lora_A (lora_B keeps it)
             out.append(MmCall(out_f, w.lora_rank, cross, True, row, False))   # lora_B (added to the base)
+        if role == "linear" and w.method == "vera" and leaf in VERA_TARGETS.get(spec.model_type, ()):
+            # peft's VeRA: F.linear(x, sliced_A) and F.linear(lambda_d * ., sliced_B), both outputs kept by the
+            # vectors' multiplications (activations.vera_saved)
+            out.append(MmCall(w.vera_rank, in_f, cross, True, False, True))
+            out.append(MmCall(out_f, w.vera_rank, cross, True, row, True))
     return tuple(out)
 
 

@@ -249,12 +249,24 @@ def lora_rounded_bytes(shape: LoraShape, r: int, bytes_per_elem: int, dora: bool
     return total
 
 
+def lora_b_rounded_bytes(shape: LoraShape, r: int, bytes_per_elem: int) -> int:
+    """The B matrices alone (n, r) per adapted linear, each rounded to the allocator's 512-byte blocks: what LoRA-FA
+    trains (peft's create_lorafa_optimizer freezes every lora_A: src/peft/optimizers/lorafa.py, peft 0.21.2)."""
+    return sum(lin.count * round_up(r * lin.out_features * bytes_per_elem, BLOCK) for lin in shape.targets)
+
+
+def adalora_e_bytes(shape: LoraShape, r: int, bytes_per_elem: int) -> int:
+    """AdaLoRA's singular values: one ``lora_E`` (r, 1) parameter per adapted linear, rounded
+    (src/peft/tuners/adalora/layer.py ``AdaLoraLayer.update_layer``, peft 0.21.2 and d787f51b)."""
+    return sum(lin.count * round_up(r * bytes_per_elem, BLOCK) for lin in shape.targets)
+
+
 def vector_dtype(w: Workload) -> str:
     """dtype of what IA3 or LN tuning trains (and of its gradients and Adam states): IA3's vectors in
     ``lora_dtype`` (peft's ``cast_adapter_dtype`` upcasts a half ``ia3_l`` ParameterDict entry to fp32 under
     ``autocast_adapter_dtype=True``); LN tuning's norm copies in the model's dtype (a ModuleDict of deep-copied
     norms, which ``cast_adapter_dtype`` does not touch: src/peft/tuners/tuners_utils.py, peft 0.21.2)."""
-    if w.method == "prompt-tuning":
+    if w.method in ("prompt-tuning", "prefix-tuning"):
         return "fp32"  # nn.Embedding made in torch's default dtype; PeftModel moves it to the device only
     return w.dtype if w.method == "ln-tuning" else w.lora_dtype
 
@@ -262,10 +274,10 @@ def vector_dtype(w: Workload) -> str:
 def vector_bytes(spec: ModelSpec, w: Workload, bytes_per_elem: int) -> int:
     """IA3's or LN tuning's trainable tensors (models.peft_vector_numels), each rounded to the allocator's
     512-byte blocks; 0 for the other methods."""
-    return sum(round_up(n * bytes_per_elem, BLOCK) for n in peft_vector_numels(spec, w.method, w.num_virtual_tokens))
+    return sum(round_up(n * bytes_per_elem, BLOCK) for n in peft_vector_numels(spec, w.method, w.vector_size))
 
 
 def largest_vector(spec: ModelSpec, w: Workload, bytes_per_elem: int) -> int:
     """The largest of those tensors, rounded."""
-    return round_up(max(peft_vector_numels(spec, w.method, w.num_virtual_tokens), default=0) * bytes_per_elem,
+    return round_up(max(peft_vector_numels(spec, w.method, w.vector_size), default=0) * bytes_per_elem,
                     BLOCK)

@@ -35,7 +35,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from vramlens.estimator.masks import padded_mask, repeats_kv
+from vramlens.estimator.masks import kv_prefix, repeats_kv, sdpa_masked
 from vramlens.models.spec import ModelSpec
 from vramlens.units import DTYPE_BYTES
 from vramlens.units import block_bytes as _r  # one allocation's bytes, in 512-byte blocks
@@ -137,10 +137,12 @@ def cache_held(spec: ModelSpec, w: Workload, b: int, s: int) -> tuple[int, int]:
         return 0, 0
     # the training forward's own DynamicCache: in the compute dtype, unpaged (--kv-dtype and --kv-block describe an
     # inference cache and are ignored in training: Workload.ignored)
-    cache = kv_cache_bytes(spec, evolve(w, kv_dtype=None, kv_block=0), s, b, max(1, w.tp), prefill=True)
+    # prefix tuning: peft's cache starts with the virtual tokens' keys and values (masks.kv_prefix)
+    cache = kv_cache_bytes(spec, evolve(w, kv_dtype=None, kv_block=0), s + kv_prefix(w), b, max(1, w.tp),
+                           prefill=True)
     c = DTYPE_BYTES[w.compute_dtype]
-    # a padded batch's mask makes SDPA expand them too (masks.padded_mask)
-    if (repeats_kv(spec, w.attention, padded_mask(spec, w), c) or w.gqa_expand) and spec.n_kv_heads not in (1, spec.n_heads):
+    # a padded batch's mask (or a KV prefix's) makes SDPA expand them too (masks.sdpa_masked)
+    if (repeats_kv(spec, w.attention, sdpa_masked(spec, w), c) or w.gqa_expand) and spec.n_kv_heads not in (1, spec.n_heads):
         return cache, cache
     if w.attention == "eager" or w.fused_qkv:
         return cache, 0

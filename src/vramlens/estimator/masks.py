@@ -14,6 +14,24 @@ def repeats_kv(spec: ModelSpec, attention: str, masked: bool, c: int) -> bool:
     return attention == "eager" or (attention == "sdpa" and (spec.kind != "decoder" or masked or c == 4))
 
 
+def kv_prefix(w: Workload) -> int:
+    """Keys and values before each block's own: prefix tuning's virtual tokens (0 otherwise).
+
+    peft's PeftModelForCausalLM.forward (src/peft/peft_model.py, peft 0.21.2 and d787f51b) puts ones before the
+    attention mask and passes ``get_prompt``'s DynamicCache as past_key_values: the prefix encoder's output cast to
+    the model's dtype, viewed as each layer's (b, kv heads, n, d) keys and values. Each block's attention then runs
+    its s queries over n + s keys (``DynamicLayer.update``'s ``torch.cat``), and with a past transformers cannot
+    skip the mask (``_ignore_causal_mask_sdpa``: kv length differs from the query length), so SDPA gets an explicit
+    (b, 1, s, n + s) mask, as a padded batch's."""
+    return w.num_virtual_tokens if w.method == "prefix-tuning" else 0
+
+
+def sdpa_masked(spec: ModelSpec, w: Workload) -> bool:
+    """Whether every block's SDPA gets an explicit mask: a padded batch's (:func:`padded_mask`) or a KV prefix's
+    (:func:`kv_prefix`)."""
+    return padded_mask(spec, w) or (kv_prefix(w) > 0 and spec.kind == "decoder")
+
+
 def padded_mask(spec: ModelSpec, w: Workload) -> bool:
     """Whether a padded batch's mask reaches every block (Workload.padded; decoder-only models).
 

@@ -41,7 +41,9 @@ from dataclasses import dataclass
 from vramlens.estimator.inventory import (
     BNB_MIN_8BIT_SIZE,
     LoraShape,
+    adalora_e_bytes,
     largest_vector,
+    lora_b_rounded_bytes,
     lora_matrix_numels,
     lora_rounded_bytes,
     summarize,
@@ -136,6 +138,11 @@ def _adapters(spec: ModelSpec, w: Workload, b: int) -> int:
     per element."""
     if w.method in VECTOR_METHODS:
         return vector_bytes(spec, w, b)
+    if w.lora_fa:  # LoRA-FA: lora_A frozen, B alone gets a gradient and LoraFAOptimizer's exp_avg_B, exp_avg_sq_B
+        return lora_b_rounded_bytes(trained_lora_shape(spec, tuple(w.lora_adapted), w.fused_qkv), w.lora_rank, b)
+    if w.method == "adalora":  # lora_E (r, 1) trains beside A and B
+        shape = trained_lora_shape(spec, tuple(w.lora_adapted), w.fused_qkv)
+        return lora_rounded_bytes(shape, w.lora_rank, b) + adalora_e_bytes(shape, w.lora_rank, b)
     return lora_rounded_bytes(trained_lora_shape(spec, tuple(w.lora_adapted), w.fused_qkv), w.lora_rank, b, w.dora)
 
 
@@ -165,7 +172,7 @@ def paged_state_bytes(spec: ModelSpec, w: Workload) -> tuple[int, int]:
         return 0, 0
     per = 4 if w.optimizer == "paged-adamw" else 1
     big = [n for n in _tensor_numels(spec, w.method, tuple(w.lora_adapted), w.lora_rank, w.fused_qkv,
-                                     w.num_virtual_tokens) if n >= BNB_PAGED_MIN_NUMEL]
+                                     w.vector_size) if n >= BNB_PAGED_MIN_NUMEL]
     return sum(2 * round_up(per * n, BLOCK) for n in big), sum(2 * per * n for n in big)
 
 
@@ -219,6 +226,10 @@ def optimizer_state_bytes(spec: ModelSpec, w: Workload, trainable: int) -> tuple
             one = summarize(spec).param_bytes_at.get(state_b, round_up(trainable * state_b, BLOCK))
         else:
             one = _adapters(spec, w, state_b)
+        if w.method == "adalora":
+            ipt = adalora_allocator_bytes(spec, w)
+            return k * one + ipt, (f"{k} state(s) x {trainable:,} params x {state_b} B + AdaLoRA's RankAllocator "
+                                   f"(ipt, exp_avg_ipt, exp_avg_unc per adapter tensor: {ipt:,} B)")
         return k * one, f"{k} state(s) x {trainable:,} params x {state_b} B"
     if opt == "adafactor":
         if w.method == "full":
@@ -237,7 +248,7 @@ def optimizer_state_bytes(spec: ModelSpec, w: Workload, trainable: int) -> tuple
         return total, f"Adafactor: row + column second moments per matrix (n + k) at {state_b} B"
     if opt in BNB_OPTIMIZERS or opt in TORCHAO_LOW_BIT or opt == CPU_OFFLOAD:
         lay = per_tensor_states(spec, opt, state_b, w.method, tuple(w.lora_adapted), w.lora_rank,
-                                fused_qkv=w.fused_qkv, virtual_tokens=w.num_virtual_tokens)
+                                fused_qkv=w.fused_qkv, virtual_tokens=w.vector_size)
         return lay.gpu_bytes, lay.formula
     raise ValueError(opt)
 
@@ -356,9 +367,11 @@ def optimizer_step_temporary(spec: ModelSpec, w: Workload, trainable: int) -> tu
         return 0, "CPU offload: the step runs on the host; the GPU's small parameters step with fused AdamW in place"
     if w.optimizer in TORCHAO_LOW_BIT:
         lay = per_tensor_states(spec, w.optimizer, state_b, w.method, tuple(w.lora_adapted), w.lora_rank,
-                                fused_qkv=w.fused_qkv, virtual_tokens=w.num_virtual_tokens)
+                                fused_qkv=w.fused_qkv, virtual_tokens=w.vector_size)
         return lay.step_bytes, ("torchao's compiled step of the largest quantized parameter: "
                                 "its fp32 moments before requantization and block maxima")
+    if w.lora_fa:
+        return lorafa_step_temporary(spec, w)
     if w.optimizer in ("adamw", "adam", "paged-adamw") and w.optimizer_impl == "foreach":
         if w.method == "full":
             one = summarize(spec).param_bytes_at.get(state_b, round_up(trainable * state_b, BLOCK))
@@ -386,6 +399,42 @@ def optimizer_step_temporary(spec: ModelSpec, w: Workload, trainable: int) -> tu
         # quotient together (transformers' removed AdamW, ``exp_avg_sq.sqrt().add_(eps)``, held one)
         return 2 * largest, "per-tensor Adam: sqrt(exp_avg_sq) and its quotient for the largest parameter"
     return largest, "per-tensor update: one temporary the size of the largest parameter"
+
+
+def adalora_allocator_bytes(spec: ModelSpec, w: Workload) -> int:
+    """AdaLoRA's RankAllocator state (src/peft/tuners/adalora/layer.py ``RankAllocator.update_ipt``, peft 0.21.2 and
+    d787f51b): for every trained ``lora_`` parameter (A, E, B) ``ipt``, ``exp_avg_ipt`` and ``exp_avg_unc``, each
+    ``torch.zeros_like(p)`` at the first ``update_and_allocate`` and rebuilt in the parameter's dtype at every step;
+    kept across steps, beside the optimizer's states."""
+    if w.method != "adalora" or not w.training:
+        return 0
+    return 3 * _adapters(spec, w, param_dtype_bytes(w))
+
+
+def lorafa_step_temporary(spec: ModelSpec, w: Workload) -> tuple[int, str]:
+    """What peft's ``LoraFAOptimizer.step`` (src/peft/optimizers/lorafa.py, peft 0.21.2) holds at once for the
+    adapter with the widest B (n, r), in a Python loop over the parameters, A and B paired by name.
+
+    Per pair: ``AA_T = A @ A.T`` (r, r), ``torch.eye(r)`` moved to the device, ``delta * eye`` and their sum, and
+    ``AA_T_inv = torch.linalg.pinv(...)`` (r, r each, fp32); ``grad_B = (1 / s**2) * (B.grad @ AA_T_inv)`` under
+    bf16 autocast (the half casts of B.grad and AA_T_inv, the product and its scaled copy: (n, r) in bf16) and
+    ``grad_B.to(B.grad.dtype)``; ``denom_B = exp_avg_sq_B.sqrt().add_(eps)``. The loop's locals keep the
+    previous pair's ``grad_B`` and ``denom_B`` until they are rebound: when the widest B's ``denom_B`` is made,
+    its ``grad_B`` (the adapters' dtype), its ``denom_B`` and the previous pair's ``denom_B`` (bounded by the
+    widest's) are alive, with AA_T and AA_T_inv."""
+    shape = trained_lora_shape(spec, tuple(w.lora_adapted), w.fused_qkv)
+    r = w.lora_rank
+    b = param_dtype_bytes(w)
+    n = max((lin.out_features for lin in shape.targets), default=0)
+    if not n:
+        return 0, ""
+    rr = round_up(4 * r * r, BLOCK)
+    at_denom = 3 * round_up(b * n * r, BLOCK) + 2 * rr
+    # at the projection: B.grad's bf16 cast and the product (or the product and its scaled copy), AA_T_inv's
+    # cast, AA_T and AA_T_inv, with the previous pair's grad_B and denom_B (bounded by the widest's)
+    at_matmul = 2 * round_up(2 * n * r, BLOCK) + round_up(2 * r * r, BLOCK) + 2 * round_up(b * n * r, BLOCK) + 2 * rr
+    return max(at_denom, at_matmul), ("LoRA-FA's step (peft LoraFAOptimizer, one parameter at a time): B's "
+                                      "projected gradient and sqrt(exp_avg_sq_B) of the widest B")
 
 
 def largest_gradient_bytes(spec: ModelSpec, w: Workload) -> int:

@@ -204,7 +204,9 @@ def train_state(spec: ModelSpec, w: Workload, gpu: GPU | None) -> TrainState:
     legacy = Wt.legacy_block_buffer_bytes(spec, w) * sp.layers  # buffers are not sharded: the blocks on this GPU
     kernel_buffers = Wt.gptq_kernel_buffer_bytes(spec, w)  # one set per GPU
     weights = int(base_w * sp.weights) + adapters + legacy + kernel_buffers
-    what = {"ia3": f"IA3 vectors {w.lora_dtype}", "ln-tuning": f"LN tuning's norm copies {w.dtype}"}.get(
+    what = {"ia3": f"IA3 vectors {w.lora_dtype}", "ln-tuning": f"LN tuning's norm copies {w.dtype}",
+            "vera": f"VeRA vectors {w.lora_dtype} and shared fp32 projections (r={w.vera_rank})",
+            "adalora": f"AdaLoRA adapters {w.lora_dtype} (A, E, B at init_r={w.lora_rank}; ranknum)"}.get(
         w.method, f"LoRA adapters {w.lora_dtype}{' with DoRA magnitudes' if w.dora else ''}")
     explain["weights"] = base_formula + (f" + {what} ({adapters:,} B)" if adapters else "")
     if legacy:
@@ -278,7 +280,7 @@ def train_state(spec: ModelSpec, w: Workload, gpu: GPU | None) -> TrainState:
         # torchao CPUOffloadOptimizer: pinned parameter and gradient copies and the AdamW states in host RAM
         off_b = 4 if O.has_master_copy(w) or w.method != "full" else pbytes
         off = O.per_tensor_states(spec, w.optimizer, off_b, w.method, tuple(w.lora_adapted), w.lora_rank,
-                                  fused_qkv=w.fused_qkv, virtual_tokens=w.num_virtual_tokens)
+                                  fused_qkv=w.fused_qkv, virtual_tokens=w.vector_size)
         off_host = int(off.host_bytes * sp.optimizer)  # this rank's slice under tensor/pipeline parallelism
         host += off_host * w.gpus
         notes.append(f"CPUOffloadOptimizer: {human_bytes(off_host)} of host RAM per GPU (pinned parameter "

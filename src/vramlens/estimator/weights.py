@@ -40,6 +40,7 @@ from math import ceil
 from vramlens.estimator.heads import LM_HEADS
 from vramlens.estimator.inventory import (
     Linear,
+    adalora_e_bytes,
     float_bytes,
     lora_rounded_bytes,
     lora_shape,
@@ -48,7 +49,7 @@ from vramlens.estimator.inventory import (
     vector_dtype,
 )
 from vramlens.estimator.memo import identity_cache
-from vramlens.models.peft_targets import peft_vector_numels
+from vramlens.models.peft_targets import peft_vector_numels, vera_linears
 from vramlens.models.spec import ModelSpec
 from vramlens.units import BLOCK, DTYPE_BYTES, round_up
 from vramlens.workload import FOUR_BIT, VECTOR_METHODS, WO_DEQUANT_QUANTS, Workload
@@ -398,8 +399,10 @@ def lora_params(spec: ModelSpec, w: Workload) -> int:
     if w.method == "full":
         return 0
     if w.method in VECTOR_METHODS:
-        return sum(peft_vector_numels(spec, w.method, w.num_virtual_tokens))
-    return lora_shape(spec, tuple(w.lora_adapted), w.fused_qkv).params(w.lora_rank, w.dora)
+        return sum(peft_vector_numels(spec, w.method, w.vector_size))
+    shape = lora_shape(spec, tuple(w.lora_adapted), w.fused_qkv)
+    # AdaLoRA: lora_E, r singular values per adapted linear, trains beside A and B
+    return shape.params(w.lora_rank, w.dora) + (shape.count * w.lora_rank if w.method == "adalora" else 0)
 
 
 def adapter_bytes(spec: ModelSpec, w: Workload) -> int:
@@ -408,9 +411,27 @@ def adapter_bytes(spec: ModelSpec, w: Workload) -> int:
     if w.method == "full":
         return 0
     if w.method in VECTOR_METHODS:
-        return vector_bytes(spec, w, DTYPE_BYTES[vector_dtype(w)])  # beside the frozen base, which stays whole
+        # beside the frozen base, which stays whole; VeRA's shared projections too
+        return vector_bytes(spec, w, DTYPE_BYTES[vector_dtype(w)]) + vera_projection_bytes(spec, w)
     shape = lora_shape(spec, tuple(w.lora_adapted), w.fused_qkv)
+    if w.method == "adalora":
+        # AdaLoRA: lora_A and lora_B, lora_E (r, 1), and ``ranknum``, a frozen fp32 (1,) parameter per adapted linear
+        return (lora_rounded_bytes(shape, w.lora_rank, lora_dtype_bytes(w)) + adalora_e_bytes(shape, w.lora_rank,
+                lora_dtype_bytes(w)) + shape.count * round_up(4, BLOCK))
     return lora_rounded_bytes(shape, w.lora_rank, lora_dtype_bytes(w), w.dora)
+
+
+def vera_projection_bytes(spec: ModelSpec, w: Workload) -> int:
+    """VeRA's frozen projections, one pair shared by every adapted linear: ``VeraModel._init_vera_A_vera_B``
+    (src/peft/tuners/vera/model.py, peft 0.21.2 and d787f51b) makes vera_A (r, largest in_features) and vera_B
+    (largest out_features, r) with ``_kaiming_init`` (``torch.empty``: torch's default dtype, fp32) as buffers of
+    one BufferDict that every layer references; each layer slices its (r, in) and (out, r) views."""
+    if w.method != "vera":
+        return 0
+    dims = vera_linears(spec)
+    k = max((i for i, _ in dims), default=0)
+    n = max((o for _, o in dims), default=0)
+    return round_up(4 * w.vera_rank * k, BLOCK) + round_up(4 * n * w.vera_rank, BLOCK)
 
 
 def trainable_params(spec: ModelSpec, w: Workload) -> int:
@@ -418,4 +439,8 @@ def trainable_params(spec: ModelSpec, w: Workload) -> int:
         return 0
     if w.method == "full":
         return summarize(spec).grad_params  # a parameter the loss never reaches gets no gradient
+    if w.lora_fa:
+        # peft's create_lorafa_optimizer (src/peft/optimizers/lorafa.py, peft 0.21.2) sets requires_grad_(False) on
+        # every lora_A: B (n, r) per adapted linear trains
+        return lora_shape(spec, tuple(w.lora_adapted), w.fused_qkv).sum_n * w.lora_rank
     return lora_params(spec, w)

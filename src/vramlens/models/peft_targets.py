@@ -1,4 +1,4 @@
-"""What peft's IA3 and LN tuning adapt by default, per model type, and the trainable tensors that makes.
+"""What peft's IA3, LN tuning and VeRA adapt by default, per model type, and the trainable tensors that makes.
 
 A config without ``target_modules`` takes peft's mapping for the model's ``model_type``
 (src/peft/utils/constants.py, the same at huggingface/peft d787f51b, which PEFT's MetaMathQA results
@@ -33,22 +33,52 @@ IA3_TARGETS: dict[str, IA3Targets] = {
     "qwen3": IA3Targets(("q_proj", "v_proj"), ("down_proj",)),
 }
 
+#: The model types prefix tuning is modelled for: peft's get_prompt hands their blocks a DynamicCache of the virtual
+#: tokens' keys and values (no TRANSFORMERS_MODELS_TO_PREFIX_TUNING_POSTPROCESS_MAPPING entry, no sliding layers)
+PREFIX_TUNING_TYPES = ("llama", "mistral", "qwen2", "qwen3")
+
+#: VeRA's defaults: ``TRANSFORMERS_MODELS_TO_VERA_TARGET_MODULES_MAPPING``, a copy of LoRA's mapping (src/peft/utils/
+#: constants.py, the same at d787f51b and in peft 0.21.2), for the model types vramlens models that way
+VERA_TARGETS: dict[str, tuple[str, ...]] = {
+    "llama": ("q_proj", "v_proj"),
+    "mistral": ("q_proj", "v_proj"),
+    "qwen2": ("q_proj", "v_proj"),
+    "qwen3": ("q_proj", "v_proj"),
+}
+
 LN_TUNING_TARGETS: dict[str, tuple[str, ...]] = {
     "llama": ("input_layernorm", "post_attention_layernorm", "norm"),
     "mistral": ("input_layernorm", "post_attention_layernorm", "norm"),
 }
 
 
-def peft_vector_numels(spec: ModelSpec, method: str, virtual_tokens: int = 0) -> tuple[int, ...]:
-    """Elements of each tensor IA3, LN tuning or prompt tuning trains in ``spec`` (empty for the other methods).
+def vera_linears(spec: ModelSpec) -> tuple[tuple[int, int], ...]:
+    """(in_features, out_features) of every linear VeRA adapts in ``spec`` under peft's default targets."""
+    names = VERA_TARGETS.get(spec.model_type, ())
+    return tuple((t.shape[1], t.shape[0]) for t in spec.tensors
+                 if t.role == "linear" and t.layer is not None and t.name.endswith(".weight") and t.module in names)
+
+
+def peft_vector_numels(spec: ModelSpec, method: str, size: int = 0) -> tuple[int, ...]:
+    """Elements of each tensor IA3, LN tuning, prompt tuning or VeRA trains in ``spec`` (empty for the other methods);
+    ``size`` is prompt tuning's virtual tokens, VeRA's rank (Workload.vector_size).
 
     IA3: one ``ia3_l`` per adapted linear, (out, 1) or (1, in) (``IA3Layer.update_layer``). LN tuning: a
     ``deepcopy`` of each targeted norm (``LNTuningLayer.update_layer``), whose parameters train while the
     original stays frozen beside it. Prompt tuning: ``PromptEmbedding``'s (num_virtual_tokens, token_dim)
-    embedding, token_dim the model's hidden size (src/peft/tuners/prompt_tuning/model.py).
+    embedding, token_dim the model's hidden size (src/peft/tuners/prompt_tuning/model.py). VeRA: per adapted
+    linear ``vera_lambda_b`` (out,) and ``vera_lambda_d`` (r,) (src/peft/tuners/vera/layer.py
+    ``VeraLayer.update_layer``); the shared vera_A and vera_B are buffers.
     """
     if method == "prompt-tuning":
-        return (virtual_tokens * spec.hidden_size,) if virtual_tokens else ()
+        return (size * spec.hidden_size,) if size else ()
+    if method == "prefix-tuning":
+        # PrefixEncoder (src/peft/tuners/prefix_tuning/model.py, prefix_projection False): an nn.Embedding of
+        # (num_virtual_tokens, num_layers * 2 * token_dim), token_dim the keys' width: utils/other.py
+        # _prepare_prompt_learning_config sets it to head_dim x num_key_value_heads for a model with kv heads
+        return (size * spec.n_layers * 2 * spec.n_kv_heads * spec.head_dim,) if size else ()
+    if method == "vera":
+        return tuple(n for _, out in vera_linears(spec) for n in (out, size))
     if method == "ia3" and (ia3 := IA3_TARGETS.get(spec.model_type)) is not None:
         out: list[int] = []
         for t in spec.tensors:
@@ -71,10 +101,17 @@ def peft_method_problem(spec: ModelSpec, method: str) -> str | None:
             return None
         return (f"method=prompt-tuning is modelled for decoder-only causal LMs (peft's PeftModelForCausalLM); "
                 f"{spec.name} is not one: use --method lora")
-    if method not in ("ia3", "ln-tuning"):
+    if method == "prefix-tuning":
+        # get_prompt's DynamicCache path (num_transformer_submodules 1, no post-processing): the model types whose
+        # attention vramlens models over a cache prefix
+        if spec.model_type in PREFIX_TUNING_TYPES and spec.head == "causal-lm" and spec.vlm is None:
+            return None
+        return (f"method=prefix-tuning is modelled for {', '.join(PREFIX_TUNING_TYPES)} causal LMs; {spec.name} is "
+                f"{spec.model_type!r}: use --method lora")
+    if method not in ("ia3", "ln-tuning", "vera"):
         return None
-    types = sorted(IA3_TARGETS if method == "ia3" else LN_TUNING_TARGETS)
-    if spec.model_type in types and peft_vector_numels(spec, method):
+    types = sorted(IA3_TARGETS if method == "ia3" else LN_TUNING_TARGETS if method == "ln-tuning" else VERA_TARGETS)
+    if spec.model_type in types and peft_vector_numels(spec, method, 1):
         return None
     return (f"method={method} takes peft's default targets for the model type, modelled for "
             f"{', '.join(types)}; {spec.name} is {spec.model_type!r}: use --method lora")

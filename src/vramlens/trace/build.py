@@ -243,13 +243,15 @@ def build_hf(cfg: dict, wl: Workload, *, fake_mode=None, layers: int | None = No
             raise TraceError(f"transformers cannot build {cls.__name__}: {e}") from None
     if wl.method in ("lora", "qlora"):
         model = apply_lora(model, wl)
-    elif wl.method in ("ia3", "ln-tuning"):
+    elif wl.method == "adalora":
+        model = apply_adalora(model, wl)
+    elif wl.method in ("ia3", "ln-tuning", "vera"):
         model = apply_vector_method(model, wl)
-    elif wl.method == "prompt-tuning":
+    elif wl.method in ("prompt-tuning", "prefix-tuning"):
         model = apply_prompt_tuning(model, wl)
     # a prompt-learning PeftModel registers the input embedding a second time (``word_embeddings``): to_empty
     # would visit it twice and fail to swap its weight, so it is set aside and put back after
-    shared = model._modules.pop("word_embeddings", None) if wl.method == "prompt-tuning" else None
+    shared = model._modules.pop("word_embeddings", None) if wl.method in ("prompt-tuning", "prefix-tuning") else None
     if fake_mode is not None:
         with fake_mode:
             model.to_empty(device="cpu")
@@ -549,36 +551,71 @@ def apply_lora(model: nn.Module, wl: Workload) -> nn.Module:
     return peft_model
 
 
-def apply_vector_method(model: nn.Module, wl: Workload) -> nn.Module:
-    """peft's IA3 or LN tuning with the config's defaults: the targets peft maps from the model's type
-    (vramlens.models.peft_targets lists the same), IA3's vectors upcast to fp32 by autocast_adapter_dtype
-    unless --lora-dtype says the model's dtype."""
+def apply_adalora(model: nn.Module, wl: Workload) -> nn.Module:
+    """peft's AdaLoRA: ``AdaLoraConfig(init_r=lora_rank, target_modules=..., lora_dropout=...)`` with fp32 adapters
+    (autocast_adapter_dtype). ``total_step`` (which AdaLoraConfig requires) and ``tinit`` only schedule the budget:
+    the trace's steps fall inside the initial warm-up (no masking, whose threshold is a data-dependent ``.item()``),
+    and update_and_allocate still builds the RankAllocator's state."""
     try:
-        from peft import IA3Config, LNTuningConfig, get_peft_model
+        from peft import AdaLoraConfig, get_peft_model
     except ImportError:
         from vramlens.errors import MissingExtraError
 
         raise MissingExtraError("peft", "trace") from None
-    cfg = IA3Config() if wl.method == "ia3" else LNTuningConfig()
+    targets: Any = list(wl.lora_targets)
+    if targets == ["all-linear"]:
+        targets = "all-linear"
+    cfg = AdaLoraConfig(init_r=wl.lora_rank, target_r=min(8, wl.lora_rank), target_modules=targets,
+                        lora_dropout=wl.lora_dropout, tinit=100, tfinal=0, total_step=1000)
+    try:
+        peft_model = get_peft_model(model, cfg, autocast_adapter_dtype=True)
+    except ValueError as e:
+        raise InputError(f"lora_targets={','.join(wl.lora_targets)}: {e}") from None
+    # ``ranknum`` is made with requires_grad=False (AdaLoraLayer.update_layer), as PEFT's MetaMathQA run at d787f51b
+    # counts it (18,353,664 trainable: A, E and B); peft 0.21.2 re-registers it trainable when it moves the adapters,
+    # which would add its gradient and keep each adapter's (t, out) output for it (``... / ranknum``)
+    for name, p in peft_model.named_parameters():
+        if ".ranknum." in name:
+            p.requires_grad_(False)
+    return peft_model
+
+
+def apply_vector_method(model: nn.Module, wl: Workload) -> nn.Module:
+    """peft's IA3, LN tuning or VeRA with the config's defaults: the targets peft maps from the model's type
+    (vramlens.models.peft_targets lists the same), IA3's vectors upcast to fp32 by autocast_adapter_dtype
+    unless --lora-dtype says the model's dtype."""
+    try:
+        from peft import IA3Config, LNTuningConfig, VeraConfig, get_peft_model
+    except ImportError:
+        from vramlens.errors import MissingExtraError
+
+        raise MissingExtraError("peft", "trace") from None
+    # VeRA: VeraConfig(r=vera_rank) with the other defaults (projection_prng_key 0, save_projection True)
+    cfg = (IA3Config() if wl.method == "ia3" else LNTuningConfig() if wl.method == "ln-tuning"
+           else VeraConfig(r=wl.vera_rank))
     try:
         with warnings.catch_warnings():
             # peft's _get_in_out_features warns on any layer it cannot size, an RMSNorm among them (LN tuning
             # copies it all the same, as PEFT's own MetaMathQA run on Llama-3.2-3B does)
             warnings.filterwarnings("ignore", message="Unsupported layer type", category=UserWarning)
-            return get_peft_model(model, cfg, autocast_adapter_dtype=wl.method == "ia3" and wl.lora_dtype == "fp32")
+            return get_peft_model(model, cfg, autocast_adapter_dtype=wl.method in ("ia3", "vera")
+                                  and wl.lora_dtype == "fp32")
     except ValueError as e:
         raise InputError(f"method={wl.method}: {e}") from None
 
 
 def apply_prompt_tuning(model: nn.Module, wl: Workload) -> nn.Module:
     """peft's prompt tuning: ``PromptTuningConfig(task_type="CAUSAL_LM", num_virtual_tokens=n)``, random init (the
-    default), its fp32 embedding beside the frozen model."""
+    default), its fp32 embedding beside the frozen model; or prefix tuning's ``PrefixTuningConfig``."""
     try:
-        from peft import PromptTuningConfig, get_peft_model
+        from peft import PrefixTuningConfig, PromptTuningConfig, get_peft_model
     except ImportError:
         from vramlens.errors import MissingExtraError
 
         raise MissingExtraError("peft", "trace") from None
+    if wl.method == "prefix-tuning":
+        # PrefixTuningConfig's defaults (prefix_projection False): an fp32 (n, layers x 2 x kv width) embedding
+        return get_peft_model(model, PrefixTuningConfig(task_type="CAUSAL_LM", num_virtual_tokens=wl.num_virtual_tokens))
     return get_peft_model(model, PromptTuningConfig(task_type="CAUSAL_LM", num_virtual_tokens=wl.num_virtual_tokens))
 
 

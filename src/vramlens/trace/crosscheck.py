@@ -442,6 +442,38 @@ PEFT_VECTOR_ROWS: tuple[tuple[str, dict[str, Any]], ...] = (
     ("qwen2.5-0.5b", _tr(method="prompt-tuning", num_virtual_tokens=32, checkpointing="full")),
 )
 
+#: peft's LoRA-FA (create_lorafa_optimizer: every lora_A frozen, LoraFAOptimizer stepping B alone), VeRA, AdaLoRA
+#: and prefix tuning, each with peft's own modules and optimizer
+PEFT_WIDE_ROWS: tuple[tuple[str, dict[str, Any]], ...] = (
+    # (workload_for gives lora and qlora rows the architecture's targets and rank 8)
+    ("llama-3-8b", _tr(lora_fa=True)),
+    ("llama-3-8b", _tr(lora_fa=True, lora_dropout=0.1)),
+    ("llama-3-8b", _tr(lora_fa=True, lora_dtype="bf16")),
+    ("llama-3-8b", _tr(lora_fa=True, checkpointing="selective-op")),
+    ("qwen2.5-0.5b", _tr(method="qlora", lora_fa=True, checkpointing="full")),
+    ("gpt2", _tr(lora_fa=True, attention="eager", dtype="fp32")),
+    # VeRA (VeraConfig(r)): shared fp32 vera_A and vera_B buffers, A's and B's outputs kept for the two vectors
+    ("llama-3-8b", _tr(method="vera", vera_rank=16)),
+    ("llama-3-8b", _tr(method="vera", checkpointing="selective-op", padded=True)),
+    ("qwen2.5-0.5b", _tr(method="vera", checkpointing="full")),
+    ("llama-3-8b", _tr(method="vera", vera_rank=64, dtype="fp32")),
+    # AdaLoRA (AdaLoraConfig(init_r=r), fp32 A, E and B, the RankAllocator's three copies after each step): the
+    # (r, k) product kept but in the first block; r = 16 and 64 on the default q and v, all-linear, checkpointed
+    ("llama-3-8b", _tr(method="adalora", lora_rank=16)),
+    ("llama-3-8b", _tr(method="adalora", lora_rank=64, lora_dropout=0.1)),
+    ("llama-3-8b", _tr(method="adalora", lora_rank=16, lora_targets=("all-linear",), checkpointing="selective-op")),
+    ("qwen2.5-0.5b", _tr(method="adalora", lora_rank=12, checkpointing="full")),
+    # prefix tuning (PrefixTuningConfig(n)): an fp32 (n, layers x 2 x kv width) embedding; every block's keys and
+    # values over n + s positions behind an explicit mask (GQA expanded), eager's first block keeping no keys
+    ("llama-3-8b", _tr(method="prefix-tuning", num_virtual_tokens=16)),
+    ("llama-3-8b", _tr(method="prefix-tuning", num_virtual_tokens=40, padded=True)),
+    ("llama-3-8b", _tr(method="prefix-tuning", num_virtual_tokens=16, attention="eager")),
+    ("qwen2.5-0.5b", _tr(method="prefix-tuning", num_virtual_tokens=32, dtype="fp32")),
+    # under a chunked loss: the estimate's temporaries are 9% under the trace's, as plain LoRA's on this shape (the
+    # loss chunks' casts, not VeRA's)
+    ("llama-3-8b", _tr(method="vera", vera_rank=16, loss_chunks=8)),
+)
+
 QLORA_ROWS: tuple[tuple[str, dict[str, Any]], ...] = (
     # transformers' BitsAndBytesConfig: every linear of the blocks in nf4-dq
     ("llama-2-7b", _tr(method="qlora")),

@@ -81,6 +81,24 @@ def make_optimizer(name: str, params: Sequence[torch.Tensor], impl: str = "forea
     raise InputError(f"optimizer={name!r} cannot be traced")
 
 
+def make_lorafa_optimizer(model: nn.Module, wl: Workload):
+    """peft's LoRA-FA (``peft.optimizers.create_lorafa_optimizer``), as PEFT's MetaMathQA builds it (r, lora_alpha,
+    lr, weight_decay): it sets requires_grad_(False) on every lora_A and returns a LoraFAOptimizer over all the
+    model's named parameters, stepping B with its projected gradient."""
+    try:
+        from peft.optimizers import create_lorafa_optimizer
+    except ImportError:
+        from vramlens.errors import MissingExtraError
+
+        raise MissingExtraError("peft", "trace") from None
+    from peft import PeftModel
+
+    if not isinstance(model, PeftModel):
+        raise TraceError("lora_fa: peft's create_lorafa_optimizer needs the PeftModel get_peft_model makes")
+    # build.apply_lora's LoraConfig: lora_alpha = 2 r
+    return create_lorafa_optimizer(model, r=wl.lora_rank, lora_alpha=2 * wl.lora_rank, lr=1e-4, weight_decay=0.1)
+
+
 #: vramlens optimizer -> torchao.optim class (torchao/optim/adam.py).
 TORCHAO_CLASSES = {"adamw-8bit-torchao": "AdamW8bit", "adamw-4bit-torchao": "AdamW4bit", "adamw-fp8-torchao": "AdamWFp8"}
 
@@ -414,11 +432,14 @@ class Runner:
             torch.cuda.synchronize()
             torch.cuda.reset_peak_memory_stats()
         with self._ctx():
+            lorafa = make_lorafa_optimizer(model, wl) if wl.training and wl.lora_fa else None  # freezes lora_A
             params = [p for p in model.parameters()]
             trainable = [p for p in params if p.requires_grad]
             master = None
             opt = None
-            if wl.training and wl.optimizer != "none" and wl.optimizer_in_backward:
+            if lorafa is not None:
+                opt = lorafa
+            elif wl.training and wl.optimizer != "none" and wl.optimizer_in_backward:
                 opt = InBackwardOptimizer(wl.optimizer, trainable, rec, wl.optimizer_impl)
             elif wl.training and wl.optimizer != "none":
                 if wl.amp is not None and wl.amp == wl.dtype:
@@ -659,6 +680,8 @@ class Runner:
                         p.grad = None
                 opt.step()
                 self._mark_optimizer(opt)
+                if wl.method == "adalora":
+                    self._adalora_update(built.model, step)
                 opt.zero_grad(set_to_none=not wl.keep_grads)
                 if master is not None:
                     with torch.no_grad():
@@ -669,6 +692,16 @@ class Runner:
                     p.grad = None
             gc.collect()
             self.progress(f"step {step}/{self.steps} traced in {time.perf_counter() - t0:.1f} s")
+
+    def _adalora_update(self, model: Any, step: int) -> None:
+        """What PEFT's MetaMathQA loop runs after ``optimizer.step()`` under AdaLoRA (run.py at d787f51b):
+        ``model.base_model.update_and_allocate(step)``; its RankAllocator keeps ipt, exp_avg_ipt and exp_avg_unc
+        per adapter tensor across steps (rebuilt at each), state beside the optimizer's."""
+        base = model.base_model
+        base.update_and_allocate(step)
+        alloc = base.rankallocator
+        self.rec.mark((t for d in (alloc.ipt, alloc.exp_avg_ipt, alloc.exp_avg_unc) for t in d.values()),
+                      "optimizer_state")
 
     def _mark_optimizer(self, opt) -> None:
         rec = self.rec
