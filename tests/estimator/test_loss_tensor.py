@@ -20,6 +20,9 @@ T = 2 * 2048  # batch 2 x 2048 tokens
     (dict(dtype="fp32", amp="bf16"), 4 * V * T),
     # torchtune's chunked loss, 8 chunks of 256 positions: one chunk's fp32 upcast
     (dict(dtype="bf16", loss_chunks=8), 4 * V * 2 * 256),
+    # LitGPT's chunked_cross_entropy in the logits' dtype: one bf16 chunk; under Lightning Fabric's fp32 cast, fp32
+    (dict(dtype="bf16", loss_chunks=8, loss_upcast=False), 2 * V * 2 * 256),
+    (dict(dtype="bf16", loss_chunks=8, loss_upcast=False, output_upcast=True), 4 * V * 2 * 256),
     # torchtitan's compiled cross-entropy: one fused reduction over the bf16 logits
     (dict(dtype="bf16", compile=True, compile_scope="blocks+loss"), 2 * V * T),
     # Liger's fused linear cross-entropy: one chunk of next_power_of_2(ceil(4096 / ceil(V / 4096))) = 128 tokens

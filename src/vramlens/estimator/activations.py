@@ -1348,7 +1348,7 @@ def largest_loss_tensor(spec: ModelSpec, w: Workload, b: int, s: int) -> int:
         return _r(max(c, sm, cast) * V * t)
     size = seq_chunks(s, w.loss_chunks)[0]
     compiled = w.compile and w.training and c != 4
-    widest = 4 if (w.loss_upcast or w.output_upcast != "none") and not compiled else c
+    widest = 4 if (w.loss_upcast or w.output_upcast) and not compiled else c
     return _r(widest * V * b * size)
 
 
