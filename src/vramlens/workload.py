@@ -44,8 +44,9 @@ from vramlens.errors import ConfigError
 Mode = Literal["inference", "train"]
 #: ``ia3`` and ``ln-tuning`` are peft's IA3 and LN tuning with the model type's default targets
 #: (vramlens.models.peft_targets), ``prompt-tuning`` peft's prompt tuning (num_virtual_tokens): the base frozen,
-#: no LoRA adapters
-Method = Literal["full", "lora", "qlora", "ia3", "ln-tuning", "prompt-tuning"]
+#: no LoRA adapters; ``loha`` is peft's LoHa (lora_rank, lora_targets), which builds a full-size weight delta per
+#: adapted linear in every forward (vramlens.estimator.activations.delta_saved)
+Method = Literal["full", "lora", "qlora", "ia3", "ln-tuning", "prompt-tuning", "loha"]
 DType = Literal["fp32", "fp16", "bf16"]
 Amp = Literal["fp16", "bf16"]
 Quant = Literal["int8", "nf4", "nf4-dq", "fp4", "int4", "gptq-4bit", "awq-4bit", "fp8"]
@@ -107,6 +108,12 @@ METHODS: tuple[Method, ...] = get_args(Method)
 LORA_METHODS: tuple[Method, ...] = ("lora", "qlora")
 #: The methods that train small tensors of their own beside a frozen base and add no linear adapter.
 VECTOR_METHODS: tuple[Method, ...] = ("ia3", "ln-tuning", "prompt-tuning")
+#: peft's methods that build a full-size weight delta from small trained factors in every forward (LoHa's Hadamard
+#: product): their factors are per-tensor trainables as VECTOR_METHODS' are (lora_rank and lora_targets give the
+#: shapes), and each adapted linear keeps its delta for backward (vramlens.estimator.activations.delta_saved).
+DELTA_METHODS: tuple[Method, ...] = ("loha",)
+#: Every method whose trainables vramlens lists tensor by tensor (models.peft_vector_numels, peft_delta_numels).
+OWN_TENSOR_METHODS: tuple[Method, ...] = VECTOR_METHODS + DELTA_METHODS
 DTYPES: tuple[DType, ...] = get_args(DType)
 AMPS: tuple[Amp, ...] = get_args(Amp)
 QUANTS: tuple[Quant, ...] = get_args(Quant)
@@ -760,6 +767,7 @@ class Workload:
             p.append(f"new_tokens={self.new_tokens} needs a generating task (causal-lm or seq2seq-lm); "
                      f"task={self.task} does not generate: drop --new-tokens")
         p += self._vector_method_problems()
+        p += self._delta_method_problems()
         if self.method != "full" and self.lora_dtype not in ("fp32", self.compute_dtype):
             p.append(f"lora_dtype={self.lora_dtype} with compute dtype {self.compute_dtype}: adapters are kept in fp32 "
                      f"(peft) or in the model's dtype (torchtune): use --lora-dtype fp32 or {self.compute_dtype}")
@@ -1031,6 +1039,38 @@ class Workload:
                      + ("it" if len(off) == 1 else "them"))
         return p
 
+    def _delta_method_problems(self) -> list[str]:
+        """LoHa is modelled as PEFT's method comparison runs it: one GPU (or data parallel), the model's dtype, fp32
+        factors (autocast_adapter_dtype), AdamW or SGD; what else would change what is kept is refused."""
+        if self.method not in DELTA_METHODS:
+            return []
+        m = f"method={self.method}"
+        p = []
+        if self.mode != "train":
+            p.append(f"{m} is modelled for training: estimate inference with --method full (peft merges the delta "
+                     "into the weight)")
+        if self.quant is not None:
+            p.append(f"{m} over quant={self.quant} weights is not modelled: drop --quant")
+        if self.amp is not None:
+            p.append(f"{m} under autocast (amp={self.amp}) is not modelled: drop --amp")
+        if self.lora_dtype != "fp32":
+            p.append(f"{m} with lora_dtype={self.lora_dtype} is not modelled (peft's autocast_adapter_dtype keeps the "
+                     "factors in fp32, and each adapted linear then keeps an fp32 copy of its input): drop --lora-dtype")
+        if self.fused_qkv:
+            p.append(f"{m} adapts transformers' separate projections; fused_qkv is LitGPT's: drop --fused-qkv")
+        if self.optimizer not in ("adamw", "adam", "sgd", "sgd-momentum", "none"):
+            p.append(f"{m} with optimizer={self.optimizer} is not modelled: use adamw, adam, sgd or sgd-momentum")
+        if self.optimizer_in_backward:
+            p.append(f"{m} with optimizer_in_backward is not modelled: drop --optimizer-in-backward")
+        off = [f"{n}={getattr(self, n)}" for n in ("tp", "pp", "cp") if getattr(self, n) > 1]
+        off += [f"zero={self.zero}"] * bool(self.zero) + ["fsdp"] * bool(self.fsdp)
+        off += ["compile"] * bool(self.compile) + ["activation_offload"] * bool(self.activation_offload)
+        off += [f"checkpointing={self.checkpointing}"] * (self.checkpointing != "none")
+        if off:
+            p.append(f"{m} is modelled on one GPU or under data parallelism without {', '.join(off)}: drop "
+                     + ("it" if len(off) == 1 else "them"))
+        return p
+
     def ignored(self) -> list[str]:
         """Settings that were given but do not apply to this run, one sentence each (they change nothing,
         or next to nothing, as selective checkpointing over SDPA).
@@ -1081,8 +1121,10 @@ class Workload:
         if self.method not in LORA_METHODS:
             # IA3 keeps its vectors in lora_dtype (peft's autocast_adapter_dtype); LN tuning's norms stay in the
             # model's dtype
+            # LoHa takes its rank and targets from lora_rank and lora_targets
             names = [n for n in ("lora_rank", "lora_targets", "lora_dropout", "lora_dtype", "dora", "quant_targets")
-                     if given(n) and not (n == "lora_dtype" and self.method == "ia3")]
+                     if given(n) and not (n == "lora_dtype" and self.method == "ia3")
+                     and not (n in ("lora_rank", "lora_targets", "lora_dtype") and self.method in DELTA_METHODS)]
             if names:
                 out.append(f"ignored with method={self.method!r} (they apply to LoRA and QLoRA): "
                            + ", ".join(f"{n}={getattr(self, n)!r}" for n in names))

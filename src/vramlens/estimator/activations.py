@@ -43,7 +43,7 @@ from vramlens.models.peft_targets import IA3_TARGETS
 from vramlens.models.spec import ModelSpec
 from vramlens.units import BLOCK, DTYPE_BYTES
 from vramlens.units import block_bytes as _r  # one allocation's bytes, in 512-byte blocks
-from vramlens.workload import FOUR_BIT, LORA_METHODS, VECTOR_METHODS, Workload
+from vramlens.workload import DELTA_METHODS, FOUR_BIT, LORA_METHODS, VECTOR_METHODS, Workload
 
 #: The philox seed and offset (an int64 each) that CUDA's flash, memory-efficient and cuDNN SDPA
 #: kernels return and keep for backward, with or without dropout (one 512-byte block each in the
@@ -258,6 +258,13 @@ def untracked_before_first_adapter(spec: ModelSpec, w: Workload, b: int, s: int)
         return 0, ()
     if w.method == "prompt-tuning":
         return 0, ()  # the prompts need a gradient: every block's input does, from the first on
+    if w.method in DELTA_METHODS:
+        # as IA3: the first block's input norm keeps nothing, and the adapted q/k/v projections there read a tensor
+        # that needs no gradient, so F.linear keeps only the input copy for the delta's gradient, not the delta
+        c = DTYPE_BYTES[w.compute_dtype]
+        a = DTYPE_BYTES[w.lora_dtype]
+        return (_norm_saved(norm_kind(spec), spec.hidden_size, b * s, 4 if w.run_dtype == "fp32" else c, c, 0,
+                            False, False) + sum(_r(a * n * k) for g, n, k in delta_dims(spec, w) if g == "qkv"), ())
     if w.method in VECTOR_METHODS:
         # the first block's input norm reads the frozen embedding's output, so it keeps no fp32 copy of it: IA3
         # tracks nothing before its first vector, LN tuning's trained copy keeps only the normalized tensor
@@ -546,6 +553,84 @@ def litgpt_kv_saved(D: Dims, t: int, c: int) -> tuple[int, int]:
     return k, _r(c * (D.a + 2 * D.kv) * D.d * t)
 
 
+def delta_saved(spec: ModelSpec, w: Workload, t: int) -> int:
+    """What LoHa keeps for backward in one block of t tokens, per adapted (n out, k in) linear
+    (src/peft/tuners/loha/layer.py, the same at huggingface/peft d787f51b and in peft 0.21.2).
+
+    ``Linear._get_delta_activations`` builds the delta weight with ``HadaWeight.apply`` (an autograd.Function that
+    saves only its four factors and the CPU scale) and runs ``F.linear(x.to(fp32), delta_weight)``
+    (``_cast_input_dtype`` to the fp32 factors' dtype): the matmul keeps the fp32 copy of the input (t x k) for the
+    delta's gradient and the fp32 delta itself (n x k) for the input's gradient, until the block's backward.
+    ``result + delta_out`` and ``.to(previous_dtype)`` keep nothing. When the activations are already fp32 there is
+    no copy: the linears of one group keep the input they share, once. In the first block the attention's input
+    projections read a tensor that needs no gradient, so they keep no delta (untracked_before_first_adapter).
+    """
+    a = DTYPE_BYTES[w.lora_dtype]
+    dims = delta_dims(spec, w)
+    if a == DTYPE_BYTES[w.compute_dtype]:
+        inputs = sum(_r(a * k * t) for g, k in {(g, k) for g, _, k in dims})
+    else:
+        inputs = sum(_r(a * k * t) for _, _, k in dims)
+    return inputs + sum(_r(a * n * k) for _, n, k in dims)
+
+
+def delta_dims(spec: ModelSpec, w: Workload) -> tuple[tuple[str, int, int], ...]:
+    """(group, n out, k in) of the first block's linears LoHa adapts (lora_targets); empty for other methods."""
+    if w.method not in DELTA_METHODS:
+        return ()
+    targets = tuple(w.lora_targets)
+    dims = _dims_by_path(spec)
+    out = []
+    for g in GROUP_ORDER:
+        for path, leaf in linear_groups(spec).get(g, ()):
+            if "all-linear" in targets or leaf in targets:
+                k, n = dims.get(path, (0, 0))
+                out.append((g, n, k))
+    return tuple(out)
+
+
+@dataclass(frozen=True, slots=True)
+class DeltaTransients:
+    """LoHa's delta weight built inside a block (see delta_transients).
+
+    forward, backward: what the largest adapted linear adds above the activations counted whole (all blocks
+        saved), the last block's own saved tensors freed or not yet made at that point taken off.
+    temporary: the transient itself, the larger of the forward's and the backward's.
+    """
+
+    forward: int
+    backward: int
+    temporary: int
+
+
+def delta_transients(spec: ModelSpec, w: Workload, b: int, s: int, block: int) -> DeltaTransients:
+    """LoHa's transients in the last block, ``block`` its saved bytes (src/peft/tuners/loha/layer.py at d787f51b).
+
+    Forward: ``((w1a @ w1b) * (w2a @ w2b)) * scale`` holds both products and their Hadamard product (three fp32
+    n x k) before the scaled one, which is kept (delta_saved), replaces them. Backward (``HadaWeight.backward``,
+    after ``F.linear``'s backward freed its saved input copy and delta): the delta's gradient (n x k, held by
+    autograd while the function runs), ``grad_out * scale``, ``w2a @ w2b`` and its product ``temp``, then
+    ``w1a @ w1b`` and the second product while the first ``temp`` is still bound: five fp32 n x k at once. An
+    attention input projection runs when only the block's input norm has saved anything (forward) or is left
+    (backward); for a later linear the rest of the block is counted alive.
+    """
+    dims = delta_dims(spec, w)
+    if not dims:
+        return DeltaTransients(0, 0, 0)
+    a = DTYPE_BYTES[w.lora_dtype]
+    c = DTYPE_BYTES[w.compute_dtype]
+    t = b * s
+    norm = _norm_saved(norm_kind(spec), spec.hidden_size, t, 4 if w.run_dtype == "fp32" else c, c, 0, False, False)
+    fwd = bwd = tmp = 0
+    for g, n, k in dims:
+        wd = _r(a * n * k)
+        gone = block - norm if g == "qkv" else _r(a * k * t) + wd  # the block's tensors not alive then
+        fwd = max(fwd, 3 * wd - (block - norm if g == "qkv" else 0))
+        bwd = max(bwd, 5 * wd - gone)
+        tmp = max(tmp, 5 * wd)
+    return DeltaTransients(max(0, fwd), max(0, bwd), tmp)
+
+
 def ia3_saved(spec: ModelSpec, w: Workload, t: int) -> int:
     """IA3's own activations in one block of t tokens (src/peft/tuners/ia3/layer.py ``Linear.forward``, the
     same at huggingface/peft d787f51b and in peft 0.21.2).
@@ -725,7 +810,7 @@ def layer_activations(spec: ModelSpec, w: Workload, b: int, s: int, *, cross_s: 
         mlp_consumers = mlp_consumers + km if casts else max(mlp_consumers, min(km, 1))
         attn_out_saves = attn_out_saves or bnb_kept_inputs(spec, w, "attn_out", tp) > 0
         mlp_out_saves = mlp_out_saves or bnb_kept_inputs(spec, w, "mlp_out", tp) > 0
-    total = _lora_saved(spec, w, D, t, c, tp) + ia3_saved(spec, w, t)
+    total = _lora_saved(spec, w, D, t, c, tp) + ia3_saved(spec, w, t) + delta_saved(spec, w, t)
     quad = 0
 
     # --- attention input norm (pre-norm); post-norm blocks' linears keep the block input itself ----

@@ -43,15 +43,15 @@ from vramlens.estimator.inventory import (
     float_bytes,
     lora_rounded_bytes,
     lora_shape,
+    own_tensor_numels,
     summarize,
     vector_bytes,
     vector_dtype,
 )
 from vramlens.estimator.memo import identity_cache
-from vramlens.models.peft_targets import peft_vector_numels
 from vramlens.models.spec import ModelSpec
 from vramlens.units import BLOCK, DTYPE_BYTES, round_up
-from vramlens.workload import FOUR_BIT, VECTOR_METHODS, WO_DEQUANT_QUANTS, Workload
+from vramlens.workload import FOUR_BIT, OWN_TENSOR_METHODS, WO_DEQUANT_QUANTS, Workload
 
 GROUP_SIZE = 128       # GPTQ / AWQ / int4 default group size (AutoGPTQ BaseQuantizeConfig, AutoAWQ q_group_size)
 NF4_BLOCK = 64         # bitsandbytes Params4bit default blocksize
@@ -393,12 +393,12 @@ def lora_dtype_bytes(w: Workload) -> int:
 
 
 def lora_params(spec: ModelSpec, w: Workload) -> int:
-    """What a parameter-efficient method trains: LoRA's A and B (and DoRA's magnitudes), IA3's vectors or
-    LN tuning's norm copies."""
+    """What a parameter-efficient method trains: LoRA's A and B (and DoRA's magnitudes), IA3's vectors,
+    LN tuning's norm copies, prompt tuning's embedding or LoHa's factors."""
     if w.method == "full":
         return 0
-    if w.method in VECTOR_METHODS:
-        return sum(peft_vector_numels(spec, w.method, w.num_virtual_tokens))
+    if w.method in OWN_TENSOR_METHODS:
+        return sum(own_tensor_numels(spec, w))
     return lora_shape(spec, tuple(w.lora_adapted), w.fused_qkv).params(w.lora_rank, w.dora)
 
 
@@ -407,7 +407,7 @@ def adapter_bytes(spec: ModelSpec, w: Workload) -> int:
     fp32 (``autocast_adapter_dtype=True``, peft >= 0.12), torchtune keeps the model's dtype."""
     if w.method == "full":
         return 0
-    if w.method in VECTOR_METHODS:
+    if w.method in OWN_TENSOR_METHODS:
         return vector_bytes(spec, w, DTYPE_BYTES[vector_dtype(w)])  # beside the frozen base, which stays whole
     shape = lora_shape(spec, tuple(w.lora_adapted), w.fused_qkv)
     return lora_rounded_bytes(shape, w.lora_rank, lora_dtype_bytes(w), w.dora)

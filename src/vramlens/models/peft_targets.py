@@ -64,6 +64,28 @@ def peft_vector_numels(spec: ModelSpec, method: str, virtual_tokens: int = 0) ->
     return ()
 
 
+def delta_linears(spec: ModelSpec, targets: tuple[str, ...]) -> tuple[tuple[int, int], ...]:
+    """(out_features, in_features) of each block linear whose name is among ``targets`` (peft matches the module's
+    name; ``all-linear`` every linear of the blocks, peft's INCLUDE_LINEAR_LAYERS_SHORTHAND leaving the output
+    layer out), in the model's order."""
+    every = "all-linear" in targets
+    return tuple((t.shape[0], t.shape[1]) for t in spec.tensors
+                 if t.role == "linear" and t.layer is not None and t.name.endswith(".weight") and len(t.shape) == 2
+                 and (every or t.module in targets))
+
+
+def peft_delta_numels(spec: ModelSpec, method: str, targets: tuple[str, ...], rank: int) -> tuple[int, ...]:
+    """Elements of each tensor LoHa trains in ``spec`` (empty for the other methods).
+
+    LoHa (src/peft/tuners/loha/layer.py ``LoHaLayer.create_adapter_parameters``, the same at huggingface/peft
+    d787f51b and in peft 0.21.2): per adapted (out, in) linear ``hada_w1_a`` (out, r), ``hada_w1_b`` (r, in),
+    ``hada_w2_a`` (out, r) and ``hada_w2_b`` (r, in).
+    """
+    if method != "loha":
+        return ()
+    return tuple(n for out, k in delta_linears(spec, targets) for n in (out * rank, rank * k, out * rank, rank * k))
+
+
 def peft_method_problem(spec: ModelSpec, method: str) -> str | None:
     """Why ``method`` (ia3, ln-tuning or prompt-tuning) has no estimate for ``spec``, or None."""
     if method == "prompt-tuning":

@@ -247,6 +247,8 @@ def build_hf(cfg: dict, wl: Workload, *, fake_mode=None, layers: int | None = No
         model = apply_vector_method(model, wl)
     elif wl.method == "prompt-tuning":
         model = apply_prompt_tuning(model, wl)
+    elif wl.method == "loha":
+        model = apply_delta_method(model, wl)
     # a prompt-learning PeftModel registers the input embedding a second time (``word_embeddings``): to_empty
     # would visit it twice and fail to swap its weight, so it is set aside and put back after
     shared = model._modules.pop("word_embeddings", None) if wl.method == "prompt-tuning" else None
@@ -566,6 +568,22 @@ def apply_vector_method(model: nn.Module, wl: Workload) -> nn.Module:
             # copies it all the same, as PEFT's own MetaMathQA run on Llama-3.2-3B does)
             warnings.filterwarnings("ignore", message="Unsupported layer type", category=UserWarning)
             return get_peft_model(model, cfg, autocast_adapter_dtype=wl.method == "ia3" and wl.lora_dtype == "fp32")
+    except ValueError as e:
+        raise InputError(f"method={wl.method}: {e}") from None
+
+
+def apply_delta_method(model: nn.Module, wl: Workload) -> nn.Module:
+    """peft's LoHa on ``lora_targets`` with rank ``lora_rank`` (alpha and the dropouts at the config's defaults:
+    they change no shape), its factors upcast to fp32 by autocast_adapter_dtype as PEFT's MetaMathQA runs it."""
+    try:
+        from peft import LoHaConfig, get_peft_model
+    except ImportError:
+        from vramlens.errors import MissingExtraError
+
+        raise MissingExtraError("peft", "trace") from None
+    targets = list(wl.lora_targets) if "all-linear" not in wl.lora_targets else "all-linear"
+    try:
+        return get_peft_model(model, LoHaConfig(r=wl.lora_rank, target_modules=targets), autocast_adapter_dtype=True)
     except ValueError as e:
         raise InputError(f"method={wl.method}: {e}") from None
 

@@ -442,6 +442,18 @@ PEFT_VECTOR_ROWS: tuple[tuple[str, dict[str, Any]], ...] = (
     ("qwen2.5-0.5b", _tr(method="prompt-tuning", num_virtual_tokens=32, checkpointing="full")),
 )
 
+#: peft's LoHa (fp32 factors, q_proj and v_proj, rank 8 unless given): each adapted linear keeps its fp32 delta
+#: weight and input copy (the first block no delta), the delta built in forward (three n x k) and in HadaWeight's
+#: backward (five n x k); rows at 16-64 tokens put the peak there, in bf16 and fp32 (no input copy), on all-linear
+PEFT_DELTA_ROWS: tuple[tuple[str, dict[str, Any]], ...] = (
+    ("llama-3-8b", _tr(method="loha")),
+    ("llama-3-8b", _tr(method="loha", batch=1, seq=16)),
+    ("llama-3-8b", _tr(method="loha", dtype="fp32", batch=1, seq=16)),
+    ("llama-3-8b", _tr(method="loha", lora_targets=("all-linear",), batch=1, seq=32)),
+    ("llama-3-8b", _tr(method="loha", lora_rank=4, batch=2, seq=64)),
+    ("qwen2.5-0.5b", _tr(method="loha", batch=1, seq=16)),
+)
+
 QLORA_ROWS: tuple[tuple[str, dict[str, Any]], ...] = (
     # transformers' BitsAndBytesConfig: every linear of the blocks in nf4-dq
     ("llama-2-7b", _tr(method="qlora")),
