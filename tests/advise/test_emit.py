@@ -244,3 +244,19 @@ def test_prompt_tuning_emits_its_virtual_tokens():
     assert kw == {"peft_type": "PROMPT_TUNING", "task_type": "CAUSAL_LM", "num_virtual_tokens": 20}
     peft = pytest.importorskip("peft")
     assert peft.get_peft_config(kw).num_virtual_tokens == 20
+
+
+def test_loha_emits_get_peft_config_with_rank_and_targets():
+    """LoHa: the dict builds peft's LoHaConfig with the rank and targets vramlens estimated; torchtune has no recipe."""
+    plan = _plan(base={"method": "loha", "lora_rank": 16, "lora_targets": ("q_proj", "k_proj", "v_proj")},
+                 method_locked=True)
+    assert plan.workload.method == "loha"
+    kw = emit(plan, "peft")
+    assert kw == {"peft_type": "LOHA", "r": 16, "alpha": 32, "target_modules": ["q_proj", "k_proj", "v_proj"],
+                  "task_type": "CAUSAL_LM"}
+    peft = pytest.importorskip("peft")
+    cfg = peft.get_peft_config(kw)
+    assert type(cfg).__name__ == "LoHaConfig"
+    assert (cfg.r, cfg.alpha, set(cfg.target_modules)) == (16, 32, {"q_proj", "k_proj", "v_proj"})
+    with pytest.raises(InputError, match="trains peft's loha "):
+        emit(plan, "torchtune")

@@ -18,7 +18,7 @@ from typing import Any
 
 from vramlens.advise.plan import Plan
 from vramlens.errors import InputError
-from vramlens.workload import FOUR_BIT, VECTOR_METHODS, Workload
+from vramlens.workload import DELTA_METHODS, FOUR_BIT, VECTOR_METHODS, Workload
 
 KINDS = ("trainer", "peft", "bnb", "deepspeed", "accelerate", "fsdp", "device-map", "alloc-conf", "torchtune", "vllm",
          "llama.cpp", "torchtitan")
@@ -245,11 +245,20 @@ def trainer(plan: Plan, *, legacy_names: bool | None = None) -> dict[str, Any]:
 
 def peft(plan: Plan) -> dict[str, Any]:
     """``peft.LoraConfig`` keyword arguments. lora_alpha = 2r, a common choice (peft's default is 8). IA3 and LN
-    tuning: the dict ``peft.get_peft_config`` takes (its ``peft_type`` names the config class)."""
+    tuning, prompt tuning and LoHa: the dict ``peft.get_peft_config`` takes (its ``peft_type`` names the config
+    class)."""
     w = plan.workload
     if w.method == "full":
         raise InputError("--emit peft: the plan trains every parameter (--method full); no LoRA settings")
     kind = plan.estimate.model.kind
+    if w.method == "loha":
+        # LoHaConfig (src/peft/tuners/loha/config.py): r and target_modules set what vramlens estimated; alpha = 2r as
+        # for LoRA (it scales the delta and changes no memory); get_peft_model(autocast_adapter_dtype=True), peft's
+        # default, keeps the factors in fp32 as assumed
+        targets = list(w.lora_targets)
+        return {"peft_type": "LOHA", "r": w.lora_rank, "alpha": 2 * w.lora_rank,
+                "target_modules": "all-linear" if targets == ["all-linear"] else targets,
+                "task_type": {"decoder": "CAUSAL_LM"}.get(kind, "FEATURE_EXTRACTION")}
     if w.method == "prompt-tuning":
         return {"peft_type": "PROMPT_TUNING", "task_type": "CAUSAL_LM", "num_virtual_tokens": w.num_virtual_tokens}
     if w.method in VECTOR_METHODS:
@@ -618,7 +627,7 @@ def torchtune(plan: Plan) -> dict[str, Any]:
         # enable_fp8_training is read by recipes/full_finetune_distributed.py (torchao's convert_to_float8_training)
         refuse.append("trains in float8 on one GPU (torchtune's enable_fp8_training is in full_finetune_distributed)")
     targets = set(w.lora_targets)
-    if w.method in VECTOR_METHODS:
+    if w.method in VECTOR_METHODS or w.method in DELTA_METHODS:
         refuse.append(f"trains peft's {w.method} (torchtune's recipes train full weights, LoRA, QLoRA or DoRA)")
     elif w.method != "full":
         if "all-linear" in targets:

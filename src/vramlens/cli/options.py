@@ -108,8 +108,9 @@ def add_model_arg(p: argparse.ArgumentParser, *, required: bool = False) -> None
 def add_workload_args(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("workload", PRECISION_HELP)
     g.add_argument("--mode", choices=W.MODES, default="inference", help="inference or train (default inference)")
-    g.add_argument("--method", choices=W.METHODS, default="full", help="full fine-tuning, LoRA, QLoRA, peft's IA3 or LN tuning with the "
-                   "model type's default targets, or peft's prompt tuning (default full)")
+    g.add_argument("--method", choices=W.METHODS, default="full", help="full fine-tuning, LoRA, QLoRA, peft's IA3 or LN tuning "
+                   "with the model type's default targets, peft's prompt tuning, or peft's LoHa (--lora-rank, "
+                   "--lora-targets) (default full)")
     g.add_argument("--dtype", choices=W.DTYPES, default="bf16", help="weight storage/compute dtype (default bf16)")
     g.add_argument("--amp", choices=W.AMPS, default=None, help="mixed precision with fp32 master weights")
     g.add_argument("--quant", choices=W.QUANTS, default=None, help="weight quantization")

@@ -99,6 +99,7 @@ SHOW_WHEN: dict[str, str] = {
     **{k: "mode=inference" for k in ("new_tokens", "kv_dtype", "kv_block", "cache")},
     "max_cache_len": "mode=inference;cache=static",
     **{k: "method=lora|qlora" for k in ("lora_rank", "lora_targets", "dora", "quant_targets")},
+    **{k: "method=lora|qlora|loha" for k in ("lora_rank", "lora_targets")},  # LoHa's r and target_modules
     "lora_dtype": "method=lora|qlora|ia3",  # IA3's vectors too (peft's autocast_adapter_dtype)
     "num_virtual_tokens": "mode=train;method=prompt-tuning",
     "lora_dropout": "mode=train;method=lora|qlora",

@@ -1,0 +1,103 @@
+"""--method loha: peft's LoHa (r = lora_rank on lora_targets, fp32 factors). The arithmetic on Llama-3.2-3B at
+PEFT's MetaMathQA settings (r=32 on q_proj and v_proj; the trainable count is the one its result file prints); the
+tracer runs real peft on shrunk models (tests/trace/test_peft_delta.py, PEFT_DELTA_ROWS)."""
+
+from __future__ import annotations
+
+import pytest
+
+from vramlens.errors import ConfigError
+from vramlens.estimator import activations as A
+from vramlens.estimator import estimate
+from vramlens.models import load_model, peft_delta_numels
+from vramlens.workload import Workload
+
+# Llama-3.2-3B: 28 layers, hidden 3,072, 8 kv heads of 128 (v_proj: 1,024 outputs)
+L, H, KV = 28, 3_072, 1_024
+RUN = dict(mode="train", dtype="bf16", batch=4, seq=768, attention="sdpa", method="loha", lora_rank=32)
+T = 4 * 768  # tokens
+W_Q, W_V = H * H * 4, KV * H * 4  # fp32 delta weights: 37,748,736 and 12,582,912 B
+
+
+def test_trainable_count_is_peft_metamathqa_one():
+    spec = load_model("llama-3.2-3b")
+    # hada_w1_a, hada_w2_a (out, 32) and hada_w1_b, hada_w2_b (32, in) on q_proj (3,072 -> 3,072) and v_proj
+    # (3,072 -> 1,024): 28 x (2 x 32 x 6,144 + 2 x 32 x 4,096) = 18,350,080, the result file's num_trainable_params
+    numels = peft_delta_numels(spec, "loha", ("q_proj", "v_proj"), 32)
+    assert sum(numels) == 18_350_080 == L * (2 * 32 * (H + H) + 2 * 32 * (KV + H))
+    assert len(numels) == L * 2 * 4
+    assert peft_delta_numels(spec, "lora", ("q_proj", "v_proj"), 32) == ()
+
+
+def test_factors_gradients_and_adam_states_in_fp32():
+    e = estimate("llama-3.2-3b", **RUN)
+    assert e.trainable_params == 18_350_080
+    # every factor a multiple of 512 B: 18,350,080 x 4 B
+    assert e.breakdown["gradients"] == 73_400_320
+    assert e.breakdown["optimizer_states"] == 2 * 73_400_320
+    frozen = estimate("llama-3.2-3b", **{**RUN, "method": "lora"}).breakdown["weights"]
+    lora = L * 4 * 32 * ((H + H) + (H + KV))  # LoRA r=32 A and B on the same two linears, fp32
+    assert e.breakdown["weights"] == frozen - lora + 73_400_320
+
+
+def test_delta_and_input_copy_kept_per_adapted_linear():
+    spec = load_model("llama-3.2-3b")
+    w = Workload(**RUN)
+    # F.linear(x.to(fp32), delta): the fp32 input copy (3,072 tokens x 3,072 x 4 B) and the fp32 delta, q and v
+    assert A.delta_saved(spec, w, T) == 2 * T * H * 4 + W_Q + W_V == 125_829_120
+    # the first block's q_proj and v_proj read no gradient-needing input: their deltas are not kept there
+    norm_own = T * H * 4  # the input norm's fp32 copy, also not kept there (as IA3)
+    assert A.untracked_before_first_adapter(spec, w, 4, 768)[0] == norm_own + W_Q + W_V
+    # already fp32 (dtype fp32): no copy, q_proj and v_proj keep the input they share once
+    assert A.delta_saved(spec, Workload(**{**RUN, "dtype": "fp32"}), T) == T * H * 4 + W_Q + W_V
+
+
+def test_delta_transients():
+    spec = load_model("llama-3.2-3b")
+    block = 100_000_000  # a block's saved bytes (any figure above its input norm's)
+    d = A.delta_transients(spec, Workload(**RUN), 4, 768, block)
+    # HadaWeight.backward on q_proj: the delta's gradient, grad_out * scale, two products, one rebuilt: 5 x n x k
+    assert d.temporary == 5 * W_Q == 188_743_680
+    # ... counted above every block's activations less the last block's, of which only its input norm's fp32
+    # copy is left when q_proj's backward runs
+    assert d.backward == 5 * W_Q - (block - T * H * 4)
+    # forward: three n x k (both products and their Hadamard product), the block's later tensors not made yet
+    assert d.forward == 3 * W_Q - (block - T * H * 4)
+    assert A.delta_transients(spec, Workload(**RUN), 4, 768, 10**9) == A.DeltaTransients(0, 0, 5 * W_Q)
+
+
+@pytest.mark.parametrize("settings, message", [
+    ({"amp": "bf16", "dtype": "fp32"}, "method=loha under autocast (amp=bf16) is not modelled: drop --amp"),
+    ({"mode": "inference"}, "method=loha is modelled for training: estimate inference with --method full (peft "
+     "merges the delta into the weight)"),
+    ({"lora_dtype": "bf16"}, "method=loha with lora_dtype=bf16 is not modelled (peft's autocast_adapter_dtype keeps "
+     "the factors in fp32, and each adapted linear then keeps an fp32 copy of its input): drop --lora-dtype"),
+    ({"checkpointing": "full"}, "method=loha is modelled on one GPU or under data parallelism without "
+     "checkpointing=full: drop it"),
+    ({"optimizer": "adamw-8bit"}, "method=loha with optimizer=adamw-8bit is not modelled: use adamw, adam, sgd or "
+     "sgd-momentum"),
+])
+def test_unmodelled_settings_are_refused(settings, message):
+    with pytest.raises(ConfigError) as e:
+        Workload(**{**RUN, **settings}).validated()
+    assert message in str(e.value)
+
+
+@pytest.mark.parametrize("settings, message", [
+    ({"lora_targets": ("down_proj",)}, "method=loha is modelled with lora_targets that include an attention input "
+     "projection (q_proj, k_proj, v_proj or all-linear); down_proj has none: add one"),
+    ({"lora_targets": ("q_proj", "qproj")}, "lora_targets: qproj matches no nn.Linear of meta-llama/Llama-3.2-3B's "
+     "blocks (method=loha): choose from down_proj, gate_proj, k_proj, o_proj, q_proj, up_proj, v_proj or all-linear"),
+    ({"lora_rank": 2_000}, "lora_rank=2000 exceeds the smaller side (1024) of an adapted linear of "
+     "meta-llama/Llama-3.2-3B: use --lora-rank 1024 or less"),
+])
+def test_targets_are_checked_against_the_model(settings, message):
+    with pytest.raises(ConfigError) as e:
+        estimate("llama-3.2-3b", **{**RUN, **settings})
+    assert message in str(e.value)
+
+
+def test_rank_and_targets_apply():
+    assert Workload(**{**RUN, "lora_targets": ("q_proj", "k_proj", "v_proj")}).ignored() == []
+    assert Workload(**{**RUN, "lora_dropout": 0.1}).ignored() == [
+        "ignored with method='loha' (they apply to LoRA and QLoRA): lora_dropout=0.1"]
