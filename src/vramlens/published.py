@@ -352,7 +352,10 @@ def _peft_metamath_cases() -> dict[str, Case]:
             "ia3": {**_PEFT_METAMATH, "method": "ia3"},
             "ln-tuning": {**_PEFT_METAMATH, "method": "ln-tuning"},
             # PromptTuningConfig(num_virtual_tokens=200): the model runs 768 + 200 positions
-            "prompt-tuning-200": {**_PEFT_METAMATH, "method": "prompt-tuning", "num_virtual_tokens": 200}}
+            "prompt-tuning-200": {**_PEFT_METAMATH, "method": "prompt-tuning", "num_virtual_tokens": 200},
+            # LoHaConfig(r=32, alpha=64, target_modules=[q_proj, v_proj]): fp32 factors, each adapted linear keeps its
+            # fp32 delta weight and input copy (vramlens.estimator.activations.delta_saved)
+            "loha-r32-qv": {**_PEFT_METAMATH, "method": "loha", "lora_rank": 32, "lora_targets": qv}}
     return {f"peft-metamathqa-llama3.2-3b-{name}": Case("llama-3.2-3b", settings, figure="peak_reserved", **_L40S_2026)
             for name, settings in rows.items()}
 
