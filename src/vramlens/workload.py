@@ -44,9 +44,10 @@ from vramlens.errors import ConfigError
 Mode = Literal["inference", "train"]
 #: ``ia3`` and ``ln-tuning`` are peft's IA3 and LN tuning with the model type's default targets
 #: (vramlens.models.peft_targets), ``prompt-tuning`` peft's prompt tuning (num_virtual_tokens): the base frozen,
-#: no LoRA adapters; ``loha`` is peft's LoHa (lora_rank, lora_targets), which builds a full-size weight delta per
-#: adapted linear in every forward (vramlens.estimator.activations.delta_saved)
-Method = Literal["full", "lora", "qlora", "ia3", "ln-tuning", "prompt-tuning", "loha"]
+#: no LoRA adapters; ``loha`` and ``lokr`` are peft's LoHa and LoKr (lora_rank, lora_targets; LoKr's
+#: decompose_factor), which build a full-size weight delta per adapted linear in every forward
+#: (vramlens.estimator.activations.delta_saved)
+Method = Literal["full", "lora", "qlora", "ia3", "ln-tuning", "prompt-tuning", "loha", "lokr"]
 DType = Literal["fp32", "fp16", "bf16"]
 Amp = Literal["fp16", "bf16"]
 Quant = Literal["int8", "nf4", "nf4-dq", "fp4", "int4", "gptq-4bit", "awq-4bit", "fp8"]
@@ -109,9 +110,9 @@ LORA_METHODS: tuple[Method, ...] = ("lora", "qlora")
 #: The methods that train small tensors of their own beside a frozen base and add no linear adapter.
 VECTOR_METHODS: tuple[Method, ...] = ("ia3", "ln-tuning", "prompt-tuning")
 #: peft's methods that build a full-size weight delta from small trained factors in every forward (LoHa's Hadamard
-#: product): their factors are per-tensor trainables as VECTOR_METHODS' are (lora_rank and lora_targets give the
+#: product, LoKr's Kronecker product): their factors are per-tensor trainables as VECTOR_METHODS' are (lora_rank and lora_targets give the
 #: shapes), and each adapted linear keeps its delta for backward (vramlens.estimator.activations.delta_saved).
-DELTA_METHODS: tuple[Method, ...] = ("loha",)
+DELTA_METHODS: tuple[Method, ...] = ("loha", "lokr")
 #: Every method whose trainables vramlens lists tensor by tensor (models.peft_vector_numels, peft_delta_numels).
 OWN_TENSOR_METHODS: tuple[Method, ...] = VECTOR_METHODS + DELTA_METHODS
 DTYPES: tuple[DType, ...] = get_args(DType)
@@ -259,6 +260,9 @@ class Workload:
     #: peft's PromptTuningConfig ``num_virtual_tokens`` (no default there: required under --method prompt-tuning):
     #: a trained (n, hidden) fp32 embedding whose rows are put before every sequence
     num_virtual_tokens: int = 0
+    #: peft's LoKrConfig ``decompose_factor`` (default -1: each side split near its square root): LoKr splits an
+    #: (out, in) linear's sides into factorization(out, f) and factorization(in, f) (src/peft/tuners/lokr/layer.py)
+    decompose_factor: int = -1
     lora_targets: tuple[str, ...] = DEFAULT_LORA_TARGETS
     lora_dropout: float = 0.0
     lora_dtype: LoraDType = "fp32"
@@ -670,6 +674,12 @@ class Workload:
         elif self.method == "prompt-tuning" and n == 0:
             p.append("method=prompt-tuning needs --num-virtual-tokens N (PromptTuningConfig has no default; PEFT's "
                      "MetaMathQA runs 200)")
+        f = self.decompose_factor
+        if isinstance(f, bool) or not isinstance(f, int) or (f < 1 and f != -1):
+            p.append(f"decompose_factor={L.show(f)} must be -1 (peft's default: near the square root) or a whole "
+                     "number >= 1")
+        elif f > L.MAX_LORA_RANK:
+            p.append(f"decompose_factor={L.show(f)} is over the limit of {L.MAX_LORA_RANK:,}")
         if isinstance(self.kv_block, bool) or not isinstance(self.kv_block, int) or self.kv_block < 0:
             p.append(f"kv_block={L.show(self.kv_block)} must be 0 (no paging) or a block size in tokens")
         elif self.kv_block > L.MAX_KV_BLOCK:
@@ -1040,7 +1050,7 @@ class Workload:
         return p
 
     def _delta_method_problems(self) -> list[str]:
-        """LoHa is modelled as PEFT's method comparison runs it: one GPU (or data parallel), the model's dtype, fp32
+        """LoHa and LoKr are modelled as PEFT's method comparison runs them: one GPU (or data parallel), the model's dtype, fp32
         factors (autocast_adapter_dtype), AdamW or SGD; what else would change what is kept is refused."""
         if self.method not in DELTA_METHODS:
             return []
@@ -1121,13 +1131,15 @@ class Workload:
         if self.method not in LORA_METHODS:
             # IA3 keeps its vectors in lora_dtype (peft's autocast_adapter_dtype); LN tuning's norms stay in the
             # model's dtype
-            # LoHa takes its rank and targets from lora_rank and lora_targets
+            # LoHa and LoKr take their rank and targets from lora_rank and lora_targets
             names = [n for n in ("lora_rank", "lora_targets", "lora_dropout", "lora_dtype", "dora", "quant_targets")
                      if given(n) and not (n == "lora_dtype" and self.method == "ia3")
                      and not (n in ("lora_rank", "lora_targets", "lora_dtype") and self.method in DELTA_METHODS)]
             if names:
                 out.append(f"ignored with method={self.method!r} (they apply to LoRA and QLoRA): "
                            + ", ".join(f"{n}={getattr(self, n)!r}" for n in names))
+        if given("decompose_factor") and self.method != "lokr":
+            out.append(f"ignored: decompose_factor={self.decompose_factor!r} applies to --method lokr")
         if given("num_virtual_tokens") and self.method != "prompt-tuning":
             out.append(f"ignored: num_virtual_tokens={self.num_virtual_tokens!r} applies to --method prompt-tuning")
         elif given("quant_targets") and self.quantized is None:

@@ -260,3 +260,13 @@ def test_loha_emits_get_peft_config_with_rank_and_targets():
     assert (cfg.r, cfg.alpha, set(cfg.target_modules)) == (16, 32, {"q_proj", "k_proj", "v_proj"})
     with pytest.raises(InputError, match="trains peft's loha "):
         emit(plan, "torchtune")
+
+
+def test_lokr_emits_its_decompose_factor():
+    plan = _plan(base={"method": "lokr", "lora_rank": 32, "decompose_factor": 4}, method_locked=True)
+    kw = emit(plan, "peft")
+    assert kw == {"peft_type": "LOKR", "r": 32, "alpha": 64, "target_modules": ["q_proj", "v_proj"],
+                  "decompose_factor": 4, "task_type": "CAUSAL_LM"}
+    peft = pytest.importorskip("peft")
+    cfg = peft.get_peft_config(kw)
+    assert type(cfg).__name__ == "LoKrConfig" and cfg.decompose_factor == 4

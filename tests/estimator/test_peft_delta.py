@@ -101,3 +101,48 @@ def test_rank_and_targets_apply():
     assert Workload(**{**RUN, "lora_targets": ("q_proj", "k_proj", "v_proj")}).ignored() == []
     assert Workload(**{**RUN, "lora_dropout": 0.1}).ignored() == [
         "ignored with method='loha' (they apply to LoRA and QLoRA): lora_dropout=0.1"]
+
+
+LOKR = {**RUN, "method": "lokr", "decompose_factor": 4}
+
+
+def test_lokr_factorization_and_trainable_count_are_peft_metamathqa_ones():
+    from vramlens.models import lokr_shapes
+    from vramlens.models.peft_targets import lokr_factorization
+
+    # peft's own docstring examples of factorization
+    assert [lokr_factorization(256), lokr_factorization(128), lokr_factorization(127), lokr_factorization(128, 4)] == [
+        (16, 16), (8, 16), (1, 127), (4, 32)]
+    # q_proj 3,072 x 3,072 at factor 4: w1 (4, 4), w2 (768, 768) built from (768, 32) @ (32, 768) as 32 < 768 / 2
+    assert lokr_shapes(H, H, 32, 4) == ((4, 4), (768, 768), True)
+    assert lokr_shapes(KV, H, 32, 4) == ((4, 4), (256, 768), True)
+    # ... and whole from r >= max(b, d) / 2; factor -1 splits near the square root (3,072 = 48 x 64)
+    assert lokr_shapes(H, H, 400, 4)[2] is False and lokr_shapes(H, H, 8, -1)[:2] == ((48, 48), (64, 64))
+    spec = load_model("llama-3.2-3b")
+    # 28 x ((16 + 2 x 768 x 32) + (16 + 256 x 32 + 32 x 768)): the result file's num_trainable_params
+    assert sum(peft_delta_numels(spec, "lokr", ("q_proj", "v_proj"), 32, 4)) == 2_294_656
+    assert estimate("llama-3.2-3b", **LOKR).trainable_params == 2_294_656
+
+
+def test_lokr_keeps_its_built_w2_and_the_kron_transients():
+    spec = load_model("llama-3.2-3b")
+    w = Workload(**LOKR)
+    # the input copies and deltas as LoHa's, and the (768, 768) and (256, 768) fp32 w2 torch.kron's mul keeps
+    assert A.delta_saved(spec, w, T) == 2 * T * H * 4 + W_Q + W_V + 768 * 768 * 4 + 256 * 768 * 4 == 128_974_848
+    # the kron and its scaled copy in forward (one kept), three n x k in backward (the incoming gradient and
+    # kron's two full-size input gradients before they are summed)
+    block = 100_000_000
+    d = A.delta_transients(spec, w, 4, 768, block)
+    assert d == A.DeltaTransients(2 * W_Q - (block - T * H * 4), 3 * W_Q - (block - T * H * 4), 3 * W_Q)
+    # gradients: each factor its own fp32 tensor, w1's 64 B in one 512-byte block
+    e = estimate("llama-3.2-3b", **LOKR)
+    assert e.breakdown["gradients"] == L * (512 + 2 * 98_304 + 512 + 32_768 + 98_304) == 9_203_712
+
+
+def test_decompose_factor_applies_to_lokr():
+    with pytest.raises(ConfigError) as e:
+        Workload(**{**LOKR, "decompose_factor": 0}).validated()
+    assert "decompose_factor=0 must be -1 (peft's default: near the square root) or a whole number >= 1" in str(e.value)
+    assert Workload(**{**RUN, "decompose_factor": 4}).ignored() == [
+        "ignored: decompose_factor=4 applies to --method lokr"]
+    assert Workload(**LOKR).ignored() == []

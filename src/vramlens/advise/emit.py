@@ -251,13 +251,14 @@ def peft(plan: Plan) -> dict[str, Any]:
     if w.method == "full":
         raise InputError("--emit peft: the plan trains every parameter (--method full); no LoRA settings")
     kind = plan.estimate.model.kind
-    if w.method == "loha":
-        # LoHaConfig (src/peft/tuners/loha/config.py): r and target_modules set what vramlens estimated; alpha = 2r as
-        # for LoRA (it scales the delta and changes no memory); get_peft_model(autocast_adapter_dtype=True), peft's
-        # default, keeps the factors in fp32 as assumed
+    if w.method in ("loha", "lokr"):
+        # LoHaConfig / LoKrConfig (src/peft/tuners/loha/config.py, lokr/config.py): r, target_modules and LoKr's
+        # decompose_factor set what vramlens estimated; alpha = 2r as for LoRA (it scales the delta and changes no
+        # memory); get_peft_model(autocast_adapter_dtype=True), peft's default, keeps the factors in fp32 as assumed
         targets = list(w.lora_targets)
-        return {"peft_type": "LOHA", "r": w.lora_rank, "alpha": 2 * w.lora_rank,
+        return {"peft_type": w.method.upper(), "r": w.lora_rank, "alpha": 2 * w.lora_rank,
                 "target_modules": "all-linear" if targets == ["all-linear"] else targets,
+                **({"decompose_factor": w.decompose_factor} if w.method == "lokr" else {}),
                 "task_type": {"decoder": "CAUSAL_LM"}.get(kind, "FEATURE_EXTRACTION")}
     if w.method == "prompt-tuning":
         return {"peft_type": "PROMPT_TUNING", "task_type": "CAUSAL_LM", "num_virtual_tokens": w.num_virtual_tokens}

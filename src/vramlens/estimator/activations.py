@@ -39,7 +39,7 @@ from vramlens.estimator.inventory import (
 from vramlens.estimator.linears import GROUPS, linear_group
 from vramlens.estimator.masks import padded_mask, repeats_kv
 from vramlens.estimator.memo import identity_cache
-from vramlens.models.peft_targets import IA3_TARGETS
+from vramlens.models.peft_targets import IA3_TARGETS, lokr_shapes
 from vramlens.models.spec import ModelSpec
 from vramlens.units import BLOCK, DTYPE_BYTES
 from vramlens.units import block_bytes as _r  # one allocation's bytes, in 512-byte blocks
@@ -554,16 +554,19 @@ def litgpt_kv_saved(D: Dims, t: int, c: int) -> tuple[int, int]:
 
 
 def delta_saved(spec: ModelSpec, w: Workload, t: int) -> int:
-    """What LoHa keeps for backward in one block of t tokens, per adapted (n out, k in) linear
-    (src/peft/tuners/loha/layer.py, the same at huggingface/peft d787f51b and in peft 0.21.2).
+    """What LoHa or LoKr keeps for backward in one block of t tokens, per adapted (n out, k in) linear
+    (src/peft/tuners/loha/layer.py and lokr/layer.py, the same at huggingface/peft d787f51b and 505e6fd6 and in peft
+    0.21.2).
 
-    ``Linear._get_delta_activations`` builds the delta weight with ``HadaWeight.apply`` (an autograd.Function that
-    saves only its four factors and the CPU scale) and runs ``F.linear(x.to(fp32), delta_weight)``
-    (``_cast_input_dtype`` to the fp32 factors' dtype): the matmul keeps the fp32 copy of the input (t x k) for the
-    delta's gradient and the fp32 delta itself (n x k) for the input's gradient, until the block's backward.
-    ``result + delta_out`` and ``.to(previous_dtype)`` keep nothing. When the activations are already fp32 there is
-    no copy: the linears of one group keep the input they share, once. In the first block the attention's input
-    projections read a tensor that needs no gradient, so they keep no delta (untracked_before_first_adapter).
+    ``Linear._get_delta_activations`` builds the delta weight (delta_transients) and runs
+    ``F.linear(x.to(fp32), delta_weight)`` (``_cast_input_dtype`` to the fp32 factors' dtype): the matmul keeps the
+    fp32 copy of the input (t x k) for the delta's gradient and the fp32 delta itself (n x k) for the input's
+    gradient, until the block's backward. ``result + delta_out`` and ``.to(previous_dtype)`` keep nothing. When the
+    activations are already fp32 there is no copy: the linears of one group keep the input they share, once. In the
+    first block the attention's input projections read a tensor that needs no gradient, so they keep no delta
+    (untracked_before_first_adapter). LoHa's ``HadaWeight`` (an autograd.Function) saves only its factors; LoKr's
+    ``torch.kron(w1, w2)`` is a broadcast ``mul`` of views that keeps both, so a w2 built as ``w2_a @ w2_b`` (b x d)
+    is kept too, in every block.
     """
     a = DTYPE_BYTES[w.lora_dtype]
     dims = delta_dims(spec, w)
@@ -571,7 +574,16 @@ def delta_saved(spec: ModelSpec, w: Workload, t: int) -> int:
         inputs = sum(_r(a * k * t) for g, k in {(g, k) for g, _, k in dims})
     else:
         inputs = sum(_r(a * k * t) for _, _, k in dims)
-    return inputs + sum(_r(a * n * k) for _, n, k in dims)
+    return inputs + sum(_r(a * n * k) + _lokr_w2_built(w, n, k) for _, n, k in dims)
+
+
+def _lokr_w2_built(w: Workload, n: int, k: int) -> int:
+    """Bytes of the (b, d) w2 LoKr builds as ``lokr_w2_a @ lokr_w2_b`` and torch.kron keeps (0 when w2 is trained
+    whole, or for LoHa)."""
+    if w.method != "lokr":
+        return 0
+    _, (b, d), low_rank = lokr_shapes(n, k, w.lora_rank, w.decompose_factor)
+    return _r(DTYPE_BYTES[w.lora_dtype] * b * d) if low_rank else 0
 
 
 def delta_dims(spec: ModelSpec, w: Workload) -> tuple[tuple[str, int, int], ...]:
@@ -589,6 +601,19 @@ def delta_dims(spec: ModelSpec, w: Workload) -> tuple[tuple[str, int, int], ...]
     return tuple(out)
 
 
+#: n x k fp32 tensors alive while the delta is built in forward, and in its backward (delta_transients).
+#: LoHa (loha/layer.py ``HadaWeight``): ``((w1a @ w1b) * (w2a @ w2b)) * scale`` holds both products and their
+#: Hadamard product before the scaled one (the kept delta) replaces them: 3, none of them kept; its backward holds the
+#: delta's gradient (held by autograd while the function runs), ``grad_out * scale``, ``w2a @ w2b`` with its product
+#: ``temp``, then ``w1a @ w1b`` and the second product while the first ``temp`` is still bound: 5.
+#: LoKr (lokr/layer.py ``make_kron``): ``torch.kron(w1, w2)`` (one n x k) then ``rebuild * scale``, the kept delta:
+#: 2, one of them kept; in backward the scalar multiplication's gradient (the delta's gradient freed once it
+#: returns), then kron's ``mul`` backward computes both full-size input gradients before autograd sums each to its
+#: input's shape: 3 (the incoming one and two products).
+DELTA_BUILD = {"loha": (3, 0), "lokr": (2, 1)}  # (alive at the forward's peak, of which the kept delta)
+DELTA_BACKWARD = {"loha": 5, "lokr": 3}
+
+
 @dataclass(frozen=True, slots=True)
 class DeltaTransients:
     """LoHa's delta weight built inside a block (see delta_transients).
@@ -604,19 +629,16 @@ class DeltaTransients:
 
 
 def delta_transients(spec: ModelSpec, w: Workload, b: int, s: int, block: int) -> DeltaTransients:
-    """LoHa's transients in the last block, ``block`` its saved bytes (src/peft/tuners/loha/layer.py at d787f51b).
+    """LoHa's or LoKr's transients in the last block, ``block`` its saved bytes (DELTA_BUILD, DELTA_BACKWARD: n x k
+    fp32 tensors of the largest adapted linear, after ``F.linear``'s backward freed its saved input copy and delta).
 
-    Forward: ``((w1a @ w1b) * (w2a @ w2b)) * scale`` holds both products and their Hadamard product (three fp32
-    n x k) before the scaled one, which is kept (delta_saved), replaces them. Backward (``HadaWeight.backward``,
-    after ``F.linear``'s backward freed its saved input copy and delta): the delta's gradient (n x k, held by
-    autograd while the function runs), ``grad_out * scale``, ``w2a @ w2b`` and its product ``temp``, then
-    ``w1a @ w1b`` and the second product while the first ``temp`` is still bound: five fp32 n x k at once. An
-    attention input projection runs when only the block's input norm has saved anything (forward) or is left
+    An attention input projection runs when only the block's input norm has saved anything (forward) or is left
     (backward); for a later linear the rest of the block is counted alive.
     """
     dims = delta_dims(spec, w)
     if not dims:
         return DeltaTransients(0, 0, 0)
+    built, kept = DELTA_BUILD[w.method]
     a = DTYPE_BYTES[w.lora_dtype]
     c = DTYPE_BYTES[w.compute_dtype]
     t = b * s
@@ -624,10 +646,10 @@ def delta_transients(spec: ModelSpec, w: Workload, b: int, s: int, block: int) -
     fwd = bwd = tmp = 0
     for g, n, k in dims:
         wd = _r(a * n * k)
+        fwd = max(fwd, built * wd - (block - norm if g == "qkv" else kept * wd))
         gone = block - norm if g == "qkv" else _r(a * k * t) + wd  # the block's tensors not alive then
-        fwd = max(fwd, 3 * wd - (block - norm if g == "qkv" else 0))
-        bwd = max(bwd, 5 * wd - gone)
-        tmp = max(tmp, 5 * wd)
+        bwd = max(bwd, DELTA_BACKWARD[w.method] * wd - gone)
+        tmp = max(tmp, (built - kept) * wd, DELTA_BACKWARD[w.method] * wd)
     return DeltaTransients(max(0, fwd), max(0, bwd), tmp)
 
 

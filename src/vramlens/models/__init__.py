@@ -17,6 +17,7 @@ from vramlens.models.inventory import SUPPORTED_MODEL_TYPES, spec_from_config
 from vramlens.models.loaders import load_model
 from vramlens.models.peft_targets import (
     delta_linears,
+    lokr_shapes,
     peft_delta_numels,
     peft_method_problem,
     peft_vector_numels,
@@ -33,6 +34,7 @@ __all__ = [
     "generic_spec",
     "list_catalog",
     "load_model",
+    "lokr_shapes",
     "peft_delta_numels",
     "peft_method_problem",
     "peft_vector_numels",

@@ -74,16 +74,54 @@ def delta_linears(spec: ModelSpec, targets: tuple[str, ...]) -> tuple[tuple[int,
                  and (every or t.module in targets))
 
 
-def peft_delta_numels(spec: ModelSpec, method: str, targets: tuple[str, ...], rank: int) -> tuple[int, ...]:
-    """Elements of each tensor LoHa trains in ``spec`` (empty for the other methods).
+def lokr_factorization(dimension: int, factor: int = -1) -> tuple[int, int]:
+    """peft's LoKr ``factorization`` (src/peft/tuners/lokr/layer.py, the same at huggingface/peft 505e6fd6, which
+    PEFT's MetaMathQA LoKr row ran, and in peft 0.21.2): ``(m, n)`` with ``m * n == dimension``, ``m <= n``; m is
+    ``factor`` when it divides, else the divisor pair nearest the square root with m at most ``factor``."""
+    if factor > 0 and dimension % factor == 0:
+        return factor, dimension // factor
+    if factor == -1:
+        factor = dimension
+    m, n = 1, dimension
+    length = m + n
+    while m < n:
+        new_m = m + 1
+        while dimension % new_m != 0:
+            new_m += 1
+        new_n = dimension // new_m
+        if new_m + new_n > length or new_m > factor:
+            break
+        m, n = new_m, new_n
+    return (n, m) if m > n else (m, n)
+
+
+def lokr_shapes(out: int, k: int, rank: int, factor: int) -> tuple[tuple[int, int], tuple[int, int], bool]:
+    """LoKr's (a, c) ``lokr_w1`` and (b, d) ``w2`` of an (out, in=k) linear, and whether w2 is built as
+    ``lokr_w2_a @ lokr_w2_b`` ((b, r) @ (r, d): when r < max(b, d) / 2) rather than trained whole
+    (``LoKrLayer.update_layer``, decompose_both False: w1 always whole)."""
+    a, b = lokr_factorization(out, factor)
+    c, d = lokr_factorization(k, factor)
+    return (a, c), (b, d), rank < max(b, d) / 2
+
+
+def peft_delta_numels(spec: ModelSpec, method: str, targets: tuple[str, ...], rank: int,
+                      factor: int = -1) -> tuple[int, ...]:
+    """Elements of each tensor LoHa or LoKr trains in ``spec`` (empty for the other methods).
 
     LoHa (src/peft/tuners/loha/layer.py ``LoHaLayer.create_adapter_parameters``, the same at huggingface/peft
     d787f51b and in peft 0.21.2): per adapted (out, in) linear ``hada_w1_a`` (out, r), ``hada_w1_b`` (r, in),
-    ``hada_w2_a`` (out, r) and ``hada_w2_b`` (r, in).
+    ``hada_w2_a`` (out, r) and ``hada_w2_b`` (r, in). LoKr (``LoKrLayer.create_adapter_parameters``): ``lokr_w1``
+    (a, c), and ``lokr_w2_a`` (b, r) with ``lokr_w2_b`` (r, d), or ``lokr_w2`` (b, d) (lokr_shapes).
     """
-    if method != "loha":
-        return ()
-    return tuple(n for out, k in delta_linears(spec, targets) for n in (out * rank, rank * k, out * rank, rank * k))
+    if method == "loha":
+        return tuple(n for out, k in delta_linears(spec, targets) for n in (out * rank, rank * k, out * rank, rank * k))
+    if method == "lokr":
+        numels: list[int] = []
+        for out, k in delta_linears(spec, targets):
+            (a, c), (b, d), low_rank = lokr_shapes(out, k, rank, factor)
+            numels += [a * c, *((b * rank, rank * d) if low_rank else (b * d,))]
+        return tuple(numels)
+    return ()
 
 
 def peft_method_problem(spec: ModelSpec, method: str) -> str | None:

@@ -442,7 +442,7 @@ PEFT_VECTOR_ROWS: tuple[tuple[str, dict[str, Any]], ...] = (
     ("qwen2.5-0.5b", _tr(method="prompt-tuning", num_virtual_tokens=32, checkpointing="full")),
 )
 
-#: peft's LoHa (fp32 factors, q_proj and v_proj, rank 8 unless given): each adapted linear keeps its fp32 delta
+#: peft's LoHa and LoKr (fp32 factors, q_proj and v_proj, rank 8 unless given): each adapted linear keeps its fp32 delta
 #: weight and input copy (the first block no delta), the delta built in forward (three n x k) and in HadaWeight's
 #: backward (five n x k); rows at 16-64 tokens put the peak there, in bf16 and fp32 (no input copy), on all-linear
 PEFT_DELTA_ROWS: tuple[tuple[str, dict[str, Any]], ...] = (
@@ -452,6 +452,14 @@ PEFT_DELTA_ROWS: tuple[tuple[str, dict[str, Any]], ...] = (
     ("llama-3-8b", _tr(method="loha", lora_targets=("all-linear",), batch=1, seq=32)),
     ("llama-3-8b", _tr(method="loha", lora_rank=4, batch=2, seq=64)),
     ("qwen2.5-0.5b", _tr(method="loha", batch=1, seq=16)),
+    # LoKr: w1 whole, w2 whole (r >= max(b, d) / 2: hidden 256 splits 16 x 16) or built as w2_a @ w2_b and kept by
+    # torch.kron (decompose_factor 4: 4 x 64, r 2); the kron built and scaled (two n x k), three in its backward
+    ("llama-3-8b", _tr(method="lokr", batch=1, seq=16)),
+    ("llama-3-8b", _tr(method="lokr", decompose_factor=4, lora_rank=2, batch=1, seq=16)),
+    ("llama-3-8b", _tr(method="lokr", decompose_factor=4)),
+    ("llama-3-8b", _tr(method="lokr", lora_targets=("all-linear",), batch=1, seq=32)),
+    ("llama-3-8b", _tr(method="lokr", dtype="fp32", batch=1, seq=16)),
+    ("qwen2.5-0.5b", _tr(method="lokr", decompose_factor=4, lora_rank=4, batch=1, seq=16)),
 )
 
 QLORA_ROWS: tuple[tuple[str, dict[str, Any]], ...] = (

@@ -44,6 +44,7 @@ KNOBS: tuple[tuple[str, str, str, tuple | None, str], ...] = (
     ("fused_qkv", "fused q/k/v (LitGPT)", "check", None, "false"),
     ("lora_rank", "LoRA rank", "number", None, "8"),
     ("num_virtual_tokens", "virtual tokens (prompt tuning)", "number", None, "0"),
+    ("decompose_factor", "LoKr decompose factor", "number", None, "-1"),
     ("lora_targets", "LoRA targets", "text", None, "q_proj,v_proj"),
     ("lora_dropout", "LoRA dropout", "number", None, "0"),
     ("lora_dtype", "LoRA dtype", "select", W.LORA_DTYPES, "fp32"),
@@ -99,7 +100,8 @@ SHOW_WHEN: dict[str, str] = {
     **{k: "mode=inference" for k in ("new_tokens", "kv_dtype", "kv_block", "cache")},
     "max_cache_len": "mode=inference;cache=static",
     **{k: "method=lora|qlora" for k in ("lora_rank", "lora_targets", "dora", "quant_targets")},
-    **{k: "method=lora|qlora|loha" for k in ("lora_rank", "lora_targets")},  # LoHa's r and target_modules
+    **{k: "method=lora|qlora|loha|lokr" for k in ("lora_rank", "lora_targets")},  # LoHa's, LoKr's r and targets
+    "decompose_factor": "mode=train;method=lokr",
     "lora_dtype": "method=lora|qlora|ia3",  # IA3's vectors too (peft's autocast_adapter_dtype)
     "num_virtual_tokens": "mode=train;method=prompt-tuning",
     "lora_dropout": "mode=train;method=lora|qlora",
