@@ -355,7 +355,12 @@ def _peft_metamath_cases() -> dict[str, Case]:
             "prompt-tuning-200": {**_PEFT_METAMATH, "method": "prompt-tuning", "num_virtual_tokens": 200},
             # LoHaConfig(r=32, alpha=64, target_modules=[q_proj, v_proj]): fp32 factors, each adapted linear keeps its
             # fp32 delta weight and input copy (vramlens.estimator.activations.delta_saved)
-            "loha-r32-qv": {**_PEFT_METAMATH, "method": "loha", "lora_rank": 32, "lora_targets": qv}}
+            "loha-r32-qv": {**_PEFT_METAMATH, "method": "loha", "lora_rank": 32, "lora_targets": qv},
+            # LoKrConfig(r=32, alpha=64, decompose_factor=4, target_modules=[q_proj, v_proj]) (results of b8bf4075, run
+            # by peft 505e6fd6 with transformers 5.15.0; run.py's training loop as at d787f51b): each adapted linear
+            # keeps its fp32 delta, input copy and built w2 (vramlens.estimator.activations.delta_saved)
+            "lokr-r32-factor4-qv": {**_PEFT_METAMATH, "method": "lokr", "lora_rank": 32, "decompose_factor": 4,
+                                    "lora_targets": qv}}
     return {f"peft-metamathqa-llama3.2-3b-{name}": Case("llama-3.2-3b", settings, figure="peak_reserved", **_L40S_2026)
             for name, settings in rows.items()}
 
