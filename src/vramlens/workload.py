@@ -45,9 +45,10 @@ Mode = Literal["inference", "train"]
 #: ``ia3`` and ``ln-tuning`` are peft's IA3 and LN tuning with the model type's default targets
 #: (vramlens.models.peft_targets), ``prompt-tuning`` peft's prompt tuning (num_virtual_tokens): the base frozen,
 #: no LoRA adapters; ``loha`` and ``lokr`` are peft's LoHa and LoKr (lora_rank, lora_targets; LoKr's
-#: decompose_factor), which build a full-size weight delta per adapted linear in every forward
+#: decompose_factor), which build a full-size weight delta per adapted linear in every forward, ``oft`` peft's OFT
+#: (oft_block_size, lora_targets), which rotates each adapted linear's input block by block
 #: (vramlens.estimator.activations.delta_saved)
-Method = Literal["full", "lora", "qlora", "ia3", "ln-tuning", "prompt-tuning", "loha", "lokr"]
+Method = Literal["full", "lora", "qlora", "ia3", "ln-tuning", "prompt-tuning", "loha", "lokr", "oft"]
 DType = Literal["fp32", "fp16", "bf16"]
 Amp = Literal["fp16", "bf16"]
 Quant = Literal["int8", "nf4", "nf4-dq", "fp4", "int4", "gptq-4bit", "awq-4bit", "fp8"]
@@ -110,9 +111,10 @@ LORA_METHODS: tuple[Method, ...] = ("lora", "qlora")
 #: The methods that train small tensors of their own beside a frozen base and add no linear adapter.
 VECTOR_METHODS: tuple[Method, ...] = ("ia3", "ln-tuning", "prompt-tuning")
 #: peft's methods that build a full-size weight delta from small trained factors in every forward (LoHa's Hadamard
-#: product, LoKr's Kronecker product): their factors are per-tensor trainables as VECTOR_METHODS' are (lora_rank and lora_targets give the
+#: product, LoKr's Kronecker product) or rotate the adapted linears' inputs (OFT's block-diagonal Cayley rotation): their
+#: factors are per-tensor trainables as VECTOR_METHODS' are (lora_rank and lora_targets give the
 #: shapes), and each adapted linear keeps its delta for backward (vramlens.estimator.activations.delta_saved).
-DELTA_METHODS: tuple[Method, ...] = ("loha", "lokr")
+DELTA_METHODS: tuple[Method, ...] = ("loha", "lokr", "oft")
 #: Every method whose trainables vramlens lists tensor by tensor (models.peft_vector_numels, peft_delta_numels).
 OWN_TENSOR_METHODS: tuple[Method, ...] = VECTOR_METHODS + DELTA_METHODS
 DTYPES: tuple[DType, ...] = get_args(DType)
@@ -263,6 +265,10 @@ class Workload:
     #: peft's LoKrConfig ``decompose_factor`` (default -1: each side split near its square root): LoKr splits an
     #: (out, in) linear's sides into factorization(out, f) and factorization(in, f) (src/peft/tuners/lokr/layer.py)
     decompose_factor: int = -1
+    #: peft's OFTConfig ``oft_block_size`` (default 32, with r 0): each adapted linear's input is rotated in blocks of
+    #: this size (in_features // size blocks; a size that does not divide in_features is moved to the nearest divisor,
+    #: peft's adjust_oft_parameters). A config giving r blocks instead is the same as in_features // r here
+    oft_block_size: int = 32
     lora_targets: tuple[str, ...] = DEFAULT_LORA_TARGETS
     lora_dropout: float = 0.0
     lora_dtype: LoraDType = "fp32"
@@ -680,6 +686,10 @@ class Workload:
                      "number >= 1")
         elif f > L.MAX_LORA_RANK:
             p.append(f"decompose_factor={L.show(f)} is over the limit of {L.MAX_LORA_RANK:,}")
+        if isinstance(self.oft_block_size, bool) or not isinstance(self.oft_block_size, int) or self.oft_block_size < 1:
+            p.append(f"oft_block_size={L.show(self.oft_block_size)} must be a whole number >= 1")
+        elif self.oft_block_size > L.MAX_LORA_RANK:
+            p.append(f"oft_block_size={L.show(self.oft_block_size)} is over the limit of {L.MAX_LORA_RANK:,}")
         if isinstance(self.kv_block, bool) or not isinstance(self.kv_block, int) or self.kv_block < 0:
             p.append(f"kv_block={L.show(self.kv_block)} must be 0 (no paging) or a block size in tokens")
         elif self.kv_block > L.MAX_KV_BLOCK:
@@ -1050,7 +1060,7 @@ class Workload:
         return p
 
     def _delta_method_problems(self) -> list[str]:
-        """LoHa and LoKr are modelled as PEFT's method comparison runs them: one GPU (or data parallel), the model's dtype, fp32
+        """LoHa, LoKr and OFT are modelled as PEFT's method comparison runs them: one GPU (or data parallel), the model's dtype, fp32
         factors (autocast_adapter_dtype), AdamW or SGD; what else would change what is kept is refused."""
         if self.method not in DELTA_METHODS:
             return []
@@ -1131,13 +1141,16 @@ class Workload:
         if self.method not in LORA_METHODS:
             # IA3 keeps its vectors in lora_dtype (peft's autocast_adapter_dtype); LN tuning's norms stay in the
             # model's dtype
-            # LoHa and LoKr take their rank and targets from lora_rank and lora_targets
+            # LoHa and LoKr take their rank and targets from lora_rank and lora_targets, OFT its targets
             names = [n for n in ("lora_rank", "lora_targets", "lora_dropout", "lora_dtype", "dora", "quant_targets")
                      if given(n) and not (n == "lora_dtype" and self.method == "ia3")
-                     and not (n in ("lora_rank", "lora_targets", "lora_dtype") and self.method in DELTA_METHODS)]
+                     and not (n in ("lora_rank", "lora_targets", "lora_dtype") and self.method in DELTA_METHODS
+                              and (n != "lora_rank" or self.method != "oft"))]
             if names:
                 out.append(f"ignored with method={self.method!r} (they apply to LoRA and QLoRA): "
                            + ", ".join(f"{n}={getattr(self, n)!r}" for n in names))
+        if given("oft_block_size") and self.method != "oft":
+            out.append(f"ignored: oft_block_size={self.oft_block_size!r} applies to --method oft")
         if given("decompose_factor") and self.method != "lokr":
             out.append(f"ignored: decompose_factor={self.decompose_factor!r} applies to --method lokr")
         if given("num_virtual_tokens") and self.method != "prompt-tuning":

@@ -270,3 +270,13 @@ def test_lokr_emits_its_decompose_factor():
     peft = pytest.importorskip("peft")
     cfg = peft.get_peft_config(kw)
     assert type(cfg).__name__ == "LoKrConfig" and cfg.decompose_factor == 4
+
+
+def test_oft_emits_its_block_size():
+    plan = _plan(base={"method": "oft", "oft_block_size": 64}, method_locked=True)
+    kw = emit(plan, "peft")
+    assert kw == {"peft_type": "OFT", "r": 0, "oft_block_size": 64, "target_modules": ["q_proj", "v_proj"],
+                  "task_type": "CAUSAL_LM"}
+    peft = pytest.importorskip("peft")
+    cfg = peft.get_peft_config(kw)
+    assert type(cfg).__name__ == "OFTConfig" and (cfg.r, cfg.oft_block_size) == (0, 64)

@@ -105,6 +105,8 @@ CASES = {
                            "lora_targets: q_proj, v_proj match no nn.Linear of openai-community/gpt2's blocks"),
     "estimate-lokr-factor-0": ("estimate llama-2-7b --mode train --method lokr --decompose-factor 0",
                                "decompose_factor=0 must be -1"),
+    "estimate-oft-block-0": ("estimate llama-2-7b --mode train --method oft --oft-block-size 0",
+                             "oft_block_size=0 must be a whole number >= 1"),
     "estimate-ia3-amp": ("estimate llama-2-7b --mode train --method ia3 --dtype fp32 --amp bf16",
                          "method=ia3 under autocast (amp=bf16) is not modelled: drop --amp"),
     "estimate-ln-tuning-gpt2": ("estimate gpt2 --mode train --method ln-tuning",

@@ -146,3 +146,38 @@ def test_decompose_factor_applies_to_lokr():
     assert Workload(**{**RUN, "decompose_factor": 4}).ignored() == [
         "ignored: decompose_factor=4 applies to --method lokr"]
     assert Workload(**LOKR).ignored() == []
+
+
+OFT = {**RUN, "method": "oft", "oft_block_size": 96}  # PEFT's MetaMathQA OFTConfig(r=32): 3,072 / 32 = 96
+
+
+def test_oft_trainable_count_index_buffers_and_block_adjustment():
+    from vramlens.models import oft_block
+
+    spec = load_model("llama-3.2-3b")
+    # 32 blocks of 96 x 95 / 2 upper-triangle elements per linear: the result file's num_trainable_params
+    assert sum(peft_delta_numels(spec, "oft", ("q_proj", "v_proj"), 8, oft_block_size=96)) == 8_171_520
+    # adjust_oft_parameters: a size that does not divide in_features moves to the nearer divisor (the lower on a tie)
+    assert (oft_block(3_072, 32), oft_block(100, 32), oft_block(100, 60), oft_block(256, 300)) == (32, 25, 50, 256)
+    e = estimate("llama-3.2-3b", **OFT)
+    assert e.trainable_params == 8_171_520
+    assert e.breakdown["gradients"] == 8_171_520 * 4 == 32_686_080
+    # rows and cols of triu_indices(96, 96, 1), int64, one allocation each per adapted linear: 2 x 36,864 B
+    frozen = estimate("llama-3.2-3b", **{**RUN, "method": "lora", "lora_rank": 32}).breakdown["weights"]
+    lora = L * 4 * 32 * ((H + H) + (H + KV))
+    assert e.breakdown["weights"] == frozen - lora + 32_686_080 + L * 2 * 2 * 36_864
+
+
+def test_oft_keeps_its_rotated_input_and_rotation_blocks():
+    spec = load_model("llama-3.2-3b")
+    w = Workload(**OFT)
+    blocks = 32 * 96 * 96 * 4  # one (32, 96, 96) fp32 tensor: 1,179,648 B
+    # the fp32 input copy the einsum keeps, and Q, Q^2, Q^3 and R per adapted linear
+    assert A.delta_saved(spec, w, T) == 2 * (T * H * 4 + 4 * blocks) == 84_934_656
+    # the first block: its input norm's fp32 copy, and R, which only the input's gradient needs
+    assert A.untracked_before_first_adapter(spec, w, 4, 768)[0] == T * H * 4 + 2 * blocks
+    # two fp32 t x k in the rotation's forward and backward (and R's gradient)
+    assert A.delta_transients(spec, w, 4, 768, 10**9).temporary == 2 * T * H * 4 + blocks
+    assert Workload(**{**OFT, "lora_rank": 16}).ignored() == [
+        "ignored with method='oft' (they apply to LoRA and QLoRA): lora_rank=16"]
+    assert Workload(**{**RUN, "oft_block_size": 16}).ignored() == ["ignored: oft_block_size=16 applies to --method oft"]

@@ -1,4 +1,4 @@
-"""peft's LoHa and LoKr on the real module (vramlens.trace.crosscheck.PEFT_DELTA_ROWS): peak within 5%, every component
+"""peft's LoHa, LoKr and OFT on the real module (vramlens.trace.crosscheck.PEFT_DELTA_ROWS): peak within 5%, every component
 within 10%, as tests/trace/test_techniques.py checks the other methods."""
 
 import pytest
@@ -15,9 +15,9 @@ def _row_id(row) -> str:
 
 
 @pytest.mark.parametrize("row", PEFT_DELTA_ROWS, ids=_row_id)
-def test_loha_and_lokr_match_trace(row):
-    """get_peft_model(LoHaConfig / LoKrConfig(r, target_modules, ...), autocast_adapter_dtype=True) traced against
-    the estimate."""
+def test_delta_methods_match_trace(row):
+    """get_peft_model(LoHaConfig / LoKrConfig / OFTConfig(...), autocast_adapter_dtype=True) traced against the
+    estimate."""
     pytest.importorskip("peft")
     rows = run_rows((row,))
     for r in rows:

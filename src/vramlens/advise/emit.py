@@ -244,9 +244,9 @@ def trainer(plan: Plan, *, legacy_names: bool | None = None) -> dict[str, Any]:
 
 
 def peft(plan: Plan) -> dict[str, Any]:
-    """``peft.LoraConfig`` keyword arguments. lora_alpha = 2r, a common choice (peft's default is 8). IA3 and LN
-    tuning, prompt tuning and LoHa: the dict ``peft.get_peft_config`` takes (its ``peft_type`` names the config
-    class)."""
+    """``peft.LoraConfig`` keyword arguments. lora_alpha = 2r, a common choice (peft's default is 8). IA3, LN
+    tuning, prompt tuning, LoHa, LoKr and OFT: the dict ``peft.get_peft_config`` takes (its ``peft_type`` names the
+    config class)."""
     w = plan.workload
     if w.method == "full":
         raise InputError("--emit peft: the plan trains every parameter (--method full); no LoRA settings")
@@ -259,6 +259,13 @@ def peft(plan: Plan) -> dict[str, Any]:
         return {"peft_type": w.method.upper(), "r": w.lora_rank, "alpha": 2 * w.lora_rank,
                 "target_modules": "all-linear" if targets == ["all-linear"] else targets,
                 **({"decompose_factor": w.decompose_factor} if w.method == "lokr" else {}),
+                "task_type": {"decoder": "CAUSAL_LM"}.get(kind, "FEATURE_EXTRACTION")}
+    if w.method == "oft":
+        # OFTConfig (src/peft/tuners/oft/config.py): r 0 with oft_block_size, the targets, and peft's defaults for the
+        # rest (Cayley-Neumann with 5 terms, no COFT, no block sharing), which the estimate assumed
+        targets = list(w.lora_targets)
+        return {"peft_type": "OFT", "r": 0, "oft_block_size": w.oft_block_size,
+                "target_modules": "all-linear" if targets == ["all-linear"] else targets,
                 "task_type": {"decoder": "CAUSAL_LM"}.get(kind, "FEATURE_EXTRACTION")}
     if w.method == "prompt-tuning":
         return {"peft_type": "PROMPT_TUNING", "task_type": "CAUSAL_LM", "num_virtual_tokens": w.num_virtual_tokens}

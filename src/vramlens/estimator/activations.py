@@ -39,7 +39,7 @@ from vramlens.estimator.inventory import (
 from vramlens.estimator.linears import GROUPS, linear_group
 from vramlens.estimator.masks import padded_mask, repeats_kv
 from vramlens.estimator.memo import identity_cache
-from vramlens.models.peft_targets import IA3_TARGETS, lokr_shapes
+from vramlens.models.peft_targets import IA3_TARGETS, lokr_shapes, oft_block
 from vramlens.models.spec import ModelSpec
 from vramlens.units import BLOCK, DTYPE_BYTES
 from vramlens.units import block_bytes as _r  # one allocation's bytes, in 512-byte blocks
@@ -263,8 +263,11 @@ def untracked_before_first_adapter(spec: ModelSpec, w: Workload, b: int, s: int)
         # that needs no gradient, so F.linear keeps only the input copy for the delta's gradient, not the delta
         c = DTYPE_BYTES[w.compute_dtype]
         a = DTYPE_BYTES[w.lora_dtype]
+        # (OFT: its R, which only the input's gradient needs)
+        first = sum(_oft_blocks(w, k) if w.method == "oft" else _r(a * n * k)
+                    for g, n, k in delta_dims(spec, w) if g == "qkv")
         return (_norm_saved(norm_kind(spec), spec.hidden_size, b * s, 4 if w.run_dtype == "fp32" else c, c, 0,
-                            False, False) + sum(_r(a * n * k) for g, n, k in delta_dims(spec, w) if g == "qkv"), ())
+                            False, False) + first, ())
     if w.method in VECTOR_METHODS:
         # the first block's input norm reads the frozen embedding's output, so it keeps no fp32 copy of it: IA3
         # tracks nothing before its first vector, LN tuning's trained copy keeps only the normalized tensor
@@ -574,7 +577,23 @@ def delta_saved(spec: ModelSpec, w: Workload, t: int) -> int:
         inputs = sum(_r(a * k * t) for g, k in {(g, k) for g, _, k in dims})
     else:
         inputs = sum(_r(a * k * t) for _, _, k in dims)
+    if w.method == "oft":
+        return inputs + sum(OFT_SAVED_BLOCKS * _oft_blocks(w, k) for _, _, k in dims)
     return inputs + sum(_r(a * n * k) + _lokr_w2_built(w, n, k) for _, n, k in dims)
+
+
+#: What OFT keeps of its rotation per adapted linear, in (in // b, b, b) fp32 tensors (src/peft/tuners/oft/layer.py
+#: ``OFTRotationModule._cayley_batch`` at d787f51b, the same in peft 0.21.2, with peft's default
+#: use_cayley_neumann=True, num_cayley_neumann_terms=5): the skew-symmetric Q and Q^2 and Q^3, which the three
+#: ``bmm``s of the Neumann series keep (Q^4 is added into R and freed), and R itself, which the einsum's ``bmm`` keeps
+#: for the input's gradient (not in the first block, whose input needs none). The einsum keeps the input, the
+#: ``x.to(fp32)`` copy (delta_saved); the frozen linear keeps nothing of its rotated bf16 input.
+OFT_SAVED_BLOCKS = 4
+
+
+def _oft_blocks(w: Workload, k: int) -> int:
+    """Bytes of one (in // b, b, b) OFT tensor of a linear with k inputs (models.oft_block)."""
+    return _r(DTYPE_BYTES[w.lora_dtype] * k * oft_block(k, w.oft_block_size))
 
 
 def _lokr_w2_built(w: Workload, n: int, k: int) -> int:
@@ -638,6 +657,8 @@ def delta_transients(spec: ModelSpec, w: Workload, b: int, s: int, block: int) -
     dims = delta_dims(spec, w)
     if not dims:
         return DeltaTransients(0, 0, 0)
+    if w.method == "oft":
+        return _oft_transients(spec, w, b * s, block, dims)
     built, kept = DELTA_BUILD[w.method]
     a = DTYPE_BYTES[w.lora_dtype]
     c = DTYPE_BYTES[w.compute_dtype]
@@ -650,6 +671,28 @@ def delta_transients(spec: ModelSpec, w: Workload, b: int, s: int, block: int) -
         gone = block - norm if g == "qkv" else _r(a * k * t) + wd  # the block's tensors not alive then
         bwd = max(bwd, DELTA_BACKWARD[w.method] * wd - gone)
         tmp = max(tmp, (built - kept) * wd, DELTA_BACKWARD[w.method] * wd)
+    return DeltaTransients(max(0, fwd), max(0, bwd), tmp)
+
+
+def _oft_transients(spec: ModelSpec, w: Workload, t: int, block: int,
+                    dims: tuple[tuple[str, int, int], ...]) -> DeltaTransients:
+    """OFT's transients around the rotation of the largest adapted input (src/peft/tuners/oft/layer.py
+    ``OFTRotationModule.forward`` at d787f51b). Forward: the einsum's ``bmm`` output in its (blocks, t, b) layout and
+    the contiguous copy einsum returns (two fp32 t x k), then ``.to(bf16)`` of the copy once the first is freed.
+    Backward: two fp32 t x k (the rotated input's gradient in the einsum's layout and the input's gradient) and R's
+    gradient (blocks, b, b); traced. The block's tensors saved after the rotation are freed by then (an attention input
+    projection) or all counted alive (a later linear)."""
+    a = DTYPE_BYTES[w.lora_dtype]
+    c = DTYPE_BYTES[w.compute_dtype]
+    norm = _norm_saved(norm_kind(spec), spec.hidden_size, t, 4 if w.run_dtype == "fp32" else c, c, 0, False, False)
+    fwd = bwd = tmp = 0
+    for g, _, k in dims:
+        f = 2 * _r(a * k * t)
+        back = 2 * _r(a * k * t) + _oft_blocks(w, k)
+        here = _r(a * k * t) + OFT_SAVED_BLOCKS * _oft_blocks(w, k)  # what the rotation keeps
+        fwd = max(fwd, f - (block - norm - here) if g == "qkv" else f)
+        bwd = max(bwd, back - (block - norm) if g == "qkv" else back)
+        tmp = max(tmp, f, back)
     return DeltaTransients(max(0, fwd), max(0, bwd), tmp)
 
 

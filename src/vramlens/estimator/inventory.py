@@ -261,9 +261,10 @@ def vector_dtype(w: Workload) -> str:
 
 def own_tensor_numels(spec: ModelSpec, w: Workload) -> tuple[int, ...]:
     """Elements of each tensor a method of OWN_TENSOR_METHODS trains: IA3's, LN tuning's or prompt tuning's
-    (models.peft_vector_numels), LoHa's or LoKr's factors (models.peft_delta_numels)."""
+    (models.peft_vector_numels), LoHa's, LoKr's or OFT's factors (models.peft_delta_numels)."""
     return (peft_vector_numels(spec, w.method, w.num_virtual_tokens)
-            + peft_delta_numels(spec, w.method, tuple(w.lora_targets), w.lora_rank, w.decompose_factor))
+            + peft_delta_numels(spec, w.method, tuple(w.lora_targets), w.lora_rank, w.decompose_factor,
+                                w.oft_block_size))
 
 
 def vector_bytes(spec: ModelSpec, w: Workload, bytes_per_elem: int) -> int:

@@ -205,7 +205,8 @@ def train_state(spec: ModelSpec, w: Workload, gpu: GPU | None) -> TrainState:
     kernel_buffers = Wt.gptq_kernel_buffer_bytes(spec, w)  # one set per GPU
     weights = int(base_w * sp.weights) + adapters + legacy + kernel_buffers
     what = {"ia3": f"IA3 vectors {w.lora_dtype}", "ln-tuning": f"LN tuning's norm copies {w.dtype}",
-            "loha": f"LoHa factors {w.lora_dtype}", "lokr": f"LoKr factors {w.lora_dtype}"}.get(
+            "loha": f"LoHa factors {w.lora_dtype}", "lokr": f"LoKr factors {w.lora_dtype}",
+            "oft": f"OFT rotations {w.lora_dtype} and their index buffers"}.get(
         w.method, f"LoRA adapters {w.lora_dtype}{' with DoRA magnitudes' if w.dora else ''}")
     explain["weights"] = base_formula + (f" + {what} ({adapters:,} B)" if adapters else "")
     if legacy:

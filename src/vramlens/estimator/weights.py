@@ -49,6 +49,7 @@ from vramlens.estimator.inventory import (
     vector_dtype,
 )
 from vramlens.estimator.memo import identity_cache
+from vramlens.models.peft_targets import delta_linears, oft_block
 from vramlens.models.spec import ModelSpec
 from vramlens.units import BLOCK, DTYPE_BYTES, round_up
 from vramlens.workload import FOUR_BIT, OWN_TENSOR_METHODS, WO_DEQUANT_QUANTS, Workload
@@ -402,13 +403,27 @@ def lora_params(spec: ModelSpec, w: Workload) -> int:
     return lora_shape(spec, tuple(w.lora_adapted), w.fused_qkv).params(w.lora_rank, w.dora)
 
 
+def oft_index_buffers(spec: ModelSpec, w: Workload) -> int:
+    """OFT's index buffers: each ``OFTRotationModule`` registers ``rows`` and ``cols`` of ``torch.triu_indices(b, b,
+    1)`` (int64, b (b - 1) / 2 each; persistent=False, so not in the state dict) and moves them to the base layer's
+    device one by one (src/peft/tuners/oft/layer.py at d787f51b, the same in peft 0.21.2); 0 for the other methods."""
+    if w.method != "oft":
+        return 0
+    total = 0
+    for _, k in delta_linears(spec, tuple(w.lora_targets)):
+        b = oft_block(k, w.oft_block_size)
+        total += 2 * round_up(8 * (b * (b - 1) // 2), BLOCK)
+    return total
+
+
 def adapter_bytes(spec: ModelSpec, w: Workload) -> int:
     """LoRA A and B matrices (and DoRA's magnitude vectors) in ``lora_dtype``: peft upcasts adapters to
     fp32 (``autocast_adapter_dtype=True``, peft >= 0.12), torchtune keeps the model's dtype."""
     if w.method == "full":
         return 0
     if w.method in OWN_TENSOR_METHODS:
-        return vector_bytes(spec, w, DTYPE_BYTES[vector_dtype(w)])  # beside the frozen base, which stays whole
+        # beside the frozen base, which stays whole
+        return vector_bytes(spec, w, DTYPE_BYTES[vector_dtype(w)]) + oft_index_buffers(spec, w)
     shape = lora_shape(spec, tuple(w.lora_adapted), w.fused_qkv)
     return lora_rounded_bytes(shape, w.lora_rank, lora_dtype_bytes(w), w.dora)
 

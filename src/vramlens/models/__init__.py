@@ -18,6 +18,7 @@ from vramlens.models.loaders import load_model
 from vramlens.models.peft_targets import (
     delta_linears,
     lokr_shapes,
+    oft_block,
     peft_delta_numels,
     peft_method_problem,
     peft_vector_numels,
@@ -35,6 +36,7 @@ __all__ = [
     "list_catalog",
     "load_model",
     "lokr_shapes",
+    "oft_block",
     "peft_delta_numels",
     "peft_method_problem",
     "peft_vector_numels",

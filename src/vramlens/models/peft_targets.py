@@ -104,15 +104,41 @@ def lokr_shapes(out: int, k: int, rank: int, factor: int) -> tuple[tuple[int, in
     return (a, c), (b, d), rank < max(b, d) / 2
 
 
+def oft_block(in_features: int, block_size: int) -> int:
+    """The block size OFT uses on a linear of ``in_features`` inputs for a requested ``block_size`` (r 0):
+    ``OFTLayer.update_layer`` moves a size that does not divide in_features (or exceeds it) to the nearer divisor
+    (``adjust_oft_parameters``, the lower one on a tie) (src/peft/tuners/oft/layer.py, the same at d787f51b and in
+    peft 0.21.2)."""
+    if in_features % block_size == 0 and block_size <= in_features:
+        return block_size
+    if block_size >= in_features:
+        return in_features
+    higher = block_size
+    while higher <= in_features and in_features % higher != 0:
+        higher += 1
+    lower = block_size
+    while lower > 1 and in_features % lower != 0:
+        lower -= 1
+    return lower if block_size - lower <= higher - block_size else higher
+
+
 def peft_delta_numels(spec: ModelSpec, method: str, targets: tuple[str, ...], rank: int,
-                      factor: int = -1) -> tuple[int, ...]:
+                      factor: int = -1, oft_block_size: int = 32) -> tuple[int, ...]:
     """Elements of each tensor LoHa or LoKr trains in ``spec`` (empty for the other methods).
 
     LoHa (src/peft/tuners/loha/layer.py ``LoHaLayer.create_adapter_parameters``, the same at huggingface/peft
     d787f51b and in peft 0.21.2): per adapted (out, in) linear ``hada_w1_a`` (out, r), ``hada_w1_b`` (r, in),
     ``hada_w2_a`` (out, r) and ``hada_w2_b`` (r, in). LoKr (``LoKrLayer.create_adapter_parameters``): ``lokr_w1``
-    (a, c), and ``lokr_w2_a`` (b, r) with ``lokr_w2_b`` (r, d), or ``lokr_w2`` (b, d) (lokr_shapes).
+    (a, c), and ``lokr_w2_a`` (b, r) with ``lokr_w2_b`` (r, d), or ``lokr_w2`` (b, d) (lokr_shapes). OFT
+    (``OFTRotationModule``): one ``weight`` (in // b, b (b - 1) / 2), the upper triangles of its skew-symmetric
+    blocks, b from oft_block.
     """
+    if method == "oft":
+        out: list[int] = []
+        for _, k in delta_linears(spec, targets):
+            b = oft_block(k, oft_block_size)
+            out.append(k // b * (b * (b - 1) // 2))
+        return tuple(out)
     if method == "loha":
         return tuple(n for out, k in delta_linears(spec, targets) for n in (out * rank, rank * k, out * rank, rank * k))
     if method == "lokr":

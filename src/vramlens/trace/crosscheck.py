@@ -442,7 +442,7 @@ PEFT_VECTOR_ROWS: tuple[tuple[str, dict[str, Any]], ...] = (
     ("qwen2.5-0.5b", _tr(method="prompt-tuning", num_virtual_tokens=32, checkpointing="full")),
 )
 
-#: peft's LoHa and LoKr (fp32 factors, q_proj and v_proj, rank 8 unless given): each adapted linear keeps its fp32 delta
+#: peft's LoHa, LoKr and OFT (fp32 factors, q_proj and v_proj, rank 8 / block 32 unless given): each adapted linear keeps its fp32 delta
 #: weight and input copy (the first block no delta), the delta built in forward (three n x k) and in HadaWeight's
 #: backward (five n x k); rows at 16-64 tokens put the peak there, in bf16 and fp32 (no input copy), on all-linear
 PEFT_DELTA_ROWS: tuple[tuple[str, dict[str, Any]], ...] = (
@@ -460,6 +460,14 @@ PEFT_DELTA_ROWS: tuple[tuple[str, dict[str, Any]], ...] = (
     ("llama-3-8b", _tr(method="lokr", lora_targets=("all-linear",), batch=1, seq=32)),
     ("llama-3-8b", _tr(method="lokr", dtype="fp32", batch=1, seq=16)),
     ("qwen2.5-0.5b", _tr(method="lokr", decompose_factor=4, lora_rank=4, batch=1, seq=16)),
+    # OFT: the input rotated block by block (fp32 copy, Q, Q^2, Q^3 and R kept; no R in the first block), its index
+    # buffers; block sizes that divide the input and one that peft moves to a divisor (24 on Qwen2's 896)
+    ("llama-3-8b", _tr(method="oft", batch=1, seq=16)),
+    ("llama-3-8b", _tr(method="oft", oft_block_size=64, batch=1, seq=16)),
+    ("llama-3-8b", _tr(method="oft", oft_block_size=16)),
+    ("llama-3-8b", _tr(method="oft", lora_targets=("all-linear",), batch=1, seq=32)),
+    ("llama-3-8b", _tr(method="oft", dtype="fp32", batch=1, seq=16)),
+    ("qwen2.5-0.5b", _tr(method="oft", oft_block_size=24, batch=1, seq=16)),
 )
 
 QLORA_ROWS: tuple[tuple[str, dict[str, Any]], ...] = (

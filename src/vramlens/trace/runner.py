@@ -249,7 +249,7 @@ class Runner:
         self.rec = Recorder(round_to=1 if mode == "real-cpu" else BLOCK)
         self.rec.autocast = wl.amp is not None and wl.amp != wl.dtype and not wl.fsdp_mixed_precision
         self.rec.stub_optimizer_scalars = mode == "fake"
-        self.rec.stub_module_dropout = mode == "fake" and wl.method in ("loha", "lokr")
+        self.rec.stub_module_dropout = mode == "fake" and wl.method in ("loha", "lokr")  # OFT draws nothing
         #: called as before_record(built, optimizer) inside the tensor mode, after the optimizer
         #: is made and before recording starts (FSDP's unrecorded warm-up step)
         self.before_record: Callable[[Built, Any], None] | None = None

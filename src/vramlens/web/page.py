@@ -45,6 +45,7 @@ KNOBS: tuple[tuple[str, str, str, tuple | None, str], ...] = (
     ("lora_rank", "LoRA rank", "number", None, "8"),
     ("num_virtual_tokens", "virtual tokens (prompt tuning)", "number", None, "0"),
     ("decompose_factor", "LoKr decompose factor", "number", None, "-1"),
+    ("oft_block_size", "OFT block size", "number", None, "32"),
     ("lora_targets", "LoRA targets", "text", None, "q_proj,v_proj"),
     ("lora_dropout", "LoRA dropout", "number", None, "0"),
     ("lora_dtype", "LoRA dtype", "select", W.LORA_DTYPES, "fp32"),
@@ -100,8 +101,10 @@ SHOW_WHEN: dict[str, str] = {
     **{k: "mode=inference" for k in ("new_tokens", "kv_dtype", "kv_block", "cache")},
     "max_cache_len": "mode=inference;cache=static",
     **{k: "method=lora|qlora" for k in ("lora_rank", "lora_targets", "dora", "quant_targets")},
-    **{k: "method=lora|qlora|loha|lokr" for k in ("lora_rank", "lora_targets")},  # LoHa's, LoKr's r and targets
+    "lora_rank": "method=lora|qlora|loha|lokr",  # LoHa's and LoKr's r
+    "lora_targets": "method=lora|qlora|loha|lokr|oft",  # their target_modules, and OFT's
     "decompose_factor": "mode=train;method=lokr",
+    "oft_block_size": "mode=train;method=oft",
     "lora_dtype": "method=lora|qlora|ia3",  # IA3's vectors too (peft's autocast_adapter_dtype)
     "num_virtual_tokens": "mode=train;method=prompt-tuning",
     "lora_dropout": "mode=train;method=lora|qlora",
