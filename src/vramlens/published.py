@@ -360,7 +360,10 @@ def _peft_metamath_cases() -> dict[str, Case]:
             # by peft 505e6fd6 with transformers 5.15.0; run.py's training loop as at d787f51b): each adapted linear
             # keeps its fp32 delta, input copy and built w2 (vramlens.estimator.activations.delta_saved)
             "lokr-r32-factor4-qv": {**_PEFT_METAMATH, "method": "lokr", "lora_rank": 32, "decompose_factor": 4,
-                                    "lora_targets": qv}}
+                                    "lora_targets": qv},
+            # OFTConfig(r=32, oft_block_size=0): 32 blocks of 3,072 / 32 = 96 on q_proj and v_proj (both 3,072 inputs),
+            # which oft_block_size=96 (r 0) builds alike
+            "oft-r32-qv": {**_PEFT_METAMATH, "method": "oft", "oft_block_size": 96, "lora_targets": qv}}
     return {f"peft-metamathqa-llama3.2-3b-{name}": Case("llama-3.2-3b", settings, figure="peak_reserved", **_L40S_2026)
             for name, settings in rows.items()}
 
