@@ -134,17 +134,15 @@ def peft_delta_numels(spec: ModelSpec, method: str, targets: tuple[str, ...], ra
     blocks, b from oft_block.
     """
     if method == "oft":
-        out: list[int] = []
-        for _, k in delta_linears(spec, targets):
-            b = oft_block(k, oft_block_size)
-            out.append(k // b * (b * (b - 1) // 2))
-        return tuple(out)
+        blocks = [(k, oft_block(k, oft_block_size)) for _, k in delta_linears(spec, targets)]
+        return tuple(k // b * (b * (b - 1) // 2) for k, b in blocks)
     if method == "loha":
-        return tuple(n for out, k in delta_linears(spec, targets) for n in (out * rank, rank * k, out * rank, rank * k))
+        return tuple(n for n_out, k in delta_linears(spec, targets)
+                     for n in (n_out * rank, rank * k, n_out * rank, rank * k))
     if method == "lokr":
         numels: list[int] = []
-        for out, k in delta_linears(spec, targets):
-            (a, c), (b, d), low_rank = lokr_shapes(out, k, rank, factor)
+        for n_out, k in delta_linears(spec, targets):
+            (a, c), (b, d), low_rank = lokr_shapes(n_out, k, rank, factor)
             numels += [a * c, *((b * rank, rank * d) if low_rank else (b * d,))]
         return tuple(numels)
     return ()
