@@ -46,9 +46,10 @@ Mode = Literal["inference", "train"]
 #: (vramlens.models.peft_targets), ``prompt-tuning`` peft's prompt tuning (num_virtual_tokens): the base frozen,
 #: no LoRA adapters; ``loha`` and ``lokr`` are peft's LoHa and LoKr (lora_rank, lora_targets; LoKr's
 #: decompose_factor), which build a full-size weight delta per adapted linear in every forward, ``oft`` peft's OFT
-#: (oft_block_size, lora_targets), which rotates each adapted linear's input block by block
+#: (oft_block_size, lora_targets), which rotates each adapted linear's input block by block, and ``boft`` peft's BOFT
+#: (boft_block_size, lora_targets), which builds a full (in, in) butterfly rotation in every forward
 #: (vramlens.estimator.activations.delta_saved)
-Method = Literal["full", "lora", "qlora", "ia3", "ln-tuning", "prompt-tuning", "loha", "lokr", "oft"]
+Method = Literal["full", "lora", "qlora", "ia3", "ln-tuning", "prompt-tuning", "loha", "lokr", "oft", "boft"]
 DType = Literal["fp32", "fp16", "bf16"]
 Amp = Literal["fp16", "bf16"]
 Quant = Literal["int8", "nf4", "nf4-dq", "fp4", "int4", "gptq-4bit", "awq-4bit", "fp8"]
@@ -114,7 +115,7 @@ VECTOR_METHODS: tuple[Method, ...] = ("ia3", "ln-tuning", "prompt-tuning")
 #: product, LoKr's Kronecker product) or rotate the adapted linears' inputs (OFT's block-diagonal Cayley rotation): their
 #: factors are per-tensor trainables as VECTOR_METHODS' are (lora_rank and lora_targets give the
 #: shapes), and each adapted linear keeps its delta for backward (vramlens.estimator.activations.delta_saved).
-DELTA_METHODS: tuple[Method, ...] = ("loha", "lokr", "oft")
+DELTA_METHODS: tuple[Method, ...] = ("loha", "lokr", "oft", "boft")
 #: Every method whose trainables vramlens lists tensor by tensor (models.peft_vector_numels, peft_delta_numels).
 OWN_TENSOR_METHODS: tuple[Method, ...] = VECTOR_METHODS + DELTA_METHODS
 DTYPES: tuple[DType, ...] = get_args(DType)
@@ -269,6 +270,9 @@ class Workload:
     #: this size (in_features // size blocks; a size that does not divide in_features is moved to the nearest divisor,
     #: peft's adjust_oft_parameters). A config giving r blocks instead is the same as in_features // r here
     oft_block_size: int = 32
+    #: peft's BOFTConfig ``boft_block_size`` (default 4, with boft_block_num 0 and boft_n_butterfly_factor 1, the
+    #: factor vramlens models): in_features // size blocks of size x size per adapted linear
+    boft_block_size: int = 4
     lora_targets: tuple[str, ...] = DEFAULT_LORA_TARGETS
     lora_dropout: float = 0.0
     lora_dtype: LoraDType = "fp32"
@@ -690,6 +694,10 @@ class Workload:
             p.append(f"oft_block_size={L.show(self.oft_block_size)} must be a whole number >= 1")
         elif self.oft_block_size > L.MAX_LORA_RANK:
             p.append(f"oft_block_size={L.show(self.oft_block_size)} is over the limit of {L.MAX_LORA_RANK:,}")
+        if isinstance(self.boft_block_size, bool) or not isinstance(self.boft_block_size, int) or self.boft_block_size < 1:
+            p.append(f"boft_block_size={L.show(self.boft_block_size)} must be a whole number >= 1")
+        elif self.boft_block_size > L.MAX_LORA_RANK:
+            p.append(f"boft_block_size={L.show(self.boft_block_size)} is over the limit of {L.MAX_LORA_RANK:,}")
         if isinstance(self.kv_block, bool) or not isinstance(self.kv_block, int) or self.kv_block < 0:
             p.append(f"kv_block={L.show(self.kv_block)} must be 0 (no paging) or a block size in tokens")
         elif self.kv_block > L.MAX_KV_BLOCK:
@@ -1060,7 +1068,7 @@ class Workload:
         return p
 
     def _delta_method_problems(self) -> list[str]:
-        """LoHa, LoKr and OFT are modelled as PEFT's method comparison runs them: one GPU (or data parallel), the model's dtype, fp32
+        """LoHa, LoKr, OFT and BOFT are modelled as PEFT's method comparison runs them: one GPU (or data parallel), the model's dtype, fp32
         factors (autocast_adapter_dtype), AdamW or SGD; what else would change what is kept is refused."""
         if self.method not in DELTA_METHODS:
             return []
@@ -1078,6 +1086,11 @@ class Workload:
                      "factors in fp32, and each adapted linear then keeps an fp32 copy of its input): drop --lora-dtype")
         if self.fused_qkv:
             p.append(f"{m} adapts transformers' separate projections; fused_qkv is LitGPT's: drop --fused-qkv")
+        if self.method == "boft" and self.dtype == "fp32":
+            # boft_P.to(x) copies the host matrix to the GPU in the input's dtype; the tracer's fake device cannot
+            # copy an fp32 buffer to fp32, so that case is left unchecked
+            p.append(f"{m} is modelled with half weights (its host permutation matrix copied to the GPU in their "
+                     "dtype each forward): use --dtype bf16 or fp16")
         if self.optimizer not in ("adamw", "adam", "sgd", "sgd-momentum", "none"):
             p.append(f"{m} with optimizer={self.optimizer} is not modelled: use adamw, adam, sgd or sgd-momentum")
         if self.optimizer_in_backward:
@@ -1145,10 +1158,12 @@ class Workload:
             names = [n for n in ("lora_rank", "lora_targets", "lora_dropout", "lora_dtype", "dora", "quant_targets")
                      if given(n) and not (n == "lora_dtype" and self.method == "ia3")
                      and not (n in ("lora_rank", "lora_targets", "lora_dtype") and self.method in DELTA_METHODS
-                              and (n != "lora_rank" or self.method != "oft"))]
+                              and (n != "lora_rank" or self.method in ("loha", "lokr")))]
             if names:
                 out.append(f"ignored with method={self.method!r} (they apply to LoRA and QLoRA): "
                            + ", ".join(f"{n}={getattr(self, n)!r}" for n in names))
+        if given("boft_block_size") and self.method != "boft":
+            out.append(f"ignored: boft_block_size={self.boft_block_size!r} applies to --method boft")
         if given("oft_block_size") and self.method != "oft":
             out.append(f"ignored: oft_block_size={self.oft_block_size!r} applies to --method oft")
         if given("decompose_factor") and self.method != "lokr":

@@ -280,3 +280,13 @@ def test_oft_emits_its_block_size():
     peft = pytest.importorskip("peft")
     cfg = peft.get_peft_config(kw)
     assert type(cfg).__name__ == "OFTConfig" and (cfg.r, cfg.oft_block_size) == (0, 64)
+
+
+def test_boft_emits_its_block_size():
+    plan = _plan(base={"method": "boft", "boft_block_size": 8}, method_locked=True)
+    kw = emit(plan, "peft")
+    assert kw == {"peft_type": "BOFT", "boft_block_size": 8, "boft_block_num": 0, "boft_n_butterfly_factor": 1,
+                  "target_modules": ["q_proj", "v_proj"], "task_type": "CAUSAL_LM"}
+    peft = pytest.importorskip("peft")
+    cfg = peft.get_peft_config(kw)
+    assert type(cfg).__name__ == "BOFTConfig" and (cfg.boft_block_size, cfg.boft_block_num) == (8, 0)

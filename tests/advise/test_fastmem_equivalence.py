@@ -40,7 +40,7 @@ TARGETS = (("q_proj", "v_proj"), ("all-linear",), ("q_proj", "k_proj", "v_proj",
 INTS = {
     "batch": (1, 2, 3, 8), "seq": (1, 7, 128, 512, 2048), "new_tokens": (0, 1, 64), "grad_accum": (1, 2, 3, 8),
     "lora_rank": (1, 8, 16, 64), "decompose_factor": (-1, 1, 4),
-    "oft_block_size": (1, 24, 32), "gpus": (1, 2, 4, 8, 16), "zero": (0, 1, 2, 3), "tp": (1, 2, 4),
+    "oft_block_size": (1, 24, 32), "boft_block_size": (3, 4, 8), "gpus": (1, 2, 4, 8, 16), "zero": (0, 1, 2, 3), "tp": (1, 2, 4),
     "pp": (1, 2, 4), "cp": (1, 2, 4), "kv_block": (0, 16, 256),
     # 8 is torchtune's num_output_chunks; 3 does not divide the even seqs (a shorter last chunk); 16 > seq=7
     "loss_chunks": (1, 3, 8, 16),

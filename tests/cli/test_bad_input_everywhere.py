@@ -107,6 +107,8 @@ CASES = {
                                "decompose_factor=0 must be -1"),
     "estimate-oft-block-0": ("estimate llama-2-7b --mode train --method oft --oft-block-size 0",
                              "oft_block_size=0 must be a whole number >= 1"),
+    "estimate-boft-block-5": ("estimate llama-2-7b --mode train --method boft --boft-block-size 5",
+                              "boft_block_size=5 does not divide in_features=4096"),
     "estimate-ia3-amp": ("estimate llama-2-7b --mode train --method ia3 --dtype fp32 --amp bf16",
                          "method=ia3 under autocast (amp=bf16) is not modelled: drop --amp"),
     "estimate-ln-tuning-gpt2": ("estimate gpt2 --mode train --method ln-tuning",

@@ -181,3 +181,37 @@ def test_oft_keeps_its_rotated_input_and_rotation_blocks():
     assert Workload(**{**OFT, "lora_rank": 16}).ignored() == [
         "ignored with method='oft' (they apply to LoRA and QLoRA): lora_rank=16"]
     assert Workload(**{**RUN, "oft_block_size": 16}).ignored() == ["ignored: oft_block_size=16 applies to --method oft"]
+
+
+BOFT = {**RUN, "method": "boft"}  # PEFT's MetaMathQA BOFT: peft's defaults (block 4, q_proj and v_proj for Llama)
+
+
+def test_boft_trainables_host_permutations_and_kept_rotations():
+    spec = load_model("llama-3.2-3b")
+    # boft_R (1, 768, 4, 4) and boft_s (out, 1) per linear: the result file's num_trainable_params
+    assert sum(peft_delta_numels(spec, "boft", ("q_proj", "v_proj"), 8)) == 802_816 == L * (2 * 768 * 16 + H + KV)
+    e = estimate("llama-3.2-3b", **BOFT)
+    assert e.trainable_params == 802_816
+    # boft_P (1, 3,072, 3,072) fp32 per adapted linear stays in host RAM
+    assert e.breakdown.host_bytes == L * 2 * 4 * H * H == 2_113_929_216
+    w = Workload(**BOFT)
+    k2 = H * H * 2  # one (3,072, 3,072) bf16: 18,874,368 B
+    cayley = 3 * 4 * H * 4 + 4 * H  # I + S, its LU factors and solution (768 blocks of 4 x 4, fp32), int32 pivots
+    q = 3 * k2 + T * H * 2 + 4 * H + 2 * H + cayley  # P's GPU copy, eye, R; the frozen output; scale and ones
+    v = 3 * k2 + T * KV * 2 + 4 * KV + 2 * KV + cayley
+    # ... and the bf16 input q_proj and v_proj share, kept by x @ R
+    assert A.delta_saved(spec, w, T) == T * H * 2 + q + v == 157_630_464
+    # the first block keeps no R (its input needs no gradient)
+    assert A.untracked_before_first_adapter(spec, w, 4, 768)[0] == T * H * 4 + 2 * k2
+    # block_diag's fp32 (k, k) and its bf16 copy in forward; as much and the input's gradient in backward
+    assert A.delta_transients(spec, w, 4, 768, 10**10).temporary == 3 * k2 + T * H * 2
+
+
+def test_boft_block_size_must_divide_the_inputs():
+    with pytest.raises(ConfigError) as e:
+        estimate("llama-3.2-3b", **{**BOFT, "boft_block_size": 5})
+    assert ("boft_block_size=5 does not divide in_features=3072 of an adapted linear of meta-llama/Llama-3.2-3B "
+            "(peft raises): use a divisor of it") in str(e.value)
+    with pytest.raises(ConfigError) as e:
+        Workload(**{**BOFT, "dtype": "fp32"}).validated()
+    assert "method=boft is modelled with half weights" in str(e.value)

@@ -245,7 +245,7 @@ def trainer(plan: Plan, *, legacy_names: bool | None = None) -> dict[str, Any]:
 
 def peft(plan: Plan) -> dict[str, Any]:
     """``peft.LoraConfig`` keyword arguments. lora_alpha = 2r, a common choice (peft's default is 8). IA3, LN
-    tuning, prompt tuning, LoHa, LoKr and OFT: the dict ``peft.get_peft_config`` takes (its ``peft_type`` names the
+    tuning, prompt tuning, LoHa, LoKr, OFT and BOFT: the dict ``peft.get_peft_config`` takes (its ``peft_type`` names the
     config class)."""
     w = plan.workload
     if w.method == "full":
@@ -266,6 +266,13 @@ def peft(plan: Plan) -> dict[str, Any]:
         targets = list(w.lora_targets)
         return {"peft_type": "OFT", "r": 0, "oft_block_size": w.oft_block_size,
                 "target_modules": "all-linear" if targets == ["all-linear"] else targets,
+                "task_type": {"decoder": "CAUSAL_LM"}.get(kind, "FEATURE_EXTRACTION")}
+    if w.method == "boft":
+        # BOFTConfig (src/peft/tuners/boft/config.py): boft_block_size with boft_block_num 0 and peft's default
+        # boft_n_butterfly_factor 1, which the estimate assumed
+        targets = list(w.lora_targets)
+        return {"peft_type": "BOFT", "boft_block_size": w.boft_block_size, "boft_block_num": 0,
+                "boft_n_butterfly_factor": 1, "target_modules": "all-linear" if targets == ["all-linear"] else targets,
                 "task_type": {"decoder": "CAUSAL_LM"}.get(kind, "FEATURE_EXTRACTION")}
     if w.method == "prompt-tuning":
         return {"peft_type": "PROMPT_TUNING", "task_type": "CAUSAL_LM", "num_virtual_tokens": w.num_virtual_tokens}

@@ -110,7 +110,7 @@ def add_workload_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--mode", choices=W.MODES, default="inference", help="inference or train (default inference)")
     g.add_argument("--method", choices=W.METHODS, default="full", help="full fine-tuning, LoRA, QLoRA, peft's IA3 or LN tuning "
                    "with the model type's default targets, peft's prompt tuning, or peft's LoHa, LoKr (--lora-rank, "
-                   "--lora-targets) or OFT (--oft-block-size, --lora-targets) (default full)")
+                   "--lora-targets), OFT or BOFT (--oft-block-size / --boft-block-size, --lora-targets) (default full)")
     g.add_argument("--dtype", choices=W.DTYPES, default="bf16", help="weight storage/compute dtype (default bf16)")
     g.add_argument("--amp", choices=W.AMPS, default=None, help="mixed precision with fp32 master weights")
     g.add_argument("--quant", choices=W.QUANTS, default=None, help="weight quantization")
@@ -195,6 +195,8 @@ def add_workload_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--oft-block-size", type=_positive, default=32,
                    help="OFT's block size: each adapted input rotated in blocks of this size (default 32, peft's "
                         "OFTConfig; r blocks is in_features // r)")
+    g.add_argument("--boft-block-size", type=_positive, default=4,
+                   help="BOFT's block size (default 4, peft's BOFTConfig; boft_n_butterfly_factor 1)")
     g.add_argument("--num-virtual-tokens", type=_positive, default=0,
                    help="prompt tuning's virtual tokens, put before every sequence (peft's PromptTuningConfig)")
     g.add_argument("--lora-targets", default="q_proj,v_proj", help="modules LoRA adapts, comma-separated, or all-linear")

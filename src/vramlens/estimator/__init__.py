@@ -60,7 +60,7 @@ def estimate(
 
 
 def _delta_target_problems(spec: ModelSpec, w: Workload) -> list[str]:
-    """LoHa and LoKr adapt the nn.Linear modules lora_targets names (peft raises on other layer types, GPT-2's Conv1D among
+    """LoHa, LoKr, OFT and BOFT adapt the nn.Linear modules lora_targets names (peft raises on other layer types, GPT-2's Conv1D among
     them): every name must match one in the blocks."""
     from vramlens.models import delta_linears
     from vramlens.workload import DELTA_METHODS
@@ -80,6 +80,11 @@ def _delta_target_problems(spec: ModelSpec, w: Workload) -> list[str]:
         return [f"method={w.method} is modelled with lora_targets that include an attention input projection "
                 f"(q_proj, k_proj, v_proj or all-linear); {','.join(w.lora_targets)} has none: add one"]
     smallest = min(min(o, k) for o, k in delta_linears(spec, tuple(w.lora_targets)))
+    if w.method == "boft" and (bad := sorted({k for _, k in delta_linears(spec, tuple(w.lora_targets))
+                                              if k % w.boft_block_size}, reverse=True)):
+        # BOFTLayer.update_layer raises: in_features must be divisible by boft_block_size
+        return [f"boft_block_size={w.boft_block_size} does not divide in_features={bad[0]} of an adapted linear of "
+                f"{spec.name} (peft raises): use a divisor of it"]
     if w.method == "loha" and w.lora_rank > smallest:  # LoKr trains w2 whole from r >= max(b, d) / 2 on
         return [f"lora_rank={w.lora_rank} exceeds the smaller side ({smallest}) of an adapted linear of {spec.name}: "
                 f"use --lora-rank {smallest} or less"]

@@ -263,8 +263,8 @@ def untracked_before_first_adapter(spec: ModelSpec, w: Workload, b: int, s: int)
         # that needs no gradient, so F.linear keeps only the input copy for the delta's gradient, not the delta
         c = DTYPE_BYTES[w.compute_dtype]
         a = DTYPE_BYTES[w.lora_dtype]
-        # (OFT: its R, which only the input's gradient needs)
-        first = sum(_oft_blocks(w, k) if w.method == "oft" else _r(a * n * k)
+        # (OFT and BOFT: their R, which only the input's gradient needs)
+        first = sum(_oft_blocks(w, k) if w.method == "oft" else _r(c * k * k) if w.method == "boft" else _r(a * n * k)
                     for g, n, k in delta_dims(spec, w) if g == "qkv")
         return (_norm_saved(norm_kind(spec), spec.hidden_size, b * s, 4 if w.run_dtype == "fp32" else c, c, 0,
                             False, False) + first, ())
@@ -579,6 +579,10 @@ def delta_saved(spec: ModelSpec, w: Workload, t: int) -> int:
         inputs = sum(_r(a * k * t) for _, _, k in dims)
     if w.method == "oft":
         return inputs + sum(OFT_SAVED_BLOCKS * _oft_blocks(w, k) for _, _, k in dims)
+    if w.method == "boft":
+        c = DTYPE_BYTES[w.compute_dtype]
+        shared = sum(_r(c * k * t) for g, k in {(g, k) for g, _, k in dims})
+        return shared + sum(_boft_kept(w, n, k, t) for _, n, k in dims)
     return inputs + sum(_r(a * n * k) + _lokr_w2_built(w, n, k) for _, n, k in dims)
 
 
@@ -589,6 +593,22 @@ def delta_saved(spec: ModelSpec, w: Workload, t: int) -> int:
 #: for the input's gradient (not in the first block, whose input needs none). The einsum keeps the input, the
 #: ``x.to(fp32)`` copy (delta_saved); the frozen linear keeps nothing of its rotated bf16 input.
 OFT_SAVED_BLOCKS = 4
+
+
+def _boft_kept(w: Workload, n: int, k: int, t: int) -> int:
+    """What BOFT keeps per adapted (n out, k in) linear besides the input (src/peft/tuners/boft/layer.py
+    ``Linear.forward`` at d787f51b, the same in peft 0.21.2; boft_n_butterfly_factor 1, no CUDA extension:
+    ``torch.block_diag``). Three (k, k) matrices in the compute dtype: ``self.boft_P.to(x)``, the host permutation
+    matrix copied to the GPU, kept by both ``bmm``s; ``torch.eye`` (the initial ``boft_rotation``), kept by
+    ``butterfly_oft_mat @ boft_rotation``; and that product, the rotation R, kept by ``x @ R`` for the input's gradient
+    (not in the first block). The frozen linear's output (t x n), kept by ``result * boft_scale`` for the scale's
+    gradient; the fp32 (n, 1) scale and the (n, 1) ones it multiplies. ``cayley_batch``'s ``linalg.solve`` keeps
+    I + S, its LU factors and solution (k / b blocks of b x b, fp32) and the int32 pivots. ``x @ R`` keeps x (the
+    input, shared by the group's linears: delta_saved)."""
+    c = DTYPE_BYTES[w.compute_dtype]
+    bs = w.boft_block_size
+    return (3 * _r(c * k * k) + _r(c * n * t) + _r(4 * n) + _r(c * n)
+            + 3 * _r(4 * k * bs) + _r(4 * k))
 
 
 def _oft_blocks(w: Workload, k: int) -> int:
@@ -659,6 +679,8 @@ def delta_transients(spec: ModelSpec, w: Workload, b: int, s: int, block: int) -
         return DeltaTransients(0, 0, 0)
     if w.method == "oft":
         return _oft_transients(spec, w, b * s, block, dims)
+    if w.method == "boft":
+        return _boft_transients(spec, w, b * s, block, dims)
     built, kept = DELTA_BUILD[w.method]
     a = DTYPE_BYTES[w.lora_dtype]
     c = DTYPE_BYTES[w.compute_dtype]
@@ -692,6 +714,28 @@ def _oft_transients(spec: ModelSpec, w: Workload, t: int, block: int,
         here = _r(a * k * t) + OFT_SAVED_BLOCKS * _oft_blocks(w, k)  # what the rotation keeps
         fwd = max(fwd, f - (block - norm - here) if g == "qkv" else f)
         bwd = max(bwd, back - (block - norm) if g == "qkv" else back)
+        tmp = max(tmp, f, back)
+    return DeltaTransients(max(0, fwd), max(0, bwd), tmp)
+
+
+def _boft_transients(spec: ModelSpec, w: Workload, t: int, block: int,
+                     dims: tuple[tuple[str, int, int], ...]) -> DeltaTransients:
+    """BOFT's transients building the (k, k) rotation of the largest adapted linear (src/peft/tuners/boft/layer.py
+    ``Linear.forward`` at d787f51b; traced). Forward: ``torch.block_diag``'s fp32 (k, k) and its ``.to(x)`` copy, then
+    that copy with the two ``bmm`` outputs (the locals hold them until forward returns): three (k, k) in the compute
+    dtype at most, beside the kept P and eye, before R (_boft_kept). Backward: the rotation's gradient through ``select``'s backward
+    and the two ``bmm``s, and its fp32 cast for ``block_diag``'s backward: as much again, with the input's gradient
+    (t x k)."""
+    c = DTYPE_BYTES[w.compute_dtype]
+    norm = _norm_saved(norm_kind(spec), spec.hidden_size, t, 4 if w.run_dtype == "fp32" else c, c, 0, False, False)
+    fwd = bwd = tmp = 0
+    for g, _, k in dims:
+        f = max(_r(4 * k * k) + _r(c * k * k), 3 * _r(c * k * k))
+        back = f + _r(c * t * k)
+        # P and eye exist by then, R (counted in the block's figure) is made after: two of the three kept (k, k)
+        fwd = max(fwd, f + 2 * _r(c * k * k) - (block - norm) if g == "qkv" else f - _r(c * k * k))
+        # x @ R's and R @ eye's backward have freed R and eye when the bmm's backward peaks
+        bwd = max(bwd, back - (block - norm) if g == "qkv" else back - 2 * _r(c * k * k))
         tmp = max(tmp, f, back)
     return DeltaTransients(max(0, fwd), max(0, bwd), tmp)
 

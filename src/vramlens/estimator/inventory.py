@@ -264,7 +264,7 @@ def own_tensor_numels(spec: ModelSpec, w: Workload) -> tuple[int, ...]:
     (models.peft_vector_numels), LoHa's, LoKr's or OFT's factors (models.peft_delta_numels)."""
     return (peft_vector_numels(spec, w.method, w.num_virtual_tokens)
             + peft_delta_numels(spec, w.method, tuple(w.lora_targets), w.lora_rank, w.decompose_factor,
-                                w.oft_block_size))
+                                w.oft_block_size, w.boft_block_size))
 
 
 def vector_bytes(spec: ModelSpec, w: Workload, bytes_per_elem: int) -> int:

@@ -416,6 +416,16 @@ def oft_index_buffers(spec: ModelSpec, w: Workload) -> int:
     return total
 
 
+def boft_host_permutations(spec: ModelSpec, w: Workload) -> int:
+    """BOFT's ``boft_P`` (1, in, in) fp32 per adapted linear (boft_n_butterfly_factor 1): a buffer of the BOFT layer
+    itself, which peft moves to no device (``_move_adapter_to_device_of_base_layer`` moves the adapter dicts,
+    ``_replace_module`` the modules named ``boft_*``), so it stays in host RAM on a model loaded to the GPU
+    (src/peft/tuners/boft/layer.py, tuners_utils.py at d787f51b); 0 for the other methods."""
+    if w.method != "boft" or not w.training:
+        return 0
+    return sum(4 * k * k for _, k in delta_linears(spec, tuple(w.lora_targets)))
+
+
 def adapter_bytes(spec: ModelSpec, w: Workload) -> int:
     """LoRA A and B matrices (and DoRA's magnitude vectors) in ``lora_dtype``: peft upcasts adapters to
     fp32 (``autocast_adapter_dtype=True``, peft >= 0.12), torchtune keeps the model's dtype."""

@@ -123,7 +123,7 @@ def oft_block(in_features: int, block_size: int) -> int:
 
 
 def peft_delta_numels(spec: ModelSpec, method: str, targets: tuple[str, ...], rank: int,
-                      factor: int = -1, oft_block_size: int = 32) -> tuple[int, ...]:
+                      factor: int = -1, oft_block_size: int = 32, boft_block_size: int = 4) -> tuple[int, ...]:
     """Elements of each tensor LoHa or LoKr trains in ``spec`` (empty for the other methods).
 
     LoHa (src/peft/tuners/loha/layer.py ``LoHaLayer.create_adapter_parameters``, the same at huggingface/peft
@@ -131,8 +131,12 @@ def peft_delta_numels(spec: ModelSpec, method: str, targets: tuple[str, ...], ra
     ``hada_w2_a`` (out, r) and ``hada_w2_b`` (r, in). LoKr (``LoKrLayer.create_adapter_parameters``): ``lokr_w1``
     (a, c), and ``lokr_w2_a`` (b, r) with ``lokr_w2_b`` (r, d), or ``lokr_w2`` (b, d) (lokr_shapes). OFT
     (``OFTRotationModule``): one ``weight`` (in // b, b (b - 1) / 2), the upper triangles of its skew-symmetric
-    blocks, b from oft_block.
+    blocks, b from oft_block. BOFT (``BOFTLayer.update_layer``, boft_n_butterfly_factor 1): ``boft_R`` (1, in // b,
+    b, b) and ``boft_s`` (out, 1).
     """
+    if method == "boft":
+        return tuple(n for n_out, k in delta_linears(spec, targets)
+                     for n in (k // boft_block_size * boft_block_size ** 2, n_out))
     if method == "oft":
         blocks = [(k, oft_block(k, oft_block_size)) for _, k in delta_linears(spec, targets)]
         return tuple(k // b * (b * (b - 1) // 2) for k, b in blocks)

@@ -442,7 +442,7 @@ PEFT_VECTOR_ROWS: tuple[tuple[str, dict[str, Any]], ...] = (
     ("qwen2.5-0.5b", _tr(method="prompt-tuning", num_virtual_tokens=32, checkpointing="full")),
 )
 
-#: peft's LoHa, LoKr and OFT (fp32 factors, q_proj and v_proj, rank 8 / block 32 unless given): each adapted linear keeps its fp32 delta
+#: peft's LoHa, LoKr, OFT and BOFT (fp32 factors, q_proj and v_proj, peft's rank and block sizes unless given): each adapted linear keeps its fp32 delta
 #: weight and input copy (the first block no delta), the delta built in forward (three n x k) and in HadaWeight's
 #: backward (five n x k); rows at 16-64 tokens put the peak there, in bf16 and fp32 (no input copy), on all-linear
 PEFT_DELTA_ROWS: tuple[tuple[str, dict[str, Any]], ...] = (
@@ -468,6 +468,14 @@ PEFT_DELTA_ROWS: tuple[tuple[str, dict[str, Any]], ...] = (
     ("llama-3-8b", _tr(method="oft", lora_targets=("all-linear",), batch=1, seq=32)),
     ("llama-3-8b", _tr(method="oft", dtype="fp32", batch=1, seq=16)),
     ("qwen2.5-0.5b", _tr(method="oft", oft_block_size=24, batch=1, seq=16)),
+    # BOFT: the (in, in) rotation built each forward from the host permutation matrix's GPU copy, eye and R kept
+    # with the input and the frozen output; all-linear puts the peak at the last block's down_proj
+    ("llama-3-8b", _tr(method="boft", batch=1, seq=16)),
+    ("llama-3-8b", _tr(method="boft", boft_block_size=8, batch=1, seq=16)),
+    ("llama-3-8b", _tr(method="boft", batch=4, seq=256)),
+    ("llama-3-8b", _tr(method="boft", lora_targets=("all-linear",), batch=1, seq=32)),
+    ("llama-3-8b", _tr(method="boft", lora_targets=("all-linear",), batch=2, seq=64, loss_chunks=8)),
+    ("qwen2.5-0.5b", _tr(method="boft", batch=1, seq=16)),
 )
 
 QLORA_ROWS: tuple[tuple[str, dict[str, Any]], ...] = (

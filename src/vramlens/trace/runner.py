@@ -429,6 +429,10 @@ class Runner:
                 self._compile(built, trainable)
             with rec:
                 rec.mark(params, "parameter")
+                # peft's BOFT registers its permutation matrix boft_P on the BOFT layer itself, which neither
+                # _move_adapter_to_device_of_base_layer nor _replace_module moves: it stays in host RAM, and each
+                # forward copies it to the GPU (``self.boft_P.to(x)``, src/peft/tuners/boft/layer.py)
+                rec.mark((b for n, b in model.named_buffers() if n.endswith("boft_P")), "host")
                 rec.mark(model.buffers(), "buffer")
                 if master is not None:
                     rec.mark(master, "master_weight")

@@ -46,6 +46,7 @@ KNOBS: tuple[tuple[str, str, str, tuple | None, str], ...] = (
     ("num_virtual_tokens", "virtual tokens (prompt tuning)", "number", None, "0"),
     ("decompose_factor", "LoKr decompose factor", "number", None, "-1"),
     ("oft_block_size", "OFT block size", "number", None, "32"),
+    ("boft_block_size", "BOFT block size", "number", None, "4"),
     ("lora_targets", "LoRA targets", "text", None, "q_proj,v_proj"),
     ("lora_dropout", "LoRA dropout", "number", None, "0"),
     ("lora_dtype", "LoRA dtype", "select", W.LORA_DTYPES, "fp32"),
@@ -102,9 +103,10 @@ SHOW_WHEN: dict[str, str] = {
     "max_cache_len": "mode=inference;cache=static",
     **{k: "method=lora|qlora" for k in ("lora_rank", "lora_targets", "dora", "quant_targets")},
     "lora_rank": "method=lora|qlora|loha|lokr",  # LoHa's and LoKr's r
-    "lora_targets": "method=lora|qlora|loha|lokr|oft",  # their target_modules, and OFT's
+    "lora_targets": "method=lora|qlora|loha|lokr|oft|boft",  # their target_modules, and OFT's and BOFT's
     "decompose_factor": "mode=train;method=lokr",
     "oft_block_size": "mode=train;method=oft",
+    "boft_block_size": "mode=train;method=boft",
     "lora_dtype": "method=lora|qlora|ia3",  # IA3's vectors too (peft's autocast_adapter_dtype)
     "num_virtual_tokens": "mode=train;method=prompt-tuning",
     "lora_dropout": "mode=train;method=lora|qlora",
