@@ -363,7 +363,9 @@ def _peft_metamath_cases() -> dict[str, Case]:
                                     "lora_targets": qv},
             # OFTConfig(r=32, oft_block_size=0): 32 blocks of 3,072 / 32 = 96 on q_proj and v_proj (both 3,072 inputs),
             # which oft_block_size=96 (r 0) builds alike
-            "oft-r32-qv": {**_PEFT_METAMATH, "method": "oft", "oft_block_size": 96, "lora_targets": qv}}
+            "oft-r32-qv": {**_PEFT_METAMATH, "method": "oft", "oft_block_size": 96, "lora_targets": qv},
+            # BOFTConfig() with peft's defaults: block 4, butterfly factor 1, q_proj and v_proj for Llama
+            "boft-default": {**_PEFT_METAMATH, "method": "boft", "boft_block_size": 4, "lora_targets": qv}}
     return {f"peft-metamathqa-llama3.2-3b-{name}": Case("llama-3.2-3b", settings, figure="peak_reserved", **_L40S_2026)
             for name, settings in rows.items()}
 
