@@ -189,8 +189,9 @@ def test_the_strategies_reach_valid_training_and_inference_workloads(name):
     seen = {"train": 0, "inference": 0}
 
     # a larger sample than the property's 200 random draws (validity checks only, no estimates), so that a field added
-    # to Workload, which reshuffles the derandomized draws, does not decide the count
-    @settings(max_examples=1600, deadline=None, database=None, derandomize=True)
+    # to Workload, which reshuffles the derandomized draws, does not decide the count; 2,400 since the methods that
+    # train only (peft's IA3 ... BOFT: 7 of the 10) make a valid inference draw rarer
+    @settings(max_examples=2400, deadline=None, database=None, derandomize=True)
     @given(w=workloads(name))
     def count(w):
         if _valid(spec, w):
