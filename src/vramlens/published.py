@@ -377,7 +377,20 @@ def _peft_metamath_cases() -> dict[str, Case]:
             "adalora-r32": {**_PEFT_METAMATH, "method": "adalora", "lora_rank": 64, "lora_targets": qv},
             # PrefixTuningConfig(num_virtual_tokens=200 or 50): every block's keys and values over n + 768 positions
             "prefix-tuning-200": {**_PEFT_METAMATH, "method": "prefix-tuning", "num_virtual_tokens": 200},
-            "prefix-tuning-50": {**_PEFT_METAMATH, "method": "prefix-tuning", "num_virtual_tokens": 50}}
+            "prefix-tuning-50": {**_PEFT_METAMATH, "method": "prefix-tuning", "num_virtual_tokens": 50},
+            # LoHaConfig(r=32, alpha=64, target_modules=[q_proj, v_proj]): fp32 factors, each adapted linear keeps its
+            # fp32 delta weight and input copy (vramlens.estimator.activations.delta_saved)
+            "loha-r32-qv": {**_PEFT_METAMATH, "method": "loha", "lora_rank": 32, "lora_targets": qv},
+            # LoKrConfig(r=32, alpha=64, decompose_factor=4, target_modules=[q_proj, v_proj]) (results of b8bf4075, run
+            # by peft 505e6fd6 with transformers 5.15.0; run.py's training loop as at d787f51b): each adapted linear
+            # keeps its fp32 delta, input copy and built w2 (vramlens.estimator.activations.delta_saved)
+            "lokr-r32-factor4-qv": {**_PEFT_METAMATH, "method": "lokr", "lora_rank": 32, "decompose_factor": 4,
+                                    "lora_targets": qv},
+            # OFTConfig(r=32, oft_block_size=0): 32 blocks of 3,072 / 32 = 96 on q_proj and v_proj (both 3,072 inputs),
+            # which oft_block_size=96 (r 0) builds alike
+            "oft-r32-qv": {**_PEFT_METAMATH, "method": "oft", "oft_block_size": 96, "lora_targets": qv},
+            # BOFTConfig() with peft's defaults: block 4, butterfly factor 1, q_proj and v_proj for Llama
+            "boft-default": {**_PEFT_METAMATH, "method": "boft", "boft_block_size": 4, "lora_targets": qv}}
     return {f"peft-metamathqa-llama3.2-3b-{name}": Case("llama-3.2-3b", settings, figure="peak_reserved", **_L40S_2026)
             for name, settings in rows.items()}
 

@@ -46,8 +46,13 @@ Mode = Literal["inference", "train"]
 #: (vramlens.models.peft_targets), ``prompt-tuning`` peft's prompt tuning (num_virtual_tokens), ``vera`` peft's VeRA
 #: (vera_rank, the model type's default targets): the base frozen, no LoRA adapters; ``adalora`` peft's AdaLoRA
 #: (lora_A, lora_E, lora_B of init_r = lora_rank per adapted linear, and its RankAllocator); ``prefix-tuning`` peft's
-#: prefix tuning (num_virtual_tokens keys and values before every block's own)
-Method = Literal["full", "lora", "qlora", "ia3", "ln-tuning", "prompt-tuning", "vera", "adalora", "prefix-tuning"]
+#: prefix tuning (num_virtual_tokens keys and values before every block's own); ``loha`` and ``lokr`` are peft's LoHa
+#: and LoKr (lora_rank, lora_targets; LoKr's decompose_factor), which build a full-size weight delta per adapted linear
+#: in every forward, ``oft`` peft's OFT (oft_block_size, lora_targets), which rotates each adapted linear's input block
+#: by block, and ``boft`` peft's BOFT (boft_block_size, lora_targets), which builds a full (in, in) butterfly rotation
+#: in every forward (vramlens.estimator.activations.delta_saved)
+Method = Literal["full", "lora", "qlora", "ia3", "ln-tuning", "prompt-tuning", "vera", "adalora", "prefix-tuning",
+                 "loha", "lokr", "oft", "boft"]
 DType = Literal["fp32", "fp16", "bf16"]
 Amp = Literal["fp16", "bf16"]
 Quant = Literal["int8", "nf4", "nf4-dq", "fp4", "int4", "gptq-4bit", "awq-4bit", "fp8"]
@@ -107,6 +112,13 @@ METHODS: tuple[Method, ...] = get_args(Method)
 LORA_METHODS: tuple[Method, ...] = ("lora", "qlora", "adalora")
 #: The methods that train small tensors of their own beside a frozen base and add no linear adapter.
 VECTOR_METHODS: tuple[Method, ...] = ("ia3", "ln-tuning", "prompt-tuning", "vera", "prefix-tuning")
+#: peft's methods that build a full-size weight delta from small trained factors in every forward (LoHa's Hadamard
+#: product, LoKr's Kronecker product) or rotate the adapted linears' inputs (OFT's block-diagonal Cayley rotation): their
+#: factors are per-tensor trainables as VECTOR_METHODS' are (lora_rank and lora_targets give the
+#: shapes), and each adapted linear keeps its delta for backward (vramlens.estimator.activations.delta_saved).
+DELTA_METHODS: tuple[Method, ...] = ("loha", "lokr", "oft", "boft")
+#: Every method whose trainables vramlens lists tensor by tensor (models.peft_vector_numels, peft_delta_numels).
+OWN_TENSOR_METHODS: tuple[Method, ...] = VECTOR_METHODS + DELTA_METHODS
 DTYPES: tuple[DType, ...] = get_args(DType)
 AMPS: tuple[Amp, ...] = get_args(Amp)
 QUANTS: tuple[Quant, ...] = get_args(Quant)
@@ -258,6 +270,16 @@ class Workload:
     #: peft's VeraConfig ``r`` (default 256): the rank of the shared frozen projections vera_A (r, in) and vera_B
     #: (out, r), and the length of each adapted linear's trained lambda_d
     vera_rank: int = 256
+    #: peft's LoKrConfig ``decompose_factor`` (default -1: each side split near its square root): LoKr splits an
+    #: (out, in) linear's sides into factorization(out, f) and factorization(in, f) (src/peft/tuners/lokr/layer.py)
+    decompose_factor: int = -1
+    #: peft's OFTConfig ``oft_block_size`` (default 32, with r 0): each adapted linear's input is rotated in blocks of
+    #: this size (in_features // size blocks; a size that does not divide in_features is moved to the nearest divisor,
+    #: peft's adjust_oft_parameters). A config giving r blocks instead is the same as in_features // r here
+    oft_block_size: int = 32
+    #: peft's BOFTConfig ``boft_block_size`` (default 4, with boft_block_num 0 and boft_n_butterfly_factor 1, the
+    #: factor vramlens models): in_features // size blocks of size x size per adapted linear
+    boft_block_size: int = 4
     lora_targets: tuple[str, ...] = DEFAULT_LORA_TARGETS
     lora_dropout: float = 0.0
     lora_dtype: LoraDType = "fp32"
@@ -684,6 +706,20 @@ class Workload:
             cls = "PromptTuningConfig" if self.method == "prompt-tuning" else "PrefixTuningConfig"
             p.append(f"method={self.method} needs --num-virtual-tokens N ({cls} has no default; PEFT's "
                      "MetaMathQA runs 200)")
+        f = self.decompose_factor
+        if isinstance(f, bool) or not isinstance(f, int) or (f < 1 and f != -1):
+            p.append(f"decompose_factor={L.show(f)} must be -1 (peft's default: near the square root) or a whole "
+                     "number >= 1")
+        elif f > L.MAX_LORA_RANK:
+            p.append(f"decompose_factor={L.show(f)} is over the limit of {L.MAX_LORA_RANK:,}")
+        if isinstance(self.oft_block_size, bool) or not isinstance(self.oft_block_size, int) or self.oft_block_size < 1:
+            p.append(f"oft_block_size={L.show(self.oft_block_size)} must be a whole number >= 1")
+        elif self.oft_block_size > L.MAX_LORA_RANK:
+            p.append(f"oft_block_size={L.show(self.oft_block_size)} is over the limit of {L.MAX_LORA_RANK:,}")
+        if isinstance(self.boft_block_size, bool) or not isinstance(self.boft_block_size, int) or self.boft_block_size < 1:
+            p.append(f"boft_block_size={L.show(self.boft_block_size)} must be a whole number >= 1")
+        elif self.boft_block_size > L.MAX_LORA_RANK:
+            p.append(f"boft_block_size={L.show(self.boft_block_size)} is over the limit of {L.MAX_LORA_RANK:,}")
         if isinstance(self.kv_block, bool) or not isinstance(self.kv_block, int) or self.kv_block < 0:
             p.append(f"kv_block={L.show(self.kv_block)} must be 0 (no paging) or a block size in tokens")
         elif self.kv_block > L.MAX_KV_BLOCK:
@@ -783,6 +819,7 @@ class Workload:
         p += self._vector_method_problems()
         p += self._lora_fa_problems()
         p += self._adalora_problems()
+        p += self._delta_method_problems()
         if self.method != "full" and self.lora_dtype not in ("fp32", self.compute_dtype):
             p.append(f"lora_dtype={self.lora_dtype} with compute dtype {self.compute_dtype}: adapters are kept in fp32 "
                      f"(peft) or in the model's dtype (torchtune): use --lora-dtype fp32 or {self.compute_dtype}")
@@ -1115,6 +1152,43 @@ class Workload:
                      + ("it" if len(off) == 1 else "them"))
         return p
 
+    def _delta_method_problems(self) -> list[str]:
+        """LoHa, LoKr, OFT and BOFT are modelled as PEFT's method comparison runs them: one GPU (or data parallel), the model's dtype, fp32
+        factors (autocast_adapter_dtype), AdamW or SGD; what else would change what is kept is refused."""
+        if self.method not in DELTA_METHODS:
+            return []
+        m = f"method={self.method}"
+        p = []
+        if self.mode != "train":
+            p.append(f"{m} is modelled for training: estimate inference with --method full (peft merges the delta "
+                     "into the weight)")
+        if self.quant is not None:
+            p.append(f"{m} over quant={self.quant} weights is not modelled: drop --quant")
+        if self.amp is not None:
+            p.append(f"{m} under autocast (amp={self.amp}) is not modelled: drop --amp")
+        if self.lora_dtype != "fp32":
+            p.append(f"{m} with lora_dtype={self.lora_dtype} is not modelled (peft's autocast_adapter_dtype keeps the "
+                     "factors in fp32, and each adapted linear then keeps an fp32 copy of its input): drop --lora-dtype")
+        if self.fused_qkv:
+            p.append(f"{m} adapts transformers' separate projections; fused_qkv is LitGPT's: drop --fused-qkv")
+        if self.method == "boft" and self.dtype == "fp32":
+            # boft_P.to(x) copies the host matrix to the GPU in the input's dtype; the tracer's fake device cannot
+            # copy an fp32 buffer to fp32, so that case is left unchecked
+            p.append(f"{m} is modelled with half weights (its host permutation matrix copied to the GPU in their "
+                     "dtype each forward): use --dtype bf16 or fp16")
+        if self.optimizer not in ("adamw", "adam", "sgd", "sgd-momentum", "none"):
+            p.append(f"{m} with optimizer={self.optimizer} is not modelled: use adamw, adam, sgd or sgd-momentum")
+        if self.optimizer_in_backward:
+            p.append(f"{m} with optimizer_in_backward is not modelled: drop --optimizer-in-backward")
+        off = [f"{n}={getattr(self, n)}" for n in ("tp", "pp", "cp") if getattr(self, n) > 1]
+        off += [f"zero={self.zero}"] * bool(self.zero) + ["fsdp"] * bool(self.fsdp)
+        off += ["compile"] * bool(self.compile) + ["activation_offload"] * bool(self.activation_offload)
+        off += [f"checkpointing={self.checkpointing}"] * (self.checkpointing != "none")
+        if off:
+            p.append(f"{m} is modelled on one GPU or under data parallelism without {', '.join(off)}: drop "
+                     + ("it" if len(off) == 1 else "them"))
+        return p
+
     def ignored(self) -> list[str]:
         """Settings that were given but do not apply to this run, one sentence each (they change nothing,
         or next to nothing, as selective checkpointing over SDPA).
@@ -1168,13 +1242,22 @@ class Workload:
         if self.method not in LORA_METHODS:
             # IA3 keeps its vectors in lora_dtype (peft's autocast_adapter_dtype); LN tuning's norms stay in the
             # model's dtype
+            # LoHa and LoKr take their rank and targets from lora_rank and lora_targets, OFT its targets
             names = [n for n in ("lora_rank", "lora_targets", "lora_dropout", "lora_dtype", "dora", "quant_targets")
-                     if given(n) and not (n == "lora_dtype" and self.method in ("ia3", "vera"))]
+                     if given(n) and not (n == "lora_dtype" and self.method in ("ia3", "vera"))
+                     and not (n in ("lora_rank", "lora_targets", "lora_dtype") and self.method in DELTA_METHODS
+                              and (n != "lora_rank" or self.method in ("loha", "lokr")))]
             if names:
                 out.append(f"ignored with method={self.method!r} (they apply to LoRA and QLoRA): "
                            + ", ".join(f"{n}={getattr(self, n)!r}" for n in names))
         if given("vera_rank") and self.method != "vera":
             out.append(f"ignored: vera_rank={self.vera_rank!r} applies to --method vera")
+        if given("boft_block_size") and self.method != "boft":
+            out.append(f"ignored: boft_block_size={self.boft_block_size!r} applies to --method boft")
+        if given("oft_block_size") and self.method != "oft":
+            out.append(f"ignored: oft_block_size={self.oft_block_size!r} applies to --method oft")
+        if given("decompose_factor") and self.method != "lokr":
+            out.append(f"ignored: decompose_factor={self.decompose_factor!r} applies to --method lokr")
         if given("num_virtual_tokens") and self.method not in ("prompt-tuning", "prefix-tuning"):
             out.append(f"ignored: num_virtual_tokens={self.num_virtual_tokens!r} applies to --method prompt-tuning "
                        "or prefix-tuning")

@@ -244,3 +244,49 @@ def test_prompt_tuning_emits_its_virtual_tokens():
     assert kw == {"peft_type": "PROMPT_TUNING", "task_type": "CAUSAL_LM", "num_virtual_tokens": 20}
     peft = pytest.importorskip("peft")
     assert peft.get_peft_config(kw).num_virtual_tokens == 20
+
+
+def test_loha_emits_get_peft_config_with_rank_and_targets():
+    """LoHa: the dict builds peft's LoHaConfig with the rank and targets vramlens estimated; torchtune has no recipe."""
+    plan = _plan(base={"method": "loha", "lora_rank": 16, "lora_targets": ("q_proj", "k_proj", "v_proj")},
+                 method_locked=True)
+    assert plan.workload.method == "loha"
+    kw = emit(plan, "peft")
+    assert kw == {"peft_type": "LOHA", "r": 16, "alpha": 32, "target_modules": ["q_proj", "k_proj", "v_proj"],
+                  "task_type": "CAUSAL_LM"}
+    peft = pytest.importorskip("peft")
+    cfg = peft.get_peft_config(kw)
+    assert type(cfg).__name__ == "LoHaConfig"
+    assert (cfg.r, cfg.alpha, set(cfg.target_modules)) == (16, 32, {"q_proj", "k_proj", "v_proj"})
+    with pytest.raises(InputError, match="trains peft's loha "):
+        emit(plan, "torchtune")
+
+
+def test_lokr_emits_its_decompose_factor():
+    plan = _plan(base={"method": "lokr", "lora_rank": 32, "decompose_factor": 4}, method_locked=True)
+    kw = emit(plan, "peft")
+    assert kw == {"peft_type": "LOKR", "r": 32, "alpha": 64, "target_modules": ["q_proj", "v_proj"],
+                  "decompose_factor": 4, "task_type": "CAUSAL_LM"}
+    peft = pytest.importorskip("peft")
+    cfg = peft.get_peft_config(kw)
+    assert type(cfg).__name__ == "LoKrConfig" and cfg.decompose_factor == 4
+
+
+def test_oft_emits_its_block_size():
+    plan = _plan(base={"method": "oft", "oft_block_size": 64}, method_locked=True)
+    kw = emit(plan, "peft")
+    assert kw == {"peft_type": "OFT", "r": 0, "oft_block_size": 64, "target_modules": ["q_proj", "v_proj"],
+                  "task_type": "CAUSAL_LM"}
+    peft = pytest.importorskip("peft")
+    cfg = peft.get_peft_config(kw)
+    assert type(cfg).__name__ == "OFTConfig" and (cfg.r, cfg.oft_block_size) == (0, 64)
+
+
+def test_boft_emits_its_block_size():
+    plan = _plan(base={"method": "boft", "boft_block_size": 8}, method_locked=True)
+    kw = emit(plan, "peft")
+    assert kw == {"peft_type": "BOFT", "boft_block_size": 8, "boft_block_num": 0, "boft_n_butterfly_factor": 1,
+                  "target_modules": ["q_proj", "v_proj"], "task_type": "CAUSAL_LM"}
+    peft = pytest.importorskip("peft")
+    cfg = peft.get_peft_config(kw)
+    assert type(cfg).__name__ == "BOFTConfig" and (cfg.boft_block_size, cfg.boft_block_num) == (8, 0)

@@ -39,7 +39,8 @@ TARGETS = (("q_proj", "v_proj"), ("all-linear",), ("q_proj", "k_proj", "v_proj",
 #: Integer fields: values around the boundaries the formulas branch on (0/1, divisibility, paging).
 INTS = {
     "batch": (1, 2, 3, 8), "seq": (1, 7, 128, 512, 2048), "new_tokens": (0, 1, 64), "grad_accum": (1, 2, 3, 8),
-    "lora_rank": (1, 8, 16, 64), "gpus": (1, 2, 4, 8, 16), "zero": (0, 1, 2, 3), "tp": (1, 2, 4),
+    "lora_rank": (1, 8, 16, 64), "decompose_factor": (-1, 1, 4),
+    "oft_block_size": (1, 24, 32), "boft_block_size": (3, 4, 8), "gpus": (1, 2, 4, 8, 16), "zero": (0, 1, 2, 3), "tp": (1, 2, 4),
     "pp": (1, 2, 4), "cp": (1, 2, 4), "kv_block": (0, 16, 256),
     # 8 is torchtune's num_output_chunks; 3 does not divide the even seqs (a shorter last chunk); 16 > seq=7
     "loss_chunks": (1, 3, 8, 16),
@@ -188,8 +189,9 @@ def test_the_strategies_reach_valid_training_and_inference_workloads(name):
     seen = {"train": 0, "inference": 0}
 
     # a larger sample than the property's 200 random draws (validity checks only, no estimates), so that a field added
-    # to Workload, which reshuffles the derandomized draws, does not decide the count
-    @settings(max_examples=1600, deadline=None, database=None, derandomize=True)
+    # to Workload, which reshuffles the derandomized draws, does not decide the count; 2,400 since the methods that
+    # train only (peft's IA3 ... BOFT: 7 of the 10) make a valid inference draw rarer
+    @settings(max_examples=2400, deadline=None, database=None, derandomize=True)
     @given(w=workloads(name))
     def count(w):
         if _valid(spec, w):

@@ -389,7 +389,8 @@ def tradeoffs(spec: ModelSpec, w: Workload, base: Workload, *, trainable: int) -
             pct = 100.0 * trainable / n_params(spec)
             name = {"lora": "LoRA", "qlora": "QLoRA", "ia3": "IA3", "ln-tuning": "LN tuning",
                     "prompt-tuning": "prompt tuning", "vera": "VeRA",
-                    "adalora": "AdaLoRA", "prefix-tuning": "prefix tuning"}[w.method]
+                    "adalora": "AdaLoRA", "prefix-tuning": "prefix tuning", "loha": "LoHa",
+                    "lokr": "LoKr", "oft": "OFT", "boft": "BOFT"}[w.method]
             name += " (LoRA-FA: lora_B alone)" if w.lora_fa else ""
             out.append(f"{name}: {pct:.2g}% of parameters trained")
         if w.method == "qlora":

@@ -18,7 +18,7 @@ from typing import Any
 
 from vramlens.advise.plan import Plan
 from vramlens.errors import InputError
-from vramlens.workload import FOUR_BIT, VECTOR_METHODS, Workload
+from vramlens.workload import DELTA_METHODS, FOUR_BIT, VECTOR_METHODS, Workload
 
 KINDS = ("trainer", "peft", "bnb", "deepspeed", "accelerate", "fsdp", "device-map", "alloc-conf", "torchtune", "vllm",
          "llama.cpp", "torchtitan")
@@ -248,10 +248,10 @@ def trainer(plan: Plan, *, legacy_names: bool | None = None) -> dict[str, Any]:
 
 
 def peft(plan: Plan) -> dict[str, Any]:
-    """``peft.LoraConfig`` keyword arguments. lora_alpha = 2r, a common choice (peft's default is 8). IA3 and LN
-    tuning: the dict ``peft.get_peft_config`` takes (its ``peft_type`` names the config class). LoRA-FA
-    (--lora-fa) keeps LoRA's config: it is the optimizer, ``peft.optimizers.create_lorafa_optimizer(model, r,
-    lora_alpha, lr)`` over the model this config makes."""
+    """``peft.LoraConfig`` keyword arguments. lora_alpha = 2r, a common choice (peft's default is 8). IA3, LN
+    tuning, prompt and prefix tuning, VeRA, LoHa, LoKr, OFT and BOFT: the dict ``peft.get_peft_config`` takes (its
+    ``peft_type`` names the config class). LoRA-FA (--lora-fa) keeps LoRA's config: it is the optimizer,
+    ``peft.optimizers.create_lorafa_optimizer(model, r, lora_alpha, lr)`` over the model this config makes."""
     w = plan.workload
     if w.method == "full":
         raise InputError("--emit peft: the plan trains every parameter (--method full); no LoRA settings")
@@ -268,6 +268,29 @@ def peft(plan: Plan) -> dict[str, Any]:
         # VeraConfig(r) with target_modules None: peft's default targets for the model type, which the estimate
         # assumed (vramlens.models.peft_targets.VERA_TARGETS); projection_prng_key 0 and save_projection True
         return {"peft_type": "VERA", "task_type": "CAUSAL_LM", "r": w.vera_rank}
+    if w.method in ("loha", "lokr"):
+        # LoHaConfig / LoKrConfig (src/peft/tuners/loha/config.py, lokr/config.py): r, target_modules and LoKr's
+        # decompose_factor set what vramlens estimated; alpha = 2r as for LoRA (it scales the delta and changes no
+        # memory); get_peft_model(autocast_adapter_dtype=True), peft's default, keeps the factors in fp32 as assumed
+        targets = list(w.lora_targets)
+        return {"peft_type": w.method.upper(), "r": w.lora_rank, "alpha": 2 * w.lora_rank,
+                "target_modules": "all-linear" if targets == ["all-linear"] else targets,
+                **({"decompose_factor": w.decompose_factor} if w.method == "lokr" else {}),
+                "task_type": {"decoder": "CAUSAL_LM"}.get(kind, "FEATURE_EXTRACTION")}
+    if w.method == "oft":
+        # OFTConfig (src/peft/tuners/oft/config.py): r 0 with oft_block_size, the targets, and peft's defaults for the
+        # rest (Cayley-Neumann with 5 terms, no COFT, no block sharing), which the estimate assumed
+        targets = list(w.lora_targets)
+        return {"peft_type": "OFT", "r": 0, "oft_block_size": w.oft_block_size,
+                "target_modules": "all-linear" if targets == ["all-linear"] else targets,
+                "task_type": {"decoder": "CAUSAL_LM"}.get(kind, "FEATURE_EXTRACTION")}
+    if w.method == "boft":
+        # BOFTConfig (src/peft/tuners/boft/config.py): boft_block_size with boft_block_num 0 and peft's default
+        # boft_n_butterfly_factor 1, which the estimate assumed
+        targets = list(w.lora_targets)
+        return {"peft_type": "BOFT", "boft_block_size": w.boft_block_size, "boft_block_num": 0,
+                "boft_n_butterfly_factor": 1, "target_modules": "all-linear" if targets == ["all-linear"] else targets,
+                "task_type": {"decoder": "CAUSAL_LM"}.get(kind, "FEATURE_EXTRACTION")}
     if w.method in VECTOR_METHODS:
         # IA3Config / LNTuningConfig with target_modules None: peft takes the model type's defaults, which
         # vramlens' estimate assumed (vramlens.models.peft_targets); get_peft_model(autocast_adapter_dtype=...)
@@ -634,7 +657,7 @@ def torchtune(plan: Plan) -> dict[str, Any]:
         # enable_fp8_training is read by recipes/full_finetune_distributed.py (torchao's convert_to_float8_training)
         refuse.append("trains in float8 on one GPU (torchtune's enable_fp8_training is in full_finetune_distributed)")
     targets = set(w.lora_targets)
-    if w.method in VECTOR_METHODS:
+    if w.method in VECTOR_METHODS or w.method in DELTA_METHODS:
         refuse.append(f"trains peft's {w.method} (torchtune's recipes train full weights, LoRA, QLoRA or DoRA)")
     if w.lora_fa:
         refuse.append("steps with peft's LoRA-FA optimizer (--lora-fa; torchtune's recipes have none)")

@@ -62,7 +62,8 @@ STATE_FIELDS = ("mode", "method", "dtype", "amp", "quant", "optimizer", "optimiz
                 "quant_head", "quant_group_size", "quantize_on_device", "quant_impl", "gpus", "zero", "zero_buckets", "fsdp",
                 "fsdp_strategy", "fsdp_version", "tp", "pp", "pp_schedule", "offload", "optimizer_in_backward",
                 "loss", "loss_chunks", "loss_parallel", "fp8", "images", "transformers_version", "bnb_compute_dtype",
-                "padded", "alloc_conf", "lora_fa", "vera_rank")
+                "padded", "alloc_conf", "lora_fa", "vera_rank", "decompose_factor", "oft_block_size",
+                "boft_block_size")
 
 #: The fields train_state reads (STATE_FIELDS less the loss fields, images, bnb_compute_dtype and padded, which only
 #: validity reads; fused_qkv shapes LitGPT's q/k/v adapter, inventory.lora_shape).
@@ -193,7 +194,7 @@ class FastMemory:
 
             # every field check_workload reads (vramlens.estimator.check_workload)
             probs.extend(self._memo(("check", w.mode, w.method, w.tp, w.pp, w.lora_targets, w.fused_qkv, w.padded,
-                                     w.lora_rank,
+                                     w.lora_rank, w.decompose_factor, w.oft_block_size, w.boft_block_size,
                                      w.new_tokens, w.loss_parallel, w.loss_chunks > 1, w.loss, w.images > 0,
                                      w.quant_head, w.quantized, w.image_size), check))
         if probs:
@@ -231,7 +232,8 @@ class FastMemory:
                 w.bnb_compute_dtype, w.nf4_impl, w.quant_impl,
                 w.loss, w.loss_chunks, w.loss_upcast, w.holds_outputs, w.output_upcast,
                 w.loss_parallel, w.activation_offload, w.fp8, w.bnb_inputs, w.image_size,
-                w.audio_seconds, w.compile, w.compile_scope, w.images, w.transformers_version, w.lora_fa, w.vera_rank)
+                w.audio_seconds, w.compile, w.compile_scope, w.images, w.transformers_version, w.lora_fa, w.vera_rank,
+                w.decompose_factor, w.oft_block_size, w.boft_block_size)
 
     def activations(self, w: Workload, sp: Split) -> Activations:
         """The activations of ``w`` on the split ``sp``, memoized on :meth:`activation_key`."""

@@ -109,7 +109,9 @@ def add_workload_args(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("workload", PRECISION_HELP)
     g.add_argument("--mode", choices=W.MODES, default="inference", help="inference or train (default inference)")
     g.add_argument("--method", choices=W.METHODS, default="full", help="full fine-tuning, LoRA, QLoRA, peft's IA3, LN tuning or VeRA "
-                   "with the model type's default targets, peft's prompt or prefix tuning, or peft's AdaLoRA (--lora-rank is its init_r) (default full)")
+                   "with the model type's default targets, peft's prompt or prefix tuning, peft's AdaLoRA (--lora-rank is "
+                   "its init_r), or peft's LoHa, LoKr (--lora-rank, --lora-targets), OFT or BOFT (--oft-block-size / "
+                   "--boft-block-size, --lora-targets) (default full)")
     g.add_argument("--dtype", choices=W.DTYPES, default="bf16", help="weight storage/compute dtype (default bf16)")
     g.add_argument("--amp", choices=W.AMPS, default=None, help="mixed precision with fp32 master weights")
     g.add_argument("--quant", choices=W.QUANTS, default=None, help="weight quantization")
@@ -192,6 +194,14 @@ def add_workload_args(p: argparse.ArgumentParser) -> None:
                         "--lora-targets q_proj,k_proj,v_proj then name the parts of a fused query_key_value too")
     g.add_argument("--lora-rank", type=_positive, default=8, help="LoRA rank r (default 8, peft's LoraConfig); AdaLoRA's "
                    "init_r under --method adalora (AdaLoraConfig's default 12: give it)")
+    g.add_argument("--decompose-factor", type=_positive, default=-1,
+                   help="LoKr's decompose_factor: each side of an adapted linear split as factor x rest (default -1, "
+                        "peft's LoKrConfig: near the square root)")
+    g.add_argument("--oft-block-size", type=_positive, default=32,
+                   help="OFT's block size: each adapted input rotated in blocks of this size (default 32, peft's "
+                        "OFTConfig; r blocks is in_features // r)")
+    g.add_argument("--boft-block-size", type=_positive, default=4,
+                   help="BOFT's block size (default 4, peft's BOFTConfig; boft_n_butterfly_factor 1)")
     g.add_argument("--num-virtual-tokens", type=_positive, default=0,
                    help="prompt tuning's virtual tokens, put before every sequence (peft's PromptTuningConfig), or "
                         "prefix tuning's, keys and values before every block's (PrefixTuningConfig)")

@@ -59,6 +59,38 @@ def estimate(
     return estimate_spec(spec, w, g, headroom=headroom)
 
 
+def _delta_target_problems(spec: ModelSpec, w: Workload) -> list[str]:
+    """LoHa, LoKr, OFT and BOFT adapt the nn.Linear modules lora_targets names (peft raises on other layer types, GPT-2's Conv1D among
+    them): every name must match one in the blocks."""
+    from vramlens.models import delta_linears
+    from vramlens.workload import DELTA_METHODS
+
+    if w.method not in DELTA_METHODS:
+        return []
+    names = sorted({t.module for t in spec.tensors if t.role == "linear" and t.layer is not None})
+    unknown = [t for t in w.lora_targets if t != "all-linear" and not delta_linears(spec, (t,))]
+    if unknown or not delta_linears(spec, tuple(w.lora_targets)):
+        return [f"lora_targets: {', '.join(unknown or w.lora_targets)} "
+                f"{'matches' if len(unknown) == 1 else 'match'} no nn.Linear of {spec.name}'s blocks (method="
+                f"{w.method}): choose from {', '.join(names) or 'none'} or all-linear"]
+    from vramlens.estimator.activations import delta_dims
+
+    if not any(g == "qkv" for g, _, _ in delta_dims(spec, w)):
+        # what the first block keeps is modelled with its first adapter in the attention's input projections
+        return [f"method={w.method} is modelled with lora_targets that include an attention input projection "
+                f"(q_proj, k_proj, v_proj or all-linear); {','.join(w.lora_targets)} has none: add one"]
+    smallest = min(min(o, k) for o, k in delta_linears(spec, tuple(w.lora_targets)))
+    if w.method == "boft" and (bad := sorted({k for _, k in delta_linears(spec, tuple(w.lora_targets))
+                                              if k % w.boft_block_size}, reverse=True)):
+        # BOFTLayer.update_layer raises: in_features must be divisible by boft_block_size
+        return [f"boft_block_size={w.boft_block_size} does not divide in_features={bad[0]} of an adapted linear of "
+                f"{spec.name} (peft raises): use a divisor of it"]
+    if w.method == "loha" and w.lora_rank > smallest:  # LoKr trains w2 whole from r >= max(b, d) / 2 on
+        return [f"lora_rank={w.lora_rank} exceeds the smaller side ({smallest}) of an adapted linear of {spec.name}: "
+                f"use --lora-rank {smallest} or less"]
+    return []
+
+
 def check_workload(spec: ModelSpec, w: Workload) -> None:
     """Problems that depend on both the model and the workload (e.g. --tp must divide the heads)."""
     from vramlens.errors import ConfigError
@@ -94,6 +126,7 @@ def check_workload(spec: ModelSpec, w: Workload) -> None:
                  f"of at least one block; {spec.name} has {spec.n_layers}: use --pp-schedule 1f1b")
     if w.method in ("ia3", "ln-tuning", "vera", "prefix-tuning") and (why := peft_method_problem(spec, w.method)) is not None:
         p.append(why)
+    p += _delta_target_problems(spec, w)
     if w.method in LORA_METHODS:
         names = sorted({t.module for t in spec.tensors if t.role in ("linear", "conv1d") and t.layer is not None})
         # LitGPT's parts of a fused q/k/v linear (inventory.qkv_slices) exist only under --fused-qkv

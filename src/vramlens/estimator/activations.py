@@ -39,11 +39,11 @@ from vramlens.estimator.inventory import (
 from vramlens.estimator.linears import GROUPS, linear_group
 from vramlens.estimator.masks import kv_prefix, padded_mask, repeats_kv, sdpa_masked
 from vramlens.estimator.memo import identity_cache
-from vramlens.models.peft_targets import IA3_TARGETS, VERA_TARGETS
+from vramlens.models.peft_targets import IA3_TARGETS, VERA_TARGETS, lokr_shapes, oft_block
 from vramlens.models.spec import ModelSpec
 from vramlens.units import BLOCK, DTYPE_BYTES
 from vramlens.units import block_bytes as _r  # one allocation's bytes, in 512-byte blocks
-from vramlens.workload import FOUR_BIT, LORA_METHODS, VECTOR_METHODS, Workload
+from vramlens.workload import DELTA_METHODS, FOUR_BIT, LORA_METHODS, VECTOR_METHODS, Workload
 
 #: The philox seed and offset (an int64 each) that CUDA's flash, memory-efficient and cuDNN SDPA
 #: kernels return and keep for backward, with or without dropout (one 512-byte block each in the
@@ -258,6 +258,16 @@ def untracked_before_first_adapter(spec: ModelSpec, w: Workload, b: int, s: int)
         return 0, ()
     if w.method == "prompt-tuning":
         return 0, ()  # the prompts need a gradient: every block's input does, from the first on
+    if w.method in DELTA_METHODS:
+        # as IA3: the first block's input norm keeps nothing, and the adapted q/k/v projections there read a tensor
+        # that needs no gradient, so F.linear keeps only the input copy for the delta's gradient, not the delta
+        c = DTYPE_BYTES[w.compute_dtype]
+        a = DTYPE_BYTES[w.lora_dtype]
+        # (OFT and BOFT: their R, which only the input's gradient needs)
+        first = sum(_oft_blocks(w, k) if w.method == "oft" else _r(c * k * k) if w.method == "boft" else _r(a * n * k)
+                    for g, n, k in delta_dims(spec, w) if g == "qkv")
+        return (_norm_saved(norm_kind(spec), spec.hidden_size, b * s, 4 if w.run_dtype == "fp32" else c, c, 0,
+                            False, False) + first, ())
     if w.method in VECTOR_METHODS:
         # the first block's input norm reads the frozen embedding's output, so it keeps no fp32 copy of it: IA3
         # tracks nothing before its first vector, LN tuning's trained copy keeps only the normalized tensor
@@ -566,6 +576,190 @@ def litgpt_kv_saved(D: Dims, t: int, c: int) -> tuple[int, int]:
     return k, _r(c * (D.a + 2 * D.kv) * D.d * t)
 
 
+def delta_saved(spec: ModelSpec, w: Workload, t: int) -> int:
+    """What LoHa or LoKr keeps for backward in one block of t tokens, per adapted (n out, k in) linear
+    (src/peft/tuners/loha/layer.py and lokr/layer.py, the same at huggingface/peft d787f51b and 505e6fd6 and in peft
+    0.21.2).
+
+    ``Linear._get_delta_activations`` builds the delta weight (delta_transients) and runs
+    ``F.linear(x.to(fp32), delta_weight)`` (``_cast_input_dtype`` to the fp32 factors' dtype): the matmul keeps the
+    fp32 copy of the input (t x k) for the delta's gradient and the fp32 delta itself (n x k) for the input's
+    gradient, until the block's backward. ``result + delta_out`` and ``.to(previous_dtype)`` keep nothing. When the
+    activations are already fp32 there is no copy: the linears of one group keep the input they share, once. In the
+    first block the attention's input projections read a tensor that needs no gradient, so they keep no delta
+    (untracked_before_first_adapter). LoHa's ``HadaWeight`` (an autograd.Function) saves only its factors; LoKr's
+    ``torch.kron(w1, w2)`` is a broadcast ``mul`` of views that keeps both, so a w2 built as ``w2_a @ w2_b`` (b x d)
+    is kept too, in every block.
+    """
+    a = DTYPE_BYTES[w.lora_dtype]
+    dims = delta_dims(spec, w)
+    if a == DTYPE_BYTES[w.compute_dtype]:
+        inputs = sum(_r(a * k * t) for g, k in {(g, k) for g, _, k in dims})
+    else:
+        inputs = sum(_r(a * k * t) for _, _, k in dims)
+    if w.method == "oft":
+        return inputs + sum(OFT_SAVED_BLOCKS * _oft_blocks(w, k) for _, _, k in dims)
+    if w.method == "boft":
+        c = DTYPE_BYTES[w.compute_dtype]
+        shared = sum(_r(c * k * t) for g, k in {(g, k) for g, _, k in dims})
+        return shared + sum(_boft_kept(w, n, k, t) for _, n, k in dims)
+    return inputs + sum(_r(a * n * k) + _lokr_w2_built(w, n, k) for _, n, k in dims)
+
+
+#: What OFT keeps of its rotation per adapted linear, in (in // b, b, b) fp32 tensors (src/peft/tuners/oft/layer.py
+#: ``OFTRotationModule._cayley_batch`` at d787f51b, the same in peft 0.21.2, with peft's default
+#: use_cayley_neumann=True, num_cayley_neumann_terms=5): the skew-symmetric Q and Q^2 and Q^3, which the three
+#: ``bmm``s of the Neumann series keep (Q^4 is added into R and freed), and R itself, which the einsum's ``bmm`` keeps
+#: for the input's gradient (not in the first block, whose input needs none). The einsum keeps the input, the
+#: ``x.to(fp32)`` copy (delta_saved); the frozen linear keeps nothing of its rotated bf16 input.
+OFT_SAVED_BLOCKS = 4
+
+
+def _boft_kept(w: Workload, n: int, k: int, t: int) -> int:
+    """What BOFT keeps per adapted (n out, k in) linear besides the input (src/peft/tuners/boft/layer.py
+    ``Linear.forward`` at d787f51b, the same in peft 0.21.2; boft_n_butterfly_factor 1, no CUDA extension:
+    ``torch.block_diag``). Three (k, k) matrices in the compute dtype: ``self.boft_P.to(x)``, the host permutation
+    matrix copied to the GPU, kept by both ``bmm``s; ``torch.eye`` (the initial ``boft_rotation``), kept by
+    ``butterfly_oft_mat @ boft_rotation``; and that product, the rotation R, kept by ``x @ R`` for the input's gradient
+    (not in the first block). The frozen linear's output (t x n), kept by ``result * boft_scale`` for the scale's
+    gradient; the fp32 (n, 1) scale and the (n, 1) ones it multiplies. ``cayley_batch``'s ``linalg.solve`` keeps
+    I + S, its LU factors and solution (k / b blocks of b x b, fp32) and the int32 pivots. ``x @ R`` keeps x (the
+    input, shared by the group's linears: delta_saved)."""
+    c = DTYPE_BYTES[w.compute_dtype]
+    bs = w.boft_block_size
+    return (3 * _r(c * k * k) + _r(c * n * t) + _r(4 * n) + _r(c * n)
+            + 3 * _r(4 * k * bs) + _r(4 * k))
+
+
+def _oft_blocks(w: Workload, k: int) -> int:
+    """Bytes of one (in // b, b, b) OFT tensor of a linear with k inputs (models.oft_block)."""
+    return _r(DTYPE_BYTES[w.lora_dtype] * k * oft_block(k, w.oft_block_size))
+
+
+def _lokr_w2_built(w: Workload, n: int, k: int) -> int:
+    """Bytes of the (b, d) w2 LoKr builds as ``lokr_w2_a @ lokr_w2_b`` and torch.kron keeps (0 when w2 is trained
+    whole, or for LoHa)."""
+    if w.method != "lokr":
+        return 0
+    _, (b, d), low_rank = lokr_shapes(n, k, w.lora_rank, w.decompose_factor)
+    return _r(DTYPE_BYTES[w.lora_dtype] * b * d) if low_rank else 0
+
+
+def delta_dims(spec: ModelSpec, w: Workload) -> tuple[tuple[str, int, int], ...]:
+    """(group, n out, k in) of the first block's linears LoHa adapts (lora_targets); empty for other methods."""
+    if w.method not in DELTA_METHODS:
+        return ()
+    targets = tuple(w.lora_targets)
+    dims = _dims_by_path(spec)
+    out = []
+    for g in GROUP_ORDER:
+        for path, leaf in linear_groups(spec).get(g, ()):
+            if "all-linear" in targets or leaf in targets:
+                k, n = dims.get(path, (0, 0))
+                out.append((g, n, k))
+    return tuple(out)
+
+
+#: n x k fp32 tensors alive while the delta is built in forward, and in its backward (delta_transients).
+#: LoHa (loha/layer.py ``HadaWeight``): ``((w1a @ w1b) * (w2a @ w2b)) * scale`` holds both products and their
+#: Hadamard product before the scaled one (the kept delta) replaces them: 3, none of them kept; its backward holds the
+#: delta's gradient (held by autograd while the function runs), ``grad_out * scale``, ``w2a @ w2b`` with its product
+#: ``temp``, then ``w1a @ w1b`` and the second product while the first ``temp`` is still bound: 5.
+#: LoKr (lokr/layer.py ``make_kron``): ``torch.kron(w1, w2)`` (one n x k) then ``rebuild * scale``, the kept delta:
+#: 2, one of them kept; in backward the scalar multiplication's gradient (the delta's gradient freed once it
+#: returns), then kron's ``mul`` backward computes both full-size input gradients before autograd sums each to its
+#: input's shape: 3 (the incoming one and two products).
+DELTA_BUILD = {"loha": (3, 0), "lokr": (2, 1)}  # (alive at the forward's peak, of which the kept delta)
+DELTA_BACKWARD = {"loha": 5, "lokr": 3}
+
+
+@dataclass(frozen=True, slots=True)
+class DeltaTransients:
+    """LoHa's delta weight built inside a block (see delta_transients).
+
+    forward, backward: what the largest adapted linear adds above the activations counted whole (all blocks
+        saved), the last block's own saved tensors freed or not yet made at that point taken off.
+    temporary: the transient itself, the larger of the forward's and the backward's.
+    """
+
+    forward: int
+    backward: int
+    temporary: int
+
+
+def delta_transients(spec: ModelSpec, w: Workload, b: int, s: int, block: int) -> DeltaTransients:
+    """LoHa's or LoKr's transients in the last block, ``block`` its saved bytes (DELTA_BUILD, DELTA_BACKWARD: n x k
+    fp32 tensors of the largest adapted linear, after ``F.linear``'s backward freed its saved input copy and delta).
+
+    An attention input projection runs when only the block's input norm has saved anything (forward) or is left
+    (backward); for a later linear the rest of the block is counted alive.
+    """
+    dims = delta_dims(spec, w)
+    if not dims:
+        return DeltaTransients(0, 0, 0)
+    if w.method == "oft":
+        return _oft_transients(spec, w, b * s, block, dims)
+    if w.method == "boft":
+        return _boft_transients(spec, w, b * s, block, dims)
+    built, kept = DELTA_BUILD[w.method]
+    a = DTYPE_BYTES[w.lora_dtype]
+    c = DTYPE_BYTES[w.compute_dtype]
+    t = b * s
+    norm = _norm_saved(norm_kind(spec), spec.hidden_size, t, 4 if w.run_dtype == "fp32" else c, c, 0, False, False)
+    fwd = bwd = tmp = 0
+    for g, n, k in dims:
+        wd = _r(a * n * k)
+        fwd = max(fwd, built * wd - (block - norm if g == "qkv" else kept * wd))
+        gone = block - norm if g == "qkv" else _r(a * k * t) + wd  # the block's tensors not alive then
+        bwd = max(bwd, DELTA_BACKWARD[w.method] * wd - gone)
+        tmp = max(tmp, (built - kept) * wd, DELTA_BACKWARD[w.method] * wd)
+    return DeltaTransients(max(0, fwd), max(0, bwd), tmp)
+
+
+def _oft_transients(spec: ModelSpec, w: Workload, t: int, block: int,
+                    dims: tuple[tuple[str, int, int], ...]) -> DeltaTransients:
+    """OFT's transients around the rotation of the largest adapted input (src/peft/tuners/oft/layer.py
+    ``OFTRotationModule.forward`` at d787f51b). Forward: the einsum's ``bmm`` output in its (blocks, t, b) layout and
+    the contiguous copy einsum returns (two fp32 t x k), then ``.to(bf16)`` of the copy once the first is freed.
+    Backward: two fp32 t x k (the rotated input's gradient in the einsum's layout and the input's gradient) and R's
+    gradient (blocks, b, b); traced. The block's tensors saved after the rotation are freed by then (an attention input
+    projection) or all counted alive (a later linear)."""
+    a = DTYPE_BYTES[w.lora_dtype]
+    c = DTYPE_BYTES[w.compute_dtype]
+    norm = _norm_saved(norm_kind(spec), spec.hidden_size, t, 4 if w.run_dtype == "fp32" else c, c, 0, False, False)
+    fwd = bwd = tmp = 0
+    for g, _, k in dims:
+        f = 2 * _r(a * k * t)
+        back = 2 * _r(a * k * t) + _oft_blocks(w, k)
+        here = _r(a * k * t) + OFT_SAVED_BLOCKS * _oft_blocks(w, k)  # what the rotation keeps
+        fwd = max(fwd, f - (block - norm - here) if g == "qkv" else f)
+        bwd = max(bwd, back - (block - norm) if g == "qkv" else back)
+        tmp = max(tmp, f, back)
+    return DeltaTransients(max(0, fwd), max(0, bwd), tmp)
+
+
+def _boft_transients(spec: ModelSpec, w: Workload, t: int, block: int,
+                     dims: tuple[tuple[str, int, int], ...]) -> DeltaTransients:
+    """BOFT's transients building the (k, k) rotation of the largest adapted linear (src/peft/tuners/boft/layer.py
+    ``Linear.forward`` at d787f51b; traced). Forward: ``torch.block_diag``'s fp32 (k, k) and its ``.to(x)`` copy, then
+    that copy with the two ``bmm`` outputs (the locals hold them until forward returns): three (k, k) in the compute
+    dtype at most, beside the kept P and eye, before R (_boft_kept). Backward: the rotation's gradient through ``select``'s backward
+    and the two ``bmm``s, and its fp32 cast for ``block_diag``'s backward: as much again, with the input's gradient
+    (t x k)."""
+    c = DTYPE_BYTES[w.compute_dtype]
+    norm = _norm_saved(norm_kind(spec), spec.hidden_size, t, 4 if w.run_dtype == "fp32" else c, c, 0, False, False)
+    fwd = bwd = tmp = 0
+    for g, _, k in dims:
+        f = max(_r(4 * k * k) + _r(c * k * k), 3 * _r(c * k * k))
+        back = f + _r(c * t * k)
+        # P and eye exist by then, R (counted in the block's figure) is made after: two of the three kept (k, k)
+        fwd = max(fwd, f + 2 * _r(c * k * k) - (block - norm) if g == "qkv" else f - _r(c * k * k))
+        # x @ R's and R @ eye's backward have freed R and eye when the bmm's backward peaks
+        bwd = max(bwd, back - (block - norm) if g == "qkv" else back - 2 * _r(c * k * k))
+        tmp = max(tmp, f, back)
+    return DeltaTransients(max(0, fwd), max(0, bwd), tmp)
+
+
 def ia3_saved(spec: ModelSpec, w: Workload, t: int) -> int:
     """IA3's own activations in one block of t tokens (src/peft/tuners/ia3/layer.py ``Linear.forward``, the
     same at huggingface/peft d787f51b and in peft 0.21.2).
@@ -778,7 +972,7 @@ def layer_activations(spec: ModelSpec, w: Workload, b: int, s: int, *, cross_s: 
         mlp_consumers = mlp_consumers + km if casts else max(mlp_consumers, min(km, 1))
         attn_out_saves = attn_out_saves or bnb_kept_inputs(spec, w, "attn_out", tp) > 0
         mlp_out_saves = mlp_out_saves or bnb_kept_inputs(spec, w, "mlp_out", tp) > 0
-    total = _lora_saved(spec, w, D, t, c, tp) + ia3_saved(spec, w, t) + vera_saved(spec, w, t)
+    total = _lora_saved(spec, w, D, t, c, tp) + ia3_saved(spec, w, t) + vera_saved(spec, w, t) + delta_saved(spec, w, t)
     quad = 0
 
     # --- attention input norm (pre-norm); post-norm blocks' linears keep the block input itself ----

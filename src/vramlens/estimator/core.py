@@ -501,6 +501,7 @@ def activation_totals(spec: ModelSpec, w: Workload, sp: Split) -> ActivationTota
     deq_fwd, deq_bwd = A.dequant_transients(spec, w, b * s, tp)
     head_fwd, head_bwd = A.head_dequant_transients(spec, w, b, s) if sp.has_head else (0, 0)
     dora = A.dora_forward_transient(spec, w, training=True, tp=tp)
+    delta = A.delta_transients(spec, w, b, s, one)  # LoHa's delta weight: built in forward and backward
     # --fp8: torchao's casts inside the blocks (vramlens.estimator.fp8); the down projection's backward
     # is a candidate of its own beside the MLP's bf16 gradients, in the last block or a recomputed one
     f8_fwd = F8.forward_transient(spec, w, b, s, tp)
@@ -527,8 +528,9 @@ def activation_totals(spec: ModelSpec, w: Workload, sp: Split) -> ActivationTota
     dora_tmp = max(0, dora - A.dora_identity_bytes(spec, w, tp))
     return ActivationTotals(saved=kept + model_level + head_saved + held, one_layer=one,
                             loss_transient=head_peak - head_saved - held_logits,
-                            dequant_forward=max(deq_fwd, dora, f8_fwd), dequant_backward=deq_bwd,
-                            dequant_temporary=max(deq_fwd, deq_bwd, dora_tmp),
+                            dequant_forward=max(deq_fwd, dora, f8_fwd, delta.forward),
+                            dequant_backward=max(deq_bwd, delta.backward),
+                            dequant_temporary=max(deq_fwd, deq_bwd, dora_tmp, delta.temporary),
                             loss_backward=loss_backward, loss_backward_over=loss_backward_over,
                             head_backward=None if lf is None else lf.head_backward,
                             head_grads=1 if lf is None else lf.head_grads,

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 
 from vramlens.estimator.linears import linear_group
 from vramlens.estimator.memo import identity_cache
-from vramlens.models.peft_targets import peft_vector_numels
+from vramlens.models.peft_targets import peft_delta_numels, peft_vector_numels
 from vramlens.models.spec import ModelSpec, TensorInfo
 from vramlens.units import BLOCK, DTYPE_BYTES, round_up
 
@@ -271,13 +271,20 @@ def vector_dtype(w: Workload) -> str:
     return w.dtype if w.method == "ln-tuning" else w.lora_dtype
 
 
+def own_tensor_numels(spec: ModelSpec, w: Workload) -> tuple[int, ...]:
+    """Elements of each tensor a method of OWN_TENSOR_METHODS trains: IA3's, LN tuning's or prompt tuning's
+    (models.peft_vector_numels), LoHa's, LoKr's or OFT's factors (models.peft_delta_numels)."""
+    return (peft_vector_numels(spec, w.method, w.vector_size)
+            + peft_delta_numels(spec, w.method, tuple(w.lora_targets), w.lora_rank, w.decompose_factor,
+                                w.oft_block_size, w.boft_block_size))
+
+
 def vector_bytes(spec: ModelSpec, w: Workload, bytes_per_elem: int) -> int:
-    """IA3's or LN tuning's trainable tensors (models.peft_vector_numels), each rounded to the allocator's
-    512-byte blocks; 0 for the other methods."""
-    return sum(round_up(n * bytes_per_elem, BLOCK) for n in peft_vector_numels(spec, w.method, w.vector_size))
+    """IA3's, LN tuning's, prompt tuning's or LoHa's trainable tensors (own_tensor_numels), each rounded to the
+    allocator's 512-byte blocks; 0 for the other methods."""
+    return sum(round_up(n * bytes_per_elem, BLOCK) for n in own_tensor_numels(spec, w))
 
 
 def largest_vector(spec: ModelSpec, w: Workload, bytes_per_elem: int) -> int:
     """The largest of those tensors, rounded."""
-    return round_up(max(peft_vector_numels(spec, w.method, w.vector_size), default=0) * bytes_per_elem,
-                    BLOCK)
+    return round_up(max(own_tensor_numels(spec, w), default=0) * bytes_per_elem, BLOCK)

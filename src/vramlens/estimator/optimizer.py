@@ -56,7 +56,7 @@ from vramlens.estimator.memo import identity_cache
 from vramlens.models.peft_targets import peft_vector_numels
 from vramlens.models.spec import ModelSpec
 from vramlens.units import BLOCK, DTYPE_BYTES, ceil_div, pow2_ceil, round_up
-from vramlens.workload import VECTOR_METHODS, Workload
+from vramlens.workload import OWN_TENSOR_METHODS, VECTOR_METHODS, Workload
 
 #: bitsandbytes Optimizer2State.init_state: ``blocksize = 256`` absmax block (bitsandbytes >= 0.44)
 BNB_BLOCK = 256
@@ -126,7 +126,7 @@ ADAM_LIKE = ("adamw", "adam", "paged-adamw", "adamw-8bit", "paged-adamw-8bit", *
 
 def param_dtype_bytes(w: Workload) -> int:
     """Bytes of a trainable parameter (LoRA adapters: ``lora_dtype``, fp32 by default)."""
-    if w.method in VECTOR_METHODS:
+    if w.method in OWN_TENSOR_METHODS:
         return DTYPE_BYTES[vector_dtype(w)]
     if w.method != "full":
         return DTYPE_BYTES[w.lora_dtype]
@@ -136,7 +136,7 @@ def param_dtype_bytes(w: Workload) -> int:
 def _adapters(spec: ModelSpec, w: Workload, b: int) -> int:
     """Bytes of one adapter-shaped tensor set (A, B, DoRA magnitudes; IA3's or LN tuning's tensors) at b bytes
     per element."""
-    if w.method in VECTOR_METHODS:
+    if w.method in OWN_TENSOR_METHODS:
         return vector_bytes(spec, w, b)
     if w.lora_fa:  # LoRA-FA: lora_A frozen, B alone gets a gradient and LoraFAOptimizer's exp_avg_B, exp_avg_sq_B
         return lora_b_rounded_bytes(trained_lora_shape(spec, tuple(w.lora_adapted), w.fused_qkv), w.lora_rank, b)
@@ -234,7 +234,7 @@ def optimizer_state_bytes(spec: ModelSpec, w: Workload, trainable: int) -> tuple
     if opt == "adafactor":
         if w.method == "full":
             total = _adafactor_bytes(spec, state_b)
-        elif w.method in VECTOR_METHODS:
+        elif w.method in OWN_TENSOR_METHODS:
             total = vector_bytes(spec, w, state_b)  # a 1-D tensor keeps the full second-moment vector
         else:
             shape = trained_lora_shape(spec, tuple(w.lora_adapted), w.fused_qkv)
@@ -383,7 +383,7 @@ def optimizer_step_temporary(spec: ModelSpec, w: Workload, trainable: int) -> tu
     # per-tensor updates hold state-sized temporaries of a single tensor at a time: the largest one's
     if w.method == "full":
         largest = round_up(summarize(spec).largest_param_numel * state_b, BLOCK)
-    elif w.method in VECTOR_METHODS:
+    elif w.method in OWN_TENSOR_METHODS:
         largest = largest_vector(spec, w, state_b)
     else:
         largest = _largest_adapter(trained_lora_shape(spec, tuple(w.lora_adapted), w.fused_qkv), w.lora_rank, state_b, w.dora)
@@ -442,7 +442,7 @@ def largest_gradient_bytes(spec: ModelSpec, w: Workload) -> int:
     parameter; LoRA: the largest adapter matrix, r x max(in, out), or DoRA magnitude, in the adapters' dtype)."""
     if w.method == "full":
         return round_up(summarize(spec).largest_param_numel * param_dtype_bytes(w), BLOCK)
-    if w.method in VECTOR_METHODS:
+    if w.method in OWN_TENSOR_METHODS:
         return largest_vector(spec, w, param_dtype_bytes(w))
     return _largest_adapter(trained_lora_shape(spec, tuple(w.lora_adapted), w.fused_qkv), w.lora_rank, param_dtype_bytes(w), w.dora)
 

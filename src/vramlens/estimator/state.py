@@ -206,7 +206,10 @@ def train_state(spec: ModelSpec, w: Workload, gpu: GPU | None) -> TrainState:
     weights = int(base_w * sp.weights) + adapters + legacy + kernel_buffers
     what = {"ia3": f"IA3 vectors {w.lora_dtype}", "ln-tuning": f"LN tuning's norm copies {w.dtype}",
             "vera": f"VeRA vectors {w.lora_dtype} and shared fp32 projections (r={w.vera_rank})",
-            "adalora": f"AdaLoRA adapters {w.lora_dtype} (A, E, B at init_r={w.lora_rank}; ranknum)"}.get(
+            "adalora": f"AdaLoRA adapters {w.lora_dtype} (A, E, B at init_r={w.lora_rank}; ranknum)",
+            "loha": f"LoHa factors {w.lora_dtype}", "lokr": f"LoKr factors {w.lora_dtype}",
+            "oft": f"OFT rotations {w.lora_dtype} and their index buffers",
+            "boft": f"BOFT rotations and scales {w.lora_dtype}"}.get(
         w.method, f"LoRA adapters {w.lora_dtype}{' with DoRA magnitudes' if w.dora else ''}")
     explain["weights"] = base_formula + (f" + {what} ({adapters:,} B)" if adapters else "")
     if legacy:
@@ -285,6 +288,10 @@ def train_state(spec: ModelSpec, w: Workload, gpu: GPU | None) -> TrainState:
         host += off_host * w.gpus
         notes.append(f"CPUOffloadOptimizer: {human_bytes(off_host)} of host RAM per GPU (pinned parameter "
                      "and gradient copies, each a power of two, and the AdamW states)")
+    if (boft_p := Wt.boft_host_permutations(spec, w)):
+        host += boft_p * w.gpus
+        notes.append(f"BOFT's permutation matrices stay in host RAM ({human_bytes(boft_p)}; copied to the GPU in "
+                     "each forward)")
     paged = 0
     if opt:
         # bitsandbytes' paged optimizers: the large tensors' states live in CUDA unified memory, outside

@@ -44,15 +44,16 @@ from vramlens.estimator.inventory import (
     float_bytes,
     lora_rounded_bytes,
     lora_shape,
+    own_tensor_numels,
     summarize,
     vector_bytes,
     vector_dtype,
 )
 from vramlens.estimator.memo import identity_cache
-from vramlens.models.peft_targets import peft_vector_numels, vera_linears
+from vramlens.models.peft_targets import delta_linears, oft_block, vera_linears
 from vramlens.models.spec import ModelSpec
 from vramlens.units import BLOCK, DTYPE_BYTES, round_up
-from vramlens.workload import FOUR_BIT, VECTOR_METHODS, WO_DEQUANT_QUANTS, Workload
+from vramlens.workload import FOUR_BIT, OWN_TENSOR_METHODS, WO_DEQUANT_QUANTS, Workload
 
 GROUP_SIZE = 128       # GPTQ / AWQ / int4 default group size (AutoGPTQ BaseQuantizeConfig, AutoAWQ q_group_size)
 NF4_BLOCK = 64         # bitsandbytes Params4bit default blocksize
@@ -394,15 +395,38 @@ def lora_dtype_bytes(w: Workload) -> int:
 
 
 def lora_params(spec: ModelSpec, w: Workload) -> int:
-    """What a parameter-efficient method trains: LoRA's A and B (and DoRA's magnitudes), IA3's vectors or
-    LN tuning's norm copies."""
+    """What a parameter-efficient method trains: LoRA's A and B (and DoRA's magnitudes), IA3's vectors,
+    LN tuning's norm copies, prompt tuning's embedding or LoHa's factors."""
     if w.method == "full":
         return 0
-    if w.method in VECTOR_METHODS:
-        return sum(peft_vector_numels(spec, w.method, w.vector_size))
+    if w.method in OWN_TENSOR_METHODS:
+        return sum(own_tensor_numels(spec, w))
     shape = lora_shape(spec, tuple(w.lora_adapted), w.fused_qkv)
     # AdaLoRA: lora_E, r singular values per adapted linear, trains beside A and B
     return shape.params(w.lora_rank, w.dora) + (shape.count * w.lora_rank if w.method == "adalora" else 0)
+
+
+def oft_index_buffers(spec: ModelSpec, w: Workload) -> int:
+    """OFT's index buffers: each ``OFTRotationModule`` registers ``rows`` and ``cols`` of ``torch.triu_indices(b, b,
+    1)`` (int64, b (b - 1) / 2 each; persistent=False, so not in the state dict) and moves them to the base layer's
+    device one by one (src/peft/tuners/oft/layer.py at d787f51b, the same in peft 0.21.2); 0 for the other methods."""
+    if w.method != "oft":
+        return 0
+    total = 0
+    for _, k in delta_linears(spec, tuple(w.lora_targets)):
+        b = oft_block(k, w.oft_block_size)
+        total += 2 * round_up(8 * (b * (b - 1) // 2), BLOCK)
+    return total
+
+
+def boft_host_permutations(spec: ModelSpec, w: Workload) -> int:
+    """BOFT's ``boft_P`` (1, in, in) fp32 per adapted linear (boft_n_butterfly_factor 1): a buffer of the BOFT layer
+    itself, which peft moves to no device (``_move_adapter_to_device_of_base_layer`` moves the adapter dicts,
+    ``_replace_module`` the modules named ``boft_*``), so it stays in host RAM on a model loaded to the GPU
+    (src/peft/tuners/boft/layer.py, tuners_utils.py at d787f51b); 0 for the other methods."""
+    if w.method != "boft" or not w.training:
+        return 0
+    return sum(4 * k * k for _, k in delta_linears(spec, tuple(w.lora_targets)))
 
 
 def adapter_bytes(spec: ModelSpec, w: Workload) -> int:
@@ -410,9 +434,10 @@ def adapter_bytes(spec: ModelSpec, w: Workload) -> int:
     fp32 (``autocast_adapter_dtype=True``, peft >= 0.12), torchtune keeps the model's dtype."""
     if w.method == "full":
         return 0
-    if w.method in VECTOR_METHODS:
-        # beside the frozen base, which stays whole; VeRA's shared projections too
-        return vector_bytes(spec, w, DTYPE_BYTES[vector_dtype(w)]) + vera_projection_bytes(spec, w)
+    if w.method in OWN_TENSOR_METHODS:
+        # beside the frozen base, which stays whole; VeRA's shared projections and OFT's index buffers too
+        return (vector_bytes(spec, w, DTYPE_BYTES[vector_dtype(w)]) + vera_projection_bytes(spec, w)
+                + oft_index_buffers(spec, w))
     shape = lora_shape(spec, tuple(w.lora_adapted), w.fused_qkv)
     if w.method == "adalora":
         # AdaLoRA: lora_A and lora_B, lora_E (r, 1), and ``ranknum``, a frozen fp32 (1,) parameter per adapted linear

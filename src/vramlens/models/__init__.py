@@ -15,7 +15,14 @@ from vramlens.models.catalog import CatalogEntry, list_catalog
 from vramlens.models.generic import generic_spec
 from vramlens.models.inventory import SUPPORTED_MODEL_TYPES, spec_from_config
 from vramlens.models.loaders import load_model
-from vramlens.models.peft_targets import peft_method_problem, peft_vector_numels
+from vramlens.models.peft_targets import (
+    delta_linears,
+    lokr_shapes,
+    oft_block,
+    peft_delta_numels,
+    peft_method_problem,
+    peft_vector_numels,
+)
 from vramlens.models.safetensors_header import read_safetensors_header
 from vramlens.models.spec import ModelSpec, TensorInfo
 
@@ -24,9 +31,13 @@ __all__ = [
     "ModelSpec",
     "SUPPORTED_MODEL_TYPES",
     "TensorInfo",
+    "delta_linears",
     "generic_spec",
     "list_catalog",
     "load_model",
+    "lokr_shapes",
+    "oft_block",
+    "peft_delta_numels",
     "peft_method_problem",
     "peft_vector_numels",
     "read_safetensors_header",

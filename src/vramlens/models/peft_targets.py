@@ -94,6 +94,94 @@ def peft_vector_numels(spec: ModelSpec, method: str, size: int = 0) -> tuple[int
     return ()
 
 
+def delta_linears(spec: ModelSpec, targets: tuple[str, ...]) -> tuple[tuple[int, int], ...]:
+    """(out_features, in_features) of each block linear whose name is among ``targets`` (peft matches the module's
+    name; ``all-linear`` every linear of the blocks, peft's INCLUDE_LINEAR_LAYERS_SHORTHAND leaving the output
+    layer out), in the model's order."""
+    every = "all-linear" in targets
+    return tuple((t.shape[0], t.shape[1]) for t in spec.tensors
+                 if t.role == "linear" and t.layer is not None and t.name.endswith(".weight") and len(t.shape) == 2
+                 and (every or t.module in targets))
+
+
+def lokr_factorization(dimension: int, factor: int = -1) -> tuple[int, int]:
+    """peft's LoKr ``factorization`` (src/peft/tuners/lokr/layer.py, the same at huggingface/peft 505e6fd6, which
+    PEFT's MetaMathQA LoKr row ran, and in peft 0.21.2): ``(m, n)`` with ``m * n == dimension``, ``m <= n``; m is
+    ``factor`` when it divides, else the divisor pair nearest the square root with m at most ``factor``."""
+    if factor > 0 and dimension % factor == 0:
+        return factor, dimension // factor
+    if factor == -1:
+        factor = dimension
+    m, n = 1, dimension
+    length = m + n
+    while m < n:
+        new_m = m + 1
+        while dimension % new_m != 0:
+            new_m += 1
+        new_n = dimension // new_m
+        if new_m + new_n > length or new_m > factor:
+            break
+        m, n = new_m, new_n
+    return (n, m) if m > n else (m, n)
+
+
+def lokr_shapes(out: int, k: int, rank: int, factor: int) -> tuple[tuple[int, int], tuple[int, int], bool]:
+    """LoKr's (a, c) ``lokr_w1`` and (b, d) ``w2`` of an (out, in=k) linear, and whether w2 is built as
+    ``lokr_w2_a @ lokr_w2_b`` ((b, r) @ (r, d): when r < max(b, d) / 2) rather than trained whole
+    (``LoKrLayer.update_layer``, decompose_both False: w1 always whole)."""
+    a, b = lokr_factorization(out, factor)
+    c, d = lokr_factorization(k, factor)
+    return (a, c), (b, d), rank < max(b, d) / 2
+
+
+def oft_block(in_features: int, block_size: int) -> int:
+    """The block size OFT uses on a linear of ``in_features`` inputs for a requested ``block_size`` (r 0):
+    ``OFTLayer.update_layer`` moves a size that does not divide in_features (or exceeds it) to the nearer divisor
+    (``adjust_oft_parameters``, the lower one on a tie) (src/peft/tuners/oft/layer.py, the same at d787f51b and in
+    peft 0.21.2)."""
+    if in_features % block_size == 0 and block_size <= in_features:
+        return block_size
+    if block_size >= in_features:
+        return in_features
+    higher = block_size
+    while higher <= in_features and in_features % higher != 0:
+        higher += 1
+    lower = block_size
+    while lower > 1 and in_features % lower != 0:
+        lower -= 1
+    return lower if block_size - lower <= higher - block_size else higher
+
+
+def peft_delta_numels(spec: ModelSpec, method: str, targets: tuple[str, ...], rank: int,
+                      factor: int = -1, oft_block_size: int = 32, boft_block_size: int = 4) -> tuple[int, ...]:
+    """Elements of each tensor LoHa or LoKr trains in ``spec`` (empty for the other methods).
+
+    LoHa (src/peft/tuners/loha/layer.py ``LoHaLayer.create_adapter_parameters``, the same at huggingface/peft
+    d787f51b and in peft 0.21.2): per adapted (out, in) linear ``hada_w1_a`` (out, r), ``hada_w1_b`` (r, in),
+    ``hada_w2_a`` (out, r) and ``hada_w2_b`` (r, in). LoKr (``LoKrLayer.create_adapter_parameters``): ``lokr_w1``
+    (a, c), and ``lokr_w2_a`` (b, r) with ``lokr_w2_b`` (r, d), or ``lokr_w2`` (b, d) (lokr_shapes). OFT
+    (``OFTRotationModule``): one ``weight`` (in // b, b (b - 1) / 2), the upper triangles of its skew-symmetric
+    blocks, b from oft_block. BOFT (``BOFTLayer.update_layer``, boft_n_butterfly_factor 1): ``boft_R`` (1, in // b,
+    b, b) and ``boft_s`` (out, 1).
+    """
+    if method == "boft":
+        return tuple(n for n_out, k in delta_linears(spec, targets)
+                     for n in (k // boft_block_size * boft_block_size ** 2, n_out))
+    if method == "oft":
+        blocks = [(k, oft_block(k, oft_block_size)) for _, k in delta_linears(spec, targets)]
+        return tuple(k // b * (b * (b - 1) // 2) for k, b in blocks)
+    if method == "loha":
+        return tuple(n for n_out, k in delta_linears(spec, targets)
+                     for n in (n_out * rank, rank * k, n_out * rank, rank * k))
+    if method == "lokr":
+        numels: list[int] = []
+        for n_out, k in delta_linears(spec, targets):
+            (a, c), (b, d), low_rank = lokr_shapes(n_out, k, rank, factor)
+            numels += [a * c, *((b * rank, rank * d) if low_rank else (b * d,))]
+        return tuple(numels)
+    return ()
+
+
 def peft_method_problem(spec: ModelSpec, method: str) -> str | None:
     """Why ``method`` (ia3, ln-tuning or prompt-tuning) has no estimate for ``spec``, or None."""
     if method == "prompt-tuning":

@@ -249,6 +249,8 @@ def build_hf(cfg: dict, wl: Workload, *, fake_mode=None, layers: int | None = No
         model = apply_vector_method(model, wl)
     elif wl.method in ("prompt-tuning", "prefix-tuning"):
         model = apply_prompt_tuning(model, wl)
+    elif wl.method in ("loha", "lokr", "oft", "boft"):
+        model = apply_delta_method(model, wl)
     # a prompt-learning PeftModel registers the input embedding a second time (``word_embeddings``): to_empty
     # would visit it twice and fail to swap its weight, so it is set aside and put back after
     shared = model._modules.pop("word_embeddings", None) if wl.method in ("prompt-tuning", "prefix-tuning") else None
@@ -600,6 +602,36 @@ def apply_vector_method(model: nn.Module, wl: Workload) -> nn.Module:
             warnings.filterwarnings("ignore", message="Unsupported layer type", category=UserWarning)
             return get_peft_model(model, cfg, autocast_adapter_dtype=wl.method in ("ia3", "vera")
                                   and wl.lora_dtype == "fp32")
+    except ValueError as e:
+        raise InputError(f"method={wl.method}: {e}") from None
+
+
+def apply_delta_method(model: nn.Module, wl: Workload) -> nn.Module:
+    """peft's LoHa, LoKr or OFT on ``lora_targets``: LoHa and LoKr with rank ``lora_rank`` (LoKr's
+    ``decompose_factor``; alpha and the dropouts at the config's defaults: they change no shape), OFT in blocks of
+    ``oft_block_size`` (r 0; Cayley-Neumann with peft's 5 terms), the factors upcast to fp32 by autocast_adapter_dtype as
+    PEFT's MetaMathQA runs them."""
+    try:
+        from peft import BOFTConfig, LoHaConfig, LoKrConfig, OFTConfig, get_peft_model
+    except ImportError:
+        from vramlens.errors import MissingExtraError
+
+        raise MissingExtraError("peft", "trace") from None
+    targets = list(wl.lora_targets) if "all-linear" not in wl.lora_targets else "all-linear"
+    try:
+        cfg = (LoHaConfig(r=wl.lora_rank, target_modules=targets) if wl.method == "loha"
+               else LoKrConfig(r=wl.lora_rank, target_modules=targets, decompose_factor=wl.decompose_factor)
+               if wl.method == "lokr" else OFTConfig(r=0, oft_block_size=wl.oft_block_size, target_modules=targets)
+               if wl.method == "oft" else BOFTConfig(boft_block_size=wl.boft_block_size, target_modules=targets))
+        with warnings.catch_warnings():
+            # OFT moves a block size that does not divide in_features to a divisor and warns; vramlens.models.oft_block
+            # makes the same move
+            warnings.filterwarnings("ignore", message="Invalid `oft_block_size`", category=UserWarning)
+            # BOFT tries to build its CUDA block-diagonal extension and falls back to torch.block_diag (the same
+            # tensors) with boft_n_butterfly_factor 1, the value vramlens models, when it cannot
+            warnings.filterwarnings("ignore", message="Failed to load the CUDA extension", category=UserWarning)
+            warnings.filterwarnings("ignore", message="Setting boft_n_butterfly_factor to 1", category=UserWarning)
+            return get_peft_model(model, cfg, autocast_adapter_dtype=True)
     except ValueError as e:
         raise InputError(f"method={wl.method}: {e}") from None
 

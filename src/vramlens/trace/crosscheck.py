@@ -474,6 +474,42 @@ PEFT_WIDE_ROWS: tuple[tuple[str, dict[str, Any]], ...] = (
     ("llama-3-8b", _tr(method="vera", vera_rank=16, loss_chunks=8)),
 )
 
+#: peft's LoHa, LoKr, OFT and BOFT (fp32 factors, q_proj and v_proj, peft's rank and block sizes unless given): each adapted linear keeps its fp32 delta
+#: weight and input copy (the first block no delta), the delta built in forward (three n x k) and in HadaWeight's
+#: backward (five n x k); rows at 16-64 tokens put the peak there, in bf16 and fp32 (no input copy), on all-linear
+PEFT_DELTA_ROWS: tuple[tuple[str, dict[str, Any]], ...] = (
+    ("llama-3-8b", _tr(method="loha")),
+    ("llama-3-8b", _tr(method="loha", batch=1, seq=16)),
+    ("llama-3-8b", _tr(method="loha", dtype="fp32", batch=1, seq=16)),
+    ("llama-3-8b", _tr(method="loha", lora_targets=("all-linear",), batch=1, seq=32)),
+    ("llama-3-8b", _tr(method="loha", lora_rank=4, batch=2, seq=64)),
+    ("qwen2.5-0.5b", _tr(method="loha", batch=1, seq=16)),
+    # LoKr: w1 whole, w2 whole (r >= max(b, d) / 2: hidden 256 splits 16 x 16) or built as w2_a @ w2_b and kept by
+    # torch.kron (decompose_factor 4: 4 x 64, r 2); the kron built and scaled (two n x k), three in its backward
+    ("llama-3-8b", _tr(method="lokr", batch=1, seq=16)),
+    ("llama-3-8b", _tr(method="lokr", decompose_factor=4, lora_rank=2, batch=1, seq=16)),
+    ("llama-3-8b", _tr(method="lokr", decompose_factor=4)),
+    ("llama-3-8b", _tr(method="lokr", lora_targets=("all-linear",), batch=1, seq=32)),
+    ("llama-3-8b", _tr(method="lokr", dtype="fp32", batch=1, seq=16)),
+    ("qwen2.5-0.5b", _tr(method="lokr", decompose_factor=4, lora_rank=4, batch=1, seq=16)),
+    # OFT: the input rotated block by block (fp32 copy, Q, Q^2, Q^3 and R kept; no R in the first block), its index
+    # buffers; block sizes that divide the input and one that peft moves to a divisor (24 on Qwen2's 896)
+    ("llama-3-8b", _tr(method="oft", batch=1, seq=16)),
+    ("llama-3-8b", _tr(method="oft", oft_block_size=64, batch=1, seq=16)),
+    ("llama-3-8b", _tr(method="oft", oft_block_size=16)),
+    ("llama-3-8b", _tr(method="oft", lora_targets=("all-linear",), batch=1, seq=32)),
+    ("llama-3-8b", _tr(method="oft", dtype="fp32", batch=1, seq=16)),
+    ("qwen2.5-0.5b", _tr(method="oft", oft_block_size=24, batch=1, seq=16)),
+    # BOFT: the (in, in) rotation built each forward from the host permutation matrix's GPU copy, eye and R kept
+    # with the input and the frozen output; all-linear puts the peak at the last block's down_proj
+    ("llama-3-8b", _tr(method="boft", batch=1, seq=16)),
+    ("llama-3-8b", _tr(method="boft", boft_block_size=8, batch=1, seq=16)),
+    ("llama-3-8b", _tr(method="boft", batch=4, seq=256)),
+    ("llama-3-8b", _tr(method="boft", lora_targets=("all-linear",), batch=1, seq=32)),
+    ("llama-3-8b", _tr(method="boft", lora_targets=("all-linear",), batch=2, seq=64, loss_chunks=8)),
+    ("qwen2.5-0.5b", _tr(method="boft", batch=1, seq=16)),
+)
+
 QLORA_ROWS: tuple[tuple[str, dict[str, Any]], ...] = (
     # transformers' BitsAndBytesConfig: every linear of the blocks in nf4-dq
     ("llama-2-7b", _tr(method="qlora")),

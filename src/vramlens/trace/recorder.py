@@ -77,6 +77,8 @@ class Recorder(TorchDispatchMode):
         self._cast_of: dict[int, int] = {}  # autocast copy -> its source storage
         self._closed = False
         self.stub_optimizer_scalars = False  # fake mode: see __torch_dispatch__
+        #: fake mode under peft's LoHa and LoKr: their module-dropout draw reads a one-element bool (see __torch_dispatch__)
+        self.stub_module_dropout = False
         self.autocast = False  # set by the runner when --amp runs forward under autocast
         self.failed_at: tuple[str, str] | None = None  # (module, op) of the first failing op
         self._hooks: list = []
@@ -188,6 +190,10 @@ class Recorder(TorchDispatchMode):
             # counts) only for arithmetic, never for shapes, so any value gives the same memory.
             t = args[0]
             return 1 if not (t.is_floating_point() or t.is_complex()) else 1.0
+        if func is _SCALAR and self.stub_module_dropout and args[0].dtype == torch.bool and args[0].numel() == 1:
+            # peft's LoHa and LoKr forwards draw ``torch.rand(1) > module_dropout`` (a CPU tensor on a GPU run) to decide
+            # whether the adapter runs; vramlens models module_dropout 0, where it always does
+            return True
         try:
             out = func(*args, **(kwargs or {}))
         except Exception:

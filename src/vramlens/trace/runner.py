@@ -272,6 +272,7 @@ class Runner:
         self.rec = Recorder(round_to=1 if mode == "real-cpu" else BLOCK)
         self.rec.autocast = wl.amp is not None and wl.amp != wl.dtype and not wl.fsdp_mixed_precision
         self.rec.stub_optimizer_scalars = mode == "fake"
+        self.rec.stub_module_dropout = mode == "fake" and wl.method in ("loha", "lokr")  # OFT draws nothing
         #: called as before_record(built, optimizer) inside the tensor mode, after the optimizer
         #: is made and before recording starts (FSDP's unrecorded warm-up step)
         self.before_record: Callable[[Built, Any], None] | None = None
@@ -454,6 +455,10 @@ class Runner:
                 self._compile(built, trainable)
             with rec:
                 rec.mark(params, "parameter")
+                # peft's BOFT registers its permutation matrix boft_P on the BOFT layer itself, which neither
+                # _move_adapter_to_device_of_base_layer nor _replace_module moves: it stays in host RAM, and each
+                # forward copies it to the GPU (``self.boft_P.to(x)``, src/peft/tuners/boft/layer.py)
+                rec.mark((b for n, b in model.named_buffers() if n.endswith("boft_P")), "host")
                 rec.mark(model.buffers(), "buffer")
                 if master is not None:
                     rec.mark(master, "master_weight")

@@ -45,6 +45,9 @@ KNOBS: tuple[tuple[str, str, str, tuple | None, str], ...] = (
     ("lora_rank", "LoRA rank", "number", None, "8"),
     ("num_virtual_tokens", "virtual tokens (prompt tuning)", "number", None, "0"),
     ("vera_rank", "VeRA rank", "number", None, "256"),
+    ("decompose_factor", "LoKr decompose factor", "number", None, "-1"),
+    ("oft_block_size", "OFT block size", "number", None, "32"),
+    ("boft_block_size", "BOFT block size", "number", None, "4"),
     ("lora_targets", "LoRA targets", "text", None, "q_proj,v_proj"),
     ("lora_dropout", "LoRA dropout", "number", None, "0"),
     ("lora_dtype", "LoRA dtype", "select", W.LORA_DTYPES, "fp32"),
@@ -101,8 +104,12 @@ SHOW_WHEN: dict[str, str] = {
     **{k: "mode=inference" for k in ("new_tokens", "kv_dtype", "kv_block", "cache")},
     "max_cache_len": "mode=inference;cache=static",
     **{k: "method=lora|qlora" for k in ("dora", "quant_targets")},
-    **{k: "method=lora|qlora|adalora" for k in ("lora_rank", "lora_targets")},  # AdaLoRA: lora_rank is init_r
+    "lora_rank": "method=lora|qlora|adalora|loha|lokr",  # AdaLoRA's init_r, LoHa's and LoKr's r
+    "lora_targets": "method=lora|qlora|adalora|loha|lokr|oft|boft",  # their target_modules, and OFT's and BOFT's
     "lora_fa": "mode=train;method=lora|qlora",
+    "decompose_factor": "mode=train;method=lokr",
+    "oft_block_size": "mode=train;method=oft",
+    "boft_block_size": "mode=train;method=boft",
     "lora_dtype": "method=lora|qlora|ia3",  # IA3's vectors too (peft's autocast_adapter_dtype)
     "num_virtual_tokens": "mode=train;method=prompt-tuning|prefix-tuning",
     "vera_rank": "mode=train;method=vera",
