@@ -36,6 +36,8 @@ BAD_INTS = ["0", "-1", "-10", HUGE, "-" + HUGE, DIGITS_5000, "1e400", "nan", "in
 ZERO_OK = {"--new-tokens", "--kv-block", "--zero", "--max-cache-len", "trace --top", "snapshot --top",
            "trace --timeline-points", "capacity --ctx-size", "capacity --n-gpu-layers", "--images",
            "--num-virtual-tokens", "--quant-group-size"}  # 0: prompt tuning off; the format's own group
+#: -1 is a value of their own: LoKr's decompose_factor -1 (peft's default, split near the square root)
+MINUS_ONE_OK = {"--decompose-factor"}
 BAD_FLOATS = ["-0.1", "1", "1.5", "nan", "inf", "-inf", "1e400", "abc", "", DIGITS_5000]
 BAD_SIZES = ["0", "0GB", "-5GB", "-1", "1e400GB", "nanGB", "infGB", "abc", "", "GB", "1e30TB", HUGE,
              DIGITS_5000, "5 XB", "24 G B"]
@@ -117,7 +119,8 @@ def cases() -> list[list[str]]:
             elif action.choices:
                 values = BAD_CHOICES
             else:
-                values = [v for v in BAD_INTS if not (v == "0" and ({flag, f"{command} {flag}"} & ZERO_OK))]
+                values = [v for v in BAD_INTS if not (v == "0" and ({flag, f"{command} {flag}"} & ZERO_OK))
+                          and not (v == "-1" and flag in MINUS_ONE_OK)]
             if flag == "--params":  # --params replaces the model
                 out.extend([command, *base[1:], flag, v] for v in values)
                 continue
