@@ -125,3 +125,21 @@ def test_a_pattern_that_does_not_repeat_is_refused_in_one_line():
     assert str(e.value) == ("layers=3: the 7 blocks repeat no pattern (linear_attention, full_attention, "
                             "linear_attention, linear_attention, mlp, full_attention, linear_attention), so the traced "
                             "blocks cannot be extrapolated to the rest: trace the full model (omit --layers)")
+
+
+def test_the_fallback_estimate_of_a_hybrid_is_its_trace_by_periods(tmp_path, monkeypatch):
+    """`vramlens estimate` of an unmodelled hybrid (it failed before: the first 2 and 3 blocks were all short-conv
+    blocks, and transformers' cache refused get_seq_length on them) equals `trace --layers 3`."""
+    import vramlens
+
+    monkeypatch.setenv("VRAMLENS_HOME", str(tmp_path))
+    cfg = FAMILIES["lfm2"]
+    est = vramlens.estimate(cfg, gpu="T4", **INFER)
+    res = trace(cfg, layers=3, **INFER)
+    assert est.breakdown.source == "trace-extrapolated" and est.peak_allocated == res.peak_allocated
+    assert est.breakdown["kv_cache"] == res.breakdown["kv_cache"] > 0
+    assert est.breakdown.notes[0] == (
+        "figures traced (model_type lfm2 is not modelled analytically): Lfm2ForCausalLM built by transformers under "
+        "fake tensors, its first 7 and 10 of 16 blocks traced at this workload and extrapolated linearly (whole "
+        "periods of its layer pattern), as `vramlens trace --layers 3`; the runtime (CUDA context, workspaces) is "
+        "added from the GPU catalog")

@@ -11,10 +11,13 @@
   ``torch.cuda.default_stream`` does not exist, so :func:`offloaded_on_fake` keeps transformers'
   update order and replaces the device moves: the host copy is a new storage tagged ``host`` (not
   on the GPU), a prefetch a new storage tagged ``kv_cache``.
-* hybrid models (Mamba, Mamba2, gated DeltaNet or short-conv blocks beside attention ones): ``DynamicCache(config=...)``
-  reads the config's ``layer_types`` and gives each recurrent block a ``LinearAttentionLayer``, whose conv and
-  SSM (or DeltaNet) states are allocated at the prefill and then updated in place: a fixed size per sequence,
-  tagged ``kv_cache`` with the attention blocks' keys and values.
+* hybrid models (Mamba, Mamba2, gated DeltaNet or short-conv blocks beside attention ones): generate() builds
+  ``DynamicCache(config=config.get_text_config(decoder=True))`` for them too (transformers 5.24.0,
+  generation/utils.py ``_prepare_cache_for_generation``; only reformer, minimax, xlnet, rwkv and xlstm supply their
+  own), which reads the config's ``layer_types`` (cache_utils.py ``get_layer_types_and_kwargs``) and gives each
+  recurrent block a ``LinearAttentionLayer``: its ``conv_states`` and ``recurrent_states`` are allocated at the
+  prefill (``lazy_initialization``) and then updated in place, a fixed size per sequence, tagged ``kv_cache`` with
+  the attention blocks' keys and values.
 * ``quantized``: ``QuantizedCache`` needs optimum-quanto or hqq, whose kernels are not installed here
   (and have no fake-tensor implementations): the trace refuses it; ``vramlens estimate`` models it.
 
