@@ -65,6 +65,7 @@ def _agree(cfg, kw, truncated):
 def test_lfm2_inference_extrapolated_per_period_equals_the_full_trace():
     full, ex = _agree(FAMILIES["lfm2"], INFER, (7, 10))
     assert full.breakdown["kv_cache"] > 0
+    assert ex.to_dict()["trace"]["truncated_layers"] == [7, 10] and ex.to_dict()["trace"]["extrapolated_from_layers"] == 3
     assert ("extrapolated linearly per period of the layer pattern (conv x2, full_attention) x5, conv: traces of "
             "the first 7 and 10 of 16 layers (2 and 3 periods of 3) (events, live set and modules are those of the "
             "10-layer trace)") in ex.breakdown.notes
