@@ -386,6 +386,7 @@ def traced_estimate(value: dict[str, Any], w: Workload, gpu: str | GPU | None, *
     from vramlens.estimator.runtime import runtime
     from vramlens.estimator.verdict import usable_bytes, verdict
     from vramlens.hardware.catalog import get_gpu
+    from vramlens.trace.fallback import FALLBACK_LAYERS
 
     g = get_gpu(gpu) if isinstance(gpu, str) else gpu
     spec = traced_spec(value, name=name, source=source)
@@ -395,9 +396,10 @@ def traced_estimate(value: dict[str, Any], w: Workload, gpu: str | GPU | None, *
     comps["runtime"] = rt.outside_allocator_bytes + rt.workspace_bytes
     explain = {**bd["explanations"], "runtime": rt.explain}
     traced = value.get("layers_traced")
-    how = (f"{spec.architecture} built by transformers under fake tensors, its first {traced - 1} and {traced} of "
-           f"{value['n_layers']} blocks traced at this workload and extrapolated linearly, as "
-           f"`vramlens trace --layers {traced}`" if traced else
+    how = (f"{spec.architecture} built by transformers under fake tensors, its first {traced[0]} and {traced[1]} of "
+           f"{value['n_layers']} blocks traced at this workload and extrapolated linearly"
+           + (" (whole periods of its layer pattern)" if traced[1] - traced[0] > 1 else "")
+           + f", as `vramlens trace --layers {FALLBACK_LAYERS}`" if traced else
            f"{spec.architecture} built by transformers under fake tensors and traced whole at this workload, as "
            "`vramlens trace`")
     total = int(bd["peak_reserved_bytes"]) + comps["runtime"]

@@ -71,7 +71,8 @@ def add_parser(sub) -> argparse.ArgumentParser:
     t = p.add_argument_group("trace")
     t.add_argument("--steps", type=bounded(MAX_TRACE_STEPS), default=2, help="optimizer steps in training (default 2: step 1 and steady state)")
     t.add_argument("--layers", type=bounded(MAX_LAYERS), default=None, metavar="K",
-                   help="trace the first K-1 and K blocks only and extrapolate to all (K >= 3)")
+                   help="trace the first K-1 and K blocks only and extrapolate to all (K >= 3); a hybrid "
+                        "model: whole periods of its layer pattern, at least K blocks")
     t.add_argument("--real-cpu", action="store_true", help="real CPU tensors instead of fake ones (raw sizes; small models)")
     t.add_argument("--cuda", action="store_true", help="real CUDA tensors (needs a GPU): also reads torch.cuda's peaks")
     t.add_argument("--input-shape", type=_shape, default=None, help="input shape for a factory's bare module (8x3x224x224)")
@@ -162,7 +163,8 @@ def render_trace(res, *, top: int = 10, width: int = 100) -> str:
     head = (f"{res.model_name}: {human_count(res.params)} parameters ({human_count(res.trainable_params)} trainable), "
             f"{wl.mode}, {wl.method}, dtype {wl.dtype}{' amp ' + wl.amp if wl.amp else ''}, batch {wl.batch}, "
             f"seq {wl.seq}" + (f", new tokens {wl.new_tokens}" if wl.new_tokens else ""))
-    how = f"traced ({res.backend}" + (f", extrapolated from {res.layers - 1} and {res.layers} of {res.n_layers} layers"
+    m1, m2 = res.truncated or ((res.layers - 1, res.layers) if res.layers else (0, 0))
+    how = f"traced ({res.backend}" + (f", extrapolated from {m1} and {m2} of {res.n_layers} layers"
                                        if res.layers else "") + f") in {res.seconds:.1f} s"
     lines = [head, how, ""]
     lines += breakdown_table(res.breakdown, width=width)

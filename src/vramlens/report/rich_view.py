@@ -385,7 +385,8 @@ def trace_view(data: Mapping[str, Any], *, top: int = 10) -> _View:
         how = f"traced ({tr.get('backend', '?')}"
         if tr.get("extrapolated_from_layers"):
             k = tr["extrapolated_from_layers"]
-            how += f", extrapolated from {k - 1} and {k} of {m.get('layers')} layers"
+            m1, m2 = tr.get("truncated_layers") or (k - 1, k)
+            how += f", extrapolated from {m1} and {m2} of {m.get('layers')} layers"
         out.append(Text(how + f") in {tr.get('seconds', 0):.1f} s, {tr.get('events', 0):,} events", style="dim"))
         out.append(components_table(data, pal))
         gpu = data.get("gpu")

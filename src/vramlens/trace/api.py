@@ -7,6 +7,11 @@ blocks. Two truncated models, with k-1 and k blocks, give the slope and the inte
 every phase peak (per step), of every component's peak and of every tag's peak; the full
 model's figures are those lines at L. The peak is the largest extrapolated phase peak (the
 phase where the peak falls can change with L, so phases are extrapolated one by one).
+
+A hybrid model (attention and Mamba or linear-attention blocks) repeats a pattern of blocks, not
+one block: the truncated models then hold whole periods of it (:mod:`vramlens.trace.pattern`),
+the larger the fewest periods (at least 3) with at least k blocks, the smaller one period less,
+and the lines run in periods to the full model's count.
 """
 
 from __future__ import annotations
@@ -25,6 +30,7 @@ from vramlens.trace.common import (
     simulated_reserved,
 )
 from vramlens.trace.events import INFERENCE_COMPONENT, TAG_COMPONENT, Summary, summarize
+from vramlens.trace.pattern import block_kinds, find_pattern, short_kind
 from vramlens.trace.result import TraceResult, components_of, make_trace_breakdown
 from vramlens.workload import Workload
 
@@ -197,67 +203,85 @@ def _extrapolated(model, wl: Workload, *, steps, layers, backend, progress, top,
                            alloc_conf=alloc_conf)
     _preflight(wl, backend)  # before the first progress line: a refusal is the only line on stderr
     t0 = time.perf_counter()
-    k1, k2 = layers - 1, layers
+    params, trainable, kinds = _full_model(cfg, wl, L)
+    pat = find_pattern(kinds)
+    if pat is None:
+        shown = ", ".join(short_kind(k) for k in kinds)
+        raise TraceError(f"layers={layers}: the {L} blocks repeat no pattern ({shown}), so the traced blocks cannot "
+                         "be extrapolated to the rest: trace the full model (omit --layers)")
+    k1, k2 = pat.truncations(layers)  # whole periods of the layer pattern (blocks, for a uniform model)
+    m1, m2 = pat.blocks(k1), pat.blocks(k2)
+    if m2 >= L:
+        return _trace_once(model, wl, steps=steps, backend=backend, input_shape=None, progress=progress, top=top,
+                           alloc_conf=alloc_conf)
+    n = pat.periods
     results = []
-    for k in (k1, k2):
+    for m in (m1, m2):
         if progress:
-            progress(f"tracing the first {k} of {L} layers")
+            progress(f"tracing the first {m} of {L} layers")
         runner, built, rec, _p, _t = _run(cfg, wl, steps=steps, backend=backend, input_shape=None, progress=progress,
-                                          layers=k)
+                                          layers=m)
+        if not pat.uniform and block_kinds(built.model, m) != kinds[:m]:
+            raise TraceError(f"the config cut to its first {m} blocks builds other blocks than the full model's first "
+                             f"{m} (a per-block field vramlens does not cut): trace the full model (omit --layers)")
         events = rec.events()
         summary = summarize(events, top=top, component_of=TAG_COMPONENT if wl.training else INFERENCE_COMPONENT)
         results.append((summary, events, runner))
         del built, rec
         gc.collect()
     (s1, _e1, _r1), (s2, e2, r2) = results
-    phases = _extrapolate_phases(s1, s2, k1, k2, L)
+    phases = _extrapolate_phases(s1, s2, k1, k2, n, m2)
     comps1, comps2 = components_of(s1, wl.training), components_of(s2, wl.training)
-    comps = {c: _line(comps1.get(c, 0), comps2.get(c, 0), k1, k2, L) for c in comps2}
+    comps = {c: _line(comps1.get(c, 0), comps2.get(c, 0), k1, k2, n) for c in comps2}
     peak_step, peak_phase, peak = max(phases, key=lambda x: x[2])
     steps_peaks: dict[int, int] = {}
     for st, p, b in phases:
         if p != "setup":
             steps_peaks[st] = max(steps_peaks.get(st, 0), b)
-    params, trainable = _full_counts(cfg, wl)
+    how = (f"extrapolated linearly from traces of the first {m1} and {m2} of {L} layers" if pat.uniform else
+           f"extrapolated linearly per period of the layer pattern {pat.shown()}: traces of the first {m1} and {m2} "
+           f"of {L} layers ({k1} and {k2} periods of {pat.period})")
     notes = list(r2.notes) + [
-        f"extrapolated linearly from traces of the first {k1} and {k2} of {L} layers "
-        "(events, live set and modules are those of the {k2}-layer trace)".replace("{k2}", str(k2)),
+        f"{how} (events, live set and modules are those of the {m2}-layer trace)",
         "peak_reserved = peak_allocated for extrapolated traces (the allocator is not linear in layers)",
     ]
     bd = make_trace_breakdown(s2, training=wl.training, source="trace-extrapolated", notes=notes,
                               phases=phase_max(phases), components=comps, peak_allocated=peak,
-                              peak_phase=peak_phase, host_bytes=_line(s1.host_peak, s2.host_peak, k1, k2, L), workload=wl)
+                              peak_phase=peak_phase, host_bytes=_line(s1.host_peak, s2.host_peak, k1, k2, n), workload=wl)
     summary = Summary(
         peak_allocated=peak, peak_seq=s2.peak_seq, peak_phase=peak_phase, peak_step=peak_step,
-        by_tag={t: _line(s1.by_tag.get(t, 0), b, k1, k2, L) for t, b in s2.by_tag.items()},
+        by_tag={t: _line(s1.by_tag.get(t, 0), b, k1, k2, n) for t, b in s2.by_tag.items()},
         by_component=comps, by_module=s2.by_module, phase_peaks=tuple(phases),
         step_peaks=tuple(sorted(steps_peaks.items())), live_at_peak=s2.live_at_peak, top_tensors=s2.top_tensors,
-        final_live=_line(s1.final_live, s2.final_live, k1, k2, L),
+        final_live=_line(s1.final_live, s2.final_live, k1, k2, n),
     )
+    # a period's slope spread over its blocks (exact for a uniform model)
+    per_layer = {c: (comps2.get(c, 0) - comps1.get(c, 0)) // pat.period for c in comps2}
     return TraceResult(
         breakdown=bd, summary=summary, events=tuple(e2), workload=wl, model_name=name_of(model), params=params,
         trainable_params=trainable, backend=backend, steps=steps if wl.training else 1,
         step_peaks=summary.step_peaks, phase_peaks=summary.phase_peaks, layers=layers, n_layers=L,
-        seconds=time.perf_counter() - t0, per_layer={c: comps2.get(c, 0) - comps1.get(c, 0) for c in comps2},
+        seconds=time.perf_counter() - t0, per_layer=per_layer, truncated=(m1, m2),
     )
 
 
-def _extrapolate_phases(s1: Summary, s2: Summary, k1: int, k2: int, L: int) -> list[tuple[int, str, int]]:
+def _extrapolate_phases(s1: Summary, s2: Summary, k1: int, k2: int, n: int, m2: int) -> list[tuple[int, str, int]]:
     p1 = {(st, p): b for st, p, b in s1.phase_peaks}
     out = []
     for st, p, b in s2.phase_peaks:
         if (st, p) not in p1:
-            raise TraceError(f"phase {p} of step {st} appears only in the {k2}-layer trace: cannot extrapolate; "
+            raise TraceError(f"phase {p} of step {st} appears only in the {m2}-layer trace: cannot extrapolate; "
                              "trace the full model (omit --layers)")
-        out.append((st, p, _line(p1[(st, p)], b, k1, k2, L)))
+        out.append((st, p, _line(p1[(st, p)], b, k1, k2, n)))
     return out
 
 
-def _full_counts(cfg: dict, wl: Workload) -> tuple[int, int]:
-    """Parameter counts of the full model, built on meta (no memory)."""
+def _full_model(cfg: dict, wl: Workload, L: int) -> tuple[int, int, list[tuple[Any, ...]]]:
+    """Parameter counts and block kinds (:func:`vramlens.trace.pattern.block_kinds`) of the full model,
+    built on meta (no memory)."""
     from vramlens.trace.build import build_hf
 
     with quiet_third_party():
         built = build_hf(cfg, wl.replace(checkpointing="none"), meta_only=True)
     ps = list(built.model.parameters())
-    return sum(p.numel() for p in ps), sum(p.numel() for p in ps if p.requires_grad)
+    return sum(p.numel() for p in ps), sum(p.numel() for p in ps if p.requires_grad), block_kinds(built.model, L)

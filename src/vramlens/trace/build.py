@@ -38,6 +38,12 @@ TORCH_DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bflo
 
 #: config.json keys that name the number of blocks, by convention of each family.
 LAYER_KEYS = ("num_hidden_layers", "n_layer", "num_layers", "n_layers")
+#: config.json keys that list the indices of some blocks (Bamba's attention blocks, LFM2's, Zamba2's hybrid
+#: blocks, Qwen MoE's dense ones): a truncated config keeps the indices below its depth.
+LAYER_INDEX_KEYS = ("attn_layer_indices", "full_attn_idxs", "hybrid_layer_ids", "mlp_only_layers")
+#: config.json keys whose string has one letter per block (Nemotron-H's ``M`` Mamba2, ``*`` attention, ``-`` MLP,
+#: ``E`` MoE): cut as the per-block lists are.
+LAYER_PATTERN_KEYS = ("hybrid_override_pattern",)
 #: config.json keys transformers' config classes do not take as attributes.
 _DROP_KEYS = ("architectures", "transformers_version", "torch_dtype", "dtype", "_name_or_path",
               "auto_map", "quantization_config", "model_type")
@@ -123,7 +129,11 @@ def truncate_config(cfg: dict, k: int) -> dict:
             )
         out["num_decoder_layers"] = k
     for key, v in cfg.items():
-        if isinstance(v, list) and len(v) == L and key not in ("architectures",) and L > 1:
+        if isinstance(v, list) and len(v) == L and key not in ("architectures",) and L > 1 and key not in LAYER_INDEX_KEYS:
+            out[key] = v[:k]
+        elif key in LAYER_INDEX_KEYS and isinstance(v, list):
+            out[key] = [i for i in v if isinstance(i, int) and i < k]
+        elif key in LAYER_PATTERN_KEYS and isinstance(v, str) and len(v) == L:
             out[key] = v[:k]
     return out
 

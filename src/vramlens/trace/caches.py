@@ -11,6 +11,13 @@
   ``torch.cuda.default_stream`` does not exist, so :func:`offloaded_on_fake` keeps transformers'
   update order and replaces the device moves: the host copy is a new storage tagged ``host`` (not
   on the GPU), a prefetch a new storage tagged ``kv_cache``.
+* hybrid models (Mamba, Mamba2, gated DeltaNet or short-conv blocks beside attention ones): generate() builds
+  ``DynamicCache(config=config.get_text_config(decoder=True))`` for them too (transformers 5.24.0,
+  generation/utils.py ``_prepare_cache_for_generation``; only reformer, minimax, xlnet, rwkv and xlstm supply their
+  own), which reads the config's ``layer_types`` (cache_utils.py ``get_layer_types_and_kwargs``) and gives each
+  recurrent block a ``LinearAttentionLayer``: its ``conv_states`` and ``recurrent_states`` are allocated at the
+  prefill (``lazy_initialization``) and then updated in place, a fixed size per sequence, tagged ``kv_cache`` with
+  the attention blocks' keys and values.
 * ``quantized``: ``QuantizedCache`` needs optimum-quanto or hqq, whose kernels are not installed here
   (and have no fake-tensor implementations): the trace refuses it; ``vramlens estimate`` models it.
 
@@ -48,7 +55,9 @@ def make_cache(kind: str, config: Any, max_cache_len: int, *, seq2seq: bool = Fa
 
 
 def cache_tensors(cache) -> list[torch.Tensor]:
-    """The cache's GPU storages: keys and values of every layer (and a static layer's position counter)."""
+    """The cache's GPU storages: keys and values of every layer (and a static layer's position counter), and a
+    recurrent layer's fixed state per sequence (transformers' ``LinearAttentionLayer``: the Mamba or DeltaNet
+    mixer's ``conv_states`` and ``recurrent_states``, one of each per state index)."""
     out: list[torch.Tensor] = []
     for sub in (getattr(cache, "self_attention_cache", None), getattr(cache, "cross_attention_cache", None)):
         if sub is not None:
@@ -60,6 +69,10 @@ def cache_tensors(cache) -> list[torch.Tensor]:
             t = getattr(layer, attr, None)
             if isinstance(t, torch.Tensor):
                 out.append(t)
+        for attr in ("conv_states", "recurrent_states"):  # cache_utils.LinearAttentionCacheLayerMixin
+            states = getattr(layer, attr, None)
+            if isinstance(states, dict):
+                out.extend(t for t in states.values() if isinstance(t, torch.Tensor))
     return out
 
 

@@ -21,7 +21,7 @@ from vramlens.workload import Workload, make_workload
 #: smaller model of 2 blocks is already on the line: its first block is not also its last).
 FALLBACK_LAYERS = 3
 #: Version of the dict :func:`profile` returns; a cached profile of another version is traced again.
-PROFILE_FORMAT = 1
+PROFILE_FORMAT = 2
 
 _LAYER_INDEX = re.compile(r"\.(\d+)\.")
 
@@ -59,8 +59,10 @@ def profile(config: dict[str, Any], wl: Workload, *, steps: int = 2, progress=No
 
     Returns:
         ``{"format", "model": facts, "tensors": [[name, shape, role, module, layer, dtype], ...],
-        "params", "trainable_params", "n_layers", "layers_traced", "breakdown": Breakdown.to_dict(),
-        "per_layer": {component: bytes per block}, "seconds"}``.
+        "params", "trainable_params", "n_layers", "layers_traced": [smaller, larger] truncated model's blocks
+        or None, "breakdown": Breakdown.to_dict(),
+        "per_layer": {component: bytes per block}, "seconds"}``. A hybrid model's truncated models hold
+        whole periods of its layer pattern (:mod:`vramlens.trace.pattern`).
 
     Raises:
         TraceError: transformers cannot build or run the model under fake tensors.
@@ -77,7 +79,7 @@ def profile(config: dict[str, Any], wl: Workload, *, steps: int = 2, progress=No
         "params": res.params,
         "trainable_params": res.trainable_params,
         "n_layers": res.n_layers,
-        "layers_traced": res.layers if res.layers is not None and res.layers < res.n_layers else None,
+        "layers_traced": list(res.truncated) if res.truncated is not None else None,
         "breakdown": res.breakdown.to_dict(),
         "per_layer": dict(res.per_layer),
         "seconds": round(res.seconds, 3),

@@ -23,7 +23,7 @@ _EXPLAIN = {
     "optimizer_states": "traced: optimizer.state tensors (step counters stay on the host)",
     "activations": "traced: alive from forward into backward (saved tensors), plus inputs; "
                    "inference: the prefill/decode working set",
-    "kv_cache": "traced: the model's DynamicCache keys and values",
+    "kv_cache": "traced: the model's DynamicCache keys and values (and a recurrent block's conv and SSM state)",
     "temporaries": "traced: everything else (freed within the op, module or phase), its own peak",
     "comm_buffers": "traced: FSDP all-gather outputs and unsharded parameters",
     "runtime": "not traced: CUDA context and library workspaces live outside the allocator",
@@ -50,7 +50,9 @@ class TraceResult:
             largest truncated model).
         params / trainable_params: parameter counts of the traced (full) model.
         step_peaks: (step, peak bytes) for every step (extrapolated when layers is set).
-        per_layer: bytes each block adds to each component (the lines' slopes; extrapolated traces only).
+        per_layer: bytes each block adds to each component (the lines' slopes; extrapolated traces only;
+            for a hybrid layer pattern, a period's slope over its blocks).
+        truncated: blocks of the two truncated models an extrapolated trace ran.
         cuda: torch.cuda max_memory_allocated / max_memory_reserved in mode "cuda".
     """
 
@@ -70,6 +72,8 @@ class TraceResult:
     cuda: dict[str, int] = field(default_factory=dict)
     seconds: float = 0.0
     per_layer: dict[str, int] = field(default_factory=dict)
+    #: blocks of the two truncated models an extrapolated trace ran (whole periods of a hybrid's layer pattern)
+    truncated: tuple[int, int] | None = None
 
     @property
     def peak_allocated(self) -> int:
@@ -106,6 +110,7 @@ class TraceResult:
             "backend": self.backend,
             "steps": self.steps,
             "extrapolated_from_layers": self.layers,
+            "truncated_layers": list(self.truncated) if self.truncated else None,
             "seconds": round(self.seconds, 3),
             "step_peaks": [{"step": st, "peak_bytes": b} for st, b in self.step_peaks],
             "phase_peaks": [{"step": st, "phase": p, "peak_bytes": b} for st, p, b in self.phase_peaks],
