@@ -1080,15 +1080,20 @@ class Workload:
         if self.lora_dtype != "fp32":
             p.append(f"{m} keeps its adapters in fp32 (peft's autocast_adapter_dtype); lora_dtype={self.lora_dtype} "
                      "is not modelled: drop --lora-dtype")
-        off = [n for n in ("dora", "fused_qkv", "optimizer_in_backward", "compile", "activation_offload")
-               if getattr(self, n)]
-        off += [f"amp={self.amp}"] * (self.amp is not None)
-        off += [f"{n}={getattr(self, n)}" for n in ("tp", "pp", "cp") if getattr(self, n) > 1]
-        off += [f"zero={self.zero}"] * bool(self.zero) + ["fsdp"] * bool(self.fsdp)
+        off = self._beyond_one_lora_gpu()
         if off:
             p.append(f"{m} is modelled on one GPU or under data parallelism without {', '.join(off)}: drop "
                      + ("it" if len(off) == 1 else "them"))
         return p
+
+    def _beyond_one_lora_gpu(self) -> list[str]:
+        """The settings peft's MetaMathQA-style LoRA runs (one GPU or data parallel, no autocast) do not have, as
+        AdaLoRA and LoRA-FA name them when they refuse them."""
+        off = [n for n in ("dora", "fused_qkv", "optimizer_in_backward", "compile", "activation_offload")
+               if getattr(self, n)]
+        off += [f"amp={self.amp}"] * (self.amp is not None)
+        off += [f"{n}={getattr(self, n)}" for n in ("tp", "pp", "cp") if getattr(self, n) > 1]
+        return off + [f"zero={self.zero}"] * bool(self.zero) + ["fsdp"] * bool(self.fsdp)
 
     def _lora_fa_problems(self) -> list[str]:
         """LoRA-FA is modelled as peft's MetaMathQA runs it: create_lorafa_optimizer over peft's LoRA (or QLoRA) on one
@@ -1104,11 +1109,7 @@ class Workload:
         if self.optimizer != "adamw":
             p.append(f"lora_fa steps with peft's LoraFAOptimizer (an AdamW of its own); optimizer={self.optimizer} "
                      "contradicts it: drop --optimizer")
-        off = [n for n in ("dora", "fused_qkv", "optimizer_in_backward", "compile", "activation_offload")
-               if getattr(self, n)]
-        off += [f"amp={self.amp}"] * (self.amp is not None)
-        off += [f"{n}={getattr(self, n)}" for n in ("tp", "pp", "cp") if getattr(self, n) > 1]
-        off += [f"zero={self.zero}"] * bool(self.zero) + ["fsdp"] * bool(self.fsdp)
+        off = self._beyond_one_lora_gpu()
         if off:
             p.append(f"lora_fa is modelled for peft's LoRA on one GPU or under data parallelism without "
                      f"{', '.join(off)}: drop " + ("it" if len(off) == 1 else "them"))

@@ -537,24 +537,37 @@ def retie(model: nn.Module) -> None:
 
 
 # ---- LoRA / QLoRA ---------------------------------------------------------------------------
-def apply_lora(model: nn.Module, wl: Workload) -> nn.Module:
+def _peft() -> Any:
+    """The peft package, or the one-line error naming the extra that brings it."""
     try:
-        from peft import LoraConfig, get_peft_model
+        import peft
     except ImportError:
         from vramlens.errors import MissingExtraError
 
         raise MissingExtraError("peft", "trace") from None
-    targets: Any = list(wl.lora_targets)
-    if targets == ["all-linear"]:
-        targets = "all-linear"
-    cfg = LoraConfig(r=wl.lora_rank, lora_alpha=2 * wl.lora_rank, target_modules=targets,
-                     lora_dropout=wl.lora_dropout, use_dora=wl.dora)
+    return peft
+
+
+def _peft_targets(wl: Workload) -> Any:
+    """peft's ``target_modules`` for ``lora_targets``: the names, or peft's ``"all-linear"`` shorthand."""
+    return "all-linear" if "all-linear" in wl.lora_targets else list(wl.lora_targets)
+
+
+def _peft_model(model: nn.Module, cfg: Any, wl: Workload, *, autocast: bool) -> nn.Module:
+    """``get_peft_model(model, cfg)``; a target peft cannot adapt is one line naming ``lora_targets``."""
     try:
-        # peft's default (autocast_adapter_dtype=True) upcasts half adapters to fp32; otherwise the
-        # adapters are made in the adapters' dtype, as torchtune builds them in the model's
-        peft_model = get_peft_model(model, cfg, autocast_adapter_dtype=wl.lora_dtype == "fp32")
+        return _peft().get_peft_model(model, cfg, autocast_adapter_dtype=autocast)
     except ValueError as e:
         raise InputError(f"lora_targets={','.join(wl.lora_targets)}: {e}") from None
+
+
+def apply_lora(model: nn.Module, wl: Workload) -> nn.Module:
+    peft = _peft()
+    cfg = peft.LoraConfig(r=wl.lora_rank, lora_alpha=2 * wl.lora_rank, target_modules=_peft_targets(wl),
+                          lora_dropout=wl.lora_dropout, use_dora=wl.dora)
+    # peft's default (autocast_adapter_dtype=True) upcasts half adapters to fp32; otherwise the
+    # adapters are made in the adapters' dtype, as torchtune builds them in the model's
+    peft_model = _peft_model(model, cfg, wl, autocast=wl.lora_dtype == "fp32")
     dtype = TORCH_DTYPES[wl.lora_dtype]
     for name, p in peft_model.named_parameters():
         if p.requires_grad and p.dtype != dtype:  # on meta: a cast without data
@@ -568,21 +581,9 @@ def apply_adalora(model: nn.Module, wl: Workload) -> nn.Module:
     (autocast_adapter_dtype). ``total_step`` (which AdaLoraConfig requires) and ``tinit`` only schedule the budget:
     the trace's steps fall inside the initial warm-up (no masking, whose threshold is a data-dependent ``.item()``),
     and update_and_allocate still builds the RankAllocator's state."""
-    try:
-        from peft import AdaLoraConfig, get_peft_model
-    except ImportError:
-        from vramlens.errors import MissingExtraError
-
-        raise MissingExtraError("peft", "trace") from None
-    targets: Any = list(wl.lora_targets)
-    if targets == ["all-linear"]:
-        targets = "all-linear"
-    cfg = AdaLoraConfig(init_r=wl.lora_rank, target_r=min(8, wl.lora_rank), target_modules=targets,
-                        lora_dropout=wl.lora_dropout, tinit=100, tfinal=0, total_step=1000)
-    try:
-        peft_model = get_peft_model(model, cfg, autocast_adapter_dtype=True)
-    except ValueError as e:
-        raise InputError(f"lora_targets={','.join(wl.lora_targets)}: {e}") from None
+    cfg = _peft().AdaLoraConfig(init_r=wl.lora_rank, target_r=min(8, wl.lora_rank), target_modules=_peft_targets(wl),
+                                lora_dropout=wl.lora_dropout, tinit=100, tfinal=0, total_step=1000)
+    peft_model = _peft_model(model, cfg, wl, autocast=True)
     # ``ranknum`` is made with requires_grad=False (AdaLoraLayer.update_layer), as PEFT's MetaMathQA run at d787f51b
     # counts it (18,353,664 trainable: A, E and B); peft 0.21.2 re-registers it trainable when it moves the adapters,
     # which would add its gradient and keep each adapter's (t, out) output for it (``... / ranknum``)
@@ -627,7 +628,7 @@ def apply_delta_method(model: nn.Module, wl: Workload) -> nn.Module:
         from vramlens.errors import MissingExtraError
 
         raise MissingExtraError("peft", "trace") from None
-    targets = list(wl.lora_targets) if "all-linear" not in wl.lora_targets else "all-linear"
+    targets = _peft_targets(wl)
     try:
         cfg = (LoHaConfig(r=wl.lora_rank, target_modules=targets) if wl.method == "loha"
                else LoKrConfig(r=wl.lora_rank, target_modules=targets, decompose_factor=wl.decompose_factor)
