@@ -14,3 +14,16 @@ def tiny_llama(layers: int = 2, **over) -> dict:
     }
     cfg.update(over)
     return cfg
+
+
+def check_rows(rows, peak: float = 0.05, component: float = 0.10) -> None:
+    """The cross-check's bar: every row's peak within ``peak`` of the trace, each traced component within
+    ``component`` (vramlens.trace.crosscheck rows)."""
+    from vramlens.trace.crosscheck import render
+
+    assert rows
+    for r in rows:
+        assert abs(r.peak_error) <= peak, render(rows)
+        for c in r.traced:
+            err = r.component_error(c)
+            assert err is None or abs(err) <= component, (c, render(rows))

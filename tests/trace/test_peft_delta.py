@@ -2,6 +2,7 @@
 within 10%, as tests/trace/test_techniques.py checks the other methods."""
 
 import pytest
+from tests.trace.conftest import check_rows
 
 from vramlens.trace.crosscheck import PEFT_DELTA_ROWS, render, run_rows
 
@@ -20,10 +21,7 @@ def test_delta_methods_match_trace(row):
     estimate."""
     pytest.importorskip("peft")
     rows = run_rows((row,))
+    check_rows(rows)
     for r in rows:
-        assert abs(r.peak_error) <= 0.05, render(rows)
-        for c in r.traced:
-            err = r.component_error(c)
-            assert err is None or abs(err) <= 0.10, (c, render(rows))
         if r.traced_host > 64 * 1024:  # BOFT's permutation matrices in host RAM
             assert abs(r.estimate_host / r.traced_host - 1) <= 0.10, render(rows)

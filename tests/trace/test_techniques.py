@@ -2,6 +2,7 @@
 real module (vramlens.trace.crosscheck.TECHNIQUE_ROWS): peak within 5%, every component within 10%."""
 
 import pytest
+from tests.trace.conftest import check_rows
 
 from vramlens.trace.crosscheck import (
     CACHE_ROWS,
@@ -32,13 +33,7 @@ def _row_id(row) -> str:
     return name + "".join(f"-{k}={v}" for k, v in w.items() if k not in ("mode", "method", "attention", "dtype"))
 
 
-def _check(rows):
-    assert rows
-    for r in rows:
-        assert abs(r.peak_error) <= 0.05, render(rows)
-        for c in r.traced:
-            err = r.component_error(c)
-            assert err is None or abs(err) <= 0.10, (c, render(rows))
+_check = check_rows
 
 
 def test_rows_name_real_settings():
