@@ -7,11 +7,11 @@ checks the committed files are what the script writes, so the corpus cannot drif
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 
 import pytest
 
+from script_module import load_script
 from vramlens.cli.main import main
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -20,10 +20,7 @@ FILES = sorted(p for folder in ("gguf", "snapshot") for p in (CORPUS / folder).r
 
 
 def _script():
-    spec = importlib.util.spec_from_file_location("make_file_corpus", ROOT / "scripts" / "make_file_corpus.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("make_file_corpus")
 
 
 def test_corpus_is_large_enough():

@@ -3,20 +3,18 @@ run through the same target, it must now end in a result or a vramlens error."""
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 
 import pytest
+
+from script_module import load_script
 
 ROOT = Path(__file__).resolve().parents[1]
 CRASHES = sorted((ROOT / "tests" / "corpus" / "fuzz-crashes").glob("*.bin"))
 
 
 def _fuzz_module():
-    spec = importlib.util.spec_from_file_location("fuzz_long", ROOT / "scripts" / "fuzz_long.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("fuzz_long")
 
 
 @pytest.mark.parametrize("path", CRASHES, ids=[p.name for p in CRASHES])

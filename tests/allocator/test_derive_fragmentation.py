@@ -6,12 +6,11 @@ allocator.analytic are its medians: per byte of the loss' largest tensor over ev
 share of the short-lived bytes (inference's allowance) at 28 blocks.
 """
 
-import importlib.util
-from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
 
+from script_module import load_script
 from vramlens.allocator.analytic import (
     EXPANDABLE_FRAGMENTATION,
     EXPANDABLE_LOSS_TENSOR_ALLOWANCE,
@@ -20,16 +19,12 @@ from vramlens.allocator.analytic import (
 )
 
 MiB = 1024 * 1024
-SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "derive_fragmentation.py"
 EXPANDABLE = "expandable_segments:True"
 
 
 @pytest.fixture(scope="module")
 def script():
-    spec = importlib.util.spec_from_file_location("derive_fragmentation", SCRIPT)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_script("derive_fragmentation")
 
 
 def _ev(action, storage, nbytes, tag):

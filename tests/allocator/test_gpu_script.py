@@ -1,24 +1,19 @@
 """The GPU validation script: its comparison logic on CPU, the CUDA part only where CUDA exists."""
 
-import importlib.util
 import json
 import pickle
-from pathlib import Path
 
 import pytest
 
+from script_module import load_script
 from vramlens.hardware.runtime import LAZY_CONTEXT_CUDA_12_BYTES, LAZY_MODULES_TRAINING_BYTES
 
 MiB = 1024 * 1024
-SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "gpu_allocator_validate.py"
 
 
 @pytest.fixture(scope="module")
 def script():
-    spec = importlib.util.spec_from_file_location("gpu_allocator_validate", SCRIPT)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_script("gpu_allocator_validate")
 
 
 def recorded_run():

@@ -7,12 +7,13 @@ the peak reservation the real allocator reported (the script's 3% target; it was
 peak allocation it counted.
 """
 
-import importlib.util
 import json
 import tarfile
 from pathlib import Path
 
 import pytest
+
+from script_module import load_script
 
 ROOT = Path(__file__).resolve().parents[2]
 ARCHIVE = ROOT / "validation" / "allocator-snapshots.tar.gz"
@@ -25,10 +26,7 @@ def runs(tmp_path_factory):
     out = tmp_path_factory.mktemp("h200")
     with tarfile.open(ARCHIVE) as tar:
         tar.extractall(out, filter="data")
-    spec = importlib.util.spec_from_file_location("gpu_allocator_validate", ROOT / "scripts" / "gpu_allocator_validate.py")
-    script = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(script)
-    return out, script
+    return out, load_script("gpu_allocator_validate")
 
 
 @pytest.mark.parametrize("name", WORKLOADS)

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from script_module import load_script
 from vramlens.cli.main import main
 
 CORPUS = Path(__file__).resolve().parents[1] / "corpus" / "cli_bad_args.json"
@@ -65,11 +66,4 @@ def test_bad_command_line_is_one_line_exit_2(argv, capsys, alarm):
 def test_corpus_is_the_parsers_own():
     """The file is what scripts/make_cli_corpus.py makes from today's parser: a new flag, or a flag whose kind
     changed, gets its bad inputs (run the script when this fails)."""
-    import importlib.util
-
-    path = Path(__file__).resolve().parents[2] / "scripts" / "make_cli_corpus.py"
-    spec = importlib.util.spec_from_file_location("make_cli_corpus", path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    assert module.cases() == CASES
+    assert load_script("make_cli_corpus").cases() == CASES

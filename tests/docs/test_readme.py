@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 
 from cli_run import run_cli
+from script_module import load_script
 from vramlens.cli.main import build_parser
 
 #: `vramlens trace` runs the model under torch: without the trace extra, its examples skip.
@@ -215,15 +216,12 @@ def test_json_table_is_what_estimate_prints(capsys):
 
 # --- (d) the accuracy table -------------------------------------------------------------------
 
-def load_script():
-    spec = importlib.util.spec_from_file_location("readme_accuracy_table", ROOT / "scripts" / "readme_accuracy_table.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+def accuracy_table_script():
+    return load_script("readme_accuracy_table")
 
 
 def test_accuracy_table_is_what_validate_published_says(capsys):
-    script = load_script()
+    script = accuracy_table_script()
     code, out, err = run_cli(capsys, ["validate", "published", "--json"])
     assert code == 0, err
     rows = json.loads(out)
@@ -233,9 +231,7 @@ def test_accuracy_table_is_what_validate_published_says(capsys):
 
 
 def test_capacity_tables_are_what_validate_capacity_says():
-    spec = importlib.util.spec_from_file_location("readme_capacity_table", ROOT / "scripts" / "readme_capacity_table.py")
-    script = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(script)
+    script = load_script("readme_capacity_table")
     start = README.index(script.SUMMARY_HEAD)
     end = README.index("\n\n", README.index(script.CASE_HEAD, start))
     assert README[start:end] == script.tables(), "run python scripts/readme_capacity_table.py and commit README.md"
@@ -295,9 +291,7 @@ def test_readme_inline_command_runs(command, capsys):
 
 
 def test_real_gpu_table_is_todays_estimate_of_the_measured_cases():
-    spec = importlib.util.spec_from_file_location("gpu_report", ROOT / "scripts" / "gpu_report.py")
-    script = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(script)
+    script = load_script("gpu_report")
     data = script.rows()
     assert len(data) >= 19 and all(r["measured"] > 2**30 for r in data)  # real sizes: gigabytes each
     block = script._BLOCK.search(README)

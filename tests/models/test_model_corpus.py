@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import filecmp
-import importlib.util
 import sys
 from pathlib import Path
 
 import pytest
 
+from script_module import load_script
 from vramlens.cli.main import main
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -41,9 +41,7 @@ def test_corpus_case_is_one_line_exit_2(path, capsys):
 
 def test_the_corpus_is_what_the_script_writes(tmp_path, monkeypatch):
     """The committed corpus is the script's output: rerun it after changing the readers."""
-    spec = importlib.util.spec_from_file_location("make_model_corpus", ROOT / "scripts" / "make_model_corpus.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    module = load_script("make_model_corpus")
     monkeypatch.setattr(sys, "argv", ["make_model_corpus.py", "--out", str(tmp_path)])
     assert module.main() == 0
     for sub in ("config", "safetensors"):

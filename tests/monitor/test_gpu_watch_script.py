@@ -1,19 +1,14 @@
 """scripts/gpu_watch_validate.py: its comparisons on CPU; without CUDA it refuses cleanly."""
 
-import importlib.util
-from pathlib import Path
 
 import pytest
 
-SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "gpu_watch_validate.py"
+from script_module import load_script
 
 
 @pytest.fixture(scope="module")
 def script():
-    spec = importlib.util.spec_from_file_location("gpu_watch_validate", SCRIPT)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_script("gpu_watch_validate")
 
 
 def test_peak_agreement_is_exact(script):

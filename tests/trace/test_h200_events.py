@@ -9,13 +9,14 @@ the fake trace flash; both keep the same tensors).
 """
 
 import gzip
-import importlib.util
 import json
 import re
 from collections import Counter
 from pathlib import Path
 
 import pytest
+
+from script_module import load_script
 
 pytest.importorskip("torch", reason="tracing needs the trace extra (torch)")
 pytest.importorskip("transformers", reason="tracing needs the trace extra (transformers)")
@@ -31,11 +32,7 @@ _BLOCK = re.compile(r"^(.*?\.(?:h|layer|layers|block)\.\d+)(\.|$)")
 
 
 def _script():
-    spec = importlib.util.spec_from_file_location("gpu_events_diff", ROOT / "scripts" / "gpu_events_diff.py")
-    assert spec is not None and spec.loader is not None
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_script("gpu_events_diff")
 
 
 def block_of(module: str) -> str:

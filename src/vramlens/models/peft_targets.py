@@ -55,8 +55,7 @@ LN_TUNING_TARGETS: dict[str, tuple[str, ...]] = {
 def vera_linears(spec: ModelSpec) -> tuple[tuple[int, int], ...]:
     """(in_features, out_features) of every linear VeRA adapts in ``spec`` under peft's default targets."""
     names = VERA_TARGETS.get(spec.model_type, ())
-    return tuple((t.shape[1], t.shape[0]) for t in spec.tensors
-                 if t.role == "linear" and t.layer is not None and t.name.endswith(".weight") and t.module in names)
+    return tuple((k, n) for n, k in delta_linears(spec, names)) if names else ()
 
 
 def peft_vector_numels(spec: ModelSpec, method: str, size: int = 0) -> tuple[int, ...]:
