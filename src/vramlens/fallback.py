@@ -426,6 +426,121 @@ def traced_estimate(value: dict[str, Any], w: Workload, gpu: str | GPU | None, *
     )
 
 
+#: The cache's folder for meta-device inventories (``vramlens capacity`` of an unmodelled model_type).
+INVENTORY_KIND = "inventory"
+#: Version of the cached inventory; another version is built again.
+INVENTORY_FORMAT = 1
+#: config.json keys of the routed experts' count and of the experts each token runs through
+#: (Qwen3-Next, Qwen MoE ``num_experts``; Mixtral, Jamba, Granite ``num_local_experts``; Nemotron-H
+#: ``n_routed_experts``; ``num_experts_per_tok`` in all of them).
+_EXPERT_KEYS = ("num_experts", "num_local_experts", "n_routed_experts")
+
+
+def serving_spec(model: str | dict | ModelSpec, *, trace_fallback: bool = True) -> tuple[ModelSpec, tuple[str, ...]]:
+    """The ModelSpec ``vramlens capacity`` serves, and what to say about where it came from.
+
+    A modelled ``model_type`` (or a spec with no config) is the analytic spec. Any other is the exact
+    inventory of the transformers model built on the meta device (:func:`vramlens.trace.fallback.inventory`,
+    the one ``vramlens estimate`` keeps with a traced profile), cached on disk (kind ``inventory``) under a
+    hash of the config and the vramlens version. ``trace_fallback=False`` keeps the generic Llama-style
+    approximation of the standard fields, and says so.
+
+    Raises:
+        MissingExtraError: the inventory is not cached and torch or transformers is not installed.
+        UnmodelledModelError: neither transformers nor the standard fields describe the model.
+        TraceError: transformers cannot build the model on the meta device.
+    """
+    from vramlens.models import SUPPORTED_MODEL_TYPES, load_model
+
+    refusal: UnmodelledModelError | None = None
+    spec: ModelSpec | None = None
+    try:
+        spec = load_model(model)
+    except UnmodelledModelError as e:
+        refusal = e
+    if spec is not None and (spec.model_type in SUPPORTED_MODEL_TYPES or not spec.config):
+        return spec, ()
+    config = spec.config if spec is not None else refusal.config if refusal is not None else {}
+    model_type = spec.model_type if spec is not None else refusal.model_type if refusal is not None else ""
+    if not trace_fallback:
+        if spec is None:
+            assert refusal is not None
+            raise refusal
+        return spec, (f"weights approximated (model_type {model_type} is not modelled analytically; a generic "
+                      "Llama-style decoder from the standard fields, --no-trace-fallback)",)
+    name = spec.name if spec is not None else str(config.get("_name_or_path") or (model if isinstance(model, str)
+                                                                                  else model_type))
+    source = spec.source if spec is not None else "config"
+    from vramlens import __version__, cache
+
+    key = cache.key_of({"config": config, "vramlens": __version__, "format": INVENTORY_FORMAT})
+    found = cache.read(INVENTORY_KIND, key)
+    value = found.value if found.value is not None and found.value.get("format") == INVENTORY_FORMAT else None
+    notes = [found.note] if found.note else []
+    if value is not None:
+        notes.append(f"inventory answered from the cache {cache.shown(INVENTORY_KIND, key)}")
+    else:
+        import vramlens.trace as T
+
+        try:
+            T.require_torch()
+        except MissingExtraError as e:
+            instead = " (or --no-trace-fallback for a generic Llama-style approximation)" if spec is not None else ""
+            raise MissingExtraError(
+                e.package, "trace",
+                why=f"model_type {model_type!r} is not modelled analytically and vramlens builds the real model on "
+                    f"the meta device for its weights instead{instead}, but ",
+            ) from None
+        from vramlens.trace.fallback import complete, inventory, knows
+
+        if not knows(model_type):  # transformers cannot build it either: the analytic path's answer
+            if spec is not None:
+                return spec, (f"weights approximated (model_type {model_type} is not modelled analytically and the "
+                              "installed transformers does not know it: a generic Llama-style decoder)",)
+            assert refusal is not None
+            raise refusal
+        from vramlens.workload import make_workload
+
+        try:
+            facts, rows = inventory(complete(config), make_workload(mode="inference"))
+        except TraceError as e:
+            raise TraceError(f"model_type {model_type!r} is not modelled analytically and building it on the meta "
+                             f"device failed: {e}") from None
+        value = {"format": INVENTORY_FORMAT, "model": facts, "tensors": rows}
+        stored = cache.write(INVENTORY_KIND, key, value)
+        notes.append(stored or f"inventory cached in {cache.shown(INVENTORY_KIND, key)}")
+    out = _meta_spec(value, config, name=name, source=source)
+    return out, (f"weights from the inventory of {out.architecture} built by transformers on the meta device "
+                 f"(model_type {model_type} is not modelled analytically): {out.params:,} parameters", *notes)
+
+
+def _meta_spec(value: dict[str, Any], config: dict[str, Any], *, name: str, source: str) -> ModelSpec:
+    """A ModelSpec of a meta-device inventory, with the serving facts its config gives: routed experts
+    (tensors under an ``experts`` module, their width ``moe_intermediate_size``), rotary positions (an
+    ``inv_freq`` buffer), the checkpoint dtype."""
+    from vramlens.units import DTYPE_ALIASES
+
+    spec = traced_spec(value, name=name, source=source)
+    cfg = dict(config.get("text_config") or config) if isinstance(config.get("text_config"), dict) else config
+    n_experts = next((v for k in _EXPERT_KEYS if isinstance(v := cfg.get(k), int) and not isinstance(v, bool)), 0)
+    per_token = cfg.get("num_experts_per_tok") if n_experts else 0
+    tensors = spec.tensors
+    if n_experts:
+        tensors = tuple(replace(t, role="expert") if ".experts." in f".{t.name}" and t.role != "buffer" else t
+                        for t in tensors)
+    moe_ffn = cfg.get("moe_intermediate_size")
+    rotary = any(t.role == "buffer" and t.name.endswith("inv_freq") for t in tensors)
+    dtype = config.get("torch_dtype") or config.get("dtype")
+    return replace(
+        spec, tensors=tensors, n_experts=n_experts,
+        experts_per_token=per_token if isinstance(per_token, int) and not isinstance(per_token, bool) else 0,
+        ffn_size=moe_ffn if n_experts and isinstance(moe_ffn, int) and moe_ffn > 0 else spec.ffn_size,
+        position="rotary" if rotary else spec.position,
+        torch_dtype=DTYPE_ALIASES.get(str(dtype)) if dtype else None, config=dict(config),
+        assumed=(f"model_type {spec.model_type!r} is not modelled analytically: the inventory of the transformers "
+                 "model built on the meta device",))
+
+
 def traced_spec(value: dict[str, Any], *, name: str, source: str) -> ModelSpec:
     """The ModelSpec of a traced profile: its facts and the full model's inventory (built on meta)."""
     m = value["model"]
@@ -442,6 +557,6 @@ def traced_spec(value: dict[str, Any], *, name: str, source: str) -> ModelSpec:
 
 
 __all__ = [
-    "CACHE_KIND", "SPARE_PLANS", "TRACE_STEPS", "cache_key", "cached_profile", "estimate", "fit", "traced_estimate",
-    "traced_profile", "traced_spec",
+    "CACHE_KIND", "INVENTORY_FORMAT", "INVENTORY_KIND", "SPARE_PLANS", "TRACE_STEPS", "cache_key", "cached_profile",
+    "estimate", "fit", "serving_spec", "traced_estimate", "traced_profile", "traced_spec",
 ]

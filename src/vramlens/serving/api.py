@@ -8,6 +8,7 @@ then hands them to the engine's module.
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 from typing import Any
 
 from vramlens import limits as L
@@ -46,7 +47,7 @@ SETTINGS: dict[str, dict[str, tuple[str, int]]] = {
 
 def capacity(model: str | dict | ModelSpec | GGUFInfo | ServedModel, engine: str = "vllm", *, gpu: str | GPU,
              gpus: int | None = None, tp: int = 1, pp: int = 1, context: int | None = None,
-             **engine_settings: Any) -> Capacity:
+             trace_fallback: bool = True, **engine_settings: Any) -> Capacity:
     """What ``engine`` will do with the memory of each GPU when it serves ``model``.
 
     Args:
@@ -58,6 +59,9 @@ def capacity(model: str | dict | ModelSpec | GGUFInfo | ServedModel, engine: str
         tp, pp: tensor and pipeline parallel degrees.
         context: tokens per request for the concurrency and speed figures (default: the longest
             request the engine accepts).
+        trace_fallback: for a ``model_type`` no family models, the weights are the exact inventory of
+            the transformers model built on the meta device (needs the ``trace`` extra; cached on disk);
+            False takes a generic Llama-style approximation of the config's standard fields instead.
         **engine_settings: the engine's own settings, e.g. ``gpu_memory_utilization=0.9`` (vLLM),
             ``mem_fraction_static=0.85`` (SGLang), ``n_gpu_layers=20`` (llama.cpp); ``quantization``
             ("awq", "gptq", "fp8", "bitsandbytes") for vLLM, SGLang and transformers; vLLM's
@@ -71,8 +75,10 @@ def capacity(model: str | dict | ModelSpec | GGUFInfo | ServedModel, engine: str
 
     Raises:
         InputError: an unknown engine, setting, model or GPU, or a value over its bound.
-        ConfigError: settings the engine refuses, each in the engine's words.
+        ConfigError: settings the engine refuses, each in the engine's words; a hybrid model (attention and
+            recurrent-state blocks) in an engine or layout vramlens does not model.
         EngineRefusal: the engine would not start (no room for the KV cache, out of memory).
+        MissingExtraError: an unmodelled ``model_type`` whose inventory is not cached, without torch.
     """
     if engine not in ENGINES:
         raise InputError(f"engine={L.show(engine)} is not one of {', '.join(ENGINES)}")
@@ -85,7 +91,8 @@ def capacity(model: str | dict | ModelSpec | GGUFInfo | ServedModel, engine: str
     if n_gpus < tp * pp and engine != "llama.cpp":
         raise InputError(f"gpus={n_gpus} is fewer than tp x pp = {tp * pp}: pass --gpus {tp * pp}")
     quant = settings.pop("quantization", None)
-    served = resolve_model(model, quant=quant, engine=engine, dtype=DTYPES[settings.pop("dtype", "auto")])
+    served = resolve_model(model, quant=quant, engine=engine, dtype=DTYPES[settings.pop("dtype", "auto")],
+                           trace_fallback=trace_fallback)
     from vramlens.hardware.catalog import get_gpu
 
     g = get_gpu(gpu) if isinstance(gpu, str) else gpu
@@ -98,6 +105,8 @@ def capacity(model: str | dict | ModelSpec | GGUFInfo | ServedModel, engine: str
         cap = llamacpp_capacity(served, g, **common, **settings)
     else:
         cap = transformers_capacity(served, g, **common, **settings)
+    if served.source_notes:
+        cap = replace(cap, notes=served.source_notes + cap.notes)
     if context is not None and context > cap.max_model_len:
         # the engine rejects a request longer than its limit: no concurrency or speed to give for it
         raise InputError(f"context={context:,} tokens is longer than the longest request {engine} accepts here "
@@ -147,8 +156,8 @@ def check_settings(engine: str, given: dict[str, Any]) -> dict[str, Any]:
 
 
 def resolve_model(model: str | dict | ModelSpec | GGUFInfo | ServedModel, *, quant: str | None = None,
-                  engine: str = "vllm", dtype: str | None = None) -> ServedModel:
-    """A ServedModel from any model argument ``capacity`` takes."""
+                  engine: str = "vllm", dtype: str | None = None, trace_fallback: bool = True) -> ServedModel:
+    """A ServedModel from any model argument ``capacity`` takes (``trace_fallback``: see :func:`capacity`)."""
     if isinstance(model, ServedModel):
         return model
     if isinstance(model, GGUFInfo):
@@ -161,21 +170,27 @@ def resolve_model(model: str | dict | ModelSpec | GGUFInfo | ServedModel, *, qua
         return served_from_gguf(read_gguf_file(model))
     if engine == "llama.cpp" and quant:
         raise InputError("llama.cpp takes its quantization from the GGUF file: pass a .gguf as MODEL")
+    notes: tuple[str, ...] = ()
     if isinstance(model, ModelSpec):
         spec = model
     else:
-        from vramlens.models import load_model
+        from vramlens.fallback import serving_spec
         from vramlens.models.catalog import whole_checkpoint_spec
 
         # vLLM builds the checkpoint's architecture (Llama4ForConditionalGeneration, Gemma3ForConditionalGeneration):
         # the vision tower and projector load with the text model, split over the TP ranks like it
         # (MultiModalConfig.mm_encoder_tp_mode "weights", vllm/config/multimodal.py)
         whole = whole_checkpoint_spec(model) if engine == "vllm" and isinstance(model, str) else None
-        spec = whole or load_model(model)
+        if whole is not None:
+            spec = whole
+        else:
+            # an unmodelled model_type: the meta-device inventory (vramlens.fallback.serving_spec)
+            spec, notes = serving_spec(model, trace_fallback=trace_fallback)
     if spec.kind != "decoder":
         raise InputError(f"{spec.name} is an {spec.kind} model: serving engines generate with decoders")
     # vLLM and SGLang serve a checkpoint's MXFP4 experts as they are; transformers dequantizes them
-    return served_from_spec(spec, dtype=dtype, quant=QUANTIZATIONS.get(quant or ""),
-                            native_experts=engine in ("vllm", "sglang"))
+    served = served_from_spec(spec, dtype=dtype, quant=QUANTIZATIONS.get(quant or ""),
+                              native_experts=engine in ("vllm", "sglang"))
+    return replace(served, source_notes=notes) if notes else served
 
 

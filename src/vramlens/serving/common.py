@@ -12,10 +12,12 @@ from dataclasses import dataclass
 
 from vramlens.advise.cost import BANDWIDTH_EFFICIENCY, MFU, peak_flops
 from vramlens.advise.gguf_split import GGUFInfo
+from vramlens.errors import ConfigError
 from vramlens.estimator.kv_cache import sliding_layers
 from vramlens.estimator.weights import base_weight_bytes
 from vramlens.hardware.gpu import GPU
 from vramlens.hardware.runtime import context_bytes_for, nccl_communicator_bytes
+from vramlens.models.hybrid import HybridLayout, UnsupportedHybrid, hybrid_layout
 from vramlens.models.spec import ModelSpec
 from vramlens.units import BLOCK, DTYPE_BYTES, ceil_div, round_up
 from vramlens.workload import make_workload
@@ -96,6 +98,13 @@ class ServedModel:
     #: gate_up_proj_bias (E, 2f) and down_proj_bias (E, h): E (2f + h)); what vLLM's MXFP4 layout reads
     expert_layers: int = 0
     expert_bias_numel: int = 0
+    #: a hybrid model's blocks (attention with a KV cache, recurrent with a fixed state per request) and its
+    #: state shapes (vramlens.models.hybrid); None for a plain transformer. Only vLLM serves it here: the
+    #: other engines refuse it (:func:`refuse_hybrid`)
+    hybrid: HybridLayout | None = None
+    #: where the weights came from, when not from an analytic family (a meta-device inventory, or the generic
+    #: approximation under --no-trace-fallback): the first "how" lines of the answer
+    source_notes: tuple[str, ...] = ()
 
     @property
     def weight_bytes(self) -> int:
@@ -144,6 +153,10 @@ def served_from_spec(spec: ModelSpec, *, dtype: str | None = None, quant: str | 
     # stacked per-expert biases: a bias whose first dimension is the expert count
     expert_bias = sum(t.numel for t in spec.tensors if t.role == "bias" and t.layer is not None and spec.n_experts
                       and len(t.shape) == 2 and t.shape[0] == spec.n_experts)
+    try:
+        hybrid = hybrid_layout(cfg, L)
+    except UnsupportedHybrid as e:
+        raise ConfigError(f"{e}: vramlens capacity refuses it rather than count its blocks as attention") from None
     return ServedModel(
         name=spec.name, n_layers=L, n_heads=spec.n_heads, n_kv_heads=spec.n_kv_heads, head_dim=spec.head_dim,
         hidden=spec.hidden_size, ffn=spec.ffn_size, vocab=spec.vocab_size, max_position=spec.max_position,
@@ -155,7 +168,15 @@ def served_from_spec(spec: ModelSpec, *, dtype: str | None = None, quant: str | 
         kv_latent=spec.kv_latent, hybrid_swa=spec.hybrid_swa_pool,
         chunked_local=spec.local_attention == "chunked" and spec.n_sliding_layers > 0,
         n_experts=spec.n_experts, shared_expert_ffn=spec.shared_expert_ffn, mxfp4_experts=mxfp4,
-        expert_layers=expert_layers, expert_bias_numel=expert_bias // max(1, expert_layers))
+        expert_layers=expert_layers, expert_bias_numel=expert_bias // max(1, expert_layers), hybrid=hybrid)
+
+
+def refuse_hybrid(m: ServedModel, engine: str) -> None:
+    """One line for an engine whose hybrid cache vramlens does not model (ConfigError)."""
+    if m.hybrid is not None:
+        h = m.hybrid
+        raise ConfigError(f"{m.name} is a hybrid model ({h.n_attention} attention and {h.n_state} {h.mixer} blocks): "
+                          f"{engine}'s cache for its recurrent state is not modelled; use --engine vllm")
 
 
 def served_from_gguf(info: GGUFInfo) -> ServedModel:

@@ -29,7 +29,7 @@ from vramlens.advise.place import CPU_BYTES_S
 from vramlens.errors import ConfigError, EngineRefusal
 from vramlens.hardware.gpu import GPU
 from vramlens.hardware.runtime import context_bytes_for
-from vramlens.serving.common import ServedModel, roofline
+from vramlens.serving.common import ServedModel, refuse_hybrid, roofline
 from vramlens.serving.result import Capacity, DeviceBuffers, EngineFigure
 from vramlens.units import DTYPE_BYTES, MiB, ceil_div, round_up
 
@@ -103,6 +103,7 @@ def llamacpp_capacity(m: ServedModel, gpu: GPU, *, gpus: int, tp: int, pp: int, 
         ConfigError: settings llama.cpp refuses, in its words.
         EngineRefusal: a device whose buffers exceed its memory (cudaMalloc failed).
     """
+    refuse_hybrid(m, "llama.cpp")
     n_ctx_req = DEFAULT_CTX if ctx_size is None else (ctx_size or m.max_position)  # 0 = the model's
     p = []
     for what, t in (("cache-type-k", cache_type_k), ("cache-type-v", cache_type_v)):

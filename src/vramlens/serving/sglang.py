@@ -81,6 +81,7 @@ from vramlens.serving.common import (
     non_torch_bytes,
     parse_version,
     profile_activation_bytes,
+    refuse_hybrid,
     roofline,
     stage_layers,
     stage_weight_bytes,
@@ -355,6 +356,7 @@ def sglang_capacity(m: ServedModel, gpu: GPU, *, gpus: int, tp: int, pp: int, co
         ConfigError: settings SGLang refuses, or a version before 0.3.3.
         EngineRefusal: no memory left for the KV pool.
     """
+    refuse_hybrid(m, "SGLang")
     release, later = parse_sglang_version(version)
     ctx_len = context_length or m.max_position
     total = gpu.capacity_bytes

@@ -22,6 +22,7 @@ from vramlens.serving.common import (
     kv_read_tokens,
     non_torch_bytes,
     profile_activation_bytes,
+    refuse_hybrid,
     roofline,
     stage_layers,
     stage_weight_bytes,
@@ -40,6 +41,7 @@ def transformers_capacity(m: ServedModel, gpu: GPU, *, gpus: int, tp: int, pp: i
         ConfigError: tp > 1 (transformers generate has no tensor parallelism here).
         EngineRefusal: not even one request fits beside the weights.
     """
+    refuse_hybrid(m, "transformers generate()")
     if tp > 1:
         raise ConfigError("transformers generate() has no tensor parallelism: use --gpus N for device_map='auto' "
                           "(layers spread over the GPUs)")

@@ -46,6 +46,7 @@ from dataclasses import dataclass
 from vramlens.errors import ConfigError, EngineRefusal
 from vramlens.hardware.gpu import GPU
 from vramlens.hardware.runtime import context_bytes_for, cublas_workspace_bytes, nccl_communicator_bytes
+from vramlens.models.hybrid import HybridLayout
 from vramlens.serving.common import (
     CUDA_GRAPH_BYTES,
     MXFP4_BLOCK,
@@ -318,15 +319,98 @@ def profile_peak_bytes(m: ServedModel, *, tokens: int, rows: int, tp: int, b: in
         f"hidden {tokens * m.hidden * b:,}{held}) = {phase}")
 
 
+#: CacheConfig.block_size when not given and the model is not hybrid.
+DEFAULT_BLOCK_SIZE = 16
+#: ``HybridAttentionMambaModelConfig.verify_and_update_config`` (vllm/model_executor/models/config.py): the
+#: attention block size it picks is a multiple of the kernel's alignment, 16 ("FlashAttention (FA) requires
+#: block size to be multiple of 16"), or 32 on compute capability 10.x for head size 256 under FlashInfer
+#: (the default backend there: "head size 256 and block size 16 is not supported on blackwell").
+KERNEL_BLOCK_ALIGNMENT = 16
+BLACKWELL_HEAD256_ALIGNMENT = 32
+
+
+@dataclass(frozen=True, slots=True)
+class HybridPages:
+    """vLLM's page unification for a hybrid model: the attention block size and the state page."""
+
+    block_size: int
+    state_bytes: int
+    page_bytes: int
+    notes: tuple[str, ...]
+    figures: tuple[EngineFigure, ...]
+
+
+def hybrid_problems(h: HybridLayout, rel: VllmRelease, *, tp: int, pp: int) -> list[str]:
+    """What vramlens does not follow (or vLLM refuses) for a hybrid model."""
+    p = []
+    if not rel.v1:
+        p.append(f"{rel.name}: hybrid (attention + recurrent state) models are modelled for the V1 engine only "
+                 "(vLLM 0.10 or later): pass --vllm-version 0.19")
+    if pp > 1:
+        p.append(f"pp={pp}: pipeline parallelism of a hybrid model is not modelled (its attention and state blocks "
+                 "split unevenly over the stages): use --tp")
+    why = h.tp_problem(tp)
+    if why:
+        p.append(f"{why} (vLLM's MambaStateShapeCalculator divides them over the ranks): choose another --tp")
+    return p
+
+
+def hybrid_pages(m: ServedModel, h: HybridLayout, gpu: GPU, *, tp: int, b: int, kv_b: int,
+                 block_size: int | None) -> HybridPages:
+    """The attention block size and the padded state page vLLM V1 gives a hybrid model.
+
+    ``HybridAttentionMambaModelConfig.verify_and_update_config`` (vllm/model_executor/models/config.py;
+    read at commit 0144dd5b0d2d and in the later form with ``kernel_block_alignment_size``): one token's
+    attention page a1 = 2 x n_kv/tp x head_dim x kv bytes (``FullAttentionSpec(block_size=1).page_size_bytes``);
+    the state page S = ``MambaSpec.page_size_bytes`` = the conv and ssm states of one block for one request
+    (:meth:`HybridLayout.state_bytes`: the conv state in the model dtype, ``mamba_cache_dtype`` "auto"; the
+    ssm state in ``mamba_ssm_cache_dtype``); without prefix caching (off by default for hybrid models,
+    EngineArgs ``_set_default_args``: "Disable prefix caching default for hybrid models since the feature is
+    still experimental") block_size = align x cdiv(S, align x a1), unless the user's is at least that
+    ("Setting attention block size to N tokens to ensure that attention page size is >= mamba page size");
+    the state page is then padded to block_size x a1 ("Padding mamba page size by X% ..."), so both kinds
+    of layer share one page size and one block pool (``_get_kv_cache_groups_uniform_page_size``). A state
+    layer holds one block per running request (``MambaSpec.max_memory_usage_bytes``, mamba_block_size =
+    max_model_len).
+    """
+    cc = gpu.compute_capability
+    align = BLACKWELL_HEAD256_ALIGNMENT if cc is not None and cc[0] == 10 and m.head_dim == 256 \
+        else KERNEL_BLOCK_ALIGNMENT
+    a1 = kv_cell_bytes(m, tp, kv_b)
+    ssm_b = DTYPE_BYTES[h.ssm_dtype] if h.ssm_dtype else b
+    state = h.state_bytes(tp, b, ssm_b)
+    need = align * ceil_div(state, align * a1)
+    bs = block_size if block_size is not None and block_size >= need else need
+    page = bs * a1
+    conv, ssm = h.shapes(tp)
+    padding = 100 * (page - state) / state
+    notes = (
+        f"hybrid: {h.n_attention} attention blocks keep KV pages, {h.n_state} {h.mixer} blocks a fixed state per "
+        f"request: conv {conv} x {b} B + ssm {ssm} x {ssm_b} B = {state:,} B per block (MambaSpec); "
+        f"attention block size = {align} x cdiv({state:,}, {align} x {a1:,}) = {need}"
+        + (f", the given {block_size} kept" if bs != need else "")
+        + f"; the state page padded by {padding:.2f}% to {page:,} B (HybridAttentionMambaModelConfig)",
+        "hybrid: prefix caching off (vLLM's default for hybrid models); with --enable-prefix-caching the state is "
+        "cached per block and these figures do not hold",
+    )
+    figures = (EngineFigure("attention_block_size", "Setting attention block size to (tokens)", bs),
+               EngineFigure("mamba_page_padding", "Padding mamba page size by (%)", round(padding, 2)))
+    return HybridPages(bs, state, page, notes, figures)
+
+
 def vllm_capacity(m: ServedModel, gpu: GPU, *, gpus: int, tp: int, pp: int, context: int | None,
                   gpu_memory_utilization: float = 0.9, max_model_len: int | None = None,
                   max_num_seqs: int | None = None, max_num_batched_tokens: int | None = None,
-                  kv_cache_dtype: str = "auto", block_size: int = 16, enforce_eager: bool = False,
+                  kv_cache_dtype: str = "auto", block_size: int | None = None, enforce_eager: bool = False,
                   version: str = DEFAULT_VERSION, use_v1: bool | None = None) -> Capacity:
     """vLLM's start-up memory arithmetic for ``m`` on ``gpu`` (see the module docstring).
 
+    ``block_size`` None is vLLM's default: 16 tokens, or for a hybrid model the size
+    :func:`hybrid_pages` raises it to.
+
     Raises:
-        ConfigError: settings vLLM refuses (each in vLLM's words), or a version before 0.4.
+        ConfigError: settings vLLM refuses (each in vLLM's words), a version before 0.4, or a hybrid
+            model in a release or layout vramlens does not follow (V0, pipeline parallelism).
         EngineRefusal: no room for the KV cache, or not for one max_model_len request.
     """
     parsed = parse_version(version)
@@ -353,7 +437,9 @@ def vllm_capacity(m: ServedModel, gpu: GPU, *, gpus: int, tp: int, pp: int, cont
         seqs = max_num_seqs or DEFAULT_MAX_NUM_SEQS
     problems = vllm_problems(m, tp=tp, pp=pp, gpu_memory_utilization=gpu_memory_utilization, max_model_len=mml,
                              max_num_seqs=seqs, max_num_batched_tokens=mnbt, kv_cache_dtype=kv_cache_dtype,
-                             block_size=block_size)
+                             block_size=DEFAULT_BLOCK_SIZE if block_size is None else block_size)
+    if m.hybrid is not None:
+        problems += hybrid_problems(m.hybrid, rel, tp=tp, pp=pp)
     if problems:
         raise ConfigError(problems)
     b = DTYPE_BYTES[m.dtype]
@@ -404,6 +490,13 @@ def vllm_capacity(m: ServedModel, gpu: GPU, *, gpus: int, tp: int, pp: int, cont
                        ) + f"NCCL {nccl / 2**20:,.0f} MiB"
     available = requested - weights - act - outside
     kv_heads = kv_heads_per_gpu(m, tp)
+    hybrid_notes: tuple[str, ...] = ()
+    hybrid_figures: tuple[EngineFigure, ...] = ()
+    if m.hybrid is not None:
+        hp = hybrid_pages(m, m.hybrid, gpu, tp=tp, b=b, kv_b=kv_b, block_size=block_size)
+        block_size = hp.block_size
+        hybrid_notes, hybrid_figures = hp.notes, hp.figures
+    block_size = DEFAULT_BLOCK_SIZE if block_size is None else block_size
     page = block_size * kv_cell_bytes(m, tp, kv_b)  # AttentionSpec.page_size_bytes, one layer
     layers = stage_layers(m, pp)
     # chunked local layers (Llama 4) have groups of their own only where the release turns the hybrid
@@ -411,7 +504,13 @@ def vllm_capacity(m: ServedModel, gpu: GPU, *, gpus: int, tp: int, pp: int, cont
     n_slide = 0 if m.chunked_local and not rel.chunked_local_hybrid else ceil_div(m.n_sliding, pp)
     local = "chunked" if m.chunked_local else "sliding"
     n_full = layers - n_slide
-    if n_full and n_slide:  # hybrid: _get_kv_cache_groups_uniform_page_size
+    if m.hybrid is not None:  # attention layers and state layers (MambaSpec) grouped as sliding ones are
+        n_full, n_state = m.hybrid.n_attention, m.hybrid.n_state
+        lo, hi = min(n_full, n_state), max(n_full, n_state)
+        group_size = (hi if hi < 1.5 * lo else lo) if lo else hi
+        kinds = [(k, ceil_div(n, group_size)) for k, n in (("full", n_full), ("state", n_state)) if n]
+        layers = n_full
+    elif n_full and n_slide:  # hybrid: _get_kv_cache_groups_uniform_page_size
         lo, hi = min(n_full, n_slide), max(n_full, n_slide)
         group_size = hi if hi < 1.5 * lo else lo
         kinds = [("full", ceil_div(n_full, group_size)), (local, ceil_div(n_slide, group_size))]
@@ -425,6 +524,8 @@ def vllm_capacity(m: ServedModel, gpu: GPU, *, gpus: int, tp: int, pp: int, cont
         for kind, n in kinds:
             if kind == "full":
                 need += n * ceil_div(tokens, block_size)
+            elif kind == "state":  # MambaSpec.max_memory_usage_bytes without prefix caching: one page
+                need += n
             elif kind == "chunked":  # ChunkedLocalAttentionSpec.max_memory_usage_bytes: no partial block
                 need += n * ceil_div(min((m.sliding_window or tokens) + mnbt, tokens), block_size)
             else:  # SlidingWindowSpec.max_memory_usage_bytes
@@ -439,6 +540,8 @@ def vllm_capacity(m: ServedModel, gpu: GPU, *, gpus: int, tp: int, pp: int, cont
             f"{outside / GiB:.2f} GiB)")
     num_blocks = available // page // group_size  # get_num_blocks
     needed = group_size * page * blocks_per_request(mml)
+    if m.hybrid is not None:  # check_enough_kv_cache_memory: each layer's max_memory_usage_bytes
+        needed = page * (m.hybrid.n_attention * ceil_div(mml, block_size) + m.hybrid.n_state)
     if needed > available:
         fit = _max_len(blocks_per_request, num_blocks, mml)
         raise EngineRefusal(
@@ -446,7 +549,9 @@ def vllm_capacity(m: ServedModel, gpu: GPU, *, gpus: int, tp: int, pp: int, cont
             f"cache ({num_blocks // n_groups * block_size}). Try increasing `gpu_memory_utilization` or decreasing "
             f"`max_model_len` when initializing the engine (vLLM; {needed / GiB:.2f} GiB KV cache needed, "
             f"{available / GiB:.2f} GiB available; the estimated maximum model length is {fit})")
-    kv_tokens = num_blocks // n_groups * block_size
+    # _report_kv_cache_config: num_blocks // groups x the smallest block size of the groups (a MambaSpec's is
+    # mamba_block_size = max_model_len without prefix caching)
+    kv_tokens = num_blocks // n_groups * (min(block_size, mml) if m.hybrid is not None else block_size)
     concurrency_mml = num_blocks / blocks_per_request(mml)
     ctx = context or mml
     conc = num_blocks / blocks_per_request(ctx)
@@ -466,6 +571,7 @@ def vllm_capacity(m: ServedModel, gpu: GPU, *, gpus: int, tp: int, pp: int, cont
         EngineFigure("gpu_kv_cache_tokens", "GPU KV cache size (tokens)", kv_tokens),
         EngineFigure("max_concurrency", f"Maximum concurrency for {mml:,} tokens per request (x)",
                      round(concurrency_mml, 2)),
+        *hybrid_figures,
         EngineFigure("cuda_graph_memory", "Graph capturing took (GiB, allowance)", round(graphs / GiB, 2)),
     )
     notes = later + weight_notes + (
@@ -480,6 +586,7 @@ def vllm_capacity(m: ServedModel, gpu: GPU, *, gpus: int, tp: int, pp: int, cont
         f"activation peak at max_num_batched_tokens={mnbt:,}, max_num_seqs={seqs}: {act_why} (profile_run)",
         f"non-torch: {outside_why}",
         *nontorch_notes,
+        *hybrid_notes,
         f"KV groups: {', '.join(f'{n} {k}' for k, n in kinds)} of {group_size} layers (hybrid KV cache manager)",
         "CUDA graphs captured after the KV cache: from the (1 - utilization) headroom" if graphs
         else "enforce_eager: no CUDA graphs",

@@ -1,0 +1,189 @@
+"""Hybrid models' cache layout: which blocks keep a KV cache and which a fixed recurrent state.
+
+One home for the config fields of attention/state-space hybrids (the serving engines read the
+:class:`HybridLayout` this returns, never ``model_type``): Qwen3-Next's ``layer_types``
+(``linear_attention`` Gated DeltaNet, ``full_attention``), Granite 4.0-H's ``layer_types``
+(``mamba`` / ``attention``), Bamba's ``attn_layer_indices``, Nemotron-H's ``hybrid_override_pattern``
+(``M`` Mamba2, ``*`` attention, ``-`` MLP, ``E`` MoE; transformers 5's ``layers_block_type``), Jamba's
+``attn_layer_period`` / ``attn_layer_offset``. Falcon-H1 (attention and Mamba2 side by side in every
+block), LFM2 (short convolutions), Zamba2 (shared attention blocks) and any other model with state-space
+fields are reported as ``unsupported`` so that the engines refuse them in one line.
+
+The state shapes of one block on one tensor-parallel rank are vLLM's ``MambaStateShapeCalculator``
+(vllm/model_executor/layers/mamba/mamba_utils.py, commit 02d710837549; the default "SD" conv layout,
+no speculative tokens), fed from the config as each model's ``get_mamba_state_shape_from_config`` does:
+
+- Gated DeltaNet (qwen3_next.py): conv (K - 1, (2 k_heads k_dim + v_heads v_dim) / tp),
+  recurrent (v_heads / tp, v_dim, k_dim), K = ``linear_conv_kernel_dim``.
+- Mamba2 (bamba.py, granitemoehybrid.py: intermediate = ``mamba_expand`` x hidden; nemotron_h.py:
+  intermediate = ``mamba_num_heads`` x ``mamba_head_dim``): groups g extended to tp when tp does not
+  divide them (``extra_groups_for_head_shards``: + tp - g), conv (K - 1, (intermediate + 2 g N) / tp),
+  ssm (heads / tp, head_dim, N), N = the state size.
+- Mamba1 (jamba.py: intermediate = ``mamba_expand`` x hidden): conv (K - 1, intermediate / tp),
+  ssm (intermediate / tp, N).
+
+The dtypes are ``MambaStateDtypeCalculator``'s: the conv state in the cache dtype ("auto": the model
+dtype), the ssm/recurrent state in ``mamba_ssm_cache_dtype`` ("auto": the same); vLLM's
+``NemotronHForCausalLMConfig.verify_and_update_config`` (vllm/model_executor/models/config.py) takes
+the config's ``mamba_ssm_cache_dtype``, float16 when it has none, which :attr:`HybridLayout.ssm_dtype`
+carries (None: "auto").
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from math import prod
+from typing import Any
+
+#: block kinds: "attention" keeps a KV cache, "state" a fixed recurrent state, "none" neither (MLP, MoE)
+ATTENTION, STATE, NONE = "attention", "state", "none"
+#: config dtype names of ``mamba_ssm_cache_dtype`` -> vramlens dtypes
+_DTYPES = {"float32": "fp32", "float16": "fp16", "bfloat16": "bf16", "half": "fp16", "float": "fp32"}
+#: config.json fields that only state-space / linear-attention models have: a model with one of them that
+#: no reader below lays out is a hybrid the engines must refuse, not serve as a plain transformer
+_STATE_FIELDS = ("mamba_d_state", "ssm_state_size", "mamba_n_heads", "mamba_num_heads", "linear_num_value_heads",
+                 "conv_L_cache", "hybrid_layer_ids", "mamba_d_ssm")
+
+
+@dataclass(frozen=True, slots=True)
+class HybridLayout:
+    """Which blocks keep what, and the state one recurrent block keeps per request.
+
+    ``kinds``: one of ATTENTION, STATE, NONE per decoder block. ``mixer``: "gated_deltanet", "mamba2" or
+    "mamba1". The shape fields are the config's (whole model, before tensor parallelism).
+    """
+
+    kinds: tuple[str, ...]
+    mixer: str
+    conv_kernel: int
+    # Gated DeltaNet
+    k_heads: int = 0
+    v_heads: int = 0
+    k_dim: int = 0
+    v_dim: int = 0
+    # Mamba1 / Mamba2
+    intermediate: int = 0
+    n_groups: int = 0
+    n_heads: int = 0
+    head_dim: int = 0
+    state_size: int = 0
+    ssm_dtype: str | None = None
+
+    @property
+    def n_attention(self) -> int:
+        return self.kinds.count(ATTENTION)
+
+    @property
+    def n_state(self) -> int:
+        return self.kinds.count(STATE)
+
+    def shapes(self, tp: int) -> tuple[tuple[int, ...], tuple[int, ...]]:
+        """(conv state, ssm/recurrent state) shapes of one block on one of ``tp`` ranks, per request."""
+        k = self.conv_kernel - 1
+        if self.mixer == "gated_deltanet":
+            conv_dim = 2 * self.k_heads * self.k_dim + self.v_heads * self.v_dim
+            return (k, conv_dim // tp), (self.v_heads // tp, self.v_dim, self.k_dim)
+        if self.mixer == "mamba2":
+            g = self.n_groups + (0 if self.n_groups % tp == 0 else tp - self.n_groups)
+            return (k, (self.intermediate + 2 * g * self.state_size) // tp), (self.n_heads // tp, self.head_dim,
+                                                                                self.state_size)
+        return (k, self.intermediate // tp), (self.intermediate // tp, self.state_size)
+
+    def state_bytes(self, tp: int, conv_b: int, ssm_b: int) -> int:
+        """Bytes of one block's state for one request on one rank (vLLM ``MambaSpec.page_size_bytes``
+        before padding: the sum of each shape's elements x its dtype's bytes)."""
+        conv, ssm = self.shapes(tp)
+        return prod(conv) * conv_b + prod(ssm) * ssm_b
+
+    def tp_problem(self, tp: int) -> str | None:
+        """Why vLLM's ``divide`` would fail for ``tp`` (a dimension the ranks cannot split evenly), or None."""
+        if self.mixer == "gated_deltanet":
+            dims = {"linear_num_value_heads": self.v_heads,
+                    "conv dim": 2 * self.k_heads * self.k_dim + self.v_heads * self.v_dim}
+        elif self.mixer == "mamba2":
+            g = self.n_groups + (0 if self.n_groups % tp == 0 else tp - self.n_groups)
+            dims = {"mamba heads": self.n_heads, "conv dim": self.intermediate + 2 * g * self.state_size}
+        else:
+            dims = {"mamba intermediate size": self.intermediate}
+        bad = [f"{name} {v}" for name, v in dims.items() if v % tp]
+        return f"{', '.join(bad)} not divisible by tensor parallel size {tp}" if bad else None
+
+
+class UnsupportedHybrid(ValueError):
+    """A model with recurrent state whose layout vramlens does not read (the message names it)."""
+
+
+def hybrid_layout(config: Mapping[str, Any] | None, n_layers: int) -> HybridLayout | None:
+    """The layout of a hybrid model's ``config`` (config.json fields), None for a plain transformer.
+
+    Raises:
+        UnsupportedHybrid: state-space fields whose layout is not read here (Falcon-H1, LFM2, Zamba2, ...).
+    """
+    c = dict(config or {})
+    if isinstance(c.get("text_config"), Mapping) and not any(k in c for k in _STATE_FIELDS):
+        c = {**c, **c["text_config"]}
+    mt = str(c.get("model_type") or "")
+    L = n_layers
+
+    def ints(*keys: str, default: int = 0) -> int:
+        for key in keys:
+            v = c.get(key)
+            if isinstance(v, int) and not isinstance(v, bool):
+                return v
+        return default
+
+    if "linear_num_value_heads" in c and mt not in ("lfm2", "kimi_linear"):
+        if isinstance(c.get("layer_types"), list):
+            kinds = _kinds_from_types(c["layer_types"], L)
+        else:  # Qwen3NextConfig without layer_types: full attention every full_attention_interval-th block
+            every = ints("full_attention_interval", default=4)
+            kinds = tuple(ATTENTION if (i + 1) % every == 0 else STATE for i in range(L))
+        return HybridLayout(kinds=kinds, mixer="gated_deltanet", conv_kernel=ints("linear_conv_kernel_dim", default=4),
+                            k_heads=ints("linear_num_key_heads"), v_heads=ints("linear_num_value_heads"),
+                            k_dim=ints("linear_key_head_dim"), v_dim=ints("linear_value_head_dim"))
+    hidden = ints("hidden_size")
+    if "mamba_n_heads" in c and mt in ("bamba", "granitemoehybrid"):
+        if isinstance(c.get("layer_types"), list):
+            kinds = _kinds_from_types(c["layer_types"], L)
+        else:
+            idx = set(c.get("attn_layer_indices") or ())
+            kinds = tuple(ATTENTION if i in idx else STATE for i in range(L))
+        return HybridLayout(kinds=kinds, mixer="mamba2", conv_kernel=ints("mamba_d_conv", default=4),
+                            intermediate=ints("mamba_expand", default=2) * hidden,
+                            n_groups=ints("mamba_n_groups", default=1), n_heads=ints("mamba_n_heads"),
+                            head_dim=ints("mamba_d_head"), state_size=ints("mamba_d_state"))
+    if "mamba_num_heads" in c and mt == "nemotron_h":
+        pattern = c.get("hybrid_override_pattern")
+        if isinstance(pattern, str):
+            letters = {"M": STATE, "*": ATTENTION, "-": NONE, "E": NONE}
+            kinds = tuple(letters.get(ch, NONE) for ch in pattern[:L])
+        else:
+            kinds = _kinds_from_types(c.get("layers_block_type") or [], L)
+        heads, hd = ints("mamba_num_heads"), ints("mamba_head_dim")
+        ssm = c.get("mamba_ssm_cache_dtype")
+        return HybridLayout(kinds=kinds, mixer="mamba2", conv_kernel=ints("conv_kernel", default=4),
+                            intermediate=heads * hd, n_groups=ints("n_groups", default=1), n_heads=heads,
+                            head_dim=hd, state_size=ints("ssm_state_size"),
+                            ssm_dtype=_DTYPES.get(str(ssm), "fp16"))
+    if mt == "jamba":
+        period, offset = ints("attn_layer_period", default=8), ints("attn_layer_offset", default=4)
+        kinds = tuple(ATTENTION if i % period == offset else STATE for i in range(L))
+        return HybridLayout(kinds=kinds, mixer="mamba1", conv_kernel=ints("mamba_d_conv", default=4),
+                            intermediate=ints("mamba_expand", default=2) * hidden, state_size=ints("mamba_d_state"))
+    if any(k in c for k in _STATE_FIELDS) or mt in ("zamba", "zamba2", "lfm2", "falcon_h1", "mamba", "mamba2",
+                                                    "falcon_mamba", "rwkv", "minimax", "kimi_linear"):
+        raise UnsupportedHybrid(f"model_type {mt!r} keeps a recurrent (state-space or linear-attention) state whose "
+                                "layout vramlens does not read (it reads qwen3_next, granitemoehybrid, bamba, "
+                                "nemotron_h and jamba)")
+    return None
+
+
+def _kinds_from_types(types: list[Any], n_layers: int) -> tuple[str, ...]:
+    """``layer_types`` / ``layers_block_type`` entries -> block kinds."""
+    attention = {"full_attention", "attention", "sliding_attention"}
+    state = {"linear_attention", "mamba", "mamba2"}
+    return tuple(ATTENTION if t in attention else STATE if t in state else NONE for t in list(types)[:n_layers])
+
+
+__all__ = ["ATTENTION", "NONE", "STATE", "HybridLayout", "UnsupportedHybrid", "hybrid_layout"]
