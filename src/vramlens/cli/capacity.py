@@ -97,6 +97,10 @@ def add_parser(sub) -> argparse.ArgumentParser:
     for flag, dest, _engines, opts in FLAGS:
         # a whole number's range is vramlens.serving's to check (as for the API); a 5,000-digit one is shown shortened
         p.add_argument(flag, dest=arg_name(flag), **dict(opts, type=whole_number) if opts.get("type") is int else opts)
+    p.add_argument("--trace-fallback", action=argparse.BooleanOptionalAction, default=True,
+                   help="a model_type vramlens does not model: weights from the transformers model built on the meta "
+                        "device (needs the trace extra; cached); --no-trace-fallback: a generic Llama-style "
+                        "approximation")
     p.add_argument("--json", action="store_true", help="print JSON")
     p.set_defaults(func=run)
     return p
@@ -137,7 +141,7 @@ def run(args: argparse.Namespace) -> int:
             raise InputError(f"{flag} plans with --users N: add --users")
 
     cap = capacity(args.model, args.engine, gpu=args.gpu, gpus=args.gpus, tp=args.tp, pp=args.pp,
-                   context=args.context, **engine_settings(args))
+                   context=args.context, trace_fallback=args.trace_fallback, **engine_settings(args))
     if args.json:
         print_json(cap.to_dict())
     else:
@@ -190,7 +194,8 @@ def run_plan(args: argparse.Namespace) -> int:
     if args.gpus is not None or args.tp != 1 or args.pp != 1:
         raise InputError("plan mode chooses the GPUs and tp itself: drop --gpus, --tp and --pp (use --max-gpus)")
     plan = plan_capacity(args.model, users=args.users, context=args.context, engine=args.engine, gpu=args.gpu,
-                         tokens_per_s=args.tokens_per_s, max_gpus=8 if args.max_gpus is None else args.max_gpus)
+                         tokens_per_s=args.tokens_per_s, max_gpus=8 if args.max_gpus is None else args.max_gpus,
+                         trace_fallback=args.trace_fallback)
     if args.json:
         print_json(plan.to_dict())
     else:

@@ -78,7 +78,7 @@ class CapacityPlan:
 
 def plan_capacity(model, *, users: int, context: int, engine: str = "vllm", gpu: str | GPU | None = None,
                   tokens_per_s: float | None = None, max_gpus: int = 8, top: int = 5,
-                  budget_s: float | None = L.SEARCH_BUDGET_S) -> CapacityPlan:
+                  budget_s: float | None = L.SEARCH_BUDGET_S, trace_fallback: bool = True) -> CapacityPlan:
     """The cheapest plans that serve ``users`` requests of ``context`` tokens.
 
     Args:
@@ -91,6 +91,7 @@ def plan_capacity(model, *, users: int, context: int, engine: str = "vllm", gpu:
         max_gpus: most GPUs per plan (tensor parallel degrees 1, 2, 4, 8 up to it).
         top: plans returned.
         budget_s: seconds the search may take (vramlens.limits.SEARCH_BUDGET_S).
+        trace_fallback: as :func:`vramlens.serving.capacity`.
 
     Returns:
         A CapacityPlan; its ``plans`` are empty when nothing within ``max_gpus`` serves the load.
@@ -112,7 +113,7 @@ def plan_capacity(model, *, users: int, context: int, engine: str = "vllm", gpu:
         raise InputError(f"tokens_per_s={L.show(tokens_per_s)} must be a number of tokens per second > 0")
     budget = Budget.begin(budget_s)
     gpus = [get_gpu(gpu) if isinstance(gpu, str) else gpu] if gpu is not None else [get_gpu(n) for n in DEFAULT_GPUS]
-    served = resolve_model(model, engine=engine)
+    served = resolve_model(model, engine=engine, trace_fallback=trace_fallback)
     candidates = [(g, tp, q, kv) for g in gpus for tp in TP_DEGREES if tp <= max_gpus and served.n_heads % tp == 0
                   for q in WEIGHT_FORMATS if q != "fp8" or g.arch in FP8_ARCHS for kv in ("auto", KV_FP8[engine])]
     # equal memory: the lower-bandwidth (older, cheaper) GPU first
@@ -132,7 +133,7 @@ def plan_capacity(model, *, users: int, context: int, engine: str = "vllm", gpu:
         try:
             # the resolved model serves the 16-bit plans; a quantized one is resolved with its format
             cap = capacity(served if q is None else model, engine, gpu=g, tp=tp, context=context, quantization=q,
-                           **settings)
+                           trace_fallback=trace_fallback, **settings)
         except (ConfigError, EngineRefusal):
             continue
         if cap.concurrency < users or (tokens_per_s is not None and cap.decode_tokens_s < tokens_per_s):

@@ -1,0 +1,155 @@
+"""`vramlens capacity` for hybrid models (attention + recurrent-state blocks) and unmodelled model_types.
+
+The vLLM arithmetic is pinned on Qwen3-Next-80B-A3B's published shape (config.json as llama.cpp's GGUF
+metadata prints it in ggml-org/llama.cpp pull 16095: n_embd 2048, 48 blocks, 16 heads, 2 KV heads of 256,
+512 experts of 512, 10 per token, ssm_d_conv 4, ssm_d_inner 4096 = 32 value heads x 128, ssm_n_group 16 key
+heads, ssm_d_state 128) built without torch (trace_fallback=False: the generic weights, the exact cache).
+"""
+
+import json
+
+import pytest
+
+import vramlens
+import vramlens.trace
+from vramlens.cli.main import main
+from vramlens.errors import ConfigError, MissingExtraError
+from vramlens.models.hybrid import HybridLayout, hybrid_layout
+from vramlens.serving import resolve_model
+from vramlens.units import BLOCK, GiB, round_up
+
+QWEN3_NEXT_80B = {
+    "architectures": ["Qwen3NextForCausalLM"], "model_type": "qwen3_next", "hidden_size": 2048,
+    "num_hidden_layers": 48, "num_attention_heads": 16, "num_key_value_heads": 2, "head_dim": 256,
+    "intermediate_size": 5120, "vocab_size": 151936, "max_position_embeddings": 262144, "num_experts": 512,
+    "num_experts_per_tok": 10, "moe_intermediate_size": 512, "shared_expert_intermediate_size": 512,
+    "full_attention_interval": 4, "linear_conv_kernel_dim": 4, "linear_key_head_dim": 128,
+    "linear_value_head_dim": 128, "linear_num_key_heads": 16, "linear_num_value_heads": 32,
+    "partial_rotary_factor": 0.25, "tie_word_embeddings": False, "torch_dtype": "bfloat16",
+}
+#: A tiny Qwen3-Next: 3 Gated DeltaNet blocks and 1 attention block, 4 experts.
+TINY_QWEN3_NEXT = {
+    "architectures": ["Qwen3NextForCausalLM"], "model_type": "qwen3_next", "hidden_size": 64, "num_hidden_layers": 4,
+    "layer_types": ["linear_attention", "linear_attention", "linear_attention", "full_attention"],
+    "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16, "intermediate_size": 128, "vocab_size": 256,
+    "max_position_embeddings": 256, "num_experts": 4, "num_experts_per_tok": 2, "moe_intermediate_size": 32,
+    "shared_expert_intermediate_size": 32, "linear_num_key_heads": 2, "linear_num_value_heads": 4,
+    "linear_key_head_dim": 16, "linear_value_head_dim": 16, "linear_conv_kernel_dim": 4, "torch_dtype": "bfloat16",
+    "partial_rotary_factor": 0.25,
+}
+
+
+def test_qwen3_next_layout_from_full_attention_interval():
+    h = hybrid_layout(QWEN3_NEXT_80B, 48)
+    assert h is not None and (h.mixer, h.n_attention, h.n_state) == ("gated_deltanet", 12, 36)
+    assert h.kinds[:4] == ("state", "state", "state", "attention")  # block i is attention when (i + 1) % 4 == 0
+    # conv dim = 2 x 16 x 128 + 32 x 128 = 8,192, over tp 2: 4,096; recurrent (32 / 2, 128, 128)
+    assert h.shapes(2) == ((3, 4096), (16, 128, 128))
+    # 3 x 4,096 x 2 B + 16 x 128 x 128 x 2 B = 24,576 + 524,288
+    assert h.state_bytes(2, 2, 2) == 548_864
+
+
+def test_mamba2_groups_are_extended_to_the_tp_degree():
+    """vLLM ``extra_groups_for_head_shards``: 1 group over tp 4 becomes 4 groups (+ tp - g)."""
+    h = HybridLayout(kinds=("state", "attention"), mixer="mamba2", conv_kernel=4, intermediate=8192, n_groups=1,
+                     n_heads=128, head_dim=64, state_size=128)
+    # conv dim = 8,192 + 2 x 4 x 128 = 9,216, / 4 = 2,304; ssm (128 / 4, 64, 128)
+    assert h.shapes(4) == ((3, 2304), (32, 64, 128))
+    assert h.shapes(1) == ((3, 8192 + 2 * 128), (128, 64, 128))
+
+
+def test_nemotron_h_pattern_and_ssm_dtype():
+    cfg = {"model_type": "nemotron_h", "hidden_size": 4096, "hybrid_override_pattern": "M-M*-ME", "mamba_num_heads": 128,
+           "mamba_head_dim": 64, "ssm_state_size": 128, "n_groups": 8, "conv_kernel": 4, "mamba_ssm_cache_dtype": "float32"}
+    h = hybrid_layout(cfg, 7)
+    assert h is not None
+    assert (h.kinds, h.intermediate, h.ssm_dtype) == (("state", "none", "state", "attention", "none", "state", "none"),
+                                                      128 * 64, "fp32")
+    # no mamba_ssm_cache_dtype: vLLM's NemotronHForCausalLMConfig takes float16
+    assert hybrid_layout({k: v for k, v in cfg.items() if k != "mamba_ssm_cache_dtype"}, 7).ssm_dtype == "fp16"
+
+
+def test_vllm_qwen3_next_tp2_h200_worked_case():
+    """The layout of a public vLLM 0.10.2 log of this model at tp 2 on 2 x H200 ("Setting attention block size to
+    544 tokens", "Padding mamba page size by 1.49%"; from its logged 44.59 GiB these formulas give its 973,760
+    tokens and 14.77x)."""
+    cap = vramlens.capacity(QWEN3_NEXT_80B, "vllm", gpu="H200-141GB", tp=2, version="0.10.2", trace_fallback=False)
+    # attention: 2 (K, V) x max(1, 2 // 2) head x 256 x 2 B = 1,024 B per token; state 548,864 B per block;
+    # block size = 16 x cdiv(548,864, 16 x 1,024) = 16 x 34 = 544; page = 544 x 1,024 = 557,056 B
+    assert cap.figure("attention_block_size") == 544
+    assert cap.figure("mamba_page_padding") == 1.49  # (557,056 - 548,864) / 548,864 = 1.4925%
+    blocks = cap.figure("num_gpu_blocks")
+    # 12 attention and 36 state layers: groups of 12 (36 >= 1.5 x 12), 1 attention + 3 state groups
+    assert cap.kv_cache_bytes == blocks * 557_056 * 12
+    assert cap.kv_tokens == blocks // 4 * 544
+    # a 262,144-token request: cdiv(262,144, 544) = 482 attention blocks + 1 block in each of 3 state groups
+    assert cap.figure("max_concurrency") == round(blocks / 485, 2)
+    assert cap.kv_bytes_per_token == 1_024 * 12  # only the attention layers' cache grows with the context
+    assert cap.notes[0] == ("weights approximated (model_type qwen3_next is not modelled analytically; a generic "
+                            "Llama-style decoder from the standard fields, --no-trace-fallback)")
+
+
+def test_a_user_block_size_under_the_minimum_is_raised():
+    cap = vramlens.capacity(QWEN3_NEXT_80B, "vllm", gpu="H200-141GB", tp=2, block_size=128, version="0.10.2",
+                            trace_fallback=False)
+    assert cap.figure("attention_block_size") == 544  # 128 < 544: raised, as vLLM does
+
+
+def test_other_engines_refuse_a_hybrid_in_one_line():
+    msg = ("qwen3_next is a hybrid model (12 attention and 36 gated_deltanet blocks): SGLang's cache for its "
+           "recurrent state is not modelled; use --engine vllm")
+    with pytest.raises(ConfigError) as e:
+        vramlens.capacity(QWEN3_NEXT_80B, "sglang", gpu="H200-141GB", tp=2, trace_fallback=False)
+    assert str(e.value) == msg
+
+
+def test_an_unread_state_layout_is_refused():
+    cfg = {"architectures": ["FalconH1ForCausalLM"], "model_type": "falcon_h1", "hidden_size": 1024,
+           "num_hidden_layers": 4, "num_attention_heads": 8, "num_key_value_heads": 2, "intermediate_size": 2048,
+           "vocab_size": 1000, "max_position_embeddings": 4096, "mamba_d_ssm": 1024, "mamba_n_heads": 16}
+    with pytest.raises(ConfigError) as e:
+        vramlens.capacity(cfg, "vllm", gpu="H100-80GB", trace_fallback=False)
+    assert str(e.value) == (
+        "model_type 'falcon_h1' keeps a recurrent (state-space or linear-attention) state whose layout vramlens does "
+        "not read (it reads qwen3_next, granitemoehybrid, bamba, nemotron_h and jamba): vramlens capacity refuses it "
+        "rather than count its blocks as attention")
+
+
+def test_without_torch_one_line_naming_the_extra(monkeypatch, tmp_path, capsys):
+    def missing():
+        raise MissingExtraError("torch", "trace")
+
+    monkeypatch.setenv("VRAMLENS_HOME", str(tmp_path))
+    monkeypatch.setattr(vramlens.trace, "require_torch", missing)
+    line = ("model_type 'qwen3_next' is not modelled analytically and vramlens builds the real model on the meta "
+            "device for its weights instead (or --no-trace-fallback for a generic Llama-style approximation), but "
+            "torch is not installed: pip install 'vramlens[trace]'")
+    with pytest.raises(MissingExtraError) as e:
+        vramlens.capacity(TINY_QWEN3_NEXT, "vllm", gpu="H100-80GB")
+    assert str(e.value) == line
+    cfg = tmp_path / "config.json"
+    cfg.write_text(json.dumps(TINY_QWEN3_NEXT))
+    assert main(["capacity", str(cfg), "--engine", "vllm", "--gpu", "H100-80GB"]) == 2
+    assert capsys.readouterr().err.strip() == f"error: {line}"
+
+
+def test_unmodelled_weights_are_the_meta_models_parameters(monkeypatch, tmp_path):
+    torch = pytest.importorskip("torch", reason="the meta-device inventory needs the trace extra (torch)")
+    transformers = pytest.importorskip("transformers", reason="the meta-device inventory needs transformers")
+    monkeypatch.setenv("VRAMLENS_HOME", str(tmp_path))
+    kwargs = {k: v for k, v in TINY_QWEN3_NEXT.items() if k not in ("architectures", "model_type", "torch_dtype")}
+    with torch.device("meta"):
+        model = transformers.AutoModelForCausalLM.from_config(transformers.Qwen3NextConfig(**kwargs))
+    served = resolve_model(TINY_QWEN3_NEXT)
+    # every parameter in bf16, each rounded up to the allocator's 512 B blocks, plus the two fp32 rotary buffers
+    # (inv_freq and original_inv_freq, 2 values each: one 512 B block apiece)
+    expected = sum(round_up(p.numel() * 2, BLOCK) for p in model.parameters()) + 2 * 512
+    assert served.weight_bytes == expected
+    assert served.params == sum(p.numel() for p in model.parameters())
+    assert (served.n_experts, served.experts_per_token, served.ffn) == (4, 2, 32)
+    assert served.source_notes[0] == (
+        "weights from the inventory of Qwen3NextForCausalLM built by transformers on the meta device (model_type "
+        f"qwen3_next is not modelled analytically): {served.params:,} parameters")
+    again = resolve_model(TINY_QWEN3_NEXT)  # the second build is read from the cache
+    assert again.weight_bytes == expected and again.source_notes[1].startswith("inventory answered from the cache ")
+    assert expected < GiB
