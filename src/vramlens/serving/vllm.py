@@ -349,6 +349,9 @@ def hybrid_problems(h: HybridLayout, rel: VllmRelease, *, tp: int, pp: int) -> l
     if pp > 1:
         p.append(f"pp={pp}: pipeline parallelism of a hybrid model is not modelled (its attention and state blocks "
                  "split unevenly over the stages): use --tp")
+    if not h.n_attention:
+        p.append("a model of recurrent-state blocks only (no attention block) is not modelled: vLLM sizes its pages "
+                 "from the state alone")
     why = h.tp_problem(tp)
     if why:
         p.append(f"{why} (vLLM's MambaStateShapeCalculator divides them over the ranks): choose another --tp")
