@@ -179,12 +179,27 @@ def refuse_hybrid(m: ServedModel, engine: str) -> None:
                           f"{engine}'s cache for its recurrent state is not modelled; use --engine vllm")
 
 
+#: llama.cpp architectures whose blocks keep a recurrent state (``llama_model_is_recurrent`` /
+#: ``llama_model_is_hybrid``: ``llama_memory_recurrent`` cells, r_l and s_l per sequence, beside or in place
+#: of the KV cache; the names of src/llama-arch.cpp's LLM_ARCH_NAMES): not modelled, refused.
+GGUF_RECURRENT_ARCHS = frozenset({
+    "mamba", "mamba2", "jamba", "falcon-h1", "granitehybrid", "nemotron_h", "nemotron_h_moe", "lfm2", "lfm2moe",
+    "qwen3next", "plamo2", "rwkv6", "rwkv6qwen2", "rwkv7", "arwkv7", "kimi-linear"})
+
+
 def served_from_gguf(info: GGUFInfo) -> ServedModel:
     """A ServedModel from a GGUF header: exact bytes per block from the tensor types.
 
     The header read by vramlens.advise.gguf_header has no FFN width or sliding-window fields: the
     FFN width is taken as 4h for the activation estimate, and every layer as full attention.
+
+    Raises:
+        ConfigError: an architecture with recurrent state (GGUF_RECURRENT_ARCHS), whose cells are not modelled.
     """
+    if info.arch in GGUF_RECURRENT_ARCHS:
+        raise ConfigError(f"{info.name}: GGUF architecture {info.arch!r} keeps a recurrent state per sequence "
+                          "(llama.cpp's llama_memory_recurrent / llama_memory_hybrid), which vramlens does not model "
+                          "for llama.cpp; only its attention layers would keep the KV cache counted here")
     params_est = sum(info.layer_bytes) + info.input_bytes + info.output_bytes  # bytes, not params
     types = ",".join(f"{k}x{v}" for k, v in sorted(info.quant_types.items()))
     return ServedModel(
