@@ -220,4 +220,5 @@ def render_plan(plan) -> str:
         lines += ["", plan.stopped]
     lines += ["", "ranked by GPU count, then GPU memory, then the least lossy format; speeds from the decode roofline "
               "(bandwidth x 0.70) with all requests running"]
+    lines += plan.notes
     return "\n".join(lines)

@@ -69,11 +69,14 @@ class CapacityPlan:
     examined: int
     candidates: int
     stopped: str | None = None
+    #: where the model's weights came from when no family models it (ServedModel.source_notes)
+    notes: tuple[str, ...] = ()
 
     def to_dict(self) -> dict:
         return {"model": self.model, "engine": self.engine, "users": self.users, "context": self.context,
                 "tokens_per_s": self.tokens_per_s, "plans": [p.to_dict() for p in self.plans],
-                "examined": self.examined, "candidates": self.candidates, "stopped": self.stopped}
+                "examined": self.examined, "candidates": self.candidates, "stopped": self.stopped,
+                "notes": list(self.notes)}
 
 
 def plan_capacity(model, *, users: int, context: int, engine: str = "vllm", gpu: str | GPU | None = None,
@@ -142,7 +145,7 @@ def plan_capacity(model, *, users: int, context: int, engine: str = "vllm", gpu:
                                  cap.decode_tokens_s_total, _flags(engine, served.name, tp, q, kv, users, context,
                                                                    settings), cap))
     return CapacityPlan(served.name, engine, users, context, tokens_per_s, tuple(found[:top]), examined,
-                        len(candidates), stopped)
+                        len(candidates), stopped, served.source_notes)
 
 
 def _settings(engine: str, users: int, context: int, kv: str) -> dict:

@@ -395,6 +395,8 @@ def hybrid_pages(m: ServedModel, h: HybridLayout, gpu: GPU, *, tp: int, b: int, 
         + f"; the state page padded by {padding:.2f}% to {page:,} B (HybridAttentionMambaModelConfig)",
         "hybrid: prefix caching off (vLLM's default for hybrid models); with --enable-prefix-caching the state is "
         "cached per block and these figures do not hold",
+        f"hybrid: not modelled: the {h.mixer} mixers' own working set in the profile run (the activation peak counts "
+        "attention and the MLP/MoE), and the state each decode step reads and writes (the speed counts the KV cache)",
     )
     figures = (EngineFigure("attention_block_size", "Setting attention block size to (tokens)", bs),
                EngineFigure("mamba_page_padding", "Padding mamba page size by (%)", round(padding, 2)))
