@@ -176,3 +176,17 @@ def test_the_cli_refuses_a_hybrid_in_sglang_with_exit_2(tmp_path, capsys):
     err = capsys.readouterr().err
     assert err == (f"error: {tmp_path.name} is a hybrid model (12 attention and 36 gated_deltanet blocks): SGLang's "
                    "cache for its recurrent state is not modelled; use --engine vllm\n")
+
+
+def test_vllm_refuses_what_it_does_not_follow_for_a_hybrid():
+    with pytest.raises(ConfigError) as e:
+        vramlens.capacity(QWEN3_NEXT_80B, "vllm", gpu="H200-141GB", tp=2, pp=2, version="0.6.4",
+                          trace_fallback=False)
+    assert str(e.value) == (
+        "vLLM 0.6.4 (V0 engine): hybrid (attention + recurrent state) models are modelled for the V1 engine only "
+        "(vLLM 0.10 or later): pass --vllm-version 0.19; pp=2: pipeline parallelism of a hybrid model is not "
+        "modelled (its attention and state blocks split unevenly over the stages): use --tp")
+    with pytest.raises(ConfigError) as e:  # 32 value heads do not split over 3 ranks (nor 16 attention heads)
+        vramlens.capacity(QWEN3_NEXT_80B, "vllm", gpu="H200-141GB", tp=3, trace_fallback=False)
+    assert ("linear_num_value_heads 32, conv dim 8192 not divisible by tensor parallel size 3 (vLLM's "
+            "MambaStateShapeCalculator divides them over the ranks): choose another --tp") in str(e.value)

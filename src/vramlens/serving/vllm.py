@@ -343,7 +343,7 @@ class HybridPages:
 def hybrid_problems(h: HybridLayout, rel: VllmRelease, *, tp: int, pp: int) -> list[str]:
     """What vramlens does not follow (or vLLM refuses) for a hybrid model."""
     p = []
-    if not rel.v1:
+    if not rel.v1 or rel.version < (0, 10, 0):
         p.append(f"{rel.name}: hybrid (attention + recurrent state) models are modelled for the V1 engine only "
                  "(vLLM 0.10 or later): pass --vllm-version 0.19")
     if pp > 1:
