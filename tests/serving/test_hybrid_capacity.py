@@ -190,3 +190,14 @@ def test_vllm_refuses_what_it_does_not_follow_for_a_hybrid():
         vramlens.capacity(QWEN3_NEXT_80B, "vllm", gpu="H200-141GB", tp=3, trace_fallback=False)
     assert ("linear_num_value_heads 32, conv dim 8192 not divisible by tensor parallel size 3 (vLLM's "
             "MambaStateShapeCalculator divides them over the ranks): choose another --tp") in str(e.value)
+
+
+def test_llama_cpp_keeps_kv_cells_for_attention_and_one_state_per_sequence():
+    cap = vramlens.capacity(QWEN3_NEXT_80B, "llama.cpp", gpu="H200-141GB", weights_type="q8_0", ctx_size=65536,
+                            parallel=4, trace_fallback=False)
+    # 12 attention blocks: 65,536 cells x 2 KV heads x 256 x 2 B, K and V: 12 x 2 x 65,536 x 512 x 2 = 1,536 MiB
+    assert cap.figure("kv_self_size_mib") == 1536.0
+    # 36 Gated DeltaNet blocks, f32, 4 sequences: r_l = 3 x (4,096 + 2 x 16 x 128) = 24,576 values,
+    # s_l = 128 x 4,096 = 524,288 values; 36 x 4 x 4 B x 24,576 = 13.5 MiB, 36 x 4 x 4 B x 524,288 = 288 MiB
+    assert (cap.figure("r_size_mib"), cap.figure("s_size_mib"), cap.figure("rs_size_mib")) == (13.5, 288.0, 301.5)
+    assert cap.kv_cache_bytes == 1536 * 2**20 + 36 * 4 * 4 * (24_576 + 524_288)  # one device holds every block

@@ -19,6 +19,17 @@ size" / "KV self size = X MiB, K (f16): Y MiB, V (f16): Z MiB" and "CUDA0 comput
   against n_kv = n_ctx cells). ggml-alloc frees a tensor's memory after its last consumer and runs
   softmax, RoPE and the residual adds in place, so the buffer is the largest set of f32 tensors
   alive at one node, not their sum (:func:`compute_buffer_bytes`).
+- Hybrid models (ServedModel.hybrid, from a config: Qwen3-Next, Granite 4.0-H, Bamba, Nemotron-H, Jamba):
+  ``llama_memory_hybrid`` (src/llama-model.cpp ``create_memory``) keeps the KV cells above for the attention
+  blocks only and, for each recurrent block, ``llama_memory_recurrent``'s r_l and s_l rows of
+  ``n_embd_r()`` = (ssm_d_conv - 1) x (ssm_d_inner + 2 ssm_n_group ssm_d_state) and ``n_embd_s()`` =
+  ssm_d_state x ssm_d_inner values (src/llama-hparams.cpp; GGUF's ssm_d_inner is v_heads x v_dim for Gated
+  DeltaNet, ssm_n_group its key heads and ssm_d_state its key dim: the same counts as
+  :meth:`HybridLayout.shapes` at tp 1), in f32 (``recurrent_type_k/v`` GGML_TYPE_F32), one per sequence:
+  ``recurrent_kv_size`` = max(1, n_seq_max), n_seq_max being llama-server's ``--parallel``. The compute buffer
+  keeps the attention/FFN model (the recurrent blocks' scan temporaries are not modelled). A GGUF of such
+  an architecture is refused (vramlens.serving.common.GGUF_RECURRENT_ARCHS): its header as read here has
+  no layer kinds.
 """
 
 from __future__ import annotations
@@ -29,7 +40,8 @@ from vramlens.advise.place import CPU_BYTES_S
 from vramlens.errors import ConfigError, EngineRefusal
 from vramlens.hardware.gpu import GPU
 from vramlens.hardware.runtime import context_bytes_for
-from vramlens.serving.common import ServedModel, refuse_hybrid, roofline
+from vramlens.models.hybrid import ATTENTION, STATE
+from vramlens.serving.common import ServedModel, roofline
 from vramlens.serving.result import Capacity, DeviceBuffers, EngineFigure
 from vramlens.units import DTYPE_BYTES, MiB, ceil_div, round_up
 
@@ -103,7 +115,6 @@ def llamacpp_capacity(m: ServedModel, gpu: GPU, *, gpus: int, tp: int, pp: int, 
         ConfigError: settings llama.cpp refuses, in its words.
         EngineRefusal: a device whose buffers exceed its memory (cudaMalloc failed).
     """
-    refuse_hybrid(m, "llama.cpp")
     n_ctx_req = DEFAULT_CTX if ctx_size is None else (ctx_size or m.max_position)  # 0 = the model's
     p = []
     for what, t in (("cache-type-k", cache_type_k), ("cache-type-v", cache_type_v)):
@@ -139,7 +150,22 @@ def llamacpp_capacity(m: ServedModel, gpu: GPU, *, gpus: int, tp: int, pp: int, 
     # which blocks slide does not change the totals, only a partial offload: spread them evenly
     sliding = {i for i in range(L) if i * m.n_sliding // L != (i + 1) * m.n_sliding // L}
 
+    h = m.hybrid
+    seqs = max(1, parallel)  # recurrent_kv_size = max(1, n_seq_max)
+    r_vals = s_vals = 0
+    if h is not None:
+        conv, ssm = h.shapes(1)
+        r_vals, s_vals = conv[0] * conv[1], ssm[0] * ssm[1] * (ssm[2] if len(ssm) > 2 else 1)
+
+    def is_attention(i: int) -> bool:
+        return h is None or h.kinds[i] == ATTENTION
+
+    def layer_rs(i: int) -> int:  # r_l and s_l of one recurrent block, f32, one row per sequence
+        return (r_vals + s_vals) * 4 * seqs if h is not None and h.kinds[i] == STATE else 0
+
     def layer_kv(i: int) -> int:
+        if not is_attention(i):
+            return layer_rs(i)
         cells = swa_cells if i in sliding and win else n_ctx
         return row_bytes(cache_type_k, cells * kv_n) + row_bytes(cache_type_v, cells * kv_n)
 
@@ -161,14 +187,17 @@ def llamacpp_capacity(m: ServedModel, gpu: GPU, *, gpus: int, tp: int, pp: int, 
                 f"{dev.device}: ggml_backend_cuda_buffer_type_alloc_buffer: allocating "
                 f"{dev.total_bytes / MiB:,.2f} MiB on device failed: cudaMalloc failed: out of memory (llama.cpp; the "
                 f"GPU has {gpu.capacity_bytes / MiB:,.0f} MiB; lower --n-gpu-layers, --ctx-size or the cache type)")
-    kv_total = sum(layer_kv(i) for i in range(L))
-    k_total = sum(row_bytes(cache_type_k, (swa_cells if i in sliding and win else n_ctx) * kv_n) for i in range(L))
+    rs_total = sum(layer_rs(i) for i in range(L))
+    kv_total = sum(layer_kv(i) for i in range(L)) - rs_total
+    k_total = sum(row_bytes(cache_type_k, (swa_cells if i in sliding and win else n_ctx) * kv_n) for i in range(L)
+                  if is_attention(i))
     ctx = context or n_ctx
     conc = n_ctx / ctx
     running = max(1, min(parallel, int(conc)))
     gpu_model = sum(dev.model_bytes for dev in devices)
     host_bytes = m.weight_bytes - gpu_model
-    kv_per_token = row_bytes(cache_type_k, kv_n) * len(gpu_layers) + row_bytes(cache_type_v, kv_n) * len(gpu_layers)
+    attn_on_gpu = sum(1 for i in gpu_layers if is_attention(i))
+    kv_per_token = row_bytes(cache_type_k, kv_n) * attn_on_gpu + row_bytes(cache_type_v, kv_n) * attn_on_gpu
     busiest = max(devices, key=lambda dv: dv.total_bytes)
     speed = roofline(m, gpu, weights_per_gpu=gpu_model, kv_per_token_per_gpu=max(kv_per_token, 1), running=running,
                      context=ctx, tp=1, pp=1, compute_dtype="fp16", extra_step_s=host_bytes / CPU_BYTES_S)
@@ -177,6 +206,10 @@ def llamacpp_capacity(m: ServedModel, gpu: GPU, *, gpus: int, tp: int, pp: int, 
         EngineFigure("kv_self_size_mib", "KV self size (MiB)", round(kv_total / MiB, 2)),
         EngineFigure("k_size_mib", f"K ({cache_type_k}) (MiB)", round(k_total / MiB, 2)),
         EngineFigure("v_size_mib", f"V ({cache_type_v}) (MiB)", round((kv_total - k_total) / MiB, 2)),
+        *((EngineFigure("rs_size_mib", "RS buffer size (MiB)", round(rs_total / MiB, 2)),
+           EngineFigure("r_size_mib", "R (f32) (MiB)", round(r_vals * 4 * seqs * h.n_state / MiB, 2)),
+           EngineFigure("s_size_mib", "S (f32) (MiB)", round(s_vals * 4 * seqs * h.n_state / MiB, 2)))
+          if h is not None else ()),
         EngineFigure("offloaded_layers", f"offloaded layers to GPU (of {L + 1})", len(gpu_layers) + int(output_on_gpu)),
         EngineFigure("cpu_model_buffer_mib", "CPU_Mapped model buffer size (MiB)", round(host_bytes / MiB, 2)),
     ]
@@ -195,7 +228,11 @@ def llamacpp_capacity(m: ServedModel, gpu: GPU, *, gpus: int, tp: int, pp: int, 
         + ("(flash attention) n_ctx x n_ubatch x 2 B mask" if flash_attn else "n_ctx x n_ubatch x (n_head + 1)")
         + " + 4 n_ubatch h; FFN n_ubatch (2h + 2f); output n_ubatch (n_vocab + h) on the last device",
         f"CUDA context {ctx_bytes / MiB:,.0f} MiB per device outside these buffers (vramlens.hardware.runtime)",
-    )
+    ) + ((f"hybrid: KV cells for the {h.n_attention} attention blocks only; each of the {h.n_state} {h.mixer} blocks "
+          f"keeps r_l {r_vals:,} + s_l {s_vals:,} f32 values per sequence x {seqs} (n_seq_max) = "
+          f"{layer_rs(next(i for i in range(L) if h.kinds[i] == STATE)):,} B (llama_memory_recurrent, in the "
+          "device's KV buffer); the recurrent blocks' compute temporaries are not modelled",)
+         if h is not None and h.n_state else ())
     return Capacity(
         engine="llama.cpp", accounting=ACCOUNTING, model=m.name, gpu=gpu.name, gpus=n_dev, tp=1, pp=n_dev,
         gpu_bytes=gpu.capacity_bytes, budget_bytes=gpu.capacity_bytes, weights_bytes=busiest.model_bytes,
