@@ -133,6 +133,7 @@ def test_without_torch_one_line_naming_the_extra(monkeypatch, tmp_path, capsys):
     assert capsys.readouterr().err.strip() == f"error: {line}"
 
 
+@pytest.mark.slow  # about 10 s on 2 cores, most of it importing transformers and building its model on meta
 def test_unmodelled_weights_are_the_meta_models_parameters(monkeypatch, tmp_path):
     torch = pytest.importorskip("torch", reason="the meta-device inventory needs the trace extra (torch)")
     transformers = pytest.importorskip("transformers", reason="the meta-device inventory needs transformers")
@@ -201,3 +202,19 @@ def test_llama_cpp_keeps_kv_cells_for_attention_and_one_state_per_sequence():
     # s_l = 128 x 4,096 = 524,288 values; 36 x 4 x 4 B x 24,576 = 13.5 MiB, 36 x 4 x 4 B x 524,288 = 288 MiB
     assert (cap.figure("r_size_mib"), cap.figure("s_size_mib"), cap.figure("rs_size_mib")) == (13.5, 288.0, 301.5)
     assert cap.kv_cache_bytes == 1536 * 2**20 + 36 * 4 * 4 * (24_576 + 524_288)  # one device holds every block
+
+
+def test_transformers_engine_gated_deltanet_cache_equals_the_trace(monkeypatch, tmp_path):
+    """generate()'s DynamicCache per request: the attention blocks' K and V and each Gated DeltaNet block's conv and
+    recurrent state, the same bytes as the tracer measures on the real model (transformers 5, fake tensors)."""
+    pytest.importorskip("torch", reason="the cross-check traces the real model (trace extra)")
+    pytest.importorskip("transformers", reason="the cross-check traces the real model (trace extra)")
+    import vramlens.trace as T
+
+    monkeypatch.setenv("VRAMLENS_HOME", str(tmp_path))
+    cap = vramlens.capacity(TINY_QWEN3_NEXT, "transformers", gpu="H100-80GB", context=64, max_batch=1)
+    # 1 attention block: 2 (K, V) x 2 heads x 16 x 2 B x 64 tokens = 8,192; 3 Gated DeltaNet blocks: conv
+    # (2 x 2 x 16 + 4 x 16 = 128 channels, kernel 4) x 2 B = 1,024 + recurrent (4, 16, 16) x 4 B = 4,096
+    assert cap.kv_cache_bytes == 8_192 + 3 * (1_024 + 4_096)
+    traced = T.trace(TINY_QWEN3_NEXT, mode="inference", batch=1, seq=64, dtype="bf16")
+    assert traced.breakdown.component("kv_cache").bytes == cap.kv_cache_bytes == 23_552

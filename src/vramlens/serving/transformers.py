@@ -9,6 +9,15 @@ per token and layer, transformers >= 5 ``DeepseekV3Attention``) and computes log
 ``context`` tokens fit beside the weights: each costs its cache plus its share of the prefill
 activations (common.profile_activation_bytes at s tokens, one logits row).
 ``device_map="auto"`` spreads layers over several GPUs (taken as pipeline stages); no tensor parallelism.
+
+Gated DeltaNet hybrids (Qwen3-Next, ServedModel.hybrid): transformers 5's ``DynamicCache`` keeps, for each
+linear-attention block, a ``LinearAttentionLayer`` (cache_utils.py ``lazy_initialization``): the conv state
+(B, conv_dim, linear_conv_kernel_dim) in the activations' dtype (``torch.zeros((*conv_states.shape[:-1],
+conv_kernel_size), dtype=conv_states.dtype)``; conv_dim = 2 k_heads k_dim + v_heads v_dim) and the recurrent
+state (B, v_heads, k_dim, v_dim) as the kernel returns it, fp32 (modeling_qwen3_next.py
+``torch_chunk_gated_delta_rule`` casts query, key and value ``.to(torch.float32)`` and builds the state from
+them); only the attention blocks' DynamicLayers grow with the context. Mamba hybrids are refused here (their
+state's dtype depends on which kernel path transformers takes), as is a hybrid over several GPUs.
 """
 
 from __future__ import annotations
@@ -16,6 +25,7 @@ from __future__ import annotations
 from vramlens.errors import ConfigError, EngineRefusal
 from vramlens.hardware.gpu import GPU
 from vramlens.hardware.runtime import CUBLAS_WORKSPACE_DEFAULT_BYTES, CUBLASLT_WORKSPACE_DEFAULT_BYTES
+from vramlens.models.hybrid import ATTENTION
 from vramlens.serving.common import (
     ServedModel,
     kv_cell_bytes,
@@ -41,7 +51,9 @@ def transformers_capacity(m: ServedModel, gpu: GPU, *, gpus: int, tp: int, pp: i
         ConfigError: tp > 1 (transformers generate has no tensor parallelism here).
         EngineRefusal: not even one request fits beside the weights.
     """
-    refuse_hybrid(m, "transformers generate()")
+    h = m.hybrid
+    if h is not None and (h.mixer != "gated_deltanet" or max(pp, gpus) > 1):
+        refuse_hybrid(m, "transformers generate()" + (" over several GPUs" if h.mixer == "gated_deltanet" else ""))
     if tp > 1:
         raise ConfigError("transformers generate() has no tensor parallelism: use --gpus N for device_map='auto' "
                           "(layers spread over the GPUs)")
@@ -54,8 +66,14 @@ def transformers_capacity(m: ServedModel, gpu: GPU, *, gpus: int, tp: int, pp: i
     weights = stage_weight_bytes(m, 1, stages)
     outside, outside_why = non_torch_bytes(gpu, 1, 1)
     workspace = CUBLAS_WORKSPACE_DEFAULT_BYTES + CUBLASLT_WORKSPACE_DEFAULT_BYTES
+    state_per_request = 0
+    if h is not None:  # the attention blocks' DynamicLayers grow; each linear-attention block keeps a fixed state
+        layers = h.kinds.count(ATTENTION)
+        conv_dim = 2 * h.k_heads * h.k_dim + h.v_heads * h.v_dim
+        state_per_request = h.n_state * (conv_dim * h.conv_kernel * b + h.v_heads * h.k_dim * h.v_dim * 4)
     kv_per_token = kv_cell_bytes(m, 1, b) * layers  # MLA: DynamicCache keeps the latent (modeling_deepseek_v3.py)
-    kv_per_request = int(kv_per_token * kv_read_tokens(m, ctx))  # = kv_per_token x ctx without sliding layers
+    # = kv_per_token x ctx without sliding layers, plus a hybrid's fixed states
+    kv_per_request = int(kv_per_token * kv_read_tokens(m, ctx)) + state_per_request
     act_per_request = profile_activation_bytes(m, ctx, 1, 1, b)
     free = gpu.capacity_bytes - outside - workspace - weights
     per_request = kv_per_request + act_per_request
@@ -75,7 +93,10 @@ def transformers_capacity(m: ServedModel, gpu: GPU, *, gpus: int, tp: int, pp: i
     notes = (
         f"fits = (GPU {gpu.capacity_bytes:,} - {outside_why} - cuBLAS {workspace:,} - weights {weights:,}) // "
         f"(cache {kv_per_request:,} + prefill activations {act_per_request:,}) = {fit}",
-    )
+    ) + ((f"hybrid: the cache per request is {layers} attention blocks' K and V plus {h.n_state} Gated DeltaNet "
+          f"states of {state_per_request // max(1, h.n_state):,} B (conv (conv_dim, {h.conv_kernel}) x {b} B, recurrent "
+          f"({h.v_heads}, {h.k_dim}, {h.v_dim}) x 4 B); the prefill activations keep the attention/MLP model",)
+         if h is not None else ())
     return Capacity(
         engine="transformers", accounting=ACCOUNTING, model=m.name, gpu=gpu.name, gpus=stages, tp=1, pp=stages,
         gpu_bytes=gpu.capacity_bytes, budget_bytes=gpu.capacity_bytes, weights_bytes=weights,
