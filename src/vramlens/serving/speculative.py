@@ -53,8 +53,7 @@ D2T_BYTES = 8
 class Draft:
     """What the draft holds on one rank: its weights, and the attention layers its cache adds.
 
-    ``kv_cell`` is one token in one draft layer at the cache dtype; ``shares_rope`` says whether the
-    target's rotary cache serves it (vLLM ``get_rope`` keeps one instance per rotary size and length).
+    ``kv_cell`` is one token in one draft layer at the cache dtype; ``why`` the weights' arithmetic.
     """
 
     kind: str

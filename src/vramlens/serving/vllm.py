@@ -387,7 +387,7 @@ def vllm_capacity(m: ServedModel, gpu: GPU, *, gpus: int, tp: int, pp: int, cont
     weights = stage_weight_bytes(m, tp, pp) + m.rope_cache_bytes
     weight_notes: tuple[str, ...] = ()
     draft_rope = 0
-    if d is not None:
+    if d is not None and spec is not None:
         # a draft model with a rotary cache of another size gets its own (get_rope caches one per shape)
         if draft is not None and d.kind == "draft_model" and (draft.rotary_dim, draft.max_position) != (
                 m.rotary_dim, m.max_position):
