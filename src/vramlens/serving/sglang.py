@@ -54,11 +54,32 @@ all-reduce differ, see below):
   gloo ``cpu_group`` of the world group (:func:`late_communicator_bytes`). The custom all-reduce's IPC
   buffers (8 MiB ``max_size``, with NVLink or at tp 2) are left out.
 - The hybrid SWA pool by release (:func:`hybrid_pool`): none by default up to 0.4.9.post2 (Llama 4's
-  chunked layers split only with --hybrid-kvcache-ratio; gpt-oss is not served); 0.4.10 to 0.5.3 split the
-  models with a sliding window but Llama 4 (model_runner.py "Check if the model is using hybrid SWA",
-  ``set_num_token_hybrid``: the same split as above); later releases add Llama 4 (0.5.23's
-  ``is_hybrid_swa_model``), split as at 001ccef. vramlens marks gpt-oss and Llama 4 (Gemma's sliding
-  layers, which 0.4.10-0.5.3 split too, are kept at full length).
+  chunked layers split only with --hybrid-kvcache-ratio; gpt-oss is not served). From 0.4.10
+  model_runner.py ("Check if the model is using hybrid SWA", ``set_num_token_hybrid``: the same split as
+  above) splits any model whose class has ``get_attention_sliding_window_size`` (Gemma 2, Gemma 3 and 3n,
+  gpt-oss) unless it is a Llama 4 or ``disable_hybrid_swa_memory`` is set, and server_args.py sets it:
+  0.4.10 for nothing (Gemma 2 and 3 are split), 0.4.10.post2 for Gemma2ForCausalLM ("Disable hybrid SWA
+  memory for Gemma2ForCausalLM"), and from 0.5.0rc2 (read in 0.5.0rc2, 0.5.1, 0.5.1.post3, 0.5.2, 0.5.3)
+  for Gemma2ForCausalLM, Gemma3ForCausalLM, Gemma3ForConditionalGeneration, the Gemma 3n classes ("as it
+  is not yet supported") and GptOssForCausalLM (its model-specific branch, unconditionally). So gpt-oss is
+  split in 0.4.10.x only, and 0.5.0-0.5.3 keep one pool at full length for every model vramlens marks;
+  later releases add Llama 4 (0.5.23's ``is_hybrid_swa_model``), split as at 001ccef (gpt-oss taken as
+  split there too: 0.5.23's server_args.py is not read). vramlens marks gpt-oss and Llama 4; Gemma 2/3 are
+  kept at full length, which is SGLang's own rule from 0.5.0rc2 (0.4.10-0.4.10.post2's Gemma split is not
+  modelled).
+- Speculative decoding (``--speculative-algorithm`` EAGLE, EAGLE3, NEXTN, STANDALONE, NGRAM; read in the
+  0.5.3 wheel, with 0.4.10's and 0.5.2's server_args.py and model_runner.py: :func:`sglang_speculative`,
+  :mod:`vramlens.serving.speculative` for the drafts' weights). server_args.py adds to the default reserve
+  (:func:`speculative_reserve_mib`: 2 GiB, 6 GiB for STANDALONE, none for NGRAM in 0.5.3), sets
+  max_running_requests to 48 when not given, and picks num_steps / eagle_topk / num_draft_tokens by
+  architecture (``auto_choose_speculative_params``). model_runner.py ``init_memory_pool``: the target profiles
+  its pool as without a draft, then raises max_total_num_tokens to ``draft_runner_cache_size`` = profiled +
+  max_num_reqs x (steps x topk + num_draft_tokens) + 100 ("both verify and draft tokens can be concurrently
+  allocated"); the draft worker (eagle_worker.py, ``is_draft_worker``) shares req_to_token_pool and the token
+  allocator and allocates its own token_to_kv_pool of that many tokens over its own layers; its weights
+  load after the target's pool. So the draft's weights and pool and the target's headroom come out of the
+  (1 - mem_fraction_static) share, which SGLang's larger default reserve is for; over it, CUDA runs out of
+  memory. The request-to-token table is num_draft_tokens longer (``extra_max_context_len``).
 - Releases after 0.5.3 follow its rules. 0.5.23 (arg_groups/memory_hook.py
   ``handle_gpu_memory_settings``) adds 8 MiB per prefill CUDA graph size to 0.5.3's reserve and changes
   the defaults under 60 GiB (chunked_prefill_size 4096 from 20 GiB, cuda_graph_max_bs 48 under 35 GiB
@@ -351,14 +372,15 @@ def hybrid_pool(m: ServedModel, version: tuple[int, int, int]) -> bool:
     """Whether ``version`` splits ``m``'s KV pool into full and sliding layers (ServedModel.hybrid_swa).
 
     Up to 0.4.9.post2 nothing is split by default (Llama 4's chunked layers only with
-    --hybrid-kvcache-ratio, default None: model_config.py ``is_hybrid_model``); 0.4.10 to 0.5.3 split a
-    model with a sliding window unless it is a Llama 4 (model_runner.py "Check if the model is using hybrid
+    --hybrid-kvcache-ratio, default None: model_config.py ``is_hybrid_model``); 0.5.0 to 0.5.3 neither
+    (server_args.py sets ``disable_hybrid_swa_memory`` for gpt-oss, see the module docstring); 0.4.10.x
+    split a model with a sliding window unless it is a Llama 4 (model_runner.py "Check if the model is using hybrid
     SWA": ``not any("Llama4" in arch ...)``), by ``set_num_token_hybrid``'s total_tokens / (r n_swa + n_full),
     the split of :func:`hybrid_swa_tokens`; later releases list Llama4ForConditionalGeneration in
     ``is_hybrid_swa_model`` (0.5.23's configs/model_config.py; the split read at 001ccef).
     """
-    if not m.hybrid_swa or version < (0, 4, 10):
-        return False
+    if not m.hybrid_swa or version < (0, 4, 10) or (0, 5, 0) <= version <= (0, 5, 3):
+        return False  # 0.5.0rc2-0.5.3: disable_hybrid_swa_memory for GptOssForCausalLM (server_args.py)
     return not (m.chunked_local and version <= (0, 5, 3))
 
 
@@ -549,8 +571,9 @@ def sglang_capacity(m: ServedModel, gpu: GPU, *, gpus: int, tp: int, pp: int, co
         "worker's token_to_kv_pool; req_to_token_pool shared)") if spec is not None and d is not None
         and spec.kind != "ngram" else ()) + ((f"one {ctx_len:,}-token request does not fit the {tokens:,}-token pool",) if tokens < ctx_len else ()) + (
         (f"SGLang {version} keeps every layer of {m.name} in one pool at full length ("
-         + ("no hybrid SWA pool by default before 0.4.10" if release < (0, 4, 10)
-            else "0.4.10-0.5.3 leave Llama 4 out of the hybrid SWA pool") + ", model_runner.py)",)
+         + ("no hybrid SWA pool by default before 0.4.10, model_runner.py" if release < (0, 4, 10)
+            else "0.4.10-0.5.3 leave Llama 4 out of the hybrid SWA pool, model_runner.py" if m.chunked_local
+            else "0.5.0-0.5.3 set disable_hybrid_swa_memory for it, server_args.py") + ")",)
         if m.hybrid_swa and m.n_sliding and swa is None else ()) + (
         (f"hybrid SWA pool (set_num_tokens_hybrid_swa): the {profiled:,} tokens profiled over every layer split "
          f"into {tokens:,} full-layer and "
