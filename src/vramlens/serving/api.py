@@ -108,8 +108,13 @@ def capacity(model: str | dict | ModelSpec | GGUFInfo | ServedModel, engine: str
     if engine in ("vllm", "sglang"):
         settings.pop("speculative_draft_model_path", None)
         # the draft runs at the target's dtype (vLLM SpeculativeConfig: dtype=target_model_config.dtype)
-        common["draft"] = (resolve_model(draft_arg, engine=engine, dtype=served.dtype)
-                           if draft_arg is not None and draft_arg not in ("ngram", "[ngram]") else None)
+        common["draft"] = None
+        if draft_arg is not None and draft_arg not in ("ngram", "[ngram]"):
+            where = "speculative_config model" if engine == "vllm" else "speculative_draft_model_path"
+            try:
+                common["draft"] = resolve_model(draft_arg, engine=engine, dtype=served.dtype)
+            except InputError as e:
+                raise InputError(f"{where}: {e}") from None
     if engine == "vllm":
         cap = vllm_capacity(served, g, **common, **settings)
     elif engine == "sglang":
