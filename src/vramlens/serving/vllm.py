@@ -49,7 +49,8 @@ draft layers together: all full attention of one page size makes one group of L 
 two sizes one ``UniformTypeKVCacheSpecs`` group (num_blocks = available // (L page + L_draft
 page_draft), ``get_kv_cache_config_from_groups``). The profile run's ``_dummy_run`` runs
 ``drafter.dummy_run(num_tokens)`` after the target's forward, whose output it still holds (EAGLE-3 also
-the three auxiliary hidden states). The drafter's CUDA graphs are captured with the target's, after the
+the three auxiliary hidden states), and ``_dummy_sampler_run`` warms up the rejection sampler after the sampler
+(:data:`REJECTION_BYTES`), for every method, ngram included. The drafter's CUDA graphs are captured with the target's, after the
 KV cache. A target whose cache is hybrid (sliding or chunked layers) is not modelled with a draft.
 """
 
@@ -112,6 +113,13 @@ LARGE_GPU_MAX_NUM_BATCHED_TOKENS, LARGE_GPU_MAX_NUM_SEQS = 8192, 1024
 #: "triton" - V1's Triton top-k/top-p kernel (``apply_top_k_top_p_triton``, no sort): fp32 logits 4,
 #: the softmax probabilities 4 and ``random_sample``'s exponential noise 4: 12 B.
 SAMPLER_BYTES = {"sort": 36, "triton": 12}
+#: Bytes per logits element alive at the rejection sampler's peak in 0.19's ``_dummy_sampler_run`` with a
+#: speculative config, beyond 3 model-dtype copies (3b: the ``torch.randn(num_tokens + num_reqs, V)`` logits of one
+#: draft and one bonus token per request, 2b, and the bonus rows ``logits[bonus_logits_indices]`` still named in
+#: ``RejectionSampler.forward``, b): per target row, ``raw_target_logits.to(torch.float32)`` 4, its ``clone()``
+#: (the default raw logprobs mode) 4, ``rejection_sample``'s fp32 ``softmax`` 4, and ``sample_recovered_tokens``'
+#: exponential noise ``q`` 4 and ``q.reciprocal()`` 4 (v1/sample/rejection_sampler.py): 20 B. Read, not measured.
+REJECTION_BYTES = 20
 #: vLLM 0.19 ``WorkspaceManager.get_simultaneous`` (v1/worker/workspace.py) rounds each view it carves
 #: from its one buffer up to 256 bytes.
 WORKSPACE_ALIGN = 256
@@ -416,6 +424,16 @@ def vllm_capacity(m: ServedModel, gpu: GPU, *, gpus: int, tp: int, pp: int, cont
                          "x vocabulary x 4 B, topk_buffer_bytes) is left out",)
     act, act_why = profile_peak_bytes(m, tokens=mnbt, rows=rows, tp=tp, b=b, sampler=sampler,
                                       moe_workspace=rel.moe_workspace, topk_buffer=topk)
+    if d is not None:
+        # the rejection sampler's warm-up after the sampler's: one draft and one bonus row per dummy request
+        ws = moe_workspace_bytes(m, tokens=mnbt, tp=tp, b=b) if rel.moe_workspace else 0
+        rej = rows * m.vocab * (3 * b + REJECTION_BYTES) + mnbt * m.hidden * b + ws + topk
+        if rej > act:
+            act, act_why = rej, (f"rejection sampler {rows} rows x {m.vocab:,} x (3b + {REJECTION_BYTES}) B + hidden "
+                                 f"{mnbt * m.hidden * b:,}" + (f" + MoE workspace {ws:,}" if ws else "")
+                                 + (f" + top-k buffer {topk:,}" if topk else "") + f" = {rej:,} (above {act_why})")
+        else:
+            act_why += f"; rejection sampler {rej:,} below it"
     if d is not None and d.kind != "ngram":
         dact, dwhy = drafter_peak_bytes(m, draft, d, tokens=mnbt, tp=tp, b=b)
         if dact > act:
