@@ -178,3 +178,18 @@ def test_cli_flags(capsys, tmp_path):
     assert main(["capacity", "llama-3.1-8b", "--engine", "sglang", "--gpu", "H100-SXM-80GB", "--speculative-config",
                  '{"method": "ngram"}']) == 2
     assert capsys.readouterr().err == ("error: --speculative-config is a vllm flag, not one of sglang's\n")
+
+
+def test_sglang_eagle_on_deepseek_drafts_with_its_mtp_layer():
+    from vramlens.serving.api import resolve_model
+
+    m = resolve_model("deepseek-v3", engine="sglang", quant="fp8")
+    # EAGLE with no draft path on DeepseekV3ForCausalLM: the draft path defaults to the model (its MTP layer), and
+    # auto_choose_speculative_params gives (3 steps, topk 1, 4 draft tokens)
+    cap = capacity(m, "sglang", gpu="H200-141GB", tp=8, speculative_algorithm="EAGLE")
+    assert [cap.figure(k) for k in ("speculative_num_steps", "speculative_eagle_topk",
+                                    "speculative_num_draft_tokens")] == [3, 1, 4]
+    assert cap.speculative == ("EAGLE, 3 steps, topk 1, 4 draft tokens, draft deepseek-ai/DeepSeek-V3 MTP layers")
+    # the draft worker's pool: max_total_num_tokens x 1 MTP layer x (512 + 64) x 2 B
+    assert cap.draft_kv_cache_bytes == cap.kv_tokens * 1_152
+    assert cap.kv_tokens == capacity(m, "sglang", gpu="H200-141GB", tp=8, speculative_algorithm="NEXTN").kv_tokens
