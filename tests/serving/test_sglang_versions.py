@@ -188,3 +188,12 @@ def test_the_flag_help_and_api_name_the_default():
     from vramlens.serving.api import capacity as api_capacity
 
     assert f'default "{DEFAULT_VERSION}"' in (api_capacity.__doc__ or "")
+
+
+def test_request_pool_rows_by_release():
+    # max_num_reqs = min(max(tokens / 4096 x 512, 2048), 4096) = 4096 here; the ReqToTokenPool has max_num_reqs + 1
+    # rows in 0.4.3.post4 (the logs' 2049 and 4097) and max_num_reqs from 0.4.8 (model_runner.py
+    # ``ReqToTokenPool(size=max_num_reqs, ...)``): max_running_requests = min(tokens // 2, rows)
+    old = capacity("llama-3.1-8b", "sglang", gpu="H100-SXM-80GB", context_length=4096, version="0.4.3.post4")
+    new = capacity("llama-3.1-8b", "sglang", gpu="H100-SXM-80GB", context_length=4096)
+    assert (old.figure("max_running_requests"), new.figure("max_running_requests")) == (4_097, 4_096)

@@ -44,9 +44,11 @@ all-reduce differ, see below):
   (0.5.3: 4096 under 60 GiB), 16,384 above.
 - ``init_memory_pool`` (the same from 0.3.3 to 0.5.3): max_num_reqs = min(max(max_total_num_tokens /
   context_len x 512, 2048), 4096), or --max-running-requests; the ReqToTokenPool holds max_num_reqs + 1
-  rows of context_len + 4 int32 token indices, allocated after the pool is sized, so out of the
+  rows of context_len + 4 int32 token indices up to 0.4.3.post4 (the logs' "max_running_requests=2049"),
+  max_num_reqs rows from 0.4.8 (``ReqToTokenPool(size=max_num_reqs, ...)`` in the 0.4.8, 0.4.9.post2, 0.4.10,
+  0.5.2 and 0.5.3 wheels; 0.4.4-0.4.7 are taken as before), allocated after the pool is sized, so out of the
   (1 - mem_fraction_static) share; tp_worker.py: max_running_requests = min(max_total_num_tokens // 2,
-  that pool's size) unless given (the logs' "max_running_requests=2049").
+  that pool's size) unless given.
 - At tp > 1, 0.3.3 to 0.4.6 read total_gpu_memory and then all-reduce it over the default (NCCL) process
   group (utils.py ``get_available_gpu_memory(distributed=True)``: a CUDA tensor, ``torch.distributed.all_reduce``
   with no group), which creates torch's NCCL communicator after the figure is read, so its buffers come out
@@ -155,6 +157,10 @@ SHORT_TREE_ARCHITECTURES = (
 )
 #: The cuda graph capture batch sizes go up to 160 by default (``cuda_graph_max_bs``).
 DEFAULT_MAX_RUNNING_FLOOR, DEFAULT_MAX_RUNNING_CEIL, RUNNING_PER_CONTEXT = 2048, 4096, 512
+
+
+#: The first release read whose ReqToTokenPool has max_num_reqs rows (``size=max_num_reqs``), not max_num_reqs + 1.
+REQ_POOL_EXACT_FROM = (0, 4, 8)
 
 
 #: SGLang keeps the rotary cos/sin cache in fp32 where ``torch.version.cuda`` is set (layers/rotary_embedding.py
@@ -498,10 +504,12 @@ def sglang_capacity(m: ServedModel, gpu: GPU, *, gpus: int, tp: int, pp: int, co
                                f"--swa-full-tokens-ratio (SGLang's default {DEFAULT_SWA_FULL_TOKENS_RATIO})"])
     max_num_reqs = max_running_requests or min(max(int(tokens / ctx_len * RUNNING_PER_CONTEXT),
                                                    DEFAULT_MAX_RUNNING_FLOOR), DEFAULT_MAX_RUNNING_CEIL)
-    # tp_worker.py: min(max_total_num_tokens // 2, ReqToTokenPool size = max_num_reqs + 1) unless given
-    max_running = max_running_requests or max(1, min(tokens // 2, max_num_reqs + 1))
+    # tp_worker.py: min(max_total_num_tokens // 2, ReqToTokenPool size) unless given; the pool has max_num_reqs + 1
+    # rows up to 0.4.3.post4, max_num_reqs from 0.4.8 (model_runner.py init_memory_pool)
+    pool_rows = max_num_reqs + (1 if release < REQ_POOL_EXACT_FROM else 0)
+    max_running = max_running_requests or max(1, min(tokens // 2, pool_rows))
     extra_len = 4 + (spec.draft_tokens if spec is not None else 0)  # init_memory_pool extra_max_context_len
-    req_to_token = (max_num_reqs + 1) * (ctx_len + extra_len) * 4  # ReqToTokenPool: int32 indices
+    req_to_token = pool_rows * (ctx_len + extra_len) * 4  # ReqToTokenPool: int32 indices
     ctx = context or ctx_len
     conc = tokens / ctx
     running = max(1, min(int(conc), max_running))
@@ -557,7 +565,7 @@ def sglang_capacity(m: ServedModel, gpu: GPU, *, gpus: int, tp: int, pp: int, co
            f"memory is read (get_available_gpu_memory's all-reduce over the default group, SGLang 0.3.3-0.4.6) and "
            "comes out of the pool",) if late else ()),
         f"left for activations and CUDA graphs: {reserve / GiB:.2f} GiB; the request-to-token table "
-        f"({max_num_reqs + 1:,} x {ctx_len + extra_len:,} int32) takes {req_to_token / GiB:.2f} GiB of it, a {cps:,}-token "
+        f"({pool_rows:,} x {ctx_len + extra_len:,} int32) takes {req_to_token / GiB:.2f} GiB of it, a {cps:,}-token "
         f"chunked prefill about {act / GiB:.2f} GiB, graphs {CUDA_GRAPH_BYTES / GiB:.2f} GiB"
         + (f", the draft worker {spec_bytes / GiB:.2f} GiB" if spec is not None else "")
         + (" (does not fit: lower --chunked-prefill-size, --context-length or --mem-fraction-static)"
