@@ -67,6 +67,9 @@ MAX_QUANT_GROUP = MAX_HIDDEN
 MAX_EFFECTIVE_BATCH = MAX_BATCH * MAX_GRAD_ACCUM
 #: A network or interconnect bandwidth, bytes/s (NVLink 5 is 1.8e12; 1e15 is 500x that).
 MAX_BANDWIDTH = 10**15
+#: Speculative tokens, steps or draft tokens per step: 1,024 is 16x SGLang's largest default tree
+#: (64 draft tokens in its EAGLE examples) and 100x the few tokens vLLM's drafts propose.
+MAX_SPECULATIVE_TOKENS = 1_024
 #: Rows of a "top N" listing (fit's plans, trace's tensors, a snapshot's source lines).
 MAX_TOP = 10_000
 #: Length of a GPU name or size ("NVIDIA H100 80GB HBM3" is 20).

@@ -73,9 +73,19 @@ CASES = {
     "capacity-swa-ratio-0": ("capacity openai/gpt-oss-120b --gpu H100-SXM-80GB --engine sglang --swa-full-tokens-ratio 0",
                              "swa_full_tokens_ratio=0.0 must be in (0, 1]"),
     "capacity-swa-ratio-tiny": ("capacity openai/gpt-oss-120b --gpu H100-SXM-80GB --engine sglang "
-                                "--swa-full-tokens-ratio 1e-300",
+                                "--sglang-version 0.4.10.post2 --swa-full-tokens-ratio 1e-300",
                                 "swa_full_tokens_ratio=1e-300 leaves the sliding layers 0 tokens, less than one "
                                 "request's window of 128 tokens"),
+    "capacity-speculative-not-json": ("capacity llama-3.1-8b --gpu H100-SXM-80GB --speculative-config ngram",
+                                      "speculative_config='ngram' is not JSON"),
+    "capacity-speculative-topk-alone": ("capacity llama-3.1-8b --gpu H100-SXM-80GB --engine sglang "
+                                        "--speculative-algorithm EAGLE --speculative-draft-model-path llama-3.2-1b "
+                                        "--speculative-eagle-topk 2",
+                                        "speculative_eagle_topk and speculative_num_draft_tokens need "
+                                        "speculative_num_steps"),
+    "capacity-speculative-steps-0": ("capacity llama-3.1-8b --gpu H100-SXM-80GB --engine sglang "
+                                     "--speculative-algorithm NGRAM --speculative-num-steps 0",
+                                     "speculative_num_steps=0"),
     "capacity-swa-ratio-in-vllm": ("capacity openai/gpt-oss-120b --gpu H100-SXM-80GB --swa-full-tokens-ratio 0.5",
                                    "--swa-full-tokens-ratio is a sglang flag"),
     "capacity-kv-dtype-names-flag": ("capacity llama-2-7b --gpu A100-80GB --kv-cache-dtype fp4",

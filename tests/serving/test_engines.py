@@ -369,7 +369,7 @@ def test_llamacpp_quantized_v_needs_flash_attention():
     ({"block_size": 10**6}, "block_size=1000000 is over the limit of 65,536"),
     ({"mem_fraction_static": 0.8}, "mem_fraction_static is not a vllm setting: use gpu_memory_utilization, "
      "max_model_len, max_num_seqs, max_num_batched_tokens, kv_cache_dtype, block_size, enforce_eager, quantization, "
-     "dtype, version, use_v1"),
+     "dtype, version, use_v1, speculative_config"),
     ({"version": "0.3.3"}, "version='0.3.3' is not a vLLM release vramlens follows: give 0.4 or later, e.g. version='0.19' (--vllm-version 0.19)"),
     ({"dtype": "int4"}, "dtype='int4' is not one of auto, half, float16, bfloat16, float, float32 (vLLM --dtype)"),
     ({"gpu_memory_utilization": float("nan")}, "gpu_memory_utilization=nan is not a number between 0 and 1"),
@@ -435,14 +435,17 @@ def test_sglang_hybrid_swa_split_worked_case():
 
 def test_sglang_gpt_oss_120b_h100_pool():
     # total_gpu_memory = 85,520,809,984 - 419,430,400 (CUDA context) = 85,101,379,584; rest =
-    # int(0.835 x that) - weights (0.5.3's default on nvidia-smi's 81,559 MiB: reserved 512 + 1.5 x 8,192 +
-    # 2 x 256 + 1,024 / 8 = 13,440 MiB, round((81,559 - 13,440) / 81,559, 3)); cell over all 36 layers =
-    # 8 x 64 x 36 x 2 x 2 B = 73,728;
-    # full = int(tokens x 36 / (18 + 0.8 x 18)), swa = int(0.8 x full)
-    cap = capacity("gpt-oss-120b", "sglang", gpu="H100-SXM-80GB")
+    # int(0.874 x that) - weights (0.4.10's default on nvidia-smi's 81,559 MiB: reserved (9.5 + 1 / 2) GiB = 10,240
+    # MiB, round((81,559 - 10,240) / 81,559, 3)); cell over all 36 layers = 8 x 64 x 36 x 2 x 2 B = 73,728;
+    # full = int(tokens x 36 / (18 + 0.8 x 18)), swa = int(0.8 x full). 0.5.0-0.5.3 keep one pool (server_args.py
+    # disable_hybrid_swa_memory for GptOssForCausalLM): max_total_num_tokens = the tokens profiled over every layer.
+    one = capacity("gpt-oss-120b", "sglang", gpu="H100-SXM-80GB")
+    assert one.figure("mem_fraction_static") == 0.835 and one.figure("swa_layer_tokens") is None
+    assert one.kv_tokens == (int(0.835 * 85_101_379_584) - one.weights_bytes) // 73_728
+    cap = capacity("gpt-oss-120b", "sglang", gpu="H100-SXM-80GB", version="0.4.10.post2")
     assert cap.kv_bytes_per_token == 73_728
-    assert cap.figure("mem_fraction_static") == 0.835
-    tokens = (int(0.835 * 85_101_379_584) - cap.weights_bytes) // 73_728
+    assert cap.figure("mem_fraction_static") == 0.874
+    tokens = (int(0.874 * 85_101_379_584) - cap.weights_bytes) // 73_728
     full = int(tokens * 73_728 / (18 * 2_048 + 0.8 * 18 * 2_048))
     assert cap.figure("full_layer_tokens") == full == cap.kv_tokens == cap.figure("max_total_num_tokens")
     assert cap.figure("swa_layer_tokens") == int(full * 0.8)

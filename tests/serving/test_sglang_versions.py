@@ -141,7 +141,9 @@ def test_a_later_release_says_it_follows_053():
 def test_hybrid_pool_by_release():
     gpt_oss = resolve_model("gpt-oss-20b", engine="sglang")
     scout = resolve_model("llama-4-scout", engine="sglang")
-    assert [hybrid_pool(gpt_oss, v) for v in ((0, 4, 9), (0, 4, 10), (0, 5, 3), (0, 5, 23))] == [False, True, True, True]
+    # 0.5.0rc2-0.5.3's server_args.py sets disable_hybrid_swa_memory for GptOssForCausalLM
+    assert [hybrid_pool(gpt_oss, v) for v in ((0, 4, 9), (0, 4, 10), (0, 5, 0), (0, 5, 3), (0, 5, 23))] == [
+        False, True, False, False, True]
     assert [hybrid_pool(scout, v) for v in ((0, 4, 9), (0, 4, 10), (0, 5, 3), (0, 5, 4))] == [False, False, False, True]
     assert not hybrid_pool(resolve_model("llama-3-8b", engine="sglang"), (0, 5, 23))
     # one pool: every layer at full length, the profiled tokens as they are (tp 8: 1 kv head x 128 x 48 x 2 x 2 B)
@@ -151,8 +153,11 @@ def test_hybrid_pool_by_release():
     assert any("SGLang 0.5.3 keeps every layer of" in n and "0.4.10-0.5.3 leave Llama 4 out" in n for n in cap.notes)
     cap = capacity("gpt-oss-20b", "sglang", gpu="H100-SXM-80GB", version="0.4.9.post2")
     assert any("no hybrid SWA pool by default before 0.4.10" in n for n in cap.notes)
-    cap = capacity("gpt-oss-20b", "sglang", gpu="H100-SXM-80GB")
+    cap = capacity("gpt-oss-20b", "sglang", gpu="H100-SXM-80GB", version="0.4.10.post2")
     assert "hybrid SWA" in cap.accounting and not any("keeps every layer" in n for n in cap.notes)
+    cap = capacity("gpt-oss-20b", "sglang", gpu="H100-SXM-80GB")
+    assert any("SGLang 0.5.3 keeps every layer of" in n and "0.5.0-0.5.3 set disable_hybrid_swa_memory for it, "
+               "server_args.py" in n for n in cap.notes)
 
 
 def test_cli_flag_json_and_refusals(capsys):
@@ -183,3 +188,12 @@ def test_the_flag_help_and_api_name_the_default():
     from vramlens.serving.api import capacity as api_capacity
 
     assert f'default "{DEFAULT_VERSION}"' in (api_capacity.__doc__ or "")
+
+
+def test_request_pool_rows_by_release():
+    # max_num_reqs = min(max(tokens / 4096 x 512, 2048), 4096) = 4096 here; the ReqToTokenPool has max_num_reqs + 1
+    # rows in 0.4.3.post4 (the logs' 2049 and 4097) and max_num_reqs from 0.4.8 (model_runner.py
+    # ``ReqToTokenPool(size=max_num_reqs, ...)``): max_running_requests = min(tokens // 2, rows)
+    old = capacity("llama-3.1-8b", "sglang", gpu="H100-SXM-80GB", context_length=4096, version="0.4.3.post4")
+    new = capacity("llama-3.1-8b", "sglang", gpu="H100-SXM-80GB", context_length=4096)
+    assert (old.figure("max_running_requests"), new.figure("max_running_requests")) == (4_097, 4_096)

@@ -82,3 +82,19 @@ def test_sglang_version_equals_cli_json(client, capsys):
     assert r.json()["accounting"].startswith("SGLang 0.4.5 ")
     r = client.get("/api/capacity", params={**params, "version": "0.3"})
     assert "give 0.3.3 or later" in assert_json_error(r, (400, 422))
+
+
+def test_speculative_settings(client, capsys):
+    """The capacity tab's speculative fields: the same JSON as the CLI; a draft is a catalog name or hub id only."""
+    params = {"model": "llama-3.1-8b", "engine": "sglang", "gpu": "H100-SXM-80GB", "speculative_algorithm": "STANDALONE",
+              "speculative_draft_model_path": "llama-3.2-1b"}
+    r = client.get("/api/capacity", params=params)
+    assert r.status_code == 200, r.text
+    capsys.readouterr()
+    assert main(["capacity", "llama-3.1-8b", "--engine", "sglang", "--gpu", "H100-SXM-80GB", "--speculative-algorithm",
+                 "STANDALONE", "--speculative-draft-model-path", "llama-3.2-1b", "--json"]) == 0
+    assert r.json() == json.loads(capsys.readouterr().out)
+    r = client.get("/api/capacity", params={"model": "llama-3.1-8b", "gpu": "H100-SXM-80GB", "speculative_config":
+                                            '{"method": "draft_model", "model": "/etc/draft.json", '
+                                            '"num_speculative_tokens": 3}'})
+    assert "the web app reads no local files" in assert_json_error(r, (400, 422))

@@ -12,6 +12,8 @@ EXAMPLES = """examples:
   vramlens capacity llama-3.1-70b --engine vllm --gpu H100-SXM-80GB --tp 4 --max-model-len 32768 --kv-cache-dtype fp8
   vramlens capacity qwen2.5-7b --engine sglang --gpu L40S --mem-fraction-static 0.85 --json
   vramlens capacity ./model.Q4_K_M.gguf --engine llama.cpp --gpu RTX-4090 --ctx-size 8192 --flash-attn
+  vramlens capacity llama-3.1-8b --engine vllm --gpu H100-SXM-80GB --speculative-config '{"method": "ngram", "num_speculative_tokens": 3}'
+  vramlens capacity llama-3.1-8b --engine sglang --gpu H100-SXM-80GB --speculative-algorithm STANDALONE --speculative-draft-model-path llama-3.2-1b
   vramlens capacity llama-3.1-70b --users 32 --context 8192 --tokens-per-s 20 --engine vllm
 """
 
@@ -32,6 +34,20 @@ FLAGS: tuple[tuple[str, str, tuple[str, ...], dict], ...] = (
                         "help": "vLLM: the release whose arithmetic to follow, 0.4 or later (0.19)"}),
     ("--enforce-eager", "enforce_eager", ("vllm",), {"action": "store_true", "default": None,
                          "help": "vLLM: no CUDA graphs"}),
+    ("--speculative-config", "speculative_config", ("vllm",), {"metavar": "JSON",
+                              "help": "vLLM: speculative decoding, e.g. '{\"method\": \"eagle3\", \"model\": DRAFT, "
+                                      "\"num_speculative_tokens\": 3}' (methods eagle, eagle3, mtp, ngram, "
+                                      "draft_model; DRAFT a catalog name or config.json)"}),
+    ("--speculative-algorithm", "speculative_algorithm", ("sglang",), {"metavar": "A",
+                                 "help": "SGLang: EAGLE, EAGLE3, NEXTN, STANDALONE or NGRAM"}),
+    ("--speculative-draft-model-path", "speculative_draft_model_path", ("sglang",), {"metavar": "DRAFT",
+                                        "help": "SGLang: the draft (catalog name or config.json)"}),
+    ("--speculative-num-steps", "speculative_num_steps", ("sglang",), {"type": int, "metavar": "N",
+                                 "help": "SGLang: draft steps (default by architecture: 5, DeepSeek 3)"}),
+    ("--speculative-eagle-topk", "speculative_eagle_topk", ("sglang",), {"type": int, "metavar": "N",
+                                  "help": "SGLang: draft branches per step (default 4, DeepSeek 1)"}),
+    ("--speculative-num-draft-tokens", "speculative_num_draft_tokens", ("sglang",), {"type": int, "metavar": "N",
+                                        "help": "SGLang: tokens verified per step (default 8, DeepSeek 4)"}),
     ("--kv-cache-dtype", "kv_cache_dtype", ("vllm", "sglang"), {"metavar": "T",
                           "help": "vLLM: auto, fp8, fp8_e4m3, fp8_e5m2; SGLang: auto, fp8_e4m3, fp8_e5m2"}),
     ("--quantization", "quantization", ("vllm", "sglang", "transformers"), {"metavar": "Q",
@@ -162,6 +178,8 @@ def render(cap) -> str:
              f"  activation peak         {format_gib(cap.activation_bytes):>12}",
              f"  KV cache                {format_gib(cap.kv_cache_bytes):>12}",
              f"  total                   {format_gib(cap.total_bytes):>12}  of {format_gib(cap.gpu_bytes)}",
+             *((f"  speculative: {cap.speculative}; the draft's weights {format_gib(cap.draft_weights_bytes)} and "
+                f"KV cache {format_gib(cap.draft_kv_cache_bytes)} are in the lines above",) if cap.speculative else ()),
              "",
              f"as {cap.engine} logs it:"]
     for f in cap.figures:

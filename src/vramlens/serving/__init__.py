@@ -8,7 +8,14 @@ the version) and returns a frozen :class:`Capacity` in the engine's own terms.
 True
 """
 
-from vramlens.serving.api import ENGINES, SETTINGS, capacity, check_settings, resolve_model
+from vramlens.serving.api import (
+    ENGINES,
+    SETTINGS,
+    capacity,
+    check_settings,
+    resolve_model,
+    speculative_config,
+)
 from vramlens.serving.common import ServedModel, served_from_gguf, served_from_spec
 from vramlens.serving.plan import CapacityPlan, ServingPlan, plan_capacity
 from vramlens.serving.result import Capacity, DeviceBuffers, EngineFigure
@@ -16,5 +23,6 @@ from vramlens.serving.result import Capacity, DeviceBuffers, EngineFigure
 __all__ = [
     "Capacity", "CapacityPlan", "DeviceBuffers", "ENGINES", "EngineFigure", "SETTINGS", "ServedModel", "ServingPlan",
     "capacity", "check_settings", "plan_capacity", "resolve_model", "served_from_gguf", "served_from_spec",
+    "speculative_config",
 ]
 

@@ -7,6 +7,7 @@ then hands them to the engine's module.
 
 from __future__ import annotations
 
+import json
 import math
 from dataclasses import replace
 from typing import Any
@@ -24,20 +25,28 @@ from vramlens.serving.transformers import transformers_capacity
 from vramlens.serving.vllm import DTYPES, QUANTIZATIONS, vllm_capacity
 
 ENGINES = ("vllm", "sglang", "llama.cpp", "transformers")
+#: The keys of vLLM's ``--speculative-config`` vramlens reads (vllm/config/speculative.py SpeculativeConfig).
+SPECULATIVE_KEYS = ("method", "model", "num_speculative_tokens")
 
 #: Each engine's settings (its own names) -> (kind, bound): "int" bounded by limits, "int0" the
-#: same from 0, "fraction" a float in (0, 1] checked by the engine, "bool", or a choice string.
+#: same from 0, "fraction" a float in (0, 1] checked by the engine, "bool", "model" (what ``model`` takes:
+#: a draft), "speculative" (vLLM's ``--speculative-config``: a JSON object or dict, SPECULATIVE_KEYS), or a
+#: choice string.
 SETTINGS: dict[str, dict[str, tuple[str, int]]] = {
     "vllm": {"gpu_memory_utilization": ("fraction", 0), "max_model_len": ("int", L.MAX_POSITIONS),
              "max_num_seqs": ("int", L.MAX_BATCH), "max_num_batched_tokens": ("int", L.MAX_SEQ),
              "kv_cache_dtype": ("str", 0), "block_size": ("int", L.MAX_KV_BLOCK), "enforce_eager": ("bool", 0),
              "quantization": ("str", 0), "dtype": ("str", 0), "version": ("str", 0),
-             "use_v1": ("bool", 0)},
+             "use_v1": ("bool", 0), "speculative_config": ("speculative", 0)},
     "sglang": {"mem_fraction_static": ("fraction", 0), "chunked_prefill_size": ("int", L.MAX_SEQ),
                "max_running_requests": ("int", L.MAX_BATCH), "context_length": ("int", L.MAX_POSITIONS),
                "kv_cache_dtype": ("str", 0), "quantization": ("str", 0),
                "swa_full_tokens_ratio": ("fraction", 0), "page_size": ("int", L.MAX_KV_BLOCK),
-               "version": ("str", 0)},
+               "version": ("str", 0), "speculative_algorithm": ("str", 0),
+               "speculative_draft_model_path": ("model", 0),
+               "speculative_num_steps": ("int", L.MAX_SPECULATIVE_TOKENS),
+               "speculative_eagle_topk": ("int", L.MAX_SPECULATIVE_TOKENS),
+               "speculative_num_draft_tokens": ("int", L.MAX_SPECULATIVE_TOKENS)},
     "llama.cpp": {"ctx_size": ("int0", L.MAX_SEQ), "batch_size": ("int", L.MAX_SEQ), "ubatch_size": ("int", L.MAX_SEQ),
                   "n_gpu_layers": ("int0", L.MAX_LAYERS), "cache_type_k": ("str", 0), "cache_type_v": ("str", 0),
                   "flash_attn": ("bool", 0), "parallel": ("int", L.MAX_BATCH), "weights_type": ("str", 0)},
@@ -63,7 +72,11 @@ def capacity(model: str | dict | ModelSpec | GGUFInfo | ServedModel, engine: str
             the transformers model built on the meta device (needs the ``trace`` extra; cached on disk);
             False takes a generic Llama-style approximation of the config's standard fields instead.
         **engine_settings: the engine's own settings, e.g. ``gpu_memory_utilization=0.9`` (vLLM),
-            ``mem_fraction_static=0.85`` (SGLang), ``n_gpu_layers=20`` (llama.cpp); ``quantization``
+            ``mem_fraction_static=0.85`` (SGLang), ``n_gpu_layers=20`` (llama.cpp); speculative decoding:
+            vLLM's ``speculative_config={"method": "eagle3", "model": DRAFT, "num_speculative_tokens": 3}``
+            (or its JSON), SGLang's ``speculative_algorithm``, ``speculative_draft_model_path``,
+            ``speculative_num_steps``, ``speculative_eagle_topk``, ``speculative_num_draft_tokens``
+            (DRAFT: anything ``model`` takes, at the target's dtype); ``quantization``
             ("awq", "gptq", "fp8", "bitsandbytes") for vLLM, SGLang and transformers; vLLM's
             ``dtype`` ("auto", "float16", "bfloat16", "float32") and ``version`` (the release whose
             arithmetic to follow, "0.4" or later; default "0.19") and ``use_v1`` (VLLM_USE_V1 for 0.8-0.10);
@@ -97,6 +110,18 @@ def capacity(model: str | dict | ModelSpec | GGUFInfo | ServedModel, engine: str
 
     g = get_gpu(gpu) if isinstance(gpu, str) else gpu
     common: dict[str, Any] = {"gpus": n_gpus, "tp": tp, "pp": pp, "context": context}
+    draft_arg = (settings.get("speculative_config") or {}).get("model") if engine == "vllm" else (
+        settings.get("speculative_draft_model_path") if engine == "sglang" else None)
+    if engine in ("vllm", "sglang"):
+        settings.pop("speculative_draft_model_path", None)
+        # the draft runs at the target's dtype (vLLM SpeculativeConfig: dtype=target_model_config.dtype)
+        common["draft"] = None
+        if draft_arg is not None and draft_arg not in ("ngram", "[ngram]"):
+            where = "speculative_config model" if engine == "vllm" else "speculative_draft_model_path"
+            try:
+                common["draft"] = resolve_model(draft_arg, engine=engine, dtype=served.dtype)
+            except InputError as e:
+                raise InputError(f"{where}: {e}") from None
     if engine == "vllm":
         cap = vllm_capacity(served, g, **common, **settings)
     elif engine == "sglang":
@@ -135,6 +160,13 @@ def check_settings(engine: str, given: dict[str, Any]) -> dict[str, Any]:
                 if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
                     raise InputError(f"{name}={L.show(value)} is not a number between 0 and 1")
                 out[name] = float(value)
+            elif kind == "model":
+                if isinstance(value, str) and not 0 < len(value) <= L.MAX_MODEL_ARG:
+                    raise InputError(f"{name}={L.show(value)} is not a model: give a catalog name or a config.json "
+                                     f"path of at most {L.MAX_MODEL_ARG:,} characters")
+                out[name] = value
+            elif kind == "speculative":
+                out[name] = speculative_config(value)
             elif kind == "bool":
                 if not isinstance(value, bool):
                     raise InputError(f"{name}={L.show(value)} is not true or false")
@@ -153,6 +185,44 @@ def check_settings(engine: str, given: dict[str, Any]) -> dict[str, Any]:
     if problems:
         raise ConfigError(problems)
     return out
+
+
+def speculative_config(value: Any) -> dict[str, Any]:
+    """vLLM's ``--speculative-config`` as a dict of SPECULATIVE_KEYS, from a dict or its JSON text.
+
+    Raises:
+        InputError: not a JSON object, another key, or a value of the wrong type or over its bound
+            (num_speculative_tokens below 1 is left for vLLM's own refusal).
+    """
+    flag = "--speculative-config"
+    if isinstance(value, str):
+        if len(value) > L.MAX_MODEL_ARG:
+            raise InputError(f"speculative_config is {len(value):,} characters, over {L.MAX_MODEL_ARG:,}: give "
+                             f"{flag} '{{\"method\": \"eagle3\", \"model\": DRAFT, \"num_speculative_tokens\": 3}}'")
+        try:
+            value = json.loads(value)
+        except ValueError:
+            raise InputError(f"speculative_config={L.show(value)} is not JSON: give {flag} "
+                             "'{\"method\": \"eagle3\", \"model\": DRAFT, \"num_speculative_tokens\": 3}'") from None
+    if not isinstance(value, dict):
+        raise InputError(f"speculative_config={L.show(value)} is not an object: give {flag} "
+                         "'{\"method\": \"ngram\", \"num_speculative_tokens\": 3}'")
+    extra = sorted(str(k) for k in value if k not in SPECULATIVE_KEYS)
+    if extra:
+        raise InputError(f"speculative_config key(s) {', '.join(map(L.show, extra))} not read by vramlens: "
+                         f"give only {', '.join(SPECULATIVE_KEYS)}")
+    method, model, n = value.get("method"), value.get("model"), value.get("num_speculative_tokens")
+    if method is not None and (not isinstance(method, str) or len(method) > 64):
+        raise InputError(f"speculative_config method={L.show(method)} is not a name (e.g. \"eagle3\")")
+    if model is not None and not isinstance(model, (str, dict, ModelSpec, ServedModel)) or (
+            isinstance(model, str) and not 0 < len(model) <= L.MAX_MODEL_ARG):
+        raise InputError(f"speculative_config model={L.show(model)} is not a model: give a catalog name or a "
+                         "config.json path")
+    if n is not None and (isinstance(n, bool) or not isinstance(n, int)):
+        raise InputError(f"speculative_config num_speculative_tokens={L.show(n)} is not a whole number")
+    if isinstance(n, int) and n > L.MAX_SPECULATIVE_TOKENS:
+        raise InputError(f"speculative_config num_speculative_tokens={n:,} is over {L.MAX_SPECULATIVE_TOKENS:,}")
+    return {k: value[k] for k in SPECULATIVE_KEYS if value.get(k) is not None}
 
 
 def resolve_model(model: str | dict | ModelSpec | GGUFInfo | ServedModel, *, quant: str | None = None,

@@ -105,6 +105,14 @@ class ServedModel:
     #: where the weights came from, when not from an analytic family (a meta-device inventory, or the generic
     #: approximation under --no-trace-fallback): the first "how" lines of the answer
     source_notes: tuple[str, ...] = ()
+    #: the checkpoint's ``architectures[0]`` (ModelSpec.architecture): SGLang picks its speculative
+    #: defaults by it (server_args.py ``auto_choose_speculative_params``)
+    architecture: str = ""
+    #: multi-token-prediction layers the checkpoint carries beside its blocks (config.json
+    #: ``num_nextn_predict_layers``: DeepSeek V3 / R1 1), which vLLM's ``mtp`` and SGLang's NEXTN load as the draft
+    mtp_layers: int = 0
+    #: an EAGLE-3 head's own output vocabulary (config.json ``draft_vocab_size``; 0 = the target's)
+    draft_vocab: int = 0
 
     @property
     def weight_bytes(self) -> int:
@@ -168,7 +176,9 @@ def served_from_spec(spec: ModelSpec, *, dtype: str | None = None, quant: str | 
         kv_latent=spec.kv_latent, hybrid_swa=spec.hybrid_swa_pool,
         chunked_local=spec.local_attention == "chunked" and spec.n_sliding_layers > 0,
         n_experts=spec.n_experts, shared_expert_ffn=spec.shared_expert_ffn, mxfp4_experts=mxfp4,
-        expert_layers=expert_layers, expert_bias_numel=expert_bias // max(1, expert_layers), hybrid=hybrid)
+        expert_layers=expert_layers, expert_bias_numel=expert_bias // max(1, expert_layers), hybrid=hybrid,
+        architecture=spec.architecture, mtp_layers=_config_int(cfg, "num_nextn_predict_layers"),
+        draft_vocab=_config_int(cfg, "draft_vocab_size"))
 
 
 def refuse_hybrid(m: ServedModel, engine: str) -> None:
@@ -185,6 +195,12 @@ def refuse_hybrid(m: ServedModel, engine: str) -> None:
 GGUF_RECURRENT_ARCHS = frozenset({
     "mamba", "mamba2", "jamba", "falcon-h1", "granitehybrid", "nemotron_h", "nemotron_h_moe", "lfm2", "lfm2moe",
     "qwen3next", "plamo2", "rwkv6", "rwkv6qwen2", "rwkv7", "arwkv7", "kimi-linear"})
+
+
+def _config_int(cfg: dict, key: str) -> int:
+    """A non-negative int field of config.json, 0 when absent or not an int."""
+    value = cfg.get(key)
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
 
 
 def served_from_gguf(info: GGUFInfo) -> ServedModel:

@@ -66,6 +66,9 @@ class Capacity:
         figures: what the engine logs, in its words.
         devices: per-device buffers (llama.cpp).
         notes: the formulas and assumptions behind the figures, one line each.
+        speculative: the speculative decoding set-up ("eagle3, 3 tokens, draft NAME"), "" without one.
+        draft_weights_bytes: the draft's share of ``weights_bytes``.
+        draft_kv_cache_bytes: the draft layers' share of ``kv_cache_bytes``.
     """
 
     engine: str
@@ -94,6 +97,9 @@ class Capacity:
     figures: tuple[EngineFigure, ...] = ()
     devices: tuple[DeviceBuffers, ...] = ()
     notes: tuple[str, ...] = ()
+    speculative: str = ""
+    draft_weights_bytes: int = 0
+    draft_kv_cache_bytes: int = 0
 
     @property
     def total_bytes(self) -> int:
@@ -106,7 +112,9 @@ class Capacity:
         return next((f.value for f in self.figures if f.key == key), None)
 
     def to_dict(self) -> dict[str, Any]:
-        """Plain JSON types; bytes exact."""
+        """Plain JSON types; bytes exact; a ``speculative`` object only with a draft."""
+        spec = ({"speculative": {"setup": self.speculative, "draft_weights_bytes": self.draft_weights_bytes,
+                                 "draft_kv_cache_bytes": self.draft_kv_cache_bytes}} if self.speculative else {})
         return {
             "engine": self.engine, "accounting": self.accounting, "model": self.model, "gpu": self.gpu,
             "gpus": self.gpus, "tp": self.tp, "pp": self.pp,
@@ -123,4 +131,4 @@ class Capacity:
             "devices": [{"device": d.device, "model_bytes": d.model_bytes, "kv_bytes": d.kv_bytes,
                          "compute_bytes": d.compute_bytes, "n_layers": d.n_layers} for d in self.devices],
             "notes": list(self.notes),
-        }
+        } | spec

@@ -44,9 +44,11 @@ all-reduce differ, see below):
   (0.5.3: 4096 under 60 GiB), 16,384 above.
 - ``init_memory_pool`` (the same from 0.3.3 to 0.5.3): max_num_reqs = min(max(max_total_num_tokens /
   context_len x 512, 2048), 4096), or --max-running-requests; the ReqToTokenPool holds max_num_reqs + 1
-  rows of context_len + 4 int32 token indices, allocated after the pool is sized, so out of the
+  rows of context_len + 4 int32 token indices up to 0.4.3.post4 (the logs' "max_running_requests=2049"),
+  max_num_reqs rows from 0.4.8 (``ReqToTokenPool(size=max_num_reqs, ...)`` in the 0.4.8, 0.4.9.post2, 0.4.10,
+  0.5.2 and 0.5.3 wheels; 0.4.4-0.4.7 are taken as before), allocated after the pool is sized, so out of the
   (1 - mem_fraction_static) share; tp_worker.py: max_running_requests = min(max_total_num_tokens // 2,
-  that pool's size) unless given (the logs' "max_running_requests=2049").
+  that pool's size) unless given.
 - At tp > 1, 0.3.3 to 0.4.6 read total_gpu_memory and then all-reduce it over the default (NCCL) process
   group (utils.py ``get_available_gpu_memory(distributed=True)``: a CUDA tensor, ``torch.distributed.all_reduce``
   with no group), which creates torch's NCCL communicator after the figure is read, so its buffers come out
@@ -54,11 +56,32 @@ all-reduce differ, see below):
   gloo ``cpu_group`` of the world group (:func:`late_communicator_bytes`). The custom all-reduce's IPC
   buffers (8 MiB ``max_size``, with NVLink or at tp 2) are left out.
 - The hybrid SWA pool by release (:func:`hybrid_pool`): none by default up to 0.4.9.post2 (Llama 4's
-  chunked layers split only with --hybrid-kvcache-ratio; gpt-oss is not served); 0.4.10 to 0.5.3 split the
-  models with a sliding window but Llama 4 (model_runner.py "Check if the model is using hybrid SWA",
-  ``set_num_token_hybrid``: the same split as above); later releases add Llama 4 (0.5.23's
-  ``is_hybrid_swa_model``), split as at 001ccef. vramlens marks gpt-oss and Llama 4 (Gemma's sliding
-  layers, which 0.4.10-0.5.3 split too, are kept at full length).
+  chunked layers split only with --hybrid-kvcache-ratio; gpt-oss is not served). From 0.4.10
+  model_runner.py ("Check if the model is using hybrid SWA", ``set_num_token_hybrid``: the same split as
+  above) splits any model whose class has ``get_attention_sliding_window_size`` (Gemma 2, Gemma 3 and 3n,
+  gpt-oss) unless it is a Llama 4 or ``disable_hybrid_swa_memory`` is set, and server_args.py sets it:
+  0.4.10 for nothing (Gemma 2 and 3 are split), 0.4.10.post2 for Gemma2ForCausalLM ("Disable hybrid SWA
+  memory for Gemma2ForCausalLM"), and from 0.5.0rc2 (read in 0.5.0rc2, 0.5.1, 0.5.1.post3, 0.5.2, 0.5.3)
+  for Gemma2ForCausalLM, Gemma3ForCausalLM, Gemma3ForConditionalGeneration, the Gemma 3n classes ("as it
+  is not yet supported") and GptOssForCausalLM (its model-specific branch, unconditionally). So gpt-oss is
+  split in 0.4.10.x only, and 0.5.0-0.5.3 keep one pool at full length for every model vramlens marks;
+  later releases add Llama 4 (0.5.23's ``is_hybrid_swa_model``), split as at 001ccef (gpt-oss taken as
+  split there too: 0.5.23's server_args.py is not read). vramlens marks gpt-oss and Llama 4; Gemma 2/3 are
+  kept at full length, which is SGLang's own rule from 0.5.0rc2 (0.4.10-0.4.10.post2's Gemma split is not
+  modelled).
+- Speculative decoding (``--speculative-algorithm`` EAGLE, EAGLE3, NEXTN, STANDALONE, NGRAM; read in the
+  0.5.3 wheel, with 0.4.10's and 0.5.2's server_args.py and model_runner.py: :func:`sglang_speculative`,
+  :mod:`vramlens.serving.speculative` for the drafts' weights). server_args.py adds to the default reserve
+  (:func:`speculative_reserve_mib`: 2 GiB, 6 GiB for STANDALONE, none for NGRAM in 0.5.3), sets
+  max_running_requests to 48 when not given, and picks num_steps / eagle_topk / num_draft_tokens by
+  architecture (``auto_choose_speculative_params``). model_runner.py ``init_memory_pool``: the target profiles
+  its pool as without a draft, then raises max_total_num_tokens to ``draft_runner_cache_size`` = profiled +
+  max_num_reqs x (steps x topk + num_draft_tokens) + 100 ("both verify and draft tokens can be concurrently
+  allocated"); the draft worker (eagle_worker.py, ``is_draft_worker``) shares req_to_token_pool and the token
+  allocator and allocates its own token_to_kv_pool of that many tokens over its own layers; its weights
+  load after the target's pool. So the draft's weights and pool and the target's headroom come out of the
+  (1 - mem_fraction_static) share, which SGLang's larger default reserve is for; over it, CUDA runs out of
+  memory. The request-to-token table is num_draft_tokens longer (``extra_max_context_len``).
 - Releases after 0.5.3 follow its rules. 0.5.23 (arg_groups/memory_hook.py
   ``handle_gpu_memory_settings``) adds 8 MiB per prefill CUDA graph size to 0.5.3's reserve and changes
   the defaults under 60 GiB (chunked_prefill_size 4096 from 20 GiB, cuda_graph_max_bs 48 under 35 GiB
@@ -87,6 +110,7 @@ from vramlens.serving.common import (
     stage_weight_bytes,
 )
 from vramlens.serving.result import Capacity, EngineFigure
+from vramlens.serving.speculative import KINDS, SGLANG_ALGORITHMS, Draft, draft_for, draft_problems
 from vramlens.units import DTYPE_BYTES, GiB, MiB, ceil_div, round_up
 
 #: The release followed when none is given: the newest whose server_args.py, model_runner.py and tp_worker.py
@@ -111,8 +135,33 @@ DEFAULT_MEM_FRACTION_036 = ((16, 0.79), (8, 0.82), (4, 0.85), (2, 0.87), (1, 0.8
 #: server_args.py ``gpu_mem < 25_000``: nvidia-smi's memory.total, MiB, under which chunked prefill defaults
 #: to 2048 (0.3.6 to 0.4.7).
 SMALL_GPU_MIB = 25_000
+#: The first release vramlens follows each --speculative-algorithm from (server_args.py choices: 0.4.10
+#: EAGLE, EAGLE3, NEXTN; 0.5.2 adds STANDALONE; 0.5.3 NGRAM; releases between them not read).
+SPECULATIVE_RELEASES = {"EAGLE": (0, 4, 10), "EAGLE3": (0, 4, 10), "NEXTN": (0, 4, 10), "STANDALONE": (0, 5, 2),
+                        "NGRAM": (0, 5, 3)}
+#: server_args.py ``_handle_speculative_decoding``: max_running_requests when not given (0.4.10, 0.5.2, 0.5.3).
+SPECULATIVE_MAX_RUNNING = 48
+#: model_runner.py ``init_memory_pool``: the "+ 100" buffer of draft_runner_cache_size.
+DRAFT_POOL_BUFFER = 100
+#: server_args.py ``speculative_ngram_max_bfs_breadth`` and ``speculative_ngram_max_match_window_size`` (0.5.3).
+NGRAM_MAX_BFS_BREADTH, NGRAM_MAX_MATCH_WINDOW = 10, 12
+#: Architectures whose EAGLE draft defaults to the model's own MTP layers (0.5.3 ``_handle_speculative_decoding``).
+MTP_ARCHITECTURES = ("DeepseekV32ForCausalLM", "DeepseekV3ForCausalLM", "Glm4MoeForCausalLM", "BailingMoeForCausalLM",
+                     "BailingMoeV2ForCausalLM")
+#: ``auto_choose_speculative_params``: architectures given (3 steps, topk 1, 4 draft tokens), from the release that
+#: lists them (0.4.10; 0.5.2 adds gpt-oss; 0.5.3 DeepSeek V3.2 and Bailing); the others (5, 4, 8).
+SHORT_TREE_ARCHITECTURES = (
+    ((0, 4, 10), ("DeepseekV3ForCausalLM", "DeepseekV2ForCausalLM")),
+    ((0, 5, 2), ("DeepseekV3ForCausalLM", "DeepseekV2ForCausalLM", "GptOssForCausalLM")),
+    ((0, 5, 3), ("DeepseekV32ForCausalLM", "DeepseekV3ForCausalLM", "DeepseekV2ForCausalLM", "GptOssForCausalLM",
+                 "BailingMoeForCausalLM", "BailingMoeV2ForCausalLM")),
+)
 #: The cuda graph capture batch sizes go up to 160 by default (``cuda_graph_max_bs``).
 DEFAULT_MAX_RUNNING_FLOOR, DEFAULT_MAX_RUNNING_CEIL, RUNNING_PER_CONTEXT = 2048, 4096, 512
+
+
+#: The first release read whose ReqToTokenPool has max_num_reqs rows (``size=max_num_reqs``), not max_num_reqs + 1.
+REQ_POOL_EXACT_FROM = (0, 4, 8)
 
 
 #: SGLang keeps the rotary cos/sin cache in fp32 where ``torch.version.cuda`` is set (layers/rotary_embedding.py
@@ -242,12 +291,14 @@ def _by_tp(table: tuple[tuple[int, float], ...], n: int) -> float:
 
 
 def default_mem_fraction(version: tuple[int, int, int], gpu_mem: float, tp: int, pp: int = 1,
-                         cuda: bool = True, chunked_prefill_size: int | None = None) -> float:
+                         cuda: bool = True, chunked_prefill_size: int | None = None,
+                         speculative: str | None = None) -> float:
     """server_args.py ``__post_init__`` (``_handle_gpu_memory_settings`` from 0.4.8): the default
     mem_fraction_static of ``version`` on a GPU of ``gpu_mem`` MiB (nvidia-smi's memory.total), with no
     speculative decoding, DP attention or multimodal model (each of which changes it). From 0.5.3 it
     reads the chunked prefill size (``chunked_prefill_size``, default :func:`default_chunked_prefill_size`)
-    and the CUDA graph max batch size."""
+    and the CUDA graph max batch size. ``speculative`` (an algorithm of SPECULATIVE_RELEASES, 0.4.10 on)
+    adds :func:`speculative_reserve_mib` to the reserve."""
     if version < (0, 3, 6):  # 0.3.3-0.3.5
         return _by_tp(DEFAULT_MEM_FRACTION_033, tp)
     if version < (0, 4, 0):  # 0.3.6
@@ -275,6 +326,7 @@ def default_mem_fraction(version: tuple[int, int, int], gpu_mem: float, tp: int,
             reserved = (12 + n / 2) * 1024
         else:  # "B200, MI300"
             reserved = 32 * 1024
+        reserved += speculative_reserve_mib(version, speculative)
         return round((gpu_mem - reserved) / gpu_mem, 3)
     # 0.5.3: "reserved_mem = chunked_prefill_size * 1.5 + cuda_graph_max_bs * 2", in MiB, plus 512 and tp x pp / 8
     # GiB, at least 10 GiB over 60 GiB
@@ -282,7 +334,17 @@ def default_mem_fraction(version: tuple[int, int, int], gpu_mem: float, tp: int,
     reserved = 512 + max(cps, 2048) * 1.5 + cuda_graph_max_bs(gpu_mem, tp) * 2 + n / 8 * 1024
     if gpu_mem > 60 * 1024:
         reserved = max(reserved, 10 * 1024)
+    reserved += speculative_reserve_mib(version, speculative)
     return round((gpu_mem - reserved) / gpu_mem, 3)
+
+
+def speculative_reserve_mib(version: tuple[int, int, int], algorithm: str | None) -> int:
+    """MiB server_args.py adds to the default reserve for speculative decoding: 0.4.10 "draft model and
+    larger cuda graph buffers" 2 GiB for any algorithm; 0.5.2 6 GiB for STANDALONE ("the draft model is
+    typically larger"), 2 GiB for the others; 0.5.3 the same, none for NGRAM."""
+    if algorithm is None or (algorithm == "NGRAM" and version >= (0, 5, 3)):
+        return 0
+    return 6 * 1024 if algorithm == "STANDALONE" else 2 * 1024
 
 
 def cuda_graph_max_bs(gpu_mem: float, tp: int) -> int:
@@ -317,14 +379,15 @@ def hybrid_pool(m: ServedModel, version: tuple[int, int, int]) -> bool:
     """Whether ``version`` splits ``m``'s KV pool into full and sliding layers (ServedModel.hybrid_swa).
 
     Up to 0.4.9.post2 nothing is split by default (Llama 4's chunked layers only with
-    --hybrid-kvcache-ratio, default None: model_config.py ``is_hybrid_model``); 0.4.10 to 0.5.3 split a
-    model with a sliding window unless it is a Llama 4 (model_runner.py "Check if the model is using hybrid
+    --hybrid-kvcache-ratio, default None: model_config.py ``is_hybrid_model``); 0.5.0 to 0.5.3 neither
+    (server_args.py sets ``disable_hybrid_swa_memory`` for gpt-oss, see the module docstring); 0.4.10.x
+    split a model with a sliding window unless it is a Llama 4 (model_runner.py "Check if the model is using hybrid
     SWA": ``not any("Llama4" in arch ...)``), by ``set_num_token_hybrid``'s total_tokens / (r n_swa + n_full),
     the split of :func:`hybrid_swa_tokens`; later releases list Llama4ForConditionalGeneration in
     ``is_hybrid_swa_model`` (0.5.23's configs/model_config.py; the split read at 001ccef).
     """
-    if not m.hybrid_swa or version < (0, 4, 10):
-        return False
+    if not m.hybrid_swa or version < (0, 4, 10) or (0, 5, 0) <= version <= (0, 5, 3):
+        return False  # 0.5.0rc2-0.5.3: disable_hybrid_swa_memory for GptOssForCausalLM (server_args.py)
     return not (m.chunked_local and version <= (0, 5, 3))
 
 
@@ -348,21 +411,33 @@ def sglang_capacity(m: ServedModel, gpu: GPU, *, gpus: int, tp: int, pp: int, co
                     mem_fraction_static: float | None = None, chunked_prefill_size: int | None = None,
                     max_running_requests: int | None = None, context_length: int | None = None,
                     kv_cache_dtype: str = "auto", swa_full_tokens_ratio: float = DEFAULT_SWA_FULL_TOKENS_RATIO,
-                    page_size: int = DEFAULT_PAGE_SIZE, version: str = DEFAULT_VERSION) -> Capacity:
+                    page_size: int = DEFAULT_PAGE_SIZE, version: str = DEFAULT_VERSION,
+                    speculative_algorithm: str | None = None, draft: ServedModel | None = None,
+                    speculative_num_steps: int | None = None, speculative_eagle_topk: int | None = None,
+                    speculative_num_draft_tokens: int | None = None) -> Capacity:
     """SGLang's start-up memory arithmetic for ``m`` on ``gpu`` (see the module docstring), as ``version``
     does it (0.3.3 or later; a later release than DEFAULT_VERSION follows DEFAULT_VERSION, with a note).
 
+    Speculative decoding: ``speculative_algorithm`` and the three ``speculative_*`` sizes as SGLang takes
+    them, ``draft`` the inventory of --speculative-draft-model-path (see :func:`sglang_speculative`).
+
     Raises:
         ConfigError: settings SGLang refuses, or a version before 0.3.3.
-        EngineRefusal: no memory left for the KV pool.
+        EngineRefusal: no memory left for the KV pool, or for the draft worker.
     """
     refuse_hybrid(m, "SGLang")
     release, later = parse_sglang_version(version)
+    spec = (sglang_speculative(m, draft, release, algorithm=speculative_algorithm, steps=speculative_num_steps,
+                               topk=speculative_eagle_topk, draft_tokens=speculative_num_draft_tokens,
+                               page_size=page_size) if speculative_algorithm is not None else None)
+    if spec is not None and max_running_requests is None:
+        max_running_requests = SPECULATIVE_MAX_RUNNING  # server_args.py _handle_speculative_decoding
     ctx_len = context_length or m.max_position
     total = gpu.capacity_bytes
     gpu_mem = total / MiB  # get_device_memory_capacity: nvidia-smi's memory.total, MiB
     cps = chunked_prefill_size or default_chunked_prefill_size(release, gpu_mem)
-    mfs = (default_mem_fraction(release, gpu_mem, tp, pp, cuda=gpu.vendor != "amd", chunked_prefill_size=cps)
+    mfs = (default_mem_fraction(release, gpu_mem, tp, pp, cuda=gpu.vendor != "amd", chunked_prefill_size=cps,
+                                speculative=speculative_algorithm if spec is not None else None)
            if mem_fraction_static is None else mem_fraction_static)
     p = []
     if not 0 < mfs < 1:
@@ -382,6 +457,9 @@ def sglang_capacity(m: ServedModel, gpu: GPU, *, gpus: int, tp: int, pp: int, co
                  "full-layer token of SGLang's hybrid pool)")
     if kv_cache_dtype not in KV_CACHE_DTYPES:
         p.append(f"kv_cache_dtype={kv_cache_dtype!r} is not one of {', '.join(KV_CACHE_DTYPES)} (SGLang server_args)")
+    if spec is not None and (pp > 1 or hybrid_pool(m, release)):
+        p.append("speculative decoding is modelled for one pipeline stage and one KV pool only: "
+                 f"{m.name} at pp={pp}" + (" has a hybrid SWA pool" if hybrid_pool(m, release) else ""))
     if p:
         raise ConfigError(p)
     b = DTYPE_BYTES[m.dtype]
@@ -404,6 +482,17 @@ def sglang_capacity(m: ServedModel, gpu: GPU, *, gpus: int, tp: int, pp: int, co
             f"{mfs} x {total_free / GiB:.2f} GiB free = {total_free * mfs / GiB:.2f} GiB does not cover the "
             f"weights {weights / GiB:.2f} GiB" + (f" and NCCL's {late / MiB:,.0f} MiB" if late else "") + ")")
     tokens = profiled = rest // cell // page_size * page_size
+    headroom = 0
+    d: Draft | None = None
+    if spec is not None:
+        d = draft_for(spec.kind, m, draft, tp=tp, kv_b=kv_b)
+        if spec.kind != "ngram":
+            # init_memory_pool: draft_runner_cache_size, the target's pool too ("both verify and draft tokens
+            # can be concurrently allocated, so we should give a headroom for it")
+            assert max_running_requests is not None
+            headroom = (max_running_requests * spec.steps * spec.topk + max_running_requests * spec.draft_tokens
+                        + DRAFT_POOL_BUFFER)
+            tokens = (rest // cell + headroom) // page_size * page_size
     swa = (hybrid_swa_tokens(m, tokens, cell // layers, pp=pp, ratio=swa_full_tokens_ratio, page_size=page_size)
            if hybrid_pool(m, release) else None)
     if swa is not None:
@@ -417,9 +506,12 @@ def sglang_capacity(m: ServedModel, gpu: GPU, *, gpus: int, tp: int, pp: int, co
                                f"--swa-full-tokens-ratio (SGLang's default {DEFAULT_SWA_FULL_TOKENS_RATIO})"])
     max_num_reqs = max_running_requests or min(max(int(tokens / ctx_len * RUNNING_PER_CONTEXT),
                                                    DEFAULT_MAX_RUNNING_FLOOR), DEFAULT_MAX_RUNNING_CEIL)
-    # tp_worker.py: min(max_total_num_tokens // 2, ReqToTokenPool size = max_num_reqs + 1) unless given
-    max_running = max_running_requests or max(1, min(tokens // 2, max_num_reqs + 1))
-    req_to_token = (max_num_reqs + 1) * (ctx_len + 4) * 4  # ReqToTokenPool: int32 indices
+    # tp_worker.py: min(max_total_num_tokens // 2, ReqToTokenPool size) unless given; the pool has max_num_reqs + 1
+    # rows up to 0.4.3.post4, max_num_reqs from 0.4.8 (model_runner.py init_memory_pool)
+    pool_rows = max_num_reqs + (1 if release < REQ_POOL_EXACT_FROM else 0)
+    max_running = max_running_requests or max(1, min(tokens // 2, pool_rows))
+    extra_len = 4 + (spec.draft_tokens if spec is not None else 0)  # init_memory_pool extra_max_context_len
+    req_to_token = pool_rows * (ctx_len + extra_len) * 4  # ReqToTokenPool: int32 indices
     ctx = context or ctx_len
     conc = tokens / ctx
     running = max(1, min(int(conc), max_running))
@@ -433,6 +525,23 @@ def sglang_capacity(m: ServedModel, gpu: GPU, *, gpus: int, tp: int, pp: int, co
         kv_bytes = tokens * per_layer * (layers - n_swa) + swa_tokens * per_layer * n_swa
     else:
         kv_bytes = tokens * cell
+    # the draft worker (loaded after the target's pool): its weights and its own token_to_kv_pool of the
+    # same max_total_num_tokens, out of the (1 - mem_fraction_static) share
+    draft_kv = tokens * d.kv_cell * d.kv_layers if d is not None else 0
+    draft_w = d.weights_bytes if d is not None else 0
+    spec_bytes = draft_w + draft_kv + (tokens - profiled) * cell
+    if spec is not None and spec_bytes > reserve:
+        raise EngineRefusal(
+            f"CUDA out of memory: the draft worker does not fit (SGLang {version}, {spec.algorithm}: draft weights "
+            f"{draft_w / GiB:.2f} GiB + its KV pool {draft_kv / GiB:.2f} GiB + the target pool's speculative headroom "
+            f"{(tokens - profiled) * cell / GiB:.2f} GiB > the {reserve / GiB:.2f} GiB left by mem_fraction_static={mfs}): "
+            "lower --mem-fraction-static")
+    spec_figures = (
+        EngineFigure("speculative_num_steps", "speculative_num_steps", spec.steps),
+        EngineFigure("speculative_eagle_topk", "speculative_eagle_topk", spec.topk),
+        EngineFigure("speculative_num_draft_tokens", "speculative_num_draft_tokens", spec.draft_tokens),
+        EngineFigure("draft_kv_size", "draft worker KV Cache K + V size (GB = GiB)", round(draft_kv / GiB, 2)),
+    ) if spec is not None else ()
     figures = (
         EngineFigure("max_total_num_tokens", "max_total_num_tokens", tokens),
         # MLATokenToKVPool logs one "KV size" (the latent buffers): reported as K, with V 0
@@ -445,6 +554,7 @@ def sglang_capacity(m: ServedModel, gpu: GPU, *, gpus: int, tp: int, pp: int, co
         EngineFigure("chunked_prefill_size", "chunked_prefill_size", cps),
         EngineFigure("context_len", "context_len", ctx_len),
         EngineFigure("mem_fraction_static", "mem_fraction_static", mfs),
+        *spec_figures,
     )
     notes = later + (
         f"max_total_num_tokens = ({mfs} x {total_free:,} free - weights {weights:,}"
@@ -457,14 +567,23 @@ def sglang_capacity(m: ServedModel, gpu: GPU, *, gpus: int, tp: int, pp: int, co
            f"memory is read (get_available_gpu_memory's all-reduce over the default group, SGLang 0.3.3-0.4.6) and "
            "comes out of the pool",) if late else ()),
         f"left for activations and CUDA graphs: {reserve / GiB:.2f} GiB; the request-to-token table "
-        f"({max_num_reqs + 1:,} x {ctx_len + 4:,} int32) takes {req_to_token / GiB:.2f} GiB of it, a {cps:,}-token "
+        f"({pool_rows:,} x {ctx_len + extra_len:,} int32) takes {req_to_token / GiB:.2f} GiB of it, a {cps:,}-token "
         f"chunked prefill about {act / GiB:.2f} GiB, graphs {CUDA_GRAPH_BYTES / GiB:.2f} GiB"
+        + (f", the draft worker {spec_bytes / GiB:.2f} GiB" if spec is not None else "")
         + (" (does not fit: lower --chunked-prefill-size, --context-length or --mem-fraction-static)"
-           if req_to_token + act + CUDA_GRAPH_BYTES > reserve else ""),
-    ) + ((f"one {ctx_len:,}-token request does not fit the {tokens:,}-token pool",) if tokens < ctx_len else ()) + (
+           if req_to_token + act + CUDA_GRAPH_BYTES + spec_bytes > reserve else ""),
+    ) + (spec.notes if spec is not None else ()) + ((
+        f"speculative {spec.algorithm}: max_total_num_tokens = profiled {profiled:,} + {max_running_requests} requests x "
+        f"({spec.steps} steps x topk {spec.topk} + {spec.draft_tokens} draft tokens) + {DRAFT_POOL_BUFFER} = {tokens:,} "
+        "(init_memory_pool draft_runner_cache_size: the target's and the draft's pools)",
+        f"draft weights: {d.why}",
+        f"draft KV pool: {tokens:,} tokens x {d.kv_layers} layer(s) x {d.kv_cell:,} B = {draft_kv:,} B (the draft "
+        "worker's token_to_kv_pool; req_to_token_pool shared)") if spec is not None and d is not None
+        and spec.kind != "ngram" else ()) + ((f"one {ctx_len:,}-token request does not fit the {tokens:,}-token pool",) if tokens < ctx_len else ()) + (
         (f"SGLang {version} keeps every layer of {m.name} in one pool at full length ("
-         + ("no hybrid SWA pool by default before 0.4.10" if release < (0, 4, 10)
-            else "0.4.10-0.5.3 leave Llama 4 out of the hybrid SWA pool") + ", model_runner.py)",)
+         + ("no hybrid SWA pool by default before 0.4.10, model_runner.py" if release < (0, 4, 10)
+            else "0.4.10-0.5.3 leave Llama 4 out of the hybrid SWA pool, model_runner.py" if m.chunked_local
+            else "0.5.0-0.5.3 set disable_hybrid_swa_memory for it, server_args.py") + ")",)
         if m.hybrid_swa and m.n_sliding and swa is None else ()) + (
         (f"hybrid SWA pool (set_num_tokens_hybrid_swa): the {profiled:,} tokens profiled over every layer split "
          f"into {tokens:,} full-layer and "
@@ -473,11 +592,87 @@ def sglang_capacity(m: ServedModel, gpu: GPU, *, gpus: int, tp: int, pp: int, co
     return Capacity(
         engine="sglang", accounting=(ACCOUNTING_SWA if swa is not None else ACCOUNTING).format(version=version),
         model=m.name, gpu=gpu.name, gpus=gpus, tp=tp, pp=pp,
-        gpu_bytes=total, budget_bytes=int(total_free * mfs), weights_bytes=weights, non_torch_bytes=outside + late,
-        cuda_graph_bytes=CUDA_GRAPH_BYTES, activation_bytes=act, kv_cache_bytes=kv_bytes, kv_bytes_per_token=cell,
+        gpu_bytes=total, budget_bytes=int(total_free * mfs), weights_bytes=weights + draft_w,
+        non_torch_bytes=outside + late, cuda_graph_bytes=CUDA_GRAPH_BYTES, activation_bytes=act,
+        kv_cache_bytes=kv_bytes + draft_kv, kv_bytes_per_token=cell + (d.kv_cell * d.kv_layers if d else 0),
         kv_tokens=tokens, max_model_len=ctx_len, context=ctx, concurrency=conc, max_running=running,
         decode_tokens_s=speed.decode_tokens_s, decode_tokens_s_total=speed.decode_tokens_s_total,
-        ttft_s=speed.ttft_s, figures=figures, notes=notes)
+        ttft_s=speed.ttft_s, figures=figures, notes=notes,
+        speculative=(f"{spec.algorithm}, {spec.steps} steps, topk {spec.topk}, {spec.draft_tokens} draft tokens, "
+                     f"draft {d.name}") if spec is not None and d is not None else "",
+        draft_weights_bytes=draft_w, draft_kv_cache_bytes=draft_kv)
+
+
+@dataclass(frozen=True, slots=True)
+class SglangSpeculative:
+    """The speculative settings as SGLang's server_args settle them (``_handle_speculative_decoding``)."""
+
+    algorithm: str
+    kind: str
+    steps: int
+    topk: int
+    draft_tokens: int
+    notes: tuple[str, ...]
+
+
+def sglang_speculative(m: ServedModel, draft: ServedModel | None, release: tuple[int, int, int], *, algorithm: str,
+                       steps: int | None, topk: int | None, draft_tokens: int | None,
+                       page_size: int) -> SglangSpeculative:
+    """``--speculative-*`` as ``release`` settles them, or ConfigError (SGLang's words where it has them).
+
+    NEXTN becomes EAGLE; EAGLE without a draft path on a model of MTP_ARCHITECTURES drafts with its own
+    MTP layers (the draft path defaults to the model path). With no --speculative-num-steps the three
+    sizes come from ``auto_choose_speculative_params`` (:data:`SHORT_TREE_ARCHITECTURES`: (3, 1, 4), STANDALONE
+    too; else (5, 4, 8)); topk 1 sets num_draft_tokens to steps + 1; NGRAM takes topk =
+    speculative_ngram_max_bfs_breadth (10) and num_draft_tokens = speculative_ngram_max_match_window_size (12).
+    """
+    p = []
+    since = SPECULATIVE_RELEASES.get(algorithm)
+    if since is None:
+        raise ConfigError(f"speculative_algorithm={algorithm!r} is not one of {', '.join(SGLANG_ALGORITHMS)} "
+                          "(SGLang --speculative-algorithm)")
+    if release < since:
+        raise ConfigError(f"--speculative-algorithm {algorithm} is not in SGLang {'.'.join(map(str, release))}: "
+                          f"vramlens follows it from {'.'.join(map(str, since))} (the releases read: 0.4.10, 0.5.2, 0.5.3)")
+    alg = "EAGLE" if algorithm == "NEXTN" else algorithm
+    kind = KINDS[alg]
+    notes: list[str] = []
+    if alg == "EAGLE" and draft is None and m.mtp_layers and m.architecture in MTP_ARCHITECTURES:
+        kind = "mtp"  # speculative_draft_model_path = model_path
+    elif algorithm == "NEXTN" and draft is None:
+        kind = "mtp"
+    p += draft_problems(kind, m, draft, model_flag="--speculative-draft-model-path")
+    notes.append(f"speculative {algorithm}" + (" (EAGLE in server_args)" if algorithm == "NEXTN" else "")
+                 + f": draft {'the MTP layers of ' + m.name if kind == 'mtp' else draft.name if draft else 'none'}")
+    if alg == "NGRAM":
+        topk = NGRAM_MAX_BFS_BREADTH
+        draft_tokens = draft_tokens or NGRAM_MAX_MATCH_WINDOW
+        steps = steps or 1
+    elif steps is None:
+        if topk is not None or draft_tokens is not None:
+            p.append("speculative_eagle_topk and speculative_num_draft_tokens need speculative_num_steps "
+                     "(SGLang asserts all three unset, then chooses them itself)")
+        else:
+            short = next(archs for since_, archs in reversed(SHORT_TREE_ARCHITECTURES) if release >= since_)
+            steps, topk, draft_tokens = (3, 1, 4) if alg == "STANDALONE" or m.architecture in short else (5, 4, 8)
+            notes.append(f"speculative_num_steps {steps}, eagle_topk {topk}, num_draft_tokens {draft_tokens}: "
+                         f"auto_choose_speculative_params for {m.architecture or 'this architecture'}")
+    if topk is None or draft_tokens is None or steps is None:
+        if not p:
+            p.append("give speculative_num_steps, speculative_eagle_topk and speculative_num_draft_tokens together, "
+                     "or none of them")
+        raise ConfigError(p)
+    if alg != "NGRAM" and topk == 1 and draft_tokens != steps + 1:
+        notes.append(f"speculative_num_draft_tokens is adjusted to speculative_num_steps + 1 when "
+                     f"speculative_eagle_topk == 1: {draft_tokens} -> {steps + 1}")
+        draft_tokens = steps + 1
+    if topk > 1 and page_size > 1:
+        p.append(f"speculative_eagle_topk({topk}) > 1 with page_size({page_size}) > 1 is unstable and produces "
+                 "incorrect results for paged attention backends. This combination is only supported for the "
+                 "'flashinfer' backend.")
+    if p:
+        raise ConfigError(p)
+    return SglangSpeculative(algorithm, kind, steps, topk, draft_tokens, tuple(notes))
 
 
 def hybrid_swa_tokens(m: ServedModel, tokens: int, per_layer: int, *, pp: int = 1,

@@ -32,6 +32,8 @@ FIGURES: dict[str, tuple[str, Any]] = {
     "model_buffer_mib": ("weights (model buffer)", lambda c: c.weights_bytes / MiB),
     "kv_buffer_mib": ("KV buffer", lambda c: c.kv_cache_bytes / MiB),
     "compute_buffer_mib": ("compute buffer", lambda c: c.activation_bytes / MiB),
+    # SGLang's "max_running_requests=N" (tp_worker.py; 48 by default with speculative decoding, server_args.py)
+    "max_running_requests": ("max running requests", lambda c: c.figure("max_running_requests")),
 }
 #: The figures that size the KV cache (the issue's 3% target), counts first: one per case in the summary.
 KV_FIGURES = ("kv_tokens", "num_gpu_blocks", "kv_buffer_mib", "kv_cache_gib")

@@ -37,6 +37,21 @@ sized by the GPU's SM count (:func:`topk_buffer_bytes`). CUDA graphs are capture
 allocated (V0, and V1 through 0.19: its log shows VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS off and
 "CUDA graph pool memory: ... (actual)" after the KV cache), so their pool comes out of the
 (1 - utilization) headroom and changes no block count.
+
+Speculative decoding (``--speculative-config``, read in the 0.19.0 wheel; :mod:`vramlens.serving.speculative`
+for the drafts' weights): ``GPUModelRunner.load_model`` loads the drafter inside the same
+``DeviceMemoryProfiler`` as the target (``self.drafter.load_model(self.model)``), so "model weights take"
+includes the draft's kept tensors (a shared embedding or lm_head is deleted from the draft before the
+measure ends: ``torch.cuda.max_memory_allocated`` after ``reset_peak_memory_stats``). The draft's
+attention layers register in the same forward context, so ``get_kv_cache_spec`` returns target and
+draft layers together: all full attention of one page size makes one group of L + L_draft layers
+(``_get_kv_cache_groups_uniform_spec``, num_blocks = available // page // (L + L_draft)); pages of
+two sizes one ``UniformTypeKVCacheSpecs`` group (num_blocks = available // (L page + L_draft
+page_draft), ``get_kv_cache_config_from_groups``). The profile run's ``_dummy_run`` runs
+``drafter.dummy_run(num_tokens)`` after the target's forward, whose output it still holds (EAGLE-3 also
+the three auxiliary hidden states), and ``_dummy_sampler_run`` warms up the rejection sampler after the sampler
+(:data:`REJECTION_BYTES`), for every method, ngram included. The drafter's CUDA graphs are captured with the target's, after the
+KV cache. A target whose cache is hybrid (sliding or chunked layers) is not modelled with a draft.
 """
 
 from __future__ import annotations
@@ -60,6 +75,7 @@ from vramlens.serving.common import (
     stage_weight_bytes,
 )
 from vramlens.serving.result import Capacity, EngineFigure
+from vramlens.serving.speculative import KINDS, VLLM_METHODS, Draft, draft_for, draft_problems
 from vramlens.serving.vllm_nontorch import vllm019_non_torch
 from vramlens.units import DTYPE_BYTES, GiB, ceil_div, round_up
 
@@ -98,6 +114,13 @@ LARGE_GPU_MAX_NUM_BATCHED_TOKENS, LARGE_GPU_MAX_NUM_SEQS = 8192, 1024
 #: "triton" - V1's Triton top-k/top-p kernel (``apply_top_k_top_p_triton``, no sort): fp32 logits 4,
 #: the softmax probabilities 4 and ``random_sample``'s exponential noise 4: 12 B.
 SAMPLER_BYTES = {"sort": 36, "triton": 12}
+#: Bytes per logits element alive at the rejection sampler's peak in 0.19's ``_dummy_sampler_run`` with a
+#: speculative config, beyond 3 model-dtype copies (3b: the ``torch.randn(num_tokens + num_reqs, V)`` logits of one
+#: draft and one bonus token per request, 2b, and the bonus rows ``logits[bonus_logits_indices]`` still named in
+#: ``RejectionSampler.forward``, b): per target row, ``raw_target_logits.to(torch.float32)`` 4, its ``clone()``
+#: (the default raw logprobs mode) 4, ``rejection_sample``'s fp32 ``softmax`` 4, and ``sample_recovered_tokens``'
+#: exponential noise ``q`` 4 and ``q.reciprocal()`` 4 (v1/sample/rejection_sampler.py): 20 B. Read, not measured.
+REJECTION_BYTES = 20
 #: vLLM 0.19 ``WorkspaceManager.get_simultaneous`` (v1/worker/workspace.py) rounds each view it carves
 #: from its one buffer up to 256 bytes.
 WORKSPACE_ALIGN = 256
@@ -407,11 +430,14 @@ def vllm_capacity(m: ServedModel, gpu: GPU, *, gpus: int, tp: int, pp: int, cont
                   gpu_memory_utilization: float = 0.9, max_model_len: int | None = None,
                   max_num_seqs: int | None = None, max_num_batched_tokens: int | None = None,
                   kv_cache_dtype: str = "auto", block_size: int | None = None, enforce_eager: bool = False,
-                  version: str = DEFAULT_VERSION, use_v1: bool | None = None) -> Capacity:
+                  version: str = DEFAULT_VERSION, use_v1: bool | None = None,
+                  speculative_config: dict | None = None, draft: ServedModel | None = None) -> Capacity:
     """vLLM's start-up memory arithmetic for ``m`` on ``gpu`` (see the module docstring).
 
     ``block_size`` None is vLLM's default: 16 tokens, or for a hybrid model the size
     :func:`hybrid_pages` raises it to.
+    ``speculative_config``: ``--speculative-config`` as a dict (method, num_speculative_tokens; the
+    ``model`` key's inventory resolved into ``draft`` by vramlens.serving.api).
 
     Raises:
         ConfigError: settings vLLM refuses (each in vLLM's words), a version before 0.4, or a hybrid
@@ -445,13 +471,30 @@ def vllm_capacity(m: ServedModel, gpu: GPU, *, gpus: int, tp: int, pp: int, cont
                              block_size=DEFAULT_BLOCK_SIZE if block_size is None else block_size)
     if m.hybrid is not None:
         problems += hybrid_problems(m.hybrid, rel, tp=tp, pp=pp)
+    spec = vllm_speculative(speculative_config, m, draft, version=parsed) if speculative_config is not None else None
+    if spec is not None and problems == [] and (pp > 1 or m.n_sliding or m.hybrid is not None):
+        problems.append("speculative decoding is modelled for one pipeline stage and a KV cache of full-attention "
+                        f"layers only: {m.name} at pp={pp}" + (f" has {m.n_sliding} sliding or chunked layers"
+                                                                 if m.n_sliding else "")
+                        + (" is a hybrid model" if m.hybrid is not None else ""))
     if problems:
         raise ConfigError(problems)
     b = DTYPE_BYTES[m.dtype]
     kv_b = KV_CACHE_DTYPES[kv_cache_dtype] or b
+    d = draft_for(KINDS[spec[0]], m, draft, tp=tp, kv_b=kv_b) if spec is not None else None
     requested = int(total * gpu_memory_utilization)  # Worker.requested_memory
     weights = stage_weight_bytes(m, tp, pp) + m.rope_cache_bytes
     weight_notes: tuple[str, ...] = ()
+    draft_rope = 0
+    if d is not None and spec is not None:
+        # a draft model with a rotary cache of another size gets its own (get_rope caches one per shape)
+        if draft is not None and d.kind == "draft_model" and (draft.rotary_dim, draft.max_position) != (
+                m.rotary_dim, m.max_position):
+            draft_rope = draft.rope_cache_bytes
+        weights += d.weights_bytes + draft_rope
+        weight_notes += (f"speculative {spec[0]}, {spec[1]} tokens: draft weights {d.why}"
+                         + (f" + its rotary cache {draft_rope:,} B" if draft_rope else "")
+                         + " (loaded in GPUModelRunner.load_model's DeviceMemoryProfiler)",)
     cc = gpu.compute_capability
     if m.mxfp4_experts and m.expert_layers and rel.version >= (0, 19, 0):
         if cc is not None and (9, 0) <= cc < (10, 0):
@@ -472,6 +515,22 @@ def vllm_capacity(m: ServedModel, gpu: GPU, *, gpus: int, tp: int, pp: int, cont
                          "x vocabulary x 4 B, topk_buffer_bytes) is left out",)
     act, act_why = profile_peak_bytes(m, tokens=mnbt, rows=rows, tp=tp, b=b, sampler=sampler,
                                       moe_workspace=rel.moe_workspace, topk_buffer=topk)
+    if d is not None:
+        # the rejection sampler's warm-up after the sampler's: one draft and one bonus row per dummy request
+        ws = moe_workspace_bytes(m, tokens=mnbt, tp=tp, b=b) if rel.moe_workspace else 0
+        rej = rows * m.vocab * (3 * b + REJECTION_BYTES) + mnbt * m.hidden * b + ws + topk
+        if rej > act:
+            act, act_why = rej, (f"rejection sampler {rows} rows x {m.vocab:,} x (3b + {REJECTION_BYTES}) B + hidden "
+                                 f"{mnbt * m.hidden * b:,}" + (f" + MoE workspace {ws:,}" if ws else "")
+                                 + (f" + top-k buffer {topk:,}" if topk else "") + f" = {rej:,} (above {act_why})")
+        else:
+            act_why += f"; rejection sampler {rej:,} below it"
+    if d is not None and d.kind != "ngram":
+        dact, dwhy = drafter_peak_bytes(m, draft, d, tokens=mnbt, tp=tp, b=b)
+        if dact > act:
+            act, act_why = dact, f"{dwhy} (above {act_why})"
+        else:
+            act_why += f"; drafter dummy run {dact:,} below it"
     if rel.profile_window:
         # the process's first GEMM runs in the profile run: PyTorch's cuBLAS workspace (CublasHandlePool.cpp,
         # through the caching allocator) is in the torch peak increase
@@ -504,6 +563,8 @@ def vllm_capacity(m: ServedModel, gpu: GPU, *, gpus: int, tp: int, pp: int, cont
     block_size = DEFAULT_BLOCK_SIZE if block_size is None else block_size
     page = block_size * kv_cell_bytes(m, tp, kv_b)  # AttentionSpec.page_size_bytes, one layer
     layers = stage_layers(m, pp)
+    draft_layers = d.kv_layers if d is not None else 0
+    draft_page = block_size * d.kv_cell if d is not None else 0
     # chunked local layers (Llama 4) have groups of their own only where the release turns the hybrid
     # manager on for them (VllmRelease.chunked_local_hybrid); else they are cached at full length
     n_slide = 0 if m.chunked_local and not rel.chunked_local_hybrid else ceil_div(m.n_sliding, pp)
@@ -523,6 +584,12 @@ def vllm_capacity(m: ServedModel, gpu: GPU, *, gpus: int, tp: int, pp: int, cont
         group_size = layers
         kinds = [(local if n_slide else "full", 1)]
     n_groups = sum(n for _k, n in kinds)
+    # one block of every group's layers; a draft's layers join the one full-attention group
+    # (_get_kv_cache_groups_uniform_spec with one page size, UniformTypeKVCacheSpecs with two)
+    uniform = draft_page in (0, page)
+    if uniform:
+        group_size += draft_layers
+    block_bytes = page * group_size if uniform else page * layers + draft_page * draft_layers
 
     def blocks_per_request(tokens: int) -> int:
         need = 0
@@ -543,8 +610,8 @@ def vllm_capacity(m: ServedModel, gpu: GPU, *, gpus: int, tp: int, pp: int, cont
             f"the engine (vLLM: {gpu_memory_utilization} x {total / GiB:.2f} GiB = {requested / GiB:.2f} GiB does not "
             f"cover weights {weights / GiB:.2f} GiB + activation peak {act / GiB:.2f} GiB + non-torch "
             f"{outside / GiB:.2f} GiB)")
-    num_blocks = available // page // group_size  # get_num_blocks
-    needed = group_size * page * blocks_per_request(mml)
+    num_blocks = available // block_bytes  # get_num_blocks: available // page // layers per group
+    needed = block_bytes * blocks_per_request(mml)
     if m.hybrid is not None:  # check_enough_kv_cache_memory: each layer's max_memory_usage_bytes
         needed = page * (m.hybrid.n_attention * ceil_div(mml, block_size) + m.hybrid.n_state)
     if needed > available:
@@ -561,11 +628,12 @@ def vllm_capacity(m: ServedModel, gpu: GPU, *, gpus: int, tp: int, pp: int, cont
     ctx = context or mml
     conc = num_blocks / blocks_per_request(ctx)
     running = max(1, min(int(conc), seqs))
-    kv_per_token = kv_cell_bytes(m, tp, kv_b) * layers
+    kv_per_token = kv_cell_bytes(m, tp, kv_b) * layers + (d.kv_cell * d.kv_layers if d is not None else 0)
     speed = roofline(m, gpu, weights_per_gpu=weights, kv_per_token_per_gpu=kv_per_token, running=running,
                      context=ctx, tp=tp, pp=pp, compute_dtype=m.dtype)
     graphs = 0 if enforce_eager else CUDA_GRAPH_BYTES
-    kv_bytes = num_blocks * page * group_size
+    kv_bytes = num_blocks * block_bytes
+    draft_kv = num_blocks * draft_page * draft_layers
     figures = (
         EngineFigure("total_gpu_memory", "total_gpu_memory (GiB)", round(total / GiB, 2)),
         EngineFigure("model_weights", "model weights take (GiB)", round(weights / GiB, 2)),
@@ -587,7 +655,10 @@ def vllm_capacity(m: ServedModel, gpu: GPU, *, gpus: int, tp: int, pp: int, cont
          "per layer (MLA: one latent vector, every rank); " if m.kv_latent else
          f"page = 2 x {block_size} tokens x {kv_heads} kv heads x {m.head_dim} x {kv_b} B = {page:,} B per layer; ")
         +
-        f"blocks = available // page // {group_size} layers per group = {num_blocks:,} (get_num_blocks)",
+        (f"blocks = available // page // {group_size} layers per group = {num_blocks:,} (get_num_blocks)" if uniform
+         else f"blocks = available // ({layers} x page + {draft_layers} draft layers x {draft_page:,} B) = "
+              f"{num_blocks:,} (UniformTypeKVCacheSpecs)")
+        + (f"; the draft's {draft_layers} attention layer(s) share the pool" if draft_layers else ""),
         f"activation peak at max_num_batched_tokens={mnbt:,}, max_num_seqs={seqs}: {act_why} (profile_run)",
         f"non-torch: {outside_why}",
         *nontorch_notes,
@@ -602,7 +673,69 @@ def vllm_capacity(m: ServedModel, gpu: GPU, *, gpus: int, tp: int, pp: int, cont
         cuda_graph_bytes=graphs, activation_bytes=act, kv_cache_bytes=kv_bytes, kv_bytes_per_token=kv_per_token,
         kv_tokens=kv_tokens, max_model_len=mml, context=ctx, concurrency=conc, max_running=running,
         decode_tokens_s=speed.decode_tokens_s, decode_tokens_s_total=speed.decode_tokens_s_total,
-        ttft_s=speed.ttft_s, figures=figures, notes=notes)
+        ttft_s=speed.ttft_s, figures=figures, notes=notes,
+        speculative=f"{spec[0]}, {spec[1]} tokens, draft {d.name}" if d is not None and spec is not None else "",
+        draft_weights_bytes=d.weights_bytes + draft_rope if d is not None else 0, draft_kv_cache_bytes=draft_kv)
+
+
+def vllm_speculative(config: dict, m: ServedModel, draft: ServedModel | None, *,
+                     version: tuple[int, int, int]) -> tuple[str, int]:
+    """(method, num_speculative_tokens) of ``--speculative-config``, as vLLM 0.19's SpeculativeConfig
+    settles them (``__post_init__``: no method is "ngram" when model is "ngram", else "draft_model";
+    the MTP aliases become "mtp"), or ConfigError in vLLM's words (``_verify_args``)."""
+    method = config.get("method")
+    model = config.get("model")
+    n = config.get("num_speculative_tokens")
+    p = []
+    if version < (0, 10, 0):
+        p.append(f"speculative decoding is modelled for vLLM 0.10 and later (the V1 engine's EagleProposer; "
+                 f"0.19.0 read): version {'.'.join(map(str, version))} given")
+    if method is None:
+        method = "ngram" if model in ("ngram", "[ngram]") else "draft_model"
+    elif isinstance(method, str) and method.endswith("_mtp"):
+        method = "mtp"  # "method `%s` is deprecated and replaced with mtp."
+    if method not in VLLM_METHODS:
+        p.append(f"speculative method {method!r} is not one of {', '.join(VLLM_METHODS)} (vLLM 0.19 SpeculativeConfig; "
+                 "medusa, mlp_speculator, suffix and ngram_gpu are not modelled)")
+        raise ConfigError(p)
+    if n is None:
+        p.append("num_speculative_tokens must be provided with speculative model unless the draft model config "
+                 "contains an n_predict parameter.")
+    elif n <= 0:
+        p.append(f"Expected num_speculative_tokens to be greater than zero ({n}).")
+    if model is None and method in ("eagle", "eagle3", "draft_model") and n is not None:
+        p.append("num_speculative_tokens was provided but without speculative model.")
+    elif method == "ngram" and draft is None:
+        pass
+    else:
+        p += draft_problems(KINDS[method], m, None if model in ("ngram", "[ngram]") else draft,
+                            model_flag="the speculative config's model")
+    if method == "draft_model" and draft is not None and draft.vocab != m.vocab:
+        p.append(f"Target and draft model should have the same vocabulary size. Target model vocab_size={m.vocab}. "
+                 f"Draft model vocab_size={draft.vocab}. Using models with different tokenizers can cause "
+                 "out-of-bounds errors during speculative decoding.")
+    if p:
+        raise ConfigError(p)
+    assert isinstance(n, int)
+    return method, n
+
+
+def drafter_peak_bytes(m: ServedModel, draft: ServedModel | None, d: Draft, *, tokens: int, tp: int,
+                       b: int) -> tuple[int, str]:
+    """The torch peak while the profile run's ``drafter.dummy_run(num_tokens)`` runs: the target's
+    output hidden states it still holds (T x h; EAGLE-3 three more, its auxiliary layers), the
+    drafter's input (EAGLE/MTP: ``fc`` / ``eh_proj`` over T x k h) and the drafter's own forward,
+    sized as :func:`profile_peak_bytes` sizes the target's (residual and normed copies, the larger of
+    the MLP's and attention's working set)."""
+    src = draft or m
+    held = tokens * m.hidden * b * (4 if d.kind == "eagle3" else 1)
+    fc_in = tokens * src.hidden * b * {"eagle": 2, "eagle3": 3, "mtp": 2}.get(d.kind, 0)
+    f = src.ffn * max(1, src.experts_per_token)
+    attn = (src.n_heads + 2 * src.n_kv_heads) * src.head_dim // tp
+    forward = tokens * b * (2 * src.hidden + max(3 * f // tp, attn))
+    total = held + fc_in + forward
+    return total, (f"drafter dummy run: target hidden states held {held:,} + draft input {fc_in:,} + draft forward "
+                   f"{forward:,} = {total:,}")
 
 
 def _max_len(blocks_per_request, num_blocks: int, limit: int) -> int:

@@ -41,6 +41,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from vramlens import __version__, limits
 from vramlens.errors import InputError, VramlensError
+from vramlens.serving import speculative_config
 from vramlens.web.budget import Budget, JobError, OverBudget, Pool
 from vramlens.web.jobs import capacity_job, compare_job, estimate_job, fit_job, gpu_matrix_job, model_job
 
@@ -172,6 +173,13 @@ class CapacityQuery(BaseModel):
     max_running_requests: int | None = None
     context_length: int | None = None
     swa_full_tokens_ratio: float | None = None
+    speculative_config: str | None = Field(None, max_length=limits.MAX_MODEL_ARG,
+                                           description="vLLM --speculative-config JSON (a draft: catalog name or hub id)")
+    speculative_algorithm: str | None = Field(None, max_length=64)
+    speculative_draft_model_path: str | None = Field(None, max_length=_MAX_TEXT, description="catalog name or hub id")
+    speculative_num_steps: int | None = None
+    speculative_eagle_topk: int | None = None
+    speculative_num_draft_tokens: int | None = None
     ctx_size: int | None = None
     batch_size: int | None = None
     ubatch_size: int | None = None
@@ -192,6 +200,14 @@ def run_capacity(pool: Pool, q: CapacityQuery) -> dict:
     for k in ("model", "engine", "gpu"):
         d.pop(k)
     settings = {k: v for k, v in d.items() if v is not None}
+    # a draft is named like the model: a catalog name or hub id, never a local file
+    if "speculative_config" in settings:
+        settings["speculative_config"] = speculative_config(settings["speculative_config"])
+        draft = settings["speculative_config"].get("model")
+        if isinstance(draft, str) and draft not in ("ngram", "[ngram]"):
+            check_model_id(draft)
+    if "speculative_draft_model_path" in settings:
+        check_model_id(settings["speculative_draft_model_path"])
     return pool.run(capacity_job, model, q.engine, q.gpu, layout, settings)
 
 

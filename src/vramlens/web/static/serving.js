@@ -47,6 +47,11 @@
     summary.textContent = `${data.model} on ${data.gpus} x ${data.gpu} (tp ${data.tp}) in ${data.engine}: ` +
       `${fmt(data.concurrency)} requests of ${fmt(data.context)} tokens fit the cache; ` +
       `${fmt(data.decode_tokens_s)} tokens/s each, ${fmt(data.decode_tokens_s_total)} in total (${data.accounting}).`;
+    if (data.speculative) {
+      summary.textContent += ` Speculative: ${data.speculative.setup}; the draft's weights ` +
+        `${fmt(data.speculative.draft_weights_bytes / 2 ** 30)} GiB and KV cache ` +
+        `${fmt(data.speculative.draft_kv_cache_bytes / 2 ** 30)} GiB are in the figures.`;
+    }
     result.hidden = false;
   }
 
