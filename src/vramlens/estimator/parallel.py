@@ -279,20 +279,21 @@ def comm_buffer_bytes(spec: ModelSpec, w: Workload, grad_bytes_full: int, param_
             "norm), kept gathered from forward to the end of backward, and in backward the current and the "
             "prefetched block's (BACKWARD_PRE): R+2B" + (f", and the {w.run_dtype} copy of the prefetched shard "
                                                          "(_mp_shard): +B/N" if cast_in else ""))
-    if reduce != block:
+    if w.fsdp_mixed_precision:
         cast_in = cast_all_gather_input(w, block)
         return ds_bucket + max(2 * (block + root), 2 * block + reduce + root + cast_in), (
             f"FSDP2 MixedPrecisionPolicy(param_dtype={w.run_dtype}, reduce_dtype=fp32): the root's unsharded "
             f"{w.run_dtype} parameters (embedding, head, final norm) plus the current and prefetched block's "
             f"{w.run_dtype} all-gather and one block's fp32 reduce-scatter input, and the all-gather's "
             f"{w.run_dtype} copy of the prefetched shard: max(2(B+R), 2B+B_fp32+R+B/N)")
-    gathered = ("the root's unsharded parameters (embedding, head, final norm) plus the current and "
-                "prefetched block's all-gather and one block's reduce-scatter: max(2(B+R), 3B+R)")
+    gathered = ("the root's unsharded parameters (embedding, head, final norm) and its flat all-gather output, or "
+                "the root's plus the current and prefetched block's all-gather and one block's reduce-scatter input "
+                "(under LoRA the adapters' gradients alone): max(2(B+R), 2B+B_reduce+R)")
     if ds_bucket:
-        return ds_bucket + max(2 * (block + root), 3 * block + root), (
+        return ds_bucket + max(2 * (block + root), 2 * block + reduce + root), (
             f"{ds_text}; and, as FSDP2's model (DeepSpeed's prefetch and live-parameter limits are not modelled), "
             + gathered)
-    return max(2 * (block + root), 3 * block + root), "FSDP2/ZeRO-3: " + gathered
+    return max(2 * (block + root), 2 * block + reduce + root), "FSDP2/ZeRO-3: " + gathered
 
 
 def cast_all_gather_input(w: Workload, block: int) -> int:
@@ -315,9 +316,19 @@ def fsdp_buffers(spec: ModelSpec, w: Workload, weight_elem_bytes: int) -> tuple[
     """
     if w.fsdp_mixed_precision:
         block, root = gathered_sizes(spec, w, DTYPE_BYTES[w.run_dtype])
-        return block, root, gathered_sizes(spec, w, 4)[0]
-    block, root = gathered_sizes(spec, w, weight_elem_bytes)
-    return block, root, block
+        reduce = gathered_sizes(spec, w, 4)[0]
+    else:
+        block, root = gathered_sizes(spec, w, weight_elem_bytes)
+        reduce = block
+    if w.fsdp and w.method != "full" and not pipelined_fsdp(w):
+        # the frozen base weights have no gradient: FSDPParamGroup.post_backward (_fsdp_param_group.py, torch 2.13)
+        # hands foreach_reduce only the parameters whose ``unsharded_accumulated_grad`` or ``.grad`` exists, and
+        # foreach_reduce (_fsdp_collectives.py) sizes its reduce-scatter input by their padded unsharded numels:
+        # under LoRA/QLoRA one block's adapters (the largest block's), in reduce_dtype (fp32 under a policy)
+        n = max(1, w.shard_degree)
+        rs_b = 4 if w.fsdp_mixed_precision else DTYPE_BYTES[w.lora_dtype]
+        reduce = max(_group_adapter_shard_numels(spec, w, n)[1], default=0) * n * rs_b
+    return block, root, reduce
 
 
 def gathered_sizes(spec: ModelSpec, w: Workload, weight_elem_bytes: int) -> tuple[int, int]:

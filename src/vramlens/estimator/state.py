@@ -171,6 +171,7 @@ class TrainState:
     gather_input: int = 0  # FSDP2 mixed precision: the all-gather's param_dtype copy of one block's shard
     ds_bucket: int = 0     # DeepSpeed ZeRO-3: the contiguous-gradients bucket, alive from initialisation (comm)
     gather_kept: bool = False  # FSDP2 shard-grad-op: every block stays gathered from forward to backward
+    root_resharded: bool = False  # FSDP2: the root resharded after its forward and gathered again in backward
     fsdp1: bool = False        # FSDP1 (FullyShardedDataParallel): flat parameters, no forward prefetch
     grad_block: int = 0        # FSDP1: one block's unsharded flat gradient (0 when its weights are frozen)
     gathers_aside: bool = False  # FSDP1, the default stream's view: the gathered flat parameters are the unshard
@@ -391,6 +392,8 @@ def train_state(spec: ModelSpec, w: Workload, gpu: GPU | None) -> TrainState:
         ds_bucket=(deepspeed_ipg_bucket(pbytes, ds_reduce_bucket_size(spec, w))
                    if sharded3 and w.zero == 3 else 0),
         gather_kept=sharded3 and w.fsdp and (w.fsdp_strategy == "shard-grad-op" or pipelined_fsdp(w)),
+        root_resharded=(sharded3 and w.fsdp and w.fsdp_version == 2 and w.fsdp_strategy != "shard-grad-op"
+                        and not pipelined_fsdp(w)),
         keep_grads=w.keep_grads,
         fsdp1=sharded3 and w.fsdp and w.fsdp_version == 1,
         grad_block=gather_block if sharded3 and w.fsdp and w.fsdp_version == 1 and w.method == "full" else 0,
@@ -517,6 +520,15 @@ def train_phases(st: TrainState, acts: int, loss_tmp: int, head_saved: int, grad
         fwd = sh + gfwd + R + fwd_casts + max(gathers + acts - head_saved + prev,
                                               B + acts + loss_tmp + (prev if held_at_loss else 0))
         root_at_loss, block_at_loss = R, B
+        if st.root_resharded:
+            # fully_shard(root, reshard_after_forward=True), as torchtune's shard_model, torchtitan's apply_fsdp and
+            # vramlens' tracer pass it: given explicitly, FSDPState._lazy_init (_fsdp_state.py, torch 2.13) keeps the
+            # root's post_forward_mesh_info (_auto_reshard_after_forward is False), so the root reshards after its
+            # forward like a block. Forward starts with the root's flat all-gather output held
+            # (FSDPCommContext.all_gather_state) beside its unsharded parameters until block 0's all-gather is copied
+            # out: 2R and block 0's; backward starts by gathering the root again (its pre-backward hook on the
+            # forward's output) with every saved activation alive: 2R again, the flat output freed at copy-out
+            fwd = max(fwd, sh + gfwd + fwd_casts + 2 * R + gathers)
         if st.fsdp1:
             # FSDP1 (parallel.fsdp1_stream_pools): forward gathers one block at a time (no forward prefetch) and
             # frees it at the block's post-forward, so the loss runs with the root alone gathered (under
@@ -565,6 +577,8 @@ def train_phases(st: TrainState, acts: int, loss_tmp: int, head_saved: int, grad
                   sh + head + R + bufs + bwd_casts + acts - freed - block_kept + work - pp_freed,
                   sh + grads_bwd + R + (B + 2 * st.grad_block + st.gather_input if st.fsdp1 else bufs + work),
                   pp_start)
+        if st.root_resharded and not loss_outside_model:
+            bwd = max(bwd, sh + gfwd + bwd_casts + acts + 2 * R)
         if st.fsdp1:  # SplitWithSizesBackward's cat: the flat gradient beside the parameters' gradients
             bwd = max(bwd, sh + head + R + gathers + 2 * st.grad_block + st.gather_input + bwd_casts + acts - freed
                       - block_kept)
