@@ -601,11 +601,19 @@ def train_phases(st: TrainState, acts: int, loss_tmp: int, head_saved: int, grad
         if st.root_resharded and not loss_outside_model:
             bwd = max(bwd, sh + gfwd + bwd_casts + acts + 2 * R)
         if H:
-            # the output layer gathered again for each chunk's backward (its pre-backward hook on the chunk's
-            # logits), with its unsharded gradient under full fine-tuning; then, under full fine-tuning, the
-            # embedding gathered again after block 0's backward (its output needs a gradient), beside its unsharded
-            # gradient and block 0's reduce-scatter input
-            bwd = max(bwd, sh + gfwd + bwd_casts + R + acts - freed + head_in + 2 * H + st.head_grad)
+            # the output layer gathered again in backward (its pre-backward hook on a call's logits: the flat
+            # output beside the unsharded parameters) with the logits' gradient; under full fine-tuning autograd
+            # sums its weight's gradients over the chunks (as on one GPU: head_backward_later, head_grads) with the
+            # unsharded parameters and the last block's prefetched flat output alive, before the one reduce-scatter;
+            # there the other chunks' logit gradients, which one GPU's backward holds at the second chunk
+            # (losses.loss_figures: (n-2) chunks), are already consumed in the traced order (vramlens.trace.fsdp:
+            # each call's pre-backward hook runs that chunk's output-layer backward in turn). Then, under full
+            # fine-tuning, the embedding is gathered again after block 0's backward (its output needs a gradient)
+            bwd = max(bwd, sh + gfwd + bwd_casts + R + 2 * H + acts - freed + head_in)
+            if st.head_grad:
+                pending = logits * max(0, st.loss_chunks - 2) // st.loss_chunks
+                bwd = max(bwd, sh + gfwd + bwd_casts + R + H + B + acts - freed + max(0, head_backward_later - pending)
+                          + head_grads * st.head_grad)
             if st.head_grad:
                 # block 0's backward prefetches the embedding (E, not a block) beside its own parameters and block
                 # 1's reduce-scatter input, with the other blocks' saved tensors freed
