@@ -677,7 +677,6 @@ FSDP_ROWS: tuple[tuple[str, dict[str, Any]], ...] = (
     _ckpt_row("llama-3-8b", "full", method="lora", gqa_expand=True, loss_chunks=8, gpus=8, fsdp=True,
               fsdp_units="blocks+embed+output"),
     _ckpt_row("llama-3-8b", "full", loss_chunks=8, fsdp_units="blocks+embed+output", **_FSDP),
-    _ckpt_row("llama-2-7b", "none", fsdp_units="blocks+embed+output", **_FSDP),
     _ckpt_row("llama-3-8b", "none", dtype="fp32", amp="bf16", fsdp_units="blocks+embed+output", **_FSDP),
 )
 
