@@ -507,22 +507,37 @@ def fsdp_stream_pools(spec: ModelSpec, w: Workload, weight_elem_bytes: int) -> t
         return (_all_gather_pool(spec, n, w.tp, ag_b, mp, True, stage=stage, alloc_conf=w.alloc_conf),
                 _reduce_scatter_pool(spec, n, w.tp, rs_b, w.optimizer_in_backward or w.offload != "none", 1,
                                      adapters, stage=stage, alloc_conf=w.alloc_conf))
-    return (_all_gather_pool(spec, n, w.tp, ag_b, mp, w.fsdp_strategy == "shard-grad-op", alloc_conf=w.alloc_conf),
+    units = None
+    emb, head = separate_units(spec, w, ag_b)
+    if head:
+        # the embedding's and output layer's own groups (separate_units): rank 0's shards, dim 0 padded as the blocks'
+        rows = {t.role: -(-t.shape[0] // n) * (t.numel // max(1, t.shape[0])) for t in spec.tensors
+                if t.layer is None and t.role in ("embedding", "lm_head") and t.shape}
+        units = (rows.get("embedding", 0), rows.get("lm_head", 0), max(1, w.loss_chunks))
+    return (_all_gather_pool(spec, n, w.tp, ag_b, mp, w.fsdp_strategy == "shard-grad-op", alloc_conf=w.alloc_conf,
+                             units=units),
             _reduce_scatter_pool(spec, n, w.tp, rs_b, w.optimizer_in_backward or w.offload != "none",
                                  min(2, max(1, w.grad_accum)), adapters, alloc_conf=w.alloc_conf))
 
 
 @identity_cache
 def _all_gather_pool(spec: ModelSpec, n: int, tp: int, ag_b: int, mp: bool, kept: bool,
-                     stage: tuple[int, tuple[int, ...]] | None = None, alloc_conf: str | None = None) -> int:
+                     stage: tuple[int, tuple[int, ...]] | None = None, alloc_conf: str | None = None,
+                     units: tuple[int, int, int] | None = None) -> int:
     """The all-gather copy-in stream's peak reserve over two steps (see fsdp_stream_pools); ``stage``, the
-    (root's, blocks') shard numels when the rank holds a pipeline stage's only."""
+    (root's, blocks') shard numels when the rank holds a pipeline stage's only; ``units``, the embedding's and the
+    output layer's shard numels and the output layer's calls per step when they are groups of their own
+    (Workload.fsdp_units: the embedding gathered after the root, the output layer once per call after the last
+    block, each beside the previous group's flat output)."""
     from vramlens.allocator.events import ALLOC, FREE
     from vramlens.allocator.simulator import simulate
     from vramlens.estimator.reserve import allocator_config
 
     root, blocks = stage or _group_shard_numels(spec, n, tp)
     groups = [root, *blocks]  # forward order
+    if units is not None:
+        emb, head, calls = units
+        groups = [root - emb - head, emb, *blocks, *[head] * calls]
     ag: list[tuple[str, object, int]] = []
     for step in range(2):
         prev: object = None
