@@ -252,8 +252,15 @@ def test_torchtune_readme_2024_09_rows(rows):
         assert abs(rows[f"torchtune-readme-2024-09-llama3.1-{row}"].error) < 0.10
     lora70 = CASES["torchtune-readme-2024-09-llama3.1-70b-lora-8xa100"].settings
     assert lora70["fsdp"] and lora70["gpus"] == 8 and lora70.get("offload", "none") == "none"
-    for row in ("8b-full-a6000", "8b-lora-a6000", "70b-full-8xa100", "405b-qlora-8xa100"):
+    for row in ("8b-full-a6000", "8b-lora-a6000", "405b-qlora-8xa100"):
         assert rows[f"torchtune-readme-2024-09-llama3.1-{row}"].estimated_bytes is None
+    # custom_sharded_layers ['tok_embeddings', 'output'] with fsdp_cpu_offload: mapped since issue 9 (+8.6%, the peak in
+    # the output layer's backward, its own unit gathered again)
+    full70 = CASES["torchtune-readme-2024-09-llama3.1-70b-full-8xa100"].settings
+    assert full70["fsdp_units"] == "blocks+embed+output" and full70["offload"] == "all" and full70["gpus"] == 8
+    assert rows["torchtune-readme-2024-09-llama3.1-70b-full-8xa100"].estimated_bytes == 16_215_066_268
+    # LoRA: the blocks' reduce-scatter input is the adapters' gradients alone (was a whole block's: 32.25 GiB)
+    assert rows["torchtune-readme-2024-09-llama3.1-70b-lora-8xa100"].estimated_bytes == 32_914_164_864
 
 
 def test_torchtune_readme_2024_09_a6000_full_note():

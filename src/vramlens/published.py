@@ -751,6 +751,11 @@ CASES: dict[str, Case] = {
     "torchtune-readme-2024-09-llama3.1-70b-lora-8xa100": Case(
         "llama-3.1-70b", {**_TT_SEP24_LORA, "lora_rank": 16, "lora_targets": ("q_proj", "k_proj", "v_proj"),
                           "fsdp": True, "gpus": 8}, figure="peak_allocated", **_A100),
+    # full_finetune_distributed, llama3_1/70B_full at 30b8519e: custom_sharded_layers ['tok_embeddings', 'output']
+    # (the embedding and the output layer FSDP units of their own), fsdp_cpu_offload (CPUOffloadPolicy), AdamW(fused)
+    "torchtune-readme-2024-09-llama3.1-70b-full-8xa100": Case(
+        "llama-3.1-70b", {**_TT_SEP24, "optimizer": "adamw", "optimizer_impl": "fused", "fsdp": True, "gpus": 8,
+                          "offload": "all", "fsdp_units": "blocks+embed+output"}, figure="peak_allocated", **_A100),
     # the tutorials' "Memory stats after model init" lines: the weights (and adapters) just loaded
     "torchtune-docs-e2e-llama3.2-3b-lora-init": Case(
         "llama-3.2-3b", {**_TUNE_LORA, "batch": 4, "seq": 512, "activation_offload": False, "compile": False,
@@ -852,9 +857,6 @@ UNSUPPORTED: dict[str, str] = {
         "what raises the 1x 4090 row's peak this far on the A6000 is not stated (the 4090 row's settings read "
         f"{est} GiB; without activation checkpointing {noac} GiB)") for m, est, noac in (("full", "20.0", "37.5"),
                                                                                        ("lora", "17.2", "35.6"))},
-    "torchtune-readme-2024-09-llama3.1-70b-full-8xa100": (
-        "custom_sharded_layers (tok_embeddings and output as FSDP units of their own, resharded after use) is not "
-        "expressible: vramlens' FSDP2 keeps them in the root, gathered all step"),
     "torchtune-readme-2024-09-llama3.1-405b-qlora-8xa100": (
         "the stated batch (2 x 2048 packed) cannot give the figure: its checkpointed block inputs (15.75 GiB), the "
         "weight shards and the gathered root exceed it; the config's own batch (1, unpacked) is not stated as run"),

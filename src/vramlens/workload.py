@@ -69,6 +69,10 @@ Checkpointing = Literal["none", "full", "selective", "selective-op"]
 #: transformers 5), a per-tensor loop of its own (estimator.optimizer.optimizer_step_temporary).
 OptimizerImpl = Literal["foreach", "fused", "loop", "transformers"]
 FsdpStrategy = Literal["full", "shard-grad-op", "hybrid"]
+#: FSDP2's units besides the root: each transformer block (the root keeps the embedding, final norm and output
+#: layer), or also the input embedding and the output layer each a unit of its own (torchtune's
+#: ``custom_sharded_layers: ['tok_embeddings', 'output']``)
+FsdpUnits = Literal["blocks", "blocks+embed+output"]
 #: torch.distributed.pipelining's schedules (torchtitan's pipeline_parallel_schedule names 1F1B, Interleaved1F1B, GPipe)
 PPSchedule = Literal["1f1b", "interleaved-1f1b", "gpipe"]
 Attention = Literal["eager", "sdpa", "flash"]
@@ -136,6 +140,7 @@ EVERY_PREFIX = "every:"
 CHECKPOINTING_CHOICES: tuple[str, ...] = (*CHECKPOINTING, "every:2", "every:3", "every:4")
 OPTIMIZER_IMPLS: tuple[OptimizerImpl, ...] = get_args(OptimizerImpl)
 FSDP_STRATEGIES: tuple[FsdpStrategy, ...] = get_args(FsdpStrategy)
+FSDP_UNITS: tuple[FsdpUnits, ...] = get_args(FsdpUnits)
 PP_SCHEDULES: tuple[PPSchedule, ...] = get_args(PPSchedule)
 #: FSDP1 (torch.distributed.fsdp.FullyShardedDataParallel) and FSDP2 (torch.distributed.fsdp.fully_shard)
 FSDP_VERSIONS: tuple[int, ...] = (1, 2)
@@ -343,6 +348,13 @@ class Workload:
     #: and torchtune's; ``limit_all_gathers`` and BACKWARD_PRE, the defaults; see vramlens.estimator.parallel
     #: ``fsdp1_stream_pools``)
     fsdp_version: int = 2
+    #: FSDP2's units (see FsdpUnits): "blocks+embed+output" is torchtune's training.shard_model with
+    #: ``custom_sharded_layers=['tok_embeddings', 'output']`` (torchtune/training/_distributed.py at 30b8519e):
+    #: ``fully_shard(m, reshard_after_forward=True)`` on each block and on the two modules, then on the root, so the
+    #: embedding and the output layer are gathered for their own forward (the output layer once per call: per loss
+    #: chunk) and again in backward, not held from forward to the end of backward in the root
+    #: (vramlens.estimator.parallel.fsdp_units_sizes)
+    fsdp_units: FsdpUnits = "blocks"
     tp: int = 1
     pp: int = 1
     #: with ``pp`` > 1, the schedule, which sets how many micro-batches' activations a rank holds
@@ -655,6 +667,17 @@ class Workload:
         choice("pp_schedule", self.pp_schedule, PP_SCHEDULES)
         if self.fsdp_version not in FSDP_VERSIONS or isinstance(self.fsdp_version, bool):
             p.append(f"fsdp_version={self.fsdp_version!r} must be 1 (FullyShardedDataParallel) or 2 (fully_shard)")
+        choice("fsdp_units", self.fsdp_units, FSDP_UNITS)
+        if self.fsdp and self.training and self.fsdp_units != "blocks":
+            clash = next((f"{k}={v!r}" for k, v, bad in (
+                ("fsdp_version", self.fsdp_version, self.fsdp_version != 2),
+                ("fsdp_strategy", self.fsdp_strategy, self.fsdp_strategy == "shard-grad-op"),
+                ("tp", self.tp, self.tp > 1), ("pp", self.pp, self.pp > 1), ("cp", self.cp, self.cp > 1)) if bad),
+                None)
+            if clash:
+                p.append(f"fsdp_units={self.fsdp_units!r} with {clash}: separate embedding and output units are "
+                         "modelled for FSDP2 full sharding without tensor, pipeline or context parallelism: use "
+                         "--fsdp-units blocks")
         choice("attention", self.attention, ATTENTION)
         choice("offload", self.offload, OFFLOAD)
         choice("zero_buckets", self.zero_buckets, ZERO_BUCKETS)
@@ -1323,6 +1346,8 @@ class Workload:
             out.append(f"ignored: pp_schedule={self.pp_schedule!r} schedules pipeline-parallel training (--pp > 1)")
         if not self.fsdp and given("fsdp_version"):
             out.append(f"ignored: fsdp_version={self.fsdp_version!r} applies only with fsdp")
+        if not self.fsdp and given("fsdp_units"):
+            out.append(f"ignored: fsdp_units={self.fsdp_units!r} applies only with fsdp")
         return out
 
     def validated(self) -> Workload:

@@ -49,7 +49,7 @@ OTHER = {"batch": 999, "grad_accum": 77, "optimizer": "adafactor", "checkpointin
          "pp": 3, "tp": 1, "mode": "train", "kv_dtype": "int8", "activation_offload": True,
          "optimizer_in_backward": True, "seq": 333, "loss_chunks": 5, "loss": "fused-linear", "loss_parallel": True,
          "method": "qlora", "dora": True, "optimizer_impl": "loop", "compile": True, "compile_scope": "model", "zero_buckets": "auto",
-         "fp8": True}
+         "fp8": True, "fsdp_units": "blocks"}
 
 
 def _plan(model, gpu: str, **kw):
@@ -203,7 +203,8 @@ def _as_loaded(kind: str, cfg, plan, tmp_path):
 #: builders' arguments (torchtune/models/*/_component_builders.py lora_*): torchtune is not installed here.
 TORCHTUNE_KEYS = {"recipe", "launch", "batch_size", "gradient_accumulation_steps", "dtype",
                   "enable_activation_checkpointing", "enable_activation_offloading", "optimizer_in_bwd", "compile",
-                  "tokenizer", "optimizer", "loss", "fsdp_cpu_offload", "fsdp_reshard_after_forward", "model"}
+                  "tokenizer", "optimizer", "loss", "fsdp_cpu_offload", "fsdp_reshard_after_forward", "model",
+                  "custom_sharded_layers"}
 TORCHTUNE_LORA = {"lora_rank", "lora_alpha", "lora_attn_modules", "apply_lora_to_mlp", "apply_lora_to_output",
                   "lora_dropout", "quantize_base"}
 
@@ -421,6 +422,21 @@ TRAIN = dict(mode="train", batch=2, seq=256)
 ])
 def test_each_target_reproduces_its_plan(kind, w, tmp_path):
     check_round_trip(_plan(tiny(), "H100-SXM-80GB", **w), kind, tmp_path)
+
+
+def test_torchtune_custom_sharded_layers_round_trip(tmp_path):
+    # the embedding and output layer units of their own need an untied output layer (tiny() ties it)
+    from vramlens.models.catalog import catalog_spec
+
+    w = dict(TRAIN, dtype="bf16", gpus=8, fsdp=True, offload="all", fsdp_units="blocks+embed+output")
+    check_round_trip(_plan(catalog_spec("llama-2-7b"), "A100-80GB", **w), "torchtune", tmp_path)
+    plan = _plan(catalog_spec("llama-2-7b"), "A100-80GB", **{**w, "offload": "none"})
+    for kind in ("fsdp", "accelerate", "trainer"):
+        with pytest.raises(InputError) as e:
+            emit(plan, kind)
+        assert str(e.value) == (f"--emit {kind}: the plan makes the embedding and output layer FSDP units of their "
+                                "own (--fsdp-units blocks+embed+output, torchtune's custom_sharded_layers), which "
+                                f"{kind} settings cannot: use --emit torchtune, or plan with --fsdp-units blocks")
 
 
 @pytest.mark.parametrize("kind,w,names", [

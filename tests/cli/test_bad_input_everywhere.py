@@ -259,6 +259,15 @@ CASES = {
                                 "--keep lora and --keep qlora"),
     "fit-keep-zero-and-fsdp": ("fit llama-2-7b --gpu 24GB --mode train --gpus 2 --keep zero,fsdp",
                                "--keep zero and --keep fsdp"),
+    "estimate-fsdp-units-fsdp1": ("estimate llama-2-7b --mode train --gpus 4 --fsdp --fsdp-version 1 "
+                                  "--fsdp-units blocks+embed+output",
+                                  "fsdp_units='blocks+embed+output' with fsdp_version=1: separate embedding and output "
+                                  "units are modelled for FSDP2 full sharding without tensor, pipeline or context "
+                                  "parallelism: use --fsdp-units blocks"),
+    "estimate-fsdp-units-tied": ("estimate gpt2 --mode train --gpus 2 --fsdp --fsdp-units blocks+embed+output",
+                                 "fsdp_units='blocks+embed+output' makes a causal LM's embedding and output layer units "
+                                 "of their own; openai-community/gpt2 ties its output layer to the input embedding: use "
+                                 "--fsdp-units blocks"),
     "fit-keep-lora-inference": ("fit llama-2-7b --gpu 24GB --keep lora", "--keep lora applies to training"),
     "fit-unknown-remedy": ("fit llama-2-7b --gpu 24GB --mode train --forbid bogus", "--forbid 'bogus' is not a remedy"),
     "fit-effective-batch-0": ("fit llama-2-7b --gpu 24GB --mode train --effective-batch 0",

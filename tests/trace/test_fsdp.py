@@ -155,3 +155,26 @@ def test_resizes_seen_after_another_tool_patched_resize():
             del torch.UntypedStorage.resize_
     assert any(e.op == "resize_" and e.action == "free" for e in res.events)
     assert res.breakdown["weights"] == _expected(CFG, 2)["weights"]
+
+
+@pytest.mark.slow  # about 15 s on 2 cores
+def test_units_gather_the_output_layer_once_per_loss_chunk():
+    """fsdp_units="blocks+embed+output" (torchtune's custom_sharded_layers): the output layer is a unit of its own,
+    all-gathered at each of its calls (one per loss chunk) in forward and resharded after each, so its unsharded
+    weight (ceil(1001 / 2) = 501 rows x 2 ranks x 128 x 4 B = 513,024 B) is allocated 4 times in forward with 4 chunks."""
+    n, chunks = 2, 4
+    res = trace_fsdp(CFG, Workload(**W, gpus=n, fsdp=True, loss_chunks=chunks, fsdp_units="blocks+embed+output"),
+                     world_size=n, steps=1)
+    head = [e for e in res.events if e.module == "lm_head" and e.tag == "comm_buffer" and e.op == "resize_"
+            and e.action == "alloc" and e.phase == "forward" and e.step == 1]
+    assert [e.nbytes for e in head] == [501 * 2 * CFG["hidden_size"] * 4] * chunks == [513_024] * 4
+    assert "fully_shard on each of 2 blocks, the output layer, the input embedding and the root" in " ".join(
+        res.breakdown.notes)
+
+
+def test_units_refuse_a_tied_output_layer():
+    with pytest.raises(TraceError) as e:
+        trace_fsdp(dict(CFG, tie_word_embeddings=True), Workload(**W, gpus=2, fsdp=True,
+                                                                 fsdp_units="blocks+embed+output"), world_size=2)
+    assert str(e.value) == ("fsdp_units='blocks+embed+output': LlamaForCausalLM ties its output layer to the input "
+                            "embedding (one parameter cannot be in two FSDP units): use --fsdp-units blocks")

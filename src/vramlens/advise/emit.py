@@ -76,6 +76,11 @@ def _data_parallel_only(w: Workload, kind: str) -> None:
         raise InputError(f"--emit {kind}: the plan splits the model with --tp {w.tp} --pp {w.pp}; {kind} settings "
                          "have no tensor or pipeline parallelism (Megatron-LM or torchtitan do): choose a plan "
                          "with --forbid tp,pp")
+    if w.fsdp and w.fsdp_units != "blocks":
+        # transformers' and accelerate's FSDP wrap transformer blocks (and the root) only
+        raise InputError(f"--emit {kind}: the plan makes the embedding and output layer FSDP units of their own "
+                         f"(--fsdp-units {w.fsdp_units}, torchtune's custom_sharded_layers), which {kind} settings "
+                         "cannot: use --emit torchtune, or plan with --fsdp-units blocks")
 
 
 def _no_techniques(w: Workload, kind: str) -> None:
@@ -697,6 +702,10 @@ def torchtune(plan: Plan) -> dict[str, Any]:
         out["launch"] = {"nproc_per_node": w.gpus}
         out["fsdp_cpu_offload"] = w.offload == "all"
         out["fsdp_reshard_after_forward"] = w.fsdp_strategy == "full"
+        if w.fsdp_units == "blocks+embed+output":
+            # recipes/full_finetune_distributed.py (30b8519e) and lora_finetune_distributed.py (bd2a0fc7) pass it to
+            # training.shard_model: the embedding and the output layer FSDP units of their own
+            out["custom_sharded_layers"] = ["tok_embeddings", "output"]
     if w.method != "full":
         out["model"] = {
             "lora_rank": w.lora_rank, "lora_alpha": 2 * w.lora_rank,
@@ -821,6 +830,9 @@ def torchtitan(plan: Plan) -> dict[str, Any]:
         refuse.append(f"hybrid-shards {w.dp} GPUs of one node, which is full sharding (plan with --fsdp-strategy full)")
     if w.fsdp and w.shard_degree == 1:
         refuse.append("shards over one GPU (torchtitan turns FSDP off at data_parallel_shard_degree 1)")
+    if w.fsdp and w.fsdp_units != "blocks":
+        refuse.append(f"makes the embedding and output layer FSDP units of their own (--fsdp-units {w.fsdp_units}, "
+                      "torchtune's custom_sharded_layers; torchtitan keeps [norm, output] gathered until its backward)")
     if w.pp > 1:
         refuse.append(f"pipelines over --pp {w.pp} stages (torchtitan's schedules and microbatches are not "
                       "mapped: choose a plan with --forbid pp)")

@@ -60,7 +60,7 @@ from vramlens.workload import Attention, Workload, evolve
 STATE_FIELDS = ("mode", "method", "dtype", "amp", "quant", "optimizer", "optimizer_impl", "keep_grads", "lora_rank",
                 "lora_targets", "lora_dropout", "lora_dtype", "dora", "fused_qkv", "quant_targets",
                 "quant_head", "quant_group_size", "quantize_on_device", "quant_impl", "gpus", "zero", "zero_buckets", "fsdp",
-                "fsdp_strategy", "fsdp_version", "tp", "pp", "pp_schedule", "offload", "optimizer_in_backward",
+                "fsdp_strategy", "fsdp_version", "fsdp_units", "tp", "pp", "pp_schedule", "offload", "optimizer_in_backward",
                 "loss", "loss_chunks", "loss_parallel", "fp8", "images", "transformers_version", "bnb_compute_dtype",
                 "padded", "alloc_conf", "lora_fa", "vera_rank", "decompose_factor", "oft_block_size",
                 "boft_block_size")

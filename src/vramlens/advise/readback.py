@@ -187,6 +187,8 @@ def _torchtune(c: Mapping[str, Any]) -> dict[str, Any]:
         out["compile_scope"] = "blocks"  # training.compile_model: each layer on its own
     if distributed:
         out["fsdp_strategy"] = "full" if c.get("fsdp_reshard_after_forward", True) else "shard-grad-op"
+        if sorted(c.get("custom_sharded_layers") or ()) == ["output", "tok_embeddings"]:
+            out["fsdp_units"] = "blocks+embed+output"
     if recipe.startswith("lora_"):
         m = c["model"]
         attn = {v: k for k, v in TORCHTUNE_ATTN.items()}

@@ -275,6 +275,12 @@ def add_workload_args(p: argparse.ArgumentParser) -> None:
                    help="with --fsdp: 2 (fully_shard, per-parameter shards; default) or 1 (FullyShardedDataParallel: "
                         "one flat parameter per transformer block and the root, as accelerate's fsdp_version 1 and "
                         "torchtune before 0.2)")
+    g.add_argument("--fsdp-units", choices=W.FSDP_UNITS, default="blocks",
+                   help="with --fsdp (FSDP2): the units besides the root: blocks (each transformer block; the root "
+                        "keeps the embedding and output layer gathered from forward to the end of backward; default) "
+                        "or blocks+embed+output (the embedding and the output layer units of their own, resharded "
+                        "after each forward and gathered again in backward: torchtune's custom_sharded_layers "
+                        "['tok_embeddings', 'output'])")
     g.add_argument("--tp", type=_positive, default=1, help="tensor-parallel degree")
     g.add_argument("--pp", type=_positive, default=1, help="pipeline-parallel degree")
     g.add_argument("--pp-schedule", choices=W.PP_SCHEDULES, default="1f1b",

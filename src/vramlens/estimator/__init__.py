@@ -160,6 +160,11 @@ def check_workload(spec: ModelSpec, w: Workload) -> None:
                      or spec.audio is not None):
         # the padding mask is modelled through create_causal_mask of a text decoder (masks.padded_mask)
         p.append(f"padded models a decoder-only text model's padding mask; {spec.name} is not one: drop --padded")
+    if w.training and w.fsdp and w.fsdp_units != "blocks" and (spec.tied_embeddings or spec.head != "causal-lm"):
+        # one parameter cannot be in two FSDP units (fully_shard refuses it), and the units are a causal LM's
+        why = "ties its output layer to the input embedding" if spec.tied_embeddings else f"trains {spec.head}"
+        p.append(f"fsdp_units={w.fsdp_units!r} makes a causal LM's embedding and output layer units of their own; "
+                 f"{spec.name} {why}: use --fsdp-units blocks")
     if w.training and w.loss_parallel and spec.head != "causal-lm":
         p.append(f"loss_parallel shards a causal LM's logits; {spec.name} trains {spec.head}: drop --loss-parallel")
     if w.training and w.loss == "logits-sum" and spec.head not in ("causal-lm", "masked-lm"):

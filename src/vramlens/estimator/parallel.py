@@ -279,20 +279,29 @@ def comm_buffer_bytes(spec: ModelSpec, w: Workload, grad_bytes_full: int, param_
             "norm), kept gathered from forward to the end of backward, and in backward the current and the "
             "prefetched block's (BACKWARD_PRE): R+2B" + (f", and the {w.run_dtype} copy of the prefetched shard "
                                                          "(_mp_shard): +B/N" if cast_in else ""))
-    if reduce != block:
+    emb, head = separate_units(spec, w, weight_elem_bytes if not w.fsdp_mixed_precision else DTYPE_BYTES[w.run_dtype])
+    # the embedding's and output layer's own units (Workload.fsdp_units; see separate_units): each gathered beside
+    # the unit before it's flat all-gather output
+    later = 3 * head if w.loss_chunks > 1 else 0  # a later call of the output layer (one per loss chunk)
+    units = max(2 * emb, emb + 2 * block, block + 2 * head, later) + root if head else 0
+    units_text = (", or the embedding's and output layer's units of their own (fsdp_units) gathered beside the flat "
+                  "output of the unit before (the output layer's previous call's under a chunked loss): "
+                  "max(2E, E+2B, B+2H, 3H)+R" if head else "")
+    if w.fsdp_mixed_precision:
         cast_in = cast_all_gather_input(w, block)
-        return ds_bucket + max(2 * (block + root), 2 * block + reduce + root + cast_in), (
+        return ds_bucket + max(2 * (block + root), 2 * block + reduce + root + cast_in, units), (
             f"FSDP2 MixedPrecisionPolicy(param_dtype={w.run_dtype}, reduce_dtype=fp32): the root's unsharded "
             f"{w.run_dtype} parameters (embedding, head, final norm) plus the current and prefetched block's "
             f"{w.run_dtype} all-gather and one block's fp32 reduce-scatter input, and the all-gather's "
-            f"{w.run_dtype} copy of the prefetched shard: max(2(B+R), 2B+B_fp32+R+B/N)")
-    gathered = ("the root's unsharded parameters (embedding, head, final norm) plus the current and "
-                "prefetched block's all-gather and one block's reduce-scatter: max(2(B+R), 3B+R)")
+            f"{w.run_dtype} copy of the prefetched shard: max(2(B+R), 2B+B_fp32+R+B/N)" + units_text)
+    gathered = ("the root's unsharded parameters (embedding, head, final norm) and its flat all-gather output, or "
+                "the root's plus the current and prefetched block's all-gather and one block's reduce-scatter input "
+                "(under LoRA the adapters' gradients alone): max(2(B+R), 2B+B_reduce+R)")
     if ds_bucket:
-        return ds_bucket + max(2 * (block + root), 3 * block + root), (
+        return ds_bucket + max(2 * (block + root), 2 * block + reduce + root), (
             f"{ds_text}; and, as FSDP2's model (DeepSpeed's prefetch and live-parameter limits are not modelled), "
             + gathered)
-    return max(2 * (block + root), 3 * block + root), "FSDP2/ZeRO-3: " + gathered
+    return max(2 * (block + root), 2 * block + reduce + root, units), "FSDP2/ZeRO-3: " + gathered + units_text
 
 
 def cast_all_gather_input(w: Workload, block: int) -> int:
@@ -315,9 +324,19 @@ def fsdp_buffers(spec: ModelSpec, w: Workload, weight_elem_bytes: int) -> tuple[
     """
     if w.fsdp_mixed_precision:
         block, root = gathered_sizes(spec, w, DTYPE_BYTES[w.run_dtype])
-        return block, root, gathered_sizes(spec, w, 4)[0]
-    block, root = gathered_sizes(spec, w, weight_elem_bytes)
-    return block, root, block
+        reduce = gathered_sizes(spec, w, 4)[0]
+    else:
+        block, root = gathered_sizes(spec, w, weight_elem_bytes)
+        reduce = block
+    if w.fsdp and w.method != "full" and not pipelined_fsdp(w):
+        # the frozen base weights have no gradient: FSDPParamGroup.post_backward (_fsdp_param_group.py, torch 2.13)
+        # hands foreach_reduce only the parameters whose ``unsharded_accumulated_grad`` or ``.grad`` exists, and
+        # foreach_reduce (_fsdp_collectives.py) sizes its reduce-scatter input by their padded unsharded numels:
+        # under LoRA/QLoRA one block's adapters (the largest block's), in reduce_dtype (fp32 under a policy)
+        n = max(1, w.shard_degree)
+        rs_b = 4 if w.fsdp_mixed_precision else DTYPE_BYTES[w.lora_dtype]
+        reduce = max(_group_adapter_shard_numels(spec, w, n)[1], default=0) * n * rs_b
+    return block, root, reduce
 
 
 def gathered_sizes(spec: ModelSpec, w: Workload, weight_elem_bytes: int) -> tuple[int, int]:
@@ -332,6 +351,8 @@ def gathered_sizes(spec: ModelSpec, w: Workload, weight_elem_bytes: int) -> tupl
     inside, emb, head = _layer_params(spec)
     block = inside // max(1, spec.n_layers) // w.tp * weight_elem_bytes
     root = (emb + head) // w.tp * weight_elem_bytes
+    # the embedding and the output layer in units of their own (Workload.fsdp_units): the root keeps the rest
+    root -= sum(separate_units(spec, w, weight_elem_bytes))
     if pipelined_fsdp(w):
         # this stage's root part (the embedding on the first, the final norm's and output layer's on the last) and
         # every block of the rank, gathered all step (see pipelined_fsdp)
@@ -342,6 +363,30 @@ def gathered_sizes(spec: ModelSpec, w: Workload, weight_elem_bytes: int) -> tupl
         # reshard_after_forward=False: every block stays gathered from its forward to its backward
         root += inside // w.tp * weight_elem_bytes
     return block, root
+
+
+def separate_units(spec: ModelSpec, w: Workload, weight_elem_bytes: int) -> tuple[int, int]:
+    """(E, H): the unsharded bytes of the input embedding's and the output layer's own FSDP2 units, (0, 0) when
+    the root keeps them (``fsdp_units="blocks"``, or a model without an untied output layer).
+
+    torchtune's training.shard_model (torchtune/training/_distributed.py at 30b8519e) with
+    ``custom_sharded_layers=['tok_embeddings', 'output']`` calls ``fully_shard(m, reshard_after_forward=True)`` on
+    each block and on those two modules, then on the root, which keeps the final norm alone. In FSDP2
+    (torch/distributed/fsdp/_fully_shard, torch 2.13) each unit's pre-forward hook all-gathers it (a flat output,
+    then the unsharded parameters copied out of it, ``FSDPParamGroup.unshard`` / ``wait_for_unshard``), its
+    post-forward hook reshards it, and the flat output stays held (``FSDPCommContext.all_gather_state``) until the
+    next unit's copy-out; the output layer runs once per loss chunk, so it is gathered once per chunk, in forward
+    and again in backward (its pre-backward hook on each call's logits), while the embedding is gathered again in
+    backward only when its output needs a gradient (full fine-tuning).
+    """
+    if not (w.fsdp and w.fsdp_units == "blocks+embed+output") or spec.tied_embeddings:
+        return 0, 0
+    emb = sum(t.numel for t in spec.tensors if t.layer is None and t.role == "embedding")
+    head = sum(t.numel for t in spec.tensors if t.layer is None and t.role == "lm_head")
+    if not head:
+        return 0, 0
+    b = DTYPE_BYTES[w.run_dtype] if w.fsdp_mixed_precision else weight_elem_bytes
+    return emb * b, head * b
 
 
 @identity_cache
@@ -462,22 +507,37 @@ def fsdp_stream_pools(spec: ModelSpec, w: Workload, weight_elem_bytes: int) -> t
         return (_all_gather_pool(spec, n, w.tp, ag_b, mp, True, stage=stage, alloc_conf=w.alloc_conf),
                 _reduce_scatter_pool(spec, n, w.tp, rs_b, w.optimizer_in_backward or w.offload != "none", 1,
                                      adapters, stage=stage, alloc_conf=w.alloc_conf))
-    return (_all_gather_pool(spec, n, w.tp, ag_b, mp, w.fsdp_strategy == "shard-grad-op", alloc_conf=w.alloc_conf),
+    units = None
+    emb, head = separate_units(spec, w, ag_b)
+    if head:
+        # the embedding's and output layer's own groups (separate_units): rank 0's shards, dim 0 padded as the blocks'
+        rows = {t.role: -(-t.shape[0] // n) * (t.numel // max(1, t.shape[0])) for t in spec.tensors
+                if t.layer is None and t.role in ("embedding", "lm_head") and t.shape}
+        units = (rows.get("embedding", 0), rows.get("lm_head", 0), max(1, w.loss_chunks))
+    return (_all_gather_pool(spec, n, w.tp, ag_b, mp, w.fsdp_strategy == "shard-grad-op", alloc_conf=w.alloc_conf,
+                             units=units),
             _reduce_scatter_pool(spec, n, w.tp, rs_b, w.optimizer_in_backward or w.offload != "none",
                                  min(2, max(1, w.grad_accum)), adapters, alloc_conf=w.alloc_conf))
 
 
 @identity_cache
 def _all_gather_pool(spec: ModelSpec, n: int, tp: int, ag_b: int, mp: bool, kept: bool,
-                     stage: tuple[int, tuple[int, ...]] | None = None, alloc_conf: str | None = None) -> int:
+                     stage: tuple[int, tuple[int, ...]] | None = None, alloc_conf: str | None = None,
+                     units: tuple[int, int, int] | None = None) -> int:
     """The all-gather copy-in stream's peak reserve over two steps (see fsdp_stream_pools); ``stage``, the
-    (root's, blocks') shard numels when the rank holds a pipeline stage's only."""
+    (root's, blocks') shard numels when the rank holds a pipeline stage's only; ``units``, the embedding's and the
+    output layer's shard numels and the output layer's calls per step when they are groups of their own
+    (Workload.fsdp_units: the embedding gathered after the root, the output layer once per call after the last
+    block, each beside the previous group's flat output)."""
     from vramlens.allocator.events import ALLOC, FREE
     from vramlens.allocator.simulator import simulate
     from vramlens.estimator.reserve import allocator_config
 
     root, blocks = stage or _group_shard_numels(spec, n, tp)
     groups = [root, *blocks]  # forward order
+    if units is not None:
+        emb, head, calls = units
+        groups = [root - emb - head, emb, *blocks, *[head] * calls]
     ag: list[tuple[str, object, int]] = []
     for step in range(2):
         prev: object = None

@@ -44,6 +44,7 @@ from vramlens.estimator.parallel import (
     fsdp_stream_pools,
     pipeline_in_flight,
     pipelined_fsdp,
+    separate_units,
     split,
     stage_group_shard_numels,
     tp_embedding_gradient_extra,
@@ -171,6 +172,10 @@ class TrainState:
     gather_input: int = 0  # FSDP2 mixed precision: the all-gather's param_dtype copy of one block's shard
     ds_bucket: int = 0     # DeepSpeed ZeRO-3: the contiguous-gradients bucket, alive from initialisation (comm)
     gather_kept: bool = False  # FSDP2 shard-grad-op: every block stays gathered from forward to backward
+    root_resharded: bool = False  # FSDP2: the root resharded after its forward and gathered again in backward
+    gather_embed: int = 0  # FSDP2 with fsdp_units="blocks+embed+output": the embedding's unit, unsharded (E)
+    gather_head: int = 0   # ... and the output layer's (H); the root (gather_root) then keeps the final norm alone
+    loss_chunks: int = 1   # the output layer's calls per step (Workload.loss_chunks): one all-gather each
     fsdp1: bool = False        # FSDP1 (FullyShardedDataParallel): flat parameters, no forward prefetch
     grad_block: int = 0        # FSDP1: one block's unsharded flat gradient (0 when its weights are frozen)
     gathers_aside: bool = False  # FSDP1, the default stream's view: the gathered flat parameters are the unshard
@@ -324,6 +329,8 @@ def train_state(spec: ModelSpec, w: Workload, gpu: GPU | None) -> TrainState:
             head_grad = round_up(int(spec.vocab_size * spec.hidden_size * gb * sp.gradients), BLOCK)
     gather_block, gather_root, reduce_block = (fsdp_buffers(spec, w, Wt.weight_dtype_bytes(w)) if sharded3
                                                else (0, 0, 0))
+    units = (separate_units(spec, w, DTYPE_BYTES[w.run_dtype] if w.fsdp_mixed_precision else Wt.weight_dtype_bytes(w))
+             if sharded3 else (0, 0))
     rt = runtime(gpu, w)
     # persistent tensors, for the allocator's reserve
     full_params = w.method == "full" and not w.quantized
@@ -391,6 +398,9 @@ def train_state(spec: ModelSpec, w: Workload, gpu: GPU | None) -> TrainState:
         ds_bucket=(deepspeed_ipg_bucket(pbytes, ds_reduce_bucket_size(spec, w))
                    if sharded3 and w.zero == 3 else 0),
         gather_kept=sharded3 and w.fsdp and (w.fsdp_strategy == "shard-grad-op" or pipelined_fsdp(w)),
+        gather_embed=units[0], gather_head=units[1], loss_chunks=w.loss_chunks,
+        root_resharded=(sharded3 and w.fsdp and w.fsdp_version == 2 and w.fsdp_strategy != "shard-grad-op"
+                        and not pipelined_fsdp(w)),
         keep_grads=w.keep_grads,
         fsdp1=sharded3 and w.fsdp and w.fsdp_version == 1,
         grad_block=gather_block if sharded3 and w.fsdp and w.fsdp_version == 1 and w.method == "full" else 0,
@@ -517,6 +527,27 @@ def train_phases(st: TrainState, acts: int, loss_tmp: int, head_saved: int, grad
         fwd = sh + gfwd + R + fwd_casts + max(gathers + acts - head_saved + prev,
                                               B + acts + loss_tmp + (prev if held_at_loss else 0))
         root_at_loss, block_at_loss = R, B
+        if st.root_resharded:
+            # fully_shard(root, reshard_after_forward=True), as torchtune's shard_model, torchtitan's apply_fsdp and
+            # vramlens' tracer pass it: given explicitly, FSDPState._lazy_init (_fsdp_state.py, torch 2.13) keeps the
+            # root's post_forward_mesh_info (_auto_reshard_after_forward is False), so the root reshards after its
+            # forward like a block. Forward starts with the root's flat all-gather output held
+            # (FSDPCommContext.all_gather_state) beside its unsharded parameters until block 0's all-gather is copied
+            # out: 2R and block 0's; backward starts by gathering the root again (its pre-backward hook on the
+            # forward's output) with every saved activation alive: 2R again, the flat output freed at copy-out
+            fwd = max(fwd, sh + gfwd + fwd_casts + 2 * R + gathers)
+        E, H = st.gather_embed, st.gather_head
+        if H:
+            # the embedding and the output layer in units of their own (parallel.separate_units), resharded after
+            # each forward: the embedding's flat output and unsharded parameters (2E), then block 0's beside the
+            # embedding's flat output (E+2B); the output layer, once per loss chunk: its first call beside the last
+            # block's flat output (B+2H), each later one beside the previous call's flat output and the logits of
+            # the chunks before (3H + logits); the loss runs with the output layer's flat output held, not the last
+            # block's
+            later = H + logits - logits // st.loss_chunks if st.loss_chunks > 1 else 0
+            fwd = max(fwd, sh + gfwd + fwd_casts + 2 * R + max(2 * E, E + gathers),
+                      sh + gfwd + fwd_casts + R + acts - head_saved + 2 * H + max(B, later))
+            block_at_loss = H
         if st.fsdp1:
             # FSDP1 (parallel.fsdp1_stream_pools): forward gathers one block at a time (no forward prefetch) and
             # frees it at the block's post-forward, so the loss runs with the root alone gathered (under
@@ -543,7 +574,9 @@ def train_phases(st: TrainState, acts: int, loss_tmp: int, head_saved: int, grad
             root_at_loss = block_at_loss = 0
             fwd = max(sh + gfwd + fwd_casts + 2 * R + gathers,
                       sh + gfwd + R + fwd_casts + gathers + acts - head_saved, sh + gfwd + fwd_casts + acts + loss_tmp)
-        head = max(gfwd, st.head_grad)
+        # the output layer's unsharded gradient, until the root's reduce-scatter at the end of backward; in a unit
+        # of its own it is reduce-scattered after the output layer's backward, before the blocks'
+        head = max(gfwd, 0 if st.gather_head else st.head_grad)
         grads_bwd = st.grads - st.last_grads
         # the last block's backward runs before any reduce-scatter; each later block's starts with
         # the previous block's reduce-scatter input still held (foreach_reduce's input is kept until
@@ -565,6 +598,28 @@ def train_phases(st: TrainState, acts: int, loss_tmp: int, head_saved: int, grad
                   sh + head + R + bufs + bwd_casts + acts - freed - block_kept + work - pp_freed,
                   sh + grads_bwd + R + (B + 2 * st.grad_block + st.gather_input if st.fsdp1 else bufs + work),
                   pp_start)
+        if st.root_resharded and not loss_outside_model:
+            bwd = max(bwd, sh + gfwd + bwd_casts + acts + 2 * R)
+        if H:
+            # the output layer gathered again in backward (its pre-backward hook on a call's logits: the flat
+            # output beside the unsharded parameters) with the logits' gradient; under full fine-tuning autograd
+            # sums its weight's gradients over the chunks (as on one GPU: head_backward_later, head_grads) with the
+            # unsharded parameters and the last block's prefetched flat output alive, before the one reduce-scatter;
+            # there the other chunks' logit gradients, which one GPU's backward holds at the second chunk
+            # (losses.loss_figures: (n-2) chunks), are already consumed in the traced order (vramlens.trace.fsdp:
+            # each call's pre-backward hook runs that chunk's output-layer backward in turn). Then, under full
+            # fine-tuning, the embedding is gathered again after block 0's backward (its output needs a gradient)
+            bwd = max(bwd, sh + gfwd + bwd_casts + R + 2 * H + acts - freed + head_in)
+            if st.head_grad:
+                pending = logits * max(0, st.loss_chunks - 2) // st.loss_chunks
+                bwd = max(bwd, sh + gfwd + bwd_casts + R + H + B + acts - freed + max(0, head_backward_later - pending)
+                          + head_grads * st.head_grad)
+            if st.head_grad:
+                # block 0's backward prefetches the embedding (E, not a block) beside its own parameters and block
+                # 1's reduce-scatter input, with the other blocks' saved tensors freed
+                rest = max(0, st.sp.layers - 1) * block_kept
+                bwd = max(bwd, sh + grads_bwd + R + B + E + Br + bwd_casts + acts - freed - rest + work,
+                          sh + grads_bwd + R + 3 * E + Br)
         if st.fsdp1:  # SplitWithSizesBackward's cat: the flat gradient beside the parameters' gradients
             bwd = max(bwd, sh + head + R + gathers + 2 * st.grad_block + st.gather_input + bwd_casts + acts - freed
                       - block_kept)

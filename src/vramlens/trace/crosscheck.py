@@ -669,6 +669,15 @@ FSDP_ROWS: tuple[tuple[str, dict[str, Any]], ...] = (
     _ckpt_row("llama-2-7b", "none", activation_offload=True, gpus=2, fsdp=True),
     _ckpt_row("llama-3-8b", "none", activation_offload=True, **_FSDP),
     _ckpt_row("llama-2-7b", "none", dtype="fp32", amp="bf16", activation_offload=True, **_FSDP),
+    # torchtune's distributed LoRA recipe (issue 9): LoRA on q/k/v, full checkpointing, the chunked loss, the GQA
+    # copies, over 8 ranks; the reduce-scatter input is the adapters' gradients alone
+    _ckpt_row("llama-3-8b", "full", method="lora", gqa_expand=True, loss_chunks=8, gpus=8, fsdp=True),
+    # torchtune's custom_sharded_layers ['tok_embeddings', 'output']: the embedding and the output layer units of
+    # their own (--fsdp-units blocks+embed+output), resharded after each forward
+    _ckpt_row("llama-3-8b", "full", method="lora", gqa_expand=True, loss_chunks=8, gpus=8, fsdp=True,
+              fsdp_units="blocks+embed+output"),
+    _ckpt_row("llama-3-8b", "full", loss_chunks=8, fsdp_units="blocks+embed+output", **_FSDP),
+    _ckpt_row("llama-3-8b", "none", dtype="fp32", amp="bf16", fsdp_units="blocks+embed+output", **_FSDP),
 )
 
 #: FSDP2 over tensor parallelism (2-D mesh dp x tp, vramlens.trace.fsdp): torchtitan's parallelize_llama order,
@@ -803,7 +812,7 @@ COMPILE_ROWS: tuple[tuple[str, dict[str, Any]], ...] = (
 #: Workload fields the technique rows set, shown in render().
 TECHNIQUE_FIELDS = ("optimizer", "optimizer_in_backward", "loss_chunks", "loss", "activation_offload", "loss_parallel",
                     "new_tokens", "quant_targets", "lora_dtype", "lora_dropout", "dora", "cache", "max_cache_len",
-                    "gpus", "tp", "fsdp", "fp8", "compile", "compile_scope", "gqa_expand", "quant_head", "dequant_dtype", "nf4_impl",
+                    "gpus", "tp", "fsdp", "fsdp_units", "fp8", "compile", "compile_scope", "gqa_expand", "quant_head", "dequant_dtype", "nf4_impl",
                     "bnb_compute_dtype", "transformers_version")
 
 #: The issue's case at full size: a sentence-transformers fine-tune of bert-base-uncased, 16

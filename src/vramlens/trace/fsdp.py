@@ -227,10 +227,31 @@ def _shard(built, mesh, wl: Workload) -> int:
         for m in _odd_dtype_modules(b):
             fully_shard(m, mesh=mesh, reshard_after_forward=reshard_after_forward, mp_policy=mp)
         fully_shard(b, mesh=mesh, reshard_after_forward=reshard_after_forward, mp_policy=mp)
+    if wl.fsdp_units == "blocks+embed+output":
+        # torchtune's shard_model with custom_sharded_layers ['tok_embeddings', 'output'] (training/_distributed.py
+        # at 30b8519e): fully_shard, with the blocks' reshard_after_forward, on the output layer and the input
+        # embedding as well, before the root
+        for m in _embedding_and_output(built.model):
+            fully_shard(m, mesh=mesh, reshard_after_forward=reshard_after_forward, mp_policy=mp)
     for m in _odd_dtype_modules(built.model):
         fully_shard(m, mesh=mesh, reshard_after_forward=reshard_after_forward, mp_policy=mp)
     fully_shard(built.model, mesh=mesh, reshard_after_forward=reshard_after_forward, mp_policy=mp)
     return len(blocks)
+
+
+def _embedding_and_output(model) -> tuple:
+    """The output layer and the input embedding of a transformers (or peft-wrapped) causal LM, for units of their
+    own; one line when the model has no output layer or ties it to the embedding (one parameter in two FSDP
+    groups: ``fully_shard`` refuses it)."""
+    hf = model.get_base_model() if hasattr(model, "get_base_model") else model
+    emb, out = hf.get_input_embeddings(), hf.get_output_embeddings()
+    if emb is None or out is None:
+        raise TraceError(f"fsdp_units='blocks+embed+output': {type(hf).__name__} has no output layer beside its "
+                         "input embedding: use --fsdp-units blocks")
+    if out.weight is emb.weight or _shares_outside(model, emb):
+        raise TraceError(f"fsdp_units='blocks+embed+output': {type(hf).__name__} ties its output layer to the input "
+                         "embedding (one parameter cannot be in two FSDP units): use --fsdp-units blocks")
+    return out, emb
 
 
 def _parallelize_2d(built, cfg: dict, mesh, wl: Workload) -> int:
@@ -442,8 +463,9 @@ def _trace(model, wl: Workload, n: int, *, rank: int, steps: int, progress, top:
     dp = n // wl.tp
     wrap = (f"FSDP1 per rank: rank {rank} of {n} (fake process group), FullyShardedDataParallel with each of "
             f"{n_blocks} blocks a unit and the root" if wl.fsdp_version == 1 else
-            f"FSDP2 per rank: rank {rank} of {n} (fake process group), fully_shard on each of {n_blocks} blocks "
-            "and the root")
+            f"FSDP2 per rank: rank {rank} of {n} (fake process group), fully_shard on each of {n_blocks} blocks"
+            + (", the output layer, the input embedding " if wl.fsdp_units == "blocks+embed+output" else " ")
+            + "and the root")
     notes = list(runner.notes) + [
         wrap + "; every rank runs the same program on equal shards, rank 0's the largest (padding of "
         "dim 0 falls on the last ranks), so rank 0 is representative",
