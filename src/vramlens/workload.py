@@ -1140,11 +1140,16 @@ class Workload:
             # VeraLayer.forward casts x to the vectors' dtype and runs F.linear against the fp32 vera_A buffer
             p.append(f"{m} runs its input through the fp32 vera_A and vera_B buffers; lora_dtype={self.lora_dtype} "
                      "vectors are not modelled: drop --lora-dtype")
-        if self.method == "prefix-tuning" and (self.checkpointing != "none" or self.attention == "flash"):
-            # a block recomputed under checkpointing would cat its keys onto the cache a second time; flash-attn
-            # takes no explicit mask over the prefix
-            p.append(f"{m} is modelled without checkpointing, under SDPA or eager attention: drop --checkpointing "
-                     "and --attention flash")
+        if self.method == "prefix-tuning" and self.checkpointing != "none":
+            # peft 0.21.2 peft_model.py PeftModel._setup_prompt_encoder raises "PREFIX_TUNING does not work with
+            # gradient checkpointing." when a module of the base model has gradient_checkpointing set, and
+            # transformers 5.24's GradientCheckpointingLayer (modeling_layers.py) passes cache=None to a checkpointed
+            # layer (_can_checkpoint_with_cache is False but for a reader of the cache), which drops the prefix
+            p.append(f"{m} does not run under gradient checkpointing (peft's PeftModel refuses it: the prefix is a "
+                     "cache, and transformers drops the cache of a checkpointed layer): drop --checkpointing")
+        if self.method == "prefix-tuning" and self.attention == "flash":
+            # flash-attn takes no explicit mask over the prefix
+            p.append(f"{m} is modelled under SDPA or eager attention: drop --attention flash")
         if self.method in ("prompt-tuning", "prefix-tuning") and (self.loss_chunks > 1 or self.loss != "cross-entropy"):
             p.append(f"{m} runs through PeftModelForCausalLM's forward and transformers' own loss, which puts the "
                      "prompts before the sequence; drop --loss-chunks and --loss")
@@ -1155,7 +1160,8 @@ class Workload:
 
     def _delta_method_problems(self) -> list[str]:
         """LoHa, LoKr, OFT and BOFT are modelled as PEFT's method comparison runs them: one GPU (or data parallel), the model's dtype, fp32
-        factors (autocast_adapter_dtype), AdamW or SGD; what else would change what is kept is refused."""
+        factors (autocast_adapter_dtype), AdamW or SGD, with or without transformers' gradient checkpointing (full,
+        every:N, selective; per-op selective for OFT alone); what else would change what is kept is refused."""
         if self.method not in DELTA_METHODS:
             return []
         m = f"method={self.method}"
@@ -1184,7 +1190,11 @@ class Workload:
         off = [f"{n}={getattr(self, n)}" for n in ("tp", "pp", "cp") if getattr(self, n) > 1]
         off += [f"zero={self.zero}"] * bool(self.zero) + ["fsdp"] * bool(self.fsdp)
         off += ["compile"] * bool(self.compile) + ["activation_offload"] * bool(self.activation_offload)
-        off += [f"checkpointing={self.checkpointing}"] * (self.checkpointing != "none")
+        if self.checkpointing == "selective-op" and self.method != "oft":
+            # torchtitan's policy saves every second aten.mm of a block: LoHa's and LoKr's delta products and BOFT's
+            # x @ R are mms of their own (OFT rotates with bmm, which the policy does not count)
+            p.append(f"{m} under checkpointing=selective-op is not modelled (its delta is built by mm, which the "
+                     "per-op policy saves every second of): use --checkpointing full or every:N")
         if off:
             p.append(f"{m} is modelled on one GPU or under data parallelism without {', '.join(off)}: drop "
                      + ("it" if len(off) == 1 else "them"))

@@ -119,7 +119,7 @@ CASES = {
                               "method=adalora with optimizer=adamw-8bit is not modelled"),
     "estimate-prefix-tuning-checkpointed": ("estimate llama-2-7b --mode train --method prefix-tuning "
                                             "--num-virtual-tokens 20 --checkpointing full",
-                                            "method=prefix-tuning is modelled without checkpointing"),
+                                            "method=prefix-tuning does not run under gradient checkpointing"),
     "estimate-ln-tuning-gpt2": ("estimate gpt2 --mode train --method ln-tuning",
                                 "method=ln-tuning takes peft's default targets for the model type"),
     "estimate-kv-block-negative": ("estimate llama-2-7b --kv-block -3", "kv_block=-3 must be 0"),

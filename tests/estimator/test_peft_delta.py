@@ -72,8 +72,8 @@ def test_delta_transients():
      "merges the delta into the weight)"),
     ({"lora_dtype": "bf16"}, "method=loha with lora_dtype=bf16 is not modelled (peft's autocast_adapter_dtype keeps "
      "the factors in fp32, and each adapted linear then keeps an fp32 copy of its input): drop --lora-dtype"),
-    ({"checkpointing": "full"}, "method=loha is modelled on one GPU or under data parallelism without "
-     "checkpointing=full: drop it"),
+    ({"checkpointing": "selective-op"}, "method=loha under checkpointing=selective-op is not modelled (its delta is "
+     "built by mm, which the per-op policy saves every second of): use --checkpointing full or every:N"),
     ({"optimizer": "adamw-8bit"}, "method=loha with optimizer=adamw-8bit is not modelled: use adamw, adam, sgd or "
      "sgd-momentum"),
 ])
@@ -215,3 +215,31 @@ def test_boft_block_size_must_divide_the_inputs():
     with pytest.raises(ConfigError) as e:
         Workload(**{**BOFT, "dtype": "fp32"}).validated()
     assert "method=boft is modelled with half weights" in str(e.value)
+
+
+def test_checkpointed_block_rebuilds_the_delta_in_its_backward():
+    """transformers' gradient checkpointing (non-reentrant): each block keeps its input; the recomputed block builds
+    LoHa's delta again, and HadaWeight's backward (5 x n x k fp32) runs once the block's tensors after q_proj and its
+    MLP's gradients are freed."""
+    from vramlens.estimator.core import activation_totals, recompute_mlp_gradients
+    from vramlens.estimator.state import train_state
+
+    spec = load_model("llama-3.2-3b")
+    w = Workload(**RUN, checkpointing="full")
+    at = activation_totals(spec, w, train_state(spec, w, None).sp)
+    plain = Workload(**RUN)
+    block = A.layer_activations(spec, plain, 4, 768).saved
+    assert block == A.layer_activations(spec, w, 4, 768).saved
+    # the recomputation's own figure: the block's saved tensors, its MLP's gradients and its output's gradient
+    # (4 x 768 x 3,072 bf16); with the delta: what q_proj's backward sees, the input norm's fp32 copy (T x H x 4),
+    # the output's gradient and the five n x k
+    grads = recompute_mlp_gradients(spec, w) + T * H * 2
+    assert at.recompute == max(block + grads, T * H * 4 + T * H * 2 + 5 * W_Q) == block + grads
+    # ... and the delta's temporary is not added on top of it (as a 4-bit matmul's is)
+    assert at.dequant_temporary == 0
+    assert activation_totals(spec, plain, train_state(spec, plain, None).sp).dequant_temporary == 5 * W_Q
+    # 16 tokens: the delta's backward is the higher figure (16 x 3,072 x 4 B norm copy + 16 x 3,072 x 2 B gradient +
+    # 5 x 37,748,736 B = 196,608 + 98,304 + 188,743,680)
+    short = Workload(**{**RUN, "batch": 1, "seq": 16, "checkpointing": "full"})
+    at = activation_totals(spec, short, train_state(spec, short, None).sp)
+    assert at.recompute == 16 * H * 4 + 16 * H * 2 + 5 * W_Q == 189_038_592

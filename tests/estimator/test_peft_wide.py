@@ -185,7 +185,8 @@ def test_prefix_tuning_trains_an_fp32_kv_prefix_and_attends_over_n_plus_s_keys()
     ({"method": "prefix-tuning"}, "method=prefix-tuning needs --num-virtual-tokens N (PrefixTuningConfig has no "
      "default; PEFT's MetaMathQA runs 200)"),
     ({"method": "prefix-tuning", "num_virtual_tokens": 20, "checkpointing": "full"},
-     "method=prefix-tuning is modelled without checkpointing, under SDPA or eager attention"),
+     "method=prefix-tuning does not run under gradient checkpointing (peft's PeftModel refuses it: the prefix is a "
+     "cache, and transformers drops the cache of a checkpointed layer): drop --checkpointing"),
 ])
 def test_prefix_tuning_settings(settings, message):
     with pytest.raises(ConfigError) as e:

@@ -476,7 +476,8 @@ PEFT_WIDE_ROWS: tuple[tuple[str, dict[str, Any]], ...] = (
 
 #: peft's LoHa, LoKr, OFT and BOFT (fp32 factors, q_proj and v_proj, peft's rank and block sizes unless given): each adapted linear keeps its fp32 delta
 #: weight and input copy (the first block no delta), the delta built in forward (three n x k) and in HadaWeight's
-#: backward (five n x k); rows at 16-64 tokens put the peak there, in bf16 and fp32 (no input copy), on all-linear
+#: backward (five n x k); rows at 16-64 tokens put the peak there, in bf16 and fp32 (no input copy), on all-linear,
+#: and under gradient checkpointing
 PEFT_DELTA_ROWS: tuple[tuple[str, dict[str, Any]], ...] = (
     ("llama-3-8b", _tr(method="loha")),
     ("llama-3-8b", _tr(method="loha", batch=1, seq=16)),
@@ -508,6 +509,12 @@ PEFT_DELTA_ROWS: tuple[tuple[str, dict[str, Any]], ...] = (
     ("llama-3-8b", _tr(method="boft", lora_targets=("all-linear",), batch=1, seq=32)),
     ("llama-3-8b", _tr(method="boft", lora_targets=("all-linear",), batch=2, seq=64, loss_chunks=8)),
     ("qwen2.5-0.5b", _tr(method="boft", batch=1, seq=16)),
+    # under transformers' gradient checkpointing (non-reentrant, each decoder layer): the block's input kept, the
+    # delta (or rotation) rebuilt in its recomputation, its backward over what is left of the recomputed block
+    ("llama-3-8b", _tr(method="loha", checkpointing="full", batch=1, seq=16)),
+    ("llama-3-8b", _tr(method="lokr", decompose_factor=4, lora_rank=2, checkpointing="every:2", batch=1, seq=16)),
+    ("llama-3-8b", _tr(method="oft", checkpointing="every:2", lora_targets=("all-linear",), batch=1, seq=32)),
+    ("llama-3-8b", _tr(method="boft", checkpointing="full", batch=1, seq=16)),
 )
 
 QLORA_ROWS: tuple[tuple[str, dict[str, Any]], ...] = (
