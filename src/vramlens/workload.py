@@ -1173,9 +1173,12 @@ class Workload:
             p.append(f"{m} over quant={self.quant} weights is not modelled: drop --quant")
         if self.amp is not None:
             p.append(f"{m} under autocast (amp={self.amp}) is not modelled: drop --amp")
-        if self.lora_dtype != "fp32":
-            p.append(f"{m} with lora_dtype={self.lora_dtype} is not modelled (peft's autocast_adapter_dtype keeps the "
-                     "factors in fp32, and each adapted linear then keeps an fp32 copy of its input): drop --lora-dtype")
+        if self.lora_dtype not in ("fp32", self.dtype):
+            # get_peft_model(autocast_adapter_dtype=False) leaves the factors in the base layer's dtype (peft 0.21.2
+            # tuners_utils.BaseTunerLayer._move_adapter_to_device_of_base_layer); True upcasts half ones to fp32
+            p.append(f"{m} with lora_dtype={self.lora_dtype} is not modelled: peft makes the factors fp32 "
+                     f"(autocast_adapter_dtype=True) or the weights' dtype (False): use --lora-dtype fp32 or "
+                     f"{self.dtype}")
         if self.fused_qkv:
             p.append(f"{m} adapts transformers' separate projections; fused_qkv is LitGPT's: drop --fused-qkv")
         if self.method == "boft" and self.dtype == "fp32":

@@ -70,8 +70,8 @@ def test_delta_transients():
     ({"amp": "bf16", "dtype": "fp32"}, "method=loha under autocast (amp=bf16) is not modelled: drop --amp"),
     ({"mode": "inference"}, "method=loha is modelled for training: estimate inference with --method full (peft "
      "merges the delta into the weight)"),
-    ({"lora_dtype": "bf16"}, "method=loha with lora_dtype=bf16 is not modelled (peft's autocast_adapter_dtype keeps "
-     "the factors in fp32, and each adapted linear then keeps an fp32 copy of its input): drop --lora-dtype"),
+    ({"lora_dtype": "fp16"}, "method=loha with lora_dtype=fp16 is not modelled: peft makes the factors fp32 "
+     "(autocast_adapter_dtype=True) or the weights' dtype (False): use --lora-dtype fp32 or bf16"),
     ({"checkpointing": "selective-op"}, "method=loha under checkpointing=selective-op is not modelled (its delta is "
      "built by mm, which the per-op policy saves every second of): use --checkpointing full or every:N"),
     ({"optimizer": "adamw-8bit"}, "method=loha with optimizer=adamw-8bit is not modelled: use adamw, adam, sgd or "
@@ -243,3 +243,14 @@ def test_checkpointed_block_rebuilds_the_delta_in_its_backward():
     short = Workload(**{**RUN, "batch": 1, "seq": 16, "checkpointing": "full"})
     at = activation_totals(spec, short, train_state(spec, short, None).sp)
     assert at.recompute == 16 * H * 4 + 16 * H * 2 + 5 * W_Q == 189_038_592
+
+
+def test_factors_in_the_weights_dtype_keep_no_input_copy():
+    """get_peft_model(autocast_adapter_dtype=False): bf16 factors; F.linear(x, delta) keeps the bf16 delta and the
+    input itself, which q_proj and v_proj share (no fp32 copy each)."""
+    spec = load_model("llama-3.2-3b")
+    fp32 = A.delta_saved(spec, Workload(**RUN), T)
+    bf16 = A.delta_saved(spec, Workload(**RUN, lora_dtype="bf16"), T)
+    # fp32: two input copies (T x H x 4 each) and the two deltas; bf16: one shared input (T x H x 2), the deltas in 2 B
+    assert fp32 == 2 * T * H * 4 + W_Q + W_V
+    assert bf16 == T * H * 2 + (W_Q + W_V) // 2

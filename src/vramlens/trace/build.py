@@ -621,7 +621,7 @@ def apply_delta_method(model: nn.Module, wl: Workload) -> nn.Module:
     """peft's LoHa, LoKr or OFT on ``lora_targets``: LoHa and LoKr with rank ``lora_rank`` (LoKr's
     ``decompose_factor``; alpha and the dropouts at the config's defaults: they change no shape), OFT in blocks of
     ``oft_block_size`` (r 0; Cayley-Neumann with peft's 5 terms), the factors upcast to fp32 by autocast_adapter_dtype as
-    PEFT's MetaMathQA runs them."""
+    PEFT's MetaMathQA runs them, or left in the weights' dtype (``lora_dtype`` bf16 / fp16)."""
     try:
         from peft import BOFTConfig, LoHaConfig, LoKrConfig, OFTConfig, get_peft_model
     except ImportError:
@@ -642,7 +642,8 @@ def apply_delta_method(model: nn.Module, wl: Workload) -> nn.Module:
             # tensors) with boft_n_butterfly_factor 1, the value vramlens models, when it cannot
             warnings.filterwarnings("ignore", message="Failed to load the CUDA extension", category=UserWarning)
             warnings.filterwarnings("ignore", message="Setting boft_n_butterfly_factor to 1", category=UserWarning)
-            return get_peft_model(model, cfg, autocast_adapter_dtype=True)
+            # --lora-dtype bf16 / fp16 (the weights' dtype): autocast_adapter_dtype=False leaves the factors there
+            return get_peft_model(model, cfg, autocast_adapter_dtype=wl.lora_dtype == "fp32")
     except ValueError as e:
         raise InputError(f"method={wl.method}: {e}") from None
 
