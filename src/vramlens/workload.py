@@ -171,6 +171,20 @@ TASKS: tuple[Task, ...] = get_args(Task)
 GENERATING_TASKS: tuple[Task, ...] = ("causal-lm", "seq2seq-lm")
 
 
+def _quantized_base_problem(m: str, method: str, quant: str) -> str:
+    """Why one of PEFT's other methods over a quantized base is refused (peft 0.21.2's tuners: among these methods
+    only IA3 has a bitsandbytes layer, tuners/ia3/bnb.py; peft's main of August 2026, 5d602fdb, adds tuners/oft/bnb.py)."""
+    if method == "ia3":
+        # ia3/bnb.py Linear4bit / Linear8bitLt.forward: x.float() without autocast, the base layer on the fp32 copy,
+        # the product cloned and cast back: what it keeps is not traced (the tracer's NF4 linear is no bnb class)
+        return (f"{m} over quant={quant} weights (peft's ia3/bnb.py layers: an fp32 copy of each adapted linear's "
+                "input) is not modelled: drop --quant")
+    if method in ("loha", "lokr", "oft", "boft", "vera"):
+        return (f"{m} over quant={quant} weights is not modelled (peft 0.21 has no bitsandbytes layer for it: no "
+                f"tuners/{method}/bnb.py): drop --quant")
+    return f"{m} over quant={quant} weights is not modelled: drop --quant"
+
+
 @dataclass(frozen=True, slots=True)
 class Workload:
     """What is run: mode, precision, optimizer, shapes, and how it is spread over GPUs.
@@ -1128,7 +1142,7 @@ class Workload:
                         else "the prefix is a KV cache of the virtual tokens)" if self.method == "prefix-tuning"
                         else "the vectors are merged or a few KiB)"))
         if self.quant is not None:
-            p.append(f"{m} over quant={self.quant} weights is not modelled: drop --quant")
+            p.append(_quantized_base_problem(m, self.method, self.quant))
         if self.amp is not None:
             p.append(f"{m} under autocast (amp={self.amp}) is not modelled: drop --amp")
         if self.fused_qkv:
@@ -1170,7 +1184,7 @@ class Workload:
             p.append(f"{m} is modelled for training: estimate inference with --method full (peft merges the delta "
                      "into the weight)")
         if self.quant is not None:
-            p.append(f"{m} over quant={self.quant} weights is not modelled: drop --quant")
+            p.append(_quantized_base_problem(m, self.method, self.quant))
         if self.amp is not None:
             p.append(f"{m} under autocast (amp={self.amp}) is not modelled: drop --amp")
         if self.lora_dtype not in ("fp32", self.dtype):

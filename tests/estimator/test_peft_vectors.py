@@ -70,7 +70,8 @@ def test_ln_tuning_norms_keep_their_normalized_input():
     ({"method": "ln-tuning", "mode": "inference"},
      "method=ln-tuning is modelled for training: estimate inference with --method full (the vectors are merged "
      "or a few KiB)"),
-    ({"method": "ia3", "quant": "nf4"}, "method=ia3 over quant=nf4 weights is not modelled: drop --quant"),
+    ({"method": "ia3", "quant": "nf4"}, "method=ia3 over quant=nf4 weights (peft's ia3/bnb.py layers: an fp32 copy of "
+     "each adapted linear's input) is not modelled: drop --quant"),
     ({"method": "ia3", "fsdp": True, "gpus": 2}, "method=ia3 is modelled on one GPU or under data parallelism "
      "without fsdp: drop it"),
 ])
