@@ -515,6 +515,7 @@ PEFT_DELTA_ROWS: tuple[tuple[str, dict[str, Any]], ...] = (
     ("llama-3-8b", _tr(method="lokr", decompose_factor=4, lora_rank=2, checkpointing="every:2", batch=1, seq=16)),
     ("llama-3-8b", _tr(method="oft", checkpointing="every:2", lora_targets=("all-linear",), batch=1, seq=32)),
     ("llama-3-8b", _tr(method="boft", checkpointing="full", batch=1, seq=16)),
+    ("llama-2-7b", _tr(method="loha", checkpointing="every:3", batch=1, seq=16)),  # block 4 after the last recomputed
     # autocast_adapter_dtype=False (--lora-dtype the weights' dtype): bf16 factors, deltas and rotations, and no
     # input copy (the linears of a group keep the input they share)
     ("llama-3-8b", _tr(method="loha", lora_dtype="bf16", batch=1, seq=16)),
