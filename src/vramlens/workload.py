@@ -1185,8 +1185,16 @@ class Workload:
                      "into the weight)")
         if self.quant is not None:
             p.append(_quantized_base_problem(m, self.method, self.quant))
-        if self.amp is not None:
+        if self.amp is not None and self.method != "loha":
             p.append(f"{m} under autocast (amp={self.amp}) is not modelled: drop --amp")
+        elif self.amp is not None and self.dtype != "fp32":
+            # LoHa's delta is built under autocast (activations.delta_dtype), traced over fp32 weights
+            p.append(f"{m} under autocast is modelled over fp32 weights (autocast's master weights); "
+                     f"dtype={self.dtype}: use --dtype fp32 or drop --amp")
+        elif self.amp is not None and self.training and self.checkpointing != "none":
+            # traced 11% over the estimate at 16 tokens, as plain LoRA under autocast and full checkpointing is
+            p.append(f"{m} under autocast is modelled without checkpointing: drop --checkpointing or --amp")
+
         if self.lora_dtype not in ("fp32", self.dtype):
             # get_peft_model(autocast_adapter_dtype=False) leaves the factors in the base layer's dtype (peft 0.21.2
             # tuners_utils.BaseTunerLayer._move_adapter_to_device_of_base_layer); True upcasts half ones to fp32

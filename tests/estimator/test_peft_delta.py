@@ -67,7 +67,12 @@ def test_delta_transients():
 
 
 @pytest.mark.parametrize("settings, message", [
-    ({"amp": "bf16", "dtype": "fp32"}, "method=loha under autocast (amp=bf16) is not modelled: drop --amp"),
+    ({"amp": "bf16"}, "method=loha under autocast is modelled over fp32 weights (autocast's master weights); "
+     "dtype=bf16: use --dtype fp32 or drop --amp"),
+    ({"amp": "bf16", "dtype": "fp32", "checkpointing": "full"}, "method=loha under autocast is modelled without "
+     "checkpointing: drop --checkpointing or --amp"),
+    ({"amp": "bf16", "dtype": "fp32", "method": "lokr"}, "method=lokr under autocast (amp=bf16) is not modelled: "
+     "drop --amp"),
     ({"mode": "inference"}, "method=loha is modelled for training: estimate inference with --method full (peft "
      "merges the delta into the weight)"),
     ({"lora_dtype": "fp16"}, "method=loha with lora_dtype=fp16 is not modelled: peft makes the factors fp32 "
@@ -256,3 +261,17 @@ def test_factors_in_the_weights_dtype_keep_no_input_copy():
     # fp32: two input copies (T x H x 4 each) and the two deltas; bf16: one shared input (T x H x 2), the deltas in 2 B
     assert fp32 == 2 * T * H * 4 + W_Q + W_V
     assert bf16 == T * H * 2 + (W_Q + W_V) // 2
+
+
+def test_loha_under_autocast_builds_a_half_delta():
+    """--dtype fp32 --amp bf16: HadaWeight.forward's products run under autocast, so the delta F.linear keeps is bf16
+    and the fp32 activations are cast to it once per adapted linear; HadaWeight.backward (outside autocast) holds the
+    bf16 gradient and its scaled copy beside three fp32 n x k (the products with the fp32 factors promote)."""
+    spec = load_model("llama-3.2-3b")
+    w = Workload(**{**RUN, "dtype": "fp32", "amp": "bf16"})
+    assert A.delta_dtype(w) == "bf16"
+    # two bf16 input copies (q_proj's and v_proj's casts, T x H x 2 each) and the two bf16 deltas
+    assert A.delta_saved(spec, w, T) == 2 * T * H * 2 + (W_Q + W_V) // 2
+    d = A.delta_transients(spec, w, 4, 768, 10**9)
+    # q_proj: 2 x 3,072 x 3,072 x 2 B + 3 x 37,748,736 B = 37,748,736 + 113,246,208
+    assert d.temporary == 2 * (W_Q // 2) + 3 * W_Q == 150_994_944

@@ -262,12 +262,13 @@ def untracked_before_first_adapter(spec: ModelSpec, w: Workload, b: int, s: int)
         # as IA3: the first block's input norm keeps nothing, and the adapted q/k/v projections there read a tensor
         # that needs no gradient, so F.linear keeps only the input copy for the delta's gradient, not the delta
         c = DTYPE_BYTES[w.compute_dtype]
-        a = DTYPE_BYTES[w.lora_dtype]
+        a = DTYPE_BYTES[delta_dtype(w)]
         # (OFT and BOFT: their R, which only the input's gradient needs)
         first = sum(_oft_blocks(w, k) if w.method == "oft" else _r(c * k * k) if w.method == "boft" else _r(a * n * k)
                     for g, n, k in delta_dims(spec, w) if g == "qkv")
+        # under autocast the first block's frozen q/k/v keep no cast weight either (state.autocast_copies)
         return (_norm_saved(norm_kind(spec), spec.hidden_size, b * s, 4 if w.run_dtype == "fp32" else c, c, 0,
-                            False, False) + first, ())
+                            False, False) + first, ("qkv",))
     if w.method in VECTOR_METHODS:
         # the first block's input norm reads the frozen embedding's output, so it keeps no fp32 copy of it: IA3
         # tracks nothing before its first vector, LN tuning's trained copy keeps only the normalized tensor
@@ -576,6 +577,16 @@ def litgpt_kv_saved(D: Dims, t: int, c: int) -> tuple[int, int]:
     return k, _r(c * (D.a + 2 * D.kv) * D.d * t)
 
 
+def delta_dtype(w: Workload) -> str:
+    """dtype of the delta weight LoHa builds and ``F.linear`` keeps: ``HadaWeight.forward`` (an autograd.Function
+    without ``custom_fwd``, src/peft/tuners/loha/layer.py in peft 0.21.2) runs its factor products under the caller's
+    autocast, so ``(w1a @ w1b) * (w2a @ w2b) * scale`` is in the autocast dtype (``--amp``); else in the factors'
+    dtype (``lora_dtype``). ``_cast_input_dtype`` then casts the input to it."""
+    if w.method == "loha" and w.amp is not None and w.autocast:
+        return w.amp
+    return w.lora_dtype
+
+
 def delta_saved(spec: ModelSpec, w: Workload, t: int) -> int:
     """What LoHa or LoKr keeps for backward in one block of t tokens, per adapted (n out, k in) linear
     (src/peft/tuners/loha/layer.py and lokr/layer.py, the same at huggingface/peft d787f51b and 505e6fd6 and in peft
@@ -591,9 +602,11 @@ def delta_saved(spec: ModelSpec, w: Workload, t: int) -> int:
     ``torch.kron(w1, w2)`` is a broadcast ``mul`` of views that keeps both, so a w2 built as ``w2_a @ w2_b`` (b x d)
     is kept too, in every block.
     """
-    a = DTYPE_BYTES[w.lora_dtype]
+    a = DTYPE_BYTES[delta_dtype(w)]
     dims = delta_dims(spec, w)
-    if a == DTYPE_BYTES[w.compute_dtype]:
+    # the activations' dtype (fp32 under autocast over fp32 weights): an input already in the delta's dtype is kept
+    # once per group, a cast one per linear
+    if a == (4 if w.run_dtype == "fp32" else DTYPE_BYTES[w.compute_dtype]):
         inputs = sum(_r(a * k * t) for g, k in {(g, k) for g, _, k in dims})
     else:
         inputs = sum(_r(a * k * t) for _, _, k in dims)
@@ -702,17 +715,21 @@ def delta_transients(spec: ModelSpec, w: Workload, b: int, s: int, block: int) -
     if w.method == "boft":
         return _boft_transients(spec, w, b * s, block, dims)
     built, kept = DELTA_BUILD[w.method]
-    a = DTYPE_BYTES[w.lora_dtype]
+    a = DTYPE_BYTES[delta_dtype(w)]
+    f = DTYPE_BYTES[w.lora_dtype]
     c = DTYPE_BYTES[w.compute_dtype]
     t = b * s
     norm = _norm_saved(norm_kind(spec), spec.hidden_size, t, 4 if w.run_dtype == "fp32" else c, c, 0, False, False)
     fwd = bwd = tmp = 0
     for g, n, k in dims:
         wd = _r(a * n * k)
+        # LoHa under autocast: the delta's gradient and its scaled copy in the delta's dtype, the products and temps
+        # of HadaWeight.backward (which runs outside autocast) in the factors' (fp32: the type promotion)
+        back = 2 * wd + 3 * _r(f * n * k) if w.method == "loha" else DELTA_BACKWARD[w.method] * wd
         fwd = max(fwd, built * wd - (block - norm if g == "qkv" else kept * wd))
         gone = block - norm if g == "qkv" else _r(a * k * t) + wd  # the block's tensors not alive then
-        bwd = max(bwd, DELTA_BACKWARD[w.method] * wd - gone)
-        tmp = max(tmp, (built - kept) * wd, DELTA_BACKWARD[w.method] * wd)
+        bwd = max(bwd, back - gone)
+        tmp = max(tmp, (built - kept) * wd, back)
     return DeltaTransients(max(0, fwd), max(0, bwd), tmp)
 
 

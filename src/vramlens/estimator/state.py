@@ -94,6 +94,11 @@ def autocast_copies(spec: ModelSpec, w: Workload) -> tuple[int, int]:
     adapters = 0 if w.lora_dtype == w.amp else sum(
         lin.count * (round_up(w.lora_rank * lin.in_features * half, BLOCK)
                      + round_up(w.lora_rank * lin.out_features * half, BLOCK)) for lin in shape.targets)
+    if w.method == "loha" and w.lora_dtype != w.amp:
+        # HadaWeight.forward's factor products cast each fp32 factor (a leaf that requires grad): cached
+        from vramlens.estimator.inventory import own_tensor_numels
+
+        adapters = sum(round_up(n * half, BLOCK) for n in own_tensor_numels(spec, w))
     frozen = sum(round_up(n * half, BLOCK) for n in weights)
     # the first block's frozen linears up to the first adapter see inputs that need no gradient
     from vramlens.estimator.activations import linear_groups, untracked_before_first_adapter

@@ -523,6 +523,12 @@ PEFT_DELTA_ROWS: tuple[tuple[str, dict[str, Any]], ...] = (
     ("llama-3-8b", _tr(method="oft", lora_dtype="bf16", batch=1, seq=16)),
     ("llama-3-8b", _tr(method="loha", lora_dtype="bf16", lora_targets=("all-linear",), checkpointing="full", batch=2,
                        seq=64)),
+    # LoHa under autocast over fp32 weights: the delta built in bf16 (HadaWeight.forward's products autocast), each
+    # adapted linear's bf16 input cast kept, the factors' cached casts; the output layer's cast gone by the blocks'
+    # backward
+    ("llama-3-8b", _tr(method="loha", dtype="fp32", amp="bf16", batch=1, seq=16)),
+    ("llama-3-8b", _tr(method="loha", dtype="fp32", amp="fp16", lora_targets=("all-linear",), batch=1, seq=32)),
+    ("qwen2.5-0.5b", _tr(method="loha", dtype="fp32", amp="bf16", batch=2, seq=64)),
 )
 
 QLORA_ROWS: tuple[tuple[str, dict[str, Any]], ...] = (
