@@ -1174,8 +1174,9 @@ class Workload:
 
     def _delta_method_problems(self) -> list[str]:
         """LoHa, LoKr, OFT and BOFT are modelled as PEFT's method comparison runs them: one GPU (or data parallel), the model's dtype, fp32
-        factors (autocast_adapter_dtype), AdamW or SGD, with or without transformers' gradient checkpointing (full,
-        every:N, selective; per-op selective for OFT alone); what else would change what is kept is refused."""
+        factors (autocast_adapter_dtype) or the weights' dtype, AdamW or SGD, with or without transformers' gradient
+        checkpointing (full, every:N, selective; per-op selective for OFT alone), LoHa and OFT also under autocast over
+        fp32 weights without checkpointing; what else would change what is kept is refused."""
         if self.method not in DELTA_METHODS:
             return []
         m = f"method={self.method}"
@@ -1185,7 +1186,7 @@ class Workload:
                      "into the weight)")
         if self.quant is not None:
             p.append(_quantized_base_problem(m, self.method, self.quant))
-        if self.amp is not None and self.method != "loha":
+        if self.amp is not None and self.method not in ("loha", "oft"):
             p.append(f"{m} under autocast (amp={self.amp}) is not modelled: drop --amp")
         elif self.amp is not None and self.dtype != "fp32":
             # LoHa's delta is built under autocast (activations.delta_dtype), traced over fp32 weights

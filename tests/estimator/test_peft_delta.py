@@ -275,3 +275,19 @@ def test_loha_under_autocast_builds_a_half_delta():
     d = A.delta_transients(spec, w, 4, 768, 10**9)
     # q_proj: 2 x 3,072 x 3,072 x 2 B + 3 x 37,748,736 B = 37,748,736 + 113,246,208
     assert d.temporary == 2 * (W_Q // 2) + 3 * W_Q == 150_994_944
+
+
+def test_autocast_with_an_adapted_mlp_input_projection_is_refused():
+    with pytest.raises(ConfigError) as e:
+        estimate("llama-3.2-3b", **{**RUN, "dtype": "fp32", "amp": "bf16", "lora_targets": ("q_proj", "up_proj")})
+    assert ("method=loha under autocast is modelled with the MLP's input projections frozen (an adapted one returns "
+            "its fp32 input's dtype): adapt the attention's and the MLP's output projections, or drop --amp") in str(e.value)
+
+
+def test_oft_under_autocast_keeps_half_casts_of_its_rotation():
+    """--dtype fp32 --amp bf16: per adapted linear the einsum's bf16 cast of the (fp32) input, and seven (in / b, b, b)
+    bf16 tensors: four casts of the skew-symmetric Q (bmm(Q, Q) casts it twice), Q^2, Q^3 and the einsum's cast of R."""
+    spec = load_model("llama-3.2-3b")
+    w = Workload(**{**RUN, "method": "oft", "oft_block_size": 96, "dtype": "fp32", "amp": "bf16"})
+    blocks = 32 * 96 * 96 * 2  # 3,072 / 96 blocks of 96 x 96 in bf16: 589,824 B
+    assert A.delta_saved(spec, w, T) == 2 * T * H * 2 + 2 * 7 * blocks

@@ -264,7 +264,7 @@ def untracked_before_first_adapter(spec: ModelSpec, w: Workload, b: int, s: int)
         c = DTYPE_BYTES[w.compute_dtype]
         a = DTYPE_BYTES[delta_dtype(w)]
         # (OFT and BOFT: their R, which only the input's gradient needs)
-        first = sum(_oft_blocks(w, k) if w.method == "oft" else _r(c * k * k) if w.method == "boft" else _r(a * n * k)
+        first = sum(_oft_blocks(w, k, delta_dtype(w)) if w.method == "oft" else _r(c * k * k) if w.method == "boft" else _r(a * n * k)
                     for g, n, k in delta_dims(spec, w) if g == "qkv")
         # under autocast the first block's frozen q/k/v keep no cast weight either (state.autocast_copies)
         return (_norm_saved(norm_kind(spec), spec.hidden_size, b * s, 4 if w.run_dtype == "fp32" else c, c, 0,
@@ -582,7 +582,7 @@ def delta_dtype(w: Workload) -> str:
     without ``custom_fwd``, src/peft/tuners/loha/layer.py in peft 0.21.2) runs its factor products under the caller's
     autocast, so ``(w1a @ w1b) * (w2a @ w2b) * scale`` is in the autocast dtype (``--amp``); else in the factors'
     dtype (``lora_dtype``). ``_cast_input_dtype`` then casts the input to it."""
-    if w.method == "loha" and w.amp is not None and w.autocast:
+    if w.method in ("loha", "oft") and w.amp is not None and w.autocast:
         return w.amp
     return w.lora_dtype
 
@@ -611,7 +611,7 @@ def delta_saved(spec: ModelSpec, w: Workload, t: int) -> int:
     else:
         inputs = sum(_r(a * k * t) for _, _, k in dims)
     if w.method == "oft":
-        return inputs + sum(OFT_SAVED_BLOCKS * _oft_blocks(w, k) for _, _, k in dims)
+        return inputs + sum(_oft_kept(w, k) for _, _, k in dims)
     if w.method == "boft":
         c = DTYPE_BYTES[w.compute_dtype]
         shared = sum(_r(c * k * t) for g, k in {(g, k) for g, _, k in dims})
@@ -644,9 +644,24 @@ def _boft_kept(w: Workload, n: int, k: int, t: int) -> int:
             + 3 * _r(4 * k * bs) + _r(4 * k))
 
 
-def _oft_blocks(w: Workload, k: int) -> int:
-    """Bytes of one (in // b, b, b) OFT tensor of a linear with k inputs (models.oft_block)."""
-    return _r(DTYPE_BYTES[w.lora_dtype] * k * oft_block(k, w.oft_block_size))
+def _oft_blocks(w: Workload, k: int, dtype: str | None = None) -> int:
+    """Bytes of one (in // b, b, b) OFT tensor of a linear with k inputs (models.oft_block), in the factors' dtype or
+    ``dtype``."""
+    return _r(DTYPE_BYTES[dtype or w.lora_dtype] * k * oft_block(k, w.oft_block_size))
+
+
+#: Under autocast over fp32 weights, what OFT keeps of its rotation in the half dtype: each of the Neumann series'
+#: three ``bmm``s casts the fp32 skew-symmetric Q again (a non-leaf: autocast caches no cast of it), the first one
+#: twice (``bmm(Q_skew, Q_skew)``), and keeps its casts with the half Q^2 and Q^3 it multiplies: six; and the einsum's
+#: half cast of the fp32 R (not in the first block). R itself stays fp32 (built by in-place adds onto an fp32 eye).
+OFT_AMP_SAVED_BLOCKS = 7
+
+
+def _oft_kept(w: Workload, k: int) -> int:
+    """What OFT keeps of its rotation per adapted linear with k inputs (OFT_SAVED_BLOCKS, OFT_AMP_SAVED_BLOCKS)."""
+    if delta_dtype(w) != w.lora_dtype:
+        return OFT_AMP_SAVED_BLOCKS * _oft_blocks(w, k, delta_dtype(w))
+    return OFT_SAVED_BLOCKS * _oft_blocks(w, k)
 
 
 def _lokr_w2_built(w: Workload, n: int, k: int) -> int:
@@ -741,14 +756,19 @@ def _oft_transients(spec: ModelSpec, w: Workload, t: int, block: int,
     Backward: two fp32 t x k (the rotated input's gradient in the einsum's layout and the input's gradient) and R's
     gradient (blocks, b, b); traced. The block's tensors saved after the rotation are freed by then (an attention input
     projection) or all counted alive (a later linear)."""
-    a = DTYPE_BYTES[w.lora_dtype]
+    a = DTYPE_BYTES[delta_dtype(w)]
     c = DTYPE_BYTES[w.compute_dtype]
     norm = _norm_saved(norm_kind(spec), spec.hidden_size, t, 4 if w.run_dtype == "fp32" else c, c, 0, False, False)
     fwd = bwd = tmp = 0
     for g, _, k in dims:
-        f = 2 * _r(a * k * t)
+        # under autocast the half einsum output is copied back to the fp32 input's dtype (``.to(required_dtype)``);
+        # the attention's and the MLP's output projections read a half input, which ``_cast_input_dtype`` first
+        # copies to the fp32 factors' dtype (kept by nothing: the einsum keeps its own half cast)
+        f = _r(a * k * t) + _r((4 if w.autocast else a) * k * t)
+        if w.autocast and g in ("attn_out", "mlp_out"):
+            f += _r(4 * k * t)
         back = 2 * _r(a * k * t) + _oft_blocks(w, k)
-        here = _r(a * k * t) + OFT_SAVED_BLOCKS * _oft_blocks(w, k)  # what the rotation keeps
+        here = _r(a * k * t) + _oft_kept(w, k)  # what the rotation keeps
         fwd = max(fwd, f - (block - norm - here) if g == "qkv" else f)
         bwd = max(bwd, back - (block - norm) if g == "qkv" else back)
         tmp = max(tmp, f, back)

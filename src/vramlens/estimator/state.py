@@ -106,8 +106,11 @@ def autocast_copies(spec: ModelSpec, w: Workload) -> tuple[int, int]:
     _, early = untracked_before_first_adapter(spec, w, 1, 1)
     if early:
         sizes = _numel_by_path(spec)
+        # OFT rotates an adapted linear's input before its base layer, so that input needs a gradient there too
+        rotated = w.lora_targets if w.method == "oft" else ()
         for g in early:
-            frozen -= sum(round_up(sizes.get(path, 0) * half, BLOCK) for path, _ in linear_groups(spec).get(g, ()))
+            frozen -= sum(round_up(sizes.get(path, 0) * half, BLOCK) for path, leaf in linear_groups(spec).get(g, ())
+                          if not ("all-linear" in rotated or leaf in rotated))
     return adapters, max(0, frozen)
 
 

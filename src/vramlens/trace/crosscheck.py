@@ -527,8 +527,14 @@ PEFT_DELTA_ROWS: tuple[tuple[str, dict[str, Any]], ...] = (
     # adapted linear's bf16 input cast kept, the factors' cached casts; the output layer's cast gone by the blocks'
     # backward
     ("llama-3-8b", _tr(method="loha", dtype="fp32", amp="bf16", batch=1, seq=16)),
-    ("llama-3-8b", _tr(method="loha", dtype="fp32", amp="fp16", lora_targets=("all-linear",), batch=1, seq=32)),
+    ("llama-3-8b", _tr(method="loha", dtype="fp32", amp="fp16", lora_targets=("q_proj", "k_proj", "v_proj", "o_proj",
+                                                                              "down_proj"), batch=1, seq=32)),
     ("qwen2.5-0.5b", _tr(method="loha", dtype="fp32", amp="bf16", batch=2, seq=64)),
+    # OFT under autocast: the half casts of the skew-symmetric Q each bmm makes, Q^2, Q^3 and R's cast kept, each
+    # rotated input's half cast; the first block's adapted frozen linears keep their casts (a rotated input)
+    ("llama-3-8b", _tr(method="oft", dtype="fp32", amp="bf16", batch=1, seq=16)),
+    ("llama-3-8b", _tr(method="oft", dtype="fp32", amp="bf16", batch=4, seq=128)),
+    ("llama-3-8b", _tr(method="oft", dtype="fp32", amp="fp16", oft_block_size=16, batch=2, seq=64)),
 )
 
 QLORA_ROWS: tuple[tuple[str, dict[str, Any]], ...] = (
