@@ -1143,13 +1143,25 @@ class Workload:
                         else "the vectors are merged or a few KiB)"))
         if self.quant is not None:
             p.append(_quantized_base_problem(m, self.method, self.quant))
-        if self.amp is not None:
-            p.append(f"{m} under autocast (amp={self.amp}) is not modelled: drop --amp")
+        if self.amp is not None and (self.method not in ("ia3", "ln-tuning", "prompt-tuning") or self.dtype != "fp32"):
+            # VeRA's frozen fp32 vera_A / vera_B buffers are cast at every call (not leaves that require grad), and
+            # prefix tuning's cache is not traced under autocast
+            p.append(f"{m} under autocast (amp={self.amp}) is not modelled"
+                     + (": drop --amp" if self.method not in ("ia3", "ln-tuning", "prompt-tuning") else
+                        f" over dtype={self.dtype} weights: use --dtype fp32 (autocast's master weights) or drop --amp"))
+        elif self.amp is not None and self.training and self.checkpointing != "none":
+            # traced 5% over the estimate and more, as plain LoRA under autocast and checkpointing is
+            p.append(f"{m} under autocast is modelled without checkpointing: drop --checkpointing or --amp")
         if self.fused_qkv:
             p.append(f"{m} adapts transformers' separate projections; fused_qkv is LitGPT's: drop --fused-qkv")
         off = [f"{n}={getattr(self, n)}" for n in ("tp", "pp", "cp") if getattr(self, n) > 1]
         off += [f"zero={self.zero}"] * bool(self.zero) + ["fsdp"] * bool(self.fsdp)
         off += ["compile"] * bool(self.compile) + ["activation_offload"] * bool(self.activation_offload)
+        if self.method == "ia3" and self.lora_dtype not in ("fp32", self.dtype):
+            # get_peft_model(autocast_adapter_dtype=True) upcasts the vectors to fp32; False leaves them in the
+            # weights' dtype (peft 0.21.2 tuners_utils.cast_adapter_dtype)
+            p.append(f"{m} with lora_dtype={self.lora_dtype} is not modelled: peft makes the vectors fp32 "
+                     f"(autocast_adapter_dtype=True) or the weights' dtype (False): use --lora-dtype fp32 or {self.dtype}")
         if self.method == "vera" and self.lora_dtype != "fp32":
             # VeraLayer.forward casts x to the vectors' dtype and runs F.linear against the fp32 vera_A buffer
             p.append(f"{m} runs its input through the fp32 vera_A and vera_B buffers; lora_dtype={self.lora_dtype} "

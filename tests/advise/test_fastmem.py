@@ -104,15 +104,17 @@ def test_fast_totals_keep_torchtunes_2024_set_up_reserve():
     assert FastMemory(spec, gpu).totals(kept) == (e.breakdown.device_total, e.breakdown.host_bytes)
 
 
-def test_fast_totals_equal_estimate_spec_for_peft_delta_methods():
-    """LoHa, LoKr, OFT under checkpointing, in the weights' dtype and under autocast: the delta's recomputation and
-    dtype reach FastMemory through the activations (recompute, dequant_temporary) and the state (autocast copies)."""
+def test_fast_totals_equal_estimate_spec_for_peft_methods():
+    """LoHa, LoKr, OFT under checkpointing, in the weights' dtype and under autocast, IA3 under autocast: the delta's
+    recomputation and dtype reach FastMemory through the activations (recompute, dequant_temporary) and the state
+    (autocast copies)."""
     spec = llama7b()
     gpu = get_gpu("A100-80GB")
     fm = FastMemory(spec, gpu)
     base = dict(mode="train", method="loha", lora_rank=16, dtype="bf16", attention="sdpa", batch=1, seq=64)
     for changes in (dict(checkpointing="full"), dict(checkpointing="every:2", method="oft"),
-                    dict(lora_dtype="bf16", method="lokr"), dict(dtype="fp32", amp="bf16")):
+                    dict(lora_dtype="bf16", method="lokr"), dict(dtype="fp32", amp="bf16"),
+                    dict(dtype="fp32", amp="bf16", method="oft"), dict(dtype="fp32", amp="fp16", method="ia3")):
         w = Workload(**{**base, **changes})
         e = estimate_spec(spec, w, gpu)
         assert fm.totals(w) == (e.breakdown.device_total, e.breakdown.host_bytes), changes

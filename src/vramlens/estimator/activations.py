@@ -282,7 +282,9 @@ def untracked_before_first_adapter(spec: ModelSpec, w: Workload, b: int, s: int)
             # the (expanded) keys over the S = n + s positions
             D = rank_dims(spec, 1)
             own += _r(c * (D.a if D.kv != D.a else D.kv) * D.d * b * (s + kv_prefix(w)))
-        return own, ()
+        # IA3 scales the attention projections' outputs (the base layer runs first on an input that needs no
+        # gradient): under autocast the first block's q/k/v keep no cast weight (state.autocast_copies)
+        return own, ("qkv",) if w.method == "ia3" else ()
     groups = []
     for g in GROUP_ORDER:
         groups.append(g)

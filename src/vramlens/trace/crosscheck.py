@@ -440,6 +440,12 @@ PEFT_VECTOR_ROWS: tuple[tuple[str, dict[str, Any]], ...] = (
     ("llama-3-8b", _tr(method="prompt-tuning", num_virtual_tokens=16)),
     ("llama-3-8b", _tr(method="prompt-tuning", num_virtual_tokens=40, checkpointing="selective-op", padded=True)),
     ("qwen2.5-0.5b", _tr(method="prompt-tuning", num_virtual_tokens=32, checkpointing="full")),
+    # under autocast over fp32 weights: IA3's frozen outputs in the autocast dtype, its vector products promoted to
+    # fp32 (the first block's q/k/v keeping no cast weight), LN tuning's norms in fp32, prompt tuning's fp32 prompts
+    ("llama-3-8b", _tr(method="ia3", dtype="fp32", amp="bf16", batch=1, seq=16)),
+    ("qwen2.5-0.5b", _tr(method="ia3", dtype="fp32", amp="fp16", batch=4, seq=128)),
+    ("llama-3-8b", _tr(method="ln-tuning", dtype="fp32", amp="bf16", batch=4, seq=256)),
+    ("qwen2.5-0.5b", _tr(method="prompt-tuning", num_virtual_tokens=32, dtype="fp32", amp="bf16", batch=2, seq=64)),
 )
 
 #: peft's LoRA-FA (create_lorafa_optimizer: every lora_A frozen, LoraFAOptimizer stepping B alone), VeRA, AdaLoRA
