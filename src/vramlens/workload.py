@@ -172,16 +172,18 @@ GENERATING_TASKS: tuple[Task, ...] = ("causal-lm", "seq2seq-lm")
 
 
 def _quantized_base_problem(m: str, method: str, quant: str) -> str:
-    """Why one of PEFT's other methods over a quantized base is refused (peft 0.21.2's tuners: among these methods
-    only IA3 has a bitsandbytes layer, tuners/ia3/bnb.py; peft's main of August 2026, 5d602fdb, adds tuners/oft/bnb.py)."""
+    """Why one of PEFT's other methods over a quantized base is refused. peft 0.21.2 runs IA3 on bitsandbytes through
+    its own layers (tuners/ia3/bnb.py), OFT, BOFT and VeRA through the generic QuantizationBackend
+    (utils/quantization_utils.py resolve_quantization_backend, dispatched in tuners/<method>/model.py); LoHa and LoKr
+    (tuners/lycoris_utils.py) have no quantization support."""
     if method == "ia3":
         # ia3/bnb.py Linear4bit / Linear8bitLt.forward: x.float() without autocast, the base layer on the fp32 copy,
         # the product cloned and cast back: what it keeps is not traced (the tracer's NF4 linear is no bnb class)
         return (f"{m} over quant={quant} weights (peft's ia3/bnb.py layers: an fp32 copy of each adapted linear's "
                 "input) is not modelled: drop --quant")
-    if method in ("loha", "lokr", "oft", "boft", "vera"):
-        return (f"{m} over quant={quant} weights is not modelled (peft 0.21 has no bitsandbytes layer for it: no "
-                f"tuners/{method}/bnb.py): drop --quant")
+    if method in ("loha", "lokr"):
+        return (f"{m} over quant={quant} weights is not modelled (peft 0.21's LyCORIS layers have no quantization "
+                "support): drop --quant")
     return f"{m} over quant={quant} weights is not modelled: drop --quant"
 
 
@@ -1187,8 +1189,8 @@ class Workload:
     def _delta_method_problems(self) -> list[str]:
         """LoHa, LoKr, OFT and BOFT are modelled as PEFT's method comparison runs them: one GPU (or data parallel), the model's dtype, fp32
         factors (autocast_adapter_dtype) or the weights' dtype, AdamW or SGD, with or without transformers' gradient
-        checkpointing (full, every:N, selective; per-op selective for OFT alone), LoHa and OFT also under autocast over
-        fp32 weights without checkpointing; what else would change what is kept is refused."""
+        checkpointing (full, every:N, selective; per-op selective for OFT alone), LoHa, LoKr and OFT also under
+        autocast over fp32 weights without checkpointing; what else would change what is kept is refused."""
         if self.method not in DELTA_METHODS:
             return []
         m = f"method={self.method}"
@@ -1198,7 +1200,7 @@ class Workload:
                      "into the weight)")
         if self.quant is not None:
             p.append(_quantized_base_problem(m, self.method, self.quant))
-        if self.amp is not None and self.method not in ("loha", "oft"):
+        if self.amp is not None and self.method not in ("loha", "oft", "lokr"):
             p.append(f"{m} under autocast (amp={self.amp}) is not modelled: drop --amp")
         elif self.amp is not None and self.dtype != "fp32":
             # LoHa's delta is built under autocast (activations.delta_dtype), traced over fp32 weights

@@ -71,7 +71,7 @@ def test_delta_transients():
      "dtype=bf16: use --dtype fp32 or drop --amp"),
     ({"amp": "bf16", "dtype": "fp32", "checkpointing": "full"}, "method=loha under autocast is modelled without "
      "checkpointing: drop --checkpointing or --amp"),
-    ({"amp": "bf16", "dtype": "fp32", "method": "lokr"}, "method=lokr under autocast (amp=bf16) is not modelled: "
+    ({"amp": "bf16", "dtype": "fp32", "method": "boft"}, "method=boft under autocast (amp=bf16) is not modelled: "
      "drop --amp"),
     ({"mode": "inference"}, "method=loha is modelled for training: estimate inference with --method full (peft "
      "merges the delta into the weight)"),
@@ -79,8 +79,8 @@ def test_delta_transients():
      "(autocast_adapter_dtype=True) or the weights' dtype (False): use --lora-dtype fp32 or bf16"),
     ({"checkpointing": "selective-op"}, "method=loha under checkpointing=selective-op is not modelled (its delta is "
      "built by mm, which the per-op policy saves every second of): use --checkpointing full or every:N"),
-    ({"quant": "nf4"}, "method=loha over quant=nf4 weights is not modelled (peft 0.21 has no bitsandbytes layer for "
-     "it: no tuners/loha/bnb.py): drop --quant"),
+    ({"quant": "nf4"}, "method=loha over quant=nf4 weights is not modelled (peft 0.21's LyCORIS layers have no "
+     "quantization support): drop --quant"),
     ({"optimizer": "adamw-8bit"}, "method=loha with optimizer=adamw-8bit is not modelled: use adamw, adam, sgd or "
      "sgd-momentum"),
 ])
@@ -291,3 +291,16 @@ def test_oft_under_autocast_keeps_half_casts_of_its_rotation():
     w = Workload(**{**RUN, "method": "oft", "oft_block_size": 96, "dtype": "fp32", "amp": "bf16"})
     blocks = 32 * 96 * 96 * 2  # 3,072 / 96 blocks of 96 x 96 in bf16: 589,824 B
     assert A.delta_saved(spec, w, T) == 2 * T * H * 2 + 2 * 7 * blocks
+
+
+def test_lokr_under_autocast_keeps_half_casts_of_an_fp32_kron():
+    """--dtype fp32 --amp bf16, LoKr with F = 4 (q_proj: w1 (4, 4), w2 (768, 768) built from r = 32 factors):
+    torch.kron is not autocast, so the delta is fp32; F.linear keeps its bf16 cast and the input's, and the built w2
+    (an autocast mm) in bf16; the backward holds three fp32 n x k as without autocast."""
+    spec = load_model("llama-3.2-3b")
+    w = Workload(**{**LOKR, "dtype": "fp32", "amp": "bf16"})
+    assert A.delta_dtype(w) == "bf16"
+    w2 = 768 * 768 * 2 + 256 * 768 * 2  # q_proj's and v_proj's (768, 768) and (256, 768) w2 in bf16
+    assert A.delta_saved(spec, w, T) == 2 * T * H * 2 + (W_Q + W_V) // 2 + w2
+    d = A.delta_transients(spec, w, 4, 768, 10**9)
+    assert d.temporary == 3 * W_Q  # kron's backward: three fp32 3,072 x 3,072

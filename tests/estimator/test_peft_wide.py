@@ -101,8 +101,7 @@ def test_vera_keeps_both_projections_outputs_and_no_input():
      "method=vera runs its input through the fp32 vera_A and vera_B buffers; lora_dtype=bf16 vectors are not "
      "modelled: drop --lora-dtype"),
     ({"method": "vera", "vera_rank": 0}, "vera_rank=0 must be a whole number >= 1"),
-    ({"method": "vera", "quant": "nf4"}, "method=vera over quant=nf4 weights is not modelled (peft 0.21 has no "
-     "bitsandbytes layer for it: no tuners/vera/bnb.py): drop --quant"),
+    ({"method": "vera", "quant": "nf4"}, "method=vera over quant=nf4 weights is not modelled: drop --quant"),
 ])
 def test_vera_settings(settings, message):
     with pytest.raises(ConfigError) as e:

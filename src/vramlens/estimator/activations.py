@@ -580,11 +580,13 @@ def litgpt_kv_saved(D: Dims, t: int, c: int) -> tuple[int, int]:
 
 
 def delta_dtype(w: Workload) -> str:
-    """dtype of the delta weight LoHa builds and ``F.linear`` keeps: ``HadaWeight.forward`` (an autograd.Function
-    without ``custom_fwd``, src/peft/tuners/loha/layer.py in peft 0.21.2) runs its factor products under the caller's
-    autocast, so ``(w1a @ w1b) * (w2a @ w2b) * scale`` is in the autocast dtype (``--amp``); else in the factors'
-    dtype (``lora_dtype``). ``_cast_input_dtype`` then casts the input to it."""
-    if w.method in ("loha", "oft") and w.amp is not None and w.autocast:
+    """dtype of the delta weight (LoHa, LoKr) or rotation (OFT) the adapted linear's matmul keeps, and of the input
+    copy it keeps: under autocast (``--amp`` over fp32 weights) the autocast dtype, else the factors' (``lora_dtype``).
+    LoHa: ``HadaWeight.forward`` (an autograd.Function without ``custom_fwd``, src/peft/tuners/loha/layer.py in peft
+    0.21.2) runs its factor products under the caller's autocast, and ``_cast_input_dtype`` casts the input to the
+    product's dtype. LoKr: ``F.linear`` (autocast) casts the fp32 ``torch.kron`` delta and the fp32 input, and
+    ``lokr_w2_a @ lokr_w2_b`` is autocast too. OFT: the einsum (autocast) casts the input and R."""
+    if w.method in ("loha", "oft", "lokr") and w.amp is not None and w.autocast:
         return w.amp
     return w.lora_dtype
 
@@ -672,7 +674,8 @@ def _lokr_w2_built(w: Workload, n: int, k: int) -> int:
     if w.method != "lokr":
         return 0
     _, (b, d), low_rank = lokr_shapes(n, k, w.lora_rank, w.decompose_factor)
-    return _r(DTYPE_BYTES[w.lora_dtype] * b * d) if low_rank else 0
+    # ``lokr_w2_a @ lokr_w2_b`` runs under autocast too (delta_dtype)
+    return _r(DTYPE_BYTES[delta_dtype(w)] * b * d) if low_rank else 0
 
 
 def delta_dims(spec: ModelSpec, w: Workload) -> tuple[tuple[str, int, int], ...]:
@@ -739,14 +742,23 @@ def delta_transients(spec: ModelSpec, w: Workload, b: int, s: int, block: int) -
     norm = _norm_saved(norm_kind(spec), spec.hidden_size, t, 4 if w.run_dtype == "fp32" else c, c, 0, False, False)
     fwd = bwd = tmp = 0
     for g, n, k in dims:
-        wd = _r(a * n * k)
-        # LoHa under autocast: the delta's gradient and its scaled copy in the delta's dtype, the products and temps
-        # of HadaWeight.backward (which runs outside autocast) in the factors' (fp32: the type promotion)
-        back = 2 * wd + 3 * _r(f * n * k) if w.method == "loha" else DELTA_BACKWARD[w.method] * wd
-        fwd = max(fwd, built * wd - (block - norm if g == "qkv" else kept * wd))
+        wd = _r(a * n * k)  # the delta F.linear keeps
+        wf = _r(f * n * k)  # one n x k in the factors' dtype
+        if w.method == "loha":
+            # under autocast: HadaWeight builds the delta in the autocast dtype; its backward (outside autocast) holds
+            # the delta's gradient and its scaled copy in that dtype, the products and temps in the factors' (fp32:
+            # the type promotion)
+            build, kept_b, back = built * wd, kept * wd, 2 * wd + 3 * wf
+        else:
+            # LoKr: torch.kron (not an autocast op) of the fp32 w1 and w2 and its scaled copy in fp32 (the factors'
+            # dtype); under autocast F.linear keeps its half cast of the scaled delta, made after (counted in the
+            # block's figure, so taken off as the kept scaled delta is without autocast), and its backward casts the
+            # delta's gradient back to fp32 before kron's: three fp32 as without
+            build, kept_b, back = built * wf, kept * wd, DELTA_BACKWARD[w.method] * wf
+        fwd = max(fwd, build - (block - norm if g == "qkv" else kept_b))
         gone = block - norm if g == "qkv" else _r(a * k * t) + wd  # the block's tensors not alive then
         bwd = max(bwd, back - gone)
-        tmp = max(tmp, (built - kept) * wd, back)
+        tmp = max(tmp, build - kept_b, back)
     return DeltaTransients(max(0, fwd), max(0, bwd), tmp)
 
 

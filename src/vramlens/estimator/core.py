@@ -504,10 +504,12 @@ def activation_totals(spec: ModelSpec, w: Workload, sp: Split) -> ActivationTota
     # LoHa's delta weight: built in forward and backward (against one block's saved tensors, under checkpointing
     # too, where ``one`` is the recomputation's figure)
     delta = A.delta_transients(spec, w, b, s, max(la.saved for la, _ in layers))
-    if w.autocast and delta.backward:
-        # LoHa under autocast: the output layer's frozen cast weight (counted with the frozen casts through
-        # backward) is freed with the head's backward, before any block's delta backward runs
-        delta = replace(delta, backward=max(0, delta.backward - output_layer_cast(spec, w, sp.has_head)))
+    if w.autocast and delta.temporary:
+        # the delta methods under autocast: the output layer's frozen cast weight (counted with the frozen casts in
+        # forward and through backward) is made after the blocks' forward and freed with the head's backward, before
+        # any block's delta backward runs
+        head_cast = output_layer_cast(spec, w, sp.has_head)
+        delta = replace(delta, forward=max(0, delta.forward - head_cast), backward=max(0, delta.backward - head_cast))
     # --fp8: torchao's casts inside the blocks (vramlens.estimator.fp8); the down projection's backward
     # is a candidate of its own beside the MLP's bf16 gradients, in the last block or a recomputed one
     f8_fwd = F8.forward_transient(spec, w, b, s, tp)

@@ -99,6 +99,17 @@ def autocast_copies(spec: ModelSpec, w: Workload) -> tuple[int, int]:
         from vramlens.estimator.inventory import own_tensor_numels
 
         adapters = sum(round_up(n * half, BLOCK) for n in own_tensor_numels(spec, w))
+    elif w.method == "lokr" and w.lora_dtype != w.amp:
+        # LoKr: only a w2 built as lokr_w2_a @ lokr_w2_b runs an autocast op on factors (torch.kron is none)
+        from vramlens.estimator.activations import delta_dims
+        from vramlens.models.peft_targets import lokr_shapes
+
+        adapters = 0
+        for _, n, k in delta_dims(spec, w):
+            _, (b, d), low_rank = lokr_shapes(n, k, w.lora_rank, w.decompose_factor)
+            if low_rank:
+                adapters += spec.n_layers * (round_up(b * w.lora_rank * half, BLOCK)
+                                             + round_up(w.lora_rank * d * half, BLOCK))
     frozen = sum(round_up(n * half, BLOCK) for n in weights)
     # the first block's frozen linears up to the first adapter see inputs that need no gradient
     from vramlens.estimator.activations import linear_groups, untracked_before_first_adapter

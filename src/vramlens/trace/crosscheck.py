@@ -541,6 +541,11 @@ PEFT_DELTA_ROWS: tuple[tuple[str, dict[str, Any]], ...] = (
     ("llama-3-8b", _tr(method="oft", dtype="fp32", amp="bf16", batch=1, seq=16)),
     ("llama-3-8b", _tr(method="oft", dtype="fp32", amp="bf16", batch=4, seq=128)),
     ("llama-3-8b", _tr(method="oft", dtype="fp32", amp="fp16", oft_block_size=16, batch=2, seq=64)),
+    # LoKr under autocast: the fp32 kron (not an autocast op) cast by F.linear, the built w2 an autocast mm; the
+    # output layer's cast not made yet when the last block's down_proj builds its delta
+    ("llama-3-8b", _tr(method="lokr", dtype="fp32", amp="bf16", decompose_factor=4, lora_rank=2, batch=1, seq=16)),
+    ("qwen2.5-0.5b", _tr(method="lokr", dtype="fp32", amp="fp16", decompose_factor=4, lora_rank=4,
+                         lora_targets=("q_proj", "v_proj", "o_proj", "down_proj"), batch=1, seq=32)),
 )
 
 QLORA_ROWS: tuple[tuple[str, dict[str, Any]], ...] = (
