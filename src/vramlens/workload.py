@@ -1190,7 +1190,8 @@ class Workload:
         """LoHa, LoKr, OFT and BOFT are modelled as PEFT's method comparison runs them: one GPU (or data parallel), the model's dtype, fp32
         factors (autocast_adapter_dtype) or the weights' dtype, AdamW or SGD, with or without transformers' gradient
         checkpointing (full, every:N, selective; per-op selective for OFT alone), LoHa, LoKr and OFT also under
-        autocast over fp32 weights without checkpointing; what else would change what is kept is refused."""
+        autocast over fp32 weights without checkpointing, OFT and BOFT over a bitsandbytes 4-bit base; what else would
+        change what is kept is refused."""
         if self.method not in DELTA_METHODS:
             return []
         m = f"method={self.method}"
@@ -1198,14 +1199,25 @@ class Workload:
         if self.mode != "train":
             p.append(f"{m} is modelled for training: estimate inference with --method full (peft merges the delta "
                      "into the weight)")
-        if self.quant is not None:
+        if self.quant is not None and not (self.method in ("oft", "boft") and self.quant in FOUR_BIT):
             p.append(_quantized_base_problem(m, self.method, self.quant))
+        elif self.quant is not None:
+            # peft 0.21.2 dispatches OFT's and BOFT's Linear over a bitsandbytes Linear4bit (an nn.Linear; the
+            # QuantizationBackend serves merging only): transformers' BitsAndBytesConfig quantizes every block linear
+            theirs = [f"{n}={getattr(self, n)!r}" for n, v in (("quant_targets", "all"), ("nf4_impl", "bitsandbytes"),
+                                                               ("quant_head", False)) if getattr(self, n) != v]
+            if theirs:
+                p.append(f"{m} over quant={self.quant} is modelled as transformers' BitsAndBytesConfig loads it "
+                         f"(every block linear in bitsandbytes 4-bit); {', '.join(theirs)} is another stack's: drop "
+                         + ("it" if len(theirs) == 1 else "them"))
         if self.amp is not None and self.method not in ("loha", "oft", "lokr"):
             p.append(f"{m} under autocast (amp={self.amp}) is not modelled: drop --amp")
         elif self.amp is not None and self.dtype != "fp32":
             # LoHa's delta is built under autocast (activations.delta_dtype), traced over fp32 weights
             p.append(f"{m} under autocast is modelled over fp32 weights (autocast's master weights); "
                      f"dtype={self.dtype}: use --dtype fp32 or drop --amp")
+        elif self.amp is not None and self.quant is not None:
+            p.append(f"{m} under autocast over quant={self.quant} weights is not modelled: drop --amp")
         elif self.amp is not None and self.training and self.checkpointing != "none":
             # traced 11% over the estimate at 16 tokens, as plain LoRA under autocast and full checkpointing is
             p.append(f"{m} under autocast is modelled without checkpointing: drop --checkpointing or --amp")

@@ -114,7 +114,8 @@ def test_fast_totals_equal_estimate_spec_for_peft_methods():
     base = dict(mode="train", method="loha", lora_rank=16, dtype="bf16", attention="sdpa", batch=1, seq=64)
     for changes in (dict(checkpointing="full"), dict(checkpointing="every:2", method="oft"),
                     dict(lora_dtype="bf16", method="lokr"), dict(dtype="fp32", amp="bf16"),
-                    dict(dtype="fp32", amp="bf16", method="oft"), dict(dtype="fp32", amp="fp16", method="ia3")):
+                    dict(dtype="fp32", amp="bf16", method="oft"), dict(dtype="fp32", amp="fp16", method="ia3"),
+                    dict(method="oft", quant="nf4-dq"), dict(method="boft", quant="fp4", checkpointing="full")):
         w = Workload(**{**base, **changes})
         e = estimate_spec(spec, w, gpu)
         assert fm.totals(w) == (e.breakdown.device_total, e.breakdown.host_bytes), changes

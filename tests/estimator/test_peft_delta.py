@@ -304,3 +304,28 @@ def test_lokr_under_autocast_keeps_half_casts_of_an_fp32_kron():
     assert A.delta_saved(spec, w, T) == 2 * T * H * 2 + (W_Q + W_V) // 2 + w2
     d = A.delta_transients(spec, w, 4, 768, 10**9)
     assert d.temporary == 3 * W_Q  # kron's backward: three fp32 3,072 x 3,072
+
+
+@pytest.mark.parametrize("settings, message", [
+    ({"quant": "int8"}, "method=oft over quant=int8 weights is not modelled: drop --quant"),
+    ({"quant": "nf4", "nf4_impl": "torchao"}, "method=oft over quant=nf4 is modelled as transformers' "
+     "BitsAndBytesConfig loads it (every block linear in bitsandbytes 4-bit); nf4_impl='torchao' is another stack's: "
+     "drop it"),
+    ({"quant": "nf4", "dtype": "fp32", "amp": "bf16"}, "method=oft under autocast over quant=nf4 weights is not "
+     "modelled: drop --amp"),
+])
+def test_oft_over_a_quantized_base_limits(settings, message):
+    with pytest.raises(ConfigError) as e:
+        Workload(**{**RUN, "method": "oft", **settings}).validated()
+    assert message in str(e.value)
+
+
+def test_oft_over_nf4_dequantizes_each_block_linear():
+    """peft's OFT Linear over bitsandbytes' Linear4bit: the rotation as over bf16 weights, and bitsandbytes' dequantized
+    weight at each matmul (the largest, gate_proj's or up_proj's 8,192 x 3,072 bf16 with its t x n output)."""
+    spec = load_model("llama-3.2-3b")
+    w = Workload(**{**RUN, "method": "oft", "oft_block_size": 96, "quant": "nf4-dq"})
+    plain = Workload(**{**RUN, "method": "oft", "oft_block_size": 96})
+    assert A.delta_saved(spec, w, T) == A.delta_saved(spec, plain, T)
+    fwd, _ = A.dequant_transients(spec, w, T)
+    assert fwd == 8_192 * 3_072 * 2 + T * 8_192 * 2

@@ -284,11 +284,11 @@ def build_hf(cfg: dict, wl: Workload, *, fake_mode=None, layers: int | None = No
             raise TraceError(f"quant_head quantizes a causal LM's output layer (lm_head); {cls.__name__} runs {head}"
                              + (" with a vision or audio encoder" if head == "causal-lm" else "")
                              + ": drop --quant-head")
-    if wl.method == "qlora":
+    if wl.method == "qlora" or (wl.method in ("oft", "boft") and wl.quantized is not None):
         # the weight is quantized from the model's dtype (fp16 under dequant_dtype="fp16") and the matmul runs in
         # Workload.quant_matmul_dtype (an fp16 model's bnb_compute_dtype): dequantized to the one, cast to the other
         src = "fp16" if wl.dequant_dtype == "fp16" else wl.compute_dtype
-        quantize_nf4(model, fake_mode=fake_mode, meta_only=meta_only, double_quant=(wl.quantized != "nf4"),
+        quantize_nf4(model, fake_mode=fake_mode, meta_only=meta_only, double_quant=wl.quantized == "nf4-dq",
                      adapted_only=wl.quant_targets == "adapted", compute_dtype=TORCH_DTYPES[wl.quant_matmul_dtype],
                      include_head=wl.quant_head,
                      quant_dtype=TORCH_DTYPES[src] if src != wl.quant_matmul_dtype else None,

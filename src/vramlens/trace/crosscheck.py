@@ -546,6 +546,12 @@ PEFT_DELTA_ROWS: tuple[tuple[str, dict[str, Any]], ...] = (
     ("llama-3-8b", _tr(method="lokr", dtype="fp32", amp="bf16", decompose_factor=4, lora_rank=2, batch=1, seq=16)),
     ("qwen2.5-0.5b", _tr(method="lokr", dtype="fp32", amp="fp16", decompose_factor=4, lora_rank=4,
                          lora_targets=("q_proj", "v_proj", "o_proj", "down_proj"), batch=1, seq=32)),
+    # OFT and BOFT over a 4-bit base (peft 0.21.2 wraps bitsandbytes' Linear4bit, an nn.Linear, in its OFT / BOFT
+    # Linear): the NF4 stand-in QLoRA's rows use, its dequantized weight at every matmul beside the rotation
+    ("llama-3-8b", _tr(method="oft", quant="nf4-dq", batch=1, seq=16)),
+    ("llama-3-8b", _tr(method="oft", quant="nf4", checkpointing="full", batch=1, seq=8)),
+    ("qwen2.5-0.5b", _tr(method="oft", quant="fp4", oft_block_size=24, batch=4, seq=64)),
+    ("llama-3-8b", _tr(method="boft", quant="nf4-dq", batch=1, seq=16)),
 )
 
 QLORA_ROWS: tuple[tuple[str, dict[str, Any]], ...] = (
