@@ -1143,8 +1143,10 @@ class Workload:
                      + ("and --seq lengthened by the virtual tokens)" if self.method == "prompt-tuning"
                         else "the prefix is a KV cache of the virtual tokens)" if self.method == "prefix-tuning"
                         else "the vectors are merged or a few KiB)"))
-        if self.quant is not None:
+        if self.quant is not None and not (self.method == "vera" and self.quant in FOUR_BIT):
             p.append(_quantized_base_problem(m, self.method, self.quant))
+        elif self.quant is not None:
+            p += self._bnb_config_problems(m)
         if self.amp is not None and (self.method not in ("ia3", "ln-tuning", "prompt-tuning") or self.dtype != "fp32"):
             # VeRA's frozen fp32 vera_A / vera_B buffers are cast at every call (not leaves that require grad), and
             # prefix tuning's cache is not traced under autocast
@@ -1186,6 +1188,17 @@ class Workload:
                      + ("it" if len(off) == 1 else "them"))
         return p
 
+    def _bnb_config_problems(self, m: str) -> list[str]:
+        """PEFT's OFT, BOFT and VeRA over a 4-bit base are modelled as transformers' BitsAndBytesConfig loads it:
+        every block linear in bitsandbytes 4-bit; the other stacks' settings are refused."""
+        theirs = [f"{n}={getattr(self, n)!r}" for n, v in (("quant_targets", "all"), ("nf4_impl", "bitsandbytes"),
+                                                           ("quant_head", False)) if getattr(self, n) != v]
+        if not theirs:
+            return []
+        return [f"{m} over quant={self.quant} is modelled as transformers' BitsAndBytesConfig loads it (every block "
+                f"linear in bitsandbytes 4-bit); {', '.join(theirs)} is another stack's: drop "
+                + ("it" if len(theirs) == 1 else "them")]
+
     def _delta_method_problems(self) -> list[str]:
         """LoHa, LoKr, OFT and BOFT are modelled as PEFT's method comparison runs them: one GPU (or data parallel), the model's dtype, fp32
         factors (autocast_adapter_dtype) or the weights' dtype, AdamW or SGD, with or without transformers' gradient
@@ -1203,13 +1216,8 @@ class Workload:
             p.append(_quantized_base_problem(m, self.method, self.quant))
         elif self.quant is not None:
             # peft 0.21.2 dispatches OFT's and BOFT's Linear over a bitsandbytes Linear4bit (an nn.Linear; the
-            # QuantizationBackend serves merging only): transformers' BitsAndBytesConfig quantizes every block linear
-            theirs = [f"{n}={getattr(self, n)!r}" for n, v in (("quant_targets", "all"), ("nf4_impl", "bitsandbytes"),
-                                                               ("quant_head", False)) if getattr(self, n) != v]
-            if theirs:
-                p.append(f"{m} over quant={self.quant} is modelled as transformers' BitsAndBytesConfig loads it "
-                         f"(every block linear in bitsandbytes 4-bit); {', '.join(theirs)} is another stack's: drop "
-                         + ("it" if len(theirs) == 1 else "them"))
+            # QuantizationBackend serves merging only)
+            p += self._bnb_config_problems(m)
         if self.amp is not None and self.method not in ("loha", "oft", "lokr"):
             p.append(f"{m} under autocast (amp={self.amp}) is not modelled: drop --amp")
         elif self.amp is not None and self.dtype != "fp32":

@@ -115,7 +115,8 @@ def test_fast_totals_equal_estimate_spec_for_peft_methods():
     for changes in (dict(checkpointing="full"), dict(checkpointing="every:2", method="oft"),
                     dict(lora_dtype="bf16", method="lokr"), dict(dtype="fp32", amp="bf16"),
                     dict(dtype="fp32", amp="bf16", method="oft"), dict(dtype="fp32", amp="fp16", method="ia3"),
-                    dict(method="oft", quant="nf4-dq"), dict(method="boft", quant="fp4", checkpointing="full")):
+                    dict(method="oft", quant="nf4-dq"), dict(method="boft", quant="fp4", checkpointing="full"),
+                    dict(method="vera", quant="nf4-dq", vera_rank=16)):
         w = Workload(**{**base, **changes})
         e = estimate_spec(spec, w, gpu)
         assert fm.totals(w) == (e.breakdown.device_total, e.breakdown.host_bytes), changes

@@ -514,6 +514,13 @@ def dequant_transients(spec: ModelSpec, w: Workload, t: int, tp: int = 1) -> tup
             extra = Wt.dequant_cast_bytes(w, n, k)
             fwd = max(fwd, wb + max(_r(c * n * t), extra))
             bwd = max(bwd, wb + _r(c * n * t) + max(_r(c * k * t), extra))
+    if w.method == "vera" and (names := VERA_TARGETS.get(spec.model_type)) is not None and fwd:
+        # VeRA over bitsandbytes 4-bit: peft 0.21.2's Bnb4bitBackend.maybe_clone_base_result clones the base layer's
+        # output (utils/quantization_utils.py) before VeRA's terms are added: the output and its clone at once
+        dims = _dims_by_path(spec)
+        for path, leaf in (x for g in GROUP_ORDER for x in linear_groups(spec).get(g, ())):
+            if leaf in names:
+                fwd = max(fwd, 2 * _r(c * dims.get(path, (0, 0))[1] * t))
     return fwd, bwd
 
 

@@ -109,8 +109,8 @@ def untraceable(wl: Workload) -> str:
                 "or of both (--fsdp --tp T --gpus D*T); "
                 f"gpus={wl.gpus} zero={wl.zero} fsdp={wl.fsdp} tp={wl.tp} pp={wl.pp}")
     if (wl.quant is not None and wl.method != "qlora" and not (wl.quant == "int8" and wl.quant_impl == "torchao-wo")
-            and not (wl.method in ("oft", "boft") and wl.quantized in FOUR_BIT)):
-        # OFT over 4-bit linears: peft's OFT Linear over the NF4 stand-in (build.quantize_nf4), as QLoRA's
+            and not (wl.method in ("oft", "boft", "vera") and wl.quantized in FOUR_BIT)):
+        # OFT, BOFT and VeRA over 4-bit linears: peft's layers over the NF4 stand-in (build.quantize_nf4), as QLoRA's
         # torchao's int8 weight-only linear runs plain torch ops (build.quantize_int8_weight_only); torchao 0.18's
         # float8 weight-only dequantizes through fp32, not as the release quant_impl models (weights.wo_dequantizes)
         return f"quant={wl.quant} weights cannot be traced (no CPU kernels)"

@@ -478,6 +478,10 @@ PEFT_WIDE_ROWS: tuple[tuple[str, dict[str, Any]], ...] = (
     # under a chunked loss: the estimate's temporaries are 9% under the trace's, as plain LoRA's on this shape (the
     # loss chunks' casts, not VeRA's)
     ("llama-3-8b", _tr(method="vera", vera_rank=16, loss_chunks=8)),
+    # VeRA over a 4-bit base (peft 0.21.2's VeRA Linear over bitsandbytes' Linear4bit, its Bnb4bitBackend cloning the
+    # base output): the NF4 stand-in QLoRA's rows use
+    ("llama-3-8b", _tr(method="vera", quant="nf4-dq", batch=1, seq=16)),
+    ("qwen2.5-0.5b", _tr(method="vera", quant="nf4", checkpointing="full", batch=2, seq=64)),
 )
 
 #: peft's LoHa, LoKr, OFT and BOFT (fp32 factors, q_proj and v_proj, peft's rank and block sizes unless given): each adapted linear keeps its fp32 delta
