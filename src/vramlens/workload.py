@@ -176,6 +176,22 @@ TASKS: tuple[Task, ...] = get_args(Task)
 GENERATING_TASKS: tuple[Task, ...] = ("causal-lm", "seq2seq-lm")
 
 
+def _quantized_base_problem(m: str, method: str, quant: str) -> str:
+    """Why one of PEFT's other methods over a quantized base is refused. peft 0.21.2 runs IA3 on bitsandbytes through
+    its own layers (tuners/ia3/bnb.py), OFT, BOFT and VeRA through the generic QuantizationBackend
+    (utils/quantization_utils.py resolve_quantization_backend, dispatched in tuners/<method>/model.py); LoHa and LoKr
+    (tuners/lycoris_utils.py) have no quantization support."""
+    if method == "ia3":
+        # ia3/bnb.py Linear4bit / Linear8bitLt.forward: x.float() without autocast, the base layer on the fp32 copy,
+        # the product cloned and cast back: what it keeps is not traced (the tracer's NF4 linear is no bnb class)
+        return (f"{m} over quant={quant} weights (peft's ia3/bnb.py layers: an fp32 copy of each adapted linear's "
+                "input) is not modelled: drop --quant")
+    if method in ("loha", "lokr"):
+        return (f"{m} over quant={quant} weights is not modelled (peft 0.21's LyCORIS layers have no quantization "
+                "support): drop --quant")
+    return f"{m} over quant={quant} weights is not modelled: drop --quant"
+
+
 @dataclass(frozen=True, slots=True)
 class Workload:
     """What is run: mode, precision, optimizer, shapes, and how it is spread over GPUs.
@@ -1150,24 +1166,43 @@ class Workload:
                      + ("and --seq lengthened by the virtual tokens)" if self.method == "prompt-tuning"
                         else "the prefix is a KV cache of the virtual tokens)" if self.method == "prefix-tuning"
                         else "the vectors are merged or a few KiB)"))
-        if self.quant is not None:
-            p.append(f"{m} over quant={self.quant} weights is not modelled: drop --quant")
-        if self.amp is not None:
-            p.append(f"{m} under autocast (amp={self.amp}) is not modelled: drop --amp")
+        if self.quant is not None and not (self.method == "vera" and self.quant in FOUR_BIT):
+            p.append(_quantized_base_problem(m, self.method, self.quant))
+        elif self.quant is not None:
+            p += self._bnb_config_problems(m)
+        if self.amp is not None and (self.method not in ("ia3", "ln-tuning", "prompt-tuning") or self.dtype != "fp32"):
+            # VeRA's frozen fp32 vera_A / vera_B buffers are cast at every call (not leaves that require grad), and
+            # prefix tuning's cache is not traced under autocast
+            p.append(f"{m} under autocast (amp={self.amp}) is not modelled"
+                     + (": drop --amp" if self.method not in ("ia3", "ln-tuning", "prompt-tuning") else
+                        f" over dtype={self.dtype} weights: use --dtype fp32 (autocast's master weights) or drop --amp"))
+        elif self.amp is not None and self.training and self.checkpointing != "none":
+            # traced 5% over the estimate and more, as plain LoRA under autocast and checkpointing is
+            p.append(f"{m} under autocast is modelled without checkpointing: drop --checkpointing or --amp")
         if self.fused_qkv:
             p.append(f"{m} adapts transformers' separate projections; fused_qkv is LitGPT's: drop --fused-qkv")
         off = [f"{n}={getattr(self, n)}" for n in ("tp", "pp", "cp") if getattr(self, n) > 1]
         off += [f"zero={self.zero}"] * bool(self.zero) + ["fsdp"] * bool(self.fsdp)
         off += ["compile"] * bool(self.compile) + ["activation_offload"] * bool(self.activation_offload)
+        if self.method == "ia3" and self.lora_dtype not in ("fp32", self.dtype):
+            # get_peft_model(autocast_adapter_dtype=True) upcasts the vectors to fp32; False leaves them in the
+            # weights' dtype (peft 0.21.2 tuners_utils.cast_adapter_dtype)
+            p.append(f"{m} with lora_dtype={self.lora_dtype} is not modelled: peft makes the vectors fp32 "
+                     f"(autocast_adapter_dtype=True) or the weights' dtype (False): use --lora-dtype fp32 or {self.dtype}")
         if self.method == "vera" and self.lora_dtype != "fp32":
             # VeraLayer.forward casts x to the vectors' dtype and runs F.linear against the fp32 vera_A buffer
             p.append(f"{m} runs its input through the fp32 vera_A and vera_B buffers; lora_dtype={self.lora_dtype} "
                      "vectors are not modelled: drop --lora-dtype")
-        if self.method == "prefix-tuning" and (self.checkpointing != "none" or self.attention == "flash"):
-            # a block recomputed under checkpointing would cat its keys onto the cache a second time; flash-attn
-            # takes no explicit mask over the prefix
-            p.append(f"{m} is modelled without checkpointing, under SDPA or eager attention: drop --checkpointing "
-                     "and --attention flash")
+        if self.method == "prefix-tuning" and self.checkpointing != "none":
+            # peft 0.21.2 peft_model.py PeftModel._setup_prompt_encoder raises "PREFIX_TUNING does not work with
+            # gradient checkpointing." when a module of the base model has gradient_checkpointing set, and
+            # transformers 5.24's GradientCheckpointingLayer (modeling_layers.py) passes cache=None to a checkpointed
+            # layer (_can_checkpoint_with_cache is False but for a reader of the cache), which drops the prefix
+            p.append(f"{m} does not run under gradient checkpointing (peft's PeftModel refuses it: the prefix is a "
+                     "cache, and transformers drops the cache of a checkpointed layer): drop --checkpointing")
+        if self.method == "prefix-tuning" and self.attention == "flash":
+            # flash-attn takes no explicit mask over the prefix
+            p.append(f"{m} is modelled under SDPA or eager attention: drop --attention flash")
         if self.method in ("prompt-tuning", "prefix-tuning") and (self.loss_chunks > 1 or self.loss != "cross-entropy"):
             p.append(f"{m} runs through PeftModelForCausalLM's forward and transformers' own loss, which puts the "
                      "prompts before the sequence; drop --loss-chunks and --loss")
@@ -1176,9 +1211,23 @@ class Workload:
                      + ("it" if len(off) == 1 else "them"))
         return p
 
+    def _bnb_config_problems(self, m: str) -> list[str]:
+        """PEFT's OFT, BOFT and VeRA over a 4-bit base are modelled as transformers' BitsAndBytesConfig loads it:
+        every block linear in bitsandbytes 4-bit; the other stacks' settings are refused."""
+        theirs = [f"{n}={getattr(self, n)!r}" for n, v in (("quant_targets", "all"), ("nf4_impl", "bitsandbytes"),
+                                                           ("quant_head", False)) if getattr(self, n) != v]
+        if not theirs:
+            return []
+        return [f"{m} over quant={self.quant} is modelled as transformers' BitsAndBytesConfig loads it (every block "
+                f"linear in bitsandbytes 4-bit); {', '.join(theirs)} is another stack's: drop "
+                + ("it" if len(theirs) == 1 else "them")]
+
     def _delta_method_problems(self) -> list[str]:
         """LoHa, LoKr, OFT and BOFT are modelled as PEFT's method comparison runs them: one GPU (or data parallel), the model's dtype, fp32
-        factors (autocast_adapter_dtype), AdamW or SGD; what else would change what is kept is refused."""
+        factors (autocast_adapter_dtype) or the weights' dtype, AdamW or SGD, with or without transformers' gradient
+        checkpointing (full, every:N, selective; per-op selective for OFT alone), LoHa, LoKr and OFT also under
+        autocast over fp32 weights without checkpointing, OFT and BOFT over a bitsandbytes 4-bit base; what else would
+        change what is kept is refused."""
         if self.method not in DELTA_METHODS:
             return []
         m = f"method={self.method}"
@@ -1186,13 +1235,30 @@ class Workload:
         if self.mode != "train":
             p.append(f"{m} is modelled for training: estimate inference with --method full (peft merges the delta "
                      "into the weight)")
-        if self.quant is not None:
-            p.append(f"{m} over quant={self.quant} weights is not modelled: drop --quant")
-        if self.amp is not None:
+        if self.quant is not None and not (self.method in ("oft", "boft") and self.quant in FOUR_BIT):
+            p.append(_quantized_base_problem(m, self.method, self.quant))
+        elif self.quant is not None:
+            # peft 0.21.2 dispatches OFT's and BOFT's Linear over a bitsandbytes Linear4bit (an nn.Linear; the
+            # QuantizationBackend serves merging only)
+            p += self._bnb_config_problems(m)
+        if self.amp is not None and self.method not in ("loha", "oft", "lokr"):
             p.append(f"{m} under autocast (amp={self.amp}) is not modelled: drop --amp")
-        if self.lora_dtype != "fp32":
-            p.append(f"{m} with lora_dtype={self.lora_dtype} is not modelled (peft's autocast_adapter_dtype keeps the "
-                     "factors in fp32, and each adapted linear then keeps an fp32 copy of its input): drop --lora-dtype")
+        elif self.amp is not None and self.dtype != "fp32":
+            # LoHa's delta is built under autocast (activations.delta_dtype), traced over fp32 weights
+            p.append(f"{m} under autocast is modelled over fp32 weights (autocast's master weights); "
+                     f"dtype={self.dtype}: use --dtype fp32 or drop --amp")
+        elif self.amp is not None and self.quant is not None:
+            p.append(f"{m} under autocast over quant={self.quant} weights is not modelled: drop --amp")
+        elif self.amp is not None and self.training and self.checkpointing != "none":
+            # traced 11% over the estimate at 16 tokens, as plain LoRA under autocast and full checkpointing is
+            p.append(f"{m} under autocast is modelled without checkpointing: drop --checkpointing or --amp")
+
+        if self.lora_dtype not in ("fp32", self.dtype):
+            # get_peft_model(autocast_adapter_dtype=False) leaves the factors in the base layer's dtype (peft 0.21.2
+            # tuners_utils.BaseTunerLayer._move_adapter_to_device_of_base_layer); True upcasts half ones to fp32
+            p.append(f"{m} with lora_dtype={self.lora_dtype} is not modelled: peft makes the factors fp32 "
+                     f"(autocast_adapter_dtype=True) or the weights' dtype (False): use --lora-dtype fp32 or "
+                     f"{self.dtype}")
         if self.fused_qkv:
             p.append(f"{m} adapts transformers' separate projections; fused_qkv is LitGPT's: drop --fused-qkv")
         if self.method == "boft" and self.dtype == "fp32":
@@ -1207,7 +1273,11 @@ class Workload:
         off = [f"{n}={getattr(self, n)}" for n in ("tp", "pp", "cp") if getattr(self, n) > 1]
         off += [f"zero={self.zero}"] * bool(self.zero) + ["fsdp"] * bool(self.fsdp)
         off += ["compile"] * bool(self.compile) + ["activation_offload"] * bool(self.activation_offload)
-        off += [f"checkpointing={self.checkpointing}"] * (self.checkpointing != "none")
+        if self.checkpointing == "selective-op" and self.method != "oft":
+            # torchtitan's policy saves every second aten.mm of a block: LoHa's and LoKr's delta products and BOFT's
+            # x @ R are mms of their own (OFT rotates with bmm, which the policy does not count)
+            p.append(f"{m} under checkpointing=selective-op is not modelled (its delta is built by mm, which the "
+                     "per-op policy saves every second of): use --checkpointing full or every:N")
         if off:
             p.append(f"{m} is modelled on one GPU or under data parallelism without {', '.join(off)}: drop "
                      + ("it" if len(off) == 1 else "them"))

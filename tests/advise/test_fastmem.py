@@ -102,3 +102,21 @@ def test_fast_totals_keep_torchtunes_2024_set_up_reserve():
     e, e_plain = estimate_spec(spec, kept, gpu), estimate_spec(spec, plain, gpu)
     assert e.breakdown.device_total > e_plain.breakdown.device_total
     assert FastMemory(spec, gpu).totals(kept) == (e.breakdown.device_total, e.breakdown.host_bytes)
+
+
+def test_fast_totals_equal_estimate_spec_for_peft_methods():
+    """LoHa, LoKr, OFT under checkpointing, in the weights' dtype and under autocast, IA3 under autocast: the delta's
+    recomputation and dtype reach FastMemory through the activations (recompute, dequant_temporary) and the state
+    (autocast copies)."""
+    spec = llama7b()
+    gpu = get_gpu("A100-80GB")
+    fm = FastMemory(spec, gpu)
+    base = dict(mode="train", method="loha", lora_rank=16, dtype="bf16", attention="sdpa", batch=1, seq=64)
+    for changes in (dict(checkpointing="full"), dict(checkpointing="every:2", method="oft"),
+                    dict(lora_dtype="bf16", method="lokr"), dict(dtype="fp32", amp="bf16"),
+                    dict(dtype="fp32", amp="bf16", method="oft"), dict(dtype="fp32", amp="fp16", method="ia3"),
+                    dict(method="oft", quant="nf4-dq"), dict(method="boft", quant="fp4", checkpointing="full"),
+                    dict(method="vera", quant="nf4-dq", vera_rank=16)):
+        w = Workload(**{**base, **changes})
+        e = estimate_spec(spec, w, gpu)
+        assert fm.totals(w) == (e.breakdown.device_total, e.breakdown.host_bytes), changes

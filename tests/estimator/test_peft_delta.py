@@ -67,13 +67,20 @@ def test_delta_transients():
 
 
 @pytest.mark.parametrize("settings, message", [
-    ({"amp": "bf16", "dtype": "fp32"}, "method=loha under autocast (amp=bf16) is not modelled: drop --amp"),
+    ({"amp": "bf16"}, "method=loha under autocast is modelled over fp32 weights (autocast's master weights); "
+     "dtype=bf16: use --dtype fp32 or drop --amp"),
+    ({"amp": "bf16", "dtype": "fp32", "checkpointing": "full"}, "method=loha under autocast is modelled without "
+     "checkpointing: drop --checkpointing or --amp"),
+    ({"amp": "bf16", "dtype": "fp32", "method": "boft"}, "method=boft under autocast (amp=bf16) is not modelled: "
+     "drop --amp"),
     ({"mode": "inference"}, "method=loha is modelled for training: estimate inference with --method full (peft "
      "merges the delta into the weight)"),
-    ({"lora_dtype": "bf16"}, "method=loha with lora_dtype=bf16 is not modelled (peft's autocast_adapter_dtype keeps "
-     "the factors in fp32, and each adapted linear then keeps an fp32 copy of its input): drop --lora-dtype"),
-    ({"checkpointing": "full"}, "method=loha is modelled on one GPU or under data parallelism without "
-     "checkpointing=full: drop it"),
+    ({"lora_dtype": "fp16"}, "method=loha with lora_dtype=fp16 is not modelled: peft makes the factors fp32 "
+     "(autocast_adapter_dtype=True) or the weights' dtype (False): use --lora-dtype fp32 or bf16"),
+    ({"checkpointing": "selective-op"}, "method=loha under checkpointing=selective-op is not modelled (its delta is "
+     "built by mm, which the per-op policy saves every second of): use --checkpointing full or every:N"),
+    ({"quant": "nf4"}, "method=loha over quant=nf4 weights is not modelled (peft 0.21's LyCORIS layers have no "
+     "quantization support): drop --quant"),
     ({"optimizer": "adamw-8bit"}, "method=loha with optimizer=adamw-8bit is not modelled: use adamw, adam, sgd or "
      "sgd-momentum"),
 ])
@@ -215,3 +222,110 @@ def test_boft_block_size_must_divide_the_inputs():
     with pytest.raises(ConfigError) as e:
         Workload(**{**BOFT, "dtype": "fp32"}).validated()
     assert "method=boft is modelled with half weights" in str(e.value)
+
+
+def test_checkpointed_block_rebuilds_the_delta_in_its_backward():
+    """transformers' gradient checkpointing (non-reentrant): each block keeps its input; the recomputed block builds
+    LoHa's delta again, and HadaWeight's backward (5 x n x k fp32) runs once the block's tensors after q_proj and its
+    MLP's gradients are freed."""
+    from vramlens.estimator.core import activation_totals, recompute_mlp_gradients
+    from vramlens.estimator.state import train_state
+
+    spec = load_model("llama-3.2-3b")
+    w = Workload(**RUN, checkpointing="full")
+    at = activation_totals(spec, w, train_state(spec, w, None).sp)
+    plain = Workload(**RUN)
+    block = A.layer_activations(spec, plain, 4, 768).saved
+    assert block == A.layer_activations(spec, w, 4, 768).saved
+    # the recomputation's own figure: the block's saved tensors, its MLP's gradients and its output's gradient
+    # (4 x 768 x 3,072 bf16); with the delta: what q_proj's backward sees, the input norm's fp32 copy (T x H x 4),
+    # the output's gradient and the five n x k
+    grads = recompute_mlp_gradients(spec, w) + T * H * 2
+    assert at.recompute == max(block + grads, T * H * 4 + T * H * 2 + 5 * W_Q) == block + grads
+    # ... and the delta's temporary is not added on top of it (as a 4-bit matmul's is)
+    assert at.dequant_temporary == 0
+    assert activation_totals(spec, plain, train_state(spec, plain, None).sp).dequant_temporary == 5 * W_Q
+    # 16 tokens: the delta's backward is the higher figure (16 x 3,072 x 4 B norm copy + 16 x 3,072 x 2 B gradient +
+    # 5 x 37,748,736 B = 196,608 + 98,304 + 188,743,680)
+    short = Workload(**{**RUN, "batch": 1, "seq": 16, "checkpointing": "full"})
+    at = activation_totals(spec, short, train_state(spec, short, None).sp)
+    assert at.recompute == 16 * H * 4 + 16 * H * 2 + 5 * W_Q == 189_038_592
+
+
+def test_factors_in_the_weights_dtype_keep_no_input_copy():
+    """get_peft_model(autocast_adapter_dtype=False): bf16 factors; F.linear(x, delta) keeps the bf16 delta and the
+    input itself, which q_proj and v_proj share (no fp32 copy each)."""
+    spec = load_model("llama-3.2-3b")
+    fp32 = A.delta_saved(spec, Workload(**RUN), T)
+    bf16 = A.delta_saved(spec, Workload(**RUN, lora_dtype="bf16"), T)
+    # fp32: two input copies (T x H x 4 each) and the two deltas; bf16: one shared input (T x H x 2), the deltas in 2 B
+    assert fp32 == 2 * T * H * 4 + W_Q + W_V
+    assert bf16 == T * H * 2 + (W_Q + W_V) // 2
+
+
+def test_loha_under_autocast_builds_a_half_delta():
+    """--dtype fp32 --amp bf16: HadaWeight.forward's products run under autocast, so the delta F.linear keeps is bf16
+    and the fp32 activations are cast to it once per adapted linear; HadaWeight.backward (outside autocast) holds the
+    bf16 gradient and its scaled copy beside three fp32 n x k (the products with the fp32 factors promote)."""
+    spec = load_model("llama-3.2-3b")
+    w = Workload(**{**RUN, "dtype": "fp32", "amp": "bf16"})
+    assert A.delta_dtype(w) == "bf16"
+    # two bf16 input copies (q_proj's and v_proj's casts, T x H x 2 each) and the two bf16 deltas
+    assert A.delta_saved(spec, w, T) == 2 * T * H * 2 + (W_Q + W_V) // 2
+    d = A.delta_transients(spec, w, 4, 768, 10**9)
+    # q_proj: 2 x 3,072 x 3,072 x 2 B + 3 x 37,748,736 B = 37,748,736 + 113,246,208
+    assert d.temporary == 2 * (W_Q // 2) + 3 * W_Q == 150_994_944
+
+
+def test_autocast_with_an_adapted_mlp_input_projection_is_refused():
+    with pytest.raises(ConfigError) as e:
+        estimate("llama-3.2-3b", **{**RUN, "dtype": "fp32", "amp": "bf16", "lora_targets": ("q_proj", "up_proj")})
+    assert ("method=loha under autocast is modelled with the MLP's input projections frozen (an adapted one returns "
+            "its fp32 input's dtype): adapt the attention's and the MLP's output projections, or drop --amp") in str(e.value)
+
+
+def test_oft_under_autocast_keeps_half_casts_of_its_rotation():
+    """--dtype fp32 --amp bf16: per adapted linear the einsum's bf16 cast of the (fp32) input, and seven (in / b, b, b)
+    bf16 tensors: four casts of the skew-symmetric Q (bmm(Q, Q) casts it twice), Q^2, Q^3 and the einsum's cast of R."""
+    spec = load_model("llama-3.2-3b")
+    w = Workload(**{**RUN, "method": "oft", "oft_block_size": 96, "dtype": "fp32", "amp": "bf16"})
+    blocks = 32 * 96 * 96 * 2  # 3,072 / 96 blocks of 96 x 96 in bf16: 589,824 B
+    assert A.delta_saved(spec, w, T) == 2 * T * H * 2 + 2 * 7 * blocks
+
+
+def test_lokr_under_autocast_keeps_half_casts_of_an_fp32_kron():
+    """--dtype fp32 --amp bf16, LoKr with F = 4 (q_proj: w1 (4, 4), w2 (768, 768) built from r = 32 factors):
+    torch.kron is not autocast, so the delta is fp32; F.linear keeps its bf16 cast and the input's, and the built w2
+    (an autocast mm) in bf16; the backward holds three fp32 n x k as without autocast."""
+    spec = load_model("llama-3.2-3b")
+    w = Workload(**{**LOKR, "dtype": "fp32", "amp": "bf16"})
+    assert A.delta_dtype(w) == "bf16"
+    w2 = 768 * 768 * 2 + 256 * 768 * 2  # q_proj's and v_proj's (768, 768) and (256, 768) w2 in bf16
+    assert A.delta_saved(spec, w, T) == 2 * T * H * 2 + (W_Q + W_V) // 2 + w2
+    d = A.delta_transients(spec, w, 4, 768, 10**9)
+    assert d.temporary == 3 * W_Q  # kron's backward: three fp32 3,072 x 3,072
+
+
+@pytest.mark.parametrize("settings, message", [
+    ({"quant": "int8"}, "method=oft over quant=int8 weights is not modelled: drop --quant"),
+    ({"quant": "nf4", "nf4_impl": "torchao"}, "method=oft over quant=nf4 is modelled as transformers' "
+     "BitsAndBytesConfig loads it (every block linear in bitsandbytes 4-bit); nf4_impl='torchao' is another stack's: "
+     "drop it"),
+    ({"quant": "nf4", "dtype": "fp32", "amp": "bf16"}, "method=oft under autocast over quant=nf4 weights is not "
+     "modelled: drop --amp"),
+])
+def test_oft_over_a_quantized_base_limits(settings, message):
+    with pytest.raises(ConfigError) as e:
+        Workload(**{**RUN, "method": "oft", **settings}).validated()
+    assert message in str(e.value)
+
+
+def test_oft_over_nf4_dequantizes_each_block_linear():
+    """peft's OFT Linear over bitsandbytes' Linear4bit: the rotation as over bf16 weights, and bitsandbytes' dequantized
+    weight at each matmul (the largest, gate_proj's or up_proj's 8,192 x 3,072 bf16 with its t x n output)."""
+    spec = load_model("llama-3.2-3b")
+    w = Workload(**{**RUN, "method": "oft", "oft_block_size": 96, "quant": "nf4-dq"})
+    plain = Workload(**{**RUN, "method": "oft", "oft_block_size": 96})
+    assert A.delta_saved(spec, w, T) == A.delta_saved(spec, plain, T)
+    fwd, _ = A.dequant_transients(spec, w, T)
+    assert fwd == 8_192 * 3_072 * 2 + T * 8_192 * 2

@@ -65,12 +65,13 @@ def test_ln_tuning_norms_keep_their_normalized_input():
 
 
 @pytest.mark.parametrize("settings, message", [
-    ({"method": "ia3", "amp": "bf16", "dtype": "fp32"},
-     "method=ia3 under autocast (amp=bf16) is not modelled: drop --amp"),
+    ({"method": "ia3", "amp": "bf16", "dtype": "fp32", "checkpointing": "full"},
+     "method=ia3 under autocast is modelled without checkpointing: drop --checkpointing or --amp"),
     ({"method": "ln-tuning", "mode": "inference"},
      "method=ln-tuning is modelled for training: estimate inference with --method full (the vectors are merged "
      "or a few KiB)"),
-    ({"method": "ia3", "quant": "nf4"}, "method=ia3 over quant=nf4 weights is not modelled: drop --quant"),
+    ({"method": "ia3", "quant": "nf4"}, "method=ia3 over quant=nf4 weights (peft's ia3/bnb.py layers: an fp32 copy of "
+     "each adapted linear's input) is not modelled: drop --quant"),
     ({"method": "ia3", "fsdp": True, "gpus": 2}, "method=ia3 is modelled on one GPU or under data parallelism "
      "without fsdp: drop it"),
 ])
@@ -122,3 +123,35 @@ def test_prompt_tuning_settings(settings, message):
     assert message in str(e.value)
     assert Workload(mode="train", num_virtual_tokens=20).ignored() == [
         "ignored: num_virtual_tokens=20 applies to --method prompt-tuning or prefix-tuning"]
+
+
+@pytest.mark.parametrize("settings, message", [
+    ({"method": "ia3", "dtype": "fp32", "lora_dtype": "bf16"}, "method=ia3 with lora_dtype=bf16 is not modelled: peft "
+     "makes the vectors fp32 (autocast_adapter_dtype=True) or the weights' dtype (False): use --lora-dtype fp32 or fp32"),
+    ({"method": "ia3", "dtype": "bf16", "amp": "bf16"}, "method=ia3 under autocast (amp=bf16) is not modelled over "
+     "dtype=bf16 weights: use --dtype fp32 (autocast's master weights) or drop --amp"),
+    ({"method": "ln-tuning", "dtype": "fp32", "amp": "bf16", "checkpointing": "full"}, "method=ln-tuning under "
+     "autocast is modelled without checkpointing: drop --checkpointing or --amp"),
+    ({"method": "vera", "dtype": "fp32", "amp": "bf16"}, "method=vera under autocast (amp=bf16) is not modelled: drop "
+     "--amp"),
+])
+def test_autocast_limits(settings, message):
+    with pytest.raises(ConfigError) as e:
+        Workload(mode="train", **settings).validated()
+    assert message in str(e.value)
+
+
+def test_ia3_under_autocast_keeps_the_first_blocks_qkv_casts_out():
+    """--dtype fp32 --amp bf16: IA3 scales k_proj's and v_proj's outputs after their base layers, which in the first
+    block read the embedding's (normed) output, which needs no gradient: F.linear keeps none of the three attention
+    input projections' bf16 weight casts there, and every other frozen linear's (Llama-3.2-3B: 28 blocks)."""
+    from vramlens.estimator.state import autocast_copies
+
+    spec = load_model("llama-3.2-3b")
+    w = Workload(mode="train", method="ia3", dtype="fp32", amp="bf16", batch=1, seq=16)
+    trainable, frozen = autocast_copies(spec, w)
+    # the first block's q_proj (3,072 x 3,072), k_proj and v_proj (1,024 x 3,072 each) in bf16
+    first_qkv = (3_072 * 3_072 + 2 * 1_024 * 3_072) * 2
+    full = autocast_copies(spec, Workload(mode="train", method="full", dtype="fp32", amp="bf16", batch=1, seq=16))[0]
+    assert trainable == 0  # IA3's vectors multiply, they are not cast for a matmul
+    assert frozen == full - first_qkv

@@ -7,6 +7,7 @@ from __future__ import annotations
 import pytest
 
 from vramlens.errors import ConfigError
+from vramlens.estimator import activations as A
 from vramlens.estimator import estimate
 from vramlens.estimator.optimizer import lorafa_step_temporary
 from vramlens.models import load_model
@@ -101,7 +102,10 @@ def test_vera_keeps_both_projections_outputs_and_no_input():
      "method=vera runs its input through the fp32 vera_A and vera_B buffers; lora_dtype=bf16 vectors are not "
      "modelled: drop --lora-dtype"),
     ({"method": "vera", "vera_rank": 0}, "vera_rank=0 must be a whole number >= 1"),
-    ({"method": "vera", "quant": "nf4"}, "method=vera over quant=nf4 weights is not modelled: drop --quant"),
+    ({"method": "vera", "quant": "int8"}, "method=vera over quant=int8 weights is not modelled: drop --quant"),
+    ({"method": "vera", "quant": "nf4", "quant_targets": "adapted"}, "method=vera over quant=nf4 is modelled as "
+     "transformers' BitsAndBytesConfig loads it (every block linear in bitsandbytes 4-bit); quant_targets='adapted' "
+     "is another stack's: drop it"),
 ])
 def test_vera_settings(settings, message):
     with pytest.raises(ConfigError) as e:
@@ -185,9 +189,23 @@ def test_prefix_tuning_trains_an_fp32_kv_prefix_and_attends_over_n_plus_s_keys()
     ({"method": "prefix-tuning"}, "method=prefix-tuning needs --num-virtual-tokens N (PrefixTuningConfig has no "
      "default; PEFT's MetaMathQA runs 200)"),
     ({"method": "prefix-tuning", "num_virtual_tokens": 20, "checkpointing": "full"},
-     "method=prefix-tuning is modelled without checkpointing, under SDPA or eager attention"),
+     "method=prefix-tuning does not run under gradient checkpointing (peft's PeftModel refuses it: the prefix is a "
+     "cache, and transformers drops the cache of a checkpointed layer): drop --checkpointing"),
 ])
 def test_prefix_tuning_settings(settings, message):
     with pytest.raises(ConfigError) as e:
         Workload(**{"mode": "train", **settings}).validated()
     assert message in str(e.value)
+
+
+def test_vera_over_nf4_clones_the_base_output():
+    """peft 0.21.2's Bnb4bitBackend.maybe_clone_base_result: the 4-bit base layer's output and its clone at once
+    (Llama-3.2-3B, q_proj's 3,072 outputs in bf16: 2 x t x 3,072 x 2 B), beside the dequantized weight transient of
+    the largest 4-bit matmul (gate_proj's 8,192 x 3,072 bf16 and its t x 8,192 output), which stays the larger at any
+    t: an MLP wider than twice the adapted outputs hides the clone."""
+    spec = load_model("llama-3.2-3b")
+    w = Workload(mode="train", method="vera", dtype="bf16", quant="nf4-dq", batch=4, seq=768)
+    for t in (T, 16_384):
+        fwd, _ = A.dequant_transients(spec, w, t)
+        assert fwd == 8_192 * 3_072 * 2 + t * 8_192 * 2 > 2 * t * 3_072 * 2
+    assert A.dequant_transients(spec, w, T)[0] == 100_663_296

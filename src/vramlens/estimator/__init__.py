@@ -79,6 +79,12 @@ def _delta_target_problems(spec: ModelSpec, w: Workload) -> list[str]:
         # what the first block keeps is modelled with its first adapter in the attention's input projections
         return [f"method={w.method} is modelled with lora_targets that include an attention input projection "
                 f"(q_proj, k_proj, v_proj or all-linear); {','.join(w.lora_targets)} has none: add one"]
+    if w.autocast and any(g == "mlp_in" for g, _, _ in delta_dims(spec, w)):
+        # LoHa's and OFT's Linear.forward return result.to(previous_dtype): under autocast an adapted MLP input
+        # projection hands the activation function fp32 (its input's dtype), which the MLP then keeps
+        return [f"method={w.method} under autocast is modelled with the MLP's input projections frozen (an adapted "
+                "one returns its fp32 input's dtype): adapt the attention's and the MLP's output projections, or "
+                "drop --amp"]
     smallest = min(min(o, k) for o, k in delta_linears(spec, tuple(w.lora_targets)))
     if w.method == "boft" and (bad := sorted({k for _, k in delta_linears(spec, tuple(w.lora_targets))
                                               if k % w.boft_block_size}, reverse=True)):

@@ -262,12 +262,13 @@ def untracked_before_first_adapter(spec: ModelSpec, w: Workload, b: int, s: int)
         # as IA3: the first block's input norm keeps nothing, and the adapted q/k/v projections there read a tensor
         # that needs no gradient, so F.linear keeps only the input copy for the delta's gradient, not the delta
         c = DTYPE_BYTES[w.compute_dtype]
-        a = DTYPE_BYTES[w.lora_dtype]
+        a = DTYPE_BYTES[delta_dtype(w)]
         # (OFT and BOFT: their R, which only the input's gradient needs)
-        first = sum(_oft_blocks(w, k) if w.method == "oft" else _r(c * k * k) if w.method == "boft" else _r(a * n * k)
+        first = sum(_oft_blocks(w, k, delta_dtype(w)) if w.method == "oft" else _r(c * k * k) if w.method == "boft" else _r(a * n * k)
                     for g, n, k in delta_dims(spec, w) if g == "qkv")
+        # under autocast the first block's frozen q/k/v keep no cast weight either (state.autocast_copies)
         return (_norm_saved(norm_kind(spec), spec.hidden_size, b * s, 4 if w.run_dtype == "fp32" else c, c, 0,
-                            False, False) + first, ())
+                            False, False) + first, ("qkv",))
     if w.method in VECTOR_METHODS:
         # the first block's input norm reads the frozen embedding's output, so it keeps no fp32 copy of it: IA3
         # tracks nothing before its first vector, LN tuning's trained copy keeps only the normalized tensor
@@ -281,7 +282,9 @@ def untracked_before_first_adapter(spec: ModelSpec, w: Workload, b: int, s: int)
             # the (expanded) keys over the S = n + s positions
             D = rank_dims(spec, 1)
             own += _r(c * (D.a if D.kv != D.a else D.kv) * D.d * b * (s + kv_prefix(w)))
-        return own, ()
+        # IA3 scales the attention projections' outputs (the base layer runs first on an input that needs no
+        # gradient): under autocast the first block's q/k/v keep no cast weight (state.autocast_copies)
+        return own, ("qkv",) if w.method == "ia3" else ()
     groups = []
     for g in GROUP_ORDER:
         groups.append(g)
@@ -511,6 +514,13 @@ def dequant_transients(spec: ModelSpec, w: Workload, t: int, tp: int = 1) -> tup
             extra = Wt.dequant_cast_bytes(w, n, k)
             fwd = max(fwd, wb + max(_r(c * n * t), extra))
             bwd = max(bwd, wb + _r(c * n * t) + max(_r(c * k * t), extra))
+    if w.method == "vera" and (names := VERA_TARGETS.get(spec.model_type)) is not None and fwd:
+        # VeRA over bitsandbytes 4-bit: peft 0.21.2's Bnb4bitBackend.maybe_clone_base_result clones the base layer's
+        # output (utils/quantization_utils.py) before VeRA's terms are added: the output and its clone at once
+        dims = _dims_by_path(spec)
+        for path, leaf in (x for g in GROUP_ORDER for x in linear_groups(spec).get(g, ())):
+            if leaf in names:
+                fwd = max(fwd, 2 * _r(c * dims.get(path, (0, 0))[1] * t))
     return fwd, bwd
 
 
@@ -576,6 +586,18 @@ def litgpt_kv_saved(D: Dims, t: int, c: int) -> tuple[int, int]:
     return k, _r(c * (D.a + 2 * D.kv) * D.d * t)
 
 
+def delta_dtype(w: Workload) -> str:
+    """dtype of the delta weight (LoHa, LoKr) or rotation (OFT) the adapted linear's matmul keeps, and of the input
+    copy it keeps: under autocast (``--amp`` over fp32 weights) the autocast dtype, else the factors' (``lora_dtype``).
+    LoHa: ``HadaWeight.forward`` (an autograd.Function without ``custom_fwd``, src/peft/tuners/loha/layer.py in peft
+    0.21.2) runs its factor products under the caller's autocast, and ``_cast_input_dtype`` casts the input to the
+    product's dtype. LoKr: ``F.linear`` (autocast) casts the fp32 ``torch.kron`` delta and the fp32 input, and
+    ``lokr_w2_a @ lokr_w2_b`` is autocast too. OFT: the einsum (autocast) casts the input and R."""
+    if w.method in ("loha", "oft", "lokr") and w.amp is not None and w.autocast:
+        return w.amp
+    return w.lora_dtype
+
+
 def delta_saved(spec: ModelSpec, w: Workload, t: int) -> int:
     """What LoHa or LoKr keeps for backward in one block of t tokens, per adapted (n out, k in) linear
     (src/peft/tuners/loha/layer.py and lokr/layer.py, the same at huggingface/peft d787f51b and 505e6fd6 and in peft
@@ -591,14 +613,16 @@ def delta_saved(spec: ModelSpec, w: Workload, t: int) -> int:
     ``torch.kron(w1, w2)`` is a broadcast ``mul`` of views that keeps both, so a w2 built as ``w2_a @ w2_b`` (b x d)
     is kept too, in every block.
     """
-    a = DTYPE_BYTES[w.lora_dtype]
+    a = DTYPE_BYTES[delta_dtype(w)]
     dims = delta_dims(spec, w)
-    if a == DTYPE_BYTES[w.compute_dtype]:
+    # the activations' dtype (fp32 under autocast over fp32 weights): an input already in the delta's dtype is kept
+    # once per group, a cast one per linear
+    if a == (4 if w.run_dtype == "fp32" else DTYPE_BYTES[w.compute_dtype]):
         inputs = sum(_r(a * k * t) for g, k in {(g, k) for g, _, k in dims})
     else:
         inputs = sum(_r(a * k * t) for _, _, k in dims)
     if w.method == "oft":
-        return inputs + sum(OFT_SAVED_BLOCKS * _oft_blocks(w, k) for _, _, k in dims)
+        return inputs + sum(_oft_kept(w, k) for _, _, k in dims)
     if w.method == "boft":
         c = DTYPE_BYTES[w.compute_dtype]
         shared = sum(_r(c * k * t) for g, k in {(g, k) for g, _, k in dims})
@@ -631,9 +655,24 @@ def _boft_kept(w: Workload, n: int, k: int, t: int) -> int:
             + 3 * _r(4 * k * bs) + _r(4 * k))
 
 
-def _oft_blocks(w: Workload, k: int) -> int:
-    """Bytes of one (in // b, b, b) OFT tensor of a linear with k inputs (models.oft_block)."""
-    return _r(DTYPE_BYTES[w.lora_dtype] * k * oft_block(k, w.oft_block_size))
+def _oft_blocks(w: Workload, k: int, dtype: str | None = None) -> int:
+    """Bytes of one (in // b, b, b) OFT tensor of a linear with k inputs (models.oft_block), in the factors' dtype or
+    ``dtype``."""
+    return _r(DTYPE_BYTES[dtype or w.lora_dtype] * k * oft_block(k, w.oft_block_size))
+
+
+#: Under autocast over fp32 weights, what OFT keeps of its rotation in the half dtype: each of the Neumann series'
+#: three ``bmm``s casts the fp32 skew-symmetric Q again (a non-leaf: autocast caches no cast of it), the first one
+#: twice (``bmm(Q_skew, Q_skew)``), and keeps its casts with the half Q^2 and Q^3 it multiplies: six; and the einsum's
+#: half cast of the fp32 R (not in the first block). R itself stays fp32 (built by in-place adds onto an fp32 eye).
+OFT_AMP_SAVED_BLOCKS = 7
+
+
+def _oft_kept(w: Workload, k: int) -> int:
+    """What OFT keeps of its rotation per adapted linear with k inputs (OFT_SAVED_BLOCKS, OFT_AMP_SAVED_BLOCKS)."""
+    if delta_dtype(w) != w.lora_dtype:
+        return OFT_AMP_SAVED_BLOCKS * _oft_blocks(w, k, delta_dtype(w))
+    return OFT_SAVED_BLOCKS * _oft_blocks(w, k)
 
 
 def _lokr_w2_built(w: Workload, n: int, k: int) -> int:
@@ -642,7 +681,8 @@ def _lokr_w2_built(w: Workload, n: int, k: int) -> int:
     if w.method != "lokr":
         return 0
     _, (b, d), low_rank = lokr_shapes(n, k, w.lora_rank, w.decompose_factor)
-    return _r(DTYPE_BYTES[w.lora_dtype] * b * d) if low_rank else 0
+    # ``lokr_w2_a @ lokr_w2_b`` runs under autocast too (delta_dtype)
+    return _r(DTYPE_BYTES[delta_dtype(w)] * b * d) if low_rank else 0
 
 
 def delta_dims(spec: ModelSpec, w: Workload) -> tuple[tuple[str, int, int], ...]:
@@ -702,17 +742,30 @@ def delta_transients(spec: ModelSpec, w: Workload, b: int, s: int, block: int) -
     if w.method == "boft":
         return _boft_transients(spec, w, b * s, block, dims)
     built, kept = DELTA_BUILD[w.method]
-    a = DTYPE_BYTES[w.lora_dtype]
+    a = DTYPE_BYTES[delta_dtype(w)]
+    f = DTYPE_BYTES[w.lora_dtype]
     c = DTYPE_BYTES[w.compute_dtype]
     t = b * s
     norm = _norm_saved(norm_kind(spec), spec.hidden_size, t, 4 if w.run_dtype == "fp32" else c, c, 0, False, False)
     fwd = bwd = tmp = 0
     for g, n, k in dims:
-        wd = _r(a * n * k)
-        fwd = max(fwd, built * wd - (block - norm if g == "qkv" else kept * wd))
+        wd = _r(a * n * k)  # the delta F.linear keeps
+        wf = _r(f * n * k)  # one n x k in the factors' dtype
+        if w.method == "loha":
+            # under autocast: HadaWeight builds the delta in the autocast dtype; its backward (outside autocast) holds
+            # the delta's gradient and its scaled copy in that dtype, the products and temps in the factors' (fp32:
+            # the type promotion)
+            build, kept_b, back = built * wd, kept * wd, 2 * wd + 3 * wf
+        else:
+            # LoKr: torch.kron (not an autocast op) of the fp32 w1 and w2 and its scaled copy in fp32 (the factors'
+            # dtype); under autocast F.linear keeps its half cast of the scaled delta, made after (counted in the
+            # block's figure, so taken off as the kept scaled delta is without autocast), and its backward casts the
+            # delta's gradient back to fp32 before kron's: three fp32 as without
+            build, kept_b, back = built * wf, kept * wd, DELTA_BACKWARD[w.method] * wf
+        fwd = max(fwd, build - (block - norm if g == "qkv" else kept_b))
         gone = block - norm if g == "qkv" else _r(a * k * t) + wd  # the block's tensors not alive then
-        bwd = max(bwd, DELTA_BACKWARD[w.method] * wd - gone)
-        tmp = max(tmp, (built - kept) * wd, DELTA_BACKWARD[w.method] * wd)
+        bwd = max(bwd, back - gone)
+        tmp = max(tmp, build - kept_b, back)
     return DeltaTransients(max(0, fwd), max(0, bwd), tmp)
 
 
@@ -724,14 +777,19 @@ def _oft_transients(spec: ModelSpec, w: Workload, t: int, block: int,
     Backward: two fp32 t x k (the rotated input's gradient in the einsum's layout and the input's gradient) and R's
     gradient (blocks, b, b); traced. The block's tensors saved after the rotation are freed by then (an attention input
     projection) or all counted alive (a later linear)."""
-    a = DTYPE_BYTES[w.lora_dtype]
+    a = DTYPE_BYTES[delta_dtype(w)]
     c = DTYPE_BYTES[w.compute_dtype]
     norm = _norm_saved(norm_kind(spec), spec.hidden_size, t, 4 if w.run_dtype == "fp32" else c, c, 0, False, False)
     fwd = bwd = tmp = 0
     for g, _, k in dims:
-        f = 2 * _r(a * k * t)
+        # under autocast the half einsum output is copied back to the fp32 input's dtype (``.to(required_dtype)``);
+        # the attention's and the MLP's output projections read a half input, which ``_cast_input_dtype`` first
+        # copies to the fp32 factors' dtype (kept by nothing: the einsum keeps its own half cast)
+        f = _r(a * k * t) + _r((4 if w.autocast else a) * k * t)
+        if w.autocast and g in ("attn_out", "mlp_out"):
+            f += _r(4 * k * t)
         back = 2 * _r(a * k * t) + _oft_blocks(w, k)
-        here = _r(a * k * t) + OFT_SAVED_BLOCKS * _oft_blocks(w, k)  # what the rotation keeps
+        here = _r(a * k * t) + _oft_kept(w, k)  # what the rotation keeps
         fwd = max(fwd, f - (block - norm - here) if g == "qkv" else f)
         bwd = max(bwd, back - (block - norm) if g == "qkv" else back)
         tmp = max(tmp, f, back)

@@ -501,7 +501,15 @@ def activation_totals(spec: ModelSpec, w: Workload, sp: Split) -> ActivationTota
     deq_fwd, deq_bwd = A.dequant_transients(spec, w, b * s, tp)
     head_fwd, head_bwd = A.head_dequant_transients(spec, w, b, s) if sp.has_head else (0, 0)
     dora = A.dora_forward_transient(spec, w, training=True, tp=tp)
-    delta = A.delta_transients(spec, w, b, s, one)  # LoHa's delta weight: built in forward and backward
+    # LoHa's delta weight: built in forward and backward (against one block's saved tensors, under checkpointing
+    # too, where ``one`` is the recomputation's figure)
+    delta = A.delta_transients(spec, w, b, s, max(la.saved for la, _ in layers))
+    if w.autocast and delta.temporary:
+        # the delta methods under autocast: the output layer's frozen cast weight (counted with the frozen casts in
+        # forward and through backward) is made after the blocks' forward and freed with the head's backward, before
+        # any block's delta backward runs
+        head_cast = output_layer_cast(spec, w, sp.has_head)
+        delta = replace(delta, forward=max(0, delta.forward - head_cast), backward=max(0, delta.backward - head_cast))
     # --fp8: torchao's casts inside the blocks (vramlens.estimator.fp8); the down projection's backward
     # is a candidate of its own beside the MLP's bf16 gradients, in the last block or a recomputed one
     f8_fwd = F8.forward_transient(spec, w, b, s, tp)
@@ -513,6 +521,19 @@ def activation_totals(spec: ModelSpec, w: Workload, sp: Split) -> ActivationTota
     block_bwd = recompute_mlp_gradients(spec, w)
     mlp_bwd = A.mlp_backward_bytes(spec, w, b, s, tp) if sp.layers else 0
     recompute = blocks.recompute
+    delta_in_recompute = bool(recompute and delta.temporary)
+    if delta_in_recompute:
+        # peft's delta methods under checkpointing (transformers 5.24's gradient_checkpointing_enable: non-reentrant
+        # torch.utils.checkpoint around each decoder layer): the block's recomputed forward builds the delta (or
+        # OFT's / BOFT's rotation) again and F.linear keeps it, then the block's backward runs the delta's backward
+        # (activations.DELTA_BACKWARD) once the tensors saved after that linear (and the MLP's gradients) are
+        # freed: delta.backward over the recomputed block's saved tensors with its output's gradient, in place of
+        # adding the whole temporary to the recomputation (the existing 4-bit dequantization's way); a trailing
+        # uncheckpointed block (every:N) runs it over every block's activations, less those freed by then
+        final_norm = A.final_norm_saved(spec, w, b, s) if sp.has_head else 0
+        recompute = max(recompute, recompute - block_bwd + delta.backward,
+                        delta.backward + int(blocks.freed * frac) * inflight + final_norm
+                        if any(C.trailing_uncheckpointed(spec, w)) else 0)
     # torchao's float8 TP styles: the recomputed forward stops at the down projection's input cast (the last
     # tensor its backward needs), the bf16 product alive and the float8 copy being made, the gradient of the
     # block's output waiting: the recomputed block's saved tensors less that copy, plus the cast
@@ -530,7 +551,8 @@ def activation_totals(spec: ModelSpec, w: Workload, sp: Split) -> ActivationTota
                             loss_transient=head_peak - head_saved - held_logits,
                             dequant_forward=max(deq_fwd, dora, f8_fwd, delta.forward),
                             dequant_backward=max(deq_bwd, delta.backward),
-                            dequant_temporary=max(deq_fwd, deq_bwd, dora_tmp, delta.temporary),
+                            dequant_temporary=max(deq_fwd, deq_bwd, dora_tmp,
+                                                  0 if delta_in_recompute else delta.temporary),
                             loss_backward=loss_backward, loss_backward_over=loss_backward_over,
                             head_backward=None if lf is None else lf.head_backward,
                             head_grads=1 if lf is None else lf.head_grads,

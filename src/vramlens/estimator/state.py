@@ -95,6 +95,22 @@ def autocast_copies(spec: ModelSpec, w: Workload) -> tuple[int, int]:
     adapters = 0 if w.lora_dtype == w.amp else sum(
         lin.count * (round_up(w.lora_rank * lin.in_features * half, BLOCK)
                      + round_up(w.lora_rank * lin.out_features * half, BLOCK)) for lin in shape.targets)
+    if w.method == "loha" and w.lora_dtype != w.amp:
+        # HadaWeight.forward's factor products cast each fp32 factor (a leaf that requires grad): cached
+        from vramlens.estimator.inventory import own_tensor_numels
+
+        adapters = sum(round_up(n * half, BLOCK) for n in own_tensor_numels(spec, w))
+    elif w.method == "lokr" and w.lora_dtype != w.amp:
+        # LoKr: only a w2 built as lokr_w2_a @ lokr_w2_b runs an autocast op on factors (torch.kron is none)
+        from vramlens.estimator.activations import delta_dims
+        from vramlens.models.peft_targets import lokr_shapes
+
+        adapters = 0
+        for _, n, k in delta_dims(spec, w):
+            _, (b, d), low_rank = lokr_shapes(n, k, w.lora_rank, w.decompose_factor)
+            if low_rank:
+                adapters += spec.n_layers * (round_up(b * w.lora_rank * half, BLOCK)
+                                             + round_up(w.lora_rank * d * half, BLOCK))
     frozen = sum(round_up(n * half, BLOCK) for n in weights)
     # the first block's frozen linears up to the first adapter see inputs that need no gradient
     from vramlens.estimator.activations import linear_groups, untracked_before_first_adapter
@@ -102,8 +118,11 @@ def autocast_copies(spec: ModelSpec, w: Workload) -> tuple[int, int]:
     _, early = untracked_before_first_adapter(spec, w, 1, 1)
     if early:
         sizes = _numel_by_path(spec)
+        # OFT rotates an adapted linear's input before its base layer, so that input needs a gradient there too
+        rotated = w.lora_targets if w.method == "oft" else ()
         for g in early:
-            frozen -= sum(round_up(sizes.get(path, 0) * half, BLOCK) for path, _ in linear_groups(spec).get(g, ()))
+            frozen -= sum(round_up(sizes.get(path, 0) * half, BLOCK) for path, leaf in linear_groups(spec).get(g, ())
+                          if not ("all-linear" in rotated or leaf in rotated))
     return adapters, max(0, frozen)
 
 

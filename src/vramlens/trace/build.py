@@ -284,11 +284,11 @@ def build_hf(cfg: dict, wl: Workload, *, fake_mode=None, layers: int | None = No
             raise TraceError(f"quant_head quantizes a causal LM's output layer (lm_head); {cls.__name__} runs {head}"
                              + (" with a vision or audio encoder" if head == "causal-lm" else "")
                              + ": drop --quant-head")
-    if wl.method == "qlora":
+    if wl.method == "qlora" or (wl.method in ("oft", "boft", "vera") and wl.quantized is not None):
         # the weight is quantized from the model's dtype (fp16 under dequant_dtype="fp16") and the matmul runs in
         # Workload.quant_matmul_dtype (an fp16 model's bnb_compute_dtype): dequantized to the one, cast to the other
         src = "fp16" if wl.dequant_dtype == "fp16" else wl.compute_dtype
-        quantize_nf4(model, fake_mode=fake_mode, meta_only=meta_only, double_quant=(wl.quantized != "nf4"),
+        quantize_nf4(model, fake_mode=fake_mode, meta_only=meta_only, double_quant=wl.quantized == "nf4-dq",
                      adapted_only=wl.quant_targets == "adapted", compute_dtype=TORCH_DTYPES[wl.quant_matmul_dtype],
                      include_head=wl.quant_head,
                      quant_dtype=TORCH_DTYPES[src] if src != wl.quant_matmul_dtype else None,
@@ -299,6 +299,8 @@ def build_hf(cfg: dict, wl: Workload, *, fake_mode=None, layers: int | None = No
                      + ("; dequantized to fp16, then cast (bitsandbytes 0.42.0)" if wl.dequant_dtype == "fp16" else "")
                      + ("; dequantized by torchao's NF4Tensor.get_original_weight (int64 codes, bf16 halves)"
                         if wl.nf4_impl == "torchao" else ""))
+        if wl.method == "vera":
+            _bnb4bit_backend(model)
     if wl.quant_impl == "torchao-wo" and wl.quantized == "int8" and not wl.training:
         notes.append(quantize_int8_weight_only(model, fake_mode=fake_mode, meta_only=meta_only,
                                                include_head=wl.quant_head))
@@ -621,7 +623,7 @@ def apply_delta_method(model: nn.Module, wl: Workload) -> nn.Module:
     """peft's LoHa, LoKr or OFT on ``lora_targets``: LoHa and LoKr with rank ``lora_rank`` (LoKr's
     ``decompose_factor``; alpha and the dropouts at the config's defaults: they change no shape), OFT in blocks of
     ``oft_block_size`` (r 0; Cayley-Neumann with peft's 5 terms), the factors upcast to fp32 by autocast_adapter_dtype as
-    PEFT's MetaMathQA runs them."""
+    PEFT's MetaMathQA runs them, or left in the weights' dtype (``lora_dtype`` bf16 / fp16)."""
     try:
         from peft import BOFTConfig, LoHaConfig, LoKrConfig, OFTConfig, get_peft_model
     except ImportError:
@@ -642,7 +644,8 @@ def apply_delta_method(model: nn.Module, wl: Workload) -> nn.Module:
             # tensors) with boft_n_butterfly_factor 1, the value vramlens models, when it cannot
             warnings.filterwarnings("ignore", message="Failed to load the CUDA extension", category=UserWarning)
             warnings.filterwarnings("ignore", message="Setting boft_n_butterfly_factor to 1", category=UserWarning)
-            return get_peft_model(model, cfg, autocast_adapter_dtype=True)
+            # --lora-dtype bf16 / fp16 (the weights' dtype): autocast_adapter_dtype=False leaves the factors there
+            return get_peft_model(model, cfg, autocast_adapter_dtype=wl.lora_dtype == "fp32")
     except ValueError as e:
         raise InputError(f"method={wl.method}: {e}") from None
 
@@ -768,6 +771,18 @@ class _NF4Matmul(torch.autograd.Function):
     def backward(ctx, grad):
         w = _dequantize_to(ctx.packed, *ctx.shape, ctx.quant_dtype, grad.dtype, ctx.torchao)
         return grad @ w, None, None, None, None, None, None
+
+
+def _bnb4bit_backend(model: nn.Module) -> None:
+    """peft 0.21.2 resolves a layer's ``quantization_backend`` from its base layer when it wraps it
+    (utils/quantization_utils.py ``resolve_quantization_backend``: ``Bnb4bitBackend`` for bitsandbytes' Linear4bit);
+    the NF4 stand-in replaced the base layers after, so each layer that has one gets bitsandbytes 4-bit's, whose
+    ``maybe_clone_base_result`` VeRA's forward runs (a clone of the base output)."""
+    from peft.utils.quantization_utils import Bnb4bitBackend
+
+    for mod in model.modules():
+        if hasattr(mod, "quantization_backend") and isinstance(getattr(mod, "base_layer", None), NF4Linear):
+            setattr(mod, "quantization_backend", Bnb4bitBackend())  # noqa: B010 - a plain attribute, not a submodule
 
 
 def quantize_nf4(model: nn.Module, *, fake_mode=None, double_quant: bool = True, meta_only: bool = False,

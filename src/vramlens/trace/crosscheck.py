@@ -440,6 +440,11 @@ PEFT_VECTOR_ROWS: tuple[tuple[str, dict[str, Any]], ...] = (
     ("llama-3-8b", _tr(method="prompt-tuning", num_virtual_tokens=16)),
     ("llama-3-8b", _tr(method="prompt-tuning", num_virtual_tokens=40, checkpointing="selective-op", padded=True)),
     ("qwen2.5-0.5b", _tr(method="prompt-tuning", num_virtual_tokens=32, checkpointing="full")),
+    # under autocast over fp32 weights: IA3's frozen outputs in the autocast dtype, its vector products promoted to
+    # fp32 (the first block's q/k/v keeping no cast weight), LN tuning's norms in fp32, prompt tuning's fp32 prompts
+    ("llama-3-8b", _tr(method="ia3", dtype="fp32", amp="bf16", batch=1, seq=16)),
+    ("llama-3-8b", _tr(method="ln-tuning", dtype="fp32", amp="bf16", batch=4, seq=256)),
+    ("qwen2.5-0.5b", _tr(method="prompt-tuning", num_virtual_tokens=32, dtype="fp32", amp="bf16", batch=2, seq=64)),
 )
 
 #: peft's LoRA-FA (create_lorafa_optimizer: every lora_A frozen, LoraFAOptimizer stepping B alone), VeRA, AdaLoRA
@@ -472,11 +477,15 @@ PEFT_WIDE_ROWS: tuple[tuple[str, dict[str, Any]], ...] = (
     # under a chunked loss: the estimate's temporaries are 9% under the trace's, as plain LoRA's on this shape (the
     # loss chunks' casts, not VeRA's)
     ("llama-3-8b", _tr(method="vera", vera_rank=16, loss_chunks=8)),
+    # VeRA over a 4-bit base (peft 0.21.2's VeRA Linear over bitsandbytes' Linear4bit, its Bnb4bitBackend cloning the
+    # base output): the NF4 stand-in QLoRA's rows use
+    ("qwen2.5-0.5b", _tr(method="vera", quant="nf4", checkpointing="full", batch=2, seq=64)),
 )
 
 #: peft's LoHa, LoKr, OFT and BOFT (fp32 factors, q_proj and v_proj, peft's rank and block sizes unless given): each adapted linear keeps its fp32 delta
 #: weight and input copy (the first block no delta), the delta built in forward (three n x k) and in HadaWeight's
-#: backward (five n x k); rows at 16-64 tokens put the peak there, in bf16 and fp32 (no input copy), on all-linear
+#: backward (five n x k); rows at 16-64 tokens put the peak there, in bf16 and fp32 (no input copy), on all-linear,
+#: and under gradient checkpointing
 PEFT_DELTA_ROWS: tuple[tuple[str, dict[str, Any]], ...] = (
     ("llama-3-8b", _tr(method="loha")),
     ("llama-3-8b", _tr(method="loha", batch=1, seq=16)),
@@ -508,6 +517,38 @@ PEFT_DELTA_ROWS: tuple[tuple[str, dict[str, Any]], ...] = (
     ("llama-3-8b", _tr(method="boft", lora_targets=("all-linear",), batch=1, seq=32)),
     ("llama-3-8b", _tr(method="boft", lora_targets=("all-linear",), batch=2, seq=64, loss_chunks=8)),
     ("qwen2.5-0.5b", _tr(method="boft", batch=1, seq=16)),
+    # under transformers' gradient checkpointing (non-reentrant, each decoder layer): the block's input kept, the
+    # delta (or rotation) rebuilt in its recomputation, its backward over what is left of the recomputed block
+    ("llama-3-8b", _tr(method="loha", checkpointing="full", batch=1, seq=16)),
+    ("llama-3-8b", _tr(method="lokr", decompose_factor=4, lora_rank=2, checkpointing="every:2", batch=1, seq=16)),
+    ("llama-3-8b", _tr(method="oft", checkpointing="every:2", lora_targets=("all-linear",), batch=1, seq=32)),
+    ("llama-3-8b", _tr(method="boft", checkpointing="full", batch=1, seq=16)),
+    ("llama-2-7b", _tr(method="loha", checkpointing="every:3", batch=1, seq=16)),  # block 4 after the last recomputed
+    # autocast_adapter_dtype=False (--lora-dtype the weights' dtype): bf16 factors, deltas and rotations, and no
+    # input copy (the linears of a group keep the input they share)
+    ("llama-3-8b", _tr(method="loha", lora_dtype="bf16", batch=1, seq=16)),
+    ("llama-3-8b", _tr(method="loha", lora_dtype="bf16", lora_targets=("all-linear",), checkpointing="full", batch=2,
+                       seq=64)),
+    # LoHa under autocast over fp32 weights: the delta built in bf16 (HadaWeight.forward's products autocast), each
+    # adapted linear's bf16 input cast kept, the factors' cached casts; the output layer's cast gone by the blocks'
+    # backward
+    ("llama-3-8b", _tr(method="loha", dtype="fp32", amp="bf16", batch=1, seq=16)),
+    ("llama-3-8b", _tr(method="loha", dtype="fp32", amp="fp16", lora_targets=("q_proj", "k_proj", "v_proj", "o_proj",
+                                                                              "down_proj"), batch=1, seq=32)),
+    # OFT under autocast: the half casts of the skew-symmetric Q each bmm makes, Q^2, Q^3 and R's cast kept, each
+    # rotated input's half cast; the first block's adapted frozen linears keep their casts (a rotated input)
+    ("llama-3-8b", _tr(method="oft", dtype="fp32", amp="bf16", batch=1, seq=16)),
+    ("llama-3-8b", _tr(method="oft", dtype="fp32", amp="fp16", oft_block_size=16, batch=2, seq=64)),
+    # LoKr under autocast: the fp32 kron (not an autocast op) cast by F.linear, the built w2 an autocast mm; the
+    # output layer's cast not made yet when the last block's down_proj builds its delta
+    ("llama-3-8b", _tr(method="lokr", dtype="fp32", amp="bf16", decompose_factor=4, lora_rank=2, batch=1, seq=16)),
+    ("qwen2.5-0.5b", _tr(method="lokr", dtype="fp32", amp="fp16", decompose_factor=4, lora_rank=4,
+                         lora_targets=("q_proj", "v_proj", "o_proj", "down_proj"), batch=1, seq=32)),
+    # OFT and BOFT over a 4-bit base (peft 0.21.2 wraps bitsandbytes' Linear4bit, an nn.Linear, in its OFT / BOFT
+    # Linear): the NF4 stand-in QLoRA's rows use, its dequantized weight at every matmul beside the rotation
+    ("llama-3-8b", _tr(method="oft", quant="nf4", checkpointing="full", batch=1, seq=8)),
+    ("qwen2.5-0.5b", _tr(method="oft", quant="fp4", oft_block_size=24, batch=4, seq=64)),
+    ("llama-3-8b", _tr(method="boft", quant="nf4-dq", batch=1, seq=16)),
 )
 
 QLORA_ROWS: tuple[tuple[str, dict[str, Any]], ...] = (
