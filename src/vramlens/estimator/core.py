@@ -26,6 +26,8 @@ from vramlens.estimator.state import (
     TrainState,
     block_share,
     default_stream_state,
+    head_recasts,
+    recompute_casts,
     reserved_total,
     tied_last,
     train_phases,
@@ -463,6 +465,9 @@ def activation_totals(spec: ModelSpec, w: Workload, sp: Split) -> ActivationTota
     head_saved, head_peak, head_formula = CP.head(spec, w, b, s) if compiled_head else A.head_saved(spec, w, b, s)
     if not sp.has_head:
         head_saved = head_peak = 0
+    # a chunked loss under autocast: each chunk's call of the frozen output layer saves a cast weight of its own
+    recasts = head_recasts(spec, w, sp.has_head)
+    head_saved, head_peak = head_saved + recasts, head_peak + recasts
     # compiled with the model, the loss is one fused reduction: its largest tensor is the logits
     loss_tensor = 0 if not sp.has_head else (A.logits_bytes(spec, w, b * s) if compiled_head
                                              else A.largest_loss_tensor(spec, w, b, s))
@@ -487,7 +492,7 @@ def activation_totals(spec: ModelSpec, w: Workload, sp: Split) -> ActivationTota
     lf = loss_figures(spec, w, b, s) if (sp.has_head and A.has_lm_head(spec)) else None
     lb = A.loss_backward(spec, w, b, s) if lf is None else None
     loss_backward = lf.backward if lf is not None else (lb.transient if lb is not None else None)
-    loss_backward_over = lb.over_saved if lb is not None else None
+    loss_backward_over = lb.over_saved if lb is not None else (lf.backward_over if lf is not None else None)
     if compiled_head and sp.has_head:
         loss_backward = CP.loss_backward(spec, w, b, s)
         loss_backward_over = loss_backward - head_saved  # the head's saved tensors are dropped by then
@@ -520,7 +525,8 @@ def activation_totals(spec: ModelSpec, w: Workload, sp: Split) -> ActivationTota
         f8_bwd = max(f8_bwd, F8.gate_up_backward(spec, w, b, s, tp) - F8.tp_mlp_freed(spec, w, b, s, tp))
     block_bwd = recompute_mlp_gradients(spec, w)
     mlp_bwd = A.mlp_backward_bytes(spec, w, b, s, tp) if sp.layers else 0
-    recompute = blocks.recompute
+    # under autocast a recomputed block casts its weights again (state.recompute_casts)
+    recompute = blocks.recompute + (recompute_casts(spec, w) if blocks.recompute else 0)
     delta_in_recompute = bool(recompute and delta.temporary)
     if delta_in_recompute:
         # peft's delta methods under checkpointing (transformers 5.24's gradient_checkpointing_enable: non-reentrant
@@ -1059,7 +1065,9 @@ def estimate_spec(spec: ModelSpec, w: Workload, gpu: GPU | None = None, *, headr
                                      f"{at.head_dequant_forward:,} B, backward {at.head_dequant_backward:,} B, "
                                      "with the logits or their gradients)" if at.head_dequant_forward else "") + ")")
         kept_n, all_n = at.uncheckpointed
-        frozen = st.frozen_casts * kept_n // all_n
+        # the output layer's cast (TrainState.head_casts) is outside every checkpointed block: kept either way
+        head_casts = min(st.head_casts, st.frozen_casts)
+        frozen = head_casts + (st.frozen_casts - head_casts) * kept_n // all_n
         # saved in forward and kept into backward; a checkpointed block's recomputation happens in
         # backward and counts as a temporary
         activation_peak = acts + frozen

@@ -69,6 +69,8 @@ class LossFigures:
     formula: str
     final_norm_backward: int = 0  # the final norm's backward, with the hidden states' gradient (c*h*t)
     held: int = 0  # of saved, what the loop holds past the loss' backward (Fabric's fp32 logits in LitGPT's loop)
+    #: of ``backward``, what is alive beyond ``saved`` at its peak (None: all of it)
+    backward_over: int | None = None
 
 
 def final_norm_backward(spec: ModelSpec, w: Workload, t: int) -> int:
@@ -208,7 +210,13 @@ def loss_figures(spec: ModelSpec, w: Workload, b: int, s: int) -> LossFigures | 
         return compiled_chunks(b, size, n, lc, later, norm)
     if w.output_upcast:
         return fabric_upcast_chunks(b, size, n, lc, _r(4 * V * b * size), later, norm, w.holds_next)
-    return LossFigures(saved=n * fc, peak=n * lc + n * fc + upcast, backward=2 * fc, head_backward=(n - 1) * lc,
+    # the loss' backward: autograd runs every chunk's cross-entropy before any output-layer call (made later: higher
+    # sequence numbers), each leaving its chunk's logit gradient (the upcast's backward casts it back to the logits'
+    # dtype) and freeing its saved log_softmax; the last one's two fp32 gradients (nll's, log_softmax's) beside the
+    # other n - 1 chunks' gradients. Beyond what the loss saved that is at most 2*fc (a chunk's gradient, lc, is
+    # no larger than the log_softmax it replaces)
+    return LossFigures(saved=n * fc, peak=n * lc + n * fc + upcast, backward=(n - 1) * lc + 2 * fc,
+                       backward_over=2 * fc, head_backward=(n - 1) * lc,
                        head_grads=0 if n > 1 else 1, head_backward_later=later, grad_in_forward=False,
                        final_norm_backward=norm,
                        formula=(f"chunked cross-entropy ({n} chunks of {b}x{size} tokens): every chunk's logits and "

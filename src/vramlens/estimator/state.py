@@ -127,6 +127,65 @@ def autocast_copies(spec: ModelSpec, w: Workload) -> tuple[int, int]:
 
 
 @identity_cache
+def _head_numel(spec: ModelSpec) -> int:
+    """Numel of the output layer's weight (the tied embedding's when tied), 0 without one."""
+    if not has_lm_head(spec):
+        return 0
+    role = "embedding" if spec.tied_embeddings else "lm_head"
+    return next((t.numel for t in spec.tensors if t.role == role), 0)
+
+
+def frozen_head_cast(spec: ModelSpec, w: Workload, has_head: bool) -> int:
+    """The frozen output layer's weight cast to the autocast dtype, which ``F.linear`` saves for its input's
+    gradient: c*V*h/tp bytes (one call; a chunked loss' further calls are activations.frozen_head_recasts); 0
+    without autocast or an output layer on this GPU, or when the output layer trains (autocast caches that cast,
+    counted in :func:`autocast_copies`' first figure)."""
+    if not (w.training and w.autocast and w.amp is not None and has_head and w.method != "full"
+            and _head_numel(spec)):
+        return 0
+    return round_up(DTYPE_BYTES[w.amp] * spec.vocab_size * spec.hidden_size // max(1, w.tp), BLOCK)
+
+
+def head_recasts(spec: ModelSpec, w: Workload, has_head: bool) -> int:
+    """A chunked loss' further casts of the frozen output layer: torchtune's ``TransformerDecoder.forward`` calls
+    ``self.chunked_output`` on each of ``h.chunk(num_output_chunks, dim=1)`` (vramlens.trace.losses
+    ``chunked_cross_entropy`` does the same), and ``at::autocast::cached_cast`` (aten/src/ATen/autocast_mode.cpp)
+    caches only the casts of leaves that require grad: each call casts the frozen weight again and its ``F.linear``
+    saves that cast for the input's gradient until the chunk's backward. (calls - 1) x :func:`frozen_head_cast`."""
+    head = frozen_head_cast(spec, w, has_head)
+    if not head or w.loss != "cross-entropy" or w.loss_chunks <= 1:
+        return 0
+    from vramlens.estimator.losses import seq_chunks
+
+    return (seq_chunks(w.seq, w.loss_chunks)[1] - 1) * head
+
+
+def recompute_casts(spec: ModelSpec, w: Workload) -> int:
+    """Under autocast, the casts a checkpointed block's recomputation makes again and keeps until its backward.
+
+    torch.utils.checkpoint (torch 2.13: ``CheckpointFunction.backward`` and the non-reentrant ``recompute_fn``)
+    recomputes under the forward's autocast state. The forward's cached casts went with the cache when its
+    autocast context exited, so the recomputed linears cast their weights again: a frozen weight (LoRA's base) at
+    every call, a trainable one (full fine-tuning, the adapters) once into the cache, which the recomputation's own
+    autocast context clears on exit; either way the matmul saves the cast for the input's gradient, held by the
+    recomputed graph until the block's backward uses it. The last block's (every weight's input needs a gradient
+    there), in the autocast dtype, per tensor-parallel rank."""
+    if not (w.training and w.autocast and w.amp is not None) or spec.n_layers <= 0:
+        return 0
+    half = DTYPE_BYTES[w.amp]
+    layers = [t.layer for t in spec.tensors if t.layer is not None and t.role != "buffer"]
+    if not layers:
+        return 0
+    last = max(layers)
+    roles = AUTOCAST_ROLES if w.method == "full" else ("linear", "conv1d", "expert")
+    casts = sum(round_up(t.numel * half // max(1, w.tp), BLOCK) for t in spec.tensors
+                if t.layer == last and t.role in roles)
+    if w.method != "full":
+        casts += autocast_copies(spec, w)[0] // spec.n_layers  # one block's share of the adapters' cached casts
+    return casts
+
+
+@identity_cache
 def _first_block_and_embedding(spec: ModelSpec) -> tuple[int, int]:
     """(numel of the first block's parameters, of the input embeddings when untied from the head)."""
     layers = [t.layer for t in spec.tensors if t.layer is not None and t.role != "buffer"]
@@ -185,6 +244,9 @@ class TrainState:
     reserve_base: int      # the allocator's reserve for the persistent tensors
     reserve_floor: int     # their bytes rounded to the allocator's blocks
     reserve_persistent: int
+    #: of frozen_casts, the output layer's (frozen_head_cast): saved outside every checkpointed block, so kept from
+    #: forward to the output layer's backward whatever the checkpointing
+    head_casts: int = 0
     gather_block: int = 0  # FSDP2/ZeRO-3: one block's unsharded parameters (B)
     gather_root: int = 0   # FSDP2/ZeRO-3: the root's unsharded parameters (R)
     reduce_block: int = 0  # FSDP2/ZeRO-3: one block's reduce-scatter input (B, or fp32 under a mixed-precision policy)
@@ -293,6 +355,7 @@ def train_state(spec: ModelSpec, w: Workload, gpu: GPU | None) -> TrainState:
     autocast, frozen_casts = autocast_copies(spec, w)
     autocast = int(autocast * sp.weights) if w.method == "full" else autocast
     frozen_casts = int(frozen_casts * sp.weights)
+    head_casts = min(frozen_casts, frozen_head_cast(spec, w, sp.has_head)) if frozen_casts else 0
     host = 0
     if w.training and w.offload in ("optimizer", "all"):
         # ZeRO-Offload (Ren et al. 2021): fp32 master weights, optimizer states and (stage >= 2)
@@ -405,7 +468,8 @@ def train_state(spec: ModelSpec, w: Workload, gpu: GPU | None) -> TrainState:
                      f"NF4 weights reserve {human_bytes(setup_reserve)}, kept through training (no empty_cache): "
                      "the peak reserved is at least that")
     return TrainState(
-        sp=sp, weights=weights, master=master, autocast=autocast, frozen_casts=frozen_casts, grads=grads, opt=opt,
+        sp=sp, weights=weights, master=master, autocast=autocast, frozen_casts=frozen_casts, head_casts=head_casts,
+        grads=grads, opt=opt,
         opt_tmp=opt_tmp, comm=comm, host=host, head_grad=head_grad, trainable=trainable, pbytes=pbytes,
         workspace=rt.workspace_bytes, outside=rt.outside_allocator_bytes + paged, paged=paged,
         reserve_base=reserve_base,
@@ -520,8 +584,11 @@ def train_phases(st: TrainState, acts: int, loss_tmp: int, head_saved: int, grad
     # checkpoint's hooks, not autograd, so its copies go with the autocast cache when the
     # forward's autocast context exits
     kept_n, all_n = uncheckpointed
-    fwd_casts = st.autocast + st.frozen_casts * kept_n // all_n
-    bwd_casts = (st.autocast + st.frozen_casts) * kept_n // all_n
+    # the output layer's frozen casts are saved by autograd outside any checkpointed block (TrainState.head_casts)
+    head_casts = min(st.head_casts, st.frozen_casts)
+    block_casts = (st.frozen_casts - head_casts) * kept_n // all_n
+    fwd_casts = st.autocast + head_casts + block_casts
+    bwd_casts = st.autocast * kept_n // all_n + head_casts + block_casts
     if st.gather_block or st.gather_root:
         # FSDP2/ZeRO-3 (see parallel.gathered_sizes): the root stays gathered from its forward to
         # the end of backward; forward holds the current and prefetched block; backward's first
