@@ -23,7 +23,9 @@ def test_the_log_softmax_stays_in_the_logits_dtype():
     lc, fc = round_up(2 * V * CHUNK, BLOCK), round_up(4 * V * CHUNK, BLOCK)
     assert (up.saved, down.saved) == (2 * fc, 2 * lc) == (311_164_928, 155_582_464)
     assert up.peak == 2 * lc + 2 * fc + fc and down.peak == 4 * lc  # no fp32 upcast
-    assert (up.backward, down.backward) == (2 * fc, 2 * lc)
+    # the last chunk's two gradients beside the first chunk's logit gradient (in the logits' dtype), 2 chunks
+    assert (up.backward, down.backward) == (lc + 2 * fc, 3 * lc)
+    assert (up.backward_over, down.backward_over) == (2 * fc, 2 * lc)  # beyond the saved log_softmax outputs
     assert "LitGPT's chunked_cross_entropy" in down.formula
 
 

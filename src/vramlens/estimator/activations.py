@@ -638,6 +638,12 @@ def delta_saved(spec: ModelSpec, w: Workload, t: int) -> int:
 #: ``x.to(fp32)`` copy (delta_saved); the frozen linear keeps nothing of its rotated bf16 input.
 OFT_SAVED_BLOCKS = 4
 
+#: The backward of that Neumann series (autograd runs it before ``x.to(fp32)``'s backward, made earlier, so the
+#: input's fp32 gradient waits beside it): R's gradient scaled by the ``alpha=2.0`` of the in-place adds (``mul``),
+#: the ``bmm``s' input gradients (three alive at once) and their sum into Q_skew's gradient (``add``): five
+#: (in // b, b, b) tensors in R's dtype at its peak; traced (peft 0.21.2, ``_cayley_batch``).
+OFT_CAYLEY_BACKWARD_BLOCKS = 5
+
 
 def _boft_kept(w: Workload, n: int, k: int, t: int) -> int:
     """What BOFT keeps per adapted (n out, k in) linear besides the input (src/peft/tuners/boft/layer.py
@@ -789,10 +795,15 @@ def _oft_transients(spec: ModelSpec, w: Workload, t: int, block: int,
         if w.autocast and g in ("attn_out", "mlp_out"):
             f += _r(4 * k * t)
         back = 2 * _r(a * k * t) + _oft_blocks(w, k)
+        # then the Cayley series' backward beside the input's gradient: a temporary of its own, the larger one only at
+        # a few tokens (4 R > t x k + R, R = (in // b, b, b)); counted in the temporaries, while the backward's
+        # figure (bwd) keeps the einsum's, which is the larger at any real token count (the einsum's saved input
+        # copy and R are freed by the time the series' backward runs)
+        cayley = _r(a * k * t) + OFT_CAYLEY_BACKWARD_BLOCKS * _oft_blocks(w, k)
         here = _r(a * k * t) + _oft_kept(w, k)  # what the rotation keeps
         fwd = max(fwd, f - (block - norm - here) if g == "qkv" else f)
         bwd = max(bwd, back - (block - norm) if g == "qkv" else back)
-        tmp = max(tmp, f, back)
+        tmp = max(tmp, f, back, cayley)
     return DeltaTransients(max(0, fwd), max(0, bwd), tmp)
 
 

@@ -526,7 +526,7 @@ def activation_totals(spec: ModelSpec, w: Workload, sp: Split) -> ActivationTota
     block_bwd = recompute_mlp_gradients(spec, w)
     mlp_bwd = A.mlp_backward_bytes(spec, w, b, s, tp) if sp.layers else 0
     # under autocast a recomputed block casts its weights again (state.recompute_casts)
-    recompute = blocks.recompute + (recompute_casts(spec, w) if blocks.recompute else 0)
+    recompute = blocks.recompute + (recompute_casts(spec, w)[0] if blocks.recompute else 0)
     delta_in_recompute = bool(recompute and delta.temporary)
     if delta_in_recompute:
         # peft's delta methods under checkpointing (transformers 5.24's gradient_checkpointing_enable: non-reentrant

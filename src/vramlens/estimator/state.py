@@ -160,7 +160,7 @@ def head_recasts(spec: ModelSpec, w: Workload, has_head: bool) -> int:
     return (seq_chunks(w.seq, w.loss_chunks)[1] - 1) * head
 
 
-def recompute_casts(spec: ModelSpec, w: Workload) -> int:
+def recompute_casts(spec: ModelSpec, w: Workload) -> tuple[int, int]:
     """Under autocast, the casts a checkpointed block's recomputation makes again and keeps until its backward.
 
     torch.utils.checkpoint (torch 2.13: ``CheckpointFunction.backward`` and the non-reentrant ``recompute_fn``)
@@ -169,20 +169,23 @@ def recompute_casts(spec: ModelSpec, w: Workload) -> int:
     every call, a trainable one (full fine-tuning, the adapters) once into the cache, which the recomputation's own
     autocast context clears on exit; either way the matmul saves the cast for the input's gradient, held by the
     recomputed graph until the block's backward uses it. The last block's (every weight's input needs a gradient
-    there), in the autocast dtype, per tensor-parallel rank."""
+    there), in the autocast dtype, per tensor-parallel rank: (the frozen weights' casts, the trainable weights'
+    cached casts). The tracer tags the cached ones as autocast's copies (master_weights, whose own peak is the
+    forward's), so only the frozen ones are temporaries; both are in the backward's peak (TrainState.recompute_cached).
+    """
     if not (w.training and w.autocast and w.amp is not None) or spec.n_layers <= 0:
-        return 0
+        return 0, 0
     half = DTYPE_BYTES[w.amp]
     layers = [t.layer for t in spec.tensors if t.layer is not None and t.role != "buffer"]
     if not layers:
-        return 0
+        return 0, 0
     last = max(layers)
     roles = AUTOCAST_ROLES if w.method == "full" else ("linear", "conv1d", "expert")
     casts = sum(round_up(t.numel * half // max(1, w.tp), BLOCK) for t in spec.tensors
                 if t.layer == last and t.role in roles)
-    if w.method != "full":
-        casts += autocast_copies(spec, w)[0] // spec.n_layers  # one block's share of the adapters' cached casts
-    return casts
+    if w.method == "full":
+        return 0, casts
+    return casts, autocast_copies(spec, w)[0] // spec.n_layers  # one block's share of the adapters' cached casts
 
 
 @identity_cache
@@ -247,6 +250,9 @@ class TrainState:
     #: of frozen_casts, the output layer's (frozen_head_cast): saved outside every checkpointed block, so kept from
     #: forward to the output layer's backward whatever the checkpointing
     head_casts: int = 0
+    #: under autocast, one recomputed block's cached casts of trainable weights (recompute_casts), in the backward's
+    #: peak when a block is checkpointed
+    recompute_cached: int = 0
     gather_block: int = 0  # FSDP2/ZeRO-3: one block's unsharded parameters (B)
     gather_root: int = 0   # FSDP2/ZeRO-3: the root's unsharded parameters (R)
     reduce_block: int = 0  # FSDP2/ZeRO-3: one block's reduce-scatter input (B, or fp32 under a mixed-precision policy)
@@ -356,6 +362,7 @@ def train_state(spec: ModelSpec, w: Workload, gpu: GPU | None) -> TrainState:
     autocast = int(autocast * sp.weights) if w.method == "full" else autocast
     frozen_casts = int(frozen_casts * sp.weights)
     head_casts = min(frozen_casts, frozen_head_cast(spec, w, sp.has_head)) if frozen_casts else 0
+    recompute_cached = recompute_casts(spec, w)[1]
     host = 0
     if w.training and w.offload in ("optimizer", "all"):
         # ZeRO-Offload (Ren et al. 2021): fp32 master weights, optimizer states and (stage >= 2)
@@ -468,7 +475,7 @@ def train_state(spec: ModelSpec, w: Workload, gpu: GPU | None) -> TrainState:
                      f"NF4 weights reserve {human_bytes(setup_reserve)}, kept through training (no empty_cache): "
                      "the peak reserved is at least that")
     return TrainState(
-        sp=sp, weights=weights, master=master, autocast=autocast, frozen_casts=frozen_casts, head_casts=head_casts,
+        sp=sp, weights=weights, master=master, autocast=autocast, frozen_casts=frozen_casts, head_casts=head_casts, recompute_cached=recompute_cached,
         grads=grads, opt=opt,
         opt_tmp=opt_tmp, comm=comm, host=host, head_grad=head_grad, trainable=trainable, pbytes=pbytes,
         workspace=rt.workspace_bytes, outside=rt.outside_allocator_bytes + paged, paged=paged,
@@ -578,7 +585,7 @@ def train_phases(st: TrainState, acts: int, loss_tmp: int, head_saved: int, grad
         # step's last backward only
         gfwd = st.pp_grads_fwd
     ckpt = recompute > 0
-    rec = recompute + dequant_temporary if ckpt else 0  # a recomputed block's figure with its dequantization
+    rec = recompute + dequant_temporary + st.recompute_cached if ckpt else 0  # a recomputed block's figure with its dequantization
     # autocast's copies: all of them during forward; through backward only when autograd keeps
     # them (in the blocks not checkpointed); a checkpointed block's saved tensors go to the
     # checkpoint's hooks, not autograd, so its copies go with the autocast cache when the

@@ -396,6 +396,9 @@ TECHNIQUE_ROWS: tuple[tuple[str, dict[str, Any]], ...] = (
               "amp": "bf16", "loss_chunks": 8}),
     ("llama-2-7b", {"mode": "train", "method": "lora", "attention": "sdpa", "checkpointing": "full", "dtype": "bf16",
                     "loss_chunks": 8}),
+    # LoRA over fp32 weights under autocast: each chunk's call of the frozen output layer keeps a bf16 cast of its own
+    ("llama-3-8b", {"mode": "train", "method": "lora", "attention": "sdpa", "checkpointing": "none", "dtype": "fp32",
+                    "amp": "bf16", "loss_chunks": 8, "batch": 1, "seq": 16}),
     # fused linear cross-entropy (Liger)
     ("llama-2-7b", {"mode": "train", "method": "full", "attention": "sdpa", "checkpointing": "none", "dtype": "bf16",
                     "loss": "fused-linear"}),
@@ -538,6 +541,9 @@ PEFT_DELTA_ROWS: tuple[tuple[str, dict[str, Any]], ...] = (
     # OFT under autocast: the half casts of the skew-symmetric Q each bmm makes, Q^2, Q^3 and R's cast kept, each
     # rotated input's half cast; the first block's adapted frozen linears keep their casts (a rotated input)
     ("llama-3-8b", _tr(method="oft", dtype="fp32", amp="bf16", batch=1, seq=16)),
+    # OFT on the MLP's down projection at a few tokens: the Cayley series' backward (five R-sized tensors) is the
+    # largest temporary
+    ("llama-3-8b", _tr(method="oft", lora_targets=("q_proj", "down_proj"), batch=1, seq=16)),
     ("llama-3-8b", _tr(method="oft", dtype="fp32", amp="fp16", oft_block_size=16, batch=2, seq=64)),
     # LoKr under autocast: the fp32 kron (not an autocast op) cast by F.linear, the built w2 an autocast mm; the
     # output layer's cast not made yet when the last block's down_proj builds its delta
@@ -691,6 +697,9 @@ CHECKPOINT_ROWS: tuple[tuple[str, dict[str, Any]], ...] = (
     _ckpt_row("t5-small", "every:2"),
     _ckpt_row("llama-2-7b", "every:2", method="lora", **_LONG),
     _ckpt_row("llama-2-7b", "selective", **_LONG),               # SDPA: only the log-sum-exp is dropped
+    # LoRA over fp32 weights under autocast (HF Trainer's bf16=True with gradient_checkpointing=True): the frozen output
+    # layer's bf16 cast kept outside the checkpointed blocks, a recomputed block's frozen weights cast again
+    _ckpt_row("llama-3-8b", "full", method="lora", dtype="fp32", amp="bf16", batch=1, seq=16),
 )
 
 #: FSDP2 per rank (4 ranks, the fake process group): torchtitan's default mixed precision
