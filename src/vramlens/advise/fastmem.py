@@ -66,9 +66,10 @@ STATE_FIELDS = ("mode", "method", "dtype", "amp", "quant", "optimizer", "optimiz
                 "boft_block_size")
 
 #: The fields train_state reads (STATE_FIELDS less the loss fields, images, bnb_compute_dtype and padded, which only
-#: validity reads; fused_qkv shapes LitGPT's q/k/v adapter, inventory.lora_shape).
+#: validity reads; fused_qkv shapes LitGPT's q/k/v adapter, inventory.lora_shape; loss_chunks is read: the output
+#: layer in an FSDP unit of its own is gathered once per chunk, TrainState.loss_chunks).
 TRAIN_STATE_FIELDS = tuple(f for f in STATE_FIELDS
-                           if f not in ("loss", "loss_chunks", "loss_parallel", "fp8", "images", "bnb_compute_dtype",
+                           if f not in ("loss", "loss_parallel", "fp8", "images", "bnb_compute_dtype",
                                         "padded"))
 
 
