@@ -75,18 +75,9 @@ def estimate(
 
     if not trace_fallback or params is not None or model is None:
         return analytic(model)
-    from vramlens.models import SUPPORTED_MODEL_TYPES, load_model
-
-    refusal: UnmodelledModelError | None = None
-    spec: ModelSpec | None = None
-    try:
-        spec = load_model(model)
-    except UnmodelledModelError as e:
-        refusal = e
-    if spec is not None and (spec.model_type in SUPPORTED_MODEL_TYPES or not spec.config):
+    spec, refusal, config, model_type = _load(model)
+    if spec is not None and not model_type:
         return analytic(spec)
-    config = spec.config if spec is not None else refusal.config if refusal is not None else {}
-    model_type = spec.model_type if spec is not None else refusal.model_type if refusal is not None else ""
     w = _workload(workload, settings)
     name = spec.name if spec is not None else str(config.get("_name_or_path") or (model if isinstance(model, str)
                                                                                   else model_type))
@@ -95,17 +86,7 @@ def estimate(
     cached, notes = cached_profile(key, w)  # before torch: a cached answer needs neither torch nor transformers
     if cached is not None:
         return traced_estimate(cached, w, gpu, headroom=headroom, name=name, source=source, notes=notes)
-    import vramlens.trace as T
-
-    try:
-        T.require_torch()
-    except MissingExtraError as e:
-        instead = (" (or --no-trace-fallback for a generic Llama-style approximation)" if spec is not None else "")
-        raise MissingExtraError(
-            e.package, "trace",
-            why=f"model_type {model_type!r} is not modelled analytically and vramlens traces the real model "
-                f"instead{instead}, but ",
-        ) from None
+    _require_torch(model_type, "traces the real model", approximable=spec is not None)
     from vramlens.trace.fallback import knows
 
     if not knows(model_type):  # transformers cannot build it either: the analytic path's answer
@@ -450,18 +431,9 @@ def serving_spec(model: str | dict | ModelSpec, *, trace_fallback: bool = True) 
         UnmodelledModelError: neither transformers nor the standard fields describe the model.
         TraceError: transformers cannot build the model on the meta device.
     """
-    from vramlens.models import SUPPORTED_MODEL_TYPES, load_model
-
-    refusal: UnmodelledModelError | None = None
-    spec: ModelSpec | None = None
-    try:
-        spec = load_model(model)
-    except UnmodelledModelError as e:
-        refusal = e
-    if spec is not None and (spec.model_type in SUPPORTED_MODEL_TYPES or not spec.config):
+    spec, refusal, config, model_type = _load(model)
+    if spec is not None and not model_type:
         return spec, ()
-    config = spec.config if spec is not None else refusal.config if refusal is not None else {}
-    model_type = spec.model_type if spec is not None else refusal.model_type if refusal is not None else ""
     if not trace_fallback:
         if spec is None:
             assert refusal is not None
@@ -480,17 +452,8 @@ def serving_spec(model: str | dict | ModelSpec, *, trace_fallback: bool = True) 
     if value is not None:
         notes.append(f"inventory answered from the cache {cache.shown(INVENTORY_KIND, key)}")
     else:
-        import vramlens.trace as T
-
-        try:
-            T.require_torch()
-        except MissingExtraError as e:
-            instead = " (or --no-trace-fallback for a generic Llama-style approximation)" if spec is not None else ""
-            raise MissingExtraError(
-                e.package, "trace",
-                why=f"model_type {model_type!r} is not modelled analytically and vramlens builds the real model on "
-                    f"the meta device for its weights instead{instead}, but ",
-            ) from None
+        _require_torch(model_type, "builds the real model on the meta device for its weights",
+                       approximable=spec is not None)
         from vramlens.trace.fallback import complete, inventory, knows
 
         if not knows(model_type):  # transformers cannot build it either: the analytic path's answer
@@ -512,6 +475,36 @@ def serving_spec(model: str | dict | ModelSpec, *, trace_fallback: bool = True) 
     out = _meta_spec(value, config, name=name, source=source)
     return out, (f"weights from the inventory of {out.architecture} built by transformers on the meta device "
                  f"(model_type {model_type} is not modelled analytically): {out.params:,} parameters", *notes)
+
+
+def _load(model: Any) -> tuple[ModelSpec | None, UnmodelledModelError | None, dict[str, Any], str]:
+    """``model`` loaded for the fallback: (spec, refusal, config, model_type), where model_type is "" when a family
+    models it (or it has no config to build), so the analytic spec answers; else the unmodelled model_type with its
+    config, from the generic approximation's spec or, when even that is refused, the refusal."""
+    from vramlens.models import SUPPORTED_MODEL_TYPES, load_model
+
+    try:
+        spec = load_model(model)
+    except UnmodelledModelError as e:
+        return None, e, e.config, e.model_type
+    if spec.model_type in SUPPORTED_MODEL_TYPES or not spec.config:
+        return spec, None, spec.config or {}, ""
+    return spec, None, spec.config, spec.model_type
+
+
+def _require_torch(model_type: str, does: str, *, approximable: bool) -> None:
+    """MissingExtraError in one line when torch is missing: what vramlens ``does`` for an unmodelled
+    ``model_type`` instead, and the --no-trace-fallback way out where the config has the standard fields."""
+    import vramlens.trace as T
+
+    try:
+        T.require_torch()
+    except MissingExtraError as e:
+        instead = " (or --no-trace-fallback for a generic Llama-style approximation)" if approximable else ""
+        raise MissingExtraError(
+            e.package, "trace",
+            why=f"model_type {model_type!r} is not modelled analytically and vramlens {does} instead{instead}, but ",
+        ) from None
 
 
 def _meta_spec(value: dict[str, Any], config: dict[str, Any], *, name: str, source: str) -> ModelSpec:
