@@ -234,7 +234,9 @@ class FastMemory:
                 w.bnb_compute_dtype, w.nf4_impl, w.quant_impl,
                 w.loss, w.loss_chunks, w.loss_upcast, w.holds_outputs, w.output_upcast,
                 w.loss_parallel, w.activation_offload, w.fp8, w.bnb_inputs, w.image_size,
-                w.audio_seconds, w.compile, w.compile_scope, w.images, w.transformers_version, w.lora_fa, w.vera_rank,
+                w.audio_seconds, w.compile, w.compile_scope,
+                # a compiled step is modelled on one GPU only (estimator.compiled: eager figures beside it)
+                w.compile and (w.gpus > 1 or w.fsdp), w.images, w.transformers_version, w.lora_fa, w.vera_rank,
                 w.decompose_factor, w.oft_block_size, w.boft_block_size)
 
     def activations(self, w: Workload, sp: Split) -> Activations:
