@@ -82,6 +82,22 @@ all-reduce differ, see below):
   load after the target's pool. So the draft's weights and pool and the target's headroom come out of the
   (1 - mem_fraction_static) share, which SGLang's larger default reserve is for; over it, CUDA runs out of
   memory. The request-to-token table is num_draft_tokens longer (``extra_max_context_len``).
+- Hybrid Gated DeltaNet models (ServedModel.hybrid with mixer "gated_deltanet": Qwen3-Next), from 0.5.2,
+  the first release with models/qwen3_next.py (0.5.1.post3 has none), read in the 0.5.2 and 0.5.3 wheels
+  (:func:`gdn_pools`). model_runner.py: ``is_hybrid_gdn`` (architectures[0] Qwen3NextForCausalLM, its MTP
+  class, and FalconH1ForCausalLM from 0.5.3, whose layout vramlens does not read) disables the radix cache
+  and sets max_mamba_cache_size = --max-running-requests, else 512; ``profile_max_num_token`` counts only
+  the full-attention layers in the cell (``len(full_attention_layer_ids)``, every
+  ``full_attention_interval``-th block in SGLang's configs/qwen3_next.py) and first takes
+  max_mamba_cache_size x ``mamba_cache_per_req`` out of rest (configs/qwen3_next.py: per linear layer, conv
+  (conv_dim / tp, K - 1) in bfloat16, whatever the model dtype, + temporal (v_heads / tp, k_dim, v_dim) in
+  --mamba-ssm-dtype, float32 by default, server_args.py); ``init_memory_pool`` caps max_num_reqs at
+  max_mamba_cache_size, and HybridReqToTokenPool allocates the MambaPool (mem_cache/memory_pool.py) with
+  max_num_reqs + 1 slots per linear layer ("Mamba Cache is allocated. conv_state size ..., ssm_state size
+  ...") beside HybridLinearKVPool, an MHATokenToKVPool over the full-attention layers only. Refused in one
+  line: other mixers (Mamba2, Mamba1: no SGLang model class up to 0.5.3), releases before 0.5.2,
+  pipeline parallelism, speculative decoding (MambaPool's per-draft-token intermediate caches are not
+  followed), a tp the GDN dimensions do not divide (SGLang's ``divide``).
 - Releases after 0.5.3 follow its rules. 0.5.23 (arg_groups/memory_hook.py
   ``handle_gpu_memory_settings``) adds 8 MiB per prefill CUDA graph size to 0.5.3's reserve and changes
   the defaults under 60 GiB (chunked_prefill_size 4096 from 20 GiB, cuda_graph_max_bs 48 under 35 GiB
@@ -91,6 +107,7 @@ all-reduce differ, see below):
 from __future__ import annotations
 
 from dataclasses import dataclass
+from math import prod
 
 from vramlens.allocator import CachingAllocator
 from vramlens.errors import ConfigError, EngineRefusal
@@ -104,7 +121,6 @@ from vramlens.serving.common import (
     non_torch_bytes,
     parse_version,
     profile_activation_bytes,
-    refuse_hybrid,
     roofline,
     stage_layers,
     stage_weight_bytes,
@@ -124,6 +140,21 @@ ACCOUNTING_SWA = ("SGLang {version}, hybrid SWA pool (model_runner.py set_num_to
 #: server_args.py ``swa_full_tokens_ratio``: SWA-layer tokens per full-layer token in the hybrid pool.
 DEFAULT_SWA_FULL_TOKENS_RATIO = 0.8
 DEFAULT_PAGE_SIZE = 1
+ACCOUNTING_GDN = ("SGLang {version}, hybrid GDN pools (model_runner.py profile_max_num_token is_hybrid_gdn, "
+                  "mem_cache/memory_pool.py MambaPool and HybridLinearKVPool)")
+#: The first release with a hybrid (Gated DeltaNet) model, models/qwen3_next.py and the mamba pool
+#: (absent from the 0.5.1.post3 wheel, present in 0.5.2's).
+HYBRID_GDN_FROM = (0, 5, 2)
+#: The last release whose hybrid pools were read (later ones add sglang PR 11214's mamba radix cache and
+#: ``--mamba-full-memory-ratio``, docs/basic_usage/qwen3.md).
+HYBRID_GDN_UNTIL = (0, 5, 3)
+#: model_runner.py ``__init__`` (0.5.2, 0.5.3): max_mamba_cache_size when neither it nor --max-running-requests is given.
+DEFAULT_MAX_MAMBA_CACHE_SIZE = 512
+#: server_args.py ``--mamba-ssm-dtype`` choices (default "float32") -> bytes of the temporal (recurrent) state.
+MAMBA_SSM_DTYPES = {"float32": 4, "bfloat16": 2}
+DEFAULT_MAMBA_SSM_DTYPE = "float32"
+#: configs/qwen3_next.py ``hybrid_gdn_params``: ``conv_dtype = torch.bfloat16`` whatever the model dtype.
+GDN_CONV_STATE_BYTES = DTYPE_BYTES["bf16"]
 #: ``--kv-cache-dtype`` choices -> bytes; "auto" is the model dtype.
 KV_CACHE_DTYPES = {"auto": 0, "fp8_e4m3": 1, "fp8_e5m2": 1}
 #: server_args.py ``__post_init__`` mem_fraction_static by TP degree (largest first), 0.4.0 to 0.4.5,
@@ -391,6 +422,72 @@ def hybrid_pool(m: ServedModel, version: tuple[int, int, int]) -> bool:
     return not (m.chunked_local and version <= (0, 5, 3))
 
 
+@dataclass(frozen=True, slots=True)
+class GdnPools:
+    """SGLang's pools for a hybrid Gated DeltaNet model on one rank (see the module docstring)."""
+
+    #: max_mamba_cache_size after model_runner.py's defaulting (what profile_max_num_token takes out)
+    cache_size: int
+    #: mamba_cache_per_req: the conv and temporal state of one request over every linear layer, bytes
+    per_req: int
+    conv_per_req: int
+    ssm_per_req: int
+    ssm_dtype: str
+    n_linear: int
+    n_full: int
+
+
+def gdn_pools(m: ServedModel, release: tuple[int, int, int], *, tp: int, pp: int, speculative: bool,
+              max_running_requests: int | None, max_mamba_cache_size: int | None,
+              mamba_ssm_dtype: str) -> tuple[GdnPools | None, list[str]]:
+    """The hybrid GDN pools of ``m`` in ``release`` (None for a model without recurrent state), or the
+    problems that keep vramlens from following them, each in one line.
+
+    configs/qwen3_next.py ``hybrid_gdn_params`` / ``mamba_cache_per_req`` (0.5.2, 0.5.3): per linear layer
+    conv (conv_dim / tp, K - 1) x 2 B (bfloat16) + temporal (v_heads / tp, k_dim, v_dim) x the
+    --mamba-ssm-dtype bytes; model_runner.py: max_mamba_cache_size = --max-mamba-cache-size, else
+    --max-running-requests, else 512 (divided by dp_size under DP attention, not modelled).
+    """
+    h = m.hybrid
+    bad_dtype = ([f"mamba_ssm_dtype={mamba_ssm_dtype!r} is not one of {', '.join(MAMBA_SSM_DTYPES)} "
+                  "(SGLang --mamba-ssm-dtype)"] if mamba_ssm_dtype not in MAMBA_SSM_DTYPES else [])
+    if h is None:
+        return None, bad_dtype  # server_args.py's choices apply whatever the model
+    v = ".".join(map(str, release))
+    what = f"{m.name} is a hybrid model ({h.n_attention} attention and {h.n_state} {h.mixer} blocks)"
+    if h.mixer != "gated_deltanet":
+        return None, [f"{what}: SGLang up to 0.5.3 keeps a recurrent state only for Qwen3-Next's Gated DeltaNet "
+                      "(and from 0.5.3 Falcon-H1, model_runner.py is_hybrid_gdn) and has no model class for "
+                      f"{m.architecture or 'this ' + h.mixer + ' hybrid'}; vramlens does not follow later releases' "
+                      "mamba pools: use --engine vllm"]
+    if release < HYBRID_GDN_FROM:
+        return None, [f"{what}: SGLang {v} has no hybrid Gated DeltaNet model (models/qwen3_next.py and the mamba "
+                      "pool arrive in 0.5.2): pass --sglang-version 0.5.2 or later"]
+    if release > HYBRID_GDN_UNTIL:
+        return None, [f"{what}: vramlens follows SGLang's hybrid pools as 0.5.2 and 0.5.3 size them; {v} is not "
+                      "read for hybrids (sglang pull 11214's mamba radix cache and --mamba-full-memory-ratio change "
+                      "the pools after 0.5.3): pass --sglang-version 0.5.3"]
+    p = []
+    if pp > 1:
+        p.append(f"pp={pp}: pipeline parallelism of a hybrid model is not modelled for SGLang (HybridLinearKVPool "
+                 "takes every full-attention layer): use --tp")
+    if speculative:
+        p.append("speculative decoding on a hybrid model is not modelled for SGLang (MambaPool's per-draft-token "
+                 "intermediate ssm and conv caches): drop --speculative-algorithm")
+    bad = h.tp_problem(tp)
+    if bad:
+        p.append(f"{bad} (SGLang's hybrid_gdn_params divides them over the ranks): choose another --tp")
+    p += bad_dtype
+    if p:
+        return None, p
+    conv, ssm = h.shapes(tp)
+    conv_b, ssm_b = prod(conv) * GDN_CONV_STATE_BYTES, prod(ssm) * MAMBA_SSM_DTYPES[mamba_ssm_dtype]
+    size = max_mamba_cache_size or max_running_requests or DEFAULT_MAX_MAMBA_CACHE_SIZE
+    return GdnPools(cache_size=size, per_req=(conv_b + ssm_b) * h.n_state, conv_per_req=conv_b * h.n_state,
+                    ssm_per_req=ssm_b * h.n_state, ssm_dtype=mamba_ssm_dtype, n_linear=h.n_state,
+                    n_full=h.n_attention), []
+
+
 def late_communicator_bytes(version: tuple[int, int, int], gpu: GPU, tp: int) -> int:
     """Bytes torch's NCCL communicator of the default group takes out of the KV pool on each rank.
 
@@ -414,19 +511,29 @@ def sglang_capacity(m: ServedModel, gpu: GPU, *, gpus: int, tp: int, pp: int, co
                     page_size: int = DEFAULT_PAGE_SIZE, version: str = DEFAULT_VERSION,
                     speculative_algorithm: str | None = None, draft: ServedModel | None = None,
                     speculative_num_steps: int | None = None, speculative_eagle_topk: int | None = None,
-                    speculative_num_draft_tokens: int | None = None) -> Capacity:
+                    speculative_num_draft_tokens: int | None = None, max_mamba_cache_size: int | None = None,
+                    mamba_ssm_dtype: str = DEFAULT_MAMBA_SSM_DTYPE) -> Capacity:
     """SGLang's start-up memory arithmetic for ``m`` on ``gpu`` (see the module docstring), as ``version``
     does it (0.3.3 or later; a later release than DEFAULT_VERSION follows DEFAULT_VERSION, with a note).
 
     Speculative decoding: ``speculative_algorithm`` and the three ``speculative_*`` sizes as SGLang takes
     them, ``draft`` the inventory of --speculative-draft-model-path (see :func:`sglang_speculative`).
 
+    A hybrid Gated DeltaNet model (Qwen3-Next, 0.5.2 on) gets the mamba pool of ``max_mamba_cache_size``
+    request slots (default --max-running-requests, else 512) with its temporal state in ``mamba_ssm_dtype``
+    ("float32" or "bfloat16"), see :func:`gdn_pools`.
+
     Raises:
-        ConfigError: settings SGLang refuses, or a version before 0.3.3.
+        ConfigError: settings SGLang refuses, a version before 0.3.3, or a hybrid model or setting vramlens
+            does not follow for SGLang (:func:`gdn_pools`).
         EngineRefusal: no memory left for the KV pool, or for the draft worker.
     """
-    refuse_hybrid(m, "SGLang")
     release, later = parse_sglang_version(version)
+    gdn, hybrid_problems = gdn_pools(m, release, tp=tp, pp=pp, speculative=speculative_algorithm is not None,
+                                     max_running_requests=max_running_requests,
+                                     max_mamba_cache_size=max_mamba_cache_size, mamba_ssm_dtype=mamba_ssm_dtype)
+    if hybrid_problems:
+        raise ConfigError(hybrid_problems)
     spec = (sglang_speculative(m, draft, release, algorithm=speculative_algorithm, steps=speculative_num_steps,
                                topk=speculative_eagle_topk, draft_tokens=speculative_num_draft_tokens,
                                page_size=page_size) if speculative_algorithm is not None else None)
@@ -473,14 +580,20 @@ def sglang_capacity(m: ServedModel, gpu: GPU, *, gpus: int, tp: int, pp: int, co
     # 0.3.3-0.4.6 at tp > 1: torch's NCCL communicator of the default group, made after the figure was read
     late = late_communicator_bytes(release, gpu, tp)
     rest = int(total_free * mfs) - weights - late
+    if gdn is not None:  # profile_max_num_token: rest_memory -= max_mamba_cache_size x mamba_cache_per_req
+        rest -= gdn.cache_size * gdn.per_req
     kv_heads = kv_heads_per_gpu(m, tp)
     layers = stage_layers(m, pp)
-    cell = kv_cell_bytes(m, tp, kv_b) * layers
+    # is_hybrid_gdn: num_layers = len(full_attention_layer_ids)
+    cell_layers = gdn.n_full if gdn is not None else layers
+    cell = kv_cell_bytes(m, tp, kv_b) * cell_layers
     if rest <= 0 or rest // cell <= 0:
         raise EngineRefusal(
             "Not enough memory. Please try to increase --mem-fraction-static. (SGLang: "
             f"{mfs} x {total_free / GiB:.2f} GiB free = {total_free * mfs / GiB:.2f} GiB does not cover the "
-            f"weights {weights / GiB:.2f} GiB" + (f" and NCCL's {late / MiB:,.0f} MiB" if late else "") + ")")
+            f"weights {weights / GiB:.2f} GiB" + (f" and NCCL's {late / MiB:,.0f} MiB" if late else "")
+            + (f" and the mamba pool's {gdn.cache_size:,} x {gdn.per_req / MiB:,.2f} MiB" if gdn is not None else "")
+            + ")")
     tokens = profiled = rest // cell // page_size * page_size
     headroom = 0
     d: Draft | None = None
@@ -506,14 +619,22 @@ def sglang_capacity(m: ServedModel, gpu: GPU, *, gpus: int, tp: int, pp: int, co
                                f"--swa-full-tokens-ratio (SGLang's default {DEFAULT_SWA_FULL_TOKENS_RATIO})"])
     max_num_reqs = max_running_requests or min(max(int(tokens / ctx_len * RUNNING_PER_CONTEXT),
                                                    DEFAULT_MAX_RUNNING_FLOOR), DEFAULT_MAX_RUNNING_CEIL)
+    if gdn is not None:  # init_memory_pool: min(max_num_reqs, max_mamba_cache_size)
+        max_num_reqs = min(max_num_reqs, gdn.cache_size)
     # tp_worker.py: min(max_total_num_tokens // 2, ReqToTokenPool size) unless given; the pool has max_num_reqs + 1
     # rows up to 0.4.3.post4, max_num_reqs from 0.4.8 (model_runner.py init_memory_pool)
     pool_rows = max_num_reqs + (1 if release < REQ_POOL_EXACT_FROM else 0)
-    max_running = max_running_requests or max(1, min(tokens // 2, pool_rows))
+    max_running = min(max_running_requests, pool_rows) if max_running_requests else max(1, min(tokens // 2, pool_rows))
     extra_len = 4 + (spec.draft_tokens if spec is not None else 0)  # init_memory_pool extra_max_context_len
     req_to_token = pool_rows * (ctx_len + extra_len) * 4  # ReqToTokenPool: int32 indices
     ctx = context or ctx_len
     conc = tokens / ctx
+    # HybridReqToTokenPool: a MambaPool of max_num_reqs + 1 slots (one spare) per linear layer; each running
+    # request holds one slot, so no more than max_num_reqs requests run whatever the KV pool holds
+    mamba_slots = max_num_reqs + 1 if gdn is not None else 0
+    mamba_bytes = mamba_slots * gdn.per_req if gdn is not None else 0
+    if gdn is not None:
+        conc = min(conc, max_num_reqs)
     running = max(1, min(int(conc), max_running))
     act = profile_activation_bytes(m, cps, min(cps, max_running), tp, b)
     reserve = total_free - int(total_free * mfs)
@@ -548,6 +669,11 @@ def sglang_capacity(m: ServedModel, gpu: GPU, *, gpus: int, tp: int, pp: int, co
         EngineFigure("k_size", "KV Cache is allocated. K size (GB = GiB)",
                      round((kv_bytes if m.kv_latent else kv_bytes / 2) / GiB, 2)),
         EngineFigure("v_size", "V size (GB = GiB)", round((0 if m.kv_latent else kv_bytes / 2) / GiB, 2)),
+        *((EngineFigure("max_mamba_cache_size", "max_mamba_cache_size", gdn.cache_size),
+           EngineFigure("mamba_conv_state_size", "Mamba Cache is allocated. conv_state size (GB = GiB)",
+                        round(mamba_slots * gdn.conv_per_req / GiB, 2)),
+           EngineFigure("mamba_ssm_state_size", "ssm_state size (GB = GiB)",
+                        round(mamba_slots * gdn.ssm_per_req / GiB, 2))) if gdn is not None else ()),
         *((EngineFigure("full_layer_tokens", "Use sliding window memory pool. full_layer_tokens", tokens),
            EngineFigure("swa_layer_tokens", "swa_layer_tokens", swa_tokens)) if swa is not None else ()),
         EngineFigure("max_running_requests", "max_running_requests", max_running),
@@ -558,9 +684,12 @@ def sglang_capacity(m: ServedModel, gpu: GPU, *, gpus: int, tp: int, pp: int, co
     )
     notes = later + (
         f"max_total_num_tokens = ({mfs} x {total_free:,} free - weights {weights:,}"
-        + (f" - NCCL {late:,}" if late else "") + f") // cell {cell:,} B (profile_max_num_token)",
+        + (f" - NCCL {late:,}" if late else "")
+        + (f" - mamba {gdn.cache_size:,} x {gdn.per_req:,}" if gdn is not None else "")
+        + f") // cell {cell:,} B (profile_max_num_token)",
         (f"cell = {m.kv_latent} latent (kv_lora_rank + qk_rope_head_dim) x {layers} layers x {kv_b} B (MLA)"
-         if m.kv_latent else f"cell = {kv_heads} kv heads x {m.head_dim} x {layers} layers x 2 x {kv_b} B"),
+         if m.kv_latent else f"cell = {kv_heads} kv heads x {m.head_dim} x {cell_layers} "
+         + ("full-attention " if gdn is not None else "") + f"layers x 2 x {kv_b} B"),
         f"free at start = GPU {total:,} - {outside_why}",
         load.note,
         *((f"torch's NCCL communicator of the default group, {late / MiB:,.0f} MiB, is created after the free "
@@ -588,19 +717,38 @@ def sglang_capacity(m: ServedModel, gpu: GPU, *, gpus: int, tp: int, pp: int, co
         (f"hybrid SWA pool (set_num_tokens_hybrid_swa): the {profiled:,} tokens profiled over every layer split "
          f"into {tokens:,} full-layer and "
          f"{swa_tokens:,} sliding-layer tokens (swa_full_tokens_ratio {swa_full_tokens_ratio})",)
-        if swa is not None else ())
+        if swa is not None else ()) + (gdn_notes(m, gdn, tp=tp, max_num_reqs=max_num_reqs) if gdn is not None else ())
     return Capacity(
-        engine="sglang", accounting=(ACCOUNTING_SWA if swa is not None else ACCOUNTING).format(version=version),
+        engine="sglang", accounting=(ACCOUNTING_GDN if gdn is not None else ACCOUNTING_SWA if swa is not None
+                                     else ACCOUNTING).format(version=version),
         model=m.name, gpu=gpu.name, gpus=gpus, tp=tp, pp=pp,
         gpu_bytes=total, budget_bytes=int(total_free * mfs), weights_bytes=weights + draft_w,
         non_torch_bytes=outside + late, cuda_graph_bytes=CUDA_GRAPH_BYTES, activation_bytes=act,
-        kv_cache_bytes=kv_bytes + draft_kv, kv_bytes_per_token=cell + (d.kv_cell * d.kv_layers if d else 0),
+        kv_cache_bytes=kv_bytes + draft_kv + mamba_bytes, kv_bytes_per_token=cell + (d.kv_cell * d.kv_layers if d else 0),
         kv_tokens=tokens, max_model_len=ctx_len, context=ctx, concurrency=conc, max_running=running,
         decode_tokens_s=speed.decode_tokens_s, decode_tokens_s_total=speed.decode_tokens_s_total,
         ttft_s=speed.ttft_s, figures=figures, notes=notes,
         speculative=(f"{spec.algorithm}, {spec.steps} steps, topk {spec.topk}, {spec.draft_tokens} draft tokens, "
                      f"draft {d.name}") if spec is not None and d is not None else "",
         draft_weights_bytes=draft_w, draft_kv_cache_bytes=draft_kv)
+
+
+def gdn_notes(m: ServedModel, g: GdnPools, *, tp: int, max_num_reqs: int) -> tuple[str, ...]:
+    """The hybrid GDN pools in words (what the log shows and what vramlens leaves out)."""
+    h = m.hybrid
+    assert h is not None
+    conv, ssm = h.shapes(tp)
+    return (
+        f"hybrid GDN: {g.n_full} full-attention layers keep the KV pool (HybridLinearKVPool), {g.n_linear} Gated "
+        f"DeltaNet layers a state per request slot: conv {'x'.join(map(str, conv))} x {GDN_CONV_STATE_BYTES} B "
+        f"(bfloat16) + temporal {'x'.join(map(str, ssm))} x {MAMBA_SSM_DTYPES[g.ssm_dtype]} B ({g.ssm_dtype}) = "
+        f"{g.per_req // g.n_linear:,} B per layer, {g.per_req:,} B per request (mamba_cache_per_req)",
+        f"mamba pool: profile_max_num_token takes max_mamba_cache_size {g.cache_size:,} x {g.per_req:,} B out of the "
+        f"pool's memory; MambaPool allocates max_num_reqs + 1 = {max_num_reqs + 1:,} slots (max_num_reqs = "
+        f"min(its default, max_mamba_cache_size)); no more than {max_num_reqs:,} requests run",
+        "hybrid GDN: SGLang disables the radix cache ('Hybrid GDN model detected, disable radix cache'); the Gated "
+        "DeltaNet kernels' own working set in a prefill is not modelled (the activation figure is the generic one)",
+    )
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,0 +1,120 @@
+"""SGLang 0.5.2-0.5.3's pools for hybrid models (issue 15): the Gated DeltaNet branch of model_runner.py
+(``is_hybrid_gdn``: max_mamba_cache_size x mamba_cache_per_req out of the pool, a cell over the full-attention
+layers only, MambaPool with max_num_reqs + 1 slots) and the one-line refusals.
+
+Qwen3-Next-80B-A3B's shape (tests/serving/test_hybrid_capacity.py) with --no-trace-fallback: the generic weights,
+so the figures below pin SGLang's arithmetic from the weights vramlens gives, not the weights themselves.
+"""
+
+import json
+
+import pytest
+from test_hybrid_capacity import QWEN3_NEXT_80B
+
+import vramlens
+from vramlens.cli.main import main
+from vramlens.errors import ConfigError
+
+#: Nemotron-H's layout (Mamba2 "M", attention "*", MLP "-"), a hybrid SGLang 0.5.3 has no model class for.
+NEMOTRON_H = {"architectures": ["NemotronHForCausalLM"], "model_type": "nemotron_h", "hidden_size": 4096,
+              "num_hidden_layers": 7, "hybrid_override_pattern": "M-M*-M-", "num_attention_heads": 32,
+              "num_key_value_heads": 8, "head_dim": 128, "intermediate_size": 8192, "vocab_size": 1000,
+              "max_position_embeddings": 8192, "mamba_num_heads": 128, "mamba_head_dim": 64, "ssm_state_size": 128,
+              "n_groups": 8, "conv_kernel": 4}
+
+
+def test_qwen3_next_tp2_h200_gdn_pools_worked_case():
+    cap = vramlens.capacity(QWEN3_NEXT_80B, "sglang", gpu="H200-141GB", tp=2, trace_fallback=False)
+    assert cap.accounting == ("SGLang 0.5.3, hybrid GDN pools (model_runner.py profile_max_num_token is_hybrid_gdn, "
+                              "mem_cache/memory_pool.py MambaPool and HybridLinearKVPool)")
+    # mamba_cache_per_req at tp 2: per linear layer conv (8,192 / 2 = 4,096, K - 1 = 3) x 2 B (bfloat16) = 24,576
+    # + temporal (32 / 2 = 16, 128, 128) x 4 B (float32) = 1,048,576: 1,073,152 B; x 36 linear layers = 38,633,472
+    per_req = 36 * (3 * 4_096 * 2 + 16 * 128 * 128 * 4)
+    assert per_req == 38_633_472
+    # cell over the 12 full-attention layers: max(1, 2 // 2) = 1 KV head x 256 x 12 x 2 (K, V) x 2 B = 12,288 B;
+    # max_mamba_cache_size 512 (no --max-running-requests): rest = budget - weights - 512 x 38,633,472
+    tokens = (cap.budget_bytes - cap.weights_bytes - 512 * per_req) // 12_288
+    assert (cap.budget_bytes, cap.weights_bytes) == (135_924_560_166, 3_216_833_016)
+    assert tokens == cap.kv_tokens == cap.figure("max_total_num_tokens") == 9_190_054  # 112,927,389,486 // 12,288
+    assert cap.kv_bytes_per_token == 12_288
+    # MambaPool: max_num_reqs + 1 = min(4,096, 512) + 1 = 513 slots beside the KV pool
+    assert cap.kv_cache_bytes == 9_190_054 * 12_288 + 513 * per_req == 132_746_354_688
+    assert cap.figure("max_mamba_cache_size") == 512
+    # conv: 513 x 36 x 24,576 = 453,869,568 B = 0.4227 GiB; ssm: 513 x 36 x 1,048,576 = 19,365,101,568 B = 18.035 GiB
+    assert (cap.figure("mamba_conv_state_size"), cap.figure("mamba_ssm_state_size")) == (0.42, 18.04)
+    # K = V = 9,190,054 x 6,144 B = 56,464,691,776 B = 52.586 GiB
+    assert (cap.figure("k_size"), cap.figure("v_size")) == (52.59, 52.59)
+    # tp_worker: min(max_total_num_tokens // 2, req_to_token_pool.size 512)
+    assert cap.figure("max_running_requests") == 512
+    # at the 262,144-token context: 9,190,054 / 262,144 = 35.06 requests; 35 run
+    assert (cap.max_running, round(cap.concurrency, 2)) == (35, 35.06)
+
+
+def test_qwen3_next_mamba_slots_follow_max_running_requests_and_cap_concurrency():
+    cap = vramlens.capacity(QWEN3_NEXT_80B, "sglang", gpu="H200-141GB", tp=4, context=65_536, trace_fallback=False,
+                            max_running_requests=128, mamba_ssm_dtype="bfloat16")
+    # max_mamba_cache_size = --max-running-requests 128; per linear layer at tp 4: conv 3 x 2,048 x 2 B = 12,288
+    # + temporal (8, 128, 128) x 2 B = 262,144: 274,432 B; x 36 = 9,879,552 B per request
+    per_req = 36 * (3 * 2_048 * 2 + 8 * 128 * 128 * 2)
+    assert per_req == 9_879_552
+    # cell: max(1, 2 // 4) = 1 KV head x 256 x 12 layers x 2 x 2 B = 12,288 B
+    assert cap.kv_tokens == (cap.budget_bytes - cap.weights_bytes - 128 * per_req) // 12_288 == 10_666_904
+    assert cap.kv_cache_bytes == 10_666_904 * 12_288 + 129 * per_req  # MambaPool: 128 + 1 slots
+    assert (cap.figure("max_mamba_cache_size"), cap.figure("max_running_requests")) == (128, 128)
+    # 10,666,904 / 65,536 = 162.8 requests' KV, but one mamba slot each: 128
+    assert (cap.concurrency, cap.max_running) == (128, 128)
+    # --max-mamba-cache-size under --max-running-requests: the request pool and the running cap follow it
+    small = vramlens.capacity(QWEN3_NEXT_80B, "sglang", gpu="H200-141GB", tp=4, trace_fallback=False,
+                              max_running_requests=128, max_mamba_cache_size=64)
+    assert (small.figure("max_mamba_cache_size"), small.figure("max_running_requests")) == (64, 64)
+
+
+def test_sglang_refuses_hybrids_it_does_not_serve_in_one_line():
+    with pytest.raises(ConfigError) as e:
+        vramlens.capacity(NEMOTRON_H, "sglang", gpu="H100-80GB", trace_fallback=False)
+    assert str(e.value) == (
+        "nemotron_h is a hybrid model (1 attention and 3 mamba2 blocks): SGLang up to 0.5.3 keeps a recurrent state "
+        "only for Qwen3-Next's Gated DeltaNet (and from 0.5.3 Falcon-H1, model_runner.py is_hybrid_gdn) and has no "
+        "model class for NemotronHForCausalLM; vramlens does not follow later releases' mamba pools: use --engine "
+        "vllm")
+    what = "qwen3_next is a hybrid model (12 attention and 36 gated_deltanet blocks): "
+    with pytest.raises(ConfigError) as e:
+        vramlens.capacity(QWEN3_NEXT_80B, "sglang", gpu="H200-141GB", tp=2, version="0.5.1", trace_fallback=False)
+    assert str(e.value) == what + ("SGLang 0.5.1 has no hybrid Gated DeltaNet model (models/qwen3_next.py and the "
+                                   "mamba pool arrive in 0.5.2): pass --sglang-version 0.5.2 or later")
+    with pytest.raises(ConfigError) as e:
+        vramlens.capacity(QWEN3_NEXT_80B, "sglang", gpu="H200-141GB", tp=2, version="0.5.4", trace_fallback=False)
+    assert str(e.value) == what + (
+        "vramlens follows SGLang's hybrid pools as 0.5.2 and 0.5.3 size them; 0.5.4 is not read for hybrids "
+        "(sglang pull 11214's mamba radix cache and --mamba-full-memory-ratio change the pools after 0.5.3): pass "
+        "--sglang-version 0.5.3")
+
+
+def test_sglang_hybrid_settings_it_does_not_follow_are_refused_together():
+    with pytest.raises(ConfigError) as e:
+        vramlens.capacity(QWEN3_NEXT_80B, "sglang", gpu="H200-141GB", tp=3, pp=2, trace_fallback=False,
+                          speculative_algorithm="NEXTN", mamba_ssm_dtype="float16")
+    assert str(e.value) == (
+        "pp=2: pipeline parallelism of a hybrid model is not modelled for SGLang (HybridLinearKVPool takes every "
+        "full-attention layer): use --tp; speculative decoding on a hybrid model is not modelled for SGLang "
+        "(MambaPool's per-draft-token intermediate ssm and conv caches): drop --speculative-algorithm; "
+        "linear_num_value_heads 32, conv dim 8192 not divisible by tensor parallel size 3 (SGLang's "
+        "hybrid_gdn_params divides them over the ranks): choose another --tp; mamba_ssm_dtype='float16' is not one "
+        "of float32, bfloat16 (SGLang --mamba-ssm-dtype)")
+
+
+def test_the_cli_prints_the_mamba_pool_and_refuses_with_exit_2(tmp_path, capsys):
+    cfg = tmp_path / "config.json"
+    cfg.write_text(json.dumps(QWEN3_NEXT_80B))
+    assert main(["capacity", str(cfg), "--engine", "sglang", "--gpu", "H200-141GB", "--tp", "2",
+                 "--max-mamba-cache-size", "64", "--no-trace-fallback"]) == 0
+    out = capsys.readouterr().out
+    assert "  max_mamba_cache_size: 64\n" in out
+    # 65 slots x 36 x 1,048,576 B = 2,453,667,840 B = 2.285 GiB
+    assert "  ssm_state size (GB = GiB): 2.29\n" in out
+    assert main(["capacity", str(cfg), "--engine", "sglang", "--gpu", "H200-141GB", "--tp", "2",
+                 "--sglang-version", "0.5.1", "--no-trace-fallback"]) == 2
+    assert capsys.readouterr().err == (
+        f"error: {tmp_path.name} is a hybrid model (12 attention and 36 gated_deltanet blocks): SGLang 0.5.1 has no "
+        "hybrid Gated DeltaNet model (models/qwen3_next.py and the mamba pool arrive in 0.5.2): pass "
+        "--sglang-version 0.5.2 or later\n")
