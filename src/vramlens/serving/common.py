@@ -99,8 +99,9 @@ class ServedModel:
     expert_layers: int = 0
     expert_bias_numel: int = 0
     #: a hybrid model's blocks (attention with a KV cache, recurrent with a fixed state per request) and its
-    #: state shapes (vramlens.models.hybrid); None for a plain transformer. Only vLLM serves it here: the
-    #: other engines refuse it (:func:`refuse_hybrid`)
+    #: state shapes (vramlens.models.hybrid); None for a plain transformer. vLLM, llama.cpp and transformers serve
+    #: it (transformers Gated DeltaNet only), SGLang its Gated DeltaNet form (sglang.gdn_pools); what an engine does
+    #: not serve it refuses in one line (:func:`refuse_hybrid`)
     hybrid: HybridLayout | None = None
     #: where the weights came from, when not from an analytic family (a meta-device inventory, or the generic
     #: approximation under --no-trace-fallback): the first "how" lines of the answer

@@ -88,15 +88,17 @@ all-reduce differ, see below):
   class, and FalconH1ForCausalLM from 0.5.3, whose layout vramlens does not read) disables the radix cache
   and sets max_mamba_cache_size = --max-running-requests, else 512; ``profile_max_num_token`` counts only
   the full-attention layers in the cell (``len(full_attention_layer_ids)``, every
-  ``full_attention_interval``-th block in SGLang's configs/qwen3_next.py) and first takes
+  ``full_attention_interval``-th block in SGLang's configs/qwen3_next.py; vramlens takes the layout's
+  attention blocks, from ``layer_types`` where the config has one, the same blocks in Qwen3-Next's
+  checkpoints) and first takes
   max_mamba_cache_size x ``mamba_cache_per_req`` out of rest (configs/qwen3_next.py: per linear layer, conv
   (conv_dim / tp, K - 1) in bfloat16, whatever the model dtype, + temporal (v_heads / tp, k_dim, v_dim) in
   --mamba-ssm-dtype, float32 by default, server_args.py); ``init_memory_pool`` caps max_num_reqs at
   max_mamba_cache_size, and HybridReqToTokenPool allocates the MambaPool (mem_cache/memory_pool.py) with
   max_num_reqs + 1 slots per linear layer ("Mamba Cache is allocated. conv_state size ..., ssm_state size
   ...") beside HybridLinearKVPool, an MHATokenToKVPool over the full-attention layers only. Refused in one
-  line: other mixers (Mamba2, Mamba1: no SGLang model class up to 0.5.3), releases before 0.5.2,
-  pipeline parallelism, speculative decoding (MambaPool's per-draft-token intermediate caches are not
+  line: other mixers (Mamba2, Mamba1: no SGLang model class up to 0.5.3), releases before 0.5.2 or
+  after 0.5.3 (whose mamba radix cache and --mamba-full-memory-ratio are not read), pipeline parallelism, speculative decoding (MambaPool's per-draft-token intermediate caches are not
   followed), a tp the GDN dimensions do not divide (SGLang's ``divide``).
 - Releases after 0.5.3 follow its rules. 0.5.23 (arg_groups/memory_hook.py
   ``handle_gpu_memory_settings``) adds 8 MiB per prefill CUDA graph size to 0.5.3's reserve and changes
