@@ -95,19 +95,19 @@ def test_a_user_block_size_under_the_minimum_is_raised():
     assert cap.figure("attention_block_size") == 544  # 128 < 544: raised, as vLLM does
 
 
-def test_sglang_refuses_a_mamba2_hybrid_in_one_line():
-    msg = ("nemotron_h is a hybrid model (1 attention and 2 mamba2 blocks): SGLang up to 0.5.3 keeps a recurrent "
-           "state only for Qwen3-Next's Gated DeltaNet (and from 0.5.3 Falcon-H1, model_runner.py is_hybrid_gdn) and "
-           "has no model class for NemotronHForCausalLM; vramlens does not follow later releases' mamba pools: use "
-           "--engine vllm")
-    cfg = {"architectures": ["NemotronHForCausalLM"], "model_type": "nemotron_h", "hidden_size": 1024,
-           "num_hidden_layers": 4, "hybrid_override_pattern": "M*M-", "num_attention_heads": 8,
-           "num_key_value_heads": 2, "head_dim": 128, "intermediate_size": 2048, "vocab_size": 1000,
-           "max_position_embeddings": 4096, "mamba_num_heads": 32, "mamba_head_dim": 64, "ssm_state_size": 128,
-           "n_groups": 8, "conv_kernel": 4}
+def test_sglang_refuses_a_mamba2_hybrid_it_has_no_model_class_for():
+    cfg = {"architectures": ["GraniteMoeHybridForCausalLM"], "model_type": "granitemoehybrid", "hidden_size": 1024,
+           "num_hidden_layers": 4, "layer_types": ["mamba", "attention", "mamba", "mamba"], "num_attention_heads": 8,
+           "num_key_value_heads": 2, "intermediate_size": 2048, "vocab_size": 1000, "max_position_embeddings": 4096,
+           "mamba_n_heads": 32, "mamba_d_head": 64, "mamba_d_state": 128, "mamba_n_groups": 1, "mamba_expand": 2,
+           "mamba_d_conv": 4}
     with pytest.raises(ConfigError) as e:
-        vramlens.capacity(cfg, "sglang", gpu="H200-141GB", trace_fallback=False)
-    assert str(e.value) == msg
+        vramlens.capacity(cfg, "sglang", gpu="H200-141GB", version="0.5.4", trace_fallback=False)
+    assert str(e.value) == (
+        "granitemoehybrid is a hybrid model (1 attention and 3 mamba2 blocks): SGLang up to 0.5.3 keeps a recurrent "
+        "state only for Qwen3-Next's Gated DeltaNet (and from 0.5.3 Falcon-H1, model_runner.py is_hybrid_gdn), 0.5.4 "
+        "also for Nemotron-H (mamba2_config); it has no model class for GraniteMoeHybridForCausalLM in the releases "
+        "read: use --engine vllm")
 
 
 def test_an_unread_state_layout_is_refused():

@@ -1,6 +1,7 @@
-"""SGLang 0.5.2-0.5.3's pools for hybrid models (issue 15): the Gated DeltaNet branch of model_runner.py
+"""SGLang 0.5.2-0.5.4's pools for hybrid models (issue 15): the Gated DeltaNet branch of model_runner.py
 (``is_hybrid_gdn``: max_mamba_cache_size x mamba_cache_per_req out of the pool, a cell over the full-attention
-layers only, MambaPool with max_num_reqs + 1 slots) and the one-line refusals.
+layers only, MambaPool with max_num_reqs + 1 slots), 0.5.4's radix-cache sizing (mamba_full_memory_ratio) and its
+Nemotron-H (Mamba2), and the one-line refusals.
 
 Qwen3-Next-80B-A3B's shape (tests/serving/test_hybrid_capacity.py) with --no-trace-fallback: the generic weights,
 so the figures below pin SGLang's arithmetic from the weights vramlens gives, not the weights themselves.
@@ -15,7 +16,7 @@ import vramlens
 from vramlens.cli.main import main
 from vramlens.errors import ConfigError
 
-#: Nemotron-H's layout (Mamba2 "M", attention "*", MLP "-"), a hybrid SGLang 0.5.3 has no model class for.
+#: Nemotron-H's layout (Mamba2 "M", attention "*", MLP "-"): SGLang serves it from 0.5.4 (models/nemotron_h.py).
 NEMOTRON_H = {"architectures": ["NemotronHForCausalLM"], "model_type": "nemotron_h", "hidden_size": 4096,
               "num_hidden_layers": 7, "hybrid_override_pattern": "M-M*-M-", "num_attention_heads": 32,
               "num_key_value_heads": 8, "head_dim": 128, "intermediate_size": 8192, "vocab_size": 1000,
@@ -25,7 +26,7 @@ NEMOTRON_H = {"architectures": ["NemotronHForCausalLM"], "model_type": "nemotron
 
 def test_qwen3_next_tp2_h200_gdn_pools_worked_case():
     cap = vramlens.capacity(QWEN3_NEXT_80B, "sglang", gpu="H200-141GB", tp=2, trace_fallback=False)
-    assert cap.accounting == ("SGLang 0.5.3, hybrid GDN pools (model_runner.py profile_max_num_token is_hybrid_gdn, "
+    assert cap.accounting == ("SGLang 0.5.3, hybrid mamba pools (model_runner.py profile_max_num_token, "
                               "mem_cache/memory_pool.py MambaPool and HybridLinearKVPool)")
     # mamba_cache_per_req at tp 2: per linear layer conv (8,192 / 2 = 4,096, K - 1 = 3) x 2 B (bfloat16) = 24,576
     # + temporal (32 / 2 = 16, 128, 128) x 4 B (float32) = 1,048,576: 1,073,152 B; x 36 linear layers = 38,633,472
@@ -69,25 +70,54 @@ def test_qwen3_next_mamba_slots_follow_max_running_requests_and_cap_concurrency(
     assert (small.figure("max_mamba_cache_size"), small.figure("max_running_requests")) == (64, 64)
 
 
+def test_sglang_054_qwen3_next_sizes_the_mamba_pool_by_mamba_full_memory_ratio():
+    cap = vramlens.capacity(QWEN3_NEXT_80B, "sglang", gpu="H200-141GB", tp=2, version="0.5.4", trace_fallback=False,
+                            max_mamba_cache_size=64)
+    per_req = 38_633_472  # as at 0.5.3 (configs/mamba_utils.py Mamba2CacheParams: the same shapes and dtypes)
+    # the radix cache stays on: rest = 135,924,560,166 - 3,216,833,016 = 132,707,727,150 B; mamba memory
+    # rest x 0.9 / 1.9 = 62,861,028,650 B // 38,633,472 = 1,627 slots (--max-mamba-cache-size 64 is not read)
+    rest = cap.budget_bytes - cap.weights_bytes
+    assert rest == 132_707_727_150
+    assert cap.figure("max_mamba_cache_size") == 1_627
+    # (132,707,727,150 - 1,627 x 38,633,472) // 12,288 = 69,851,068,206 // 12,288
+    assert cap.kv_tokens == (rest - 1_627 * per_req) // 12_288 == 5_684_494
+    # MambaPool: max_mamba_cache_size + 1 = 1,628 slots; max_num_reqs = min(4,096, 1,627 // 3) = 542
+    assert cap.kv_cache_bytes == 5_684_494 * 12_288 + 1_628 * per_req
+    assert cap.figure("max_running_requests") == 542
+
+
+def test_sglang_054_nemotron_h_mamba2_worked_case():
+    cap = vramlens.capacity(NEMOTRON_H, "sglang", gpu="H100-SXM-80GB", version="0.5.4", trace_fallback=False)
+    # mamba2_cache_params at tp 1: conv dim = 128 x 64 + 2 x 8 groups x 128 = 10,240, conv (10,240, 3) x 2 B =
+    # 61,440; temporal (128, 64, 128) x 4 B (float32) = 4,194,304; 3 Mamba2 layers: 3 x 4,255,744 = 12,767,232 B
+    per_req = 3 * (10_240 * 3 * 2 + 128 * 64 * 128 * 4)
+    assert per_req == 12_767_232
+    # radix cache disabled (mamba2_config): max_mamba_cache_size 512; cell over the 1 attention layer:
+    # 8 KV heads x 128 x 1 x 2 x 2 B = 4,096 B
+    assert (cap.budget_bytes, cap.weights_bytes) == (71_059_651_952, 2_040_136_702)
+    # (71,059,651,952 - 2,040,136,702 - 512 x 12,767,232) // 4,096 = 62,482,692,466 // 4,096
+    assert cap.kv_tokens == (cap.budget_bytes - cap.weights_bytes - 512 * per_req) // 4_096 == 15_254_563
+    # MambaPool: max_mamba_cache_size + 1 = 513 slots: ssm 513 x 3 x 4,194,304 = 6,455,033,856 B = 6.01 GiB,
+    # conv 513 x 3 x 61,440 = 94,556,160 B = 0.09 GiB
+    assert cap.kv_cache_bytes == 15_254_563 * 4_096 + 513 * per_req == 69_032_280_064
+    assert (cap.figure("mamba_ssm_state_size"), cap.figure("mamba_conv_state_size")) == (6.01, 0.09)
+    assert (cap.figure("max_mamba_cache_size"), cap.figure("max_running_requests")) == (512, 512)
+
+
 def test_sglang_refuses_hybrids_it_does_not_serve_in_one_line():
     with pytest.raises(ConfigError) as e:
         vramlens.capacity(NEMOTRON_H, "sglang", gpu="H100-80GB", trace_fallback=False)
-    assert str(e.value) == (
-        "nemotron_h is a hybrid model (1 attention and 3 mamba2 blocks): SGLang up to 0.5.3 keeps a recurrent state "
-        "only for Qwen3-Next's Gated DeltaNet (and from 0.5.3 Falcon-H1, model_runner.py is_hybrid_gdn) and has no "
-        "model class for NemotronHForCausalLM; vramlens does not follow later releases' mamba pools: use --engine "
-        "vllm")
+    assert str(e.value) == ("nemotron_h is a hybrid model (1 attention and 3 mamba2 blocks): SGLang serves Nemotron-H "
+                            "from 0.5.4 (models/nemotron_h.py); pass --sglang-version 0.5.4")
     what = "qwen3_next is a hybrid model (12 attention and 36 gated_deltanet blocks): "
     with pytest.raises(ConfigError) as e:
         vramlens.capacity(QWEN3_NEXT_80B, "sglang", gpu="H200-141GB", tp=2, version="0.5.1", trace_fallback=False)
     assert str(e.value) == what + ("SGLang 0.5.1 has no hybrid Gated DeltaNet model (models/qwen3_next.py and the "
                                    "mamba pool arrive in 0.5.2): pass --sglang-version 0.5.2 or later")
     with pytest.raises(ConfigError) as e:
-        vramlens.capacity(QWEN3_NEXT_80B, "sglang", gpu="H200-141GB", tp=2, version="0.5.4", trace_fallback=False)
-    assert str(e.value) == what + (
-        "vramlens follows SGLang's hybrid pools as 0.5.2 and 0.5.3 size them; 0.5.4 is not read for hybrids "
-        "(sglang pull 11214's mamba radix cache and --mamba-full-memory-ratio change the pools after 0.5.3): pass "
-        "--sglang-version 0.5.3")
+        vramlens.capacity(QWEN3_NEXT_80B, "sglang", gpu="H200-141GB", tp=2, version="0.5.5", trace_fallback=False)
+    assert str(e.value) == what + ("vramlens follows SGLang's hybrid pools as 0.5.2 to 0.5.4 size them; 0.5.5 is not "
+                                   "read for hybrids: pass --sglang-version 0.5.4")
 
 
 def test_sglang_hybrid_settings_it_does_not_follow_are_refused_together():

@@ -82,24 +82,32 @@ all-reduce differ, see below):
   load after the target's pool. So the draft's weights and pool and the target's headroom come out of the
   (1 - mem_fraction_static) share, which SGLang's larger default reserve is for; over it, CUDA runs out of
   memory. The request-to-token table is num_draft_tokens longer (``extra_max_context_len``).
-- Hybrid Gated DeltaNet models (ServedModel.hybrid with mixer "gated_deltanet": Qwen3-Next), from 0.5.2,
-  the first release with models/qwen3_next.py (0.5.1.post3 has none), read in the 0.5.2 and 0.5.3 wheels
-  (:func:`gdn_pools`). model_runner.py: ``is_hybrid_gdn`` (architectures[0] Qwen3NextForCausalLM, its MTP
-  class, and FalconH1ForCausalLM from 0.5.3, whose layout vramlens does not read) disables the radix cache
-  and sets max_mamba_cache_size = --max-running-requests, else 512; ``profile_max_num_token`` counts only
-  the full-attention layers in the cell (``len(full_attention_layer_ids)``, every
-  ``full_attention_interval``-th block in SGLang's configs/qwen3_next.py; vramlens takes the layout's
-  attention blocks, from ``layer_types`` where the config has one, the same blocks in Qwen3-Next's
-  checkpoints) and first takes
-  max_mamba_cache_size x ``mamba_cache_per_req`` out of rest (configs/qwen3_next.py: per linear layer, conv
-  (conv_dim / tp, K - 1) in bfloat16, whatever the model dtype, + temporal (v_heads / tp, k_dim, v_dim) in
-  --mamba-ssm-dtype, float32 by default, server_args.py); ``init_memory_pool`` caps max_num_reqs at
-  max_mamba_cache_size, and HybridReqToTokenPool allocates the MambaPool (mem_cache/memory_pool.py) with
-  max_num_reqs + 1 slots per linear layer ("Mamba Cache is allocated. conv_state size ..., ssm_state size
-  ...") beside HybridLinearKVPool, an MHATokenToKVPool over the full-attention layers only. Refused in one
-  line: other mixers (Mamba2, Mamba1: no SGLang model class up to 0.5.3), releases before 0.5.2 or
-  after 0.5.3 (whose mamba radix cache and --mamba-full-memory-ratio are not read), pipeline parallelism, speculative decoding (MambaPool's per-draft-token intermediate caches are not
-  followed), a tp the GDN dimensions do not divide (SGLang's ``divide``).
+- Hybrid models (ServedModel.hybrid, vramlens.models.hybrid), from 0.5.2, the first release with
+  models/qwen3_next.py (0.5.1.post3 has none), read in the 0.5.2, 0.5.3 and 0.5.4 wheels (:func:`gdn_pools`).
+  0.5.2-0.5.3 serve Gated DeltaNet (Qwen3-Next): model_runner.py ``is_hybrid_gdn`` (architectures[0]
+  Qwen3NextForCausalLM, its MTP class, and FalconH1ForCausalLM from 0.5.3, whose layout vramlens does not
+  read) disables the radix cache and sets max_mamba_cache_size = --max-mamba-cache-size, else
+  --max-running-requests, else 512; ``profile_max_num_token`` counts only the full-attention layers in the
+  cell (``len(full_attention_layer_ids)``, every ``full_attention_interval``-th block in SGLang's
+  configs/qwen3_next.py; vramlens takes the layout's attention blocks, from ``layer_types`` where the config
+  has one, the same blocks in Qwen3-Next's checkpoints) and first takes max_mamba_cache_size x
+  ``mamba_cache_per_req`` out of rest (configs/qwen3_next.py: per linear layer, conv (conv_dim / tp, K - 1)
+  in bfloat16, whatever the model dtype, + temporal (v_heads / tp, k_dim, v_dim) in --mamba-ssm-dtype,
+  float32 by default, server_args.py); ``init_memory_pool`` caps max_num_reqs at max_mamba_cache_size, and
+  HybridReqToTokenPool allocates the MambaPool (mem_cache/memory_pool.py) with max_num_reqs + 1 slots per
+  linear layer ("Mamba Cache is allocated. conv_state size ..., ssm_state size ...") beside
+  HybridLinearKVPool, an MHATokenToKVPool over the full-attention layers only. 0.5.4 (configs/mamba_utils.py
+  ``Mamba2CacheParams``: the same shapes for Gated DeltaNet and Mamba2, groups extended to tp) adds
+  Nemotron-H (models/nemotron_h.py, ``mamba2_config``: radix cache disabled, the 0.5.3 sizing) and keeps the
+  radix cache on for Qwen3-Next, where ``handle_max_mamba_cache`` sizes the pool from the memory:
+  max_mamba_cache_size = int(rest x r / (1 + r) // mamba_cache_per_req), r = ``mamba_full_memory_ratio``
+  (0.9; --max-mamba-cache-size is not read on that path), max_num_reqs = min(its default,
+  max_mamba_cache_size // 3) (``MAMBA_CACHE_SIZE_MAX_RUNNING_REQUESTS_RATIO``); its MambaPool has
+  max_mamba_cache_size + 1 slots. 0.5.4's CUDA memory defaults (``_handle_gpu_memory_settings``) are 0.5.3's
+  (its additions are for NPUs). Refused in one line: Mamba1 hybrids and Mamba2 ones with no SGLang model
+  class (Jamba, Granite 4.0-H, Bamba), Nemotron-H before 0.5.4, releases before 0.5.2 or after 0.5.4,
+  pipeline parallelism, speculative decoding (MambaPool's per-draft-token intermediate caches and 0.5.4's
+  (1 + draft tokens) factor are not followed), a tp the state dimensions do not divide (SGLang's ``divide``).
 - Releases after 0.5.3 follow its rules. 0.5.23 (arg_groups/memory_hook.py
   ``handle_gpu_memory_settings``) adds 8 MiB per prefill CUDA graph size to 0.5.3's reserve and changes
   the defaults under 60 GiB (chunked_prefill_size 4096 from 20 GiB, cuda_graph_max_bs 48 under 35 GiB
@@ -108,7 +116,7 @@ all-reduce differ, see below):
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from math import prod
 
 from vramlens.allocator import CachingAllocator
@@ -142,14 +150,24 @@ ACCOUNTING_SWA = ("SGLang {version}, hybrid SWA pool (model_runner.py set_num_to
 #: server_args.py ``swa_full_tokens_ratio``: SWA-layer tokens per full-layer token in the hybrid pool.
 DEFAULT_SWA_FULL_TOKENS_RATIO = 0.8
 DEFAULT_PAGE_SIZE = 1
-ACCOUNTING_GDN = ("SGLang {version}, hybrid GDN pools (model_runner.py profile_max_num_token is_hybrid_gdn, "
+ACCOUNTING_GDN = ("SGLang {version}, hybrid mamba pools (model_runner.py profile_max_num_token, "
                   "mem_cache/memory_pool.py MambaPool and HybridLinearKVPool)")
 #: The first release with a hybrid (Gated DeltaNet) model, models/qwen3_next.py and the mamba pool
 #: (absent from the 0.5.1.post3 wheel, present in 0.5.2's).
 HYBRID_GDN_FROM = (0, 5, 2)
-#: The last release whose hybrid pools were read (later ones add sglang PR 11214's mamba radix cache and
-#: ``--mamba-full-memory-ratio``, docs/basic_usage/qwen3.md).
-HYBRID_GDN_UNTIL = (0, 5, 3)
+#: The first release read with SGLang PR 11214's mamba radix cache, ``--mamba-full-memory-ratio``,
+#: configs/mamba_utils.py ``Mamba2CacheParams`` and models/nemotron_h.py (the 0.5.4 wheel; 0.5.3 has none).
+MAMBA_RADIX_FROM = (0, 5, 4)
+#: The last release whose hybrid pools were read.
+HYBRID_GDN_UNTIL = (0, 5, 4)
+#: 0.5.4 server_args.py ``mamba_full_memory_ratio``: mamba state memory / full KV cache memory with the radix cache on.
+MAMBA_FULL_MEMORY_RATIO = 0.9
+#: 0.5.4 model_runner.py ``MAMBA_CACHE_SIZE_MAX_RUNNING_REQUESTS_RATIO``: mamba slots per running request with the
+#: radix cache on (max_num_reqs = max_mamba_cache_size // 3).
+MAMBA_SLOTS_PER_REQUEST_RADIX = 3
+#: Architectures of Mamba2 hybrids with an SGLang model class (0.5.4 ``mamba2_config``: NemotronHConfig and
+#: FalconH1Config; Falcon-H1's parallel layout is not read by vramlens.models.hybrid).
+MAMBA2_ARCHITECTURES = ("NemotronHForCausalLM",)
 #: model_runner.py ``__init__`` (0.5.2, 0.5.3): max_mamba_cache_size when neither it nor --max-running-requests is given.
 DEFAULT_MAX_MAMBA_CACHE_SIZE = 512
 #: server_args.py ``--mamba-ssm-dtype`` choices (default "float32") -> bytes of the temporal (recurrent) state.
@@ -428,8 +446,15 @@ def hybrid_pool(m: ServedModel, version: tuple[int, int, int]) -> bool:
 class GdnPools:
     """SGLang's pools for a hybrid Gated DeltaNet model on one rank (see the module docstring)."""
 
-    #: max_mamba_cache_size after model_runner.py's defaulting (what profile_max_num_token takes out)
+    #: max_mamba_cache_size after model_runner.py's defaulting (what profile_max_num_token takes out); 0 when
+    #: the radix cache is on (0.5.4 Gated DeltaNet): sized from the memory by mamba_full_memory_ratio
     cache_size: int
+    #: 0.5.4 keeps the radix cache for Gated DeltaNet models: max_mamba_cache_size from mamba_full_memory_ratio,
+    #: 3 slots per running request
+    radix: bool
+    #: 0.5.4: MambaPool has max_mamba_cache_size + 1 slots (HybridReqToTokenPool mamba_size); 0.5.2-0.5.3:
+    #: max_num_reqs + 1
+    pool_from_cache_size: bool
     #: mamba_cache_per_req: the conv and temporal state of one request over every linear layer, bytes
     per_req: int
     conv_per_req: int
@@ -442,13 +467,14 @@ class GdnPools:
 def gdn_pools(m: ServedModel, release: tuple[int, int, int], *, tp: int, pp: int, speculative: bool,
               max_running_requests: int | None, max_mamba_cache_size: int | None,
               mamba_ssm_dtype: str) -> tuple[GdnPools | None, list[str]]:
-    """The hybrid GDN pools of ``m`` in ``release`` (None for a model without recurrent state), or the
+    """The hybrid mamba pools of ``m`` in ``release`` (None for a model without recurrent state), or the
     problems that keep vramlens from following them, each in one line.
 
-    configs/qwen3_next.py ``hybrid_gdn_params`` / ``mamba_cache_per_req`` (0.5.2, 0.5.3): per linear layer
-    conv (conv_dim / tp, K - 1) x 2 B (bfloat16) + temporal (v_heads / tp, k_dim, v_dim) x the
-    --mamba-ssm-dtype bytes; model_runner.py: max_mamba_cache_size = --max-mamba-cache-size, else
-    --max-running-requests, else 512 (divided by dp_size under DP attention, not modelled).
+    configs/qwen3_next.py ``hybrid_gdn_params`` / ``mamba_cache_per_req`` (0.5.2, 0.5.3), configs/mamba_utils.py
+    ``Mamba2CacheParams`` (0.5.4): per state layer conv (conv_dim / tp, K - 1) x 2 B (bfloat16) + temporal
+    (heads / tp, head_dim, state) x the --mamba-ssm-dtype bytes; model_runner.py: max_mamba_cache_size =
+    --max-mamba-cache-size, else --max-running-requests, else 512 (divided by dp_size under DP attention, not
+    modelled), or with 0.5.4's radix cache (Gated DeltaNet) sized later from the memory (``cache_size`` 0 here).
     """
     h = m.hybrid
     bad_dtype = ([f"mamba_ssm_dtype={mamba_ssm_dtype!r} is not one of {', '.join(MAMBA_SSM_DTYPES)} "
@@ -457,18 +483,21 @@ def gdn_pools(m: ServedModel, release: tuple[int, int, int], *, tp: int, pp: int
         return None, bad_dtype  # server_args.py's choices apply whatever the model
     v = ".".join(map(str, release))
     what = f"{m.name} is a hybrid model ({h.n_attention} attention and {h.n_state} {h.mixer} blocks)"
-    if h.mixer != "gated_deltanet":
-        return None, [f"{what}: SGLang up to 0.5.3 keeps a recurrent state only for Qwen3-Next's Gated DeltaNet "
-                      "(and from 0.5.3 Falcon-H1, model_runner.py is_hybrid_gdn) and has no model class for "
-                      f"{m.architecture or 'this ' + h.mixer + ' hybrid'}; vramlens does not follow later releases' "
-                      "mamba pools: use --engine vllm"]
+    mamba2 = h.mixer == "mamba2" and m.architecture in MAMBA2_ARCHITECTURES
+    if h.mixer != "gated_deltanet" and not (mamba2 and release >= MAMBA_RADIX_FROM):
+        served = ("SGLang up to 0.5.3 keeps a recurrent state only for Qwen3-Next's Gated DeltaNet (and from 0.5.3 "
+                  "Falcon-H1, model_runner.py is_hybrid_gdn), 0.5.4 also for Nemotron-H (mamba2_config)"
+                  if not mamba2 else "SGLang serves Nemotron-H from 0.5.4 (models/nemotron_h.py)")
+        fix = ("pass --sglang-version 0.5.4" if mamba2 else
+               f"it has no model class for {m.architecture or 'this ' + h.mixer + ' hybrid'} in the releases read: "
+               "use --engine vllm")
+        return None, [f"{what}: {served}; {fix}"]
     if release < HYBRID_GDN_FROM:
         return None, [f"{what}: SGLang {v} has no hybrid Gated DeltaNet model (models/qwen3_next.py and the mamba "
                       "pool arrive in 0.5.2): pass --sglang-version 0.5.2 or later"]
     if release > HYBRID_GDN_UNTIL:
-        return None, [f"{what}: vramlens follows SGLang's hybrid pools as 0.5.2 and 0.5.3 size them; {v} is not "
-                      "read for hybrids (sglang pull 11214's mamba radix cache and --mamba-full-memory-ratio change "
-                      "the pools after 0.5.3): pass --sglang-version 0.5.3"]
+        return None, [f"{what}: vramlens follows SGLang's hybrid pools as 0.5.2 to 0.5.4 size them; {v} is not "
+                      "read for hybrids: pass --sglang-version 0.5.4"]
     p = []
     if pp > 1:
         p.append(f"pp={pp}: pipeline parallelism of a hybrid model is not modelled for SGLang (HybridLinearKVPool "
@@ -484,8 +513,12 @@ def gdn_pools(m: ServedModel, release: tuple[int, int, int], *, tp: int, pp: int
         return None, p
     conv, ssm = h.shapes(tp)
     conv_b, ssm_b = prod(conv) * GDN_CONV_STATE_BYTES, prod(ssm) * MAMBA_SSM_DTYPES[mamba_ssm_dtype]
-    size = max_mamba_cache_size or max_running_requests or DEFAULT_MAX_MAMBA_CACHE_SIZE
-    return GdnPools(cache_size=size, per_req=(conv_b + ssm_b) * h.n_state, conv_per_req=conv_b * h.n_state,
+    # 0.5.4 model_runner.py: a mamba2_config model (Nemotron-H) disables the radix cache ("model detected,
+    # disable radix cache"); Qwen3-Next keeps it (server_args.py disable_radix_cache False)
+    radix = release >= MAMBA_RADIX_FROM and h.mixer == "gated_deltanet"
+    size = 0 if radix else max_mamba_cache_size or max_running_requests or DEFAULT_MAX_MAMBA_CACHE_SIZE
+    return GdnPools(cache_size=size, radix=radix, pool_from_cache_size=release >= MAMBA_RADIX_FROM,
+                    per_req=(conv_b + ssm_b) * h.n_state, conv_per_req=conv_b * h.n_state,
                     ssm_per_req=ssm_b * h.n_state, ssm_dtype=mamba_ssm_dtype, n_linear=h.n_state,
                     n_full=h.n_attention), []
 
@@ -582,6 +615,11 @@ def sglang_capacity(m: ServedModel, gpu: GPU, *, gpus: int, tp: int, pp: int, co
     # 0.3.3-0.4.6 at tp > 1: torch's NCCL communicator of the default group, made after the figure was read
     late = late_communicator_bytes(release, gpu, tp)
     rest = int(total_free * mfs) - weights - late
+    if gdn is not None and gdn.radix and rest > 0:
+        # 0.5.4 handle_max_mamba_cache with the radix cache on: mamba memory / KV memory = mamba_full_memory_ratio,
+        # max_mamba_cache_size = int(rest x r / (1 + r) // mamba_cache_per_req) (--max-mamba-cache-size ignored)
+        gdn = replace(gdn, cache_size=int(rest * MAMBA_FULL_MEMORY_RATIO / (1 + MAMBA_FULL_MEMORY_RATIO)
+                                          // gdn.per_req))
     if gdn is not None:  # profile_max_num_token: rest_memory -= max_mamba_cache_size x mamba_cache_per_req
         rest -= gdn.cache_size * gdn.per_req
     kv_heads = kv_heads_per_gpu(m, tp)
@@ -621,8 +659,8 @@ def sglang_capacity(m: ServedModel, gpu: GPU, *, gpus: int, tp: int, pp: int, co
                                f"--swa-full-tokens-ratio (SGLang's default {DEFAULT_SWA_FULL_TOKENS_RATIO})"])
     max_num_reqs = max_running_requests or min(max(int(tokens / ctx_len * RUNNING_PER_CONTEXT),
                                                    DEFAULT_MAX_RUNNING_FLOOR), DEFAULT_MAX_RUNNING_CEIL)
-    if gdn is not None:  # init_memory_pool: min(max_num_reqs, max_mamba_cache_size)
-        max_num_reqs = min(max_num_reqs, gdn.cache_size)
+    if gdn is not None:  # init_memory_pool: min(max_num_reqs, max_mamba_cache_size // (3 with the radix cache, else 1))
+        max_num_reqs = max(1, min(max_num_reqs, gdn.cache_size // (MAMBA_SLOTS_PER_REQUEST_RADIX if gdn.radix else 1)))
     # tp_worker.py: min(max_total_num_tokens // 2, ReqToTokenPool size) unless given; the pool has max_num_reqs + 1
     # rows up to 0.4.3.post4, max_num_reqs from 0.4.8 (model_runner.py init_memory_pool)
     pool_rows = max_num_reqs + (1 if release < REQ_POOL_EXACT_FROM else 0)
@@ -633,7 +671,7 @@ def sglang_capacity(m: ServedModel, gpu: GPU, *, gpus: int, tp: int, pp: int, co
     conc = tokens / ctx
     # HybridReqToTokenPool: a MambaPool of max_num_reqs + 1 slots (one spare) per linear layer; each running
     # request holds one slot, so no more than max_num_reqs requests run whatever the KV pool holds
-    mamba_slots = max_num_reqs + 1 if gdn is not None else 0
+    mamba_slots = ((gdn.cache_size if gdn.pool_from_cache_size else max_num_reqs) + 1) if gdn is not None else 0
     mamba_bytes = mamba_slots * gdn.per_req if gdn is not None else 0
     if gdn is not None:
         conc = min(conc, max_num_reqs)
@@ -719,7 +757,8 @@ def sglang_capacity(m: ServedModel, gpu: GPU, *, gpus: int, tp: int, pp: int, co
         (f"hybrid SWA pool (set_num_tokens_hybrid_swa): the {profiled:,} tokens profiled over every layer split "
          f"into {tokens:,} full-layer and "
          f"{swa_tokens:,} sliding-layer tokens (swa_full_tokens_ratio {swa_full_tokens_ratio})",)
-        if swa is not None else ()) + (gdn_notes(m, gdn, tp=tp, max_num_reqs=max_num_reqs) if gdn is not None else ())
+        if swa is not None else ()) + (gdn_notes(m, gdn, tp=tp, max_num_reqs=max_num_reqs, slots=mamba_slots,
+                                                  given=max_mamba_cache_size) if gdn is not None else ())
     return Capacity(
         engine="sglang", accounting=(ACCOUNTING_GDN if gdn is not None else ACCOUNTING_SWA if swa is not None
                                      else ACCOUNTING).format(version=version),
@@ -735,21 +774,36 @@ def sglang_capacity(m: ServedModel, gpu: GPU, *, gpus: int, tp: int, pp: int, co
         draft_weights_bytes=draft_w, draft_kv_cache_bytes=draft_kv)
 
 
-def gdn_notes(m: ServedModel, g: GdnPools, *, tp: int, max_num_reqs: int) -> tuple[str, ...]:
-    """The hybrid GDN pools in words (what the log shows and what vramlens leaves out)."""
+def gdn_notes(m: ServedModel, g: GdnPools, *, tp: int, max_num_reqs: int, slots: int,
+              given: int | None) -> tuple[str, ...]:
+    """The hybrid mamba pools in words (what the log shows and what vramlens leaves out)."""
     h = m.hybrid
     assert h is not None
     conv, ssm = h.shapes(tp)
+    kind = "Gated DeltaNet" if h.mixer == "gated_deltanet" else "Mamba2"
+    if g.radix:
+        how = (f"mamba pool: the radix cache stays on (0.5.4), so handle_max_mamba_cache gives the mamba state "
+               f"{MAMBA_FULL_MEMORY_RATIO} / {1 + MAMBA_FULL_MEMORY_RATIO:.1f} of the pool's memory: max_mamba_cache_size "
+               f"{g.cache_size:,} slots of {g.per_req:,} B" + (f" (--max-mamba-cache-size {given:,} is ignored on this path)"
+                                                               if given else "")
+               + f"; max_num_reqs = min(its default, {g.cache_size:,} // {MAMBA_SLOTS_PER_REQUEST_RADIX}) = "
+               f"{max_num_reqs:,}; MambaPool allocates max_mamba_cache_size + 1 = {slots:,} slots")
+    else:
+        how = (f"mamba pool: profile_max_num_token takes max_mamba_cache_size {g.cache_size:,} x {g.per_req:,} B out of "
+               f"the pool's memory; MambaPool allocates "
+               + ("max_mamba_cache_size" if g.pool_from_cache_size else "max_num_reqs") + f" + 1 = {slots:,} slots "
+               f"(max_num_reqs = min(its default, max_mamba_cache_size) = {max_num_reqs:,}); no more than "
+               f"{max_num_reqs:,} requests run")
     return (
-        f"hybrid GDN: {g.n_full} full-attention layers keep the KV pool (HybridLinearKVPool), {g.n_linear} Gated "
-        f"DeltaNet layers a state per request slot: conv {'x'.join(map(str, conv))} x {GDN_CONV_STATE_BYTES} B "
-        f"(bfloat16) + temporal {'x'.join(map(str, ssm))} x {MAMBA_SSM_DTYPES[g.ssm_dtype]} B ({g.ssm_dtype}) = "
-        f"{g.per_req // g.n_linear:,} B per layer, {g.per_req:,} B per request (mamba_cache_per_req)",
-        f"mamba pool: profile_max_num_token takes max_mamba_cache_size {g.cache_size:,} x {g.per_req:,} B out of the "
-        f"pool's memory; MambaPool allocates max_num_reqs + 1 = {max_num_reqs + 1:,} slots (max_num_reqs = "
-        f"min(its default, max_mamba_cache_size)); no more than {max_num_reqs:,} requests run",
-        "hybrid GDN: SGLang disables the radix cache ('Hybrid GDN model detected, disable radix cache'); the Gated "
-        "DeltaNet kernels' own working set in a prefill is not modelled (the activation figure is the generic one)",
+        f"hybrid: {g.n_full} full-attention layers keep the KV pool (HybridLinearKVPool), {g.n_linear} {kind} layers "
+        f"a state per mamba slot: conv {'x'.join(map(str, conv))} x {GDN_CONV_STATE_BYTES} B (bfloat16) + temporal "
+        f"{'x'.join(map(str, ssm))} x {MAMBA_SSM_DTYPES[g.ssm_dtype]} B ({g.ssm_dtype}) = {g.per_req // g.n_linear:,} B "
+        f"per layer, {g.per_req:,} B per slot (mamba_cache_per_req)",
+        how,
+        ("hybrid: the radix cache stays on (scheduler.py MambaRadixCache for Gated DeltaNet models)"
+         if g.radix else "hybrid: SGLang disables the radix cache for this model (model_runner.py)")
+        + f"; the {kind} kernels' own working set in a prefill is not modelled (the activation figure is the "
+        "generic one)",
     )
 
 
