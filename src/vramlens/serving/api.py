@@ -82,7 +82,8 @@ def capacity(model: str | dict | ModelSpec | GGUFInfo | ServedModel, engine: str
             ``dtype`` ("auto", "float16", "bfloat16", "float32") and ``version`` (the release whose
             arithmetic to follow, "0.4" or later; default "0.19") and ``use_v1`` (VLLM_USE_V1 for 0.8-0.10);
             SGLang's ``version`` ("0.3.3" or later; default "0.5.3": its default mem_fraction_static,
-            chunked_prefill_size and the NCCL communicator 0.3.3-0.4.6 make after reading the free memory).
+            chunked_prefill_size and the NCCL communicator 0.3.3-0.4.6 make after reading the free memory);
+            SGLang's hybrid mamba pool: ``max_mamba_cache_size``, ``mamba_ssm_dtype`` ("float32", "bfloat16").
 
     Returns:
         A frozen Capacity (``.to_dict()`` for JSON).

@@ -554,9 +554,10 @@ def sglang_capacity(m: ServedModel, gpu: GPU, *, gpus: int, tp: int, pp: int, co
     Speculative decoding: ``speculative_algorithm`` and the three ``speculative_*`` sizes as SGLang takes
     them, ``draft`` the inventory of --speculative-draft-model-path (see :func:`sglang_speculative`).
 
-    A hybrid Gated DeltaNet model (Qwen3-Next, 0.5.2 on) gets the mamba pool of ``max_mamba_cache_size``
-    request slots (default --max-running-requests, else 512) with its temporal state in ``mamba_ssm_dtype``
-    ("float32" or "bfloat16"), see :func:`gdn_pools`.
+    A hybrid model (Qwen3-Next from 0.5.2, Nemotron-H in 0.5.4) gets the mamba pool of ``max_mamba_cache_size``
+    slots (default --max-running-requests, else 512; 0.5.4's Qwen3-Next: from the memory by
+    mamba_full_memory_ratio) with its temporal state in ``mamba_ssm_dtype`` ("float32" or "bfloat16"), see
+    :func:`gdn_pools`.
 
     Raises:
         ConfigError: settings SGLang refuses, a version before 0.3.3, or a hybrid model or setting vramlens
