@@ -129,8 +129,8 @@ def test_sglang_hybrid_settings_it_does_not_follow_are_refused_together():
         "full-attention layer): use --tp; speculative decoding on a hybrid model is not modelled for SGLang "
         "(MambaPool's per-draft-token intermediate ssm and conv caches): drop --speculative-algorithm; "
         "linear_num_value_heads 32, conv dim 8192 not divisible by tensor parallel size 3 (SGLang's "
-        "hybrid_gdn_params divides them over the ranks): choose another --tp; mamba_ssm_dtype='float16' is not one "
-        "of float32, bfloat16 (SGLang --mamba-ssm-dtype)")
+        "hybrid_gdn_params, Mamba2StateShape.create from 0.5.4, divides them over the ranks): choose another --tp; "
+        "mamba_ssm_dtype='float16' is not one of float32, bfloat16 (SGLang --mamba-ssm-dtype)")
 
 
 def test_the_cli_prints_the_mamba_pool_and_refuses_with_exit_2(tmp_path, capsys):

@@ -507,7 +507,8 @@ def gdn_pools(m: ServedModel, release: tuple[int, int, int], *, tp: int, pp: int
                  "intermediate ssm and conv caches): drop --speculative-algorithm")
     bad = h.tp_problem(tp)
     if bad:
-        p.append(f"{bad} (SGLang's hybrid_gdn_params divides them over the ranks): choose another --tp")
+        p.append(f"{bad} (SGLang's hybrid_gdn_params, Mamba2StateShape.create from 0.5.4, divides them over the "
+                 "ranks): choose another --tp")
     p += bad_dtype
     if p:
         return None, p
