@@ -156,19 +156,6 @@ def test_unmodelled_weights_are_the_meta_models_parameters(monkeypatch, tmp_path
     assert expected < GiB
 
 
-def test_a_recurrent_gguf_is_refused_for_llama_cpp():
-    from vramlens.advise.gguf_split import GGUFInfo
-
-    info = GGUFInfo(name="qwen3next.gguf", arch="qwen3next", n_layers=48, n_ctx_train=262144, n_embd=2048, n_head=16,
-                    n_head_kv=2, layer_bytes=(1,) * 48, input_bytes=1, output_bytes=1)
-    with pytest.raises(ConfigError) as e:
-        vramlens.capacity(info, "llama.cpp", gpu="H100-80GB")
-    assert str(e.value) == (
-        "qwen3next.gguf: GGUF architecture 'qwen3next' keeps a recurrent state per sequence (llama.cpp's "
-        "llama_memory_recurrent / llama_memory_hybrid), which vramlens does not model for llama.cpp; only its "
-        "attention layers would keep the KV cache counted here")
-
-
 def test_the_cli_refuses_a_hybrid_in_sglang_with_exit_2(tmp_path, capsys):
     cfg = tmp_path / "config.json"
     cfg.write_text(json.dumps(QWEN3_NEXT_80B))

@@ -22,6 +22,7 @@ from vramlens.advise.cost import BANDWIDTH_EFFICIENCY
 from vramlens.advise.place import CPU_BYTES_S
 from vramlens.errors import InputError
 from vramlens.hardware.gpu import GPU
+from vramlens.models.hybrid import HybridLayout
 
 #: llama.cpp's default KV-cache type is f16 (``--cache-type-k/-v f16``): 2 bytes per element.
 KV_BYTES = {"f16": 2, "f32": 4, "q8_0": 34 / 32, "q4_0": 18 / 32}
@@ -45,6 +46,9 @@ class GGUFInfo:
         output_bytes: output norm and output layer.
         quant_types: ggml type name -> tensor count (Q4_K, Q6_K, F16, ...).
         vocab: rows of the token embedding.
+        key_length: ``{arch}.attention.key_length`` (0: absent, n_embd / n_head as llama.cpp's default).
+        hybrid: the blocks' kinds and recurrent state sizes of a recurrent or hybrid architecture
+            (vramlens.advise.gguf_header reads them as llama.cpp's ``load_hparams`` does), None otherwise.
     """
 
     name: str
@@ -59,10 +63,13 @@ class GGUFInfo:
     output_bytes: int
     quant_types: dict[str, int] = field(default_factory=dict)
     vocab: int = 0
+    key_length: int = 0
+    hybrid: HybridLayout | None = None
 
     @property
     def head_dim(self) -> int:
-        return self.n_embd // max(1, self.n_head)
+        """``n_embd_head_k``: the header's key_length, else n_embd / n_head (src/llama-model.cpp load_hparams)."""
+        return self.key_length or self.n_embd // max(1, self.n_head)
 
     def kv_bytes_per_layer(self, n_ctx: int, cache_type: str = "f16") -> int:
         return int(2 * n_ctx * self.n_head_kv * self.head_dim * KV_BYTES[cache_type])

@@ -36,8 +36,9 @@ from dataclasses import dataclass
 from math import prod
 from typing import Any
 
-#: block kinds: "attention" keeps a KV cache, "state" a fixed recurrent state, "none" neither (MLP, MoE)
-ATTENTION, STATE, NONE = "attention", "state", "none"
+#: block kinds: "attention" keeps a KV cache, "state" a fixed recurrent state, "none" neither (MLP, MoE),
+#: "attention+state" both (Falcon-H1: attention and Mamba2 side by side in every block)
+ATTENTION, STATE, NONE, BOTH = "attention", "state", "none", "attention+state"
 #: config dtype names of ``mamba_ssm_cache_dtype`` -> vramlens dtypes
 _DTYPES = {"float32": "fp32", "float16": "fp16", "bfloat16": "bf16", "half": "fp16", "float": "fp32"}
 #: config.json fields that only state-space / linear-attention models have: a model with one of them that
@@ -50,8 +51,10 @@ _STATE_FIELDS = ("mamba_d_state", "ssm_state_size", "mamba_n_heads", "mamba_num_
 class HybridLayout:
     """Which blocks keep what, and the state one recurrent block keeps per request.
 
-    ``kinds``: one of ATTENTION, STATE, NONE per decoder block. ``mixer``: "gated_deltanet", "mamba2" or
-    "mamba1". The shape fields are the config's (whole model, before tensor parallelism).
+    ``kinds``: one of ATTENTION, STATE, NONE, BOTH per decoder block. ``mixer``: "gated_deltanet", "mamba2",
+    "mamba1", "short_conv" (LFM2: a conv state of ``intermediate`` channels, no ssm state) or "rwkv" (RWKV 6/7
+    as llama.cpp keeps it: ``token_shift`` rows of ``intermediate`` = n_embd values, and a wkv state of
+    n_embd x ``head_dim`` values). The shape fields are the config's (whole model, before tensor parallelism).
     """
 
     kinds: tuple[str, ...]
@@ -69,18 +72,33 @@ class HybridLayout:
     head_dim: int = 0
     state_size: int = 0
     ssm_dtype: str | None = None
+    # RWKV
+    token_shift: int = 0
 
     @property
     def n_attention(self) -> int:
-        return self.kinds.count(ATTENTION)
+        """Blocks with a KV cache (BOTH included)."""
+        return self.kinds.count(ATTENTION) + self.kinds.count(BOTH)
 
     @property
     def n_state(self) -> int:
-        return self.kinds.count(STATE)
+        """Blocks with a recurrent state (BOTH included)."""
+        return self.kinds.count(STATE) + self.kinds.count(BOTH)
+
+    def has_kv(self, i: int) -> bool:
+        return self.kinds[i] in (ATTENTION, BOTH)
+
+    def has_state(self, i: int) -> bool:
+        return self.kinds[i] in (STATE, BOTH)
 
     def shapes(self, tp: int) -> tuple[tuple[int, ...], tuple[int, ...]]:
-        """(conv state, ssm/recurrent state) shapes of one block on one of ``tp`` ranks, per request."""
+        """(conv state, ssm/recurrent state) shapes of one block on one of ``tp`` ranks, per request; ``()``
+        for a state the mixer does not keep (short_conv has no ssm state)."""
         k = self.conv_kernel - 1
+        if self.mixer == "short_conv":  # vLLM short_conv_state_shape: (L_cache - 1, hidden / tp)
+            return (k, self.intermediate // tp), ()
+        if self.mixer == "rwkv":  # llama.cpp n_embd_r = token_shift_count x n_embd, n_embd_s = n_embd x head size
+            return (self.token_shift, self.intermediate), (self.intermediate, self.head_dim)
         if self.mixer == "gated_deltanet":
             conv_dim = 2 * self.k_heads * self.k_dim + self.v_heads * self.v_dim
             return (k, conv_dim // tp), (self.v_heads // tp, self.v_dim, self.k_dim)
@@ -94,7 +112,15 @@ class HybridLayout:
         """Bytes of one block's state for one request on one rank (vLLM ``MambaSpec.page_size_bytes``
         before padding: the sum of each shape's elements x its dtype's bytes)."""
         conv, ssm = self.shapes(tp)
-        return prod(conv) * conv_b + prod(ssm) * ssm_b
+        return _numel(conv) * conv_b + _numel(ssm) * ssm_b
+
+    def llama_rs_values(self) -> tuple[int, int]:
+        """llama.cpp's ``n_embd_r()`` and ``n_embd_s()`` (src/llama-hparams.cpp): the values of one recurrent
+        block's r_l and s_l rows for one sequence, the tp-1 shapes' element counts: Mamba and Gated DeltaNet
+        (d_conv - 1) x (d_inner + 2 n_group d_state) and d_state x d_inner; LFM2 n_embd x (L_cache - 1) and
+        0; RWKV token_shift_count x n_embd and n_embd x head_size."""
+        conv, ssm = self.shapes(1)
+        return _numel(conv), _numel(ssm)
 
     def tp_problem(self, tp: int) -> str | None:
         """Why vLLM's ``divide`` would fail for ``tp`` (a dimension the ranks cannot split evenly), or None."""
@@ -104,6 +130,8 @@ class HybridLayout:
         elif self.mixer == "mamba2":
             g = self.n_groups + (0 if self.n_groups % tp == 0 else tp - self.n_groups)
             dims = {"mamba heads": self.n_heads, "conv dim": self.intermediate + 2 * g * self.state_size}
+        elif self.mixer == "short_conv":
+            dims = {"hidden size": self.intermediate}
         else:
             dims = {"mamba intermediate size": self.intermediate}
         bad = [f"{name} {v}" for name, v in dims.items() if v % tp]
@@ -179,6 +207,11 @@ def hybrid_layout(config: Mapping[str, Any] | None, n_layers: int) -> HybridLayo
     return None
 
 
+def _numel(shape: tuple[int, ...]) -> int:
+    """Elements of a state ``shape``; 0 for a state not kept (``()``)."""
+    return prod(shape) if shape else 0
+
+
 def _kinds_from_types(types: list[Any], n_layers: int) -> tuple[str, ...]:
     """``layer_types`` / ``layers_block_type`` entries -> block kinds."""
     attention = {"full_attention", "attention", "sliding_attention"}
@@ -186,4 +219,4 @@ def _kinds_from_types(types: list[Any], n_layers: int) -> tuple[str, ...]:
     return tuple(ATTENTION if t in attention else STATE if t in state else NONE for t in list(types)[:n_layers])
 
 
-__all__ = ["ATTENTION", "NONE", "STATE", "HybridLayout", "UnsupportedHybrid", "hybrid_layout"]
+__all__ = ["ATTENTION", "BOTH", "NONE", "STATE", "HybridLayout", "UnsupportedHybrid", "hybrid_layout"]
