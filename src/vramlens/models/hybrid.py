@@ -5,9 +5,10 @@ One home for the config fields of attention/state-space hybrids (the serving eng
 (``linear_attention`` Gated DeltaNet, ``full_attention``), Granite 4.0-H's ``layer_types``
 (``mamba`` / ``attention``), Bamba's ``attn_layer_indices``, Nemotron-H's ``hybrid_override_pattern``
 (``M`` Mamba2, ``*`` attention, ``-`` MLP, ``E`` MoE; transformers 5's ``layers_block_type``), Jamba's
-``attn_layer_period`` / ``attn_layer_offset``. Falcon-H1 (attention and Mamba2 side by side in every
-block), LFM2 (short convolutions), Zamba2 (shared attention blocks) and any other model with state-space
-fields are reported as ``unsupported`` so that the engines refuse them in one line.
+``attn_layer_period`` / ``attn_layer_offset``, Falcon-H1 (attention and Mamba2 side by side in every block:
+BOTH), LFM2's ``layer_types`` (``conv`` short convolutions, ``full_attention``; older configs
+``full_attn_idxs``). Zamba2 (shared attention blocks) and any other model with state-space fields are
+reported as ``unsupported`` so that the engines refuse them in one line.
 
 The state shapes of one block on one tensor-parallel rank are vLLM's ``MambaStateShapeCalculator``
 (vllm/model_executor/layers/mamba/mamba_utils.py, commit 02d710837549; the default "SD" conv layout,
@@ -21,6 +22,10 @@ no speculative tokens), fed from the config as each model's ``get_mamba_state_sh
   ssm (heads / tp, head_dim, N), N = the state size.
 - Mamba1 (jamba.py: intermediate = ``mamba_expand`` x hidden): conv (K - 1, intermediate / tp),
   ssm (intermediate / tp, N).
+- Falcon-H1 (falcon_h1.py at vllm-project/vllm 59e459897da4: Mamba2 with intermediate = ``mamba_d_ssm``, else
+  ``mamba_expand`` x hidden, ``mamba_n_groups``, ``mamba_n_heads``, ``mamba_d_head``, ``mamba_d_state``,
+  ``mamba_d_conv``; transformers' FalconH1Config defaults where absent).
+- LFM2 short convolutions (lfm2.py, ``short_conv_state_shape``): conv (``conv_L_cache`` - 1, hidden / tp) only.
 
 The dtypes are ``MambaStateDtypeCalculator``'s: the conv state in the cache dtype ("auto": the model
 dtype), the ssm/recurrent state in ``mamba_ssm_cache_dtype`` ("auto": the same); vLLM's
@@ -199,11 +204,27 @@ def hybrid_layout(config: Mapping[str, Any] | None, n_layers: int) -> HybridLayo
         kinds = tuple(ATTENTION if i % period == offset else STATE for i in range(L))
         return HybridLayout(kinds=kinds, mixer="mamba1", conv_kernel=ints("mamba_d_conv", default=4),
                             intermediate=ints("mamba_expand", default=2) * hidden, state_size=ints("mamba_d_state"))
-    if any(k in c for k in _STATE_FIELDS) or mt in ("zamba", "zamba2", "lfm2", "falcon_h1", "mamba", "mamba2",
+    if mt == "falcon_h1":  # every block runs attention and Mamba2 side by side (FalconH1ParallelHybrid)
+        d_ssm = c.get("mamba_d_ssm")
+        expand = c.get("mamba_expand", 2)
+        inner = d_ssm if isinstance(d_ssm, int) and d_ssm > 0 else int(expand * hidden)
+        return HybridLayout(kinds=(BOTH,) * L, mixer="mamba2", conv_kernel=ints("mamba_d_conv", default=4),
+                            intermediate=inner, n_groups=ints("mamba_n_groups", default=1),
+                            n_heads=ints("mamba_n_heads", default=128), head_dim=ints("mamba_d_head", default=64),
+                            state_size=ints("mamba_d_state", default=256))
+    if mt == "lfm2" and "conv_L_cache" in c:  # short convolutions ("conv") beside full attention
+        if isinstance(c.get("layer_types"), list):
+            kinds = _kinds_from_types(c["layer_types"], L)
+        else:
+            idx = set(c.get("full_attn_idxs") or ())
+            kinds = tuple(ATTENTION if i in idx else STATE for i in range(L))
+        return HybridLayout(kinds=kinds, mixer="short_conv", conv_kernel=ints("conv_L_cache", default=3),
+                            intermediate=hidden)
+    if any(k in c for k in _STATE_FIELDS) or mt in ("zamba", "zamba2", "lfm2", "mamba", "mamba2",
                                                     "falcon_mamba", "rwkv", "minimax", "kimi_linear"):
         raise UnsupportedHybrid(f"model_type {mt!r} keeps a recurrent (state-space or linear-attention) state whose "
                                 "layout vramlens does not read (it reads qwen3_next, granitemoehybrid, bamba, "
-                                "nemotron_h and jamba)")
+                                "nemotron_h, jamba, falcon_h1 and lfm2)")
     return None
 
 
@@ -215,7 +236,7 @@ def _numel(shape: tuple[int, ...]) -> int:
 def _kinds_from_types(types: list[Any], n_layers: int) -> tuple[str, ...]:
     """``layer_types`` / ``layers_block_type`` entries -> block kinds."""
     attention = {"full_attention", "attention", "sliding_attention"}
-    state = {"linear_attention", "mamba", "mamba2"}
+    state = {"linear_attention", "mamba", "mamba2", "conv"}
     return tuple(ATTENTION if t in attention else STATE if t in state else NONE for t in list(types)[:n_layers])
 
 
