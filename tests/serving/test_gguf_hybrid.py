@@ -124,3 +124,17 @@ def test_an_unread_recurrent_gguf_is_refused_for_llama_cpp():
         "llama_memory_recurrent / llama_memory_hybrid) whose layout vramlens does not read (it reads arwkv7, "
         "falcon-h1, granitehybrid, jamba, lfm2, lfm2moe, mamba, mamba2, nemotron_h, qwen3next, rwkv6, rwkv6qwen2, "
         "rwkv7); only its attention layers would keep the KV cache counted here")
+
+
+def test_place_counts_kv_cells_for_attention_blocks_only():
+    from vramlens.advise.gguf_split import split_layers
+    from vramlens.hardware.gpu import GPU
+
+    info = _info("qwen3next", 48, 2048, QWEN3NEXT)
+    gpu = GPU(name="test", memory_bytes=80 * 2**30, bandwidth_bytes_s=1e12, bf16_flops=1e14, fp16_flops=1e14,
+              fp32_flops=1e13, arch="hopper")
+    s = split_layers(info, gpu, n_ctx=4096)
+    # the blocks hold one 128-B norm here: every block and its cache go to the GPU, the output layer too:
+    # 12 attention blocks x 2 x 4,096 x 512 x 2 B + 36 Gated DeltaNet blocks x (24,576 + 524,288) x 4 B
+    assert s.n_gpu_layers == 49
+    assert s.gpu_bytes == 12 * 2 * 4096 * 512 * 2 + 36 * (24_576 + 524_288) * 4 + 128 + info.output_bytes
