@@ -68,6 +68,8 @@ def test_nemotron_h_kinds_from_per_layer_head_and_ffn_counts():
     # 1 attention block: 2 x 1,024 cells x 2 heads x (64 / 8 = 8) x 2 B = 65,536; 3 Mamba2 blocks x 2 sequences
     # x (960 + 4,096) x 4 B = 121,344
     assert cap.kv_cache_bytes == 65_536 + 121_344
+    moe = _info("nemotron_h_moe", 6, 64, keys).hybrid  # the MoE variant shares load_hparams' case
+    assert moe is not None and moe.kinds == h.kinds
 
 
 def test_falcon_h1_blocks_keep_kv_cells_and_recurrent_rows():
@@ -122,8 +124,8 @@ def test_an_unread_recurrent_gguf_is_refused_for_llama_cpp():
     assert str(e.value) == (
         "plamo2.gguf: GGUF architecture 'plamo2' keeps a recurrent state per sequence (llama.cpp's "
         "llama_memory_recurrent / llama_memory_hybrid) whose layout vramlens does not read (it reads arwkv7, "
-        "falcon-h1, granitehybrid, jamba, lfm2, lfm2moe, mamba, mamba2, nemotron_h, qwen3next, rwkv6, rwkv6qwen2, "
-        "rwkv7); only its attention layers would keep the KV cache counted here")
+        "falcon-h1, granitehybrid, jamba, lfm2, lfm2moe, mamba, mamba2, nemotron_h, nemotron_h_moe, qwen3next, "
+        "rwkv6, rwkv6qwen2, rwkv7); only its attention layers would keep the KV cache counted here")
 
 
 def test_place_counts_kv_cells_for_attention_blocks_only():

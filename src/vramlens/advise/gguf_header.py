@@ -283,7 +283,7 @@ RECURRENT_ONLY = frozenset({"mamba", "mamba2", "rwkv6", "rwkv6qwen2", "rwkv7", "
 #: the architectures laid out here -> their mixer (vramlens.models.hybrid.HybridLayout.mixer)
 GGUF_MIXERS = {
     "mamba": "mamba1", "jamba": "mamba1", "mamba2": "mamba2", "granitehybrid": "mamba2", "nemotron_h": "mamba2",
-    "falcon-h1": "mamba2", "qwen3next": "gated_deltanet", "lfm2": "short_conv", "lfm2moe": "short_conv",
+    "nemotron_h_moe": "mamba2", "falcon-h1": "mamba2", "qwen3next": "gated_deltanet", "lfm2": "short_conv", "lfm2moe": "short_conv",
     "rwkv6": "rwkv", "rwkv6qwen2": "rwkv", "rwkv7": "rwkv", "arwkv7": "rwkv",
 }
 
@@ -302,7 +302,9 @@ def _hybrid(r: _Reader, arch: str, kv: dict[str, Any], n_layers: int, n_embd: in
     - Block kinds: every block recurrent for Mamba, Mamba2 and RWKV; recurrent where the per-layer
       ``attention.head_count_kv`` is 0 for Jamba, granitehybrid and LFM2; for Nemotron-H recurrent where
       head_count_kv and ``feed_forward_length`` are both 0, attention where only feed_forward_length is
-      (``create_memory``'s filter_attn: not recurrent and n_ff 0), neither (MLP/MoE) else; Qwen3-Next
+      (``create_memory``'s filter_attn: not recurrent and n_ff 0), neither (MLP/MoE) else; nemotron_h_moe the
+      same (later llama.cpp shares load_hparams' case and src/models/nemotron-h.cpp's builder, 0aebd861, between
+      the two: MoE blocks have n_ff != 0; the exact commit that added it was not pinned); Qwen3-Next
       attention every ``full_attention_interval``-th block (llama.cpp 00342301 hard-codes 4, the key's value
       in every Qwen3-Next GGUF; later releases read the key); Falcon-H1 both in every block
       (``filter_attn`` and ``filter_recr`` true).
@@ -337,7 +339,7 @@ def _hybrid(r: _Reader, arch: str, kv: dict[str, Any], n_layers: int, n_embd: in
         kinds = tuple(ATTENTION if (i + 1) % every == 0 else STATE for i in range(n_layers))
     else:
         hkv = per_layer("attention.head_count_kv", kv.get(f"{arch}.attention.head_count", 0))
-        if arch == "nemotron_h":
+        if arch in ("nemotron_h", "nemotron_h_moe"):
             ff = per_layer("feed_forward_length", 0)
             kinds = tuple(NONE if f else STATE if h == 0 else ATTENTION for h, f in zip(hkv, ff, strict=True))
         else:

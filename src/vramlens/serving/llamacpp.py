@@ -20,7 +20,7 @@ size" / "KV self size = X MiB, K (f16): Y MiB, V (f16): Z MiB" and "CUDA0 comput
   softmax, RoPE and the residual adds in place, so the buffer is the largest set of f32 tensors
   alive at one node, not their sum (:func:`compute_buffer_bytes`).
 - Hybrid and recurrent models (ServedModel.hybrid, from a config: Qwen3-Next, Granite 4.0-H, Bamba, Nemotron-H,
-  Jamba; or from a GGUF of architecture qwen3next, granitehybrid, nemotron_h, jamba, falcon-h1, lfm2, lfm2moe,
+  Jamba; or from a GGUF of architecture qwen3next, granitehybrid, nemotron_h(_moe), jamba, falcon-h1, lfm2, lfm2moe,
   mamba, mamba2, rwkv6/7, whose header gives the block kinds and state sizes: vramlens.advise.gguf_header):
   ``llama_memory_hybrid`` (src/llama-model.cpp ``create_memory``) keeps the KV cells above for the attention
   blocks only and, for each recurrent block, ``llama_memory_recurrent``'s r_l and s_l rows of
@@ -33,7 +33,7 @@ size" / "KV self size = X MiB, K (f16): Y MiB, V (f16): Z MiB" and "CUDA0 comput
   attention blocks has no KQ phase). LFM2's short convolutions keep r_l only (n_embd_r() = n_embd x
   (L_cache - 1), n_embd_s() = 0), RWKV token_shift_count x n_embd and n_embd x head_size; a Falcon-H1 block
   keeps both its KV cells and its rows (``create_memory``: filter_attn and filter_recr true for every block).
-  A GGUF of another recurrent architecture (plamo2, kimi-linear, nemotron_h_moe: GGUF_RECURRENT_ARCHS) is refused.
+  A GGUF of another recurrent architecture (plamo2, kimi-linear: GGUF_RECURRENT_ARCHS) is refused.
 """
 
 from __future__ import annotations
