@@ -124,8 +124,8 @@ def test_an_unread_recurrent_gguf_is_refused_for_llama_cpp():
     assert str(e.value) == (
         "plamo2.gguf: GGUF architecture 'plamo2' keeps a recurrent state per sequence (llama.cpp's "
         "llama_memory_recurrent / llama_memory_hybrid) whose layout vramlens does not read (it reads arwkv7, "
-        "falcon-h1, granitehybrid, jamba, lfm2, lfm2moe, mamba, mamba2, nemotron_h, nemotron_h_moe, qwen3next, "
-        "rwkv6, rwkv6qwen2, rwkv7); only its attention layers would keep the KV cache counted here")
+        "falcon-h1, granitehybrid, jamba, lfm2, lfm2moe, mamba, mamba2, nemotron_h, nemotron_h_moe, qwen35, "
+        "qwen35moe, qwen3next, rwkv6, rwkv6qwen2, rwkv7); only its attention layers would keep the KV cache counted here")
 
 
 def test_place_counts_kv_cells_for_attention_blocks_only():
@@ -140,3 +140,20 @@ def test_place_counts_kv_cells_for_attention_blocks_only():
     # 12 attention blocks x 2 x 4,096 x 512 x 2 B + 36 Gated DeltaNet blocks x (24,576 + 524,288) x 4 B
     assert s.n_gpu_layers == 49
     assert s.gpu_bytes == 12 * 2 * 4096 * 512 * 2 + 36 * (24_576 + 524_288) * 4 + 128 + info.output_bytes
+
+
+def test_qwen35_gguf_against_a_published_recurrent_state_log():
+    """ggml-org/llama.cpp pull 23792 (comment by Stoney49th): a Qwen3.5 GGUF of 64 blocks and one MTP block at 3
+    sequences logs "llama_memory_recurrent: size = 448.88 MiB (3 cells, 65 layers, 3 seqs 0 rs_seq), R (f32):
+    16.88 MiB, S (f32): 432.00 MiB" and skips every 4th block and the MTP block. The header below has the sizes
+    those per-layer figures imply (48 value heads x 128 = 6,144 inner, 16 key heads of 128)."""
+    keys = {"attention.head_count": 24, "attention.head_count_kv": 4, "attention.key_length": 256,
+            "ssm.conv_kernel": 4, "ssm.inner_size": 6144, "ssm.state_size": 128, "ssm.time_step_rank": 48,
+            "ssm.group_count": 16, "full_attention_interval": 4, "nextn_predict_layers": 1}
+    info = _info("qwen35", 65, 5120, keys)
+    h = info.hybrid
+    # trunk of 64: 48 Gated DeltaNet blocks, 16 attention; the MTP block 64 neither
+    assert h is not None and (h.n_state, h.n_attention, h.kinds[63], h.kinds[64]) == (48, 16, "attention", "none")
+    cap = vramlens.capacity(info, "llama.cpp", gpu="H200-141GB", ctx_size=4096, parallel=3)
+    # R: 48 x 3 x 4 B x 3 x (6,144 + 2 x 16 x 128) = 16.875 MiB; S: 48 x 3 x 4 B x 128 x 6,144 = 432 MiB
+    assert (cap.figure("r_size_mib"), cap.figure("s_size_mib"), cap.figure("rs_size_mib")) == (16.88, 432.0, 448.88)

@@ -283,8 +283,9 @@ RECURRENT_ONLY = frozenset({"mamba", "mamba2", "rwkv6", "rwkv6qwen2", "rwkv7", "
 #: the architectures laid out here -> their mixer (vramlens.models.hybrid.HybridLayout.mixer)
 GGUF_MIXERS = {
     "mamba": "mamba1", "jamba": "mamba1", "mamba2": "mamba2", "granitehybrid": "mamba2", "nemotron_h": "mamba2",
-    "nemotron_h_moe": "mamba2", "falcon-h1": "mamba2", "qwen3next": "gated_deltanet", "lfm2": "short_conv", "lfm2moe": "short_conv",
-    "rwkv6": "rwkv", "rwkv6qwen2": "rwkv", "rwkv7": "rwkv", "arwkv7": "rwkv",
+    "nemotron_h_moe": "mamba2", "falcon-h1": "mamba2", "qwen3next": "gated_deltanet", "qwen35": "gated_deltanet",
+    "qwen35moe": "gated_deltanet", "lfm2": "short_conv", "lfm2moe": "short_conv", "rwkv6": "rwkv", "rwkv6qwen2": "rwkv",
+    "rwkv7": "rwkv", "arwkv7": "rwkv",
 }
 
 
@@ -306,7 +307,10 @@ def _hybrid(r: _Reader, arch: str, kv: dict[str, Any], n_layers: int, n_embd: in
       same (later llama.cpp shares load_hparams' case and src/models/nemotron-h.cpp's builder, 0aebd861, between
       the two: MoE blocks have n_ff != 0; the exact commit that added it was not pinned); Qwen3-Next
       attention every ``full_attention_interval``-th block (llama.cpp 00342301 hard-codes 4, the key's value
-      in every Qwen3-Next GGUF; later releases read the key); Falcon-H1 both in every block
+      in every Qwen3-Next GGUF; later releases read the key); Qwen3.5 (qwen35, qwen35moe: src/models/qwen35.cpp
+      at 06e514f6) the same keys and rule over the trunk, its ``nextn_predict_layers`` MTP blocks after it neither
+      recurrent nor cached (``n_layer_kv_from_start`` = the trunk; an ``attention.recurrent_layers`` array, which
+      that code would prefer, is not read: gguf-py 0.19 writes none); Falcon-H1 both in every block
       (``filter_attn`` and ``filter_recr`` true).
     """
     mixer = GGUF_MIXERS.get(arch)
@@ -334,9 +338,12 @@ def _hybrid(r: _Reader, arch: str, kv: dict[str, Any], n_layers: int, n_embd: in
         kinds = (STATE,) * n_layers
     elif arch == "falcon-h1":
         kinds = (BOTH,) * n_layers
-    elif arch == "qwen3next":
+    elif arch in ("qwen3next", "qwen35", "qwen35moe"):
         every = need("full_attention_interval", MAX_LAYERS, default=4)
-        kinds = tuple(ATTENTION if (i + 1) % every == 0 else STATE for i in range(n_layers))
+        # Qwen3.5's NextN/MTP blocks follow the trunk: neither recurrent nor in the main KV cache
+        mtp = need("nextn_predict_layers", n_layers - 1, minimum=0, default=0) if arch != "qwen3next" else 0
+        kinds = tuple(NONE if i >= n_layers - mtp else ATTENTION if (i + 1) % every == 0 else STATE
+                      for i in range(n_layers))
     else:
         hkv = per_layer("attention.head_count_kv", kv.get(f"{arch}.attention.head_count", 0))
         if arch in ("nemotron_h", "nemotron_h_moe"):

@@ -20,8 +20,8 @@ size" / "KV self size = X MiB, K (f16): Y MiB, V (f16): Z MiB" and "CUDA0 comput
   softmax, RoPE and the residual adds in place, so the buffer is the largest set of f32 tensors
   alive at one node, not their sum (:func:`compute_buffer_bytes`).
 - Hybrid and recurrent models (ServedModel.hybrid, from a config: Qwen3-Next, Granite 4.0-H, Bamba, Nemotron-H,
-  Jamba; or from a GGUF of architecture qwen3next, granitehybrid, nemotron_h(_moe), jamba, falcon-h1, lfm2, lfm2moe,
-  mamba, mamba2, rwkv6/7, whose header gives the block kinds and state sizes: vramlens.advise.gguf_header):
+  Jamba; or from a GGUF of architecture qwen3next, qwen35(moe), granitehybrid, nemotron_h(_moe), jamba, falcon-h1,
+  lfm2(moe), mamba, mamba2, rwkv6/7, whose header gives the block kinds and state sizes: vramlens.advise.gguf_header):
   ``llama_memory_hybrid`` (src/llama-model.cpp ``create_memory``) keeps the KV cells above for the attention
   blocks only and, for each recurrent block, ``llama_memory_recurrent``'s r_l and s_l rows of
   ``n_embd_r()`` = (ssm_d_conv - 1) x (ssm_d_inner + 2 ssm_n_group ssm_d_state) and ``n_embd_s()`` =
