@@ -104,9 +104,9 @@ def test_sglang_refuses_a_mamba2_hybrid_it_has_no_model_class_for():
     with pytest.raises(ConfigError) as e:
         vramlens.capacity(cfg, "sglang", gpu="H200-141GB", version="0.5.4", trace_fallback=False)
     assert str(e.value) == (
-        "granitemoehybrid is a hybrid model (1 attention and 3 mamba2 blocks): SGLang up to 0.5.3 keeps a recurrent "
-        "state only for Qwen3-Next's Gated DeltaNet (and from 0.5.3 Falcon-H1, model_runner.py is_hybrid_gdn), 0.5.4 "
-        "also for Nemotron-H (mamba2_config); it has no model class for GraniteMoeHybridForCausalLM in the releases "
+        "granitemoehybrid is a hybrid model (1 attention and 3 mamba2 blocks): SGLang up to 0.5.4 keeps a recurrent "
+        "state for Qwen3-Next's Gated DeltaNet, from 0.5.3 for Falcon-H1 and from 0.5.4 for Nemotron-H only; it has "
+        "no model class for GraniteMoeHybridForCausalLM in the releases "
         "read: use --engine vllm")
 
 

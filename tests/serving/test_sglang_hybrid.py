@@ -104,11 +104,35 @@ def test_sglang_054_nemotron_h_mamba2_worked_case():
     assert (cap.figure("max_mamba_cache_size"), cap.figure("max_running_requests")) == (512, 512)
 
 
+def test_sglang_053_falcon_h1_takes_the_gdn_pools_with_attention_and_mamba2_in_every_block():
+    from test_hybrid_capacity import FALCON_H1
+
+    cap = vramlens.capacity(FALCON_H1, "sglang", gpu="H100-SXM-80GB", trace_fallback=False)
+    # 0.5.3 is_hybrid_gdn lists FalconH1ForCausalLM; configs/falcon_h1.py hybrid_gdn_params at tp 1: conv dim =
+    # mamba_d_ssm 3,072 + 2 x 1 group x 256 = 3,584, conv (3,584, 3) x 2 B = 21,504; temporal (256, 128, 24) x 4 B =
+    # 3,145,728; mamba in all 4 layers: 4 x 3,167,232 = 12,668,928 B per slot
+    per_req = 4 * (3_584 * 3 * 2 + 256 * 128 * 24 * 4)
+    assert per_req == 12_668_928
+    # attention in all 4 layers too: cell 2 KV heads x 128 x 4 x 2 x 2 B = 4,096 B; radix cache off, 512 slots:
+    # (71,059,651,952 - 534,774,784 - 512 x 12,668,928) // 4,096 = 64,038,386,032 // 4,096
+    assert (cap.budget_bytes, cap.weights_bytes, cap.kv_bytes_per_token) == (71_059_651_952, 534_774_784, 4_096)
+    assert cap.kv_tokens == 15_634_371
+    assert cap.kv_cache_bytes == 15_634_371 * 4_096 + 513 * per_req == 70_537_543_680
+    assert (cap.figure("max_mamba_cache_size"), cap.figure("max_running_requests")) == (512, 512)
+    # 0.5.4's mamba2_config (FalconH1Config) keeps the radix cache off: the same pools
+    again = vramlens.capacity(FALCON_H1, "sglang", gpu="H100-SXM-80GB", trace_fallback=False, version="0.5.4")
+    assert (again.kv_tokens, again.kv_cache_bytes) == (cap.kv_tokens, cap.kv_cache_bytes)
+    with pytest.raises(ConfigError) as e:
+        vramlens.capacity(FALCON_H1, "sglang", gpu="H100-SXM-80GB", trace_fallback=False, version="0.5.2")
+    assert str(e.value) == ("falcon_h1 is a hybrid model (4 attention and 4 mamba2 blocks): SGLang serves Falcon-H1 "
+                            "from 0.5.3 (models/falcon_h1.py); pass --sglang-version 0.5.3 or later")
+
+
 def test_sglang_refuses_hybrids_it_does_not_serve_in_one_line():
     with pytest.raises(ConfigError) as e:
         vramlens.capacity(NEMOTRON_H, "sglang", gpu="H100-80GB", trace_fallback=False)
     assert str(e.value) == ("nemotron_h is a hybrid model (1 attention and 3 mamba2 blocks): SGLang serves Nemotron-H "
-                            "from 0.5.4 (models/nemotron_h.py); pass --sglang-version 0.5.4")
+                            "from 0.5.4 (models/nemotron_h.py); pass --sglang-version 0.5.4 or later")
     what = "qwen3_next is a hybrid model (12 attention and 36 gated_deltanet blocks): "
     with pytest.raises(ConfigError) as e:
         vramlens.capacity(QWEN3_NEXT_80B, "sglang", gpu="H200-141GB", tp=2, version="0.5.1", trace_fallback=False)

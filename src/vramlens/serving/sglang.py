@@ -165,9 +165,12 @@ MAMBA_FULL_MEMORY_RATIO = 0.9
 #: 0.5.4 model_runner.py ``MAMBA_CACHE_SIZE_MAX_RUNNING_REQUESTS_RATIO``: mamba slots per running request with the
 #: radix cache on (max_num_reqs = max_mamba_cache_size // 3).
 MAMBA_SLOTS_PER_REQUEST_RADIX = 3
-#: Architectures of Mamba2 hybrids with an SGLang model class (0.5.4 ``mamba2_config``: NemotronHConfig and
-#: FalconH1Config; Falcon-H1's parallel layout is not read by vramlens.models.hybrid).
-MAMBA2_ARCHITECTURES = ("NemotronHForCausalLM",)
+#: Mamba2 hybrids with an SGLang model class, and the first release read that serves each: Falcon-H1 from 0.5.3
+#: (models/falcon_h1.py; 0.5.3's ``is_hybrid_gdn`` lists FalconH1ForCausalLM, so it takes Qwen3-Next's pools with
+#: configs/falcon_h1.py ``hybrid_gdn_params``: conv (conv_dim / tp, K - 1) in bfloat16, temporal (d_state, d_head,
+#: heads / tp) in --mamba-ssm-dtype, attention and mamba in every layer), Nemotron-H from 0.5.4; 0.5.4's
+#: ``mamba2_config`` (FalconH1Config, NemotronHConfig) disables the radix cache for both.
+MAMBA2_ARCHITECTURES = {"FalconH1ForCausalLM": (0, 5, 3), "NemotronHForCausalLM": (0, 5, 4)}
 #: model_runner.py ``__init__`` (0.5.2, 0.5.3): max_mamba_cache_size when neither it nor --max-running-requests is given.
 DEFAULT_MAX_MAMBA_CACHE_SIZE = 512
 #: server_args.py ``--mamba-ssm-dtype`` choices (default "float32") -> bytes of the temporal (recurrent) state.
@@ -483,14 +486,18 @@ def gdn_pools(m: ServedModel, release: tuple[int, int, int], *, tp: int, pp: int
         return None, bad_dtype  # server_args.py's choices apply whatever the model
     v = ".".join(map(str, release))
     what = f"{m.name} is a hybrid model ({h.n_attention} attention and {h.n_state} {h.mixer} blocks)"
-    mamba2 = h.mixer == "mamba2" and m.architecture in MAMBA2_ARCHITECTURES
-    if h.mixer != "gated_deltanet" and not (mamba2 and release >= MAMBA_RADIX_FROM):
-        served = ("SGLang up to 0.5.3 keeps a recurrent state only for Qwen3-Next's Gated DeltaNet (and from 0.5.3 "
-                  "Falcon-H1, model_runner.py is_hybrid_gdn), 0.5.4 also for Nemotron-H (mamba2_config)"
-                  if not mamba2 else "SGLang serves Nemotron-H from 0.5.4 (models/nemotron_h.py)")
-        fix = ("pass --sglang-version 0.5.4" if mamba2 else
-               f"it has no model class for {m.architecture or 'this ' + h.mixer + ' hybrid'} in the releases read: "
-               "use --engine vllm")
+    first = MAMBA2_ARCHITECTURES.get(m.architecture or "") if h.mixer == "mamba2" else None
+    if h.mixer != "gated_deltanet" and not (first and release >= first):
+        if first:
+            name = "Falcon-H1" if m.architecture == "FalconH1ForCausalLM" else "Nemotron-H"
+            f = ".".join(map(str, first))
+            served, fix = f"SGLang serves {name} from {f} (models/{name.lower().replace('-', '_')}.py)", (
+                f"pass --sglang-version {f} or later")
+        else:
+            served = ("SGLang up to 0.5.4 keeps a recurrent state for Qwen3-Next's Gated DeltaNet, from 0.5.3 for "
+                      "Falcon-H1 and from 0.5.4 for Nemotron-H only")
+            fix = (f"it has no model class for {m.architecture or 'this ' + h.mixer + ' hybrid'} in the releases "
+                   "read: use --engine vllm")
         return None, [f"{what}: {served}; {fix}"]
     if release < HYBRID_GDN_FROM:
         return None, [f"{what}: SGLang {v} has no hybrid Gated DeltaNet model (models/qwen3_next.py and the mamba "
