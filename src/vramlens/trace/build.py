@@ -145,9 +145,10 @@ def _hf_config(cfg: dict):
     if not model_type:
         raise InputError("config has no model_type: trace needs the model's config.json fields")
     kwargs = {k: _special_floats(v) for k, v in cfg.items() if k not in _DROP_KEYS}
+    errors: tuple[type[Exception], ...] = (ValueError, KeyError, TypeError, *_strict_dataclass_errors())
     try:
         return AutoConfig.for_model(model_type, **kwargs)
-    except (ValueError, KeyError, TypeError, *_strict_dataclass_errors()) as e:
+    except errors as e:
         raise TraceError(
             f"transformers cannot build a config for model_type={model_type!r} ({e}); "
             "use the analytic `vramlens estimate` instead"
