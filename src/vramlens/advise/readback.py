@@ -270,7 +270,7 @@ def _torchtitan_fp8(c: Mapping[str, Any]) -> dict[str, Any]:
         return {"fp8": True, "fp8_recipe": c.get("mx", {}).get("recipe_name", "mxfp8_cublas")}
     if "float8" in converters:
         return {"fp8": True, "fp8_recipe": c.get("float8", {}).get("recipe_name", "tensorwise")}
-    return {"fp8": False}
+    return {"fp8": False, "fp8_recipe": "tensorwise"}
 
 
 def _torchtitan_compile(comp: Mapping[str, Any]) -> dict[str, Any]:
