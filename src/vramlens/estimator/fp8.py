@@ -46,8 +46,11 @@ The recipes (``--fp8-recipe``, Workload.fp8_recipe; torchtitan's ``--float8.reci
   and the saved input for grad_weight one per column (``dim=0``: 4*n and 4*k). Both backward GEMMs run without fast
   accumulation, where float8_ops.py ``addmm_float8_unwrapped`` calls the tensorwise kernel and scales the output
   afterwards by ``a_inverse_scale * b_inverse_scale``, an fp32 tensor of the output's shape (4*b*s*k for
-  grad_input): smaller than the saved input's cast (9 bytes per element) that follows it, so the down
-  projection's backward peak is the tensorwise one with the vectors of scales (:func:`down_backward`).
+  grad_input, 4*n*k for grad_weight): grad_input's is smaller than the saved input's cast (9 bytes per element)
+  that follows it, so the down projection's backward peak is the tensorwise one with the vectors of scales
+  (:func:`down_backward`) unless b*s is small against the weight, where grad_weight's GEMM (the two float8
+  operands, float8_ops.py ``preprocess_addmm``'s row-major copies of both, the fp32 scaling and grad_weight) is
+  larger. (Tensorwise runs the same copies without the scaling; that moment is not counted for it.)
 * ``rowwise_with_gw_hp``: rowwise casts for the forward and for grad_input's incoming gradient, a tensorwise
   cast of the weight for grad_input (``cast_config_weight_for_grad_input``, whose scale float8_ops.py
   ``preprocess_addmm`` repeats to one per column, 4*k bytes), and no cast at all for grad_weight (its two configs
@@ -147,19 +150,35 @@ def _linear_backward(w: Workload, t: int, k: int, n: int) -> int:
         # casts (CUDA kernel) and grad_weight (n x k, bf16)
         return go + max(MX_CAST_PEAK // 4 * _r(4 * t * n), _mx(t * n) + _mx(n * k) + _r(2 * t * k) + _mx(t * n) + _mx(t * k)
                         + _r(2 * n * k))
-    cast_go = 2 * _r(4 * t * n) + _r(t * n) + _scale(w, t)  # the gradient's first cast in progress (9 B per element)
+    rowwise = w.fp8_recipe in ("rowwise", "rowwise_with_gw_hp")
+    s_t = _scale(w, t)  # the gradient's cast for grad_input: one scale per token row under the rowwise recipes
+    # the weight's cast for grad_input: one per input column under rowwise; tensorwise under rowwise_with_gw_hp,
+    # whose scale preprocess_addmm repeats to one per column (4*k bytes) beside the rowwise gradient's
+    s_w = _r(4 * k) if w.fp8_recipe == "rowwise" else _r(4)
+    go0 = _r(t * n) + s_t
+    wt = _r(n * k) + s_w + (_r(4 * k) if w.fp8_recipe == "rowwise_with_gw_hp" else 0)
+    gi = _r(2 * t * k)
+    moments = [
+        2 * _r(4 * t * n) + _r(t * n) + s_t,    # the gradient's first cast in progress (9 B per element)
+        go0 + 2 * _r(4 * n * k) + _r(n * k) + s_w,  # then the weight's
+        # the grad_input GEMM: preprocess_addmm's row-major copy of the transposed float8 weight
+        # (``b_data.t().contiguous().t()``), the rowwise recipes' fp32 output scaling, grad_input (bf16)
+        go0 + wt + _r(n * k) + (2 * _r(4) + _r(4 * t * k) if rowwise else 0) + gi,
+    ]
     if w.fp8_recipe == "rowwise_with_gw_hp":
-        # the gradient's rowwise cast, then the weight's tensorwise cast and its scale repeated per column
-        # (preprocess_addmm), the two unit scales, grad_input's fp32 output scaling (t x k) and grad_input;
-        # grad_weight then (bf16 matmul, n x k) once the scaling is freed
-        held = go + _r(t * n) + _r(4 * t) + _r(n * k) + _r(4) + _r(4 * k)
-        return max(go + cast_go,
-                   held + max(2 * _r(4) + _r(4 * t * k) + _r(2 * t * k), _r(2 * t * k) + _r(2 * n * k)))
-    # tensorwise and rowwise: the gradient's cast for grad_input and the weight's, grad_input (bf16), then the
-    # gradient cast again for grad_weight (9 B per element of t x n) or, after it, the saved input's (of t x k)
-    held = go + _r(t * n) + _scale(w, t) + _r(n * k) + _scale(w, k) + _r(2 * t * k)
-    return held + max(2 * _r(4 * t * n) + _r(t * n) + _scale(w, n),
-                      _r(t * n) + _scale(w, n) + 2 * _r(4 * t * k) + _r(t * k) + _scale(w, k))
+        moments.append(go0 + wt + gi + _r(2 * n * k))  # grad_weight: a bf16 matmul of the gradient and the saved input
+        return go + max(moments)
+    go1 = _r(t * n) + _scale(w, n)  # the gradient's cast for grad_weight (one scale per column under rowwise)
+    xin = _r(t * k) + _scale(w, k)  # the saved input's
+    moments += [
+        go0 + wt + gi + 2 * _r(4 * t * n) + _r(t * n) + _scale(w, n),
+        go0 + wt + gi + go1 + 2 * _r(4 * t * k) + _r(t * k) + _scale(w, k),
+        # the grad_weight GEMM: the copies of the transposed gradient (``a_data.contiguous()``) and of the input,
+        # the fp32 output scaling (n x k, rowwise), grad_weight (bf16)
+        go0 + wt + gi + go1 + xin + _r(t * n) + _r(t * k) + (2 * _r(4) + _r(4 * n * k) if rowwise else 0)
+        + _r(2 * n * k),
+    ]
+    return go + max(moments)
 
 
 def _mlp_dims(spec: ModelSpec, w: Workload, tp: int) -> tuple[int, int] | None:
@@ -180,14 +199,7 @@ def down_backward(spec: ModelSpec, w: Workload, b: int, s: int, tp: int = 1) -> 
     t = b * s
     if tp > 1:
         return _down_backward_tp(h, f, t, tp, DTYPE_BYTES[w.compute_dtype])
-    if w.fp8_recipe != "tensorwise":
-        return _linear_backward(w, t, f, h)
-    scale = _r(4)  # one fp32 scalar per cast (tensorwise), each its own 512-byte block
-    return (_r(2 * t * h)            # the incoming gradient (bf16)
-            + 2 * (_r(t * h) + scale)  # its two float8 casts (for grad_input and for grad_weight)
-            + _r(h * f) + scale        # the weight's float8 cast for grad_input
-            + _r(2 * t * f)            # grad_input (bf16)
-            + 2 * _r(4 * t * f) + _r(t * f) + scale)  # the saved input's cast: product, clamp, float8
+    return _linear_backward(w, t, f, h)
 
 
 def _down_backward_tp(h: int, f: int, t: int, tp: int, c: int) -> int:
@@ -244,14 +256,7 @@ def gate_up_backward(spec: ModelSpec, w: Workload, b: int, s: int, tp: int = 1) 
     if tp > 1:
         return _gate_up_backward_tp(h, f, t, tp, DTYPE_BYTES[w.compute_dtype]) if spec.gated_mlp else 0
     waiting = _r(2 * t * h) + (_r(2 * t * f) if spec.gated_mlp else 0)  # the residual gradient, the other branch's
-    if w.fp8_recipe != "tensorwise":
-        return waiting + _linear_backward(w, t, h, f)
-    scale = _r(4)
-    return (waiting
-            + _r(2 * t * f)                                 # the incoming gradient (bf16)
-            + _r(t * f) + scale + _r(h * f) + scale         # its float8 cast for grad_input, the weight's
-            + _r(2 * t * h)                                 # grad_input (bf16)
-            + 2 * _r(4 * t * f) + _r(t * f) + scale)        # the incoming gradient cast again (grad_weight)
+    return waiting + _linear_backward(w, t, h, f)
 
 
 def tp_saved_delta(spec: ModelSpec, w: Workload, b: int, s: int, tp: int, *, o_input_copied: bool = False) -> int:

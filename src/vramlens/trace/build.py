@@ -858,10 +858,11 @@ def convert_fp8(model: nn.Module, recipe: str = "tensorwise") -> str:
     torchtitan's default recipe). It runs under fake tensors on the CPU as it is (``torch._scaled_mm`` has a fake
     implementation, rowwise scales included: torch/_meta_registrations.py ``meta_scaled_mm``), so ``emulate``
     stays False. MX training (mxfp8_*) is refused: torchao 0.18 has no MXLinear for dense linears (its
-    prototype/mx_formats keeps the inference workflow; MX training there is the MoE ops' only)."""
+    prototype/mx_formats has the inference workflow; its MX training config, moe_training's MXFP8TrainingOpConfig,
+    is for MoE experts)."""
     if recipe.startswith("mx"):
-        raise TraceError(f"fp8_recipe={recipe}: the installed torchao has no MX training for nn.Linear (MXLinear left "
-                         "prototype/mx_formats after 0.13): use `vramlens estimate` for it")
+        raise TraceError(f"fp8_recipe={recipe} is not traced: the tracer runs torchao 0.18's float8 recipes, and 0.18 has "
+                         "no MX training for nn.Linear (0.13's MXLinear): use `vramlens estimate` for it")
     try:
         from torchao.float8 import Float8LinearConfig, convert_to_float8_training
     except Exception as e:  # noqa: BLE001 - torchao fails to import in several ways

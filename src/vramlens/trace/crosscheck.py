@@ -335,12 +335,15 @@ TECHNIQUE_ROWS: tuple[tuple[str, dict[str, Any]], ...] = (
     ("llama-3-8b", {"mode": "train", "method": "full", "attention": "sdpa", "checkpointing": "selective-op",
                     "dtype": "bf16", "fp8": True, "loss": "fused-linear", "batch": 2, "seq": 512}),
     # torchao's rowwise recipes (Float8LinearConfig.from_recipe_name): rowwise adds the vectors of scales to the
-    # tensorwise casts; rowwise_with_gw_hp casts neither operand of grad_weight (its peak: the gradient's first cast)
+    # tensorwise casts; rowwise_with_gw_hp casts neither operand of grad_weight (its peaks: the gradient's first cast,
+    # and under full checkpointing the recomputed forward's cast of the down projection's input)
     ("llama-3-8b", {"mode": "train", "method": "full", "attention": "sdpa", "checkpointing": "none", "dtype": "bf16",
                     "fp8": True, "fp8_recipe": "rowwise", "loss": "fused-linear", "batch": 2, "seq": 512}),
     ("llama-3-8b", {"mode": "train", "method": "full", "attention": "sdpa", "checkpointing": "full", "dtype": "bf16",
                     "fp8": True, "fp8_recipe": "rowwise", "loss": "fused-linear", "batch": 2, "seq": 512}),
     ("llama-3-8b", {"mode": "train", "method": "full", "attention": "sdpa", "checkpointing": "none", "dtype": "bf16",
+                    "fp8": True, "fp8_recipe": "rowwise_with_gw_hp", "loss": "fused-linear", "batch": 2, "seq": 512}),
+    ("llama-3-8b", {"mode": "train", "method": "full", "attention": "sdpa", "checkpointing": "full", "dtype": "bf16",
                     "fp8": True, "fp8_recipe": "rowwise_with_gw_hp", "loss": "fused-linear", "batch": 2, "seq": 512}),
     # activation offloading (torchtune OffloadActivations, its defaults: streams, 5-tensor stash, >= 1 KiB)
     ("llama-2-7b", {"mode": "train", "method": "full", "attention": "sdpa", "checkpointing": "none", "dtype": "bf16",
