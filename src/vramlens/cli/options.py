@@ -140,7 +140,8 @@ def add_workload_args(p: argparse.ArgumentParser) -> None:
                    help="copy saved activations to pinned host memory as they are saved and bring them back in "
                         "backward (torchtune OffloadActivations); the host RAM shows in host_bytes")
     g.add_argument("--fp8", action="store_true",
-                   help="FP8 training with torchao's Float8Linear (torchtitan [float8], tensorwise scaling): "
+                   help="FP8 training with torchao's Float8Linear (torchtitan [float8], tensorwise scaling; other "
+                        "recipes: --fp8-recipe): "
                         "bf16 full training; the casts add transients, the saved activations stay bf16")
     g.add_argument("--fp8-recipe", choices=W.FP8_RECIPES, default=None,
                    help="the float8 recipe (implies --fp8), as torchtitan's --float8.recipe_name / --mx.recipe_name "
