@@ -228,7 +228,15 @@ def test_torchao_float8_training_rows(rows):
     assert CASES[h100.id].settings["compile_scope"] == "blocks"
     assert CASES["torchao-float8-b200-llama3-8b-fsdp8-sac-bs1-bf16"].settings["compile_scope"] == "blocks+loss"
     assert CASES["torchao-float8-b200-llama3-8b-fsdp8-sac-bs1-float8-tensorwise"].settings["fp8"] is True
-    assert rows["torchao-float8-b200-llama3-8b-fsdp8-sac-bs1-mxfp8-cublas"].reason == "MX (mxfp8) training is not modelled"
+    # the other recipes map to --fp8-recipe (torchtitan's --float8.recipe_name / --mx.recipe_name)
+    assert CASES["torchao-float8-mi300x-llama3-8b-fsdp8-sac-bs1-float8-rowwise-gw-hp"].settings["fp8_recipe"] == \
+        "rowwise_with_gw_hp"
+    mx = rows["torchao-float8-b200-llama3-8b-fsdp8-sac-bs1-mxfp8-cublas"]
+    assert mx.reason == "" and CASES[mx.id].settings["fp8_recipe"] == "mxfp8_cublas"
+    # MX's backward casts along dim 1 with the CUDA kernel (no fp32 copies): above the bf16 step (its dim-0 casts,
+    # 12 B per element) and below tensorwise's saved-input cast (9 B per element of b*s*f beside grad_input)
+    bf16 = rows["torchao-float8-b200-llama3-8b-fsdp8-sac-bs1-bf16"].estimated_bytes
+    assert bf16 < mx.estimated_bytes < rows["torchao-float8-b200-llama3-8b-fsdp8-sac-bs1-float8-tensorwise"].estimated_bytes
 
 
 def test_torchao_gptfast_later_rows(rows):

@@ -653,6 +653,15 @@ CASES: dict[str, Case] = {
     **{f"torchao-float8-{gpu}-llama3-8b-fsdp8-sac-bs1-{row}": Case(
         "llama-3.1-8b", {**base, "fp8": row == "float8-tensorwise"}, figure="peak_reserved", **setup)
        for gpu, (base, setup) in _AO_F8_SETUPS.items() for row in ("bf16", "float8-tensorwise")},
+    # the same tables' other recipes: torchtitan's --float8.recipe_name rowwise / rowwise_with_gw_hp (bf16 all-gather)
+    # and --model.converters mx --mx.recipe_name mxfp8_cublas / mxfp8_cublas_rceil (--fp8-recipe, torchao's names)
+    **{f"torchao-float8-{gpu}-llama3-8b-fsdp8-sac-bs1-{row}": Case(
+        "llama-3.1-8b", {**_AO_F8_SETUPS[gpu][0], "fp8": True, "fp8_recipe": recipe}, figure="peak_reserved",
+        **_AO_F8_SETUPS[gpu][1])
+       for gpu, row, recipe in (("h100", "float8-rowwise", "rowwise"), ("mi300x", "float8-rowwise", "rowwise"),
+                                ("mi300x", "float8-rowwise-gw-hp", "rowwise_with_gw_hp"),
+                                ("b200", "float8-rowwise", "rowwise"), ("b200", "mxfp8-cublas", "mxfp8_cublas"),
+                                ("b200", "mxfp8-cublas-rceil", "mxfp8_cublas_rceil"))},
     # the same table's AsyncTP row: torchtitan's apply_tp sets torch._inductor.config._micro_pipeline_tp and
     # enable_symm_mem_for_group, so inductor fuses each TP all-gather + matmul and matmul + reduce-scatter into
     # torch.distributed._symmetric_memory's fused ops, which allocate through the caching allocator what the unfused
@@ -816,13 +825,6 @@ UNSUPPORTED: dict[str, str] = {
     **{f"torchao-gptfast-xpu-llama-2-7b-{q}": "an Intel XPU, not named: not in the GPU catalog, and XPU's allocator is "
                                               "not modelled" for q in ("bf16", "int8dq", "int8wo")},
     **{f"torchao-gptfast-a6000-{m}-codebook-4-64": "codebook_weight_only is not modelled" for m in ("llama-3-8b", "llama-3.1-8b")},
-    # torchao's float8 training tables: --fp8 is torchao's default (tensorwise) Float8LinearConfig
-    **{f"torchao-float8-{gpu}-llama3-8b-fsdp8-sac-bs1-{row}": "the rowwise float8 recipes are not a vramlens setting "
-                                                              "(--fp8 is tensorwise scaling)"
-       for gpu, row in (("h100", "float8-rowwise"), ("mi300x", "float8-rowwise-gw-hp"), ("mi300x", "float8-rowwise"),
-                        ("b200", "float8-rowwise"))},
-    **{f"torchao-float8-b200-llama3-8b-fsdp8-sac-bs1-{row}": "MX (mxfp8) training is not modelled"
-       for row in ("mxfp8-cublas", "mxfp8-cublas-rceil")},
     # torchao/prototype/quantized_training/README.md (9acc9a4d): benchmarks/quantized_training/pretrain_llama2.py
     **{f"torchao-readme-qt-llama2-1b-{row}": (
         "the figure kind is not stated (the script logs max_memory_allocated and max_memory_reserved), and torchao's "

@@ -109,6 +109,11 @@ CacheKind = Literal["dynamic", "static", "offloaded", "quantized"]
 Loss = Literal["cross-entropy", "fused-linear", "logits-sum"]
 #: What ``torch.compile`` covers (see Workload.compile_scope).
 CompileScope = Literal["model", "blocks", "blocks+loss"]
+#: torchao's float8 training recipes (Workload.fp8_recipe), spelled as torchao names them: Float8LinearRecipeName
+#: (torchao 0.18 float8/config.py: tensorwise, rowwise, rowwise_with_gw_hp) and MXLinearRecipeName's MXFP8 ones
+#: (torchao 0.13 prototype/mx_formats/config.py: mxfp8_cublas, mxfp8_cublas_rceil), torchtitan's
+#: ``--float8.recipe_name`` and ``--mx.recipe_name``; see vramlens.estimator.fp8
+Fp8Recipe = Literal["tensorwise", "rowwise", "rowwise_with_gw_hp", "mxfp8_cublas", "mxfp8_cublas_rceil"]
 
 MODES: tuple[Mode, ...] = get_args(Mode)
 METHODS: tuple[Method, ...] = get_args(Method)
@@ -163,6 +168,7 @@ GPTQ_IMPLS: tuple[QuantImpl, ...] = ("exllama", "cuda-old")
 CACHES: tuple[CacheKind, ...] = get_args(CacheKind)
 LOSSES: tuple[Loss, ...] = get_args(Loss)
 COMPILE_SCOPES: tuple[CompileScope, ...] = get_args(CompileScope)
+FP8_RECIPES: tuple[Fp8Recipe, ...] = get_args(Fp8Recipe)
 #: Most chunks --loss-chunks takes (torchtune uses 8; more only adds Python overhead).
 MAX_LOSS_CHUNKS = 4_096
 DEFAULT_LORA_TARGETS = ("q_proj", "v_proj")
@@ -249,6 +255,10 @@ class Workload:
     #: torchtitan's configs set it), for Float8Linear (tensorwise dynamic scaling, torchao's default
     #: recipe); see vramlens.estimator.fp8
     fp8: bool = False
+    #: The float8 recipe of --fp8 (torchtitan's ``--float8.recipe_name`` / ``--mx.recipe_name``): tensorwise (torchao's
+    #: default Float8LinearConfig), rowwise, rowwise_with_gw_hp (Float8LinearConfig.from_recipe_name), or MX training
+    #: with mxfp8 (torchao's MXLinear: mxfp8_cublas, mxfp8_cublas_rceil); see vramlens.estimator.fp8
+    fp8_recipe: Fp8Recipe = "tensorwise"
     #: ``torch.compile`` of the model (inductor's default: AOT autograd with the min-cut
     #: rematerialization partitioner), which saves fewer tensors for backward than eager; see
     #: vramlens.estimator.compiled
@@ -708,6 +718,7 @@ class Workload:
         choice("cache", self.cache, CACHES)
         choice("loss", self.loss, LOSSES)
         choice("compile_scope", self.compile_scope, COMPILE_SCOPES)
+        choice("fp8_recipe", self.fp8_recipe, FP8_RECIPES)
         choice("task", self.task, TASKS, optional=True)
         if self.image_size is not None:
             sides = self.image_size
@@ -926,6 +937,9 @@ class Workload:
             p.extend(self._cpu_offload_problems())
         if self.fp8:
             p.extend(self._fp8_problems())
+        elif self.fp8_recipe != "tensorwise" and self.fp8_recipe in FP8_RECIPES:
+            p.append(f"fp8_recipe={self.fp8_recipe} needs fp8 training: add --fp8 (or set fp8 true), or drop "
+                     "--fp8-recipe")
         if self.padded is True:
             p.extend(self._padded_problems())
         return p
@@ -974,6 +988,11 @@ class Workload:
             p.append("fp8 (torchao Float8Linear, torchtitan's [float8], torchtune's enable_fp8_training) is modelled "
                      "for full training of plain linears; LoRA/QLoRA and quantized weights are not: use --method "
                      "full without --quant, or drop --fp8")
+        if self.fp8_recipe != "tensorwise" and self.tp > 1:
+            # torchtitan applies torchao's float8 TP styles for the tensorwise recipe only (models/llama3 parallelize.py:
+            # enable_float8_tensorwise_tp is off when float8_is_rowwise; plain bf16 TP then), which vramlens does not model
+            p.append(f"fp8_recipe={self.fp8_recipe} with tp={self.tp} is not modelled (torchao's float8 "
+                     "tensor-parallel styles are tensorwise): use --fp8-recipe tensorwise, or --tp 1")
         return p
 
     def _on_device_problems(self) -> list[str]:

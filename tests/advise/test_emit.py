@@ -198,6 +198,25 @@ def test_fp8_plans():
         emit(one, "torchtune")
 
 
+
+def test_fp8_recipe_plans():
+    """--fp8-recipe: torchtitan's [float8] recipe_name, or its mx converter; torchtune's enable_fp8_training is
+    tensorwise only."""
+    from dataclasses import replace
+
+    any_plan = _plan(gpu="H100-80GB")
+    base = dict(mode="train", batch=8, seq=1024, dtype="fp32", amp="bf16", fsdp=True, gpus=4, fp8=True)
+    rowwise = replace(any_plan, workload=Workload(**base, fp8_recipe="rowwise").validated())
+    assert emit(rowwise, "torchtitan")["float8"] == {"filter_fqns": ["output"], "recipe_name": "rowwise"}
+    mx = replace(any_plan, workload=Workload(**base, fp8_recipe="mxfp8_cublas").validated())
+    cfg = emit(mx, "torchtitan")
+    assert cfg["model"] == {"converters": ["mx"]} and cfg["mx"] == {"recipe_name": "mxfp8_cublas"}
+    assert "float8" not in cfg
+    bf16 = replace(rowwise, workload=replace(rowwise.workload, dtype="bf16", amp=None))
+    with pytest.raises(InputError, match="with the rowwise recipe"):
+        emit(bf16, "torchtune")
+
+
 @pytest.mark.parametrize("kind, config", [
     ("torchtitan", "[[[["), ("torchtitan", {}), ("torchtitan", {"training": {"local_batch_size": -5}}),
     ("torchtitan", None), ("llama.cpp", "llama-server --ctx-size " + "9" * 5000), ("llama.cpp", {"x": 1}),

@@ -38,7 +38,7 @@ MUST = {
     "llama.cpp": {"batch", "seq", "dtype", "quant", "kv_dtype", "tp", "pp", "gpus"},
     "torchtitan": {"batch", "grad_accum", "seq", "dtype", "amp", "fsdp", "fsdp_strategy", "gpus", "tp", "pp",
                    "checkpointing", "optimizer", "optimizer_impl", "optimizer_in_backward", "loss_parallel", "offload",
-                   "method", "zero", "quant", "compile", "compile_scope", "fp8"},
+                   "method", "zero", "quant", "compile", "compile_scope", "fp8", "fp8_recipe"},
     "torchtune": {"batch", "grad_accum", "dtype", "amp", "checkpointing", "activation_offload", "optimizer_in_backward",
                   "optimizer", "seq", "loss_chunks", "gpus", "fsdp", "offload", "method", "compile"},
 }
@@ -49,7 +49,7 @@ OTHER = {"batch": 999, "grad_accum": 77, "optimizer": "adafactor", "checkpointin
          "pp": 3, "tp": 1, "mode": "train", "kv_dtype": "int8", "activation_offload": True,
          "optimizer_in_backward": True, "seq": 333, "loss_chunks": 5, "loss": "fused-linear", "loss_parallel": True,
          "method": "qlora", "dora": True, "optimizer_impl": "loop", "compile": True, "compile_scope": "model", "zero_buckets": "auto",
-         "fp8": True, "fsdp_units": "blocks"}
+         "fp8": True, "fp8_recipe": "mxfp8_cublas_rceil", "fsdp_units": "blocks"}
 
 
 def _plan(model, gpu: str, **kw):
@@ -265,6 +265,7 @@ TORCHTITAN_KEYS = {
     "model": {"name", "flavor", "converters"},
     "float8": {"enable_fsdp_float8_all_gather", "precompute_float8_dynamic_scale_for_fsdp", "filter_fqns",
                "recipe_name"},
+    "mx": {"recipe_name"},  # --mx.recipe_name, as torchao's B200 table ran it (torchtitan 6fc499f6)
 }
 
 
@@ -418,6 +419,8 @@ TRAIN = dict(mode="train", batch=2, seq=256)
                         checkpointing="selective-op")),
     ("torchtitan", dict(TRAIN, dtype="fp32", amp="bf16", gpus=4, fsdp=True, compile=True, compile_scope="blocks")),
     ("torchtitan", dict(TRAIN, dtype="fp32", amp="bf16", gpus=4, fsdp=True, fp8=True)),
+    ("torchtitan", dict(TRAIN, dtype="fp32", amp="bf16", gpus=4, fsdp=True, fp8=True, fp8_recipe="rowwise")),
+    ("torchtitan", dict(TRAIN, dtype="fp32", amp="bf16", gpus=4, fsdp=True, fp8=True, fp8_recipe="mxfp8_cublas")),
     ("torchtune", dict(TRAIN, dtype="bf16", checkpointing="full", optimizer="adamw-cpu-offload-torchao")),
 ])
 def test_each_target_reproduces_its_plan(kind, w, tmp_path):

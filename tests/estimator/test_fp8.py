@@ -46,10 +46,15 @@ def test_down_projection_backward_by_hand():
     spec = get_model("llama-3-8b")
     h, f, t = 4096, 14336, 2 * 512
     w = make_workload(**{**TRAIN, "batch": 2})
-    # incoming gradient (bf16) + two float8 casts of it + the weight's float8 cast + grad_input (bf16)
-    # + the saved input's cast (fp32 product, fp32 clamp, float8) + four fp32 scales (512 B each)
-    by_hand = 2 * t * h + 2 * t * h + h * f + 2 * t * f + 9 * t * f + 4 * 512
-    assert fp8.down_backward(spec, w, 2, 512) == by_hand
+    # at 1,024 tokens the weight's cast for grad_input is the peak: the incoming gradient (bf16), its float8 cast
+    # for grad_input and the weight's cast in progress (fp32 product, fp32 clamp, float8: 9 B per element), two
+    # fp32 scales (512 B each)
+    assert fp8.down_backward(spec, w, 2, 512) == 2 * t * h + t * h + 9 * h * f + 2 * 512 == 541_066_240
+    # at 8,192 tokens the saved input's cast: the gradient, its two casts, the weight's, grad_input (bf16), the
+    # saved input's cast, four scales
+    t = 8192
+    assert fp8.down_backward(spec, make_workload(**{**TRAIN, "seq": 8192}), 1, 8192) == \
+        2 * t * h + 2 * t * h + h * f + 2 * t * f + 9 * t * f + 4 * 512 == 1_484_785_664
     assert fp8.down_backward(spec, make_workload(**{**TRAIN, "fp8": False}), 2, 512) == 0
 
 
@@ -113,3 +118,71 @@ def test_tp_casts_by_hand():
 def test_tp_case_note():
     notes = estimate("llama-3.1-70b", **TT70).breakdown.notes
     assert any(n.startswith("fp8 with tp=8: torchao's float8 TP styles") for n in notes)
+
+
+# --fp8-recipe: torchao's other recipes (estimator.fp8 _linear_backward), Llama 3 8B's down projection at 2 x 512 tokens
+H, F, T = 4096, 14336, 2 * 512
+
+
+def test_rowwise_down_projection_backward_by_hand():
+    spec = get_model("llama-3-8b")
+    w = make_workload(**{**TRAIN, "batch": 2, "fp8_recipe": "rowwise"})
+    # as tensorwise (the weight's cast for grad_input is the peak at 1,024 tokens) with vectors of fp32 scales:
+    # the gradient's one per token row (4*T), the weight's one per input column (4*F)
+    assert fp8.down_backward(spec, w, 2, 512) == 2 * T * H + T * H + 4 * T + 9 * H * F + 4 * F == 541_126_656
+    # at 8,192 tokens the saved input's cast, each cast with its vector: 4*t + 4*H + 4*F (weight) + 4*F (input)
+    t = 8192
+    by_hand = 2 * t * H + (t * H + 4 * t) + (H * F + 4 * F) + 2 * t * F + (t * H + 4 * H) + 9 * t * F + 4 * F
+    assert fp8.down_backward(spec, make_workload(**{**TRAIN, "seq": 8192, "fp8_recipe": "rowwise"}), 1, 8192) == \
+        by_hand == 1_484_947_456
+
+
+def test_rowwise_with_gw_hp_down_projection_backward_by_hand():
+    spec = get_model("llama-3-8b")
+    w = make_workload(**{**TRAIN, "seq": 8192, "fp8_recipe": "rowwise_with_gw_hp"})
+    t = 8192
+    # the gradient and its rowwise cast (4*t), the weight's tensorwise cast and its scale repeated per column (4*F),
+    # then the grad_input GEMM: the row-major copy of the float8 weight, two unit scales, the fp32 output
+    # scaling (4*t*F) and grad_input (bf16); no cast of the saved input (grad_weight is a bf16 matmul)
+    by_hand = 2 * t * H + (t * H + 4 * t) + (H * F + 512 + 4 * F) + H * F + 2 * 512 + 4 * t * F + 2 * t * F
+    assert fp8.down_backward(spec, w, 1, 8192) == by_hand == 922_838_528
+
+
+def test_mxfp8_down_projection_backward_by_hand():
+    spec = get_model("llama-3-8b")
+    for recipe in ("mxfp8_cublas", "mxfp8_cublas_rceil"):
+        w = make_workload(**{**TRAIN, "batch": 2, "fp8_recipe": recipe})
+        # the gradient, its MX cast along dim 0 and along dim 1, the weight's dim-1 cast, grad_input, the saved
+        # input's dim-1 cast and grad_weight (bf16): each MX cast 1 B per element and 1 B per 32 (e8m0 scales)
+        by_hand = (2 * T * H + 2 * (T * H + T * H // 32) + (H * F + H * F // 32) + 2 * T * F
+                   + (T * F + T * F // 32) + 2 * H * F)
+        assert fp8.down_backward(spec, w, 2, 512) == by_hand == 239_534_080
+
+
+def test_mx_filter_takes_multiples_of_32():
+    # to_mx asserts the cast dim is a multiple of block_size (32): a 48-wide linear stays bf16 under MX
+    assert fp8.converts(48, 64) and not fp8.converts(48, 64, fp8.MX_BLOCK)
+
+
+def test_recipes_refused_with_one_line():
+    with pytest.raises(ConfigError) as e:
+        make_workload(**{**TRAIN, "fp8": False, "fp8_recipe": "rowwise"})
+    assert e.value.problems == ["fp8_recipe=rowwise needs fp8 training: add --fp8 (or set fp8 true), or drop "
+                                "--fp8-recipe"]
+    with pytest.raises(ConfigError) as e:
+        make_workload(**{**TRAIN, "fp8_recipe": "rowwise", "tp": 2, "gpus": 2})
+    assert e.value.problems == ["fp8_recipe=rowwise with tp=2 is not modelled (torchao's float8 tensor-parallel "
+                                "styles are tensorwise): use --fp8-recipe tensorwise, or --tp 1"]
+    with pytest.raises(ConfigError) as e:
+        make_workload(**{**TRAIN, "fp8_recipe": "blockwise"})
+    assert e.value.problems == ["fp8_recipe='blockwise' is not one of: tensorwise, rowwise, rowwise_with_gw_hp, "
+                                "mxfp8_cublas, mxfp8_cublas_rceil"]
+
+
+def test_the_mx_gpu_note():
+    mx = {**TRAIN, "fp8_recipe": "mxfp8_cublas"}
+    hopper = estimate("llama-3-8b", **mx, gpu="H100-80GB").breakdown.notes
+    blackwell = estimate("llama-3-8b", **mx, gpu="B200").breakdown.notes
+    assert any("no MX (block-scaled) float8 tensor cores" in n for n in hopper)
+    assert not any("tensor cores" in n for n in blackwell)
+    assert any("torchao MX training (mxfp8_cublas" in n for n in blackwell)

@@ -53,7 +53,7 @@ def test_fp8_training_matches_trace():
     """torchao's Float8Linear on the real module: the same saved tensors, its casts as transients."""
     pytest.importorskip("torchao.float8", reason="fp8 training needs torchao")
     rows = run_technique_rows(only="fp8")
-    assert len(rows) == 6
+    assert len(rows) == 10  # 6 tensorwise, 2 rowwise, 2 rowwise_with_gw_hp
     _check(rows)
 
 

@@ -106,7 +106,7 @@ def _no_techniques(w: Workload, kind: str) -> None:
         what.append("shards the loss over the vocabulary (--loss-parallel, torchtitan's loss_parallel)")
     if w.fp8:
         what.append("trains in float8 (--fp8, torchao's Float8Linear: torchtitan's float8 converter, torchtune's "
-                    "enable_fp8_training)")
+                    "enable_fp8_training)" + (f", recipe {w.fp8_recipe}" if w.fp8_recipe != "tensorwise" else ""))
     if w.compiled_blocks:
         what.append(f"compiles each block alone (--compile-scope {w.compile_scope}, torchtune's compile=True, "
                     "torchtitan's [compile]; the Trainer's torch_compile compiles the whole model with its loss: "
@@ -670,6 +670,9 @@ def torchtune(plan: Plan) -> dict[str, Any]:
                       "compiles only its chunked loss: --compile-scope blocks, or add --loss-chunks 8)")
     if w.optimizer not in TORCHTUNE_OPTIM:
         refuse.append(f"uses --optimizer {w.optimizer}")
+    if w.fp8 and w.fp8_recipe != "tensorwise":
+        # recipes/full_finetune_distributed.py calls convert_to_float8_training with its default config
+        refuse.append(f"trains in float8 with the {w.fp8_recipe} recipe (torchtune's enable_fp8_training is tensorwise)")
     if w.fp8 and w.gpus == 1:
         # enable_fp8_training is read by recipes/full_finetune_distributed.py (torchao's convert_to_float8_training)
         refuse.append("trains in float8 on one GPU (torchtune's enable_fp8_training is in full_finetune_distributed)")
@@ -801,7 +804,9 @@ def torchtitan(plan: Plan) -> dict[str, Any]:
     "op" (--checkpointing selective-op) or N (--checkpointing every:N). ``disable_loss_parallel`` is
     the opposite of --loss-parallel under tensor parallelism; ``early_step_in_backward`` is
     --optimizer-in-backward; ``enable_cpu_offload`` is FSDP's parameter, gradient and optimizer offload;
-    ``[model] converters = ["float8"]`` with ``[float8] filter_fqns = ["output"]`` is --fp8.
+    ``[model] converters = ["float8"]`` with ``[float8] filter_fqns = ["output"]`` is --fp8 (``recipe_name`` its
+    --fp8-recipe rowwise or rowwise_with_gw_hp); ``converters = ["mx"]`` with ``[mx] recipe_name`` is
+    --fp8-recipe mxfp8_cublas or mxfp8_cublas_rceil.
 
     Raises:
         InputError: what torchtitan's trainer cannot run as planned: inference, LoRA/QLoRA or
@@ -886,11 +891,18 @@ def torchtitan(plan: Plan) -> dict[str, Any]:
     if w.compiled_blocks:
         # torchtitan/config/job_config.py ``Compile`` (since #1608, August 2025): enable, components
         out["compile"] = {"enable": True, "components": ["model", "loss"] if w.compiled_loss else ["model"]}
-    if w.fp8:
+    if w.fp8 and w.fp8_recipe.startswith("mxfp8"):
+        # torchao's MX training through torchtitan's mx converter (--model.converters=mx --mx.recipe_name=..., as the
+        # torchao B200 table ran it)
+        out["model"] = {"converters": ["mx"]}
+        out["mx"] = {"recipe_name": w.fp8_recipe}
+    elif w.fp8:
         # torchtitan docs/float8.md: --model.converters="float8" swaps nn.Linear for torchao's Float8Linear;
-        # filter_fqns keeps the output layer in bf16, as vramlens models it (the field's default is empty)
+        # filter_fqns keeps the output layer in bf16, as vramlens models it (the field's default is empty);
+        # recipe_name (--float8.recipe_name) is written for the rowwise recipes only (absent: tensorwise)
         out["model"] = {"converters": ["float8"]}
-        out["float8"] = {"filter_fqns": ["output"]}
+        out["float8"] = {"filter_fqns": ["output"],
+                         **({"recipe_name": w.fp8_recipe} if w.fp8_recipe != "tensorwise" else {})}
     return out
 
 

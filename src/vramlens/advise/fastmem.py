@@ -61,7 +61,7 @@ STATE_FIELDS = ("mode", "method", "dtype", "amp", "quant", "optimizer", "optimiz
                 "lora_targets", "lora_dropout", "lora_dtype", "dora", "fused_qkv", "quant_targets",
                 "quant_head", "quant_group_size", "quantize_on_device", "quant_impl", "gpus", "zero", "zero_buckets", "fsdp",
                 "fsdp_strategy", "fsdp_version", "fsdp_units", "tp", "pp", "pp_schedule", "offload", "optimizer_in_backward",
-                "loss", "loss_chunks", "loss_parallel", "fp8", "images", "transformers_version", "bnb_compute_dtype",
+                "loss", "loss_chunks", "loss_parallel", "fp8", "fp8_recipe", "images", "transformers_version", "bnb_compute_dtype",
                 "padded", "alloc_conf", "lora_fa", "vera_rank", "decompose_factor", "oft_block_size",
                 "boft_block_size")
 
@@ -69,7 +69,7 @@ STATE_FIELDS = ("mode", "method", "dtype", "amp", "quant", "optimizer", "optimiz
 #: validity reads; fused_qkv shapes LitGPT's q/k/v adapter, inventory.lora_shape; loss_chunks is read: the output
 #: layer in an FSDP unit of its own is gathered once per chunk, TrainState.loss_chunks).
 TRAIN_STATE_FIELDS = tuple(f for f in STATE_FIELDS
-                           if f not in ("loss", "loss_parallel", "fp8", "images", "bnb_compute_dtype",
+                           if f not in ("loss", "loss_parallel", "fp8", "fp8_recipe", "images", "bnb_compute_dtype",
                                         "padded"))
 
 
@@ -233,7 +233,7 @@ class FastMemory:
                 w.lora_dropout, w.lora_dtype, w.dora, w.quant, w.quant_targets, w.quant_head, w.dequant_dtype,
                 w.bnb_compute_dtype, w.nf4_impl, w.quant_impl,
                 w.loss, w.loss_chunks, w.loss_upcast, w.holds_outputs, w.output_upcast,
-                w.loss_parallel, w.activation_offload, w.fp8, w.bnb_inputs, w.image_size,
+                w.loss_parallel, w.activation_offload, w.fp8, w.fp8_recipe, w.bnb_inputs, w.image_size,
                 w.audio_seconds, w.compile, w.compile_scope,
                 # a compiled step is modelled on one GPU only (estimator.compiled: eager figures beside it)
                 w.compile and (w.gpus > 1 or w.fsdp), w.images, w.transformers_version, w.lora_fa, w.vera_rank,

@@ -258,8 +258,19 @@ def _torchtitan(c: Mapping[str, Any]) -> dict[str, Any]:
             "optimizer_impl": {v: k for k, v in TORCHTITAN_IMPL.items()}[o["implementation"]],
             "optimizer_in_backward": bool(o.get("early_step_in_backward", False)),
             "loss_parallel": tp > 1 and not p.get("disable_loss_parallel", False),
-            "fp8": "float8" in c.get("model", {}).get("converters", []),
+            **_torchtitan_fp8(c),
             **_torchtitan_compile(c.get("compile", {}))}
+
+
+def _torchtitan_fp8(c: Mapping[str, Any]) -> dict[str, Any]:
+    """torchtitan's float8 and mx converters: --fp8 and its recipe (``[float8] recipe_name``, absent: tensorwise;
+    ``[mx] recipe_name``)."""
+    converters = c.get("model", {}).get("converters", [])
+    if "mx" in converters:
+        return {"fp8": True, "fp8_recipe": c.get("mx", {}).get("recipe_name", "mxfp8_cublas")}
+    if "float8" in converters:
+        return {"fp8": True, "fp8_recipe": c.get("float8", {}).get("recipe_name", "tensorwise")}
+    return {"fp8": False, "fp8_recipe": "tensorwise"}
 
 
 def _torchtitan_compile(comp: Mapping[str, Any]) -> dict[str, Any]:

@@ -140,8 +140,13 @@ def add_workload_args(p: argparse.ArgumentParser) -> None:
                    help="copy saved activations to pinned host memory as they are saved and bring them back in "
                         "backward (torchtune OffloadActivations); the host RAM shows in host_bytes")
     g.add_argument("--fp8", action="store_true",
-                   help="FP8 training with torchao's Float8Linear (torchtitan [float8], tensorwise scaling): "
+                   help="FP8 training with torchao's Float8Linear (torchtitan [float8], tensorwise scaling; other "
+                        "recipes: --fp8-recipe): "
                         "bf16 full training; the casts add transients, the saved activations stay bf16")
+    g.add_argument("--fp8-recipe", choices=W.FP8_RECIPES, default=None,
+                   help="the float8 recipe (implies --fp8), as torchtitan's --float8.recipe_name / --mx.recipe_name "
+                        "spell it: tensorwise (default), rowwise, rowwise_with_gw_hp (rowwise scales, one fp32 per "
+                        "row), mxfp8_cublas, mxfp8_cublas_rceil (MX training: an e8m0 scale per 32 elements)")
     g.add_argument("--compile", action="store_true",
                    help="torch.compile the model (inductor's min-cut partitioner): backward recomputes the cheap "
                         "pointwise tensors (activations, norms' outputs) instead of saving them")
@@ -367,7 +372,13 @@ def _audio_seconds(text: str) -> float:
 
 def workload_kwargs(args: argparse.Namespace) -> dict[str, Any]:
     """The workload settings given on the command line, by Workload field name."""
-    return {f: getattr(args, f) for f in W.workload_fields() if hasattr(args, f)}
+    out = {f: getattr(args, f) for f in W.workload_fields() if hasattr(args, f)}
+    if "fp8_recipe" in out:
+        if out["fp8_recipe"] is None:
+            del out["fp8_recipe"]  # not given: the Workload's default (tensorwise)
+        else:
+            out["fp8"] = True  # --fp8-recipe implies --fp8
+    return out
 
 
 def add_output_args(p: argparse.ArgumentParser) -> None:

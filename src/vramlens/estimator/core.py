@@ -540,11 +540,12 @@ def activation_totals(spec: ModelSpec, w: Workload, sp: Split) -> ActivationTota
         recompute = max(recompute, recompute - block_bwd + delta.backward,
                         delta.backward + int(blocks.freed * frac) * inflight + final_norm
                         if any(C.trailing_uncheckpointed(spec, w)) else 0)
-    # torchao's float8 TP styles: the recomputed forward stops at the down projection's input cast (the last
-    # tensor its backward needs), the bf16 product alive and the float8 copy being made, the gradient of the
-    # block's output waiting: the recomputed block's saved tensors less that copy, plus the cast
+    # the recomputed forward stops at the down projection's input cast (the last tensor its backward needs), the
+    # bf16 product alive and the float8 copy being made, the gradient of the block's output waiting: the recomputed
+    # block's saved tensors (less the float8 copy torchao's float8 TP styles save), plus the cast. Below the down
+    # projection's backward under tensorwise and rowwise; rowwise_with_gw_hp's backward casts no t x f tensor
     recompute_cast = (recompute - block_bwd + f8_fwd - F8.tp_down_input(spec, w, b, s, tp)
-                      if f8_fwd and tp > 1 and recompute else 0)
+                      if f8_fwd and recompute else 0)
     if f8_bwd:
         if C.last_block_checkpointed(spec, w):
             recompute += max(0, f8_bwd - block_bwd)

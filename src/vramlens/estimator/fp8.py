@@ -34,8 +34,42 @@ then freed, the o projection's is the SDPA output the kernel keeps anyway. Each 
 fp32 scale (one 512-byte block). See :func:`tp_saved_delta`. The outputs stay bf16
 (``NoopFwToFloat8BwDynamic``: a no-op forward, a float8 cast of the gradient in backward).
 
-Not modelled: the rowwise recipes (axiswise scales, one fp32 per row; newer torchtitan converters default
-to "rowwise"), which cast the same tensors with vectors of scales; FSDP's float8 all-gather; torch.compile,
+The recipes (``--fp8-recipe``, Workload.fp8_recipe; torchtitan's ``--float8.recipe_name`` and ``--mx.recipe_name``):
+
+* ``tensorwise``: the above (``Float8LinearConfig()``).
+* ``rowwise`` (torchao 0.18 config.py ``Float8LinearConfig.from_recipe_name``: AXISWISE casts, e4m3 for the
+  gradient too, power-of-2 scales): the same casts at the same moments (float8_linear.py
+  ``matmul_with_hp_or_float8_args``), each with a vector of fp32 scales (float8_utils.py ``tensor_to_amax``:
+  ``torch.amax(..., dim=axiswise_dim, keepdim=True)``) along the axis its matmul reduces: the input and the
+  incoming gradient for grad_input one per token row (``axiswise_dim=-1``: 4*b*s bytes), the weight one per output
+  row (forward, ``dim=0`` of the transposed weight: 4*n) or per input column (grad_input: 4*k), the incoming gradient
+  and the saved input for grad_weight one per column (``dim=0``: 4*n and 4*k). Both backward GEMMs run without fast
+  accumulation, where float8_ops.py ``addmm_float8_unwrapped`` calls the tensorwise kernel and scales the output
+  afterwards by ``a_inverse_scale * b_inverse_scale``, an fp32 tensor of the output's shape (4*b*s*k for
+  grad_input, 4*n*k for grad_weight): grad_input's is smaller than the saved input's cast (9 bytes per element)
+  that follows it, so the down projection's backward peak is the tensorwise one with the vectors of scales
+  (:func:`down_backward`) unless b*s is small against the weight, where grad_weight's GEMM (the two float8
+  operands, float8_ops.py ``preprocess_addmm``'s row-major copies of both, the fp32 scaling and grad_weight) is
+  larger. (Tensorwise runs the same copies without the scaling; that moment is not counted for it.)
+* ``rowwise_with_gw_hp``: rowwise casts for the forward and for grad_input's incoming gradient, a tensorwise
+  cast of the weight for grad_input (``cast_config_weight_for_grad_input``, whose scale float8_ops.py
+  ``preprocess_addmm`` repeats to one per column, 4*k bytes), and no cast at all for grad_weight (its two configs
+  ``ScalingType.DISABLED``): grad_weight is a bf16 matmul of the incoming gradient and the saved input, so the
+  saved input is never cast in backward and the fp32 output scaling of grad_input (4*b*s*k) is that backward's
+  peak.
+* ``mxfp8_cublas`` and ``mxfp8_cublas_rceil`` (torchao 0.13 e4e681be6, the version of the published B200 rows:
+  prototype/mx_formats config.py ``MXLinearConfig.from_recipe_name``, mx_linear.py ``mx_mm``; the dense MXLinear
+  left torchao after that, 0.18 has none): ``mx_mm.forward`` saves ``input_hp`` and ``weight_hp`` as
+  Float8Linear does; each cast along the last dim (``MXTensor.to_mx``, mx_tensor.py ``to_mx``) makes an fp32
+  copy of its source, the scaled copy (``data_hp / scale_fp32``, or ``data_hp * descale_fp`` under RCEIL) and
+  its clamp, 12 bytes per element at once, then the float8 data (1 byte) and one e8m0 scale per 32 elements
+  (``block_size`` 32, 1 byte each); the casts along dim 1 (the weight's and the saved input's for grad_input and
+  grad_weight, the incoming gradient's for grad_weight) run the CUDA kernel (``mxfp8_quantize_cuda`` with
+  ``MXFP8Dim1CastKernelChoice.CUDA``), which writes the float8 data and the scales with no fp32 copy. to_mx asserts
+  the cast dim is a multiple of the block size: linears with dims not multiples of 32 stay bf16 here. cuBLAS'
+  swizzled copies of the scales (1/32 of the data) are not counted.
+
+Not modelled: FSDP's float8 all-gather; torch.compile,
 whose partitioner may save float8 casts instead of the bf16 inputs; torchao before 0.9's
 ``manual_float8_matmul_with_args_in_float8`` (eab345c, December 2024), which saved the float8 input and the
 float8 weight cast for backward (without TP: b*s*k bytes instead of 2*b*s*k, plus k*n per linear).
@@ -53,7 +87,7 @@ which are smaller and not counted.
 from __future__ import annotations
 
 from vramlens.models.spec import ModelSpec
-from vramlens.units import DTYPE_BYTES
+from vramlens.units import DTYPE_BYTES, ceil_div
 from vramlens.units import block_bytes as _r  # one allocation's bytes, in 512-byte blocks
 from vramlens.workload import Workload
 
@@ -69,9 +103,82 @@ CAST_PEAK = 4 + 4 + 1
 MIN_COMPUTE_CAPABILITY = (8, 9)
 
 
-def converts(k: int, n: int) -> bool:
-    """Whether a (k -> n) nn.Linear is converted (torchtitan's filter: dims multiples of 16)."""
-    return k % DIM_MULTIPLE == 0 and n % DIM_MULTIPLE == 0
+#: the MX block: one e8m0 scale (1 byte) per 32 elements along the cast dim (torchao 0.13 mx_formats config.py
+#: ``MXLinearConfig.block_size``); ``to_mx`` asserts the dim is a multiple of it
+MX_BLOCK = 32
+#: bytes per element an MX cast along the last dim holds above its bf16 source at once: the fp32 copy (4), the
+#: scaled copy (4) and its clamp (4), torchao 0.13 mx_tensor.py ``to_mx``
+MX_CAST_PEAK = 4 + 4 + 4
+#: the first GPU generation with MX (block-scaled) float8 tensor cores: Blackwell (sm_100); torch._scaled_mm's
+#: block-scaled path needs it (aten/src/ATen/native/cuda/Blas.cpp, ``_scaled_mm`` with e8m0 scales)
+MX_MIN_COMPUTE_CAPABILITY = (10, 0)
+
+
+def converts(k: int, n: int, multiple: int = DIM_MULTIPLE) -> bool:
+    """Whether a (k -> n) nn.Linear is converted (torchtitan's filter: dims multiples of 16; of 32, the MX block,
+    for the MX recipes)."""
+    return k % multiple == 0 and n % multiple == 0
+
+
+def is_mx(w: Workload) -> bool:
+    """Whether --fp8's recipe is MX training (mxfp8_cublas, mxfp8_cublas_rceil)."""
+    return w.fp8_recipe.startswith("mxfp8")
+
+
+def _multiple(w: Workload) -> int:
+    return MX_BLOCK if is_mx(w) else DIM_MULTIPLE
+
+
+def _scale(w: Workload, rows: int) -> int:
+    """One cast's float8 scale: one fp32 scalar (tensorwise), one fp32 per row of ``rows`` (rowwise)."""
+    return _r(4 * rows) if w.fp8_recipe in ("rowwise", "rowwise_with_gw_hp") else _r(4)
+
+
+def _mx(elems: int) -> int:
+    """An MX cast's result: the float8 data (1 byte per element) and its e8m0 scales (1 byte per 32)."""
+    return _r(elems) + _r(ceil_div(elems, MX_BLOCK))
+
+
+def _linear_backward(w: Workload, t: int, k: int, n: int) -> int:
+    """Bytes a converted (k -> n) linear's float8 backward holds at its peak beyond its saved tensors, the
+    incoming gradient (t x n, bf16) included, eager (torchao 0.18 float8_linear.py
+    ``matmul_with_hp_or_float8_args.backward``; torchao 0.13 mx_linear.py ``mx_mm.backward``)."""
+    go = _r(2 * t * n)
+    if is_mx(w):
+        # the incoming gradient cast along its last dim (to_mx: 12 B per element at once), then grad_input from
+        # it and the weight's dim-1 cast (CUDA kernel), the incoming gradient's and the saved input's dim-1
+        # casts (CUDA kernel) and grad_weight (n x k, bf16)
+        return go + max(MX_CAST_PEAK // 4 * _r(4 * t * n), _mx(t * n) + _mx(n * k) + _r(2 * t * k) + _mx(t * n) + _mx(t * k)
+                        + _r(2 * n * k))
+    rowwise = w.fp8_recipe in ("rowwise", "rowwise_with_gw_hp")
+    s_t = _scale(w, t)  # the gradient's cast for grad_input: one scale per token row under the rowwise recipes
+    # the weight's cast for grad_input: one per input column under rowwise; tensorwise under rowwise_with_gw_hp,
+    # whose scale preprocess_addmm repeats to one per column (4*k bytes) beside the rowwise gradient's
+    s_w = _r(4 * k) if w.fp8_recipe == "rowwise" else _r(4)
+    go0 = _r(t * n) + s_t
+    wt = _r(n * k) + s_w + (_r(4 * k) if w.fp8_recipe == "rowwise_with_gw_hp" else 0)
+    gi = _r(2 * t * k)
+    moments = [
+        2 * _r(4 * t * n) + _r(t * n) + s_t,    # the gradient's first cast in progress (9 B per element)
+        go0 + 2 * _r(4 * n * k) + _r(n * k) + s_w,  # then the weight's
+        # the grad_input GEMM: preprocess_addmm's row-major copy of the transposed float8 weight
+        # (``b_data.t().contiguous().t()``), the rowwise recipes' fp32 output scaling, grad_input (bf16)
+        go0 + wt + _r(n * k) + (2 * _r(4) + _r(4 * t * k) if rowwise else 0) + gi,
+    ]
+    if w.fp8_recipe == "rowwise_with_gw_hp":
+        moments.append(go0 + wt + gi + _r(2 * n * k))  # grad_weight: a bf16 matmul of the gradient and the saved input
+        return go + max(moments)
+    go1 = _r(t * n) + _scale(w, n)  # the gradient's cast for grad_weight (one scale per column under rowwise)
+    xin = _r(t * k) + _scale(w, k)  # the saved input's
+    moments += [
+        go0 + wt + gi + 2 * _r(4 * t * n) + _r(t * n) + _scale(w, n),
+        go0 + wt + gi + go1 + 2 * _r(4 * t * k) + _r(t * k) + _scale(w, k),
+        # the grad_weight GEMM: the copies of the transposed gradient (``a_data.contiguous()``) and of the input,
+        # the fp32 output scaling (n x k, rowwise), grad_weight (bf16)
+        go0 + wt + gi + go1 + xin + _r(t * n) + _r(t * k) + (2 * _r(4) + _r(4 * n * k) if rowwise else 0)
+        + _r(2 * n * k),
+    ]
+    return go + max(moments)
 
 
 def _mlp_dims(spec: ModelSpec, w: Workload, tp: int) -> tuple[int, int] | None:
@@ -86,18 +193,13 @@ def down_backward(spec: ModelSpec, w: Workload, b: int, s: int, tp: int = 1) -> 
     """Bytes the MLP down projection's float8 backward holds beyond the saved activations, the
     incoming gradient included (0 without --fp8, for MoE MLPs, or when the projection is not converted)."""
     dims = _mlp_dims(spec, w, tp)
-    if dims is None or not converts(dims[1], dims[0]):  # the down projection: f -> h
+    if dims is None or not converts(dims[1], dims[0], _multiple(w)):  # the down projection: f -> h
         return 0
     h, f = dims
     t = b * s
-    scale = _r(4)  # one fp32 scalar per cast (tensorwise), each its own 512-byte block
     if tp > 1:
         return _down_backward_tp(h, f, t, tp, DTYPE_BYTES[w.compute_dtype])
-    return (_r(2 * t * h)            # the incoming gradient (bf16)
-            + 2 * (_r(t * h) + scale)  # its two float8 casts (for grad_input and for grad_weight)
-            + _r(h * f) + scale        # the weight's float8 cast for grad_input
-            + _r(2 * t * f)            # grad_input (bf16)
-            + 2 * _r(4 * t * f) + _r(t * f) + scale)  # the saved input's cast: product, clamp, float8
+    return _linear_backward(w, t, f, h)
 
 
 def _down_backward_tp(h: int, f: int, t: int, tp: int, c: int) -> int:
@@ -147,19 +249,14 @@ def gate_up_backward(spec: ModelSpec, w: Workload, b: int, s: int, tp: int = 1) 
     a moment when the MLP's saved tensors are freed: a temporaries figure, not a peak candidate (the
     down projection's is)."""
     dims = _mlp_dims(spec, w, tp)
-    if dims is None or not converts(*dims):  # the input projection: h -> f
+    if dims is None or not converts(*dims, _multiple(w)):  # the input projection: h -> f
         return 0
     h, f = dims
     t = b * s
-    scale = _r(4)
     if tp > 1:
         return _gate_up_backward_tp(h, f, t, tp, DTYPE_BYTES[w.compute_dtype]) if spec.gated_mlp else 0
-    return (_r(2 * t * h)                                   # the block's incoming residual gradient
-            + (_r(2 * t * f) if spec.gated_mlp else 0)      # the other branch's gradient, waiting
-            + _r(2 * t * f)                                 # the incoming gradient (bf16)
-            + _r(t * f) + scale + _r(h * f) + scale         # its float8 cast for grad_input, the weight's
-            + _r(2 * t * h)                                 # grad_input (bf16)
-            + 2 * _r(4 * t * f) + _r(t * f) + scale)        # the incoming gradient cast again (grad_weight)
+    waiting = _r(2 * t * h) + (_r(2 * t * f) if spec.gated_mlp else 0)  # the residual gradient, the other branch's
+    return waiting + _linear_backward(w, t, h, f)
 
 
 def tp_saved_delta(spec: ModelSpec, w: Workload, b: int, s: int, tp: int, *, o_input_copied: bool = False) -> int:
@@ -204,10 +301,18 @@ def forward_transient(spec: ModelSpec, w: Workload, b: int, s: int, tp: int = 1)
     """The largest cast inside a block's forward: the down projection's input (b*s*f), or its weight
     after the input's float8 copy (0 without --fp8)."""
     dims = _mlp_dims(spec, w, tp)
-    if dims is None or not converts(dims[1], dims[0]):  # the down projection: f -> h
+    if dims is None or not converts(dims[1], dims[0], _multiple(w)):  # the down projection: f -> h
         return 0
     h, f = dims
     t = b * s
+    if is_mx(w):
+        # to_mx of the input (12 B per element at once), then of the weight beside the input's MX copy
+        return max(MX_CAST_PEAK // 4 * _r(4 * t * f), _mx(t * f) + MX_CAST_PEAK // 4 * _r(4 * h * f))
+    if w.fp8_recipe != "tensorwise":
+        # rowwise scales: one per token row of the input, one per output row of the weight (axiswise_dim 0 of
+        # the transposed weight)
+        return max(2 * _r(4 * t * f) + _r(t * f) + _r(4 * t),
+                   _r(t * f) + _r(4 * t) + 2 * _r(4 * h * f) + _r(h * f) + _r(4 * h))
     if tp > 1:
         # Float8RowwiseParallel casts the input in its input hook and the block's saved tensors keep the float8
         # copy (tp_saved_delta); the bf16 product stays alive (the caller's argument) through the projection
@@ -222,17 +327,30 @@ def notes(w: Workload, gpu_name: str | None, compute_capability: tuple[int, int]
     """What --fp8 means here, and whether the GPU can run it."""
     if not (w.fp8 and w.training):
         return []
-    out = ["fp8: torchao 0.18 Float8Linear (tensorwise dynamic scaling) saves the bf16 input and weight for "
-           "backward, as nn.Linear does, and casts them to float8 in each matmul: it adds transients (9 B per "
-           "element being cast), not saved activations; no amax history (torchao removed delayed scaling); the "
-           "output layer and linears with dims not multiples of 16 stay bf16; counted eager (torch.compile "
-           "fuses the casts)"]
+    if is_mx(w):
+        out = [f"fp8: torchao MX training ({w.fp8_recipe}, torchao 0.13 MXLinear) saves the bf16 input and weight for "
+               "backward, as nn.Linear does, and casts them to mxfp8 (e4m3 data, one e8m0 scale per 32 elements) in "
+               "each matmul: it adds transients (12 B per element along the last dim, the dim-1 casts by the CUDA "
+               "kernel), not saved activations; the output layer and linears with dims not multiples of 32 stay "
+               "bf16; counted eager (torch.compile fuses the casts)"]
+    else:
+        scaling = {"tensorwise": "tensorwise dynamic scaling", "rowwise": "rowwise scaling, one fp32 scale per row",
+                   "rowwise_with_gw_hp": "rowwise scaling, grad_weight in bf16"}[w.fp8_recipe]
+        out = [f"fp8: torchao 0.18 Float8Linear ({scaling}) saves the bf16 input and weight for "
+               "backward, as nn.Linear does, and casts them to float8 in each matmul: it adds transients (9 B per "
+               "element being cast), not saved activations; no amax history (torchao removed delayed scaling); the "
+               "output layer and linears with dims not multiples of 16 stay bf16; counted eager (torch.compile "
+               "fuses the casts)"]
     if w.tp > 1:
         out.append(f"fp8 with tp={w.tp}: torchao's float8 TP styles (torchtitan's apply_tp with float8): the attention's "
                    "and MLP's inputs cast to float8 before their all-gathers, so q/k/v and gate/up keep the gathered "
                    "float8 tensor (b*s*h bytes) for backward instead of the bf16 one, and o and down keep float8 "
                    "copies of their inputs; each incoming gradient cast once")
-    if compute_capability is not None and tuple(compute_capability) < MIN_COMPUTE_CAPABILITY:
+    if is_mx(w) and compute_capability is not None and tuple(compute_capability) < MX_MIN_COMPUTE_CAPABILITY:
+        out.append(f"fp8: {gpu_name or 'this GPU'} (compute capability {compute_capability[0]}."
+                   f"{compute_capability[1]}) has no MX (block-scaled) float8 tensor cores: {w.fp8_recipe} needs "
+                   "10.0 or later (Blackwell); use --fp8-recipe tensorwise or rowwise")
+    elif compute_capability is not None and tuple(compute_capability) < MIN_COMPUTE_CAPABILITY:
         out.append(f"fp8: {gpu_name or 'this GPU'} (compute capability {compute_capability[0]}."
                    f"{compute_capability[1]}) has no float8 tensor cores: torch._scaled_mm needs 8.9 or later "
                    "(Ada, Hopper, Blackwell); drop --fp8 or use torchao's emulate=True (slow)")

@@ -328,7 +328,7 @@ def build_hf(cfg: dict, wl: Workload, *, fake_mode=None, layers: int | None = No
         notes.append(quantize_int8_weight_only(model, fake_mode=fake_mode, meta_only=meta_only,
                                                include_head=wl.quant_head))
     if wl.training and wl.fp8:
-        notes.append(convert_fp8(model))
+        notes.append(convert_fp8(model, wl.fp8_recipe))
     if wl.training and (wl.checkpointing in ("full", "selective-op") or wl.checkpoint_every is not None):
         from vramlens.trace.checkpoint import apply
         try:
@@ -875,19 +875,28 @@ def fp8_converts(module: nn.Module, fqn: str, heads: tuple[str, ...]) -> bool:
     return n % 16 == 0 and k % 16 == 0
 
 
-def convert_fp8(model: nn.Module) -> str:
-    """torchao's ``convert_to_float8_training`` on the real module, with its default config (tensorwise
-    dynamic scaling, torchtitan's default recipe). It runs under fake tensors on the CPU as it is
-    (``torch._scaled_mm`` has a fake implementation), so ``emulate`` stays False."""
+def convert_fp8(model: nn.Module, recipe: str = "tensorwise") -> str:
+    """torchao's ``convert_to_float8_training`` on the real module with the recipe's config
+    (``Float8LinearConfig.from_recipe_name``, torchao 0.18 float8/config.py; tensorwise is the default config,
+    torchtitan's default recipe). It runs under fake tensors on the CPU as it is (``torch._scaled_mm`` has a fake
+    implementation, rowwise scales included: torch/_meta_registrations.py ``meta_scaled_mm``), so ``emulate``
+    stays False. MX training (mxfp8_*) is refused: torchao 0.18 has no MXLinear for dense linears (its
+    prototype/mx_formats has the inference workflow; its MX training config, moe_training's MXFP8TrainingOpConfig,
+    is for MoE experts)."""
+    if recipe.startswith("mx"):
+        raise TraceError(f"fp8_recipe={recipe} is not traced: the tracer runs torchao 0.18's float8 recipes, and 0.18 has "
+                         "no MX training for nn.Linear (0.13's MXLinear): use `vramlens estimate` for it")
     try:
         from torchao.float8 import Float8LinearConfig, convert_to_float8_training
     except Exception as e:  # noqa: BLE001 - torchao fails to import in several ways
         raise TraceError(f"fp8 training comes from torchao, which cannot be imported here ({type(e).__name__}): "
                          "pip install torchao, or use `vramlens estimate` for it") from None
     heads = _output_head_names(model)
-    convert_to_float8_training(model, config=Float8LinearConfig(),
+    convert_to_float8_training(model, config=Float8LinearConfig.from_recipe_name(recipe),
                                module_filter_fn=lambda m, fqn: fp8_converts(m, fqn, heads))
-    return "fp8: torchao Float8Linear (tensorwise dynamic scaling) on every linear with dims multiple of 16 but the output layer"
+    scaling = {"tensorwise": "tensorwise dynamic scaling", "rowwise": "rowwise scaling",
+               "rowwise_with_gw_hp": "rowwise scaling, grad_weight in bf16"}[recipe]
+    return f"fp8: torchao Float8Linear ({scaling}) on every linear with dims multiple of 16 but the output layer"
 
 
 def _output_head_names(model: nn.Module) -> tuple[str, ...]:

@@ -334,6 +334,17 @@ TECHNIQUE_ROWS: tuple[tuple[str, dict[str, Any]], ...] = (
                     "dtype": "bf16", "fp8": True, "loss": "fused-linear", "batch": 2, "seq": 512}),
     ("llama-3-8b", {"mode": "train", "method": "full", "attention": "sdpa", "checkpointing": "selective-op",
                     "dtype": "bf16", "fp8": True, "loss": "fused-linear", "batch": 2, "seq": 512}),
+    # torchao's rowwise recipes (Float8LinearConfig.from_recipe_name): rowwise adds the vectors of scales to the
+    # tensorwise casts; rowwise_with_gw_hp casts neither operand of grad_weight (its peaks: the gradient's first cast,
+    # and under full checkpointing the recomputed forward's cast of the down projection's input)
+    ("llama-3-8b", {"mode": "train", "method": "full", "attention": "sdpa", "checkpointing": "none", "dtype": "bf16",
+                    "fp8": True, "fp8_recipe": "rowwise", "loss": "fused-linear", "batch": 2, "seq": 512}),
+    ("llama-3-8b", {"mode": "train", "method": "full", "attention": "sdpa", "checkpointing": "full", "dtype": "bf16",
+                    "fp8": True, "fp8_recipe": "rowwise", "loss": "fused-linear", "batch": 2, "seq": 512}),
+    ("llama-3-8b", {"mode": "train", "method": "full", "attention": "sdpa", "checkpointing": "none", "dtype": "bf16",
+                    "fp8": True, "fp8_recipe": "rowwise_with_gw_hp", "loss": "fused-linear", "batch": 2, "seq": 512}),
+    ("llama-3-8b", {"mode": "train", "method": "full", "attention": "sdpa", "checkpointing": "full", "dtype": "bf16",
+                    "fp8": True, "fp8_recipe": "rowwise_with_gw_hp", "loss": "fused-linear", "batch": 2, "seq": 512}),
     # activation offloading (torchtune OffloadActivations, its defaults: streams, 5-tensor stash, >= 1 KiB)
     ("llama-2-7b", {"mode": "train", "method": "full", "attention": "sdpa", "checkpointing": "none", "dtype": "bf16",
                     "activation_offload": True}),
@@ -862,7 +873,7 @@ COMPILE_ROWS: tuple[tuple[str, dict[str, Any]], ...] = (
 #: Workload fields the technique rows set, shown in render().
 TECHNIQUE_FIELDS = ("optimizer", "optimizer_in_backward", "loss_chunks", "loss", "activation_offload", "loss_parallel",
                     "new_tokens", "quant_targets", "lora_dtype", "lora_dropout", "dora", "cache", "max_cache_len",
-                    "gpus", "tp", "fsdp", "fsdp_units", "fp8", "compile", "compile_scope", "gqa_expand", "quant_head", "dequant_dtype", "nf4_impl",
+                    "gpus", "tp", "fsdp", "fsdp_units", "fp8", "fp8_recipe", "compile", "compile_scope", "gqa_expand", "quant_head", "dequant_dtype", "nf4_impl",
                     "bnb_compute_dtype", "transformers_version")
 
 #: The issue's case at full size: a sentence-transformers fine-tune of bert-base-uncased, 16

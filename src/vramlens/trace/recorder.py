@@ -17,6 +17,7 @@ Design (kept light so a 7B step traces in seconds):
 from __future__ import annotations
 
 import functools
+import sys
 import weakref
 from collections.abc import Callable, Iterable
 from typing import Any, cast
@@ -181,6 +182,13 @@ class Recorder(TorchDispatchMode):
                 return func(*args, **(kwargs or {}))
             if any(issubclass(t, _dtensor_types()) for t in types):
                 return NotImplemented  # DTensor dispatches it; its local ops come back here
+        f8 = _float8_types()
+        if f8 and any(issubclass(t, f8) for t in types):
+            # torchao's Float8TrainingTensor: its own __torch_dispatch__ (float8_ops.py) runs the matmul, whose
+            # allocations (preprocess_addmm's row-major copies of the operands, the reciprocal scales, the rowwise
+            # recipes' fp32 output scaling, torch._scaled_mm's output) come back here as plain-tensor ops; handled
+            # here, the subclass would run them with this mode off and only the result would be seen
+            return NotImplemented
         if func is _WAIT and args and isinstance(args[0], torch.Tensor):
             return args[0]  # what the GPU kernel returns (see _WAIT)
         name = func.__name__
@@ -421,6 +429,12 @@ def _unpack(t):
 
 
 @functools.cache
+def _float8_types() -> tuple[type, ...]:
+    """torchao's Float8TrainingTensor when torchao's float8 training is loaded (--fp8 traces), else nothing."""
+    mod = sys.modules.get("torchao.float8.float8_training_tensor")
+    return (mod.Float8TrainingTensor,) if mod is not None else ()
+
+
 def _dtensor_types() -> tuple[type, ...]:
     """DTensor and funcol's AsyncCollectiveTensor (which wraps a collective's output until waited on)."""
     from torch.distributed._functional_collectives import AsyncCollectiveTensor

@@ -30,6 +30,7 @@ KNOBS: tuple[tuple[str, str, str, tuple | None, str], ...] = (
     ("checkpointing", "checkpointing", "select", W.CHECKPOINTING_CHOICES, "none"),
     ("activation_offload", "activation offload", "check", None, "false"),
     ("fp8", "FP8 (torchao)", "check", None, "false"),
+    ("fp8_recipe", "FP8 recipe", "select", W.FP8_RECIPES, "tensorwise"),
     ("compile", "torch.compile", "check", None, "false"),
     ("compile_scope", "compile scope", "select", W.COMPILE_SCOPES, "model"),
     ("loss_chunks", "loss chunks", "number", None, "1"),
@@ -103,6 +104,7 @@ SHOW_WHEN: dict[str, str] = {
     "zero_buckets": "mode=train;zero=1|2|3",
     "compile_scope": "mode=train;compile=true",
     "fp8": "mode=train;method=full",  # torchao's Float8Linear: full training only (Workload._fp8_problems)
+    "fp8_recipe": "mode=train;method=full;fp8=true",
     **{k: "mode=inference" for k in ("new_tokens", "kv_dtype", "kv_block", "cache")},
     "max_cache_len": "mode=inference;cache=static",
     **{k: "method=lora|qlora" for k in ("dora", "quant_targets")},
