@@ -494,3 +494,25 @@ def test_sglang_llama4_hybrid_swa_pool():
     tokens = cap.figure("max_total_num_tokens")
     assert cap.figure("swa_layer_tokens") == int(tokens * 0.8)
     assert cap.kv_cache_bytes == tokens * 512 * 12 + int(tokens * 0.8) * 512 * 36
+
+
+def test_cuda_total_sizes_the_pools_and_nvidia_smi_keys_the_defaults():
+    # L4: CUDA's total 23,570,219,008 B (nvidia-smi's 23,034 MiB = 24,153,751,552 B less the driver's 556 MiB):
+    # vLLM's requested memory = int(0.9 x 23,570,219,008) = 21,213,197,107
+    vl = capacity("qwen2.5-0.5b", "vllm", gpu="L4")
+    assert (vl.gpu_bytes, vl.budget_bytes) == (23_570_219_008, 21_213_197_107)
+    assert not any("not in the catalog" in n for n in vl.notes)
+    # SGLang 0.5.3 on an RTX 4090: the default fraction from nvidia-smi's 24,564 MiB (get_device_memory_capacity):
+    # reserve 512 + 1.5 x 2,048 + 2 x 16 + 1 x 1,024 / 8 = 3,744 MiB, round((24,564 - 3,744) / 24,564, 3) = 0.848
+    # (CUDA's 24,210 MiB would give 0.845); the pool from CUDA's total: int(0.848 x (25,386,352,640 - 419,430,400))
+    # = 21,171,950,059
+    sg = capacity("qwen2.5-0.5b", "sglang", gpu="RTX-4090")
+    assert sg.figure("mem_fraction_static") == 0.848
+    assert (sg.gpu_bytes, sg.budget_bytes) == (25_386_352_640, 21_171_950_059)
+    # H200: no CUDA total in the catalog, nvidia-smi's 143,771 MiB = 150,754,820,096 B, and a note says so
+    h200 = capacity("qwen2.5-0.5b", "vllm", gpu="H200-141GB")
+    assert h200.gpu_bytes == 150_754_820_096
+    assert h200.notes[-1] == (
+        "H200-141GB: CUDA's device total (cudaMemGetInfo) is not in the catalog; nvidia-smi's total "
+        "150,754,820,096 B is used, which the driver's reserve (a few hundred MiB on recent NVIDIA drivers) makes "
+        "too high: an engine or run may get a little less")
