@@ -86,6 +86,10 @@ CASES = {
     "capacity-speculative-steps-0": ("capacity llama-3.1-8b --gpu H100-SXM-80GB --engine sglang "
                                      "--speculative-algorithm NGRAM --speculative-num-steps 0",
                                      "speculative_num_steps=0"),
+    "capacity-mamba-ssm-dtype": ("capacity llama-2-7b --gpu A100-80GB --engine sglang --mamba-ssm-dtype float16",
+                                 "mamba_ssm_dtype='float16' is not one of float32, bfloat16 (SGLang --mamba-ssm-dtype)"),
+    "capacity-mamba-cache-in-vllm": ("capacity llama-2-7b --gpu A100-80GB --max-mamba-cache-size 64",
+                                     "--max-mamba-cache-size is a sglang flag"),
     "capacity-swa-ratio-in-vllm": ("capacity openai/gpt-oss-120b --gpu H100-SXM-80GB --swa-full-tokens-ratio 0.5",
                                    "--swa-full-tokens-ratio is a sglang flag"),
     "capacity-kv-dtype-names-flag": ("capacity llama-2-7b --gpu A100-80GB --kv-cache-dtype fp4",

@@ -95,24 +95,31 @@ def test_a_user_block_size_under_the_minimum_is_raised():
     assert cap.figure("attention_block_size") == 544  # 128 < 544: raised, as vLLM does
 
 
-def test_other_engines_refuse_a_hybrid_in_one_line():
-    msg = ("qwen3_next is a hybrid model (12 attention and 36 gated_deltanet blocks): SGLang's cache for its "
-           "recurrent state is not modelled; use --engine vllm")
+def test_sglang_refuses_a_mamba2_hybrid_it_has_no_model_class_for():
+    cfg = {"architectures": ["GraniteMoeHybridForCausalLM"], "model_type": "granitemoehybrid", "hidden_size": 1024,
+           "num_hidden_layers": 4, "layer_types": ["mamba", "attention", "mamba", "mamba"], "num_attention_heads": 8,
+           "num_key_value_heads": 2, "intermediate_size": 2048, "vocab_size": 1000, "max_position_embeddings": 4096,
+           "mamba_n_heads": 32, "mamba_d_head": 64, "mamba_d_state": 128, "mamba_n_groups": 1, "mamba_expand": 2,
+           "mamba_d_conv": 4}
     with pytest.raises(ConfigError) as e:
-        vramlens.capacity(QWEN3_NEXT_80B, "sglang", gpu="H200-141GB", tp=2, trace_fallback=False)
-    assert str(e.value) == msg
+        vramlens.capacity(cfg, "sglang", gpu="H200-141GB", version="0.5.4", trace_fallback=False)
+    assert str(e.value) == (
+        "granitemoehybrid is a hybrid model (1 attention and 3 mamba2 blocks): SGLang up to 0.5.4 keeps a recurrent "
+        "state for Qwen3-Next's Gated DeltaNet, from 0.5.3 for Falcon-H1 and from 0.5.4 for Nemotron-H only; it has "
+        "no model class for GraniteMoeHybridForCausalLM in the releases "
+        "read: use --engine vllm")
 
 
 def test_an_unread_state_layout_is_refused():
-    cfg = {"architectures": ["FalconH1ForCausalLM"], "model_type": "falcon_h1", "hidden_size": 1024,
+    cfg = {"architectures": ["Zamba2ForCausalLM"], "model_type": "zamba2", "hidden_size": 1024,
            "num_hidden_layers": 4, "num_attention_heads": 8, "num_key_value_heads": 2, "intermediate_size": 2048,
-           "vocab_size": 1000, "max_position_embeddings": 4096, "mamba_d_ssm": 1024, "mamba_n_heads": 16}
+           "vocab_size": 1000, "max_position_embeddings": 4096, "mamba_d_state": 64, "hybrid_layer_ids": [2]}
     with pytest.raises(ConfigError) as e:
         vramlens.capacity(cfg, "vllm", gpu="H100-80GB", trace_fallback=False)
     assert str(e.value) == (
-        "model_type 'falcon_h1' keeps a recurrent (state-space or linear-attention) state whose layout vramlens does "
-        "not read (it reads qwen3_next, granitemoehybrid, bamba, nemotron_h and jamba): vramlens capacity refuses it "
-        "rather than count its blocks as attention")
+        "model_type 'zamba2' keeps a recurrent (state-space or linear-attention) state whose layout vramlens does "
+        "not read (it reads qwen3_next, granitemoehybrid, bamba, nemotron_h, jamba, falcon_h1 and lfm2): vramlens "
+        "capacity refuses it rather than count its blocks as attention")
 
 
 def test_without_torch_one_line_naming_the_extra(monkeypatch, tmp_path, capsys):
@@ -156,27 +163,6 @@ def test_unmodelled_weights_are_the_meta_models_parameters(monkeypatch, tmp_path
     assert expected < GiB
 
 
-def test_a_recurrent_gguf_is_refused_for_llama_cpp():
-    from vramlens.advise.gguf_split import GGUFInfo
-
-    info = GGUFInfo(name="qwen3next.gguf", arch="qwen3next", n_layers=48, n_ctx_train=262144, n_embd=2048, n_head=16,
-                    n_head_kv=2, layer_bytes=(1,) * 48, input_bytes=1, output_bytes=1)
-    with pytest.raises(ConfigError) as e:
-        vramlens.capacity(info, "llama.cpp", gpu="H100-80GB")
-    assert str(e.value) == (
-        "qwen3next.gguf: GGUF architecture 'qwen3next' keeps a recurrent state per sequence (llama.cpp's "
-        "llama_memory_recurrent / llama_memory_hybrid), which vramlens does not model for llama.cpp; only its "
-        "attention layers would keep the KV cache counted here")
-
-
-def test_the_cli_refuses_a_hybrid_in_sglang_with_exit_2(tmp_path, capsys):
-    cfg = tmp_path / "config.json"
-    cfg.write_text(json.dumps(QWEN3_NEXT_80B))
-    assert main(["capacity", str(cfg), "--engine", "sglang", "--gpu", "H200-141GB", "--tp", "2",
-                 "--no-trace-fallback"]) == 2
-    err = capsys.readouterr().err
-    assert err == (f"error: {tmp_path.name} is a hybrid model (12 attention and 36 gated_deltanet blocks): SGLang's "
-                   "cache for its recurrent state is not modelled; use --engine vllm\n")
 
 
 def test_vllm_refuses_what_it_does_not_follow_for_a_hybrid():
@@ -218,3 +204,41 @@ def test_transformers_engine_gated_deltanet_cache_equals_the_trace(monkeypatch, 
     assert cap.kv_cache_bytes == 8_192 + 3 * (1_024 + 4_096)
     traced = T.trace(TINY_QWEN3_NEXT, mode="inference", batch=1, seq=64, dtype="bf16")
     assert traced.breakdown.component("kv_cache").bytes == cap.kv_cache_bytes == 23_552
+
+
+#: A Falcon-H1 shape (every block runs attention and Mamba2 side by side): 2 KV heads of 128, mamba_d_ssm 3,072,
+#: 24 Mamba heads of 128, state 256, 1 group, kernel 4.
+FALCON_H1 = {"architectures": ["FalconH1ForCausalLM"], "model_type": "falcon_h1", "hidden_size": 2048,
+             "num_hidden_layers": 4, "num_attention_heads": 8, "num_key_value_heads": 2, "head_dim": 128,
+             "intermediate_size": 4096, "vocab_size": 32768, "max_position_embeddings": 16384, "mamba_d_ssm": 3072,
+             "mamba_n_heads": 24, "mamba_d_head": 128, "mamba_d_state": 256, "mamba_n_groups": 1, "mamba_d_conv": 4,
+             "torch_dtype": "bfloat16"}
+#: An LFM2 shape: short convolutions ("conv", L_cache 3) and one full-attention block of 8 KV heads of 64.
+LFM2 = {"architectures": ["Lfm2ForCausalLM"], "model_type": "lfm2", "hidden_size": 1024, "num_hidden_layers": 4,
+        "layer_types": ["conv", "conv", "full_attention", "conv"], "num_attention_heads": 16,
+        "num_key_value_heads": 8, "intermediate_size": 4096, "vocab_size": 65536, "max_position_embeddings": 32768,
+        "conv_L_cache": 3, "torch_dtype": "bfloat16"}
+
+
+def test_vllm_falcon_h1_counts_each_block_as_an_attention_and_a_mamba_layer():
+    h = hybrid_layout(FALCON_H1, 4)
+    assert h is not None and (h.n_attention, h.n_state, h.mixer) == (4, 4, "mamba2")
+    cap = vramlens.capacity(FALCON_H1, "vllm", gpu="H100-80GB", version="0.10.2", trace_fallback=False)
+    # state: conv (3, 3,072 + 2 x 1 x 256) x 2 B = 21,504 + ssm (24, 128, 256) x 2 B = 1,572,864 -> 1,594,368 B;
+    # one token's attention page 2 x 2 x 128 x 2 B = 1,024; block size 16 x cdiv(1,594,368, 16 x 1,024) = 1,568
+    assert cap.figure("attention_block_size") == 1568
+    assert cap.figure("mamba_page_padding") == 0.71  # (1,568 x 1,024 - 1,594,368) / 1,594,368 = 0.706%
+    assert cap.kv_bytes_per_token == 1_024 * 4
+
+
+def test_lfm2_short_convolutions_in_vllm_and_llama_cpp():
+    h = hybrid_layout(LFM2, 4)
+    assert h is not None and h.kinds == ("state", "state", "attention", "state")
+    assert h.shapes(2) == ((2, 512), ())  # (L_cache - 1, hidden / tp); no ssm state
+    cap = vramlens.capacity(LFM2, "vllm", gpu="H100-80GB", version="0.10.2", trace_fallback=False)
+    # state 2 x 1,024 x 2 B = 4,096 B; a1 = 2 x 8 x 64 x 2 B = 2,048; block size 16 x cdiv(4,096, 32,768) = 16
+    assert (cap.figure("attention_block_size"), cap.figure("mamba_page_padding")) == (16, 700.0)
+    cpp = vramlens.capacity(LFM2, "llama.cpp", gpu="H100-80GB", weights_type="q8_0", ctx_size=4096, parallel=2,
+                            trace_fallback=False)
+    # 1 attention block: 2 x 4,096 cells x 512 x 2 B = 8 MiB; 3 conv blocks x 2 sequences x 2,048 f32 values
+    assert cpp.kv_cache_bytes == 8 * 2**20 + 3 * 2 * 2_048 * 4

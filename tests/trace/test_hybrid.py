@@ -152,3 +152,30 @@ def test_gemma2_alternating_sliding_and_full_attention_is_two_blocks_a_period():
     cfg = {"model_type": "gemma2", "architectures": ["Gemma2ForCausalLM"], **W, "head_dim": 16, "num_hidden_layers": 8,
            "sliding_window": 16}
     _agree(cfg, {**INFER, "seq": 64}, (4, 6))
+
+
+def test_a_config_transformers_saved_with_an_infinite_float_builds(tmp_path, capsys, monkeypatch):
+    # Falcon-H1's time_step_limit defaults to (0.0, inf); save_pretrained writes inf as {"__float__": "Infinity"}
+    # (configuration_utils.py _encode_special_floats), which only from_json_file decodes: vramlens reads the JSON
+    # itself, so the tracer decodes the tag before transformers' strict dataclass validates it (it raised
+    # huggingface_hub's StrictDataclassFieldValidationError, a traceback, before)
+    transformers = pytest.importorskip("transformers")
+    monkeypatch.setenv("VRAMLENS_HOME", str(tmp_path / "home"))
+    transformers.FalconH1Config(num_hidden_layers=2, hidden_size=256, num_attention_heads=4, num_key_value_heads=2,
+                                head_dim=64, intermediate_size=512, vocab_size=1000, mamba_d_ssm=256,
+                                mamba_n_heads=8, mamba_d_head=32, mamba_d_state=16).save_pretrained(tmp_path)
+    assert '"__float__": "Infinity"' in (tmp_path / "config.json").read_text()
+    from vramlens.cli.main import main
+
+    assert main(["capacity", str(tmp_path / "config.json"), "--engine", "vllm", "--gpu", "H100-SXM-80GB"]) == 0
+    assert "weights from the inventory of FalconH1ForCausalLM built by transformers" in capsys.readouterr().out
+
+
+def test_a_config_transformers_rejects_is_one_line(tmp_path):
+    from vramlens.errors import TraceError
+    from vramlens.trace.build import _hf_config
+
+    with pytest.raises(TraceError) as e:  # a strict dataclass field of the wrong type: huggingface_hub's error
+        _hf_config({"model_type": "falcon_h1", "time_step_limit": [0.0, "wide"]})
+    assert str(e.value).startswith("transformers cannot build a config for model_type='falcon_h1' (")
+    assert str(e.value).endswith("); use the analytic `vramlens estimate` instead")

@@ -396,6 +396,10 @@ def tradeoffs(spec: ModelSpec, w: Workload, base: Workload, *, trainable: int) -
         if w.method == "qlora":
             f = QUANT_MATMUL_FACTOR["nf4-dq"]
             out.append(f"4-bit NF4 base weights: ~{f:.2g}x slower matmuls; quality loss small (QLoRA paper)")
+        elif w.quant != base.quant and w.quant in ("nf4", "nf4-dq"):
+            f = QUANT_MATMUL_FACTOR[w.quant]
+            out.append(f"4-bit NF4 base weights (bitsandbytes, as QLoRA): ~{f:.2g}x slower matmuls; the frozen base "
+                       "is quantized, the adapters train in full precision")
         if w.optimizer in ("adamw-8bit", "paged-adamw-8bit"):
             out.append("8-bit optimizer states (bitsandbytes): near-parity quality reported (Dettmers et al. 2022)")
         if w.optimizer == "adamw-8bit-torchao":

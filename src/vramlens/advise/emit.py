@@ -314,6 +314,18 @@ def peft(plan: Plan) -> dict[str, Any]:
     }
 
 
+def peft_call(plan: Plan) -> str | None:
+    """What ``get_peft_model`` must be told beyond :func:`peft`'s config, as a comment line (None when peft's defaults
+    reproduce the plan). peft's ``get_peft_model(..., autocast_adapter_dtype=True)``, its default, upcasts fp16 and
+    bf16 adapter weights to fp32 (src/peft/tuners/tuners_utils.py ``_cast_adapter_dtype``, peft 0.21); a plan whose
+    adapters stay in the compute dtype (``--lora-dtype`` not fp32) needs ``autocast_adapter_dtype=False``."""
+    w = plan.workload
+    if w.method == "full" or w.lora_dtype == "fp32":
+        return None
+    return (f"# get_peft_model(model, config, autocast_adapter_dtype=False): keeps the adapters in {w.lora_dtype} as "
+            "the plan assumed (peft's default upcasts them to fp32)")
+
+
 def bnb(plan: Plan) -> dict[str, Any]:
     """``transformers.BitsAndBytesConfig`` keyword arguments for int8 / nf4 / fp4 weights."""
     w = plan.workload

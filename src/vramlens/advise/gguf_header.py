@@ -30,6 +30,7 @@ from vramlens.limits import (
     MAX_GGUF_STRING,
     MAX_HEADS,
     MAX_HIDDEN,
+    MAX_INTERMEDIATE,
     MAX_LAYERS,
     MAX_POSITIONS,
     MAX_TENSOR_NUMEL,
@@ -37,6 +38,7 @@ from vramlens.limits import (
     check_int,
     show,
 )
+from vramlens.models.hybrid import ATTENTION, BOTH, NONE, STATE, HybridLayout
 
 
 @dataclass(frozen=True, slots=True)
@@ -263,28 +265,133 @@ def _tensor_info(r: _Reader, i: int) -> _Tensor:
     return _Tensor(name, shape, gt, offset, numel // gt.block * gt.type_size)
 
 
-def _head_count(r: _Reader, key: str, value: Any) -> int:
+def _head_count(r: _Reader, key: str, value: Any, minimum: int = 1) -> int:
     """A head count: an integer, or per-layer integers (the largest counts, as the KV cache needs)."""
     if isinstance(value, list):
         if not value:
             raise r.error(f"{key} is an empty array: {_FIX}")
         value = max(value)
-    return r.check(key, value, MAX_HEADS, minimum=1)
+    return r.check(key, value, MAX_HEADS, minimum=minimum)
+
+
+# ---- recurrent and hybrid architectures: llama.cpp's load_hparams ----
+#: What follows reads the GGUF keys as ggml-org/llama.cpp src/llama-model.cpp ``llama_model::load_hparams``
+#: does at commit 00342301d01a (the per-architecture cases; n_embd_r()/n_embd_s() in src/llama-hparams.cpp at
+#: 01b77b579398); gguf-py 0.19's constants.py names the keys. Architectures whose every block is recurrent
+#: (``llm_arch_is_recurrent``: llama_memory_recurrent, no KV cache):
+RECURRENT_ONLY = frozenset({"mamba", "mamba2", "rwkv6", "rwkv6qwen2", "rwkv7", "arwkv7"})
+#: the architectures laid out here -> their mixer (vramlens.models.hybrid.HybridLayout.mixer)
+GGUF_MIXERS = {
+    "mamba": "mamba1", "jamba": "mamba1", "mamba2": "mamba2", "granitehybrid": "mamba2", "nemotron_h": "mamba2",
+    "nemotron_h_moe": "mamba2", "falcon-h1": "mamba2", "qwen3next": "gated_deltanet", "qwen35": "gated_deltanet",
+    "qwen35moe": "gated_deltanet", "lfm2": "short_conv", "lfm2moe": "short_conv", "rwkv6": "rwkv", "rwkv6qwen2": "rwkv",
+    "rwkv7": "rwkv", "arwkv7": "rwkv",
+}
+
+
+def _hybrid(r: _Reader, arch: str, kv: dict[str, Any], n_layers: int, n_embd: int) -> HybridLayout | None:
+    """The layer kinds and state sizes of a recurrent or hybrid ``arch`` (None for any other architecture).
+
+    Keys, as load_hparams reads them (a missing required key: llama.cpp's "key not found in model"):
+
+    - Mamba, Jamba (mamba1): ``ssm.conv_kernel``, ``ssm.inner_size``, ``ssm.state_size`` (n_group 0);
+      Mamba2, Granite 4.0-H (granitehybrid), Nemotron-H, Falcon-H1 (mamba2) and Qwen3-Next (Gated DeltaNet:
+      inner_size = value heads x value dim, group_count = key heads, state_size = key dim, time_step_rank =
+      value heads) also ``ssm.group_count`` and ``ssm.time_step_rank`` (the heads).
+    - LFM2: ``shortconv.l_cache``: the conv state is n_embd x (l_cache - 1), no ssm state.
+    - RWKV 6/7: ``wkv.head_size``, ``token_shift_count`` (default 2).
+    - Block kinds: every block recurrent for Mamba, Mamba2 and RWKV; recurrent where the per-layer
+      ``attention.head_count_kv`` is 0 for Jamba, granitehybrid and LFM2; for Nemotron-H recurrent where
+      head_count_kv and ``feed_forward_length`` are both 0, attention where only feed_forward_length is
+      (``create_memory``'s filter_attn: not recurrent and n_ff 0), neither (MLP/MoE) else; nemotron_h_moe the
+      same (later llama.cpp shares load_hparams' case and src/models/nemotron-h.cpp's builder, 0aebd861, between
+      the two: MoE blocks have n_ff != 0; the exact commit that added it was not pinned); Qwen3-Next
+      attention every ``full_attention_interval``-th block (llama.cpp 00342301 hard-codes 4, the key's value
+      in every Qwen3-Next GGUF; later releases read the key); Qwen3.5 (qwen35, qwen35moe: src/models/qwen35.cpp
+      at 06e514f6) the same keys and rule over the trunk, its ``nextn_predict_layers`` MTP blocks after it neither
+      recurrent nor cached (``n_layer_kv_from_start`` = the trunk; an ``attention.recurrent_layers`` array, which
+      that code would prefer, is not read: gguf-py 0.19 writes none); Falcon-H1 both in every block
+      (``filter_attn`` and ``filter_recr`` true).
+    """
+    mixer = GGUF_MIXERS.get(arch)
+    if mixer is None:
+        return None
+
+    def need(key: str, limit: int, *, minimum: int = 1, default: int | None = None) -> int:
+        full = f"{arch}.{key}"
+        if full not in kv and default is None:
+            raise ModelSourceError(f"{r.name}: the header lacks {full}, which llama.cpp's load_hparams requires for "
+                                   f"architecture {arch!r}: {_FIX}")
+        return r.check(full, kv.get(full, default), limit, minimum=minimum)
+
+    def per_layer(key: str, default: Any) -> list[int]:
+        full = f"{arch}.{key}"
+        value = kv.get(full, default)
+        if isinstance(value, list):
+            if len(value) != n_layers:  # llama_model_loader::get_key_or_arr: "has wrong array length"
+                raise r.error(f"{full} has {len(value)} entries but {arch}.block_count={n_layers}: {_FIX}")
+            return [r.check(f"{full}[{i}]", v, MAX_INTERMEDIATE) for i, v in enumerate(value)]
+        return [r.check(full, value, MAX_INTERMEDIATE)] * n_layers
+
+    kinds: tuple[str, ...]
+    if arch in RECURRENT_ONLY:
+        kinds = (STATE,) * n_layers
+    elif arch == "falcon-h1":
+        kinds = (BOTH,) * n_layers
+    elif arch in ("qwen3next", "qwen35", "qwen35moe"):
+        every = need("full_attention_interval", MAX_LAYERS, default=4)
+        # Qwen3.5's NextN/MTP blocks follow the trunk: neither recurrent nor in the main KV cache
+        mtp = need("nextn_predict_layers", n_layers - 1, minimum=0, default=0) if arch != "qwen3next" else 0
+        kinds = tuple(NONE if i >= n_layers - mtp else ATTENTION if (i + 1) % every == 0 else STATE
+                      for i in range(n_layers))
+    else:
+        hkv = per_layer("attention.head_count_kv", kv.get(f"{arch}.attention.head_count", 0))
+        if arch in ("nemotron_h", "nemotron_h_moe"):
+            ff = per_layer("feed_forward_length", 0)
+            kinds = tuple(NONE if f else STATE if h == 0 else ATTENTION for h, f in zip(hkv, ff, strict=True))
+        else:
+            kinds = tuple(STATE if h == 0 else ATTENTION for h in hkv)
+    if mixer == "short_conv":
+        return HybridLayout(kinds=kinds, mixer=mixer, conv_kernel=need("shortconv.l_cache", MAX_HIDDEN),
+                            intermediate=n_embd)
+    if mixer == "rwkv":
+        return HybridLayout(kinds=kinds, mixer=mixer, conv_kernel=1, intermediate=n_embd,
+                            head_dim=need("wkv.head_size", MAX_HIDDEN),
+                            token_shift=need("token_shift_count", MAX_HIDDEN, default=2))
+    conv = need("ssm.conv_kernel", MAX_HIDDEN)
+    inner = need("ssm.inner_size", MAX_INTERMEDIATE)
+    state = need("ssm.state_size", MAX_HIDDEN)
+    if mixer == "mamba1":
+        return HybridLayout(kinds=kinds, mixer=mixer, conv_kernel=conv, intermediate=inner, state_size=state)
+    groups = need("ssm.group_count", MAX_HEADS, minimum=0)
+    heads = need("ssm.time_step_rank", MAX_INTERMEDIATE, minimum=0)
+    heads = heads if heads and inner % heads == 0 else 1  # only inner x state enters llama.cpp's n_embd_s
+    if mixer == "gated_deltanet":
+        return HybridLayout(kinds=kinds, mixer=mixer, conv_kernel=conv, k_heads=groups, k_dim=state, v_heads=heads,
+                            v_dim=inner // heads)
+    return HybridLayout(kinds=kinds, mixer=mixer, conv_kernel=conv, intermediate=inner, n_groups=groups,
+                        n_heads=heads, head_dim=inner // heads, state_size=state)
 
 
 def _info(r: _Reader, kv: dict[str, Any], tensors: list[_Tensor]) -> GGUFInfo:
     arch = kv.get("general.architecture", "llama")
     if not isinstance(arch, str) or not arch or len(arch) > 64:
         raise r.error(f"general.architecture={show(arch)} is not an architecture name: {_FIX}")
-    missing = [k for k in ("block_count", "embedding_length", "attention.head_count") if f"{arch}.{k}" not in kv]
+    recurrent_only = arch in RECURRENT_ONLY
+    needed = ("block_count", "embedding_length") + (() if recurrent_only else ("attention.head_count",))
+    missing = [k for k in needed if f"{arch}.{k}" not in kv]
     if missing:
         raise ModelSourceError(f"{r.name}: the header lacks {', '.join(f'{arch}.{k}' for k in missing)}: "
                                "not a transformer GGUF vramlens can place")
     n_layers = r.check(f"{arch}.block_count", kv[f"{arch}.block_count"], MAX_LAYERS, minimum=1)
     n_embd = r.check(f"{arch}.embedding_length", kv[f"{arch}.embedding_length"], MAX_HIDDEN, minimum=1)
-    n_head = _head_count(r, f"{arch}.attention.head_count", kv[f"{arch}.attention.head_count"])
+    # Mamba and RWKV GGUFs write attention.head_count 0 ("non-transformer models do not have attention heads")
+    n_head = _head_count(r, f"{arch}.attention.head_count", kv.get(f"{arch}.attention.head_count", 0),
+                         minimum=0 if recurrent_only else 1)
     n_head_kv = _head_count(r, f"{arch}.attention.head_count_kv",
-                            kv.get(f"{arch}.attention.head_count_kv", n_head))
+                            kv.get(f"{arch}.attention.head_count_kv", n_head), minimum=0 if recurrent_only else 1)
+    key_length = r.check(f"{arch}.attention.key_length", kv.get(f"{arch}.attention.key_length", 0), MAX_HIDDEN)
+    hybrid = _hybrid(r, arch, kv, n_layers, n_embd)
     n_ctx = r.check(f"{arch}.context_length", kv.get(f"{arch}.context_length", 2048), MAX_POSITIONS, minimum=1)
     layer = [0] * n_layers
     input_b = output_b = vocab = 0
@@ -305,4 +412,5 @@ def _info(r: _Reader, kv: dict[str, Any], tensors: list[_Tensor]) -> GGUFInfo:
                 vocab = max(t.shape)
     return GGUFInfo(name=r.name, arch=arch, n_layers=n_layers, n_ctx_train=n_ctx, n_embd=n_embd, n_head=n_head,
                     n_head_kv=n_head_kv, layer_bytes=tuple(layer), input_bytes=input_b, output_bytes=output_b,
-                    quant_types=dict(types), vocab=vocab)
+                    quant_types=dict(types), vocab=vocab, key_length=0 if recurrent_only else key_length,
+                    hybrid=hybrid)

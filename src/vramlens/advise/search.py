@@ -87,6 +87,10 @@ MAX_TP = 8
 #: The parameter-efficient methods, each a remedy of its own name.
 _PEFT_METHODS: tuple[Method, ...] = ("lora", "qlora")
 
+#: A change that buys less than this fraction of the step time (or of the tokens/s) is not needed: undoing it
+#: leaves a simpler plan (e.g. a 4-bit optimizer over VeRA's few thousand trained values saves microseconds).
+SPEED_TIE = 1e-3
+
 _T = TypeVar("_T")
 
 
@@ -200,6 +204,22 @@ def _methods(base: Workload, c: Constraints) -> list[Method]:
         if name in c.keep:
             ms = [name]
     return ms
+
+
+#: The PEFT methods whose base the search may load in 4-bit (bitsandbytes' NF4 with double quantization, as
+#: transformers' BitsAndBytesConfig loads it for QLoRA): peft dispatches OFT's, BOFT's and VeRA's layers over a
+#: ``Linear4bit`` (Workload._bnb_config_problems); LoRA gets the same base as --method qlora.
+FOUR_BIT_BASE_METHODS: tuple[Method, ...] = ("oft", "boft", "vera")
+
+
+def _bases(base: Workload, method: Method, c: Constraints) -> list[Quant | None]:
+    """The weight formats tried for ``method``: the user's own for their method (and, for a method in
+    FOUR_BIT_BASE_METHODS over unquantized weights, a 4-bit NF4 base: the ``qlora`` remedy), none for the others."""
+    if method != base.method:
+        return [None]
+    if method in FOUR_BIT_BASE_METHODS and base.quant is None and "qlora" not in c.forbid:
+        return [None, "nf4-dq"]
+    return [base.quant]
 
 
 def _optimizers(base: Workload, c: Constraints) -> list[Optimizer]:
@@ -347,9 +367,10 @@ def _training_candidates(base: Workload, gpu: GPU, total: int, per_node: int, c:
             for method in _methods(base, c):
                 for dtype, amp in _precisions(base, gpu, c):
                     for opt in _optimizers(base, c):
-                        quant = base.quant if method == base.method else None
-                        yield evolve(base, gpus=total, tp=tp, pp=pp, zero=z, fsdp=fs, offload=off, method=method,
-                                      dtype=dtype, amp=amp, optimizer=opt, quant=quant, **kept_techniques), splits
+                        for quant in _bases(base, method, c):
+                            yield evolve(base, gpus=total, tp=tp, pp=pp, zero=z, fsdp=fs, offload=off,
+                                          method=method, dtype=dtype, amp=amp, optimizer=opt, quant=quant,
+                                          **kept_techniques), splits
 
 
 def _techniques(struct: Workload, spec: ModelSpec, c: Constraints) -> list[tuple[str, str, Any]]:
@@ -810,7 +831,7 @@ def _score(s: _Search, w: Workload, base: Workload) -> _Rank | None:
     if w.training:
         st = s.fm.state(w)
         speed = round(s.cost(w, st.trainable, r[1] - st.host if w.activation_offload else 0).seconds, 9)
-        tier = int(w.method != base.method)
+        tier = int(w.method != base.method or w.quant != base.quant)  # a 4-bit base changes the model, as qlora
     else:
         speed = -round(s.cost(w, 0).tokens_per_s, 6)
         tier = int(w.quant != base.quant)
@@ -849,7 +870,7 @@ def _minimize(s: _Search, w: Workload, base: Workload, keep: frozenset[str] = fr
             r = _score(s, u, base)
             if r is None:
                 continue
-            if (r.device_total <= rank.device_total) if memory else (r.speed <= rank.speed):
+            if (r.device_total <= rank.device_total) if memory else (r.speed <= rank.speed + abs(rank.speed) * SPEED_TIE):
                 w, rank, changed = u, r, True
                 break
     return w, rank

@@ -68,6 +68,11 @@ FLAGS: tuple[tuple[str, str, tuple[str, ...], dict], ...] = (
     ("--swa-full-tokens-ratio", "swa_full_tokens_ratio", ("sglang",), {"type": float, "metavar": "R",
                                  "help": "SGLang: sliding-layer tokens per full-layer token of the hybrid SWA "
                                          "pool (gpt-oss; 0.8)"}),
+    ("--max-mamba-cache-size", "max_mamba_cache_size", ("sglang",), {"type": int, "metavar": "N",
+                                "help": "SGLang: mamba state slots of a hybrid (Qwen3-Next, Nemotron-H; default "
+                                        "--max-running-requests, else 512; 0.5.4's Qwen3-Next: from the memory)"}),
+    ("--mamba-ssm-dtype", "mamba_ssm_dtype", ("sglang",), {"metavar": "T",
+                           "help": "SGLang: float32 or bfloat16, a hybrid's temporal (SSM) state (float32)"}),
     ("--ctx-size", "ctx_size", ("llama.cpp",), {"type": int, "metavar": "N", "help": "llama.cpp: n_ctx (4096; 0 = the model's)"}),
     ("--batch-size", "batch_size", ("llama.cpp",), {"type": int, "metavar": "N", "help": "llama.cpp: n_batch (2048)"}),
     ("--ubatch-size", "ubatch_size", ("llama.cpp",), {"type": int, "metavar": "N", "help": "llama.cpp: n_ubatch (512)"}),

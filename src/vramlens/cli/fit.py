@@ -165,6 +165,12 @@ def run(args: argparse.Namespace) -> int:
             print(render(cfg, args.emit))
             if args.emit == "llama.cpp":
                 print(_llamacpp_log(plan, cfg))
+        if args.emit == "peft":
+            from vramlens.advise.emit import peft_call
+
+            call = peft_call(plan)
+            if call:  # on stderr: stdout stays the config, to redirect into a file
+                print(call, file=sys.stderr)
         return 0
     if args.json:
         from vramlens.advise.emit import configs

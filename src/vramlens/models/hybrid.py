@@ -5,9 +5,10 @@ One home for the config fields of attention/state-space hybrids (the serving eng
 (``linear_attention`` Gated DeltaNet, ``full_attention``), Granite 4.0-H's ``layer_types``
 (``mamba`` / ``attention``), Bamba's ``attn_layer_indices``, Nemotron-H's ``hybrid_override_pattern``
 (``M`` Mamba2, ``*`` attention, ``-`` MLP, ``E`` MoE; transformers 5's ``layers_block_type``), Jamba's
-``attn_layer_period`` / ``attn_layer_offset``. Falcon-H1 (attention and Mamba2 side by side in every
-block), LFM2 (short convolutions), Zamba2 (shared attention blocks) and any other model with state-space
-fields are reported as ``unsupported`` so that the engines refuse them in one line.
+``attn_layer_period`` / ``attn_layer_offset``, Falcon-H1 (attention and Mamba2 side by side in every block:
+BOTH), LFM2's ``layer_types`` (``conv`` short convolutions, ``full_attention``; older configs
+``full_attn_idxs``). Zamba2 (shared attention blocks) and any other model with state-space fields are
+reported as ``unsupported`` so that the engines refuse them in one line.
 
 The state shapes of one block on one tensor-parallel rank are vLLM's ``MambaStateShapeCalculator``
 (vllm/model_executor/layers/mamba/mamba_utils.py, commit 02d710837549; the default "SD" conv layout,
@@ -21,6 +22,10 @@ no speculative tokens), fed from the config as each model's ``get_mamba_state_sh
   ssm (heads / tp, head_dim, N), N = the state size.
 - Mamba1 (jamba.py: intermediate = ``mamba_expand`` x hidden): conv (K - 1, intermediate / tp),
   ssm (intermediate / tp, N).
+- Falcon-H1 (falcon_h1.py at vllm-project/vllm 59e459897da4: Mamba2 with intermediate = ``mamba_d_ssm``, else
+  ``mamba_expand`` x hidden, ``mamba_n_groups``, ``mamba_n_heads``, ``mamba_d_head``, ``mamba_d_state``,
+  ``mamba_d_conv``; transformers' FalconH1Config defaults where absent).
+- LFM2 short convolutions (lfm2.py, ``short_conv_state_shape``): conv (``conv_L_cache`` - 1, hidden / tp) only.
 
 The dtypes are ``MambaStateDtypeCalculator``'s: the conv state in the cache dtype ("auto": the model
 dtype), the ssm/recurrent state in ``mamba_ssm_cache_dtype`` ("auto": the same); vLLM's
@@ -36,8 +41,9 @@ from dataclasses import dataclass
 from math import prod
 from typing import Any
 
-#: block kinds: "attention" keeps a KV cache, "state" a fixed recurrent state, "none" neither (MLP, MoE)
-ATTENTION, STATE, NONE = "attention", "state", "none"
+#: block kinds: "attention" keeps a KV cache, "state" a fixed recurrent state, "none" neither (MLP, MoE),
+#: "attention+state" both (Falcon-H1: attention and Mamba2 side by side in every block)
+ATTENTION, STATE, NONE, BOTH = "attention", "state", "none", "attention+state"
 #: config dtype names of ``mamba_ssm_cache_dtype`` -> vramlens dtypes
 _DTYPES = {"float32": "fp32", "float16": "fp16", "bfloat16": "bf16", "half": "fp16", "float": "fp32"}
 #: config.json fields that only state-space / linear-attention models have: a model with one of them that
@@ -50,8 +56,10 @@ _STATE_FIELDS = ("mamba_d_state", "ssm_state_size", "mamba_n_heads", "mamba_num_
 class HybridLayout:
     """Which blocks keep what, and the state one recurrent block keeps per request.
 
-    ``kinds``: one of ATTENTION, STATE, NONE per decoder block. ``mixer``: "gated_deltanet", "mamba2" or
-    "mamba1". The shape fields are the config's (whole model, before tensor parallelism).
+    ``kinds``: one of ATTENTION, STATE, NONE, BOTH per decoder block. ``mixer``: "gated_deltanet", "mamba2",
+    "mamba1", "short_conv" (LFM2: a conv state of ``intermediate`` channels, no ssm state) or "rwkv" (RWKV 6/7
+    as llama.cpp keeps it: ``token_shift`` rows of ``intermediate`` = n_embd values, and a wkv state of
+    n_embd x ``head_dim`` values). The shape fields are the config's (whole model, before tensor parallelism).
     """
 
     kinds: tuple[str, ...]
@@ -69,18 +77,33 @@ class HybridLayout:
     head_dim: int = 0
     state_size: int = 0
     ssm_dtype: str | None = None
+    # RWKV
+    token_shift: int = 0
 
     @property
     def n_attention(self) -> int:
-        return self.kinds.count(ATTENTION)
+        """Blocks with a KV cache (BOTH included)."""
+        return self.kinds.count(ATTENTION) + self.kinds.count(BOTH)
 
     @property
     def n_state(self) -> int:
-        return self.kinds.count(STATE)
+        """Blocks with a recurrent state (BOTH included)."""
+        return self.kinds.count(STATE) + self.kinds.count(BOTH)
+
+    def has_kv(self, i: int) -> bool:
+        return self.kinds[i] in (ATTENTION, BOTH)
+
+    def has_state(self, i: int) -> bool:
+        return self.kinds[i] in (STATE, BOTH)
 
     def shapes(self, tp: int) -> tuple[tuple[int, ...], tuple[int, ...]]:
-        """(conv state, ssm/recurrent state) shapes of one block on one of ``tp`` ranks, per request."""
+        """(conv state, ssm/recurrent state) shapes of one block on one of ``tp`` ranks, per request; ``()``
+        for a state the mixer does not keep (short_conv has no ssm state)."""
         k = self.conv_kernel - 1
+        if self.mixer == "short_conv":  # vLLM short_conv_state_shape: (L_cache - 1, hidden / tp)
+            return (k, self.intermediate // tp), ()
+        if self.mixer == "rwkv":  # llama.cpp n_embd_r = token_shift_count x n_embd, n_embd_s = n_embd x head size
+            return (self.token_shift, self.intermediate), (self.intermediate, self.head_dim)
         if self.mixer == "gated_deltanet":
             conv_dim = 2 * self.k_heads * self.k_dim + self.v_heads * self.v_dim
             return (k, conv_dim // tp), (self.v_heads // tp, self.v_dim, self.k_dim)
@@ -94,7 +117,15 @@ class HybridLayout:
         """Bytes of one block's state for one request on one rank (vLLM ``MambaSpec.page_size_bytes``
         before padding: the sum of each shape's elements x its dtype's bytes)."""
         conv, ssm = self.shapes(tp)
-        return prod(conv) * conv_b + prod(ssm) * ssm_b
+        return _numel(conv) * conv_b + _numel(ssm) * ssm_b
+
+    def llama_rs_values(self) -> tuple[int, int]:
+        """llama.cpp's ``n_embd_r()`` and ``n_embd_s()`` (src/llama-hparams.cpp): the values of one recurrent
+        block's r_l and s_l rows for one sequence, the tp-1 shapes' element counts: Mamba and Gated DeltaNet
+        (d_conv - 1) x (d_inner + 2 n_group d_state) and d_state x d_inner; LFM2 n_embd x (L_cache - 1) and
+        0; RWKV token_shift_count x n_embd and n_embd x head_size."""
+        conv, ssm = self.shapes(1)
+        return _numel(conv), _numel(ssm)
 
     def tp_problem(self, tp: int) -> str | None:
         """Why vLLM's ``divide`` would fail for ``tp`` (a dimension the ranks cannot split evenly), or None."""
@@ -104,6 +135,8 @@ class HybridLayout:
         elif self.mixer == "mamba2":
             g = self.n_groups + (0 if self.n_groups % tp == 0 else tp - self.n_groups)
             dims = {"mamba heads": self.n_heads, "conv dim": self.intermediate + 2 * g * self.state_size}
+        elif self.mixer == "short_conv":
+            dims = {"hidden size": self.intermediate}
         else:
             dims = {"mamba intermediate size": self.intermediate}
         bad = [f"{name} {v}" for name, v in dims.items() if v % tp]
@@ -171,19 +204,40 @@ def hybrid_layout(config: Mapping[str, Any] | None, n_layers: int) -> HybridLayo
         kinds = tuple(ATTENTION if i % period == offset else STATE for i in range(L))
         return HybridLayout(kinds=kinds, mixer="mamba1", conv_kernel=ints("mamba_d_conv", default=4),
                             intermediate=ints("mamba_expand", default=2) * hidden, state_size=ints("mamba_d_state"))
-    if any(k in c for k in _STATE_FIELDS) or mt in ("zamba", "zamba2", "lfm2", "falcon_h1", "mamba", "mamba2",
+    if mt == "falcon_h1":  # every block runs attention and Mamba2 side by side (FalconH1ParallelHybrid)
+        d_ssm = c.get("mamba_d_ssm")
+        expand = c.get("mamba_expand", 2)
+        inner = d_ssm if isinstance(d_ssm, int) and d_ssm > 0 else int(expand * hidden)
+        return HybridLayout(kinds=(BOTH,) * L, mixer="mamba2", conv_kernel=ints("mamba_d_conv", default=4),
+                            intermediate=inner, n_groups=ints("mamba_n_groups", default=1),
+                            n_heads=ints("mamba_n_heads", default=128), head_dim=ints("mamba_d_head", default=64),
+                            state_size=ints("mamba_d_state", default=256))
+    if mt == "lfm2" and "conv_L_cache" in c:  # short convolutions ("conv") beside full attention
+        if isinstance(c.get("layer_types"), list):
+            kinds = _kinds_from_types(c["layer_types"], L)
+        else:
+            idx = set(c.get("full_attn_idxs") or ())
+            kinds = tuple(ATTENTION if i in idx else STATE for i in range(L))
+        return HybridLayout(kinds=kinds, mixer="short_conv", conv_kernel=ints("conv_L_cache", default=3),
+                            intermediate=hidden)
+    if any(k in c for k in _STATE_FIELDS) or mt in ("zamba", "zamba2", "lfm2", "mamba", "mamba2",
                                                     "falcon_mamba", "rwkv", "minimax", "kimi_linear"):
         raise UnsupportedHybrid(f"model_type {mt!r} keeps a recurrent (state-space or linear-attention) state whose "
                                 "layout vramlens does not read (it reads qwen3_next, granitemoehybrid, bamba, "
-                                "nemotron_h and jamba)")
+                                "nemotron_h, jamba, falcon_h1 and lfm2)")
     return None
+
+
+def _numel(shape: tuple[int, ...]) -> int:
+    """Elements of a state ``shape``; 0 for a state not kept (``()``)."""
+    return prod(shape) if shape else 0
 
 
 def _kinds_from_types(types: list[Any], n_layers: int) -> tuple[str, ...]:
     """``layer_types`` / ``layers_block_type`` entries -> block kinds."""
     attention = {"full_attention", "attention", "sliding_attention"}
-    state = {"linear_attention", "mamba", "mamba2"}
+    state = {"linear_attention", "mamba", "mamba2", "conv"}
     return tuple(ATTENTION if t in attention else STATE if t in state else NONE for t in list(types)[:n_layers])
 
 
-__all__ = ["ATTENTION", "NONE", "STATE", "HybridLayout", "UnsupportedHybrid", "hybrid_layout"]
+__all__ = ["ATTENTION", "BOTH", "NONE", "STATE", "HybridLayout", "UnsupportedHybrid", "hybrid_layout"]

@@ -46,7 +46,8 @@ SETTINGS: dict[str, dict[str, tuple[str, int]]] = {
                "speculative_draft_model_path": ("model", 0),
                "speculative_num_steps": ("int", L.MAX_SPECULATIVE_TOKENS),
                "speculative_eagle_topk": ("int", L.MAX_SPECULATIVE_TOKENS),
-               "speculative_num_draft_tokens": ("int", L.MAX_SPECULATIVE_TOKENS)},
+               "speculative_num_draft_tokens": ("int", L.MAX_SPECULATIVE_TOKENS),
+               "max_mamba_cache_size": ("int", L.MAX_BATCH), "mamba_ssm_dtype": ("str", 0)},
     "llama.cpp": {"ctx_size": ("int0", L.MAX_SEQ), "batch_size": ("int", L.MAX_SEQ), "ubatch_size": ("int", L.MAX_SEQ),
                   "n_gpu_layers": ("int0", L.MAX_LAYERS), "cache_type_k": ("str", 0), "cache_type_v": ("str", 0),
                   "flash_attn": ("bool", 0), "parallel": ("int", L.MAX_BATCH), "weights_type": ("str", 0)},
@@ -81,7 +82,8 @@ def capacity(model: str | dict | ModelSpec | GGUFInfo | ServedModel, engine: str
             ``dtype`` ("auto", "float16", "bfloat16", "float32") and ``version`` (the release whose
             arithmetic to follow, "0.4" or later; default "0.19") and ``use_v1`` (VLLM_USE_V1 for 0.8-0.10);
             SGLang's ``version`` ("0.3.3" or later; default "0.5.3": its default mem_fraction_static,
-            chunked_prefill_size and the NCCL communicator 0.3.3-0.4.6 make after reading the free memory).
+            chunked_prefill_size and the NCCL communicator 0.3.3-0.4.6 make after reading the free memory);
+            SGLang's hybrid mamba pool: ``max_mamba_cache_size``, ``mamba_ssm_dtype`` ("float32", "bfloat16").
 
     Returns:
         A frozen Capacity (``.to_dict()`` for JSON).

@@ -11,6 +11,7 @@ import re
 from dataclasses import dataclass
 
 from vramlens.advise.cost import BANDWIDTH_EFFICIENCY, MFU, peak_flops
+from vramlens.advise.gguf_header import GGUF_MIXERS
 from vramlens.advise.gguf_split import GGUFInfo
 from vramlens.errors import ConfigError
 from vramlens.estimator.kv_cache import sliding_layers
@@ -99,8 +100,9 @@ class ServedModel:
     expert_layers: int = 0
     expert_bias_numel: int = 0
     #: a hybrid model's blocks (attention with a KV cache, recurrent with a fixed state per request) and its
-    #: state shapes (vramlens.models.hybrid); None for a plain transformer. Only vLLM serves it here: the
-    #: other engines refuse it (:func:`refuse_hybrid`)
+    #: state shapes (vramlens.models.hybrid); None for a plain transformer. vLLM, llama.cpp and transformers serve
+    #: it (transformers Gated DeltaNet only), SGLang its Gated DeltaNet form (sglang.gdn_pools); what an engine does
+    #: not serve it refuses in one line (:func:`refuse_hybrid`)
     hybrid: HybridLayout | None = None
     #: where the weights came from, when not from an analytic family (a meta-device inventory, or the generic
     #: approximation under --no-trace-fallback): the first "how" lines of the answer
@@ -191,7 +193,8 @@ def refuse_hybrid(m: ServedModel, engine: str) -> None:
 
 #: llama.cpp architectures whose blocks keep a recurrent state (``llama_model_is_recurrent`` /
 #: ``llama_model_is_hybrid``: ``llama_memory_recurrent`` cells, r_l and s_l per sequence, beside or in place
-#: of the KV cache; the names of src/llama-arch.cpp's LLM_ARCH_NAMES): not modelled, refused.
+#: of the KV cache; the names of src/llama-arch.cpp's LLM_ARCH_NAMES). Those vramlens.advise.gguf_header
+#: lays out (GGUF_MIXERS) are served; the others are refused.
 GGUF_RECURRENT_ARCHS = frozenset({
     "mamba", "mamba2", "jamba", "falcon-h1", "granitehybrid", "nemotron_h", "nemotron_h_moe", "lfm2", "lfm2moe",
     "qwen3next", "plamo2", "rwkv6", "rwkv6qwen2", "rwkv7", "arwkv7", "kimi-linear"})
@@ -207,15 +210,17 @@ def served_from_gguf(info: GGUFInfo) -> ServedModel:
     """A ServedModel from a GGUF header: exact bytes per block from the tensor types.
 
     The header read by vramlens.advise.gguf_header has no FFN width or sliding-window fields: the
-    FFN width is taken as 4h for the activation estimate, and every layer as full attention.
+    FFN width is taken as 4h for the activation estimate, and every layer as full attention, except in
+    a recurrent or hybrid architecture, whose block kinds and state sizes the header gives (GGUFInfo.hybrid).
 
     Raises:
-        ConfigError: an architecture with recurrent state (GGUF_RECURRENT_ARCHS), whose cells are not modelled.
+        ConfigError: an architecture with recurrent state (GGUF_RECURRENT_ARCHS) whose layout is not read.
     """
-    if info.arch in GGUF_RECURRENT_ARCHS:
+    if info.arch in GGUF_RECURRENT_ARCHS and info.hybrid is None:
         raise ConfigError(f"{info.name}: GGUF architecture {info.arch!r} keeps a recurrent state per sequence "
-                          "(llama.cpp's llama_memory_recurrent / llama_memory_hybrid), which vramlens does not model "
-                          "for llama.cpp; only its attention layers would keep the KV cache counted here")
+                          "(llama.cpp's llama_memory_recurrent / llama_memory_hybrid) whose layout vramlens does not "
+                          f"read (it reads {', '.join(sorted(GGUF_MIXERS))}); only its attention layers would keep "
+                          "the KV cache counted here")
     params_est = sum(info.layer_bytes) + info.input_bytes + info.output_bytes  # bytes, not params
     types = ",".join(f"{k}x{v}" for k, v in sorted(info.quant_types.items()))
     return ServedModel(
@@ -224,7 +229,7 @@ def served_from_gguf(info: GGUFInfo) -> ServedModel:
         max_position=info.n_ctx_train, rope_scaled=False, n_sliding=0, sliding_window=None,
         params=_gguf_params(info), active_params=_gguf_params(info), dtype="fp16",
         layer_bytes=tuple(info.layer_bytes), embed_bytes=info.input_bytes, head_bytes=info.output_bytes,
-        weights_format=f"GGUF {types}" if types else f"GGUF ({params_est:,} B)")
+        weights_format=f"GGUF {types}" if types else f"GGUF ({params_est:,} B)", hybrid=info.hybrid)
 
 
 def _gguf_params(info: GGUFInfo) -> int:

@@ -19,7 +19,9 @@ size" / "KV self size = X MiB, K (f16): Y MiB, V (f16): Z MiB" and "CUDA0 comput
   against n_kv = n_ctx cells). ggml-alloc frees a tensor's memory after its last consumer and runs
   softmax, RoPE and the residual adds in place, so the buffer is the largest set of f32 tensors
   alive at one node, not their sum (:func:`compute_buffer_bytes`).
-- Hybrid models (ServedModel.hybrid, from a config: Qwen3-Next, Granite 4.0-H, Bamba, Nemotron-H, Jamba):
+- Hybrid and recurrent models (ServedModel.hybrid, from a config: Qwen3-Next, Granite 4.0-H, Bamba, Nemotron-H,
+  Jamba; or from a GGUF of architecture qwen3next, qwen35(moe), granitehybrid, nemotron_h(_moe), jamba, falcon-h1,
+  lfm2(moe), mamba, mamba2, rwkv6/7, whose header gives the block kinds and state sizes: vramlens.advise.gguf_header):
   ``llama_memory_hybrid`` (src/llama-model.cpp ``create_memory``) keeps the KV cells above for the attention
   blocks only and, for each recurrent block, ``llama_memory_recurrent``'s r_l and s_l rows of
   ``n_embd_r()`` = (ssm_d_conv - 1) x (ssm_d_inner + 2 ssm_n_group ssm_d_state) and ``n_embd_s()`` =
@@ -27,9 +29,11 @@ size" / "KV self size = X MiB, K (f16): Y MiB, V (f16): Z MiB" and "CUDA0 comput
   DeltaNet, ssm_n_group its key heads and ssm_d_state its key dim: the same counts as
   :meth:`HybridLayout.shapes` at tp 1), in f32 (``recurrent_type_k/v`` GGML_TYPE_F32), one per sequence:
   ``recurrent_kv_size`` = max(1, n_seq_max), n_seq_max being llama-server's ``--parallel``. The compute buffer
-  keeps the attention/FFN model (the recurrent blocks' scan temporaries are not modelled). A GGUF of such
-  an architecture is refused (vramlens.serving.common.GGUF_RECURRENT_ARCHS): its header as read here has
-  no layer kinds.
+  keeps the attention/FFN model (the recurrent blocks' scan temporaries are not modelled; a model without
+  attention blocks has no KQ phase). LFM2's short convolutions keep r_l only (n_embd_r() = n_embd x
+  (L_cache - 1), n_embd_s() = 0), RWKV token_shift_count x n_embd and n_embd x head_size; a Falcon-H1 block
+  keeps both its KV cells and its rows (``create_memory``: filter_attn and filter_recr true for every block).
+  A GGUF of another recurrent architecture (plamo2, kimi-linear: GGUF_RECURRENT_ARCHS) is refused.
 """
 
 from __future__ import annotations
@@ -40,7 +44,6 @@ from vramlens.advise.place import CPU_BYTES_S
 from vramlens.errors import ConfigError, EngineRefusal
 from vramlens.hardware.gpu import GPU
 from vramlens.hardware.runtime import context_bytes_for
-from vramlens.models.hybrid import ATTENTION, STATE
 from vramlens.serving.common import ServedModel, roofline
 from vramlens.serving.result import Capacity, DeviceBuffers, EngineFigure
 from vramlens.units import DTYPE_BYTES, MiB, ceil_div, round_up
@@ -96,7 +99,9 @@ def compute_buffer_bytes(m: ServedModel, *, n_ctx: int, ubatch: int, flash_attn:
     2.8B (fused QKV, one more n_ubatch x 3h tensor alive) 152 MiB against 162.00 logged.
     """
     streams = 4 * ubatch * m.hidden * 4
-    if flash_attn:
+    if m.hybrid is not None and m.hybrid.n_attention == 0:  # Mamba, RWKV: no KQ, no mask
+        attn = streams
+    elif flash_attn:
         attn = n_ctx * ubatch * 2 + streams
     else:
         attn = n_ctx * ubatch * (m.n_heads + 1) * 4 + streams
@@ -152,22 +157,19 @@ def llamacpp_capacity(m: ServedModel, gpu: GPU, *, gpus: int, tp: int, pp: int, 
 
     h = m.hybrid
     seqs = max(1, parallel)  # recurrent_kv_size = max(1, n_seq_max)
-    r_vals = s_vals = 0
-    if h is not None:
-        conv, ssm = h.shapes(1)
-        r_vals, s_vals = conv[0] * conv[1], ssm[0] * ssm[1] * (ssm[2] if len(ssm) > 2 else 1)
+    r_vals, s_vals = h.llama_rs_values() if h is not None else (0, 0)
 
     def is_attention(i: int) -> bool:
-        return h is None or h.kinds[i] == ATTENTION
+        return h is None or h.has_kv(i)
 
     def layer_rs(i: int) -> int:  # r_l and s_l of one recurrent block, f32, one row per sequence
-        return (r_vals + s_vals) * 4 * seqs if h is not None and h.kinds[i] == STATE else 0
+        return (r_vals + s_vals) * 4 * seqs if h is not None and h.has_state(i) else 0
 
-    def layer_kv(i: int) -> int:
+    def layer_kv(i: int) -> int:  # the block's KV cells and its recurrent rows (Falcon-H1 blocks have both)
         if not is_attention(i):
             return layer_rs(i)
         cells = swa_cells if i in sliding and win else n_ctx
-        return row_bytes(cache_type_k, cells * kv_n) + row_bytes(cache_type_v, cells * kv_n)
+        return row_bytes(cache_type_k, cells * kv_n) + row_bytes(cache_type_v, cells * kv_n) + layer_rs(i)
 
     devices = []
     ctx_bytes, _why = context_bytes_for(None)
@@ -232,7 +234,7 @@ def llamacpp_capacity(m: ServedModel, gpu: GPU, *, gpus: int, tp: int, pp: int, 
         f"CUDA context {ctx_bytes / MiB:,.0f} MiB per device outside these buffers (vramlens.hardware.runtime)",
     ) + ((f"hybrid: KV cells for the {h.n_attention} attention blocks only; each of the {h.n_state} {h.mixer} blocks "
           f"keeps r_l {r_vals:,} + s_l {s_vals:,} f32 values per sequence x {seqs} (n_seq_max) = "
-          f"{layer_rs(next(i for i in range(L) if h.kinds[i] == STATE)):,} B (llama_memory_recurrent, in the "
+          f"{layer_rs(next(i for i in range(L) if h.has_state(i))):,} B (llama_memory_recurrent, in the "
           "device's KV buffer); the recurrent blocks' compute temporaries are not modelled",)
          if h is not None and h.n_state else ())
     return Capacity(

@@ -82,6 +82,32 @@ all-reduce differ, see below):
   load after the target's pool. So the draft's weights and pool and the target's headroom come out of the
   (1 - mem_fraction_static) share, which SGLang's larger default reserve is for; over it, CUDA runs out of
   memory. The request-to-token table is num_draft_tokens longer (``extra_max_context_len``).
+- Hybrid models (ServedModel.hybrid, vramlens.models.hybrid), from 0.5.2, the first release with
+  models/qwen3_next.py (0.5.1.post3 has none), read in the 0.5.2, 0.5.3 and 0.5.4 wheels (:func:`gdn_pools`).
+  0.5.2-0.5.3 serve Gated DeltaNet (Qwen3-Next): model_runner.py ``is_hybrid_gdn`` (architectures[0]
+  Qwen3NextForCausalLM, its MTP class, and FalconH1ForCausalLM from 0.5.3, whose layout vramlens does not
+  read) disables the radix cache and sets max_mamba_cache_size = --max-mamba-cache-size, else
+  --max-running-requests, else 512; ``profile_max_num_token`` counts only the full-attention layers in the
+  cell (``len(full_attention_layer_ids)``, every ``full_attention_interval``-th block in SGLang's
+  configs/qwen3_next.py; vramlens takes the layout's attention blocks, from ``layer_types`` where the config
+  has one, the same blocks in Qwen3-Next's checkpoints) and first takes max_mamba_cache_size x
+  ``mamba_cache_per_req`` out of rest (configs/qwen3_next.py: per linear layer, conv (conv_dim / tp, K - 1)
+  in bfloat16, whatever the model dtype, + temporal (v_heads / tp, k_dim, v_dim) in --mamba-ssm-dtype,
+  float32 by default, server_args.py); ``init_memory_pool`` caps max_num_reqs at max_mamba_cache_size, and
+  HybridReqToTokenPool allocates the MambaPool (mem_cache/memory_pool.py) with max_num_reqs + 1 slots per
+  linear layer ("Mamba Cache is allocated. conv_state size ..., ssm_state size ...") beside
+  HybridLinearKVPool, an MHATokenToKVPool over the full-attention layers only. 0.5.4 (configs/mamba_utils.py
+  ``Mamba2CacheParams``: the same shapes for Gated DeltaNet and Mamba2, groups extended to tp) adds
+  Nemotron-H (models/nemotron_h.py, ``mamba2_config``: radix cache disabled, the 0.5.3 sizing) and keeps the
+  radix cache on for Qwen3-Next, where ``handle_max_mamba_cache`` sizes the pool from the memory:
+  max_mamba_cache_size = int(rest x r / (1 + r) // mamba_cache_per_req), r = ``mamba_full_memory_ratio``
+  (0.9; --max-mamba-cache-size is not read on that path), max_num_reqs = min(its default,
+  max_mamba_cache_size // 3) (``MAMBA_CACHE_SIZE_MAX_RUNNING_REQUESTS_RATIO``); its MambaPool has
+  max_mamba_cache_size + 1 slots. 0.5.4's CUDA memory defaults (``_handle_gpu_memory_settings``) are 0.5.3's
+  (its additions are for NPUs). Refused in one line: Mamba1 hybrids and Mamba2 ones with no SGLang model
+  class (Jamba, Granite 4.0-H, Bamba), Nemotron-H before 0.5.4, releases before 0.5.2 or after 0.5.4,
+  pipeline parallelism, speculative decoding (MambaPool's per-draft-token intermediate caches and 0.5.4's
+  (1 + draft tokens) factor are not followed), a tp the state dimensions do not divide (SGLang's ``divide``).
 - Releases after 0.5.3 follow its rules. 0.5.23 (arg_groups/memory_hook.py
   ``handle_gpu_memory_settings``) adds 8 MiB per prefill CUDA graph size to 0.5.3's reserve and changes
   the defaults under 60 GiB (chunked_prefill_size 4096 from 20 GiB, cuda_graph_max_bs 48 under 35 GiB
@@ -90,7 +116,8 @@ all-reduce differ, see below):
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from math import prod
 
 from vramlens.allocator import CachingAllocator
 from vramlens.errors import ConfigError, EngineRefusal
@@ -104,7 +131,6 @@ from vramlens.serving.common import (
     non_torch_bytes,
     parse_version,
     profile_activation_bytes,
-    refuse_hybrid,
     roofline,
     stage_layers,
     stage_weight_bytes,
@@ -124,6 +150,34 @@ ACCOUNTING_SWA = ("SGLang {version}, hybrid SWA pool (model_runner.py set_num_to
 #: server_args.py ``swa_full_tokens_ratio``: SWA-layer tokens per full-layer token in the hybrid pool.
 DEFAULT_SWA_FULL_TOKENS_RATIO = 0.8
 DEFAULT_PAGE_SIZE = 1
+ACCOUNTING_GDN = ("SGLang {version}, hybrid mamba pools (model_runner.py profile_max_num_token, "
+                  "mem_cache/memory_pool.py MambaPool and HybridLinearKVPool)")
+#: The first release with a hybrid (Gated DeltaNet) model, models/qwen3_next.py and the mamba pool
+#: (absent from the 0.5.1.post3 wheel, present in 0.5.2's).
+HYBRID_GDN_FROM = (0, 5, 2)
+#: The first release read with SGLang PR 11214's mamba radix cache, ``--mamba-full-memory-ratio``,
+#: configs/mamba_utils.py ``Mamba2CacheParams`` and models/nemotron_h.py (the 0.5.4 wheel; 0.5.3 has none).
+MAMBA_RADIX_FROM = (0, 5, 4)
+#: The last release whose hybrid pools were read.
+HYBRID_GDN_UNTIL = (0, 5, 4)
+#: 0.5.4 server_args.py ``mamba_full_memory_ratio``: mamba state memory / full KV cache memory with the radix cache on.
+MAMBA_FULL_MEMORY_RATIO = 0.9
+#: 0.5.4 model_runner.py ``MAMBA_CACHE_SIZE_MAX_RUNNING_REQUESTS_RATIO``: mamba slots per running request with the
+#: radix cache on (max_num_reqs = max_mamba_cache_size // 3).
+MAMBA_SLOTS_PER_REQUEST_RADIX = 3
+#: Mamba2 hybrids with an SGLang model class, and the first release read that serves each: Falcon-H1 from 0.5.3
+#: (models/falcon_h1.py; 0.5.3's ``is_hybrid_gdn`` lists FalconH1ForCausalLM, so it takes Qwen3-Next's pools with
+#: configs/falcon_h1.py ``hybrid_gdn_params``: conv (conv_dim / tp, K - 1) in bfloat16, temporal (d_state, d_head,
+#: heads / tp) in --mamba-ssm-dtype, attention and mamba in every layer), Nemotron-H from 0.5.4; 0.5.4's
+#: ``mamba2_config`` (FalconH1Config, NemotronHConfig) disables the radix cache for both.
+MAMBA2_ARCHITECTURES = {"FalconH1ForCausalLM": (0, 5, 3), "NemotronHForCausalLM": (0, 5, 4)}
+#: model_runner.py ``__init__`` (0.5.2, 0.5.3): max_mamba_cache_size when neither it nor --max-running-requests is given.
+DEFAULT_MAX_MAMBA_CACHE_SIZE = 512
+#: server_args.py ``--mamba-ssm-dtype`` choices (default "float32") -> bytes of the temporal (recurrent) state.
+MAMBA_SSM_DTYPES = {"float32": 4, "bfloat16": 2}
+DEFAULT_MAMBA_SSM_DTYPE = "float32"
+#: configs/qwen3_next.py ``hybrid_gdn_params``: ``conv_dtype = torch.bfloat16`` whatever the model dtype.
+GDN_CONV_STATE_BYTES = DTYPE_BYTES["bf16"]
 #: ``--kv-cache-dtype`` choices -> bytes; "auto" is the model dtype.
 KV_CACHE_DTYPES = {"auto": 0, "fp8_e4m3": 1, "fp8_e5m2": 1}
 #: server_args.py ``__post_init__`` mem_fraction_static by TP degree (largest first), 0.4.0 to 0.4.5,
@@ -391,6 +445,92 @@ def hybrid_pool(m: ServedModel, version: tuple[int, int, int]) -> bool:
     return not (m.chunked_local and version <= (0, 5, 3))
 
 
+@dataclass(frozen=True, slots=True)
+class GdnPools:
+    """SGLang's pools for a hybrid Gated DeltaNet model on one rank (see the module docstring)."""
+
+    #: max_mamba_cache_size after model_runner.py's defaulting (what profile_max_num_token takes out); 0 when
+    #: the radix cache is on (0.5.4 Gated DeltaNet): sized from the memory by mamba_full_memory_ratio
+    cache_size: int
+    #: 0.5.4 keeps the radix cache for Gated DeltaNet models: max_mamba_cache_size from mamba_full_memory_ratio,
+    #: 3 slots per running request
+    radix: bool
+    #: 0.5.4: MambaPool has max_mamba_cache_size + 1 slots (HybridReqToTokenPool mamba_size); 0.5.2-0.5.3:
+    #: max_num_reqs + 1
+    pool_from_cache_size: bool
+    #: mamba_cache_per_req: the conv and temporal state of one request over every linear layer, bytes
+    per_req: int
+    conv_per_req: int
+    ssm_per_req: int
+    ssm_dtype: str
+    n_linear: int
+    n_full: int
+
+
+def gdn_pools(m: ServedModel, release: tuple[int, int, int], *, tp: int, pp: int, speculative: bool,
+              max_running_requests: int | None, max_mamba_cache_size: int | None,
+              mamba_ssm_dtype: str) -> tuple[GdnPools | None, list[str]]:
+    """The hybrid mamba pools of ``m`` in ``release`` (None for a model without recurrent state), or the
+    problems that keep vramlens from following them, each in one line.
+
+    configs/qwen3_next.py ``hybrid_gdn_params`` / ``mamba_cache_per_req`` (0.5.2, 0.5.3), configs/mamba_utils.py
+    ``Mamba2CacheParams`` (0.5.4): per state layer conv (conv_dim / tp, K - 1) x 2 B (bfloat16) + temporal
+    (heads / tp, head_dim, state) x the --mamba-ssm-dtype bytes; model_runner.py: max_mamba_cache_size =
+    --max-mamba-cache-size, else --max-running-requests, else 512 (divided by dp_size under DP attention, not
+    modelled), or with 0.5.4's radix cache (Gated DeltaNet) sized later from the memory (``cache_size`` 0 here).
+    """
+    h = m.hybrid
+    bad_dtype = ([f"mamba_ssm_dtype={mamba_ssm_dtype!r} is not one of {', '.join(MAMBA_SSM_DTYPES)} "
+                  "(SGLang --mamba-ssm-dtype)"] if mamba_ssm_dtype not in MAMBA_SSM_DTYPES else [])
+    if h is None:
+        return None, bad_dtype  # server_args.py's choices apply whatever the model
+    v = ".".join(map(str, release))
+    what = f"{m.name} is a hybrid model ({h.n_attention} attention and {h.n_state} {h.mixer} blocks)"
+    first = MAMBA2_ARCHITECTURES.get(m.architecture or "") if h.mixer == "mamba2" else None
+    if h.mixer != "gated_deltanet" and not (first and release >= first):
+        if first:
+            name = "Falcon-H1" if m.architecture == "FalconH1ForCausalLM" else "Nemotron-H"
+            f = ".".join(map(str, first))
+            served, fix = f"SGLang serves {name} from {f} (models/{name.lower().replace('-', '_')}.py)", (
+                f"pass --sglang-version {f} or later")
+        else:
+            served = ("SGLang up to 0.5.4 keeps a recurrent state for Qwen3-Next's Gated DeltaNet, from 0.5.3 for "
+                      "Falcon-H1 and from 0.5.4 for Nemotron-H only")
+            fix = (f"it has no model class for {m.architecture or 'this ' + h.mixer + ' hybrid'} in the releases "
+                   "read: use --engine vllm")
+        return None, [f"{what}: {served}; {fix}"]
+    if release < HYBRID_GDN_FROM:
+        return None, [f"{what}: SGLang {v} has no hybrid Gated DeltaNet model (models/qwen3_next.py and the mamba "
+                      "pool arrive in 0.5.2): pass --sglang-version 0.5.2 or later"]
+    if release > HYBRID_GDN_UNTIL:
+        return None, [f"{what}: vramlens follows SGLang's hybrid pools as 0.5.2 to 0.5.4 size them; {v} is not "
+                      "read for hybrids: pass --sglang-version 0.5.4"]
+    p = []
+    if pp > 1:
+        p.append(f"pp={pp}: pipeline parallelism of a hybrid model is not modelled for SGLang (HybridLinearKVPool "
+                 "takes every full-attention layer): use --tp")
+    if speculative:
+        p.append("speculative decoding on a hybrid model is not modelled for SGLang (MambaPool's per-draft-token "
+                 "intermediate ssm and conv caches): drop --speculative-algorithm")
+    bad = h.tp_problem(tp)
+    if bad:
+        p.append(f"{bad} (SGLang's hybrid_gdn_params, Mamba2StateShape.create from 0.5.4, divides them over the "
+                 "ranks): choose another --tp")
+    p += bad_dtype
+    if p:
+        return None, p
+    conv, ssm = h.shapes(tp)
+    conv_b, ssm_b = prod(conv) * GDN_CONV_STATE_BYTES, prod(ssm) * MAMBA_SSM_DTYPES[mamba_ssm_dtype]
+    # 0.5.4 model_runner.py: a mamba2_config model (Nemotron-H) disables the radix cache ("model detected,
+    # disable radix cache"); Qwen3-Next keeps it (server_args.py disable_radix_cache False)
+    radix = release >= MAMBA_RADIX_FROM and h.mixer == "gated_deltanet"
+    size = 0 if radix else max_mamba_cache_size or max_running_requests or DEFAULT_MAX_MAMBA_CACHE_SIZE
+    return GdnPools(cache_size=size, radix=radix, pool_from_cache_size=release >= MAMBA_RADIX_FROM,
+                    per_req=(conv_b + ssm_b) * h.n_state, conv_per_req=conv_b * h.n_state,
+                    ssm_per_req=ssm_b * h.n_state, ssm_dtype=mamba_ssm_dtype, n_linear=h.n_state,
+                    n_full=h.n_attention), []
+
+
 def late_communicator_bytes(version: tuple[int, int, int], gpu: GPU, tp: int) -> int:
     """Bytes torch's NCCL communicator of the default group takes out of the KV pool on each rank.
 
@@ -414,19 +554,30 @@ def sglang_capacity(m: ServedModel, gpu: GPU, *, gpus: int, tp: int, pp: int, co
                     page_size: int = DEFAULT_PAGE_SIZE, version: str = DEFAULT_VERSION,
                     speculative_algorithm: str | None = None, draft: ServedModel | None = None,
                     speculative_num_steps: int | None = None, speculative_eagle_topk: int | None = None,
-                    speculative_num_draft_tokens: int | None = None) -> Capacity:
+                    speculative_num_draft_tokens: int | None = None, max_mamba_cache_size: int | None = None,
+                    mamba_ssm_dtype: str = DEFAULT_MAMBA_SSM_DTYPE) -> Capacity:
     """SGLang's start-up memory arithmetic for ``m`` on ``gpu`` (see the module docstring), as ``version``
     does it (0.3.3 or later; a later release than DEFAULT_VERSION follows DEFAULT_VERSION, with a note).
 
     Speculative decoding: ``speculative_algorithm`` and the three ``speculative_*`` sizes as SGLang takes
     them, ``draft`` the inventory of --speculative-draft-model-path (see :func:`sglang_speculative`).
 
+    A hybrid model (Qwen3-Next from 0.5.2, Nemotron-H in 0.5.4) gets the mamba pool of ``max_mamba_cache_size``
+    slots (default --max-running-requests, else 512; 0.5.4's Qwen3-Next: from the memory by
+    mamba_full_memory_ratio) with its temporal state in ``mamba_ssm_dtype`` ("float32" or "bfloat16"), see
+    :func:`gdn_pools`.
+
     Raises:
-        ConfigError: settings SGLang refuses, or a version before 0.3.3.
+        ConfigError: settings SGLang refuses, a version before 0.3.3, or a hybrid model or setting vramlens
+            does not follow for SGLang (:func:`gdn_pools`).
         EngineRefusal: no memory left for the KV pool, or for the draft worker.
     """
-    refuse_hybrid(m, "SGLang")
     release, later = parse_sglang_version(version)
+    gdn, hybrid_problems = gdn_pools(m, release, tp=tp, pp=pp, speculative=speculative_algorithm is not None,
+                                     max_running_requests=max_running_requests,
+                                     max_mamba_cache_size=max_mamba_cache_size, mamba_ssm_dtype=mamba_ssm_dtype)
+    if hybrid_problems:
+        raise ConfigError(hybrid_problems)
     spec = (sglang_speculative(m, draft, release, algorithm=speculative_algorithm, steps=speculative_num_steps,
                                topk=speculative_eagle_topk, draft_tokens=speculative_num_draft_tokens,
                                page_size=page_size) if speculative_algorithm is not None else None)
@@ -475,14 +626,25 @@ def sglang_capacity(m: ServedModel, gpu: GPU, *, gpus: int, tp: int, pp: int, co
     # 0.3.3-0.4.6 at tp > 1: torch's NCCL communicator of the default group, made after the figure was read
     late = late_communicator_bytes(release, gpu, tp)
     rest = int(total_free * mfs) - weights - late
+    if gdn is not None and gdn.radix and rest > 0:
+        # 0.5.4 handle_max_mamba_cache with the radix cache on: mamba memory / KV memory = mamba_full_memory_ratio,
+        # max_mamba_cache_size = int(rest x r / (1 + r) // mamba_cache_per_req) (--max-mamba-cache-size ignored)
+        gdn = replace(gdn, cache_size=int(rest * MAMBA_FULL_MEMORY_RATIO / (1 + MAMBA_FULL_MEMORY_RATIO)
+                                          // gdn.per_req))
+    if gdn is not None:  # profile_max_num_token: rest_memory -= max_mamba_cache_size x mamba_cache_per_req
+        rest -= gdn.cache_size * gdn.per_req
     kv_heads = kv_heads_per_gpu(m, tp)
     layers = stage_layers(m, pp)
-    cell = kv_cell_bytes(m, tp, kv_b) * layers
+    # is_hybrid_gdn: num_layers = len(full_attention_layer_ids)
+    cell_layers = gdn.n_full if gdn is not None else layers
+    cell = kv_cell_bytes(m, tp, kv_b) * cell_layers
     if rest <= 0 or rest // cell <= 0:
         raise EngineRefusal(
             "Not enough memory. Please try to increase --mem-fraction-static. (SGLang: "
             f"{mfs} x {total_free / GiB:.2f} GiB free = {total_free * mfs / GiB:.2f} GiB does not cover the "
-            f"weights {weights / GiB:.2f} GiB" + (f" and NCCL's {late / MiB:,.0f} MiB" if late else "") + ")")
+            f"weights {weights / GiB:.2f} GiB" + (f" and NCCL's {late / MiB:,.0f} MiB" if late else "")
+            + (f" and the mamba pool's {gdn.cache_size:,} x {gdn.per_req / MiB:,.2f} MiB" if gdn is not None else "")
+            + ")")
     tokens = profiled = rest // cell // page_size * page_size
     headroom = 0
     d: Draft | None = None
@@ -508,14 +670,22 @@ def sglang_capacity(m: ServedModel, gpu: GPU, *, gpus: int, tp: int, pp: int, co
                                f"--swa-full-tokens-ratio (SGLang's default {DEFAULT_SWA_FULL_TOKENS_RATIO})"])
     max_num_reqs = max_running_requests or min(max(int(tokens / ctx_len * RUNNING_PER_CONTEXT),
                                                    DEFAULT_MAX_RUNNING_FLOOR), DEFAULT_MAX_RUNNING_CEIL)
+    if gdn is not None:  # init_memory_pool: min(max_num_reqs, max_mamba_cache_size // (3 with the radix cache, else 1))
+        max_num_reqs = max(1, min(max_num_reqs, gdn.cache_size // (MAMBA_SLOTS_PER_REQUEST_RADIX if gdn.radix else 1)))
     # tp_worker.py: min(max_total_num_tokens // 2, ReqToTokenPool size) unless given; the pool has max_num_reqs + 1
     # rows up to 0.4.3.post4, max_num_reqs from 0.4.8 (model_runner.py init_memory_pool)
     pool_rows = max_num_reqs + (1 if release < REQ_POOL_EXACT_FROM else 0)
-    max_running = max_running_requests or max(1, min(tokens // 2, pool_rows))
+    max_running = min(max_running_requests, pool_rows) if max_running_requests else max(1, min(tokens // 2, pool_rows))
     extra_len = 4 + (spec.draft_tokens if spec is not None else 0)  # init_memory_pool extra_max_context_len
     req_to_token = pool_rows * (ctx_len + extra_len) * 4  # ReqToTokenPool: int32 indices
     ctx = context or ctx_len
     conc = tokens / ctx
+    # HybridReqToTokenPool: a MambaPool of max_num_reqs + 1 slots (one spare) per linear layer; each running
+    # request holds one slot, so no more than max_num_reqs requests run whatever the KV pool holds
+    mamba_slots = ((gdn.cache_size if gdn.pool_from_cache_size else max_num_reqs) + 1) if gdn is not None else 0
+    mamba_bytes = mamba_slots * gdn.per_req if gdn is not None else 0
+    if gdn is not None:
+        conc = min(conc, max_num_reqs)
     running = max(1, min(int(conc), max_running))
     act = profile_activation_bytes(m, cps, min(cps, max_running), tp, b)
     reserve = total_free - int(total_free * mfs)
@@ -550,6 +720,11 @@ def sglang_capacity(m: ServedModel, gpu: GPU, *, gpus: int, tp: int, pp: int, co
         EngineFigure("k_size", "KV Cache is allocated. K size (GB = GiB)",
                      round((kv_bytes if m.kv_latent else kv_bytes / 2) / GiB, 2)),
         EngineFigure("v_size", "V size (GB = GiB)", round((0 if m.kv_latent else kv_bytes / 2) / GiB, 2)),
+        *((EngineFigure("max_mamba_cache_size", "max_mamba_cache_size", gdn.cache_size),
+           EngineFigure("mamba_conv_state_size", "Mamba Cache is allocated. conv_state size (GB = GiB)",
+                        round(mamba_slots * gdn.conv_per_req / GiB, 2)),
+           EngineFigure("mamba_ssm_state_size", "ssm_state size (GB = GiB)",
+                        round(mamba_slots * gdn.ssm_per_req / GiB, 2))) if gdn is not None else ()),
         *((EngineFigure("full_layer_tokens", "Use sliding window memory pool. full_layer_tokens", tokens),
            EngineFigure("swa_layer_tokens", "swa_layer_tokens", swa_tokens)) if swa is not None else ()),
         EngineFigure("max_running_requests", "max_running_requests", max_running),
@@ -560,9 +735,12 @@ def sglang_capacity(m: ServedModel, gpu: GPU, *, gpus: int, tp: int, pp: int, co
     )
     notes = later + (
         f"max_total_num_tokens = ({mfs} x {total_free:,} free - weights {weights:,}"
-        + (f" - NCCL {late:,}" if late else "") + f") // cell {cell:,} B (profile_max_num_token)",
+        + (f" - NCCL {late:,}" if late else "")
+        + (f" - mamba {gdn.cache_size:,} x {gdn.per_req:,}" if gdn is not None else "")
+        + f") // cell {cell:,} B (profile_max_num_token)",
         (f"cell = {m.kv_latent} latent (kv_lora_rank + qk_rope_head_dim) x {layers} layers x {kv_b} B (MLA)"
-         if m.kv_latent else f"cell = {kv_heads} kv heads x {m.head_dim} x {layers} layers x 2 x {kv_b} B"),
+         if m.kv_latent else f"cell = {kv_heads} kv heads x {m.head_dim} x {cell_layers} "
+         + ("full-attention " if gdn is not None else "") + f"layers x 2 x {kv_b} B"),
         f"free at start = GPU {total:,} - {outside_why}",
         load.note,
         *((f"torch's NCCL communicator of the default group, {late / MiB:,.0f} MiB, is created after the free "
@@ -590,19 +768,54 @@ def sglang_capacity(m: ServedModel, gpu: GPU, *, gpus: int, tp: int, pp: int, co
         (f"hybrid SWA pool (set_num_tokens_hybrid_swa): the {profiled:,} tokens profiled over every layer split "
          f"into {tokens:,} full-layer and "
          f"{swa_tokens:,} sliding-layer tokens (swa_full_tokens_ratio {swa_full_tokens_ratio})",)
-        if swa is not None else ())
+        if swa is not None else ()) + (gdn_notes(m, gdn, tp=tp, max_num_reqs=max_num_reqs, slots=mamba_slots,
+                                                  given=max_mamba_cache_size) if gdn is not None else ())
     return Capacity(
-        engine="sglang", accounting=(ACCOUNTING_SWA if swa is not None else ACCOUNTING).format(version=version),
+        engine="sglang", accounting=(ACCOUNTING_GDN if gdn is not None else ACCOUNTING_SWA if swa is not None
+                                     else ACCOUNTING).format(version=version),
         model=m.name, gpu=gpu.name, gpus=gpus, tp=tp, pp=pp,
         gpu_bytes=total, budget_bytes=int(total_free * mfs), weights_bytes=weights + draft_w,
         non_torch_bytes=outside + late, cuda_graph_bytes=CUDA_GRAPH_BYTES, activation_bytes=act,
-        kv_cache_bytes=kv_bytes + draft_kv, kv_bytes_per_token=cell + (d.kv_cell * d.kv_layers if d else 0),
+        kv_cache_bytes=kv_bytes + draft_kv + mamba_bytes, kv_bytes_per_token=cell + (d.kv_cell * d.kv_layers if d else 0),
         kv_tokens=tokens, max_model_len=ctx_len, context=ctx, concurrency=conc, max_running=running,
         decode_tokens_s=speed.decode_tokens_s, decode_tokens_s_total=speed.decode_tokens_s_total,
         ttft_s=speed.ttft_s, figures=figures, notes=notes,
         speculative=(f"{spec.algorithm}, {spec.steps} steps, topk {spec.topk}, {spec.draft_tokens} draft tokens, "
                      f"draft {d.name}") if spec is not None and d is not None else "",
         draft_weights_bytes=draft_w, draft_kv_cache_bytes=draft_kv)
+
+
+def gdn_notes(m: ServedModel, g: GdnPools, *, tp: int, max_num_reqs: int, slots: int,
+              given: int | None) -> tuple[str, ...]:
+    """The hybrid mamba pools in words (what the log shows and what vramlens leaves out)."""
+    h = m.hybrid
+    assert h is not None
+    conv, ssm = h.shapes(tp)
+    kind = "Gated DeltaNet" if h.mixer == "gated_deltanet" else "Mamba2"
+    if g.radix:
+        how = (f"mamba pool: the radix cache stays on (0.5.4), so handle_max_mamba_cache gives the mamba state "
+               f"{MAMBA_FULL_MEMORY_RATIO} / {1 + MAMBA_FULL_MEMORY_RATIO:.1f} of the pool's memory: max_mamba_cache_size "
+               f"{g.cache_size:,} slots of {g.per_req:,} B" + (f" (--max-mamba-cache-size {given:,} is ignored on this path)"
+                                                               if given else "")
+               + f"; max_num_reqs = min(its default, {g.cache_size:,} // {MAMBA_SLOTS_PER_REQUEST_RADIX}) = "
+               f"{max_num_reqs:,}; MambaPool allocates max_mamba_cache_size + 1 = {slots:,} slots")
+    else:
+        how = (f"mamba pool: profile_max_num_token takes max_mamba_cache_size {g.cache_size:,} x {g.per_req:,} B out of "
+               f"the pool's memory; MambaPool allocates "
+               + ("max_mamba_cache_size" if g.pool_from_cache_size else "max_num_reqs") + f" + 1 = {slots:,} slots "
+               f"(max_num_reqs = min(its default, max_mamba_cache_size) = {max_num_reqs:,}); no more than "
+               f"{max_num_reqs:,} requests run")
+    return (
+        f"hybrid: {g.n_full} full-attention layers keep the KV pool (HybridLinearKVPool), {g.n_linear} {kind} layers "
+        f"a state per mamba slot: conv {'x'.join(map(str, conv))} x {GDN_CONV_STATE_BYTES} B (bfloat16) + temporal "
+        f"{'x'.join(map(str, ssm))} x {MAMBA_SSM_DTYPES[g.ssm_dtype]} B ({g.ssm_dtype}) = {g.per_req // g.n_linear:,} B "
+        f"per layer, {g.per_req:,} B per slot (mamba_cache_per_req)",
+        how,
+        ("hybrid: the radix cache stays on (scheduler.py MambaRadixCache for Gated DeltaNet models)"
+         if g.radix else "hybrid: SGLang disables the radix cache for this model (model_runner.py)")
+        + f"; the {kind} kernels' own working set in a prefill is not modelled (the activation figure is the "
+        "generic one)",
+    )
 
 
 @dataclass(frozen=True, slots=True)

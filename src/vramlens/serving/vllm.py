@@ -412,7 +412,8 @@ def hybrid_pages(m: ServedModel, h: HybridLayout, gpu: GPU, *, tp: int, b: int, 
     padding = 100 * (page - state) / state
     notes = (
         f"hybrid: {h.n_attention} attention blocks keep KV pages, {h.n_state} {h.mixer} blocks a fixed state per "
-        f"request: conv {conv} x {b} B + ssm {ssm} x {ssm_b} B = {state:,} B per block (MambaSpec); "
+        f"request: conv {conv} x {b} B" + (f" + ssm {ssm} x {ssm_b} B" if ssm else "")
+        + f" = {state:,} B per block (MambaSpec); "
         f"attention block size = {align} x cdiv({state:,}, {align} x {a1:,}) = {need}"
         + (f", the given {block_size} kept" if bs != need else "")
         + f"; the state page padded by {padding:.2f}% to {page:,} B (HybridAttentionMambaModelConfig)",

@@ -144,14 +144,37 @@ def _hf_config(cfg: dict):
     model_type = cfg.get("model_type")
     if not model_type:
         raise InputError("config has no model_type: trace needs the model's config.json fields")
-    kwargs = {k: v for k, v in cfg.items() if k not in _DROP_KEYS}
+    kwargs = {k: _special_floats(v) for k, v in cfg.items() if k not in _DROP_KEYS}
+    errors: tuple[type[Exception], ...] = (ValueError, KeyError, TypeError, *_strict_dataclass_errors())
     try:
         return AutoConfig.for_model(model_type, **kwargs)
-    except (ValueError, KeyError, TypeError) as e:
+    except errors as e:
         raise TraceError(
             f"transformers cannot build a config for model_type={model_type!r} ({e}); "
             "use the analytic `vramlens estimate` instead"
         ) from None
+
+
+def _special_floats(v):
+    """A value of config.json with transformers' tagged non-finite floats decoded: ``save_pretrained`` writes
+    ``float("inf")`` as ``{"__float__": "Infinity"}`` (configuration_utils.py ``_encode_special_floats``, e.g.
+    Falcon-H1's ``time_step_limit``) and only ``from_json_file`` decodes it; vramlens reads the JSON itself."""
+    if isinstance(v, dict):
+        if set(v) == {"__float__"} and v["__float__"] in ("Infinity", "-Infinity", "NaN"):
+            return float(v["__float__"].replace("Infinity", "inf"))
+        return {k: _special_floats(x) for k, x in v.items()}
+    if isinstance(v, list):
+        return [_special_floats(x) for x in v]
+    return v
+
+
+def _strict_dataclass_errors() -> tuple[type[Exception], ...]:
+    """huggingface_hub's validation errors of transformers 5's strict config dataclasses (not ValueError)."""
+    try:
+        from huggingface_hub.errors import StrictDataclassError
+    except ImportError:  # an older huggingface_hub: transformers 4's configs raise ValueError/TypeError
+        return ()
+    return (StrictDataclassError,)
 
 
 def _arch_class(cfg: dict):

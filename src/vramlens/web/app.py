@@ -173,6 +173,8 @@ class CapacityQuery(BaseModel):
     max_running_requests: int | None = None
     context_length: int | None = None
     swa_full_tokens_ratio: float | None = None
+    max_mamba_cache_size: int | None = None
+    mamba_ssm_dtype: str | None = Field(None, max_length=64)
     speculative_config: str | None = Field(None, max_length=limits.MAX_MODEL_ARG,
                                            description="vLLM --speculative-config JSON (a draft: catalog name or hub id)")
     speculative_algorithm: str | None = Field(None, max_length=64)
