@@ -50,7 +50,8 @@ def test_table_and_exit_code(capsys, catalog):
     assert rc == 0
     lines = out.splitlines()
     assert "valid plans fit 1 x L4 with 10% headroom; best:" in lines[0]
-    assert "; fits (L4): " in lines[0] and " usable (22.49 GiB less 10% headroom), " in lines[0]
+    # the L4's CUDA total, 23,570,219,008 B = 21.95 GiB (nvidia-smi's 22.49 GiB less the driver's reserve)
+    assert "; fits (L4): " in lines[0] and " usable (21.95 GiB less 10% headroom), " in lines[0]
     assert "tok/s" in out and "flags: --mode inference" in out
     assert ("components are each their own peak during the step (they peak in different phases), so they do not "
             "add up to the total") in lines
@@ -61,7 +62,8 @@ def test_a_workload_that_fits_is_the_answer(capsys, catalog):
     rc, out, _ = _run(capsys, ["fit", MODEL, "--seq", "2048", "--new-tokens", "128", "--gpu", "L4"])
     assert rc == 0
     lines = out.splitlines()
-    assert lines[0] == "fits (L4): 14.46 GiB of 20.24 GiB usable (22.49 GiB less 10% headroom), 5.78 GiB to spare"
+    # usable = int(0.9 x 23,570,219,008) = 21,213,197,107 B = 19.76 GiB (CUDA's total 21.95 GiB less 10%)
+    assert lines[0] == "fits (L4): 14.46 GiB of 19.76 GiB usable (21.95 GiB less 10% headroom), 5.29 GiB to spare"
     assert lines[1] == "nothing to change; ask --optimize speed|memory|cost for faster or smaller plans"
     rc, out, _ = _run(capsys, ["fit", MODEL, "--seq", "2048", "--new-tokens", "128", "--gpu", "L4", "--json"])
     d = json.loads(out)

@@ -88,7 +88,9 @@ def test_exact_figures():
     # 80 GiB sold, 81,559 MiB seen by nvidia-smi
     h100 = get_gpu("h100 sxm")
     assert h100.memory_bytes == 85_899_345_920
-    assert h100.usable_bytes == 81_559 * MiB == h100.capacity_bytes
+    assert h100.usable_bytes == 81_559 * MiB == h100.nvidia_smi_bytes
+    # capacity: CUDA's total, deviceQuery's "81106 MBytes (85045477376 bytes)"
+    assert h100.cuda_total_bytes == 85_045_477_376 == h100.capacity_bytes
     assert get_gpu("A100 80GB").usable_bytes == 81_920 * MiB
     assert get_gpu("h200").memory_bytes == 141 * GiB
     assert get_gpu("L4").usable_bytes == 23_034 * MiB  # ECC takes ~1/16 of GDDR6
@@ -170,3 +172,64 @@ def test_cli_gpus_table(capsys):
     assert main(["gpus"]) == 0
     out = capsys.readouterr().out
     assert "H100-SXM-80GB" in out and "80.00 GiB" in out and "989.4 TFLOPS" in out
+
+
+# CUDA's device total (cudaMemGetInfo / totalGlobalMem) per card, exact bytes from the capture each
+# entry's cuda_total_source quotes; nvidia-smi's total less it is the driver's reserve
+CUDA_TOTALS = {
+    "H100-SXM-80GB": (85_045_477_376, "github:thamada/nvidia-smi gls/H100SXMx8_deviceQuery.py"),
+    "H100-NVL-94GB": (99_861_594_112, "github:thamada/nvidia-smi gls/H100NVLx2_deviceQuery.py"),
+    "A100-80GB": (85_100_068_864, "github:thamada/nvidia-smi gls/A100SXMx4_deviceQuery.py"),
+    "A100-40GB": (42_298_834_944, "github:bottlerocket-os/bottlerocket pull 3873"),
+    "L40S": (47_803_596_800, "github:thamada/nvidia-smi gls/L40S_deviceQuery.py"),
+    "L4": (23_570_219_008, "github:thamada/nvidia-smi gls/L4_deviceQuery.py"),
+    "A10": (23_609_475_072, "github:aalanwyr/face2cuda step2cuda/README.md"),
+    "A40": (47_608_692_736, "github:thamada/nvidia-smi gls/A40x10_deviceQuery.py"),
+    "T4": (15_095 * MiB, "github:sylvia-ymlin/cuda-kernels-from-scratch README.md"),
+    "RTX-6000-Ada": (51_002_867_712, "github:thamada/nvidia-smi gls/RTX6000Ada_x8_deviceQuery.py"),
+    "RTX-5090": (33_677_180_928, "github:aikitoria/open-gpu-kernel-modules issue 1"),
+    "RTX-4090": (25_386_352_640, "github:thamada/nvidia-smi gls/RTX4090_deviceQuery.py"),
+    "RTX-4060-Ti-16GB": (16_857_038_848, "github:thamada/nvidia-smi gls/RTX4060Ti_deviceQuery.py"),
+    "RTX-3090": (25_327_697_920, "github:thamada/nvidia-smi gls/RTX3090_deviceQuery.py"),
+}
+
+
+def test_cuda_totals_and_their_sources():
+    known = {g.name: g for g in list_gpus() if g.cuda_total_known}
+    assert sorted(known) == sorted(CUDA_TOTALS)
+    for name, (total, where) in CUDA_TOTALS.items():
+        g = known[name]
+        assert (g.cuda_total_bytes, g.capacity_bytes) == (total, total), name
+        assert g.cuda_total_source.startswith(where), name
+        # the quote states the figure: bytes where the capture prints them, else deviceQuery's MiB
+        assert f"{total}" in g.cuda_total_source or f"{total // MiB} MBytes" in g.cuda_total_source, name
+        # the driver's reserve, nvidia-smi's total less CUDA's: 265 MiB (T4) to 763 MiB (A100 80GB)
+        assert g.usable_bytes is not None and 256 * MiB < g.usable_bytes - total < 800 * MiB, name
+    # the A100 80GB capture: nvidia-smi -q Total 81,920 MiB - Reserved 763 MiB = 81,157 MiB, and CUDA's
+    # 85,100,068,864 B = 81,157.75 MiB
+    assert known["A100-80GB"].usable_bytes - known["A100-80GB"].cuda_total_bytes == 81_920 * MiB - 85_100_068_864
+
+
+def test_capacity_falls_back_to_nvidia_smi_then_the_sold_size():
+    h200, mi250 = get_gpu("h200"), get_gpu("MI250")
+    assert not h200.cuda_total_known and h200.capacity_bytes == h200.nvidia_smi_bytes == 143_771 * MiB
+    assert mi250.capacity_bytes == mi250.memory_bytes == 64 * GiB  # neither total known: the sold size
+    assert h200.capacity_note() == (
+        "H200-141GB: CUDA's device total (cudaMemGetInfo) is not in the catalog; nvidia-smi's total "
+        "150,754,820,096 B is used, which the driver's reserve (a few hundred MiB on recent NVIDIA drivers) makes "
+        "too high: an engine or run may get a little less")  # 143,771 x 2^20 = 150,754,820,096
+    assert get_gpu("L4").capacity_note() is None
+    assert get_gpu("24GB").capacity_note() is None and get_gpu("M2 Ultra").capacity_note() is None
+
+
+def test_gpus_command_shows_the_cuda_total(capsys):
+    assert main(["gpus", "--json"]) == 0
+    rows = {g["name"]: g for g in json.loads(capsys.readouterr().out)["gpus"]}
+    assert (rows["L4"]["cuda_total_bytes"], rows["L4"]["usable_bytes"]) == (23_570_219_008, 23_034 * MiB)
+    assert rows["L4"]["cuda_total_source"].startswith("github:thamada/nvidia-smi gls/L4_deviceQuery.py")
+    assert rows["H200-141GB"]["cuda_total_bytes"] is None and rows["H200-141GB"]["cuda_total_source"] == ""
+    assert main(["gpus"]) == 0
+    out = capsys.readouterr().out
+    # 23,570,219,008 / 2^30 = 21.95 GiB; 23,034 MiB = 22.49 GiB
+    assert next(line for line in out.splitlines() if line.startswith("L4 ")).split()[1:7] == [
+        "24.00", "GiB", "22.49", "GiB", "21.95", "GiB"]

@@ -9,13 +9,13 @@ from vramlens.errors import ConfigError, EngineRefusal, InputError
 from vramlens.serving import capacity
 
 GiB = 1024**3
-A100 = 85_899_345_920          # A100-80GB: nvidia-smi 81,920 MiB
+A100 = 85_100_068_864          # A100-80GB: CUDA's total (deviceQuery 81,158 MiB; nvidia-smi 81,920 MiB less 763 reserved)
 CONTEXT = 419_430_400          # CUDA 12 lazy-loading context, 400 MiB (hardware/runtime.py)
 LLAMA2_7B_FP16 = 13_476_832_256  # 6,738,415,616 params x 2 B, each tensor rounded up to 512 B (+1,024 B)
 
 
 LLAMA2_7B_ROPE = 4_096 * 128 * 2  # rotary cos/sin cache: max_position x rotary_dim x 2 B = 1,048,576
-REQUESTED = 77_309_411_328       # int(0.9 x 85,899,345,920)
+REQUESTED = 76_590_061_977       # int(0.9 x 85,100,068,864)
 
 
 def test_vllm_0_6_4_llama2_7b_a100():
@@ -24,17 +24,18 @@ def test_vllm_0_6_4_llama2_7b_a100():
     #   T = max_num_batched_tokens = max(4096, 2048) = 4096, 256 sequences, b = 2 B:
     #     forward T b (2h + max(3f, (a + 2kv) d)) = 4096 x 2 x (8,192 + 33,024) = 337,641,472
     #     sampler (sort) 256 x 32,000 x (2 + 36) + hidden 4096 x 4096 x 2 = 311,296,000 + 33,554,432 = 344,850,432
-    #   available = 77,309,411,328 - 13,477,880,832 - 344,850,432 - 419,430,400 = 63,067,249,664
-    # page = 2 x 16 x 32 kv heads x 128 x 2 B = 262,144 per layer; blocks = 63,067,249,664 // 262,144 // 32 = 7,518
+    #   available = 76,590,061,977 - 13,477,880,832 - 344,850,432 - 419,430,400 = 62,347,900,313
+    # page = 2 x 16 x 32 kv heads x 128 x 2 B = 262,144 per layer; blocks = 62,347,900,313 // 262,144 // 32 = 7,432
+    # (7,518 from nvidia-smi's 85,899,345,920 B: the driver's 763 MiB reserve is 86 blocks)
     cap = capacity("llama-2-7b", "vllm", gpu="A100-80GB", context=4096, version="0.6.4")
     assert cap.weights_bytes == LLAMA2_7B_FP16 + LLAMA2_7B_ROPE
     assert round(cap.weights_bytes / GiB, 2) == 12.55
     assert cap.activation_bytes == 344_850_432
     assert cap.non_torch_bytes == CONTEXT
-    assert cap.figure("num_gpu_blocks") == 7_518
-    assert cap.kv_tokens == cap.figure("gpu_kv_cache_tokens") == 7_518 * 16
-    assert cap.kv_cache_bytes == 7_518 * 262_144 * 32
-    assert cap.figure("max_concurrency") == round(7_518 / 256, 2)  # 4096 / 16 = 256 blocks per request
+    assert cap.figure("num_gpu_blocks") == 7_432
+    assert cap.kv_tokens == cap.figure("gpu_kv_cache_tokens") == 7_432 * 16
+    assert cap.kv_cache_bytes == 7_432 * 262_144 * 32
+    assert cap.figure("max_concurrency") == round(7_432 / 256, 2)  # 4096 / 16 = 256 blocks per request
     assert cap.max_running == 29
     assert cap.cuda_graph_bytes > 0
     assert cap.accounting.startswith("vLLM 0.6.4 (V0 engine)")
@@ -46,12 +47,12 @@ def test_vllm_0_19_llama2_7b_a100():
     # 311,427,072; the sampler has no sort, and the first GEMM allocates cuBLAS's workspace (A100: 8,519,680):
     #   forward 8192 x 2 x 41,216 = 675,282,944; sampler 1024 x 32,000 x (2 + 12) + 8192 x 4096 x 2 = 525,860,864
     #   activation 675,282,944 + 8,519,680 = 683,802,624
-    #   available = 77,309,411,328 - 13,477,880,832 - 683,802,624 - 311,427,072 = 62,836,300,800
-    #   -> // 262,144 // 32 = 7,490
+    #   available = 76,590,061,977 - 13,477,880,832 - 683,802,624 - 311,427,072 = 62,116,951,449
+    #   -> // 262,144 // 32 = 7,404
     cap = capacity("llama-2-7b", "vllm", gpu="A100-80GB", context=4096)
     assert cap.activation_bytes == 683_802_624
     assert cap.non_torch_bytes == 311_427_072
-    assert cap.figure("num_gpu_blocks") == 7_490
+    assert cap.figure("num_gpu_blocks") == 7_404
     assert cap.accounting.startswith("vLLM 0.19.0 (V1 engine)")
 
 
@@ -83,9 +84,9 @@ def test_vllm_rotary_cache_is_in_the_weights():
 def test_vllm_fp8_cache_doubles_the_blocks_and_eager_drops_graphs():
     base = capacity("llama-2-7b", "vllm", gpu="A100-80GB")
     fp8 = capacity("llama-2-7b", "vllm", gpu="A100-80GB", kv_cache_dtype="fp8", enforce_eager=True)
-    # page 131,072 B: 62,836,300,800 // 131,072 // 32 = 14,981
-    assert fp8.figure("num_gpu_blocks") == 14_981
-    assert base.figure("num_gpu_blocks") == 7_490
+    # page 131,072 B: 62,116,951,449 // 131,072 // 32 = 14,809
+    assert fp8.figure("num_gpu_blocks") == 14_809
+    assert base.figure("num_gpu_blocks") == 7_404
     assert fp8.cuda_graph_bytes == 0
 
 
@@ -138,17 +139,17 @@ def test_mla_engines_cache_the_latent():
 
 
 def test_sglang_llama2_7b_a100():
-    # SGLang 0.4: total_gpu_memory = 85,899,345,920 - 419,430,400 (context) = 85,479,915,520
+    # SGLang 0.4: total_gpu_memory = 85,100,068,864 (CUDA's total) - 419,430,400 (context) = 84,680,638,464
     #   load = parameters 13,476,832,256 + fp32 rotary cache 4,096 x 128 x 4 = 2,097,152 + segments 20,439,040
     #   (the cache's 2 MiB request opens a 20 MiB segment, 18 MiB of it never used: 18,874,368; the 65 norms of
     #   8,192 B share one 2 MiB small segment: 2,097,152 - 532,480 = 1,564,672)
-    #   rest = int(0.88 x 85,479,915,520) - load = 75,222,325,657 - 13,499,368,448 = 61,722,957,209
-    #   cell = 32 kv heads x 128 x 32 layers x 2 x 2 B = 524,288; max_total_num_tokens = 117,727
-    #   max_num_reqs = min(max(117,727 / 4096 x 512, 2048), 4096) = 4096; max_running_requests =
-    #   min(117,727 // 2, ReqToTokenPool size 4096 + 1) = 4097 (0.4.3.post4 tp_worker.py)
+    #   rest = int(0.88 x 84,680,638,464) - load = 74,518,961,848 - 13,499,368,448 = 61,019,593,400
+    #   cell = 32 kv heads x 128 x 32 layers x 2 x 2 B = 524,288; max_total_num_tokens = 116,385
+    #   max_num_reqs = min(max(116,385 / 4096 x 512, 2048), 4096) = 4096; max_running_requests =
+    #   min(116,385 // 2, ReqToTokenPool size 4096 + 1) = 4097 (0.4.3.post4 tp_worker.py)
     cap = capacity("llama-2-7b", "sglang", gpu="A100-80GB", version="0.4.3.post4")
     assert cap.weights_bytes == 13_499_368_448
-    assert cap.figure("max_total_num_tokens") == 117_727 == cap.kv_tokens
+    assert cap.figure("max_total_num_tokens") == 116_385 == cap.kv_tokens
     assert cap.figure("mem_fraction_static") == 0.88
     assert cap.figure("max_running_requests") == 4_097
     # the request-to-token table: 4097 rows x (4096 + 4) int32 = 67,190,800 B = 0.06 GiB, out of the reserve
@@ -320,7 +321,7 @@ def test_decode_speed_is_the_bandwidth_roofline():
 
 
 def test_the_package_is_the_function():
-    assert vramlens.capacity("llama-2-7b", gpu="A100-80GB").figure("num_gpu_blocks") == 7_490
+    assert vramlens.capacity("llama-2-7b", gpu="A100-80GB").figure("num_gpu_blocks") == 7_404
 
 
 # ---- what the engines refuse, in their words ------------------------------------------------
@@ -434,18 +435,18 @@ def test_sglang_hybrid_swa_split_worked_case():
 
 
 def test_sglang_gpt_oss_120b_h100_pool():
-    # total_gpu_memory = 85,520,809,984 - 419,430,400 (CUDA context) = 85,101,379,584; rest =
+    # total_gpu_memory = 85,045,477,376 (CUDA's total) - 419,430,400 (CUDA context) = 84,626,046,976; rest =
     # int(0.874 x that) - weights (0.4.10's default on nvidia-smi's 81,559 MiB: reserved (9.5 + 1 / 2) GiB = 10,240
     # MiB, round((81,559 - 10,240) / 81,559, 3)); cell over all 36 layers = 8 x 64 x 36 x 2 x 2 B = 73,728;
     # full = int(tokens x 36 / (18 + 0.8 x 18)), swa = int(0.8 x full). 0.5.0-0.5.3 keep one pool (server_args.py
     # disable_hybrid_swa_memory for GptOssForCausalLM): max_total_num_tokens = the tokens profiled over every layer.
     one = capacity("gpt-oss-120b", "sglang", gpu="H100-SXM-80GB")
     assert one.figure("mem_fraction_static") == 0.835 and one.figure("swa_layer_tokens") is None
-    assert one.kv_tokens == (int(0.835 * 85_101_379_584) - one.weights_bytes) // 73_728
+    assert one.kv_tokens == (int(0.835 * 84_626_046_976) - one.weights_bytes) // 73_728
     cap = capacity("gpt-oss-120b", "sglang", gpu="H100-SXM-80GB", version="0.4.10.post2")
     assert cap.kv_bytes_per_token == 73_728
     assert cap.figure("mem_fraction_static") == 0.874
-    tokens = (int(0.874 * 85_101_379_584) - cap.weights_bytes) // 73_728
+    tokens = (int(0.874 * 84_626_046_976) - cap.weights_bytes) // 73_728
     full = int(tokens * 73_728 / (18 * 2_048 + 0.8 * 18 * 2_048))
     assert cap.figure("full_layer_tokens") == full == cap.kv_tokens == cap.figure("max_total_num_tokens")
     assert cap.figure("swa_layer_tokens") == int(full * 0.8)
@@ -493,3 +494,25 @@ def test_sglang_llama4_hybrid_swa_pool():
     tokens = cap.figure("max_total_num_tokens")
     assert cap.figure("swa_layer_tokens") == int(tokens * 0.8)
     assert cap.kv_cache_bytes == tokens * 512 * 12 + int(tokens * 0.8) * 512 * 36
+
+
+def test_cuda_total_sizes_the_pools_and_nvidia_smi_keys_the_defaults():
+    # L4: CUDA's total 23,570,219,008 B (nvidia-smi's 23,034 MiB = 24,153,751,552 B less the driver's 556 MiB):
+    # vLLM's requested memory = int(0.9 x 23,570,219,008) = 21,213,197,107
+    vl = capacity("qwen2.5-0.5b", "vllm", gpu="L4")
+    assert (vl.gpu_bytes, vl.budget_bytes) == (23_570_219_008, 21_213_197_107)
+    assert not any("not in the catalog" in n for n in vl.notes)
+    # SGLang 0.5.3 on an RTX 4090: the default fraction from nvidia-smi's 24,564 MiB (get_device_memory_capacity):
+    # reserve 512 + 1.5 x 2,048 + 2 x 16 + 1 x 1,024 / 8 = 3,744 MiB, round((24,564 - 3,744) / 24,564, 3) = 0.848
+    # (CUDA's 24,210 MiB would give 0.845); the pool from CUDA's total: int(0.848 x (25,386,352,640 - 419,430,400))
+    # = 21,171,950,059
+    sg = capacity("qwen2.5-0.5b", "sglang", gpu="RTX-4090")
+    assert sg.figure("mem_fraction_static") == 0.848
+    assert (sg.gpu_bytes, sg.budget_bytes) == (25_386_352_640, 21_171_950_059)
+    # H200: no CUDA total in the catalog, nvidia-smi's 143,771 MiB = 150,754,820,096 B, and a note says so
+    h200 = capacity("qwen2.5-0.5b", "vllm", gpu="H200-141GB")
+    assert h200.gpu_bytes == 150_754_820_096
+    assert h200.notes[-1] == (
+        "H200-141GB: CUDA's device total (cudaMemGetInfo) is not in the catalog; nvidia-smi's total "
+        "150,754,820,096 B is used, which the driver's reserve (a few hundred MiB on recent NVIDIA drivers) makes "
+        "too high: an engine or run may get a little less")

@@ -93,13 +93,13 @@ def test_sglang_054_nemotron_h_mamba2_worked_case():
     per_req = 3 * (10_240 * 3 * 2 + 128 * 64 * 128 * 4)
     assert per_req == 12_767_232
     # radix cache disabled (mamba2_config): max_mamba_cache_size 512; cell over the 1 attention layer:
-    # 8 KV heads x 128 x 1 x 2 x 2 B = 4,096 B
-    assert (cap.budget_bytes, cap.weights_bytes) == (71_059_651_952, 2_040_136_702)
-    # (71,059,651,952 - 2,040,136,702 - 512 x 12,767,232) // 4,096 = 62,482,692,466 // 4,096
-    assert cap.kv_tokens == (cap.budget_bytes - cap.weights_bytes - 512 * per_req) // 4_096 == 15_254_563
+    # 8 KV heads x 128 x 1 x 2 x 2 B = 4,096 B; budget int(0.835 x (CUDA's 85,045,477,376 - the 419,430,400 B context))
+    assert (cap.budget_bytes, cap.weights_bytes) == (70_662_749_224, 2_040_136_702)
+    # (70,662,749,224 - 2,040,136,702 - 512 x 12,767,232) // 4,096 = 62,085,789,738 // 4,096
+    assert cap.kv_tokens == (cap.budget_bytes - cap.weights_bytes - 512 * per_req) // 4_096 == 15_157_663
     # MambaPool: max_mamba_cache_size + 1 = 513 slots: ssm 513 x 3 x 4,194,304 = 6,455,033,856 B = 6.01 GiB,
     # conv 513 x 3 x 61,440 = 94,556,160 B = 0.09 GiB
-    assert cap.kv_cache_bytes == 15_254_563 * 4_096 + 513 * per_req == 69_032_280_064
+    assert cap.kv_cache_bytes == 15_157_663 * 4_096 + 513 * per_req == 68_635_377_664
     assert (cap.figure("mamba_ssm_state_size"), cap.figure("mamba_conv_state_size")) == (6.01, 0.09)
     assert (cap.figure("max_mamba_cache_size"), cap.figure("max_running_requests")) == (512, 512)
 
@@ -114,10 +114,10 @@ def test_sglang_053_falcon_h1_takes_the_gdn_pools_with_attention_and_mamba2_in_e
     per_req = 4 * (3_584 * 3 * 2 + 256 * 128 * 24 * 4)
     assert per_req == 12_668_928
     # attention in all 4 layers too: cell 2 KV heads x 128 x 4 x 2 x 2 B = 4,096 B; radix cache off, 512 slots:
-    # (71,059,651,952 - 534,774,784 - 512 x 12,668,928) // 4,096 = 64,038,386,032 // 4,096
-    assert (cap.budget_bytes, cap.weights_bytes, cap.kv_bytes_per_token) == (71_059_651_952, 534_774_784, 4_096)
-    assert cap.kv_tokens == 15_634_371
-    assert cap.kv_cache_bytes == 15_634_371 * 4_096 + 513 * per_req == 70_537_543_680
+    # (70,662,749,224 - 534,774,784 - 512 x 12,668,928) // 4,096 = 63,641,483,304 // 4,096 (budget: CUDA's total)
+    assert (cap.budget_bytes, cap.weights_bytes, cap.kv_bytes_per_token) == (70_662_749_224, 534_774_784, 4_096)
+    assert cap.kv_tokens == 15_537_471
+    assert cap.kv_cache_bytes == 15_537_471 * 4_096 + 513 * per_req == 70_140_641_280
     assert (cap.figure("max_mamba_cache_size"), cap.figure("max_running_requests")) == (512, 512)
     # 0.5.4's mamba2_config (FalconH1Config) keeps the radix cache off: the same pools
     again = vramlens.capacity(FALCON_H1, "sglang", gpu="H100-SXM-80GB", trace_fallback=False, version="0.5.4")

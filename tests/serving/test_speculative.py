@@ -22,7 +22,7 @@ EAGLE3 = {**EAGLE, "architectures": ["LlamaForCausalLMEagle3"], "draft_vocab_siz
 #: vramlens' inventory of that one block: 218,112,000 parameters x 2 B (attention 4096 x (4096 + 2 x 1,024 + 4096),
 #: MLP 3 x 4096 x 14,336, two norms of 4096) plus 1,024 B of the rotary buffer and allocator rounding.
 BLOCK = 436_225_024
-H100 = 85_520_809_984  # H100-SXM-80GB, bytes (nvidia-smi's 81,559 MiB)
+H100 = 85_045_477_376  # H100-SXM-80GB: CUDA's total, bytes (nvidia-smi's 81,559 MiB less the driver's 454 reserved)
 
 
 def test_vllm_eagle3_draft_weights_and_kv_layers():
@@ -43,12 +43,13 @@ def test_vllm_eagle3_draft_weights_and_kv_layers():
     assert base.activation_bytes == 2_007_060_480
     # one group of 32 target + 1 draft layers, page 2 x 16 x 8 x 128 x 2 = 65,536 B
     available = int(0.9 * H100) - cap.weights_bytes - cap.activation_bytes - cap.non_torch_bytes
-    assert cap.figure("num_gpu_blocks") == available // (65_536 * 33) == 25_954
-    assert cap.kv_tokens == 25_954 * 16
-    assert cap.draft_kv_cache_bytes == 25_954 * 65_536
-    assert cap.kv_cache_bytes == 25_954 * 65_536 * 33
+    # int(0.9 x 85,045,477,376) - weights - activation - non-torch = 55,702,726,246 // (65,536 x 33) = 25,756
+    assert cap.figure("num_gpu_blocks") == available // (65_536 * 33) == 25_756
+    assert cap.kv_tokens == 25_756 * 16
+    assert cap.draft_kv_cache_bytes == 25_756 * 65_536
+    assert cap.kv_cache_bytes == 25_756 * 65_536 * 33
     assert cap.to_dict()["speculative"] == {"setup": "eagle3, 3 tokens, draft llama",
-                                            "draft_weights_bytes": 849_628_160, "draft_kv_cache_bytes": 1_700_921_344}
+                                            "draft_weights_bytes": 849_628_160, "draft_kv_cache_bytes": 1_687_945_216}
 
 
 def test_vllm_draft_model_pages_of_two_sizes_and_ngram():
@@ -64,7 +65,7 @@ def test_vllm_draft_model_pages_of_two_sizes_and_ngram():
     plain = capacity("llama-3.1-8b", "vllm", gpu="H100-SXM-80GB")
     assert ngram.weights_bytes == plain.weights_bytes and ngram.activation_bytes == 3_583_070_208
     available = int(0.9 * H100) - ngram.weights_bytes - 3_583_070_208 - ngram.non_torch_bytes
-    assert ngram.figure("num_gpu_blocks") == available // (65_536 * 32) == 27_170  # 27,921 without a draft
+    assert ngram.figure("num_gpu_blocks") == available // (65_536 * 32) == 26_966  # 27,717 without a draft
 
 
 def test_vllm_mtp_uses_the_targets_own_layer():
@@ -111,17 +112,18 @@ def test_sglang_eagle_pool_headroom_and_draft_worker():
     # auto_choose_speculative_params for LlamaForCausalLM: 5 steps, topk 4, 8 draft tokens; max_running_requests 48
     assert [cap.figure(k) for k in ("speculative_num_steps", "speculative_eagle_topk",
                                     "speculative_num_draft_tokens", "max_running_requests")] == [5, 4, 8, 48]
-    # profiled (int(0.81 x 85,101,379,584) - load 16,129,197,056) // 131,072 = 402,854, + draft_runner_cache_size's
-    # 48 x (5 x 4 + 8) + 100 = 1,444 -> 404,298
-    profiled = (int(0.81 * 85_101_379_584) - 16_129_197_056) // 131_072
-    assert profiled == 402_854
-    assert cap.figure("max_total_num_tokens") == cap.kv_tokens == profiled + 48 * (5 * 4 + 8) + 100 == 404_298
+    # total_gpu_memory = CUDA's 85,045,477,376 - the 419,430,400 B context = 84,626,046,976;
+    # profiled (int(0.81 x 84,626,046,976) - load 16,129,197,056) // 131,072 = 399,916, + draft_runner_cache_size's
+    # 48 x (5 x 4 + 8) + 100 = 1,444 -> 401,360
+    profiled = (int(0.81 * 84_626_046_976) - 16_129_197_056) // 131_072
+    assert profiled == 399_916
+    assert cap.figure("max_total_num_tokens") == cap.kv_tokens == profiled + 48 * (5 * 4 + 8) + 100 == 401_360
     # draft worker: weights = block 436,225,024 + fc 2 x 4096 x 4096 x 2 = 67,108,864 + norm 8,192 (embedding and
-    # lm_head shared); its pool 404,298 tokens x 1 layer x 8 x 128 x 2 x 2 B
+    # lm_head shared); its pool 401,360 tokens x 1 layer x 8 x 128 x 2 x 2 B
     assert cap.draft_weights_bytes == BLOCK + 67_108_864 + 8_192 == 503_342_080
-    assert cap.draft_kv_cache_bytes == 404_298 * 4_096 == 1_656_004_608
-    assert cap.kv_cache_bytes == 404_298 * 131_072 + 1_656_004_608
-    assert cap.figure("draft_kv_size") == round(1_656_004_608 / 2**30, 2)
+    assert cap.draft_kv_cache_bytes == 401_360 * 4_096 == 1_643_970_560
+    assert cap.kv_cache_bytes == 401_360 * 131_072 + 1_643_970_560
+    assert cap.figure("draft_kv_size") == round(1_643_970_560 / 2**30, 2)
 
 
 def test_sglang_defaults_by_algorithm():
@@ -170,7 +172,7 @@ def test_cli_flags(capsys, tmp_path):
     assert main(["capacity", "llama-3.1-8b", "--engine", "sglang", "--gpu", "H100-SXM-80GB", "--speculative-algorithm",
                  "EAGLE", "--speculative-draft-model-path", str(draft), "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
-    assert out["figures"]["max_total_num_tokens"]["value"] == 404_298
+    assert out["figures"]["max_total_num_tokens"]["value"] == 401_360
     assert out["speculative"]["draft_weights_bytes"] == 503_342_080
     assert main(["capacity", "llama-3.1-8b", "--gpu", "H100-SXM-80GB", "--speculative-config",
                  '{"method": "ngram", "num_speculative_tokens": 0}']) == 2

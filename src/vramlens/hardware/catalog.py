@@ -63,6 +63,8 @@ def _gpu_from_entry(entry: dict[str, Any]) -> GPU:
         source=entry.get("source", ""),
         bf16=bool(entry.get("bf16", True)),
         sms=int(entry["sms"]) if entry.get("sms") is not None else None,
+        cuda_total_bytes=int(entry["cuda_total_bytes"]) if entry.get("cuda_total_bytes") is not None else None,
+        cuda_total_source=entry.get("cuda_total_source", ""),
     )
 
 

@@ -13,8 +13,13 @@ class GPU:
         name: display name ("H100-SXM-80GB").
         memory_bytes: total device memory as the vendor sells it (exact bytes; 80 GiB cards
             are 85_899_345_920 bytes, nvidia-smi shows slightly less, see usable_bytes).
-        usable_bytes: what nvidia-smi reports as total (ECC and reserved regions removed),
-            the figure a run can fill; equals memory_bytes where unknown.
+        usable_bytes: what nvidia-smi reports as total (NVML ``memory.total``: ECC and the
+            firmware's regions removed); None where unknown (see nvidia_smi_bytes).
+        cuda_total_bytes: the device total CUDA reports (``cudaMemGetInfo``'s total, equal to
+            ``cudaDeviceProp.totalGlobalMem``: ``torch.cuda.mem_get_info()[1]``,
+            ``torch.cuda.get_device_properties().total_memory``), lower than nvidia-smi's by the
+            memory the driver reserves ("FB Memory Usage / Reserved" in ``nvidia-smi -q``); None
+            where no published figure was found. cuda_total_source: where it was read.
         bandwidth_bytes_s: peak memory bandwidth, bytes per second.
         bf16_flops / fp16_flops / fp32_flops: peak dense tensor throughput, FLOP/s (no sparsity).
         arch: generation ("hopper", "ampere", "ada", "turing", "volta", "blackwell", "cdna3",
@@ -50,6 +55,8 @@ class GPU:
     source: str = ""
     bf16: bool = True
     sms: int | None = None
+    cuda_total_bytes: int | None = None
+    cuda_total_source: str = ""
 
     def dtype_notes(self, *dtypes: str | None) -> list[str]:
         """Notes for compute dtypes this GPU cannot run natively (``--dtype``, ``--amp``)."""
@@ -60,6 +67,39 @@ class GPU:
                 "(FlashAttention) refuse it; memory is as estimated; --dtype fp16 --amp fp16 or fp32 run natively"]
 
     @property
-    def capacity_bytes(self) -> int:
-        """Memory a run can use: nvidia-smi's total where known, else the sold size."""
+    def nvidia_smi_bytes(self) -> int:
+        """nvidia-smi's total (NVML ``memory.total``) where known, else the sold size.
+
+        What engines read when they key a default on the card's size through NVML or nvidia-smi
+        (SGLang's ``get_device_memory_capacity``, vLLM's ``get_device_total_memory``)."""
         return self.usable_bytes if self.usable_bytes is not None else self.memory_bytes
+
+    @property
+    def capacity_bytes(self) -> int:
+        """Memory one process can use: CUDA's device total where known, else nvidia-smi's total.
+
+        A CUDA process allocates out of what ``cudaMemGetInfo`` reports, whose total is nvidia-smi's
+        less the driver's reserve: the pairs of ``nvidia-smi -q`` and ``deviceQuery`` captured on
+        the same machines in github:thamada/nvidia-smi gls/ (commit c4c8a46) give Total - Reserved
+        = totalGlobalMem to 1 MiB on ten cards (H100 SXM 81,559 - 454 = 81,105 MiB against 81,106;
+        L4 23,034 - 556 = 22,478 against 22,478), and nvidia-smi's used column leaves the reserve
+        out (an idle card shows 1 MiB used). So vLLM's budget (gpu_memory_utilization x
+        ``mem_get_info`` total), SGLang's free memory, llama.cpp's and PyTorch's out-of-memory
+        point all sit under this figure; where CUDA's total is unknown (``cuda_total_bytes`` None)
+        nvidia-smi's is used, a few hundred MiB too high (:attr:`cuda_total_known`).
+        """
+        return self.cuda_total_bytes if self.cuda_total_bytes is not None else self.nvidia_smi_bytes
+
+    @property
+    def cuda_total_known(self) -> bool:
+        """Whether ``capacity_bytes`` is CUDA's total rather than nvidia-smi's (or the sold size)."""
+        return self.cuda_total_bytes is not None
+
+    def capacity_note(self) -> str | None:
+        """One line for results that fell back to nvidia-smi's total; None where CUDA's total is known."""
+        if self.cuda_total_known or self.vendor in ("generic", "apple"):
+            return None
+        what = "nvidia-smi's total" if self.usable_bytes is not None else "the sold size"
+        return (f"{self.name}: CUDA's device total (cudaMemGetInfo) is not in the catalog; {what} "
+                f"{self.capacity_bytes:,} B is used, which the driver's reserve (a few hundred MiB on recent "
+                "NVIDIA drivers) makes too high: an engine or run may get a little less")

@@ -134,6 +134,9 @@ def capacity(model: str | dict | ModelSpec | GGUFInfo | ServedModel, engine: str
         cap = transformers_capacity(served, g, **common, **settings)
     if served.source_notes:
         cap = replace(cap, notes=served.source_notes + cap.notes)
+    fallback = g.capacity_note()
+    if fallback is not None:  # the engines read CUDA's total (mem_get_info); the catalog has only nvidia-smi's
+        cap = replace(cap, notes=cap.notes + (fallback,))
     if context is not None and context > cap.max_model_len:
         # the engine rejects a request longer than its limit: no concurrency or speed to give for it
         raise InputError(f"context={context:,} tokens is longer than the longest request {engine} accepts here "

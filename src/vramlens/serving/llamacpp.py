@@ -184,6 +184,8 @@ def llamacpp_capacity(m: ServedModel, gpu: GPU, *, gpus: int, tp: int, pp: int, 
                                        output=last) if mine or last else 0
         devices.append(DeviceBuffers(f"CUDA{d}", model_b, kv_b, compute, len(mine)))
     for dev in devices:
+        # cudaMalloc fails past what CUDA reports (GPU.capacity_bytes: CUDA's total, nvidia-smi's where unknown);
+        # llama.cpp's automatic fitting to the free memory (--fit) is not modelled: the layers are as given
         if dev.total_bytes + ctx_bytes > gpu.capacity_bytes:
             raise EngineRefusal(
                 f"{dev.device}: ggml_backend_cuda_buffer_type_alloc_buffer: allocating "

@@ -46,7 +46,8 @@ class Capacity:
         engine: "vllm", "sglang", "llama.cpp" or "transformers".
         accounting: the engine version whose start-up arithmetic is followed.
         model, gpu: names. gpus, tp, pp: the layout.
-        gpu_bytes: memory of one GPU as the engine sees it (nvidia-smi total).
+        gpu_bytes: memory of one GPU as the engine sees it: CUDA's device total (``cudaMemGetInfo``,
+            GPU.capacity_bytes), nvidia-smi's where the catalog has no CUDA total (a note says so).
         budget_bytes: what the engine lets itself use (vLLM: utilization x total; SGLang: the
             static fraction; llama.cpp and transformers: the whole GPU).
         weights_bytes: weights on the busiest GPU.

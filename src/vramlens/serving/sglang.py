@@ -29,7 +29,7 @@ all-reduce differ, see below):
   sees as max_total_num_tokens. ``page_size`` defaults to 1 (server_args.py).
 - server_args.py defaults, by release (``--sglang-version``, :func:`parse_sglang_version`; ``gpu_mem`` is
   utils.py ``get_device_memory_capacity``: nvidia-smi's memory.total in MiB, the smallest GPU's, taken
-  as the GPU's ``capacity_bytes``). mem_fraction_static (:func:`default_mem_fraction`): by TP degree up to
+  as the GPU's ``nvidia_smi_bytes``; total_gpu_memory itself starts from CUDA's device total, ``capacity_bytes``). mem_fraction_static (:func:`default_mem_fraction`): by TP degree up to
   0.4.5 (0.88 at tp 1, 0.87 at 2, 0.85 at 4, 0.79 at 16; at 8 0.83 in 0.3.3-0.3.5, 0.82 in 0.3.6, 0.81
   from 0.4.0); 0.4.6 keeps that table up to 81,920 MiB and takes (gpu_mem - 13 GiB) / gpu_mem above;
   0.4.7 keys the table on tp x pp up to 81,920 MiB, 0.88 above, then 0.79 over 180,000 MiB (CUDA), or
@@ -584,8 +584,10 @@ def sglang_capacity(m: ServedModel, gpu: GPU, *, gpus: int, tp: int, pp: int, co
     if spec is not None and max_running_requests is None:
         max_running_requests = SPECULATIVE_MAX_RUNNING  # server_args.py _handle_speculative_decoding
     ctx_len = context_length or m.max_position
+    # total_gpu_memory is read with torch.cuda.mem_get_info: CUDA's device total less the context (GPU.capacity_bytes;
+    # nvidia-smi's total where the catalog has no CUDA total, GPU.capacity_note)
     total = gpu.capacity_bytes
-    gpu_mem = total / MiB  # get_device_memory_capacity: nvidia-smi's memory.total, MiB
+    gpu_mem = gpu.nvidia_smi_bytes / MiB  # get_device_memory_capacity: nvidia-smi's memory.total, MiB
     cps = chunked_prefill_size or default_chunked_prefill_size(release, gpu_mem)
     mfs = (default_mem_fraction(release, gpu_mem, tp, pp, cuda=gpu.vendor != "amd", chunked_prefill_size=cps,
                                 speculative=speculative_algorithm if spec is not None else None)

@@ -75,6 +75,7 @@ def transformers_capacity(m: ServedModel, gpu: GPU, *, gpus: int, tp: int, pp: i
     # = kv_per_token x ctx without sliding layers, plus a hybrid's fixed states
     kv_per_request = int(kv_per_token * kv_read_tokens(m, ctx)) + state_per_request
     act_per_request = profile_activation_bytes(m, ctx, 1, 1, b)
+    # PyTorch's caching allocator runs out at CUDA's total (GPU.capacity_bytes; nvidia-smi's where the catalog has none)
     free = gpu.capacity_bytes - outside - workspace - weights
     per_request = kv_per_request + act_per_request
     fit = max(0, free // per_request)

@@ -135,8 +135,10 @@ def run_case(case: dict) -> CaseResult:
         from vramlens.units import parse_size
 
         card = get_gpu(gpu)
-        gpu = replace(card, name=f"{card.name} ({case['gpu_total']} total)",
-                      usable_bytes=parse_size(case["gpu_total"], what="gpu_total"))
+        total = parse_size(case["gpu_total"], what="gpu_total")
+        # the log's figure stands for both totals the engines read (CUDA's and, for SGLang's defaults, nvidia-smi's)
+        gpu = replace(card, name=f"{card.name} ({case['gpu_total']} total)", usable_bytes=total,
+                      cuda_total_bytes=total, cuda_total_source=f"the case's gpu_total {case['gpu_total']}")
     try:
         cap = capacity(case["model"], case["engine"], gpu=gpu, gpus=case.get("gpus"), tp=case.get("tp", 1),
                        pp=case.get("pp", 1), **case["settings"])

@@ -457,10 +457,14 @@ def vllm_capacity(m: ServedModel, gpu: GPU, *, gpus: int, tp: int, pp: int, cont
         later = (f"vLLM {version} is later than the newest release whose code vramlens follows "
                  f"({DEFAULT_VERSION}): its start-up arithmetic is used",)
     rel = vllm_release(parsed, gpu, use_v1)
+    # Worker.requested_memory = gpu_memory_utilization x the total torch.cuda.mem_get_info() reports: CUDA's
+    # device total (GPU.capacity_bytes; nvidia-smi's where the catalog has none, GPU.capacity_note)
     total = gpu.capacity_bytes
     mml = max_model_len or m.max_position
     if rel.v1:  # chunked prefill always on
-        large = rel.large_gpu_defaults and total >= LARGE_GPU_BYTES
+        # the large-GPU defaults key on current_platform.get_device_total_memory(): NVML's memory.total on
+        # CUDA (vllm/platforms/cuda.py NvmlCudaPlatform, commit 002db49), nvidia-smi's figure
+        large = rel.large_gpu_defaults and gpu.nvidia_smi_bytes >= LARGE_GPU_BYTES
         mnbt = max_num_batched_tokens or (LARGE_GPU_MAX_NUM_BATCHED_TOKENS if large else DEFAULT_MAX_NUM_BATCHED_TOKENS)
         seqs = max_num_seqs or (LARGE_GPU_MAX_NUM_SEQS if large else DEFAULT_MAX_NUM_SEQS)
     else:
