@@ -172,6 +172,10 @@ def test_cli_gpus_table(capsys):
     assert main(["gpus"]) == 0
     out = capsys.readouterr().out
     assert "H100-SXM-80GB" in out and "80.00 GiB" in out and "989.4 TFLOPS" in out
+    assert out.splitlines()[0].split() == ["GPU", "memory", "nvidia-smi", "CUDA", "bandwidth", "bf16", "arch"]
+    # H100 SXM: sold 80 GiB, nvidia-smi 81,559 MiB = 79.65 GiB, CUDA 85,045,477,376 B = 79.20 GiB
+    assert next(line for line in out.splitlines() if line.startswith("H100-SXM-80GB")).split()[1:7] == [
+        "80.00", "GiB", "79.65", "GiB", "79.20", "GiB"]
 
 
 # CUDA's device total (cudaMemGetInfo / totalGlobalMem) per card, exact bytes from the capture each

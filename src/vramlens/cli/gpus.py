@@ -51,7 +51,7 @@ def gpu_to_dict(gpu: GPU) -> dict:
 
 
 def render_table(gpus: tuple[GPU, ...]) -> str:
-    header = f"{'GPU':<16} {'memory':>10} {'usable':>10} {'CUDA':>10} {'bandwidth':>11} {'bf16':>12} {'arch'}"
+    header = f"{'GPU':<16} {'memory':>10} {'nvidia-smi':>10} {'CUDA':>10} {'bandwidth':>11} {'bf16':>12} {'arch'}"
     lines = [header, "-" * len(header)]
     for g in gpus:
         usable = f"{g.usable_bytes / GiB:.2f} GiB" if g.usable_bytes is not None else "unknown"
@@ -60,7 +60,7 @@ def render_table(gpus: tuple[GPU, ...]) -> str:
             f"{g.name:<16} {g.memory_bytes / GiB:>6.2f} GiB {usable:>10} {cuda:>10} "
             f"{g.bandwidth_bytes_s / 1e12:>6.2f} TB/s {g.bf16_flops / 1e12:>7.1f} TFLOPS {g.arch}"
         )
-    lines.append("memory: as sold; usable: nvidia-smi's total where known; CUDA: the total cudaMemGetInfo reports "
+    lines.append("memory: as sold; nvidia-smi: its total where known; CUDA: the total cudaMemGetInfo reports "
                  "(nvidia-smi's less the driver's reserve), what a process can use and what fit and capacity "
                  "compare with (nvidia-smi's, else the sold size, where unknown); bf16: dense tensor peak.")
     return "\n".join(lines)
