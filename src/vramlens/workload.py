@@ -797,7 +797,8 @@ class Workload:
         elif g > L.MAX_QUANT_GROUP:
             p.append(f"quant_group_size={g} is over the limit of {L.MAX_QUANT_GROUP:,} weights")
         elif g and self.quantized not in GROUPED_QUANTS:
-            p.append(f"quant_group_size={g} applies to the group-wise formats ({', '.join(GROUPED_QUANTS)}); "
+            listed = ", ".join(q for q in GROUPED_QUANTS if q not in UINTX_QUANTS[1:]).replace("uint1", "uint1..uint7")
+            p.append(f"quant_group_size={g} applies to the group-wise formats ({listed}); "
                      f"quant={self.quantized!r} has none: drop --quant-group-size or use --quant int4")
         elif g and self.quantized in QUANT_GROUP_CHOICES and g not in QUANT_GROUP_CHOICES[self.quantized]:
             takes = ", ".join(map(str, QUANT_GROUP_CHOICES[self.quantized]))
