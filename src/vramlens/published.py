@@ -429,8 +429,8 @@ def _gptfast_cases() -> dict[str, Case]:
         cases[f"torchao-gptfast-a6000-{m}-bf16"] = Case(m, _GPTFAST, figure="peak_reserved", **_A6000)
     # torchao's other weight-only formats (benchmarks.sh and benchmark_results.txt at each table's commit; every row
     # ran generate.py --compile, the output layer quantized with the rest). The load-and-quantize replay
-    # (quantize_on_device) covers int8, int4 and fp8 only: these rows leave out the free remainder that quantizing on
-    # the GPU leaves in the segments still holding a weight after the capture's empty_cache
+    # (quantize_on_device) covers uintx, not fp6, Sparse-Marlin or QQQ: those rows leave out the free remainder that
+    # quantizing on the GPU leaves in the segments still holding a weight after the capture's empty_cache
     ao = {"quant_head": True}
     for m in ("llama-2-7b", "llama-3-8b"):
         # b4d076813b: "--quantization fp6 --precision float16" (fpx_weight_only(3, 2))
@@ -441,7 +441,8 @@ def _gptfast_cases() -> dict[str, Case]:
         # that layout's (Llama 2 7B uint4 g64: 3.92 GB, n*k/2 + 2 n*k/64 + 4 n*k/64; HQQ would keep a uint8 per weight)
         for q, bits, g in (("4-64", 4, 64), ("2-8", 2, 8)):
             cases[f"torchao-gptfast-a100-{m}-uintx-{q}-hqq"] = Case(
-                m, {**_GPTFAST, **ao, "quant": f"uint{bits}", "quant_group_size": g}, figure="peak_reserved", **_A100)
+                m, {**_GPTFAST, **_ON_GPU, "quant": f"uint{bits}", "quant_group_size": g}, figure="peak_reserved",
+                **_A100)
     # 65d86c6c26: "--quantization sparse-marlin --precision float16": int4_weight_only(layout_type=MarlinSparseLayoutType())
     # at its default group size, 128 (benchmark_results.txt: "quant: marlin")
     cases["torchao-gptfast-a100-llama-3-8b-int4wo-64-sparse-marlin"] = Case(

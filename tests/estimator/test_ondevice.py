@@ -36,6 +36,18 @@ def test_one_int8_weight_keeps_a_temporary_segment():
     assert r.final_reserved_bytes - r.final_allocated_bytes == 18 * MiB - 40_960 == 18_833_408
 
 
+def test_one_uint4_weight():
+    # uintx_weight_only(torch.uint4, group_size=64) on a (4,096 x 4,096) bf16 weight (32 MiB): kept, the bf16 scale
+    # (4,096 x 64 x 2 = 524,288 B), the int32 zero point (1,048,576 B) and the one 4-bit shard (4,096 x 2,048 uint8 =
+    # 8,388,608 B); at the peak, the weight, the scale, zero point and 1 / scale (524,288 B) and two of the four bf16
+    # (n, k) temporaries of quantize_affine: 32 + 0.5 + 1 + 0.5 + 2 x 32 MiB
+    ev = [("alloc", "w", 32 * MiB), *quantize_events("w", 4_096, 4_096, "uint4", 2, 64), ("free", "w", 0),
+          ("empty_cache", None, 0)]
+    r = simulate(ev, max_points=2)
+    assert r.final_allocated_bytes == 524_288 + 1_048_576 + 8_388_608 == 9_961_472
+    assert r.peak_allocated_bytes == 98 * MiB
+
+
 def test_gpt_fast_fuses_q_k_v(llama7b):
     w = make_workload(**GEN, quant="int8", quantize_on_device=True)
     loads = [e for e in on_device_events(llama7b, w) if e[0] == "alloc" and isinstance(e[1], str)]
@@ -63,7 +75,7 @@ def test_the_slack_is_added_to_reserved_only(llama7b):
 
 @pytest.mark.parametrize(("kw", "message"), [
     (dict(GEN, quant="nf4"),
-     "quantize_on_device replays torchao's quantize_ for int8, int4, fp8; quant='nf4': use --quant int8, int4 or fp8, "
+     "quantize_on_device replays torchao's quantize_ for int8, int4, fp8, uint1..uint7; quant='nf4': use one of them, "
      "or drop --quantize-on-device"),
     (dict(GEN, quant="int8", cache="dynamic"),
      "quantize_on_device: gpt-fast preallocates its KV cache (setup_caches) before the cache is emptied; "

@@ -64,7 +64,7 @@ from vramlens.estimator.weights import (
 )
 from vramlens.models.spec import ModelSpec, TensorInfo
 from vramlens.units import dtype_bytes
-from vramlens.workload import ON_DEVICE_QUANTS, Workload
+from vramlens.workload import ON_DEVICE_QUANTS, UINTX_QUANTS, Workload
 
 _Event = tuple[str, object, int]
 
@@ -114,7 +114,45 @@ def quantize_events(name: str, n: int, k: int, quant: str, b: int, group: int,
                 (A, "s", 2 * nk), (A, "o", 2 * nk), (F, "s", 0), (A, "u8", nk // 2), (F, "o", 0),
                 (A, (name, "packed"), nk // 2), (A, "cat", 2 * g), (A, (name, "sz"), 2 * g), (F, "cat", 0),
                 (F, "u8", 0), (F, "t5", 0), (F, "scale", 0), (F, "zero", 0), (F, "pad", 0)]
+    if quant in UINTX_QUANTS:
+        return uintx_quantize_events(name, n, k, int(quant[4:]), b, group)
     raise ValueError(quant)
+
+
+def uintx_quantize_events(name: str, n: int, k: int, bits: int, b: int, group: int) -> list[_Event]:
+    """``uintx_weight_only(torch.uintN, group_size)``'s quantization of one (n, k) weight in b-byte floats (torchao at
+    b4d076813b): affine_quantized_tensor.py ``from_hp_to_intx`` (UintxLayoutType's pre_process is the identity),
+    quant_primitives.py ``_choose_qparams_affine`` (ASYMMETRIC, preserve_zero, int32 zero point: per-group min and
+    max, two ``zeros_like``, the clamped minimum and maximum, the scale, ``quant_min - round(min_val_neg / scale)``
+    clamped and cast to int32; every local alive until it returns), ``_quantize_affine_no_dtype_cast``
+    (ZeroPointDomain.INT: ``torch.clamp(torch.round(input * (1.0 / scale)) + zero_point, ...)``, four (n, k)
+    temporaries at b bytes, the int32 zero point promoted to the input's dtype, each alive beside the next), the
+    ``.to(torch.uint8)`` sub-byte dtypes get, then ``UintxLayoutType.post_process``: bitpacking.py ``pack``, one
+    ``(data & mask) >> shift`` uint8 (n, k) per shard (all kept in its list), each packed into a zeroed (n, k*part/8)
+    uint8 by ``packed |= narrow << (part * i)`` (a slice-sized temporary each time)."""
+    from vramlens.estimator.weights import UINTX_SHARDS
+
+    A, F = "alloc", "free"
+    nk = n * k
+    g = n * (k // group) * b  # one per-group tensor in the weight's dtype
+    ev: list[_Event] = [
+        (A, "min", g), (A, "max", g), (A, "z1", g), (A, "minneg", g), (F, "z1", 0), (A, "z2", g), (A, "maxpos", g),
+        (F, "z2", 0), (A, "d", g), (A, "s1", g), (F, "d", 0), (A, (name, "scale"), g), (F, "s1", 0),
+        (A, "q1", g), (A, "q2", g), (F, "q1", 0), (A, "q3", g), (F, "q2", 0), (A, "zp", g), (F, "q3", 0),
+        (A, (name, "zero"), 4 * n * (k // group)), (F, "zp", 0), (F, "min", 0), (F, "max", 0), (F, "minneg", 0),
+        (F, "maxpos", 0),
+        (A, "inv", g), (A, "t1", b * nk), (A, "t2", b * nk), (F, "t1", 0), (A, "t3", b * nk), (F, "t2", 0),
+        (A, "t4", b * nk), (F, "t3", 0), (A, "u8", nk), (F, "t4", 0), (F, "inv", 0)]
+    parts = UINTX_SHARDS[bits]
+    for i in range(len(parts)):
+        ev += [(A, ("m", i), nk), (A, ("sh", i), nk), (F, ("m", i), 0)]
+    for i, part in enumerate(parts):
+        ev.append((A, (name, "shard", i), nk * part // 8))
+        for _ in range(8 // part):
+            ev += [(A, "slice", nk * part // 8), (F, "slice", 0)]
+    ev += [(F, ("sh", i), 0) for i in range(len(parts))]
+    ev.append((F, "u8", 0))
+    return ev
 
 
 def _tensor_bytes(t: TensorInfo, b: int) -> int:
