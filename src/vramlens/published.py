@@ -429,12 +429,12 @@ def _gptfast_cases() -> dict[str, Case]:
         cases[f"torchao-gptfast-a6000-{m}-bf16"] = Case(m, _GPTFAST, figure="peak_reserved", **_A6000)
     # torchao's other weight-only formats (benchmarks.sh and benchmark_results.txt at each table's commit; every row
     # ran generate.py --compile, the output layer quantized with the rest). The load-and-quantize replay
-    # (quantize_on_device) covers uintx, not fp6, Sparse-Marlin or QQQ: those rows leave out the free remainder that
+    # (quantize_on_device) covers fp6 and uintx, not Sparse-Marlin or QQQ: those rows leave out the free remainder that
     # quantizing on the GPU leaves in the segments still holding a weight after the capture's empty_cache
     ao = {"quant_head": True}
     for m in ("llama-2-7b", "llama-3-8b"):
         # b4d076813b: "--quantization fp6 --precision float16" (fpx_weight_only(3, 2))
-        cases[f"torchao-gptfast-a100-{m}-fp6"] = Case(m, {**_GPTFAST, **ao, "dtype": "fp16", "quant": "fp6"},
+        cases[f"torchao-gptfast-a100-{m}-fp6"] = Case(m, {**_GPTFAST, **_ON_GPU, "dtype": "fp16", "quant": "fp6"},
                                                       figure="peak_reserved", **_A100)
         # b4d076813b: the README calls the rows uintx-4-64-hqq and uintx-2-8-hqq, but benchmark_results.txt records
         # "quant: uintx-4-64" and "uintx-2-8" (use_hqq False: UintxLayoutType, bit-packed), and its model sizes are

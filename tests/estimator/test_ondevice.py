@@ -48,6 +48,18 @@ def test_one_uint4_weight():
     assert r.peak_allocated_bytes == 98 * MiB
 
 
+def test_one_fp6_weight():
+    # fpx_weight_only(3, 2) on a (4,096 x 4,096) fp16 weight (32 MiB; n*k = 16 Mi): kept, the fp16 row scale (8,192 B)
+    # and the packed (4,096, 3,072) uint8 (12 MiB); the peak is in _f32_to_fpx_unpacked at ``normal_x >> 21``'s cast:
+    # the weight 32 MiB, the fp32 copy, the fp32 quotient, the int32 sign and x ^ sign (4 x 64 MiB), three bool masks
+    # (3 x 16), the uint8 denormals (16), the int32 mant_odd (64), the shifted int32 (64) and its uint8 (16): 496 MiB
+    ev = [("alloc", "w", 32 * MiB), *quantize_events("w", 4_096, 4_096, "fp6", 2, 0), ("free", "w", 0),
+          ("empty_cache", None, 0)]
+    r = simulate(ev, max_points=2)
+    assert r.final_allocated_bytes == 8_192 + 12_582_912
+    assert r.peak_allocated_bytes == (32 + 4 * 64 + 3 * 16 + 16 + 64 + 64 + 16) * MiB + 8_192 == 520_101_888
+
+
 def test_gpt_fast_fuses_q_k_v(llama7b):
     w = make_workload(**GEN, quant="int8", quantize_on_device=True)
     loads = [e for e in on_device_events(llama7b, w) if e[0] == "alloc" and isinstance(e[1], str)]
@@ -75,7 +87,8 @@ def test_the_slack_is_added_to_reserved_only(llama7b):
 
 @pytest.mark.parametrize(("kw", "message"), [
     (dict(GEN, quant="nf4"),
-     "quantize_on_device replays torchao's quantize_ for int8, int4, fp8, uint1..uint7; quant='nf4': use one of them, "
+     "quantize_on_device replays torchao's quantize_ for int8, int4, fp8, fp6, uint1..uint7; quant='nf4': use one of "
+     "them, "
      "or drop --quantize-on-device"),
     (dict(GEN, quant="int8", cache="dynamic"),
      "quantize_on_device: gpt-fast preallocates its KV cache (setup_caches) before the cache is emptied; "

@@ -116,7 +116,49 @@ def quantize_events(name: str, n: int, k: int, quant: str, b: int, group: int,
                 (F, "u8", 0), (F, "t5", 0), (F, "scale", 0), (F, "zero", 0), (F, "pad", 0)]
     if quant in UINTX_QUANTS:
         return uintx_quantize_events(name, n, k, int(quant[4:]), b, group)
+    if quant == "fp6":
+        return fp6_quantize_events(name, n, k)
     raise ValueError(quant)
+
+
+def fp6_quantize_events(name: str, n: int, k: int) -> list[_Event]:
+    """``fpx_weight_only(3, 2)``'s quantization of one (n, k) weight (torchao at b4d076813b), op for op:
+    affine_quantized_tensor.py ``from_hp_to_fpx`` (FpxTensorCoreLayoutType's pre- and post_process are the identity);
+    quant_primitives.py ``choose_qparams_affine_fpx`` (``tensor.float()``, ``abs``, ``amax(1)``, clamp, divide,
+    ``.half()``: the fp16 per-row scale kept) and ``quantize_affine_fpx`` (``tensor.float()``, then ``tensor /
+    scale.view(-1, 1)`` in fp32, alive on the caller's stack through the call); prototype/custom_fp_utils.py
+    ``_f32_to_fpx_unpacked`` (the int32 sign and ``x ^ sign``, three bool masks and their temporaries, the denormal
+    path in fp32 then uint8, ``mant_odd`` in int32 (its shift a temporary), ``normal_x >> 21`` in int32 then uint8,
+    ``full_like``, two ``torch.where``, the int32 shifted sign then uint8 and masked, the final ``|``; every local
+    alive until it returns); fpx.py ``_pack_tc_fp6`` (``flip`` copies; the 2-bit and 4-bit parts each masked,
+    permuted and flattened into a copy, then ``_pack``: one shifted slice per value a byte, all alive in its list,
+    or-ed pairwise; the ``torch.cat`` kept, (n, 6k/8) uint8)."""
+    A, F = "alloc", "free"
+    nk = n * k
+    q, h = nk // 4, nk // 2  # a 2-bit part's slice, a 4-bit part's
+    ev: list[_Event] = [
+        # choose_qparams_affine_fpx
+        (A, "f", 4 * nk), (A, "abs", 4 * nk), (A, "amax", 4 * n), (F, "abs", 0), (A, "cl", 4 * n), (F, "amax", 0),
+        (A, "dv", 4 * n), (F, "cl", 0), (A, (name, "scale"), 2 * n), (F, "dv", 0), (F, "f", 0),
+        # quantize_affine_fpx
+        (A, "f2", 4 * nk), (A, "q", 4 * nk),
+        # _f32_to_fpx_unpacked
+        (A, "sign", 4 * nk), (A, "xx", 4 * nk), (A, "sat", nk), (A, "nsat", nk), (A, "lt", nk), (A, "den", nk),
+        (F, "nsat", 0), (F, "lt", 0), (A, "or", nk), (A, "norm", nk), (F, "or", 0),
+        (A, "dx", 4 * nk), (A, "dx8", nk), (F, "dx", 0),
+        (A, "sh", 4 * nk), (A, "mo", 4 * nk), (F, "sh", 0),
+        (A, "nx", 4 * nk), (A, "nx8", nk), (F, "nx", 0),
+        (A, "full", nk), (F, "xx", 0), (A, "w1", nk), (F, "full", 0), (A, "w2", nk), (F, "w1", 0),
+        (A, "sl", 4 * nk), (A, "sl8", nk), (F, "sl", 0), (A, "sl8b", nk), (F, "sl8", 0), (A, "u", nk), (F, "w2", 0),
+        *[(F, t, 0) for t in ("sign", "sat", "den", "norm", "dx8", "mo", "nx8", "sl8b", "q", "f2")],
+        # _pack_tc_fp6
+        (A, "fl", nk), (A, "a1", nk), (A, "t2", nk), (F, "a1", 0), (A, "t2f", nk),
+        *[(A, ("p", i), q) for i in range(4)], (A, "o1", q), (A, "o2", q), (F, "o1", 0), (A, "o3", q), (F, "o2", 0),
+        *[(F, ("p", i), 0) for i in range(4)], (F, "t2f", 0), (F, "t2", 0),
+        (A, "m4", nk), (A, "m4f", nk), (A, "r0", h), (A, "r1", h), (A, "r", h), (F, "r0", 0), (F, "r1", 0),
+        (F, "m4f", 0), (F, "m4", 0),
+        (A, (name, "packed"), 6 * nk // 8), (F, "o3", 0), (F, "r", 0), (F, "fl", 0), (F, "u", 0)]
+    return ev
 
 
 def uintx_quantize_events(name: str, n: int, k: int, bits: int, b: int, group: int) -> list[_Event]:
