@@ -429,7 +429,7 @@ def _gptfast_cases() -> dict[str, Case]:
         cases[f"torchao-gptfast-a6000-{m}-bf16"] = Case(m, _GPTFAST, figure="peak_reserved", **_A6000)
     # torchao's other weight-only formats (benchmarks.sh and benchmark_results.txt at each table's commit; every row
     # ran generate.py --compile, the output layer quantized with the rest). The load-and-quantize replay
-    # (quantize_on_device) covers fp6 and uintx, not Sparse-Marlin or QQQ: those rows leave out the free remainder that
+    # (quantize_on_device) covers fp6, uintx and QQQ, not Sparse-Marlin: its row leaves out the free remainder that
     # quantizing on the GPU leaves in the segments still holding a weight after the capture's empty_cache
     ao = {"quant_head": True}
     for m in ("llama-2-7b", "llama-3-8b"):
@@ -447,11 +447,11 @@ def _gptfast_cases() -> dict[str, Case]:
     # at its default group size, 128 (benchmark_results.txt: "quant: marlin")
     cases["torchao-gptfast-a100-llama-3-8b-int4wo-64-sparse-marlin"] = Case(
         "llama-3-8b", {**_GPTFAST, **ao, "dtype": "fp16", "quant": "int4-sparse-marlin"}, figure="peak_reserved", **_A100)
-    # 06e69f6a93: int8_dynamic_activation_int4_weight(layout=MarlinQQQLayout()) in fp16, one scale per output channel
+    # 06e69f6a93: int8_dynamic_activation_int4_weight(layout=MarlinQQQLayout()) in fp16, quantized on the GPU, one scale per output channel
     # (w4a8) or per 128 weights (w4a8-g128); the model sizes, 3.31 and 3.41 GB, are the two layouts'
     for q, g in (("w4a8", 0), ("w4a8-g128", 128)):
         cases[f"torchao-gptfast-llama-2-7b-{q}"] = Case(
-            "llama-2-7b", {**_GPTFAST, **ao, "dtype": "fp16", "quant": "w4a8-qqq", "quant_group_size": g},
+            "llama-2-7b", {**_GPTFAST, **_ON_GPU, "dtype": "fp16", "quant": "w4a8-qqq", "quant_group_size": g},
             figure="peak_reserved", **_A100)
     for m in ("llama-2-7b", "llama-3-8b"):
         for dt in ("bf16", "fp32"):

@@ -60,6 +60,18 @@ def test_one_fp6_weight():
     assert r.peak_allocated_bytes == (32 + 4 * 64 + 3 * 16 + 16 + 64 + 64 + 16) * MiB + 8_192 == 520_101_888
 
 
+def test_one_w4a8_qqq_weight():
+    # Marlin QQQ per channel on a (4,096 x 4,096) fp16 weight (32 MiB; n*k = 16 Mi): kept, the packed int32
+    # (256, 8,192) = 8 MiB and the fp32 s_channel (16,384 B); the peak is the int64 copy of the permuted weight made
+    # beside the gather it is cast from: the weight 32, the clamped int32 q_w 64, w_ref (fp16, held by
+    # from_hp_to_intx's ``_``) 32, the gathered int32 64 and its int64 128 MiB, with s_channel
+    ev = [("alloc", "w", 32 * MiB), *quantize_events("w", 4_096, 4_096, "w4a8-qqq", 2, 0), ("free", "w", 0),
+          ("empty_cache", None, 0)]
+    r = simulate(ev, max_points=2)
+    assert r.final_allocated_bytes == 8 * MiB + 16_384
+    assert r.peak_allocated_bytes == (32 + 64 + 32 + 64 + 128) * MiB + 16_384 == 335_560_704
+
+
 def test_gpt_fast_fuses_q_k_v(llama7b):
     w = make_workload(**GEN, quant="int8", quantize_on_device=True)
     loads = [e for e in on_device_events(llama7b, w) if e[0] == "alloc" and isinstance(e[1], str)]
@@ -87,9 +99,8 @@ def test_the_slack_is_added_to_reserved_only(llama7b):
 
 @pytest.mark.parametrize(("kw", "message"), [
     (dict(GEN, quant="nf4"),
-     "quantize_on_device replays torchao's quantize_ for int8, int4, fp8, fp6, uint1..uint7; quant='nf4': use one of "
-     "them, "
-     "or drop --quantize-on-device"),
+     "quantize_on_device replays torchao's quantize_ for int8, int4, fp8, fp6, uint1..uint7, w4a8-qqq; quant='nf4': "
+     "use one of them, or drop --quantize-on-device"),
     (dict(GEN, quant="int8", cache="dynamic"),
      "quantize_on_device: gpt-fast preallocates its KV cache (setup_caches) before the cache is emptied; "
      "cache='dynamic': use --cache static"),

@@ -118,7 +118,54 @@ def quantize_events(name: str, n: int, k: int, quant: str, b: int, group: int,
         return uintx_quantize_events(name, n, k, int(quant[4:]), b, group)
     if quant == "fp6":
         return fp6_quantize_events(name, n, k)
+    if quant == "w4a8-qqq":
+        return qqq_quantize_events(name, n, k, group)
     raise ValueError(quant)
+
+
+def qqq_quantize_events(name: str, n: int, k: int, group: int) -> list[_Event]:
+    """Marlin QQQ's quantization of one (n, k) fp16 weight (torchao at 06e69f6a93), op for op:
+    ``MarlinQQQTensor.from_hp_to_intx`` (MarlinQQQLayout's pre- and post_process are the identity) calls
+    quant_primitives.py ``choose_qparams_and_quantize_affine_qqq``, whose fourth result, the dequantized ``w_ref``
+    (n, k) fp16, is bound to ``_`` and lives until from_hp_to_intx returns. Per group of 128: ``amax(abs(w))``, ``round(w
+    / s_group).int()``, its clamp, ``(q_w - half_q_val).half() * s_group``, then the per-channel int8 pass over
+    ``w_ref`` (``amax(abs)``, divide, round, clamp, ``.to(int8)`` kept to the return, ``.half() * s_channel``); per
+    channel (group 0): ``amax(abs(w))``, ``round(w / s_channel).int()``, clamp, ``q_w.half() * s_channel``. Then
+    ``MarlinQQQAQTTensorImpl.from_plain`` over ``int_data.t()``: marlin_qqq/utils.py ``marlin_permute_weights`` (the
+    reshape after the tile permute copies, the ``[:, perm]`` gather copies again), ``q_w.to(torch.int64)``, a zeroed
+    int64 (k/16, 2n), eight ``q_packed |= (q_w[:, i::8] & 0xF) << 4i`` (per channel; ``q_w[:, i::8] << 4i`` per
+    group: int64 slice-sized temporaries), ``.to(torch.int32)``; ``_to_marlin_scales``' gathers of the scales."""
+    A, F = "alloc", "free"
+    nk = n * k
+    per_group = bool(group) and group < k
+    G = 2 * (nk // group) if per_group else 0  # one fp16 per group
+    if per_group:
+        ev: list[_Event] = [
+            (A, "abs", 2 * nk), (A, "sg", G), (F, "abs", 0),
+            (A, "dv", 2 * nk), (A, "rd", 2 * nk), (F, "dv", 0), (A, "qi", 4 * nk), (F, "rd", 0),
+            (A, "qc", 4 * nk), (F, "qi", 0),
+            (A, "sub", 4 * nk), (A, "hf", 2 * nk), (F, "sub", 0), (A, "wr", 2 * nk), (F, "hf", 0),
+            (A, "abs2", 2 * nk), (A, "sc", 2 * n), (F, "abs2", 0),
+            (A, "d2", 2 * nk), (A, "r2", 2 * nk), (F, "d2", 0), (A, "c2", 2 * nk), (F, "r2", 0), (A, "t8", nk),
+            (F, "c2", 0), (A, "h2", 2 * nk), (A, "wr2", 2 * nk), (F, "h2", 0), (F, "wr", 0),
+            (A, "scf", 4 * n), (F, "sc", 0), (A, "sgd", 2 * G), (A, "sgh", G), (F, "sgd", 0), (F, "sg", 0),
+            (F, "t8", 0)]
+        w_ref = "wr2"
+    else:
+        ev = [(A, "abs", 2 * nk), (A, "sc", 2 * n), (F, "abs", 0),
+              (A, "dv", 2 * nk), (A, "rd", 2 * nk), (F, "dv", 0), (A, "qi", 4 * nk), (F, "rd", 0),
+              (A, "qc", 4 * nk), (F, "qi", 0), (A, "hf", 2 * nk), (A, "wr", 2 * nk), (F, "hf", 0),
+              (A, "scf", 4 * n), (F, "sc", 0)]
+        w_ref = "wr"
+    # from_plain: the Marlin tile permute, int64 packing, scales
+    ev += [(A, "p1", 4 * nk), (A, "p2", 4 * nk), (F, "p1", 0), (A, "p64", 8 * nk), (F, "p2", 0), (A, "pk", nk)]
+    for _ in range(8):
+        ev += [(A, "a", nk), (A, "s", nk), (F, "a", 0), (F, "s", 0)] if not per_group else [(A, "s", nk), (F, "s", 0)]
+    ev += [(A, (name, "q"), nk // 2), (F, "pk", 0), (F, "p64", 0)]
+    if per_group:
+        ev += [(A, (name, "s_group"), G), (F, "sgh", 0)]
+    ev += [(A, (name, "s_channel"), 4 * n), (F, "scf", 0), (F, "qc", 0), (F, w_ref, 0)]
+    return ev
 
 
 def fp6_quantize_events(name: str, n: int, k: int) -> list[_Event]:
