@@ -173,7 +173,7 @@ def fp6_quantize_events(name: str, n: int, k: int) -> list[_Event]:
     affine_quantized_tensor.py ``from_hp_to_fpx`` (FpxTensorCoreLayoutType's pre- and post_process are the identity);
     quant_primitives.py ``choose_qparams_affine_fpx`` (``tensor.float()``, ``abs``, ``amax(1)``, clamp, divide,
     ``.half()``: the fp16 per-row scale kept) and ``quantize_affine_fpx`` (``tensor.float()``, then ``tensor /
-    scale.view(-1, 1)`` in fp32, alive on the caller's stack through the call); prototype/custom_fp_utils.py
+    scale.view(-1, 1)`` in fp32, freed once ``x ^ sign`` rebinds ``x``); prototype/custom_fp_utils.py
     ``_f32_to_fpx_unpacked`` (the int32 sign and ``x ^ sign``, three bool masks and their temporaries, the denormal
     path in fp32 then uint8, ``mant_odd`` in int32 (its shift a temporary), ``normal_x >> 21`` in int32 then uint8,
     ``full_like``, two ``torch.where``, the int32 shifted sign then uint8 and masked, the final ``|``; every local
@@ -190,14 +190,14 @@ def fp6_quantize_events(name: str, n: int, k: int) -> list[_Event]:
         # quantize_affine_fpx
         (A, "f2", 4 * nk), (A, "q", 4 * nk),
         # _f32_to_fpx_unpacked
-        (A, "sign", 4 * nk), (A, "xx", 4 * nk), (A, "sat", nk), (A, "nsat", nk), (A, "lt", nk), (A, "den", nk),
+        (A, "sign", 4 * nk), (A, "xx", 4 * nk), (F, "q", 0), (A, "sat", nk), (A, "nsat", nk), (A, "lt", nk), (A, "den", nk),
         (F, "nsat", 0), (F, "lt", 0), (A, "or", nk), (A, "norm", nk), (F, "or", 0),
         (A, "dx", 4 * nk), (A, "dx8", nk), (F, "dx", 0),
         (A, "sh", 4 * nk), (A, "mo", 4 * nk), (F, "sh", 0),
         (A, "nx", 4 * nk), (A, "nx8", nk), (F, "nx", 0),
         (A, "full", nk), (F, "xx", 0), (A, "w1", nk), (F, "full", 0), (A, "w2", nk), (F, "w1", 0),
         (A, "sl", 4 * nk), (A, "sl8", nk), (F, "sl", 0), (A, "sl8b", nk), (F, "sl8", 0), (A, "u", nk), (F, "w2", 0),
-        *[(F, t, 0) for t in ("sign", "sat", "den", "norm", "dx8", "mo", "nx8", "sl8b", "q", "f2")],
+        *[(F, t, 0) for t in ("sign", "sat", "den", "norm", "dx8", "nx8", "mo", "sl8b", "f2")],
         # _pack_tc_fp6
         (A, "fl", nk), (A, "a1", nk), (A, "t2", nk), (F, "a1", 0), (A, "t2f", nk),
         *[(A, ("p", i), q) for i in range(4)], (A, "o1", q), (A, "o2", q), (F, "o1", 0), (A, "o3", q), (F, "o2", 0),
@@ -214,7 +214,8 @@ def uintx_quantize_events(name: str, n: int, k: int, bits: int, b: int, group: i
     quant_primitives.py ``_choose_qparams_affine`` (ASYMMETRIC, preserve_zero, int32 zero point: per-group min and
     max, two ``zeros_like``, the clamped minimum and maximum, the scale, ``quant_min - round(min_val_neg / scale)``
     clamped and cast to int32; every local alive until it returns), ``_quantize_affine_no_dtype_cast``
-    (ZeroPointDomain.INT: ``torch.clamp(torch.round(input * (1.0 / scale)) + zero_point, ...)``, four (n, k)
+    (ZeroPointDomain.INT: ``torch.clamp(torch.round(input * (1.0 / scale)) + zero_point, ...)``: ``1.0 / scale`` a
+    reciprocal and a product, freed once the first (n, k) product exists; four (n, k)
     temporaries at b bytes, the int32 zero point promoted to the input's dtype, each alive beside the next), the
     ``.to(torch.uint8)`` sub-byte dtypes get, then ``UintxLayoutType.post_process``: bitpacking.py ``pack``, one
     ``(data & mask) >> shift`` uint8 (n, k) per shard (all kept in its list), each packed into a zeroed (n, k*part/8)
@@ -230,8 +231,8 @@ def uintx_quantize_events(name: str, n: int, k: int, bits: int, b: int, group: i
         (A, "q1", g), (A, "q2", g), (F, "q1", 0), (A, "q3", g), (F, "q2", 0), (A, "zp", g), (F, "q3", 0),
         (A, (name, "zero"), 4 * n * (k // group)), (F, "zp", 0), (F, "min", 0), (F, "max", 0), (F, "minneg", 0),
         (F, "maxpos", 0),
-        (A, "inv", g), (A, "t1", b * nk), (A, "t2", b * nk), (F, "t1", 0), (A, "t3", b * nk), (F, "t2", 0),
-        (A, "t4", b * nk), (F, "t3", 0), (A, "u8", nk), (F, "t4", 0), (F, "inv", 0)]
+        (A, "rec", g), (A, "inv", g), (F, "rec", 0), (A, "t1", b * nk), (F, "inv", 0), (A, "t2", b * nk),
+        (F, "t1", 0), (A, "t3", b * nk), (F, "t2", 0), (A, "t4", b * nk), (F, "t3", 0), (A, "u8", nk), (F, "t4", 0)]
     parts = UINTX_SHARDS[bits]
     for i in range(len(parts)):
         ev += [(A, ("m", i), nk), (A, ("sh", i), nk), (F, ("m", i), 0)]
