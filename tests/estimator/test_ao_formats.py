@@ -84,3 +84,24 @@ def test_refused(kw, message):
     with pytest.raises(ConfigError) as e:
         make_workload(**kw)
     assert str(e.value) == message
+
+
+def test_weights_match_the_gpt_fast_tables_model_sizes():
+    """generate.py's model_size is get_model_size_in_bytes(model, ignore_embeddings=True) / 1e9 (torchao/utils.py):
+    every quantized tensor's own bytes, the embedding left out; the tables print it to 2 decimals."""
+    from vramlens.models.catalog import catalog_spec
+
+    rows = [("llama-2-7b", dict(dtype="fp16", quant="fp6"), "4.96"), ("llama-3-8b", dict(dtype="fp16", quant="fp6"), "5.63"),
+            ("llama-2-7b", dict(quant="uint4", quant_group_size=64), "3.92"),
+            ("llama-2-7b", dict(quant="uint2", quant_group_size=8), "6.61"),
+            ("llama-3-8b", dict(quant="uint4", quant_group_size=64), "4.46"),
+            ("llama-3-8b", dict(quant="uint2", quant_group_size=8), "7.51"),
+            ("llama-3-8b", dict(dtype="fp16", quant="int4-sparse-marlin"), "3.05"),
+            ("llama-2-7b", dict(dtype="fp16", quant="w4a8-qqq"), "3.31"),
+            ("llama-2-7b", dict(dtype="fp16", quant="w4a8-qqq", quant_group_size=128), "3.41")]
+    for name, kw, size in rows:
+        spec = catalog_spec(name)
+        assert spec is not None
+        weights = estimate(spec, mode="inference", quant_head=True, **kw).breakdown["weights"]
+        embedding = spec.vocab_size * spec.hidden_size * 2  # V x h at 2 B
+        assert f"{(weights - embedding) / 1e9:.2f}" == size, (name, kw)
