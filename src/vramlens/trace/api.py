@@ -132,8 +132,9 @@ def _trace(model: Any, wl: Workload, *, steps: int, layers: int | None, backend:
 def untraceable(wl: Workload) -> str:
     """Why ``trace`` cannot run ``wl`` on one process ("" when it can; FSDP and TP are traced by their own paths).
 
-    More than one GPU, ZeRO, FSDP, tensor or pipeline parallelism, quantized weights outside QLoRA
-    (no CPU kernels), offload, and the serving engine's KV cache settings are not traced.
+    More than one GPU, ZeRO, FSDP, tensor or pipeline parallelism, quantized weights outside QLoRA, torchao's
+    int8 weight-only linear and its other weight-only layouts (fp6, uintx, Sparse-Marlin, QQQ: build.AOWeightOnlyLinear
+    stands in for them) (no CPU kernels), offload, and the serving engine's KV cache settings are not traced.
     """
     if wl.gpus > 1 or wl.zero or wl.fsdp or wl.tp > 1 or wl.pp > 1:
         return ("trace runs one GPU, one rank of FSDP (--fsdp --gpus N), of tensor parallelism (--tp N --gpus N) "
