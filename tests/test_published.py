@@ -247,9 +247,20 @@ def test_torchao_gptfast_later_rows(rows):
     assert rows["torchao-gptfast-llama-2-7b-fp16-compile"].estimated_bytes == \
         rows["torchao-gptfast-a100-llama-2-7b-bf16-compile"].estimated_bytes
     assert rows["torchao-gptfast-a6000-llama-3-8b-bf16"].published_bytes == 16_190_000_000
-    for case_id in ("torchao-gptfast-a100-llama-2-7b-fp6", "torchao-gptfast-a100-llama-3-8b-int4wo-64-sparse-marlin",
-                    "torchao-gptfast-a6000-llama-3-8b-codebook-4-64", "torchao-gptfast-xpu-llama-2-7b-int8wo"):
+    for case_id in ("torchao-gptfast-a6000-llama-3-8b-codebook-4-64", "torchao-gptfast-xpu-llama-2-7b-int8wo"):
         assert rows[case_id].estimated_bytes is None and rows[case_id].reason
+    # torchao's other weight-only formats, mapped since issue 9: the flags of each row's generate.py run
+    assert CASES["torchao-gptfast-a100-llama-2-7b-fp6"].settings["quant"] == "fp6"
+    assert CASES["torchao-gptfast-a100-llama-2-7b-fp6"].settings["dtype"] == "fp16"
+    # the README's "-hqq" rows ran uintx-4-64 and uintx-2-8 without HQQ (benchmark_results.txt at b4d076813b)
+    uintx = CASES["torchao-gptfast-a100-llama-3-8b-uintx-2-8-hqq"].settings
+    assert (uintx["quant"], uintx["quant_group_size"]) == ("uint2", 8)
+    assert CASES["torchao-gptfast-a100-llama-3-8b-int4wo-64-sparse-marlin"].settings["quant"] == "int4-sparse-marlin"
+    assert CASES["torchao-gptfast-llama-2-7b-w4a8"].settings["quant_group_size"] == 0
+    assert CASES["torchao-gptfast-llama-2-7b-w4a8-g128"].settings["quant_group_size"] == 128
+    for case_id in ("torchao-gptfast-a100-llama-2-7b-fp6", "torchao-gptfast-a100-llama-3-8b-int4wo-64-sparse-marlin",
+                    "torchao-gptfast-a100-llama-2-7b-uintx-4-64-hqq", "torchao-gptfast-llama-2-7b-w4a8"):
+        assert rows[case_id].estimated_bytes is not None and not rows[case_id].reason
 
 
 def test_torchtune_readme_2024_09_rows(rows):

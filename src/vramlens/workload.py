@@ -55,7 +55,12 @@ Method = Literal["full", "lora", "qlora", "ia3", "ln-tuning", "prompt-tuning", "
                  "loha", "lokr", "oft", "boft"]
 DType = Literal["fp32", "fp16", "bf16"]
 Amp = Literal["fp16", "bf16"]
-Quant = Literal["int8", "nf4", "nf4-dq", "fp4", "int4", "gptq-4bit", "awq-4bit", "fp8"]
+#: ``fp6``, ``uint1`` .. ``uint7``, ``int4-sparse-marlin`` and ``w4a8-qqq`` are torchao's other weight-only formats
+#: for inference (vramlens.estimator.weights names the layout of each): ``fpx_weight_only(3, 2)`` (FP6-LLM, e3m2),
+#: ``uintx_weight_only(torch.uintN)`` (bit-packed UintxTensor), ``int4_weight_only(layout=MarlinSparseLayout())``
+#: (2:4 sparse) and ``int8_dynamic_activation_int4_weight(layout=MarlinQQQLayout())`` (Marlin QQQ's W4A8)
+Quant = Literal["int8", "nf4", "nf4-dq", "fp4", "int4", "gptq-4bit", "awq-4bit", "fp8", "fp6", "uint1", "uint2",
+                "uint3", "uint4", "uint5", "uint6", "uint7", "int4-sparse-marlin", "w4a8-qqq"]
 #: ``adamw-8bit``, ``paged-adamw*`` and ``lion`` are bitsandbytes'; the ``*-torchao`` ones are
 #: torchao.optim's AdamW8bit, AdamW4bit, AdamWFp8 and CPUOffloadOptimizer(torch.optim.AdamW, fused=True).
 Optimizer = Literal[
@@ -133,10 +138,25 @@ AMPS: tuple[Amp, ...] = get_args(Amp)
 QUANTS: tuple[Quant, ...] = get_args(Quant)
 #: The 4-bit weight formats whose matmuls dequantize the whole weight (bitsandbytes ``MatMul4Bit``).
 FOUR_BIT: tuple[Quant, ...] = ("nf4", "nf4-dq", "fp4")
+#: torchao's ``uintx_weight_only`` formats, by bit width (torch.uint1 .. torch.uint7: quant_api.py at b4d076813b)
+UINTX_QUANTS: tuple[Quant, ...] = ("uint1", "uint2", "uint3", "uint4", "uint5", "uint6", "uint7")
 #: The formats whose on-GPU quantization (torchao's quantize_) is replayed (see Workload.quantize_on_device).
-ON_DEVICE_QUANTS: tuple[Quant, ...] = ("int8", "int4", "fp8")
+ON_DEVICE_QUANTS: tuple[Quant, ...] = ("int8", "int4", "fp8", "fp6", *UINTX_QUANTS, "w4a8-qqq")
+#: torchao's weight-only formats without a backward, modelled for inference only: FP6-LLM, uintx, Sparse-Marlin and
+#: Marlin QQQ (their tensor subclasses implement no autograd path: quant_api.py at b4d076813b, 65d86c6c26, 06e69f6a93)
+AO_INFERENCE_QUANTS: tuple[Quant, ...] = ("fp6", *UINTX_QUANTS, "int4-sparse-marlin", "w4a8-qqq")
+#: The formats whose only kernel takes fp16 activations: FP6-LLM's ``_linear_f16_act_fpx_weight_check``
+#: (affine_quantized_tensor.py at b4d076813b), Sparse-Marlin's ``_linear_fp_act_int4_weight_sparse_marlin_check``
+#: (65d86c6c26) and Marlin QQQ's ``_linear_int8_act_int4_weight_marlin_qqq_check`` (06e69f6a93): another dtype falls
+#: back to a dequantized weight (or fails), which is not modelled
+FP16_KERNEL_QUANTS: tuple[Quant, ...] = ("fp6", "int4-sparse-marlin", "w4a8-qqq")
 #: The formats with one scale (and zero point) per group of ``quant_group_size`` weights along a row.
-GROUPED_QUANTS: tuple[Quant, ...] = ("int4", "gptq-4bit", "awq-4bit")
+GROUPED_QUANTS: tuple[Quant, ...] = ("int4", "gptq-4bit", "awq-4bit", *UINTX_QUANTS, "int4-sparse-marlin", "w4a8-qqq")
+#: The group sizes a format takes, where it takes only some: Sparse-Marlin's ``Marlin24Constants.SUPPORTED_GROUP_SIZES``
+#: (torchao/sparsity/marlin/utils.py at 65d86c6c26: -1, 32, 64, 128; int4_weight_only's group_size is never -1) and
+#: Marlin QQQ's ``choose_qparams_and_quantize_affine_qqq`` (quant_primitives.py at 06e69f6a93: -1, i.e. per
+#: output channel, which quant_group_size 0 stands for, or 128)
+QUANT_GROUP_CHOICES: dict[str, tuple[int, ...]] = {"int4-sparse-marlin": (32, 64, 128), "w4a8-qqq": (128,)}
 OPTIMIZERS: tuple[Optimizer, ...] = get_args(Optimizer)
 CHECKPOINTING: tuple[Checkpointing, ...] = get_args(Checkpointing)
 #: ``checkpointing="every:N"`` (torchtitan ``selective_ac_option="N"``): every N-th block checkpointed.
@@ -352,7 +372,9 @@ class Workload:
     #: PyTorch ops for an input of 128 rows or more (weights.dequant_min_rows)
     quant_impl: QuantImpl = "kernel"
     #: Weights per scale of the group-wise formats (GROUPED_QUANTS); 0: their default, 128 (AutoGPTQ's
-    #: and AutoAWQ's, torchao's ``int4_weight_only``). torchao's gpt-fast benchmarks run ``int4wo-64``
+    #: and AutoAWQ's, torchao's ``int4_weight_only``, Sparse-Marlin's), 64 for uint1..uint7
+    #: (``uintx_weight_only(group_size=64)``), one scale per output channel for w4a8-qqq (``group_size=-1``;
+    #: QUANT_GROUP_CHOICES lists the sizes a format takes). torchao's gpt-fast benchmarks run ``int4wo-64``
     #: (``int4_weight_only(group_size=64)``)
     quant_group_size: int = 0
     #: The model is loaded in ``dtype`` onto the GPU and its linears quantized there. Inference: torchao's gpt-fast
@@ -786,8 +808,14 @@ class Workload:
         elif g > L.MAX_QUANT_GROUP:
             p.append(f"quant_group_size={g} is over the limit of {L.MAX_QUANT_GROUP:,} weights")
         elif g and self.quantized not in GROUPED_QUANTS:
-            p.append(f"quant_group_size={g} applies to the group-wise formats ({', '.join(GROUPED_QUANTS)}); "
+            listed = ", ".join(q for q in GROUPED_QUANTS if q not in UINTX_QUANTS[1:]).replace("uint1", "uint1..uint7")
+            p.append(f"quant_group_size={g} applies to the group-wise formats ({listed}); "
                      f"quant={self.quantized!r} has none: drop --quant-group-size or use --quant int4")
+        elif g and self.quantized in QUANT_GROUP_CHOICES and g not in QUANT_GROUP_CHOICES[self.quantized]:
+            takes = ", ".join(map(str, QUANT_GROUP_CHOICES[self.quantized]))
+            p.append(f"quant_group_size={g}: quant={self.quantized!r} takes a group of {takes} weights (or 0, "
+                     f"{'per output channel' if self.quantized == 'w4a8-qqq' else 'its default, 128'}): use "
+                     f"--quant-group-size {takes.split(', ')[-1]}")
         if self.quantize_on_device is True:
             p.extend(self._on_device_problems())
         if self.quant_impl == "torchao-wo" and self.quantized is not None:
@@ -852,7 +880,14 @@ class Workload:
                      "modelled: use --fsdp-version 2 (torchtitan's FSDP2)")
         if self.method == "qlora" and self.quant not in (None, "nf4", "nf4-dq", "fp4"):
             p.append(f"method=qlora quantizes to 4-bit NF4; quant={self.quant!r} contradicts it: drop --quant")
-        if self.mode == "train" and self.method == "full" and self.quant in QUANTS and self.quant != "fp8":
+        if self.mode == "train" and self.quant in AO_INFERENCE_QUANTS:
+            p.append(f"quant={self.quant!r} is an inference format (torchao's tensor subclass has no backward): use "
+                     "--mode inference, or --method qlora for 4-bit training")
+        elif self.quant in FP16_KERNEL_QUANTS and self.dtype != "fp16":
+            p.append(f"quant={self.quant!r} runs a kernel that takes fp16 activations only (torchao falls back to a "
+                     f"dequantized weight, not modelled, with dtype={self.dtype}): use --dtype fp16")
+        if (self.mode == "train" and self.method == "full" and self.quant in QUANTS and self.quant != "fp8"
+                and self.quant not in AO_INFERENCE_QUANTS):
             p.append(
                 f"quant={self.quant!r} weights cannot be trained in full: use --method lora (or qlora)"
             )
@@ -1008,8 +1043,8 @@ class Workload:
                          "single-device recipe): drop --gpus and --fsdp, or --quantize-on-device")
             return p
         if self.quantized not in ON_DEVICE_QUANTS:
-            p.append(f"quantize_on_device replays torchao's quantize_ for {', '.join(ON_DEVICE_QUANTS)}; "
-                     f"quant={self.quantized!r}: use --quant int8, int4 or fp8, or drop --quantize-on-device")
+            p.append("quantize_on_device replays torchao's quantize_ for int8, int4, fp8, fp6, uint1..uint7, w4a8-qqq; "
+                     f"quant={self.quantized!r}: use one of them, or drop --quantize-on-device")
         if self.mode != "inference" or self.method != "full":
             p.append("quantize_on_device models torchao's gpt-fast inference (generate.py): use --mode inference "
                      "--method full, or drop --quantize-on-device")

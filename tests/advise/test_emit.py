@@ -309,3 +309,18 @@ def test_boft_emits_its_block_size():
     peft = pytest.importorskip("peft")
     cfg = peft.get_peft_config(kw)
     assert type(cfg).__name__ == "BOFTConfig" and (cfg.boft_block_size, cfg.boft_block_num) == (8, 0)
+
+
+def test_torchao_weight_only_formats_are_not_a_device_map():
+    """fp6, uintx, Sparse-Marlin and QQQ weights come from torchao's quantize_ after loading (gpt-fast)."""
+    base = Workload(mode="inference", batch=1, seq=512, quant="uint4")
+    r = fit(llama7b(), base, get_gpu("A100-80GB"), max_plans=1, keep=["quant"])
+    assert r.plans, r.message
+    plan = r.plans[0]
+    assert plan.workload.quant == "uint4"
+    with pytest.raises(InputError) as e:
+        emit(plan, "device-map")
+    assert str(e.value) == (
+        "--emit device-map: uint4 weights are torchao's quantize_ applied after loading (gpt-fast's generate.py), "
+        "which from_pretrained's settings do not express: load with these settings minus quantization and run "
+        "quantize_, or choose a plan with --quant int8, nf4 or fp8")

@@ -141,6 +141,13 @@ CASES = {
     "estimate-kv-block-negative": ("estimate llama-2-7b --kv-block -3", "kv_block=-3 must be 0"),
     "estimate-quant-group-without-groups": ("estimate llama-2-7b --quant int8 --quant-group-size 64",
                                             "quant_group_size=64 applies to the group-wise formats"),
+    "estimate-fp6-bf16": ("estimate llama-2-7b --quant fp6", "quant='fp6' runs a kernel that takes fp16 activations only"),
+    "estimate-uintx-train": ("estimate llama-2-7b --mode train --method lora --quant uint4",
+                             "quant='uint4' is an inference format"),
+    "estimate-sparse-marlin-group": ("estimate llama-2-7b --dtype fp16 --quant int4-sparse-marlin --quant-group-size 256",
+                                     "quant='int4-sparse-marlin' takes a group of 32, 64, 128 weights"),
+    "estimate-on-device-sparse-marlin": ("estimate llama-2-7b --dtype fp16 --quant int4-sparse-marlin --cache static "
+                                         "--quantize-on-device", "quant='int4-sparse-marlin': use one of them"),
     "estimate-on-device-nf4": ("estimate llama-2-7b --quant nf4 --cache static --quantize-on-device",
                                "quantize_on_device replays torchao's quantize_ for int8, int4, fp8"),
     "estimate-on-device-lora-train": ("estimate llama-2-7b --mode train --method lora --quantize-on-device",

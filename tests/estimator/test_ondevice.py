@@ -36,6 +36,44 @@ def test_one_int8_weight_keeps_a_temporary_segment():
     assert r.final_reserved_bytes - r.final_allocated_bytes == 18 * MiB - 40_960 == 18_833_408
 
 
+def test_one_uint4_weight():
+    # uintx_weight_only(torch.uint4, group_size=64) on a (4,096 x 4,096) bf16 weight (32 MiB): kept, the bf16 scale
+    # (4,096 x 64 x 2 = 524,288 B), the int32 zero point (1,048,576 B) and the one 4-bit shard (4,096 x 2,048 uint8 =
+    # 8,388,608 B); at the peak, the weight, the scale and zero point and two of the four bf16 (n, k) temporaries of
+    # quantize_affine (1 / scale freed once the first exists): 32 + 0.5 + 1 + 2 x 32 MiB, as torchao's own functions
+    # at b4d076813b record on CPU tensors
+    ev = [("alloc", "w", 32 * MiB), *quantize_events("w", 4_096, 4_096, "uint4", 2, 64), ("free", "w", 0),
+          ("empty_cache", None, 0)]
+    r = simulate(ev, max_points=2)
+    assert r.final_allocated_bytes == 524_288 + 1_048_576 + 8_388_608 == 9_961_472
+    assert r.peak_allocated_bytes == 32 * MiB + 524_288 + 1_048_576 + 64 * MiB == 102_236_160
+
+
+def test_one_fp6_weight():
+    # fpx_weight_only(3, 2) on a (4,096 x 4,096) fp16 weight (32 MiB; n*k = 16 Mi): kept, the fp16 row scale (8,192 B)
+    # and the packed (4,096, 3,072) uint8 (12 MiB); the peak is in _f32_to_fpx_unpacked at ``normal_x >> 21``'s cast:
+    # the weight 32 MiB, the fp32 copy, the int32 sign and x ^ sign (3 x 64 MiB; the fp32 quotient was freed when
+    # x ^ sign rebound x), three bool masks (3 x 16), the uint8 denormals (16), the int32 mant_odd (64), the shifted
+    # int32 (64) and its uint8 (16): 432 MiB, as torchao's own functions at b4d076813b record on CPU tensors
+    ev = [("alloc", "w", 32 * MiB), *quantize_events("w", 4_096, 4_096, "fp6", 2, 0), ("free", "w", 0),
+          ("empty_cache", None, 0)]
+    r = simulate(ev, max_points=2)
+    assert r.final_allocated_bytes == 8_192 + 12_582_912
+    assert r.peak_allocated_bytes == (32 + 3 * 64 + 3 * 16 + 16 + 64 + 64 + 16) * MiB + 8_192 == 452_993_024
+
+
+def test_one_w4a8_qqq_weight():
+    # Marlin QQQ per channel on a (4,096 x 4,096) fp16 weight (32 MiB; n*k = 16 Mi): kept, the packed int32
+    # (256, 8,192) = 8 MiB and the fp32 s_channel (16,384 B); the peak is the int64 copy of the permuted weight made
+    # beside the gather it is cast from: the weight 32, the clamped int32 q_w 64, w_ref (fp16, held by
+    # from_hp_to_intx's ``_``) 32, the gathered int32 64 and its int64 128 MiB, with s_channel
+    ev = [("alloc", "w", 32 * MiB), *quantize_events("w", 4_096, 4_096, "w4a8-qqq", 2, 0), ("free", "w", 0),
+          ("empty_cache", None, 0)]
+    r = simulate(ev, max_points=2)
+    assert r.final_allocated_bytes == 8 * MiB + 16_384
+    assert r.peak_allocated_bytes == (32 + 64 + 32 + 64 + 128) * MiB + 16_384 == 335_560_704
+
+
 def test_gpt_fast_fuses_q_k_v(llama7b):
     w = make_workload(**GEN, quant="int8", quantize_on_device=True)
     loads = [e for e in on_device_events(llama7b, w) if e[0] == "alloc" and isinstance(e[1], str)]
@@ -63,8 +101,8 @@ def test_the_slack_is_added_to_reserved_only(llama7b):
 
 @pytest.mark.parametrize(("kw", "message"), [
     (dict(GEN, quant="nf4"),
-     "quantize_on_device replays torchao's quantize_ for int8, int4, fp8; quant='nf4': use --quant int8, int4 or fp8, "
-     "or drop --quantize-on-device"),
+     "quantize_on_device replays torchao's quantize_ for int8, int4, fp8, fp6, uint1..uint7, w4a8-qqq; quant='nf4': "
+     "use one of them, or drop --quantize-on-device"),
     (dict(GEN, quant="int8", cache="dynamic"),
      "quantize_on_device: gpt-fast preallocates its KV cache (setup_caches) before the cache is emptied; "
      "cache='dynamic': use --cache static"),

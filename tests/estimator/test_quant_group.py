@@ -41,10 +41,12 @@ def test_group_64_doubles_the_scales_of_every_quantized_linear(llama7b):
 
 @pytest.mark.parametrize(("kw", "message"), [
     (dict(quant="int8", quant_group_size=64),
-     "quant_group_size=64 applies to the group-wise formats (int4, gptq-4bit, awq-4bit); quant='int8' has none: "
+     "quant_group_size=64 applies to the group-wise formats (int4, gptq-4bit, awq-4bit, uint1..uint7, "
+     "int4-sparse-marlin, w4a8-qqq); quant='int8' has none: "
      "drop --quant-group-size or use --quant int4"),
     (dict(quant_group_size=64),
-     "quant_group_size=64 applies to the group-wise formats (int4, gptq-4bit, awq-4bit); quant=None has none: "
+     "quant_group_size=64 applies to the group-wise formats (int4, gptq-4bit, awq-4bit, uint1..uint7, "
+     "int4-sparse-marlin, w4a8-qqq); quant=None has none: "
      "drop --quant-group-size or use --quant int4"),
     (dict(quant="int4", quant_group_size=-1),
      "quant_group_size=-1 must be 0 (the format's default, 128) or a whole number of weights >= 1"),

@@ -5,6 +5,7 @@ import pytest
 from tests.trace.conftest import check_rows
 
 from vramlens.trace.crosscheck import (
+    AO_FORMAT_ROWS,
     CACHE_ROWS,
     CHECKPOINT_ROWS,
     FSDP_ROWS,
@@ -41,7 +42,7 @@ def test_rows_name_real_settings():
 
     for _name, row in (TECHNIQUE_ROWS + QLORA_ROWS + PEFT_VECTOR_ROWS + CACHE_ROWS + CHECKPOINT_ROWS + FSDP_ROWS + FSDP_TP_ROWS + TP_ROWS
                        + TP_INFERENCE_ROWS + TP_TECHNIQUE_ROWS
-                       + LOGITS_SUM_ROWS + WEIGHT_ONLY_ROWS):
+                       + LOGITS_SUM_ROWS + WEIGHT_ONLY_ROWS + AO_FORMAT_ROWS):
         assert set(row) <= set(workload_fields())
 
 
@@ -117,6 +118,15 @@ def test_torchao_int8_weight_only_matches_trace():
     """torchao's own Int8WeightOnlyConfig on the shrunk model: every linear's weight cast to bf16 at each call."""
     pytest.importorskip("torchao.quantization", reason="needs torchao")
     _check(run_rows(WEIGHT_ONLY_ROWS))
+
+
+def test_torchao_other_weight_only_formats_match_trace():
+    """fp6, uintx, Sparse-Marlin and Marlin QQQ: the tracer holds each layout's tensors (build.AOWeightOnlyLinear), so
+    the weights agree to the byte; uintx's dequantize at every call (the output layer's the prompt's peak)."""
+    rows = run_rows(AO_FORMAT_ROWS)
+    _check(rows)
+    for r in rows:
+        assert r.estimate["weights"] == r.traced["weights"], render(rows)
 
 
 def test_static_and_offloaded_caches_match_trace():

@@ -18,7 +18,7 @@ from typing import Any
 
 from vramlens.advise.plan import Plan
 from vramlens.errors import InputError
-from vramlens.workload import DELTA_METHODS, FOUR_BIT, VECTOR_METHODS, Workload
+from vramlens.workload import AO_INFERENCE_QUANTS, DELTA_METHODS, FOUR_BIT, VECTOR_METHODS, Workload
 
 KINDS = ("trainer", "peft", "bnb", "deepspeed", "accelerate", "fsdp", "device-map", "alloc-conf", "torchtune", "vllm",
          "llama.cpp", "torchtitan")
@@ -561,6 +561,11 @@ def device_map(plan: Plan, *, cpu_ram: int | None = None, legacy_names: bool | N
         raise InputError(f"--emit device-map: {w.quantized} weights come from a pre-quantized checkpoint whose "
                          "config.json carries its quantization_config: load that checkpoint with these settings "
                          "minus quantization, or choose a plan with --quant int8, nf4 or fp8")
+    if w.quantized in AO_INFERENCE_QUANTS:
+        raise InputError(f"--emit device-map: {w.quantized} weights are torchao's quantize_ applied after loading "
+                         "(gpt-fast's generate.py), which from_pretrained's settings do not express: load with these "
+                         "settings minus quantization and run quantize_, or choose a plan with --quant int8, nf4 or "
+                         "fp8")
     b = plan.estimate.breakdown
     cap = plan.estimate.gpu.capacity_bytes if plan.estimate.gpu else b.device_total
     other = b.device_total - b["weights"]

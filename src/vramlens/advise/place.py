@@ -31,7 +31,7 @@ from vramlens.estimator import estimate_spec
 from vramlens.estimator import kv_cache as K
 from vramlens.estimator.core import vision_figures
 from vramlens.estimator.runtime import runtime
-from vramlens.estimator.weights import GROUP_SIZE, quant_group, quantized_linear_bytes  # noqa: F401  (GROUP_SIZE: doc link)
+from vramlens.estimator.weights import GROUP_SIZE, format_takes, quant_group, quantized_linear_bytes  # noqa: F401  (GROUP_SIZE: doc link)
 from vramlens.hardware.gpu import GPU
 from vramlens.limits import SEARCH_BUDGET_S
 from vramlens.models.spec import ModelSpec, TensorInfo
@@ -121,9 +121,10 @@ def _tensor_bytes(t: TensorInfo, w: Workload) -> int:
     if t.dtype is not None and t.dtype not in ("fp32", "fp16", "bf16"):
         return t.numel * dtype_bytes(t.dtype)
     q = w.quantized
-    if q and t.layer is not None and t.role in ("linear", "expert") and len(t.shape) >= 2:
+    if (q and t.layer is not None and t.role in ("linear", "expert") and len(t.shape) >= 2
+            and format_takes(q, t.out_features, t.in_features)):
         count = t.numel // (t.shape[-1] * t.shape[-2])
-        return count * quantized_linear_bytes(t.out_features, t.in_features, q, quant_group(w))
+        return count * quantized_linear_bytes(t.out_features, t.in_features, q, quant_group(w), DTYPE_BYTES[w.dtype])
     b = DTYPE_BYTES[t.dtype] if t.dtype in DTYPE_BYTES and t.role == "buffer" else DTYPE_BYTES[w.dtype]
     return t.numel * b
 

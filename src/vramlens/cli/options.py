@@ -114,7 +114,10 @@ def add_workload_args(p: argparse.ArgumentParser) -> None:
                    "--boft-block-size, --lora-targets) (default full)")
     g.add_argument("--dtype", choices=W.DTYPES, default="bf16", help="weight storage/compute dtype (default bf16)")
     g.add_argument("--amp", choices=W.AMPS, default=None, help="mixed precision with fp32 master weights")
-    g.add_argument("--quant", choices=W.QUANTS, default=None, help="weight quantization")
+    g.add_argument("--quant", choices=W.QUANTS, default=None,
+                   help="weight quantization; fp6, uint1..uint7, int4-sparse-marlin and w4a8-qqq are torchao's "
+                        "fpx_weight_only(3, 2), uintx_weight_only(torch.uintN), int4_weight_only with the 2:4 "
+                        "MarlinSparseLayout and Marlin QQQ's W4A8 (inference; fp6 and the Marlin kernels in fp16)")
     g.add_argument("--optimizer", choices=W.OPTIMIZERS, default="adamw", help="optimizer (default adamw)")
     g.add_argument("--optimizer-impl", choices=W.OPTIMIZER_IMPLS, default="foreach",
                    help="torch.optim implementation: foreach (CUDA default), fused, or a per-tensor loop "
@@ -254,13 +257,16 @@ def add_workload_args(p: argparse.ArgumentParser) -> None:
                         "dtype; inference), or for gptq-4bit AutoGPTQ 0.4.2's exllama (an fp16 buffer the size of "
                         "the largest weight) or cuda-old (dequantizes in PyTorch ops from 128 input rows; inference)")
     g.add_argument("--quant-group-size", type=_positive, default=0, metavar="G",
-                   help="weights per scale of the group-wise formats (int4, gptq-4bit, awq-4bit): 0 for their "
-                        "default, 128; torchao's gpt-fast benchmarks use 64 (int4wo-64)")
+                   help="weights per scale of the group-wise formats (int4, gptq-4bit, awq-4bit, uint1..uint7, "
+                        "int4-sparse-marlin: 32, 64 or 128, w4a8-qqq: 128): 0 for their default, 128 (uint1..uint7: "
+                        "64; w4a8-qqq: one scale per output channel); torchao's gpt-fast benchmarks use 64 (int4wo-64)")
     g.add_argument("--quantize-on-device", action="store_true",
                    help="the model is loaded in --dtype onto the GPU and quantized there, then the cache emptied "
                         "(torchao's gpt-fast generate.py: model.to('cuda'), quantize_, the CUDA-graph capture's "
                         "empty_cache): the segments holding quantized weights keep their free remainder "
-                        "(int8, int4, fp8; inference with --cache static); with --method qlora --nf4-impl torchao, "
+                        "(int8, int4, fp8, fp6, uint1..uint7, w4a8-qqq; inference with --cache static); with --method "
+                        "qlora "
+                        "--nf4-impl torchao, "
                         "torchtune's 2024 set-up (built on the GPU, NF4 weights deep-copied per block and "
                         "re-quantized from the checkpoint, no empty_cache): its reserve lasts the run")
     g.add_argument("--bnb-inputs", action="store_true",

@@ -64,7 +64,7 @@ from vramlens.estimator.weights import (
 )
 from vramlens.models.spec import ModelSpec, TensorInfo
 from vramlens.units import dtype_bytes
-from vramlens.workload import ON_DEVICE_QUANTS, Workload
+from vramlens.workload import ON_DEVICE_QUANTS, UINTX_QUANTS, Workload
 
 _Event = tuple[str, object, int]
 
@@ -114,7 +114,135 @@ def quantize_events(name: str, n: int, k: int, quant: str, b: int, group: int,
                 (A, "s", 2 * nk), (A, "o", 2 * nk), (F, "s", 0), (A, "u8", nk // 2), (F, "o", 0),
                 (A, (name, "packed"), nk // 2), (A, "cat", 2 * g), (A, (name, "sz"), 2 * g), (F, "cat", 0),
                 (F, "u8", 0), (F, "t5", 0), (F, "scale", 0), (F, "zero", 0), (F, "pad", 0)]
+    if quant in UINTX_QUANTS:
+        return uintx_quantize_events(name, n, k, int(quant[4:]), b, group)
+    if quant == "fp6":
+        return fp6_quantize_events(name, n, k)
+    if quant == "w4a8-qqq":
+        return qqq_quantize_events(name, n, k, group)
     raise ValueError(quant)
+
+
+def qqq_quantize_events(name: str, n: int, k: int, group: int) -> list[_Event]:
+    """Marlin QQQ's quantization of one (n, k) fp16 weight (torchao at 06e69f6a93), op for op:
+    ``MarlinQQQTensor.from_hp_to_intx`` (MarlinQQQLayout's pre- and post_process are the identity) calls
+    quant_primitives.py ``choose_qparams_and_quantize_affine_qqq``, whose fourth result, the dequantized ``w_ref``
+    (n, k) fp16, is bound to ``_`` and lives until from_hp_to_intx returns. Per group of 128: ``amax(abs(w))``, ``round(w
+    / s_group).int()``, its clamp, ``(q_w - half_q_val).half() * s_group``, then the per-channel int8 pass over
+    ``w_ref`` (``amax(abs)``, divide, round, clamp, ``.to(int8)`` kept to the return, ``.half() * s_channel``); per
+    channel (group 0): ``amax(abs(w))``, ``round(w / s_channel).int()``, clamp, ``q_w.half() * s_channel``. Then
+    ``MarlinQQQAQTTensorImpl.from_plain`` over ``int_data.t()``: marlin_qqq/utils.py ``marlin_permute_weights`` (the
+    reshape after the tile permute copies, the ``[:, perm]`` gather copies again), ``q_w.to(torch.int64)``, a zeroed
+    int64 (k/16, 2n), eight ``q_packed |= (q_w[:, i::8] & 0xF) << 4i`` (per channel; ``q_w[:, i::8] << 4i`` per
+    group: int64 slice-sized temporaries), ``.to(torch.int32)``; ``_to_marlin_scales``' gathers of the scales."""
+    A, F = "alloc", "free"
+    nk = n * k
+    per_group = bool(group) and group < k
+    G = 2 * (nk // group) if per_group else 0  # one fp16 per group
+    if per_group:
+        ev: list[_Event] = [
+            (A, "abs", 2 * nk), (A, "sg", G), (F, "abs", 0),
+            (A, "dv", 2 * nk), (A, "rd", 2 * nk), (F, "dv", 0), (A, "qi", 4 * nk), (F, "rd", 0),
+            (A, "qc", 4 * nk), (F, "qi", 0),
+            (A, "sub", 4 * nk), (A, "hf", 2 * nk), (F, "sub", 0), (A, "wr", 2 * nk), (F, "hf", 0),
+            (A, "abs2", 2 * nk), (A, "sc", 2 * n), (F, "abs2", 0),
+            (A, "d2", 2 * nk), (A, "r2", 2 * nk), (F, "d2", 0), (A, "c2", 2 * nk), (F, "r2", 0), (A, "t8", nk),
+            (F, "c2", 0), (A, "h2", 2 * nk), (A, "wr2", 2 * nk), (F, "h2", 0), (F, "wr", 0),
+            (A, "scf", 4 * n), (F, "sc", 0), (A, "sgd", 2 * G), (A, "sgh", G), (F, "sgd", 0), (F, "sg", 0),
+            (F, "t8", 0)]
+        w_ref = "wr2"
+    else:
+        ev = [(A, "abs", 2 * nk), (A, "sc", 2 * n), (F, "abs", 0),
+              (A, "dv", 2 * nk), (A, "rd", 2 * nk), (F, "dv", 0), (A, "qi", 4 * nk), (F, "rd", 0),
+              (A, "qc", 4 * nk), (F, "qi", 0), (A, "hf", 2 * nk), (A, "wr", 2 * nk), (F, "hf", 0),
+              (A, "scf", 4 * n), (F, "sc", 0)]
+        w_ref = "wr"
+    # from_plain: the Marlin tile permute, int64 packing, scales
+    ev += [(A, "p1", 4 * nk), (A, "p2", 4 * nk), (F, "p1", 0), (A, "p64", 8 * nk), (F, "p2", 0), (A, "pk", nk)]
+    for _ in range(8):
+        ev += [(A, "a", nk), (A, "s", nk), (F, "a", 0), (F, "s", 0)] if not per_group else [(A, "s", nk), (F, "s", 0)]
+    ev += [(A, (name, "q"), nk // 2), (F, "pk", 0), (F, "p64", 0)]
+    if per_group:
+        ev += [(A, (name, "s_group"), G), (F, "sgh", 0)]
+    ev += [(A, (name, "s_channel"), 4 * n), (F, "scf", 0), (F, "qc", 0), (F, w_ref, 0)]
+    return ev
+
+
+def fp6_quantize_events(name: str, n: int, k: int) -> list[_Event]:
+    """``fpx_weight_only(3, 2)``'s quantization of one (n, k) weight (torchao at b4d076813b), op for op:
+    affine_quantized_tensor.py ``from_hp_to_fpx`` (FpxTensorCoreLayoutType's pre- and post_process are the identity);
+    quant_primitives.py ``choose_qparams_affine_fpx`` (``tensor.float()``, ``abs``, ``amax(1)``, clamp, divide,
+    ``.half()``: the fp16 per-row scale kept) and ``quantize_affine_fpx`` (``tensor.float()``, then ``tensor /
+    scale.view(-1, 1)`` in fp32, freed once ``x ^ sign`` rebinds ``x``); prototype/custom_fp_utils.py
+    ``_f32_to_fpx_unpacked`` (the int32 sign and ``x ^ sign``, three bool masks and their temporaries, the denormal
+    path in fp32 then uint8, ``mant_odd`` in int32 (its shift a temporary), ``normal_x >> 21`` in int32 then uint8,
+    ``full_like``, two ``torch.where``, the int32 shifted sign then uint8 and masked, the final ``|``; every local
+    alive until it returns); fpx.py ``_pack_tc_fp6`` (``flip`` copies; the 2-bit and 4-bit parts each masked,
+    permuted and flattened into a copy, then ``_pack``: one shifted slice per value a byte, all alive in its list,
+    or-ed pairwise; the ``torch.cat`` kept, (n, 6k/8) uint8)."""
+    A, F = "alloc", "free"
+    nk = n * k
+    q, h = nk // 4, nk // 2  # a 2-bit part's slice, a 4-bit part's
+    ev: list[_Event] = [
+        # choose_qparams_affine_fpx
+        (A, "f", 4 * nk), (A, "abs", 4 * nk), (A, "amax", 4 * n), (F, "abs", 0), (A, "cl", 4 * n), (F, "amax", 0),
+        (A, "dv", 4 * n), (F, "cl", 0), (A, (name, "scale"), 2 * n), (F, "dv", 0), (F, "f", 0),
+        # quantize_affine_fpx
+        (A, "f2", 4 * nk), (A, "q", 4 * nk),
+        # _f32_to_fpx_unpacked
+        (A, "sign", 4 * nk), (A, "xx", 4 * nk), (F, "q", 0), (A, "sat", nk), (A, "nsat", nk), (A, "lt", nk), (A, "den", nk),
+        (F, "nsat", 0), (F, "lt", 0), (A, "or", nk), (A, "norm", nk), (F, "or", 0),
+        (A, "dx", 4 * nk), (A, "dx8", nk), (F, "dx", 0),
+        (A, "sh", 4 * nk), (A, "mo", 4 * nk), (F, "sh", 0),
+        (A, "nx", 4 * nk), (A, "nx8", nk), (F, "nx", 0),
+        (A, "full", nk), (F, "xx", 0), (A, "w1", nk), (F, "full", 0), (A, "w2", nk), (F, "w1", 0),
+        (A, "sl", 4 * nk), (A, "sl8", nk), (F, "sl", 0), (A, "sl8b", nk), (F, "sl8", 0), (A, "u", nk), (F, "w2", 0),
+        *[(F, t, 0) for t in ("sign", "sat", "den", "norm", "dx8", "nx8", "mo", "sl8b", "f2")],
+        # _pack_tc_fp6
+        (A, "fl", nk), (A, "a1", nk), (A, "t2", nk), (F, "a1", 0), (A, "t2f", nk),
+        *[(A, ("p", i), q) for i in range(4)], (A, "o1", q), (A, "o2", q), (F, "o1", 0), (A, "o3", q), (F, "o2", 0),
+        *[(F, ("p", i), 0) for i in range(4)], (F, "t2f", 0), (F, "t2", 0),
+        (A, "m4", nk), (A, "m4f", nk), (A, "r0", h), (A, "r1", h), (A, "r", h), (F, "r0", 0), (F, "r1", 0),
+        (F, "m4f", 0), (F, "m4", 0),
+        (A, (name, "packed"), 6 * nk // 8), (F, "o3", 0), (F, "r", 0), (F, "fl", 0), (F, "u", 0)]
+    return ev
+
+
+def uintx_quantize_events(name: str, n: int, k: int, bits: int, b: int, group: int) -> list[_Event]:
+    """``uintx_weight_only(torch.uintN, group_size)``'s quantization of one (n, k) weight in b-byte floats (torchao at
+    b4d076813b): affine_quantized_tensor.py ``from_hp_to_intx`` (UintxLayoutType's pre_process is the identity),
+    quant_primitives.py ``_choose_qparams_affine`` (ASYMMETRIC, preserve_zero, int32 zero point: per-group min and
+    max, two ``zeros_like``, the clamped minimum and maximum, the scale, ``quant_min - round(min_val_neg / scale)``
+    clamped and cast to int32; every local alive until it returns), ``_quantize_affine_no_dtype_cast``
+    (ZeroPointDomain.INT: ``torch.clamp(torch.round(input * (1.0 / scale)) + zero_point, ...)``: ``1.0 / scale`` a
+    reciprocal and a product, freed once the first (n, k) product exists; four (n, k)
+    temporaries at b bytes, the int32 zero point promoted to the input's dtype, each alive beside the next), the
+    ``.to(torch.uint8)`` sub-byte dtypes get, then ``UintxLayoutType.post_process``: bitpacking.py ``pack``, one
+    ``(data & mask) >> shift`` uint8 (n, k) per shard (all kept in its list), each packed into a zeroed (n, k*part/8)
+    uint8 by ``packed |= narrow << (part * i)`` (a slice-sized temporary each time)."""
+    from vramlens.estimator.weights import UINTX_SHARDS
+
+    A, F = "alloc", "free"
+    nk = n * k
+    g = n * (k // group) * b  # one per-group tensor in the weight's dtype
+    ev: list[_Event] = [
+        (A, "min", g), (A, "max", g), (A, "z1", g), (A, "minneg", g), (F, "z1", 0), (A, "z2", g), (A, "maxpos", g),
+        (F, "z2", 0), (A, "d", g), (A, "s1", g), (F, "d", 0), (A, (name, "scale"), g), (F, "s1", 0),
+        (A, "q1", g), (A, "q2", g), (F, "q1", 0), (A, "q3", g), (F, "q2", 0), (A, "zp", g), (F, "q3", 0),
+        (A, (name, "zero"), 4 * n * (k // group)), (F, "zp", 0), (F, "min", 0), (F, "max", 0), (F, "minneg", 0),
+        (F, "maxpos", 0),
+        (A, "rec", g), (A, "inv", g), (F, "rec", 0), (A, "t1", b * nk), (F, "inv", 0), (A, "t2", b * nk),
+        (F, "t1", 0), (A, "t3", b * nk), (F, "t2", 0), (A, "t4", b * nk), (F, "t3", 0), (A, "u8", nk), (F, "t4", 0)]
+    parts = UINTX_SHARDS[bits]
+    for i in range(len(parts)):
+        ev += [(A, ("m", i), nk), (A, ("sh", i), nk), (F, ("m", i), 0)]
+    for i, part in enumerate(parts):
+        ev.append((A, (name, "shard", i), nk * part // 8))
+        for _ in range(8 // part):
+            ev += [(A, "slice", nk * part // 8), (F, "slice", 0)]
+    ev += [(F, ("sh", i), 0) for i in range(len(parts))]
+    ev.append((F, "u8", 0))
+    return ev
 
 
 def _tensor_bytes(t: TensorInfo, b: int) -> int:

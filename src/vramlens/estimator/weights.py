@@ -18,6 +18,32 @@ Quantized formats, bytes per linear weight of shape (n out, k in):
   ``pack_tinygemm_scales_and_zeros``): ``n*k/2 + 4*n*k/g``, with n and k padded first (int4_padded_shape).
 * fp8 (per-tensor scaled float8): n*k bytes plus one fp32 scale.
 
+torchao's other weight-only formats (inference only; Workload.AO_INFERENCE_QUANTS), read in the torchao commits
+of the gpt-fast tables that ran them (pytorch/ao):
+
+* fp6 (``fpx_weight_only(3, 2)``, FP6-LLM e3m2; torchao/dtypes/fpx/fpx.py ``FpxTensorCoreAQTLayout`` at
+  b4d076813b): ``packed_fpx_data`` uint8 (n, k/8*6) and a per-row fp16 ``scale`` (n) (``to_scaled_tc_fpx``
+  returns ``scale.half()``): ``6*n*k/8 + 2n``. quant_api.py ``fpx_weight_only`` leaves a weight with
+  ``in_features % 64`` or ``out_features % 256`` in high precision (format_takes).
+* uint1 .. uint7 (``uintx_weight_only(torch.uintN, group_size=64)``, ``UintxLayoutType``; torchao/dtypes/uintx/
+  Uintx.py ``UintxTensor`` at b4d076813b): the N bits split into 4-, 2- and 1-bit shards (``bits_to_shard``),
+  each uint8 (n, k*bits/8) (bitpacking.py ``pack``, k a multiple of 8); ``scale`` (n, k/g) in the weight's
+  dtype (``choose_qparams_affine`` with scale_dtype None) and ``zero_point`` (n, k/g) int32
+  (``zero_point_dtype=torch.int32``): ``N*n*k/8 + (b + 4)*n*k/g``.
+* int4-sparse-marlin (``int4_weight_only(layout_type=MarlinSparseLayoutType())``, g=128; affine_quantized_tensor.py
+  ``MarlinSparseAQTLayout.from_plain`` and torchao/sparsity/marlin ``pack_to_marlin_24`` at 65d86c6c26): the 2:4
+  sparse half of the weight packed eight 4-bit values per int32, (k/32, 2n) int32 (``_to_marlin_weights`` over
+  the (k/2, n) compressed weight in 16-row tiles); the 2:4 ``meta`` of ``sparse_semi_structured_from_dense_cutlass``
+  (torchao/sparsity/marlin/utils.py: int16 for int32 input, two 2-bit indices per four weights), n*k/16 int16; the
+  ``scale`` (k/g, n) in the
+  weight's dtype (``_to_marlin_scales``) and the ``zero_point`` (n, k/g) bf16 int4_weight_only passes
+  (``zero_point_dtype=torch.bfloat16``), kept though the symmetric kernel never reads it:
+  ``n*k/4 + n*k/8 + 2*n*k/g + 2*n*k/g``.
+* w4a8-qqq (``int8_dynamic_activation_int4_weight(group_size, layout=MarlinQQQLayout())``; torchao/quantization/
+  marlin_qqq ``pack_to_marlin_qqq`` and quant_primitives.py ``choose_qparams_and_quantize_affine_qqq`` at
+  06e69f6a93): the 4-bit weight packed eight a int32, (k/16, 2n) int32 after ``marlin_permute_weights``; ``s_group``
+  fp16 (k/g, n) (empty per channel) and ``s_channel`` fp32 (1, n): ``n*k/2 + 2*n*k/g + 4n``.
+
 Layers kept in higher precision: embeddings, norms, biases and the output layer (lm_head) stay
 in the compute dtype, as bitsandbytes' ``llm_int8_skip_modules`` default and GPTQ/AWQ do; with
 ``quant_head`` the output layer is stored in the quantized format too (:func:`quantized_head_bytes`):
@@ -53,7 +79,7 @@ from vramlens.estimator.memo import identity_cache
 from vramlens.models.peft_targets import delta_linears, oft_block, vera_linears
 from vramlens.models.spec import ModelSpec
 from vramlens.units import BLOCK, DTYPE_BYTES, round_up
-from vramlens.workload import FOUR_BIT, OWN_TENSOR_METHODS, WO_DEQUANT_QUANTS, Workload
+from vramlens.workload import FOUR_BIT, OWN_TENSOR_METHODS, UINTX_QUANTS, WO_DEQUANT_QUANTS, Workload
 
 GROUP_SIZE = 128       # GPTQ / AWQ / int4 default group size (AutoGPTQ BaseQuantizeConfig, AutoAWQ q_group_size)
 NF4_BLOCK = 64         # bitsandbytes Params4bit default blocksize
@@ -62,9 +88,10 @@ INT4_PAD_OUT = 8       # torchao int4 tinygemm: out_features padded to a multipl
 INT4_PAD_IN = 1024     # ... and in_features to a multiple of 1024
 
 
-def quantized_linear_bytes(n: int, k: int, quant: str, group: int = GROUP_SIZE) -> int:
+def quantized_linear_bytes(n: int, k: int, quant: str, group: int = GROUP_SIZE, ao_scale_bytes: int = 2) -> int:
     """Bytes of one (n, k) linear weight in the quantized format, each tensor rounded to 512 B; ``group``:
-    the weights per scale of the group-wise formats (GROUPED_QUANTS)."""
+    the weights per scale of the group-wise formats (GROUPED_QUANTS; 0 for w4a8-qqq: one scale per output
+    channel); ``ao_scale_bytes``: the element size of the uintx formats' scale, the weight's dtype."""
     def r(x: int) -> int:
         return round_up(int(x), BLOCK)
 
@@ -88,7 +115,37 @@ def quantized_linear_bytes(n: int, k: int, quant: str, group: int = GROUP_SIZE) 
         return r(n * k // 2) + r(2 * 2 * groups * n)
     if quant == "fp8":
         return r(nk) + r(4)
+    if quant == "fp6":
+        return r(nk * 6 // 8) + r(2 * n)
+    if quant in UINTX_QUANTS:
+        bits = int(quant[4:])
+        groups = ceil(k / group)
+        # one uint8 shard per part of the bit width (4, 2, 1 bits), each (n, k*part/8); scale in the weight's
+        # dtype and an int32 zero point per group (ao_scale_bytes)
+        return (sum(r(n * k * part // 8) for part in UINTX_SHARDS[bits]) + r(ao_scale_bytes * groups * n)
+                + r(4 * groups * n))
+    if quant == "int4-sparse-marlin":
+        groups = ceil(k / group)
+        return r(nk // 4) + r(2 * (nk // 16)) + r(2 * groups * n) + r(2 * groups * n)
+    if quant == "w4a8-qqq":
+        s_group = 2 * ceil(k / group) * n if group and group < k else 0
+        return r(nk // 2) + r(s_group) + r(4 * n)
     raise ValueError(quant)
+
+
+#: The shards a UintxTensor splits a bit width into (torchao/dtypes/uintx/Uintx.py ``bits_to_shard`` at b4d076813b)
+UINTX_SHARDS: dict[int, tuple[int, ...]] = {1: (1,), 2: (2,), 3: (2, 1), 4: (4,), 5: (4, 1), 6: (4, 2), 7: (4, 2, 1)}
+#: uintx_weight_only's default group size (quant_api.py ``uintx_weight_only(dtype, group_size=64)`` at b4d076813b)
+UINTX_GROUP_SIZE = 64
+
+
+def format_takes(quant: str | None, n: int, k: int) -> bool:
+    """Whether torchao quantizes an (n, k) weight in ``quant``: ``fpx_weight_only`` returns a weight with
+    ``in_features % 64`` or ``out_features % 256`` unchanged (quant_api.py ``apply_quant_llm`` at b4d076813b: "the
+    shape is not compatible with the kernel"); every other format takes every linear."""
+    if quant == "fp6":
+        return k % 64 == 0 and n % 256 == 0
+    return quant is not None
 
 
 def int4_padded_shape(n: int, k: int) -> tuple[int, int]:
@@ -100,7 +157,8 @@ def int4_padded_shape(n: int, k: int) -> tuple[int, int]:
 
 def quantizes_head(spec: ModelSpec, w: Workload) -> bool:
     """Whether the output layer is stored quantized (``quant_head`` with quantized weights and an LM head)."""
-    return w.quant_head and w.quantized is not None and spec.head in LM_HEADS
+    return (w.quant_head and w.quantized is not None and spec.head in LM_HEADS
+            and format_takes(w.quantized, spec.vocab_size, spec.hidden_size))
 
 
 def head_weight_bytes(spec: ModelSpec, b: int) -> int:
@@ -116,14 +174,19 @@ def quantized_head_bytes(spec: ModelSpec, w: Workload) -> tuple[int, int]:
         return 0, 0
     quant = w.quantized
     assert quant is not None
-    added = quantized_linear_bytes(spec.vocab_size, spec.hidden_size, quant, quant_group(w))
+    added = quantized_linear_bytes(spec.vocab_size, spec.hidden_size, quant, quant_group(w), weight_dtype_bytes(w))
     removed = 0 if spec.tied_embeddings else head_weight_bytes(spec, weight_dtype_bytes(w))
     return added, removed
 
 
 def quant_group(w: Workload) -> int:
-    """Weights per scale of the group-wise formats: ``quant_group_size``, or their default (GROUP_SIZE)."""
-    return w.quant_group_size or GROUP_SIZE
+    """Weights per scale of the group-wise formats: ``quant_group_size``, or their default (GROUP_SIZE;
+    UINTX_GROUP_SIZE for uint1..uint7; 0, one scale per output channel, for w4a8-qqq)."""
+    if w.quant_group_size:
+        return w.quant_group_size
+    if w.quantized in UINTX_QUANTS:
+        return UINTX_GROUP_SIZE
+    return 0 if w.quantized == "w4a8-qqq" else GROUP_SIZE
 
 
 def weight_dtype_bytes(w: Workload) -> int:
@@ -197,7 +260,8 @@ def quantized_linears(spec: ModelSpec, quant: str | None, only: tuple[str, ...] 
         # (check_workload refuses them)
         names = {lin.name for lin in lora_shape(spec, only, True).targets}
         chosen = tuple(lin for lin in chosen if lin.name in names)
-    return tuple(lin for lin in chosen if lin.layer is not None)
+    return tuple(lin for lin in chosen
+                 if lin.layer is not None and format_takes(quant, lin.out_features, lin.in_features))
 
 
 @identity_cache
@@ -215,7 +279,7 @@ def _base_bytes(spec: ModelSpec, b: int, quant: str | None, only: tuple[str, ...
             full += round_up(lin.count * lin.in_features * lin.out_features * b, BLOCK)
         else:
             full += round_up(lin.in_features * lin.out_features * b, BLOCK)
-        q += lin.count * quantized_linear_bytes(lin.out_features, lin.in_features, quant, group)
+        q += lin.count * quantized_linear_bytes(lin.out_features, lin.in_features, quant, group, b)
     return float_bytes(spec, b) - full + q + s.fixed_bytes, q
 
 
@@ -252,18 +316,39 @@ def gptq_torch_dequant(w: Workload) -> bool:
     return w.quant_impl == "cuda-old" and w.quantized == "gptq-4bit"
 
 
+def uintx_dequantizes(w: Workload) -> bool:
+    """Whether the weights are torchao's uintx (uint1..uint7), whose linear has no kernel at b4d076813b: the
+    AffineQuantizedTensor's ``F.linear`` dispatch raises QuantizedLinearNotImplementedError for the
+    UintxLayoutType and falls back to ``F.linear(input, weight.dequantize(), bias)`` at every call, one row
+    included (affine_quantized_tensor.py ``_(func, types, args, kwargs)`` for ``torch.nn.functional.linear``);
+    the intermediates of ``dequantize``: uintx_dequant_peak."""
+    return w.quantized in UINTX_QUANTS
+
+
+def uintx_dequant_peak(n: int, k: int) -> int:
+    """The most an (n, k) uintx weight's ``dequantize()`` holds (torchao at b4d076813b): ``UintxTensor.get_plain``
+    unpacks the shards into one uint8 (n, k) (bitpacking.py ``unpack``: a uint8 (n, k) per shard, shifted, then
+    or-ed together: at most 5 n*k bytes for the three shards of uint7), which ``AffineQuantizedTensor.dequantize``
+    keeps while quant_primitives.py ``_dequantize_affine_no_dtype_check`` (ZeroPointDomain.INT) runs
+    ``input.to(torch.int32, copy=True)``, ``dequant - zero_point.to(torch.int32)`` (both int32 (n, k) alive),
+    ``dequant.to(output_dtype)`` and ``dequant * scale``: the uint8 and two int32, 9 n*k bytes, before the weight
+    in the compute dtype exists."""
+    nk = n * k
+    return round_up(nk, BLOCK) + 2 * round_up(4 * nk, BLOCK)
+
+
 def dequantizes_weights(w: Workload) -> bool:
     """Whether a quantized matmul can hold its whole weight dequantized: bitsandbytes' (or torchao's NF4) 4-bit
-    matmuls, torchao's weight-only int8 and fp8 linears (wo_dequantizes) and AutoGPTQ's cuda-old kernel
-    (gptq_torch_dequant); from how many rows on: dequant_min_rows."""
-    return w.quantized in FOUR_BIT or wo_dequantizes(w) or gptq_torch_dequant(w)
+    matmuls, torchao's weight-only int8 and fp8 linears (wo_dequantizes), its uintx linears (uintx_dequantizes)
+    and AutoGPTQ's cuda-old kernel (gptq_torch_dequant); from how many rows on: dequant_min_rows."""
+    return w.quantized in FOUR_BIT or wo_dequantizes(w) or uintx_dequantizes(w) or gptq_torch_dequant(w)
 
 
 def dequant_min_rows(w: Workload) -> int:
     """The fewest input rows for which a quantized matmul dequantizes its weight (dequantizes_weights): torchao's
     weight-only linears at every call, bitsandbytes' 4-bit ones from 2 (one row takes ``gemv_4bit``), AutoGPTQ's
     cuda-old from CUDA_OLD_SWITCH_ROWS."""
-    if wo_dequantizes(w):
+    if wo_dequantizes(w) or uintx_dequantizes(w):
         return 1
     return CUDA_OLD_SWITCH_ROWS if gptq_torch_dequant(w) else 2
 
@@ -321,7 +406,12 @@ def dequant_cast_bytes(w: Workload, n: int, k: int) -> int:
     freed when the name is rebound; int8_weight_only's single cast has no intermediate.
 
     AutoGPTQ's cuda-old kernel (gptq_torch_dequant): :func:`gptq_torch_dequant_temporaries`.
+
+    torchao's uintx (uintx_dequantizes): the peak of ``dequantize()`` (uintx_dequant_peak), less the weight it
+    returns, which is not alive at that peak (the estimate adds the weight to what this returns).
     """
+    if uintx_dequantizes(w):
+        return max(0, uintx_dequant_peak(n, k) - round_up(DTYPE_BYTES[w.quant_matmul_dtype] * n * k, BLOCK))
     if wo_dequantizes(w):
         return round_up(DTYPE_BYTES[w.compute_dtype] * n * k, BLOCK) if w.quantized == "fp8" else 0
     if gptq_torch_dequant(w):

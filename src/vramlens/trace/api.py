@@ -34,7 +34,7 @@ from vramlens.trace.common import (
 from vramlens.trace.events import INFERENCE_COMPONENT, TAG_COMPONENT, Summary, summarize
 from vramlens.trace.pattern import block_kinds, find_pattern, short_kind
 from vramlens.trace.result import TraceResult, components_of, make_trace_breakdown
-from vramlens.workload import FOUR_BIT, Workload
+from vramlens.workload import AO_INFERENCE_QUANTS, FOUR_BIT, Workload
 
 
 def trace(model: Any, workload: Workload | None = None, *, steps: int = 2, layers: int | None = None,
@@ -132,14 +132,16 @@ def _trace(model: Any, wl: Workload, *, steps: int, layers: int | None, backend:
 def untraceable(wl: Workload) -> str:
     """Why ``trace`` cannot run ``wl`` on one process ("" when it can; FSDP and TP are traced by their own paths).
 
-    More than one GPU, ZeRO, FSDP, tensor or pipeline parallelism, quantized weights outside QLoRA
-    (no CPU kernels), offload, and the serving engine's KV cache settings are not traced.
+    More than one GPU, ZeRO, FSDP, tensor or pipeline parallelism, quantized weights outside QLoRA, torchao's
+    int8 weight-only linear and its other weight-only layouts (fp6, uintx, Sparse-Marlin, QQQ: build.AOWeightOnlyLinear
+    stands in for them) (no CPU kernels), offload, and the serving engine's KV cache settings are not traced.
     """
     if wl.gpus > 1 or wl.zero or wl.fsdp or wl.tp > 1 or wl.pp > 1:
         return ("trace runs one GPU, one rank of FSDP (--fsdp --gpus N), of tensor parallelism (--tp N --gpus N) "
                 "or of both (--fsdp --tp T --gpus D*T); "
                 f"gpus={wl.gpus} zero={wl.zero} fsdp={wl.fsdp} tp={wl.tp} pp={wl.pp}")
     if (wl.quant is not None and wl.method != "qlora" and not (wl.quant == "int8" and wl.quant_impl == "torchao-wo")
+            and wl.quant not in AO_INFERENCE_QUANTS
             and not (wl.method in ("oft", "boft", "vera") and wl.quantized in FOUR_BIT)):
         # OFT, BOFT and VeRA over 4-bit linears: peft's layers over the NF4 stand-in (build.quantize_nf4), as QLoRA's
         # torchao's int8 weight-only linear runs plain torch ops (build.quantize_int8_weight_only); torchao 0.18's

@@ -19,6 +19,7 @@ In training the loss is ``output.loss`` when the output has one, else the sum of
 
 from __future__ import annotations
 
+import functools
 import importlib
 import inspect
 import math
@@ -32,7 +33,7 @@ import torch
 from torch import nn
 
 from vramlens.errors import InputError, TraceError
-from vramlens.workload import Workload
+from vramlens.workload import AO_INFERENCE_QUANTS, Workload
 
 TORCH_DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
 
@@ -324,6 +325,11 @@ def build_hf(cfg: dict, wl: Workload, *, fake_mode=None, layers: int | None = No
                         if wl.nf4_impl == "torchao" else ""))
         if wl.method == "vera":
             _bnb4bit_backend(model)
+    if wl.quantized in AO_INFERENCE_QUANTS and not wl.training:
+        from vramlens.estimator.weights import quant_group
+
+        notes.append(quantize_ao(model, wl.quantized, quant_group(wl), TORCH_DTYPES[wl.dtype], fake_mode=fake_mode,
+                                 meta_only=meta_only, include_head=wl.quant_head))
     if wl.quant_impl == "torchao-wo" and wl.quantized == "int8" and not wl.training:
         notes.append(quantize_int8_weight_only(model, fake_mode=fake_mode, meta_only=meta_only,
                                                include_head=wl.quant_head))
@@ -836,6 +842,129 @@ def quantize_nf4(model: nn.Module, *, fake_mode=None, double_quant: bool = True,
             setattr(parent, child_name, NF4Linear(lin.in_features, lin.out_features, lin.bias, double_quant,
                                                   compute_dtype=compute_dtype, quant_dtype=quant_dtype,
                                                   torchao=torchao))
+
+
+#: The bit each uintx shard's values start at, by (shards, bit width) (torchao/dtypes/uintx/bitpacking.py ``shifts``
+#: at b4d076813b)
+_UINTX_SHIFTS = {(1, 1): (0,), (1, 2): (0,), (2, 3): (0, 2), (1, 4): (0,), (2, 5): (0, 4), (2, 6): (0, 4),
+                 (3, 7): (0, 4, 6)}
+
+
+class AOWeightOnlyLinear(nn.Module):
+    """A frozen linear stored in one of torchao's other weight-only layouts, for tracing (torchao 0.18 no longer has
+    them, and their kernels are CUDA only): each tensor the layout keeps, with torchao's shape and dtype
+    (vramlens.estimator.weights names the source of each), and the forward's allocations.
+
+    * fp6 (FpxTensorCoreAQTLayout, b4d076813b): ``packed_fpx_data`` uint8 (n, k/8*6), ``scale`` fp16 (n).
+    * uint1..uint7 (UintxAQTLayout over a UintxTensor, b4d076813b): one uint8 (n, k*part/8) shard per 4-, 2- and
+      1-bit part, ``scale`` (n, k/g) in the weight's dtype, ``zero_point`` int32 (n, k/g).
+    * int4-sparse-marlin (MarlinSparseAQTLayout, 65d86c6c26): ``int_data`` int32 (k/32, 2n), ``meta`` int16
+      (k/32, 2n) (``meta.resize_`` of the (n, k/16) metadata), ``scale`` fp16 (k/g, n), ``zero_point`` bf16 (n, k/g).
+    * w4a8-qqq (MarlinQQQAQTTensorImpl, 06e69f6a93): ``int_data`` int32 (k/16, 2n), ``s_group`` fp16 (k/g, n) or
+      empty per channel, ``s_channel`` fp32 (1, n).
+
+    The forward: FP6-LLM's, Sparse-Marlin's and QQQ's kernels write the (t, n) output from the packed weight (the
+    Marlin kernels beside their int32 lock workspace, ``(n / 128) * 64`` ints; QQQ first quantizes the input per
+    token, an int8 (t, k) and an fp32 scale (t)); uintx has no kernel: ``F.linear(x, weight.dequantize())``, the
+    shards unpacked (bitpacking.py ``unpack``), then quant_primitives.py ``_dequantize_affine_no_dtype_check``.
+    """
+
+    def __init__(self, in_features: int, out_features: int, bias: torch.Tensor | None, quant: str, group: int,
+                 dtype: torch.dtype):
+        super().__init__()
+        from vramlens.estimator.weights import UINTX_SHARDS
+
+        self.in_features, self.out_features, self.quant, self.group, self.dtype = (in_features, out_features, quant,
+                                                                                  group, dtype)
+        n, k = out_features, in_features
+        self.parts: tuple[int, ...] = ()
+        if quant == "fp6":
+            self.register_buffer("packed_fpx_data", torch.empty(n, k // 8 * 6, dtype=torch.uint8))
+            self.register_buffer("scale", torch.empty(n, dtype=torch.float16))
+        elif quant.startswith("uint"):
+            self.parts = UINTX_SHARDS[int(quant[4:])]
+            for i, part in enumerate(self.parts):
+                self.register_buffer(f"shard{i}", torch.empty(n, k * part // 8, dtype=torch.uint8))
+            self.register_buffer("scale", torch.empty(n, math.ceil(k / group), dtype=dtype))
+            self.register_buffer("zero_point", torch.empty(n, math.ceil(k / group), dtype=torch.int32))
+        elif quant == "int4-sparse-marlin":
+            self.register_buffer("int_data", torch.empty(k // 32, 2 * n, dtype=torch.int32))
+            self.register_buffer("meta", torch.empty(k // 32, 2 * n, dtype=torch.int16))
+            self.register_buffer("scale", torch.empty(math.ceil(k / group), n, dtype=torch.float16))
+            self.register_buffer("zero_point", torch.empty(n, math.ceil(k / group), dtype=torch.bfloat16))
+        elif quant == "w4a8-qqq":
+            self.register_buffer("int_data", torch.empty(k // 16, 2 * n, dtype=torch.int32))
+            per_group = bool(group) and group < k
+            self.register_buffer("s_group", torch.empty((k // group, n) if per_group else (0,), dtype=torch.float16))
+            self.register_buffer("s_channel", torch.empty(1, n, dtype=torch.float32))
+        else:
+            raise ValueError(quant)
+        self.bias = None if bias is None else nn.Parameter(bias.detach(), requires_grad=False)
+
+    def _uintx_weight(self) -> torch.Tensor:
+        """``AffineQuantizedTensor.dequantize`` of a uintx weight, op for op (torchao at b4d076813b)."""
+        n, k = self.out_features, self.in_features
+        shifted = []
+        for i, part in enumerate(self.parts):
+            shard = getattr(self, f"shard{i}")
+            per_byte = 8 // part
+            unpacked = shard.new_zeros(n, k)  # bitpacking.py _unpack
+            for j in range(per_byte):  # the shifted and masked shard, a temporary freed by the copy
+                unpacked.narrow(1, k * j // per_byte, k // per_byte).copy_((shard >> (part * j)) & ((1 << part) - 1))
+            shifted.append(unpacked << _UINTX_SHIFTS[len(self.parts), sum(self.parts)][i])  # unpack: to their bits
+            del unpacked
+        data = functools.reduce(torch.bitwise_or, shifted)  # unpack's return: the shifted shards freed with its list
+        del shifted
+        scale, zero = self.scale, self.zero_point
+        assert isinstance(scale, torch.Tensor) and isinstance(zero, torch.Tensor)
+        g = k // scale.shape[1]
+        dequant = data.view(n, -1, g).to(torch.int32, copy=True)
+        dequant = dequant - zero.view(n, -1, 1).to(torch.int32)
+        dequant = dequant.to(self.dtype)
+        dequant = dequant * scale.view(n, -1, 1)
+        return dequant.view(n, k).to(self.dtype)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        n = self.out_features
+        bias = None if self.bias is None else self.bias.to(x.dtype)
+        if self.parts:
+            return torch.nn.functional.linear(x, self._uintx_weight(), bias)
+        if self.quant == "w4a8-qqq":  # the per-token int8 input and its fp32 scale
+            t = x.numel() // x.shape[-1]
+            x_int8 = x.new_empty(t, x.shape[-1], dtype=torch.int8)
+            x_scale = x.new_empty(t, dtype=torch.float32)
+        if self.quant != "fp6":
+            workspace = x.new_zeros(n // 128 * 64, dtype=torch.int32)
+        out = x.new_empty((*x.shape[:-1], n))
+        if self.quant == "w4a8-qqq":
+            del x_int8, x_scale
+        if self.quant != "fp6":
+            del workspace
+        return out if bias is None else out + bias
+
+
+def quantize_ao(model: nn.Module, quant: str, group: int, dtype: torch.dtype, *, fake_mode=None,
+                meta_only: bool = False, include_head: bool = False) -> str:
+    """Replace every nn.Linear (the output layer too with ``include_head``) by AOWeightOnlyLinear, as torchao's
+    ``quantize_`` with the format's config replaces each linear's weight; fp6 leaves a weight with in_features % 64
+    or out_features % 256 alone (weights.format_takes)."""
+    from vramlens.estimator.weights import format_takes
+
+    skip = () if include_head else _output_head_names(model)
+    todo = []
+    for name, mod in model.named_modules():
+        for child_name, child in mod.named_children():
+            full = f"{name}.{child_name}" if name else child_name
+            if (type(child) is nn.Linear and not any(full.endswith(s) for s in skip)
+                    and format_takes(quant, child.out_features, child.in_features)):
+                todo.append((mod, child_name, child))
+    ctx = torch.device("meta") if meta_only else fake_mode if fake_mode is not None else _nullctx()
+    with ctx:
+        for parent, child_name, lin in todo:
+            setattr(parent, child_name, AOWeightOnlyLinear(lin.in_features, lin.out_features, lin.bias, quant, group,
+                                                           dtype))
+    return (f"{quant}: torchao's layout stood in for (its tensors' shapes and dtypes; no CPU kernels)"
+            + ("; the output layer too" if include_head else ""))
 
 
 def quantize_int8_weight_only(model: nn.Module, *, fake_mode=None, meta_only: bool = False,

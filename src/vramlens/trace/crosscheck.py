@@ -653,6 +653,18 @@ WEIGHT_ONLY_ROWS: tuple[tuple[str, dict[str, Any]], ...] = (
     ("llama-3-8b", _inf(quant="int8", quant_impl="torchao-wo", batch=2, seq=64, new_tokens=2, cache="static")),
 )
 
+#: torchao's other weight-only formats (fp6, uintx, Sparse-Marlin, Marlin QQQ), the tracer holding each layout's tensors
+#: (build.AOWeightOnlyLinear): uintx dequantizes every weight at each call, the output layer's (quant_head) the
+#: prompt's peak; the fused kernels write only their output. Llama 3 8B's shrunk dims (256, 896) divide by the groups
+#: and Sparse-Marlin's 128 (Llama 2 7B's shrunk FFN, 688, does not: torchao would refuse it).
+AO_FORMAT_ROWS: tuple[tuple[str, dict[str, Any]], ...] = (
+    ("llama-3-8b", _inf(quant="uint4", quant_head=True, batch=1, seq=6, new_tokens=3, cache="static")),
+    ("llama-3-8b", _inf(quant="uint3", quant_group_size=32, batch=2, seq=64)),
+    ("llama-2-7b", _inf(dtype="fp16", quant="fp6", quant_head=True, batch=1, seq=6, new_tokens=3, cache="static")),
+    ("llama-3-8b", _inf(dtype="fp16", quant="int4-sparse-marlin", quant_head=True, batch=1, seq=6)),
+    ("llama-3-8b", _inf(dtype="fp16", quant="w4a8-qqq", quant_group_size=128, quant_head=True, batch=2, seq=64)),
+)
+
 CACHE_ROWS: tuple[tuple[str, dict[str, Any]], ...] = (
     ("llama-3-8b", _inf(cache="static", seq=16, new_tokens=64)),
     ("llama-3-8b", _inf(cache="static", seq=16, new_tokens=8, max_cache_len=512)),
