@@ -7,7 +7,6 @@ then hands them to the engine's module.
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import replace
 from typing import Any
@@ -17,6 +16,7 @@ from vramlens.advise.gguf_split import GGUFInfo
 from vramlens.errors import ConfigError, InputError
 from vramlens.hardware.gpu import GPU
 from vramlens.models.spec import ModelSpec
+from vramlens.safe_io import UnsafeJSON, loads_bounded
 from vramlens.serving.common import ServedModel, served_from_gguf, served_from_spec
 from vramlens.serving.llamacpp import llamacpp_capacity
 from vramlens.serving.result import Capacity
@@ -199,10 +199,11 @@ def speculative_config(value: Any) -> dict[str, Any]:
         if len(value) > L.MAX_MODEL_ARG:
             raise InputError(f"speculative_config is {len(value):,} characters, over {L.MAX_MODEL_ARG:,}: give "
                              f"{flag} '{{\"method\": \"eagle3\", \"model\": DRAFT, \"num_speculative_tokens\": 3}}'")
-        try:
-            value = json.loads(value)
-        except ValueError:
-            raise InputError(f"speculative_config={L.show(value)} is not JSON: give {flag} "
+        try:  # bounded: nesting, digits and NaN refused (a 2,000-deep list is a RecursionError in json.loads)
+            value = loads_bounded(value)
+        except UnsafeJSON as e:
+            why = "" if e.kind == "syntax" else f" ({e})"
+            raise InputError(f"speculative_config={L.show(value)} is not JSON{why}: give {flag} "
                              "'{\"method\": \"eagle3\", \"model\": DRAFT, \"num_speculative_tokens\": 3}'") from None
     if not isinstance(value, dict):
         raise InputError(f"speculative_config={L.show(value)} is not an object: give {flag} "
@@ -221,7 +222,7 @@ def speculative_config(value: Any) -> dict[str, Any]:
     if n is not None and (isinstance(n, bool) or not isinstance(n, int)):
         raise InputError(f"speculative_config num_speculative_tokens={L.show(n)} is not a whole number")
     if isinstance(n, int) and n > L.MAX_SPECULATIVE_TOKENS:
-        raise InputError(f"speculative_config num_speculative_tokens={n:,} is over {L.MAX_SPECULATIVE_TOKENS:,}")
+        raise InputError(f"speculative_config num_speculative_tokens={L.show(n)} is over {L.MAX_SPECULATIVE_TOKENS:,}")
     return {k: value[k] for k in SPECULATIVE_KEYS if value.get(k) is not None}
 
 
