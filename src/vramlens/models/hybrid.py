@@ -194,6 +194,10 @@ def _read(c: dict[str, Any], mt: str, n: int, ints: Any, problems: list[str]) ->
         head_dim = c.get("mamba_d_head")
         # BambaConfig / GraniteMoeHybridConfig __post_init__: "auto" is mamba_expand x hidden_size // mamba_n_heads
         d_head = expand * hidden // heads if head_dim == "auto" and heads else ints("mamba_d_head")
+        if heads and d_head and not problems and heads * d_head != expand * hidden:
+            # BambaConfig / GraniteMoeHybridConfig.validate_architecture (transformers 5.24) refuse it too
+            problems.append(f"mamba_n_heads={heads} x mamba_d_head={d_head} must equal mamba_expand={expand} x "
+                            f"hidden_size={hidden} (the Mamba2 intermediate size): {_FIX}")
         return HybridLayout(kinds=kinds, mixer="mamba2", conv_kernel=ints("mamba_d_conv", default=4),
                             intermediate=expand * hidden, n_groups=ints("mamba_n_groups", default=1, limit=L.MAX_HEADS),
                             n_heads=heads, head_dim=d_head, state_size=ints("mamba_d_state"))
@@ -212,6 +216,8 @@ def _read(c: dict[str, Any], mt: str, n: int, ints: Any, problems: list[str]) ->
             kinds = _kinds_from_types(c.get("layers_block_type") or [], "layers_block_type", problems)
         heads, hd = ints("mamba_num_heads", limit=L.MAX_HEADS), ints("mamba_head_dim")
         ssm = c.get("mamba_ssm_cache_dtype")
+        if ssm is not None and ssm != "auto" and str(ssm) not in _DTYPES:
+            problems.append(f"mamba_ssm_cache_dtype={L.show(ssm)} is not one of auto, {', '.join(_DTYPES)}: {_FIX}")
         return HybridLayout(kinds=kinds, mixer="mamba2", conv_kernel=ints("conv_kernel", default=4),
                             intermediate=heads * hd, n_groups=ints("n_groups", default=1, limit=L.MAX_HEADS),
                             n_heads=heads, head_dim=hd, state_size=ints("ssm_state_size"),
