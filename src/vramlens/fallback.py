@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any, get_args
 
 from vramlens import limits as L
 from vramlens.errors import MissingExtraError, TraceError, UnmodelledModelError
-from vramlens.estimator import DEFAULT_HEADROOM, Estimate, make_breakdown
+from vramlens.estimator import DEFAULT_HEADROOM, Estimate, check_api_types, make_breakdown
 from vramlens.estimator import estimate as analytic_estimate
 from vramlens.models.spec import ModelSpec, Role, TensorInfo
 from vramlens.units import DTYPE_BYTES
@@ -75,6 +75,11 @@ def estimate(
     """
     def analytic(m: Any) -> Estimate:
         return analytic_estimate(m, workload, gpu=gpu, params=params, headroom=headroom, **settings)
+
+    from vramlens.hardware.catalog import as_gpu
+
+    check_api_types(workload, headroom)
+    as_gpu(gpu)
 
     if not trace_fallback or params is not None or model is None:
         return analytic(model)
@@ -151,12 +156,12 @@ def fit(
     if spec is None:
         return analytic_fit(model, workload, gpu, params=params, max_plans=max_plans, top=top, optimize=optimize,
                             **common)
-    from vramlens.hardware.catalog import get_gpu
+    from vramlens.hardware.catalog import as_gpu
     from vramlens.units import parse_size
 
     n = max_plans or top or DEFAULT_MAX_PLANS
     result = analytic_fit(spec, workload, gpu, max_plans=n + SPARE_PLANS, optimize=optimize, **common)
-    g = get_gpu(gpu) if isinstance(gpu, str) else gpu
+    g = as_gpu(gpu)
     assert g is not None  # analytic_fit refuses gpu=None
     ram = parse_size(host_ram, what="host RAM") if isinstance(host_ram, str) else host_ram
     names = {f.name for f in fields(Workload)}
@@ -369,10 +374,10 @@ def traced_estimate(value: dict[str, Any], w: Workload, gpu: str | GPU | None, *
     """
     from vramlens.estimator.runtime import runtime
     from vramlens.estimator.verdict import usable_bytes, verdict
-    from vramlens.hardware.catalog import get_gpu
+    from vramlens.hardware.catalog import as_gpu
     from vramlens.trace.fallback import FALLBACK_LAYERS
 
-    g = get_gpu(gpu) if isinstance(gpu, str) else gpu
+    g = as_gpu(gpu)
     spec = traced_spec(value, name=name, source=source)
     bd = value["breakdown"]
     rt = runtime(g, w)

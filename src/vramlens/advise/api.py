@@ -11,7 +11,15 @@ from vramlens.advise.plan import FitResult
 from vramlens.advise.search import DEFAULT_MAX_PLANS, inverse_answers, search
 from vramlens.errors import InputError
 from vramlens.hardware.gpu import GPU
-from vramlens.limits import MAX_DEVICE_BYTES, MAX_TOP, SEARCH_BUDGET_S, check_int, show
+from vramlens.limits import (
+    MAX_DEVICE_BYTES,
+    MAX_EFFECTIVE_BATCH,
+    MAX_GPUS,
+    MAX_TOP,
+    SEARCH_BUDGET_S,
+    check_int,
+    show,
+)
 from vramlens.models.spec import ModelSpec
 from vramlens.workload import Workload, make_workload
 
@@ -64,13 +72,20 @@ def fit(
     Raises:
         InputError: an unknown model or GPU, bad settings, or contradictory constraints.
     """
-    from vramlens.estimator import check_workload
-    from vramlens.hardware.catalog import get_gpu
+    from vramlens.estimator import check_api_types, check_workload
+    from vramlens.hardware.catalog import as_gpu
     from vramlens.units import parse_size
 
     if gpu is None:
         raise InputError("fit needs a GPU: give gpu='A100-80GB' (a catalog name) or a size such as '24GB'")
-    g = get_gpu(gpu) if isinstance(gpu, str) else gpu
+    g = as_gpu(gpu)
+    assert g is not None
+    check_api_types(workload, headroom)
+    nodes = check_int("nodes", nodes, MAX_GPUS)  # the search's work grows with nodes x GPUs (10**13 ran for minutes)
+    if gpus is not None:
+        gpus = check_int("gpus", gpus, MAX_GPUS)
+    if effective_batch is not None:
+        effective_batch = check_int("effective_batch", effective_batch, MAX_EFFECTIVE_BATCH)
     if isinstance(model, ModelSpec):
         spec = model
     else:

@@ -117,6 +117,22 @@ def _size_name(text: str) -> str:
     return f"{m.group(1)} {unit} GPU"
 
 
+def as_gpu(gpu: str | GPU | None) -> GPU | None:
+    """``gpu`` as the API functions take it: a catalog name or a size (:func:`get_gpu`), a GPU, or None.
+
+    Raises:
+        UnknownGPUError: anything else (a number, a list ...), named with what to give instead.
+    """
+    if gpu is None or isinstance(gpu, GPU):
+        return gpu
+    if isinstance(gpu, str):
+        return get_gpu(gpu)
+    from vramlens.limits import show
+
+    raise UnknownGPUError(f"gpu={show(gpu)} is not a GPU: give a catalog name such as 'A100-80GB' (see `vramlens "
+                          "gpus`), a size such as '24GB', or a vramlens.GPU")
+
+
 def get_gpu(name_or_size: str) -> GPU:
     """Find a GPU by name or alias (loose, case-insensitive), or make one from a size.
 

@@ -106,9 +106,11 @@ def capacity(model: str | dict | ModelSpec | GGUFInfo | ServedModel, engine: str
     quant = settings.pop("quantization", None)
     served = resolve_model(model, quant=quant, engine=engine, dtype=DTYPES[settings.pop("dtype", "auto")],
                            trace_fallback=trace_fallback)
-    from vramlens.hardware.catalog import get_gpu
+    from vramlens.hardware.catalog import as_gpu
 
-    g = get_gpu(gpu) if isinstance(gpu, str) else gpu
+    g = as_gpu(gpu)
+    if g is None:
+        raise InputError("capacity needs a GPU: give gpu='H100-SXM-80GB' (a catalog name) or a size such as '80GB'")
     common: dict[str, Any] = {"gpus": n_gpus, "tp": tp, "pp": pp, "context": context}
     draft_arg = (settings.get("speculative_config") or {}).get("model") if engine == "vllm" else (
         settings.get("speculative_draft_model_path") if engine == "sglang" else None)
@@ -157,7 +159,8 @@ def check_settings(engine: str, given: dict[str, Any]) -> dict[str, Any]:
             if kind in ("int", "int0"):
                 out[name] = L.check_int(name, value, bound, minimum=0 if kind == "int0" else 1)
             elif kind == "fraction":
-                if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+                if isinstance(value, bool) or not isinstance(value, (int, float)) or isinstance(value, int) and abs(
+                        value) > 2 or not math.isfinite(value):  # a 5,000-digit int overflows math.isfinite
                     raise InputError(f"{name}={L.show(value)} is not a number between 0 and 1")
                 out[name] = float(value)
             elif kind == "model":

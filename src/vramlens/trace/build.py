@@ -147,9 +147,10 @@ def _hf_config(cfg: dict):
     kwargs = {k: v for k, v in cfg.items() if k not in _DROP_KEYS}
     try:
         return AutoConfig.for_model(model_type, **kwargs)
-    except (ValueError, KeyError, TypeError) as e:
+    except (ValueError, KeyError, TypeError, ArithmeticError, IndexError, AttributeError) as e:
+        # ArithmeticError: Qwen3NextConfig divides by full_attention_interval (0 is a ZeroDivisionError)
         raise TraceError(
-            f"transformers cannot build a config for model_type={model_type!r} ({e}); "
+            f"transformers cannot build a config for model_type={model_type!r} ({' '.join(str(e).split()) or type(e).__name__}); "
             "use the analytic `vramlens estimate` instead"
         ) from None
 
