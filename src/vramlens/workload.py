@@ -805,7 +805,7 @@ class Workload:
         if (isinstance(self.lora_dropout, bool) or not isinstance(self.lora_dropout, (int, float))
                 or not (0.0 <= self.lora_dropout < 1.0)):
             p.append(f"lora_dropout={L.show(self.lora_dropout)} must be in [0, 1)")
-        if not self.lora_targets:
+        if self.lora_targets == ():
             p.append("lora_targets is empty: name modules such as q_proj,v_proj or 'all-linear'")
         if p:
             return p  # the rest compares values that are known to be valid

@@ -160,6 +160,8 @@ def get_gpu(name_or_size: str) -> GPU:
             raise UnknownGPUError(f"gpu={text!r} is {size:.3g} bytes: over the limit of {MAX_DEVICE_BYTES:,} "
                                   "(1 PiB); give the memory of one GPU, such as 80GB")
         return generic_gpu(size, name=_size_name(text))
+    if re.match(r"[-+\u2212]\s*[\d.]", text):  # "-1GB" was read as the key "1gb", found inside "h200141gb"
+        raise UnknownGPUError(f"gpu={text!r} is a signed size: give the memory of one GPU without a sign, such as 24GB")
     gpus, index = _catalog()
     key = _key(text)
     if key in _ambiguous():
