@@ -13,7 +13,6 @@ from vramlens.errors import InputError
 from vramlens.hardware.gpu import GPU
 from vramlens.limits import (
     MAX_DEVICE_BYTES,
-    MAX_EFFECTIVE_BATCH,
     MAX_GPUS,
     MAX_TOP,
     SEARCH_BUDGET_S,
@@ -82,10 +81,10 @@ def fit(
     assert g is not None
     check_api_types(workload, headroom)
     nodes = check_int("nodes", nodes, MAX_GPUS)  # the search's work grows with nodes x GPUs (10**13 ran for minutes)
-    if gpus is not None:
-        gpus = check_int("gpus", gpus, MAX_GPUS)
-    if effective_batch is not None:
-        effective_batch = check_int("effective_batch", effective_batch, MAX_EFFECTIVE_BATCH)
+    if gpus is not None and (isinstance(gpus, bool) or not isinstance(gpus, int)):  # the Workload bounds its value
+        raise InputError(f"gpus={show(gpus)} must be a whole number >= 1")
+    if effective_batch is not None and (isinstance(effective_batch, bool) or not isinstance(effective_batch, int)):
+        raise InputError(f"effective_batch={show(effective_batch)} must be a whole number >= 1")  # search bounds it
     if isinstance(model, ModelSpec):
         spec = model
     else:
