@@ -178,3 +178,12 @@ def test_a_report_path_that_is_a_fifo_is_refused_and_left_as_it_is(tmp_path, cap
     assert err == f"error: cannot write {fifo}: it is a device, FIFO or socket, not a file: choose a file path\n"
     assert stat.S_ISFIFO(fifo.stat().st_mode)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["pipe"]  # no temporary left behind
+
+
+def test_sglang_speculative_flags_without_an_algorithm_are_named_as_ignored():
+    plain = vramlens.capacity("llama-3.1-8b", "sglang", gpu="H100-SXM-80GB")
+    alone = vramlens.capacity("llama-3.1-8b", "sglang", gpu="H100-SXM-80GB", speculative_draft_model_path="llama-3.2-1b",
+                              speculative_num_steps=3)
+    assert alone.notes[-1] == ("ignored: speculative_draft_model_path, speculative_num_steps apply only with "
+                               "--speculative-algorithm (SGLang reads them under one)")
+    assert alone.kv_cache_bytes == plain.kv_cache_bytes  # they change nothing

@@ -478,9 +478,10 @@ def search(
         if effective_batch is None:
             effective_batch = base.batch * base.grad_accum * max(1, total // (base.tp * base.pp))
         if effective_batch < 1:
-            raise InputError(f"effective_batch={effective_batch} must be a whole number >= 1")
+            raise InputError(f"effective_batch={show(effective_batch)} must be a whole number >= 1")
         if effective_batch > MAX_EFFECTIVE_BATCH:
-            raise InputError(f"effective_batch={effective_batch:,} is over the limit of {MAX_EFFECTIVE_BATCH:,} "
+            shown = f"{effective_batch:,}" if effective_batch.bit_length() <= 100 else show(effective_batch)
+            raise InputError(f"effective_batch={shown} is over the limit of {MAX_EFFECTIVE_BATCH:,} "
                              "(vramlens.limits.MAX_EFFECTIVE_BATCH): ask for a smaller --effective-batch")
         if not _splittable(effective_batch, total):
             raise InputError(f"effective_batch={effective_batch:,} cannot be split into micro-batch x grad-accum x "

@@ -134,6 +134,11 @@ def capacity(model: str | dict | ModelSpec | GGUFInfo | ServedModel, engine: str
         cap = transformers_capacity(served, g, **common, **settings)
     if served.source_notes:
         cap = replace(cap, notes=served.source_notes + cap.notes)
+    alone = [k for k in engine_settings if k.replace("-", "_").startswith("speculative_") and engine_settings[k] is not None]
+    if engine == "sglang" and alone and engine_settings.get("speculative_algorithm") is None:
+        # SGLang 0.5.3 server_args reads the other speculative_* flags only under a speculative_algorithm
+        cap = replace(cap, notes=cap.notes + (f"ignored: {', '.join(sorted(alone))} apply only with "
+                                              "--speculative-algorithm (SGLang reads them under one)",))
     if context is not None and context > cap.max_model_len:
         # the engine rejects a request longer than its limit: no concurrency or speed to give for it
         raise InputError(f"context={context:,} tokens is longer than the longest request {engine} accepts here "
