@@ -152,3 +152,12 @@ def test_gemma2_alternating_sliding_and_full_attention_is_two_blocks_a_period():
     cfg = {"model_type": "gemma2", "architectures": ["Gemma2ForCausalLM"], **W, "head_dim": 16, "num_hidden_layers": 8,
            "sliding_window": 16}
     _agree(cfg, {**INFER, "seq": 64}, (4, 6))
+
+
+def test_a_config_transformers_divides_by_zero_on_is_a_trace_error():
+    """Qwen3NextConfig.__post_init__ computes (i + 1) % full_attention_interval: 0 was a ZeroDivisionError from inside
+    transformers (vramlens estimate of such a config.json)."""
+    with pytest.raises(TraceError) as e:
+        trace(dict(QWEN3_NEXT, full_attention_interval=0))
+    assert str(e.value) == ("transformers cannot build a config for model_type='qwen3_next' (integer modulo by zero); "
+                            "use the analytic `vramlens estimate` instead")
