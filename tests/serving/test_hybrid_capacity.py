@@ -249,6 +249,12 @@ FIX = "use the model's own config.json"
     (dict(GRANITE_H, mamba_n_heads=47), 4,
      f"mamba_n_heads=47 x mamba_d_head=64 must equal mamba_expand=2 x hidden_size=1536 (the Mamba2 intermediate "
      f"size): {FIX}"),
+    (dict(QWEN3_NEXT_80B, linear_num_value_heads=31), 48,
+     f"linear_num_value_heads=31 must be a multiple of linear_num_key_heads=16 (each key head serves the same number "
+     f"of value heads): {FIX}"),
+    (dict(NEMOTRON_H, n_groups=3), 7,
+     f"3 Mamba2 groups (mamba_n_groups or n_groups) must divide its 128 heads (each group's B and C serve the same "
+     f"number of heads): {FIX}"),
     ({**{k: v for k, v in GRANITE_H.items() if k != "layer_types"}, "model_type": "bamba", "attn_layer_indices": 3}, 4,
      f"attn_layer_indices=3 is not a list of block indices in [0, 4): {FIX}"),
 ])

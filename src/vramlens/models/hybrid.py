@@ -146,7 +146,7 @@ def hybrid_layout(config: Mapping[str, Any] | None, n_layers: int) -> HybridLayo
 
     layout = _read(c, mt, n, ints, problems)
     if layout is not None and not problems:
-        problems.extend(_missing(layout, c))
+        problems.extend(_missing(layout, c) or _uneven(layout))
         if len(layout.kinds) != n:
             problems.append(f"{_kinds_source(c, mt)} gives {len(layout.kinds)} block(s) for num_hidden_layers={n}: "
                             "give one per decoder block")
@@ -252,6 +252,19 @@ def _missing(h: HybridLayout, c: Mapping[str, Any]) -> list[str]:
     """The fields a state's size needs that the config does not give (a state of 0 bytes is no model's)."""
     return [f"{names} is missing: the {h.mixer} state of each block is sized by it; {_FIX}"
             for attr, names in _NEEDED[h.mixer] if getattr(h, attr) < 1]
+
+
+def _uneven(h: HybridLayout) -> list[str]:
+    """Head counts transformers' mixers cannot split (5.24: modeling_qwen3_next.py repeats each key head over
+    num_v_heads // num_k_heads value heads; modeling_bamba.py and modeling_nemotron_h.py repeat B and C over
+    num_heads // n_groups heads, ``repeat_interleave(..., output_size=num_heads)``)."""
+    if h.mixer == "gated_deltanet" and h.v_heads % h.k_heads:
+        return [f"linear_num_value_heads={h.v_heads} must be a multiple of linear_num_key_heads={h.k_heads} (each key "
+                f"head serves the same number of value heads): {_FIX}"]
+    if h.mixer == "mamba2" and h.n_heads % h.n_groups:
+        return [f"{h.n_groups} Mamba2 groups (mamba_n_groups or n_groups) must divide its {h.n_heads} heads (each group's "
+                f"B and C serve the same number of heads): {_FIX}"]
+    return []
 
 
 def _kinds_source(c: Mapping[str, Any], mt: str) -> str:
