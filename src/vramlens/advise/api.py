@@ -80,7 +80,10 @@ def fit(
     g = as_gpu(gpu)
     assert g is not None
     check_api_types(workload, headroom)
-    nodes = check_int("nodes", nodes, MAX_GPUS)  # the search's work grows with nodes x GPUs (10**13 ran for minutes)
+    if isinstance(nodes, bool) or not isinstance(nodes, int) or nodes < 1:
+        raise InputError(f"nodes={show(nodes)} must be a whole number >= 1")
+    if nodes > MAX_GPUS:  # the search's work grows with nodes x GPUs (10**13 ran for minutes)
+        raise InputError(f"nodes={show(nodes)} is over the limit of {MAX_GPUS:,}")
     if gpus is not None and (isinstance(gpus, bool) or not isinstance(gpus, int)):  # the Workload bounds its value
         raise InputError(f"gpus={show(gpus)} must be a whole number >= 1")
     if effective_batch is not None and (isinstance(effective_batch, bool) or not isinstance(effective_batch, int)):
@@ -98,8 +101,6 @@ def fit(
     base = workload.validated() if workload is not None else make_workload(**settings)
     if workload is not None and settings:
         base = base.replace(**settings)
-    if isinstance(nodes, bool) or not isinstance(nodes, int) or nodes < 1:
-        raise InputError(f"nodes={show(nodes)} must be a whole number >= 1")
     per_node = gpus if gpus is not None else max(1, base.gpus // nodes)
     check_workload(spec, base)
     if base.cp > 1:
