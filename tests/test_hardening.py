@@ -105,3 +105,85 @@ def test_reports_are_written_with_the_umask_mode(tmp_path):
     write_text_atomic(target, "<p>y</p>")
     assert stat.S_IMODE(target.stat().st_mode) == 0o600
     assert [p.name for p in tmp_path.iterdir()] == ["r.html"]  # no temporary left behind
+
+
+# ---- the second campaign (fuzz2): the Python API's own arguments, engine versions, reports, caches ----------
+GPU_FIX = "give a catalog name such as 'A100-80GB' (see `vramlens gpus`), a size such as '24GB', or a vramlens.GPU"
+
+
+@pytest.mark.parametrize(("call", "message"), [
+    # were AttributeError / TypeError / ValueError from inside, or (nodes) a search that ran for minutes
+    (lambda: vramlens.estimate("llama-2-7b", gpu=80), f"gpu=80 is not a GPU: {GPU_FIX}"),
+    (lambda: vramlens.fit("llama-2-7b", gpu=24.0), f"gpu=24.0 is not a GPU: {GPU_FIX}"),
+    (lambda: vramlens.capacity("llama-3.1-8b", "vllm", gpu=None),
+     "capacity needs a GPU: give gpu='H100-SXM-80GB' (a catalog name) or a size such as '80GB'"),
+    (lambda: vramlens.estimate("llama-2-7b", "train"),
+     "workload='train' is not a Workload: build one with vramlens.make_workload(...), or give its fields as keywords "
+     "(mode='train', batch=8)"),
+    (lambda: vramlens.estimate("llama-2-7b", headroom="0.1"), "headroom='0.1' must be in [0, 1): e.g. 0.1 keeps 10% free"),
+    (lambda: vramlens.fit("llama-2-7b", gpu="24GB", headroom=None),
+     "headroom=None must be in [0, 1): e.g. 0.1 keeps 10% free"),
+    (lambda: vramlens.estimate("llama-2-7b", mode=10**5000), "mode=a many-digit number is not one of: inference, train"),
+    (lambda: vramlens.estimate("llama-2-7b", mode="train", method="lora", lora_targets=0),
+     "lora_targets=0 must be module names such as q_proj,v_proj"),
+    (lambda: vramlens.estimate(params=[7]), "params=[7] is not a size: give a count such as '7B' or 7_000_000_000"),
+    (lambda: vramlens.fit("llama-2-7b", gpu="24GB", nodes=10**13), "nodes=10000000000000 is over the limit of 1,048,576"),
+    (lambda: vramlens.fit("llama-2-7b", gpu="24GB", keep=[1]),
+     "keep/forbid=[1] is not remedy names: give a comma-separated string or a list of names such as "
+     "['lora', 'checkpointing']"),
+    (lambda: vramlens.capacity("llama-3.1-8b", "vllm", gpu="H100-80GB", gpu_memory_utilization=10**5000),
+     "gpu_memory_utilization=a many-digit number is not a number between 0 and 1"),
+    (lambda: vramlens.capacity("llama-3.1-8b", "vllm", gpu="H100-80GB",
+                               speculative_config={"method": "ngram", "num_speculative_tokens": 10**5000}),
+     "speculative_config num_speculative_tokens=a many-digit number is over 1,024"),
+    # a confident answer to nonsense: "-1GB" was read as the key "1gb", found inside "h200141gb"
+    (lambda: vramlens.capacity("llama-3.1-8b", "vllm", gpu="-1GB"),
+     "gpu='-1GB' is a signed size: give the memory of one GPU without a sign, such as 24GB"),
+    # engine releases are read whole, in ASCII digits (these were taken as 0.5.3 and 0.19)
+    (lambda: vramlens.capacity("llama-3.1-8b", "sglang", gpu="H100-80GB", version="0.5.3.4.5"),
+     "version='0.5.3.4.5' is not an SGLang release vramlens follows: give 0.3.3 or later, e.g. version='0.5.3' "
+     "(--sglang-version 0.5.3)"),
+    (lambda: vramlens.capacity("llama-3.1-8b", "vllm", gpu="H100-80GB", version="\uff10.19"),
+     "version='\uff10.19' is not a vLLM release vramlens follows: give 0.4 or later, e.g. version='0.19' "
+     "(--vllm-version 0.19)"),
+], ids=["estimate-gpu-int", "fit-gpu-float", "capacity-gpu-none", "workload-str", "headroom-str", "fit-headroom-none",
+        "mode-5000-digits", "lora-targets-int", "params-list", "fit-nodes-1e13", "fit-keep-ints", "fraction-5000-digits",
+        "speculative-tokens-5000-digits", "gpu-signed-size", "sglang-version-5-parts", "vllm-version-full-width"])
+def test_the_python_api_refuses_a_wrong_argument_in_one_line(call, message):
+    with pytest.raises(InputError) as e:
+        call()
+    assert str(e.value) == message
+
+
+def test_a_deeply_nested_speculative_config_is_refused(capsys):
+    from cli_run import run_cli
+
+    deep = "[" * 2000 + "]" * 2000  # json.loads raised RecursionError
+    code, out, err = run_cli(capsys, ["capacity", "llama-3.1-8b", "--gpu", "H100-SXM-80GB", "--speculative-config", deep])
+    assert (code, out) == (2, "")
+    assert err == (f"error: speculative_config={L.show(deep)} is not JSON (it nests 2,000 levels deep, over the limit "
+                   "of 64): give --speculative-config '{\"method\": \"eagle3\", \"model\": DRAFT, "
+                   "\"num_speculative_tokens\": 3}'\n")
+
+
+def test_a_report_path_that_is_a_fifo_is_refused_and_left_as_it_is(tmp_path, capsys):
+    """The write goes through a rename, which replaced the device itself: `--html /dev/null` as root made /dev/null
+    a plain file."""
+    from cli_run import run_cli
+
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    code, out, err = run_cli(capsys, ["estimate", "llama-2-7b", "--html", str(fifo)])
+    assert (code, out) == (2, "")
+    assert err == f"error: cannot write {fifo}: it is a device, FIFO or socket, not a file: choose a file path\n"
+    assert stat.S_ISFIFO(fifo.stat().st_mode)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["pipe"]  # no temporary left behind
+
+
+def test_sglang_speculative_flags_without_an_algorithm_are_named_as_ignored():
+    plain = vramlens.capacity("llama-3.1-8b", "sglang", gpu="H100-SXM-80GB")
+    alone = vramlens.capacity("llama-3.1-8b", "sglang", gpu="H100-SXM-80GB", speculative_draft_model_path="llama-3.2-1b",
+                              speculative_num_steps=3)
+    assert alone.notes[-1] == ("ignored: speculative_draft_model_path, speculative_num_steps apply only with "
+                               "--speculative-algorithm (SGLang reads them under one)")
+    assert alone.kv_cache_bytes == plain.kv_cache_bytes  # they change nothing

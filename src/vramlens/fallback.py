@@ -18,12 +18,15 @@ imports neither torch nor transformers itself: the trace package does, only when
 from __future__ import annotations
 
 from dataclasses import fields, replace
-from typing import TYPE_CHECKING, Any
+from math import prod
+from typing import TYPE_CHECKING, Any, get_args
 
+from vramlens import limits as L
 from vramlens.errors import MissingExtraError, TraceError, UnmodelledModelError
-from vramlens.estimator import DEFAULT_HEADROOM, Estimate, make_breakdown
+from vramlens.estimator import DEFAULT_HEADROOM, Estimate, check_api_types, make_breakdown
 from vramlens.estimator import estimate as analytic_estimate
-from vramlens.models.spec import ModelSpec, TensorInfo
+from vramlens.models.spec import ModelSpec, Role, TensorInfo
+from vramlens.units import DTYPE_BYTES
 from vramlens.workload import Workload
 
 if TYPE_CHECKING:
@@ -72,6 +75,11 @@ def estimate(
     """
     def analytic(m: Any) -> Estimate:
         return analytic_estimate(m, workload, gpu=gpu, params=params, headroom=headroom, **settings)
+
+    from vramlens.hardware.catalog import as_gpu
+
+    check_api_types(workload, headroom)
+    as_gpu(gpu)
 
     if not trace_fallback or params is not None or model is None:
         return analytic(model)
@@ -148,12 +156,12 @@ def fit(
     if spec is None:
         return analytic_fit(model, workload, gpu, params=params, max_plans=max_plans, top=top, optimize=optimize,
                             **common)
-    from vramlens.hardware.catalog import get_gpu
+    from vramlens.hardware.catalog import as_gpu
     from vramlens.units import parse_size
 
     n = max_plans or top or DEFAULT_MAX_PLANS
     result = analytic_fit(spec, workload, gpu, max_plans=n + SPARE_PLANS, optimize=optimize, **common)
-    g = get_gpu(gpu) if isinstance(gpu, str) else gpu
+    g = as_gpu(gpu)
     assert g is not None  # analytic_fit refuses gpu=None
     ram = parse_size(host_ram, what="host RAM") if isinstance(host_ram, str) else host_ram
     names = {f.name for f in fields(Workload)}
@@ -366,10 +374,10 @@ def traced_estimate(value: dict[str, Any], w: Workload, gpu: str | GPU | None, *
     """
     from vramlens.estimator.runtime import runtime
     from vramlens.estimator.verdict import usable_bytes, verdict
-    from vramlens.hardware.catalog import get_gpu
+    from vramlens.hardware.catalog import as_gpu
     from vramlens.trace.fallback import FALLBACK_LAYERS
 
-    g = get_gpu(gpu) if isinstance(gpu, str) else gpu
+    g = as_gpu(gpu)
     spec = traced_spec(value, name=name, source=source)
     bd = value["breakdown"]
     rt = runtime(g, w)
@@ -449,6 +457,9 @@ def serving_spec(model: str | dict | ModelSpec, *, trace_fallback: bool = True) 
     found = cache.read(INVENTORY_KIND, key)
     value = found.value if found.value is not None and found.value.get("format") == INVENTORY_FORMAT else None
     notes = [found.note] if found.note else []
+    if value is not None and (why := inventory_problem(value)):  # a damaged or hand-edited file: built again
+        notes.append(f"cache file {cache.shown(INVENTORY_KIND, key)} ignored ({why})")
+        value = None
     if value is not None:
         notes.append(f"inventory answered from the cache {cache.shown(INVENTORY_KIND, key)}")
     else:
@@ -534,8 +545,57 @@ def _meta_spec(value: dict[str, Any], config: dict[str, Any], *, name: str, sour
                  "model built on the meta device",))
 
 
+#: The facts of a cached inventory or traced profile (:func:`vramlens.trace.fallback.inventory`) that are counts.
+_FACT_INTS = ("hidden_size", "n_heads", "n_kv_heads", "head_dim", "ffn_size", "vocab_size", "n_layers", "max_position")
+_FACT_STRS = ("model_type", "architecture", "kind", "head")
+#: Facts the inventory always writes as at least 1 (trace.fallback.inventory: heads max(1, ...), kv heads or heads)
+_FACT_POSITIVE = ("hidden_size", "n_heads", "n_kv_heads", "n_layers")
+
+
+def inventory_problem(value: dict[str, Any]) -> str:
+    """Why a cached inventory (or a traced profile's ``model`` and ``tensors``) is not one
+    :func:`vramlens.trace.fallback.inventory` could have written, or "" when it is.
+
+    The cache is a file on disk: a truncated, hand-edited or hostile one must be built again, never
+    answer with a negative width or a tensor of -256 rows (each count is held to vramlens.limits).
+    """
+    m, rows = value.get("model"), value.get("tensors")
+    if not isinstance(m, dict) or not isinstance(rows, list):
+        return "no model facts or tensor list"
+    for k in _FACT_INTS:
+        v = m.get(k)
+        least = 1 if k in _FACT_POSITIVE else 0
+        if isinstance(v, bool) or not isinstance(v, int) or not least <= v <= L.MAX_POSITIONS:
+            return f"model {k}={L.show(v)} is not a count"
+    if m["n_layers"] > L.MAX_LAYERS or not all(isinstance(m.get(k), str) for k in _FACT_STRS) or not isinstance(
+            m.get("tied_embeddings"), bool) or m["kind"] not in ("decoder", "encoder", "encoder-decoder"):
+        return "model facts of the wrong type"
+    if not 0 < len(rows) <= L.MAX_TENSORS:
+        return f"{len(rows):,} tensors"
+    roles, numel = set(get_args(Role)), 0
+    for row in rows:
+        if not (isinstance(row, list) and len(row) == 6):
+            return f"tensor entry {L.show(row)} is not [name, shape, role, module, layer, dtype]"
+        name, shape, role, module, layer, dtype = row
+        if not (isinstance(name, str) and isinstance(module, str) and role in roles and isinstance(shape, list)
+                and len(shape) <= 8 and all(isinstance(n, int) and not isinstance(n, bool) and n >= 0 for n in shape)
+                and (layer is None or isinstance(layer, int) and not isinstance(layer, bool) and 0 <= layer < L.MAX_LAYERS)
+                and (dtype is None or dtype in DTYPE_BYTES)):
+            return f"tensor entry {L.show(row)} is not [name, shape, role, module, layer, dtype]"
+        numel += prod(shape)
+        if numel > L.MAX_PARAMS:
+            return f"over {L.MAX_PARAMS:,} parameters"
+    return ""
+
+
 def traced_spec(value: dict[str, Any], *, name: str, source: str) -> ModelSpec:
-    """The ModelSpec of a traced profile: its facts and the full model's inventory (built on meta)."""
+    """The ModelSpec of a traced profile: its facts and the full model's inventory (built on meta).
+
+    Raises:
+        ValueError: ``value`` is not one vramlens wrote (:func:`inventory_problem` says why).
+    """
+    if why := inventory_problem(value):
+        raise ValueError(why)
     m = value["model"]
     tensors = tuple(TensorInfo(name=n, shape=tuple(shape), role=role, module=module, layer=layer, dtype=dtype)
                     for n, shape, role, module, layer, dtype in value["tensors"])
@@ -551,5 +611,5 @@ def traced_spec(value: dict[str, Any], *, name: str, source: str) -> ModelSpec:
 
 __all__ = [
     "CACHE_KIND", "INVENTORY_FORMAT", "INVENTORY_KIND", "SPARE_PLANS", "TRACE_STEPS", "cache_key", "cached_profile",
-    "estimate", "fit", "serving_spec", "traced_estimate", "traced_profile", "traced_spec",
+    "estimate", "fit", "inventory_problem", "serving_spec", "traced_estimate", "traced_profile", "traced_spec",
 ]

@@ -690,7 +690,7 @@ class Workload:
             if optional and value is None:
                 return
             if value not in allowed:
-                p.append(f"{name}={value!r} is not one of: {', '.join(allowed)}")
+                p.append(f"{name}={L.show(value)} is not one of: {', '.join(allowed)}")
 
         choice("mode", self.mode, MODES)
         choice("method", self.method, METHODS)
@@ -750,7 +750,7 @@ class Workload:
                          and all(isinstance(v, int) and abs(v) < 10**9 for v in sides) else L.show(sides))
                 p.append(f"image_size={shown} must be two whole numbers of pixels >= 1 (height, width)")
             elif max(sides) > L.MAX_IMAGE_SIDE:
-                p.append(f"image_size={sides[0]}x{sides[1]} is over the limit of {L.MAX_IMAGE_SIDE:,} pixels a side")
+                p.append(f"image_size={L.show(sides[0])}x{L.show(sides[1])} is over the limit of {L.MAX_IMAGE_SIDE:,} pixels a side")
         if self.audio_seconds is not None:
             a = self.audio_seconds
             if (isinstance(a, bool) or not isinstance(a, int | float)
@@ -836,7 +836,7 @@ class Workload:
         elif len(self.lora_targets) > 256 or any(len(t) > 256 for t in self.lora_targets):
             p.append("lora_targets: at most 256 names of at most 256 characters each")
         if self.zero not in (0, 1, 2, 3):
-            p.append(f"zero={self.zero!r} must be 0, 1, 2 or 3")
+            p.append(f"zero={L.show(self.zero)} must be 0, 1, 2 or 3")
         if self.fsdp and self.zero:
             p.append(f"fsdp and zero={self.zero} both given: choose FSDP or one ZeRO stage")
         if self.fused_qkv is True and self.dora is True:
@@ -844,7 +844,7 @@ class Workload:
         if (isinstance(self.lora_dropout, bool) or not isinstance(self.lora_dropout, (int, float))
                 or not (0.0 <= self.lora_dropout < 1.0)):
             p.append(f"lora_dropout={L.show(self.lora_dropout)} must be in [0, 1)")
-        if not self.lora_targets:
+        if self.lora_targets == ():
             p.append("lora_targets is empty: name modules such as q_proj,v_proj or 'all-linear'")
         if p:
             return p  # the rest compares values that are known to be valid
@@ -1619,7 +1619,7 @@ def make_workload(**kwargs: Any) -> Workload:
     _held_for_spellings(clean)
     if isinstance(clean.get("lora_targets"), str):
         clean["lora_targets"] = tuple(t.strip() for t in clean["lora_targets"].split(",") if t.strip())
-    elif "lora_targets" in clean:
+    elif isinstance(clean.get("lora_targets"), (list, tuple)):  # anything else: problems() names it
         clean["lora_targets"] = tuple(clean["lora_targets"])
     if clean.get("amp") in ("none", "no", ""):
         clean["amp"] = None

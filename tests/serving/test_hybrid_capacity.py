@@ -242,3 +242,91 @@ def test_lfm2_short_convolutions_in_vllm_and_llama_cpp():
                             trace_fallback=False)
     # 1 attention block: 2 x 4,096 cells x 512 x 2 B = 8 MiB; 3 conv blocks x 2 sequences x 2,048 f32 values
     assert cpp.kv_cache_bytes == 8 * 2**20 + 3 * 2 * 2_048 * 4
+
+
+NEMOTRON_H = {"model_type": "nemotron_h", "hidden_size": 4096, "hybrid_override_pattern": "M-M*-ME", "mamba_num_heads": 128,
+              "mamba_head_dim": 64, "ssm_state_size": 128, "n_groups": 8, "conv_kernel": 4}
+JAMBA = {"model_type": "jamba", "hidden_size": 4096, "attn_layer_period": 8, "attn_layer_offset": 4, "mamba_d_state": 16}
+GRANITE_H = {"model_type": "granitemoehybrid", "hidden_size": 1536, "layer_types": ["mamba", "mamba", "mamba", "attention"],
+             "mamba_n_heads": 48, "mamba_d_head": 64, "mamba_d_state": 128}
+FIX = "use the model's own config.json"
+
+
+@pytest.mark.parametrize(("config", "n_layers", "message"), [
+    # were ZeroDivisionError (i % 0), TypeError (a list as a layer type) or a state of 0 or negative bytes
+    (dict(QWEN3_NEXT_80B, full_attention_interval=0), 48, f"full_attention_interval=0 must be >= 1: {FIX}"),
+    (dict(QWEN3_NEXT_80B, layer_types=[["x"]] * 48), 48,
+     "layer_types has ['x'], not a layer type (full_attention, attention, sliding_attention, linear_attention, mamba, "
+     f"mamba2, conv, mlp, moe): {FIX}"),
+    (dict(QWEN3_NEXT_80B, linear_num_value_heads=-32), 48, f"linear_num_value_heads=-32 must be >= 1: {FIX}"),
+    (dict(QWEN3_NEXT_80B, layer_types=["linear_attention"] * 3 + ["full_attention"]), 48,
+     "layer_types gives 4 block(s) for num_hidden_layers=48: give one per decoder block"),
+    (dict(JAMBA, attn_layer_period=0), 32, f"attn_layer_period=0 must be >= 1: {FIX}"),
+    (dict(JAMBA, attn_layer_offset=8), 32,
+     f"attn_layer_offset=8 must be smaller than attn_layer_period=8 (else no block is attention): {FIX}"),
+    (dict(NEMOTRON_H, hybrid_override_pattern="M-X"), 3,
+     f"hybrid_override_pattern has 'X': its letters are M (Mamba2), * (attention), - (MLP) and E (MoE); {FIX}"),
+    (dict(NEMOTRON_H, mamba_ssm_cache_dtype="int4"), 7,
+     f"mamba_ssm_cache_dtype='int4' is not one of auto, float32, float16, bfloat16, half, float: {FIX}"),
+    ({k: v for k, v in NEMOTRON_H.items() if k != "ssm_state_size"}, 7,
+     f"mamba_d_state or ssm_state_size is missing: the mamba2 state of each block is sized by it; {FIX}"),
+    (dict(GRANITE_H, mamba_n_heads=47), 4,
+     f"mamba_n_heads=47 x mamba_d_head=64 must equal mamba_expand=2 x hidden_size=1536 (the Mamba2 intermediate "
+     f"size): {FIX}"),
+    (dict(QWEN3_NEXT_80B, linear_num_value_heads=31), 48,
+     f"linear_num_value_heads=31 must be a multiple of linear_num_key_heads=16 (each key head serves the same number "
+     f"of value heads): {FIX}"),
+    (dict(NEMOTRON_H, n_groups=3), 7,
+     f"3 Mamba2 groups (mamba_n_groups or n_groups) must divide its 128 heads (each group's B and C serve the same "
+     f"number of heads): {FIX}"),
+    ({**{k: v for k, v in GRANITE_H.items() if k != "layer_types"}, "model_type": "bamba", "attn_layer_indices": 3}, 4,
+     f"attn_layer_indices=3 is not a list of block indices in [0, 4): {FIX}"),
+])
+def test_a_hybrid_layout_no_model_has_is_refused_naming_the_field(config, n_layers, message):
+    with pytest.raises(ConfigError) as e:
+        hybrid_layout(config, n_layers)
+    assert str(e.value) == message
+
+
+def test_a_bad_hybrid_field_is_one_line_exit_2(tmp_path, capsys):
+    cfg = tmp_path / "config.json"
+    cfg.write_text(json.dumps(dict(QWEN3_NEXT_80B, full_attention_interval=0)))  # was ZeroDivisionError
+    assert main(["capacity", str(cfg), "--gpu", "H200-141GB", "--no-trace-fallback"]) == 2
+    out, err = capsys.readouterr()
+    assert (out, err) == ("", f"error: full_attention_interval=0 must be >= 1: {FIX}\n")
+
+
+@pytest.mark.parametrize(("value", "why"), [
+    ({"format": 1, "tensors": []}, "no model facts or tensor list"),
+    ({"format": 1, "model": {"hidden_size": -1}, "tensors": []}, "model hidden_size=-1 is not a count"),
+    ({"format": 1, "model": {"hidden_size": "x"}, "tensors": []}, "model hidden_size='x' is not a count"),
+])
+def test_a_damaged_inventory_cache_entry_is_built_again(monkeypatch, value, why):
+    """A cached inventory was used as it was read: a missing key was a KeyError, a negative width an answer.
+    Now it is a miss (the rebuild needs torch: here it is missing, so the miss shows as MissingExtraError)."""
+    from vramlens import cache
+    from vramlens.fallback import inventory_problem
+
+    assert inventory_problem(value) == why
+    monkeypatch.setattr(cache, "read", lambda kind, key: cache.Lookup(value))
+
+    def missing():
+        raise MissingExtraError("torch", "trace")
+
+    monkeypatch.setattr(vramlens.trace, "require_torch", missing)
+    with pytest.raises(MissingExtraError):
+        vramlens.capacity(TINY_QWEN3_NEXT, "vllm", gpu="H100-80GB")
+
+
+def test_inventory_problem_names_a_bad_tensor_row():
+    from vramlens.fallback import inventory_problem
+
+    facts = {"model_type": "qwen3_next", "architecture": "Qwen3NextForCausalLM", "kind": "decoder", "head": "causal-lm",
+             "hidden_size": 64, "n_heads": 4, "n_kv_heads": 2, "head_dim": 16, "ffn_size": 128, "vocab_size": 256,
+             "n_layers": 4, "max_position": 256, "tied_embeddings": False}
+    good = ["model.embed_tokens.weight", [256, 64], "embedding", "embed_tokens", None, None]
+    assert inventory_problem({"model": facts, "tensors": [good]}) == ""
+    bad = ["e.weight", [-256, 64], "embedding", "e", None, None]
+    assert inventory_problem({"model": facts, "tensors": [good, bad]}) == (
+        "tensor entry ['e.weight', [-256, 64], 'embedding', 'e', None, None] is not [name, shape, role, module, layer, "
+        "dtype]")

@@ -179,3 +179,12 @@ def test_a_config_transformers_rejects_is_one_line(tmp_path):
         _hf_config({"model_type": "falcon_h1", "time_step_limit": [0.0, "wide"]})
     assert str(e.value).startswith("transformers cannot build a config for model_type='falcon_h1' (")
     assert str(e.value).endswith("); use the analytic `vramlens estimate` instead")
+
+
+def test_a_config_transformers_divides_by_zero_on_is_a_trace_error():
+    """Qwen3NextConfig.__post_init__ computes (i + 1) % full_attention_interval: 0 was a ZeroDivisionError from inside
+    transformers (vramlens estimate of such a config.json)."""
+    with pytest.raises(TraceError) as e:
+        trace(dict(QWEN3_NEXT, full_attention_interval=0))
+    assert str(e.value) == ("transformers cannot build a config for model_type='qwen3_next' (integer modulo by zero); "
+                            "use the analytic `vramlens estimate` instead")

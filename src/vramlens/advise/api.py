@@ -11,7 +11,14 @@ from vramlens.advise.plan import FitResult
 from vramlens.advise.search import DEFAULT_MAX_PLANS, inverse_answers, search
 from vramlens.errors import InputError
 from vramlens.hardware.gpu import GPU
-from vramlens.limits import MAX_DEVICE_BYTES, MAX_TOP, SEARCH_BUDGET_S, check_int, show
+from vramlens.limits import (
+    MAX_DEVICE_BYTES,
+    MAX_GPUS,
+    MAX_TOP,
+    SEARCH_BUDGET_S,
+    check_int,
+    show,
+)
 from vramlens.models.spec import ModelSpec
 from vramlens.workload import Workload, make_workload
 
@@ -64,13 +71,23 @@ def fit(
     Raises:
         InputError: an unknown model or GPU, bad settings, or contradictory constraints.
     """
-    from vramlens.estimator import check_workload
-    from vramlens.hardware.catalog import get_gpu
+    from vramlens.estimator import check_api_types, check_workload
+    from vramlens.hardware.catalog import as_gpu
     from vramlens.units import parse_size
 
     if gpu is None:
         raise InputError("fit needs a GPU: give gpu='A100-80GB' (a catalog name) or a size such as '24GB'")
-    g = get_gpu(gpu) if isinstance(gpu, str) else gpu
+    g = as_gpu(gpu)
+    assert g is not None
+    check_api_types(workload, headroom)
+    if isinstance(nodes, bool) or not isinstance(nodes, int) or nodes < 1:
+        raise InputError(f"nodes={show(nodes)} must be a whole number >= 1")
+    if nodes > MAX_GPUS:  # the search's work grows with nodes x GPUs (10**13 ran for minutes)
+        raise InputError(f"nodes={show(nodes)} is over the limit of {MAX_GPUS:,}")
+    if gpus is not None and (isinstance(gpus, bool) or not isinstance(gpus, int)):  # the Workload bounds its value
+        raise InputError(f"gpus={show(gpus)} must be a whole number >= 1")
+    if effective_batch is not None and (isinstance(effective_batch, bool) or not isinstance(effective_batch, int)):
+        raise InputError(f"effective_batch={show(effective_batch)} must be a whole number >= 1")  # search bounds it
     if isinstance(model, ModelSpec):
         spec = model
     else:
@@ -84,8 +101,6 @@ def fit(
     base = workload.validated() if workload is not None else make_workload(**settings)
     if workload is not None and settings:
         base = base.replace(**settings)
-    if isinstance(nodes, bool) or not isinstance(nodes, int) or nodes < 1:
-        raise InputError(f"nodes={show(nodes)} must be a whole number >= 1")
     per_node = gpus if gpus is not None else max(1, base.gpus // nodes)
     check_workload(spec, base)
     if base.cp > 1:

@@ -54,7 +54,7 @@ from vramlens.estimator import estimate_spec
 from vramlens.estimator import kv_cache as K
 from vramlens.estimator.verdict import verdict
 from vramlens.hardware.gpu import GPU
-from vramlens.limits import MAX_BATCH, MAX_EFFECTIVE_BATCH, MAX_GRAD_ACCUM, SEARCH_BUDGET_S
+from vramlens.limits import MAX_BATCH, MAX_EFFECTIVE_BATCH, MAX_GRAD_ACCUM, SEARCH_BUDGET_S, show
 from vramlens.models.spec import ModelSpec
 from vramlens.units import ceil_div, human_bytes
 from vramlens.workload import (
@@ -104,6 +104,9 @@ class Constraints:
 def _names(items: str | Iterable[str]) -> frozenset[str]:
     if isinstance(items, str):
         items = items.split(",")
+    if not isinstance(items, (list, tuple, set, frozenset)) or not all(isinstance(i, str) for i in items):
+        raise InputError(f"keep/forbid={show(items)} is not remedy names: give a comma-separated string or a list of "
+                         "names such as ['lora', 'checkpointing']")
     return frozenset(i.strip().lower().replace("_", "-") for i in items if i and i.strip())
 
 
@@ -483,22 +486,23 @@ def search(
     """
     if gpus < 1 or nodes < 1:
         raise InputError(f"gpus={gpus}, nodes={nodes}: both must be whole numbers >= 1")
-    if not 0 <= headroom < 1:
-        raise InputError(f"headroom={headroom} must be in [0, 1): e.g. 0.1 keeps 10% free")
+    if isinstance(headroom, bool) or not isinstance(headroom, (int, float)) or not 0 <= headroom < 1:
+        raise InputError(f"headroom={show(headroom)} must be in [0, 1): e.g. 0.1 keeps 10% free")
     budget = Budget.begin(budget_s)
     total = gpus * nodes
     c = check_constraints(base, keep, forbid, method_locked=method_locked, total_gpus=total)
     if optimize is not None and optimize not in OBJECTIVES:
-        raise InputError(f"optimize={optimize!r} is not one of: {', '.join(OBJECTIVES)} (or None: stop when it fits)")
+        raise InputError(f"optimize={show(optimize)} is not one of: {', '.join(OBJECTIVES)} (or None: stop when it fits)")
     s = _Search(spec, gpu, headroom, host_ram, nodes, links, optimize or "speed")
     asked_batch = effective_batch
     if base.training:
         if effective_batch is None:
             effective_batch = base.batch * base.grad_accum * max(1, total // (base.tp * base.pp))
         if effective_batch < 1:
-            raise InputError(f"effective_batch={effective_batch} must be a whole number >= 1")
+            raise InputError(f"effective_batch={show(effective_batch)} must be a whole number >= 1")
         if effective_batch > MAX_EFFECTIVE_BATCH:
-            raise InputError(f"effective_batch={effective_batch:,} is over the limit of {MAX_EFFECTIVE_BATCH:,} "
+            shown = f"{effective_batch:,}" if effective_batch.bit_length() <= 100 else show(effective_batch)
+            raise InputError(f"effective_batch={shown} is over the limit of {MAX_EFFECTIVE_BATCH:,} "
                              "(vramlens.limits.MAX_EFFECTIVE_BATCH): ask for a smaller --effective-batch")
         if not _splittable(effective_batch, total):
             raise InputError(f"effective_batch={effective_batch:,} cannot be split into micro-batch x grad-accum x "

@@ -38,10 +38,12 @@ def estimate(
     Raises:
         InputError: an unknown model or GPU, or a workload value that is out of range.
     """
-    from vramlens.hardware.catalog import get_gpu
+    from vramlens.hardware.catalog import as_gpu
     from vramlens.models.spec import ModelSpec
     from vramlens.workload import make_workload
 
+    check_api_types(workload, headroom)
+    g = as_gpu(gpu)
     if isinstance(model, ModelSpec):
         spec = model
     else:
@@ -55,8 +57,21 @@ def estimate(
 
     spec = with_task(spec, w.task)
     check_workload(spec, w)
-    g = get_gpu(gpu) if isinstance(gpu, str) else gpu
     return estimate_spec(spec, w, g, headroom=headroom)
+
+
+def check_api_types(workload: Any, headroom: Any) -> None:
+    """InputError for a ``workload`` that is not a Workload, or a ``headroom`` that is not a fraction in [0, 1)
+    (the Python API's own arguments; a GPU is checked by :func:`vramlens.hardware.as_gpu`)."""
+    from vramlens.errors import InputError
+    from vramlens.limits import show
+    from vramlens.workload import Workload
+
+    if workload is not None and not isinstance(workload, Workload):
+        raise InputError(f"workload={show(workload)} is not a Workload: build one with vramlens.make_workload(...), "
+                         "or give its fields as keywords (mode='train', batch=8)")
+    if isinstance(headroom, bool) or not isinstance(headroom, (int, float)) or not 0 <= headroom < 1:
+        raise InputError(f"headroom={show(headroom)} must be in [0, 1): e.g. 0.1 keeps 10% free")
 
 
 def _delta_target_problems(spec: ModelSpec, w: Workload) -> list[str]:
@@ -217,6 +232,7 @@ __all__ = [
     "Component",
     "DEFAULT_HEADROOM",
     "Estimate",
+    "check_api_types",
     "check_workload",
     "estimate",
     "estimate_spec",

@@ -119,6 +119,22 @@ def _size_name(text: str) -> str:
     return f"{m.group(1)} {unit} GPU"
 
 
+def as_gpu(gpu: str | GPU | None) -> GPU | None:
+    """``gpu`` as the API functions take it: a catalog name or a size (:func:`get_gpu`), a GPU, or None.
+
+    Raises:
+        UnknownGPUError: anything else (a number, a list ...), named with what to give instead.
+    """
+    if gpu is None or isinstance(gpu, GPU):
+        return gpu
+    if isinstance(gpu, str):
+        return get_gpu(gpu)
+    from vramlens.limits import show
+
+    raise UnknownGPUError(f"gpu={show(gpu)} is not a GPU: give a catalog name such as 'A100-80GB' (see `vramlens "
+                          "gpus`), a size such as '24GB', or a vramlens.GPU")
+
+
 def get_gpu(name_or_size: str) -> GPU:
     """Find a GPU by name or alias (loose, case-insensitive), or make one from a size.
 
@@ -146,6 +162,8 @@ def get_gpu(name_or_size: str) -> GPU:
             raise UnknownGPUError(f"gpu={text!r} is {size:.3g} bytes: over the limit of {MAX_DEVICE_BYTES:,} "
                                   "(1 PiB); give the memory of one GPU, such as 80GB")
         return generic_gpu(size, name=_size_name(text))
+    if re.match(r"[-+\u2212]\s*[\d.]", text):  # "-1GB" was read as the key "1gb", found inside "h200141gb"
+        raise UnknownGPUError(f"gpu={text!r} is a signed size: give the memory of one GPU without a sign, such as 24GB")
     gpus, index = _catalog()
     key = _key(text)
     if key in _ambiguous():

@@ -41,6 +41,9 @@ from dataclasses import dataclass
 from math import prod
 from typing import Any
 
+from vramlens import limits as L
+from vramlens.errors import ConfigError, InputError
+
 #: block kinds: "attention" keeps a KV cache, "state" a fixed recurrent state, "none" neither (MLP, MoE),
 #: "attention+state" both (Falcon-H1: attention and Mamba2 side by side in every block)
 ATTENTION, STATE, NONE, BOTH = "attention", "state", "none", "attention+state"
@@ -151,74 +154,136 @@ def hybrid_layout(config: Mapping[str, Any] | None, n_layers: int) -> HybridLayo
     """The layout of a hybrid model's ``config`` (config.json fields), None for a plain transformer.
 
     Raises:
-        UnsupportedHybrid: state-space fields whose layout is not read here (Falcon-H1, LFM2, Zamba2, ...).
+        UnsupportedHybrid: state-space fields whose layout is not read here (Zamba2, pure Mamba, RWKV, ...).
+        ConfigError: a field the layout is read from that no model could have (a zero, negative or non-integer
+            size, a layer list or pattern of another length than the blocks, an unknown layer type, Jamba's
+            ``attn_layer_offset`` outside ``[0, attn_layer_period)``), each named with the fix.
     """
     c = dict(config or {})
     if isinstance(c.get("text_config"), Mapping) and not any(k in c for k in _STATE_FIELDS):
         c = {**c, **c["text_config"]}
     mt = str(c.get("model_type") or "")
-    L = n_layers
+    n = n_layers
+    problems: list[str] = []
 
-    def ints(*keys: str, default: int = 0) -> int:
+    def ints(*keys: str, default: int = 0, minimum: int = 1, limit: int = L.MAX_INTERMEDIATE) -> int:
+        """The first of ``keys`` the config gives, in [minimum, limit] (a problem otherwise), else ``default``."""
         for key in keys:
-            v = c.get(key)
-            if isinstance(v, int) and not isinstance(v, bool):
-                return v
+            if c.get(key) is not None:
+                try:
+                    return L.check_int(key, c[key], limit, minimum=minimum, fix=_FIX)
+                except InputError as e:
+                    problems.append(str(e))
+                    return max(default, minimum)
         return default
 
+    layout = _read(c, mt, n, ints, problems)
+    if layout is not None and not problems:
+        problems.extend(_missing(layout, c) or _uneven(layout))
+        if len(layout.kinds) != n:
+            problems.append(f"{_kinds_source(c, mt)} gives {len(layout.kinds)} block(s) for num_hidden_layers={n}: "
+                            "give one per decoder block")
+    if problems:
+        raise ConfigError(problems)
+    return layout
+
+
+#: How a bad hybrid field's message ends (vramlens.limits.check_int's ``fix``).
+_FIX = "use the model's own config.json"
+#: Layer types of ``layer_types`` / ``layers_block_type`` (Qwen3NextConfig, GraniteMoeHybridConfig, BambaConfig,
+#: NemotronHConfig of transformers 5.24: "mlp", "linear_attention", "full_attention", "moe"; the legacy "mamba")
+_TYPES_ATTENTION = ("full_attention", "attention", "sliding_attention")
+_TYPES_STATE = ("linear_attention", "mamba", "mamba2", "conv")
+_TYPES_NONE = ("mlp", "moe")
+#: ``hybrid_override_pattern`` letters (NemotronHConfig._pattern_to_list)
+_LETTERS = {"M": STATE, "*": ATTENTION, "-": NONE, "E": NONE}
+
+
+def _read(c: dict[str, Any], mt: str, n: int, ints: Any, problems: list[str]) -> HybridLayout | None:
+    """The layout as each model's config reads it (see :func:`hybrid_layout`); bad fields go to ``problems``."""
     if "linear_num_value_heads" in c and mt not in ("lfm2", "kimi_linear"):
-        if isinstance(c.get("layer_types"), list):
-            kinds = _kinds_from_types(c["layer_types"], L)
+        if c.get("layer_types") is not None:
+            kinds = _kinds_from_types(c["layer_types"], "layer_types", problems)
         else:  # Qwen3NextConfig without layer_types: full attention every full_attention_interval-th block
-            every = ints("full_attention_interval", default=4)
-            kinds = tuple(ATTENTION if (i + 1) % every == 0 else STATE for i in range(L))
+            every = ints("full_attention_interval", default=4, limit=L.MAX_LAYERS)
+            kinds = tuple(ATTENTION if (i + 1) % every == 0 else STATE for i in range(n))
         return HybridLayout(kinds=kinds, mixer="gated_deltanet", conv_kernel=ints("linear_conv_kernel_dim", default=4),
-                            k_heads=ints("linear_num_key_heads"), v_heads=ints("linear_num_value_heads"),
+                            k_heads=ints("linear_num_key_heads", limit=L.MAX_HEADS),
+                            v_heads=ints("linear_num_value_heads", limit=L.MAX_HEADS),
                             k_dim=ints("linear_key_head_dim"), v_dim=ints("linear_value_head_dim"))
-    hidden = ints("hidden_size")
+    hidden = ints("hidden_size", limit=L.MAX_HIDDEN)
     if "mamba_n_heads" in c and mt in ("bamba", "granitemoehybrid"):
-        if isinstance(c.get("layer_types"), list):
-            kinds = _kinds_from_types(c["layer_types"], L)
+        if c.get("layer_types") is not None:
+            kinds = _kinds_from_types(c["layer_types"], "layer_types", problems)
         else:
-            idx = set(c.get("attn_layer_indices") or ())
-            kinds = tuple(ATTENTION if i in idx else STATE for i in range(L))
+            given = c.get("attn_layer_indices") or []
+            if not isinstance(given, list) or not all(isinstance(i, int) and not isinstance(i, bool) and 0 <= i < n
+                                                      for i in given):
+                problems.append(f"attn_layer_indices={L.show(given)} is not a list of block indices in [0, {n}): "
+                                f"{_FIX}")
+                given = []
+            kinds = tuple(ATTENTION if i in set(given) else STATE for i in range(n))
+        expand, heads = ints("mamba_expand", default=2, limit=L.MAX_HEADS), ints("mamba_n_heads", limit=L.MAX_HEADS)
+        head_dim = c.get("mamba_d_head")
+        # BambaConfig / GraniteMoeHybridConfig __post_init__: "auto" is mamba_expand x hidden_size // mamba_n_heads
+        d_head = expand * hidden // heads if head_dim == "auto" and heads else ints("mamba_d_head")
+        if heads and d_head and not problems and heads * d_head != expand * hidden:
+            # BambaConfig / GraniteMoeHybridConfig.validate_architecture (transformers 5.24) refuse it too
+            problems.append(f"mamba_n_heads={heads} x mamba_d_head={d_head} must equal mamba_expand={expand} x "
+                            f"hidden_size={hidden} (the Mamba2 intermediate size): {_FIX}")
         return HybridLayout(kinds=kinds, mixer="mamba2", conv_kernel=ints("mamba_d_conv", default=4),
-                            intermediate=ints("mamba_expand", default=2) * hidden,
-                            n_groups=ints("mamba_n_groups", default=1), n_heads=ints("mamba_n_heads"),
-                            head_dim=ints("mamba_d_head"), state_size=ints("mamba_d_state"))
+                            intermediate=expand * hidden, n_groups=ints("mamba_n_groups", default=1, limit=L.MAX_HEADS),
+                            n_heads=heads, head_dim=d_head, state_size=ints("mamba_d_state"))
     if "mamba_num_heads" in c and mt == "nemotron_h":
         pattern = c.get("hybrid_override_pattern")
         if isinstance(pattern, str):
-            letters = {"M": STATE, "*": ATTENTION, "-": NONE, "E": NONE}
-            kinds = tuple(letters.get(ch, NONE) for ch in pattern[:L])
+            bad = sorted(set(pattern) - set(_LETTERS))
+            if bad:
+                problems.append(f"hybrid_override_pattern has {L.show(''.join(bad))}: its letters are M (Mamba2), * "
+                                f"(attention), - (MLP) and E (MoE); {_FIX}")
+            kinds = tuple(_LETTERS.get(ch, NONE) for ch in pattern)
+        elif pattern is not None:
+            problems.append(f"hybrid_override_pattern={L.show(pattern)} is not a string of M, *, - and E: {_FIX}")
+            kinds = ()
         else:
-            kinds = _kinds_from_types(c.get("layers_block_type") or [], L)
-        heads, hd = ints("mamba_num_heads"), ints("mamba_head_dim")
+            kinds = _kinds_from_types(c.get("layers_block_type") or [], "layers_block_type", problems)
+        heads, hd = ints("mamba_num_heads", limit=L.MAX_HEADS), ints("mamba_head_dim")
         ssm = c.get("mamba_ssm_cache_dtype")
+        if ssm is not None and ssm != "auto" and str(ssm) not in _DTYPES:
+            problems.append(f"mamba_ssm_cache_dtype={L.show(ssm)} is not one of auto, {', '.join(_DTYPES)}: {_FIX}")
         return HybridLayout(kinds=kinds, mixer="mamba2", conv_kernel=ints("conv_kernel", default=4),
-                            intermediate=heads * hd, n_groups=ints("n_groups", default=1), n_heads=heads,
-                            head_dim=hd, state_size=ints("ssm_state_size"),
+                            intermediate=heads * hd, n_groups=ints("n_groups", default=1, limit=L.MAX_HEADS),
+                            n_heads=heads, head_dim=hd, state_size=ints("ssm_state_size"),
                             ssm_dtype=_DTYPES.get(str(ssm), "fp16"))
     if mt == "jamba":
-        period, offset = ints("attn_layer_period", default=8), ints("attn_layer_offset", default=4)
-        kinds = tuple(ATTENTION if i % period == offset else STATE for i in range(L))
+        period = ints("attn_layer_period", default=8, limit=L.MAX_LAYERS)
+        offset = ints("attn_layer_offset", default=4, minimum=0, limit=L.MAX_LAYERS)
+        if offset >= period:  # JambaConfig._check_supported_offset (transformers 5.24) refuses it too
+            problems.append(f"attn_layer_offset={offset} must be smaller than attn_layer_period={period} (else no "
+                            f"block is attention): {_FIX}")
+        kinds = tuple(ATTENTION if i % period == offset else STATE for i in range(n))
         return HybridLayout(kinds=kinds, mixer="mamba1", conv_kernel=ints("mamba_d_conv", default=4),
-                            intermediate=ints("mamba_expand", default=2) * hidden, state_size=ints("mamba_d_state"))
+                            intermediate=ints("mamba_expand", default=2, limit=L.MAX_HEADS) * hidden,
+                            state_size=ints("mamba_d_state"))
     if mt == "falcon_h1":  # every block runs attention and Mamba2 side by side (FalconH1ParallelHybrid)
         d_ssm = c.get("mamba_d_ssm")
-        expand = c.get("mamba_expand", 2)
-        inner = d_ssm if isinstance(d_ssm, int) and d_ssm > 0 else int(expand * hidden)
-        return HybridLayout(kinds=(BOTH,) * L, mixer="mamba2", conv_kernel=ints("mamba_d_conv", default=4),
-                            intermediate=inner, n_groups=ints("mamba_n_groups", default=1),
-                            n_heads=ints("mamba_n_heads", default=128), head_dim=ints("mamba_d_head", default=64),
-                            state_size=ints("mamba_d_state", default=256))
+        expand = ints("mamba_expand", default=2, limit=L.MAX_HEADS)
+        inner = ints("mamba_d_ssm") if d_ssm is not None else expand * hidden
+        return HybridLayout(kinds=(BOTH,) * n, mixer="mamba2", conv_kernel=ints("mamba_d_conv", default=4),
+                            intermediate=inner, n_groups=ints("mamba_n_groups", default=1, limit=L.MAX_HEADS),
+                            n_heads=ints("mamba_n_heads", default=128, limit=L.MAX_HEADS),
+                            head_dim=ints("mamba_d_head", default=64), state_size=ints("mamba_d_state", default=256))
     if mt == "lfm2" and "conv_L_cache" in c:  # short convolutions ("conv") beside full attention
-        if isinstance(c.get("layer_types"), list):
-            kinds = _kinds_from_types(c["layer_types"], L)
+        if c.get("layer_types") is not None:
+            kinds = _kinds_from_types(c["layer_types"], "layer_types", problems)
         else:
-            idx = set(c.get("full_attn_idxs") or ())
-            kinds = tuple(ATTENTION if i in idx else STATE for i in range(L))
-        return HybridLayout(kinds=kinds, mixer="short_conv", conv_kernel=ints("conv_L_cache", default=3),
+            idx = c.get("full_attn_idxs") or []
+            if not isinstance(idx, list) or not all(isinstance(i, int) and not isinstance(i, bool) and 0 <= i < n
+                                                    for i in idx):
+                problems.append(f"full_attn_idxs={L.show(idx)} is not a list of block indices in [0, {n}): {_FIX}")
+                idx = []
+            kinds = tuple(ATTENTION if i in set(idx) else STATE for i in range(n))
+        return HybridLayout(kinds=kinds, mixer="short_conv", conv_kernel=ints("conv_L_cache", default=3, minimum=2),
                             intermediate=hidden)
     if any(k in c for k in _STATE_FIELDS) or mt in ("zamba", "zamba2", "lfm2", "mamba", "mamba2",
                                                     "falcon_mamba", "rwkv", "minimax", "kimi_linear"):
@@ -233,11 +298,54 @@ def _numel(shape: tuple[int, ...]) -> int:
     return prod(shape) if shape else 0
 
 
-def _kinds_from_types(types: list[Any], n_layers: int) -> tuple[str, ...]:
-    """``layer_types`` / ``layers_block_type`` entries -> block kinds."""
-    attention = {"full_attention", "attention", "sliding_attention"}
-    state = {"linear_attention", "mamba", "mamba2", "conv"}
-    return tuple(ATTENTION if t in attention else STATE if t in state else NONE for t in list(types)[:n_layers])
+#: The config fields each mixer's state is sized by (the first name is the one a message gives).
+_NEEDED = {"gated_deltanet": (("k_heads", "linear_num_key_heads"), ("v_heads", "linear_num_value_heads"),
+                              ("k_dim", "linear_key_head_dim"), ("v_dim", "linear_value_head_dim")),
+           "mamba2": (("n_heads", "mamba_n_heads or mamba_num_heads"), ("head_dim", "mamba_d_head or mamba_head_dim"),
+                      ("state_size", "mamba_d_state or ssm_state_size"), ("intermediate", "hidden_size")),
+           "mamba1": (("intermediate", "hidden_size"), ("state_size", "mamba_d_state")),
+           "short_conv": (("intermediate", "hidden_size"),)}
+
+
+def _missing(h: HybridLayout, c: Mapping[str, Any]) -> list[str]:
+    """The fields a state's size needs that the config does not give (a state of 0 bytes is no model's)."""
+    return [f"{names} is missing: the {h.mixer} state of each block is sized by it; {_FIX}"
+            for attr, names in _NEEDED[h.mixer] if getattr(h, attr) < 1]
+
+
+def _uneven(h: HybridLayout) -> list[str]:
+    """Head counts transformers' mixers cannot split (5.24: modeling_qwen3_next.py repeats each key head over
+    num_v_heads // num_k_heads value heads; modeling_bamba.py and modeling_nemotron_h.py repeat B and C over
+    num_heads // n_groups heads, ``repeat_interleave(..., output_size=num_heads)``)."""
+    if h.mixer == "gated_deltanet" and h.v_heads % h.k_heads:
+        return [f"linear_num_value_heads={h.v_heads} must be a multiple of linear_num_key_heads={h.k_heads} (each key "
+                f"head serves the same number of value heads): {_FIX}"]
+    if h.mixer == "mamba2" and h.n_heads % h.n_groups:
+        return [f"{h.n_groups} Mamba2 groups (mamba_n_groups or n_groups) must divide its {h.n_heads} heads (each group's "
+                f"B and C serve the same number of heads): {_FIX}"]
+    return []
+
+
+def _kinds_source(c: Mapping[str, Any], mt: str) -> str:
+    """The config field the block kinds were read from, for a message."""
+    for key in ("layer_types", "hybrid_override_pattern", "layers_block_type", "attn_layer_indices", "full_attn_idxs"):
+        if c.get(key) is not None and not (key == "layer_types" and mt == "nemotron_h"):
+            return key
+    return "the config"
+
+
+def _kinds_from_types(types: Any, field: str, problems: list[str]) -> tuple[str, ...]:
+    """``layer_types`` / ``layers_block_type`` entries -> block kinds; an entry of no known type is a problem."""
+    known = _TYPES_ATTENTION + _TYPES_STATE + _TYPES_NONE
+    if not isinstance(types, list):
+        problems.append(f"{field}={L.show(types)} is not a list of layer types: {_FIX}")
+        return ()
+    bad = sorted({L.show(t) for t in types if not isinstance(t, str) or t not in known})
+    if bad:
+        problems.append(f"{field} has {', '.join(bad[:3])}{' ...' if len(bad) > 3 else ''}, not a layer type "
+                        f"({', '.join(known)}): {_FIX}")
+        return ()
+    return tuple(ATTENTION if t in _TYPES_ATTENTION else STATE if t in _TYPES_STATE else NONE for t in types)
 
 
 __all__ = ["ATTENTION", "BOTH", "NONE", "STATE", "HybridLayout", "UnsupportedHybrid", "hybrid_layout"]

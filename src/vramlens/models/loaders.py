@@ -59,9 +59,11 @@ def load_model(
         if params is None:
             raise InputError("no model given: pass a catalog name, a config.json or model folder, "
                              "a hub id, or params such as '7B'")
+        if isinstance(params, bool) or not isinstance(params, (str, int)):  # generic_spec's cache hashes it
+            raise InputError(f"params={show(params)} is not a size: give a count such as '7B' or 7_000_000_000")
         return generic_spec(params)
     if params is not None:
-        raise InputError(f"give a model or params, not both (model={source!r}, params={params!r}): "
+        raise InputError(f"give a model or params, not both (model={show(source)}, params={show(params)}): "
                          f"params builds a generic decoder when no model is known")
     if isinstance(source, ModelSpec):
         return source
@@ -70,7 +72,7 @@ def load_model(
     if isinstance(source, os.PathLike):
         source = os.fspath(source)
     if not isinstance(source, str):
-        raise InputError(f"model={source!r} is not a name, a path, a config dict or a ModelSpec")
+        raise InputError(f"model={show(source)} is not a name, a path, a config dict or a ModelSpec")
     name = source.strip()
     if not name:
         raise InputError("model='' is empty: pass a catalog name, a path or a hub id")

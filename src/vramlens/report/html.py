@@ -10,6 +10,7 @@ never leaves half a report behind.
 from __future__ import annotations
 
 import os
+import stat
 import tempfile
 from collections.abc import Mapping, Sequence
 from datetime import datetime, timezone
@@ -366,6 +367,14 @@ def write_text_atomic(path: str | os.PathLike[str], text: str | bytes) -> Path:
     """
     target = Path(path)
     folder = target.parent if str(target.parent) else Path(".")
+    try:
+        special = not stat.S_ISREG(target.stat().st_mode) and not stat.S_ISDIR(target.stat().st_mode)
+    except OSError:
+        special = False
+    if special:  # the rename would replace the device itself (as root: /dev/null becomes a plain file)
+        from vramlens.errors import InputError
+
+        raise InputError(f"cannot write {target}: it is a device, FIFO or socket, not a file: choose a file path")
     try:
         fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=folder)
     except OSError as e:

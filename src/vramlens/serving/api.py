@@ -7,7 +7,6 @@ then hands them to the engine's module.
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import replace
 from typing import Any
@@ -17,6 +16,7 @@ from vramlens.advise.gguf_split import GGUFInfo
 from vramlens.errors import ConfigError, InputError
 from vramlens.hardware.gpu import GPU
 from vramlens.models.spec import ModelSpec
+from vramlens.safe_io import UnsafeJSON, loads_bounded
 from vramlens.serving.common import ServedModel, served_from_gguf, served_from_spec
 from vramlens.serving.llamacpp import llamacpp_capacity
 from vramlens.serving.result import Capacity
@@ -108,9 +108,11 @@ def capacity(model: str | dict | ModelSpec | GGUFInfo | ServedModel, engine: str
     quant = settings.pop("quantization", None)
     served = resolve_model(model, quant=quant, engine=engine, dtype=DTYPES[settings.pop("dtype", "auto")],
                            trace_fallback=trace_fallback)
-    from vramlens.hardware.catalog import get_gpu
+    from vramlens.hardware.catalog import as_gpu
 
-    g = get_gpu(gpu) if isinstance(gpu, str) else gpu
+    g = as_gpu(gpu)
+    if g is None:
+        raise InputError("capacity needs a GPU: give gpu='H100-SXM-80GB' (a catalog name) or a size such as '80GB'")
     common: dict[str, Any] = {"gpus": n_gpus, "tp": tp, "pp": pp, "context": context}
     draft_arg = (settings.get("speculative_config") or {}).get("model") if engine == "vllm" else (
         settings.get("speculative_draft_model_path") if engine == "sglang" else None)
@@ -137,6 +139,11 @@ def capacity(model: str | dict | ModelSpec | GGUFInfo | ServedModel, engine: str
     fallback = g.capacity_note()
     if fallback is not None:  # the engines read CUDA's total (mem_get_info); the catalog has only nvidia-smi's
         cap = replace(cap, notes=cap.notes + (fallback,))
+    alone = [k for k in engine_settings if k.replace("-", "_").startswith("speculative_") and engine_settings[k] is not None]
+    if engine == "sglang" and alone and engine_settings.get("speculative_algorithm") is None:
+        # SGLang 0.5.3 server_args reads the other speculative_* flags only under a speculative_algorithm
+        cap = replace(cap, notes=cap.notes + (f"ignored: {', '.join(sorted(alone))} apply only with "
+                                              "--speculative-algorithm (SGLang reads them under one)",))
     if context is not None and context > cap.max_model_len:
         # the engine rejects a request longer than its limit: no concurrency or speed to give for it
         raise InputError(f"context={context:,} tokens is longer than the longest request {engine} accepts here "
@@ -162,7 +169,8 @@ def check_settings(engine: str, given: dict[str, Any]) -> dict[str, Any]:
             if kind in ("int", "int0"):
                 out[name] = L.check_int(name, value, bound, minimum=0 if kind == "int0" else 1)
             elif kind == "fraction":
-                if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+                if isinstance(value, bool) or not isinstance(value, (int, float)) or isinstance(value, int) and abs(
+                        value) > 2 or not math.isfinite(value):  # a 5,000-digit int overflows math.isfinite
                     raise InputError(f"{name}={L.show(value)} is not a number between 0 and 1")
                 out[name] = float(value)
             elif kind == "model":
@@ -204,10 +212,11 @@ def speculative_config(value: Any) -> dict[str, Any]:
         if len(value) > L.MAX_MODEL_ARG:
             raise InputError(f"speculative_config is {len(value):,} characters, over {L.MAX_MODEL_ARG:,}: give "
                              f"{flag} '{{\"method\": \"eagle3\", \"model\": DRAFT, \"num_speculative_tokens\": 3}}'")
-        try:
-            value = json.loads(value)
-        except ValueError:
-            raise InputError(f"speculative_config={L.show(value)} is not JSON: give {flag} "
+        try:  # bounded: nesting, digits and NaN refused (a 2,000-deep list is a RecursionError in json.loads)
+            value = loads_bounded(value)
+        except UnsafeJSON as e:
+            why = "" if e.kind == "syntax" else f" ({e})"
+            raise InputError(f"speculative_config={L.show(value)} is not JSON{why}: give {flag} "
                              "'{\"method\": \"eagle3\", \"model\": DRAFT, \"num_speculative_tokens\": 3}'") from None
     if not isinstance(value, dict):
         raise InputError(f"speculative_config={L.show(value)} is not an object: give {flag} "
@@ -226,7 +235,7 @@ def speculative_config(value: Any) -> dict[str, Any]:
     if n is not None and (isinstance(n, bool) or not isinstance(n, int)):
         raise InputError(f"speculative_config num_speculative_tokens={L.show(n)} is not a whole number")
     if isinstance(n, int) and n > L.MAX_SPECULATIVE_TOKENS:
-        raise InputError(f"speculative_config num_speculative_tokens={n:,} is over {L.MAX_SPECULATIVE_TOKENS:,}")
+        raise InputError(f"speculative_config num_speculative_tokens={L.show(n)} is over {L.MAX_SPECULATIVE_TOKENS:,}")
     return {k: value[k] for k in SPECULATIVE_KEYS if value.get(k) is not None}
 
 

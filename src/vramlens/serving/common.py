@@ -344,8 +344,10 @@ def roofline(m: ServedModel, gpu: GPU, *, weights_per_gpu: int, kv_per_token_per
 
 
 def parse_version(text: str) -> tuple[int, int, int] | None:
-    """An engine release: ``"0.6.4.post1"`` -> (0, 6, 4); None when the text does not start with a release number."""
-    found = re.match(r"v?(\d+)\.(\d+)(?:\.(\d+))?", text.strip())
+    """An engine release: ``"0.6.4.post1"`` -> (0, 6, 4); None when the text is not a release number (ASCII digits,
+    two to four parts (vLLM 0.10.1.1), then at most PEP 440's pre/post/dev and local suffixes: ``rc1``, ``.post2``, ``.dev0+gabc``)."""
+    found = re.fullmatch(r"v?(\d+)\.(\d+)(?:\.(\d+))?(?:\.\d+)?(?:[.-]?(?:a|b|rc|post|dev)\d*)*(?:\+[0-9a-z.]+)?",
+                         text.strip(), re.ASCII | re.IGNORECASE)
     if not found:
         return None
     major, minor, patch = found.groups()

@@ -146,12 +146,14 @@ def _hf_config(cfg: dict):
     if not model_type:
         raise InputError("config has no model_type: trace needs the model's config.json fields")
     kwargs = {k: _special_floats(v) for k, v in cfg.items() if k not in _DROP_KEYS}
-    errors: tuple[type[Exception], ...] = (ValueError, KeyError, TypeError, *_strict_dataclass_errors())
+    errors: tuple[type[Exception], ...] = (ValueError, KeyError, TypeError, ArithmeticError, IndexError, AttributeError,
+                                         *_strict_dataclass_errors())
     try:
         return AutoConfig.for_model(model_type, **kwargs)
     except errors as e:
+        # ArithmeticError: Qwen3NextConfig divides by full_attention_interval (0 is a ZeroDivisionError)
         raise TraceError(
-            f"transformers cannot build a config for model_type={model_type!r} ({e}); "
+            f"transformers cannot build a config for model_type={model_type!r} ({' '.join(str(e).split()) or type(e).__name__}); "
             "use the analytic `vramlens estimate` instead"
         ) from None
 
