@@ -256,7 +256,7 @@ def on_device_events(spec: ModelSpec, w: Workload) -> list[_Event]:
     b = weight_dtype_bytes(w)
     group = quant_group(w)
     sb = b if wo_dequantizes(w) else 4  # float8_weight_only's scale in the weight's dtype
-    targets = {lin.name for lin in quantized_linears(spec, quant, None)}
+    targets = {lin.name for lin in quantized_linears(spec, quant, None, group)}
     head = quantizes_head(spec, w)
     if head:
         targets |= {t.name for t in spec.tensors if t.role == "lm_head"}
@@ -402,7 +402,8 @@ _NF4_PIECES = ("quantized_scalers", "quantization_factor", "scaler_mean", "quant
 
 def _block(spec: ModelSpec, w: Workload) -> list[tuple[str, int, bool, tuple[int, int] | None]]:
     """One block's tensors in torchtune's order of construction: (module, bytes or numel, NF4?, LoRA (n, k))."""
-    quantized = {lin.module for lin in quantized_linears(spec, w.quantized, adapted_only(w)) if lin.layer == 0}
+    quantized = {lin.module for lin in quantized_linears(spec, w.quantized, adapted_only(w), quant_group(w))
+                 if lin.layer == 0}
     adapted = {lin.module for lin in lora_shape(spec, tuple(w.lora_targets)).targets if lin.layer == 0}
     lins: list[Linear] = sorted((lin for lin in summarize(spec).linears if lin.layer == 0),
                                 key=lambda lin: _TUNE_ORDER.index(lin.module) if lin.module in _TUNE_ORDER else 99)

@@ -956,7 +956,7 @@ def quantize_ao(model: nn.Module, quant: str, group: int, dtype: torch.dtype, *,
         for child_name, child in mod.named_children():
             full = f"{name}.{child_name}" if name else child_name
             if (type(child) is nn.Linear and not any(full.endswith(s) for s in skip)
-                    and format_takes(quant, child.out_features, child.in_features)):
+                    and format_takes(quant, child.out_features, child.in_features, group)):
                 todo.append((mod, child_name, child))
     ctx = torch.device("meta") if meta_only else fake_mode if fake_mode is not None else _nullctx()
     with ctx:
