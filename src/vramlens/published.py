@@ -428,10 +428,8 @@ def _gptfast_cases() -> dict[str, Case]:
     for m in ("llama-3-8b", "llama-3.1-8b"):
         cases[f"torchao-gptfast-a6000-{m}-bf16"] = Case(m, _GPTFAST, figure="peak_reserved", **_A6000)
     # torchao's other weight-only formats (benchmarks.sh and benchmark_results.txt at each table's commit; every row
-    # ran generate.py --compile, the output layer quantized with the rest). The load-and-quantize replay
-    # (quantize_on_device) covers fp6, uintx and QQQ, not Sparse-Marlin: its row leaves out the free remainder that
-    # quantizing on the GPU leaves in the segments still holding a weight after the capture's empty_cache
-    ao = {"quant_head": True}
+    # ran generate.py --compile, the output layer quantized with the rest, loaded onto the GPU and quantized there:
+    # quantize_on_device replays it)
     for m in ("llama-2-7b", "llama-3-8b"):
         # b4d076813b: "--quantization fp6 --precision float16" (fpx_weight_only(3, 2))
         cases[f"torchao-gptfast-a100-{m}-fp6"] = Case(m, {**_GPTFAST, **_ON_GPU, "dtype": "fp16", "quant": "fp6"},
@@ -446,7 +444,8 @@ def _gptfast_cases() -> dict[str, Case]:
     # 65d86c6c26: "--quantization sparse-marlin --precision float16": int4_weight_only(layout_type=MarlinSparseLayoutType())
     # at its default group size, 128 (benchmark_results.txt: "quant: marlin")
     cases["torchao-gptfast-a100-llama-3-8b-int4wo-64-sparse-marlin"] = Case(
-        "llama-3-8b", {**_GPTFAST, **ao, "dtype": "fp16", "quant": "int4-sparse-marlin"}, figure="peak_reserved", **_A100)
+        "llama-3-8b", {**_GPTFAST, **_ON_GPU, "dtype": "fp16", "quant": "int4-sparse-marlin"}, figure="peak_reserved",
+        **_A100)
     # 06e69f6a93: int8_dynamic_activation_int4_weight(layout=MarlinQQQLayout()) in fp16, quantized on the GPU, one scale per output channel
     # (w4a8) or per 128 weights (w4a8-g128); the model sizes, 3.31 and 3.41 GB, are the two layouts'
     for q, g in (("w4a8", 0), ("w4a8-g128", 128)):
