@@ -24,7 +24,8 @@ of the gpt-fast tables that ran them (pytorch/ao):
 * fp6 (``fpx_weight_only(3, 2)``, FP6-LLM e3m2; torchao/dtypes/fpx/fpx.py ``FpxTensorCoreAQTLayout`` at
   b4d076813b): ``packed_fpx_data`` uint8 (n, k/8*6) and a per-row fp16 ``scale`` (n) (``to_scaled_tc_fpx``
   returns ``scale.half()``): ``6*n*k/8 + 2n``. quant_api.py ``fpx_weight_only`` leaves a weight with
-  ``in_features % 64`` or ``out_features % 256`` in high precision (format_takes).
+  ``in_features % 64`` or ``out_features % 256`` in high precision (format_takes; Sparse-Marlin and QQQ likewise skip a
+  weight whose in_features their group does not divide, and the shapes torchao raises on are refused: format_refusal).
 * uint1 .. uint7 (``uintx_weight_only(torch.uintN, group_size=64)``, ``UintxLayoutType``; torchao/dtypes/uintx/
   Uintx.py ``UintxTensor`` at b4d076813b): the N bits split into 4-, 2- and 1-bit shards (``bits_to_shard``),
   each uint8 (n, k*bits/8) (bitpacking.py ``pack``, k a multiple of 8); ``scale`` (n, k/g) in the weight's

@@ -947,7 +947,8 @@ def quantize_ao(model: nn.Module, quant: str, group: int, dtype: torch.dtype, *,
                 meta_only: bool = False, include_head: bool = False) -> str:
     """Replace every nn.Linear (the output layer too with ``include_head``) by AOWeightOnlyLinear, as torchao's
     ``quantize_`` with the format's config replaces each linear's weight; fp6 leaves a weight with in_features % 64
-    or out_features % 256 alone (weights.format_takes)."""
+    or out_features % 256 alone, Sparse-Marlin and QQQ one whose in_features the group does not divide
+    (weights.format_takes)."""
     from vramlens.estimator.weights import format_takes
 
     skip = () if include_head else _output_head_names(model)
