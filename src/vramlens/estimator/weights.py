@@ -197,7 +197,7 @@ def shape_refusal(spec: ModelSpec, w: Workload) -> str | None:
     ``quantize_`` raises on in ``w.quantized`` (format_refusal, the first such layer in the model's order), with
     the fix; None when it quantizes every one it takes (format_takes)."""
     quant = w.quantized
-    if quant is None:
+    if quant not in (*UINTX_QUANTS, "int4-sparse-marlin", "w4a8-qqq"):  # the formats format_refusal checks
         return None
     group = quant_group(w)
     shapes = [(lin.module, lin.out_features, lin.in_features)
