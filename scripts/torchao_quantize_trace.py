@@ -1,7 +1,7 @@
 """Run torchao's own quantization code of the gpt-fast tables' commits on one CPU weight under vramlens' recorder, and
 compare what it allocates with the events ``--quantize-on-device`` replays (vramlens.estimator.ondevice
-``fp6_quantize_events``, ``uintx_quantize_events``, ``qqq_quantize_events``): the peak of live bytes during the
-quantization and the bytes it keeps.
+``fp6_quantize_events``, ``uintx_quantize_events``, ``qqq_quantize_events``, ``sparse_marlin_quantize_events``): the peak
+of live bytes during the quantization and the bytes it keeps.
 
 The layouts left torchao long ago (0.18 is installed): extract the files from a mirror of pytorch/ao::
 
@@ -14,12 +14,24 @@ The layouts left torchao long ago (0.18 is installed): extract the files from a 
     $A 06e69f6a93:torchao/quantization/quant_primitives.py > quant_primitives_06e.py
     $A 06e69f6a93:torchao/quantization/marlin_qqq/__init__.py > marlin_qqq.py
     $A 06e69f6a93:torchao/quantization/marlin_qqq/utils.py > marlin_qqq_utils.py
+    $A 65d86c6c26:torchao/quantization/quant_primitives.py > quant_primitives_65d.py
+    $A 65d86c6c26:torchao/sparsity/utils.py > sparsity_utils.py
+    $A 65d86c6c26:torchao/sparsity/marlin/__init__.py > marlin_24.py
+    $A 65d86c6c26:torchao/sparsity/marlin/utils.py > marlin_24_utils.py
     PYTHONPATH=src python scripts/torchao_quantize_trace.py /tmp/ao
 
 Only the functions the quantization runs are taken from each file (by name, their source unchanged); the calls
 between them follow affine_quantized_tensor.py's ``from_hp_to_fpx`` / ``from_hp_to_intx`` at those commits. The
 weight is made before the recorder starts; a view of it the recorder sees first (``input.view`` in
-``_choose_qparams_affine``, ``w.reshape`` in the QQQ per-group path) is counted as new, so those runs subtract it.
+``_choose_qparams_affine``, ``w.reshape`` in the QQQ per-group path, ``input.t()`` in Sparse-Marlin's pre_process) is
+counted as new, so those runs subtract it.
+
+Sparse-Marlin runs partly on the host on a GPU: ``_to_marlin_weights`` packs ``q_w.cpu()`` into int64 there and brings the
+int32 result back (``.to(orig_device, dtype=torch.int32)``; a blocking copy converts on the host), and the permutation
+tables of ``get_perms_24`` are made on the host. Here everything is on the CPU, so the recorder's phase is set to "host"
+from ``get_pack_factor`` (the call before ``q_w.cpu()``) to the return of ``_to_marlin_weights`` and inside
+``get_perms_24``, and the storages born then are left out, but the one ``_to_marlin_weights`` returns. ``inject_24``'s
+``.cuda()`` is the identity on a GPU tensor, and is made so here.
 Expected (4,096 x 4,096, half weights): every row equal.
 """
 
@@ -31,6 +43,7 @@ import sys
 from enum import Enum, auto
 from functools import reduce
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import torch
@@ -103,10 +116,13 @@ def _env() -> dict[str, Any]:
                                         **{getattr(torch, f"uint{i}"): (0, 2**i - 1) for i in range(1, 8)}}}
 
 
-def _peak(events, base: int) -> tuple[int, int]:
+def _peak(events, base: int, host: frozenset[int] = frozenset()) -> tuple[int, int]:
+    """The peak and final live bytes, the storages in ``host`` (on the host in a GPU run) left out."""
     live = peak = base
     size: dict[int, int] = {}
     for e in events:
+        if e.storage in host:
+            continue
         if e.action == "alloc":
             size[e.storage] = e.nbytes
             live += e.nbytes
@@ -155,6 +171,67 @@ def main() -> None:
             return bits["pack"](data, bits_, dim=-1), scale, zero
         return run
 
+    marlin = dict(env)
+    _functions(src / "quant_primitives_65d.py", ("_get_and_check_qmin_qmax", "_get_reduction_params",
+                                                 "_quantize_affine_no_dtype_cast", "_choose_qparams_affine"), marlin)
+    mutils = dict(env)
+    _functions(src / "marlin_24_utils.py", ("Marlin24Constants", "const", "get_pack_factor", "marlin_permute_weights",
+                                            "get_perms_24", "_calculate_meta_reordering_scatter_offsets",
+                                            "sparse_semi_structured_from_dense_cutlass"), mutils)
+    _functions(src / "sparsity_utils.py", ("mask_creator",), sparsity := dict(env))
+    rec: Recorder | None = None
+    returned: list[int] = []  # the storage _to_marlin_weights returns (made on the host, copied to the GPU)
+
+    def host(fn):
+        def run(*a, **kw):
+            assert rec is not None
+            was, rec.phase = rec.phase, "host"
+            try:
+                return fn(*a, **kw)
+            finally:
+                rec.phase = was
+        return run
+
+    def pack_factor(num_bits):
+        assert rec is not None
+        rec.phase = "host"
+        return mutils["get_pack_factor"](num_bits)
+
+    utils = SimpleNamespace(**{name: v for name, v in mutils.items() if not name.startswith("__")})
+    utils.get_pack_factor, utils.get_perms_24 = pack_factor, host(mutils["get_perms_24"])
+    m24 = dict(env, utils=utils, const=mutils["const"], mask_creator=sparsity["mask_creator"])
+    _functions(src / "marlin_24.py", ("inject_24", "pack_to_marlin_24", "_compress_quantized_24_weight",
+                                      "_to_marlin_weights", "_to_marlin_scales"), m24)
+    to_marlin_weights = m24["_to_marlin_weights"]
+
+    def to_marlin_weights_back(*a, **kw):
+        assert rec is not None
+        out = to_marlin_weights(*a, **kw)
+        rec.phase = "setup"
+        returned.append(rec.n_storages - 1)  # the last storage made: ``.to(orig_device, dtype=torch.int32)``
+        return out
+
+    m24["_to_marlin_weights"] = to_marlin_weights_back
+
+    def sparse_marlin(group: int):
+        def pre_process(input):  # MarlinSparseLayoutType.pre_process at 65d86c6c26
+            input_t = input.t()
+            w_24, _ = m24["inject_24"](input_t, *input_t.shape)
+            return w_24.t()
+
+        def run(w):  # from_hp_to_intx (its locals alive to the end) and MarlinSparseAQTLayout.from_plain at 65d86c6c26
+            input_float = pre_process(w)
+            block = [1, group]
+            scale, zero = marlin["_choose_qparams_affine"](input_float, "SYMMETRIC", block, torch.int32, 0, 15, 1e-6,
+                                                           None, torch.bfloat16, True, "INT")
+            data = marlin["_quantize_affine_no_dtype_cast"](input_float, block, scale, zero, 0, 15, "INT").to(torch.int32)
+            q_w_24, scale_t = data.t(), scale.t()
+            num_bits = 4 if torch.max(q_w_24) < 16 else -1
+            out = m24["pack_to_marlin_24"](q_w_24, scale_t, num_bits, q_w_24.shape[0] // scale_t.shape[0])
+            del input_float, data, scale
+            return out, zero
+        return run
+
     def w4a8(group: int):
         def run(w):  # MarlinQQQTensor.from_hp_to_intx and MarlinQQQAQTTensorImpl.from_plain at 06e69f6a93
             data, s_group, s_channel, _ = qqq["choose_qparams_and_quantize_affine_qqq"](w, 4, group)
@@ -163,19 +240,26 @@ def main() -> None:
 
     rows = [("fp6", torch.float16, 0, fp6, False), ("uint4", torch.bfloat16, 64, uintx(4, 64), True),
             ("uint2", torch.bfloat16, 8, uintx(2, 8), True), ("uint3", torch.bfloat16, 32, uintx(3, 32), True),
-            ("w4a8-qqq", torch.float16, 0, w4a8(-1), False), ("w4a8-qqq", torch.float16, 128, w4a8(128), True)]
+            ("w4a8-qqq", torch.float16, 0, w4a8(-1), False), ("w4a8-qqq", torch.float16, 128, w4a8(128), True),
+            ("int4-sparse-marlin", torch.float16, 128, sparse_marlin(128), True)]
+    cuda = torch.Tensor.cuda
+    torch.Tensor.cuda = lambda self, *a, **kw: self  # inject_24's .cuda() of a tensor already on the GPU
     for quant, dtype, group, fn, viewed in rows:
         w = torch.randn(n, k, dtype=dtype)
         rec = Recorder(round_to=512)
+        returned.clear()
         with rec:
             out = fn(w)
         b = w.element_size()
-        peak, left = _peak(rec.events(), n * k * b)
+        events = rec.events()
+        on_host = frozenset(e.storage for e in events if e.action == "alloc" and e.phase == "host") - set(returned)
+        peak, left = _peak(events, n * k * b, on_host)
         seen = n * k * b if viewed else 0  # the weight's view counted as new
         del out
         r_peak, r_left = _replayed(quant, n, k, b, group)
         print(f"{quant:9s} g{group:<4d} torchao: peak {(peak - seen) / MiB:9.3f} MiB, kept {(left - seen - n * k * b) / MiB:7.3f}"
               f" | replayed: peak {r_peak / MiB:9.3f} MiB, kept {(r_left - n * k * b) / MiB:7.3f}")
+    torch.Tensor.cuda = cuda
     sys.stdout.flush()
 
 

@@ -255,7 +255,8 @@ def test_torchao_gptfast_later_rows(rows):
     # the README's "-hqq" rows ran uintx-4-64 and uintx-2-8 without HQQ (benchmark_results.txt at b4d076813b)
     uintx = CASES["torchao-gptfast-a100-llama-3-8b-uintx-2-8-hqq"].settings
     assert (uintx["quant"], uintx["quant_group_size"]) == ("uint2", 8)
-    assert CASES["torchao-gptfast-a100-llama-3-8b-int4wo-64-sparse-marlin"].settings["quant"] == "int4-sparse-marlin"
+    marlin = CASES["torchao-gptfast-a100-llama-3-8b-int4wo-64-sparse-marlin"].settings
+    assert (marlin["quant"], marlin["quantize_on_device"]) == ("int4-sparse-marlin", True)
     assert CASES["torchao-gptfast-llama-2-7b-w4a8"].settings["quant_group_size"] == 0
     assert CASES["torchao-gptfast-llama-2-7b-w4a8-g128"].settings["quant_group_size"] == 128
     for case_id in ("torchao-gptfast-a100-llama-2-7b-fp6", "torchao-gptfast-a100-llama-3-8b-int4wo-64-sparse-marlin",

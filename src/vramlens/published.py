@@ -428,10 +428,8 @@ def _gptfast_cases() -> dict[str, Case]:
     for m in ("llama-3-8b", "llama-3.1-8b"):
         cases[f"torchao-gptfast-a6000-{m}-bf16"] = Case(m, _GPTFAST, figure="peak_reserved", **_A6000)
     # torchao's other weight-only formats (benchmarks.sh and benchmark_results.txt at each table's commit; every row
-    # ran generate.py --compile, the output layer quantized with the rest). The load-and-quantize replay
-    # (quantize_on_device) covers fp6, uintx and QQQ, not Sparse-Marlin: its row leaves out the free remainder that
-    # quantizing on the GPU leaves in the segments still holding a weight after the capture's empty_cache
-    ao = {"quant_head": True}
+    # ran generate.py --compile, the output layer quantized with the rest, loaded onto the GPU and quantized there:
+    # quantize_on_device replays it)
     for m in ("llama-2-7b", "llama-3-8b"):
         # b4d076813b: "--quantization fp6 --precision float16" (fpx_weight_only(3, 2))
         cases[f"torchao-gptfast-a100-{m}-fp6"] = Case(m, {**_GPTFAST, **_ON_GPU, "dtype": "fp16", "quant": "fp6"},
@@ -446,7 +444,8 @@ def _gptfast_cases() -> dict[str, Case]:
     # 65d86c6c26: "--quantization sparse-marlin --precision float16": int4_weight_only(layout_type=MarlinSparseLayoutType())
     # at its default group size, 128 (benchmark_results.txt: "quant: marlin")
     cases["torchao-gptfast-a100-llama-3-8b-int4wo-64-sparse-marlin"] = Case(
-        "llama-3-8b", {**_GPTFAST, **ao, "dtype": "fp16", "quant": "int4-sparse-marlin"}, figure="peak_reserved", **_A100)
+        "llama-3-8b", {**_GPTFAST, **_ON_GPU, "dtype": "fp16", "quant": "int4-sparse-marlin"}, figure="peak_reserved",
+        **_A100)
     # 06e69f6a93: int8_dynamic_activation_int4_weight(layout=MarlinQQQLayout()) in fp16, quantized on the GPU, one scale per output channel
     # (w4a8) or per 128 weights (w4a8-g128); the model sizes, 3.31 and 3.41 GB, are the two layouts'
     for q, g in (("w4a8", 0), ("w4a8-g128", 128)):
@@ -845,7 +844,13 @@ UNSUPPORTED: dict[str, str] = {
        for m in ("llama-2-7b", "llama-3-8b")},
     **{f"torchao-gptfast-xpu-llama-2-7b-{q}": "an Intel XPU, not named: not in the GPU catalog, and XPU's allocator is "
                                               "not modelled" for q in ("bf16", "int8dq", "int8wo")},
-    **{f"torchao-gptfast-a6000-{m}-codebook-4-64": "codebook_weight_only is not modelled" for m in ("llama-3-8b", "llama-3.1-8b")},
+    # CodebookQuantizedTensor.from_float at bc000aaf keeps uint4 codes (UintxTensor, n*k/2), a (16, 1, 1) codebook and
+    # the scales per 64 weights cast to the weight's dtype: Llama 3 8B's block linears (6,979,321,856 weights) with the
+    # bf16 output layer (over codebook_weight_only's 2**27 weights: left alone) come to 4.76 GB, the table's model size
+    # is 4.98 GB, which fp32 scales would give (4.977 GB): the run's layout is not the commit's
+    **{f"torchao-gptfast-a6000-{m}-codebook-4-64": (
+        "codebook_weight_only is not modelled: the table's model size, 4.98 GB, is not the layout of "
+        "CodebookQuantizedTensor at its commit (bc000aaf: 4.76 GB with its bf16 scales)") for m in ("llama-3-8b", "llama-3.1-8b")},
     # torchao/prototype/quantized_training/README.md (9acc9a4d): benchmarks/quantized_training/pretrain_llama2.py
     **{f"torchao-readme-qt-llama2-1b-{row}": (
         "the figure kind is not stated (the script logs max_memory_allocated and max_memory_reserved), and torchao's "

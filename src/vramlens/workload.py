@@ -141,7 +141,7 @@ FOUR_BIT: tuple[Quant, ...] = ("nf4", "nf4-dq", "fp4")
 #: torchao's ``uintx_weight_only`` formats, by bit width (torch.uint1 .. torch.uint7: quant_api.py at b4d076813b)
 UINTX_QUANTS: tuple[Quant, ...] = ("uint1", "uint2", "uint3", "uint4", "uint5", "uint6", "uint7")
 #: The formats whose on-GPU quantization (torchao's quantize_) is replayed (see Workload.quantize_on_device).
-ON_DEVICE_QUANTS: tuple[Quant, ...] = ("int8", "int4", "fp8", "fp6", *UINTX_QUANTS, "w4a8-qqq")
+ON_DEVICE_QUANTS: tuple[Quant, ...] = ("int8", "int4", "fp8", "fp6", *UINTX_QUANTS, "int4-sparse-marlin", "w4a8-qqq")
 #: torchao's weight-only formats without a backward, modelled for inference only: FP6-LLM, uintx, Sparse-Marlin and
 #: Marlin QQQ (their tensor subclasses implement no autograd path: quant_api.py at b4d076813b, 65d86c6c26, 06e69f6a93)
 AO_INFERENCE_QUANTS: tuple[Quant, ...] = ("fp6", *UINTX_QUANTS, "int4-sparse-marlin", "w4a8-qqq")
@@ -1043,7 +1043,8 @@ class Workload:
                          "single-device recipe): drop --gpus and --fsdp, or --quantize-on-device")
             return p
         if self.quantized not in ON_DEVICE_QUANTS:
-            p.append("quantize_on_device replays torchao's quantize_ for int8, int4, fp8, fp6, uint1..uint7, w4a8-qqq; "
+            p.append("quantize_on_device replays torchao's quantize_ for int8, int4, fp8, fp6, uint1..uint7, "
+                     "int4-sparse-marlin, w4a8-qqq; "
                      f"quant={self.quantized!r}: use one of them, or drop --quantize-on-device")
         if self.mode != "inference" or self.method != "full":
             p.append("quantize_on_device models torchao's gpt-fast inference (generate.py): use --mode inference "

@@ -27,6 +27,8 @@ def files(tmp_path):
     bad_kv = tmp_path / "bad-kv"
     bad_kv.mkdir()
     (bad_kv / "config.json").write_text(json.dumps(dict(LLAMA_CONFIG, num_key_value_heads=5)))
+    (tmp_path / "odd-ffn").mkdir()  # a down_proj torchao's uintx cannot group by 64
+    (tmp_path / "odd-ffn" / "config.json").write_text(json.dumps(dict(LLAMA_CONFIG, intermediate_size=11_000)))
     (tmp_path / "malformed.json").write_text('{"model_type": "llama", "hidden_size": ')
     (tmp_path / "empty-dir").mkdir()
     (tmp_path / "notes.txt").write_text("not a snapshot\n")
@@ -146,8 +148,8 @@ CASES = {
                              "quant='uint4' is an inference format"),
     "estimate-sparse-marlin-group": ("estimate llama-2-7b --dtype fp16 --quant int4-sparse-marlin --quant-group-size 256",
                                      "quant='int4-sparse-marlin' takes a group of 32, 64, 128 weights"),
-    "estimate-on-device-sparse-marlin": ("estimate llama-2-7b --dtype fp16 --quant int4-sparse-marlin --cache static "
-                                         "--quantize-on-device", "quant='int4-sparse-marlin': use one of them"),
+    "estimate-uintx-shape": ("estimate {tmp}/odd-ffn --quant uint4",
+                             "down_proj of odd-ffn is 4,096 out x 11,000 in, and torchao needs in_features % 64 == 0"),
     "estimate-on-device-nf4": ("estimate llama-2-7b --quant nf4 --cache static --quantize-on-device",
                                "quantize_on_device replays torchao's quantize_ for int8, int4, fp8"),
     "estimate-on-device-lora-train": ("estimate llama-2-7b --mode train --method lora --quantize-on-device",

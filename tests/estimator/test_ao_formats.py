@@ -2,6 +2,7 @@
 tiny linear, what a Llama-2-7B (h 4,096, f 11,008, V 32,000) holds, uintx's dequantized weight, and the refusals."""
 
 import pytest
+from _specs import llama_config
 
 from vramlens.errors import ConfigError
 from vramlens.estimator import estimate
@@ -10,9 +11,11 @@ from vramlens.estimator.weights import (
     dequant_cast_bytes,
     dequant_min_rows,
     dequantized_weight_bytes,
+    format_refusal,
     format_takes,
     quantized_linear_bytes,
 )
+from vramlens.models import load_model
 from vramlens.workload import make_workload
 
 
@@ -46,7 +49,8 @@ def test_w4a8_qqq_bytes():
 
 def test_fp6_skips_the_shapes_its_kernel_refuses(llama7b):
     # fpx_weight_only keeps a weight with in_features % 64 or out_features % 256 in high precision
-    assert format_takes("fp6", 4_864, 896) and not format_takes("fp6", 896, 896) and not format_takes("fp6", 256, 96)
+    assert (format_takes("fp6", 4_864, 896, 0) and not format_takes("fp6", 896, 896, 0)
+            and not format_takes("fp6", 256, 96, 0))
     fp16 = estimate(llama7b, mode="inference", dtype="fp16").breakdown["weights"]
     fp6 = estimate(llama7b, mode="inference", dtype="fp16", quant="fp6").breakdown["weights"]
     # every block linear of Llama 2 7B is taken: per layer the fp16 weights 4 x 33,554,432 + 3 x 90,177,536 =
@@ -105,3 +109,57 @@ def test_weights_match_the_gpt_fast_tables_model_sizes():
         weights = estimate(spec, mode="inference", quant_head=True, **kw).breakdown["weights"]
         embedding = spec.vocab_size * spec.hidden_size * 2  # V x h at 2 B
         assert f"{(weights - embedding) / 1e9:.2f}" == size, (name, kw)
+
+
+def test_sparse_marlin_and_qqq_skip_what_their_group_does_not_divide():
+    # int4_weight_only and int8_dynamic_activation_int4_weight return a weight with in_features % group_size unchanged
+    assert not format_takes("int4-sparse-marlin", 4_160, 4_160, 128) and format_takes("int4-sparse-marlin", 4_160, 4_096, 128)
+    assert not format_takes("w4a8-qqq", 4_096, 4_160, 128) and format_takes("w4a8-qqq", 4_096, 4_160, 0)
+    spec = load_model(llama_config(hidden_size=4_160))
+    fp16 = estimate(spec, mode="inference", dtype="fp16").breakdown["weights"]
+    marlin = estimate(spec, mode="inference", dtype="fp16", quant="int4-sparse-marlin").breakdown["weights"]
+    # h = 4,160 = 32.5 x 128: only down_proj (4,160 out, 11,008 in) is taken, the rest stays fp16. Its fp16
+    # 4,160 x 11,008 x 2 = 91,586,560 B become n*k/4 = 11,448,320 + meta n*k/16 x 2 = 5,724,160 + the scale and the
+    # zero point, 86 groups x 4,160 x 2 = 715,520 each, rounded to 715,776: 18,604,032; x 32 layers
+    assert fp16 - marlin == 32 * (91_586_560 - 18_604_032) == 2_335_440_896
+
+
+def test_format_refusal_conditions():
+    assert format_refusal("uint2", 256, 100, 4) == "in_features % 8 == 0 (bitpacking.pack asserts it)"
+    # a weight every format takes
+    assert [format_refusal(q, 4_096, 4_096, g) for q, g in (("uint3", 64), ("int4-sparse-marlin", 128),
+                                                            ("w4a8-qqq", 0))] == [None, None, None]
+    # Sparse-Marlin's scale: 128 / 128 x 96 rows of 64 do not fit, 256 / 128 x 96 do
+    assert format_refusal("int4-sparse-marlin", 96, 128, 128) == (
+        "in_features / 128 x out_features % 64 == 0 (_to_marlin_scales' reshape of the scale raises RuntimeError)")
+    assert format_refusal("int4-sparse-marlin", 96, 256, 128) is None
+    # Marlin QQQ: (64, 128) divides (192, 128) though (128, 64) does not
+    assert format_refusal("w4a8-qqq", 128, 192, 0) is None
+
+
+OTHER = "use another --quant, such as int4 (its tinygemm layout pads in_features to a multiple of 1,024)"
+
+
+@pytest.mark.parametrize(("over", "kw", "message"), [
+    (dict(intermediate_size=11_000), dict(quant="uint4"),
+     "quant='uint4': down_proj of llama is 4,096 out x 11,000 in, and torchao needs in_features % 64 == 0 (the group "
+     "size; choose_qparams_affine asserts it): use --quant-group-size 8"),
+    (dict(intermediate_size=11_004), dict(quant="uint4", quant_group_size=4),
+     "quant='uint4': down_proj of llama is 4,096 out x 11,004 in, and torchao needs in_features % 8 == 0 "
+     f"(bitpacking.pack asserts it): {OTHER}"),
+    (dict(hidden_size=4_160), dict(dtype="fp16", quant="int4-sparse-marlin", quant_group_size=64),
+     "quant='int4-sparse-marlin': q_proj of llama is 4,160 out x 4,160 in, and torchao needs in_features % 128 == 0 "
+     "(MarlinSparseAQTLayout.from_plain raises ValueError): use --quant-group-size 128 (int4_weight_only then leaves "
+     "such a layer in high precision)"),
+    (dict(intermediate_size=11_024), dict(dtype="fp16", quant="int4-sparse-marlin"),
+     "quant='int4-sparse-marlin': gate_proj of llama is 11,024 out x 4,096 in, and torchao needs out_features % 32 == "
+     f"0 (sparse_semi_structured_from_dense_cutlass raises RuntimeError): {OTHER}"),
+    (dict(intermediate_size=11_040), dict(dtype="fp16", quant="w4a8-qqq"),
+     "quant='w4a8-qqq': gate_proj of llama is 11,040 out x 4,096 in, and torchao needs in_features % 64 == 0 and "
+     "out_features % 128 == 0, or in_features % 128 == 0 and out_features % 64 == 0 (MarlinQQQAQTTensorImpl.from_plain's "
+     f"thread_config raises ValueError): {OTHER}"),
+])
+def test_shapes_torchao_raises_on_are_refused(over, kw, message):
+    with pytest.raises(ConfigError) as e:
+        estimate(load_model(llama_config(**over)), mode="inference", **kw)
+    assert str(e.value) == message

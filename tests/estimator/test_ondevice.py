@@ -74,6 +74,24 @@ def test_one_w4a8_qqq_weight():
     assert r.peak_allocated_bytes == (32 + 64 + 32 + 64 + 128) * MiB + 16_384 == 335_560_704
 
 
+def test_one_sparse_marlin_weight():
+    # int4_weight_only(layout_type=MarlinSparseLayoutType()) on a (4,096 x 4,096) fp16 weight (32 MiB; n*k = 16 Mi):
+    # kept, the packed (256, 8,192) int32 (4 MiB), the int16 2:4 meta (2 MiB), the fp16 scale and the bf16 zero point
+    # (4,096 x 32 x 2 = 262,144 B each). The peak is in _calculate_meta_reordering_scatter_offsets' last sum, with the
+    # weight 32 MiB, the pruned weight 32, the int32 data 64, q_24 - zp transposed 64, the != 0 bools 16, five bool
+    # expressions (5 x 4), the int64 idxs0 and idxs1 (2 x 32), two gathers (2 x 16) and their stack 32, the int64
+    # meta_4 32, the int16 meta_n 8, meta and meta_reordered (2 x 2), seven int64 (n, k/16) offset tensors (7 x 8: the
+    # rows, the columns, the columns' quotient and remainder, and the three products and sums alive at the last add)
+    # and the two int8 corner masks (2 x 1), with the scale and zero point: 458.5 MiB, as torchao's own functions at 65d86c6c26 record on CPU
+    # tensors (scripts/torchao_quantize_trace.py; the host-side int64 packing left out)
+    ev = [("alloc", "w", 32 * MiB), *quantize_events("w", 4_096, 4_096, "int4-sparse-marlin", 2, 128), ("free", "w", 0),
+          ("empty_cache", None, 0)]
+    r = simulate(ev, max_points=2)
+    assert r.final_allocated_bytes == 4 * MiB + 2 * MiB + 2 * 262_144 == 6_815_744
+    assert r.peak_allocated_bytes == (32 + 32 + 64 + 64 + 16 + 20 + 64 + 32 + 32 + 32 + 8 + 4 + 56 + 2) * MiB \
+        + 2 * 262_144 == 480_772_096
+
+
 def test_gpt_fast_fuses_q_k_v(llama7b):
     w = make_workload(**GEN, quant="int8", quantize_on_device=True)
     loads = [e for e in on_device_events(llama7b, w) if e[0] == "alloc" and isinstance(e[1], str)]
@@ -101,8 +119,8 @@ def test_the_slack_is_added_to_reserved_only(llama7b):
 
 @pytest.mark.parametrize(("kw", "message"), [
     (dict(GEN, quant="nf4"),
-     "quantize_on_device replays torchao's quantize_ for int8, int4, fp8, fp6, uint1..uint7, w4a8-qqq; quant='nf4': "
-     "use one of them, or drop --quantize-on-device"),
+     "quantize_on_device replays torchao's quantize_ for int8, int4, fp8, fp6, uint1..uint7, int4-sparse-marlin, "
+     "w4a8-qqq; quant='nf4': use one of them, or drop --quantize-on-device"),
     (dict(GEN, quant="int8", cache="dynamic"),
      "quantize_on_device: gpt-fast preallocates its KV cache (setup_caches) before the cache is emptied; "
      "cache='dynamic': use --cache static"),

@@ -193,12 +193,14 @@ class FastMemory:
                     return tuple(getattr(e, "problems", [str(e)]))
                 return ()
 
-            # every field check_workload reads (vramlens.estimator.check_workload)
+            # every field check_workload reads (vramlens.estimator.check_workload; the group size and quant_targets for
+            # weights.shape_refusal, which refuses only inference formats today: inference takes _exact)
             probs.extend(self._memo(("check", w.mode, w.method, w.tp, w.pp, w.pp_schedule, w.cp, w.fsdp,
                                      w.fsdp_units, w.lora_targets, w.fused_qkv, w.padded, w.lora_rank,
                                      w.decompose_factor, w.oft_block_size, w.boft_block_size, w.autocast,
                                      w.new_tokens, w.loss_parallel, w.loss_chunks > 1, w.loss, w.images > 0,
-                                     w.quant_head, w.quantized, w.image_size, w.cache), check))
+                                     w.quant_head, w.quantized, w.quant_group_size, w.quant_targets, w.image_size,
+                                     w.cache), check))
         if probs:
             return State(problems=tuple(probs))
         # train_state does not read the loss fields (they are in the key for the validity above):

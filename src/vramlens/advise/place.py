@@ -122,7 +122,7 @@ def _tensor_bytes(t: TensorInfo, w: Workload) -> int:
         return t.numel * dtype_bytes(t.dtype)
     q = w.quantized
     if (q and t.layer is not None and t.role in ("linear", "expert") and len(t.shape) >= 2
-            and format_takes(q, t.out_features, t.in_features)):
+            and format_takes(q, t.out_features, t.in_features, quant_group(w))):
         count = t.numel // (t.shape[-1] * t.shape[-2])
         return count * quantized_linear_bytes(t.out_features, t.in_features, q, quant_group(w), DTYPE_BYTES[w.dtype])
     b = DTYPE_BYTES[t.dtype] if t.dtype in DTYPE_BYTES and t.role == "buffer" else DTYPE_BYTES[w.dtype]

@@ -264,8 +264,8 @@ def add_workload_args(p: argparse.ArgumentParser) -> None:
                    help="the model is loaded in --dtype onto the GPU and quantized there, then the cache emptied "
                         "(torchao's gpt-fast generate.py: model.to('cuda'), quantize_, the CUDA-graph capture's "
                         "empty_cache): the segments holding quantized weights keep their free remainder "
-                        "(int8, int4, fp8, fp6, uint1..uint7, w4a8-qqq; inference with --cache static); with --method "
-                        "qlora "
+                        "(int8, int4, fp8, fp6, uint1..uint7, int4-sparse-marlin, w4a8-qqq; inference with --cache "
+                        "static); with --method qlora "
                         "--nf4-impl torchao, "
                         "torchtune's 2024 set-up (built on the GPU, NF4 weights deep-copied per block and "
                         "re-quantized from the checkpoint, no empty_cache): its reserve lasts the run")

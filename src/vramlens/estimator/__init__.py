@@ -117,6 +117,7 @@ def check_workload(spec: ModelSpec, w: Workload) -> None:
     from vramlens.errors import ConfigError
     from vramlens.estimator.inventory import QKV_SLICES, lora_shape
     from vramlens.estimator.parallel import INTERLEAVED_STAGES_PER_RANK
+    from vramlens.estimator.weights import shape_refusal
     from vramlens.models import peft_method_problem
     from vramlens.workload import LORA_METHODS
 
@@ -201,6 +202,8 @@ def check_workload(spec: ModelSpec, w: Workload) -> None:
         p.append(f"quant_head quantizes a causal LM's output layer (lm_head); {spec.name} runs {spec.head}"
                  + (" with a vision or audio encoder" if spec.head == "causal-lm" else "")
                  + ": drop --quant-head")
+    if (why := shape_refusal(spec, w)) is not None:
+        p.append(why)
     if not w.training and w.cache in ("offloaded", "quantized") and spec.kind == "encoder-decoder":
         p.append(f"cache={w.cache} for an encoder-decoder model ({spec.name}) is not modelled: use --cache dynamic "
                  "or static")

@@ -120,7 +120,97 @@ def quantize_events(name: str, n: int, k: int, quant: str, b: int, group: int,
         return fp6_quantize_events(name, n, k)
     if quant == "w4a8-qqq":
         return qqq_quantize_events(name, n, k, group)
+    if quant == "int4-sparse-marlin":
+        return sparse_marlin_quantize_events(name, n, k, b, group)
     raise ValueError(quant)
+
+
+def sparse_marlin_quantize_events(name: str, n: int, k: int, b: int, group: int) -> list[_Event]:
+    """``int4_weight_only(layout_type=MarlinSparseLayoutType())``'s quantization of one (n, k) fp16 weight (torchao at
+    65d86c6c26), op for op, the GPU's allocations only. affine_quantized_tensor.py ``from_hp_to_intx`` keeps its
+    locals (the pruned weight ``input_float``, ``scale``, the int32 ``data``) until it returns:
+
+    * ``MarlinSparseLayoutType.pre_process``: sparsity/marlin ``inject_24`` and sparsity/utils.py ``mask_creator``
+      (``abs`` of the weight, ``argsort`` of its groups of four: the sorted values and the int64 indices, a float32
+      ``torch.ones`` mask scattered in place, ``.bool()``), ``(mask * w).contiguous()`` (a product and its copy: the
+      2:4-pruned weight) and ``mask.contiguous()``;
+    * quant_primitives.py ``_choose_qparams_affine`` (SYMMETRIC, preserve_zero: per-group min and max, two
+      ``zeros_like``, ``torch.max(-min_val_neg, max_val_pos)``, the divided and clamped scale, the ``full_like`` zero
+      point cast to bfloat16) and ``_quantize_affine_no_dtype_cast`` (``1.0 / scale``, ``input * (...)``, ``round``,
+      the bfloat16 zero point added, which promotes the fp16 sum to float32, ``clamp``, then ``.to(torch.int32)``);
+    * ``MarlinSparseAQTLayout.from_plain`` calls sparsity/marlin ``pack_to_marlin_24``: ``_compress_quantized_24_weight``
+      (``q_24 - zp`` and its transposed copy, int32; utils.py ``sparse_semi_structured_from_dense_cutlass`` over the
+      (n, k) int32: the ``!= 0`` bools and their 2:4 index expressions, two int64 index tensors (each an int64 cast and
+      a shift), two ``gather`` and their ``stack`` (the compressed half), the int64 ``meta_4``, its int16 cast and the
+      shifted ors of ``meta``, the int16 ``meta_reordered`` kept, and ``_calculate_meta_reordering_scatter_offsets``'s
+      int64 (n, k/16) row and column offsets with their arithmetic; then the compressed half transposed into a copy
+      and ``+ zp``); ``_to_marlin_weights`` (``marlin_permute_weights``: the tile permute's copy and the ``[:, perm]``
+      gather; ``q_w.cpu()`` packs eight values an int64 on the host, and ``.to(orig_device, dtype=torch.int32)`` brings
+      back the (k/32, 2n) int32: the host-side tensors are not on the GPU) and ``_to_marlin_scales`` (a copy of the
+      transposed scale and its gather, kept).
+
+    The per-row ``torch.max(q_w_24)`` check, the permutation tables (made on the host) and the index copies are
+    scalars or under 1 MiB, left out (module docstring)."""
+    A, F = "alloc", "free"
+    nk = n * k
+    G = n * (k // group) * b  # one per-group tensor in the weight's dtype
+    off = nk // 2  # an int64 (n, k/16) offset tensor
+    ev: list[_Event] = [
+        # pre_process: mask_creator, then (mask * w).contiguous(), mask.contiguous()
+        (A, "abs", b * nk), (A, "sv", b * nk), (A, "idx", 8 * nk), (F, "sv", 0), (A, "ones", 4 * nk), (F, "abs", 0),
+        (F, "idx", 0), (A, "mask", nk), (F, "ones", 0), (A, "mul", b * nk), (A, "w24", b * nk), (F, "mul", 0),
+        (A, "maskc", nk), (F, "mask", 0), (F, "maskc", 0),
+        # _choose_qparams_affine
+        (A, "min", G), (A, "max", G), (A, "z1", G), (A, "minneg", G), (F, "z1", 0), (A, "z2", G), (A, "maxpos", G),
+        (F, "z2", 0), (A, "neg", G), (A, "mx", G), (F, "neg", 0), (F, "maxpos", 0), (A, "d", G), (A, "scale", G),
+        (F, "d", 0), (A, "full", G), (A, (name, "zero"), 2 * n * (k // group)), (F, "min", 0), (F, "max", 0),
+        (F, "minneg", 0), (F, "mx", 0), (F, "full", 0),
+        # _quantize_affine_no_dtype_cast, .to(int32)
+        (A, "rec", G), (A, "inv", G), (F, "rec", 0), (A, "t1", b * nk), (F, "inv", 0), (A, "t2", b * nk),
+        (F, "t1", 0), (A, "t3", 4 * nk), (F, "t2", 0), (A, "t4", 4 * nk), (F, "t3", 0), (A, "data", 4 * nk),
+        (F, "t4", 0),
+        # _compress_quantized_24_weight: q_24 - zp, .t().contiguous()
+        (A, "sub", 4 * nk), (A, "nozp", 4 * nk), (F, "sub", 0),
+        # sparse_semi_structured_from_dense_cutlass: the masks and expressions (bool (n, k/4) each)
+        (A, "ne", nk), (A, "e0", nk // 4), (A, "n0", nk // 4), (A, "e1", nk // 4), (F, "n0", 0),
+        (A, "n1", nk // 4), (A, "n2", nk // 4), (A, "e2", nk // 4), (F, "n1", 0), (F, "n2", 0),
+        (A, "o", nk // 4), (A, "bit2", nk // 4), (F, "o", 0), (A, "n3", nk // 4), (A, "bit3", nk // 4), (F, "n3", 0),
+        # idxs0, idxs1: an int64 cast, a shift, an or (int64 (n, k/4))
+        (A, "c0", 2 * nk), (A, "s0", 2 * nk), (F, "c0", 0), (A, "i0", 2 * nk), (F, "s0", 0),
+        (A, "c1", 2 * nk), (A, "s1", 2 * nk), (F, "c1", 0), (A, "i1", 2 * nk), (F, "s1", 0),
+        # the two gathers (int32 (n, k/4)), their stack, meta_4, meta_n (int16), meta's shifted ors
+        (A, "g0", nk), (A, "g1", nk), (A, "sparse", 2 * nk), (A, "s2", 2 * nk), (A, "m4", 2 * nk), (F, "s2", 0),
+        (A, "mn", nk // 2), (A, "h1", nk // 8), (A, "r1", nk // 8), (F, "h1", 0), (A, "h2", nk // 8),
+        (A, "r2", nk // 8), (F, "r1", 0), (F, "h2", 0), (A, "h3", nk // 8), (A, "meta", nk // 8), (F, "r2", 0),
+        (F, "h3", 0), (A, (name, "meta"), nk // 8),
+        # _calculate_meta_reordering_scatter_offsets: int64 (n, k/16)
+        (A, "ar1", 8 * n), (A, "rows", off), (F, "ar1", 0), (A, "ar2", 8 * (k // 16)), (A, "cols", off),
+        (F, "ar2", 0),
+        (A, "a1", off), (A, "a2", off), (F, "a1", 0), (A, "a3", off), (A, "a4", off), (F, "a3", 0), (A, "a5", off),
+        (F, "a2", 0), (F, "a4", 0), (A, "a6", off), (A, "a7", off), (F, "a6", 0), (A, "a8", off), (F, "a5", 0),
+        (F, "a7", 0), (A, "a9", off), (A, "a10", off), (F, "a9", 0), (A, "a11", off), (F, "a10", 0),
+        (A, "a12", off), (F, "a11", 0), (A, "a13", off), (F, "a8", 0), (F, "a12", 0), (A, "a14", off),
+        (A, "a15", off), (F, "a14", 0), (A, "a16", off), (F, "a15", 0), (A, "rows2", off), (F, "a13", 0),
+        (F, "a16", 0), (F, "rows", 0)]
+    for side in ("tr", "bl"):  # topright, bottomleft: two remainders, two bool compares, an and, .to(int8)
+        ev += [(A, "m1", off), (A, (side, 1), nk // 16), (F, "m1", 0), (A, "m2", off), (A, (side, 2), nk // 16),
+               (F, "m2", 0), (A, (side, 3), nk // 16), (F, (side, 1), 0), (F, (side, 2), 0), (A, side, nk // 16),
+               (F, (side, 3), 0)]
+    ev += [(A, "d1", nk // 16), (F, "d1", 0), (A, "d2", nk // 16), (F, "d2", 0),  # rows +=, cols -= (tr - bl)
+           (A, "maj", off), (A, "mnr", off), (A, "p1", off), (A, "p2", off), (F, "p1", 0), (A, "p3", off),
+           (A, "p4", off), (F, "p2", 0), (F, "p3", 0), (A, "offsets", off), (F, "p4", 0),
+           *[(F, t, 0) for t in ("rows2", "cols", "tr", "bl", "maj", "mnr")],
+           # scatter_ into meta_reordered; the function's locals go
+           *[(F, t, 0) for t in ("ne", "e0", "e1", "e2", "bit2", "bit3", "i0", "i1", "g0", "g1", "m4", "mn", "meta",
+                                 "offsets")],
+           # the compressed half transposed into a copy, + zp
+           (A, "ct", 2 * nk), (F, "sparse", 0), (A, "comp", 2 * nk), (F, "nozp", 0), (F, "ct", 0),
+           # _to_marlin_weights: the permute's copy and gather, packed on the host, the int32 back on the GPU
+           (A, "pc", 2 * nk), (A, "pg", 2 * nk), (F, "pc", 0), (F, "pg", 0), (A, (name, "q"), nk // 4),
+           # _to_marlin_scales
+           (A, "sc", G), (A, (name, "scale"), G), (F, "sc", 0),
+           (F, "comp", 0), (F, "w24", 0), (F, "scale", 0), (F, "data", 0)]
+    return ev
 
 
 def qqq_quantize_events(name: str, n: int, k: int, group: int) -> list[_Event]:
@@ -256,7 +346,7 @@ def on_device_events(spec: ModelSpec, w: Workload) -> list[_Event]:
     b = weight_dtype_bytes(w)
     group = quant_group(w)
     sb = b if wo_dequantizes(w) else 4  # float8_weight_only's scale in the weight's dtype
-    targets = {lin.name for lin in quantized_linears(spec, quant, None)}
+    targets = {lin.name for lin in quantized_linears(spec, quant, None, group)}
     head = quantizes_head(spec, w)
     if head:
         targets |= {t.name for t in spec.tensors if t.role == "lm_head"}
@@ -402,7 +492,8 @@ _NF4_PIECES = ("quantized_scalers", "quantization_factor", "scaler_mean", "quant
 
 def _block(spec: ModelSpec, w: Workload) -> list[tuple[str, int, bool, tuple[int, int] | None]]:
     """One block's tensors in torchtune's order of construction: (module, bytes or numel, NF4?, LoRA (n, k))."""
-    quantized = {lin.module for lin in quantized_linears(spec, w.quantized, adapted_only(w)) if lin.layer == 0}
+    quantized = {lin.module for lin in quantized_linears(spec, w.quantized, adapted_only(w), quant_group(w))
+                 if lin.layer == 0}
     adapted = {lin.module for lin in lora_shape(spec, tuple(w.lora_targets)).targets if lin.layer == 0}
     lins: list[Linear] = sorted((lin for lin in summarize(spec).linears if lin.layer == 0),
                                 key=lambda lin: _TUNE_ORDER.index(lin.module) if lin.module in _TUNE_ORDER else 99)

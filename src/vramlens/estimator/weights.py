@@ -24,7 +24,8 @@ of the gpt-fast tables that ran them (pytorch/ao):
 * fp6 (``fpx_weight_only(3, 2)``, FP6-LLM e3m2; torchao/dtypes/fpx/fpx.py ``FpxTensorCoreAQTLayout`` at
   b4d076813b): ``packed_fpx_data`` uint8 (n, k/8*6) and a per-row fp16 ``scale`` (n) (``to_scaled_tc_fpx``
   returns ``scale.half()``): ``6*n*k/8 + 2n``. quant_api.py ``fpx_weight_only`` leaves a weight with
-  ``in_features % 64`` or ``out_features % 256`` in high precision (format_takes).
+  ``in_features % 64`` or ``out_features % 256`` in high precision (format_takes; Sparse-Marlin and QQQ likewise skip a
+  weight whose in_features their group does not divide, and the shapes torchao raises on are refused: format_refusal).
 * uint1 .. uint7 (``uintx_weight_only(torch.uintN, group_size=64)``, ``UintxLayoutType``; torchao/dtypes/uintx/
   Uintx.py ``UintxTensor`` at b4d076813b): the N bits split into 4-, 2- and 1-bit shards (``bits_to_shard``),
   each uint8 (n, k*bits/8) (bitpacking.py ``pack``, k a multiple of 8); ``scale`` (n, k/g) in the weight's
@@ -139,13 +140,91 @@ UINTX_SHARDS: dict[int, tuple[int, ...]] = {1: (1,), 2: (2,), 3: (2, 1), 4: (4,)
 UINTX_GROUP_SIZE = 64
 
 
-def format_takes(quant: str | None, n: int, k: int) -> bool:
-    """Whether torchao quantizes an (n, k) weight in ``quant``: ``fpx_weight_only`` returns a weight with
-    ``in_features % 64`` or ``out_features % 256`` unchanged (quant_api.py ``apply_quant_llm`` at b4d076813b: "the
-    shape is not compatible with the kernel"); every other format takes every linear."""
+def format_takes(quant: str | None, n: int, k: int, group: int) -> bool:
+    """Whether torchao quantizes an (n, k) weight in ``quant`` (``group``: quant_group): a weight it returns
+    unchanged stays in high precision.
+
+    * fp6: quant_api.py ``fpx_weight_only``'s ``apply_quant_llm`` at b4d076813b returns a weight with
+      ``in_dim % 64`` or ``out_dim % 256`` unchanged ("the shape is not compatible with the kernel");
+    * int4-sparse-marlin: ``int4_weight_only``'s ``apply_int4_weight_only_quant`` at 65d86c6c26 returns a weight
+      whose ``weight.shape[-1] % group_size`` is not 0;
+    * w4a8-qqq: ``apply_int8_dynamic_activation_int4_weight_quant`` at 06e69f6a93 the same (group -1, per output
+      channel, is the whole row: every weight is taken).
+
+    Every other format takes every linear; the shapes torchao raises on are format_refusal's."""
     if quant == "fp6":
         return k % 64 == 0 and n % 256 == 0
+    if quant in ("int4-sparse-marlin", "w4a8-qqq"):
+        return not group or k % group == 0
     return quant is not None
+
+
+def format_refusal(quant: str, n: int, k: int, group: int) -> str | None:
+    """The condition torchao's ``quantize_`` raises on for an (n, k) weight it takes (format_takes), as
+    "<dimension> % <m> == 0 (<what raises>)" for the first one broken, or None when it quantizes the weight.
+
+    * uint1..uint7 (at b4d076813b): quant_primitives.py ``_get_reduction_params`` asserts ``input_size %
+      block_size == 0`` for the (1, group) block ``choose_qparams_affine`` reduces over, then uintx/bitpacking.py
+      ``pack`` asserts the packed (last, in_features) dimension ``% 8 == 0``;
+    * int4-sparse-marlin (at 65d86c6c26): ``MarlinSparseAQTLayout.from_plain`` raises ValueError for
+      ``in_features % 128`` (its ``out_features`` test, ``out_features != 256 == 0``, is never true); then
+      sparsity/marlin/utils.py ``sparse_semi_structured_from_dense_cutlass`` raises for the (n, k) int32 weight's
+      rows ``m % 32`` (int16 meta), and ``_to_marlin_scales`` reshapes the (k/g, n) scale to rows of 64
+      (``len(scale_perm_24)``): k/g x n % 64;
+    * w4a8-qqq (at 06e69f6a93): ``MarlinQQQAQTTensorImpl.from_plain`` raises ValueError unless one of its
+      ``thread_config`` (thread_k, thread_n) = (64, 256), (128, 128), (128, 64), (64, 128) divides (k, n)."""
+    if quant in UINTX_QUANTS:
+        if k % group:
+            return f"in_features % {group} == 0 (the group size; choose_qparams_affine asserts it)"
+        if k % 8:
+            return "in_features % 8 == 0 (bitpacking.pack asserts it)"
+    elif quant == "int4-sparse-marlin":
+        if k % 128:
+            return "in_features % 128 == 0 (MarlinSparseAQTLayout.from_plain raises ValueError)"
+        if n % 32:
+            return "out_features % 32 == 0 (sparse_semi_structured_from_dense_cutlass raises RuntimeError)"
+        if (k // group) * n % 64:
+            return (f"in_features / {group} x out_features % 64 == 0 (_to_marlin_scales' reshape of the scale "
+                    "raises RuntimeError)")
+    elif quant == "w4a8-qqq" and not any(k % tk == 0 and n % tn == 0 for tk, tn in QQQ_THREAD_CONFIG):
+        return ("in_features % 64 == 0 and out_features % 128 == 0, or in_features % 128 == 0 and out_features % 64 "
+                "== 0 (MarlinQQQAQTTensorImpl.from_plain's thread_config raises ValueError)")
+    return None
+
+
+def shape_refusal(spec: ModelSpec, w: Workload) -> str | None:
+    """The line refusing a model whose quantized linears (the output layer too with ``quant_head``) torchao's
+    ``quantize_`` raises on in ``w.quantized`` (format_refusal, the first such layer in the model's order), with
+    the fix; None when it quantizes every one it takes (format_takes)."""
+    quant = w.quantized
+    if quant not in (*UINTX_QUANTS, "int4-sparse-marlin", "w4a8-qqq"):  # the formats format_refusal checks
+        return None
+    group = quant_group(w)
+    shapes = [(lin.module, lin.out_features, lin.in_features)
+              for lin in quantized_linears(spec, quant, adapted_only(w), group)]
+    if quantizes_head(spec, w):
+        shapes.append(("lm_head", spec.vocab_size, spec.hidden_size))
+    for module, n, k in shapes:
+        cond = format_refusal(quant, n, k, group)
+        if cond is None:
+            continue
+        other = "use another --quant, such as int4 (its tinygemm layout pads in_features to a multiple of 1,024)"
+        if quant in UINTX_QUANTS:
+            # a group every quantized linear's in_features takes (a multiple of 8 packs too)
+            fits = [g for g in (256, 128, 64, 32, 16, 8) if all(x % g == 0 for _, _, x in shapes)]
+            fix = f"use --quant-group-size {fits[0]}" if fits and k % group else other
+        elif quant == "int4-sparse-marlin" and k % 128:
+            fix = "use --quant-group-size 128 (int4_weight_only then leaves such a layer in high precision)"
+        else:
+            fix = other
+        return (f"quant={quant!r}: {module} of {spec.name} is {n:,} out x {k:,} in, and torchao needs {cond}: "
+                f"{fix}")
+    return None
+
+
+#: Marlin QQQ's (thread_k, thread_n) tiles (affine_quantized_tensor.py ``MarlinQQQAQTTensorImpl.from_plain`` at
+#: 06e69f6a93): a weight is refused unless one divides its (in_features, out_features)
+QQQ_THREAD_CONFIG = ((64, 256), (128, 128), (128, 64), (64, 128))
 
 
 def int4_padded_shape(n: int, k: int) -> tuple[int, int]:
@@ -158,7 +237,7 @@ def int4_padded_shape(n: int, k: int) -> tuple[int, int]:
 def quantizes_head(spec: ModelSpec, w: Workload) -> bool:
     """Whether the output layer is stored quantized (``quant_head`` with quantized weights and an LM head)."""
     return (w.quant_head and w.quantized is not None and spec.head in LM_HEADS
-            and format_takes(w.quantized, spec.vocab_size, spec.hidden_size))
+            and format_takes(w.quantized, spec.vocab_size, spec.hidden_size, quant_group(w)))
 
 
 def head_weight_bytes(spec: ModelSpec, b: int) -> int:
@@ -248,9 +327,10 @@ def adapted_only(w: Workload) -> tuple[str, ...] | None:
 
 
 @identity_cache
-def quantized_linears(spec: ModelSpec, quant: str | None, only: tuple[str, ...] | None) -> tuple[Linear, ...]:
+def quantized_linears(spec: ModelSpec, quant: str | None, only: tuple[str, ...] | None,
+                      group: int) -> tuple[Linear, ...]:
     """The linears stored quantized: those of the blocks (heads outside them stay in high precision),
-    or with ``only`` (LoRA targets) the adapted ones among them."""
+    or with ``only`` (LoRA targets) the adapted ones among them; ``group``: quant_group (format_takes)."""
     if quant is None:
         return ()
     chosen = summarize(spec).linears
@@ -261,7 +341,7 @@ def quantized_linears(spec: ModelSpec, quant: str | None, only: tuple[str, ...] 
         names = {lin.name for lin in lora_shape(spec, only, True).targets}
         chosen = tuple(lin for lin in chosen if lin.name in names)
     return tuple(lin for lin in chosen
-                 if lin.layer is not None and format_takes(quant, lin.out_features, lin.in_features))
+                 if lin.layer is not None and format_takes(quant, lin.out_features, lin.in_features, group))
 
 
 @identity_cache
@@ -274,7 +354,7 @@ def _base_bytes(spec: ModelSpec, b: int, quant: str | None, only: tuple[str, ...
     # quantized linears replace their full-precision bytes; everything else stays at b bytes
     full = 0
     q = 0
-    for lin in quantized_linears(spec, quant, only):
+    for lin in quantized_linears(spec, quant, only, group):
         if lin.count > 1:  # fused experts: one (E, n, k) tensor, quantized per expert
             full += round_up(lin.count * lin.in_features * lin.out_features * b, BLOCK)
         else:
@@ -366,7 +446,8 @@ def gptq_kernel_buffer_bytes(spec: ModelSpec, w: Workload) -> int:
     """
     if w.quant_impl != "exllama" or w.quantized != "gptq-4bit":
         return 0
-    dq = max((lin.in_features * lin.out_features for lin in quantized_linears(spec, w.quantized, adapted_only(w))),
+    dq = max((lin.in_features * lin.out_features
+              for lin in quantized_linears(spec, w.quantized, adapted_only(w), quant_group(w))),
              default=0)
     return round_up(2 * dq, BLOCK) + round_up(2 * 1 * 1, BLOCK)
 
@@ -386,7 +467,8 @@ def dequantized_weight_bytes(spec: ModelSpec, w: Workload) -> int:
         return 0
     c = DTYPE_BYTES[w.quant_matmul_dtype]
     return max((round_up(lin.out_features * lin.in_features * c, BLOCK)
-                for lin in quantized_linears(spec, w.quantized, adapted_only(w)) if lin.count == 1), default=0)
+                for lin in quantized_linears(spec, w.quantized, adapted_only(w), quant_group(w)) if lin.count == 1),
+               default=0)
 
 
 def dequant_cast_bytes(w: Workload, n: int, k: int) -> int:

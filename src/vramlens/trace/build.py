@@ -949,7 +949,8 @@ def quantize_ao(model: nn.Module, quant: str, group: int, dtype: torch.dtype, *,
                 meta_only: bool = False, include_head: bool = False) -> str:
     """Replace every nn.Linear (the output layer too with ``include_head``) by AOWeightOnlyLinear, as torchao's
     ``quantize_`` with the format's config replaces each linear's weight; fp6 leaves a weight with in_features % 64
-    or out_features % 256 alone (weights.format_takes)."""
+    or out_features % 256 alone, Sparse-Marlin and QQQ one whose in_features the group does not divide
+    (weights.format_takes)."""
     from vramlens.estimator.weights import format_takes
 
     skip = () if include_head else _output_head_names(model)
@@ -958,7 +959,7 @@ def quantize_ao(model: nn.Module, quant: str, group: int, dtype: torch.dtype, *,
         for child_name, child in mod.named_children():
             full = f"{name}.{child_name}" if name else child_name
             if (type(child) is nn.Linear and not any(full.endswith(s) for s in skip)
-                    and format_takes(quant, child.out_features, child.in_features)):
+                    and format_takes(quant, child.out_features, child.in_features, group)):
                 todo.append((mod, child_name, child))
     ctx = torch.device("meta") if meta_only else fake_mode if fake_mode is not None else _nullctx()
     with ctx:
