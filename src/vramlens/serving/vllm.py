@@ -57,6 +57,7 @@ KV cache. A target whose cache is hybrid (sliding or chunked layers) is not mode
 from __future__ import annotations
 
 from dataclasses import dataclass
+from math import lcm
 
 from vramlens.errors import ConfigError, EngineRefusal
 from vramlens.hardware.gpu import GPU
@@ -352,15 +353,51 @@ KERNEL_BLOCK_ALIGNMENT = 16
 BLACKWELL_HEAD256_ALIGNMENT = 32
 
 
+#: ``--mamba-cache-mode`` choices (vLLM 0.15.0-0.19.0 CacheConfig.mamba_cache_mode: MambaCacheMode).
+MAMBA_CACHE_MODES = ("none", "align", "all")
+#: The first release with ``--mamba-cache-mode`` (absent from the 0.14.0 wheel, in 0.15.0's vllm/config/cache.py).
+MAMBA_CACHE_MODE_FROM = (0, 15, 0)
+#: The first release that keeps prefix caching on for a hybrid model: 0.11.0's ``MambaModelConfig`` turns it off
+#: for every one ("Hybrid or mamba-based model detected: disabling prefix caching since it is not yet
+#: supported."), 0.11.1's keeps it for models with ``supports_mamba_prefix_caching`` (both wheels read).
+HYBRID_PREFIX_CACHING_FROM = (0, 11, 1)
+#: The first release whose Mamba align mode asserts block_size <= max_num_batched_tokens (vllm/config/vllm.py
+#: ``VllmConfig.__post_init__``: in the 0.17.0 wheel, not in 0.16.0's).
+ALIGN_BATCH_CHECK_FROM = (0, 17, 0)
+#: ``ModelConfig.get_mamba_chunk_size`` when the config has neither ``mamba_chunk_size`` nor ``chunk_size``
+#: (vllm/config/model.py, 0.11.1-0.19.0: ``chunk_size = 2048``).
+DEFAULT_MAMBA_CHUNK_SIZE = 2048
+#: Mixers whose vLLM model classes have ``SupportsMambaPrefixCaching`` (model_executor/models/, 0.11.1-0.19.0:
+#: bamba, falcon_h1, granitemoehybrid, jamba, nemotron_h, and the pure mamba, mamba2, zamba2): the Mamba1/2
+#: hybrids vramlens reads; Qwen3NextForCausalLM (Gated DeltaNet) and Lfm2ForCausalLM (short convolutions) lack it.
+MAMBA_PREFIX_CACHING_MIXERS = ("mamba1", "mamba2")
+
+
 @dataclass(frozen=True, slots=True)
 class HybridPages:
-    """vLLM's page unification for a hybrid model: the attention block size and the state page."""
+    """vLLM's page unification for a hybrid model: the attention block size and the state page.
+
+    ``mode``: the Mamba cache mode vLLM runs ("none": prefix caching off; "all" and "align" as
+    ``--mamba-cache-mode`` names them, "all" also for 0.11.1-0.14's prefix caching, which allocates alike).
+    ``state_block_size``: ``CacheConfig.mamba_block_size``, the MambaSpec's block size.
+    """
 
     block_size: int
     state_bytes: int
     page_bytes: int
     notes: tuple[str, ...]
     figures: tuple[EngineFigure, ...]
+    mode: str = "none"
+    state_block_size: int = 0
+
+    def state_blocks(self, tokens: int) -> int:
+        """Blocks one state layer needs for a request of ``tokens`` (``MambaSpec.max_memory_usage_bytes`` //
+        page, vllm/v1/kv_cache_interface.py 0.15.0-0.19.0: "all" cdiv(max_model_len, block_size), "align" 2,
+        "none" 1; 0.11.1-0.14.0: cdiv(max_model_len, block_size), one block when mamba_block_size is
+        max_model_len, i.e. without prefix caching; 0.10-0.11.0: one page)."""
+        if self.mode == "all":
+            return ceil_div(tokens, self.state_block_size)
+        return 2 if self.mode == "align" else 1
 
 
 def hybrid_problems(h: HybridLayout, rel: VllmRelease, *, tp: int, pp: int) -> list[str]:
@@ -370,6 +407,8 @@ def hybrid_problems(h: HybridLayout, rel: VllmRelease, *, tp: int, pp: int) -> l
         p.append(f"{rel.name}: hybrid (attention + recurrent state) models are modelled for the V1 engine only "
                  "(vLLM 0.10 or later): pass --vllm-version 0.19")
     if pp > 1:
+        # vLLM serves these models over pipeline stages (their classes have SupportsPP); each stage then holds
+        # its own share of attention and state layers and its own grouping, which vramlens does not lay out
         p.append(f"pp={pp}: pipeline parallelism of a hybrid model is not modelled (its attention and state blocks "
                  "split unevenly over the stages): use --tp")
     if not h.n_attention:
@@ -381,23 +420,65 @@ def hybrid_problems(h: HybridLayout, rel: VllmRelease, *, tp: int, pp: int) -> l
     return p
 
 
+def hybrid_cache_mode(h: HybridLayout, rel: VllmRelease, *, enable_prefix_caching: bool | None,
+                      mamba_cache_mode: str | None) -> tuple[str, tuple[str, ...]]:
+    """(the Mamba cache mode vLLM runs, its log lines) for a hybrid model, as ``MambaModelConfig`` decides.
+
+    ``--enable-prefix-caching`` is off by default for hybrid models in every release read (0.10.2-0.19.0:
+    ``ModelConfig.is_prefix_caching_supported`` is False for attn_type "hybrid", "the feature is still
+    experimental"). Given: 0.10 and 0.11.0 turn it off again; 0.11.1-0.14 keep it for the models with
+    ``supports_mamba_prefix_caching`` (MAMBA_PREFIX_CACHING_MIXERS) and turn it off for the others; from 0.15
+    ``--mamba-cache-mode`` "none" becomes "all" for those models and "align" for the others, "all" given for
+    the others falls back to "align", and a mode given without prefix caching is set to "none"
+    (vllm/model_executor/models/config.py MambaModelConfig.verify_and_update_config in each wheel).
+    """
+    supported = h.mixer in MAMBA_PREFIX_CACHING_MIXERS
+    v = rel.version
+    if not enable_prefix_caching:
+        if mamba_cache_mode not in (None, "none"):
+            return "none", ("Mamba cache mode is set to 'none' when prefix caching is disabled (vLLM)",)
+        return "none", ()
+    if v < HYBRID_PREFIX_CACHING_FROM:
+        return "none", ("Hybrid or mamba-based model detected: disabling prefix caching since it is not yet "
+                        "supported. (vLLM; it is kept from 0.11.1 for Mamba hybrids)",)
+    if v < MAMBA_CACHE_MODE_FROM:
+        if not supported:
+            return "none", ("Hybrid or mamba-based model detected without support for prefix caching: disabling. "
+                            f"(vLLM: the {h.mixer} model classes lack supports_mamba_prefix_caching)",)
+        return "all", ("Warning: Prefix caching is currently enabled. Its support for Mamba layers is experimental. "
+                       "(vLLM; the state of every block_size-th token is cached, as 0.15's mode 'all')",)
+    logs: tuple[str, ...] = ()
+    mode = mamba_cache_mode or "none"
+    if mode == "none":
+        mode = "all" if supported else "align"
+        logs += (f"Mamba cache mode is set to '{mode}' for ... by default when prefix caching is enabled (vLLM)",)
+    if mode == "all" and not supported:
+        mode = "align"
+        logs += ("Hybrid or mamba-based model detected without support for prefix caching with Mamba cache 'all' "
+                 "mode: falling back to 'align' mode. (vLLM)",)
+    return mode, logs + (f"Warning: Prefix caching in Mamba cache '{mode}' mode is currently enabled. (vLLM)",)
+
+
 def hybrid_pages(m: ServedModel, h: HybridLayout, gpu: GPU, *, tp: int, b: int, kv_b: int,
-                 block_size: int | None) -> HybridPages:
+                 block_size: int | None, mode: str = "none", max_model_len: int = 0,
+                 logs: tuple[str, ...] = ()) -> HybridPages:
     """The attention block size and the padded state page vLLM V1 gives a hybrid model.
 
     ``HybridAttentionMambaModelConfig.verify_and_update_config`` (vllm/model_executor/models/config.py;
-    read at commit 0144dd5b0d2d and in the later form with ``kernel_block_alignment_size``): one token's
+    read at commit 0144dd5b0d2d, in the 0.10.2, 0.11.1, 0.12.0, 0.15.0 and 0.19.0 wheels): one token's
     attention page a1 = 2 x n_kv/tp x head_dim x kv bytes (``FullAttentionSpec(block_size=1).page_size_bytes``);
     the state page S = ``MambaSpec.page_size_bytes`` = the conv and ssm states of one block for one request
     (:meth:`HybridLayout.state_bytes`: the conv state in the model dtype, ``mamba_cache_dtype`` "auto"; the
-    ssm state in ``mamba_ssm_cache_dtype``); without prefix caching (off by default for hybrid models,
-    EngineArgs ``_set_default_args``: "Disable prefix caching default for hybrid models since the feature is
-    still experimental") block_size = align x cdiv(S, align x a1), unless the user's is at least that
-    ("Setting attention block size to N tokens to ensure that attention page size is >= mamba page size");
-    the state page is then padded to block_size x a1 ("Padding mamba page size by X% ..."), so both kinds
-    of layer share one page size and one block pool (``_get_kv_cache_groups_uniform_page_size``). A state
-    layer holds one block per running request (``MambaSpec.max_memory_usage_bytes``, mamba_block_size =
-    max_model_len).
+    ssm state in ``mamba_ssm_cache_dtype``).
+
+    ``mode`` (:func:`hybrid_cache_mode`) "none" (prefix caching off, vLLM's default for hybrid models) and
+    "align": block_size = align x cdiv(S, align x a1), unless the user's is at least that ("Setting attention
+    block size to N tokens to ensure that attention page size is >= mamba page size"); mamba_block_size =
+    max_model_len ("none") or that block size ("align"). "all": the block is the Mamba2 SSD kernel's chunk
+    c = lcm(chunk_size, align) (``get_mamba_chunk_size``: the config's mamba_chunk_size or chunk_size, else
+    2048) times cdiv(cdiv(S, a1), c), and mamba_block_size is that block even where a larger user block size
+    is kept. The state page is then padded to block_size x a1 ("Padding mamba page size by X% ..."), so both
+    kinds of layer share one page size and one block pool (``_get_kv_cache_groups_uniform_page_size``).
     """
     cc = gpu.compute_capability
     align = BLACKWELL_HEAD256_ALIGNMENT if cc is not None and cc[0] == 10 and m.head_dim == 256 \
@@ -405,26 +486,38 @@ def hybrid_pages(m: ServedModel, h: HybridLayout, gpu: GPU, *, tp: int, b: int, 
     a1 = kv_cell_bytes(m, tp, kv_b)
     ssm_b = DTYPE_BYTES[h.ssm_dtype] if h.ssm_dtype else b
     state = h.state_bytes(tp, b, ssm_b)
-    need = align * ceil_div(state, align * a1)
+    if mode == "all":
+        chunk = lcm(h.chunk_size or DEFAULT_MAMBA_CHUNK_SIZE, align)
+        need = chunk * ceil_div(ceil_div(state, a1), chunk)
+        how = (f"lcm({h.chunk_size or DEFAULT_MAMBA_CHUNK_SIZE} chunk, {align}) x cdiv(cdiv({state:,}, {a1:,}), "
+               f"{chunk}) = {need}")
+    else:
+        need = align * ceil_div(state, align * a1)
+        how = f"{align} x cdiv({state:,}, {align} x {a1:,}) = {need}"
     bs = block_size if block_size is not None and block_size >= need else need
+    state_bs = need if mode == "all" else bs if mode == "align" else max_model_len
     page = bs * a1
     conv, ssm = h.shapes(tp)
     padding = 100 * (page - state) / state
+    per_request = {"none": "1 block per request (mamba_block_size = max_model_len)",
+                   "align": f"2 blocks per request (mamba_block_size = {bs})",
+                   "all": f"cdiv(max_model_len, {state_bs}) blocks per request (mamba_block_size = {state_bs})"}
     notes = (
         f"hybrid: {h.n_attention} attention blocks keep KV pages, {h.n_state} {h.mixer} blocks a fixed state per "
         f"request: conv {conv} x {b} B" + (f" + ssm {ssm} x {ssm_b} B" if ssm else "")
         + f" = {state:,} B per block (MambaSpec); "
-        f"attention block size = {align} x cdiv({state:,}, {align} x {a1:,}) = {need}"
+        f"attention block size = {how}"
         + (f", the given {block_size} kept" if bs != need else "")
         + f"; the state page padded by {padding:.2f}% to {page:,} B (HybridAttentionMambaModelConfig)",
-        "hybrid: prefix caching off (vLLM's default for hybrid models); with --enable-prefix-caching the state is "
-        "cached per block and these figures do not hold",
+        *(f"hybrid: {line}" for line in logs),
+        f"hybrid: Mamba cache mode '{mode}'" + (" (prefix caching off for the state)" if mode == "none" else "")
+        + f": each state layer holds {per_request[mode]} (MambaSpec.max_memory_usage_bytes)",
         f"hybrid: not modelled: the {h.mixer} mixers' own working set in the profile run (the activation peak counts "
         "attention and the MLP/MoE), and the state each decode step reads and writes (the speed counts the KV cache)",
     )
     figures = (EngineFigure("attention_block_size", "Setting attention block size to (tokens)", bs),
                EngineFigure("mamba_page_padding", "Padding mamba page size by (%)", round(padding, 2)))
-    return HybridPages(bs, state, page, notes, figures)
+    return HybridPages(bs, state, page, notes, figures, mode, state_bs)
 
 
 def vllm_capacity(m: ServedModel, gpu: GPU, *, gpus: int, tp: int, pp: int, context: int | None,
@@ -432,13 +525,17 @@ def vllm_capacity(m: ServedModel, gpu: GPU, *, gpus: int, tp: int, pp: int, cont
                   max_num_seqs: int | None = None, max_num_batched_tokens: int | None = None,
                   kv_cache_dtype: str = "auto", block_size: int | None = None, enforce_eager: bool = False,
                   version: str = DEFAULT_VERSION, use_v1: bool | None = None,
-                  speculative_config: dict | None = None, draft: ServedModel | None = None) -> Capacity:
+                  speculative_config: dict | None = None, draft: ServedModel | None = None,
+                  enable_prefix_caching: bool | None = None, mamba_cache_mode: str | None = None) -> Capacity:
     """vLLM's start-up memory arithmetic for ``m`` on ``gpu`` (see the module docstring).
 
     ``block_size`` None is vLLM's default: 16 tokens, or for a hybrid model the size
     :func:`hybrid_pages` raises it to.
     ``speculative_config``: ``--speculative-config`` as a dict (method, num_speculative_tokens; the
     ``model`` key's inventory resolved into ``draft`` by vramlens.serving.api).
+    ``enable_prefix_caching`` (None: vLLM's default, off for hybrid models) and ``mamba_cache_mode``
+    ("none", "align", "all"; vLLM 0.15 and later) change a hybrid model's pages (:func:`hybrid_cache_mode`);
+    a plain transformer's figures do not depend on them.
 
     Raises:
         ConfigError: settings vLLM refuses (each in vLLM's words), a version before 0.4, or a hybrid
@@ -474,8 +571,18 @@ def vllm_capacity(m: ServedModel, gpu: GPU, *, gpus: int, tp: int, pp: int, cont
     problems = vllm_problems(m, tp=tp, pp=pp, gpu_memory_utilization=gpu_memory_utilization, max_model_len=mml,
                              max_num_seqs=seqs, max_num_batched_tokens=mnbt, kv_cache_dtype=kv_cache_dtype,
                              block_size=DEFAULT_BLOCK_SIZE if block_size is None else block_size)
+    if mamba_cache_mode is not None and mamba_cache_mode not in MAMBA_CACHE_MODES:
+        problems.append(f"mamba_cache_mode={mamba_cache_mode!r} is not one of {', '.join(MAMBA_CACHE_MODES)} (vLLM "
+                        "CacheConfig.mamba_cache_mode): pass --mamba-cache-mode align or all")
+    elif mamba_cache_mode is not None and parsed < MAMBA_CACHE_MODE_FROM:
+        problems.append(f"--mamba-cache-mode is a flag of vLLM 0.15 and later (CacheConfig.mamba_cache_mode): "
+                        f"version {version} given: pass --vllm-version 0.19 or leave the flag out")
     if m.hybrid is not None:
         problems += hybrid_problems(m.hybrid, rel, tp=tp, pp=pp)
+    mode, mode_logs = ("none", ())
+    if m.hybrid is not None and not problems:
+        mode, mode_logs = hybrid_cache_mode(m.hybrid, rel, enable_prefix_caching=enable_prefix_caching,
+                                            mamba_cache_mode=mamba_cache_mode)
     spec = vllm_speculative(speculative_config, m, draft, version=parsed) if speculative_config is not None else None
     if spec is not None and problems == [] and (pp > 1 or m.n_sliding or m.hybrid is not None):
         problems.append("speculative decoding is modelled for one pipeline stage and a KV cache of full-attention "
@@ -561,9 +668,15 @@ def vllm_capacity(m: ServedModel, gpu: GPU, *, gpus: int, tp: int, pp: int, cont
     kv_heads = kv_heads_per_gpu(m, tp)
     hybrid_notes: tuple[str, ...] = ()
     hybrid_figures: tuple[EngineFigure, ...] = ()
+    hp = HybridPages(0, 0, 0, (), ())  # a plain transformer's: not read
     if m.hybrid is not None:
-        hp = hybrid_pages(m, m.hybrid, gpu, tp=tp, b=b, kv_b=kv_b, block_size=block_size)
+        hp = hybrid_pages(m, m.hybrid, gpu, tp=tp, b=b, kv_b=kv_b, block_size=block_size, mode=mode,
+                          max_model_len=mml, logs=mode_logs)
         block_size = hp.block_size
+        if mode == "align" and rel.version >= ALIGN_BATCH_CHECK_FROM and block_size > mnbt:
+            # VllmConfig.__post_init__ (vllm/config/vllm.py, 0.17.0-0.19.0) asserts it
+            raise ConfigError(f"In Mamba cache align mode, block_size ({block_size}) must be <= max_num_batched_tokens "
+                              f"({mnbt}). (vLLM): pass --max-num-batched-tokens {block_size} or more")
         hybrid_notes, hybrid_figures = hp.notes, hp.figures
     block_size = DEFAULT_BLOCK_SIZE if block_size is None else block_size
     page = block_size * kv_cell_bytes(m, tp, kv_b)  # AttentionSpec.page_size_bytes, one layer
@@ -601,8 +714,8 @@ def vllm_capacity(m: ServedModel, gpu: GPU, *, gpus: int, tp: int, pp: int, cont
         for kind, n in kinds:
             if kind == "full":
                 need += n * ceil_div(tokens, block_size)
-            elif kind == "state":  # MambaSpec.max_memory_usage_bytes without prefix caching: one page
-                need += n
+            elif kind == "state":  # MambaSpec.max_memory_usage_bytes // page (HybridPages.state_blocks)
+                need += n * hp.state_blocks(tokens)
             elif kind == "chunked":  # ChunkedLocalAttentionSpec.max_memory_usage_bytes: no partial block
                 need += n * ceil_div(min((m.sliding_window or tokens) + mnbt, tokens), block_size)
             else:  # SlidingWindowSpec.max_memory_usage_bytes
@@ -618,7 +731,7 @@ def vllm_capacity(m: ServedModel, gpu: GPU, *, gpus: int, tp: int, pp: int, cont
     num_blocks = available // block_bytes  # get_num_blocks: available // page // layers per group
     needed = block_bytes * blocks_per_request(mml)
     if m.hybrid is not None:  # check_enough_kv_cache_memory: each layer's max_memory_usage_bytes
-        needed = page * (m.hybrid.n_attention * ceil_div(mml, block_size) + m.hybrid.n_state)
+        needed = page * (m.hybrid.n_attention * ceil_div(mml, block_size) + m.hybrid.n_state * hp.state_blocks(mml))
     if needed > available:
         fit = _max_len(blocks_per_request, num_blocks, mml)
         raise EngineRefusal(
@@ -627,8 +740,9 @@ def vllm_capacity(m: ServedModel, gpu: GPU, *, gpus: int, tp: int, pp: int, cont
             f"`max_model_len` when initializing the engine (vLLM; {needed / GiB:.2f} GiB KV cache needed, "
             f"{available / GiB:.2f} GiB available; the estimated maximum model length is {fit})")
     # _report_kv_cache_config: num_blocks // groups x the smallest block size of the groups (a MambaSpec's is
-    # mamba_block_size = max_model_len without prefix caching)
-    kv_tokens = num_blocks // n_groups * (min(block_size, mml) if m.hybrid is not None else block_size)
+    # mamba_block_size: max_model_len without prefix caching, HybridPages.state_block_size)
+    kv_tokens = num_blocks // n_groups * (min(block_size, hp.state_block_size) if m.hybrid is not None
+                                          else block_size)
     concurrency_mml = num_blocks / blocks_per_request(mml)
     ctx = context or mml
     conc = num_blocks / blocks_per_request(ctx)
