@@ -579,7 +579,8 @@ def vllm_capacity(m: ServedModel, gpu: GPU, *, gpus: int, tp: int, pp: int, cont
                         f"version {version} given: pass --vllm-version 0.19 or leave the flag out")
     if m.hybrid is not None:
         problems += hybrid_problems(m.hybrid, rel, tp=tp, pp=pp)
-    mode, mode_logs = ("none", ())
+    mode: str = "none"
+    mode_logs: tuple[str, ...] = ()
     if m.hybrid is not None and not problems:
         mode, mode_logs = hybrid_cache_mode(m.hybrid, rel, enable_prefix_caching=enable_prefix_caching,
                                             mamba_cache_mode=mamba_cache_mode)
