@@ -16,6 +16,7 @@ from vramlens.cli.main import main
 from vramlens.errors import ConfigError, MissingExtraError
 from vramlens.models.hybrid import HybridLayout, hybrid_layout
 from vramlens.serving import resolve_model
+from vramlens.serving.vllm import hybrid_stage_groups, pp_partitions
 from vramlens.units import BLOCK, GiB, round_up
 
 QWEN3_NEXT_80B = {
@@ -171,8 +172,9 @@ def test_vllm_refuses_what_it_does_not_follow_for_a_hybrid():
                           trace_fallback=False)
     assert str(e.value) == (
         "vLLM 0.6.4 (V0 engine): hybrid (attention + recurrent state) models are modelled for the V1 engine only "
-        "(vLLM 0.10 or later): pass --vllm-version 0.19; pp=2: pipeline parallelism of a hybrid model is not "
-        "modelled (its attention and state blocks split unevenly over the stages): use --tp")
+        "(vLLM 0.10 or later): pass --vllm-version 0.19; pp=2: pipeline parallelism of a hybrid model is modelled "
+        "from vLLM 0.11 (KV cache groups of the whole model, split over the stages): vLLM 0.6.4 (V0 engine) groups "
+        "each stage's layers on its own: pass --vllm-version 0.19 or use --tp")
     with pytest.raises(ConfigError) as e:  # 32 value heads do not split over 3 ranks (nor 16 attention heads)
         vramlens.capacity(QWEN3_NEXT_80B, "vllm", gpu="H200-141GB", tp=3, trace_fallback=False)
     assert ("linear_num_value_heads 32, conv dim 8192 not divisible by tensor parallel size 3 (vLLM's "
@@ -340,3 +342,26 @@ def test_vllm_mamba_cache_mode_refusals(capsys):
     assert capsys.readouterr().err.strip() == (
         "error: mamba_cache_mode='everything' is not one of none, align, all (vLLM CacheConfig.mamba_cache_mode): "
         "pass --mamba-cache-mode align or all")
+
+
+def test_vllm_hybrid_pipeline_stages():
+    """get_pp_indices' split and get_kv_cache_configs' whole-model groups, each stage holding its share of them."""
+    assert pp_partitions(8, 3) == [3, 3, 2]  # 8 // 3 = 2 each, the remainder 2 to the second-to-last and the first
+    assert pp_partitions(48, 5) == [9, 10, 10, 10, 9]  # 48 // 5 = 9, the remainder 3 to stages -2, -3, -4
+    h = hybrid_layout(GRANITE_H, 8)  # blocks 3 and 7 attention, the others Mamba2
+    # groups of 2 (6 state >= 1.5 x 2 attention): attention [3, 7]; state [0, 1, 2, 4, 5, 6] in cdiv(6, 2) = 3 groups
+    # taking every 3rd layer: [0, 4], [1, 5], [2, 6]; over stages 0-2, 3-5, 6-7 no group has 2 layers on one stage
+    assert hybrid_stage_groups(h, 3, 2) == ([1, 1, 1], [0, 1, 1])
+    assert hybrid_stage_groups(h, 2, 2) == ([1, 1], [1, 1])
+    pp1 = vramlens.capacity(QWEN3_NEXT_80B, "vllm", gpu="H200-141GB", tp=2, trace_fallback=False)
+    cap = vramlens.capacity(QWEN3_NEXT_80B, "vllm", gpu="H200-141GB", tp=2, pp=2, trace_fallback=False)
+    # 24 blocks a stage, 6 attention and 18 state layers each: every group of 12 has 6 layers on each stage
+    blocks = cap.figure("num_gpu_blocks")
+    assert cap.kv_cache_bytes == blocks * 557_056 * 6
+    assert cap.kv_tokens == blocks // 4 * 544  # all 4 groups on every stage
+    assert cap.figure("max_concurrency") == round(blocks / 485, 2)  # 482 + 3, as at pp 1
+    assert cap.kv_bytes_per_token == 1_024 * 6
+    assert blocks > 2 * pp1.figure("num_gpu_blocks")  # half the layers a GPU, and half the weights
+    assert ("hybrid: pp=2: stages of 24, 24 blocks (get_pp_indices) hold 6, 6 attention layers; groups of 12 layers "
+            "over the whole model, of at most 6, 6 layers on each stage: blocks = available // page // 6 on every "
+            "stage (get_kv_cache_configs)") in cap.notes

@@ -367,6 +367,9 @@ ALIGN_BATCH_CHECK_FROM = (0, 17, 0)
 #: ``ModelConfig.get_mamba_chunk_size`` when the config has neither ``mamba_chunk_size`` nor ``chunk_size``
 #: (vllm/config/model.py, 0.11.1-0.19.0: ``chunk_size = 2048``).
 DEFAULT_MAMBA_CHUNK_SIZE = 2048
+#: The first release whose ``get_kv_cache_configs`` groups the whole model's layers (``global_kv_cache_groups``,
+#: in the 0.11.0 wheel, not in 0.10.2's) and gives each pipeline stage its layers of every group.
+HYBRID_PP_FROM = (0, 11, 0)
 #: Mixers whose vLLM model classes have ``SupportsMambaPrefixCaching`` (model_executor/models/, 0.11.1-0.19.0:
 #: bamba, falcon_h1, granitemoehybrid, jamba, nemotron_h, and the pure mamba, mamba2, zamba2): the Mamba1/2
 #: hybrids vramlens reads; Qwen3NextForCausalLM (Gated DeltaNet) and Lfm2ForCausalLM (short convolutions) lack it.
@@ -406,11 +409,12 @@ def hybrid_problems(h: HybridLayout, rel: VllmRelease, *, tp: int, pp: int) -> l
     if not rel.v1 or rel.version < (0, 10, 0):
         p.append(f"{rel.name}: hybrid (attention + recurrent state) models are modelled for the V1 engine only "
                  "(vLLM 0.10 or later): pass --vllm-version 0.19")
-    if pp > 1:
-        # vLLM serves these models over pipeline stages (their classes have SupportsPP); each stage then holds
-        # its own share of attention and state layers and its own grouping, which vramlens does not lay out
-        p.append(f"pp={pp}: pipeline parallelism of a hybrid model is not modelled (its attention and state blocks "
-                 "split unevenly over the stages): use --tp")
+    if pp > 1 and rel.version < HYBRID_PP_FROM:
+        # vLLM serves these models over pipeline stages (their classes have SupportsPP); 0.10 groups each stage's
+        # layers on their own (get_kv_cache_configs calls get_kv_cache_config per worker), not laid out here
+        p.append(f"pp={pp}: pipeline parallelism of a hybrid model is modelled from vLLM 0.11 (KV cache groups of "
+                 f"the whole model, split over the stages): {rel.name} groups each stage's layers on its own: pass "
+                 "--vllm-version 0.19 or use --tp")
     if not h.n_attention:
         p.append("a model of recurrent-state blocks only (no attention block) is not modelled: vLLM sizes its pages "
                  "from the state alone")
@@ -418,6 +422,40 @@ def hybrid_problems(h: HybridLayout, rel: VllmRelease, *, tp: int, pp: int) -> l
     if why:
         p.append(f"{why} (vLLM's MambaStateShapeCalculator divides them over the ranks): choose another --tp")
     return p
+
+
+def pp_partitions(n_layers: int, pp: int) -> list[int]:
+    """Blocks per pipeline stage: vLLM ``get_pp_indices`` (vllm/distributed/utils.py, 0.11.0-0.19.0) without
+    VLLM_PP_LAYER_PARTITION: n // pp each, the remainder one each to the stages before the last, from the
+    second-to-last backwards."""
+    parts = [n_layers // pp] * pp
+    for i in range(2, n_layers % pp + 2):
+        parts[-i] += 1
+    return parts
+
+
+def hybrid_stage_groups(h: HybridLayout, pp: int, group_size: int) -> tuple[list[int], list[int]]:
+    """(layers of the largest group on each stage, attention layers on each stage) for a hybrid over ``pp`` stages.
+
+    vLLM 0.11-0.19 ``get_kv_cache_configs`` groups the whole model's layers (``_get_kv_cache_groups_uniform_page_size``:
+    of a kind's n layers, in model order, group i of cdiv(n, group_size) takes layers[i::cdiv(n, group_size)]), then
+    gives each stage the layers of every group it holds; a stage's pool is available // (page x its largest group),
+    and every stage keeps the smallest stage's number of blocks (vllm/v1/core/kv_cache_utils.py).
+    """
+    stage: list[int] = []
+    for s, n in enumerate(pp_partitions(len(h.kinds), pp)):
+        stage += [s] * n
+    attention = [i for i in range(len(h.kinds)) if h.has_kv(i)]
+    state = [i for i in range(len(h.kinds)) if h.has_state(i)]
+    largest = [0] * pp
+    for layers in (attention, state):
+        n_groups = ceil_div(len(layers), group_size) if layers else 0
+        for g in range(n_groups):
+            counts = [0] * pp
+            for i in layers[g::n_groups]:
+                counts[stage[i]] += 1
+            largest = [max(a, c) for a, c in zip(largest, counts, strict=True)]
+    return largest, [sum(1 for i in attention if stage[i] == s) for s in range(pp)]
 
 
 def hybrid_cache_mode(h: HybridLayout, rel: VllmRelease, *, enable_prefix_caching: bool | None,
@@ -689,12 +727,22 @@ def vllm_capacity(m: ServedModel, gpu: GPU, *, gpus: int, tp: int, pp: int, cont
     n_slide = 0 if m.chunked_local and not rel.chunked_local_hybrid else ceil_div(m.n_sliding, pp)
     local = "chunked" if m.chunked_local else "sliding"
     n_full = layers - n_slide
+    whole_group = 0  # a hybrid's group size over the whole model
     if m.hybrid is not None:  # attention layers and state layers (MambaSpec) grouped as sliding ones are
         n_full, n_state = m.hybrid.n_attention, m.hybrid.n_state
         lo, hi = min(n_full, n_state), max(n_full, n_state)
         group_size = (hi if hi < 1.5 * lo else lo) if lo else hi
         kinds = [(k, ceil_div(n, group_size)) for k, n in (("full", n_full), ("state", n_state)) if n]
         layers = n_full
+        whole_group = group_size
+        if pp > 1:  # the busiest stage's largest group sets every stage's number of blocks
+            largest, stage_attention = hybrid_stage_groups(m.hybrid, pp, group_size)
+            group_size, layers = max(largest), max(stage_attention)
+            hybrid_notes += (f"hybrid: pp={pp}: stages of {', '.join(map(str, pp_partitions(m.n_layers, pp)))} "
+                             f"blocks (get_pp_indices) hold {', '.join(map(str, stage_attention))} attention layers; "
+                             f"groups of {whole_group} layers over the whole model, of at most "
+                             f"{', '.join(map(str, largest))} layers on each stage: blocks = available // page // "
+                             f"{group_size} on every stage (get_kv_cache_configs)",)
     elif n_full and n_slide:  # hybrid: _get_kv_cache_groups_uniform_page_size
         lo, hi = min(n_full, n_slide), max(n_full, n_slide)
         group_size = hi if hi < 1.5 * lo else lo
@@ -731,8 +779,14 @@ def vllm_capacity(m: ServedModel, gpu: GPU, *, gpus: int, tp: int, pp: int, cont
             f"{outside / GiB:.2f} GiB)")
     num_blocks = available // block_bytes  # get_num_blocks: available // page // layers per group
     needed = block_bytes * blocks_per_request(mml)
-    if m.hybrid is not None:  # check_enough_kv_cache_memory: each layer's max_memory_usage_bytes
-        needed = page * (m.hybrid.n_attention * ceil_div(mml, block_size) + m.hybrid.n_state * hp.state_blocks(mml))
+    if m.hybrid is not None and rel.version >= (0, 14, 0):
+        # _max_memory_usage_bytes_from_groups: group size x page x the groups' blocks of a request; 0.14-0.16
+        # check the whole model's groups against the smallest stage's memory, 0.17-0.19 each stage's own
+        needed = page * (whole_group if rel.version < (0, 17, 0) else group_size) * blocks_per_request(mml)
+    elif m.hybrid is not None:  # check_enough_kv_cache_memory: each layer's max_memory_usage_bytes, stage by stage
+        h = m.hybrid
+        needed = max(page * sum(ceil_div(mml, block_size) * h.has_kv(i) + hp.state_blocks(mml) * h.has_state(i)
+                                for i in range(lo, hi)) for lo, hi in _stage_bounds(len(h.kinds), pp))
     if needed > available:
         fit = _max_len(blocks_per_request, num_blocks, mml)
         raise EngineRefusal(
@@ -856,6 +910,15 @@ def drafter_peak_bytes(m: ServedModel, draft: ServedModel | None, d: Draft, *, t
     total = held + fc_in + forward
     return total, (f"drafter dummy run: target hidden states held {held:,} + draft input {fc_in:,} + draft forward "
                    f"{forward:,} = {total:,}")
+
+
+def _stage_bounds(n_layers: int, pp: int) -> list[tuple[int, int]]:
+    """(first, end) block of each stage (:func:`pp_partitions`)."""
+    out, start = [], 0
+    for n in pp_partitions(n_layers, pp):
+        out.append((start, start + n))
+        start += n
+    return out
 
 
 def _max_len(blocks_per_request, num_blocks: int, limit: int) -> int:
