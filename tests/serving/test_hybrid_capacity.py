@@ -365,3 +365,15 @@ def test_vllm_hybrid_pipeline_stages():
     assert ("hybrid: pp=2: stages of 24, 24 blocks (get_pp_indices) hold 6, 6 attention layers; groups of 12 layers "
             "over the whole model, of at most 6, 6 layers on each stage: blocks = available // page // 6 on every "
             "stage (get_kv_cache_configs)") in cap.notes
+
+
+def test_vllm_group_size_threshold_by_release():
+    """_get_kv_cache_groups_uniform_page_size: 5 state and 4 attention layers are grouped by the larger count when
+    5 < ratio x 4: 0.18-0.19's 1.5 (6) yes, 0.12-0.17's 1.25 (5) no, 0.10-0.11 always by the smaller."""
+    cfg = {**GRANITE_H, "num_hidden_layers": 9, "layer_types": ["mamba", "attention"] * 4 + ["mamba"]}
+    notes = {v: [n for n in vramlens.capacity(cfg, "vllm", gpu="H100-SXM-80GB", max_model_len=32768, version=v,
+                                              trace_fallback=False).notes if n.startswith("KV groups")]
+             for v in ("0.19", "0.17", "0.11.2")}
+    assert notes["0.19"] == ["KV groups: 1 full, 1 state of 5 layers (hybrid KV cache manager)"]
+    # cdiv(5, 4) = 2 state groups of 4 (one padding layer)
+    assert notes["0.17"] == notes["0.11.2"] == ["KV groups: 1 full, 2 state of 4 layers (hybrid KV cache manager)"]

@@ -424,6 +424,13 @@ def hybrid_problems(h: HybridLayout, rel: VllmRelease, *, tp: int, pp: int) -> l
     return p
 
 
+def group_ratio(rel: VllmRelease) -> float:
+    """``_get_kv_cache_groups_uniform_page_size``'s threshold: layers of two kinds are grouped by the larger count
+    when it is under this many times the smaller, else by the smaller (vllm/v1/core/kv_cache_utils.py: 1.5 in the
+    0.18.0 and 0.19.0 wheels, 1.25 in 0.12.0-0.17.0; 0.10.2-0.11.2 always group by the smaller: 1)."""
+    return 1.5 if rel.version >= (0, 18, 0) else 1.25 if rel.version >= (0, 12, 0) else 1.0
+
+
 def pp_partitions(n_layers: int, pp: int) -> list[int]:
     """Blocks per pipeline stage: vLLM ``get_pp_indices`` (vllm/distributed/utils.py, 0.11.0-0.19.0) without
     VLLM_PP_LAYER_PARTITION: n // pp each, the remainder one each to the stages before the last, from the
@@ -731,7 +738,7 @@ def vllm_capacity(m: ServedModel, gpu: GPU, *, gpus: int, tp: int, pp: int, cont
     if m.hybrid is not None:  # attention layers and state layers (MambaSpec) grouped as sliding ones are
         n_full, n_state = m.hybrid.n_attention, m.hybrid.n_state
         lo, hi = min(n_full, n_state), max(n_full, n_state)
-        group_size = (hi if hi < 1.5 * lo else lo) if lo else hi
+        group_size = (hi if hi < group_ratio(rel) * lo else lo) if lo else hi
         kinds = [(k, ceil_div(n, group_size)) for k, n in (("full", n_full), ("state", n_state)) if n]
         layers = n_full
         whole_group = group_size
@@ -745,7 +752,7 @@ def vllm_capacity(m: ServedModel, gpu: GPU, *, gpus: int, tp: int, pp: int, cont
                              f"{group_size} on every stage (get_kv_cache_configs)",)
     elif n_full and n_slide:  # hybrid: _get_kv_cache_groups_uniform_page_size
         lo, hi = min(n_full, n_slide), max(n_full, n_slide)
-        group_size = hi if hi < 1.5 * lo else lo
+        group_size = hi if hi < group_ratio(rel) * lo else lo
         kinds = [("full", ceil_div(n_full, group_size)), (local, ceil_div(n_slide, group_size))]
     else:
         group_size = layers
