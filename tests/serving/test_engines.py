@@ -370,7 +370,7 @@ def test_llamacpp_quantized_v_needs_flash_attention():
     ({"block_size": 10**6}, "block_size=1000000 is over the limit of 65,536"),
     ({"mem_fraction_static": 0.8}, "mem_fraction_static is not a vllm setting: use gpu_memory_utilization, "
      "max_model_len, max_num_seqs, max_num_batched_tokens, kv_cache_dtype, block_size, enforce_eager, quantization, "
-     "dtype, version, use_v1, speculative_config"),
+     "dtype, version, use_v1, speculative_config, enable_prefix_caching, mamba_cache_mode"),
     ({"version": "0.3.3"}, "version='0.3.3' is not a vLLM release vramlens follows: give 0.4 or later, e.g. version='0.19' (--vllm-version 0.19)"),
     ({"dtype": "int4"}, "dtype='int4' is not one of auto, half, float16, bfloat16, float, float32 (vLLM --dtype)"),
     ({"gpu_memory_utilization": float("nan")}, "gpu_memory_utilization=nan is not a number between 0 and 1"),

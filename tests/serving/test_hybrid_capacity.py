@@ -16,6 +16,7 @@ from vramlens.cli.main import main
 from vramlens.errors import ConfigError, MissingExtraError
 from vramlens.models.hybrid import HybridLayout, hybrid_layout
 from vramlens.serving import resolve_model
+from vramlens.serving.vllm import hybrid_stage_groups, pp_partitions
 from vramlens.units import BLOCK, GiB, round_up
 
 QWEN3_NEXT_80B = {
@@ -171,8 +172,9 @@ def test_vllm_refuses_what_it_does_not_follow_for_a_hybrid():
                           trace_fallback=False)
     assert str(e.value) == (
         "vLLM 0.6.4 (V0 engine): hybrid (attention + recurrent state) models are modelled for the V1 engine only "
-        "(vLLM 0.10 or later): pass --vllm-version 0.19; pp=2: pipeline parallelism of a hybrid model is not "
-        "modelled (its attention and state blocks split unevenly over the stages): use --tp")
+        "(vLLM 0.10 or later): pass --vllm-version 0.19; pp=2: pipeline parallelism of a hybrid model is modelled "
+        "from vLLM 0.11 (KV cache groups of the whole model, split over the stages): vLLM 0.6.4 (V0 engine) groups "
+        "each stage's layers on its own: pass --vllm-version 0.19 or use --tp")
     with pytest.raises(ConfigError) as e:  # 32 value heads do not split over 3 ranks (nor 16 attention heads)
         vramlens.capacity(QWEN3_NEXT_80B, "vllm", gpu="H200-141GB", tp=3, trace_fallback=False)
     assert ("linear_num_value_heads 32, conv dim 8192 not divisible by tensor parallel size 3 (vLLM's "
@@ -330,3 +332,136 @@ def test_inventory_problem_names_a_bad_tensor_row():
     assert inventory_problem({"model": facts, "tensors": [good, bad]}) == (
         "tensor entry ['e.weight', [-256, 64], 'embedding', 'e', None, None] is not [name, shape, role, module, layer, "
         "dtype]")
+
+
+#: A Granite 4.0-H-shaped Mamba2 hybrid (made up, 8 blocks: 6 Mamba2, 2 attention): hidden 4,096, 32 heads and 8 KV
+#: heads of 128, Mamba2 128 heads of 64, state 128, 1 group, expand 2, conv 4, mamba_chunk_size 256.
+GRANITE_H = {
+    "architectures": ["GraniteMoeHybridForCausalLM"], "model_type": "granitemoehybrid", "hidden_size": 4096,
+    "num_hidden_layers": 8, "layer_types": ["mamba", "mamba", "mamba", "attention"] * 2, "num_attention_heads": 32,
+    "num_key_value_heads": 8, "intermediate_size": 8192, "vocab_size": 100352, "max_position_embeddings": 131072,
+    "mamba_n_heads": 128, "mamba_d_head": 64, "mamba_d_state": 128, "mamba_n_groups": 1, "mamba_expand": 2,
+    "mamba_d_conv": 4, "mamba_chunk_size": 256, "torch_dtype": "bfloat16",
+}
+
+
+def _granite(**kw):
+    return vramlens.capacity(GRANITE_H, "vllm", gpu="H100-SXM-80GB", max_model_len=32768, trace_fallback=False, **kw)
+
+
+def test_vllm_mamba_hybrid_prefix_caching_modes():
+    """vLLM 0.19 MambaModelConfig / HybridAttentionMambaModelConfig / MambaSpec.max_memory_usage_bytes per mode."""
+    # a1 = 2 x 8 KV heads x 128 x 2 B = 4,096 B per token; state = conv 3 x (8,192 + 2 x 128) x 2 B 50,688
+    # + ssm 128 x 64 x 128 x 2 B 2,097,152 = 2,147,840 B; 2 attention and 6 state layers: groups of 2
+    # (6 >= 1.5 x 2), 1 full and 3 state groups
+    off = _granite()
+    # prefix caching off: block 16 x cdiv(2,147,840, 16 x 4,096) = 16 x 33 = 528; page 528 x 4,096 = 2,162,688
+    assert (off.figure("attention_block_size"), off.figure("mamba_page_padding")) == (528, 0.69)
+    n = off.figure("num_gpu_blocks")
+    assert off.kv_cache_bytes == n * 2_162_688 * 2
+    # a 32,768-token request: cdiv(32,768, 528) = 63 attention blocks + 1 block in each of 3 state groups
+    assert off.figure("max_concurrency") == round(n / 66, 2)
+    assert off.kv_tokens == n // 4 * 528  # min(528, mamba_block_size = max_model_len 32,768)
+    # --enable-prefix-caching on a Mamba2 hybrid: mode "all" by default; the block is the SSD chunk,
+    # lcm(256, 16) = 256, x cdiv(cdiv(2,147,840, 4,096) = 525, 256) = 768; page 768 x 4,096 = 3,145,728 B
+    all_ = _granite(enable_prefix_caching=True)
+    assert (all_.figure("attention_block_size"), all_.figure("mamba_page_padding")) == (768, 46.46)
+    n = all_.figure("num_gpu_blocks")
+    assert all_.kv_cache_bytes == n * 3_145_728 * 2
+    # every state layer keeps cdiv(32,768, 768) = 43 blocks, as the attention ones: 43 + 3 x 43 = 172
+    assert all_.figure("max_concurrency") == round(n / 172, 2)
+    assert all_.kv_tokens == n // 4 * 768
+    assert ("hybrid: Mamba cache mode is set to 'all' for ... by default when prefix caching is enabled (vLLM)"
+            in all_.notes)
+    # --mamba-cache-mode align: the minimal block (528) and 2 blocks per state layer: 63 + 3 x 2 = 69
+    align = _granite(enable_prefix_caching=True, mamba_cache_mode="align")
+    assert align.figure("attention_block_size") == 528
+    assert align.figure("num_gpu_blocks") == off.figure("num_gpu_blocks")
+    assert align.figure("max_concurrency") == round(off.figure("num_gpu_blocks") / 69, 2)
+    assert align.kv_tokens == off.kv_tokens  # min(528, mamba_block_size 528)
+    # a mode without prefix caching is set back to "none"
+    assert _granite(mamba_cache_mode="all").figure("max_concurrency") == off.figure("max_concurrency")
+
+
+def test_vllm_prefix_caching_by_release():
+    """0.11.1-0.14 cache a Mamba hybrid's state as 0.15's "all"; 0.11.0 and earlier turn prefix caching off."""
+    old = _granite(enable_prefix_caching=True, version="0.12")
+    assert old.figure("attention_block_size") == 768  # the chunk-aligned block, as "all" above
+    assert old.figure("max_concurrency") == round(old.figure("num_gpu_blocks") / 172, 2)
+    assert ("hybrid: Warning: Prefix caching is currently enabled. Its support for Mamba layers is experimental. "
+            "(vLLM; the state of every block_size-th token is cached, as 0.15's mode 'all')") in old.notes
+    off = _granite(enable_prefix_caching=True, version="0.11.0")
+    assert off.figure("attention_block_size") == 528
+    assert off.figure("max_concurrency") == round(off.figure("num_gpu_blocks") / 66, 2)
+    assert ("hybrid: Hybrid or mamba-based model detected: disabling prefix caching since it is not yet supported. "
+            "(vLLM; it is kept from 0.11.1 for Mamba hybrids)") in off.notes
+
+
+def test_vllm_qwen3_next_prefix_caching_is_align_mode():
+    """Qwen3NextForCausalLM lacks SupportsMambaPrefixCaching: 0.15+ run "align" (2 state blocks per request), even
+    when "all" is asked for; 0.12 turns prefix caching off."""
+    base = vramlens.capacity(QWEN3_NEXT_80B, "vllm", gpu="H200-141GB", tp=2, trace_fallback=False)
+    cap = vramlens.capacity(QWEN3_NEXT_80B, "vllm", gpu="H200-141GB", tp=2, trace_fallback=False,
+                            enable_prefix_caching=True, mamba_cache_mode="all")
+    assert cap.figure("attention_block_size") == 544  # 16 x cdiv(548,864, 16 x 1,024), as without prefix caching
+    assert cap.figure("num_gpu_blocks") == base.figure("num_gpu_blocks")
+    # a 262,144-token request: cdiv(262,144, 544) = 482 attention blocks + 2 blocks in each of 3 state groups
+    assert cap.figure("max_concurrency") == round(cap.figure("num_gpu_blocks") / 488, 2)
+    assert ("hybrid: Hybrid or mamba-based model detected without support for prefix caching with Mamba cache 'all' "
+            "mode: falling back to 'align' mode. (vLLM)") in cap.notes
+    old = vramlens.capacity(QWEN3_NEXT_80B, "vllm", gpu="H200-141GB", tp=2, trace_fallback=False,
+                            enable_prefix_caching=True, version="0.12")
+    assert old.figure("max_concurrency") == round(old.figure("num_gpu_blocks") / 485, 2)  # 482 + 3 x 1
+
+
+def test_vllm_mamba_cache_mode_refusals(capsys):
+    with pytest.raises(ConfigError) as e:  # VllmConfig.__post_init__ (0.17+) asserts it
+        vramlens.capacity(QWEN3_NEXT_80B, "vllm", gpu="H200-141GB", tp=2, trace_fallback=False,
+                          enable_prefix_caching=True, max_num_batched_tokens=512, max_num_seqs=256)
+    assert str(e.value) == ("In Mamba cache align mode, block_size (544) must be <= max_num_batched_tokens (512). "
+                            "(vLLM): pass --max-num-batched-tokens 544 or more")
+    with pytest.raises(ConfigError) as e:
+        vramlens.capacity(QWEN3_NEXT_80B, "vllm", gpu="H200-141GB", tp=2, trace_fallback=False,
+                          mamba_cache_mode="align", version="0.14")
+    assert str(e.value) == ("--mamba-cache-mode is a flag of vLLM 0.15 and later (CacheConfig.mamba_cache_mode): "
+                            "version 0.14 given: pass --vllm-version 0.19 or leave the flag out")
+    assert main(["capacity", "qwen2.5-7b", "--engine", "vllm", "--gpu", "H100-SXM-80GB", "--enable-prefix-caching",
+                 "--mamba-cache-mode", "everything"]) == 2
+    assert capsys.readouterr().err.strip() == (
+        "error: mamba_cache_mode='everything' is not one of none, align, all (vLLM CacheConfig.mamba_cache_mode): "
+        "pass --mamba-cache-mode align or all")
+
+
+def test_vllm_hybrid_pipeline_stages():
+    """get_pp_indices' split and get_kv_cache_configs' whole-model groups, each stage holding its share of them."""
+    assert pp_partitions(8, 3) == [3, 3, 2]  # 8 // 3 = 2 each, the remainder 2 to the second-to-last and the first
+    assert pp_partitions(48, 5) == [9, 10, 10, 10, 9]  # 48 // 5 = 9, the remainder 3 to stages -2, -3, -4
+    h = hybrid_layout(GRANITE_H, 8)  # blocks 3 and 7 attention, the others Mamba2
+    # groups of 2 (6 state >= 1.5 x 2 attention): attention [3, 7]; state [0, 1, 2, 4, 5, 6] in cdiv(6, 2) = 3 groups
+    # taking every 3rd layer: [0, 4], [1, 5], [2, 6]; over stages 0-2, 3-5, 6-7 no group has 2 layers on one stage
+    assert hybrid_stage_groups(h, 3, 2) == ([1, 1, 1], [0, 1, 1])
+    assert hybrid_stage_groups(h, 2, 2) == ([1, 1], [1, 1])
+    pp1 = vramlens.capacity(QWEN3_NEXT_80B, "vllm", gpu="H200-141GB", tp=2, trace_fallback=False)
+    cap = vramlens.capacity(QWEN3_NEXT_80B, "vllm", gpu="H200-141GB", tp=2, pp=2, trace_fallback=False)
+    # 24 blocks a stage, 6 attention and 18 state layers each: every group of 12 has 6 layers on each stage
+    blocks = cap.figure("num_gpu_blocks")
+    assert cap.kv_cache_bytes == blocks * 557_056 * 6
+    assert cap.kv_tokens == blocks // 4 * 544  # all 4 groups on every stage
+    assert cap.figure("max_concurrency") == round(blocks / 485, 2)  # 482 + 3, as at pp 1
+    assert cap.kv_bytes_per_token == 1_024 * 6
+    assert blocks > 2 * pp1.figure("num_gpu_blocks")  # half the layers a GPU, and half the weights
+    assert ("hybrid: pp=2: stages of 24, 24 blocks (get_pp_indices) hold 6, 6 attention layers; groups of 12 layers "
+            "over the whole model, of at most 6, 6 layers on each stage: blocks = available // page // 6 on every "
+            "stage (get_kv_cache_configs)") in cap.notes
+
+
+def test_vllm_group_size_threshold_by_release():
+    """_get_kv_cache_groups_uniform_page_size: 5 state and 4 attention layers are grouped by the larger count when
+    5 < ratio x 4: 0.18-0.19's 1.5 (6) yes, 0.12-0.17's 1.25 (5) no, 0.10-0.11 always by the smaller."""
+    cfg = {**GRANITE_H, "num_hidden_layers": 9, "layer_types": ["mamba", "attention"] * 4 + ["mamba"]}
+    notes = {v: [n for n in vramlens.capacity(cfg, "vllm", gpu="H100-SXM-80GB", max_model_len=32768, version=v,
+                                              trace_fallback=False).notes if n.startswith("KV groups")]
+             for v in ("0.19", "0.17", "0.11.2")}
+    assert notes["0.19"] == ["KV groups: 1 full, 1 state of 5 layers (hybrid KV cache manager)"]
+    # cdiv(5, 4) = 2 state groups of 4 (one padding layer)
+    assert notes["0.17"] == notes["0.11.2"] == ["KV groups: 1 full, 2 state of 4 layers (hybrid KV cache manager)"]

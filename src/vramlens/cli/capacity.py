@@ -34,6 +34,12 @@ FLAGS: tuple[tuple[str, str, tuple[str, ...], dict], ...] = (
                         "help": "vLLM: the release whose arithmetic to follow, 0.4 or later (0.19)"}),
     ("--enforce-eager", "enforce_eager", ("vllm",), {"action": "store_true", "default": None,
                          "help": "vLLM: no CUDA graphs"}),
+    ("--enable-prefix-caching", "enable_prefix_caching", ("vllm",), {"action": "store_true", "default": None,
+                                 "help": "vLLM: prefix caching (off by default for hybrid models; changes their "
+                                         "state blocks)"}),
+    ("--mamba-cache-mode", "mamba_cache_mode", ("vllm",), {"metavar": "M",
+                            "help": "vLLM 0.15+: a hybrid's state cache with prefix caching: none, align or all "
+                                    "(default all for Mamba hybrids, align for the others)"}),
     ("--speculative-config", "speculative_config", ("vllm",), {"metavar": "JSON",
                               "help": "vLLM: speculative decoding, e.g. '{\"method\": \"eagle3\", \"model\": DRAFT, "
                                       "\"num_speculative_tokens\": 3}' (methods eagle, eagle3, mtp, ngram, "

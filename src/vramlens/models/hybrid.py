@@ -37,7 +37,7 @@ carries (None: "auto").
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from math import prod
 from typing import Any
 
@@ -82,6 +82,9 @@ class HybridLayout:
     ssm_dtype: str | None = None
     # RWKV
     token_shift: int = 0
+    #: the config's ``mamba_chunk_size``, else its ``chunk_size`` (the Mamba2 SSD kernel's chunk; vLLM
+    #: ``ModelConfig.get_mamba_chunk_size`` reads these two), 0 when it has neither
+    chunk_size: int = 0
 
     @property
     def n_attention(self) -> int:
@@ -162,6 +165,14 @@ def hybrid_layout(config: Mapping[str, Any] | None, n_layers: int) -> HybridLayo
     c = dict(config or {})
     if isinstance(c.get("text_config"), Mapping) and not any(k in c for k in _STATE_FIELDS):
         c = {**c, **c["text_config"]}
+    layout = _layout(c, n_layers)
+    chunk = next((v for v in (c.get("mamba_chunk_size"), c.get("chunk_size"))
+                  if isinstance(v, int) and not isinstance(v, bool) and 0 < v <= L.MAX_INTERMEDIATE), 0)
+    return replace(layout, chunk_size=chunk) if layout is not None and chunk else layout
+
+
+def _layout(c: dict[str, Any], n_layers: int) -> HybridLayout | None:
+    """:func:`hybrid_layout` of the (text) config ``c``, without its chunk size."""
     mt = str(c.get("model_type") or "")
     n = n_layers
     problems: list[str] = []

@@ -37,7 +37,8 @@ SETTINGS: dict[str, dict[str, tuple[str, int]]] = {
              "max_num_seqs": ("int", L.MAX_BATCH), "max_num_batched_tokens": ("int", L.MAX_SEQ),
              "kv_cache_dtype": ("str", 0), "block_size": ("int", L.MAX_KV_BLOCK), "enforce_eager": ("bool", 0),
              "quantization": ("str", 0), "dtype": ("str", 0), "version": ("str", 0),
-             "use_v1": ("bool", 0), "speculative_config": ("speculative", 0)},
+             "use_v1": ("bool", 0), "speculative_config": ("speculative", 0),
+             "enable_prefix_caching": ("bool", 0), "mamba_cache_mode": ("str", 0)},
     "sglang": {"mem_fraction_static": ("fraction", 0), "chunked_prefill_size": ("int", L.MAX_SEQ),
                "max_running_requests": ("int", L.MAX_BATCH), "context_length": ("int", L.MAX_POSITIONS),
                "kv_cache_dtype": ("str", 0), "quantization": ("str", 0),
@@ -83,7 +84,9 @@ def capacity(model: str | dict | ModelSpec | GGUFInfo | ServedModel, engine: str
             arithmetic to follow, "0.4" or later; default "0.19") and ``use_v1`` (VLLM_USE_V1 for 0.8-0.10);
             SGLang's ``version`` ("0.3.3" or later; default "0.5.3": its default mem_fraction_static,
             chunked_prefill_size and the NCCL communicator 0.3.3-0.4.6 make after reading the free memory);
-            SGLang's hybrid mamba pool: ``max_mamba_cache_size``, ``mamba_ssm_dtype`` ("float32", "bfloat16").
+            SGLang's hybrid mamba pool: ``max_mamba_cache_size``, ``mamba_ssm_dtype`` ("float32", "bfloat16");
+            vLLM's ``enable_prefix_caching`` and ``mamba_cache_mode`` ("none", "align", "all"; 0.15 and later):
+            a hybrid model's state blocks with prefix caching.
 
     Returns:
         A frozen Capacity (``.to_dict()`` for JSON).

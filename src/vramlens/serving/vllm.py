@@ -57,6 +57,7 @@ KV cache. A target whose cache is hybrid (sliding or chunked layers) is not mode
 from __future__ import annotations
 
 from dataclasses import dataclass
+from math import lcm
 
 from vramlens.errors import ConfigError, EngineRefusal
 from vramlens.hardware.gpu import GPU
@@ -352,15 +353,54 @@ KERNEL_BLOCK_ALIGNMENT = 16
 BLACKWELL_HEAD256_ALIGNMENT = 32
 
 
+#: ``--mamba-cache-mode`` choices (vLLM 0.15.0-0.19.0 CacheConfig.mamba_cache_mode: MambaCacheMode).
+MAMBA_CACHE_MODES = ("none", "align", "all")
+#: The first release with ``--mamba-cache-mode`` (absent from the 0.14.0 wheel, in 0.15.0's vllm/config/cache.py).
+MAMBA_CACHE_MODE_FROM = (0, 15, 0)
+#: The first release that keeps prefix caching on for a hybrid model: 0.11.0's ``MambaModelConfig`` turns it off
+#: for every one ("Hybrid or mamba-based model detected: disabling prefix caching since it is not yet
+#: supported."), 0.11.1's keeps it for models with ``supports_mamba_prefix_caching`` (both wheels read).
+HYBRID_PREFIX_CACHING_FROM = (0, 11, 1)
+#: The first release whose Mamba align mode asserts block_size <= max_num_batched_tokens (vllm/config/vllm.py
+#: ``VllmConfig.__post_init__``: in the 0.17.0 wheel, not in 0.16.0's).
+ALIGN_BATCH_CHECK_FROM = (0, 17, 0)
+#: ``ModelConfig.get_mamba_chunk_size`` when the config has neither ``mamba_chunk_size`` nor ``chunk_size``
+#: (vllm/config/model.py, 0.11.1-0.19.0: ``chunk_size = 2048``).
+DEFAULT_MAMBA_CHUNK_SIZE = 2048
+#: The first release whose ``get_kv_cache_configs`` groups the whole model's layers (``global_kv_cache_groups``,
+#: in the 0.11.0 wheel, not in 0.10.2's) and gives each pipeline stage its layers of every group.
+HYBRID_PP_FROM = (0, 11, 0)
+#: Mixers whose vLLM model classes have ``SupportsMambaPrefixCaching`` (model_executor/models/, 0.11.1-0.19.0:
+#: bamba, falcon_h1, granitemoehybrid, jamba, nemotron_h, and the pure mamba, mamba2, zamba2): the Mamba1/2
+#: hybrids vramlens reads; Qwen3NextForCausalLM (Gated DeltaNet) and Lfm2ForCausalLM (short convolutions) lack it.
+MAMBA_PREFIX_CACHING_MIXERS = ("mamba1", "mamba2")
+
+
 @dataclass(frozen=True, slots=True)
 class HybridPages:
-    """vLLM's page unification for a hybrid model: the attention block size and the state page."""
+    """vLLM's page unification for a hybrid model: the attention block size and the state page.
+
+    ``mode``: the Mamba cache mode vLLM runs ("none": prefix caching off; "all" and "align" as
+    ``--mamba-cache-mode`` names them, "all" also for 0.11.1-0.14's prefix caching, which allocates alike).
+    ``state_block_size``: ``CacheConfig.mamba_block_size``, the MambaSpec's block size.
+    """
 
     block_size: int
     state_bytes: int
     page_bytes: int
     notes: tuple[str, ...]
     figures: tuple[EngineFigure, ...]
+    mode: str = "none"
+    state_block_size: int = 0
+
+    def state_blocks(self, tokens: int) -> int:
+        """Blocks one state layer needs for a request of ``tokens`` (``MambaSpec.max_memory_usage_bytes`` //
+        page, vllm/v1/kv_cache_interface.py 0.15.0-0.19.0: "all" cdiv(max_model_len, block_size), "align" 2,
+        "none" 1; 0.11.1-0.14.0: cdiv(max_model_len, block_size), one block when mamba_block_size is
+        max_model_len, i.e. without prefix caching; 0.10-0.11.0: one page)."""
+        if self.mode == "all":
+            return ceil_div(tokens, self.state_block_size)
+        return 2 if self.mode == "align" else 1
 
 
 def hybrid_problems(h: HybridLayout, rel: VllmRelease, *, tp: int, pp: int) -> list[str]:
@@ -369,9 +409,12 @@ def hybrid_problems(h: HybridLayout, rel: VllmRelease, *, tp: int, pp: int) -> l
     if not rel.v1 or rel.version < (0, 10, 0):
         p.append(f"{rel.name}: hybrid (attention + recurrent state) models are modelled for the V1 engine only "
                  "(vLLM 0.10 or later): pass --vllm-version 0.19")
-    if pp > 1:
-        p.append(f"pp={pp}: pipeline parallelism of a hybrid model is not modelled (its attention and state blocks "
-                 "split unevenly over the stages): use --tp")
+    if pp > 1 and rel.version < HYBRID_PP_FROM:
+        # vLLM serves these models over pipeline stages (their classes have SupportsPP); 0.10 groups each stage's
+        # layers on their own (get_kv_cache_configs calls get_kv_cache_config per worker), not laid out here
+        p.append(f"pp={pp}: pipeline parallelism of a hybrid model is modelled from vLLM 0.11 (KV cache groups of "
+                 f"the whole model, split over the stages): {rel.name} groups each stage's layers on its own: pass "
+                 "--vllm-version 0.19 or use --tp")
     if not h.n_attention:
         p.append("a model of recurrent-state blocks only (no attention block) is not modelled: vLLM sizes its pages "
                  "from the state alone")
@@ -381,23 +424,106 @@ def hybrid_problems(h: HybridLayout, rel: VllmRelease, *, tp: int, pp: int) -> l
     return p
 
 
+def group_ratio(rel: VllmRelease) -> float:
+    """``_get_kv_cache_groups_uniform_page_size``'s threshold: layers of two kinds are grouped by the larger count
+    when it is under this many times the smaller, else by the smaller (vllm/v1/core/kv_cache_utils.py: 1.5 in the
+    0.18.0 and 0.19.0 wheels, 1.25 in 0.12.0-0.17.0; 0.10.2-0.11.2 always group by the smaller: 1)."""
+    return 1.5 if rel.version >= (0, 18, 0) else 1.25 if rel.version >= (0, 12, 0) else 1.0
+
+
+def pp_partitions(n_layers: int, pp: int) -> list[int]:
+    """Blocks per pipeline stage: vLLM ``get_pp_indices`` (vllm/distributed/utils.py, 0.11.0-0.19.0) without
+    VLLM_PP_LAYER_PARTITION: n // pp each, the remainder one each to the stages before the last, from the
+    second-to-last backwards."""
+    parts = [n_layers // pp] * pp
+    for i in range(2, n_layers % pp + 2):
+        parts[-i] += 1
+    return parts
+
+
+def hybrid_stage_groups(h: HybridLayout, pp: int, group_size: int) -> tuple[list[int], list[int]]:
+    """(layers of the largest group on each stage, attention layers on each stage) for a hybrid over ``pp`` stages.
+
+    vLLM 0.11-0.19 ``get_kv_cache_configs`` groups the whole model's layers (``_get_kv_cache_groups_uniform_page_size``:
+    of a kind's n layers, in model order, group i of cdiv(n, group_size) takes layers[i::cdiv(n, group_size)]), then
+    gives each stage the layers of every group it holds; a stage's pool is available // (page x its largest group),
+    and every stage keeps the smallest stage's number of blocks (vllm/v1/core/kv_cache_utils.py).
+    """
+    stage: list[int] = []
+    for s, n in enumerate(pp_partitions(len(h.kinds), pp)):
+        stage += [s] * n
+    attention = [i for i in range(len(h.kinds)) if h.has_kv(i)]
+    state = [i for i in range(len(h.kinds)) if h.has_state(i)]
+    largest = [0] * pp
+    for layers in (attention, state):
+        n_groups = ceil_div(len(layers), group_size) if layers else 0
+        for g in range(n_groups):
+            counts = [0] * pp
+            for i in layers[g::n_groups]:
+                counts[stage[i]] += 1
+            largest = [max(a, c) for a, c in zip(largest, counts, strict=True)]
+    return largest, [sum(1 for i in attention if stage[i] == s) for s in range(pp)]
+
+
+def hybrid_cache_mode(h: HybridLayout, rel: VllmRelease, *, enable_prefix_caching: bool | None,
+                      mamba_cache_mode: str | None) -> tuple[str, tuple[str, ...]]:
+    """(the Mamba cache mode vLLM runs, its log lines) for a hybrid model, as ``MambaModelConfig`` decides.
+
+    ``--enable-prefix-caching`` is off by default for hybrid models in every release read (0.10.2-0.19.0:
+    ``ModelConfig.is_prefix_caching_supported`` is False for attn_type "hybrid", "the feature is still
+    experimental"). Given: 0.10 and 0.11.0 turn it off again; 0.11.1-0.14 keep it for the models with
+    ``supports_mamba_prefix_caching`` (MAMBA_PREFIX_CACHING_MIXERS) and turn it off for the others; from 0.15
+    ``--mamba-cache-mode`` "none" becomes "all" for those models and "align" for the others, "all" given for
+    the others falls back to "align", and a mode given without prefix caching is set to "none"
+    (vllm/model_executor/models/config.py MambaModelConfig.verify_and_update_config in each wheel).
+    """
+    supported = h.mixer in MAMBA_PREFIX_CACHING_MIXERS
+    v = rel.version
+    if not enable_prefix_caching:
+        if mamba_cache_mode not in (None, "none"):
+            return "none", ("Mamba cache mode is set to 'none' when prefix caching is disabled (vLLM)",)
+        return "none", ()
+    if v < HYBRID_PREFIX_CACHING_FROM:
+        return "none", ("Hybrid or mamba-based model detected: disabling prefix caching since it is not yet "
+                        "supported. (vLLM; it is kept from 0.11.1 for Mamba hybrids)",)
+    if v < MAMBA_CACHE_MODE_FROM:
+        if not supported:
+            return "none", ("Hybrid or mamba-based model detected without support for prefix caching: disabling. "
+                            f"(vLLM: the {h.mixer} model classes lack supports_mamba_prefix_caching)",)
+        return "all", ("Warning: Prefix caching is currently enabled. Its support for Mamba layers is experimental. "
+                       "(vLLM; the state of every block_size-th token is cached, as 0.15's mode 'all')",)
+    logs: tuple[str, ...] = ()
+    mode = mamba_cache_mode or "none"
+    if mode == "none":
+        mode = "all" if supported else "align"
+        logs += (f"Mamba cache mode is set to '{mode}' for ... by default when prefix caching is enabled (vLLM)",)
+    if mode == "all" and not supported:
+        mode = "align"
+        logs += ("Hybrid or mamba-based model detected without support for prefix caching with Mamba cache 'all' "
+                 "mode: falling back to 'align' mode. (vLLM)",)
+    return mode, logs + (f"Warning: Prefix caching in Mamba cache '{mode}' mode is currently enabled. (vLLM)",)
+
+
 def hybrid_pages(m: ServedModel, h: HybridLayout, gpu: GPU, *, tp: int, b: int, kv_b: int,
-                 block_size: int | None) -> HybridPages:
+                 block_size: int | None, mode: str = "none", max_model_len: int = 0,
+                 logs: tuple[str, ...] = ()) -> HybridPages:
     """The attention block size and the padded state page vLLM V1 gives a hybrid model.
 
     ``HybridAttentionMambaModelConfig.verify_and_update_config`` (vllm/model_executor/models/config.py;
-    read at commit 0144dd5b0d2d and in the later form with ``kernel_block_alignment_size``): one token's
+    read at commit 0144dd5b0d2d, in the 0.10.2, 0.11.1, 0.12.0, 0.15.0 and 0.19.0 wheels): one token's
     attention page a1 = 2 x n_kv/tp x head_dim x kv bytes (``FullAttentionSpec(block_size=1).page_size_bytes``);
     the state page S = ``MambaSpec.page_size_bytes`` = the conv and ssm states of one block for one request
     (:meth:`HybridLayout.state_bytes`: the conv state in the model dtype, ``mamba_cache_dtype`` "auto"; the
-    ssm state in ``mamba_ssm_cache_dtype``); without prefix caching (off by default for hybrid models,
-    EngineArgs ``_set_default_args``: "Disable prefix caching default for hybrid models since the feature is
-    still experimental") block_size = align x cdiv(S, align x a1), unless the user's is at least that
-    ("Setting attention block size to N tokens to ensure that attention page size is >= mamba page size");
-    the state page is then padded to block_size x a1 ("Padding mamba page size by X% ..."), so both kinds
-    of layer share one page size and one block pool (``_get_kv_cache_groups_uniform_page_size``). A state
-    layer holds one block per running request (``MambaSpec.max_memory_usage_bytes``, mamba_block_size =
-    max_model_len).
+    ssm state in ``mamba_ssm_cache_dtype``).
+
+    ``mode`` (:func:`hybrid_cache_mode`) "none" (prefix caching off, vLLM's default for hybrid models) and
+    "align": block_size = align x cdiv(S, align x a1), unless the user's is at least that ("Setting attention
+    block size to N tokens to ensure that attention page size is >= mamba page size"); mamba_block_size =
+    max_model_len ("none") or that block size ("align"). "all": the block is the Mamba2 SSD kernel's chunk
+    c = lcm(chunk_size, align) (``get_mamba_chunk_size``: the config's mamba_chunk_size or chunk_size, else
+    2048) times cdiv(cdiv(S, a1), c), and mamba_block_size is that block even where a larger user block size
+    is kept. The state page is then padded to block_size x a1 ("Padding mamba page size by X% ..."), so both
+    kinds of layer share one page size and one block pool (``_get_kv_cache_groups_uniform_page_size``).
     """
     cc = gpu.compute_capability
     align = BLACKWELL_HEAD256_ALIGNMENT if cc is not None and cc[0] == 10 and m.head_dim == 256 \
@@ -405,26 +531,38 @@ def hybrid_pages(m: ServedModel, h: HybridLayout, gpu: GPU, *, tp: int, b: int, 
     a1 = kv_cell_bytes(m, tp, kv_b)
     ssm_b = DTYPE_BYTES[h.ssm_dtype] if h.ssm_dtype else b
     state = h.state_bytes(tp, b, ssm_b)
-    need = align * ceil_div(state, align * a1)
+    if mode == "all":
+        chunk = lcm(h.chunk_size or DEFAULT_MAMBA_CHUNK_SIZE, align)
+        need = chunk * ceil_div(ceil_div(state, a1), chunk)
+        how = (f"lcm({h.chunk_size or DEFAULT_MAMBA_CHUNK_SIZE} chunk, {align}) x cdiv(cdiv({state:,}, {a1:,}), "
+               f"{chunk}) = {need}")
+    else:
+        need = align * ceil_div(state, align * a1)
+        how = f"{align} x cdiv({state:,}, {align} x {a1:,}) = {need}"
     bs = block_size if block_size is not None and block_size >= need else need
+    state_bs = need if mode == "all" else bs if mode == "align" else max_model_len
     page = bs * a1
     conv, ssm = h.shapes(tp)
     padding = 100 * (page - state) / state
+    per_request = {"none": "1 block per request (mamba_block_size = max_model_len)",
+                   "align": f"2 blocks per request (mamba_block_size = {bs})",
+                   "all": f"cdiv(max_model_len, {state_bs}) blocks per request (mamba_block_size = {state_bs})"}
     notes = (
         f"hybrid: {h.n_attention} attention blocks keep KV pages, {h.n_state} {h.mixer} blocks a fixed state per "
         f"request: conv {conv} x {b} B" + (f" + ssm {ssm} x {ssm_b} B" if ssm else "")
         + f" = {state:,} B per block (MambaSpec); "
-        f"attention block size = {align} x cdiv({state:,}, {align} x {a1:,}) = {need}"
+        f"attention block size = {how}"
         + (f", the given {block_size} kept" if bs != need else "")
         + f"; the state page padded by {padding:.2f}% to {page:,} B (HybridAttentionMambaModelConfig)",
-        "hybrid: prefix caching off (vLLM's default for hybrid models); with --enable-prefix-caching the state is "
-        "cached per block and these figures do not hold",
+        *(f"hybrid: {line}" for line in logs),
+        f"hybrid: Mamba cache mode '{mode}'" + (" (prefix caching off for the state)" if mode == "none" else "")
+        + f": each state layer holds {per_request[mode]} (MambaSpec.max_memory_usage_bytes)",
         f"hybrid: not modelled: the {h.mixer} mixers' own working set in the profile run (the activation peak counts "
         "attention and the MLP/MoE), and the state each decode step reads and writes (the speed counts the KV cache)",
     )
     figures = (EngineFigure("attention_block_size", "Setting attention block size to (tokens)", bs),
                EngineFigure("mamba_page_padding", "Padding mamba page size by (%)", round(padding, 2)))
-    return HybridPages(bs, state, page, notes, figures)
+    return HybridPages(bs, state, page, notes, figures, mode, state_bs)
 
 
 def vllm_capacity(m: ServedModel, gpu: GPU, *, gpus: int, tp: int, pp: int, context: int | None,
@@ -432,13 +570,17 @@ def vllm_capacity(m: ServedModel, gpu: GPU, *, gpus: int, tp: int, pp: int, cont
                   max_num_seqs: int | None = None, max_num_batched_tokens: int | None = None,
                   kv_cache_dtype: str = "auto", block_size: int | None = None, enforce_eager: bool = False,
                   version: str = DEFAULT_VERSION, use_v1: bool | None = None,
-                  speculative_config: dict | None = None, draft: ServedModel | None = None) -> Capacity:
+                  speculative_config: dict | None = None, draft: ServedModel | None = None,
+                  enable_prefix_caching: bool | None = None, mamba_cache_mode: str | None = None) -> Capacity:
     """vLLM's start-up memory arithmetic for ``m`` on ``gpu`` (see the module docstring).
 
     ``block_size`` None is vLLM's default: 16 tokens, or for a hybrid model the size
     :func:`hybrid_pages` raises it to.
     ``speculative_config``: ``--speculative-config`` as a dict (method, num_speculative_tokens; the
     ``model`` key's inventory resolved into ``draft`` by vramlens.serving.api).
+    ``enable_prefix_caching`` (None: vLLM's default, off for hybrid models) and ``mamba_cache_mode``
+    ("none", "align", "all"; vLLM 0.15 and later) change a hybrid model's pages (:func:`hybrid_cache_mode`);
+    a plain transformer's figures do not depend on them.
 
     Raises:
         ConfigError: settings vLLM refuses (each in vLLM's words), a version before 0.4, or a hybrid
@@ -474,8 +616,19 @@ def vllm_capacity(m: ServedModel, gpu: GPU, *, gpus: int, tp: int, pp: int, cont
     problems = vllm_problems(m, tp=tp, pp=pp, gpu_memory_utilization=gpu_memory_utilization, max_model_len=mml,
                              max_num_seqs=seqs, max_num_batched_tokens=mnbt, kv_cache_dtype=kv_cache_dtype,
                              block_size=DEFAULT_BLOCK_SIZE if block_size is None else block_size)
+    if mamba_cache_mode is not None and mamba_cache_mode not in MAMBA_CACHE_MODES:
+        problems.append(f"mamba_cache_mode={mamba_cache_mode!r} is not one of {', '.join(MAMBA_CACHE_MODES)} (vLLM "
+                        "CacheConfig.mamba_cache_mode): pass --mamba-cache-mode align or all")
+    elif mamba_cache_mode is not None and parsed < MAMBA_CACHE_MODE_FROM:
+        problems.append(f"--mamba-cache-mode is a flag of vLLM 0.15 and later (CacheConfig.mamba_cache_mode): "
+                        f"version {version} given: pass --vllm-version 0.19 or leave the flag out")
     if m.hybrid is not None:
         problems += hybrid_problems(m.hybrid, rel, tp=tp, pp=pp)
+    mode: str = "none"
+    mode_logs: tuple[str, ...] = ()
+    if m.hybrid is not None and not problems:
+        mode, mode_logs = hybrid_cache_mode(m.hybrid, rel, enable_prefix_caching=enable_prefix_caching,
+                                            mamba_cache_mode=mamba_cache_mode)
     spec = vllm_speculative(speculative_config, m, draft, version=parsed) if speculative_config is not None else None
     if spec is not None and problems == [] and (pp > 1 or m.n_sliding or m.hybrid is not None):
         problems.append("speculative decoding is modelled for one pipeline stage and a KV cache of full-attention "
@@ -561,9 +714,15 @@ def vllm_capacity(m: ServedModel, gpu: GPU, *, gpus: int, tp: int, pp: int, cont
     kv_heads = kv_heads_per_gpu(m, tp)
     hybrid_notes: tuple[str, ...] = ()
     hybrid_figures: tuple[EngineFigure, ...] = ()
+    hp = HybridPages(0, 0, 0, (), ())  # a plain transformer's: not read
     if m.hybrid is not None:
-        hp = hybrid_pages(m, m.hybrid, gpu, tp=tp, b=b, kv_b=kv_b, block_size=block_size)
+        hp = hybrid_pages(m, m.hybrid, gpu, tp=tp, b=b, kv_b=kv_b, block_size=block_size, mode=mode,
+                          max_model_len=mml, logs=mode_logs)
         block_size = hp.block_size
+        if mode == "align" and rel.version >= ALIGN_BATCH_CHECK_FROM and block_size > mnbt:
+            # VllmConfig.__post_init__ (vllm/config/vllm.py, 0.17.0-0.19.0) asserts it
+            raise ConfigError(f"In Mamba cache align mode, block_size ({block_size}) must be <= max_num_batched_tokens "
+                              f"({mnbt}). (vLLM): pass --max-num-batched-tokens {block_size} or more")
         hybrid_notes, hybrid_figures = hp.notes, hp.figures
     block_size = DEFAULT_BLOCK_SIZE if block_size is None else block_size
     page = block_size * kv_cell_bytes(m, tp, kv_b)  # AttentionSpec.page_size_bytes, one layer
@@ -575,15 +734,25 @@ def vllm_capacity(m: ServedModel, gpu: GPU, *, gpus: int, tp: int, pp: int, cont
     n_slide = 0 if m.chunked_local and not rel.chunked_local_hybrid else ceil_div(m.n_sliding, pp)
     local = "chunked" if m.chunked_local else "sliding"
     n_full = layers - n_slide
+    whole_group = 0  # a hybrid's group size over the whole model
     if m.hybrid is not None:  # attention layers and state layers (MambaSpec) grouped as sliding ones are
         n_full, n_state = m.hybrid.n_attention, m.hybrid.n_state
         lo, hi = min(n_full, n_state), max(n_full, n_state)
-        group_size = (hi if hi < 1.5 * lo else lo) if lo else hi
+        group_size = (hi if hi < group_ratio(rel) * lo else lo) if lo else hi
         kinds = [(k, ceil_div(n, group_size)) for k, n in (("full", n_full), ("state", n_state)) if n]
         layers = n_full
+        whole_group = group_size
+        if pp > 1:  # the busiest stage's largest group sets every stage's number of blocks
+            largest, stage_attention = hybrid_stage_groups(m.hybrid, pp, group_size)
+            group_size, layers = max(largest), max(stage_attention)
+            hybrid_notes += (f"hybrid: pp={pp}: stages of {', '.join(map(str, pp_partitions(m.n_layers, pp)))} "
+                             f"blocks (get_pp_indices) hold {', '.join(map(str, stage_attention))} attention layers; "
+                             f"groups of {whole_group} layers over the whole model, of at most "
+                             f"{', '.join(map(str, largest))} layers on each stage: blocks = available // page // "
+                             f"{group_size} on every stage (get_kv_cache_configs)",)
     elif n_full and n_slide:  # hybrid: _get_kv_cache_groups_uniform_page_size
         lo, hi = min(n_full, n_slide), max(n_full, n_slide)
-        group_size = hi if hi < 1.5 * lo else lo
+        group_size = hi if hi < group_ratio(rel) * lo else lo
         kinds = [("full", ceil_div(n_full, group_size)), (local, ceil_div(n_slide, group_size))]
     else:
         group_size = layers
@@ -601,8 +770,8 @@ def vllm_capacity(m: ServedModel, gpu: GPU, *, gpus: int, tp: int, pp: int, cont
         for kind, n in kinds:
             if kind == "full":
                 need += n * ceil_div(tokens, block_size)
-            elif kind == "state":  # MambaSpec.max_memory_usage_bytes without prefix caching: one page
-                need += n
+            elif kind == "state":  # MambaSpec.max_memory_usage_bytes // page (HybridPages.state_blocks)
+                need += n * hp.state_blocks(tokens)
             elif kind == "chunked":  # ChunkedLocalAttentionSpec.max_memory_usage_bytes: no partial block
                 need += n * ceil_div(min((m.sliding_window or tokens) + mnbt, tokens), block_size)
             else:  # SlidingWindowSpec.max_memory_usage_bytes
@@ -617,8 +786,14 @@ def vllm_capacity(m: ServedModel, gpu: GPU, *, gpus: int, tp: int, pp: int, cont
             f"{outside / GiB:.2f} GiB)")
     num_blocks = available // block_bytes  # get_num_blocks: available // page // layers per group
     needed = block_bytes * blocks_per_request(mml)
-    if m.hybrid is not None:  # check_enough_kv_cache_memory: each layer's max_memory_usage_bytes
-        needed = page * (m.hybrid.n_attention * ceil_div(mml, block_size) + m.hybrid.n_state)
+    if m.hybrid is not None and rel.version >= (0, 14, 0):
+        # _max_memory_usage_bytes_from_groups: group size x page x the groups' blocks of a request; 0.14-0.16
+        # check the whole model's groups against the smallest stage's memory, 0.17-0.19 each stage's own
+        needed = page * (whole_group if rel.version < (0, 17, 0) else group_size) * blocks_per_request(mml)
+    elif m.hybrid is not None:  # check_enough_kv_cache_memory: each layer's max_memory_usage_bytes, stage by stage
+        h = m.hybrid
+        needed = max(page * sum(ceil_div(mml, block_size) * h.has_kv(i) + hp.state_blocks(mml) * h.has_state(i)
+                                for i in range(lo, hi)) for lo, hi in _stage_bounds(len(h.kinds), pp))
     if needed > available:
         fit = _max_len(blocks_per_request, num_blocks, mml)
         raise EngineRefusal(
@@ -627,8 +802,9 @@ def vllm_capacity(m: ServedModel, gpu: GPU, *, gpus: int, tp: int, pp: int, cont
             f"`max_model_len` when initializing the engine (vLLM; {needed / GiB:.2f} GiB KV cache needed, "
             f"{available / GiB:.2f} GiB available; the estimated maximum model length is {fit})")
     # _report_kv_cache_config: num_blocks // groups x the smallest block size of the groups (a MambaSpec's is
-    # mamba_block_size = max_model_len without prefix caching)
-    kv_tokens = num_blocks // n_groups * (min(block_size, mml) if m.hybrid is not None else block_size)
+    # mamba_block_size: max_model_len without prefix caching, HybridPages.state_block_size)
+    kv_tokens = num_blocks // n_groups * (min(block_size, hp.state_block_size) if m.hybrid is not None
+                                          else block_size)
     concurrency_mml = num_blocks / blocks_per_request(mml)
     ctx = context or mml
     conc = num_blocks / blocks_per_request(ctx)
@@ -741,6 +917,15 @@ def drafter_peak_bytes(m: ServedModel, draft: ServedModel | None, d: Draft, *, t
     total = held + fc_in + forward
     return total, (f"drafter dummy run: target hidden states held {held:,} + draft input {fc_in:,} + draft forward "
                    f"{forward:,} = {total:,}")
+
+
+def _stage_bounds(n_layers: int, pp: int) -> list[tuple[int, int]]:
+    """(first, end) block of each stage (:func:`pp_partitions`)."""
+    out, start = [], 0
+    for n in pp_partitions(n_layers, pp):
+        out.append((start, start + n))
+        start += n
+    return out
 
 
 def _max_len(blocks_per_request, num_blocks: int, limit: int) -> int:

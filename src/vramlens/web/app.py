@@ -168,6 +168,8 @@ class CapacityQuery(BaseModel):
     version: str | None = Field(None, max_length=64, description="vLLM or SGLang: the release whose arithmetic to follow "
                                    "(vLLM 0.19, SGLang 0.5.3)")
     use_v1: bool | None = None
+    enable_prefix_caching: bool | None = None
+    mamba_cache_mode: str | None = Field(None, max_length=64, description="vLLM 0.15+: none, align or all")
     mem_fraction_static: float | None = None
     chunked_prefill_size: int | None = None
     max_running_requests: int | None = None
