@@ -102,9 +102,11 @@ class HybridLayout:
     def has_state(self, i: int) -> bool:
         return self.kinds[i] in (STATE, BOTH)
 
-    def shapes(self, tp: int) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    def shapes(self, tp: int, num_spec: int = 0) -> tuple[tuple[int, ...], tuple[int, ...]]:
         """(conv state, ssm/recurrent state) shapes of one block on one of ``tp`` ranks, per request; ``()``
-        for a state the mixer does not keep (short_conv has no ssm state)."""
+        for a state the mixer does not keep (short_conv has no ssm state). ``num_spec``: the speculative
+        tokens vLLM keeps conv rows for (Gated DeltaNet only here: vLLM 0.19.0
+        ``MambaStateShapeCalculator.gated_delta_net_state_shape``, conv rows K - 1 + num_spec)."""
         k = self.conv_kernel - 1
         if self.mixer == "short_conv":  # vLLM short_conv_state_shape: (L_cache - 1, hidden / tp)
             return (k, self.intermediate // tp), ()
@@ -112,17 +114,17 @@ class HybridLayout:
             return (self.token_shift, self.intermediate), (self.intermediate, self.head_dim)
         if self.mixer == "gated_deltanet":
             conv_dim = 2 * self.k_heads * self.k_dim + self.v_heads * self.v_dim
-            return (k, conv_dim // tp), (self.v_heads // tp, self.v_dim, self.k_dim)
+            return (k + num_spec, conv_dim // tp), (self.v_heads // tp, self.v_dim, self.k_dim)
         if self.mixer == "mamba2":
             g = self.n_groups + (0 if self.n_groups % tp == 0 else tp - self.n_groups)
             return (k, (self.intermediate + 2 * g * self.state_size) // tp), (self.n_heads // tp, self.head_dim,
                                                                                 self.state_size)
         return (k, self.intermediate // tp), (self.intermediate // tp, self.state_size)
 
-    def state_bytes(self, tp: int, conv_b: int, ssm_b: int) -> int:
+    def state_bytes(self, tp: int, conv_b: int, ssm_b: int, num_spec: int = 0) -> int:
         """Bytes of one block's state for one request on one rank (vLLM ``MambaSpec.page_size_bytes``
-        before padding: the sum of each shape's elements x its dtype's bytes)."""
-        conv, ssm = self.shapes(tp)
+        before padding: the sum of each shape's elements x its dtype's bytes; ``num_spec`` as in :meth:`shapes`)."""
+        conv, ssm = self.shapes(tp, num_spec)
         return _numel(conv) * conv_b + _numel(ssm) * ssm_b
 
     def llama_rs_values(self) -> tuple[int, int]:

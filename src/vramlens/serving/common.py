@@ -179,8 +179,16 @@ def served_from_spec(spec: ModelSpec, *, dtype: str | None = None, quant: str | 
         chunked_local=spec.local_attention == "chunked" and spec.n_sliding_layers > 0,
         n_experts=spec.n_experts, shared_expert_ffn=spec.shared_expert_ffn, mxfp4_experts=mxfp4,
         expert_layers=expert_layers, expert_bias_numel=expert_bias // max(1, expert_layers), hybrid=hybrid,
-        architecture=spec.architecture, mtp_layers=_config_int(cfg, "num_nextn_predict_layers"),
+        architecture=spec.architecture, mtp_layers=_config_int(cfg, "num_nextn_predict_layers") or (
+            # vLLM 0.19.0 qwen3_next_mtp.py Qwen3NextMultiTokenPredictor: getattr(config,
+            # "num_nextn_predict_layers", 1): Qwen3-Next checkpoints carry one MTP block (mtp.*)
+            QWEN3_NEXT_MTP_LAYERS if spec.architecture == "Qwen3NextForCausalLM" else 0),
         draft_vocab=_config_int(cfg, "draft_vocab_size"))
+
+
+#: MTP blocks of a Qwen3-Next checkpoint whose config.json has no num_nextn_predict_layers (vLLM 0.19.0
+#: vllm/model_executor/models/qwen3_next_mtp.py: ``getattr(config, "num_nextn_predict_layers", 1)``).
+QWEN3_NEXT_MTP_LAYERS = 1
 
 
 def refuse_hybrid(m: ServedModel, engine: str) -> None:

@@ -74,6 +74,21 @@ def draft_for(kind: str, target: ServedModel, draft: ServedModel | None, *, tp: 
     h = target.hidden
     if kind == "ngram":
         return Draft(kind, "ngram (prompt lookup)", 0, 0, 0, "ngram: no draft weights, no draft cache")
+    if kind == "mtp" and target.hybrid is not None:
+        # vLLM 0.19.0 qwen3_next_mtp.py Qwen3NextMultiTokenPredictor: per MTP layer a Qwen3NextDecoderLayer of
+        # layer_type "full_attention" (the target's attention blocks' average here), fc a ColumnParallelLinear
+        # of 2h x h (split over TP, gather_output), norm, pre_fc_norm_hidden, pre_fc_norm_embedding; the
+        # embedding and lm_head are the target's (Qwen3NextMTP.load_weights skips them; EagleProposer shares them)
+        h_ = target.hybrid
+        n = target.mtp_layers
+        attn = [i for i in range(len(h_.kinds)) if h_.has_kv(i)]
+        block = ceil_div(sum(target.layer_bytes[i] for i in attn), len(attn))
+        fc = ceil_div(FC_INPUTS["mtp"] * h * h * b, tp)
+        w = n * (ceil_div(block, tp) + fc + 3 * h * b)
+        return Draft(kind, f"{target.name} MTP layers", w, n, kv_cell_bytes(target, tp, kv_b),
+                     f"{n} MTP layer(s) x (the target's average full-attention block {block:,} B / {tp} + fc 2h x h "
+                     f"{FC_INPUTS['mtp'] * h * h * b:,} B / {tp} + 3 norms {3 * h * b:,} B) = {w:,} B; embedding and "
+                     "lm_head shared (qwen3_next_mtp.py)")
     if kind == "mtp":
         n = target.mtp_layers
         block = ceil_div(sum(target.layer_bytes), target.n_layers)  # the target's average block

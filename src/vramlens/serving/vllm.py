@@ -392,15 +392,19 @@ class HybridPages:
     figures: tuple[EngineFigure, ...]
     mode: str = "none"
     state_block_size: int = 0
+    #: num_speculative_tokens: ``MambaSpec.num_speculative_blocks`` (vllm/model_executor/layers/mamba/abstract.py
+    #: ``get_kv_cache_spec``, 0.19.0)
+    num_spec: int = 0
 
     def state_blocks(self, tokens: int) -> int:
         """Blocks one state layer needs for a request of ``tokens`` (``MambaSpec.max_memory_usage_bytes`` //
         page, vllm/v1/kv_cache_interface.py 0.15.0-0.19.0: "all" cdiv(max_model_len, block_size), "align" 2,
         "none" 1; 0.11.1-0.14.0: cdiv(max_model_len, block_size), one block when mamba_block_size is
-        max_model_len, i.e. without prefix caching; 0.10-0.11.0: one page)."""
+        max_model_len, i.e. without prefix caching; 0.10-0.11.0: one page). With speculative decoding (0.19.0)
+        "align" and "none" keep ``num_speculative_blocks`` more: 2 + n and 1 + n."""
         if self.mode == "all":
             return ceil_div(tokens, self.state_block_size)
-        return 2 if self.mode == "align" else 1
+        return (2 if self.mode == "align" else 1) + self.num_spec
 
 
 def hybrid_problems(h: HybridLayout, rel: VllmRelease, *, tp: int, pp: int) -> list[str]:
@@ -506,7 +510,7 @@ def hybrid_cache_mode(h: HybridLayout, rel: VllmRelease, *, enable_prefix_cachin
 
 def hybrid_pages(m: ServedModel, h: HybridLayout, gpu: GPU, *, tp: int, b: int, kv_b: int,
                  block_size: int | None, mode: str = "none", max_model_len: int = 0,
-                 logs: tuple[str, ...] = ()) -> HybridPages:
+                 logs: tuple[str, ...] = (), num_spec: int = 0) -> HybridPages:
     """The attention block size and the padded state page vLLM V1 gives a hybrid model.
 
     ``HybridAttentionMambaModelConfig.verify_and_update_config`` (vllm/model_executor/models/config.py;
@@ -524,13 +528,18 @@ def hybrid_pages(m: ServedModel, h: HybridLayout, gpu: GPU, *, tp: int, b: int, 
     2048) times cdiv(cdiv(S, a1), c), and mamba_block_size is that block even where a larger user block size
     is kept. The state page is then padded to block_size x a1 ("Padding mamba page size by X% ..."), so both
     kinds of layer share one page size and one block pool (``_get_kv_cache_groups_uniform_page_size``).
+
+    ``num_spec`` (num_speculative_tokens, vLLM 0.19.0): the Gated DeltaNet conv state keeps K - 1 + num_spec
+    rows (qwen3_next.py ``get_mamba_state_shape_from_config`` passes num_spec to
+    ``MambaStateShapeCalculator.gated_delta_net_state_shape``; the block size follows that larger state), and
+    each state layer holds num_spec more blocks per request (``MambaSpec.num_speculative_blocks``).
     """
     cc = gpu.compute_capability
     align = BLACKWELL_HEAD256_ALIGNMENT if cc is not None and cc[0] == 10 and m.head_dim == 256 \
         else KERNEL_BLOCK_ALIGNMENT
     a1 = kv_cell_bytes(m, tp, kv_b)
     ssm_b = DTYPE_BYTES[h.ssm_dtype] if h.ssm_dtype else b
-    state = h.state_bytes(tp, b, ssm_b)
+    state = h.state_bytes(tp, b, ssm_b, num_spec)
     if mode == "all":
         chunk = lcm(h.chunk_size or DEFAULT_MAMBA_CHUNK_SIZE, align)
         need = chunk * ceil_div(ceil_div(state, a1), chunk)
@@ -542,10 +551,11 @@ def hybrid_pages(m: ServedModel, h: HybridLayout, gpu: GPU, *, tp: int, b: int, 
     bs = block_size if block_size is not None and block_size >= need else need
     state_bs = need if mode == "all" else bs if mode == "align" else max_model_len
     page = bs * a1
-    conv, ssm = h.shapes(tp)
+    conv, ssm = h.shapes(tp, num_spec)
     padding = 100 * (page - state) / state
-    per_request = {"none": "1 block per request (mamba_block_size = max_model_len)",
-                   "align": f"2 blocks per request (mamba_block_size = {bs})",
+    spec = f" + {num_spec} speculative" if num_spec else ""
+    per_request = {"none": f"1{spec} block(s) per request (mamba_block_size = max_model_len)",
+                   "align": f"2{spec} blocks per request (mamba_block_size = {bs})",
                    "all": f"cdiv(max_model_len, {state_bs}) blocks per request (mamba_block_size = {state_bs})"}
     notes = (
         f"hybrid: {h.n_attention} attention blocks keep KV pages, {h.n_state} {h.mixer} blocks a fixed state per "
@@ -562,7 +572,7 @@ def hybrid_pages(m: ServedModel, h: HybridLayout, gpu: GPU, *, tp: int, b: int, 
     )
     figures = (EngineFigure("attention_block_size", "Setting attention block size to (tokens)", bs),
                EngineFigure("mamba_page_padding", "Padding mamba page size by (%)", round(padding, 2)))
-    return HybridPages(bs, state, page, notes, figures, mode, state_bs)
+    return HybridPages(bs, state, page, notes, figures, mode, state_bs, num_spec)
 
 
 def vllm_capacity(m: ServedModel, gpu: GPU, *, gpus: int, tp: int, pp: int, context: int | None,
@@ -630,7 +640,9 @@ def vllm_capacity(m: ServedModel, gpu: GPU, *, gpus: int, tp: int, pp: int, cont
         mode, mode_logs = hybrid_cache_mode(m.hybrid, rel, enable_prefix_caching=enable_prefix_caching,
                                             mamba_cache_mode=mamba_cache_mode)
     spec = vllm_speculative(speculative_config, m, draft, version=parsed) if speculative_config is not None else None
-    if spec is not None and problems == [] and (pp > 1 or m.n_sliding or m.hybrid is not None):
+    if spec is not None and problems == [] and m.hybrid is not None:
+        problems += hybrid_speculative_problems(m.hybrid, rel, spec[0], pp=pp)
+    elif spec is not None and problems == [] and (pp > 1 or m.n_sliding):
         problems.append("speculative decoding is modelled for one pipeline stage and a KV cache of full-attention "
                         f"layers only: {m.name} at pp={pp}" + (f" has {m.n_sliding} sliding or chunked layers"
                                                                  if m.n_sliding else "")
@@ -717,7 +729,7 @@ def vllm_capacity(m: ServedModel, gpu: GPU, *, gpus: int, tp: int, pp: int, cont
     hp = HybridPages(0, 0, 0, (), ())  # a plain transformer's: not read
     if m.hybrid is not None:
         hp = hybrid_pages(m, m.hybrid, gpu, tp=tp, b=b, kv_b=kv_b, block_size=block_size, mode=mode,
-                          max_model_len=mml, logs=mode_logs)
+                          max_model_len=mml, logs=mode_logs, num_spec=spec[1] if spec is not None else 0)
         block_size = hp.block_size
         if mode == "align" and rel.version >= ALIGN_BATCH_CHECK_FROM and block_size > mnbt:
             # VllmConfig.__post_init__ (vllm/config/vllm.py, 0.17.0-0.19.0) asserts it
@@ -736,11 +748,13 @@ def vllm_capacity(m: ServedModel, gpu: GPU, *, gpus: int, tp: int, pp: int, cont
     n_full = layers - n_slide
     whole_group = 0  # a hybrid's group size over the whole model
     if m.hybrid is not None:  # attention layers and state layers (MambaSpec) grouped as sliding ones are
-        n_full, n_state = m.hybrid.n_attention, m.hybrid.n_state
+        # an MTP draft's full-attention layers have the target's FullAttentionSpec: they count with its attention
+        # layers in _get_kv_cache_groups_uniform_page_size (same_type_layers), 0.19.0
+        n_full, n_state = m.hybrid.n_attention + draft_layers, m.hybrid.n_state
         lo, hi = min(n_full, n_state), max(n_full, n_state)
         group_size = (hi if hi < group_ratio(rel) * lo else lo) if lo else hi
         kinds = [(k, ceil_div(n, group_size)) for k, n in (("full", n_full), ("state", n_state)) if n]
-        layers = n_full
+        layers = m.hybrid.n_attention  # the target's own (the draft's are counted in kv_per_token apart)
         whole_group = group_size
         if pp > 1:  # the busiest stage's largest group sets every stage's number of blocks
             largest, stage_attention = hybrid_stage_groups(m.hybrid, pp, group_size)
@@ -761,7 +775,7 @@ def vllm_capacity(m: ServedModel, gpu: GPU, *, gpus: int, tp: int, pp: int, cont
     # one block of every group's layers; a draft's layers join the one full-attention group
     # (_get_kv_cache_groups_uniform_spec with one page size, UniformTypeKVCacheSpecs with two)
     uniform = draft_page in (0, page)
-    if uniform:
+    if uniform and m.hybrid is None:
         group_size += draft_layers
     block_bytes = page * group_size if uniform else page * layers + draft_page * draft_layers
 
@@ -899,6 +913,29 @@ def vllm_speculative(config: dict, m: ServedModel, draft: ServedModel | None, *,
         raise ConfigError(p)
     assert isinstance(n, int)
     return method, n
+
+
+def hybrid_speculative_problems(h: HybridLayout, rel: VllmRelease, method: str, *, pp: int) -> list[str]:
+    """What vramlens does not follow of speculative decoding on a hybrid model, each in one line.
+
+    Read in the 0.19.0 wheel only, for Gated DeltaNet (Qwen3-Next): ``MambaSpec.num_speculative_blocks``
+    (vllm/v1/kv_cache_interface.py, mamba/abstract.py), the conv state's num_spec rows (qwen3_next.py), the
+    ``qwen3_next_mtp`` drafter (qwen3_next_mtp.py: a full-attention block whose KV pages join the attention
+    group) and ngram (no draft layers)."""
+    p = []
+    what = "speculative decoding on a hybrid model"
+    if rel.version < (0, 19, 0):
+        p.append(f"{what} is modelled as vLLM 0.19.0 sizes it (MambaSpec.num_speculative_blocks and the conv "
+                 f"state's num_spec rows; earlier releases not read): pass --vllm-version 0.19")
+    if h.mixer != "gated_deltanet":
+        p.append(f"{what} is modelled for Gated DeltaNet (Qwen3-Next) only; the {h.mixer} mixers' speculative state "
+                 "shapes were not read: drop --speculative-config")
+    if method not in ("mtp", "ngram"):
+        p.append(f"{what} is modelled for the mtp (qwen3_next_mtp) and ngram methods only; a {method} draft's KV "
+                 "layers beside the state groups were not read: use mtp or ngram")
+    if pp > 1:
+        p.append(f"{what} is modelled for one pipeline stage: pp={pp} given: use --tp")
+    return p
 
 
 def drafter_peak_bytes(m: ServedModel, draft: ServedModel | None, d: Draft, *, tokens: int, tp: int,
