@@ -199,6 +199,9 @@ SPECULATIVE_MAX_RUNNING = 48
 DRAFT_POOL_BUFFER = 100
 #: server_args.py ``speculative_ngram_max_bfs_breadth`` and ``speculative_ngram_max_match_window_size`` (0.5.3).
 NGRAM_MAX_BFS_BREADTH, NGRAM_MAX_MATCH_WINDOW = 10, 12
+#: The hybrid target whose MTP draft vramlens follows in SGLang (configs/model_config.py 0.5.2-0.5.4: a draft of
+#: this architecture becomes Qwen3NextForCausalLMMTP).
+QWEN3_NEXT_ARCHITECTURE = "Qwen3NextForCausalLM"
 #: Architectures whose EAGLE draft defaults to the model's own MTP layers (0.5.3 ``_handle_speculative_decoding``).
 MTP_ARCHITECTURES = ("DeepseekV32ForCausalLM", "DeepseekV3ForCausalLM", "Glm4MoeForCausalLM", "BailingMoeForCausalLM",
                      "BailingMoeV2ForCausalLM")
@@ -465,6 +468,16 @@ class GdnPools:
     ssm_dtype: str
     n_linear: int
     n_full: int
+    #: --speculative-num-draft-tokens D with a speculative algorithm: MambaPool keeps, per slot, D intermediate
+    #: ssm states and D conv windows of the state's shapes (mem_cache/memory_pool.py, 0.5.2-0.5.4), i.e.
+    #: D x mamba_cache_per_req more; 0.5.4's handle_max_mamba_cache counts them ("(1 + speculativa_ratio)"),
+    #: 0.5.2-0.5.3's profile_max_num_token does not (they come out of the (1 - mem_fraction_static) share)
+    spec_tokens: int = 0
+
+    @property
+    def counted_per_req(self) -> int:
+        """What profile_max_num_token takes out per max_mamba_cache_size slot."""
+        return self.per_req * (1 + self.spec_tokens if self.pool_from_cache_size else 1)
 
 
 def gdn_pools(m: ServedModel, release: tuple[int, int, int], *, tp: int, pp: int, speculative: bool,
@@ -509,9 +522,9 @@ def gdn_pools(m: ServedModel, release: tuple[int, int, int], *, tp: int, pp: int
     if pp > 1:
         p.append(f"pp={pp}: pipeline parallelism of a hybrid model is not modelled for SGLang (HybridLinearKVPool "
                  "takes every full-attention layer): use --tp")
-    if speculative:
-        p.append("speculative decoding on a hybrid model is not modelled for SGLang (MambaPool's per-draft-token "
-                 "intermediate ssm and conv caches): drop --speculative-algorithm")
+    if speculative and h.mixer != "gated_deltanet":
+        p.append(f"speculative decoding on a {h.mixer} hybrid is not modelled for SGLang (read for Qwen3-Next's "
+                 "Gated DeltaNet with its MTP layers only): drop --speculative-algorithm")
     bad = h.tp_problem(tp)
     if bad:
         p.append(f"{bad} (SGLang's hybrid_gdn_params, Mamba2StateShape.create from 0.5.4, divides them over the "
@@ -583,6 +596,13 @@ def sglang_capacity(m: ServedModel, gpu: GPU, *, gpus: int, tp: int, pp: int, co
                                page_size=page_size) if speculative_algorithm is not None else None)
     if spec is not None and max_running_requests is None:
         max_running_requests = SPECULATIVE_MAX_RUNNING  # server_args.py _handle_speculative_decoding
+    if gdn is not None and spec is not None:
+        # model_runner.py reads max_running_requests after server_args set it to 48; MambaPool gets
+        # speculative_num_draft_tokens (HybridReqToTokenPool, 0.5.2-0.5.4)
+        gdn, _ = gdn_pools(m, release, tp=tp, pp=pp, speculative=True, max_running_requests=max_running_requests,
+                           max_mamba_cache_size=max_mamba_cache_size, mamba_ssm_dtype=mamba_ssm_dtype)
+        assert gdn is not None
+        gdn = replace(gdn, spec_tokens=spec.draft_tokens)
     ctx_len = context_length or m.max_position
     # total_gpu_memory is read with torch.cuda.mem_get_info: CUDA's device total less the context (GPU.capacity_bytes;
     # nvidia-smi's total where the catalog has no CUDA total, GPU.capacity_note)
@@ -629,10 +649,11 @@ def sglang_capacity(m: ServedModel, gpu: GPU, *, gpus: int, tp: int, pp: int, co
     if gdn is not None and gdn.radix and rest > 0:
         # 0.5.4 handle_max_mamba_cache with the radix cache on: mamba memory / KV memory = mamba_full_memory_ratio,
         # max_mamba_cache_size = int(rest x r / (1 + r) // mamba_cache_per_req) (--max-mamba-cache-size ignored)
+        # // (1 + speculative_num_draft_tokens) with a speculative algorithm
         gdn = replace(gdn, cache_size=int(rest * MAMBA_FULL_MEMORY_RATIO / (1 + MAMBA_FULL_MEMORY_RATIO)
-                                          // gdn.per_req))
+                                          // gdn.per_req // (1 + gdn.spec_tokens)))
     if gdn is not None:  # profile_max_num_token: rest_memory -= max_mamba_cache_size x mamba_cache_per_req
-        rest -= gdn.cache_size * gdn.per_req
+        rest -= gdn.cache_size * gdn.counted_per_req
     kv_heads = kv_heads_per_gpu(m, tp)
     layers = stage_layers(m, pp)
     # is_hybrid_gdn: num_layers = len(full_attention_layer_ids)
@@ -643,7 +664,7 @@ def sglang_capacity(m: ServedModel, gpu: GPU, *, gpus: int, tp: int, pp: int, co
             "Not enough memory. Please try to increase --mem-fraction-static. (SGLang: "
             f"{mfs} x {total_free / GiB:.2f} GiB free = {total_free * mfs / GiB:.2f} GiB does not cover the "
             f"weights {weights / GiB:.2f} GiB" + (f" and NCCL's {late / MiB:,.0f} MiB" if late else "")
-            + (f" and the mamba pool's {gdn.cache_size:,} x {gdn.per_req / MiB:,.2f} MiB" if gdn is not None else "")
+            + (f" and the mamba pool's {gdn.cache_size:,} x {gdn.counted_per_req / MiB:,.2f} MiB" if gdn is not None else "")
             + ")")
     tokens = profiled = rest // cell // page_size * page_size
     headroom = 0
@@ -683,7 +704,9 @@ def sglang_capacity(m: ServedModel, gpu: GPU, *, gpus: int, tp: int, pp: int, co
     # HybridReqToTokenPool: a MambaPool of max_num_reqs + 1 slots (one spare) per linear layer; each running
     # request holds one slot, so no more than max_num_reqs requests run whatever the KV pool holds
     mamba_slots = ((gdn.cache_size if gdn.pool_from_cache_size else max_num_reqs) + 1) if gdn is not None else 0
-    mamba_bytes = mamba_slots * gdn.per_req if gdn is not None else 0
+    mamba_bytes = mamba_slots * gdn.per_req * (1 + gdn.spec_tokens) if gdn is not None else 0
+    # 0.5.2-0.5.3: the intermediate caches are allocated beyond what the profile took out
+    uncounted = mamba_slots * gdn.per_req * gdn.spec_tokens if gdn is not None and not gdn.pool_from_cache_size else 0
     if gdn is not None:
         conc = min(conc, max_num_reqs)
     running = max(1, min(int(conc), max_running))
@@ -701,13 +724,14 @@ def sglang_capacity(m: ServedModel, gpu: GPU, *, gpus: int, tp: int, pp: int, co
     # same max_total_num_tokens, out of the (1 - mem_fraction_static) share
     draft_kv = tokens * d.kv_cell * d.kv_layers if d is not None else 0
     draft_w = d.weights_bytes if d is not None else 0
-    spec_bytes = draft_w + draft_kv + (tokens - profiled) * cell
+    spec_bytes = draft_w + draft_kv + (tokens - profiled) * cell + uncounted
     if spec is not None and spec_bytes > reserve:
         raise EngineRefusal(
             f"CUDA out of memory: the draft worker does not fit (SGLang {version}, {spec.algorithm}: draft weights "
             f"{draft_w / GiB:.2f} GiB + its KV pool {draft_kv / GiB:.2f} GiB + the target pool's speculative headroom "
-            f"{(tokens - profiled) * cell / GiB:.2f} GiB > the {reserve / GiB:.2f} GiB left by mem_fraction_static={mfs}): "
-            "lower --mem-fraction-static")
+            f"{(tokens - profiled) * cell / GiB:.2f} GiB"
+            + (f" + the mamba pool's intermediate caches {uncounted / GiB:.2f} GiB" if uncounted else "")
+            + f" > the {reserve / GiB:.2f} GiB left by mem_fraction_static={mfs}): lower --mem-fraction-static")
     spec_figures = (
         EngineFigure("speculative_num_steps", "speculative_num_steps", spec.steps),
         EngineFigure("speculative_eagle_topk", "speculative_eagle_topk", spec.topk),
@@ -725,6 +749,11 @@ def sglang_capacity(m: ServedModel, gpu: GPU, *, gpus: int, tp: int, pp: int, co
                         round(mamba_slots * gdn.conv_per_req / GiB, 2)),
            EngineFigure("mamba_ssm_state_size", "ssm_state size (GB = GiB)",
                         round(mamba_slots * gdn.ssm_per_req / GiB, 2))) if gdn is not None else ()),
+        *((EngineFigure("mamba_intermediate_ssm_size", "intermediate_ssm_state_cache size (GB = GiB)",
+                        round(mamba_slots * gdn.spec_tokens * gdn.ssm_per_req / GiB, 2)),
+           EngineFigure("mamba_intermediate_conv_size", "intermediate_conv_window_cache size (GB = GiB)",
+                        round(mamba_slots * gdn.spec_tokens * gdn.conv_per_req / GiB, 2)))
+          if gdn is not None and gdn.spec_tokens else ()),
         *((EngineFigure("full_layer_tokens", "Use sliding window memory pool. full_layer_tokens", tokens),
            EngineFigure("swa_layer_tokens", "swa_layer_tokens", swa_tokens)) if swa is not None else ()),
         EngineFigure("max_running_requests", "max_running_requests", max_running),
@@ -736,7 +765,7 @@ def sglang_capacity(m: ServedModel, gpu: GPU, *, gpus: int, tp: int, pp: int, co
     notes = later + (
         f"max_total_num_tokens = ({mfs} x {total_free:,} free - weights {weights:,}"
         + (f" - NCCL {late:,}" if late else "")
-        + (f" - mamba {gdn.cache_size:,} x {gdn.per_req:,}" if gdn is not None else "")
+        + (f" - mamba {gdn.cache_size:,} x {gdn.counted_per_req:,}" if gdn is not None else "")
         + f") // cell {cell:,} B (profile_max_num_token)",
         (f"cell = {m.kv_latent} latent (kv_lora_rank + qk_rope_head_dim) x {layers} layers x {kv_b} B (MLA)"
          if m.kv_latent else f"cell = {kv_heads} kv heads x {m.head_dim} x {cell_layers} "
@@ -811,6 +840,12 @@ def gdn_notes(m: ServedModel, g: GdnPools, *, tp: int, max_num_reqs: int, slots:
         f"{'x'.join(map(str, ssm))} x {MAMBA_SSM_DTYPES[g.ssm_dtype]} B ({g.ssm_dtype}) = {g.per_req // g.n_linear:,} B "
         f"per layer, {g.per_req:,} B per slot (mamba_cache_per_req)",
         how,
+        *((f"hybrid: speculative decoding: MambaPool keeps {g.spec_tokens} intermediate ssm states and conv windows "
+           f"per slot (speculative_num_draft_tokens), {g.spec_tokens} x {g.per_req:,} B more per slot"
+           + (", counted by handle_max_mamba_cache (x (1 + draft tokens))" if g.pool_from_cache_size else
+              ", allocated after profile_max_num_token (which does not count them): out of the (1 - "
+              "mem_fraction_static) share") + "; the draft worker's HybridLinearKVPool keeps one attention layer "
+           "(full_attention_layer_ids [0]) and shares the mamba pool",) if g.spec_tokens else ()),
         ("hybrid: the radix cache stays on (scheduler.py MambaRadixCache for Gated DeltaNet models)"
          if g.radix else "hybrid: SGLang disables the radix cache for this model (model_runner.py)")
         + f"; the {kind} kernels' own working set in a prefill is not modelled (the activation figure is the "
@@ -856,6 +891,16 @@ def sglang_speculative(m: ServedModel, draft: ServedModel | None, release: tuple
         kind = "mtp"  # speculative_draft_model_path = model_path
     elif algorithm == "NEXTN" and draft is None:
         kind = "mtp"
+    elif (alg == "EAGLE" and draft is not None and m.hybrid is not None
+          and draft.architecture == m.architecture == QWEN3_NEXT_ARCHITECTURE):
+        # the draft path is the model itself: configs/model_config.py (0.5.2-0.5.4) loads it as
+        # Qwen3NextForCausalLMMTP, the checkpoint's MTP layer (models/qwen3_next_mtp.py)
+        kind, draft = "mtp", None
+    if m.hybrid is not None and kind != "mtp":
+        p.append(f"speculative decoding on a hybrid model is modelled for SGLang's NEXTN / EAGLE with the model's own "
+                 f"MTP layers (Qwen3NextForCausalLMMTP) only: {algorithm}"
+                 + (f" with the draft {draft.name}" if draft is not None else "")
+                 + " is not read: use --speculative-algorithm NEXTN")
     p += draft_problems(kind, m, draft, model_flag="--speculative-draft-model-path")
     notes.append(f"speculative {algorithm}" + (" (EAGLE in server_args)" if algorithm == "NEXTN" else "")
                  + f": draft {'the MTP layers of ' + m.name if kind == 'mtp' else draft.name if draft else 'none'}")

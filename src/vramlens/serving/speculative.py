@@ -64,11 +64,14 @@ class Draft:
     why: str
 
 
-def draft_for(kind: str, target: ServedModel, draft: ServedModel | None, *, tp: int, kv_b: int) -> Draft:
+def draft_for(kind: str, target: ServedModel, draft: ServedModel | None, *, tp: int, kv_b: int,
+              fc_split: bool = False) -> Draft:
     """The draft of ``kind`` (a value of KINDS) on one of ``tp`` ranks (see the module docstring).
 
     ``draft`` is the draft's own inventory (EAGLE heads and draft models); None for ngram and MTP,
-    whose MTP layers come from ``target``.
+    whose MTP layers come from ``target``. ``fc_split``: a hybrid (Qwen3-Next) target's MTP ``fc`` is split
+    over TP (vLLM 0.19.0 qwen3_next_mtp.py: ColumnParallelLinear) rather than replicated (SGLang 0.5.2-0.5.4
+    models/qwen3_next_mtp.py: nn.Linear).
     """
     b = DTYPE_BYTES[target.dtype]
     h = target.hidden
@@ -78,17 +81,19 @@ def draft_for(kind: str, target: ServedModel, draft: ServedModel | None, *, tp: 
         # vLLM 0.19.0 qwen3_next_mtp.py Qwen3NextMultiTokenPredictor: per MTP layer a Qwen3NextDecoderLayer of
         # layer_type "full_attention" (the target's attention blocks' average here), fc a ColumnParallelLinear
         # of 2h x h (split over TP, gather_output), norm, pre_fc_norm_hidden, pre_fc_norm_embedding; the
-        # embedding and lm_head are the target's (Qwen3NextMTP.load_weights skips them; EagleProposer shares them)
+        # embedding and lm_head are the target's (Qwen3NextMTP.load_weights skips them; EagleProposer shares them).
+        # SGLang 0.5.2-0.5.4 Qwen3NextForCausalLMMTP: a one-layer Qwen3NextModel with full_attention_interval 1,
+        # fc an nn.Linear 2h x h (every rank), the same three norms; set_embed_and_head shares the target's
         h_ = target.hybrid
         n = target.mtp_layers
         attn = [i for i in range(len(h_.kinds)) if h_.has_kv(i)]
         block = ceil_div(sum(target.layer_bytes[i] for i in attn), len(attn))
-        fc = ceil_div(FC_INPUTS["mtp"] * h * h * b, tp)
+        fc = ceil_div(FC_INPUTS["mtp"] * h * h * b, tp if fc_split else 1)
         w = n * (ceil_div(block, tp) + fc + 3 * h * b)
         return Draft(kind, f"{target.name} MTP layers", w, n, kv_cell_bytes(target, tp, kv_b),
                      f"{n} MTP layer(s) x (the target's average full-attention block {block:,} B / {tp} + fc 2h x h "
-                     f"{FC_INPUTS['mtp'] * h * h * b:,} B / {tp} + 3 norms {3 * h * b:,} B) = {w:,} B; embedding and "
-                     "lm_head shared (qwen3_next_mtp.py)")
+                     f"{FC_INPUTS['mtp'] * h * h * b:,} B" + (f" / {tp}" if fc_split else " (every rank)")
+                     + f" + 3 norms {3 * h * b:,} B) = {w:,} B; embedding and lm_head shared (qwen3_next_mtp.py)")
     if kind == "mtp":
         n = target.mtp_layers
         block = ceil_div(sum(target.layer_bytes), target.n_layers)  # the target's average block

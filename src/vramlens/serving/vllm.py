@@ -651,7 +651,7 @@ def vllm_capacity(m: ServedModel, gpu: GPU, *, gpus: int, tp: int, pp: int, cont
         raise ConfigError(problems)
     b = DTYPE_BYTES[m.dtype]
     kv_b = KV_CACHE_DTYPES[kv_cache_dtype] or b
-    d = draft_for(KINDS[spec[0]], m, draft, tp=tp, kv_b=kv_b) if spec is not None else None
+    d = draft_for(KINDS[spec[0]], m, draft, tp=tp, kv_b=kv_b, fc_split=True) if spec is not None else None
     requested = int(total * gpu_memory_utilization)  # Worker.requested_memory
     weights = stage_weight_bytes(m, tp, pp) + m.rope_cache_bytes
     weight_notes: tuple[str, ...] = ()
