@@ -465,3 +465,49 @@ def test_vllm_group_size_threshold_by_release():
     assert notes["0.19"] == ["KV groups: 1 full, 1 state of 5 layers (hybrid KV cache manager)"]
     # cdiv(5, 4) = 2 state groups of 4 (one padding layer)
     assert notes["0.17"] == notes["0.11.2"] == ["KV groups: 1 full, 2 state of 4 layers (hybrid KV cache manager)"]
+
+
+def test_vllm_019_qwen3_next_mtp_worked_case():
+    """The model card's --speculative-config '{"method": "qwen3_next_mtp", "num_speculative_tokens": 2}' at tp 2 on
+    H200: 2 more conv rows per Gated DeltaNet state, 2 more state blocks per request, the MTP layer's KV pages in the
+    attention group (vLLM 0.19.0)."""
+    cap = vramlens.capacity(QWEN3_NEXT_80B, "vllm", gpu="H200-141GB", tp=2, trace_fallback=False,
+                            speculative_config={"method": "qwen3_next_mtp", "num_speculative_tokens": 2})
+    # state: conv (3 + 2) x 4,096 x 2 B + ssm 16 x 128 x 128 x 2 B = 40,960 + 524,288 = 565,248 B;
+    # block size = 16 x cdiv(565,248, 16 x 1,024) = 16 x 35 = 560; page = 560 x 1,024 = 573,440 B
+    assert cap.figure("attention_block_size") == 560
+    assert cap.figure("mamba_page_padding") == 1.45  # (573,440 - 565,248) / 565,248 = 1.449%
+    blocks = cap.figure("num_gpu_blocks")
+    # 12 + 1 MTP attention layers and 36 state layers: groups of 13 (36 >= 1.5 x 13), 1 attention + 3 state groups
+    assert cap.kv_cache_bytes == blocks * 573_440 * 13
+    assert cap.draft_kv_cache_bytes == blocks * 573_440
+    assert cap.kv_tokens == blocks // 4 * 560
+    # a 262,144-token request: cdiv(262,144, 560) = 469 attention blocks + (1 + 2) blocks in each of 3 state groups
+    assert cap.figure("max_concurrency") == round(blocks / 478, 2)
+    assert cap.kv_bytes_per_token == 1_024 * 13
+    # the MTP layer: its full-attention block / 2 + fc 2 x 2,048 x 2,048 x 2 B / 2 (ColumnParallelLinear) + 3 norms
+    # 2,048 x 2 B: 50,335,755 + 8,388,608 + 12,288 (the block, 100,671,509 B, is --no-trace-fallback's generic one)
+    assert cap.draft_weights_bytes == 58_736_651
+    ngram = vramlens.capacity(QWEN3_NEXT_80B, "vllm", gpu="H200-141GB", tp=2, trace_fallback=False,
+                              speculative_config={"method": "ngram", "num_speculative_tokens": 2})
+    assert ngram.figure("attention_block_size") == 560
+    assert ngram.kv_cache_bytes == ngram.figure("num_gpu_blocks") * 573_440 * 12  # no draft layer: groups of 12
+    assert ngram.figure("max_concurrency") == round(ngram.figure("num_gpu_blocks") / 478, 2)
+
+
+def test_vllm_speculative_on_a_hybrid_refusals():
+    with pytest.raises(ConfigError) as e:
+        vramlens.capacity(QWEN3_NEXT_80B, "vllm", gpu="H200-141GB", tp=2, trace_fallback=False, version="0.15",
+                          speculative_config={"method": "qwen3_next_mtp", "num_speculative_tokens": 2})
+    assert str(e.value) == (
+        "speculative decoding on a hybrid model is modelled as vLLM 0.19.0 sizes it (MambaSpec.num_speculative_blocks "
+        "and the conv state's num_spec rows; earlier releases not read): pass --vllm-version 0.19")
+    # the whole config (this module's NEMOTRON_H is the layout's)
+    from test_sglang_hybrid import NEMOTRON_H as nemotron_h
+
+    with pytest.raises(ConfigError) as e:
+        vramlens.capacity(nemotron_h, "vllm", gpu="H200-141GB", trace_fallback=False,
+                          speculative_config={"method": "ngram", "num_speculative_tokens": 2})
+    assert str(e.value) == (
+        "speculative decoding on a hybrid model is modelled for Gated DeltaNet (Qwen3-Next) only; the mamba2 mixers' "
+        "speculative state shapes were not read: drop --speculative-config")

@@ -14,7 +14,7 @@ from test_hybrid_capacity import QWEN3_NEXT_80B
 
 import vramlens
 from vramlens.cli.main import main
-from vramlens.errors import ConfigError
+from vramlens.errors import ConfigError, EngineRefusal
 
 #: Nemotron-H's layout (Mamba2 "M", attention "*", MLP "-"): SGLang serves it from 0.5.4 (models/nemotron_h.py).
 NEMOTRON_H = {"architectures": ["NemotronHForCausalLM"], "model_type": "nemotron_h", "hidden_size": 4096,
@@ -147,11 +147,10 @@ def test_sglang_refuses_hybrids_it_does_not_serve_in_one_line():
 def test_sglang_hybrid_settings_it_does_not_follow_are_refused_together():
     with pytest.raises(ConfigError) as e:
         vramlens.capacity(QWEN3_NEXT_80B, "sglang", gpu="H200-141GB", tp=3, pp=2, trace_fallback=False,
-                          speculative_algorithm="NEXTN", mamba_ssm_dtype="float16")
+                          mamba_ssm_dtype="float16")
     assert str(e.value) == (
         "pp=2: pipeline parallelism of a hybrid model is not modelled for SGLang (HybridLinearKVPool takes every "
-        "full-attention layer): use --tp; speculative decoding on a hybrid model is not modelled for SGLang "
-        "(MambaPool's per-draft-token intermediate ssm and conv caches): drop --speculative-algorithm; "
+        "full-attention layer): use --tp; "
         "linear_num_value_heads 32, conv dim 8192 not divisible by tensor parallel size 3 (SGLang's "
         "hybrid_gdn_params, Mamba2StateShape.create from 0.5.4, divides them over the ranks): choose another --tp; "
         "mamba_ssm_dtype='float16' is not one of float32, bfloat16 (SGLang --mamba-ssm-dtype)")
@@ -172,3 +171,64 @@ def test_the_cli_prints_the_mamba_pool_and_refuses_with_exit_2(tmp_path, capsys)
         f"error: {tmp_path.name} is a hybrid model (12 attention and 36 gated_deltanet blocks): SGLang 0.5.1 has no "
         "hybrid Gated DeltaNet model (models/qwen3_next.py and the mamba pool arrive in 0.5.2): pass "
         "--sglang-version 0.5.2 or later\n")
+
+
+NEXTN = dict(speculative_algorithm="NEXTN", speculative_num_steps=3, speculative_eagle_topk=1,
+             speculative_num_draft_tokens=4)  # the Qwen3-Next model card's SGLang flags
+
+
+def test_sglang_054_nextn_on_qwen3_next_counts_the_intermediate_caches():
+    """0.5.4 handle_max_mamba_cache divides the mamba share by (1 + num_draft_tokens); MambaPool keeps 4 intermediate
+    ssm states and conv windows per slot; the draft worker's HybridLinearKVPool holds one attention layer."""
+    cap = vramlens.capacity(QWEN3_NEXT_80B, "sglang", gpu="H200-141GB", tp=2, version="0.5.4", trace_fallback=False,
+                            mem_fraction_static=0.8, **NEXTN)
+    assert cap.figure("max_mamba_cache_size") == 286  # int(rest x 0.9 / 1.9 // 38,633,472 // (1 + 4))
+    assert cap.figure("max_running_requests") == 48  # server_args: 48 with speculative decoding; 286 // 3 = 95
+    # per slot: 36 layers x (conv 3 x 4,096 x 2 B + ssm 16 x 128 x 128 x 4 B) = 36 x 1,073,152 = 38,633,472 B;
+    # 287 slots x 4 draft tokens x 36 x 1,048,576 B = 43,336,400,896 B = 40.36 GiB
+    assert cap.figure("mamba_intermediate_ssm_size") == 40.36
+    # 287 x 4 x 36 x 24,576 B = 1,015,676,928 B = 0.95 GiB
+    assert cap.figure("mamba_intermediate_conv_size") == 0.95
+    tokens = cap.figure("max_total_num_tokens")
+    assert cap.draft_kv_cache_bytes == tokens * 1_024  # one layer: 2 x 1 kv head x 256 x 2 B
+    # target pool (12 layers x 1,024 B) + draft pool + 287 slots x 38,633,472 B x (1 + 4)
+    assert cap.kv_cache_bytes == tokens * 12_288 + tokens * 1_024 + 287 * 38_633_472 * 5
+    # the MTP layer: its full-attention block / 2 + fc 2 x 2,048 x 2,048 x 2 B on every rank (nn.Linear) + 3 norms
+    # 2,048 x 2 B: 50,335,755 + 16,777,216 + 12,288 (the block, 100,671,509 B, is --no-trace-fallback's generic one)
+    assert cap.draft_weights_bytes == 67_125_259
+    # a draft path of the model itself is its MTP layer too (configs/model_config.py: Qwen3NextForCausalLMMTP)
+    same = vramlens.capacity(QWEN3_NEXT_80B, "sglang", gpu="H200-141GB", tp=2, version="0.5.4", trace_fallback=False,
+                             mem_fraction_static=0.8, speculative_draft_model_path=QWEN3_NEXT_80B, **NEXTN)
+    assert same.draft_weights_bytes == 67_125_259
+
+
+def test_sglang_053_intermediate_caches_come_out_of_the_reserve():
+    """0.5.3 profiles the mamba pool without them (48 slots x 38,633,472 B), then allocates 49 slots x 4 of them:
+    with the default mem_fraction_static the draft worker's pool and those caches overflow the reserve."""
+    with pytest.raises(EngineRefusal) as e:
+        vramlens.capacity(QWEN3_NEXT_80B, "sglang", gpu="H200-141GB", tp=2, version="0.5.3", trace_fallback=False,
+                          **NEXTN)
+    # 49 x 4 x 38,633,472 B = 7,572,160,512 B = 7.05 GiB
+    assert str(e.value) == (
+        "CUDA out of memory: the draft worker does not fit (SGLang 0.5.3, NEXTN: draft weights 0.06 GiB + its KV pool "
+        "9.98 GiB + the target pool's speculative headroom 0.00 GiB + the mamba pool's intermediate caches 7.05 GiB > "
+        "the 15.23 GiB left by mem_fraction_static=0.891): lower --mem-fraction-static")
+    cap = vramlens.capacity(QWEN3_NEXT_80B, "sglang", gpu="H200-141GB", tp=2, version="0.5.3", trace_fallback=False,
+                            mem_fraction_static=0.8, **NEXTN)
+    assert cap.figure("max_mamba_cache_size") == 48  # max_running_requests, 48 with speculative decoding
+    assert cap.figure("mamba_intermediate_ssm_size") == 6.89  # 49 x 4 x 36 x 1,048,576 B = 7,398,752,256 B
+
+
+def test_sglang_speculative_on_a_hybrid_refusals():
+    with pytest.raises(ConfigError) as e:
+        vramlens.capacity(QWEN3_NEXT_80B, "sglang", gpu="H200-141GB", tp=2, version="0.5.4", trace_fallback=False,
+                          speculative_algorithm="NGRAM")
+    assert str(e.value) == (
+        "speculative decoding on a hybrid model is modelled for SGLang's NEXTN / EAGLE with the model's own MTP "
+        "layers (Qwen3NextForCausalLMMTP) only: NGRAM is not read: use --speculative-algorithm NEXTN")
+    with pytest.raises(ConfigError) as e:
+        vramlens.capacity(NEMOTRON_H, "sglang", gpu="H200-141GB", version="0.5.4", trace_fallback=False,
+                          speculative_algorithm="NEXTN")
+    assert str(e.value) == (
+        "speculative decoding on a mamba2 hybrid is not modelled for SGLang (read for Qwen3-Next's Gated DeltaNet "
+        "with its MTP layers only): drop --speculative-algorithm")

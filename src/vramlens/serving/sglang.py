@@ -106,8 +106,13 @@ all-reduce differ, see below):
   max_mamba_cache_size + 1 slots. 0.5.4's CUDA memory defaults (``_handle_gpu_memory_settings``) are 0.5.3's
   (its additions are for NPUs). Refused in one line: Mamba1 hybrids and Mamba2 ones with no SGLang model
   class (Jamba, Granite 4.0-H, Bamba), Nemotron-H before 0.5.4, releases before 0.5.2 or after 0.5.4,
-  pipeline parallelism, speculative decoding (MambaPool's per-draft-token intermediate caches and 0.5.4's
-  (1 + draft tokens) factor are not followed), a tp the state dimensions do not divide (SGLang's ``divide``).
+  pipeline parallelism, speculative decoding other than NEXTN / EAGLE with Qwen3-Next's own MTP layer, a tp
+  the state dimensions do not divide (SGLang's ``divide``). With NEXTN (0.5.2-0.5.4, :class:`GdnPools`
+  ``spec_tokens``) MambaPool keeps speculative_num_draft_tokens intermediate ssm states and conv windows per
+  slot; 0.5.4's ``handle_max_mamba_cache`` counts them (x (1 + draft tokens), also dividing the radix path's
+  slots), 0.5.2-0.5.3's profile does not, so they come out of the reserve; the draft worker
+  (Qwen3NextForCausalLMMTP) keeps a HybridLinearKVPool of one attention layer (``full_attention_layer_ids`` [0])
+  and shares the target's mamba pool.
 - Releases after 0.5.3 follow its rules. 0.5.23 (arg_groups/memory_hook.py
   ``handle_gpu_memory_settings``) adds 8 MiB per prefill CUDA graph size to 0.5.3's reserve and changes
   the defaults under 60 GiB (chunked_prefill_size 4096 from 20 GiB, cuda_graph_max_bs 48 under 35 GiB
@@ -901,7 +906,8 @@ def sglang_speculative(m: ServedModel, draft: ServedModel | None, release: tuple
                  f"MTP layers (Qwen3NextForCausalLMMTP) only: {algorithm}"
                  + (f" with the draft {draft.name}" if draft is not None else "")
                  + " is not read: use --speculative-algorithm NEXTN")
-    p += draft_problems(kind, m, draft, model_flag="--speculative-draft-model-path")
+    else:
+        p += draft_problems(kind, m, draft, model_flag="--speculative-draft-model-path")
     notes.append(f"speculative {algorithm}" + (" (EAGLE in server_args)" if algorithm == "NEXTN" else "")
                  + f": draft {'the MTP layers of ' + m.name if kind == 'mtp' else draft.name if draft else 'none'}")
     if alg == "NGRAM":

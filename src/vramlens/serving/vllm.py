@@ -52,6 +52,10 @@ page_draft), ``get_kv_cache_config_from_groups``). The profile run's ``_dummy_ru
 the three auxiliary hidden states), and ``_dummy_sampler_run`` warms up the rejection sampler after the sampler
 (:data:`REJECTION_BYTES`), for every method, ngram included. The drafter's CUDA graphs are captured with the target's, after the
 KV cache. A target whose cache is hybrid (sliding or chunked layers) is not modelled with a draft.
+A hybrid state model (Gated DeltaNet: Qwen3-Next) is, as 0.19.0 does it, with ``mtp`` (``qwen3_next_mtp``) or
+``ngram``: the conv state keeps num_speculative_tokens more rows, each state layer num_speculative_tokens more
+blocks per request, and the MTP layer's FullAttentionSpec counts with the target's attention layers in the
+groups (:func:`hybrid_pages`, :func:`hybrid_speculative_problems`).
 """
 
 from __future__ import annotations
@@ -931,8 +935,8 @@ def hybrid_speculative_problems(h: HybridLayout, rel: VllmRelease, method: str, 
         p.append(f"{what} is modelled for Gated DeltaNet (Qwen3-Next) only; the {h.mixer} mixers' speculative state "
                  "shapes were not read: drop --speculative-config")
     if method not in ("mtp", "ngram"):
-        p.append(f"{what} is modelled for the mtp (qwen3_next_mtp) and ngram methods only; a {method} draft's KV "
-                 "layers beside the state groups were not read: use mtp or ngram")
+        p.append(f"{what} is modelled for the mtp (qwen3_next_mtp) and ngram methods only; how {method}'s draft "
+                 "layers join the state groups was not read: use mtp or ngram")
     if pp > 1:
         p.append(f"{what} is modelled for one pipeline stage: pp={pp} given: use --tp")
     return p
