@@ -84,10 +84,11 @@ def draft_for(kind: str, target: ServedModel, draft: ServedModel | None, *, tp: 
         # embedding and lm_head are the target's (Qwen3NextMTP.load_weights skips them; EagleProposer shares them).
         # SGLang 0.5.2-0.5.4 Qwen3NextForCausalLMMTP: a one-layer Qwen3NextModel with full_attention_interval 1,
         # fc an nn.Linear 2h x h (every rank), the same three norms; set_embed_and_head shares the target's
-        h_ = target.hybrid
+        layout = target.hybrid
         n = target.mtp_layers
-        attn = [i for i in range(len(h_.kinds)) if h_.has_kv(i)]
-        block = ceil_div(sum(target.layer_bytes[i] for i in attn), len(attn))
+        attn = [i for i in range(min(len(layout.kinds), len(target.layer_bytes))) if layout.has_kv(i)]
+        block = (ceil_div(sum(target.layer_bytes[i] for i in attn), len(attn)) if attn
+                 else ceil_div(sum(target.layer_bytes), target.n_layers))
         fc = ceil_div(FC_INPUTS["mtp"] * h * h * b, tp if fc_split else 1)
         w = n * (ceil_div(block, tp) + fc + 3 * h * b)
         return Draft(kind, f"{target.name} MTP layers", w, n, kv_cell_bytes(target, tp, kv_b),
