@@ -22,8 +22,16 @@ PRECISION_HELP = (
 )
 
 
+def _ascii_only(text: str, kind: str) -> None:
+    """Python's int() and float() read any Unicode digit ('٤٠٩٦' is 4096): a flag takes the digits 0-9 only,
+    so that what the user sees in the command is what vramlens reads."""
+    if not text.isascii():
+        raise argparse.ArgumentTypeError(f"{_shown(text)} is not {kind}: write it with the ASCII digits 0-9")
+
+
 def _positive(text: str) -> int:
     """A whole number; its range is the Workload's to check (so that CLI, API and web say the same)."""
+    _ascii_only(text, "a whole number")
     try:
         v = int(text)
     except ValueError:
@@ -37,11 +45,16 @@ whole_number = _positive
 
 def _fraction(text: str) -> float:
     """A number; its range is the Workload's to check (so that CLI, API and web say the same)."""
+    _ascii_only(text, "a number")
     try:
         v = float(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"{_shown(text)} is not a number") from None
     return v
+
+
+#: A number for argparse (ASCII digits only); its range is checked further in.
+number = _fraction
 
 
 def _checkpointing(text: str) -> str:
@@ -59,6 +72,7 @@ def bounded(limit: int, *, minimum: int = 1) -> Callable[[str], int]:
         from vramlens.errors import InputError
         from vramlens.limits import check_int
 
+        _ascii_only(text, "a whole number")
         try:
             value = int(text)
         except ValueError:
