@@ -263,6 +263,9 @@ FIX = "use the model's own config.json"
     (dict(QWEN3_NEXT_80B, linear_num_value_heads=-32), 48, f"linear_num_value_heads=-32 must be >= 1: {FIX}"),
     (dict(QWEN3_NEXT_80B, layer_types=["linear_attention"] * 3 + ["full_attention"]), 48,
      "layer_types gives 4 block(s) for num_hidden_layers=48: give one per decoder block"),
+    # a kernel of 1 was a conv state of 0 bytes: causal_conv1d_fwd takes widths 2 to 4
+    (dict(QWEN3_NEXT_80B, linear_conv_kernel_dim=1), 48, f"linear_conv_kernel_dim=1 must be >= 2: {FIX}"),
+    (dict(JAMBA, mamba_d_conv=1), 32, f"mamba_d_conv=1 must be >= 2: {FIX}"),
     (dict(JAMBA, attn_layer_period=0), 32, f"attn_layer_period=0 must be >= 1: {FIX}"),
     (dict(JAMBA, attn_layer_offset=8), 32,
      f"attn_layer_offset=8 must be smaller than attn_layer_period=8 (else no block is attention): {FIX}"),
