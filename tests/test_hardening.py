@@ -187,3 +187,38 @@ def test_sglang_speculative_flags_without_an_algorithm_are_named_as_ignored():
     assert alone.notes[-1] == ("ignored: speculative_draft_model_path, speculative_num_steps apply only with "
                                "--speculative-algorithm (SGLang reads them under one)")
     assert alone.kv_cache_bytes == plain.kv_cache_bytes  # they change nothing
+
+
+# ---- the third campaign (fuzz3) ------------------------------------------------------------------------------
+@pytest.mark.parametrize(("call", "message"), [
+    # a truthy 1 / 'no' was taken for True; top=[] or 0 fell back to the default of 5 plans
+    (lambda: vramlens.estimate("llama-2-7b", trace_fallback=1),
+     "trace_fallback=1 is not True or False: pass trace_fallback=True or trace_fallback=False"),
+    (lambda: vramlens.capacity("llama-3.1-8b", "vllm", gpu="H100-80GB", trace_fallback="no"),
+     "trace_fallback='no' is not True or False: pass trace_fallback=True or trace_fallback=False"),
+    (lambda: vramlens.fit("llama-2-7b", gpu="24GB", top=[]), "top=[] is not a whole number"),
+    (lambda: vramlens.fit("llama-2-7b", gpu="24GB", max_plans=0), "max_plans=0 must be >= 1"),
+], ids=["estimate-trace-fallback-1", "capacity-trace-fallback-str", "fit-top-empty-list", "fit-max-plans-0"])
+def test_the_python_api_refuses_a_switch_or_count_of_the_wrong_type(call, message):
+    with pytest.raises(InputError) as e:
+        call()
+    assert str(e.value) == message
+
+
+@pytest.mark.parametrize(("argv", "message"), [
+    # int() and float() read any Unicode digit: the Arabic-Indic 4096 was read as 4096
+    (["capacity", "llama-3.1-8b", "--engine", "llama.cpp", "--gpu", "24GB", "--ctx-size", "\u0664\u0660\u0669\u0666"],
+     "error: argument --ctx-size: '\u0664\u0660\u0669\u0666' is not a whole number: write it with the ASCII digits 0-9 "
+     "(see vramlens capacity --help)"),
+    (["estimate", "llama-2-7b", "--headroom", "\u0660.\u0661"],
+     "error: argument --headroom: '\u0660.\u0661' is not a number: write it with the ASCII digits 0-9 "
+     "(see vramlens estimate --help)"),
+    (["estimate", "llama-2-7b", "--batch", "\uff18"],
+     "error: argument --batch: '\uff18' is not a whole number: write it with the ASCII digits 0-9 "
+     "(see vramlens estimate --help)"),
+], ids=["type-int-arabic-indic", "type-float-arabic-indic", "whole-number-full-width"])
+def test_a_number_flag_takes_ascii_digits_only(capsys, argv, message):
+    from cli_run import run_cli
+
+    code, out, err = run_cli(capsys, argv)
+    assert (code, out, err) == (2, "", message + "\n")
