@@ -193,9 +193,9 @@ def test_sglang_speculative_flags_without_an_algorithm_are_named_as_ignored():
 @pytest.mark.parametrize(("call", "message"), [
     # a truthy 1 / 'no' was taken for True; top=[] or 0 fell back to the default of 5 plans
     (lambda: vramlens.estimate("llama-2-7b", trace_fallback=1),
-     "trace_fallback=1 is not True or False: pass trace_fallback=True or trace_fallback=False"),
+     "trace_fallback=1 must be true or false"),
     (lambda: vramlens.capacity("llama-3.1-8b", "vllm", gpu="H100-80GB", trace_fallback="no"),
-     "trace_fallback='no' is not True or False: pass trace_fallback=True or trace_fallback=False"),
+     "trace_fallback='no' must be true or false"),
     (lambda: vramlens.fit("llama-2-7b", gpu="24GB", top=[]), "top=[] is not a whole number"),
     (lambda: vramlens.fit("llama-2-7b", gpu="24GB", max_plans=0), "max_plans=0 must be >= 1"),
 ], ids=["estimate-trace-fallback-1", "capacity-trace-fallback-str", "fit-top-empty-list", "fit-max-plans-0"])

@@ -133,7 +133,7 @@ def check_int(what: str, value: Any, limit: int, *, minimum: int = 1, fix: str =
 def check_bool(what: str, value: Any) -> bool:
     """``value`` when it is True or False, else InputError: a truthy 1, "no" or [0] is not taken for a switch."""
     if not isinstance(value, bool):
-        raise InputError(f"{what}={show(value)} is not True or False: pass {what}=True or {what}=False")
+        raise InputError(f"{what}={show(value)} must be true or false")
     return value
 
 

@@ -111,6 +111,17 @@ def test_sglang_refuses_a_mamba2_hybrid_it_has_no_model_class_for():
         "read: use --engine vllm")
 
 
+def test_sglang_refuses_a_hybrid_config_without_a_recurrent_layer():
+    """full_attention_interval=1 makes every block attention: was a ZeroDivisionError in the pool's note."""
+    with pytest.raises(ConfigError) as e:
+        vramlens.capacity(dict(QWEN3_NEXT_80B, full_attention_interval=1), "sglang", gpu="H200-141GB",
+                          trace_fallback=False)
+    assert str(e.value) == (
+        "qwen3_next is a hybrid model (48 attention and 0 gated_deltanet blocks): vramlens follows SGLang's hybrid "
+        "pools for a model with at least one recurrent layer (a config with none is no released model): check "
+        "layer_types / full_attention_interval, or use --engine vllm")
+
+
 def test_an_unread_state_layout_is_refused():
     cfg = {"architectures": ["Zamba2ForCausalLM"], "model_type": "zamba2", "hidden_size": 1024,
            "num_hidden_layers": 4, "num_attention_heads": 8, "num_key_value_heads": 2, "intermediate_size": 2048,
