@@ -222,3 +222,15 @@ def test_a_number_flag_takes_ascii_digits_only(capsys, argv, message):
 
     code, out, err = run_cli(capsys, argv)
     assert (code, out, err) == (2, "", message + "\n")
+
+
+def test_hybrid_state_settings_on_a_plain_model_are_named_as_ignored():
+    plain = vramlens.capacity("llama-3.1-8b", "sglang", gpu="H100-SXM-80GB")
+    given = vramlens.capacity("llama-3.1-8b", "sglang", gpu="H100-SXM-80GB", max_mamba_cache_size=8,
+                              mamba_ssm_dtype="bfloat16")
+    assert given.notes[-1] == ("ignored: mamba_ssm_dtype, max_mamba_cache_size apply only to hybrid models (a "
+                               "recurrent state per request); meta-llama/Llama-3.1-8B has none")
+    assert given.kv_cache_bytes == plain.kv_cache_bytes  # they change nothing
+    vllm = vramlens.capacity("llama-3.1-8b", "vllm", gpu="H100-SXM-80GB", mamba_cache_mode="all")
+    assert vllm.notes[-1] == ("ignored: mamba_cache_mode applies only to hybrid models (a recurrent state per "
+                              "request); meta-llama/Llama-3.1-8B has none")
