@@ -176,3 +176,11 @@ def test_kv_heads_that_do_not_divide_the_heads_are_refused():
     with pytest.raises(ModelSourceError, match=r"head_count_kv=3 does not divide nemotron_h.attention.head_count=8 "
                                                r"\(block 3\)"):
         _info("nemotron_h", 6, 64, keys)
+
+
+def test_a_convolution_kernel_under_2_is_refused():
+    """A kernel of 1 keeps no conv state (kernel - 1 columns): no model has one, causal_conv1d takes 2 to 4."""
+    with pytest.raises(ModelSourceError) as e:
+        _info("lfm2", 4, 64, {"attention.head_count": 8, "attention.head_count_kv": [0, 0, 2, 0], "shortconv.l_cache": 1})
+    assert str(e.value) == ("lfm2.gguf: not a readable GGUF file (lfm2.shortconv.l_cache=1 must be >= 2: the file is "
+                            "truncated, corrupt or not GGUF: download it again or re-convert it with llama.cpp)")

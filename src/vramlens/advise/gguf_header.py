@@ -376,13 +376,13 @@ def _hybrid(r: _Reader, arch: str, kv: dict[str, Any], n_layers: int, n_embd: in
         else:
             kinds = tuple(STATE if h == 0 else ATTENTION for h in hkv)
     if mixer == "short_conv":
-        return HybridLayout(kinds=kinds, mixer=mixer, conv_kernel=need("shortconv.l_cache", MAX_HIDDEN),
+        return HybridLayout(kinds=kinds, mixer=mixer, conv_kernel=need("shortconv.l_cache", MAX_HIDDEN, minimum=2),
                             intermediate=n_embd)
     if mixer == "rwkv":
         return HybridLayout(kinds=kinds, mixer=mixer, conv_kernel=1, intermediate=n_embd,
                             head_dim=need("wkv.head_size", MAX_HIDDEN),
                             token_shift=need("token_shift_count", MAX_HIDDEN, default=2))
-    conv = need("ssm.conv_kernel", MAX_HIDDEN)
+    conv = need("ssm.conv_kernel", MAX_HIDDEN, minimum=2)  # the conv state keeps kernel - 1 columns: 1 is none
     inner = need("ssm.inner_size", MAX_INTERMEDIATE)
     state = need("ssm.state_size", MAX_HIDDEN)
     if mixer == "mamba1":
