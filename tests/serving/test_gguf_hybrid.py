@@ -184,3 +184,14 @@ def test_a_convolution_kernel_under_2_is_refused():
         _info("lfm2", 4, 64, {"attention.head_count": 8, "attention.head_count_kv": [0, 0, 2, 0], "shortconv.l_cache": 1})
     assert str(e.value) == ("lfm2.gguf: not a readable GGUF file (lfm2.shortconv.l_cache=1 must be >= 2: the file is "
                             "truncated, corrupt or not GGUF: download it again or re-convert it with llama.cpp)")
+
+
+def test_a_hybrid_header_without_a_mixing_block_is_refused():
+    """Every Nemotron-H block an MLP (feed_forward_length > 0 everywhere): was a confident 0-byte cache."""
+    keys = dict(NEMOTRON_KEYS, feed_forward_length=[3] * 6)
+    with pytest.raises(ModelSourceError) as e:
+        _info("nemotron_h", 6, 64, keys)
+    assert str(e.value) == (
+        "nemotron_h.gguf: not a readable GGUF file (none of the 6 blocks of nemotron_h is attention or recurrent (a "
+        "block is attention where head_count_kv > 0, recurrent where head_count_kv and feed_forward_length are 0): "
+        "the file is truncated, corrupt or not GGUF: download it again or re-convert it with llama.cpp)")

@@ -375,6 +375,9 @@ def _hybrid(r: _Reader, arch: str, kv: dict[str, Any], n_layers: int, n_embd: in
             kinds = tuple(NONE if f else STATE if h == 0 else ATTENTION for h, f in zip(hkv, ff, strict=True))
         else:
             kinds = tuple(STATE if h == 0 else ATTENTION for h in hkv)
+    if all(k == NONE for k in kinds):  # every Nemotron-H block an MLP: no block mixes tokens, nothing to cache
+        raise r.error(f"none of the {n_layers} blocks of {arch} is attention or recurrent (a block is attention where "
+                      f"head_count_kv > 0, recurrent where head_count_kv and feed_forward_length are 0): {_FIX}")
     if mixer == "short_conv":
         return HybridLayout(kinds=kinds, mixer=mixer, conv_kernel=need("shortconv.l_cache", MAX_HIDDEN, minimum=2),
                             intermediate=n_embd)
