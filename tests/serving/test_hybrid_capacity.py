@@ -277,6 +277,9 @@ FIX = "use the model's own config.json"
     # a kernel of 1 was a conv state of 0 bytes: causal_conv1d_fwd takes widths 2 to 4
     (dict(QWEN3_NEXT_80B, linear_conv_kernel_dim=1), 48, f"linear_conv_kernel_dim=1 must be >= 2: {FIX}"),
     (dict(JAMBA, mamba_d_conv=1), 32, f"mamba_d_conv=1 must be >= 2: {FIX}"),
+    # no block mixes tokens: llama.cpp gave a confident 0-byte cache
+    (dict(GRANITE_H, layer_types=["mlp"] * 4), 4,
+     f"layer_types makes none of the 4 blocks attention or recurrent (every one an MLP or MoE): {FIX}"),
     (dict(JAMBA, attn_layer_period=0), 32, f"attn_layer_period=0 must be >= 1: {FIX}"),
     (dict(JAMBA, attn_layer_offset=8), 32,
      f"attn_layer_offset=8 must be smaller than attn_layer_period=8 (else no block is attention): {FIX}"),

@@ -194,6 +194,9 @@ def _layout(c: dict[str, Any], n_layers: int) -> HybridLayout | None:
         if len(layout.kinds) != n:
             problems.append(f"{_kinds_source(c, mt)} gives {len(layout.kinds)} block(s) for num_hidden_layers={n}: "
                             "give one per decoder block")
+        elif layout.kinds and all(k == NONE for k in layout.kinds):  # was a confident 0-byte cache (llama.cpp)
+            problems.append(f"{_kinds_source(c, mt)} makes none of the {n} blocks attention or recurrent (every one an "
+                            f"MLP or MoE): {_FIX}")
     if problems:
         raise ConfigError(problems)
     return layout
