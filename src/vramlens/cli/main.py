@@ -43,10 +43,10 @@ class Parser(argparse.ArgumentParser):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        from vramlens.cli.options import number, whole_number
+        from vramlens.cli.options import ascii_float, ascii_int
 
-        self.register("type", int, whole_number)
-        self.register("type", float, number)
+        self.register("type", int, ascii_int)
+        self.register("type", float, ascii_float)
 
     def error(self, message: str):  # type: ignore[override]
         self.exit(2, _red(f"error: {_shorten_choice(message)} (see {self.prog} --help)") + "\n")

@@ -53,8 +53,20 @@ def _fraction(text: str) -> float:
     return v
 
 
-#: A number for argparse (ASCII digits only); its range is checked further in.
-number = _fraction
+def ascii_int(text: str) -> int:
+    """``type=int`` as the CLI's parser reads it (registered by vramlens.cli.main.Parser): ASCII digits only,
+    otherwise int() itself (argparse's "invalid int value" for anything else it refuses)."""
+    _ascii_only(text, "a whole number")
+    return int(text)
+
+
+def ascii_float(text: str) -> float:
+    """``type=float`` as the CLI's parser reads it: ASCII only, otherwise float() itself."""
+    _ascii_only(text, "a number")
+    return float(text)
+
+
+ascii_int.__name__, ascii_float.__name__ = "int", "float"  # argparse names the type in "invalid int value: 'x'"
 
 
 def _checkpointing(text: str) -> str:
