@@ -198,7 +198,11 @@ def test_sglang_speculative_flags_without_an_algorithm_are_named_as_ignored():
      "trace_fallback='no' must be true or false"),
     (lambda: vramlens.fit("llama-2-7b", gpu="24GB", top=[]), "top=[] is not a whole number"),
     (lambda: vramlens.fit("llama-2-7b", gpu="24GB", max_plans=0), "max_plans=0 must be >= 1"),
-], ids=["estimate-trace-fallback-1", "capacity-trace-fallback-str", "fit-top-empty-list", "fit-max-plans-0"])
+    # the message printed the 5,000-digit group whole: ValueError (int to str past 4,300 digits)
+    (lambda: vramlens.estimate("llama-2-7b", quant="uint4", quant_group_size=10**5000),
+     "quant_group_size=a many-digit number is over the limit of 262,144 weights"),
+], ids=["estimate-trace-fallback-1", "capacity-trace-fallback-str", "fit-top-empty-list", "fit-max-plans-0",
+        "quant-group-5000-digits"])
 def test_the_python_api_refuses_a_switch_or_count_of_the_wrong_type(call, message):
     with pytest.raises(InputError) as e:
         call()
