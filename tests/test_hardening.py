@@ -187,3 +187,54 @@ def test_sglang_speculative_flags_without_an_algorithm_are_named_as_ignored():
     assert alone.notes[-1] == ("ignored: speculative_draft_model_path, speculative_num_steps apply only with "
                                "--speculative-algorithm (SGLang reads them under one)")
     assert alone.kv_cache_bytes == plain.kv_cache_bytes  # they change nothing
+
+
+# ---- the third campaign (fuzz3) ------------------------------------------------------------------------------
+@pytest.mark.parametrize(("call", "message"), [
+    # a truthy 1 / 'no' was taken for True; top=[] or 0 fell back to the default of 5 plans
+    (lambda: vramlens.estimate("llama-2-7b", trace_fallback=1),
+     "trace_fallback=1 must be true or false"),
+    (lambda: vramlens.capacity("llama-3.1-8b", "vllm", gpu="H100-80GB", trace_fallback="no"),
+     "trace_fallback='no' must be true or false"),
+    (lambda: vramlens.fit("llama-2-7b", gpu="24GB", top=[]), "top=[] is not a whole number"),
+    (lambda: vramlens.fit("llama-2-7b", gpu="24GB", max_plans=0), "max_plans=0 must be >= 1"),
+    # the message printed the 5,000-digit group whole: ValueError (int to str past 4,300 digits)
+    (lambda: vramlens.estimate("llama-2-7b", quant="uint4", quant_group_size=10**5000),
+     "quant_group_size=a many-digit number is over the limit of 262,144 weights"),
+], ids=["estimate-trace-fallback-1", "capacity-trace-fallback-str", "fit-top-empty-list", "fit-max-plans-0",
+        "quant-group-5000-digits"])
+def test_the_python_api_refuses_a_switch_or_count_of_the_wrong_type(call, message):
+    with pytest.raises(InputError) as e:
+        call()
+    assert str(e.value) == message
+
+
+@pytest.mark.parametrize(("argv", "message"), [
+    # int() and float() read any Unicode digit: the Arabic-Indic 4096 was read as 4096
+    (["capacity", "llama-3.1-8b", "--engine", "llama.cpp", "--gpu", "24GB", "--ctx-size", "\u0664\u0660\u0669\u0666"],
+     "error: argument --ctx-size: '\u0664\u0660\u0669\u0666' is not a whole number: write it with the ASCII digits 0-9 "
+     "(see vramlens capacity --help)"),
+    (["estimate", "llama-2-7b", "--headroom", "\u0660.\u0661"],
+     "error: argument --headroom: '\u0660.\u0661' is not a number: write it with the ASCII digits 0-9 "
+     "(see vramlens estimate --help)"),
+    (["estimate", "llama-2-7b", "--batch", "\uff18"],
+     "error: argument --batch: '\uff18' is not a whole number: write it with the ASCII digits 0-9 "
+     "(see vramlens estimate --help)"),
+], ids=["type-int-arabic-indic", "type-float-arabic-indic", "whole-number-full-width"])
+def test_a_number_flag_takes_ascii_digits_only(capsys, argv, message):
+    from cli_run import run_cli
+
+    code, out, err = run_cli(capsys, argv)
+    assert (code, out, err) == (2, "", message + "\n")
+
+
+def test_hybrid_state_settings_on_a_plain_model_are_named_as_ignored():
+    plain = vramlens.capacity("llama-3.1-8b", "sglang", gpu="H100-SXM-80GB")
+    given = vramlens.capacity("llama-3.1-8b", "sglang", gpu="H100-SXM-80GB", max_mamba_cache_size=8,
+                              mamba_ssm_dtype="bfloat16")
+    assert given.notes[-1] == ("ignored: mamba_ssm_dtype, max_mamba_cache_size apply only to hybrid models (a "
+                               "recurrent state per request); meta-llama/Llama-3.1-8B has none")
+    assert given.kv_cache_bytes == plain.kv_cache_bytes  # they change nothing
+    vllm = vramlens.capacity("llama-3.1-8b", "vllm", gpu="H100-SXM-80GB", mamba_cache_mode="all")
+    assert vllm.notes[-1] == ("ignored: mamba_cache_mode applies only to hybrid models (a recurrent state per "
+                              "request); meta-llama/Llama-3.1-8B has none")

@@ -80,6 +80,7 @@ def estimate(
 
     check_api_types(workload, headroom)
     as_gpu(gpu)
+    L.check_bool("trace_fallback", trace_fallback)
 
     if not trace_fallback or params is not None or model is None:
         return analytic(model)
@@ -152,6 +153,7 @@ def fit(
     from vramlens.advise.search import DEFAULT_MAX_PLANS
 
     common: dict[str, Any] = dict(headroom=headroom, host_ram=host_ram, nodes=nodes, **kwargs)
+    L.check_bool("trace_fallback", trace_fallback)
     spec = _unmodelled(model) if trace_fallback and params is None and model is not None else None
     if spec is None:
         return analytic_fit(model, workload, gpu, params=params, max_plans=max_plans, top=top, optimize=optimize,
@@ -159,7 +161,8 @@ def fit(
     from vramlens.hardware.catalog import as_gpu
     from vramlens.units import parse_size
 
-    n = max_plans or top or DEFAULT_MAX_PLANS
+    n = max_plans if max_plans is not None else top if top is not None else DEFAULT_MAX_PLANS
+    n = L.check_int("max_plans" if max_plans is not None else "top", n, L.MAX_TOP)
     result = analytic_fit(spec, workload, gpu, max_plans=n + SPARE_PLANS, optimize=optimize, **common)
     g = as_gpu(gpu)
     assert g is not None  # analytic_fit refuses gpu=None
@@ -439,6 +442,7 @@ def serving_spec(model: str | dict | ModelSpec, *, trace_fallback: bool = True) 
         UnmodelledModelError: neither transformers nor the standard fields describe the model.
         TraceError: transformers cannot build the model on the meta device.
     """
+    L.check_bool("trace_fallback", trace_fallback)
     spec, refusal, config, model_type = _load(model)
     if spec is not None and not model_type:
         return spec, ()

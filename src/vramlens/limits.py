@@ -130,6 +130,13 @@ def check_int(what: str, value: Any, limit: int, *, minimum: int = 1, fix: str =
     return n
 
 
+def check_bool(what: str, value: Any) -> bool:
+    """``value`` when it is True or False, else InputError: a truthy 1, "no" or [0] is not taken for a switch."""
+    if not isinstance(value, bool):
+        raise InputError(f"{what}={show(value)} must be true or false")
+    return value
+
+
 def over(value: Any, limit: int) -> bool:
     """True when ``value`` is a number above ``limit`` (NaN counts as over)."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):

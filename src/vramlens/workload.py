@@ -806,7 +806,7 @@ class Workload:
             p.append(f"quant_group_size={L.show(g)} must be 0 (the format's default, 128) or a whole number of "
                      "weights >= 1")
         elif g > L.MAX_QUANT_GROUP:
-            p.append(f"quant_group_size={g} is over the limit of {L.MAX_QUANT_GROUP:,} weights")
+            p.append(f"quant_group_size={L.show(g)} is over the limit of {L.MAX_QUANT_GROUP:,} weights")
         elif g and self.quantized not in GROUPED_QUANTS:
             listed = ", ".join(q for q in GROUPED_QUANTS if q not in UINTX_QUANTS[1:]).replace("uint1", "uint1..uint7")
             p.append(f"quant_group_size={g} applies to the group-wise formats ({listed}); "

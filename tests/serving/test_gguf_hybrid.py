@@ -54,11 +54,14 @@ def test_qwen3next_gguf_equals_the_config_path():
     assert cap.kv_cache_bytes == 1536 * MiB + 36 * 4 * 4 * (24_576 + 524_288)
 
 
+NEMOTRON_KEYS = {"attention.head_count": 8, "attention.head_count_kv": [0, 0, 0, 2, 0, 0],
+                 "feed_forward_length": [0, 512, 0, 0, 512, 0], "ssm.conv_kernel": 4, "ssm.inner_size": 256,
+                 "ssm.state_size": 16, "ssm.time_step_rank": 8, "ssm.group_count": 2}
+
+
 def test_nemotron_h_kinds_from_per_layer_head_and_ffn_counts():
     """Recurrent where head_count_kv and feed_forward_length are 0, attention where only the FFN width is 0."""
-    keys = {"attention.head_count": 8, "attention.head_count_kv": [0, 0, 0, 2, 0, 0],
-            "feed_forward_length": [0, 512, 0, 0, 512, 0], "ssm.conv_kernel": 4, "ssm.inner_size": 256,
-            "ssm.state_size": 16, "ssm.time_step_rank": 8, "ssm.group_count": 2}
+    keys = NEMOTRON_KEYS
     info = _info("nemotron_h", 6, 64, keys)
     h = info.hybrid
     assert h is not None and h.kinds == (STATE, NONE, STATE, "attention", NONE, STATE)
@@ -157,3 +160,38 @@ def test_qwen35_gguf_against_a_published_recurrent_state_log():
     cap = vramlens.capacity(info, "llama.cpp", gpu="H200-141GB", ctx_size=4096, parallel=3)
     # R: 48 x 3 x 4 B x 3 x (6,144 + 2 x 16 x 128) = 16.875 MiB; S: 48 x 3 x 4 B x 128 x 6,144 = 432 MiB
     assert (cap.figure("r_size_mib"), cap.figure("s_size_mib"), cap.figure("rs_size_mib")) == (16.88, 432.0, 448.88)
+
+
+def test_kv_heads_that_do_not_divide_the_heads_are_refused():
+    """llama.cpp's KQ product asserts ggml_can_mul_mat (n_head % n_head_kv == 0) when it builds the graph."""
+    with pytest.raises(ModelSourceError) as e:
+        _info("llama", 2, 64, {"attention.head_count": 8, "attention.head_count_kv": 3})
+    assert str(e.value) == (
+        "llama.gguf: not a readable GGUF file (llama.attention.head_count_kv=3 does not divide "
+        "llama.attention.head_count=8: llama.cpp broadcasts each KV head over a whole group of query heads "
+        "(ggml_can_mul_mat); the file is truncated, corrupt or not GGUF: download it again or re-convert it "
+        "with llama.cpp)")
+    # per layer: a recurrent block's 0 has no attention; block 3's 3 does not divide 8
+    keys = dict(NEMOTRON_KEYS, **{"attention.head_count_kv": [0, 0, 0, 3, 0, 0]})
+    with pytest.raises(ModelSourceError, match=r"head_count_kv=3 does not divide nemotron_h.attention.head_count=8 "
+                                               r"\(block 3\)"):
+        _info("nemotron_h", 6, 64, keys)
+
+
+def test_a_convolution_kernel_under_2_is_refused():
+    """A kernel of 1 keeps no conv state (kernel - 1 columns): no model has one, causal_conv1d takes 2 to 4."""
+    with pytest.raises(ModelSourceError) as e:
+        _info("lfm2", 4, 64, {"attention.head_count": 8, "attention.head_count_kv": [0, 0, 2, 0], "shortconv.l_cache": 1})
+    assert str(e.value) == ("lfm2.gguf: not a readable GGUF file (lfm2.shortconv.l_cache=1 must be >= 2: the file is "
+                            "truncated, corrupt or not GGUF: download it again or re-convert it with llama.cpp)")
+
+
+def test_a_hybrid_header_without_a_mixing_block_is_refused():
+    """Every Nemotron-H block an MLP (feed_forward_length > 0 everywhere): was a confident 0-byte cache."""
+    keys = dict(NEMOTRON_KEYS, feed_forward_length=[3] * 6)
+    with pytest.raises(ModelSourceError) as e:
+        _info("nemotron_h", 6, 64, keys)
+    assert str(e.value) == (
+        "nemotron_h.gguf: not a readable GGUF file (none of the 6 blocks of nemotron_h is attention or recurrent (a "
+        "block is attention where head_count_kv > 0, recurrent where head_count_kv and feed_forward_length are 0): "
+        "the file is truncated, corrupt or not GGUF: download it again or re-convert it with llama.cpp)")

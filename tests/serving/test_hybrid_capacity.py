@@ -111,6 +111,17 @@ def test_sglang_refuses_a_mamba2_hybrid_it_has_no_model_class_for():
         "read: use --engine vllm")
 
 
+def test_sglang_refuses_a_hybrid_config_without_a_recurrent_layer():
+    """full_attention_interval=1 makes every block attention: was a ZeroDivisionError in the pool's note."""
+    with pytest.raises(ConfigError) as e:
+        vramlens.capacity(dict(QWEN3_NEXT_80B, full_attention_interval=1), "sglang", gpu="H200-141GB",
+                          trace_fallback=False)
+    assert str(e.value) == (
+        "qwen3_next is a hybrid model (48 attention and 0 gated_deltanet blocks): vramlens follows SGLang's hybrid "
+        "pools for a model with at least one recurrent layer (a config with none is no released model): check "
+        "layer_types / full_attention_interval, or use --engine vllm")
+
+
 def test_an_unread_state_layout_is_refused():
     cfg = {"architectures": ["Zamba2ForCausalLM"], "model_type": "zamba2", "hidden_size": 1024,
            "num_hidden_layers": 4, "num_attention_heads": 8, "num_key_value_heads": 2, "intermediate_size": 2048,
@@ -263,6 +274,12 @@ FIX = "use the model's own config.json"
     (dict(QWEN3_NEXT_80B, linear_num_value_heads=-32), 48, f"linear_num_value_heads=-32 must be >= 1: {FIX}"),
     (dict(QWEN3_NEXT_80B, layer_types=["linear_attention"] * 3 + ["full_attention"]), 48,
      "layer_types gives 4 block(s) for num_hidden_layers=48: give one per decoder block"),
+    # a kernel of 1 was a conv state of 0 bytes: causal_conv1d_fwd takes widths 2 to 4
+    (dict(QWEN3_NEXT_80B, linear_conv_kernel_dim=1), 48, f"linear_conv_kernel_dim=1 must be >= 2: {FIX}"),
+    (dict(JAMBA, mamba_d_conv=1), 32, f"mamba_d_conv=1 must be >= 2: {FIX}"),
+    # no block mixes tokens: llama.cpp gave a confident 0-byte cache
+    (dict(GRANITE_H, layer_types=["mlp"] * 4), 4,
+     f"layer_types makes none of the 4 blocks attention or recurrent (every one an MLP or MoE): {FIX}"),
     (dict(JAMBA, attn_layer_period=0), 32, f"attn_layer_period=0 must be >= 1: {FIX}"),
     (dict(JAMBA, attn_layer_offset=8), 32,
      f"attn_layer_offset=8 must be smaller than attn_layer_period=8 (else no block is attention): {FIX}"),

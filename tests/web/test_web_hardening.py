@@ -49,6 +49,9 @@ def app():
     ("/static/%2e%2e%2fpyproject.toml", 404,
      "no such page: '/static/../pyproject.toml': the page is at / and the API under /api (listed at /docs)"),
     ("/static/index.html", 404, "no such file: '/static/index.html': the page's files are app.js, serving.js, style.css"),
+    # fuzz3: the last of a repeated parameter won silently (an answer for a GPU the user may not mean)
+    ("/api/estimate?params=7B&gpu=A100-80GB&gpu=RTX-4090", 400,
+     "query parameter 'gpu' is given 2 times: give each parameter once"),
 ])
 def test_bad_query_is_one_json_line(app, url, status, message):
     r = ask(app, "GET", url)

@@ -120,8 +120,9 @@ def fit(
     ram = parse_size(host_ram, what="host RAM") if isinstance(host_ram, str) else host_ram
     if ram is not None:  # as the CLI's --host-ram: bytes, positive (a negative one made every offload plan miss)
         ram = check_int("host_ram", ram, MAX_DEVICE_BYTES, fix="give bytes or a size such as '256GB'")
-    n = max_plans or top or DEFAULT_MAX_PLANS
-    n = check_int("max_plans" if max_plans else "top", n, MAX_TOP)
+    # None is "not given": a [] or 0 must not fall back to the default (check_int names it)
+    n = max_plans if max_plans is not None else top if top is not None else DEFAULT_MAX_PLANS
+    n = check_int("max_plans" if max_plans is not None else "top", n, MAX_TOP)
     budget = Budget.begin(budget_s)
     result = search(spec, base, g, gpus=per_node, nodes=nodes, host_ram=ram, headroom=headroom, keep=keep,
                     forbid=forbid, effective_batch=effective_batch, method_locked=method_locked, max_plans=n,

@@ -274,6 +274,30 @@ def _head_count(r: _Reader, key: str, value: Any, minimum: int = 1) -> int:
     return r.check(key, value, MAX_HEADS, minimum=minimum)
 
 
+def _check_gqa(r: _Reader, arch: str, kv: dict[str, Any], n_layers: int) -> None:
+    """Each attention block's KV head count divides its head count, as llama.cpp requires when it builds the
+    graph: ggml-org/llama.cpp ggml/src/ggml.c ``ggml_mul_mat`` asserts ``ggml_can_mul_mat`` (``t1->ne[2] %
+    t0->ne[2] == 0``: K's n_head_kv heads broadcast over Q's n_head) in the KQ product of build_attn_mha, and
+    ``ggml_flash_attn_ext`` broadcasts the same way. A count of 0 (a recurrent block) has no attention."""
+    def per_layer(key: str, default: Any) -> list[Any] | None:
+        value = kv.get(f"{arch}.{key}", default)
+        if not isinstance(value, list):
+            return [value] * n_layers
+        return value if len(value) == n_layers else None  # a wrong length is refused where the layout is read
+
+    heads = per_layer("attention.head_count", 0)
+    kv_heads = per_layer("attention.head_count_kv", kv.get(f"{arch}.attention.head_count", 0))
+    if heads is None or kv_heads is None:
+        return
+    for i, (h, hkv) in enumerate(zip(heads, kv_heads, strict=True)):
+        if isinstance(h, int) and isinstance(hkv, int) and h > 0 and hkv > 0 and h % hkv:
+            where = f" (block {i})" if any(isinstance(v, list) for v in (kv.get(f"{arch}.attention.head_count"),
+                                                                         kv.get(f"{arch}.attention.head_count_kv"))) else ""
+            raise r.error(f"{arch}.attention.head_count_kv={hkv} does not divide {arch}.attention.head_count={h}"
+                          f"{where}: llama.cpp broadcasts each KV head over a whole group of query heads "
+                          f"(ggml_can_mul_mat); {_FIX}")
+
+
 # ---- recurrent and hybrid architectures: llama.cpp's load_hparams ----
 #: What follows reads the GGUF keys as ggml-org/llama.cpp src/llama-model.cpp ``llama_model::load_hparams``
 #: does at commit 00342301d01a (the per-architecture cases; n_embd_r()/n_embd_s() in src/llama-hparams.cpp at
@@ -351,14 +375,17 @@ def _hybrid(r: _Reader, arch: str, kv: dict[str, Any], n_layers: int, n_embd: in
             kinds = tuple(NONE if f else STATE if h == 0 else ATTENTION for h, f in zip(hkv, ff, strict=True))
         else:
             kinds = tuple(STATE if h == 0 else ATTENTION for h in hkv)
+    if all(k == NONE for k in kinds):  # every Nemotron-H block an MLP: no block mixes tokens, nothing to cache
+        raise r.error(f"none of the {n_layers} blocks of {arch} is attention or recurrent (a block is attention where "
+                      f"head_count_kv > 0, recurrent where head_count_kv and feed_forward_length are 0): {_FIX}")
     if mixer == "short_conv":
-        return HybridLayout(kinds=kinds, mixer=mixer, conv_kernel=need("shortconv.l_cache", MAX_HIDDEN),
+        return HybridLayout(kinds=kinds, mixer=mixer, conv_kernel=need("shortconv.l_cache", MAX_HIDDEN, minimum=2),
                             intermediate=n_embd)
     if mixer == "rwkv":
         return HybridLayout(kinds=kinds, mixer=mixer, conv_kernel=1, intermediate=n_embd,
                             head_dim=need("wkv.head_size", MAX_HIDDEN),
                             token_shift=need("token_shift_count", MAX_HIDDEN, default=2))
-    conv = need("ssm.conv_kernel", MAX_HIDDEN)
+    conv = need("ssm.conv_kernel", MAX_HIDDEN, minimum=2)  # the conv state keeps kernel - 1 columns: 1 is none
     inner = need("ssm.inner_size", MAX_INTERMEDIATE)
     state = need("ssm.state_size", MAX_HIDDEN)
     if mixer == "mamba1":
@@ -390,6 +417,7 @@ def _info(r: _Reader, kv: dict[str, Any], tensors: list[_Tensor]) -> GGUFInfo:
                          minimum=0 if recurrent_only else 1)
     n_head_kv = _head_count(r, f"{arch}.attention.head_count_kv",
                             kv.get(f"{arch}.attention.head_count_kv", n_head), minimum=0 if recurrent_only else 1)
+    _check_gqa(r, arch, kv, n_layers)
     key_length = r.check(f"{arch}.attention.key_length", kv.get(f"{arch}.attention.key_length", 0), MAX_HIDDEN)
     hybrid = _hybrid(r, arch, kv, n_layers, n_embd)
     n_ctx = r.check(f"{arch}.context_length", kv.get(f"{arch}.context_length", 2048), MAX_POSITIONS, minimum=1)

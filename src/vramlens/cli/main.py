@@ -10,6 +10,7 @@ import importlib
 import os
 import re
 import sys
+from typing import Any
 
 from vramlens import __version__
 from vramlens.errors import VramlensError
@@ -35,7 +36,17 @@ COMMANDS = (
 
 class Parser(argparse.ArgumentParser):
     """argparse with one-line errors: the usage block (30 lines for estimate) would bury the one line
-    that says what is wrong; ``--help`` still prints it. Subcommands inherit the class."""
+    that says what is wrong; ``--help`` still prints it. Subcommands inherit the class.
+
+    ``type=int`` and ``type=float`` read ASCII digits only (Python's int() takes '٤٠٩٦' as 4096): argparse
+    looks a type up in the parser's registry first, so every flag of every subcommand gets the check."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        from vramlens.cli.options import ascii_float, ascii_int
+
+        self.register("type", int, ascii_int)
+        self.register("type", float, ascii_float)
 
     def error(self, message: str):  # type: ignore[override]
         self.exit(2, _red(f"error: {_shorten_choice(message)} (see {self.prog} --help)") + "\n")

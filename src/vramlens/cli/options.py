@@ -22,8 +22,16 @@ PRECISION_HELP = (
 )
 
 
+def _ascii_only(text: str, kind: str) -> None:
+    """Python's int() and float() read any Unicode digit ('٤٠٩٦' is 4096): a flag takes the digits 0-9 only,
+    so that what the user sees in the command is what vramlens reads."""
+    if not text.isascii():
+        raise argparse.ArgumentTypeError(f"{_shown(text)} is not {kind}: write it with the ASCII digits 0-9")
+
+
 def _positive(text: str) -> int:
     """A whole number; its range is the Workload's to check (so that CLI, API and web say the same)."""
+    _ascii_only(text, "a whole number")
     try:
         v = int(text)
     except ValueError:
@@ -37,11 +45,28 @@ whole_number = _positive
 
 def _fraction(text: str) -> float:
     """A number; its range is the Workload's to check (so that CLI, API and web say the same)."""
+    _ascii_only(text, "a number")
     try:
         v = float(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"{_shown(text)} is not a number") from None
     return v
+
+
+def ascii_int(text: str) -> int:
+    """``type=int`` as the CLI's parser reads it (registered by vramlens.cli.main.Parser): ASCII digits only,
+    otherwise int() itself (argparse's "invalid int value" for anything else it refuses)."""
+    _ascii_only(text, "a whole number")
+    return int(text)
+
+
+def ascii_float(text: str) -> float:
+    """``type=float`` as the CLI's parser reads it: ASCII only, otherwise float() itself."""
+    _ascii_only(text, "a number")
+    return float(text)
+
+
+ascii_int.__name__, ascii_float.__name__ = "int", "float"  # argparse names the type in "invalid int value: 'x'"
 
 
 def _checkpointing(text: str) -> str:
@@ -59,6 +84,7 @@ def bounded(limit: int, *, minimum: int = 1) -> Callable[[str], int]:
         from vramlens.errors import InputError
         from vramlens.limits import check_int
 
+        _ascii_only(text, "a whole number")
         try:
             value = int(text)
         except ValueError:

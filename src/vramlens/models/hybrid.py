@@ -196,11 +196,18 @@ def _layout(c: dict[str, Any], n_layers: int) -> HybridLayout | None:
         if len(layout.kinds) != n:
             problems.append(f"{_kinds_source(c, mt)} gives {len(layout.kinds)} block(s) for num_hidden_layers={n}: "
                             "give one per decoder block")
+        elif layout.kinds and all(k == NONE for k in layout.kinds):  # was a confident 0-byte cache (llama.cpp)
+            problems.append(f"{_kinds_source(c, mt)} makes none of the {n} blocks attention or recurrent (every one an "
+                            f"MLP or MoE): {_FIX}")
     if problems:
         raise ConfigError(problems)
     return layout
 
 
+#: Convolution kernels (linear_conv_kernel_dim, mamba_d_conv, conv_kernel, conv_L_cache) read with minimum=2: the
+#: conv state keeps kernel - 1 columns, and the kernels refuse a width under 2 (Dao-AILab/causal-conv1d
+#: csrc/causal_conv1d.cpp causal_conv1d_fwd: ``TORCH_CHECK(width >= 2 && width <= 4)``, as vLLM's copy in
+#: csrc/mamba/causal_conv1d).
 #: How a bad hybrid field's message ends (vramlens.limits.check_int's ``fix``).
 _FIX = "use the model's own config.json"
 #: Layer types of ``layer_types`` / ``layers_block_type`` (Qwen3NextConfig, GraniteMoeHybridConfig, BambaConfig,
@@ -220,7 +227,7 @@ def _read(c: dict[str, Any], mt: str, n: int, ints: Any, problems: list[str]) ->
         else:  # Qwen3NextConfig without layer_types: full attention every full_attention_interval-th block
             every = ints("full_attention_interval", default=4, limit=L.MAX_LAYERS)
             kinds = tuple(ATTENTION if (i + 1) % every == 0 else STATE for i in range(n))
-        return HybridLayout(kinds=kinds, mixer="gated_deltanet", conv_kernel=ints("linear_conv_kernel_dim", default=4),
+        return HybridLayout(kinds=kinds, mixer="gated_deltanet", conv_kernel=ints("linear_conv_kernel_dim", default=4, minimum=2),
                             k_heads=ints("linear_num_key_heads", limit=L.MAX_HEADS),
                             v_heads=ints("linear_num_value_heads", limit=L.MAX_HEADS),
                             k_dim=ints("linear_key_head_dim"), v_dim=ints("linear_value_head_dim"))
@@ -244,7 +251,7 @@ def _read(c: dict[str, Any], mt: str, n: int, ints: Any, problems: list[str]) ->
             # BambaConfig / GraniteMoeHybridConfig.validate_architecture (transformers 5.24) refuse it too
             problems.append(f"mamba_n_heads={heads} x mamba_d_head={d_head} must equal mamba_expand={expand} x "
                             f"hidden_size={hidden} (the Mamba2 intermediate size): {_FIX}")
-        return HybridLayout(kinds=kinds, mixer="mamba2", conv_kernel=ints("mamba_d_conv", default=4),
+        return HybridLayout(kinds=kinds, mixer="mamba2", conv_kernel=ints("mamba_d_conv", default=4, minimum=2),
                             intermediate=expand * hidden, n_groups=ints("mamba_n_groups", default=1, limit=L.MAX_HEADS),
                             n_heads=heads, head_dim=d_head, state_size=ints("mamba_d_state"))
     if "mamba_num_heads" in c and mt == "nemotron_h":
@@ -264,7 +271,7 @@ def _read(c: dict[str, Any], mt: str, n: int, ints: Any, problems: list[str]) ->
         ssm = c.get("mamba_ssm_cache_dtype")
         if ssm is not None and ssm != "auto" and str(ssm) not in _DTYPES:
             problems.append(f"mamba_ssm_cache_dtype={L.show(ssm)} is not one of auto, {', '.join(_DTYPES)}: {_FIX}")
-        return HybridLayout(kinds=kinds, mixer="mamba2", conv_kernel=ints("conv_kernel", default=4),
+        return HybridLayout(kinds=kinds, mixer="mamba2", conv_kernel=ints("conv_kernel", default=4, minimum=2),
                             intermediate=heads * hd, n_groups=ints("n_groups", default=1, limit=L.MAX_HEADS),
                             n_heads=heads, head_dim=hd, state_size=ints("ssm_state_size"),
                             ssm_dtype=_DTYPES.get(str(ssm), "fp16"))
@@ -275,14 +282,14 @@ def _read(c: dict[str, Any], mt: str, n: int, ints: Any, problems: list[str]) ->
             problems.append(f"attn_layer_offset={offset} must be smaller than attn_layer_period={period} (else no "
                             f"block is attention): {_FIX}")
         kinds = tuple(ATTENTION if i % period == offset else STATE for i in range(n))
-        return HybridLayout(kinds=kinds, mixer="mamba1", conv_kernel=ints("mamba_d_conv", default=4),
+        return HybridLayout(kinds=kinds, mixer="mamba1", conv_kernel=ints("mamba_d_conv", default=4, minimum=2),
                             intermediate=ints("mamba_expand", default=2, limit=L.MAX_HEADS) * hidden,
                             state_size=ints("mamba_d_state"))
     if mt == "falcon_h1":  # every block runs attention and Mamba2 side by side (FalconH1ParallelHybrid)
         d_ssm = c.get("mamba_d_ssm")
         expand = ints("mamba_expand", default=2, limit=L.MAX_HEADS)
         inner = ints("mamba_d_ssm") if d_ssm is not None else expand * hidden
-        return HybridLayout(kinds=(BOTH,) * n, mixer="mamba2", conv_kernel=ints("mamba_d_conv", default=4),
+        return HybridLayout(kinds=(BOTH,) * n, mixer="mamba2", conv_kernel=ints("mamba_d_conv", default=4, minimum=2),
                             intermediate=inner, n_groups=ints("mamba_n_groups", default=1, limit=L.MAX_HEADS),
                             n_heads=ints("mamba_n_heads", default=128, limit=L.MAX_HEADS),
                             head_dim=ints("mamba_d_head", default=64), state_size=ints("mamba_d_state", default=256))

@@ -56,6 +56,11 @@ SETTINGS: dict[str, dict[str, tuple[str, int]]] = {
 }
 
 
+#: Engine settings that size a hybrid model's recurrent state (vLLM --mamba-cache-mode, SGLang
+#: --max-mamba-cache-size / --mamba-ssm-dtype): named as ignored for a model without one.
+HYBRID_ONLY = ("mamba_cache_mode", "max_mamba_cache_size", "mamba_ssm_dtype")
+
+
 def capacity(model: str | dict | ModelSpec | GGUFInfo | ServedModel, engine: str = "vllm", *, gpu: str | GPU,
              gpus: int | None = None, tp: int = 1, pp: int = 1, context: int | None = None,
              trace_fallback: bool = True, **engine_settings: Any) -> Capacity:
@@ -147,6 +152,11 @@ def capacity(model: str | dict | ModelSpec | GGUFInfo | ServedModel, engine: str
         # SGLang 0.5.3 server_args reads the other speculative_* flags only under a speculative_algorithm
         cap = replace(cap, notes=cap.notes + (f"ignored: {', '.join(sorted(alone))} apply only with "
                                               "--speculative-algorithm (SGLang reads them under one)",))
+    state_only = sorted(k for k in HYBRID_ONLY if engine_settings.get(k) is not None)
+    if state_only and served.hybrid is None:  # a plain transformer has no recurrent state to size
+        cap = replace(cap, notes=cap.notes + (f"ignored: {', '.join(state_only)} "
+                                              f"{'applies' if len(state_only) == 1 else 'apply'} only to hybrid models (a "
+                                              f"recurrent state per request); {served.name} has none",))
     if context is not None and context > cap.max_model_len:
         # the engine rejects a request longer than its limit: no concurrency or speed to give for it
         raise InputError(f"context={context:,} tokens is longer than the longest request {engine} accepts here "

@@ -524,6 +524,10 @@ def gdn_pools(m: ServedModel, release: tuple[int, int, int], *, tp: int, pp: int
         return None, [f"{what}: vramlens follows SGLang's hybrid pools as 0.5.2 to 0.5.4 size them; {v} is not "
                       "read for hybrids: pass --sglang-version 0.5.4"]
     p = []
+    if h.n_state == 0:  # Qwen3-Next with full_attention_interval=1: per_req / n_linear divided by zero
+        p.append(f"{what}: vramlens follows SGLang's hybrid pools for a model with at least one recurrent layer "
+                 "(a config with none is no released model): check layer_types / full_attention_interval, or use "
+                 "--engine vllm")
     if pp > 1:
         p.append(f"pp={pp}: pipeline parallelism of a hybrid model is not modelled for SGLang (HybridLinearKVPool "
                  "takes every full-attention layer): use --tp")

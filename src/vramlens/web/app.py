@@ -375,6 +375,9 @@ class Guard:
         if name not in self.hosts:
             return 421, (f"Host {limits.show(hosts[0])} is not this server's address (DNS-rebinding protection): "
                          f"open it as http://127.0.0.1:<port>/, or start it with --host NAME")
+        repeated = _repeated_parameter(scope.get("query_string", b""))
+        if repeated is not None:
+            return 400, repeated
         method = scope.get("method", "GET")
         if method in ("GET", "HEAD", "OPTIONS"):
             return None
@@ -391,6 +394,21 @@ class Guard:
             return 415, (f"Content-Type {limits.show(ctype) if ctype else '(none)'} is not accepted: "
                          "send the body as JSON with Content-Type: application/json")
         return None
+
+
+def _repeated_parameter(query: bytes) -> str | None:
+    """The message for a query parameter given more than once (the API takes none twice: FastAPI would keep
+    the last one silently, so ``?gpu=A100-80GB&gpu=RTX-4090`` answered for a GPU the user may not mean)."""
+    if not query:
+        return None
+    from collections import Counter
+    from urllib.parse import parse_qsl
+
+    counts = Counter(k for k, _ in parse_qsl(query.decode("latin-1"), keep_blank_values=True))
+    name, n = max(counts.items(), key=lambda kv: kv[1], default=("", 0))
+    if n < 2:
+        return None
+    return f"query parameter {limits.show(name)} is given {n} times: give each parameter once"
 
 
 def check_model_id(model: str) -> str:
