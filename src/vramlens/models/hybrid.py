@@ -233,16 +233,7 @@ def _read(c: dict[str, Any], mt: str, n: int, ints: Any, problems: list[str]) ->
                             k_dim=ints("linear_key_head_dim"), v_dim=ints("linear_value_head_dim"))
     hidden = ints("hidden_size", limit=L.MAX_HIDDEN)
     if "mamba_n_heads" in c and mt in ("bamba", "granitemoehybrid"):
-        if c.get("layer_types") is not None:
-            kinds = _kinds_from_types(c["layer_types"], "layer_types", problems)
-        else:
-            given = c.get("attn_layer_indices") or []
-            if not isinstance(given, list) or not all(isinstance(i, int) and not isinstance(i, bool) and 0 <= i < n
-                                                      for i in given):
-                problems.append(f"attn_layer_indices={L.show(given)} is not a list of block indices in [0, {n}): "
-                                f"{_FIX}")
-                given = []
-            kinds = tuple(ATTENTION if i in set(given) else STATE for i in range(n))
+        kinds = _kinds_from_types_or_indices(c, "attn_layer_indices", n, problems)
         expand, heads = ints("mamba_expand", default=2, limit=L.MAX_HEADS), ints("mamba_n_heads", limit=L.MAX_HEADS)
         head_dim = c.get("mamba_d_head")
         # BambaConfig / GraniteMoeHybridConfig __post_init__: "auto" is mamba_expand x hidden_size // mamba_n_heads
@@ -294,15 +285,7 @@ def _read(c: dict[str, Any], mt: str, n: int, ints: Any, problems: list[str]) ->
                             n_heads=ints("mamba_n_heads", default=128, limit=L.MAX_HEADS),
                             head_dim=ints("mamba_d_head", default=64), state_size=ints("mamba_d_state", default=256))
     if mt == "lfm2" and "conv_L_cache" in c:  # short convolutions ("conv") beside full attention
-        if c.get("layer_types") is not None:
-            kinds = _kinds_from_types(c["layer_types"], "layer_types", problems)
-        else:
-            idx = c.get("full_attn_idxs") or []
-            if not isinstance(idx, list) or not all(isinstance(i, int) and not isinstance(i, bool) and 0 <= i < n
-                                                    for i in idx):
-                problems.append(f"full_attn_idxs={L.show(idx)} is not a list of block indices in [0, {n}): {_FIX}")
-                idx = []
-            kinds = tuple(ATTENTION if i in set(idx) else STATE for i in range(n))
+        kinds = _kinds_from_types_or_indices(c, "full_attn_idxs", n, problems)
         return HybridLayout(kinds=kinds, mixer="short_conv", conv_kernel=ints("conv_L_cache", default=3, minimum=2),
                             intermediate=hidden)
     if any(k in c for k in _STATE_FIELDS) or mt in ("zamba", "zamba2", "lfm2", "mamba", "mamba2",
@@ -352,6 +335,20 @@ def _kinds_source(c: Mapping[str, Any], mt: str) -> str:
         if c.get(key) is not None and not (key == "layer_types" and mt == "nemotron_h"):
             return key
     return "the config"
+
+
+def _kinds_from_types_or_indices(c: Mapping[str, Any], indices: str, n: int, problems: list[str]) -> tuple[str, ...]:
+    """Block kinds from ``layer_types`` where the config has it, else from the list of attention blocks' indices
+    ``indices`` (Bamba / Granite 4.0-H ``attn_layer_indices``, LFM2's older ``full_attn_idxs``); the others keep a
+    state. An index list that is not block indices in [0, n) is a problem."""
+    if c.get("layer_types") is not None:
+        return _kinds_from_types(c["layer_types"], "layer_types", problems)
+    given = c.get(indices) or []
+    if not isinstance(given, list) or not all(isinstance(i, int) and not isinstance(i, bool) and 0 <= i < n
+                                              for i in given):
+        problems.append(f"{indices}={L.show(given)} is not a list of block indices in [0, {n}): {_FIX}")
+        given = []
+    return tuple(ATTENTION if i in set(given) else STATE for i in range(n))
 
 
 def _kinds_from_types(types: Any, field: str, problems: list[str]) -> tuple[str, ...]:
