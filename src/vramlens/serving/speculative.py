@@ -77,32 +77,31 @@ def draft_for(kind: str, target: ServedModel, draft: ServedModel | None, *, tp: 
     h = target.hidden
     if kind == "ngram":
         return Draft(kind, "ngram (prompt lookup)", 0, 0, 0, "ngram: no draft weights, no draft cache")
-    if kind == "mtp" and target.hybrid is not None:
-        # vLLM 0.19.0 qwen3_next_mtp.py Qwen3NextMultiTokenPredictor: per MTP layer a Qwen3NextDecoderLayer of
-        # layer_type "full_attention" (the target's attention blocks' average here), fc a ColumnParallelLinear
-        # of 2h x h (split over TP, gather_output), norm, pre_fc_norm_hidden, pre_fc_norm_embedding; the
-        # embedding and lm_head are the target's (Qwen3NextMTP.load_weights skips them; EagleProposer shares them).
-        # SGLang 0.5.2-0.5.4 Qwen3NextForCausalLMMTP: a one-layer Qwen3NextModel with full_attention_interval 1,
-        # fc an nn.Linear 2h x h (every rank), the same three norms; set_embed_and_head shares the target's
-        layout = target.hybrid
+    if kind == "mtp":
         n = target.mtp_layers
+        fc_bytes = FC_INPUTS["mtp"] * h * h * b
+        layout = target.hybrid
+        if layout is None:
+            block = ceil_div(sum(target.layer_bytes), target.n_layers)  # the target's average block
+            w = n * (ceil_div(block, tp) + fc_bytes + 3 * h * b)
+            return Draft(kind, f"{target.name} MTP layers", w, n, kv_cell_bytes(target, tp, kv_b),
+                         f"{n} MTP layer(s) x (the target's average block {block:,} B / {tp} + eh_proj 2h x h "
+                         f"{2 * h * h * b:,} B + 3 norms {3 * h * b:,} B) = {w:,} B; embedding and lm_head shared")
+        # A hybrid (Qwen3-Next) target. vLLM 0.19.0 qwen3_next_mtp.py Qwen3NextMultiTokenPredictor: per MTP layer a
+        # Qwen3NextDecoderLayer of layer_type "full_attention" (the target's attention blocks' average here), fc a
+        # ColumnParallelLinear of 2h x h (split over TP, gather_output), norm, pre_fc_norm_hidden,
+        # pre_fc_norm_embedding; the embedding and lm_head are the target's (Qwen3NextMTP.load_weights skips them;
+        # EagleProposer shares them). SGLang 0.5.2-0.5.4 Qwen3NextForCausalLMMTP: a one-layer Qwen3NextModel with
+        # full_attention_interval 1, fc an nn.Linear 2h x h (every rank), the same three norms; set_embed_and_head
+        # shares the target's
         attn = [i for i in range(min(len(layout.kinds), len(target.layer_bytes))) if layout.has_kv(i)]
         block = (ceil_div(sum(target.layer_bytes[i] for i in attn), len(attn)) if attn
                  else ceil_div(sum(target.layer_bytes), target.n_layers))
-        fc = ceil_div(FC_INPUTS["mtp"] * h * h * b, tp if fc_split else 1)
-        w = n * (ceil_div(block, tp) + fc + 3 * h * b)
+        w = n * (ceil_div(block, tp) + ceil_div(fc_bytes, tp if fc_split else 1) + 3 * h * b)
         return Draft(kind, f"{target.name} MTP layers", w, n, kv_cell_bytes(target, tp, kv_b),
                      f"{n} MTP layer(s) x (the target's average full-attention block {block:,} B / {tp} + fc 2h x h "
-                     f"{FC_INPUTS['mtp'] * h * h * b:,} B" + (f" / {tp}" if fc_split else " (every rank)")
+                     f"{fc_bytes:,} B" + (f" / {tp}" if fc_split else " (every rank)")
                      + f" + 3 norms {3 * h * b:,} B) = {w:,} B; embedding and lm_head shared (qwen3_next_mtp.py)")
-    if kind == "mtp":
-        n = target.mtp_layers
-        block = ceil_div(sum(target.layer_bytes), target.n_layers)  # the target's average block
-        per_layer = ceil_div(block, tp) + FC_INPUTS["mtp"] * h * h * b + 3 * h * b
-        w = n * per_layer
-        return Draft(kind, f"{target.name} MTP layers", w, n, kv_cell_bytes(target, tp, kv_b),
-                     f"{n} MTP layer(s) x (the target's average block {block:,} B / {tp} + eh_proj 2h x h "
-                     f"{2 * h * h * b:,} B + 3 norms {3 * h * b:,} B) = {w:,} B; embedding and lm_head shared")
     assert draft is not None
     cell = kv_cell_bytes(draft, tp, kv_b)
     db = DTYPE_BYTES[draft.dtype]
